@@ -1,0 +1,52 @@
+#!/usr/bin/env node
+import { CertshareError, errorMessage } from '../core/errors.ts';
+import { parseFlags, usage } from './flags.ts';
+import { RUN_FLAGS, daemonConfigFrom } from './run-options.ts';
+
+const TOP_USAGE = `Usage: certshare <command> [flags]
+
+Commands:
+  run        the daemon: watch tailscaled's cert domains, issue and renew, share, serve /healthz and /metrics
+  emulator   a LocalAPI-like server (IPN bus, cert issuance from its own CA, scripted faults) for trying certshare
+  demo       the emulator and the daemon together in a temporary directory, until Ctrl-C
+
+Run "certshare <command> --help" for the flags of a command.`;
+
+async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
+    console.log(TOP_USAGE);
+    return command === undefined ? 2 : 0;
+  }
+  switch (command) {
+    case 'run': {
+      const values = parseFlags(RUN_FLAGS, rest, process.env);
+      if (values.help) {
+        console.log(usage('run', 'Keeps certificates for the given domains, issued through tailscaled, in a directory or Kubernetes Secrets.', RUN_FLAGS));
+        return 0;
+      }
+      const config = daemonConfigFrom(values, process.env);
+      const { runUntilSignal } = await import('./run-command.ts');
+      return runUntilSignal(config);
+    }
+    case 'emulator': {
+      const { runEmulatorCli } = await import('../emulator/cli.ts');
+      await runEmulatorCli(rest);
+      return 0;
+    }
+    case 'demo': {
+      const { runDemo } = await import('./demo.ts');
+      return runDemo(rest);
+    }
+    default:
+      throw new CertshareError('CERTSHARE_BAD_FLAG', `unknown command "${command}" (expected run, emulator or demo; see certshare --help)`);
+  }
+}
+
+try {
+  process.exitCode = await main(process.argv.slice(2));
+} catch (err) {
+  const code = err instanceof CertshareError ? err.code : 'CERTSHARE_FATAL';
+  console.error(`certshare: ${errorMessage(err)} [${code}]`);
+  process.exitCode = err instanceof CertshareError && err.code === 'CERTSHARE_BAD_FLAG' ? 2 : 1;
+}

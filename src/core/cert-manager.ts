@@ -1,0 +1,69 @@
+import { CertLoop, type CertLoopDeps } from './cert-loop.ts';
+import { errorMessage } from './errors.ts';
+
+interface RunningLoop {
+  loop: CertLoop;
+  abort: AbortController;
+  done: Promise<void>;
+}
+
+/** Runs one CertLoop per managed domain; domains come and go without a restart. */
+export class CertManager {
+  readonly #deps: CertLoopDeps;
+  readonly #loops = new Map<string, RunningLoop>();
+  /** Loops being stopped: a domain re-added meanwhile waits for its old loop, so CertPair never runs twice. */
+  readonly #stopping = new Map<string, Promise<void>>();
+
+  constructor(deps: CertLoopDeps) {
+    this.#deps = deps;
+  }
+
+  get domains(): string[] {
+    return [...this.#loops.keys()].sort();
+  }
+
+  loop(domain: string): CertLoop | undefined {
+    return this.#loops.get(domain)?.loop;
+  }
+
+  setDomains(domains: Iterable<string>): void {
+    const wanted = new Set(domains);
+    for (const domain of [...this.#loops.keys()]) if (!wanted.has(domain)) void this.#stop(domain);
+    for (const domain of wanted) if (!this.#loops.has(domain)) this.#start(domain);
+  }
+
+  wakeAll(): void {
+    for (const { loop } of this.#loops.values()) loop.wake();
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all([...this.#loops.keys()].map((d) => this.#stop(d)));
+    await Promise.all(this.#stopping.values());
+  }
+
+  #start(domain: string): void {
+    const loop = new CertLoop(domain, this.#deps);
+    const abort = new AbortController();
+    const previous = this.#stopping.get(domain) ?? Promise.resolve();
+    const done = previous
+      .then(() => (abort.signal.aborted ? undefined : loop.run(abort.signal)))
+      .catch((err: unknown) => {
+        this.#deps.logger.error({ domain, err: errorMessage(err) }, 'certificate loop crashed');
+      });
+    this.#loops.set(domain, { loop, abort, done });
+    this.#deps.logger.info({ domain }, 'managing domain');
+  }
+
+  async #stop(domain: string): Promise<void> {
+    const running = this.#loops.get(domain);
+    if (!running) return;
+    this.#loops.delete(domain);
+    running.abort.abort(new Error(`domain ${domain} no longer managed`));
+    const done = running.done.finally(() => {
+      if (this.#stopping.get(domain) === done) this.#stopping.delete(domain);
+    });
+    this.#stopping.set(domain, done);
+    this.#deps.logger.info({ domain }, 'stopped managing domain');
+    await done;
+  }
+}

@@ -1,0 +1,60 @@
+import { X509Certificate, createPrivateKey, type KeyObject } from 'node:crypto';
+import { CertshareError } from './errors.ts';
+import type { CertPair } from './localapi.ts';
+
+/** What certshare knows about a validated certificate pair; never holds key material. */
+export interface CertInfo {
+  domain: string;
+  notBefore: number;
+  notAfter: number;
+  serial: string;
+  fingerprint256: string;
+}
+
+const CERT_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
+
+function invalid(domain: string, reason: string, cause?: unknown): CertshareError {
+  return new CertshareError('CERTSHARE_CERT_INVALID', `certificate for ${domain} rejected: ${reason}`, { cause });
+}
+
+/**
+ * Checks a pair before it is used or shared: it parses, the key matches the leaf, the leaf covers the
+ * domain, `now` is inside its validity window and each certificate is issued by the next one.
+ * Error messages never quote PEM content, so they are safe to log.
+ */
+export function validateCertPair(pair: CertPair, domain: string, now: number): CertInfo {
+  if (pair.certPem.includes('PRIVATE KEY')) throw invalid(domain, 'certificate part contains a private key');
+  const blocks = pair.certPem.match(CERT_BLOCK);
+  if (!blocks) throw invalid(domain, 'no PEM certificate found');
+  let chain: X509Certificate[];
+  try {
+    chain = blocks.map((block) => new X509Certificate(block));
+  } catch (err) {
+    throw invalid(domain, 'certificate does not parse', err);
+  }
+  let key: KeyObject;
+  try {
+    key = createPrivateKey(pair.keyPem);
+  } catch {
+    // The parser's message may echo input: keep it out of the error.
+    throw invalid(domain, 'private key does not parse');
+  }
+  const leaf = chain[0]!;
+  if (!leaf.checkPrivateKey(key)) throw invalid(domain, 'private key does not match the certificate');
+  if (leaf.checkHost(domain, { wildcards: true, subject: 'never' }) === undefined) {
+    throw invalid(domain, `certificate does not cover ${domain} (SAN: ${leaf.subjectAltName ?? 'none'})`);
+  }
+  for (let i = 0; i + 1 < chain.length; i++) {
+    if (!chain[i]!.checkIssued(chain[i + 1]!)) throw invalid(domain, `chain out of order at position ${i + 1}`);
+  }
+  const notBefore = leaf.validFromDate.getTime();
+  const notAfter = leaf.validToDate.getTime();
+  if (now < notBefore) throw invalid(domain, `not valid before ${new Date(notBefore).toISOString()}`);
+  if (now >= notAfter) throw invalid(domain, `expired at ${new Date(notAfter).toISOString()}`);
+  return { domain, notBefore, notAfter, serial: leaf.serialNumber, fingerprint256: leaf.fingerprint256 };
+}
+
+/** True while `now` lies inside the certificate's validity window. */
+export function isCurrentlyValid(info: CertInfo, now: number): boolean {
+  return now >= info.notBefore && now < info.notAfter;
+}

@@ -1,0 +1,29 @@
+// Stable error codes for everything a user can see in a log line, a health reason or an exit message.
+export type ErrorCode =
+  | 'CERTSHARE_BAD_FLAG'
+  | 'CERTSHARE_BAD_CONFIG'
+  | 'CERTSHARE_CERT_INVALID'
+  | 'CERTSHARE_CERT_STALE'
+  | 'CERTSHARE_LOCALAPI_UNREACHABLE'
+  | 'CERTSHARE_LOCALAPI_TIMEOUT'
+  | 'CERTSHARE_LOCALAPI_HTTP'
+  | 'CERTSHARE_LOCALAPI_BAD_RESPONSE'
+  | 'CERTSHARE_BUS_LINE_TOO_LONG'
+  | 'CERTSHARE_BUS_BAD_LINE'
+  | 'CERTSHARE_STORE_UNAVAILABLE'
+  | 'CERTSHARE_STORE_CONFLICT'
+  | 'CERTSHARE_STORE_CORRUPT'
+  | 'CERTSHARE_RELOAD_FAILED';
+
+export class CertshareError extends Error {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'CertshareError';
+    this.code = code;
+  }
+}
+
+export function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,42 @@
+import { CertshareError } from './errors.ts';
+import { LocalApiError } from './localapi.ts';
+
+/** How an issuance failure is treated: each kind has its own retry schedule. */
+export type FailureKind =
+  | 'rate_limited' // ACME said too many certificates: wait Retry-After, or back off conservatively
+  | 'invalid_domain' // tailscaled does not (yet) serve this name: no point asking again soon
+  | 'transient' // no answer (socket, timeout, reset): retry soon, the CA was probably never reached
+  | 'rejected' // an answer arrived but the pair failed validation
+  | 'error'; // any other error answer
+
+export interface ClassifiedFailure {
+  kind: FailureKind;
+  retryAfterMs?: number;
+  message: string;
+}
+
+const ACME_RATE_LIMIT = /rateLimited|too many certificates|rate limit/i;
+
+export function classifyIssuanceFailure(err: unknown): ClassifiedFailure {
+  if (err instanceof LocalApiError) {
+    const message = err.body ? `${err.message}: ${err.body}` : err.message;
+    if (err.status === 429 || ACME_RATE_LIMIT.test(err.body)) {
+      return err.retryAfterMs !== undefined
+        ? { kind: 'rate_limited', retryAfterMs: err.retryAfterMs, message }
+        : { kind: 'rate_limited', message };
+    }
+    if (err.status === undefined || err.timedOut) return { kind: 'transient', message };
+    if (/invalid domain/i.test(err.body)) return { kind: 'invalid_domain', message };
+    if (err.status === 502 || err.status === 503 || err.status === 504) return { kind: 'transient', message };
+    return { kind: 'error', message };
+  }
+  if (err instanceof CertshareError) {
+    if (err.code === 'CERTSHARE_CERT_INVALID' || err.code === 'CERTSHARE_CERT_STALE' || err.code === 'CERTSHARE_LOCALAPI_BAD_RESPONSE') {
+      return { kind: 'rejected', message: err.message };
+    }
+    if (err.code === 'CERTSHARE_LOCALAPI_UNREACHABLE' || err.code === 'CERTSHARE_LOCALAPI_TIMEOUT') {
+      return { kind: 'transient', message: err.message };
+    }
+  }
+  return { kind: 'error', message: err instanceof Error ? err.message : String(err) };
+}

@@ -1,0 +1,75 @@
+import type { CertInfo } from './certificate.ts';
+import { isCurrentlyValid } from './certificate.ts';
+import type { LoopObserver } from './observer.ts';
+
+export interface HealthVerdict {
+  healthy: boolean;
+  /** "ok", or why not, naming each domain that lacks a valid certificate. */
+  reason: string;
+}
+
+interface DomainHealth {
+  info: CertInfo | undefined;
+  problem: string | undefined;
+}
+
+/**
+ * Healthy means every managed domain has a certificate that is valid now. Validity is judged at the
+ * moment of the question, so an expired certificate turns the verdict without waiting for a loop turn.
+ */
+export class HealthState implements LoopObserver {
+  readonly #domains = new Map<string, DomainHealth>();
+  readonly #listeners = new Set<() => void>();
+
+  manage(domains: Iterable<string>): void {
+    const wanted = new Set(domains);
+    for (const d of [...this.#domains.keys()]) if (!wanted.has(d)) this.#domains.delete(d);
+    for (const d of wanted) if (!this.#domains.has(d)) this.#domains.set(d, { info: undefined, problem: undefined });
+    this.#notify();
+  }
+
+  certificate(domain: string, info: CertInfo | undefined): void {
+    const entry = this.#domains.get(domain);
+    if (!entry) return;
+    entry.info = info;
+    this.#notify();
+  }
+
+  problem(domain: string, message: string | undefined): void {
+    const entry = this.#domains.get(domain);
+    if (entry) entry.problem = message;
+  }
+
+  infoOf(domain: string): CertInfo | undefined {
+    return this.#domains.get(domain)?.info;
+  }
+
+  /** The earliest instant at which a currently valid certificate expires (for timers that flip readiness). */
+  nextExpiry(now: number): number | undefined {
+    let next: number | undefined;
+    for (const { info } of this.#domains.values()) {
+      if (info && info.notAfter > now && (next === undefined || info.notAfter < next)) next = info.notAfter;
+    }
+    return next;
+  }
+
+  evaluate(now: number): HealthVerdict {
+    const missing: string[] = [];
+    for (const [domain, { info, problem }] of this.#domains) {
+      if (info && isCurrentlyValid(info, now)) continue;
+      const why = info ? 'certificate expired' : problem ?? 'no certificate yet';
+      missing.push(`${domain}: ${why}`);
+    }
+    return missing.length === 0 ? { healthy: true, reason: 'ok' } : { healthy: false, reason: missing.sort().join('; ') };
+  }
+
+  /** Called whenever a certificate or the set of domains changed. */
+  onChange(listener: () => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  #notify(): void {
+    for (const l of this.#listeners) l();
+  }
+}

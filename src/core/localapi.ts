@@ -1,0 +1,84 @@
+// The narrow interface the core needs from tailscaled's LocalAPI: tests swap the transport, not the logic.
+
+/** A private key PEM and its certificate chain PEM (leaf first), as returned by CertPair. */
+export interface CertPair {
+  keyPem: string;
+  certPem: string;
+}
+
+/** One line of the IPN bus: an ipn.Notify object, Go field names (PascalCase). Only what certshare reads is typed. */
+export interface IpnNotify {
+  Version?: string;
+  State?: number;
+  ErrMessage?: string;
+  NetMap?: { DNS?: { CertDomains?: string[] } } & Record<string, unknown>;
+  SelfChange?: unknown;
+  [key: string]: unknown;
+}
+
+export interface CertPairOptions {
+  /** Ask tailscaled to renew synchronously when less than this remains (milliseconds; 0 = its own policy). */
+  minValidityMs: number;
+  signal: AbortSignal;
+}
+
+export interface LocalApi {
+  /** GET /localapi/v0/cert/<domain>?type=pair. Rejects with LocalApiError. */
+  certPair(domain: string, options: CertPairOptions): Promise<CertPair>;
+  /** GET /localapi/v0/watch-ipn-bus?mask=N: yields each Notify until the stream ends or errors. */
+  watchIpnBus(mask: number, signal: AbortSignal): AsyncIterable<IpnNotify>;
+  /** GET /localapi/v0/cert-domains (tailscaled v1.98+). */
+  certDomains(signal: AbortSignal): Promise<string[]>;
+  /**
+   * GET /localapi/v0/status?peers=false: the parsed ipnstate.Status object (top-level `CertDomains` is the
+   * cert-domains fallback for tailscaled older than v1.98). Optional: implementations may omit it.
+   */
+  status?(signal: AbortSignal): Promise<Record<string, unknown>>;
+}
+
+/**
+ * A failed LocalAPI call. `status` is the HTTP status (undefined when no response arrived: socket error,
+ * timeout); `retryAfterMs` comes from a Retry-After header; `body` is the plain-text error body.
+ */
+export class LocalApiError extends Error {
+  readonly status: number | undefined;
+  readonly body: string;
+  readonly retryAfterMs: number | undefined;
+  readonly timedOut: boolean;
+  constructor(
+    message: string,
+    fields: { status?: number; body?: string; retryAfterMs?: number; timedOut?: boolean; cause?: unknown },
+  ) {
+    super(message, { cause: fields.cause });
+    this.name = 'LocalApiError';
+    this.status = fields.status;
+    this.body = fields.body ?? '';
+    this.retryAfterMs = fields.retryAfterMs;
+    this.timedOut = fields.timedOut ?? false;
+  }
+}
+
+/** IPN bus mask bits (ipn.NotifyWatchOpt). */
+export const NotifyMask = {
+  WatchEngineUpdates: 1,
+  InitialState: 2,
+  InitialPrefs: 4,
+  InitialNetMap: 8,
+  NoPrivateKeys: 16,
+  InitialHealthState: 128,
+  RateLimit: 256,
+  PeerChanges: 4096,
+  NoNetMap: 8192,
+  InitialStatus: 16384,
+} as const;
+
+/** ipn.State values. */
+export const IpnState = {
+  NoState: 0,
+  InUseOtherUser: 1,
+  NeedsLogin: 2,
+  NeedsMachineAuth: 3,
+  Stopped: 4,
+  Starting: 5,
+  Running: 6,
+} as const;

@@ -1,0 +1,25 @@
+import type { CertInfo } from './certificate.ts';
+import type { FailureKind } from './failure.ts';
+
+export type AttemptResult = 'success' | 'unchanged' | 'rate_limited' | 'error' | 'rejected';
+
+/** What the cert loops report; health, metrics and projection subscribe without the core knowing them. */
+export interface LoopObserver {
+  /** The best valid certificate for the domain changed (undefined: none). */
+  certificate?(domain: string, info: CertInfo | undefined): void;
+  attempt?(domain: string, result: AttemptResult, failure?: { kind: FailureKind; message: string }): void;
+  /** The next CertPair call is planned at `at` (epoch ms); backoffMs is 0 when not backing off. */
+  planned?(domain: string, at: number, backoffMs: number): void;
+  problem?(domain: string, message: string | undefined): void;
+  stopped?(domain: string): void;
+}
+
+export function fanOut(observers: LoopObserver[]): Required<LoopObserver> {
+  return {
+    certificate: (d, i) => observers.forEach((o) => o.certificate?.(d, i)),
+    attempt: (d, r, f) => observers.forEach((o) => o.attempt?.(d, r, f)),
+    planned: (d, a, b) => observers.forEach((o) => o.planned?.(d, a, b)),
+    problem: (d, m) => observers.forEach((o) => o.problem?.(d, m)),
+    stopped: (d) => observers.forEach((o) => o.stopped?.(d)),
+  };
+}

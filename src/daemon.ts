@@ -1,0 +1,162 @@
+import type { FastifyInstance } from 'fastify';
+import { CertManager } from './core/cert-manager.ts';
+import type { Clock } from './core/clock.ts';
+import { systemClock } from './core/clock.ts';
+import { errorMessage } from './core/errors.ts';
+import { HealthState } from './core/health.ts';
+import type { LocalApi } from './core/localapi.ts';
+import type { Logger } from './core/logger.ts';
+import { fanOut, type LoopObserver } from './core/observer.ts';
+import { alwaysWriter, type CertStore, type IssuanceRole } from './core/store.ts';
+import type { DaemonConfig } from './cli/run-options.ts';
+import { ServeConfigWatcher } from './config/serve-config-watcher.ts';
+import { createLocalApiClient } from './localapi/client.ts';
+import { CertDomainsWatcher } from './localapi/cert-domains-watcher.ts';
+import { buildHttpServer, parseListenAddress, podAddressesFromEnv } from './server/http-server.ts';
+import { Metrics } from './server/metrics.ts';
+import { CertDirectory } from './store/cert-directory.ts';
+import { DirStore } from './store/dir-store.ts';
+import { ReloadCommand } from './store/reload-command.ts';
+
+export interface DaemonDeps {
+  logger: Logger;
+  env: NodeJS.ProcessEnv;
+  clock?: Clock;
+  /** Replaces the LocalAPI transport (tests). */
+  localApi?: LocalApi;
+}
+
+/** What a storage mode adds to the daemon: the store, who may issue, extra observers, and its own shutdown. */
+export interface StoreBackend {
+  store: CertStore;
+  role: IssuanceRole;
+  observers: LoopObserver[];
+  /** Runs once the certificate loops exist (e.g. to start watches or the readiness gate). */
+  start?(manager: CertManager, health: HealthState): Promise<void>;
+  /** First step of a graceful stop: leave rotation. */
+  beforeStop?(): Promise<void>;
+  stop?(): Promise<void>;
+}
+
+export interface BackendContext {
+  config: DaemonConfig;
+  deps: Required<Omit<DaemonDeps, 'localApi'>>;
+  metrics: Metrics;
+  /** Runs the reload command (if configured) after files changed. */
+  filesWritten(domain: string): void;
+}
+
+export interface Daemon {
+  readonly address: string;
+  readonly manager: CertManager;
+  readonly health: HealthState;
+  readonly metrics: Metrics;
+  readonly watcher: CertDomainsWatcher;
+  /** Graceful stop: leave rotation, drain, stop loops and the server. */
+  stop(): Promise<void>;
+}
+
+function dirBackend(path: string, ctx: BackendContext): StoreBackend {
+  const store = new DirStore(new CertDirectory(path), ctx.deps.clock, (domain) => ctx.filesWritten(domain));
+  return { store, role: alwaysWriter, observers: [] };
+}
+
+async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
+  // Loaded only in Kubernetes mode: the client costs tens of MB that standalone mode does not pay.
+  const { createKubeBackend } = await import('./kube/backend.ts');
+  return createKubeBackend(ctx);
+}
+
+export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Promise<Daemon> {
+  const deps = { clock: input.clock ?? systemClock, logger: input.logger, env: input.env };
+  const { clock, logger } = deps;
+  const metrics = new Metrics(clock, config.renewal);
+  const health = new HealthState();
+
+  const reload = config.reloadCommand
+    ? new ReloadCommand(config.reloadCommand, {
+        timeoutMs: config.reloadTimeoutMs,
+        logger,
+        onOutcome: (o) => metrics.reloads.inc({ result: o.ok ? 'success' : 'failure' }),
+      })
+    : undefined;
+  const ctx: BackendContext = { config, deps, metrics, filesWritten: (domain) => void reload?.request(domain) };
+  const backend = config.store.kind === 'dir' ? dirBackend(config.store.path, ctx) : await kubeBackend(ctx);
+
+  const localApi = input.localApi ?? createLocalApiClient({ address: config.localapi, certTimeoutMs: config.certTimeoutMs, logger });
+  const watcher = new CertDomainsWatcher({
+    localApi,
+    clock,
+    logger: logger.child({ component: 'ipn-bus' }),
+    onConnectionChange: (up) => metrics.busConnected.set(up ? 1 : 0),
+    onReconnect: () => metrics.busReconnects.inc(),
+    onBadLine: (err) => {
+      metrics.busBadLines.inc();
+      logger.warn({ err: errorMessage(err) }, 'skipped a malformed IPN bus line');
+    },
+  });
+  watcher.onChange(() => logger.info({ certDomains: [...watcher.current()].sort() }, 'tailscaled cert domains'));
+
+  const manager = new CertManager({
+    localApi,
+    store: backend.store,
+    role: backend.role,
+    availability: watcher,
+    clock,
+    renewal: config.renewal,
+    backoff: config.backoff,
+    observer: fanOut([health, metrics, ...backend.observers]),
+    logger,
+  });
+
+  let lastHealthy: boolean | undefined;
+  health.onChange(() => {
+    const verdict = health.evaluate(clock.now());
+    if (verdict.healthy !== lastHealthy) logger.info({ healthy: verdict.healthy, reason: verdict.reason }, verdict.healthy ? 'healthy' : 'not healthy');
+    lastHealthy = verdict.healthy;
+  });
+
+  const staticDomains = config.domains;
+  let configDomains: string[] = [];
+  const applyDomains = (): void => {
+    const all = [...new Set([...staticDomains, ...configDomains])].sort();
+    health.manage(all);
+    manager.setDomains(all);
+  };
+  const serveConfig = config.serveConfig
+    ? new ServeConfigWatcher(config.serveConfig, logger, (domains) => {
+        configDomains = domains;
+        applyDomains();
+      })
+    : undefined;
+
+  const app: FastifyInstance = buildHttpServer({ health, metrics, clock, pod: podAddressesFromEnv(deps.env) });
+  const { host, port } = parseListenAddress(config.listen);
+  const address = await app.listen({ host, port });
+  logger.info({ address, store: config.store, mode: config.store.kind === 'kube' ? config.mode : undefined }, 'certshare started');
+
+  applyDomains();
+  await serveConfig?.start();
+  await backend.start?.(manager, health);
+  watcher.start();
+
+  let stopping: Promise<void> | undefined;
+  return {
+    address,
+    manager,
+    health,
+    metrics,
+    watcher,
+    stop: () =>
+      (stopping ??= (async () => {
+        logger.info({}, 'stopping');
+        await backend.beforeStop?.();
+        serveConfig?.stop();
+        await Promise.all([manager.stop(), watcher.stop()]);
+        await backend.stop?.();
+        await reload?.idle();
+        await app.close();
+        logger.info({}, 'stopped');
+      })()),
+  };
+}

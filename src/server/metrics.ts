@@ -1,0 +1,90 @@
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import type { CertInfo } from '../core/certificate.ts';
+import { isCurrentlyValid } from '../core/certificate.ts';
+import type { Clock } from '../core/clock.ts';
+import type { AttemptResult, LoopObserver } from '../core/observer.ts';
+import type { RenewalPolicy } from '../core/renewal.ts';
+import { renewalTime } from '../core/renewal.ts';
+import type { FailureKind } from '../core/failure.ts';
+
+const seconds = (ms: number): number => ms / 1000;
+
+/**
+ * Prometheus metrics, named after REFERENCE §6 and cert-manager's (which users already alert on):
+ * timestamps rather than "time since", base units, `_total` counters, the domain as the only label.
+ */
+export class Metrics implements LoopObserver {
+  readonly registry = new Registry();
+  readonly #certs = new Map<string, CertInfo>();
+  readonly #clock: Clock;
+  readonly #renewal: RenewalPolicy;
+  readonly #expiration: Gauge;
+  readonly #renewalAt: Gauge;
+  readonly #attempts: Counter;
+  readonly #backoff: Gauge;
+  readonly #nextAttempt: Gauge;
+  readonly busConnected: Gauge;
+  readonly busReconnects: Counter;
+  readonly busBadLines: Counter;
+  readonly reloads: Counter;
+  readonly storeErrors: Counter;
+
+  constructor(clock: Clock, renewal: RenewalPolicy, options: { defaultMetrics?: boolean } = {}) {
+    this.#clock = clock;
+    this.#renewal = renewal;
+    const registers = [this.registry];
+    const certs = this.#certs;
+    this.#expiration = new Gauge({ name: 'certshare_certificate_expiration_timestamp_seconds', help: 'NotAfter of the certificate in use, per domain.', labelNames: ['domain'], registers });
+    this.#renewalAt = new Gauge({ name: 'certshare_certificate_renewal_timestamp_seconds', help: 'When the certificate in use becomes due for renewal, per domain.', labelNames: ['domain'], registers });
+    new Gauge({
+      name: 'certshare_certificate_ready_status',
+      help: 'Whether the domain has a certificate valid now (condition="True") or not (condition="False").',
+      labelNames: ['domain', 'condition'],
+      registers,
+      collect() {
+        this.reset();
+        const now = clock.now();
+        for (const [domain, info] of certs) {
+          const ready = isCurrentlyValid(info, now);
+          this.set({ domain, condition: 'True' }, ready ? 1 : 0);
+          this.set({ domain, condition: 'False' }, ready ? 0 : 1);
+        }
+      },
+    });
+    this.#attempts = new Counter({ name: 'certshare_issuance_attempts_total', help: 'CertPair calls by result (success, unchanged, rate_limited, error, rejected).', labelNames: ['domain', 'result'], registers });
+    this.#backoff = new Gauge({ name: 'certshare_issuance_backoff_seconds', help: 'Current wait before the next CertPair call after failures (0 when not backing off).', labelNames: ['domain'], registers });
+    this.#nextAttempt = new Gauge({ name: 'certshare_issuance_next_check_timestamp_seconds', help: 'When the domain is next looked at (renewal point, check interval or end of backoff).', labelNames: ['domain'], registers });
+    this.busConnected = new Gauge({ name: 'certshare_ipn_bus_connected', help: '1 while the IPN bus stream is connected.', registers });
+    this.busReconnects = new Counter({ name: 'certshare_ipn_bus_reconnects_total', help: 'IPN bus reconnections after the stream ended or failed.', registers });
+    this.busBadLines = new Counter({ name: 'certshare_ipn_bus_bad_lines_total', help: 'IPN bus lines that were not valid Notify JSON and were skipped.', registers });
+    this.reloads = new Counter({ name: 'certshare_reload_command_runs_total', help: 'Runs of the reload command by result (success, failure).', labelNames: ['result'], registers });
+    this.storeErrors = new Counter({ name: 'certshare_store_errors_total', help: 'Failed reads or writes of the certificate store.', labelNames: ['operation'], registers });
+    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+  }
+
+  certificate(domain: string, info: CertInfo | undefined): void {
+    if (!info) {
+      this.#certs.delete(domain);
+      this.#expiration.remove({ domain });
+      this.#renewalAt.remove({ domain });
+      return;
+    }
+    this.#certs.set(domain, info);
+    this.#expiration.set({ domain }, seconds(info.notAfter));
+    this.#renewalAt.set({ domain }, seconds(renewalTime(info, this.#renewal)));
+  }
+
+  attempt(domain: string, result: AttemptResult, _failure?: { kind: FailureKind }): void {
+    this.#attempts.inc({ domain, result });
+  }
+
+  planned(domain: string, at: number, backoffMs: number): void {
+    this.#nextAttempt.set({ domain }, seconds(at));
+    this.#backoff.set({ domain }, seconds(backoffMs));
+  }
+
+  stopped(domain: string): void {
+    this.certificate(domain, undefined);
+    for (const gauge of [this.#backoff, this.#nextAttempt]) gauge.remove({ domain });
+  }
+}

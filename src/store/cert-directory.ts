@@ -1,0 +1,111 @@
+import { randomBytes } from 'node:crypto';
+import { lstat, mkdir, open, readFile, readdir, rename, rm, symlink, readlink } from 'node:fs/promises';
+import { join } from 'node:path';
+import { validateCertPair } from '../core/certificate.ts';
+import { CertshareError, errorMessage } from '../core/errors.ts';
+import type { CertPair } from '../core/localapi.ts';
+import type { StoreRead } from '../core/store.ts';
+
+const VERSIONS = '.versions';
+
+function isMissing(err: unknown): boolean {
+  return (err as NodeJS.ErrnoException)?.code === 'ENOENT';
+}
+
+async function writeFileDurably(path: string, data: string, mode: number): Promise<void> {
+  const handle = await open(path, 'wx', mode);
+  try {
+    await handle.writeFile(data);
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+async function syncDir(path: string): Promise<void> {
+  const handle = await open(path, 'r');
+  try {
+    await handle.sync();
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * Certificates on disk as `<root>/<domain>/tls.crt` and `tls.key` (0600). `<root>/<domain>` is a symlink
+ * to a versioned directory, swapped with one rename (the kubelet's AtomicWriter technique), so a reader
+ * never sees a half-written file or a key from one version next to a certificate from another.
+ */
+export class CertDirectory {
+  readonly root: string;
+
+  constructor(root: string) {
+    this.root = root;
+  }
+
+  pathOf(domain: string): string {
+    return join(this.root, domain);
+  }
+
+  async read(domain: string, now: number): Promise<StoreRead> {
+    let certPem: string;
+    let keyPem: string;
+    try {
+      [certPem, keyPem] = await Promise.all([
+        readFile(join(this.root, domain, 'tls.crt'), 'utf8'),
+        readFile(join(this.root, domain, 'tls.key'), 'utf8'),
+      ]);
+    } catch (err) {
+      if (isMissing(err)) return { state: 'absent' };
+      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read ${join(this.root, domain)}: ${errorMessage(err)}`, { cause: err });
+    }
+    try {
+      return { state: 'valid', cert: { pair: { certPem, keyPem }, info: validateCertPair({ certPem, keyPem }, domain, now) } };
+    } catch (err) {
+      return { state: 'unusable', reason: errorMessage(err) };
+    }
+  }
+
+  /** Writes the pair unless the files already hold it; returns whether anything changed. */
+  async write(domain: string, pair: CertPair): Promise<boolean> {
+    if (domain.includes('/') || domain.startsWith('.')) {
+      throw new CertshareError('CERTSHARE_BAD_CONFIG', `refusing to write certificate for unsafe name "${domain}"`);
+    }
+    const link = join(this.root, domain);
+    try {
+      const [certPem, keyPem] = await Promise.all([readFile(join(link, 'tls.crt'), 'utf8'), readFile(join(link, 'tls.key'), 'utf8')]);
+      if (certPem === pair.certPem && keyPem === pair.keyPem) return false;
+    } catch {
+      // Missing or unreadable: write.
+    }
+    const versionsDir = join(this.root, VERSIONS, domain);
+    await mkdir(versionsDir, { recursive: true, mode: 0o700 });
+    const version = `${Date.now()}-${randomBytes(4).toString('hex')}`;
+    const versionDir = join(versionsDir, version);
+    await mkdir(versionDir, { mode: 0o755 });
+    await writeFileDurably(join(versionDir, 'tls.key'), pair.keyPem, 0o600);
+    await writeFileDurably(join(versionDir, 'tls.crt'), pair.certPem, 0o644);
+    await syncDir(versionDir);
+
+    const stat = await lstat(link).catch((err: unknown) => (isMissing(err) ? undefined : Promise.reject(err)));
+    if (stat && !stat.isSymbolicLink()) {
+      // A hand-made directory: keep it, out of the way, rather than delete someone's files.
+      await rename(link, join(versionsDir, `replaced-${version}`));
+    }
+    const previous = stat?.isSymbolicLink() ? await readlink(link) : undefined;
+    const tmpLink = join(this.root, `.${domain}.${version}.link`);
+    await symlink(join(VERSIONS, domain, version), tmpLink);
+    await rename(tmpLink, link);
+    await syncDir(this.root);
+    await this.#prune(versionsDir, version, previous);
+    return true;
+  }
+
+  /** Keeps the current and the previous version (a reader may still be opening it), removes the rest. */
+  async #prune(versionsDir: string, current: string, previousTarget: string | undefined): Promise<void> {
+    const keep = new Set([current, previousTarget?.split('/').pop()]);
+    for (const entry of await readdir(versionsDir)) {
+      if (!keep.has(entry) && !entry.startsWith('replaced-')) await rm(join(versionsDir, entry), { recursive: true, force: true });
+    }
+  }
+}

@@ -1,0 +1,218 @@
+import assert from 'node:assert/strict';
+import { beforeEach, describe, it } from 'node:test';
+import { CertLoop, type CertLoopDeps } from '../../src/core/cert-loop.ts';
+import { validateCertPair } from '../../src/core/certificate.ts';
+import type { Clock } from '../../src/core/clock.ts';
+import { LocalApiError, type CertPair, type CertPairOptions } from '../../src/core/localapi.ts';
+import { silentLogger } from '../../src/core/logger.ts';
+import { fanOut, type AttemptResult } from '../../src/core/observer.ts';
+import { alwaysReader, alwaysWriter } from '../../src/core/store.ts';
+import { makePair } from '../support/certs.ts';
+import { MemoryStore } from '../support/memory-store.ts';
+
+const domain = 'proxy.tailnet-9.ts.net';
+const MIN = 60_000;
+const LIFETIME = 90 * MIN; // scaled down; under 10 days, so renewal is due at half the lifetime (45 minutes)
+
+/** A clock the test sets by hand; loops are driven turn by turn, so nothing sleeps. */
+class ManualClock implements Clock {
+  t = Math.floor(Date.now() / 1000) * 1000;
+  now = (): number => this.t;
+  sleep = (): Promise<void> => Promise.reject(new Error('turn-by-turn tests never sleep'));
+}
+
+interface Harness {
+  loop: CertLoop;
+  store: MemoryStore;
+  clock: ManualClock;
+  calls: CertPairOptions[];
+  responses: Array<() => Promise<CertPair>>;
+  attempts: AttemptResult[];
+}
+
+function harness(overrides: Partial<CertLoopDeps> = {}): Harness {
+  const clock = new ManualClock();
+  const store = new MemoryStore();
+  const calls: CertPairOptions[] = [];
+  const responses: Array<() => Promise<CertPair>> = [];
+  const attempts: AttemptResult[] = [];
+  const loop = new CertLoop(domain, {
+    localApi: {
+      certPair: async (_d, options) => {
+        calls.push(options);
+        const next = responses.shift();
+        if (!next) throw new Error('unexpected CertPair call');
+        return next();
+      },
+    },
+    store,
+    role: alwaysWriter,
+    availability: { waitFor: async () => {} },
+    clock,
+    renewal: { renewFraction: 1 / 3, checkIntervalMs: 24 * 60 * MIN },
+    backoff: { firstRetryMs: MIN, retryCapMs: 24 * 60 * MIN, rateLimitFirstRetryMs: 60 * MIN },
+    observer: fanOut([{ attempt: (_d, r) => attempts.push(r) }]),
+    logger: silentLogger,
+    ...overrides,
+  });
+  return { loop, store, clock, calls, responses, attempts };
+}
+
+const signal = new AbortController().signal;
+const fresh = (h: Harness): Promise<CertPair> => makePair(domain, h.clock.now(), LIFETIME);
+
+describe('CertLoop', () => {
+  let h: Harness;
+  beforeEach(() => {
+    h = harness();
+  });
+
+  it('issues when nothing is stored, stores it, and waits until the renewal point', async () => {
+    const pair = await fresh(h);
+    h.responses.push(async () => pair);
+    const wait = await h.loop.turn(signal);
+    assert.equal(h.calls.length, 1);
+    assert.equal(h.calls[0]!.minValidityMs, 0);
+    assert.equal(h.store.serial(domain), validateCertPair(pair, domain, h.clock.now()).serial);
+    assert.equal(wait, 45 * MIN);
+    assert.deepEqual(h.attempts, ['success']);
+  });
+
+  it('uses a valid stored certificate as is: a restart issues nothing', async () => {
+    const pair = await fresh(h);
+    h.store.content.set(domain, { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, h.clock.now()) } });
+    h.clock.t += 10 * MIN;
+    assert.equal(await h.loop.turn(signal), 35 * MIN);
+    assert.equal(h.calls.length, 0);
+    assert.equal(h.loop.current?.pair, pair);
+  });
+
+  it('renews at the renewal point, asking tailscaled for the remaining share', async () => {
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    const first = h.store.serial(domain);
+    h.clock.t += 45 * MIN;
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    assert.equal(h.calls.length, 2);
+    assert.ok(h.calls[1]!.minValidityMs > 45 * MIN);
+    assert.notEqual(h.store.serial(domain), first);
+  });
+
+  it('never answers a failed store read with an issuance', async () => {
+    h.store.failReads = true;
+    const wait = await h.loop.turn(signal);
+    assert.equal(h.calls.length, 0);
+    assert.equal(wait, MIN);
+    assert.equal(await h.loop.turn(signal), 2 * MIN, 'store retries back off');
+  });
+
+  it('honours Retry-After exactly: no call before it, one after', async () => {
+    h.responses.push(async () => {
+      throw new LocalApiError('cert', { status: 429, body: 'rateLimited', retryAfterMs: 17 * MIN });
+    });
+    assert.equal(await h.loop.turn(signal), 17 * MIN);
+    h.clock.t += 17 * MIN - 1;
+    assert.equal(await h.loop.turn(signal), 1);
+    assert.equal(h.calls.length, 1);
+    h.clock.t += 1;
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    assert.equal(h.calls.length, 2);
+    assert.deepEqual(h.attempts, ['rate_limited', 'success']);
+  });
+
+  it('backs off 1m, 2m, 4m on errors and resets after a success', async () => {
+    const waits: number[] = [];
+    for (let i = 0; i < 3; i++) {
+      h.responses.push(async () => {
+        throw new LocalApiError('cert', { status: 500, body: 'acme: internal error' });
+      });
+      const wait = await h.loop.turn(signal);
+      waits.push(wait);
+      h.clock.t += wait;
+    }
+    assert.deepEqual(waits, [MIN, 2 * MIN, 4 * MIN]);
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    h.clock.t += 45 * MIN;
+    h.responses.push(async () => {
+      throw new LocalApiError('cert', { status: 500, body: 'acme: internal error' });
+    });
+    assert.equal(await h.loop.turn(signal), MIN);
+  });
+
+  it('refuses garbage and mismatched pairs and keeps the previous certificate', async () => {
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    const kept = h.store.serial(domain);
+    h.clock.t += 45 * MIN;
+    const other = await fresh(h);
+    h.responses.push(async () => ({ keyPem: other.keyPem, certPem: (await fresh(h)).certPem }));
+    await h.loop.turn(signal);
+    h.clock.t += MIN;
+    h.responses.push(async () => ({ keyPem: 'junk', certPem: 'more junk' }));
+    await h.loop.turn(signal);
+    assert.equal(h.store.serial(domain), kept);
+    assert.equal(h.loop.current?.info.serial, kept);
+    assert.deepEqual(h.attempts, ['success', 'rejected', 'rejected']);
+  });
+
+  it('refuses the same certificate again when it is due, and an older one', async () => {
+    const pair = await fresh(h);
+    h.responses.push(async () => pair);
+    await h.loop.turn(signal);
+    h.clock.t += 45 * MIN;
+    h.responses.push(async () => pair);
+    await h.loop.turn(signal);
+    assert.deepEqual(h.attempts, ['success', 'rejected']);
+    h.clock.t += MIN;
+    h.responses.push(() => makePair(domain, h.clock.now() - 60 * MIN, 70 * MIN));
+    await h.loop.turn(signal);
+    assert.deepEqual(h.attempts, ['success', 'rejected', 'rejected']);
+  });
+
+  it('restores a deleted or garbage Secret from memory without issuing', async () => {
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    const serial = h.store.serial(domain);
+    h.store.content.delete(domain);
+    assert.equal(await h.loop.turn(signal), 0);
+    assert.equal(h.store.serial(domain), serial);
+    h.store.content.set(domain, { state: 'unusable', reason: 'hand-edited' });
+    await h.loop.turn(signal);
+    assert.equal(h.store.serial(domain), serial);
+    assert.equal(h.calls.length, 1);
+  });
+
+  it('keeps an issued certificate when the save fails and stores it later without reissuing', async () => {
+    h.store.failWrites = true;
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    assert.ok(h.loop.current, 'held in memory');
+    h.store.failWrites = false;
+    await h.loop.turn(signal);
+    assert.equal(h.store.serial(domain), h.loop.current?.info.serial);
+    assert.equal(h.calls.length, 1);
+  });
+
+  it('never calls CertPair as a reader, and picks up what the writer stored', async () => {
+    h = harness({ role: alwaysReader });
+    assert.equal(await h.loop.turn(signal), 24 * 60 * MIN);
+    const pair = await fresh(h);
+    h.store.content.set(domain, { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, h.clock.now()) } });
+    await h.loop.turn(signal);
+    assert.equal(h.loop.current?.pair, pair);
+    assert.equal(h.calls.length, 0);
+  });
+
+  it('drops an expired certificate instead of serving it', async () => {
+    h = harness({ role: alwaysReader });
+    const pair = await fresh(h);
+    h.store.content.set(domain, { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, h.clock.now()) } });
+    await h.loop.turn(signal);
+    h.clock.t += LIFETIME;
+    await h.loop.turn(signal);
+    assert.equal(h.loop.current, undefined);
+  });
+});
