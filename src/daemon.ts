@@ -31,8 +31,8 @@ export interface StoreBackend {
   store: CertStore;
   role: IssuanceRole;
   observers: LoopObserver[];
-  /** Runs once the certificate loops exist (e.g. to start watches or the readiness gate). */
-  start?(manager: CertManager, health: HealthState): Promise<void>;
+  /** Runs once the certificate loops exist (e.g. to start the readiness gate). */
+  start?(): Promise<void>;
   /** First step of a graceful stop: leave rotation. */
   beforeStop?(): Promise<void>;
   stop?(): Promise<void>;
@@ -42,8 +42,9 @@ export interface BackendContext {
   config: DaemonConfig;
   deps: Required<Omit<DaemonDeps, 'localApi'>>;
   metrics: Metrics;
-  /** Runs the reload command (if configured) after files changed. */
-  filesWritten(domain: string): void;
+  health: HealthState;
+  /** Certificate files changed on disk: logs, then runs the reload command if one is configured. */
+  filesWritten(domain: string, path: string): void;
 }
 
 export interface Daemon {
@@ -57,7 +58,7 @@ export interface Daemon {
 }
 
 function dirBackend(path: string, ctx: BackendContext): StoreBackend {
-  const store = new DirStore(new CertDirectory(path), ctx.deps.clock, (domain) => ctx.filesWritten(domain));
+  const store = new DirStore(new CertDirectory(path), ctx.deps.clock, ctx.filesWritten);
   return { store, role: alwaysWriter, observers: [] };
 }
 
@@ -80,20 +81,25 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
         onOutcome: (o) => metrics.reloads.inc({ result: o.ok ? 'success' : 'failure' }),
       })
     : undefined;
-  const ctx: BackendContext = { config, deps, metrics, filesWritten: (domain) => void reload?.request(domain) };
+  const filesWritten = (domain: string, path: string): void => {
+    logger.info({ domain, path }, 'certificate files written');
+    void reload?.request(domain);
+  };
+  const ctx: BackendContext = { config, deps, metrics, health, filesWritten };
   const backend = config.store.kind === 'dir' ? dirBackend(config.store.path, ctx) : await kubeBackend(ctx);
 
-  const localApi = input.localApi ?? createLocalApiClient({ address: config.localapi, certTimeoutMs: config.certTimeoutMs, logger });
+  const onBadLine = (err: unknown): void => {
+    metrics.busBadLines.inc();
+    logger.warn({ err: errorMessage(err) }, 'skipped a malformed IPN bus line');
+  };
+  const localApi = input.localApi ?? createLocalApiClient({ address: config.localapi, certTimeoutMs: config.certTimeoutMs, logger, onBadLine });
   const watcher = new CertDomainsWatcher({
     localApi,
     clock,
     logger: logger.child({ component: 'ipn-bus' }),
     onConnectionChange: (up) => metrics.busConnected.set(up ? 1 : 0),
     onReconnect: () => metrics.busReconnects.inc(),
-    onBadLine: (err) => {
-      metrics.busBadLines.inc();
-      logger.warn({ err: errorMessage(err) }, 'skipped a malformed IPN bus line');
-    },
+    onBadLine,
   });
   watcher.onChange(() => logger.info({ certDomains: [...watcher.current()].sort() }, 'tailscaled cert domains'));
 
@@ -120,8 +126,8 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   let configDomains: string[] = [];
   const applyDomains = (): void => {
     const all = [...new Set([...staticDomains, ...configDomains])].sort();
-    health.manage(all);
     manager.setDomains(all);
+    health.manage(all);
   };
   const serveConfig = config.serveConfig
     ? new ServeConfigWatcher(config.serveConfig, logger, (domains) => {
@@ -137,7 +143,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
 
   applyDomains();
   await serveConfig?.start();
-  await backend.start?.(manager, health);
+  await backend.start?.();
   watcher.start();
 
   let stopping: Promise<void> | undefined;

@@ -26,6 +26,7 @@ export interface DaemonConfig {
   outDir: string | undefined;
   readinessGate: string | undefined;
   routingChecks: string[];
+  routingAttempts: number;
   drainDelayMs: number;
   shutdownTimeoutMs: number;
 }
@@ -50,6 +51,7 @@ export const RUN_FLAGS: FlagSpec[] = [
   { name: 'out-dir', placeholder: 'DIR', help: 'Kubernetes: also project the current certificates into DIR/<domain>/ (atomic), then run --reload-command.' },
   { name: 'readiness-gate', placeholder: 'TYPE', help: "Kubernetes: keep this condition type of the Pod's own status True only while every domain has a valid certificate." },
   { name: 'routing-check', placeholder: 'URL', multiple: true, help: "Kubernetes: a Service's health URL that must route to this Pod (Pod-IPv4 header) before the gate turns True." },
+  { name: 'routing-attempts', placeholder: 'N', default: '9', help: "Kubernetes: calls per routing check before giving up for a while (Tailscale's rule: replicas x 3)." },
   { name: 'drain-delay', placeholder: 'DURATION', default: '5s', help: 'On SIGTERM: time between taking the Pod out of rotation and exiting.' },
   { name: 'shutdown-timeout', placeholder: 'DURATION', default: '25s', help: 'Exit no later than this after SIGTERM (keep below terminationGracePeriodSeconds).' },
 ];
@@ -67,6 +69,12 @@ function duration(values: FlagValues, name: string): number {
   } catch (err) {
     throw new CertshareError('CERTSHARE_BAD_FLAG', `--${name}: ${(err as Error).message}`);
   }
+}
+
+function positiveInteger(values: FlagValues, name: string): number {
+  const n = Number(values[name]);
+  if (!Number.isInteger(n) || n < 1) throw new CertshareError('CERTSHARE_BAD_FLAG', `--${name} must be a positive integer, got "${String(values[name])}"`);
+  return n;
 }
 
 const FQDN = /^(?=.{1,253}$)(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
@@ -116,6 +124,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
     outDir: values['out-dir'] as string | undefined,
     readinessGate: values['readiness-gate'] as string | undefined,
     routingChecks: (values['routing-check'] as string[] | undefined) ?? [],
+    routingAttempts: positiveInteger(values, 'routing-attempts'),
     drainDelayMs: duration(values, 'drain-delay'),
     shutdownTimeoutMs: duration(values, 'shutdown-timeout'),
   };

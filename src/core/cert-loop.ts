@@ -151,9 +151,12 @@ export class CertLoop {
           throw new CertshareError('CERTSHARE_CERT_STALE', `new certificate expires before the current one (${new Date(info.notAfter).toISOString()})`);
         }
         const cert = { pair, info };
-        // Held before saving: if the save fails, the next turn restores it instead of issuing again.
-        this.#consider(cert);
-        await store.save(this.domain, cert, signal);
+        try {
+          await store.save(this.domain, cert, signal);
+        } finally {
+          // Held even when the save failed: the next turn restores it to the store instead of issuing again.
+          this.#consider(cert);
+        }
         this.#log.info({ serial: info.serial, notAfter: new Date(info.notAfter).toISOString() }, 'certificate issued and stored');
         observer.attempt(this.domain, 'success');
       }
@@ -186,7 +189,7 @@ export class CertLoop {
     if (!isCurrentlyValid(candidate.info, now)) return;
     if (this.#best && this.#best.info.notAfter >= candidate.info.notAfter) return;
     this.#best = candidate;
-    this.#deps.observer.certificate(this.domain, candidate.info);
+    this.#deps.observer.certificate(this.domain, candidate);
   }
 
   #dropIfExpired(): void {

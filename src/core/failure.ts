@@ -25,6 +25,8 @@ export function classifyIssuanceFailure(err: unknown): ClassifiedFailure {
         ? { kind: 'rate_limited', retryAfterMs: err.retryAfterMs, message }
         : { kind: 'rate_limited', message };
     }
+    // A 200 whose body was not a usable pair also has no error status: it is a rejection, not a transport failure.
+    if ((err as { code?: unknown }).code === 'CERTSHARE_LOCALAPI_BAD_RESPONSE') return { kind: 'rejected', message };
     if (err.status === undefined || err.timedOut) return { kind: 'transient', message };
     if (/invalid domain/i.test(err.body)) return { kind: 'invalid_domain', message };
     if (err.status === 502 || err.status === 503 || err.status === 504) return { kind: 'transient', message };

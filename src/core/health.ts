@@ -1,6 +1,7 @@
 import type { CertInfo } from './certificate.ts';
 import { isCurrentlyValid } from './certificate.ts';
 import type { LoopObserver } from './observer.ts';
+import type { StoredCert } from './store.ts';
 
 export interface HealthVerdict {
   healthy: boolean;
@@ -28,10 +29,10 @@ export class HealthState implements LoopObserver {
     this.#notify();
   }
 
-  certificate(domain: string, info: CertInfo | undefined): void {
+  certificate(domain: string, cert: StoredCert | undefined): void {
     const entry = this.#domains.get(domain);
     if (!entry) return;
-    entry.info = info;
+    entry.info = cert?.info;
     this.#notify();
   }
 

@@ -1,4 +1,4 @@
-import type { CertInfo } from './certificate.ts';
+import type { StoredCert } from './store.ts';
 import type { FailureKind } from './failure.ts';
 
 export type AttemptResult = 'success' | 'unchanged' | 'rate_limited' | 'error' | 'rejected';
@@ -6,7 +6,7 @@ export type AttemptResult = 'success' | 'unchanged' | 'rate_limited' | 'error' |
 /** What the cert loops report; health, metrics and projection subscribe without the core knowing them. */
 export interface LoopObserver {
   /** The best valid certificate for the domain changed (undefined: none). */
-  certificate?(domain: string, info: CertInfo | undefined): void;
+  certificate?(domain: string, cert: StoredCert | undefined): void;
   attempt?(domain: string, result: AttemptResult, failure?: { kind: FailureKind; message: string }): void;
   /** The next CertPair call is planned at `at` (epoch ms); backoffMs is 0 when not backing off. */
   planned?(domain: string, at: number, backoffMs: number): void;

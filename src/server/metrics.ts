@@ -6,8 +6,10 @@ import type { AttemptResult, LoopObserver } from '../core/observer.ts';
 import type { RenewalPolicy } from '../core/renewal.ts';
 import { renewalTime } from '../core/renewal.ts';
 import type { FailureKind } from '../core/failure.ts';
+import type { StoredCert } from '../core/store.ts';
 
 const seconds = (ms: number): number => ms / 1000;
+const ATTEMPT_RESULTS: AttemptResult[] = ['success', 'unchanged', 'rate_limited', 'error', 'rejected'];
 
 /**
  * Prometheus metrics, named after REFERENCE §6 and cert-manager's (which users already alert on):
@@ -62,7 +64,8 @@ export class Metrics implements LoopObserver {
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
   }
 
-  certificate(domain: string, info: CertInfo | undefined): void {
+  certificate(domain: string, cert: StoredCert | undefined): void {
+    const info = cert?.info;
     if (!info) {
       this.#certs.delete(domain);
       this.#expiration.remove({ domain });
@@ -86,5 +89,6 @@ export class Metrics implements LoopObserver {
   stopped(domain: string): void {
     this.certificate(domain, undefined);
     for (const gauge of [this.#backoff, this.#nextAttempt]) gauge.remove({ domain });
+    for (const result of ATTEMPT_RESULTS) this.#attempts.remove({ domain, result });
   }
 }

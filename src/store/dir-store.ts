@@ -7,9 +7,9 @@ export class DirStore implements CertStore {
   readonly kind = 'dir';
   readonly #dir: CertDirectory;
   readonly #clock: Clock;
-  readonly #onWritten: (domain: string) => void;
+  readonly #onWritten: (domain: string, path: string) => void;
 
-  constructor(dir: CertDirectory, clock: Clock, onWritten: (domain: string) => void) {
+  constructor(dir: CertDirectory, clock: Clock, onWritten: (domain: string, path: string) => void) {
     this.#dir = dir;
     this.#clock = clock;
     this.#onWritten = onWritten;
@@ -20,6 +20,6 @@ export class DirStore implements CertStore {
   }
 
   async save(domain: string, cert: StoredCert): Promise<void> {
-    if (await this.#dir.write(domain, cert.pair)) this.#onWritten(domain);
+    if (await this.#dir.write(domain, cert.pair)) this.#onWritten(domain, this.#dir.pathOf(domain));
   }
 }

@@ -50,3 +50,10 @@ describe('retryDelay', () => {
     assert.equal(streak.record('rate_limited'), 1);
   });
 });
+
+describe('classifyIssuanceFailure on malformed answers', () => {
+  it('treats a 200 with an unusable body as a rejection, not a transport failure', () => {
+    const err = Object.assign(new LocalApiError('bad pair', {}), { code: 'CERTSHARE_LOCALAPI_BAD_RESPONSE' });
+    assert.equal(classifyIssuanceFailure(err).kind, 'rejected');
+  });
+});

@@ -1,0 +1,68 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { startDaemon } from '../daemon.ts';
+import { DEFAULT_DOMAIN, startEmulator } from '../emulator/server.ts';
+import { parseFlags, usage, type FlagSpec } from './flags.ts';
+import { createLogger } from './logger.ts';
+import { RUN_FLAGS, daemonConfigFrom } from './run-options.ts';
+import { stopOnSignal } from './run-command.ts';
+
+const DEMO_FLAGS: FlagSpec[] = [
+  { name: 'listen', placeholder: 'ADDR:PORT', default: '127.0.0.1:9002', help: "The daemon's /healthz and /metrics address." },
+  { name: 'domain', placeholder: 'FQDN', default: DEFAULT_DOMAIN, help: 'The demo domain.' },
+  { name: 'domain-delay', placeholder: 'DURATION', default: '2s', help: 'How long the emulated tailscaled takes to list the domain.' },
+  { name: 'cert-lifetime', placeholder: 'DURATION', default: '10m', help: 'Lifetime of the emulated certificates (short, so a renewal shows up within minutes).' },
+  { name: 'log-level', placeholder: 'LEVEL', default: 'info', help: 'debug, info, warn or error.' },
+];
+
+/** The one-command demo: an emulated tailscaled and the daemon, standalone, in a temporary directory. */
+export async function runDemo(argv: string[]): Promise<number> {
+  const values = parseFlags(DEMO_FLAGS, argv, {});
+  if (values.help) {
+    console.log(usage('demo', 'Starts the LocalAPI emulator and the daemon in a temporary directory; Ctrl-C stops both and cleans up.', DEMO_FLAGS));
+    return 0;
+  }
+  const domain = String(values.domain);
+  const logger = createLogger(String(values['log-level']));
+  const dir = await mkdtemp(join(tmpdir(), 'certshare-demo-'));
+  const socket = join(dir, 'tailscaled.sock');
+  const certDir = join(dir, 'certs');
+  const config = daemonConfigFrom(
+    parseFlags(RUN_FLAGS, ['--localapi', socket, '--domain', domain, '--store', `dir:${certDir}`, '--listen', String(values.listen), '--log-level', String(values['log-level']), '--first-retry', '2s', '--retry-cap', '1m', '--shutdown-timeout', '5s'], {}),
+    {},
+  );
+  const emulator = await startEmulator({
+    listen: socket,
+    domains: [domain],
+    domainDelayMs: daemonDuration(String(values['domain-delay'])),
+    certLifetimeMs: daemonDuration(String(values['cert-lifetime'])),
+    logger: logger.child({ component: 'emulator' }),
+  });
+  let appearedAt: number | undefined;
+  emulator.events.on('certDomains', () => (appearedAt ??= performance.now()));
+  logger.info({ dir, socket, certDir }, 'demo: emulated tailscaled started; the domain appears after the delay');
+
+  const daemon = await startDaemon(config, { logger, env: { ...process.env, POD_IPS: '127.0.0.1' } });
+  const url = `http://${daemon.address.replace(/^http:\/\//, '')}/healthz`;
+  let shown = false;
+  daemon.health.onChange(() => {
+    if (shown || !daemon.health.evaluate(Date.now()).healthy) return;
+    shown = true;
+    const sinceDomain = appearedAt === undefined ? undefined : Math.round(performance.now() - appearedAt);
+    void fetch(url).then(async (res) => {
+      logger.info(
+        { status: res.status, body: await res.text(), podIPv4: res.headers.get('pod-ipv4'), msFromDomainToCertificate: sinceDomain, files: join(certDir, domain) },
+        `demo: GET /healthz answers ${res.status}; try: curl -i ${url} ; openssl x509 -noout -dates -in ${join(certDir, domain, 'tls.crt')}`,
+      );
+    });
+  });
+  const code = await stopOnSignal(daemon, logger, config.shutdownTimeoutMs);
+  await emulator.close();
+  await rm(dir, { recursive: true, force: true });
+  return code;
+}
+
+function daemonDuration(text: string): number {
+  return daemonConfigFrom(parseFlags(RUN_FLAGS, ['--domain', 'x.example.com', '--check-interval', text], {}), {}).renewal.checkIntervalMs;
+}

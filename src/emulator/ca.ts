@@ -1,0 +1,123 @@
+// The emulator's certificate authority: an in-memory ECDSA P-256 CA that signs ECDSA P-256 leaves,
+// standing in for Let's Encrypt. @peculiar/x509 is loaded on the first signature, so an emulator
+// that never issues (or a process that only imports this module) does not pay for it.
+import { KeyObject, randomBytes, webcrypto } from 'node:crypto';
+
+type X509Module = typeof import('@peculiar/x509');
+
+const EC_ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
+
+let x509Loading: Promise<X509Module> | undefined;
+
+async function loadX509(): Promise<X509Module> {
+  x509Loading ??= (async () => {
+    await import('reflect-metadata');
+    const x509 = await import('@peculiar/x509');
+    x509.cryptoProvider.set(webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
+    return x509;
+  })();
+  return x509Loading;
+}
+
+/** A freshly signed leaf: the SEC1 key PEM and the chain PEM (leaf, then the CA), as tailscaled returns them. */
+export interface SignedLeaf {
+  keyPem: string;
+  /** Leaf certificate then the issuing CA certificate. */
+  chainPem: string;
+  /** Just the leaf certificate. */
+  leafPem: string;
+  /** Upper-case hex, as node:crypto's X509Certificate#serialNumber prints it. */
+  serial: string;
+  notBefore: number;
+  notAfter: number;
+}
+
+export interface LeafRequest {
+  /** DNS name placed in the SAN (and the CN). */
+  dnsName: string;
+  /** Milliseconds since the epoch, whole seconds (X.509 has second resolution). */
+  notBefore: number;
+  notAfter: number;
+}
+
+export interface CertificateAuthority {
+  readonly certPem: string;
+  sign(request: LeafRequest): Promise<SignedLeaf>;
+  /** A new key pair's SEC1 PEM, unrelated to any certificate (the `mismatched` fault). */
+  strayKeyPem(): Promise<string>;
+}
+
+/** Random positive serial: 16 bytes, first byte 0x01..0x7f so DER needs no sign padding and the hex is stable. */
+export function randomSerialHex(): string {
+  const bytes = randomBytes(16);
+  bytes[0] = (bytes[0]! & 0x7f) | 0x01;
+  return bytes.toString('hex').toUpperCase();
+}
+
+async function newKeyPair(): Promise<webcrypto.CryptoKeyPair> {
+  return (await webcrypto.subtle.generateKey(EC_ALG, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
+}
+
+/** tailscaled writes leaf keys as SEC1 ("EC PRIVATE KEY"), like Go's x509.MarshalECPrivateKey. */
+function sec1Pem(key: webcrypto.CryptoKey): string {
+  return KeyObject.from(key).export({ type: 'sec1', format: 'pem' }).toString();
+}
+
+export async function createCertificateAuthority(options: { name: string; now: number }): Promise<CertificateAuthority> {
+  const x509 = await loadX509();
+  const caKeys = await newKeyPair();
+  const caCert = await x509.X509CertificateGenerator.createSelfSigned({
+    serialNumber: randomSerialHex(),
+    name: `CN=${options.name}, O=certshare emulator`,
+    keys: caKeys,
+    // Wide validity: tests move a fake clock days or months ahead.
+    notBefore: new Date(options.now - 366 * 86_400_000),
+    notAfter: new Date(options.now + 20 * 366 * 86_400_000),
+    signingAlgorithm: EC_ALG,
+    extensions: [
+      new x509.BasicConstraintsExtension(true, 0, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign | x509.KeyUsageFlags.digitalSignature, true),
+      await x509.SubjectKeyIdentifierExtension.create(caKeys.publicKey),
+    ],
+  });
+  const caPem = caCert.toString('pem') + '\n';
+  const authorityKeyId = await x509.AuthorityKeyIdentifierExtension.create(caCert, false);
+
+  return {
+    certPem: caPem,
+    async sign(request: LeafRequest): Promise<SignedLeaf> {
+      const keys = await newKeyPair();
+      const serial = randomSerialHex();
+      const leaf = await x509.X509CertificateGenerator.create({
+        serialNumber: serial,
+        subject: `CN=${request.dnsName}`,
+        issuer: caCert.subject,
+        notBefore: new Date(request.notBefore),
+        notAfter: new Date(request.notAfter),
+        publicKey: keys.publicKey,
+        signingKey: caKeys.privateKey,
+        signingAlgorithm: EC_ALG,
+        extensions: [
+          new x509.BasicConstraintsExtension(false, undefined, true),
+          new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
+          new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth], false),
+          new x509.SubjectAlternativeNameExtension([{ type: 'dns', value: request.dnsName }], false),
+          await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
+          authorityKeyId,
+        ],
+      });
+      const leafPem = leaf.toString('pem') + '\n';
+      return {
+        keyPem: sec1Pem(keys.privateKey),
+        chainPem: leafPem + caPem,
+        leafPem,
+        serial,
+        notBefore: request.notBefore,
+        notAfter: request.notAfter,
+      };
+    },
+    async strayKeyPem(): Promise<string> {
+      return sec1Pem((await newKeyPair()).privateKey);
+    },
+  };
+}

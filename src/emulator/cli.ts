@@ -1,0 +1,169 @@
+// `certshare emulator`: runs the LocalAPI emulator until SIGINT/SIGTERM, logging JSON lines to stdout.
+import { parseArgs } from 'node:util';
+import { pino } from 'pino';
+import { parseDuration } from '../core/duration.ts';
+import { CertshareError, errorMessage } from '../core/errors.ts';
+import type { Logger } from '../core/logger.ts';
+import { parseFaultSpec, type Fault } from './faults.ts';
+import { parseListen } from './listen.ts';
+import { DEFAULT_DOMAIN, startEmulator, type EmulatorOptions } from './server.ts';
+
+export const emulatorUsage = `Usage: certshare emulator [flags]
+
+A stand-in for tailscaled's LocalAPI: the IPN bus, cert-domains, status and certificate issuance
+(from its own in-memory CA, with tailscaled's caching and renewal), plus scripted faults.
+Runs until SIGINT or SIGTERM.
+
+Flags:
+  --listen PATH|HOST:PORT   unix socket path, or TCP when the value has ':' and no '/'
+                            (default ./tailscaled.sock; HOST:0 picks a free port)
+  --domain FQDN             a cert domain of the node; repeatable (default ${DEFAULT_DOMAIN})
+  --domain-delay DUR        the domains appear only after this delay, announced on the bus (e.g. 10s)
+  --cert-lifetime DUR       certificate lifetime (default 90d; e.g. 6d, 1h, 90s)
+  --netmap-style STYLE      selfchange (tailscaled v1.100+: SelfChange then /cert-domains, default)
+                            or resend (older: a full NetMap on every change, no /cert-domains)
+  --netmap-pad-bytes N      pad each NetMap with peers up to N bytes (big bus lines)
+  --tailscaled-version V    version to report (default 1.102.3, or 1.96.4 with resend)
+  --ledger FILE             append one JSON line per issuance (several emulators may share it)
+  --fault SPEC              inject a fault at start; repeatable. SPEC is target:kind[:key=value...]
+                              cert kinds: rate_limit_429 acme_rate_limit_500 error_500 access_denied_403
+                                          slow hang garbage mismatched wrong_domain expired reset
+                              bus kinds:  disconnect malformed_line huge_line
+                              keys: count=N|always (default 1), domain=FQDN, retry_after=SECONDS,
+                                    delay=DUR, bytes=N[k|m], abrupt=true, message=TEXT (last)
+                            e.g. cert:rate_limit_429:retry_after=30:count=2  bus:disconnect:count=always
+  --id NAME                 name of this emulator in logs, stats and the ledger
+  --log-level LEVEL         trace, debug, info (default), warn, error, silent
+  -h, --help                show this help
+
+Control API on the same listener: GET /certshare-emulator/v0/stats, POST|DELETE /certshare-emulator/v0/faults,
+POST /certshare-emulator/v0/domains {"add":[...],"remove":[...]}, POST /certshare-emulator/v0/bus/drop.`;
+
+const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
+
+export type ParsedEmulatorArgs = { help: true } | { help: false; options: EmulatorOptions; logLevel: string };
+
+function badFlag(message: string): never {
+  throw new CertshareError('CERTSHARE_BAD_FLAG', message);
+}
+
+function durationFlag(flag: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  try {
+    return parseDuration(value);
+  } catch {
+    badFlag(`--${flag}: invalid duration "${value}" (examples: 90s, 10m, 24h, 90d)`);
+  }
+}
+
+/** Parses the emulator's flags; throws CertshareError CERTSHARE_BAD_FLAG with one line on bad input. */
+export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      strict: true,
+      allowPositionals: false,
+      options: {
+        listen: { type: 'string' },
+        domain: { type: 'string', multiple: true },
+        'domain-delay': { type: 'string' },
+        'cert-lifetime': { type: 'string' },
+        'netmap-style': { type: 'string' },
+        'netmap-pad-bytes': { type: 'string' },
+        'tailscaled-version': { type: 'string' },
+        ledger: { type: 'string' },
+        fault: { type: 'string', multiple: true },
+        id: { type: 'string' },
+        'log-level': { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }));
+  } catch (err) {
+    badFlag(errorMessage(err).split('\n')[0]!);
+  }
+  if (values.help) return { help: true };
+
+  const listen = values.listen ?? './tailscaled.sock';
+  try {
+    parseListen(listen);
+  } catch (err) {
+    badFlag(`--listen: ${errorMessage(err)}`);
+  }
+  const domains = values.domain ?? [DEFAULT_DOMAIN];
+  for (const d of domains) {
+    if (!/^[a-z0-9*]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/i.test(d)) badFlag(`--domain: "${d}" is not a fully qualified domain name`);
+  }
+  const style = values['netmap-style'] ?? 'selfchange';
+  if (style !== 'selfchange' && style !== 'resend') badFlag(`--netmap-style: want selfchange or resend, not "${style}"`);
+  const certLifetimeMs = durationFlag('cert-lifetime', values['cert-lifetime']);
+  if (certLifetimeMs !== undefined && certLifetimeMs < 1000) badFlag('--cert-lifetime: must be at least 1s');
+  const domainDelayMs = durationFlag('domain-delay', values['domain-delay']);
+  let netmapPadBytes: number | undefined;
+  if (values['netmap-pad-bytes'] !== undefined) {
+    if (!/^\d+$/.test(values['netmap-pad-bytes'])) badFlag('--netmap-pad-bytes: want a whole number of bytes');
+    netmapPadBytes = Number(values['netmap-pad-bytes']);
+  }
+  const faults: Fault[] = [];
+  for (const spec of values.fault ?? []) {
+    try {
+      faults.push(parseFaultSpec(spec));
+    } catch (err) {
+      badFlag(`--fault: ${errorMessage(err)}`);
+    }
+  }
+  const logLevel = values['log-level'] ?? 'info';
+  if (!LOG_LEVELS.includes(logLevel)) badFlag(`--log-level: want one of ${LOG_LEVELS.join(', ')}`);
+
+  const options: EmulatorOptions = { listen, domains, netmapStyle: style, faults };
+  if (certLifetimeMs !== undefined) options.certLifetimeMs = certLifetimeMs;
+  if (domainDelayMs !== undefined) options.domainDelayMs = domainDelayMs;
+  if (netmapPadBytes !== undefined) options.netmapPadBytes = netmapPadBytes;
+  if (values['tailscaled-version'] !== undefined) options.tailscaledVersion = values['tailscaled-version'];
+  if (values.ledger !== undefined) options.ledgerPath = values.ledger;
+  if (values.id !== undefined) options.id = values.id;
+  return { help: false, options, logLevel };
+}
+
+function createPinoLogger(level: string): Logger {
+  return pino({
+    name: 'certshare-emulator',
+    level,
+    base: { pid: process.pid },
+    timestamp: pino.stdTimeFunctions.isoTime,
+    formatters: { level: (label) => ({ level: label }) },
+    // The emulator never logs key material; this is a second line of defence.
+    redact: { paths: ['keyPem', '*.keyPem', 'pair', '*.pair', 'key', '*.key'], censor: '[redacted]' },
+  });
+}
+
+/**
+ * Runs the emulator until SIGINT/SIGTERM (or `extra.signal` aborts), then closes it.
+ * Bad flags throw CertshareError('CERTSHARE_BAD_FLAG') with a one-line message.
+ */
+export async function runEmulatorCli(argv: string[], extra: { signal?: AbortSignal; logger?: Logger } = {}): Promise<void> {
+  const parsed = parseEmulatorArgs(argv);
+  if (parsed.help) {
+    process.stdout.write(emulatorUsage + '\n');
+    return;
+  }
+  const logger = extra.logger ?? createPinoLogger(parsed.logLevel);
+  const emulator = await startEmulator({ ...parsed.options, logger });
+  await new Promise<void>((resolve) => {
+    const stop = (reason: string): void => {
+      process.off('SIGINT', onInt);
+      process.off('SIGTERM', onTerm);
+      extra.signal?.removeEventListener('abort', onAbort);
+      logger.info({ reason }, 'stopping emulator');
+      resolve();
+    };
+    const onInt = (): void => stop('SIGINT');
+    const onTerm = (): void => stop('SIGTERM');
+    const onAbort = (): void => stop('aborted');
+    process.once('SIGINT', onInt);
+    process.once('SIGTERM', onTerm);
+    if (extra.signal?.aborted) return stop('aborted');
+    extra.signal?.addEventListener('abort', onAbort, { once: true });
+  });
+  await emulator.close();
+}

@@ -1,0 +1,149 @@
+// Issuance and the per-domain cache, with tailscaled's policy (feature/acme getCertPEMWithValidity):
+// - a cached pair that is valid now is returned as is, unless
+//   - min_validity > 0 and less than that remains: renew synchronously (the caller waits), or
+//   - min_validity = 0 and 2/3 of the lifetime has passed: return the cached pair and renew in the
+//     background (the next call gets the new one); with `asyncRenewal: false`, renew synchronously;
+// - no cached pair, or it is expired: issue synchronously.
+// One issuance at a time per domain: callers that need a new pair wait for the one in flight and then
+// decide again, so concurrent requests share it.
+import { appendFile } from 'node:fs/promises';
+import { EventEmitter } from 'node:events';
+import type { Logger } from '../core/logger.ts';
+import { errorMessage } from '../core/errors.ts';
+import { createCertificateAuthority, type CertificateAuthority, type SignedLeaf } from './ca.ts';
+
+/** Lifetimes below this get notBefore = now instead of now - 1 minute (the usual clock-skew backdating). */
+const TINY_LIFETIME_MS = 3_600_000;
+const BACKDATE_MS = 60_000;
+
+export interface IssuerOptions {
+  id: string;
+  certLifetimeMs: number;
+  clock: { now(): number };
+  ledgerPath: string | undefined;
+  asyncRenewal: boolean;
+  logger: Logger;
+  events: EventEmitter;
+}
+
+/** Emitted as `issued` on the emulator's events, and written to the ledger. */
+export interface IssuedEvent {
+  domain: string;
+  serial: string;
+  notBefore: string;
+  notAfter: string;
+  /** 'request' (a caller waited for it) or 'background' (async renewal after 2/3 of the lifetime). */
+  trigger: 'request' | 'background';
+}
+
+export class Issuer {
+  readonly #opts: IssuerOptions;
+  #ca: Promise<CertificateAuthority> | undefined;
+  readonly #cache = new Map<string, SignedLeaf>();
+  readonly #inflight = new Map<string, Promise<SignedLeaf>>();
+  readonly issuances = new Map<string, number>();
+
+  constructor(options: IssuerOptions) {
+    this.#opts = options;
+  }
+
+  ca(): Promise<CertificateAuthority> {
+    this.#ca ??= createCertificateAuthority({ name: `certshare emulator CA ${this.#opts.id}`, now: this.#opts.clock.now() });
+    return this.#ca;
+  }
+
+  /** The pair tailscaled would return for `domain` (the domain is already known to be visible). */
+  async getPair(domain: string, minValidityMs: number): Promise<SignedLeaf> {
+    for (;;) {
+      const now = this.#opts.clock.now();
+      const cached = this.#cache.get(domain);
+      if (cached && now >= cached.notBefore && now < cached.notAfter) {
+        if (minValidityMs > 0) {
+          if (cached.notAfter - now >= minValidityMs) return cached;
+        } else {
+          const renewAt = cached.notBefore + ((cached.notAfter - cached.notBefore) * 2) / 3;
+          if (now <= renewAt) return cached;
+          if (this.#opts.asyncRenewal) {
+            if (!this.#inflight.has(domain)) {
+              this.#opts.logger.info({ domain }, 'starting async renewal');
+              this.#start(domain, 'background').catch(() => {});
+            }
+            return cached;
+          }
+        }
+      }
+      const running = this.#inflight.get(domain);
+      if (running) {
+        await running.catch(() => {});
+        continue;
+      }
+      return this.#start(domain, 'request');
+    }
+  }
+
+  /** Resolves once no issuance is in flight (background renewals included). */
+  async idle(): Promise<void> {
+    while (this.#inflight.size > 0) {
+      await Promise.allSettled([...this.#inflight.values()]);
+    }
+  }
+
+  /** notBefore/notAfter of a certificate issued now: backdated a minute for clock skew unless the lifetime is tiny. */
+  freshWindow(): { notBefore: number; notAfter: number } {
+    const now = floorSecond(this.#opts.clock.now());
+    const lifetime = Math.max(1000, floorSecond(this.#opts.certLifetimeMs));
+    const notBefore = lifetime < TINY_LIFETIME_MS ? now : now - BACKDATE_MS;
+    return { notBefore, notAfter: notBefore + lifetime };
+  }
+
+  /** A pair that is neither cached nor counted: the payload of the mismatched, wrong_domain and expired faults. */
+  async signDetached(dnsName: string, notBefore: number, notAfter: number): Promise<SignedLeaf> {
+    const ca = await this.ca();
+    return ca.sign({ dnsName, notBefore: floorSecond(notBefore), notAfter: floorSecond(notAfter) });
+  }
+
+  #start(domain: string, trigger: IssuedEvent['trigger']): Promise<SignedLeaf> {
+    const promise = this.#issue(domain, trigger).finally(() => {
+      if (this.#inflight.get(domain) === promise) this.#inflight.delete(domain);
+    });
+    this.#inflight.set(domain, promise);
+    return promise;
+  }
+
+  async #issue(domain: string, trigger: IssuedEvent['trigger']): Promise<SignedLeaf> {
+    const ca = await this.ca();
+    const leaf = await ca.sign({ dnsName: domain, ...this.freshWindow() });
+    this.issuances.set(domain, (this.issuances.get(domain) ?? 0) + 1);
+    const event: IssuedEvent = {
+      domain,
+      serial: leaf.serial,
+      notBefore: new Date(leaf.notBefore).toISOString(),
+      notAfter: new Date(leaf.notAfter).toISOString(),
+      trigger,
+    };
+    if (this.#opts.ledgerPath) {
+      const line = JSON.stringify({
+        time: new Date(this.#opts.clock.now()).toISOString(),
+        emulator: this.#opts.id,
+        domain,
+        serial: leaf.serial,
+        notBefore: event.notBefore,
+        notAfter: event.notAfter,
+      });
+      try {
+        // One write per line with O_APPEND: several emulator processes can share the ledger.
+        await appendFile(this.#opts.ledgerPath, line + '\n', { flag: 'a' });
+      } catch (err) {
+        this.#opts.logger.error({ ledger: this.#opts.ledgerPath, err: errorMessage(err) }, 'cannot append to the ledger');
+      }
+    }
+    this.#cache.set(domain, leaf);
+    this.#opts.logger.info({ ...event }, 'issued certificate');
+    this.#opts.events.emit('issued', event);
+    return leaf;
+  }
+}
+
+function floorSecond(ms: number): number {
+  return Math.floor(ms / 1000) * 1000;
+}

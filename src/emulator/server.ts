@@ -1,0 +1,365 @@
+// The LocalAPI emulator: an HTTP/1.1 server on a unix socket or TCP port that answers like tailscaled's
+// LocalAPI for what certshare uses (IPN bus, cert-domains, status, cert pairs), issues real certificates
+// from an in-memory CA with tailscaled's caching policy, and fails on demand (scripted faults).
+import { EventEmitter } from 'node:events';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { randomBytes } from 'node:crypto';
+import { errorMessage } from '../core/errors.ts';
+import { silentLogger, type Logger } from '../core/logger.ts';
+import { IpnBus, parseMask, type NetmapStyle } from './bus.ts';
+import { CERT_PATH_PREFIX, handleCert } from './cert-endpoint.ts';
+import { CONTROL_PREFIX, handleControl } from './control.ts';
+import { describeFault, FaultQueue, normalizeFault, type BusFault, type CertFault, type Fault } from './faults.ts';
+import { sendError, sendJson } from './http-util.ts';
+import { Issuer } from './issuer.ts';
+import { listenOn, parseListen } from './listen.ts';
+import { makeIdentity, statusJson } from './netmap.ts';
+
+export type { NetmapStyle } from './bus.ts';
+
+export const DEFAULT_DOMAIN = 'demo.tailnet-0000.ts.net';
+export const DEFAULT_CERT_LIFETIME_MS = 90 * 86_400_000;
+/** tailscaled versions reported by default: one with SelfChange + cert-domains, one that resends the netmap. */
+export const DEFAULT_VERSIONS: Record<NetmapStyle, string> = { selfchange: '1.102.3', resend: '1.96.4' };
+
+export interface EmulatorOptions {
+  /** Unix socket path, or HOST:PORT for TCP (port 0 = a free port). Default ./tailscaled.sock. */
+  listen?: string;
+  /** Cert domains of the emulated node. Default [demo.tailnet-0000.ts.net]. */
+  domains?: string[];
+  /** The domains become visible (bus, cert-domains, status, cert endpoint) only after this delay. Default 0. */
+  domainDelayMs?: number;
+  /** Leaf lifetime. Default 90 days. */
+  certLifetimeMs?: number;
+  /** 'resend' (older tailscaled: a full NetMap per change) or 'selfchange' (v1.100+). Default 'selfchange'. */
+  netmapStyle?: NetmapStyle;
+  /** Pad every NetMap with a Peers array to at least this many bytes (big-line tests). Default 0. */
+  netmapPadBytes?: number;
+  /** Reported in Tailscale-Version and Notify.Version. Default by style (1.102.3 / 1.96.4). */
+  tailscaledVersion?: string;
+  /** Time source for issuance and the cache (tests move it). Default Date.now. */
+  clock?: { now(): number };
+  /** Append one JSON line per real issuance to this file (shared by several emulators). */
+  ledgerPath?: string;
+  /** Names this emulator in the ledger, logs and stats. Default emu-<random>. */
+  id?: string;
+  /** Faults injected at start (objects or "target:kind:key=value" specs). */
+  faults?: Array<Fault | string>;
+  /**
+   * Past 2/3 of the lifetime with min_validity=0, tailscaled returns the cached pair and renews in the
+   * background (true, the default); false renews synchronously instead.
+   */
+  asyncRenewal?: boolean;
+  logger?: Logger;
+}
+
+export interface EmulatorStats {
+  id: string;
+  version: string;
+  netmapStyle: NetmapStyle;
+  address: string;
+  certDomains: string[];
+  /** Real issuances (newly signed leaves) per domain. Faulted or failed requests never count. */
+  issuances: Record<string, number>;
+  issuancesTotal: number;
+  /** Every request to the cert endpoint, per requested domain. */
+  certRequests: Record<string, number>;
+  /** Per domain, per outcome ("200", "429", "500", "reset", "hang"...). */
+  certResponses: Record<string, Record<string, number>>;
+  /** Applications per fault ("cert:rate_limit_429": 2). */
+  faultsApplied: Record<string, number>;
+  pendingFaults: Array<Fault & { remaining: number | 'always' }>;
+  /** Bus streams open now. */
+  busConnections: number;
+  busConnectionsTotal: number;
+}
+
+/**
+ * Events on `emulator.events`: `certRequest` {domain,type,minValidity}, `certResponse` {domain,status},
+ * `issued` {domain,serial,notBefore,notAfter,trigger}, `fault` {fault,domain?}, `busConnect` {mask},
+ * `busDisconnect` {mask}, `certDomains` {domains}.
+ */
+export interface Emulator {
+  readonly id: string;
+  /** The socket path, or http://HOST:PORT. */
+  readonly address: string;
+  readonly socketPath: string | undefined;
+  readonly port: number | undefined;
+  readonly version: string;
+  readonly events: EventEmitter;
+  stats(): EmulatorStats;
+  certDomains(): string[];
+  addCertDomain(domain: string): void;
+  removeCertDomain(domain: string): void;
+  injectFault(fault: Fault | string): void;
+  clearFaults(): void;
+  /** Ends every open bus stream now; returns how many. */
+  dropBusConnections(): number;
+  /** The CA certificate PEM (the chain's last element), for clients that want to trust it. */
+  caCertPem(): Promise<string>;
+  /** Resolves when no issuance is in flight (background renewals included). */
+  idle(): Promise<void>;
+  /** Stops listening and ends everything: bus streams, slow and hanging requests, idle connections. */
+  close(): Promise<void>;
+}
+
+function increment(map: Map<string, number>, key: string, by = 1): void {
+  map.set(key, (map.get(key) ?? 0) + by);
+}
+
+export async function startEmulator(options: EmulatorOptions = {}): Promise<Emulator> {
+  const id = options.id ?? `emu-${randomBytes(3).toString('hex')}`;
+  const style: NetmapStyle = options.netmapStyle ?? 'selfchange';
+  if (style !== 'resend' && style !== 'selfchange') throw new Error(`netmapStyle must be "resend" or "selfchange", not "${String(style)}"`);
+  const version = options.tailscaledVersion ?? DEFAULT_VERSIONS[style];
+  const clock = options.clock ?? { now: () => Date.now() };
+  const logger = (options.logger ?? silentLogger).child({ emulator: id });
+  const events = new EventEmitter();
+  const target = parseListen(options.listen ?? './tailscaled.sock');
+  const configured = [...new Set(options.domains ?? [DEFAULT_DOMAIN])];
+  const certLifetimeMs = options.certLifetimeMs ?? DEFAULT_CERT_LIFETIME_MS;
+  if (!(certLifetimeMs >= 1000)) throw new Error('certLifetimeMs must be at least 1000 (one second)');
+  const identity = makeIdentity(id, configured, Date.now());
+
+  const visible = new Set<string>();
+  let delayed: string[] = [];
+  const faults = new FaultQueue();
+  const certRequests = new Map<string, number>();
+  const certResponses = new Map<string, Map<string, number>>();
+  const faultsApplied = new Map<string, number>();
+  const closing = new AbortController();
+  let address = '';
+
+  const sortedDomains = (): string[] => [...visible].sort();
+
+  const issuer = new Issuer({
+    id,
+    certLifetimeMs,
+    clock,
+    ledgerPath: options.ledgerPath,
+    asyncRenewal: options.asyncRenewal ?? true,
+    logger,
+    events,
+  });
+
+  const onFaultApplied = (fault: Fault, domain?: string): void => {
+    increment(faultsApplied, describeFault(fault));
+    logger.info({ fault: describeFault(fault), ...(domain ? { domain } : {}) }, 'fault applied');
+    events.emit('fault', { fault, ...(domain ? { domain } : {}) });
+  };
+
+  const bus = new IpnBus({
+    version,
+    style,
+    padBytes: options.netmapPadBytes ?? 0,
+    identity,
+    certDomains: sortedDomains,
+    takeFaults: () => faults.takeAllBus(),
+    onFaultApplied: (fault) => onFaultApplied(fault),
+    logger,
+    events,
+  });
+
+  const domainsChanged = (): void => {
+    const domains = sortedDomains();
+    logger.info({ certDomains: domains }, 'cert domains changed');
+    events.emit('certDomains', { domains });
+    bus.announceCertDomains();
+  };
+
+  const addCertDomain = (domain: string): void => {
+    if (!domain) throw new Error('domain must be non-empty');
+    if (visible.has(domain)) return;
+    visible.add(domain);
+    domainsChanged();
+  };
+  const removeCertDomain = (domain: string): void => {
+    delayed = delayed.filter((d) => d !== domain);
+    if (!visible.delete(domain)) return;
+    domainsChanged();
+  };
+
+  const injectFault = (input: Fault | string): void => {
+    const fault = normalizeFault(input);
+    faults.add(fault);
+    logger.info({ fault: describeFault(fault), count: fault.count ?? 1 }, 'fault injected');
+    // A bus fault hits the open streams at once (one application); what remains waits for new streams.
+    if (fault.target === 'bus' && bus.applyNow(fault)) faults.consume(fault);
+  };
+
+  const stats = (): EmulatorStats => ({
+    id,
+    version,
+    netmapStyle: style,
+    address,
+    certDomains: sortedDomains(),
+    issuances: Object.fromEntries(issuer.issuances),
+    issuancesTotal: [...issuer.issuances.values()].reduce((a, b) => a + b, 0),
+    certRequests: Object.fromEntries(certRequests),
+    certResponses: Object.fromEntries([...certResponses].map(([d, m]) => [d, Object.fromEntries(m)])),
+    faultsApplied: Object.fromEntries(faultsApplied),
+    pendingFaults: faults.pending(),
+    busConnections: bus.openStreams,
+    busConnectionsTotal: bus.total,
+  });
+
+  const controlTarget = {
+    stats,
+    pendingFaults: () => faults.pending(),
+    injectFault,
+    clearFaults: () => faults.clear(),
+    addCertDomain,
+    removeCertDomain,
+    certDomains: sortedDomains,
+    dropBusConnections: () => bus.dropAll(),
+  };
+
+  const certDeps = {
+    issuer,
+    takeFault: (domain: string): CertFault | undefined => faults.takeCert(domain),
+    visibleDomains: sortedDomains,
+    clock,
+    certLifetimeMs,
+    closing: closing.signal,
+    countResponse: (domain: string, outcome: string): void => {
+      let m = certResponses.get(domain);
+      if (!m) certResponses.set(domain, (m = new Map()));
+      increment(m, outcome);
+    },
+    onFaultApplied: (fault: CertFault, domain: string): void => onFaultApplied(fault, domain),
+    logger,
+    events,
+  };
+
+  async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    res.setHeader('Tailscale-Version', version);
+    // tailscaled refuses anything a browser could send (DNS rebinding, CSRF).
+    if (req.headers.referer !== undefined || req.headers.origin !== undefined) {
+      sendError(res, 403, 'invalid localapi request');
+      return;
+    }
+    if (closing.signal.aborted) {
+      sendError(res, 503, 'emulator shutting down');
+      return;
+    }
+    const url = new URL(req.url ?? '/', 'http://local-tailscaled.sock');
+    const path = url.pathname;
+    if (path.startsWith(CONTROL_PREFIX)) return handleControl(req, res, url, controlTarget);
+    if (path.startsWith(CERT_PATH_PREFIX)) {
+      const domain = safeDecode(path.slice(CERT_PATH_PREFIX.length));
+      increment(certRequests, domain);
+      return handleCert(req, res, url, certDeps);
+    }
+    switch (path) {
+      case '/localapi/v0/watch-ipn-bus': {
+        const mask = parseMask(url.searchParams.get('mask'));
+        if (!mask.ok) return sendError(res, mask.status, mask.message);
+        bus.open(req, res, mask.mask);
+        return;
+      }
+      case '/localapi/v0/status':
+        return sendJson(res, 200, statusJson(identity, version, sortedDomains()));
+      case '/localapi/v0/cert-domains':
+        // Added in tailscaled v1.98; older versions (the 'resend' style here) have no such route.
+        if (style === 'resend') return sendError(res, 404, '404 page not found');
+        return sendJson(res, 200, JSON.stringify(sortedDomains()));
+      case '/localapi/v0/dns-config': {
+        if (style === 'resend') return sendError(res, 404, '404 page not found');
+        const domains = sortedDomains();
+        return sendJson(
+          res,
+          200,
+          JSON.stringify({
+            Resolvers: [{ Addr: '100.100.100.100' }],
+            Domains: [identity.tailnetDomain],
+            Proxied: true,
+            ...(domains.length > 0 ? { CertDomains: domains } : {}),
+          }),
+        );
+      }
+      default:
+        return sendError(res, 404, '404 page not found');
+    }
+  }
+
+  const server = createServer({ keepAliveTimeout: 5000 }, (req, res) => {
+    route(req, res).catch((err: unknown) => {
+      logger.error({ url: req.url, err: errorMessage(err) }, 'request failed');
+      sendError(res, 500, errorMessage(err));
+    });
+  });
+  // A hanging request must not be cut by Node's default request timeout (5 minutes).
+  server.requestTimeout = 0;
+  server.headersTimeout = 60_000;
+
+  const bound = await listenOn(server, target);
+  address = bound.address;
+
+  for (const f of options.faults ?? []) injectFault(f);
+
+  let delayTimer: NodeJS.Timeout | undefined;
+  if ((options.domainDelayMs ?? 0) > 0) {
+    delayed = [...configured];
+    delayTimer = setTimeout(() => {
+      delayTimer = undefined;
+      const adding = delayed.filter((d) => !visible.has(d));
+      delayed = [];
+      if (adding.length === 0) return;
+      for (const d of adding) visible.add(d);
+      domainsChanged();
+    }, options.domainDelayMs);
+  } else {
+    for (const d of configured) visible.add(d);
+  }
+
+  logger.info(
+    { address, version, netmapStyle: style, certDomains: configured, domainDelayMs: options.domainDelayMs ?? 0, certLifetimeMs },
+    'emulator listening',
+  );
+
+  let closed: Promise<void> | undefined;
+  const close = (): Promise<void> => {
+    closed ??= (async () => {
+      if (delayTimer) clearTimeout(delayTimer);
+      closing.abort();
+      const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+      bus.dropAll();
+      server.closeIdleConnections();
+      // Whatever is still open (hanging or slow requests, bus streams mid-write) is cut now.
+      setImmediate(() => server.closeAllConnections());
+      await stopped;
+      await issuer.idle();
+      logger.info({}, 'emulator closed');
+    })();
+    return closed;
+  };
+
+  return {
+    id,
+    address,
+    socketPath: bound.socketPath,
+    port: bound.port,
+    version,
+    events,
+    stats,
+    certDomains: sortedDomains,
+    addCertDomain,
+    removeCertDomain,
+    injectFault,
+    clearFaults: () => faults.clear(),
+    dropBusConnections: () => bus.dropAll(),
+    caCertPem: async () => (await issuer.ca()).certPem,
+    idle: () => issuer.idle(),
+    close,
+  };
+}
+
+function safeDecode(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
+export type { Fault, CertFault, BusFault };

@@ -1,0 +1,75 @@
+import { CertshareError } from '../core/errors.ts';
+import { alwaysReader, alwaysWriter } from '../core/store.ts';
+import type { BackendContext, StoreBackend } from '../daemon.ts';
+import { podAddressesFromEnv } from '../server/http-server.ts';
+import { CertDirectory } from '../store/cert-directory.ts';
+import { Projector } from '../store/projector.ts';
+import { connectKube } from './connection.ts';
+import { ReadinessGate } from './readiness-gate.ts';
+import { checkRouting } from './routing-check.ts';
+import { KubeSecretStore } from './secret-store.ts';
+
+/** Kubernetes mode: Secrets as the store, the Pod's own readiness gate, an optional file projection. */
+export async function createKubeBackend(ctx: BackendContext): Promise<StoreBackend> {
+  const { config, deps, metrics } = ctx;
+  const { clock, logger, env } = deps;
+  const connection = await connectKube(env);
+  const podName = env.POD_NAME;
+  const store = new KubeSecretStore({
+    connection,
+    clock,
+    logger: logger.child({ component: 'secret-store' }),
+    group: config.group,
+    writer: podName,
+    onError: (operation) => metrics.storeErrors.inc({ operation }),
+  });
+  if (config.mode === 'auto') throw new CertshareError('CERTSHARE_BAD_FLAG', '--mode auto (leader election) is not available yet: use rw or ro');
+  const role = config.mode === 'rw' ? alwaysWriter : alwaysReader;
+  const projector = config.outDir ? new Projector(new CertDirectory(config.outDir), logger, ctx.filesWritten) : undefined;
+
+  let gate: ReadinessGate | undefined;
+  if (config.readinessGate) {
+    if (!podName) throw new CertshareError('CERTSHARE_BAD_CONFIG', '--readiness-gate needs POD_NAME (downward API metadata.name)');
+    const ownIPv4 = podAddressesFromEnv(env).ipv4;
+    const urls = config.routingChecks;
+    gate = new ReadinessGate({
+      connection,
+      podName,
+      conditionType: config.readinessGate,
+      health: ctx.health,
+      clock,
+      logger: logger.child({ component: 'readiness-gate' }),
+      ...(urls.length > 0
+        ? {
+            routing: async (signal: AbortSignal) => {
+              for (const url of urls) {
+                const verdict = await checkRouting(url, { ownIPv4, attempts: config.routingAttempts, timeoutMs: 3000, minDelayMs: 200, maxDelayMs: 5000, signal });
+                if (verdict === 'not-routed') return verdict;
+              }
+              return 'routed' as const;
+            },
+          }
+        : {}),
+    });
+  }
+  logger.info({ namespace: connection.namespace, mode: config.mode, group: config.group, readinessGate: config.readinessGate }, 'kubernetes mode');
+
+  return {
+    store,
+    role,
+    observers: projector ? [projector] : [],
+    async start() {
+      gate?.start();
+    },
+    async beforeStop() {
+      if (!gate) return;
+      await gate.leaveRotation();
+      await clock.sleep(config.drainDelayMs).catch(() => {});
+    },
+    async stop() {
+      await gate?.stop();
+      await store.stop();
+      await projector?.idle();
+    },
+  };
+}

@@ -1,0 +1,50 @@
+import { readFile } from 'node:fs/promises';
+import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
+import { KubeConfig } from '@kubernetes/client-node/dist/config.js';
+import { CertshareError, errorMessage } from '../core/errors.ts';
+
+const SA_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
+
+export interface KubeConnection {
+  config: KubeConfig;
+  core: CoreV1Api;
+  namespace: string;
+}
+
+/** In-cluster credentials inside a Pod, KUBECONFIG (or ~/.kube/config) outside. */
+export async function connectKube(env: NodeJS.ProcessEnv): Promise<KubeConnection> {
+  const config = new KubeConfig();
+  try {
+    if (env.KUBERNETES_SERVICE_HOST && !env.KUBECONFIG) config.loadFromCluster();
+    else config.loadFromDefault();
+  } catch (err) {
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', `cannot load Kubernetes credentials: ${errorMessage(err)}`, { cause: err });
+  }
+  if (!config.getCurrentCluster()) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'no Kubernetes cluster configured (set KUBECONFIG or run in a Pod)');
+  const namespace =
+    env.POD_NAMESPACE ||
+    (await readFile(SA_NAMESPACE, 'utf8').then((s) => s.trim(), () => '')) ||
+    config.getContextObject(config.getCurrentContext())?.namespace ||
+    'default';
+  return { config, core: config.makeApiClient(CoreV1Api), namespace };
+}
+
+/** The HTTP status of a failed API call, if it got one (client-node's ApiException carries `code`). */
+export function apiStatus(err: unknown): number | undefined {
+  const code = (err as { code?: unknown })?.code;
+  return typeof code === 'number' ? code : undefined;
+}
+
+/** "reason: message" from an ApiException's JSON body, or the error's own message. */
+export function apiErrorText(err: unknown): string {
+  const body = (err as { body?: unknown })?.body;
+  if (typeof body === 'string') {
+    try {
+      const status = JSON.parse(body) as { reason?: string; message?: string };
+      if (status.message) return `${apiStatus(err) ?? ''} ${status.reason ?? ''}: ${status.message}`.trim();
+    } catch {
+      // Not JSON: fall through.
+    }
+  }
+  return errorMessage(err);
+}

@@ -1,0 +1,134 @@
+import { setHeaderOptions } from '@kubernetes/client-node/dist/middleware.js';
+import { PatchStrategy } from '@kubernetes/client-node/dist/patch.js';
+import type { Clock } from '../core/clock.ts';
+import { errorMessage } from '../core/errors.ts';
+import type { HealthState } from '../core/health.ts';
+import type { Logger } from '../core/logger.ts';
+import { apiErrorText, type KubeConnection } from './connection.ts';
+import type { RoutingVerdict } from './routing-check.ts';
+
+export interface ReadinessGateOptions {
+  connection: KubeConnection;
+  podName: string;
+  conditionType: string;
+  health: HealthState;
+  clock: Clock;
+  logger: Logger;
+  /** Verifies the Services route to this Pod before the condition turns True; none: skip. */
+  routing?: (signal: AbortSignal) => Promise<RoutingVerdict>;
+  firstRetryMs?: number;
+  maxRetryMs?: number;
+  onPatched?: (status: 'True' | 'False') => void;
+}
+
+interface Desired {
+  status: 'True' | 'False';
+  reason: string;
+  message: string;
+}
+
+/**
+ * Keeps the Pod's own readiness-gate condition in step with its certificates. Written with a strategic
+ * merge patch on pods/status: conditions merge by type, so the kubelet's conditions are left alone
+ * (a JSON merge patch would replace the whole array). Patches only on change.
+ */
+export class ReadinessGate {
+  readonly #o: ReadinessGateOptions;
+  readonly #stop = new AbortController();
+  #wake = new AbortController();
+  #written: 'True' | 'False' | undefined;
+  #routed = false;
+  #leaving = false;
+  #done: Promise<void> | undefined;
+  #unsubscribe: (() => void) | undefined;
+
+  constructor(options: ReadinessGateOptions) {
+    this.#o = options;
+  }
+
+  get status(): 'True' | 'False' | undefined {
+    return this.#written;
+  }
+
+  start(): void {
+    this.#unsubscribe = this.#o.health.onChange(() => this.#wake.abort());
+    this.#done ??= this.#run();
+  }
+
+  /** SIGTERM's first step: condition False, whatever the certificates say, and keep it so. */
+  async leaveRotation(): Promise<void> {
+    this.#leaving = true;
+    this.#stop.abort();
+    await this.#done;
+    await this.#patch({ status: 'False', reason: 'Terminating', message: 'certshare is shutting down' }).catch((err: unknown) => {
+      this.#o.logger.error({ err: errorMessage(err) }, 'could not take the Pod out of rotation');
+    });
+  }
+
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    this.#unsubscribe?.();
+    await this.#done;
+  }
+
+  async #run(): Promise<void> {
+    const { clock, logger } = this.#o;
+    let failures = 0;
+    while (!this.#stop.signal.aborted) {
+      let waitMs: number;
+      try {
+        const desired = await this.#desired();
+        if (this.#stop.signal.aborted) break;
+        if (desired.status !== this.#written) await this.#patch(desired);
+        failures = 0;
+        const expiry = this.#o.health.nextExpiry(clock.now());
+        // Not routed yet: look again later; otherwise sleep until a certificate expires or health changes.
+        waitMs = desired.reason === 'NotRouted' ? this.#retryDelay(1) : expiry === undefined ? 3_600_000 : Math.max(0, expiry - clock.now());
+      } catch (err) {
+        if (this.#stop.signal.aborted) break;
+        failures++;
+        waitMs = this.#retryDelay(failures);
+        logger.warn({ err: apiErrorText(err), retryInMs: waitMs }, 'could not update the readiness condition');
+      }
+      await clock.sleep(waitMs, AbortSignal.any([this.#stop.signal, this.#wake.signal])).catch(() => {});
+      if (this.#wake.signal.aborted) this.#wake = new AbortController();
+    }
+  }
+
+  #retryDelay(failures: number): number {
+    return Math.min(this.#o.maxRetryMs ?? 30_000, (this.#o.firstRetryMs ?? 1000) * 2 ** Math.min(failures - 1, 20));
+  }
+
+  async #desired(): Promise<Desired> {
+    const verdict = this.#o.health.evaluate(this.#o.clock.now());
+    if (!verdict.healthy) {
+      this.#routed = false;
+      return { status: 'False', reason: 'CertificateNotValid', message: verdict.reason };
+    }
+    if (this.#o.routing && !this.#routed) {
+      const routing = await this.#o.routing(this.#stop.signal);
+      this.#routed = routing !== 'not-routed';
+      if (!this.#routed) return { status: 'False', reason: 'NotRouted', message: 'the Service does not route to this Pod yet' };
+    }
+    return { status: 'True', reason: 'CertificatesValid', message: 'every domain has a valid certificate' };
+  }
+
+  async #patch(desired: Desired): Promise<void> {
+    if (this.#leaving && desired.status === 'True') return;
+    const { connection, podName, conditionType, clock, logger } = this.#o;
+    const body = {
+      status: {
+        conditions: [
+          { type: conditionType, status: desired.status, reason: desired.reason, message: desired.message, lastTransitionTime: new Date(clock.now()).toISOString() },
+        ],
+      },
+    };
+    await connection.core.patchNamespacedPodStatus(
+      { name: podName, namespace: connection.namespace, body },
+      setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
+    );
+    this.#written = desired.status;
+    logger.info({ condition: conditionType, status: desired.status, reason: desired.reason }, 'readiness condition updated');
+    this.#o.onPatched?.(desired.status);
+  }
+}

@@ -1,0 +1,116 @@
+import { Watch } from '@kubernetes/client-node/dist/watch.js';
+import type { Clock } from '../core/clock.ts';
+import { errorMessage } from '../core/errors.ts';
+import type { Logger } from '../core/logger.ts';
+import { apiStatus, type KubeConnection } from './connection.ts';
+
+export interface SecretWatchOptions {
+  connection: KubeConnection;
+  name: string;
+  clock: Clock;
+  logger: Logger;
+  /** Called after every change of the Secret (and after each relist): the store re-reads it. */
+  onChange: () => void;
+  firstRetryMs?: number;
+  maxRetryMs?: number;
+  /** Server-side watch lifetime range in seconds; each watch picks one at random (spreads reconnects). */
+  watchSeconds?: [number, number];
+  /** No byte (event or bookmark) for this long means a dead connection. Bookmarks come about every minute. */
+  inactivityMs?: number;
+}
+
+/**
+ * Follows one Secret by name: list to get a resourceVersion, then watch from it with bookmarks,
+ * resuming from the last seen version after a watch ends, relisting on 410 Gone, and restarting with
+ * backoff after errors. A single named Secret keeps RBAC to resourceNames and traffic near zero at rest.
+ */
+export class SecretWatch {
+  readonly #o: Required<SecretWatchOptions>;
+  #resourceVersion: string | undefined;
+  #abort = new AbortController();
+  #current: AbortController | undefined;
+  #done: Promise<void> | undefined;
+  restarts = 0;
+
+  constructor(options: SecretWatchOptions) {
+    this.#o = { firstRetryMs: 500, maxRetryMs: 30_000, watchSeconds: [1800, 3600], inactivityMs: 180_000, ...options };
+  }
+
+  start(): void {
+    this.#done ??= this.#run();
+  }
+
+  async stop(): Promise<void> {
+    this.#abort.abort();
+    this.#current?.abort();
+    await this.#done;
+  }
+
+  async #run(): Promise<void> {
+    const { clock, logger } = this.#o;
+    let failures = 0;
+    while (!this.#abort.signal.aborted) {
+      try {
+        if (!this.#resourceVersion) await this.#list();
+        const outcome = await this.#watchOnce();
+        if (outcome === 'gone') this.#resourceVersion = undefined;
+        failures = 0;
+      } catch (err) {
+        if (this.#abort.signal.aborted) return;
+        failures++;
+        const delay = Math.min(this.#o.maxRetryMs, this.#o.firstRetryMs * 2 ** Math.min(failures - 1, 20));
+        logger.warn({ secret: this.#o.name, err: errorMessage(err), retryInMs: delay }, 'Secret watch failed');
+        // The Secret may have changed while we could not see it: the store re-reads on reconnect.
+        await clock.sleep(delay * (0.75 + Math.random() / 2), this.#abort.signal).catch(() => {});
+      }
+      this.restarts++;
+    }
+  }
+
+  async #list(): Promise<void> {
+    const { connection, name } = this.#o;
+    const list = await connection.core.listNamespacedSecret({ namespace: connection.namespace, fieldSelector: `metadata.name=${name}` });
+    this.#resourceVersion = list.metadata?.resourceVersion;
+    this.#o.onChange();
+  }
+
+  #watchOnce(): Promise<'ended' | 'gone'> {
+    const { connection, name, watchSeconds } = this.#o;
+    const watch = new Watch(connection.config);
+    // client-node ends a watch after 30 s without data; ours may legitimately be silent between bookmarks.
+    (watch as unknown as { requestTimeoutMs: number }).requestTimeoutMs = this.#o.inactivityMs;
+    const [min, max] = watchSeconds;
+    return new Promise((resolve, reject) => {
+      let gone = false;
+      const path = `/api/v1/namespaces/${encodeURIComponent(connection.namespace)}/secrets`;
+      watch
+        .watch(
+          path,
+          {
+            fieldSelector: `metadata.name=${name}`,
+            allowWatchBookmarks: true,
+            resourceVersion: this.#resourceVersion,
+            timeoutSeconds: Math.round(min + Math.random() * (max - min)),
+          },
+          (type, object: { metadata?: { resourceVersion?: string }; code?: number }) => {
+            if (type === 'ERROR') {
+              if (object?.code === 410) gone = true;
+              return;
+            }
+            if (object?.metadata?.resourceVersion) this.#resourceVersion = object.metadata.resourceVersion;
+            if (type !== 'BOOKMARK') this.#o.onChange();
+          },
+          (err: unknown) => {
+            this.#current = undefined;
+            if (gone || apiStatus(err) === 410 || (err as { statusCode?: number })?.statusCode === 410) resolve('gone');
+            else if (err && !this.#abort.signal.aborted) reject(err);
+            else resolve('ended');
+          },
+        )
+        .then((controller) => {
+          this.#current = controller;
+          if (this.#abort.signal.aborted) controller.abort();
+        }, reject);
+    });
+  }
+}

@@ -1,0 +1,416 @@
+import http from 'node:http';
+import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import { CertshareError, errorMessage } from '../core/errors.ts';
+import type { ErrorCode } from '../core/errors.ts';
+import { formatGoDuration } from '../core/duration.ts';
+import { LocalApiError } from '../core/localapi.ts';
+import type { CertPair, CertPairOptions, IpnNotify, LocalApi } from '../core/localapi.ts';
+import type { Logger } from '../core/logger.ts';
+import { DEFAULT_MAX_LINE_BYTES, LineSplitter } from './line-splitter.ts';
+
+// HTTP client for tailscaled's LocalAPI, over its unix socket or a TCP base URL.
+
+/** Tailscale-Cap sent when the caller does not choose one (tailcfg.CapabilityVersion of a recent tailscaled). */
+export const DEFAULT_CLIENT_VERSION_CAP = 131;
+export const DEFAULT_CERT_TIMEOUT_MS = 5 * 60_000;
+export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+export const DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
+const LOCALAPI_HOST = 'local-tailscaled.sock';
+const MAX_ERROR_BODY_CHARS = 2048;
+const ERROR_BODY_READ_BYTES = 16 * 1024;
+
+export interface LocalApiClientOptions {
+  /** A unix socket path (`/var/run/tailscale/tailscaled.sock`) or an `http://host:port` base URL. */
+  address: string;
+  /** Sent as `Tailscale-Cap`. */
+  clientVersionCap?: number;
+  /** Deadline of one CertPair call, headers and body (issuance can take minutes). Default 5 min. */
+  certTimeoutMs?: number;
+  /** Deadline of the other calls, and of the IPN bus until its response headers arrive. Default 30 s. */
+  requestTimeoutMs?: number;
+  /** Longest accepted IPN bus line. Default 64 MiB. */
+  maxBusLineBytes?: number;
+  /** Largest accepted non-streaming response body. Default 64 MiB. */
+  maxResponseBytes?: number;
+  /** Called for each IPN bus line that is not a JSON object (the line is skipped). Logged when absent. */
+  onBadLine?(err: CertshareError): void;
+  logger: Logger;
+  /** Wall clock for HTTP-date Retry-After values. Default Date.now. */
+  now?: () => number;
+}
+
+/** A LocalApiError carrying a certshare error code (UNREACHABLE, TIMEOUT, HTTP or BAD_RESPONSE). */
+export class LocalApiCallError extends LocalApiError {
+  readonly code: ErrorCode;
+  constructor(
+    code: ErrorCode,
+    message: string,
+    fields: { status?: number; body?: string; retryAfterMs?: number; timedOut?: boolean; cause?: unknown } = {},
+  ) {
+    super(message, fields);
+    this.code = code;
+  }
+}
+
+export type LocalApiClient = LocalApi & { status(signal: AbortSignal): Promise<Record<string, unknown>> };
+
+export function createLocalApiClient(options: LocalApiClientOptions): LocalApiClient {
+  return new HttpLocalApi(options);
+}
+
+interface Target {
+  request: http.RequestOptions;
+  basePath: string;
+  display: string;
+}
+
+interface Exchange {
+  res: IncomingMessage;
+  /** Translates an error seen while reading the body (the first teardown reason wins). */
+  mapError(err: unknown): unknown;
+  /** Stops the deadline (the IPN bus has none once streaming). */
+  stopTimer(): void;
+  dispose(): void;
+}
+
+class HttpLocalApi implements LocalApiClient {
+  readonly #target: Target;
+  readonly #headers: OutgoingHttpHeaders;
+  readonly #certTimeoutMs: number;
+  readonly #requestTimeoutMs: number;
+  readonly #maxBusLineBytes: number;
+  readonly #maxResponseBytes: number;
+  readonly #onBadLine: ((err: CertshareError) => void) | undefined;
+  readonly #logger: Logger;
+  readonly #now: () => number;
+
+  constructor(options: LocalApiClientOptions) {
+    this.#target = parseAddress(options.address);
+    this.#headers = {
+      Host: LOCALAPI_HOST,
+      'Tailscale-Cap': String(options.clientVersionCap ?? DEFAULT_CLIENT_VERSION_CAP),
+    };
+    const auth = this.#target.request.auth;
+    if (auth) {
+      // tsnet's loopback LocalAPI: basic auth plus this header.
+      this.#headers['Authorization'] = `Basic ${Buffer.from(auth).toString('base64')}`;
+      this.#headers['Sec-Tailscale'] = 'localapi';
+      delete this.#target.request.auth;
+    }
+    this.#certTimeoutMs = options.certTimeoutMs ?? DEFAULT_CERT_TIMEOUT_MS;
+    this.#requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+    this.#maxBusLineBytes = options.maxBusLineBytes ?? DEFAULT_MAX_LINE_BYTES;
+    this.#maxResponseBytes = options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+    this.#onBadLine = options.onBadLine;
+    this.#logger = options.logger;
+    this.#now = options.now ?? Date.now;
+  }
+
+  async certPair(domain: string, options: CertPairOptions): Promise<CertPair> {
+    const path =
+      `/localapi/v0/cert/${encodeURIComponent(domain)}?type=pair` +
+      `&min_validity=${formatGoDuration(options.minValidityMs)}`;
+    const body = await this.#get(path, options.signal, this.#certTimeoutMs);
+    return splitCertPair(body.toString('utf8'));
+  }
+
+  async certDomains(signal: AbortSignal): Promise<string[]> {
+    const path = '/localapi/v0/cert-domains';
+    const value = parseJson(await this.#get(path, signal, this.#requestTimeoutMs), path);
+    if (value === null) return [];
+    if (!Array.isArray(value) || !value.every((d) => typeof d === 'string')) {
+      throw badResponse(`GET ${path}: expected a JSON array of strings`);
+    }
+    return value as string[];
+  }
+
+  async status(signal: AbortSignal): Promise<Record<string, unknown>> {
+    const path = '/localapi/v0/status?peers=false';
+    const value = parseJson(await this.#get(path, signal, this.#requestTimeoutMs), path);
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+      throw badResponse(`GET ${path}: expected a JSON object`);
+    }
+    return value as Record<string, unknown>;
+  }
+
+  watchIpnBus(mask: number, signal: AbortSignal): AsyncIterable<IpnNotify> {
+    if (!Number.isSafeInteger(mask) || mask < 0) throw new RangeError(`invalid IPN bus mask ${mask}`);
+    return { [Symbol.asyncIterator]: () => this.#watch(mask, signal) };
+  }
+
+  async *#watch(mask: number, signal: AbortSignal): AsyncGenerator<IpnNotify, void, undefined> {
+    const path = `/localapi/v0/watch-ipn-bus?mask=${mask}`;
+    const ex = await this.#open(path, signal, this.#requestTimeoutMs);
+    try {
+      if (ex.res.statusCode !== 200) throw await this.#httpError(ex, path);
+      ex.stopTimer();
+      const splitter = new LineSplitter(this.#maxBusLineBytes);
+      const chunks = ex.res[Symbol.asyncIterator]();
+      for (;;) {
+        let next: IteratorResult<Buffer>;
+        try {
+          next = await chunks.next();
+        } catch (err) {
+          throw ex.mapError(err);
+        }
+        if (next.done) break;
+        for (const line of splitter.push(next.value)) {
+          const notify = this.#parseLine(line);
+          if (notify) yield notify;
+        }
+        // CERTSHARE_BUS_LINE_TOO_LONG: `finally` tears the request down before the line is all buffered.
+        if (splitter.error) throw splitter.error;
+      }
+      const last = splitter.end();
+      if (last) {
+        const notify = this.#parseLine(last);
+        if (notify) yield notify;
+      }
+    } finally {
+      ex.dispose();
+    }
+  }
+
+  #parseLine(line: Buffer): IpnNotify | undefined {
+    let value: unknown;
+    try {
+      value = JSON.parse(line.toString('utf8'));
+    } catch {
+      // The parser's message quotes the line: keep it out of logs.
+      this.#badLine(`IPN bus line of ${line.length} bytes is not valid JSON`);
+      return undefined;
+    }
+    if (value === null || typeof value !== 'object' || Array.isArray(value)) {
+      this.#badLine(`IPN bus line of ${line.length} bytes is not a JSON object`);
+      return undefined;
+    }
+    return value as IpnNotify;
+  }
+
+  #badLine(message: string): void {
+    const err = new CertshareError('CERTSHARE_BUS_BAD_LINE', message);
+    if (this.#onBadLine) this.#onBadLine(err);
+    else this.#logger.warn({ code: err.code, err: err.message }, 'skipped a malformed IPN bus line');
+  }
+
+  /** GET returning the 200 body; any other status is a LocalApiError. The deadline covers the body. */
+  async #get(path: string, signal: AbortSignal, timeoutMs: number): Promise<Buffer> {
+    const ex = await this.#open(path, signal, timeoutMs);
+    try {
+      if (ex.res.statusCode !== 200) throw await this.#httpError(ex, path);
+      const chunks: Buffer[] = [];
+      let total = 0;
+      try {
+        for await (const chunk of ex.res as AsyncIterable<Buffer>) {
+          total += chunk.length;
+          if (total > this.#maxResponseBytes) {
+            throw badResponse(`GET ${path}: response larger than ${this.#maxResponseBytes} bytes`);
+          }
+          chunks.push(chunk);
+        }
+      } catch (err) {
+        if (err instanceof LocalApiCallError) throw err;
+        throw ex.mapError(err);
+      }
+      return Buffer.concat(chunks, total);
+    } finally {
+      ex.dispose();
+    }
+  }
+
+  async #httpError(ex: Exchange, path: string): Promise<LocalApiCallError> {
+    const status = ex.res.statusCode ?? 0;
+    let raw = '';
+    try {
+      const chunks: Buffer[] = [];
+      let total = 0;
+      for await (const chunk of ex.res as AsyncIterable<Buffer>) {
+        chunks.push(chunk);
+        total += chunk.length;
+        if (total >= ERROR_BODY_READ_BYTES) break;
+      }
+      raw = Buffer.concat(chunks, total).toString('utf8');
+    } catch (err) {
+      const mapped = ex.mapError(err);
+      // A caller abort or timeout while reading the error body wins over the HTTP error.
+      if (!(mapped instanceof LocalApiCallError) || mapped.timedOut) throw mapped;
+    }
+    const body = sanitizeErrorBody(raw);
+    const header = ex.res.headers['retry-after'];
+    const retryAfterMs = parseRetryAfter(Array.isArray(header) ? header[0] : header, this.#now());
+    return new LocalApiCallError(
+      'CERTSHARE_LOCALAPI_HTTP',
+      `tailscaled LocalAPI GET ${path}: HTTP ${status}${body ? `: ${body}` : ''}`,
+      { status, body, retryAfterMs },
+    );
+  }
+
+  /** Sends a GET and resolves once the response headers arrived. */
+  #open(path: string, signal: AbortSignal, timeoutMs: number): Promise<Exchange> {
+    const target = this.#target;
+    return new Promise<Exchange>((resolve, reject) => {
+      if (signal.aborted) {
+        reject(signal.reason);
+        return;
+      }
+      let teardown: unknown; // why we destroyed the request ourselves: the caller's reason or our timeout
+      let responded = false;
+      let settled = false;
+      let req: ClientRequest | undefined;
+
+      const mapError = (err: unknown): unknown => {
+        if (teardown !== undefined) return teardown;
+        if (signal.aborted) return signal.reason;
+        return transportError(err, target.display, path, responded);
+      };
+      const destroy = (reason: unknown): void => {
+        if (teardown === undefined) teardown = reason;
+        req?.destroy();
+        if (!settled) {
+          settled = true;
+          dispose();
+          reject(teardown);
+        }
+      };
+      const onAbort = (): void => destroy(signal.reason);
+      const timer = setTimeout(
+        () =>
+          destroy(
+            new LocalApiCallError(
+              'CERTSHARE_LOCALAPI_TIMEOUT',
+              `tailscaled LocalAPI at ${target.display}: GET ${path} timed out after ${formatGoDuration(timeoutMs)}`,
+              { timedOut: true },
+            ),
+          ),
+        timeoutMs,
+      );
+      const dispose = (): void => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', onAbort);
+        if (req && !req.destroyed) req.destroy();
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+
+      req = http.request({
+        ...target.request,
+        method: 'GET',
+        path: target.basePath + path,
+        headers: this.#headers,
+        agent: false,
+      });
+      req.on('error', (err) => {
+        if (settled) return; // after the response, errors surface through the body stream
+        settled = true;
+        dispose();
+        reject(mapError(err));
+      });
+      req.on('response', (res) => {
+        responded = true;
+        res.on('error', () => {}); // surfaced to the reader through iteration; never an unhandled event
+        if (settled) {
+          res.destroy();
+          return;
+        }
+        settled = true;
+        resolve({ res, mapError, stopTimer: () => clearTimeout(timer), dispose });
+      });
+      req.end();
+    });
+  }
+}
+
+function parseAddress(address: string): Target {
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(address)) {
+    const url = new URL(address);
+    if (url.protocol !== 'http:') {
+      throw new CertshareError('CERTSHARE_BAD_CONFIG', `LocalAPI address must be a socket path or http:// URL: ${address}`);
+    }
+    const request: http.RequestOptions = {
+      host: url.hostname.replace(/^\[|\]$/g, ''),
+      port: url.port ? Number(url.port) : 80,
+    };
+    if (url.username || url.password) {
+      request.auth = `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`;
+    }
+    url.username = '';
+    url.password = '';
+    return { request, basePath: url.pathname.replace(/\/+$/, ''), display: url.origin };
+  }
+  if (address.length === 0) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'LocalAPI socket path is empty');
+  return { request: { socketPath: address }, basePath: '', display: address };
+}
+
+const HINTS: Record<string, string> = {
+  ENOENT: ' (no socket there: is tailscaled running and its socket directory shared with this container?)',
+  ECONNREFUSED: ' (nothing is listening: tailscaled not running or restarting)',
+  EACCES: ' (permission denied on the socket)',
+};
+
+function transportError(err: unknown, display: string, path: string, responded: boolean): LocalApiCallError {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  const detail = code ?? errorMessage(err);
+  const message = responded
+    ? `tailscaled LocalAPI at ${display}: connection lost during GET ${path}: ${detail}`
+    : `tailscaled LocalAPI not reachable at ${display}: ${detail}${(code && HINTS[code]) ?? ''}`;
+  return new LocalApiCallError('CERTSHARE_LOCALAPI_UNREACHABLE', message, { cause: err });
+}
+
+function badResponse(message: string): LocalApiCallError {
+  return new LocalApiCallError('CERTSHARE_LOCALAPI_BAD_RESPONSE', `tailscaled LocalAPI ${message}`);
+}
+
+function parseJson(body: Buffer, path: string): unknown {
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw badResponse(`GET ${path}: response is not JSON: ${errorMessage(err)}`);
+  }
+}
+
+const CERT_BEGIN = '-----BEGIN CERTIFICATE-----';
+
+/**
+ * Splits a CertPair body (private key PEM first, then the chain PEM) at the start of the first
+ * certificate block. Rejects with CERTSHARE_LOCALAPI_BAD_RESPONSE (a LocalApiError without status) when
+ * the key or the certificate is missing, or a private key appears on the certificate side.
+ * Error messages never quote the body.
+ */
+export function splitCertPair(body: string): CertPair {
+  const at = body.indexOf(CERT_BEGIN);
+  if (at === -1) throw badResponse('CertPair response has no certificate');
+  const keyPart = body.slice(0, at).trim();
+  const certPart = body.slice(at).trim();
+  if (certPart.includes('PRIVATE KEY')) {
+    throw badResponse('CertPair response has private key material after the first certificate');
+  }
+  const keyBlocks = keyPart.split('-----BEGIN ').length - 1;
+  if (
+    keyBlocks !== 1 ||
+    !/^-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----\r?\n/.test(keyPart) ||
+    !/\n-----END [A-Z0-9 ]*PRIVATE KEY-----$/.test(keyPart)
+  ) {
+    throw badResponse('CertPair response does not start with exactly one private key PEM block');
+  }
+  if (!certPart.endsWith('-----END CERTIFICATE-----')) {
+    throw badResponse('CertPair response has an incomplete certificate PEM block');
+  }
+  return { keyPem: `${keyPart}\n`, certPem: `${certPart}\n` };
+}
+
+/** Retry-After as milliseconds from `nowMs`: delta seconds or an HTTP-date; undefined when absent or invalid. */
+export function parseRetryAfter(value: string | undefined, nowMs: number): number | undefined {
+  if (value === undefined) return undefined;
+  const text = value.trim();
+  if (text === '') return undefined;
+  if (/^\d+$/.test(text)) return Number(text) * 1000;
+  if (!/^[A-Za-z]{3},? /.test(text)) return undefined; // HTTP-date ("Sun, 06 Nov 1994 08:49:37 GMT" and older forms)
+  const at = Date.parse(text);
+  if (Number.isNaN(at)) return undefined;
+  return Math.max(0, at - nowMs);
+}
+
+function sanitizeErrorBody(raw: string): string {
+  const text = raw.trim();
+  if (text.includes('PRIVATE KEY')) return '[error body withheld: it contained private key material]';
+  return text.length > MAX_ERROR_BODY_CHARS ? `${text.slice(0, MAX_ERROR_BODY_CHARS)}…` : text;
+}

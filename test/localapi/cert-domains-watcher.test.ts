@@ -1,0 +1,296 @@
+import { test, afterEach } from 'node:test';
+import assert from 'node:assert/strict';
+import { CertshareError } from '../../src/core/errors.ts';
+import { NotifyMask } from '../../src/core/localapi.ts';
+import { CertDomainsWatcher, CERT_DOMAINS_WATCH_MASK } from '../../src/localapi/cert-domains-watcher.ts';
+import { createLocalApiClient } from '../../src/localapi/client.ts';
+import { FakeClock } from '../support/fake-clock.ts';
+import { FakeBus, recordingLogger } from './helpers.ts';
+import type { BusConnection, Transport } from './helpers.ts';
+
+interface Setup {
+  bus: FakeBus;
+  clock: FakeClock;
+  watcher: CertDomainsWatcher;
+  badLines: CertshareError[];
+  connectionEvents: boolean[];
+  reconnectCalls: number[];
+  logLines: ReturnType<typeof recordingLogger>['lines'];
+}
+
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+});
+
+async function setup(options: { transport?: Transport; maxBusLineBytes?: number; maxRetryMs?: number } = {}): Promise<Setup> {
+  const bus = await FakeBus.start(options.transport ?? 'unix');
+  const clock = new FakeClock();
+  const badLines: CertshareError[] = [];
+  const connectionEvents: boolean[] = [];
+  const reconnectCalls: number[] = [];
+  const { logger, lines } = recordingLogger();
+  const localApi = createLocalApiClient({
+    address: bus.server.address,
+    logger,
+    onBadLine: (err) => badLines.push(err),
+    maxBusLineBytes: options.maxBusLineBytes ?? 1024 * 1024,
+  });
+  const watcher = new CertDomainsWatcher({
+    localApi,
+    clock,
+    logger,
+    maxRetryMs: options.maxRetryMs ?? 30_000,
+    random: () => 1, // no jitter: delays are exactly the backoff base
+    onConnectionChange: (connected) => connectionEvents.push(connected),
+    onReconnect: () => reconnectCalls.push(clock.now()),
+    onBadLine: (err) => badLines.push(err),
+  });
+  cleanups.push(async () => {
+    await watcher.stop();
+    await bus.close();
+  });
+  return { bus, clock, watcher, badLines, connectionEvents, reconnectCalls, logLines: lines };
+}
+
+function nextChange(watcher: CertDomainsWatcher): Promise<string[]> {
+  return new Promise((resolve) => {
+    const off = watcher.onChange((domains) => {
+      off();
+      resolve([...domains].sort());
+    });
+  });
+}
+
+const netmap = (...domains: string[]) => ({ NetMap: { Name: 'self', DNS: { CertDomains: domains } } });
+
+async function connectWith(s: Setup, first: object): Promise<BusConnection> {
+  const conn = await s.bus.connections.shift();
+  const changed = nextChange(s.watcher);
+  conn.send(first);
+  await changed;
+  return conn;
+}
+
+test('watches with InitialState|InitialNetMap|NoPrivateKeys|RateLimit', async () => {
+  const s = await setup();
+  s.watcher.start();
+  const conn = await s.bus.connections.shift();
+  const mask = NotifyMask.InitialState | NotifyMask.InitialNetMap | NotifyMask.NoPrivateKeys | NotifyMask.RateLimit;
+  assert.equal(CERT_DOMAINS_WATCH_MASK, mask);
+  assert.equal(conn.req.url, `/localapi/v0/watch-ipn-bus?mask=${mask}`);
+});
+
+test('older tailscaled: every NetMap Notify replaces the set', async () => {
+  const s = await setup();
+  assert.equal(s.watcher.synced, false);
+  s.watcher.start();
+  const conn = await s.bus.connections.shift();
+  let changed = nextChange(s.watcher);
+  conn.send({ Version: '1.96.0', State: 6, ...netmap('a.tail1.ts.net') });
+  assert.deepEqual(await changed, ['a.tail1.ts.net']);
+  assert.equal(s.watcher.connected, true);
+  assert.equal(s.watcher.synced, true);
+  assert.deepEqual(s.connectionEvents, [true]);
+
+  await s.watcher.waitFor('a.tail1.ts.net'); // already there: resolves at once
+  const waiting = s.watcher.waitFor('b.tail1.ts.net', new AbortController().signal);
+  conn.send({ State: 6, NetMap: null }); // a Notify without a netmap changes nothing
+  conn.send(netmap('a.tail1.ts.net', 'b.tail1.ts.net'));
+  await waiting;
+  assert.deepEqual([...s.watcher.current()].sort(), ['a.tail1.ts.net', 'b.tail1.ts.net']);
+
+  changed = nextChange(s.watcher);
+  conn.send({ NetMap: { DNS: {} } }); // CertDomains omitted = none
+  assert.deepEqual(await changed, []);
+  assert.equal(s.bus.certDomainsCalls, 0);
+});
+
+test('waitFor rejects with the signal reason when aborted', async () => {
+  const s = await setup();
+  const controller = new AbortController();
+  const waiting = s.watcher.waitFor('never.ts.net', controller.signal);
+  const reason = new Error('gave up');
+  controller.abort(reason);
+  await assert.rejects(waiting, (err: unknown) => err === reason);
+  await assert.rejects(s.watcher.waitFor('never.ts.net', AbortSignal.abort(reason)), (err: unknown) => err === reason);
+});
+
+test('v1.100+: a SelfChange triggers a cert-domains fetch', async () => {
+  const s = await setup({ transport: 'tcp' });
+  s.watcher.start();
+  const conn = await connectWith(s, { State: 6, ...netmap('a.tail1.ts.net') });
+  s.bus.certDomains = ['a.tail1.ts.net', 'new.tail1.ts.net'];
+  const changed = nextChange(s.watcher);
+  conn.send({ SelfChange: { Name: 'self.tail1.ts.net.' } });
+  assert.deepEqual(await changed, ['a.tail1.ts.net', 'new.tail1.ts.net']);
+  assert.equal(s.bus.certDomainsCalls, 1);
+  assert.equal(s.bus.statusCalls, 0);
+  assert.equal(s.bus.all.length, 1);
+});
+
+test('cert-domains 404 (older tailscaled): falls back to status CertDomains', async () => {
+  const s = await setup();
+  s.watcher.start();
+  const conn = await connectWith(s, { State: 6, ...netmap('a.tail1.ts.net') });
+  s.bus.certDomains = { status: 404, body: '404 page not found\n' };
+  s.bus.statusCertDomains = ['s.tail1.ts.net'];
+  let changed = nextChange(s.watcher);
+  conn.send({ SelfChange: {} });
+  assert.deepEqual(await changed, ['s.tail1.ts.net']);
+  assert.equal(s.bus.certDomainsCalls, 1);
+  assert.equal(s.bus.statusCalls, 1);
+  // Remembered for this connection: the next SelfChange goes straight to status.
+  s.bus.statusCertDomains = ['s.tail1.ts.net', 't.tail1.ts.net'];
+  changed = nextChange(s.watcher);
+  conn.send({ SelfChange: {} });
+  assert.deepEqual(await changed, ['s.tail1.ts.net', 't.tail1.ts.net']);
+  assert.equal(s.bus.certDomainsCalls, 1);
+  assert.equal(s.bus.statusCalls, 2);
+});
+
+test('a failed fetch after SelfChange keeps the known set and is retried without dropping the stream', async () => {
+  const s = await setup();
+  s.watcher.start();
+  const conn = await connectWith(s, { State: 6, ...netmap('a.tail1.ts.net') });
+  s.bus.certDomains = { status: 500, body: 'internal error' };
+  conn.send({ SelfChange: {} });
+  assert.equal(await s.bus.fetches.shift(), 'cert-domains');
+  await s.clock.waitForSleepers(1);
+  assert.deepEqual(s.clock.pendingDurations(), [1000]);
+  assert.deepEqual([...s.watcher.current()], ['a.tail1.ts.net']);
+  assert.ok(s.logLines.some((l) => l.level === 'warn' && /SelfChange failed/.test(l.msg ?? '')));
+
+  // Second failure doubles the retry delay.
+  await s.clock.advance(1000);
+  assert.equal(await s.bus.fetches.shift(), 'cert-domains');
+  await s.clock.waitForSleepers(1);
+  assert.deepEqual(s.clock.pendingDurations(), [2000]);
+
+  s.bus.certDomains = ['a.tail1.ts.net', 'b.tail1.ts.net'];
+  const changed = nextChange(s.watcher);
+  await s.clock.advance(2000);
+  assert.deepEqual(await changed, ['a.tail1.ts.net', 'b.tail1.ts.net']);
+  assert.equal(s.bus.all.length, 1, 'the IPN bus stream was not dropped');
+  assert.equal(s.watcher.connected, true);
+});
+
+test('a malformed bus line is skipped and reported; the stream goes on', async () => {
+  const s = await setup();
+  s.watcher.start();
+  const conn = await connectWith(s, netmap('a.tail1.ts.net'));
+  conn.sendRaw('{"NetMap": trunc\n');
+  conn.send({ NetMap: { DNS: { CertDomains: 'not-a-list' } } });
+  const changed = nextChange(s.watcher);
+  conn.send(netmap('b.tail1.ts.net'));
+  assert.deepEqual(await changed, ['b.tail1.ts.net']);
+  assert.equal(s.badLines.length, 2);
+  assert.ok(s.badLines.every((e) => e.code === 'CERTSHARE_BUS_BAD_LINE'));
+  assert.equal(s.bus.all.length, 1);
+});
+
+test('a line over the limit drops the connection and reconnects; domains are kept', async () => {
+  const s = await setup({ maxBusLineBytes: 4096 });
+  s.watcher.start();
+  const conn = await connectWith(s, netmap('a.tail1.ts.net'));
+  conn.sendRaw(`{"NetMap":{"Peers":"${'x'.repeat(8000)}`);
+  await conn.closed; // the client tore the request down
+  await s.clock.waitForSleepers(1);
+  assert.deepEqual(s.clock.pendingDurations(), [1000]);
+  assert.equal(s.watcher.connected, false);
+  assert.deepEqual([...s.watcher.current()], ['a.tail1.ts.net']);
+  assert.ok(
+    s.logLines.some((l) => l.level === 'warn' && (l.obj as { code?: string }).code === 'CERTSHARE_BUS_LINE_TOO_LONG'),
+  );
+
+  await s.clock.advance(1000);
+  const conn2 = await s.bus.connections.shift();
+  assert.equal(s.watcher.reconnects, 1);
+  const changed = nextChange(s.watcher);
+  conn2.send(netmap('a.tail1.ts.net', 'c.tail1.ts.net'));
+  assert.deepEqual(await changed, ['a.tail1.ts.net', 'c.tail1.ts.net']);
+  assert.deepEqual(s.connectionEvents, [true, false, true]);
+});
+
+test('server drops: exponential backoff capped, reset after a healthy connection, domains kept', async () => {
+  const s = await setup({ maxRetryMs: 5000 });
+  s.watcher.start();
+  const first = await connectWith(s, { State: 6, ...netmap('a.tail1.ts.net') });
+  first.drop();
+
+  const delays: number[] = [];
+  for (let i = 0; i < 5; i++) {
+    await s.clock.waitForSleepers(1);
+    delays.push(...s.clock.pendingDurations());
+    assert.equal(s.watcher.connected, false);
+    assert.deepEqual([...s.watcher.current()], ['a.tail1.ts.net'], 'a dropped connection keeps the known domains');
+    await s.clock.advanceToNext();
+    const conn = await s.bus.connections.shift();
+    if (i < 4) conn.drop(); // refused before any Notify: not healthy, the backoff grows
+    else {
+      const changed = nextChange(s.watcher);
+      conn.send({ State: 6, ...netmap('a.tail1.ts.net', 'b.tail1.ts.net') });
+      await changed;
+      assert.equal(s.watcher.connected, true);
+      conn.end(); // a clean end after a healthy connection
+    }
+  }
+  assert.deepEqual(delays, [1000, 2000, 4000, 5000, 5000]);
+  await s.clock.waitForSleepers(1);
+  assert.deepEqual(s.clock.pendingDurations(), [1000], 'backoff reset after a healthy connection');
+  assert.equal(s.watcher.reconnects, 5);
+  assert.equal(s.reconnectCalls.length, 5);
+  assert.deepEqual(s.connectionEvents, [true, false, true, false]);
+  assert.deepEqual([...s.watcher.current()].sort(), ['a.tail1.ts.net', 'b.tail1.ts.net']);
+});
+
+test('tailscaled not running: a clear error is logged and the connection retried with backoff', async () => {
+  const s = await setup();
+  const address = s.bus.server.address;
+  await s.bus.close();
+  const clock = new FakeClock();
+  const { logger, lines } = recordingLogger();
+  const watcher = new CertDomainsWatcher({
+    localApi: createLocalApiClient({ address, logger }),
+    clock,
+    logger,
+    random: () => 1,
+  });
+  watcher.start();
+  await clock.waitForSleepers(1);
+  assert.deepEqual(clock.pendingDurations(), [1000]);
+  assert.ok(lines.some((l) => l.level === 'warn' && /not reachable at .*ENOENT/.test(String((l.obj as { err?: string }).err))));
+  await watcher.stop();
+  assert.equal(clock.pendingSleeps(), 0);
+});
+
+test('stop() ends the stream while connected, and during a backoff sleep', async () => {
+  const s = await setup();
+  s.watcher.start();
+  const conn = await connectWith(s, netmap('a.tail1.ts.net'));
+  await s.watcher.stop();
+  await conn.closed;
+  assert.equal(s.watcher.connected, false);
+  assert.deepEqual([...s.watcher.current()], ['a.tail1.ts.net']);
+
+  s.watcher.start(); // restartable
+  const conn2 = await s.bus.connections.shift();
+  conn2.drop();
+  await s.clock.waitForSleepers(1);
+  await s.watcher.stop();
+  assert.equal(s.clock.pendingSleeps(), 0);
+});
+
+test('start() twice is refused; a throwing listener does not break the watcher', async () => {
+  const s = await setup();
+  s.watcher.start();
+  assert.throws(() => s.watcher.start(), /already started/);
+  s.watcher.onChange(() => {
+    throw new Error('listener bug');
+  });
+  const conn = await connectWith(s, netmap('a.tail1.ts.net'));
+  const changed = nextChange(s.watcher);
+  conn.send(netmap('b.tail1.ts.net'));
+  assert.deepEqual(await changed, ['b.tail1.ts.net']);
+  assert.ok(s.logLines.some((l) => l.level === 'error' && /listener threw/.test(l.msg ?? '')));
+});

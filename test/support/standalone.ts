@@ -1,0 +1,29 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseFlags } from '../../src/cli/flags.ts';
+import { RUN_FLAGS, daemonConfigFrom } from '../../src/cli/run-options.ts';
+import { silentLogger, type Logger } from '../../src/core/logger.ts';
+import { startDaemon, type Daemon } from '../../src/daemon.ts';
+import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/emulator/server.ts';
+
+export const DOMAIN = 'web.tailnet-test.ts.net';
+
+/** Scaled-down timing flags: renewals and backoff in seconds. */
+export const FAST_FLAGS = ['--first-retry', '200ms', '--retry-cap', '5s', '--rate-limit-retry', '1s', '--check-interval', '1h', '--cert-timeout', '10s', '--listen', '127.0.0.1:0'];
+
+export async function tempDir(prefix = 'certshare-test-'): Promise<{ path: string; remove(): Promise<void> }> {
+  const path = await mkdtemp(join(tmpdir(), prefix));
+  return { path, remove: () => rm(path, { recursive: true, force: true }) };
+}
+
+export function emulatorIn(dir: string, options: EmulatorOptions = {}): Promise<Emulator> {
+  return startEmulator({ listen: join(dir, 'tailscaled.sock'), domains: [DOMAIN], ...options });
+}
+
+/** The daemon in-process, configured through the same flag parser as the CLI. */
+export function standaloneDaemon(emulator: Emulator, certDir: string, flags: string[] = [], logger: Logger = silentLogger): Promise<Daemon> {
+  const values = parseFlags(RUN_FLAGS, ['--localapi', emulator.address, '--store', `dir:${certDir}`, ...FAST_FLAGS, ...flags], {});
+  if (!values.domain && !values['serve-config']) values.domain = [DOMAIN];
+  return startDaemon(daemonConfigFrom(values, {}), { logger, env: { POD_IPS: '10.1.2.3,fd00::3' } });
+}
