@@ -7,7 +7,7 @@ import { HealthState } from './core/health.ts';
 import type { LocalApi } from './core/localapi.ts';
 import type { Logger } from './core/logger.ts';
 import { fanOut, type LoopObserver } from './core/observer.ts';
-import { alwaysWriter, type CertStore, type IssuanceRole } from './core/store.ts';
+import { staticRole, type CertStore, type IssuanceRole } from './core/store.ts';
 import type { DaemonConfig } from './cli/run-options.ts';
 import { ServeConfigWatcher } from './config/serve-config-watcher.ts';
 import { createLocalApiClient } from './localapi/client.ts';
@@ -59,7 +59,7 @@ export interface Daemon {
 
 function dirBackend(path: string, ctx: BackendContext): StoreBackend {
   const store = new DirStore(new CertDirectory(path), ctx.deps.clock, ctx.filesWritten);
-  return { store, role: alwaysWriter, observers: [] };
+  return { store, role: staticRole(ctx.deps.env.POD_NAME ?? 'standalone', true), observers: [] };
 }
 
 async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
@@ -113,6 +113,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     backoff: config.backoff,
     observer: fanOut([health, metrics, ...backend.observers]),
     logger,
+    intentTtlMs: config.certTimeoutMs + 30_000,
   });
 
   let lastHealthy: boolean | undefined;

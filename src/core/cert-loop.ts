@@ -26,6 +26,8 @@ export interface CertLoopDeps {
   backoff: BackoffPolicy;
   observer: Required<LoopObserver>;
   logger: Logger;
+  /** How long another writer's announced CertPair call blocks ours (its timeout plus a margin). */
+  intentTtlMs: number;
 }
 
 function isConflict(err: unknown): boolean {
@@ -127,8 +129,33 @@ export class CertLoop {
       if (!this.#best) observer.problem(this.domain, 'waiting for the writer to store a certificate');
       return renewal.checkIntervalMs;
     }
+    const coordination = read.coordination ?? {};
+    if (coordination.retryNotBefore !== undefined && coordination.retryNotBefore > this.#retryAt) {
+      // A rate limit recorded by any replica, or by this one before a restart, holds for everyone.
+      this.#retryAt = coordination.retryNotBefore;
+      observer.planned(this.domain, this.#retryAt, this.#retryAt - now);
+      observer.problem(this.domain, `rate limited until ${new Date(this.#retryAt).toISOString()}`);
+    }
     if (now < this.#retryAt) return this.#retryAt - now;
+    const intent = coordination.intent;
+    if (intent && intent.holder !== role.identity && now < intent.at + this.#deps.intentTtlMs) {
+      // Another writer is mid-issuance: its result lands in the store (the watch wakes us) or its intent lapses.
+      this.#log.info({ holder: intent.holder }, 'another writer is issuing; waiting');
+      return intent.at + this.#deps.intentTtlMs - now;
+    }
     await this.#deps.availability.waitFor(this.domain, signal);
+    if (store.recordIntent) {
+      try {
+        await store.recordIntent(this.domain, role.identity, clock.now(), signal);
+      } catch (err) {
+        if (signal.aborted) throw err;
+        if (isConflict(err)) return 0;
+        this.#log.warn({ err: errorMessage(err) }, 'could not record the issuance intent; not issuing');
+        return retryDelay({ kind: 'transient', message: '' }, this.#storeFailures.record('transient'), this.#deps.backoff);
+      }
+      // Leadership may have moved while we wrote: never call CertPair without it.
+      if (!role.canIssue(this.domain)) return 0;
+    }
     return this.#issue(signal);
   }
 
@@ -175,6 +202,11 @@ export class CertLoop {
       const now = clock.now();
       this.#retryAt = now + delay;
       const result = failure.kind === 'rate_limited' ? 'rate_limited' : failure.kind === 'rejected' ? 'rejected' : 'error';
+      if (failure.kind === 'rate_limited' && store.recordRateLimit) {
+        await store.recordRateLimit(this.domain, this.#retryAt, signal).catch((recordErr: unknown) => {
+          this.#log.warn({ err: errorMessage(recordErr) }, 'could not record the rate limit in the store');
+        });
+      }
       observer.attempt(this.domain, result, failure);
       observer.planned(this.domain, this.#retryAt, delay);
       observer.problem(this.domain, failure.message);

@@ -11,26 +11,42 @@ export interface StoredCert {
  * from `absent`, and a failed read is neither: it throws CERTSHARE_STORE_UNAVAILABLE, and the loop never
  * answers a read failure with an issuance.
  */
-export type StoreRead =
+export type StoreRead = (
   | { state: 'absent' }
   | { state: 'valid'; cert: StoredCert }
-  | { state: 'unusable'; reason: string };
+  | { state: 'unusable'; reason: string }
+) & { coordination?: Coordination };
+
+/** What writers tell each other through the store, so no replica issues twice or early. */
+export interface Coordination {
+  /** A writer announced a CertPair call: who, and when (epoch ms). */
+  intent?: { holder: string; at: number };
+  /** No CertPair call before this instant (epoch ms): a rate limit any replica ran into. */
+  retryNotBefore?: number;
+}
 
 export interface CertStore {
   readonly kind: string;
   load(domain: string, signal: AbortSignal): Promise<StoreRead>;
   /** Writes a validated pair. Throws CERTSHARE_STORE_CONFLICT when someone else wrote first. */
   save(domain: string, cert: StoredCert, signal: AbortSignal): Promise<void>;
+  /** Announces a CertPair call before it is made (compare-and-swap; CERTSHARE_STORE_CONFLICT if raced). */
+  recordIntent?(domain: string, holder: string, at: number, signal: AbortSignal): Promise<void>;
+  /** Records that no CertPair call may happen before `until`, for every replica and for restarts. */
+  recordRateLimit?(domain: string, until: number, signal: AbortSignal): Promise<void>;
   /** Calls `listener` whenever the stored pair may have changed (a reader's wake-up). */
   watch?(domain: string, listener: () => void): () => void;
 }
 
 /** Whether this replica may ask tailscaled for certificates (the writer) or only reads them. */
 export interface IssuanceRole {
+  /** Names this replica in intents and logs (the Pod name in Kubernetes). */
+  readonly identity: string;
   canIssue(domain: string): boolean;
   /** Resolves when the role may have changed (e.g. a lease was won or lost). */
   onChange?(listener: () => void): () => void;
 }
 
-export const alwaysWriter: IssuanceRole = { canIssue: () => true };
-export const alwaysReader: IssuanceRole = { canIssue: () => false };
+export function staticRole(identity: string, writer: boolean): IssuanceRole {
+  return { identity, canIssue: () => writer };
+}

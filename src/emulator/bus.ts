@@ -21,6 +21,8 @@ export interface BusOptions {
   version: string;
   style: NetmapStyle;
   padBytes: number;
+  /** Send Version, State and NetMap as three initial lines instead of tailscaled's one combined Notify. */
+  splitInitialNotify: boolean;
   identity: NodeIdentity;
   certDomains: () => readonly string[];
   /** Pending bus faults for a new stream (each consumed once). */
@@ -77,14 +79,15 @@ export class IpnBus {
     res.writeHead(200, { 'Content-Type': 'application/json' });
     res.flushHeaders();
     if ((mask & INITIAL_BITS) !== 0) {
-      const wantState = (mask & NotifyMask.InitialState) !== 0;
-      this.#write(
-        stream,
-        notifyJson(this.#opts.version, {
-          ...(wantState ? { sessionId: randomBytes(8).toString('hex'), state: IpnState.Running } : {}),
-          ...((mask & NotifyMask.InitialNetMap) !== 0 ? { netMapJson: this.#netMap() } : {}),
-        }),
-      );
+      const state = (mask & NotifyMask.InitialState) !== 0 ? { sessionId: randomBytes(8).toString('hex'), state: IpnState.Running } : undefined;
+      const netMap = (mask & NotifyMask.InitialNetMap) !== 0 ? { netMapJson: this.#netMap() } : undefined;
+      if (this.#opts.splitInitialNotify) {
+        this.#write(stream, notifyJson(this.#opts.version, {}));
+        if (state) this.#write(stream, notifyJson(this.#opts.version, state));
+        if (netMap) this.#write(stream, notifyJson(this.#opts.version, netMap));
+      } else {
+        this.#write(stream, notifyJson(this.#opts.version, { ...state, ...netMap }));
+      }
     }
     this.#opts.logger.debug({ mask, streams: this.#streams.size }, 'bus watcher connected');
     this.#opts.events.emit('busConnect', { mask });

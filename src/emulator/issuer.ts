@@ -66,7 +66,9 @@ export class Issuer {
           if (this.#opts.asyncRenewal) {
             if (!this.#inflight.has(domain)) {
               this.#opts.logger.info({ domain }, 'starting async renewal');
-              this.#start(domain, 'background').catch(() => {});
+              this.#start(domain, 'background').catch((err: unknown) => {
+                this.#opts.logger.error({ domain, err: errorMessage(err) }, 'async renewal failed');
+              });
             }
             return cached;
           }

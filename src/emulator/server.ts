@@ -35,6 +35,12 @@ export interface EmulatorOptions {
   netmapStyle?: NetmapStyle;
   /** Pad every NetMap with a Peers array to at least this many bytes (big-line tests). Default 0. */
   netmapPadBytes?: number;
+  /**
+   * tailscaled sends one initial Notify carrying Version, SessionID+State (InitialState) and NetMap
+   * (InitialNetMap). true splits it into three lines (Version; State; NetMap) to test clients that must
+   * not assume either shape. Default false.
+   */
+  splitInitialNotify?: boolean;
   /** Reported in Tailscale-Version and Notify.Version. Default by style (1.102.3 / 1.96.4). */
   tailscaledVersion?: string;
   /** Time source for issuance and the cache (tests move it). Default Date.now. */
@@ -152,6 +158,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     version,
     style,
     padBytes: options.netmapPadBytes ?? 0,
+    splitInitialNotify: options.splitInitialNotify ?? false,
     identity,
     certDomains: sortedDomains,
     takeFaults: () => faults.takeAllBus(),

@@ -1,5 +1,5 @@
 import { CertshareError } from '../core/errors.ts';
-import { alwaysReader, alwaysWriter } from '../core/store.ts';
+import { staticRole } from '../core/store.ts';
 import type { BackendContext, StoreBackend } from '../daemon.ts';
 import { podAddressesFromEnv } from '../server/http-server.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
@@ -24,7 +24,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
     onError: (operation) => metrics.storeErrors.inc({ operation }),
   });
   if (config.mode === 'auto') throw new CertshareError('CERTSHARE_BAD_FLAG', '--mode auto (leader election) is not available yet: use rw or ro');
-  const role = config.mode === 'rw' ? alwaysWriter : alwaysReader;
+  const role = staticRole(podName ?? 'certshare', config.mode === 'rw');
   const projector = config.outDir ? new Projector(new CertDirectory(config.outDir), logger, ctx.filesWritten) : undefined;
 
   let gate: ReadinessGate | undefined;

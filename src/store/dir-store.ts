@@ -1,8 +1,13 @@
+import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import type { Clock } from '../core/clock.ts';
-import type { CertStore, StoreRead, StoredCert } from '../core/store.ts';
+import type { CertStore, Coordination, StoreRead, StoredCert } from '../core/store.ts';
 import type { CertDirectory } from './cert-directory.ts';
 
-/** The standalone store: the certificate directory is both the store and what the proxy reads. */
+/**
+ * The standalone store: the certificate directory is both the store and what the proxy reads. A rate
+ * limit is kept in `.state/<domain>.json` so that a restart does not retry before the CA allows.
+ */
 export class DirStore implements CertStore {
   readonly kind = 'dir';
   readonly #dir: CertDirectory;
@@ -15,11 +20,31 @@ export class DirStore implements CertStore {
     this.#onWritten = onWritten;
   }
 
-  load(domain: string): Promise<StoreRead> {
-    return this.#dir.read(domain, this.#clock.now());
+  async load(domain: string): Promise<StoreRead> {
+    const [read, coordination] = await Promise.all([this.#dir.read(domain, this.#clock.now()), this.#readState(domain)]);
+    return { ...read, coordination };
   }
 
   async save(domain: string, cert: StoredCert): Promise<void> {
     if (await this.#dir.write(domain, cert.pair)) this.#onWritten(domain, this.#dir.pathOf(domain));
+  }
+
+  async recordRateLimit(domain: string, until: number): Promise<void> {
+    const dir = join(this.#dir.root, '.state');
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    const tmp = join(dir, `.${domain}.json.tmp`);
+    await writeFile(tmp, JSON.stringify({ retryNotBefore: new Date(until).toISOString() }) + '\n', { mode: 0o600 });
+    await rename(tmp, join(dir, `${domain}.json`));
+  }
+
+  async #readState(domain: string): Promise<Coordination> {
+    try {
+      const state = JSON.parse(await readFile(join(this.#dir.root, '.state', `${domain}.json`), 'utf8')) as { retryNotBefore?: string };
+      const until = state.retryNotBefore ? Date.parse(state.retryNotBefore) : NaN;
+      return Number.isFinite(until) ? { retryNotBefore: until } : {};
+    } catch {
+      // Missing or garbled state only loses a remembered rate limit; the CA would refuse again anyway.
+      return {};
+    }
   }
 }

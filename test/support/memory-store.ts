@@ -1,5 +1,5 @@
 import { CertshareError } from '../../src/core/errors.ts';
-import type { CertStore, StoreRead, StoredCert } from '../../src/core/store.ts';
+import type { CertStore, Coordination, StoreRead, StoredCert } from '../../src/core/store.ts';
 
 /** An in-memory CertStore whose reads and writes can be made to fail, for core tests. */
 export class MemoryStore implements CertStore {
@@ -7,17 +7,32 @@ export class MemoryStore implements CertStore {
   content = new Map<string, StoreRead>();
   failReads = false;
   failWrites = false;
+  failIntents = false;
   saves = 0;
+  coordination = new Map<string, Coordination>();
+  intents: Array<{ domain: string; holder: string }> = [];
 
   async load(domain: string): Promise<StoreRead> {
     if (this.failReads) throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'store down');
-    return this.content.get(domain) ?? { state: 'absent' };
+    return { ...(this.content.get(domain) ?? { state: 'absent' }), coordination: { ...this.coordination.get(domain) } };
   }
 
   async save(domain: string, cert: StoredCert): Promise<void> {
     if (this.failWrites) throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'store down');
     this.saves++;
     this.content.set(domain, { state: 'valid', cert });
+    const { retryNotBefore } = this.coordination.get(domain) ?? {};
+    this.coordination.set(domain, retryNotBefore === undefined ? {} : { retryNotBefore });
+  }
+
+  async recordIntent(domain: string, holder: string, at: number): Promise<void> {
+    if (this.failIntents) throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'store down');
+    this.intents.push({ domain, holder });
+    this.coordination.set(domain, { ...this.coordination.get(domain), intent: { holder, at } });
+  }
+
+  async recordRateLimit(domain: string, until: number): Promise<void> {
+    this.coordination.set(domain, { ...this.coordination.get(domain), retryNotBefore: until });
   }
 
   serial(domain: string): string | undefined {

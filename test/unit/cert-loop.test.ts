@@ -6,7 +6,10 @@ import type { Clock } from '../../src/core/clock.ts';
 import { LocalApiError, type CertPair, type CertPairOptions } from '../../src/core/localapi.ts';
 import { silentLogger } from '../../src/core/logger.ts';
 import { fanOut, type AttemptResult } from '../../src/core/observer.ts';
-import { alwaysReader, alwaysWriter } from '../../src/core/store.ts';
+import { staticRole } from '../../src/core/store.ts';
+
+const alwaysWriter = staticRole('writer-0', true);
+const alwaysReader = staticRole('reader-1', false);
 import { makePair } from '../support/certs.ts';
 import { MemoryStore } from '../support/memory-store.ts';
 
@@ -53,6 +56,7 @@ function harness(overrides: Partial<CertLoopDeps> = {}): Harness {
     backoff: { firstRetryMs: MIN, retryCapMs: 24 * 60 * MIN, rateLimitFirstRetryMs: 60 * MIN },
     observer: fanOut([{ attempt: (_d, r) => attempts.push(r) }]),
     logger: silentLogger,
+    intentTtlMs: 10 * MIN,
     ...overrides,
   });
   return { loop, store, clock, calls, responses, attempts };
@@ -214,5 +218,52 @@ describe('CertLoop', () => {
     h.clock.t += LIFETIME;
     await h.loop.turn(signal);
     assert.equal(h.loop.current, undefined);
+  });
+});
+
+describe('CertLoop coordination between writers', () => {
+  it("waits for another writer's fresh intent, and takes over once it lapses", async () => {
+    const h = harness();
+    h.store.coordination.set(domain, { intent: { holder: 'writer-1', at: h.clock.now() - MIN } });
+    assert.equal(await h.loop.turn(signal), 9 * MIN);
+    assert.equal(h.calls.length, 0);
+    h.clock.t += 9 * MIN;
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    assert.equal(h.calls.length, 1);
+    assert.deepEqual(h.store.intents, [{ domain, holder: 'writer-0' }], 'the intent is recorded before the call');
+  });
+
+  it('goes ahead over its own intent (a restart mid-issuance: its tailscaled has the result cached)', async () => {
+    const h = harness();
+    h.store.coordination.set(domain, { intent: { holder: 'writer-0', at: h.clock.now() } });
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    assert.equal(h.calls.length, 1);
+  });
+
+  it('honours a rate limit recorded by another replica, and records its own', async () => {
+    const h = harness();
+    h.store.coordination.set(domain, { retryNotBefore: h.clock.now() + 30 * MIN });
+    assert.equal(await h.loop.turn(signal), 30 * MIN);
+    assert.equal(h.calls.length, 0);
+    h.clock.t += 30 * MIN;
+    h.responses.push(async () => {
+      throw new LocalApiError('cert', { status: 500, body: 'urn:ietf:params:acme:error:rateLimited: too many certificates' });
+    });
+    assert.equal(await h.loop.turn(signal), 60 * MIN, 'no Retry-After: an hour');
+    assert.equal(h.store.coordination.get(domain)?.retryNotBefore, h.clock.now() + 60 * MIN);
+    const restarted = harness();
+    restarted.store.coordination = h.store.coordination;
+    restarted.clock.t = h.clock.t + 5 * MIN;
+    assert.equal(await restarted.loop.turn(signal), 55 * MIN, 'a restarted writer does not retry early');
+    assert.equal(restarted.calls.length, 0);
+  });
+
+  it('does not issue when the intent cannot be recorded', async () => {
+    const h = harness();
+    h.store.failIntents = true;
+    assert.equal(await h.loop.turn(signal), MIN);
+    assert.equal(h.calls.length, 0);
   });
 });

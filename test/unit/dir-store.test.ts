@@ -1,0 +1,69 @@
+import assert from 'node:assert/strict';
+import { lstat, mkdir, readFile, readdir, stat, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { validateCertPair } from '../../src/core/certificate.ts';
+import { systemClock } from '../../src/core/clock.ts';
+import { CertDirectory } from '../../src/store/cert-directory.ts';
+import { DirStore } from '../../src/store/dir-store.ts';
+import { DAY, makePair } from '../support/certs.ts';
+import { tempDir } from '../support/standalone.ts';
+
+const domain = 'files.tailnet-1.ts.net';
+
+describe('DirStore and CertDirectory', () => {
+  let dir: { path: string; remove(): Promise<void> };
+  before(async () => {
+    dir = await tempDir();
+  });
+  after(() => dir.remove());
+
+  it('swaps versions atomically through a symlink, key 0600, and reports only real changes', async () => {
+    const root = join(dir.path, 'swap');
+    const written: string[] = [];
+    const store = new DirStore(new CertDirectory(root), systemClock, (d) => written.push(d));
+    assert.deepEqual(await store.load(domain), { state: 'absent', coordination: {} });
+    const first = await makePair(domain, Date.now() - DAY, 90 * DAY);
+    const info = validateCertPair(first, domain, Date.now());
+    await store.save(domain, { pair: first, info });
+    await store.save(domain, { pair: first, info });
+    assert.deepEqual(written, [domain], 'an identical pair is not rewritten');
+    assert.ok((await lstat(join(root, domain))).isSymbolicLink());
+    assert.equal((await stat(join(root, domain, 'tls.key'))).mode & 0o777, 0o600);
+    const second = await makePair(domain, Date.now() - DAY, 90 * DAY);
+    await store.save(domain, { pair: second, info: validateCertPair(second, domain, Date.now()) });
+    const third = await makePair(domain, Date.now() - DAY, 90 * DAY);
+    await store.save(domain, { pair: third, info: validateCertPair(third, domain, Date.now()) });
+    assert.equal(await readFile(join(root, domain, 'tls.key'), 'utf8'), third.keyPem);
+    assert.equal((await readdir(join(root, '.versions', domain))).length, 2, 'current and previous version kept');
+    const read = await store.load(domain);
+    assert.equal(read.state, 'valid');
+  });
+
+  it('reports garbage as unusable and keeps a hand-made directory aside when replacing it', async () => {
+    const root = join(dir.path, 'garbage');
+    await mkdir(join(root, domain), { recursive: true });
+    await writeFile(join(root, domain, 'tls.crt'), 'garbage');
+    await writeFile(join(root, domain, 'tls.key'), 'garbage');
+    const store = new DirStore(new CertDirectory(root), systemClock, () => {});
+    const read = await store.load(domain);
+    assert.equal(read.state, 'unusable');
+    const pair = await makePair(domain, Date.now() - DAY, 90 * DAY);
+    await store.save(domain, { pair, info: validateCertPair(pair, domain, Date.now()) });
+    assert.equal((await store.load(domain)).state, 'valid');
+    const kept = (await readdir(join(root, '.versions', domain))).filter((e) => e.startsWith('replaced-'));
+    assert.equal(kept.length, 1);
+  });
+
+  it('remembers a rate limit across restarts', async () => {
+    const root = join(dir.path, 'ratelimit');
+    const until = Date.now() + 3_600_000;
+    await new DirStore(new CertDirectory(root), systemClock, () => {}).recordRateLimit(domain, until);
+    const read = await new DirStore(new CertDirectory(root), systemClock, () => {}).load(domain);
+    assert.equal(read.coordination?.retryNotBefore, Math.floor(until));
+  });
+
+  it('refuses names that would escape the directory', async () => {
+    await assert.rejects(new CertDirectory(dir.path).write('../evil', { keyPem: '', certPem: '' }), /unsafe name/);
+  });
+});
