@@ -28,6 +28,7 @@ export interface DaemonConfig {
   routingChecks: string[];
   routingAttempts: number;
   drainDelayMs: number;
+  leaseDurationMs: number;
   shutdownTimeoutMs: number;
 }
 
@@ -52,6 +53,7 @@ export const RUN_FLAGS: FlagSpec[] = [
   { name: 'readiness-gate', placeholder: 'TYPE', help: "Kubernetes: keep this condition type of the Pod's own status True only while every domain has a valid certificate." },
   { name: 'routing-check', placeholder: 'URL', multiple: true, help: "Kubernetes: a Service's health URL that must route to this Pod (Pod-IPv4 header) before the gate turns True." },
   { name: 'routing-attempts', placeholder: 'N', default: '9', help: "Kubernetes: calls per routing check before giving up for a while (Tailscale's rule: replicas x 3)." },
+  { name: 'lease-duration', placeholder: 'DURATION', default: '15s', help: 'Kubernetes, --mode auto: how long a writer keeps the group Lease without renewing it.' },
   { name: 'drain-delay', placeholder: 'DURATION', default: '5s', help: 'On SIGTERM: time between taking the Pod out of rotation and exiting.' },
   { name: 'shutdown-timeout', placeholder: 'DURATION', default: '25s', help: 'Exit no later than this after SIGTERM (keep below terminationGracePeriodSeconds).' },
 ];
@@ -126,6 +128,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
     routingChecks: (values['routing-check'] as string[] | undefined) ?? [],
     routingAttempts: positiveInteger(values, 'routing-attempts'),
     drainDelayMs: duration(values, 'drain-delay'),
+    leaseDurationMs: duration(values, 'lease-duration'),
     shutdownTimeoutMs: duration(values, 'shutdown-timeout'),
   };
 }

@@ -8,6 +8,7 @@ import { connectKube } from './connection.ts';
 import { ReadinessGate } from './readiness-gate.ts';
 import { checkRouting } from './routing-check.ts';
 import { KubeSecretStore } from './secret-store.ts';
+import { LeaseElector } from './lease-elector.ts';
 
 /** Kubernetes mode: Secrets as the store, the Pod's own readiness gate, an optional file projection. */
 export async function createKubeBackend(ctx: BackendContext): Promise<StoreBackend> {
@@ -23,8 +24,23 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
     writer: podName,
     onError: (operation) => metrics.storeErrors.inc({ operation }),
   });
-  if (config.mode === 'auto') throw new CertshareError('CERTSHARE_BAD_FLAG', '--mode auto (leader election) is not available yet: use rw or ro');
-  const role = staticRole(podName ?? 'certshare', config.mode === 'rw');
+  const identity = podName ?? `certshare-${process.pid}`;
+  let elector: LeaseElector | undefined;
+  if (config.mode === 'auto') {
+    if (!config.group) throw new CertshareError('CERTSHARE_BAD_CONFIG', '--mode auto needs --group or POD_NAME to name the group Lease');
+    elector = new LeaseElector({
+      connection,
+      name: `certshare-${config.group}`,
+      identity,
+      clock,
+      logger: logger.child({ component: 'lease' }),
+      leaseDurationMs: config.leaseDurationMs,
+      onLeadershipChange: (leader) => metrics.writer.set(leader ? 1 : 0),
+    });
+  } else {
+    metrics.writer.set(config.mode === 'rw' ? 1 : 0);
+  }
+  const role = elector ?? staticRole(identity, config.mode === 'rw');
   const projector = config.outDir ? new Projector(new CertDirectory(config.outDir), logger, ctx.filesWritten) : undefined;
 
   let gate: ReadinessGate | undefined;
@@ -59,9 +75,12 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
     role,
     observers: projector ? [projector] : [],
     async start() {
+      elector?.start();
       gate?.start();
     },
     async beforeStop() {
+      // Hand the writer role over first, so a successor renews while we drain.
+      await elector?.stop();
       if (!gate) return;
       await gate.leaveRotation();
       await clock.sleep(config.drainDelayMs).catch(() => {});

@@ -1,18 +1,42 @@
 import type { V1Secret } from '@kubernetes/client-node/dist/gen/models/V1Secret.js';
 import { validateCertPair } from '../core/certificate.ts';
 import { errorMessage } from '../core/errors.ts';
-import type { StoreRead, StoredCert } from '../core/store.ts';
+import type { Coordination, StoreRead, StoredCert } from '../core/store.ts';
 
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
 export const LABEL_GROUP = 'certshare.io/group';
 export const ANNOTATION_NOT_AFTER = 'certshare.io/not-after';
 export const ANNOTATION_SERIAL = 'certshare.io/serial';
 export const ANNOTATION_WRITER = 'certshare.io/written-by';
+/** JSON {"holder","at"}: a writer is about to call CertPair. */
+export const ANNOTATION_INTENT = 'certshare.io/issuing';
+/** RFC 3339: no CertPair call for this domain before then, on any replica. */
+export const ANNOTATION_RETRY_NOT_BEFORE = 'certshare.io/retry-not-before';
 
 const decode = (value: string | undefined): string | undefined => (value === undefined ? undefined : Buffer.from(value, 'base64').toString('utf8'));
 
+/** The coordination annotations; malformed values are ignored (a hand edit must not block issuance forever). */
+export function readCoordination(secret: V1Secret): Coordination {
+  const annotations = secret.metadata?.annotations ?? {};
+  const coordination: Coordination = {};
+  const until = Date.parse(annotations[ANNOTATION_RETRY_NOT_BEFORE] ?? '');
+  if (Number.isFinite(until)) coordination.retryNotBefore = until;
+  try {
+    const intent = JSON.parse(annotations[ANNOTATION_INTENT] ?? 'null') as { holder?: unknown; at?: unknown } | null;
+    const at = typeof intent?.at === 'string' ? Date.parse(intent.at) : NaN;
+    if (typeof intent?.holder === 'string' && Number.isFinite(at)) coordination.intent = { holder: intent.holder, at };
+  } catch {
+    // Not JSON: no intent.
+  }
+  return coordination;
+}
+
 /** What a Secret holds for `domain`: an empty or hand-edited Secret is `unusable`, never an error. */
 export function readCertSecret(secret: V1Secret, domain: string, now: number): StoreRead {
+  return { ...readCertData(secret, domain, now), coordination: readCoordination(secret) };
+}
+
+function readCertData(secret: V1Secret, domain: string, now: number): StoreRead {
   const certPem = decode(secret.data?.['tls.crt']);
   const keyPem = decode(secret.data?.['tls.key']);
   if (!certPem && !keyPem) return { state: 'unusable', reason: 'Secret holds no tls.crt / tls.key' };
@@ -24,27 +48,38 @@ export function readCertSecret(secret: V1Secret, domain: string, now: number): S
   }
 }
 
-/** The whole Secret certshare writes; labels and annotations are restored if someone removed them. */
-export function certSecret(
-  domain: string,
-  cert: StoredCert,
-  meta: { namespace: string; group: string | undefined; writer: string | undefined; resourceVersion?: string },
-): V1Secret {
-  const labels: Record<string, string> = { [LABEL_MANAGED_BY]: 'certshare' };
+export interface SecretMeta {
+  namespace: string;
+  group: string | undefined;
+  writer: string | undefined;
+}
+
+/**
+ * The Secret to write: `base` (the last read, if any) with certshare's labels restored, other people's
+ * labels and annotations kept, and the resourceVersion of `base` for compare-and-swap.
+ */
+export function certSecret(domain: string, base: V1Secret | undefined, meta: SecretMeta, change: { cert?: StoredCert; coordination: Coordination }): V1Secret {
+  const labels: Record<string, string> = { ...base?.metadata?.labels, [LABEL_MANAGED_BY]: 'certshare' };
   if (meta.group) labels[LABEL_GROUP] = meta.group;
-  const annotations: Record<string, string> = {
-    [ANNOTATION_NOT_AFTER]: new Date(cert.info.notAfter).toISOString(),
-    [ANNOTATION_SERIAL]: cert.info.serial,
-  };
-  if (meta.writer) annotations[ANNOTATION_WRITER] = meta.writer;
+  const annotations: Record<string, string> = { ...base?.metadata?.annotations };
+  delete annotations[ANNOTATION_INTENT];
+  delete annotations[ANNOTATION_RETRY_NOT_BEFORE];
+  const { intent, retryNotBefore } = change.coordination;
+  if (intent) annotations[ANNOTATION_INTENT] = JSON.stringify({ holder: intent.holder, at: new Date(intent.at).toISOString() });
+  if (retryNotBefore !== undefined) annotations[ANNOTATION_RETRY_NOT_BEFORE] = new Date(retryNotBefore).toISOString();
+  let data = base?.data ?? { 'tls.crt': '', 'tls.key': '' };
+  if (change.cert) {
+    annotations[ANNOTATION_NOT_AFTER] = new Date(change.cert.info.notAfter).toISOString();
+    annotations[ANNOTATION_SERIAL] = change.cert.info.serial;
+    if (meta.writer) annotations[ANNOTATION_WRITER] = meta.writer;
+    data = { 'tls.crt': Buffer.from(change.cert.pair.certPem).toString('base64'), 'tls.key': Buffer.from(change.cert.pair.keyPem).toString('base64') };
+  }
+  const resourceVersion = base?.metadata?.resourceVersion;
   return {
     apiVersion: 'v1',
     kind: 'Secret',
     type: 'kubernetes.io/tls',
-    metadata: { name: domain, namespace: meta.namespace, labels, annotations, ...(meta.resourceVersion ? { resourceVersion: meta.resourceVersion } : {}) },
-    data: {
-      'tls.crt': Buffer.from(cert.pair.certPem).toString('base64'),
-      'tls.key': Buffer.from(cert.pair.keyPem).toString('base64'),
-    },
+    metadata: { name: domain, namespace: meta.namespace, labels, annotations, ...(resourceVersion ? { resourceVersion } : {}) },
+    data,
   };
 }

@@ -30,6 +30,7 @@ export class Metrics implements LoopObserver {
   readonly busBadLines: Counter;
   readonly reloads: Counter;
   readonly storeErrors: Counter;
+  readonly writer: Gauge;
 
   constructor(clock: Clock, renewal: RenewalPolicy, options: { defaultMetrics?: boolean } = {}) {
     this.#clock = clock;
@@ -61,6 +62,7 @@ export class Metrics implements LoopObserver {
     this.busBadLines = new Counter({ name: 'certshare_ipn_bus_bad_lines_total', help: 'IPN bus lines that were not valid Notify JSON and were skipped.', registers });
     this.reloads = new Counter({ name: 'certshare_reload_command_runs_total', help: 'Runs of the reload command by result (success, failure).', labelNames: ['result'], registers });
     this.storeErrors = new Counter({ name: 'certshare_store_errors_total', help: 'Failed reads or writes of the certificate store.', labelNames: ['operation'], registers });
+    this.writer = new Gauge({ name: 'certshare_writer', help: '1 while this replica may issue certificates (rw mode, or holding the group Lease in auto mode).', registers });
     if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
   }
 

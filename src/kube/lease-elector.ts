@@ -1,0 +1,172 @@
+import { CoordinationV1Api } from '@kubernetes/client-node/dist/gen/index.js';
+import type { V1Lease } from '@kubernetes/client-node/dist/gen/models/V1Lease.js';
+import { V1MicroTime } from '@kubernetes/client-node/dist/types.js';
+import type { Clock } from '../core/clock.ts';
+import type { Logger } from '../core/logger.ts';
+import type { IssuanceRole } from '../core/store.ts';
+import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
+
+export interface LeaseElectorOptions {
+  connection: KubeConnection;
+  /** The Lease's name: one per group. */
+  name: string;
+  identity: string;
+  clock: Clock;
+  logger: Logger;
+  leaseDurationMs: number;
+  /** How often the holder renews (client-go's default ratio: a third of the duration). */
+  renewEveryMs?: number;
+  /** How often a follower looks at the Lease. */
+  retryEveryMs?: number;
+  onLeadershipChange?: (leader: boolean) => void;
+}
+
+/**
+ * Elects the writer of a group with a coordination.k8s.io/v1 Lease, the client-go way: take it when
+ * it is free or its holder has not renewed for a whole duration *as measured on our own clock* (no
+ * trust in other replicas' clocks); resourceVersion conflicts decide races. Leadership counts only
+ * until the last successful renewal plus the duration: past that, canIssue() is false at once, whether
+ * or not the API server can be reached.
+ */
+export class LeaseElector implements IssuanceRole {
+  readonly identity: string;
+  readonly #o: Required<Omit<LeaseElectorOptions, 'onLeadershipChange'>> & Pick<LeaseElectorOptions, 'onLeadershipChange'>;
+  readonly #api: CoordinationV1Api;
+  readonly #listeners = new Set<() => void>();
+  readonly #abort = new AbortController();
+  #leaderUntil = 0;
+  #observed: { key: string; at: number } | undefined;
+  #wasLeader = false;
+  #done: Promise<void> | undefined;
+  #expiryWatch: AbortController | undefined;
+
+  constructor(options: LeaseElectorOptions) {
+    this.identity = options.identity;
+    this.#o = {
+      renewEveryMs: Math.max(100, Math.floor(options.leaseDurationMs / 3)),
+      retryEveryMs: Math.max(100, Math.floor(options.leaseDurationMs / 3)),
+      ...options,
+    };
+    this.#api = options.connection.config.makeApiClient(CoordinationV1Api);
+  }
+
+  canIssue(): boolean {
+    return this.#o.clock.now() < this.#leaderUntil;
+  }
+
+  get isLeader(): boolean {
+    return this.canIssue();
+  }
+
+  onChange(listener: () => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  start(): void {
+    this.#done ??= this.#run();
+  }
+
+  /** Stops campaigning; a holder releases the Lease so another replica takes over at once. */
+  async stop(): Promise<void> {
+    this.#abort.abort();
+    await this.#done;
+    this.#expiryWatch?.abort();
+    if (this.#leaderUntil > this.#o.clock.now()) {
+      this.#leaderUntil = 0;
+      this.#notify();
+      await this.#release().catch((err: unknown) => this.#o.logger.warn({ err: apiErrorText(err) }, 'could not release the lease'));
+    }
+  }
+
+  async #run(): Promise<void> {
+    const { clock, logger } = this.#o;
+    while (!this.#abort.signal.aborted) {
+      try {
+        await this.#tryAcquireOrRenew();
+      } catch (err) {
+        if (this.#abort.signal.aborted) break;
+        if (apiStatus(err) !== 409) logger.warn({ err: apiErrorText(err) }, 'lease update failed');
+      }
+      this.#notify();
+      const wait = this.canIssue() ? this.#o.renewEveryMs : this.#o.retryEveryMs;
+      await clock.sleep(wait * (0.9 + Math.random() * 0.2), this.#abort.signal).catch(() => {});
+    }
+  }
+
+  async #tryAcquireOrRenew(): Promise<void> {
+    const { connection, name, clock, leaseDurationMs } = this.#o;
+    const namespace = connection.namespace;
+    const startedAt = clock.now();
+    let lease: V1Lease | undefined;
+    try {
+      lease = await this.#api.readNamespacedLease({ name, namespace });
+    } catch (err) {
+      if (apiStatus(err) !== 404) throw err;
+    }
+    if (!lease) {
+      await this.#api.createNamespacedLease({ namespace, body: this.#leaseBody(undefined, startedAt) });
+      this.#won(startedAt);
+      return;
+    }
+    const spec = lease.spec ?? {};
+    const holder = spec.holderIdentity ?? '';
+    // Expiry is judged by how long *we* have seen the same record, never by the holder's timestamps.
+    const key = `${holder}|${spec.renewTime?.toISOString() ?? ''}|${lease.metadata?.resourceVersion ?? ''}`;
+    if (this.#observed?.key !== key) this.#observed = { key, at: clock.now() };
+    const duration = (spec.leaseDurationSeconds ?? leaseDurationMs / 1000) * 1000;
+    const free = holder === '' || clock.now() >= this.#observed.at + duration;
+    if (holder !== this.identity && !free) {
+      this.#leaderUntil = 0;
+      return;
+    }
+    await this.#api.replaceNamespacedLease({ name, namespace, body: this.#leaseBody(lease, startedAt) });
+    this.#won(startedAt);
+  }
+
+  #leaseBody(current: V1Lease | undefined, now: number): V1Lease {
+    const spec = current?.spec ?? {};
+    const takingOver = spec.holderIdentity !== this.identity;
+    return {
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: { name: this.#o.name, namespace: this.#o.connection.namespace, ...(current?.metadata?.resourceVersion ? { resourceVersion: current.metadata.resourceVersion } : {}) },
+      spec: {
+        holderIdentity: this.identity,
+        leaseDurationSeconds: Math.max(1, Math.ceil(this.#o.leaseDurationMs / 1000)),
+        acquireTime: takingOver ? new V1MicroTime(now) : spec.acquireTime ?? new V1MicroTime(now),
+        renewTime: new V1MicroTime(now),
+        leaseTransitions: (spec.leaseTransitions ?? 0) + (takingOver && current ? 1 : 0),
+      },
+    };
+  }
+
+  #won(startedAt: number): void {
+    // Counted from before the request: the API server may have stored it at any moment after.
+    this.#leaderUntil = startedAt + this.#o.leaseDurationMs;
+    // If renewals stop succeeding, the loops must hear that leadership ended the moment it does.
+    this.#expiryWatch?.abort();
+    const watch = new AbortController();
+    this.#expiryWatch = watch;
+    this.#o.clock.sleep(Math.max(0, this.#leaderUntil - this.#o.clock.now()) + 1, watch.signal).then(() => this.#notify(), () => {});
+  }
+
+  async #release(): Promise<void> {
+    const { connection, name } = this.#o;
+    const lease = await this.#api.readNamespacedLease({ name, namespace: connection.namespace });
+    if (lease.spec?.holderIdentity !== this.identity) return;
+    lease.spec.holderIdentity = '';
+    lease.spec.renewTime = undefined;
+    await this.#api.replaceNamespacedLease({ name, namespace: connection.namespace, body: lease });
+  }
+
+  #notify(): void {
+    const leader = this.canIssue();
+    if (leader !== this.#wasLeader) {
+      this.#wasLeader = leader;
+      this.#o.logger.info({ lease: this.#o.name, identity: this.identity }, leader ? 'became the writer' : 'no longer the writer');
+      this.#o.onLeadershipChange?.(leader);
+      for (const listener of this.#listeners) listener();
+    }
+  }
+}

@@ -1,0 +1,75 @@
+// `npm run cluster` / `make cluster`: the test control plane (etcd + kube-apiserver on loopback) in the
+// foreground, for trying certshare by hand. Writes .cluster/kubeconfig (admin) and .cluster/bin/kubectl;
+// Ctrl-C stops everything and removes the data.
+import { chmod, copyFile, mkdir, rm, symlink, writeFile, readFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { startControlPlane, type ControlPlane } from './control-plane.ts';
+
+const root = resolve(import.meta.dirname, '../..');
+const clusterDir = join(root, '.cluster');
+const kubeconfigPath = join(clusterDir, 'kubeconfig');
+const kubectlPath = join(clusterDir, 'bin', 'kubectl');
+
+async function linkKubectl(binDir: string): Promise<void> {
+  await mkdir(join(clusterDir, 'bin'), { recursive: true });
+  await rm(kubectlPath, { force: true });
+  try {
+    await symlink(join(binDir, 'kubectl'), kubectlPath);
+  } catch {
+    await copyFile(join(binDir, 'kubectl'), kubectlPath);
+    await chmod(kubectlPath, 0o755);
+  }
+}
+
+async function main(): Promise<void> {
+  if (process.argv.includes('--help') || process.argv.includes('-h')) {
+    console.log('Usage: npm run cluster   (or make cluster)\n\nStarts etcd + kube-apiserver on 127.0.0.1 until Ctrl-C.\n' +
+      'Env: CERTSHARE_CP_VERBOSE=1 streams their logs; KUBEBUILDER_ASSETS=<dir> uses prebuilt binaries.');
+    return;
+  }
+  const started = performance.now();
+  console.error('cluster: starting etcd + kube-apiserver (the first run builds them from source; slow)');
+  let cp: ControlPlane | undefined;
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    console.error(`\ncluster: ${signal}, stopping`);
+    await cp?.stop();
+    await rm(kubeconfigPath, { force: true }); // its server and CA are gone
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void stop('SIGINT'));
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGHUP', () => void stop('SIGHUP'));
+
+  cp = await startControlPlane({ verbose: process.env['CERTSHARE_CP_VERBOSE'] === '1' });
+  if (stopping) return;
+  await mkdir(clusterDir, { recursive: true });
+  await writeFile(kubeconfigPath, await readFile(cp.adminKubeconfigPath, 'utf8'), { mode: 0o600 });
+  await writeFile(join(clusterDir, 'ca.crt'), cp.caPem);
+  await linkKubectl(cp.binDir);
+  const rss = await cp.rss();
+  const mib = (n?: number) => (n === undefined ? '?' : `${Math.round(n / 1048576)} MiB`);
+
+  console.log(`cluster: ready in ${Math.round(performance.now() - started)} ms
+  server      ${cp.server}   (etcd ${cp.etcdUrl})
+  kubeconfig  .cluster/kubeconfig   (admin: CN=admin, O=system:masters)
+  kubectl     .cluster/bin/kubectl
+  memory      kube-apiserver ${mib(rss.apiserver)}, etcd ${mib(rss.etcd)}
+
+In another shell:
+  export KUBECONFIG="$PWD/.cluster/kubeconfig" PATH="$PWD/.cluster/bin:$PATH"
+  kubectl get ns
+
+No kubelet, scheduler or controller-manager runs: Pods stay Pending, namespaces get no "default"
+ServiceAccount (create ServiceAccounts yourself) and deleted namespaces stay Terminating.
+Ctrl-C stops everything and deletes the data.`);
+  // Stay up until a signal arrives.
+  setInterval(() => {}, 1 << 30);
+}
+
+main().catch((err: unknown) => {
+  console.error(`cluster: ${err instanceof Error ? err.message : String(err)}`);
+  process.exit(1);
+});
