@@ -1,3 +1,4 @@
+import { EventEmitter } from 'node:events';
 import type { FastifyInstance } from 'fastify';
 import { CertManager } from './core/cert-manager.ts';
 import type { Clock } from './core/clock.ts';
@@ -53,6 +54,12 @@ export interface Daemon {
   readonly health: HealthState;
   readonly metrics: Metrics;
   readonly watcher: CertDomainsWatcher;
+  readonly role: IssuanceRole;
+  /**
+   * `filesWritten` {domain, path}: certificate files changed on disk (dir store or --out-dir projection);
+   * `attempt` {domain, result}: a CertPair call ended; `problem` {domain, message}: a loop hit a problem.
+   */
+  readonly events: EventEmitter;
   /** Graceful stop: leave rotation, drain, stop loops and the server. */
   stop(): Promise<void>;
 }
@@ -68,6 +75,14 @@ async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
   return createKubeBackend(ctx);
 }
 
+/** Re-emits loop reports on the daemon's EventEmitter: `attempt` {domain, result}, `problem` {domain, message}. */
+function eventsObserver(events: EventEmitter): LoopObserver {
+  return {
+    attempt: (domain, result) => events.emit('attempt', { domain, result }),
+    problem: (domain, message) => message && events.emit('problem', { domain, message }),
+  };
+}
+
 export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Promise<Daemon> {
   const deps = { clock: input.clock ?? systemClock, logger: input.logger, env: input.env };
   const { clock, logger } = deps;
@@ -81,8 +96,10 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
         onOutcome: (o) => metrics.reloads.inc({ result: o.ok ? 'success' : 'failure' }),
       })
     : undefined;
+  const events = new EventEmitter();
   const filesWritten = (domain: string, path: string): void => {
     logger.info({ domain, path }, 'certificate files written');
+    events.emit('filesWritten', { domain, path });
     void reload?.request(domain);
   };
   const ctx: BackendContext = { config, deps, metrics, health, filesWritten };
@@ -111,7 +128,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     clock,
     renewal: config.renewal,
     backoff: config.backoff,
-    observer: fanOut([health, metrics, ...backend.observers]),
+    observer: fanOut([health, metrics, ...backend.observers, eventsObserver(events)]),
     logger,
     intentTtlMs: config.certTimeoutMs + 30_000,
   });
@@ -154,6 +171,8 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     health,
     metrics,
     watcher,
+    role: backend.role,
+    events,
     stop: () =>
       (stopping ??= (async () => {
         logger.info({}, 'stopping');

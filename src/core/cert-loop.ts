@@ -47,6 +47,7 @@ export class CertLoop {
   #failures = new FailureStreak();
   #storeFailures = new FailureStreak();
   #retryAt = 0;
+  #lastUnusable: string | undefined;
   #wake: AbortController = new AbortController();
 
   constructor(domain: string, deps: CertLoopDeps) {
@@ -99,7 +100,9 @@ export class CertLoop {
     }
 
     if (read.state === 'valid') this.#consider(read.cert);
-    if (read.state === 'unusable') this.#log.warn({ reason: read.reason }, 'stored certificate unusable');
+    const unusable = read.state === 'unusable' ? read.reason : undefined;
+    if (unusable && unusable !== this.#lastUnusable) this.#log.warn({ reason: unusable }, 'stored certificate unusable');
+    this.#lastUnusable = unusable;
     this.#dropIfExpired();
     const now = clock.now();
     const writer = role.canIssue(this.domain);
@@ -151,6 +154,7 @@ export class CertLoop {
         if (signal.aborted) throw err;
         if (isConflict(err)) return 0;
         this.#log.warn({ err: errorMessage(err) }, 'could not record the issuance intent; not issuing');
+        observer.problem(this.domain, `cannot record the issuance intent: ${errorMessage(err)}`);
         return retryDelay({ kind: 'transient', message: '' }, this.#storeFailures.record('transient'), this.#deps.backoff);
       }
       // Leadership may have moved while we wrote: never call CertPair without it.

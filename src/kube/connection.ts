@@ -15,7 +15,8 @@ export interface KubeConnection {
 export async function connectKube(env: NodeJS.ProcessEnv): Promise<KubeConnection> {
   const config = new KubeConfig();
   try {
-    if (env.KUBERNETES_SERVICE_HOST && !env.KUBECONFIG) config.loadFromCluster();
+    if (env.KUBECONFIG) config.loadFromFile(env.KUBECONFIG.split(':')[0]!);
+    else if (env.KUBERNETES_SERVICE_HOST) config.loadFromCluster();
     else config.loadFromDefault();
   } catch (err) {
     throw new CertshareError('CERTSHARE_BAD_CONFIG', `cannot load Kubernetes credentials: ${errorMessage(err)}`, { cause: err });

@@ -6,6 +6,9 @@ import type { Logger } from '../core/logger.ts';
 import type { IssuanceRole } from '../core/store.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 
+/** client-node hands MicroTime back as a string or a Date, depending on the path. */
+const stamp = (time: unknown): string => (time instanceof Date ? time.toISOString() : String(time ?? ''));
+
 export interface LeaseElectorOptions {
   connection: KubeConnection;
   /** The Lease's name: one per group. */
@@ -112,7 +115,7 @@ export class LeaseElector implements IssuanceRole {
     const spec = lease.spec ?? {};
     const holder = spec.holderIdentity ?? '';
     // Expiry is judged by how long *we* have seen the same record, never by the holder's timestamps.
-    const key = `${holder}|${spec.renewTime?.toISOString() ?? ''}|${lease.metadata?.resourceVersion ?? ''}`;
+    const key = `${holder}|${stamp(spec.renewTime)}|${lease.metadata?.resourceVersion ?? ''}`;
     if (this.#observed?.key !== key) this.#observed = { key, at: clock.now() };
     const duration = (spec.leaseDurationSeconds ?? leaseDurationMs / 1000) * 1000;
     const free = holder === '' || clock.now() >= this.#observed.at + duration;

@@ -31,7 +31,7 @@ export class KubeSecretStore implements CertStore {
     this.#onError = options.onError ?? (() => {});
   }
 
-  async load(domain: string): Promise<StoreRead> {
+  async load(domain: string, _signal?: AbortSignal): Promise<StoreRead> {
     try {
       const secret = await this.#conn.core.readNamespacedSecret({ name: domain, namespace: this.#conn.namespace });
       this.#seen.set(domain, secret);
@@ -46,7 +46,7 @@ export class KubeSecretStore implements CertStore {
     }
   }
 
-  save(domain: string, cert: StoredCert): Promise<void> {
+  save(domain: string, cert: StoredCert, _signal?: AbortSignal): Promise<void> {
     // A new certificate ends any intent; a rate limit still in force stays recorded.
     const { retryNotBefore } = this.#lastCoordination(domain);
     return this.#write(domain, { cert, coordination: retryNotBefore !== undefined && retryNotBefore > this.#clock.now() ? { retryNotBefore } : {} });

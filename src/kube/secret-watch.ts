@@ -17,6 +17,8 @@ export interface SecretWatchOptions {
   watchSeconds?: [number, number];
   /** No byte (event or bookmark) for this long means a dead connection. Bookmarks come about every minute. */
   inactivityMs?: number;
+  /** Resume from this version instead of listing first (tests use a stale one to provoke 410 Gone). */
+  initialResourceVersion?: string;
 }
 
 /**
@@ -25,15 +27,20 @@ export interface SecretWatchOptions {
  * backoff after errors. A single named Secret keeps RBAC to resourceNames and traffic near zero at rest.
  */
 export class SecretWatch {
-  readonly #o: Required<SecretWatchOptions>;
+  readonly #o: Required<Omit<SecretWatchOptions, 'initialResourceVersion'>>;
   #resourceVersion: string | undefined;
   #abort = new AbortController();
   #current: AbortController | undefined;
   #done: Promise<void> | undefined;
+  /** Watches started after the first (resumed, relisted or restarted). */
   restarts = 0;
+  /** Relists after 410 Gone. */
+  relists = 0;
 
   constructor(options: SecretWatchOptions) {
-    this.#o = { firstRetryMs: 500, maxRetryMs: 30_000, watchSeconds: [1800, 3600], inactivityMs: 180_000, ...options };
+    const { initialResourceVersion, ...rest } = options;
+    this.#o = { firstRetryMs: 500, maxRetryMs: 30_000, watchSeconds: [1800, 3600], inactivityMs: 180_000, ...rest };
+    this.#resourceVersion = initialResourceVersion;
   }
 
   start(): void {
@@ -53,7 +60,10 @@ export class SecretWatch {
       try {
         if (!this.#resourceVersion) await this.#list();
         const outcome = await this.#watchOnce();
-        if (outcome === 'gone') this.#resourceVersion = undefined;
+        if (outcome === 'gone') {
+          this.#resourceVersion = undefined;
+          this.relists++;
+        }
         failures = 0;
       } catch (err) {
         if (this.#abort.signal.aborted) return;

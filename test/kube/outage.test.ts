@@ -1,0 +1,64 @@
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { useControlPlane } from '../harness/use-control-plane.ts';
+import { KUBE_DOMAIN, exampleNamespace, startReplica, type Replica } from '../support/kube.ts';
+import { tempDir } from '../support/standalone.ts';
+import { nextEvent, onEvent, until } from '../support/wait.ts';
+
+const cp = useControlPlane();
+const heldSerial = (r: Replica): string | undefined => r.daemon.manager.loop(KUBE_DOMAIN)?.current?.info.serial;
+const filesWritten = (r: Replica) => onEvent(r.daemon.events, 'filesWritten');
+
+describe('kube mode when the API server or RBAC says no', () => {
+  let dir: { path: string; remove(): Promise<void> };
+  before(async () => {
+    dir = await tempDir();
+  });
+  after(() => dir.remove());
+
+  it('issues nothing and loses nothing while the API server is down, and catches up after', async () => {
+    const ns = await exampleNamespace(cp());
+    // 12 s certificates: renewal due 6 s after issuance, which falls inside the outage.
+    const writer = await startReplica(cp(), ns, join(dir.path, 'outage'), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 12_000 } });
+    const reader = await startReplica(cp(), ns, join(dir.path, 'outage'), 'proxy-1', { mode: 'ro' });
+    try {
+      await until('shared', () => heldSerial(reader) !== undefined, [filesWritten(reader)], 20_000);
+      const first = heldSerial(writer)!;
+      await cp().stopApiServer();
+      // The writer sleeps until the renewal point; its turn then finds the store unreadable.
+      const problem = await nextEvent<{ message: string }>(writer.daemon.events, 'problem', (p) => /unreadable/.test(p.message), 20_000);
+      assert.match(problem.message, /store kube unreadable/);
+      assert.deepEqual(writer.emulator.stats().issuances, { [KUBE_DOMAIN]: 1 }, 'no issuance while the store cannot be read');
+      assert.equal(writer.emulator.stats().certRequests[KUBE_DOMAIN], 1, 'no CertPair call at all');
+      assert.equal(heldSerial(reader), first, 'the reader keeps its certificate');
+      assert.equal((await fetch(`${reader.daemon.address}/healthz`)).status, 200);
+      await cp().startApiServer();
+      const renewed = await nextEvent<{ serial: string }>(writer.emulator.events, 'issued', () => true, 30_000);
+      await until('reader has the renewal', () => heldSerial(reader) === renewed.serial, [filesWritten(reader)], 30_000);
+      assert.equal(writer.emulator.stats().issuances[KUBE_DOMAIN], 2);
+    } finally {
+      if (!cp().apiServerRunning) await cp().startApiServer();
+      await Promise.all([writer.stop(), reader.stop()]);
+    }
+  });
+
+  it('a replica without write permission gets 403, issues nothing and keeps serving', async () => {
+    const ns = await exampleNamespace(cp());
+    const writer = await startReplica(cp(), ns, join(dir.path, 'rbac'), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 6000 } });
+    // Misconfigured: told to write, but running under the read-only ServiceAccount.
+    const impostor = await startReplica(cp(), ns, join(dir.path, 'rbac'), 'proxy-1', { mode: 'rw', serviceAccount: 'certshare-reader' });
+    try {
+      await until('impostor has the shared certificate', () => heldSerial(impostor) !== undefined, [filesWritten(impostor)], 20_000);
+      await writer.stop(); // nobody renews now; the impostor's turn comes at the renewal point
+      const problem = await nextEvent<{ message: string }>(impostor.daemon.events, 'problem', (p) => /intent/.test(p.message), 20_000);
+      assert.match(problem.message, /Forbidden|403/);
+      assert.deepEqual(impostor.emulator.stats().certRequests, {}, 'no CertPair without a recorded intent');
+      const metrics = await (await fetch(`${impostor.daemon.address}/metrics`)).text();
+      assert.match(metrics, /certshare_store_errors_total\{operation="write"\} [1-9]/);
+      assert.equal(heldSerial(impostor) !== undefined, true);
+    } finally {
+      await Promise.all([writer.stop(), impostor.stop()]);
+    }
+  });
+});

@@ -1,0 +1,155 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createServer, type Server } from 'node:http';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { startEmulator } from '../../src/emulator/server.ts';
+import { useControlPlane } from '../harness/use-control-plane.ts';
+import { KUBE_DOMAIN, GROUP, exampleNamespace, must, startReplica } from '../support/kube.ts';
+import { tempDir } from '../support/standalone.ts';
+
+const cp = useControlPlane();
+const GATE = 'certshare.io/certificates';
+const BIN = fileURLToPath(new URL('../../bin/certshare.js', import.meta.url));
+
+interface Condition {
+  type: string;
+  status: string;
+  reason?: string;
+}
+
+async function createPod(ns: string, name: string): Promise<void> {
+  const pod = {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name },
+    spec: { readinessGates: [{ conditionType: GATE }], containers: [{ name: 'proxy', image: 'nginx' }] },
+  };
+  await must(cp().kubectl(['-n', ns, 'create', '-f', '-'], { input: JSON.stringify(pod) }));
+  // Stand-ins for the kubelet's own conditions, which the gate must leave alone.
+  const res = await cp().adminRequest('PATCH', `/api/v1/namespaces/${ns}/pods/${name}/status`, {
+    headers: { 'content-type': 'application/strategic-merge-patch+json' },
+    body: { status: { conditions: [{ type: 'PodScheduled', status: 'True' }, { type: 'example.com/other', status: 'True' }] } },
+  });
+  assert.equal(res.status, 200, res.body);
+}
+
+/** Resolves with the Pod's conditions once `predicate` holds, following a watch (kubectl get --watch). */
+async function conditionsWhen(ns: string, name: string, predicate: (c: Condition[]) => boolean, timeoutMs = 15_000): Promise<Condition[]> {
+  const child = spawn(join(cp().binDir, 'kubectl'), ['--kubeconfig', cp().adminKubeconfigPath, '-n', ns, 'get', 'pod', name, '--watch', '-o', 'json', '--output-watch-events=false'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const timer = setTimeout(() => child.kill(), timeoutMs);
+  try {
+    let buffer = '';
+    for await (const chunk of child.stdout!) {
+      buffer += String(chunk);
+      // kubectl prints one pretty JSON document per change; a document ends with a "}" line.
+      let end: number;
+      while ((end = buffer.indexOf('\n}\n')) !== -1) {
+        const doc = JSON.parse(buffer.slice(0, end + 2)) as { status?: { conditions?: Condition[] } };
+        buffer = buffer.slice(end + 3);
+        const conditions = doc.status?.conditions ?? [];
+        if (predicate(conditions)) return conditions;
+      }
+    }
+    throw new Error(`Pod ${name} conditions never matched within ${timeoutMs} ms`);
+  } finally {
+    clearTimeout(timer);
+    child.kill();
+  }
+}
+
+const gateStatus = (conditions: Condition[]): string | undefined => conditions.find((c) => c.type === GATE)?.status;
+
+function healthServer(podIPv4: () => string | undefined): Promise<{ url: string; server: Server; calls: number[] }> {
+  const calls: number[] = [];
+  const server = createServer((_req, res) => {
+    calls.push(Date.now());
+    const ip = podIPv4();
+    if (ip) res.setHeader('Pod-IPv4', ip);
+    res.end('ok');
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}/healthz`, server, calls })));
+}
+
+describe("the Pod's own readiness gate", () => {
+  let dir: { path: string; remove(): Promise<void> };
+  before(async () => {
+    dir = await tempDir();
+  });
+  after(() => dir.remove());
+
+  it('turns True once certificates are valid and the Service routes here, leaving other conditions alone', async () => {
+    const ns = await exampleNamespace(cp());
+    await createPod(ns, 'proxy-0');
+    // The Service first answers from another replica, then from this one.
+    let answers = 0;
+    const health = await healthServer(() => (++answers < 3 ? '10.0.0.99' : '10.0.0.10'));
+    const replica = await startReplica(cp(), ns, dir.path, 'proxy-0', {
+      mode: 'rw',
+      flags: ['--readiness-gate', GATE, '--routing-check', health.url],
+      emulator: { domainDelayMs: 1500 },
+    });
+    try {
+      const early = await conditionsWhen(ns, 'proxy-0', (c) => gateStatus(c) !== undefined);
+      assert.equal(gateStatus(early), 'False', 'not ready before the certificate');
+      const ready = await conditionsWhen(ns, 'proxy-0', (c) => gateStatus(c) === 'True');
+      assert.deepEqual(
+        ready.map((c) => c.type).sort(),
+        ['PodScheduled', GATE, 'example.com/other'].sort(),
+        'the kubelet-like conditions survive, and ours appears once',
+      );
+      assert.ok(health.calls.length >= 3, 'routing was verified with several calls');
+    } finally {
+      await replica.stop();
+      health.server.close();
+    }
+  });
+
+  it('turns False when the certificate expires', async () => {
+    const ns = await exampleNamespace(cp());
+    await createPod(ns, 'proxy-1');
+    const writer = await startReplica(cp(), ns, dir.path, 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 4000 } });
+    const reader = await startReplica(cp(), ns, dir.path, 'proxy-1', { mode: 'ro', flags: ['--readiness-gate', GATE] });
+    try {
+      await conditionsWhen(ns, 'proxy-1', (c) => gateStatus(c) === 'True');
+      await writer.stop(); // no more renewals: the reader's certificate runs out
+      const expired = await conditionsWhen(ns, 'proxy-1', (c) => gateStatus(c) === 'False', 10_000);
+      assert.equal(expired.find((c) => c.type === GATE)?.reason, 'CertificateNotValid');
+      assert.equal((await fetch(`${reader.daemon.address}/healthz`)).status, 503);
+    } finally {
+      await reader.stop();
+    }
+  });
+
+  it('on SIGTERM sets the condition False first, then exits 0', async () => {
+    const ns = await exampleNamespace(cp());
+    await createPod(ns, 'proxy-0');
+    const emulator = await startEmulator({ listen: join(dir.path, 'sigterm.sock'), domains: [KUBE_DOMAIN] });
+    const kubeconfig = await cp().kubeconfigFor(ns, 'certshare');
+    const child = spawn(process.execPath, [BIN, 'run', '--store', 'kube', '--mode', 'rw', '--domain', KUBE_DOMAIN, '--group', GROUP, '--localapi', emulator.address, '--listen', '127.0.0.1:0', '--readiness-gate', GATE, '--drain-delay', '300ms'], {
+      env: { PATH: process.env.PATH, KUBECONFIG: kubeconfig, POD_NAME: 'proxy-0', POD_NAMESPACE: ns, POD_IPS: '10.0.0.10' },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    try {
+      const logs: Array<{ msg: string; status?: string }> = [];
+      for await (const line of createInterface(child.stdout!)) {
+        const entry = JSON.parse(line) as { msg: string; status?: string };
+        logs.push(entry);
+        if (entry.msg === 'readiness condition updated' && entry.status === 'True') break;
+      }
+      const exited = once(child, 'exit');
+      child.kill('SIGTERM');
+      const falseSeen = conditionsWhen(ns, 'proxy-0', (c) => gateStatus(c) === 'False');
+      const [code] = await exited;
+      assert.equal(code, 0);
+      const conditions = await falseSeen;
+      assert.equal(conditions.find((c) => c.type === GATE)?.reason, 'Terminating');
+    } finally {
+      child.kill('SIGKILL');
+      await emulator.close();
+    }
+  });
+});

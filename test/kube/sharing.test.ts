@@ -1,0 +1,140 @@
+import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { systemClock } from '../../src/core/clock.ts';
+import { validateCertPair } from '../../src/core/certificate.ts';
+import { CertshareError } from '../../src/core/errors.ts';
+import { silentLogger } from '../../src/core/logger.ts';
+import { connectKube } from '../../src/kube/connection.ts';
+import { KubeSecretStore } from '../../src/kube/secret-store.ts';
+import { SecretWatch } from '../../src/kube/secret-watch.ts';
+import { useControlPlane } from '../harness/use-control-plane.ts';
+import { DAY, makePair } from '../support/certs.ts';
+import { KUBE_DOMAIN, GROUP, exampleNamespace, must, secretSatisfies, startReplica, type Replica, type SecretObject } from '../support/kube.ts';
+import { tempDir } from '../support/standalone.ts';
+import { nextEvent, onEvent, until } from '../support/wait.ts';
+
+const cp = useControlPlane();
+
+async function secretOf(ns: string): Promise<{ type: string; metadata: { labels: Record<string, string>; annotations: Record<string, string>; resourceVersion: string }; data: Record<string, string> } | undefined> {
+  const res = await cp().adminRequest('GET', `/api/v1/namespaces/${ns}/secrets/${KUBE_DOMAIN}`);
+  if (res.status === 404) return undefined;
+  assert.equal(res.status, 200, res.body);
+  return JSON.parse(res.body);
+}
+
+const serialOf = (pem: string): string => new X509Certificate(pem).serialNumber;
+const filesSerial = async (r: Replica): Promise<string | undefined> =>
+  readFile(join(r.outDir, KUBE_DOMAIN, 'tls.crt'), 'utf8').then(serialOf, () => undefined);
+const heldSerial = (r: Replica): string | undefined => r.daemon.manager.loop(KUBE_DOMAIN)?.current?.info.serial;
+const filesWritten = (r: Replica) => onEvent(r.daemon.events, 'filesWritten');
+
+describe('kube mode: one writer shares through a Secret, readers pick renewals up at once', () => {
+  let dir: { path: string; remove(): Promise<void> };
+  before(async () => {
+    dir = await tempDir();
+  });
+  after(() => dir.remove());
+
+  it('issues once, shares to readers, and propagates each renewal to their files within a second', async () => {
+    const ns = await exampleNamespace(cp());
+    // 8 s certificates: renewal due at half, so a renewal every 4 s.
+    const writer = await startReplica(cp(), ns, dir.path, 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 8000 } });
+    const readers = await Promise.all(['proxy-1', 'proxy-2'].map((name) => startReplica(cp(), ns, dir.path, name, { mode: 'ro' })));
+    const all = [writer, ...readers];
+    try {
+      await until('every replica has the certificate on disk', () => all.every((r) => heldSerial(r) !== undefined), all.map(filesWritten), 20_000);
+      const secret = await secretOf(ns);
+      assert.equal(secret?.type, 'kubernetes.io/tls');
+      assert.equal(secret?.metadata.labels['app.kubernetes.io/managed-by'], 'certshare');
+      assert.equal(secret?.metadata.labels['certshare.io/group'], GROUP);
+      const first = heldSerial(writer);
+      for (const r of readers) {
+        assert.equal(heldSerial(r), first);
+        assert.deepEqual(r.emulator.stats().certRequests, {}, 'readers never call CertPair');
+      }
+
+      const delays: number[] = [];
+      for (let i = 0; i < 3; i++) {
+        const issued = await nextEvent<{ serial: string }>(writer.emulator.events, 'issued', () => true, 15_000);
+        const issuedAt = performance.now();
+        await Promise.all(readers.map((r) => until(`${r.name} has renewal ${i + 1}`, () => heldSerial(r) === issued.serial, [filesWritten(r)], 5000)));
+        delays.push(performance.now() - issuedAt);
+      }
+      for (const r of readers) assert.equal(await filesSerial(r), heldSerial(writer));
+      assert.ok(Math.max(...delays) < 1500, `propagation delays ${delays.map(Math.round).join(', ')} ms`);
+      assert.equal(writer.emulator.stats().issuances[KUBE_DOMAIN], 4, 'the first issuance and three renewals, nothing more');
+    } finally {
+      await Promise.all(all.map((r) => r.stop()));
+    }
+  });
+
+  it('writes compare-and-swap: a concurrent change surfaces as a conflict, never a blind overwrite', async () => {
+    const ns = await exampleNamespace(cp());
+    const kubeconfig = await cp().kubeconfigFor(ns, 'certshare');
+    const store = new KubeSecretStore({ connection: await connectKube({ KUBECONFIG: kubeconfig, POD_NAMESPACE: ns }), clock: systemClock, logger: silentLogger, group: GROUP });
+    const signal = new AbortController().signal;
+    const pair = await makePair(KUBE_DOMAIN, Date.now() - DAY, 90 * DAY);
+    const cert = { pair, info: validateCertPair(pair, KUBE_DOMAIN, Date.now()) };
+    assert.equal((await store.load(KUBE_DOMAIN, signal)).state, 'absent');
+    await must(cp().kubectl(['-n', ns, 'create', 'secret', 'generic', KUBE_DOMAIN, '--from-literal=note=someone else']));
+    await assert.rejects(store.save(KUBE_DOMAIN, cert, signal), (err: unknown) => err instanceof CertshareError && err.code === 'CERTSHARE_STORE_CONFLICT');
+    assert.equal((await store.load(KUBE_DOMAIN, signal)).state, 'unusable');
+    await must(cp().kubectl(['-n', ns, 'annotate', 'secret', KUBE_DOMAIN, 'touched=yes']));
+    await assert.rejects(store.save(KUBE_DOMAIN, cert, signal), (err: unknown) => err instanceof CertshareError && err.code === 'CERTSHARE_STORE_CONFLICT');
+    assert.equal((await store.load(KUBE_DOMAIN, signal)).state, 'unusable');
+    await store.save(KUBE_DOMAIN, cert, signal);
+    const secret = await secretOf(ns);
+    assert.equal(secret?.metadata.annotations.touched, 'yes', "other people's annotations are kept");
+    assert.equal((await store.load(KUBE_DOMAIN, signal)).state, 'valid');
+  });
+
+  it('restores a Secret deleted, emptied or filled with garbage, without issuing; readers keep serving', async () => {
+    const ns = await exampleNamespace(cp());
+    const writer = await startReplica(cp(), ns, dir.path, 'proxy-0', { mode: 'rw' });
+    const reader = await startReplica(cp(), ns, dir.path, 'proxy-1', { mode: 'ro' });
+    try {
+      await until('shared', () => heldSerial(reader) !== undefined && heldSerial(writer) !== undefined, [filesWritten(reader), filesWritten(writer)], 20_000);
+      const serial = heldSerial(writer)!;
+      const holdsSerial = (secret: SecretObject | undefined): boolean => {
+        const crt = secret?.data?.['tls.crt'];
+        return !!crt && serialOf(Buffer.from(crt, 'base64').toString()) === serial;
+      };
+      const restored = (what: string) => secretSatisfies(cp(), ns, KUBE_DOMAIN, holdsSerial).catch((err: Error) => {
+        throw new Error(`after ${what}: ${err.message}`);
+      });
+      await must(cp().kubectl(['-n', ns, 'delete', 'secret', KUBE_DOMAIN]));
+      await restored('delete');
+      await must(cp().kubectl(['-n', ns, 'patch', 'secret', KUBE_DOMAIN, '--type=merge', '-p', '{"data":{"tls.crt":"","tls.key":""}}']));
+      await restored('emptying');
+      await must(cp().kubectl(['-n', ns, 'patch', 'secret', KUBE_DOMAIN, '--type=merge', '-p', `{"data":{"tls.crt":"${Buffer.from('garbage').toString('base64')}"}}`]));
+      await restored('garbage');
+      assert.equal(writer.emulator.stats().issuances[KUBE_DOMAIN], 1, 'no new issuance');
+      assert.equal(heldSerial(reader), serial);
+      assert.equal(await filesSerial(reader), serial);
+      assert.equal((await fetch(`${reader.daemon.address}/healthz`)).status, 200);
+    } finally {
+      await Promise.all([writer.stop(), reader.stop()]);
+    }
+  });
+
+  it('relists after 410 Gone and resumes the watch', async () => {
+    const ns = await exampleNamespace(cp());
+    const kubeconfig = await cp().kubeconfigFor(ns, 'certshare-reader');
+    const connection = await connectKube({ KUBECONFIG: kubeconfig, POD_NAMESPACE: ns });
+    let changes = 0;
+    const changed = new (await import('node:events')).EventEmitter();
+    const watch = new SecretWatch({ connection, name: KUBE_DOMAIN, clock: systemClock, logger: silentLogger, onChange: () => (changes++, changed.emit('change')), initialResourceVersion: '1' });
+    watch.start();
+    try {
+      await until('relisted after 410', () => watch.relists >= 1, [onEvent(changed, 'change')], 15_000);
+      const before = changes;
+      await must(cp().kubectl(['-n', ns, 'create', 'secret', 'generic', KUBE_DOMAIN, '--from-literal=a=b']));
+      await until('event after relist', () => changes > before, [onEvent(changed, 'change')], 10_000);
+    } finally {
+      await watch.stop();
+    }
+  });
+});

@@ -1,0 +1,114 @@
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseFlags } from '../../src/cli/flags.ts';
+import { RUN_FLAGS, daemonConfigFrom } from '../../src/cli/run-options.ts';
+import { silentLogger, type Logger } from '../../src/core/logger.ts';
+import { startDaemon, type Daemon } from '../../src/daemon.ts';
+import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/emulator/server.ts';
+import type { ControlPlane } from '../harness/control-plane.ts';
+import { FAST_FLAGS } from './standalone.ts';
+
+/** The example's domain and group: manifests/example restricts RBAC to these names. */
+export const KUBE_DOMAIN = 'proxy.tailnet-0000.ts.net';
+export const GROUP = 'proxy';
+const EXAMPLE = fileURLToPath(new URL('../../manifests/example', import.meta.url));
+
+let counter = 0;
+
+/** A fresh namespace with the example manifests (ServiceAccounts, least-privilege RBAC) applied. */
+export async function exampleNamespace(cp: ControlPlane, prefix = 'cs'): Promise<string> {
+  const ns = `${prefix}-${process.pid}-${++counter}`;
+  await must(cp.kubectl(['create', 'namespace', ns]));
+  await must(cp.kubectl(['apply', '-k', EXAMPLE, '-n', ns]));
+  return ns;
+}
+
+export async function must(result: Promise<{ stdout: string; stderr: string; code: number | null }>): Promise<string> {
+  const r = await result;
+  if (r.code !== 0) throw new Error(`kubectl failed (${r.code}): ${r.stderr.trim()}`);
+  return r.stdout;
+}
+
+export interface Replica {
+  name: string;
+  daemon: Daemon;
+  emulator: Emulator;
+  outDir: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * One replica in-process: its own emulated tailscaled, the daemon in kube mode under the
+ * ServiceAccount's token (RBAC is real), certificates projected into `outDir`.
+ */
+export async function startReplica(
+  cp: ControlPlane,
+  ns: string,
+  dir: string,
+  name: string,
+  options: { mode?: 'rw' | 'ro' | 'auto'; serviceAccount?: string; flags?: string[]; emulator?: EmulatorOptions; env?: NodeJS.ProcessEnv; logger?: Logger } = {},
+): Promise<Replica> {
+  const replicaDir = join(dir, name);
+  await mkdir(replicaDir, { recursive: true });
+  const kubeconfig = await cp.kubeconfigFor(ns, options.serviceAccount ?? 'certshare');
+  const emulator = await startEmulator({ listen: join(replicaDir, 'tailscaled.sock'), domains: [KUBE_DOMAIN], id: name, ...options.emulator });
+  const outDir = join(replicaDir, 'certs');
+  const values = parseFlags(
+    RUN_FLAGS,
+    ['--localapi', emulator.address, '--store', 'kube', '--domain', KUBE_DOMAIN, '--out-dir', outDir, '--group', GROUP, '--mode', options.mode ?? 'rw', ...FAST_FLAGS, ...(options.flags ?? [])],
+    {},
+  );
+  const env = { KUBECONFIG: kubeconfig, POD_NAME: name, POD_NAMESPACE: ns, POD_IPS: '10.0.0.10', ...options.env };
+  const daemon = await startDaemon(daemonConfigFrom(values, env), { logger: options.logger ?? silentLogger, env });
+  return {
+    name,
+    daemon,
+    emulator,
+    outDir,
+    async stop() {
+      await daemon.stop();
+      await emulator.close();
+    },
+  };
+}
+
+export interface SecretObject {
+  type?: string;
+  metadata: { labels?: Record<string, string>; annotations?: Record<string, string>; resourceVersion?: string };
+  data?: Record<string, string>;
+}
+
+/**
+ * Resolves once the Secret satisfies `predicate` (undefined = absent), driven by a watch of it (no
+ * polling); fails after `timeoutMs`.
+ */
+export async function secretSatisfies(cp: ControlPlane, ns: string, name: string, predicate: (s: SecretObject | undefined) => boolean, timeoutMs = 10_000): Promise<void> {
+  const { KubeConfig } = await import('@kubernetes/client-node/dist/config.js');
+  const { Watch } = await import('@kubernetes/client-node/dist/watch.js');
+  const kc = new KubeConfig();
+  kc.loadFromFile(cp.adminKubeconfigPath);
+  const list = await cp.adminRequest('GET', `/api/v1/namespaces/${ns}/secrets?fieldSelector=metadata.name%3D${encodeURIComponent(name)}`);
+  const parsed = JSON.parse(list.body) as { items: SecretObject[]; metadata: { resourceVersion: string } };
+  if (predicate(parsed.items[0])) return;
+  await new Promise<void>((resolve, reject) => {
+    let controller: AbortController | undefined;
+    const timer = setTimeout(() => finish(new Error(`Secret ${ns}/${name} did not reach the expected state within ${timeoutMs} ms`)), timeoutMs);
+    function finish(err?: Error): void {
+      clearTimeout(timer);
+      controller?.abort();
+      if (err) reject(err);
+      else resolve();
+    }
+    void new Watch(kc)
+      .watch(
+        `/api/v1/namespaces/${ns}/secrets`,
+        { fieldSelector: `metadata.name=${name}`, resourceVersion: parsed.metadata.resourceVersion },
+        (type, obj: SecretObject) => {
+          if (predicate(type === 'DELETED' ? undefined : obj)) finish();
+        },
+        (err: unknown) => err && finish(err as Error),
+      )
+      .then((c) => (controller = c));
+  });
+}
