@@ -128,9 +128,10 @@ export class CertLoop {
       return at - now;
     }
     if (!writer) {
-      // Readers wait for the writer's update (the store's watch wakes us); the interval is a safety net.
+      // Readers wait for the writer's update: the store's watch wakes them. As a safety net against a
+      // watch that died silently, a reader whose certificate is due looks again every first-retry interval.
       if (!this.#best) observer.problem(this.domain, 'waiting for the writer to store a certificate');
-      return renewal.checkIntervalMs;
+      return this.#best ? Math.min(renewal.checkIntervalMs, this.#deps.backoff.firstRetryMs) : renewal.checkIntervalMs;
     }
     const coordination = read.coordination ?? {};
     if (coordination.retryNotBefore !== undefined && coordination.retryNotBefore > this.#retryAt) {

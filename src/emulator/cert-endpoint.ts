@@ -28,6 +28,8 @@ export interface CertEndpointDeps {
   /** Counts per outcome: an HTTP status, "reset" or "hang". */
   countResponse: (domain: string, outcome: string) => void;
   onFaultApplied: (fault: CertFault, domain: string) => void;
+  /** The serial of the pair a 200 answer carries (the ledger's request lines). */
+  onServed?: (serial: string) => void;
   logger: Logger;
   events: EventEmitter;
 }
@@ -86,6 +88,7 @@ export async function handleCert(req: IncomingMessage, res: ServerResponse, url:
   try {
     const leaf = await deps.issuer.getPair(domain, minValidityMs);
     if (res.destroyed) return;
+    deps.onServed?.(leaf.serial);
     reply(200, format(leaf));
   } catch (err) {
     deps.logger.error({ domain, err: errorMessage(err) }, 'issuance failed');

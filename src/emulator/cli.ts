@@ -25,6 +25,7 @@ Flags:
   --netmap-pad-bytes N      pad each NetMap with peers up to N bytes (big bus lines)
   --tailscaled-version V    version to report (default 1.102.3, or 1.96.4 with resend)
   --ledger FILE             append one JSON line per issuance (several emulators may share it)
+  --ledger-requests         also append one line per cert request (time, min_validity, outcome)
   --fault SPEC              inject a fault at start; repeatable. SPEC is target:kind[:key=value...]
                               cert kinds: rate_limit_429 acme_rate_limit_500 error_500 access_denied_403
                                           slow hang garbage mismatched wrong_domain expired reset
@@ -73,6 +74,7 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
         'netmap-pad-bytes': { type: 'string' },
         'tailscaled-version': { type: 'string' },
         ledger: { type: 'string' },
+        'ledger-requests': { type: 'boolean' },
         fault: { type: 'string', multiple: true },
         id: { type: 'string' },
         'log-level': { type: 'string' },
@@ -121,6 +123,10 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
   if (netmapPadBytes !== undefined) options.netmapPadBytes = netmapPadBytes;
   if (values['tailscaled-version'] !== undefined) options.tailscaledVersion = values['tailscaled-version'];
   if (values.ledger !== undefined) options.ledgerPath = values.ledger;
+  if (values['ledger-requests']) {
+    if (values.ledger === undefined) badFlag('--ledger-requests needs --ledger');
+    options.ledgerRequests = true;
+  }
   if (values.id !== undefined) options.id = values.id;
   return { help: false, options, logLevel };
 }

@@ -6,11 +6,11 @@
 // - no cached pair, or it is expired: issue synchronously.
 // One issuance at a time per domain: callers that need a new pair wait for the one in flight and then
 // decide again, so concurrent requests share it.
-import { appendFile } from 'node:fs/promises';
 import { EventEmitter } from 'node:events';
 import type { Logger } from '../core/logger.ts';
 import { errorMessage } from '../core/errors.ts';
 import { createCertificateAuthority, type CertificateAuthority, type SignedLeaf } from './ca.ts';
+import { appendLedger } from './ledger.ts';
 
 /** Lifetimes below this get notBefore = now instead of now - 1 minute (the usual clock-skew backdating). */
 const TINY_LIFETIME_MS = 3_600_000;
@@ -124,20 +124,11 @@ export class Issuer {
       trigger,
     };
     if (this.#opts.ledgerPath) {
-      const line = JSON.stringify({
-        time: new Date(this.#opts.clock.now()).toISOString(),
-        emulator: this.#opts.id,
-        domain,
-        serial: leaf.serial,
-        notBefore: event.notBefore,
-        notAfter: event.notAfter,
-      });
-      try {
-        // One write per line with O_APPEND: several emulator processes can share the ledger.
-        await appendFile(this.#opts.ledgerPath, line + '\n', { flag: 'a' });
-      } catch (err) {
-        this.#opts.logger.error({ ledger: this.#opts.ledgerPath, err: errorMessage(err) }, 'cannot append to the ledger');
-      }
+      await appendLedger(
+        this.#opts.ledgerPath,
+        { kind: 'issuance', time: new Date(this.#opts.clock.now()).toISOString(), emulator: this.#opts.id, ...event },
+        this.#opts.logger,
+      );
     }
     this.#cache.set(domain, leaf);
     this.#opts.logger.info({ ...event }, 'issued certificate');

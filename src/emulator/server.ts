@@ -12,6 +12,7 @@ import { CONTROL_PREFIX, handleControl } from './control.ts';
 import { describeFault, FaultQueue, normalizeFault, type BusFault, type CertFault, type Fault } from './faults.ts';
 import { sendError, sendJson } from './http-util.ts';
 import { Issuer } from './issuer.ts';
+import { appendLedger, type LedgerRequest } from './ledger.ts';
 import { listenOn, parseListen } from './listen.ts';
 import { makeIdentity, statusJson } from './netmap.ts';
 
@@ -47,6 +48,8 @@ export interface EmulatorOptions {
   clock?: { now(): number };
   /** Append one JSON line per real issuance to this file (shared by several emulators). */
   ledgerPath?: string;
+  /** Also append one `{"kind":"request"}` line per cert request to the ledger (see ledger.ts). Default false. */
+  ledgerRequests?: boolean;
   /** Names this emulator in the ledger, logs and stats. Default emu-<random>. */
   id?: string;
   /** Faults injected at start (objects or "target:kind:key=value" specs). */
@@ -238,6 +241,39 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     events,
   };
 
+  /** A cert request with its ledger line, written once it was answered (or reset, or given up on). */
+  async function handleLedgeredCert(req: IncomingMessage, res: ServerResponse, url: URL, domain: string, ledgerPath: string): Promise<void> {
+    const time = new Date(clock.now()).toISOString();
+    let outcome = 'aborted';
+    let serial: string | undefined;
+    try {
+      await handleCert(req, res, url, {
+        ...certDeps,
+        countResponse: (d: string, o: string) => {
+          outcome = o;
+          certDeps.countResponse(d, o);
+        },
+        onServed: (s: string) => {
+          serial = s;
+        },
+      });
+    } finally {
+      const line: LedgerRequest = {
+        kind: 'request',
+        time,
+        end: new Date(clock.now()).toISOString(),
+        emulator: id,
+        domain,
+        minValidity: url.searchParams.get('min_validity') ?? '',
+        outcome,
+      };
+      const retryAfter = Number(res.getHeader('Retry-After'));
+      if (outcome === '429' && Number.isFinite(retryAfter)) line.retryAfterSeconds = retryAfter;
+      if (outcome === '200' && serial !== undefined) line.serial = serial;
+      await appendLedger(ledgerPath, line, logger);
+    }
+  }
+
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     res.setHeader('Tailscale-Version', version);
     // tailscaled refuses anything a browser could send (DNS rebinding, CSRF).
@@ -255,7 +291,8 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     if (path.startsWith(CERT_PATH_PREFIX)) {
       const domain = safeDecode(path.slice(CERT_PATH_PREFIX.length));
       increment(certRequests, domain);
-      return handleCert(req, res, url, certDeps);
+      if (!options.ledgerPath || !options.ledgerRequests) return handleCert(req, res, url, certDeps);
+      return handleLedgeredCert(req, res, url, domain, options.ledgerPath);
     }
     switch (path) {
       case '/localapi/v0/watch-ipn-bus': {

@@ -78,7 +78,8 @@ export function certSecret(domain: string, base: V1Secret | undefined, meta: Sec
   return {
     apiVersion: 'v1',
     kind: 'Secret',
-    type: 'kubernetes.io/tls',
+    // A Secret someone created with another type keeps it: the type is immutable, the keys are what matter.
+    type: base?.type ?? 'kubernetes.io/tls',
     metadata: { name: domain, namespace: meta.namespace, labels, annotations, ...(resourceVersion ? { resourceVersion } : {}) },
     data,
   };

@@ -39,7 +39,7 @@ export class SecretWatch {
 
   constructor(options: SecretWatchOptions) {
     const { initialResourceVersion, ...rest } = options;
-    this.#o = { firstRetryMs: 500, maxRetryMs: 30_000, watchSeconds: [1800, 3600], inactivityMs: 180_000, ...rest };
+    this.#o = { firstRetryMs: 500, maxRetryMs: 5000, watchSeconds: [1800, 3600], inactivityMs: 180_000, ...rest };
     this.#resourceVersion = initialResourceVersion;
   }
 

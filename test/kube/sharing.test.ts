@@ -99,8 +99,11 @@ describe('kube mode: one writer shares through a Secret, readers pick renewals u
       await until('shared', () => heldSerial(reader) !== undefined && heldSerial(writer) !== undefined, [filesWritten(reader), filesWritten(writer)], 20_000);
       const serial = heldSerial(writer)!;
       const holdsSerial = (secret: SecretObject | undefined): boolean => {
-        const crt = secret?.data?.['tls.crt'];
-        return !!crt && serialOf(Buffer.from(crt, 'base64').toString()) === serial;
+        try {
+          return serialOf(Buffer.from(secret?.data?.['tls.crt'] ?? '', 'base64').toString()) === serial;
+        } catch {
+          return false; // empty or garbage
+        }
       };
       const restored = (what: string) => secretSatisfies(cp(), ns, KUBE_DOMAIN, holdsSerial).catch((err: Error) => {
         throw new Error(`after ${what}: ${err.message}`);
@@ -117,24 +120,6 @@ describe('kube mode: one writer shares through a Secret, readers pick renewals u
       assert.equal((await fetch(`${reader.daemon.address}/healthz`)).status, 200);
     } finally {
       await Promise.all([writer.stop(), reader.stop()]);
-    }
-  });
-
-  it('relists after 410 Gone and resumes the watch', async () => {
-    const ns = await exampleNamespace(cp());
-    const kubeconfig = await cp().kubeconfigFor(ns, 'certshare-reader');
-    const connection = await connectKube({ KUBECONFIG: kubeconfig, POD_NAMESPACE: ns });
-    let changes = 0;
-    const changed = new (await import('node:events')).EventEmitter();
-    const watch = new SecretWatch({ connection, name: KUBE_DOMAIN, clock: systemClock, logger: silentLogger, onChange: () => (changes++, changed.emit('change')), initialResourceVersion: '1' });
-    watch.start();
-    try {
-      await until('relisted after 410', () => watch.relists >= 1, [onEvent(changed, 'change')], 15_000);
-      const before = changes;
-      await must(cp().kubectl(['-n', ns, 'create', 'secret', 'generic', KUBE_DOMAIN, '--from-literal=a=b']));
-      await until('event after relist', () => changes > before, [onEvent(changed, 'change')], 10_000);
-    } finally {
-      await watch.stop();
     }
   });
 });
