@@ -18,7 +18,6 @@ const ATTEMPT_RESULTS: AttemptResult[] = ['success', 'unchanged', 'rate_limited'
 export class Metrics implements LoopObserver {
   readonly registry = new Registry();
   readonly #certs = new Map<string, CertInfo>();
-  readonly #clock: Clock;
   readonly #renewal: RenewalPolicy;
   readonly #expiration: Gauge;
   readonly #renewalAt: Gauge;
@@ -33,7 +32,6 @@ export class Metrics implements LoopObserver {
   readonly writer: Gauge;
 
   constructor(clock: Clock, renewal: RenewalPolicy, options: { defaultMetrics?: boolean } = {}) {
-    this.#clock = clock;
     this.#renewal = renewal;
     const registers = [this.registry];
     const certs = this.#certs;

@@ -3,9 +3,9 @@ import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { DOMAIN, emulatorIn, tempDir } from '../support/standalone.ts';
+import { DOMAIN, emulatorIn, useTempDir } from '../support/standalone.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/certshare.js', import.meta.url));
 
@@ -47,16 +47,12 @@ describe('certshare command line', () => {
   });
 
   describe('a running daemon', () => {
-    let dir: { path: string; remove(): Promise<void> };
-    before(async () => {
-      dir = await tempDir();
-    });
-    after(() => dir.remove());
+    const dir = useTempDir();
 
     it('turns healthy, then exits 0 promptly on SIGTERM, running the reload command once', async () => {
-      const emulator = await emulatorIn(dir.path);
-      const marker = join(dir.path, 'reloaded');
-      const child = spawn(process.execPath, [BIN, 'run', '--localapi', emulator.address, '--domain', DOMAIN, '--store', `dir:${join(dir.path, 'certs')}`, '--listen', '127.0.0.1:0', '--reload-command', `echo "$CERTSHARE_DOMAINS" >> ${marker}`], {
+      const emulator = await emulatorIn(dir());
+      const marker = join(dir(), 'reloaded');
+      const child = spawn(process.execPath, [BIN, 'run', '--localapi', emulator.address, '--domain', DOMAIN, '--store', `dir:${join(dir(), 'certs')}`, '--listen', '127.0.0.1:0', '--reload-command', `echo "$CERTSHARE_DOMAINS" >> ${marker}`], {
         env: { PATH: process.env.PATH },
         stdio: ['ignore', 'pipe', 'inherit'],
       });

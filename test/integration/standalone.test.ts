@@ -2,11 +2,10 @@ import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
 import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import type { Daemon } from '../../src/daemon.ts';
-import type { Emulator } from '../../src/emulator/server.ts';
-import { DOMAIN, emulatorIn, standaloneDaemon, tempDir } from '../support/standalone.ts';
-import { nextEvent, onEvent, until } from '../support/wait.ts';
+import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
+import { nextEvent, until } from '../support/wait.ts';
 
 const serialOnDisk = async (certDir: string, domain = DOMAIN): Promise<string> =>
   new X509Certificate(await readFile(join(certDir, domain, 'tls.crt'))).serialNumber;
@@ -19,15 +18,11 @@ async function healthz(daemon: Daemon): Promise<Response> {
 }
 
 describe('standalone daemon against the emulator over a unix socket', () => {
-  let dir: { path: string; remove(): Promise<void> };
-  before(async () => {
-    dir = await tempDir();
-  });
-  after(() => dir.remove());
+  const dir = useTempDir();
 
   it('waits for a late domain, issues once, writes files 0600 and turns /healthz to 200 with Pod IP headers', async () => {
-    const certDir = join(dir.path, 'late');
-    const emulator = await emulatorIn(join(dir.path), { listen: join(dir.path, 'late.sock'), domainDelayMs: 700 });
+    const certDir = join(dir(), 'late');
+    const emulator = await emulatorIn(join(dir()), { listen: join(dir(), 'late.sock'), domainDelayMs: 700 });
     const requestBeforeDomain = nextEvent(emulator.events, 'certRequest', () => emulator.certDomains().length === 0, 900).then(
       () => true,
       () => false,
@@ -59,15 +54,15 @@ describe('standalone daemon against the emulator over a unix socket', () => {
   });
 
   it('issues nothing after a restart with a valid stored certificate and a fresh tailscaled', async () => {
-    const certDir = join(dir.path, 'restart');
-    const first = await emulatorIn(dir.path, { listen: join(dir.path, 'r1.sock') });
+    const certDir = join(dir(), 'restart');
+    const first = await emulatorIn(dir(), { listen: join(dir(), 'r1.sock') });
     const daemon1 = await standaloneDaemon(first, certDir);
     await until('first daemon healthy', () => healthy(daemon1), [healthSource(daemon1)]);
     const serial = await serialOnDisk(certDir);
     await daemon1.stop();
     await first.close();
 
-    const fresh = await emulatorIn(dir.path, { listen: join(dir.path, 'r2.sock') });
+    const fresh = await emulatorIn(dir(), { listen: join(dir(), 'r2.sock') });
     const daemon2 = await standaloneDaemon(fresh, certDir);
     try {
       await until('stored certificate loaded', () => daemon2.manager.loop(DOMAIN)?.current !== undefined, [healthSource(daemon2)]);
@@ -82,9 +77,9 @@ describe('standalone daemon against the emulator over a unix socket', () => {
   });
 
   it('survives bus drops and malformed lines, and still sees a domain added afterwards', async () => {
-    const certDir = join(dir.path, 'bus');
+    const certDir = join(dir(), 'bus');
     const second = 'api.tailnet-test.ts.net';
-    const emulator = await emulatorIn(dir.path, { listen: join(dir.path, 'bus.sock'), netmapStyle: 'resend' });
+    const emulator = await emulatorIn(dir(), { listen: join(dir(), 'bus.sock'), netmapStyle: 'resend' });
     const daemon = await standaloneDaemon(emulator, certDir, ['--domain', DOMAIN, '--domain', second]);
     try {
       await until('first domain healthy', () => daemon.health.infoOf(DOMAIN) !== undefined, [healthSource(daemon)]);
@@ -104,8 +99,8 @@ describe('standalone daemon against the emulator over a unix socket', () => {
   });
 
   it('honours Retry-After exactly: no call before it', async () => {
-    const certDir = join(dir.path, 'ratelimit');
-    const emulator = await emulatorIn(dir.path, { listen: join(dir.path, 'rl.sock'), faults: ['cert:rate_limit_429:retry_after=2'] });
+    const certDir = join(dir(), 'ratelimit');
+    const emulator = await emulatorIn(dir(), { listen: join(dir(), 'rl.sock'), faults: ['cert:rate_limit_429:retry_after=2'] });
     const times: number[] = [];
     emulator.events.on('certRequest', () => times.push(performance.now()));
     const daemon = await standaloneDaemon(emulator, certDir);
@@ -122,9 +117,9 @@ describe('standalone daemon against the emulator over a unix socket', () => {
   });
 
   it('rejects garbage and mismatched pairs at renewal and keeps serving the old certificate', async () => {
-    const certDir = join(dir.path, 'garbage');
+    const certDir = join(dir(), 'garbage');
     // 4 s lifetime: renewal due at half (2 s), well before expiry.
-    const emulator = await emulatorIn(dir.path, { listen: join(dir.path, 'g.sock'), certLifetimeMs: 4000 });
+    const emulator = await emulatorIn(dir(), { listen: join(dir(), 'g.sock'), certLifetimeMs: 4000 });
     const daemon = await standaloneDaemon(emulator, certDir);
     try {
       await until('healthy', () => healthy(daemon), [healthSource(daemon)]);
@@ -145,13 +140,13 @@ describe('standalone daemon against the emulator over a unix socket', () => {
   });
 
   it('starts and stops loops as the serve config changes, keeping the last good config on a malformed file', async () => {
-    const certDir = join(dir.path, 'serve');
-    const file = join(dir.path, 'serve.json');
+    const certDir = join(dir(), 'serve');
+    const file = join(dir(), 'serve.json');
     const other = 'db.tailnet-test.ts.net';
     const config = (hosts: string[]) =>
       JSON.stringify({ Services: Object.fromEntries(hosts.map((h, i) => [`svc:s${i}`, { TCP: { '443': { HTTPS: true } }, Web: { [`${h}:443`]: { Handlers: { '/': { Proxy: 'http://127.0.0.1:8080' } } } } }])) });
     await writeFile(file, config([DOMAIN, other]));
-    const emulator = await emulatorIn(dir.path, { listen: join(dir.path, 's.sock'), domains: [DOMAIN, other] });
+    const emulator = await emulatorIn(dir(), { listen: join(dir(), 's.sock'), domains: [DOMAIN, other] });
     const daemon = await standaloneDaemon(emulator, certDir, ['--serve-config', file]);
     try {
       await until('both domains healthy', () => healthy(daemon) && daemon.manager.domains.length === 2, [healthSource(daemon)]);

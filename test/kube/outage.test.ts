@@ -1,27 +1,21 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { KUBE_DOMAIN, exampleNamespace, startReplica, type Replica } from '../support/kube.ts';
-import { tempDir } from '../support/standalone.ts';
-import { nextEvent, onEvent, until } from '../support/wait.ts';
+import { KUBE_DOMAIN, exampleNamespace, filesWritten, heldSerial, startReplica } from '../support/kube.ts';
+import { useTempDir } from '../support/standalone.ts';
+import { nextEvent, until } from '../support/wait.ts';
 
 const cp = useControlPlane();
-const heldSerial = (r: Replica): string | undefined => r.daemon.manager.loop(KUBE_DOMAIN)?.current?.info.serial;
-const filesWritten = (r: Replica) => onEvent(r.daemon.events, 'filesWritten');
 
 describe('kube mode when the API server or RBAC says no', () => {
-  let dir: { path: string; remove(): Promise<void> };
-  before(async () => {
-    dir = await tempDir();
-  });
-  after(() => dir.remove());
+  const dir = useTempDir();
 
   it('issues nothing and loses nothing while the API server is down, and catches up after', async () => {
     const ns = await exampleNamespace(cp());
     // 20 s certificates: renewal due 10 s after issuance, which falls inside the outage.
-    const writer = await startReplica(cp(), ns, join(dir.path, 'outage'), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 20_000 } });
-    const reader = await startReplica(cp(), ns, join(dir.path, 'outage'), 'proxy-1', { mode: 'ro' });
+    const writer = await startReplica(cp(), ns, join(dir(), 'outage'), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 20_000 } });
+    const reader = await startReplica(cp(), ns, join(dir(), 'outage'), 'proxy-1', { mode: 'ro' });
     try {
       await until('shared', () => heldSerial(reader) !== undefined, [filesWritten(reader)], 20_000);
       const first = heldSerial(writer)!;
@@ -50,9 +44,9 @@ describe('kube mode when the API server or RBAC says no', () => {
 
   it('a replica without write permission gets 403, issues nothing and keeps serving', async () => {
     const ns = await exampleNamespace(cp());
-    const writer = await startReplica(cp(), ns, join(dir.path, 'rbac'), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 6000 } });
+    const writer = await startReplica(cp(), ns, join(dir(), 'rbac'), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 6000 } });
     // Misconfigured: told to write, but running under the read-only ServiceAccount.
-    const impostor = await startReplica(cp(), ns, join(dir.path, 'rbac'), 'proxy-1', { mode: 'rw', serviceAccount: 'certshare-reader' });
+    const impostor = await startReplica(cp(), ns, join(dir(), 'rbac'), 'proxy-1', { mode: 'rw', serviceAccount: 'certshare-reader' });
     try {
       await until('impostor has the shared certificate', () => heldSerial(impostor) !== undefined, [filesWritten(impostor)], 20_000);
       await writer.stop(); // nobody renews now; the impostor's turn comes at the renewal point

@@ -4,12 +4,12 @@ import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { startEmulator } from '../../src/emulator/server.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { KUBE_DOMAIN, GROUP, exampleNamespace, must, startReplica } from '../support/kube.ts';
-import { tempDir } from '../support/standalone.ts';
+import { useTempDir } from '../support/standalone.ts';
 
 const cp = useControlPlane();
 const GATE = 'certshare.io/certificates';
@@ -75,11 +75,7 @@ function healthServer(podIPv4: () => string | undefined): Promise<{ url: string;
 }
 
 describe("the Pod's own readiness gate", () => {
-  let dir: { path: string; remove(): Promise<void> };
-  before(async () => {
-    dir = await tempDir();
-  });
-  after(() => dir.remove());
+  const dir = useTempDir();
 
   it('turns True once certificates are valid and the Service routes here, leaving other conditions alone', async () => {
     const ns = await exampleNamespace(cp());
@@ -87,7 +83,7 @@ describe("the Pod's own readiness gate", () => {
     // The Service first answers from another replica, then from this one.
     let answers = 0;
     const health = await healthServer(() => (++answers < 3 ? '10.0.0.99' : '10.0.0.10'));
-    const replica = await startReplica(cp(), ns, dir.path, 'proxy-0', {
+    const replica = await startReplica(cp(), ns, dir(), 'proxy-0', {
       mode: 'rw',
       flags: ['--readiness-gate', GATE, '--routing-check', health.url],
       emulator: { domainDelayMs: 1500 },
@@ -111,8 +107,8 @@ describe("the Pod's own readiness gate", () => {
   it('turns False when the certificate expires', async () => {
     const ns = await exampleNamespace(cp());
     await createPod(ns, 'proxy-1');
-    const writer = await startReplica(cp(), ns, dir.path, 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 4000 } });
-    const reader = await startReplica(cp(), ns, dir.path, 'proxy-1', { mode: 'ro', flags: ['--readiness-gate', GATE] });
+    const writer = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 4000 } });
+    const reader = await startReplica(cp(), ns, dir(), 'proxy-1', { mode: 'ro', flags: ['--readiness-gate', GATE] });
     try {
       await conditionsWhen(ns, 'proxy-1', (c) => gateStatus(c) === 'True');
       await writer.stop(); // no more renewals: the reader's certificate runs out
@@ -127,7 +123,7 @@ describe("the Pod's own readiness gate", () => {
   it('on SIGTERM sets the condition False first, then exits 0', async () => {
     const ns = await exampleNamespace(cp());
     await createPod(ns, 'proxy-0');
-    const emulator = await startEmulator({ listen: join(dir.path, 'sigterm.sock'), domains: [KUBE_DOMAIN] });
+    const emulator = await startEmulator({ listen: join(dir(), 'sigterm.sock'), domains: [KUBE_DOMAIN] });
     const kubeconfig = await cp().kubeconfigFor(ns, 'certshare');
     const child = spawn(process.execPath, [BIN, 'run', '--store', 'kube', '--mode', 'rw', '--domain', KUBE_DOMAIN, '--group', GROUP, '--localapi', emulator.address, '--listen', '127.0.0.1:0', '--readiness-gate', GATE, '--drain-delay', '300ms'], {
       env: { PATH: process.env.PATH, KUBECONFIG: kubeconfig, POD_NAME: 'proxy-0', POD_NAMESPACE: ns, POD_IPS: '10.0.0.10' },

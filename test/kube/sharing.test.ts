@@ -2,19 +2,18 @@ import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { systemClock } from '../../src/core/clock.ts';
 import { validateCertPair } from '../../src/core/certificate.ts';
 import { CertshareError } from '../../src/core/errors.ts';
 import { silentLogger } from '../../src/core/logger.ts';
 import { connectKube } from '../../src/kube/connection.ts';
 import { KubeSecretStore } from '../../src/kube/secret-store.ts';
-import { SecretWatch } from '../../src/kube/secret-watch.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { DAY, makePair } from '../support/certs.ts';
-import { KUBE_DOMAIN, GROUP, exampleNamespace, must, secretSatisfies, startReplica, type Replica, type SecretObject } from '../support/kube.ts';
-import { tempDir } from '../support/standalone.ts';
-import { nextEvent, onEvent, until } from '../support/wait.ts';
+import { KUBE_DOMAIN, GROUP, exampleNamespace, filesWritten, heldSerial, must, secretSatisfies, startReplica, type Replica, type SecretObject } from '../support/kube.ts';
+import { useTempDir } from '../support/standalone.ts';
+import { nextEvent, until } from '../support/wait.ts';
 
 const cp = useControlPlane();
 
@@ -28,21 +27,15 @@ async function secretOf(ns: string): Promise<{ type: string; metadata: { labels:
 const serialOf = (pem: string): string => new X509Certificate(pem).serialNumber;
 const filesSerial = async (r: Replica): Promise<string | undefined> =>
   readFile(join(r.outDir, KUBE_DOMAIN, 'tls.crt'), 'utf8').then(serialOf, () => undefined);
-const heldSerial = (r: Replica): string | undefined => r.daemon.manager.loop(KUBE_DOMAIN)?.current?.info.serial;
-const filesWritten = (r: Replica) => onEvent(r.daemon.events, 'filesWritten');
 
 describe('kube mode: one writer shares through a Secret, readers pick renewals up at once', () => {
-  let dir: { path: string; remove(): Promise<void> };
-  before(async () => {
-    dir = await tempDir();
-  });
-  after(() => dir.remove());
+  const dir = useTempDir();
 
   it('issues once, shares to readers, and propagates each renewal to their files within a second', async () => {
     const ns = await exampleNamespace(cp());
     // 8 s certificates: renewal due at half, so a renewal every 4 s.
-    const writer = await startReplica(cp(), ns, dir.path, 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 8000 } });
-    const readers = await Promise.all(['proxy-1', 'proxy-2'].map((name) => startReplica(cp(), ns, dir.path, name, { mode: 'ro' })));
+    const writer = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 8000 } });
+    const readers = await Promise.all(['proxy-1', 'proxy-2'].map((name) => startReplica(cp(), ns, dir(), name, { mode: 'ro' })));
     const all = [writer, ...readers];
     try {
       await until('every replica has the certificate on disk', () => all.every((r) => heldSerial(r) !== undefined), all.map(filesWritten), 20_000);
@@ -93,8 +86,8 @@ describe('kube mode: one writer shares through a Secret, readers pick renewals u
 
   it('restores a Secret deleted, emptied or filled with garbage, without issuing; readers keep serving', async () => {
     const ns = await exampleNamespace(cp());
-    const writer = await startReplica(cp(), ns, dir.path, 'proxy-0', { mode: 'rw' });
-    const reader = await startReplica(cp(), ns, dir.path, 'proxy-1', { mode: 'ro' });
+    const writer = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw' });
+    const reader = await startReplica(cp(), ns, dir(), 'proxy-1', { mode: 'ro' });
     try {
       await until('shared', () => heldSerial(reader) !== undefined && heldSerial(writer) !== undefined, [filesWritten(reader), filesWritten(writer)], 20_000);
       const serial = heldSerial(writer)!;

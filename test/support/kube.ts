@@ -38,6 +38,15 @@ export interface Replica {
   stop(): Promise<void>;
 }
 
+/** The serial of the certificate a replica holds (and projects), if any. */
+export const heldSerial = (r: Replica): string | undefined => r.daemon.manager.loop(KUBE_DOMAIN)?.current?.info.serial;
+
+/** A `until()` source: the replica wrote certificate files. */
+export const filesWritten = (r: Replica) => (listener: () => void): (() => void) => {
+  r.daemon.events.on('filesWritten', listener);
+  return () => r.daemon.events.off('filesWritten', listener);
+};
+
 /**
  * One replica in-process: its own emulated tailscaled, the daemon in kube mode under the
  * ServiceAccount's token (RBAC is real), certificates projected into `outDir`.

@@ -1,4 +1,5 @@
 import { mkdtemp, rm } from 'node:fs/promises';
+import { after, before } from 'node:test';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseFlags } from '../../src/cli/flags.ts';
@@ -19,6 +20,19 @@ export async function tempDir(prefix = 'certshare-test-'): Promise<{ path: strin
 
 export function emulatorIn(dir: string, options: EmulatorOptions = {}): Promise<Emulator> {
   return startEmulator({ listen: join(dir, 'tailscaled.sock'), domains: [DOMAIN], ...options });
+}
+
+/** A temporary directory for the enclosing describe block, removed after it; call the accessor in tests. */
+export function useTempDir(): () => string {
+  let dir: { path: string; remove(): Promise<void> } | undefined;
+  before(async () => {
+    dir = await tempDir();
+  });
+  after(() => dir?.remove());
+  return () => {
+    if (!dir) throw new Error('useTempDir(): before() hook has not run');
+    return dir.path;
+  };
 }
 
 /** The daemon in-process, configured through the same flag parser as the CLI. */

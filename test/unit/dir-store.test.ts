@@ -1,25 +1,21 @@
 import assert from 'node:assert/strict';
 import { lstat, mkdir, readFile, readdir, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { validateCertPair } from '../../src/core/certificate.ts';
 import { systemClock } from '../../src/core/clock.ts';
 import { CertDirectory } from '../../src/store/cert-directory.ts';
 import { DirStore } from '../../src/store/dir-store.ts';
 import { DAY, makePair } from '../support/certs.ts';
-import { tempDir } from '../support/standalone.ts';
+import { useTempDir } from '../support/standalone.ts';
 
 const domain = 'files.tailnet-1.ts.net';
 
 describe('DirStore and CertDirectory', () => {
-  let dir: { path: string; remove(): Promise<void> };
-  before(async () => {
-    dir = await tempDir();
-  });
-  after(() => dir.remove());
+  const dir = useTempDir();
 
   it('swaps versions atomically through a symlink, key 0600, and reports only real changes', async () => {
-    const root = join(dir.path, 'swap');
+    const root = join(dir(), 'swap');
     const written: string[] = [];
     const store = new DirStore(new CertDirectory(root), systemClock, (d) => written.push(d));
     assert.deepEqual(await store.load(domain), { state: 'absent', coordination: {} });
@@ -41,7 +37,7 @@ describe('DirStore and CertDirectory', () => {
   });
 
   it('reports garbage as unusable and keeps a hand-made directory aside when replacing it', async () => {
-    const root = join(dir.path, 'garbage');
+    const root = join(dir(), 'garbage');
     await mkdir(join(root, domain), { recursive: true });
     await writeFile(join(root, domain, 'tls.crt'), 'garbage');
     await writeFile(join(root, domain, 'tls.key'), 'garbage');
@@ -56,7 +52,7 @@ describe('DirStore and CertDirectory', () => {
   });
 
   it('remembers a rate limit across restarts', async () => {
-    const root = join(dir.path, 'ratelimit');
+    const root = join(dir(), 'ratelimit');
     const until = Date.now() + 3_600_000;
     await new DirStore(new CertDirectory(root), systemClock, () => {}).recordRateLimit(domain, until);
     const read = await new DirStore(new CertDirectory(root), systemClock, () => {}).load(domain);
@@ -64,6 +60,6 @@ describe('DirStore and CertDirectory', () => {
   });
 
   it('refuses names that would escape the directory', async () => {
-    await assert.rejects(new CertDirectory(dir.path).write('../evil', { keyPem: '', certPem: '' }), /unsafe name/);
+    await assert.rejects(new CertDirectory(dir()).write('../evil', { keyPem: '', certPem: '' }), /unsafe name/);
   });
 });
