@@ -79,11 +79,10 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       gate?.start();
     },
     async beforeStop() {
-      // Hand the writer role over first, so a successor renews while we drain.
+      // Out of rotation first; then hand the writer role over, so a successor renews while we drain.
+      await gate?.leaveRotation();
       await elector?.stop();
-      if (!gate) return;
-      await gate.leaveRotation();
-      await clock.sleep(config.drainDelayMs).catch(() => {});
+      if (gate) await clock.sleep(config.drainDelayMs).catch(() => {});
     },
     async stop() {
       await gate?.stop();
