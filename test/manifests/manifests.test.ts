@@ -1,0 +1,427 @@
+// The deployable manifests against a real kube-apiserver (RBAC on): they apply, their RBAC allows exactly
+// what certshare needs, the daemon runs under them with the example's own environment, every
+// CERTSHARE_* variable is a real flag, and the alerts use only metric names the daemon exports.
+import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { request as httpsRequest } from 'node:https';
+import { mkdir, readFile, readdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { loadAll } from 'js-yaml';
+import { envName } from '../../src/cli/flags.ts';
+import { RUN_FLAGS } from '../../src/cli/run-options.ts';
+import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
+import { useControlPlane } from '../harness/use-control-plane.ts';
+import { emulatorIn, standaloneDaemon, tempDir } from '../support/standalone.ts';
+import { until } from '../support/wait.ts';
+
+const REPO = fileURLToPath(new URL('../../', import.meta.url));
+const EXAMPLE = join(REPO, 'manifests/example');
+const DOMAIN = 'proxy.tailnet-0000.ts.net';
+const LEASE = 'certshare-proxy';
+const GATE = 'certshare.io/certificates';
+const PLACEHOLDER = 'example.tailnet-0000.ts.net';
+
+interface EnvVar {
+  name: string;
+  value?: string;
+  valueFrom?: { fieldRef?: { fieldPath: string }; secretKeyRef?: { name: string; key: string } };
+}
+interface Container {
+  name: string;
+  image: string;
+  restartPolicy?: string;
+  env?: EnvVar[];
+  ports?: Array<{ name?: string; containerPort: number }>;
+  readinessProbe?: { httpGet?: { path: string; port: number | string }; tcpSocket?: unknown };
+  livenessProbe?: { httpGet?: unknown; tcpSocket?: { port: number | string } };
+  resources?: { requests?: Record<string, string>; limits?: Record<string, string> };
+  securityContext?: Record<string, unknown>;
+}
+interface PodSpec {
+  serviceAccountName?: string;
+  terminationGracePeriodSeconds?: number;
+  readinessGates?: Array<{ conditionType: string }>;
+  securityContext?: { fsGroup?: number };
+  initContainers?: Container[];
+  containers: Container[];
+}
+interface K8sObject {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string; labels?: Record<string, string> };
+  spec?: Record<string, unknown>;
+  rules?: Array<{ apiGroups: string[]; resources: string[]; resourceNames?: string[]; verbs: string[] }>;
+}
+interface StatefulSet extends K8sObject {
+  spec: { replicas: number; serviceName: string; template: { metadata: { labels: Record<string, string> }; spec: PodSpec } };
+}
+
+async function yamlDocs(path: string): Promise<K8sObject[]> {
+  return (loadAll(await readFile(path, 'utf8')) as Array<K8sObject | null>).filter((d): d is K8sObject => d !== null);
+}
+
+const exampleStatefulSet = async (): Promise<StatefulSet> => (await yamlDocs(join(EXAMPLE, 'statefulset.yaml'))).find((d) => d.kind === 'StatefulSet') as StatefulSet;
+const sidecarOf = (spec: PodSpec): Container => {
+  const sidecar = spec.initContainers?.find((c) => c.name === 'certshare');
+  assert.ok(sidecar, 'certshare init container');
+  return sidecar;
+};
+
+describe('manifests/base', () => {
+  it('leaves the namespace to the user and holds only placeholder names', async () => {
+    const kustomization = (await yamlDocs(join(REPO, 'manifests/base/kustomization.yaml')))[0] as unknown as Record<string, unknown>;
+    assert.equal(kustomization.namespace, undefined, 'no namespace: field (apply with -n)');
+    const rbac = await yamlDocs(join(REPO, 'manifests/base/rbac.yaml'));
+    const names = rbac.flatMap((d) => d.rules ?? []).flatMap((r) => r.resourceNames ?? []);
+    assert.deepEqual([...new Set(names)].sort(), [LEASE, PLACEHOLDER].sort());
+  });
+});
+
+describe('the example StatefulSet environment', () => {
+  it('uses only real flags: every CERTSHARE_* variable is the environment name of a run flag', async () => {
+    const known = new Map(RUN_FLAGS.map((f) => [envName(f.name), f]));
+    const env = sidecarOf((await exampleStatefulSet()).spec.template.spec).env ?? [];
+    const used = env.map((e) => e.name).filter((n) => n.startsWith('CERTSHARE_'));
+    assert.ok(used.length >= 10, `CERTSHARE_* variables: ${used.join(', ')}`);
+    for (const name of used) assert.ok(known.has(name), `${name} is not a flag of "certshare run" (known: ${[...known.keys()].join(', ')})`);
+    const byName = Object.fromEntries(env.map((e) => [e.name, e]));
+    assert.equal(byName.POD_NAME?.valueFrom?.fieldRef?.fieldPath, 'metadata.name');
+    assert.equal(byName.POD_NAMESPACE?.valueFrom?.fieldRef?.fieldPath, 'metadata.namespace');
+    assert.equal(byName.POD_IPS?.valueFrom?.fieldRef?.fieldPath, 'status.podIPs');
+    const expected: Record<string, string> = {
+      CERTSHARE_DOMAIN: DOMAIN,
+      CERTSHARE_MODE: 'auto',
+      CERTSHARE_STORE: 'kube',
+      CERTSHARE_OUT_DIR: '/certs',
+      CERTSHARE_READINESS_GATE: GATE,
+      CERTSHARE_LOCALAPI: '/var/run/tailscale/tailscaled.sock',
+      CERTSHARE_LISTEN: '[::]:9002',
+      CERTSHARE_DRAIN_DELAY: '5s',
+      CERTSHARE_SHUTDOWN_TIMEOUT: '25s',
+    };
+    for (const [name, value] of Object.entries(expected)) assert.equal(byName[name]?.value, value, name);
+  });
+});
+
+describe('manifests/example on a real apiserver', () => {
+  const cp = useControlPlane();
+  const ns = `manifests-${process.pid}`;
+  const sa = (name: string) => `system:serviceaccount:${ns}:${name}`;
+
+  async function kubectl(args: string[], options: { input?: string; kubeconfig?: string } = {}): Promise<{ stdout: string; stderr: string; code: number | null }> {
+    return cp().kubectl(['-n', ns, ...args], options);
+  }
+  async function must(args: string[], options: { input?: string; kubeconfig?: string } = {}): Promise<string> {
+    const r = await kubectl(args, options);
+    assert.equal(r.code, 0, `kubectl ${args.join(' ')}: ${r.stderr}`);
+    return r.stdout;
+  }
+  async function canI(serviceAccount: string, verb: string, resource: string, subresource?: string): Promise<boolean> {
+    const r = await kubectl(['auth', 'can-i', verb, resource, `--as=${sa(serviceAccount)}`, ...(subresource ? [`--subresource=${subresource}`] : [])]);
+    assert.ok(r.code === 0 || r.code === 1, `can-i ${verb} ${resource}: ${r.stderr}`);
+    return r.stdout.trim() === 'yes';
+  }
+  /** A real request under the ServiceAccount's token: 'allowed' (whatever the outcome otherwise) or 'forbidden'. */
+  async function as(kubeconfig: string, args: string[], input?: string): Promise<'allowed' | 'forbidden'> {
+    const r = await kubectl(args, { kubeconfig, ...(input === undefined ? {} : { input }) });
+    if (/forbidden/i.test(r.stderr)) return 'forbidden';
+    assert.ok(r.code === 0 || /NotFound|not found/.test(r.stderr), `kubectl ${args.join(' ')}: unexpected ${r.stderr}`);
+    return 'allowed';
+  }
+  const secretJson = (name: string) =>
+    JSON.stringify({ apiVersion: 'v1', kind: 'Secret', metadata: { name }, type: 'Opaque', data: { probe: Buffer.from('x').toString('base64') } });
+  const leaseJson = (name: string) => JSON.stringify({ apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name }, spec: { holderIdentity: 'test' } });
+
+  let readerKubeconfig: string;
+  let writerKubeconfig: string;
+
+  before(async () => {
+    assert.equal((await cp().kubectl(['create', 'namespace', ns])).code, 0);
+  });
+
+  it('passes a server-side dry run, then applies', async () => {
+    const dry = await kubectl(['apply', '-k', EXAMPLE, '--dry-run=server']);
+    assert.equal(dry.code, 0, dry.stderr);
+    assert.match(dry.stdout, /statefulset\.apps\/proxy created \(server dry run\)/);
+    assert.equal((await kubectl(['get', 'statefulset', 'proxy'])).code, 1, 'a dry run creates nothing');
+    const applied = await must(['apply', '-k', EXAMPLE]);
+    for (const object of ['serviceaccount/certshare ', 'serviceaccount/certshare-reader ', 'role.rbac.authorization.k8s.io/certshare-reader', 'role.rbac.authorization.k8s.io/certshare-writer', 'rolebinding.rbac.authorization.k8s.io/certshare-reader', 'rolebinding.rbac.authorization.k8s.io/certshare-writer', 'statefulset.apps/proxy ', 'service/proxy ', 'service/proxy-health ']) {
+      assert.ok(applied.includes(object), `${object.trim()} applied:\n${applied}`);
+    }
+    readerKubeconfig = await cp().kubeconfigFor(ns, 'certshare-reader');
+    writerKubeconfig = await cp().kubeconfigFor(ns, 'certshare');
+  });
+
+  it('builds manifests/monitoring with kustomize (applying it needs the Prometheus Operator CRDs)', async () => {
+    const built = await cp().kubectl(['kustomize', join(REPO, 'manifests/monitoring')]);
+    assert.equal(built.code, 0, built.stderr);
+    const kinds = (loadAll(built.stdout) as K8sObject[]).map((d) => `${d.apiVersion}/${d.kind}`).sort();
+    assert.deepEqual(kinds, ['monitoring.coreos.com/v1/PodMonitor', 'monitoring.coreos.com/v1/PrometheusRule']);
+  });
+
+  it('stores the StatefulSet with certshare as a native sidecar, its readiness gate, probes and limits', async () => {
+    const sts = JSON.parse(await must(['get', 'statefulset', 'proxy', '-o', 'json'])) as StatefulSet;
+    assert.equal(sts.spec.replicas, 3);
+    assert.equal(sts.spec.serviceName, 'proxy');
+    const pod = sts.spec.template.spec;
+    assert.equal(pod.serviceAccountName, 'certshare');
+    assert.equal(pod.terminationGracePeriodSeconds, 30);
+    assert.deepEqual(pod.readinessGates, [{ conditionType: GATE }]);
+    assert.equal(pod.securityContext?.fsGroup, 65532);
+    const sidecar = sidecarOf(pod);
+    assert.equal(sidecar.restartPolicy, 'Always', 'native sidecar');
+    assert.equal(sidecar.image, 'ghcr.io/certshare/certshare:0.1.0');
+    assert.deepEqual(sidecar.readinessProbe?.httpGet && { path: sidecar.readinessProbe.httpGet.path, port: sidecar.readinessProbe.httpGet.port }, { path: '/healthz', port: 9002 });
+    assert.equal(sidecar.livenessProbe?.httpGet, undefined, 'liveness must not depend on the certificate');
+    assert.equal(sidecar.livenessProbe?.tcpSocket?.port, 9002);
+    assert.deepEqual(sidecar.resources, { requests: { cpu: '10m', memory: '96Mi' }, limits: { memory: '160Mi' } });
+    assert.deepEqual(
+      { ...sidecar.securityContext },
+      {
+        runAsNonRoot: true,
+        runAsUser: 65532,
+        runAsGroup: 65532,
+        readOnlyRootFilesystem: true,
+        allowPrivilegeEscalation: false,
+        capabilities: { drop: ['ALL'] },
+        seccompProfile: { type: 'RuntimeDefault' },
+      },
+    );
+    assert.deepEqual(pod.containers.map((c) => c.name).sort(), ['proxy', 'tailscale']);
+    const services = JSON.parse(await must(['get', 'services', '-o', 'json'])) as { items: Array<{ metadata: { name: string }; spec: { ports: Array<{ port: number }>; publishNotReadyAddresses?: boolean } }> };
+    const ports = Object.fromEntries(services.items.map((s) => [s.metadata.name, s.spec.ports.map((p) => p.port)]));
+    assert.deepEqual(ports, { proxy: [443], 'proxy-health': [9002] });
+    assert.equal(services.items.find((s) => s.metadata.name === 'proxy-health')?.spec.publishNotReadyAddresses, true, 'the routing check reaches Pods that are not Ready yet');
+  });
+
+  it("accepts Pods made from the template (the kubelet-facing validation of the sidecar's spec)", async () => {
+    const sts = JSON.parse(await must(['get', 'statefulset', 'proxy', '-o', 'json'])) as StatefulSet;
+    for (const name of ['proxy-0', 'proxy-1']) {
+      const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name, labels: sts.spec.template.metadata.labels }, spec: { ...sts.spec.template.spec, hostname: name, subdomain: sts.spec.serviceName } };
+      await must(['create', '-f', '-'], { input: JSON.stringify(pod) });
+    }
+  });
+
+  it('the reader account reads the domain Secret and nothing else, and writes no Secret', async () => {
+    assert.equal(await as(readerKubeconfig, ['get', 'secret', DOMAIN]), 'allowed', 'get of the domain Secret (NotFound, not Forbidden)');
+    await must(['create', '-f', '-'], { input: secretJson(DOMAIN) });
+    await must(['create', '-f', '-'], { input: secretJson('other-name') });
+    assert.equal(await as(readerKubeconfig, ['get', 'secret', DOMAIN]), 'allowed');
+    assert.equal(await as(readerKubeconfig, ['get', 'secret', 'other-name']), 'forbidden');
+    assert.equal(await as(readerKubeconfig, ['create', '-f', '-'], secretJson('new-secret')), 'forbidden');
+    const current = await must(['get', 'secret', DOMAIN, '-o', 'json']);
+    assert.equal(await as(readerKubeconfig, ['replace', '-f', '-'], current), 'forbidden', 'update');
+    assert.equal(await as(readerKubeconfig, ['delete', 'secret', DOMAIN]), 'forbidden');
+    assert.equal(await as(readerKubeconfig, ['create', '-f', '-'], leaseJson(LEASE)), 'forbidden', 'no Lease: readers never become the writer');
+    for (const verb of ['get', 'list', 'watch']) assert.equal(await canI('certshare-reader', verb, `secrets/${DOMAIN}`), true, verb);
+    for (const verb of ['create', 'update', 'patch', 'delete']) assert.equal(await canI('certshare-reader', verb, `secrets/${DOMAIN}`), false, verb);
+    assert.equal(await canI('certshare-reader', 'get', 'secrets/other-name'), false);
+    assert.equal(await canI('certshare-reader', 'update', `leases/${LEASE}`), false);
+  });
+
+  it('the certshare account updates the domain Secret and its Lease, and cannot read other Secrets', async () => {
+    const current = await must(['get', 'secret', DOMAIN, '-o', 'json']);
+    assert.equal(await as(writerKubeconfig, ['replace', '-f', '-'], current), 'allowed', 'update of the domain Secret');
+    assert.equal(await as(writerKubeconfig, ['get', 'secret', 'other-name']), 'forbidden');
+    const other = await must(['get', 'secret', 'other-name', '-o', 'json']);
+    assert.equal(await as(writerKubeconfig, ['replace', '-f', '-'], other), 'forbidden', 'update of another Secret');
+    assert.equal(await as(writerKubeconfig, ['delete', 'secret', DOMAIN]), 'forbidden', 'nobody deletes the Secret');
+    // create cannot be restricted by name in Kubernetes (see manifests/base/rbac.yaml)
+    assert.equal(await canI('certshare', 'create', 'secrets'), true);
+    assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], leaseJson(LEASE)), 'allowed', 'create the group Lease');
+    assert.equal(await as(writerKubeconfig, ['get', 'lease', LEASE]), 'allowed');
+    const lease = await must(['get', 'lease', LEASE, '-o', 'json']);
+    assert.equal(await as(writerKubeconfig, ['replace', '-f', '-'], lease), 'allowed', 'update the group Lease');
+    assert.equal(await as(writerKubeconfig, ['get', 'lease', 'certshare-other']), 'forbidden');
+    assert.equal(await canI('certshare', 'delete', `leases/${LEASE}`), false);
+    assert.equal(await canI('certshare', 'patch', `secrets/${DOMAIN}`), false, 'update (compare-and-swap) only');
+    await must(['delete', 'secret', DOMAIN, 'other-name']);
+    await must(['delete', 'lease', LEASE]);
+  });
+
+  it('both accounts list and watch the domain Secret by field selector, never all Secrets', async () => {
+    for (const kubeconfig of [readerKubeconfig, writerKubeconfig]) {
+      assert.equal(await as(kubeconfig, ['get', 'secrets', '--field-selector', `metadata.name=${DOMAIN}`]), 'allowed', 'list by name');
+      const watchPath = `/api/v1/namespaces/${ns}/secrets?fieldSelector=${encodeURIComponent(`metadata.name=${DOMAIN}`)}&watch=true&timeoutSeconds=1`;
+      assert.equal(await as(kubeconfig, ['get', '--raw', watchPath]), 'allowed', 'watch by name');
+      assert.equal(await as(kubeconfig, ['get', 'secrets']), 'forbidden', 'plain list');
+      assert.equal(await as(kubeconfig, ['get', 'secrets', '--field-selector', 'metadata.name=other-name']), 'forbidden', 'list of another name');
+      assert.equal(await as(kubeconfig, ['get', '--raw', `/api/v1/namespaces/${ns}/secrets?watch=true&timeoutSeconds=1`]), 'forbidden', 'plain watch');
+    }
+  });
+
+  /** A raw request under the ServiceAccount's token (kubectl patch would GET pods/status first; the daemon does not). */
+  async function saRequest(kubeconfig: string, method: string, path: string, body: unknown, contentType: string): Promise<number> {
+    const config = (loadAll(await readFile(kubeconfig, 'utf8'))[0]) as { users: Array<{ user: { token: string } }> };
+    return new Promise((resolve, reject) => {
+      const req = httpsRequest(new URL(path, cp().server), { method, ca: cp().caPem, agent: false, headers: { authorization: `Bearer ${config.users[0]!.user.token}`, 'content-type': contentType } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      });
+      req.on('error', reject);
+      req.end(JSON.stringify(body));
+    });
+  }
+
+  it("both accounts patch a Pod's status (the readiness gate) with a strategic merge patch, and nothing else of it", async () => {
+    for (const [kubeconfig, pod] of [[writerKubeconfig, 'proxy-0'], [readerKubeconfig, 'proxy-1']] as const) {
+      const patch = { status: { conditions: [{ type: GATE, status: 'False', reason: 'Test' }] } };
+      assert.equal(await saRequest(kubeconfig, 'PATCH', `/api/v1/namespaces/${ns}/pods/${pod}/status`, patch, 'application/strategic-merge-patch+json'), 200, `${pod} status`);
+      assert.equal(await as(kubeconfig, ['get', 'pod', pod]), 'allowed');
+      assert.equal(await saRequest(kubeconfig, 'PATCH', `/api/v1/namespaces/${ns}/pods/${pod}`, { metadata: { labels: { x: 'y' } } }, 'application/strategic-merge-patch+json'), 403, 'the Pod itself is not writable');
+    }
+  });
+
+  describe("the daemon under these accounts, with the example's environment", () => {
+    let dir: { path: string; remove(): Promise<void> };
+    const children: ChildProcess[] = [];
+    const emulators: Emulator[] = [];
+    before(async () => {
+      dir = await tempDir('certshare-manifests-');
+    });
+    after(async () => {
+      for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+      await Promise.all(emulators.map((e) => e.close()));
+      await dir.remove();
+    });
+
+    /**
+     * `certshare run` as the image runs it (no arguments: all from the environment), with the sidecar's
+     * variables from the manifest; only what points outside this test is replaced: the LocalAPI socket,
+     * the output directory, the listen address, the routing check (no cluster network here).
+     */
+    async function replica(pod: string, ip: string, kubeconfig: string, overrides: Record<string, string> = {}) {
+      const sts = JSON.parse(await must(['get', 'statefulset', 'proxy', '-o', 'json'])) as StatefulSet;
+      const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, KUBECONFIG: kubeconfig };
+      for (const e of sidecarOf(sts.spec.template.spec).env ?? []) {
+        if (e.value !== undefined) env[e.name] = e.value;
+        else if (e.valueFrom?.fieldRef) env[e.name] = { 'metadata.name': pod, 'metadata.namespace': ns, 'status.podIPs': ip }[e.valueFrom.fieldRef.fieldPath];
+      }
+      const emulator = await startEmulator({ listen: join(dir.path, `${pod}.sock`), domains: [DOMAIN], id: pod });
+      emulators.push(emulator);
+      const outDir = join(dir.path, pod, 'certs');
+      await mkdir(outDir, { recursive: true });
+      Object.assign(env, { CERTSHARE_LOCALAPI: emulator.address, CERTSHARE_OUT_DIR: outDir, CERTSHARE_LISTEN: '127.0.0.1:0', CERTSHARE_ROUTING_CHECK: '' }, overrides);
+      const child = spawn(process.execPath, [join(REPO, 'src/cli/main.ts'), 'run'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+      children.push(child);
+      let logs = '';
+      child.stdout!.setEncoding('utf8').on('data', (c: string) => (logs += c));
+      child.stderr!.setEncoding('utf8').on('data', (c: string) => (logs += c));
+      return { pod, child, emulator, outDir, logs: () => logs };
+    }
+
+    it('elects one writer through the Lease, issues once, shares it, and every replica turns its gate True', async () => {
+      // A read-only consumer (e.g. a Deployment of proxies) under the reader account.
+      const sts = JSON.parse(await must(['get', 'statefulset', 'proxy', '-o', 'json'])) as StatefulSet;
+      const consumer = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'consumer-abc12' }, spec: { ...sts.spec.template.spec, serviceAccountName: 'certshare-reader' } };
+      await must(['create', '-f', '-'], { input: JSON.stringify(consumer) });
+      const replicas = [
+        await replica('proxy-0', '10.0.0.10', writerKubeconfig),
+        await replica('proxy-1', '10.0.0.11', writerKubeconfig),
+        await replica('consumer-abc12', '10.0.0.20', readerKubeconfig, { CERTSHARE_MODE: 'ro', CERTSHARE_GROUP: 'proxy' }),
+      ];
+      try {
+        for (const r of replicas) {
+          const wait = await kubectl(['wait', `--for=condition=${GATE}=True`, `pod/${r.pod}`, '--timeout=60s']);
+          assert.equal(wait.code, 0, `${r.pod}: ${wait.stderr}\n${r.logs()}`);
+        }
+        const issued = replicas.reduce((n, r) => n + (r.emulator.stats().issuances[DOMAIN] ?? 0), 0);
+        assert.equal(issued, 1, 'one issuance for the whole group');
+        const lease = JSON.parse(await must(['get', 'lease', LEASE, '-o', 'json'])) as { spec: { holderIdentity: string } };
+        assert.ok(['proxy-0', 'proxy-1'].includes(lease.spec.holderIdentity), `lease held by ${lease.spec.holderIdentity}`);
+        const secret = JSON.parse(await must(['get', 'secret', DOMAIN, '-o', 'json'])) as { type: string; data: Record<string, string> };
+        assert.equal(secret.type, 'kubernetes.io/tls');
+        const serial = new X509Certificate(Buffer.from(secret.data['tls.crt']!, 'base64')).serialNumber;
+        for (const r of replicas) {
+          assert.equal(new X509Certificate(await readFile(join(r.outDir, DOMAIN, 'tls.crt'))).serialNumber, serial, `${r.pod} projects the Secret's certificate`);
+          assert.doesNotMatch(r.logs(), /forbidden|"code":403/i, `${r.pod} never hit RBAC limits`);
+        }
+        assert.deepEqual(replicas[2]!.emulator.stats().certRequests, {}, 'the read-only consumer never asks tailscaled');
+
+        // SIGTERM: out of rotation first (gate False), then exit 0 within the shutdown timeout.
+        const stopped = performance.now();
+        await Promise.all(
+          replicas.map(async (r) => {
+            const exited = once(r.child, 'exit');
+            r.child.kill('SIGTERM');
+            const [code] = (await exited) as [number | null];
+            assert.equal(code, 0, `${r.pod} exit code; logs:\n${r.logs()}`);
+          }),
+        );
+        assert.ok(performance.now() - stopped < 25_000, 'within CERTSHARE_SHUTDOWN_TIMEOUT');
+        for (const r of replicas) {
+          const pod = JSON.parse(await must(['get', 'pod', r.pod, '-o', 'json'])) as { status: { conditions?: Array<{ type: string; status: string }> } };
+          assert.equal(pod.status.conditions?.find((c) => c.type === GATE)?.status, 'False', `${r.pod} left rotation on SIGTERM`);
+        }
+      } finally {
+        for (const r of replicas) if (r.child.exitCode === null) r.child.kill('SIGKILL');
+      }
+    });
+  });
+});
+
+describe('manifests/monitoring', () => {
+  const MONITORING = join(REPO, 'manifests/monitoring');
+
+  async function ruleExpressions(): Promise<Array<{ alert: string; expr: string }>> {
+    const files = (await readdir(MONITORING)).filter((f) => f.endsWith('.yaml') && f !== 'kustomization.yaml');
+    const rules: Array<{ alert: string; expr: string }> = [];
+    for (const file of files) {
+      for (const doc of await yamlDocs(join(MONITORING, file))) {
+        if (doc.kind !== 'PrometheusRule') continue;
+        const groups = (doc.spec as { groups: Array<{ rules: Array<{ alert?: string; record?: string; expr: string }> }> }).groups;
+        for (const rule of groups.flatMap((g) => g.rules)) rules.push({ alert: rule.alert ?? rule.record ?? '?', expr: String(rule.expr) });
+      }
+    }
+    return rules;
+  }
+
+  it('scrapes the port the sidecar declares and labels series with the group label the Pods carry', async () => {
+    const [monitor] = (await yamlDocs(join(MONITORING, 'podmonitor.yaml'))).filter((d) => d.kind === 'PodMonitor');
+    assert.ok(monitor);
+    const endpoints = (monitor.spec as { podMetricsEndpoints: Array<{ port: string; path: string; relabelings?: Array<{ sourceLabels: string[]; targetLabel: string }> }> }).podMetricsEndpoints;
+    const sts = await exampleStatefulSet();
+    const port = sidecarOf(sts.spec.template.spec).ports?.find((p) => p.name === endpoints[0]?.port);
+    assert.equal(port?.containerPort, 9002);
+    assert.equal(endpoints[0]?.path, '/metrics');
+    const relabel = endpoints[0]?.relabelings?.find((r) => r.targetLabel === 'group');
+    const label = Object.keys(sts.spec.template.metadata.labels).find((l) => `__meta_kubernetes_pod_label_${l.replace(/[^a-zA-Z0-9_]/g, '_')}` === relabel?.sourceLabels[0]);
+    assert.equal(label, 'certshare.io/group');
+  });
+
+  it('every metric in the alert expressions is exported by a running daemon, with the labels the rules select on', async () => {
+    const rules = await ruleExpressions();
+    assert.ok(rules.length >= 7, `${rules.length} rules`);
+    const dir = await tempDir();
+    const emulator = await emulatorIn(dir.path);
+    const daemon = await standaloneDaemon(emulator, join(dir.path, 'certs'));
+    try {
+      await until('healthy', () => daemon.health.evaluate(Date.now()).healthy, [(l) => daemon.health.onChange(l)]);
+      const text = await (await fetch(`${daemon.address}/metrics`)).text();
+      const registered = new Set([...text.matchAll(/^# HELP (\S+) /gm)].map((m) => m[1]!));
+      const samples = text.split('\n').filter((l) => l !== '' && !l.startsWith('#'));
+      for (const { alert, expr } of rules) {
+        const names = [...new Set([...expr.matchAll(/\bcertshare_[a-z_]+/g)].map((m) => m[0].replace(/_(bucket|sum|count)$/, '')))];
+        assert.ok(names.length > 0, `${alert} uses certshare metrics`);
+        for (const name of names) {
+          assert.ok(registered.has(name), `${alert}: ${name} is not exported (exported: ${[...registered].filter((n) => n.startsWith('certshare_')).join(', ')})`);
+          // certshare_writer is set only in Kubernetes mode: registered is enough for it.
+          if (name !== 'certshare_writer') assert.ok(samples.some((s) => s.startsWith(`${name}{`) || s.startsWith(`${name} `)), `${alert}: ${name} has samples`);
+        }
+        for (const m of expr.matchAll(/\b(certshare_[a-z_]+)\{([^}]*)\}/g)) {
+          for (const label of [...m[2]!.matchAll(/([a-z_]+)\s*(?:=~|!~|!=|=)/g)].map((l) => l[1]!)) {
+            assert.ok(samples.some((s) => s.startsWith(`${m[1]}{`) && s.includes(`${label}="`)), `${alert}: ${m[1]} has a "${label}" label`);
+          }
+        }
+      }
+    } finally {
+      await daemon.stop();
+      await emulator.close();
+      await dir.remove();
+    }
+  });
+});
