@@ -38,7 +38,7 @@ export const RUN_FLAGS: FlagSpec[] = [
   { name: 'serve-config', placeholder: 'FILE', help: 'A Tailscale ServeConfig JSON file whose HTTPS hosts are the domains; watched for changes.' },
   { name: 'store', placeholder: 'dir:PATH|kube', help: 'Where certificates live: a directory, or one Kubernetes Secret per domain. Default: kube inside a cluster, dir:./certshare-certs outside.' },
   { name: 'listen', placeholder: 'ADDR:PORT', default: '[::]:9002', help: 'Address for GET /healthz and GET /metrics.' },
-  { name: 'reload-command', placeholder: 'CMD', help: 'Shell command run after certificate files changed (e.g. "nginx -s reload"); failures are logged, never fatal.' },
+  { name: 'reload-command', placeholder: 'CMD', help: 'Command run after certificate files changed (e.g. "nginx -s reload"), through /bin/sh where there is one, split on spaces and run directly otherwise (distroless); failures are logged, never fatal.' },
   { name: 'reload-timeout', placeholder: 'DURATION', default: '60s', help: 'Kill the reload command after this long.' },
   { name: 'check-interval', placeholder: 'DURATION', default: '24h', help: 'Longest wait between two looks at a certificate that is not due.' },
   { name: 'renew-fraction', placeholder: 'FRACTION', default: '1/3', help: 'Renew when less than this share of the lifetime remains (half for lifetimes under 10 days).' },

@@ -1,5 +1,14 @@
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import type { Logger } from '../core/logger.ts';
+
+/**
+ * `/bin/sh -c CMD` where there is a shell; in a shell-less image (distroless) the command is split on
+ * white space and run directly, so `kill -HUP 1`-style commands still work there without quoting.
+ */
+export function commandLine(command: string, shellAvailable = existsSync('/bin/sh')): string[] {
+  return shellAvailable ? ['/bin/sh', '-c', command] : command.trim().split(/\s+/);
+}
 
 export interface ReloadOutcome {
   ok: boolean;
@@ -50,7 +59,8 @@ export class ReloadCommand {
   #runOnce(domains: string[]): Promise<ReloadOutcome> {
     const started = Date.now();
     return new Promise((resolve) => {
-      const child = spawn('/bin/sh', ['-c', this.#command], {
+      const [file, ...args] = commandLine(this.#command);
+      const child = spawn(file!, args, {
         stdio: ['ignore', 'inherit', 'inherit'],
         env: { ...process.env, CERTSHARE_DOMAINS: domains.join(',') },
         timeout: this.#timeoutMs,

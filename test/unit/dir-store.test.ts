@@ -63,3 +63,11 @@ describe('DirStore and CertDirectory', () => {
     await assert.rejects(new CertDirectory(dir()).write('../evil', { keyPem: '', certPem: '' }), /unsafe name/);
   });
 });
+
+describe('reload command line', () => {
+  it('uses the shell where there is one and runs the command directly where there is none', async () => {
+    const { commandLine } = await import('../../src/store/reload-command.ts');
+    assert.deepEqual(commandLine('nginx -s reload', true), ['/bin/sh', '-c', 'nginx -s reload']);
+    assert.deepEqual(commandLine(' /usr/sbin/nginx  -s reload ', false), ['/usr/sbin/nginx', '-s', 'reload']);
+  });
+});
