@@ -45,13 +45,21 @@ export class CertManager {
     const loop = new CertLoop(domain, this.#deps);
     const abort = new AbortController();
     const previous = this.#stopping.get(domain) ?? Promise.resolve();
-    const done = previous
-      .then(() => (abort.signal.aborted ? undefined : loop.run(abort.signal)))
-      .catch((err: unknown) => {
-        this.#deps.logger.error({ domain, err: errorMessage(err) }, 'certificate loop crashed');
-      });
+    const done = previous.then(() => this.#runUntilAborted(loop, abort.signal));
     this.#loops.set(domain, { loop, abort, done });
     this.#deps.logger.info({ domain }, 'managing domain');
+  }
+
+  /** A loop that throws (a bug, not a failure it handles) is restarted after the first-retry delay. */
+  async #runUntilAborted(loop: CertLoop, signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      try {
+        await loop.run(signal);
+      } catch (err) {
+        this.#deps.logger.error({ domain: loop.domain, err: errorMessage(err) }, 'certificate loop crashed; restarting it');
+        await this.#deps.clock.sleep(this.#deps.backoff.firstRetryMs, signal).catch(() => {});
+      }
+    }
   }
 
   async #stop(domain: string): Promise<void> {

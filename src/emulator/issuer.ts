@@ -21,6 +21,8 @@ export interface IssuerOptions {
   certLifetimeMs: number;
   clock: { now(): number };
   ledgerPath: string | undefined;
+  /** Ledger lines carry `kind` and `trigger` (the format with request lines); false: the original six fields. */
+  ledgerKinds?: boolean;
   asyncRenewal: boolean;
   logger: Logger;
   events: EventEmitter;
@@ -124,9 +126,11 @@ export class Issuer {
       trigger,
     };
     if (this.#opts.ledgerPath) {
+      const time = new Date(this.#opts.clock.now()).toISOString();
+      const { trigger, ...fields } = event;
       await appendLedger(
         this.#opts.ledgerPath,
-        { kind: 'issuance', time: new Date(this.#opts.clock.now()).toISOString(), emulator: this.#opts.id, ...event },
+        this.#opts.ledgerKinds ? { kind: 'issuance', time, emulator: this.#opts.id, ...fields, trigger } : { time, emulator: this.#opts.id, ...fields },
         this.#opts.logger,
       );
     }

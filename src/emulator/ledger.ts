@@ -1,11 +1,13 @@
 // The shared ledger: one JSON object per line, appended with O_APPEND so several emulator processes
-// can write the same file. Lines carry a `kind`:
+// can write the same file. By default one line per real issuance, exactly as it always was:
+//   {time, emulator, domain, serial, notBefore, notAfter}
+// With --ledger-requests (EmulatorOptions.ledgerRequests) lines carry a `kind`:
 //   {"kind":"issuance", time, emulator, domain, serial, notBefore, notAfter, trigger}  every real issuance
 //   {"kind":"request", time, end, emulator, domain, minValidity, outcome, retryAfterSeconds?, serial?}
-//     every cert request (only with --ledger-requests): `time` is when it arrived, `end` when it was
-//     answered; `outcome` is the HTTP status, "reset" or "hang"; `serial` is the certificate served.
-// Consumers that predate `kind` read issuance lines as before (the fields they used are unchanged),
-// and request lines are opt-in so they never see them unasked.
+//     every cert request: `time` is when it arrived, `end` when it was answered (or given up on);
+//     `outcome` is the HTTP status, "reset", "hang" or "aborted"; `serial` is the certificate served.
+// Old consumers never see the new format unless they ask for it; a reader of the new format treats a
+// line without `kind` as an issuance.
 import { appendFile } from 'node:fs/promises';
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
@@ -35,7 +37,10 @@ export interface LedgerRequest {
   serial?: string;
 }
 
-export type LedgerLine = LedgerIssuance | LedgerRequest;
+/** The original issuance line (no `kind`, no `trigger`). */
+export type LedgerIssuanceV1 = Omit<LedgerIssuance, 'kind' | 'trigger'>;
+
+export type LedgerLine = LedgerIssuance | LedgerRequest | LedgerIssuanceV1;
 
 export async function appendLedger(path: string, line: LedgerLine, logger: Logger): Promise<void> {
   try {

@@ -146,6 +146,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     certLifetimeMs,
     clock,
     ledgerPath: options.ledgerPath,
+    ledgerKinds: options.ledgerRequests ?? false,
     asyncRenewal: options.asyncRenewal ?? true,
     logger,
     events,

@@ -267,3 +267,54 @@ describe('CertLoop coordination between writers', () => {
     assert.equal(h.calls.length, 0);
   });
 });
+
+describe('CertManager', () => {
+  it('restarts a loop that crashed, and never runs two loops for one domain', async () => {
+    const { CertManager } = await import('../../src/core/cert-manager.ts');
+    const { FakeClock } = await import('../support/fake-clock.ts');
+    const clock = new FakeClock();
+    let calls = 0;
+    let inFlight = 0;
+    let maxInFlight = 0;
+    const store = new MemoryStore();
+    const manager = new CertManager({
+      localApi: {
+        certPair: async () => {
+          throw new Error('unreachable in this test');
+        },
+      },
+      store: {
+        kind: 'crashy',
+        async load(d) {
+          inFlight++;
+          maxInFlight = Math.max(maxInFlight, inFlight);
+          try {
+            if (++calls === 1) throw new TypeError('bug');
+            return store.load(d);
+          } finally {
+            inFlight--;
+          }
+        },
+        save: (d, c) => store.save(d, c),
+      },
+      role: staticRole('reader', false),
+      availability: { waitFor: async () => {} },
+      clock,
+      renewal: { renewFraction: 1 / 3, checkIntervalMs: 60 * MIN },
+      backoff: { firstRetryMs: MIN, retryCapMs: 60 * MIN, rateLimitFirstRetryMs: 60 * MIN },
+      observer: fanOut([]),
+      logger: silentLogger,
+      intentTtlMs: MIN,
+    });
+    manager.setDomains([domain]);
+    await clock.waitForSleepers(1);
+    assert.deepEqual(clock.pendingDurations(), [MIN], 'the crashed loop waits the first-retry delay');
+    await clock.advance(MIN);
+    await clock.waitForSleepers(1);
+    assert.equal(calls, 2, 'restarted');
+    manager.setDomains([]);
+    manager.setDomains([domain]);
+    await manager.stop();
+    assert.equal(maxInFlight, 1);
+  });
+});
