@@ -129,9 +129,10 @@ export class CertLoop {
     }
     if (!writer) {
       // Readers wait for the writer's update: the store's watch wakes them. As a safety net against a
-      // watch that died silently, a reader whose certificate is due looks again every first-retry interval.
+      // watch that stalled or died silently, a reader without a certificate that is valid and not due
+      // looks again every first-retry interval.
       if (!this.#best) observer.problem(this.domain, 'waiting for the writer to store a certificate');
-      return this.#best ? Math.min(renewal.checkIntervalMs, this.#deps.backoff.firstRetryMs) : renewal.checkIntervalMs;
+      return Math.min(renewal.checkIntervalMs, this.#deps.backoff.firstRetryMs);
     }
     const coordination = read.coordination ?? {};
     if (coordination.retryNotBefore !== undefined && coordination.retryNotBefore > this.#retryAt) {
