@@ -130,7 +130,8 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     backoff: config.backoff,
     observer: fanOut([health, metrics, ...backend.observers, eventsObserver(events)]),
     logger,
-    intentTtlMs: config.certTimeoutMs + 30_000,
+    // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
+    intentTtlMs: config.certTimeoutMs + Math.min(30_000, config.certTimeoutMs),
   });
 
   let lastHealthy: boolean | undefined;

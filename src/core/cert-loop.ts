@@ -4,7 +4,7 @@ import { isCurrentlyValid, validateCertPair } from './certificate.ts';
 import type { Clock } from './clock.ts';
 import { CertshareError, errorMessage } from './errors.ts';
 import { classifyIssuanceFailure } from './failure.ts';
-import type { LocalApi } from './localapi.ts';
+import { LocalApiError, type LocalApi } from './localapi.ts';
 import type { Logger } from './logger.ts';
 import type { LoopObserver } from './observer.ts';
 import type { RenewalPolicy } from './renewal.ts';
@@ -208,11 +208,13 @@ export class CertLoop {
       const now = clock.now();
       this.#retryAt = now + delay;
       const result = failure.kind === 'rate_limited' ? 'rate_limited' : failure.kind === 'rejected' ? 'rejected' : 'error';
-      if (failure.kind === 'rate_limited' && store.recordRateLimit) {
-        await store.recordRateLimit(this.domain, this.#retryAt, signal).catch((recordErr: unknown) => {
-          this.#log.warn({ err: errorMessage(recordErr) }, 'could not record the rate limit in the store');
-        });
-      }
+      // A timeout or a dropped connection leaves the intent standing: tailscaled may still be issuing.
+      const answered = !(err instanceof LocalApiError) || (err.status !== undefined && !err.timedOut);
+      const update =
+        failure.kind === 'rate_limited' ? store.recordRateLimit?.(this.domain, this.#retryAt, signal) : answered ? store.clearIntent?.(this.domain, signal) : undefined;
+      await update?.catch((updateErr: unknown) => {
+        this.#log.warn({ err: errorMessage(updateErr) }, 'could not update the coordination record in the store');
+      });
       observer.attempt(this.domain, result, failure);
       observer.planned(this.domain, this.#retryAt, delay);
       observer.problem(this.domain, failure.message);

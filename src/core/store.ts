@@ -32,6 +32,8 @@ export interface CertStore {
   save(domain: string, cert: StoredCert, signal: AbortSignal): Promise<void>;
   /** Announces a CertPair call before it is made (compare-and-swap; CERTSHARE_STORE_CONFLICT if raced). */
   recordIntent?(domain: string, holder: string, at: number, signal: AbortSignal): Promise<void>;
+  /** Withdraws this replica's intent after tailscaled answered with an error: others need not wait for it. */
+  clearIntent?(domain: string, signal: AbortSignal): Promise<void>;
   /** Records that no CertPair call may happen before `until`, for every replica and for restarts. */
   recordRateLimit?(domain: string, until: number, signal: AbortSignal): Promise<void>;
   /** Calls `listener` whenever the stored pair may have changed (a reader's wake-up). */

@@ -53,6 +53,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       podName,
       conditionType: config.readinessGate,
       health: ctx.health,
+      ...(projector ? { settled: () => projector.idle() } : {}),
       clock,
       logger: logger.child({ component: 'readiness-gate' }),
       ...(urls.length > 0

@@ -16,6 +16,8 @@ export interface ReadinessGateOptions {
   logger: Logger;
   /** Verifies the Services route to this Pod before the condition turns True; none: skip. */
   routing?: (signal: AbortSignal) => Promise<RoutingVerdict>;
+  /** Resolves when what the proxy serves reflects the certificates (the --out-dir projection written). */
+  settled?: () => Promise<void>;
   firstRetryMs?: number;
   maxRetryMs?: number;
   onPatched?: (status: 'True' | 'False') => void;
@@ -110,6 +112,7 @@ export class ReadinessGate {
       this.#routed = routing !== 'not-routed';
       if (!this.#routed) return { status: 'False', reason: 'NotRouted', message: 'the Service does not route to this Pod yet' };
     }
+    await this.#o.settled?.();
     return { status: 'True', reason: 'CertificatesValid', message: 'every domain has a valid certificate' };
   }
 

@@ -56,6 +56,11 @@ export class KubeSecretStore implements CertStore {
     return this.#write(domain, { coordination: { ...this.#lastCoordination(domain), intent: { holder, at } } });
   }
 
+  clearIntent(domain: string): Promise<void> {
+    const { intent: _withdrawn, ...rest } = this.#lastCoordination(domain);
+    return this.#write(domain, { coordination: rest });
+  }
+
   recordRateLimit(domain: string, until: number): Promise<void> {
     const { intent: _ended, ...rest } = this.#lastCoordination(domain);
     return this.#write(domain, { coordination: { ...rest, retryNotBefore: until } });

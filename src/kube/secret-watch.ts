@@ -32,6 +32,8 @@ export class SecretWatch {
   #abort = new AbortController();
   #current: AbortController | undefined;
   #done: Promise<void> | undefined;
+  /** Consecutive failed watches; any event proves the connection works and resets it. */
+  #failures = 0;
   /** Watches started after the first (resumed, relisted or restarted). */
   restarts = 0;
   /** Relists after 410 Gone. */
@@ -55,7 +57,6 @@ export class SecretWatch {
 
   async #run(): Promise<void> {
     const { clock, logger } = this.#o;
-    let failures = 0;
     while (!this.#abort.signal.aborted) {
       try {
         if (!this.#resourceVersion) await this.#list();
@@ -64,13 +65,13 @@ export class SecretWatch {
           this.#resourceVersion = undefined;
           this.relists++;
         }
-        failures = 0;
+        this.#failures = 0;
       } catch (err) {
         if (this.#abort.signal.aborted) return;
-        failures++;
-        const delay = Math.min(this.#o.maxRetryMs, this.#o.firstRetryMs * 2 ** Math.min(failures - 1, 20));
+        this.#failures++;
+        const delay = Math.min(this.#o.maxRetryMs, this.#o.firstRetryMs * 2 ** Math.min(this.#failures - 1, 20));
         logger.warn({ secret: this.#o.name, err: errorMessage(err), retryInMs: delay }, 'Secret watch failed');
-        // The Secret may have changed while we could not see it: the store re-reads on reconnect.
+        // Resuming from the last resourceVersion replays whatever changed meanwhile (or ends in 410 and a relist).
         await clock.sleep(delay * (0.75 + Math.random() / 2), this.#abort.signal).catch(() => {});
       }
       this.restarts++;
@@ -107,6 +108,7 @@ export class SecretWatch {
               if (object?.code === 410) gone = true;
               return;
             }
+            this.#failures = 0;
             if (object?.metadata?.resourceVersion) this.#resourceVersion = object.metadata.resourceVersion;
             if (type !== 'BOOKMARK') this.#o.onChange();
           },

@@ -31,6 +31,11 @@ export class MemoryStore implements CertStore {
     this.coordination.set(domain, { ...this.coordination.get(domain), intent: { holder, at } });
   }
 
+  async clearIntent(domain: string): Promise<void> {
+    const { intent: _withdrawn, ...rest } = this.coordination.get(domain) ?? {};
+    this.coordination.set(domain, rest);
+  }
+
   async recordRateLimit(domain: string, until: number): Promise<void> {
     this.coordination.set(domain, { ...this.coordination.get(domain), retryNotBefore: until });
   }

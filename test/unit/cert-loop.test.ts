@@ -318,3 +318,20 @@ describe('CertManager', () => {
     assert.equal(maxInFlight, 1);
   });
 });
+
+describe('CertLoop intent after a failure', () => {
+  it('withdraws its intent when tailscaled answered with an error, keeps it after a timeout', async () => {
+    const h = harness();
+    h.responses.push(async () => {
+      throw new LocalApiError('cert', { status: 500, body: 'acme: internal error' });
+    });
+    await h.loop.turn(signal);
+    assert.equal(h.store.coordination.get(domain)?.intent, undefined, 'withdrawn: nobody needs to wait for it');
+    h.clock.t += MIN;
+    h.responses.push(async () => {
+      throw new LocalApiError('cert timed out', { timedOut: true });
+    });
+    await h.loop.turn(signal);
+    assert.equal(h.store.coordination.get(domain)?.intent?.holder, 'writer-0', 'tailscaled may still be issuing');
+  });
+});

@@ -1,0 +1,113 @@
+// The run's result: a human-readable summary and one JSON object (the last stdout line with --json).
+import type { CheckerResult } from './checker.ts';
+import type { ChaosStats } from './schedule.ts';
+
+export interface ChaosReport {
+  minutes: number;
+  seed: number;
+  durationMs: number;
+  windows: number;
+  issuances: number;
+  maxIssuancesPerWindow: number;
+  extraIssuances: number;
+  violations: number;
+  violationDetails: string[];
+  kills: number;
+  sigkills: number;
+  sigterms: number;
+  writerKills: number;
+  restarts: number;
+  apiOutages: number;
+  apiOutageMaxMs: number;
+  proxyEpisodes: Record<string, number>;
+  proxyFaultsApplied: Record<string, number>;
+  emulatorFaults: Record<string, number>;
+  busDrops: number;
+  convergenceP99Ms: number;
+  convergenceP50Ms: number;
+  convergenceMaxMs: number;
+  convergenceSamples: number;
+  convergenceAllP99Ms: number;
+  convergenceAllSamples: number;
+  secretCertificates: number;
+  lostIssuances: number;
+  secretInvalidMs: number;
+  certRequests: number;
+  rateLimitedAnswers: number;
+  unsharedRateLimits: number;
+  unsharedRateLimitDetails: string[];
+  /** SIGTERMs that did not end in exit code 0 (the graceful stop overran --shutdown-timeout). */
+  slowStops: string[];
+  runDir?: string;
+}
+
+export function buildReport(input: {
+  minutes: number;
+  seed: number;
+  durationMs: number;
+  result: CheckerResult;
+  chaos: ChaosStats;
+  proxyApplied: Record<string, number>;
+  extraViolations: string[];
+  slowStops: string[];
+  runDir?: string;
+}): ChaosReport {
+  const { result, chaos } = input;
+  const details = [...input.extraViolations, ...result.violations];
+  return {
+    minutes: input.minutes,
+    seed: input.seed,
+    durationMs: input.durationMs,
+    windows: result.windows.windows,
+    issuances: result.windows.issuances,
+    maxIssuancesPerWindow: result.windows.maxIssuancesPerWindow,
+    extraIssuances: result.windows.extras.length,
+    violations: details.length,
+    violationDetails: details,
+    kills: chaos.kills,
+    sigkills: chaos.sigkills,
+    sigterms: chaos.sigterms,
+    writerKills: chaos.writerKills,
+    restarts: chaos.restarts,
+    apiOutages: chaos.apiOutages,
+    apiOutageMaxMs: Math.max(0, ...chaos.apiOutageMs),
+    proxyEpisodes: chaos.proxyEpisodes,
+    proxyFaultsApplied: input.proxyApplied,
+    emulatorFaults: chaos.emulatorFaults,
+    busDrops: chaos.busDrops,
+    convergenceP99Ms: result.convergence.quietP99Ms,
+    convergenceP50Ms: result.convergence.quietP50Ms,
+    convergenceMaxMs: result.convergence.quietMaxMs,
+    convergenceSamples: result.convergence.quietSamples,
+    convergenceAllP99Ms: result.convergence.allP99Ms,
+    convergenceAllSamples: result.convergence.allSamples,
+    secretCertificates: result.secretCerts,
+    lostIssuances: result.lostIssuances,
+    secretInvalidMs: result.secretInvalidMs,
+    certRequests: result.requests,
+    rateLimitedAnswers: result.rateLimitedAnswers,
+    unsharedRateLimits: result.unsharedRateLimits.length,
+    unsharedRateLimitDetails: result.unsharedRateLimits,
+    slowStops: input.slowStops,
+    ...(input.runDir ? { runDir: input.runDir } : {}),
+  };
+}
+
+export function summary(r: ChaosReport): string {
+  const lines = [
+    `certshare chaos: ${r.minutes} min, seed ${r.seed}, took ${(r.durationMs / 1000).toFixed(0)} s`,
+    `  invariants: ${r.violations === 0 ? 'all held' : `${r.violations} violation(s)`}`,
+    `  1 issuances ${r.issuances} over ${r.windows} renewal windows after the first (max ${r.maxIssuancesPerWindow} per window, ${r.extraIssuances} extra); ${r.lostIssuances} issued but never stored (writer died mid-issuance)`,
+    `  4 convergence in quiet periods: p50 ${r.convergenceP50Ms} ms, p99 ${r.convergenceP99Ms} ms, max ${r.convergenceMaxMs} ms over ${r.convergenceSamples} new certificates (all periods: p99 ${r.convergenceAllP99Ms} ms over ${r.convergenceAllSamples})`,
+    `  6 cert requests ${r.certRequests}, 429 answers ${r.rateLimitedAnswers}, rate limits not shared before the next call ${r.unsharedRateLimits}`,
+    `  chaos: ${r.kills} kills (${r.sigkills} SIGKILL, ${r.sigterms} SIGTERM, ${r.writerKills} of the writer), ${r.restarts} restarts, ${r.apiOutages} API outages (max ${r.apiOutageMaxMs} ms), ${r.busDrops} bus drops`,
+    `  proxy episodes ${JSON.stringify(r.proxyEpisodes)}, applied ${JSON.stringify(r.proxyFaultsApplied)}`,
+    `  emulator faults ${JSON.stringify(r.emulatorFaults)}`,
+    `  the Secret held ${r.secretCertificates} certificates; no valid certificate in it for ${r.secretInvalidMs} ms in total`,
+  ];
+  if (r.violationDetails.length > 0) lines.push('  violations:', ...r.violationDetails.map((v) => `    - ${v}`));
+  if (r.unsharedRateLimitDetails.length > 0) lines.push('  rate limits not shared (reported, not violations):', ...r.unsharedRateLimitDetails.map((v) => `    - ${v}`));
+  if (r.slowStops.length > 0) lines.push('  graceful stops that overran --shutdown-timeout:', ...r.slowStops.map((v) => `    - ${v}`));
+  if (r.runDir) lines.push(`  logs kept in ${r.runDir}`);
+  return lines.join('\n');
+}

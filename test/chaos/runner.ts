@@ -1,0 +1,311 @@
+// The chaos run: a real control plane, the example namespace, three replicas as processes (each with
+// its own emulated tailscaled) behind a fault-injecting proxy, the chaos schedule with quiet periods,
+// and the invariant checker watching everything. Bounded: every phase has a deadline.
+import { createWriteStream } from 'node:fs';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { startControlPlane, type ControlPlane } from '../harness/control-plane.ts';
+import { exampleNamespace, GROUP, KUBE_DOMAIN, must } from '../support/kube.ts';
+import { Checker, GATE } from './checker.ts';
+import { FaultProxy } from './fault-proxy.ts';
+import { AdminWatch, DirWatch, LedgerTail } from './observers.ts';
+import { Replica, type Instance } from './replicas.ts';
+import { buildReport, type ChaosReport } from './report.ts';
+import { Rng } from './rng.ts';
+import { Chaos, DEFAULT_TUNING, type ChaosTuning } from './schedule.ts';
+
+export interface RunOptions {
+  minutes: number;
+  seed: number;
+  /** Event log on stderr too (it always goes to <run dir>/chaos.log). */
+  verbose?: boolean;
+  /** Keep the run directory (logs, ledger) even when every invariant held. */
+  keep?: boolean;
+  tuning?: Partial<ChaosTuning>;
+  /** Progress lines (default: stderr). */
+  progress?: (line: string) => void;
+}
+
+export const REPLICAS = ['proxy-0', 'proxy-1', 'proxy-2'];
+/** Scaled certificate lifetime: under 10 days, so renewal is due at half: a 10 s renewal window. */
+export const CERT_LIFETIME = '20s';
+export const GRACE_MS = 2000;
+/** After a quiet period begins (faults cleared, every replica up), time allowed for the system to settle. */
+export const SETTLE_MS = 5000;
+/**
+ * After the API was unreachable (server stopped, proxy blackout), extra time before the grace starts:
+ * the replicas retry reads with a backoff capped at 8 x --first-retry = 2.4 s.
+ */
+export const RECOVERY_MS = 3000;
+const FINAL_QUIET_MS = 30_000;
+const CHAOS_SEGMENT_MS = 50_000;
+const QUIET_SEGMENT_MS = 20_000;
+
+export const TIMING_FLAGS = [
+  '--lease-duration', '2s',
+  '--first-retry', '300ms',
+  '--retry-cap', '5s',
+  '--rate-limit-retry', '3s',
+  '--check-interval', '1h',
+  '--cert-timeout', '5s',
+  '--drain-delay', '200ms',
+  '--shutdown-timeout', '3s',
+  '--log-level', 'info',
+];
+
+/** Fallback when manifests/example cannot be applied: the same least-privilege rules, inline. */
+function inlineRbac(): string {
+  return JSON.stringify({
+    apiVersion: 'v1',
+    kind: 'List',
+    items: [
+      { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'certshare' } },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'Role',
+        metadata: { name: 'certshare' },
+        rules: [
+          { apiGroups: [''], resources: ['secrets'], resourceNames: [KUBE_DOMAIN], verbs: ['get', 'list', 'watch', 'update'] },
+          { apiGroups: [''], resources: ['secrets'], verbs: ['create'] },
+          { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['create'] },
+          { apiGroups: ['coordination.k8s.io'], resources: ['leases'], resourceNames: [`certshare-${GROUP}`], verbs: ['get', 'update'] },
+          { apiGroups: [''], resources: ['pods'], verbs: ['get'] },
+          { apiGroups: [''], resources: ['pods/status'], verbs: ['patch'] },
+        ],
+      },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'RoleBinding',
+        metadata: { name: 'certshare' },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'certshare' },
+        subjects: [{ kind: 'ServiceAccount', name: 'certshare' }],
+      },
+    ],
+  });
+}
+
+async function namespaceWithRbac(cp: ControlPlane, log: (m: string) => void): Promise<string> {
+  try {
+    return await exampleNamespace(cp, 'chaos');
+  } catch (err) {
+    log(`manifests/example could not be applied (${(err as Error).message.split('\n')[0]}); using inline RBAC`);
+    const ns = `chaos-inline-${process.pid}`;
+    await must(cp.kubectl(['create', 'namespace', ns]));
+    await must(cp.kubectl(['apply', '-n', ns, '-f', '-'], { input: inlineRbac() }));
+    return ns;
+  }
+}
+
+async function createPods(cp: ControlPlane, ns: string): Promise<void> {
+  for (const name of REPLICAS) {
+    const pod = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name, labels: { app: 'proxy' } },
+      spec: { readinessGates: [{ conditionType: GATE }], containers: [{ name: 'proxy', image: 'nginx' }] },
+    };
+    await must(cp.kubectl(['-n', ns, 'create', '-f', '-'], { input: JSON.stringify(pod) }));
+  }
+}
+
+/** The ServiceAccount's token kubeconfig, pointed at the fault proxy and trusting its CA. */
+async function proxiedKubeconfig(cp: ControlPlane, ns: string, proxy: FaultProxy, dir: string): Promise<string> {
+  const original = await readFile(await cp.kubeconfigFor(ns, 'certshare'), 'utf8');
+  const b64 = Buffer.from(proxy.caPem).toString('base64');
+  const text = original
+    .replace(/server: .*/, `server: ${JSON.stringify(proxy.url)}`)
+    .replace(/certificate-authority-data: .*/, `certificate-authority-data: ${JSON.stringify(b64)}`);
+  if (!text.includes(proxy.url)) throw new Error('could not point the kubeconfig at the proxy');
+  const path = join(dir, 'kubeconfig');
+  await writeFile(path, text, { mode: 0o600 });
+  return path;
+}
+
+export async function runChaos(options: RunOptions): Promise<ChaosReport> {
+  const started = Date.now();
+  const totalMs = Math.round(options.minutes * 60_000);
+  const progress = options.progress ?? ((line: string) => process.stderr.write(line + '\n'));
+  const runDir = await mkdtemp(join(tmpdir(), 'certshare-chaos-'));
+  const eventLog = createWriteStream(join(runDir, 'chaos.log'), { flags: 'a' });
+  const log = (message: string): void => {
+    const line = `${new Date().toISOString().slice(11, 23)} ${message}`;
+    eventLog.write(line + '\n');
+    if (options.verbose) process.stderr.write(line + '\n');
+  };
+  const rng = new Rng(options.seed);
+  const tuning: ChaosTuning = { ...DEFAULT_TUNING, ...options.tuning };
+  log(`run dir ${runDir}, seed ${options.seed}, ${options.minutes} min`);
+
+  let cp: ControlPlane | undefined;
+  let proxy: FaultProxy | undefined;
+  const replicas: Replica[] = [];
+  const stoppers: Array<() => unknown> = [];
+  let report: ChaosReport | undefined;
+  try {
+    // A stop is SIGTERM then SIGKILL after 1 s: a graceful kube-apiserver shutdown with clients attached
+    // can take 10 s, too long an outage for 10 s renewal windows.
+    cp = await startControlPlane({ stopGraceMs: 1000 });
+    const ns = await namespaceWithRbac(cp, log);
+    await createPods(cp, ns);
+    proxy = new FaultProxy({ upstream: cp.server, upstreamCaPem: cp.caPem, rng: new Rng(options.seed ^ 0x5eed) });
+    await proxy.start();
+    const kubeconfig = await proxiedKubeconfig(cp, ns, proxy, runDir);
+    const ledger = join(runDir, 'ledger.jsonl');
+    log(`namespace ${ns}, proxy ${proxy.url}, api ${cp.server}`);
+
+    let chaos: Chaos | undefined;
+    // A process that exits without being killed crashed: a violation (and it is restarted). A SIGTERM
+    // handled but not ending in exit code 0 means the graceful stop overran --shutdown-timeout (or was
+    // cut by our 8 s bound): reported.
+    const crashes: string[] = [];
+    const slowStops: string[] = [];
+    const onExit = (r: Replica, inst: Instance): void => {
+      const how = `code ${inst.exit?.code}, signal ${inst.exit?.signal}`;
+      if (inst.killedWith === undefined) {
+        crashes.push(`crash ${new Date(inst.exitedAt!).toISOString().slice(11, 23)} ${r.name} (pid ${inst.pid}) exited by itself (${how}); see ${r.name}/certshare.log`);
+        log(`CRASH ${r.name} pid ${inst.pid} (${how}); restarting in 1 s`);
+        setTimeout(() => {
+          if (!r.running && !r.stopping) r.start();
+        }, 1000).unref();
+      } else if (inst.killedWith === 'SIGTERM' && inst.exit?.signal === 'SIGTERM') {
+        // Still starting: no handler yet, the default action ended it (nothing to drain then).
+        log(`${r.name} pid ${inst.pid} took SIGTERM while starting (${how})`);
+      } else if (inst.killedWith === 'SIGTERM' && inst.exit?.code !== 0) {
+        slowStops.push(`${r.name} (pid ${inst.pid}) after SIGTERM: ${how}`);
+        log(`slow stop: ${r.name} pid ${inst.pid} (${how})`);
+      }
+    };
+    for (const [i, name] of REPLICAS.entries()) {
+      const r = new Replica(
+        { name, namespace: ns, domain: KUBE_DOMAIN, group: GROUP, kubeconfig, ledger, certLifetime: CERT_LIFETIME, podIp: `10.0.0.${10 + i}`, flags: TIMING_FLAGS },
+        runDir,
+        (replica, line) => {
+          chaos?.observeLog(replica, line);
+          if (line.msg === 'became the writer' || line.msg === 'no longer the writer') log(`${replica}: ${line.msg}`);
+        },
+        (inst) => onExit(r, inst),
+      );
+      await r.init();
+      replicas.push(r);
+    }
+    await Promise.all(replicas.map((r) => r.startEmulator()));
+
+    // Quiet periods: [start, end); the checker counts samples from start + SETTLE_MS to end - GRACE_MS.
+    const quietPeriods: Array<[number, number]> = [];
+    const byName = new Map(replicas.map((r) => [r.name, r]));
+    let podWatch: AdminWatch | undefined;
+    const checker = new Checker({
+      domain: KUBE_DOMAIN,
+      graceMs: GRACE_MS,
+      replicaNames: REPLICAS,
+      running: (name) => byName.get(name)?.current,
+      instanceAt: (emulator, t) => {
+        const inst = byName.get(emulator)?.instanceAt(t);
+        return inst ? `${emulator}/${inst.pid}` : undefined;
+      },
+      quietAt: (t) => quietPeriods.some(([s, e]) => t >= s + SETTLE_MS && t < e - GRACE_MS),
+      podsInSync: () => podWatch?.connected ?? false,
+      reachableSince: (now) => {
+        const since = chaos?.reachableSince(now) ?? 0;
+        return since === 0 ? 0 : since + RECOVERY_MS;
+      },
+      verbose: log,
+    });
+
+    const secretWatch = new AdminWatch(
+      cp,
+      `/api/v1/namespaces/${ns}/secrets`,
+      `fieldSelector=${encodeURIComponent(`metadata.name=${KUBE_DOMAIN}`)}`,
+      (type, obj, at) => checker.secret(type === 'DELETED' ? undefined : obj, at),
+      (items, at) => checker.secret(items[0], at),
+    );
+    podWatch = new AdminWatch(
+      cp,
+      `/api/v1/namespaces/${ns}/pods`,
+      'labelSelector=app%3Dproxy',
+      (type, obj, at) => checker.pods(obj.metadata?.name ?? '', type === 'DELETED' ? undefined : obj, at),
+      (items, at) => {
+        for (const obj of items) checker.pods(obj.metadata?.name ?? '', obj, at);
+      },
+    );
+    const dirWatches = replicas.map((r) => new DirWatch(r.outDir, KUBE_DOMAIN, (state) => checker.files(r.name, state)));
+    const ledgerTail = new LedgerTail(ledger, (line) => checker.ledger(line));
+    secretWatch.start();
+    podWatch.start();
+    for (const d of dirWatches) d.start();
+    ledgerTail.start();
+    const ticker = setInterval(() => checker.tick(Date.now()), 100);
+    stoppers.push(() => clearInterval(ticker), () => secretWatch.stop(), () => podWatch?.stop(), () => ledgerTail.stop(), ...dirWatches.map((d) => () => d.stop()));
+
+    chaos = new Chaos({ rng, replicas, proxy, cp, namespace: ns, tuning, log });
+    for (const r of replicas) r.start();
+
+    // Start-up: the first certificate reaches every replica (bounded).
+    const startupDeadline = Date.now() + 90_000;
+    for (;;) {
+      const serial = checker.snapshot().secretSerial;
+      if (serial && dirWatches.every((d) => d.state.cert?.serial === serial)) break;
+      if (Date.now() > startupDeadline) throw new Error('start-up: the first certificate did not reach every replica within 90 s (see the logs in the run dir)');
+      await sleep(100);
+    }
+    log('start-up done: every replica holds the first certificate');
+    const t0 = Date.now();
+    const end = t0 + totalMs;
+    const progressTimer = setInterval(() => {
+      const s = checker.snapshot();
+      progress(`[chaos] ${Math.round((Date.now() - t0) / 1000)}s/${Math.round(totalMs / 1000)}s kills ${chaos!.stats.kills} issuances ${s.issuances} violations ${s.violations}`);
+    }, 20_000);
+    stoppers.push(() => clearInterval(progressTimer));
+
+    // Chaos segments with quiet periods in between, then the final quiet phase.
+    for (;;) {
+      const chaosLeft = end - FINAL_QUIET_MS - Date.now();
+      if (chaosLeft <= 1000) break;
+      const segment = Math.min(CHAOS_SEGMENT_MS, chaosLeft);
+      log(`chaos for ${Math.round(segment / 1000)} s`);
+      await chaos.run(Date.now() + segment);
+      const left = end - FINAL_QUIET_MS - Date.now();
+      if (left < QUIET_SEGMENT_MS + 10_000) continue;
+      await chaos.settle();
+      const qs = Date.now();
+      log(`quiet for ${QUIET_SEGMENT_MS / 1000} s`);
+      const period: [number, number] = [qs, qs + QUIET_SEGMENT_MS];
+      quietPeriods.push(period);
+      await sleep(QUIET_SEGMENT_MS);
+    }
+    await chaos.settle();
+    const finalStart = Date.now();
+    quietPeriods.push([finalStart, Number.POSITIVE_INFINITY]);
+    log(`final quiet phase for ${Math.round(Math.max(FINAL_QUIET_MS, end - finalStart) / 1000)} s`);
+    await sleep(Math.max(FINAL_QUIET_MS, end - finalStart));
+
+    // The end: every replica holds the Secret's certificate (allowing the grace for one in flight).
+    const holdDeadline = Date.now() + GRACE_MS;
+    while (Date.now() < holdDeadline) {
+      const serial = checker.snapshot().secretSerial;
+      if (serial && dirWatches.every((d) => d.state.cert?.serial === serial)) break;
+      await sleep(50);
+    }
+    await ledgerTail.poll();
+    const result = checker.finish(Date.now(), { mustHold: true });
+    const proxyApplied = Object.fromEntries(proxy.applied);
+    report = buildReport({ minutes: options.minutes, seed: options.seed, durationMs: 0, result, chaos: chaos.stats, proxyApplied, extraViolations: crashes, slowStops });
+    log(`done: ${report.violations} violation(s)`);
+    return report;
+  } finally {
+    for (const stop of stoppers) await Promise.resolve(stop()).catch(() => {});
+    await Promise.all(replicas.map((r) => r.stopAll().catch(() => {})));
+    await proxy?.close().catch(() => {});
+    await cp?.stop().catch(() => {});
+    await new Promise<void>((r) => eventLog.end(() => r()));
+    if (report) {
+      report.durationMs = Date.now() - started;
+      if (report.violations === 0 && !options.keep) await rm(runDir, { recursive: true, force: true });
+      else report.runDir = runDir;
+    } else {
+      progress(`[chaos] run failed; logs kept in ${runDir}`);
+    }
+  }
+}
