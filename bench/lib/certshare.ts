@@ -1,0 +1,128 @@
+// The production build of certshare, run as separate processes: `dist/cli/main.js` on the real Node
+// binary (process.execPath). Type stripping of the .ts sources would add tens of MB of RSS that a
+// deployed sidecar does not pay, so the bench measures the compiled JS.
+import { watch, type FSWatcher } from 'node:fs';
+import { mkdir, readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { join, resolve } from 'node:path';
+import { httpRequest } from './http.ts';
+import { cleanEnv, Proc } from './proc.ts';
+
+export const REPO = resolve(import.meta.dirname, '../..');
+export const DIST_MAIN = join(REPO, 'dist/cli/main.js');
+
+/** `npm run build` without npm: tsc -p tsconfig.build.json, so the bench works from a clean clone. Returns ms. */
+export async function buildDist(): Promise<number> {
+  const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
+  const started = performance.now();
+  const proc = new Proc('tsc', [tsc, '-p', join(REPO, 'tsconfig.build.json')], { cwd: REPO, env: cleanEnv() });
+  const timer = setTimeout(() => proc.child.kill('SIGKILL'), 180_000);
+  const exit = await proc.exited;
+  clearTimeout(timer);
+  if (exit.code !== 0) throw new Error(`build failed (tsc -p tsconfig.build.json, code ${exit.code}):\n${proc.tail(40)}`);
+  return performance.now() - started;
+}
+
+export interface EmulatorProc {
+  proc: Proc;
+  socket: string;
+  /** POST /certshare-emulator/v0/domains {"add":[domain]}. */
+  addDomain(domain: string): Promise<void>;
+  stats(): Promise<Record<string, unknown>>;
+}
+
+/** `certshare emulator` on a unix socket in `dir` (like tailscaled). */
+export async function startEmulator(dir: string, name: string, args: string[]): Promise<EmulatorProc> {
+  await mkdir(dir, { recursive: true });
+  const socket = join(dir, `${name}.sock`);
+  const proc = new Proc(`emulator ${name}`, [DIST_MAIN, 'emulator', '--listen', socket, '--id', name, '--log-level', 'info', ...args]);
+  await proc.waitForLog((e) => e.msg === 'emulator listening', 20_000, 'emulator listening');
+  return {
+    proc,
+    socket,
+    async addDomain(domain) {
+      const res = await httpRequest({ socketPath: socket }, 'POST', '/certshare-emulator/v0/domains', { add: [domain] });
+      if (res.status !== 200) throw new Error(`emulator ${name}: add domain: HTTP ${res.status} ${res.body}`);
+    },
+    async stats() {
+      const res = await httpRequest({ socketPath: socket }, 'GET', '/certshare-emulator/v0/stats');
+      return JSON.parse(res.body) as Record<string, unknown>;
+    },
+  };
+}
+
+/** `certshare run ARGS` with a clean environment plus `env` (and Node flags `nodeArgs`); does not wait for anything. */
+export function spawnDaemon(name: string, args: string[], env: Record<string, string> = {}, nodeArgs: string[] = []): Proc {
+  return new Proc(name, [...nodeArgs, DIST_MAIN, 'run', ...args], { env: cleanEnv(env) });
+}
+
+/**
+ * Follows `<root>/<domain>/tls.crt` with fs.watch on `root` (the daemon swaps `<root>/<domain>`, a
+ * symlink, with a rename): records performance.now() each time the file's content changes.
+ */
+export class CertFileWatch {
+  readonly root: string;
+  readonly domain: string;
+  /** Content changes seen, in order. */
+  readonly changes: Array<{ at: number; pem: string }> = [];
+  #watcher: FSWatcher | undefined;
+  #last: string | undefined;
+  #checking = Promise.resolve();
+  readonly #waiters = new Set<() => void>();
+
+  private constructor(root: string, domain: string) {
+    this.root = root;
+    this.domain = domain;
+  }
+
+  /** Creates `root` if needed and starts watching it. */
+  static async start(root: string, domain: string): Promise<CertFileWatch> {
+    await mkdir(root, { recursive: true });
+    const w = new CertFileWatch(root, domain);
+    w.#watcher = watch(root, () => w.#check(performance.now()));
+    w.#last = await w.#read();
+    return w;
+  }
+
+  get current(): string | undefined {
+    return this.#last;
+  }
+
+  #read(): Promise<string | undefined> {
+    return readFile(join(this.root, this.domain, 'tls.crt'), 'utf8').catch(() => undefined);
+  }
+
+  #check(at: number): void {
+    // Serialised so that changes are recorded in order, each with the time of the event that revealed it.
+    this.#checking = this.#checking.then(async () => {
+      const pem = await this.#read();
+      if (pem === undefined || pem === this.#last || !pem.includes('-----END CERTIFICATE-----')) return;
+      this.#last = pem;
+      this.changes.push({ at, pem });
+      for (const w of this.#waiters) w();
+    });
+  }
+
+  /** Resolves with the first recorded change at index >= `from` (default: the next one); rejects after `timeoutMs`. */
+  next(timeoutMs: number, from = this.changes.length): Promise<{ at: number; pem: string }> {
+    return new Promise((resolveNext, reject) => {
+      const done = (): void => {
+        const change = this.changes[from];
+        if (!change) return;
+        clearTimeout(timer);
+        this.#waiters.delete(done);
+        resolveNext(change);
+      };
+      const timer = setTimeout(() => {
+        this.#waiters.delete(done);
+        reject(new Error(`${join(this.root, this.domain)}: no certificate files within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.#waiters.add(done);
+      done();
+    });
+  }
+
+  close(): void {
+    this.#watcher?.close();
+  }
+}

@@ -1,0 +1,69 @@
+import { once } from 'node:events';
+import { request } from 'node:http';
+import { createServer } from 'node:net';
+
+export interface Target {
+  /** A unix socket path, or undefined for TCP. */
+  socketPath?: string;
+  host?: string;
+  port?: number;
+}
+
+/** One HTTP/1.1 request on a fresh connection (no agent); rejects on network errors and after `timeoutMs`. */
+export function httpRequest(target: Target, method: string, path: string, body?: unknown, timeoutMs = 10_000): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    const req = request(
+      {
+        ...(target.socketPath ? { socketPath: target.socketPath } : { host: target.host ?? '127.0.0.1', port: target.port }),
+        method,
+        path,
+        agent: false,
+        timeout: timeoutMs,
+        headers: { Host: target.socketPath ? 'local-tailscaled.sock' : `127.0.0.1:${target.port}`, ...(payload ? { 'Content-Type': 'application/json' } : {}) },
+      },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (text += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+        res.on('error', reject);
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error(`${method} ${path} timed out`)));
+    req.on('error', reject);
+    req.end(payload);
+  });
+}
+
+/**
+ * Polls GET /healthz in a tight loop (no pause: this is a measurement) until it answers 200; resolves with
+ * performance.now() at that answer. Connection refused (not listening yet) and 503 are retried.
+ */
+export async function pollHealthy(port: number, timeoutMs: number, isAlive: () => boolean): Promise<number> {
+  const deadline = performance.now() + timeoutMs;
+  let last = '';
+  while (performance.now() < deadline) {
+    if (!isAlive()) throw new Error(`the daemon exited before /healthz answered 200 (last: ${last})`);
+    try {
+      const res = await httpRequest({ port }, 'GET', '/healthz', undefined, 2000);
+      if (res.status === 200) return performance.now();
+      last = `${res.status} ${res.body}`;
+    } catch (err) {
+      last = (err as Error).message;
+    }
+  }
+  throw new Error(`/healthz not 200 within ${timeoutMs} ms (last: ${last})`);
+}
+
+/** A loopback TCP port free right now. */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const address = server.address();
+  server.close();
+  await once(server, 'close');
+  if (address === null || typeof address === 'string') throw new Error('no free port');
+  return address.port;
+}

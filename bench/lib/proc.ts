@@ -1,0 +1,187 @@
+// Child processes of the bench: every one is tracked and killed when the bench ends, however it ends
+// (normal end, error, Ctrl-C, or the bench itself being killed: `setpriv --pdeathsig` where available).
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
+import { createInterface } from 'node:readline';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+const live = new Set<ChildProcess>();
+let hooked = false;
+
+function installHooks(): void {
+  if (hooked) return;
+  hooked = true;
+  process.on('exit', () => {
+    for (const child of live) {
+      try {
+        child.kill('SIGKILL');
+      } catch {
+        // gone already
+      }
+    }
+  });
+}
+
+let pdeathsig: string[] | undefined;
+/** `setpriv --pdeathsig SIGKILL --`: the kernel kills the child if the bench dies without cleaning up. It execs, so the pid stays the child's. */
+function deathSignalPrefix(): string[] {
+  if (pdeathsig === undefined) {
+    pdeathsig = [];
+    if (process.platform === 'linux' && spawnSync('setpriv', ['--pdeathsig', 'SIGKILL', '--', 'true'], { stdio: 'ignore' }).status === 0) {
+      pdeathsig = ['setpriv', '--pdeathsig', 'SIGKILL', '--'];
+    }
+  }
+  return pdeathsig;
+}
+
+/** The environment of measured processes: no CERTSHARE_*, KUBECONFIG, POD_* or NODE_OPTIONS from the caller's shell. */
+export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (/^(CERTSHARE_|TS_|POD_|KUBERNETES_|NODE_)/.test(k) || k === 'KUBECONFIG') continue;
+    env[k] = v;
+  }
+  return { ...env, ...extra };
+}
+
+export type LineListener = (line: string, at: number) => void;
+
+/** A child process (always the real Node binary, `process.execPath`, unless `file` says otherwise). */
+export class Proc {
+  readonly name: string;
+  readonly child: ChildProcess;
+  /** performance.now() just before spawn(). */
+  readonly spawnedAt: number;
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  exitInfo: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+  readonly #tail: string[] = [];
+  readonly #listeners = new Set<LineListener>();
+
+  constructor(name: string, args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string; file?: string } = {}) {
+    installHooks();
+    this.name = name;
+    const [cmd, ...rest] = [...deathSignalPrefix(), options.file ?? process.execPath, ...args];
+    this.spawnedAt = performance.now();
+    this.child = spawn(cmd!, rest, { stdio: ['ignore', 'pipe', 'pipe'], env: options.env ?? cleanEnv(), cwd: options.cwd });
+    live.add(this.child);
+    this.exited = new Promise((resolve) => {
+      this.child.once('error', (err) => {
+        this.#push(`spawn error: ${err.message}`);
+        this.exitInfo = { code: -1, signal: null };
+        live.delete(this.child);
+        resolve(this.exitInfo);
+      });
+      this.child.once('exit', (code, signal) => {
+        this.exitInfo = { code, signal };
+        live.delete(this.child);
+        resolve(this.exitInfo);
+      });
+    });
+    for (const stream of [this.child.stdout!, this.child.stderr!]) {
+      const lines = createInterface({ input: stream, crlfDelay: Infinity });
+      lines.on('error', () => {});
+      lines.on('line', (line) => {
+        const at = performance.now();
+        this.#push(line);
+        for (const l of this.#listeners) l(line, at);
+      });
+    }
+  }
+
+  get pid(): number {
+    if (this.child.pid === undefined) throw new Error(`${this.name}: no pid (spawn failed)`);
+    return this.child.pid;
+  }
+
+  #push(line: string): void {
+    this.#tail.push(line);
+    if (this.#tail.length > 60) this.#tail.shift();
+  }
+
+  tail(n = 20): string {
+    return this.#tail.slice(-n).join('\n');
+  }
+
+  onLine(listener: LineListener): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  /** Resolves with the first JSON log line (stdout or stderr) matching `predicate`; rejects on exit or timeout. */
+  waitForLog(predicate: (entry: Record<string, unknown>) => boolean, timeoutMs: number, what: string): Promise<Record<string, unknown>> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => finish(new Error(`${this.name}: ${what} not seen within ${timeoutMs} ms; last output:\n${this.tail()}`)), timeoutMs);
+      const off = this.onLine((line) => {
+        let entry: Record<string, unknown>;
+        try {
+          entry = JSON.parse(line) as Record<string, unknown>;
+        } catch {
+          return;
+        }
+        if (predicate(entry)) finish(undefined, entry);
+      });
+      void this.exited.then((info) => finish(new Error(`${this.name} exited (code ${info.code}, signal ${info.signal}) before ${what}; last output:\n${this.tail()}`)));
+      function finish(err?: Error, entry?: Record<string, unknown>): void {
+        clearTimeout(timer);
+        off();
+        if (err) reject(err);
+        else resolve(entry!);
+      }
+    });
+  }
+
+  /** SIGTERM, SIGKILL after `graceMs`; resolves once the process is gone. */
+  async stop(graceMs = 10_000): Promise<void> {
+    if (this.exitInfo) return;
+    this.child.kill('SIGTERM');
+    const timer = setTimeout(() => this.child.kill('SIGKILL'), graceMs);
+    await this.exited;
+    clearTimeout(timer);
+  }
+}
+
+/** Stops every tracked child that is still running (SIGTERM, then SIGKILL). */
+export async function stopAll(graceMs = 5000): Promise<void> {
+  await Promise.all(
+    [...live].map(async (child) => {
+      child.kill('SIGTERM');
+      const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+      await new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) resolve();
+        else child.once('exit', () => resolve());
+      });
+      clearTimeout(timer);
+    }),
+  );
+}
+
+export interface MemStatus {
+  /** VmRSS, RssAnon, RssFile in MB. */
+  rss: number;
+  anon: number;
+  file: number;
+}
+
+export async function memStatus(pid: number): Promise<MemStatus> {
+  const status = await readFile(`/proc/${pid}/status`, 'utf8');
+  const kb = (key: string): number => Number(new RegExp(`^${key}:\\s+(\\d+)\\s+kB`, 'm').exec(status)?.[1] ?? NaN);
+  return { rss: kb('VmRSS') / 1024, anon: kb('RssAnon') / 1024, file: kb('RssFile') / 1024 };
+}
+
+/**
+ * Idle RSS: waits `idleMs`, then samples every `everyMs` for `spanMs` and keeps the maximum (VmRSS, with
+ * the anonymous / file-backed split of that sample).
+ */
+export async function idleRss(pids: number[], options: { idleMs?: number; spanMs?: number; everyMs?: number } = {}): Promise<MemStatus[]> {
+  const { idleMs = 3000, spanMs = 3000, everyMs = 500 } = options;
+  await sleep(idleMs);
+  const best: MemStatus[] = pids.map(() => ({ rss: 0, anon: 0, file: 0 }));
+  for (let t = 0; t <= spanMs; t += everyMs) {
+    const samples = await Promise.all(pids.map(memStatus));
+    samples.forEach((s, i) => {
+      if (s.rss > best[i]!.rss) best[i] = s;
+    });
+    if (t < spanMs) await sleep(everyMs);
+  }
+  return best;
+}

@@ -1,0 +1,122 @@
+// Standalone figures: bare Node RSS, the daemon's idle RSS (dir store), /healthz throughput against a
+// bare fastify server, start-up to healthy, and domain-to-certificate latency.
+import { join, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { CertFileWatch, spawnDaemon, startEmulator } from './lib/certshare.ts';
+import { freePort, httpRequest, pollHealthy } from './lib/http.ts';
+import { pinningAvailable, pinProcess, runLoad, type LoadResult } from './lib/load.ts';
+import { idleRss, Proc, type MemStatus } from './lib/proc.ts';
+import { progress } from './lib/stats.ts';
+
+export const STANDALONE_DOMAIN = 'web.tailnet-0000.ts.net';
+
+export interface StandaloneOptions {
+  /** Seconds of measured load per server (split into interleaved rounds of about 2 s). */
+  loadSeconds: number;
+  connections: number;
+  startupRuns: number;
+  domainRuns: number;
+}
+
+export interface StandaloneResults {
+  bareNode: MemStatus;
+  standalone: MemStatus;
+  /** The bare fastify hello (a .ts file: includes Node's type-stripping cost). Reference only. */
+  fastifyHello: MemStatus;
+  healthz: LoadResult[];
+  fastify: LoadResult[];
+  startupMs: number[];
+  domainToCertMs: number[];
+  pinned: boolean;
+}
+
+export async function bareNodeRss(): Promise<MemStatus> {
+  const proc = new Proc('bare node', ['-e', 'setInterval(() => {}, 1 << 30)']);
+  try {
+    const [rss] = await idleRss([proc.pid]);
+    return rss!;
+  } finally {
+    await proc.stop();
+  }
+}
+
+async function startFastifyHello(): Promise<{ proc: Proc; port: number }> {
+  const proc = new Proc('fastify hello', [resolve(import.meta.dirname, 'fastify-hello.ts')]);
+  const line = await proc.waitForLog((e) => typeof e.listening === 'string', 20_000, 'fastify hello listening');
+  return { proc, port: Number(new URL(line.listening as string).port) };
+}
+
+export async function standalonePhase(dir: string, o: StandaloneOptions, bareNode: MemStatus): Promise<StandaloneResults> {
+  const emulator = await startEmulator(join(dir, 'emulator'), 'standalone', ['--domain', STANDALONE_DOMAIN]);
+  const certDir = join(dir, 'certs');
+  const baseArgs = ['--localapi', emulator.socket, '--store', `dir:${certDir}`];
+  const files = await CertFileWatch.start(certDir, STANDALONE_DOMAIN);
+
+  // 1. Idle RSS after start-up and a first certificate.
+  progress('standalone: first start, first certificate, idle RSS');
+  const port = await freePort();
+  let daemon = spawnDaemon('certshare standalone', [...baseArgs, '--domain', STANDALONE_DOMAIN, '--listen', `127.0.0.1:${port}`]);
+  await files.next(30_000);
+  const [standalone] = await idleRss([daemon.pid]);
+
+  // 2. /healthz under load, against a bare fastify hello measured the same way (interleaved rounds).
+  const hello = await startFastifyHello();
+  const [fastifyHello] = await idleRss([hello.proc.pid], { idleMs: 1000, spanMs: 1000 });
+  const daemonUrl = `http://127.0.0.1:${port}/healthz`;
+  const helloUrl = `http://127.0.0.1:${hello.port}/healthz`;
+  for (const url of [daemonUrl, helloUrl]) {
+    const check = await httpRequest({ port: Number(new URL(url).port) }, 'GET', '/healthz');
+    if (check.status !== 200) throw new Error(`${url}: HTTP ${check.status} ${check.body}`);
+  }
+  pinProcess(daemon.pid, 0);
+  pinProcess(hello.proc.pid, 0);
+  progress(
+    `load: warm-up, then ${o.loadSeconds} s each on /healthz of the daemon and of a bare fastify (${o.connections} connections${pinningAvailable() ? '; servers on CPU 0, autocannon on CPU 1' : ''})`,
+  );
+  await runLoad(daemonUrl, 2, o.connections);
+  await runLoad(helloUrl, 2, o.connections);
+  const healthz: LoadResult[] = [];
+  const fastify: LoadResult[] = [];
+  // Short interleaved rounds, medians: on a small shared machine a neighbour's burst then spoils one
+  // round of one server instead of the whole comparison.
+  const rounds = Math.max(1, Math.floor(o.loadSeconds / 2));
+  for (let i = 0; i < rounds; i++) {
+    healthz.push(await runLoad(daemonUrl, Math.max(1, Math.round(o.loadSeconds / rounds)), o.connections));
+    fastify.push(await runLoad(helloUrl, Math.max(1, Math.round(o.loadSeconds / rounds)), o.connections));
+  }
+  await hello.proc.stop();
+  await daemon.stop();
+
+  // 3. Start-up to healthy with the certificate already stored (second and later starts).
+  progress(`standalone: start-up to healthy x${o.startupRuns}`);
+  const startupMs: number[] = [];
+  for (let i = 0; i < o.startupRuns; i++) {
+    const p = await freePort();
+    daemon = spawnDaemon('certshare restart', [...baseArgs, '--domain', STANDALONE_DOMAIN, '--listen', `127.0.0.1:${p}`]);
+    const healthyAt = await pollHealthy(p, 20_000, () => daemon.exitInfo === undefined);
+    startupMs.push(healthyAt - daemon.spawnedAt);
+    await daemon.stop();
+  }
+
+  // 4. A domain appears on the bus (emulator control API) -> its certificate files on disk.
+  progress(`standalone: domain on the bus to certificate on disk x${o.domainRuns}`);
+  const domains = Array.from({ length: o.domainRuns }, (_, i) => `new${i + 1}.tailnet-0000.ts.net`);
+  const p = await freePort();
+  daemon = spawnDaemon('certshare new domains', [...baseArgs, ...domains.flatMap((d) => ['--domain', d]), '--listen', `127.0.0.1:${p}`]);
+  await daemon.waitForLog((e) => e.msg === 'tailscaled cert domains', 20_000, 'first IPN bus sync');
+  await sleep(500);
+  const domainToCertMs: number[] = [];
+  for (const domain of domains) {
+    const watch = await CertFileWatch.start(certDir, domain);
+    const t0 = performance.now();
+    await emulator.addDomain(domain);
+    const change = await watch.next(15_000);
+    domainToCertMs.push(change.at - t0);
+    watch.close();
+    await sleep(300);
+  }
+  await daemon.stop();
+  files.close();
+  await emulator.proc.stop();
+  return { bareNode, standalone: standalone!, fastifyHello: fastifyHello!, healthz, fastify, startupMs, domainToCertMs, pinned: pinningAvailable() };
+}
