@@ -24,7 +24,7 @@ export async function startReplica(
   dir: string,
   name: string,
   mode: 'rw' | 'ro',
-  o: { emulatorArgs?: string[]; flags?: string[]; nodeArgs?: string[]; env?: Record<string, string> } = {},
+  o: { emulatorArgs?: string[]; flags?: string[]; nodeArgs?: string[]; env?: Record<string, string>; main?: string } = {},
 ): Promise<KubeReplica> {
   const replicaDir = join(dir, name);
   const emulator = await startEmulator(replicaDir, name, ['--domain', KUBE_DOMAIN, ...(o.emulatorArgs ?? [])]);
@@ -35,6 +35,7 @@ export async function startReplica(
     ['--localapi', emulator.socket, '--store', 'kube', '--mode', mode, '--domain', KUBE_DOMAIN, '--group', GROUP, '--out-dir', outDir, '--listen', '127.0.0.1:0', ...(o.flags ?? [])],
     { KUBECONFIG: kubeconfig, POD_NAME: name, POD_NAMESPACE: ns, POD_IPS: '10.0.0.10', ...o.env },
     o.nodeArgs,
+    o.main,
   );
   return {
     name,

@@ -105,7 +105,7 @@ let memory: MemoryReport | undefined;
 let buildMs = 0;
 try {
   tmp = await mkdtemp(join(tmpdir(), 'certshare-bench-'));
-  progress('building dist/ (tsc -p tsconfig.build.json)');
+  progress('building dist/ (scripts/build.ts: the bundle)');
   buildMs = await buildDist();
   progress('bare node: idle RSS');
   const bare = await bareNodeRss();

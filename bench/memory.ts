@@ -5,13 +5,15 @@
 //     instance, never the measured one): V8 heap spaces, code, external memory, and the JS loaded per
 //     package (files and bytes of source).
 //  3. V8 flags on the standalone daemon: idle RSS, RSS after a burst of /healthz load, throughput.
+//  4. Build variants of a kube reader: the bundle (dist/, what ships) against tsc's module-per-file output.
+// Steps 1 and 4 run tsc's output (.bench-modules/), so that packages and our code show separately.
 import { mkdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import type { ControlPlane } from '../test/harness/control-plane.ts';
 import { exampleNamespace } from '../test/support/kube.ts';
-import { CertFileWatch, REPO, spawnDaemon, startEmulator } from './lib/certshare.ts';
+import { buildModules, CertFileWatch, DIST_MAIN, MODULES_DIR, MODULES_MAIN, REPO, spawnDaemon, startEmulator } from './lib/certshare.ts';
 import { freePort } from './lib/http.ts';
 import { pinProcess, runLoad } from './lib/load.ts';
 import { idleRss, memStatus, Proc, type MemStatus } from './lib/proc.ts';
@@ -19,7 +21,7 @@ import { progress, round } from './lib/stats.ts';
 import { startReplica } from './kube.ts';
 import { STANDALONE_DOMAIN } from './standalone.ts';
 
-const DIST = join(REPO, 'dist');
+const DIST = MODULES_DIR;
 const CN = '@kubernetes/client-node/dist';
 
 /** Cumulative import steps, in the order the daemon pays for them. */
@@ -28,13 +30,13 @@ const CHAIN: Array<[string, string]> = [
   ['+ pino (logger)', `const { pino } = await import('pino'); globalThis.s1 = pino({ level: 'info' });`],
   ['+ prom-client (Registry + default metrics)', `const pc = await import('prom-client'); const r = new pc.Registry(); pc.collectDefaultMetrics({ register: r }); globalThis.s2 = r;`],
   ['+ fastify (2 routes, listening)', `const F = (await import('fastify')).default; const app = F({ logger: false }); app.get('/healthz', async () => 'ok'); app.get('/metrics', async () => ''); await app.listen({ host: '127.0.0.1', port: 0 }); globalThis.s3 = app;`],
-  ['+ certshare standalone code (dist/daemon.js graph)', `await import(${JSON.stringify(`${DIST}/daemon.js`)}); await import(${JSON.stringify(`${DIST}/cli/run-command.js`)});`],
+  ['+ certshare standalone code (daemon.js graph)', `await import(${JSON.stringify(`${DIST}/daemon.js`)}); await import(${JSON.stringify(`${DIST}/cli/run-command.js`)});`],
   ['+ undici (client-node transport)', `await import('undici');`],
   ['+ client-node models (ObjectSerializer)', `await import('${CN}/gen/models/ObjectSerializer.js');`],
   ['+ client-node CoreV1Api', `await import('${CN}/gen/apis/CoreV1Api.js');`],
   ['+ client-node gen/index.js (all API groups)', `await import('${CN}/gen/index.js');`],
   ['+ client-node config.js, watch.js (KubeConfig, auth, Watch)', `await import('${CN}/config.js'); await import('${CN}/watch.js'); await import('${CN}/middleware.js'); await import('${CN}/patch.js'); await import('${CN}/types.js');`],
-  ['+ certshare kube code (dist/kube/backend.js graph)', `await import(${JSON.stringify(`${DIST}/kube/backend.js`)});`],
+  ['+ certshare kube code (kube/backend.js graph)', `await import(${JSON.stringify(`${DIST}/kube/backend.js`)});`],
 ];
 
 export interface ChainStep {
@@ -110,7 +112,7 @@ async function dumpProbe(proc: Proc, out: string, name: string): Promise<DaemonM
     if (nm >= 0) {
       const parts = path.slice(nm + 14).split('/');
       pkg = parts[0]!.startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]!;
-    } else pkg = path.startsWith(DIST) ? 'certshare (dist/)' : 'other';
+    } else pkg = path.startsWith(DIST) ? 'certshare (modules)' : path.includes('/dist/') ? 'certshare (bundle)' : 'other';
     const size = await stat(path).then((s) => s.size, () => 0);
     const entry = byPkg.get(pkg) ?? { files: 0, bytes: 0 };
     entry.files++;
@@ -144,14 +146,22 @@ export interface MemoryReport {
   chain: ChainStep[];
   daemons: DaemonMemory[];
   flags: FlagVariant[];
-  /** Idle RSS of a kube reader under V8 flags. */
+  /** Idle RSS of a kube reader under V8 flags and builds. */
   kubeFlags: Array<{ flags: string; idle: MemStatus }>;
 }
 
-const KUBE_VARIANTS = ['', '--max-semi-space-size=1', '--max-semi-space-size=2'];
+/** Kube reader variants: build (bundle or modules) and V8 flags. */
+const KUBE_VARIANTS: Array<{ build: 'bundle' | 'modules'; flags: string; env?: Record<string, string> }> = [
+  { build: 'bundle', flags: '' },
+  { build: 'modules', flags: '' },
+  { build: 'bundle', flags: '', env: { MALLOC_ARENA_MAX: '2' } },
+  { build: 'bundle', flags: '--max-semi-space-size=1' },
+];
 
 export async function memoryPhase(dir: string, cp: ControlPlane | undefined): Promise<MemoryReport> {
   await mkdir(dir, { recursive: true });
+  progress('memory: tsc -p tsconfig.build.json into .bench-modules/ (module-per-file, for comparison)');
+  await buildModules();
   progress(`memory: import costs (${CHAIN.length} fresh processes)`);
   const chain: ChainStep[] = [];
   let code = '';
@@ -189,13 +199,18 @@ export async function memoryPhase(dir: string, cp: ControlPlane | undefined): Pr
       daemons.push(await dumpProbe(writer.daemon, outs.w, 'kube writer'));
       daemons.push(await dumpProbe(reader.daemon, outs.r, 'kube reader'));
       await reader.stop();
-      progress('memory: V8 flags on a kube reader');
+      progress('memory: builds and V8 flags on a kube reader');
       for (const variant of KUBE_VARIANTS) {
-        const r = await startReplica(ns, kubeconfig, join(dir, 'kube'), `proxy-${kubeFlags.length + 2}`, 'ro', { nodeArgs: variant ? variant.split(' ') : [] });
+        const r = await startReplica(ns, kubeconfig, join(dir, 'kube'), `proxy-${kubeFlags.length + 2}`, 'ro', {
+          nodeArgs: variant.flags ? variant.flags.split(' ') : [],
+          main: variant.build === 'bundle' ? DIST_MAIN : MODULES_MAIN,
+          env: variant.env ?? {},
+        });
         try {
           await r.files.next(60_000, 0);
+          await sleep(5000);
           const [idle] = await idleRss([r.daemon.pid]);
-          kubeFlags.push({ flags: variant || '(none)', idle: idle! });
+          kubeFlags.push({ flags: `${variant.build}${variant.flags ? ` ${variant.flags}` : ''}${variant.env ? ` ${Object.entries(variant.env).map(([k, v]) => `${k}=${v}`).join(' ')}` : ''}`, idle: idle! });
         } finally {
           await r.stop();
         }
@@ -246,7 +261,7 @@ export function printMemoryReport(r: MemoryReport): void {
   lines.push('', 'V8 flags, standalone daemon (MB; req/s over 3 s of /healthz load):');
   for (const f of r.flags) lines.push(`  ${f.flags.padEnd(50)} idle ${round(f.idle.rss)} (anon ${round(f.idle.anon)})  after load ${round(f.afterLoad.rss)} (anon ${round(f.afterLoad.anon)})  ${Math.round(f.rps)} req/s`);
   if (r.kubeFlags.length > 0) {
-    lines.push('', 'V8 flags, kube reader (idle after its first certificate, MB):');
+    lines.push('', 'Kube reader by build and V8 flags (idle after its first certificate, MB):');
     for (const f of r.kubeFlags) lines.push(`  ${f.flags.padEnd(50)} idle ${round(f.idle.rss)} (anon ${round(f.idle.anon)})`);
   }
   process.stdout.write(lines.join('\n') + '\n');

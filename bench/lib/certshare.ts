@@ -1,26 +1,36 @@
-// The production build of certshare, run as separate processes: `dist/cli/main.js` on the real Node
-// binary (process.execPath). Type stripping of the .ts sources would add tens of MB of RSS that a
-// deployed sidecar does not pay, so the bench measures the compiled JS.
+// The production build of certshare, run as separate processes: `dist/cli/main.js` (the bundle of
+// scripts/build.ts, what the image runs) on the real Node binary (process.execPath). Type stripping of
+// the .ts sources would add tens of MB of RSS that a deployed sidecar does not pay.
 import { watch, type FSWatcher } from 'node:fs';
-import { mkdir, readFile } from 'node:fs/promises';
+import { mkdir, readFile, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
+import { buildDist as buildBundle } from '../../scripts/build.ts';
 import { httpRequest } from './http.ts';
 import { cleanEnv, Proc } from './proc.ts';
 
 export const REPO = resolve(import.meta.dirname, '../..');
 export const DIST_MAIN = join(REPO, 'dist/cli/main.js');
+/** tsc's one-file-per-module output, for `--memory` only: what the bundle saves is measured against it. */
+export const MODULES_DIR = join(REPO, '.bench-modules');
+export const MODULES_MAIN = join(MODULES_DIR, 'cli/main.js');
 
-/** `npm run build` without npm: tsc -p tsconfig.build.json, so the bench works from a clean clone. Returns ms. */
+/** `npm run build` without npm, so the bench works from a clean clone. Returns ms. */
 export async function buildDist(): Promise<number> {
-  const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
   const started = performance.now();
-  const proc = new Proc('tsc', [tsc, '-p', join(REPO, 'tsconfig.build.json')], { cwd: REPO, env: cleanEnv() });
+  await buildBundle();
+  return performance.now() - started;
+}
+
+/** src/ compiled module by module (tsc -p tsconfig.build.json) into .bench-modules/; resolves node_modules from the checkout. */
+export async function buildModules(): Promise<void> {
+  await rm(MODULES_DIR, { recursive: true, force: true });
+  const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
+  const proc = new Proc('tsc', [tsc, '-p', join(REPO, 'tsconfig.build.json'), '--outDir', MODULES_DIR], { cwd: REPO, env: cleanEnv() });
   const timer = setTimeout(() => proc.child.kill('SIGKILL'), 180_000);
   const exit = await proc.exited;
   clearTimeout(timer);
-  if (exit.code !== 0) throw new Error(`build failed (tsc -p tsconfig.build.json, code ${exit.code}):\n${proc.tail(40)}`);
-  return performance.now() - started;
+  if (exit.code !== 0) throw new Error(`tsc -p tsconfig.build.json failed (code ${exit.code}):\n${proc.tail(40)}`);
 }
 
 export interface EmulatorProc {
@@ -52,8 +62,8 @@ export async function startEmulator(dir: string, name: string, args: string[]): 
 }
 
 /** `certshare run ARGS` with a clean environment plus `env` (and Node flags `nodeArgs`); does not wait for anything. */
-export function spawnDaemon(name: string, args: string[], env: Record<string, string> = {}, nodeArgs: string[] = []): Proc {
-  return new Proc(name, [...nodeArgs, DIST_MAIN, 'run', ...args], { env: cleanEnv(env) });
+export function spawnDaemon(name: string, args: string[], env: Record<string, string> = {}, nodeArgs: string[] = [], main = DIST_MAIN): Proc {
+  return new Proc(name, [...nodeArgs, main, 'run', ...args], { env: cleanEnv(env) });
 }
 
 /**

@@ -13,7 +13,9 @@ export type ErrorCode =
   | 'CERTSHARE_STORE_UNAVAILABLE'
   | 'CERTSHARE_STORE_CONFLICT'
   | 'CERTSHARE_STORE_CORRUPT'
-  | 'CERTSHARE_RELOAD_FAILED';
+  | 'CERTSHARE_RELOAD_FAILED'
+  | 'CERTSHARE_KUBE_HTTP'
+  | 'CERTSHARE_KUBE_RESPONSE_TOO_LARGE';
 
 export class CertshareError extends Error {
   readonly code: ErrorCode;

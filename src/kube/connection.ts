@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
 import { KubeConfig } from '@kubernetes/client-node/dist/config.js';
 import { CertshareError, errorMessage } from '../core/errors.ts';
+import { makeApi } from './https-transport.ts';
 
 const SA_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
 
@@ -27,13 +28,14 @@ export async function connectKube(env: NodeJS.ProcessEnv): Promise<KubeConnectio
     (await readFile(SA_NAMESPACE, 'utf8').then((s) => s.trim(), () => '')) ||
     config.getContextObject(config.getCurrentContext())?.namespace ||
     'default';
-  return { config, core: config.makeApiClient(CoreV1Api), namespace };
+  return { config, core: makeApi(config, CoreV1Api), namespace };
 }
 
-/** The HTTP status of a failed API call, if it got one (client-node's ApiException carries `code`). */
+/** The HTTP status of a failed API call, if it got one (client-node's ApiException carries `code`, our watch `statusCode`). */
 export function apiStatus(err: unknown): number | undefined {
-  const code = (err as { code?: unknown })?.code;
-  return typeof code === 'number' ? code : undefined;
+  const { code, statusCode } = (err ?? {}) as { code?: unknown; statusCode?: unknown };
+  if (typeof code === 'number') return code;
+  return typeof statusCode === 'number' ? statusCode : undefined;
 }
 
 /** "reason: message" from an ApiException's JSON body, or the error's own message. */

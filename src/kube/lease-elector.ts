@@ -5,6 +5,7 @@ import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';
 import type { IssuanceRole } from '../core/store.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
+import { makeApi } from './https-transport.ts';
 
 /** client-node hands MicroTime back as a string or a Date, depending on the path. */
 const stamp = (time: unknown): string => (time instanceof Date ? time.toISOString() : String(time ?? ''));
@@ -50,7 +51,7 @@ export class LeaseElector implements IssuanceRole {
       retryEveryMs: Math.max(100, Math.floor(options.leaseDurationMs / 3)),
       ...options,
     };
-    this.#api = options.connection.config.makeApiClient(CoordinationV1Api);
+    this.#api = makeApi(options.connection.config, CoordinationV1Api);
   }
 
   canIssue(): boolean {

@@ -1,8 +1,8 @@
-import { Watch } from '@kubernetes/client-node/dist/watch.js';
 import type { Clock } from '../core/clock.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { apiStatus, type KubeConnection } from './connection.ts';
+import { watchOnce } from './https-transport.ts';
 
 export interface SecretWatchOptions {
   connection: KubeConnection;
@@ -89,44 +89,41 @@ export class SecretWatch {
     this.#o.onChange();
   }
 
-  #watchOnce(): Promise<'ended' | 'gone'> {
+  async #watchOnce(): Promise<'ended' | 'gone'> {
     const { connection, name, watchSeconds } = this.#o;
-    const watch = new Watch(connection.config);
-    // client-node ends a watch after 30 s without data; ours may legitimately be silent between bookmarks.
-    (watch as unknown as { requestTimeoutMs: number }).requestTimeoutMs = this.#o.inactivityMs;
     const [min, max] = watchSeconds;
-    return new Promise((resolve, reject) => {
-      let gone = false;
-      const path = `/api/v1/namespaces/${encodeURIComponent(connection.namespace)}/secrets`;
-      watch
-        .watch(
-          path,
-          {
-            fieldSelector: `metadata.name=${name}`,
-            allowWatchBookmarks: true,
-            resourceVersion: this.#resourceVersion,
-            timeoutSeconds: Math.round(min + Math.random() * (max - min)),
-          },
-          (type, object: { metadata?: { resourceVersion?: string }; code?: number }) => {
-            if (type === 'ERROR') {
-              if (object?.code === 410) gone = true;
-              return;
-            }
-            this.#failures = 0;
-            if (object?.metadata?.resourceVersion) this.#resourceVersion = object.metadata.resourceVersion;
-            if (type !== 'BOOKMARK') this.#o.onChange();
-          },
-          (err: unknown) => {
-            this.#current = undefined;
-            if (gone || apiStatus(err) === 410 || (err as { statusCode?: number })?.statusCode === 410) resolve('gone');
-            else if (err && !this.#abort.signal.aborted) reject(err);
-            else resolve('ended');
-          },
-        )
-        .then((controller) => {
-          this.#current = controller;
-          if (this.#abort.signal.aborted) controller.abort();
-        }, reject);
-    });
+    const current = new AbortController();
+    this.#current = current;
+    if (this.#abort.signal.aborted) current.abort();
+    let gone = false;
+    try {
+      await watchOnce(
+        connection.config,
+        `/api/v1/namespaces/${encodeURIComponent(connection.namespace)}/secrets`,
+        {
+          fieldSelector: `metadata.name=${name}`,
+          allowWatchBookmarks: true,
+          resourceVersion: this.#resourceVersion,
+          timeoutSeconds: Math.round(min + Math.random() * (max - min)),
+        },
+        ({ type, object }) => {
+          if (type === 'ERROR') {
+            // The server ends the stream after an ERROR; 410 Gone means our version is too old: relist.
+            if (object?.code === 410) gone = true;
+            return;
+          }
+          this.#failures = 0;
+          if (object?.metadata?.resourceVersion) this.#resourceVersion = object.metadata.resourceVersion;
+          if (type !== 'BOOKMARK') this.#o.onChange();
+        },
+        { signal: current.signal, inactivityMs: this.#o.inactivityMs },
+      );
+    } catch (err) {
+      if (apiStatus(err) === 410) return 'gone';
+      throw err;
+    } finally {
+      this.#current = undefined;
+    }
+    return gone ? 'gone' : 'ended';
   }
 }

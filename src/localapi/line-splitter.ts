@@ -9,15 +9,26 @@ const CR = 0x0d;
 
 export const DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024;
 
+/** The error for a line over the limit: which stream, and what to do about it. */
+export type LineTooLong = (maxLineBytes: number, length: number) => CertshareError;
+
+const busLineTooLong: LineTooLong = (max, length) =>
+  new CertshareError(
+    'CERTSHARE_BUS_LINE_TOO_LONG',
+    `IPN bus line longer than ${max} bytes (got at least ${length}); raise the bus line limit if the tailnet's netmap is that large`,
+  );
+
 export class LineSplitter {
   readonly maxLineBytes: number;
+  readonly #tooLong: LineTooLong;
   #pending: Buffer[] = [];
   #pendingBytes = 0;
   #error: CertshareError | undefined;
 
-  constructor(maxLineBytes: number = DEFAULT_MAX_LINE_BYTES) {
+  constructor(maxLineBytes: number = DEFAULT_MAX_LINE_BYTES, tooLong: LineTooLong = busLineTooLong) {
     if (!(maxLineBytes > 0)) throw new RangeError(`maxLineBytes must be positive, got ${maxLineBytes}`);
     this.maxLineBytes = maxLineBytes;
+    this.#tooLong = tooLong;
   }
 
   /** Bytes held for the current, unfinished line. */
@@ -26,7 +37,7 @@ export class LineSplitter {
   }
 
   /**
-   * Set (CERTSHARE_BUS_LINE_TOO_LONG) once a line exceeded the limit, even before its newline arrived.
+   * Set (CERTSHARE_BUS_LINE_TOO_LONG, or the caller's error) once a line exceeded the limit, even before its newline arrived.
    * The splitter then holds nothing and push()/end() throw this error.
    */
   get error(): CertshareError | undefined {
@@ -84,10 +95,7 @@ export class LineSplitter {
     if (length <= this.maxLineBytes) return false;
     this.#pending = [];
     this.#pendingBytes = 0;
-    this.#error = new CertshareError(
-      'CERTSHARE_BUS_LINE_TOO_LONG',
-      `IPN bus line longer than ${this.maxLineBytes} bytes (got at least ${length}); raise the bus line limit if the tailnet's netmap is that large`,
-    );
+    this.#error = this.#tooLong(this.maxLineBytes, length);
     return true;
   }
 }

