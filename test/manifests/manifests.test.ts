@@ -178,7 +178,7 @@ describe('manifests/example on a real apiserver', () => {
     assert.deepEqual(sidecar.readinessProbe?.httpGet && { path: sidecar.readinessProbe.httpGet.path, port: sidecar.readinessProbe.httpGet.port }, { path: '/healthz', port: 9002 });
     assert.equal(sidecar.livenessProbe?.httpGet, undefined, 'liveness must not depend on the certificate');
     assert.equal(sidecar.livenessProbe?.tcpSocket?.port, 9002);
-    assert.deepEqual(sidecar.resources, { requests: { cpu: '10m', memory: '144Mi' }, limits: { memory: '256Mi' } });
+    assert.deepEqual(sidecar.resources, { requests: { cpu: '10m', memory: '112Mi' }, limits: { memory: '192Mi' } });
     assert.deepEqual(
       { ...sidecar.securityContext },
       {

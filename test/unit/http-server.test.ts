@@ -1,0 +1,40 @@
+// /healthz and /metrics through fastify's inject: status by health, and the Pod address headers on every
+// response (the routing check of the readiness gate reads them from whatever answer it gets).
+import assert from 'node:assert/strict';
+import { after, describe, it } from 'node:test';
+import { HealthState } from '../../src/core/health.ts';
+import { buildHttpServer } from '../../src/server/http-server.ts';
+import { Metrics } from '../../src/server/metrics.ts';
+import { FakeClock } from '../support/fake-clock.ts';
+
+describe('http server', () => {
+  const clock = new FakeClock();
+  const health = new HealthState();
+  const metrics = new Metrics(clock, { renewFraction: 1 / 3, checkIntervalMs: 86_400_000 }, { defaultMetrics: false });
+  const app = buildHttpServer({ health, metrics, clock, pod: { ipv4: '10.1.2.3', ipv6: 'fd00::3' } });
+  after(() => app.close());
+
+  const podHeaders = (res: { headers: Record<string, unknown> }) => [res.headers['pod-ipv4'], res.headers['pod-ipv6']];
+
+  it('answers /healthz 503 with the reason until every domain has a certificate, with the Pod addresses', async () => {
+    health.manage(['web.example.ts.net']);
+    const res = await app.inject({ method: 'GET', url: '/healthz' });
+    assert.equal(res.statusCode, 503);
+    assert.equal(res.body, 'web.example.ts.net: no certificate yet');
+    assert.match(String(res.headers['content-type']), /^text\/plain/);
+    assert.deepEqual(podHeaders(res), ['10.1.2.3', 'fd00::3']);
+    health.manage([]);
+    const ok = await app.inject({ method: 'GET', url: '/healthz' });
+    assert.equal(ok.statusCode, 200);
+    assert.equal(ok.body, 'ok');
+    assert.deepEqual(podHeaders(ok), ['10.1.2.3', 'fd00::3']);
+  });
+
+  it('carries the Pod addresses on /metrics, HEAD and unknown paths too', async () => {
+    for (const [method, url, status] of [['GET', '/metrics', 200], ['HEAD', '/healthz', 200], ['GET', '/nope', 404], ['POST', '/healthz', 404]] as const) {
+      const res = await app.inject({ method, url });
+      assert.equal(res.statusCode, status, `${method} ${url}`);
+      assert.deepEqual(podHeaders(res), ['10.1.2.3', 'fd00::3'], `${method} ${url}`);
+    }
+  });
+});
