@@ -11,13 +11,16 @@ export interface RenewalPolicy {
   checkIntervalMs: number;
 }
 
-export function remainingFractionAtRenewal(info: CertInfo, policy: RenewalPolicy): number {
+/** What the renewal rule reads of a certificate: its validity period. */
+type Validity = Pick<CertInfo, 'notBefore' | 'notAfter'>;
+
+export function remainingFractionAtRenewal(info: Validity, policy: Pick<RenewalPolicy, 'renewFraction'>): number {
   const lifetime = info.notAfter - info.notBefore;
   return lifetime < SHORT_LIFETIME_MS ? Math.max(policy.renewFraction, 0.5) : policy.renewFraction;
 }
 
 /** The instant from which this certificate should be replaced. */
-export function renewalTime(info: CertInfo, policy: RenewalPolicy): number {
+export function renewalTime(info: Validity, policy: Pick<RenewalPolicy, 'renewFraction'>): number {
   const lifetime = info.notAfter - info.notBefore;
   return info.notAfter - Math.round(lifetime * remainingFractionAtRenewal(info, policy));
 }

@@ -11,6 +11,8 @@
 // A certificate that never reached the Secret (its writer died right after CertPair) still opens its
 // window: issuing again inside it costs a real Let's Encrypt issuance all the same.
 
+import { renewalTime } from '../../src/core/renewal.ts';
+
 export interface Issuance {
   time: number;
   emulator: string;
@@ -32,12 +34,9 @@ export interface CertRequest {
   serial?: string;
 }
 
-const SHORT_LIFETIME_MS = 10 * 86_400_000;
-
+/** certshare's own rule (src/core/renewal.ts): the window is defined by when certshare renews. */
 export function renewalPoint(c: { notBefore: number; notAfter: number }, renewFraction = 1 / 3): number {
-  const lifetime = c.notAfter - c.notBefore;
-  const fraction = lifetime < SHORT_LIFETIME_MS ? Math.max(renewFraction, 0.5) : renewFraction;
-  return c.notAfter - Math.round(lifetime * fraction);
+  return renewalTime(c, { renewFraction });
 }
 
 export function parseLedgerLine(line: Record<string, unknown>): { issuance?: Issuance; request?: CertRequest } {
