@@ -1,6 +1,4 @@
-import { once } from 'node:events';
 import { request } from 'node:http';
-import { createServer } from 'node:net';
 
 export interface Target {
   /** A unix socket path, or undefined for TCP. */
@@ -56,14 +54,4 @@ export async function pollHealthy(port: number, timeoutMs: number, isAlive: () =
   throw new Error(`/healthz not 200 within ${timeoutMs} ms (last: ${last})`);
 }
 
-/** A loopback TCP port free right now. */
-export async function freePort(): Promise<number> {
-  const server = createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const address = server.address();
-  server.close();
-  await once(server, 'close');
-  if (address === null || typeof address === 'string') throw new Error('no free port');
-  return address.port;
-}
+export { freePort } from '../../test/support/processes.ts';

@@ -1,9 +1,10 @@
 // Child processes of the bench: every one is tracked and killed when the bench ends, however it ends
 // (normal end, error, Ctrl-C, or the bench itself being killed: `setpriv --pdeathsig` where available).
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { deathSignalPrefix } from '../../test/support/processes.ts';
 
 const live = new Set<ChildProcess>();
 let hooked = false;
@@ -22,17 +23,6 @@ function installHooks(): void {
   });
 }
 
-let pdeathsig: string[] | undefined;
-/** `setpriv --pdeathsig SIGKILL --`: the kernel kills the child if the bench dies without cleaning up. It execs, so the pid stays the child's. */
-function deathSignalPrefix(): string[] {
-  if (pdeathsig === undefined) {
-    pdeathsig = [];
-    if (process.platform === 'linux' && spawnSync('setpriv', ['--pdeathsig', 'SIGKILL', '--', 'true'], { stdio: 'ignore' }).status === 0) {
-      pdeathsig = ['setpriv', '--pdeathsig', 'SIGKILL', '--'];
-    }
-  }
-  return pdeathsig;
-}
 
 /** The environment of measured processes: no CERTSHARE_*, KUBECONFIG, POD_* or NODE_OPTIONS from the caller's shell. */
 export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {

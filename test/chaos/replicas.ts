@@ -1,13 +1,14 @@
 // The replicas as separate processes: per replica one emulated tailscaled (started once, it outlives
 // certshare restarts, like the real daemon) and one `certshare run` that the chaos kills and restarts.
 // Output goes to files under the run directory; a few log messages are followed (start, writer role).
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { request } from 'node:http';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { deathSignalPrefix } from '../support/processes.ts';
 
 // The sources, not bin/certshare.js: that prefers dist/ when a build exists, which may be stale.
 const BIN = resolve(import.meta.dirname, '../../src/cli/main.ts');
@@ -37,17 +38,6 @@ export interface ReplicaSpec {
   flags: string[];
 }
 
-let pdeathsig: string[] | undefined;
-/** `setpriv --pdeathsig SIGKILL`: the kernel kills our children if this process dies abruptly. */
-function deathSignalPrefix(): string[] {
-  if (pdeathsig === undefined) {
-    pdeathsig = [];
-    if (process.platform === 'linux' && spawnSync('setpriv', ['--pdeathsig', 'SIGKILL', '--', 'true'], { stdio: 'ignore' }).status === 0) {
-      pdeathsig = ['setpriv', '--pdeathsig', 'SIGKILL', '--'];
-    }
-  }
-  return pdeathsig;
-}
 
 const live = new Set<ChildProcess>();
 let hooked = false;

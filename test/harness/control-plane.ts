@@ -1,17 +1,18 @@
 // Test control plane: a real etcd + kube-apiserver on 127.0.0.1 (envtest style), no kubelet,
 // no controller-manager, no scheduler. See startControlPlane().
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { constants as fsConstants, rmSync } from 'node:fs';
 import { access, mkdir, mkdtemp, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import { createServer, type Socket } from 'node:net';
+import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createControlPlanePki, type ControlPlanePki } from './pki.ts';
+import { deathSignalPrefix, freePort } from '../support/processes.ts';
 
 const BUILD_SCRIPT = resolve(import.meta.dirname, '../k8s-binaries/build.sh');
 const LOG_LINES = 200;
@@ -135,21 +136,6 @@ function installExitHook(): void {
   });
 }
 
-let pdeathsigWrapper: string[] | undefined;
-/**
- * `setpriv --pdeathsig SIGKILL` (util-linux) makes the kernel kill the child when this process dies,
- * which also covers SIGKILL/signal deaths where process.on('exit') never runs. Linux only; optional.
- */
-function deathSignalPrefix(): string[] {
-  if (pdeathsigWrapper === undefined) {
-    pdeathsigWrapper = [];
-    if (process.platform === 'linux') {
-      const probe = spawnSync('setpriv', ['--pdeathsig', 'SIGKILL', '--', 'true'], { stdio: 'ignore' });
-      if (probe.status === 0) pdeathsigWrapper = ['setpriv', '--pdeathsig', 'SIGKILL', '--'];
-    }
-  }
-  return pdeathsigWrapper;
-}
 
 interface ExitInfo {
   code: number | null;
@@ -290,16 +276,6 @@ async function runBuildScript(): Promise<string> {
 // ---------------------------------------------------------------------------------------------
 // Small helpers
 
-async function freePort(): Promise<number> {
-  const server = createServer();
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  const address = server.address();
-  server.close();
-  await once(server, 'close');
-  if (address === null || typeof address === 'string') throw new Error('could not get a free port');
-  return address.port;
-}
 
 function yamlKubeconfig(p: {
   server: string;
