@@ -22,7 +22,6 @@ export async function connectKube(env: NodeJS.ProcessEnv): Promise<KubeConnectio
   } catch (err) {
     throw new CertshareError('CERTSHARE_BAD_CONFIG', `cannot load Kubernetes credentials: ${errorMessage(err)}`, { cause: err });
   }
-  if (!config.getCurrentCluster()) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'no Kubernetes cluster configured (set KUBECONFIG or run in a Pod)');
   const namespace =
     env.POD_NAMESPACE ||
     (await readFile(SA_NAMESPACE, 'utf8').then((s) => s.trim(), () => '')) ||

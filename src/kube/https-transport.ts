@@ -31,6 +31,13 @@ async function requestOptions(config: KubeConfig): Promise<RequestOptions> {
   return options;
 }
 
+/** The API server's base URL from the kubeconfig's current context. */
+export function apiServer(config: KubeConfig): string {
+  const cluster = config.getCurrentCluster();
+  if (!cluster) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'no Kubernetes cluster configured (set KUBECONFIG or run in a Pod)');
+  return cluster.server.replace(/\/+$/, '');
+}
+
 /** An HTTP status answer as an error carrying `code`, like client-node's ApiException (see apiStatus). */
 export class KubeHttpError extends CertshareError {
   readonly statusCode: number;
@@ -109,11 +116,9 @@ const nodeHttpLibrary = wrapHttpLibrary({
 
 /** A generated client-node API class (CoreV1Api, CoordinationV1Api...) talking over node:https. */
 export function makeApi<T>(config: KubeConfig, api: new (configuration: ReturnType<typeof createConfiguration>) => T): T {
-  const cluster = config.getCurrentCluster();
-  if (!cluster) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'no Kubernetes cluster configured (set KUBECONFIG or run in a Pod)');
   return new api(
     createConfiguration({
-      baseServer: new ServerConfiguration(cluster.server, {}),
+      baseServer: new ServerConfiguration(apiServer(config), {}),
       authMethods: { default: kubeconfigAuthentication(config) },
       httpApi: nodeHttpLibrary,
       middleware: [setHeaderMiddleware('User-Agent', USER_AGENT)],
@@ -141,9 +146,7 @@ export async function watchOnce(
   onEvent: (event: WatchEvent) => void,
   options: { signal: AbortSignal; inactivityMs: number },
 ): Promise<void> {
-  const cluster = config.getCurrentCluster();
-  if (!cluster) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'no Kubernetes cluster configured (set KUBECONFIG or run in a Pod)');
-  const url = new URL(cluster.server.replace(/\/+$/, '') + path);
+  const url = new URL(apiServer(config) + path);
   url.searchParams.set('watch', 'true');
   for (const [key, value] of Object.entries(query)) if (value !== undefined) url.searchParams.set(key, String(value));
   const base = await requestOptions(config);

@@ -12,27 +12,12 @@
 // window: issuing again inside it costs a real Let's Encrypt issuance all the same.
 
 import { renewalTime } from '../../src/core/renewal.ts';
+import type { LedgerIssuance, LedgerRequest } from '../../src/emulator/ledger.ts';
 
-export interface Issuance {
-  time: number;
-  emulator: string;
-  domain: string;
-  serial: string;
-  notBefore: number;
-  notAfter: number;
-  trigger: string;
-}
-
-export interface CertRequest {
-  time: number;
-  end: number;
-  emulator: string;
-  domain: string;
-  minValidity: string;
-  outcome: string;
-  retryAfterSeconds?: number;
-  serial?: string;
-}
+/** A ledger line as the emulator writes it (src/emulator/ledger.ts), its timestamps parsed to epoch ms. */
+type Parsed<Line, Times extends keyof Line> = Omit<Line, 'kind' | Times> & Record<Times, number>;
+export type Issuance = Parsed<LedgerIssuance, 'time' | 'notBefore' | 'notAfter'>;
+export type CertRequest = Parsed<LedgerRequest, 'time' | 'end'>;
 
 /** certshare's own rule (src/core/renewal.ts): the window is defined by when certshare renews. */
 export function renewalPoint(c: { notBefore: number; notAfter: number }, renewFraction = 1 / 3): number {
@@ -64,7 +49,7 @@ export function parseLedgerLine(line: Record<string, unknown>): { issuance?: Iss
         serial: String(line.serial),
         notBefore: t(line.notBefore),
         notAfter: t(line.notAfter),
-        trigger: String(line.trigger ?? 'request'),
+        trigger: line.trigger === 'background' ? 'background' : 'request',
       },
     };
   }

@@ -2,7 +2,8 @@
 import type { CheckerResult } from './checker.ts';
 import type { ChaosStats } from './schedule.ts';
 
-export interface ChaosReport {
+/** The schedule's counters as they are (apiOutageMs summarised as its maximum), and the checker's findings. */
+export interface ChaosReport extends Omit<ChaosStats, 'apiOutageMs'> {
   minutes: number;
   seed: number;
   durationMs: number;
@@ -12,17 +13,8 @@ export interface ChaosReport {
   extraIssuances: number;
   violations: number;
   violationDetails: string[];
-  kills: number;
-  sigkills: number;
-  sigterms: number;
-  writerKills: number;
-  restarts: number;
-  apiOutages: number;
   apiOutageMaxMs: number;
-  proxyEpisodes: Record<string, number>;
   proxyFaultsApplied: Record<string, number>;
-  emulatorFaults: Record<string, number>;
-  busDrops: number;
   convergenceP99Ms: number;
   convergenceP50Ms: number;
   convergenceMaxMs: number;
