@@ -1,0 +1,201 @@
+// The monitoring we ship, checked by Prometheus' own tools rather than by metric names alone:
+// - `promtool check rules` and `promtool test rules` (test/monitoring/alerts.promtest.yaml) over the
+//   PrometheusRule's groups: every alert fires when it should, with its labels and annotations, and
+//   stays quiet when it should;
+// - `promtool check metrics` over a live /metrics of the daemon, standalone and as writer and reader;
+// - a real Prometheus server scraping a writer and two readers: every alert expression evaluates
+//   without error, and every certshare series it selects exists with the labels it groups by.
+// promtool and prometheus come from test/prometheus/install.sh (Debian's package, cached).
+import assert from 'node:assert/strict';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { copyFile, readFile, writeFile } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { promisify } from 'node:util';
+import { dump, load } from 'js-yaml';
+import { useControlPlane } from '../harness/use-control-plane.ts';
+import { GROUP, KUBE_DOMAIN, exampleNamespace, filesWritten, startReplica, startReplicas, type Replica } from '../support/kube.ts';
+import { deathSignalPrefix, freePort } from '../support/processes.ts';
+import { emulatorIn, standaloneDaemon, tempDir, useTempDir } from '../support/standalone.ts';
+import { until } from '../support/wait.ts';
+
+const run = promisify(execFile);
+const HERE = import.meta.dirname;
+const RULE_FILE = resolve(HERE, '../../manifests/monitoring/prometheusrule.yaml');
+const RULE_TESTS = join(HERE, 'alerts.promtest.yaml');
+
+let binDir: string | undefined;
+async function prometheusBin(name: 'promtool' | 'prometheus'): Promise<string> {
+  binDir ??= (await run('bash', [resolve(HERE, '../prometheus/install.sh')], { maxBuffer: 1 << 20 })).stdout.trim();
+  return join(binDir, name);
+}
+
+interface Rule {
+  alert?: string;
+  record?: string;
+  expr: string;
+}
+interface PrometheusRuleDoc {
+  kind: string;
+  spec: { groups: Array<{ name: string; rules: Rule[] }> };
+}
+
+async function ruleGroups(): Promise<PrometheusRuleDoc['spec']['groups']> {
+  const doc = load(await readFile(RULE_FILE, 'utf8')) as PrometheusRuleDoc;
+  assert.equal(doc.kind, 'PrometheusRule');
+  return doc.spec.groups;
+}
+
+/** promtool's output on failure is the useful part of the assertion message. */
+async function promtool(args: string[], cwd?: string): Promise<string> {
+  try {
+    const { stdout, stderr } = await run(await prometheusBin('promtool'), args, { cwd, maxBuffer: 16 << 20 });
+    return stdout + stderr;
+  } catch (err) {
+    const e = err as { stdout?: string; stderr?: string; message: string };
+    assert.fail(`promtool ${args.join(' ')} failed:\n${e.stdout ?? ''}${e.stderr ?? ''}${e.stdout || e.stderr ? '' : e.message}`);
+  }
+}
+
+/** `promtool check metrics` reads the exposition on stdin and prints lint problems. */
+async function checkMetrics(text: string): Promise<string> {
+  const child = spawn(await prometheusBin('promtool'), ['check', 'metrics'], { stdio: ['pipe', 'pipe', 'pipe'] });
+  let out = '';
+  child.stdout.on('data', (d: Buffer) => (out += d));
+  child.stderr.on('data', (d: Buffer) => (out += d));
+  child.stdin.end(text);
+  const [code] = (await once(child, 'exit')) as [number | null];
+  return code === 0 ? '' : out.trim() || `exit ${code}`;
+}
+
+const metricsOf = async (address: string): Promise<string> => (await fetch(`${address}/metrics`)).text();
+
+describe('alert rules, by promtool', () => {
+  const dir = useTempDir();
+  before(async () => {
+    await writeFile(join(dir(), 'rules.yaml'), dump({ groups: await ruleGroups() }));
+    await copyFile(RULE_TESTS, join(dir(), 'alerts.promtest.yaml'));
+  });
+
+  it('promtool check rules accepts every rule', async () => {
+    const out = await promtool(['check', 'rules', 'rules.yaml'], dir());
+    const groups = await ruleGroups();
+    assert.match(out, new RegExp(`SUCCESS: ${groups.flatMap((g) => g.rules).length} rules found`));
+  });
+
+  it('promtool test rules: each alert fires when it should, with its labels and annotations, and stays quiet otherwise', async () => {
+    assert.match(await promtool(['test', 'rules', 'alerts.promtest.yaml'], dir()), /SUCCESS/);
+  });
+
+  it('every alert has a firing case and a quiet case in the rule tests', async () => {
+    const tests = load(await readFile(RULE_TESTS, 'utf8')) as { tests: Array<{ alert_rule_test: Array<{ alertname: string; exp_alerts: unknown[] }> }> };
+    const cases = tests.tests.flatMap((t) => t.alert_rule_test);
+    for (const rule of (await ruleGroups()).flatMap((g) => g.rules)) {
+      if (!rule.alert) continue;
+      const mine = cases.filter((c) => c.alertname === rule.alert);
+      assert.ok(mine.some((c) => c.exp_alerts.length > 0), `${rule.alert} has no case where it fires`);
+      assert.ok(mine.some((c) => c.exp_alerts.length === 0), `${rule.alert} has no case where it stays quiet`);
+    }
+  });
+});
+
+describe('/metrics, by promtool check metrics', () => {
+  it('standalone: no naming or type problem', async () => {
+    const dir = await tempDir();
+    const emulator = await emulatorIn(dir.path);
+    const daemon = await standaloneDaemon(emulator, join(dir.path, 'certs'));
+    try {
+      await until('healthy', () => daemon.health.evaluate(Date.now()).healthy, [(l) => daemon.health.onChange(l)]);
+      const text = await metricsOf(daemon.address);
+      assert.match(text, /^certshare_certificate_expiration_timestamp_seconds\{/m);
+      assert.equal(await checkMetrics(text), '');
+    } finally {
+      await daemon.stop();
+      await emulator.close();
+      await dir.remove();
+    }
+  });
+});
+
+describe('a real Prometheus scraping a writer and two readers', () => {
+  const cp = useControlPlane();
+  const dir = useTempDir();
+  let replicas: Replica[] = [];
+  let prometheus: ChildProcess | undefined;
+  let prometheusUrl = '';
+
+  before(async () => {
+    const ns = await exampleNamespace(cp());
+    replicas = [await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw' })];
+    replicas.push(...(await startReplicas(cp(), ns, dir(), ['proxy-1', 'proxy-2'], { mode: 'ro' })));
+    // The labels the PodMonitor adds (namespace, pod, group), as static target labels.
+    const config = {
+      global: { scrape_interval: '1s', evaluation_interval: '1s' },
+      scrape_configs: [
+        {
+          job_name: 'certshare',
+          static_configs: replicas.map((r) => ({ targets: [new URL(r.daemon.address).host], labels: { namespace: ns, pod: r.name, group: GROUP } })),
+        },
+      ],
+    };
+    await writeFile(join(dir(), 'prometheus.yml'), dump(config));
+    const port = await freePort();
+    prometheusUrl = `http://127.0.0.1:${port}`;
+    const [cmd, ...prefix] = [...deathSignalPrefix(), await prometheusBin('prometheus')];
+    prometheus = spawn(cmd!, [...prefix, `--config.file=${join(dir(), 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir(), 'tsdb')}`, `--web.listen-address=127.0.0.1:${port}`], { stdio: 'ignore' });
+  }, { timeout: 120_000 });
+
+  after(async () => {
+    if (prometheus && prometheus.exitCode === null) {
+      prometheus.kill('SIGTERM');
+      await once(prometheus, 'exit');
+    }
+    await Promise.all(replicas.map((r) => r.stop()));
+  });
+
+  async function query(expr: string): Promise<Array<{ metric: Record<string, string> }>> {
+    const res = await fetch(`${prometheusUrl}/api/v1/query?query=${encodeURIComponent(expr)}`);
+    const body = (await res.json()) as { status: string; error?: string; data?: { result: Array<{ metric: Record<string, string> }> } };
+    assert.equal(body.status, 'success', `${expr}: ${body.error}`);
+    return body.data!.result;
+  }
+
+  /** Prometheus is an outside process: poll its query API until the condition holds (bounded). */
+  async function eventually(what: string, check: () => Promise<boolean>, timeoutMs = 60_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      if (await check().catch(() => false)) return;
+      if (Date.now() > deadline) assert.fail(`Prometheus: ${what} within ${timeoutMs} ms`);
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+
+  it('the replicas pass promtool check metrics (writer and reader)', async () => {
+    await until('every replica holds the certificate', () => replicas.every((r) => r.daemon.manager.loop(KUBE_DOMAIN)?.current !== undefined), replicas.map(filesWritten), 30_000);
+    for (const r of replicas) {
+      const text = await metricsOf(r.daemon.address);
+      assert.match(text, /^certshare_writer /m, r.name);
+      assert.equal(await checkMetrics(text), '', r.name);
+    }
+  });
+
+  it('every alert expression evaluates, and every certshare series it selects exists with the labels it groups by', async () => {
+    await eventually('all three targets up with the certificate scraped', async () => (await query(`certshare_certificate_expiration_timestamp_seconds{domain="${KUBE_DOMAIN}"}`)).length === 3 && (await query('up == 1')).length === 3);
+    const rules = (await ruleGroups()).flatMap((g) => g.rules);
+    for (const rule of rules) {
+      await query(rule.expr);
+      const names = new Set([...rule.expr.matchAll(/\bcertshare_[a-z_]+/g)].map((m) => m[0]));
+      const grouping = new Set([...rule.expr.matchAll(/\b(?:by|on|without)\s*\(([^)]*)\)/g)].flatMap((m) => m[1]!.split(',').map((l) => l.trim())));
+      for (const name of names) {
+        // A rate limit may not have happened: its series exists only after one. The rest must be there.
+        const series = await query(name);
+        if (name === 'certshare_issuance_attempts_total') assert.ok(series.length > 0 || /result="rate_limited"/.test(rule.expr), `${rule.alert}: no ${name}`);
+        else assert.ok(series.length > 0, `${rule.alert}: ${name} has no series in Prometheus`);
+        for (const s of series) for (const label of grouping) if (label !== 'instance' && label !== '') assert.ok(label in s.metric, `${rule.alert}: ${name} lacks label ${label}: ${JSON.stringify(s.metric)}`);
+      }
+    }
+    // One writer in the group: the no-writer expression is empty, as it should be.
+    assert.deepEqual(await query('max without (pod, instance) (certshare_writer) == 0'), []);
+  });
+});
