@@ -160,7 +160,7 @@ describe('manifests/example on a real apiserver', () => {
     const built = await cp().kubectl(['kustomize', join(REPO, 'manifests/monitoring')]);
     assert.equal(built.code, 0, built.stderr);
     const kinds = (loadAll(built.stdout) as K8sObject[]).map((d) => `${d.apiVersion}/${d.kind}`).sort();
-    assert.deepEqual(kinds, ['monitoring.coreos.com/v1/PodMonitor', 'monitoring.coreos.com/v1/PrometheusRule']);
+    assert.deepEqual(kinds, ['monitoring.coreos.com/v1/PodMonitor', 'monitoring.coreos.com/v1/PrometheusRule', 'v1/ConfigMap']);
   });
 
   it('stores the StatefulSet with certshare as a native sidecar, its readiness gate, probes and limits', async () => {

@@ -4,7 +4,8 @@
 //   stays quiet when it should;
 // - `promtool check metrics` over a live /metrics of the daemon, standalone and as writer and reader;
 // - a real Prometheus server scraping a writer and two readers: every alert expression evaluates
-//   without error, and every certshare series it selects exists with the labels it groups by.
+//   without error, and every certshare series it selects exists with the labels it groups by; so do
+//   the queries of the Grafana dashboard (manifests/monitoring/dashboard.json).
 // promtool and prometheus come from test/prometheus/install.sh (Debian's package, cached).
 import assert from 'node:assert/strict';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
@@ -24,6 +25,7 @@ const run = promisify(execFile);
 const HERE = import.meta.dirname;
 const RULE_FILE = resolve(HERE, '../../manifests/monitoring/prometheusrule.yaml');
 const RULE_TESTS = join(HERE, 'alerts.promtest.yaml');
+const DASHBOARD = resolve(HERE, '../../manifests/monitoring/dashboard.json');
 
 let binDir: string | undefined;
 async function prometheusBin(name: 'promtool' | 'prometheus'): Promise<string> {
@@ -197,5 +199,21 @@ describe('a real Prometheus scraping a writer and two readers', () => {
     }
     // One writer in the group: the no-writer expression is empty, as it should be.
     assert.deepEqual(await query('max without (pod, instance) (certshare_writer) == 0'), []);
+  });
+
+  it('every query of the Grafana dashboard evaluates and returns series (bar counters that exist only after an event)', async () => {
+    await eventually('two scrapes of every target', async () => (await query('count_over_time(up[1m]) >= 2')).length === 3);
+    const dashboard = JSON.parse(await readFile(DASHBOARD, 'utf8')) as { panels: Array<{ title: string; targets: Array<{ expr: string }> }> };
+    assert.ok(dashboard.panels.length >= 10);
+    // Grafana's variables, as Grafana would substitute them ($namespace is multi-value with "All" = .+).
+    const grafana = (expr: string): string => expr.replaceAll('$__rate_interval', '1m').replaceAll('$namespace', '.+');
+    for (const panel of dashboard.panels) {
+      assert.ok(panel.targets.length > 0, panel.title);
+      for (const { expr } of panel.targets) {
+        const series = await query(grafana(expr));
+        if (/certshare_store_errors_total|result="rate_limited"/.test(expr)) continue;
+        assert.ok(series.length > 0, `${panel.title}: ${expr} returns no series`);
+      }
+    }
   });
 });
