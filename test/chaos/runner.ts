@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane, type ControlPlane } from '../harness/control-plane.ts';
-import { exampleNamespace, GROUP, KUBE_DOMAIN, must } from '../support/kube.ts';
+import { exampleNamespace, GROUP, KUBE_DOMAIN, must, replicaKubeconfig } from '../support/kube.ts';
 import { Checker, GATE } from './checker.ts';
 import { FaultProxy } from './fault-proxy.ts';
 import { AdminWatch, DirWatch, LedgerTail } from './observers.ts';
@@ -71,7 +71,6 @@ function inlineRbac(): string {
           { apiGroups: [''], resources: ['secrets'], verbs: ['create'] },
           { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['create'] },
           { apiGroups: ['coordination.k8s.io'], resources: ['leases'], resourceNames: [`certshare-${GROUP}`], verbs: ['get', 'update'] },
-          { apiGroups: [''], resources: ['pods'], verbs: ['get'] },
           { apiGroups: [''], resources: ['pods/status'], verbs: ['patch'] },
         ],
       },
@@ -104,21 +103,26 @@ async function createPods(cp: ControlPlane, ns: string): Promise<void> {
       apiVersion: 'v1',
       kind: 'Pod',
       metadata: { name, labels: { app: 'proxy' } },
-      spec: { readinessGates: [{ conditionType: GATE }], containers: [{ name: 'proxy', image: 'nginx' }] },
+      // Under certshare's account: each replica's token is bound to its Pod (see proxiedKubeconfig).
+      spec: { serviceAccountName: 'certshare', readinessGates: [{ conditionType: GATE }], containers: [{ name: 'proxy', image: 'nginx' }] },
     };
     await must(cp.kubectl(['-n', ns, 'create', '-f', '-'], { input: JSON.stringify(pod) }));
   }
 }
 
-/** The ServiceAccount's token kubeconfig, pointed at the fault proxy and trusting its CA. */
-async function proxiedKubeconfig(cp: ControlPlane, ns: string, proxy: FaultProxy, dir: string): Promise<string> {
-  const original = await readFile(await cp.kubeconfigFor(ns, 'certshare'), 'utf8');
+/**
+ * The ServiceAccount's kubeconfig for one replica, its token bound to the replica's Pod (as a projected
+ * token is: the admission policy admits readiness patches from the Pod's own token only), pointed at
+ * the fault proxy and trusting its CA.
+ */
+async function proxiedKubeconfig(cp: ControlPlane, ns: string, replica: string, proxy: FaultProxy, dir: string): Promise<string> {
+  const original = await readFile(await replicaKubeconfig(cp, ns, replica), 'utf8');
   const b64 = Buffer.from(proxy.caPem).toString('base64');
   const text = original
     .replace(/server: .*/, `server: ${JSON.stringify(proxy.url)}`)
     .replace(/certificate-authority-data: .*/, `certificate-authority-data: ${JSON.stringify(b64)}`);
   if (!text.includes(proxy.url)) throw new Error('could not point the kubeconfig at the proxy');
-  const path = join(dir, 'kubeconfig');
+  const path = join(dir, `kubeconfig-${replica}`);
   await writeFile(path, text, { mode: 0o600 });
   return path;
 }
@@ -151,7 +155,6 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     await createPods(cp, ns);
     proxy = new FaultProxy({ upstream: cp.server, upstreamCaPem: cp.caPem, rng: new Rng(options.seed ^ 0x5eed) });
     await proxy.start();
-    const kubeconfig = await proxiedKubeconfig(cp, ns, proxy, runDir);
     const ledger = join(runDir, 'ledger.jsonl');
     log(`namespace ${ns}, proxy ${proxy.url}, api ${cp.server}`);
 
@@ -179,7 +182,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     };
     for (const [i, name] of REPLICAS.entries()) {
       const r = new Replica(
-        { name, namespace: ns, domain: KUBE_DOMAIN, group: GROUP, kubeconfig, ledger, certLifetime: CERT_LIFETIME, podIp: `10.0.0.${10 + i}`, flags: TIMING_FLAGS },
+        { name, namespace: ns, domain: KUBE_DOMAIN, group: GROUP, kubeconfig: await proxiedKubeconfig(cp, ns, name, proxy, runDir), ledger, certLifetime: CERT_LIFETIME, podIp: `10.0.0.${10 + i}`, flags: TIMING_FLAGS },
         runDir,
         (replica, line) => {
           chaos?.observeLog(replica, line);

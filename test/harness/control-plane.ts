@@ -24,6 +24,12 @@ export interface ControlPlaneOptions {
   readyTimeoutMs?: number;
   /** Bound on SIGTERM before SIGKILL when stopping a process. Default 10 s. */
   stopGraceMs?: number;
+  /**
+   * Run the ServiceAccount admission plugin (off by default, envtest style): Pods then get the
+   * ServiceAccount's token mounted unless they opt out, as in a real cluster. Their ServiceAccount must
+   * exist (no controller creates `default`).
+   */
+  serviceAccountAdmission?: boolean;
   /** Extra kube-apiserver flags, appended last (they win over the defaults). */
   extraApiServerArgs?: string[];
   /** Extra etcd flags, appended last. */
@@ -82,9 +88,11 @@ export interface ControlPlane {
   readonly etcdUrl: string;
   /**
    * Creates a token for an existing ServiceAccount (TokenRequest API) and writes a kubeconfig using it as
-   * bearer token, with `namespace` as the context namespace. Returns the file path.
+   * bearer token, with `namespace` as the context namespace. Returns the file path. With `pod`, the
+   * token is bound to that Pod (which must run under the ServiceAccount), as a projected token in the
+   * Pod is: the apiserver then names the Pod in the user's extra (authentication.kubernetes.io/pod-name).
    */
-  kubeconfigFor(namespace: string, serviceAccount: string, options?: { expirationSeconds?: number }): Promise<string>;
+  kubeconfigFor(namespace: string, serviceAccount: string, options?: { expirationSeconds?: number; pod?: string }): Promise<string>;
   /** Runs the built kubectl with the admin kubeconfig (or options.kubeconfig). Never rejects on a non-zero exit. */
   kubectl(args: string[], options?: KubectlOptions): Promise<CommandResult>;
   /** Raw request to the apiserver with the admin client certificate; a new connection each time. */
@@ -458,7 +466,7 @@ class ControlPlaneImpl implements ControlPlane {
       '--authorization-mode=Node,RBAC',
       // envtest style: without the ServiceAccount admission plugin, Pods need no `default` ServiceAccount
       // (no controller-manager runs to create it) and get no token volume.
-      '--disable-admission-plugins=ServiceAccount',
+      ...(this.options.serviceAccountAdmission ? [] : ['--disable-admission-plugins=ServiceAccount']),
       '--service-cluster-ip-range=10.0.0.0/24',
       '--allow-privileged=true',
       '--service-account-issuer=https://kubernetes.default.svc.cluster.local',
@@ -626,21 +634,25 @@ class ControlPlaneImpl implements ControlPlane {
     return res.body;
   }
 
-  async kubeconfigFor(namespace: string, serviceAccount: string, options: { expirationSeconds?: number } = {}): Promise<string> {
+  async kubeconfigFor(namespace: string, serviceAccount: string, options: { expirationSeconds?: number; pod?: string } = {}): Promise<string> {
     const path = `/api/v1/namespaces/${encodeURIComponent(namespace)}/serviceaccounts/${encodeURIComponent(serviceAccount)}/token`;
+    const what = `${namespace}/${serviceAccount}${options.pod ? ` bound to Pod ${options.pod}` : ''}`;
     const res = await this.adminRequest('POST', path, {
       body: {
         apiVersion: 'authentication.k8s.io/v1',
         kind: 'TokenRequest',
-        spec: { expirationSeconds: options.expirationSeconds ?? 24 * 3600 },
+        spec: {
+          expirationSeconds: options.expirationSeconds ?? 24 * 3600,
+          ...(options.pod ? { boundObjectRef: { apiVersion: 'v1', kind: 'Pod', name: options.pod } } : {}),
+        },
       },
     });
     if (res.status !== 201 && res.status !== 200) {
-      throw new Error(`TokenRequest for ${namespace}/${serviceAccount}: HTTP ${res.status}: ${res.body.slice(0, 500)}`);
+      throw new Error(`TokenRequest for ${what}: HTTP ${res.status}: ${res.body.slice(0, 500)}`);
     }
     const token = (JSON.parse(res.body) as { status?: { token?: string } }).status?.token;
-    if (!token) throw new Error(`TokenRequest for ${namespace}/${serviceAccount} returned no token`);
-    const file = join(this.dir, `sa-${namespace}-${serviceAccount}.kubeconfig`);
+    if (!token) throw new Error(`TokenRequest for ${what} returned no token`);
+    const file = join(this.dir, `sa-${namespace}-${serviceAccount}${options.pod ? `-pod-${options.pod}` : ''}.kubeconfig`);
     // Written aside and renamed: replicas started together ask for the same file, and one of them may
     // be reading it while another rewrites it (a truncated file reads as an empty kubeconfig).
     const partial = `${file}.${randomBytes(4).toString('hex')}.tmp`;

@@ -8,7 +8,7 @@ import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { startEmulator } from '../../src/emulator/server.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { KUBE_DOMAIN, GROUP, exampleNamespace, must, startReplica } from '../support/kube.ts';
+import { KUBE_DOMAIN, GROUP, exampleNamespace, must, replicaKubeconfig, startReplica } from '../support/kube.ts';
 import { useTempDir } from '../support/standalone.ts';
 
 const cp = useControlPlane();
@@ -26,7 +26,8 @@ async function createPod(ns: string, name: string): Promise<void> {
     apiVersion: 'v1',
     kind: 'Pod',
     metadata: { name },
-    spec: { readinessGates: [{ conditionType: GATE }], containers: [{ name: 'proxy', image: 'nginx' }] },
+    // Under certshare's account: the replica's token is bound to this Pod (see replicaKubeconfig).
+    spec: { serviceAccountName: 'certshare', readinessGates: [{ conditionType: GATE }], containers: [{ name: 'proxy', image: 'nginx' }] },
   };
   await must(cp().kubectl(['-n', ns, 'create', '-f', '-'], { input: JSON.stringify(pod) }));
   // Stand-ins for the kubelet's own conditions, which the gate must leave alone.
@@ -124,7 +125,7 @@ describe("the Pod's own readiness gate", () => {
     const ns = await exampleNamespace(cp());
     await createPod(ns, 'proxy-0');
     const emulator = await startEmulator({ listen: join(dir(), 'sigterm.sock'), domains: [KUBE_DOMAIN] });
-    const kubeconfig = await cp().kubeconfigFor(ns, 'certshare');
+    const kubeconfig = await replicaKubeconfig(cp(), ns, 'proxy-0');
     const child = spawn(process.execPath, [BIN, 'run', '--store', 'kube', '--mode', 'rw', '--domain', KUBE_DOMAIN, '--group', GROUP, '--localapi', emulator.address, '--listen', '127.0.0.1:0', '--readiness-gate', GATE, '--drain-delay', '300ms'], {
       env: { PATH: process.env.PATH, KUBECONFIG: kubeconfig, POD_NAME: 'proxy-0', POD_NAMESPACE: ns, POD_IPS: '10.0.0.10' },
       stdio: ['ignore', 'pipe', 'inherit'],

@@ -76,7 +76,7 @@ describe('Dockerfile', () => {
     for (const path of ['node_modules/fastify/package.json', 'dist/cli/main.js', '.git/HEAD', 'test/manifests/image.test.ts', 'manifests/base/rbac.yaml', '.cluster/kubeconfig', 'Dockerfile']) {
       assert.ok(ignored(path), `${path} stays out of the context`);
     }
-    for (const path of ['tsconfig.build.json', 'scripts/check-node.ts']) assert.ok(ignored(path), `${path} stays out of the context`);
+    for (const path of ['tsconfig.build.json', 'scripts/check-node.js']) assert.ok(ignored(path), `${path} stays out of the context`);
     for (const path of ['package.json', 'package-lock.json', 'tsconfig.json', 'scripts/build.ts', 'src/cli/main.ts', 'src/kube/backend.ts']) {
       assert.ok(!ignored(path), `${path} is in the context`);
     }

@@ -15,6 +15,7 @@ import { envName } from '../../src/cli/flags.ts';
 import { RUN_FLAGS } from '../../src/cli/run-options.ts';
 import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
+import { replicaKubeconfig } from '../support/kube.ts';
 import { emulatorIn, standaloneDaemon, tempDir } from '../support/standalone.ts';
 import { until } from '../support/wait.ts';
 
@@ -24,15 +25,27 @@ const DOMAIN = 'proxy.tailnet-0000.ts.net';
 const LEASE = 'certshare-proxy';
 const GATE = 'certshare.io/certificates';
 const PLACEHOLDER = 'example.tailnet-0000.ts.net';
+const TOKEN_PATH = '/var/run/secrets/kubernetes.io/serviceaccount';
 
 interface EnvVar {
   name: string;
   value?: string;
   valueFrom?: { fieldRef?: { fieldPath: string }; secretKeyRef?: { name: string; key: string } };
 }
+interface VolumeMount {
+  name: string;
+  mountPath: string;
+  readOnly?: boolean;
+}
+interface Volume {
+  name: string;
+  projected?: { sources: Array<Record<string, Record<string, unknown>>> };
+  [source: string]: unknown;
+}
 interface Container {
   name: string;
   image: string;
+  volumeMounts?: VolumeMount[];
   restartPolicy?: string;
   env?: EnvVar[];
   ports?: Array<{ name?: string; containerPort: number }>;
@@ -43,6 +56,8 @@ interface Container {
 }
 interface PodSpec {
   serviceAccountName?: string;
+  automountServiceAccountToken?: boolean;
+  volumes?: Volume[];
   terminationGracePeriodSeconds?: number;
   readinessGates?: Array<{ conditionType: string }>;
   securityContext?: { fsGroup?: number };
@@ -71,6 +86,27 @@ const sidecarOf = (spec: PodSpec): Container => {
   return sidecar;
 };
 
+/**
+ * Only certshare holds the ServiceAccount token: no automount, and the one volume at the standard path
+ * is a projected token (with the CA and namespace client libraries read there) mounted by certshare alone.
+ */
+function assertTokenOnlyInCertshare(spec: PodSpec): void {
+  assert.equal(spec.automountServiceAccountToken, false, 'automountServiceAccountToken: false');
+  const mounting = [...(spec.initContainers ?? []), ...spec.containers].filter((c) => c.volumeMounts?.some((m) => m.mountPath === TOKEN_PATH || m.mountPath.startsWith(`${TOKEN_PATH}/`)));
+  assert.deepEqual(mounting.map((c) => c.name), ['certshare'], 'only certshare mounts the ServiceAccount token');
+  const mount = sidecarOf(spec).volumeMounts!.find((m) => m.mountPath === TOKEN_PATH)!;
+  assert.equal(mount.readOnly, true);
+  const volume = spec.volumes?.find((v) => v.name === mount.name);
+  const sources = volume?.projected?.sources ?? [];
+  assert.deepEqual(sources.map((src) => Object.keys(src)[0]), ['serviceAccountToken', 'configMap', 'downwardAPI'], `${mount.name}: a projected token volume`);
+  assert.equal(sources[0]!.serviceAccountToken!.path, 'token');
+  assert.ok(Number(sources[0]!.serviceAccountToken!.expirationSeconds) <= 3600, 'a short-lived token');
+  assert.deepEqual(sources[1]!.configMap, { name: 'kube-root-ca.crt', items: [{ key: 'ca.crt', path: 'ca.crt' }] });
+  assert.deepEqual(sources[2]!.downwardAPI, { items: [{ path: 'namespace', fieldRef: { apiVersion: 'v1', fieldPath: 'metadata.namespace' } }] });
+  const others = spec.volumes?.filter((v) => v.projected?.sources.some((src) => 'serviceAccountToken' in src) && v.name !== mount.name) ?? [];
+  assert.deepEqual(others.map((v) => v.name), [], 'no other token volume');
+}
+
 describe('manifests/base', () => {
   it('leaves the namespace to the user and holds only placeholder names', async () => {
     const kustomization = (await yamlDocs(join(REPO, 'manifests/base/kustomization.yaml')))[0] as unknown as Record<string, unknown>;
@@ -78,6 +114,11 @@ describe('manifests/base', () => {
     const rbac = await yamlDocs(join(REPO, 'manifests/base/rbac.yaml'));
     const names = rbac.flatMap((d) => d.rules ?? []).flatMap((r) => r.resourceNames ?? []);
     assert.deepEqual([...new Set(names)].sort(), [LEASE, PLACEHOLDER].sort());
+  });
+
+  it('grants on Pods only what the readiness gate uses: patch of pods/status', async () => {
+    const rules = (await yamlDocs(join(REPO, 'manifests/base/rbac.yaml'))).flatMap((d) => d.rules ?? []).filter((r) => r.apiGroups.includes('') && r.resources.some((res) => res.startsWith('pods')));
+    assert.deepEqual(rules, [{ apiGroups: [''], resources: ['pods/status'], verbs: ['patch'] }]);
   });
 });
 
@@ -108,7 +149,9 @@ describe('the example StatefulSet environment', () => {
 });
 
 describe('manifests/example on a real apiserver', () => {
-  const cp = useControlPlane();
+  // With the ServiceAccount admission plugin, as in a real cluster: it would mount a token into every
+  // container of a Pod that does not opt out.
+  const cp = useControlPlane({ serviceAccountAdmission: true });
   const ns = `manifests-${process.pid}`;
   const sa = (name: string) => `system:serviceaccount:${ns}:${name}`;
 
@@ -149,7 +192,7 @@ describe('manifests/example on a real apiserver', () => {
     assert.match(dry.stdout, /statefulset\.apps\/proxy created \(server dry run\)/);
     assert.equal((await kubectl(['get', 'statefulset', 'proxy'])).code, 1, 'a dry run creates nothing');
     const applied = await must(['apply', '-k', EXAMPLE]);
-    for (const object of ['serviceaccount/certshare ', 'serviceaccount/certshare-reader ', 'role.rbac.authorization.k8s.io/certshare-reader', 'role.rbac.authorization.k8s.io/certshare-writer', 'rolebinding.rbac.authorization.k8s.io/certshare-reader', 'rolebinding.rbac.authorization.k8s.io/certshare-writer', 'statefulset.apps/proxy ', 'service/proxy ', 'service/proxy-health ']) {
+    for (const object of ['serviceaccount/certshare ', 'serviceaccount/certshare-reader ', 'role.rbac.authorization.k8s.io/certshare-reader', 'role.rbac.authorization.k8s.io/certshare-writer', 'rolebinding.rbac.authorization.k8s.io/certshare-reader', 'rolebinding.rbac.authorization.k8s.io/certshare-writer', 'statefulset.apps/proxy ', 'service/proxy ', 'service/proxy-health ', 'validatingadmissionpolicy.admissionregistration.k8s.io/certshare-own-pod-status', 'validatingadmissionpolicybinding.admissionregistration.k8s.io/certshare-own-pod-status']) {
       assert.ok(applied.includes(object), `${object.trim()} applied:\n${applied}`);
     }
     readerKubeconfig = await cp().kubeconfigFor(ns, 'certshare-reader');
@@ -192,18 +235,34 @@ describe('manifests/example on a real apiserver', () => {
       },
     );
     assert.deepEqual(pod.containers.map((c) => c.name).sort(), ['proxy', 'tailscale']);
+    assertTokenOnlyInCertshare(pod);
     const services = JSON.parse(await must(['get', 'services', '-o', 'json'])) as { items: Array<{ metadata: { name: string }; spec: { ports: Array<{ port: number }>; publishNotReadyAddresses?: boolean } }> };
     const ports = Object.fromEntries(services.items.map((s) => [s.metadata.name, s.spec.ports.map((p) => p.port)]));
     assert.deepEqual(ports, { proxy: [443], 'proxy-health': [9002] });
     assert.equal(services.items.find((s) => s.metadata.name === 'proxy-health')?.spec.publishNotReadyAddresses, true, 'the routing check reaches Pods that are not Ready yet');
   });
 
-  it("accepts Pods made from the template (the kubelet-facing validation of the sidecar's spec)", async () => {
+  it("accepts Pods made from the template (the kubelet-facing validation of the sidecar's spec); the ServiceAccount admission plugin gives no other container a token", async () => {
     const sts = JSON.parse(await must(['get', 'statefulset', 'proxy', '-o', 'json'])) as StatefulSet;
     for (const name of ['proxy-0', 'proxy-1']) {
       const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name, labels: sts.spec.template.metadata.labels }, spec: { ...sts.spec.template.spec, hostname: name, subdomain: sts.spec.serviceName } };
       await must(['create', '-f', '-'], { input: JSON.stringify(pod) });
     }
+    // A read-only consumer (e.g. a Deployment of proxies) under the reader account.
+    const consumer = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'consumer-abc12' }, spec: { ...sts.spec.template.spec, serviceAccountName: 'certshare-reader' } };
+    await must(['create', '-f', '-'], { input: JSON.stringify(consumer) });
+    for (const name of ['proxy-0', 'proxy-1', 'consumer-abc12']) {
+      const stored = JSON.parse(await must(['get', 'pod', name, '-o', 'json'])) as { spec: PodSpec };
+      assertTokenOnlyInCertshare(stored.spec);
+    }
+    // The same Pod without automountServiceAccountToken: false: the plugin mounts a token into every
+    // container (what the example used to do), which the assertion above would catch.
+    const automounted = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'automounted' }, spec: { ...sts.spec.template.spec, automountServiceAccountToken: undefined } };
+    await must(['create', '-f', '-', '--dry-run=server', '-o', 'json'], { input: JSON.stringify(automounted) }).then((out) => {
+      const spec = (JSON.parse(out) as { spec: PodSpec }).spec;
+      assert.throws(() => assertTokenOnlyInCertshare(spec), /mounts the ServiceAccount token|automountServiceAccountToken/);
+      assert.deepEqual(spec.containers.filter((c) => c.volumeMounts?.some((m) => m.mountPath === TOKEN_PATH)).map((c) => c.name).sort(), ['proxy', 'tailscale']);
+    });
   });
 
   it('the reader account reads the domain Secret and nothing else, and writes no Secret', async () => {
@@ -255,24 +314,65 @@ describe('manifests/example on a real apiserver', () => {
   });
 
   /** A raw request under the ServiceAccount's token (kubectl patch would GET pods/status first; the daemon does not). */
-  async function saRequest(kubeconfig: string, method: string, path: string, body: unknown, contentType: string): Promise<number> {
+  async function saRequest(kubeconfig: string, method: string, path: string, body: unknown, contentType: string): Promise<{ status: number; body: string }> {
     const config = (loadAll(await readFile(kubeconfig, 'utf8'))[0]) as { users: Array<{ user: { token: string } }> };
     return new Promise((resolve, reject) => {
       const req = httpsRequest(new URL(path, cp().server), { method, ca: cp().caPem, agent: false, headers: { authorization: `Bearer ${config.users[0]!.user.token}`, 'content-type': contentType } }, (res) => {
-        res.resume();
-        res.on('end', () => resolve(res.statusCode ?? 0));
+        let text = '';
+        res.setEncoding('utf8').on('data', (c: string) => (text += c));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
       });
       req.on('error', reject);
       req.end(JSON.stringify(body));
     });
   }
 
-  it("both accounts patch a Pod's status (the readiness gate) with a strategic merge patch, and nothing else of it", async () => {
-    for (const [kubeconfig, pod] of [[writerKubeconfig, 'proxy-0'], [readerKubeconfig, 'proxy-1']] as const) {
-      const patch = { status: { conditions: [{ type: GATE, status: 'False', reason: 'Test' }] } };
-      assert.equal(await saRequest(kubeconfig, 'PATCH', `/api/v1/namespaces/${ns}/pods/${pod}/status`, patch, 'application/strategic-merge-patch+json'), 200, `${pod} status`);
-      assert.equal(await as(kubeconfig, ['get', 'pod', pod]), 'allowed');
-      assert.equal(await saRequest(kubeconfig, 'PATCH', `/api/v1/namespaces/${ns}/pods/${pod}`, { metadata: { labels: { x: 'y' } } }, 'application/strategic-merge-patch+json'), 403, 'the Pod itself is not writable');
+  const gatePatch = (status: string) => ({ status: { conditions: [{ type: GATE, status, reason: 'Test' }] } });
+  const statusPath = (pod: string, dryRun = false) => `/api/v1/namespaces/${ns}/pods/${pod}/status${dryRun ? '?dryRun=All' : ''}`;
+  const SMP = 'application/strategic-merge-patch+json';
+
+  /**
+   * The admission policy applies once the apiserver has loaded it (an informer, a second or so after
+   * apply): waits until a server-side dry run of a patch of another Pod's status is denied.
+   */
+  async function policyInEffect(kubeconfig: string, otherPod: string): Promise<void> {
+    const deadline = performance.now() + 30_000;
+    while ((await saRequest(kubeconfig, 'PATCH', statusPath(otherPod, true), gatePatch('False'), SMP)).status !== 403) {
+      assert.ok(performance.now() < deadline, 'the admission policy never took effect');
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
+
+  it("each account patches its own Pod's readiness condition, with the Pod's own token, and nothing else of any Pod", async () => {
+    const [proxy0, proxy1, consumer] = [await replicaKubeconfig(cp(), ns, 'proxy-0'), await replicaKubeconfig(cp(), ns, 'proxy-1'), await replicaKubeconfig(cp(), ns, 'consumer-abc12', 'certshare-reader')];
+    await policyInEffect(proxy0, 'proxy-1');
+    const kubeletConditions = { status: { conditions: [{ type: 'PodScheduled', status: 'True' }, { type: 'example.com/other', status: 'True' }] } };
+    for (const pod of ['proxy-0', 'proxy-1', 'consumer-abc12']) assert.equal((await cp().adminRequest('PATCH', statusPath(pod), { headers: { 'content-type': SMP }, body: kubeletConditions })).status, 200);
+    for (const [kubeconfig, own, other] of [[proxy0, 'proxy-0', 'proxy-1'], [proxy1, 'proxy-1', 'consumer-abc12'], [consumer, 'consumer-abc12', 'proxy-0']] as const) {
+      assert.equal((await saRequest(kubeconfig, 'PATCH', statusPath(own), gatePatch('False'), SMP)).status, 200, `${own}: its own condition`);
+      const denied = await saRequest(kubeconfig, 'PATCH', statusPath(other), gatePatch('True'), SMP);
+      assert.equal(denied.status, 403, `${own}'s token on ${other}'s status`);
+      assert.match(denied.body, new RegExp(`certshare-own-pod-status.*bound to Pod ${own}, not to Pod ${other}`));
+      const otherCondition = await saRequest(kubeconfig, 'PATCH', statusPath(own), { status: { conditions: [{ type: 'PodScheduled', status: 'False' }] } }, SMP);
+      assert.equal(otherCondition.status, 403, `${own}: the kubelet's condition`);
+      assert.match(otherCondition.body, /its own readiness condition only/);
+      const phase = await saRequest(kubeconfig, 'PATCH', statusPath(own), { status: { phase: 'Failed' } }, SMP);
+      assert.equal(phase.status, 403, `${own}: another status field`);
+      const labels = await saRequest(kubeconfig, 'PATCH', statusPath(own), { metadata: { labels: { 'app.kubernetes.io/name': 'elsewhere' } } }, SMP);
+      assert.equal(labels.status, 403, `${own}: labels through pods/status (Service selection)`);
+      assert.equal((await saRequest(kubeconfig, 'PATCH', `/api/v1/namespaces/${ns}/pods/${own}`, { metadata: { labels: { x: 'y' } } }, SMP)).status, 403, 'the Pod itself is not writable');
+      assert.equal(await as(kubeconfig, ['get', 'pod', own]), 'forbidden', 'certshare never reads Pods');
+    }
+    // An unbound token of the same account (a legacy or hand-made token) changes no Pod's status.
+    const unbound = await saRequest(writerKubeconfig, 'PATCH', statusPath('proxy-0'), gatePatch('True'), SMP);
+    assert.equal(unbound.status, 403);
+    assert.match(unbound.body, /bound to no Pod/);
+    for (const pod of ['proxy-0', 'proxy-1', 'consumer-abc12']) {
+      const stored = JSON.parse(await must(['get', 'pod', pod, '-o', 'json'])) as { metadata: { labels?: Record<string, string> }; status: { phase?: string; conditions: Array<{ type: string; status: string }> } };
+      const conditions = Object.fromEntries(stored.status.conditions.map((c) => [c.type, c.status]));
+      assert.deepEqual(conditions, { PodScheduled: 'True', 'example.com/other': 'True', [GATE]: 'False' }, `${pod}: only its own gate changed, to what its own token wrote`);
+      assert.notEqual(stored.status.phase, 'Failed');
+      assert.equal(stored.metadata.labels?.x, undefined);
     }
   });
 
@@ -315,14 +415,12 @@ describe('manifests/example on a real apiserver', () => {
     }
 
     it('elects one writer through the Lease, issues once, shares it, and every replica turns its gate True', async () => {
-      // A read-only consumer (e.g. a Deployment of proxies) under the reader account.
-      const sts = JSON.parse(await must(['get', 'statefulset', 'proxy', '-o', 'json'])) as StatefulSet;
-      const consumer = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'consumer-abc12' }, spec: { ...sts.spec.template.spec, serviceAccountName: 'certshare-reader' } };
-      await must(['create', '-f', '-'], { input: JSON.stringify(consumer) });
+      // Each under its own Pod's token, as the projected volume gives it; the consumer (e.g. a Deployment
+      // of proxies, created above) under the reader account.
       const replicas = [
-        await replica('proxy-0', '10.0.0.10', writerKubeconfig),
-        await replica('proxy-1', '10.0.0.11', writerKubeconfig),
-        await replica('consumer-abc12', '10.0.0.20', readerKubeconfig, { CERTSHARE_MODE: 'ro', CERTSHARE_GROUP: 'proxy' }),
+        await replica('proxy-0', '10.0.0.10', await replicaKubeconfig(cp(), ns, 'proxy-0')),
+        await replica('proxy-1', '10.0.0.11', await replicaKubeconfig(cp(), ns, 'proxy-1')),
+        await replica('consumer-abc12', '10.0.0.20', await replicaKubeconfig(cp(), ns, 'consumer-abc12', 'certshare-reader'), { CERTSHARE_MODE: 'ro', CERTSHARE_GROUP: 'proxy' }),
       ];
       try {
         for (const r of replicas) {

@@ -48,8 +48,19 @@ export const filesWritten = (r: Replica) => (listener: () => void): (() => void)
 };
 
 /**
+ * The ServiceAccount's kubeconfig for replica `name`: when a Pod of that name exists, its token is bound
+ * to it, as the projected token of a real Pod is (manifests/base/admission-policy.yaml admits a
+ * readiness-gate patch only from the Pod's own token); an unbound token otherwise.
+ */
+export async function replicaKubeconfig(cp: ControlPlane, ns: string, name: string, serviceAccount = 'certshare'): Promise<string> {
+  const pod = await cp.adminRequest('GET', `/api/v1/namespaces/${ns}/pods/${name}`);
+  if (pod.status !== 200 && pod.status !== 404) throw new Error(`GET Pod ${ns}/${name}: HTTP ${pod.status}: ${pod.body.slice(0, 300)}`);
+  return cp.kubeconfigFor(ns, serviceAccount, pod.status === 200 ? { pod: name } : {});
+}
+
+/**
  * One replica in-process: its own emulated tailscaled, the daemon in kube mode under the
- * ServiceAccount's token (RBAC is real), certificates projected into `outDir`.
+ * ServiceAccount's token (RBAC and the admission policy are real), certificates projected into `outDir`.
  */
 export async function startReplica(
   cp: ControlPlane,
@@ -60,7 +71,7 @@ export async function startReplica(
 ): Promise<Replica> {
   const replicaDir = join(dir, name);
   await mkdir(replicaDir, { recursive: true });
-  const kubeconfig = await cp.kubeconfigFor(ns, options.serviceAccount ?? 'certshare');
+  const kubeconfig = await replicaKubeconfig(cp, ns, name, options.serviceAccount);
   const emulator = await startEmulator({ listen: join(replicaDir, 'tailscaled.sock'), domains: [KUBE_DOMAIN], id: name, ...options.emulator });
   const outDir = join(replicaDir, 'certs');
   const values = parseFlags(
