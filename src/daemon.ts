@@ -13,7 +13,7 @@ import type { DaemonConfig } from './cli/run-options.ts';
 import { ServeConfigWatcher } from './config/serve-config-watcher.ts';
 import { createLocalApiClient } from './localapi/client.ts';
 import { CertDomainsWatcher } from './localapi/cert-domains-watcher.ts';
-import { buildHttpServer, parseListenAddress, podAddressesFromEnv } from './server/http-server.ts';
+import { buildHttpServer, parseListenAddress } from './server/http-server.ts';
 import { Metrics } from './server/metrics.ts';
 import { CertDirectory } from './store/cert-directory.ts';
 import { DirStore } from './store/dir-store.ts';
@@ -64,9 +64,11 @@ export interface Daemon {
   stop(): Promise<void>;
 }
 
-function dirBackend(path: string, ctx: BackendContext): StoreBackend {
-  const store = new DirStore(new CertDirectory(path), ctx.deps.clock, ctx.filesWritten);
-  return { store, role: staticRole(ctx.deps.env.POD_NAME ?? 'standalone', true), observers: [] };
+async function dirBackend(path: string, ctx: BackendContext): Promise<StoreBackend> {
+  const directory = new CertDirectory(path);
+  await directory.prepare();
+  const store = new DirStore(directory, ctx.deps.clock, ctx.filesWritten);
+  return { store, role: staticRole(ctx.config.podName ?? 'standalone', true), observers: [] };
 }
 
 async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
@@ -103,7 +105,44 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     void reload?.request(domain);
   };
   const ctx: BackendContext = { config, deps, metrics, health, filesWritten };
-  const backend = config.store.kind === 'dir' ? dirBackend(config.store.path, ctx) : await kubeBackend(ctx);
+  // Start-up order: everything that can refuse the configuration (the store, the ServeConfig's first
+  // read, the listen port) runs before any loop or watcher starts, and a failure undoes what ran before
+  // it, so a start-up error leaves nothing listening and nothing running.
+  const backend = config.store.kind === 'dir' ? await dirBackend(config.store.path, ctx) : await kubeBackend(ctx);
+
+  const staticDomains = config.domains;
+  let configDomains: string[] = [];
+  let manager: CertManager | undefined;
+  const applyDomains = (): void => {
+    const all = [...new Set([...staticDomains, ...configDomains])].sort();
+    manager?.setDomains(all);
+    health.manage(all);
+  };
+  const serveConfig = config.serveConfig
+    ? new ServeConfigWatcher({
+        path: config.serveConfig,
+        logger,
+        onDomains: (domains) => {
+          configDomains = domains;
+          applyDomains();
+        },
+        onPending: (reason) => health.pending('serve-config', reason),
+      })
+    : undefined;
+  let app: FastifyInstance | undefined;
+  let address: string;
+  try {
+    await serveConfig?.start();
+    app = buildHttpServer({ health, metrics, clock, pod: config.pod });
+    const { host, port } = parseListenAddress(config.listen);
+    address = await app.listen({ host, port });
+  } catch (err) {
+    serveConfig?.stop();
+    await app?.close();
+    await backend.stop?.();
+    throw err;
+  }
+  const server = app;
 
   const onBadLine = (err: unknown): void => {
     metrics.busBadLines.inc();
@@ -120,7 +159,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   });
   watcher.onChange(() => logger.info({ certDomains: [...watcher.current()].sort() }, 'tailscaled cert domains'));
 
-  const manager = new CertManager({
+  const certManager = new CertManager({
     localApi,
     store: backend.store,
     role: backend.role,
@@ -133,6 +172,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
     intentTtlMs: config.certTimeoutMs + Math.min(30_000, config.certTimeoutMs),
   });
+  manager = certManager;
 
   let lastHealthy: boolean | undefined;
   health.onChange(() => {
@@ -141,34 +181,15 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     lastHealthy = verdict.healthy;
   });
 
-  const staticDomains = config.domains;
-  let configDomains: string[] = [];
-  const applyDomains = (): void => {
-    const all = [...new Set([...staticDomains, ...configDomains])].sort();
-    manager.setDomains(all);
-    health.manage(all);
-  };
-  const serveConfig = config.serveConfig
-    ? new ServeConfigWatcher(config.serveConfig, logger, (domains) => {
-        configDomains = domains;
-        applyDomains();
-      })
-    : undefined;
-
-  const app: FastifyInstance = buildHttpServer({ health, metrics, clock, pod: podAddressesFromEnv(deps.env) });
-  const { host, port } = parseListenAddress(config.listen);
-  const address = await app.listen({ host, port });
   logger.info({ address, store: config.store, mode: config.store.kind === 'kube' ? config.mode : undefined }, 'certshare started');
-
   applyDomains();
-  await serveConfig?.start();
   await backend.start?.();
   watcher.start();
 
   let stopping: Promise<void> | undefined;
   return {
     address,
-    manager,
+    manager: certManager,
     health,
     metrics,
     watcher,
@@ -179,10 +200,10 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
         logger.info({}, 'stopping');
         await backend.beforeStop?.();
         serveConfig?.stop();
-        await Promise.all([manager.stop(), watcher.stop()]);
+        await Promise.all([certManager.stop(), watcher.stop()]);
         await backend.stop?.();
         await reload?.idle();
-        await app.close();
+        await server.close();
         logger.info({}, 'stopped');
       })()),
   };

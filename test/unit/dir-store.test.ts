@@ -60,14 +60,14 @@ describe('DirStore and CertDirectory', () => {
   });
 
   it('refuses names that would escape the directory', async () => {
-    await assert.rejects(new CertDirectory(dir()).write('../evil', { keyPem: '', certPem: '' }), /unsafe name/);
+    await assert.rejects(new CertDirectory(dir()).write('../evil', { keyPem: '', certPem: '' }), /unsafe name.*CERTSHARE_BAD_DOMAIN|unsafe name/);
   });
 });
 
 describe('reload command line', () => {
   it('uses the shell where there is one and runs the command directly where there is none', async () => {
     const { commandLine } = await import('../../src/store/reload-command.ts');
-    assert.deepEqual(commandLine('nginx -s reload', true), ['/bin/sh', '-c', 'nginx -s reload']);
-    assert.deepEqual(commandLine(' /usr/sbin/nginx  -s reload ', false), ['/usr/sbin/nginx', '-s', 'reload']);
+    assert.deepEqual(commandLine({ shell: 'nginx -s reload' }, true), ['/bin/sh', '-c', 'nginx -s reload']);
+    assert.deepEqual(commandLine({ shell: ' /usr/sbin/nginx  -s reload ' }, false), ['/usr/sbin/nginx', '-s', 'reload']);
   });
 });
