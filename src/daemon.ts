@@ -105,44 +105,10 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     void reload?.request(domain);
   };
   const ctx: BackendContext = { config, deps, metrics, health, filesWritten };
-  // Start-up order: everything that can refuse the configuration (the store, the ServeConfig's first
-  // read, the listen port) runs before any loop or watcher starts, and a failure undoes what ran before
-  // it, so a start-up error leaves nothing listening and nothing running.
+  // Start-up order: everything that can refuse the configuration (the store, the ServeConfig's first read,
+  // the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before it:
+  // a start-up error leaves nothing listening and nothing running.
   const backend = config.store.kind === 'dir' ? await dirBackend(config.store.path, ctx) : await kubeBackend(ctx);
-
-  const staticDomains = config.domains;
-  let configDomains: string[] = [];
-  let manager: CertManager | undefined;
-  const applyDomains = (): void => {
-    const all = [...new Set([...staticDomains, ...configDomains])].sort();
-    manager?.setDomains(all);
-    health.manage(all);
-  };
-  const serveConfig = config.serveConfig
-    ? new ServeConfigWatcher({
-        path: config.serveConfig,
-        logger,
-        onDomains: (domains) => {
-          configDomains = domains;
-          applyDomains();
-        },
-        onPending: (reason) => health.pending('serve-config', reason),
-      })
-    : undefined;
-  let app: FastifyInstance | undefined;
-  let address: string;
-  try {
-    await serveConfig?.start();
-    app = buildHttpServer({ health, metrics, clock, pod: config.pod });
-    const { host, port } = parseListenAddress(config.listen);
-    address = await app.listen({ host, port });
-  } catch (err) {
-    serveConfig?.stop();
-    await app?.close();
-    await backend.stop?.();
-    throw err;
-  }
-  const server = app;
 
   const onBadLine = (err: unknown): void => {
     metrics.busBadLines.inc();
@@ -159,7 +125,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   });
   watcher.onChange(() => logger.info({ certDomains: [...watcher.current()].sort() }, 'tailscaled cert domains'));
 
-  const certManager = new CertManager({
+  const manager = new CertManager({
     localApi,
     store: backend.store,
     role: backend.role,
@@ -172,7 +138,6 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
     intentTtlMs: config.certTimeoutMs + Math.min(30_000, config.certTimeoutMs),
   });
-  manager = certManager;
 
   let lastHealthy: boolean | undefined;
   health.onChange(() => {
@@ -181,7 +146,42 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     lastHealthy = verdict.healthy;
   });
 
+  const staticDomains = config.domains;
+  let configDomains: string[] = [];
+  let started = false;
+  const applyDomains = (): void => {
+    if (!started) return; // the first ServeConfig read only records its domains
+    const all = [...new Set([...staticDomains, ...configDomains])].sort();
+    manager.setDomains(all);
+    health.manage(all);
+  };
+  const serveConfig = config.serveConfig
+    ? new ServeConfigWatcher({
+        path: config.serveConfig,
+        logger,
+        onDomains: (domains) => {
+          configDomains = domains;
+          applyDomains();
+        },
+        onPending: (reason) => health.pending('serve-config', reason),
+      })
+    : undefined;
+
+  const app: FastifyInstance = buildHttpServer({ health, metrics, clock, pod: config.pod });
+  const { host, port } = parseListenAddress(config.listen);
+  let address: string;
+  try {
+    await serveConfig?.start();
+    address = await app.listen({ host, port });
+  } catch (err) {
+    serveConfig?.stop();
+    await app.close();
+    await backend.stop?.();
+    throw err;
+  }
   logger.info({ address, store: config.store, mode: config.store.kind === 'kube' ? config.mode : undefined }, 'certshare started');
+
+  started = true;
   applyDomains();
   await backend.start?.();
   watcher.start();
@@ -189,7 +189,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   let stopping: Promise<void> | undefined;
   return {
     address,
-    manager: certManager,
+    manager,
     health,
     metrics,
     watcher,
@@ -200,10 +200,10 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
         logger.info({}, 'stopping');
         await backend.beforeStop?.();
         serveConfig?.stop();
-        await Promise.all([certManager.stop(), watcher.stop()]);
+        await Promise.all([manager.stop(), watcher.stop()]);
         await backend.stop?.();
         await reload?.idle();
-        await server.close();
+        await app.close();
         logger.info({}, 'stopped');
       })()),
   };
