@@ -1,4 +1,7 @@
+import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import { homedir } from 'node:os';
+import { join } from 'node:path';
 import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
 import { KubeConfig } from '@kubernetes/client-node/dist/config.js';
 import { CertshareError, errorMessage } from '../core/errors.ts';
@@ -18,7 +21,13 @@ export async function connectKube(env: NodeJS.ProcessEnv): Promise<KubeConnectio
   try {
     if (env.KUBECONFIG) config.loadFromFile(env.KUBECONFIG.split(':')[0]!);
     else if (env.KUBERNETES_SERVICE_HOST) config.loadFromCluster();
-    else config.loadFromDefault();
+    else {
+      // Not loadFromDefault(): without any kubeconfig it falls back to http://localhost:8080, and the
+      // daemon would run for ever against nothing instead of failing at start.
+      const file = join(env.HOME || homedir(), '.kube', 'config');
+      if (!existsSync(file)) throw new Error(`no Kubernetes cluster configured: set KUBECONFIG, provide ${file}, or run in a Pod`);
+      config.loadFromFile(file);
+    }
   } catch (err) {
     throw new CertshareError('CERTSHARE_BAD_CONFIG', `cannot load Kubernetes credentials: ${errorMessage(err)}`, { cause: err });
   }

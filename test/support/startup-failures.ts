@@ -115,11 +115,17 @@ export const STARTUP_FAILURES: StartupCase[] = [
   { name: '--cert-timeout 0', exitCode: 2, stderr: /--cert-timeout.*CERTSHARE_BAD_FLAG/, args: (ctx) => [...standalone(ctx), '--domain', DOMAIN, '--cert-timeout', '0'] },
   { name: '--reload-command bad JSON array', exitCode: 2, stderr: /--reload-command.*CERTSHARE_BAD_FLAG/, args: (ctx) => [...standalone(ctx), '--domain', DOMAIN, '--reload-command', '["nginx", '] },
   {
-    name: 'kube mode without a cluster',
+    name: 'kube mode, KUBECONFIG names no file',
     exitCode: 1,
     stderr: /Kubernetes credentials.*CERTSHARE_BAD_CONFIG/,
     args: kube,
     env: (ctx) => ({ KUBECONFIG: join(ctx.dir, 'no-such-kubeconfig') }),
+  },
+  {
+    name: 'kube mode without any kubeconfig or in-cluster credentials',
+    exitCode: 1,
+    stderr: /no Kubernetes cluster configured.*CERTSHARE_BAD_CONFIG/,
+    args: kube,
   },
   { name: '--lease-duration 0', exitCode: 2, stderr: /--lease-duration.*CERTSHARE_BAD_FLAG/, args: (ctx) => [...kube(ctx), '--mode', 'auto', '--group', 'g', '--lease-duration', '0'], env: kubeEnv, setup: withKubeconfig },
   {
