@@ -110,6 +110,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
   const reloadText = values['reload-command'] as string | undefined;
   const podName = env.POD_NAME || undefined;
   const mode = values.mode as string | undefined;
+  if (mode !== undefined && mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw badFlag(`--mode must be rw, ro or auto, got "${mode}"`);
   const config: DaemonConfig = {
     localapi: String(values.localapi),
     domains: [...new Set(domains)],
@@ -134,7 +135,6 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
     podName,
     pod: podAddressesFromEnv(env),
   };
-  if (mode !== undefined && mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw badFlag(`--mode must be rw, ro or auto, got "${mode}"`);
   const problem = validateConfig(config);
   if (problem) throw badFlag(problem);
   return config;
