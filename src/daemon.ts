@@ -17,6 +17,7 @@ import { buildHttpServer, parseListenAddress } from './server/http-server.ts';
 import { Metrics } from './server/metrics.ts';
 import { CertDirectory } from './store/cert-directory.ts';
 import { DirStore } from './store/dir-store.ts';
+import { kubeconfigSource } from './kube/kubeconfig-source.ts';
 import { ReloadCommand } from './store/reload-command.ts';
 
 export interface DaemonDeps {
@@ -72,6 +73,7 @@ async function dirBackend(path: string, ctx: BackendContext): Promise<StoreBacke
 }
 
 async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
+  kubeconfigSource(ctx.deps.env); // no credentials at all: fail before loading the client
   // Loaded only in Kubernetes mode: the client costs tens of MB that standalone mode does not pay.
   const { createKubeBackend } = await import('./kube/backend.ts');
   return createKubeBackend(ctx);
