@@ -13,10 +13,11 @@ import type { DaemonConfig } from './cli/run-options.ts';
 import { ServeConfigWatcher } from './config/serve-config-watcher.ts';
 import { createLocalApiClient } from './localapi/client.ts';
 import { CertDomainsWatcher } from './localapi/cert-domains-watcher.ts';
-import { buildHttpServer, parseListenAddress, podAddressesFromEnv } from './server/http-server.ts';
+import { buildHttpServer, parseListenAddress } from './server/http-server.ts';
 import { Metrics } from './server/metrics.ts';
 import { CertDirectory } from './store/cert-directory.ts';
 import { DirStore } from './store/dir-store.ts';
+import { kubeconfigSource } from './kube/kubeconfig-source.ts';
 import { ReloadCommand } from './store/reload-command.ts';
 
 export interface DaemonDeps {
@@ -64,12 +65,15 @@ export interface Daemon {
   stop(): Promise<void>;
 }
 
-function dirBackend(path: string, ctx: BackendContext): StoreBackend {
-  const store = new DirStore(new CertDirectory(path), ctx.deps.clock, ctx.filesWritten);
-  return { store, role: staticRole(ctx.deps.env.POD_NAME ?? 'standalone', true), observers: [] };
+async function dirBackend(path: string, ctx: BackendContext): Promise<StoreBackend> {
+  const directory = new CertDirectory(path);
+  await directory.prepare();
+  const store = new DirStore(directory, ctx.deps.clock, ctx.filesWritten);
+  return { store, role: staticRole(ctx.config.podName ?? 'standalone', true), observers: [] };
 }
 
 async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
+  kubeconfigSource(ctx.deps.env); // no credentials at all: fail before loading the client
   // Loaded only in Kubernetes mode: the client costs tens of MB that standalone mode does not pay.
   const { createKubeBackend } = await import('./kube/backend.ts');
   return createKubeBackend(ctx);
@@ -103,7 +107,10 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     void reload?.request(domain);
   };
   const ctx: BackendContext = { config, deps, metrics, health, filesWritten };
-  const backend = config.store.kind === 'dir' ? dirBackend(config.store.path, ctx) : await kubeBackend(ctx);
+  // Start-up order: everything that can refuse the configuration (the store, the ServeConfig's first read,
+  // the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before it:
+  // a start-up error leaves nothing listening and nothing running.
+  const backend = config.store.kind === 'dir' ? await dirBackend(config.store.path, ctx) : await kubeBackend(ctx);
 
   const onBadLine = (err: unknown): void => {
     metrics.busBadLines.inc();
@@ -143,25 +150,41 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
 
   const staticDomains = config.domains;
   let configDomains: string[] = [];
+  let started = false;
   const applyDomains = (): void => {
+    if (!started) return; // the first ServeConfig read only records its domains
     const all = [...new Set([...staticDomains, ...configDomains])].sort();
     manager.setDomains(all);
     health.manage(all);
   };
   const serveConfig = config.serveConfig
-    ? new ServeConfigWatcher(config.serveConfig, logger, (domains) => {
-        configDomains = domains;
-        applyDomains();
+    ? new ServeConfigWatcher({
+        path: config.serveConfig,
+        logger,
+        onDomains: (domains) => {
+          configDomains = domains;
+          applyDomains();
+        },
+        onPending: (reason) => health.pending('serve-config', reason),
       })
     : undefined;
 
-  const app: FastifyInstance = buildHttpServer({ health, metrics, clock, pod: podAddressesFromEnv(deps.env) });
+  const app: FastifyInstance = buildHttpServer({ health, metrics, clock, pod: config.pod });
   const { host, port } = parseListenAddress(config.listen);
-  const address = await app.listen({ host, port });
+  let address: string;
+  try {
+    await serveConfig?.start();
+    address = await app.listen({ host, port });
+  } catch (err) {
+    serveConfig?.stop();
+    await app.close();
+    await backend.stop?.();
+    throw err;
+  }
   logger.info({ address, store: config.store, mode: config.store.kind === 'kube' ? config.mode : undefined }, 'certshare started');
 
+  started = true;
   applyDomains();
-  await serveConfig?.start();
   await backend.start?.();
   watcher.start();
 

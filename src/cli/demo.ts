@@ -30,7 +30,7 @@ export async function runDemo(argv: string[]): Promise<number> {
   const certDir = join(dir, 'certs');
   const config = daemonConfigFrom(
     parseFlags(RUN_FLAGS, ['--localapi', socket, '--domain', domain, '--store', `dir:${certDir}`, '--listen', String(values.listen), '--log-level', String(values['log-level']), '--first-retry', '2s', '--retry-cap', '1m', '--shutdown-timeout', '5s'], {}),
-    {},
+    { POD_IPS: '127.0.0.1' },
   );
   const emulator = await startEmulator({
     listen: socket,
@@ -43,7 +43,7 @@ export async function runDemo(argv: string[]): Promise<number> {
   emulator.events.on('certDomains', () => (appearedAt ??= performance.now()));
   logger.info({ dir, socket, certDir }, 'demo: emulated tailscaled started; the domain appears after the delay');
 
-  const daemon = await startDaemon(config, { logger, env: { ...process.env, POD_IPS: '127.0.0.1' } });
+  const daemon = await startDaemon(config, { logger, env: process.env });
   const url = `http://${daemon.address.replace(/^http:\/\//, '')}/healthz`;
   let shown = false;
   daemon.health.onChange(() => {

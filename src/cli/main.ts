@@ -48,5 +48,6 @@ try {
 } catch (err) {
   const code = err instanceof CertshareError ? err.code : 'CERTSHARE_FATAL';
   console.error(`certshare: ${errorMessage(err)} [${code}]`);
-  process.exitCode = err instanceof CertshareError && err.code === 'CERTSHARE_BAD_FLAG' ? 2 : 1;
+  // Exit now: a fatal error must end the process, whatever handle (a socket, a timer) is still open.
+  process.exit(err instanceof CertshareError && err.code === 'CERTSHARE_BAD_FLAG' ? 2 : 1);
 }

@@ -1,8 +1,11 @@
 import type { BackoffPolicy } from '../core/backoff.ts';
 import { parseDuration } from '../core/duration.ts';
-import { CertshareError } from '../core/errors.ts';
+import { normalizeDomain } from '../core/domain.ts';
+import { CertshareError, errorMessage } from '../core/errors.ts';
+import { podAddressesFromEnv, type PodAddresses } from '../core/pod-addresses.ts';
 import type { RenewalPolicy } from '../core/renewal.ts';
 import { parseListenAddress } from '../server/http-server.ts';
+import { parseReloadCommand, type ReloadSpec } from '../store/reload-command.ts';
 import type { FlagSpec, FlagValues } from './flags.ts';
 
 export type StoreChoice = { kind: 'dir'; path: string } | { kind: 'kube' };
@@ -14,7 +17,7 @@ export interface DaemonConfig {
   serveConfig: string | undefined;
   store: StoreChoice;
   listen: string;
-  reloadCommand: string | undefined;
+  reloadCommand: ReloadSpec | undefined;
   reloadTimeoutMs: number;
   renewal: RenewalPolicy;
   backoff: BackoffPolicy;
@@ -30,6 +33,10 @@ export interface DaemonConfig {
   drainDelayMs: number;
   leaseDurationMs: number;
   shutdownTimeoutMs: number;
+  /** POD_NAME (downward API metadata.name). */
+  podName: string | undefined;
+  /** POD_IPS / POD_IP, parsed once. */
+  pod: PodAddresses;
 }
 
 export const RUN_FLAGS: FlagSpec[] = [
@@ -38,8 +45,8 @@ export const RUN_FLAGS: FlagSpec[] = [
   { name: 'serve-config', placeholder: 'FILE', help: 'A Tailscale ServeConfig JSON file whose HTTPS hosts are the domains; watched for changes.' },
   { name: 'store', placeholder: 'dir:PATH|kube', help: 'Where certificates live: a directory, or one Kubernetes Secret per domain. Default: kube inside a cluster, dir:./certshare-certs outside.' },
   { name: 'listen', placeholder: 'ADDR:PORT', default: '[::]:9002', help: 'Address for GET /healthz and GET /metrics.' },
-  { name: 'reload-command', placeholder: 'CMD', help: 'Command run after certificate files changed (e.g. "nginx -s reload"), through /bin/sh where there is one, split on spaces and run directly otherwise (distroless); failures are logged, never fatal.' },
-  { name: 'reload-timeout', placeholder: 'DURATION', default: '60s', help: 'Kill the reload command after this long.' },
+  { name: 'reload-command', placeholder: 'CMD', help: 'Command run after certificate files changed. A JSON array (e.g. \'["nginx","-s","reload"]\') runs without a shell everywhere; a plain string (e.g. "nginx -s reload") runs through /bin/sh where there is one and is split on spaces where there is none (distroless). Failures are logged, never fatal.' },
+  { name: 'reload-timeout', placeholder: 'DURATION', default: '60s', help: 'Kill the reload command, and every process it started, after this long.' },
   { name: 'check-interval', placeholder: 'DURATION', default: '24h', help: 'Longest wait between two looks at a certificate that is not due.' },
   { name: 'renew-fraction', placeholder: 'FRACTION', default: '1/3', help: 'Renew when less than this share of the lifetime remains (half for lifetimes under 10 days).' },
   { name: 'first-retry', placeholder: 'DURATION', default: '1m', help: 'First wait after a failed issuance, doubling up to --retry-cap.' },
@@ -60,75 +67,126 @@ export const RUN_FLAGS: FlagSpec[] = [
 
 function parseFraction(text: string): number {
   const m = /^\s*(\d+(?:\.\d+)?)\s*(?:\/\s*(\d+(?:\.\d+)?))?\s*$/.exec(text);
-  const value = m ? Number(m[1]) / Number(m[2] ?? 1) : NaN;
-  if (!(value > 0 && value < 1)) throw new CertshareError('CERTSHARE_BAD_FLAG', `--renew-fraction must be between 0 and 1 (e.g. 1/3 or 0.33), got "${text}"`);
-  return value;
+  if (!m) throw badFlag(`--renew-fraction: "${text}" is not a fraction (e.g. 1/3 or 0.33)`);
+  return Number(m[1]) / Number(m[2] ?? 1);
 }
 
 function duration(values: FlagValues, name: string): number {
   try {
     return parseDuration(String(values[name]));
   } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `--${name}: ${(err as Error).message}`);
+    throw badFlag(`--${name}: ${(err as Error).message}`);
   }
 }
 
-function positiveInteger(values: FlagValues, name: string): number {
-  const n = Number(values[name]);
-  if (!Number.isInteger(n) || n < 1) throw new CertshareError('CERTSHARE_BAD_FLAG', `--${name} must be a positive integer, got "${String(values[name])}"`);
-  return n;
+function badFlag(message: string): CertshareError {
+  return new CertshareError('CERTSHARE_BAD_FLAG', message);
 }
 
-const FQDN = /^(?=.{1,253}$)(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
-
+/**
+ * Flags and environment to a DaemonConfig: each value parsed on its own (syntax), then every rule that
+ * relates values checked in one place, validateConfig. Throws CERTSHARE_BAD_FLAG (exit 2).
+ */
 export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): DaemonConfig {
-  const domains = ((values.domain as string[] | undefined) ?? []).map((d) => d.trim().toLowerCase().replace(/\.$/, ''));
-  for (const d of domains) if (!FQDN.test(d)) throw new CertshareError('CERTSHARE_BAD_FLAG', `--domain: "${d}" is not a fully qualified domain name`);
-  const serveConfig = values['serve-config'] as string | undefined;
-  if (domains.length === 0 && !serveConfig) throw new CertshareError('CERTSHARE_BAD_FLAG', 'give at least one --domain or a --serve-config file');
-
+  const domains = ((values.domain as string[] | undefined) ?? []).map((d) => {
+    try {
+      return normalizeDomain(d);
+    } catch (err) {
+      throw badFlag(`--domain: ${errorMessage(err)}`);
+    }
+  });
   const storeText = (values.store as string | undefined) ?? (env.KUBERNETES_SERVICE_HOST ? 'kube' : 'dir:./certshare-certs');
   let store: StoreChoice;
   if (storeText === 'kube') store = { kind: 'kube' };
   else if (storeText.startsWith('dir:') && storeText.length > 4) store = { kind: 'dir', path: storeText.slice(4) };
-  else throw new CertshareError('CERTSHARE_BAD_FLAG', `--store must be dir:PATH or kube, got "${storeText}"`);
+  else throw badFlag(`--store must be dir:PATH or kube, got "${storeText}"`);
 
   const listen = String(values.listen);
   try {
     parseListenAddress(listen);
   } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `--listen: ${(err as Error).message}`);
+    throw badFlag(`--listen: ${(err as Error).message}`);
   }
+  const reloadText = values['reload-command'] as string | undefined;
+  const podName = env.POD_NAME || undefined;
   const mode = values.mode as string | undefined;
-  if (mode !== undefined && mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw new CertshareError('CERTSHARE_BAD_FLAG', `--mode must be rw, ro or auto, got "${mode}"`);
-  const logLevel = String(values['log-level']);
-  if (!['debug', 'info', 'warn', 'error'].includes(logLevel)) throw new CertshareError('CERTSHARE_BAD_FLAG', `--log-level must be debug, info, warn or error`);
-  const retryCapMs = duration(values, 'retry-cap');
-  const firstRetryMs = duration(values, 'first-retry');
-  if (firstRetryMs <= 0 || retryCapMs < firstRetryMs) throw new CertshareError('CERTSHARE_BAD_FLAG', '--first-retry must be positive and not above --retry-cap');
-  const checkIntervalMs = duration(values, 'check-interval');
-  if (checkIntervalMs <= 0) throw new CertshareError('CERTSHARE_BAD_FLAG', '--check-interval must be positive');
-  const podName = env.POD_NAME;
-  return {
+  if (mode !== undefined && mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw badFlag(`--mode must be rw, ro or auto, got "${mode}"`);
+  const config: DaemonConfig = {
     localapi: String(values.localapi),
-    domains,
-    serveConfig,
+    domains: [...new Set(domains)],
+    serveConfig: values['serve-config'] as string | undefined,
     store,
     listen,
-    reloadCommand: values['reload-command'] as string | undefined,
+    reloadCommand: reloadText === undefined ? undefined : parseReloadCommand(reloadText),
     reloadTimeoutMs: duration(values, 'reload-timeout'),
-    renewal: { renewFraction: parseFraction(String(values['renew-fraction'])), checkIntervalMs },
-    backoff: { firstRetryMs, retryCapMs, rateLimitFirstRetryMs: duration(values, 'rate-limit-retry') },
+    renewal: { renewFraction: parseFraction(String(values['renew-fraction'])), checkIntervalMs: duration(values, 'check-interval') },
+    backoff: { firstRetryMs: duration(values, 'first-retry'), retryCapMs: duration(values, 'retry-cap'), rateLimitFirstRetryMs: duration(values, 'rate-limit-retry') },
     certTimeoutMs: duration(values, 'cert-timeout'),
-    logLevel,
+    logLevel: String(values['log-level']),
     mode: (mode as ShareMode | undefined) ?? (podName && /-0$/.test(podName) ? 'rw' : podName ? 'ro' : 'rw'),
     group: (values.group as string | undefined) ?? podName?.replace(/-\d+$/, ''),
     outDir: values['out-dir'] as string | undefined,
     readinessGate: values['readiness-gate'] as string | undefined,
     routingChecks: (values['routing-check'] as string[] | undefined) ?? [],
-    routingAttempts: positiveInteger(values, 'routing-attempts'),
+    routingAttempts: Number(values['routing-attempts']),
     drainDelayMs: duration(values, 'drain-delay'),
     leaseDurationMs: duration(values, 'lease-duration'),
     shutdownTimeoutMs: duration(values, 'shutdown-timeout'),
+    podName,
+    pod: podAddressesFromEnv(env),
   };
+  const problem = validateConfig(config);
+  if (problem) throw badFlag(problem);
+  return config;
+}
+
+/**
+ * Every rule of the configuration that is not the syntax of one value, checked before anything starts
+ * (as Tailscale's containerboot settings.validate() does): the first broken rule, or undefined.
+ */
+export function validateConfig(c: DaemonConfig): string | undefined {
+  const positive: Array<[string, number]> = [
+    ['--check-interval', c.renewal.checkIntervalMs],
+    ['--first-retry', c.backoff.firstRetryMs],
+    ['--retry-cap', c.backoff.retryCapMs],
+    ['--rate-limit-retry', c.backoff.rateLimitFirstRetryMs],
+    ['--cert-timeout', c.certTimeoutMs],
+    ['--reload-timeout', c.reloadTimeoutMs],
+    ['--lease-duration', c.leaseDurationMs],
+    ['--shutdown-timeout', c.shutdownTimeoutMs],
+  ];
+  const kubeOnly: Array<[string, unknown]> = [
+    ['--out-dir', c.outDir],
+    ['--readiness-gate', c.readinessGate],
+    ['--routing-check', c.routingChecks.length > 0 ? c.routingChecks : undefined],
+  ];
+  const rules: Array<[broken: boolean, message: () => string]> = [
+    [c.domains.length === 0 && !c.serveConfig, () => 'give at least one --domain or a --serve-config file'],
+    [!(c.renewal.renewFraction > 0 && c.renewal.renewFraction < 1), () => `--renew-fraction must be between 0 and 1, both excluded (e.g. 1/3 or 0.33), got ${c.renewal.renewFraction}`],
+    ...positive.map(([flag, ms]): [boolean, () => string] => [!(ms > 0), () => `${flag} must be longer than 0`]),
+    [c.backoff.firstRetryMs > c.backoff.retryCapMs, () => '--first-retry must not be above --retry-cap'],
+    [c.backoff.rateLimitFirstRetryMs > c.backoff.retryCapMs, () => '--rate-limit-retry must not be above --retry-cap'],
+    [!(c.drainDelayMs >= 0 && c.drainDelayMs < c.shutdownTimeoutMs), () => '--drain-delay must be shorter than --shutdown-timeout (leaving rotation happens inside the shutdown bound)'],
+    [!LOG_LEVELS.includes(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],
+    [!(Number.isInteger(c.routingAttempts) && c.routingAttempts >= 1), () => `--routing-attempts must be a positive integer`],
+    ...kubeOnly.map(([flag, value]): [boolean, () => string] => [value !== undefined && c.store.kind !== 'kube', () => `${flag} needs --store kube`]),
+    [c.store.kind === 'kube' && c.mode === 'auto' && !c.group, () => '--mode auto needs --group or POD_NAME to name the group Lease'],
+    [c.readinessGate !== undefined && !c.podName, () => '--readiness-gate needs POD_NAME (downward API fieldRef metadata.name)'],
+    [c.routingChecks.length > 0 && !c.readinessGate, () => '--routing-check needs --readiness-gate (the check holds the gate False until the Service routes here)'],
+    ...c.routingChecks.map((url): [boolean, () => string] => [!isHttpUrl(url), () => `--routing-check: "${url}" is not an http:// or https:// URL`]),
+    [c.pod.invalid.length > 0, () => `POD_IPS/POD_IP holds ${c.pod.invalid.map((ip) => `"${ip}"`).join(', ')}, not an IP address (set POD_IPS from the downward API fieldRef status.podIPs)`],
+    [c.routingChecks.length > 0 && !c.pod.ipv4, () => '--routing-check needs the Pod\'s IPv4 address in POD_IPS (hint: env POD_IPS from the downward API fieldRef status.podIPs), to recognise its own answer'],
+  ];
+  return rules.find(([broken]) => broken)?.[1]();
+}
+
+const LOG_LEVELS = ['debug', 'info', 'warn', 'error'];
+
+function isHttpUrl(text: string): boolean {
+  try {
+    const url = new URL(text);
+    return url.protocol === 'http:' || url.protocol === 'https:';
+  } catch {
+    return false;
+  }
 }

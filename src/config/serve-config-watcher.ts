@@ -1,43 +1,76 @@
 import { watch, type FSWatcher } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
-import { errorMessage } from '../core/errors.ts';
+import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { domainsFromServeConfig } from './serve-config.ts';
+
+export interface ServeConfigWatcherOptions {
+  path: string;
+  logger: Logger;
+  onDomains(domains: string[]): void;
+  /** Why the file has never been read (it does not exist yet), or undefined once it has been. */
+  onPending?(reason: string | undefined): void;
+}
+
+function isMissing(err: unknown): boolean {
+  return (err as NodeJS.ErrnoException)?.code === 'ENOENT';
+}
 
 /**
  * Follows a ServeConfig file and reports its domain set whenever it changes. Watches the directory, not
  * the file: a mounted ConfigMap is updated by swapping a symlink, which a file watch would miss.
- * A malformed or missing file is reported and the last good set kept.
+ *
+ * The first read is a start-up check: a missing directory, an unreadable or malformed file throws
+ * CERTSHARE_BAD_CONFIG, so the daemon never runs on a configuration it could not read. The only thing
+ * tolerated is a file that does not exist yet in an existing directory (a ConfigMap key written later):
+ * that is reported as pending until the file appears. After one good read, a malformed or missing file
+ * is logged and the last good set kept.
  */
 export class ServeConfigWatcher {
-  readonly #path: string;
+  readonly #o: ServeConfigWatcherOptions;
   readonly #logger: Logger;
-  readonly #onDomains: (domains: string[]) => void;
   #watcher: FSWatcher | undefined;
   #debounce: NodeJS.Timeout | undefined;
   #last: string | undefined;
+  #readOnce = false;
   #reading: Promise<void> = Promise.resolve();
 
-  constructor(path: string, logger: Logger, onDomains: (domains: string[]) => void) {
-    this.#path = path;
-    this.#logger = logger.child({ serveConfig: path });
-    this.#onDomains = onDomains;
+  constructor(options: ServeConfigWatcherOptions) {
+    this.#o = options;
+    this.#logger = options.logger.child({ serveConfig: options.path });
   }
 
+  /** Starts watching and reads the file once; throws CERTSHARE_BAD_CONFIG when it cannot be used. */
   async start(): Promise<void> {
-    this.#watcher = watch(dirname(this.#path), { persistent: false }, (_event, name) => {
-      if (name && !name.startsWith('..') && name !== basename(this.#path)) return;
-      clearTimeout(this.#debounce);
-      this.#debounce = setTimeout(() => void this.reload(), 50);
-    });
-    this.#watcher.on('error', (err) => this.#logger.error({ err: errorMessage(err) }, 'serve config watch failed'));
-    await this.reload();
+    const { path } = this.#o;
+    const dir = dirname(path);
+    const dirProblem = await stat(dir).then(
+      (s) => (s.isDirectory() ? undefined : 'is not a directory'),
+      (err: unknown) => (isMissing(err) ? 'is missing' : errorMessage(err)),
+    );
+    if (dirProblem) throw new CertshareError('CERTSHARE_BAD_CONFIG', `serve config ${path}: its directory ${dir} ${dirProblem}`);
+    try {
+      this.#watcher = watch(dir, { persistent: false }, (_event, name) => {
+        if (name && !name.startsWith('..') && name !== basename(path)) return;
+        clearTimeout(this.#debounce);
+        this.#debounce = setTimeout(() => void this.reload(), 50);
+      });
+    } catch (err) {
+      throw new CertshareError('CERTSHARE_BAD_CONFIG', `serve config ${path}: cannot watch ${dir}: ${errorMessage(err)}`, { cause: err });
+    }
+    this.#watcher.on('error', (err) => this.#logger.error({ code: 'CERTSHARE_BAD_CONFIG', err: errorMessage(err) }, 'serve config watch failed'));
+    try {
+      await this.#first();
+    } catch (err) {
+      this.stop();
+      throw err;
+    }
   }
 
   /** Re-reads the file now; resolves after the domains (if changed) were reported. */
   reload(): Promise<void> {
-    this.#reading = this.#reading.then(() => this.#readOnce());
+    this.#reading = this.#reading.then(() => this.#again());
     return this.#reading;
   }
 
@@ -46,18 +79,43 @@ export class ServeConfigWatcher {
     this.#watcher?.close();
   }
 
-  async #readOnce(): Promise<void> {
-    let domains: string[];
+  async #first(): Promise<void> {
+    let text: string;
     try {
-      domains = domainsFromServeConfig(await readFile(this.#path, 'utf8'), this.#path);
+      text = await readFile(this.#o.path, 'utf8');
     } catch (err) {
-      this.#logger.error({ code: 'CERTSHARE_BAD_CONFIG', err: errorMessage(err) }, 'serve config unusable; keeping the previous domains');
+      if (!isMissing(err)) throw new CertshareError('CERTSHARE_BAD_CONFIG', `serve config ${this.#o.path} cannot be read: ${errorMessage(err)}`, { cause: err });
+      const reason = `serve config ${this.#o.path} not read yet: the file does not exist`;
+      this.#logger.warn({ code: 'CERTSHARE_BAD_CONFIG' }, `${reason}; waiting for it`);
+      this.#o.onPending?.(reason);
       return;
+    }
+    this.#use(text);
+  }
+
+  async #again(): Promise<void> {
+    try {
+      this.#use(await readFile(this.#o.path, 'utf8'));
+    } catch (err) {
+      if (!this.#readOnce && isMissing(err)) return; // still pending, already reported
+      this.#logger.error({ code: 'CERTSHARE_BAD_CONFIG', err: errorMessage(err) }, 'serve config unusable; keeping the previous domains');
+    }
+  }
+
+  /** Parses and reports; throws CERTSHARE_BAD_CONFIG on malformed content. */
+  #use(text: string): void {
+    const { domains, refused } = domainsFromServeConfig(text, this.#o.path);
+    for (const { name, reason } of refused) {
+      this.#logger.error({ code: 'CERTSHARE_BAD_DOMAIN', host: name, err: reason }, 'serve config host refused; the other domains carry on');
+    }
+    if (!this.#readOnce) {
+      this.#readOnce = true;
+      this.#o.onPending?.(undefined);
     }
     const key = domains.join(',');
     if (key === this.#last) return;
     this.#last = key;
     this.#logger.info({ domains }, 'serve config domains');
-    this.#onDomains(domains);
+    this.#o.onDomains(domains);
   }
 }

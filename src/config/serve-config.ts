@@ -1,3 +1,4 @@
+import { partitionDomains } from '../core/domain.ts';
 import { CertshareError } from '../core/errors.ts';
 
 // The parts of Tailscale's ipn.ServeConfig that name TLS-terminated hosts. Go field names, no json tags.
@@ -15,11 +16,19 @@ interface ServeConfig extends ServeScope {
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+export interface ServeConfigDomains {
+  /** Canonical domain names (see normalizeDomain), sorted. */
+  domains: string[];
+  /** Hosts that are not domain names (e.g. `../../x`): never used, reported with the reason. */
+  refused: Array<{ name: string; reason: string }>;
+}
+
 /**
  * The domains that need certificates: hosts of `Web` keys on port 443 and names of TCP handlers that
- * terminate TLS, in `Services.*` and at the top level. Throws CERTSHARE_BAD_CONFIG on malformed input.
+ * terminate TLS, in `Services.*` and at the top level. Each passes the same check as `--domain`; the ones
+ * that fail are returned apart, the others still count. Throws CERTSHARE_BAD_CONFIG on malformed input.
  */
-export function domainsFromServeConfig(text: string, source = 'serve config'): string[] {
+export function domainsFromServeConfig(text: string, source = 'serve config'): ServeConfigDomains {
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
@@ -32,19 +41,19 @@ export function domainsFromServeConfig(text: string, source = 'serve config'): s
     throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source}: "Services" must be an object`);
   }
   const scopes: ServeScope[] = [config, ...Object.values(config.Services ?? {}).filter(isObject)];
-  const domains = new Set<string>();
+  const hosts: string[] = [];
   for (const scope of scopes) {
     if (scope.Web !== undefined && !isObject(scope.Web)) throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source}: "Web" must be an object`);
     if (scope.TCP !== undefined && !isObject(scope.TCP)) throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source}: "TCP" must be an object`);
     for (const hostPort of Object.keys(scope.Web ?? {})) {
       const match = /^(.+):443$/.exec(hostPort);
-      if (match) domains.add(match[1]!.toLowerCase());
+      if (match) hosts.push(match[1]!);
     }
     for (const handler of Object.values(scope.TCP ?? {})) {
       if (isObject(handler) && typeof handler.TerminateTLS === 'string' && handler.TerminateTLS) {
-        domains.add(handler.TerminateTLS.toLowerCase());
+        hosts.push(handler.TerminateTLS);
       }
     }
   }
-  return [...domains].sort();
+  return partitionDomains(hosts);
 }

@@ -21,6 +21,15 @@ interface DomainHealth {
 export class HealthState implements LoopObserver {
   readonly #domains = new Map<string, DomainHealth>();
   readonly #listeners = new Set<() => void>();
+  /** Reasons that hold the verdict at unhealthy whatever the certificates, by source (e.g. a ServeConfig never read). */
+  readonly #pending = new Map<string, string>();
+
+  /** Holds the verdict at unhealthy with `reason` until called again with undefined for the same source. */
+  pending(source: string, reason: string | undefined): void {
+    if (reason === undefined) this.#pending.delete(source);
+    else this.#pending.set(source, reason);
+    this.#notify();
+  }
 
   manage(domains: Iterable<string>): void {
     const wanted = new Set(domains);
@@ -55,7 +64,7 @@ export class HealthState implements LoopObserver {
   }
 
   evaluate(now: number): HealthVerdict {
-    const missing: string[] = [];
+    const missing: string[] = [...this.#pending.values()];
     for (const [domain, { info, problem }] of this.#domains) {
       if (info && isCurrentlyValid(info, now)) continue;
       const why = info ? 'certificate expired' : problem ?? 'no certificate yet';

@@ -1,6 +1,7 @@
 // `certshare emulator`: runs the LocalAPI emulator until SIGINT/SIGTERM, logging JSON lines to stdout.
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
+import { normalizeDomain } from '../core/domain.ts';
 import { parseDuration } from '../core/duration.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
@@ -92,9 +93,13 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
   } catch (err) {
     badFlag(`--listen: ${errorMessage(err)}`);
   }
-  const domains = values.domain ?? [DEFAULT_DOMAIN];
-  for (const d of domains) {
-    if (!/^[a-z0-9*]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)+$/i.test(d)) badFlag(`--domain: "${d}" is not a fully qualified domain name`);
+  const domains: string[] = [];
+  for (const d of values.domain ?? [DEFAULT_DOMAIN]) {
+    try {
+      domains.push(normalizeDomain(d));
+    } catch (err) {
+      badFlag(`--domain: ${errorMessage(err)}`);
+    }
   }
   const style = values['netmap-style'] ?? 'selfchange';
   if (style !== 'selfchange' && style !== 'resend') badFlag(`--netmap-style: want selfchange or resend, not "${style}"`);

@@ -1,7 +1,5 @@
-import { CertshareError } from '../core/errors.ts';
 import { staticRole } from '../core/store.ts';
 import type { BackendContext, StoreBackend } from '../daemon.ts';
-import { podAddressesFromEnv } from '../server/http-server.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
 import { Projector } from '../store/projector.ts';
 import { connectKube } from './connection.ts';
@@ -15,7 +13,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
   const { config, deps, metrics } = ctx;
   const { clock, logger, env } = deps;
   const connection = await connectKube(env);
-  const podName = env.POD_NAME;
+  const podName = config.podName;
   const store = new KubeSecretStore({
     connection,
     clock,
@@ -27,10 +25,9 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
   const identity = podName ?? `certshare-${process.pid}`;
   let elector: LeaseElector | undefined;
   if (config.mode === 'auto') {
-    if (!config.group) throw new CertshareError('CERTSHARE_BAD_CONFIG', '--mode auto needs --group or POD_NAME to name the group Lease');
     elector = new LeaseElector({
       connection,
-      name: `certshare-${config.group}`,
+      name: `certshare-${config.group!}`, // validateConfig: --mode auto has a group
       identity,
       clock,
       logger: logger.child({ component: 'lease' }),
@@ -44,9 +41,9 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
   const projector = config.outDir ? new Projector(new CertDirectory(config.outDir), logger, ctx.filesWritten) : undefined;
 
   let gate: ReadinessGate | undefined;
-  if (config.readinessGate) {
-    if (!podName) throw new CertshareError('CERTSHARE_BAD_CONFIG', '--readiness-gate needs POD_NAME (downward API metadata.name)');
-    const ownIPv4 = podAddressesFromEnv(env).ipv4;
+  // validateConfig: a readiness gate has POD_NAME, a routing check an IPv4 in POD_IPS.
+  if (config.readinessGate && podName) {
+    const ownIPv4 = config.pod.ipv4;
     const urls = config.routingChecks;
     gate = new ReadinessGate({
       connection,

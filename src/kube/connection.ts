@@ -3,6 +3,7 @@ import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
 import { KubeConfig } from '@kubernetes/client-node/dist/config.js';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { makeApi } from './https-transport.ts';
+import { kubeconfigSource } from './kubeconfig-source.ts';
 
 const SA_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
 
@@ -15,10 +16,10 @@ export interface KubeConnection {
 /** In-cluster credentials inside a Pod, KUBECONFIG (or ~/.kube/config) outside. */
 export async function connectKube(env: NodeJS.ProcessEnv): Promise<KubeConnection> {
   const config = new KubeConfig();
+  const source = kubeconfigSource(env);
   try {
-    if (env.KUBECONFIG) config.loadFromFile(env.KUBECONFIG.split(':')[0]!);
-    else if (env.KUBERNETES_SERVICE_HOST) config.loadFromCluster();
-    else config.loadFromDefault();
+    if (source.kind === 'file') config.loadFromFile(source.path);
+    else config.loadFromCluster();
   } catch (err) {
     throw new CertshareError('CERTSHARE_BAD_CONFIG', `cannot load Kubernetes credentials: ${errorMessage(err)}`, { cause: err });
   }

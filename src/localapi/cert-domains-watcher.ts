@@ -1,4 +1,5 @@
 import type { Clock } from '../core/clock.ts';
+import { partitionDomains } from '../core/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { LocalApiError, NotifyMask } from '../core/localapi.ts';
 import type { IpnNotify, LocalApi } from '../core/localapi.ts';
@@ -44,6 +45,8 @@ export class CertDomainsWatcher {
   readonly #options: CertDomainsWatcherOptions;
 
   #domains: ReadonlySet<string> = new Set();
+  /** The names last refused (not domain names), so each change is logged once, not every Notify. */
+  #refusedKey = '';
   #synced = false;
   #listeners = new Set<DomainsListener>();
   #connected = false;
@@ -247,7 +250,17 @@ export class CertDomainsWatcher {
   }
 
   #apply(list: string[], source: string): void {
-    const next = new Set(list);
+    // tailscaled's names pass the same check as --domain: one that is not a domain name never reaches a
+    // file path or a Secret name, and the valid ones carry on.
+    const { domains, refused } = partitionDomains(list);
+    const refusedKey = refused.map((r) => r.name).join('\n');
+    if (refusedKey !== this.#refusedKey) {
+      this.#refusedKey = refusedKey;
+      for (const { name, reason } of refused) {
+        this.#logger.error({ code: 'CERTSHARE_BAD_DOMAIN', name, err: reason, source }, 'tailscaled cert domain refused; the other domains carry on');
+      }
+    }
+    const next = new Set(domains);
     const previous = this.#domains;
     const firstSync = !this.#synced;
     this.#synced = true;

@@ -2,21 +2,8 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { errorMessage } from '../core/errors.ts';
 import type { Clock } from '../core/clock.ts';
 import type { HealthState } from '../core/health.ts';
+import type { PodAddresses } from '../core/pod-addresses.ts';
 import type { Metrics } from './metrics.ts';
-
-export interface PodAddresses {
-  ipv4: string | undefined;
-  ipv6: string | undefined;
-}
-
-/** POD_IPS (downward API status.podIPs, comma separated) with POD_IP as the older single-address form. */
-export function podAddressesFromEnv(env: NodeJS.ProcessEnv): PodAddresses {
-  const ips = (env.POD_IPS ?? env.POD_IP ?? '')
-    .split(',')
-    .map((s) => s.trim())
-    .filter(Boolean);
-  return { ipv4: ips.find((ip) => !ip.includes(':')), ipv6: ips.find((ip) => ip.includes(':')) };
-}
 
 /** "[::]:9002", "0.0.0.0:9002", "127.0.0.1:0", ":9002" → host and port. */
 export function parseListenAddress(text: string): { host: string; port: number } {
@@ -30,7 +17,7 @@ export interface HttpServerDeps {
   health: HealthState;
   metrics: Metrics;
   clock: Clock;
-  pod: PodAddresses;
+  pod: Pick<PodAddresses, 'ipv4' | 'ipv6'>;
 }
 
 /** /healthz and /metrics. Every response, errors included, carries the Pod's addresses for routing checks. */

@@ -1,7 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { lstat, mkdir, open, readFile, readdir, rename, rm, symlink, readlink } from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { access, lstat, mkdir, open, readFile, readdir, rename, rm, symlink, readlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { validateCertPair } from '../core/certificate.ts';
+import { normalizeDomain } from '../core/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { CertPair } from '../core/localapi.ts';
 import type { StoreRead } from '../core/store.ts';
@@ -32,6 +34,35 @@ async function syncDir(path: string): Promise<void> {
 }
 
 /**
+ * Replaces `dir/name` with `data` so that a crash leaves either the old or the new content, never a part:
+ * a temporary file (unique, so concurrent writers do not trip over each other) written and fsynced, renamed
+ * over the target, then the directory fsynced so that the rename itself survives a crash.
+ */
+export async function writeFileAtomically(dir: string, name: string, data: string, mode: number): Promise<void> {
+  const tmp = join(dir, `.${name}.${randomBytes(4).toString('hex')}.tmp`);
+  try {
+    await writeFileDurably(tmp, data, mode);
+    await rename(tmp, join(dir, name));
+  } catch (err) {
+    await rm(tmp, { force: true });
+    throw err;
+  }
+  await syncDir(dir);
+}
+
+/** The domain itself if it is a canonical domain name (see normalizeDomain); anything else never becomes a path. */
+export function safeName(domain: string): string {
+  let canonical: string | undefined;
+  try {
+    canonical = normalizeDomain(domain);
+  } catch {
+    // Reported below with the path-specific message.
+  }
+  if (canonical !== domain) throw new CertshareError('CERTSHARE_BAD_DOMAIN', `refusing to use the unsafe name "${domain}" as a file name`);
+  return domain;
+}
+
+/**
  * Certificates on disk as `<root>/<domain>/tls.crt` and `tls.key` (0600). `<root>/<domain>` is a symlink
  * to a versioned directory, swapped with one rename (the kubelet's AtomicWriter technique), so a reader
  * never sees a half-written file or a key from one version next to a certificate from another.
@@ -44,20 +75,31 @@ export class CertDirectory {
   }
 
   pathOf(domain: string): string {
-    return join(this.root, domain);
+    return join(this.root, safeName(domain));
+  }
+
+  /** Creates the root if needed and checks it is a writable directory: a start-up check (CERTSHARE_STORE_UNAVAILABLE). */
+  async prepare(): Promise<void> {
+    try {
+      await mkdir(this.root, { recursive: true, mode: 0o755 });
+      await access(this.root, constants.W_OK | constants.X_OK);
+    } catch (err) {
+      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `certificate directory ${this.root} is not usable: ${errorMessage(err)}`, { cause: err });
+    }
   }
 
   async read(domain: string, now: number): Promise<StoreRead> {
     let certPem: string;
     let keyPem: string;
+    const path = this.pathOf(domain);
     try {
       [certPem, keyPem] = await Promise.all([
-        readFile(join(this.root, domain, 'tls.crt'), 'utf8'),
-        readFile(join(this.root, domain, 'tls.key'), 'utf8'),
+        readFile(join(path, 'tls.crt'), 'utf8'),
+        readFile(join(path, 'tls.key'), 'utf8'),
       ]);
     } catch (err) {
       if (isMissing(err)) return { state: 'absent' };
-      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read ${join(this.root, domain)}: ${errorMessage(err)}`, { cause: err });
+      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read ${path}: ${errorMessage(err)}`, { cause: err });
     }
     try {
       return { state: 'valid', cert: { pair: { certPem, keyPem }, info: validateCertPair({ certPem, keyPem }, domain, now) } };
@@ -68,10 +110,7 @@ export class CertDirectory {
 
   /** Writes the pair unless the files already hold it; returns whether anything changed. */
   async write(domain: string, pair: CertPair): Promise<boolean> {
-    if (domain.includes('/') || domain.startsWith('.')) {
-      throw new CertshareError('CERTSHARE_BAD_CONFIG', `refusing to write certificate for unsafe name "${domain}"`);
-    }
-    const link = join(this.root, domain);
+    const link = this.pathOf(domain);
     try {
       const [certPem, keyPem] = await Promise.all([readFile(join(link, 'tls.crt'), 'utf8'), readFile(join(link, 'tls.key'), 'utf8')]);
       if (certPem === pair.certPem && keyPem === pair.keyPem) return false;

@@ -1,8 +1,8 @@
-import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Clock } from '../core/clock.ts';
 import type { CertStore, Coordination, StoreRead, StoredCert } from '../core/store.ts';
-import type { CertDirectory } from './cert-directory.ts';
+import { safeName, writeFileAtomically, type CertDirectory } from './cert-directory.ts';
 
 /**
  * The standalone store: the certificate directory is both the store and what the proxy reads. A rate
@@ -30,16 +30,16 @@ export class DirStore implements CertStore {
   }
 
   async recordRateLimit(domain: string, until: number): Promise<void> {
+    const name = `${safeName(domain)}.json`;
     const dir = join(this.#dir.root, '.state');
     await mkdir(dir, { recursive: true, mode: 0o700 });
-    const tmp = join(dir, `.${domain}.json.tmp`);
-    await writeFile(tmp, JSON.stringify({ retryNotBefore: new Date(until).toISOString() }) + '\n', { mode: 0o600 });
-    await rename(tmp, join(dir, `${domain}.json`));
+    // Durable: a crash right after must not let a restart call CertPair before the CA allows.
+    await writeFileAtomically(dir, name, JSON.stringify({ retryNotBefore: new Date(until).toISOString() }) + '\n', 0o600);
   }
 
   async #readState(domain: string): Promise<Coordination> {
     try {
-      const state = JSON.parse(await readFile(join(this.#dir.root, '.state', `${domain}.json`), 'utf8')) as { retryNotBefore?: string };
+      const state = JSON.parse(await readFile(join(this.#dir.root, '.state', `${safeName(domain)}.json`), 'utf8')) as { retryNotBefore?: string };
       const until = state.retryNotBefore ? Date.parse(state.retryNotBefore) : NaN;
       return Number.isFinite(until) ? { retryNotBefore: until } : {};
     } catch {

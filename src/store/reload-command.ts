@@ -1,13 +1,41 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
+import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 
 /**
- * `/bin/sh -c CMD` where there is a shell; in a shell-less image (distroless) the command is split on
- * white space and run directly, so `kill -HUP 1`-style commands still work there without quoting.
+ * What `--reload-command` asks for: an argv (the JSON array form, `["nginx","-s","reload"]`), run without
+ * a shell in every image, or a plain string, run through `/bin/sh -c` where there is a shell and split on
+ * white space where there is none (distroless).
  */
-export function commandLine(command: string, shellAvailable = existsSync('/bin/sh')): string[] {
-  return shellAvailable ? ['/bin/sh', '-c', command] : command.trim().split(/\s+/);
+export type ReloadSpec = { argv: string[] } | { shell: string };
+
+/** Parses the flag's text; a value starting with `[` must be a JSON array of non-empty strings. */
+export function parseReloadCommand(text: string): ReloadSpec {
+  if (!text.trim().startsWith('[')) {
+    if (text.trim() === '') throw new CertshareError('CERTSHARE_BAD_FLAG', '--reload-command is empty');
+    return { shell: text };
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    throw new CertshareError('CERTSHARE_BAD_FLAG', `--reload-command: a value starting with "[" must be a JSON array of strings (e.g. ["nginx","-s","reload"]): ${(err as Error).message}`);
+  }
+  if (!Array.isArray(parsed) || parsed.length === 0 || !parsed.every((a) => typeof a === 'string') || parsed[0] === '') {
+    throw new CertshareError('CERTSHARE_BAD_FLAG', '--reload-command: the JSON form must be a non-empty array of strings, the program first (e.g. ["nginx","-s","reload"])');
+  }
+  return { argv: parsed as string[] };
+}
+
+/** The argv to spawn for `spec` (see ReloadSpec). */
+export function commandLine(spec: ReloadSpec, shellAvailable = existsSync('/bin/sh')): string[] {
+  if ('argv' in spec) return spec.argv;
+  return shellAvailable ? ['/bin/sh', '-c', spec.shell] : spec.shell.trim().split(/\s+/);
+}
+
+function describe(spec: ReloadSpec): string | string[] {
+  return 'argv' in spec ? spec.argv : spec.shell;
 }
 
 export interface ReloadOutcome {
@@ -22,15 +50,15 @@ export interface ReloadOutcome {
  * A failure is logged and reported, never fatal.
  */
 export class ReloadCommand {
-  readonly #command: string;
+  readonly #spec: ReloadSpec;
   readonly #timeoutMs: number;
   readonly #logger: Logger;
   readonly #onOutcome: (outcome: ReloadOutcome) => void;
   #running: Promise<void> | undefined;
   #pending = new Set<string>();
 
-  constructor(command: string, options: { timeoutMs: number; logger: Logger; onOutcome: (o: ReloadOutcome) => void }) {
-    this.#command = command;
+  constructor(spec: ReloadSpec, options: { timeoutMs: number; logger: Logger; onOutcome: (o: ReloadOutcome) => void }) {
+    this.#spec = spec;
     this.#timeoutMs = options.timeoutMs;
     this.#logger = options.logger;
     this.#onOutcome = options.onOutcome;
@@ -58,22 +86,37 @@ export class ReloadCommand {
 
   #runOnce(domains: string[]): Promise<ReloadOutcome> {
     const started = Date.now();
+    const command = describe(this.#spec);
     return new Promise((resolve) => {
-      const [file, ...args] = commandLine(this.#command);
+      const [file, ...args] = commandLine(this.#spec);
+      // Its own process group, so that a timeout kills what the command started too (a shell's children,
+      // a daemonising helper), not only the shell.
       const child = spawn(file!, args, {
         stdio: ['ignore', 'inherit', 'inherit'],
         env: { ...process.env, CERTSHARE_DOMAINS: domains.join(',') },
-        timeout: this.#timeoutMs,
-        killSignal: 'SIGKILL',
+        detached: true,
       });
+      let timedOut = false;
+      const timer = setTimeout(() => {
+        timedOut = true;
+        try {
+          if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+        } catch {
+          child.kill('SIGKILL'); // the group is gone already: at most the leader is left
+        }
+      }, this.#timeoutMs);
+      let finished = false;
       const finish = (exitCode: number | null, error?: string): void => {
+        if (finished) return;
+        finished = true;
+        clearTimeout(timer);
         const outcome = { ok: exitCode === 0, exitCode, durationMs: Date.now() - started };
-        if (outcome.ok) this.#logger.info({ command: this.#command, domains, durationMs: outcome.durationMs }, 'reload command succeeded');
-        else this.#logger.error({ code: 'CERTSHARE_RELOAD_FAILED', command: this.#command, exitCode, error }, 'reload command failed');
+        if (outcome.ok) this.#logger.info({ command, domains, durationMs: outcome.durationMs }, 'reload command succeeded');
+        else this.#logger.error({ code: 'CERTSHARE_RELOAD_FAILED', command, exitCode, error }, 'reload command failed');
         resolve(outcome);
       };
       child.once('error', (err) => finish(null, err.message));
-      child.once('exit', (code, signal) => finish(code, signal ? `killed by ${signal}` : undefined));
+      child.once('exit', (code, signal) => finish(code, timedOut ? `timed out after ${this.#timeoutMs} ms; process group killed` : signal ? `killed by ${signal}` : undefined));
     });
   }
 }

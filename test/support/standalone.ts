@@ -39,5 +39,6 @@ export function useTempDir(): () => string {
 export function standaloneDaemon(emulator: Emulator, certDir: string, flags: string[] = [], logger: Logger = silentLogger): Promise<Daemon> {
   const values = parseFlags(RUN_FLAGS, ['--localapi', emulator.address, '--store', `dir:${certDir}`, ...FAST_FLAGS, ...flags], {});
   if (!values.domain && !values['serve-config']) values.domain = [DOMAIN];
-  return startDaemon(daemonConfigFrom(values, {}), { logger, env: { POD_IPS: '10.1.2.3,fd00::3' } });
+  const env = { POD_IPS: '10.1.2.3,fd00::3' };
+  return startDaemon(daemonConfigFrom(values, env), { logger, env });
 }

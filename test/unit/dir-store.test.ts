@@ -59,15 +59,52 @@ describe('DirStore and CertDirectory', () => {
     assert.equal(read.coordination?.retryNotBefore, Math.floor(until));
   });
 
+  it('writes the rate-limit memory through a temporary file and a rename: concurrent writers, no partial file, no leftovers', async () => {
+    const root = join(dir(), 'durable');
+    const store = new DirStore(new CertDirectory(root), systemClock, () => {});
+    const stateFile = join(root, '.state', `${domain}.json`);
+    const base = Date.now() + 3_600_000;
+    await store.recordRateLimit(domain, base);
+    // Readers racing the writers only ever see a whole file.
+    let reading = true;
+    const reads: Promise<number> = (async () => {
+      let n = 0;
+      while (reading) {
+        const text = await readFile(stateFile, 'utf8');
+        assert.match(text, /^\{"retryNotBefore":"[^"]+"\}\n$/, 'a whole file');
+        n++;
+      }
+      return n;
+    })();
+    try {
+      await Promise.all(Array.from({ length: 20 }, (_, i) => store.recordRateLimit(domain, base + i * 1000)));
+    } finally {
+      reading = false;
+    }
+    assert.ok((await reads) > 0);
+    assert.deepEqual(await readdir(join(root, '.state')), [`${domain}.json`], 'no temporary file left behind');
+    assert.equal((await stat(stateFile)).mode & 0o777, 0o600);
+    const remembered = (await store.load(domain)).coordination?.retryNotBefore;
+    assert.ok(remembered !== undefined && remembered >= base && remembered <= base + 19_000);
+  });
+
   it('refuses names that would escape the directory', async () => {
     await assert.rejects(new CertDirectory(dir()).write('../evil', { keyPem: '', certPem: '' }), /unsafe name/);
+    const directory = new CertDirectory(join(dir(), 'escape', 'store'));
+    await directory.prepare();
+    const store = new DirStore(directory, systemClock, () => {});
+    for (const name of ['../../evil.example.com', '..', 'a/b.example.com', 'UPPER.example.com']) {
+      await assert.rejects(store.load(name), { code: 'CERTSHARE_BAD_DOMAIN' });
+      await assert.rejects(store.recordRateLimit(name, Date.now() + 1000), { code: 'CERTSHARE_BAD_DOMAIN' });
+    }
+    assert.deepEqual(await readdir(join(dir(), 'escape'), { recursive: true }), ['store'], 'nothing written for a refused name');
   });
 });
 
 describe('reload command line', () => {
   it('uses the shell where there is one and runs the command directly where there is none', async () => {
     const { commandLine } = await import('../../src/store/reload-command.ts');
-    assert.deepEqual(commandLine('nginx -s reload', true), ['/bin/sh', '-c', 'nginx -s reload']);
-    assert.deepEqual(commandLine(' /usr/sbin/nginx  -s reload ', false), ['/usr/sbin/nginx', '-s', 'reload']);
+    assert.deepEqual(commandLine({ shell: 'nginx -s reload' }, true), ['/bin/sh', '-c', 'nginx -s reload']);
+    assert.deepEqual(commandLine({ shell: ' /usr/sbin/nginx  -s reload ' }, false), ['/usr/sbin/nginx', '-s', 'reload']);
   });
 });

@@ -13,10 +13,21 @@ describe('domainsFromServeConfig', () => {
         'svc:plain': { TCP: { '80': { HTTP: true } }, Web: { 'plain.tailnet.ts.net:80': {} } },
       },
     };
-    assert.deepEqual(domainsFromServeConfig(JSON.stringify(config)), ['db.tailnet.ts.net', 'node.tailnet.ts.net', 'web.tailnet.ts.net']);
+    assert.deepEqual(domainsFromServeConfig(JSON.stringify(config)), { domains: ['db.tailnet.ts.net', 'node.tailnet.ts.net', 'web.tailnet.ts.net'], refused: [] });
   });
   it('accepts an empty config', () => {
-    assert.deepEqual(domainsFromServeConfig('{}'), []);
+    assert.deepEqual(domainsFromServeConfig('{}'), { domains: [], refused: [] });
+  });
+  it('refuses hosts that are not domain names, exactly as --domain does, and keeps the valid ones', () => {
+    const hostile = ['../../x', '..', 'a/b', 'x..y.ts.net', `${'a'.repeat(64)}.ts.net`, 'localhost', 'web.ts.net\\..'];
+    const config = {
+      Web: Object.fromEntries([...hostile, 'ok.tailnet.ts.net'].map((h) => [`${h}:443`, {}])),
+      TCP: { '5432': { TerminateTLS: '../etc/passwd' }, '5433': { TerminateTLS: 'DB.Tailnet.ts.net.' } },
+    };
+    const { domains, refused } = domainsFromServeConfig(JSON.stringify(config));
+    assert.deepEqual(domains, ['db.tailnet.ts.net', 'ok.tailnet.ts.net']);
+    assert.deepEqual(refused.map((r) => r.name).sort(), [...hostile, '../etc/passwd'].sort());
+    for (const r of refused) assert.match(r.reason, /is not a fully qualified domain name: /);
   });
   it('rejects malformed input with a clear error', () => {
     assert.throws(() => domainsFromServeConfig('{"Services": ', 'x.json'), /x\.json is not valid JSON/);

@@ -1,0 +1,71 @@
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { readFile, writeFile } from 'node:fs/promises';
+import { createServer, type Socket } from 'node:net';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { silentLogger } from '../../src/core/logger.ts';
+import { commandLine, parseReloadCommand, ReloadCommand, type ReloadOutcome } from '../../src/store/reload-command.ts';
+import { useTempDir } from '../support/standalone.ts';
+
+function runOnce(spec: ReturnType<typeof parseReloadCommand>, timeoutMs: number): Promise<ReloadOutcome> {
+  return new Promise((resolve) => {
+    const reload = new ReloadCommand(spec, { timeoutMs, logger: silentLogger, onOutcome: resolve });
+    void reload.request('web.example.com');
+  });
+}
+
+describe('reload command', () => {
+  const dir = useTempDir();
+
+  it('has one meaning for the JSON array form in every image: argv, no shell', () => {
+    const spec = parseReloadCommand('["nginx", "-s", "reload"]');
+    assert.deepEqual(spec, { argv: ['nginx', '-s', 'reload'] });
+    assert.deepEqual(commandLine(spec, true), ['nginx', '-s', 'reload']);
+    assert.deepEqual(commandLine(spec, false), ['nginx', '-s', 'reload']);
+    // A plain string keeps its documented behaviour: the shell where there is one, split on spaces otherwise.
+    assert.deepEqual(commandLine(parseReloadCommand('nginx -s reload'), true), ['/bin/sh', '-c', 'nginx -s reload']);
+    assert.deepEqual(commandLine(parseReloadCommand('nginx -s reload'), false), ['nginx', '-s', 'reload']);
+  });
+
+  it('passes the JSON form\'s arguments literally (no shell expansion)', async () => {
+    const marker = join(dir(), 'argv');
+    const args = ['$HOME', 'a b', ';touch injected', '*'];
+    const code = 'require("fs").writeFileSync(process.argv[1], JSON.stringify(process.argv.slice(2)))';
+    const outcome = await runOnce(parseReloadCommand(JSON.stringify([process.execPath, '-e', code, marker, ...args])), 30_000);
+    assert.equal(outcome.ok, true);
+    assert.deepEqual(JSON.parse(await readFile(marker, 'utf8')), args);
+  });
+
+  it('kills the whole process group on timeout, not only the shell', async () => {
+    // The grandchild connects back and holds the connection: the connection closes only when it dies.
+    const script = join(dir(), 'grandchild.cjs');
+    await writeFile(script, 'const s = require("net").connect(Number(process.argv[2]), "127.0.0.1", () => s.write(String(process.pid))); setInterval(() => {}, 1000);');
+    const server = createServer();
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const port = (server.address() as { port: number }).port;
+    const connected = once(server, 'connection') as Promise<[Socket]>;
+    let grandchildPid: number | undefined;
+    try {
+      // The shell waits for its background child, so only a timeout ends it.
+      const outcome = runOnce(parseReloadCommand(`"${process.execPath}" "${script}" ${port} & wait`), 4000);
+      const [socket] = await connected;
+      socket.on('data', (d) => (grandchildPid = Number(String(d))));
+      const closed = once(socket, 'close');
+      const result = await outcome;
+      assert.equal(result.ok, false);
+      const survived = await Promise.race([closed.then(() => false), new Promise<boolean>((r) => setTimeout(() => r(true), 10_000).unref())]);
+      assert.equal(survived, false, 'the grandchild died with the shell');
+    } finally {
+      if (grandchildPid) {
+        try {
+          process.kill(grandchildPid, 'SIGKILL');
+        } catch {
+          // Gone, as it should be.
+        }
+      }
+      server.close();
+    }
+  });
+});
