@@ -2,12 +2,12 @@
 // its own emulated tailscaled) behind a fault-injecting proxy, the chaos schedule with quiet periods,
 // and the invariant checker watching everything. Bounded: every phase has a deadline.
 import { createWriteStream } from 'node:fs';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane, type ControlPlane } from '../harness/control-plane.ts';
-import { exampleNamespace, GROUP, KUBE_DOMAIN, must } from '../support/kube.ts';
+import { exampleNamespace, GROUP, KUBE_DOMAIN, kubeconfigVia, must } from '../support/kube.ts';
 import { Checker, GATE } from './checker.ts';
 import { FaultProxy } from './fault-proxy.ts';
 import { AdminWatch, DirWatch, LedgerTail } from './observers.ts';
@@ -110,19 +110,6 @@ async function createPods(cp: ControlPlane, ns: string): Promise<void> {
   }
 }
 
-/** The ServiceAccount's token kubeconfig, pointed at the fault proxy and trusting its CA. */
-async function proxiedKubeconfig(cp: ControlPlane, ns: string, proxy: FaultProxy, dir: string): Promise<string> {
-  const original = await readFile(await cp.kubeconfigFor(ns, 'certshare'), 'utf8');
-  const b64 = Buffer.from(proxy.caPem).toString('base64');
-  const text = original
-    .replace(/server: .*/, `server: ${JSON.stringify(proxy.url)}`)
-    .replace(/certificate-authority-data: .*/, `certificate-authority-data: ${JSON.stringify(b64)}`);
-  if (!text.includes(proxy.url)) throw new Error('could not point the kubeconfig at the proxy');
-  const path = join(dir, 'kubeconfig');
-  await writeFile(path, text, { mode: 0o600 });
-  return path;
-}
-
 export async function runChaos(options: RunOptions): Promise<ChaosReport> {
   const started = Date.now();
   const totalMs = Math.round(options.minutes * 60_000);
@@ -151,7 +138,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     await createPods(cp, ns);
     proxy = new FaultProxy({ upstream: cp.server, upstreamCaPem: cp.caPem, rng: new Rng(options.seed ^ 0x5eed) });
     await proxy.start();
-    const kubeconfig = await proxiedKubeconfig(cp, ns, proxy, runDir);
+    const kubeconfig = await kubeconfigVia(cp, ns, join(runDir, 'kubeconfig'), proxy);
     const ledger = join(runDir, 'ledger.jsonl');
     log(`namespace ${ns}, proxy ${proxy.url}, api ${cp.server}`);
 

@@ -1,4 +1,4 @@
-import { mkdir } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseFlags } from '../../src/cli/flags.ts';
@@ -28,6 +28,18 @@ export async function must(result: Promise<{ stdout: string; stderr: string; cod
   const r = await result;
   if (r.code !== 0) throw new Error(`kubectl failed (${r.code}): ${r.stderr.trim()}`);
   return r.stdout;
+}
+
+/**
+ * A ServiceAccount's token kubeconfig written to `path`, pointed at a relay or proxy in front of the API
+ * server: `via.url` replaces the server; `via.caPem` (a TLS-terminating proxy's own CA) the trusted CA.
+ */
+export async function kubeconfigVia(cp: ControlPlane, ns: string, path: string, via: { url: string; caPem?: string }, serviceAccount = 'certshare'): Promise<string> {
+  let text = (await readFile(await cp.kubeconfigFor(ns, serviceAccount), 'utf8')).replace(/server: .*/, `server: ${JSON.stringify(via.url)}`);
+  if (via.caPem) text = text.replace(/certificate-authority-data: .*/, `certificate-authority-data: ${JSON.stringify(Buffer.from(via.caPem).toString('base64'))}`);
+  if (!text.includes(via.url)) throw new Error('could not point the kubeconfig at the proxy');
+  await writeFile(path, text, { mode: 0o600 });
+  return path;
 }
 
 export interface Replica {
