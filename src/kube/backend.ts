@@ -87,7 +87,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       // Both are best effort against an API server that may not answer: together they get what
       // --shutdown-timeout leaves after the drain delay, so the process still exits within it.
       const budgetMs = Math.max(0, config.shutdownTimeoutMs - (gate ? config.drainDelayMs : 0) - STOP_RESERVE_MS);
-      const budget = AbortSignal.timeout(budgetMs);
+      const budget = AbortSignal.timeout(Math.round(budgetMs));
       await gate?.leaveRotation(budget);
       await elector?.stop(budget);
       if (gate) await clock.sleep(config.drainDelayMs).catch(() => {});

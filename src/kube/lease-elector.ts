@@ -96,7 +96,7 @@ export class LeaseElector implements IssuanceRole {
       const startedAt = clock.now();
       const intervalMs = jitter(this.canIssue() ? this.#o.renewEveryMs : this.#o.retryEveryMs, 0.1);
       try {
-        const attempt = AbortSignal.timeout(Math.min(intervalMs, connection.requestTimeoutMs));
+        const attempt = AbortSignal.timeout(Math.round(Math.min(intervalMs, connection.requestTimeoutMs)));
         await this.#tryAcquireOrRenew(AbortSignal.any([this.#abort.signal, attempt]));
       } catch (err) {
         if (this.#abort.signal.aborted) break;

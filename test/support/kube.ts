@@ -12,6 +12,8 @@ import { FAST_FLAGS } from './standalone.ts';
 /** The example's domain and group: manifests/example restricts RBAC to these names. */
 export const KUBE_DOMAIN = 'proxy.tailnet-0000.ts.net';
 export const GROUP = 'proxy';
+/** The example's readiness-gate condition type. */
+export const GATE = 'certshare.io/certificates';
 const EXAMPLE = fileURLToPath(new URL('../../manifests/example', import.meta.url));
 
 let counter = 0;
@@ -40,6 +42,23 @@ export async function kubeconfigVia(cp: ControlPlane, ns: string, path: string, 
   if (!text.includes(via.url)) throw new Error('could not point the kubeconfig at the proxy');
   await writeFile(path, text, { mode: 0o600 });
   return path;
+}
+
+/** A Pod (never scheduled: there is no kubelet) with certshare's readiness gate, as the example's StatefulSet makes. */
+export async function createGatedPod(cp: ControlPlane, ns: string, name: string): Promise<void> {
+  const pod = {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name },
+    spec: { readinessGates: [{ conditionType: GATE }], containers: [{ name: 'proxy', image: 'nginx' }] },
+  };
+  await must(cp.kubectl(['-n', ns, 'create', '-f', '-'], { input: JSON.stringify(pod) }));
+  // Stand-ins for the kubelet's own conditions, which the gate must leave alone.
+  const res = await cp.adminRequest('PATCH', `/api/v1/namespaces/${ns}/pods/${name}/status`, {
+    headers: { 'content-type': 'application/strategic-merge-patch+json' },
+    body: { status: { conditions: [{ type: 'PodScheduled', status: 'True' }, { type: 'example.com/other', status: 'True' }] } },
+  });
+  if (res.status !== 200) throw new Error(`patching Pod ${name}'s status: HTTP ${res.status}: ${res.body.slice(0, 300)}`);
 }
 
 export interface Replica {
