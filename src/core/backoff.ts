@@ -32,8 +32,17 @@ export class FailureStreak {
   }
 }
 
-function doubling(first: number, attempt: number, cap: number): number {
+/** The wait after the `attempt`-th (1-based) consecutive failure: `first`, doubling up to `cap`. */
+export function doubling(first: number, attempt: number, cap: number): number {
   return Math.min(cap, first * 2 ** Math.min(attempt - 1, 40));
+}
+
+/**
+ * `ms` spread uniformly over ±`spread` (a fraction), so that replicas that failed together do not retry
+ * together. `random` returns [0, 1) (injectable for tests).
+ */
+export function jitter(ms: number, spread = 0.25, random: () => number = Math.random): number {
+  return ms * (1 - spread + 2 * spread * random());
 }
 
 /** How long to wait before the next CertPair call after the `attempt`-th consecutive failure of this kind. */

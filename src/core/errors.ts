@@ -16,7 +16,8 @@ export type ErrorCode =
   | 'CERTSHARE_STORE_CORRUPT'
   | 'CERTSHARE_RELOAD_FAILED'
   | 'CERTSHARE_KUBE_HTTP'
-  | 'CERTSHARE_KUBE_RESPONSE_TOO_LARGE';
+  | 'CERTSHARE_KUBE_RESPONSE_TOO_LARGE'
+  | 'CERTSHARE_KUBE_TIMEOUT';
 
 export class CertshareError extends Error {
   readonly code: ErrorCode;

@@ -25,6 +25,10 @@ export interface Coordination {
   retryNotBefore?: number;
 }
 
+/**
+ * Every call takes the loop's signal and must end promptly once it aborts (the daemon is stopping); a
+ * store behind a network also bounds each call with its own timeout, so no call can wedge a loop.
+ */
 export interface CertStore {
   readonly kind: string;
   load(domain: string, signal: AbortSignal): Promise<StoreRead>;

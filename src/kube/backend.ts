@@ -8,6 +8,9 @@ import { checkRouting } from './routing-check.ts';
 import { KubeSecretStore } from './secret-store.ts';
 import { LeaseElector } from './lease-elector.ts';
 
+/** What the shutdown bound keeps back, after leaving rotation and the drain delay, for stopping the rest. */
+const STOP_RESERVE_MS = 1000;
+
 /** Kubernetes mode: Secrets as the store, the Pod's own readiness gate, an optional file projection. */
 export async function createKubeBackend(ctx: BackendContext): Promise<StoreBackend> {
   const { config, deps, metrics } = ctx;
@@ -78,8 +81,12 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
     },
     async beforeStop() {
       // Out of rotation first; then hand the writer role over, so a successor renews while we drain.
-      await gate?.leaveRotation();
-      await elector?.stop();
+      // Both are best effort against an API server that may not answer: together they get what
+      // --shutdown-timeout leaves after the drain delay, so the process still exits within it.
+      const budgetMs = Math.max(0, config.shutdownTimeoutMs - (gate ? config.drainDelayMs : 0) - STOP_RESERVE_MS);
+      const budget = AbortSignal.timeout(Math.round(budgetMs));
+      await gate?.leaveRotation(budget);
+      await elector?.stop(budget);
       if (gate) await clock.sleep(config.drainDelayMs).catch(() => {});
     },
     async stop() {

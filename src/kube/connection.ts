@@ -1,8 +1,8 @@
 import { readFile } from 'node:fs/promises';
 import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
 import { KubeConfig } from '@kubernetes/client-node/dist/config.js';
-import { CertshareError, errorMessage } from '../core/errors.ts';
-import { makeApi } from './https-transport.ts';
+import { CertshareError, errorMessage, type ErrorCode } from '../core/errors.ts';
+import { DEFAULT_REQUEST_TIMEOUT_MS, makeApi } from './https-transport.ts';
 import { kubeconfigSource } from './kubeconfig-source.ts';
 
 const SA_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
@@ -11,10 +11,13 @@ export interface KubeConnection {
   config: KubeConfig;
   core: CoreV1Api;
   namespace: string;
+  /** The bound of one API request (see DEFAULT_REQUEST_TIMEOUT_MS); APIs made from this connection use it. */
+  requestTimeoutMs: number;
 }
 
 /** In-cluster credentials inside a Pod, KUBECONFIG (or ~/.kube/config) outside. */
-export async function connectKube(env: NodeJS.ProcessEnv): Promise<KubeConnection> {
+export async function connectKube(env: NodeJS.ProcessEnv, options: { requestTimeoutMs?: number } = {}): Promise<KubeConnection> {
+  const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
   const config = new KubeConfig();
   const source = kubeconfigSource(env);
   try {
@@ -28,7 +31,7 @@ export async function connectKube(env: NodeJS.ProcessEnv): Promise<KubeConnectio
     (await readFile(SA_NAMESPACE, 'utf8').then((s) => s.trim(), () => '')) ||
     config.getContextObject(config.getCurrentContext())?.namespace ||
     'default';
-  return { config, core: makeApi(config, CoreV1Api), namespace };
+  return { config, core: makeApi(config, CoreV1Api, requestTimeoutMs), namespace, requestTimeoutMs };
 }
 
 /** The HTTP status of a failed API call, if it got one (client-node's ApiException carries `code`, our watch `statusCode`). */
@@ -36,6 +39,11 @@ export function apiStatus(err: unknown): number | undefined {
   const { code, statusCode } = (err ?? {}) as { code?: unknown; statusCode?: unknown };
   if (typeof code === 'number') return code;
   return typeof statusCode === 'number' ? statusCode : undefined;
+}
+
+/** The stable code of a failed call for a log line's `code` field (e.g. CERTSHARE_KUBE_TIMEOUT), if it has one. */
+export function apiErrorCode(err: unknown): ErrorCode | undefined {
+  return err instanceof CertshareError ? err.code : undefined;
 }
 
 /** "reason: message" from an ApiException's JSON body, or the error's own message. */

@@ -1,11 +1,12 @@
 import { CoordinationV1Api } from '@kubernetes/client-node/dist/gen/index.js';
 import type { V1Lease } from '@kubernetes/client-node/dist/gen/models/V1Lease.js';
 import { V1MicroTime } from '@kubernetes/client-node/dist/types.js';
+import { jitter } from '../core/backoff.ts';
 import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';
 import type { IssuanceRole } from '../core/store.ts';
-import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
-import { makeApi } from './https-transport.ts';
+import { apiErrorCode, apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
+import { makeApi, withSignal } from './https-transport.ts';
 
 /** client-node hands MicroTime back as a string or a Date, depending on the path. */
 const stamp = (time: unknown): string => (time instanceof Date ? time.toISOString() : String(time ?? ''));
@@ -30,7 +31,8 @@ export interface LeaseElectorOptions {
  * it is free or its holder has not renewed for a whole duration *as measured on our own clock* (no
  * trust in other replicas' clocks); resourceVersion conflicts decide races. Leadership counts only
  * until the last successful renewal plus the duration: past that, canIssue() is false at once, whether
- * or not the API server can be reached.
+ * or not the API server can be reached. One attempt (read, then write) never outlasts the interval
+ * between attempts, so an API server that stops answering cannot stretch the loop's timing.
  */
 export class LeaseElector implements IssuanceRole {
   readonly identity: string;
@@ -51,7 +53,7 @@ export class LeaseElector implements IssuanceRole {
       retryEveryMs: Math.max(100, Math.floor(options.leaseDurationMs / 3)),
       ...options,
     };
-    this.#api = makeApi(options.connection.config, CoordinationV1Api);
+    this.#api = makeApi(options.connection.config, CoordinationV1Api, options.connection.requestTimeoutMs);
   }
 
   canIssue(): boolean {
@@ -71,45 +73,52 @@ export class LeaseElector implements IssuanceRole {
     this.#done ??= this.#run();
   }
 
-  /** Stops campaigning; a holder releases the Lease so another replica takes over at once. */
-  async stop(): Promise<void> {
+  /**
+   * Stops campaigning; a holder releases the Lease so another replica takes over at once. The release is
+   * best effort, given up when `signal` aborts (the shutdown budget); the Lease then simply expires.
+   */
+  async stop(signal?: AbortSignal): Promise<void> {
     this.#abort.abort();
     await this.#done;
     this.#expiryWatch?.abort();
     if (this.#leaderUntil > this.#o.clock.now()) {
       this.#leaderUntil = 0;
       this.#notify();
-      await this.#release().catch((err: unknown) => this.#o.logger.warn({ err: apiErrorText(err) }, 'could not release the lease'));
+      await this.#release(signal).catch((err: unknown) => this.#o.logger.warn({ err: apiErrorText(err), code: apiErrorCode(err) }, 'could not release the lease'));
     }
   }
 
   async #run(): Promise<void> {
-    const { clock, logger } = this.#o;
+    const { clock, logger, connection } = this.#o;
     while (!this.#abort.signal.aborted) {
+      // A fixed cadence: an attempt gets at most one interval, and the next one starts an interval after
+      // it began, so a holder whose API server stops answering still tries ~3 times per lease duration.
+      const startedAt = clock.now();
+      const intervalMs = jitter(this.canIssue() ? this.#o.renewEveryMs : this.#o.retryEveryMs, 0.1);
       try {
-        await this.#tryAcquireOrRenew();
+        const attempt = AbortSignal.timeout(Math.round(Math.min(intervalMs, connection.requestTimeoutMs)));
+        await this.#tryAcquireOrRenew(AbortSignal.any([this.#abort.signal, attempt]));
       } catch (err) {
         if (this.#abort.signal.aborted) break;
-        if (apiStatus(err) !== 409) logger.warn({ err: apiErrorText(err) }, 'lease update failed');
+        if (apiStatus(err) !== 409) logger.warn({ err: apiErrorText(err), code: apiErrorCode(err) }, 'lease update failed');
       }
       this.#notify();
-      const wait = this.canIssue() ? this.#o.renewEveryMs : this.#o.retryEveryMs;
-      await clock.sleep(wait * (0.9 + Math.random() * 0.2), this.#abort.signal).catch(() => {});
+      await clock.sleep(Math.max(0, startedAt + intervalMs - clock.now()), this.#abort.signal).catch(() => {});
     }
   }
 
-  async #tryAcquireOrRenew(): Promise<void> {
+  async #tryAcquireOrRenew(signal: AbortSignal): Promise<void> {
     const { connection, name, clock, leaseDurationMs } = this.#o;
     const namespace = connection.namespace;
     const startedAt = clock.now();
     let lease: V1Lease | undefined;
     try {
-      lease = await this.#api.readNamespacedLease({ name, namespace });
+      lease = await this.#api.readNamespacedLease({ name, namespace }, withSignal(signal));
     } catch (err) {
       if (apiStatus(err) !== 404) throw err;
     }
     if (!lease) {
-      await this.#api.createNamespacedLease({ namespace, body: this.#leaseBody(undefined, startedAt) });
+      await this.#api.createNamespacedLease({ namespace, body: this.#leaseBody(undefined, startedAt) }, withSignal(signal));
       this.#won(startedAt);
       return;
     }
@@ -124,7 +133,7 @@ export class LeaseElector implements IssuanceRole {
       this.#leaderUntil = 0;
       return;
     }
-    await this.#api.replaceNamespacedLease({ name, namespace, body: this.#leaseBody(lease, startedAt) });
+    await this.#api.replaceNamespacedLease({ name, namespace, body: this.#leaseBody(lease, startedAt) }, withSignal(signal));
     this.#won(startedAt);
   }
 
@@ -155,13 +164,13 @@ export class LeaseElector implements IssuanceRole {
     this.#o.clock.sleep(Math.max(0, this.#leaderUntil - this.#o.clock.now()) + 1, watch.signal).then(() => this.#notify(), () => {});
   }
 
-  async #release(): Promise<void> {
+  async #release(signal: AbortSignal | undefined): Promise<void> {
     const { connection, name } = this.#o;
-    const lease = await this.#api.readNamespacedLease({ name, namespace: connection.namespace });
+    const lease = await this.#api.readNamespacedLease({ name, namespace: connection.namespace }, withSignal(signal));
     if (lease.spec?.holderIdentity !== this.identity) return;
     lease.spec.holderIdentity = '';
     lease.spec.renewTime = undefined;
-    await this.#api.replaceNamespacedLease({ name, namespace: connection.namespace, body: lease });
+    await this.#api.replaceNamespacedLease({ name, namespace: connection.namespace, body: lease }, withSignal(signal));
   }
 
   #notify(): void {

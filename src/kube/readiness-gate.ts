@@ -1,10 +1,12 @@
 import { setHeaderOptions } from '@kubernetes/client-node/dist/middleware.js';
 import { PatchStrategy } from '@kubernetes/client-node/dist/patch.js';
+import { doubling } from '../core/backoff.ts';
 import type { Clock } from '../core/clock.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { HealthState } from '../core/health.ts';
 import type { Logger } from '../core/logger.ts';
-import { apiErrorText, type KubeConnection } from './connection.ts';
+import { apiErrorCode, apiErrorText, type KubeConnection } from './connection.ts';
+import { withSignal } from './https-transport.ts';
 import type { RoutingVerdict } from './routing-check.ts';
 
 export interface ReadinessGateOptions {
@@ -57,13 +59,17 @@ export class ReadinessGate {
     this.#done ??= this.#run();
   }
 
-  /** SIGTERM's first step: condition False, whatever the certificates say, and keep it so. */
-  async leaveRotation(): Promise<void> {
+  /**
+   * SIGTERM's first step: condition False, whatever the certificates say, and keep it so. Stopping the
+   * loop cuts its request in flight (a patch to True that has not been answered is abandoned before the
+   * False one is sent). Best effort: given up when `signal` aborts (the shutdown budget).
+   */
+  async leaveRotation(signal?: AbortSignal): Promise<void> {
     this.#leaving = true;
     this.#stop.abort();
     await this.#done;
-    await this.#patch({ status: 'False', reason: 'Terminating', message: 'certshare is shutting down' }).catch((err: unknown) => {
-      this.#o.logger.error({ err: errorMessage(err) }, 'could not take the Pod out of rotation');
+    await this.#patch({ status: 'False', reason: 'Terminating', message: 'certshare is shutting down' }, signal).catch((err: unknown) => {
+      this.#o.logger.error({ err: errorMessage(err), code: apiErrorCode(err) }, 'could not take the Pod out of rotation');
     });
   }
 
@@ -81,7 +87,7 @@ export class ReadinessGate {
       try {
         const desired = await this.#desired();
         if (this.#stop.signal.aborted) break;
-        if (desired.status !== this.#written) await this.#patch(desired);
+        if (desired.status !== this.#written) await this.#patch(desired, this.#stop.signal);
         failures = 0;
         const expiry = this.#o.health.nextExpiry(clock.now());
         // Not routed yet: look again later; otherwise sleep until a certificate expires or health changes.
@@ -90,7 +96,7 @@ export class ReadinessGate {
         if (this.#stop.signal.aborted) break;
         failures++;
         waitMs = this.#retryDelay(failures);
-        logger.warn({ err: apiErrorText(err), retryInMs: waitMs }, 'could not update the readiness condition');
+        logger.warn({ err: apiErrorText(err), code: apiErrorCode(err), retryInMs: waitMs }, 'could not update the readiness condition');
       }
       await clock.sleep(waitMs, AbortSignal.any([this.#stop.signal, this.#wake.signal])).catch(() => {});
       if (this.#wake.signal.aborted) this.#wake = new AbortController();
@@ -98,7 +104,7 @@ export class ReadinessGate {
   }
 
   #retryDelay(failures: number): number {
-    return Math.min(this.#o.maxRetryMs ?? 30_000, (this.#o.firstRetryMs ?? 1000) * 2 ** Math.min(failures - 1, 20));
+    return doubling(this.#o.firstRetryMs ?? 1000, failures, this.#o.maxRetryMs ?? 30_000);
   }
 
   async #desired(): Promise<Desired> {
@@ -116,7 +122,7 @@ export class ReadinessGate {
     return { status: 'True', reason: 'CertificatesValid', message: 'every domain has a valid certificate' };
   }
 
-  async #patch(desired: Desired): Promise<void> {
+  async #patch(desired: Desired, signal: AbortSignal | undefined): Promise<void> {
     if (this.#leaving && desired.status === 'True') return;
     const { connection, podName, conditionType, clock, logger } = this.#o;
     const body = {
@@ -128,7 +134,7 @@ export class ReadinessGate {
     };
     await connection.core.patchNamespacedPodStatus(
       { name: podName, namespace: connection.namespace, body },
-      setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch),
+      withSignal(signal, setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch)),
     );
     this.#written = desired.status;
     logger.info({ condition: conditionType, status: desired.status, reason: desired.reason }, 'readiness condition updated');

@@ -4,13 +4,15 @@ import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import type { CertStore, Coordination, StoreRead, StoredCert } from '../core/store.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
+import { withSignal } from './https-transport.ts';
 import { certSecret, readCertSecret, readCoordination, type SecretMeta } from './secret-codec.ts';
 import { SecretWatch } from './secret-watch.ts';
 
 /**
  * One `kubernetes.io/tls` Secret per domain, named after it. Every write is compare-and-swap on the
  * resourceVersion of the last read: a 409 surfaces as CERTSHARE_STORE_CONFLICT and the loop re-reads
- * and decides again. Any failed read is CERTSHARE_STORE_UNAVAILABLE, never "absent".
+ * and decides again. Any failed read is CERTSHARE_STORE_UNAVAILABLE, never "absent". Every call ends
+ * when the loop's signal aborts, and within the connection's request timeout otherwise.
  */
 export class KubeSecretStore implements CertStore {
   readonly kind = 'kube';
@@ -31,9 +33,9 @@ export class KubeSecretStore implements CertStore {
     this.#onError = options.onError ?? (() => {});
   }
 
-  async load(domain: string, _signal?: AbortSignal): Promise<StoreRead> {
+  async load(domain: string, signal?: AbortSignal): Promise<StoreRead> {
     try {
-      const secret = await this.#conn.core.readNamespacedSecret({ name: domain, namespace: this.#conn.namespace });
+      const secret = await this.#conn.core.readNamespacedSecret({ name: domain, namespace: this.#conn.namespace }, withSignal(signal));
       this.#seen.set(domain, secret);
       return readCertSecret(secret, domain, this.#clock.now());
     } catch (err) {
@@ -46,24 +48,24 @@ export class KubeSecretStore implements CertStore {
     }
   }
 
-  save(domain: string, cert: StoredCert, _signal?: AbortSignal): Promise<void> {
+  save(domain: string, cert: StoredCert, signal?: AbortSignal): Promise<void> {
     // A new certificate ends any intent; a rate limit still in force stays recorded.
     const { retryNotBefore } = this.#lastCoordination(domain);
-    return this.#write(domain, { cert, coordination: retryNotBefore !== undefined && retryNotBefore > this.#clock.now() ? { retryNotBefore } : {} });
+    return this.#write(domain, { cert, coordination: retryNotBefore !== undefined && retryNotBefore > this.#clock.now() ? { retryNotBefore } : {} }, signal);
   }
 
-  recordIntent(domain: string, holder: string, at: number): Promise<void> {
-    return this.#write(domain, { coordination: { ...this.#lastCoordination(domain), intent: { holder, at } } });
+  recordIntent(domain: string, holder: string, at: number, signal?: AbortSignal): Promise<void> {
+    return this.#write(domain, { coordination: { ...this.#lastCoordination(domain), intent: { holder, at } } }, signal);
   }
 
-  clearIntent(domain: string): Promise<void> {
+  clearIntent(domain: string, signal?: AbortSignal): Promise<void> {
     const { intent: _withdrawn, ...rest } = this.#lastCoordination(domain);
-    return this.#write(domain, { coordination: rest });
+    return this.#write(domain, { coordination: rest }, signal);
   }
 
-  recordRateLimit(domain: string, until: number): Promise<void> {
+  recordRateLimit(domain: string, until: number, signal?: AbortSignal): Promise<void> {
     const { intent: _ended, ...rest } = this.#lastCoordination(domain);
-    return this.#write(domain, { coordination: { ...rest, retryNotBefore: until } });
+    return this.#write(domain, { coordination: { ...rest, retryNotBefore: until } }, signal);
   }
 
   watch(domain: string, listener: () => void): () => void {
@@ -85,15 +87,15 @@ export class KubeSecretStore implements CertStore {
     return seen ? readCoordination(seen) : {};
   }
 
-  async #write(domain: string, change: { cert?: StoredCert; coordination: Coordination }): Promise<void> {
+  async #write(domain: string, change: { cert?: StoredCert; coordination: Coordination }, signal: AbortSignal | undefined): Promise<void> {
     const { core, namespace } = this.#conn;
     const seen = this.#seen.get(domain);
     if (seen === undefined) throw new CertshareError('CERTSHARE_STORE_CONFLICT', `Secret ${namespace}/${domain} written before it was read`);
     const body = certSecret(domain, seen ?? undefined, this.#meta, change);
     try {
       const written = seen === null
-        ? await core.createNamespacedSecret({ namespace, body })
-        : await core.replaceNamespacedSecret({ name: domain, namespace, body });
+        ? await core.createNamespacedSecret({ namespace, body }, withSignal(signal))
+        : await core.replaceNamespacedSecret({ name: domain, namespace, body }, withSignal(signal));
       this.#seen.set(domain, written);
     } catch (err) {
       // Whatever happened, the next write must follow a fresh read.

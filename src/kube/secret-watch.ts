@@ -1,8 +1,9 @@
+import { doubling, jitter } from '../core/backoff.ts';
 import type { Clock } from '../core/clock.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { apiStatus, type KubeConnection } from './connection.ts';
-import { watchOnce } from './https-transport.ts';
+import { watchOnce, withSignal } from './https-transport.ts';
 
 export interface SecretWatchOptions {
   connection: KubeConnection;
@@ -11,6 +12,7 @@ export interface SecretWatchOptions {
   logger: Logger;
   /** Called after every change of the Secret (and after each relist): the store re-reads it. */
   onChange: () => void;
+  /** Backoff between watches that failed or ended without an event: doubling, jittered, up to maxRetryMs. */
   firstRetryMs?: number;
   maxRetryMs?: number;
   /** Server-side watch lifetime range in seconds; each watch picks one at random (spreads reconnects). */
@@ -29,6 +31,11 @@ export interface SecretWatchOptions {
  * Follows one Secret by name: list to get a resourceVersion, then watch from it with bookmarks,
  * resuming from the last seen version after a watch ends, relisting on 410 Gone, and restarting with
  * backoff after errors. A single named Secret keeps RBAC to resourceNames and traffic near zero at rest.
+ *
+ * A watch that ends before delivering any event (an ERROR answer, a proxy closing streams at once) is a
+ * failure like an error: reopening it at once would hammer the API server in a tight loop. Only a watch
+ * that delivered an event, or stayed open longer than the backoff cap (the server's own timeout on a
+ * cluster too quiet for bookmarks), proves the path works and resets the backoff.
  */
 export class SecretWatch {
   readonly #o: Required<Omit<SecretWatchOptions, 'initialResourceVersion'>>;
@@ -36,7 +43,7 @@ export class SecretWatch {
   #abort = new AbortController();
   #current: AbortController | undefined;
   #done: Promise<void> | undefined;
-  /** Consecutive failed watches; any event proves the connection works and resets it. */
+  /** Consecutive failed or eventless watches; any event proves the connection works and resets it. */
   #failures = 0;
   /** Watches started after the first (resumed, relisted or restarted). */
   restarts = 0;
@@ -60,23 +67,31 @@ export class SecretWatch {
   }
 
   async #run(): Promise<void> {
-    const { clock, logger } = this.#o;
+    const { clock, logger, firstRetryMs, maxRetryMs, name } = this.#o;
     while (!this.#abort.signal.aborted) {
+      let failure: string | undefined;
       try {
         if (!this.#resourceVersion) await this.#list();
+        const startedAt = clock.now();
         const outcome = await this.#watchOnce();
-        if (outcome === 'gone') {
+        if (outcome.gone) {
           this.#resourceVersion = undefined;
           this.relists++;
         }
-        this.#failures = 0;
+        if (outcome.events === 0 && clock.now() - startedAt < maxRetryMs && !this.#abort.signal.aborted) {
+          this.#failures++;
+          failure = outcome.gone ? 'ended with 410 Gone before any event' : 'ended before any event';
+        }
       } catch (err) {
         if (this.#abort.signal.aborted) return;
         this.#failures++;
-        const delay = Math.min(this.#o.maxRetryMs, this.#o.firstRetryMs * 2 ** Math.min(this.#failures - 1, 20));
-        logger.warn({ secret: this.#o.name, err: errorMessage(err), retryInMs: delay }, 'Secret watch failed');
+        failure = errorMessage(err);
+      }
+      if (failure !== undefined) {
+        const delay = jitter(doubling(firstRetryMs, this.#failures, maxRetryMs));
+        logger.warn({ secret: name, err: failure, failures: this.#failures, retryInMs: Math.round(delay) }, 'Secret watch failed');
         // Resuming from the last resourceVersion replays whatever changed meanwhile (or ends in 410 and a relist).
-        await clock.sleep(delay * (0.75 + Math.random() / 2), this.#abort.signal).catch(() => {});
+        await clock.sleep(delay, this.#abort.signal).catch(() => {});
       }
       this.restarts++;
     }
@@ -84,18 +99,20 @@ export class SecretWatch {
 
   async #list(): Promise<void> {
     const { connection, name } = this.#o;
-    const list = await connection.core.listNamespacedSecret({ namespace: connection.namespace, fieldSelector: `metadata.name=${name}` });
+    const list = await connection.core.listNamespacedSecret({ namespace: connection.namespace, fieldSelector: `metadata.name=${name}` }, withSignal(this.#abort.signal));
     this.#resourceVersion = list.metadata?.resourceVersion;
     this.#o.onChange();
   }
 
-  async #watchOnce(): Promise<'ended' | 'gone'> {
+  /** One watch until it ends: whether it ended in 410 Gone, and how many events (bookmarks too) it delivered. */
+  async #watchOnce(): Promise<{ gone: boolean; events: number }> {
     const { connection, name, watchSeconds } = this.#o;
     const [min, max] = watchSeconds;
     const current = new AbortController();
     this.#current = current;
     if (this.#abort.signal.aborted) current.abort();
     let gone = false;
+    let events = 0;
     try {
       await watchOnce(
         connection.config,
@@ -112,18 +129,19 @@ export class SecretWatch {
             if (object?.code === 410) gone = true;
             return;
           }
+          events++;
           this.#failures = 0;
           if (object?.metadata?.resourceVersion) this.#resourceVersion = object.metadata.resourceVersion;
           if (type !== 'BOOKMARK') this.#o.onChange();
         },
-        { signal: current.signal, inactivityMs: this.#o.inactivityMs },
+        { signal: current.signal, inactivityMs: this.#o.inactivityMs, headersTimeoutMs: connection.requestTimeoutMs },
       );
     } catch (err) {
-      if (apiStatus(err) === 410) return 'gone';
+      if (apiStatus(err) === 410) return { gone: true, events };
       throw err;
     } finally {
       this.#current = undefined;
     }
-    return gone ? 'gone' : 'ended';
+    return { gone, events };
   }
 }

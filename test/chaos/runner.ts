@@ -2,12 +2,12 @@
 // its own emulated tailscaled) behind a fault-injecting proxy, the chaos schedule with quiet periods,
 // and the invariant checker watching everything. Bounded: every phase has a deadline.
 import { createWriteStream } from 'node:fs';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane, type ControlPlane } from '../harness/control-plane.ts';
-import { exampleNamespace, GROUP, KUBE_DOMAIN, must, replicaKubeconfig } from '../support/kube.ts';
+import { exampleNamespace, GROUP, KUBE_DOMAIN, kubeconfigVia, must } from '../support/kube.ts';
 import { Checker, GATE } from './checker.ts';
 import { FaultProxy } from './fault-proxy.ts';
 import { AdminWatch, DirWatch, LedgerTail } from './observers.ts';
@@ -103,28 +103,11 @@ async function createPods(cp: ControlPlane, ns: string): Promise<void> {
       apiVersion: 'v1',
       kind: 'Pod',
       metadata: { name, labels: { app: 'proxy' } },
-      // Under certshare's account: each replica's token is bound to its Pod (see proxiedKubeconfig).
+      // Under certshare's account: each replica's token is bound to its Pod (kubeconfigVia with the Pod's name).
       spec: { serviceAccountName: 'certshare', readinessGates: [{ conditionType: GATE }], containers: [{ name: 'proxy', image: 'nginx' }] },
     };
     await must(cp.kubectl(['-n', ns, 'create', '-f', '-'], { input: JSON.stringify(pod) }));
   }
-}
-
-/**
- * The ServiceAccount's kubeconfig for one replica, its token bound to the replica's Pod (as a projected
- * token is: the admission policy admits readiness patches from the Pod's own token only), pointed at
- * the fault proxy and trusting its CA.
- */
-async function proxiedKubeconfig(cp: ControlPlane, ns: string, replica: string, proxy: FaultProxy, dir: string): Promise<string> {
-  const original = await readFile(await replicaKubeconfig(cp, ns, replica), 'utf8');
-  const b64 = Buffer.from(proxy.caPem).toString('base64');
-  const text = original
-    .replace(/server: .*/, `server: ${JSON.stringify(proxy.url)}`)
-    .replace(/certificate-authority-data: .*/, `certificate-authority-data: ${JSON.stringify(b64)}`);
-  if (!text.includes(proxy.url)) throw new Error('could not point the kubeconfig at the proxy');
-  const path = join(dir, `kubeconfig-${replica}`);
-  await writeFile(path, text, { mode: 0o600 });
-  return path;
 }
 
 export async function runChaos(options: RunOptions): Promise<ChaosReport> {
@@ -182,7 +165,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     };
     for (const [i, name] of REPLICAS.entries()) {
       const r = new Replica(
-        { name, namespace: ns, domain: KUBE_DOMAIN, group: GROUP, kubeconfig: await proxiedKubeconfig(cp, ns, name, proxy, runDir), ledger, certLifetime: CERT_LIFETIME, podIp: `10.0.0.${10 + i}`, flags: TIMING_FLAGS },
+        { name, namespace: ns, domain: KUBE_DOMAIN, group: GROUP, kubeconfig: await kubeconfigVia(cp, ns, join(runDir, `kubeconfig-${name}`), proxy, { pod: name }), ledger, certLifetime: CERT_LIFETIME, podIp: `10.0.0.${10 + i}`, flags: TIMING_FLAGS },
         runDir,
         (replica, line) => {
           chaos?.observeLog(replica, line);

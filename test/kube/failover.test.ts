@@ -1,9 +1,8 @@
 import assert from 'node:assert/strict';
-import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { KUBE_DOMAIN, exampleNamespace, filesWritten, heldSerial, startReplica, startReplicas, type Replica } from '../support/kube.ts';
+import { KUBE_DOMAIN, exampleNamespace, filesWritten, heldSerial, kubeconfigVia, startReplica, startReplicas, type Replica } from '../support/kube.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { nextEvent, until } from '../support/wait.ts';
@@ -44,9 +43,7 @@ describe('--mode auto: the writer fails over', () => {
     const ns = await exampleNamespace(cp());
     const apiPort = Number(new URL(cp().server).port);
     const proxy = await startTcpProxy(apiPort);
-    const partitionedConfig = join(dir(), 'partitioned.kubeconfig');
-    const original = await readFile(await cp().kubeconfigFor(ns, 'certshare'), 'utf8');
-    await writeFile(partitionedConfig, original.replaceAll(`127.0.0.1:${apiPort}`, `127.0.0.1:${proxy.port}`));
+    const partitionedConfig = await kubeconfigVia(cp(), ns, join(dir(), 'partitioned.kubeconfig'), { url: `https://127.0.0.1:${proxy.port}` });
     const first = await startReplica(cp(), ns, join(dir(), 'cut'), 'proxy-0', { mode: 'auto', flags: LEASE, env: { KUBECONFIG: partitionedConfig }, emulator: { certLifetimeMs: 30_000 } });
     await until('proxy-0 writes', () => isWriter(first) && heldSerial(first) !== undefined, [roleChange(first), filesWritten(first)], 20_000);
     const second = await startReplica(cp(), ns, join(dir(), 'cut'), 'proxy-1', { mode: 'auto', flags: LEASE, emulator: { certLifetimeMs: 30_000 } });

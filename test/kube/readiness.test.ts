@@ -8,34 +8,16 @@ import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { startEmulator } from '../../src/emulator/server.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { KUBE_DOMAIN, GROUP, exampleNamespace, must, replicaKubeconfig, startReplica } from '../support/kube.ts';
+import { GATE, KUBE_DOMAIN, GROUP, createGatedPod, exampleNamespace, replicaKubeconfig, startReplica } from '../support/kube.ts';
 import { useTempDir } from '../support/standalone.ts';
 
 const cp = useControlPlane();
-const GATE = 'certshare.io/certificates';
 const BIN = fileURLToPath(new URL('../../bin/certshare.js', import.meta.url));
 
 interface Condition {
   type: string;
   status: string;
   reason?: string;
-}
-
-async function createPod(ns: string, name: string): Promise<void> {
-  const pod = {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name },
-    // Under certshare's account: the replica's token is bound to this Pod (see replicaKubeconfig).
-    spec: { serviceAccountName: 'certshare', readinessGates: [{ conditionType: GATE }], containers: [{ name: 'proxy', image: 'nginx' }] },
-  };
-  await must(cp().kubectl(['-n', ns, 'create', '-f', '-'], { input: JSON.stringify(pod) }));
-  // Stand-ins for the kubelet's own conditions, which the gate must leave alone.
-  const res = await cp().adminRequest('PATCH', `/api/v1/namespaces/${ns}/pods/${name}/status`, {
-    headers: { 'content-type': 'application/strategic-merge-patch+json' },
-    body: { status: { conditions: [{ type: 'PodScheduled', status: 'True' }, { type: 'example.com/other', status: 'True' }] } },
-  });
-  assert.equal(res.status, 200, res.body);
 }
 
 /** Resolves with the Pod's conditions once `predicate` holds, following a watch (kubectl get --watch). */
@@ -80,7 +62,7 @@ describe("the Pod's own readiness gate", () => {
 
   it('turns True once certificates are valid and the Service routes here, leaving other conditions alone', async () => {
     const ns = await exampleNamespace(cp());
-    await createPod(ns, 'proxy-0');
+    await createGatedPod(cp(), ns, 'proxy-0');
     // The Service first answers from another replica, then from this one.
     let answers = 0;
     const health = await healthServer(() => (++answers < 3 ? '10.0.0.99' : '10.0.0.10'));
@@ -107,7 +89,7 @@ describe("the Pod's own readiness gate", () => {
 
   it('turns False when the certificate expires', async () => {
     const ns = await exampleNamespace(cp());
-    await createPod(ns, 'proxy-1');
+    await createGatedPod(cp(), ns, 'proxy-1');
     const writer = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 4000 } });
     const reader = await startReplica(cp(), ns, dir(), 'proxy-1', { mode: 'ro', flags: ['--readiness-gate', GATE] });
     try {
@@ -123,7 +105,7 @@ describe("the Pod's own readiness gate", () => {
 
   it('on SIGTERM sets the condition False first, then exits 0', async () => {
     const ns = await exampleNamespace(cp());
-    await createPod(ns, 'proxy-0');
+    await createGatedPod(cp(), ns, 'proxy-0');
     const emulator = await startEmulator({ listen: join(dir(), 'sigterm.sock'), domains: [KUBE_DOMAIN] });
     const kubeconfig = await replicaKubeconfig(cp(), ns, 'proxy-0');
     const child = spawn(process.execPath, [BIN, 'run', '--store', 'kube', '--mode', 'rw', '--domain', KUBE_DOMAIN, '--group', GROUP, '--localapi', emulator.address, '--listen', '127.0.0.1:0', '--readiness-gate', GATE, '--drain-delay', '300ms'], {

@@ -1,4 +1,4 @@
-import { mkdir } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseFlags } from '../../src/cli/flags.ts';
@@ -12,6 +12,8 @@ import { FAST_FLAGS } from './standalone.ts';
 /** The example's domain and group: manifests/example restricts RBAC to these names. */
 export const KUBE_DOMAIN = 'proxy.tailnet-0000.ts.net';
 export const GROUP = 'proxy';
+/** The example's readiness-gate condition type. */
+export const GATE = 'certshare.io/certificates';
 const EXAMPLE = fileURLToPath(new URL('../../manifests/example', import.meta.url));
 
 let counter = 0;
@@ -28,6 +30,43 @@ export async function must(result: Promise<{ stdout: string; stderr: string; cod
   const r = await result;
   if (r.code !== 0) throw new Error(`kubectl failed (${r.code}): ${r.stderr.trim()}`);
   return r.stdout;
+}
+
+/**
+ * A ServiceAccount's token kubeconfig written to `path`, pointed at a relay or proxy in front of the API
+ * server: `via.url` replaces the server; `via.caPem` (a TLS-terminating proxy's own CA) the trusted CA.
+ */
+export async function kubeconfigVia(
+  cp: ControlPlane,
+  ns: string,
+  path: string,
+  via: { url: string; caPem?: string },
+  who: { serviceAccount?: string; pod?: string } = {},
+): Promise<string> {
+  const source = who.pod ? await replicaKubeconfig(cp, ns, who.pod, who.serviceAccount) : await cp.kubeconfigFor(ns, who.serviceAccount ?? 'certshare');
+  let text = (await readFile(source, 'utf8')).replace(/server: .*/, `server: ${JSON.stringify(via.url)}`);
+  if (via.caPem) text = text.replace(/certificate-authority-data: .*/, `certificate-authority-data: ${JSON.stringify(Buffer.from(via.caPem).toString('base64'))}`);
+  if (!text.includes(via.url)) throw new Error('could not point the kubeconfig at the proxy');
+  await writeFile(path, text, { mode: 0o600 });
+  return path;
+}
+
+/** A Pod (never scheduled: there is no kubelet) with certshare's readiness gate, as the example's StatefulSet makes. */
+export async function createGatedPod(cp: ControlPlane, ns: string, name: string): Promise<void> {
+  const pod = {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name },
+    // Under certshare's account: a replica's token is bound to this Pod (see replicaKubeconfig).
+    spec: { serviceAccountName: 'certshare', readinessGates: [{ conditionType: GATE }], containers: [{ name: 'proxy', image: 'nginx' }] },
+  };
+  await must(cp.kubectl(['-n', ns, 'create', '-f', '-'], { input: JSON.stringify(pod) }));
+  // Stand-ins for the kubelet's own conditions, which the gate must leave alone.
+  const res = await cp.adminRequest('PATCH', `/api/v1/namespaces/${ns}/pods/${name}/status`, {
+    headers: { 'content-type': 'application/strategic-merge-patch+json' },
+    body: { status: { conditions: [{ type: 'PodScheduled', status: 'True' }, { type: 'example.com/other', status: 'True' }] } },
+  });
+  if (res.status !== 200) throw new Error(`patching Pod ${name}'s status: HTTP ${res.status}: ${res.body.slice(0, 300)}`);
 }
 
 export interface Replica {

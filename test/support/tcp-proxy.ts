@@ -4,20 +4,40 @@ export interface TcpProxy {
   readonly port: number;
   /** A network partition: open connections are dropped and new ones refused until restore(). */
   cut(): void;
+  /**
+   * A black hole (packets dropped, nothing answered): open connections stop forwarding without being
+   * closed, and new ones are accepted and then held, until restore(). Only a timeout gets a client out.
+   */
+  blackHole(): void;
+  /** New connections are forwarded again; black-holed ones stay dead (as when a middlebox lost their state). */
   restore(): void;
   close(): Promise<void>;
+}
+
+/** Reads and discards whatever a socket receives: the far end hears nothing back. */
+function swallow(socket: Socket): void {
+  socket.unpipe();
+  socket.removeAllListeners('data');
+  socket.on('data', () => {});
+  socket.resume();
 }
 
 /** A loopback TCP relay in front of one target; TLS passes through untouched. */
 export function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
   const sockets = new Set<Socket>();
-  let partitioned = false;
+  let state: 'forward' | 'cut' | 'black-hole' = 'forward';
+  const track = (s: Socket): void => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  };
   const server = createServer((client) => {
-    if (partitioned) return client.destroy();
+    if (state === 'cut') return client.destroy();
+    track(client);
+    client.on('error', () => client.destroy());
+    if (state === 'black-hole') return swallow(client);
     const upstream = createConnection({ host: targetHost, port: targetPort });
+    track(upstream);
     for (const s of [client, upstream]) {
-      sockets.add(s);
-      s.on('close', () => sockets.delete(s));
       s.on('error', () => {
         client.destroy();
         upstream.destroy();
@@ -30,11 +50,15 @@ export function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Pro
       resolve({
         port: (server.address() as { port: number }).port,
         cut() {
-          partitioned = true;
+          state = 'cut';
           for (const s of sockets) s.destroy();
         },
+        blackHole() {
+          state = 'black-hole';
+          for (const s of sockets) swallow(s);
+        },
         restore() {
-          partitioned = false;
+          state = 'forward';
         },
         close: () =>
           new Promise<void>((done) => {
