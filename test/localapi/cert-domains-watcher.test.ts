@@ -2,7 +2,8 @@ import { test, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { CertshareError } from '../../src/core/errors.ts';
 import { NotifyMask } from '../../src/core/localapi.ts';
-import { CertDomainsWatcher, CERT_DOMAINS_WATCH_MASK } from '../../src/localapi/cert-domains-watcher.ts';
+import { CertDomainsWatcher } from '../../src/localapi/cert-domains-watcher.ts';
+import { STATUS_WATCH_MASK } from '../../src/localapi/releases.ts';
 import { createLocalApiClient } from '../../src/localapi/client.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 import { FakeBus, recordingLogger } from './helpers.ts';
@@ -72,12 +73,12 @@ async function connectWith(s: Setup, first: object): Promise<BusConnection> {
   return conn;
 }
 
-test('watches with InitialState|InitialNetMap|NoPrivateKeys|RateLimit', async () => {
+test('first watch, version unknown: InitialState|NoPrivateKeys|InitialStatus, which every release accepts', async () => {
   const s = await setup();
   s.watcher.start();
   const conn = await s.bus.connections.shift();
-  const mask = NotifyMask.InitialState | NotifyMask.InitialNetMap | NotifyMask.NoPrivateKeys | NotifyMask.RateLimit;
-  assert.equal(CERT_DOMAINS_WATCH_MASK, mask);
+  const mask = NotifyMask.InitialState | NotifyMask.NoPrivateKeys | NotifyMask.InitialStatus;
+  assert.equal(STATUS_WATCH_MASK, mask);
   assert.equal(conn.req.url, `/localapi/v0/watch-ipn-bus?mask=${mask}`);
 });
 
@@ -159,7 +160,7 @@ test('a failed fetch after SelfChange keeps the known set and is retried without
   await s.clock.waitForSleepers(1);
   assert.deepEqual(s.clock.pendingDurations(), [1000]);
   assert.deepEqual([...s.watcher.current()], ['a.tail1.ts.net']);
-  assert.ok(s.logLines.some((l) => l.level === 'warn' && /SelfChange failed/.test(l.msg ?? '')));
+  assert.ok(s.logLines.some((l) => l.level === 'warn' && /fetching cert domains failed/.test(l.msg ?? '')));
 
   // Second failure doubles the retry delay.
   await s.clock.advance(1000);
