@@ -179,7 +179,7 @@ export class IpnBus {
         break;
       }
       case 'huge_line': {
-        const line = paddedNotifyJson(this.#opts.version, fault.bytes ?? faultDefaults.hugeLineBytes);
+        const line = paddedNotifyJson(this.#opts.version, fault.bytes ?? faultDefaults.hugeLineBytes, this.#opts.features.netMapField);
         for (const s of streams) this.#write(s, line);
         break;
       }

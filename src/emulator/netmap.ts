@@ -200,9 +200,10 @@ export function notifyJson(version: string, parts: NotifyParts): string {
 }
 
 /** A valid Notify line of exactly `bytes` bytes (or the smallest possible, if `bytes` is below it): a health update with a long text. */
-export function paddedNotifyJson(version: string, bytes: number): string {
+export function paddedNotifyJson(version: string, bytes: number, netMapField = true): string {
   const build = (text: string): string =>
     notifyJson(version, {
+      netMapField,
       healthJson: JSON.stringify({
         Warnings: { 'emulator-padding': { WarnableCode: 'emulator-padding', Severity: 'low', Title: 'padding', Text: text } },
       }),
