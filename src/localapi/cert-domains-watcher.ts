@@ -13,7 +13,7 @@ import { parseTailscaledVersion, planWatch, refusedBitsIn, releaseFeatures, type
 // it drop that bit, and an answer that cannot change is retried only every `refusedRetryMs`.
 
 /** Consecutive mask switches without a delivered Notify before the normal backoff applies again. */
-const MAX_IMMEDIATE_SWITCHES = 3;
+const MAX_IMMEDIATE_SWITCHES = 4;
 
 export interface CertDomainsWatcherOptions {
   localApi: LocalApi;
