@@ -190,7 +190,7 @@ export class CertDomainsWatcher {
             switches = 0;
             this.#noCertDomainsEndpoint = !releaseFeatures(parseTailscaledVersion(this.#version)).certDomainsEndpoint;
             this.#setProblem(undefined);
-            this.#setConnected(true, plan);
+            this.#setConnected(true, this.plan()); // the plan as the reported version explains it (the mask is the same)
           }
           this.#handle(notify, signal, first);
         }
