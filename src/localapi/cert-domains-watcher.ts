@@ -293,13 +293,16 @@ export class CertDomainsWatcher {
         const fetched = await this.#fetchDomains(signal);
         if (fetched) this.#apply(fetched.domains, fetched.source);
         failures = 0;
+        this.#setProblem(undefined);
       } catch (err) {
         if (signal.aborted) break;
-        const delay = isRefusal(err) ? this.#refusedRetryMs : this.#backoff(failures++);
+        const refused = isRefusal(err);
+        const delay = refused ? this.#refusedRetryMs : this.#backoff(failures++);
         this.#logger.warn(
           { err: errorMessage(err), code: errorCode(err), retryInMs: delay },
           'fetching cert domains failed; keeping the known set and retrying',
         );
+        if (refused) this.#setProblem(`${errorMessage(err)}; asking again in ${formatGoDuration(delay)}`);
         this.#refetch = true;
         try {
           await this.#clock.sleep(delay, signal);

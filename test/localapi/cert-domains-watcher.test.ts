@@ -441,3 +441,22 @@ test('an answer that cannot change is asked again only after refusedRetryMs, wit
   assert.equal(s.problems.at(-1), undefined);
   assert.equal(s.watcher.problem, undefined);
 });
+
+test('a refused cert-domains read waits refusedRetryMs and says why, without dropping the stream', async () => {
+  const s = await setup();
+  s.bus.version = '1.104.5';
+  s.watcher.start();
+  const conn = await connectWith(s, { State: 6, InitialStatus: { CertDomains: ['a.tail1.ts.net'] } });
+  s.bus.certDomains = { status: 403, body: 'cert-domains access denied\n' };
+  conn.send({ SelfChange: {} });
+  assert.equal(await s.bus.fetches.shift(), 'cert-domains');
+  await s.clock.waitForSleepers(1);
+  assert.deepEqual(s.clock.pendingDurations(), [600_000]);
+  assert.match(s.problems.at(-1)!, /^tailscaled 1\.104\.5 refused GET \/localapi\/v0\/cert-domains: HTTP 403: cert-domains access denied/);
+  s.bus.certDomains = ['a.tail1.ts.net', 'b.tail1.ts.net'];
+  const changed = nextChange(s.watcher);
+  await s.clock.advance(600_000);
+  assert.deepEqual(await changed, ['a.tail1.ts.net', 'b.tail1.ts.net']);
+  assert.equal(s.watcher.problem, undefined);
+  assert.equal(s.bus.all.length, 1);
+});
