@@ -26,6 +26,8 @@ export const DEFAULT_TAILSCALED_VERSION = '1.104.5';
 /** The release emulated for a style when only the style is given: the current one, or one that resends the netmap. */
 export const DEFAULT_VERSIONS: Record<NetmapStyle, string> = { selfchange: DEFAULT_TAILSCALED_VERSION, resend: '1.96.4' };
 
+const LOCALAPI_CSP = "default-src 'none'; frame-ancestors 'none'; script-src 'none'; script-src-elem 'none'; script-src-attr 'none'";
+
 export interface EmulatorOptions {
   /** Unix socket path, or HOST:PORT for TCP (port 0 = a free port). Default ./tailscaled.sock. */
   listen?: string;
@@ -303,12 +305,17 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   }
 
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    res.setHeader('Tailscale-Version', version);
-    // tailscaled refuses anything a browser could send (DNS rebinding, CSRF).
+    // tailscaled refuses anything a browser could send (DNS rebinding, CSRF), before it sets its headers
+    // (ipn/localapi/localapi.go ServeHTTP).
     if (req.headers.referer !== undefined || req.headers.origin !== undefined) {
       sendError(res, 403, 'invalid localapi request');
       return;
     }
+    res.setHeader('Tailscale-Version', version);
+    res.setHeader('Tailscale-Cap', String(features.capabilityVersion));
+    res.setHeader('Content-Security-Policy', LOCALAPI_CSP);
+    res.setHeader('X-Frame-Options', 'DENY');
+    res.setHeader('X-Content-Type-Options', 'nosniff');
     if (closing.signal.aborted) {
       sendError(res, 503, 'emulator shutting down');
       return;

@@ -60,7 +60,18 @@ export interface ReleaseFeatures {
   validatesMask: boolean;
   /** 400 on the obsolete bits InitialNetMap (1<<3) and RateLimit (1<<8) (1.104+). */
   refusesObsoleteBits: boolean;
+  /** tailcfg.CurrentCapabilityVersion (tailcfg/tailcfg.go), sent as the `Tailscale-Cap` response header. */
+  capabilityVersion: number;
 }
+
+// tailcfg.CurrentCapabilityVersion of each stable release line (the same for every patch release read).
+const CAPABILITY_VERSIONS: ReadonlyArray<[minor: number, cap: number]> = [
+  [104, 148],
+  [102, 142],
+  [100, 141],
+  [98, 138],
+  [96, 133],
+];
 
 /** Features of a release; an unknown or unparsable version is taken as the newest release. */
 export function releaseFeatures(version: TailscaledVersion | undefined): ReleaseFeatures {
@@ -73,6 +84,7 @@ export function releaseFeatures(version: TailscaledVersion | undefined): Release
     netMapField: !atLeast(v, 1, 104),
     validatesMask: atLeast(v, 1, 102),
     refusesObsoleteBits: atLeast(v, 1, 104),
+    capabilityVersion: (CAPABILITY_VERSIONS.find(([minor]) => atLeast(v, 1, minor)) ?? CAPABILITY_VERSIONS.at(-1)!)[1],
   };
 }
 

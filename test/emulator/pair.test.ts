@@ -86,13 +86,18 @@ describe('cert pair wire format', () => {
     assert.equal(r.body, 'your Tailscale account does not support getting TLS certs\n');
   });
 
-  test('Referer or Origin: 403, with Tailscale-Version', async () => {
+  test('Referer or Origin: 403, refused before tailscaled sets its headers', async () => {
     const em = await env.start({ domains: [A] });
     for (const headers of [{ Referer: 'http://evil.example/' }, { Origin: 'http://evil.example' }] as Array<Record<string, string>>) {
       const r = await get(em.address, certPath(A), { headers });
       assert.equal(r.status, 403);
-      assert.equal(r.headers['tailscale-version'], '1.104.5');
+      assert.equal(r.body, 'invalid localapi request\n');
+      assert.equal(r.headers['tailscale-version'], undefined);
     }
+    const ok = await get(em.address, '/localapi/v0/cert-domains');
+    assert.equal(ok.headers['tailscale-version'], '1.104.5');
+    assert.equal(ok.headers['tailscale-cap'], '148');
+    assert.equal(ok.headers['x-frame-options'], 'DENY');
     const r = await get(em.address, '/certshare-emulator/v0/stats', { headers: { Origin: 'x' } });
     assert.equal(r.status, 403);
     assert.equal(em.stats().issuancesTotal, 0);

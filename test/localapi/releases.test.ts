@@ -94,7 +94,10 @@ test('release features follow the source thresholds', () => {
     netMapField: true,
     validatesMask: false,
     refusesObsoleteBits: false,
+    capabilityVersion: 133,
   });
+  // tailcfg.CurrentCapabilityVersion per release line (tailcfg/tailcfg.go).
+  assert.deepEqual(['1.96.0', '1.98.10', '1.100.0', '1.102.5', '1.104.5', '1.90.0'].map((v) => f(v).capabilityVersion), [133, 138, 141, 142, 148, 133]);
   assert.equal(f('1.98.0').certDomainsEndpoint, true);
   assert.equal(f('1.98.0').selfChange, true);
   assert.equal(f('1.98.10').initialStatus, false);
