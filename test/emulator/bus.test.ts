@@ -61,6 +61,7 @@ describe('IPN bus', () => {
         assert.equal(r.status, 400, name);
         assert.equal(r.body, `${refused}\n`, name);
         assert.equal(r.headers['content-type'], 'text/plain; charset=utf-8', name);
+        assert.equal(r.headers['content-length'], String(Buffer.byteLength(r.body)), `${name}: a short body has a Content-Length, as Go sends it`);
         assert.equal(r.headers['tailscale-version'], version, name);
         assert.equal(em.stats().busRefusals, 1, name);
       }
