@@ -124,6 +124,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     onConnectionChange: (up) => metrics.busConnected.set(up ? 1 : 0),
     onReconnect: () => metrics.busReconnects.inc(),
     onBadLine,
+    onProblem: (message) => health.sourceProblem(message),
   });
   watcher.onChange(() => logger.info({ certDomains: [...watcher.current()].sort() }, 'tailscaled cert domains'));
 

@@ -8,6 +8,8 @@ export type ErrorCode =
   | 'CERTSHARE_LOCALAPI_UNREACHABLE'
   | 'CERTSHARE_LOCALAPI_TIMEOUT'
   | 'CERTSHARE_LOCALAPI_HTTP'
+  // A 4xx other than 408/429: an answer that retrying cannot change (a refused watch mask, access denied, no such endpoint).
+  | 'CERTSHARE_LOCALAPI_REFUSED'
   | 'CERTSHARE_LOCALAPI_BAD_RESPONSE'
   | 'CERTSHARE_BUS_LINE_TOO_LONG'
   | 'CERTSHARE_BUS_BAD_LINE'

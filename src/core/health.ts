@@ -30,6 +30,7 @@ export class HealthState implements LoopObserver {
     else this.#pending.set(source, reason);
     this.#notify();
   }
+  #sourceProblem: string | undefined;
 
   manage(domains: Iterable<string>): void {
     const wanted = new Set(domains);
@@ -50,6 +51,16 @@ export class HealthState implements LoopObserver {
     if (entry) entry.problem = message;
   }
 
+  /**
+   * What keeps every domain from being learned or issued (e.g. tailscaled refusing the IPN-bus watch), or
+   * undefined: added to the reason of each domain without a valid certificate.
+   */
+  sourceProblem(message: string | undefined): void {
+    if (this.#sourceProblem === message) return;
+    this.#sourceProblem = message;
+    this.#notify();
+  }
+
   infoOf(domain: string): CertInfo | undefined {
     return this.#domains.get(domain)?.info;
   }
@@ -68,7 +79,7 @@ export class HealthState implements LoopObserver {
     for (const [domain, { info, problem }] of this.#domains) {
       if (info && isCurrentlyValid(info, now)) continue;
       const why = info ? 'certificate expired' : problem ?? 'no certificate yet';
-      missing.push(`${domain}: ${why}`);
+      missing.push(`${domain}: ${why}${this.#sourceProblem ? ` (${this.#sourceProblem})` : ''}`);
     }
     return missing.length === 0 ? { healthy: true, reason: 'ok' } : { healthy: false, reason: missing.sort().join('; ') };
   }

@@ -11,8 +11,11 @@ export interface IpnNotify {
   Version?: string;
   State?: number;
   ErrMessage?: string;
+  /** Before tailscaled v1.104 only; resent on every change before v1.100. */
   NetMap?: { DNS?: { CertDomains?: string[] } } & Record<string, unknown>;
   SelfChange?: unknown;
+  /** ipnstate.Status, in the first Notify when the mask has InitialStatus (v1.100+). */
+  InitialStatus?: { CertDomains?: string[] | null } & Record<string, unknown>;
   [key: string]: unknown;
 }
 
@@ -34,6 +37,11 @@ export interface LocalApi {
    * cert-domains fallback for tailscaled older than v1.98). Optional: implementations may omit it.
    */
   status?(signal: AbortSignal): Promise<Record<string, unknown>>;
+  /**
+   * The `Tailscale-Version` header of the latest response (a watch's is known by the time its first Notify
+   * is yielded); undefined before any answer. Optional: implementations may omit it.
+   */
+  tailscaledVersion?(): string | undefined;
 }
 
 /**
@@ -45,9 +53,11 @@ export class LocalApiError extends Error {
   readonly body: string;
   readonly retryAfterMs: number | undefined;
   readonly timedOut: boolean;
+  /** The Tailscale-Version header of the failed response, when there was one. */
+  readonly tailscaledVersion: string | undefined;
   constructor(
     message: string,
-    fields: { status?: number; body?: string; retryAfterMs?: number; timedOut?: boolean; cause?: unknown },
+    fields: { status?: number; body?: string; retryAfterMs?: number; timedOut?: boolean; tailscaledVersion?: string; cause?: unknown },
   ) {
     super(message, { cause: fields.cause });
     this.name = 'LocalApiError';
@@ -55,10 +65,19 @@ export class LocalApiError extends Error {
     this.body = fields.body ?? '';
     this.retryAfterMs = fields.retryAfterMs;
     this.timedOut = fields.timedOut ?? false;
+    this.tailscaledVersion = fields.tailscaledVersion;
   }
 }
 
-/** IPN bus mask bits (ipn.NotifyWatchOpt). */
+/**
+ * An HTTP status that asking again cannot change: a 4xx other than 408 (Request Timeout) and 429 (Too Many
+ * Requests), e.g. a refused IPN-bus mask, access denied, no such endpoint.
+ */
+export function isRefusalStatus(status: number | undefined): boolean {
+  return status !== undefined && status >= 400 && status < 500 && status !== 408 && status !== 429;
+}
+
+/** IPN bus mask bits (ipn.NotifyWatchOpt, tailscale.com ipn/backend.go). InitialNetMap and RateLimit are obsolete since v1.104 (400). */
 export const NotifyMask = {
   WatchEngineUpdates: 1,
   InitialState: 2,
@@ -70,6 +89,8 @@ export const NotifyMask = {
   PeerChanges: 4096,
   NoNetMap: 8192,
   InitialStatus: 16384,
+  PeerPatches: 32768,
+  InProcessNoDisconnect: 65536,
 } as const;
 
 /** ipn.State values. */

@@ -7,7 +7,8 @@ import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { parseFaultSpec, type Fault } from './faults.ts';
 import { parseListen } from './listen.ts';
-import { DEFAULT_DOMAIN, startEmulator, type EmulatorOptions } from './server.ts';
+import { parseTailscaledVersion, releaseFeatures } from '../localapi/releases.ts';
+import { DEFAULT_DOMAIN, DEFAULT_TAILSCALED_VERSION, DEFAULT_VERSIONS, startEmulator, type EmulatorOptions } from './server.ts';
 
 export const emulatorUsage = `Usage: certshare emulator [flags]
 
@@ -21,10 +22,14 @@ Flags:
   --domain FQDN             a cert domain of the node; repeatable (default ${DEFAULT_DOMAIN})
   --domain-delay DUR        the domains appear only after this delay, announced on the bus (e.g. 10s)
   --cert-lifetime DUR       certificate lifetime (default 90d; e.g. 6d, 1h, 90s)
-  --netmap-style STYLE      selfchange (tailscaled v1.100+: SelfChange then /cert-domains, default)
-                            or resend (older: a full NetMap on every change, no /cert-domains)
+  --tailscaled-version V    the release to emulate (default ${DEFAULT_TAILSCALED_VERSION}): what the IPN bus accepts
+                            and sends, which endpoints exist, Tailscale-Version. 1.104+: 400 on the
+                            obsolete mask bits 8 and 256; 1.102: 400 on RateLimit with new-style bits;
+                            1.100+: InitialStatus, SelfChange only; 1.98: NetMap resent with SelfChange,
+                            /cert-domains; 1.96: NetMap resent, no /cert-domains
+  --netmap-style STYLE      selfchange (v1.100+) or resend (older); alone it picks ${DEFAULT_VERSIONS.resend} for
+                            resend; it must agree with --tailscaled-version
   --netmap-pad-bytes N      pad each NetMap with peers up to N bytes (big bus lines)
-  --tailscaled-version V    version to report (default 1.102.3, or 1.96.4 with resend)
   --ledger FILE             append one JSON line per issuance (several emulators may share it)
   --ledger-requests         also append one line per cert request (time, min_validity, outcome)
   --fault SPEC              inject a fault at start; repeatable. SPEC is target:kind[:key=value...]
@@ -101,8 +106,15 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
       badFlag(`--domain: ${errorMessage(err)}`);
     }
   }
-  const style = values['netmap-style'] ?? 'selfchange';
-  if (style !== 'selfchange' && style !== 'resend') badFlag(`--netmap-style: want selfchange or resend, not "${style}"`);
+  const style = values['netmap-style'];
+  if (style !== undefined && style !== 'selfchange' && style !== 'resend') badFlag(`--netmap-style: want selfchange or resend, not "${style}"`);
+  const version = values['tailscaled-version'];
+  if (version !== undefined) {
+    const parsed = parseTailscaledVersion(version);
+    if (!parsed) badFlag(`--tailscaled-version: want a release like ${DEFAULT_TAILSCALED_VERSION}, not "${version}"`);
+    const implied = releaseFeatures(parsed).resendsNetMap ? 'resend' : 'selfchange';
+    if (style !== undefined && style !== implied) badFlag(`--netmap-style ${style} contradicts --tailscaled-version ${version} (style ${implied})`);
+  }
   const certLifetimeMs = durationFlag('cert-lifetime', values['cert-lifetime']);
   if (certLifetimeMs !== undefined && certLifetimeMs < 1000) badFlag('--cert-lifetime: must be at least 1s');
   const domainDelayMs = durationFlag('domain-delay', values['domain-delay']);
@@ -122,7 +134,8 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
   const logLevel = values['log-level'] ?? 'info';
   if (!LOG_LEVELS.includes(logLevel)) badFlag(`--log-level: want one of ${LOG_LEVELS.join(', ')}`);
 
-  const options: EmulatorOptions = { listen, domains, netmapStyle: style, faults };
+  const options: EmulatorOptions = { listen, domains, faults };
+  if (style !== undefined) options.netmapStyle = style;
   if (certLifetimeMs !== undefined) options.certLifetimeMs = certLifetimeMs;
   if (domainDelayMs !== undefined) options.domainDelayMs = domainDelayMs;
   if (netmapPadBytes !== undefined) options.netmapPadBytes = netmapPadBytes;

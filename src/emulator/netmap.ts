@@ -178,8 +178,11 @@ export function netMapJson(ident: NodeIdentity, version: string, certDomains: re
 export interface NotifyParts {
   sessionId?: string;
   state?: number;
-  selfChangeJson?: string;
+  selfChangeJson?: string | undefined;
+  initialStatusJson?: string;
   netMapJson?: string;
+  /** The release's Notify has a NetMap field (before v1.104); default true. */
+  netMapField?: boolean;
   healthJson?: string;
 }
 
@@ -189,15 +192,18 @@ export function notifyJson(version: string, parts: NotifyParts): string {
   if (parts.sessionId) s += `,"SessionID":${JSON.stringify(parts.sessionId)}`;
   s += `,"ErrMessage":null,"LoginFinished":null,"State":${parts.state ?? 'null'},"Prefs":null`;
   if (parts.selfChangeJson) s += `,"SelfChange":${parts.selfChangeJson}`;
-  s += `,"NetMap":${parts.netMapJson ?? 'null'},"Engine":null,"BrowseToURL":null,"DriveShares":null`;
+  if (parts.initialStatusJson) s += `,"InitialStatus":${parts.initialStatusJson}`;
+  if (parts.netMapField ?? true) s += `,"NetMap":${parts.netMapJson ?? 'null'}`;
+  s += `,"Engine":null,"BrowseToURL":null,"DriveShares":null`;
   if (parts.healthJson) s += `,"Health":${parts.healthJson}`;
   return s + '}';
 }
 
 /** A valid Notify line of exactly `bytes` bytes (or the smallest possible, if `bytes` is below it): a health update with a long text. */
-export function paddedNotifyJson(version: string, bytes: number): string {
+export function paddedNotifyJson(version: string, bytes: number, netMapField = true): string {
   const build = (text: string): string =>
     notifyJson(version, {
+      netMapField,
       healthJson: JSON.stringify({
         Warnings: { 'emulator-padding': { WarnableCode: 'emulator-padding', Severity: 'low', Title: 'padding', Text: text } },
       }),

@@ -15,13 +15,18 @@ import { Issuer } from './issuer.ts';
 import { appendLedger, type LedgerRequest } from './ledger.ts';
 import { listenOn, parseListen } from './listen.ts';
 import { makeIdentity, statusJson } from './netmap.ts';
+import { parseTailscaledVersion, releaseFeatures } from '../localapi/releases.ts';
 
 export type { NetmapStyle } from './bus.ts';
 
 export const DEFAULT_DOMAIN = 'demo.tailnet-0000.ts.net';
 export const DEFAULT_CERT_LIFETIME_MS = 90 * 86_400_000;
-/** tailscaled versions reported by default: one with SelfChange + cert-domains, one that resends the netmap. */
-export const DEFAULT_VERSIONS: Record<NetmapStyle, string> = { selfchange: '1.102.3', resend: '1.96.4' };
+/** The release emulated by default: the current one. */
+export const DEFAULT_TAILSCALED_VERSION = '1.104.5';
+/** The release emulated for a style when only the style is given: the current one, or one that resends the netmap. */
+export const DEFAULT_VERSIONS: Record<NetmapStyle, string> = { selfchange: DEFAULT_TAILSCALED_VERSION, resend: '1.96.4' };
+
+const LOCALAPI_CSP = "default-src 'none'; frame-ancestors 'none'; script-src 'none'; script-src-elem 'none'; script-src-attr 'none'";
 
 export interface EmulatorOptions {
   /** Unix socket path, or HOST:PORT for TCP (port 0 = a free port). Default ./tailscaled.sock. */
@@ -32,7 +37,10 @@ export interface EmulatorOptions {
   domainDelayMs?: number;
   /** Leaf lifetime. Default 90 days. */
   certLifetimeMs?: number;
-  /** 'resend' (older tailscaled: a full NetMap per change) or 'selfchange' (v1.100+). Default 'selfchange'. */
+  /**
+   * 'resend' (before v1.100: a full NetMap per change) or 'selfchange' (v1.100+). Follows from
+   * tailscaledVersion; alone, it picks DEFAULT_VERSIONS[style]; contradicting the version is an error.
+   */
   netmapStyle?: NetmapStyle;
   /** Pad every NetMap with a Peers array to at least this many bytes (big-line tests). Default 0. */
   netmapPadBytes?: number;
@@ -42,7 +50,10 @@ export interface EmulatorOptions {
    * not assume either shape. Default false.
    */
   splitInitialNotify?: boolean;
-  /** Reported in Tailscale-Version and Notify.Version. Default by style (1.102.3 / 1.96.4). */
+  /**
+   * The emulated release (x.y.z): what the IPN bus accepts and sends, which endpoints exist; reported in
+   * Tailscale-Version and Notify.Version. Default 1.104.5 (or DEFAULT_VERSIONS[netmapStyle]).
+   */
   tailscaledVersion?: string;
   /** Time source for issuance and the cache (tests move it). Default Date.now. */
   clock?: { now(): number };
@@ -81,6 +92,10 @@ export interface EmulatorStats {
   /** Bus streams open now. */
   busConnections: number;
   busConnectionsTotal: number;
+  /** LocalAPI requests per path (cert requests under /localapi/v0/cert/), answered or refused; control API not counted. */
+  requests: Record<string, number>;
+  /** watch-ipn-bus requests refused (400 on the mask). */
+  busRefusals: number;
 }
 
 /**
@@ -118,9 +133,18 @@ function increment(map: Map<string, number>, key: string, by = 1): void {
 
 export async function startEmulator(options: EmulatorOptions = {}): Promise<Emulator> {
   const id = options.id ?? `emu-${randomBytes(3).toString('hex')}`;
-  const style: NetmapStyle = options.netmapStyle ?? 'selfchange';
-  if (style !== 'resend' && style !== 'selfchange') throw new Error(`netmapStyle must be "resend" or "selfchange", not "${String(style)}"`);
-  const version = options.tailscaledVersion ?? DEFAULT_VERSIONS[style];
+  const asked = options.netmapStyle;
+  if (asked !== undefined && asked !== 'resend' && asked !== 'selfchange') {
+    throw new Error(`netmapStyle must be "resend" or "selfchange", not "${String(asked)}"`);
+  }
+  const version = options.tailscaledVersion ?? DEFAULT_VERSIONS[asked ?? 'selfchange'];
+  const parsedVersion = parseTailscaledVersion(version);
+  if (!parsedVersion) throw new Error(`tailscaledVersion must look like 1.104.5, not "${version}"`);
+  const features = releaseFeatures(parsedVersion);
+  const style: NetmapStyle = features.resendsNetMap ? 'resend' : 'selfchange';
+  if (asked !== undefined && asked !== style) {
+    throw new Error(`netmapStyle "${asked}" contradicts tailscaled ${version}, whose style is "${style}" (v1.100 stopped resending the netmap)`);
+  }
   const clock = options.clock ?? { now: () => Date.now() };
   const logger = (options.logger ?? silentLogger).child({ emulator: id });
   const events = new EventEmitter();
@@ -136,6 +160,8 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const certRequests = new Map<string, number>();
   const certResponses = new Map<string, Map<string, number>>();
   const faultsApplied = new Map<string, number>();
+  const requests = new Map<string, number>();
+  let busRefusals = 0;
   const closing = new AbortController();
   let address = '';
 
@@ -161,6 +187,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const bus = new IpnBus({
     version,
     style,
+    features,
     padBytes: options.netmapPadBytes ?? 0,
     splitInitialNotify: options.splitInitialNotify ?? false,
     identity,
@@ -212,6 +239,8 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     pendingFaults: faults.pending(),
     busConnections: bus.openStreams,
     busConnectionsTotal: bus.total,
+    requests: Object.fromEntries(requests),
+    busRefusals,
   });
 
   const controlTarget = {
@@ -276,12 +305,17 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   }
 
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    res.setHeader('Tailscale-Version', version);
-    // tailscaled refuses anything a browser could send (DNS rebinding, CSRF).
+    // tailscaled refuses anything a browser could send (DNS rebinding, CSRF), before it sets its headers
+    // (ipn/localapi/localapi.go ServeHTTP).
     if (req.headers.referer !== undefined || req.headers.origin !== undefined) {
       sendError(res, 403, 'invalid localapi request');
       return;
     }
+    res.setHeader('Tailscale-Version', version);
+    res.setHeader('Tailscale-Cap', String(features.capabilityVersion));
+    res.setHeader('Content-Security-Policy', LOCALAPI_CSP);
+    res.setHeader('X-Frame-Options', 'DENY');
+    res.setHeader('X-Content-Type-Options', 'nosniff');
     if (closing.signal.aborted) {
       sendError(res, 503, 'emulator shutting down');
       return;
@@ -289,6 +323,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     const url = new URL(req.url ?? '/', 'http://local-tailscaled.sock');
     const path = url.pathname;
     if (path.startsWith(CONTROL_PREFIX)) return handleControl(req, res, url, controlTarget);
+    increment(requests, path.startsWith(CERT_PATH_PREFIX) ? CERT_PATH_PREFIX : path);
     if (path.startsWith(CERT_PATH_PREFIX)) {
       const domain = safeDecode(path.slice(CERT_PATH_PREFIX.length));
       increment(certRequests, domain);
@@ -297,19 +332,26 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     }
     switch (path) {
       case '/localapi/v0/watch-ipn-bus': {
-        const mask = parseMask(url.searchParams.get('mask'));
-        if (!mask.ok) return sendError(res, mask.status, mask.message);
+        const mask = parseMask(url.searchParams.get('mask'), features);
+        if (!mask.ok) {
+          busRefusals += 1;
+          logger.info({ mask: url.searchParams.get('mask'), refused: mask.message }, 'bus watch refused');
+          return sendError(res, mask.status, mask.message);
+        }
         bus.open(req, res, mask.mask);
         return;
       }
       case '/localapi/v0/status':
         return sendJson(res, 200, statusJson(identity, version, sortedDomains()));
-      case '/localapi/v0/cert-domains':
-        // Added in tailscaled v1.98; older versions (the 'resend' style here) have no such route.
-        if (style === 'resend') return sendError(res, 404, '404 page not found');
-        return sendJson(res, 200, JSON.stringify(sortedDomains()));
+      case '/localapi/v0/cert-domains': {
+        // Added in tailscaled v1.98 (ipn/localapi/localapi.go serveCertDomains). A nil slice when there
+        // are none: `null`, not [].
+        if (!features.certDomainsEndpoint) return sendError(res, 404, '404 page not found');
+        const domains = sortedDomains();
+        return sendJson(res, 200, domains.length > 0 ? JSON.stringify(domains) : 'null');
+      }
       case '/localapi/v0/dns-config': {
-        if (style === 'resend') return sendError(res, 404, '404 page not found');
+        if (!features.certDomainsEndpoint) return sendError(res, 404, '404 page not found');
         const domains = sortedDomains();
         return sendJson(
           res,

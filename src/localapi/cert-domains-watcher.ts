@@ -1,16 +1,20 @@
 import type { Clock } from '../core/clock.ts';
 import { partitionDomains } from '../core/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { LocalApiError, NotifyMask } from '../core/localapi.ts';
+import { formatGoDuration } from '../core/duration.ts';
+import { isRefusalStatus, LocalApiError } from '../core/localapi.ts';
 import type { IpnNotify, LocalApi } from '../core/localapi.ts';
 import type { Logger } from '../core/logger.ts';
+import { parseTailscaledVersion, planWatch, refusedBitsIn, releaseFeatures, type WatchPlan } from './releases.ts';
 
-// Keeps the current set of cert domains by watching tailscaled's IPN bus, for both delivery styles:
-// older tailscaled resends NetMap on every change; v1.100+ sends it once, then SelfChange messages after
-// which the domains are fetched (cert-domains, or status on versions without it).
+// Keeps the current set of cert domains by watching tailscaled's IPN bus. The domains are learned when a
+// watch connects (InitialStatus on v1.100+, the initial NetMap before, else cert-domains or status), then
+// from every resent NetMap (before v1.100) and by re-reading them after every SelfChange (v1.98+).
+// The mask follows the release tailscaled reports (see releases.ts); a 400 naming an obsolete bit makes
+// it drop that bit, and an answer that cannot change is retried only every `refusedRetryMs`.
 
-export const CERT_DOMAINS_WATCH_MASK =
-  NotifyMask.InitialState | NotifyMask.InitialNetMap | NotifyMask.NoPrivateKeys | NotifyMask.RateLimit;
+/** Consecutive mask switches without a delivered Notify before the normal backoff applies again. */
+const MAX_IMMEDIATE_SWITCHES = 4;
 
 export interface CertDomainsWatcherOptions {
   localApi: LocalApi;
@@ -20,8 +24,8 @@ export interface CertDomainsWatcherOptions {
   firstRetryMs?: number;
   /** Backoff cap. Default 30 s. */
   maxRetryMs?: number;
-  /** IPN bus mask. Default CERT_DOMAINS_WATCH_MASK. */
-  mask?: number;
+  /** Delay before asking again after a refusal (a 4xx other than 408/429, which retrying cannot change). Default 10 min. */
+  refusedRetryMs?: number;
   /** Jitter source in [0, 1): a delay is base/2 + random()*base/2. Default Math.random. */
   random?: () => number;
   /** Called on each transition: true at the first Notify of a connection, false when it ends. */
@@ -30,6 +34,8 @@ export interface CertDomainsWatcherOptions {
   onReconnect?(): void;
   /** Called for a Notify whose cert domains are malformed (the Notify is ignored). */
   onBadLine?(err: CertshareError): void;
+  /** Called with what keeps the domains from being learned (a refusal), and with undefined once it is over. */
+  onProblem?(message: string | undefined): void;
 }
 
 export type DomainsListener = (domains: ReadonlySet<string>) => void;
@@ -40,7 +46,7 @@ export class CertDomainsWatcher {
   readonly #logger: Logger;
   readonly #firstRetryMs: number;
   readonly #maxRetryMs: number;
-  readonly #mask: number;
+  readonly #refusedRetryMs: number;
   readonly #random: () => number;
   readonly #options: CertDomainsWatcherOptions;
 
@@ -60,6 +66,11 @@ export class CertDomainsWatcher {
   #fetchDone: Promise<void> = Promise.resolve();
   #noCertDomainsEndpoint = false;
 
+  // What tailscaled reported (Tailscale-Version), and the mask bits it refused with a 400 (reset when the version changes).
+  #version: string | undefined;
+  #refusedBits = 0;
+  #problem: string | undefined;
+
   constructor(options: CertDomainsWatcherOptions) {
     this.#options = options;
     this.#localApi = options.localApi;
@@ -67,7 +78,7 @@ export class CertDomainsWatcher {
     this.#logger = options.logger;
     this.#firstRetryMs = options.firstRetryMs ?? 1000;
     this.#maxRetryMs = options.maxRetryMs ?? 30_000;
-    this.#mask = options.mask ?? CERT_DOMAINS_WATCH_MASK;
+    this.#refusedRetryMs = options.refusedRetryMs ?? 10 * 60_000;
     this.#random = options.random ?? Math.random;
   }
 
@@ -83,6 +94,21 @@ export class CertDomainsWatcher {
 
   get connected(): boolean {
     return this.#connected;
+  }
+
+  /** The tailscaled version last reported, if any. */
+  get tailscaledVersion(): string | undefined {
+    return this.#version;
+  }
+
+  /** Why the domains cannot be learned now (a refused request), or undefined. */
+  get problem(): string | undefined {
+    return this.#problem;
+  }
+
+  /** The plan for the next watch: its mask follows the last reported version and the refused bits. */
+  plan(): WatchPlan {
+    return planWatch(parseTailscaledVersion(this.#version), this.#refusedBits);
   }
 
   /** Reconnect attempts so far (not counting the first connection). */
@@ -140,54 +166,118 @@ export class CertDomainsWatcher {
 
   async #run(signal: AbortSignal): Promise<void> {
     let failures = 0;
+    let switches = 0; // mask changes in a row without a delivered Notify
     for (let attempt = 0; !signal.aborted; attempt++) {
       if (attempt > 0) {
         this.#reconnects++;
         this.#safeCall('onReconnect', () => this.#options.onReconnect?.());
       }
+      const plan = this.plan();
       let healthy = false;
+      let switchMask = false;
+      let delay: number | undefined;
       try {
-        for await (const notify of this.#localApi.watchIpnBus(this.#mask, signal)) {
-          if (!healthy) {
+        for await (const notify of this.#localApi.watchIpnBus(plan.mask, signal)) {
+          const first = !healthy;
+          if (first) {
             healthy = true;
             failures = 0; // a connection that delivered a Notify resets the backoff
-            this.#noCertDomainsEndpoint = false; // tailscaled may have been upgraded meanwhile
-            this.#setConnected(true);
+            this.#learnVersion(this.#localApi.tailscaledVersion?.() ?? notify.Version);
+            const wanted = this.plan();
+            if (wanted.mask !== plan.mask && switches < MAX_IMMEDIATE_SWITCHES) {
+              // Known only now (the first answer): this release wants the other mask. Ask again at once.
+              this.#logger.info({ mask: plan.mask, next: wanted.mask, reason: wanted.reason }, 'IPN bus: switching the watch mask');
+              switchMask = true;
+              break;
+            }
+            switches = 0;
+            this.#noCertDomainsEndpoint = !releaseFeatures(parseTailscaledVersion(this.#version)).certDomainsEndpoint;
+            this.#setProblem(undefined);
+            this.#setConnected(true, this.plan()); // the plan as the reported version explains it (the mask is the same)
           }
-          this.#handle(notify, signal);
+          this.#handle(notify, signal, first);
         }
         if (signal.aborted) break;
-        this.#logger.info({ reconnects: this.#reconnects }, 'IPN bus stream ended; reconnecting');
+        if (!switchMask) this.#logger.info({ reconnects: this.#reconnects }, 'IPN bus stream ended; reconnecting');
       } catch (err) {
         if (signal.aborted) break;
-        this.#logger.warn(
-          { err: errorMessage(err), code: errorCode(err), reconnects: this.#reconnects },
-          'IPN bus watch failed; reconnecting',
-        );
+        if (this.#refusedMask(err, plan) && switches < MAX_IMMEDIATE_SWITCHES) {
+          switchMask = true;
+        } else if (isRefusal(err)) {
+          delay = this.#refusedRetryMs;
+          const message = `${errorMessage(err)}; asking again in ${formatGoDuration(delay)}`;
+          this.#logger.error({ err: message, code: errorCode(err), mask: plan.mask, reconnects: this.#reconnects }, 'IPN bus watch refused');
+          this.#setProblem(message);
+        } else {
+          this.#logger.warn(
+            { err: errorMessage(err), code: errorCode(err), reconnects: this.#reconnects },
+            'IPN bus watch failed; reconnecting',
+          );
+        }
       } finally {
         this.#setConnected(false);
       }
-      const delay = this.#backoff(failures++);
+      if (switchMask) {
+        switches++;
+        continue;
+      }
+      switches = 0;
       try {
-        await this.#clock.sleep(delay, signal);
+        await this.#clock.sleep(delay ?? this.#backoff(failures++), signal);
       } catch {
         break;
       }
     }
   }
 
-  #handle(notify: IpnNotify, signal: AbortSignal): void {
+  /** Records the version tailscaled reported; a new version forgets the bits the old one refused. */
+  #learnVersion(reported: string | undefined): void {
+    if (!reported || reported === this.#version) return;
+    if (this.#version !== undefined) this.#logger.info({ from: this.#version, to: reported }, 'tailscaled version changed');
+    this.#version = reported;
+    this.#refusedBits = 0;
+  }
+
+  /** A 400 on the watch that names a bit this release refuses: true when the next plan differs (ask again at once). */
+  #refusedMask(err: unknown, plan: WatchPlan): boolean {
+    if (!(err instanceof LocalApiError) || err.status !== 400) return false;
+    this.#learnVersion(err.tailscaledVersion);
+    this.#refusedBits |= refusedBitsIn(err.body) & plan.mask;
+    const next = this.plan();
+    if (next.mask === plan.mask) return false;
+    this.#logger.info(
+      { mask: plan.mask, next: next.mask, refused: err.body, tailscaledVersion: this.#version, reason: next.reason },
+      'IPN bus: tailscaled refused the watch mask; asking with another',
+    );
+    return true;
+  }
+
+  #handle(notify: IpnNotify, signal: AbortSignal, first: boolean): void {
     if (notify.ErrMessage) this.#logger.warn({ err: notify.ErrMessage }, 'tailscaled reported an error');
+    let learned = false;
+    if (notify.InitialStatus !== undefined && notify.InitialStatus !== null) {
+      const domains = parseDomainList(notify.InitialStatus.CertDomains);
+      if (domains) {
+        this.#apply(domains, 'initial status');
+        learned = true;
+      } else {
+        this.#badLine('IPN bus InitialStatus.CertDomains is not an array of strings; Notify ignored');
+      }
+    }
     if (notify.NetMap !== undefined && notify.NetMap !== null) {
       const dns = (notify.NetMap as { DNS?: unknown }).DNS as { CertDomains?: unknown } | null | undefined;
       const domains = parseDomainList(dns?.CertDomains);
       if (domains) {
         this.#apply(domains, 'netmap');
+        learned = true;
       } else {
         this.#badLine('IPN bus NetMap.DNS.CertDomains is not an array of strings; Notify ignored');
       }
     }
-    if (notify.SelfChange !== undefined && notify.SelfChange !== null) this.#scheduleFetch(signal);
+    // At connect the domains must be known now, not at the next change: read them when the first Notify
+    // did not carry them. A SelfChange means they may have changed (a NetMap beside it already said how).
+    const selfChange = notify.SelfChange !== undefined && notify.SelfChange !== null;
+    if (!learned && (first || selfChange)) this.#scheduleFetch(signal);
   }
 
   #scheduleFetch(signal: AbortSignal): void {
@@ -206,13 +296,16 @@ export class CertDomainsWatcher {
         const fetched = await this.#fetchDomains(signal);
         if (fetched) this.#apply(fetched.domains, fetched.source);
         failures = 0;
+        this.#setProblem(undefined);
       } catch (err) {
         if (signal.aborted) break;
-        const delay = this.#backoff(failures++);
+        const refused = isRefusal(err);
+        const delay = refused ? this.#refusedRetryMs : this.#backoff(failures++);
         this.#logger.warn(
           { err: errorMessage(err), code: errorCode(err), retryInMs: delay },
-          'fetching cert domains after SelfChange failed; keeping the known set and retrying',
+          'fetching cert domains failed; keeping the known set and retrying',
         );
+        if (refused) this.#setProblem(`${errorMessage(err)}; asking again in ${formatGoDuration(delay)}`);
         this.#refetch = true;
         try {
           await this.#clock.sleep(delay, signal);
@@ -237,7 +330,7 @@ export class CertDomainsWatcher {
     if (!this.#localApi.status) {
       this.#logger.error(
         {},
-        'cannot refresh cert domains after SelfChange: no cert-domains endpoint and no status() on this LocalApi',
+        'cannot read the cert domains: no cert-domains endpoint and no status() on this LocalApi',
       );
       return undefined;
     }
@@ -283,11 +376,19 @@ export class CertDomainsWatcher {
     }
   }
 
-  #setConnected(connected: boolean): void {
+  #setConnected(connected: boolean, plan?: WatchPlan): void {
     if (this.#connected === connected) return;
     this.#connected = connected;
-    if (connected) this.#logger.info({ reconnects: this.#reconnects }, 'IPN bus connected');
+    if (connected) {
+      this.#logger.info({ reconnects: this.#reconnects, mask: plan?.mask, tailscaledVersion: this.#version, reason: plan?.reason }, 'IPN bus connected');
+    }
     this.#safeCall('onConnectionChange', () => this.#options.onConnectionChange?.(connected));
+  }
+
+  #setProblem(message: string | undefined): void {
+    if (this.#problem === message) return;
+    this.#problem = message;
+    this.#safeCall('onProblem', () => this.#options.onProblem?.(message));
   }
 
   #badLine(message: string): void {
@@ -315,6 +416,11 @@ function parseDomainList(value: unknown): string[] | undefined {
   if (value === undefined || value === null) return [];
   if (!Array.isArray(value) || !value.every((d) => typeof d === 'string')) return undefined;
   return value as string[];
+}
+
+/** An answer that asking again soon cannot change (see isRefusalStatus). */
+function isRefusal(err: unknown): boolean {
+  return err instanceof LocalApiError && isRefusalStatus(err.status);
 }
 
 function errorCode(err: unknown): string | undefined {

@@ -3,7 +3,7 @@ import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders } from 'node:h
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { ErrorCode } from '../core/errors.ts';
 import { formatGoDuration } from '../core/duration.ts';
-import { LocalApiError } from '../core/localapi.ts';
+import { isRefusalStatus, LocalApiError } from '../core/localapi.ts';
 import type { CertPair, CertPairOptions, IpnNotify, LocalApi } from '../core/localapi.ts';
 import type { Logger } from '../core/logger.ts';
 import { DEFAULT_MAX_LINE_BYTES, LineSplitter } from './line-splitter.ts';
@@ -45,14 +45,17 @@ export class LocalApiCallError extends LocalApiError {
   constructor(
     code: ErrorCode,
     message: string,
-    fields: { status?: number; body?: string; retryAfterMs?: number; timedOut?: boolean; cause?: unknown } = {},
+    fields: { status?: number; body?: string; retryAfterMs?: number; timedOut?: boolean; tailscaledVersion?: string; cause?: unknown } = {},
   ) {
     super(message, fields);
     this.code = code;
   }
 }
 
-export type LocalApiClient = LocalApi & { status(signal: AbortSignal): Promise<Record<string, unknown>> };
+export type LocalApiClient = LocalApi & {
+  status(signal: AbortSignal): Promise<Record<string, unknown>>;
+  tailscaledVersion(): string | undefined;
+};
 
 export function createLocalApiClient(options: LocalApiClientOptions): LocalApiClient {
   return new HttpLocalApi(options);
@@ -83,6 +86,7 @@ class HttpLocalApi implements LocalApiClient {
   readonly #onBadLine: ((err: CertshareError) => void) | undefined;
   readonly #logger: Logger;
   readonly #now: () => number;
+  #tailscaledVersion: string | undefined;
 
   constructor(options: LocalApiClientOptions) {
     this.#target = parseAddress(options.address);
@@ -104,6 +108,10 @@ class HttpLocalApi implements LocalApiClient {
     this.#onBadLine = options.onBadLine;
     this.#logger = options.logger;
     this.#now = options.now ?? Date.now;
+  }
+
+  tailscaledVersion(): string | undefined {
+    return this.#tailscaledVersion;
   }
 
   async certPair(domain: string, options: CertPairOptions): Promise<CertPair> {
@@ -238,11 +246,18 @@ class HttpLocalApi implements LocalApiClient {
     const body = sanitizeErrorBody(raw);
     const header = ex.res.headers['retry-after'];
     const retryAfterMs = parseRetryAfter(Array.isArray(header) ? header[0] : header, this.#now());
-    return new LocalApiCallError(
-      'CERTSHARE_LOCALAPI_HTTP',
-      `tailscaled LocalAPI GET ${path}: HTTP ${status}${body ? `: ${body}` : ''}`,
-      { status, body, retryAfterMs },
-    );
+    const tailscaledVersion = versionHeader(ex.res) ?? this.#tailscaledVersion;
+    const fields = { status, body, retryAfterMs, ...(tailscaledVersion ? { tailscaledVersion } : {}) };
+    const answer = `HTTP ${status}${body ? `: ${body}` : ''}`;
+    if (isRefusalStatus(status)) {
+      const who = `tailscaled ${tailscaledVersion ?? '(version not reported)'}`;
+      return new LocalApiCallError(
+        'CERTSHARE_LOCALAPI_REFUSED',
+        `${who} refused GET ${path}: ${answer} (${refusalHint(status, path)})`,
+        fields,
+      );
+    }
+    return new LocalApiCallError('CERTSHARE_LOCALAPI_HTTP', `tailscaled LocalAPI GET ${path}: ${answer}`, fields);
   }
 
   /** Sends a GET and resolves once the response headers arrived. */
@@ -306,6 +321,7 @@ class HttpLocalApi implements LocalApiClient {
       });
       req.on('response', (res) => {
         responded = true;
+        this.#tailscaledVersion = versionHeader(res) ?? this.#tailscaledVersion;
         res.on('error', () => {}); // surfaced to the reader through iteration; never an unhandled event
         if (settled) {
           res.destroy();
@@ -317,6 +333,23 @@ class HttpLocalApi implements LocalApiClient {
       req.end();
     });
   }
+}
+
+function versionHeader(res: IncomingMessage): string | undefined {
+  const value = res.headers['tailscale-version'];
+  const text = Array.isArray(value) ? value[0] : value;
+  return text ? text : undefined;
+}
+
+function refusalHint(status: number, path: string): string {
+  if (path.startsWith('/localapi/v0/watch-ipn-bus') && status === 400) {
+    return 'this tailscaled release refuses the IPN bus subscription mask; certshare picks the mask from the reported version and supports tailscaled 1.96 to 1.104';
+  }
+  if (status === 401 || status === 403) {
+    return "tailscaled does not let certshare's user do this: run certshare as root or set TS_PERMIT_CERT_UID to its uid on tailscaled";
+  }
+  if (status === 404) return 'this tailscaled release has no such LocalAPI endpoint';
+  return 'asking again will get the same answer';
 }
 
 function parseAddress(address: string): Target {

@@ -19,7 +19,6 @@ describe('emulator flags', () => {
     assert.deepEqual(parsed.options, {
       listen: './tailscaled.sock',
       domains: ['demo.tailnet-0000.ts.net'],
-      netmapStyle: 'selfchange',
       faults: [],
     });
     assert.equal(parsed.logLevel, 'info');
@@ -71,6 +70,8 @@ describe('emulator flags', () => {
       [['--cert-lifetime', '0s'], /at least 1s/],
       [['--domain-delay', '5 minutes'], /--domain-delay/],
       [['--netmap-style', 'sometimes'], /--netmap-style: want selfchange or resend/],
+      [['--tailscaled-version', 'latest'], /--tailscaled-version: want a release like 1\.104\.5, not "latest"/],
+      [['--tailscaled-version', '1.104.5', '--netmap-style', 'resend'], /--netmap-style resend contradicts --tailscaled-version 1\.104\.5/],
       [['--fault', 'cert:meteor'], /--fault: .*cert:meteor/],
       [['--domain', 'not a domain'], /--domain/],
       [['--listen', 'host:port'], /--listen/],

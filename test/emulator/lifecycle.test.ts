@@ -59,7 +59,7 @@ describe('close', () => {
       const slowSeen = waitEvent(em, 'fault', (e: { fault: { kind: string } }) => e.fault.kind === 'slow');
       const slowReq = openRequest(em.address, certPath(A));
       await slowSeen;
-      const bus = await BusReader.open(em.address, 10);
+      const bus = await BusReader.open(em.address, 16386);
       await bus.next();
       // A keep-alive idle connection too.
       await get(em.address, '/localapi/v0/status');

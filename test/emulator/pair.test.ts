@@ -20,7 +20,7 @@ describe('cert pair wire format', () => {
     const r = await get(em.address, certPath(A));
     assert.equal(r.status, 200);
     assert.equal(r.headers['content-type'], 'text/plain');
-    assert.equal(r.headers['tailscale-version'], '1.102.3');
+    assert.equal(r.headers['tailscale-version'], '1.104.5');
     assert.match(r.body, /^-----BEGIN EC PRIVATE KEY-----\n/);
     const { keyPem, certs, certPem } = splitPair(r.body);
     assert.ok(!certPem.includes('PRIVATE KEY'));
@@ -74,7 +74,7 @@ describe('cert pair wire format', () => {
     const r = await get(em.address, certPath('nope.example.com'));
     assert.equal(r.status, 500);
     assert.equal(r.body, `invalid domain "nope.example.com"; must be one of ["${A}" "${B}"]\n`);
-    assert.equal(r.headers['tailscale-version'], '1.102.3');
+    assert.equal(r.headers['tailscale-version'], '1.104.5');
     assert.deepEqual(em.stats().issuances, {});
     assert.equal(em.stats().certRequests['nope.example.com'], 1);
   });
@@ -86,13 +86,18 @@ describe('cert pair wire format', () => {
     assert.equal(r.body, 'your Tailscale account does not support getting TLS certs\n');
   });
 
-  test('Referer or Origin: 403, with Tailscale-Version', async () => {
+  test('Referer or Origin: 403, refused before tailscaled sets its headers', async () => {
     const em = await env.start({ domains: [A] });
     for (const headers of [{ Referer: 'http://evil.example/' }, { Origin: 'http://evil.example' }] as Array<Record<string, string>>) {
       const r = await get(em.address, certPath(A), { headers });
       assert.equal(r.status, 403);
-      assert.equal(r.headers['tailscale-version'], '1.102.3');
+      assert.equal(r.body, 'invalid localapi request\n');
+      assert.equal(r.headers['tailscale-version'], undefined);
     }
+    const ok = await get(em.address, '/localapi/v0/cert-domains');
+    assert.equal(ok.headers['tailscale-version'], '1.104.5');
+    assert.equal(ok.headers['tailscale-cap'], '148');
+    assert.equal(ok.headers['x-frame-options'], 'DENY');
     const r = await get(em.address, '/certshare-emulator/v0/stats', { headers: { Origin: 'x' } });
     assert.equal(r.status, 403);
     assert.equal(em.stats().issuancesTotal, 0);

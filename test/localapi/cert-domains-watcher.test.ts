@@ -2,7 +2,8 @@ import { test, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import { CertshareError } from '../../src/core/errors.ts';
 import { NotifyMask } from '../../src/core/localapi.ts';
-import { CertDomainsWatcher, CERT_DOMAINS_WATCH_MASK } from '../../src/localapi/cert-domains-watcher.ts';
+import { CertDomainsWatcher } from '../../src/localapi/cert-domains-watcher.ts';
+import { NETMAP_WATCH_MASK, STATUS_WATCH_MASK } from '../../src/localapi/releases.ts';
 import { createLocalApiClient } from '../../src/localapi/client.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 import { FakeBus, recordingLogger } from './helpers.ts';
@@ -15,6 +16,7 @@ interface Setup {
   badLines: CertshareError[];
   connectionEvents: boolean[];
   reconnectCalls: number[];
+  problems: (string | undefined)[];
   logLines: ReturnType<typeof recordingLogger>['lines'];
 }
 
@@ -29,6 +31,7 @@ async function setup(options: { transport?: Transport; maxBusLineBytes?: number;
   const badLines: CertshareError[] = [];
   const connectionEvents: boolean[] = [];
   const reconnectCalls: number[] = [];
+  const problems: (string | undefined)[] = [];
   const { logger, lines } = recordingLogger();
   const localApi = createLocalApiClient({
     address: bus.server.address,
@@ -45,12 +48,13 @@ async function setup(options: { transport?: Transport; maxBusLineBytes?: number;
     onConnectionChange: (connected) => connectionEvents.push(connected),
     onReconnect: () => reconnectCalls.push(clock.now()),
     onBadLine: (err) => badLines.push(err),
+    onProblem: (message) => problems.push(message),
   });
   cleanups.push(async () => {
     await watcher.stop();
     await bus.close();
   });
-  return { bus, clock, watcher, badLines, connectionEvents, reconnectCalls, logLines: lines };
+  return { bus, clock, watcher, badLines, connectionEvents, reconnectCalls, problems, logLines: lines };
 }
 
 function nextChange(watcher: CertDomainsWatcher): Promise<string[]> {
@@ -72,12 +76,12 @@ async function connectWith(s: Setup, first: object): Promise<BusConnection> {
   return conn;
 }
 
-test('watches with InitialState|InitialNetMap|NoPrivateKeys|RateLimit', async () => {
+test('first watch, version unknown: InitialState|NoPrivateKeys|InitialStatus, which every release accepts', async () => {
   const s = await setup();
   s.watcher.start();
   const conn = await s.bus.connections.shift();
-  const mask = NotifyMask.InitialState | NotifyMask.InitialNetMap | NotifyMask.NoPrivateKeys | NotifyMask.RateLimit;
-  assert.equal(CERT_DOMAINS_WATCH_MASK, mask);
+  const mask = NotifyMask.InitialState | NotifyMask.NoPrivateKeys | NotifyMask.InitialStatus;
+  assert.equal(STATUS_WATCH_MASK, mask);
   assert.equal(conn.req.url, `/localapi/v0/watch-ipn-bus?mask=${mask}`);
 });
 
@@ -159,7 +163,7 @@ test('a failed fetch after SelfChange keeps the known set and is retried without
   await s.clock.waitForSleepers(1);
   assert.deepEqual(s.clock.pendingDurations(), [1000]);
   assert.deepEqual([...s.watcher.current()], ['a.tail1.ts.net']);
-  assert.ok(s.logLines.some((l) => l.level === 'warn' && /SelfChange failed/.test(l.msg ?? '')));
+  assert.ok(s.logLines.some((l) => l.level === 'warn' && /fetching cert domains failed/.test(l.msg ?? '')));
 
   // Second failure doubles the retry delay.
   await s.clock.advance(1000);
@@ -293,4 +297,166 @@ test('start() twice is refused; a throwing listener does not break the watcher',
   conn.send(netmap('b.tail1.ts.net'));
   assert.deepEqual(await changed, ['b.tail1.ts.net']);
   assert.ok(s.logLines.some((l) => l.level === 'error' && /listener threw/.test(l.msg ?? '')));
+});
+
+// Per-release behaviour (tailscale.com ipn/backend.go, ipn/localapi/localapi.go; see src/localapi/releases.ts).
+const NO_RATE_LIMIT = 'the NotifyRateLimit IPN bus subscription bit is no longer supported';
+const NO_INITIAL_NETMAP = 'the NotifyInitialNetMap IPN bus subscription bit is no longer supported; seed from NotifyInitialStatus instead';
+/** tailscaled 1.104's answer to a mask (ipn.ValidateNotifyWatchOpt). */
+const refuseLike104 = (mask: number): { status: number; body: string } | undefined =>
+  (mask & NotifyMask.RateLimit) !== 0
+    ? { status: 400, body: NO_RATE_LIMIT }
+    : (mask & NotifyMask.InitialNetMap) !== 0
+      ? { status: 400, body: NO_INITIAL_NETMAP }
+      : undefined;
+
+test('1.104: a domain present at start is known from the first Notify (InitialStatus), without any netmap change or fetch', async () => {
+  const s = await setup();
+  s.bus.version = '1.104.5-t0123456789-gabcdef';
+  s.bus.refuseWatch = refuseLike104;
+  s.watcher.start();
+  const conn = await s.bus.connections.shift();
+  assert.equal(conn.req.url, `/localapi/v0/watch-ipn-bus?mask=${STATUS_WATCH_MASK}`);
+  const changed = nextChange(s.watcher);
+  conn.send({ Version: s.bus.version, SessionID: 'x', State: 6, InitialStatus: { BackendState: 'Running', CertDomains: ['a.tail1.ts.net'] } });
+  assert.deepEqual(await changed, ['a.tail1.ts.net']);
+  await s.watcher.waitFor('a.tail1.ts.net');
+  assert.equal(s.watcher.synced, true);
+  assert.equal(s.watcher.tailscaledVersion, '1.104.5-t0123456789-gabcdef');
+  assert.equal(s.bus.certDomainsCalls + s.bus.statusCalls, 0);
+  assert.deepEqual(s.bus.watchMasks, [STATUS_WATCH_MASK]);
+  assert.equal(s.clock.pendingSleeps(), 0);
+});
+
+test('every reconnect re-reads the domains; a first Notify without them means a cert-domains read, and null there means none', async () => {
+  const s = await setup();
+  s.bus.version = '1.104.5';
+  s.watcher.start();
+  const conn = await connectWith(s, { State: 6, InitialStatus: { CertDomains: ['a.tail1.ts.net'] } });
+  conn.drop();
+  await s.clock.waitForSleepers(1);
+  await s.clock.advanceToNext();
+  const conn2 = await s.bus.connections.shift();
+  let changed = nextChange(s.watcher);
+  conn2.send({ State: 6, InitialStatus: { CertDomains: ['a.tail1.ts.net', 'b.tail1.ts.net'] } });
+  assert.deepEqual(await changed, ['a.tail1.ts.net', 'b.tail1.ts.net']);
+  conn2.drop();
+  await s.clock.waitForSleepers(1);
+  await s.clock.advanceToNext();
+  const conn3 = await s.bus.connections.shift();
+  s.bus.certDomains = null; // Go's nil slice: no cert domains
+  changed = nextChange(s.watcher);
+  conn3.send({ State: 6 }); // e.g. an InitialStatus-less first Notify: the domains are read at once
+  assert.deepEqual(await changed, []);
+  assert.equal(s.bus.certDomainsCalls, 1);
+  assert.equal(s.watcher.reconnects, 2);
+});
+
+test('1.98 reported: the watch switches at once to the netmap mask, whose first NetMap carries the domains', async () => {
+  const s = await setup();
+  s.bus.version = '1.98.10';
+  s.watcher.start();
+  const first = await s.bus.connections.shift();
+  first.send({ Version: '1.98.10', State: 6 });
+  await first.closed; // left for the mask this release needs, without a backoff sleep
+  const conn = await s.bus.connections.shift();
+  assert.equal(s.clock.pendingSleeps(), 0);
+  assert.deepEqual(s.bus.watchMasks, [STATUS_WATCH_MASK, NETMAP_WATCH_MASK]);
+  const changed = nextChange(s.watcher);
+  conn.send({ Version: '1.98.10', State: 6, ...netmap('a.tail1.ts.net') });
+  assert.deepEqual(await changed, ['a.tail1.ts.net']);
+  // 1.98 sends SelfChange beside the resent NetMap: the NetMap says it all, no fetch.
+  const again = nextChange(s.watcher);
+  conn.send({ ...netmap('a.tail1.ts.net', 'b.tail1.ts.net'), SelfChange: { Name: 'self.' } });
+  assert.deepEqual(await again, ['a.tail1.ts.net', 'b.tail1.ts.net']);
+  assert.equal(s.bus.certDomainsCalls + s.bus.statusCalls, 0);
+});
+
+test('tailscaled upgraded to 1.104 under a netmap-mask watcher: the 400 names the bit, the next watch uses InitialStatus at once', async () => {
+  const s = await setup();
+  s.bus.version = '1.98.10';
+  s.watcher.start();
+  (await s.bus.connections.shift()).send({ Version: '1.98.10', State: 6 });
+  const old = await connectWith(s, { Version: '1.98.10', State: 6, ...netmap('a.tail1.ts.net') });
+  s.bus.version = '1.104.5';
+  s.bus.refuseWatch = refuseLike104;
+  old.drop(); // tailscaled restarts with the new release
+  await s.clock.waitForSleepers(1);
+  await s.clock.advanceToNext();
+  const conn = await s.bus.connections.shift();
+  assert.equal(s.clock.pendingSleeps(), 0, 'no backoff after the 400: the next mask differs');
+  assert.deepEqual(s.bus.watchMasks, [STATUS_WATCH_MASK, NETMAP_WATCH_MASK, NETMAP_WATCH_MASK, STATUS_WATCH_MASK]);
+  const changed = nextChange(s.watcher);
+  conn.send({ Version: '1.104.5', State: 6, InitialStatus: { CertDomains: ['a.tail1.ts.net', 'c.tail1.ts.net'] } });
+  assert.deepEqual(await changed, ['a.tail1.ts.net', 'c.tail1.ts.net']);
+  assert.equal(s.watcher.tailscaledVersion, '1.104.5');
+  assert.deepEqual(s.problems, [], 'a refusal that the next mask avoids is no problem');
+});
+
+test('a 400 naming a bit, from a tailscaled whose version misleads: drops the named bits one by one, then settles', async () => {
+  const s = await setup();
+  s.bus.version = '1.98.10'; // says 1.98 but validates like 1.104
+  s.bus.refuseWatch = refuseLike104;
+  s.watcher.start();
+  (await s.bus.connections.shift()).send({ Version: '1.98.10', State: 6 });
+  const conn = await s.bus.connections.shift();
+  assert.deepEqual(s.bus.watchMasks, [
+    STATUS_WATCH_MASK,
+    NETMAP_WATCH_MASK,
+    NETMAP_WATCH_MASK & ~NotifyMask.RateLimit,
+    STATUS_WATCH_MASK,
+  ]);
+  assert.equal(s.clock.pendingSleeps(), 0);
+  const changed = nextChange(s.watcher);
+  conn.send({ State: 6, InitialStatus: { CertDomains: ['a.tail1.ts.net'] } });
+  assert.deepEqual(await changed, ['a.tail1.ts.net']);
+  assert.equal(s.bus.all.length, 2, 'the InitialStatus watch stays: no further switch');
+});
+
+test('an answer that cannot change is asked again only after refusedRetryMs, with the reason reported, and cleared once a watch works', async () => {
+  const s = await setup();
+  s.bus.version = '1.104.5';
+  s.bus.refuseWatch = () => ({ status: 403, body: 'watch ipn bus access denied' });
+  s.watcher.start();
+  await s.clock.waitForSleepers(1);
+  assert.deepEqual(s.clock.pendingDurations(), [600_000]);
+  assert.equal(s.problems.length, 1);
+  assert.match(
+    s.problems[0]!,
+    /^tailscaled 1\.104\.5 refused GET \/localapi\/v0\/watch-ipn-bus\?mask=16402: HTTP 403: watch ipn bus access denied \(.*TS_PERMIT_CERT_UID.*\); asking again in 10m0s$/,
+  );
+  assert.ok(s.logLines.some((l) => l.level === 'error' && (l.obj as { code?: string }).code === 'CERTSHARE_LOCALAPI_REFUSED'));
+
+  // A 400 that names no bit it could drop is just as final.
+  s.bus.refuseWatch = () => ({ status: 400, body: 'NotifyInProcessNoDisconnect is only valid for in-process IPN bus subscribers' });
+  await s.clock.advance(600_000);
+  await s.clock.waitForSleepers(1);
+  assert.deepEqual(s.clock.pendingDurations(), [600_000]);
+  assert.equal(s.bus.watchMasks.length, 2, 'one request per refusedRetryMs');
+  assert.match(s.problems.at(-1)!, /HTTP 400: NotifyInProcessNoDisconnect/);
+
+  s.bus.refuseWatch = undefined;
+  await s.clock.advance(600_000);
+  await connectWith(s, { State: 6, InitialStatus: { CertDomains: ['a.tail1.ts.net'] } });
+  assert.equal(s.problems.at(-1), undefined);
+  assert.equal(s.watcher.problem, undefined);
+});
+
+test('a refused cert-domains read waits refusedRetryMs and says why, without dropping the stream', async () => {
+  const s = await setup();
+  s.bus.version = '1.104.5';
+  s.watcher.start();
+  const conn = await connectWith(s, { State: 6, InitialStatus: { CertDomains: ['a.tail1.ts.net'] } });
+  s.bus.certDomains = { status: 403, body: 'cert-domains access denied\n' };
+  conn.send({ SelfChange: {} });
+  assert.equal(await s.bus.fetches.shift(), 'cert-domains');
+  await s.clock.waitForSleepers(1);
+  assert.deepEqual(s.clock.pendingDurations(), [600_000]);
+  assert.match(s.problems.at(-1)!, /^tailscaled 1\.104\.5 refused GET \/localapi\/v0\/cert-domains: HTTP 403: cert-domains access denied/);
+  s.bus.certDomains = ['a.tail1.ts.net', 'b.tail1.ts.net'];
+  const changed = nextChange(s.watcher);
+  await s.clock.advance(600_000);
+  assert.deepEqual(await changed, ['a.tail1.ts.net', 'b.tail1.ts.net']);
+  assert.equal(s.watcher.problem, undefined);
+  assert.equal(s.bus.all.length, 1);
 });

@@ -116,6 +116,40 @@ for (const transport of ['unix', 'tcp'] as const) {
       );
     });
 
+    test('a 4xx that asking again cannot change is CERTSHARE_LOCALAPI_REFUSED, naming the tailscaled version and the request', async () => {
+      await withServer(
+        transport,
+        (req, res) =>
+          req.url?.startsWith('/localapi/v0/watch-ipn-bus')
+            ? sendText(res, 400, 'the NotifyRateLimit IPN bus subscription bit is no longer supported\n', { 'Tailscale-Version': '1.104.5-t1' })
+            : sendText(res, 403, 'cert access denied\n', { 'Tailscale-Version': '1.104.5-t1' }),
+        async (server) => {
+          const c = client(server);
+          assert.equal(c.tailscaledVersion(), undefined);
+          const iterator = c.watchIpnBus(282, never)[Symbol.asyncIterator]();
+          await assert.rejects(
+            iterator.next(),
+            isCallError('CERTSHARE_LOCALAPI_REFUSED', (err) => {
+              assert.equal(err.status, 400);
+              assert.equal(err.tailscaledVersion, '1.104.5-t1');
+              assert.match(
+                err.message,
+                /^tailscaled 1\.104\.5-t1 refused GET \/localapi\/v0\/watch-ipn-bus\?mask=282: HTTP 400: the NotifyRateLimit IPN bus subscription bit is no longer supported \(this tailscaled release refuses the IPN bus subscription mask/,
+              );
+            }),
+          );
+          assert.equal(c.tailscaledVersion(), '1.104.5-t1');
+          await assert.rejects(
+            c.certPair('a.b.ts.net', { minValidityMs: 0, signal: never }),
+            isCallError('CERTSHARE_LOCALAPI_REFUSED', (err) => {
+              assert.equal(err.status, 403);
+              assert.match(err.message, /HTTP 403: cert access denied \(.*TS_PERMIT_CERT_UID/);
+            }),
+          );
+        },
+      );
+    });
+
     test('watchIpnBus streams Notifies as they arrive and finishes when the server ends the stream', async () => {
       let conn: BusConnection | undefined;
       await withServer(

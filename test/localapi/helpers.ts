@@ -91,11 +91,11 @@ export class BusConnection {
   readonly res: ServerResponse;
   /** Resolves when the client side went away (or the test ended the response). */
   readonly closed: Promise<void>;
-  constructor(req: IncomingMessage, res: ServerResponse) {
+  constructor(req: IncomingMessage, res: ServerResponse, version = '1.100.0-test') {
     this.req = req;
     this.res = res;
     this.closed = new Promise((resolve) => res.once('close', () => resolve()));
-    res.writeHead(200, { 'Content-Type': 'application/json', 'Tailscale-Version': '1.100.0-test' });
+    res.writeHead(200, { 'Content-Type': 'application/json', 'Tailscale-Version': version });
     res.flushHeaders();
   }
   send(notify: object): void {
@@ -121,8 +121,14 @@ export class BusConnection {
 export class FakeBus {
   readonly connections = new AsyncQueue<BusConnection>();
   readonly all: BusConnection[] = [];
-  /** Answer of /localapi/v0/cert-domains: a list, or an HTTP status with a body. */
-  certDomains: string[] | { status: number; body: string } = [];
+  /** Answer of /localapi/v0/cert-domains: a list, null (Go's nil slice), or an HTTP status with a body. */
+  certDomains: string[] | null | { status: number; body: string } = [];
+  /** Tailscale-Version of every answer. */
+  version = '1.100.0-test';
+  /** Refuses a watch (the answer) or accepts it (undefined). */
+  refuseWatch: ((mask: number) => { status: number; body: string } | undefined) | undefined;
+  /** The mask of every watch request, in order, refused or not. */
+  readonly watchMasks: number[] = [];
   statusCertDomains: string[] | undefined = [];
   certDomainsCalls = 0;
   statusCalls = 0;
@@ -137,8 +143,16 @@ export class FakeBus {
 
   #handle(req: IncomingMessage, res: ServerResponse): void {
     const url = new URL(req.url ?? '/', 'http://x');
+    res.setHeader('Tailscale-Version', this.version);
     if (url.pathname === '/localapi/v0/watch-ipn-bus') {
-      const conn = new BusConnection(req, res);
+      const mask = Number(url.searchParams.get('mask'));
+      this.watchMasks.push(mask);
+      const refusal = this.refuseWatch?.(mask);
+      if (refusal) {
+        sendText(res, refusal.status, `${refusal.body}\n`);
+        return;
+      }
+      const conn = new BusConnection(req, res, this.version);
       this.all.push(conn);
       this.connections.push(conn);
       return;
@@ -146,7 +160,7 @@ export class FakeBus {
     if (url.pathname === '/localapi/v0/cert-domains') {
       this.certDomainsCalls++;
       const answer = this.certDomains;
-      if (Array.isArray(answer)) sendJson(res, 200, answer);
+      if (answer === null || Array.isArray(answer)) sendJson(res, 200, answer);
       else sendText(res, answer.status, answer.body);
       this.fetches.push('cert-domains');
       return;

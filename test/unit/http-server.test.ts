@@ -30,6 +30,18 @@ describe('http server', () => {
     assert.deepEqual(podHeaders(ok), ['10.1.2.3', 'fd00::3']);
   });
 
+  it("says in /healthz's reason why no domain can be learned (a refused IPN-bus watch), until that is over", async () => {
+    health.manage(['web.example.ts.net']);
+    const why = 'tailscaled 1.104.5 refused GET /localapi/v0/watch-ipn-bus?mask=282: HTTP 400: nope; asking again in 10m0s';
+    health.sourceProblem(why);
+    const res = await app.inject({ method: 'GET', url: '/healthz' });
+    assert.equal(res.statusCode, 503);
+    assert.equal(res.body, `web.example.ts.net: no certificate yet (${why})`);
+    health.sourceProblem(undefined);
+    assert.equal((await app.inject({ method: 'GET', url: '/healthz' })).body, 'web.example.ts.net: no certificate yet');
+    health.manage([]);
+  });
+
   it('carries the Pod addresses on /metrics, HEAD and unknown paths too', async () => {
     for (const [method, url, status] of [['GET', '/metrics', 200], ['HEAD', '/healthz', 200], ['GET', '/nope', 404], ['POST', '/healthz', 404]] as const) {
       const res = await app.inject({ method, url });
