@@ -26,9 +26,9 @@ const cp = useControlPlane();
 const BIN = fileURLToPath(new URL('../../bin/certshare.js', import.meta.url));
 
 /** A relay in front of the API server and a ServiceAccount kubeconfig that goes through it. */
-async function relayed(ns: string, dir: string, name: string): Promise<{ relay: TcpProxy; kubeconfig: string }> {
+async function relayed(ns: string, dir: string, name: string, who: { pod?: string } = {}): Promise<{ relay: TcpProxy; kubeconfig: string }> {
   const relay = await startTcpProxy(Number(new URL(cp().server).port));
-  const kubeconfig = await kubeconfigVia(cp(), ns, join(dir, `${name}.kubeconfig`), { url: `https://127.0.0.1:${relay.port}` });
+  const kubeconfig = await kubeconfigVia(cp(), ns, join(dir, `${name}.kubeconfig`), { url: `https://127.0.0.1:${relay.port}` }, who);
   return { relay, kubeconfig };
 }
 
@@ -135,7 +135,8 @@ describe('Kubernetes API calls against a black-holed API server', () => {
   it('SIGTERM still ends the process within --shutdown-timeout, exit 0, taking the Pod out of rotation as far as it can', { timeout: 90_000 }, async (t) => {
     const ns = await exampleNamespace(cp());
     await createGatedPod(cp(), ns, 'proxy-0');
-    const { relay, kubeconfig } = await relayed(ns, dir(), 'sigterm');
+    // The token bound to the Pod, as its projected token is: the admission policy admits its own Pod's condition only.
+    const { relay, kubeconfig } = await relayed(ns, dir(), 'sigterm', { pod: 'proxy-0' });
     const emulator = await startEmulator({ listen: join(dir(), 'sigterm.sock'), domains: [KUBE_DOMAIN] });
     const shutdownTimeoutMs = 6000;
     const child = spawn(
