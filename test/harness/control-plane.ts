@@ -110,6 +110,7 @@ export interface ControlPlane {
 
 // ---------------------------------------------------------------------------------------------
 // Process bookkeeping: children are killed when this Node process exits, even after a crash.
+// ManagedProcess is also what the real-tailscaled harness (./tailscale.ts) runs its processes with.
 
 const liveChildren = new Set<ChildProcess>();
 const liveTempDirs = new Set<string>();
@@ -137,12 +138,12 @@ function installExitHook(): void {
 }
 
 
-interface ExitInfo {
+export interface ExitInfo {
   code: number | null;
   signal: NodeJS.Signals | null;
 }
 
-class ManagedProcess {
+export class ManagedProcess {
   readonly name: string;
   readonly child: ChildProcess;
   readonly lines: string[] = [];
