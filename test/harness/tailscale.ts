@@ -45,6 +45,8 @@ export interface RealTailscaledOptions {
 export interface RealTailscaled {
   /** tailscaled's LocalAPI socket (what certshare's --localapi takes). */
   readonly socket: string;
+  /** The same socket, named as an emulator's (standaloneDaemon takes either). */
+  readonly address: string;
   readonly domain: string;
   /** Temp dir of this instance (state, sockets, CA bundle); removed by stop(). */
   readonly dir: string;
@@ -140,6 +142,9 @@ class RealTailscaledImpl implements RealTailscaled {
 
   get socket(): string {
     return join(this.dir, 'tailscaled.sock');
+  }
+  get address(): string {
+    return this.socket;
   }
   get tailscaledRunning(): boolean {
     return this.tailscaled !== undefined;
