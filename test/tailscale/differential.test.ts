@@ -20,7 +20,16 @@ const BUILD_AND_START_TIMEOUT_MS = 30 * 60_000;
  * Accepted differences, observation name -> why. The emulator is fixed, or the limit is documented
  * (README, "Known limits of the emulator"), before an entry is removed.
  */
-const KNOWN_DIFFERENCES: Record<string, string> = {};
+const KNOWN_DIFFERENCES: Record<string, string> = {
+  'cert-domains before: body': 'the emulator answers [] where tailscaled answers null for no domains (issue 9, emulator fix pending)',
+  'bus mask=282: first line': "tailscaled's initial Notify also carries SelfChange (the node) when InitialNetMap is asked for",
+  'bus mask=16386: first line': 'the emulator ignores InitialStatus (16384); tailscaled sends InitialStatus with CertDomains (null when none)',
+  'bus mask=16402: first line': 'as for mask=16386',
+  'bus mask=16640: error': 'tailscaled names the bit (ipn.NotifyInitialStatus), the emulator gives its value (16384)',
+  'bus mask=282: lines until the domain change': 'tailscaled sends a Notify with only Version before the SelfChange; the emulator sends the SelfChange alone',
+  'bus mask=16386: lines until the domain change': 'as for mask=282',
+  'min_validity=soon: body': 'tailscaled: `invalid validity parameter: <Go error>`; the emulator quotes the value instead',
+};
 
 type Observations = Record<string, unknown>;
 
@@ -30,10 +39,13 @@ interface Target {
   addDomain(): Promise<void>;
 }
 
-/** The first line's shape: sorted top-level keys and where the cert domains are. */
+/** Top-level keys with a value: tailscaled writes every ipn.Notify field without omitempty as null. */
+const setKeys = (line: Record<string, any>): string[] => Object.keys(line).filter((k) => line[k] !== null).sort();
+
+/** The first line's shape: its keys with a value and where the cert domains are. */
 function shape(line: Record<string, any>): Record<string, unknown> {
   return {
-    keys: Object.keys(line).sort(),
+    keys: setKeys(line),
     initialStatusCertDomains: line['InitialStatus'] ? (line['InitialStatus']['CertDomains'] ?? null) : 'absent',
     netMapCertDomains: line['NetMap'] ? (line['NetMap']['DNS']?.['CertDomains'] ?? null) : 'absent',
     state: line['State'] ?? 'absent',
@@ -50,7 +62,15 @@ async function bus(address: string, mask: number): Promise<{ status: number; bod
   }
   probe.destroy();
   const reader = await BusReader.open(address, mask);
-  return { status: 200, first: shape(await reader.nextJson()), reader };
+  // Without an initial-state bit nothing may come until something changes.
+  const timer = setTimeout(() => reader.close(), 3000);
+  try {
+    return { status: 200, first: shape(await reader.nextJson()), reader };
+  } catch {
+    return { status: 200, first: { none: 'no line within 3 s' }, reader };
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** Shapes of the bus lines up to the first one carrying SelfChange or NetMap (the domain's arrival). */
@@ -60,9 +80,9 @@ async function untilChange(reader: BusReader, timeoutMs: number): Promise<unknow
   try {
     for (;;) {
       const line = await reader.nextJson();
-      const keys = Object.keys(line).sort().join(',');
+      const keys = setKeys(line).join(',');
       if (!seen.includes(keys)) seen.push(keys);
-      if ('SelfChange' in line || 'NetMap' in line) {
+      if (line['SelfChange'] != null || line['NetMap'] != null) {
         return { lines: seen, netMapCertDomains: line['NetMap'] ? (line['NetMap']['DNS']?.['CertDomains'] ?? null) : 'absent' };
       }
     }
