@@ -250,25 +250,29 @@ let binDirPromise: Promise<string> | undefined;
  * Memoised per process; build.sh itself serialises concurrent builds with a lock.
  */
 export function k8sBinDir(): Promise<string> {
-  binDirPromise ??= runBuildScript().catch((err: unknown) => {
+  binDirPromise ??= runBuildScript(BUILD_SCRIPT, ['etcd', 'kube-apiserver', 'kubectl']).catch((err: unknown) => {
     binDirPromise = undefined;
     throw err;
   });
   return binDirPromise;
 }
 
-async function runBuildScript(): Promise<string> {
-  const child = spawn('bash', [BUILD_SCRIPT], { stdio: ['ignore', 'pipe', 'inherit'] });
+/**
+ * Runs a build script that prints its output directory as the last stdout line (progress on stderr,
+ * no timeout) and checks that `bins` are executables in it. Also used for the tailscaled binaries.
+ */
+export async function runBuildScript(script: string, bins: string[]): Promise<string> {
+  const child = spawn('bash', [script], { stdio: ['ignore', 'pipe', 'inherit'] });
   let stdout = '';
   child.stdout.setEncoding('utf8');
   child.stdout.on('data', (chunk: string) => (stdout += chunk));
   const [code, signal] = (await once(child, 'exit')) as [number | null, NodeJS.Signals | null];
-  if (code !== 0) throw new Error(`${BUILD_SCRIPT} failed (code ${code}, signal ${signal}); its stderr is above`);
+  if (code !== 0) throw new Error(`${script} failed (code ${code}, signal ${signal}); its stderr is above`);
   const dir = stdout.trim().split('\n').at(-1)?.trim();
-  if (!dir) throw new Error(`${BUILD_SCRIPT} printed no directory`);
-  for (const bin of ['etcd', 'kube-apiserver', 'kubectl']) {
+  if (!dir) throw new Error(`${script} printed no directory`);
+  for (const bin of bins) {
     await access(join(dir, bin), fsConstants.X_OK).catch(() => {
-      throw new Error(`${join(dir, bin)} is missing or not executable (from ${BUILD_SCRIPT})`);
+      throw new Error(`${join(dir, bin)} is missing or not executable (from ${script})`);
     });
   }
   return dir;

@@ -3,18 +3,19 @@
 // with only loopback. tailscaled looks up `_acme-challenge.<domain>` through the system resolver on
 // every issuance: nothing of this may reach the machine's own network or DNS. Tests (and certshare)
 // stay outside and reach tailscaled through its unix socket, tsenv through its admin socket.
-import { spawn, spawnSync } from 'node:child_process';
-import { once } from 'node:events';
+import { spawnSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
-import { access, mkdtemp, rm } from 'node:fs/promises';
-import { constants as fsConstants } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { after, before } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { ManagedProcess } from './control-plane.ts';
+import { ManagedProcess, runBuildScript } from './control-plane.ts';
 import { get, type Resp } from '../emulator/helpers.ts';
 
 const BUILD_SCRIPT = resolve(import.meta.dirname, '../tailscale-binaries/build.sh');
+/** Bound on building the binaries (minutes on a cold cache) and starting everything. */
+export const BUILD_AND_START_TIMEOUT_MS = 30 * 60_000;
 
 /** The node's hostname and MagicDNS suffix tsenv's control server is given: the one cert domain. */
 export const TS_HOSTNAME = 'web';
@@ -77,21 +78,7 @@ let binDirPromise: Promise<string> | undefined;
  * once (minutes cold; progress on stderr) and honours CERTSHARE_TAILSCALE_BIN. Memoised per process.
  */
 export function tailscaleBinDir(): Promise<string> {
-  binDirPromise ??= (async () => {
-    const child = spawn('bash', [BUILD_SCRIPT], { stdio: ['ignore', 'pipe', 'inherit'] });
-    let stdout = '';
-    child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
-    const [code, signal] = (await once(child, 'exit')) as [number | null, NodeJS.Signals | null];
-    if (code !== 0) throw new Error(`${BUILD_SCRIPT} failed (code ${code}, signal ${signal}); its stderr is above`);
-    const dir = stdout.trim().split('\n').at(-1)?.trim();
-    if (!dir) throw new Error(`${BUILD_SCRIPT} printed no directory`);
-    for (const bin of ['tailscaled', 'tailscale', 'tsenv']) {
-      await access(join(dir, bin), fsConstants.X_OK).catch(() => {
-        throw new Error(`${join(dir, bin)} is missing or not executable (from ${BUILD_SCRIPT})`);
-      });
-    }
-    return dir;
-  })().catch((err: unknown) => {
+  binDirPromise ??= runBuildScript(BUILD_SCRIPT, ['tailscaled', 'tailscale', 'tsenv']).catch((err: unknown) => {
     binDirPromise = undefined;
     throw err;
   });
@@ -310,6 +297,22 @@ class RealTailscaledImpl implements RealTailscaled {
     await rm(this.dir, { recursive: true, force: true, maxRetries: 3 });
     liveDirs.delete(this.dir);
   }
+}
+
+/**
+ * A real tailscaled for the enclosing describe block: started in before() (with the build's long
+ * timeout), stopped in after(). Call the accessor in tests.
+ */
+export function useRealTailscaled(options: RealTailscaledOptions = {}): () => RealTailscaled {
+  let ts: RealTailscaled | undefined;
+  before(async () => {
+    ts = await startRealTailscaled(options);
+  }, { timeout: BUILD_AND_START_TIMEOUT_MS });
+  after(() => ts?.stop());
+  return () => {
+    if (!ts) throw new Error('useRealTailscaled(): before() hook has not run');
+    return ts;
+  };
 }
 
 const liveDirs = new Set<string>();

@@ -35,9 +35,9 @@ export function useTempDir(): () => string {
   };
 }
 
-/** The daemon in-process, configured through the same flag parser as the CLI; `localApi` is an emulator or a real tailscaled. */
-export function standaloneDaemon(localApi: Pick<Emulator, 'address'>, certDir: string, flags: string[] = [], logger: Logger = silentLogger): Promise<Daemon> {
-  const values = parseFlags(RUN_FLAGS, ['--localapi', localApi.address, '--store', `dir:${certDir}`, ...FAST_FLAGS, ...flags], {});
+/** The daemon in-process, configured through the same flag parser as the CLI; `emulator` may also be a real tailscaled. */
+export function standaloneDaemon(emulator: Pick<Emulator, 'address'>, certDir: string, flags: string[] = [], logger: Logger = silentLogger): Promise<Daemon> {
+  const values = parseFlags(RUN_FLAGS, ['--localapi', emulator.address, '--store', `dir:${certDir}`, ...FAST_FLAGS, ...flags], {});
   if (!values.domain && !values['serve-config']) values.domain = [DOMAIN];
   return startDaemon(daemonConfigFrom(values, {}), { logger, env: { POD_IPS: '10.1.2.3,fd00::3' } });
 }

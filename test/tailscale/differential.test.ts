@@ -8,13 +8,12 @@
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { startEmulator } from '../../src/emulator/server.ts';
 import { BusReader, certPath, get, openRequest, splitPair } from '../emulator/helpers.ts';
-import { startRealTailscaled, TS_DOMAIN, type RealTailscaled } from '../harness/tailscale.ts';
+import { BUILD_AND_START_TIMEOUT_MS, TS_DOMAIN, useRealTailscaled } from '../harness/tailscale.ts';
 import { useTempDir } from '../support/standalone.ts';
 
-const BUILD_AND_START_TIMEOUT_MS = 30 * 60_000;
 
 /**
  * Accepted differences per release (major.minor), observation name -> why. An entry goes once the
@@ -174,13 +173,10 @@ function compare(emulator: Observations, real: Observations): Array<{ name: stri
 
 describe('the emulator and a real tailscaled of the same release, one scenario', { timeout: BUILD_AND_START_TIMEOUT_MS }, () => {
   const dir = useTempDir();
-  let ts: RealTailscaled;
-  before(async () => {
-    ts = await startRealTailscaled();
-  }, { timeout: BUILD_AND_START_TIMEOUT_MS });
-  after(() => ts?.stop());
+  const realTailscaled = useRealTailscaled();
 
   it('answers alike, except for the listed known differences', async () => {
+    const ts = realTailscaled();
     const real = await scenario({ address: ts.socket, addDomain: () => ts.enableCertDomains() });
     const version = String(real['Tailscale-Version header']);
     const known = KNOWN_DIFFERENCES[version.split('.').slice(0, 2).join('.')] ?? {};

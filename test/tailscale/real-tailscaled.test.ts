@@ -7,15 +7,13 @@ import { X509Certificate } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import type { Daemon } from '../../src/daemon.ts';
 import { splitPair } from '../emulator/helpers.ts';
-import { startRealTailscaled, type RealTailscaled } from '../harness/tailscale.ts';
+import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled, type RealTailscaled } from '../harness/tailscale.ts';
 import { standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { nextEvent, onEvent, until } from '../support/wait.ts';
 
-// The build (minutes on a cold cache) runs in the first before() hook.
-const BUILD_AND_START_TIMEOUT_MS = 30 * 60_000;
 
 const healthy = (daemon: Daemon): boolean => daemon.health.evaluate(Date.now()).healthy;
 const healthSource = (daemon: Daemon) => (l: () => void) => daemon.health.onChange(l);
@@ -63,13 +61,10 @@ async function withDiagnostics<T>(ts: RealTailscaled, body: () => Promise<T>): P
 
 describe('certshare against a real tailscaled: the domain appears later, then restarts', { timeout: BUILD_AND_START_TIMEOUT_MS }, () => {
   const dir = useTempDir();
-  let ts: RealTailscaled;
-  before(async () => {
-    ts = await startRealTailscaled();
-  }, { timeout: BUILD_AND_START_TIMEOUT_MS });
-  after(() => ts?.stop());
+  const realTailscaled = useRealTailscaled();
 
   it('issues once when the domain appears, writing the pair tailscaled returns', async () => {
+    const ts = realTailscaled();
     await withDiagnostics(ts, async () => {
       const certDir = join(dir(), 'late');
       assert.equal((await ts.localApi('/localapi/v0/cert-domains')).body.trim(), 'null', 'no cert domain yet');
@@ -96,6 +91,7 @@ describe('certshare against a real tailscaled: the domain appears later, then re
   });
 
   it('makes no ACME order when certshare restarts with its stored certificate', async () => {
+    const ts = realTailscaled();
     await withDiagnostics(ts, async () => {
       const certDir = join(dir(), 'late');
       const before = await filesOnDisk(certDir, ts.domain);
@@ -113,6 +109,7 @@ describe('certshare against a real tailscaled: the domain appears later, then re
   });
 
   it('makes no ACME order when tailscaled restarts, and certshare follows it back', async () => {
+    const ts = realTailscaled();
     await withDiagnostics(ts, async () => {
       const certDir = join(dir(), 'late');
       const daemon = await standaloneDaemon(ts, certDir);
@@ -139,13 +136,10 @@ describe('certshare against a real tailscaled: the domain appears later, then re
 
 describe('certshare against a real tailscaled: the domain is there when certshare starts', { timeout: BUILD_AND_START_TIMEOUT_MS }, () => {
   const dir = useTempDir();
-  let ts: RealTailscaled;
-  before(async () => {
-    ts = await startRealTailscaled({ certDomainsAtStart: true });
-  }, { timeout: BUILD_AND_START_TIMEOUT_MS });
-  after(() => ts?.stop());
+  const realTailscaled = useRealTailscaled({ certDomainsAtStart: true });
 
   it('issues at once, without waiting for a netmap change', async () => {
+    const ts = realTailscaled();
     await withDiagnostics(ts, async () => {
       const certDir = join(dir(), 'present');
       assert.match((await ts.localApi('/localapi/v0/cert-domains')).body, /web\.tailnet-test\.ts\.net/);
@@ -165,15 +159,12 @@ describe('certshare against a real tailscaled: the domain is there when certshar
 
 describe('certshare against a real tailscaled: renewal of short-lived certificates', { timeout: BUILD_AND_START_TIMEOUT_MS }, () => {
   const dir = useTempDir();
-  let ts: RealTailscaled;
   // 40 s certificates: certshare renews at half (under 10 days), i.e. every ~20 s.
   const VALIDITY_S = 40;
-  before(async () => {
-    ts = await startRealTailscaled({ certDomainsAtStart: true, certValidity: `${VALIDITY_S}s` });
-  }, { timeout: BUILD_AND_START_TIMEOUT_MS });
-  after(() => ts?.stop());
+  const realTailscaled = useRealTailscaled({ certDomainsAtStart: true, certValidity: `${VALIDITY_S}s` });
 
   it('renews once per renewal window, through tailscaled, inside the window', async () => {
+    const ts = realTailscaled();
     await withDiagnostics(ts, async () => {
       const certDir = join(dir(), 'renew');
       const daemon = await standaloneDaemon(ts, certDir, ['--check-interval', '5s']);
@@ -214,16 +205,13 @@ describe('certshare against a real tailscaled: renewal of short-lived certificat
 
 describe('certshare against a real tailscaled: the CA rate-limits new orders', { timeout: BUILD_AND_START_TIMEOUT_MS }, () => {
   const dir = useTempDir();
-  let ts: RealTailscaled;
-  before(async () => {
-    ts = await startRealTailscaled({ certDomainsAtStart: true });
-  }, { timeout: BUILD_AND_START_TIMEOUT_MS });
-  after(() => ts?.stop());
+  const realTailscaled = useRealTailscaled({ certDomainsAtStart: true });
 
   // tailscaled's ACME client (golang.org/x/crypto/acme's retry loop) waits out the CA's 429 and its
   // Retry-After itself, for as long as the LocalAPI request lasts: certshare sees its own timeout,
   // never an HTTP 429, and then backs off.
   it('rides out a rate limit: timeouts and backoff, no order storm, one certificate once it lifts', async () => {
+    const ts = realTailscaled();
     await withDiagnostics(ts, async () => {
       const certDir = join(dir(), 'ratelimit');
       await ts.rateLimitOrders(1000, 1);
