@@ -9,8 +9,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before } from 'node:test';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { ManagedProcess, runBuildScript } from './control-plane.ts';
+import { buildOnce, ManagedProcess } from './control-plane.ts';
 import { get, type Resp } from '../emulator/helpers.ts';
 
 const BUILD_SCRIPT = resolve(import.meta.dirname, '../tailscale-binaries/build.sh');
@@ -71,18 +70,12 @@ export interface RealTailscaled {
   stop(): Promise<void>;
 }
 
-let binDirPromise: Promise<string> | undefined;
-
 /**
  * Directory holding tailscaled, tailscale and tsenv: the last stdout line of build.sh, which builds them
  * once (minutes cold; progress on stderr) and honours CERTSHARE_TAILSCALE_BIN. Memoised per process.
  */
 export function tailscaleBinDir(): Promise<string> {
-  binDirPromise ??= runBuildScript(BUILD_SCRIPT, ['tailscaled', 'tailscale', 'tsenv']).catch((err: unknown) => {
-    binDirPromise = undefined;
-    throw err;
-  });
-  return binDirPromise;
+  return buildOnce(BUILD_SCRIPT, ['tailscaled', 'tailscale', 'tsenv']);
 }
 
 /**
@@ -193,25 +186,9 @@ class RealTailscaledImpl implements RealTailscaled {
     return { status: res.status, stdout: res.stdout ?? '', stderr: res.stderr ?? String(res.error ?? '') };
   }
 
-  /** Polls `ready` (short fixed interval: readiness of an external process) until true, the process exits, or the deadline. */
-  private async poll(name: string, proc: ManagedProcess, ready: () => Promise<boolean>): Promise<void> {
-    const deadline = performance.now() + this.readyTimeoutMs;
-    let lastError = '';
-    for (;;) {
-      if (proc.exitInfo) {
-        const { code, signal } = proc.exitInfo;
-        throw new Error(`${name} exited (code ${code}, signal ${signal}) before becoming ready; last output:\n${proc.tail()}`);
-      }
-      try {
-        if (await ready()) return;
-      } catch (err) {
-        lastError = err instanceof Error ? err.message : String(err);
-      }
-      if (performance.now() > deadline) {
-        throw new Error(`${name} not ready after ${this.readyTimeoutMs} ms${lastError ? ` (last error: ${lastError})` : ''}; last output:\n${proc.tail()}`);
-      }
-      await sleep(100);
-    }
+  /** Waits (polling) until `ready`, failing when the process exits first or after readyTimeoutMs. */
+  private poll(name: string, proc: ManagedProcess, ready: () => Promise<boolean>): Promise<void> {
+    return proc.waitReady(name, performance.now(), this.readyTimeoutMs, ready);
   }
 
   async startTailscaled(): Promise<void> {
