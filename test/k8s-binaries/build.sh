@@ -26,7 +26,7 @@ bins=(etcd kube-apiserver kubectl)
 purpose="the test control plane"
 # shellcheck source=../support/cached-go-build.sh
 source "$here/../support/cached-go-build.sh"
-cached_build_begin "kube-apiserver ${k8s_version}, kubectl and etcd ${etcd_version}; tens of minutes on 2 cores"
+cached_build_begin "kube-apiserver ${k8s_version}, kubectl and etcd ${etcd_version}" "tens of minutes on 2 cores"
 cached_build etcd go.etcd.io/etcd/server/v3
 cached_build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 cached_build kubectl k8s.io/kubernetes/cmd/kubectl

@@ -3,7 +3,8 @@
 # with a lock (only one builds); progress on stderr, the directory as the only stdout line.
 # The caller sets `here` (the module), `out` (the cache directory), `recipe`, `bins` (array), `ldflags`
 # and `purpose` (what the binaries are for, for the "go is required" message), then calls
-# cached_build_begin "<what is built>", cached_build NAME PACKAGE for each binary, cached_build_end.
+# cached_build_begin "<what is built>" "<how long it takes>", cached_build NAME PACKAGE for each binary,
+# cached_build_end.
 
 cached_build_complete() {
   local bin
@@ -32,7 +33,7 @@ cached_build_begin() {
   build_start=$SECONDS
   heartbeat=""
   trap '[[ -n "$heartbeat" ]] && kill "$heartbeat" 2>/dev/null || true' EXIT
-  echo "build.sh: building $1 into $out (first time only)" >&2
+  echo "build.sh: building $1 into $out (first time only; $2)" >&2
 }
 
 cached_build() { # name package

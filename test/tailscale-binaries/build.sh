@@ -24,7 +24,7 @@ bins=(tailscaled tailscale tsenv)
 purpose="tailscaled for the tests"
 # shellcheck source=../support/cached-go-build.sh
 source "$here/../support/cached-go-build.sh"
-cached_build_begin "tailscaled ${ts_version}, tailscale and tsenv (pebble ${pebble_version}); minutes on 2 cores"
+cached_build_begin "tailscaled ${ts_version}, tailscale and tsenv (pebble ${pebble_version})" "about 4 minutes on 2 cores"
 cached_build tailscaled tailscale.com/cmd/tailscaled
 cached_build tailscale tailscale.com/cmd/tailscale
 cached_build tsenv ./tsenv
