@@ -62,7 +62,8 @@ export async function handleCert(req: IncomingMessage, res: ServerResponse, url:
     try {
       minValidityMs = parseDuration(minValidityText);
     } catch {
-      reply(400, `invalid validity ${JSON.stringify(minValidityText)}: time: invalid duration ${JSON.stringify(minValidityText)}`);
+      // ipn/localapi/cert.go: fmt.Sprintf("invalid validity parameter: %v", err) of time.ParseDuration's error.
+      reply(400, `invalid validity parameter: time: invalid duration ${JSON.stringify(minValidityText)}`);
       return;
     }
   }

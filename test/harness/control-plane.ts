@@ -118,6 +118,7 @@ export interface ControlPlane {
 
 // ---------------------------------------------------------------------------------------------
 // Process bookkeeping: children are killed when this Node process exits, even after a crash.
+// ManagedProcess is also what the real-tailscaled harness (./tailscale.ts) runs its processes with.
 
 const liveChildren = new Set<ChildProcess>();
 const liveTempDirs = new Set<string>();
@@ -145,12 +146,12 @@ function installExitHook(): void {
 }
 
 
-interface ExitInfo {
+export interface ExitInfo {
   code: number | null;
   signal: NodeJS.Signals | null;
 }
 
-class ManagedProcess {
+export class ManagedProcess {
   readonly name: string;
   readonly child: ChildProcess;
   readonly lines: string[] = [];
@@ -214,6 +215,32 @@ class ManagedProcess {
     return this.lines.some((l) => /address already in use/i.test(l));
   }
 
+  /**
+   * Polls `ready` (short fixed interval: readiness of an external process) until true, this process
+   * exits, or `timeoutMs` after `started` (performance.now()); `extra` adds details to the timeout error.
+   */
+  async waitReady(name: string, started: number, timeoutMs: number, ready: () => Promise<boolean>, extra: () => string = () => ''): Promise<void> {
+    const deadline = started + timeoutMs;
+    let lastError = '';
+    for (;;) {
+      if (this.exitInfo) {
+        const { code, signal } = this.exitInfo;
+        throw new Error(`${name} exited (code ${code}, signal ${signal}) before becoming ready; last output:\n${this.tail()}`);
+      }
+      try {
+        if (await ready()) return;
+        lastError = '';
+      } catch (err) {
+        lastError = err instanceof Error ? err.message : String(err);
+      }
+      if (performance.now() > deadline) {
+        const details = [extra(), lastError && `last error: ${lastError}`].filter(Boolean).join('\n');
+        throw new Error(`${name} not ready after ${timeoutMs} ms${details ? `\n${details}` : ''}\nlast output:\n${this.tail()}`);
+      }
+      await sleep(100);
+    }
+  }
+
   /** SIGTERM, then SIGKILL after graceMs (at once when graceMs is 0). */
   async terminate(graceMs: number): Promise<void> {
     if (this.exitInfo) return;
@@ -249,33 +276,45 @@ function childEnv(): NodeJS.ProcessEnv {
 // ---------------------------------------------------------------------------------------------
 // Binaries
 
-let binDirPromise: Promise<string> | undefined;
-
 /**
  * Directory holding etcd, kube-apiserver and kubectl: the last stdout line of build.sh, which builds
  * them once (tens of minutes cold; progress on stderr, no timeout here) and honours KUBEBUILDER_ASSETS.
  * Memoised per process; build.sh itself serialises concurrent builds with a lock.
  */
 export function k8sBinDir(): Promise<string> {
-  binDirPromise ??= runBuildScript().catch((err: unknown) => {
-    binDirPromise = undefined;
-    throw err;
-  });
-  return binDirPromise;
+  return buildOnce(BUILD_SCRIPT, ['etcd', 'kube-apiserver', 'kubectl']);
 }
 
-async function runBuildScript(): Promise<string> {
-  const child = spawn('bash', [BUILD_SCRIPT], { stdio: ['ignore', 'pipe', 'inherit'] });
+const builds = new Map<string, Promise<string>>();
+
+/**
+ * The directory a build script prints as its last stdout line, with `bins` executables in it; the script
+ * runs once per process (again after a failure). Also used for the tailscaled binaries.
+ */
+export function buildOnce(script: string, bins: string[]): Promise<string> {
+  let build = builds.get(script);
+  if (!build) {
+    build = runBuildScript(script, bins).catch((err: unknown) => {
+      builds.delete(script);
+      throw err;
+    });
+    builds.set(script, build);
+  }
+  return build;
+}
+
+async function runBuildScript(script: string, bins: string[]): Promise<string> {
+  const child = spawn('bash', [script], { stdio: ['ignore', 'pipe', 'inherit'] });
   let stdout = '';
   child.stdout.setEncoding('utf8');
   child.stdout.on('data', (chunk: string) => (stdout += chunk));
   const [code, signal] = (await once(child, 'exit')) as [number | null, NodeJS.Signals | null];
-  if (code !== 0) throw new Error(`${BUILD_SCRIPT} failed (code ${code}, signal ${signal}); its stderr is above`);
+  if (code !== 0) throw new Error(`${script} failed (code ${code}, signal ${signal}); its stderr is above`);
   const dir = stdout.trim().split('\n').at(-1)?.trim();
-  if (!dir) throw new Error(`${BUILD_SCRIPT} printed no directory`);
-  for (const bin of ['etcd', 'kube-apiserver', 'kubectl']) {
+  if (!dir) throw new Error(`${script} printed no directory`);
+  for (const bin of bins) {
     await access(join(dir, bin), fsConstants.X_OK).catch(() => {
-      throw new Error(`${join(dir, bin)} is missing or not executable (from ${BUILD_SCRIPT})`);
+      throw new Error(`${join(dir, bin)} is missing or not executable (from ${script})`);
     });
   }
   return dir;
@@ -526,35 +565,14 @@ class ControlPlaneImpl implements ControlPlane {
     }
   }
 
-  /** Polls `ready` (short fixed interval: readiness of an external process) until true, the process exits, or the deadline. */
-  private async waitFor(
+  private waitFor(
     name: string,
     proc: ManagedProcess,
     started: number,
     ready: () => Promise<boolean>,
     extra: () => string = () => '',
   ): Promise<void> {
-    const deadline = started + this.readyTimeoutMs;
-    let lastError = '';
-    for (;;) {
-      if (proc.exitInfo) {
-        const { code, signal } = proc.exitInfo;
-        throw new Error(`${name} exited (code ${code}, signal ${signal}) before becoming ready; last output:\n${proc.tail()}`);
-      }
-      try {
-        if (await ready()) return;
-        lastError = '';
-      } catch (err) {
-        lastError = err instanceof Error ? err.message : String(err);
-      }
-      if (performance.now() > deadline) {
-        const details = [extra(), lastError && `last error: ${lastError}`].filter(Boolean).join('\n');
-        throw new Error(
-          `${name} not ready after ${this.readyTimeoutMs} ms${details ? `\n${details}` : ''}\nlast output:\n${proc.tail()}`,
-        );
-      }
-      await sleep(100);
-    }
+    return proc.waitReady(name, started, this.readyTimeoutMs, ready, extra);
   }
 
   stopApiServer(options: { signal?: 'SIGTERM' | 'SIGKILL' } = {}): Promise<void> {

@@ -22,43 +22,12 @@ done
 # The recipe stamp makes an old cache (other flags) rebuild; with a warm Go build cache that is a relink.
 recipe="k8s=$k8s_version etcd=$etcd_version cgo=0 ldflags=$ldflags"
 
-complete() { [[ -x "$out/kube-apiserver" && -x "$out/etcd" && -x "$out/kubectl" && "$(cat "$out/.recipe" 2>/dev/null)" == "$recipe" ]]; }
-if complete; then echo "$out"; exit 0; fi
-
-command -v go >/dev/null || { echo "build.sh: go is required to build the test control plane" >&2; exit 1; }
-mkdir -p "$cache"
-if command -v flock >/dev/null; then
-  exec 9>"$out.lock"
-  if ! flock -n 9; then
-    echo "build.sh: waiting for another build of $out to finish" >&2
-    flock 9
-  fi
-  if complete; then echo "$out"; exit 0; fi
-fi
-
-rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-cd "$here"
-# -trimpath and no debug info keep the binaries small; CGO off matches upstream release builds.
-export CGO_ENABLED=0
-flags=(-trimpath -buildvcs=false -ldflags "$ldflags")
-start=$SECONDS
-heartbeat=""
-trap '[[ -n "$heartbeat" ]] && kill "$heartbeat" 2>/dev/null || true' EXIT
-build() { # name package
-  local t=$SECONDS
-  echo "build.sh: building $1 (elapsed $((SECONDS - start))s)" >&2
-  # A line a minute so that CI logs (and the test harness's stderr) show the build is alive.
-  ( while sleep 60; do echo "build.sh: still building $1 ($((SECONDS - t))s)" >&2; done ) &
-  heartbeat=$!
-  go build "${flags[@]}" -o "$out.tmp/$1" "$2" >&2
-  kill "$heartbeat" 2>/dev/null || true; wait "$heartbeat" 2>/dev/null || true; heartbeat=""
-  echo "build.sh: built $1 in $((SECONDS - t))s" >&2
-}
-echo "build.sh: building kube-apiserver ${k8s_version}, kubectl and etcd ${etcd_version} into $out (first time only; tens of minutes on 2 cores)" >&2
-build etcd go.etcd.io/etcd/server/v3
-build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
-build kubectl k8s.io/kubernetes/cmd/kubectl
-printf '%s\n' "$recipe" >"$out.tmp/.recipe"
-rm -rf "$out" && mv "$out.tmp" "$out"
-echo "build.sh: done in $((SECONDS - start))s" >&2
-echo "$out"
+bins=(etcd kube-apiserver kubectl)
+purpose="the test control plane"
+# shellcheck source=../support/cached-go-build.sh
+source "$here/../support/cached-go-build.sh"
+cached_build_begin "kube-apiserver ${k8s_version}, kubectl and etcd ${etcd_version}" "tens of minutes on 2 cores"
+cached_build etcd go.etcd.io/etcd/server/v3
+cached_build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+cached_build kubectl k8s.io/kubernetes/cmd/kubectl
+cached_build_end

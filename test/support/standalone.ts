@@ -35,8 +35,8 @@ export function useTempDir(): () => string {
   };
 }
 
-/** The daemon in-process, configured through the same flag parser as the CLI. */
-export function standaloneDaemon(emulator: Emulator, certDir: string, flags: string[] = [], logger: Logger = silentLogger): Promise<Daemon> {
+/** The daemon in-process, configured through the same flag parser as the CLI; `emulator` may also be a real tailscaled. */
+export function standaloneDaemon(emulator: Pick<Emulator, 'address'>, certDir: string, flags: string[] = [], logger: Logger = silentLogger): Promise<Daemon> {
   const values = parseFlags(RUN_FLAGS, ['--localapi', emulator.address, '--store', `dir:${certDir}`, ...FAST_FLAGS, ...flags], {});
   if (!values.domain && !values['serve-config']) values.domain = [DOMAIN];
   const env = { POD_IPS: '10.1.2.3,fd00::3' };

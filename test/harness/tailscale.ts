@@ -1,0 +1,322 @@
+// A real tailscaled for tests: tailscaled, Tailscale's test control server and the pebble ACME server
+// (tsenv), built from Go modules by test/tailscale-binaries/build.sh, all inside a network namespace
+// with only loopback. tailscaled looks up `_acme-challenge.<domain>` through the system resolver on
+// every issuance: nothing of this may reach the machine's own network or DNS. Tests (and certshare)
+// stay outside and reach tailscaled through its unix socket, tsenv through its admin socket.
+import { spawnSync } from 'node:child_process';
+import { rmSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { after, before } from 'node:test';
+import { buildOnce, ManagedProcess } from './control-plane.ts';
+import { get, type Resp } from '../emulator/helpers.ts';
+
+const BUILD_SCRIPT = resolve(import.meta.dirname, '../tailscale-binaries/build.sh');
+/** Bound on building the binaries (minutes on a cold cache) and starting everything. */
+export const BUILD_AND_START_TIMEOUT_MS = 30 * 60_000;
+
+/** The node's hostname and MagicDNS suffix tsenv's control server is given: the one cert domain. */
+export const TS_HOSTNAME = 'web';
+export const TS_MAGICDNS = 'tailnet-test.ts.net';
+export const TS_DOMAIN = `${TS_HOSTNAME}.${TS_MAGICDNS}`;
+
+export interface AcmeStats {
+  /** New orders that reached pebble, by their comma-joined identifiers. */
+  newOrders: Record<string, number>;
+  /** Sum of newOrders. */
+  orders: number;
+  finalizes: number;
+  /** New orders answered 429 rateLimited by the front (see rateLimitOrders). */
+  rateLimited: number;
+}
+
+export interface RealTailscaledOptions {
+  /** The cert domain is in the netmap from the start; otherwise it appears on enableCertDomains(). */
+  certDomainsAtStart?: boolean;
+  /** Lifetime of pebble's certificates, a Go duration (e.g. `120s`). Default 90 days. */
+  certValidity?: string;
+  /** Stream the processes' output to stderr. Default: env CERTSHARE_TS_VERBOSE=1. */
+  verbose?: boolean;
+  /** Bound on each process becoming ready, excluding the build. Default 60 s. */
+  readyTimeoutMs?: number;
+}
+
+export interface RealTailscaled {
+  /** tailscaled's LocalAPI socket (what certshare's --localapi takes). */
+  readonly socket: string;
+  /** The same socket, named as an emulator's (standaloneDaemon takes either). */
+  readonly address: string;
+  readonly domain: string;
+  /** Temp dir of this instance (state, sockets, CA bundle); removed by stop(). */
+  readonly dir: string;
+  /** Directory holding tailscaled, tailscale and tsenv. */
+  readonly binDir: string;
+  /** Makes the control server send the cert domain (a netmap update reaches tailscaled). */
+  enableCertDomains(): Promise<void>;
+  acmeStats(): Promise<AcmeStats>;
+  /** The next `orders` new orders are answered 429 rateLimited with Retry-After `retryAfterSeconds`. */
+  rateLimitOrders(orders: number, retryAfterSeconds: number): Promise<void>;
+  /** SIGTERM tailscaled (state kept in the state dir). */
+  stopTailscaled(): Promise<void>;
+  /** Starts tailscaled again with the same state; resolves once its LocalAPI answers and it is Running. */
+  startTailscaled(): Promise<void>;
+  readonly tailscaledRunning: boolean;
+  /** Raw LocalAPI GET (status, headers, body as text). */
+  localApi(path: string): Promise<Resp>;
+  /** Last lines of each process's output, for diagnostics. */
+  logs(): { tailscaled: string[]; tsenv: string[] };
+  /** Stops everything and removes the temp dir. Idempotent. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Directory holding tailscaled, tailscale and tsenv: the last stdout line of build.sh, which builds them
+ * once (minutes cold; progress on stderr) and honours CERTSHARE_TAILSCALE_BIN. Memoised per process.
+ */
+export function tailscaleBinDir(): Promise<string> {
+  return buildOnce(BUILD_SCRIPT, ['tailscaled', 'tailscale', 'tsenv']);
+}
+
+/**
+ * How to make and join the namespace: as root a plain network namespace; otherwise a user namespace
+ * mapping us to root inside it, which unprivileged users may create on most distributions.
+ */
+function namespaceCommands(): { create: string[]; enter: (pid: number) => string[] } {
+  if (process.getuid?.() === 0) return { create: ['unshare', '--net', '--'], enter: (pid) => ['nsenter', '-t', String(pid), '--net', '--'] };
+  return {
+    create: ['unshare', '--map-root-user', '--net', '--'],
+    enter: (pid) => ['nsenter', '-t', String(pid), '--user', '--net', '--preserve-credentials', '--'],
+  };
+}
+
+interface TsenvReady {
+  control: string;
+  acme: string;
+  bundle: string;
+  admin: string;
+}
+
+class RealTailscaledImpl implements RealTailscaled {
+  readonly binDir: string;
+  readonly dir: string;
+  readonly domain = TS_DOMAIN;
+  readonly verbose: boolean;
+  readonly readyTimeoutMs: number;
+  readonly options: RealTailscaledOptions;
+  private holder: ManagedProcess | undefined;
+  private tsenv: ManagedProcess | undefined;
+  private tailscaled: ManagedProcess | undefined;
+  private lastTailscaledLines: string[] = [];
+  private ready!: TsenvReady;
+  private enter!: string[];
+  private stopped = false;
+
+  constructor(binDir: string, dir: string, options: RealTailscaledOptions) {
+    this.binDir = binDir;
+    this.dir = dir;
+    this.options = options;
+    this.verbose = options.verbose ?? process.env['CERTSHARE_TS_VERBOSE'] === '1';
+    this.readyTimeoutMs = options.readyTimeoutMs ?? 60_000;
+  }
+
+  get socket(): string {
+    return join(this.dir, 'tailscaled.sock');
+  }
+  get address(): string {
+    return this.socket;
+  }
+  get tailscaledRunning(): boolean {
+    return this.tailscaled !== undefined;
+  }
+
+  async init(): Promise<void> {
+    const ns = namespaceCommands();
+    // The holder keeps the namespace alive across tailscaled restarts; `unshare` execs it, so its pid
+    // is the namespace's.
+    const [unshare, ...createArgs] = ns.create;
+    this.holder = new ManagedProcess('netns', unshare!, [...createArgs, 'sleep', 'infinity'], this.verbose);
+    const holderPid = this.holder.pid;
+    if (holderPid === undefined) throw new Error(`could not start ${ns.create.join(' ')}: ${this.holder.tail()}`);
+    this.enter = ns.enter(holderPid);
+    // The namespace exists once the holder runs in it: wait until `ip` in it sees only loopback.
+    await this.poll('network namespace', this.holder, async () => {
+      const res = this.run([...this.enter, 'ip', '-o', 'link', 'show']);
+      return res.status === 0 && /^1: lo:/m.test(res.stdout) && !/^2: /m.test(res.stdout);
+    });
+    const up = this.run([...this.enter, 'ip', 'link', 'set', 'lo', 'up']);
+    if (up.status !== 0) throw new Error(`ip link set lo up in the namespace failed: ${up.stderr}`);
+
+    const tsenvArgs = ['--dir', this.dir, '--magicdns-domain', TS_MAGICDNS];
+    if (this.options.certValidity) tsenvArgs.push('--validity', this.options.certValidity);
+    if (this.options.certDomainsAtStart) tsenvArgs.push('--cert-domains');
+    if (this.verbose) tsenvArgs.push('-v');
+    this.tsenv = this.inNamespace('tsenv', [join(this.binDir, 'tsenv'), ...tsenvArgs]);
+    let line: string | undefined;
+    await this.poll('tsenv', this.tsenv, async () => {
+      line = this.tsenv!.lines.find((l) => l.startsWith('{"control"'));
+      return line !== undefined;
+    });
+    this.ready = JSON.parse(line!) as TsenvReady;
+
+    await this.startTailscaled();
+    const login = this.inNamespace('tailscale up', [
+      join(this.binDir, 'tailscale'),
+      `--socket=${this.socket}`,
+      'up',
+      `--login-server=${this.ready.control}`,
+      `--hostname=${TS_HOSTNAME}`,
+      `--timeout=${Math.round(this.readyTimeoutMs / 1000)}s`,
+    ]);
+    const keepAlive = setInterval(() => {}, 1000); // ManagedProcess children are unreferenced
+    const exit = await login.exited.finally(() => clearInterval(keepAlive));
+    if (exit.code !== 0) throw new Error(`tailscale up failed (code ${exit.code}):\n${login.tail()}\ntailscaled:\n${this.tailscaled?.tail()}`);
+  }
+
+  /** A command in the namespace, under the death-signal prefix (ManagedProcess adds it). */
+  private inNamespace(name: string, command: string[], env: Record<string, string> = {}): ManagedProcess {
+    const [enter, ...enterArgs] = this.enter;
+    const envArgs = Object.entries(env).map(([k, v]) => `${k}=${v}`);
+    // `env` and `nsenter` exec: the pid is the program's own.
+    return new ManagedProcess(name, enter!, [...enterArgs, 'env', ...envArgs, ...command], this.verbose);
+  }
+
+  private run(command: string[]): { status: number | null; stdout: string; stderr: string } {
+    const res = spawnSync(command[0]!, command.slice(1), { encoding: 'utf8', timeout: 10_000 });
+    return { status: res.status, stdout: res.stdout ?? '', stderr: res.stderr ?? String(res.error ?? '') };
+  }
+
+  /** Waits (polling) until `ready`, failing when the process exits first or after readyTimeoutMs. */
+  private poll(name: string, proc: ManagedProcess, ready: () => Promise<boolean>): Promise<void> {
+    return proc.waitReady(name, performance.now(), this.readyTimeoutMs, ready);
+  }
+
+  async startTailscaled(): Promise<void> {
+    if (this.stopped) throw new Error('real tailscaled was stopped');
+    if (this.tailscaled) return;
+    const proc = this.inNamespace(
+      'tailscaled',
+      [
+        join(this.binDir, 'tailscaled'),
+        '--tun=userspace-networking',
+        `--socket=${this.socket}`,
+        `--statedir=${join(this.dir, 'state')}`,
+        '--port=0',
+        '--no-logs-no-support',
+      ],
+      {
+        TS_DEBUG_ACME_DIRECTORY_URL: this.ready.acme,
+        SSL_CERT_FILE: this.ready.bundle,
+        // With only loopback, tailscaled would otherwise wait for a network that never comes.
+        TS_ASSUME_NETWORK_UP_FOR_TEST: '1',
+      },
+    );
+    this.tailscaled = proc;
+    try {
+      // Ready: the LocalAPI answers; after a restart with saved state, also back in Running.
+      await this.poll('tailscaled', proc, async () => {
+        const res = await this.localApi('/localapi/v0/status?peers=false');
+        if (res.status !== 200) return false;
+        return !this.loggedIn || (JSON.parse(res.body) as { BackendState?: string }).BackendState === 'Running';
+      });
+    } catch (err) {
+      await proc.terminate(5000);
+      this.lastTailscaledLines = proc.lines;
+      this.tailscaled = undefined;
+      throw err;
+    }
+    this.loggedIn = true;
+  }
+
+  /** Set once tailscaled first came up: every later start must reach Running from its saved state. */
+  private loggedIn = false;
+
+  async stopTailscaled(): Promise<void> {
+    const proc = this.tailscaled;
+    if (!proc) return;
+    this.tailscaled = undefined;
+    await proc.terminate(10_000);
+    this.lastTailscaledLines = proc.lines;
+  }
+
+  localApi(path: string): Promise<Resp> {
+    return get(this.socket, path);
+  }
+
+  private async admin(method: string, path: string): Promise<Resp> {
+    const res = await get(this.ready.admin, path, { method });
+    if (res.status >= 300) throw new Error(`tsenv ${method} ${path}: HTTP ${res.status}: ${res.body}`);
+    return res;
+  }
+
+  async enableCertDomains(): Promise<void> {
+    await this.admin('POST', '/cert-domains');
+  }
+
+  async acmeStats(): Promise<AcmeStats> {
+    return JSON.parse((await this.admin('GET', '/stats')).body) as AcmeStats;
+  }
+
+  async rateLimitOrders(orders: number, retryAfterSeconds: number): Promise<void> {
+    await this.admin('POST', `/rate-limit?orders=${orders}&retry-after=${retryAfterSeconds}`);
+  }
+
+  logs(): { tailscaled: string[]; tsenv: string[] } {
+    return { tailscaled: [...(this.tailscaled?.lines ?? this.lastTailscaledLines)], tsenv: [...(this.tsenv?.lines ?? [])] };
+  }
+
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    await this.stopTailscaled();
+    await this.tsenv?.terminate(5000);
+    await this.holder?.terminate(0);
+    await rm(this.dir, { recursive: true, force: true, maxRetries: 3 });
+    liveDirs.delete(this.dir);
+  }
+}
+
+/**
+ * A real tailscaled for the enclosing describe block: started in before() (with the build's long
+ * timeout), stopped in after(). Call the accessor in tests.
+ */
+export function useRealTailscaled(options: RealTailscaledOptions = {}): () => RealTailscaled {
+  let ts: RealTailscaled | undefined;
+  before(async () => {
+    ts = await startRealTailscaled(options);
+  }, { timeout: BUILD_AND_START_TIMEOUT_MS });
+  after(() => ts?.stop());
+  return () => {
+    if (!ts) throw new Error('useRealTailscaled(): before() hook has not run');
+    return ts;
+  };
+}
+
+const liveDirs = new Set<string>();
+let exitHookInstalled = false;
+
+/**
+ * Starts the namespace, tsenv and tailscaled, and logs tailscaled in (`tailscale up`); resolves once it
+ * is Running. The first call may build the binaries (see tailscaleBinDir()): give the hook a long timeout.
+ * Processes die with this Node process (ManagedProcess: exit hook and parent-death signal).
+ */
+export async function startRealTailscaled(options: RealTailscaledOptions = {}): Promise<RealTailscaled> {
+  const binDir = await tailscaleBinDir();
+  if (!exitHookInstalled) {
+    exitHookInstalled = true;
+    process.on('exit', () => {
+      for (const dir of liveDirs) rmSync(dir, { recursive: true, force: true });
+    });
+  }
+  // Short: unix socket paths are limited to 107 bytes.
+  const dir = await mkdtemp(join(tmpdir(), 'certshare-ts-'));
+  liveDirs.add(dir);
+  const ts = new RealTailscaledImpl(binDir, dir, options);
+  try {
+    await ts.init();
+  } catch (err) {
+    await ts.stop().catch(() => {});
+    throw err;
+  }
+  return ts;
+}

@@ -1,0 +1,344 @@
+// Command tsenv is the world around a real tailscaled in certshare's tests: Tailscale's own test
+// control server (tstest/integration/testcontrol), a local DERP server, and the pebble ACME server
+// (used as a library) behind a front that fixes what tailscaled's ACME client needs and counts
+// orders. It is meant to run inside a network namespace with only loopback (the harness starts it
+// with `nsenter -n`); the admin API is on a unix socket so the test process outside can reach it.
+//
+// Once every listener is up it prints one JSON line on stdout (see ready) and serves until killed.
+package main
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/letsencrypt/pebble/v2/ca"
+	"github.com/letsencrypt/pebble/v2/db"
+	"github.com/letsencrypt/pebble/v2/va"
+	"github.com/letsencrypt/pebble/v2/wfe"
+	"tailscale.com/derp/derpserver"
+	"tailscale.com/tailcfg"
+	"tailscale.com/tstest/integration/testcontrol"
+	"tailscale.com/types/key"
+	"tailscale.com/types/logger"
+)
+
+// ready is the line printed once everything listens.
+type ready struct {
+	Control string `json:"control"` // login server URL for `tailscale up --login-server`
+	ACME    string `json:"acme"`    // ACME directory URL for TS_DEBUG_ACME_DIRECTORY_URL
+	Bundle  string `json:"bundle"`  // PEM file for SSL_CERT_FILE: the ACME front's TLS CA and pebble's root
+	Admin   string `json:"admin"`   // unix socket of the admin API
+}
+
+// acmeFront counts ACME requests and can answer new orders with a rate-limit problem.
+type acmeFront struct {
+	next http.Handler
+
+	mu             sync.Mutex
+	newOrders      map[string]int // by the order's identifiers, comma-joined
+	finalizes      int
+	rateLimited    int // new orders answered 429 so far
+	rateLimitLeft  int // how many further new orders to answer 429
+	rateLimitAfter int // Retry-After seconds of those answers
+}
+
+type stats struct {
+	NewOrders   map[string]int `json:"newOrders"`
+	Orders      int            `json:"orders"` // new orders that reached pebble (rate-limited ones excluded)
+	Finalizes   int            `json:"finalizes"`
+	RateLimited int            `json:"rateLimited"`
+}
+
+func (f *acmeFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/order-plz":
+		body, err := readBody(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		names := orderNames(body)
+		f.mu.Lock()
+		limited := f.rateLimitLeft > 0
+		if limited {
+			f.rateLimitLeft--
+			f.rateLimited++
+		} else {
+			f.newOrders[names]++
+		}
+		after := f.rateLimitAfter
+		f.mu.Unlock()
+		if limited {
+			// What Let's Encrypt sends (RFC 8555 §6.6): a problem document with Retry-After.
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.Header().Set("Retry-After", strconv.Itoa(after))
+			w.WriteHeader(http.StatusTooManyRequests)
+			json.NewEncoder(w).Encode(map[string]any{
+				"type":   "urn:ietf:params:acme:error:rateLimited",
+				"detail": fmt.Sprintf("too many certificates (5) already issued for this exact set of identifiers in the last 168h0m0s, retry after %ds", after),
+				"status": http.StatusTooManyRequests,
+			})
+			return
+		}
+	case r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/finalize-order/"):
+		f.mu.Lock()
+		f.finalizes++
+		f.mu.Unlock()
+		// pebble 2.10 omits Location on finalize (letsencrypt/pebble#508); tailscaled's ACME client
+		// reads the order URL from it, as Let's Encrypt sends it.
+		id := strings.TrimPrefix(r.URL.Path, "/finalize-order/")
+		w = &locationWriter{ResponseWriter: w, location: "https://" + r.Host + "/my-order/" + id}
+	}
+	f.next.ServeHTTP(w, r)
+}
+
+func (f *acmeFront) stats() stats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := stats{NewOrders: map[string]int{}, Finalizes: f.finalizes, RateLimited: f.rateLimited}
+	for k, v := range f.newOrders {
+		s.NewOrders[k] = v
+		s.Orders += v
+	}
+	return s
+}
+
+// readBody reads the body and puts it back for the next handler.
+func readBody(r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return body, nil
+}
+
+// orderNames is the comma-joined identifier values of a new-order JWS (flattened JSON serialisation).
+func orderNames(body []byte) string {
+	var jws struct{ Payload string }
+	if json.Unmarshal(body, &jws) != nil {
+		return "?"
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(jws.Payload)
+	if err != nil {
+		return "?"
+	}
+	var order struct{ Identifiers []struct{ Value string } }
+	if json.Unmarshal(payload, &order) != nil {
+		return "?"
+	}
+	var names []string
+	for _, id := range order.Identifiers {
+		names = append(names, id.Value)
+	}
+	return strings.Join(names, ",")
+}
+
+type locationWriter struct {
+	http.ResponseWriter
+	location string
+}
+
+func (l *locationWriter) WriteHeader(code int) {
+	if l.Header().Get("Location") == "" {
+		l.Header().Set("Location", l.location)
+	}
+	l.ResponseWriter.WriteHeader(code)
+}
+
+func (l *locationWriter) Write(b []byte) (int, error) {
+	if l.Header().Get("Location") == "" {
+		l.Header().Set("Location", l.location)
+	}
+	return l.ResponseWriter.Write(b)
+}
+
+// selfSignedServer makes a CA and a 127.0.0.1 serving certificate signed by it.
+func selfSignedServer() (caPEM []byte, cert tls.Certificate, err error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, cert, err
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "certshare tsenv ACME front CA"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(30 * 24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return nil, cert, err
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, cert, err
+	}
+	leafTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(30 * 24 * time.Hour),
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:     []string{"localhost"},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, caCert, &leafKey.PublicKey, caKey)
+	if err != nil {
+		return nil, cert, err
+	}
+	caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	return caPEM, tls.Certificate{Certificate: [][]byte{leafDER}, PrivateKey: leafKey}, nil
+}
+
+func main() {
+	dir := flag.String("dir", "", "directory for the CA bundle and the admin socket (required)")
+	magicDNS := flag.String("magicdns-domain", "tailnet-test.ts.net", "MagicDNS suffix: the cert domain is <hostname>.<this>")
+	validity := flag.Duration("validity", 90*24*time.Hour, "lifetime of the certificates pebble issues")
+	domainsAtStart := flag.Bool("cert-domains", false, "send the cert domain from the start (otherwise: after POST /cert-domains on the admin API)")
+	verbose := flag.Bool("v", false, "log control and pebble activity to stderr")
+	flag.Parse()
+	if *dir == "" {
+		log.Fatal("tsenv: --dir is required")
+	}
+	logf := logger.Discard
+	pebbleLog := log.New(discard{}, "", 0)
+	if *verbose {
+		logf = log.Printf
+		pebbleLog = log.New(os.Stderr, "pebble ", log.LstdFlags)
+	}
+
+	// DERP on loopback, so that tailscaled does not go looking for Tailscale's own DERP servers.
+	derp := derpserver.New(key.NewNode(), logf)
+	derpServer := httptest.NewUnstartedServer(derpserver.Handler(derp))
+	derpServer.Config.ErrorLog = log.New(discard{}, "", 0)
+	derpServer.StartTLS()
+	derpPort := derpServer.Listener.Addr().(*net.TCPAddr).Port
+	derpMap := &tailcfg.DERPMap{Regions: map[int]*tailcfg.DERPRegion{1: {
+		RegionID: 1, RegionCode: "test", RegionName: "loopback",
+		Nodes: []*tailcfg.DERPNode{{Name: "1a", RegionID: 1, HostName: "127.0.0.1", IPv4: "127.0.0.1", IPv6: "none",
+			DERPPort: derpPort, STUNPort: -1, InsecureForTests: true}},
+	}}}
+
+	controlLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatalf("tsenv: control listener: %v", err)
+	}
+	control := &testcontrol.Server{
+		Logf:            logf,
+		DERPMap:         derpMap,
+		MagicDNSDomain:  *magicDNS,
+		ExplicitBaseURL: "http://" + controlLn.Addr().String(),
+	}
+	// testcontrol sends DNS.CertDomains only once it has a DNS config: AddDNSRecords creates one and
+	// pushes a netmap update to every node, which is how the domain "appears".
+	enableCertDomains := func() {
+		control.AddDNSRecords(tailcfg.DNSRecord{Name: "certshare-tsenv." + *magicDNS, Value: netip.MustParseAddr("100.64.0.99").String()})
+	}
+	if *domainsAtStart {
+		enableCertDomains()
+	}
+	go func() { log.Fatal(http.Serve(controlLn, control)) }()
+
+	// pebble, as its own command wires it, minus its listeners.
+	for k, v := range map[string]string{
+		"PEBBLE_VA_ALWAYS_VALID": "1", // no challenge validation: tailscaled publishes DNS-01 through control only
+		"PEBBLE_VA_NOSLEEP":      "1",
+		"PEBBLE_AUTHZREUSE":      "0", // reused authorizations break tailscaled's renewals
+		"PEBBLE_WFE_NONCEREJECT": "0", // deterministic request counts
+	} {
+		os.Setenv(k, v)
+	}
+	store := db.NewMemoryStore()
+	profiles := map[string]ca.Profile{"default": {Description: "certshare tests", ValidityPeriod: uint64(validity.Seconds())}}
+	authority := ca.New(pebbleLog, store, "", "ecdsa", 0, 1, profiles)
+	validator := va.New(pebbleLog, 5002, 5001, false, "", store)
+	frontend := wfe.New(pebbleLog, store, validator, authority, []string{"pebble.letsencrypt.org"}, false, false, 0, 0)
+	front := &acmeFront{next: frontend.Handler(), newOrders: map[string]int{}}
+
+	tlsCA, tlsCert, err := selfSignedServer()
+	if err != nil {
+		log.Fatalf("tsenv: TLS certificate: %v", err)
+	}
+	acmeLn, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{tlsCert}})
+	if err != nil {
+		log.Fatalf("tsenv: ACME listener: %v", err)
+	}
+	go func() { log.Fatal((&http.Server{Handler: front, ErrorLog: log.New(discard{}, "", 0)}).Serve(acmeLn)) }()
+
+	bundle := filepath.Join(*dir, "ca-bundle.pem")
+	if err := os.WriteFile(bundle, append(tlsCA, authority.GetRootCert(0).PEM()...), 0o644); err != nil {
+		log.Fatalf("tsenv: %v", err)
+	}
+
+	adminPath := filepath.Join(*dir, "tsenv.sock")
+	os.Remove(adminPath)
+	adminLn, err := net.Listen("unix", adminPath)
+	if err != nil {
+		log.Fatalf("tsenv: admin listener: %v", err)
+	}
+	admin := http.NewServeMux()
+	admin.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(front.stats())
+	})
+	admin.HandleFunc("POST /cert-domains", func(w http.ResponseWriter, r *http.Request) {
+		enableCertDomains()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	// POST /rate-limit?orders=N&retry-after=S: the next N new orders get a 429 rateLimited problem.
+	admin.HandleFunc("POST /rate-limit", func(w http.ResponseWriter, r *http.Request) {
+		n, err1 := strconv.Atoi(r.URL.Query().Get("orders"))
+		after, err2 := strconv.Atoi(r.URL.Query().Get("retry-after"))
+		if err1 != nil || err2 != nil || n < 0 || after < 0 {
+			http.Error(w, "want orders=N&retry-after=SECONDS", http.StatusBadRequest)
+			return
+		}
+		front.mu.Lock()
+		front.rateLimitLeft, front.rateLimitAfter = n, after
+		front.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	})
+	go func() { log.Fatal(http.Serve(adminLn, admin)) }()
+
+	line, _ := json.Marshal(ready{
+		Control: control.ExplicitBaseURL,
+		ACME:    "https://" + acmeLn.Addr().String() + wfe.DirectoryPath,
+		Bundle:  bundle,
+		Admin:   adminPath,
+	})
+	fmt.Println(string(line))
+	select {}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
