@@ -1,4 +1,5 @@
 import type { BackoffPolicy } from '../core/backoff.ts';
+import { isFqdn, normaliseDomain } from '../core/domain.ts';
 import { parseDuration } from '../core/duration.ts';
 import { CertshareError } from '../core/errors.ts';
 import type { RenewalPolicy } from '../core/renewal.ts';
@@ -79,11 +80,9 @@ function positiveInteger(values: FlagValues, name: string): number {
   return n;
 }
 
-const FQDN = /^(?=.{1,253}$)(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/;
-
 export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): DaemonConfig {
-  const domains = ((values.domain as string[] | undefined) ?? []).map((d) => d.trim().toLowerCase().replace(/\.$/, ''));
-  for (const d of domains) if (!FQDN.test(d)) throw new CertshareError('CERTSHARE_BAD_FLAG', `--domain: "${d}" is not a fully qualified domain name`);
+  const domains = ((values.domain as string[] | undefined) ?? []).map(normaliseDomain);
+  for (const d of domains) if (!isFqdn(d)) throw new CertshareError('CERTSHARE_BAD_FLAG', `--domain: "${d}" is not a fully qualified domain name`);
   const serveConfig = values['serve-config'] as string | undefined;
   if (domains.length === 0 && !serveConfig) throw new CertshareError('CERTSHARE_BAD_FLAG', 'give at least one --domain or a --serve-config file');
 

@@ -15,7 +15,8 @@ export type ErrorCode =
   | 'CERTSHARE_STORE_CORRUPT'
   | 'CERTSHARE_RELOAD_FAILED'
   | 'CERTSHARE_KUBE_HTTP'
-  | 'CERTSHARE_KUBE_RESPONSE_TOO_LARGE';
+  | 'CERTSHARE_KUBE_RESPONSE_TOO_LARGE'
+  | 'CERTSHARE_BAD_ANNOTATION';
 
 export class CertshareError extends Error {
   readonly code: ErrorCode;
