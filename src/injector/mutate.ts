@@ -117,6 +117,9 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
 
   const next = {
     ...spec,
+    // A projected token needs a named ServiceAccount; the ServiceAccount admission plugin (which runs
+    // before webhooks) names "default" where the Pod names none, and so does this where it did not run.
+    serviceAccountName: spec.serviceAccountName ?? spec.serviceAccount ?? 'default',
     automountServiceAccountToken: explicitAutomount ? true : false,
     initContainers: [...initContainers.map(withoutAutoMounts), sidecar],
     containers,
@@ -124,7 +127,7 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
     readinessGates: gates,
   };
   // "add" on an existing member replaces it (RFC 6902): whole fields, computed from the Pod as seen.
-  const patch: JsonPatchOp[] = (['automountServiceAccountToken', 'initContainers', 'containers', 'volumes', 'readinessGates'] as const)
+  const patch: JsonPatchOp[] = (['serviceAccountName', 'automountServiceAccountToken', 'initContainers', 'containers', 'volumes', 'readinessGates'] as const)
     .filter((field) => JSON.stringify(next[field]) !== JSON.stringify(spec[field]) && !(spec[field] === undefined && Array.isArray(next[field]) && next[field].length === 0))
     .map((field) => ({ op: 'add', path: `/spec/${field}`, value: next[field] }));
   return { kind: 'inject', pod: { ...pod, spec: next }, patch };

@@ -78,6 +78,7 @@ describe('injector mutation', () => {
     ]);
     // The token only in certshare's container; the proxies read the certificates, read-only.
     assert.equal(stored.spec!.automountServiceAccountToken, false);
+    assert.equal(stored.spec!.serviceAccountName, 'default', 'a projected token needs a named ServiceAccount');
     for (const c of stored.spec!.containers) {
       assert.ok(!c.volumeMounts?.some((m) => m.name === 'certshare-token'), `${c.name} has no token`);
       assert.deepEqual(c.volumeMounts?.find((m) => m.name === 'certshare-certs'), { name: 'certshare-certs', mountPath: '/certs', readOnly: true });
