@@ -38,6 +38,7 @@ export const INJECTOR_FLAGS: FlagSpec[] = [
   { name: 'default-out-dir', placeholder: 'DIR', default: '/certs', help: 'Certificate directory of injected sidecars without certshare.io/out-dir.' },
   { name: 'default-readiness-gate', placeholder: 'TYPE|none', default: DEFAULT_READINESS_GATE, help: 'Readiness gate of injected Pods without certshare.io/readiness-gate.' },
   { name: 'default-socket-volume', placeholder: 'VOLUME', default: 'tailscale-socket', help: "The Pod volume holding tailscaled's socket, without certshare.io/socket-volume." },
+  { name: 'drain-delay', placeholder: 'DURATION', default: '5s', help: 'On SIGTERM: keep answering this long, closing each kept-alive connection after its response, before the listener closes (the endpoint is gone meanwhile).' },
   { name: 'log-level', placeholder: 'LEVEL', default: 'info', help: 'debug, info, warn or error.' },
 ];
 
@@ -53,6 +54,7 @@ export interface InjectorConfig {
   policy: RotationPolicy;
   resyncMs: number;
   kubeTimeoutMs: number;
+  drainDelayMs: number;
   defaults: InjectionDefaults;
   logLevel: string;
 }
@@ -104,6 +106,7 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
     policy,
     resyncMs,
     kubeTimeoutMs,
+    drainDelayMs: duration(values, 'drain-delay'),
     defaults: {
       image: String(values['sidecar-image']),
       mode: mode as ShareMode,
@@ -152,7 +155,7 @@ export async function startInjector(config: InjectorConfig, deps: { logger: Logg
     controller,
     async stop() {
       await controller.stop();
-      await server.close();
+      await server.close({ drainMs: config.drainDelayMs });
     },
   };
 }
@@ -167,6 +170,6 @@ export async function injectorCommand(argv: string[]): Promise<number> {
   const [{ createLogger }, { stopOnSignal }] = await Promise.all([import('../cli/logger.ts'), import('../cli/run-command.ts')]);
   const logger = createLogger(config.logLevel, 'certshare-injector');
   const injector = await startInjector(config, { logger, env: process.env });
-  const code = await stopOnSignal(injector, logger, 10_000);
+  const code = await stopOnSignal(injector, logger, config.drainDelayMs + 10_000);
   process.exit(code);
 }

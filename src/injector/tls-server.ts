@@ -26,7 +26,12 @@ export interface TlsServer {
   readonly serial: string | undefined;
   /** Validates the pair (it parses, the key matches), then serves it to every new handshake. Throws and keeps the old one otherwise. */
   setPair(pair: ServingPair): void;
-  close(): Promise<void>;
+  /**
+   * Graceful stop, for after the endpoint was taken out of rotation: for `drainMs` every response says
+   * `Connection: close`, so clients leave their kept-alive connections themselves; then the listener
+   * closes, idle connections end, requests in flight get up to `graceMs` to finish.
+   */
+  close(options?: { drainMs?: number; graceMs?: number }): Promise<void>;
 }
 
 function secureOptions(pair: ServingPair): { cert: string; key: string; serial: string } {
@@ -66,8 +71,9 @@ function readJson(req: IncomingMessage): Promise<unknown> {
   });
 }
 
-function send(res: ServerResponse, status: number, body: unknown): void {
+function send(res: ServerResponse, status: number, body: unknown, keepAlive: boolean): void {
   const text = JSON.stringify(body);
+  if (!keepAlive) res.shouldKeepAlive = false;
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
   res.end(text);
 }
@@ -78,17 +84,19 @@ function send(res: ServerResponse, status: number, body: unknown): void {
  */
 export async function startTlsServer(options: { host: string; port: number; pair?: ServingPair; routes: Record<string, JsonHandler> }): Promise<TlsServer> {
   let serial: string | undefined;
+  let draining = false;
+  const reply = (res: ServerResponse, status: number, body: unknown) => send(res, status, body, !draining);
   const initial = options.pair ? secureOptions(options.pair) : undefined;
   serial = initial?.serial;
   const server: Server = createServer({ ...(initial ? { cert: initial.cert, key: initial.key } : {}), minVersion: 'TLSv1.2' }, (req, res) => {
     const path = (req.url ?? '/').split('?')[0]!;
     if (req.method === 'GET' && path === '/healthz') {
-      send(res, serial ? 200 : 503, { serving: serial !== undefined });
+      reply(res, serial ? 200 : 503, { serving: serial !== undefined });
       return;
     }
     const handler = options.routes[path];
     if (handler === undefined || req.method !== 'POST') {
-      send(res, 404, { error: `certshare injector serves POST ${Object.keys(options.routes).join(', ')} and GET /healthz` });
+      reply(res, 404, { error: `certshare injector serves POST ${Object.keys(options.routes).join(', ')} and GET /healthz` });
       return;
     }
     readJson(req).then(
@@ -97,12 +105,12 @@ export async function startTlsServer(options: { host: string; port: number; pair
         try {
           answer = handler(body);
         } catch (err) {
-          send(res, 500, { error: errorMessage(err) });
+          reply(res, 500, { error: errorMessage(err) });
           return;
         }
-        send(res, 200, answer);
+        reply(res, 200, answer);
       },
-      (err: unknown) => send(res, (err as { status?: number }).status ?? 400, { error: errorMessage(err) }),
+      (err: unknown) => reply(res, (err as { status?: number }).status ?? 400, { error: errorMessage(err) }),
     );
   });
   // The apiserver keeps connections to webhooks alive; a bound on idle ones frees sockets of gone callers.
@@ -126,10 +134,20 @@ export async function startTlsServer(options: { host: string; port: number; pair
       server.setSecureContext({ cert: next.cert, key: next.key, minVersion: 'TLSv1.2' });
       serial = next.serial;
     },
-    close() {
+    async close({ drainMs = 0, graceMs = 5000 } = {}) {
+      draining = true;
+      // Closing a kept-alive connection the moment a client sends on it loses that request (Go's client,
+      // the apiserver's, does not retry a POST it wrote): let clients close them after a response instead.
+      if (drainMs > 0) await new Promise((resolve) => setTimeout(resolve, drainMs));
       return new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
+        const bound = setTimeout(() => server.closeAllConnections(), graceMs);
+        server.close(() => {
+          clearTimeout(bound);
+          resolve();
+        });
+        // Idle kept-alive connections end now (a client retries a request on a connection closed while idle);
+        // a connection with a request in flight ends after its response.
+        server.closeIdleConnections();
       });
     },
   };

@@ -85,6 +85,19 @@ describe('webhook TLS server with hot reload', () => {
     assert.equal(fresh.serial, second.serial);
   });
 
+  it('drains on close: responses say Connection: close, so clients leave kept-alive connections before the listener goes', async () => {
+    const other = await startTlsServer({ host: '127.0.0.1', port: 0, pair: first, routes: { '/echo': (body) => body } });
+    const a = agent();
+    const before = await post(other.port, a, '/echo', {});
+    assert.equal(before.socket.destroyed, false);
+    const closing = other.close({ drainMs: 300 });
+    const during = await post(other.port, a, '/echo', {});
+    assert.equal(during.reused, true, 'still answering on the kept-alive connection while draining');
+    assert.equal(during.status, 200);
+    await closing;
+    assert.equal(during.socket.destroyed, true, 'the client closed the connection after the Connection: close response');
+  });
+
   it('answers a body that is not JSON with 400 and an unknown path with 404, and stays up', async () => {
     const a = agent();
     const bad = await new Promise<number>((resolve, reject) => {

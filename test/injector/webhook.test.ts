@@ -1,6 +1,8 @@
 // The injector against the real kube-apiserver: the apiserver calls the webhook over TLS (clientConfig.url
 // on 127.0.0.1), trusting only the caBundle the injector itself keeps in the MutatingWebhookConfiguration.
 import assert from 'node:assert/strict';
+import { EventEmitter } from 'node:events';
+import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
 import { parseFlags } from '../../src/cli/flags.ts';
@@ -12,31 +14,13 @@ import { useControlPlane } from '../harness/use-control-plane.ts';
 import { must } from '../support/kube.ts';
 import { freePort } from '../support/processes.ts';
 import { onEvent, until } from '../support/wait.ts';
+import { startRelay, type Relay } from './relay.ts';
 
 const cp = useControlPlane();
 const WEBHOOK = 'inject.certshare.io';
-
-function webhookConfiguration(name: string, port: number, ns: string) {
-  return {
-    apiVersion: 'admissionregistration.k8s.io/v1',
-    kind: 'MutatingWebhookConfiguration',
-    metadata: { name },
-    webhooks: [
-      {
-        name: WEBHOOK,
-        // No caBundle: the injector writes it.
-        clientConfig: { url: `https://127.0.0.1:${port}/mutate` },
-        rules: [{ apiGroups: [''], apiVersions: ['v1'], operations: ['CREATE'], resources: ['pods'] }],
-        namespaceSelector: { matchLabels: { 'kubernetes.io/metadata.name': ns } },
-        failurePolicy: 'Fail',
-        sideEffects: 'None',
-        admissionReviewVersions: ['v1'],
-        reinvocationPolicy: 'IfNeeded',
-        timeoutSeconds: 10,
-      },
-    ],
-  };
-}
+const CONFIG = 'certshare-injector';
+const INJECTOR_NS = 'certshare';
+const MANIFESTS = fileURLToPath(new URL('../../manifests/injector', import.meta.url));
 
 function podBody(name: string, annotations?: Record<string, string>): V1Pod {
   return {
@@ -72,39 +56,71 @@ async function webhookMetrics(): Promise<{ calls: Record<string, number>; reject
   return { calls, rejections };
 }
 
-describe('injector against the real apiserver', () => {
-  let ns: string;
-  let injector: Injector;
-  let configName: string;
+interface Replica {
+  name: string;
+  port: number;
+  injector: Injector;
+}
 
-  before(async () => {
-    ns = `inj-${process.pid}`;
-    configName = `certshare-injector-${process.pid}`;
-    await must(cp().kubectl(['create', 'namespace', ns]));
+describe('injector against the real apiserver (manifests/injector RBAC, two replicas behind a relay)', () => {
+  const ns = `inj-${process.pid}`;
+  let relay: Relay;
+  let kubeconfig: string;
+  let replicas: Replica[] = [];
+  /** Every replica's controller events, also of replicas since stopped. */
+  const bus = new EventEmitter();
+  const totals: Record<string, number> = {};
+  let started = 0;
+
+  async function startReplica(): Promise<Replica> {
+    const name = `injector-${++started}`;
     const port = await freePort();
-    await must(cp().kubectl(['apply', '-f', '-'], { input: JSON.stringify(webhookConfiguration(configName, port, ns)) }));
     const values = parseFlags(
       INJECTOR_FLAGS,
       [
         '--listen', `127.0.0.1:${port}`,
         '--extra-san', '127.0.0.1',
-        '--inject-ca-into', `mutatingwebhookconfiguration/${configName}`,
         // Rotation in seconds: a new CA every 6 s, a new leaf every 2 s, 1 s for the apiserver to see a new bundle.
         '--ca-lifetime', '12s', '--ca-rotate-before', '6s',
         '--leaf-lifetime', '4s', '--leaf-renew-before', '2s',
         '--propagation-grace', '1s', '--resync', '1s',
+        '--drain-delay', '1s',
       ],
       {},
     );
-    const env = { KUBECONFIG: cp().adminKubeconfigPath, POD_NAMESPACE: ns };
-    const logger = process.env.CERTSHARE_TEST_LOG ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, 'injector') : silentLogger;
-    injector = await startInjector(injectorConfigFrom(values, env), { logger, env });
-    await until('the injector serves a leaf', () => injector.server.serial !== undefined, [onEvent(injector.controller, 'served')], 30_000);
+    const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS };
+    const logger = process.env.CERTSHARE_TEST_LOG ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, name) : silentLogger;
+    const injector = await startInjector(injectorConfigFrom(values, env), { logger, env });
+    injector.controller.on('action', (action) => {
+      totals[action.kind] = (totals[action.kind] ?? 0) + 1;
+      bus.emit('action', action);
+    });
+    injector.controller.on('served', (serial) => bus.emit('served', { name, serial, injector }));
+    return { name, port, injector };
+  }
+
+  const serving = (r: Replica) => r.injector.server.serial !== undefined;
+
+  before(async () => {
+    await must(cp().kubectl(['create', 'namespace', INJECTOR_NS]));
+    await must(cp().kubectl(['apply', '-k', MANIFESTS]));
+    // The manifests call the Service; without kube-proxy the test points the apiserver at a relay on loopback.
+    relay = await startRelay([]);
+    const clientConfig = [{ op: 'replace', path: '/webhooks/0/clientConfig', value: { url: `https://127.0.0.1:${relay.port}/mutate` } }];
+    await must(cp().kubectl(['patch', 'mutatingwebhookconfiguration', CONFIG, '--type=json', '-p', JSON.stringify(clientConfig)]));
+    await must(cp().kubectl(['create', 'namespace', ns]));
+    await must(cp().kubectl(['label', 'namespace', ns, 'certshare.io/injection=enabled']));
+    // Under the manifests' ServiceAccount: their least-privilege RBAC is what the injector gets.
+    kubeconfig = await cp().kubeconfigFor(INJECTOR_NS, 'certshare-injector');
+    replicas = [await startReplica(), await startReplica()];
+    relay.setTargets(replicas.map((r) => r.port));
+    await until('both replicas serve a leaf', () => replicas.every(serving), [onEvent(bus, 'served')], 30_000);
   });
 
   after(async () => {
-    await injector?.stop();
-    await cp().kubectl(['delete', 'mutatingwebhookconfiguration', configName, '--ignore-not-found']);
+    await Promise.all(replicas.map((r) => r.injector.stop()));
+    await relay?.close();
+    await cp().kubectl(['delete', 'mutatingwebhookconfiguration', CONFIG, '--ignore-not-found']);
   });
 
   async function createPod(body: V1Pod): Promise<{ status: number; body: string }> {
@@ -114,12 +130,15 @@ describe('injector against the real apiserver', () => {
 
   /** Serials of the CAs in the stored configuration's caBundle. */
   async function storedBundle(): Promise<string[]> {
-    const res = await cp().adminRequest('GET', `/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/${configName}`);
+    const res = await cp().adminRequest('GET', `/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/${CONFIG}`);
     return bundleSerials(Buffer.from(JSON.parse(res.body).webhooks[0].clientConfig.caBundle ?? '', 'base64').toString());
   }
 
   it('keeps its CA in the webhook configuration and serves a leaf signed by it', async () => {
-    assert.ok((await storedBundle()).includes(injector.controller.state.leaf!.signedBy));
+    const bundle = await storedBundle();
+    for (const r of replicas) assert.ok(bundle.includes(r.injector.controller.state.leaf!.signedBy), r.name);
+    const secrets = await cp().adminRequest('GET', `/api/v1/namespaces/${INJECTOR_NS}/secrets`);
+    assert.deepEqual((JSON.parse(secrets.body).items as { metadata: { name: string } }[]).map((x) => x.metadata.name).sort(), ['certshare-injector-ca', 'certshare-injector-tls']);
   });
 
   it('injects an annotated Pod, leaves others untouched, rejects a bad annotation with its message', async () => {
@@ -142,9 +161,20 @@ describe('injector against the real apiserver', () => {
     assert.match(JSON.parse(bad.body).message, /certshare\.io\/mode: "writer" is not rw, ro or auto/);
   });
 
-  it('rotates CA and leaf several times while Pods are created continuously: zero admission failures', { timeout: 180_000 }, async () => {
-    const controller = injector.controller;
-    const start = { ...controller.counts };
+  it('does not touch Pods outside the selected namespaces, nor the injector itself', async () => {
+    const system = await cp().adminRequest('POST', '/api/v1/namespaces/kube-system/pods', { body: podBody('annotated-system', asked) });
+    assert.equal(system.status, 201, system.body);
+    assert.equal((JSON.parse(system.body) as V1Pod).spec!.initContainers, undefined);
+    const self = podBody('injector-like', asked);
+    self.metadata!.labels = { 'app.kubernetes.io/name': 'certshare-injector' };
+    const selfRes = await createPod(self);
+    assert.equal(selfRes.status, 201, selfRes.body);
+    assert.equal((JSON.parse(selfRes.body) as V1Pod).spec!.initContainers, undefined);
+  });
+
+  it('rotates CA and leaf several times while Pods are created continuously and replicas are replaced: zero admission failures', { timeout: 240_000 }, async () => {
+    const start = { ...totals };
+    const delta = (kind: string) => (totals[kind] ?? 0) - (start[kind] ?? 0);
     const metricsBefore = await webhookMetrics();
     const failures: string[] = [];
     let created = 0;
@@ -157,42 +187,52 @@ describe('injector against the real apiserver', () => {
         else created++;
       }
     };
-    // Each leaf, the moment it is served, must be signed by a CA the stored configuration already carries.
+    // Each leaf, the moment a replica serves it, must be signed by a CA the stored configuration already carries.
     const checks: Promise<void>[] = [];
-    const onServed = (serial: string) => {
-      const signer = controller.state.leaf?.serial === serial ? controller.state.leaf.signedBy : undefined;
+    const onServed = ({ name, serial, injector }: { name: string; serial: string; injector: Injector }) => {
+      const leaf = injector.controller.state.leaf;
+      const signer = leaf?.serial === serial ? leaf.signedBy : undefined;
       checks.push(
         storedBundle().then((serials) => {
-          if (!signer || !serials.includes(signer)) failures.push(`leaf ${serial} served while the configuration carries ${serials.join(',')} (signer ${signer})`);
+          if (!signer || !serials.includes(signer)) failures.push(`${name} served leaf ${serial} while the configuration carries ${serials.join(',')} (signer ${signer})`);
         }),
       );
     };
-    controller.on('served', onServed);
+    bus.on('served', onServed);
+    // At each new CA, the oldest replica goes (out of the relay first, as an endpoint is removed before
+    // SIGTERM; then a graceful stop) and a fresh one takes its place.
+    let replaced = 0;
+    let replacing = Promise.resolve();
+    const onAction = (action: { kind: string }) => {
+      if (action.kind !== 'create-ca') return;
+      replacing = replacing.then(async () => {
+        const [oldest, ...rest] = replicas;
+        relay.setTargets(rest.map((r) => r.port));
+        await oldest!.injector.stop();
+        const fresh = await startReplica();
+        await until(`${fresh.name} serves`, () => serving(fresh), [onEvent(bus, 'served')], 30_000);
+        replicas = [...rest, fresh];
+        relay.setTargets(replicas.map((r) => r.port));
+        replaced++;
+      });
+    };
+    bus.on('action', onAction);
     const workers = [creator(0), creator(1)];
     try {
       // Three CAs after the first, each retiring its predecessor after that one's last leaf expired.
-      await until(
-        'three CA rotations with their retirements',
-        () => controller.counts['create-ca'] - start['create-ca'] >= 3 && controller.counts['retire-ca'] - start['retire-ca'] >= 2,
-        [onEvent(controller, 'action')],
-        120_000,
-      );
+      await until('three CA rotations with their retirements', () => delta('create-ca') >= 3 && delta('retire-ca') >= 2, [onEvent(bus, 'action')], 180_000);
     } finally {
       stop = true;
-      controller.off('served', onServed);
-      await Promise.all([...workers, ...checks]);
+      bus.off('served', onServed);
+      bus.off('action', onAction);
+      await Promise.all([...workers, ...checks, replacing]);
     }
     const metricsAfter = await webhookMetrics();
-    const rotations = {
-      cas: controller.counts['create-ca'] - start['create-ca'],
-      leaves: controller.counts['issue-leaf'] - start['issue-leaf'],
-      retired: controller.counts['retire-ca'] - start['retire-ca'],
-      created,
-    };
-    console.log(`injector rotation run: ${JSON.stringify(rotations)}; apiserver webhook calls ${JSON.stringify(metricsAfter.calls)}, rejections ${JSON.stringify(metricsAfter.rejections)}`);
+    const run = { cas: delta('create-ca'), leaves: delta('issue-leaf'), retired: delta('retire-ca'), publishes: delta('publish'), replicasReplaced: replaced, podsCreated: created };
+    console.log(`injector rotation run: ${JSON.stringify(run)}; apiserver webhook calls ${JSON.stringify(metricsAfter.calls)}, rejections ${JSON.stringify(metricsAfter.rejections)}`);
     assert.deepEqual(failures, []);
     assert.ok(created >= 10, `only ${created} Pods created`);
-    assert.ok(rotations.leaves >= 3);
+    assert.ok(run.leaves >= 3 && replaced >= 2, JSON.stringify(run));
     // The apiserver's own account: no call failed (calling_webhook_error) during the run.
     const newErrors = (metricsAfter.rejections.calling_webhook_error ?? 0) - (metricsBefore.rejections.calling_webhook_error ?? 0);
     assert.equal(newErrors, 0, `apiserver counted ${newErrors} failed webhook calls`);
