@@ -66,7 +66,8 @@ function parseFraction(text: string): number {
   return value;
 }
 
-function duration(values: FlagValues, name: string): number {
+/** A Go-style duration flag in milliseconds; CERTSHARE_BAD_FLAG naming the flag otherwise. */
+export function duration(values: FlagValues, name: string): number {
   try {
     return parseDuration(String(values[name]));
   } catch (err) {

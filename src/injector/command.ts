@@ -3,14 +3,13 @@
 import { CustomObjectsApi } from '@kubernetes/client-node/dist/gen/index.js';
 import { rotationPolicyProblem, type RotationPolicy } from '../core/ca-rotation.ts';
 import { systemClock, type Clock } from '../core/clock.ts';
-import { parseDuration } from '../core/duration.ts';
 import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { connectKube } from '../kube/connection.ts';
 import { makeApi } from '../kube/https-transport.ts';
 import { parseListenAddress } from '../server/http-server.ts';
 import { parseFlags, usage, type FlagSpec, type FlagValues } from '../cli/flags.ts';
-import type { ShareMode } from '../cli/run-options.ts';
+import { duration, type ShareMode } from '../cli/run-options.ts';
 import { InjectorController } from './controller.ts';
 import { DEFAULT_READINESS_GATE, admissionReviewResponse, type InjectionDefaults } from './mutate.ts';
 import { serviceDnsNames, type LeafNames } from './pki.ts';
@@ -60,14 +59,6 @@ export interface InjectorConfig {
 }
 
 const IP = /^(\d{1,3}(\.\d{1,3}){3}|[0-9a-f:]*:[0-9a-f:.]*)$/i;
-
-function duration(values: FlagValues, name: string): number {
-  try {
-    return parseDuration(String(values[name]));
-  } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `--${name}: ${(err as Error).message}`);
-  }
-}
 
 export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): InjectorConfig {
   let listen: { host: string; port: number };

@@ -8,12 +8,16 @@ export interface TcpProxy {
   close(): Promise<void>;
 }
 
-/** A loopback TCP relay in front of one target; TLS passes through untouched. */
-export function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
+/**
+ * A loopback TCP relay in front of one target, or of the port `target()` picks per connection (none:
+ * refused); TLS passes through untouched.
+ */
+export function startTcpProxy(target: number | (() => number | undefined), targetHost = '127.0.0.1'): Promise<TcpProxy> {
   const sockets = new Set<Socket>();
   let partitioned = false;
   const server = createServer((client) => {
-    if (partitioned) return client.destroy();
+    const targetPort = typeof target === 'number' ? target : target();
+    if (partitioned || targetPort === undefined) return client.destroy();
     const upstream = createConnection({ host: targetHost, port: targetPort });
     for (const s of [client, upstream]) {
       sockets.add(s);
