@@ -1,7 +1,7 @@
 // `certshare injector`: the mutating admission webhook that adds certshare to Pods, serving TLS from
 // its own CA (rotated with overlap by src/injector/controller.ts) and reloading it without restarts.
 import { CustomObjectsApi } from '@kubernetes/client-node/dist/gen/index.js';
-import { rotationPolicyProblem, type RotationPolicy } from '../core/ca-rotation.ts';
+import { emptyRotationState, rotationPolicyProblem, type RotationPolicy } from '../core/ca-rotation.ts';
 import { systemClock, type Clock } from '../core/clock.ts';
 import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
@@ -11,6 +11,7 @@ import { parseListenAddress } from '../server/http-server.ts';
 import { parseFlags, usage, type FlagSpec, type FlagValues } from '../cli/flags.ts';
 import { duration, type ShareMode } from '../cli/run-options.ts';
 import { InjectorController } from './controller.ts';
+import { InjectorMetrics, admissionResult, startMetricsServer } from './metrics.ts';
 import { DEFAULT_READINESS_GATE, admissionReviewResponse, type InjectionDefaults } from './mutate.ts';
 import { serviceDnsNames, type LeafNames } from './pki.ts';
 import { DEFAULT_IMAGE } from './sidecar.ts';
@@ -19,6 +20,7 @@ import { startTlsServer, type TlsServer } from './tls-server.ts';
 
 export const INJECTOR_FLAGS: FlagSpec[] = [
   { name: 'listen', placeholder: 'ADDR:PORT', default: '[::]:8443', help: 'Address of the webhook (HTTPS: POST /mutate, GET /healthz).' },
+  { name: 'metrics-listen', placeholder: 'ADDR:PORT', default: '[::]:9003', help: 'Address for GET /metrics (plain HTTP, for Prometheus).' },
   { name: 'service', placeholder: 'NAME', default: 'certshare-injector', help: "The webhook's Service: the leaf covers <svc>, <svc>.<ns>, <svc>.<ns>.svc, <svc>.<ns>.svc.cluster.local." },
   { name: 'service-namespace', placeholder: 'NAMESPACE', help: "The Service's namespace. Default: the injector's own (POD_NAMESPACE)." },
   { name: 'extra-san', placeholder: 'NAME|IP', multiple: true, help: 'A further DNS name or IP address in the leaf (e.g. 127.0.0.1 for a webhook called by URL).' },
@@ -43,6 +45,7 @@ export const INJECTOR_FLAGS: FlagSpec[] = [
 
 export interface InjectorConfig {
   listen: { host: string; port: number };
+  metricsListen: { host: string; port: number };
   service: string;
   serviceNamespace: string | undefined;
   extraDnsNames: string[];
@@ -60,13 +63,17 @@ export interface InjectorConfig {
 
 const IP = /^(\d{1,3}(\.\d{1,3}){3}|[0-9a-f:]*:[0-9a-f:.]*)$/i;
 
-export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): InjectorConfig {
-  let listen: { host: string; port: number };
+function listenAddress(values: FlagValues, name: string): { host: string; port: number } {
   try {
-    listen = parseListenAddress(String(values.listen));
+    return parseListenAddress(String(values[name]));
   } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `--listen: ${(err as Error).message}`);
+    throw new CertshareError('CERTSHARE_BAD_FLAG', `--${name}: ${(err as Error).message}`);
   }
+}
+
+export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): InjectorConfig {
+  const listen = listenAddress(values, 'listen');
+  const metricsListen = listenAddress(values, 'metrics-listen');
   const policy: RotationPolicy = {
     caLifetimeMs: duration(values, 'ca-lifetime'),
     caRotateBeforeMs: duration(values, 'ca-rotate-before'),
@@ -87,6 +94,7 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
   if (resyncMs <= 0 || kubeTimeoutMs <= 0) throw new CertshareError('CERTSHARE_BAD_FLAG', '--resync and --kube-timeout must be positive');
   return {
     listen,
+    metricsListen,
     service: String(values.service),
     serviceNamespace: (values['service-namespace'] as string | undefined) ?? env.POD_NAMESPACE,
     extraDnsNames: extras.filter((e) => !IP.test(e)),
@@ -112,20 +120,35 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
 export interface Injector {
   server: TlsServer;
   controller: InjectorController;
+  metrics: InjectorMetrics;
+  metricsPort: number;
   stop(): Promise<void>;
 }
 
 /** The webhook server (no certificate until the controller has a trusted leaf) and the CA controller. */
-export async function startInjector(config: InjectorConfig, deps: { logger: Logger; env: NodeJS.ProcessEnv; clock?: Clock }): Promise<Injector> {
+export async function startInjector(config: InjectorConfig, deps: { logger: Logger; env: NodeJS.ProcessEnv; clock?: Clock; defaultMetrics?: boolean }): Promise<Injector> {
   const connection = await connectKube(deps.env);
   const namespace = config.serviceNamespace ?? connection.namespace;
   const names: LeafNames = { dnsNames: [...serviceDnsNames(config.service, namespace), ...config.extraDnsNames], ipAddresses: config.extraIps };
+  let controller: InjectorController | undefined;
+  const metrics = new InjectorMetrics(() => controller?.state ?? emptyRotationState([]), { defaultMetrics: deps.defaultMetrics ?? true });
   const server = await startTlsServer({
     host: config.listen.host,
     port: config.listen.port,
-    routes: { '/mutate': (body) => admissionReviewResponse(body, config.defaults) },
+    routes: {
+      '/mutate': (body) => {
+        try {
+          const answer = admissionReviewResponse(body, config.defaults);
+          metrics.admission(admissionResult(answer));
+          return answer;
+        } catch (err) {
+          metrics.admission('invalid');
+          throw err;
+        }
+      },
+    },
   });
-  const controller = new InjectorController({
+  controller = new InjectorController({
     connection,
     custom: makeApi(connection.config, CustomObjectsApi),
     clock: deps.clock ?? systemClock,
@@ -139,14 +162,20 @@ export async function startInjector(config: InjectorConfig, deps: { logger: Logg
     resyncMs: config.resyncMs,
     callTimeoutMs: config.kubeTimeoutMs,
   });
+  controller.on('action', (action) => metrics.step(action));
+  controller.on('failed', (kind) => metrics.failure(kind));
+  const metricsServer = await startMetricsServer(metrics, config.metricsListen.host, config.metricsListen.port);
   controller.start();
   deps.logger.info({ port: server.port, targets: config.targets.map((t) => `${t.kind}/${t.name}`), names: names.dnsNames }, 'injector started');
+  const running = controller;
   return {
     server,
-    controller,
+    controller: running,
+    metrics,
+    metricsPort: metricsServer.port,
     async stop() {
-      await controller.stop();
-      await server.close({ drainMs: config.drainDelayMs });
+      await running.stop();
+      await Promise.all([server.close({ drainMs: config.drainDelayMs }), metricsServer.close()]);
     },
   };
 }

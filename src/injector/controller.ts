@@ -64,7 +64,8 @@ interface CaEntry extends CaRecord {
 export interface InjectorControllerEvents {
   served: [serial: string];
   action: [action: RotationAction];
-  failed: [error: string];
+  /** A pass failed: lost a compare-and-swap (re-read at once) or an error (retried with backoff). */
+  failed: [kind: 'conflict' | 'error', error: string];
 }
 
 export class InjectorController extends EventEmitter<InjectorControllerEvents> {
@@ -138,6 +139,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
         if (this.#abort.signal.aborted) break;
         if (err instanceof Conflict) {
           this.counts.conflict++;
+          this.emit('failed', 'conflict', err.message);
           logger.debug({ err: err.message }, 'lost a compare-and-swap; re-reading');
           waitMs = 0;
         } else {
@@ -147,7 +149,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
           waitMs = Math.min(resyncMs, first * 2 ** Math.min(failures - 1, 16));
           const code = err instanceof CertshareError ? err.code : 'CERTSHARE_STORE_UNAVAILABLE';
           logger.warn({ code, err: errorMessage(err), retryInMs: waitMs }, 'injector CA step failed');
-          this.emit('failed', errorMessage(err));
+          this.emit('failed', 'error', errorMessage(err));
         }
       }
       if (waitMs > 0 && !this.#woken) {

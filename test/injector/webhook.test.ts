@@ -106,6 +106,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
       INJECTOR_FLAGS,
       [
         '--listen', `127.0.0.1:${port}`,
+        '--metrics-listen', '127.0.0.1:0',
         '--extra-san', '127.0.0.1',
         // Rotation in seconds: a new CA every 6 s, a new leaf every 2 s, 1 s for the apiserver to see a new bundle.
         '--ca-lifetime', '12s', '--ca-rotate-before', '6s',
@@ -117,7 +118,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     );
     const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS };
     const logger = process.env.CERTSHARE_TEST_LOG ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, name) : silentLogger;
-    const injector = await startInjector(injectorConfigFrom(values, env), { logger, env });
+    const injector = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });
     injector.controller.on('action', (action) => {
       totals[action.kind] = (totals[action.kind] ?? 0) + 1;
       bus.emit('action', action);
@@ -186,6 +187,15 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     const bad = await createPod(podBody('bad-mode', { ...asked, [ANNOTATION.mode]: 'writer' }));
     assert.equal(bad.status, 400, bad.body);
     assert.match(JSON.parse(bad.body).message, /certshare\.io\/mode: "writer" is not rw, ro or auto/);
+
+    // The replicas' own account of it, on /metrics.
+    const admissions: Record<string, number> = {};
+    for (const r of replicas) {
+      const text = await (await fetch(`http://127.0.0.1:${r.injector.metricsPort}/metrics`)).text();
+      for (const m of text.matchAll(/^certshare_injector_admissions_total\{result="(\w+)"\} (\d+)$/gm)) admissions[m[1]!] = (admissions[m[1]!] ?? 0) + Number(m[2]);
+      assert.match(text, /^certshare_injector_leaf_expiration_timestamp_seconds \d+/m);
+    }
+    assert.deepEqual([admissions.injected, admissions.skipped, admissions.rejected], [1, 1, 1]);
   });
 
   it('does not touch Pods outside the selected namespaces, nor the injector itself', async () => {
