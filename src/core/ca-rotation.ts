@@ -82,23 +82,30 @@ export function rotationPolicyProblem(p: RotationPolicy): string | undefined {
 
 const newest = (s: RotationState): CaRecord | undefined => s.bundle[s.bundle.length - 1];
 
-/** The instant from which every object has carried `caId` for the grace time; undefined while one lacks it. */
-function trustedEverywhereSince(s: RotationState, caId: string, p: RotationPolicy): number | undefined {
+/** The instant from which every object has carried `caId` for `graceMs`; undefined while one lacks it. */
+function trustedEverywhereSince(s: RotationState, caId: string, graceMs: number): number | undefined {
   let since = -Infinity;
   for (const object of s.objects) {
     const seen = s.observed[object]?.[caId];
     if (seen === undefined) return undefined;
-    since = Math.max(since, seen + p.propagationGraceMs);
+    since = Math.max(since, seen + graceMs);
   }
   return since;
 }
+
+/**
+ * The grace covers the apiserver's caches before a leaf moves to another CA; they trust the current leaf
+ * meanwhile. The current leaf's own CA needs none, and with no leaf yet there is nothing to keep
+ * working: the first leaf is served as soon as its CA is seen stored.
+ */
+const graceFor = (s: RotationState, p: RotationPolicy, caId: string): number => (s.leaf === undefined || s.leaf.signedBy === caId ? 0 : p.propagationGraceMs);
 
 /** The CA a new leaf should be signed by: the newest valid one that every object has carried long enough. */
 export function preferredSigner(s: RotationState, p: RotationPolicy, now: number): CaRecord | undefined {
   for (let i = s.bundle.length - 1; i >= 0; i--) {
     const ca = s.bundle[i]!;
     if (now < ca.notBefore || now >= ca.notAfter) continue;
-    const since = trustedEverywhereSince(s, ca.id, p);
+    const since = trustedEverywhereSince(s, ca.id, graceFor(s, p, ca.id));
     if (since !== undefined && now >= since) return ca;
   }
   return undefined;
@@ -162,7 +169,7 @@ function nextCheck(s: RotationState, p: RotationPolicy, now: number): number | u
   if (last) times.push(last.notAfter - p.caRotateBeforeMs);
   for (const ca of s.bundle) {
     times.push(ca.notAfter);
-    const since = trustedEverywhereSince(s, ca.id, p);
+    const since = trustedEverywhereSince(s, ca.id, graceFor(s, p, ca.id));
     if (since !== undefined) times.push(since);
     const lastLeaf = s.lastLeafExpiry[ca.id];
     if (lastLeaf !== undefined) times.push(lastLeaf);
