@@ -2,8 +2,9 @@
 // stuck, injections refused or failing), named like the daemon's (timestamps, base units, _total).
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Registry } from 'prom-client';
 import type { RotationAction, RotationState } from '../core/ca-rotation.ts';
+import { collectNodeMetrics } from '../server/metrics.ts';
 
 export type AdmissionResult = 'injected' | 'skipped' | 'rejected' | 'invalid';
 
@@ -41,7 +42,7 @@ export class InjectorMetrics {
     for (const step of ['create-ca', 'publish', 'issue-leaf', 'retire-ca']) this.#actions.inc({ step }, 0);
     for (const kind of ['conflict', 'error']) this.#failures.inc({ kind }, 0);
     for (const result of ['injected', 'skipped', 'rejected', 'invalid']) this.#admissions.inc({ result }, 0);
-    if (options.defaultMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+    if (options.defaultMetrics ?? true) collectNodeMetrics(this.registry);
   }
 
   step(action: RotationAction): void {
