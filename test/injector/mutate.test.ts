@@ -189,3 +189,19 @@ describe('injector mutation', () => {
     assert.throws(() => admissionReviewResponse(null, defaults), /no request\.uid/);
   });
 });
+
+describe('the injected sidecar and the daemon', () => {
+  it("configures certshare run through flags it accepts: the injected environment parses into the daemon's settings", async () => {
+    const { envName, parseFlags } = await import('../../src/cli/flags.ts');
+    const { RUN_FLAGS, daemonConfigFrom } = await import('../../src/cli/run-options.ts');
+    const { stored } = admit(pod(asked({ [ANNOTATION.domains]: `${DOMAIN},b.example.com`, [ANNOTATION.mode]: 'ro' })));
+    const env: NodeJS.ProcessEnv = { POD_NAME: 'proxy-0', POD_NAMESPACE: 'proxy', POD_IPS: '10.0.0.1' };
+    for (const e of sidecarOf(stored)!.env!) if (e.value !== undefined) env[e.name] = e.value;
+    const known = new Set(['POD_NAME', 'POD_NAMESPACE', 'POD_IPS', ...RUN_FLAGS.map((f) => envName(f.name))]);
+    for (const name of Object.keys(env)) assert.ok(known.has(name), `${name} is not read by certshare run`);
+    const config = daemonConfigFrom(parseFlags(RUN_FLAGS, [], env), env);
+    assert.deepEqual([config.domains, config.mode, config.store, config.outDir, config.readinessGate, config.localapi, config.listen], [
+      [DOMAIN, 'b.example.com'], 'ro', { kind: 'kube' }, '/certs', DEFAULT_READINESS_GATE, '/var/run/tailscale/tailscaled.sock', '[::]:9002',
+    ]);
+  });
+});
