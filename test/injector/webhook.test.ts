@@ -209,6 +209,52 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     assert.equal((JSON.parse(selfRes.body) as V1Pod).spec!.initContainers, undefined);
   });
 
+  it('keeps the caBundle of a ValidatingWebhookConfiguration, a CRD conversion webhook and an APIService too', async () => {
+    const hookUrl = { url: 'https://127.0.0.1:1/validate' };
+    const objects = [
+      { apiVersion: 'admissionregistration.k8s.io/v1', kind: 'ValidatingWebhookConfiguration', metadata: { name: 'certshare-extra' }, webhooks: [{ name: 'validate.certshare.io', clientConfig: hookUrl, rules: [{ apiGroups: ['example.certshare.io'], apiVersions: ['v1'], operations: ['CREATE'], resources: ['widgets'] }], sideEffects: 'None', admissionReviewVersions: ['v1'], failurePolicy: 'Ignore' }] },
+      {
+        apiVersion: 'apiextensions.k8s.io/v1',
+        kind: 'CustomResourceDefinition',
+        metadata: { name: 'widgets.example.certshare.io' },
+        spec: {
+          group: 'example.certshare.io',
+          names: { plural: 'widgets', singular: 'widget', kind: 'Widget' },
+          scope: 'Namespaced',
+          versions: [{ name: 'v1', served: true, storage: true, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } }],
+          conversion: { strategy: 'Webhook', webhook: { conversionReviewVersions: ['v1'], clientConfig: { service: { name: 'certshare-injector', namespace: INJECTOR_NS, path: '/convert' } } } },
+        },
+      },
+      // Another group than the CRD's: the apiserver registers a CRD's group itself, as a local APIService.
+      { apiVersion: 'apiregistration.k8s.io/v1', kind: 'APIService', metadata: { name: 'v1.aggregated.certshare.io' }, spec: { group: 'aggregated.certshare.io', version: 'v1', groupPriorityMinimum: 100, versionPriority: 10, service: { name: 'certshare-injector', namespace: INJECTOR_NS } } },
+    ];
+    for (const o of objects) await must(cp().kubectl(['apply', '-f', '-'], { input: JSON.stringify(o) }));
+    const port = await freePort();
+    const values = parseFlags(
+      INJECTOR_FLAGS,
+      ['--listen', `127.0.0.1:${port}`, '--metrics-listen', '127.0.0.1:0', '--ca-secret', 'extra-ca', '--tls-secret', 'extra-tls', '--propagation-grace', '0s', '--resync', '1s',
+        '--inject-ca-into', 'vwc/certshare-extra', '--inject-ca-into', 'crd/widgets.example.certshare.io', '--inject-ca-into', 'apiservice/v1.aggregated.certshare.io'],
+      {},
+    );
+    // Admin credentials: manifests/injector's ClusterRole covers only its own webhook configuration.
+    const env = { KUBECONFIG: cp().adminKubeconfigPath, POD_NAMESPACE: INJECTOR_NS };
+    const logger = process.env.CERTSHARE_TEST_LOG ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, 'extra') : silentLogger;
+    const extra = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });
+    try {
+      await until('the extra injector serves', () => extra.server.serial !== undefined, [onEvent(extra.controller, 'served')], 30_000);
+      const ca = extra.controller.state.leaf!.signedBy;
+      const bundles = {
+        vwc: JSON.parse((await cp().adminRequest('GET', '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/certshare-extra')).body).webhooks[0].clientConfig.caBundle,
+        crd: JSON.parse((await cp().adminRequest('GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.certshare.io')).body).spec.conversion.webhook.clientConfig.caBundle,
+        apiService: JSON.parse((await cp().adminRequest('GET', '/apis/apiregistration.k8s.io/v1/apiservices/v1.aggregated.certshare.io')).body).spec.caBundle,
+      };
+      for (const [kind, b64] of Object.entries(bundles)) assert.deepEqual(bundleSerials(Buffer.from(b64 ?? '', 'base64').toString()), [ca], kind);
+    } finally {
+      await extra.stop();
+      for (const o of objects.reverse()) await cp().kubectl(['delete', o.kind.toLowerCase(), o.metadata.name, '--ignore-not-found']);
+    }
+  });
+
   it('rotates CA and leaf several times while Pods are created continuously and replicas are replaced: zero admission failures', { timeout: 240_000 + SOAK_MS }, async () => {
     const start = { ...totals };
     const delta = (kind: string) => (totals[kind] ?? 0) - (start[kind] ?? 0);
