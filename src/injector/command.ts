@@ -32,7 +32,7 @@ export const INJECTOR_FLAGS: FlagSpec[] = [
   { name: 'leaf-lifetime', placeholder: 'DURATION', default: '720h', help: 'Lifetime of a serving certificate (never beyond its CA).' },
   { name: 'leaf-renew-before', placeholder: 'DURATION', default: '240h', help: 'Renew the serving certificate this long before it expires.' },
   { name: 'propagation-grace', placeholder: 'DURATION', default: '30s', help: "How long every object must have been seen carrying a new CA before leaves are signed by it (the apiserver's caches)." },
-  { name: 'resync', placeholder: 'DURATION', default: '1m', help: 'Re-read the Secrets and the objects at least this often.' },
+  { name: 'resync', placeholder: 'DURATION', default: '10m', help: 'Re-read the Secrets and the objects at least this often (they are watched as well).' },
   { name: 'kube-timeout', placeholder: 'DURATION', default: '10s', help: 'Timeout of one Kubernetes API call.' },
   { name: 'sidecar-image', placeholder: 'IMAGE', default: DEFAULT_IMAGE, help: 'Image of the injected certshare container.' },
   { name: 'default-mode', placeholder: 'rw|ro|auto', default: 'auto', help: 'Mode of injected sidecars without certshare.io/mode.' },

@@ -21,6 +21,7 @@ import type { Clock } from '../core/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from '../kube/connection.ts';
+import { watchOnce } from '../kube/https-transport.ts';
 import { SecretWatch } from '../kube/secret-watch.ts';
 import { callOptions } from './kube-calls.ts';
 import { createInjectorCa, issueServingLeaf, loadInjectorCa, type LeafNames } from './pki.ts';
@@ -100,7 +101,9 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
       this.#watches.push(watch);
       watch.start();
     }
-    this.#done ??= this.#run();
+    // The targets are watched too: a caBundle wiped by a redeploy of the configuration (Helm, Argo CD)
+    // is written back within a second, not at the next resync.
+    this.#done ??= Promise.all([this.#run(), ...this.#o.targets.map((t) => this.#watchTarget(t))]).then(() => {});
   }
 
   /** Look again now (a Secret changed, or a test wants it). */
@@ -155,6 +158,35 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
       if (waitMs > 0 && !this.#woken) {
         this.#wake = new AbortController();
         await clock.sleep(waitMs, AbortSignal.any([this.#wake.signal, this.#abort.signal])).catch(() => {});
+      }
+    }
+  }
+
+  /**
+   * Watches one target by name. Without a resourceVersion each watch starts with the object's current
+   * state (an ADDED event), so nothing changed between two watches goes unseen; every event wakes the loop.
+   */
+  async #watchTarget(target: Target): Promise<void> {
+    const { group, version, plural } = TARGET_API[target.kind];
+    let failures = 0;
+    while (!this.#abort.signal.aborted) {
+      try {
+        await watchOnce(
+          this.#o.connection.config,
+          `/apis/${group}/${version}/${plural}`,
+          { fieldSelector: `metadata.name=${target.name}`, allowWatchBookmarks: true, timeoutSeconds: 1800 + Math.round(Math.random() * 1800) },
+          ({ type }) => {
+            failures = 0;
+            if (type !== 'BOOKMARK') this.wake();
+          },
+          { signal: this.#abort.signal, inactivityMs: 3_900_000 },
+        );
+      } catch (err) {
+        if (this.#abort.signal.aborted) return;
+        failures++;
+        const waitMs = Math.min(this.#o.resyncMs, 500 * 2 ** Math.min(failures - 1, 16));
+        this.#o.logger.warn({ target: targetKey(target), err: errorMessage(err), retryInMs: waitMs }, 'watch of a caBundle target failed');
+        await this.#o.clock.sleep(waitMs, this.#abort.signal).catch(() => {});
       }
     }
   }

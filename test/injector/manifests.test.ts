@@ -45,7 +45,7 @@ describe('manifests/injector', () => {
     assert.deepEqual(role.rules.find((r) => r.resourceNames)!.resourceNames!.sort(), [flagDefault('ca-secret'), flagDefault('tls-secret')].sort());
     const clusterRole = rbac.find((d) => d.kind === 'ClusterRole') as unknown as Rules;
     const target = parseTarget(flagDefault('inject-ca-into'));
-    assert.deepEqual(clusterRole.rules, [{ apiGroups: ['admissionregistration.k8s.io'], resources: ['mutatingwebhookconfigurations'], resourceNames: [target.name], verbs: ['get', 'update'] }]);
+    assert.deepEqual(clusterRole.rules, [{ apiGroups: ['admissionregistration.k8s.io'], resources: ['mutatingwebhookconfigurations'], resourceNames: [target.name], verbs: ['get', 'list', 'watch', 'update'] }]);
   });
 
   it('the webhook fails closed, and selects neither kube-system, nor the injector namespace, nor its Pods', async () => {

@@ -14,7 +14,7 @@ import { bundleSerials } from '../../src/injector/targets.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { must } from '../support/kube.ts';
 import { freePort } from '../support/processes.ts';
-import { onEvent, until } from '../support/wait.ts';
+import { nextEvent, onEvent, until } from '../support/wait.ts';
 import { startRelay, type Relay } from './relay.ts';
 
 const cp = useControlPlane();
@@ -111,7 +111,8 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
         // Rotation in seconds: a new CA every 6 s, a new leaf every 2 s, 1 s for the apiserver to see a new bundle.
         '--ca-lifetime', '12s', '--ca-rotate-before', '6s',
         '--leaf-lifetime', '4s', '--leaf-renew-before', '2s',
-        '--propagation-grace', '1s', '--resync', '1s',
+        // No periodic re-read to lean on: the Secrets and the configuration are watched.
+        '--propagation-grace', '1s', '--resync', '1h',
         '--drain-delay', '1s',
       ],
       {},
@@ -207,6 +208,15 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     const selfRes = await createPod(self);
     assert.equal(selfRes.status, 201, selfRes.body);
     assert.equal((JSON.parse(selfRes.body) as V1Pod).spec!.initContainers, undefined);
+  });
+
+  it('writes the caBundle back at once when a redeploy of the configuration wipes it', async () => {
+    const restored = nextEvent<{ kind: string }>(bus, 'action', (a) => a.kind === 'publish', 10_000);
+    const wipe = [{ op: 'remove', path: '/webhooks/0/clientConfig/caBundle' }];
+    await must(cp().kubectl(['patch', 'mutatingwebhookconfiguration', CONFIG, '--type=json', '-p', JSON.stringify(wipe)]));
+    await restored;
+    const bundle = await storedBundle();
+    for (const r of replicas) assert.ok(bundle.includes(r.injector.controller.state.leaf!.signedBy), r.name);
   });
 
   it('keeps the caBundle of a ValidatingWebhookConfiguration, a CRD conversion webhook and an APIService too', async () => {
