@@ -219,9 +219,22 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   }
 
   /** Reads both Secrets and every target, and rebuilds the policy's view (keeping first-seen times). */
+  /**
+   * A Secret deleted (or emptied) by hand is written back from the last one read, never answered with a
+   * new CA: a new CA would replace the one every caller trusts at once, cert-controller's failure mode.
+   */
+  async #restored(name: string, current: V1Secret | null, last: V1Secret | null): Promise<V1Secret | null> {
+    const lost = current === null || Object.keys(current.data ?? {}).length === 0;
+    if (!lost || !last?.data || Object.keys(last.data).length === 0) return current;
+    this.#o.logger.warn({ code: 'CERTSHARE_STORE_CORRUPT', secret: name }, 'Secret deleted or emptied; restoring it from the last read');
+    const { resourceVersion: _old, uid: _uid, creationTimestamp: _created, managedFields: _fields, ...metadata } = last.metadata ?? {};
+    return this.#writeSecret(name, current, { type: last.type, metadata, data: last.data });
+  }
+
   async #refresh(): Promise<void> {
     const now = this.#o.clock.now();
-    const [caSecret, tlsSecret] = await Promise.all([this.#readSecret(this.#o.caSecret), this.#readSecret(this.#o.tlsSecret)]);
+    const [caRead, tlsRead] = await Promise.all([this.#readSecret(this.#o.caSecret), this.#readSecret(this.#o.tlsSecret)]);
+    const [caSecret, tlsSecret] = await Promise.all([this.#restored(this.#o.caSecret, caRead, this.#caSecret), this.#restored(this.#o.tlsSecret, tlsRead, this.#tlsSecret)]);
     this.#caSecret = caSecret;
     this.#tlsSecret = tlsSecret;
     this.#cas = (unb64(caSecret?.data?.['ca.crt']).match(CERT_BLOCK) ?? []).map((pem) => {

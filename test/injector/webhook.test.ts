@@ -12,7 +12,7 @@ import { INJECTOR_FLAGS, injectorConfigFrom, startInjector, type Injector } from
 import { ANNOTATION } from '../../src/injector/mutate.ts';
 import { bundleSerials } from '../../src/injector/targets.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { must } from '../support/kube.ts';
+import { must, secretSatisfies, type SecretObject } from '../support/kube.ts';
 import { freePort } from '../support/processes.ts';
 import { nextEvent, onEvent, until } from '../support/wait.ts';
 import { startRelay, type Relay } from './relay.ts';
@@ -219,7 +219,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     for (const r of replicas) assert.ok(bundle.includes(r.injector.controller.state.leaf!.signedBy), r.name);
   });
 
-  it('keeps the caBundle of a ValidatingWebhookConfiguration, a CRD conversion webhook and an APIService too', async () => {
+  it('keeps the caBundle of a ValidatingWebhookConfiguration, a CRD conversion webhook and an APIService too, and restores its Secrets deleted by hand', async () => {
     const hookUrl = { url: 'https://127.0.0.1:1/validate' };
     const objects = [
       { apiVersion: 'admissionregistration.k8s.io/v1', kind: 'ValidatingWebhookConfiguration', metadata: { name: 'certshare-extra' }, webhooks: [{ name: 'validate.certshare.io', clientConfig: hookUrl, rules: [{ apiGroups: ['example.certshare.io'], apiVersions: ['v1'], operations: ['CREATE'], resources: ['widgets'] }], sideEffects: 'None', admissionReviewVersions: ['v1'], failurePolicy: 'Ignore' }] },
@@ -259,6 +259,16 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
         apiService: JSON.parse((await cp().adminRequest('GET', '/apis/apiregistration.k8s.io/v1/apiservices/v1.aggregated.certshare.io')).body).spec.caBundle,
       };
       for (const [kind, b64] of Object.entries(bundles)) assert.deepEqual(bundleSerials(Buffer.from(b64 ?? '', 'base64').toString()), [ca], kind);
+
+      // Deleted by hand: written back from the last read (same CA, same leaf), never answered with a new
+      // CA that would replace the trusted one at once. Default lifetimes here: nothing rotates meanwhile.
+      const leaf = extra.controller.state.leaf!.serial;
+      await must(cp().kubectl(['delete', 'secret', 'extra-ca', 'extra-tls', '-n', INJECTOR_NS]));
+      const pemSerials = (secret: SecretObject | undefined, key: string) => bundleSerials(Buffer.from(secret?.data?.[key] ?? '', 'base64').toString());
+      await secretSatisfies(cp(), INJECTOR_NS, 'extra-ca', (secret) => pemSerials(secret, 'ca.crt').join() === ca);
+      await secretSatisfies(cp(), INJECTOR_NS, 'extra-tls', (secret) => pemSerials(secret, 'tls.crt')[0] === leaf);
+      assert.equal(extra.controller.counts['create-ca'], 1, 'no second CA');
+      assert.equal(extra.controller.counts['issue-leaf'], 1, 'no second leaf');
     } finally {
       await extra.stop();
       for (const o of objects.reverse()) await cp().kubectl(['delete', o.kind.toLowerCase(), o.metadata.name, '--ignore-not-found']);
