@@ -327,7 +327,9 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
         for (const target of this.#o.targets) {
           const key = targetKey(target);
           const object = this.#targetObjects.get(key);
-          if (!action.objects.includes(key) || !object) continue;
+          if (!action.objects.includes(key)) continue;
+          // An error, not a skip: the pass backs off (and the target's watch wakes it once the object exists).
+          if (!object) throw new CertshareError('CERTSHARE_BAD_CONFIG', `${key} does not exist: no leaf can be trusted until it carries the bundle`);
           const api = TARGET_API[target.kind];
           try {
             // The body carries the resourceVersion read: a replace is compare-and-swap.

@@ -243,14 +243,23 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     const values = parseFlags(
       INJECTOR_FLAGS,
       ['--listen', `127.0.0.1:${port}`, '--metrics-listen', '127.0.0.1:0', '--ca-secret', 'extra-ca', '--tls-secret', 'extra-tls', '--propagation-grace', '0s', '--resync', '1s',
-        '--inject-ca-into', 'vwc/certshare-extra', '--inject-ca-into', 'crd/widgets.example.certshare.io', '--inject-ca-into', 'apiservice/v1.aggregated.certshare.io'],
+        '--inject-ca-into', 'vwc/certshare-extra', '--inject-ca-into', 'crd/widgets.example.certshare.io', '--inject-ca-into', 'apiservice/v1.aggregated.certshare.io',
+        '--inject-ca-into', 'vwc/certshare-later'],
       {},
     );
     // Admin credentials: manifests/injector's ClusterRole covers only its own webhook configuration.
     const env = { KUBECONFIG: cp().adminKubeconfigPath, POD_NAMESPACE: INJECTOR_NS };
     const logger = process.env.CERTSHARE_TEST_LOG ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, 'extra') : silentLogger;
+    const later = { ...structuredClone(objects[0]!), metadata: { name: 'certshare-later' } };
     const extra = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });
     try {
+      // One target does not exist yet: the injector says so and backs off (no busy loop), serving nothing.
+      await nextEvent(extra.controller, 'failed', (kind: string) => kind === 'error', 10_000);
+      assert.equal(extra.server.serial, undefined);
+      assert.ok(extra.controller.counts.publish <= 1, `publish ${extra.controller.counts.publish} times`);
+      // Created: its watch wakes the injector.
+      await must(cp().kubectl(['apply', '-f', '-'], { input: JSON.stringify(later) }));
+      objects.push(later);
       await until('the extra injector serves', () => extra.server.serial !== undefined, [onEvent(extra.controller, 'served')], 30_000);
       const ca = extra.controller.state.leaf!.signedBy;
       const bundles = {
