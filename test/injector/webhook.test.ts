@@ -13,6 +13,7 @@ import { ANNOTATION } from '../../src/injector/mutate.ts';
 import { bundleSerials } from '../../src/injector/targets.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { must, secretSatisfies, type SecretObject } from '../support/kube.ts';
+import { bucketIncrease, histogramQuantile } from '../support/histogram.ts';
 import { freePort } from '../support/processes.ts';
 import { nextEvent, onEvent, until } from '../support/wait.ts';
 import { startRelay, type Relay } from './relay.ts';
@@ -60,24 +61,6 @@ async function webhookMetrics(): Promise<{ calls: Record<string, number>; reject
     }
   }
   return { calls, rejections, latency };
-}
-
-/** histogram_quantile over the calls between two scrapes: linear inside the bucket, as Prometheus does. */
-function quantile(q: number, before: Map<number, number>, after: Map<number, number>): number {
-  const bounds = [...after.keys()].sort((a, b) => a - b);
-  const counts = bounds.map((le) => (after.get(le) ?? 0) - (before.get(le) ?? 0));
-  const total = counts[counts.length - 1] ?? 0;
-  const rank = q * total;
-  for (let i = 0; i < bounds.length; i++) {
-    if (counts[i]! >= rank) {
-      const lower = i === 0 ? 0 : bounds[i - 1]!;
-      const below = i === 0 ? 0 : counts[i - 1]!;
-      const upper = bounds[i]!;
-      if (!Number.isFinite(upper)) return lower;
-      return lower + ((upper - lower) * (rank - below)) / Math.max(1, counts[i]! - below);
-    }
-  }
-  return NaN;
 }
 
 /** `npm test` runs the short form; CERTSHARE_INJECTOR_SOAK_SECONDS=600 keeps rotating and creating Pods that long. */
@@ -360,8 +343,8 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
       publishes: delta('publish'),
       replicasReplaced: replaced,
       podsCreated: created,
-      admissionP50ms: Math.round(quantile(0.5, metricsBefore.latency, metricsAfter.latency) * 10_000) / 10,
-      admissionP99ms: Math.round(quantile(0.99, metricsBefore.latency, metricsAfter.latency) * 10_000) / 10,
+      admissionP50ms: Math.round(histogramQuantile(0.5, bucketIncrease(metricsBefore.latency, metricsAfter.latency)) * 10_000) / 10,
+      admissionP99ms: Math.round(histogramQuantile(0.99, bucketIncrease(metricsBefore.latency, metricsAfter.latency)) * 10_000) / 10,
     };
     console.log(`injector rotation run: ${JSON.stringify(run)}; apiserver webhook calls ${JSON.stringify(metricsAfter.calls)}, rejections ${JSON.stringify(metricsAfter.rejections)}`);
     assert.deepEqual(failures, []);
