@@ -7,6 +7,7 @@
 //   --renewals N    renewals for the propagation figure (default 20)
 //   --memory        also: where the memory goes (import costs, V8 heap of running daemons, V8 flags)
 //   --skip-kube     standalone figures only (no control plane)
+//   --pods N        Pods created through the injector's webhook for its latency figures (default 300)
 //   --deadline S    give up (stopping every process) after this long (default 1800)
 //
 // The bench reports and never fails on targets: it exits 0 with MISS lines; non-zero only on errors.
@@ -20,6 +21,7 @@ import { writeAuditPolicy } from './lib/apiserver.ts';
 import { buildDist } from './lib/certshare.ts';
 import { stopAll } from './lib/proc.ts';
 import { median, progress, round } from './lib/stats.ts';
+import { injectorPhase, type InjectorResults } from './injector.ts';
 import { propagationPhase, propagationSummary, restPhase, type PropagationResults, type RestResults } from './kube.ts';
 import { memoryPhase, printMemoryReport, type MemoryReport } from './memory.ts';
 import { bareNodeRss, standalonePhase, type StandaloneResults } from './standalone.ts';
@@ -32,6 +34,7 @@ const { values: opts } = parseArgs({
     renewals: { type: 'string', default: '20' },
     memory: { type: 'boolean', default: false },
     'skip-kube': { type: 'boolean', default: false },
+    pods: { type: 'string', default: '300' },
     deadline: { type: 'string', default: '1800' },
   },
   strict: true,
@@ -102,6 +105,7 @@ let standalone: StandaloneResults | undefined;
 let rest: RestResults | undefined;
 let propagation: PropagationResults | undefined;
 let memory: MemoryReport | undefined;
+let injector: InjectorResults | undefined;
 let buildMs = 0;
 try {
   tmp = await mkdtemp(join(tmpdir(), 'certshare-bench-'));
@@ -118,6 +122,7 @@ try {
     cp = await startControlPlane({ extraApiServerArgs: [`--audit-policy-file=${auditPolicy}`, `--audit-log-path=${auditLog}`, '--audit-log-format=json'] });
     rest = await restPhase(cp, join(tmp, 'rest'), auditLog, windowS);
     propagation = await propagationPhase(cp, join(tmp, 'propagation'), renewals, PROPAGATION_LIFETIME_S);
+    injector = await injectorPhase(cp, Number(opts.pods));
   }
   if (opts.memory) memory = await memoryPhase(join(tmp, 'memory'), cp);
 } catch (err) {
@@ -159,6 +164,9 @@ const figures: Record<string, number | null> = {
   healthzP99Ms: healthzP99,
   healthzVsBareFastify: round(median(pairRatios), 2),
   apiRequestsPerReplicaHour: apiPerReplicaHour === null ? null : round(apiPerReplicaHour, 1),
+  rssInjectorMB: injector ? round(injector.rss.rss) : null,
+  injectorAdmissionP50Ms: injector ? round(injector.p50Ms) : null,
+  injectorAdmissionP99Ms: injector ? round(injector.p99Ms) : null,
 };
 
 function verdict(key: string): 'PASS' | 'MISS' | '-' {
@@ -184,6 +192,9 @@ const baseline: Record<string, string> = {
   apiRequestsPerReplicaHour: rest
     ? `target <= 10; window ${round(rest.windowS, 0)} s x ${rest.replicas} replicas; all series ${rest.allSeriesDelta} (apiserver's own)`
     : 'skipped',
+  rssInjectorMB: injector ? `no target; idle after ${injector.pods} injections; anon ${round(injector.rss.anon)}` : 'skipped',
+  injectorAdmissionP50Ms: injector ? `as the apiserver measures it; ${injector.pods} Pods created, ${injector.failures} failed` : 'skipped',
+  injectorAdmissionP99Ms: injector ? `as the apiserver measures it; first certificate served ${Math.round(injector.firstCertMs)} ms after start` : 'skipped',
 };
 
 const rows = Object.keys(figures).map((k) => [k, figures[k] === null ? 'n/a' : String(figures[k]), baseline[k] ?? '', verdict(k)]);

@@ -9,6 +9,7 @@ Commands:
   run        the daemon: watch tailscaled's cert domains, issue and renew, share, serve /healthz and /metrics
   emulator   a LocalAPI-like server (IPN bus, cert issuance from its own CA, scripted faults) for trying certshare
   demo       the emulator and the daemon together in a temporary directory, until Ctrl-C
+  injector   a mutating admission webhook adding certshare as a native sidecar, serving TLS from its own rotating CA
 
 Run "certshare <command> --help" for the flags of a command.`;
 
@@ -38,8 +39,12 @@ async function main(argv: string[]): Promise<number> {
       const { runDemo } = await import('./demo.ts');
       return runDemo(rest);
     }
+    case 'injector': {
+      const { injectorCommand } = await import('../injector/command.ts');
+      return injectorCommand(rest);
+    }
     default:
-      throw new CertshareError('CERTSHARE_BAD_FLAG', `unknown command "${command}" (expected run, emulator or demo; see certshare --help)`);
+      throw new CertshareError('CERTSHARE_BAD_FLAG', `unknown command "${command}" (expected run, emulator, demo or injector; see certshare --help)`);
   }
 }
 

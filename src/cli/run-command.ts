@@ -5,7 +5,7 @@ import { createLogger } from './logger.ts';
 import type { DaemonConfig } from './run-options.ts';
 
 /** Stops the daemon on the first SIGTERM/SIGINT, within the shutdown bound; a second signal exits at once. */
-export function stopOnSignal(daemon: Daemon, logger: Logger, shutdownTimeoutMs: number): Promise<number> {
+export function stopOnSignal(daemon: Pick<Daemon, 'stop'>, logger: Logger, shutdownTimeoutMs: number): Promise<number> {
   return new Promise((resolve) => {
     let signalled = false;
     const onSignal = (signal: NodeJS.Signals): void => {

@@ -71,7 +71,8 @@ function parseFraction(text: string): number {
   return Number(m[1]) / Number(m[2] ?? 1);
 }
 
-function duration(values: FlagValues, name: string): number {
+/** A Go-style duration flag in milliseconds; CERTSHARE_BAD_FLAG naming the flag otherwise. */
+export function duration(values: FlagValues, name: string): number {
   try {
     return parseDuration(String(values[name]));
   } catch (err) {

@@ -19,7 +19,8 @@ export type ErrorCode =
   | 'CERTSHARE_RELOAD_FAILED'
   | 'CERTSHARE_KUBE_HTTP'
   | 'CERTSHARE_KUBE_RESPONSE_TOO_LARGE'
-  | 'CERTSHARE_KUBE_TIMEOUT';
+  | 'CERTSHARE_KUBE_TIMEOUT'
+  | 'CERTSHARE_BAD_ANNOTATION';
 
 export class CertshareError extends Error {
   readonly code: ErrorCode;

@@ -1,7 +1,8 @@
 // The emulator's certificate authority: an in-memory ECDSA P-256 CA that signs ECDSA P-256 leaves,
-// standing in for Let's Encrypt. @peculiar/x509 is loaded on the first signature, so an emulator
+// standing in for Let's Encrypt. The injector uses it too, for its own webhook CA (validity given,
+// several SANs, kept in a Secret as PEM and loaded back with loadCertificateAuthority). @peculiar/x509 is loaded on the first signature, so an emulator
 // that never issues (or a process that only imports this module) does not pay for it.
-import { KeyObject, randomBytes, webcrypto } from 'node:crypto';
+import { KeyObject, createPrivateKey, randomBytes, webcrypto } from 'node:crypto';
 
 type X509Module = typeof import('@peculiar/x509');
 
@@ -35,6 +36,9 @@ export interface SignedLeaf {
 export interface LeafRequest {
   /** DNS name placed in the SAN (and the CN). */
   dnsName: string;
+  /** More SAN entries after dnsName. */
+  moreDnsNames?: string[];
+  ipAddresses?: string[];
   /** Milliseconds since the epoch, whole seconds (X.509 has second resolution). */
   notBefore: number;
   notAfter: number;
@@ -42,6 +46,12 @@ export interface LeafRequest {
 
 export interface CertificateAuthority {
   readonly certPem: string;
+  /** The CA's private key, PKCS#8 PEM: for keeping it in a Secret, never for logs. */
+  readonly keyPem: string;
+  /** Upper-case hex. */
+  readonly serial: string;
+  readonly notBefore: number;
+  readonly notAfter: number;
   sign(request: LeafRequest): Promise<SignedLeaf>;
   /** A new key pair's SEC1 PEM, unrelated to any certificate (the `mismatched` fault). */
   strayKeyPem(): Promise<string>;
@@ -63,16 +73,16 @@ function sec1Pem(key: webcrypto.CryptoKey): string {
   return KeyObject.from(key).export({ type: 'sec1', format: 'pem' }).toString();
 }
 
-export async function createCertificateAuthority(options: { name: string; now: number }): Promise<CertificateAuthority> {
+export async function createCertificateAuthority(options: { name: string; now: number; notBefore?: number; notAfter?: number; organization?: string }): Promise<CertificateAuthority> {
   const x509 = await loadX509();
   const caKeys = await newKeyPair();
   const caCert = await x509.X509CertificateGenerator.createSelfSigned({
     serialNumber: randomSerialHex(),
-    name: `CN=${options.name}, O=certshare emulator`,
+    name: `CN=${options.name}, O=${options.organization ?? 'certshare emulator'}`,
     keys: caKeys,
-    // Wide validity: tests move a fake clock days or months ahead.
-    notBefore: new Date(options.now - 366 * 86_400_000),
-    notAfter: new Date(options.now + 20 * 366 * 86_400_000),
+    // Wide validity by default: tests move a fake clock days or months ahead.
+    notBefore: new Date(options.notBefore ?? options.now - 366 * 86_400_000),
+    notAfter: new Date(options.notAfter ?? options.now + 20 * 366 * 86_400_000),
     signingAlgorithm: EC_ALG,
     extensions: [
       new x509.BasicConstraintsExtension(true, 0, true),
@@ -80,11 +90,28 @@ export async function createCertificateAuthority(options: { name: string; now: n
       await x509.SubjectKeyIdentifierExtension.create(caKeys.publicKey),
     ],
   });
+  return authority(x509, caCert, caKeys.privateKey);
+}
+
+/** A CA kept as PEM (its certificate and PKCS#8 key, as `keyPem` gives them), ready to sign again. */
+export async function loadCertificateAuthority(pem: { certPem: string; keyPem: string }): Promise<CertificateAuthority> {
+  const x509 = await loadX509();
+  const caCert = new x509.X509Certificate(pem.certPem);
+  const der = createPrivateKey(pem.keyPem).export({ type: 'pkcs8', format: 'der' });
+  const key = await webcrypto.subtle.importKey('pkcs8', der, EC_ALG, true, ['sign']);
+  return authority(x509, caCert, key);
+}
+
+async function authority(x509: X509Module, caCert: InstanceType<X509Module['X509Certificate']>, caPrivateKey: webcrypto.CryptoKey): Promise<CertificateAuthority> {
   const caPem = caCert.toString('pem') + '\n';
   const authorityKeyId = await x509.AuthorityKeyIdentifierExtension.create(caCert, false);
 
   return {
     certPem: caPem,
+    keyPem: KeyObject.from(caPrivateKey).export({ type: 'pkcs8', format: 'pem' }).toString(),
+    serial: caCert.serialNumber.toUpperCase(),
+    notBefore: caCert.notBefore.getTime(),
+    notAfter: caCert.notAfter.getTime(),
     async sign(request: LeafRequest): Promise<SignedLeaf> {
       const keys = await newKeyPair();
       const serial = randomSerialHex();
@@ -95,13 +122,19 @@ export async function createCertificateAuthority(options: { name: string; now: n
         notBefore: new Date(request.notBefore),
         notAfter: new Date(request.notAfter),
         publicKey: keys.publicKey,
-        signingKey: caKeys.privateKey,
+        signingKey: caPrivateKey,
         signingAlgorithm: EC_ALG,
         extensions: [
           new x509.BasicConstraintsExtension(false, undefined, true),
           new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature, true),
           new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth], false),
-          new x509.SubjectAlternativeNameExtension([{ type: 'dns', value: request.dnsName }], false),
+          new x509.SubjectAlternativeNameExtension(
+            [
+              ...[request.dnsName, ...(request.moreDnsNames ?? [])].map((value) => ({ type: 'dns' as const, value })),
+              ...(request.ipAddresses ?? []).map((value) => ({ type: 'ip' as const, value })),
+            ],
+            false,
+          ),
           await x509.SubjectKeyIdentifierExtension.create(keys.publicKey),
           authorityKeyId,
         ],

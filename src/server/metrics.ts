@@ -12,6 +12,15 @@ const seconds = (ms: number): number => ms / 1000;
 const MISNAMED_DEFAULT_METRICS = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
 const ATTEMPT_RESULTS: AttemptResult[] = ['success', 'unchanged', 'rate_limited', 'error', 'rejected'];
 
+/** The process and Node.js metrics, without the misnamed ones. */
+export function collectNodeMetrics(registry: Registry): void {
+  collectDefaultMetrics({ register: registry });
+  // prom-client exports these totals as gauges with a `_total` suffix, which Prometheus reserves
+  // for counters (`promtool check metrics` flags them); the same counts stay available by type
+  // as nodejs_active_handles / _requests / _resources.
+  for (const name of MISNAMED_DEFAULT_METRICS) registry.removeSingleMetric(name);
+}
+
 /**
  * Prometheus metrics, named after REFERENCE §6 and cert-manager's (which users already alert on):
  * timestamps rather than "time since", base units, `_total` counters, the domain as the only label.
@@ -62,13 +71,7 @@ export class Metrics implements LoopObserver {
     this.reloads = new Counter({ name: 'certshare_reload_command_runs_total', help: 'Runs of the reload command by result (success, failure).', labelNames: ['result'], registers });
     this.storeErrors = new Counter({ name: 'certshare_store_errors_total', help: 'Failed reads or writes of the certificate store.', labelNames: ['operation'], registers });
     this.writer = new Gauge({ name: 'certshare_writer', help: '1 while this replica may issue certificates (rw mode, or holding the group Lease in auto mode).', registers });
-    if (options.defaultMetrics ?? true) {
-      collectDefaultMetrics({ register: this.registry });
-      // prom-client exports these totals as gauges with a `_total` suffix, which Prometheus reserves
-      // for counters (`promtool check metrics` flags them); the same counts stay available by type
-      // as nodejs_active_handles / _requests / _resources.
-      for (const name of MISNAMED_DEFAULT_METRICS) this.registry.removeSingleMetric(name);
-    }
+    if (options.defaultMetrics ?? true) collectNodeMetrics(this.registry);
   }
 
   certificate(domain: string, cert: StoredCert | undefined): void {

@@ -22,8 +22,11 @@ function swallow(socket: Socket): void {
   socket.resume();
 }
 
-/** A loopback TCP relay in front of one target; TLS passes through untouched. */
-export function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
+/**
+ * A loopback TCP relay in front of one target, or of the port `target()` picks per connection (none:
+ * refused); TLS passes through untouched.
+ */
+export function startTcpProxy(target: number | (() => number | undefined), targetHost = '127.0.0.1'): Promise<TcpProxy> {
   const sockets = new Set<Socket>();
   let state: 'forward' | 'cut' | 'black-hole' = 'forward';
   const track = (s: Socket): void => {
@@ -31,7 +34,8 @@ export function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Pro
     s.on('close', () => sockets.delete(s));
   };
   const server = createServer((client) => {
-    if (state === 'cut') return client.destroy();
+    const targetPort = typeof target === 'number' ? target : target();
+    if (state === 'cut' || targetPort === undefined) return client.destroy();
     track(client);
     client.on('error', () => client.destroy());
     if (state === 'black-hole') return swallow(client);

@@ -1,0 +1,195 @@
+// `certshare injector`: the mutating admission webhook that adds certshare to Pods, serving TLS from
+// its own CA (rotated with overlap by src/injector/controller.ts) and reloading it without restarts.
+import { CustomObjectsApi } from '@kubernetes/client-node/dist/gen/index.js';
+import { emptyRotationState, rotationPolicyProblem, type RotationPolicy } from '../core/ca-rotation.ts';
+import { systemClock, type Clock } from '../core/clock.ts';
+import { CertshareError } from '../core/errors.ts';
+import type { Logger } from '../core/logger.ts';
+import { connectKube } from '../kube/connection.ts';
+import { makeApi } from '../kube/https-transport.ts';
+import { parseListenAddress } from '../server/http-server.ts';
+import { parseFlags, usage, type FlagSpec, type FlagValues } from '../cli/flags.ts';
+import { duration, type ShareMode } from '../cli/run-options.ts';
+import { InjectorController } from './controller.ts';
+import { InjectorMetrics, admissionResult, startMetricsServer } from './metrics.ts';
+import { DEFAULT_READINESS_GATE, admissionReviewResponse, type InjectionDefaults } from './mutate.ts';
+import { serviceDnsNames, type LeafNames } from './pki.ts';
+import { DEFAULT_IMAGE } from './sidecar.ts';
+import { parseTarget, type Target } from './targets.ts';
+import { startTlsServer, type TlsServer } from './tls-server.ts';
+
+export const INJECTOR_FLAGS: FlagSpec[] = [
+  { name: 'listen', placeholder: 'ADDR:PORT', default: '[::]:8443', help: 'Address of the webhook (HTTPS: POST /mutate, GET /healthz).' },
+  { name: 'metrics-listen', placeholder: 'ADDR:PORT', default: '[::]:9003', help: 'Address for GET /metrics (plain HTTP, for Prometheus).' },
+  { name: 'service', placeholder: 'NAME', default: 'certshare-injector', help: "The webhook's Service: the leaf covers <svc>, <svc>.<ns>, <svc>.<ns>.svc, <svc>.<ns>.svc.cluster.local." },
+  { name: 'service-namespace', placeholder: 'NAMESPACE', help: "The Service's namespace. Default: the injector's own (POD_NAMESPACE)." },
+  { name: 'extra-san', placeholder: 'NAME|IP', multiple: true, help: 'A further DNS name or IP address in the leaf (e.g. 127.0.0.1 for a webhook called by URL).' },
+  { name: 'inject-ca-into', placeholder: 'KIND/NAME', multiple: true, default: 'mutatingwebhookconfiguration/certshare-injector', help: 'An object whose caBundle the injector keeps: mutatingwebhookconfiguration/NAME, validatingwebhookconfiguration/NAME, customresourcedefinition/NAME (conversion webhook), apiservice/NAME.' },
+  { name: 'ca-secret', placeholder: 'NAME', default: 'certshare-injector-ca', help: 'Secret holding the CAs of the bundle and their keys.' },
+  { name: 'tls-secret', placeholder: 'NAME', default: 'certshare-injector-tls', help: "Secret holding the webhook's serving certificate (kubernetes.io/tls)." },
+  { name: 'ca-lifetime', placeholder: 'DURATION', default: '8760h', help: 'Lifetime of a new CA.' },
+  { name: 'ca-rotate-before', placeholder: 'DURATION', default: '2160h', help: 'Add the next CA to the bundle this long before the newest CA expires.' },
+  { name: 'leaf-lifetime', placeholder: 'DURATION', default: '720h', help: 'Lifetime of a serving certificate (never beyond its CA).' },
+  { name: 'leaf-renew-before', placeholder: 'DURATION', default: '240h', help: 'Renew the serving certificate this long before it expires.' },
+  { name: 'propagation-grace', placeholder: 'DURATION', default: '30s', help: "How long every object must have been seen carrying a new CA before leaves are signed by it (the apiserver's caches)." },
+  { name: 'resync', placeholder: 'DURATION', default: '10m', help: 'Re-read the Secrets and the objects at least this often (they are watched as well).' },
+  { name: 'kube-timeout', placeholder: 'DURATION', default: '10s', help: 'Timeout of one Kubernetes API call.' },
+  { name: 'sidecar-image', placeholder: 'IMAGE', default: DEFAULT_IMAGE, help: 'Image of the injected certshare container.' },
+  { name: 'default-mode', placeholder: 'rw|ro|auto', default: 'auto', help: 'Mode of injected sidecars without certshare.io/mode.' },
+  { name: 'default-out-dir', placeholder: 'DIR', default: '/certs', help: 'Certificate directory of injected sidecars without certshare.io/out-dir.' },
+  { name: 'default-readiness-gate', placeholder: 'TYPE|none', default: DEFAULT_READINESS_GATE, help: 'Readiness gate of injected Pods without certshare.io/readiness-gate.' },
+  { name: 'default-socket-volume', placeholder: 'VOLUME', default: 'tailscale-socket', help: "The Pod volume holding tailscaled's socket, without certshare.io/socket-volume." },
+  { name: 'drain-delay', placeholder: 'DURATION', default: '5s', help: 'On SIGTERM: keep answering this long, closing each kept-alive connection after its response, before the listener closes (the endpoint is gone meanwhile).' },
+  { name: 'log-level', placeholder: 'LEVEL', default: 'info', help: 'debug, info, warn or error.' },
+];
+
+export interface InjectorConfig {
+  listen: { host: string; port: number };
+  metricsListen: { host: string; port: number };
+  service: string;
+  serviceNamespace: string | undefined;
+  extraDnsNames: string[];
+  extraIps: string[];
+  targets: Target[];
+  caSecret: string;
+  tlsSecret: string;
+  policy: RotationPolicy;
+  resyncMs: number;
+  kubeTimeoutMs: number;
+  drainDelayMs: number;
+  defaults: InjectionDefaults;
+  logLevel: string;
+}
+
+const IP = /^(\d{1,3}(\.\d{1,3}){3}|[0-9a-f:]*:[0-9a-f:.]*)$/i;
+
+function listenAddress(values: FlagValues, name: string): { host: string; port: number } {
+  try {
+    return parseListenAddress(String(values[name]));
+  } catch (err) {
+    throw new CertshareError('CERTSHARE_BAD_FLAG', `--${name}: ${(err as Error).message}`);
+  }
+}
+
+export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): InjectorConfig {
+  const listen = listenAddress(values, 'listen');
+  const metricsListen = listenAddress(values, 'metrics-listen');
+  const policy: RotationPolicy = {
+    caLifetimeMs: duration(values, 'ca-lifetime'),
+    caRotateBeforeMs: duration(values, 'ca-rotate-before'),
+    leafLifetimeMs: duration(values, 'leaf-lifetime'),
+    leafRenewBeforeMs: duration(values, 'leaf-renew-before'),
+    propagationGraceMs: duration(values, 'propagation-grace'),
+  };
+  const problem = rotationPolicyProblem(policy);
+  if (problem) throw new CertshareError('CERTSHARE_BAD_FLAG', `--ca-lifetime, --ca-rotate-before, --leaf-lifetime, --leaf-renew-before, --propagation-grace: ${problem}`);
+  const mode = String(values['default-mode']);
+  if (mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw new CertshareError('CERTSHARE_BAD_FLAG', `--default-mode must be rw, ro or auto, got "${mode}"`);
+  const logLevel = String(values['log-level']);
+  if (!['debug', 'info', 'warn', 'error'].includes(logLevel)) throw new CertshareError('CERTSHARE_BAD_FLAG', '--log-level must be debug, info, warn or error');
+  const extras = (values['extra-san'] as string[] | undefined) ?? [];
+  const gate = String(values['default-readiness-gate']);
+  const resyncMs = duration(values, 'resync');
+  const kubeTimeoutMs = duration(values, 'kube-timeout');
+  if (resyncMs <= 0 || kubeTimeoutMs <= 0) throw new CertshareError('CERTSHARE_BAD_FLAG', '--resync and --kube-timeout must be positive');
+  return {
+    listen,
+    metricsListen,
+    service: String(values.service),
+    serviceNamespace: (values['service-namespace'] as string | undefined) ?? env.POD_NAMESPACE,
+    extraDnsNames: extras.filter((e) => !IP.test(e)),
+    extraIps: extras.filter((e) => IP.test(e)),
+    targets: ((values['inject-ca-into'] as string[] | undefined) ?? []).map(parseTarget),
+    caSecret: String(values['ca-secret']),
+    tlsSecret: String(values['tls-secret']),
+    policy,
+    resyncMs,
+    kubeTimeoutMs,
+    drainDelayMs: duration(values, 'drain-delay'),
+    defaults: {
+      image: String(values['sidecar-image']),
+      mode: mode as ShareMode,
+      outDir: String(values['default-out-dir']),
+      readinessGate: gate === 'none' ? undefined : gate,
+      socketVolume: String(values['default-socket-volume']),
+    },
+    logLevel,
+  };
+}
+
+export interface Injector {
+  server: TlsServer;
+  controller: InjectorController;
+  metrics: InjectorMetrics;
+  metricsPort: number;
+  stop(): Promise<void>;
+}
+
+/** The webhook server (no certificate until the controller has a trusted leaf) and the CA controller. */
+export async function startInjector(config: InjectorConfig, deps: { logger: Logger; env: NodeJS.ProcessEnv; clock?: Clock; defaultMetrics?: boolean }): Promise<Injector> {
+  const connection = await connectKube(deps.env);
+  const namespace = config.serviceNamespace ?? connection.namespace;
+  const names: LeafNames = { dnsNames: [...serviceDnsNames(config.service, namespace), ...config.extraDnsNames], ipAddresses: config.extraIps };
+  let controller: InjectorController | undefined;
+  const metrics = new InjectorMetrics(() => controller?.state ?? emptyRotationState([]), { defaultMetrics: deps.defaultMetrics ?? true });
+  const server = await startTlsServer({
+    host: config.listen.host,
+    port: config.listen.port,
+    routes: {
+      '/mutate': (body) => {
+        try {
+          const answer = admissionReviewResponse(body, config.defaults);
+          metrics.admission(admissionResult(answer));
+          return answer;
+        } catch (err) {
+          metrics.admission('invalid');
+          throw err;
+        }
+      },
+    },
+  });
+  controller = new InjectorController({
+    connection,
+    custom: makeApi(connection.config, CustomObjectsApi),
+    clock: deps.clock ?? systemClock,
+    logger: deps.logger,
+    policy: config.policy,
+    targets: config.targets,
+    caSecret: config.caSecret,
+    tlsSecret: config.tlsSecret,
+    names,
+    serve: (pair) => server.setPair(pair),
+    resyncMs: config.resyncMs,
+    callTimeoutMs: config.kubeTimeoutMs,
+  });
+  controller.on('action', (action) => metrics.step(action));
+  controller.on('failed', (kind) => metrics.failure(kind));
+  const metricsServer = await startMetricsServer(metrics, config.metricsListen.host, config.metricsListen.port);
+  controller.start();
+  deps.logger.info({ port: server.port, targets: config.targets.map((t) => `${t.kind}/${t.name}`), names: names.dnsNames }, 'injector started');
+  const running = controller;
+  return {
+    server,
+    controller: running,
+    metrics,
+    metricsPort: metricsServer.port,
+    async stop() {
+      await running.stop();
+      await Promise.all([server.close({ drainMs: config.drainDelayMs }), metricsServer.close()]);
+    },
+  };
+}
+
+export async function injectorCommand(argv: string[]): Promise<number> {
+  const values = parseFlags(INJECTOR_FLAGS, argv, process.env);
+  if (values.help) {
+    console.log(usage('injector', 'A mutating admission webhook adding certshare as a native sidecar to Pods annotated certshare.io/inject: "true", serving TLS from its own CA, rotated with overlap.', INJECTOR_FLAGS));
+    return 0;
+  }
+  const config = injectorConfigFrom(values, process.env);
+  const [{ createLogger }, { stopOnSignal }] = await Promise.all([import('../cli/logger.ts'), import('../cli/run-command.ts')]);
+  const logger = createLogger(config.logLevel, 'certshare-injector');
+  const injector = await startInjector(config, { logger, env: process.env });
+  const code = await stopOnSignal(injector, logger, config.drainDelayMs + 10_000);
+  process.exit(code);
+}

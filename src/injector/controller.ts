@@ -1,0 +1,369 @@
+// Drives the CA rotation policy (src/core/ca-rotation.ts) against the cluster: the CAs live in one Secret,
+// the serving leaf in another, the bundle in the objects named by flag. Every replica runs this loop;
+// every write is compare-and-swap on the resourceVersion it read, so two replicas deciding the same
+// action at once cost one 409 and a re-read, never two CAs or two leaves.
+import { EventEmitter } from 'node:events';
+import { X509Certificate } from 'node:crypto';
+import type { V1Secret } from '@kubernetes/client-node/dist/gen/models/V1Secret.js';
+import type { CustomObjectsApi } from '@kubernetes/client-node/dist/gen/index.js';
+import {
+  decideRotation,
+  emptyRotationState,
+  withObservation,
+  withPublished,
+  type CaRecord,
+  type LeafRecord,
+  type RotationAction,
+  type RotationPolicy,
+  type RotationState,
+} from '../core/ca-rotation.ts';
+import type { Clock } from '../core/clock.ts';
+import { CertshareError, errorMessage } from '../core/errors.ts';
+import type { Logger } from '../core/logger.ts';
+import { apiErrorText, apiStatus, type KubeConnection } from '../kube/connection.ts';
+import { watchOnce } from '../kube/https-transport.ts';
+import { SecretWatch } from '../kube/secret-watch.ts';
+import { callOptions } from './kube-calls.ts';
+import { createInjectorCa, issueServingLeaf, loadInjectorCa, type LeafNames } from './pki.ts';
+import { TARGET_API, observedCaSerials, targetKey, withCaBundle, type Target } from './targets.ts';
+import type { ServingPair } from './tls-server.ts';
+
+export interface InjectorControllerOptions {
+  connection: KubeConnection;
+  custom: CustomObjectsApi;
+  clock: Clock;
+  logger: Logger;
+  policy: RotationPolicy;
+  targets: Target[];
+  caSecret: string;
+  tlsSecret: string;
+  names: LeafNames;
+  /** Called with each new valid leaf to serve (the TLS server's setPair). */
+  serve: (pair: ServingPair) => void;
+  /** Re-read the injected objects at least this often (someone may edit a caBundle). */
+  resyncMs: number;
+  callTimeoutMs: number;
+  /** After an error, the first wait (doubling up to resyncMs). */
+  firstRetryMs?: number;
+}
+
+const LAST_LEAF_EXPIRY = 'certshare.io/last-leaf-expiry';
+const SIGNED_BY = 'certshare.io/signed-by';
+const CA_KEY = (serial: string) => `ca-${serial}.key`;
+const CERT_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
+
+const b64 = (text: string) => Buffer.from(text).toString('base64');
+const unb64 = (text: string | undefined) => Buffer.from(text ?? '', 'base64').toString('utf8');
+
+/** A write lost a compare-and-swap: re-read and decide again at once. */
+class Conflict extends Error {}
+
+interface CaEntry extends CaRecord {
+  certPem: string;
+}
+
+export interface InjectorControllerEvents {
+  served: [serial: string];
+  action: [action: RotationAction];
+  /** A pass failed: lost a compare-and-swap (re-read at once) or an error (retried with backoff). */
+  failed: [kind: 'conflict' | 'error', error: string];
+}
+
+export class InjectorController extends EventEmitter<InjectorControllerEvents> {
+  readonly #o: InjectorControllerOptions;
+  #state: RotationState;
+  #caSecret: V1Secret | null = null;
+  #tlsSecret: V1Secret | null = null;
+  #cas: CaEntry[] = [];
+  readonly #targetObjects = new Map<string, Record<string, unknown> | null>();
+  readonly #abort = new AbortController();
+  #wake: AbortController | undefined;
+  #woken = false;
+  #done: Promise<void> | undefined;
+  readonly #watches: SecretWatch[] = [];
+  #servedSerial: string | undefined;
+  /** Actions applied since start, by kind (tests and metrics read it). */
+  readonly counts: Record<RotationAction['kind'] | 'conflict' | 'error', number> = { 'create-ca': 0, publish: 0, 'issue-leaf': 0, 'retire-ca': 0, conflict: 0, error: 0 };
+
+  constructor(options: InjectorControllerOptions) {
+    super();
+    this.#o = options;
+    this.#state = emptyRotationState(options.targets.map(targetKey));
+  }
+
+  get state(): RotationState {
+    return this.#state;
+  }
+
+  start(): void {
+    for (const name of [this.#o.caSecret, this.#o.tlsSecret]) {
+      const watch = new SecretWatch({ connection: this.#o.connection, name, clock: this.#o.clock, logger: this.#o.logger, onChange: () => this.wake() });
+      this.#watches.push(watch);
+      watch.start();
+    }
+    // The targets are watched too: a caBundle wiped by a redeploy of the configuration (Helm, Argo CD)
+    // is written back within a second, not at the next resync.
+    this.#done ??= Promise.all([this.#run(), ...this.#o.targets.map((t) => this.#watchTarget(t))]).then(() => {});
+  }
+
+  /** Look again now (a Secret changed, or a test wants it). */
+  wake(): void {
+    this.#woken = true;
+    this.#wake?.abort();
+  }
+
+  async stop(): Promise<void> {
+    this.#abort.abort();
+    this.#wake?.abort();
+    await Promise.all(this.#watches.map((w) => w.stop()));
+    await this.#done;
+  }
+
+  async #run(): Promise<void> {
+    const { clock, logger, resyncMs } = this.#o;
+    let failures = 0;
+    while (!this.#abort.signal.aborted) {
+      let waitMs = resyncMs;
+      this.#woken = false;
+      try {
+        await this.#refresh();
+        const decision = decideRotation(this.#state, this.#o.policy, clock.now());
+        if (decision.action) {
+          logger.info({ action: decision.action.kind, reason: decision.action.reason }, 'CA rotation step');
+          await this.#apply(decision.action);
+          this.counts[decision.action.kind]++;
+          this.emit('action', decision.action);
+          waitMs = 0;
+        } else if (decision.nextCheckAt !== undefined) {
+          waitMs = Math.min(resyncMs, Math.max(0, decision.nextCheckAt - clock.now()));
+        }
+        failures = 0;
+      } catch (err) {
+        if (this.#abort.signal.aborted) break;
+        if (err instanceof Conflict) {
+          this.counts.conflict++;
+          this.emit('failed', 'conflict', err.message);
+          logger.debug({ err: err.message }, 'lost a compare-and-swap; re-reading');
+          waitMs = 0;
+        } else {
+          failures++;
+          this.counts.error++;
+          const first = this.#o.firstRetryMs ?? 500;
+          waitMs = Math.min(resyncMs, first * 2 ** Math.min(failures - 1, 16));
+          const code = err instanceof CertshareError ? err.code : 'CERTSHARE_STORE_UNAVAILABLE';
+          logger.warn({ code, err: errorMessage(err), retryInMs: waitMs }, 'injector CA step failed');
+          this.emit('failed', 'error', errorMessage(err));
+        }
+      }
+      if (waitMs > 0 && !this.#woken) {
+        this.#wake = new AbortController();
+        await clock.sleep(waitMs, AbortSignal.any([this.#wake.signal, this.#abort.signal])).catch(() => {});
+      }
+    }
+  }
+
+  /**
+   * Watches one target by name. Without a resourceVersion each watch starts with the object's current
+   * state (an ADDED event), so nothing changed between two watches goes unseen; every event wakes the loop.
+   */
+  async #watchTarget(target: Target): Promise<void> {
+    const { group, version, plural } = TARGET_API[target.kind];
+    let failures = 0;
+    while (!this.#abort.signal.aborted) {
+      try {
+        await watchOnce(
+          this.#o.connection.config,
+          `/apis/${group}/${version}/${plural}`,
+          { fieldSelector: `metadata.name=${target.name}`, allowWatchBookmarks: true, timeoutSeconds: 1800 + Math.round(Math.random() * 1800) },
+          ({ type }) => {
+            failures = 0;
+            if (type !== 'BOOKMARK') this.wake();
+          },
+          { signal: this.#abort.signal, inactivityMs: 3_900_000 },
+        );
+      } catch (err) {
+        if (this.#abort.signal.aborted) return;
+        failures++;
+        const waitMs = Math.min(this.#o.resyncMs, 500 * 2 ** Math.min(failures - 1, 16));
+        this.#o.logger.warn({ target: targetKey(target), err: errorMessage(err), retryInMs: waitMs }, 'watch of a caBundle target failed');
+        await this.#o.clock.sleep(waitMs, this.#abort.signal).catch(() => {});
+      }
+    }
+  }
+
+  #call() {
+    return callOptions(this.#abort.signal, this.#o.callTimeoutMs);
+  }
+
+  async #readSecret(name: string): Promise<V1Secret | null> {
+    const { core, namespace } = this.#o.connection;
+    try {
+      return await core.readNamespacedSecret({ name, namespace }, this.#call());
+    } catch (err) {
+      if (apiStatus(err) === 404) return null;
+      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read Secret ${namespace}/${name}: ${apiErrorText(err)}`, { cause: err });
+    }
+  }
+
+  /** Creates (when `previous` is null) or replaces the Secret at the version read; a 409/404 is a Conflict. */
+  async #writeSecret(name: string, previous: V1Secret | null, body: V1Secret): Promise<V1Secret> {
+    const { core, namespace } = this.#o.connection;
+    const full: V1Secret = { ...body, apiVersion: 'v1', kind: 'Secret', metadata: { ...body.metadata, name, namespace, ...(previous ? { resourceVersion: previous.metadata?.resourceVersion } : {}) } };
+    try {
+      return previous === null ? await core.createNamespacedSecret({ namespace, body: full }, this.#call()) : await core.replaceNamespacedSecret({ name, namespace, body: full }, this.#call());
+    } catch (err) {
+      const status = apiStatus(err);
+      if (status === 409 || status === 404) throw new Conflict(`Secret ${namespace}/${name} changed meanwhile`);
+      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot write Secret ${namespace}/${name}: ${apiErrorText(err)}`, { cause: err });
+    }
+  }
+
+  /** Reads both Secrets and every target, and rebuilds the policy's view (keeping first-seen times). */
+  /**
+   * A Secret deleted (or emptied) by hand is written back from the last one read, never answered with a
+   * new CA: a new CA would replace the one every caller trusts at once, cert-controller's failure mode.
+   */
+  async #restored(name: string, current: V1Secret | null, last: V1Secret | null): Promise<V1Secret | null> {
+    const lost = current === null || Object.keys(current.data ?? {}).length === 0;
+    if (!lost || !last?.data || Object.keys(last.data).length === 0) return current;
+    this.#o.logger.warn({ code: 'CERTSHARE_STORE_CORRUPT', secret: name }, 'Secret deleted or emptied; restoring it from the last read');
+    const { resourceVersion: _old, uid: _uid, creationTimestamp: _created, managedFields: _fields, ...metadata } = last.metadata ?? {};
+    return this.#writeSecret(name, current, { type: last.type, metadata, data: last.data });
+  }
+
+  async #refresh(): Promise<void> {
+    const now = this.#o.clock.now();
+    const [caRead, tlsRead] = await Promise.all([this.#readSecret(this.#o.caSecret), this.#readSecret(this.#o.tlsSecret)]);
+    const [caSecret, tlsSecret] = await Promise.all([this.#restored(this.#o.caSecret, caRead, this.#caSecret), this.#restored(this.#o.tlsSecret, tlsRead, this.#tlsSecret)]);
+    this.#caSecret = caSecret;
+    this.#tlsSecret = tlsSecret;
+    this.#cas = (unb64(caSecret?.data?.['ca.crt']).match(CERT_BLOCK) ?? []).map((pem) => {
+      const cert = new X509Certificate(pem);
+      return { id: cert.serialNumber.toUpperCase(), notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), certPem: pem + '\n' };
+    });
+    const lastLeafExpiry = JSON.parse(caSecret?.metadata?.annotations?.[LAST_LEAF_EXPIRY] ?? '{}') as Record<string, number>;
+    let state: RotationState = {
+      ...this.#state,
+      bundle: this.#cas.map(({ id, notBefore, notAfter }) => ({ id, notBefore, notAfter })),
+      lastLeafExpiry,
+      leaf: this.#leafRecord(tlsSecret),
+    };
+    await Promise.all(
+      this.#o.targets.map(async (target) => {
+        const object = await this.#readTarget(target);
+        this.#targetObjects.set(targetKey(target), object);
+      }),
+    );
+    const ids = state.bundle.map((ca) => ca.id);
+    for (const target of this.#o.targets) {
+      const key = targetKey(target);
+      const object = this.#targetObjects.get(key);
+      const seen = object ? observedCaSerials(target.kind, object) : [];
+      state = withObservation(state, key, seen, now);
+      // What is there already is what a write would put there.
+      if (seen.length === ids.length && ids.every((id) => seen.includes(id))) state = withPublished(state, [key], ids);
+    }
+    this.#state = state;
+    this.#serveCurrent(now);
+  }
+
+  #leafRecord(secret: V1Secret | null): LeafRecord | undefined {
+    const pem = unb64(secret?.data?.['tls.crt']).match(CERT_BLOCK)?.[0];
+    if (!pem) return undefined;
+    const cert = new X509Certificate(pem);
+    const signedBy = secret?.metadata?.annotations?.[SIGNED_BY] ?? this.#cas.find((ca) => cert.checkIssued(new X509Certificate(ca.certPem)))?.id ?? '';
+    return { serial: cert.serialNumber.toUpperCase(), signedBy, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime() };
+  }
+
+  #serveCurrent(now: number): void {
+    const leaf = this.#state.leaf;
+    if (!leaf || leaf.serial === this.#servedSerial || now >= leaf.notAfter) return;
+    const pair = { certPem: unb64(this.#tlsSecret?.data?.['tls.crt']), keyPem: unb64(this.#tlsSecret?.data?.['tls.key']) };
+    try {
+      this.#o.serve(pair);
+      this.#servedSerial = leaf.serial;
+      this.#o.logger.info({ serial: leaf.serial, signedBy: leaf.signedBy, notAfter: new Date(leaf.notAfter).toISOString() }, 'serving a new webhook certificate');
+      this.emit('served', leaf.serial);
+    } catch (err) {
+      this.#o.logger.error({ code: 'CERTSHARE_CERT_INVALID', err: errorMessage(err) }, 'the webhook certificate in the Secret is unusable; keeping the current one');
+    }
+  }
+
+  async #readTarget(target: Target): Promise<Record<string, unknown> | null> {
+    const api = TARGET_API[target.kind];
+    try {
+      return (await this.#o.custom.getClusterCustomObject({ ...api, name: target.name }, this.#call())) as Record<string, unknown>;
+    } catch (err) {
+      if (apiStatus(err) === 404) {
+        this.#o.logger.warn({ code: 'CERTSHARE_BAD_CONFIG', target: targetKey(target) }, 'object to inject the caBundle into does not exist; no leaf can be trusted until it does');
+        return null;
+      }
+      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read ${targetKey(target)}: ${apiErrorText(err)}`, { cause: err });
+    }
+  }
+
+  #caSecretBody(cas: CaEntry[], keys: Record<string, string>, lastLeafExpiry: Record<string, number>): V1Secret {
+    const data: Record<string, string> = { 'ca.crt': b64(cas.map((ca) => ca.certPem).join('')) };
+    for (const ca of cas) {
+      const key = keys[CA_KEY(ca.id)];
+      if (key !== undefined) data[CA_KEY(ca.id)] = key;
+    }
+    const labels = { 'app.kubernetes.io/managed-by': 'certshare-injector' };
+    return { type: 'Opaque', metadata: { labels, annotations: { [LAST_LEAF_EXPIRY]: JSON.stringify(lastLeafExpiry) } }, data };
+  }
+
+  async #apply(action: RotationAction): Promise<void> {
+    const keys = { ...(this.#caSecret?.data ?? {}) };
+    switch (action.kind) {
+      case 'create-ca': {
+        const ca = await createInjectorCa(action);
+        const entry: CaEntry = { id: ca.serial, notBefore: ca.notBefore, notAfter: ca.notAfter, certPem: ca.certPem };
+        keys[CA_KEY(ca.serial)] = b64(ca.keyPem);
+        await this.#writeSecret(this.#o.caSecret, this.#caSecret, this.#caSecretBody([...this.#cas, entry], keys, this.#state.lastLeafExpiry));
+        return;
+      }
+      case 'publish': {
+        const bundlePem = this.#cas.filter((ca) => action.caIds.includes(ca.id)).map((ca) => ca.certPem).join('');
+        for (const target of this.#o.targets) {
+          const key = targetKey(target);
+          const object = this.#targetObjects.get(key);
+          if (!action.objects.includes(key)) continue;
+          // An error, not a skip: the pass backs off (and the target's watch wakes it once the object exists).
+          if (!object) throw new CertshareError('CERTSHARE_BAD_CONFIG', `${key} does not exist: no leaf can be trusted until it carries the bundle`);
+          const api = TARGET_API[target.kind];
+          try {
+            // The body carries the resourceVersion read: a replace is compare-and-swap.
+            await this.#o.custom.replaceClusterCustomObject({ ...api, name: target.name, body: withCaBundle(target.kind, object, bundlePem) }, this.#call());
+          } catch (err) {
+            if (apiStatus(err) === 409) throw new Conflict(`${key} changed meanwhile`);
+            throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot write the caBundle of ${key}: ${apiErrorText(err)}`, { cause: err });
+          }
+        }
+        return;
+      }
+      case 'issue-leaf': {
+        const signer = this.#cas.find((ca) => ca.id === action.signer);
+        const signerKey = keys[CA_KEY(action.signer)];
+        if (!signer || signerKey === undefined) throw new CertshareError('CERTSHARE_STORE_CORRUPT', `Secret ${this.#o.caSecret} lacks CA ${action.signer} or its key`);
+        const ca = await loadInjectorCa({ certPem: signer.certPem, keyPem: unb64(signerKey) });
+        const leaf = await issueServingLeaf(ca, this.#o.names, action);
+        // Intent first: the CA Secret records how long this CA must stay trusted before the leaf exists
+        // anywhere. A crash in between leaves a CA in the bundle a little longer, never a leaf untrusted.
+        const lastLeafExpiry = { ...this.#state.lastLeafExpiry, [signer.id]: Math.max(this.#state.lastLeafExpiry[signer.id] ?? 0, leaf.notAfter) };
+        this.#caSecret = await this.#writeSecret(this.#o.caSecret, this.#caSecret, this.#caSecretBody(this.#cas, keys, lastLeafExpiry));
+        await this.#writeSecret(this.#o.tlsSecret, this.#tlsSecret, {
+          type: 'kubernetes.io/tls',
+          metadata: { labels: { 'app.kubernetes.io/managed-by': 'certshare-injector' }, annotations: { [SIGNED_BY]: signer.id } },
+          data: { 'tls.crt': b64(leaf.chainPem), 'tls.key': b64(leaf.keyPem) },
+        });
+        return;
+      }
+      case 'retire-ca': {
+        const { [action.caId]: _gone, ...lastLeafExpiry } = this.#state.lastLeafExpiry;
+        delete keys[CA_KEY(action.caId)];
+        await this.#writeSecret(this.#o.caSecret, this.#caSecret, this.#caSecretBody(this.#cas.filter((ca) => ca.id !== action.caId), keys, lastLeafExpiry));
+        return;
+      }
+    }
+  }
+}

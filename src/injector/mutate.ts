@@ -1,0 +1,164 @@
+// The mutation: an AdmissionReview v1 for a Pod in, a JSON patch adding certshare as a native sidecar out.
+// Pure (no I/O): the HTTPS server calls admissionReviewResponse() per request.
+import type { V1Container } from '@kubernetes/client-node/dist/gen/models/V1Container.js';
+import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
+import type { V1Volume } from '@kubernetes/client-node/dist/gen/models/V1Volume.js';
+import type { ShareMode } from '../cli/run-options.ts';
+import { normalizeDomain } from '../core/domain.ts';
+import { CertshareError, errorMessage } from '../core/errors.ts';
+import { SIDECAR_NAME, certshareContainer, serviceAccountTokenVolume, type SidecarSettings } from './sidecar.ts';
+
+export const ANNOTATION = {
+  inject: 'certshare.io/inject',
+  domains: 'certshare.io/domains',
+  mode: 'certshare.io/mode',
+  outDir: 'certshare.io/out-dir',
+  readinessGate: 'certshare.io/readiness-gate',
+  socketVolume: 'certshare.io/socket-volume',
+} as const;
+
+/** The injector's defaults, each overridable per Pod by the annotation of the same name. */
+export interface InjectionDefaults {
+  image: string;
+  mode: ShareMode;
+  outDir: string;
+  /** Condition type, or undefined for no gate. */
+  readinessGate: string | undefined;
+  socketVolume: string;
+}
+
+export const DEFAULT_READINESS_GATE = 'certshare.io/certificates';
+const CERTS_VOLUME = 'certshare-certs';
+const TOKEN_VOLUME = 'certshare-token';
+/** The ServiceAccount admission plugin's per-Pod token volume. */
+const AUTO_TOKEN_VOLUME = /^kube-api-access-/;
+
+export interface JsonPatchOp {
+  op: 'add';
+  path: string;
+  value: unknown;
+}
+
+export type Injection = { kind: 'skip'; reason: string } | { kind: 'inject'; pod: V1Pod; patch: JsonPatchOp[] };
+
+function bad(annotation: string, message: string): CertshareError {
+  return new CertshareError('CERTSHARE_BAD_ANNOTATION', `${annotation}: ${message}`);
+}
+
+// A condition type is a qualified name, like a label key: an optional DNS subdomain prefix and a name.
+const QUALIFIED_NAME = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
+const ABSOLUTE_PATH = /^\/[^\0,\n]*$/;
+
+/** The sidecar's settings from the Pod's annotations over the defaults; CERTSHARE_BAD_ANNOTATION on a bad value. */
+export function settingsFromAnnotations(annotations: Record<string, string>, defaults: InjectionDefaults): Omit<SidecarSettings, 'certsVolume' | 'tokenVolume'> {
+  const domainsText = annotations[ANNOTATION.domains];
+  if (domainsText === undefined || domainsText.trim() === '') throw bad(ANNOTATION.domains, 'required: the comma-separated domains to keep certificates for');
+  const domains = domainsText.split(',').filter((d) => d.trim() !== '').map((d) => {
+    try {
+      return normalizeDomain(d);
+    } catch (err) {
+      throw bad(ANNOTATION.domains, errorMessage(err));
+    }
+  });
+
+  const mode = annotations[ANNOTATION.mode] ?? defaults.mode;
+  if (mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw bad(ANNOTATION.mode, `"${mode}" is not rw, ro or auto`);
+
+  const outDir = annotations[ANNOTATION.outDir] ?? defaults.outDir;
+  if (!ABSOLUTE_PATH.test(outDir) || outDir.split('/').includes('..')) throw bad(ANNOTATION.outDir, `"${outDir}" is not an absolute path without ".."`);
+
+  const gateText = annotations[ANNOTATION.readinessGate];
+  const readinessGate = gateText === undefined ? defaults.readinessGate : gateText === 'none' ? undefined : gateText;
+  if (readinessGate !== undefined && !QUALIFIED_NAME.test(readinessGate)) throw bad(ANNOTATION.readinessGate, `"${readinessGate}" is not a condition type (e.g. ${DEFAULT_READINESS_GATE}), nor "none"`);
+
+  const socketVolume = annotations[ANNOTATION.socketVolume] ?? defaults.socketVolume;
+  return { image: defaults.image, domains, mode, outDir, readinessGate, socketVolume };
+}
+
+/**
+ * What to do with a Pod: leave it (not asked for, or already injected: the webhook may be called again
+ * under reinvocationPolicy IfNeeded), or the injected Pod and the patch that makes it.
+ * Throws CERTSHARE_BAD_ANNOTATION when the Pod asks for injection with settings that cannot work.
+ */
+export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection {
+  const annotations = pod.metadata?.annotations ?? {};
+  const inject = annotations[ANNOTATION.inject];
+  if (inject === undefined || inject === 'false') return { kind: 'skip', reason: `no ${ANNOTATION.inject}: "true"` };
+  if (inject !== 'true') throw bad(ANNOTATION.inject, `"${inject}" is neither "true" nor "false"`);
+  const spec = pod.spec;
+  if (!spec) throw bad(ANNOTATION.inject, 'the Pod has no spec');
+  const initContainers = spec.initContainers ?? [];
+  if ([...initContainers, ...(spec.containers ?? [])].some((c) => c.name === SIDECAR_NAME)) return { kind: 'skip', reason: `a container named ${SIDECAR_NAME} is already there` };
+
+  const settings = settingsFromAnnotations(annotations, defaults);
+  const volumes = spec.volumes ?? [];
+  if (!volumes.some((v) => v.name === settings.socketVolume)) {
+    throw bad(ANNOTATION.socketVolume, `the Pod has no volume "${settings.socketVolume}" for tailscaled's socket (name it with ${ANNOTATION.socketVolume})`);
+  }
+
+  // The proxy reads the certificates where certshare writes them: reuse a volume already mounted at
+  // the out-dir, or add one and mount it read-only into every container.
+  const mountedAtOutDir = (spec.containers ?? []).flatMap((c) => c.volumeMounts ?? []).find((m) => m.mountPath === settings.outDir);
+  const certsVolume = mountedAtOutDir?.name ?? CERTS_VOLUME;
+  const addedVolumes: V1Volume[] = mountedAtOutDir ? [] : [{ name: CERTS_VOLUME, emptyDir: { medium: 'Memory', sizeLimit: '16Mi' } }];
+
+  // The token only in certshare's container. A Pod that says nothing gets automount off, and the
+  // ServiceAccount plugin's volume (added before webhooks run) is taken back out; a Pod that asks for
+  // automount explicitly keeps it.
+  const explicitAutomount = spec.automountServiceAccountToken === true;
+  const dropAutoToken = !explicitAutomount;
+  const keptVolumes = dropAutoToken ? volumes.filter((v) => !AUTO_TOKEN_VOLUME.test(v.name)) : volumes;
+  const withoutAutoMounts = (c: V1Container): V1Container => (dropAutoToken && c.volumeMounts ? { ...c, volumeMounts: c.volumeMounts.filter((m) => !AUTO_TOKEN_VOLUME.test(m.name)) } : c);
+  addedVolumes.push(serviceAccountTokenVolume(TOKEN_VOLUME));
+
+  const sidecar = certshareContainer({ ...settings, certsVolume, tokenVolume: TOKEN_VOLUME });
+  const containers = (spec.containers ?? []).map((c) => {
+    const cleaned = withoutAutoMounts(c);
+    if (mountedAtOutDir) return cleaned;
+    return { ...cleaned, volumeMounts: [...(cleaned.volumeMounts ?? []), { name: CERTS_VOLUME, mountPath: settings.outDir, readOnly: true }] };
+  });
+  const readinessGates = spec.readinessGates ?? [];
+  const gates = settings.readinessGate && !readinessGates.some((g) => g.conditionType === settings.readinessGate) ? [...readinessGates, { conditionType: settings.readinessGate }] : readinessGates;
+
+  const next = {
+    ...spec,
+    // A projected token needs a named ServiceAccount; the ServiceAccount admission plugin (which runs
+    // before webhooks) names "default" where the Pod names none, and so does this where it did not run.
+    serviceAccountName: spec.serviceAccountName ?? spec.serviceAccount ?? 'default',
+    automountServiceAccountToken: explicitAutomount ? true : false,
+    initContainers: [...initContainers.map(withoutAutoMounts), sidecar],
+    containers,
+    volumes: [...keptVolumes, ...addedVolumes],
+    readinessGates: gates,
+  };
+  // "add" on an existing member replaces it (RFC 6902): whole fields, computed from the Pod as seen.
+  const patch: JsonPatchOp[] = (['serviceAccountName', 'automountServiceAccountToken', 'initContainers', 'containers', 'volumes', 'readinessGates'] as const)
+    .filter((field) => JSON.stringify(next[field]) !== JSON.stringify(spec[field]) && !(spec[field] === undefined && Array.isArray(next[field]) && next[field].length === 0))
+    .map((field) => ({ op: 'add', path: `/spec/${field}`, value: next[field] }));
+  return { kind: 'inject', pod: { ...pod, spec: next }, patch };
+}
+
+interface AdmissionReviewIn {
+  apiVersion?: string;
+  kind?: string;
+  request?: { uid?: string; kind?: { kind?: string }; operation?: string; object?: V1Pod };
+}
+
+/** The AdmissionReview answer; throws (the server answers HTTP 400) only when there is no request to answer. */
+export function admissionReviewResponse(body: unknown, defaults: InjectionDefaults): object {
+  const review = body as AdmissionReviewIn;
+  const uid = review?.request?.uid;
+  if (typeof uid !== 'string' || uid === '') throw new CertshareError('CERTSHARE_BAD_CONFIG', 'not an AdmissionReview request (no request.uid)');
+  const answer = (response: object) => ({ apiVersion: review.apiVersion ?? 'admission.k8s.io/v1', kind: 'AdmissionReview', response: { uid, ...response } });
+  const object = review.request?.object;
+  if (review.request?.kind?.kind !== 'Pod' || !object) return answer({ allowed: true });
+  try {
+    const injection = injectionFor(object, defaults);
+    if (injection.kind === 'skip') return answer({ allowed: true });
+    return answer({ allowed: true, patchType: 'JSONPatch', patch: Buffer.from(JSON.stringify(injection.patch)).toString('base64') });
+  } catch (err) {
+    // A bad annotation is the Pod author's to fix: say what and where, and let everything else through.
+    const code = err instanceof CertshareError ? err.code : 'CERTSHARE_BAD_ANNOTATION';
+    return answer({ allowed: false, status: { code: 400, message: `certshare injector: ${errorMessage(err)} [${code}]` } });
+  }
+}

@@ -1,0 +1,93 @@
+// The one description of certshare's sidecar container: the injector adds it to Pods, and the example
+// StatefulSet is checked against it (test/injector/sidecar.test.ts), so the two cannot drift apart.
+import type { V1Container } from '@kubernetes/client-node/dist/gen/models/V1Container.js';
+import type { V1Volume } from '@kubernetes/client-node/dist/gen/models/V1Volume.js';
+import type { ShareMode } from '../cli/run-options.ts';
+
+export const SIDECAR_NAME = 'certshare';
+export const DEFAULT_IMAGE = 'ghcr.io/certshare/certshare:0.1.0';
+export const HEALTH_PORT = 9002;
+/** tailscaled's socket directory, shared with certshare through a volume. */
+export const SOCKET_DIR = '/var/run/tailscale';
+/** Where client libraries (client-node's loadFromCluster included) look for the ServiceAccount token. */
+export const TOKEN_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
+
+export interface SidecarSettings {
+  image: string;
+  domains: string[];
+  mode: ShareMode;
+  outDir: string;
+  /** Pod condition type kept True while certificates are valid; undefined for none. */
+  readinessGate: string | undefined;
+  /** Volume holding tailscaled's socket. */
+  socketVolume: string;
+  /** Volume certshare projects the certificates into (shared with the proxy). */
+  certsVolume: string;
+  /** A volume with certshare's own ServiceAccount token, when the Pod does not mount one everywhere. */
+  tokenVolume?: string | undefined;
+  /** Further CERTSHARE_* settings (routing check, drain delay...), after the ones above. */
+  extraEnv?: { name: string; value: string }[];
+}
+
+const fieldEnv = (name: string, fieldPath: string) => ({ name, valueFrom: { fieldRef: { fieldPath } } });
+
+/** certshare as a native sidecar: an init container with restartPolicy Always, started before the proxy and stopped after it. */
+export function certshareContainer(s: SidecarSettings): V1Container {
+  return {
+    name: SIDECAR_NAME,
+    image: s.image,
+    restartPolicy: 'Always',
+    env: [
+      fieldEnv('POD_NAME', 'metadata.name'),
+      fieldEnv('POD_NAMESPACE', 'metadata.namespace'),
+      fieldEnv('POD_IPS', 'status.podIPs'),
+      { name: 'CERTSHARE_DOMAIN', value: s.domains.join(',') },
+      { name: 'CERTSHARE_MODE', value: s.mode },
+      { name: 'CERTSHARE_STORE', value: 'kube' },
+      { name: 'CERTSHARE_OUT_DIR', value: s.outDir },
+      ...(s.readinessGate ? [{ name: 'CERTSHARE_READINESS_GATE', value: s.readinessGate }] : []),
+      { name: 'CERTSHARE_LOCALAPI', value: `${SOCKET_DIR}/tailscaled.sock` },
+      { name: 'CERTSHARE_LISTEN', value: `[::]:${HEALTH_PORT}` },
+      ...(s.extraEnv ?? []),
+    ],
+    ports: [{ name: 'certshare', containerPort: HEALTH_PORT }],
+    // Ready only with a valid certificate (GET /healthz answers 503 otherwise).
+    readinessProbe: { httpGet: { path: '/healthz', port: HEALTH_PORT }, periodSeconds: 10, failureThreshold: 3 },
+    // Alive while it answers at all: restarting cannot fix a missing certificate, it only adds issuance attempts.
+    livenessProbe: { tcpSocket: { port: HEALTH_PORT }, initialDelaySeconds: 10, periodSeconds: 20, failureThreshold: 3 },
+    // npm run bench: a Kubernetes replica idles at about 91 MB RSS, 97 MB after a burst of /healthz load.
+    resources: { requests: { cpu: '10m', memory: '112Mi' }, limits: { memory: '192Mi' } },
+    securityContext: {
+      runAsNonRoot: true,
+      runAsUser: 65532,
+      runAsGroup: 65532,
+      readOnlyRootFilesystem: true,
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ['ALL'] },
+      seccompProfile: { type: 'RuntimeDefault' },
+    },
+    volumeMounts: [
+      { name: s.certsVolume, mountPath: s.outDir },
+      { name: s.socketVolume, mountPath: SOCKET_DIR },
+      ...(s.tokenVolume ? [{ name: s.tokenVolume, mountPath: TOKEN_DIR, readOnly: true }] : []),
+    ],
+  };
+}
+
+/**
+ * What kube-api-access-* volumes hold (token, cluster CA, namespace), for certshare's container only:
+ * the proxy next to it gets no Kubernetes credentials it does not need.
+ */
+export function serviceAccountTokenVolume(name: string): V1Volume {
+  return {
+    name,
+    projected: {
+      defaultMode: 0o444,
+      sources: [
+        { serviceAccountToken: { path: 'token', expirationSeconds: 3607 } },
+        { configMap: { name: 'kube-root-ca.crt', items: [{ key: 'ca.crt', path: 'ca.crt' }] } },
+        { downwardAPI: { items: [{ path: 'namespace', fieldRef: { apiVersion: 'v1', fieldPath: 'metadata.namespace' } }] } },
+      ],
+    },
+  };
+}

@@ -1,0 +1,93 @@
+// The objects that carry the injector's caBundle, read and written as raw JSON through the custom
+// objects API (every kind here lives in a named API group), so nothing of them is lost in a round trip.
+import { X509Certificate } from 'node:crypto';
+import { CertshareError } from '../core/errors.ts';
+
+export type TargetKind = 'mutatingwebhookconfiguration' | 'validatingwebhookconfiguration' | 'customresourcedefinition' | 'apiservice';
+
+export const TARGET_API: Record<TargetKind, { group: string; version: string; plural: string }> = {
+  mutatingwebhookconfiguration: { group: 'admissionregistration.k8s.io', version: 'v1', plural: 'mutatingwebhookconfigurations' },
+  validatingwebhookconfiguration: { group: 'admissionregistration.k8s.io', version: 'v1', plural: 'validatingwebhookconfigurations' },
+  customresourcedefinition: { group: 'apiextensions.k8s.io', version: 'v1', plural: 'customresourcedefinitions' },
+  apiservice: { group: 'apiregistration.k8s.io', version: 'v1', plural: 'apiservices' },
+};
+
+export interface Target {
+  kind: TargetKind;
+  name: string;
+}
+
+export const targetKey = (t: Target): string => `${t.kind}/${t.name}`;
+
+/** "mutatingwebhookconfiguration/NAME" (also the short forms mwc, vwc, crd). */
+export function parseTarget(text: string): Target {
+  const short: Record<string, TargetKind> = { mwc: 'mutatingwebhookconfiguration', vwc: 'validatingwebhookconfiguration', crd: 'customresourcedefinition' };
+  const [kindText, name, ...rest] = text.trim().split('/');
+  const kind = (short[kindText?.toLowerCase() ?? ''] ?? kindText?.toLowerCase()) as TargetKind;
+  if (!(kind in TARGET_API) || !name || rest.length > 0) {
+    throw new CertshareError('CERTSHARE_BAD_FLAG', `"${text}" is not KIND/NAME with KIND one of ${Object.keys(TARGET_API).join(', ')}`);
+  }
+  return { kind, name };
+}
+
+type Json = Record<string, unknown>;
+
+interface ClientConfigHolder {
+  clientConfig?: { caBundle?: string };
+}
+
+/** The caBundle fields of an object (one per webhook of a configuration). */
+function bundleFields(kind: TargetKind, object: Json): { get(): string | undefined; set(value: string): void }[] {
+  const field = (holder: { caBundle?: string } | undefined, create: () => { caBundle?: string }) => ({
+    get: () => holder?.caBundle,
+    set: (value: string) => {
+      create().caBundle = value;
+    },
+  });
+  switch (kind) {
+    case 'mutatingwebhookconfiguration':
+    case 'validatingwebhookconfiguration':
+      return ((object.webhooks as ClientConfigHolder[] | undefined) ?? []).map((w) => field(w.clientConfig, () => (w.clientConfig ??= {})));
+    case 'customresourcedefinition': {
+      const spec = object.spec as { conversion?: { webhook?: ClientConfigHolder } } | undefined;
+      const webhook = spec?.conversion?.webhook;
+      if (!webhook) throw new CertshareError('CERTSHARE_BAD_CONFIG', `CustomResourceDefinition ${String((object.metadata as Json | undefined)?.name)} has no conversion webhook to carry a caBundle`);
+      return [field(webhook.clientConfig, () => (webhook.clientConfig ??= {}))];
+    }
+    case 'apiservice': {
+      const spec = ((object.spec as Json | undefined) ?? (object.spec = {})) as { caBundle?: string };
+      return [field(spec, () => spec)];
+    }
+  }
+}
+
+const PEM_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
+
+/** Serials (upper-case hex) of the certificates in a PEM bundle; unparsable blocks are skipped. */
+export function bundleSerials(pem: string): string[] {
+  const serials: string[] = [];
+  for (const block of pem.match(PEM_BLOCK) ?? []) {
+    try {
+      serials.push(new X509Certificate(block).serialNumber.toUpperCase());
+    } catch {
+      // Not ours to judge: a CA we cannot parse is a CA we did not publish.
+    }
+  }
+  return serials;
+}
+
+/** The CAs every caBundle of the object contains (a configuration with several webhooks trusts only what all of them trust). */
+export function observedCaSerials(kind: TargetKind, object: Json): string[] {
+  const fields = bundleFields(kind, object);
+  if (fields.length === 0) return [];
+  const sets = fields.map((f) => bundleSerials(Buffer.from(f.get() ?? '', 'base64').toString('utf8')));
+  return sets[0]!.filter((serial) => sets.every((s) => s.includes(serial)));
+}
+
+/** A copy of the object with every caBundle set to `bundlePem`. */
+export function withCaBundle(kind: TargetKind, object: Json, bundlePem: string): Json {
+  const copy = structuredClone(object);
+  const encoded = Buffer.from(bundlePem).toString('base64');
+  for (const f of bundleFields(kind, copy)) f.set(encoded);
+  return copy;
+}

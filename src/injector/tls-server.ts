@@ -1,0 +1,154 @@
+// An HTTPS listener whose certificate changes in-process. kube-apiserver's loopback certificate lives a
+// year and only a restart renews it; Kubernetes' serving-cert reload fixed that by validating the new
+// pair and swapping it per handshake. Node's equivalent is tls.Server#setSecureContext: new handshakes
+// get the new context, established connections keep the one they negotiated with, nothing restarts.
+import { X509Certificate } from 'node:crypto';
+import { createSecureContext } from 'node:tls';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { createServer, type Server } from 'node:https';
+import type { AddressInfo } from 'node:net';
+import { CertshareError, errorMessage } from '../core/errors.ts';
+
+export interface ServingPair {
+  /** The leaf, then its CA (the chain a client needs). */
+  certPem: string;
+  keyPem: string;
+}
+
+export type JsonHandler = (body: unknown) => unknown;
+
+/** An AdmissionReview of a large Pod is tens of KB; etcd refuses objects over 1.5 MiB anyway. */
+const MAX_BODY_BYTES = 3 * 1024 * 1024;
+
+export interface TlsServer {
+  readonly port: number;
+  /** Serial (upper-case hex) of the leaf new handshakes get; undefined before the first pair. */
+  readonly serial: string | undefined;
+  /** Validates the pair (it parses, the key matches), then serves it to every new handshake. Throws and keeps the old one otherwise. */
+  setPair(pair: ServingPair): void;
+  /**
+   * Graceful stop, for after the endpoint was taken out of rotation: for `drainMs` every response says
+   * `Connection: close`, so clients leave their kept-alive connections themselves; then the listener
+   * closes, idle connections end, requests in flight get up to `graceMs` to finish.
+   */
+  close(options?: { drainMs?: number; graceMs?: number }): Promise<void>;
+}
+
+function secureOptions(pair: ServingPair): { cert: string; key: string; serial: string } {
+  let serial: string;
+  try {
+    serial = new X509Certificate(pair.certPem).serialNumber;
+    // createSecureContext checks that the key belongs to the certificate ("key values mismatch").
+    createSecureContext({ cert: pair.certPem, key: pair.keyPem });
+  } catch (err) {
+    // The TLS library's message never quotes key material; it says which check failed.
+    throw new CertshareError('CERTSHARE_CERT_INVALID', `serving certificate rejected: ${errorMessage(err)}`, { cause: err });
+  }
+  return { cert: pair.certPem, key: pair.keyPem, serial };
+}
+
+function readJson(req: IncomingMessage): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let bytes = 0;
+    req.on('data', (chunk: Buffer) => {
+      bytes += chunk.length;
+      if (bytes > MAX_BODY_BYTES) {
+        reject(Object.assign(new Error(`request body larger than ${MAX_BODY_BYTES} bytes`), { status: 413 }));
+        req.destroy();
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('end', () => {
+      try {
+        resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+      } catch {
+        reject(Object.assign(new Error('request body is not JSON'), { status: 400 }));
+      }
+    });
+    req.on('error', reject);
+  });
+}
+
+function send(res: ServerResponse, status: number, body: unknown, keepAlive: boolean): void {
+  const text = JSON.stringify(body);
+  if (!keepAlive) res.shouldKeepAlive = false;
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+/**
+ * Serves POST routes taking and returning JSON, and GET /healthz (200 once a certificate is loaded).
+ * Without a pair yet, handshakes fail until the first setPair().
+ */
+export async function startTlsServer(options: { host: string; port: number; pair?: ServingPair; routes: Record<string, JsonHandler> }): Promise<TlsServer> {
+  let serial: string | undefined;
+  let draining = false;
+  const reply = (res: ServerResponse, status: number, body: unknown) => send(res, status, body, !draining);
+  const initial = options.pair ? secureOptions(options.pair) : undefined;
+  serial = initial?.serial;
+  const server: Server = createServer({ ...(initial ? { cert: initial.cert, key: initial.key } : {}), minVersion: 'TLSv1.2' }, (req, res) => {
+    const path = (req.url ?? '/').split('?')[0]!;
+    if (req.method === 'GET' && path === '/healthz') {
+      reply(res, serial ? 200 : 503, { serving: serial !== undefined });
+      return;
+    }
+    const handler = options.routes[path];
+    if (handler === undefined || req.method !== 'POST') {
+      reply(res, 404, { error: `certshare injector serves POST ${Object.keys(options.routes).join(', ')} and GET /healthz` });
+      return;
+    }
+    readJson(req).then(
+      (body) => {
+        let answer: unknown;
+        try {
+          answer = handler(body);
+        } catch (err) {
+          reply(res, 500, { error: errorMessage(err) });
+          return;
+        }
+        reply(res, 200, answer);
+      },
+      (err: unknown) => reply(res, (err as { status?: number }).status ?? 400, { error: errorMessage(err) }),
+    );
+  });
+  // The apiserver keeps connections to webhooks alive; a bound on idle ones frees sockets of gone callers.
+  server.keepAliveTimeout = 60_000;
+  server.headersTimeout = 10_000;
+  server.requestTimeout = 30_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port, options.host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  return {
+    port: (server.address() as AddressInfo).port,
+    get serial() {
+      return serial;
+    },
+    setPair(pair) {
+      const next = secureOptions(pair);
+      server.setSecureContext({ cert: next.cert, key: next.key, minVersion: 'TLSv1.2' });
+      serial = next.serial;
+    },
+    async close({ drainMs = 0, graceMs = 5000 } = {}) {
+      draining = true;
+      // Closing a kept-alive connection the moment a client sends on it loses that request (Go's client,
+      // the apiserver's, does not retry a POST it wrote): let clients close them after a response instead.
+      if (drainMs > 0) await new Promise((resolve) => setTimeout(resolve, drainMs));
+      return new Promise<void>((resolve) => {
+        const bound = setTimeout(() => server.closeAllConnections(), graceMs);
+        server.close(() => {
+          clearTimeout(bound);
+          resolve();
+        });
+        // Idle kept-alive connections end now (a client retries a request on a connection closed while idle);
+        // a connection with a request in flight ends after its response.
+        server.closeIdleConnections();
+      });
+    },
+  };
+}

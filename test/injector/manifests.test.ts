@@ -1,0 +1,62 @@
+// manifests/injector against the injector's own flags: names the Deployment, the RBAC and the webhook
+// configuration must agree on (the real-apiserver test, webhook.test.ts, applies and runs them).
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { loadAll } from 'js-yaml';
+import { envName } from '../../src/cli/flags.ts';
+import { INJECTOR_FLAGS } from '../../src/injector/command.ts';
+import { parseTarget } from '../../src/injector/targets.ts';
+
+const DIR = fileURLToPath(new URL('../../manifests/injector', import.meta.url));
+
+interface Doc {
+  kind: string;
+  metadata: { name: string };
+  [key: string]: unknown;
+}
+
+async function docs(file: string): Promise<Doc[]> {
+  return loadAll(await readFile(join(DIR, file), 'utf8')) as Doc[];
+}
+
+const flagDefault = (name: string): string => INJECTOR_FLAGS.find((f) => f.name === name)!.default!;
+
+describe('manifests/injector', () => {
+  it('the Deployment runs two replicas with only environment variables the injector reads', async () => {
+    const [deployment, pdb, service] = await docs('deployment.yaml');
+    const spec = deployment!.spec as { replicas: number; template: { spec: { serviceAccountName: string; containers: { args: string[]; env: { name: string; value?: string }[]; ports: { containerPort: number }[] }[] } } };
+    assert.equal(spec.replicas, 2);
+    assert.equal(pdb!.kind, 'PodDisruptionBudget');
+    assert.equal(service!.metadata.name, flagDefault('service'));
+    const container = spec.template.spec.containers[0]!;
+    assert.deepEqual(container.args, ['injector']);
+    const known = new Set([...INJECTOR_FLAGS.map((f) => envName(f.name)), 'POD_NAMESPACE']);
+    for (const e of container.env) assert.ok(known.has(e.name), `${e.name} is not read by certshare injector`);
+    assert.deepEqual(container.ports.map((p) => p.containerPort), [Number(flagDefault('listen').split(':').pop()), Number(flagDefault('metrics-listen').split(':').pop())]);
+  });
+
+  it('RBAC names exactly the Secrets and the webhook configuration the injector uses by default', async () => {
+    const rbac = await docs('rbac.yaml');
+    type Rules = { rules: { resources: string[]; resourceNames?: string[]; verbs: string[] }[] };
+    const role = rbac.find((d) => d.kind === 'Role') as unknown as Rules;
+    assert.deepEqual(role.rules.find((r) => r.resourceNames)!.resourceNames!.sort(), [flagDefault('ca-secret'), flagDefault('tls-secret')].sort());
+    const clusterRole = rbac.find((d) => d.kind === 'ClusterRole') as unknown as Rules;
+    const target = parseTarget(flagDefault('inject-ca-into'));
+    assert.deepEqual(clusterRole.rules, [{ apiGroups: ['admissionregistration.k8s.io'], resources: ['mutatingwebhookconfigurations'], resourceNames: [target.name], verbs: ['get', 'list', 'watch', 'update'] }]);
+  });
+
+  it('the webhook fails closed, and selects neither kube-system, nor the injector namespace, nor its Pods', async () => {
+    const [mwc] = await docs('webhook.yaml');
+    assert.equal(mwc!.metadata.name, parseTarget(flagDefault('inject-ca-into')).name);
+    const [hook] = mwc!.webhooks as { failurePolicy: string; reinvocationPolicy: string; clientConfig: { caBundle?: string; service: { name: string } }; namespaceSelector: { matchExpressions: { values: string[] }[] }; objectSelector: { matchExpressions: { key: string; operator: string; values: string[] }[] } }[];
+    assert.equal(hook!.failurePolicy, 'Fail');
+    assert.equal(hook!.reinvocationPolicy, 'IfNeeded');
+    assert.equal(hook!.clientConfig.caBundle, undefined, 'the injector writes the caBundle');
+    assert.equal(hook!.clientConfig.service.name, flagDefault('service'));
+    for (const ns of ['kube-system', 'certshare']) assert.ok(hook!.namespaceSelector.matchExpressions[0]!.values.includes(ns));
+    assert.deepEqual(hook!.objectSelector.matchExpressions, [{ key: 'app.kubernetes.io/name', operator: 'NotIn', values: ['certshare-injector'] }]);
+  });
+});

@@ -1,0 +1,207 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import fc from 'fast-check';
+import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
+import { ANNOTATION, DEFAULT_READINESS_GATE, admissionReviewResponse, injectionFor, type InjectionDefaults } from '../../src/injector/mutate.ts';
+import { SIDECAR_NAME, TOKEN_DIR } from '../../src/injector/sidecar.ts';
+import { applyJsonPatch } from './json-patch.ts';
+
+const defaults: InjectionDefaults = { image: 'example/certshare:test', mode: 'auto', outDir: '/certs', readinessGate: DEFAULT_READINESS_GATE, socketVolume: 'tailscale-socket' };
+const DOMAIN = 'proxy.tailnet-0000.ts.net';
+
+function pod(annotations: Record<string, string> | undefined, spec: Partial<V1Pod['spec']> = {}): V1Pod {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name: 'proxy-0', namespace: 'proxy', ...(annotations ? { annotations } : {}) },
+    spec: {
+      containers: [
+        { name: 'proxy', image: 'nginx' },
+        { name: 'tailscale', image: 'tailscale/tailscale', volumeMounts: [{ name: 'tailscale-socket', mountPath: '/var/run/tailscale' }] },
+      ],
+      volumes: [{ name: 'tailscale-socket', emptyDir: {} }],
+      ...spec,
+    },
+  };
+}
+
+const asked = (more: Record<string, string> = {}) => ({ [ANNOTATION.inject]: 'true', [ANNOTATION.domains]: DOMAIN, ...more });
+
+function review(object: unknown, uid = 'uid-1') {
+  return { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid, kind: { group: '', version: 'v1', kind: 'Pod' }, operation: 'CREATE', object } };
+}
+
+interface ReviewAnswer {
+  response: { uid: string; allowed: boolean; patchType?: string; patch?: string; status?: { code: number; message: string } };
+}
+
+/** Runs the webhook on a Pod and applies its patch, as the apiserver would. */
+function admit(p: V1Pod): { answer: ReviewAnswer; stored: V1Pod } {
+  const answer = admissionReviewResponse(review(p), defaults) as ReviewAnswer;
+  const patch = answer.response.patch ? JSON.parse(Buffer.from(answer.response.patch, 'base64').toString()) : [];
+  return { answer, stored: applyJsonPatch(p, patch) as V1Pod };
+}
+
+const sidecarOf = (p: V1Pod) => p.spec!.initContainers?.find((c) => c.name === SIDECAR_NAME);
+const envOf = (p: V1Pod) => Object.fromEntries((sidecarOf(p)?.env ?? []).map((e) => [e.name, e.value ?? e.valueFrom?.fieldRef?.fieldPath]));
+
+describe('injector mutation', () => {
+  it('adds certshare as a native sidecar with the downward-API env, the gate, the volumes, resources and a restrictive securityContext', () => {
+    const { answer, stored } = admit(pod(asked()));
+    assert.equal(answer.response.allowed, true);
+    assert.equal(answer.response.patchType, 'JSONPatch');
+    assert.equal(answer.response.uid, 'uid-1');
+    const sidecar = sidecarOf(stored)!;
+    assert.equal(sidecar.restartPolicy, 'Always');
+    assert.equal(sidecar.image, defaults.image);
+    assert.deepEqual(envOf(stored), {
+      POD_NAME: 'metadata.name',
+      POD_NAMESPACE: 'metadata.namespace',
+      POD_IPS: 'status.podIPs',
+      CERTSHARE_DOMAIN: DOMAIN,
+      CERTSHARE_MODE: 'auto',
+      CERTSHARE_STORE: 'kube',
+      CERTSHARE_OUT_DIR: '/certs',
+      CERTSHARE_READINESS_GATE: DEFAULT_READINESS_GATE,
+      CERTSHARE_LOCALAPI: '/var/run/tailscale/tailscaled.sock',
+      CERTSHARE_LISTEN: '[::]:9002',
+    });
+    assert.deepEqual(stored.spec!.readinessGates, [{ conditionType: DEFAULT_READINESS_GATE }]);
+    assert.deepEqual(sidecar.resources, { requests: { cpu: '10m', memory: '112Mi' }, limits: { memory: '192Mi' } });
+    assert.deepEqual(sidecar.securityContext, {
+      runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] }, seccompProfile: { type: 'RuntimeDefault' },
+    });
+    assert.deepEqual(sidecar.volumeMounts, [
+      { name: 'certshare-certs', mountPath: '/certs' },
+      { name: 'tailscale-socket', mountPath: '/var/run/tailscale' },
+      { name: 'certshare-token', mountPath: TOKEN_DIR, readOnly: true },
+    ]);
+    // The token only in certshare's container; the proxies read the certificates, read-only.
+    assert.equal(stored.spec!.automountServiceAccountToken, false);
+    assert.equal(stored.spec!.serviceAccountName, 'default', 'a projected token needs a named ServiceAccount');
+    for (const c of stored.spec!.containers) {
+      assert.ok(!c.volumeMounts?.some((m) => m.name === 'certshare-token'), `${c.name} has no token`);
+      assert.deepEqual(c.volumeMounts?.find((m) => m.name === 'certshare-certs'), { name: 'certshare-certs', mountPath: '/certs', readOnly: true });
+    }
+    const token = stored.spec!.volumes!.find((v) => v.name === 'certshare-token')!;
+    assert.deepEqual(token.projected!.sources!.map((s) => Object.keys(s)[0]), ['serviceAccountToken', 'configMap', 'downwardAPI']);
+    // Whatever else the Pod had stays.
+    assert.equal(stored.spec!.containers[1]!.volumeMounts![0]!.name, 'tailscale-socket');
+  });
+
+  it('honours the annotations over the defaults', () => {
+    const { stored } = admit(pod(asked({ [ANNOTATION.domains]: `${DOMAIN}, Other.Example.COM.`, [ANNOTATION.mode]: 'ro', [ANNOTATION.outDir]: '/etc/tls', [ANNOTATION.readinessGate]: 'example.com/tls' })));
+    const env = envOf(stored);
+    assert.deepEqual([env.CERTSHARE_DOMAIN, env.CERTSHARE_MODE, env.CERTSHARE_OUT_DIR, env.CERTSHARE_READINESS_GATE], [`${DOMAIN},other.example.com`, 'ro', '/etc/tls', 'example.com/tls']);
+    assert.deepEqual(stored.spec!.readinessGates, [{ conditionType: 'example.com/tls' }]);
+    const none = admit(pod(asked({ [ANNOTATION.readinessGate]: 'none' }))).stored;
+    assert.equal(envOf(none).CERTSHARE_READINESS_GATE, undefined);
+    assert.equal(none.spec!.readinessGates, undefined);
+  });
+
+  it('is idempotent: an injected Pod (reinvocation, or a second webhook call) is left as it is', () => {
+    const once = admit(pod(asked())).stored;
+    const twice = admit(once);
+    assert.equal(twice.answer.response.allowed, true);
+    assert.equal(twice.answer.response.patch, undefined);
+    assert.deepEqual(twice.stored, once);
+    assert.equal(injectionFor(once, defaults).kind, 'skip');
+  });
+
+  it('leaves Pods that do not ask, and objects that are not Pods, untouched', () => {
+    const cases: (Record<string, string> | undefined)[] = [undefined, {}, { [ANNOTATION.inject]: 'false', [ANNOTATION.mode]: 'bogus' }];
+    for (const annotations of cases) {
+      const { answer, stored } = admit(pod(annotations));
+      assert.deepEqual([answer.response.allowed, answer.response.patch], [true, undefined]);
+      assert.deepEqual(stored, pod(annotations));
+    }
+    const notPod = admissionReviewResponse({ request: { uid: 'u', kind: { kind: 'ConfigMap' }, object: { metadata: { annotations: asked() } } } }, defaults) as ReviewAnswer;
+    assert.deepEqual(notPod.response, { uid: 'u', allowed: true });
+  });
+
+  it('rejects a bad annotation with a message naming it', () => {
+    const cases: [Record<string, string>, RegExp][] = [
+      [asked({ [ANNOTATION.mode]: 'writer' }), /certshare\.io\/mode: "writer" is not rw, ro or auto/],
+      [asked({ [ANNOTATION.domains]: 'proxy.example.com,not a domain' }), /certshare\.io\/domains: "not a domain" is not a fully qualified domain name/],
+      [asked({ [ANNOTATION.domains]: 'localhost' }), /"localhost" is not a fully qualified/],
+      [{ [ANNOTATION.inject]: 'true' }, /certshare\.io\/domains: required/],
+      [{ [ANNOTATION.inject]: 'yes', [ANNOTATION.domains]: DOMAIN }, /certshare\.io\/inject: "yes" is neither "true" nor "false"/],
+      [asked({ [ANNOTATION.outDir]: 'certs' }), /certshare\.io\/out-dir: "certs" is not an absolute path/],
+      [asked({ [ANNOTATION.outDir]: '/certs/../etc' }), /out-dir/],
+      [asked({ [ANNOTATION.readinessGate]: 'bad gate!' }), /certshare\.io\/readiness-gate: "bad gate!" is not a condition type/],
+      [asked({ [ANNOTATION.socketVolume]: 'ts-sock' }), /certshare\.io\/socket-volume: the Pod has no volume "ts-sock"/],
+    ];
+    for (const [annotations, message] of cases) {
+      const { answer } = admit(pod(annotations));
+      assert.equal(answer.response.allowed, false, JSON.stringify(annotations));
+      assert.equal(answer.response.patch, undefined);
+      assert.equal(answer.response.status?.code, 400);
+      assert.match(answer.response.status!.message, message);
+      assert.match(answer.response.status!.message, /\[CERTSHARE_BAD_ANNOTATION\]$/);
+    }
+  });
+
+  it('takes the ServiceAccount plugin token out of the other containers unless the Pod asked for automount', () => {
+    const auto = { name: 'kube-api-access-x7k2p', projected: { sources: [] } };
+    const autoMount = { name: 'kube-api-access-x7k2p', mountPath: TOKEN_DIR, readOnly: true };
+    const withPluginToken = (automount?: boolean) =>
+      pod(asked(), {
+        ...(automount === undefined ? {} : { automountServiceAccountToken: automount }),
+        containers: [{ name: 'proxy', image: 'nginx', volumeMounts: [autoMount] }],
+        volumes: [{ name: 'tailscale-socket', emptyDir: {} }, auto],
+      });
+    const stored = admit(withPluginToken()).stored;
+    assert.ok(!stored.spec!.volumes!.some((v) => v.name === auto.name));
+    assert.deepEqual(stored.spec!.containers[0]!.volumeMounts, [{ name: 'certshare-certs', mountPath: '/certs', readOnly: true }]);
+    const kept = admit(withPluginToken(true)).stored;
+    assert.equal(kept.spec!.automountServiceAccountToken, true);
+    assert.ok(kept.spec!.volumes!.some((v) => v.name === auto.name));
+    assert.deepEqual(kept.spec!.containers[0]!.volumeMounts![0], autoMount);
+  });
+
+  it('shares a volume the proxy already mounts at the out-dir instead of adding one', () => {
+    const stored = admit(
+      pod(asked(), {
+        containers: [{ name: 'proxy', image: 'nginx', volumeMounts: [{ name: 'certs', mountPath: '/certs', readOnly: true }] }],
+        volumes: [{ name: 'tailscale-socket', emptyDir: {} }, { name: 'certs', emptyDir: {} }],
+      }),
+    ).stored;
+    assert.equal(sidecarOf(stored)!.volumeMounts![0]!.name, 'certs');
+    assert.ok(!stored.spec!.volumes!.some((v) => v.name === 'certshare-certs'));
+    assert.deepEqual(stored.spec!.containers[0]!.volumeMounts, [{ name: 'certs', mountPath: '/certs', readOnly: true }]);
+  });
+
+  it('never throws on any annotations or Pod shape, and answers every request it can identify', () => {
+    const annotationValue = fc.oneof(fc.string(), fc.constantFrom('true', 'false', 'rw', 'ro', 'auto', 'none', DOMAIN, '/certs', 'a.b', '', '*.x.y'));
+    const annotations = fc.dictionary(fc.constantFrom(...Object.values(ANNOTATION), 'other'), annotationValue);
+    const shapes = fc.record({ spec: fc.option(fc.constantFrom({}, { containers: [] }, { containers: [{ name: 'certshare' }] }, pod(undefined).spec), { nil: undefined }) });
+    fc.assert(
+      fc.property(annotations, shapes, (a, shape) => {
+        const p = { metadata: { annotations: a }, ...(shape.spec ? { spec: shape.spec } : {}) };
+        const answer = admissionReviewResponse(review(p), defaults) as ReviewAnswer;
+        assert.equal(answer.response.uid, 'uid-1');
+        assert.equal(typeof answer.response.allowed, 'boolean');
+        if (!answer.response.allowed) assert.match(answer.response.status!.message, /CERTSHARE_/);
+      }),
+      { numRuns: 500 },
+    );
+    assert.throws(() => admissionReviewResponse({ nonsense: true }, defaults), /no request\.uid/);
+    assert.throws(() => admissionReviewResponse(null, defaults), /no request\.uid/);
+  });
+});
+
+describe('the injected sidecar and the daemon', () => {
+  it("configures certshare run through flags it accepts: the injected environment parses into the daemon's settings", async () => {
+    const { envName, parseFlags } = await import('../../src/cli/flags.ts');
+    const { RUN_FLAGS, daemonConfigFrom } = await import('../../src/cli/run-options.ts');
+    const { stored } = admit(pod(asked({ [ANNOTATION.domains]: `${DOMAIN},b.example.com`, [ANNOTATION.mode]: 'ro' })));
+    const env: NodeJS.ProcessEnv = { POD_NAME: 'proxy-0', POD_NAMESPACE: 'proxy', POD_IPS: '10.0.0.1' };
+    for (const e of sidecarOf(stored)!.env!) if (e.value !== undefined) env[e.name] = e.value;
+    const known = new Set(['POD_NAME', 'POD_NAMESPACE', 'POD_IPS', ...RUN_FLAGS.map((f) => envName(f.name))]);
+    for (const name of Object.keys(env)) assert.ok(known.has(name), `${name} is not read by certshare run`);
+    const config = daemonConfigFrom(parseFlags(RUN_FLAGS, [], env), env);
+    assert.deepEqual([config.domains, config.mode, config.store, config.outDir, config.readinessGate, config.localapi, config.listen], [
+      [DOMAIN, 'b.example.com'], 'ro', { kind: 'kube' }, '/certs', DEFAULT_READINESS_GATE, '/var/run/tailscale/tailscaled.sock', '[::]:9002',
+    ]);
+  });
+});

@@ -1,0 +1,357 @@
+// The injector against the real kube-apiserver: the apiserver calls the webhook over TLS (clientConfig.url
+// on 127.0.0.1), trusting only the caBundle the injector itself keeps in the MutatingWebhookConfiguration.
+import assert from 'node:assert/strict';
+import { EventEmitter } from 'node:events';
+import { setTimeout as delay } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { after, before, describe, it } from 'node:test';
+import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
+import { parseFlags } from '../../src/cli/flags.ts';
+import { silentLogger } from '../../src/core/logger.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom, startInjector, type Injector } from '../../src/injector/command.ts';
+import { ANNOTATION } from '../../src/injector/mutate.ts';
+import { bundleSerials } from '../../src/injector/targets.ts';
+import { useControlPlane } from '../harness/use-control-plane.ts';
+import { must, secretSatisfies, type SecretObject } from '../support/kube.ts';
+import { bucketIncrease, histogramQuantile } from '../support/histogram.ts';
+import { freePort } from '../support/processes.ts';
+import { nextEvent, onEvent, until } from '../support/wait.ts';
+import { startRelay, type Relay } from './relay.ts';
+
+const cp = useControlPlane();
+const WEBHOOK = 'inject.certshare.io';
+const CONFIG = 'certshare-injector';
+const INJECTOR_NS = 'certshare';
+const MANIFESTS = fileURLToPath(new URL('../../manifests/injector', import.meta.url));
+
+function podBody(name: string, annotations?: Record<string, string>): V1Pod {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, ...(annotations ? { annotations } : {}) },
+    spec: {
+      containers: [{ name: 'proxy', image: 'nginx', volumeMounts: [{ name: 'tailscale-socket', mountPath: '/var/run/tailscale' }] }],
+      volumes: [{ name: 'tailscale-socket', emptyDir: {} }],
+    },
+  };
+}
+
+const asked = { [ANNOTATION.inject]: 'true', [ANNOTATION.domains]: 'proxy.tailnet-0000.ts.net' };
+
+/** Counters of the apiserver's own webhook metrics for our webhook: calls by HTTP code and rejections by error type. */
+async function webhookMetrics(): Promise<{ calls: Record<string, number>; rejections: Record<string, number>; latency: Map<number, number> }> {
+  const text = await cp().metrics();
+  const calls: Record<string, number> = {};
+  const rejections: Record<string, number> = {};
+  /** Cumulative count of admitted calls per bucket bound (seconds), as the apiserver measured them. */
+  const latency = new Map<number, number>();
+  for (const line of text.split('\n')) {
+    if (!line.includes(`name="${WEBHOOK}"`)) continue;
+    const value = Number(line.slice(line.lastIndexOf(' ') + 1));
+    if (line.startsWith('apiserver_admission_webhook_request_total{')) {
+      const code = /code="(\d+)"/.exec(line)?.[1] ?? '?';
+      const rejected = /rejected="(\w+)"/.exec(line)?.[1] ?? '?';
+      calls[`${code}/${rejected}`] = (calls[`${code}/${rejected}`] ?? 0) + value;
+    } else if (line.startsWith('apiserver_admission_webhook_admission_duration_seconds_bucket{') && line.includes('rejected="false"')) {
+      const le = Number(/le="([^"]+)"/.exec(line)?.[1]);
+      latency.set(le, (latency.get(le) ?? 0) + value);
+    } else if (line.startsWith('apiserver_admission_webhook_rejection_count{')) {
+      const type = /error_type="([^"]+)"/.exec(line)?.[1] ?? '?';
+      rejections[type] = (rejections[type] ?? 0) + value;
+    }
+  }
+  return { calls, rejections, latency };
+}
+
+/** `npm test` runs the short form; CERTSHARE_INJECTOR_SOAK_SECONDS=600 keeps rotating and creating Pods that long. */
+const SOAK_MS = Number(process.env.CERTSHARE_INJECTOR_SOAK_SECONDS ?? 0) * 1000;
+
+interface Replica {
+  name: string;
+  port: number;
+  injector: Injector;
+}
+
+describe('injector against the real apiserver (manifests/injector RBAC, two replicas behind a relay)', () => {
+  const ns = `inj-${process.pid}`;
+  let relay: Relay;
+  let kubeconfig: string;
+  let replicas: Replica[] = [];
+  /** Every replica's controller events, also of replicas since stopped. */
+  const bus = new EventEmitter();
+  const totals: Record<string, number> = {};
+  let started = 0;
+
+  async function startReplica(): Promise<Replica> {
+    const name = `injector-${++started}`;
+    const port = await freePort();
+    const values = parseFlags(
+      INJECTOR_FLAGS,
+      [
+        '--listen', `127.0.0.1:${port}`,
+        '--metrics-listen', '127.0.0.1:0',
+        '--extra-san', '127.0.0.1',
+        // Rotation in seconds: a new CA every 6 s, a new leaf every 2 s, 1 s for the apiserver to see a new bundle.
+        '--ca-lifetime', '12s', '--ca-rotate-before', '6s',
+        '--leaf-lifetime', '4s', '--leaf-renew-before', '2s',
+        // No periodic re-read to lean on: the Secrets and the configuration are watched.
+        '--propagation-grace', '1s', '--resync', '1h',
+        '--drain-delay', '1s',
+      ],
+      {},
+    );
+    const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS };
+    const logger = process.env.CERTSHARE_TEST_LOG ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, name) : silentLogger;
+    const injector = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });
+    injector.controller.on('action', (action) => {
+      totals[action.kind] = (totals[action.kind] ?? 0) + 1;
+      bus.emit('action', action);
+    });
+    injector.controller.on('served', (serial) => bus.emit('served', { name, serial, injector }));
+    return { name, port, injector };
+  }
+
+  const serving = (r: Replica) => r.injector.server.serial !== undefined;
+
+  before(async () => {
+    await must(cp().kubectl(['create', 'namespace', INJECTOR_NS]));
+    await must(cp().kubectl(['apply', '-k', MANIFESTS]));
+    // The manifests call the Service; without kube-proxy the test points the apiserver at a relay on loopback.
+    relay = await startRelay([]);
+    const clientConfig = [{ op: 'replace', path: '/webhooks/0/clientConfig', value: { url: `https://127.0.0.1:${relay.port}/mutate` } }];
+    await must(cp().kubectl(['patch', 'mutatingwebhookconfiguration', CONFIG, '--type=json', '-p', JSON.stringify(clientConfig)]));
+    await must(cp().kubectl(['create', 'namespace', ns]));
+    await must(cp().kubectl(['label', 'namespace', ns, 'certshare.io/injection=enabled']));
+    // Under the manifests' ServiceAccount: their least-privilege RBAC is what the injector gets.
+    kubeconfig = await cp().kubeconfigFor(INJECTOR_NS, 'certshare-injector');
+    replicas = [await startReplica(), await startReplica()];
+    relay.setTargets(replicas.map((r) => r.port));
+    await until('both replicas serve a leaf', () => replicas.every(serving), [onEvent(bus, 'served')], 30_000);
+  });
+
+  after(async () => {
+    await Promise.all(replicas.map((r) => r.injector.stop()));
+    await relay?.close();
+    await cp().kubectl(['delete', 'mutatingwebhookconfiguration', CONFIG, '--ignore-not-found']);
+  });
+
+  async function createPod(body: V1Pod): Promise<{ status: number; body: string }> {
+    const res = await cp().adminRequest('POST', `/api/v1/namespaces/${ns}/pods`, { body, timeoutMs: 20_000 });
+    return { status: res.status, body: res.body };
+  }
+
+  /** Serials of the CAs in the stored configuration's caBundle. */
+  async function storedBundle(): Promise<string[]> {
+    const res = await cp().adminRequest('GET', `/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/${CONFIG}`);
+    return bundleSerials(Buffer.from(JSON.parse(res.body).webhooks[0].clientConfig.caBundle ?? '', 'base64').toString());
+  }
+
+  it('keeps its CA in the webhook configuration and serves a leaf signed by it', async () => {
+    const bundle = await storedBundle();
+    for (const r of replicas) assert.ok(bundle.includes(r.injector.controller.state.leaf!.signedBy), r.name);
+    const secrets = await cp().adminRequest('GET', `/api/v1/namespaces/${INJECTOR_NS}/secrets`);
+    assert.deepEqual((JSON.parse(secrets.body).items as { metadata: { name: string } }[]).map((x) => x.metadata.name).sort(), ['certshare-injector-ca', 'certshare-injector-tls']);
+  });
+
+  it('injects an annotated Pod, leaves others untouched, rejects a bad annotation with its message', async () => {
+    const injected = await createPod(podBody('annotated', asked));
+    assert.equal(injected.status, 201, injected.body);
+    const stored = JSON.parse(injected.body) as V1Pod;
+    const sidecar = stored.spec!.initContainers?.find((c) => c.name === 'certshare');
+    assert.equal(sidecar?.restartPolicy, 'Always');
+    assert.equal(stored.spec!.automountServiceAccountToken, false);
+    assert.deepEqual(stored.spec!.readinessGates, [{ conditionType: 'certshare.io/certificates' }]);
+
+    const plain = await createPod(podBody('plain'));
+    assert.equal(plain.status, 201, plain.body);
+    const plainStored = JSON.parse(plain.body) as V1Pod;
+    assert.equal(plainStored.spec!.initContainers, undefined);
+    assert.deepEqual(plainStored.spec!.volumes, podBody('plain').spec!.volumes);
+
+    const bad = await createPod(podBody('bad-mode', { ...asked, [ANNOTATION.mode]: 'writer' }));
+    assert.equal(bad.status, 400, bad.body);
+    assert.match(JSON.parse(bad.body).message, /certshare\.io\/mode: "writer" is not rw, ro or auto/);
+
+    // The replicas' own account of it, on /metrics.
+    const admissions: Record<string, number> = {};
+    for (const r of replicas) {
+      const text = await (await fetch(`http://127.0.0.1:${r.injector.metricsPort}/metrics`)).text();
+      for (const m of text.matchAll(/^certshare_injector_admissions_total\{result="(\w+)"\} (\d+)$/gm)) admissions[m[1]!] = (admissions[m[1]!] ?? 0) + Number(m[2]);
+      assert.match(text, /^certshare_injector_leaf_expiration_timestamp_seconds \d+/m);
+    }
+    assert.deepEqual([admissions.injected, admissions.skipped, admissions.rejected], [1, 1, 1]);
+  });
+
+  it('does not touch Pods outside the selected namespaces, nor the injector itself', async () => {
+    const system = await cp().adminRequest('POST', '/api/v1/namespaces/kube-system/pods', { body: podBody('annotated-system', asked) });
+    assert.equal(system.status, 201, system.body);
+    assert.equal((JSON.parse(system.body) as V1Pod).spec!.initContainers, undefined);
+    const self = podBody('injector-like', asked);
+    self.metadata!.labels = { 'app.kubernetes.io/name': 'certshare-injector' };
+    const selfRes = await createPod(self);
+    assert.equal(selfRes.status, 201, selfRes.body);
+    assert.equal((JSON.parse(selfRes.body) as V1Pod).spec!.initContainers, undefined);
+  });
+
+  it('writes the caBundle back at once when a redeploy of the configuration wipes it', async () => {
+    const restored = nextEvent<{ kind: string }>(bus, 'action', (a) => a.kind === 'publish', 10_000);
+    const wipe = [{ op: 'remove', path: '/webhooks/0/clientConfig/caBundle' }];
+    await must(cp().kubectl(['patch', 'mutatingwebhookconfiguration', CONFIG, '--type=json', '-p', JSON.stringify(wipe)]));
+    await restored;
+    const bundle = await storedBundle();
+    for (const r of replicas) assert.ok(bundle.includes(r.injector.controller.state.leaf!.signedBy), r.name);
+  });
+
+  it('keeps the caBundle of a ValidatingWebhookConfiguration, a CRD conversion webhook and an APIService too, and restores its Secrets deleted by hand', async () => {
+    const hookUrl = { url: 'https://127.0.0.1:1/validate' };
+    const objects = [
+      { apiVersion: 'admissionregistration.k8s.io/v1', kind: 'ValidatingWebhookConfiguration', metadata: { name: 'certshare-extra' }, webhooks: [{ name: 'validate.certshare.io', clientConfig: hookUrl, rules: [{ apiGroups: ['example.certshare.io'], apiVersions: ['v1'], operations: ['CREATE'], resources: ['widgets'] }], sideEffects: 'None', admissionReviewVersions: ['v1'], failurePolicy: 'Ignore' }] },
+      {
+        apiVersion: 'apiextensions.k8s.io/v1',
+        kind: 'CustomResourceDefinition',
+        metadata: { name: 'widgets.example.certshare.io' },
+        spec: {
+          group: 'example.certshare.io',
+          names: { plural: 'widgets', singular: 'widget', kind: 'Widget' },
+          scope: 'Namespaced',
+          versions: [{ name: 'v1', served: true, storage: true, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } }],
+          conversion: { strategy: 'Webhook', webhook: { conversionReviewVersions: ['v1'], clientConfig: { service: { name: 'certshare-injector', namespace: INJECTOR_NS, path: '/convert' } } } },
+        },
+      },
+      // Another group than the CRD's: the apiserver registers a CRD's group itself, as a local APIService.
+      { apiVersion: 'apiregistration.k8s.io/v1', kind: 'APIService', metadata: { name: 'v1.aggregated.certshare.io' }, spec: { group: 'aggregated.certshare.io', version: 'v1', groupPriorityMinimum: 100, versionPriority: 10, service: { name: 'certshare-injector', namespace: INJECTOR_NS } } },
+    ];
+    for (const o of objects) await must(cp().kubectl(['apply', '-f', '-'], { input: JSON.stringify(o) }));
+    const port = await freePort();
+    const values = parseFlags(
+      INJECTOR_FLAGS,
+      ['--listen', `127.0.0.1:${port}`, '--metrics-listen', '127.0.0.1:0', '--ca-secret', 'extra-ca', '--tls-secret', 'extra-tls', '--propagation-grace', '0s', '--resync', '1s',
+        '--inject-ca-into', 'vwc/certshare-extra', '--inject-ca-into', 'crd/widgets.example.certshare.io', '--inject-ca-into', 'apiservice/v1.aggregated.certshare.io',
+        '--inject-ca-into', 'vwc/certshare-later'],
+      {},
+    );
+    // Admin credentials: manifests/injector's ClusterRole covers only its own webhook configuration.
+    const env = { KUBECONFIG: cp().adminKubeconfigPath, POD_NAMESPACE: INJECTOR_NS };
+    const logger = process.env.CERTSHARE_TEST_LOG ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, 'extra') : silentLogger;
+    const later = { ...structuredClone(objects[0]!), metadata: { name: 'certshare-later' } };
+    const extra = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });
+    try {
+      // One target does not exist yet: the injector says so and backs off (no busy loop), serving nothing.
+      await nextEvent(extra.controller, 'failed', (kind: string) => kind === 'error', 10_000);
+      assert.equal(extra.server.serial, undefined);
+      assert.ok(extra.controller.counts.publish <= 1, `publish ${extra.controller.counts.publish} times`);
+      // Created: its watch wakes the injector.
+      await must(cp().kubectl(['apply', '-f', '-'], { input: JSON.stringify(later) }));
+      objects.push(later);
+      await until('the extra injector serves', () => extra.server.serial !== undefined, [onEvent(extra.controller, 'served')], 30_000);
+      const ca = extra.controller.state.leaf!.signedBy;
+      const bundles = {
+        vwc: JSON.parse((await cp().adminRequest('GET', '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/certshare-extra')).body).webhooks[0].clientConfig.caBundle,
+        crd: JSON.parse((await cp().adminRequest('GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.certshare.io')).body).spec.conversion.webhook.clientConfig.caBundle,
+        apiService: JSON.parse((await cp().adminRequest('GET', '/apis/apiregistration.k8s.io/v1/apiservices/v1.aggregated.certshare.io')).body).spec.caBundle,
+      };
+      for (const [kind, b64] of Object.entries(bundles)) assert.deepEqual(bundleSerials(Buffer.from(b64 ?? '', 'base64').toString()), [ca], kind);
+
+      // Deleted by hand: written back from the last read (same CA, same leaf), never answered with a new
+      // CA that would replace the trusted one at once. Default lifetimes here: nothing rotates meanwhile.
+      const leaf = extra.controller.state.leaf!.serial;
+      await must(cp().kubectl(['delete', 'secret', 'extra-ca', 'extra-tls', '-n', INJECTOR_NS]));
+      const pemSerials = (secret: SecretObject | undefined, key: string) => bundleSerials(Buffer.from(secret?.data?.[key] ?? '', 'base64').toString());
+      await secretSatisfies(cp(), INJECTOR_NS, 'extra-ca', (secret) => pemSerials(secret, 'ca.crt').join() === ca);
+      await secretSatisfies(cp(), INJECTOR_NS, 'extra-tls', (secret) => pemSerials(secret, 'tls.crt')[0] === leaf);
+      assert.equal(extra.controller.counts['create-ca'], 1, 'no second CA');
+      assert.equal(extra.controller.counts['issue-leaf'], 1, 'no second leaf');
+    } finally {
+      await extra.stop();
+      for (const o of objects.reverse()) await cp().kubectl(['delete', o.kind.toLowerCase(), o.metadata.name, '--ignore-not-found']);
+    }
+  });
+
+  it('rotates CA and leaf several times while Pods are created continuously and replicas are replaced: zero admission failures', { timeout: 240_000 + SOAK_MS }, async () => {
+    const start = { ...totals };
+    const delta = (kind: string) => (totals[kind] ?? 0) - (start[kind] ?? 0);
+    const metricsBefore = await webhookMetrics();
+    const failures: string[] = [];
+    let created = 0;
+    let stop = false;
+    const creator = async (worker: number) => {
+      for (let i = 0; !stop; i++) {
+        // Pacing, not synchronisation: about 40 Pods a second in all, leaving the shared CPUs some air.
+        if (i > 0) await delay(50);
+        const res = await createPod(podBody(`load-${worker}-${i}`, asked));
+        if (res.status !== 201) failures.push(`${res.status} ${res.body.slice(0, 300)}`);
+        else if (!(JSON.parse(res.body) as V1Pod).spec!.initContainers?.some((c) => c.name === 'certshare')) failures.push(`load-${worker}-${i} stored without the sidecar`);
+        else created++;
+      }
+    };
+    // Each leaf, the moment a replica serves it, must be signed by a CA the stored configuration already carries.
+    const checks: Promise<void>[] = [];
+    const onServed = ({ name, serial, injector }: { name: string; serial: string; injector: Injector }) => {
+      const leaf = injector.controller.state.leaf;
+      const signer = leaf?.serial === serial ? leaf.signedBy : undefined;
+      checks.push(
+        storedBundle().then((serials) => {
+          if (!signer || !serials.includes(signer)) failures.push(`${name} served leaf ${serial} while the configuration carries ${serials.join(',')} (signer ${signer})`);
+        }),
+      );
+    };
+    bus.on('served', onServed);
+    // At each new CA, the oldest replica goes (out of the relay first, as an endpoint is removed before
+    // SIGTERM; then a graceful stop) and a fresh one takes its place.
+    let replaced = 0;
+    let replacing = Promise.resolve();
+    const onAction = (action: { kind: string }) => {
+      if (action.kind !== 'create-ca') return;
+      replacing = replacing.then(async () => {
+        const [oldest, ...rest] = replicas;
+        relay.setTargets(rest.map((r) => r.port));
+        await oldest!.injector.stop();
+        const fresh = await startReplica();
+        await until(`${fresh.name} serves`, () => serving(fresh), [onEvent(bus, 'served')], 30_000);
+        replicas = [...rest, fresh];
+        relay.setTargets(replicas.map((r) => r.port));
+        replaced++;
+      });
+    };
+    bus.on('action', onAction);
+    const workers = [creator(0), creator(1)];
+    try {
+      // Three CAs after the first, each retiring its predecessor after that one's last leaf expired.
+      const began = Date.now();
+      const ticker = setInterval(() => bus.emit('tick'), 1000);
+      try {
+        await until(
+          'three CA rotations with their retirements (and the soak time)',
+          () => delta('create-ca') >= 3 && delta('retire-ca') >= 2 && Date.now() - began >= SOAK_MS,
+          [onEvent(bus, 'action'), onEvent(bus, 'tick')],
+          180_000 + SOAK_MS,
+        );
+      } finally {
+        clearInterval(ticker);
+      }
+    } finally {
+      stop = true;
+      bus.off('served', onServed);
+      bus.off('action', onAction);
+      await Promise.all([...workers, ...checks, replacing]);
+    }
+    const metricsAfter = await webhookMetrics();
+    const run = {
+      cas: delta('create-ca'),
+      leaves: delta('issue-leaf'),
+      retired: delta('retire-ca'),
+      publishes: delta('publish'),
+      replicasReplaced: replaced,
+      podsCreated: created,
+      admissionP50ms: Math.round(histogramQuantile(0.5, bucketIncrease(metricsBefore.latency, metricsAfter.latency)) * 10_000) / 10,
+      admissionP99ms: Math.round(histogramQuantile(0.99, bucketIncrease(metricsBefore.latency, metricsAfter.latency)) * 10_000) / 10,
+    };
+    console.log(`injector rotation run: ${JSON.stringify(run)}; apiserver webhook calls ${JSON.stringify(metricsAfter.calls)}, rejections ${JSON.stringify(metricsAfter.rejections)}`);
+    assert.deepEqual(failures, []);
+    assert.ok(created >= 10, `only ${created} Pods created`);
+    assert.ok(run.leaves >= 3 && replaced >= 2, JSON.stringify(run));
+    // The apiserver's own account: no call failed (calling_webhook_error) during the run.
+    const newErrors = (metricsAfter.rejections.calling_webhook_error ?? 0) - (metricsBefore.rejections.calling_webhook_error ?? 0);
+    assert.equal(newErrors, 0, `apiserver counted ${newErrors} failed webhook calls`);
+  });
+});
