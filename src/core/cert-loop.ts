@@ -209,12 +209,16 @@ export class CertLoop {
         observer.attempt(this.domain, 'unchanged');
       } else {
         if (now >= info.notBefore || info.notBefore >= info.notAfter) checkValidAt(info, now);
-        if (previous && info.notAfter < previous.info.notAfter) {
-          throw new CertshareError('CERTSHARE_CERT_STALE', `new certificate expires before the current one (${new Date(info.notAfter).toISOString()})`);
-        }
+        // A new pair was issued (or tailscaled had a newer one): the minimum interval starts now, and its
+        // validity is what this issuer gives.
         this.#lastObtainedAt = now;
         const validity = info.notAfter - Math.max(info.notBefore, now);
         if (minValidityMs > 0) this.#freshValidityMs = Math.min(this.#freshValidityMs ?? Infinity, validity);
+        const tooShort = tooShortReason(info, now, renewal, { minValidityMs, minIssueIntervalMs: this.#minIssueIntervalMs });
+        if (previous && info.notAfter <= previous.info.notAfter) {
+          if (tooShort) return this.#tooShort(info, now, minValidityMs, tooShort);
+          throw new CertshareError('CERTSHARE_CERT_STALE', `new certificate expires before the current one (${new Date(info.notAfter).toISOString()})`);
+        }
         const cert: StoredCert = { pair, info, obtainedAt: Math.max(info.notBefore, now) };
         if (now < info.notBefore) {
           // The issuer's clock is ahead of ours: tailscaled would see this pair as invalid too and order
@@ -230,7 +234,6 @@ export class CertLoop {
           }
           this.#log.info({ serial: info.serial, notAfter: iso(info.notAfter) }, 'certificate issued and stored');
         }
-        const tooShort = tooShortReason(info, now, renewal, { minValidityMs, minIssueIntervalMs: this.#minIssueIntervalMs });
         if (tooShort) return this.#tooShort(info, now, minValidityMs, tooShort);
         observer.attempt(this.domain, 'success');
       }

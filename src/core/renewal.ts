@@ -65,9 +65,11 @@ export function nextCheckTime(held: HeldValidity, now: number, policy: RenewalPo
  * - more than what the certificate being replaced still has (else tailscaled returns it again), and
  *   at least the renewal share of its usable lifetime, so a cached pair that is as old as ours is
  *   renewed too;
- * - never more than a fresh certificate from this issuer has: `freshValidityMs`, the shortest validity
- *   seen on a certificate just obtained (its usable lifetime when nothing else is known). Asking for
- *   more makes tailscaled order anew on every call, which is the issuance storm.
+ * - never more than the renewal share of what a fresh certificate from this issuer has
+ *   (`freshValidityMs`: the shortest validity seen on a certificate a renewal just returned; the
+ *   held certificate's usable lifetime when nothing else is known). Asking for more makes tailscaled
+ *   order anew on every call, which is the issuance storm.
+ * Whole seconds, as tailscaled reads them (rounded up for the first bound, down for the cap).
  */
 export function minValidityFor(
   current: HeldValidity | undefined,
@@ -77,11 +79,12 @@ export function minValidityFor(
 ): number {
   if (!current) return 0;
   const lifetime = usableLifetime(current);
-  const remaining = Math.max(0, current.notAfter - now);
-  const margin = Math.min(1000, Math.ceil(lifetime / 10));
-  const wanted = Math.max(Math.ceil(lifetime * remainingShareFor(lifetime, policy)), remaining) + margin;
-  const cap = Math.min(lifetime, freshValidityMs ?? Infinity);
-  return Math.max(1000, Math.min(wanted, cap));
+  const fresh = Math.min(lifetime, freshValidityMs ?? Infinity);
+  const share = (validity: number): number => Math.ceil(validity * remainingShareFor(validity, policy));
+  const margin = (validity: number): number => Math.min(1000, Math.ceil(validity / 10));
+  const wanted = Math.max(share(lifetime), current.notAfter - now) + margin(lifetime);
+  const cap = share(fresh) + margin(fresh);
+  return Math.max(1000, Math.min(Math.ceil(wanted / 1000), Math.floor(cap / 1000)) * 1000);
 }
 
 /**

@@ -173,7 +173,9 @@ describe('CertLoop', () => {
     h.clock.t += MIN;
     h.responses.push(() => makePair(domain, h.clock.now() - 60 * MIN, 70 * MIN));
     await h.loop.turn(signal);
-    assert.deepEqual(h.attempts, ['success', 'rejected', 'rejected']);
+    assert.deepEqual(h.attempts, ['success', 'rejected', 'too_short'], 'an older one has less than min_validity asked for');
+    assert.equal(h.store.serial(domain), h.loop.current?.info.serial);
+    assert.equal(h.loop.current?.pair, pair, 'the older one is not taken');
   });
 
   it('restores a deleted or garbage Secret from memory without issuing', async () => {
