@@ -292,12 +292,12 @@ export class CertLoop {
     return this.#planAfterSuccess();
   }
 
-  /** The wait after a certificate was obtained: its renewal point, but never before a pending backoff ends. */
+  /** The wait after a certificate was obtained: a pending one's notBefore, else its renewal point but not before a backoff ends. */
   #planAfterSuccess(): number {
     const { clock, renewal, observer } = this.#deps;
     const now = clock.now();
-    const cert = this.#pending ?? this.#best;
-    const at = Math.max(this.#pending ? this.#pending.info.notBefore : cert ? nextCheckTime(held(cert), now, renewal) : now, this.#retryAt);
+    const cert = this.#best;
+    const at = this.#pending ? this.#pending.info.notBefore : Math.max(cert ? nextCheckTime(held(cert), now, renewal) : now, this.#retryAt);
     observer.planned(this.domain, at, Math.max(0, this.#retryAt - now));
     return Math.max(0, at - now);
   }

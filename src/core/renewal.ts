@@ -69,7 +69,7 @@ export function nextCheckTime(held: HeldValidity, now: number, policy: RenewalPo
  *   (`freshValidityMs`: the shortest validity seen on a certificate a renewal just returned; the
  *   held certificate's usable lifetime when nothing else is known). Asking for more makes tailscaled
  *   order anew on every call, which is the issuance storm.
- * Whole seconds, as tailscaled reads them (rounded up for the first bound, down for the cap).
+ * Whole seconds, as tailscaled reads them: rounded up, but never above the fresh validity itself.
  */
 export function minValidityFor(
   current: HeldValidity | undefined,
@@ -83,8 +83,8 @@ export function minValidityFor(
   const share = (validity: number): number => Math.ceil(validity * remainingShareFor(validity, policy));
   const margin = (validity: number): number => Math.min(1000, Math.ceil(validity / 10));
   const wanted = Math.max(share(lifetime), current.notAfter - now) + margin(lifetime);
-  const cap = share(fresh) + margin(fresh);
-  return Math.max(1000, Math.min(Math.ceil(wanted / 1000), Math.floor(cap / 1000)) * 1000);
+  const cap = Math.min(Math.ceil((share(fresh) + margin(fresh)) / 1000), Math.floor(fresh / 1000));
+  return Math.max(1000, Math.min(Math.ceil(wanted / 1000), cap) * 1000);
 }
 
 /**
