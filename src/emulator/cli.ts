@@ -20,6 +20,10 @@ Flags:
   --domain FQDN             a cert domain of the node; repeatable (default ${DEFAULT_DOMAIN})
   --domain-delay DUR        the domains appear only after this delay, announced on the bus (e.g. 10s)
   --cert-lifetime DUR       certificate lifetime (default 90d; e.g. 6d, 1h, 90s)
+  --cert-backdate DUR       notBefore this long before issuance, the certificate valid for --cert-lifetime
+                            from issuance (a CA that backdates; default: 1m within lifetimes of 1h or more)
+  --clock-skew=[-]DUR       the CA's clock ahead (or, with -, behind) tailscaled's, e.g. --clock-skew=-120s
+  --cert-short-by DUR       a CA that gives less than asked: with min_validity set, valid that much less
   --netmap-style STYLE      selfchange (tailscaled v1.100+: SelfChange then /cert-domains, default)
                             or resend (older: a full NetMap on every change, no /cert-domains)
   --netmap-pad-bytes N      pad each NetMap with peers up to N bytes (big bus lines)
@@ -70,6 +74,9 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
         domain: { type: 'string', multiple: true },
         'domain-delay': { type: 'string' },
         'cert-lifetime': { type: 'string' },
+        'cert-backdate': { type: 'string' },
+        'clock-skew': { type: 'string' },
+        'cert-short-by': { type: 'string' },
         'netmap-style': { type: 'string' },
         'netmap-pad-bytes': { type: 'string' },
         'tailscaled-version': { type: 'string' },
@@ -101,6 +108,10 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
   const certLifetimeMs = durationFlag('cert-lifetime', values['cert-lifetime']);
   if (certLifetimeMs !== undefined && certLifetimeMs < 1000) badFlag('--cert-lifetime: must be at least 1s');
   const domainDelayMs = durationFlag('domain-delay', values['domain-delay']);
+  const certBackdateMs = durationFlag('cert-backdate', values['cert-backdate']);
+  const certShortByMs = durationFlag('cert-short-by', values['cert-short-by']);
+  const skewText = values['clock-skew'];
+  const clockSkewMs = skewText === undefined ? undefined : (skewText.startsWith('-') ? -1 : 1) * durationFlag('clock-skew', skewText.replace(/^[-+]/, ''))!;
   let netmapPadBytes: number | undefined;
   if (values['netmap-pad-bytes'] !== undefined) {
     if (!/^\d+$/.test(values['netmap-pad-bytes'])) badFlag('--netmap-pad-bytes: want a whole number of bytes');
@@ -120,6 +131,9 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
   const options: EmulatorOptions = { listen, domains, netmapStyle: style, faults };
   if (certLifetimeMs !== undefined) options.certLifetimeMs = certLifetimeMs;
   if (domainDelayMs !== undefined) options.domainDelayMs = domainDelayMs;
+  if (certBackdateMs !== undefined) options.certBackdateMs = certBackdateMs;
+  if (clockSkewMs !== undefined) options.clockSkewMs = clockSkewMs;
+  if (certShortByMs !== undefined) options.certShortByMs = certShortByMs;
   if (netmapPadBytes !== undefined) options.netmapPadBytes = netmapPadBytes;
   if (values['tailscaled-version'] !== undefined) options.tailscaledVersion = values['tailscaled-version'];
   if (values.ledger !== undefined) options.ledgerPath = values.ledger;
