@@ -288,7 +288,8 @@ export class CertLoop {
       `the issuer gave a certificate too short for the renewal rule (${reason}); backing off`,
     );
     observer.attempt(this.domain, 'too_short', failure);
-    observer.problem(this.domain, undefined);
+    // Shown by /healthz once the short certificate has expired during the backoff.
+    observer.problem(this.domain, failure.message);
     return this.#planAfterSuccess();
   }
 
