@@ -52,8 +52,11 @@ export class CertLoop {
   #failures = new FailureStreak();
   #storeFailures = new FailureStreak();
   #retryAt = 0;
-  /** When this loop last obtained a new certificate from CertPair (the start of the minimum interval). */
-  #lastObtainedAt: number | undefined;
+  /**
+   * No CertPair call before this: the minimum interval after the last new certificate, or that
+   * certificate's notBefore if later (until then tailscaled sees its cached pair as invalid and orders anew).
+   */
+  #callFloor = -Infinity;
   /** The shortest validity a certificate had when a renewal call returned it: what this issuer really gives. */
   #freshValidityMs: number | undefined;
   /** A pair whose validity starts later (the issuer's clock is ahead): adopted at its notBefore, no call before. */
@@ -160,11 +163,10 @@ export class CertLoop {
       observer.problem(this.domain, `rate limited until ${new Date(this.#retryAt).toISOString()}`);
     }
     if (now < this.#retryAt) return this.#retryAt - now;
-    const floorEnd = (this.#lastObtainedAt ?? -Infinity) + this.#minIssueIntervalMs;
-    if (now < floorEnd) {
+    if (now < this.#callFloor) {
       // Whatever the certificates look like, never two issuances of a domain closer than this.
-      observer.planned(this.domain, floorEnd, 0);
-      return floorEnd - now;
+      observer.planned(this.domain, this.#callFloor, 0);
+      return this.#callFloor - now;
     }
     const intent = coordination.intent;
     if (intent && intent.holder !== role.identity && now < intent.at + this.#deps.intentTtlMs) {
@@ -210,8 +212,8 @@ export class CertLoop {
       } else {
         if (now >= info.notBefore || info.notBefore >= info.notAfter) checkValidAt(info, now);
         // A new pair was issued (or tailscaled had a newer one): the minimum interval starts now, and its
-        // validity is what this issuer gives.
-        this.#lastObtainedAt = now;
+        // validity is what this issuer gives. Used or not, it is what tailscaled has cached.
+        this.#callFloor = Math.max(now + this.#minIssueIntervalMs, info.notBefore);
         const validity = info.notAfter - Math.max(info.notBefore, now);
         if (minValidityMs > 0) this.#freshValidityMs = Math.min(this.#freshValidityMs ?? Infinity, validity);
         const tooShort = tooShortReason(info, now, renewal, { minValidityMs, minIssueIntervalMs: this.#minIssueIntervalMs });
