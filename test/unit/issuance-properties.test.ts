@@ -29,6 +29,8 @@ interface Issuer {
   backdateMs: number;
   /** Issuer clock minus daemon clock. */
   skewMs: number;
+  /** With min_validity set, the certificate is valid this much less than asked (a CA that gives less than asked). */
+  shortByMs?: number;
 }
 
 interface Cached {
@@ -46,6 +48,7 @@ interface Issuance extends Cached {
 /** tailscaled's cert cache in front of a CA, on the daemon's clock. */
 class TailscaledModel {
   cache: Cached | undefined;
+  #asked = 0;
   readonly issuances: Issuance[] = [];
   readonly calls: number[] = [];
   readonly clock: FakeClock;
@@ -58,6 +61,7 @@ class TailscaledModel {
   }
 
   async certPair(minValidityMs: number): Promise<CertPair> {
+    this.#asked = minValidityMs;
     const now = this.clock.now();
     this.calls.push(minValidityMs);
     const cached = this.cache;
@@ -74,8 +78,9 @@ class TailscaledModel {
 
   async #issue(trigger: Issuance['trigger']): Promise<Cached> {
     if (this.issuances.length >= this.maxIssuances) throw new Error(`issuance storm: ${this.issuances.length} issuances by ${new Date(this.clock.now()).toISOString()}`);
-    const { validitiesMs, backdateMs, skewMs } = this.issuer;
-    const validity = validitiesMs[Math.min(this.issuances.length, validitiesMs.length - 1)]!;
+    const { validitiesMs, backdateMs, skewMs, shortByMs } = this.issuer;
+    let validity = validitiesMs[Math.min(this.issuances.length, validitiesMs.length - 1)]!;
+    if (shortByMs !== undefined && this.#asked > 0) validity = Math.min(validity, Math.max(S, Math.floor((this.#asked - shortByMs) / S) * S));
     const issuerNow = Math.floor((this.clock.now() + skewMs) / S) * S;
     const pair = await makePair(domain, issuerNow - backdateMs, backdateMs + validity);
     const cert = { pair, notBefore: issuerNow - backdateMs, notAfter: issuerNow + validity };
@@ -198,14 +203,16 @@ const scenarioArb: fc.Arbitrary<Scenario> = fc
     shrink: fc.array(fc.double({ min: 0.05, max: 1, noNaN: true }), { maxLength: 3 }),
     backdateShare: fc.oneof(fc.constant(0), fc.double({ min: 0, max: 2.5, noNaN: true })),
     skewShare: fc.oneof(fc.constant(0), fc.double({ min: -1.2, max: 1.2, noNaN: true })),
+    shortByShare: fc.option(fc.double({ min: 0, max: 0.5, noNaN: true }), { freq: 3 }),
     renewFraction: fc.double({ min: 0.01, max: 0.99, noNaN: true }),
     floorMs: fc.constantFrom(S, 10 * S, 60 * S),
   })
-  .map(({ validity, shrink, backdateShare, skewShare, renewFraction, floorMs }) => ({
+  .map(({ validity, shrink, backdateShare, skewShare, shortByShare, renewFraction, floorMs }) => ({
     issuer: {
       validitiesMs: [validity, ...shrink.map((f) => Math.max(S, Math.round((validity * f) / S) * S))],
       backdateMs: Math.round((validity * backdateShare) / S) * S,
       skewMs: Math.round((validity * skewShare) / S) * S,
+      ...(shortByShare === null ? {} : { shortByMs: Math.round((validity * shortByShare) / S) * S }),
     },
     renewFraction,
     floorMs,
@@ -270,7 +277,7 @@ describe('issuance loop against backdating, short and skewed issuers (properties
 
   it('a sane issuer (certificates valid on arrival, windows longer than the floor) is renewed without a gap', { timeout: 300_000 }, async () => {
     const sane = scenarioArb
-      .map((s) => ({ ...s, issuer: { ...s.issuer, validitiesMs: [s.issuer.validitiesMs[0]!], skewMs: Math.min(s.issuer.skewMs, s.issuer.backdateMs) } }))
+      .map((s) => ({ ...s, issuer: { validitiesMs: [s.issuer.validitiesMs[0]!], backdateMs: s.issuer.backdateMs, skewMs: Math.min(s.issuer.skewMs, s.issuer.backdateMs) } }))
       .filter((s) => {
         const validity = s.issuer.validitiesMs[0]! + Math.min(0, s.issuer.skewMs);
         return (1 - remainingShare(validity, s.renewFraction)) * validity >= 2 * s.floorMs + 2 * S;
