@@ -35,18 +35,22 @@ export function usableLifetime(held: HeldValidity): number {
 }
 
 /** The share of a lifetime of `lifetimeMs` that should remain at the renewal point. */
-export function remainingShareFor(lifetimeMs: number, policy: Pick<RenewalPolicy, 'renewFraction'>): number {
+function remainingShareFor(lifetimeMs: number, policy: Pick<RenewalPolicy, 'renewFraction'>): number {
   return lifetimeMs < SHORT_LIFETIME_MS ? Math.max(policy.renewFraction, 0.5) : policy.renewFraction;
 }
 
+/**
+ * The share of the usable lifetime that remains at the renewal point. Whether the certificate counts as
+ * short-lived is read from its X.509 lifetime (notBefore..notAfter), so measuring from obtainedAt never
+ * moves the renewal point earlier than measuring from notBefore would.
+ */
 export function remainingFractionAtRenewal(held: HeldValidity, policy: Pick<RenewalPolicy, 'renewFraction'>): number {
-  return remainingShareFor(usableLifetime(held), policy);
+  return remainingShareFor(held.notAfter - held.notBefore, policy);
 }
 
 /** The instant from which this certificate should be replaced. */
 export function renewalTime(held: HeldValidity, policy: Pick<RenewalPolicy, 'renewFraction'>): number {
-  const lifetime = usableLifetime(held);
-  return held.notAfter - Math.round(lifetime * remainingShareFor(lifetime, policy));
+  return held.notAfter - Math.round(usableLifetime(held) * remainingFractionAtRenewal(held, policy));
 }
 
 export function isRenewalDue(held: HeldValidity | undefined, now: number, policy: Pick<RenewalPolicy, 'renewFraction'>): boolean {
@@ -80,7 +84,8 @@ export function minValidityFor(
   if (!current) return 0;
   const lifetime = usableLifetime(current);
   const fresh = Math.min(lifetime, freshValidityMs ?? Infinity);
-  const share = (validity: number): number => Math.ceil(validity * remainingShareFor(validity, policy));
+  const fraction = remainingFractionAtRenewal(current, policy);
+  const share = (validity: number): number => Math.ceil(validity * fraction);
   const margin = (validity: number): number => Math.min(1000, Math.ceil(validity / 10));
   const wanted = Math.max(share(lifetime), current.notAfter - now) + margin(lifetime);
   const cap = Math.min(Math.ceil((share(fresh) + margin(fresh)) / 1000), Math.floor(fresh / 1000));

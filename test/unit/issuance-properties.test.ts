@@ -20,8 +20,11 @@ const domain = 'storm.tailnet-7.ts.net';
 const S = 1000;
 const SHORT_LIFETIME_MS = 10 * DAY;
 
-/** The share of the validity that remains at the renewal point (REFERENCE §5), stated independently of renewal.ts. */
-const remainingShare = (validity: number, fraction: number): number => (validity < SHORT_LIFETIME_MS ? Math.max(fraction, 0.5) : fraction);
+/**
+ * The share of the validity that remains at the renewal point (REFERENCE §5: half for certificates that
+ * live under 10 days), stated independently of renewal.ts.
+ */
+const remainingShare = (lifetime: number, fraction: number): number => (lifetime < SHORT_LIFETIME_MS ? Math.max(fraction, 0.5) : fraction);
 
 interface Issuer {
   /** Fresh validity (notAfter - issuer's now) of the k-th certificate: the last one repeats. Shorter ones model "less than asked". */
@@ -180,7 +183,7 @@ function windowViolations(run: Run, s: Scenario): string[] {
     const c = list[i]!;
     const start = Math.max(c.notBefore, c.at);
     const validity = c.notAfter - start;
-    const window = validity > 0 ? start - c.at + (1 - remainingShare(validity, s.renewFraction)) * validity : 0;
+    const window = validity > 0 ? start - c.at + (1 - remainingShare(c.notAfter - c.notBefore, s.renewFraction)) * validity : 0;
     const tolerance = Math.min(S, Math.max(0, validity) / 10) + S;
     const required = Math.max(window - tolerance, s.floorMs);
     const gap = list[i + 1]!.at - c.at;
@@ -241,7 +244,8 @@ describe('renewal rule (properties)', () => {
         const asked = minValidityFor(held, at, policy);
         const fresh = notAfter - now;
         assert.ok(asked <= Math.max(S, fresh), `asked ${asked} ms, a fresh one has ${fresh} ms`);
-        assert.ok(asked <= fresh * remainingShare(fresh, renewFraction) + 2 * S, `asked ${asked} ms, more than the renewal share of a fresh one (${fresh} ms)`);
+        assert.ok(asked <= fresh * remainingShare(notAfter - notBefore, renewFraction) + 2 * S, `asked ${asked} ms, more than the renewal share of a fresh one (${fresh} ms)`);
+        assert.ok(at >= renewalTime({ notBefore, notAfter }, policy), 'never renewed earlier than measured from notBefore');
         if (fresh >= 2 * S) assert.ok(asked > notAfter - at, `asked ${asked} ms, the held one still has ${notAfter - at} ms`);
       }),
       { numRuns: 2000 },
@@ -280,7 +284,8 @@ describe('issuance loop against backdating, short and skewed issuers (properties
       .map((s) => ({ ...s, issuer: { validitiesMs: [s.issuer.validitiesMs[0]!], backdateMs: s.issuer.backdateMs, skewMs: Math.min(s.issuer.skewMs, s.issuer.backdateMs) } }))
       .filter((s) => {
         const validity = s.issuer.validitiesMs[0]! + Math.min(0, s.issuer.skewMs);
-        return (1 - remainingShare(validity, s.renewFraction)) * validity >= 2 * s.floorMs + 2 * S;
+        const lifetime = s.issuer.validitiesMs[0]! + s.issuer.backdateMs;
+        return (1 - remainingShare(lifetime, s.renewFraction)) * validity >= 2 * s.floorMs + 2 * S;
       });
     await fc.assert(
       fc.asyncProperty(sane, async (s) => {
