@@ -24,13 +24,13 @@ export type HeldValidity = Pick<CertInfo, 'notBefore' | 'notAfter'> & { obtained
  * certificate read back from a store that does not keep it) the rule falls back to notBefore, which
  * renews earlier, never later.
  */
-export function usableStart(held: HeldValidity): number {
+function usableStart(held: HeldValidity): number {
   if (held.obtainedAt === undefined) return held.notBefore;
   return Math.min(Math.max(held.notBefore, held.obtainedAt), held.notAfter);
 }
 
 /** The validity the rule works with: from usableStart to notAfter. */
-export function usableLifetime(held: HeldValidity): number {
+function usableLifetime(held: HeldValidity): number {
   return held.notAfter - usableStart(held);
 }
 
@@ -44,7 +44,7 @@ function remainingShareFor(lifetimeMs: number, policy: Pick<RenewalPolicy, 'rene
  * short-lived is read from its X.509 lifetime (notBefore..notAfter), so measuring from obtainedAt never
  * moves the renewal point earlier than measuring from notBefore would.
  */
-export function remainingFractionAtRenewal(held: HeldValidity, policy: Pick<RenewalPolicy, 'renewFraction'>): number {
+function remainingFractionAtRenewal(held: HeldValidity, policy: Pick<RenewalPolicy, 'renewFraction'>): number {
   return remainingShareFor(held.notAfter - held.notBefore, policy);
 }
 
