@@ -113,7 +113,13 @@ export class CertLoop {
       return retryDelay({ kind: 'transient', message }, this.#storeFailures.record('transient'), this.#deps.backoff);
     }
 
-    if (read.state === 'valid') this.#consider(read.cert);
+    if (read.state === 'valid') {
+      this.#consider(read.cert);
+      // A stored certificate also starts the minimum interval (a restart right after an issuance): from
+      // when the writer obtained it, or else from its notBefore, clipped to now.
+      const start = read.cert.obtainedAt ?? Math.min(read.cert.info.notBefore, clock.now());
+      this.#callFloor = Math.max(this.#callFloor, start + this.#minIssueIntervalMs);
+    }
     this.#adoptPending();
     const unusable = read.state === 'unusable' ? read.reason : undefined;
     if (unusable && unusable !== this.#lastUnusable) this.#log.warn({ reason: unusable }, 'stored certificate unusable');

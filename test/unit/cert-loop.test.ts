@@ -393,6 +393,15 @@ describe('CertLoop against backdating, short and skewed issuers', () => {
     assert.deepEqual(h.attempts, ['success']);
   });
 
+  it('a restart right after an issuance keeps the minimum interval, counted from the stored certificate', async () => {
+    const h = harness();
+    // Issued 10 s before the restart, 20 s long: due already, but the last issuance was 10 s ago.
+    const pair = await makePair(domain, h.clock.now() - 10_000, 20_000);
+    h.store.content.set(domain, { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, h.clock.now()) } });
+    assert.equal(await h.loop.turn(signal), 50_000, 'waits out the minute');
+    assert.equal(h.calls.length, 0);
+  });
+
   it('never calls CertPair twice within the minimum interval, whatever the certificates look like', async () => {
     const h = harness({ minIssueIntervalMs: 10 * MIN });
     const start = h.clock.t;
