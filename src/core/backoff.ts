@@ -57,6 +57,7 @@ export function retryDelay(failure: ClassifiedFailure, attempt: number, policy: 
       return doubling(policy.firstRetryMs, attempt, Math.min(policy.retryCapMs, policy.firstRetryMs * 8));
     case 'invalid_domain':
     case 'rejected':
+    case 'too_short':
     case 'error':
       return doubling(policy.firstRetryMs, attempt, policy.retryCapMs);
   }

@@ -1,6 +1,6 @@
 import type { BackoffPolicy } from './backoff.ts';
 import { FailureStreak, retryDelay } from './backoff.ts';
-import { isCurrentlyValid, validateCertPair } from './certificate.ts';
+import { checkValidAt, inspectCertPair, isCurrentlyValid, type CertInfo } from './certificate.ts';
 import type { Clock } from './clock.ts';
 import { CertshareError, errorMessage } from './errors.ts';
 import { classifyIssuanceFailure } from './failure.ts';
@@ -8,7 +8,7 @@ import { LocalApiError, type LocalApi } from './localapi.ts';
 import type { Logger } from './logger.ts';
 import type { LoopObserver } from './observer.ts';
 import type { RenewalPolicy } from './renewal.ts';
-import { isRenewalDue, minValidityFor, nextCheckTime } from './renewal.ts';
+import { isRenewalDue, minValidityFor, nextCheckTime, tooShortReason, type HeldValidity } from './renewal.ts';
 import type { CertStore, IssuanceRole, StoreRead, StoredCert } from './store.ts';
 
 export interface DomainAvailability {
@@ -28,6 +28,11 @@ export interface CertLoopDeps {
   logger: Logger;
   /** How long another writer's announced CertPair call blocks ours (its timeout plus a margin). */
   intentTtlMs: number;
+  /**
+   * The hard floor between two CertPair calls that may issue for one domain, counted from the moment the
+   * last new certificate was obtained. Default: backoff.firstRetryMs (1m).
+   */
+  minIssueIntervalMs?: number;
 }
 
 function isConflict(err: unknown): boolean {
@@ -47,6 +52,15 @@ export class CertLoop {
   #failures = new FailureStreak();
   #storeFailures = new FailureStreak();
   #retryAt = 0;
+  /**
+   * No CertPair call before this: the minimum interval after the last new certificate, or that
+   * certificate's notBefore if later (until then tailscaled sees its cached pair as invalid and orders anew).
+   */
+  #callFloor = -Infinity;
+  /** The shortest validity a certificate had when a renewal call returned it: what this issuer really gives. */
+  #freshValidityMs: number | undefined;
+  /** A pair whose validity starts later (the issuer's clock is ahead): adopted at its notBefore, no call before. */
+  #pending: StoredCert | undefined;
   #lastUnusable: string | undefined;
   #wake: AbortController = new AbortController();
 
@@ -99,7 +113,14 @@ export class CertLoop {
       return retryDelay({ kind: 'transient', message }, this.#storeFailures.record('transient'), this.#deps.backoff);
     }
 
-    if (read.state === 'valid') this.#consider(read.cert);
+    if (read.state === 'valid') {
+      this.#consider(read.cert);
+      // A stored certificate also starts the minimum interval (a restart right after an issuance): from
+      // when the writer obtained it, or else from its notBefore, clipped to now.
+      const start = read.cert.obtainedAt ?? Math.min(read.cert.info.notBefore, clock.now());
+      this.#callFloor = Math.max(this.#callFloor, start + this.#minIssueIntervalMs);
+    }
+    this.#adoptPending();
     const unusable = read.state === 'unusable' ? read.reason : undefined;
     if (unusable && unusable !== this.#lastUnusable) this.#log.warn({ reason: unusable }, 'stored certificate unusable');
     this.#lastUnusable = unusable;
@@ -121,9 +142,15 @@ export class CertLoop {
       }
     }
 
-    if (this.#best && !isRenewalDue(this.#best.info, now, renewal)) {
+    if (this.#pending) {
+      // Obtained, not valid yet: asking again would only make tailscaled order another one.
+      const at = this.#pending.info.notBefore;
+      observer.planned(this.domain, at, 0);
+      return at - now;
+    }
+    if (this.#best && !isRenewalDue(held(this.#best), now, renewal)) {
       observer.problem(this.domain, undefined);
-      const at = nextCheckTime(this.#best.info, now, renewal);
+      const at = nextCheckTime(held(this.#best), now, renewal);
       observer.planned(this.domain, at, 0);
       return at - now;
     }
@@ -142,6 +169,11 @@ export class CertLoop {
       observer.problem(this.domain, `rate limited until ${new Date(this.#retryAt).toISOString()}`);
     }
     if (now < this.#retryAt) return this.#retryAt - now;
+    if (now < this.#callFloor) {
+      // Whatever the certificates look like, never two issuances of a domain closer than this.
+      observer.planned(this.domain, this.#callFloor, 0);
+      return this.#callFloor - now;
+    }
     const intent = coordination.intent;
     if (intent && intent.holder !== role.identity && now < intent.at + this.#deps.intentTtlMs) {
       // Another writer is mid-issuance: its result lands in the store (the watch wakes us) or its intent lapses.
@@ -165,41 +197,58 @@ export class CertLoop {
     return this.#issue(signal);
   }
 
+  get #minIssueIntervalMs(): number {
+    return this.#deps.minIssueIntervalMs ?? this.#deps.backoff.firstRetryMs;
+  }
+
   async #issue(signal: AbortSignal): Promise<number> {
     const { localApi, store, clock, renewal, backoff, observer } = this.#deps;
     const previous = this.#best;
+    const minValidityMs = minValidityFor(previous && held(previous), clock.now(), renewal, this.#freshValidityMs);
     try {
-      const pair = await localApi.certPair(this.domain, {
-        minValidityMs: minValidityFor(previous?.info, renewal),
-        signal,
-      });
-      const info = validateCertPair(pair, this.domain, clock.now());
+      const pair = await localApi.certPair(this.domain, { minValidityMs, signal });
+      const now = clock.now();
+      const info = inspectCertPair(pair, this.domain);
       if (previous && info.serial === previous.info.serial) {
-        if (isRenewalDue(info, clock.now(), renewal)) {
+        checkValidAt(info, now);
+        if (isRenewalDue(held(previous), now, renewal)) {
           throw new CertshareError('CERTSHARE_CERT_STALE', `tailscaled returned the certificate due for renewal (serial ${info.serial})`);
         }
         observer.attempt(this.domain, 'unchanged');
       } else {
-        if (previous && info.notAfter < previous.info.notAfter) {
+        if (now >= info.notBefore || info.notBefore >= info.notAfter) checkValidAt(info, now);
+        // A new pair was issued (or tailscaled had a newer one): the minimum interval starts now, and its
+        // validity is what this issuer gives. Used or not, it is what tailscaled has cached.
+        this.#callFloor = Math.max(now + this.#minIssueIntervalMs, info.notBefore);
+        const validity = info.notAfter - Math.max(info.notBefore, now);
+        if (minValidityMs > 0) this.#freshValidityMs = Math.min(this.#freshValidityMs ?? Infinity, validity);
+        const tooShort = tooShortReason(info, now, renewal, { minValidityMs, minIssueIntervalMs: this.#minIssueIntervalMs });
+        if (previous && info.notAfter <= previous.info.notAfter) {
+          if (tooShort) return this.#tooShort(info, now, minValidityMs, tooShort);
           throw new CertshareError('CERTSHARE_CERT_STALE', `new certificate expires before the current one (${new Date(info.notAfter).toISOString()})`);
         }
-        const cert = { pair, info };
-        try {
-          await store.save(this.domain, cert, signal);
-        } finally {
-          // Held even when the save failed: the next turn restores it to the store instead of issuing again.
-          this.#consider(cert);
+        const cert: StoredCert = { pair, info, obtainedAt: Math.max(info.notBefore, now) };
+        if (now < info.notBefore) {
+          // The issuer's clock is ahead of ours: tailscaled would see this pair as invalid too and order
+          // another on every call. Keep it and use it from its notBefore, without asking again.
+          this.#pending = cert;
+          this.#log.warn({ code: 'CERTSHARE_CERT_INVALID', serial: info.serial, notBefore: iso(info.notBefore) }, 'certificate not valid yet (issuer clock ahead?); using it from its notBefore');
+        } else {
+          try {
+            await store.save(this.domain, cert, signal);
+          } finally {
+            // Held even when the save failed: the next turn restores it to the store instead of issuing again.
+            this.#consider(cert);
+          }
+          this.#log.info({ serial: info.serial, notAfter: iso(info.notAfter) }, 'certificate issued and stored');
         }
-        this.#log.info({ serial: info.serial, notAfter: new Date(info.notAfter).toISOString() }, 'certificate issued and stored');
+        if (tooShort) return this.#tooShort(info, now, minValidityMs, tooShort);
         observer.attempt(this.domain, 'success');
       }
       this.#failures.reset();
       this.#retryAt = 0;
       observer.problem(this.domain, undefined);
-      const now = clock.now();
-      const at = nextCheckTime(this.#best!.info, now, renewal);
-      observer.planned(this.domain, at, 0);
-      return Math.max(0, at - now);
+      return this.#planAfterSuccess();
     } catch (err) {
       if (signal.aborted) throw err;
       if (isConflict(err)) return 0;
@@ -221,6 +270,53 @@ export class CertLoop {
       this.#log.warn({ kind: failure.kind, err: failure.message, retryInMs: delay }, 'certificate issuance failed');
       return delay;
     }
+  }
+
+  /**
+   * A renewal answered with a certificate that is due again (almost) at once. It is used (it is valid and
+   * newer), but asking again on its schedule would be an issuance storm: back off as after a failure.
+   */
+  #tooShort(info: CertInfo, now: number, minValidityMs: number, reason: string): number {
+    const { backoff, observer } = this.#deps;
+    const failure = { kind: 'too_short' as const, message: `certificate from the issuer too short: ${reason}` };
+    const delay = retryDelay(failure, this.#failures.record(failure.kind), backoff);
+    this.#retryAt = Math.max(now + delay, this.#retryAt);
+    this.#log.warn(
+      {
+        code: 'CERTSHARE_CERT_TOO_SHORT',
+        serial: info.serial,
+        notBefore: iso(info.notBefore),
+        notAfter: iso(info.notAfter),
+        lifetimeMs: info.notAfter - info.notBefore,
+        validFromNowMs: info.notAfter - Math.max(info.notBefore, now),
+        minValidityMs,
+        minIssueIntervalMs: this.#minIssueIntervalMs,
+        retryInMs: this.#retryAt - now,
+      },
+      `the issuer gave a certificate too short for the renewal rule (${reason}); backing off`,
+    );
+    observer.attempt(this.domain, 'too_short', failure);
+    // Shown by /healthz once the short certificate has expired during the backoff.
+    observer.problem(this.domain, failure.message);
+    return this.#planAfterSuccess();
+  }
+
+  /** The wait after a certificate was obtained: a pending one's notBefore, else its renewal point but not before a backoff ends. */
+  #planAfterSuccess(): number {
+    const { clock, renewal, observer } = this.#deps;
+    const now = clock.now();
+    const cert = this.#best;
+    const at = this.#pending ? this.#pending.info.notBefore : Math.max(cert ? nextCheckTime(held(cert), now, renewal) : now, this.#retryAt);
+    observer.planned(this.domain, at, Math.max(0, this.#retryAt - now));
+    return Math.max(0, at - now);
+  }
+
+  /** Takes a pending pair into use once its validity has started. */
+  #adoptPending(): void {
+    const pending = this.#pending;
+    if (!pending || this.#deps.clock.now() < pending.info.notBefore) return;
+    this.#pending = undefined;
+    this.#consider(pending);
   }
 
   /** Keeps the candidate if it is valid now and expires later than what we hold. */
@@ -252,6 +348,15 @@ export class CertLoop {
     }
     if (this.#wake.signal.aborted) this.#wake = new AbortController();
   }
+}
+
+/** What the renewal rule reads of a held certificate. */
+function held(cert: StoredCert): HeldValidity {
+  return { notBefore: cert.info.notBefore, notAfter: cert.info.notAfter, obtainedAt: cert.obtainedAt };
+}
+
+function iso(ms: number): string {
+  return new Date(ms).toISOString();
 }
 
 function storeHolds(read: StoreRead, cert: StoredCert): boolean {

@@ -23,6 +23,11 @@ function invalid(domain: string, reason: string, cause?: unknown): CertshareErro
  * Error messages never quote PEM content, so they are safe to log.
  */
 export function validateCertPair(pair: CertPair, domain: string, now: number): CertInfo {
+  return checkValidAt(inspectCertPair(pair, domain), now);
+}
+
+/** validateCertPair without the time check: for a pair whose validity starts later (an issuer whose clock is ahead). */
+export function inspectCertPair(pair: CertPair, domain: string): CertInfo {
   if (pair.certPem.includes('PRIVATE KEY')) throw invalid(domain, 'certificate part contains a private key');
   const blocks = pair.certPem.match(CERT_BLOCK);
   if (!blocks) throw invalid(domain, 'no PEM certificate found');
@@ -47,11 +52,14 @@ export function validateCertPair(pair: CertPair, domain: string, now: number): C
   for (let i = 0; i + 1 < chain.length; i++) {
     if (!chain[i]!.checkIssued(chain[i + 1]!)) throw invalid(domain, `chain out of order at position ${i + 1}`);
   }
-  const notBefore = leaf.validFromDate.getTime();
-  const notAfter = leaf.validToDate.getTime();
-  if (now < notBefore) throw invalid(domain, `not valid before ${new Date(notBefore).toISOString()}`);
-  if (now >= notAfter) throw invalid(domain, `expired at ${new Date(notAfter).toISOString()}`);
-  return { domain, notBefore, notAfter, serial: leaf.serialNumber, fingerprint256: leaf.fingerprint256 };
+  return { domain, notBefore: leaf.validFromDate.getTime(), notAfter: leaf.validToDate.getTime(), serial: leaf.serialNumber, fingerprint256: leaf.fingerprint256 };
+}
+
+/** Throws CERTSHARE_CERT_INVALID unless `now` lies inside the certificate's validity window. */
+export function checkValidAt(info: CertInfo, now: number): CertInfo {
+  if (now < info.notBefore) throw invalid(info.domain, `not valid before ${new Date(info.notBefore).toISOString()}`);
+  if (now >= info.notAfter) throw invalid(info.domain, `expired at ${new Date(info.notAfter).toISOString()}`);
+  return info;
 }
 
 /** True while `now` lies inside the certificate's validity window. */

@@ -7,6 +7,7 @@ export type FailureKind =
   | 'invalid_domain' // tailscaled does not (yet) serve this name: no point asking again soon
   | 'transient' // no answer (socket, timeout, reset): retry soon, the CA was probably never reached
   | 'rejected' // an answer arrived but the pair failed validation
+  | 'too_short' // a renewal returned a certificate that is due again too soon: asking again at once would issue again
   | 'error'; // any other error answer
 
 export interface ClassifiedFailure {
@@ -33,6 +34,7 @@ export function classifyIssuanceFailure(err: unknown): ClassifiedFailure {
     return { kind: 'error', message };
   }
   if (err instanceof CertshareError) {
+    if (err.code === 'CERTSHARE_CERT_TOO_SHORT') return { kind: 'too_short', message: err.message };
     if (err.code === 'CERTSHARE_CERT_INVALID' || err.code === 'CERTSHARE_CERT_STALE' || err.code === 'CERTSHARE_LOCALAPI_BAD_RESPONSE') {
       return { kind: 'rejected', message: err.message };
     }

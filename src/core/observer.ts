@@ -1,7 +1,7 @@
 import type { StoredCert } from './store.ts';
 import type { FailureKind } from './failure.ts';
 
-export type AttemptResult = 'success' | 'unchanged' | 'rate_limited' | 'error' | 'rejected';
+export type AttemptResult = 'success' | 'unchanged' | 'rate_limited' | 'error' | 'rejected' | 'too_short';
 
 /** What the cert loops report; health, metrics and projection subscribe without the core knowing them. */
 export interface LoopObserver {

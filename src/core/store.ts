@@ -4,6 +4,11 @@ import type { CertPair } from './localapi.ts';
 export interface StoredCert {
   pair: CertPair;
   info: CertInfo;
+  /**
+   * When this process obtained the pair from tailscaled (epoch ms). Absent for a pair read from a store:
+   * the renewal rule then measures from notBefore (see renewal.ts usableStart).
+   */
+  obtainedAt?: number;
 }
 
 /**

@@ -29,6 +29,11 @@ Flags:
                             /cert-domains; 1.96: NetMap resent, no /cert-domains
   --netmap-style STYLE      selfchange (v1.100+) or resend (older); alone it picks ${DEFAULT_VERSIONS.resend} for
                             resend; it must agree with --tailscaled-version
+  --cert-backdate DUR       notBefore this long before issuance, the certificate valid for --cert-lifetime
+                            from issuance (a CA that backdates; default: 1m within lifetimes of 1h or more)
+  --clock-skew=[-]DUR       the CA's clock ahead (or, with -, behind) tailscaled's, e.g. --clock-skew=-120s
+  --cert-short-by DUR       a CA that gives less than asked: with min_validity set, valid that much less
+  --netmap-style STYLE      selfchange (tailscaled v1.100+: SelfChange then /cert-domains, default)
   --netmap-pad-bytes N      pad each NetMap with peers up to N bytes (big bus lines)
   --ledger FILE             append one JSON line per issuance (several emulators may share it)
   --ledger-requests         also append one line per cert request (time, min_validity, outcome)
@@ -76,6 +81,9 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
         domain: { type: 'string', multiple: true },
         'domain-delay': { type: 'string' },
         'cert-lifetime': { type: 'string' },
+        'cert-backdate': { type: 'string' },
+        'clock-skew': { type: 'string' },
+        'cert-short-by': { type: 'string' },
         'netmap-style': { type: 'string' },
         'netmap-pad-bytes': { type: 'string' },
         'tailscaled-version': { type: 'string' },
@@ -118,6 +126,10 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
   const certLifetimeMs = durationFlag('cert-lifetime', values['cert-lifetime']);
   if (certLifetimeMs !== undefined && certLifetimeMs < 1000) badFlag('--cert-lifetime: must be at least 1s');
   const domainDelayMs = durationFlag('domain-delay', values['domain-delay']);
+  const certBackdateMs = durationFlag('cert-backdate', values['cert-backdate']);
+  const certShortByMs = durationFlag('cert-short-by', values['cert-short-by']);
+  const skewText = values['clock-skew'];
+  const clockSkewMs = skewText === undefined ? undefined : (skewText.startsWith('-') ? -1 : 1) * durationFlag('clock-skew', skewText.replace(/^[-+]/, ''))!;
   let netmapPadBytes: number | undefined;
   if (values['netmap-pad-bytes'] !== undefined) {
     if (!/^\d+$/.test(values['netmap-pad-bytes'])) badFlag('--netmap-pad-bytes: want a whole number of bytes');
@@ -138,6 +150,9 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
   if (style !== undefined) options.netmapStyle = style;
   if (certLifetimeMs !== undefined) options.certLifetimeMs = certLifetimeMs;
   if (domainDelayMs !== undefined) options.domainDelayMs = domainDelayMs;
+  if (certBackdateMs !== undefined) options.certBackdateMs = certBackdateMs;
+  if (clockSkewMs !== undefined) options.clockSkewMs = clockSkewMs;
+  if (certShortByMs !== undefined) options.certShortByMs = certShortByMs;
   if (netmapPadBytes !== undefined) options.netmapPadBytes = netmapPadBytes;
   if (values['tailscaled-version'] !== undefined) options.tailscaledVersion = values['tailscaled-version'];
   if (values.ledger !== undefined) options.ledgerPath = values.ledger;

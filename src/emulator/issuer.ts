@@ -19,6 +19,16 @@ const BACKDATE_MS = 60_000;
 export interface IssuerOptions {
   id: string;
   certLifetimeMs: number;
+  /**
+   * notBefore this long before the issuer's clock, and notAfter = issuer's clock + certLifetimeMs (valid for
+   * the lifetime from issuance, like a CA that backdates). Undefined: the usual minute of backdating inside
+   * the lifetime for lifetimes of an hour or more.
+   */
+  certBackdateMs?: number | undefined;
+  /** The CA's clock minus tailscaled's (both signs): notBefore/notAfter are stamped on the CA's clock. */
+  clockSkewMs?: number | undefined;
+  /** A CA that hands out less than asked: with min_validity set, notAfter at most min_validity minus this from now. */
+  certShortByMs?: number | undefined;
   clock: { now(): number };
   ledgerPath: string | undefined;
   /** Ledger lines carry `kind` and `trigger` (the format with request lines); false: the original six fields. */
@@ -68,7 +78,7 @@ export class Issuer {
           if (this.#opts.asyncRenewal) {
             if (!this.#inflight.has(domain)) {
               this.#opts.logger.info({ domain }, 'starting async renewal');
-              this.#start(domain, 'background').catch((err: unknown) => {
+              this.#start(domain, 'background', 0).catch((err: unknown) => {
                 this.#opts.logger.error({ domain, err: errorMessage(err) }, 'async renewal failed');
               });
             }
@@ -81,7 +91,7 @@ export class Issuer {
         await running.catch(() => {});
         continue;
       }
-      return this.#start(domain, 'request');
+      return this.#start(domain, 'request', minValidityMs);
     }
   }
 
@@ -92,12 +102,26 @@ export class Issuer {
     }
   }
 
-  /** notBefore/notAfter of a certificate issued now: backdated a minute for clock skew unless the lifetime is tiny. */
-  freshWindow(): { notBefore: number; notAfter: number } {
-    const now = floorSecond(this.#opts.clock.now());
+  /**
+   * notBefore/notAfter of a certificate issued now, on the CA's (possibly skewed) clock: by default backdated
+   * a minute within the lifetime unless the lifetime is tiny; with certBackdateMs, backdated that much and
+   * valid for the lifetime from now; with certShortByMs, shorter than the min_validity asked for.
+   */
+  freshWindow(minValidityMs = 0): { notBefore: number; notAfter: number } {
+    const { certBackdateMs, clockSkewMs, certShortByMs } = this.#opts;
+    const now = floorSecond(this.#opts.clock.now() + (clockSkewMs ?? 0));
     const lifetime = Math.max(1000, floorSecond(this.#opts.certLifetimeMs));
-    const notBefore = lifetime < TINY_LIFETIME_MS ? now : now - BACKDATE_MS;
-    return { notBefore, notAfter: notBefore + lifetime };
+    let notBefore: number;
+    let notAfter: number;
+    if (certBackdateMs === undefined) {
+      notBefore = lifetime < TINY_LIFETIME_MS ? now : now - BACKDATE_MS;
+      notAfter = notBefore + lifetime;
+    } else {
+      notBefore = now - floorSecond(certBackdateMs);
+      notAfter = now + lifetime;
+    }
+    if (certShortByMs !== undefined && minValidityMs > 0) notAfter = Math.min(notAfter, now + Math.max(1000, floorSecond(minValidityMs - certShortByMs)));
+    return { notBefore, notAfter };
   }
 
   /** A pair that is neither cached nor counted: the payload of the mismatched, wrong_domain and expired faults. */
@@ -106,17 +130,17 @@ export class Issuer {
     return ca.sign({ dnsName, notBefore: floorSecond(notBefore), notAfter: floorSecond(notAfter) });
   }
 
-  #start(domain: string, trigger: IssuedEvent['trigger']): Promise<SignedLeaf> {
-    const promise = this.#issue(domain, trigger).finally(() => {
+  #start(domain: string, trigger: IssuedEvent['trigger'], minValidityMs: number): Promise<SignedLeaf> {
+    const promise = this.#issue(domain, trigger, minValidityMs).finally(() => {
       if (this.#inflight.get(domain) === promise) this.#inflight.delete(domain);
     });
     this.#inflight.set(domain, promise);
     return promise;
   }
 
-  async #issue(domain: string, trigger: IssuedEvent['trigger']): Promise<SignedLeaf> {
+  async #issue(domain: string, trigger: IssuedEvent['trigger'], minValidityMs: number): Promise<SignedLeaf> {
     const ca = await this.ca();
-    const leaf = await ca.sign({ dnsName: domain, ...this.freshWindow() });
+    const leaf = await ca.sign({ dnsName: domain, ...this.freshWindow(minValidityMs) });
     this.issuances.set(domain, (this.issuances.get(domain) ?? 0) + 1);
     const event: IssuedEvent = {
       domain,

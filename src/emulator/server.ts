@@ -37,6 +37,12 @@ export interface EmulatorOptions {
   domainDelayMs?: number;
   /** Leaf lifetime. Default 90 days. */
   certLifetimeMs?: number;
+  /** Backdate notBefore by this much, leaves valid for certLifetimeMs from issuance (see Issuer). Default: 1m within the lifetime. */
+  certBackdateMs?: number;
+  /** The CA's clock minus the emulator's, either sign. Default 0. */
+  clockSkewMs?: number;
+  /** Hand out less validity than min_validity asks for, by this much. Default: never. */
+  certShortByMs?: number;
   /**
    * 'resend' (before v1.100: a full NetMap per change) or 'selfchange' (v1.100+). Follows from
    * tailscaledVersion; alone, it picks DEFAULT_VERSIONS[style]; contradicting the version is an error.
@@ -170,6 +176,9 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const issuer = new Issuer({
     id,
     certLifetimeMs,
+    certBackdateMs: options.certBackdateMs,
+    clockSkewMs: options.clockSkewMs,
+    certShortByMs: options.certShortByMs,
     clock,
     ledgerPath: options.ledgerPath,
     ledgerKinds: options.ledgerRequests ?? false,

@@ -8,6 +8,8 @@ export const LABEL_GROUP = 'certshare.io/group';
 export const ANNOTATION_NOT_AFTER = 'certshare.io/not-after';
 export const ANNOTATION_SERIAL = 'certshare.io/serial';
 export const ANNOTATION_WRITER = 'certshare.io/written-by';
+/** RFC 3339: when the writer obtained the certificate from tailscaled (the renewal rule measures from it). */
+export const ANNOTATION_OBTAINED_AT = 'certshare.io/obtained-at';
 /** JSON {"holder","at"}: a writer is about to call CertPair. */
 export const ANNOTATION_INTENT = 'certshare.io/issuing';
 /** RFC 3339: no CertPair call for this domain before then, on any replica. */
@@ -33,7 +35,14 @@ export function readCoordination(secret: V1Secret): Coordination {
 
 /** What a Secret holds for `domain`: an empty or hand-edited Secret is `unusable`, never an error. */
 export function readCertSecret(secret: V1Secret, domain: string, now: number): StoreRead {
-  return { ...readCertData(secret, domain, now), coordination: readCoordination(secret) };
+  const read = readCertData(secret, domain, now);
+  if (read.state === 'valid') {
+    // Only for the certificate it was written with: a hand-edited Secret falls back to notBefore.
+    const annotations = secret.metadata?.annotations ?? {};
+    const obtainedAt = Date.parse(annotations[ANNOTATION_OBTAINED_AT] ?? '');
+    if (annotations[ANNOTATION_SERIAL] === read.cert.info.serial && Number.isFinite(obtainedAt)) read.cert.obtainedAt = obtainedAt;
+  }
+  return { ...read, coordination: readCoordination(secret) };
 }
 
 function readCertData(secret: V1Secret, domain: string, now: number): StoreRead {
@@ -71,6 +80,8 @@ export function certSecret(domain: string, base: V1Secret | undefined, meta: Sec
   if (change.cert) {
     annotations[ANNOTATION_NOT_AFTER] = new Date(change.cert.info.notAfter).toISOString();
     annotations[ANNOTATION_SERIAL] = change.cert.info.serial;
+    if (change.cert.obtainedAt !== undefined) annotations[ANNOTATION_OBTAINED_AT] = new Date(change.cert.obtainedAt).toISOString();
+    else delete annotations[ANNOTATION_OBTAINED_AT];
     if (meta.writer) annotations[ANNOTATION_WRITER] = meta.writer;
     data = { 'tls.crt': Buffer.from(change.cert.pair.certPem).toString('base64'), 'tls.key': Buffer.from(change.cert.pair.keyPem).toString('base64') };
   }

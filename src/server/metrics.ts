@@ -10,7 +10,7 @@ import type { StoredCert } from '../core/store.ts';
 
 const seconds = (ms: number): number => ms / 1000;
 const MISNAMED_DEFAULT_METRICS = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
-const ATTEMPT_RESULTS: AttemptResult[] = ['success', 'unchanged', 'rate_limited', 'error', 'rejected'];
+const ATTEMPT_RESULTS: AttemptResult[] = ['success', 'unchanged', 'rate_limited', 'error', 'rejected', 'too_short'];
 
 /** The process and Node.js metrics, without the misnamed ones. */
 export function collectNodeMetrics(registry: Registry): void {
@@ -62,7 +62,7 @@ export class Metrics implements LoopObserver {
         }
       },
     });
-    this.#attempts = new Counter({ name: 'certshare_issuance_attempts_total', help: 'CertPair calls by result (success, unchanged, rate_limited, error, rejected).', labelNames: ['domain', 'result'], registers });
+    this.#attempts = new Counter({ name: 'certshare_issuance_attempts_total', help: 'CertPair calls by result (success, unchanged, rate_limited, error, rejected, too_short).', labelNames: ['domain', 'result'], registers });
     this.#backoff = new Gauge({ name: 'certshare_issuance_backoff_seconds', help: 'Current wait before the next CertPair call after failures (0 when not backing off).', labelNames: ['domain'], registers });
     this.#nextAttempt = new Gauge({ name: 'certshare_issuance_next_check_timestamp_seconds', help: 'When the domain is next looked at (renewal point, check interval or end of backoff).', labelNames: ['domain'], registers });
     this.busConnected = new Gauge({ name: 'certshare_ipn_bus_connected', help: '1 while the IPN bus stream is connected.', registers });
@@ -84,7 +84,7 @@ export class Metrics implements LoopObserver {
     }
     this.#certs.set(domain, info);
     this.#expiration.set({ domain }, seconds(info.notAfter));
-    this.#renewalAt.set({ domain }, seconds(renewalTime(info, this.#renewal)));
+    this.#renewalAt.set({ domain }, seconds(renewalTime({ ...info, obtainedAt: cert?.obtainedAt }, this.#renewal)));
   }
 
   attempt(domain: string, result: AttemptResult, _failure?: { kind: FailureKind }): void {

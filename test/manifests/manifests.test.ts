@@ -491,6 +491,11 @@ describe('manifests/monitoring', () => {
     assert.equal(label, 'certshare.io/group');
   });
 
+  it('alerts on certificates too short for the renewal rule (issuance storms held back)', async () => {
+    const rules = await ruleExpressions();
+    assert.ok(rules.some(({ expr }) => /certshare_issuance_attempts_total\{result="too_short"\}/.test(expr)), rules.map((r) => r.alert).join(', '));
+  });
+
   it('every metric in the alert expressions is exported by a running daemon, with the labels the rules select on', async () => {
     const rules = await ruleExpressions();
     assert.ok(rules.length >= 7, `${rules.length} rules`);

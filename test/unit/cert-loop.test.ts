@@ -6,7 +6,7 @@ import type { Clock } from '../../src/core/clock.ts';
 import { LocalApiError, type CertPair, type CertPairOptions } from '../../src/core/localapi.ts';
 import { silentLogger } from '../../src/core/logger.ts';
 import { fanOut, type AttemptResult } from '../../src/core/observer.ts';
-import { staticRole } from '../../src/core/store.ts';
+import { staticRole, type StoredCert } from '../../src/core/store.ts';
 
 const alwaysWriter = staticRole('writer-0', true);
 const alwaysReader = staticRole('reader-1', false);
@@ -173,7 +173,9 @@ describe('CertLoop', () => {
     h.clock.t += MIN;
     h.responses.push(() => makePair(domain, h.clock.now() - 60 * MIN, 70 * MIN));
     await h.loop.turn(signal);
-    assert.deepEqual(h.attempts, ['success', 'rejected', 'rejected']);
+    assert.deepEqual(h.attempts, ['success', 'rejected', 'too_short'], 'an older one has less than min_validity asked for');
+    assert.equal(h.store.serial(domain), h.loop.current?.info.serial);
+    assert.equal(h.loop.current?.pair, pair, 'the older one is not taken');
   });
 
   it('restores a deleted or garbage Secret from memory without issuing', async () => {
@@ -333,5 +335,88 @@ describe('CertLoop intent after a failure', () => {
     });
     await h.loop.turn(signal);
     assert.equal(h.store.coordination.get(domain)?.intent?.holder, 'writer-0', 'tailscaled may still be issuing');
+  });
+});
+
+describe('CertLoop against backdating, short and skewed issuers', () => {
+  it('renews a backdated certificate over the validity it had when obtained, asking no more than a fresh one has', async () => {
+    const h = harness();
+    // Valid 45 minutes from issuance, notBefore 60 minutes back (lifetime 105 minutes).
+    const backdated = (): Promise<CertPair> => makePair(domain, h.clock.now() - 60 * MIN, 105 * MIN);
+    h.responses.push(backdated);
+    assert.equal(await h.loop.turn(signal), 22.5 * MIN, 'due at half of the 45 minutes it had, not at once');
+    h.clock.t += 22.5 * MIN;
+    h.responses.push(backdated);
+    await h.loop.turn(signal);
+    assert.equal(h.calls.length, 2);
+    assert.ok(h.calls[1]!.minValidityMs > 22.5 * MIN && h.calls[1]!.minValidityMs <= 45 * MIN, `min_validity ${h.calls[1]!.minValidityMs}`);
+    assert.deepEqual(h.attempts, ['success', 'success']);
+  });
+
+  it('calls a renewal that returns less than asked CERTSHARE_CERT_TOO_SHORT, logs what it got, and backs off', async () => {
+    const warnings: object[] = [];
+    const logger = { ...silentLogger, warn: (obj: object) => warnings.push(obj), child: () => logger };
+    const h = harness({ logger });
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    const held = h.loop.current;
+    h.clock.t += 45 * MIN;
+    // The issuer now hands out 30-minute certificates: less than the ~45 minutes asked for.
+    h.responses.push(() => makePair(domain, h.clock.now(), 30 * MIN));
+    const wait = await h.loop.turn(signal);
+    assert.deepEqual(h.attempts, ['success', 'too_short']);
+    assert.equal(h.loop.current, held, 'it expires before the held one: not taken');
+    assert.equal(wait, MIN, 'backs off from --first-retry');
+    const line = warnings.find((w) => (w as { code?: string }).code === 'CERTSHARE_CERT_TOO_SHORT') as Record<string, unknown> | undefined;
+    assert.ok(line, 'logged with its code');
+    assert.equal(line.minValidityMs, h.calls[1]!.minValidityMs);
+    assert.equal(line.lifetimeMs, 30 * MIN);
+    assert.equal(line.validFromNowMs, 30 * MIN);
+    // The next call asks for no more than the renewal share of what this issuer now gives.
+    h.clock.t += MIN;
+    h.responses.push(() => makePair(domain, h.clock.now(), 30 * MIN));
+    await h.loop.turn(signal);
+    assert.ok(h.calls[2]!.minValidityMs <= 16 * MIN, `min_validity ${h.calls[2]!.minValidityMs}`);
+  });
+
+  it('keeps a pair whose notBefore is ahead of our clock and uses it from then, without asking again', async () => {
+    const h = harness();
+    h.responses.push(() => makePair(domain, h.clock.now() + 2 * MIN, LIFETIME));
+    assert.equal(await h.loop.turn(signal), 2 * MIN, 'waits for its notBefore');
+    assert.equal(h.loop.current, undefined, 'not valid yet: not in use');
+    h.clock.t += 2 * MIN;
+    assert.equal(await h.loop.turn(signal), 0, 'stores it');
+    const adopted = h.loop.current as StoredCert | undefined; // the assertion above narrowed the getter
+    assert.equal(h.store.serial(domain), adopted?.info.serial);
+    assert.equal(await h.loop.turn(signal), 45 * MIN);
+    assert.equal(h.calls.length, 1);
+    assert.deepEqual(h.attempts, ['success']);
+  });
+
+  it('a restart right after an issuance keeps the minimum interval, counted from the stored certificate', async () => {
+    const h = harness();
+    // Issued 10 s before the restart, 20 s long: due already, but the last issuance was 10 s ago.
+    const pair = await makePair(domain, h.clock.now() - 10_000, 20_000);
+    h.store.content.set(domain, { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, h.clock.now()) } });
+    assert.equal(await h.loop.turn(signal), 50_000, 'waits out the minute');
+    assert.equal(h.calls.length, 0);
+  });
+
+  it('never calls CertPair twice within the minimum interval, whatever the certificates look like', async () => {
+    const h = harness({ minIssueIntervalMs: 10 * MIN });
+    const start = h.clock.t;
+    // 4-minute certificates: due after 2 minutes, sooner than the 10-minute floor.
+    h.responses.push(() => makePair(domain, h.clock.now(), 4 * MIN));
+    await h.loop.turn(signal);
+    assert.deepEqual(h.attempts, ['too_short']);
+    while (h.clock.t < start + 10 * MIN) {
+      const wait = await h.loop.turn(signal);
+      assert.ok(wait > 0);
+      h.clock.t = Math.min(h.clock.t + Math.min(wait, MIN), start + 10 * MIN);
+    }
+    assert.equal(h.calls.length, 1, 'no second call inside the floor');
+    h.responses.push(() => makePair(domain, h.clock.now(), 4 * MIN));
+    await h.loop.turn(signal);
+    assert.equal(h.calls.length, 2, 'one once it has passed');
   });
 });

@@ -1,0 +1,26 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { validateCertPair } from '../../src/core/certificate.ts';
+import { ANNOTATION_SERIAL, certSecret, readCertSecret } from '../../src/kube/secret-codec.ts';
+import { makePair } from '../support/certs.ts';
+
+const domain = 'codec.tailnet-3.ts.net';
+const meta = { namespace: 'proxy', group: 'g', writer: 'proxy-0' };
+
+describe('Secret codec: when the certificate was obtained', () => {
+  it('carries obtainedAt for readers and restarts, only for the certificate it was written with', async () => {
+    const now = Math.floor(Date.now() / 1000) * 1000;
+    // Backdated an hour: the renewal rule must measure from when it was obtained, not from notBefore.
+    const pair = await makePair(domain, now - 3_600_000, 6 * 86_400_000);
+    const info = validateCertPair(pair, domain, now);
+    const secret = certSecret(domain, undefined, meta, { cert: { pair, info, obtainedAt: now }, coordination: {} });
+    const read = readCertSecret(secret, domain, now);
+    assert.equal(read.state, 'valid');
+    assert.equal(read.state === 'valid' ? read.cert.obtainedAt : undefined, now);
+    secret.metadata!.annotations![ANNOTATION_SERIAL] = 'edited by hand';
+    const edited = readCertSecret(secret, domain, now);
+    assert.equal(edited.state === 'valid' ? edited.cert.obtainedAt : 'not valid', undefined);
+    const restored = certSecret(domain, secret, meta, { cert: { pair, info }, coordination: {} });
+    assert.equal(restored.metadata?.annotations?.['certshare.io/obtained-at'], undefined, 'no stale value next to a pair without one');
+  });
+});
