@@ -1,10 +1,10 @@
 // The monitoring we ship, checked by Prometheus' own tools rather than by metric names alone:
 // - `promtool check rules` and `promtool test rules` (test/monitoring/alerts.promtest.yaml) over the
-//   PrometheusRule's groups: every alert fires when it should, with its labels and annotations, and
-//   stays quiet when it should;
+//   groups of the daemon's and the injector's PrometheusRules: every alert fires when it should, with
+//   its labels and annotations, and stays quiet when it should;
 // - `promtool check metrics` over a live /metrics of the daemon, standalone and as writer and reader;
-// - a real Prometheus server scraping a writer and two readers: every alert expression evaluates
-//   without error, and every certshare series it selects exists with the labels it groups by; so do
+// - a real Prometheus server scraping a writer and two readers: every alert expression of the daemon's
+//   evaluates without error, and every certshare series it selects exists with the labels it groups by; so do
 //   the queries of the Grafana dashboard (manifests/monitoring/dashboard.json).
 // promtool and prometheus come from test/prometheus/install.sh (Debian's package, cached).
 import assert from 'node:assert/strict';
@@ -23,7 +23,8 @@ import { until } from '../support/wait.ts';
 
 const run = promisify(execFile);
 const HERE = import.meta.dirname;
-const RULE_FILE = resolve(HERE, '../../manifests/monitoring/prometheusrule.yaml');
+const DAEMON_RULES = resolve(HERE, '../../manifests/monitoring/prometheusrule.yaml');
+const INJECTOR_RULES = resolve(HERE, '../../manifests/injector/monitoring/prometheusrule.yaml');
 const RULE_TESTS = join(HERE, 'alerts.promtest.yaml');
 const DASHBOARD = resolve(HERE, '../../manifests/monitoring/dashboard.json');
 
@@ -43,10 +44,15 @@ interface PrometheusRuleDoc {
   spec: { groups: Array<{ name: string; rules: Rule[] }> };
 }
 
-async function ruleGroups(): Promise<PrometheusRuleDoc['spec']['groups']> {
-  const doc = load(await readFile(RULE_FILE, 'utf8')) as PrometheusRuleDoc;
-  assert.equal(doc.kind, 'PrometheusRule');
-  return doc.spec.groups;
+/** The groups of the PrometheusRules we ship: the daemon's and the injector's by default. */
+async function ruleGroups(files = [DAEMON_RULES, INJECTOR_RULES]): Promise<PrometheusRuleDoc['spec']['groups']> {
+  const groups: PrometheusRuleDoc['spec']['groups'] = [];
+  for (const file of files) {
+    const doc = load(await readFile(file, 'utf8')) as PrometheusRuleDoc;
+    assert.equal(doc.kind, 'PrometheusRule', file);
+    groups.push(...doc.spec.groups);
+  }
+  return groups;
 }
 
 /** promtool's output on failure is the useful part of the assertion message. */
@@ -184,7 +190,7 @@ describe('a real Prometheus scraping a writer and two readers', () => {
 
   it('every alert expression evaluates, and every certshare series it selects exists with the labels it groups by', async () => {
     await eventually('all three targets up with the certificate scraped', async () => (await query(`certshare_certificate_expiration_timestamp_seconds{domain="${KUBE_DOMAIN}"}`)).length === 3 && (await query('up == 1')).length === 3);
-    const rules = (await ruleGroups()).flatMap((g) => g.rules);
+    const rules = (await ruleGroups([DAEMON_RULES])).flatMap((g) => g.rules);
     for (const rule of rules) {
       await query(rule.expr);
       const names = new Set([...rule.expr.matchAll(/\bcertshare_[a-z_]+/g)].map((m) => m[0]));
