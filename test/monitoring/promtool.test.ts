@@ -1,110 +1,38 @@
 // The monitoring we ship, checked by Prometheus' own tools rather than by metric names alone:
 // - `promtool check rules` and `promtool test rules` (test/monitoring/alerts.promtest.yaml) over the
-//   groups of the daemon's and the injector's PrometheusRules: every alert fires when it should, with
-//   its labels and annotations, and stays quiet when it should;
+//   daemon's PrometheusRule (the injector's: test/injector/alerts.test.ts): every alert fires when it
+//   should, with its labels and annotations, and stays quiet when it should;
 // - `promtool check metrics` over a live /metrics of the daemon, standalone and as writer and reader;
 // - a real Prometheus server scraping a writer and two readers: every alert expression of the daemon's
-//   evaluates without error, and every certshare series it selects exists with the labels it groups by; so do
-//   the queries of the Grafana dashboard (manifests/monitoring/dashboard.json).
-// promtool and prometheus come from test/prometheus/install.sh (Debian's package, cached).
+//   evaluates without error, and every certshare series it selects exists with the labels it groups
+//   by; so do the queries of the Grafana dashboard (manifests/monitoring/dashboard.json).
+// promtool and prometheus: test/support/promtool.ts.
 import assert from 'node:assert/strict';
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { copyFile, readFile, writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { promisify } from 'node:util';
-import { dump, load } from 'js-yaml';
+import { dump } from 'js-yaml';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { GROUP, KUBE_DOMAIN, exampleNamespace, filesWritten, startReplica, startReplicas, type Replica } from '../support/kube.ts';
 import { deathSignalPrefix, freePort } from '../support/processes.ts';
 import { emulatorIn, standaloneDaemon, tempDir, useTempDir } from '../support/standalone.ts';
+import { assertRulesTested, checkMetrics, prometheusBin, ruleGroups } from '../support/promtool.ts';
 import { until } from '../support/wait.ts';
 
-const run = promisify(execFile);
 const HERE = import.meta.dirname;
 const DAEMON_RULES = resolve(HERE, '../../manifests/monitoring/prometheusrule.yaml');
-const INJECTOR_RULES = resolve(HERE, '../../manifests/injector/monitoring/prometheusrule.yaml');
 const RULE_TESTS = join(HERE, 'alerts.promtest.yaml');
 const DASHBOARD = resolve(HERE, '../../manifests/monitoring/dashboard.json');
-
-let binDir: string | undefined;
-async function prometheusBin(name: 'promtool' | 'prometheus'): Promise<string> {
-  binDir ??= (await run('bash', [resolve(HERE, '../prometheus/install.sh')], { maxBuffer: 1 << 20 })).stdout.trim();
-  return join(binDir, name);
-}
-
-interface Rule {
-  alert?: string;
-  record?: string;
-  expr: string;
-}
-interface PrometheusRuleDoc {
-  kind: string;
-  spec: { groups: Array<{ name: string; rules: Rule[] }> };
-}
-
-/** The groups of the PrometheusRules we ship: the daemon's and the injector's by default. */
-async function ruleGroups(files = [DAEMON_RULES, INJECTOR_RULES]): Promise<PrometheusRuleDoc['spec']['groups']> {
-  const groups: PrometheusRuleDoc['spec']['groups'] = [];
-  for (const file of files) {
-    const doc = load(await readFile(file, 'utf8')) as PrometheusRuleDoc;
-    assert.equal(doc.kind, 'PrometheusRule', file);
-    groups.push(...doc.spec.groups);
-  }
-  return groups;
-}
-
-/** promtool's output on failure is the useful part of the assertion message. */
-async function promtool(args: string[], cwd?: string): Promise<string> {
-  try {
-    const { stdout, stderr } = await run(await prometheusBin('promtool'), args, { cwd, maxBuffer: 16 << 20 });
-    return stdout + stderr;
-  } catch (err) {
-    const e = err as { stdout?: string; stderr?: string; message: string };
-    assert.fail(`promtool ${args.join(' ')} failed:\n${e.stdout ?? ''}${e.stderr ?? ''}${e.stdout || e.stderr ? '' : e.message}`);
-  }
-}
-
-/** `promtool check metrics` reads the exposition on stdin and prints lint problems. */
-async function checkMetrics(text: string): Promise<string> {
-  const child = spawn(await prometheusBin('promtool'), ['check', 'metrics'], { stdio: ['pipe', 'pipe', 'pipe'] });
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => (out += d));
-  child.stderr.on('data', (d: Buffer) => (out += d));
-  child.stdin.end(text);
-  const [code] = (await once(child, 'exit')) as [number | null];
-  return code === 0 ? '' : out.trim() || `exit ${code}`;
-}
 
 const metricsOf = async (address: string): Promise<string> => (await fetch(`${address}/metrics`)).text();
 
 describe('alert rules, by promtool', () => {
   const dir = useTempDir();
-  before(async () => {
-    await writeFile(join(dir(), 'rules.yaml'), dump({ groups: await ruleGroups() }));
-    await copyFile(RULE_TESTS, join(dir(), 'alerts.promtest.yaml'));
-  });
 
-  it('promtool check rules accepts every rule', async () => {
-    const out = await promtool(['check', 'rules', 'rules.yaml'], dir());
-    const groups = await ruleGroups();
-    assert.match(out, new RegExp(`SUCCESS: ${groups.flatMap((g) => g.rules).length} rules found`));
-  });
-
-  it('promtool test rules: each alert fires when it should, with its labels and annotations, and stays quiet otherwise', async () => {
-    assert.match(await promtool(['test', 'rules', 'alerts.promtest.yaml'], dir()), /SUCCESS/);
-  });
-
-  it('every alert has a firing case and a quiet case in the rule tests', async () => {
-    const tests = load(await readFile(RULE_TESTS, 'utf8')) as { tests: Array<{ alert_rule_test: Array<{ alertname: string; exp_alerts: unknown[] }> }> };
-    const cases = tests.tests.flatMap((t) => t.alert_rule_test);
-    for (const rule of (await ruleGroups()).flatMap((g) => g.rules)) {
-      if (!rule.alert) continue;
-      const mine = cases.filter((c) => c.alertname === rule.alert);
-      assert.ok(mine.some((c) => c.exp_alerts.length > 0), `${rule.alert} has no case where it fires`);
-      assert.ok(mine.some((c) => c.exp_alerts.length === 0), `${rule.alert} has no case where it stays quiet`);
-    }
+  it('promtool check rules accepts every rule; promtool test rules: each alert fires when it should, with its labels and annotations, and stays quiet otherwise', async () => {
+    await assertRulesTested(DAEMON_RULES, RULE_TESTS, dir());
   });
 });
 
@@ -190,7 +118,7 @@ describe('a real Prometheus scraping a writer and two readers', () => {
 
   it('every alert expression evaluates, and every certshare series it selects exists with the labels it groups by', async () => {
     await eventually('all three targets up with the certificate scraped', async () => (await query(`certshare_certificate_expiration_timestamp_seconds{domain="${KUBE_DOMAIN}"}`)).length === 3 && (await query('up == 1')).length === 3);
-    const rules = (await ruleGroups([DAEMON_RULES])).flatMap((g) => g.rules);
+    const rules = (await ruleGroups(DAEMON_RULES)).flatMap((g) => g.rules);
     for (const rule of rules) {
       await query(rule.expr);
       const names = new Set([...rule.expr.matchAll(/\bcertshare_[a-z_]+/g)].map((m) => m[0]));
