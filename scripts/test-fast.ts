@@ -1,0 +1,15 @@
+// `npm run test:fast`: every test file that needs neither the real kube-apiserver nor the real
+// tailscaled nor the chaos run, for the edit-test loop. A file is slow when it starts one of those
+// (the markers below), so a new test file lands in the right tier by itself; `npm test` runs all.
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { glob } from 'node:fs/promises';
+
+// The chaos test runs test/chaos/main.ts (which starts a control plane) in a child process.
+const SLOW_MARKERS = /\b(useControlPlane|startControlPlane|useRealTailscaled|startRealTailscaled|runChaos)\(|'main\.ts'/;
+
+const files: string[] = [];
+for await (const file of glob('test/**/*.test.ts')) if (!SLOW_MARKERS.test(readFileSync(file, 'utf8'))) files.push(file);
+files.sort();
+const result = spawnSync(process.execPath, ['--test', '--test-concurrency=2', ...files, ...process.argv.slice(2)], { stdio: 'inherit' });
+process.exit(result.status ?? 1);
