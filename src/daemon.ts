@@ -1,53 +1,23 @@
 import { EventEmitter } from 'node:events';
 import type { FastifyInstance } from 'fastify';
 import { CertManager } from './core/cert-manager.ts';
-import type { Clock } from './core/clock.ts';
 import { systemClock } from './core/clock.ts';
 import { errorMessage } from './core/errors.ts';
 import { HealthState } from './core/health.ts';
-import type { LocalApi } from './core/localapi.ts';
-import type { Logger } from './core/logger.ts';
 import { fanOut, type LoopObserver } from './core/observer.ts';
-import { staticRole, type CertStore, type IssuanceRole } from './core/store.ts';
-import type { DaemonConfig } from './cli/run-options.ts';
+import { staticRole, type IssuanceRole } from './core/store.ts';
+import type { BackendContext, DaemonDeps, StoreBackend } from './backend.ts';
+import type { DaemonConfig } from './config/daemon-config.ts';
 import { ServeConfigWatcher } from './config/serve-config-watcher.ts';
 import { createLocalApiClient } from './localapi/client.ts';
 import { CertDomainsWatcher } from './localapi/cert-domains-watcher.ts';
-import { buildHttpServer, parseListenAddress } from './server/http-server.ts';
+import { parseHostPort } from './core/listen-address.ts';
+import { buildHttpServer } from './server/http-server.ts';
 import { Metrics } from './server/metrics.ts';
 import { CertDirectory } from './store/cert-directory.ts';
 import { DirStore } from './store/dir-store.ts';
 import { kubeconfigSource } from './kube/kubeconfig-source.ts';
 import { ReloadCommand } from './store/reload-command.ts';
-
-export interface DaemonDeps {
-  logger: Logger;
-  env: NodeJS.ProcessEnv;
-  clock?: Clock;
-  /** Replaces the LocalAPI transport (tests). */
-  localApi?: LocalApi;
-}
-
-/** What a storage mode adds to the daemon: the store, who may issue, extra observers, and its own shutdown. */
-export interface StoreBackend {
-  store: CertStore;
-  role: IssuanceRole;
-  observers: LoopObserver[];
-  /** Runs once the certificate loops exist (e.g. to start the readiness gate). */
-  start?(): Promise<void>;
-  /** First step of a graceful stop: leave rotation. */
-  beforeStop?(): Promise<void>;
-  stop?(): Promise<void>;
-}
-
-export interface BackendContext {
-  config: DaemonConfig;
-  deps: Required<Omit<DaemonDeps, 'localApi'>>;
-  metrics: Metrics;
-  health: HealthState;
-  /** Certificate files changed on disk: logs, then runs the reload command if one is configured. */
-  filesWritten(domain: string, path: string): void;
-}
 
 export interface Daemon {
   readonly address: string;
@@ -171,7 +141,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     : undefined;
 
   const app: FastifyInstance = buildHttpServer({ health, metrics, clock, pod: config.pod });
-  const { host, port } = parseListenAddress(config.listen);
+  const { host, port } = parseHostPort(config.listen);
   let address: string;
   try {
     await serveConfig?.start();

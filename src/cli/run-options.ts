@@ -1,43 +1,13 @@
-import type { BackoffPolicy } from '../core/backoff.ts';
+import type { DaemonConfig, ShareMode, StoreChoice } from '../config/daemon-config.ts';
 import { parseDuration } from '../core/duration.ts';
 import { normalizeDomain } from '../core/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { podAddressesFromEnv, type PodAddresses } from '../core/pod-addresses.ts';
-import type { RenewalPolicy } from '../core/renewal.ts';
-import { parseListenAddress } from '../server/http-server.ts';
-import { parseReloadCommand, type ReloadSpec } from '../store/reload-command.ts';
+import { podAddressesFromEnv } from '../core/pod-addresses.ts';
+import { parseHostPort } from '../core/listen-address.ts';
+import { parseReloadCommand } from '../store/reload-command.ts';
 import type { FlagSpec, FlagValues } from './flags.ts';
 
-export type StoreChoice = { kind: 'dir'; path: string } | { kind: 'kube' };
-export type ShareMode = 'rw' | 'ro' | 'auto';
-
-export interface DaemonConfig {
-  localapi: string;
-  domains: string[];
-  serveConfig: string | undefined;
-  store: StoreChoice;
-  listen: string;
-  reloadCommand: ReloadSpec | undefined;
-  reloadTimeoutMs: number;
-  renewal: RenewalPolicy;
-  backoff: BackoffPolicy;
-  certTimeoutMs: number;
-  logLevel: string;
-  /** Kubernetes mode. */
-  mode: ShareMode;
-  group: string | undefined;
-  outDir: string | undefined;
-  readinessGate: string | undefined;
-  routingChecks: string[];
-  routingAttempts: number;
-  drainDelayMs: number;
-  leaseDurationMs: number;
-  shutdownTimeoutMs: number;
-  /** POD_NAME (downward API metadata.name). */
-  podName: string | undefined;
-  /** POD_IPS / POD_IP, parsed once. */
-  pod: PodAddresses;
-}
+export type { DaemonConfig, ShareMode, StoreChoice } from '../config/daemon-config.ts';
 
 export const RUN_FLAGS: FlagSpec[] = [
   { name: 'localapi', placeholder: 'PATH|URL', default: '/var/run/tailscale/tailscaled.sock', help: "tailscaled's LocalAPI: a unix socket path or an http:// URL." },
@@ -104,7 +74,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
 
   const listen = String(values.listen);
   try {
-    parseListenAddress(listen);
+    parseHostPort(listen);
   } catch (err) {
     throw badFlag(`--listen: ${(err as Error).message}`);
   }

@@ -2,6 +2,8 @@
 import { connect } from 'node:net';
 import { lstat, unlink } from 'node:fs/promises';
 import type { Server } from 'node:http';
+import { errorMessage } from '../core/errors.ts';
+import { parseHostPort } from '../core/listen-address.ts';
 
 export type ListenTarget = { kind: 'unix'; path: string } | { kind: 'tcp'; host: string; port: number };
 
@@ -9,11 +11,13 @@ export type ListenTarget = { kind: 'unix'; path: string } | { kind: 'tcp'; host:
 export function parseListen(value: string): ListenTarget {
   if (value === '') throw new Error('listen address is empty');
   if (value.includes(':') && !value.includes('/')) {
-    const m = /^(?:\[([^\]]+)\]|([^:]*)):(\d{1,5})$/.exec(value);
-    if (!m) throw new Error(`invalid listen address "${value}": want HOST:PORT or a socket path`);
-    const port = Number(m[3]);
-    if (port > 65535) throw new Error(`invalid listen address "${value}": port out of range`);
-    return { kind: 'tcp', host: m[1] ?? (m[2] || '127.0.0.1'), port };
+    let hostPort: { host: string; port: number };
+    try {
+      hostPort = parseHostPort(value, '127.0.0.1');
+    } catch (err) {
+      throw new Error(`${errorMessage(err)}, or a socket path`);
+    }
+    return { kind: 'tcp', ...hostPort };
   }
   return { kind: 'unix', path: value };
 }

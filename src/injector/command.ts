@@ -7,7 +7,7 @@ import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { connectKube } from '../kube/connection.ts';
 import { makeApi } from '../kube/https-transport.ts';
-import { parseListenAddress } from '../server/http-server.ts';
+import { parseHostPort } from '../core/listen-address.ts';
 import { parseFlags, usage, type FlagSpec, type FlagValues } from '../cli/flags.ts';
 import { duration, type ShareMode } from '../cli/run-options.ts';
 import { InjectorController } from './controller.ts';
@@ -65,7 +65,7 @@ const IP = /^(\d{1,3}(\.\d{1,3}){3}|[0-9a-f:]*:[0-9a-f:.]*)$/i;
 
 function listenAddress(values: FlagValues, name: string): { host: string; port: number } {
   try {
-    return parseListenAddress(String(values[name]));
+    return parseHostPort(String(values[name]));
   } catch (err) {
     throw new CertshareError('CERTSHARE_BAD_FLAG', `--${name}: ${(err as Error).message}`);
   }

@@ -1,5 +1,5 @@
 import { staticRole } from '../core/store.ts';
-import type { BackendContext, StoreBackend } from '../daemon.ts';
+import type { BackendContext, StoreBackend } from '../backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
 import { Projector } from '../store/projector.ts';
 import { connectKube } from './connection.ts';

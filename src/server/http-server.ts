@@ -5,14 +5,6 @@ import type { HealthState } from '../core/health.ts';
 import type { PodAddresses } from '../core/pod-addresses.ts';
 import type { Metrics } from './metrics.ts';
 
-/** "[::]:9002", "0.0.0.0:9002", "127.0.0.1:0", ":9002" → host and port. */
-export function parseListenAddress(text: string): { host: string; port: number } {
-  const match = /^(?:\[([^\]]*)\]|([^:]*)):(\d{1,5})$/.exec(text.trim());
-  const port = Number(match?.[3]);
-  if (!match || port > 65535) throw new Error(`invalid listen address "${text}" (expected HOST:PORT, e.g. [::]:9002)`);
-  return { host: match[1] ?? (match[2] || '::'), port };
-}
-
 export interface HttpServerDeps {
   health: HealthState;
   metrics: Metrics;

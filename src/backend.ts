@@ -1,0 +1,39 @@
+// The contract between the daemon and a storage mode (the directory store in src/daemon.ts, Kubernetes
+// in src/kube/backend.ts, loaded on demand): a module of its own so that neither imports the other.
+import type { DaemonConfig } from './config/daemon-config.ts';
+import type { Clock } from './core/clock.ts';
+import type { HealthState } from './core/health.ts';
+import type { LocalApi } from './core/localapi.ts';
+import type { Logger } from './core/logger.ts';
+import type { LoopObserver } from './core/observer.ts';
+import type { CertStore, IssuanceRole } from './core/store.ts';
+import type { Metrics } from './server/metrics.ts';
+
+export interface DaemonDeps {
+  logger: Logger;
+  env: NodeJS.ProcessEnv;
+  clock?: Clock;
+  /** Replaces the LocalAPI transport (tests). */
+  localApi?: LocalApi;
+}
+
+/** What a storage mode adds to the daemon: the store, who may issue, extra observers, and its own shutdown. */
+export interface StoreBackend {
+  store: CertStore;
+  role: IssuanceRole;
+  observers: LoopObserver[];
+  /** Runs once the certificate loops exist (e.g. to start the readiness gate). */
+  start?(): Promise<void>;
+  /** First step of a graceful stop: leave rotation. */
+  beforeStop?(): Promise<void>;
+  stop?(): Promise<void>;
+}
+
+export interface BackendContext {
+  config: DaemonConfig;
+  deps: Required<Omit<DaemonDeps, 'localApi'>>;
+  metrics: Metrics;
+  health: HealthState;
+  /** Certificate files changed on disk: logs, then runs the reload command if one is configured. */
+  filesWritten(domain: string, path: string): void;
+}
