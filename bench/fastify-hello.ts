@@ -5,7 +5,7 @@ import Fastify from 'fastify';
 const app = Fastify({ logger: false });
 app.get('/healthz', async () => 'ok');
 const address = await app.listen({ host: '127.0.0.1', port: Number(process.argv[2] ?? 0) });
-process.stdout.write(JSON.stringify({ listening: address }) + '\n');
+process.stdout.write(`${JSON.stringify({ listening: address })}\n`);
 const stop = (): void => {
   void app.close().then(() => process.exit(0));
 };

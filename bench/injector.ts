@@ -46,9 +46,13 @@ export async function injectorPhase(cp: ControlPlane, pods: number): Promise<Inj
   await must(cp.kubectl(['create', 'namespace', ns]));
   await must(cp.kubectl(['label', 'namespace', ns, 'certshare.io/injection=enabled']));
   const kubeconfig = await cp.kubeconfigFor('certshare', 'certshare-injector');
-  const proc = new Proc('certshare injector', [DIST_MAIN, 'injector', '--listen', `127.0.0.1:${port}`, '--metrics-listen', '127.0.0.1:0', '--extra-san', '127.0.0.1'], {
-    env: cleanEnv({ KUBECONFIG: kubeconfig, POD_NAMESPACE: 'certshare' }),
-  });
+  const proc = new Proc(
+    'certshare injector',
+    [DIST_MAIN, 'injector', '--listen', `127.0.0.1:${port}`, '--metrics-listen', '127.0.0.1:0', '--extra-san', '127.0.0.1'],
+    {
+      env: cleanEnv({ KUBECONFIG: kubeconfig, POD_NAMESPACE: 'certshare' }),
+    },
+  );
   try {
     await proc.waitForLog((e) => e.msg === 'serving a new webhook certificate', 60_000, 'the first served certificate');
     const firstCertMs = performance.now() - proc.spawnedAt;

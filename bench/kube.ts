@@ -32,7 +32,23 @@ export async function startReplica(
   const files = await CertFileWatch.start(outDir, KUBE_DOMAIN);
   const daemon = spawnDaemon(
     `certshare ${name}`,
-    ['--localapi', emulator.socket, '--store', 'kube', '--mode', mode, '--domain', KUBE_DOMAIN, '--group', GROUP, '--out-dir', outDir, '--listen', '127.0.0.1:0', ...(o.flags ?? [])],
+    [
+      '--localapi',
+      emulator.socket,
+      '--store',
+      'kube',
+      '--mode',
+      mode,
+      '--domain',
+      KUBE_DOMAIN,
+      '--group',
+      GROUP,
+      '--out-dir',
+      outDir,
+      '--listen',
+      '127.0.0.1:0',
+      ...(o.flags ?? []),
+    ],
     { KUBECONFIG: kubeconfig, POD_NAME: name, POD_NAMESPACE: ns, POD_IPS: '10.0.0.10', ...o.env },
     o.nodeArgs,
     o.main,
@@ -145,7 +161,10 @@ export async function restPhase(cp: ControlPlane, dir: string, auditLog: string,
       certshareSeriesDelta: sum(certshareSeries.map(([, v]) => v)),
       auditCompleted: audit.filter((e) => e.stage === 'ResponseComplete' && inWindow(e.stageTimestamp)).length,
       auditWatchesStarted: audit.filter((e) => e.stage === 'ResponseStarted' && e.verb === 'watch' && inWindow(e.stageTimestamp)).length,
-      topSeries: [...delta].sort((a, b) => b[1] - a[1]).slice(0, 8).map(([k, v]) => [shortLabels(k), v]),
+      topSeries: [...delta]
+        .sort((a, b) => b[1] - a[1])
+        .slice(0, 8)
+        .map(([k, v]) => [shortLabels(k), v]),
       openSecretWatches: [openWatches(m1), openWatches(m2)],
       probeBookmarks: probe.events.filter((e) => e.type === 'BOOKMARK').length,
       probeMaxGapS: gaps.length ? Math.max(...gaps) : NaN,
@@ -183,7 +202,12 @@ export async function propagationPhase(cp: ControlPlane, dir: string, renewals: 
   const replicas: KubeReplica[] = [];
   try {
     // Fast retries so that one transient error does not stall a run of 2-second renewals.
-    replicas.push(await startReplica(ns, kubeconfig, dir, 'proxy-0', 'rw', { emulatorArgs: ['--cert-lifetime', certLifetime], flags: ['--first-retry', '500ms', '--retry-cap', '5s'] }));
+    replicas.push(
+      await startReplica(ns, kubeconfig, dir, 'proxy-0', 'rw', {
+        emulatorArgs: ['--cert-lifetime', certLifetime],
+        flags: ['--first-retry', '500ms', '--retry-cap', '5s'],
+      }),
+    );
     replicas.push(...(await Promise.all(['proxy-1', 'proxy-2'].map((n) => startReplica(ns, kubeconfig, dir, n, 'ro')))));
     const readers = replicas.slice(1);
     const timeoutMs = 30_000 + renewals * lifetimeS * 1000;

@@ -184,7 +184,9 @@ const baseline: Record<string, string> = {
   rssKubeWriterMB: rest ? `no target; bare node ${round(s.bareNode.rss)}; anon ${round(rest.writer.anon)}` : 'skipped',
   startupToHealthyMs: `target <= 1000; median of ${s.startupMs.length}: ${s.startupMs.map(Math.round).join(', ')}`,
   domainToCertMs: `no target; median of ${s.domainToCertMs.length}: ${s.domainToCertMs.map(Math.round).join(', ')}`,
-  propagationP50Ms: propagation ? `${propagation.samplesMs.length} samples (${propagation.renewals} renewals x 2 readers, ${propagation.missed} missed)` : 'skipped',
+  propagationP50Ms: propagation
+    ? `${propagation.samplesMs.length} samples (${propagation.renewals} renewals x 2 readers, ${propagation.missed} missed)`
+    : 'skipped',
   propagationP99Ms: propagation ? `target <= 1000; max ${Math.round(Math.max(...propagation.samplesMs))}` : 'skipped',
   healthzRps: `bare fastify ${Math.round(fastifyRps)} req/s (medians of ${s.healthz.length} interleaved rounds, ${loadS} s each in all, 10 connections${s.pinned ? ', 1 CPU each' : ''})`,
   healthzP99Ms: `bare fastify ${fastifyP99} ms`,
@@ -199,7 +201,11 @@ const baseline: Record<string, string> = {
 
 const rows = Object.keys(figures).map((k) => [k, figures[k] === null ? 'n/a' : String(figures[k]), baseline[k] ?? '', verdict(k)]);
 const widths = [0, 1, 2, 3].map((i) => Math.max(...[['figure', 'value', 'baseline / target', 'verdict'], ...rows].map((r) => r[i]!.length)));
-const line = (r: string[]): string => r.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd();
+const line = (r: string[]): string =>
+  r
+    .map((c, i) => c.padEnd(widths[i]!))
+    .join('  ')
+    .trimEnd();
 const out: string[] = [line(['figure', 'value', 'baseline / target', 'verdict']), line(widths.map((w) => '-'.repeat(w)))];
 for (const r of rows) out.push(line(r));
 out.push('');
@@ -212,7 +218,7 @@ if (rest) {
   );
 }
 out.push(`bench ${round(benchSeconds, 0)} s (build ${round(buildMs / 1000, 1)} s)`);
-process.stdout.write(out.join('\n') + '\n');
+process.stdout.write(`${out.join('\n')}\n`);
 if (memory) printMemoryReport(memory);
 
 if (opts.json) {
@@ -266,5 +272,5 @@ if (opts.json) {
     standaloneFlags: memory.flags.map((f) => ({ flags: f.flags, idleMB: round(f.idle.rss), afterLoadMB: round(f.afterLoad.rss), rps: Math.round(f.rps) })),
     kubeReaderFlags: memory.kubeFlags.map((f) => ({ flags: f.flags, idleMB: round(f.idle.rss) })),
   };
-  process.stdout.write(JSON.stringify({ ...figures, targets, details: { ...details, ...(memoryDetails ? { memory: memoryDetails } : {}) } }) + '\n');
+  process.stdout.write(`${JSON.stringify({ ...figures, targets, details: { ...details, ...(memoryDetails ? { memory: memoryDetails } : {}) } })}\n`);
 }

@@ -28,14 +28,26 @@ const CN = '@kubernetes/client-node/dist';
 const CHAIN: Array<[string, string]> = [
   ['bare node', ''],
   ['+ pino (logger)', `const { pino } = await import('pino'); globalThis.s1 = pino({ level: 'info' });`],
-  ['+ prom-client (Registry + default metrics)', `const pc = await import('prom-client'); const r = new pc.Registry(); pc.collectDefaultMetrics({ register: r }); globalThis.s2 = r;`],
-  ['+ fastify (2 routes, listening)', `const F = (await import('fastify')).default; const app = F({ logger: false }); app.get('/healthz', async () => 'ok'); app.get('/metrics', async () => ''); await app.listen({ host: '127.0.0.1', port: 0 }); globalThis.s3 = app;`],
-  ['+ certshare standalone code (daemon.js graph)', `await import(${JSON.stringify(`${DIST}/daemon.js`)}); await import(${JSON.stringify(`${DIST}/cli/run-command.js`)});`],
+  [
+    '+ prom-client (Registry + default metrics)',
+    `const pc = await import('prom-client'); const r = new pc.Registry(); pc.collectDefaultMetrics({ register: r }); globalThis.s2 = r;`,
+  ],
+  [
+    '+ fastify (2 routes, listening)',
+    `const F = (await import('fastify')).default; const app = F({ logger: false }); app.get('/healthz', async () => 'ok'); app.get('/metrics', async () => ''); await app.listen({ host: '127.0.0.1', port: 0 }); globalThis.s3 = app;`,
+  ],
+  [
+    '+ certshare standalone code (daemon.js graph)',
+    `await import(${JSON.stringify(`${DIST}/daemon.js`)}); await import(${JSON.stringify(`${DIST}/cli/run-command.js`)});`,
+  ],
   ['+ undici (client-node transport)', `await import('undici');`],
   ['+ client-node models (ObjectSerializer)', `await import('${CN}/gen/models/ObjectSerializer.js');`],
   ['+ client-node CoreV1Api', `await import('${CN}/gen/apis/CoreV1Api.js');`],
   ['+ client-node gen/index.js (all API groups)', `await import('${CN}/gen/index.js');`],
-  ['+ client-node config.js, watch.js (KubeConfig, auth, Watch)', `await import('${CN}/config.js'); await import('${CN}/watch.js'); await import('${CN}/middleware.js'); await import('${CN}/patch.js'); await import('${CN}/types.js');`],
+  [
+    '+ client-node config.js, watch.js (KubeConfig, auth, Watch)',
+    `await import('${CN}/config.js'); await import('${CN}/watch.js'); await import('${CN}/middleware.js'); await import('${CN}/patch.js'); await import('${CN}/types.js');`,
+  ],
   ['+ certshare kube code (kube/backend.js graph)', `await import(${JSON.stringify(`${DIST}/kube/backend.js`)});`],
 ];
 
@@ -99,7 +111,10 @@ async function dumpProbe(proc: Proc, out: string, name: string): Promise<DaemonM
   let dump: ProbeDump | undefined;
   for (let i = 0; i < 50 && !dump; i++) {
     await sleep(100);
-    dump = await readFile(out, 'utf8').then((t) => JSON.parse(t) as ProbeDump, () => undefined);
+    dump = await readFile(out, 'utf8').then(
+      (t) => JSON.parse(t) as ProbeDump,
+      () => undefined,
+    );
   }
   if (!dump) throw new Error(`${name}: the memory probe wrote nothing`);
   const MB = 1048576;
@@ -113,7 +128,10 @@ async function dumpProbe(proc: Proc, out: string, name: string): Promise<DaemonM
       const parts = path.slice(nm + 14).split('/');
       pkg = parts[0]!.startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]!;
     } else pkg = path.startsWith(DIST) ? 'certshare (modules)' : path.includes('/dist/') ? 'certshare (bundle)' : 'other';
-    const size = await stat(path).then((s) => s.size, () => 0);
+    const size = await stat(path).then(
+      (s) => s.size,
+      () => 0,
+    );
     const entry = byPkg.get(pkg) ?? { files: 0, bytes: 0 };
     entry.files++;
     entry.bytes += size;
@@ -129,9 +147,7 @@ async function dumpProbe(proc: Proc, out: string, name: string): Promise<DaemonM
     codeMB: dump.code.code_and_metadata_size / MB,
     externalMB: dump.mu.external / MB,
     mallocedMB: dump.heap.malloced_memory / MB,
-    packages: [...byPkg]
-      .map(([pkg, e]) => ({ pkg, files: e.files, sourceMB: e.bytes / MB }))
-      .sort((a, b) => b.sourceMB - a.sourceMB),
+    packages: [...byPkg].map(([pkg, e]) => ({ pkg, files: e.files, sourceMB: e.bytes / MB })).sort((a, b) => b.sourceMB - a.sourceMB),
   };
 }
 
@@ -210,7 +226,16 @@ export async function memoryPhase(dir: string, cp: ControlPlane | undefined): Pr
           await r.files.next(60_000, 0);
           await sleep(5000);
           const [idle] = await idleRss([r.daemon.pid]);
-          kubeFlags.push({ flags: `${variant.build}${variant.flags ? ` ${variant.flags}` : ''}${variant.env ? ` ${Object.entries(variant.env).map(([k, v]) => `${k}=${v}`).join(' ')}` : ''}`, idle: idle! });
+          kubeFlags.push({
+            flags: `${variant.build}${variant.flags ? ` ${variant.flags}` : ''}${
+              variant.env
+                ? ` ${Object.entries(variant.env)
+                    .map(([k, v]) => `${k}=${v}`)
+                    .join(' ')}`
+                : ''
+            }`,
+            idle: idle!,
+          });
         } finally {
           await r.stop();
         }
@@ -241,28 +266,45 @@ export async function memoryPhase(dir: string, cp: ControlPlane | undefined): Pr
 
 export function printMemoryReport(r: MemoryReport): void {
   const lines: string[] = ['', 'Where the memory goes', '', 'Import costs (fresh Node per row, each importing all rows above; after gc; MB):'];
-  lines.push(`  ${'step'.padEnd(52)} ${'RSS'.padStart(6)} ${'delta'.padStart(6)} ${'anon'.padStart(6)} ${'file'.padStart(6)} ${'heap'.padStart(6)} ${'ext'.padStart(5)}`);
+  lines.push(
+    `  ${'step'.padEnd(52)} ${'RSS'.padStart(6)} ${'delta'.padStart(6)} ${'anon'.padStart(6)} ${'file'.padStart(6)} ${'heap'.padStart(6)} ${'ext'.padStart(5)}`,
+  );
   let prev: number | undefined;
   for (const s of r.chain) {
     const delta = prev === undefined ? '' : `+${round(s.mem.rss - prev)}`;
-    lines.push(`  ${s.step.padEnd(52)} ${String(round(s.mem.rss)).padStart(6)} ${delta.padStart(6)} ${String(round(s.mem.anon)).padStart(6)} ${String(round(s.mem.file)).padStart(6)} ${String(round(s.heapUsedMB)).padStart(6)} ${String(round(s.externalMB)).padStart(5)}`);
+    lines.push(
+      `  ${s.step.padEnd(52)} ${String(round(s.mem.rss)).padStart(6)} ${delta.padStart(6)} ${String(round(s.mem.anon)).padStart(6)} ${String(round(s.mem.file)).padStart(6)} ${String(round(s.heapUsedMB)).padStart(6)} ${String(round(s.externalMB)).padStart(5)}`,
+    );
     prev = s.mem.rss;
   }
   for (const d of r.daemons) {
-    lines.push('', `Running daemon, ${d.name} (probe instance, idle after its first certificate): RSS ${round(d.mem.rss)} MB = anon ${round(d.mem.anon)} + file-backed ${round(d.mem.file)}`);
+    lines.push(
+      '',
+      `Running daemon, ${d.name} (probe instance, idle after its first certificate): RSS ${round(d.mem.rss)} MB = anon ${round(d.mem.anon)} + file-backed ${round(d.mem.file)}`,
+    );
     lines.push(
       `  V8 heap ${round(d.heapTotalMB)} MB reserved / ${round(d.heapUsedMB)} used (${Object.entries(d.spaces)
         .filter(([, v]) => v >= 0.1)
         .map(([k, v]) => `${k.replace('_space', '')} ${round(v)}`)
-        .join(', ')}); bytecode+metadata ${round(d.bytecodeMB)}, machine code ${round(d.codeMB)}; external ${round(d.externalMB)}; V8 malloc ${round(d.mallocedMB)}`,
+        .join(
+          ', ',
+        )}); bytecode+metadata ${round(d.bytecodeMB)}, machine code ${round(d.codeMB)}; external ${round(d.externalMB)}; V8 malloc ${round(d.mallocedMB)}`,
     );
-    lines.push(`  JS loaded: ${d.packages.slice(0, 8).map((p) => `${p.pkg} ${p.files} files ${round(p.sourceMB, 2)} MB`).join('; ')}`);
+    lines.push(
+      `  JS loaded: ${d.packages
+        .slice(0, 8)
+        .map((p) => `${p.pkg} ${p.files} files ${round(p.sourceMB, 2)} MB`)
+        .join('; ')}`,
+    );
   }
   lines.push('', 'V8 flags, standalone daemon (MB; req/s over 3 s of /healthz load):');
-  for (const f of r.flags) lines.push(`  ${f.flags.padEnd(50)} idle ${round(f.idle.rss)} (anon ${round(f.idle.anon)})  after load ${round(f.afterLoad.rss)} (anon ${round(f.afterLoad.anon)})  ${Math.round(f.rps)} req/s`);
+  for (const f of r.flags)
+    lines.push(
+      `  ${f.flags.padEnd(50)} idle ${round(f.idle.rss)} (anon ${round(f.idle.anon)})  after load ${round(f.afterLoad.rss)} (anon ${round(f.afterLoad.anon)})  ${Math.round(f.rps)} req/s`,
+    );
   if (r.kubeFlags.length > 0) {
     lines.push('', 'Kube reader by build and V8 flags (idle after its first certificate, MB):');
     for (const f of r.kubeFlags) lines.push(`  ${f.flags.padEnd(50)} idle ${round(f.idle.rss)} (anon ${round(f.idle.anon)})`);
   }
-  process.stdout.write(lines.join('\n') + '\n');
+  process.stdout.write(`${lines.join('\n')}\n`);
 }

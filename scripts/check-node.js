@@ -9,13 +9,13 @@ import { fileURLToPath } from 'node:url';
 
 const root = dirname(dirname(fileURLToPath(import.meta.url)));
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
-const pinned = pkg.devDependencies && pkg.devDependencies.node;
+const pinned = pkg.devDependencies?.node;
 const binary = join(root, 'node_modules', 'node', 'bin', 'node');
 const shown = relative(process.cwd(), binary) || binary;
 const running = `Node ${process.version} (${process.execPath})`;
 
 function fail(lines) {
-  console.error(['certshare: ' + lines[0], ...lines.slice(1).map((l) => '  ' + l)].join('\n'));
+  console.error([`certshare: ${lines[0]}`, ...lines.slice(1).map((l) => `  ${l}`)].join('\n'));
   process.exit(1);
 }
 

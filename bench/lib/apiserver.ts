@@ -29,7 +29,13 @@ export async function watchSecret(cp: ControlPlane, ns: string, name: string, on
   const rv = (JSON.parse(list.body) as { metadata: { resourceVersion: string } }).metadata.resourceVersion;
   const events: WatchEvent[] = [];
   const path = `/api/v1/namespaces/${ns}/secrets?watch=1&allowWatchBookmarks=true&timeoutSeconds=3600&fieldSelector=${selector}&resourceVersion=${rv}`;
-  const req = request(new URL(path, cp.server), { ca: cp.caPem, cert: cp.adminCertPem, key: cp.adminKeyPem, agent: false, headers: { Accept: 'application/json' } });
+  const req = request(new URL(path, cp.server), {
+    ca: cp.caPem,
+    cert: cp.adminCertPem,
+    key: cp.adminKeyPem,
+    agent: false,
+    headers: { Accept: 'application/json' },
+  });
   await new Promise<void>((resolve, reject) => {
     req.once('error', reject);
     req.once('response', (res) => {

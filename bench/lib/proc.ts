@@ -23,7 +23,6 @@ function installHooks(): void {
   });
 }
 
-
 /** The environment of measured processes: no CERTSHARE_*, KUBECONFIG, POD_* or NODE_OPTIONS from the caller's shell. */
 export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
@@ -110,7 +109,9 @@ export class Proc {
         }
         if (predicate(entry)) finish(undefined, entry);
       });
-      void this.exited.then((info) => finish(new Error(`${this.name} exited (code ${info.code}, signal ${info.signal}) before ${what}; last output:\n${this.tail()}`)));
+      void this.exited.then((info) =>
+        finish(new Error(`${this.name} exited (code ${info.code}, signal ${info.signal}) before ${what}; last output:\n${this.tail()}`)),
+      );
       function finish(err?: Error, entry?: Record<string, unknown>): void {
         clearTimeout(timer);
         off();

@@ -12,7 +12,12 @@ const DEMO_FLAGS: FlagSpec[] = [
   { name: 'listen', placeholder: 'ADDR:PORT', default: '127.0.0.1:9002', help: "The daemon's /healthz and /metrics address." },
   { name: 'domain', placeholder: 'FQDN', default: DEFAULT_DOMAIN, help: 'The demo domain.' },
   { name: 'domain-delay', placeholder: 'DURATION', default: '2s', help: 'How long the emulated tailscaled takes to list the domain.' },
-  { name: 'cert-lifetime', placeholder: 'DURATION', default: '10m', help: 'Lifetime of the emulated certificates (short, so a renewal shows up within minutes).' },
+  {
+    name: 'cert-lifetime',
+    placeholder: 'DURATION',
+    default: '10m',
+    help: 'Lifetime of the emulated certificates (short, so a renewal shows up within minutes).',
+  },
   { name: 'log-level', placeholder: 'LEVEL', default: 'info', help: 'debug, info, warn or error.' },
 ];
 
@@ -29,7 +34,28 @@ export async function runDemo(argv: string[]): Promise<number> {
   const socket = join(dir, 'tailscaled.sock');
   const certDir = join(dir, 'certs');
   const config = daemonConfigFrom(
-    parseFlags(RUN_FLAGS, ['--localapi', socket, '--domain', domain, '--store', `dir:${certDir}`, '--listen', String(values.listen), '--log-level', String(values['log-level']), '--first-retry', '2s', '--retry-cap', '1m', '--shutdown-timeout', '5s'], {}),
+    parseFlags(
+      RUN_FLAGS,
+      [
+        '--localapi',
+        socket,
+        '--domain',
+        domain,
+        '--store',
+        `dir:${certDir}`,
+        '--listen',
+        String(values.listen),
+        '--log-level',
+        String(values['log-level']),
+        '--first-retry',
+        '2s',
+        '--retry-cap',
+        '1m',
+        '--shutdown-timeout',
+        '5s',
+      ],
+      {},
+    ),
     { POD_IPS: '127.0.0.1' },
   );
   const emulator = await startEmulator({
@@ -52,7 +78,13 @@ export async function runDemo(argv: string[]): Promise<number> {
     const sinceDomain = appearedAt === undefined ? undefined : Math.round(performance.now() - appearedAt);
     void fetch(url).then(async (res) => {
       logger.info(
-        { status: res.status, body: await res.text(), podIPv4: res.headers.get('pod-ipv4'), msFromDomainToCertificate: sinceDomain, files: join(certDir, domain) },
+        {
+          status: res.status,
+          body: await res.text(),
+          podIPv4: res.headers.get('pod-ipv4'),
+          msFromDomainToCertificate: sinceDomain,
+          files: join(certDir, domain),
+        },
         `demo: GET /healthz answers ${res.status}; try: curl -i ${url} ; openssl x509 -noout -dates -in ${join(certDir, domain, 'tls.crt')}`,
       );
     });

@@ -36,7 +36,14 @@ export function parseFlags(specs: FlagSpec[], argv: string[], env: NodeJS.Proces
     if (value === undefined) {
       const fromEnv = [envName(spec.name), ...(spec.aliasesEnv ?? [])].map((n) => env[n]).find((v) => v !== undefined && v !== '');
       if (fromEnv !== undefined) {
-        value = spec.boolean ? /^(1|true|yes)$/i.test(fromEnv) : spec.multiple ? fromEnv.split(',').map((s) => s.trim()).filter(Boolean) : fromEnv;
+        value = spec.boolean
+          ? /^(1|true|yes)$/i.test(fromEnv)
+          : spec.multiple
+            ? fromEnv
+                .split(',')
+                .map((s) => s.trim())
+                .filter(Boolean)
+            : fromEnv;
       }
     }
     if (value === undefined && spec.default !== undefined) value = spec.multiple ? [spec.default] : spec.default;

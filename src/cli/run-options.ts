@@ -10,29 +10,76 @@ import type { FlagSpec, FlagValues } from './flags.ts';
 export type { DaemonConfig, ShareMode, StoreChoice } from '../config/daemon-config.ts';
 
 export const RUN_FLAGS: FlagSpec[] = [
-  { name: 'localapi', placeholder: 'PATH|URL', default: '/var/run/tailscale/tailscaled.sock', help: "tailscaled's LocalAPI: a unix socket path or an http:// URL." },
+  {
+    name: 'localapi',
+    placeholder: 'PATH|URL',
+    default: '/var/run/tailscale/tailscaled.sock',
+    help: "tailscaled's LocalAPI: a unix socket path or an http:// URL.",
+  },
   { name: 'domain', placeholder: 'FQDN', multiple: true, help: 'A domain to keep a certificate for.' },
   { name: 'serve-config', placeholder: 'FILE', help: 'A Tailscale ServeConfig JSON file whose HTTPS hosts are the domains; watched for changes.' },
-  { name: 'store', placeholder: 'dir:PATH|kube', help: 'Where certificates live: a directory, or one Kubernetes Secret per domain. Default: kube inside a cluster, dir:./certshare-certs outside.' },
+  {
+    name: 'store',
+    placeholder: 'dir:PATH|kube',
+    help: 'Where certificates live: a directory, or one Kubernetes Secret per domain. Default: kube inside a cluster, dir:./certshare-certs outside.',
+  },
   { name: 'listen', placeholder: 'ADDR:PORT', default: '[::]:9002', help: 'Address for GET /healthz and GET /metrics.' },
-  { name: 'reload-command', placeholder: 'CMD', help: 'Command run after certificate files changed. A JSON array (e.g. \'["nginx","-s","reload"]\') runs without a shell everywhere; a plain string (e.g. "nginx -s reload") runs through /bin/sh where there is one and is split on spaces where there is none (distroless). Failures are logged, never fatal.' },
+  {
+    name: 'reload-command',
+    placeholder: 'CMD',
+    help: 'Command run after certificate files changed. A JSON array (e.g. \'["nginx","-s","reload"]\') runs without a shell everywhere; a plain string (e.g. "nginx -s reload") runs through /bin/sh where there is one and is split on spaces where there is none (distroless). Failures are logged, never fatal.',
+  },
   { name: 'reload-timeout', placeholder: 'DURATION', default: '60s', help: 'Kill the reload command, and every process it started, after this long.' },
   { name: 'check-interval', placeholder: 'DURATION', default: '24h', help: 'Longest wait between two looks at a certificate that is not due.' },
-  { name: 'renew-fraction', placeholder: 'FRACTION', default: '1/3', help: 'Renew when less than this share of the lifetime remains (half for lifetimes under 10 days).' },
+  {
+    name: 'renew-fraction',
+    placeholder: 'FRACTION',
+    default: '1/3',
+    help: 'Renew when less than this share of the lifetime remains (half for lifetimes under 10 days).',
+  },
   { name: 'first-retry', placeholder: 'DURATION', default: '1m', help: 'First wait after a failed issuance, doubling up to --retry-cap.' },
   { name: 'retry-cap', placeholder: 'DURATION', default: '24h', help: 'Longest wait between issuance attempts.' },
   { name: 'rate-limit-retry', placeholder: 'DURATION', default: '1h', help: 'First wait after a rate limit without Retry-After, doubling up to --retry-cap.' },
   { name: 'cert-timeout', placeholder: 'DURATION', default: '5m', help: 'Timeout of one CertPair call (ACME issuance can take minutes).' },
   { name: 'log-level', placeholder: 'LEVEL', default: 'info', help: 'debug, info, warn or error.' },
-  { name: 'mode', placeholder: 'rw|ro|auto', aliasesEnv: ['TS_CERT_SHARE_MODE'], help: 'Kubernetes: rw writes (issues), ro only reads, auto elects a writer. Default: rw for the Pod whose name ends in -0, ro otherwise.' },
+  {
+    name: 'mode',
+    placeholder: 'rw|ro|auto',
+    aliasesEnv: ['TS_CERT_SHARE_MODE'],
+    help: 'Kubernetes: rw writes (issues), ro only reads, auto elects a writer. Default: rw for the Pod whose name ends in -0, ro otherwise.',
+  },
   { name: 'group', placeholder: 'NAME', help: 'Kubernetes: group label on Secrets. Default: the Pod name without its ordinal.' },
   { name: 'out-dir', placeholder: 'DIR', help: 'Kubernetes: also project the current certificates into DIR/<domain>/ (atomic), then run --reload-command.' },
-  { name: 'readiness-gate', placeholder: 'TYPE', help: "Kubernetes: keep this condition type of the Pod's own status True only while every domain has a valid certificate." },
-  { name: 'routing-check', placeholder: 'URL', multiple: true, help: "Kubernetes: a Service's health URL that must route to this Pod (Pod-IPv4 header) before the gate turns True." },
-  { name: 'routing-attempts', placeholder: 'N', default: '9', help: "Kubernetes: calls per routing check before giving up for a while (Tailscale's rule: replicas x 3)." },
-  { name: 'lease-duration', placeholder: 'DURATION', default: '15s', help: 'Kubernetes, --mode auto: how long a writer keeps the group Lease without renewing it.' },
+  {
+    name: 'readiness-gate',
+    placeholder: 'TYPE',
+    help: "Kubernetes: keep this condition type of the Pod's own status True only while every domain has a valid certificate.",
+  },
+  {
+    name: 'routing-check',
+    placeholder: 'URL',
+    multiple: true,
+    help: "Kubernetes: a Service's health URL that must route to this Pod (Pod-IPv4 header) before the gate turns True.",
+  },
+  {
+    name: 'routing-attempts',
+    placeholder: 'N',
+    default: '9',
+    help: "Kubernetes: calls per routing check before giving up for a while (Tailscale's rule: replicas x 3).",
+  },
+  {
+    name: 'lease-duration',
+    placeholder: 'DURATION',
+    default: '15s',
+    help: 'Kubernetes, --mode auto: how long a writer keeps the group Lease without renewing it.',
+  },
   { name: 'drain-delay', placeholder: 'DURATION', default: '5s', help: 'On SIGTERM: time between taking the Pod out of rotation and exiting.' },
-  { name: 'shutdown-timeout', placeholder: 'DURATION', default: '25s', help: 'Exit no later than this after SIGTERM (keep below terminationGracePeriodSeconds).' },
+  {
+    name: 'shutdown-timeout',
+    placeholder: 'DURATION',
+    default: '25s',
+    help: 'Exit no later than this after SIGTERM (keep below terminationGracePeriodSeconds).',
+  },
 ];
 
 function parseFraction(text: string): number {
@@ -91,7 +138,11 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
     reloadCommand: reloadText === undefined ? undefined : parseReloadCommand(reloadText),
     reloadTimeoutMs: duration(values, 'reload-timeout'),
     renewal: { renewFraction: parseFraction(String(values['renew-fraction'])), checkIntervalMs: duration(values, 'check-interval') },
-    backoff: { firstRetryMs: duration(values, 'first-retry'), retryCapMs: duration(values, 'retry-cap'), rateLimitFirstRetryMs: duration(values, 'rate-limit-retry') },
+    backoff: {
+      firstRetryMs: duration(values, 'first-retry'),
+      retryCapMs: duration(values, 'retry-cap'),
+      rateLimitFirstRetryMs: duration(values, 'rate-limit-retry'),
+    },
     certTimeoutMs: duration(values, 'cert-timeout'),
     logLevel: String(values['log-level']),
     mode: (mode as ShareMode | undefined) ?? (podName && /-0$/.test(podName) ? 'rw' : podName ? 'ro' : 'rw'),
@@ -133,20 +184,37 @@ export function validateConfig(c: DaemonConfig): string | undefined {
   ];
   const rules: Array<[broken: boolean, message: () => string]> = [
     [c.domains.length === 0 && !c.serveConfig, () => 'give at least one --domain or a --serve-config file'],
-    [!(c.renewal.renewFraction > 0 && c.renewal.renewFraction < 1), () => `--renew-fraction must be between 0 and 1, both excluded (e.g. 1/3 or 0.33), got ${c.renewal.renewFraction}`],
+    [
+      !(c.renewal.renewFraction > 0 && c.renewal.renewFraction < 1),
+      () => `--renew-fraction must be between 0 and 1, both excluded (e.g. 1/3 or 0.33), got ${c.renewal.renewFraction}`,
+    ],
     ...positive.map(([flag, ms]): [boolean, () => string] => [!(ms > 0), () => `${flag} must be longer than 0`]),
     [c.backoff.firstRetryMs > c.backoff.retryCapMs, () => '--first-retry must not be above --retry-cap'],
     [c.backoff.rateLimitFirstRetryMs > c.backoff.retryCapMs, () => '--rate-limit-retry must not be above --retry-cap'],
-    [!(c.drainDelayMs >= 0 && c.drainDelayMs < c.shutdownTimeoutMs), () => '--drain-delay must be shorter than --shutdown-timeout (leaving rotation happens inside the shutdown bound)'],
+    [
+      !(c.drainDelayMs >= 0 && c.drainDelayMs < c.shutdownTimeoutMs),
+      () => '--drain-delay must be shorter than --shutdown-timeout (leaving rotation happens inside the shutdown bound)',
+    ],
     [!LOG_LEVELS.includes(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],
     [!(Number.isInteger(c.routingAttempts) && c.routingAttempts >= 1), () => `--routing-attempts must be a positive integer`],
     ...kubeOnly.map(([flag, value]): [boolean, () => string] => [value !== undefined && c.store.kind !== 'kube', () => `${flag} needs --store kube`]),
     [c.store.kind === 'kube' && c.mode === 'auto' && !c.group, () => '--mode auto needs --group or POD_NAME to name the group Lease'],
     [c.readinessGate !== undefined && !c.podName, () => '--readiness-gate needs POD_NAME (downward API fieldRef metadata.name)'],
-    [c.routingChecks.length > 0 && !c.readinessGate, () => '--routing-check needs --readiness-gate (the check holds the gate False until the Service routes here)'],
+    [
+      c.routingChecks.length > 0 && !c.readinessGate,
+      () => '--routing-check needs --readiness-gate (the check holds the gate False until the Service routes here)',
+    ],
     ...c.routingChecks.map((url): [boolean, () => string] => [!isHttpUrl(url), () => `--routing-check: "${url}" is not an http:// or https:// URL`]),
-    [c.pod.invalid.length > 0, () => `POD_IPS/POD_IP holds ${c.pod.invalid.map((ip) => `"${ip}"`).join(', ')}, not an IP address (set POD_IPS from the downward API fieldRef status.podIPs)`],
-    [c.routingChecks.length > 0 && !c.pod.ipv4, () => '--routing-check needs the Pod\'s IPv4 address in POD_IPS (hint: env POD_IPS from the downward API fieldRef status.podIPs), to recognise its own answer'],
+    [
+      c.pod.invalid.length > 0,
+      () =>
+        `POD_IPS/POD_IP holds ${c.pod.invalid.map((ip) => `"${ip}"`).join(', ')}, not an IP address (set POD_IPS from the downward API fieldRef status.podIPs)`,
+    ],
+    [
+      c.routingChecks.length > 0 && !c.pod.ipv4,
+      () =>
+        "--routing-check needs the Pod's IPv4 address in POD_IPS (hint: env POD_IPS from the downward API fieldRef status.podIPs), to recognise its own answer",
+    ],
   ];
   return rules.find(([broken]) => broken)?.[1]();
 }

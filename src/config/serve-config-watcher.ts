@@ -84,7 +84,8 @@ export class ServeConfigWatcher {
     try {
       text = await readFile(this.#o.path, 'utf8');
     } catch (err) {
-      if (!isMissing(err)) throw new CertshareError('CERTSHARE_BAD_CONFIG', `serve config ${this.#o.path} cannot be read: ${errorMessage(err)}`, { cause: err });
+      if (!isMissing(err))
+        throw new CertshareError('CERTSHARE_BAD_CONFIG', `serve config ${this.#o.path} cannot be read: ${errorMessage(err)}`, { cause: err });
       const reason = `serve config ${this.#o.path} not read yet: the file does not exist`;
       this.#logger.warn({ code: 'CERTSHARE_BAD_CONFIG' }, `${reason}; waiting for it`);
       this.#o.onPending?.(reason);

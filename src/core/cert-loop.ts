@@ -232,7 +232,10 @@ export class CertLoop {
           // The issuer's clock is ahead of ours: tailscaled would see this pair as invalid too and order
           // another on every call. Keep it and use it from its notBefore, without asking again.
           this.#pending = cert;
-          this.#log.warn({ code: 'CERTSHARE_CERT_INVALID', serial: info.serial, notBefore: iso(info.notBefore) }, 'certificate not valid yet (issuer clock ahead?); using it from its notBefore');
+          this.#log.warn(
+            { code: 'CERTSHARE_CERT_INVALID', serial: info.serial, notBefore: iso(info.notBefore) },
+            'certificate not valid yet (issuer clock ahead?); using it from its notBefore',
+          );
         } else {
           try {
             await store.save(this.domain, cert, signal);
@@ -260,7 +263,11 @@ export class CertLoop {
       // A timeout or a dropped connection leaves the intent standing: tailscaled may still be issuing.
       const answered = !(err instanceof LocalApiError) || (err.status !== undefined && !err.timedOut);
       const update =
-        failure.kind === 'rate_limited' ? store.recordRateLimit?.(this.domain, this.#retryAt, signal) : answered ? store.clearIntent?.(this.domain, signal) : undefined;
+        failure.kind === 'rate_limited'
+          ? store.recordRateLimit?.(this.domain, this.#retryAt, signal)
+          : answered
+            ? store.clearIntent?.(this.domain, signal)
+            : undefined;
       await update?.catch((updateErr: unknown) => {
         this.#log.warn({ err: errorMessage(updateErr) }, 'could not update the coordination record in the store');
       });

@@ -52,7 +52,13 @@ export function inspectCertPair(pair: CertPair, domain: string): CertInfo {
   for (let i = 0; i + 1 < chain.length; i++) {
     if (!chain[i]!.checkIssued(chain[i + 1]!)) throw invalid(domain, `chain out of order at position ${i + 1}`);
   }
-  return { domain, notBefore: leaf.validFromDate.getTime(), notAfter: leaf.validToDate.getTime(), serial: leaf.serialNumber, fingerprint256: leaf.fingerprint256 };
+  return {
+    domain,
+    notBefore: leaf.validFromDate.getTime(),
+    notAfter: leaf.validToDate.getTime(),
+    serial: leaf.serialNumber,
+    fingerprint256: leaf.fingerprint256,
+  };
 }
 
 /** Throws CERTSHARE_CERT_INVALID unless `now` lies inside the certificate's validity window. */

@@ -22,9 +22,7 @@ export function classifyIssuanceFailure(err: unknown): ClassifiedFailure {
   if (err instanceof LocalApiError) {
     const message = err.body ? `${err.message}: ${err.body}` : err.message;
     if (err.status === 429 || ACME_RATE_LIMIT.test(err.body)) {
-      return err.retryAfterMs !== undefined
-        ? { kind: 'rate_limited', retryAfterMs: err.retryAfterMs, message }
-        : { kind: 'rate_limited', message };
+      return err.retryAfterMs !== undefined ? { kind: 'rate_limited', retryAfterMs: err.retryAfterMs, message } : { kind: 'rate_limited', message };
     }
     // A 200 whose body was not a usable pair also has no error status: it is a rejection, not a transport failure.
     if ((err as { code?: unknown }).code === 'CERTSHARE_LOCALAPI_BAD_RESPONSE') return { kind: 'rejected', message };

@@ -78,7 +78,7 @@ export class HealthState implements LoopObserver {
     const missing: string[] = [...this.#pending.values()];
     for (const [domain, { info, problem }] of this.#domains) {
       if (info && isCurrentlyValid(info, now)) continue;
-      const why = info ? 'certificate expired' : problem ?? 'no certificate yet';
+      const why = info ? 'certificate expired' : (problem ?? 'no certificate yet');
       missing.push(`${domain}: ${why}${this.#sourceProblem ? ` (${this.#sourceProblem})` : ''}`);
     }
     return missing.length === 0 ? { healthy: true, reason: 'ok' } : { healthy: false, reason: missing.sort().join('; ') };

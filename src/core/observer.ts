@@ -16,10 +16,20 @@ export interface LoopObserver {
 
 export function fanOut(observers: LoopObserver[]): Required<LoopObserver> {
   return {
-    certificate: (d, i) => observers.forEach((o) => o.certificate?.(d, i)),
-    attempt: (d, r, f) => observers.forEach((o) => o.attempt?.(d, r, f)),
-    planned: (d, a, b) => observers.forEach((o) => o.planned?.(d, a, b)),
-    problem: (d, m) => observers.forEach((o) => o.problem?.(d, m)),
-    stopped: (d) => observers.forEach((o) => o.stopped?.(d)),
+    certificate: (d, i) => {
+      for (const o of observers) o.certificate?.(d, i);
+    },
+    attempt: (d, r, f) => {
+      for (const o of observers) o.attempt?.(d, r, f);
+    },
+    planned: (d, a, b) => {
+      for (const o of observers) o.planned?.(d, a, b);
+    },
+    problem: (d, m) => {
+      for (const o of observers) o.problem?.(d, m);
+    },
+    stopped: (d) => {
+      for (const o of observers) o.stopped?.(d);
+    },
   };
 }

@@ -75,12 +75,7 @@ export function nextCheckTime(held: HeldValidity, now: number, policy: RenewalPo
  *   order anew on every call, which is the issuance storm.
  * Whole seconds, as tailscaled reads them: rounded up, but never above the fresh validity itself.
  */
-export function minValidityFor(
-  current: HeldValidity | undefined,
-  now: number,
-  policy: Pick<RenewalPolicy, 'renewFraction'>,
-  freshValidityMs?: number,
-): number {
+export function minValidityFor(current: HeldValidity | undefined, now: number, policy: Pick<RenewalPolicy, 'renewFraction'>, freshValidityMs?: number): number {
   if (!current) return 0;
   const lifetime = usableLifetime(current);
   const fresh = Math.min(lifetime, freshValidityMs ?? Infinity);

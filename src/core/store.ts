@@ -16,11 +16,7 @@ export interface StoredCert {
  * from `absent`, and a failed read is neither: it throws CERTSHARE_STORE_UNAVAILABLE, and the loop never
  * answers a read failure with an issuance.
  */
-export type StoreRead = (
-  | { state: 'absent' }
-  | { state: 'valid'; cert: StoredCert }
-  | { state: 'unusable'; reason: string }
-) & { coordination?: Coordination };
+export type StoreRead = ({ state: 'absent' } | { state: 'valid'; cert: StoredCert } | { state: 'unusable'; reason: string }) & { coordination?: Coordination };
 
 /** What writers tell each other through the store, so no replica issues twice or early. */
 export interface Coordination {

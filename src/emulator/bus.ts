@@ -195,7 +195,7 @@ export class IpnBus {
 
   #write(stream: BusStream, line: string): void {
     if (stream.res.writableEnded || stream.res.destroyed) return;
-    stream.res.write(line + '\n');
+    stream.res.write(`${line}\n`);
   }
 
   #netMap(): string {

@@ -73,7 +73,13 @@ function sec1Pem(key: webcrypto.CryptoKey): string {
   return KeyObject.from(key).export({ type: 'sec1', format: 'pem' }).toString();
 }
 
-export async function createCertificateAuthority(options: { name: string; now: number; notBefore?: number; notAfter?: number; organization?: string }): Promise<CertificateAuthority> {
+export async function createCertificateAuthority(options: {
+  name: string;
+  now: number;
+  notBefore?: number;
+  notAfter?: number;
+  organization?: string;
+}): Promise<CertificateAuthority> {
   const x509 = await loadX509();
   const caKeys = await newKeyPair();
   const caCert = await x509.X509CertificateGenerator.createSelfSigned({
@@ -102,8 +108,12 @@ export async function loadCertificateAuthority(pem: { certPem: string; keyPem: s
   return authority(x509, caCert, key);
 }
 
-async function authority(x509: X509Module, caCert: InstanceType<X509Module['X509Certificate']>, caPrivateKey: webcrypto.CryptoKey): Promise<CertificateAuthority> {
-  const caPem = caCert.toString('pem') + '\n';
+async function authority(
+  x509: X509Module,
+  caCert: InstanceType<X509Module['X509Certificate']>,
+  caPrivateKey: webcrypto.CryptoKey,
+): Promise<CertificateAuthority> {
+  const caPem = `${caCert.toString('pem')}\n`;
   const authorityKeyId = await x509.AuthorityKeyIdentifierExtension.create(caCert, false);
 
   return {
@@ -139,7 +149,7 @@ async function authority(x509: X509Module, caCert: InstanceType<X509Module['X509
           authorityKeyId,
         ],
       });
-      const leafPem = leaf.toString('pem') + '\n';
+      const leafPem = `${leaf.toString('pem')}\n`;
       return {
         keyPem: sec1Pem(keys.privateKey),
         chainPem: leafPem + caPem,

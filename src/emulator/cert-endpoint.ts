@@ -111,12 +111,13 @@ async function applyFault(
   switch (fault.kind) {
     case 'rate_limit_429': {
       const seconds = fault.retryAfterSeconds ?? faultDefaults.retryAfterSeconds;
-      const retryAt = new Date(now + seconds * 1000).toISOString().replace('T', ' ').replace(/\.\d+Z$/, ' UTC');
-      reply(
-        429,
-        `${ACME_RATE_LIMIT_TEXT}, retry after ${retryAt}: see https://letsencrypt.org/docs/rate-limits/#new-certificates-per-exact-set-of-hostnames`,
-        { 'Retry-After': String(seconds) },
-      );
+      const retryAt = new Date(now + seconds * 1000)
+        .toISOString()
+        .replace('T', ' ')
+        .replace(/\.\d+Z$/, ' UTC');
+      reply(429, `${ACME_RATE_LIMIT_TEXT}, retry after ${retryAt}: see https://letsencrypt.org/docs/rate-limits/#new-certificates-per-exact-set-of-hostnames`, {
+        'Retry-After': String(seconds),
+      });
       return true;
     }
     case 'acme_rate_limit_500':

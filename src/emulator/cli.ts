@@ -70,6 +70,7 @@ function durationFlag(flag: string, value: string | undefined): number | undefin
 
 /** Parses the emulator's flags; throws CertshareError CERTSHARE_BAD_FLAG with one line on bad input. */
 export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
+  // biome-ignore lint/suspicious/noImplicitAnyLet: typed by parseArgs from the options table below
   let values;
   try {
     ({ values } = parseArgs({
@@ -183,7 +184,7 @@ function createPinoLogger(level: string): Logger {
 export async function runEmulatorCli(argv: string[], extra: { signal?: AbortSignal; logger?: Logger } = {}): Promise<void> {
   const parsed = parseEmulatorArgs(argv);
   if (parsed.help) {
-    process.stdout.write(emulatorUsage + '\n');
+    process.stdout.write(`${emulatorUsage}\n`);
     return;
   }
   const logger = extra.logger ?? createPinoLogger(parsed.logLevel);

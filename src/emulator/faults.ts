@@ -58,8 +58,7 @@ export const faultDefaults = {
   retryAfterSeconds: DEFAULT_RETRY_AFTER_SECONDS,
   delayMs: DEFAULT_SLOW_MS,
   hugeLineBytes: DEFAULT_HUGE_LINE_BYTES,
-  error500Message:
-    'acme.GetReg: Get "https://acme-v02.api.letsencrypt.org/directory": dial tcp: lookup acme-v02.api.letsencrypt.org: i/o timeout',
+  error500Message: 'acme.GetReg: Get "https://acme-v02.api.letsencrypt.org/directory": dial tcp: lookup acme-v02.api.letsencrypt.org: i/o timeout',
 } as const;
 
 function fail(message: string): never {

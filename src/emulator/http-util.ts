@@ -13,7 +13,7 @@ function goLength(body: string): Record<string, string> {
 /** Like Go's http.Error: text/plain, nosniff, the message plus a newline. */
 export function sendError(res: ServerResponse, status: number, message: string, headers: Record<string, string> = {}): void {
   if (res.headersSent || res.destroyed) return;
-  const body = message + '\n';
+  const body = `${message}\n`;
   res.writeHead(status, {
     ...headers,
     'Content-Type': 'text/plain; charset=utf-8',
@@ -25,7 +25,7 @@ export function sendError(res: ServerResponse, status: number, message: string, 
 
 export function sendJson(res: ServerResponse, status: number, json: string): void {
   if (res.headersSent || res.destroyed) return;
-  const body = json + '\n';
+  const body = `${json}\n`;
   res.writeHead(status, { 'Content-Type': 'application/json', ...goLength(body) });
   res.end(body);
 }

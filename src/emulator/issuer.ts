@@ -6,7 +6,7 @@
 // - no cached pair, or it is expired: issue synchronously.
 // One issuance at a time per domain: callers that need a new pair wait for the one in flight and then
 // decide again, so concurrent requests share it.
-import { EventEmitter } from 'node:events';
+import type { EventEmitter } from 'node:events';
 import type { Logger } from '../core/logger.ts';
 import { errorMessage } from '../core/errors.ts';
 import { createCertificateAuthority, type CertificateAuthority, type SignedLeaf } from './ca.ts';

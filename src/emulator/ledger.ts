@@ -45,7 +45,7 @@ export type LedgerLine = LedgerIssuance | LedgerRequest | LedgerIssuanceV1;
 export async function appendLedger(path: string, line: LedgerLine, logger: Logger): Promise<void> {
   try {
     // One write per line with O_APPEND: lines from several processes never interleave.
-    await appendFile(path, JSON.stringify(line) + '\n', { flag: 'a' });
+    await appendFile(path, `${JSON.stringify(line)}\n`, { flag: 'a' });
   } catch (err) {
     logger.error({ ledger: path, err: errorMessage(err) }, 'cannot append to the ledger');
   }

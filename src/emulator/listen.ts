@@ -35,7 +35,7 @@ function isLive(path: string): Promise<boolean> {
 
 /** Removes a stale socket file left by a crashed process; refuses to steal a live one or remove a non-socket. */
 async function clearStaleSocket(path: string): Promise<void> {
-  let st;
+  let st: Awaited<ReturnType<typeof lstat>>;
   try {
     st = await lstat(path);
   } catch (err) {

@@ -23,7 +23,11 @@ export interface NodeIdentity {
 }
 
 function hexOf(seed: string, bytes = 32): string {
-  return createHash('sha256').update(seed).digest('hex').slice(0, bytes * 2).padEnd(bytes * 2, '0');
+  return createHash('sha256')
+    .update(seed)
+    .digest('hex')
+    .slice(0, bytes * 2)
+    .padEnd(bytes * 2, '0');
 }
 
 export function makeIdentity(id: string, domains: readonly string[], now: number): NodeIdentity {
@@ -35,15 +39,15 @@ export function makeIdentity(id: string, domains: readonly string[], now: number
   const nodeId = 1000 + (h.readUInt32BE(0) % 9_000_000);
   return {
     nodeId,
-    stableId: `n${hexOf(id + 'stable', 5).toUpperCase()}CNTRL`,
+    stableId: `n${hexOf(`${id}stable`, 5).toUpperCase()}CNTRL`,
     hostName,
     tailnetDomain,
     dnsName: `${hostName}.${tailnetDomain}.`,
     ipv4: `100.${64 + (h[4]! % 64)}.${h[5]!}.${1 + (h[6]! % 254)}`,
     ipv6: `fd7a:115c:a1e0::${h.readUInt16BE(7).toString(16)}:${h.readUInt16BE(9).toString(16)}`,
-    nodeKey: `nodekey:${hexOf(id + 'node')}`,
-    machineKey: `mkey:${hexOf(id + 'machine')}`,
-    discoKey: `discokey:${hexOf(id + 'disco')}`,
+    nodeKey: `nodekey:${hexOf(`${id}node`)}`,
+    machineKey: `mkey:${hexOf(`${id}machine`)}`,
+    discoKey: `discokey:${hexOf(`${id}disco`)}`,
     userId: 100 + (h.readUInt16BE(11) % 9000),
     loginName: 'tagged-devices',
     created: new Date(now - 30 * 86_400_000).toISOString(),
@@ -80,7 +84,7 @@ export function selfNode(ident: NodeIdentity, version: string): Record<string, u
     Tags: ['tag:k8s'],
     Online: true,
     MachineAuthorized: true,
-    CapMap: { 'https://tailscale.com/cap/is-admin': null, 'https': null },
+    CapMap: { 'https://tailscale.com/cap/is-admin': null, https: null },
     ComputedName: ident.hostName,
     ComputedNameWithHost: ident.hostName,
   };
@@ -96,10 +100,10 @@ function peerNode(ident: NodeIdentity, index: number): Record<string, unknown> {
     StableID: `n${hexOf(seed, 5).toUpperCase()}CNTRL`,
     Name: `peer-${index}.${ident.tailnetDomain}.`,
     User: ident.userId,
-    Key: `nodekey:${hexOf(seed + 'k')}`,
+    Key: `nodekey:${hexOf(`${seed}k`)}`,
     KeyExpiry: '2027-01-01T00:00:00Z',
-    Machine: `mkey:${hexOf(seed + 'm')}`,
-    DiscoKey: `discokey:${hexOf(seed + 'd')}`,
+    Machine: `mkey:${hexOf(`${seed}m`)}`,
+    DiscoKey: `discokey:${hexOf(`${seed}d`)}`,
     Addresses: [`100.${a}.${b}.${c}/32`, `fd7a:115c:a1e0::${index.toString(16)}/128`],
     AllowedIPs: [`100.${a}.${b}.${c}/32`, `fd7a:115c:a1e0::${index.toString(16)}/128`],
     Endpoints: [`198.51.100.${1 + (index % 254)}:41641`, `10.0.${b}.${c}:41641`],
@@ -196,7 +200,7 @@ export function notifyJson(version: string, parts: NotifyParts): string {
   if (parts.netMapField ?? true) s += `,"NetMap":${parts.netMapJson ?? 'null'}`;
   s += `,"Engine":null,"BrowseToURL":null,"DriveShares":null`;
   if (parts.healthJson) s += `,"Health":${parts.healthJson}`;
-  return s + '}';
+  return `${s}}`;
 }
 
 /** A valid Notify line of exactly `bytes` bytes (or the smallest possible, if `bytes` is below it): a health update with a long text. */

@@ -272,7 +272,10 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     closing: closing.signal,
     countResponse: (domain: string, outcome: string): void => {
       let m = certResponses.get(domain);
-      if (!m) certResponses.set(domain, (m = new Map()));
+      if (!m) {
+        m = new Map();
+        certResponses.set(domain, m);
+      }
       increment(m, outcome);
     },
     onFaultApplied: (fault: CertFault, domain: string): void => onFaultApplied(fault, domain),

@@ -21,25 +21,61 @@ import { startTlsServer, type TlsServer } from './tls-server.ts';
 export const INJECTOR_FLAGS: FlagSpec[] = [
   { name: 'listen', placeholder: 'ADDR:PORT', default: '[::]:8443', help: 'Address of the webhook (HTTPS: POST /mutate, GET /healthz).' },
   { name: 'metrics-listen', placeholder: 'ADDR:PORT', default: '[::]:9003', help: 'Address for GET /metrics (plain HTTP, for Prometheus).' },
-  { name: 'service', placeholder: 'NAME', default: 'certshare-injector', help: "The webhook's Service: the leaf covers <svc>, <svc>.<ns>, <svc>.<ns>.svc, <svc>.<ns>.svc.cluster.local." },
+  {
+    name: 'service',
+    placeholder: 'NAME',
+    default: 'certshare-injector',
+    help: "The webhook's Service: the leaf covers <svc>, <svc>.<ns>, <svc>.<ns>.svc, <svc>.<ns>.svc.cluster.local.",
+  },
   { name: 'service-namespace', placeholder: 'NAMESPACE', help: "The Service's namespace. Default: the injector's own (POD_NAMESPACE)." },
-  { name: 'extra-san', placeholder: 'NAME|IP', multiple: true, help: 'A further DNS name or IP address in the leaf (e.g. 127.0.0.1 for a webhook called by URL).' },
-  { name: 'inject-ca-into', placeholder: 'KIND/NAME', multiple: true, default: 'mutatingwebhookconfiguration/certshare-injector', help: 'An object whose caBundle the injector keeps: mutatingwebhookconfiguration/NAME, validatingwebhookconfiguration/NAME, customresourcedefinition/NAME (conversion webhook), apiservice/NAME.' },
+  {
+    name: 'extra-san',
+    placeholder: 'NAME|IP',
+    multiple: true,
+    help: 'A further DNS name or IP address in the leaf (e.g. 127.0.0.1 for a webhook called by URL).',
+  },
+  {
+    name: 'inject-ca-into',
+    placeholder: 'KIND/NAME',
+    multiple: true,
+    default: 'mutatingwebhookconfiguration/certshare-injector',
+    help: 'An object whose caBundle the injector keeps: mutatingwebhookconfiguration/NAME, validatingwebhookconfiguration/NAME, customresourcedefinition/NAME (conversion webhook), apiservice/NAME.',
+  },
   { name: 'ca-secret', placeholder: 'NAME', default: 'certshare-injector-ca', help: 'Secret holding the CAs of the bundle and their keys.' },
   { name: 'tls-secret', placeholder: 'NAME', default: 'certshare-injector-tls', help: "Secret holding the webhook's serving certificate (kubernetes.io/tls)." },
   { name: 'ca-lifetime', placeholder: 'DURATION', default: '8760h', help: 'Lifetime of a new CA.' },
   { name: 'ca-rotate-before', placeholder: 'DURATION', default: '2160h', help: 'Add the next CA to the bundle this long before the newest CA expires.' },
   { name: 'leaf-lifetime', placeholder: 'DURATION', default: '720h', help: 'Lifetime of a serving certificate (never beyond its CA).' },
   { name: 'leaf-renew-before', placeholder: 'DURATION', default: '240h', help: 'Renew the serving certificate this long before it expires.' },
-  { name: 'propagation-grace', placeholder: 'DURATION', default: '30s', help: "How long every object must have been seen carrying a new CA before leaves are signed by it (the apiserver's caches)." },
+  {
+    name: 'propagation-grace',
+    placeholder: 'DURATION',
+    default: '30s',
+    help: "How long every object must have been seen carrying a new CA before leaves are signed by it (the apiserver's caches).",
+  },
   { name: 'resync', placeholder: 'DURATION', default: '10m', help: 'Re-read the Secrets and the objects at least this often (they are watched as well).' },
   { name: 'kube-timeout', placeholder: 'DURATION', default: '10s', help: 'Timeout of one Kubernetes API call.' },
   { name: 'sidecar-image', placeholder: 'IMAGE', default: DEFAULT_IMAGE, help: 'Image of the injected certshare container.' },
   { name: 'default-mode', placeholder: 'rw|ro|auto', default: 'auto', help: 'Mode of injected sidecars without certshare.io/mode.' },
   { name: 'default-out-dir', placeholder: 'DIR', default: '/certs', help: 'Certificate directory of injected sidecars without certshare.io/out-dir.' },
-  { name: 'default-readiness-gate', placeholder: 'TYPE|none', default: DEFAULT_READINESS_GATE, help: 'Readiness gate of injected Pods without certshare.io/readiness-gate.' },
-  { name: 'default-socket-volume', placeholder: 'VOLUME', default: 'tailscale-socket', help: "The Pod volume holding tailscaled's socket, without certshare.io/socket-volume." },
-  { name: 'drain-delay', placeholder: 'DURATION', default: '5s', help: 'On SIGTERM: keep answering this long, closing each kept-alive connection after its response, before the listener closes (the endpoint is gone meanwhile).' },
+  {
+    name: 'default-readiness-gate',
+    placeholder: 'TYPE|none',
+    default: DEFAULT_READINESS_GATE,
+    help: 'Readiness gate of injected Pods without certshare.io/readiness-gate.',
+  },
+  {
+    name: 'default-socket-volume',
+    placeholder: 'VOLUME',
+    default: 'tailscale-socket',
+    help: "The Pod volume holding tailscaled's socket, without certshare.io/socket-volume.",
+  },
+  {
+    name: 'drain-delay',
+    placeholder: 'DURATION',
+    default: '5s',
+    help: 'On SIGTERM: keep answering this long, closing each kept-alive connection after its response, before the listener closes (the endpoint is gone meanwhile).',
+  },
   { name: 'log-level', placeholder: 'LEVEL', default: 'info', help: 'debug, info, warn or error.' },
 ];
 
@@ -82,7 +118,8 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
     propagationGraceMs: duration(values, 'propagation-grace'),
   };
   const problem = rotationPolicyProblem(policy);
-  if (problem) throw new CertshareError('CERTSHARE_BAD_FLAG', `--ca-lifetime, --ca-rotate-before, --leaf-lifetime, --leaf-renew-before, --propagation-grace: ${problem}`);
+  if (problem)
+    throw new CertshareError('CERTSHARE_BAD_FLAG', `--ca-lifetime, --ca-rotate-before, --leaf-lifetime, --leaf-renew-before, --propagation-grace: ${problem}`);
   const mode = String(values['default-mode']);
   if (mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw new CertshareError('CERTSHARE_BAD_FLAG', `--default-mode must be rw, ro or auto, got "${mode}"`);
   const logLevel = String(values['log-level']);
@@ -126,7 +163,10 @@ export interface Injector {
 }
 
 /** The webhook server (no certificate until the controller has a trusted leaf) and the CA controller. */
-export async function startInjector(config: InjectorConfig, deps: { logger: Logger; env: NodeJS.ProcessEnv; clock?: Clock; defaultMetrics?: boolean }): Promise<Injector> {
+export async function startInjector(
+  config: InjectorConfig,
+  deps: { logger: Logger; env: NodeJS.ProcessEnv; clock?: Clock; defaultMetrics?: boolean },
+): Promise<Injector> {
   const connection = await connectKube(deps.env);
   const namespace = config.serviceNamespace ?? connection.namespace;
   const names: LeafNames = { dnsNames: [...serviceDnsNames(config.service, namespace), ...config.extraDnsNames], ipAddresses: config.extraIps };
@@ -183,7 +223,13 @@ export async function startInjector(config: InjectorConfig, deps: { logger: Logg
 export async function injectorCommand(argv: string[]): Promise<number> {
   const values = parseFlags(INJECTOR_FLAGS, argv, process.env);
   if (values.help) {
-    console.log(usage('injector', 'A mutating admission webhook adding certshare as a native sidecar to Pods annotated certshare.io/inject: "true", serving TLS from its own CA, rotated with overlap.', INJECTOR_FLAGS));
+    console.log(
+      usage(
+        'injector',
+        'A mutating admission webhook adding certshare as a native sidecar to Pods annotated certshare.io/inject: "true", serving TLS from its own CA, rotated with overlap.',
+        INJECTOR_FLAGS,
+      ),
+    );
     return 0;
   }
   const config = injectorConfigFrom(values, process.env);

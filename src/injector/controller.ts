@@ -83,7 +83,14 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   readonly #watches: SecretWatch[] = [];
   #servedSerial: string | undefined;
   /** Actions applied since start, by kind (tests and metrics read it). */
-  readonly counts: Record<RotationAction['kind'] | 'conflict' | 'error', number> = { 'create-ca': 0, publish: 0, 'issue-leaf': 0, 'retire-ca': 0, conflict: 0, error: 0 };
+  readonly counts: Record<RotationAction['kind'] | 'conflict' | 'error', number> = {
+    'create-ca': 0,
+    publish: 0,
+    'issue-leaf': 0,
+    'retire-ca': 0,
+    conflict: 0,
+    error: 0,
+  };
 
   constructor(options: InjectorControllerOptions) {
     super();
@@ -208,9 +215,16 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   /** Creates (when `previous` is null) or replaces the Secret at the version read; a 409/404 is a Conflict. */
   async #writeSecret(name: string, previous: V1Secret | null, body: V1Secret): Promise<V1Secret> {
     const { core, namespace } = this.#o.connection;
-    const full: V1Secret = { ...body, apiVersion: 'v1', kind: 'Secret', metadata: { ...body.metadata, name, namespace, ...(previous ? { resourceVersion: previous.metadata?.resourceVersion } : {}) } };
+    const full: V1Secret = {
+      ...body,
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { ...body.metadata, name, namespace, ...(previous ? { resourceVersion: previous.metadata?.resourceVersion } : {}) },
+    };
     try {
-      return previous === null ? await core.createNamespacedSecret({ namespace, body: full }, this.#call()) : await core.replaceNamespacedSecret({ name, namespace, body: full }, this.#call());
+      return previous === null
+        ? await core.createNamespacedSecret({ namespace, body: full }, this.#call())
+        : await core.replaceNamespacedSecret({ name, namespace, body: full }, this.#call());
     } catch (err) {
       const status = apiStatus(err);
       if (status === 409 || status === 404) throw new Conflict(`Secret ${namespace}/${name} changed meanwhile`);
@@ -234,12 +248,15 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   async #refresh(): Promise<void> {
     const now = this.#o.clock.now();
     const [caRead, tlsRead] = await Promise.all([this.#readSecret(this.#o.caSecret), this.#readSecret(this.#o.tlsSecret)]);
-    const [caSecret, tlsSecret] = await Promise.all([this.#restored(this.#o.caSecret, caRead, this.#caSecret), this.#restored(this.#o.tlsSecret, tlsRead, this.#tlsSecret)]);
+    const [caSecret, tlsSecret] = await Promise.all([
+      this.#restored(this.#o.caSecret, caRead, this.#caSecret),
+      this.#restored(this.#o.tlsSecret, tlsRead, this.#tlsSecret),
+    ]);
     this.#caSecret = caSecret;
     this.#tlsSecret = tlsSecret;
     this.#cas = (unb64(caSecret?.data?.['ca.crt']).match(CERT_BLOCK) ?? []).map((pem) => {
       const cert = new X509Certificate(pem);
-      return { id: cert.serialNumber.toUpperCase(), notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), certPem: pem + '\n' };
+      return { id: cert.serialNumber.toUpperCase(), notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), certPem: `${pem}\n` };
     });
     const lastLeafExpiry = JSON.parse(caSecret?.metadata?.annotations?.[LAST_LEAF_EXPIRY] ?? '{}') as Record<string, number>;
     let state: RotationState = {
@@ -282,10 +299,16 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     try {
       this.#o.serve(pair);
       this.#servedSerial = leaf.serial;
-      this.#o.logger.info({ serial: leaf.serial, signedBy: leaf.signedBy, notAfter: new Date(leaf.notAfter).toISOString() }, 'serving a new webhook certificate');
+      this.#o.logger.info(
+        { serial: leaf.serial, signedBy: leaf.signedBy, notAfter: new Date(leaf.notAfter).toISOString() },
+        'serving a new webhook certificate',
+      );
       this.emit('served', leaf.serial);
     } catch (err) {
-      this.#o.logger.error({ code: 'CERTSHARE_CERT_INVALID', err: errorMessage(err) }, 'the webhook certificate in the Secret is unusable; keeping the current one');
+      this.#o.logger.error(
+        { code: 'CERTSHARE_CERT_INVALID', err: errorMessage(err) },
+        'the webhook certificate in the Secret is unusable; keeping the current one',
+      );
     }
   }
 
@@ -295,7 +318,10 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
       return (await this.#o.custom.getClusterCustomObject({ ...api, name: target.name }, this.#call())) as Record<string, unknown>;
     } catch (err) {
       if (apiStatus(err) === 404) {
-        this.#o.logger.warn({ code: 'CERTSHARE_BAD_CONFIG', target: targetKey(target) }, 'object to inject the caBundle into does not exist; no leaf can be trusted until it does');
+        this.#o.logger.warn(
+          { code: 'CERTSHARE_BAD_CONFIG', target: targetKey(target) },
+          'object to inject the caBundle into does not exist; no leaf can be trusted until it does',
+        );
         return null;
       }
       throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read ${targetKey(target)}: ${apiErrorText(err)}`, { cause: err });
@@ -323,7 +349,10 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
         return;
       }
       case 'publish': {
-        const bundlePem = this.#cas.filter((ca) => action.caIds.includes(ca.id)).map((ca) => ca.certPem).join('');
+        const bundlePem = this.#cas
+          .filter((ca) => action.caIds.includes(ca.id))
+          .map((ca) => ca.certPem)
+          .join('');
         for (const target of this.#o.targets) {
           const key = targetKey(target);
           const object = this.#targetObjects.get(key);
@@ -344,7 +373,8 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
       case 'issue-leaf': {
         const signer = this.#cas.find((ca) => ca.id === action.signer);
         const signerKey = keys[CA_KEY(action.signer)];
-        if (!signer || signerKey === undefined) throw new CertshareError('CERTSHARE_STORE_CORRUPT', `Secret ${this.#o.caSecret} lacks CA ${action.signer} or its key`);
+        if (!signer || signerKey === undefined)
+          throw new CertshareError('CERTSHARE_STORE_CORRUPT', `Secret ${this.#o.caSecret} lacks CA ${action.signer} or its key`);
         const ca = await loadInjectorCa({ certPem: signer.certPem, keyPem: unb64(signerKey) });
         const leaf = await issueServingLeaf(ca, this.#o.names, action);
         // Intent first: the CA Secret records how long this CA must stay trusted before the leaf exists
@@ -361,7 +391,15 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
       case 'retire-ca': {
         const { [action.caId]: _gone, ...lastLeafExpiry } = this.#state.lastLeafExpiry;
         delete keys[CA_KEY(action.caId)];
-        await this.#writeSecret(this.#o.caSecret, this.#caSecret, this.#caSecretBody(this.#cas.filter((ca) => ca.id !== action.caId), keys, lastLeafExpiry));
+        await this.#writeSecret(
+          this.#o.caSecret,
+          this.#caSecret,
+          this.#caSecretBody(
+            this.#cas.filter((ca) => ca.id !== action.caId),
+            keys,
+            lastLeafExpiry,
+          ),
+        );
         return;
       }
     }

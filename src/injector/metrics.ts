@@ -36,9 +36,24 @@ export class InjectorMetrics {
         if (leaf) this.set(leaf.notAfter / 1000);
       },
     });
-    this.#actions = new Counter({ name: 'certshare_injector_rotation_steps_total', help: 'CA rotation steps applied, by step (create-ca, publish, issue-leaf, retire-ca).', labelNames: ['step'], registers });
-    this.#failures = new Counter({ name: 'certshare_injector_rotation_failures_total', help: 'Rotation passes that failed, by kind (conflict: lost a compare-and-swap and re-read; error: the API failed).', labelNames: ['kind'], registers });
-    this.#admissions = new Counter({ name: 'certshare_injector_admissions_total', help: 'Admission requests by result (injected, skipped, rejected for a bad annotation, invalid request).', labelNames: ['result'], registers });
+    this.#actions = new Counter({
+      name: 'certshare_injector_rotation_steps_total',
+      help: 'CA rotation steps applied, by step (create-ca, publish, issue-leaf, retire-ca).',
+      labelNames: ['step'],
+      registers,
+    });
+    this.#failures = new Counter({
+      name: 'certshare_injector_rotation_failures_total',
+      help: 'Rotation passes that failed, by kind (conflict: lost a compare-and-swap and re-read; error: the API failed).',
+      labelNames: ['kind'],
+      registers,
+    });
+    this.#admissions = new Counter({
+      name: 'certshare_injector_admissions_total',
+      help: 'Admission requests by result (injected, skipped, rejected for a bad annotation, invalid request).',
+      labelNames: ['result'],
+      registers,
+    });
     for (const step of ['create-ca', 'publish', 'issue-leaf', 'retire-ca']) this.#actions.inc({ step }, 0);
     for (const kind of ['conflict', 'error']) this.#failures.inc({ kind }, 0);
     for (const result of ['injected', 'skipped', 'rejected', 'invalid']) this.#admissions.inc({ result }, 0);

@@ -50,16 +50,22 @@ const QUALIFIED_NAME = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 const ABSOLUTE_PATH = /^\/[^\0,\n]*$/;
 
 /** The sidecar's settings from the Pod's annotations over the defaults; CERTSHARE_BAD_ANNOTATION on a bad value. */
-export function settingsFromAnnotations(annotations: Record<string, string>, defaults: InjectionDefaults): Omit<SidecarSettings, 'certsVolume' | 'tokenVolume'> {
+export function settingsFromAnnotations(
+  annotations: Record<string, string>,
+  defaults: InjectionDefaults,
+): Omit<SidecarSettings, 'certsVolume' | 'tokenVolume'> {
   const domainsText = annotations[ANNOTATION.domains];
   if (domainsText === undefined || domainsText.trim() === '') throw bad(ANNOTATION.domains, 'required: the comma-separated domains to keep certificates for');
-  const domains = domainsText.split(',').filter((d) => d.trim() !== '').map((d) => {
-    try {
-      return normalizeDomain(d);
-    } catch (err) {
-      throw bad(ANNOTATION.domains, errorMessage(err));
-    }
-  });
+  const domains = domainsText
+    .split(',')
+    .filter((d) => d.trim() !== '')
+    .map((d) => {
+      try {
+        return normalizeDomain(d);
+      } catch (err) {
+        throw bad(ANNOTATION.domains, errorMessage(err));
+      }
+    });
 
   const mode = annotations[ANNOTATION.mode] ?? defaults.mode;
   if (mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw bad(ANNOTATION.mode, `"${mode}" is not rw, ro or auto`);
@@ -69,7 +75,8 @@ export function settingsFromAnnotations(annotations: Record<string, string>, def
 
   const gateText = annotations[ANNOTATION.readinessGate];
   const readinessGate = gateText === undefined ? defaults.readinessGate : gateText === 'none' ? undefined : gateText;
-  if (readinessGate !== undefined && !QUALIFIED_NAME.test(readinessGate)) throw bad(ANNOTATION.readinessGate, `"${readinessGate}" is not a condition type (e.g. ${DEFAULT_READINESS_GATE}), nor "none"`);
+  if (readinessGate !== undefined && !QUALIFIED_NAME.test(readinessGate))
+    throw bad(ANNOTATION.readinessGate, `"${readinessGate}" is not a condition type (e.g. ${DEFAULT_READINESS_GATE}), nor "none"`);
 
   const socketVolume = annotations[ANNOTATION.socketVolume] ?? defaults.socketVolume;
   return { image: defaults.image, domains, mode, outDir, readinessGate, socketVolume };
@@ -88,7 +95,8 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   const spec = pod.spec;
   if (!spec) throw bad(ANNOTATION.inject, 'the Pod has no spec');
   const initContainers = spec.initContainers ?? [];
-  if ([...initContainers, ...(spec.containers ?? [])].some((c) => c.name === SIDECAR_NAME)) return { kind: 'skip', reason: `a container named ${SIDECAR_NAME} is already there` };
+  if ([...initContainers, ...(spec.containers ?? [])].some((c) => c.name === SIDECAR_NAME))
+    return { kind: 'skip', reason: `a container named ${SIDECAR_NAME} is already there` };
 
   const settings = settingsFromAnnotations(annotations, defaults);
   const volumes = spec.volumes ?? [];
@@ -108,7 +116,8 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   const explicitAutomount = spec.automountServiceAccountToken === true;
   const dropAutoToken = !explicitAutomount;
   const keptVolumes = dropAutoToken ? volumes.filter((v) => !AUTO_TOKEN_VOLUME.test(v.name)) : volumes;
-  const withoutAutoMounts = (c: V1Container): V1Container => (dropAutoToken && c.volumeMounts ? { ...c, volumeMounts: c.volumeMounts.filter((m) => !AUTO_TOKEN_VOLUME.test(m.name)) } : c);
+  const withoutAutoMounts = (c: V1Container): V1Container =>
+    dropAutoToken && c.volumeMounts ? { ...c, volumeMounts: c.volumeMounts.filter((m) => !AUTO_TOKEN_VOLUME.test(m.name)) } : c;
   addedVolumes.push(serviceAccountTokenVolume(TOKEN_VOLUME));
 
   const sidecar = certshareContainer({ ...settings, certsVolume, tokenVolume: TOKEN_VOLUME });
@@ -118,14 +127,17 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
     return { ...cleaned, volumeMounts: [...(cleaned.volumeMounts ?? []), { name: CERTS_VOLUME, mountPath: settings.outDir, readOnly: true }] };
   });
   const readinessGates = spec.readinessGates ?? [];
-  const gates = settings.readinessGate && !readinessGates.some((g) => g.conditionType === settings.readinessGate) ? [...readinessGates, { conditionType: settings.readinessGate }] : readinessGates;
+  const gates =
+    settings.readinessGate && !readinessGates.some((g) => g.conditionType === settings.readinessGate)
+      ? [...readinessGates, { conditionType: settings.readinessGate }]
+      : readinessGates;
 
   const next = {
     ...spec,
     // A projected token needs a named ServiceAccount; the ServiceAccount admission plugin (which runs
     // before webhooks) names "default" where the Pod names none, and so does this where it did not run.
     serviceAccountName: spec.serviceAccountName ?? spec.serviceAccount ?? 'default',
-    automountServiceAccountToken: explicitAutomount ? true : false,
+    automountServiceAccountToken: !!explicitAutomount,
     initContainers: [...initContainers.map(withoutAutoMounts), sidecar],
     containers,
     volumes: [...keptVolumes, ...addedVolumes],
@@ -133,7 +145,10 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   };
   // "add" on an existing member replaces it (RFC 6902): whole fields, computed from the Pod as seen.
   const patch: JsonPatchOp[] = (['serviceAccountName', 'automountServiceAccountToken', 'initContainers', 'containers', 'volumes', 'readinessGates'] as const)
-    .filter((field) => JSON.stringify(next[field]) !== JSON.stringify(spec[field]) && !(spec[field] === undefined && Array.isArray(next[field]) && next[field].length === 0))
+    .filter(
+      (field) =>
+        JSON.stringify(next[field]) !== JSON.stringify(spec[field]) && !(spec[field] === undefined && Array.isArray(next[field]) && next[field].length === 0),
+    )
     .map((field) => ({ op: 'add', path: `/spec/${field}`, value: next[field] }));
   return { kind: 'inject', pod: { ...pod, spec: next }, patch };
 }

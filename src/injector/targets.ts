@@ -51,11 +51,16 @@ function bundleFields(kind: TargetKind, object: Json): { get(): string | undefin
     case 'customresourcedefinition': {
       const spec = object.spec as { conversion?: { webhook?: ClientConfigHolder } } | undefined;
       const webhook = spec?.conversion?.webhook;
-      if (!webhook) throw new CertshareError('CERTSHARE_BAD_CONFIG', `CustomResourceDefinition ${String((object.metadata as Json | undefined)?.name)} has no conversion webhook to carry a caBundle`);
+      if (!webhook)
+        throw new CertshareError(
+          'CERTSHARE_BAD_CONFIG',
+          `CustomResourceDefinition ${String((object.metadata as Json | undefined)?.name)} has no conversion webhook to carry a caBundle`,
+        );
       return [field(webhook.clientConfig, () => (webhook.clientConfig ??= {}))];
     }
     case 'apiservice': {
-      const spec = ((object.spec as Json | undefined) ?? (object.spec = {})) as { caBundle?: string };
+      object.spec ??= {};
+      const spec = object.spec as { caBundle?: string };
       return [field(spec, () => spec)];
     }
   }

@@ -60,7 +60,14 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
         ? {
             routing: async (signal: AbortSignal) => {
               for (const url of urls) {
-                const verdict = await checkRouting(url, { ownIPv4, attempts: config.routingAttempts, timeoutMs: 3000, minDelayMs: 200, maxDelayMs: 5000, signal });
+                const verdict = await checkRouting(url, {
+                  ownIPv4,
+                  attempts: config.routingAttempts,
+                  timeoutMs: 3000,
+                  minDelayMs: 200,
+                  maxDelayMs: 5000,
+                  signal,
+                });
                 if (verdict === 'not-routed') return verdict;
               }
               return 'routed' as const;

@@ -28,7 +28,10 @@ export async function connectKube(env: NodeJS.ProcessEnv, options: { requestTime
   }
   const namespace =
     env.POD_NAMESPACE ||
-    (await readFile(SA_NAMESPACE, 'utf8').then((s) => s.trim(), () => '')) ||
+    (await readFile(SA_NAMESPACE, 'utf8').then(
+      (s) => s.trim(),
+      () => '',
+    )) ||
     config.getContextObject(config.getCurrentContext())?.namespace ||
     'default';
   return { config, core: makeApi(config, CoreV1Api, requestTimeoutMs), namespace, requestTimeoutMs };

@@ -147,7 +147,11 @@ function nodeHttpLibrary(timeoutMs: number) {
  * A generated client-node API class (CoreV1Api, CoordinationV1Api...) talking over node:https, every
  * request bounded by `requestTimeoutMs`.
  */
-export function makeApi<T>(config: KubeConfig, api: new (configuration: ReturnType<typeof createConfiguration>) => T, requestTimeoutMs = DEFAULT_REQUEST_TIMEOUT_MS): T {
+export function makeApi<T>(
+  config: KubeConfig,
+  api: new (configuration: ReturnType<typeof createConfiguration>) => T,
+  requestTimeoutMs = DEFAULT_REQUEST_TIMEOUT_MS,
+): T {
   return new api(
     createConfiguration({
       baseServer: new ServerConfiguration(apiServer(config), {}),
@@ -212,7 +216,10 @@ export async function watchOnce(
       const text = (await readBody(res)).toString('utf8');
       throw new KubeHttpError(res.statusCode ?? 0, text, `watch ${path}`);
     }
-    const lines = new LineSplitter(MAX_WATCH_LINE_BYTES, (max, length) => new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', `Kubernetes watch event longer than ${max} bytes (got at least ${length})`));
+    const lines = new LineSplitter(
+      MAX_WATCH_LINE_BYTES,
+      (max, length) => new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', `Kubernetes watch event longer than ${max} bytes (got at least ${length})`),
+    );
     const handle = (line: Buffer) => {
       let event: WatchEvent;
       try {

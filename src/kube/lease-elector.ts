@@ -84,7 +84,9 @@ export class LeaseElector implements IssuanceRole {
     if (this.#leaderUntil > this.#o.clock.now()) {
       this.#leaderUntil = 0;
       this.#notify();
-      await this.#release(signal).catch((err: unknown) => this.#o.logger.warn({ err: apiErrorText(err), code: apiErrorCode(err) }, 'could not release the lease'));
+      await this.#release(signal).catch((err: unknown) =>
+        this.#o.logger.warn({ err: apiErrorText(err), code: apiErrorCode(err) }, 'could not release the lease'),
+      );
     }
   }
 
@@ -143,11 +145,15 @@ export class LeaseElector implements IssuanceRole {
     return {
       apiVersion: 'coordination.k8s.io/v1',
       kind: 'Lease',
-      metadata: { name: this.#o.name, namespace: this.#o.connection.namespace, ...(current?.metadata?.resourceVersion ? { resourceVersion: current.metadata.resourceVersion } : {}) },
+      metadata: {
+        name: this.#o.name,
+        namespace: this.#o.connection.namespace,
+        ...(current?.metadata?.resourceVersion ? { resourceVersion: current.metadata.resourceVersion } : {}),
+      },
       spec: {
         holderIdentity: this.identity,
         leaseDurationSeconds: Math.max(1, Math.ceil(this.#o.leaseDurationMs / 1000)),
-        acquireTime: takingOver ? new V1MicroTime(now) : spec.acquireTime ?? new V1MicroTime(now),
+        acquireTime: takingOver ? new V1MicroTime(now) : (spec.acquireTime ?? new V1MicroTime(now)),
         renewTime: new V1MicroTime(now),
         leaseTransitions: (spec.leaseTransitions ?? 0) + (takingOver && current ? 1 : 0),
       },
@@ -161,7 +167,10 @@ export class LeaseElector implements IssuanceRole {
     this.#expiryWatch?.abort();
     const watch = new AbortController();
     this.#expiryWatch = watch;
-    this.#o.clock.sleep(Math.max(0, this.#leaderUntil - this.#o.clock.now()) + 1, watch.signal).then(() => this.#notify(), () => {});
+    this.#o.clock.sleep(Math.max(0, this.#leaderUntil - this.#o.clock.now()) + 1, watch.signal).then(
+      () => this.#notify(),
+      () => {},
+    );
   }
 
   async #release(signal: AbortSignal | undefined): Promise<void> {

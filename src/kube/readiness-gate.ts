@@ -128,7 +128,13 @@ export class ReadinessGate {
     const body = {
       status: {
         conditions: [
-          { type: conditionType, status: desired.status, reason: desired.reason, message: desired.message, lastTransitionTime: new Date(clock.now()).toISOString() },
+          {
+            type: conditionType,
+            status: desired.status,
+            reason: desired.reason,
+            message: desired.message,
+            lastTransitionTime: new Date(clock.now()).toISOString(),
+          },
         ],
       },
     };

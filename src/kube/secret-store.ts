@@ -25,7 +25,14 @@ export class KubeSecretStore implements CertStore {
   readonly #watches = new Set<SecretWatch>();
   readonly #onError: (operation: 'read' | 'write') => void;
 
-  constructor(options: { connection: KubeConnection; clock: Clock; logger: Logger; group?: string | undefined; writer?: string | undefined; onError?: (operation: 'read' | 'write') => void }) {
+  constructor(options: {
+    connection: KubeConnection;
+    clock: Clock;
+    logger: Logger;
+    group?: string | undefined;
+    writer?: string | undefined;
+    onError?: (operation: 'read' | 'write') => void;
+  }) {
     this.#conn = options.connection;
     this.#clock = options.clock;
     this.#logger = options.logger;
@@ -93,9 +100,10 @@ export class KubeSecretStore implements CertStore {
     if (seen === undefined) throw new CertshareError('CERTSHARE_STORE_CONFLICT', `Secret ${namespace}/${domain} written before it was read`);
     const body = certSecret(domain, seen ?? undefined, this.#meta, change);
     try {
-      const written = seen === null
-        ? await core.createNamespacedSecret({ namespace, body }, withSignal(signal))
-        : await core.replaceNamespacedSecret({ name: domain, namespace, body }, withSignal(signal));
+      const written =
+        seen === null
+          ? await core.createNamespacedSecret({ namespace, body }, withSignal(signal))
+          : await core.replaceNamespacedSecret({ name: domain, namespace, body }, withSignal(signal));
       this.#seen.set(domain, written);
     } catch (err) {
       // Whatever happened, the next write must follow a fresh read.

@@ -99,7 +99,10 @@ export class SecretWatch {
 
   async #list(): Promise<void> {
     const { connection, name } = this.#o;
-    const list = await connection.core.listNamespacedSecret({ namespace: connection.namespace, fieldSelector: `metadata.name=${name}` }, withSignal(this.#abort.signal));
+    const list = await connection.core.listNamespacedSecret(
+      { namespace: connection.namespace, fieldSelector: `metadata.name=${name}` },
+      withSignal(this.#abort.signal),
+    );
     this.#resourceVersion = list.metadata?.resourceVersion;
     this.#o.onChange();
   }

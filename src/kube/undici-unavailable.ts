@@ -6,7 +6,10 @@
 import { CertshareError } from '../core/errors.ts';
 
 function unavailable(what: string): never {
-  throw new CertshareError('CERTSHARE_BAD_CONFIG', `internal: ${what} needs undici, which this build leaves out (certshare's Kubernetes transport is node:https)`);
+  throw new CertshareError(
+    'CERTSHARE_BAD_CONFIG',
+    `internal: ${what} needs undici, which this build leaves out (certshare's Kubernetes transport is node:https)`,
+  );
 }
 
 export class Agent {

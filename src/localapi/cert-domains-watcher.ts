@@ -209,10 +209,7 @@ export class CertDomainsWatcher {
           this.#logger.error({ err: message, code: errorCode(err), mask: plan.mask, reconnects: this.#reconnects }, 'IPN bus watch refused');
           this.#setProblem(message);
         } else {
-          this.#logger.warn(
-            { err: errorMessage(err), code: errorCode(err), reconnects: this.#reconnects },
-            'IPN bus watch failed; reconnecting',
-          );
+          this.#logger.warn({ err: errorMessage(err), code: errorCode(err), reconnects: this.#reconnects }, 'IPN bus watch failed; reconnecting');
         }
       } finally {
         this.#setConnected(false);
@@ -328,14 +325,11 @@ export class CertDomainsWatcher {
       }
     }
     if (!this.#localApi.status) {
-      this.#logger.error(
-        {},
-        'cannot read the cert domains: no cert-domains endpoint and no status() on this LocalApi',
-      );
+      this.#logger.error({}, 'cannot read the cert domains: no cert-domains endpoint and no status() on this LocalApi');
       return undefined;
     }
     const status = await this.#localApi.status(signal);
-    const domains = parseDomainList(status['CertDomains']);
+    const domains = parseDomainList(status.CertDomains);
     if (!domains) {
       throw new CertshareError('CERTSHARE_LOCALAPI_BAD_RESPONSE', 'status CertDomains is not an array of strings');
     }

@@ -97,7 +97,7 @@ class HttpLocalApi implements LocalApiClient {
     const auth = this.#target.request.auth;
     if (auth) {
       // tsnet's loopback LocalAPI: basic auth plus this header.
-      this.#headers['Authorization'] = `Basic ${Buffer.from(auth).toString('base64')}`;
+      this.#headers.Authorization = `Basic ${Buffer.from(auth).toString('base64')}`;
       this.#headers['Sec-Tailscale'] = 'localapi';
       delete this.#target.request.auth;
     }
@@ -115,9 +115,7 @@ class HttpLocalApi implements LocalApiClient {
   }
 
   async certPair(domain: string, options: CertPairOptions): Promise<CertPair> {
-    const path =
-      `/localapi/v0/cert/${encodeURIComponent(domain)}?type=pair` +
-      `&min_validity=${formatGoDuration(options.minValidityMs)}`;
+    const path = `/localapi/v0/cert/${encodeURIComponent(domain)}?type=pair` + `&min_validity=${formatGoDuration(options.minValidityMs)}`;
     const body = await this.#get(path, options.signal, this.#certTimeoutMs);
     return splitCertPair(body.toString('utf8'));
   }
@@ -251,11 +249,7 @@ class HttpLocalApi implements LocalApiClient {
     const answer = `HTTP ${status}${body ? `: ${body}` : ''}`;
     if (isRefusalStatus(status)) {
       const who = `tailscaled ${tailscaledVersion ?? '(version not reported)'}`;
-      return new LocalApiCallError(
-        'CERTSHARE_LOCALAPI_REFUSED',
-        `${who} refused GET ${path}: ${answer} (${refusalHint(status, path)})`,
-        fields,
-      );
+      return new LocalApiCallError('CERTSHARE_LOCALAPI_REFUSED', `${who} refused GET ${path}: ${answer} (${refusalHint(status, path)})`, fields);
     }
     return new LocalApiCallError('CERTSHARE_LOCALAPI_HTTP', `tailscaled LocalAPI GET ${path}: ${answer}`, fields);
   }
@@ -417,11 +411,7 @@ export function splitCertPair(body: string): CertPair {
     throw badResponse('CertPair response has private key material after the first certificate');
   }
   const keyBlocks = keyPart.split('-----BEGIN ').length - 1;
-  if (
-    keyBlocks !== 1 ||
-    !/^-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----\r?\n/.test(keyPart) ||
-    !/\n-----END [A-Z0-9 ]*PRIVATE KEY-----$/.test(keyPart)
-  ) {
+  if (keyBlocks !== 1 || !/^-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----\r?\n/.test(keyPart) || !/\n-----END [A-Z0-9 ]*PRIVATE KEY-----$/.test(keyPart)) {
     throw badResponse('CertPair response does not start with exactly one private key PEM block');
   }
   if (!certPart.endsWith('-----END CERTIFICATE-----')) {

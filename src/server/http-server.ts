@@ -23,7 +23,11 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
   if (deps.pod.ipv6) podHeaders['Pod-IPv6'] = deps.pod.ipv6;
   app.get('/healthz', (_request, reply) => {
     const verdict = deps.health.evaluate(deps.clock.now());
-    reply.code(verdict.healthy ? 200 : 503).headers(podHeaders).header('content-type', 'text/plain; charset=utf-8').send(verdict.reason);
+    reply
+      .code(verdict.healthy ? 200 : 503)
+      .headers(podHeaders)
+      .header('content-type', 'text/plain; charset=utf-8')
+      .send(verdict.reason);
   });
   app.get('/metrics', async (_request, reply) => {
     const body = await deps.metrics.registry.metrics();
@@ -34,7 +38,10 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
   });
   app.setErrorHandler((err, _request, reply) => {
     const status = (err as { statusCode?: number }).statusCode ?? 500;
-    reply.code(status >= 400 ? status : 500).headers(podHeaders).send({ error: status >= 500 ? 'Internal Server Error' : 'Bad Request', message: errorMessage(err) });
+    reply
+      .code(status >= 400 ? status : 500)
+      .headers(podHeaders)
+      .send({ error: status >= 500 ? 'Internal Server Error' : 'Bad Request', message: errorMessage(err) });
   });
   return app;
 }

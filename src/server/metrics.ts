@@ -45,8 +45,18 @@ export class Metrics implements LoopObserver {
     this.#renewal = renewal;
     const registers = [this.registry];
     const certs = this.#certs;
-    this.#expiration = new Gauge({ name: 'certshare_certificate_expiration_timestamp_seconds', help: 'NotAfter of the certificate in use, per domain.', labelNames: ['domain'], registers });
-    this.#renewalAt = new Gauge({ name: 'certshare_certificate_renewal_timestamp_seconds', help: 'When the certificate in use becomes due for renewal, per domain.', labelNames: ['domain'], registers });
+    this.#expiration = new Gauge({
+      name: 'certshare_certificate_expiration_timestamp_seconds',
+      help: 'NotAfter of the certificate in use, per domain.',
+      labelNames: ['domain'],
+      registers,
+    });
+    this.#renewalAt = new Gauge({
+      name: 'certshare_certificate_renewal_timestamp_seconds',
+      help: 'When the certificate in use becomes due for renewal, per domain.',
+      labelNames: ['domain'],
+      registers,
+    });
     new Gauge({
       name: 'certshare_certificate_ready_status',
       help: 'Whether the domain has a certificate valid now (condition="True") or not (condition="False").',
@@ -62,15 +72,52 @@ export class Metrics implements LoopObserver {
         }
       },
     });
-    this.#attempts = new Counter({ name: 'certshare_issuance_attempts_total', help: 'CertPair calls by result (success, unchanged, rate_limited, error, rejected, too_short).', labelNames: ['domain', 'result'], registers });
-    this.#backoff = new Gauge({ name: 'certshare_issuance_backoff_seconds', help: 'Current wait before the next CertPair call after failures (0 when not backing off).', labelNames: ['domain'], registers });
-    this.#nextAttempt = new Gauge({ name: 'certshare_issuance_next_check_timestamp_seconds', help: 'When the domain is next looked at (renewal point, check interval or end of backoff).', labelNames: ['domain'], registers });
+    this.#attempts = new Counter({
+      name: 'certshare_issuance_attempts_total',
+      help: 'CertPair calls by result (success, unchanged, rate_limited, error, rejected, too_short).',
+      labelNames: ['domain', 'result'],
+      registers,
+    });
+    this.#backoff = new Gauge({
+      name: 'certshare_issuance_backoff_seconds',
+      help: 'Current wait before the next CertPair call after failures (0 when not backing off).',
+      labelNames: ['domain'],
+      registers,
+    });
+    this.#nextAttempt = new Gauge({
+      name: 'certshare_issuance_next_check_timestamp_seconds',
+      help: 'When the domain is next looked at (renewal point, check interval or end of backoff).',
+      labelNames: ['domain'],
+      registers,
+    });
     this.busConnected = new Gauge({ name: 'certshare_ipn_bus_connected', help: '1 while the IPN bus stream is connected.', registers });
-    this.busReconnects = new Counter({ name: 'certshare_ipn_bus_reconnects_total', help: 'IPN bus reconnections after the stream ended or failed.', registers });
-    this.busBadLines = new Counter({ name: 'certshare_ipn_bus_bad_lines_total', help: 'IPN bus lines that were not valid Notify JSON and were skipped.', registers });
-    this.reloads = new Counter({ name: 'certshare_reload_command_runs_total', help: 'Runs of the reload command by result (success, failure).', labelNames: ['result'], registers });
-    this.storeErrors = new Counter({ name: 'certshare_store_errors_total', help: 'Failed reads or writes of the certificate store.', labelNames: ['operation'], registers });
-    this.writer = new Gauge({ name: 'certshare_writer', help: '1 while this replica may issue certificates (rw mode, or holding the group Lease in auto mode).', registers });
+    this.busReconnects = new Counter({
+      name: 'certshare_ipn_bus_reconnects_total',
+      help: 'IPN bus reconnections after the stream ended or failed.',
+      registers,
+    });
+    this.busBadLines = new Counter({
+      name: 'certshare_ipn_bus_bad_lines_total',
+      help: 'IPN bus lines that were not valid Notify JSON and were skipped.',
+      registers,
+    });
+    this.reloads = new Counter({
+      name: 'certshare_reload_command_runs_total',
+      help: 'Runs of the reload command by result (success, failure).',
+      labelNames: ['result'],
+      registers,
+    });
+    this.storeErrors = new Counter({
+      name: 'certshare_store_errors_total',
+      help: 'Failed reads or writes of the certificate store.',
+      labelNames: ['operation'],
+      registers,
+    });
+    this.writer = new Gauge({
+      name: 'certshare_writer',
+      help: '1 while this replica may issue certificates (rw mode, or holding the group Lease in auto mode).',
+      registers,
+    });
     if (options.defaultMetrics ?? true) collectNodeMetrics(this.registry);
   }
 

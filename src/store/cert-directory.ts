@@ -93,10 +93,7 @@ export class CertDirectory {
     let keyPem: string;
     const path = this.pathOf(domain);
     try {
-      [certPem, keyPem] = await Promise.all([
-        readFile(join(path, 'tls.crt'), 'utf8'),
-        readFile(join(path, 'tls.key'), 'utf8'),
-      ]);
+      [certPem, keyPem] = await Promise.all([readFile(join(path, 'tls.crt'), 'utf8'), readFile(join(path, 'tls.key'), 'utf8')]);
     } catch (err) {
       if (isMissing(err)) return { state: 'absent' };
       throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read ${path}: ${errorMessage(err)}`, { cause: err });

@@ -34,7 +34,7 @@ export class DirStore implements CertStore {
     const dir = join(this.#dir.root, '.state');
     await mkdir(dir, { recursive: true, mode: 0o700 });
     // Durable: a crash right after must not let a restart call CertPair before the CA allows.
-    await writeFileAtomically(dir, name, JSON.stringify({ retryNotBefore: new Date(until).toISOString() }) + '\n', 0o600);
+    await writeFileAtomically(dir, name, `${JSON.stringify({ retryNotBefore: new Date(until).toISOString() })}\n`, 0o600);
   }
 
   async #readState(domain: string): Promise<Coordination> {

@@ -20,10 +20,16 @@ export function parseReloadCommand(text: string): ReloadSpec {
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `--reload-command: a value starting with "[" must be a JSON array of strings (e.g. ["nginx","-s","reload"]): ${(err as Error).message}`);
+    throw new CertshareError(
+      'CERTSHARE_BAD_FLAG',
+      `--reload-command: a value starting with "[" must be a JSON array of strings (e.g. ["nginx","-s","reload"]): ${(err as Error).message}`,
+    );
   }
   if (!Array.isArray(parsed) || parsed.length === 0 || !parsed.every((a) => typeof a === 'string') || parsed[0] === '') {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', '--reload-command: the JSON form must be a non-empty array of strings, the program first (e.g. ["nginx","-s","reload"])');
+    throw new CertshareError(
+      'CERTSHARE_BAD_FLAG',
+      '--reload-command: the JSON form must be a non-empty array of strings, the program first (e.g. ["nginx","-s","reload"])',
+    );
   }
   return { argv: parsed as string[] };
 }
@@ -116,7 +122,9 @@ export class ReloadCommand {
         resolve(outcome);
       };
       child.once('error', (err) => finish(null, err.message));
-      child.once('exit', (code, signal) => finish(code, timedOut ? `timed out after ${this.#timeoutMs} ms; process group killed` : signal ? `killed by ${signal}` : undefined));
+      child.once('exit', (code, signal) =>
+        finish(code, timedOut ? `timed out after ${this.#timeoutMs} ms; process group killed` : signal ? `killed by ${signal}` : undefined),
+      );
     });
   }
 }

@@ -136,7 +136,11 @@ export class Checker {
     if (cert) {
       if (!cert.keyMatch) this.#violation(3, at, `inv3 ${iso(at)} the Secret holds a pair whose key does not match (serial ${cert.serial})`);
       if (cert.notAfter < this.#maxNotAfter) {
-        this.#violation(3, at, `inv3 ${iso(at)} the Secret regressed to serial ${cert.serial} expiring ${iso(cert.notAfter)}, earlier than ${iso(this.#maxNotAfter)} it held before`);
+        this.#violation(
+          3,
+          at,
+          `inv3 ${iso(at)} the Secret regressed to serial ${cert.serial} expiring ${iso(cert.notAfter)}, earlier than ${iso(this.#maxNotAfter)} it held before`,
+        );
       }
       this.#maxNotAfter = Math.max(this.#maxNotAfter, cert.notAfter);
     } else if (this.#maxNotAfter > 0) {
@@ -201,15 +205,30 @@ export class Checker {
       // Invariant 2: expired or key-mismatched files while the Secret has held a valid pair for the grace.
       const inv2 = up && badSince !== undefined && secretValid && now - Math.max(this.#secretValidSince!, inst!.readyAt!, reachable) > graceMs;
       this.#episode(`2:${name}`, inv2, now, () => {
-        const what = files?.cert ? (files.cert.keyMatch ? `expired serial ${files.cert.serial.slice(0, 8)} (notAfter ${iso(files.cert.notAfter)})` : `key-mismatched serial ${files.cert.serial.slice(0, 8)}`) : 'no certificate files';
+        const what = files?.cert
+          ? files.cert.keyMatch
+            ? `expired serial ${files.cert.serial.slice(0, 8)} (notAfter ${iso(files.cert.notAfter)})`
+            : `key-mismatched serial ${files.cert.serial.slice(0, 8)}`
+          : 'no certificate files';
         return `inv2 ${iso(now)} ${name} (pid ${inst!.pid}) projects ${what} while the Secret holds valid serial ${this.#secret!.cert!.serial.slice(0, 8)} since ${iso(this.#secretValidSince!)}`;
       });
 
       // Invariant 5: readiness True only while the replica holds a valid certificate.
       const gate = this.#gate.get(name);
       // The grace runs from when both held: True and bad files (the gate may flip a moment before the files land).
-      const inv5 = up && this.#ctx.podsInSync() && gate?.status === 'True' && badSince !== undefined && now - Math.max(gate.at, badSince, inst!.readyAt!, reachable) > graceMs;
-      this.#episode(`5:${name}`, inv5, now, () => `inv5 ${iso(now)} ${name} (pid ${inst!.pid}) has its readiness condition True (since ${iso(gate!.at)}) without a valid certificate (files bad since ${iso(badSince!)})`);
+      const inv5 =
+        up &&
+        this.#ctx.podsInSync() &&
+        gate?.status === 'True' &&
+        badSince !== undefined &&
+        now - Math.max(gate.at, badSince, inst!.readyAt!, reachable) > graceMs;
+      this.#episode(
+        `5:${name}`,
+        inv5,
+        now,
+        () =>
+          `inv5 ${iso(now)} ${name} (pid ${inst!.pid}) has its readiness condition True (since ${iso(gate!.at)}) without a valid certificate (files bad since ${iso(badSince!)})`,
+      );
     }
 
     // Invariant 4: convergence after a new certificate lands, within the grace in quiet periods.
@@ -223,7 +242,11 @@ export class Checker {
       }
       if (s.quiet && !s.reportedLate && now - s.landedAt > graceMs) {
         s.reportedLate = true;
-        this.#violation(4, now, `inv4 ${iso(s.landedAt)} serial ${s.serial.slice(0, 8)} landed in the Secret in a quiet period; after ${graceMs} ms ${missing.join(', ')} did not hold it`);
+        this.#violation(
+          4,
+          now,
+          `inv4 ${iso(s.landedAt)} serial ${s.serial.slice(0, 8)} landed in the Secret in a quiet period; after ${graceMs} ms ${missing.join(', ')} did not hold it`,
+        );
       }
       if (superseded || now - s.landedAt > 60_000) s.done = true;
     }
@@ -233,7 +256,7 @@ export class Checker {
   #badSince(files: FilesState | undefined, now: number): number | undefined {
     if (!files) return 0;
     const c = files.cert;
-    if (!c || !c.keyMatch) return files.at;
+    if (!c?.keyMatch) return files.at;
     if (now >= c.notAfter) return Math.max(files.at, c.notAfter);
     if (now < c.notBefore) return files.at;
     return undefined;
@@ -241,7 +264,16 @@ export class Checker {
 
   #newSample(cert: CertView, at: number): void {
     const expected = new Set(this.#ctx.replicaNames.filter((n) => this.#ctx.running(n)?.readyAt !== undefined));
-    const sample: Sample = { serial: cert.serial, notAfter: cert.notAfter, landedAt: at, quiet: this.#ctx.quietAt(at), expected, reached: new Map(), done: false, reportedLate: false };
+    const sample: Sample = {
+      serial: cert.serial,
+      notAfter: cert.notAfter,
+      landedAt: at,
+      quiet: this.#ctx.quietAt(at),
+      expected,
+      reached: new Map(),
+      done: false,
+      reportedLate: false,
+    };
     for (const name of this.#ctx.replicaNames) {
       const t = this.#firstSeen.get(name)!.get(cert.serial);
       if (t !== undefined) sample.reached.set(name, t);
@@ -275,7 +307,11 @@ export class Checker {
       for (const name of this.#ctx.replicaNames) {
         const held = this.#files.get(name)?.cert?.serial;
         if (!serial || held !== serial) {
-          this.#violation(4, now, `inv4 ${iso(now)} at the end ${name} holds ${held?.slice(0, 8) ?? 'nothing'} while the Secret holds ${serial?.slice(0, 8) ?? 'nothing'}`);
+          this.#violation(
+            4,
+            now,
+            `inv4 ${iso(now)} at the end ${name} holds ${held?.slice(0, 8) ?? 'nothing'} while the Secret holds ${serial?.slice(0, 8) ?? 'nothing'}`,
+          );
         }
       }
     }
@@ -342,7 +378,7 @@ export class Checker {
       const from = h[i]!.at;
       const to = i + 1 < h.length ? h[i + 1]!.at : now;
       const c = h[i]!.cert;
-      if (!c || !c.keyMatch) total += to - from;
+      if (!c?.keyMatch) total += to - from;
       else if (c.notAfter < to) total += to - Math.max(from, c.notAfter);
     }
     return total;
@@ -350,6 +386,10 @@ export class Checker {
 
   /** For progress lines. */
   snapshot(): { issuances: number; secretSerial: string | undefined; violations: number } {
-    return { issuances: this.#issuances.length, secretSerial: this.#secret?.cert?.serial, violations: this.#point.length + this.#closed.length + this.#episodes.size };
+    return {
+      issuances: this.#issuances.length,
+      secretSerial: this.#secret?.cert?.serial,
+      violations: this.#point.length + this.#closed.length + this.#episodes.size,
+    };
   }
 }

@@ -30,7 +30,16 @@ export interface ProxyFaults {
   blackout?: boolean;
 }
 
-export type ProxyFaultKind = 'resetBefore' | 'resetAfter' | 'error5xx' | 'throttle429' | 'latency' | 'stallWatch' | 'endWatchEarly' | 'blackout' | 'upstreamDown';
+export type ProxyFaultKind =
+  | 'resetBefore'
+  | 'resetAfter'
+  | 'error5xx'
+  | 'throttle429'
+  | 'latency'
+  | 'stallWatch'
+  | 'endWatchEarly'
+  | 'blackout'
+  | 'upstreamDown';
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'host']);
 
@@ -181,7 +190,11 @@ export class FaultProxy {
       this.#count('error5xx');
       const code = rng.pick([500, 503, 504]);
       const [reason, message] =
-        code === 500 ? ['InternalError', 'Internal error occurred: chaos'] : code === 503 ? ['ServiceUnavailable', 'the server is currently unable to handle the request'] : ['Timeout', 'Timeout: request did not complete within requested timeout'];
+        code === 500
+          ? ['InternalError', 'Internal error occurred: chaos']
+          : code === 503
+            ? ['ServiceUnavailable', 'the server is currently unable to handle the request']
+            : ['Timeout', 'Timeout: request did not complete within requested timeout'];
       req.resume();
       res.writeHead(code, { 'Content-Type': 'application/json' }).end(statusBody(code, reason, message));
       return;
@@ -189,12 +202,15 @@ export class FaultProxy {
     if (f.throttle429 && rng.chance(f.throttle429)) {
       this.#count('throttle429');
       req.resume();
-      res.writeHead(429, { 'Content-Type': 'application/json', 'Retry-After': '1' }).end(statusBody(429, 'TooManyRequests', 'Too many requests, please try again later.'));
+      res
+        .writeHead(429, { 'Content-Type': 'application/json', 'Retry-After': '1' })
+        .end(statusBody(429, 'TooManyRequests', 'Too many requests, please try again later.'));
       return;
     }
     const resetAfter = !isWatch && f.resetAfter !== undefined && rng.chance(f.resetAfter);
     const stallMs = isWatch && f.stallWatch && rng.chance(f.stallWatch) ? rng.between(...(f.stallMs ?? [1000, 4000])) : undefined;
-    const endMs = isWatch && stallMs === undefined && f.endWatchEarly && rng.chance(f.endWatchEarly) ? rng.between(...(f.endAfterMs ?? [200, 2000])) : undefined;
+    const endMs =
+      isWatch && stallMs === undefined && f.endWatchEarly && rng.chance(f.endWatchEarly) ? rng.between(...(f.endAfterMs ?? [200, 2000])) : undefined;
     const latency = f.latencyMs ? rng.between(...f.latencyMs) : 0;
     if (latency > 0) this.#count('latency');
     const forward = (): void => {

@@ -58,9 +58,25 @@ describe('chaos ledger analysis', () => {
   });
 
   it('reads old ledger lines (no kind) as issuances and request lines as requests', () => {
-    const old = parseLedgerLine({ time: '2026-01-01T00:00:00.000Z', emulator: 'e', domain: D, serial: 'S', notBefore: '2026-01-01T00:00:00.000Z', notAfter: '2026-01-01T00:00:20.000Z' });
+    const old = parseLedgerLine({
+      time: '2026-01-01T00:00:00.000Z',
+      emulator: 'e',
+      domain: D,
+      serial: 'S',
+      notBefore: '2026-01-01T00:00:00.000Z',
+      notAfter: '2026-01-01T00:00:20.000Z',
+    });
     assert.equal(old.issuance?.serial, 'S');
-    const r = parseLedgerLine({ kind: 'request', time: '2026-01-01T00:00:00.000Z', end: '2026-01-01T00:00:00.050Z', emulator: 'e', domain: D, minValidity: '0s', outcome: '429', retryAfterSeconds: 3 });
+    const r = parseLedgerLine({
+      kind: 'request',
+      time: '2026-01-01T00:00:00.000Z',
+      end: '2026-01-01T00:00:00.050Z',
+      emulator: 'e',
+      domain: D,
+      minValidity: '0s',
+      outcome: '429',
+      retryAfterSeconds: 3,
+    });
     assert.equal(r.request?.retryAfterSeconds, 3);
     assert.equal(r.issuance, undefined);
   });
@@ -68,7 +84,13 @@ describe('chaos ledger analysis', () => {
   it('flags CertPair calls before a retry time recorded in the Secret or known to the same process', () => {
     const t = 5_000_000;
     const instance = (emulator: string, at: number): string => (emulator === 'proxy-0' ? (at < t + 2000 ? 'proxy-0/1' : 'proxy-0/2') : `${emulator}/9`);
-    const requests = [req(t, 'proxy-0', '429', 3), req(t + 1000, 'proxy-0', '200'), req(t + 2500, 'proxy-0', '200'), req(t + 2600, 'proxy-1', '200'), req(t + 3100, 'proxy-1', '200')];
+    const requests = [
+      req(t, 'proxy-0', '429', 3),
+      req(t + 1000, 'proxy-0', '200'),
+      req(t + 2500, 'proxy-0', '200'),
+      req(t + 2600, 'proxy-1', '200'),
+      req(t + 3100, 'proxy-1', '200'),
+    ];
     const none = checkRateLimits(requests, [], instance);
     assert.equal(none.violations.length, 1, none.violations.join('\n')); // the same process, 1 s after its 429
     assert.match(none.violations[0]!, /proxy-0 \(proxy-0\/1\)/);
@@ -112,10 +134,22 @@ describe('chaos checker', () => {
     checker.files('proxy-1', { cert: { serial: good.serial, notBefore: now - 1000, notAfter: good.notAfter, keyMatch: true }, at: now + 3000 });
     checker.tick(now + 3100);
     const result = checker.finish(now + 3200, { mustHold: true });
-    assert.ok(result.violations.some((v) => v.startsWith('inv2') && v.includes('proxy-1')), result.violations.join('\n'));
-    assert.ok(result.violations.some((v) => v.startsWith('inv5')), result.violations.join('\n'));
-    assert.ok(result.violations.some((v) => v.startsWith('inv4')), 'the quiet-period sample took more than 2 s');
-    assert.ok(result.violations.some((v) => v.startsWith('ledger:')), 'a Secret serial that no emulator issued');
+    assert.ok(
+      result.violations.some((v) => v.startsWith('inv2') && v.includes('proxy-1')),
+      result.violations.join('\n'),
+    );
+    assert.ok(
+      result.violations.some((v) => v.startsWith('inv5')),
+      result.violations.join('\n'),
+    );
+    assert.ok(
+      result.violations.some((v) => v.startsWith('inv4')),
+      'the quiet-period sample took more than 2 s',
+    );
+    assert.ok(
+      result.violations.some((v) => v.startsWith('ledger:')),
+      'a Secret serial that no emulator issued',
+    );
   });
 });
 
@@ -129,11 +163,20 @@ describe('the emulator ledger with --ledger-requests', () => {
       const path = `/localapi/v0/cert/${D}?type=pair&min_validity=0s`;
       assert.equal((await get(emu.address, path)).status, 429);
       assert.equal((await get(emu.address, path)).status, 200);
-      const lines = (await readFile(ledgerPath, 'utf8')).trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+      const lines = (await readFile(ledgerPath, 'utf8'))
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
       const parsed = lines.map((l) => parseLedgerLine(l));
       const requests = parsed.flatMap((p) => (p.request ? [p.request] : []));
       const issuances = parsed.flatMap((p) => (p.issuance ? [p.issuance] : []));
-      assert.deepEqual(requests.map((r) => [r.outcome, r.retryAfterSeconds, r.minValidity]), [['429', 3, '0s'], ['200', undefined, '0s']]);
+      assert.deepEqual(
+        requests.map((r) => [r.outcome, r.retryAfterSeconds, r.minValidity]),
+        [
+          ['429', 3, '0s'],
+          ['200', undefined, '0s'],
+        ],
+      );
       assert.equal(issuances.length, 1);
       assert.equal(lines.find((l) => l.kind === 'issuance')?.trigger, 'request');
       assert.equal(requests[1]!.serial, issuances[0]!.serial);

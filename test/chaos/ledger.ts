@@ -115,7 +115,12 @@ const iso = (t: number): string => new Date(t).toISOString().slice(11, 23);
  * `instanceOf(emulator, t)` names the certshare process (replica + pid) behind an emulator at time t:
  * each replica has its own emulator.
  */
-export function checkRateLimits(requests: CertRequest[], records: RetryRecord[], instanceOf: (emulator: string, t: number) => string | undefined, toleranceMs = 20): RateLimitFindings {
+export function checkRateLimits(
+  requests: CertRequest[],
+  records: RetryRecord[],
+  instanceOf: (emulator: string, t: number) => string | undefined,
+  toleranceMs = 20,
+): RateLimitFindings {
   const findings: RateLimitFindings = { violations: [], unshared: [], rateLimitedAnswers: 0 };
   const limits = requests.filter((r) => r.outcome === '429' && r.retryAfterSeconds !== undefined);
   findings.rateLimitedAnswers = limits.length;

@@ -36,10 +36,13 @@ if (!(minutes >= 1 && minutes <= 240)) {
 const seed = values.seed !== undefined ? Number(values.seed) >>> 0 : (Math.random() * 2 ** 32) >>> 0;
 
 // Everything below is bounded; this is the last resort if something hangs anyway.
-const failSafe = setTimeout(() => {
-  console.error(`chaos: still running ${minutes} min + 10 min after the start; giving up`);
-  process.exit(2);
-}, (minutes + 10) * 60_000);
+const failSafe = setTimeout(
+  () => {
+    console.error(`chaos: still running ${minutes} min + 10 min after the start; giving up`);
+    process.exit(2);
+  },
+  (minutes + 10) * 60_000,
+);
 failSafe.unref();
 
 try {

@@ -38,7 +38,8 @@ export function viewPair(certPem: string, keyPem: string): CertView | undefined 
 }
 
 export function isValidAt(view: CertView | undefined, t: number): boolean {
-  return view !== undefined && view.keyMatch && t >= view.notBefore && t < view.notAfter;
+  if (!view) return false;
+  return view.keyMatch && t >= view.notBefore && t < view.notAfter;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -68,7 +69,13 @@ export class AdminWatch {
   /** When the watch was last lost (0 if never). */
   lostAt = 0;
 
-  constructor(cp: ControlPlane, path: string, query: string, onEvent: (type: string, obj: KubeObject, at: number) => void, onSync: (items: KubeObject[], at: number) => void) {
+  constructor(
+    cp: ControlPlane,
+    path: string,
+    query: string,
+    onEvent: (type: string, obj: KubeObject, at: number) => void,
+    onSync: (items: KubeObject[], at: number) => void,
+  ) {
     this.#cp = cp;
     this.#path = path;
     this.#query = query;
@@ -129,39 +136,43 @@ export class AdminWatch {
         clearTimeout(inactivity);
         inactivity = setTimeout(() => finish('error'), 90_000);
       };
-      const req = request(url, { method: 'GET', ca: cp.caPem, cert: cp.adminCertPem, key: cp.adminKeyPem, agent: false, headers: { Accept: 'application/json' } }, (res) => {
-        if (res.statusCode !== 200) {
-          res.resume();
-          finish(res.statusCode === 410 ? 'gone' : 'error');
-          return;
-        }
-        bump();
-        let partial = '';
-        res.setEncoding('utf8');
-        res.on('data', (chunk: string) => {
-          bump();
-          const parts = (partial + chunk).split('\n');
-          partial = parts.pop() ?? '';
-          for (const line of parts) {
-            if (!line.trim()) continue;
-            let ev: { type: string; object: KubeObject & { code?: number } };
-            try {
-              ev = JSON.parse(line) as typeof ev;
-            } catch {
-              continue;
-            }
-            if (ev.type === 'ERROR') {
-              finish(ev.object?.code === 410 ? 'gone' : 'error');
-              return;
-            }
-            if (ev.object?.metadata?.resourceVersion) setRv(ev.object.metadata.resourceVersion);
-            if (ev.type !== 'BOOKMARK') this.#onEvent(ev.type, ev.object, Date.now());
+      const req = request(
+        url,
+        { method: 'GET', ca: cp.caPem, cert: cp.adminCertPem, key: cp.adminKeyPem, agent: false, headers: { Accept: 'application/json' } },
+        (res) => {
+          if (res.statusCode !== 200) {
+            res.resume();
+            finish(res.statusCode === 410 ? 'gone' : 'error');
+            return;
           }
-        });
-        res.on('end', () => finish('ended'));
-        res.on('error', () => finish('error'));
-        res.on('aborted', () => finish('error'));
-      });
+          bump();
+          let partial = '';
+          res.setEncoding('utf8');
+          res.on('data', (chunk: string) => {
+            bump();
+            const parts = (partial + chunk).split('\n');
+            partial = parts.pop() ?? '';
+            for (const line of parts) {
+              if (!line.trim()) continue;
+              let ev: { type: string; object: KubeObject & { code?: number } };
+              try {
+                ev = JSON.parse(line) as typeof ev;
+              } catch {
+                continue;
+              }
+              if (ev.type === 'ERROR') {
+                finish(ev.object?.code === 410 ? 'gone' : 'error');
+                return;
+              }
+              if (ev.object?.metadata?.resourceVersion) setRv(ev.object.metadata.resourceVersion);
+              if (ev.type !== 'BOOKMARK') this.#onEvent(ev.type, ev.object, Date.now());
+            }
+          });
+          res.on('end', () => finish('ended'));
+          res.on('error', () => finish('error'));
+          res.on('aborted', () => finish('error'));
+        },
+      );
       req.on('error', () => finish('error'));
       req.end();
       this.#current = { destroy: () => finish('error') };

@@ -38,7 +38,6 @@ export interface ReplicaSpec {
   flags: string[];
 }
 
-
 const live = new Set<ChildProcess>();
 let hooked = false;
 function track(child: ChildProcess): void {
@@ -125,7 +124,23 @@ export class Replica {
   async startEmulator(): Promise<void> {
     const { spec } = this;
     const child = spawnNode(
-      [BIN, 'emulator', '--listen', this.socket, '--domain', spec.domain, '--cert-lifetime', spec.certLifetime, '--ledger', spec.ledger, '--ledger-requests', '--id', spec.name, '--log-level', 'info'],
+      [
+        BIN,
+        'emulator',
+        '--listen',
+        this.socket,
+        '--domain',
+        spec.domain,
+        '--cert-lifetime',
+        spec.certLifetime,
+        '--ledger',
+        spec.ledger,
+        '--ledger-requests',
+        '--id',
+        spec.name,
+        '--log-level',
+        'info',
+      ],
       cleanEnv({}),
     );
     this.#emulator = child;
@@ -145,15 +160,24 @@ export class Replica {
     if (this.running) throw new Error(`${this.name} already running`);
     const { spec } = this;
     const args = [
-      BIN, 'run',
-      '--mode', 'auto',
-      '--store', 'kube',
-      '--localapi', this.socket,
-      '--domain', spec.domain,
-      '--group', spec.group,
-      '--out-dir', this.outDir,
-      '--readiness-gate', 'certshare.io/certificates',
-      '--listen', '127.0.0.1:0',
+      BIN,
+      'run',
+      '--mode',
+      'auto',
+      '--store',
+      'kube',
+      '--localapi',
+      this.socket,
+      '--domain',
+      spec.domain,
+      '--group',
+      spec.group,
+      '--out-dir',
+      this.outDir,
+      '--readiness-gate',
+      'certshare.io/certificates',
+      '--listen',
+      '127.0.0.1:0',
       ...spec.flags,
     ];
     const env = cleanEnv({ KUBECONFIG: spec.kubeconfig, POD_NAME: spec.name, POD_NAMESPACE: spec.namespace, POD_IPS: spec.podIp });
@@ -167,7 +191,7 @@ export class Replica {
     child.stderr!.pipe(this.#log!, { end: false });
     const lines = createInterface({ input: child.stdout! });
     lines.on('line', (text) => {
-      this.#log!.write(text + '\n');
+      this.#log!.write(`${text}\n`);
       const at = Date.now();
       let line: Record<string, unknown>;
       try {
@@ -219,7 +243,13 @@ export class Replica {
     return new Promise((resolveCall, reject) => {
       const payload = body === undefined ? undefined : typeof body === 'string' ? JSON.stringify(body) : JSON.stringify(body);
       const req = request(
-        { socketPath: this.socket, method, path: `/certshare-emulator/v0/${path}`, headers: { Host: 'local-tailscaled.sock', ...(payload ? { 'Content-Type': 'application/json' } : {}) }, timeout: 5000 },
+        {
+          socketPath: this.socket,
+          method,
+          path: `/certshare-emulator/v0/${path}`,
+          headers: { Host: 'local-tailscaled.sock', ...(payload ? { 'Content-Type': 'application/json' } : {}) },
+          timeout: 5000,
+        },
         (res) => {
           let text = '';
           res.setEncoding('utf8');

@@ -98,7 +98,8 @@ export function summary(r: ChaosReport): string {
     `  the Secret held ${r.secretCertificates} certificates; no valid certificate in it for ${r.secretInvalidMs} ms in total`,
   ];
   if (r.violationDetails.length > 0) lines.push('  violations:', ...r.violationDetails.map((v) => `    - ${v}`));
-  if (r.unsharedRateLimitDetails.length > 0) lines.push('  rate limits not shared (reported, not violations):', ...r.unsharedRateLimitDetails.map((v) => `    - ${v}`));
+  if (r.unsharedRateLimitDetails.length > 0)
+    lines.push('  rate limits not shared (reported, not violations):', ...r.unsharedRateLimitDetails.map((v) => `    - ${v}`));
   if (r.slowStops.length > 0) lines.push('  graceful stops that overran --shutdown-timeout:', ...r.slowStops.map((v) => `    - ${v}`));
   if (r.runDir) lines.push(`  logs kept in ${r.runDir}`);
   return lines.join('\n');

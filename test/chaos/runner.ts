@@ -44,15 +44,24 @@ const CHAOS_SEGMENT_MS = 50_000;
 const QUIET_SEGMENT_MS = 20_000;
 
 export const TIMING_FLAGS = [
-  '--lease-duration', '2s',
-  '--first-retry', '300ms',
-  '--retry-cap', '5s',
-  '--rate-limit-retry', '3s',
-  '--check-interval', '1h',
-  '--cert-timeout', '5s',
-  '--drain-delay', '200ms',
-  '--shutdown-timeout', '3s',
-  '--log-level', 'info',
+  '--lease-duration',
+  '2s',
+  '--first-retry',
+  '300ms',
+  '--retry-cap',
+  '5s',
+  '--rate-limit-retry',
+  '3s',
+  '--check-interval',
+  '1h',
+  '--cert-timeout',
+  '5s',
+  '--drain-delay',
+  '200ms',
+  '--shutdown-timeout',
+  '3s',
+  '--log-level',
+  'info',
 ];
 
 /** Fallback when manifests/example cannot be applied: the same least-privilege rules, inline. */
@@ -113,13 +122,13 @@ async function createPods(cp: ControlPlane, ns: string): Promise<void> {
 export async function runChaos(options: RunOptions): Promise<ChaosReport> {
   const started = Date.now();
   const totalMs = Math.round(options.minutes * 60_000);
-  const progress = options.progress ?? ((line: string) => process.stderr.write(line + '\n'));
+  const progress = options.progress ?? ((line: string) => process.stderr.write(`${line}\n`));
   const runDir = await mkdtemp(join(tmpdir(), 'certshare-chaos-'));
   const eventLog = createWriteStream(join(runDir, 'chaos.log'), { flags: 'a' });
   const log = (message: string): void => {
     const line = `${new Date().toISOString().slice(11, 23)} ${message}`;
-    eventLog.write(line + '\n');
-    if (options.verbose) process.stderr.write(line + '\n');
+    eventLog.write(`${line}\n`);
+    if (options.verbose) process.stderr.write(`${line}\n`);
   };
   const rng = new Rng(options.seed);
   const tuning: ChaosTuning = { ...DEFAULT_TUNING, ...options.tuning };
@@ -150,7 +159,9 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     const onExit = (r: Replica, inst: Instance): void => {
       const how = `code ${inst.exit?.code}, signal ${inst.exit?.signal}`;
       if (inst.killedWith === undefined) {
-        crashes.push(`crash ${new Date(inst.exitedAt!).toISOString().slice(11, 23)} ${r.name} (pid ${inst.pid}) exited by itself (${how}); see ${r.name}/certshare.log`);
+        crashes.push(
+          `crash ${new Date(inst.exitedAt!).toISOString().slice(11, 23)} ${r.name} (pid ${inst.pid}) exited by itself (${how}); see ${r.name}/certshare.log`,
+        );
         log(`CRASH ${r.name} pid ${inst.pid} (${how}); restarting in 1 s`);
         setTimeout(() => {
           if (!r.running && !r.stopping) r.start();
@@ -165,7 +176,17 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     };
     for (const [i, name] of REPLICAS.entries()) {
       const r = new Replica(
-        { name, namespace: ns, domain: KUBE_DOMAIN, group: GROUP, kubeconfig: await kubeconfigVia(cp, ns, join(runDir, `kubeconfig-${name}`), proxy, { pod: name }), ledger, certLifetime: CERT_LIFETIME, podIp: `10.0.0.${10 + i}`, flags: TIMING_FLAGS },
+        {
+          name,
+          namespace: ns,
+          domain: KUBE_DOMAIN,
+          group: GROUP,
+          kubeconfig: await kubeconfigVia(cp, ns, join(runDir, `kubeconfig-${name}`), proxy, { pod: name }),
+          ledger,
+          certLifetime: CERT_LIFETIME,
+          podIp: `10.0.0.${10 + i}`,
+          flags: TIMING_FLAGS,
+        },
         runDir,
         (replica, line) => {
           chaos?.observeLog(replica, line);
@@ -223,7 +244,13 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     for (const d of dirWatches) d.start();
     ledgerTail.start();
     const ticker = setInterval(() => checker.tick(Date.now()), 100);
-    stoppers.push(() => clearInterval(ticker), () => secretWatch.stop(), () => podWatch?.stop(), () => ledgerTail.stop(), ...dirWatches.map((d) => () => d.stop()));
+    stoppers.push(
+      () => clearInterval(ticker),
+      () => secretWatch.stop(),
+      () => podWatch?.stop(),
+      () => ledgerTail.stop(),
+      ...dirWatches.map((d) => () => d.stop()),
+    );
 
     chaos = new Chaos({ rng, replicas, proxy, cp, namespace: ns, tuning, log });
     for (const r of replicas) r.start();
@@ -233,7 +260,8 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     for (;;) {
       const serial = checker.snapshot().secretSerial;
       if (serial && dirWatches.every((d) => d.state.cert?.serial === serial)) break;
-      if (Date.now() > startupDeadline) throw new Error('start-up: the first certificate did not reach every replica within 90 s (see the logs in the run dir)');
+      if (Date.now() > startupDeadline)
+        throw new Error('start-up: the first certificate did not reach every replica within 90 s (see the logs in the run dir)');
       await sleep(100);
     }
     log('start-up done: every replica holds the first certificate');
@@ -241,7 +269,9 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     const end = t0 + totalMs;
     const progressTimer = setInterval(() => {
       const s = checker.snapshot();
-      progress(`[chaos] ${Math.round((Date.now() - t0) / 1000)}s/${Math.round(totalMs / 1000)}s kills ${chaos!.stats.kills} issuances ${s.issuances} violations ${s.violations}`);
+      progress(
+        `[chaos] ${Math.round((Date.now() - t0) / 1000)}s/${Math.round(totalMs / 1000)}s kills ${chaos!.stats.kills} issuances ${s.issuances} violations ${s.violations}`,
+      );
     }, 20_000);
     stoppers.push(() => clearInterval(progressTimer));
 
@@ -277,7 +307,16 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     await ledgerTail.poll();
     const result = checker.finish(Date.now(), { mustHold: true });
     const proxyApplied = Object.fromEntries(proxy.applied);
-    report = buildReport({ minutes: options.minutes, seed: options.seed, durationMs: 0, result, chaos: chaos.stats, proxyApplied, extraViolations: crashes, slowStops });
+    report = buildReport({
+      minutes: options.minutes,
+      seed: options.seed,
+      durationMs: 0,
+      result,
+      chaos: chaos.stats,
+      proxyApplied,
+      extraViolations: crashes,
+      slowStops,
+    });
     log(`done: ${report.violations} violation(s)`);
     return report;
   } finally {

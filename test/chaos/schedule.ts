@@ -68,7 +68,18 @@ const EMULATOR_FAULTS: ReadonlyArray<readonly [string, number]> = [
 ];
 
 export class Chaos {
-  readonly stats: ChaosStats = { kills: 0, sigkills: 0, sigterms: 0, writerKills: 0, restarts: 0, apiOutages: 0, apiOutageMs: [], proxyEpisodes: {}, emulatorFaults: {}, busDrops: 0 };
+  readonly stats: ChaosStats = {
+    kills: 0,
+    sigkills: 0,
+    sigterms: 0,
+    writerKills: 0,
+    restarts: 0,
+    apiOutages: 0,
+    apiOutageMs: [],
+    proxyEpisodes: {},
+    emulatorFaults: {},
+    busDrops: 0,
+  };
   /** [start, end) of each time the API was unreachable: server stopped, or a proxy blackout (end undefined while it lasts). */
   readonly unreachable: Array<[number, number | undefined]> = [];
   readonly #rng: Rng;
@@ -83,7 +94,15 @@ export class Chaos {
   /** Writer by the replicas' own logs, a fallback while the Lease cannot be read. */
   readonly #writerByLog = new Map<string, boolean>();
 
-  constructor(options: { rng: Rng; replicas: Replica[]; proxy: FaultProxy; cp: ControlPlane; namespace: string; tuning: ChaosTuning; log: (message: string) => void }) {
+  constructor(options: {
+    rng: Rng;
+    replicas: Replica[];
+    proxy: FaultProxy;
+    cp: ControlPlane;
+    namespace: string;
+    tuning: ChaosTuning;
+    log: (message: string) => void;
+  }) {
     this.#rng = options.rng;
     this.#replicas = options.replicas;
     this.#proxy = options.proxy;
@@ -121,7 +140,7 @@ export class Chaos {
     let blackout: [number, number | undefined] | undefined;
     let nextEmu = now + rng.exponential(t.emulatorFaultEveryMs);
     let nextApi = now + rng.between(10_000, Math.min(t.apiOutageEveryMs, Math.max(11_000, until - now - 8000)));
-    while ((now = Date.now()) < until) {
+    for (now = Date.now(); now < until; now = Date.now()) {
       if (now >= nextKill) {
         nextKill = now + rng.exponential(t.killEveryMs);
         await this.#kill();
@@ -141,7 +160,10 @@ export class Chaos {
         if (name === 'stallWatches') open = `, ${this.#proxy.stallOpenWatches(faults.stallMs ?? [1000, 4000])} open watches stalled`;
         if (name === 'endWatches') open = `, ${this.#proxy.endOpenWatches()} open watches ended`;
         const ms = name === 'blackout' ? rng.between(1000, 3000) : rng.between(...t.proxyEpisodeMs);
-        if (name === 'blackout') this.unreachable.push((blackout = [now, undefined]));
+        if (name === 'blackout') {
+          blackout = [now, undefined];
+          this.unreachable.push(blackout);
+        }
         proxyEnds = now + ms;
         this.stats.proxyEpisodes[name] = (this.stats.proxyEpisodes[name] ?? 0) + 1;
         this.#log(`proxy: ${name} for ${Math.round(ms)} ms${open}`);
@@ -181,7 +203,9 @@ export class Chaos {
   async writer(): Promise<string | undefined> {
     if (this.#cp.apiServerRunning) {
       try {
-        const res = await this.#cp.adminRequest('GET', `/apis/coordination.k8s.io/v1/namespaces/${this.#namespace}/leases/certshare-proxy`, { timeoutMs: 1000 });
+        const res = await this.#cp.adminRequest('GET', `/apis/coordination.k8s.io/v1/namespaces/${this.#namespace}/leases/certshare-proxy`, {
+          timeoutMs: 1000,
+        });
         if (res.status === 200) {
           const holder = (JSON.parse(res.body) as { spec?: { holderIdentity?: string } }).spec?.holderIdentity;
           if (holder) return holder;

@@ -41,7 +41,11 @@ describe('IPN bus', () => {
       ['1.102.5', LEGACY, undefined],
       ['1.102.5', STATUS, undefined],
       ['1.102.5', NotifyMask.RateLimit | STATUS, `${INCOMPATIBLE} ipn.NotifyInitialStatus`],
-      ['1.102.5', NotifyMask.RateLimit | NotifyMask.PeerChanges | NotifyMask.InitialStatus, `${INCOMPATIBLE} (ipn.NotifyPeerChanges | ipn.NotifyInitialStatus)`],
+      [
+        '1.102.5',
+        NotifyMask.RateLimit | NotifyMask.PeerChanges | NotifyMask.InitialStatus,
+        `${INCOMPATIBLE} (ipn.NotifyPeerChanges | ipn.NotifyInitialStatus)`,
+      ],
       ['1.100.0', NotifyMask.RateLimit | STATUS, undefined],
       ['1.100.0', NotifyMask.InProcessNoDisconnect | STATUS, undefined],
       ['1.98.10', LEGACY, undefined],

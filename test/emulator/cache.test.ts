@@ -88,10 +88,7 @@ describe('issuance cache (tailscaled policy)', () => {
   test('concurrent requests share the one issuance in flight', async () => {
     const clock = fakeClock();
     const em = await env.start({ domains: [D, 'other.tailnet-1234.ts.net'], clock, certLifetimeMs: 90 * DAY });
-    const serials = await Promise.all([
-      ...Array.from({ length: 8 }, () => serial(em)),
-      serial(em, '0s', 'other.tailnet-1234.ts.net'),
-    ]);
+    const serials = await Promise.all([...Array.from({ length: 8 }, () => serial(em)), serial(em, '0s', 'other.tailnet-1234.ts.net')]);
     assert.equal(new Set(serials.slice(0, 8)).size, 1);
     assert.deepEqual(em.stats().issuances, { [D]: 1, 'other.tailnet-1234.ts.net': 1 });
     // Synchronous renewals requested concurrently also share one issuance.
@@ -120,7 +117,10 @@ describe('issuance cache (tailscaled policy)', () => {
     e1.injectFault('cert:rate_limit_429');
     assert.equal((await get(e1.address, certPath(D))).status, 429); // faulted: no line
     const s2 = await serial(e2);
-    const lines = (await readFile(ledgerPath, 'utf8')).trimEnd().split('\n').map((l) => JSON.parse(l));
+    const lines = (await readFile(ledgerPath, 'utf8'))
+      .trimEnd()
+      .split('\n')
+      .map((l) => JSON.parse(l));
     assert.equal(lines.length, 2);
     assert.deepEqual(
       lines.map((l) => [l.emulator, l.domain, l.serial]),

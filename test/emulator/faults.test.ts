@@ -35,8 +35,21 @@ describe('fault specs', () => {
   });
 
   test('rejects bad specs with one clear line', () => {
-    for (const bad of ['cert', 'cert:nope', 'disk:full', 'cert:slow:delay=soon', 'cert:hang:count=-1', 'cert:hang:colour=red', 'bus:disconnect:domain=x.ts.net', 'cert:hang:oops']) {
-      assert.throws(() => parseFaultSpec(bad), (err: Error) => err.message.includes(bad) && !err.message.includes('\n'), bad);
+    for (const bad of [
+      'cert',
+      'cert:nope',
+      'disk:full',
+      'cert:slow:delay=soon',
+      'cert:hang:count=-1',
+      'cert:hang:colour=red',
+      'bus:disconnect:domain=x.ts.net',
+      'cert:hang:oops',
+    ]) {
+      assert.throws(
+        () => parseFaultSpec(bad),
+        (err: Error) => err.message.includes(bad) && !err.message.includes('\n'),
+        bad,
+      );
     }
     assert.throws(() => normalizeFault({ target: 'cert', kind: 'slow', delayMs: 'x' }));
     assert.throws(() => normalizeFault(42));
@@ -60,7 +73,10 @@ describe('cert faults', () => {
       const r = await fetchPair();
       assert.equal(r.status, 429);
       assert.equal(r.headers['retry-after'], '30');
-      assert.match(r.body, /^429 urn:ietf:params:acme:error:rateLimited: too many certificates \(5\) already issued for this exact set of domains in the last 168h0m0s/);
+      assert.match(
+        r.body,
+        /^429 urn:ietf:params:acme:error:rateLimited: too many certificates \(5\) already issued for this exact set of domains in the last 168h0m0s/,
+      );
     }
     const before = em.stats().issuances[D] ?? 0;
     const ok = await fetchPair();
@@ -75,7 +91,10 @@ describe('cert faults', () => {
     const r = await fetchPair();
     assert.equal(r.status, 500);
     assert.equal(r.headers['retry-after'], undefined);
-    assert.equal(r.body, '429 urn:ietf:params:acme:error:rateLimited: too many certificates (5) already issued for this exact set of domains in the last 168h0m0s\n');
+    assert.equal(
+      r.body,
+      '429 urn:ietf:params:acme:error:rateLimited: too many certificates (5) already issued for this exact set of domains in the last 168h0m0s\n',
+    );
   });
 
   test('error_500 with a custom message, and access_denied_403', async () => {

@@ -89,8 +89,7 @@ export class BusReader {
     this.ended = new Promise((r) => (endedResolve = r));
     res.on('data', (chunk: string) => {
       this.#buffer += chunk;
-      let nl: number;
-      while ((nl = this.#buffer.indexOf('\n')) >= 0) {
+      for (let nl = this.#buffer.indexOf('\n'); nl >= 0; nl = this.#buffer.indexOf('\n')) {
         const line = this.#buffer.slice(0, nl);
         this.#buffer = this.#buffer.slice(nl + 1);
         const w = this.#waiters.shift();
@@ -145,8 +144,12 @@ export function fakeClock(start = Date.UTC(2030, 0, 1, 12, 0, 0)): FakeClock {
   let t = start;
   return {
     now: () => t,
-    set: (ms) => void (t = ms),
-    advance: (ms) => void (t += ms),
+    set: (ms) => {
+      t = ms;
+    },
+    advance: (ms) => {
+      t += ms;
+    },
   };
 }
 

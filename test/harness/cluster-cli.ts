@@ -23,8 +23,10 @@ async function linkKubectl(binDir: string): Promise<void> {
 
 async function main(): Promise<void> {
   if (process.argv.includes('--help') || process.argv.includes('-h')) {
-    console.log('Usage: npm run cluster   (or make cluster)\n\nStarts etcd + kube-apiserver on 127.0.0.1 until Ctrl-C.\n' +
-      'Env: CERTSHARE_CP_VERBOSE=1 streams their logs; KUBEBUILDER_ASSETS=<dir> uses prebuilt binaries.');
+    console.log(
+      'Usage: npm run cluster   (or make cluster)\n\nStarts etcd + kube-apiserver on 127.0.0.1 until Ctrl-C.\n' +
+        'Env: CERTSHARE_CP_VERBOSE=1 streams their logs; KUBEBUILDER_ASSETS=<dir> uses prebuilt binaries.',
+    );
     return;
   }
   const started = performance.now();
@@ -43,7 +45,7 @@ async function main(): Promise<void> {
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGHUP', () => void stop('SIGHUP'));
 
-  cp = await startControlPlane({ verbose: process.env['CERTSHARE_CP_VERBOSE'] === '1' });
+  cp = await startControlPlane({ verbose: process.env.CERTSHARE_CP_VERBOSE === '1' });
   if (stopping) return;
   await mkdir(clusterDir, { recursive: true });
   await writeFile(kubeconfigPath, await readFile(cp.adminKubeconfigPath, 'utf8'), { mode: 0o600 });

@@ -2,15 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import {
-  ApiException,
-  CoreV1Api,
-  KubeConfig,
-  PatchStrategy,
-  RbacAuthorizationV1Api,
-  setHeaderOptions,
-  type V1PodCondition,
-} from '@kubernetes/client-node';
+import { ApiException, CoreV1Api, KubeConfig, PatchStrategy, RbacAuthorizationV1Api, setHeaderOptions, type V1PodCondition } from '@kubernetes/client-node';
 import { startControlPlane } from './control-plane.ts';
 import { useControlPlane } from './use-control-plane.ts';
 
@@ -123,13 +115,10 @@ describe('test control plane', () => {
     await patchCondition({ type: 'certshare.io/ready', status: 'False', reason: 'Starting' });
     const pod = await patchCondition({ type: 'certshare.io/ready', status: 'True', reason: 'Routable' });
     const conditions = pod.status?.conditions ?? [];
-    assert.deepEqual(
-      conditions.map((c) => [c.type, c.status]).sort(),
-      [
-        ['Other', 'True'],
-        ['certshare.io/ready', 'True'],
-      ],
-    );
+    assert.deepEqual(conditions.map((c) => [c.type, c.status]).sort(), [
+      ['Other', 'True'],
+      ['certshare.io/ready', 'True'],
+    ]);
     assert.equal(pod.status?.phase, 'Pending'); // no kubelet, no scheduler
     assert.equal(pod.spec?.nodeName, undefined);
   });

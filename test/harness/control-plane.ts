@@ -145,7 +145,6 @@ function installExitHook(): void {
   });
 }
 
-
 export interface ExitInfo {
   code: number | null;
   signal: NodeJS.Signals | null;
@@ -267,8 +266,8 @@ export class ManagedProcess {
 function childEnv(): NodeJS.ProcessEnv {
   const env = { ...process.env };
   // Keep the developer's own cluster settings out of the test processes.
-  delete env['KUBECONFIG'];
-  delete env['ETCDCTL_API'];
+  delete env.KUBECONFIG;
+  delete env.ETCDCTL_API;
   for (const key of Object.keys(env)) if (key.startsWith('ETCD_')) delete env[key];
   return env;
 }
@@ -323,14 +322,7 @@ async function runBuildScript(script: string, bins: string[]): Promise<string> {
 // ---------------------------------------------------------------------------------------------
 // Small helpers
 
-
-function yamlKubeconfig(p: {
-  server: string;
-  caPem: string;
-  user: Record<string, string>;
-  userName: string;
-  namespace: string;
-}): string {
+function yamlKubeconfig(p: { server: string; caPem: string; user: Record<string, string>; userName: string; namespace: string }): string {
   const b64 = (s: string) => Buffer.from(s).toString('base64');
   const q = (s: string) => JSON.stringify(s); // a JSON string is a valid YAML double-quoted scalar
   const userLines = Object.entries(p.user).map(([k, v]) => `    ${k}: ${q(k.endsWith('-data') ? b64(v) : v)}`);
@@ -379,7 +371,7 @@ class ControlPlaneImpl implements ControlPlane {
     this.binDir = binDir;
     this.dir = dir;
     this.options = options;
-    this.verbose = options.verbose ?? process.env['CERTSHARE_CP_VERBOSE'] === '1';
+    this.verbose = options.verbose ?? process.env.CERTSHARE_CP_VERBOSE === '1';
   }
 
   get server(): string {
@@ -538,11 +530,17 @@ class ControlPlaneImpl implements ControlPlane {
     this.apiserver = proc;
     let lastReadyz = '';
     try {
-      await this.waitFor('kube-apiserver', proc, started, async () => {
-        const res = await this.adminRequest('GET', '/readyz', { timeoutMs: 5000 });
-        lastReadyz = res.body;
-        return res.status === 200;
-      }, () => (lastReadyz ? `last /readyz response:\n${lastReadyz}` : ''));
+      await this.waitFor(
+        'kube-apiserver',
+        proc,
+        started,
+        async () => {
+          const res = await this.adminRequest('GET', '/readyz', { timeoutMs: 5000 });
+          lastReadyz = res.body;
+          return res.status === 200;
+        },
+        () => (lastReadyz ? `last /readyz response:\n${lastReadyz}` : ''),
+      );
       // Bootstrap objects that /readyz does not gate on everywhere: the system namespaces and RBAC roles.
       await this.waitFor('kube-apiserver', proc, started, async () => {
         for (const path of [
@@ -565,13 +563,7 @@ class ControlPlaneImpl implements ControlPlane {
     }
   }
 
-  private waitFor(
-    name: string,
-    proc: ManagedProcess,
-    started: number,
-    ready: () => Promise<boolean>,
-    extra: () => string = () => '',
-  ): Promise<void> {
+  private waitFor(name: string, proc: ManagedProcess, started: number, ready: () => Promise<boolean>, extra: () => string = () => ''): Promise<void> {
     return proc.waitReady(name, started, this.readyTimeoutMs, ready, extra);
   }
 
@@ -634,9 +626,7 @@ class ControlPlaneImpl implements ControlPlane {
         (res) => {
           const chunks: Buffer[] = [];
           res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('end', () =>
-            resolveRequest({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }),
-          );
+          res.on('end', () => resolveRequest({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }));
           res.on('error', reject);
         },
       );

@@ -25,7 +25,7 @@ export interface ControlPlanePki {
 }
 
 function pem(label: string, der: ArrayBuffer): string {
-  return x509.PemConverter.encode(der, label) + '\n';
+  return `${x509.PemConverter.encode(der, label)}\n`;
 }
 
 async function newKeys(): Promise<webcrypto.CryptoKeyPair> {
@@ -98,14 +98,12 @@ export async function createControlPlanePki(options: PkiOptions = {}): Promise<C
       ...ips.map((value) => ({ type: 'ip' as const, value })),
     ]),
   ]);
-  const adminCert = await leaf('CN=admin, O=system:masters', adminKeys, [
-    new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth]),
-  ]);
+  const adminCert = await leaf('CN=admin, O=system:masters', adminKeys, [new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth])]);
 
   return {
-    ca: { certPem: caCert.toString('pem') + '\n', keyPem: await privateKeyPem(caKeys) },
-    serving: { certPem: servingCert.toString('pem') + '\n', keyPem: await privateKeyPem(servingKeys) },
-    admin: { certPem: adminCert.toString('pem') + '\n', keyPem: await privateKeyPem(adminKeys) },
+    ca: { certPem: `${caCert.toString('pem')}\n`, keyPem: await privateKeyPem(caKeys) },
+    serving: { certPem: `${servingCert.toString('pem')}\n`, keyPem: await privateKeyPem(servingKeys) },
+    admin: { certPem: `${adminCert.toString('pem')}\n`, keyPem: await privateKeyPem(adminKeys) },
     serviceAccount: {
       privateKeyPem: await privateKeyPem(saKeys),
       publicKeyPem: pem('PUBLIC KEY', await webcrypto.subtle.exportKey('spki', saKeys.publicKey)),

@@ -116,7 +116,7 @@ class RealTailscaledImpl implements RealTailscaled {
     this.binDir = binDir;
     this.dir = dir;
     this.options = options;
-    this.verbose = options.verbose ?? process.env['CERTSHARE_TS_VERBOSE'] === '1';
+    this.verbose = options.verbose ?? process.env.CERTSHARE_TS_VERBOSE === '1';
     this.readyTimeoutMs = options.readyTimeoutMs ?? 60_000;
   }
 
@@ -282,9 +282,12 @@ class RealTailscaledImpl implements RealTailscaled {
  */
 export function useRealTailscaled(options: RealTailscaledOptions = {}): () => RealTailscaled {
   let ts: RealTailscaled | undefined;
-  before(async () => {
-    ts = await startRealTailscaled(options);
-  }, { timeout: BUILD_AND_START_TIMEOUT_MS });
+  before(
+    async () => {
+      ts = await startRealTailscaled(options);
+    },
+    { timeout: BUILD_AND_START_TIMEOUT_MS },
+  );
   after(() => ts?.stop());
   return () => {
     if (!ts) throw new Error('useRealTailscaled(): before() hook has not run');

@@ -17,12 +17,18 @@ export const CONTROL_PLANE_HOOK_TIMEOUT_MS = 80 * 60_000;
  */
 export function useControlPlane(options: ControlPlaneOptions = {}): () => ControlPlane {
   let cp: ControlPlane | undefined;
-  before(async () => {
-    cp = await startControlPlane(options);
-  }, { timeout: CONTROL_PLANE_HOOK_TIMEOUT_MS });
-  after(async () => {
-    await cp?.stop();
-  }, { timeout: 60_000 });
+  before(
+    async () => {
+      cp = await startControlPlane(options);
+    },
+    { timeout: CONTROL_PLANE_HOOK_TIMEOUT_MS },
+  );
+  after(
+    async () => {
+      await cp?.stop();
+    },
+    { timeout: 60_000 },
+  );
   return () => {
     if (!cp) throw new Error('control plane not started (useControlPlane() hooks have not run or failed)');
     return cp;

@@ -48,7 +48,8 @@ function simulate(world: World, decide: Decide): string | undefined {
   const check = (): string | undefined => {
     const leaf = s.leaf;
     if (!leaf) return undefined;
-    if (!leafTrustedEverywhere(s, leaf)) return `at ${now}: leaf ${leaf.serial} signed by ${leaf.signedBy}, not in every observed bundle ${JSON.stringify(s.observed)}`;
+    if (!leafTrustedEverywhere(s, leaf))
+      return `at ${now}: leaf ${leaf.serial} signed by ${leaf.signedBy}, not in every observed bundle ${JSON.stringify(s.observed)}`;
     if (now < leaf.notBefore || now >= leaf.notAfter) return `at ${now}: leaf ${leaf.serial} outside ${leaf.notBefore}..${leaf.notAfter}`;
     if (!s.bundle.some((ca) => ca.id === leaf.signedBy)) return `at ${now}: leaf ${leaf.serial}'s CA left the bundle`;
     return undefined;
@@ -123,7 +124,13 @@ const worlds: fc.Arbitrary<World> = fc
     const caLifetime = 2 * propagation + caSpare;
     const caRotateBefore = propagation + 1 + Math.floor(rotateShare * (caSpare - 2));
     const leafRenewBefore = 1 + Math.floor(renewShare * (leafLifetime - 2));
-    const policy: RotationPolicy = { caLifetimeMs: caLifetime, caRotateBeforeMs: caRotateBefore, leafLifetimeMs: leafLifetime, leafRenewBeforeMs: leafRenewBefore, propagationGraceMs: grace };
+    const policy: RotationPolicy = {
+      caLifetimeMs: caLifetime,
+      caRotateBeforeMs: caRotateBefore,
+      leafLifetimeMs: leafLifetime,
+      leafRenewBeforeMs: leafRenewBefore,
+      propagationGraceMs: grace,
+    };
     return { policy, objects: Array.from({ length: objectCount }, (_, i) => `object${i}`), delays, horizon: 6 * caLifetime };
   });
 
@@ -159,7 +166,12 @@ describe('CA rotation policy', () => {
     let s = emptyRotationState(['mwc']);
     assert.equal(decideRotation(s, p, 0).action?.kind, 'create-ca');
     s = withCa(s, { id: 'A', notBefore: 0, notAfter: 1000 });
-    assert.deepEqual(decideRotation(s, p, 0).action, { kind: 'publish', reason: '1 object(s) do not carry the current bundle', objects: ['mwc'], caIds: ['A'] });
+    assert.deepEqual(decideRotation(s, p, 0).action, {
+      kind: 'publish',
+      reason: '1 object(s) do not carry the current bundle',
+      objects: ['mwc'],
+      caIds: ['A'],
+    });
     s = withPublished(s, ['mwc'], ['A']);
     // Written but not yet observed: no leaf, and nothing else to do.
     assert.equal(decideRotation(s, p, 0).action, undefined);

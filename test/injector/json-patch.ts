@@ -2,14 +2,14 @@
 // webhook's patch; enough to check the injector's patches without a dependency.
 type Json = unknown;
 
-function unescape(token: string): string {
+function unescapeToken(token: string): string {
   return token.replaceAll('~1', '/').replaceAll('~0', '~');
 }
 
 export function applyJsonPatch(document: Json, ops: { op: string; path: string; value?: Json }[]): Json {
   const root = { doc: structuredClone(document) } as Record<string, Json>;
   for (const { op, path, value } of ops) {
-    const tokens = ['doc', ...path.split('/').slice(1).map(unescape)];
+    const tokens = ['doc', ...path.split('/').slice(1).map(unescapeToken)];
     const last = tokens.pop()!;
     let parent = root as Json;
     for (const t of tokens) {

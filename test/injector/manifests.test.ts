@@ -27,7 +27,12 @@ const flagDefault = (name: string): string => INJECTOR_FLAGS.find((f) => f.name 
 describe('manifests/injector', () => {
   it('the Deployment runs two replicas with only environment variables the injector reads', async () => {
     const [deployment, pdb, service] = await docs('deployment.yaml');
-    const spec = deployment!.spec as { replicas: number; template: { spec: { serviceAccountName: string; containers: { args: string[]; env: { name: string; value?: string }[]; ports: { containerPort: number }[] }[] } } };
+    const spec = deployment!.spec as {
+      replicas: number;
+      template: {
+        spec: { serviceAccountName: string; containers: { args: string[]; env: { name: string; value?: string }[]; ports: { containerPort: number }[] }[] };
+      };
+    };
     assert.equal(spec.replicas, 2);
     assert.equal(pdb!.kind, 'PodDisruptionBudget');
     assert.equal(service!.metadata.name, flagDefault('service'));
@@ -35,7 +40,10 @@ describe('manifests/injector', () => {
     assert.deepEqual(container.args, ['injector']);
     const known = new Set([...INJECTOR_FLAGS.map((f) => envName(f.name)), 'POD_NAMESPACE']);
     for (const e of container.env) assert.ok(known.has(e.name), `${e.name} is not read by certshare injector`);
-    assert.deepEqual(container.ports.map((p) => p.containerPort), [Number(flagDefault('listen').split(':').pop()), Number(flagDefault('metrics-listen').split(':').pop())]);
+    assert.deepEqual(
+      container.ports.map((p) => p.containerPort),
+      [Number(flagDefault('listen').split(':').pop()), Number(flagDefault('metrics-listen').split(':').pop())],
+    );
   });
 
   it('RBAC names exactly the Secrets and the webhook configuration the injector uses by default', async () => {
@@ -45,13 +53,26 @@ describe('manifests/injector', () => {
     assert.deepEqual(role.rules.find((r) => r.resourceNames)!.resourceNames!.sort(), [flagDefault('ca-secret'), flagDefault('tls-secret')].sort());
     const clusterRole = rbac.find((d) => d.kind === 'ClusterRole') as unknown as Rules;
     const target = parseTarget(flagDefault('inject-ca-into'));
-    assert.deepEqual(clusterRole.rules, [{ apiGroups: ['admissionregistration.k8s.io'], resources: ['mutatingwebhookconfigurations'], resourceNames: [target.name], verbs: ['get', 'list', 'watch', 'update'] }]);
+    assert.deepEqual(clusterRole.rules, [
+      {
+        apiGroups: ['admissionregistration.k8s.io'],
+        resources: ['mutatingwebhookconfigurations'],
+        resourceNames: [target.name],
+        verbs: ['get', 'list', 'watch', 'update'],
+      },
+    ]);
   });
 
   it('the webhook fails closed, and selects neither kube-system, nor the injector namespace, nor its Pods', async () => {
     const [mwc] = await docs('webhook.yaml');
     assert.equal(mwc!.metadata.name, parseTarget(flagDefault('inject-ca-into')).name);
-    const [hook] = mwc!.webhooks as { failurePolicy: string; reinvocationPolicy: string; clientConfig: { caBundle?: string; service: { name: string } }; namespaceSelector: { matchExpressions: { values: string[] }[] }; objectSelector: { matchExpressions: { key: string; operator: string; values: string[] }[] } }[];
+    const [hook] = mwc!.webhooks as {
+      failurePolicy: string;
+      reinvocationPolicy: string;
+      clientConfig: { caBundle?: string; service: { name: string } };
+      namespaceSelector: { matchExpressions: { values: string[] }[] };
+      objectSelector: { matchExpressions: { key: string; operator: string; values: string[] }[] };
+    }[];
     assert.equal(hook!.failurePolicy, 'Fail');
     assert.equal(hook!.reinvocationPolicy, 'IfNeeded');
     assert.equal(hook!.clientConfig.caBundle, undefined, 'the injector writes the caBundle');

@@ -6,7 +6,13 @@ import { ANNOTATION, DEFAULT_READINESS_GATE, admissionReviewResponse, injectionF
 import { SIDECAR_NAME, TOKEN_DIR } from '../../src/injector/sidecar.ts';
 import { applyJsonPatch } from './json-patch.ts';
 
-const defaults: InjectionDefaults = { image: 'example/certshare:test', mode: 'auto', outDir: '/certs', readinessGate: DEFAULT_READINESS_GATE, socketVolume: 'tailscale-socket' };
+const defaults: InjectionDefaults = {
+  image: 'example/certshare:test',
+  mode: 'auto',
+  outDir: '/certs',
+  readinessGate: DEFAULT_READINESS_GATE,
+  socketVolume: 'tailscale-socket',
+};
 const DOMAIN = 'proxy.tailnet-0000.ts.net';
 
 function pod(annotations: Record<string, string> | undefined, spec: Partial<V1Pod['spec']> = {}): V1Pod {
@@ -28,7 +34,11 @@ function pod(annotations: Record<string, string> | undefined, spec: Partial<V1Po
 const asked = (more: Record<string, string> = {}) => ({ [ANNOTATION.inject]: 'true', [ANNOTATION.domains]: DOMAIN, ...more });
 
 function review(object: unknown, uid = 'uid-1') {
-  return { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid, kind: { group: '', version: 'v1', kind: 'Pod' }, operation: 'CREATE', object } };
+  return {
+    apiVersion: 'admission.k8s.io/v1',
+    kind: 'AdmissionReview',
+    request: { uid, kind: { group: '', version: 'v1', kind: 'Pod' }, operation: 'CREATE', object },
+  };
 }
 
 interface ReviewAnswer {
@@ -69,7 +79,13 @@ describe('injector mutation', () => {
     assert.deepEqual(stored.spec!.readinessGates, [{ conditionType: DEFAULT_READINESS_GATE }]);
     assert.deepEqual(sidecar.resources, { requests: { cpu: '10m', memory: '112Mi' }, limits: { memory: '192Mi' } });
     assert.deepEqual(sidecar.securityContext, {
-      runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] }, seccompProfile: { type: 'RuntimeDefault' },
+      runAsNonRoot: true,
+      runAsUser: 65532,
+      runAsGroup: 65532,
+      readOnlyRootFilesystem: true,
+      allowPrivilegeEscalation: false,
+      capabilities: { drop: ['ALL'] },
+      seccompProfile: { type: 'RuntimeDefault' },
     });
     assert.deepEqual(sidecar.volumeMounts, [
       { name: 'certshare-certs', mountPath: '/certs' },
@@ -81,18 +97,36 @@ describe('injector mutation', () => {
     assert.equal(stored.spec!.serviceAccountName, 'default', 'a projected token needs a named ServiceAccount');
     for (const c of stored.spec!.containers) {
       assert.ok(!c.volumeMounts?.some((m) => m.name === 'certshare-token'), `${c.name} has no token`);
-      assert.deepEqual(c.volumeMounts?.find((m) => m.name === 'certshare-certs'), { name: 'certshare-certs', mountPath: '/certs', readOnly: true });
+      assert.deepEqual(
+        c.volumeMounts?.find((m) => m.name === 'certshare-certs'),
+        { name: 'certshare-certs', mountPath: '/certs', readOnly: true },
+      );
     }
     const token = stored.spec!.volumes!.find((v) => v.name === 'certshare-token')!;
-    assert.deepEqual(token.projected!.sources!.map((s) => Object.keys(s)[0]), ['serviceAccountToken', 'configMap', 'downwardAPI']);
+    assert.deepEqual(
+      token.projected!.sources!.map((s) => Object.keys(s)[0]),
+      ['serviceAccountToken', 'configMap', 'downwardAPI'],
+    );
     // Whatever else the Pod had stays.
     assert.equal(stored.spec!.containers[1]!.volumeMounts![0]!.name, 'tailscale-socket');
   });
 
   it('honours the annotations over the defaults', () => {
-    const { stored } = admit(pod(asked({ [ANNOTATION.domains]: `${DOMAIN}, Other.Example.COM.`, [ANNOTATION.mode]: 'ro', [ANNOTATION.outDir]: '/etc/tls', [ANNOTATION.readinessGate]: 'example.com/tls' })));
+    const { stored } = admit(
+      pod(
+        asked({
+          [ANNOTATION.domains]: `${DOMAIN}, Other.Example.COM.`,
+          [ANNOTATION.mode]: 'ro',
+          [ANNOTATION.outDir]: '/etc/tls',
+          [ANNOTATION.readinessGate]: 'example.com/tls',
+        }),
+      ),
+    );
     const env = envOf(stored);
-    assert.deepEqual([env.CERTSHARE_DOMAIN, env.CERTSHARE_MODE, env.CERTSHARE_OUT_DIR, env.CERTSHARE_READINESS_GATE], [`${DOMAIN},other.example.com`, 'ro', '/etc/tls', 'example.com/tls']);
+    assert.deepEqual(
+      [env.CERTSHARE_DOMAIN, env.CERTSHARE_MODE, env.CERTSHARE_OUT_DIR, env.CERTSHARE_READINESS_GATE],
+      [`${DOMAIN},other.example.com`, 'ro', '/etc/tls', 'example.com/tls'],
+    );
     assert.deepEqual(stored.spec!.readinessGates, [{ conditionType: 'example.com/tls' }]);
     const none = admit(pod(asked({ [ANNOTATION.readinessGate]: 'none' }))).stored;
     assert.equal(envOf(none).CERTSHARE_READINESS_GATE, undefined);
@@ -115,7 +149,10 @@ describe('injector mutation', () => {
       assert.deepEqual([answer.response.allowed, answer.response.patch], [true, undefined]);
       assert.deepEqual(stored, pod(annotations));
     }
-    const notPod = admissionReviewResponse({ request: { uid: 'u', kind: { kind: 'ConfigMap' }, object: { metadata: { annotations: asked() } } } }, defaults) as ReviewAnswer;
+    const notPod = admissionReviewResponse(
+      { request: { uid: 'u', kind: { kind: 'ConfigMap' }, object: { metadata: { annotations: asked() } } } },
+      defaults,
+    ) as ReviewAnswer;
     assert.deepEqual(notPod.response, { uid: 'u', allowed: true });
   });
 
@@ -163,7 +200,10 @@ describe('injector mutation', () => {
     const stored = admit(
       pod(asked(), {
         containers: [{ name: 'proxy', image: 'nginx', volumeMounts: [{ name: 'certs', mountPath: '/certs', readOnly: true }] }],
-        volumes: [{ name: 'tailscale-socket', emptyDir: {} }, { name: 'certs', emptyDir: {} }],
+        volumes: [
+          { name: 'tailscale-socket', emptyDir: {} },
+          { name: 'certs', emptyDir: {} },
+        ],
       }),
     ).stored;
     assert.equal(sidecarOf(stored)!.volumeMounts![0]!.name, 'certs');
@@ -174,7 +214,9 @@ describe('injector mutation', () => {
   it('never throws on any annotations or Pod shape, and answers every request it can identify', () => {
     const annotationValue = fc.oneof(fc.string(), fc.constantFrom('true', 'false', 'rw', 'ro', 'auto', 'none', DOMAIN, '/certs', 'a.b', '', '*.x.y'));
     const annotations = fc.dictionary(fc.constantFrom(...Object.values(ANNOTATION), 'other'), annotationValue);
-    const shapes = fc.record({ spec: fc.option(fc.constantFrom({}, { containers: [] }, { containers: [{ name: 'certshare' }] }, pod(undefined).spec), { nil: undefined }) });
+    const shapes = fc.record({
+      spec: fc.option(fc.constantFrom({}, { containers: [] }, { containers: [{ name: 'certshare' }] }, pod(undefined).spec), { nil: undefined }),
+    });
     fc.assert(
       fc.property(annotations, shapes, (a, shape) => {
         const p = { metadata: { annotations: a }, ...(shape.spec ? { spec: shape.spec } : {}) };
@@ -200,8 +242,9 @@ describe('the injected sidecar and the daemon', () => {
     const known = new Set(['POD_NAME', 'POD_NAMESPACE', 'POD_IPS', ...RUN_FLAGS.map((f) => envName(f.name))]);
     for (const name of Object.keys(env)) assert.ok(known.has(name), `${name} is not read by certshare run`);
     const config = daemonConfigFrom(parseFlags(RUN_FLAGS, [], env), env);
-    assert.deepEqual([config.domains, config.mode, config.store, config.outDir, config.readinessGate, config.localapi, config.listen], [
-      [DOMAIN, 'b.example.com'], 'ro', { kind: 'kube' }, '/certs', DEFAULT_READINESS_GATE, '/var/run/tailscale/tailscaled.sock', '[::]:9002',
-    ]);
+    assert.deepEqual(
+      [config.domains, config.mode, config.store, config.outDir, config.readinessGate, config.localapi, config.listen],
+      [[DOMAIN, 'b.example.com'], 'ro', { kind: 'kube' }, '/certs', DEFAULT_READINESS_GATE, '/var/run/tailscale/tailscaled.sock', '[::]:9002'],
+    );
   });
 });

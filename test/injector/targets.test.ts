@@ -34,7 +34,11 @@ describe('caBundle targets', () => {
   });
 
   it('writes the bundle where each kind keeps it', () => {
-    const crd = withCaBundle('customresourcedefinition', { spec: { conversion: { strategy: 'Webhook', webhook: { clientConfig: { service: { name: 's', namespace: 'n' } } } } } }, a.pem);
+    const crd = withCaBundle(
+      'customresourcedefinition',
+      { spec: { conversion: { strategy: 'Webhook', webhook: { clientConfig: { service: { name: 's', namespace: 'n' } } } } } },
+      a.pem,
+    );
     assert.deepEqual(observedCaSerials('customresourcedefinition', crd), [a.serial]);
     assert.throws(() => withCaBundle('customresourcedefinition', { spec: {} }, a.pem), { code: 'CERTSHARE_BAD_CONFIG' });
     const apiService = withCaBundle('apiservice', { spec: { service: { name: 's' } } }, b.pem) as { spec: { caBundle: string } };
@@ -42,10 +46,19 @@ describe('caBundle targets', () => {
   });
 
   it('reads the injector flags, splitting extra names from IPs and refusing a rotation that cannot overlap', () => {
-    const config = injectorConfigFrom(parseFlags(INJECTOR_FLAGS, ['--extra-san', '127.0.0.1', '--extra-san', 'hook.example.com', '--inject-ca-into', 'vwc/v'], {}), { POD_NAMESPACE: 'ns' });
+    const config = injectorConfigFrom(
+      parseFlags(INJECTOR_FLAGS, ['--extra-san', '127.0.0.1', '--extra-san', 'hook.example.com', '--inject-ca-into', 'vwc/v'], {}),
+      { POD_NAMESPACE: 'ns' },
+    );
     assert.deepEqual([config.extraIps, config.extraDnsNames, config.serviceNamespace], [['127.0.0.1'], ['hook.example.com'], 'ns']);
     assert.deepEqual(config.targets, [{ kind: 'validatingwebhookconfiguration', name: 'v' }]);
-    assert.deepEqual(config.policy, { caLifetimeMs: 8760 * HOUR, caRotateBeforeMs: 2160 * HOUR, leafLifetimeMs: 720 * HOUR, leafRenewBeforeMs: 240 * HOUR, propagationGraceMs: 30_000 });
+    assert.deepEqual(config.policy, {
+      caLifetimeMs: 8760 * HOUR,
+      caRotateBeforeMs: 2160 * HOUR,
+      leafLifetimeMs: 720 * HOUR,
+      leafRenewBeforeMs: 240 * HOUR,
+      propagationGraceMs: 30_000,
+    });
     assert.throws(() => injectorConfigFrom(parseFlags(INJECTOR_FLAGS, ['--leaf-renew-before', '800h'], {}), {}), { code: 'CERTSHARE_BAD_FLAG' });
     assert.throws(() => injectorConfigFrom(parseFlags(INJECTOR_FLAGS, ['--propagation-grace', '3000h'], {}), {}), /propagation grace/);
   });

@@ -46,10 +46,16 @@ describe('webhook TLS server with hot reload', () => {
 
   before(async () => {
     const now = Date.now();
-    const [caA, caB] = await Promise.all([createInjectorCa({ notBefore: now, notAfter: now + HOUR }), createInjectorCa({ notBefore: now, notAfter: now + HOUR })]);
+    const [caA, caB] = await Promise.all([
+      createInjectorCa({ notBefore: now, notAfter: now + HOUR }),
+      createInjectorCa({ notBefore: now, notAfter: now + HOUR }),
+    ]);
     cas = [caA.certPem, caB.certPem];
     const names = { dnsNames: ['hook'], ipAddresses: ['127.0.0.1'] };
-    const [a, b] = await Promise.all([issueServingLeaf(caA, names, { notBefore: now, notAfter: now + HOUR }), issueServingLeaf(caB, names, { notBefore: now, notAfter: now + HOUR })]);
+    const [a, b] = await Promise.all([
+      issueServingLeaf(caA, names, { notBefore: now, notAfter: now + HOUR }),
+      issueServingLeaf(caB, names, { notBefore: now, notAfter: now + HOUR }),
+    ]);
     first = { certPem: a.chainPem, keyPem: a.keyPem, serial: a.serial };
     second = { certPem: b.chainPem, keyPem: b.keyPem, serial: b.serial };
     server = await startTlsServer({ host: '127.0.0.1', port: 0, pair: first, routes: { '/echo': (body) => ({ echo: body }) } });

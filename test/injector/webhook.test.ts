@@ -88,15 +88,28 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     const values = parseFlags(
       INJECTOR_FLAGS,
       [
-        '--listen', `127.0.0.1:${port}`,
-        '--metrics-listen', '127.0.0.1:0',
-        '--extra-san', '127.0.0.1',
+        '--listen',
+        `127.0.0.1:${port}`,
+        '--metrics-listen',
+        '127.0.0.1:0',
+        '--extra-san',
+        '127.0.0.1',
         // Rotation in seconds: a new CA every 6 s, a new leaf every 2 s, 1 s for the apiserver to see a new bundle.
-        '--ca-lifetime', '12s', '--ca-rotate-before', '6s',
-        '--leaf-lifetime', '4s', '--leaf-renew-before', '2s',
+        '--ca-lifetime',
+        '12s',
+        '--ca-rotate-before',
+        '6s',
+        '--leaf-lifetime',
+        '4s',
+        '--leaf-renew-before',
+        '2s',
         // No periodic re-read to lean on: the Secrets and the configuration are watched.
-        '--propagation-grace', '1s', '--resync', '1h',
-        '--drain-delay', '1s',
+        '--propagation-grace',
+        '1s',
+        '--resync',
+        '1h',
+        '--drain-delay',
+        '1s',
       ],
       {},
     );
@@ -150,7 +163,10 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     const bundle = await storedBundle();
     for (const r of replicas) assert.ok(bundle.includes(r.injector.controller.state.leaf!.signedBy), r.name);
     const secrets = await cp().adminRequest('GET', `/api/v1/namespaces/${INJECTOR_NS}/secrets`);
-    assert.deepEqual((JSON.parse(secrets.body).items as { metadata: { name: string } }[]).map((x) => x.metadata.name).sort(), ['certshare-injector-ca', 'certshare-injector-tls']);
+    assert.deepEqual((JSON.parse(secrets.body).items as { metadata: { name: string } }[]).map((x) => x.metadata.name).sort(), [
+      'certshare-injector-ca',
+      'certshare-injector-tls',
+    ]);
   });
 
   it('injects an annotated Pod, leaves others untouched, rejects a bad annotation with its message', async () => {
@@ -176,7 +192,8 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     const admissions: Record<string, number> = {};
     for (const r of replicas) {
       const text = await (await fetch(`http://127.0.0.1:${r.injector.metricsPort}/metrics`)).text();
-      for (const m of text.matchAll(/^certshare_injector_admissions_total\{result="(\w+)"\} (\d+)$/gm)) admissions[m[1]!] = (admissions[m[1]!] ?? 0) + Number(m[2]);
+      for (const m of text.matchAll(/^certshare_injector_admissions_total\{result="(\w+)"\} (\d+)$/gm))
+        admissions[m[1]!] = (admissions[m[1]!] ?? 0) + Number(m[2]);
       assert.match(text, /^certshare_injector_leaf_expiration_timestamp_seconds \d+/m);
     }
     assert.deepEqual([admissions.injected, admissions.skipped, admissions.rejected], [1, 1, 1]);
@@ -205,7 +222,21 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
   it('keeps the caBundle of a ValidatingWebhookConfiguration, a CRD conversion webhook and an APIService too, and restores its Secrets deleted by hand', async () => {
     const hookUrl = { url: 'https://127.0.0.1:1/validate' };
     const objects = [
-      { apiVersion: 'admissionregistration.k8s.io/v1', kind: 'ValidatingWebhookConfiguration', metadata: { name: 'certshare-extra' }, webhooks: [{ name: 'validate.certshare.io', clientConfig: hookUrl, rules: [{ apiGroups: ['example.certshare.io'], apiVersions: ['v1'], operations: ['CREATE'], resources: ['widgets'] }], sideEffects: 'None', admissionReviewVersions: ['v1'], failurePolicy: 'Ignore' }] },
+      {
+        apiVersion: 'admissionregistration.k8s.io/v1',
+        kind: 'ValidatingWebhookConfiguration',
+        metadata: { name: 'certshare-extra' },
+        webhooks: [
+          {
+            name: 'validate.certshare.io',
+            clientConfig: hookUrl,
+            rules: [{ apiGroups: ['example.certshare.io'], apiVersions: ['v1'], operations: ['CREATE'], resources: ['widgets'] }],
+            sideEffects: 'None',
+            admissionReviewVersions: ['v1'],
+            failurePolicy: 'Ignore',
+          },
+        ],
+      },
       {
         apiVersion: 'apiextensions.k8s.io/v1',
         kind: 'CustomResourceDefinition',
@@ -214,25 +245,62 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
           group: 'example.certshare.io',
           names: { plural: 'widgets', singular: 'widget', kind: 'Widget' },
           scope: 'Namespaced',
-          versions: [{ name: 'v1', served: true, storage: true, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } }],
-          conversion: { strategy: 'Webhook', webhook: { conversionReviewVersions: ['v1'], clientConfig: { service: { name: 'certshare-injector', namespace: INJECTOR_NS, path: '/convert' } } } },
+          versions: [
+            { name: 'v1', served: true, storage: true, schema: { openAPIV3Schema: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true } } },
+          ],
+          conversion: {
+            strategy: 'Webhook',
+            webhook: { conversionReviewVersions: ['v1'], clientConfig: { service: { name: 'certshare-injector', namespace: INJECTOR_NS, path: '/convert' } } },
+          },
         },
       },
       // Another group than the CRD's: the apiserver registers a CRD's group itself, as a local APIService.
-      { apiVersion: 'apiregistration.k8s.io/v1', kind: 'APIService', metadata: { name: 'v1.aggregated.certshare.io' }, spec: { group: 'aggregated.certshare.io', version: 'v1', groupPriorityMinimum: 100, versionPriority: 10, service: { name: 'certshare-injector', namespace: INJECTOR_NS } } },
+      {
+        apiVersion: 'apiregistration.k8s.io/v1',
+        kind: 'APIService',
+        metadata: { name: 'v1.aggregated.certshare.io' },
+        spec: {
+          group: 'aggregated.certshare.io',
+          version: 'v1',
+          groupPriorityMinimum: 100,
+          versionPriority: 10,
+          service: { name: 'certshare-injector', namespace: INJECTOR_NS },
+        },
+      },
     ];
     for (const o of objects) await must(cp().kubectl(['apply', '-f', '-'], { input: JSON.stringify(o) }));
     const port = await freePort();
     const values = parseFlags(
       INJECTOR_FLAGS,
-      ['--listen', `127.0.0.1:${port}`, '--metrics-listen', '127.0.0.1:0', '--ca-secret', 'extra-ca', '--tls-secret', 'extra-tls', '--propagation-grace', '0s', '--resync', '1s',
-        '--inject-ca-into', 'vwc/certshare-extra', '--inject-ca-into', 'crd/widgets.example.certshare.io', '--inject-ca-into', 'apiservice/v1.aggregated.certshare.io',
-        '--inject-ca-into', 'vwc/certshare-later'],
+      [
+        '--listen',
+        `127.0.0.1:${port}`,
+        '--metrics-listen',
+        '127.0.0.1:0',
+        '--ca-secret',
+        'extra-ca',
+        '--tls-secret',
+        'extra-tls',
+        '--propagation-grace',
+        '0s',
+        '--resync',
+        '1s',
+        '--inject-ca-into',
+        'vwc/certshare-extra',
+        '--inject-ca-into',
+        'crd/widgets.example.certshare.io',
+        '--inject-ca-into',
+        'apiservice/v1.aggregated.certshare.io',
+        '--inject-ca-into',
+        'vwc/certshare-later',
+      ],
       {},
     );
     // Admin credentials: manifests/injector's ClusterRole covers only its own webhook configuration.
     const env = { KUBECONFIG: cp().adminKubeconfigPath, POD_NAMESPACE: INJECTOR_NS };
-    const logger = process.env.CERTSHARE_TEST_LOG ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, 'extra') : silentLogger;
+    const logger = process.env.CERTSHARE_TEST_LOG
+      ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, 'extra')
+      : silentLogger;
     const later = { ...structuredClone(objects[0]!), metadata: { name: 'certshare-later' } };
     const extra = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });
     try {
@@ -246,8 +314,10 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
       await until('the extra injector serves', () => extra.server.serial !== undefined, [onEvent(extra.controller, 'served')], 30_000);
       const ca = extra.controller.state.leaf!.signedBy;
       const bundles = {
-        vwc: JSON.parse((await cp().adminRequest('GET', '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/certshare-extra')).body).webhooks[0].clientConfig.caBundle,
-        crd: JSON.parse((await cp().adminRequest('GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.certshare.io')).body).spec.conversion.webhook.clientConfig.caBundle,
+        vwc: JSON.parse((await cp().adminRequest('GET', '/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/certshare-extra')).body)
+          .webhooks[0].clientConfig.caBundle,
+        crd: JSON.parse((await cp().adminRequest('GET', '/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.certshare.io')).body).spec
+          .conversion.webhook.clientConfig.caBundle,
         apiService: JSON.parse((await cp().adminRequest('GET', '/apis/apiregistration.k8s.io/v1/apiservices/v1.aggregated.certshare.io')).body).spec.caBundle,
       };
       for (const [kind, b64] of Object.entries(bundles)) assert.deepEqual(bundleSerials(Buffer.from(b64 ?? '', 'base64').toString()), [ca], kind);
@@ -267,7 +337,9 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     }
   });
 
-  it('rotates CA and leaf several times while Pods are created continuously and replicas are replaced: zero admission failures', { timeout: 240_000 + SOAK_MS }, async () => {
+  it('rotates CA and leaf several times while Pods are created continuously and replicas are replaced: zero admission failures', {
+    timeout: 240_000 + SOAK_MS,
+  }, async () => {
     const start = { ...totals };
     const delta = (kind: string) => (totals[kind] ?? 0) - (start[kind] ?? 0);
     const metricsBefore = await webhookMetrics();
@@ -280,7 +352,8 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
         if (i > 0) await delay(50);
         const res = await createPod(podBody(`load-${worker}-${i}`, asked));
         if (res.status !== 201) failures.push(`${res.status} ${res.body.slice(0, 300)}`);
-        else if (!(JSON.parse(res.body) as V1Pod).spec!.initContainers?.some((c) => c.name === 'certshare')) failures.push(`load-${worker}-${i} stored without the sidecar`);
+        else if (!(JSON.parse(res.body) as V1Pod).spec!.initContainers?.some((c) => c.name === 'certshare'))
+          failures.push(`load-${worker}-${i} stored without the sidecar`);
         else created++;
       }
     };
@@ -291,7 +364,8 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
       const signer = leaf?.serial === serial ? leaf.signedBy : undefined;
       checks.push(
         storedBundle().then((serials) => {
-          if (!signer || !serials.includes(signer)) failures.push(`${name} served leaf ${serial} while the configuration carries ${serials.join(',')} (signer ${signer})`);
+          if (!signer || !serials.includes(signer))
+            failures.push(`${name} served leaf ${serial} while the configuration carries ${serials.join(',')} (signer ${signer})`);
         }),
       );
     };
@@ -346,7 +420,9 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
       admissionP50ms: Math.round(histogramQuantile(0.5, bucketIncrease(metricsBefore.latency, metricsAfter.latency)) * 10_000) / 10,
       admissionP99ms: Math.round(histogramQuantile(0.99, bucketIncrease(metricsBefore.latency, metricsAfter.latency)) * 10_000) / 10,
     };
-    console.log(`injector rotation run: ${JSON.stringify(run)}; apiserver webhook calls ${JSON.stringify(metricsAfter.calls)}, rejections ${JSON.stringify(metricsAfter.rejections)}`);
+    console.log(
+      `injector rotation run: ${JSON.stringify(run)}; apiserver webhook calls ${JSON.stringify(metricsAfter.calls)}, rejections ${JSON.stringify(metricsAfter.rejections)}`,
+    );
     assert.deepEqual(failures, []);
     assert.ok(created >= 10, `only ${created} Pods created`);
     assert.ok(run.leaves >= 3 && replaced >= 2, JSON.stringify(run));

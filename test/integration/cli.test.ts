@@ -17,7 +17,19 @@ describe('certshare command line', () => {
   it('describes every run flag in --help, with its environment variable', () => {
     const res = cli(['run', '--help']);
     assert.equal(res.status, 0);
-    for (const flag of ['--localapi', '--domain', '--serve-config', '--store', '--listen', '--reload-command', '--check-interval', '--first-retry', '--retry-cap', '--renew-fraction', '--cert-timeout']) {
+    for (const flag of [
+      '--localapi',
+      '--domain',
+      '--serve-config',
+      '--store',
+      '--listen',
+      '--reload-command',
+      '--check-interval',
+      '--first-retry',
+      '--retry-cap',
+      '--renew-fraction',
+      '--cert-timeout',
+    ]) {
       assert.ok(res.stdout.includes(flag), `${flag} documented`);
     }
     assert.match(res.stdout, /CERTSHARE_LOCALAPI/);
@@ -52,10 +64,27 @@ describe('certshare command line', () => {
     it('turns healthy, then exits 0 promptly on SIGTERM, running the reload command once', async () => {
       const emulator = await emulatorIn(dir());
       const marker = join(dir(), 'reloaded');
-      const child = spawn(process.execPath, [BIN, 'run', '--localapi', emulator.address, '--domain', DOMAIN, '--store', `dir:${join(dir(), 'certs')}`, '--listen', '127.0.0.1:0', '--reload-command', `echo "$CERTSHARE_DOMAINS" >> ${marker}`], {
-        env: { PATH: process.env.PATH },
-        stdio: ['ignore', 'pipe', 'inherit'],
-      });
+      const child = spawn(
+        process.execPath,
+        [
+          BIN,
+          'run',
+          '--localapi',
+          emulator.address,
+          '--domain',
+          DOMAIN,
+          '--store',
+          `dir:${join(dir(), 'certs')}`,
+          '--listen',
+          '127.0.0.1:0',
+          '--reload-command',
+          `echo "$CERTSHARE_DOMAINS" >> ${marker}`,
+        ],
+        {
+          env: { PATH: process.env.PATH },
+          stdio: ['ignore', 'pipe', 'inherit'],
+        },
+      );
       try {
         const lines = createInterface(child.stdout!);
         const logs: Array<{ msg: string }> = [];

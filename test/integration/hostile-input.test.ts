@@ -49,14 +49,18 @@ describe('hostile domains from a ServeConfig and from tailscaled, against the di
       await until('the valid domain healthy', () => daemon.health.evaluate(Date.now()).healthy, [(l) => daemon.health.onChange(l)]);
       const refusedName = (name: string) => entries.some((e) => e.code === 'CERTSHARE_BAD_DOMAIN' && (e.host === name || e.name === name));
       await until('every hostile name refused in the log', () => [...HOSTILE, '../../tcp'].every(refusedName), [onEvent(events, 'entry')]);
-      for (const name of HOSTILE) assert.ok(entries.some((e) => e.code === 'CERTSHARE_BAD_DOMAIN' && e.name === name && e.level === 'error'), `cert domain ${name} refused`);
+      for (const name of HOSTILE)
+        assert.ok(
+          entries.some((e) => e.code === 'CERTSHARE_BAD_DOMAIN' && e.name === name && e.level === 'error'),
+          `cert domain ${name} refused`,
+        );
       assert.deepEqual(daemon.manager.domains, [DOMAIN]);
       assert.deepEqual([...daemon.watcher.current()], [DOMAIN]);
       assert.deepEqual(Object.keys(emulator.stats().certRequests), [DOMAIN], 'CertPair asked for the valid domain only');
       assert.equal(emulator.stats().issuances[DOMAIN], 1);
       assert.equal((await fetch(`${daemon.address}/healthz`)).status, 200);
       const added = (await tree(dir())).filter((p) => !before.includes(p));
-      const outside = added.filter((p) => !p.startsWith(relative(dir(), store) + '/') && p !== relative(dir(), store));
+      const outside = added.filter((p) => !p.startsWith(`${relative(dir(), store)}/`) && p !== relative(dir(), store));
       assert.deepEqual(outside, [], 'nothing written outside the store');
       assert.ok(added.includes(join(relative(dir(), store), DOMAIN, 'tls.crt')));
     } finally {

@@ -61,7 +61,10 @@ describe('issuance against backdating, skewed and short-lived issuers (standalon
     const ahead = await observe(dir(), 'ahead', { certLifetimeMs: 5 * S, certBackdateMs: 0, clockSkewMs: 2 * S }, 3);
     // Each pair is used from its notBefore (2 s after issuance) and renewed 2.5 s later.
     for (const gap of gaps(ahead)) assert.ok(gap >= 3500, `CA ahead: issuances ${gap} ms apart (gaps ${gaps(ahead).join(', ')})`);
-    assert.ok(ahead.requests <= ahead.issued.length + 1, `${ahead.requests} CertPair calls for ${ahead.issued.length} issuances: no call while a pair was not valid yet`);
+    assert.ok(
+      ahead.requests <= ahead.issued.length + 1,
+      `${ahead.requests} CertPair calls for ${ahead.issued.length} issuances: no call while a pair was not valid yet`,
+    );
   });
 
   it('certificates due sooner than the minimum interval: CERTSHARE_CERT_TOO_SHORT, counted, logged, backing off', async () => {
@@ -73,7 +76,8 @@ describe('issuance against backdating, skewed and short-lived issuers (standalon
     const line = o.lines.find((l) => (l.obj as { code?: string }).code === 'CERTSHARE_CERT_TOO_SHORT');
     assert.ok(line, 'a CERTSHARE_CERT_TOO_SHORT log line');
     const fields = line.obj as Record<string, unknown>;
-    for (const key of ['notBefore', 'notAfter', 'lifetimeMs', 'validFromNowMs', 'minIssueIntervalMs', 'retryInMs']) assert.ok(key in fields, `log line has ${key}`);
+    for (const key of ['notBefore', 'notAfter', 'lifetimeMs', 'validFromNowMs', 'minIssueIntervalMs', 'retryInMs'])
+      assert.ok(key in fields, `log line has ${key}`);
     assert.equal(DOMAIN, 'web.tailnet-test.ts.net');
   });
 });

@@ -19,7 +19,9 @@ describe('a ServeConfig that has never been read', () => {
       assert.deepEqual(daemon.manager.domains, []);
 
       await writeFile(file, JSON.stringify({ Web: { [`${DOMAIN}:443`]: {} } }));
-      await until('the domain from the file healthy', () => daemon.manager.domains.length === 1 && daemon.health.evaluate(Date.now()).healthy, [(l) => daemon.health.onChange(l)]);
+      await until('the domain from the file healthy', () => daemon.manager.domains.length === 1 && daemon.health.evaluate(Date.now()).healthy, [
+        (l) => daemon.health.onChange(l),
+      ]);
       const ok = await fetch(`${daemon.address}/healthz`);
       assert.equal(ok.status, 200);
       assert.equal(await ok.text(), 'ok');

@@ -144,7 +144,14 @@ describe('standalone daemon against the emulator over a unix socket', () => {
     const file = join(dir(), 'serve.json');
     const other = 'db.tailnet-test.ts.net';
     const config = (hosts: string[]) =>
-      JSON.stringify({ Services: Object.fromEntries(hosts.map((h, i) => [`svc:s${i}`, { TCP: { '443': { HTTPS: true } }, Web: { [`${h}:443`]: { Handlers: { '/': { Proxy: 'http://127.0.0.1:8080' } } } } }])) });
+      JSON.stringify({
+        Services: Object.fromEntries(
+          hosts.map((h, i) => [
+            `svc:s${i}`,
+            { TCP: { '443': { HTTPS: true } }, Web: { [`${h}:443`]: { Handlers: { '/': { Proxy: 'http://127.0.0.1:8080' } } } } },
+          ]),
+        ),
+      });
     await writeFile(file, config([DOMAIN, other]));
     const emulator = await emulatorIn(dir(), { listen: join(dir(), 's.sock'), domains: [DOMAIN, other] });
     const daemon = await standaloneDaemon(emulator, certDir, ['--serve-config', file]);

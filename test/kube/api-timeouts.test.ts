@@ -33,7 +33,11 @@ async function relayed(ns: string, dir: string, name: string, who: { pod?: strin
 }
 
 /** A Logger that keeps every line and emits 'line' for each (a source for `until`). */
-function watchedLogger(): { logger: Logger; lines: Array<{ level: string; msg: string | undefined; obj: Record<string, unknown>; at: number }>; events: EventEmitter } {
+function watchedLogger(): {
+  logger: Logger;
+  lines: Array<{ level: string; msg: string | undefined; obj: Record<string, unknown>; at: number }>;
+  events: EventEmitter;
+} {
   const lines: Array<{ level: string; msg: string | undefined; obj: Record<string, unknown>; at: number }> = [];
   const events = new EventEmitter();
   const log = (level: string) => (obj: object, msg?: string) => {
@@ -44,7 +48,8 @@ function watchedLogger(): { logger: Logger; lines: Array<{ level: string; msg: s
   return { logger, lines, events };
 }
 
-const causeCode = (err: unknown): string | undefined => ((err as { cause?: unknown }).cause instanceof CertshareError ? ((err as { cause: CertshareError }).cause.code) : undefined);
+const causeCode = (err: unknown): string | undefined =>
+  (err as { cause?: unknown }).cause instanceof CertshareError ? (err as { cause: CertshareError }).cause.code : undefined;
 
 describe('Kubernetes API calls against a black-holed API server', () => {
   const dir = useTempDir();
@@ -80,11 +85,15 @@ describe('Kubernetes API calls against a black-holed API server', () => {
     }
   });
 
-  it("an issuance turn whose store read is black-holed reports the timeout and goes on", { timeout: 90_000 }, async () => {
+  it('an issuance turn whose store read is black-holed reports the timeout and goes on', { timeout: 90_000 }, async () => {
     const ns = await exampleNamespace(cp());
     const { relay, kubeconfig } = await relayed(ns, dir(), 'turn');
     // 12 s certificates: the renewal turn comes 6 s after issuance, inside the black hole.
-    const writer = await startReplica(cp(), ns, join(dir(), 'turn'), 'proxy-0', { mode: 'rw', env: { KUBECONFIG: kubeconfig }, emulator: { certLifetimeMs: 12_000 } });
+    const writer = await startReplica(cp(), ns, join(dir(), 'turn'), 'proxy-0', {
+      mode: 'rw',
+      env: { KUBECONFIG: kubeconfig },
+      emulator: { certLifetimeMs: 12_000 },
+    });
     try {
       await until('the first certificate', () => heldSerial(writer) !== undefined, [filesWritten(writer)], 20_000);
       const reported = nextEvent<{ message: string }>(writer.daemon.events, 'problem', (p) => /unreadable/.test(p.message), 40_000);
@@ -121,7 +130,10 @@ describe('Kubernetes API calls against a black-holed API server', () => {
       await until('four failed attempts', () => failures().length >= 4, [onEvent(events, 'line')], 8000);
       const at = failures().map((l) => l.at);
       for (let i = 1; i < at.length; i++) assert.ok(at[i]! - at[i - 1]! < 2000, `attempts ${Math.round(at[i]! - at[i - 1]!)} ms apart; the interval is 1 s`);
-      assert.ok(failures().every((l) => l.obj.code === 'CERTSHARE_KUBE_TIMEOUT'), 'each attempt ended by its deadline');
+      assert.ok(
+        failures().every((l) => l.obj.code === 'CERTSHARE_KUBE_TIMEOUT'),
+        'each attempt ended by its deadline',
+      );
       relay.restore();
       const restoredAt = performance.now();
       await until('leader again', () => elector.canIssue(), [roleChanged], 6000);
@@ -141,9 +153,34 @@ describe('Kubernetes API calls against a black-holed API server', () => {
     const shutdownTimeoutMs = 6000;
     const child = spawn(
       process.execPath,
-      [BIN, 'run', '--store', 'kube', '--mode', 'auto', '--lease-duration', '3s', '--domain', KUBE_DOMAIN, '--group', GROUP, '--localapi', emulator.address, '--listen', '127.0.0.1:0',
-        '--readiness-gate', GATE, '--drain-delay', '1s', '--shutdown-timeout', `${shutdownTimeoutMs}ms`],
-      { env: { PATH: process.env.PATH, KUBECONFIG: kubeconfig, POD_NAME: 'proxy-0', POD_NAMESPACE: ns, POD_IPS: '10.0.0.10' }, stdio: ['ignore', 'pipe', 'inherit'] },
+      [
+        BIN,
+        'run',
+        '--store',
+        'kube',
+        '--mode',
+        'auto',
+        '--lease-duration',
+        '3s',
+        '--domain',
+        KUBE_DOMAIN,
+        '--group',
+        GROUP,
+        '--localapi',
+        emulator.address,
+        '--listen',
+        '127.0.0.1:0',
+        '--readiness-gate',
+        GATE,
+        '--drain-delay',
+        '1s',
+        '--shutdown-timeout',
+        `${shutdownTimeoutMs}ms`,
+      ],
+      {
+        env: { PATH: process.env.PATH, KUBECONFIG: kubeconfig, POD_NAME: 'proxy-0', POD_NAMESPACE: ns, POD_IPS: '10.0.0.10' },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
     );
     const logs: Array<{ msg: string; status?: string; code?: string }> = [];
     const logged = new EventEmitter();
@@ -160,11 +197,21 @@ describe('Kubernetes API calls against a black-holed API server', () => {
       const [code] = await exited;
       const tookMs = performance.now() - signalledAt;
       t.diagnostic(`SIGTERM to exit with the API black-holed: ${Math.round(tookMs)} ms, exit code ${code}`);
-      assert.equal(code, 0, `exit code (logs: ${logs.slice(-6).map((l) => l.msg).join(' | ')})`);
+      assert.equal(
+        code,
+        0,
+        `exit code (logs: ${logs
+          .slice(-6)
+          .map((l) => l.msg)
+          .join(' | ')})`,
+      );
       assert.ok(tookMs < shutdownTimeoutMs + 1500, `exited ${Math.round(tookMs)} ms after SIGTERM; the bound is ${shutdownTimeoutMs} ms`);
       const leave = logs.find((l) => l.msg === 'could not take the Pod out of rotation');
       assert.equal(leave?.code, 'CERTSHARE_KUBE_TIMEOUT', 'leaving rotation was tried and given up on its deadline');
-      assert.ok(logs.some((l) => l.msg === 'stopped'), 'a complete graceful stop');
+      assert.ok(
+        logs.some((l) => l.msg === 'stopped'),
+        'a complete graceful stop',
+      );
     } finally {
       child.kill('SIGKILL');
       await relay.close();

@@ -43,8 +43,30 @@ describe('the production bundle in kube mode', () => {
   async function startBundled(ns: string, name: string, mode: 'rw' | 'ro', certLifetimeMs: number): Promise<BundledReplica> {
     const emulator = await startEmulator({ listen: join(dir(), `${name}.sock`), domains: [KUBE_DOMAIN], id: name, certLifetimeMs });
     const outDir = join(dir(), name, 'certs');
-    const args = ['--localapi', emulator.address, '--store', 'kube', '--domain', KUBE_DOMAIN, '--out-dir', outDir, '--group', GROUP, '--mode', mode, '--listen', '127.0.0.1:0', ...FAST_FLAGS];
-    const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', KUBECONFIG: await cp().kubeconfigFor(ns, 'certshare'), POD_NAME: name, POD_NAMESPACE: ns, POD_IPS: '10.0.0.10' };
+    const args = [
+      '--localapi',
+      emulator.address,
+      '--store',
+      'kube',
+      '--domain',
+      KUBE_DOMAIN,
+      '--out-dir',
+      outDir,
+      '--group',
+      GROUP,
+      '--mode',
+      mode,
+      '--listen',
+      '127.0.0.1:0',
+      ...FAST_FLAGS,
+    ];
+    const env = {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      KUBECONFIG: await cp().kubeconfigFor(ns, 'certshare'),
+      POD_NAME: name,
+      POD_NAMESPACE: ns,
+      POD_IPS: '10.0.0.10',
+    };
     const child = spawn(process.execPath, [main, 'run', ...args], { cwd: dir(), env, stdio: ['ignore', 'pipe', 'inherit'] });
     const waiting = new Set<{ predicate: (e: Record<string, unknown>) => boolean; resolve: (e: Record<string, unknown>) => void }>();
     const seen: Array<Record<string, unknown>> = [];
@@ -57,7 +79,11 @@ describe('the production bundle in kube mode', () => {
           continue;
         }
         seen.push(entry);
-        for (const w of [...waiting]) if (w.predicate(entry)) (waiting.delete(w), w.resolve(entry));
+        for (const w of [...waiting]) {
+          if (!w.predicate(entry)) continue;
+          waiting.delete(w);
+          w.resolve(entry);
+        }
       }
     })();
     return {
@@ -81,7 +107,10 @@ describe('the production bundle in kube mode', () => {
   }
 
   const serialOnDisk = (r: BundledReplica): Promise<string | undefined> =>
-    readFile(join(r.outDir, KUBE_DOMAIN, 'tls.crt'), 'utf8').then((pem) => new X509Certificate(pem).serialNumber, () => undefined);
+    readFile(join(r.outDir, KUBE_DOMAIN, 'tls.crt'), 'utf8').then(
+      (pem) => new X509Certificate(pem).serialNumber,
+      () => undefined,
+    );
 
   it('a bundled writer shares through the Secret and a bundled reader follows a renewal; both exit 0 on SIGTERM', { timeout: 60_000 }, async () => {
     const ns = await exampleNamespace(cp());

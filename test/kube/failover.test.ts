@@ -19,7 +19,11 @@ describe('--mode auto: the writer fails over', () => {
   it('elects one writer; when it stops, another takes over and renewals go on without double issuance', async () => {
     const ns = await exampleNamespace(cp());
     // 8 s certificates: a renewal window every 4 s.
-    const replicas = await startReplicas(cp(), ns, join(dir(), 'stop'), ['proxy-0', 'proxy-1', 'proxy-2'], { mode: 'auto', flags: LEASE, emulator: { certLifetimeMs: 8000 } });
+    const replicas = await startReplicas(cp(), ns, join(dir(), 'stop'), ['proxy-0', 'proxy-1', 'proxy-2'], {
+      mode: 'auto',
+      flags: LEASE,
+      emulator: { certLifetimeMs: 8000 },
+    });
     try {
       await until('everyone has the certificate', () => replicas.every((r) => heldSerial(r) !== undefined), replicas.map(filesWritten), 20_000);
       assert.equal(replicas.filter(isWriter).length, 1, 'exactly one writer');
@@ -44,7 +48,12 @@ describe('--mode auto: the writer fails over', () => {
     const apiPort = Number(new URL(cp().server).port);
     const proxy = await startTcpProxy(apiPort);
     const partitionedConfig = await kubeconfigVia(cp(), ns, join(dir(), 'partitioned.kubeconfig'), { url: `https://127.0.0.1:${proxy.port}` });
-    const first = await startReplica(cp(), ns, join(dir(), 'cut'), 'proxy-0', { mode: 'auto', flags: LEASE, env: { KUBECONFIG: partitionedConfig }, emulator: { certLifetimeMs: 30_000 } });
+    const first = await startReplica(cp(), ns, join(dir(), 'cut'), 'proxy-0', {
+      mode: 'auto',
+      flags: LEASE,
+      env: { KUBECONFIG: partitionedConfig },
+      emulator: { certLifetimeMs: 30_000 },
+    });
     await until('proxy-0 writes', () => isWriter(first) && heldSerial(first) !== undefined, [roleChange(first), filesWritten(first)], 20_000);
     const second = await startReplica(cp(), ns, join(dir(), 'cut'), 'proxy-1', { mode: 'auto', flags: LEASE, emulator: { certLifetimeMs: 30_000 } });
     try {

@@ -22,15 +22,18 @@ interface Condition {
 
 /** Resolves with the Pod's conditions once `predicate` holds, following a watch (kubectl get --watch). */
 async function conditionsWhen(ns: string, name: string, predicate: (c: Condition[]) => boolean, timeoutMs = 15_000): Promise<Condition[]> {
-  const child = spawn(join(cp().binDir, 'kubectl'), ['--kubeconfig', cp().adminKubeconfigPath, '-n', ns, 'get', 'pod', name, '--watch', '-o', 'json', '--output-watch-events=false'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(
+    join(cp().binDir, 'kubectl'),
+    ['--kubeconfig', cp().adminKubeconfigPath, '-n', ns, 'get', 'pod', name, '--watch', '-o', 'json', '--output-watch-events=false'],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
   const timer = setTimeout(() => child.kill(), timeoutMs);
   try {
     let buffer = '';
     for await (const chunk of child.stdout!) {
       buffer += String(chunk);
       // kubectl prints one pretty JSON document per change; a document ends with a "}" line.
-      let end: number;
-      while ((end = buffer.indexOf('\n}\n')) !== -1) {
+      for (let end = buffer.indexOf('\n}\n'); end !== -1; end = buffer.indexOf('\n}\n')) {
         const doc = JSON.parse(buffer.slice(0, end + 2)) as { status?: { conditions?: Condition[] } };
         buffer = buffer.slice(end + 3);
         const conditions = doc.status?.conditions ?? [];
@@ -54,7 +57,9 @@ function healthServer(podIPv4: () => string | undefined): Promise<{ url: string;
     if (ip) res.setHeader('Pod-IPv4', ip);
     res.end('ok');
   });
-  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}/healthz`, server, calls })));
+  return new Promise((resolve) =>
+    server.listen(0, '127.0.0.1', () => resolve({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}/healthz`, server, calls })),
+  );
 }
 
 describe("the Pod's own readiness gate", () => {
@@ -108,10 +113,33 @@ describe("the Pod's own readiness gate", () => {
     await createGatedPod(cp(), ns, 'proxy-0');
     const emulator = await startEmulator({ listen: join(dir(), 'sigterm.sock'), domains: [KUBE_DOMAIN] });
     const kubeconfig = await replicaKubeconfig(cp(), ns, 'proxy-0');
-    const child = spawn(process.execPath, [BIN, 'run', '--store', 'kube', '--mode', 'rw', '--domain', KUBE_DOMAIN, '--group', GROUP, '--localapi', emulator.address, '--listen', '127.0.0.1:0', '--readiness-gate', GATE, '--drain-delay', '300ms'], {
-      env: { PATH: process.env.PATH, KUBECONFIG: kubeconfig, POD_NAME: 'proxy-0', POD_NAMESPACE: ns, POD_IPS: '10.0.0.10' },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    const child = spawn(
+      process.execPath,
+      [
+        BIN,
+        'run',
+        '--store',
+        'kube',
+        '--mode',
+        'rw',
+        '--domain',
+        KUBE_DOMAIN,
+        '--group',
+        GROUP,
+        '--localapi',
+        emulator.address,
+        '--listen',
+        '127.0.0.1:0',
+        '--readiness-gate',
+        GATE,
+        '--drain-delay',
+        '300ms',
+      ],
+      {
+        env: { PATH: process.env.PATH, KUBECONFIG: kubeconfig, POD_NAME: 'proxy-0', POD_NAMESPACE: ns, POD_IPS: '10.0.0.10' },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     try {
       const logs: Array<{ msg: string; status?: string }> = [];
       for await (const line of createInterface(child.stdout!)) {

@@ -11,13 +11,30 @@ import { connectKube } from '../../src/kube/connection.ts';
 import { KubeSecretStore } from '../../src/kube/secret-store.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { DAY, makePair } from '../support/certs.ts';
-import { KUBE_DOMAIN, GROUP, exampleNamespace, filesWritten, heldSerial, must, secretSatisfies, startReplica, startReplicas, type Replica, type SecretObject } from '../support/kube.ts';
+import {
+  KUBE_DOMAIN,
+  GROUP,
+  exampleNamespace,
+  filesWritten,
+  heldSerial,
+  must,
+  secretSatisfies,
+  startReplica,
+  startReplicas,
+  type Replica,
+  type SecretObject,
+} from '../support/kube.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { nextEvent, until } from '../support/wait.ts';
 
 const cp = useControlPlane();
 
-async function secretOf(ns: string): Promise<{ type: string; metadata: { labels: Record<string, string>; annotations: Record<string, string>; resourceVersion: string }; data: Record<string, string> } | undefined> {
+async function secretOf(
+  ns: string,
+): Promise<
+  | { type: string; metadata: { labels: Record<string, string>; annotations: Record<string, string>; resourceVersion: string }; data: Record<string, string> }
+  | undefined
+> {
   const res = await cp().adminRequest('GET', `/api/v1/namespaces/${ns}/secrets/${KUBE_DOMAIN}`);
   if (res.status === 404) return undefined;
   assert.equal(res.status, 200, res.body);
@@ -25,8 +42,7 @@ async function secretOf(ns: string): Promise<{ type: string; metadata: { labels:
 }
 
 const serialOf = (pem: string): string => new X509Certificate(pem).serialNumber;
-const filesSerial = async (r: Replica): Promise<string | undefined> =>
-  readFile(join(r.outDir, KUBE_DOMAIN, 'tls.crt'), 'utf8').then(serialOf, () => undefined);
+const filesSerial = async (r: Replica): Promise<string | undefined> => readFile(join(r.outDir, KUBE_DOMAIN, 'tls.crt'), 'utf8').then(serialOf, () => undefined);
 
 describe('kube mode: one writer shares through a Secret, readers pick renewals up at once', () => {
   const dir = useTempDir();
@@ -67,7 +83,12 @@ describe('kube mode: one writer shares through a Secret, readers pick renewals u
   it('writes compare-and-swap: a concurrent change surfaces as a conflict, never a blind overwrite', async () => {
     const ns = await exampleNamespace(cp());
     const kubeconfig = await cp().kubeconfigFor(ns, 'certshare');
-    const store = new KubeSecretStore({ connection: await connectKube({ KUBECONFIG: kubeconfig, POD_NAMESPACE: ns }), clock: systemClock, logger: silentLogger, group: GROUP });
+    const store = new KubeSecretStore({
+      connection: await connectKube({ KUBECONFIG: kubeconfig, POD_NAMESPACE: ns }),
+      clock: systemClock,
+      logger: silentLogger,
+      group: GROUP,
+    });
     const signal = new AbortController().signal;
     const pair = await makePair(KUBE_DOMAIN, Date.now() - DAY, 90 * DAY);
     const cert = { pair, info: validateCertPair(pair, KUBE_DOMAIN, Date.now()) };
@@ -98,14 +119,17 @@ describe('kube mode: one writer shares through a Secret, readers pick renewals u
           return false; // empty or garbage
         }
       };
-      const restored = (what: string) => secretSatisfies(cp(), ns, KUBE_DOMAIN, holdsSerial).catch((err: Error) => {
-        throw new Error(`after ${what}: ${err.message}`);
-      });
+      const restored = (what: string) =>
+        secretSatisfies(cp(), ns, KUBE_DOMAIN, holdsSerial).catch((err: Error) => {
+          throw new Error(`after ${what}: ${err.message}`);
+        });
       await must(cp().kubectl(['-n', ns, 'delete', 'secret', KUBE_DOMAIN]));
       await restored('delete');
       await must(cp().kubectl(['-n', ns, 'patch', 'secret', KUBE_DOMAIN, '--type=merge', '-p', '{"data":{"tls.crt":"","tls.key":""}}']));
       await restored('emptying');
-      await must(cp().kubectl(['-n', ns, 'patch', 'secret', KUBE_DOMAIN, '--type=merge', '-p', `{"data":{"tls.crt":"${Buffer.from('garbage').toString('base64')}"}}`]));
+      await must(
+        cp().kubectl(['-n', ns, 'patch', 'secret', KUBE_DOMAIN, '--type=merge', '-p', `{"data":{"tls.crt":"${Buffer.from('garbage').toString('base64')}"}}`]),
+      );
       await restored('garbage');
       assert.equal(writer.emulator.stats().issuances[KUBE_DOMAIN], 1, 'no new issuance');
       assert.equal(heldSerial(reader), serial);

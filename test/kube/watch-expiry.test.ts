@@ -26,7 +26,17 @@ describe('Secret watch expiry', () => {
     }
     let changes = 0;
     const changed = new EventEmitter();
-    const watch = new SecretWatch({ connection, name: KUBE_DOMAIN, clock: systemClock, logger: silentLogger, onChange: () => (changes++, changed.emit('change')), initialResourceVersion: '1' });
+    const watch = new SecretWatch({
+      connection,
+      name: KUBE_DOMAIN,
+      clock: systemClock,
+      logger: silentLogger,
+      onChange: () => {
+        changes++;
+        changed.emit('change');
+      },
+      initialResourceVersion: '1',
+    });
     watch.start();
     try {
       await until('relisted after 410', () => watch.relists >= 1, [onEvent(changed, 'change')], 15_000);

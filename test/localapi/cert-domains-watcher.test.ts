@@ -1,6 +1,6 @@
 import { test, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
-import { CertshareError } from '../../src/core/errors.ts';
+import type { CertshareError } from '../../src/core/errors.ts';
 import { NotifyMask } from '../../src/core/localapi.ts';
 import { CertDomainsWatcher } from '../../src/localapi/cert-domains-watcher.ts';
 import { NETMAP_WATCH_MASK, STATUS_WATCH_MASK } from '../../src/localapi/releases.ts';
@@ -203,9 +203,7 @@ test('a line over the limit drops the connection and reconnects; domains are kep
   assert.deepEqual(s.clock.pendingDurations(), [1000]);
   assert.equal(s.watcher.connected, false);
   assert.deepEqual([...s.watcher.current()], ['a.tail1.ts.net']);
-  assert.ok(
-    s.logLines.some((l) => l.level === 'warn' && (l.obj as { code?: string }).code === 'CERTSHARE_BUS_LINE_TOO_LONG'),
-  );
+  assert.ok(s.logLines.some((l) => l.level === 'warn' && (l.obj as { code?: string }).code === 'CERTSHARE_BUS_LINE_TOO_LONG'));
 
   await s.clock.advance(1000);
   const conn2 = await s.bus.connections.shift();
@@ -230,7 +228,8 @@ test('server drops: exponential backoff capped, reset after a healthy connection
     assert.deepEqual([...s.watcher.current()], ['a.tail1.ts.net'], 'a dropped connection keeps the known domains');
     await s.clock.advanceToNext();
     const conn = await s.bus.connections.shift();
-    if (i < 4) conn.drop(); // refused before any Notify: not healthy, the backoff grows
+    if (i < 4)
+      conn.drop(); // refused before any Notify: not healthy, the backoff grows
     else {
       const changed = nextChange(s.watcher);
       conn.send({ State: 6, ...netmap('a.tail1.ts.net', 'b.tail1.ts.net') });
@@ -400,12 +399,7 @@ test('a 400 naming a bit, from a tailscaled whose version misleads: drops the na
   s.watcher.start();
   (await s.bus.connections.shift()).send({ Version: '1.98.10', State: 6 });
   const conn = await s.bus.connections.shift();
-  assert.deepEqual(s.bus.watchMasks, [
-    STATUS_WATCH_MASK,
-    NETMAP_WATCH_MASK,
-    NETMAP_WATCH_MASK & ~NotifyMask.RateLimit,
-    STATUS_WATCH_MASK,
-  ]);
+  assert.deepEqual(s.bus.watchMasks, [STATUS_WATCH_MASK, NETMAP_WATCH_MASK, NETMAP_WATCH_MASK & ~NotifyMask.RateLimit, STATUS_WATCH_MASK]);
   assert.equal(s.clock.pendingSleeps(), 0);
   const changed = nextChange(s.watcher);
   conn.send({ State: 6, InitialStatus: { CertDomains: ['a.tail1.ts.net'] } });

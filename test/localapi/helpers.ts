@@ -194,7 +194,10 @@ export function samplePems(): { keyPem: string; leafPem: string; chainPem: strin
   const { privateKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
   const keyPem = privateKey.export({ type: 'sec1', format: 'pem' }).toString();
   const block = (label: string, fill: string): string =>
-    `-----BEGIN ${label}-----\n${Buffer.from(fill.repeat(48)).toString('base64').match(/.{1,64}/g)!.join('\n')}\n-----END ${label}-----\n`;
+    `-----BEGIN ${label}-----\n${Buffer.from(fill.repeat(48))
+      .toString('base64')
+      .match(/.{1,64}/g)!
+      .join('\n')}\n-----END ${label}-----\n`;
   const leafPem = block('CERTIFICATE', 'leaf');
   const chainPem = leafPem + block('CERTIFICATE', 'intermediate');
   return { keyPem, leafPem, chainPem };

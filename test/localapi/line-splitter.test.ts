@@ -61,13 +61,19 @@ test('a line over the limit sets CERTSHARE_BUS_LINE_TOO_LONG before its newline 
   assert.ok(s.error instanceof CertshareError);
   assert.equal(s.error.code, 'CERTSHARE_BUS_LINE_TOO_LONG');
   assert.equal(s.pendingBytes, 0, 'the held pieces are released');
-  assert.throws(() => s.push(Buffer.from('\n')), (err: unknown) => err === s.error);
-  assert.throws(() => s.end(), (err: unknown) => err === s.error);
+  assert.throws(
+    () => s.push(Buffer.from('\n')),
+    (err: unknown) => err === s.error,
+  );
+  assert.throws(
+    () => s.end(),
+    (err: unknown) => err === s.error,
+  );
 });
 
 test('lines completed before the overflowing one in the same chunk are still returned', () => {
   const s = new LineSplitter(10);
-  assert.deepEqual(text(s.push(Buffer.from('ok\nfine\n' + 'x'.repeat(11) + '\nlost\n'))), ['ok', 'fine']);
+  assert.deepEqual(text(s.push(Buffer.from(`ok\nfine\n${'x'.repeat(11)}\nlost\n`))), ['ok', 'fine']);
   assert.match(s.error?.message ?? '', /longer than 10 bytes/);
 });
 

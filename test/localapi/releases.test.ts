@@ -1,14 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { NotifyMask } from '../../src/core/localapi.ts';
-import {
-  NETMAP_WATCH_MASK,
-  STATUS_WATCH_MASK,
-  parseTailscaledVersion,
-  planWatch,
-  refusedBitsIn,
-  releaseFeatures,
-} from '../../src/localapi/releases.ts';
+import { NETMAP_WATCH_MASK, STATUS_WATCH_MASK, parseTailscaledVersion, planWatch, refusedBitsIn, releaseFeatures } from '../../src/localapi/releases.ts';
 
 test('parses the forms of version.Long() and refuses anything else', () => {
   const cases: Array<[string | undefined, [number, number, number] | undefined]> = [
@@ -72,10 +65,7 @@ test('refused bits change the plan: RateLimit dropped first, InitialNetMap refus
 test('the bits a watch-ipn-bus 400 names (texts of tailscale.com ipn/backend.go)', () => {
   const cases: Array<[string, number]> = [
     ['the NotifyRateLimit IPN bus subscription bit is no longer supported', NotifyMask.RateLimit],
-    [
-      'the NotifyInitialNetMap IPN bus subscription bit is no longer supported; seed from NotifyInitialStatus instead',
-      NotifyMask.InitialNetMap,
-    ],
+    ['the NotifyInitialNetMap IPN bus subscription bit is no longer supported; seed from NotifyInitialStatus instead', NotifyMask.InitialNetMap],
     ['NotifyRateLimit is incompatible with new-style IPN bus subscription bits ipn.NotifyInitialStatus', NotifyMask.RateLimit],
     ['NotifyInProcessNoDisconnect is only valid for in-process IPN bus subscribers', 0],
     ['bad mask', 0],
@@ -97,7 +87,10 @@ test('release features follow the source thresholds', () => {
     capabilityVersion: 133,
   });
   // tailcfg.CurrentCapabilityVersion per release line (tailcfg/tailcfg.go).
-  assert.deepEqual(['1.96.0', '1.98.10', '1.100.0', '1.102.5', '1.104.5', '1.90.0'].map((v) => f(v).capabilityVersion), [133, 138, 141, 142, 148, 133]);
+  assert.deepEqual(
+    ['1.96.0', '1.98.10', '1.100.0', '1.102.5', '1.104.5', '1.90.0'].map((v) => f(v).capabilityVersion),
+    [133, 138, 141, 142, 148, 133],
+  );
   assert.equal(f('1.98.0').certDomainsEndpoint, true);
   assert.equal(f('1.98.0').selfChange, true);
   assert.equal(f('1.98.10').initialStatus, false);

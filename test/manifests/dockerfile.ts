@@ -114,7 +114,10 @@ export function parseDockerignore(text: string): (relPath: string) => boolean {
     const line = raw.trim();
     if (line === '' || line.startsWith('#')) continue;
     const negate = line.startsWith('!');
-    const pattern = posix.normalize((negate ? line.slice(1) : line).trim()).replace(/^\/+/, '').replace(/\/+$/, '');
+    const pattern = posix
+      .normalize((negate ? line.slice(1) : line).trim())
+      .replace(/^\/+/, '')
+      .replace(/\/+$/, '');
     rules.push({ negate, pattern: globToRegExp(pattern) });
   }
   return (relPath: string): boolean => {
@@ -211,7 +214,10 @@ export async function replayDockerfile(stages: Stage[], options: ReplayOptions):
             let srcPath: string;
             if (source) srcPath = join(source.root, posix.resolve(source.workdir, src));
             else {
-              const rel = posix.normalize(src).replace(/^\.?\/+/, '').replace(/\/+$/, '');
+              const rel = posix
+                .normalize(src)
+                .replace(/^\.?\/+/, '')
+                .replace(/\/+$/, '');
               if (rel.startsWith('..')) throw new Error(`line ${ins.line}: COPY ${src} is outside the context`);
               if (ignored(rel)) throw new Error(`line ${ins.line}: COPY ${src}: excluded by .dockerignore`);
               srcPath = join(options.context, rel);

@@ -61,7 +61,11 @@ describe('Dockerfile', () => {
   });
 
   it('keeps the pinned node binary, the compiler and the bundler out: all devDependencies', async () => {
-    const pkg = JSON.parse(await readFile(join(REPO, 'package.json'), 'utf8')) as { dependencies: Record<string, string>; devDependencies: Record<string, string>; scripts: Record<string, string> };
+    const pkg = JSON.parse(await readFile(join(REPO, 'package.json'), 'utf8')) as {
+      dependencies: Record<string, string>;
+      devDependencies: Record<string, string>;
+      scripts: Record<string, string>;
+    };
     const lock = JSON.parse(await readFile(join(REPO, 'package-lock.json'), 'utf8')) as { packages: Record<string, { dev?: boolean }> };
     for (const name of ['node', 'typescript', 'esbuild']) {
       assert.ok(pkg.devDependencies[name], `${name} is a devDependency`);
@@ -73,7 +77,15 @@ describe('Dockerfile', () => {
 
   it('.dockerignore sends only the sources and package files as build context', async () => {
     const ignored = parseDockerignore(await readFile(join(REPO, '.dockerignore'), 'utf8'));
-    for (const path of ['node_modules/fastify/package.json', 'dist/cli/main.js', '.git/HEAD', 'test/manifests/image.test.ts', 'manifests/base/rbac.yaml', '.cluster/kubeconfig', 'Dockerfile']) {
+    for (const path of [
+      'node_modules/fastify/package.json',
+      'dist/cli/main.js',
+      '.git/HEAD',
+      'test/manifests/image.test.ts',
+      'manifests/base/rbac.yaml',
+      '.cluster/kubeconfig',
+      'Dockerfile',
+    ]) {
       assert.ok(ignored(path), `${path} stays out of the context`);
     }
     for (const path of ['tsconfig.build.json', 'scripts/check-node.js']) assert.ok(ignored(path), `${path} stays out of the context`);
@@ -88,25 +100,28 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
   let final: ReplayedStage;
   let app: string;
 
-  before(async () => {
-    dir = await tempDir('certshare-image-');
-    await chmod(dir.path, 0o755); // the non-root run below must reach the files
-    // Node 24 (this process) first on PATH for RUN steps; npm's own variables from an enclosing
-    // `npm test` must not steer the nested npm (prefix, cache, omit...).
-    const runEnv: NodeJS.ProcessEnv = {};
-    for (const [key, value] of Object.entries(process.env)) if (!/^npm_/i.test(key) && key !== 'INIT_CWD' && key !== 'NODE_ENV') runEnv[key] = value;
-    runEnv.PATH = `${dirname(process.execPath)}:${process.env.PATH ?? '/usr/bin:/bin'}`;
-    const started = performance.now();
-    const replayed = await replayDockerfile(stages, {
-      context: REPO,
-      workDir: dir.path,
-      runEnv,
-      shellless: (stage) => stage.image.startsWith('gcr.io/distroless/'),
-    });
-    final = replayed.at(-1)!;
-    app = join(final.root, final.workdir);
-    process.stderr.write(`# image replay (npm ci, bundle): ${Math.round(performance.now() - started)} ms\n`);
-  }, { timeout: 10 * 60_000 });
+  before(
+    async () => {
+      dir = await tempDir('certshare-image-');
+      await chmod(dir.path, 0o755); // the non-root run below must reach the files
+      // Node 24 (this process) first on PATH for RUN steps; npm's own variables from an enclosing
+      // `npm test` must not steer the nested npm (prefix, cache, omit...).
+      const runEnv: NodeJS.ProcessEnv = {};
+      for (const [key, value] of Object.entries(process.env)) if (!/^npm_/i.test(key) && key !== 'INIT_CWD' && key !== 'NODE_ENV') runEnv[key] = value;
+      runEnv.PATH = `${dirname(process.execPath)}:${process.env.PATH ?? '/usr/bin:/bin'}`;
+      const started = performance.now();
+      const replayed = await replayDockerfile(stages, {
+        context: REPO,
+        workDir: dir.path,
+        runEnv,
+        shellless: (stage) => stage.image.startsWith('gcr.io/distroless/'),
+      });
+      final = replayed.at(-1)!;
+      app = join(final.root, final.workdir);
+      process.stderr.write(`# image replay (npm ci, bundle): ${Math.round(performance.now() - started)} ms\n`);
+    },
+    { timeout: 10 * 60_000 },
+  );
 
   after(() => dir?.remove());
 
@@ -121,8 +136,15 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
     assert.deepEqual(await readdir(app), ['dist']);
     const dist = await filesUnder(join(app, 'dist'));
     assert.ok(dist.includes('cli/main.js'), 'the ENTRYPOINT script');
-    assert.ok(dist.some((f) => /^chunks\/backend-\w+\.js$/.test(f)), 'the Kubernetes backend, a chunk loaded in kube mode only');
-    assert.deepEqual(dist.filter((f) => !f.endsWith('.js')), ['package.json'], 'dist holds JavaScript and its package.json only');
+    assert.ok(
+      dist.some((f) => /^chunks\/backend-\w+\.js$/.test(f)),
+      'the Kubernetes backend, a chunk loaded in kube mode only',
+    );
+    assert.deepEqual(
+      dist.filter((f) => !f.endsWith('.js')),
+      ['package.json'],
+      'dist holds JavaScript and its package.json only',
+    );
     assert.ok(!dist.some((f) => f.includes('node_modules/')), 'no node_modules: the dependencies are bundled');
     const pkg = JSON.parse(await readFile(join(app, 'dist/package.json'), 'utf8')) as { type: string };
     assert.equal(pkg.type, 'module', 'the bundle is ES modules: dist/package.json must say so');
@@ -141,7 +163,12 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
     const chunks = (await filesUnder(join(app, 'dist'))).filter((f) => f.startsWith('chunks/'));
     assert.ok(chunks.length > 3, `${chunks.length} chunks`);
     const script = `for (const m of ${JSON.stringify(chunks)}) await import('./dist/' + m);`;
-    const res = spawnSync(process.execPath, ['--input-type=module', '-e', script], { cwd: app, encoding: 'utf8', env: { PATH: '/usr/bin:/bin', ...final.env }, timeout: 60_000 });
+    const res = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+      cwd: app,
+      encoding: 'utf8',
+      env: { PATH: '/usr/bin:/bin', ...final.env },
+      timeout: 60_000,
+    });
     assert.equal(res.status, 0, res.stderr);
   });
 
@@ -174,9 +201,13 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
     const asRoot = process.getuid?.() === 0;
     if (asRoot) await chown(store, NONROOT_UID, NONROOT_UID);
     // As uid 65532 (distroless's nonroot) when we can: the tree is root's, so any write into it fails.
-    const prefix = asRoot && spawnSync('setpriv', ['--version']).status === 0 ? ['setpriv', `--reuid=${NONROOT_UID}`, `--regid=${NONROOT_UID}`, '--clear-groups', '--'] : [];
+    const prefix =
+      asRoot && spawnSync('setpriv', ['--version']).status === 0 ? ['setpriv', `--reuid=${NONROOT_UID}`, `--regid=${NONROOT_UID}`, '--clear-groups', '--'] : [];
     const emulator = await startEmulator({ listen: '127.0.0.1:0', domains: [DOMAIN] });
-    const [file, ...args] = [...prefix, ...entrypoint(['run', '--localapi', emulator.address, '--domain', DOMAIN, '--store', `dir:${store}`, '--listen', '127.0.0.1:0'])];
+    const [file, ...args] = [
+      ...prefix,
+      ...entrypoint(['run', '--localapi', emulator.address, '--domain', DOMAIN, '--store', `dir:${store}`, '--listen', '127.0.0.1:0']),
+    ];
     const child = spawn(file!, args, {
       cwd: app,
       // The image's environment; TMPDIR and HOME point nowhere: the daemon must not need them.

@@ -79,7 +79,8 @@ async function yamlDocs(path: string): Promise<K8sObject[]> {
   return (loadAll(await readFile(path, 'utf8')) as Array<K8sObject | null>).filter((d): d is K8sObject => d !== null);
 }
 
-const exampleStatefulSet = async (): Promise<StatefulSet> => (await yamlDocs(join(EXAMPLE, 'statefulset.yaml'))).find((d) => d.kind === 'StatefulSet') as StatefulSet;
+const exampleStatefulSet = async (): Promise<StatefulSet> =>
+  (await yamlDocs(join(EXAMPLE, 'statefulset.yaml'))).find((d) => d.kind === 'StatefulSet') as StatefulSet;
 const sidecarOf = (spec: PodSpec): Container => {
   const sidecar = spec.initContainers?.find((c) => c.name === 'certshare');
   assert.ok(sidecar, 'certshare init container');
@@ -92,19 +93,33 @@ const sidecarOf = (spec: PodSpec): Container => {
  */
 function assertTokenOnlyInCertshare(spec: PodSpec): void {
   assert.equal(spec.automountServiceAccountToken, false, 'automountServiceAccountToken: false');
-  const mounting = [...(spec.initContainers ?? []), ...spec.containers].filter((c) => c.volumeMounts?.some((m) => m.mountPath === TOKEN_PATH || m.mountPath.startsWith(`${TOKEN_PATH}/`)));
-  assert.deepEqual(mounting.map((c) => c.name), ['certshare'], 'only certshare mounts the ServiceAccount token');
+  const mounting = [...(spec.initContainers ?? []), ...spec.containers].filter((c) =>
+    c.volumeMounts?.some((m) => m.mountPath === TOKEN_PATH || m.mountPath.startsWith(`${TOKEN_PATH}/`)),
+  );
+  assert.deepEqual(
+    mounting.map((c) => c.name),
+    ['certshare'],
+    'only certshare mounts the ServiceAccount token',
+  );
   const mount = sidecarOf(spec).volumeMounts!.find((m) => m.mountPath === TOKEN_PATH)!;
   assert.equal(mount.readOnly, true);
   const volume = spec.volumes?.find((v) => v.name === mount.name);
   const sources = volume?.projected?.sources ?? [];
-  assert.deepEqual(sources.map((src) => Object.keys(src)[0]), ['serviceAccountToken', 'configMap', 'downwardAPI'], `${mount.name}: a projected token volume`);
+  assert.deepEqual(
+    sources.map((src) => Object.keys(src)[0]),
+    ['serviceAccountToken', 'configMap', 'downwardAPI'],
+    `${mount.name}: a projected token volume`,
+  );
   assert.equal(sources[0]!.serviceAccountToken!.path, 'token');
   assert.ok(Number(sources[0]!.serviceAccountToken!.expirationSeconds) <= 3600, 'a short-lived token');
   assert.deepEqual(sources[1]!.configMap, { name: 'kube-root-ca.crt', items: [{ key: 'ca.crt', path: 'ca.crt' }] });
   assert.deepEqual(sources[2]!.downwardAPI, { items: [{ path: 'namespace', fieldRef: { apiVersion: 'v1', fieldPath: 'metadata.namespace' } }] });
   const others = spec.volumes?.filter((v) => v.projected?.sources.some((src) => 'serviceAccountToken' in src) && v.name !== mount.name) ?? [];
-  assert.deepEqual(others.map((v) => v.name), [], 'no other token volume');
+  assert.deepEqual(
+    others.map((v) => v.name),
+    [],
+    'no other token volume',
+  );
 }
 
 describe('manifests/base', () => {
@@ -117,7 +132,9 @@ describe('manifests/base', () => {
   });
 
   it('grants on Pods only what the readiness gate uses: patch of pods/status', async () => {
-    const rules = (await yamlDocs(join(REPO, 'manifests/base/rbac.yaml'))).flatMap((d) => d.rules ?? []).filter((r) => r.apiGroups.includes('') && r.resources.some((res) => res.startsWith('pods')));
+    const rules = (await yamlDocs(join(REPO, 'manifests/base/rbac.yaml')))
+      .flatMap((d) => d.rules ?? [])
+      .filter((r) => r.apiGroups.includes('') && r.resources.some((res) => res.startsWith('pods')));
     assert.deepEqual(rules, [{ apiGroups: [''], resources: ['pods/status'], verbs: ['patch'] }]);
   });
 });
@@ -155,7 +172,10 @@ describe('manifests/example on a real apiserver', () => {
   const ns = `manifests-${process.pid}`;
   const sa = (name: string) => `system:serviceaccount:${ns}:${name}`;
 
-  async function kubectl(args: string[], options: { input?: string; kubeconfig?: string } = {}): Promise<{ stdout: string; stderr: string; code: number | null }> {
+  async function kubectl(
+    args: string[],
+    options: { input?: string; kubeconfig?: string } = {},
+  ): Promise<{ stdout: string; stderr: string; code: number | null }> {
     return cp().kubectl(['-n', ns, ...args], options);
   }
   async function must(args: string[], options: { input?: string; kubeconfig?: string } = {}): Promise<string> {
@@ -177,7 +197,8 @@ describe('manifests/example on a real apiserver', () => {
   }
   const secretJson = (name: string) =>
     JSON.stringify({ apiVersion: 'v1', kind: 'Secret', metadata: { name }, type: 'Opaque', data: { probe: Buffer.from('x').toString('base64') } });
-  const leaseJson = (name: string) => JSON.stringify({ apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name }, spec: { holderIdentity: 'test' } });
+  const leaseJson = (name: string) =>
+    JSON.stringify({ apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name }, spec: { holderIdentity: 'test' } });
 
   let readerKubeconfig: string;
   let writerKubeconfig: string;
@@ -192,7 +213,19 @@ describe('manifests/example on a real apiserver', () => {
     assert.match(dry.stdout, /statefulset\.apps\/proxy created \(server dry run\)/);
     assert.equal((await kubectl(['get', 'statefulset', 'proxy'])).code, 1, 'a dry run creates nothing');
     const applied = await must(['apply', '-k', EXAMPLE]);
-    for (const object of ['serviceaccount/certshare ', 'serviceaccount/certshare-reader ', 'role.rbac.authorization.k8s.io/certshare-reader', 'role.rbac.authorization.k8s.io/certshare-writer', 'rolebinding.rbac.authorization.k8s.io/certshare-reader', 'rolebinding.rbac.authorization.k8s.io/certshare-writer', 'statefulset.apps/proxy ', 'service/proxy ', 'service/proxy-health ', 'validatingadmissionpolicy.admissionregistration.k8s.io/certshare-own-pod-status', 'validatingadmissionpolicybinding.admissionregistration.k8s.io/certshare-own-pod-status']) {
+    for (const object of [
+      'serviceaccount/certshare ',
+      'serviceaccount/certshare-reader ',
+      'role.rbac.authorization.k8s.io/certshare-reader',
+      'role.rbac.authorization.k8s.io/certshare-writer',
+      'rolebinding.rbac.authorization.k8s.io/certshare-reader',
+      'rolebinding.rbac.authorization.k8s.io/certshare-writer',
+      'statefulset.apps/proxy ',
+      'service/proxy ',
+      'service/proxy-health ',
+      'validatingadmissionpolicy.admissionregistration.k8s.io/certshare-own-pod-status',
+      'validatingadmissionpolicybinding.admissionregistration.k8s.io/certshare-own-pod-status',
+    ]) {
       assert.ok(applied.includes(object), `${object.trim()} applied:\n${applied}`);
     }
     readerKubeconfig = await cp().kubeconfigFor(ns, 'certshare-reader');
@@ -218,7 +251,10 @@ describe('manifests/example on a real apiserver', () => {
     const sidecar = sidecarOf(pod);
     assert.equal(sidecar.restartPolicy, 'Always', 'native sidecar');
     assert.equal(sidecar.image, 'ghcr.io/certshare/certshare:0.1.0');
-    assert.deepEqual(sidecar.readinessProbe?.httpGet && { path: sidecar.readinessProbe.httpGet.path, port: sidecar.readinessProbe.httpGet.port }, { path: '/healthz', port: 9002 });
+    assert.deepEqual(sidecar.readinessProbe?.httpGet && { path: sidecar.readinessProbe.httpGet.path, port: sidecar.readinessProbe.httpGet.port }, {
+      path: '/healthz',
+      port: 9002,
+    });
     assert.equal(sidecar.livenessProbe?.httpGet, undefined, 'liveness must not depend on the certificate');
     assert.equal(sidecar.livenessProbe?.tcpSocket?.port, 9002);
     assert.deepEqual(sidecar.resources, { requests: { cpu: '10m', memory: '112Mi' }, limits: { memory: '192Mi' } });
@@ -236,20 +272,36 @@ describe('manifests/example on a real apiserver', () => {
     );
     assert.deepEqual(pod.containers.map((c) => c.name).sort(), ['proxy', 'tailscale']);
     assertTokenOnlyInCertshare(pod);
-    const services = JSON.parse(await must(['get', 'services', '-o', 'json'])) as { items: Array<{ metadata: { name: string }; spec: { ports: Array<{ port: number }>; publishNotReadyAddresses?: boolean } }> };
+    const services = JSON.parse(await must(['get', 'services', '-o', 'json'])) as {
+      items: Array<{ metadata: { name: string }; spec: { ports: Array<{ port: number }>; publishNotReadyAddresses?: boolean } }>;
+    };
     const ports = Object.fromEntries(services.items.map((s) => [s.metadata.name, s.spec.ports.map((p) => p.port)]));
     assert.deepEqual(ports, { proxy: [443], 'proxy-health': [9002] });
-    assert.equal(services.items.find((s) => s.metadata.name === 'proxy-health')?.spec.publishNotReadyAddresses, true, 'the routing check reaches Pods that are not Ready yet');
+    assert.equal(
+      services.items.find((s) => s.metadata.name === 'proxy-health')?.spec.publishNotReadyAddresses,
+      true,
+      'the routing check reaches Pods that are not Ready yet',
+    );
   });
 
   it("accepts Pods made from the template (the kubelet-facing validation of the sidecar's spec); the ServiceAccount admission plugin gives no other container a token", async () => {
     const sts = JSON.parse(await must(['get', 'statefulset', 'proxy', '-o', 'json'])) as StatefulSet;
     for (const name of ['proxy-0', 'proxy-1']) {
-      const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name, labels: sts.spec.template.metadata.labels }, spec: { ...sts.spec.template.spec, hostname: name, subdomain: sts.spec.serviceName } };
+      const pod = {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name, labels: sts.spec.template.metadata.labels },
+        spec: { ...sts.spec.template.spec, hostname: name, subdomain: sts.spec.serviceName },
+      };
       await must(['create', '-f', '-'], { input: JSON.stringify(pod) });
     }
     // A read-only consumer (e.g. a Deployment of proxies) under the reader account.
-    const consumer = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'consumer-abc12' }, spec: { ...sts.spec.template.spec, serviceAccountName: 'certshare-reader' } };
+    const consumer = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'consumer-abc12' },
+      spec: { ...sts.spec.template.spec, serviceAccountName: 'certshare-reader' },
+    };
     await must(['create', '-f', '-'], { input: JSON.stringify(consumer) });
     for (const name of ['proxy-0', 'proxy-1', 'consumer-abc12']) {
       const stored = JSON.parse(await must(['get', 'pod', name, '-o', 'json'])) as { spec: PodSpec };
@@ -257,11 +309,22 @@ describe('manifests/example on a real apiserver', () => {
     }
     // The same Pod without automountServiceAccountToken: false: the plugin mounts a token into every
     // container (what the example used to do), which the assertion above would catch.
-    const automounted = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'automounted' }, spec: { ...sts.spec.template.spec, automountServiceAccountToken: undefined } };
+    const automounted = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'automounted' },
+      spec: { ...sts.spec.template.spec, automountServiceAccountToken: undefined },
+    };
     await must(['create', '-f', '-', '--dry-run=server', '-o', 'json'], { input: JSON.stringify(automounted) }).then((out) => {
       const spec = (JSON.parse(out) as { spec: PodSpec }).spec;
       assert.throws(() => assertTokenOnlyInCertshare(spec), /mounts the ServiceAccount token|automountServiceAccountToken/);
-      assert.deepEqual(spec.containers.filter((c) => c.volumeMounts?.some((m) => m.mountPath === TOKEN_PATH)).map((c) => c.name).sort(), ['proxy', 'tailscale']);
+      assert.deepEqual(
+        spec.containers
+          .filter((c) => c.volumeMounts?.some((m) => m.mountPath === TOKEN_PATH))
+          .map((c) => c.name)
+          .sort(),
+        ['proxy', 'tailscale'],
+      );
     });
   });
 
@@ -315,13 +378,17 @@ describe('manifests/example on a real apiserver', () => {
 
   /** A raw request under the ServiceAccount's token (kubectl patch would GET pods/status first; the daemon does not). */
   async function saRequest(kubeconfig: string, method: string, path: string, body: unknown, contentType: string): Promise<{ status: number; body: string }> {
-    const config = (loadAll(await readFile(kubeconfig, 'utf8'))[0]) as { users: Array<{ user: { token: string } }> };
+    const config = loadAll(await readFile(kubeconfig, 'utf8'))[0] as { users: Array<{ user: { token: string } }> };
     return new Promise((resolve, reject) => {
-      const req = httpsRequest(new URL(path, cp().server), { method, ca: cp().caPem, agent: false, headers: { authorization: `Bearer ${config.users[0]!.user.token}`, 'content-type': contentType } }, (res) => {
-        let text = '';
-        res.setEncoding('utf8').on('data', (c: string) => (text += c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
-      });
+      const req = httpsRequest(
+        new URL(path, cp().server),
+        { method, ca: cp().caPem, agent: false, headers: { authorization: `Bearer ${config.users[0]!.user.token}`, 'content-type': contentType } },
+        (res) => {
+          let text = '';
+          res.setEncoding('utf8').on('data', (c: string) => (text += c));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
+        },
+      );
       req.on('error', reject);
       req.end(JSON.stringify(body));
     });
@@ -344,23 +411,49 @@ describe('manifests/example on a real apiserver', () => {
   }
 
   it("each account patches its own Pod's readiness condition, with the Pod's own token, and nothing else of any Pod", async () => {
-    const [proxy0, proxy1, consumer] = [await replicaKubeconfig(cp(), ns, 'proxy-0'), await replicaKubeconfig(cp(), ns, 'proxy-1'), await replicaKubeconfig(cp(), ns, 'consumer-abc12', 'certshare-reader')];
+    const [proxy0, proxy1, consumer] = [
+      await replicaKubeconfig(cp(), ns, 'proxy-0'),
+      await replicaKubeconfig(cp(), ns, 'proxy-1'),
+      await replicaKubeconfig(cp(), ns, 'consumer-abc12', 'certshare-reader'),
+    ];
     await policyInEffect(proxy0, 'proxy-1');
-    const kubeletConditions = { status: { conditions: [{ type: 'PodScheduled', status: 'True' }, { type: 'example.com/other', status: 'True' }] } };
-    for (const pod of ['proxy-0', 'proxy-1', 'consumer-abc12']) assert.equal((await cp().adminRequest('PATCH', statusPath(pod), { headers: { 'content-type': SMP }, body: kubeletConditions })).status, 200);
-    for (const [kubeconfig, own, other] of [[proxy0, 'proxy-0', 'proxy-1'], [proxy1, 'proxy-1', 'consumer-abc12'], [consumer, 'consumer-abc12', 'proxy-0']] as const) {
+    const kubeletConditions = {
+      status: {
+        conditions: [
+          { type: 'PodScheduled', status: 'True' },
+          { type: 'example.com/other', status: 'True' },
+        ],
+      },
+    };
+    for (const pod of ['proxy-0', 'proxy-1', 'consumer-abc12'])
+      assert.equal((await cp().adminRequest('PATCH', statusPath(pod), { headers: { 'content-type': SMP }, body: kubeletConditions })).status, 200);
+    for (const [kubeconfig, own, other] of [
+      [proxy0, 'proxy-0', 'proxy-1'],
+      [proxy1, 'proxy-1', 'consumer-abc12'],
+      [consumer, 'consumer-abc12', 'proxy-0'],
+    ] as const) {
       assert.equal((await saRequest(kubeconfig, 'PATCH', statusPath(own), gatePatch('False'), SMP)).status, 200, `${own}: its own condition`);
       const denied = await saRequest(kubeconfig, 'PATCH', statusPath(other), gatePatch('True'), SMP);
       assert.equal(denied.status, 403, `${own}'s token on ${other}'s status`);
       assert.match(denied.body, new RegExp(`certshare-own-pod-status.*bound to Pod ${own}, not to Pod ${other}`));
-      const otherCondition = await saRequest(kubeconfig, 'PATCH', statusPath(own), { status: { conditions: [{ type: 'PodScheduled', status: 'False' }] } }, SMP);
+      const otherCondition = await saRequest(
+        kubeconfig,
+        'PATCH',
+        statusPath(own),
+        { status: { conditions: [{ type: 'PodScheduled', status: 'False' }] } },
+        SMP,
+      );
       assert.equal(otherCondition.status, 403, `${own}: the kubelet's condition`);
       assert.match(otherCondition.body, /its own readiness condition only/);
       const phase = await saRequest(kubeconfig, 'PATCH', statusPath(own), { status: { phase: 'Failed' } }, SMP);
       assert.equal(phase.status, 403, `${own}: another status field`);
       const labels = await saRequest(kubeconfig, 'PATCH', statusPath(own), { metadata: { labels: { 'app.kubernetes.io/name': 'elsewhere' } } }, SMP);
       assert.equal(labels.status, 403, `${own}: labels through pods/status (Service selection)`);
-      assert.equal((await saRequest(kubeconfig, 'PATCH', `/api/v1/namespaces/${ns}/pods/${own}`, { metadata: { labels: { x: 'y' } } }, SMP)).status, 403, 'the Pod itself is not writable');
+      assert.equal(
+        (await saRequest(kubeconfig, 'PATCH', `/api/v1/namespaces/${ns}/pods/${own}`, { metadata: { labels: { x: 'y' } } }, SMP)).status,
+        403,
+        'the Pod itself is not writable',
+      );
       assert.equal(await as(kubeconfig, ['get', 'pod', own]), 'forbidden', 'certshare never reads Pods');
     }
     // An unbound token of the same account (a legacy or hand-made token) changes no Pod's status.
@@ -368,9 +461,16 @@ describe('manifests/example on a real apiserver', () => {
     assert.equal(unbound.status, 403);
     assert.match(unbound.body, /bound to no Pod/);
     for (const pod of ['proxy-0', 'proxy-1', 'consumer-abc12']) {
-      const stored = JSON.parse(await must(['get', 'pod', pod, '-o', 'json'])) as { metadata: { labels?: Record<string, string> }; status: { phase?: string; conditions: Array<{ type: string; status: string }> } };
+      const stored = JSON.parse(await must(['get', 'pod', pod, '-o', 'json'])) as {
+        metadata: { labels?: Record<string, string> };
+        status: { phase?: string; conditions: Array<{ type: string; status: string }> };
+      };
       const conditions = Object.fromEntries(stored.status.conditions.map((c) => [c.type, c.status]));
-      assert.deepEqual(conditions, { PodScheduled: 'True', 'example.com/other': 'True', [GATE]: 'False' }, `${pod}: only its own gate changed, to what its own token wrote`);
+      assert.deepEqual(
+        conditions,
+        { PodScheduled: 'True', 'example.com/other': 'True', [GATE]: 'False' },
+        `${pod}: only its own gate changed, to what its own token wrote`,
+      );
       assert.notEqual(stored.status.phase, 'Failed');
       assert.equal(stored.metadata.labels?.x, undefined);
     }
@@ -405,7 +505,11 @@ describe('manifests/example on a real apiserver', () => {
       emulators.push(emulator);
       const outDir = join(dir.path, pod, 'certs');
       await mkdir(outDir, { recursive: true });
-      Object.assign(env, { CERTSHARE_LOCALAPI: emulator.address, CERTSHARE_OUT_DIR: outDir, CERTSHARE_LISTEN: '127.0.0.1:0', CERTSHARE_ROUTING_CHECK: '' }, overrides);
+      Object.assign(
+        env,
+        { CERTSHARE_LOCALAPI: emulator.address, CERTSHARE_OUT_DIR: outDir, CERTSHARE_LISTEN: '127.0.0.1:0', CERTSHARE_ROUTING_CHECK: '' },
+        overrides,
+      );
       const child = spawn(process.execPath, [join(REPO, 'src/cli/main.ts'), 'run'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
       children.push(child);
       let logs = '';
@@ -420,7 +524,10 @@ describe('manifests/example on a real apiserver', () => {
       const replicas = [
         await replica('proxy-0', '10.0.0.10', await replicaKubeconfig(cp(), ns, 'proxy-0')),
         await replica('proxy-1', '10.0.0.11', await replicaKubeconfig(cp(), ns, 'proxy-1')),
-        await replica('consumer-abc12', '10.0.0.20', await replicaKubeconfig(cp(), ns, 'consumer-abc12', 'certshare-reader'), { CERTSHARE_MODE: 'ro', CERTSHARE_GROUP: 'proxy' }),
+        await replica('consumer-abc12', '10.0.0.20', await replicaKubeconfig(cp(), ns, 'consumer-abc12', 'certshare-reader'), {
+          CERTSHARE_MODE: 'ro',
+          CERTSHARE_GROUP: 'proxy',
+        }),
       ];
       try {
         for (const r of replicas) {
@@ -435,7 +542,11 @@ describe('manifests/example on a real apiserver', () => {
         assert.equal(secret.type, 'kubernetes.io/tls');
         const serial = new X509Certificate(Buffer.from(secret.data['tls.crt']!, 'base64')).serialNumber;
         for (const r of replicas) {
-          assert.equal(new X509Certificate(await readFile(join(r.outDir, DOMAIN, 'tls.crt'))).serialNumber, serial, `${r.pod} projects the Secret's certificate`);
+          assert.equal(
+            new X509Certificate(await readFile(join(r.outDir, DOMAIN, 'tls.crt'))).serialNumber,
+            serial,
+            `${r.pod} projects the Secret's certificate`,
+          );
           assert.doesNotMatch(r.logs(), /forbidden|"code":403/i, `${r.pod} never hit RBAC limits`);
         }
         assert.deepEqual(replicas[2]!.emulator.stats().certRequests, {}, 'the read-only consumer never asks tailscaled');
@@ -481,19 +592,26 @@ describe('manifests/monitoring', () => {
   it('scrapes the port the sidecar declares and labels series with the group label the Pods carry', async () => {
     const [monitor] = (await yamlDocs(join(MONITORING, 'podmonitor.yaml'))).filter((d) => d.kind === 'PodMonitor');
     assert.ok(monitor);
-    const endpoints = (monitor.spec as { podMetricsEndpoints: Array<{ port: string; path: string; relabelings?: Array<{ sourceLabels: string[]; targetLabel: string }> }> }).podMetricsEndpoints;
+    const endpoints = (
+      monitor.spec as { podMetricsEndpoints: Array<{ port: string; path: string; relabelings?: Array<{ sourceLabels: string[]; targetLabel: string }> }> }
+    ).podMetricsEndpoints;
     const sts = await exampleStatefulSet();
     const port = sidecarOf(sts.spec.template.spec).ports?.find((p) => p.name === endpoints[0]?.port);
     assert.equal(port?.containerPort, 9002);
     assert.equal(endpoints[0]?.path, '/metrics');
     const relabel = endpoints[0]?.relabelings?.find((r) => r.targetLabel === 'group');
-    const label = Object.keys(sts.spec.template.metadata.labels).find((l) => `__meta_kubernetes_pod_label_${l.replace(/[^a-zA-Z0-9_]/g, '_')}` === relabel?.sourceLabels[0]);
+    const label = Object.keys(sts.spec.template.metadata.labels).find(
+      (l) => `__meta_kubernetes_pod_label_${l.replace(/[^a-zA-Z0-9_]/g, '_')}` === relabel?.sourceLabels[0],
+    );
     assert.equal(label, 'certshare.io/group');
   });
 
   it('alerts on certificates too short for the renewal rule (issuance storms held back)', async () => {
     const rules = await ruleExpressions();
-    assert.ok(rules.some(({ expr }) => /certshare_issuance_attempts_total\{result="too_short"\}/.test(expr)), rules.map((r) => r.alert).join(', '));
+    assert.ok(
+      rules.some(({ expr }) => /certshare_issuance_attempts_total\{result="too_short"\}/.test(expr)),
+      rules.map((r) => r.alert).join(', '),
+    );
   });
 
   it('every metric in the alert expressions is exported by a running daemon, with the labels the rules select on', async () => {
@@ -511,13 +629,23 @@ describe('manifests/monitoring', () => {
         const names = [...new Set([...expr.matchAll(/\bcertshare_[a-z_]+/g)].map((m) => m[0].replace(/_(bucket|sum|count)$/, '')))];
         assert.ok(names.length > 0, `${alert} uses certshare metrics`);
         for (const name of names) {
-          assert.ok(registered.has(name), `${alert}: ${name} is not exported (exported: ${[...registered].filter((n) => n.startsWith('certshare_')).join(', ')})`);
+          assert.ok(
+            registered.has(name),
+            `${alert}: ${name} is not exported (exported: ${[...registered].filter((n) => n.startsWith('certshare_')).join(', ')})`,
+          );
           // certshare_writer is set only in Kubernetes mode: registered is enough for it.
-          if (name !== 'certshare_writer') assert.ok(samples.some((s) => s.startsWith(`${name}{`) || s.startsWith(`${name} `)), `${alert}: ${name} has samples`);
+          if (name !== 'certshare_writer')
+            assert.ok(
+              samples.some((s) => s.startsWith(`${name}{`) || s.startsWith(`${name} `)),
+              `${alert}: ${name} has samples`,
+            );
         }
         for (const m of expr.matchAll(/\b(certshare_[a-z_]+)\{([^}]*)\}/g)) {
           for (const label of [...m[2]!.matchAll(/([a-z_]+)\s*(?:=~|!~|!=|=)/g)].map((l) => l[1]!)) {
-            assert.ok(samples.some((s) => s.startsWith(`${m[1]}{`) && s.includes(`${label}="`)), `${alert}: ${m[1]} has a "${label}" label`);
+            assert.ok(
+              samples.some((s) => s.startsWith(`${m[1]}{`) && s.includes(`${label}="`)),
+              `${alert}: ${m[1]} has a "${label}" label`,
+            );
           }
         }
       }

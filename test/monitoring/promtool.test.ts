@@ -61,26 +61,33 @@ describe('a real Prometheus scraping a writer and two readers', () => {
   let prometheus: ChildProcess | undefined;
   let prometheusUrl = '';
 
-  before(async () => {
-    const ns = await exampleNamespace(cp());
-    replicas = [await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw' })];
-    replicas.push(...(await startReplicas(cp(), ns, dir(), ['proxy-1', 'proxy-2'], { mode: 'ro' })));
-    // The labels the PodMonitor adds (namespace, pod, group), as static target labels.
-    const config = {
-      global: { scrape_interval: '1s', evaluation_interval: '1s' },
-      scrape_configs: [
-        {
-          job_name: 'certshare',
-          static_configs: replicas.map((r) => ({ targets: [new URL(r.daemon.address).host], labels: { namespace: ns, pod: r.name, group: GROUP } })),
-        },
-      ],
-    };
-    await writeFile(join(dir(), 'prometheus.yml'), dump(config));
-    const port = await freePort();
-    prometheusUrl = `http://127.0.0.1:${port}`;
-    const [cmd, ...prefix] = [...deathSignalPrefix(), await prometheusBin('prometheus')];
-    prometheus = spawn(cmd!, [...prefix, `--config.file=${join(dir(), 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir(), 'tsdb')}`, `--web.listen-address=127.0.0.1:${port}`], { stdio: 'ignore' });
-  }, { timeout: 120_000 });
+  before(
+    async () => {
+      const ns = await exampleNamespace(cp());
+      replicas = [await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw' })];
+      replicas.push(...(await startReplicas(cp(), ns, dir(), ['proxy-1', 'proxy-2'], { mode: 'ro' })));
+      // The labels the PodMonitor adds (namespace, pod, group), as static target labels.
+      const config = {
+        global: { scrape_interval: '1s', evaluation_interval: '1s' },
+        scrape_configs: [
+          {
+            job_name: 'certshare',
+            static_configs: replicas.map((r) => ({ targets: [new URL(r.daemon.address).host], labels: { namespace: ns, pod: r.name, group: GROUP } })),
+          },
+        ],
+      };
+      await writeFile(join(dir(), 'prometheus.yml'), dump(config));
+      const port = await freePort();
+      prometheusUrl = `http://127.0.0.1:${port}`;
+      const [cmd, ...prefix] = [...deathSignalPrefix(), await prometheusBin('prometheus')];
+      prometheus = spawn(
+        cmd!,
+        [...prefix, `--config.file=${join(dir(), 'prometheus.yml')}`, `--storage.tsdb.path=${join(dir(), 'tsdb')}`, `--web.listen-address=127.0.0.1:${port}`],
+        { stdio: 'ignore' },
+      );
+    },
+    { timeout: 120_000 },
+  );
 
   after(async () => {
     if (prometheus && prometheus.exitCode === null) {
@@ -108,7 +115,12 @@ describe('a real Prometheus scraping a writer and two readers', () => {
   }
 
   it('the replicas pass promtool check metrics (writer and reader)', async () => {
-    await until('every replica holds the certificate', () => replicas.every((r) => r.daemon.manager.loop(KUBE_DOMAIN)?.current !== undefined), replicas.map(filesWritten), 30_000);
+    await until(
+      'every replica holds the certificate',
+      () => replicas.every((r) => r.daemon.manager.loop(KUBE_DOMAIN)?.current !== undefined),
+      replicas.map(filesWritten),
+      30_000,
+    );
     for (const r of replicas) {
       const text = await metricsOf(r.daemon.address);
       assert.match(text, /^certshare_writer /m, r.name);
@@ -117,7 +129,11 @@ describe('a real Prometheus scraping a writer and two readers', () => {
   });
 
   it('every alert expression evaluates, and every certshare series it selects exists with the labels it groups by', async () => {
-    await eventually('all three targets up with the certificate scraped', async () => (await query(`certshare_certificate_expiration_timestamp_seconds{domain="${KUBE_DOMAIN}"}`)).length === 3 && (await query('up == 1')).length === 3);
+    await eventually(
+      'all three targets up with the certificate scraped',
+      async () =>
+        (await query(`certshare_certificate_expiration_timestamp_seconds{domain="${KUBE_DOMAIN}"}`)).length === 3 && (await query('up == 1')).length === 3,
+    );
     const rules = (await ruleGroups(DAEMON_RULES)).flatMap((g) => g.rules);
     for (const rule of rules) {
       await query(rule.expr);
@@ -128,7 +144,9 @@ describe('a real Prometheus scraping a writer and two readers', () => {
         const series = await query(name);
         if (name === 'certshare_issuance_attempts_total') assert.ok(series.length > 0 || /result="rate_limited"/.test(rule.expr), `${rule.alert}: no ${name}`);
         else assert.ok(series.length > 0, `${rule.alert}: ${name} has no series in Prometheus`);
-        for (const s of series) for (const label of grouping) if (label !== 'instance' && label !== '') assert.ok(label in s.metric, `${rule.alert}: ${name} lacks label ${label}: ${JSON.stringify(s.metric)}`);
+        for (const s of series)
+          for (const label of grouping)
+            if (label !== 'instance' && label !== '') assert.ok(label in s.metric, `${rule.alert}: ${name} lacks label ${label}: ${JSON.stringify(s.metric)}`);
       }
     }
     // One writer in the group: the no-writer expression is empty, as it should be.

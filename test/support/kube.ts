@@ -45,7 +45,8 @@ export async function kubeconfigVia(
 ): Promise<string> {
   const source = who.pod ? await replicaKubeconfig(cp, ns, who.pod, who.serviceAccount) : await cp.kubeconfigFor(ns, who.serviceAccount ?? 'certshare');
   let text = (await readFile(source, 'utf8')).replace(/server: .*/, `server: ${JSON.stringify(via.url)}`);
-  if (via.caPem) text = text.replace(/certificate-authority-data: .*/, `certificate-authority-data: ${JSON.stringify(Buffer.from(via.caPem).toString('base64'))}`);
+  if (via.caPem)
+    text = text.replace(/certificate-authority-data: .*/, `certificate-authority-data: ${JSON.stringify(Buffer.from(via.caPem).toString('base64'))}`);
   if (!text.includes(via.url)) throw new Error('could not point the kubeconfig at the proxy');
   await writeFile(path, text, { mode: 0o600 });
   return path;
@@ -64,7 +65,14 @@ export async function createGatedPod(cp: ControlPlane, ns: string, name: string)
   // Stand-ins for the kubelet's own conditions, which the gate must leave alone.
   const res = await cp.adminRequest('PATCH', `/api/v1/namespaces/${ns}/pods/${name}/status`, {
     headers: { 'content-type': 'application/strategic-merge-patch+json' },
-    body: { status: { conditions: [{ type: 'PodScheduled', status: 'True' }, { type: 'example.com/other', status: 'True' }] } },
+    body: {
+      status: {
+        conditions: [
+          { type: 'PodScheduled', status: 'True' },
+          { type: 'example.com/other', status: 'True' },
+        ],
+      },
+    },
   });
   if (res.status !== 200) throw new Error(`patching Pod ${name}'s status: HTTP ${res.status}: ${res.body.slice(0, 300)}`);
 }
@@ -81,10 +89,12 @@ export interface Replica {
 export const heldSerial = (r: Replica): string | undefined => r.daemon.manager.loop(KUBE_DOMAIN)?.current?.info.serial;
 
 /** A `until()` source: the replica wrote certificate files. */
-export const filesWritten = (r: Replica) => (listener: () => void): (() => void) => {
-  r.daemon.events.on('filesWritten', listener);
-  return () => r.daemon.events.off('filesWritten', listener);
-};
+export const filesWritten =
+  (r: Replica) =>
+  (listener: () => void): (() => void) => {
+    r.daemon.events.on('filesWritten', listener);
+    return () => r.daemon.events.off('filesWritten', listener);
+  };
 
 /**
  * The ServiceAccount's kubeconfig for replica `name`: when a Pod of that name exists, its token is bound
@@ -106,7 +116,14 @@ export async function startReplica(
   ns: string,
   dir: string,
   name: string,
-  options: { mode?: 'rw' | 'ro' | 'auto'; serviceAccount?: string; flags?: string[]; emulator?: EmulatorOptions; env?: NodeJS.ProcessEnv; logger?: Logger } = {},
+  options: {
+    mode?: 'rw' | 'ro' | 'auto';
+    serviceAccount?: string;
+    flags?: string[];
+    emulator?: EmulatorOptions;
+    env?: NodeJS.ProcessEnv;
+    logger?: Logger;
+  } = {},
 ): Promise<Replica> {
   const replicaDir = join(dir, name);
   await mkdir(replicaDir, { recursive: true });
@@ -115,7 +132,22 @@ export async function startReplica(
   const outDir = join(replicaDir, 'certs');
   const values = parseFlags(
     RUN_FLAGS,
-    ['--localapi', emulator.address, '--store', 'kube', '--domain', KUBE_DOMAIN, '--out-dir', outDir, '--group', GROUP, '--mode', options.mode ?? 'rw', ...FAST_FLAGS, ...(options.flags ?? [])],
+    [
+      '--localapi',
+      emulator.address,
+      '--store',
+      'kube',
+      '--domain',
+      KUBE_DOMAIN,
+      '--out-dir',
+      outDir,
+      '--group',
+      GROUP,
+      '--mode',
+      options.mode ?? 'rw',
+      ...FAST_FLAGS,
+      ...(options.flags ?? []),
+    ],
     {},
   );
   const env = { KUBECONFIG: kubeconfig, POD_NAME: name, POD_NAMESPACE: ns, POD_IPS: '10.0.0.10', ...options.env };
@@ -133,7 +165,13 @@ export async function startReplica(
 }
 
 /** Several replicas started together; if one fails to start, the others are stopped before rejecting (no stray daemon keeps the test process alive). */
-export async function startReplicas(cp: ControlPlane, ns: string, dir: string, names: string[], options: Parameters<typeof startReplica>[4] = {}): Promise<Replica[]> {
+export async function startReplicas(
+  cp: ControlPlane,
+  ns: string,
+  dir: string,
+  names: string[],
+  options: Parameters<typeof startReplica>[4] = {},
+): Promise<Replica[]> {
   const results = await Promise.allSettled(names.map((name) => startReplica(cp, ns, dir, name, options)));
   const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
   if (!failed) return results.map((r) => (r as PromiseFulfilledResult<Replica>).value);
@@ -151,7 +189,13 @@ export interface SecretObject {
  * Resolves once the Secret satisfies `predicate` (undefined = absent), driven by a watch of it (no
  * polling); fails after `timeoutMs`.
  */
-export async function secretSatisfies(cp: ControlPlane, ns: string, name: string, predicate: (s: SecretObject | undefined) => boolean, timeoutMs = 10_000): Promise<void> {
+export async function secretSatisfies(
+  cp: ControlPlane,
+  ns: string,
+  name: string,
+  predicate: (s: SecretObject | undefined) => boolean,
+  timeoutMs = 10_000,
+): Promise<void> {
   const { KubeConfig } = await import('@kubernetes/client-node/dist/config.js');
   const { Watch } = await import('@kubernetes/client-node/dist/watch.js');
   const kc = new KubeConfig();

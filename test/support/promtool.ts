@@ -67,7 +67,13 @@ export async function assertRulesTested(ruleFile: string, testsFile: string, dir
   for (const rule of groups.flatMap((g) => g.rules)) {
     if (!rule.alert) continue;
     const mine = cases.filter((c) => c.alertname === rule.alert);
-    assert.ok(mine.some((c) => c.exp_alerts.length > 0), `${rule.alert} has no case where it fires`);
-    assert.ok(mine.some((c) => c.exp_alerts.length === 0), `${rule.alert} has no case where it stays quiet`);
+    assert.ok(
+      mine.some((c) => c.exp_alerts.length > 0),
+      `${rule.alert} has no case where it fires`,
+    );
+    assert.ok(
+      mine.some((c) => c.exp_alerts.length === 0),
+      `${rule.alert} has no case where it stays quiet`,
+    );
   }
 }

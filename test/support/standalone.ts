@@ -11,7 +11,20 @@ import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/em
 export const DOMAIN = 'web.tailnet-test.ts.net';
 
 /** Scaled-down timing flags: renewals and backoff in seconds. */
-export const FAST_FLAGS = ['--first-retry', '200ms', '--retry-cap', '5s', '--rate-limit-retry', '1s', '--check-interval', '1h', '--cert-timeout', '10s', '--listen', '127.0.0.1:0'];
+export const FAST_FLAGS = [
+  '--first-retry',
+  '200ms',
+  '--retry-cap',
+  '5s',
+  '--rate-limit-retry',
+  '1s',
+  '--check-interval',
+  '1h',
+  '--cert-timeout',
+  '10s',
+  '--listen',
+  '127.0.0.1:0',
+];
 
 export async function tempDir(prefix = 'certshare-test-'): Promise<{ path: string; remove(): Promise<void> }> {
   const path = await mkdtemp(join(tmpdir(), prefix));

@@ -21,7 +21,8 @@ import { useTempDir } from '../support/standalone.ts';
 const KNOWN_DIFFERENCES: Record<string, Record<string, string>> = {
   // The one difference left (also in the README's known limits). Clients must skip such lines anyway.
   '1.102': {
-    'bus mask=282: lines until the domain change': 'tailscaled sends a Notify with only Version (a change the mask stripped) before the SelfChange; the emulator sends the SelfChange alone',
+    'bus mask=282: lines until the domain change':
+      'tailscaled sends a Notify with only Version (a change the mask stripped) before the SelfChange; the emulator sends the SelfChange alone',
     'bus mask=16386: lines until the domain change': 'as for mask=282',
   },
 };
@@ -35,15 +36,18 @@ interface Target {
 }
 
 /** Top-level keys with a value: tailscaled writes every ipn.Notify field without omitempty as null. */
-const setKeys = (line: Record<string, any>): string[] => Object.keys(line).filter((k) => line[k] !== null).sort();
+const setKeys = (line: Record<string, any>): string[] =>
+  Object.keys(line)
+    .filter((k) => line[k] !== null)
+    .sort();
 
 /** The first line's shape: its keys with a value and where the cert domains are. */
 function shape(line: Record<string, any>): Record<string, unknown> {
   return {
     keys: setKeys(line),
-    initialStatusCertDomains: line['InitialStatus'] ? (line['InitialStatus']['CertDomains'] ?? null) : 'absent',
-    netMapCertDomains: line['NetMap'] ? (line['NetMap']['DNS']?.['CertDomains'] ?? null) : 'absent',
-    state: line['State'] ?? 'absent',
+    initialStatusCertDomains: line.InitialStatus ? (line.InitialStatus.CertDomains ?? null) : 'absent',
+    netMapCertDomains: line.NetMap ? (line.NetMap.DNS?.CertDomains ?? null) : 'absent',
+    state: line.State ?? 'absent',
   };
 }
 
@@ -77,8 +81,8 @@ async function untilChange(reader: BusReader, timeoutMs: number): Promise<unknow
       const line = await reader.nextJson();
       const keys = setKeys(line).join(',');
       if (!seen.includes(keys)) seen.push(keys);
-      if (line['SelfChange'] != null || line['NetMap'] != null) {
-        return { lines: seen, netMapCertDomains: line['NetMap'] ? (line['NetMap']['DNS']?.['CertDomains'] ?? null) : 'absent' };
+      if (line.SelfChange != null || line.NetMap != null) {
+        return { lines: seen, netMapCertDomains: line.NetMap ? (line.NetMap.DNS?.CertDomains ?? null) : 'absent' };
       }
     }
   } catch {
@@ -105,8 +109,8 @@ async function scenario(target: Target): Promise<Observations> {
   o['cert before the domain: body'] = early.body.trim();
   const status = await get(a, '/localapi/v0/status?peers=false');
   const statusJson = JSON.parse(status.body) as Record<string, unknown>;
-  o['status: BackendState'] = statusJson['BackendState'];
-  o['status: CertDomains before'] = statusJson['CertDomains'] ?? null;
+  o['status: BackendState'] = statusJson.BackendState;
+  o['status: CertDomains before'] = statusJson.CertDomains ?? null;
 
   for (const mask of [0, 2, 282, 16386, 16402, 16384 | 256]) {
     const r = await bus(a, mask);
@@ -128,7 +132,7 @@ async function scenario(target: Target): Promise<Observations> {
   }
   o['cert-domains after'] = JSON.parse((await get(a, '/localapi/v0/cert-domains')).body);
   const statusAfter = JSON.parse((await get(a, '/localapi/v0/status?peers=false')).body) as Record<string, unknown>;
-  o['status: CertDomains after'] = statusAfter['CertDomains'] ?? null;
+  o['status: CertDomains after'] = statusAfter.CertDomains ?? null;
 
   const first = await get(a, certPath(TS_DOMAIN, '0s'));
   o['cert pair: status'] = first.status;
@@ -183,7 +187,7 @@ describe('the emulator and a real tailscaled of the same release, one scenario',
     }
     const differences = compare(emulated, real);
     const table = differences.map((d) => `  ${d.name}\n    emulator: ${d.emulator}\n    real:     ${d.real}`).join('\n');
-    if (process.env['CERTSHARE_TS_DIFF'] === '1') {
+    if (process.env.CERTSHARE_TS_DIFF === '1') {
       process.stderr.write(`real tailscaled ${version}:\n${JSON.stringify(real, null, 2)}\ndifferences (${differences.length}):\n${table}\n`);
     }
     const unexpected = differences.filter((d) => !(d.name in known));

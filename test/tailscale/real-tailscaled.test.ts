@@ -14,7 +14,6 @@ import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled, type RealTailscaled } fr
 import { standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { nextEvent, onEvent, until } from '../support/wait.ts';
 
-
 const healthy = (daemon: Daemon): boolean => daemon.health.evaluate(Date.now()).healthy;
 const healthSource = (daemon: Daemon) => (l: () => void) => daemon.health.onChange(l);
 const busSource = (daemon: Daemon) => (l: () => void) => daemon.watcher.onChange(l);
@@ -25,7 +24,7 @@ const every50ms = (l: () => void): (() => void) => {
 };
 
 function report(figure: string): void {
-  if (process.env['CERTSHARE_TS_TIMINGS'] === '1') process.stderr.write(`real tailscaled: ${figure}\n`);
+  if (process.env.CERTSHARE_TS_TIMINGS === '1') process.stderr.write(`real tailscaled: ${figure}\n`);
 }
 
 async function filesOnDisk(certDir: string, domain: string): Promise<{ keyPem: string; certPem: string; cert: X509Certificate }> {
@@ -118,8 +117,10 @@ describe('certshare against a real tailscaled: the domain appears later, then re
         const reconnectsBefore = daemon.watcher.reconnects;
         await ts.stopTailscaled();
         await ts.startTailscaled();
-        await until('bus reconnected', () => daemon.watcher.reconnects > reconnectsBefore && daemon.watcher.connected, [every50ms], 60_000).catch(
-          () => assert.fail(`certshare did not reconnect to the restarted tailscaled (reconnects ${daemon.watcher.reconnects}, connected ${daemon.watcher.connected})`),
+        await until('bus reconnected', () => daemon.watcher.reconnects > reconnectsBefore && daemon.watcher.connected, [every50ms], 60_000).catch(() =>
+          assert.fail(
+            `certshare did not reconnect to the restarted tailscaled (reconnects ${daemon.watcher.reconnects}, connected ${daemon.watcher.connected})`,
+          ),
         );
         assert.equal(healthy(daemon), true);
         // tailscaled keeps its certificate in its state directory: the pair survives the restart.
@@ -192,7 +193,10 @@ describe('certshare against a real tailscaled: renewal of short-lived certificat
           const previous = serials[i - 1]!;
           const half = previous.notBefore + (previous.notAfter - previous.notBefore) / 2;
           // Inside the window: not before half the lifetime (1 s of clock rounding), before expiry.
-          assert.ok(serials[i]!.writtenAt >= half - 1000, `renewal ${i} at ${serials[i]!.writtenAt - previous.notBefore} ms, window from ${half - previous.notBefore} ms`);
+          assert.ok(
+            serials[i]!.writtenAt >= half - 1000,
+            `renewal ${i} at ${serials[i]!.writtenAt - previous.notBefore} ms, window from ${half - previous.notBefore} ms`,
+          );
           assert.ok(serials[i]!.writtenAt < previous.notAfter, `renewal ${i} before the previous certificate expired`);
         }
         await assertSamePair(certDir, ts);

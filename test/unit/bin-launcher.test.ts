@@ -19,7 +19,10 @@ describe('bin/certshare.js', () => {
     const root = join(dir(), name);
     await mkdir(join(root, 'bin'), { recursive: true });
     await copyFile(LAUNCHER, join(root, 'bin/certshare.js'));
-    for (const [kind, file] of [['dist', 'dist/cli/main.js'], ['src', 'src/cli/main.ts']] as const) {
+    for (const [kind, file] of [
+      ['dist', 'dist/cli/main.js'],
+      ['src', 'src/cli/main.ts'],
+    ] as const) {
       const mtime = parts[kind];
       if (mtime === undefined) continue;
       await mkdir(join(root, file, '..'), { recursive: true });

@@ -39,18 +39,24 @@ describe('normalizeDomain: the one domain check of every door', () => {
   ];
   for (const [input, why] of refused) {
     it(`refuses ${JSON.stringify(input)}`, () => {
-      assert.throws(() => normalizeDomain(input), (err: Error & { code?: string }) => {
-        assert.equal(err.code, 'CERTSHARE_BAD_DOMAIN');
-        assert.match(err.message, /is not a fully qualified domain name/);
-        assert.match(err.message, why);
-        return true;
-      });
+      assert.throws(
+        () => normalizeDomain(input),
+        (err: Error & { code?: string }) => {
+          assert.equal(err.code, 'CERTSHARE_BAD_DOMAIN');
+          assert.match(err.message, /is not a fully qualified domain name/);
+          assert.match(err.message, why);
+          return true;
+        },
+      );
     });
   }
   it('partitions a list into canonical valid names and refused ones', () => {
     const { domains, refused } = partitionDomains(['b.example.com', '../../x', 'B.example.com.', 'a.example.com']);
     assert.deepEqual(domains, ['a.example.com', 'b.example.com']);
-    assert.deepEqual(refused.map((r) => r.name), ['../../x']);
+    assert.deepEqual(
+      refused.map((r) => r.name),
+      ['../../x'],
+    );
   });
 });
 

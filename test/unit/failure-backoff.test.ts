@@ -36,10 +36,16 @@ describe('retryDelay', () => {
   });
   it('waits exactly Retry-After, and starts at an hour without one', () => {
     assert.equal(retryDelay({ kind: 'rate_limited', retryAfterMs: 1234_000, message: '' }, 7, policy), 1234_000);
-    assert.deepEqual([1, 2, 6].map((n) => retryDelay({ kind: 'rate_limited', message: '' }, n, policy)), [HOUR, 2 * HOUR, 24 * HOUR]);
+    assert.deepEqual(
+      [1, 2, 6].map((n) => retryDelay({ kind: 'rate_limited', message: '' }, n, policy)),
+      [HOUR, 2 * HOUR, 24 * HOUR],
+    );
   });
   it('keeps transient retries soon', () => {
-    assert.deepEqual([1, 2, 10].map((n) => retryDelay({ kind: 'transient', message: '' }, n, policy)), [MIN, 2 * MIN, 8 * MIN]);
+    assert.deepEqual(
+      [1, 2, 10].map((n) => retryDelay({ kind: 'transient', message: '' }, n, policy)),
+      [MIN, 2 * MIN, 8 * MIN],
+    );
   });
   it('counts streaks per kind', () => {
     const streak = new FailureStreak();

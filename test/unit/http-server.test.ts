@@ -43,7 +43,12 @@ describe('http server', () => {
   });
 
   it('carries the Pod addresses on /metrics, HEAD and unknown paths too', async () => {
-    for (const [method, url, status] of [['GET', '/metrics', 200], ['HEAD', '/healthz', 200], ['GET', '/nope', 404], ['POST', '/healthz', 404]] as const) {
+    for (const [method, url, status] of [
+      ['GET', '/metrics', 200],
+      ['HEAD', '/healthz', 200],
+      ['GET', '/nope', 404],
+      ['POST', '/healthz', 404],
+    ] as const) {
       const res = await app.inject({ method, url });
       assert.equal(res.statusCode, status, `${method} ${url}`);
       assert.deepEqual(podHeaders(res), ['10.1.2.3', 'fd00::3'], `${method} ${url}`);

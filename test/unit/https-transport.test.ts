@@ -42,7 +42,10 @@ describe('https transport', () => {
 
     it('a request fails with CERTSHARE_KUBE_TIMEOUT after the request timeout', async () => {
       const started = performance.now();
-      await assert.rejects(makeApi(config, CoreV1Api, 300).readNamespacedSecret({ name: 's', namespace: 'n' }), { code: 'CERTSHARE_KUBE_TIMEOUT', message: /GET \/api\/v1\/namespaces\/n\/secrets\/s: no answer from the Kubernetes API within 300 ms/ });
+      await assert.rejects(makeApi(config, CoreV1Api, 300).readNamespacedSecret({ name: 's', namespace: 'n' }), {
+        code: 'CERTSHARE_KUBE_TIMEOUT',
+        message: /GET \/api\/v1\/namespaces\/n\/secrets\/s: no answer from the Kubernetes API within 300 ms/,
+      });
       assert.ok(performance.now() - started < 5000);
     });
 
@@ -52,11 +55,18 @@ describe('https transport', () => {
       const cancelled = api.readNamespacedSecret({ name: 's', namespace: 'n' }, withSignal(stop.signal));
       stop.abort();
       await assert.rejects(cancelled, { name: 'AbortError' });
-      await assert.rejects(api.readNamespacedSecret({ name: 's', namespace: 'n' }, withSignal(AbortSignal.timeout(200))), { code: 'CERTSHARE_KUBE_TIMEOUT', message: /caller's deadline/ });
+      await assert.rejects(api.readNamespacedSecret({ name: 's', namespace: 'n' }, withSignal(AbortSignal.timeout(200))), {
+        code: 'CERTSHARE_KUBE_TIMEOUT',
+        message: /caller's deadline/,
+      });
     });
 
     it('a watch without response headers fails with CERTSHARE_KUBE_TIMEOUT after the headers timeout, whatever its inactivity bound', async () => {
-      const watching = watchOnce(config, '/api/v1/namespaces/n/secrets', {}, () => {}, { signal: new AbortController().signal, inactivityMs: 60_000, headersTimeoutMs: 300 });
+      const watching = watchOnce(config, '/api/v1/namespaces/n/secrets', {}, () => {}, {
+        signal: new AbortController().signal,
+        inactivityMs: 60_000,
+        headersTimeoutMs: 300,
+      });
       await assert.rejects(watching, { code: 'CERTSHARE_KUBE_TIMEOUT' });
     });
   });

@@ -50,7 +50,11 @@ describe('install scripts', () => {
     const withScripts = Object.entries(lock.packages)
       .filter(([path, entry]) => path !== '' && entry.hasInstallScript)
       .map(([path, entry]) => ({ name: path.slice(path.lastIndexOf('node_modules/') + 'node_modules/'.length), version: entry.version }));
-    assert.deepEqual(pkg.allowScripts, Object.fromEntries(withScripts.map((p) => [p.name, true])), 'allowScripts: one true entry per package with an install script');
+    assert.deepEqual(
+      pkg.allowScripts,
+      Object.fromEntries(withScripts.map((p) => [p.name, true])),
+      'allowScripts: one true entry per package with an install script',
+    );
     for (const { name, version } of withScripts) {
       assert.equal(version, REVIEWED[name], `${name}@${version} has an install script that nobody reviewed at this version (see REVIEWED)`);
       assert.equal(pkg.devDependencies[name] ?? pkg.dependencies[name], version, `${name} is pinned to the reviewed version`);

@@ -80,7 +80,8 @@ class TailscaledModel {
   }
 
   async #issue(trigger: Issuance['trigger']): Promise<Cached> {
-    if (this.issuances.length >= this.maxIssuances) throw new Error(`issuance storm: ${this.issuances.length} issuances by ${new Date(this.clock.now()).toISOString()}`);
+    if (this.issuances.length >= this.maxIssuances)
+      throw new Error(`issuance storm: ${this.issuances.length} issuances by ${new Date(this.clock.now()).toISOString()}`);
     const { validitiesMs, backdateMs, skewMs, shortByMs } = this.issuer;
     let validity = validitiesMs[Math.min(this.issuances.length, validitiesMs.length - 1)]!;
     if (shortByMs !== undefined && this.#asked > 0) validity = Math.min(validity, Math.max(S, Math.floor((this.#asked - shortByMs) / S) * S));
@@ -154,7 +155,10 @@ async function simulate(s: Scenario): Promise<Run> {
         if (t < from || t >= to) continue;
         const offered = t >= offer.notBefore && t < offer.notAfter;
         const holding = t >= heldFrom && t < heldTo;
-        if (offered && !holding) gaps.push(`at +${t - clock.now()} ms after turn ${turn}: daemon holds ${held ? `a pair valid ${iso(heldFrom)}..${iso(heldTo)}` : 'nothing'}, tailscaled offers ${iso(offer.notBefore)}..${iso(offer.notAfter)}`);
+        if (offered && !holding)
+          gaps.push(
+            `at +${t - clock.now()} ms after turn ${turn}: daemon holds ${held ? `a pair valid ${iso(heldFrom)}..${iso(heldTo)}` : 'nothing'}, tailscaled offers ${iso(offer.notBefore)}..${iso(offer.notAfter)}`,
+          );
       }
     }
     const firstAt = model.issuances[0]?.at;
@@ -188,7 +192,9 @@ function windowViolations(run: Run, s: Scenario): string[] {
     const required = Math.max(window - tolerance, s.floorMs);
     const gap = list[i + 1]!.at - c.at;
     if (gap < required) {
-      out.push(`issuance ${i + 1} (${list[i + 1]!.trigger}) ${gap} ms after issuance ${i} (valid ${iso(c.notBefore)}..${iso(c.notAfter)}, issued at ${iso(c.at)}): its renewal window is ${Math.round(window)} ms, the floor ${s.floorMs} ms`);
+      out.push(
+        `issuance ${i + 1} (${list[i + 1]!.trigger}) ${gap} ms after issuance ${i} (valid ${iso(c.notBefore)}..${iso(c.notAfter)}, issued at ${iso(c.at)}): its renewal window is ${Math.round(window)} ms, the floor ${s.floorMs} ms`,
+      );
     }
   }
   return out;
@@ -244,7 +250,10 @@ describe('renewal rule (properties)', () => {
         const asked = minValidityFor(held, at, policy);
         const fresh = notAfter - now;
         assert.ok(asked <= Math.max(S, fresh), `asked ${asked} ms, a fresh one has ${fresh} ms`);
-        assert.ok(asked <= fresh * remainingShare(notAfter - notBefore, renewFraction) + 2 * S, `asked ${asked} ms, more than the renewal share of a fresh one (${fresh} ms)`);
+        assert.ok(
+          asked <= fresh * remainingShare(notAfter - notBefore, renewFraction) + 2 * S,
+          `asked ${asked} ms, more than the renewal share of a fresh one (${fresh} ms)`,
+        );
         assert.ok(at >= renewalTime({ notBefore, notAfter }, policy), 'never renewed earlier than measured from notBefore');
         if (fresh >= 2 * S) assert.ok(asked > notAfter - at, `asked ${asked} ms, the held one still has ${notAfter - at} ms`);
       }),
@@ -281,7 +290,10 @@ describe('issuance loop against backdating, short and skewed issuers (properties
 
   it('a sane issuer (certificates valid on arrival, windows longer than the floor) is renewed without a gap', { timeout: 300_000 }, async () => {
     const sane = scenarioArb
-      .map((s) => ({ ...s, issuer: { validitiesMs: [s.issuer.validitiesMs[0]!], backdateMs: s.issuer.backdateMs, skewMs: Math.min(s.issuer.skewMs, s.issuer.backdateMs) } }))
+      .map((s) => ({
+        ...s,
+        issuer: { validitiesMs: [s.issuer.validitiesMs[0]!], backdateMs: s.issuer.backdateMs, skewMs: Math.min(s.issuer.skewMs, s.issuer.backdateMs) },
+      }))
       .filter((s) => {
         const validity = s.issuer.validitiesMs[0]! + Math.min(0, s.issuer.skewMs);
         const lifetime = s.issuer.validitiesMs[0]! + s.issuer.backdateMs;

@@ -28,7 +28,7 @@ describe('reload command', () => {
     assert.deepEqual(commandLine(parseReloadCommand('nginx -s reload'), false), ['nginx', '-s', 'reload']);
   });
 
-  it('passes the JSON form\'s arguments literally (no shell expansion)', async () => {
+  it("passes the JSON form's arguments literally (no shell expansion)", async () => {
     const marker = join(dir(), 'argv');
     const args = ['$HOME', 'a b', ';touch injected', '*'];
     const code = 'require("fs").writeFileSync(process.argv[1], JSON.stringify(process.argv.slice(2)))';
@@ -40,7 +40,10 @@ describe('reload command', () => {
   it('kills the whole process group on timeout, not only the shell', async () => {
     // The grandchild connects back and holds the connection: the connection closes only when it dies.
     const script = join(dir(), 'grandchild.cjs');
-    await writeFile(script, 'const s = require("net").connect(Number(process.argv[2]), "127.0.0.1", () => s.write(String(process.pid))); setInterval(() => {}, 1000);');
+    await writeFile(
+      script,
+      'const s = require("net").connect(Number(process.argv[2]), "127.0.0.1", () => s.write(String(process.pid))); setInterval(() => {}, 1000);',
+    );
     const server = createServer();
     server.listen(0, '127.0.0.1');
     await once(server, 'listening');

@@ -5,7 +5,13 @@ import { isRenewalDue, minValidityFor, nextCheckTime, renewalTime, tooShortReaso
 
 const DAY = 86_400_000;
 const policy = { renewFraction: 1 / 3, checkIntervalMs: DAY };
-const cert = (notBefore: number, lifetime: number): CertInfo => ({ domain: 'a.b', notBefore, notAfter: notBefore + lifetime, serial: '01', fingerprint256: '' });
+const cert = (notBefore: number, lifetime: number): CertInfo => ({
+  domain: 'a.b',
+  notBefore,
+  notAfter: notBefore + lifetime,
+  serial: '01',
+  fingerprint256: '',
+});
 
 describe('renewal decision', () => {
   it('renews a 90-day certificate with 30 days left, not before', () => {
@@ -56,7 +62,10 @@ describe('renewal decision', () => {
   it('calls a certificate too short when it has less than asked, or is due sooner than the minimum interval', () => {
     const asked = { minValidityMs: 30_000, minIssueIntervalMs: 10_000 };
     assert.match(tooShortReason({ notBefore: 0, notAfter: 80_000 }, 60_000, policy, asked) ?? '', /less than the 30000 ms asked/);
-    assert.match(tooShortReason({ notBefore: 60_000, notAfter: 75_000 }, 60_000, policy, { minValidityMs: 0, minIssueIntervalMs: 10_000 }) ?? '', /sooner than the 10000 ms minimum/);
+    assert.match(
+      tooShortReason({ notBefore: 60_000, notAfter: 75_000 }, 60_000, policy, { minValidityMs: 0, minIssueIntervalMs: 10_000 }) ?? '',
+      /sooner than the 10000 ms minimum/,
+    );
     assert.equal(tooShortReason({ notBefore: 0, notAfter: 105_000 }, 60_000, policy, asked), undefined);
   });
 });

@@ -28,34 +28,82 @@ describe('run configuration: one validation step before anything starts', () => 
     ['--reload-timeout 0', ['--domain', DOMAIN, '--reload-timeout', '0'], {}, /--reload-timeout must be longer than 0/],
     ['--shutdown-timeout 0', ['--domain', DOMAIN, '--shutdown-timeout', '0', '--drain-delay', '0'], {}, /--shutdown-timeout must be longer than 0/],
     ['--first-retry above --retry-cap', ['--domain', DOMAIN, '--first-retry', '2h', '--retry-cap', '1h'], {}, /--first-retry must not be above --retry-cap/],
-    ['--rate-limit-retry above --retry-cap', ['--domain', DOMAIN, '--rate-limit-retry', '2h', '--retry-cap', '1h'], {}, /--rate-limit-retry must not be above --retry-cap/],
+    [
+      '--rate-limit-retry above --retry-cap',
+      ['--domain', DOMAIN, '--rate-limit-retry', '2h', '--retry-cap', '1h'],
+      {},
+      /--rate-limit-retry must not be above --retry-cap/,
+    ],
     ['--log-level loud', ['--domain', DOMAIN, '--log-level', 'loud'], {}, /--log-level must be debug, info, warn, error/],
     ['--routing-attempts 0', ['--domain', DOMAIN, '--routing-attempts', '0'], {}, /--routing-attempts must be a positive integer/],
     ['--routing-attempts 2.5', ['--domain', DOMAIN, '--routing-attempts', '2.5'], {}, /--routing-attempts must be a positive integer/],
-    ['--reload-command broken JSON', ['--domain', DOMAIN, '--reload-command', '["nginx",'], {}, /--reload-command: a value starting with "\[" must be a JSON array/],
-    ['--reload-command empty array', ['--domain', DOMAIN, '--reload-command', '[]'], {}, /--reload-command: the JSON form must be a non-empty array of strings/],
-    ['--reload-command array of numbers', ['--domain', DOMAIN, '--reload-command', '[1, 2]'], {}, /--reload-command: the JSON form must be a non-empty array of strings/],
+    [
+      '--reload-command broken JSON',
+      ['--domain', DOMAIN, '--reload-command', '["nginx",'],
+      {},
+      /--reload-command: a value starting with "\[" must be a JSON array/,
+    ],
+    [
+      '--reload-command empty array',
+      ['--domain', DOMAIN, '--reload-command', '[]'],
+      {},
+      /--reload-command: the JSON form must be a non-empty array of strings/,
+    ],
+    [
+      '--reload-command array of numbers',
+      ['--domain', DOMAIN, '--reload-command', '[1, 2]'],
+      {},
+      /--reload-command: the JSON form must be a non-empty array of strings/,
+    ],
     ['--out-dir with a directory store', ['--domain', DOMAIN, '--store', 'dir:/tmp/x', '--out-dir', '/tmp/y'], {}, /--out-dir needs --store kube/],
-    ['--readiness-gate with a directory store', ['--domain', DOMAIN, '--store', 'dir:/tmp/x', '--readiness-gate', 'g'], POD, /--readiness-gate needs --store kube/],
+    [
+      '--readiness-gate with a directory store',
+      ['--domain', DOMAIN, '--store', 'dir:/tmp/x', '--readiness-gate', 'g'],
+      POD,
+      /--readiness-gate needs --store kube/,
+    ],
     ['--lease-duration 0', [...KUBE, '--mode', 'auto', '--group', 'g', '--lease-duration', '0'], {}, /--lease-duration must be longer than 0/],
-    ['--drain-delay equal to --shutdown-timeout', [...KUBE, '--drain-delay', '25s', '--shutdown-timeout', '25s'], {}, /--drain-delay must be shorter than --shutdown-timeout/],
+    [
+      '--drain-delay equal to --shutdown-timeout',
+      [...KUBE, '--drain-delay', '25s', '--shutdown-timeout', '25s'],
+      {},
+      /--drain-delay must be shorter than --shutdown-timeout/,
+    ],
     ['--drain-delay above --shutdown-timeout', [...KUBE, '--drain-delay', '1m'], {}, /--drain-delay must be shorter than --shutdown-timeout/],
     ['--mode auto without a group', [...KUBE, '--mode', 'auto'], {}, /--mode auto needs --group or POD_NAME/],
     ['--readiness-gate without POD_NAME', [...KUBE, '--readiness-gate', 'g'], {}, /--readiness-gate needs POD_NAME/],
     ['--routing-check without --readiness-gate', [...KUBE, '--routing-check', 'http://svc/healthz'], POD, /--routing-check needs --readiness-gate/],
-    ['--routing-check not a URL', [...KUBE, '--readiness-gate', 'g', '--routing-check', 'svc:9002'], POD, /--routing-check: "svc:9002" is not an http:\/\/ or https:\/\/ URL/],
-    ['--routing-check without POD_IPS', [...KUBE, '--readiness-gate', 'g', '--routing-check', 'http://svc/healthz'], { POD_NAME: 'proxy-0' }, /--routing-check needs the Pod's IPv4 address in POD_IPS \(hint: .*status\.podIPs\)/],
-    ['--routing-check with an IPv6-only Pod', [...KUBE, '--readiness-gate', 'g', '--routing-check', 'http://svc/healthz'], { POD_NAME: 'proxy-0', POD_IPS: 'fd00::7' }, /needs the Pod's IPv4 address in POD_IPS/],
+    [
+      '--routing-check not a URL',
+      [...KUBE, '--readiness-gate', 'g', '--routing-check', 'svc:9002'],
+      POD,
+      /--routing-check: "svc:9002" is not an http:\/\/ or https:\/\/ URL/,
+    ],
+    [
+      '--routing-check without POD_IPS',
+      [...KUBE, '--readiness-gate', 'g', '--routing-check', 'http://svc/healthz'],
+      { POD_NAME: 'proxy-0' },
+      /--routing-check needs the Pod's IPv4 address in POD_IPS \(hint: .*status\.podIPs\)/,
+    ],
+    [
+      '--routing-check with an IPv6-only Pod',
+      [...KUBE, '--readiness-gate', 'g', '--routing-check', 'http://svc/healthz'],
+      { POD_NAME: 'proxy-0', POD_IPS: 'fd00::7' },
+      /needs the Pod's IPv4 address in POD_IPS/,
+    ],
     ['an unparsable POD_IPS', ['--domain', DOMAIN], { POD_IPS: '10.0.0.300' }, /POD_IPS\/POD_IP holds "10\.0\.0\.300", not an IP address/],
     ['an unparsable POD_IP', ['--domain', DOMAIN], { POD_IP: 'status.podIP' }, /POD_IPS\/POD_IP holds "status\.podIP", not an IP address/],
   ];
   for (const [name, args, env, message] of refused) {
     it(`refuses ${name} with CERTSHARE_BAD_FLAG`, () => {
-      assert.throws(() => config(args, env), (err: Error & { code?: string }) => {
-        assert.equal(err.code, 'CERTSHARE_BAD_FLAG');
-        assert.match(err.message, message);
-        return true;
-      });
+      assert.throws(
+        () => config(args, env),
+        (err: Error & { code?: string }) => {
+          assert.equal(err.code, 'CERTSHARE_BAD_FLAG');
+          assert.match(err.message, message);
+          return true;
+        },
+      );
     });
   }
 
@@ -64,7 +112,22 @@ describe('run configuration: one validation step before anything starts', () => 
     assert.deepEqual(standalone.domains, [DOMAIN]);
     assert.equal(standalone.renewal.renewFraction, 1 / 3);
     assert.deepEqual(standalone.reloadCommand, { shell: 'nginx -s reload' });
-    const kube = config([...KUBE, '--mode', 'auto', '--readiness-gate', 'g', '--routing-check', 'http://svc/healthz', '--reload-command', '["nginx","-s","reload"]', '--renew-fraction', '0.5'], POD);
+    const kube = config(
+      [
+        ...KUBE,
+        '--mode',
+        'auto',
+        '--readiness-gate',
+        'g',
+        '--routing-check',
+        'http://svc/healthz',
+        '--reload-command',
+        '["nginx","-s","reload"]',
+        '--renew-fraction',
+        '0.5',
+      ],
+      POD,
+    );
     assert.equal(kube.group, 'proxy');
     assert.deepEqual(kube.pod, { ipv4: '10.0.0.7', ipv6: 'fd00::7', invalid: [] });
     assert.deepEqual(kube.reloadCommand, { argv: ['nginx', '-s', 'reload'] });

@@ -13,7 +13,10 @@ describe('domainsFromServeConfig', () => {
         'svc:plain': { TCP: { '80': { HTTP: true } }, Web: { 'plain.tailnet.ts.net:80': {} } },
       },
     };
-    assert.deepEqual(domainsFromServeConfig(JSON.stringify(config)), { domains: ['db.tailnet.ts.net', 'node.tailnet.ts.net', 'web.tailnet.ts.net'], refused: [] });
+    assert.deepEqual(domainsFromServeConfig(JSON.stringify(config)), {
+      domains: ['db.tailnet.ts.net', 'node.tailnet.ts.net', 'web.tailnet.ts.net'],
+      refused: [],
+    });
   });
   it('accepts an empty config', () => {
     assert.deepEqual(domainsFromServeConfig('{}'), { domains: [], refused: [] });
