@@ -17,7 +17,7 @@ import { Metrics } from './server/metrics.ts';
 import { CertDirectory } from './store/cert-directory.ts';
 import { DirStore } from './store/dir-store.ts';
 import { kubeconfigSource } from './kube/kubeconfig-source.ts';
-import { ReloadCommand } from './store/reload-command.ts';
+import { ReloadCommand } from './delivery/reload-command.ts';
 
 export interface Daemon {
   readonly address: string;

@@ -4,7 +4,7 @@ import { normalizeDomain } from '../core/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { podAddressesFromEnv } from '../core/pod-addresses.ts';
 import { parseHostPort } from '../core/listen-address.ts';
-import { parseReloadCommand } from '../store/reload-command.ts';
+import { parseReloadCommand } from '../delivery/reload-command.ts';
 import type { FlagSpec, FlagValues } from './flags.ts';
 
 export type { DaemonConfig, ShareMode, StoreChoice } from '../config/daemon-config.ts';

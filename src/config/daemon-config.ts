@@ -4,7 +4,7 @@
 import type { BackoffPolicy } from '../core/backoff.ts';
 import type { PodAddresses } from '../core/pod-addresses.ts';
 import type { RenewalPolicy } from '../core/renewal.ts';
-import type { ReloadSpec } from '../store/reload-command.ts';
+import type { ReloadSpec } from '../delivery/reload-command.ts';
 
 export type StoreChoice = { kind: 'dir'; path: string } | { kind: 'kube' };
 export type ShareMode = 'rw' | 'ro' | 'auto';

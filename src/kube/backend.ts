@@ -1,7 +1,7 @@
 import { staticRole } from '../core/store.ts';
 import type { BackendContext, StoreBackend } from '../backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
-import { Projector } from '../store/projector.ts';
+import { Projector } from '../delivery/projector.ts';
 import { connectKube } from './connection.ts';
 import { ReadinessGate } from './readiness-gate.ts';
 import { checkRouting } from './routing-check.ts';

@@ -103,7 +103,7 @@ describe('DirStore and CertDirectory', () => {
 
 describe('reload command line', () => {
   it('uses the shell where there is one and runs the command directly where there is none', async () => {
-    const { commandLine } = await import('../../src/store/reload-command.ts');
+    const { commandLine } = await import('../../src/delivery/reload-command.ts');
     assert.deepEqual(commandLine({ shell: 'nginx -s reload' }, true), ['/bin/sh', '-c', 'nginx -s reload']);
     assert.deepEqual(commandLine({ shell: ' /usr/sbin/nginx  -s reload ' }, false), ['/usr/sbin/nginx', '-s', 'reload']);
   });

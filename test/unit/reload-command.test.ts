@@ -5,7 +5,7 @@ import { createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { silentLogger } from '../../src/core/logger.ts';
-import { commandLine, parseReloadCommand, ReloadCommand, type ReloadOutcome } from '../../src/store/reload-command.ts';
+import { commandLine, parseReloadCommand, ReloadCommand, type ReloadOutcome } from '../../src/delivery/reload-command.ts';
 import { useTempDir } from '../support/standalone.ts';
 
 function runOnce(spec: ReturnType<typeof parseReloadCommand>, timeoutMs: number): Promise<ReloadOutcome> {

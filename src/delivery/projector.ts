@@ -2,7 +2,7 @@ import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import type { LoopObserver } from '../core/observer.ts';
 import type { StoredCert } from '../core/store.ts';
-import type { CertDirectory } from './cert-directory.ts';
+import type { CertDirectory } from '../store/cert-directory.ts';
 
 /**
  * Mirrors each domain's current certificate into a directory (for proxies that read files), with the
