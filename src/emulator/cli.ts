@@ -1,10 +1,10 @@
 // `certshare emulator`: runs the LocalAPI emulator until SIGINT/SIGTERM, logging JSON lines to stdout.
 import { parseArgs } from 'node:util';
-import { pino } from 'pino';
 import { normalizeDomain } from '../core/domain.ts';
 import { parseDuration } from '../core/duration.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
+import { createLogger } from '../cli/logger.ts';
 import { parseFaultSpec, type Fault } from './faults.ts';
 import { parseListen } from './listen.ts';
 import { parseTailscaledVersion, releaseFeatures } from '../localapi/releases.ts';
@@ -165,18 +165,6 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
   return { help: false, options, logLevel };
 }
 
-function createPinoLogger(level: string): Logger {
-  return pino({
-    name: 'certshare-emulator',
-    level,
-    base: { pid: process.pid },
-    timestamp: pino.stdTimeFunctions.isoTime,
-    formatters: { level: (label) => ({ level: label }) },
-    // The emulator never logs key material; this is a second line of defence.
-    redact: { paths: ['keyPem', '*.keyPem', 'pair', '*.pair', 'key', '*.key'], censor: '[redacted]' },
-  });
-}
-
 /**
  * Runs the emulator until SIGINT/SIGTERM (or `extra.signal` aborts), then closes it.
  * Bad flags throw CertshareError('CERTSHARE_BAD_FLAG') with a one-line message.
@@ -187,7 +175,7 @@ export async function runEmulatorCli(argv: string[], extra: { signal?: AbortSign
     process.stdout.write(`${emulatorUsage}\n`);
     return;
   }
-  const logger = extra.logger ?? createPinoLogger(parsed.logLevel);
+  const logger = extra.logger ?? createLogger(parsed.logLevel, 'certshare-emulator');
   const emulator = await startEmulator({ ...parsed.options, logger });
   await new Promise<void>((resolve) => {
     const stop = (reason: string): void => {
