@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { CertshareError, errorMessage } from '../core/errors.ts';
+import { CertshareError, type ErrorCode, errorMessage } from '../core/errors.ts';
 import { parseFlags, usage } from './flags.ts';
 import { RUN_FLAGS, daemonConfigFrom } from './run-options.ts';
 
@@ -51,7 +51,7 @@ async function main(argv: string[]): Promise<number> {
 try {
   process.exitCode = await main(process.argv.slice(2));
 } catch (err) {
-  const code = err instanceof CertshareError ? err.code : 'CERTSHARE_FATAL';
+  const code = err instanceof CertshareError ? err.code : ('CERTSHARE_FATAL' satisfies ErrorCode);
   console.error(`certshare: ${errorMessage(err)} [${code}]`);
   // Exit now: a fatal error must end the process, whatever handle (a socket, a timer) is still open.
   process.exit(err instanceof CertshareError && err.code === 'CERTSHARE_BAD_FLAG' ? 2 : 1);

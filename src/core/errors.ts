@@ -1,27 +1,32 @@
-// Stable error codes for everything a user can see in a log line, a health reason or an exit message.
-export type ErrorCode =
-  | 'CERTSHARE_BAD_FLAG'
-  | 'CERTSHARE_BAD_CONFIG'
-  | 'CERTSHARE_BAD_DOMAIN'
-  | 'CERTSHARE_CERT_INVALID'
-  | 'CERTSHARE_CERT_STALE'
-  | 'CERTSHARE_CERT_TOO_SHORT'
-  | 'CERTSHARE_LOCALAPI_UNREACHABLE'
-  | 'CERTSHARE_LOCALAPI_TIMEOUT'
-  | 'CERTSHARE_LOCALAPI_HTTP'
-  // A 4xx other than 408/429: an answer that retrying cannot change (a refused watch mask, access denied, no such endpoint).
-  | 'CERTSHARE_LOCALAPI_REFUSED'
-  | 'CERTSHARE_LOCALAPI_BAD_RESPONSE'
-  | 'CERTSHARE_BUS_LINE_TOO_LONG'
-  | 'CERTSHARE_BUS_BAD_LINE'
-  | 'CERTSHARE_STORE_UNAVAILABLE'
-  | 'CERTSHARE_STORE_CONFLICT'
-  | 'CERTSHARE_STORE_CORRUPT'
-  | 'CERTSHARE_RELOAD_FAILED'
-  | 'CERTSHARE_KUBE_HTTP'
-  | 'CERTSHARE_KUBE_RESPONSE_TOO_LARGE'
-  | 'CERTSHARE_KUBE_TIMEOUT'
-  | 'CERTSHARE_BAD_ANNOTATION';
+// Stable error codes for everything a user can see in a log line, a health reason or an exit message,
+// each declared once with what it means (fastify's lib/errors.js does the same). test/unit/errors.test.ts
+// keeps the table honest: every code declared is used, every code used is declared.
+export const ERROR_CODES = {
+  CERTSHARE_BAD_FLAG: 'a flag or environment value is malformed or breaks a rule of the configuration (exit 2)',
+  CERTSHARE_BAD_CONFIG: 'a configuration source is unusable: a ServeConfig, a kubeconfig, a store directory, a missing object',
+  CERTSHARE_BAD_DOMAIN: 'a name is not a fully qualified domain name and never becomes a file, Secret or request path',
+  CERTSHARE_BAD_ANNOTATION: "an injected Pod's certshare.io/* annotation is invalid (the admission is refused)",
+  CERTSHARE_CERT_INVALID: 'a certificate pair failed validation (parse, key match, SAN, validity, chain) and was not used',
+  CERTSHARE_CERT_STALE: 'tailscaled returned a certificate that is no newer than the one held',
+  CERTSHARE_CERT_TOO_SHORT: 'a freshly issued certificate is already due for renewal by the rule (issuer backdates, shortens or is skewed)',
+  CERTSHARE_LOCALAPI_UNREACHABLE: "tailscaled's LocalAPI socket or address cannot be reached",
+  CERTSHARE_LOCALAPI_TIMEOUT: 'a LocalAPI call took longer than its timeout',
+  CERTSHARE_LOCALAPI_HTTP: 'the LocalAPI answered with a server error (5xx) or a rate limit',
+  CERTSHARE_LOCALAPI_REFUSED: 'a 4xx other than 408/429: an answer that retrying cannot change (refused mask, access denied, no endpoint)',
+  CERTSHARE_LOCALAPI_BAD_RESPONSE: 'the LocalAPI answered with something that is not what the protocol says',
+  CERTSHARE_BUS_LINE_TOO_LONG: 'an IPN bus line exceeded the line bound; the stream is reopened',
+  CERTSHARE_BUS_BAD_LINE: 'an IPN bus line was not valid Notify JSON and was skipped',
+  CERTSHARE_STORE_UNAVAILABLE: 'the store could not be read or written (API outage, 403): never taken as "no certificate"',
+  CERTSHARE_STORE_CONFLICT: "a compare-and-swap write lost to another writer's change; the state is read again",
+  CERTSHARE_STORE_CORRUPT: 'a stored object is damaged, emptied or edited by hand; it is restored without issuing',
+  CERTSHARE_RELOAD_FAILED: 'the reload command failed or timed out (logged and counted, never fatal)',
+  CERTSHARE_KUBE_HTTP: 'the Kubernetes API answered with an error status',
+  CERTSHARE_KUBE_RESPONSE_TOO_LARGE: 'a Kubernetes API response or watch line exceeded its bound',
+  CERTSHARE_KUBE_TIMEOUT: 'a Kubernetes API call took longer than its deadline',
+  CERTSHARE_FATAL: 'an unexpected error ended the process (exit 1); the message says what',
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
 
 export class CertshareError extends Error {
   readonly code: ErrorCode;
