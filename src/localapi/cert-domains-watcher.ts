@@ -1,3 +1,4 @@
+import { doubling, jitter } from '../core/backoff.ts';
 import type { Clock } from '../core/clock.ts';
 import { partitionDomains } from '../core/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
@@ -26,7 +27,7 @@ export interface CertDomainsWatcherOptions {
   maxRetryMs?: number;
   /** Delay before asking again after a refusal (a 4xx other than 408/429, which retrying cannot change). Default 10 min. */
   refusedRetryMs?: number;
-  /** Jitter source in [0, 1): a delay is base/2 + random()*base/2. Default Math.random. */
+  /** Jitter source in [0, 1): a delay is spread ±25% around its doubling base (see core/backoff.ts). Default Math.random. */
   random?: () => number;
   /** Called on each transition: true at the first Notify of a connection, false when it ends. */
   onConnectionChange?(connected: boolean): void;
@@ -391,9 +392,9 @@ export class CertDomainsWatcher {
     else this.#logger.warn({ code: err.code, err: err.message }, 'skipped a malformed IPN bus message');
   }
 
+  /** The project's one backoff rule (src/core/backoff.ts): doubling to the cap, spread ±25%. */
   #backoff(failures: number): number {
-    const base = Math.min(this.#maxRetryMs, this.#firstRetryMs * 2 ** Math.min(failures, 30));
-    return Math.round(base / 2 + this.#random() * (base / 2));
+    return Math.round(jitter(doubling(this.#firstRetryMs, failures + 1, this.#maxRetryMs), 0.25, this.#random));
   }
 
   #safeCall(what: string, fn: () => void): void {

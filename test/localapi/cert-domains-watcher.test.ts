@@ -44,7 +44,7 @@ async function setup(options: { transport?: Transport; maxBusLineBytes?: number;
     clock,
     logger,
     maxRetryMs: options.maxRetryMs ?? 30_000,
-    random: () => 1, // no jitter: delays are exactly the backoff base
+    random: () => 0.5, // the middle of the jitter range: delays are exactly the backoff base
     onConnectionChange: (connected) => connectionEvents.push(connected),
     onReconnect: () => reconnectCalls.push(clock.now()),
     onBadLine: (err) => badLines.push(err),
@@ -257,7 +257,7 @@ test('tailscaled not running: a clear error is logged and the connection retried
     localApi: createLocalApiClient({ address, logger }),
     clock,
     logger,
-    random: () => 1,
+    random: () => 0.5,
   });
   watcher.start();
   await clock.waitForSleepers(1);
