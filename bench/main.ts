@@ -188,7 +188,9 @@ const baseline: Record<string, string> = {
     ? `${propagation.samplesMs.length} samples (${propagation.renewals} renewals x 2 readers, ${propagation.missed} missed)`
     : 'skipped',
   propagationP99Ms: propagation ? `target <= 1000; max ${Math.round(Math.max(...propagation.samplesMs))}` : 'skipped',
-  healthzRps: `bare fastify ${Math.round(fastifyRps)} req/s (medians of ${s.healthz.length} interleaved rounds, ${loadS} s each in all, 10 connections${s.pinned ? ', 1 CPU each' : ''})`,
+  healthzRps:
+    `bare fastify ${Math.round(fastifyRps)} req/s ` +
+    `(medians of ${s.healthz.length} interleaved rounds, ${loadS} s each in all, 10 connections${s.pinned ? ', 1 CPU each' : ''})`,
   healthzP99Ms: `bare fastify ${fastifyP99} ms`,
   healthzVsBareFastify: `target >= 0.9; median of round pairs: ${pairRatios.map((r) => round(r, 2)).join(', ')}`,
   apiRequestsPerReplicaHour: rest
@@ -210,11 +212,16 @@ const out: string[] = [line(['figure', 'value', 'baseline / target', 'verdict'])
 for (const r of rows) out.push(line(r));
 out.push('');
 if (rest) {
+  const naivePerReplicaHour = round((rest.allSeriesDelta / rest.replicas) * (3600 / rest.windowS), 0);
+  const topSeries = rest.topSeries.map(([k, v]) => `${k} +${v}`).join('; ');
   out.push(
-    `API at rest (${round(rest.windowS, 0)} s): replicas' series ${rest.certshareSeriesDelta}, audit (their ServiceAccount) ${rest.auditCompleted} completed / ${rest.auditWatchesStarted} watches started;`,
-    `  all series ${rest.allSeriesDelta} = ${round((rest.allSeriesDelta / rest.replicas) * (3600 / rest.windowS), 0)}/replica/h if naively attributed; top: ${rest.topSeries.map(([k, v]) => `${k} +${v}`).join('; ')}`,
-    `  open Secret watches ${rest.openSecretWatches.join(' -> ')}; probe watch: ${rest.probeBookmarks} bookmarks, longest silence ${round(rest.probeMaxGapS, 0)} s; Secret watch events sent ${rest.secretWatchEvents}`,
-    `  beyond the window: each replica's watch ends at its server-side timeout (${WATCH_SECONDS.join('-')} s) and resumes: ~${round(WATCH_RENEWALS_PER_HOUR, 1)} WATCH/replica/h`,
+    `API at rest (${round(rest.windowS, 0)} s): replicas' series ${rest.certshareSeriesDelta}, ` +
+      `audit (their ServiceAccount) ${rest.auditCompleted} completed / ${rest.auditWatchesStarted} watches started;`,
+    `  all series ${rest.allSeriesDelta} = ${naivePerReplicaHour}/replica/h if naively attributed; top: ${topSeries}`,
+    `  open Secret watches ${rest.openSecretWatches.join(' -> ')}; ` +
+      `probe watch: ${rest.probeBookmarks} bookmarks, longest silence ${round(rest.probeMaxGapS, 0)} s; Secret watch events sent ${rest.secretWatchEvents}`,
+    `  beyond the window: each replica's watch ends at its server-side timeout (${WATCH_SECONDS.join('-')} s) ` +
+      `and resumes: ~${round(WATCH_RENEWALS_PER_HOUR, 1)} WATCH/replica/h`,
   );
 }
 out.push(`bench ${round(benchSeconds, 0)} s (build ${round(buildMs / 1000, 1)} s)`);

@@ -34,7 +34,9 @@ const CHAIN: Array<[string, string]> = [
   ],
   [
     '+ fastify (2 routes, listening)',
-    `const F = (await import('fastify')).default; const app = F({ logger: false }); app.get('/healthz', async () => 'ok'); app.get('/metrics', async () => ''); await app.listen({ host: '127.0.0.1', port: 0 }); globalThis.s3 = app;`,
+    `const F = (await import('fastify')).default; const app = F({ logger: false }); ` +
+      `app.get('/healthz', async () => 'ok'); app.get('/metrics', async () => ''); ` +
+      `await app.listen({ host: '127.0.0.1', port: 0 }); globalThis.s3 = app;`,
   ],
   [
     '+ certshare standalone code (daemon.js graph)',
@@ -46,7 +48,8 @@ const CHAIN: Array<[string, string]> = [
   ['+ client-node gen/index.js (all API groups)', `await import('${CN}/gen/index.js');`],
   [
     '+ client-node config.js, watch.js (KubeConfig, auth, Watch)',
-    `await import('${CN}/config.js'); await import('${CN}/watch.js'); await import('${CN}/middleware.js'); await import('${CN}/patch.js'); await import('${CN}/types.js');`,
+    `await import('${CN}/config.js'); await import('${CN}/watch.js'); await import('${CN}/middleware.js'); ` +
+      `await import('${CN}/patch.js'); await import('${CN}/types.js');`,
   ],
   ['+ certshare kube code (kube/backend.js graph)', `await import(${JSON.stringify(`${DIST}/kube/backend.js`)});`],
 ];
@@ -72,14 +75,16 @@ await new Promise((r) => setTimeout(r, 60000));`;
 }
 
 // --- the probe preloaded into separate daemon instances --------------------------------------------
-const PROBE = `
+const PROBE =
+  `
 import { registerHooks } from 'node:module';
 import { getHeapStatistics, getHeapSpaceStatistics, getHeapCodeStatistics } from 'node:v8';
 import { readFileSync, writeFileSync } from 'node:fs';
 const loaded = new Set();
 registerHooks({ load(url, context, next) { loaded.add(url); return next(url, context); } });
 process.on('SIGUSR2', () => {
-  writeFileSync(process.env.BENCH_MEMPROBE_OUT, JSON.stringify({ mu: process.memoryUsage(), heap: getHeapStatistics(), spaces: getHeapSpaceStatistics(), code: getHeapCodeStatistics(), modules: [...loaded] }));
+  writeFileSync(process.env.BENCH_MEMPROBE_OUT, JSON.stringify({ mu: process.memoryUsage(), heap: getHeapStatistics(), ` +
+  `spaces: getHeapSpaceStatistics(), code: getHeapCodeStatistics(), modules: [...loaded] }));
 });`;
 const PROBE_ARGS = ['--import', `data:text/javascript,${encodeURIComponent(PROBE)}`];
 
@@ -273,14 +278,16 @@ export function printMemoryReport(r: MemoryReport): void {
   for (const s of r.chain) {
     const delta = prev === undefined ? '' : `+${round(s.mem.rss - prev)}`;
     lines.push(
-      `  ${s.step.padEnd(52)} ${String(round(s.mem.rss)).padStart(6)} ${delta.padStart(6)} ${String(round(s.mem.anon)).padStart(6)} ${String(round(s.mem.file)).padStart(6)} ${String(round(s.heapUsedMB)).padStart(6)} ${String(round(s.externalMB)).padStart(5)}`,
+      `  ${s.step.padEnd(52)} ${String(round(s.mem.rss)).padStart(6)} ${delta.padStart(6)} ${String(round(s.mem.anon)).padStart(6)} ` +
+        `${String(round(s.mem.file)).padStart(6)} ${String(round(s.heapUsedMB)).padStart(6)} ${String(round(s.externalMB)).padStart(5)}`,
     );
     prev = s.mem.rss;
   }
   for (const d of r.daemons) {
     lines.push(
       '',
-      `Running daemon, ${d.name} (probe instance, idle after its first certificate): RSS ${round(d.mem.rss)} MB = anon ${round(d.mem.anon)} + file-backed ${round(d.mem.file)}`,
+      `Running daemon, ${d.name} (probe instance, idle after its first certificate): ` +
+        `RSS ${round(d.mem.rss)} MB = anon ${round(d.mem.anon)} + file-backed ${round(d.mem.file)}`,
     );
     lines.push(
       `  V8 heap ${round(d.heapTotalMB)} MB reserved / ${round(d.heapUsedMB)} used (${Object.entries(d.spaces)
@@ -300,7 +307,8 @@ export function printMemoryReport(r: MemoryReport): void {
   lines.push('', 'V8 flags, standalone daemon (MB; req/s over 3 s of /healthz load):');
   for (const f of r.flags)
     lines.push(
-      `  ${f.flags.padEnd(50)} idle ${round(f.idle.rss)} (anon ${round(f.idle.anon)})  after load ${round(f.afterLoad.rss)} (anon ${round(f.afterLoad.anon)})  ${Math.round(f.rps)} req/s`,
+      `  ${f.flags.padEnd(50)} idle ${round(f.idle.rss)} (anon ${round(f.idle.anon)})  ` +
+        `after load ${round(f.afterLoad.rss)} (anon ${round(f.afterLoad.anon)})  ${Math.round(f.rps)} req/s`,
     );
   if (r.kubeFlags.length > 0) {
     lines.push('', 'Kube reader by build and V8 flags (idle after its first certificate, MB):');

@@ -71,7 +71,8 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   pinProcess(daemon.pid, 0);
   pinProcess(hello.proc.pid, 0);
   progress(
-    `load: warm-up, then ${o.loadSeconds} s each on /healthz of the daemon and of a bare fastify (${o.connections} connections${pinningAvailable() ? '; servers on CPU 0, autocannon on CPU 1' : ''})`,
+    `load: warm-up, then ${o.loadSeconds} s each on /healthz of the daemon and of a bare fastify ` +
+      `(${o.connections} connections${pinningAvailable() ? '; servers on CPU 0, autocannon on CPU 1' : ''})`,
   );
   await runLoad(daemonUrl, 2, o.connections);
   await runLoad(helloUrl, 2, o.connections);

@@ -27,7 +27,10 @@ export const RUN_FLAGS: FlagSpec[] = [
   {
     name: 'reload-command',
     placeholder: 'CMD',
-    help: 'Command run after certificate files changed. A JSON array (e.g. \'["nginx","-s","reload"]\') runs without a shell everywhere; a plain string (e.g. "nginx -s reload") runs through /bin/sh where there is one and is split on spaces where there is none (distroless). Failures are logged, never fatal.',
+    help:
+      'Command run after certificate files changed. A JSON array (e.g. \'["nginx","-s","reload"]\') runs without a shell everywhere; ' +
+      'a plain string (e.g. "nginx -s reload") runs through /bin/sh where there is one and is split on spaces where there is none (distroless). ' +
+      'Failures are logged, never fatal.',
   },
   { name: 'reload-timeout', placeholder: 'DURATION', default: '60s', help: 'Kill the reload command, and every process it started, after this long.' },
   { name: 'check-interval', placeholder: 'DURATION', default: '24h', help: 'Longest wait between two looks at a certificate that is not due.' },

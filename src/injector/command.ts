@@ -39,7 +39,9 @@ export const INJECTOR_FLAGS: FlagSpec[] = [
     placeholder: 'KIND/NAME',
     multiple: true,
     default: 'mutatingwebhookconfiguration/certshare-injector',
-    help: 'An object whose caBundle the injector keeps: mutatingwebhookconfiguration/NAME, validatingwebhookconfiguration/NAME, customresourcedefinition/NAME (conversion webhook), apiservice/NAME.',
+    help:
+      'An object whose caBundle the injector keeps: mutatingwebhookconfiguration/NAME, validatingwebhookconfiguration/NAME, ' +
+      'customresourcedefinition/NAME (conversion webhook), apiservice/NAME.',
   },
   { name: 'ca-secret', placeholder: 'NAME', default: 'certshare-injector-ca', help: 'Secret holding the CAs of the bundle and their keys.' },
   { name: 'tls-secret', placeholder: 'NAME', default: 'certshare-injector-tls', help: "Secret holding the webhook's serving certificate (kubernetes.io/tls)." },
@@ -74,7 +76,9 @@ export const INJECTOR_FLAGS: FlagSpec[] = [
     name: 'drain-delay',
     placeholder: 'DURATION',
     default: '5s',
-    help: 'On SIGTERM: keep answering this long, closing each kept-alive connection after its response, before the listener closes (the endpoint is gone meanwhile).',
+    help:
+      'On SIGTERM: keep answering this long, closing each kept-alive connection after its response, ' +
+      'before the listener closes (the endpoint is gone meanwhile).',
   },
   { name: 'log-level', placeholder: 'LEVEL', default: 'info', help: 'debug, info, warn or error.' },
 ];
@@ -226,7 +230,8 @@ export async function injectorCommand(argv: string[]): Promise<number> {
     console.log(
       usage(
         'injector',
-        'A mutating admission webhook adding certshare as a native sidecar to Pods annotated certshare.io/inject: "true", serving TLS from its own CA, rotated with overlap.',
+        'A mutating admission webhook adding certshare as a native sidecar to Pods annotated certshare.io/inject: "true", ' +
+          'serving TLS from its own CA, rotated with overlap.',
         INJECTOR_FLAGS,
       ),
     );

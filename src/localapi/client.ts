@@ -337,7 +337,10 @@ function versionHeader(res: IncomingMessage): string | undefined {
 
 function refusalHint(status: number, path: string): string {
   if (path.startsWith('/localapi/v0/watch-ipn-bus') && status === 400) {
-    return 'this tailscaled release refuses the IPN bus subscription mask; certshare picks the mask from the reported version and supports tailscaled 1.96 to 1.104';
+    return (
+      'this tailscaled release refuses the IPN bus subscription mask; ' +
+      'certshare picks the mask from the reported version and supports tailscaled 1.96 to 1.104'
+    );
   }
   if (status === 401 || status === 403) {
     return "tailscaled does not let certshare's user do this: run certshare as root or set TS_PERMIT_CERT_UID to its uid on tailscaled";

@@ -210,7 +210,11 @@ export class Checker {
             ? `expired serial ${files.cert.serial.slice(0, 8)} (notAfter ${iso(files.cert.notAfter)})`
             : `key-mismatched serial ${files.cert.serial.slice(0, 8)}`
           : 'no certificate files';
-        return `inv2 ${iso(now)} ${name} (pid ${inst!.pid}) projects ${what} while the Secret holds valid serial ${this.#secret!.cert!.serial.slice(0, 8)} since ${iso(this.#secretValidSince!)}`;
+        const secretSerial = this.#secret!.cert!.serial.slice(0, 8);
+        return (
+          `inv2 ${iso(now)} ${name} (pid ${inst!.pid}) projects ${what} ` +
+          `while the Secret holds valid serial ${secretSerial} since ${iso(this.#secretValidSince!)}`
+        );
       });
 
       // Invariant 5: readiness True only while the replica holds a valid certificate.
@@ -227,7 +231,8 @@ export class Checker {
         inv5,
         now,
         () =>
-          `inv5 ${iso(now)} ${name} (pid ${inst!.pid}) has its readiness condition True (since ${iso(gate!.at)}) without a valid certificate (files bad since ${iso(badSince!)})`,
+          `inv5 ${iso(now)} ${name} (pid ${inst!.pid}) has its readiness condition True (since ${iso(gate!.at)}) ` +
+          `without a valid certificate (files bad since ${iso(badSince!)})`,
       );
     }
 
@@ -245,7 +250,8 @@ export class Checker {
         this.#violation(
           4,
           now,
-          `inv4 ${iso(s.landedAt)} serial ${s.serial.slice(0, 8)} landed in the Secret in a quiet period; after ${graceMs} ms ${missing.join(', ')} did not hold it`,
+          `inv4 ${iso(s.landedAt)} serial ${s.serial.slice(0, 8)} landed in the Secret in a quiet period; ` +
+            `after ${graceMs} ms ${missing.join(', ')} did not hold it`,
         );
       }
       if (superseded || now - s.landedAt > 60_000) s.done = true;
@@ -321,9 +327,14 @@ export class Checker {
     const windows = analyseWindows(this.#issuances);
     const violations: Array<{ at: number; text: string }> = [];
     for (const x of windows.extras) {
+      const extra = x.issuance;
+      const cover = x.coveredBy;
+      const coverDue = cover.notAfter - (cover.notAfter - cover.notBefore) / 2;
       violations.push({
-        at: x.issuance.time,
-        text: `inv1 ${iso(x.issuance.time)} extra issuance ${x.issuance.serial.slice(0, 8)} by ${x.issuance.emulator} (${x.issuance.trigger}) in window ${x.window}: ${x.coveredBy.serial.slice(0, 8)} (issued ${iso(x.coveredBy.time)} by ${x.coveredBy.emulator}) was valid and not due until ${iso(x.coveredBy.notAfter - (x.coveredBy.notAfter - x.coveredBy.notBefore) / 2)}`,
+        at: extra.time,
+        text:
+          `inv1 ${iso(extra.time)} extra issuance ${extra.serial.slice(0, 8)} by ${extra.emulator} (${extra.trigger}) in window ${x.window}: ` +
+          `${cover.serial.slice(0, 8)} (issued ${iso(cover.time)} by ${cover.emulator}) was valid and not due until ${iso(coverDue)}`,
       });
     }
     const rate = checkRateLimits(this.#requests, this.#retryRecords, this.#ctx.instanceAt);

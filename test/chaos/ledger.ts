@@ -128,7 +128,8 @@ export function checkRateLimits(
     const recorded = records.find((rec) => rec.domain === r.domain && rec.observedAt < r.time && r.time < rec.until - toleranceMs);
     if (recorded) {
       findings.violations.push(
-        `inv6 ${iso(r.time)} ${r.emulator} called CertPair for ${r.domain} before the Secret's retry-not-before ${iso(recorded.until)} (in the Secret since ${iso(recorded.observedAt)}; outcome ${r.outcome})`,
+        `inv6 ${iso(r.time)} ${r.emulator} called CertPair for ${r.domain} before the Secret's retry-not-before ${iso(recorded.until)} ` +
+          `(in the Secret since ${iso(recorded.observedAt)}; outcome ${r.outcome})`,
       );
       continue;
     }
@@ -138,7 +139,9 @@ export function checkRateLimits(
       if (!(q.end <= r.time && r.time < deadline - toleranceMs)) continue;
       const caller = instanceOf(r.emulator, r.time);
       const recipient = instanceOf(q.emulator, q.end);
-      const text = `${iso(r.time)} ${r.emulator} (${caller ?? '?'}) called CertPair for ${r.domain} before the Retry-After of the 429 that ${q.emulator} (${recipient ?? '?'}) answered at ${iso(q.end)} (until ${iso(deadline)}; outcome ${r.outcome})`;
+      const text =
+        `${iso(r.time)} ${r.emulator} (${caller ?? '?'}) called CertPair for ${r.domain} before the Retry-After of the 429 ` +
+        `that ${q.emulator} (${recipient ?? '?'}) answered at ${iso(q.end)} (until ${iso(deadline)}; outcome ${r.outcome})`;
       if (caller !== undefined && caller === recipient) findings.violations.push(`inv6 ${text}`);
       else findings.unshared.push(text);
       break;

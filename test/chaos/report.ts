@@ -89,10 +89,13 @@ export function summary(r: ChaosReport): string {
   const lines = [
     `certshare chaos: ${r.minutes} min, seed ${r.seed}, took ${(r.durationMs / 1000).toFixed(0)} s`,
     `  invariants: ${r.violations === 0 ? 'all held' : `${r.violations} violation(s)`}`,
-    `  1 issuances ${r.issuances} over ${r.windows} renewal windows after the first (max ${r.maxIssuancesPerWindow} per window, ${r.extraIssuances} extra); ${r.lostIssuances} issued but never stored (writer died mid-issuance)`,
-    `  4 convergence in quiet periods: p50 ${r.convergenceP50Ms} ms, p99 ${r.convergenceP99Ms} ms, max ${r.convergenceMaxMs} ms over ${r.convergenceSamples} new certificates (all periods: p99 ${r.convergenceAllP99Ms} ms over ${r.convergenceAllSamples})`,
+    `  1 issuances ${r.issuances} over ${r.windows} renewal windows after the first (max ${r.maxIssuancesPerWindow} per window, ${r.extraIssuances} extra); ` +
+      `${r.lostIssuances} issued but never stored (writer died mid-issuance)`,
+    `  4 convergence in quiet periods: p50 ${r.convergenceP50Ms} ms, p99 ${r.convergenceP99Ms} ms, max ${r.convergenceMaxMs} ms ` +
+      `over ${r.convergenceSamples} new certificates (all periods: p99 ${r.convergenceAllP99Ms} ms over ${r.convergenceAllSamples})`,
     `  6 cert requests ${r.certRequests}, 429 answers ${r.rateLimitedAnswers}, rate limits not shared before the next call ${r.unsharedRateLimits}`,
-    `  chaos: ${r.kills} kills (${r.sigkills} SIGKILL, ${r.sigterms} SIGTERM, ${r.writerKills} of the writer), ${r.restarts} restarts, ${r.apiOutages} API outages (max ${r.apiOutageMaxMs} ms), ${r.busDrops} bus drops`,
+    `  chaos: ${r.kills} kills (${r.sigkills} SIGKILL, ${r.sigterms} SIGTERM, ${r.writerKills} of the writer), ${r.restarts} restarts, ` +
+      `${r.apiOutages} API outages (max ${r.apiOutageMaxMs} ms), ${r.busDrops} bus drops`,
     `  proxy episodes ${JSON.stringify(r.proxyEpisodes)}, applied ${JSON.stringify(r.proxyFaultsApplied)}`,
     `  emulator faults ${JSON.stringify(r.emulatorFaults)}`,
     `  the Secret held ${r.secretCertificates} certificates; no valid certificate in it for ${r.secretInvalidMs} ms in total`,

@@ -270,7 +270,8 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     const progressTimer = setInterval(() => {
       const s = checker.snapshot();
       progress(
-        `[chaos] ${Math.round((Date.now() - t0) / 1000)}s/${Math.round(totalMs / 1000)}s kills ${chaos!.stats.kills} issuances ${s.issuances} violations ${s.violations}`,
+        `[chaos] ${Math.round((Date.now() - t0) / 1000)}s/${Math.round(totalMs / 1000)}s ` +
+          `kills ${chaos!.stats.kills} issuances ${s.issuances} violations ${s.violations}`,
       );
     }, 20_000);
     stoppers.push(() => clearInterval(progressTimer));

@@ -219,7 +219,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     for (const r of replicas) assert.ok(bundle.includes(r.injector.controller.state.leaf!.signedBy), r.name);
   });
 
-  it('keeps the caBundle of a ValidatingWebhookConfiguration, a CRD conversion webhook and an APIService too, and restores its Secrets deleted by hand', async () => {
+  it('keeps the caBundle of a ValidatingWebhookConfiguration, a CRD conversion webhook and an APIService, and restores Secrets deleted by hand', async () => {
     const hookUrl = { url: 'https://127.0.0.1:1/validate' };
     const objects = [
       {
@@ -421,7 +421,8 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
       admissionP99ms: Math.round(histogramQuantile(0.99, bucketIncrease(metricsBefore.latency, metricsAfter.latency)) * 10_000) / 10,
     };
     console.log(
-      `injector rotation run: ${JSON.stringify(run)}; apiserver webhook calls ${JSON.stringify(metricsAfter.calls)}, rejections ${JSON.stringify(metricsAfter.rejections)}`,
+      `injector rotation run: ${JSON.stringify(run)}; ` +
+        `apiserver webhook calls ${JSON.stringify(metricsAfter.calls)}, rejections ${JSON.stringify(metricsAfter.rejections)}`,
     );
     assert.deepEqual(failures, []);
     assert.ok(created >= 10, `only ${created} Pods created`);

@@ -417,7 +417,10 @@ test('an answer that cannot change is asked again only after refusedRetryMs, wit
   assert.equal(s.problems.length, 1);
   assert.match(
     s.problems[0]!,
-    /^tailscaled 1\.104\.5 refused GET \/localapi\/v0\/watch-ipn-bus\?mask=16402: HTTP 403: watch ipn bus access denied \(.*TS_PERMIT_CERT_UID.*\); asking again in 10m0s$/,
+    new RegExp(
+      '^tailscaled 1\\.104\\.5 refused GET \\/localapi\\/v0\\/watch-ipn-bus\\?mask=16402: ' +
+        'HTTP 403: watch ipn bus access denied \\(.*TS_PERMIT_CERT_UID.*\\); asking again in 10m0s$',
+    ),
   );
   assert.ok(s.logLines.some((l) => l.level === 'error' && (l.obj as { code?: string }).code === 'CERTSHARE_LOCALAPI_REFUSED'));
 

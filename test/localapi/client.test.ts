@@ -137,7 +137,11 @@ for (const transport of ['unix', 'tcp'] as const) {
               assert.equal(err.tailscaledVersion, '1.104.5-t1');
               assert.match(
                 err.message,
-                /^tailscaled 1\.104\.5-t1 refused GET \/localapi\/v0\/watch-ipn-bus\?mask=282: HTTP 400: the NotifyRateLimit IPN bus subscription bit is no longer supported \(this tailscaled release refuses the IPN bus subscription mask/,
+                new RegExp(
+                  '^tailscaled 1\\.104\\.5-t1 refused GET \\/localapi\\/v0\\/watch-ipn-bus\\?mask=282: ' +
+                    'HTTP 400: the NotifyRateLimit IPN bus subscription bit is no longer supported ' +
+                    '\\(this tailscaled release refuses the IPN bus subscription mask',
+                ),
               );
             }),
           );

@@ -284,7 +284,7 @@ describe('manifests/example on a real apiserver', () => {
     );
   });
 
-  it("accepts Pods made from the template (the kubelet-facing validation of the sidecar's spec); the ServiceAccount admission plugin gives no other container a token", async () => {
+  it("accepts Pods made from the template (kubelet-facing validation of the sidecar's spec); no other container gets a ServiceAccount token", async () => {
     const sts = JSON.parse(await must(['get', 'statefulset', 'proxy', '-o', 'json'])) as StatefulSet;
     for (const name of ['proxy-0', 'proxy-1']) {
       const pod = {

@@ -31,7 +31,7 @@ const metricsOf = async (address: string): Promise<string> => (await fetch(`${ad
 describe('alert rules, by promtool', () => {
   const dir = useTempDir();
 
-  it('promtool check rules accepts every rule; promtool test rules: each alert fires when it should, with its labels and annotations, and stays quiet otherwise', async () => {
+  it('promtool check rules accepts every rule; promtool test rules: each alert fires when due, with labels and annotations, quiet otherwise', async () => {
     await assertRulesTested(DAEMON_RULES, RULE_TESTS, dir());
   });
 });

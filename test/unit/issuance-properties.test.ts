@@ -155,10 +155,10 @@ async function simulate(s: Scenario): Promise<Run> {
         if (t < from || t >= to) continue;
         const offered = t >= offer.notBefore && t < offer.notAfter;
         const holding = t >= heldFrom && t < heldTo;
-        if (offered && !holding)
-          gaps.push(
-            `at +${t - clock.now()} ms after turn ${turn}: daemon holds ${held ? `a pair valid ${iso(heldFrom)}..${iso(heldTo)}` : 'nothing'}, tailscaled offers ${iso(offer.notBefore)}..${iso(offer.notAfter)}`,
-          );
+        if (offered && !holding) {
+          const holds = held ? `a pair valid ${iso(heldFrom)}..${iso(heldTo)}` : 'nothing';
+          gaps.push(`at +${t - clock.now()} ms after turn ${turn}: daemon holds ${holds}, tailscaled offers ${iso(offer.notBefore)}..${iso(offer.notAfter)}`);
+        }
       }
     }
     const firstAt = model.issuances[0]?.at;
@@ -193,7 +193,8 @@ function windowViolations(run: Run, s: Scenario): string[] {
     const gap = list[i + 1]!.at - c.at;
     if (gap < required) {
       out.push(
-        `issuance ${i + 1} (${list[i + 1]!.trigger}) ${gap} ms after issuance ${i} (valid ${iso(c.notBefore)}..${iso(c.notAfter)}, issued at ${iso(c.at)}): its renewal window is ${Math.round(window)} ms, the floor ${s.floorMs} ms`,
+        `issuance ${i + 1} (${list[i + 1]!.trigger}) ${gap} ms after issuance ${i} (valid ${iso(c.notBefore)}..${iso(c.notAfter)}, issued at ${iso(c.at)}): ` +
+          `its renewal window is ${Math.round(window)} ms, the floor ${s.floorMs} ms`,
       );
     }
   }
