@@ -28,7 +28,8 @@ export interface Daemon {
   readonly role: IssuanceRole;
   /**
    * `filesWritten` {domain, path}: certificate files changed on disk (dir store or --out-dir projection);
-   * `attempt` {domain, result}: a CertPair call ended; `problem` {domain, message}: a loop hit a problem.
+   * `attempt` {domain, result}: a CertPair call ended; `problem` {domain, message}: a loop hit a problem;
+   * `planned` {domain, at}: a loop's turn ended with its next check planned.
    */
   readonly events: EventEmitter;
   /** Graceful stop: leave rotation, drain, stop loops and the server. */
@@ -49,10 +50,14 @@ async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
   return createKubeBackend(ctx);
 }
 
-/** Re-emits loop reports on the daemon's EventEmitter: `attempt` {domain, result}, `problem` {domain, message}. */
+/**
+ * Re-emits loop reports on the daemon's EventEmitter: `attempt` {domain, result}, `problem` {domain, message},
+ * `planned` {domain, at}: a turn ended and the loop decided when to look next (nothing more to do now).
+ */
 function eventsObserver(events: EventEmitter): LoopObserver {
   return {
     attempt: (domain, result) => events.emit('attempt', { domain, result }),
+    planned: (domain, at) => events.emit('planned', { domain, at }),
     problem: (domain, message) => message && events.emit('problem', { domain, message }),
   };
 }

@@ -40,7 +40,12 @@ export const RUN_FLAGS: FlagSpec[] = [
     default: '1/3',
     help: 'Renew when less than this share of the lifetime remains (half for lifetimes under 10 days).',
   },
-  { name: 'first-retry', placeholder: 'DURATION', default: '1m', help: 'First wait after a failed issuance, doubling up to --retry-cap.' },
+  {
+    name: 'first-retry',
+    placeholder: 'DURATION',
+    default: '1m',
+    help: 'First wait after a failed issuance, doubling up to --retry-cap; also the least time between two issuances of a domain.',
+  },
   { name: 'retry-cap', placeholder: 'DURATION', default: '24h', help: 'Longest wait between issuance attempts.' },
   { name: 'rate-limit-retry', placeholder: 'DURATION', default: '1h', help: 'First wait after a rate limit without Retry-After, doubling up to --retry-cap.' },
   { name: 'cert-timeout', placeholder: 'DURATION', default: '5m', help: 'Timeout of one CertPair call (ACME issuance can take minutes).' },

@@ -8,7 +8,7 @@ import type { IssuedEvent } from '../../src/emulator/issuer.ts';
 import type { EmulatorOptions } from '../../src/emulator/server.ts';
 import { recordingLogger } from '../localapi/helpers.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
-import { until, onEvent } from '../support/wait.ts';
+import { nextEvent, onEvent, until } from '../support/wait.ts';
 
 const S = 1000;
 
@@ -50,6 +50,25 @@ describe('issuance against backdating, skewed and short-lived issuers (standalon
     for (const gap of gaps(o)) assert.ok(gap >= 1500, `issuances ${gap} ms apart (gaps ${gaps(o).join(', ')})`);
     assert.ok(o.requests <= o.issued.length + 2, `${o.requests} CertPair calls for ${o.issued.length} issuances`);
     assert.doesNotMatch(o.metrics, /result="too_short"\} [1-9]/);
+  });
+
+  it('restarts inside the renewal window issue nothing: the directory store remembers when the pair was obtained', async () => {
+    // 20 s certificates backdated 20 s: measured from notBefore they would be due at once after a restart.
+    const emulator = await emulatorIn(dir(), { listen: join(dir(), 'restart.sock'), certLifetimeMs: 20 * S, certBackdateMs: 20 * S });
+    let issued = 0;
+    emulator.events.on('issued', () => issued++);
+    try {
+      for (let start = 0; start < 3; start++) {
+        const daemon = await standaloneDaemon(emulator, join(dir(), 'restart'));
+        // Its first turn ends with the next check planned: whatever it decided, it has done by then.
+        await nextEvent(daemon.events, 'planned');
+        assert.ok(daemon.health.evaluate(Date.now()).healthy);
+        await daemon.stop();
+      }
+      assert.equal(issued, 1, `${issued} issuances over three starts inside one renewal window`);
+    } finally {
+      await emulator.close();
+    }
   });
 
   it('a CA clock 3 s behind (certificates expire early): still one per window', async () => {

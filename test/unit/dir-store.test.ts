@@ -36,6 +36,27 @@ describe('DirStore and CertDirectory', () => {
     assert.equal(read.state, 'valid');
   });
 
+  it('remembers when the pair on disk was obtained, for its serial only, next to a remembered rate limit', async () => {
+    const root = join(dir(), 'obtained');
+    const store = new DirStore(new CertDirectory(root), systemClock, () => {});
+    const pair = await makePair(domain, Date.now() - DAY, 90 * DAY);
+    const info = validateCertPair(pair, domain, Date.now());
+    const obtainedAt = Date.now() - 1234;
+    await store.save(domain, { pair, info, obtainedAt });
+    await store.recordRateLimit(domain, Date.now() + 60_000);
+    // A restart: a new store over the same directory measures the renewal window as before.
+    const restarted = new DirStore(new CertDirectory(root), systemClock, () => {});
+    const read = await restarted.load(domain);
+    assert.equal(read.state, 'valid');
+    assert.equal(read.state === 'valid' && read.cert.obtainedAt, obtainedAt);
+    assert.ok(read.coordination?.retryNotBefore, 'the rate limit is kept too');
+    // A pair put there by other means (another serial) does not inherit the record.
+    const other = await makePair(domain, Date.now() - DAY, 90 * DAY);
+    await new CertDirectory(root).write(domain, other);
+    const after = await restarted.load(domain);
+    assert.equal(after.state === 'valid' && after.cert.obtainedAt, undefined);
+  });
+
   it('reports garbage as unusable and keeps a hand-made directory aside when replacing it', async () => {
     const root = join(dir(), 'garbage');
     await mkdir(join(root, domain), { recursive: true });
