@@ -1,6 +1,7 @@
 // The one description of certshare's sidecar container: the injector adds it to Pods, and the example
 // StatefulSet is checked against it (test/injector/sidecar.test.ts), so the two cannot drift apart.
 import type { V1Container } from '@kubernetes/client-node/dist/gen/models/V1Container.js';
+import type { V1SecurityContext } from '@kubernetes/client-node/dist/gen/models/V1SecurityContext.js';
 import type { V1Volume } from '@kubernetes/client-node/dist/gen/models/V1Volume.js';
 import type { ShareMode } from '../cli/run-options.ts';
 
@@ -28,6 +29,17 @@ export interface SidecarSettings {
   /** Further CERTSHARE_* settings (routing check, drain delay...), after the ones above. */
   extraEnv?: { name: string; value: string }[];
 }
+
+/** Non-root (the distroless image's nonroot user), read-only root, no privilege, no capability. */
+export const SIDECAR_SECURITY_CONTEXT: V1SecurityContext = {
+  runAsNonRoot: true,
+  runAsUser: 65532,
+  runAsGroup: 65532,
+  readOnlyRootFilesystem: true,
+  allowPrivilegeEscalation: false,
+  capabilities: { drop: ['ALL'] },
+  seccompProfile: { type: 'RuntimeDefault' },
+};
 
 const fieldEnv = (name: string, fieldPath: string) => ({ name, valueFrom: { fieldRef: { fieldPath } } });
 
@@ -57,15 +69,7 @@ export function certshareContainer(s: SidecarSettings): V1Container {
     livenessProbe: { tcpSocket: { port: HEALTH_PORT }, initialDelaySeconds: 10, periodSeconds: 20, failureThreshold: 3 },
     // npm run bench: a Kubernetes replica idles at about 91 MB RSS, 97 MB after a burst of /healthz load.
     resources: { requests: { cpu: '10m', memory: '112Mi' }, limits: { memory: '192Mi' } },
-    securityContext: {
-      runAsNonRoot: true,
-      runAsUser: 65532,
-      runAsGroup: 65532,
-      readOnlyRootFilesystem: true,
-      allowPrivilegeEscalation: false,
-      capabilities: { drop: ['ALL'] },
-      seccompProfile: { type: 'RuntimeDefault' },
-    },
+    securityContext: SIDECAR_SECURITY_CONTEXT,
     volumeMounts: [
       { name: s.certsVolume, mountPath: s.outDir },
       { name: s.socketVolume, mountPath: SOCKET_DIR },
@@ -84,7 +88,9 @@ export function serviceAccountTokenVolume(name: string): V1Volume {
     projected: {
       defaultMode: 0o444,
       sources: [
-        { serviceAccountToken: { path: 'token', expirationSeconds: 3607 } },
+        // 3600, not kube-api-access's 3607: the apiserver extends 3607-second tokens to a year for legacy clients
+        // (--service-account-extend-token-expiration); client-node rereads the file, so an hour is enough.
+        { serviceAccountToken: { path: 'token', expirationSeconds: 3600 } },
         { configMap: { name: 'kube-root-ca.crt', items: [{ key: 'ca.crt', path: 'ca.crt' }] } },
         { downwardAPI: { items: [{ path: 'namespace', fieldRef: { apiVersion: 'v1', fieldPath: 'metadata.namespace' } }] } },
       ],

@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
 import { ANNOTATION, DEFAULT_READINESS_GATE, admissionReviewResponse, injectionFor, type InjectionDefaults } from '../../src/injector/mutate.ts';
-import { SIDECAR_NAME, TOKEN_DIR } from '../../src/injector/sidecar.ts';
+import { SIDECAR_NAME, SIDECAR_SECURITY_CONTEXT, TOKEN_DIR } from '../../src/injector/sidecar.ts';
 import { applyJsonPatch } from './json-patch.ts';
 
 const defaults: InjectionDefaults = {
@@ -78,15 +78,7 @@ describe('injector mutation', () => {
     });
     assert.deepEqual(stored.spec!.readinessGates, [{ conditionType: DEFAULT_READINESS_GATE }]);
     assert.deepEqual(sidecar.resources, { requests: { cpu: '10m', memory: '112Mi' }, limits: { memory: '192Mi' } });
-    assert.deepEqual(sidecar.securityContext, {
-      runAsNonRoot: true,
-      runAsUser: 65532,
-      runAsGroup: 65532,
-      readOnlyRootFilesystem: true,
-      allowPrivilegeEscalation: false,
-      capabilities: { drop: ['ALL'] },
-      seccompProfile: { type: 'RuntimeDefault' },
-    });
+    assert.deepEqual(sidecar.securityContext, SIDECAR_SECURITY_CONTEXT);
     assert.deepEqual(sidecar.volumeMounts, [
       { name: 'certshare-certs', mountPath: '/certs' },
       { name: 'tailscale-socket', mountPath: '/var/run/tailscale' },

@@ -15,6 +15,7 @@ import { envName } from '../../src/cli/flags.ts';
 import { RUN_FLAGS } from '../../src/cli/run-options.ts';
 import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
+import { SIDECAR_SECURITY_CONTEXT } from '../../src/injector/sidecar.ts';
 import { replicaKubeconfig } from '../support/kube.ts';
 import { emulatorIn, standaloneDaemon, tempDir } from '../support/standalone.ts';
 import { until } from '../support/wait.ts';
@@ -258,18 +259,7 @@ describe('manifests/example on a real apiserver', () => {
     assert.equal(sidecar.livenessProbe?.httpGet, undefined, 'liveness must not depend on the certificate');
     assert.equal(sidecar.livenessProbe?.tcpSocket?.port, 9002);
     assert.deepEqual(sidecar.resources, { requests: { cpu: '10m', memory: '112Mi' }, limits: { memory: '192Mi' } });
-    assert.deepEqual(
-      { ...sidecar.securityContext },
-      {
-        runAsNonRoot: true,
-        runAsUser: 65532,
-        runAsGroup: 65532,
-        readOnlyRootFilesystem: true,
-        allowPrivilegeEscalation: false,
-        capabilities: { drop: ['ALL'] },
-        seccompProfile: { type: 'RuntimeDefault' },
-      },
-    );
+    assert.deepEqual({ ...sidecar.securityContext }, SIDECAR_SECURITY_CONTEXT);
     assert.deepEqual(pod.containers.map((c) => c.name).sort(), ['proxy', 'tailscale']);
     assertTokenOnlyInCertshare(pod);
     const services = JSON.parse(await must(['get', 'services', '-o', 'json'])) as {
