@@ -51,8 +51,14 @@ export async function runDemo(argv: string[]): Promise<number> {
         '2s',
         '--retry-cap',
         '1m',
+        // Within the retry cap, as validateConfig() requires (the 1h default is not).
+        '--rate-limit-retry',
+        '10s',
         '--shutdown-timeout',
         '5s',
+        // Standalone: no rotation to leave, so no drain before stopping.
+        '--drain-delay',
+        '0s',
       ],
       {},
     ),

@@ -1,0 +1,36 @@
+// The README's first command: `npm run demo` (certshare demo) must start, serve a certificate, and stop
+// cleanly on Ctrl-C. Run as the CLI, as a user runs it.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createInterface } from 'node:readline';
+import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const BIN = fileURLToPath(new URL('../../bin/certshare.js', import.meta.url));
+
+describe('certshare demo', () => {
+  it('gets a certificate from its emulated tailscaled, answers /healthz 200, and exits 0 on SIGINT', { timeout: 60_000 }, async () => {
+    const child = spawn(process.execPath, [BIN, 'demo', '--listen', '127.0.0.1:0', '--domain-delay', '200ms'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d));
+    const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+    try {
+      const healthy = await new Promise<{ status: number; msFromDomainToCertificate?: number }>((resolve, reject) => {
+        createInterface(child.stdout).on('line', (line) => {
+          const entry = JSON.parse(line) as { msg?: string; status?: number; msFromDomainToCertificate?: number };
+          if (entry.msg?.startsWith('demo: GET /healthz answers'))
+            resolve({ status: entry.status!, msFromDomainToCertificate: entry.msFromDomainToCertificate });
+        });
+        void exited.then(([code]) => reject(new Error(`demo exited (${code}) before it was healthy: ${stderr.trim()}`)));
+      });
+      assert.equal(healthy.status, 200);
+      assert.ok(healthy.msFromDomainToCertificate !== undefined);
+      child.kill('SIGINT');
+      const [code] = await exited;
+      assert.equal(code, 0, stderr);
+    } finally {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    }
+  });
+});
