@@ -186,9 +186,12 @@ describe('certshare against a real tailscaled: renewal of short-lived certificat
         // The first certificate and two renewals.
         await until('two renewals', () => serials.length >= 3, [onEvent(recorded, 'recorded')], 3 * VALIDITY_S * 1000);
         const stats = await ts.acmeStats();
-        report(`ACME orders for 1 issuance + 2 renewals (${VALIDITY_S}s certificates): ${stats.orders}`);
+        report(`ACME orders for 1 issuance + 2 renewals (${VALIDITY_S}s certificates): ${stats.orders} (${stats.finalizes} finalized)`);
         assert.equal(new Set(serials.map((s) => s.serial)).size, serials.length, 'each write is a new certificate');
-        assert.equal(stats.orders, serials.length, 'one ACME order per certificate');
+        assert.equal(stats.finalizes, serials.length, 'one issued (finalized) certificate per certificate written: no extra issuance');
+        // pebble now and then fails an order itself ("Cannot update challenge with status valid, only status
+        // pending", seen in CI): tailscaled's retry is a second order for the same issuance. One such, no more.
+        assert.ok(stats.orders <= serials.length + 1, `${stats.orders} ACME orders for ${serials.length} certificates`);
         for (let i = 1; i < serials.length; i++) {
           const previous = serials[i - 1]!;
           const half = previous.notBefore + (previous.notAfter - previous.notBefore) / 2;
