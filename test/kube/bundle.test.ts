@@ -13,8 +13,8 @@ import { before, describe, it } from 'node:test';
 import { buildDist } from '../../scripts/build.ts';
 import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { exampleNamespace, GROUP, KUBE_DOMAIN } from '../support/kube.ts';
-import { FAST_FLAGS, useTempDir } from '../support/standalone.ts';
+import { exampleNamespace, KUBE_DOMAIN, replicaArgs } from '../support/kube.ts';
+import { useTempDir } from '../support/standalone.ts';
 import { nextEvent } from '../support/wait.ts';
 
 const cp = useControlPlane();
@@ -43,23 +43,7 @@ describe('the production bundle in kube mode', () => {
   async function startBundled(ns: string, name: string, mode: 'rw' | 'ro', certLifetimeMs: number): Promise<BundledReplica> {
     const emulator = await startEmulator({ listen: join(dir(), `${name}.sock`), domains: [KUBE_DOMAIN], id: name, certLifetimeMs });
     const outDir = join(dir(), name, 'certs');
-    const args = [
-      '--localapi',
-      emulator.address,
-      '--store',
-      'kube',
-      '--domain',
-      KUBE_DOMAIN,
-      '--out-dir',
-      outDir,
-      '--group',
-      GROUP,
-      '--mode',
-      mode,
-      '--listen',
-      '127.0.0.1:0',
-      ...FAST_FLAGS,
-    ];
+    const args = [...replicaArgs(emulator.address, outDir, mode), '--listen', '127.0.0.1:0'];
     const env = {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
       KUBECONFIG: await cp().kubeconfigFor(ns, 'certshare'),

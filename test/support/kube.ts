@@ -107,6 +107,11 @@ export async function replicaKubeconfig(cp: ControlPlane, ns: string, name: stri
   return cp.kubeconfigFor(ns, serviceAccount, pod.status === 200 ? { pod: name } : {});
 }
 
+/** `certshare run` flags of a replica of the example group in kube mode, timing scaled down (FAST_FLAGS). */
+export function replicaArgs(localapi: string, outDir: string, mode: 'rw' | 'ro' | 'auto'): string[] {
+  return ['--localapi', localapi, '--store', 'kube', '--domain', KUBE_DOMAIN, '--out-dir', outDir, '--group', GROUP, '--mode', mode, ...FAST_FLAGS];
+}
+
 /**
  * One replica in-process: its own emulated tailscaled, the daemon in kube mode under the
  * ServiceAccount's token (RBAC and the admission policy are real), certificates projected into `outDir`.
@@ -130,26 +135,7 @@ export async function startReplica(
   const kubeconfig = await replicaKubeconfig(cp, ns, name, options.serviceAccount);
   const emulator = await startEmulator({ listen: join(replicaDir, 'tailscaled.sock'), domains: [KUBE_DOMAIN], id: name, ...options.emulator });
   const outDir = join(replicaDir, 'certs');
-  const values = parseFlags(
-    RUN_FLAGS,
-    [
-      '--localapi',
-      emulator.address,
-      '--store',
-      'kube',
-      '--domain',
-      KUBE_DOMAIN,
-      '--out-dir',
-      outDir,
-      '--group',
-      GROUP,
-      '--mode',
-      options.mode ?? 'rw',
-      ...FAST_FLAGS,
-      ...(options.flags ?? []),
-    ],
-    {},
-  );
+  const values = parseFlags(RUN_FLAGS, [...replicaArgs(emulator.address, outDir, options.mode ?? 'rw'), ...(options.flags ?? [])], {});
   const env = { KUBECONFIG: kubeconfig, POD_NAME: name, POD_NAMESPACE: ns, POD_IPS: '10.0.0.10', ...options.env };
   const daemon = await startDaemon(daemonConfigFrom(values, env), { logger: options.logger ?? silentLogger, env });
   return {
