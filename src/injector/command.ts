@@ -171,7 +171,7 @@ export async function startInjector(
   config: InjectorConfig,
   deps: { logger: Logger; env: NodeJS.ProcessEnv; clock?: Clock; defaultMetrics?: boolean },
 ): Promise<Injector> {
-  const connection = await connectKube(deps.env);
+  const connection = await connectKube(deps.env, { requestTimeoutMs: config.kubeTimeoutMs });
   const namespace = config.serviceNamespace ?? connection.namespace;
   const names: LeafNames = { dnsNames: [...serviceDnsNames(config.service, namespace), ...config.extraDnsNames], ipAddresses: config.extraIps };
   let controller: InjectorController | undefined;
@@ -204,7 +204,6 @@ export async function startInjector(
     names,
     serve: (pair) => server.setPair(pair),
     resyncMs: config.resyncMs,
-    callTimeoutMs: config.kubeTimeoutMs,
   });
   controller.on('action', (action) => metrics.step(action));
   controller.on('failed', (kind) => metrics.failure(kind));

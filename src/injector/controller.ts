@@ -21,9 +21,8 @@ import type { Clock } from '../core/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from '../kube/connection.ts';
-import { watchOnce } from '../kube/https-transport.ts';
+import { watchOnce, withSignal } from '../kube/https-transport.ts';
 import { SecretWatch } from '../kube/secret-watch.ts';
-import { callOptions } from './kube-calls.ts';
 import { createInjectorCa, issueServingLeaf, loadInjectorCa, type LeafNames } from './pki.ts';
 import { TARGET_API, observedCaSerials, targetKey, withCaBundle, type Target } from './targets.ts';
 import type { ServingPair } from './tls-server.ts';
@@ -42,7 +41,6 @@ export interface InjectorControllerOptions {
   serve: (pair: ServingPair) => void;
   /** Re-read the injected objects at least this often (someone may edit a caBundle). */
   resyncMs: number;
-  callTimeoutMs: number;
   /** After an error, the first wait (doubling up to resyncMs). */
   firstRetryMs?: number;
 }
@@ -199,7 +197,8 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   }
 
   #call() {
-    return callOptions(this.#abort.signal, this.#o.callTimeoutMs);
+    // The transport bounds every call (connectKube's requestTimeoutMs); this adds the stop signal.
+    return withSignal(this.#abort.signal);
   }
 
   async #readSecret(name: string): Promise<V1Secret | null> {
