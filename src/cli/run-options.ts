@@ -1,4 +1,4 @@
-import type { DaemonConfig, ShareMode, StoreChoice } from '../config/daemon-config.ts';
+import type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from '../config/daemon-config.ts';
 import { parseDuration } from '../core/duration.ts';
 import { normalizeDomain } from '../core/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
@@ -7,7 +7,7 @@ import { parseHostPort } from '../core/listen-address.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
 import type { FlagSpec, FlagValues } from './flags.ts';
 
-export type { DaemonConfig, ShareMode, StoreChoice } from '../config/daemon-config.ts';
+export type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from '../config/daemon-config.ts';
 
 export const RUN_FLAGS: FlagSpec[] = [
   {
@@ -57,6 +57,14 @@ export const RUN_FLAGS: FlagSpec[] = [
     help: 'Kubernetes: rw writes (issues), ro only reads, auto elects a writer. Default: rw for the Pod whose name ends in -0, ro otherwise.',
   },
   { name: 'group', placeholder: 'NAME', help: 'Kubernetes: group label on Secrets. Default: the Pod name without its ordinal.' },
+  {
+    name: 'watch-scope',
+    placeholder: 'secret|group',
+    default: 'secret',
+    help:
+      "Kubernetes: secret watches each domain's Secret by name (RBAC resourceNames, least privilege); " +
+      "group lists and watches the group's Secrets with one label selector (needs list and watch on every Secret of the namespace).",
+  },
   { name: 'out-dir', placeholder: 'DIR', help: 'Kubernetes: also project the current certificates into DIR/<domain>/ (atomic), then run --reload-command.' },
   {
     name: 'readiness-gate',
@@ -137,6 +145,8 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
   const podName = env.POD_NAME || undefined;
   const mode = values.mode as string | undefined;
   if (mode !== undefined && mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw badFlag(`--mode must be rw, ro or auto, got "${mode}"`);
+  const watchScope = String(values['watch-scope']);
+  if (watchScope !== 'secret' && watchScope !== 'group') throw badFlag(`--watch-scope must be secret or group, got "${watchScope}"`);
   const config: DaemonConfig = {
     localapi: String(values.localapi),
     domains: [...new Set(domains)],
@@ -155,6 +165,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
     logLevel: String(values['log-level']),
     mode: (mode as ShareMode | undefined) ?? (podName && /-0$/.test(podName) ? 'rw' : podName ? 'ro' : 'rw'),
     group: (values.group as string | undefined) ?? podName?.replace(/-\d+$/, ''),
+    watchScope: watchScope as WatchScope,
     outDir: values['out-dir'] as string | undefined,
     readinessGate: values['readiness-gate'] as string | undefined,
     routingChecks: (values['routing-check'] as string[] | undefined) ?? [],
@@ -207,6 +218,8 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     [!(Number.isInteger(c.routingAttempts) && c.routingAttempts >= 1), () => `--routing-attempts must be a positive integer`],
     ...kubeOnly.map(([flag, value]): [boolean, () => string] => [value !== undefined && c.store.kind !== 'kube', () => `${flag} needs --store kube`]),
     [c.store.kind === 'kube' && c.mode === 'auto' && !c.group, () => '--mode auto needs --group or POD_NAME to name the group Lease'],
+    [c.watchScope === 'group' && c.store.kind !== 'kube', () => '--watch-scope group needs --store kube'],
+    [c.watchScope === 'group' && !c.group, () => "--watch-scope group needs --group or POD_NAME: the group's label selects its Secrets"],
     [c.readinessGate !== undefined && !c.podName, () => '--readiness-gate needs POD_NAME (downward API fieldRef metadata.name)'],
     [
       c.routingChecks.length > 0 && !c.readinessGate,

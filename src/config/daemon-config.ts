@@ -8,6 +8,8 @@ import type { ReloadSpec } from '../delivery/reload-command.ts';
 
 export type StoreChoice = { kind: 'dir'; path: string } | { kind: 'kube' };
 export type ShareMode = 'rw' | 'ro' | 'auto';
+/** How a kube replica watches its Secrets: one watch per Secret by name, or one per group by label. */
+export type WatchScope = 'secret' | 'group';
 
 export interface DaemonConfig {
   localapi: string;
@@ -24,6 +26,7 @@ export interface DaemonConfig {
   /** Kubernetes mode. */
   mode: ShareMode;
   group: string | undefined;
+  watchScope: WatchScope;
   outDir: string | undefined;
   readinessGate: string | undefined;
   routingChecks: string[];

@@ -23,8 +23,11 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
     logger: logger.child({ component: 'secret-store' }),
     group: config.group,
     writer: podName,
+    watchScope: config.watchScope,
     onError: (operation) => metrics.storeErrors.inc({ operation }),
   });
+  // A start-up check: in group scope a Role without list/watch on the namespace's Secrets is fatal here.
+  await store.start();
   const identity = podName ?? `certshare-${process.pid}`;
   let elector: LeaseElector | undefined;
   if (config.mode === 'auto') {
@@ -76,7 +79,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
         : {}),
     });
   }
-  logger.info({ namespace: connection.namespace, mode: config.mode, group: config.group, readinessGate: config.readinessGate }, 'kubernetes mode');
+  logger.info({ namespace: connection.namespace, mode: config.mode, group: config.group, watchScope: config.watchScope, readinessGate: config.readinessGate }, 'kubernetes mode');
 
   return {
     store,

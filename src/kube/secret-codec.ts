@@ -15,10 +15,43 @@ export const ANNOTATION_INTENT = 'certshare.io/issuing';
 /** RFC 3339: no CertPair call for this domain before then, on any replica. */
 export const ANNOTATION_RETRY_NOT_BEFORE = 'certshare.io/retry-not-before';
 
+/**
+ * What certshare keeps of a Secret: the fields it reads and writes back (see certSecret below), without
+ * managedFields, timestamps or owner references. A few KB per domain, the Secret's data included.
+ */
+export interface WatchedSecret {
+  type?: string | undefined;
+  metadata: { name: string; resourceVersion?: string | undefined; labels?: Record<string, string>; annotations?: Record<string, string> };
+  data?: Record<string, string>;
+}
+
+/** The fields of a Secret the codec reads: a WatchedSecret, or a V1Secret as client-node returns it. */
+export interface SecretFields {
+  type?: string | undefined;
+  metadata?: { resourceVersion?: string | undefined; labels?: Record<string, string> | undefined; annotations?: Record<string, string> | undefined } | undefined;
+  data?: Record<string, string> | undefined;
+}
+
+/** Reduces a Secret from a list, a watch event or a write's answer to a WatchedSecret (undefined without a name). */
+export function slimSecret(object: unknown): WatchedSecret | undefined {
+  const { type, metadata, data } = (object ?? {}) as {
+    type?: string;
+    metadata?: { name?: string; resourceVersion?: string; labels?: Record<string, string>; annotations?: Record<string, string> };
+    data?: Record<string, string>;
+  };
+  if (!metadata?.name) return undefined;
+  const { name, resourceVersion, labels, annotations } = metadata;
+  return {
+    ...(type !== undefined ? { type } : {}),
+    metadata: { name, resourceVersion, ...(labels ? { labels } : {}), ...(annotations ? { annotations } : {}) },
+    ...(data ? { data } : {}),
+  };
+}
+
 const decode = (value: string | undefined): string | undefined => (value === undefined ? undefined : Buffer.from(value, 'base64').toString('utf8'));
 
 /** The coordination annotations; malformed values are ignored (a hand edit must not block issuance forever). */
-export function readCoordination(secret: V1Secret): Coordination {
+export function readCoordination(secret: SecretFields): Coordination {
   const annotations = secret.metadata?.annotations ?? {};
   const coordination: Coordination = {};
   const until = Date.parse(annotations[ANNOTATION_RETRY_NOT_BEFORE] ?? '');
@@ -34,7 +67,7 @@ export function readCoordination(secret: V1Secret): Coordination {
 }
 
 /** What a Secret holds for `domain`: an empty or hand-edited Secret is `unusable`, never an error. */
-export function readCertSecret(secret: V1Secret, domain: string, now: number): StoreRead {
+export function readCertSecret(secret: SecretFields, domain: string, now: number): StoreRead {
   const read = readCertData(secret, domain, now);
   if (read.state === 'valid') {
     // Only for the certificate it was written with: a hand-edited Secret falls back to notBefore.
@@ -45,7 +78,7 @@ export function readCertSecret(secret: V1Secret, domain: string, now: number): S
   return { ...read, coordination: readCoordination(secret) };
 }
 
-function readCertData(secret: V1Secret, domain: string, now: number): StoreRead {
+function readCertData(secret: SecretFields, domain: string, now: number): StoreRead {
   const certPem = decode(secret.data?.['tls.crt']);
   const keyPem = decode(secret.data?.['tls.key']);
   if (!certPem && !keyPem) return { state: 'unusable', reason: 'Secret holds no tls.crt / tls.key' };
@@ -67,7 +100,7 @@ export interface SecretMeta {
  * The Secret to write: `base` (the last read, if any) with certshare's labels restored, other people's
  * labels and annotations kept, and the resourceVersion of `base` for compare-and-swap.
  */
-export function certSecret(domain: string, base: V1Secret | undefined, meta: SecretMeta, change: { cert?: StoredCert; coordination: Coordination }): V1Secret {
+export function certSecret(domain: string, base: SecretFields | undefined, meta: SecretMeta, change: { cert?: StoredCert; coordination: Coordination }): V1Secret {
   const labels: Record<string, string> = { ...base?.metadata?.labels, [LABEL_MANAGED_BY]: 'certshare' };
   if (meta.group) labels[LABEL_GROUP] = meta.group;
   const annotations: Record<string, string> = { ...base?.metadata?.annotations };

@@ -1,18 +1,46 @@
-import type { V1Secret } from '@kubernetes/client-node/dist/gen/models/V1Secret.js';
 import type { Clock } from '../core/clock.ts';
 import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import type { CertStore, Coordination, StoreRead, StoredCert } from '../core/store.ts';
+import type { WatchScope } from '../config/daemon-config.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { withSignal } from './https-transport.ts';
-import { certSecret, readCertSecret, readCoordination, type SecretMeta } from './secret-codec.ts';
+import { LABEL_GROUP, LABEL_MANAGED_BY, certSecret, readCertSecret, readCoordination, slimSecret, type SecretMeta, type WatchedSecret } from './secret-codec.ts';
 import { SecretWatch } from './secret-watch.ts';
+
+/** The label selector of a group's Secrets: the labels certSecret writes. */
+export const groupSelector = (group: string): string => `${LABEL_MANAGED_BY}=certshare,${LABEL_GROUP}=${group}`;
+
+/** A domain some loop follows: its listeners, and in `secret` scope the watch of its own Secret. */
+interface Followed {
+  listeners: Set<() => void>;
+  watch?: SecretWatch;
+}
 
 /**
  * One `kubernetes.io/tls` Secret per domain, named after it. Every write is compare-and-swap on the
  * resourceVersion of the last read: a 409 surfaces as CERTSHARE_STORE_CONFLICT and the loop re-reads
  * and decides again. Any failed read is CERTSHARE_STORE_UNAVAILABLE, never "absent". Every call ends
  * when the loop's signal aborts, and within the connection's request timeout otherwise.
+ *
+ * Reads come from the watch. A followed domain's Secret is kept as the watch delivered it (and as this
+ * store's own writes answered), and load() serves that while the watch is synced: at rest and on a
+ * renewal a reader makes no GET at all. Why a cached object is safe:
+ * - A stale object can cost a 409, never an extra issuance. A writer records its intent with a
+ *   compare-and-swap write on the resourceVersion of the object its decision was made on (the last
+ *   load(), kept apart from the cache, which the watch may move meanwhile) before every CertPair call;
+ *   if the Secret changed since, that write fails with 409 and nothing is issued. After any failed
+ *   write the next load() of that domain asks the API server (GET), so a 409 is not repeated from the
+ *   same stale object.
+ * - A watch that failed, ended in 410 Gone or has not listed yet is not synced: load() asks the API
+ *   server (GET), as it did before this cache existed.
+ * - "absent" comes only from a real 404 or from a synced list or watch that shows no such Secret (a
+ *   DELETED event, or a list without it); never from an error.
+ * Nothing per domain is parsed ahead: the Secret's few KB are kept, the pair is validated on load().
+ *
+ * `watchScope`: `secret` (the default, least privilege) watches each domain's Secret by name, which
+ * RBAC restricts with resourceNames; `group` lists and watches the group's Secrets with one label
+ * selector (needs list and watch on every Secret of the namespace) and dispatches by name.
  */
 export class KubeSecretStore implements CertStore {
   readonly kind = 'kube';
@@ -20,10 +48,18 @@ export class KubeSecretStore implements CertStore {
   readonly #clock: Clock;
   readonly #logger: Logger;
   readonly #meta: SecretMeta;
-  /** The last read per domain; null when the Secret was absent. */
-  readonly #seen = new Map<string, V1Secret | null>();
-  readonly #watches = new Set<SecretWatch>();
+  readonly #scope: WatchScope;
+  /** What the last load() or write of each domain saw (null: absent): the base of the next compare-and-swap. */
+  readonly #lastRead = new Map<string, WatchedSecret | null>();
+  /** Followed domains' Secrets as their watch delivered them, or as a write or a GET answered (null: absent). */
+  readonly #cache = new Map<string, WatchedSecret | null>();
+  /** Domains whose last write failed: the cache may be behind, the next load() asks the API server. */
+  readonly #stale = new Set<string>();
+  readonly #followed = new Map<string, Followed>();
+  #groupWatch: SecretWatch | undefined;
   readonly #onError: (operation: 'read' | 'write') => void;
+  /** GETs of a single Secret made by load() (a watch that serves reads makes none at rest). */
+  gets = 0;
 
   constructor(options: {
     connection: KubeConnection;
@@ -31,28 +67,65 @@ export class KubeSecretStore implements CertStore {
     logger: Logger;
     group?: string | undefined;
     writer?: string | undefined;
+    watchScope?: WatchScope;
     onError?: (operation: 'read' | 'write') => void;
   }) {
     this.#conn = options.connection;
     this.#clock = options.clock;
     this.#logger = options.logger;
     this.#meta = { namespace: options.connection.namespace, group: options.group, writer: options.writer };
+    this.#scope = options.watchScope ?? 'secret';
+    if (this.#scope === 'group' && !options.group) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'watch scope group needs a group');
     this.#onError = options.onError ?? (() => {});
   }
 
-  async load(domain: string, signal?: AbortSignal): Promise<StoreRead> {
+  /**
+   * Group scope: lists the group's Secrets once, awaited, then watches them. A 401/403 means the Role does
+   * not allow it: a CERTSHARE_BAD_CONFIG error with a hint (a start-up check). Another failure (the API
+   * server unreachable) is left to the watch's own retries. Secret scope: nothing to do ahead.
+   */
+  async start(): Promise<void> {
+    if (this.#scope !== 'group' || this.#groupWatch) return;
+    const watch = this.#makeGroupWatch();
+    this.#groupWatch = watch;
     try {
-      const secret = await this.#conn.core.readNamespacedSecret({ name: domain, namespace: this.#conn.namespace }, withSignal(signal));
-      this.#seen.set(domain, secret);
-      return readCertSecret(secret, domain, this.#clock.now());
+      await watch.prime();
     } catch (err) {
-      if (apiStatus(err) === 404) {
-        this.#seen.set(domain, null);
-        return { state: 'absent' };
+      const status = apiStatus(err);
+      if (status === 401 || status === 403) {
+        this.#groupWatch = undefined;
+        throw new CertshareError(
+          'CERTSHARE_BAD_CONFIG',
+          `--watch-scope group needs list and watch on Secrets in namespace ${this.#conn.namespace}: ${apiErrorText(err)} ` +
+            '(grant the Role certshare-group-reader of manifests/group-scope, or use --watch-scope secret)',
+          { cause: err },
+        );
       }
-      this.#onError('read');
-      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read Secret ${this.#conn.namespace}/${domain}: ${apiErrorText(err)}`, { cause: err });
+      this.#logger.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: apiErrorText(err) }, 'cannot list the group Secrets yet; the watch retries');
     }
+    watch.start();
+  }
+
+  async load(domain: string, signal?: AbortSignal): Promise<StoreRead> {
+    let secret = this.#watched(domain);
+    if (secret === undefined) {
+      try {
+        this.gets++;
+        secret = slimSecret(await this.#conn.core.readNamespacedSecret({ name: domain, namespace: this.#conn.namespace }, withSignal(signal))) ?? null;
+      } catch (err) {
+        if (apiStatus(err) !== 404) {
+          this.#onError('read');
+          throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read Secret ${this.#conn.namespace}/${domain}: ${apiErrorText(err)}`, {
+            cause: err,
+          });
+        }
+        secret = null;
+      }
+      this.#remember(domain, secret);
+      this.#stale.delete(domain);
+    }
+    this.#lastRead.set(domain, secret);
+    return secret === null ? { state: 'absent' } : readCertSecret(secret, domain, this.#clock.now());
   }
 
   save(domain: string, cert: StoredCert, signal?: AbortSignal): Promise<void> {
@@ -76,27 +149,95 @@ export class KubeSecretStore implements CertStore {
   }
 
   watch(domain: string, listener: () => void): () => void {
-    const watch = new SecretWatch({ connection: this.#conn, name: domain, clock: this.#clock, logger: this.#logger, onChange: listener });
-    this.#watches.add(watch);
-    watch.start();
+    let followed = this.#followed.get(domain);
+    if (!followed) {
+      followed = { listeners: new Set() };
+      this.#followed.set(domain, followed);
+      if (this.#scope === 'secret') {
+        followed.watch = new SecretWatch({
+          connection: this.#conn,
+          name: domain,
+          clock: this.#clock,
+          logger: this.#logger,
+          onList: (secrets) => this.#listed(domain, secrets.find((s) => s.metadata.name === domain) ?? null),
+          onEvent: (type, secret) => this.#remember(domain, type === 'DELETED' ? null : secret),
+          onChange: () => this.#notify(domain),
+        });
+        followed.watch.start();
+      } else if (!this.#groupWatch) {
+        // start() was not called (tests using the store alone): the watch lists on its own.
+        this.#groupWatch = this.#makeGroupWatch();
+        this.#groupWatch.start();
+      }
+    }
+    const listeners = followed.listeners;
+    listeners.add(listener);
     return () => {
-      this.#watches.delete(watch);
-      void watch.stop();
+      listeners.delete(listener);
+      if (listeners.size > 0 || this.#followed.get(domain) !== followed) return;
+      this.#followed.delete(domain);
+      this.#cache.delete(domain);
+      this.#stale.delete(domain);
+      void followed.watch?.stop();
     };
   }
 
   async stop(): Promise<void> {
-    await Promise.all([...this.#watches].map((w) => w.stop()));
+    const watches = [...this.#followed.values()].flatMap((f) => (f.watch ? [f.watch] : []));
+    if (this.#groupWatch) watches.push(this.#groupWatch);
+    await Promise.all(watches.map((w) => w.stop()));
+  }
+
+  /** The followed domain's Secret as the synced watch knows it (null: absent); undefined when load() must ask. */
+  #watched(domain: string): WatchedSecret | null | undefined {
+    if (this.#stale.has(domain)) return undefined;
+    const watch = this.#scope === 'group' ? this.#groupWatch : this.#followed.get(domain)?.watch;
+    return watch?.synced ? this.#cache.get(domain) : undefined;
+  }
+
+  /** Keeps what a watch event, a GET or a write answered for a followed domain. */
+  #remember(domain: string, secret: WatchedSecret | null): void {
+    if (this.#followed.has(domain)) this.#cache.set(domain, secret);
+  }
+
+  /** A list is a fresh snapshot: it replaces what was known, including after a failed write. */
+  #listed(domain: string, secret: WatchedSecret | null): void {
+    this.#remember(domain, secret);
+    this.#stale.delete(domain);
+  }
+
+  #notify(domain: string): void {
+    for (const listener of this.#followed.get(domain)?.listeners ?? []) listener();
+  }
+
+  #makeGroupWatch(): SecretWatch {
+    return new SecretWatch({
+      connection: this.#conn,
+      labelSelector: groupSelector(this.#meta.group!), // the constructor checked it
+      clock: this.#clock,
+      logger: this.#logger,
+      onList: (secrets) => {
+        const byName = new Map(secrets.map((s) => [s.metadata.name, s]));
+        for (const domain of this.#followed.keys()) this.#listed(domain, byName.get(domain) ?? null);
+        for (const domain of [...this.#followed.keys()]) this.#notify(domain);
+      },
+      onEvent: (type, secret) => {
+        const domain = secret.metadata.name;
+        if (!this.#followed.has(domain)) return; // another replica's domain, or not ours at all
+        this.#remember(domain, type === 'DELETED' ? null : secret);
+        this.#notify(domain);
+      },
+    });
   }
 
   #lastCoordination(domain: string): Coordination {
-    const seen = this.#seen.get(domain);
+    const seen = this.#lastRead.get(domain);
     return seen ? readCoordination(seen) : {};
   }
 
   async #write(domain: string, change: { cert?: StoredCert; coordination: Coordination }, signal: AbortSignal | undefined): Promise<void> {
     const { core, namespace } = this.#conn;
-    const seen = this.#seen.get(domain);
+    const seen = this.#lastRead.get(domain);
     if (seen === undefined) throw new CertshareError('CERTSHARE_STORE_CONFLICT', `Secret ${namespace}/${domain} written before it was read`);
     const body = certSecret(domain, seen ?? undefined, this.#meta, change);
     try {
@@ -104,10 +245,14 @@ export class KubeSecretStore implements CertStore {
         seen === null
           ? await core.createNamespacedSecret({ namespace, body }, withSignal(signal))
           : await core.replaceNamespacedSecret({ name: domain, namespace, body }, withSignal(signal));
-      this.#seen.set(domain, written);
+      const answer = slimSecret(written) ?? null;
+      this.#lastRead.set(domain, answer);
+      // Newer than anything the watch delivered so far; its own event for this write follows.
+      this.#remember(domain, answer);
     } catch (err) {
-      // Whatever happened, the next write must follow a fresh read.
-      this.#seen.delete(domain);
+      // Whatever happened, the next write must follow a fresh read, from the API server.
+      this.#lastRead.delete(domain);
+      this.#stale.add(domain);
       if (apiStatus(err) === 409 || apiStatus(err) === 404) {
         throw new CertshareError('CERTSHARE_STORE_CONFLICT', `Secret ${namespace}/${domain} changed meanwhile: ${apiErrorText(err)}`, { cause: err });
       }

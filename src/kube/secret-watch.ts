@@ -4,14 +4,27 @@ import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { apiStatus, type KubeConnection } from './connection.ts';
 import { watchOnce, withSignal } from './https-transport.ts';
+import { slimSecret, type WatchedSecret } from './secret-codec.ts';
 
 export interface SecretWatchOptions {
   connection: KubeConnection;
-  name: string;
+  /** One Secret by name (a field selector the apiserver authorizes against resourceNames)... */
+  name?: string;
+  /** ...or every Secret of the namespace this label selector matches (needs list and watch on secrets). */
+  labelSelector?: string;
   clock: Clock;
   logger: Logger;
-  /** Called after every change of the Secret (and after each relist): the store re-reads it. */
-  onChange: () => void;
+  /** Called after every change of a followed Secret (and after each relist). */
+  onChange?: () => void;
+  /**
+   * The followed Secrets as a (re)list returned them: the whole set, so a Secret missing here is absent.
+   * Called before onChange.
+   */
+  onList?: (secrets: WatchedSecret[]) => void;
+  /** One change as the watch delivered it (DELETED also when a Secret stops matching the selector); before onChange. */
+  onEvent?: (type: 'ADDED' | 'MODIFIED' | 'DELETED', secret: WatchedSecret) => void;
+  /** The watch lost its sync (a failed watch, 410 Gone, a stop): what it delivered may be behind until `synced` again. */
+  onSyncLost?: () => void;
   /** Backoff between watches that failed or ended without an event: doubling, jittered, up to maxRetryMs. */
   firstRetryMs?: number;
   maxRetryMs?: number;
@@ -25,35 +38,66 @@ export interface SecretWatchOptions {
   inactivityMs?: number;
   /** Resume from this version instead of listing first (tests use a stale one to provoke 410 Gone). */
   initialResourceVersion?: string;
+  /** Secrets per list page (a group of hundreds of domains is listed in pages). */
+  pageSize?: number;
 }
 
+type Callbacks = 'onChange' | 'onList' | 'onEvent' | 'onSyncLost';
 /**
- * Follows one Secret by name: list to get a resourceVersion, then watch from it with bookmarks,
- * resuming from the last seen version after a watch ends, relisting on 410 Gone, and restarting with
- * backoff after errors. A single named Secret keeps RBAC to resourceNames and traffic near zero at rest.
+ * Follows one Secret by name, or the Secrets a label selector matches: list (in pages) to get a
+ * resourceVersion and the current set, then watch from it with bookmarks, resuming from the last seen
+ * version after a watch ends, relisting on 410 Gone, and restarting with backoff after errors. A single
+ * named Secret keeps RBAC to resourceNames and traffic near zero at rest; a selector serves a whole group
+ * with one watch.
  *
  * A watch that ends before delivering any event (an ERROR answer, a proxy closing streams at once) is a
  * failure like an error: reopening it at once would hammer the API server in a tight loop. Only a watch
  * that delivered an event, or stayed open longer than the backoff cap (the server's own timeout on a
  * cluster too quiet for bookmarks), proves the path works and resets the backoff.
+ *
+ * `synced`: what the watch delivered is the current state (short of the delivery delay). True after a
+ * list and while the watches that follow it resume without a failure; false after a failed watch, 410
+ * Gone or a stop, until a list or a resumed watch's first event (which replays everything missed since
+ * the last resourceVersion) proves the stream whole again.
  */
 export class SecretWatch {
-  readonly #o: Required<Omit<SecretWatchOptions, 'initialResourceVersion'>>;
+  readonly #o: Required<Omit<SecretWatchOptions, 'initialResourceVersion' | 'name' | 'labelSelector' | Callbacks>> &
+    Pick<SecretWatchOptions, Callbacks>;
+  readonly #selector: { fieldSelector: string } | { labelSelector: string };
+  /** What logs call the followed Secrets. */
+  readonly #what: string;
   #resourceVersion: string | undefined;
   #abort = new AbortController();
   #current: AbortController | undefined;
   #done: Promise<void> | undefined;
   /** Consecutive failed or eventless watches; any event proves the connection works and resets it. */
   #failures = 0;
+  #synced = false;
   /** Watches started after the first (resumed, relisted or restarted). */
   restarts = 0;
   /** Relists after 410 Gone. */
   relists = 0;
 
   constructor(options: SecretWatchOptions) {
-    const { initialResourceVersion, ...rest } = options;
-    this.#o = { firstRetryMs: 500, maxRetryMs: 5000, watchSeconds: [1800, 3600], inactivityMs: 900_000, ...rest };
+    const { initialResourceVersion, name, labelSelector, ...rest } = options;
+    if ((name === undefined) === (labelSelector === undefined)) throw new TypeError('SecretWatch follows either a name or a labelSelector');
+    this.#o = { firstRetryMs: 500, maxRetryMs: 5000, watchSeconds: [1800, 3600], inactivityMs: 900_000, pageSize: 250, ...rest };
+    this.#selector = name !== undefined ? { fieldSelector: `metadata.name=${name}` } : { labelSelector: labelSelector! };
+    this.#what = name ?? `secrets with ${labelSelector}`;
     this.#resourceVersion = initialResourceVersion;
+  }
+
+  /** Whether what the watch delivered is the current state (see the class comment). */
+  get synced(): boolean {
+    return this.#synced;
+  }
+
+  /**
+   * The first list, awaited (start-up checks: a 403 here means the Role does not allow this watch);
+   * start() then watches from it. Rejects with the API's error.
+   */
+  async prime(): Promise<void> {
+    await this.#list();
   }
 
   start(): void {
@@ -63,11 +107,18 @@ export class SecretWatch {
   async stop(): Promise<void> {
     this.#abort.abort();
     this.#current?.abort();
+    this.#lost();
     await this.#done;
   }
 
+  #lost(): void {
+    if (!this.#synced) return;
+    this.#synced = false;
+    this.#o.onSyncLost?.();
+  }
+
   async #run(): Promise<void> {
-    const { clock, logger, firstRetryMs, maxRetryMs, name } = this.#o;
+    const { clock, logger, firstRetryMs, maxRetryMs } = this.#o;
     while (!this.#abort.signal.aborted) {
       let failure: string | undefined;
       try {
@@ -76,6 +127,7 @@ export class SecretWatch {
         const outcome = await this.#watchOnce();
         if (outcome.gone) {
           this.#resourceVersion = undefined;
+          this.#lost();
           this.relists++;
         }
         if (outcome.events === 0 && clock.now() - startedAt < maxRetryMs && !this.#abort.signal.aborted) {
@@ -88,8 +140,9 @@ export class SecretWatch {
         failure = errorMessage(err);
       }
       if (failure !== undefined) {
+        this.#lost();
         const delay = jitter(doubling(firstRetryMs, this.#failures, maxRetryMs));
-        logger.warn({ secret: name, err: failure, failures: this.#failures, retryInMs: Math.round(delay) }, 'Secret watch failed');
+        logger.warn({ secret: this.#what, err: failure, failures: this.#failures, retryInMs: Math.round(delay) }, 'Secret watch failed');
         // Resuming from the last resourceVersion replays whatever changed meanwhile (or ends in 410 and a relist).
         await clock.sleep(delay, this.#abort.signal).catch(() => {});
       }
@@ -98,18 +151,32 @@ export class SecretWatch {
   }
 
   async #list(): Promise<void> {
-    const { connection, name } = this.#o;
-    const list = await connection.core.listNamespacedSecret(
-      { namespace: connection.namespace, fieldSelector: `metadata.name=${name}` },
-      withSignal(this.#abort.signal),
-    );
-    this.#resourceVersion = list.metadata?.resourceVersion;
-    this.#o.onChange();
+    const { connection, pageSize } = this.#o;
+    const secrets: WatchedSecret[] = [];
+    let resourceVersion: string | undefined;
+    let next: string | undefined;
+    do {
+      const page = await connection.core.listNamespacedSecret(
+        { namespace: connection.namespace, ...this.#selector, limit: pageSize, ...(next ? { _continue: next } : {}) },
+        withSignal(this.#abort.signal),
+      );
+      for (const item of page.items) {
+        const secret = slimSecret(item);
+        if (secret) secrets.push(secret);
+      }
+      // Every page of one list is served from the same snapshot: its version is where the watch starts.
+      resourceVersion = page.metadata?.resourceVersion;
+      next = page.metadata?._continue || undefined;
+    } while (next);
+    this.#resourceVersion = resourceVersion;
+    this.#synced = true;
+    this.#o.onList?.(secrets);
+    this.#o.onChange?.();
   }
 
   /** One watch until it ends: whether it ended in 410 Gone, and how many events (bookmarks too) it delivered. */
   async #watchOnce(): Promise<{ gone: boolean; events: number }> {
-    const { connection, name, watchSeconds } = this.#o;
+    const { connection, watchSeconds } = this.#o;
     const [min, max] = watchSeconds;
     const current = new AbortController();
     this.#current = current;
@@ -121,7 +188,7 @@ export class SecretWatch {
         connection.config,
         `/api/v1/namespaces/${encodeURIComponent(connection.namespace)}/secrets`,
         {
-          fieldSelector: `metadata.name=${name}`,
+          ...this.#selector,
           allowWatchBookmarks: true,
           resourceVersion: this.#resourceVersion,
           timeoutSeconds: Math.round(min + Math.random() * (max - min)),
@@ -134,8 +201,12 @@ export class SecretWatch {
           }
           events++;
           this.#failures = 0;
+          this.#synced = true;
           if (object?.metadata?.resourceVersion) this.#resourceVersion = object.metadata.resourceVersion;
-          if (type !== 'BOOKMARK') this.#o.onChange();
+          if (type === 'BOOKMARK') return;
+          const secret = slimSecret(object);
+          if (secret) this.#o.onEvent?.(type, secret);
+          this.#o.onChange?.();
         },
         { signal: current.signal, inactivityMs: this.#o.inactivityMs, headersTimeoutMs: connection.requestTimeoutMs },
       );

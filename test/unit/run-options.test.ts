@@ -71,6 +71,9 @@ describe('run configuration: one validation step before anything starts', () => 
     ],
     ['--drain-delay above --shutdown-timeout', [...KUBE, '--drain-delay', '1m'], {}, /--drain-delay must be shorter than --shutdown-timeout/],
     ['--mode auto without a group', [...KUBE, '--mode', 'auto'], {}, /--mode auto needs --group or POD_NAME/],
+    ['--watch-scope all', [...KUBE, '--watch-scope', 'all'], POD, /--watch-scope must be secret or group, got "all"/],
+    ['--watch-scope group without a group', [...KUBE, '--watch-scope', 'group'], {}, /--watch-scope group needs --group or POD_NAME/],
+    ['--watch-scope group with a directory store', ['--domain', DOMAIN, '--store', 'dir:/tmp/x', '--watch-scope', 'group', '--group', 'g'], {}, /--watch-scope group needs --store kube/],
     ['--readiness-gate without POD_NAME', [...KUBE, '--readiness-gate', 'g'], {}, /--readiness-gate needs POD_NAME/],
     ['--routing-check without --readiness-gate', [...KUBE, '--routing-check', 'http://svc/healthz'], POD, /--routing-check needs --readiness-gate/],
     [
@@ -132,5 +135,8 @@ describe('run configuration: one validation step before anything starts', () => 
     assert.deepEqual(kube.pod, { ipv4: '10.0.0.7', ipv6: 'fd00::7', invalid: [] });
     assert.deepEqual(kube.reloadCommand, { argv: ['nginx', '-s', 'reload'] });
     assert.equal(kube.renewal.renewFraction, 0.5);
+    assert.equal(kube.watchScope, 'secret', 'one watch per Secret unless asked: the least-privilege default');
+    assert.equal(config([...KUBE, '--watch-scope', 'group'], POD).watchScope, 'group');
+    assert.equal(config(KUBE, { ...POD, CERTSHARE_WATCH_SCOPE: 'group' }).watchScope, 'group');
   });
 });
