@@ -51,7 +51,10 @@ export class KubeSecretStore implements CertStore {
   readonly #scope: WatchScope;
   /** What the last load() or write of each domain saw (null: absent): the base of the next compare-and-swap. */
   readonly #lastRead = new Map<string, WatchedSecret | null>();
-  /** Followed domains' Secrets as their watch delivered them, or as a write or a GET answered (null: absent). */
+  /**
+   * Secrets as their watch delivered them, or as a write or a GET answered (null: absent). Secret scope:
+   * the followed domains'; group scope: every Secret of the group (what a replica of the group follows).
+   */
   readonly #cache = new Map<string, WatchedSecret | null>();
   /** Domains whose last write failed: the cache may be behind, the next load() asks the API server. */
   readonly #stale = new Set<string>();
@@ -176,9 +179,10 @@ export class KubeSecretStore implements CertStore {
       listeners.delete(listener);
       if (listeners.size > 0 || this.#followed.get(domain) !== followed) return;
       this.#followed.delete(domain);
-      this.#cache.delete(domain);
       this.#stale.delete(domain);
-      void followed.watch?.stop();
+      if (!followed.watch) return; // group scope: the group watch keeps the Secret current
+      this.#cache.delete(domain);
+      void followed.watch.stop();
     };
   }
 
@@ -188,16 +192,22 @@ export class KubeSecretStore implements CertStore {
     await Promise.all(watches.map((w) => w.stop()));
   }
 
-  /** The followed domain's Secret as the synced watch knows it (null: absent); undefined when load() must ask. */
+  /** The domain's Secret as the synced watch knows it (null: absent); undefined when load() must ask. */
   #watched(domain: string): WatchedSecret | null | undefined {
     if (this.#stale.has(domain)) return undefined;
-    const watch = this.#scope === 'group' ? this.#groupWatch : this.#followed.get(domain)?.watch;
-    return watch?.synced ? this.#cache.get(domain) : undefined;
+    // The group watch holds the whole group: a Secret it has not delivered is not in the group.
+    if (this.#scope === 'group') return this.#groupWatch?.synced ? (this.#cache.get(domain) ?? null) : undefined;
+    return this.#followed.get(domain)?.watch?.synced ? this.#cache.get(domain) : undefined;
   }
 
-  /** Keeps what a watch event, a GET or a write answered for a followed domain. */
+  /** Keeps what a watch event, a GET or a write answered (secret scope: for a followed domain only). */
   #remember(domain: string, secret: WatchedSecret | null): void {
-    if (this.#followed.has(domain)) this.#cache.set(domain, secret);
+    if (this.#scope === 'group') {
+      if (secret === null) this.#cache.delete(domain);
+      else this.#cache.set(domain, secret);
+    } else if (this.#followed.has(domain)) {
+      this.#cache.set(domain, secret);
+    }
   }
 
   /** A list is a fresh snapshot: it replaces what was known, including after a failed write. */
@@ -217,13 +227,14 @@ export class KubeSecretStore implements CertStore {
       clock: this.#clock,
       logger: this.#logger,
       onList: (secrets) => {
-        const byName = new Map(secrets.map((s) => [s.metadata.name, s]));
-        for (const domain of this.#followed.keys()) this.#listed(domain, byName.get(domain) ?? null);
+        // The group as it is now: replaces everything known, GET answers and failed writes included.
+        this.#cache.clear();
+        this.#stale.clear();
+        for (const secret of secrets) this.#cache.set(secret.metadata.name, secret);
         for (const domain of [...this.#followed.keys()]) this.#notify(domain);
       },
       onEvent: (type, secret) => {
         const domain = secret.metadata.name;
-        if (!this.#followed.has(domain)) return; // another replica's domain, or not ours at all
         this.#remember(domain, type === 'DELETED' ? null : secret);
         this.#notify(domain);
       },

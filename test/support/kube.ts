@@ -15,6 +15,7 @@ export const GROUP = 'proxy';
 /** The example's readiness-gate condition type. */
 export const GATE = 'certshare.io/certificates';
 const EXAMPLE = fileURLToPath(new URL('../../manifests/example', import.meta.url));
+const GROUP_SCOPE = fileURLToPath(new URL('../../manifests/group-scope', import.meta.url));
 
 let counter = 0;
 
@@ -24,6 +25,11 @@ export async function exampleNamespace(cp: ControlPlane, prefix = 'cs'): Promise
   await must(cp.kubectl(['create', 'namespace', ns]));
   await must(cp.kubectl(['apply', '-k', EXAMPLE, '-n', ns]));
   return ns;
+}
+
+/** Adds manifests/group-scope (list/watch of the namespace's Secrets, for --watch-scope group) to a namespace. */
+export async function allowGroupScope(cp: ControlPlane, ns: string): Promise<void> {
+  await must(cp.kubectl(['apply', '-k', GROUP_SCOPE, '-n', ns]));
 }
 
 export async function must(result: Promise<{ stdout: string; stderr: string; code: number | null }>): Promise<string> {
