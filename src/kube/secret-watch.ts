@@ -23,8 +23,6 @@ export interface SecretWatchOptions {
   onList?: (secrets: WatchedSecret[]) => void;
   /** One change as the watch delivered it (DELETED also when a Secret stops matching the selector); before onChange. */
   onEvent?: (type: 'ADDED' | 'MODIFIED' | 'DELETED', secret: WatchedSecret) => void;
-  /** The watch lost its sync (a failed watch, 410 Gone, a stop): what it delivered may be behind until `synced` again. */
-  onSyncLost?: () => void;
   /** Backoff between watches that failed or ended without an event: doubling, jittered, up to maxRetryMs. */
   firstRetryMs?: number;
   maxRetryMs?: number;
@@ -42,7 +40,8 @@ export interface SecretWatchOptions {
   pageSize?: number;
 }
 
-type Callbacks = 'onChange' | 'onList' | 'onEvent' | 'onSyncLost';
+type Callbacks = 'onChange' | 'onList' | 'onEvent';
+
 /**
  * Follows one Secret by name, or the Secrets a label selector matches: list (in pages) to get a
  * resourceVersion and the current set, then watch from it with bookmarks, resuming from the last seen
@@ -111,10 +110,9 @@ export class SecretWatch {
     await this.#done;
   }
 
+  /** What was delivered may be behind from now on, until a list or a resumed watch's first event. */
   #lost(): void {
-    if (!this.#synced) return;
     this.#synced = false;
-    this.#o.onSyncLost?.();
   }
 
   async #run(): Promise<void> {

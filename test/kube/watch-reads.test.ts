@@ -8,6 +8,7 @@ import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
+import { EventEmitter } from 'node:events';
 import { readAudit, writeAuditPolicy, type AuditEvent } from '../../bench/lib/apiserver.ts';
 import { parseFlags } from '../../src/cli/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom } from '../../src/cli/run-options.ts';
@@ -17,13 +18,14 @@ import { CertshareError } from '../../src/core/errors.ts';
 import { silentLogger } from '../../src/core/logger.ts';
 import { startDaemon } from '../../src/daemon.ts';
 import { connectKube } from '../../src/kube/connection.ts';
-import { certSecret } from '../../src/kube/secret-codec.ts';
+import { ANNOTATION_INTENT, certSecret } from '../../src/kube/secret-codec.ts';
 import { KubeSecretStore } from '../../src/kube/secret-store.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { DAY, makePair } from '../support/certs.ts';
-import { GROUP, allowGroupScope, exampleNamespace, filesWritten, heldSerial, replicaArgs, startReplica, startReplicas } from '../support/kube.ts';
+import { recordingLogger } from '../support/recording-logger.ts';
+import { GROUP, KUBE_DOMAIN, allowGroupScope, exampleNamespace, filesWritten, heldSerial, replicaArgs, startReplica, startReplicas } from '../support/kube.ts';
 import { useTempDir } from '../support/standalone.ts';
-import { nextEvent, until } from '../support/wait.ts';
+import { nextEvent, onEvent, until } from '../support/wait.ts';
 
 const auditDir = mkdtempSync(join(tmpdir(), 'certshare-audit-'));
 const auditPolicy = join(auditDir, 'policy.yaml');
@@ -162,5 +164,74 @@ describe('reads served by the watch', () => {
     // The same Role serves the default scope.
     const reader = await startReplica(cp(), ns, dir(), 'proxy-1', { mode: 'ro', serviceAccount: 'certshare-reader' });
     await reader.stop();
+  });
+
+  it('a stale copy costs a 409, never a write on a state not read; a failed watch reads from the API server, and fails loudly', { timeout: 90_000 }, async () => {
+    const ns = await exampleNamespace(cp());
+    await allowGroupScope(cp(), ns);
+    const connection = await connectKube({ KUBECONFIG: await cp().kubeconfigFor(ns, 'certshare'), POD_NAMESPACE: ns });
+    const { logger, entries, events } = recordingLogger();
+    const store = new KubeSecretStore({ connection, clock: systemClock, logger, group: GROUP });
+    const signal = new AbortController().signal;
+    const isConflict = (err: unknown) => err instanceof CertshareError && err.code === 'CERTSHARE_STORE_CONFLICT';
+    const changed = new EventEmitter();
+    let wakes = 0;
+    const off = store.watch(KUBE_DOMAIN, () => {
+      wakes++;
+      changed.emit('change');
+    });
+    const woken = (after: number, what: string) => until(what, () => wakes > after, [onEvent(changed, 'change')], 10_000);
+    try {
+      await woken(0, 'the first list');
+      assert.equal((await store.load(KUBE_DOMAIN, signal)).state, 'absent', 'a synced list without the Secret');
+      const pair = await makePair(KUBE_DOMAIN, Date.now() - DAY, 90 * DAY);
+      let seen = wakes;
+      await store.save(KUBE_DOMAIN, { pair, info: validateCertPair(pair, KUBE_DOMAIN, Date.now()) }, signal);
+      await woken(seen, 'our own write delivered');
+      assert.equal((await store.load(KUBE_DOMAIN, signal)).state, 'valid');
+      assert.equal(store.gets, 0, 'served from the watch');
+
+      // Another writer records its intent; our watch delivers it, but our last load() saw the state before:
+      // our intent (a compare-and-swap on what we decided on) loses, and the next load() asks the API server.
+      seen = wakes;
+      const intent = JSON.stringify({ holder: 'proxy-9', at: new Date().toISOString() });
+      await admin('PATCH', `/api/v1/namespaces/${ns}/secrets/${KUBE_DOMAIN}`, { metadata: { annotations: { [ANNOTATION_INTENT]: intent } } });
+      await woken(seen, 'the other intent delivered');
+      await assert.rejects(store.recordIntent(KUBE_DOMAIN, 'proxy-0', Date.now(), signal), isConflict);
+      const read = await store.load(KUBE_DOMAIN, signal);
+      assert.equal(read.coordination?.intent?.holder, 'proxy-9');
+      assert.equal(store.gets, 1, 'after a lost compare-and-swap, one GET');
+      await store.recordIntent(KUBE_DOMAIN, 'proxy-0', Date.now(), signal);
+
+      // The API server goes away: once the watch has failed, load() asks the API server and fails loudly.
+      await cp().stopApiServer();
+      try {
+        await until('the watch failed', () => entries.some((e) => e.msg === 'Secret watch failed'), [onEvent(events, 'entry')], 30_000);
+        await assert.rejects(store.load(KUBE_DOMAIN, signal), (err: unknown) => err instanceof CertshareError && err.code === 'CERTSHARE_STORE_UNAVAILABLE');
+      } finally {
+        await cp().startApiServer();
+      }
+      assert.equal((await store.load(KUBE_DOMAIN, signal)).state, 'valid');
+    } finally {
+      off();
+      await store.stop();
+    }
+
+    // Group scope: an unlabelled Secret is absent from the group's view; writing it is a create, which the
+    // API server refuses (409 AlreadyExists), and the next load() reads what really is there.
+    const unlabelled = (await writerSecret(ns, 'plain.tailnet-0000.ts.net', undefined)) as { metadata: { labels?: unknown } };
+    delete unlabelled.metadata.labels;
+    await admin('POST', `/api/v1/namespaces/${ns}/secrets`, unlabelled);
+    const group = new KubeSecretStore({ connection, clock: systemClock, logger: silentLogger, group: GROUP, watchScope: 'group' });
+    await group.start();
+    const offPlain = group.watch('plain.tailnet-0000.ts.net', () => {});
+    try {
+      assert.equal((await group.load('plain.tailnet-0000.ts.net', signal)).state, 'absent');
+      await assert.rejects(group.recordIntent('plain.tailnet-0000.ts.net', 'proxy-0', Date.now(), signal), isConflict);
+      assert.equal((await group.load('plain.tailnet-0000.ts.net', signal)).state, 'valid', 'read from the API server after the conflict');
+    } finally {
+      offPlain();
+      await group.stop();
+    }
   });
 });
