@@ -79,7 +79,10 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
         : {}),
     });
   }
-  logger.info({ namespace: connection.namespace, mode: config.mode, group: config.group, watchScope: config.watchScope, readinessGate: config.readinessGate }, 'kubernetes mode');
+  logger.info(
+    { namespace: connection.namespace, mode: config.mode, group: config.group, watchScope: config.watchScope, readinessGate: config.readinessGate },
+    'kubernetes mode',
+  );
 
   return {
     store,

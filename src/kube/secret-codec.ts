@@ -28,7 +28,9 @@ export interface WatchedSecret {
 /** The fields of a Secret the codec reads: a WatchedSecret, or a V1Secret as client-node returns it. */
 export interface SecretFields {
   type?: string | undefined;
-  metadata?: { resourceVersion?: string | undefined; labels?: Record<string, string> | undefined; annotations?: Record<string, string> | undefined } | undefined;
+  metadata?:
+    | { resourceVersion?: string | undefined; labels?: Record<string, string> | undefined; annotations?: Record<string, string> | undefined }
+    | undefined;
   data?: Record<string, string> | undefined;
 }
 
@@ -100,7 +102,12 @@ export interface SecretMeta {
  * The Secret to write: `base` (the last read, if any) with certshare's labels restored, other people's
  * labels and annotations kept, and the resourceVersion of `base` for compare-and-swap.
  */
-export function certSecret(domain: string, base: SecretFields | undefined, meta: SecretMeta, change: { cert?: StoredCert; coordination: Coordination }): V1Secret {
+export function certSecret(
+  domain: string,
+  base: SecretFields | undefined,
+  meta: SecretMeta,
+  change: { cert?: StoredCert; coordination: Coordination },
+): V1Secret {
   const labels: Record<string, string> = { ...base?.metadata?.labels, [LABEL_MANAGED_BY]: 'certshare' };
   if (meta.group) labels[LABEL_GROUP] = meta.group;
   const annotations: Record<string, string> = { ...base?.metadata?.annotations };

@@ -5,7 +5,16 @@ import type { CertStore, Coordination, StoreRead, StoredCert } from '../core/sto
 import type { WatchScope } from '../config/daemon-config.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { withSignal } from './https-transport.ts';
-import { LABEL_GROUP, LABEL_MANAGED_BY, certSecret, readCertSecret, readCoordination, slimSecret, type SecretMeta, type WatchedSecret } from './secret-codec.ts';
+import {
+  LABEL_GROUP,
+  LABEL_MANAGED_BY,
+  certSecret,
+  readCertSecret,
+  readCoordination,
+  slimSecret,
+  type SecretMeta,
+  type WatchedSecret,
+} from './secret-codec.ts';
 import { SecretWatch } from './secret-watch.ts';
 
 /** The label selector of a group's Secrets: the labels certSecret writes. */

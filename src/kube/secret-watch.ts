@@ -60,8 +60,7 @@ type Callbacks = 'onChange' | 'onList' | 'onEvent';
  * the last resourceVersion) proves the stream whole again.
  */
 export class SecretWatch {
-  readonly #o: Required<Omit<SecretWatchOptions, 'initialResourceVersion' | 'name' | 'labelSelector' | Callbacks>> &
-    Pick<SecretWatchOptions, Callbacks>;
+  readonly #o: Required<Omit<SecretWatchOptions, 'initialResourceVersion' | 'name' | 'labelSelector' | Callbacks>> & Pick<SecretWatchOptions, Callbacks>;
   readonly #selector: { fieldSelector: string } | { labelSelector: string };
   /** What logs call the followed Secrets. */
   readonly #what: string;

@@ -86,7 +86,12 @@ describe('Secret watch expiry', () => {
       assert.ok(watch.synced);
       await must(cp().kubectl(['-n', ns, 'create', 'secret', 'generic', KUBE_DOMAIN, '--from-literal=a=b']));
       await label(KUBE_DOMAIN, GROUP);
-      await until('event after relist', () => events.includes(`MODIFIED ${KUBE_DOMAIN}`) || events.includes(`ADDED ${KUBE_DOMAIN}`), [onEvent(changed, 'change')], 10_000);
+      await until(
+        'event after relist',
+        () => events.includes(`MODIFIED ${KUBE_DOMAIN}`) || events.includes(`ADDED ${KUBE_DOMAIN}`),
+        [onEvent(changed, 'change')],
+        10_000,
+      );
     } finally {
       await watch.stop();
     }

@@ -53,11 +53,20 @@ const watchesOf = (events: AuditEvent[]): AuditEvent[] => events.filter((e) => e
 /** A Secret as certshare's writer writes it, holding a fresh certificate for `domain`, in `group`. */
 async function writerSecret(ns: string, domain: string, group: string | undefined): Promise<unknown> {
   const pair = await makePair(domain, Date.now() - DAY, 90 * DAY);
-  return certSecret(domain, undefined, { namespace: ns, group, writer: 'test' }, { cert: { pair, info: validateCertPair(pair, domain, Date.now()) }, coordination: {} });
+  return certSecret(
+    domain,
+    undefined,
+    { namespace: ns, group, writer: 'test' },
+    { cert: { pair, info: validateCertPair(pair, domain, Date.now()) }, coordination: {} },
+  );
 }
 
 async function admin(method: string, path: string, body?: unknown): Promise<void> {
-  const res = await cp().adminRequest(method, path, body === undefined ? {} : { body, ...(method === 'PATCH' ? { headers: { 'content-type': 'application/merge-patch+json' } } : {}) });
+  const res = await cp().adminRequest(
+    method,
+    path,
+    body === undefined ? {} : { body, ...(method === 'PATCH' ? { headers: { 'content-type': 'application/merge-patch+json' } } : {}) },
+  );
   if (res.status >= 300) throw new Error(`${method} ${path}: HTTP ${res.status}: ${res.body.slice(0, 300)}`);
 }
 
@@ -120,11 +129,16 @@ describe('reads served by the watch', () => {
       for (const d of domains.slice(20)) await admin('POST', `/api/v1/namespaces/${ns}/secrets`, await writerSecret(ns, d, GROUP));
       const onWake = (listener: () => void) => {
         const offs2 = [...domains, otherGroup, unlabelled].map((d) => store.watch(d, listener));
-        return () => offs2.forEach((off) => off());
+        return () => {
+          for (const off of offs2) off();
+        };
       };
       await until('each new Secret delivered', () => domains.slice(20).every((d) => woken.has(d)), [onWake], 10_000);
       for (const d of domains) assert.equal((await store.load(d, signal)).state, 'valid', d);
-      assert.ok(domains.slice(0, 20).every((d) => !woken.has(d)), 'Secrets that did not change wake nobody');
+      assert.ok(
+        domains.slice(0, 20).every((d) => !woken.has(d)),
+        'Secrets that did not change wake nobody',
+      );
 
       // Changes outside the group wake nobody and stay invisible.
       await admin('PATCH', `/api/v1/namespaces/${ns}/secrets/${otherGroup}`, { metadata: { annotations: { touched: 'yes' } } });
@@ -166,7 +180,9 @@ describe('reads served by the watch', () => {
     await reader.stop();
   });
 
-  it('a stale copy costs a 409, never a write on a state not read; a failed watch reads from the API server, and fails loudly', { timeout: 90_000 }, async () => {
+  it('a stale copy costs a 409, never a write on a state not read; a failed watch reads from the API server, and fails loudly', {
+    timeout: 90_000,
+  }, async () => {
     const ns = await exampleNamespace(cp());
     await allowGroupScope(cp(), ns);
     const connection = await connectKube({ KUBECONFIG: await cp().kubeconfigFor(ns, 'certshare'), POD_NAMESPACE: ns });

@@ -73,7 +73,12 @@ describe('run configuration: one validation step before anything starts', () => 
     ['--mode auto without a group', [...KUBE, '--mode', 'auto'], {}, /--mode auto needs --group or POD_NAME/],
     ['--watch-scope all', [...KUBE, '--watch-scope', 'all'], POD, /--watch-scope must be secret or group, got "all"/],
     ['--watch-scope group without a group', [...KUBE, '--watch-scope', 'group'], {}, /--watch-scope group needs --group or POD_NAME/],
-    ['--watch-scope group with a directory store', ['--domain', DOMAIN, '--store', 'dir:/tmp/x', '--watch-scope', 'group', '--group', 'g'], {}, /--watch-scope group needs --store kube/],
+    [
+      '--watch-scope group with a directory store',
+      ['--domain', DOMAIN, '--store', 'dir:/tmp/x', '--watch-scope', 'group', '--group', 'g'],
+      {},
+      /--watch-scope group needs --store kube/,
+    ],
     ['--readiness-gate without POD_NAME', [...KUBE, '--readiness-gate', 'g'], {}, /--readiness-gate needs POD_NAME/],
     ['--routing-check without --readiness-gate', [...KUBE, '--routing-check', 'http://svc/healthz'], POD, /--routing-check needs --readiness-gate/],
     [
