@@ -74,12 +74,13 @@ describe('reads served by the watch', () => {
   const dir = useTempDir();
 
   for (const scope of ['secret', 'group'] as const) {
-    it(`a reader (--watch-scope ${scope}) follows renewals without a single GET of its Secret`, { timeout: 90_000 }, async (t) => {
+    it(`a reader (--watch-scope ${scope}) follows renewals without a single GET of its Secret, nor does the writer`, { timeout: 90_000 }, async (t) => {
       const ns = await exampleNamespace(cp());
       if (scope === 'group') await allowGroupScope(cp(), ns);
       // 8 s certificates: a renewal every 4 s.
-      const writer = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 8000 } });
-      const [reader] = await startReplicas(cp(), ns, dir(), ['proxy-1'], { mode: 'ro', serviceAccount: 'certshare-reader', flags: ['--watch-scope', scope] });
+      const flags = ['--watch-scope', scope];
+      const writer = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw', flags, emulator: { certLifetimeMs: 8000 } });
+      const [reader] = await startReplicas(cp(), ns, dir(), ['proxy-1'], { mode: 'ro', serviceAccount: 'certshare-reader', flags });
       try {
         await until('the reader has the certificate', () => heldSerial(reader!) !== undefined, [filesWritten(reader!)], 20_000);
         const since = Date.now();
