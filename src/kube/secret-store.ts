@@ -120,6 +120,10 @@ export class KubeSecretStore implements CertStore {
 
   async load(domain: string, signal?: AbortSignal): Promise<StoreRead> {
     let secret = this.#watched(domain);
+    const watch = this.#watchOf(domain);
+    // A watch just started is listing: its answer is as fresh as a GET, and a GET beside it would double
+    // the start-up requests (a failed or finished first list settles at once).
+    if (secret === undefined && watch && (await unlessAborted(watch.firstList, signal))) secret = this.#watched(domain);
     if (secret === undefined) {
       try {
         this.gets++;
@@ -201,12 +205,16 @@ export class KubeSecretStore implements CertStore {
     await Promise.all(watches.map((w) => w.stop()));
   }
 
+  /** The watch that follows the domain's Secret, if any. */
+  #watchOf(domain: string): SecretWatch | undefined {
+    return this.#scope === 'group' ? this.#groupWatch : this.#followed.get(domain)?.watch;
+  }
+
   /** The domain's Secret as the synced watch knows it (null: absent); undefined when load() must ask. */
   #watched(domain: string): WatchedSecret | null | undefined {
-    if (this.#stale.has(domain)) return undefined;
+    if (this.#stale.has(domain) || !this.#watchOf(domain)?.synced) return undefined;
     // The group watch holds the whole group: a Secret it has not delivered is not in the group.
-    if (this.#scope === 'group') return this.#groupWatch?.synced ? (this.#cache.get(domain) ?? null) : undefined;
-    return this.#followed.get(domain)?.watch?.synced ? this.#cache.get(domain) : undefined;
+    return this.#scope === 'group' ? (this.#cache.get(domain) ?? null) : this.#cache.get(domain);
   }
 
   /** Keeps what a watch event, a GET or a write answered (secret scope: for a followed domain only). */
@@ -280,4 +288,18 @@ export class KubeSecretStore implements CertStore {
       throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot write Secret ${namespace}/${domain}: ${apiErrorText(err)}`, { cause: err });
     }
   }
+}
+
+/** `promise`'s value, or false as soon as `signal` aborts. */
+function unlessAborted(promise: Promise<boolean>, signal: AbortSignal | undefined): Promise<boolean> {
+  if (!signal) return promise;
+  if (signal.aborted) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const aborted = () => resolve(false);
+    signal.addEventListener('abort', aborted, { once: true });
+    void promise.then((value) => {
+      signal.removeEventListener('abort', aborted);
+      resolve(value);
+    });
+  });
 }

@@ -71,6 +71,7 @@ export class SecretWatch {
   /** Consecutive failed or eventless watches; any event proves the connection works and resets it. */
   #failures = 0;
   #synced = false;
+  readonly #firstList = Promise.withResolvers<boolean>();
   /** Watches started after the first (resumed, relisted or restarted). */
   restarts = 0;
   /** Relists after 410 Gone. */
@@ -90,6 +91,11 @@ export class SecretWatch {
     return this.#synced;
   }
 
+  /** Settles once the first list succeeded (true), or failed or was stopped (false); never rejects. */
+  get firstList(): Promise<boolean> {
+    return this.#firstList.promise;
+  }
+
   /**
    * The first list, awaited (start-up checks: a 403 here means the Role does not allow this watch);
    * start() then watches from it. Rejects with the API's error.
@@ -106,6 +112,7 @@ export class SecretWatch {
     this.#abort.abort();
     this.#current?.abort();
     this.#lost();
+    this.#firstList.resolve(false);
     await this.#done;
   }
 
@@ -152,22 +159,28 @@ export class SecretWatch {
     const secrets: WatchedSecret[] = [];
     let resourceVersion: string | undefined;
     let next: string | undefined;
-    do {
-      const page = await connection.core.listNamespacedSecret(
-        { namespace: connection.namespace, ...this.#selector, limit: pageSize, ...(next ? { _continue: next } : {}) },
-        withSignal(this.#abort.signal),
-      );
-      for (const item of page.items) {
-        const secret = slimSecret(item);
-        if (secret) secrets.push(secret);
-      }
-      // Every page of one list is served from the same snapshot: its version is where the watch starts.
-      resourceVersion = page.metadata?.resourceVersion;
-      next = page.metadata?._continue || undefined;
-    } while (next);
+    try {
+      do {
+        const page = await connection.core.listNamespacedSecret(
+          { namespace: connection.namespace, ...this.#selector, limit: pageSize, ...(next ? { _continue: next } : {}) },
+          withSignal(this.#abort.signal),
+        );
+        for (const item of page.items) {
+          const secret = slimSecret(item);
+          if (secret) secrets.push(secret);
+        }
+        // Every page of one list is served from the same snapshot: its version is where the watch starts.
+        resourceVersion = page.metadata?.resourceVersion;
+        next = page.metadata?._continue || undefined;
+      } while (next);
+    } catch (err) {
+      this.#firstList.resolve(false);
+      throw err;
+    }
     this.#resourceVersion = resourceVersion;
     this.#synced = true;
     this.#o.onList?.(secrets);
+    this.#firstList.resolve(true);
     this.#o.onChange?.();
   }
 
