@@ -1,7 +1,9 @@
 // Drives the CA rotation policy (src/core/ca-rotation.ts) against the cluster: the CAs live in one Secret,
-// the serving leaf in another, the bundle in the objects named by flag. Every replica runs this loop;
-// every write is compare-and-swap on the resourceVersion it read, so two replicas deciding the same
-// action at once cost one 409 and a re-read, never two CAs or two leaves.
+// the serving leaf in another, the bundle in the objects named by flag. Every replica reads (watching the
+// Secrets and the objects) and serves the leaf; only the holder of the writer role (a Lease, as for the
+// daemon's groups) writes. Every write is still compare-and-swap on the resourceVersion it read, so a
+// holder whose Lease has just run out and its successor deciding the same action cost one 409 and a
+// re-read, never two CAs or two leaves.
 import { EventEmitter } from 'node:events';
 import { X509Certificate } from 'node:crypto';
 import type { V1Secret } from '@kubernetes/client-node/dist/gen/models/V1Secret.js';
@@ -20,6 +22,7 @@ import {
 import type { Clock } from '../core/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
+import type { IssuanceRole } from '../core/store.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from '../kube/connection.ts';
 import { watchOnce, withSignal } from '../kube/https-transport.ts';
 import { SecretWatch } from '../kube/secret-watch.ts';
@@ -43,10 +46,19 @@ export interface InjectorControllerOptions {
   resyncMs: number;
   /** After an error, the first wait (doubling up to resyncMs). */
   firstRetryMs?: number;
+  /**
+   * Who may write (the injector's LeaseElector). Without it this replica always writes: one replica alone,
+   * or tests of the rotation itself.
+   */
+  writer?: IssuanceRole;
 }
 
 const LAST_LEAF_EXPIRY = 'certshare.io/last-leaf-expiry';
 const SIGNED_BY = 'certshare.io/signed-by';
+/** The identity of the replica that wrote this version of a Secret (audit trail; tests count writes by it). */
+export const WRITTEN_BY = 'certshare.io/written-by';
+/** The scope canIssue() is asked about: the injector has one writer for everything it keeps. */
+const WRITER_SCOPE = 'injector';
 const CA_KEY = (serial: string) => `ca-${serial}.key`;
 const CERT_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 
@@ -55,6 +67,9 @@ const unb64 = (text: string | undefined) => Buffer.from(text ?? '', 'base64').to
 
 /** A write lost a compare-and-swap: re-read and decide again at once. */
 class Conflict extends Error {}
+
+/** The writer role was lost before a write: nothing is written, the replica goes on reading. */
+class NotWriter extends Error {}
 
 interface CaEntry extends CaRecord {
   certPem: string;
@@ -79,6 +94,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   #woken = false;
   #done: Promise<void> | undefined;
   readonly #watches: SecretWatch[] = [];
+  #unsubscribe: (() => void) | undefined;
   #servedSerial: string | undefined;
   /** Actions applied since start, by kind (tests and metrics read it). */
   readonly counts: Record<RotationAction['kind'] | 'conflict' | 'error', number> = {
@@ -100,7 +116,14 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     return this.#state;
   }
 
+  /** Whether this replica holds the writer role now. */
+  get isWriter(): boolean {
+    return this.#o.writer?.canIssue(WRITER_SCOPE) ?? true;
+  }
+
   start(): void {
+    // Becoming the writer wakes the loop: a step a former writer left undone is taken at once.
+    this.#unsubscribe ??= this.#o.writer?.onChange?.(() => this.wake());
     for (const name of [this.#o.caSecret, this.#o.tlsSecret]) {
       const watch = new SecretWatch({ connection: this.#o.connection, name, clock: this.#o.clock, logger: this.#o.logger, onChange: () => this.wake() });
       this.#watches.push(watch);
@@ -118,6 +141,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   }
 
   async stop(): Promise<void> {
+    this.#unsubscribe?.();
     this.#abort.abort();
     this.#wake?.abort();
     await Promise.all(this.#watches.map((w) => w.stop()));
@@ -133,7 +157,10 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
       try {
         await this.#refresh();
         const decision = decideRotation(this.#state, this.#o.policy, clock.now());
-        if (decision.action) {
+        if (decision.action && !this.isWriter) {
+          // A reader: the writer takes the step; its Secret writes (watched) wake this loop to serve.
+          logger.debug({ action: decision.action.kind }, 'CA rotation step due; left to the writer');
+        } else if (decision.action) {
           logger.info({ action: decision.action.kind, reason: decision.action.reason }, 'CA rotation step');
           await this.#apply(decision.action);
           this.counts[decision.action.kind]++;
@@ -145,7 +172,9 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
         failures = 0;
       } catch (err) {
         if (this.#abort.signal.aborted) break;
-        if (err instanceof Conflict) {
+        if (err instanceof NotWriter) {
+          logger.info({ err: err.message }, 'no longer the writer; reading only');
+        } else if (err instanceof Conflict) {
           this.counts.conflict++;
           this.emit('failed', 'conflict', err.message);
           logger.debug({ err: err.message }, 'lost a compare-and-swap; re-reading');
@@ -196,6 +225,11 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     }
   }
 
+  /** Every write asks first: leadership counts until the Lease's last renewal plus its duration, no longer. */
+  #mayWrite(what: string): void {
+    if (!this.isWriter) throw new NotWriter(`not the writer any more; not writing ${what}`);
+  }
+
   #call() {
     // The transport bounds every call (connectKube's requestTimeoutMs); this adds the stop signal.
     return withSignal(this.#abort.signal);
@@ -214,11 +248,14 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   /** Creates (when `previous` is null) or replaces the Secret at the version read; a 409/404 is a Conflict. */
   async #writeSecret(name: string, previous: V1Secret | null, body: V1Secret): Promise<V1Secret> {
     const { core, namespace } = this.#o.connection;
+    this.#mayWrite(`Secret ${namespace}/${name}`);
+    const identity = this.#o.writer?.identity;
+    const annotations = { ...body.metadata?.annotations, ...(identity ? { [WRITTEN_BY]: identity } : {}) };
     const full: V1Secret = {
       ...body,
       apiVersion: 'v1',
       kind: 'Secret',
-      metadata: { ...body.metadata, name, namespace, ...(previous ? { resourceVersion: previous.metadata?.resourceVersion } : {}) },
+      metadata: { ...body.metadata, annotations, name, namespace, ...(previous ? { resourceVersion: previous.metadata?.resourceVersion } : {}) },
     };
     try {
       return previous === null
@@ -231,7 +268,6 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     }
   }
 
-  /** Reads both Secrets and every target, and rebuilds the policy's view (keeping first-seen times). */
   /**
    * A Secret deleted (or emptied) by hand is written back from the last one read, never answered with a
    * new CA: a new CA would replace the one every caller trusts at once, cert-controller's failure mode.
@@ -239,11 +275,14 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   async #restored(name: string, current: V1Secret | null, last: V1Secret | null): Promise<V1Secret | null> {
     const lost = current === null || Object.keys(current.data ?? {}).length === 0;
     if (!lost || !last?.data || Object.keys(last.data).length === 0) return current;
+    // A reader keeps what it read (and serves its leaf); the writer restores.
+    if (!this.isWriter) return last;
     this.#o.logger.warn({ code: 'CERTSHARE_STORE_CORRUPT', secret: name }, 'Secret deleted or emptied; restoring it from the last read');
     const { resourceVersion: _old, uid: _uid, creationTimestamp: _created, managedFields: _fields, ...metadata } = last.metadata ?? {};
     return this.#writeSecret(name, current, { type: last.type, metadata, data: last.data });
   }
 
+  /** Reads both Secrets and every target, and rebuilds the policy's view (keeping first-seen times). */
   async #refresh(): Promise<void> {
     const now = this.#o.clock.now();
     const [caRead, tlsRead] = await Promise.all([this.#readSecret(this.#o.caSecret), this.#readSecret(this.#o.tlsSecret)]);
@@ -359,6 +398,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
           // An error, not a skip: the pass backs off (and the target's watch wakes it once the object exists).
           if (!object) throw new CertshareError('CERTSHARE_BAD_CONFIG', `${key} does not exist: no leaf can be trusted until it carries the bundle`);
           const api = TARGET_API[target.kind];
+          this.#mayWrite(`the caBundle of ${key}`);
           try {
             // The body carries the resourceVersion read: a replace is compare-and-swap.
             await this.#o.custom.replaceClusterCustomObject({ ...api, name: target.name, body: withCaBundle(target.kind, object, bundlePem) }, this.#call());

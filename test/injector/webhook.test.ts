@@ -110,10 +110,12 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
         '1h',
         '--drain-delay',
         '1s',
+        '--lease-duration',
+        '2s',
       ],
       {},
     );
-    const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS };
+    const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS, POD_NAME: name };
     const logger = process.env.CERTSHARE_TEST_LOG ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, name) : silentLogger;
     const injector = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });
     injector.controller.on('action', (action) => {
@@ -281,6 +283,9 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
         'extra-ca',
         '--tls-secret',
         'extra-tls',
+        // Its own Lease: it writes its own Secrets, beside the replicas of the other tests.
+        '--lease',
+        'extra',
         '--propagation-grace',
         '0s',
         '--resync',
