@@ -61,7 +61,7 @@ export const INJECTOR_FLAGS: FlagSpec[] = [
     name: 'lease',
     placeholder: 'NAME',
     default: 'certshare-injector',
-    help: 'Lease (in the injector\'s namespace) electing the one replica that writes the CAs, the leaf and the caBundles; the others read and serve.',
+    help: "Lease (in the injector's namespace) electing the one replica that writes the CAs, the leaf and the caBundles; the others read and serve.",
   },
   { name: 'lease-duration', placeholder: 'DURATION', default: '15s', help: 'How long the writer keeps the Lease without renewing it (failover time).' },
   { name: 'resync', placeholder: 'DURATION', default: '10m', help: 'Re-read the Secrets and the objects at least this often (they are watched as well).' },
@@ -242,7 +242,10 @@ export async function startInjector(
   const metricsServer = await startMetricsServer(metrics, config.metricsListen.host, config.metricsListen.port);
   elector.start();
   controller.start();
-  deps.logger.info({ identity: config.identity, lease: config.lease, port: server.port, targets: config.targets.map((t) => `${t.kind}/${t.name}`), names: names.dnsNames }, 'injector started');
+  deps.logger.info(
+    { identity: config.identity, lease: config.lease, port: server.port, targets: config.targets.map((t) => `${t.kind}/${t.name}`), names: names.dnsNames },
+    'injector started',
+  );
   const running = controller;
   return {
     server,
