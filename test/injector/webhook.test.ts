@@ -16,6 +16,7 @@ import { must, secretSatisfies, type SecretObject } from '../support/kube.ts';
 import { bucketIncrease, histogramQuantile } from '../support/histogram.ts';
 import { freePort } from '../support/processes.ts';
 import { nextEvent, onEvent, until } from '../support/wait.ts';
+import { examplePod, examplePodSpecBefore, injectedParts } from './example.ts';
 import { startRelay, type Relay } from './relay.ts';
 
 const cp = useControlPlane();
@@ -199,6 +200,17 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
       assert.match(text, /^certshare_injector_leaf_expiration_timestamp_seconds \d+/m);
     }
     assert.deepEqual([admissions.injected, admissions.skipped, admissions.rejected], [1, 1, 1]);
+  });
+
+  it('injects a Pod of the example StatefulSet with the sidecar, env, volumes and readiness gate the hand-written example had', async () => {
+    const injected = await createPod(await examplePod('proxy-0'));
+    assert.equal(injected.status, 201, injected.body);
+    // The example as it was written by hand: already carrying certshare, so the webhook leaves it as it is;
+    // both are defaulted by the same apiserver.
+    const handWritten = await createPod({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'example-before' }, spec: await examplePodSpecBefore() });
+    assert.equal(handWritten.status, 201, handWritten.body);
+    const parts = (body: string) => injectedParts((JSON.parse(body) as V1Pod).spec!);
+    assert.deepEqual(parts(injected.body), parts(handWritten.body));
   });
 
   it('does not touch Pods outside the selected namespaces, nor the injector itself', async () => {
