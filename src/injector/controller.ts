@@ -26,6 +26,8 @@ import type { IssuanceRole } from '../core/store.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from '../kube/connection.ts';
 import { watchOnce, withSignal } from '../kube/https-transport.ts';
 import { SecretWatch } from '../kube/secret-watch.ts';
+// The replica that wrote this version of a Secret, as the daemon's Secrets say it.
+import { ANNOTATION_WRITER } from '../kube/secret-codec.ts';
 import { createInjectorCa, issueServingLeaf, loadInjectorCa, type LeafNames } from './pki.ts';
 import { TARGET_API, observedCaSerials, targetKey, withCaBundle, type Target } from './targets.ts';
 import type { ServingPair } from './tls-server.ts';
@@ -55,8 +57,6 @@ export interface InjectorControllerOptions {
 
 const LAST_LEAF_EXPIRY = 'certshare.io/last-leaf-expiry';
 const SIGNED_BY = 'certshare.io/signed-by';
-/** The identity of the replica that wrote this version of a Secret (audit trail; tests count writes by it). */
-export const WRITTEN_BY = 'certshare.io/written-by';
 /** The scope canIssue() is asked about: the injector has one writer for everything it keeps. */
 const WRITER_SCOPE = 'injector';
 const CA_KEY = (serial: string) => `ca-${serial}.key`;
@@ -250,7 +250,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     const { core, namespace } = this.#o.connection;
     this.#mayWrite(`Secret ${namespace}/${name}`);
     const identity = this.#o.writer?.identity;
-    const annotations = { ...body.metadata?.annotations, ...(identity ? { [WRITTEN_BY]: identity } : {}) };
+    const annotations = { ...body.metadata?.annotations, ...(identity ? { [ANNOTATION_WRITER]: identity } : {}) };
     const full: V1Secret = {
       ...body,
       apiVersion: 'v1',

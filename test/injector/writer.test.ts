@@ -8,7 +8,7 @@ import { EventEmitter } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { createInterface } from 'node:readline';
 import { after, before, describe, it } from 'node:test';
-import { WRITTEN_BY } from '../../src/injector/controller.ts';
+import { ANNOTATION_WRITER as WRITTEN_BY } from '../../src/kube/secret-codec.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { must } from '../support/kube.ts';
 import { deathSignalPrefix, freePort } from '../support/processes.ts';
