@@ -29,7 +29,7 @@ import { SecretWatch } from '../kube/secret-watch.ts';
 // The replica that wrote this version of a Secret, as the daemon's Secrets say it.
 import { ANNOTATION_WRITER } from '../kube/secret-codec.ts';
 import { createInjectorCa, issueServingLeaf, loadInjectorCa, type LeafNames } from './pki.ts';
-import { TARGET_API, observedCaSerials, targetKey, withCaBundle, type Target } from './targets.ts';
+import { TARGET_API, observedCaSerials, observedCas, targetKey, withCaBundle, type Target } from './targets.ts';
 import type { ServingPair } from './tls-server.ts';
 
 export interface InjectorControllerOptions {
@@ -286,29 +286,32 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   async #refresh(): Promise<void> {
     const now = this.#o.clock.now();
     const [caRead, tlsRead] = await Promise.all([this.#readSecret(this.#o.caSecret), this.#readSecret(this.#o.tlsSecret)]);
-    const [caSecret, tlsSecret] = await Promise.all([
+    const [restoredCa, tlsSecret] = await Promise.all([
       this.#restored(this.#o.caSecret, caRead, this.#caSecret),
       this.#restored(this.#o.tlsSecret, tlsRead, this.#tlsSecret),
     ]);
-    this.#caSecret = caSecret;
-    this.#tlsSecret = tlsSecret;
-    this.#cas = (unb64(caSecret?.data?.['ca.crt']).match(CERT_BLOCK) ?? []).map((pem) => {
-      const cert = new X509Certificate(pem);
-      return { id: cert.serialNumber.toUpperCase(), notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), certPem: `${pem}\n` };
-    });
-    const lastLeafExpiry = JSON.parse(caSecret?.metadata?.annotations?.[LAST_LEAF_EXPIRY] ?? '{}') as Record<string, number>;
-    let state: RotationState = {
-      ...this.#state,
-      bundle: this.#cas.map(({ id, notBefore, notAfter }) => ({ id, notBefore, notAfter })),
-      lastLeafExpiry,
-      leaf: this.#leafRecord(tlsSecret),
-    };
     await Promise.all(
       this.#o.targets.map(async (target) => {
         const object = await this.#readTarget(target);
         this.#targetObjects.set(targetKey(target), object);
       }),
     );
+    const caSecret = restoredCa ?? (await this.#recoveredCaSecret(tlsSecret));
+    this.#caSecret = caSecret;
+    this.#tlsSecret = tlsSecret;
+    this.#cas = (unb64(caSecret?.data?.['ca.crt']).match(CERT_BLOCK) ?? []).map((pem) => {
+      const cert = new X509Certificate(pem);
+      const id = cert.serialNumber.toUpperCase();
+      const canSign = caSecret?.data?.[CA_KEY(id)] !== undefined;
+      return { id, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), ...(canSign ? {} : { canSign }), certPem: `${pem}\n` };
+    });
+    const lastLeafExpiry = JSON.parse(caSecret?.metadata?.annotations?.[LAST_LEAF_EXPIRY] ?? '{}') as Record<string, number>;
+    let state: RotationState = {
+      ...this.#state,
+      bundle: this.#cas.map(({ certPem: _pem, ...ca }) => ca),
+      lastLeafExpiry,
+      leaf: this.#leafRecord(tlsSecret),
+    };
     const ids = state.bundle.map((ca) => ca.id);
     for (const target of this.#o.targets) {
       const key = targetKey(target);
@@ -320,6 +323,34 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     }
     this.#state = state;
     this.#serveCurrent(now);
+  }
+
+  /**
+   * The CA Secret is gone and no replica read it (all restarted meanwhile): its keys are lost, but the
+   * objects still carry its CAs, and the served leaf is signed by one of them. A new CA alone would replace
+   * them at once (cert-controller's failure mode); instead the CA Secret is written again with those CAs,
+   * keyless, and the leaf's expiry: they stay trusted until it expires, a new CA joins and signs from then on.
+   */
+  async #recoveredCaSecret(tlsSecret: V1Secret | null): Promise<V1Secret | null> {
+    if (!this.isWriter) return null;
+    const recovered = new Map<string, string>();
+    for (const target of this.#o.targets) {
+      const object = this.#targetObjects.get(targetKey(target));
+      if (object) for (const [serial, pem] of observedCas(target.kind, object)) recovered.set(serial, pem);
+    }
+    if (recovered.size === 0) return null;
+    const cas: CaEntry[] = [...recovered].map(([id, certPem]) => {
+      const cert = new X509Certificate(certPem);
+      return { id, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), canSign: false, certPem };
+    });
+    this.#cas = cas;
+    const leaf = this.#leafRecord(tlsSecret);
+    const lastLeafExpiry = leaf && recovered.has(leaf.signedBy) ? { [leaf.signedBy]: leaf.notAfter } : {};
+    this.#o.logger.warn(
+      { code: 'CERTSHARE_STORE_CORRUPT', secret: this.#o.caSecret, cas: [...recovered.keys()], lastLeafExpiry },
+      'CA Secret lost with its keys; its CAs recovered from the caBundles stay trusted until their last leaf expires, and a new CA takes over',
+    );
+    return this.#writeSecret(this.#o.caSecret, null, this.#caSecretBody(cas, {}, lastLeafExpiry));
   }
 
   #leafRecord(secret: V1Secret | null): LeafRecord | undefined {

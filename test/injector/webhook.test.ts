@@ -83,7 +83,8 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
   const totals: Record<string, number> = {};
   let started = 0;
 
-  async function startReplica(): Promise<Replica> {
+  /** `flags` after the defaults below: the last value of a flag wins. */
+  async function startReplica(flags: string[] = []): Promise<Replica> {
     const name = `injector-${++started}`;
     const port = await freePort();
     const values = parseFlags(
@@ -113,6 +114,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
         '1s',
         '--lease-duration',
         '2s',
+        ...flags,
       ],
       {},
     );
@@ -354,6 +356,21 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     }
   });
 
+  /** Creates annotated Pods one after another until `done()`; failures (refused, or stored without the sidecar) go to `failures`. */
+  async function createPodsUntil(done: () => boolean, prefix: string, failures: string[]): Promise<number> {
+    let created = 0;
+    for (let i = 0; !done(); i++) {
+      // Pacing, not synchronisation: about 20 Pods a second per worker, leaving the shared CPUs some air.
+      if (i > 0) await delay(50);
+      const res = await createPod(podBody(`${prefix}-${i}`, asked));
+      if (res.status !== 201) failures.push(`${res.status} ${res.body.slice(0, 300)}`);
+      else if (!(JSON.parse(res.body) as V1Pod).spec!.initContainers?.some((c) => c.name === 'certshare'))
+        failures.push(`${prefix}-${i} stored without the sidecar`);
+      else created++;
+    }
+    return created;
+  }
+
   it('rotates CA and leaf several times while Pods are created continuously and replicas are replaced: zero admission failures', {
     timeout: 240_000 + SOAK_MS,
   }, async () => {
@@ -364,15 +381,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     let created = 0;
     let stop = false;
     const creator = async (worker: number) => {
-      for (let i = 0; !stop; i++) {
-        // Pacing, not synchronisation: about 40 Pods a second in all, leaving the shared CPUs some air.
-        if (i > 0) await delay(50);
-        const res = await createPod(podBody(`load-${worker}-${i}`, asked));
-        if (res.status !== 201) failures.push(`${res.status} ${res.body.slice(0, 300)}`);
-        else if (!(JSON.parse(res.body) as V1Pod).spec!.initContainers?.some((c) => c.name === 'certshare'))
-          failures.push(`load-${worker}-${i} stored without the sidecar`);
-        else created++;
-      }
+      created += await createPodsUntil(() => stop, `load-${worker}`, failures);
     };
     // Each leaf, the moment a replica serves it, must be signed by a CA the stored configuration already carries.
     const checks: Promise<void>[] = [];
@@ -447,5 +456,61 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     // The apiserver's own account: no call failed (calling_webhook_error) during the run.
     const newErrors = (metricsAfter.rejections.calling_webhook_error ?? 0) - (metricsBefore.rejections.calling_webhook_error ?? 0);
     assert.equal(newErrors, 0, `apiserver counted ${newErrors} failed webhook calls`);
+  });
+
+  it('recovers from the CA Secret deleted while every replica was down: its CA stays trusted until its last leaf expired, zero admission failures', {
+    timeout: 120_000,
+  }, async () => {
+    // Leaves that outlive a restart (15 s, renewed 5 s ahead), under a 60 s CA: first settle on those.
+    const slow = ['--leaf-lifetime', '15s', '--leaf-renew-before', '5s', '--ca-lifetime', '60s', '--ca-rotate-before', '20s'];
+    const restart = async () => {
+      relay.setTargets([]);
+      await Promise.all(replicas.map((r) => r.injector.stop()));
+    };
+    const settled = () =>
+      replicas.every(({ injector: { controller } }) => {
+        const { bundle, leaf } = controller.state;
+        return bundle.length === 1 && leaf?.signedBy === bundle[0]!.id && leaf.notAfter - Date.now() > 8000;
+      }) && replicas.every(serving);
+    await restart();
+    replicas = [await startReplica(slow), await startReplica(slow)];
+    relay.setTargets(replicas.map((r) => r.port));
+    await until('one 60 s CA and a 15 s leaf signed by it', settled, [onEvent(bus, 'action'), onEvent(bus, 'served')], 60_000);
+    const oldBundle = await storedBundle();
+
+    // Every replica down, and the CA Secret deleted meanwhile: no replica can restore it from memory.
+    await restart();
+    await must(cp().kubectl(['delete', 'secret', 'certshare-injector-ca', '-n', INJECTOR_NS]));
+    const start = { ...totals };
+    const delta = (kind: string) => (totals[kind] ?? 0) - (start[kind] ?? 0);
+    replicas = [await startReplica(slow), await startReplica(slow)];
+    await until('the new replicas serve the stored leaf', () => replicas.every(serving), [onEvent(bus, 'served')], 30_000);
+    relay.setTargets(replicas.map((r) => r.port));
+    const failures: string[] = [];
+    let done = false;
+    // Every bundle the configuration carries on the way keeps the old CAs until a leaf of the new one is served.
+    const workers = [createPodsUntil(() => done, 'recovery-0', failures), createPodsUntil(() => done, 'recovery-1', failures)];
+    try {
+      await until(
+        'a new CA signs the served leaf and the old CAs left the bundle',
+        () =>
+          delta('create-ca') >= 1 &&
+          delta('issue-leaf') >= 1 &&
+          replicas.every(({ injector: { controller } }) => {
+            const { bundle, leaf } = controller.state;
+            return leaf !== undefined && !oldBundle.includes(leaf.signedBy) && !bundle.some((ca) => oldBundle.includes(ca.id));
+          }),
+        [onEvent(bus, 'action'), onEvent(bus, 'served')],
+        45_000,
+      );
+    } finally {
+      done = true;
+    }
+    const created = (await Promise.all(workers)).reduce((a, b) => a + b, 0);
+    const bundle = await storedBundle();
+    assert.deepEqual(failures, []);
+    assert.ok(created >= 10, `only ${created} Pods created`);
+    assert.ok(!bundle.some((ca) => oldBundle.includes(ca)), `old CAs ${oldBundle.join(',')} still in ${bundle.join(',')}`);
+    for (const r of replicas) assert.ok(bundle.includes(r.injector.controller.state.leaf!.signedBy), r.name);
   });
 });
