@@ -24,7 +24,7 @@ import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import type { IssuanceRole } from '../core/store.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from '../kube/connection.ts';
-import { watchOnce, withSignal } from '../kube/https-transport.ts';
+import { withSignal } from '../kube/https-transport.ts';
 import { SecretWatch } from '../kube/secret-watch.ts';
 // The replica that wrote this version of a Secret, as the daemon's Secrets say it.
 import { ANNOTATION_WRITER } from '../kube/secret-codec.ts';
@@ -122,16 +122,27 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   }
 
   start(): void {
+    if (this.#done) return;
     // Becoming the writer wakes the loop: a step a former writer left undone is taken at once.
-    this.#unsubscribe ??= this.#o.writer?.onChange?.(() => this.wake());
+    this.#unsubscribe = this.#o.writer?.onChange?.(() => this.wake());
+    const { connection, clock, logger, custom } = this.#o;
     for (const name of [this.#o.caSecret, this.#o.tlsSecret]) {
-      const watch = new SecretWatch({ connection: this.#o.connection, name, clock: this.#o.clock, logger: this.#o.logger, onChange: () => this.wake() });
-      this.#watches.push(watch);
-      watch.start();
+      this.#watches.push(new SecretWatch({ connection, name, clock, logger, onChange: () => this.wake() }));
     }
-    // The targets are watched too: a caBundle wiped by a redeploy of the configuration (Helm, Argo CD)
-    // is written back within a second, not at the next resync.
-    this.#done ??= Promise.all([this.#run(), ...this.#o.targets.map((t) => this.#watchTarget(t))]).then(() => {});
+    // The targets are watched the same way (list, then watch with bookmarks, resume, relist on 410, backoff):
+    // a caBundle wiped by a redeploy of the configuration (Helm, Argo CD) is written back within a second.
+    for (const target of this.#o.targets) {
+      const api = TARGET_API[target.kind];
+      const collection = {
+        path: `/apis/${api.group}/${api.version}/${api.plural}`,
+        list: (fieldSelector: string, signal: AbortSignal) =>
+          custom.listClusterCustomObject({ ...api, fieldSelector }, withSignal(signal)) as Promise<{ metadata?: { resourceVersion?: string } }>,
+      };
+      const targetLogger = logger.child({ target: targetKey(target) });
+      this.#watches.push(new SecretWatch({ connection, name: target.name, clock, logger: targetLogger, collection, onChange: () => this.wake() }));
+    }
+    for (const watch of this.#watches) watch.start();
+    this.#done = this.#run();
   }
 
   /** Look again now (a Secret changed, or a test wants it). */
@@ -192,35 +203,6 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
       if (waitMs > 0 && !this.#woken) {
         this.#wake = new AbortController();
         await clock.sleep(waitMs, AbortSignal.any([this.#wake.signal, this.#abort.signal])).catch(() => {});
-      }
-    }
-  }
-
-  /**
-   * Watches one target by name. Without a resourceVersion each watch starts with the object's current
-   * state (an ADDED event), so nothing changed between two watches goes unseen; every event wakes the loop.
-   */
-  async #watchTarget(target: Target): Promise<void> {
-    const { group, version, plural } = TARGET_API[target.kind];
-    let failures = 0;
-    while (!this.#abort.signal.aborted) {
-      try {
-        await watchOnce(
-          this.#o.connection.config,
-          `/apis/${group}/${version}/${plural}`,
-          { fieldSelector: `metadata.name=${target.name}`, allowWatchBookmarks: true, timeoutSeconds: 1800 + Math.round(Math.random() * 1800) },
-          ({ type }) => {
-            failures = 0;
-            if (type !== 'BOOKMARK') this.wake();
-          },
-          { signal: this.#abort.signal, inactivityMs: 3_900_000 },
-        );
-      } catch (err) {
-        if (this.#abort.signal.aborted) return;
-        failures++;
-        const waitMs = Math.min(this.#o.resyncMs, 500 * 2 ** Math.min(failures - 1, 16));
-        this.#o.logger.warn({ target: targetKey(target), err: errorMessage(err), retryInMs: waitMs }, 'watch of a caBundle target failed');
-        await this.#o.clock.sleep(waitMs, this.#abort.signal).catch(() => {});
       }
     }
   }

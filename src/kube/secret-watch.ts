@@ -25,6 +25,16 @@ export interface SecretWatchOptions {
   inactivityMs?: number;
   /** Resume from this version instead of listing first (tests use a stale one to provoke 410 Gone). */
   initialResourceVersion?: string;
+  /**
+   * Another kind of object than a Secret of the connection's namespace (the injector's caBundle targets):
+   * its collection path and how to list it by field selector. Default: the namespace's Secrets.
+   */
+  collection?: ObjectCollection;
+}
+
+export interface ObjectCollection {
+  path: string;
+  list(fieldSelector: string, signal: AbortSignal): Promise<{ metadata?: { resourceVersion?: string } }>;
 }
 
 /**
@@ -38,7 +48,8 @@ export interface SecretWatchOptions {
  * cluster too quiet for bookmarks), proves the path works and resets the backoff.
  */
 export class SecretWatch {
-  readonly #o: Required<Omit<SecretWatchOptions, 'initialResourceVersion'>>;
+  readonly #o: Required<Omit<SecretWatchOptions, 'initialResourceVersion' | 'collection'>>;
+  readonly #collection: ObjectCollection;
   #resourceVersion: string | undefined;
   #abort = new AbortController();
   #current: AbortController | undefined;
@@ -51,7 +62,12 @@ export class SecretWatch {
   relists = 0;
 
   constructor(options: SecretWatchOptions) {
-    const { initialResourceVersion, ...rest } = options;
+    const { initialResourceVersion, collection, ...rest } = options;
+    const { connection } = options;
+    this.#collection = collection ?? {
+      path: `/api/v1/namespaces/${encodeURIComponent(connection.namespace)}/secrets`,
+      list: (fieldSelector, signal) => connection.core.listNamespacedSecret({ namespace: connection.namespace, fieldSelector }, withSignal(signal)),
+    };
     this.#o = { firstRetryMs: 500, maxRetryMs: 5000, watchSeconds: [1800, 3600], inactivityMs: 900_000, ...rest };
     this.#resourceVersion = initialResourceVersion;
   }
@@ -98,11 +114,7 @@ export class SecretWatch {
   }
 
   async #list(): Promise<void> {
-    const { connection, name } = this.#o;
-    const list = await connection.core.listNamespacedSecret(
-      { namespace: connection.namespace, fieldSelector: `metadata.name=${name}` },
-      withSignal(this.#abort.signal),
-    );
+    const list = await this.#collection.list(`metadata.name=${this.#o.name}`, this.#abort.signal);
     this.#resourceVersion = list.metadata?.resourceVersion;
     this.#o.onChange();
   }
@@ -119,7 +131,7 @@ export class SecretWatch {
     try {
       await watchOnce(
         connection.config,
-        `/api/v1/namespaces/${encodeURIComponent(connection.namespace)}/secrets`,
+        this.#collection.path,
         {
           fieldSelector: `metadata.name=${name}`,
           allowWatchBookmarks: true,
