@@ -2,7 +2,7 @@
 // with the daemon's SecretWatch, for a listener that serves it (src/server/tls-source.ts).
 import type { V1Secret } from '@kubernetes/client-node/dist/gen/models/V1Secret.js';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { checkedPair, type PairSource, type PairSourceOptions, type ServingPair } from '../server/tls-pair.ts';
+import { LastPair, checkedPair, type PairSource, type PairSourceOptions, type ServingPair } from '../server/tls-pair.ts';
 import { apiErrorText, connectKube, type KubeConnection } from './connection.ts';
 import { withSignal } from './https-transport.ts';
 import { SecretWatch } from './secret-watch.ts';
@@ -18,7 +18,7 @@ export class TlsSecret implements PairSource {
   readonly #abort = new AbortController();
   #connection: KubeConnection | undefined;
   #watch: SecretWatch | undefined;
-  #last: string | undefined;
+  readonly #last = new LastPair();
   #reading: Promise<void> = Promise.resolve();
 
   constructor(name: string, options: PairSourceOptions) {
@@ -41,7 +41,7 @@ export class TlsSecret implements PairSource {
       throw new CertshareError('CERTSHARE_BAD_CONFIG', `--tls secret:${this.#name}: cannot read the Secret: ${apiErrorText(err)}`, { cause: err });
     }
     checkedPair(pair);
-    this.#last = pair.certPem + pair.keyPem;
+    this.#last.changed(pair);
     this.#watch = new SecretWatch({
       connection: this.#connection,
       name: this.#name,
@@ -59,9 +59,7 @@ export class TlsSecret implements PairSource {
     if (this.#abort.signal.aborted) return;
     try {
       const pair = await this.#read();
-      if (pair.certPem + pair.keyPem === this.#last) return;
-      this.#last = pair.certPem + pair.keyPem;
-      this.#o.onPair(pair);
+      if (this.#last.changed(pair)) this.#o.onPair(pair);
     } catch (err) {
       if (!this.#abort.signal.aborted)
         this.#o.logger.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, '--tls Secret unreadable; keeping the pair served');

@@ -51,3 +51,16 @@ export interface PairSourceOptions {
   /** A changed pair, not yet validated (the listener validates it and keeps the old one if it is unusable). */
   onPair(pair: ServingPair): void;
 }
+
+/** The pair a source last handed on: a re-read that finds the same content hands nothing on. */
+export class LastPair {
+  #text: string | undefined;
+
+  /** True, and remembered, when `pair` differs from the last one. */
+  changed(pair: ServingPair): boolean {
+    const text = `${pair.certPem}\0${pair.keyPem}`;
+    if (text === this.#text) return false;
+    this.#text = text;
+    return true;
+  }
+}

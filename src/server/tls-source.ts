@@ -6,7 +6,7 @@ import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { TlsChoice } from '../config/daemon-config.ts';
-import { checkedPair, type PairSource, type PairSourceOptions, type ServingPair } from './tls-pair.ts';
+import { LastPair, checkedPair, type PairSource, type PairSourceOptions, type ServingPair } from './tls-pair.ts';
 
 export async function pairSource(choice: TlsChoice, options: PairSourceOptions): Promise<PairSource> {
   if (choice.kind === 'dir') return new TlsDirectory(choice.path, options);
@@ -24,7 +24,7 @@ class TlsDirectory implements PairSource {
   readonly #o: PairSourceOptions;
   #watcher: FSWatcher | undefined;
   #debounce: NodeJS.Timeout | undefined;
-  #last: string | undefined;
+  readonly #last = new LastPair();
 
   constructor(path: string, options: PairSourceOptions) {
     this.#path = path;
@@ -45,7 +45,7 @@ class TlsDirectory implements PairSource {
       throw new CertshareError('CERTSHARE_BAD_CONFIG', `--tls dir:${this.#path}: cannot read tls.crt and tls.key: ${errorMessage(err)}`, { cause: err });
     }
     checkedPair(pair);
-    this.#last = pair.certPem + pair.keyPem;
+    this.#last.changed(pair);
     this.#watcher = watch(this.#path, { persistent: false }, () => {
       clearTimeout(this.#debounce);
       this.#debounce = setTimeout(() => void this.#again(), 50);
@@ -57,9 +57,7 @@ class TlsDirectory implements PairSource {
   async #again(): Promise<void> {
     try {
       const pair = await this.#read();
-      if (pair.certPem + pair.keyPem === this.#last) return;
-      this.#last = pair.certPem + pair.keyPem;
-      this.#o.onPair(pair);
+      if (this.#last.changed(pair)) this.#o.onPair(pair);
     } catch (err) {
       this.#o.logger.warn({ code: 'CERTSHARE_BAD_CONFIG', err: errorMessage(err) }, '--tls pair unreadable; keeping the one served');
     }

@@ -18,6 +18,7 @@ import { freePort } from '../support/processes.ts';
 import { nextEvent, onEvent, until } from '../support/wait.ts';
 import { examplePod, examplePodSpecBefore, injectedParts } from './example.ts';
 import { startRelay, type Relay } from './relay.ts';
+import { injectorReplicaFlags } from './replica-flags.ts';
 
 const cp = useControlPlane();
 const WEBHOOK = 'inject.certshare.io';
@@ -87,37 +88,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
   async function startReplica(flags: string[] = []): Promise<Replica> {
     const name = `injector-${++started}`;
     const port = await freePort();
-    const values = parseFlags(
-      INJECTOR_FLAGS,
-      [
-        '--listen',
-        `127.0.0.1:${port}`,
-        '--metrics-listen',
-        '127.0.0.1:0',
-        '--extra-san',
-        '127.0.0.1',
-        // Rotation in seconds: a new CA every 6 s, a new leaf every 2 s, 1 s for the apiserver to see a new bundle.
-        '--ca-lifetime',
-        '12s',
-        '--ca-rotate-before',
-        '6s',
-        '--leaf-lifetime',
-        '4s',
-        '--leaf-renew-before',
-        '2s',
-        // No periodic re-read to lean on: the Secrets and the configuration are watched.
-        '--propagation-grace',
-        '1s',
-        '--resync',
-        '1h',
-        '--drain-delay',
-        '1s',
-        '--lease-duration',
-        '2s',
-        ...flags,
-      ],
-      {},
-    );
+    const values = parseFlags(INJECTOR_FLAGS, [...injectorReplicaFlags(port), '--drain-delay', '1s', ...flags], {});
     const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS, POD_NAME: name };
     const logger = process.env.CERTSHARE_TEST_LOG ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, name) : silentLogger;
     const injector = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });

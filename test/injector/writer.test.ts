@@ -13,6 +13,7 @@ import { useControlPlane } from '../harness/use-control-plane.ts';
 import { must } from '../support/kube.ts';
 import { deathSignalPrefix, freePort } from '../support/processes.ts';
 import { until, onEvent } from '../support/wait.ts';
+import { injectorReplicaFlags } from './replica-flags.ts';
 
 const cp = useControlPlane();
 const MAIN = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
@@ -40,33 +41,7 @@ describe('injector replicas: one writer by Lease, failover when it dies', () => 
   let kubeconfig: string;
 
   function startProcess(name: string, port: number): Process {
-    const args = [
-      MAIN,
-      'injector',
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--metrics-listen',
-      '127.0.0.1:0',
-      '--extra-san',
-      '127.0.0.1',
-      // A new CA every 6 s, a new leaf every 2 s; the Lease runs out 2 s after its holder's last renewal.
-      '--ca-lifetime',
-      '12s',
-      '--ca-rotate-before',
-      '6s',
-      '--leaf-lifetime',
-      '4s',
-      '--leaf-renew-before',
-      '2s',
-      '--propagation-grace',
-      '1s',
-      '--resync',
-      '1h',
-      '--lease-duration',
-      '2s',
-      '--drain-delay',
-      '0s',
-    ];
+    const args = [MAIN, 'injector', ...injectorReplicaFlags(port), '--drain-delay', '0s'];
     const env = { PATH: process.env.PATH, KUBECONFIG: kubeconfig, POD_NAMESPACE: NS, POD_NAME: name };
     const [cmd, ...rest] = [...deathSignalPrefix(), process.execPath, ...args];
     const child = spawn(cmd!, rest, { stdio: ['ignore', 'pipe', 'pipe'], env });
