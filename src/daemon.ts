@@ -12,7 +12,10 @@ import { ServeConfigWatcher } from './config/serve-config-watcher.ts';
 import { createLocalApiClient } from './localapi/client.ts';
 import { CertDomainsWatcher } from './localapi/cert-domains-watcher.ts';
 import { parseHostPort } from './core/listen-address.ts';
+import type { Server as TlsServer } from 'node:tls';
 import { buildHttpServer } from './server/http-server.ts';
+import { servePair, type ServingPair } from './server/tls-pair.ts';
+import { pairSource } from './server/tls-source.ts';
 import { Metrics } from './server/metrics.ts';
 import { CertDirectory } from './store/cert-directory.ts';
 import { DirStore } from './store/dir-store.ts';
@@ -29,7 +32,7 @@ export interface Daemon {
   /**
    * `filesWritten` {domain, path}: certificate files changed on disk (dir store or --out-dir projection);
    * `attempt` {domain, result}: a CertPair call ended; `problem` {domain, message}: a loop hit a problem;
-   * `planned` {domain, at}: a loop's turn ended with its next check planned.
+   * `planned` {domain, at}: a loop's turn ended with its next check planned; `tlsServed` {serial}: --tls serves a renewed pair.
    */
   readonly events: EventEmitter;
   /** Graceful stop: leave rotation, drain, stop loops and the server. */
@@ -145,14 +148,28 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
       })
     : undefined;
 
-  const app: FastifyInstance = buildHttpServer({ health, metrics, clock, pod: config.pod });
+  const app: FastifyInstance = buildHttpServer({ health, metrics, clock, pod: config.pod, https: config.tls !== undefined });
+  // --tls: each renewed pair is served from the next handshake on; open connections keep theirs.
+  const serveTls = (pair: ServingPair): void => {
+    try {
+      const serial = servePair(app.server as unknown as TlsServer, pair);
+      logger.info({ serial }, 'serving a new TLS certificate on /healthz and /metrics');
+      events.emit('tlsServed', { serial });
+    } catch (err) {
+      logger.error({ code: 'CERTSHARE_CERT_INVALID', err: errorMessage(err) }, '--tls pair unusable; keeping the one served');
+    }
+  };
+  const tls = config.tls ? await pairSource(config.tls, { logger, clock, env: deps.env, onPair: serveTls }) : undefined;
   const { host, port } = parseHostPort(config.listen);
   let address: string;
   try {
     await serveConfig?.start();
+    // The first pair is a start-up check like the ServeConfig's first read: unusable, nothing starts.
+    if (tls) servePair(app.server as unknown as TlsServer, await tls.start());
     address = await app.listen({ host, port });
   } catch (err) {
     serveConfig?.stop();
+    await tls?.stop();
     await app.close();
     await backend.stop?.();
     throw err;
@@ -178,7 +195,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
         logger.info({}, 'stopping');
         await backend.beforeStop?.();
         serveConfig?.stop();
-        await Promise.all([manager.stop(), watcher.stop()]);
+        await Promise.all([manager.stop(), watcher.stop(), tls?.stop()]);
         await backend.stop?.();
         await reload?.idle();
         await app.close();

@@ -1,4 +1,4 @@
-import type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from '../config/daemon-config.ts';
+import type { DaemonConfig, ShareMode, StoreChoice, TlsChoice, WatchScope } from '../config/daemon-config.ts';
 import { parseDuration } from '../core/duration.ts';
 import { normalizeDomain } from '../core/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
@@ -24,6 +24,13 @@ export const RUN_FLAGS: FlagSpec[] = [
     help: 'Where certificates live: a directory, or one Kubernetes Secret per domain. Default: kube inside a cluster, dir:./certshare-certs outside.',
   },
   { name: 'listen', placeholder: 'ADDR:PORT', default: '[::]:9002', help: 'Address for GET /healthz and GET /metrics.' },
+  {
+    name: 'tls',
+    placeholder: 'dir:PATH|secret:NAME',
+    help:
+      'Serve /healthz and /metrics over HTTPS with tls.crt and tls.key from a directory (e.g. a mounted Secret) or a kubernetes.io/tls ' +
+      "Secret of the Pod's namespace (needs --store kube); a renewed pair is served from the next handshake on, without restart.",
+  },
   {
     name: 'reload-command',
     placeholder: 'CMD',
@@ -141,6 +148,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
   } catch (err) {
     throw badFlag(`--listen: ${(err as Error).message}`);
   }
+  const tls = tlsChoice(values.tls as string | undefined);
   const reloadText = values['reload-command'] as string | undefined;
   const podName = env.POD_NAME || undefined;
   const mode = values.mode as string | undefined;
@@ -153,6 +161,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
     serveConfig: values['serve-config'] as string | undefined,
     store,
     listen,
+    tls,
     reloadCommand: reloadText === undefined ? undefined : parseReloadCommand(reloadText),
     reloadTimeoutMs: duration(values, 'reload-timeout'),
     renewal: { renewFraction: parseFraction(String(values['renew-fraction'])), checkIntervalMs: duration(values, 'check-interval') },
@@ -197,6 +206,7 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     ['--shutdown-timeout', c.shutdownTimeoutMs],
   ];
   const kubeOnly: Array<[string, unknown]> = [
+    ['--tls secret:', c.tls?.kind === 'secret' ? c.tls : undefined],
     ['--out-dir', c.outDir],
     ['--readiness-gate', c.readinessGate],
     ['--routing-check', c.routingChecks.length > 0 ? c.routingChecks : undefined],
@@ -241,6 +251,16 @@ export function validateConfig(c: DaemonConfig): string | undefined {
 }
 
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error'];
+
+/** A Kubernetes object name (DNS subdomain). */
+const OBJECT_NAME = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+function tlsChoice(text: string | undefined): TlsChoice | undefined {
+  if (text === undefined || text === '') return undefined;
+  if (text.startsWith('dir:') && text.length > 4) return { kind: 'dir', path: text.slice(4) };
+  if (text.startsWith('secret:') && OBJECT_NAME.test(text.slice(7)) && text.length <= 7 + 253) return { kind: 'secret', name: text.slice(7) };
+  throw badFlag(`--tls must be dir:PATH or secret:NAME (a Secret name), got "${text}"`);
+}
 
 function isHttpUrl(text: string): boolean {
   try {

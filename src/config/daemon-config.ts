@@ -10,6 +10,8 @@ export type StoreChoice = { kind: 'dir'; path: string } | { kind: 'kube' };
 export type ShareMode = 'rw' | 'ro' | 'auto';
 /** How a kube replica watches its Secrets: one watch per Secret by name, or one per group by label. */
 export type WatchScope = 'secret' | 'group';
+/** --tls: tls.crt and tls.key from a directory, or a kubernetes.io/tls Secret of the Pod's namespace. */
+export type TlsChoice = { kind: 'dir'; path: string } | { kind: 'secret'; name: string };
 
 export interface DaemonConfig {
   localapi: string;
@@ -17,6 +19,8 @@ export interface DaemonConfig {
   serveConfig: string | undefined;
   store: StoreChoice;
   listen: string;
+  /** /healthz and /metrics over HTTPS with this pair, reloaded on change; plain HTTP when undefined. */
+  tls: TlsChoice | undefined;
   reloadCommand: ReloadSpec | undefined;
   reloadTimeoutMs: number;
   renewal: RenewalPolicy;

@@ -28,6 +28,11 @@ export interface CaRecord {
   id: string;
   notBefore: number;
   notAfter: number;
+  /**
+   * False for a CA whose key is lost (its certificate recovered from the objects' bundles after its Secret
+   * was deleted with no replica left to restore it): it stays trusted until its last leaf expired, signs nothing.
+   */
+  canSign?: boolean;
 }
 
 export interface LeafRecord {
@@ -80,7 +85,8 @@ export function rotationPolicyProblem(p: RotationPolicy): string | undefined {
   return undefined;
 }
 
-const newest = (s: RotationState): CaRecord | undefined => s.bundle[s.bundle.length - 1];
+/** The newest CA that can sign: the one rotation points are measured from. */
+const newest = (s: RotationState): CaRecord | undefined => s.bundle.findLast((ca) => ca.canSign !== false);
 
 /** The instant from which every object has carried `caId` for `graceMs`; undefined while one lacks it. */
 function trustedEverywhereSince(s: RotationState, caId: string, graceMs: number): number | undefined {
@@ -104,7 +110,7 @@ const graceFor = (s: RotationState, p: RotationPolicy, caId: string): number => 
 export function preferredSigner(s: RotationState, p: RotationPolicy, now: number): CaRecord | undefined {
   for (let i = s.bundle.length - 1; i >= 0; i--) {
     const ca = s.bundle[i]!;
-    if (now < ca.notBefore || now >= ca.notAfter) continue;
+    if (now < ca.notBefore || now >= ca.notAfter || ca.canSign === false) continue;
     const since = trustedEverywhereSince(s, ca.id, graceFor(s, p, ca.id));
     if (since !== undefined && now >= since) return ca;
   }
@@ -118,7 +124,10 @@ export function leafTrustedEverywhere(s: RotationState, leaf: LeafRecord): boole
 
 function newCaRule(s: RotationState, p: RotationPolicy, now: number): RotationAction | undefined {
   const last = newest(s);
-  if (last === undefined) return { kind: 'create-ca', reason: 'no CA yet', notBefore: now, notAfter: now + p.caLifetimeMs };
+  if (last === undefined) {
+    const reason = s.bundle.length === 0 ? 'no CA yet' : 'no CA in the bundle has its key';
+    return { kind: 'create-ca', reason, notBefore: now, notAfter: now + p.caLifetimeMs };
+  }
   if (now >= last.notAfter - p.caRotateBeforeMs) {
     return { kind: 'create-ca', reason: `CA ${last.id} reached its rotation point`, notBefore: now, notAfter: now + p.caLifetimeMs };
   }

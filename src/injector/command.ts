@@ -1,11 +1,13 @@
 // `certshare injector`: the mutating admission webhook that adds certshare to Pods, serving TLS from
 // its own CA (rotated with overlap by src/injector/controller.ts) and reloading it without restarts.
+import { hostname } from 'node:os';
 import { CustomObjectsApi } from '@kubernetes/client-node/dist/gen/index.js';
 import { emptyRotationState, rotationPolicyProblem, type RotationPolicy } from '../core/ca-rotation.ts';
 import { systemClock, type Clock } from '../core/clock.ts';
 import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { connectKube } from '../kube/connection.ts';
+import { LeaseElector } from '../kube/lease-elector.ts';
 import { makeApi } from '../kube/https-transport.ts';
 import { parseHostPort } from '../core/listen-address.ts';
 import { parseFlags, usage, type FlagSpec, type FlagValues } from '../cli/flags.ts';
@@ -55,6 +57,13 @@ export const INJECTOR_FLAGS: FlagSpec[] = [
     default: '30s',
     help: "How long every object must have been seen carrying a new CA before leaves are signed by it (the apiserver's caches).",
   },
+  {
+    name: 'lease',
+    placeholder: 'NAME',
+    default: 'certshare-injector',
+    help: "Lease (in the injector's namespace) electing the one replica that writes the CAs, the leaf and the caBundles; the others read and serve.",
+  },
+  { name: 'lease-duration', placeholder: 'DURATION', default: '15s', help: 'How long the writer keeps the Lease without renewing it (failover time).' },
   { name: 'resync', placeholder: 'DURATION', default: '10m', help: 'Re-read the Secrets and the objects at least this often (they are watched as well).' },
   { name: 'kube-timeout', placeholder: 'DURATION', default: '10s', help: 'Timeout of one Kubernetes API call.' },
   { name: 'sidecar-image', placeholder: 'IMAGE', default: DEFAULT_IMAGE, help: 'Image of the injected certshare container.' },
@@ -94,6 +103,10 @@ export interface InjectorConfig {
   caSecret: string;
   tlsSecret: string;
   policy: RotationPolicy;
+  lease: string;
+  leaseDurationMs: number;
+  /** Names this replica in the Lease and in the Secrets it writes (POD_NAME in the Deployment). */
+  identity: string;
   resyncMs: number;
   kubeTimeoutMs: number;
   drainDelayMs: number;
@@ -133,6 +146,8 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
   const resyncMs = duration(values, 'resync');
   const kubeTimeoutMs = duration(values, 'kube-timeout');
   if (resyncMs <= 0 || kubeTimeoutMs <= 0) throw new CertshareError('CERTSHARE_BAD_FLAG', '--resync and --kube-timeout must be positive');
+  const leaseDurationMs = duration(values, 'lease-duration');
+  if (leaseDurationMs < 1000) throw new CertshareError('CERTSHARE_BAD_FLAG', '--lease-duration must be at least 1s (the Lease counts whole seconds)');
   return {
     listen,
     metricsListen,
@@ -144,6 +159,9 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
     caSecret: String(values['ca-secret']),
     tlsSecret: String(values['tls-secret']),
     policy,
+    lease: String(values.lease),
+    leaseDurationMs,
+    identity: env.POD_NAME || `certshare-injector-${hostname()}-${process.pid}`,
     resyncMs,
     kubeTimeoutMs,
     drainDelayMs: duration(values, 'drain-delay'),
@@ -161,6 +179,7 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
 export interface Injector {
   server: TlsServer;
   controller: InjectorController;
+  elector: LeaseElector;
   metrics: InjectorMetrics;
   metricsPort: number;
   stop(): Promise<void>;
@@ -174,8 +193,20 @@ export async function startInjector(
   const connection = await connectKube(deps.env, { requestTimeoutMs: config.kubeTimeoutMs });
   const namespace = config.serviceNamespace ?? connection.namespace;
   const names: LeafNames = { dnsNames: [...serviceDnsNames(config.service, namespace), ...config.extraDnsNames], ipAddresses: config.extraIps };
+  const clock = deps.clock ?? systemClock;
+  const elector = new LeaseElector({
+    connection,
+    name: config.lease,
+    identity: config.identity,
+    clock,
+    logger: deps.logger.child({ component: 'lease' }),
+    leaseDurationMs: config.leaseDurationMs,
+  });
   let controller: InjectorController | undefined;
-  const metrics = new InjectorMetrics(() => controller?.state ?? emptyRotationState([]), { defaultMetrics: deps.defaultMetrics ?? true });
+  const metrics = new InjectorMetrics(() => controller?.state ?? emptyRotationState([]), {
+    defaultMetrics: deps.defaultMetrics ?? true,
+    writer: () => elector.canIssue(),
+  });
   const server = await startTlsServer({
     host: config.listen.host,
     port: config.listen.port,
@@ -195,8 +226,9 @@ export async function startInjector(
   controller = new InjectorController({
     connection,
     custom: makeApi(connection.config, CustomObjectsApi),
-    clock: deps.clock ?? systemClock,
+    clock,
     logger: deps.logger,
+    writer: elector,
     policy: config.policy,
     targets: config.targets,
     caSecret: config.caSecret,
@@ -208,16 +240,23 @@ export async function startInjector(
   controller.on('action', (action) => metrics.step(action));
   controller.on('failed', (kind) => metrics.failure(kind));
   const metricsServer = await startMetricsServer(metrics, config.metricsListen.host, config.metricsListen.port);
+  elector.start();
   controller.start();
-  deps.logger.info({ port: server.port, targets: config.targets.map((t) => `${t.kind}/${t.name}`), names: names.dnsNames }, 'injector started');
+  deps.logger.info(
+    { identity: config.identity, lease: config.lease, port: server.port, targets: config.targets.map((t) => `${t.kind}/${t.name}`), names: names.dnsNames },
+    'injector started',
+  );
   const running = controller;
   return {
     server,
     controller: running,
+    elector,
     metrics,
     metricsPort: metricsServer.port,
     async stop() {
       await running.stop();
+      // Released (best effort, within the kube timeout): another replica writes at once, not after the Lease expires.
+      await elector.stop(AbortSignal.timeout(config.kubeTimeoutMs));
       await Promise.all([server.close({ drainMs: config.drainDelayMs }), metricsServer.close()]);
     },
   };

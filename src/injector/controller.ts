@@ -1,7 +1,9 @@
 // Drives the CA rotation policy (src/core/ca-rotation.ts) against the cluster: the CAs live in one Secret,
-// the serving leaf in another, the bundle in the objects named by flag. Every replica runs this loop;
-// every write is compare-and-swap on the resourceVersion it read, so two replicas deciding the same
-// action at once cost one 409 and a re-read, never two CAs or two leaves.
+// the serving leaf in another, the bundle in the objects named by flag. Every replica reads (watching the
+// Secrets and the objects) and serves the leaf; only the holder of the writer role (a Lease, as for the
+// daemon's groups) writes. Every write is still compare-and-swap on the resourceVersion it read, so a
+// holder whose Lease has just run out and its successor deciding the same action cost one 409 and a
+// re-read, never two CAs or two leaves.
 import { EventEmitter } from 'node:events';
 import { X509Certificate } from 'node:crypto';
 import type { V1Secret } from '@kubernetes/client-node/dist/gen/models/V1Secret.js';
@@ -20,11 +22,14 @@ import {
 import type { Clock } from '../core/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
+import type { IssuanceRole } from '../core/store.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from '../kube/connection.ts';
-import { watchOnce, withSignal } from '../kube/https-transport.ts';
-import { SecretWatch } from '../kube/secret-watch.ts';
+import { withSignal } from '../kube/https-transport.ts';
+import { SecretWatch, type ObjectCollection } from '../kube/secret-watch.ts';
+// The replica that wrote this version of a Secret, as the daemon's Secrets say it.
+import { ANNOTATION_WRITER } from '../kube/secret-codec.ts';
 import { createInjectorCa, issueServingLeaf, loadInjectorCa, type LeafNames } from './pki.ts';
-import { TARGET_API, observedCaSerials, targetKey, withCaBundle, type Target } from './targets.ts';
+import { TARGET_API, observedCaSerials, observedCas, targetKey, withCaBundle, type Target } from './targets.ts';
 import type { ServingPair } from './tls-server.ts';
 
 export interface InjectorControllerOptions {
@@ -43,10 +48,17 @@ export interface InjectorControllerOptions {
   resyncMs: number;
   /** After an error, the first wait (doubling up to resyncMs). */
   firstRetryMs?: number;
+  /**
+   * Who may write (the injector's LeaseElector). Without it this replica always writes: one replica alone,
+   * or tests of the rotation itself.
+   */
+  writer?: IssuanceRole;
 }
 
 const LAST_LEAF_EXPIRY = 'certshare.io/last-leaf-expiry';
 const SIGNED_BY = 'certshare.io/signed-by';
+/** The scope canIssue() is asked about: the injector has one writer for everything it keeps. */
+const WRITER_SCOPE = 'injector';
 const CA_KEY = (serial: string) => `ca-${serial}.key`;
 const CERT_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 
@@ -55,6 +67,9 @@ const unb64 = (text: string | undefined) => Buffer.from(text ?? '', 'base64').to
 
 /** A write lost a compare-and-swap: re-read and decide again at once. */
 class Conflict extends Error {}
+
+/** The writer role was lost before a write: nothing is written, the replica goes on reading. */
+class NotWriter extends Error {}
 
 interface CaEntry extends CaRecord {
   certPem: string;
@@ -79,6 +94,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   #woken = false;
   #done: Promise<void> | undefined;
   readonly #watches: SecretWatch[] = [];
+  #unsubscribe: (() => void) | undefined;
   #servedSerial: string | undefined;
   /** Actions applied since start, by kind (tests and metrics read it). */
   readonly counts: Record<RotationAction['kind'] | 'conflict' | 'error', number> = {
@@ -100,15 +116,32 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     return this.#state;
   }
 
+  /** Whether this replica holds the writer role now. */
+  get isWriter(): boolean {
+    return this.#o.writer?.canIssue(WRITER_SCOPE) ?? true;
+  }
+
   start(): void {
+    if (this.#done) return;
+    // Becoming the writer wakes the loop: a step a former writer left undone is taken at once.
+    this.#unsubscribe = this.#o.writer?.onChange?.(() => this.wake());
+    const { connection, clock, logger, custom } = this.#o;
     for (const name of [this.#o.caSecret, this.#o.tlsSecret]) {
-      const watch = new SecretWatch({ connection: this.#o.connection, name, clock: this.#o.clock, logger: this.#o.logger, onChange: () => this.wake() });
-      this.#watches.push(watch);
-      watch.start();
+      this.#watches.push(new SecretWatch({ connection, name, clock, logger, onChange: () => this.wake() }));
     }
-    // The targets are watched too: a caBundle wiped by a redeploy of the configuration (Helm, Argo CD)
-    // is written back within a second, not at the next resync.
-    this.#done ??= Promise.all([this.#run(), ...this.#o.targets.map((t) => this.#watchTarget(t))]).then(() => {});
+    // The targets are watched the same way (list, then watch with bookmarks, resume, relist on 410, backoff):
+    // a caBundle wiped by a redeploy of the configuration (Helm, Argo CD) is written back within a second.
+    for (const target of this.#o.targets) {
+      const api = TARGET_API[target.kind];
+      const collection: ObjectCollection = {
+        path: `/apis/${api.group}/${api.version}/${api.plural}`,
+        list: (query, signal) => custom.listClusterCustomObject({ ...api, ...query }, withSignal(signal)) as ReturnType<ObjectCollection['list']>,
+      };
+      const targetLogger = logger.child({ target: targetKey(target) });
+      this.#watches.push(new SecretWatch({ connection, name: target.name, clock, logger: targetLogger, collection, onChange: () => this.wake() }));
+    }
+    for (const watch of this.#watches) watch.start();
+    this.#done = this.#run();
   }
 
   /** Look again now (a Secret changed, or a test wants it). */
@@ -118,6 +151,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   }
 
   async stop(): Promise<void> {
+    this.#unsubscribe?.();
     this.#abort.abort();
     this.#wake?.abort();
     await Promise.all(this.#watches.map((w) => w.stop()));
@@ -133,7 +167,10 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
       try {
         await this.#refresh();
         const decision = decideRotation(this.#state, this.#o.policy, clock.now());
-        if (decision.action) {
+        if (decision.action && !this.isWriter) {
+          // A reader: the writer takes the step; its Secret writes (watched) wake this loop to serve.
+          logger.debug({ action: decision.action.kind }, 'CA rotation step due; left to the writer');
+        } else if (decision.action) {
           logger.info({ action: decision.action.kind, reason: decision.action.reason }, 'CA rotation step');
           await this.#apply(decision.action);
           this.counts[decision.action.kind]++;
@@ -145,7 +182,9 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
         failures = 0;
       } catch (err) {
         if (this.#abort.signal.aborted) break;
-        if (err instanceof Conflict) {
+        if (err instanceof NotWriter) {
+          logger.info({ err: err.message }, 'no longer the writer; reading only');
+        } else if (err instanceof Conflict) {
           this.counts.conflict++;
           this.emit('failed', 'conflict', err.message);
           logger.debug({ err: err.message }, 'lost a compare-and-swap; re-reading');
@@ -167,33 +206,9 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     }
   }
 
-  /**
-   * Watches one target by name. Without a resourceVersion each watch starts with the object's current
-   * state (an ADDED event), so nothing changed between two watches goes unseen; every event wakes the loop.
-   */
-  async #watchTarget(target: Target): Promise<void> {
-    const { group, version, plural } = TARGET_API[target.kind];
-    let failures = 0;
-    while (!this.#abort.signal.aborted) {
-      try {
-        await watchOnce(
-          this.#o.connection.config,
-          `/apis/${group}/${version}/${plural}`,
-          { fieldSelector: `metadata.name=${target.name}`, allowWatchBookmarks: true, timeoutSeconds: 1800 + Math.round(Math.random() * 1800) },
-          ({ type }) => {
-            failures = 0;
-            if (type !== 'BOOKMARK') this.wake();
-          },
-          { signal: this.#abort.signal, inactivityMs: 3_900_000 },
-        );
-      } catch (err) {
-        if (this.#abort.signal.aborted) return;
-        failures++;
-        const waitMs = Math.min(this.#o.resyncMs, 500 * 2 ** Math.min(failures - 1, 16));
-        this.#o.logger.warn({ target: targetKey(target), err: errorMessage(err), retryInMs: waitMs }, 'watch of a caBundle target failed');
-        await this.#o.clock.sleep(waitMs, this.#abort.signal).catch(() => {});
-      }
-    }
+  /** Every write asks first: leadership counts until the Lease's last renewal plus its duration, no longer. */
+  #mayWrite(what: string): void {
+    if (!this.isWriter) throw new NotWriter(`not the writer any more; not writing ${what}`);
   }
 
   #call() {
@@ -214,11 +229,14 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   /** Creates (when `previous` is null) or replaces the Secret at the version read; a 409/404 is a Conflict. */
   async #writeSecret(name: string, previous: V1Secret | null, body: V1Secret): Promise<V1Secret> {
     const { core, namespace } = this.#o.connection;
+    this.#mayWrite(`Secret ${namespace}/${name}`);
+    const identity = this.#o.writer?.identity;
+    const annotations = { ...body.metadata?.annotations, ...(identity ? { [ANNOTATION_WRITER]: identity } : {}) };
     const full: V1Secret = {
       ...body,
       apiVersion: 'v1',
       kind: 'Secret',
-      metadata: { ...body.metadata, name, namespace, ...(previous ? { resourceVersion: previous.metadata?.resourceVersion } : {}) },
+      metadata: { ...body.metadata, annotations, name, namespace, ...(previous ? { resourceVersion: previous.metadata?.resourceVersion } : {}) },
     };
     try {
       return previous === null
@@ -231,7 +249,6 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     }
   }
 
-  /** Reads both Secrets and every target, and rebuilds the policy's view (keeping first-seen times). */
   /**
    * A Secret deleted (or emptied) by hand is written back from the last one read, never answered with a
    * new CA: a new CA would replace the one every caller trusts at once, cert-controller's failure mode.
@@ -239,37 +256,43 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   async #restored(name: string, current: V1Secret | null, last: V1Secret | null): Promise<V1Secret | null> {
     const lost = current === null || Object.keys(current.data ?? {}).length === 0;
     if (!lost || !last?.data || Object.keys(last.data).length === 0) return current;
+    // A reader keeps what it read (and serves its leaf); the writer restores.
+    if (!this.isWriter) return last;
     this.#o.logger.warn({ code: 'CERTSHARE_STORE_CORRUPT', secret: name }, 'Secret deleted or emptied; restoring it from the last read');
     const { resourceVersion: _old, uid: _uid, creationTimestamp: _created, managedFields: _fields, ...metadata } = last.metadata ?? {};
     return this.#writeSecret(name, current, { type: last.type, metadata, data: last.data });
   }
 
+  /** Reads both Secrets and every target, and rebuilds the policy's view (keeping first-seen times). */
   async #refresh(): Promise<void> {
     const now = this.#o.clock.now();
     const [caRead, tlsRead] = await Promise.all([this.#readSecret(this.#o.caSecret), this.#readSecret(this.#o.tlsSecret)]);
-    const [caSecret, tlsSecret] = await Promise.all([
+    const [restoredCa, tlsSecret] = await Promise.all([
       this.#restored(this.#o.caSecret, caRead, this.#caSecret),
       this.#restored(this.#o.tlsSecret, tlsRead, this.#tlsSecret),
     ]);
-    this.#caSecret = caSecret;
-    this.#tlsSecret = tlsSecret;
-    this.#cas = (unb64(caSecret?.data?.['ca.crt']).match(CERT_BLOCK) ?? []).map((pem) => {
-      const cert = new X509Certificate(pem);
-      return { id: cert.serialNumber.toUpperCase(), notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), certPem: `${pem}\n` };
-    });
-    const lastLeafExpiry = JSON.parse(caSecret?.metadata?.annotations?.[LAST_LEAF_EXPIRY] ?? '{}') as Record<string, number>;
-    let state: RotationState = {
-      ...this.#state,
-      bundle: this.#cas.map(({ id, notBefore, notAfter }) => ({ id, notBefore, notAfter })),
-      lastLeafExpiry,
-      leaf: this.#leafRecord(tlsSecret),
-    };
     await Promise.all(
       this.#o.targets.map(async (target) => {
         const object = await this.#readTarget(target);
         this.#targetObjects.set(targetKey(target), object);
       }),
     );
+    const caSecret = restoredCa ?? (await this.#recoveredCaSecret(tlsSecret));
+    this.#caSecret = caSecret;
+    this.#tlsSecret = tlsSecret;
+    this.#cas = (unb64(caSecret?.data?.['ca.crt']).match(CERT_BLOCK) ?? []).map((pem) => {
+      const cert = new X509Certificate(pem);
+      const id = cert.serialNumber.toUpperCase();
+      const canSign = caSecret?.data?.[CA_KEY(id)] !== undefined;
+      return { id, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), ...(canSign ? {} : { canSign }), certPem: `${pem}\n` };
+    });
+    const lastLeafExpiry = JSON.parse(caSecret?.metadata?.annotations?.[LAST_LEAF_EXPIRY] ?? '{}') as Record<string, number>;
+    let state: RotationState = {
+      ...this.#state,
+      bundle: this.#cas.map(({ certPem: _pem, ...ca }) => ca),
+      lastLeafExpiry,
+      leaf: this.#leafRecord(tlsSecret),
+    };
     const ids = state.bundle.map((ca) => ca.id);
     for (const target of this.#o.targets) {
       const key = targetKey(target);
@@ -281,6 +304,34 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     }
     this.#state = state;
     this.#serveCurrent(now);
+  }
+
+  /**
+   * The CA Secret is gone and no replica read it (all restarted meanwhile): its keys are lost, but the
+   * objects still carry its CAs, and the served leaf is signed by one of them. A new CA alone would replace
+   * them at once (cert-controller's failure mode); instead the CA Secret is written again with those CAs,
+   * keyless, and the leaf's expiry: they stay trusted until it expires, a new CA joins and signs from then on.
+   */
+  async #recoveredCaSecret(tlsSecret: V1Secret | null): Promise<V1Secret | null> {
+    if (!this.isWriter) return null;
+    const recovered = new Map<string, string>();
+    for (const target of this.#o.targets) {
+      const object = this.#targetObjects.get(targetKey(target));
+      if (object) for (const [serial, pem] of observedCas(target.kind, object)) recovered.set(serial, pem);
+    }
+    if (recovered.size === 0) return null;
+    const cas: CaEntry[] = [...recovered].map(([id, certPem]) => {
+      const cert = new X509Certificate(certPem);
+      return { id, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), canSign: false, certPem };
+    });
+    this.#cas = cas;
+    const leaf = this.#leafRecord(tlsSecret);
+    const lastLeafExpiry = leaf && recovered.has(leaf.signedBy) ? { [leaf.signedBy]: leaf.notAfter } : {};
+    this.#o.logger.warn(
+      { code: 'CERTSHARE_STORE_CORRUPT', secret: this.#o.caSecret, cas: [...recovered.keys()], lastLeafExpiry },
+      'CA Secret lost with its keys; its CAs recovered from the caBundles stay trusted until their last leaf expires, and a new CA takes over',
+    );
+    return this.#writeSecret(this.#o.caSecret, null, this.#caSecretBody(cas, {}, lastLeafExpiry));
   }
 
   #leafRecord(secret: V1Secret | null): LeafRecord | undefined {
@@ -359,6 +410,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
           // An error, not a skip: the pass backs off (and the target's watch wakes it once the object exists).
           if (!object) throw new CertshareError('CERTSHARE_BAD_CONFIG', `${key} does not exist: no leaf can be trusted until it carries the bundle`);
           const api = TARGET_API[target.kind];
+          this.#mayWrite(`the caBundle of ${key}`);
           try {
             // The body carries the resourceVersion read: a replace is compare-and-swap.
             await this.#o.custom.replaceClusterCustomObject({ ...api, name: target.name, body: withCaBundle(target.kind, object, bundlePem) }, this.#call());

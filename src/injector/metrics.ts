@@ -14,8 +14,17 @@ export class InjectorMetrics {
   readonly #failures: Counter;
   readonly #admissions: Counter;
 
-  constructor(state: () => RotationState, options: { defaultMetrics?: boolean } = {}) {
+  constructor(state: () => RotationState, options: { defaultMetrics?: boolean; writer?: () => boolean } = {}) {
     const registers = [this.registry];
+    const writer = options.writer ?? (() => true);
+    new Gauge({
+      name: 'certshare_injector_writer',
+      help: 'Whether this replica holds the injector Lease and writes the CAs, the leaf and the caBundles (1) or only reads and serves (0).',
+      registers,
+      collect() {
+        this.set(writer() ? 1 : 0);
+      },
+    });
     new Gauge({
       name: 'certshare_injector_ca_expiration_timestamp_seconds',
       help: 'NotAfter of each CA in the bundle (serial label: the CA).',

@@ -3,7 +3,8 @@
 import type { V1Container } from '@kubernetes/client-node/dist/gen/models/V1Container.js';
 import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
 import type { V1Volume } from '@kubernetes/client-node/dist/gen/models/V1Volume.js';
-import type { ShareMode } from '../cli/run-options.ts';
+import { envName, parseFlags } from '../cli/flags.ts';
+import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../cli/run-options.ts';
 import { normalizeDomain } from '../core/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { SIDECAR_NAME, certshareContainer, serviceAccountTokenVolume, type SidecarSettings } from './sidecar.ts';
@@ -15,7 +16,20 @@ export const ANNOTATION = {
   outDir: 'certshare.io/out-dir',
   readinessGate: 'certshare.io/readiness-gate',
   socketVolume: 'certshare.io/socket-volume',
+  flags: 'certshare.io/flags',
 } as const;
+
+/** `certshare run` flags the injector sets from the annotations above and its defaults: not for certshare.io/flags. */
+const OWNED_FLAGS: Record<string, string> = {
+  domain: ANNOTATION.domains,
+  'serve-config': ANNOTATION.domains,
+  mode: ANNOTATION.mode,
+  'out-dir': ANNOTATION.outDir,
+  'readiness-gate': ANNOTATION.readinessGate,
+  store: 'the injector (kube)',
+  localapi: ANNOTATION.socketVolume,
+  listen: 'the injector (the probes use its port)',
+};
 
 /** The injector's defaults, each overridable per Pod by the annotation of the same name. */
 export interface InjectionDefaults {
@@ -79,7 +93,45 @@ export function settingsFromAnnotations(
     throw bad(ANNOTATION.readinessGate, `"${readinessGate}" is not a condition type (e.g. ${DEFAULT_READINESS_GATE}), nor "none"`);
 
   const socketVolume = annotations[ANNOTATION.socketVolume] ?? defaults.socketVolume;
-  return { image: defaults.image, domains, mode, outDir, readinessGate, socketVolume };
+  return { image: defaults.image, domains, mode, outDir, readinessGate, socketVolume, extraEnv: extraEnvFromFlags(annotations[ANNOTATION.flags]) };
+}
+
+/**
+ * certshare.io/flags: further `certshare run` flags, `--name=value` separated by white space (a YAML
+ * folded block reads well), given to the sidecar as CERTSHARE_<NAME> in the order written. A repeated
+ * flag that may repeat becomes the comma-separated list its variable takes.
+ */
+function extraEnvFromFlags(text: string | undefined): { name: string; value: string }[] {
+  const values = new Map<string, string[]>();
+  for (const token of (text ?? '').split(/\s+/).filter(Boolean)) {
+    const match = /^--([a-z][a-z0-9-]*)=(.+)$/.exec(token);
+    if (!match) throw bad(ANNOTATION.flags, `"${token}" is not --name=value (values without white space)`);
+    const [, name, value] = match as unknown as [string, string, string];
+    const spec = RUN_FLAGS.find((f) => f.name === name);
+    if (!spec) throw bad(ANNOTATION.flags, `--${name} is not a flag of "certshare run"`);
+    const owner = OWNED_FLAGS[name];
+    if (owner) throw bad(ANNOTATION.flags, `--${name} is set by ${owner}, not here`);
+    if (values.has(name) && !spec.multiple) throw bad(ANNOTATION.flags, `--${name} given twice`);
+    values.set(name, [...(values.get(name) ?? []), value]);
+  }
+  return [...values].map(([name, list]) => ({ name: envName(name), value: list.join(',') }));
+}
+
+/** Placeholders for the downward-API variables, to check a sidecar's settings as it will start with them. */
+const DOWNWARD_EXAMPLE: Record<string, string> = { 'metadata.name': 'pod-0', 'metadata.namespace': 'default', 'status.podIPs': '10.0.0.1' };
+
+/**
+ * The sidecar's environment passes the daemon's own validation (value syntax and cross-field rules), so a
+ * Pod that would crash-loop on a bad setting is refused at admission with the daemon's message instead.
+ */
+function checkSidecarEnv(container: V1Container): void {
+  const env: NodeJS.ProcessEnv = {};
+  for (const e of container.env ?? []) env[e.name] = e.value ?? DOWNWARD_EXAMPLE[e.valueFrom?.fieldRef?.fieldPath ?? ''] ?? '';
+  try {
+    daemonConfigFrom(parseFlags(RUN_FLAGS, [], env), env);
+  } catch (err) {
+    throw bad(ANNOTATION.flags, `the sidecar would not start: ${errorMessage(err)}`);
+  }
 }
 
 /**
@@ -121,6 +173,7 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   addedVolumes.push(serviceAccountTokenVolume(TOKEN_VOLUME));
 
   const sidecar = certshareContainer({ ...settings, certsVolume, tokenVolume: TOKEN_VOLUME });
+  checkSidecarEnv(sidecar);
   const containers = (spec.containers ?? []).map((c) => {
     const cleaned = withoutAutoMounts(c);
     if (mountedAtOutDir) return cleaned;

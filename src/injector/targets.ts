@@ -68,25 +68,34 @@ function bundleFields(kind: TargetKind, object: Json): { get(): string | undefin
 
 const PEM_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 
-/** Serials (upper-case hex) of the certificates in a PEM bundle; unparsable blocks are skipped. */
-export function bundleSerials(pem: string): string[] {
-  const serials: string[] = [];
+/** The certificates of a PEM bundle by serial (upper-case hex), in order; unparsable blocks are skipped. */
+function bundleCerts(pem: string): Map<string, string> {
+  const certs = new Map<string, string>();
   for (const block of pem.match(PEM_BLOCK) ?? []) {
     try {
-      serials.push(new X509Certificate(block).serialNumber.toUpperCase());
+      certs.set(new X509Certificate(block).serialNumber.toUpperCase(), `${block}\n`);
     } catch {
       // Not ours to judge: a CA we cannot parse is a CA we did not publish.
     }
   }
-  return serials;
+  return certs;
 }
 
-/** The CAs every caBundle of the object contains (a configuration with several webhooks trusts only what all of them trust). */
-export function observedCaSerials(kind: TargetKind, object: Json): string[] {
+/** Serials (upper-case hex) of the certificates in a PEM bundle; unparsable blocks are skipped. */
+export function bundleSerials(pem: string): string[] {
+  return [...bundleCerts(pem).keys()];
+}
+
+/** The CAs (PEM by serial) every caBundle of the object contains (a configuration with several webhooks trusts only what all of them trust). */
+export function observedCas(kind: TargetKind, object: Json): Map<string, string> {
   const fields = bundleFields(kind, object);
-  if (fields.length === 0) return [];
-  const sets = fields.map((f) => bundleSerials(Buffer.from(f.get() ?? '', 'base64').toString('utf8')));
-  return sets[0]!.filter((serial) => sets.every((s) => s.includes(serial)));
+  if (fields.length === 0) return new Map();
+  const sets = fields.map((f) => bundleCerts(Buffer.from(f.get() ?? '', 'base64').toString('utf8')));
+  return new Map([...sets[0]!].filter(([serial]) => sets.every((s) => s.has(serial))));
+}
+
+export function observedCaSerials(kind: TargetKind, object: Json): string[] {
+  return [...observedCas(kind, object).keys()];
 }
 
 /** A copy of the object with every caBundle set to `bundlePem`. */

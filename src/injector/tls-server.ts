@@ -1,19 +1,11 @@
-// An HTTPS listener whose certificate changes in-process. kube-apiserver's loopback certificate lives a
-// year and only a restart renews it; Kubernetes' serving-cert reload fixed that by validating the new
-// pair and swapping it per handshake. Node's equivalent is tls.Server#setSecureContext: new handshakes
-// get the new context, established connections keep the one they negotiated with, nothing restarts.
-import { X509Certificate } from 'node:crypto';
-import { createSecureContext } from 'node:tls';
+// The webhook's HTTPS listener, whose certificate changes in-process per handshake (src/server/tls-pair.ts).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import { CertshareError, errorMessage } from '../core/errors.ts';
+import { errorMessage } from '../core/errors.ts';
+import { checkedPair, servePair, type ServingPair } from '../server/tls-pair.ts';
 
-export interface ServingPair {
-  /** The leaf, then its CA (the chain a client needs). */
-  certPem: string;
-  keyPem: string;
-}
+export type { ServingPair } from '../server/tls-pair.ts';
 
 export type JsonHandler = (body: unknown) => unknown;
 
@@ -32,19 +24,6 @@ export interface TlsServer {
    * closes, idle connections end, requests in flight get up to `graceMs` to finish.
    */
   close(options?: { drainMs?: number; graceMs?: number }): Promise<void>;
-}
-
-function secureOptions(pair: ServingPair): { cert: string; key: string; serial: string } {
-  let serial: string;
-  try {
-    serial = new X509Certificate(pair.certPem).serialNumber;
-    // createSecureContext checks that the key belongs to the certificate ("key values mismatch").
-    createSecureContext({ cert: pair.certPem, key: pair.keyPem });
-  } catch (err) {
-    // The TLS library's message never quotes key material; it says which check failed.
-    throw new CertshareError('CERTSHARE_CERT_INVALID', `serving certificate rejected: ${errorMessage(err)}`, { cause: err });
-  }
-  return { cert: pair.certPem, key: pair.keyPem, serial };
 }
 
 function readJson(req: IncomingMessage): Promise<unknown> {
@@ -86,9 +65,9 @@ export async function startTlsServer(options: { host: string; port: number; pair
   let serial: string | undefined;
   let draining = false;
   const reply = (res: ServerResponse, status: number, body: unknown) => send(res, status, body, !draining);
-  const initial = options.pair ? secureOptions(options.pair) : undefined;
+  const initial = options.pair ? checkedPair(options.pair) : undefined;
   serial = initial?.serial;
-  const server: Server = createServer({ ...(initial ? { cert: initial.cert, key: initial.key } : {}), minVersion: 'TLSv1.2' }, (req, res) => {
+  const server: Server = createServer({ minVersion: 'TLSv1.2', ...initial?.options }, (req, res) => {
     const path = (req.url ?? '/').split('?')[0]!;
     if (req.method === 'GET' && path === '/healthz') {
       reply(res, serial ? 200 : 503, { serving: serial !== undefined });
@@ -130,9 +109,7 @@ export async function startTlsServer(options: { host: string; port: number; pair
       return serial;
     },
     setPair(pair) {
-      const next = secureOptions(pair);
-      server.setSecureContext({ cert: next.cert, key: next.key, minVersion: 'TLSv1.2' });
-      serial = next.serial;
+      serial = servePair(server, pair);
     },
     async close({ drainMs = 0, graceMs = 5000 } = {}) {
       draining = true;

@@ -38,6 +38,19 @@ export interface SecretWatchOptions {
   initialResourceVersion?: string;
   /** Secrets per list page (a group of hundreds of domains is listed in pages). */
   pageSize?: number;
+  /**
+   * Another kind of object than a Secret of the connection's namespace (the injector's caBundle targets):
+   * its collection path and how to list it. Default: the namespace's Secrets.
+   */
+  collection?: ObjectCollection;
+}
+
+/** A list request's selector and page. */
+export type ListQuery = ({ fieldSelector: string } | { labelSelector: string }) & { limit: number; _continue?: string };
+
+export interface ObjectCollection {
+  path: string;
+  list(query: ListQuery, signal: AbortSignal): Promise<{ metadata?: { resourceVersion?: string; _continue?: string }; items?: unknown[] }>;
 }
 
 type Callbacks = 'onChange' | 'onList' | 'onEvent';
@@ -60,8 +73,10 @@ type Callbacks = 'onChange' | 'onList' | 'onEvent';
  * the last resourceVersion) proves the stream whole again.
  */
 export class SecretWatch {
-  readonly #o: Required<Omit<SecretWatchOptions, 'initialResourceVersion' | 'name' | 'labelSelector' | Callbacks>> & Pick<SecretWatchOptions, Callbacks>;
+  readonly #o: Required<Omit<SecretWatchOptions, 'initialResourceVersion' | 'name' | 'labelSelector' | 'collection' | Callbacks>> &
+    Pick<SecretWatchOptions, Callbacks>;
   readonly #selector: { fieldSelector: string } | { labelSelector: string };
+  readonly #collection: ObjectCollection;
   /** What logs call the followed Secrets. */
   readonly #what: string;
   #resourceVersion: string | undefined;
@@ -78,8 +93,13 @@ export class SecretWatch {
   relists = 0;
 
   constructor(options: SecretWatchOptions) {
-    const { initialResourceVersion, name, labelSelector, ...rest } = options;
+    const { initialResourceVersion, name, labelSelector, collection, ...rest } = options;
     if ((name === undefined) === (labelSelector === undefined)) throw new TypeError('SecretWatch follows either a name or a labelSelector');
+    const { connection } = options;
+    this.#collection = collection ?? {
+      path: `/api/v1/namespaces/${encodeURIComponent(connection.namespace)}/secrets`,
+      list: (query, signal) => connection.core.listNamespacedSecret({ namespace: connection.namespace, ...query }, withSignal(signal)),
+    };
     this.#o = { firstRetryMs: 500, maxRetryMs: 5000, watchSeconds: [1800, 3600], inactivityMs: 900_000, pageSize: 250, ...rest };
     this.#selector = name !== undefined ? { fieldSelector: `metadata.name=${name}` } : { labelSelector: labelSelector! };
     this.#what = name ?? `secrets with ${labelSelector}`;
@@ -155,17 +175,14 @@ export class SecretWatch {
   }
 
   async #list(): Promise<void> {
-    const { connection, pageSize } = this.#o;
+    const { pageSize } = this.#o;
     const secrets: WatchedSecret[] = [];
     let resourceVersion: string | undefined;
     let next: string | undefined;
     try {
       do {
-        const page = await connection.core.listNamespacedSecret(
-          { namespace: connection.namespace, ...this.#selector, limit: pageSize, ...(next ? { _continue: next } : {}) },
-          withSignal(this.#abort.signal),
-        );
-        for (const item of page.items) {
+        const page = await this.#collection.list({ ...this.#selector, limit: pageSize, ...(next ? { _continue: next } : {}) }, this.#abort.signal);
+        for (const item of page.items ?? []) {
           const secret = slimSecret(item);
           if (secret) secrets.push(secret);
         }
@@ -196,7 +213,7 @@ export class SecretWatch {
     try {
       await watchOnce(
         connection.config,
-        `/api/v1/namespaces/${encodeURIComponent(connection.namespace)}/secrets`,
+        this.#collection.path,
         {
           ...this.#selector,
           allowWatchBookmarks: true,

@@ -10,11 +10,15 @@ export interface HttpServerDeps {
   metrics: Metrics;
   clock: Clock;
   pod: Pick<PodAddresses, 'ipv4' | 'ipv6'>;
+  /** HTTPS (--tls): the listener starts without a pair; the caller serves one (servePair) before listening. */
+  https?: boolean;
 }
 
 /** /healthz and /metrics. Every response, errors included, carries the Pod's addresses for routing checks. */
 export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
-  const app = Fastify({ logger: false, keepAliveTimeout: 5000, return503OnClosing: true });
+  const options = { logger: false, keepAliveTimeout: 5000, return503OnClosing: true } as const;
+  // Typed as the plain HTTP instance: the routes are the same, only the listener differs.
+  const app = deps.https ? (Fastify({ ...options, https: { minVersion: 'TLSv1.2' } }) as unknown as FastifyInstance) : Fastify(options);
   // No hook and a callback-style handler: /healthz is probed constantly, and every hook or async
   // handler costs per request (npm run bench: healthzVsBareFastify). The headers are set by the
   // handlers, the not-found handler and the error handler instead, which covers every response.

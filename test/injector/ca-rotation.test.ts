@@ -211,6 +211,33 @@ describe('CA rotation policy', () => {
     assert.equal(decideRotation(s, p, 700).action, undefined);
   });
 
+  it('a CA whose key is lost (recovered from the bundle) stays trusted until its last leaf expires, and signs nothing', () => {
+    const p: RotationPolicy = { caLifetimeMs: 1000, caRotateBeforeMs: 400, leafLifetimeMs: 300, leafRenewBeforeMs: 100, propagationGraceMs: 10 };
+    // Recovered: A's certificate from the objects, the served leaf L1 (signed by A, until 315), no key.
+    let s = withObservation(
+      withPublished(withCa(emptyRotationState(['mwc']), { id: 'A', notBefore: 0, notAfter: 1000, canSign: false }), ['mwc'], ['A']),
+      'mwc',
+      ['A'],
+      0,
+    );
+    s = withLeaf(s, { serial: 'L1', signedBy: 'A', notBefore: 15, notAfter: 315 });
+    // At once, long before A's rotation point: a CA that can sign joins, next to A.
+    assert.deepEqual(decideRotation(s, p, 100).action, { kind: 'create-ca', reason: 'no CA in the bundle has its key', notBefore: 100, notAfter: 1100 });
+    s = withCa(s, { id: 'B', notBefore: 100, notAfter: 1100 });
+    assert.deepEqual(decideRotation(s, p, 100).action && decideRotation(s, p, 100).action!.kind, 'publish');
+    s = withObservation(withPublished(s, ['mwc'], ['A', 'B']), 'mwc', ['A', 'B'], 105);
+    // Leaves move to B once it has been seen for its grace (115), A never signs.
+    assert.equal(decideRotation(s, p, 114).action, undefined);
+    const moved = decideRotation(s, p, 115).action;
+    assert.deepEqual(moved && moved.kind === 'issue-leaf' && moved.signer, 'B');
+    s = withLeaf(s, { serial: 'L2', signedBy: 'B', notBefore: 115, notAfter: 415 });
+    // A stays while L1, the last leaf it signed, may still be served.
+    assert.equal(decideRotation(s, p, 314).action, undefined);
+    assert.equal(decideRotation(s, p, 315).action?.kind, 'issue-leaf', 'L2 renewal first');
+    s = withLeaf(s, { serial: 'L3', signedBy: 'B', notBefore: 315, notAfter: 615 });
+    assert.deepEqual(decideRotation(s, p, 315).action, { kind: 'retire-ca', reason: 'the last leaf signed by CA A has expired', caId: 'A' });
+  });
+
   it('rejects policies that cannot overlap', () => {
     const ok: RotationPolicy = { caLifetimeMs: 1000, caRotateBeforeMs: 400, leafLifetimeMs: 300, leafRenewBeforeMs: 100, propagationGraceMs: 10 };
     assert.equal(rotationPolicyProblem(ok), undefined);

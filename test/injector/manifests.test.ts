@@ -38,7 +38,7 @@ describe('manifests/injector', () => {
     assert.equal(service!.metadata.name, flagDefault('service'));
     const container = spec.template.spec.containers[0]!;
     assert.deepEqual(container.args, ['injector']);
-    const known = new Set([...INJECTOR_FLAGS.map((f) => envName(f.name)), 'POD_NAMESPACE']);
+    const known = new Set([...INJECTOR_FLAGS.map((f) => envName(f.name)), 'POD_NAMESPACE', 'POD_NAME']);
     for (const e of container.env) assert.ok(known.has(e.name), `${e.name} is not read by certshare injector`);
     assert.deepEqual(
       container.ports.map((p) => p.containerPort),
@@ -46,11 +46,13 @@ describe('manifests/injector', () => {
     );
   });
 
-  it('RBAC names exactly the Secrets and the webhook configuration the injector uses by default', async () => {
+  it('RBAC names exactly the Secrets, the Lease and the webhook configuration the injector uses by default', async () => {
     const rbac = await docs('rbac.yaml');
     type Rules = { rules: { resources: string[]; resourceNames?: string[]; verbs: string[] }[] };
     const role = rbac.find((d) => d.kind === 'Role') as unknown as Rules;
-    assert.deepEqual(role.rules.find((r) => r.resourceNames)!.resourceNames!.sort(), [flagDefault('ca-secret'), flagDefault('tls-secret')].sort());
+    const named = (resource: string) => role.rules.find((r) => r.resources.includes(resource) && r.resourceNames)!.resourceNames!.sort();
+    assert.deepEqual(named('secrets'), [flagDefault('ca-secret'), flagDefault('tls-secret')].sort());
+    assert.deepEqual(named('leases'), [flagDefault('lease')]);
     const clusterRole = rbac.find((d) => d.kind === 'ClusterRole') as unknown as Rules;
     const target = parseTarget(flagDefault('inject-ca-into'));
     assert.deepEqual(clusterRole.rules, [

@@ -159,6 +159,14 @@ describe('injector mutation', () => {
       [asked({ [ANNOTATION.outDir]: '/certs/../etc' }), /out-dir/],
       [asked({ [ANNOTATION.readinessGate]: 'bad gate!' }), /certshare\.io\/readiness-gate: "bad gate!" is not a condition type/],
       [asked({ [ANNOTATION.socketVolume]: 'ts-sock' }), /certshare\.io\/socket-volume: the Pod has no volume "ts-sock"/],
+      [asked({ [ANNOTATION.flags]: '--drain-delay 5s' }), /certshare\.io\/flags: "--drain-delay" is not --name=value/],
+      [asked({ [ANNOTATION.flags]: '--no-such-flag=1' }), /certshare\.io\/flags: --no-such-flag is not a flag of "certshare run"/],
+      [asked({ [ANNOTATION.flags]: '--mode=rw' }), /certshare\.io\/flags: --mode is set by certshare\.io\/mode, not here/],
+      [asked({ [ANNOTATION.flags]: '--drain-delay=1s --drain-delay=2s' }), /--drain-delay given twice/],
+      [asked({ [ANNOTATION.flags]: '--drain-delay=soon' }), /certshare\.io\/flags: the sidecar would not start: .*--drain-delay/],
+      // Cross-field rules of the daemon, not only value syntax.
+      [asked({ [ANNOTATION.flags]: '--drain-delay=30s' }), /the sidecar would not start: --drain-delay must be shorter than --shutdown-timeout/],
+      [asked({ [ANNOTATION.flags]: '--routing-check=http://x/healthz', [ANNOTATION.readinessGate]: 'none' }), /--routing-check needs --readiness-gate/],
     ];
     for (const [annotations, message] of cases) {
       const { answer } = admit(pod(annotations));
@@ -228,7 +236,8 @@ describe('the injected sidecar and the daemon', () => {
   it("configures certshare run through flags it accepts: the injected environment parses into the daemon's settings", async () => {
     const { envName, parseFlags } = await import('../../src/cli/flags.ts');
     const { RUN_FLAGS, daemonConfigFrom } = await import('../../src/cli/run-options.ts');
-    const { stored } = admit(pod(asked({ [ANNOTATION.domains]: `${DOMAIN},b.example.com`, [ANNOTATION.mode]: 'ro' })));
+    const flags = '--routing-check=http://a/healthz\n  --routing-check=http://b/healthz --drain-delay=2s';
+    const { stored } = admit(pod(asked({ [ANNOTATION.domains]: `${DOMAIN},b.example.com`, [ANNOTATION.mode]: 'ro', [ANNOTATION.flags]: flags })));
     const env: NodeJS.ProcessEnv = { POD_NAME: 'proxy-0', POD_NAMESPACE: 'proxy', POD_IPS: '10.0.0.1' };
     for (const e of sidecarOf(stored)!.env!) if (e.value !== undefined) env[e.name] = e.value;
     const known = new Set(['POD_NAME', 'POD_NAMESPACE', 'POD_IPS', ...RUN_FLAGS.map((f) => envName(f.name))]);
@@ -238,5 +247,7 @@ describe('the injected sidecar and the daemon', () => {
       [config.domains, config.mode, config.store, config.outDir, config.readinessGate, config.localapi, config.listen],
       [[DOMAIN, 'b.example.com'], 'ro', { kind: 'kube' }, '/certs', DEFAULT_READINESS_GATE, '/var/run/tailscale/tailscaled.sock', '[::]:9002'],
     );
+    // certshare.io/flags: in the order written, a repeated flag as its comma-separated variable.
+    assert.deepEqual([config.routingChecks, config.drainDelayMs], [['http://a/healthz', 'http://b/healthz'], 2000]);
   });
 });

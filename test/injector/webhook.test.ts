@@ -16,7 +16,9 @@ import { must, secretSatisfies, type SecretObject } from '../support/kube.ts';
 import { bucketIncrease, histogramQuantile } from '../support/histogram.ts';
 import { freePort } from '../support/processes.ts';
 import { nextEvent, onEvent, until } from '../support/wait.ts';
+import { examplePod, examplePodSpecBefore, injectedParts } from './example.ts';
 import { startRelay, type Relay } from './relay.ts';
+import { injectorReplicaFlags } from './replica-flags.ts';
 
 const cp = useControlPlane();
 const WEBHOOK = 'inject.certshare.io';
@@ -82,38 +84,12 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
   const totals: Record<string, number> = {};
   let started = 0;
 
-  async function startReplica(): Promise<Replica> {
+  /** `flags` after the defaults below: the last value of a flag wins. */
+  async function startReplica(flags: string[] = []): Promise<Replica> {
     const name = `injector-${++started}`;
     const port = await freePort();
-    const values = parseFlags(
-      INJECTOR_FLAGS,
-      [
-        '--listen',
-        `127.0.0.1:${port}`,
-        '--metrics-listen',
-        '127.0.0.1:0',
-        '--extra-san',
-        '127.0.0.1',
-        // Rotation in seconds: a new CA every 6 s, a new leaf every 2 s, 1 s for the apiserver to see a new bundle.
-        '--ca-lifetime',
-        '12s',
-        '--ca-rotate-before',
-        '6s',
-        '--leaf-lifetime',
-        '4s',
-        '--leaf-renew-before',
-        '2s',
-        // No periodic re-read to lean on: the Secrets and the configuration are watched.
-        '--propagation-grace',
-        '1s',
-        '--resync',
-        '1h',
-        '--drain-delay',
-        '1s',
-      ],
-      {},
-    );
-    const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS };
+    const values = parseFlags(INJECTOR_FLAGS, [...injectorReplicaFlags(port), '--drain-delay', '1s', ...flags], {});
+    const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS, POD_NAME: name };
     const logger = process.env.CERTSHARE_TEST_LOG ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, name) : silentLogger;
     const injector = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });
     injector.controller.on('action', (action) => {
@@ -199,6 +175,17 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     assert.deepEqual([admissions.injected, admissions.skipped, admissions.rejected], [1, 1, 1]);
   });
 
+  it('injects a Pod of the example StatefulSet with the sidecar, env, volumes and readiness gate the hand-written example had', async () => {
+    const injected = await createPod(await examplePod('proxy-0'));
+    assert.equal(injected.status, 201, injected.body);
+    // The example as it was written by hand: already carrying certshare, so the webhook leaves it as it is;
+    // both are defaulted by the same apiserver.
+    const handWritten = await createPod({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'example-before' }, spec: await examplePodSpecBefore() });
+    assert.equal(handWritten.status, 201, handWritten.body);
+    const parts = (body: string) => injectedParts((JSON.parse(body) as V1Pod).spec!);
+    assert.deepEqual(parts(injected.body), parts(handWritten.body));
+  });
+
   it('does not touch Pods outside the selected namespaces, nor the injector itself', async () => {
     const system = await cp().adminRequest('POST', '/api/v1/namespaces/kube-system/pods', { body: podBody('annotated-system', asked) });
     assert.equal(system.status, 201, system.body);
@@ -281,6 +268,9 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
         'extra-ca',
         '--tls-secret',
         'extra-tls',
+        // Its own Lease: it writes its own Secrets, beside the replicas of the other tests.
+        '--lease',
+        'extra',
         '--propagation-grace',
         '0s',
         '--resync',
@@ -337,6 +327,21 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     }
   });
 
+  /** Creates annotated Pods one after another until `done()`; failures (refused, or stored without the sidecar) go to `failures`. */
+  async function createPodsUntil(done: () => boolean, prefix: string, failures: string[]): Promise<number> {
+    let created = 0;
+    for (let i = 0; !done(); i++) {
+      // Pacing, not synchronisation: about 20 Pods a second per worker, leaving the shared CPUs some air.
+      if (i > 0) await delay(50);
+      const res = await createPod(podBody(`${prefix}-${i}`, asked));
+      if (res.status !== 201) failures.push(`${res.status} ${res.body.slice(0, 300)}`);
+      else if (!(JSON.parse(res.body) as V1Pod).spec!.initContainers?.some((c) => c.name === 'certshare'))
+        failures.push(`${prefix}-${i} stored without the sidecar`);
+      else created++;
+    }
+    return created;
+  }
+
   it('rotates CA and leaf several times while Pods are created continuously and replicas are replaced: zero admission failures', {
     timeout: 240_000 + SOAK_MS,
   }, async () => {
@@ -347,15 +352,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     let created = 0;
     let stop = false;
     const creator = async (worker: number) => {
-      for (let i = 0; !stop; i++) {
-        // Pacing, not synchronisation: about 40 Pods a second in all, leaving the shared CPUs some air.
-        if (i > 0) await delay(50);
-        const res = await createPod(podBody(`load-${worker}-${i}`, asked));
-        if (res.status !== 201) failures.push(`${res.status} ${res.body.slice(0, 300)}`);
-        else if (!(JSON.parse(res.body) as V1Pod).spec!.initContainers?.some((c) => c.name === 'certshare'))
-          failures.push(`load-${worker}-${i} stored without the sidecar`);
-        else created++;
-      }
+      created += await createPodsUntil(() => stop, `load-${worker}`, failures);
     };
     // Each leaf, the moment a replica serves it, must be signed by a CA the stored configuration already carries.
     const checks: Promise<void>[] = [];
@@ -430,5 +427,61 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     // The apiserver's own account: no call failed (calling_webhook_error) during the run.
     const newErrors = (metricsAfter.rejections.calling_webhook_error ?? 0) - (metricsBefore.rejections.calling_webhook_error ?? 0);
     assert.equal(newErrors, 0, `apiserver counted ${newErrors} failed webhook calls`);
+  });
+
+  it('recovers from the CA Secret deleted while every replica was down: its CA stays trusted until its last leaf expired, zero admission failures', {
+    timeout: 120_000,
+  }, async () => {
+    // Leaves that outlive a restart (15 s, renewed 5 s ahead), under a 60 s CA: first settle on those.
+    const slow = ['--leaf-lifetime', '15s', '--leaf-renew-before', '5s', '--ca-lifetime', '60s', '--ca-rotate-before', '20s'];
+    const restart = async () => {
+      relay.setTargets([]);
+      await Promise.all(replicas.map((r) => r.injector.stop()));
+    };
+    const settled = () =>
+      replicas.every(({ injector: { controller } }) => {
+        const { bundle, leaf } = controller.state;
+        return bundle.length === 1 && leaf?.signedBy === bundle[0]!.id && leaf.notAfter - Date.now() > 8000;
+      }) && replicas.every(serving);
+    await restart();
+    replicas = [await startReplica(slow), await startReplica(slow)];
+    relay.setTargets(replicas.map((r) => r.port));
+    await until('one 60 s CA and a 15 s leaf signed by it', settled, [onEvent(bus, 'action'), onEvent(bus, 'served')], 60_000);
+    const oldBundle = await storedBundle();
+
+    // Every replica down, and the CA Secret deleted meanwhile: no replica can restore it from memory.
+    await restart();
+    await must(cp().kubectl(['delete', 'secret', 'certshare-injector-ca', '-n', INJECTOR_NS]));
+    const start = { ...totals };
+    const delta = (kind: string) => (totals[kind] ?? 0) - (start[kind] ?? 0);
+    replicas = [await startReplica(slow), await startReplica(slow)];
+    await until('the new replicas serve the stored leaf', () => replicas.every(serving), [onEvent(bus, 'served')], 30_000);
+    relay.setTargets(replicas.map((r) => r.port));
+    const failures: string[] = [];
+    let done = false;
+    // Every bundle the configuration carries on the way keeps the old CAs until a leaf of the new one is served.
+    const workers = [createPodsUntil(() => done, 'recovery-0', failures), createPodsUntil(() => done, 'recovery-1', failures)];
+    try {
+      await until(
+        'a new CA signs the served leaf and the old CAs left the bundle',
+        () =>
+          delta('create-ca') >= 1 &&
+          delta('issue-leaf') >= 1 &&
+          replicas.every(({ injector: { controller } }) => {
+            const { bundle, leaf } = controller.state;
+            return leaf !== undefined && !oldBundle.includes(leaf.signedBy) && !bundle.some((ca) => oldBundle.includes(ca.id));
+          }),
+        [onEvent(bus, 'action'), onEvent(bus, 'served')],
+        45_000,
+      );
+    } finally {
+      done = true;
+    }
+    const created = (await Promise.all(workers)).reduce((a, b) => a + b, 0);
+    const bundle = await storedBundle();
+    assert.deepEqual(failures, []);
+    assert.ok(created >= 10, `only ${created} Pods created`);
+    assert.ok(!bundle.some((ca) => oldBundle.includes(ca)), `old CAs ${oldBundle.join(',')} still in ${bundle.join(',')}`);
+    for (const r of replicas) assert.ok(bundle.includes(r.injector.controller.state.leaf!.signedBy), r.name);
   });
 });

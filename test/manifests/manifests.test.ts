@@ -16,6 +16,7 @@ import { RUN_FLAGS } from '../../src/cli/run-options.ts';
 import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { SIDECAR_SECURITY_CONTEXT } from '../../src/injector/sidecar.ts';
+import { injectTemplate } from '../injector/example.ts';
 import { replicaKubeconfig } from '../support/kube.ts';
 import { emulatorIn, standaloneDaemon, tempDir } from '../support/standalone.ts';
 import { until } from '../support/wait.ts';
@@ -73,7 +74,11 @@ interface K8sObject {
   rules?: Array<{ apiGroups: string[]; resources: string[]; resourceNames?: string[]; verbs: string[] }>;
 }
 interface StatefulSet extends K8sObject {
-  spec: { replicas: number; serviceName: string; template: { metadata: { labels: Record<string, string> }; spec: PodSpec } };
+  spec: {
+    replicas: number;
+    serviceName: string;
+    template: { metadata: { labels: Record<string, string>; annotations?: Record<string, string> }; spec: PodSpec };
+  };
 }
 
 async function yamlDocs(path: string): Promise<K8sObject[]> {
@@ -82,6 +87,8 @@ async function yamlDocs(path: string): Promise<K8sObject[]> {
 
 const exampleStatefulSet = async (): Promise<StatefulSet> =>
   (await yamlDocs(join(EXAMPLE, 'statefulset.yaml'))).find((d) => d.kind === 'StatefulSet') as StatefulSet;
+/** The example's Pods get certshare from the injector (manifests/injector): the template as it injects it. */
+const injected = (sts: StatefulSet): PodSpec => injectTemplate(sts.spec.template as never) as unknown as PodSpec;
 const sidecarOf = (spec: PodSpec): Container => {
   const sidecar = spec.initContainers?.find((c) => c.name === 'certshare');
   assert.ok(sidecar, 'certshare init container');
@@ -143,7 +150,7 @@ describe('manifests/base', () => {
 describe('the example StatefulSet environment', () => {
   it('uses only real flags: every CERTSHARE_* variable is the environment name of a run flag', async () => {
     const known = new Map(RUN_FLAGS.map((f) => [envName(f.name), f]));
-    const env = sidecarOf((await exampleStatefulSet()).spec.template.spec).env ?? [];
+    const env = sidecarOf(injected(await exampleStatefulSet())).env ?? [];
     const used = env.map((e) => e.name).filter((n) => n.startsWith('CERTSHARE_'));
     assert.ok(used.length >= 10, `CERTSHARE_* variables: ${used.join(', ')}`);
     for (const name of used) assert.ok(known.has(name), `${name} is not a flag of "certshare run" (known: ${[...known.keys()].join(', ')})`);
@@ -240,11 +247,12 @@ describe('manifests/example on a real apiserver', () => {
     assert.deepEqual(kinds, ['monitoring.coreos.com/v1/PodMonitor', 'monitoring.coreos.com/v1/PrometheusRule', 'v1/ConfigMap']);
   });
 
-  it('stores the StatefulSet with certshare as a native sidecar, its readiness gate, probes and limits', async () => {
+  it('stores the StatefulSet asking for certshare, injected as a native sidecar with its readiness gate, probes and limits', async () => {
     const sts = JSON.parse(await must(['get', 'statefulset', 'proxy', '-o', 'json'])) as StatefulSet;
     assert.equal(sts.spec.replicas, 3);
     assert.equal(sts.spec.serviceName, 'proxy');
-    const pod = sts.spec.template.spec;
+    assert.equal(sts.spec.template.metadata.annotations?.['certshare.io/inject'], 'true', 'asks the injector for certshare');
+    const pod = injected(sts);
     assert.equal(pod.serviceAccountName, 'certshare');
     assert.equal(pod.terminationGracePeriodSeconds, 30);
     assert.deepEqual(pod.readinessGates, [{ conditionType: GATE }]);
@@ -274,14 +282,14 @@ describe('manifests/example on a real apiserver', () => {
     );
   });
 
-  it("accepts Pods made from the template (kubelet-facing validation of the sidecar's spec); no other container gets a ServiceAccount token", async () => {
+  it("accepts Pods made from the injected template (kubelet-facing validation of the sidecar's spec); no other container gets a token", async () => {
     const sts = JSON.parse(await must(['get', 'statefulset', 'proxy', '-o', 'json'])) as StatefulSet;
     for (const name of ['proxy-0', 'proxy-1']) {
       const pod = {
         apiVersion: 'v1',
         kind: 'Pod',
         metadata: { name, labels: sts.spec.template.metadata.labels },
-        spec: { ...sts.spec.template.spec, hostname: name, subdomain: sts.spec.serviceName },
+        spec: { ...injected(sts), hostname: name, subdomain: sts.spec.serviceName },
       };
       await must(['create', '-f', '-'], { input: JSON.stringify(pod) });
     }
@@ -290,7 +298,7 @@ describe('manifests/example on a real apiserver', () => {
       apiVersion: 'v1',
       kind: 'Pod',
       metadata: { name: 'consumer-abc12' },
-      spec: { ...sts.spec.template.spec, serviceAccountName: 'certshare-reader' },
+      spec: { ...injected(sts), serviceAccountName: 'certshare-reader' },
     };
     await must(['create', '-f', '-'], { input: JSON.stringify(consumer) });
     for (const name of ['proxy-0', 'proxy-1', 'consumer-abc12']) {
@@ -303,7 +311,7 @@ describe('manifests/example on a real apiserver', () => {
       apiVersion: 'v1',
       kind: 'Pod',
       metadata: { name: 'automounted' },
-      spec: { ...sts.spec.template.spec, automountServiceAccountToken: undefined },
+      spec: { ...injected(sts), automountServiceAccountToken: undefined },
     };
     await must(['create', '-f', '-', '--dry-run=server', '-o', 'json'], { input: JSON.stringify(automounted) }).then((out) => {
       const spec = (JSON.parse(out) as { spec: PodSpec }).spec;
@@ -487,7 +495,7 @@ describe('manifests/example on a real apiserver', () => {
     async function replica(pod: string, ip: string, kubeconfig: string, overrides: Record<string, string> = {}) {
       const sts = JSON.parse(await must(['get', 'statefulset', 'proxy', '-o', 'json'])) as StatefulSet;
       const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, KUBECONFIG: kubeconfig };
-      for (const e of sidecarOf(sts.spec.template.spec).env ?? []) {
+      for (const e of sidecarOf(injected(sts)).env ?? []) {
         if (e.value !== undefined) env[e.name] = e.value;
         else if (e.valueFrom?.fieldRef) env[e.name] = { 'metadata.name': pod, 'metadata.namespace': ns, 'status.podIPs': ip }[e.valueFrom.fieldRef.fieldPath];
       }
@@ -586,7 +594,7 @@ describe('manifests/monitoring', () => {
       monitor.spec as { podMetricsEndpoints: Array<{ port: string; path: string; relabelings?: Array<{ sourceLabels: string[]; targetLabel: string }> }> }
     ).podMetricsEndpoints;
     const sts = await exampleStatefulSet();
-    const port = sidecarOf(sts.spec.template.spec).ports?.find((p) => p.name === endpoints[0]?.port);
+    const port = sidecarOf(injected(sts)).ports?.find((p) => p.name === endpoints[0]?.port);
     assert.equal(port?.containerPort, 9002);
     assert.equal(endpoints[0]?.path, '/metrics');
     const relabel = endpoints[0]?.relabelings?.find((r) => r.targetLabel === 'group');

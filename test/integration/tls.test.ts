@@ -1,0 +1,110 @@
+// --tls: the daemon serves /healthz and /metrics over HTTPS from a pair it follows (here a directory, as a
+// mounted Secret), and a renewed pair is served from the next handshake on, without restart and without
+// dropping a kept-alive connection (it keeps the certificate it negotiated with).
+import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
+import { mkdir, rename, writeFile } from 'node:fs/promises';
+import { Agent, request } from 'node:https';
+import type { TLSSocket } from 'node:tls';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { parseFlags } from '../../src/cli/flags.ts';
+import { RUN_FLAGS, daemonConfigFrom } from '../../src/cli/run-options.ts';
+import { DAY, makePair } from '../support/certs.ts';
+import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
+import { nextEvent } from '../support/wait.ts';
+
+interface Answer {
+  status: number;
+  serial: string;
+  socket: TLSSocket;
+  reused: boolean;
+}
+
+/** GET over `agent` (or a fresh connection), with the serial of the certificate the connection negotiated. */
+function get(url: string, agent: Agent | false): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    // The test checks which certificate is served, not who signed it.
+    const req = request(url, { agent, rejectUnauthorized: false, timeout: 10_000 }, (res) => {
+      // Read now: once the body ends, a kept-alive socket goes back to the agent's pool.
+      const socket = res.socket as TLSSocket;
+      const answer = { status: res.statusCode!, serial: socket.getPeerCertificate().serialNumber, socket, reused: req.reusedSocket };
+      res.resume();
+      res.on('end', () => resolve(answer));
+    });
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** Writes the pair as a kubelet updates a mounted Secret: complete files, renamed into place. */
+async function writePair(dir: string, pair: { certPem: string; keyPem: string }): Promise<string> {
+  await writeFile(join(dir, '.tls.key.tmp'), pair.keyPem, { mode: 0o600 });
+  await writeFile(join(dir, '.tls.crt.tmp'), pair.certPem);
+  await rename(join(dir, '.tls.key.tmp'), join(dir, 'tls.key'));
+  await rename(join(dir, '.tls.crt.tmp'), join(dir, 'tls.crt'));
+  return new X509Certificate(pair.certPem).serialNumber;
+}
+
+describe('--tls', () => {
+  const dir = useTempDir();
+
+  it('serves /healthz over TLS and a renewed pair on the next handshake, keeping open connections', async () => {
+    const tlsDir = join(dir(), 'tls');
+    await mkdir(tlsDir);
+    const first = await writePair(tlsDir, await makePair('localhost', Date.now() - 60_000, DAY));
+    const emulator = await emulatorIn(dir());
+    const daemon = await standaloneDaemon(emulator, join(dir(), 'certs'), ['--tls', `dir:${tlsDir}`]);
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+    try {
+      assert.match(daemon.address, /^https:\/\//);
+      const url = `${daemon.address}/healthz`;
+      const before = await get(url, agent);
+      assert.ok(before.status === 200 || before.status === 503, `status ${before.status}`);
+      assert.equal(before.serial, first);
+
+      const served = nextEvent<{ serial: string }>(daemon.events, 'tlsServed', () => true, 10_000);
+      const second = await writePair(tlsDir, await makePair('localhost', Date.now() - 60_000, DAY));
+      assert.equal((await served).serial, second);
+
+      // The kept-alive connection goes on (same socket, its certificate) ...
+      const kept = await get(url, agent);
+      assert.equal(kept.reused, true, 'the open connection was reused, not dropped');
+      assert.equal(kept.socket, before.socket);
+      assert.equal(kept.serial, first);
+      // ... and a new handshake gets the renewed pair.
+      const fresh = await get(url, false);
+      assert.equal(fresh.serial, second);
+      assert.equal(fresh.status, kept.status);
+    } finally {
+      agent.destroy();
+      await daemon.stop();
+      await emulator.close();
+    }
+  });
+
+  it('refuses a bad --tls at start: malformed, a Secret without --store kube, an unreadable or mismatched pair', async () => {
+    const config = (flags: string[]) => daemonConfigFrom(parseFlags(RUN_FLAGS, ['--domain', DOMAIN, '--store', `dir:${dir()}`, ...flags], {}), {});
+    assert.throws(() => config(['--tls', 'certs']), { code: 'CERTSHARE_BAD_FLAG', message: /--tls must be dir:PATH or secret:NAME/ });
+    assert.throws(() => config(['--tls', 'secret:Bad_Name']), { code: 'CERTSHARE_BAD_FLAG' });
+    assert.throws(() => config(['--tls', 'secret:web-tls']), { code: 'CERTSHARE_BAD_FLAG', message: /--tls secret: needs --store kube/ });
+    assert.deepEqual(config(['--tls', 'dir:/etc/tls']).tls, { kind: 'dir', path: '/etc/tls' });
+
+    await mkdir(join(dir(), 'refused'));
+    const emulator = await emulatorIn(join(dir(), 'refused'));
+    try {
+      await assert.rejects(standaloneDaemon(emulator, join(dir(), 'certs'), ['--tls', `dir:${join(dir(), 'missing')}`]), {
+        code: 'CERTSHARE_BAD_CONFIG',
+        message: /--tls dir:.*cannot read tls\.crt and tls\.key/,
+      });
+      const mismatched = join(dir(), 'mismatched');
+      await mkdir(mismatched);
+      const [a, b] = [await makePair('localhost', Date.now(), DAY), await makePair('localhost', Date.now(), DAY)];
+      await writePair(mismatched, { certPem: a.certPem, keyPem: b.keyPem });
+      await assert.rejects(standaloneDaemon(emulator, join(dir(), 'certs'), ['--tls', `dir:${mismatched}`]), { code: 'CERTSHARE_CERT_INVALID' });
+    } finally {
+      await emulator.close();
+    }
+  });
+});
