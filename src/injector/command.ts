@@ -218,6 +218,7 @@ export async function startInjector(
     metricsPort: metricsServer.port,
     async stop() {
       await running.stop();
+      connection.close();
       await Promise.all([server.close({ drainMs: config.drainDelayMs }), metricsServer.close()]);
     },
   };
