@@ -244,7 +244,8 @@ export class H2SessionPool {
   }
 
   async #join(signal: AbortSignal): Promise<void> {
-    const attempt = (this.#connecting ??= this.#connect());
+    this.#connecting ??= this.#connect();
+    const attempt = this.#connecting;
     attempt.waiters++;
     let onAbort: (() => void) | undefined;
     try {
@@ -283,10 +284,10 @@ export class H2SessionPool {
       settled: false,
       abandon: () => fail(Object.assign(new Error('connect abandoned'), { abandoned: true })),
       promise: new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(
-          () => fail(new CertshareError('CERTSHARE_KUBE_TIMEOUT', `no connection to the Kubernetes API at ${url.host} within ${this.#liveness.connectTimeoutMs} ms`)),
-          this.#liveness.connectTimeoutMs,
-        );
+        const timer = setTimeout(() => {
+          const within = this.#liveness.connectTimeoutMs;
+          fail(new CertshareError('CERTSHARE_KUBE_TIMEOUT', `no connection to the Kubernetes API at ${url.host} within ${within} ms`));
+        }, this.#liveness.connectTimeoutMs);
         timer.unref();
         const settle = (): boolean => {
           if (attempt.settled) return false;

@@ -146,7 +146,8 @@ function responseOf(stream: ClientHttp2Stream, signal: AbortSignal): Promise<{ h
       body.on('error', () => {});
       stream.on('error', (err) => body.destroy(err));
       stream.on('close', () => {
-        if (!stream.readableEnded) body.destroy(new CertshareError('CERTSHARE_KUBE_HTTP', `Kubernetes API stream closed mid-answer (HTTP/2 code ${stream.rstCode})`));
+        if (!stream.readableEnded)
+          body.destroy(new CertshareError('CERTSHARE_KUBE_HTTP', `Kubernetes API stream closed mid-answer (HTTP/2 code ${stream.rstCode})`));
       });
       stream.pipe(body);
       resolve({ headers, body });
@@ -189,7 +190,8 @@ async function exchangeHttp2(pool: H2SessionPool, url: URL, out: Outgoing, optio
       };
       signal.addEventListener('abort', onAbort, { once: true });
       const plain: Record<string, string> = {};
-      for (const [name, value] of Object.entries(headers)) if (!name.startsWith(':') && value !== undefined) plain[name] = Array.isArray(value) ? value.join(', ') : String(value);
+      for (const [name, value] of Object.entries(headers))
+        if (!name.startsWith(':') && value !== undefined) plain[name] = Array.isArray(value) ? value.join(', ') : String(value);
       return {
         status: Number(headers[':status'] ?? 0),
         headers: plain,
@@ -220,7 +222,8 @@ function identityKey(origin: string, tls: TlsIdentity): string {
   const hash = createHash('sha256');
   for (const part of [tls.ca, tls.cert, tls.key, tls.pfx, tls.passphrase, tls.rejectUnauthorized, tls.servername]) {
     const values = Array.isArray(part) ? part : [part];
-    for (const value of values) hash.update(value === undefined ? '-' : typeof value === 'object' && !Buffer.isBuffer(value) ? JSON.stringify(value) : String(value)).update('\0');
+    for (const value of values)
+      hash.update(value === undefined ? '-' : typeof value === 'object' && !Buffer.isBuffer(value) ? JSON.stringify(value) : String(value)).update('\0');
   }
   return `${origin} ${hash.digest('hex')}`;
 }
@@ -234,7 +237,10 @@ function poolFor(config: KubeConfig, url: URL, options: RequestOptions): H2Sessi
   }
   const key = identityKey(url.origin, tls);
   let byKey = pools.get(config);
-  if (!byKey) pools.set(config, (byKey = new Map()));
+  if (!byKey) {
+    byKey = new Map();
+    pools.set(config, byKey);
+  }
   let pool = byKey.get(key);
   if (!pool) {
     // A new identity for an origin (a rotated client certificate): the old sessions close once idle.
@@ -429,7 +435,13 @@ export async function watchOnce(
   let goaway = false;
   let offGoaway: (() => void) | undefined;
   try {
-    answer = await exchange(config, url, { method: 'GET', headers: { ...(base.headers as OutgoingHttpHeaders), Accept: 'application/json', 'User-Agent': USER_AGENT } }, base, cut.signal);
+    answer = await exchange(
+      config,
+      url,
+      { method: 'GET', headers: { ...(base.headers as OutgoingHttpHeaders), Accept: 'application/json', 'User-Agent': USER_AGENT } },
+      base,
+      cut.signal,
+    );
     clearTimeout(headersDeadline);
     if (answer.status !== 200) {
       const text = (await readBody(answer)).toString('utf8');

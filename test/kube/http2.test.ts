@@ -125,6 +125,39 @@ describe('HTTP/2 to the real kube-apiserver', () => {
     }
   });
 
+  it("past the apiserver's 250 concurrent streams per connection (its default), a second connection opens", { timeout: 120_000 }, async () => {
+    const { relay, connection, ns } = await relayedAdmin(cp(), dir());
+    const stop = new AbortController();
+    const delivered = new Set<number>();
+    const arrived = new EventEmitter();
+    const watches = Array.from({ length: 260 }, (_, i) =>
+      watchOnce(
+        connection.config,
+        `/api/v1/namespaces/${ns}/secrets`,
+        { fieldSelector: `metadata.name=cap-${i}` },
+        () => {
+          delivered.add(i);
+          arrived.emit('event');
+        },
+        { signal: stop.signal, inactivityMs: 120_000 },
+      ),
+    );
+    try {
+      // Every watch delivers its Secret's ADDED: all 260 are open at once.
+      for (let i = 0; i < 260; i += 20) {
+        await Promise.all(Array.from({ length: 20 }, (_, j) => connection.core.createNamespacedSecret({ namespace: ns, body: secret(`cap-${i + j}`) })));
+      }
+      await until('every watch has its event', () => delivered.size === 260, [onEvent(arrived, 'event')], 60_000);
+      assert.equal(kubeSessionStats(connection.config).sessions, 2, 'two HTTP/2 sessions for 260 watches');
+      assert.equal(relay.accepted, 2);
+    } finally {
+      stop.abort();
+      await Promise.all(watches);
+      connection.close();
+      await relay.close();
+    }
+  });
+
   it('a 5 MB list arrives whole; one over 16 MiB fails with CERTSHARE_KUBE_RESPONSE_TOO_LARGE', { timeout: 120_000 }, async () => {
     const { relay, connection, ns } = await relayedAdmin(cp(), dir());
     try {
@@ -207,7 +240,7 @@ describe('HTTP/2 to the real kube-apiserver', () => {
         [
           'apiVersion: v1',
           'kind: Config',
-          'clusters: [{name: c, cluster: {server: "https://localhost:' + port + '", insecure-skip-tls-verify: true}}]',
+          `clusters: [{name: c, cluster: {server: "https://localhost:${port}", insecure-skip-tls-verify: true}}]`,
           'users: [{name: u, user: {token: t}}]',
           'contexts: [{name: x, context: {cluster: c, user: u, namespace: n}}]',
           'current-context: x',
@@ -218,7 +251,10 @@ describe('HTTP/2 to the real kube-apiserver', () => {
       const api = makeApi(connection.config, CoreV1Api);
       for (let i = 0; i < 3; i++) assert.equal((await api.readNamespacedSecret({ name: 's', namespace: 'n' })).metadata?.name, 's');
       const events: WatchEvent[] = [];
-      await watchOnce(connection.config, '/api/v1/namespaces/n/secrets', {}, (e) => events.push(e), { signal: new AbortController().signal, inactivityMs: 5000 });
+      await watchOnce(connection.config, '/api/v1/namespaces/n/secrets', {}, (e) => events.push(e), {
+        signal: new AbortController().signal,
+        inactivityMs: 5000,
+      });
       assert.equal(events[0]?.object.metadata?.resourceVersion, '7');
       assert.equal(requests, 4);
       assert.deepEqual(kubeSessionStats(connection.config), { connects: 1, sessions: 0, http1Only: 1 }, 'ALPN asked once');
