@@ -82,7 +82,12 @@ export class H2Session {
     return this.#open && !this.goneAway && !this.h2.closed && !this.h2.destroyed;
   }
 
-  /** SETTINGS_MAX_CONCURRENT_STREAMS from the server (kube-apiserver: 250 unless --http2-max-streams-per-connection). */
+  /**
+   * SETTINGS_MAX_CONCURRENT_STREAMS from the server. kube-apiserver's default is 100 (k8s.io/apiserver
+   * secure_serving.go, since the HTTP/2 rapid-reset fixes; 250 before), --http2-max-streams-per-connection
+   * overrides it: 200 watches take 2 connections there. Beyond it the server refuses streams or
+   * nghttp2 queues them unsent, so a full session is not used.
+   */
   get capacity(): number {
     return this.h2.remoteSettings.maxConcurrentStreams ?? 100;
   }
@@ -91,10 +96,17 @@ export class H2Session {
     return this.#socket.bytesRead;
   }
 
-  /** Opens a stream (the caller checked `open` and `capacity`); the process stays alive while any is open. */
-  request(headers: OutgoingHttpHeaders, endStream: boolean): ClientHttp2Stream {
+  /**
+   * Holds a place for one stream (synchronously: callers that waited for the same connect must not all
+   * count the same free places); the process stays alive while any is held.
+   */
+  reserve(): void {
     this.active++;
     if (this.active === 1) this.h2.ref();
+  }
+
+  /** Opens a stream on a place reserve() held; the place is given back when the stream closes. */
+  request(headers: OutgoingHttpHeaders, endStream: boolean): ClientHttp2Stream {
     let stream: ClientHttp2Stream;
     try {
       stream = this.h2.request(headers, { endStream });
@@ -224,13 +236,21 @@ export class H2SessionPool {
     return this.#sessions.size;
   }
 
-  /** A session with room for one more stream, connecting one if needed; 'http1' when the server has no h2. */
+  /**
+   * A session with room for one more stream, its place reserved (use it with request() at once),
+   * connecting one if needed; 'http1' when the server has no h2.
+   */
   async acquire(signal: AbortSignal): Promise<H2Session | 'http1'> {
     for (;;) {
       if (signal.aborted) throw abortError(signal);
       if (this.#closed) throw new CertshareError('CERTSHARE_KUBE_HTTP', 'Kubernetes connection closed');
       if (this.http1Only) return 'http1';
-      for (const session of this.#sessions) if (session.open && session.active < session.capacity) return session;
+      for (const session of this.#sessions) {
+        if (session.open && session.active < session.capacity) {
+          session.reserve();
+          return session;
+        }
+      }
       if (this.#connecting === undefined && performance.now() < this.#retryAt) throw this.#lastError;
       await this.#join(signal);
     }
