@@ -202,7 +202,8 @@ interface ConnectAttempt {
   abandon(): void;
 }
 
-const abortError = (signal: AbortSignal): Error =>
+/** The error a cancelled exchange rejects with, as node:http's own for an aborted request (name AbortError). */
+export const abortError = (signal: AbortSignal): Error =>
   Object.assign(new Error('The operation was aborted', { cause: signal.reason }), { name: 'AbortError', code: 'ABORT_ERR' });
 
 /**

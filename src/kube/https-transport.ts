@@ -22,7 +22,15 @@ import { ServerConfiguration } from '@kubernetes/client-node/dist/gen/servers.js
 import { of } from '@kubernetes/client-node/dist/gen/rxjsStub.js';
 import { CertshareError } from '../core/errors.ts';
 import { LineSplitter } from '../localapi/line-splitter.ts';
-import { DEFAULT_LIVENESS, H2SessionPool, refusedBeforeProcessing, type H2Session, type SessionLiveness, type TlsIdentity } from './h2-session-pool.ts';
+import {
+  abortError,
+  DEFAULT_LIVENESS,
+  H2SessionPool,
+  refusedBeforeProcessing,
+  type H2Session,
+  type SessionLiveness,
+  type TlsIdentity,
+} from './h2-session-pool.ts';
 
 /** A Secret, a Lease or a Pod status is a few KB; anything near this is not an answer we asked for. */
 const MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
@@ -74,9 +82,6 @@ const isTimeout = (reason: unknown): boolean => reason instanceof DOMException &
 
 /** A deadline (ours, a caller's AbortSignal.timeout, a watch's headers bound), as opposed to a cancellation. */
 const isDeadline = (reason: unknown): boolean => isTimeout(reason) || (reason instanceof CertshareError && reason.code === 'CERTSHARE_KUBE_TIMEOUT');
-
-const abortError = (signal: AbortSignal): Error =>
-  Object.assign(new Error('The operation was aborted', { cause: signal.reason }), { name: 'AbortError', code: 'ABORT_ERR' });
 
 /** One request's answer, whichever protocol carried it: status and headers, then the body as it arrives. */
 interface Answer {
