@@ -202,7 +202,7 @@ describe('HTTP/2 to the real kube-apiserver', () => {
 
   it('a black-holed connection is found dead by its PINGs, once for all its watches, which resume', { timeout: 120_000 }, async () => {
     const { relay, connection, ns } = await relayedAdmin(cp(), dir());
-    setKubeSessionLiveness(connection.config, { readIdleMs: 1000, pingTimeoutMs: 1000 });
+    setKubeSessionLiveness(connection.config, { readIdleMs: 1000, pingTimeoutMs: 3000 });
     const names = Array.from({ length: 10 }, (_, i) => `b-${i}`);
     await Promise.all(names.map((name) => connection.core.createNamespacedSecret({ namespace: ns, body: secret(name) })));
     const watched = watchAll(connection, names);
