@@ -257,6 +257,7 @@ export async function startInjector(
       await running.stop();
       // Released (best effort, within the kube timeout): another replica writes at once, not after the Lease expires.
       await elector.stop(AbortSignal.timeout(config.kubeTimeoutMs));
+      connection.close();
       await Promise.all([server.close({ drainMs: config.drainDelayMs }), metricsServer.close()]);
     },
   };

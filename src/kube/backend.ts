@@ -105,6 +105,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
     async stop() {
       await gate?.stop();
       await store.stop();
+      connection.close();
       await projector?.idle();
     },
   };

@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
 import { KubeConfig } from '@kubernetes/client-node/dist/config.js';
 import { CertshareError, errorMessage, type ErrorCode } from '../core/errors.ts';
-import { DEFAULT_REQUEST_TIMEOUT_MS, makeApi } from './https-transport.ts';
+import { DEFAULT_REQUEST_TIMEOUT_MS, closeKubeSessions, makeApi } from './https-transport.ts';
 import { kubeconfigSource } from './kubeconfig-source.ts';
 
 const SA_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
@@ -13,6 +13,8 @@ export interface KubeConnection {
   namespace: string;
   /** The bound of one API request (see DEFAULT_REQUEST_TIMEOUT_MS); APIs made from this connection use it. */
   requestTimeoutMs: number;
+  /** Closes the API connections (HTTP/2 sessions) so the process can exit; later calls reconnect. */
+  close(): void;
 }
 
 /** In-cluster credentials inside a Pod, KUBECONFIG (or ~/.kube/config) outside. */
@@ -34,7 +36,7 @@ export async function connectKube(env: NodeJS.ProcessEnv, options: { requestTime
     )) ||
     config.getContextObject(config.getCurrentContext())?.namespace ||
     'default';
-  return { config, core: makeApi(config, CoreV1Api, requestTimeoutMs), namespace, requestTimeoutMs };
+  return { config, core: makeApi(config, CoreV1Api, requestTimeoutMs), namespace, requestTimeoutMs, close: () => closeKubeSessions(config) };
 }
 
 /** The HTTP status of a failed API call, if it got one (client-node's ApiException carries `code`, our watch `statusCode`). */

@@ -1,12 +1,18 @@
-// The Kubernetes API over node:http(s), in place of client-node's undici transport. client-node keeps
-// doing what it is good at (kubeconfig and in-cluster credentials, token refresh, exec plugins,
-// proxies, typed requests and (de)serialisation); only the bytes travel through Node's own HTTP stack.
+// The Kubernetes API over node:http2 (node:http(s) where HTTP/2 is not offered), in place of client-node's
+// undici transport. client-node keeps doing what it is good at (kubeconfig and in-cluster credentials,
+// token refresh, exec plugins, proxies, typed requests and (de)serialisation); only the bytes travel
+// through Node's own HTTP stack.
 // Why: undici (its CommonJS entry, its WebAssembly HTTP parser and its connection pools) costs a kube
-// replica ~9 MB of RSS that node:https does not (npm run bench -- --memory). The bundle (scripts/build.ts)
-// then leaves undici out entirely.
-import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
+// replica ~9 MB of RSS that Node's own stack does not (npm run bench -- --memory); the bundle
+// (scripts/build.ts) then leaves undici out entirely. And HTTP/2 carries every request and watch of a
+// connection over one TCP connection per API server (h2-session-pool.ts), as client-go does, where
+// HTTP/1.1 needs a socket per concurrent watch: 200 domains were 200 sockets per replica.
+import { createHash } from 'node:crypto';
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 import { request as httpRequest } from 'node:http';
+import { constants as h2, type ClientHttp2Stream, type IncomingHttpHeaders as H2IncomingHeaders } from 'node:http2';
 import { request as httpsRequest, type RequestOptions } from 'node:https';
+import { PassThrough } from 'node:stream';
 import type { KubeConfig } from '@kubernetes/client-node/dist/config.js';
 import type { SecurityAuthentication } from '@kubernetes/client-node/dist/gen/auth/auth.js';
 import { createConfiguration, type ConfigurationOptions } from '@kubernetes/client-node/dist/gen/configuration.js';
@@ -16,6 +22,15 @@ import { ServerConfiguration } from '@kubernetes/client-node/dist/gen/servers.js
 import { of } from '@kubernetes/client-node/dist/gen/rxjsStub.js';
 import { CertshareError } from '../core/errors.ts';
 import { LineSplitter } from '../localapi/line-splitter.ts';
+import {
+  abortError,
+  DEFAULT_LIVENESS,
+  H2SessionPool,
+  refusedBeforeProcessing,
+  type H2Session,
+  type SessionLiveness,
+  type TlsIdentity,
+} from './h2-session-pool.ts';
 
 /** A Secret, a Lease or a Pod status is a few KB; anything near this is not an answer we asked for. */
 const MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
@@ -65,23 +80,222 @@ function timeoutError(method: string, url: URL, timeoutMs: number | undefined, c
 
 const isTimeout = (reason: unknown): boolean => reason instanceof DOMException && reason.name === 'TimeoutError';
 
-function open(url: URL, options: RequestOptions, signal?: AbortSignal): { req: ReturnType<typeof httpsRequest>; response: Promise<IncomingMessage> } {
-  const send = url.protocol === 'http:' ? httpRequest : httpsRequest;
-  const req = send(url, { ...options, ...(signal ? { signal } : {}) });
-  const response = new Promise<IncomingMessage>((resolve, reject) => {
-    req.once('response', resolve);
-    req.once('error', reject);
-  });
-  return { req, response };
+/** A deadline (ours, a caller's AbortSignal.timeout, a watch's headers bound), as opposed to a cancellation. */
+const isDeadline = (reason: unknown): boolean => isTimeout(reason) || (reason instanceof CertshareError && reason.code === 'CERTSHARE_KUBE_TIMEOUT');
+
+/** One request's answer, whichever protocol carried it: status and headers, then the body as it arrives. */
+interface Answer {
+  status: number;
+  headers: Record<string, string>;
+  body: AsyncIterable<Buffer>;
+  /** The HTTP/2 session carrying it (absent over HTTP/1.1). */
+  session?: H2Session;
+  /** Ends the exchange (an HTTP/2 stream is reset, its session stays). */
+  close(): void;
 }
 
-async function readBody(res: IncomingMessage): Promise<Buffer> {
+interface Outgoing {
+  method: string;
+  headers: OutgoingHttpHeaders;
+  body?: string | Buffer;
+}
+
+function exchangeHttp1(url: URL, out: Outgoing, options: RequestOptions, signal: AbortSignal): Promise<Answer> {
+  const send = url.protocol === 'http:' ? httpRequest : httpsRequest;
+  const req = send(url, { ...options, method: out.method, headers: out.headers, signal });
+  const answer = new Promise<Answer>((resolve, reject) => {
+    req.once('response', (res) =>
+      resolve({ status: res.statusCode ?? 0, headers: plainHeaders(res.headers), body: res as AsyncIterable<Buffer>, close: () => req.destroy() }),
+    );
+    req.once('error', reject);
+  });
+  req.end(out.body);
+  return answer;
+}
+
+/** Header names HTTP/2 forbids (RFC 9113 8.2.2) or sets itself. */
+const CONNECTION_HEADERS = new Set(['host', 'connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade']);
+
+function h2Headers(url: URL, out: Outgoing, options: RequestOptions): OutgoingHttpHeaders {
+  const headers: OutgoingHttpHeaders = { ':method': out.method, ':path': url.pathname + url.search };
+  for (const [name, value] of Object.entries(out.headers)) {
+    const lower = name.toLowerCase();
+    if (value !== undefined && !CONNECTION_HEADERS.has(lower)) headers[lower] = value;
+  }
+  // client-node gives basic-auth users as `auth` (node:https turns it into the header itself).
+  if (options.auth && headers.authorization === undefined) headers.authorization = `Basic ${Buffer.from(options.auth).toString('base64')}`;
+  return headers;
+}
+
+/**
+ * The response headers of `stream`, and its body: a stream read from the moment the headers arrive (a
+ * short answer's data and end follow at once, and Node may close the stream before an await resumes).
+ */
+function responseOf(stream: ClientHttp2Stream, signal: AbortSignal): Promise<{ headers: H2IncomingHeaders; body: PassThrough }> {
+  return new Promise((resolve, reject) => {
+    const done = (): void => {
+      signal.removeEventListener('abort', onAbort);
+      stream.removeListener('response', onResponse);
+      stream.removeListener('error', onError);
+      stream.removeListener('close', onClose);
+    };
+    const onAbort = (): void => {
+      done();
+      if (!stream.closed) stream.close(h2.NGHTTP2_CANCEL);
+      reject(abortError(signal));
+    };
+    const onResponse = (headers: H2IncomingHeaders): void => {
+      done();
+      const body = new PassThrough();
+      // An error after the reader stopped reading (a request's answer is complete) has nobody to tell.
+      body.on('error', () => {});
+      stream.on('error', (err) => body.destroy(err));
+      stream.on('close', () => {
+        if (!stream.readableEnded)
+          body.destroy(new CertshareError('CERTSHARE_KUBE_HTTP', `Kubernetes API stream closed mid-answer (HTTP/2 code ${stream.rstCode})`));
+      });
+      stream.pipe(body);
+      resolve({ headers, body });
+    };
+    const onError = (err: unknown): void => {
+      done();
+      reject(err);
+    };
+    const onClose = (): void => {
+      done();
+      reject(new CertshareError('CERTSHARE_KUBE_HTTP', `Kubernetes API stream closed before an answer (HTTP/2 code ${stream.rstCode})`));
+    };
+    stream.once('response', onResponse);
+    stream.once('error', onError);
+    stream.once('close', onClose);
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+/**
+ * One exchange on a pooled HTTP/2 session. A stream the server refused unprocessed (REFUSED_STREAM, or
+ * a session that had just received GOAWAY) is sent once more, on another session. A deadline that
+ * passes without a byte from the connection makes the session suspect (see H2Session.suspect).
+ */
+async function exchangeHttp2(pool: H2SessionPool, url: URL, out: Outgoing, options: RequestOptions, signal: AbortSignal): Promise<Answer | 'http1'> {
+  for (let attempt = 1; ; attempt++) {
+    const session = await pool.acquire(signal);
+    if (session === 'http1') return 'http1';
+    const readBefore = session.bytesRead;
+    let stream: ClientHttp2Stream | undefined;
+    try {
+      stream = session.request(h2Headers(url, out, options), out.body === undefined);
+      if (out.body !== undefined) stream.end(out.body);
+      const { headers, body } = await responseOf(stream, signal);
+      const open = stream;
+      const onAbort = (): void => {
+        if (!open.closed) open.close(h2.NGHTTP2_CANCEL);
+        body.destroy(abortError(signal));
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      const plain: Record<string, string> = {};
+      for (const [name, value] of Object.entries(headers))
+        if (!name.startsWith(':') && value !== undefined) plain[name] = Array.isArray(value) ? value.join(', ') : String(value);
+      return {
+        status: Number(headers[':status'] ?? 0),
+        headers: plain,
+        body,
+        session,
+        close: () => {
+          signal.removeEventListener('abort', onAbort);
+          if (!open.closed) open.close(h2.NGHTTP2_CANCEL);
+        },
+      };
+    } catch (err) {
+      if (attempt === 1 && !signal.aborted && refusedBeforeProcessing(err, stream)) continue;
+      if (signal.aborted && isDeadline(signal.reason) && session.bytesRead === readBefore) session.suspect();
+      throw err;
+    }
+  }
+}
+
+/**
+ * The session pools of one KubeConfig (one connection: connectKube, or a test's own), by origin and TLS
+ * identity. Per KubeConfig rather than per process so that replicas in one process (tests) keep their
+ * own connections and closing one leaves the others.
+ */
+const pools = new WeakMap<KubeConfig, Map<string, H2SessionPool>>();
+const livenessOf = new WeakMap<KubeConfig, SessionLiveness>();
+
+function identityKey(origin: string, tls: TlsIdentity): string {
+  const hash = createHash('sha256');
+  for (const part of [tls.ca, tls.cert, tls.key, tls.pfx, tls.passphrase, tls.rejectUnauthorized, tls.servername]) {
+    const values = Array.isArray(part) ? part : [part];
+    for (const value of values)
+      hash.update(value === undefined ? '-' : typeof value === 'object' && !Buffer.isBuffer(value) ? JSON.stringify(value) : String(value)).update('\0');
+  }
+  return `${origin} ${hash.digest('hex')}`;
+}
+
+/** The HTTP/2 pool for this request, or none: plain http (no TLS, no ALPN) and proxies stay on HTTP/1.1. */
+function poolFor(config: KubeConfig, url: URL, options: RequestOptions): H2SessionPool | undefined {
+  if (url.protocol !== 'https:' || config.getCurrentCluster()?.proxyUrl) return undefined;
+  const tls: TlsIdentity = {};
+  for (const name of ['ca', 'cert', 'key', 'pfx', 'passphrase', 'rejectUnauthorized', 'servername'] as const) {
+    if (options[name] !== undefined) (tls as Record<string, unknown>)[name] = options[name];
+  }
+  const key = identityKey(url.origin, tls);
+  let byKey = pools.get(config);
+  if (!byKey) {
+    byKey = new Map();
+    pools.set(config, byKey);
+  }
+  let pool = byKey.get(key);
+  if (!pool) {
+    // A new identity for an origin (a rotated client certificate): the old sessions close once idle.
+    for (const [other, old] of byKey) {
+      if (other.startsWith(`${url.origin} `)) {
+        old.close();
+        byKey.delete(other);
+      }
+    }
+    pool = new H2SessionPool(url.origin, tls, livenessOf.get(config) ?? DEFAULT_LIVENESS);
+    byKey.set(key, pool);
+  }
+  return pool;
+}
+
+async function exchange(config: KubeConfig, url: URL, out: Outgoing, options: RequestOptions, signal: AbortSignal): Promise<Answer> {
+  const pool = poolFor(config, url, options);
+  const answer = pool ? await exchangeHttp2(pool, url, out, options, signal) : 'http1';
+  return answer === 'http1' ? exchangeHttp1(url, out, options, signal) : answer;
+}
+
+/** Closes the API connections of `config` (the process may then exit); later calls open new ones. */
+export function closeKubeSessions(config: KubeConfig): void {
+  for (const pool of pools.get(config)?.values() ?? []) pool.close();
+  pools.delete(config);
+}
+
+/** Liveness settings for the sessions `config` opens from now on (tests scale them down). */
+export function setKubeSessionLiveness(config: KubeConfig, liveness: Partial<SessionLiveness>): void {
+  livenessOf.set(config, { ...DEFAULT_LIVENESS, ...liveness });
+}
+
+/** What the connections of `config` look like: connections opened, HTTP/2 sessions open, origins on HTTP/1.1. */
+export function kubeSessionStats(config: KubeConfig): { connects: number; sessions: number; http1Only: number } {
+  const stats = { connects: 0, sessions: 0, http1Only: 0 };
+  for (const pool of pools.get(config)?.values() ?? []) {
+    stats.connects += pool.connects;
+    stats.sessions += pool.sessions;
+    if (pool.http1Only) stats.http1Only++;
+  }
+  return stats;
+}
+
+async function readBody(answer: Answer): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let bytes = 0;
-  for await (const chunk of res as AsyncIterable<Buffer>) {
+  for await (const chunk of answer.body) {
     bytes += chunk.length;
     if (bytes > MAX_RESPONSE_BYTES) {
-      res.destroy();
+      answer.close();
       throw new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', `Kubernetes API answer larger than ${MAX_RESPONSE_BYTES} bytes`);
     }
     chunks.push(chunk);
@@ -96,12 +310,12 @@ function plainHeaders(headers: IncomingHttpHeaders): Record<string, string> {
 }
 
 /**
- * client-node's per-request authentication hook, kept to what node:https needs: the request options
+ * client-node's per-request authentication hook, kept to what our transport needs: the request options
  * travel in the context's "dispatcher" slot (client-node's undici hook, unused otherwise) to `send` below.
  */
 function kubeconfigAuthentication(config: KubeConfig): SecurityAuthentication {
   return {
-    getName: () => 'kubeconfig over node:https',
+    getName: () => 'kubeconfig over node:http2',
     async applySecurityAuthentication(context: RequestContext) {
       const options = await requestOptions(config);
       for (const [name, value] of Object.entries(options.headers ?? {})) if (value !== undefined) context.setHeaderParam(name, String(value));
@@ -111,10 +325,10 @@ function kubeconfigAuthentication(config: KubeConfig): SecurityAuthentication {
 }
 
 /**
- * Sends client-node's requests over node:https, each under its own deadline (connect, headers and body
- * together, like the context of Tailscale's kubeclient) joined with the caller's signal (see withSignal).
+ * Sends client-node's requests, each under its own deadline (connect, headers and body together, like
+ * the context of Tailscale's kubeclient) joined with the caller's signal (see withSignal).
  */
-function nodeHttpLibrary(timeoutMs: number) {
+function nodeHttpLibrary(config: KubeConfig, timeoutMs: number) {
   return wrapHttpLibrary({
     async send(context: RequestContext): Promise<ResponseContext> {
       const options = (context.getDispatcher() ?? {}) as unknown as RequestOptions;
@@ -125,11 +339,14 @@ function nodeHttpLibrary(timeoutMs: number) {
       const deadline = AbortSignal.timeout(timeoutMs);
       const signal = cancelled ? AbortSignal.any([cancelled, deadline]) : deadline;
       try {
-        const { req, response } = open(url, { ...options, method, headers: { ...context.getHeaders() } }, signal);
-        req.end(body);
-        const res = await response;
-        const data = await readBody(res);
-        return new ResponseContext(res.statusCode ?? 0, plainHeaders(res.headers), {
+        const answer = await exchange(config, url, { method, headers: { ...context.getHeaders() }, ...(body === undefined ? {} : { body }) }, options, signal);
+        let data: Buffer;
+        try {
+          data = await readBody(answer);
+        } finally {
+          answer.close();
+        }
+        return new ResponseContext(answer.status, answer.headers, {
           text: async () => data.toString('utf8'),
           binary: async () => data,
           stream: () => null,
@@ -144,7 +361,7 @@ function nodeHttpLibrary(timeoutMs: number) {
 }
 
 /**
- * A generated client-node API class (CoreV1Api, CoordinationV1Api...) talking over node:https, every
+ * A generated client-node API class (CoreV1Api, CoordinationV1Api...) talking over HTTP/2 (or HTTP/1.1), every
  * request bounded by `requestTimeoutMs`.
  */
 export function makeApi<T>(
@@ -156,7 +373,7 @@ export function makeApi<T>(
     createConfiguration({
       baseServer: new ServerConfiguration(apiServer(config), {}),
       authMethods: { default: kubeconfigAuthentication(config) },
-      httpApi: nodeHttpLibrary(requestTimeoutMs),
+      httpApi: nodeHttpLibrary(config, requestTimeoutMs),
       middleware: [setHeaderMiddleware('User-Agent', USER_AGENT)],
     }),
   );
@@ -190,7 +407,9 @@ const MAX_WATCH_LINE_BYTES = 4 * 1024 * 1024;
  * One watch request: GET `path` with `watch=true` and `query`, calling `onEvent` per JSON line until the
  * server ends the stream (resolves) or it fails (rejects: HTTP status as KubeHttpError, no response
  * headers within `headersTimeoutMs` (CERTSHARE_KUBE_TIMEOUT), no byte for `inactivityMs`, a malformed
- * line, a transport error). Aborting `signal` resolves.
+ * line, a transport error). Aborting `signal` resolves. Over HTTP/2 the watch also ends (resolves, as
+ * when the server ends it) once its session got GOAWAY, so the caller resumes on a fresh session; a
+ * dead connection is found by the session's PINGs, for all its watches at once.
  */
 export async function watchOnce(
   config: KubeConfig,
@@ -205,17 +424,40 @@ export async function watchOnce(
   const base = await requestOptions(config);
   const { signal, inactivityMs, headersTimeoutMs = DEFAULT_REQUEST_TIMEOUT_MS } = options;
   if (signal.aborted) return;
-  const { req, response } = open(url, { ...base, method: 'GET', headers: { ...base.headers, Accept: 'application/json', 'User-Agent': USER_AGENT } }, signal);
+  // Ends this one exchange: the caller's signal, the headers deadline or the inactivity bound.
+  const cut = new AbortController();
+  let failure: Error | undefined;
+  const fail = (err: Error): void => {
+    failure ??= err;
+    cut.abort(err);
+  };
+  const onAbort = (): void => cut.abort(signal.reason);
+  signal.addEventListener('abort', onAbort, { once: true });
   // Until the answer starts, a watch is a request like any other; after that only silence ends it.
-  const headersDeadline = setTimeout(() => req.destroy(timeoutError('GET', url, headersTimeoutMs, undefined)), headersTimeoutMs);
-  req.setTimeout(inactivityMs, () => req.destroy(new Error(`Kubernetes watch silent for ${inactivityMs} ms`)));
-  req.end();
+  const headersDeadline = setTimeout(() => fail(timeoutError('GET', url, headersTimeoutMs, undefined)), headersTimeoutMs);
+  let silence: NodeJS.Timeout | undefined;
+  let answer: Answer | undefined;
+  let goaway = false;
+  let offGoaway: (() => void) | undefined;
   try {
-    const res = await response.finally(() => clearTimeout(headersDeadline));
-    if (res.statusCode !== 200) {
-      const text = (await readBody(res)).toString('utf8');
-      throw new KubeHttpError(res.statusCode ?? 0, text, `watch ${path}`);
+    answer = await exchange(
+      config,
+      url,
+      { method: 'GET', headers: { ...(base.headers as OutgoingHttpHeaders), Accept: 'application/json', 'User-Agent': USER_AGENT } },
+      base,
+      cut.signal,
+    );
+    clearTimeout(headersDeadline);
+    if (answer.status !== 200) {
+      const text = (await readBody(answer)).toString('utf8');
+      throw new KubeHttpError(answer.status, text, `watch ${path}`);
     }
+    const current = answer;
+    offGoaway = current.session?.onGoaway(() => {
+      goaway = true;
+      current.close();
+    });
+    silence = setTimeout(() => fail(new Error(`Kubernetes watch silent for ${inactivityMs} ms`)), inactivityMs);
     const lines = new LineSplitter(
       MAX_WATCH_LINE_BYTES,
       (max, length) => new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', `Kubernetes watch event longer than ${max} bytes (got at least ${length})`),
@@ -229,16 +471,22 @@ export async function watchOnce(
       }
       onEvent(event);
     };
-    for await (const chunk of res as AsyncIterable<Buffer>) {
+    for await (const chunk of current.body) {
+      silence.refresh();
       for (const line of lines.push(chunk)) handle(line);
       if (lines.error) throw lines.error;
     }
+    if (goaway) return;
     const last = lines.end();
     if (last) handle(last);
   } catch (err) {
-    if (signal.aborted) return;
-    throw err;
+    if (signal.aborted || goaway) return;
+    throw failure ?? err;
   } finally {
-    req.destroy();
+    clearTimeout(headersDeadline);
+    clearTimeout(silence);
+    signal.removeEventListener('abort', onAbort);
+    offGoaway?.();
+    answer?.close();
   }
 }

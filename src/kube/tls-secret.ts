@@ -70,5 +70,7 @@ export class TlsSecret implements PairSource {
     this.#abort.abort();
     await this.#watch?.stop();
     await this.#reading;
+    // Its own connection (one more HTTP/2 session to the API server than the store's): closed with it.
+    this.#connection?.close();
   }
 }

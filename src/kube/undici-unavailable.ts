@@ -1,5 +1,5 @@
 // Stands in for the `undici` package in the production bundle (scripts/build.ts aliases it here).
-// certshare talks to the Kubernetes API over node:https (https-transport.ts); client-node still imports
+// certshare talks to the Kubernetes API over node:http2 and node:https (https-transport.ts); client-node still imports
 // undici for its own default transport, which certshare never uses. Leaving undici out saves the
 // bundle's largest dependency and its memory; should a code path reach it anyway, it fails loudly here
 // instead of silently loading it. The build fails if client-node starts importing a name not listed.

@@ -30,6 +30,11 @@ export interface ControlPlaneOptions {
    * exist (no controller creates `default`).
    */
   serviceAccountAdmission?: boolean;
+  /**
+   * kube-apiserver's --goaway-chance: the probability (at most 0.02) that it answers a request with
+   * HTTP/2 GOAWAY, so that clients must move to a new connection. Default off.
+   */
+  goawayChance?: number;
   /** Extra kube-apiserver flags, appended last (they win over the defaults). */
   extraApiServerArgs?: string[];
   /** Extra etcd flags, appended last. */
@@ -507,6 +512,7 @@ class ControlPlaneImpl implements ControlPlane {
       // the `kubernetes` Service itself is still created.
       '--endpoint-reconciler-type=none',
       '--profiling=false',
+      ...(this.options.goawayChance ? [`--goaway-chance=${this.options.goawayChance}`] : []),
       ...(this.options.extraApiServerArgs ?? []),
     ];
   }

@@ -2,6 +2,9 @@ import { createConnection, createServer, type Socket } from 'node:net';
 
 export interface TcpProxy {
   readonly port: number;
+  /** Connections accepted so far (how many a client opened), and those still open. */
+  readonly accepted: number;
+  readonly open: number;
   /** A network partition: open connections are dropped and new ones refused until restore(). */
   cut(): void;
   /**
@@ -29,11 +32,16 @@ function swallow(socket: Socket): void {
 export function startTcpProxy(target: number | (() => number | undefined), targetHost = '127.0.0.1'): Promise<TcpProxy> {
   const sockets = new Set<Socket>();
   let state: 'forward' | 'cut' | 'black-hole' = 'forward';
+  let accepted = 0;
+  const clients = new Set<Socket>();
   const track = (s: Socket): void => {
     sockets.add(s);
     s.on('close', () => sockets.delete(s));
   };
   const server = createServer((client) => {
+    accepted++;
+    clients.add(client);
+    client.on('close', () => clients.delete(client));
     const targetPort = typeof target === 'number' ? target : target();
     if (state === 'cut' || targetPort === undefined) return client.destroy();
     track(client);
@@ -53,6 +61,12 @@ export function startTcpProxy(target: number | (() => number | undefined), targe
     server.listen(0, '127.0.0.1', () =>
       resolve({
         port: (server.address() as { port: number }).port,
+        get accepted() {
+          return accepted;
+        },
+        get open() {
+          return clients.size;
+        },
         cut() {
           state = 'cut';
           for (const s of sockets) s.destroy();

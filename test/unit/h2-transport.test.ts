@@ -1,0 +1,112 @@
+// The HTTP/2 transport's stream-level behaviour against a scripted node:http2 server: a reset stream
+// fails alone, a refused one is sent again, failed connects back off.
+import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import { constants, createSecureServer, type Http2SecureServer, type ServerHttp2Stream } from 'node:http2';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
+import { connectKube } from '../../src/kube/connection.ts';
+import { kubeSessionStats, makeApi } from '../../src/kube/https-transport.ts';
+import { DAY, makePair } from '../support/certs.ts';
+import { freePort } from '../support/processes.ts';
+import { useTempDir } from '../support/standalone.ts';
+
+async function kubeconfigFor(dir: string, name: string, port: number): Promise<string> {
+  const path = join(dir, `${name}.kubeconfig`);
+  const cluster = `{server: "https://localhost:${port}", insecure-skip-tls-verify: true}`;
+  await writeFile(
+    path,
+    [
+      'apiVersion: v1',
+      'kind: Config',
+      `clusters: [{name: c, cluster: ${cluster}}]`,
+      'users: [{name: u, user: {token: t}}]',
+      'contexts: [{name: x, context: {cluster: c, user: u, namespace: n}}]',
+      'current-context: x',
+      '',
+    ].join('\n'),
+  );
+  return path;
+}
+
+const secretJson = (name: string) => JSON.stringify({ apiVersion: 'v1', kind: 'Secret', metadata: { name, namespace: 'n' } });
+
+describe('HTTP/2 transport against a scripted server', () => {
+  const dir = useTempDir();
+  let server: Http2SecureServer;
+  let port: number;
+  let sessions = 0;
+  const seen: string[] = [];
+  /** Per secret name: what the server does with a request for it. */
+  let script: (name: string, stream: ServerHttp2Stream, attempt: number) => void = () => {};
+
+  before(async () => {
+    const pair = await makePair('localhost', Date.now() - 60_000, DAY);
+    server = createSecureServer({ cert: pair.certPem, key: pair.keyPem });
+    server.on('session', () => sessions++);
+    server.on('stream', (stream, headers) => {
+      stream.on('error', () => {}); // the resets this server makes itself
+      const name = String(headers[':path']).split('/').pop()!.split('?')[0]!;
+      seen.push(name);
+      script(name, stream, seen.filter((n) => n === name).length);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    port = (server.address() as { port: number }).port;
+  });
+  after(() => server.close());
+
+  it('a stream the server resets fails alone; its sibling on the same connection answers', async () => {
+    let held: ServerHttp2Stream | undefined;
+    script = (name, stream) => {
+      if (name === 'slow') held = stream;
+      else if (name === 'reset') {
+        stream.close(constants.NGHTTP2_INTERNAL_ERROR);
+        held?.respond({ ':status': 200, 'content-type': 'application/json' });
+        held?.end(secretJson('slow'));
+      }
+    };
+    sessions = 0;
+    const connection = await connectKube({ KUBECONFIG: await kubeconfigFor(dir(), 'reset', port), POD_NAMESPACE: 'n' });
+    const api = makeApi(connection.config, CoreV1Api);
+    const slow = api.readNamespacedSecret({ name: 'slow', namespace: 'n' });
+    await new Promise<void>((resolve) => {
+      const check = () => (held ? resolve() : setImmediate(check));
+      check();
+    });
+    await assert.rejects(api.readNamespacedSecret({ name: 'reset', namespace: 'n' }), /NGHTTP2_INTERNAL_ERROR|code 2/);
+    assert.equal((await slow).metadata?.name, 'slow');
+    assert.equal(sessions, 1);
+    connection.close();
+  });
+
+  it('a stream refused unprocessed (REFUSED_STREAM) is sent once more', async () => {
+    script = (name, stream, attempt) => {
+      if (attempt === 1) return stream.close(constants.NGHTTP2_REFUSED_STREAM);
+      stream.respond({ ':status': 200, 'content-type': 'application/json' });
+      stream.end(secretJson(name));
+    };
+    const connection = await connectKube({ KUBECONFIG: await kubeconfigFor(dir(), 'refused', port), POD_NAMESPACE: 'n' });
+    const api = makeApi(connection.config, CoreV1Api);
+    assert.equal((await api.readNamespacedSecret({ name: 'refused-once', namespace: 'n' })).metadata?.name, 'refused-once');
+    assert.deepEqual(
+      seen.filter((n) => n === 'refused-once'),
+      ['refused-once', 'refused-once'],
+    );
+    // Refused every time: one retry only, then the error.
+    script = (_name, stream) => stream.close(constants.NGHTTP2_REFUSED_STREAM);
+    await assert.rejects(api.readNamespacedSecret({ name: 'always-refused', namespace: 'n' }));
+    assert.equal(seen.filter((n) => n === 'always-refused').length, 2);
+    connection.close();
+  });
+
+  it('after a failed connect, calls fail at once with its error instead of each opening a connection', async () => {
+    const closed = await freePort();
+    const connection = await connectKube({ KUBECONFIG: await kubeconfigFor(dir(), 'refused-port', closed), POD_NAMESPACE: 'n' });
+    const api = makeApi(connection.config, CoreV1Api);
+    await assert.rejects(api.readNamespacedSecret({ name: 's', namespace: 'n' }), { code: 'ECONNREFUSED' });
+    await assert.rejects(api.readNamespacedSecret({ name: 's', namespace: 'n' }), { code: 'ECONNREFUSED' });
+    assert.equal(kubeSessionStats(connection.config).connects, 1, 'the second call waited out the backoff instead of connecting');
+    connection.close();
+  });
+});
