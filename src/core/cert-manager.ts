@@ -47,6 +47,7 @@ export class CertManager {
     const previous = this.#stopping.get(domain) ?? Promise.resolve();
     const done = previous.then(() => this.#runUntilAborted(loop, abort.signal));
     this.#loops.set(domain, { loop, abort, done });
+    this.#deps.budget?.track(domain);
     this.#deps.logger.info({ domain }, 'managing domain');
   }
 
@@ -66,6 +67,7 @@ export class CertManager {
     const running = this.#loops.get(domain);
     if (!running) return;
     this.#loops.delete(domain);
+    this.#deps.budget?.untrack(domain);
     running.abort.abort(new Error(`domain ${domain} no longer managed`));
     const done = running.done.finally(() => {
       if (this.#stopping.get(domain) === done) this.#stopping.delete(domain);
