@@ -56,12 +56,12 @@ export interface Contender {
  * `COUNT/WINDOW` (e.g. `50/168h`), or `0` for no budget. COUNT is a positive integer, WINDOW a Go-style
  * duration longer than 0. Throws CERTSHARE_BAD_FLAG with the reason.
  */
-export function parseBudget(text: string): BudgetLimit | undefined {
+export function parseBudget(text: string, flag = '--issuance-budget'): BudgetLimit | undefined {
   const input = text.trim();
   if (input === '0') return undefined;
   const match = /^(\d+)\/(.+)$/.exec(input);
   const bad = (why: string): CertshareError =>
-    new CertshareError('CERTSHARE_BAD_FLAG', `--issuance-budget: "${text}" ${why} (want COUNT/WINDOW, e.g. 50/168h, or 0 to disable)`);
+    new CertshareError('CERTSHARE_BAD_FLAG', `${flag}: "${text}" ${why} (want COUNT/WINDOW, e.g. 50/168h, or 0 to disable)`);
   if (!match) throw bad('is not COUNT/WINDOW');
   const count = Number(match[1]);
   if (!Number.isSafeInteger(count) || count < 1) throw bad('needs a COUNT of at least 1');
