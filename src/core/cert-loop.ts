@@ -226,7 +226,13 @@ export class CertLoop {
   #queuedForBudget(verdict: Extract<BudgetVerdict, { kind: 'queued' }>): number {
     const { observer, clock, budget } = this.#deps;
     const now = clock.now();
-    const next = Math.min(verdict.turnAt, ...(budget?.queues().filter((q) => q.registeredDomain === verdict.registeredDomain).map((q) => q.nextSlotAt ?? Infinity) ?? []));
+    const next = Math.min(
+      verdict.turnAt,
+      ...(budget
+        ?.queues()
+        .filter((q) => q.registeredDomain === verdict.registeredDomain)
+        .map((q) => q.nextSlotAt ?? Infinity) ?? []),
+    );
     const limit = budget ? formatBudget(budget.limit) : '';
     const message =
       `waiting for the issuance budget (${limit} first issuances for ${verdict.registeredDomain}): ` +

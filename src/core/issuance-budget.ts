@@ -97,7 +97,12 @@ export function everIssued(entries: readonly LedgerEntry[], domain: string): boo
  * window has room, else when the oldest slot in the window frees, then the next, and so on (a slot taken
  * at T frees at T + window). Pure: the ledger entries, the contenders and now in, the plan out.
  */
-export function planTurns(limit: BudgetLimit, entries: readonly LedgerEntry[], contenders: readonly Contender[], now: number): Array<{ domain: string; turnAt: number; expiresAt?: number | undefined }> {
+export function planTurns(
+  limit: BudgetLimit,
+  entries: readonly LedgerEntry[],
+  contenders: readonly Contender[],
+  now: number,
+): Array<{ domain: string; turnAt: number; expiresAt?: number | undefined }> {
   const taken = entries
     .filter((e) => e.at > now - limit.windowMs)
     .map((e) => e.at)
@@ -198,6 +203,7 @@ export class IssuanceBudget {
    */
   async request(domain: string, contender: Omit<Contender, 'domain'>, signal: AbortSignal): Promise<BudgetVerdict> {
     this.#waiting.set(domain, { domain, expiresAt: contender.expiresAt });
+    this.#signalSettled(); // an asker is no longer one the others wait for
     try {
       await this.#untilPeersSettled(domain, signal);
       return await this.#serially(() => this.#decide(domain, signal));

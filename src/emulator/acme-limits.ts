@@ -51,7 +51,12 @@ export class AcmeLimiter {
       const wait = waitFor(this.#orders, ordersPerAccount, now);
       if (wait > 0) {
         this.refusals.orders++;
-        throw refusal(`too many new orders (${ordersPerAccount.count}) from this account in the last ${formatGoDuration(ordersPerAccount.windowMs)}`, now, wait, 'new-orders-per-account');
+        throw refusal(
+          `too many new orders (${ordersPerAccount.count}) from this account in the last ${formatGoDuration(ordersPerAccount.windowMs)}`,
+          now,
+          wait,
+          'new-orders-per-account',
+        );
       }
     }
     const rd = registeredDomain(domain);

@@ -73,7 +73,9 @@ export class KubeLedgerStore implements LedgerStore {
     } catch (err) {
       const status = apiStatus(err);
       if (status === 409 || status === 404) {
-        throw new CertshareError('CERTSHARE_STORE_CONFLICT', `issuance ledger ${namespace}/${this.#name} changed meanwhile: ${apiErrorText(err)}`, { cause: err });
+        throw new CertshareError('CERTSHARE_STORE_CONFLICT', `issuance ledger ${namespace}/${this.#name} changed meanwhile: ${apiErrorText(err)}`, {
+          cause: err,
+        });
       }
       throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot write the issuance ledger ConfigMap ${namespace}/${this.#name}: ${apiErrorText(err)}`, {
         cause: err,
