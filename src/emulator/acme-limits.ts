@@ -67,7 +67,8 @@ export class AcmeLimiter {
       if (wait > 0) {
         this.refusals.newCerts++;
         throw refusal(
-          `too many certificates (${newCertsPerRegisteredDomain.count}) already issued for ${JSON.stringify(rd)} in the last ${formatGoDuration(newCertsPerRegisteredDomain.windowMs)}`,
+          `too many certificates (${newCertsPerRegisteredDomain.count}) already issued for ${JSON.stringify(rd)} ` +
+            `in the last ${formatGoDuration(newCertsPerRegisteredDomain.windowMs)}`,
           now,
           wait,
           'new-certificates-per-registered-domain',
@@ -96,7 +97,8 @@ function waitFor(times: number[], limit: BudgetLimit, now: number): number {
 function refusal(what: string, now: number, waitMs: number, anchor: string): AcmeRateLimited {
   const seconds = Math.max(1, Math.ceil(waitMs / 1000));
   return new AcmeRateLimited(
-    `429 urn:ietf:params:acme:error:rateLimited: ${what}, retry after ${acmeRetryTime(now + seconds * 1000)}: see https://letsencrypt.org/docs/rate-limits/#${anchor}`,
+    `429 urn:ietf:params:acme:error:rateLimited: ${what}, retry after ${acmeRetryTime(now + seconds * 1000)}: ` +
+      `see https://letsencrypt.org/docs/rate-limits/#${anchor}`,
     seconds,
   );
 }
