@@ -233,12 +233,16 @@ export class IssuanceBudget {
     });
   }
 
-  /** One report per registered domain that has domains waiting. */
+  /** One report per registered domain of the managed domains (zeros when nobody waits: the series always exist). */
   queues(): QueueReport[] {
     const reports: QueueReport[] = [];
-    for (const [rd, plan] of this.#plans) {
-      const waiting = plan.filter((t) => this.#waiting.has(t.domain));
-      if (waiting.length === 0) continue;
+    const managed = new Set([...this.#settled.keys()].map(registeredDomain));
+    for (const rd of [...managed].sort()) {
+      const waiting = (this.#plans.get(rd) ?? []).filter((t) => this.#waiting.has(t.domain));
+      if (waiting.length === 0) {
+        reports.push({ registeredDomain: rd, queued: 0, expiringBeforeTurn: 0, nextSlotAt: undefined });
+        continue;
+      }
       reports.push({
         registeredDomain: rd,
         queued: waiting.length,
