@@ -35,12 +35,20 @@ describe('issuance budget end to end: the daemon against a CA that enforces the 
       );
       const metrics = await daemon.metrics.registry.metrics();
       assert.match(metrics, new RegExp(`certshare_issuance_queued\\{registered_domain="${TAILNET.replace(/\./g, '\\.')}"\\} 5`));
-      assert.match(daemon.health.evaluate(Date.now()).reason, /web4\.tailnet-budget\.ts\.net: waiting for the issuance budget \(3 per 4s .*next slot frees at 20/);
+      assert.match(
+        daemon.health.evaluate(Date.now()).reason,
+        /web4\.tailnet-budget\.ts\.net: waiting for the issuance budget \(3 per 4s .*next slot frees at 20/,
+      );
       // A restart in the middle: the ledger in .state/ keeps the slots taken.
       await daemon.stop();
       daemon = await standaloneDaemon(emulator, certDir, flags);
       const restarted = daemon;
-      await until('every domain has a certificate', () => DOMAINS.every((d) => restarted.manager.loop(d)?.current), [onEvent(daemon.events, 'attempt')], 30_000);
+      await until(
+        'every domain has a certificate',
+        () => DOMAINS.every((d) => restarted.manager.loop(d)?.current),
+        [onEvent(daemon.events, 'attempt')],
+        30_000,
+      );
     } finally {
       await daemon?.stop();
       await emulator.close();
@@ -57,7 +65,8 @@ describe('issuance budget end to end: the daemon against a CA that enforces the 
       assert.deepEqual(got.map((e) => e.domain).sort(), [...batch].sort());
       i += batch.length;
     }
-    for (let k = COUNT; k < issued.length; k++) assert.ok(issued[k]!.at - issued[k - COUNT]!.at >= WINDOW_MS, `issuances ${k - COUNT} and ${k} closer than the window`);
+    for (let k = COUNT; k < issued.length; k++)
+      assert.ok(issued[k]!.at - issued[k - COUNT]!.at >= WINDOW_MS, `issuances ${k - COUNT} and ${k} closer than the window`);
     const ledger = JSON.parse(await readFile(join(certDir, '.state', 'ledger.json'), 'utf8')) as { entries: Array<{ domain: string; issued: boolean }> };
     assert.deepEqual(ledger.entries.map((e) => e.domain).sort(), [...DOMAINS].sort());
     assert.ok(ledger.entries.every((e) => e.issued));

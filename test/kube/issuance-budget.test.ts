@@ -43,8 +43,18 @@ describe('issuance budget in the cluster: the ledger ConfigMap', () => {
     };
     let writer = await startReplica(cp(), ns, join(dir(), 'a'), 'proxy-0', options);
     try {
-      await until('the first domain issued', () => writer.daemon.manager.loop(KUBE_DOMAIN)?.current !== undefined, [onEvent(writer.daemon.events, 'attempt')], 20_000);
-      await until('the second domain queued', () => /second\.tailnet-0000\.ts\.net: waiting for the issuance budget/.test(reason(writer)), [onEvent(writer.daemon.events, 'planned')], 10_000);
+      await until(
+        'the first domain issued',
+        () => writer.daemon.manager.loop(KUBE_DOMAIN)?.current !== undefined,
+        [onEvent(writer.daemon.events, 'attempt')],
+        20_000,
+      );
+      await until(
+        'the second domain queued',
+        () => /second\.tailnet-0000\.ts\.net: waiting for the issuance budget/.test(reason(writer)),
+        [onEvent(writer.daemon.events, 'planned')],
+        10_000,
+      );
       assert.equal(requestsFor(writer, SECOND), 0);
       assert.deepEqual(await ledgerDomains(ns), [KUBE_DOMAIN]);
       // A restart (nothing in memory), then a failover to another replica with its own tailscaled.
@@ -55,8 +65,18 @@ describe('issuance budget in the cluster: the ledger ConfigMap', () => {
         await writer.stop();
         writer = await startReplica(cp(), ns, join(dir(), sub), name, options);
         const current = writer;
-        await until('the new writer holds the stored certificate', () => current.daemon.manager.loop(KUBE_DOMAIN)?.current !== undefined, [onEvent(current.daemon.events, 'planned')], 20_000);
-        await until('the second domain still queued', () => /second\.tailnet-0000\.ts\.net: waiting for the issuance budget/.test(reason(current)), [onEvent(current.daemon.events, 'planned')], 10_000);
+        await until(
+          'the new writer holds the stored certificate',
+          () => current.daemon.manager.loop(KUBE_DOMAIN)?.current !== undefined,
+          [onEvent(current.daemon.events, 'planned')],
+          20_000,
+        );
+        await until(
+          'the second domain still queued',
+          () => /second\.tailnet-0000\.ts\.net: waiting for the issuance budget/.test(reason(current)),
+          [onEvent(current.daemon.events, 'planned')],
+          10_000,
+        );
         assert.equal(requestsFor(current, SECOND), 0, `${name}: the queued domain was asked for`);
         assert.equal(requestsFor(current, KUBE_DOMAIN), 0, `${name}: the stored certificate was issued again`);
       }
@@ -77,7 +97,12 @@ describe('issuance budget in the cluster: the ledger ConfigMap', () => {
     await must(cp().kubectl(['-n', ns, 'patch', 'role', 'certshare-writer', '--type=json', '-p', JSON.stringify(remove)]));
     const writer = await startReplica(cp(), ns, join(dir(), 'forbidden'), 'proxy-0', { mode: 'rw' });
     try {
-      await until('the ledger failure reported', () => /issuance ledger unusable: .*403/.test(reason(writer)), [onEvent(writer.daemon.events, 'problem')], 20_000);
+      await until(
+        'the ledger failure reported',
+        () => /issuance ledger unusable: .*403/.test(reason(writer)),
+        [onEvent(writer.daemon.events, 'problem')],
+        20_000,
+      );
       assert.equal(requestsFor(writer, KUBE_DOMAIN), 0, 'issued without a readable ledger');
     } finally {
       await writer.stop();

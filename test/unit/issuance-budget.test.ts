@@ -3,7 +3,7 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { CertshareError } from '../../src/core/errors.ts';
+import type { CertshareError } from '../../src/core/errors.ts';
 import {
   IssuanceBudget,
   parseBudget,
@@ -11,38 +11,17 @@ import {
   type BudgetLimit,
   type BudgetVerdict,
   type LedgerEntry,
-  type LedgerSnapshot,
   type LedgerStore,
 } from '../../src/core/issuance-budget.ts';
 import { silentLogger } from '../../src/core/logger.ts';
 import { registeredDomain } from '../../src/core/registered-domain.ts';
 import { AcmeLimiter, type AcmeRateLimited } from '../../src/emulator/acme-limits.ts';
 import { DirLedgerStore } from '../../src/store/dir-ledger.ts';
+import { MemoryLedger } from '../support/memory-ledger.ts';
 import { useTempDir } from '../support/standalone.ts';
 
 const RUNS = Number(process.env.CERTSHARE_PROPERTY_RUNS ?? 100);
 const never = new AbortController().signal;
-
-/** The ledger a group object holds: shared by every writer process, compare-and-swap on a version. */
-class MemoryLedger implements LedgerStore {
-  readonly kind = 'memory';
-  entries: LedgerEntry[] = [];
-  version = 0;
-  failReads = false;
-  reads = 0;
-  async read(): Promise<LedgerSnapshot> {
-    this.reads++;
-    await Promise.resolve(); // a real read yields: lets concurrent writers interleave
-    if (this.failReads) throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'ledger forbidden (403)');
-    return { entries: structuredClone(this.entries), version: this.version === 0 ? undefined : String(this.version) };
-  }
-  async write(entries: LedgerEntry[], previous: LedgerSnapshot): Promise<void> {
-    await Promise.resolve();
-    if ((previous.version ?? '0') !== String(this.version)) throw new CertshareError('CERTSHARE_STORE_CONFLICT', 'ledger changed');
-    this.entries = structuredClone(entries);
-    this.version++;
-  }
-}
 
 function manualClock(start = Date.UTC(2026, 0, 1)) {
   let now = start;
