@@ -7,7 +7,7 @@ import type { Clock } from './clock.ts';
 import { CertshareError, errorMessage } from './errors.ts';
 import type { Logger } from './logger.ts';
 import { parseDuration } from './duration.ts';
-import { registeredDomain } from './registered-domain.ts';
+import { loadRegisteredDomainRule, type RegisteredDomainRule } from './registered-domain.ts';
 
 export interface BudgetLimit {
   /** First issuances allowed per registered domain in any window of windowMs. */
@@ -158,12 +158,15 @@ export class IssuanceBudget {
   readonly #plans = new Map<string, Array<{ domain: string; turnAt: number; expiresAt?: number | undefined }>>();
   #queue: Promise<unknown> = Promise.resolve();
   #settledChange = new AbortController();
+  /** Loaded at the first decision (see loadRegisteredDomainRule): until then nothing waits and nothing is reported. */
+  #rule: RegisteredDomainRule | undefined;
 
-  constructor(options: { limit: BudgetLimit; store: LedgerStore; clock: Clock; logger: Logger }) {
+  constructor(options: { limit: BudgetLimit; store: LedgerStore; clock: Clock; logger: Logger; registeredDomain?: RegisteredDomainRule }) {
     this.limit = options.limit;
     this.#store = options.store;
     this.#clock = options.clock;
     this.#log = options.logger;
+    this.#rule = options.registeredDomain;
   }
 
   get storeKind(): string {
@@ -190,8 +193,8 @@ export class IssuanceBudget {
 
   /** The domain no longer waits (it holds a certificate, or this replica stopped being the writer). */
   withdraw(domain: string): void {
-    if (!this.#waiting.delete(domain)) return;
-    const rd = registeredDomain(domain);
+    if (!this.#waiting.delete(domain) || !this.#rule) return;
+    const rd = this.#rule(domain);
     const plan = this.#plans.get(rd)?.filter((t) => t.domain !== domain);
     if (plan?.length) this.#plans.set(rd, plan);
     else this.#plans.delete(rd);
@@ -205,6 +208,7 @@ export class IssuanceBudget {
     this.#waiting.set(domain, { domain, expiresAt: contender.expiresAt });
     this.#signalSettled(); // an asker is no longer one the others wait for
     try {
+      this.#rule ??= await loadRegisteredDomainRule();
       await this.#untilPeersSettled(domain, signal);
       return await this.#serially(() => this.#decide(domain, signal));
     } catch (err) {
@@ -217,12 +221,14 @@ export class IssuanceBudget {
 
   /** The reserved call returned a certificate: the domain's next issuances are renewals; its slot counts from now. */
   async issued(domain: string, signal: AbortSignal): Promise<void> {
+    this.#rule ??= await loadRegisteredDomainRule();
+    const rule = this.#rule;
     await this.#serially(async () => {
       for (let attempt = 0; ; attempt++) {
         const snapshot = await this.#store.read(signal);
         const now = this.#clock.now();
         const entries = snapshot.entries.map((e) => (e.domain === domain ? { ...e, at: Math.max(e.at, now), issued: true } : e));
-        if (!snapshot.entries.some((e) => e.domain === domain)) entries.push({ domain, registeredDomain: registeredDomain(domain), at: now, issued: true });
+        if (!snapshot.entries.some((e) => e.domain === domain)) entries.push({ domain, registeredDomain: rule(domain), at: now, issued: true });
         try {
           await this.#store.write(entries, snapshot, signal);
           return;
@@ -236,7 +242,9 @@ export class IssuanceBudget {
   /** One report per registered domain of the managed domains (zeros when nobody waits: the series always exist). */
   queues(): QueueReport[] {
     const reports: QueueReport[] = [];
-    const managed = new Set([...this.#settled.keys()].map(registeredDomain));
+    const rule = this.#rule;
+    if (!rule) return reports;
+    const managed = new Set([...this.#settled.keys()].map(rule));
     for (const rd of [...managed].sort()) {
       const waiting = (this.#plans.get(rd) ?? []).filter((t) => this.#waiting.has(t.domain));
       if (waiting.length === 0) {
@@ -254,7 +262,8 @@ export class IssuanceBudget {
   }
 
   async #decide(domain: string, signal: AbortSignal): Promise<BudgetVerdict> {
-    const rd = registeredDomain(domain);
+    const rule = this.#rule!; // loaded by request()
+    const rd = rule(domain);
     for (let attempt = 0; ; attempt++) {
       const snapshot = await this.#store.read(signal);
       const now = this.#clock.now();
@@ -271,7 +280,7 @@ export class IssuanceBudget {
         // A reservation whose call failed or never ended: the retry is the same first issuance, no new slot.
         entries = live.map((e) => (e === mine ? { ...e, at: Math.max(e.at, now) } : e));
       } else {
-        const contenders = [...this.#waiting.values()].filter((c) => registeredDomain(c.domain) === rd);
+        const contenders = [...this.#waiting.values()].filter((c) => rule(c.domain) === rd);
         const plan = planTurns(
           this.limit,
           live.filter((e) => e.registeredDomain === rd),
@@ -297,9 +306,10 @@ export class IssuanceBudget {
   }
 
   async #untilPeersSettled(domain: string, signal: AbortSignal): Promise<void> {
-    const rd = registeredDomain(domain);
+    const rule = this.#rule!; // loaded by request()
+    const rd = rule(domain);
     for (;;) {
-      const pending = [...this.#settled].some(([d, settled]) => !settled && d !== domain && !this.#waiting.has(d) && registeredDomain(d) === rd);
+      const pending = [...this.#settled].some(([d, settled]) => !settled && d !== domain && !this.#waiting.has(d) && rule(d) === rd);
       if (!pending) return;
       signal.throwIfAborted();
       const change = this.#settledChange.signal;

@@ -5,7 +5,7 @@
 // gradual refill: a client that passes here passes there.
 import { formatGoDuration } from '../core/duration.ts';
 import type { BudgetLimit } from '../core/issuance-budget.ts';
-import { registeredDomain } from '../core/registered-domain.ts';
+import type { RegisteredDomainRule } from '../core/registered-domain.ts';
 
 export interface AcmeLimits {
   /** New certificates (first issuances of a name) per registered domain. Let's Encrypt: 50/168h. */
@@ -34,14 +34,17 @@ export function acmeRetryTime(ms: number): string {
 
 export class AcmeLimiter {
   readonly #limits: AcmeLimits;
+  readonly #registeredDomain: RegisteredDomainRule;
   readonly #orders: number[] = [];
   /** First issuances per registered domain (times), and every name ever issued (their orders are renewals). */
   readonly #newCerts = new Map<string, number[]>();
   readonly #issuedNames = new Set<string>();
   readonly refusals = { newCerts: 0, orders: 0 };
 
-  constructor(limits: AcmeLimits) {
+  /** `registeredDomain`: loadRegisteredDomainRule()'s rule (needed only with newCertsPerRegisteredDomain). */
+  constructor(limits: AcmeLimits, registeredDomain: RegisteredDomainRule = (d) => d) {
     this.#limits = limits;
+    this.#registeredDomain = registeredDomain;
   }
 
   /** Throws AcmeRateLimited when an order for `domain` now would be refused; records it otherwise. */
@@ -59,7 +62,7 @@ export class AcmeLimiter {
         );
       }
     }
-    const rd = registeredDomain(domain);
+    const rd = this.#registeredDomain(domain);
     const firsts = this.#newCerts.get(rd) ?? [];
     const renewal = this.#issuedNames.has(domain);
     if (newCertsPerRegisteredDomain && !renewal) {

@@ -10,6 +10,7 @@ import type { EventEmitter } from 'node:events';
 import type { Logger } from '../core/logger.ts';
 import { errorMessage } from '../core/errors.ts';
 import { createCertificateAuthority, type CertificateAuthority, type SignedLeaf } from './ca.ts';
+import type { RegisteredDomainRule } from '../core/registered-domain.ts';
 import { AcmeLimiter, type AcmeLimits } from './acme-limits.ts';
 import { appendLedger } from './ledger.ts';
 
@@ -37,6 +38,8 @@ export interface IssuerOptions {
   asyncRenewal: boolean;
   /** Let's Encrypt's limits, enforced on every new order (see acme-limits.ts). Default: none. */
   limits?: AcmeLimits | undefined;
+  /** How the limits find a name's registered domain (loadRegisteredDomainRule). */
+  registeredDomain?: RegisteredDomainRule | undefined;
   logger: Logger;
   events: EventEmitter;
 }
@@ -61,7 +64,7 @@ export class Issuer {
 
   constructor(options: IssuerOptions) {
     this.#opts = options;
-    this.limiter = new AcmeLimiter(options.limits ?? {});
+    this.limiter = new AcmeLimiter(options.limits ?? {}, options.registeredDomain);
   }
 
   ca(): Promise<CertificateAuthority> {

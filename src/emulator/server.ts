@@ -11,6 +11,7 @@ import { CERT_PATH_PREFIX, handleCert } from './cert-endpoint.ts';
 import { CONTROL_PREFIX, handleControl } from './control.ts';
 import { describeFault, FaultQueue, normalizeFault, type BusFault, type CertFault, type Fault } from './faults.ts';
 import { sendError, sendJson } from './http-util.ts';
+import { loadRegisteredDomainRule } from '../core/registered-domain.ts';
 import type { AcmeLimits } from './acme-limits.ts';
 import { Issuer } from './issuer.ts';
 import { appendLedger, type LedgerRequest } from './ledger.ts';
@@ -189,6 +190,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     ledgerKinds: options.ledgerRequests ?? false,
     asyncRenewal: options.asyncRenewal ?? true,
     limits: options.limits,
+    registeredDomain: options.limits?.newCertsPerRegisteredDomain ? await loadRegisteredDomainRule() : undefined,
     logger,
     events,
   });

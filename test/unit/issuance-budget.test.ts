@@ -14,12 +14,14 @@ import {
   type LedgerStore,
 } from '../../src/core/issuance-budget.ts';
 import { silentLogger } from '../../src/core/logger.ts';
-import { registeredDomain } from '../../src/core/registered-domain.ts';
+import { loadRegisteredDomainRule } from '../../src/core/registered-domain.ts';
 import { AcmeLimiter, type AcmeRateLimited } from '../../src/emulator/acme-limits.ts';
 import { DirLedgerStore } from '../../src/store/dir-ledger.ts';
 import { MemoryLedger } from '../support/memory-ledger.ts';
 import { useTempDir } from '../support/standalone.ts';
 
+/** The public suffix rule the daemon loads on its first decision. */
+const registeredDomain = await loadRegisteredDomainRule();
 const RUNS = Number(process.env.CERTSHARE_PROPERTY_RUNS ?? 100);
 const never = new AbortController().signal;
 
@@ -253,7 +255,10 @@ describe('DirLedgerStore (.state/ledger.json)', () => {
 
 describe("the emulator's Let's Encrypt limits", () => {
   it('refuses the first issuance past the per-registered-domain limit with the CA text and Retry-After, never a renewal', () => {
-    const limiter = new AcmeLimiter({ newCertsPerRegisteredDomain: { count: 2, windowMs: 60_000 }, ordersPerAccount: { count: 4, windowMs: 3_600_000 } });
+    const limiter = new AcmeLimiter(
+      { newCertsPerRegisteredDomain: { count: 2, windowMs: 60_000 }, ordersPerAccount: { count: 4, windowMs: 3_600_000 } },
+      registeredDomain,
+    );
     const t0 = Date.UTC(2026, 0, 1);
     for (const d of ['a.t.ts.net', 'b.t.ts.net']) {
       limiter.order(d, t0);
