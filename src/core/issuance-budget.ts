@@ -7,7 +7,7 @@ import type { Clock } from './clock.ts';
 import { CertshareError, errorMessage } from './errors.ts';
 import type { Logger } from './logger.ts';
 import { parseDuration } from './duration.ts';
-import { loadRegisteredDomainRule, type RegisteredDomainRule } from './registered-domain.ts';
+import { loadRegisteredDomainRule, tailnetDomain, type RegisteredDomainRule } from './registered-domain.ts';
 
 export interface BudgetLimit {
   /** First issuances allowed per registered domain in any window of windowMs. */
@@ -158,15 +158,20 @@ export class IssuanceBudget {
   readonly #plans = new Map<string, Array<{ domain: string; turnAt: number; expiresAt?: number | undefined }>>();
   #queue: Promise<unknown> = Promise.resolve();
   #settledChange = new AbortController();
-  /** Loaded at the first decision (see loadRegisteredDomainRule): until then nothing waits and nothing is reported. */
-  #rule: RegisteredDomainRule | undefined;
+  /**
+   * The public suffix list, loaded at the first decision that involves a name outside `<tailnet>.ts.net`
+   * (see registered-domain.ts: it costs RSS that a Tailscale sidecar need not pay).
+   */
+  #list: RegisteredDomainRule | undefined;
+  readonly #rule: RegisteredDomainRule;
 
   constructor(options: { limit: BudgetLimit; store: LedgerStore; clock: Clock; logger: Logger; registeredDomain?: RegisteredDomainRule }) {
     this.limit = options.limit;
     this.#store = options.store;
     this.#clock = options.clock;
     this.#log = options.logger;
-    this.#rule = options.registeredDomain;
+    const injected = options.registeredDomain;
+    this.#rule = injected ?? ((d) => tailnetDomain(d) ?? this.#list?.(d) ?? d);
   }
 
   get storeKind(): string {
@@ -193,7 +198,7 @@ export class IssuanceBudget {
 
   /** The domain no longer waits (it holds a certificate, or this replica stopped being the writer). */
   withdraw(domain: string): void {
-    if (!this.#waiting.delete(domain) || !this.#rule) return;
+    if (!this.#waiting.delete(domain)) return;
     const rd = this.#rule(domain);
     const plan = this.#plans.get(rd)?.filter((t) => t.domain !== domain);
     if (plan?.length) this.#plans.set(rd, plan);
@@ -208,7 +213,7 @@ export class IssuanceBudget {
     this.#waiting.set(domain, { domain, expiresAt: contender.expiresAt });
     this.#signalSettled(); // an asker is no longer one the others wait for
     try {
-      this.#rule ??= await loadRegisteredDomainRule();
+      await this.#loadListIfNeeded(domain);
       await this.#untilPeersSettled(domain, signal);
       return await this.#serially(() => this.#decide(domain, signal));
     } catch (err) {
@@ -221,7 +226,7 @@ export class IssuanceBudget {
 
   /** The reserved call returned a certificate: the domain's next issuances are renewals; its slot counts from now. */
   async issued(domain: string, signal: AbortSignal): Promise<void> {
-    this.#rule ??= await loadRegisteredDomainRule();
+    await this.#loadListIfNeeded(domain);
     const rule = this.#rule;
     await this.#serially(async () => {
       for (let attempt = 0; ; attempt++) {
@@ -243,7 +248,6 @@ export class IssuanceBudget {
   queues(): QueueReport[] {
     const reports: QueueReport[] = [];
     const rule = this.#rule;
-    if (!rule) return reports;
     const managed = new Set([...this.#settled.keys()].map(rule));
     for (const rd of [...managed].sort()) {
       const waiting = (this.#plans.get(rd) ?? []).filter((t) => this.#waiting.has(t.domain));
@@ -262,7 +266,7 @@ export class IssuanceBudget {
   }
 
   async #decide(domain: string, signal: AbortSignal): Promise<BudgetVerdict> {
-    const rule = this.#rule!; // loaded by request()
+    const rule = this.#rule;
     const rd = rule(domain);
     for (let attempt = 0; ; attempt++) {
       const snapshot = await this.#store.read(signal);
@@ -306,7 +310,7 @@ export class IssuanceBudget {
   }
 
   async #untilPeersSettled(domain: string, signal: AbortSignal): Promise<void> {
-    const rule = this.#rule!; // loaded by request()
+    const rule = this.#rule;
     const rd = rule(domain);
     for (;;) {
       const pending = [...this.#settled].some(([d, settled]) => !settled && d !== domain && !this.#waiting.has(d) && rule(d) === rd);
@@ -323,6 +327,11 @@ export class IssuanceBudget {
         signal.addEventListener('abort', done, { once: true });
       });
     }
+  }
+
+  async #loadListIfNeeded(domain: string): Promise<void> {
+    if (this.#list || ![domain, ...this.#settled.keys()].some((d) => tailnetDomain(d) === undefined)) return;
+    this.#list = await loadRegisteredDomainRule();
   }
 
   #signalSettled(): void {

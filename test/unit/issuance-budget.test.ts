@@ -14,7 +14,7 @@ import {
   type LedgerStore,
 } from '../../src/core/issuance-budget.ts';
 import { silentLogger } from '../../src/core/logger.ts';
-import { loadRegisteredDomainRule } from '../../src/core/registered-domain.ts';
+import { loadRegisteredDomainRule, tailnetDomain } from '../../src/core/registered-domain.ts';
 import { AcmeLimiter, type AcmeRateLimited } from '../../src/emulator/acme-limits.ts';
 import { DirLedgerStore } from '../../src/store/dir-ledger.ts';
 import { MemoryLedger } from '../support/memory-ledger.ts';
@@ -55,6 +55,16 @@ describe('registered domain (public suffix list, private section)', () => {
     assert.equal(registeredDomain('a.b.tailnet-1234.ts.net'), 'tailnet-1234.ts.net');
     assert.equal(registeredDomain('www.example.co.uk'), 'example.co.uk');
     assert.equal(registeredDomain('api.example.com'), 'example.com');
+  });
+  it("answers Tailscale's names without loading the list, exactly as the list does", () => {
+    const names = ['web.tailnet-1234.ts.net', 'a.b.tail9.ts.net', 'x.c.ts.net', 'a.x.c.ts.net', 'tailnet.ts.net', 'ts.net', 'a.ts.net.example.com'];
+    for (const name of names) {
+      const fast = tailnetDomain(name);
+      if (fast !== undefined) assert.equal(fast, registeredDomain(name), name);
+    }
+    assert.equal(tailnetDomain('web.tailnet-1234.ts.net'), 'tailnet-1234.ts.net');
+    assert.equal(tailnetDomain('x.c.ts.net'), undefined, 'the list has *.c.ts.net');
+    assert.equal(tailnetDomain('api.example.com'), undefined);
   });
 });
 
