@@ -23,6 +23,18 @@ async function allowSecondDomain(ns: string): Promise<void> {
   }
 }
 
+/** The replica holds KUBE_DOMAIN's certificate and reports SECOND waiting for the budget. */
+async function firstHeldSecondQueued(r: Replica): Promise<void> {
+  await until('the first domain held', () => r.daemon.manager.loop(KUBE_DOMAIN)?.current !== undefined, [onEvent(r.daemon.events, 'planned')], 20_000);
+  await until(
+    'the second domain queued',
+    () => /second\.tailnet-0000\.ts\.net: waiting for the issuance budget/.test(reason(r)),
+    [onEvent(r.daemon.events, 'planned')],
+    10_000,
+  );
+  assert.equal(requestsFor(r, SECOND), 0, `${r.name}: the queued domain was asked for`);
+}
+
 async function ledgerDomains(ns: string): Promise<string[]> {
   const res = await cp().adminRequest('GET', `/api/v1/namespaces/${ns}/configmaps/${LEDGER}`);
   assert.equal(res.status, 200, res.body);
@@ -43,19 +55,7 @@ describe('issuance budget in the cluster: the ledger ConfigMap', () => {
     };
     let writer = await startReplica(cp(), ns, join(dir(), 'a'), 'proxy-0', options);
     try {
-      await until(
-        'the first domain issued',
-        () => writer.daemon.manager.loop(KUBE_DOMAIN)?.current !== undefined,
-        [onEvent(writer.daemon.events, 'attempt')],
-        20_000,
-      );
-      await until(
-        'the second domain queued',
-        () => /second\.tailnet-0000\.ts\.net: waiting for the issuance budget/.test(reason(writer)),
-        [onEvent(writer.daemon.events, 'planned')],
-        10_000,
-      );
-      assert.equal(requestsFor(writer, SECOND), 0);
+      await firstHeldSecondQueued(writer);
       assert.deepEqual(await ledgerDomains(ns), [KUBE_DOMAIN]);
       // A restart (nothing in memory), then a failover to another replica with its own tailscaled.
       for (const [name, sub] of [
@@ -64,21 +64,8 @@ describe('issuance budget in the cluster: the ledger ConfigMap', () => {
       ] as const) {
         await writer.stop();
         writer = await startReplica(cp(), ns, join(dir(), sub), name, options);
-        const current = writer;
-        await until(
-          'the new writer holds the stored certificate',
-          () => current.daemon.manager.loop(KUBE_DOMAIN)?.current !== undefined,
-          [onEvent(current.daemon.events, 'planned')],
-          20_000,
-        );
-        await until(
-          'the second domain still queued',
-          () => /second\.tailnet-0000\.ts\.net: waiting for the issuance budget/.test(reason(current)),
-          [onEvent(current.daemon.events, 'planned')],
-          10_000,
-        );
-        assert.equal(requestsFor(current, SECOND), 0, `${name}: the queued domain was asked for`);
-        assert.equal(requestsFor(current, KUBE_DOMAIN), 0, `${name}: the stored certificate was issued again`);
+        await firstHeldSecondQueued(writer);
+        assert.equal(requestsFor(writer, KUBE_DOMAIN), 0, `${name}: the stored certificate was issued again`);
       }
       assert.deepEqual(await ledgerDomains(ns), [KUBE_DOMAIN]);
     } finally {
