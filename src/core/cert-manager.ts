@@ -16,6 +16,10 @@ export class CertManager {
 
   constructor(deps: CertLoopDeps) {
     this.#deps = deps;
+    // A domain left the issuance budget's queue: the ones behind it look again now, not at their old turn.
+    deps.budget?.onQueueShift((domains) => {
+      for (const domain of domains) this.#loops.get(domain)?.loop.wake();
+    });
   }
 
   get domains(): string[] {

@@ -158,6 +158,7 @@ export class IssuanceBudget {
   readonly #plans = new Map<string, Array<{ domain: string; turnAt: number; expiresAt?: number | undefined }>>();
   #queue: Promise<unknown> = Promise.resolve();
   #settledChange = new AbortController();
+  readonly #shiftListeners = new Set<(domains: string[]) => void>();
   /**
    * The public suffix list, loaded at the first decision that involves a name outside `<tailnet>.ts.net`
    * (see registered-domain.ts: it costs RSS that a Tailscale sidecar need not pay).
@@ -196,13 +197,36 @@ export class IssuanceBudget {
     }
   }
 
-  /** The domain no longer waits (it holds a certificate, or this replica stopped being the writer). */
+  /**
+   * The domain no longer waits (it holds a certificate, or this replica stopped being the writer): the
+   * domains behind it may now have an earlier turn, and their loops are told (onQueueShift).
+   */
   withdraw(domain: string): void {
-    if (!this.#waiting.delete(domain)) return;
+    const behind = this.#remove(domain);
+    if (behind.length > 0) for (const listener of this.#shiftListeners) listener(behind);
+  }
+
+  /** Calls `listener` with the queued domains whose turn may have come earlier. */
+  onQueueShift(listener: (domains: string[]) => void): () => void {
+    this.#shiftListeners.add(listener);
+    return () => this.#shiftListeners.delete(listener);
+  }
+
+  /** Takes the domain out of the queue; returns the queued domains planned after it. */
+  #remove(domain: string): string[] {
+    if (!this.#waiting.delete(domain)) return [];
     const rd = this.#rule(domain);
-    const plan = this.#plans.get(rd)?.filter((t) => t.domain !== domain);
-    if (plan?.length) this.#plans.set(rd, plan);
+    const old = this.#plans.get(rd) ?? [];
+    const plan = old.filter((t) => t.domain !== domain);
+    if (plan.length) this.#plans.set(rd, plan);
     else this.#plans.delete(rd);
+    const index = old.findIndex((t) => t.domain === domain);
+    return index < 0
+      ? []
+      : old
+          .slice(index + 1)
+          .map((t) => t.domain)
+          .filter((d) => this.#waiting.has(d));
   }
 
   /**
@@ -304,7 +328,8 @@ export class IssuanceBudget {
         this.#log.info({ domain, err: errorMessage(err) }, 'issuance ledger changed meanwhile; deciding again');
         continue;
       }
-      this.withdraw(domain);
+      // Its turn had come: the domains behind it keep theirs, nobody need look again.
+      this.#remove(domain);
       return { kind: 'granted' };
     }
   }

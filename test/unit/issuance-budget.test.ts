@@ -114,6 +114,30 @@ describe('IssuanceBudget', () => {
     assert.equal((await budget.request('a.other.ts.net', {}, never)).kind, 'granted');
   });
 
+  it('moves the domains behind one that left the queue up, and tells their loops', async () => {
+    const clock = manualClock();
+    const store = new MemoryLedger();
+    const budget = budgetOn(store, { count: 1, windowMs: 60_000 }, clock);
+    assert.equal((await budget.request('x.t.ts.net', {}, never)).kind, 'granted');
+    const turns = new Map<string, number>();
+    for (const d of ['a.t.ts.net', 'b.t.ts.net', 'c.t.ts.net']) {
+      const v = await budget.request(d, {}, never);
+      assert.equal(v.kind, 'queued');
+      if (v.kind === 'queued') turns.set(d, v.turnAt - clock.now());
+    }
+    assert.deepEqual([...turns.values()], [60_000, 120_000, 180_000]);
+    const told: string[][] = [];
+    budget.onQueueShift((domains) => told.push(domains));
+    budget.withdraw('a.t.ts.net'); // it got its certificate from another writer
+    assert.deepEqual(told, [['b.t.ts.net', 'c.t.ts.net']]);
+    const b = await budget.request('b.t.ts.net', {}, never);
+    assert.equal(b.kind === 'queued' && b.turnAt - clock.now(), 60_000);
+    // A grant at its turn moves nobody: no wake-ups.
+    clock.advance(60_000);
+    assert.equal((await budget.request('b.t.ts.net', {}, never)).kind, 'granted');
+    assert.equal(told.length, 1);
+  });
+
   it('refuses to decide on a ledger it cannot read: the error, never an empty budget', async () => {
     const store = new MemoryLedger();
     store.failReads = true;
