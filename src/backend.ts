@@ -6,6 +6,7 @@ import type { HealthState } from './core/health.ts';
 import type { LocalApi } from './core/localapi.ts';
 import type { Logger } from './core/logger.ts';
 import type { LoopObserver } from './core/observer.ts';
+import type { LedgerStore } from './core/issuance-budget.ts';
 import type { CertStore, IssuanceRole } from './core/store.ts';
 import type { Metrics } from './server/metrics.ts';
 
@@ -20,6 +21,8 @@ export interface DaemonDeps {
 /** What a storage mode adds to the daemon: the store, who may issue, extra observers, and its own shutdown. */
 export interface StoreBackend {
   store: CertStore;
+  /** Where the issuance budget's ledger lives (a group object; `.state/` standalone). */
+  ledger: LedgerStore;
   role: IssuanceRole;
   observers: LoopObserver[];
   /** Runs once the certificate loops exist (e.g. to start the readiness gate). */

@@ -19,6 +19,8 @@ import { pairSource } from './server/tls-source.ts';
 import { Metrics } from './server/metrics.ts';
 import { CertDirectory } from './store/cert-directory.ts';
 import { DirStore } from './store/dir-store.ts';
+import { DirLedgerStore } from './store/dir-ledger.ts';
+import { IssuanceBudget } from './core/issuance-budget.ts';
 import { kubeconfigSource } from './kube/kubeconfig-source.ts';
 import { ReloadCommand } from './delivery/reload-command.ts';
 
@@ -43,7 +45,7 @@ async function dirBackend(path: string, ctx: BackendContext): Promise<StoreBacke
   const directory = new CertDirectory(path);
   await directory.prepare();
   const store = new DirStore(directory, ctx.deps.clock, ctx.filesWritten);
-  return { store, role: staticRole(ctx.config.podName ?? 'standalone', true), observers: [] };
+  return { store, ledger: new DirLedgerStore(path), role: staticRole(ctx.config.podName ?? 'standalone', true), observers: [] };
 }
 
 async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
@@ -106,6 +108,10 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   });
   watcher.onChange(() => logger.info({ certDomains: [...watcher.current()].sort() }, 'tailscaled cert domains'));
 
+  const budget = config.issuanceBudget
+    ? new IssuanceBudget({ limit: config.issuanceBudget, store: backend.ledger, clock, logger: logger.child({ component: 'issuance-budget' }) })
+    : undefined;
+  if (budget) metrics.watchBudget(budget);
   const manager = new CertManager({
     localApi,
     store: backend.store,
@@ -118,6 +124,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     logger,
     // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
     intentTtlMs: config.certTimeoutMs + Math.min(30_000, config.certTimeoutMs),
+    budget,
   });
 
   let lastHealthy: boolean | undefined;

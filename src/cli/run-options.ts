@@ -1,6 +1,7 @@
 import type { DaemonConfig, ShareMode, StoreChoice, TlsChoice, WatchScope } from '../config/daemon-config.ts';
 import { parseDuration } from '../core/duration.ts';
 import { normalizeDomain } from '../core/domain.ts';
+import { parseBudget } from '../core/issuance-budget.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { podAddressesFromEnv } from '../core/pod-addresses.ts';
 import { parseHostPort } from '../core/listen-address.ts';
@@ -56,6 +57,14 @@ export const RUN_FLAGS: FlagSpec[] = [
   { name: 'retry-cap', placeholder: 'DURATION', default: '24h', help: 'Longest wait between issuance attempts.' },
   { name: 'rate-limit-retry', placeholder: 'DURATION', default: '1h', help: 'First wait after a rate limit without Retry-After, doubling up to --retry-cap.' },
   { name: 'cert-timeout', placeholder: 'DURATION', default: '5m', help: 'Timeout of one CertPair call (ACME issuance can take minutes).' },
+  {
+    name: 'issuance-budget',
+    placeholder: 'COUNT/WINDOW',
+    default: '50/168h',
+    help:
+      "At most COUNT first issuances per registered domain (e.g. <tailnet>.ts.net) in any WINDOW, Let's Encrypt's limit; renewals are exempt. " +
+      'Domains without a certificate go first, then the soonest to expire; the rest wait. 0 disables.',
+  },
   { name: 'log-level', placeholder: 'LEVEL', default: 'info', help: 'debug, info, warn or error.' },
   {
     name: 'mode',
@@ -171,6 +180,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
       rateLimitFirstRetryMs: duration(values, 'rate-limit-retry'),
     },
     certTimeoutMs: duration(values, 'cert-timeout'),
+    issuanceBudget: parseBudget(String(values['issuance-budget'])),
     logLevel: String(values['log-level']),
     mode: (mode as ShareMode | undefined) ?? (podName && /-0$/.test(podName) ? 'rw' : podName ? 'ro' : 'rw'),
     group: (values.group as string | undefined) ?? podName?.replace(/-\d+$/, ''),

@@ -2,6 +2,7 @@
 // which also holds the one validation of it). A module of its own so that the daemon and its storage
 // backends depend on the configuration, not on the CLI.
 import type { BackoffPolicy } from '../core/backoff.ts';
+import type { BudgetLimit } from '../core/issuance-budget.ts';
 import type { PodAddresses } from '../core/pod-addresses.ts';
 import type { RenewalPolicy } from '../core/renewal.ts';
 import type { ReloadSpec } from '../delivery/reload-command.ts';
@@ -26,6 +27,8 @@ export interface DaemonConfig {
   renewal: RenewalPolicy;
   backoff: BackoffPolicy;
   certTimeoutMs: number;
+  /** First issuances per registered domain per window (Let's Encrypt's 50 per 7 days); undefined: no budget. */
+  issuanceBudget: BudgetLimit | undefined;
   logLevel: string;
   /** Kubernetes mode. */
   mode: ShareMode;

@@ -4,6 +4,7 @@ import { checkValidAt, inspectCertPair, isCurrentlyValid, type CertInfo } from '
 import type { Clock } from './clock.ts';
 import { CertshareError, errorMessage } from './errors.ts';
 import { classifyIssuanceFailure } from './failure.ts';
+import { formatBudget, type BudgetVerdict, type IssuanceBudget } from './issuance-budget.ts';
 import { LocalApiError, type LocalApi } from './localapi.ts';
 import type { Logger } from './logger.ts';
 import type { LoopObserver } from './observer.ts';
@@ -33,6 +34,8 @@ export interface CertLoopDeps {
    * last new certificate was obtained. Default: backoff.firstRetryMs (1m).
    */
   minIssueIntervalMs?: number;
+  /** Let's Encrypt's new-certificates-per-registered-domain limit, kept on our side (first issuances only). */
+  budget?: IssuanceBudget | undefined;
 }
 
 function isConflict(err: unknown): boolean {
@@ -62,6 +65,8 @@ export class CertLoop {
   /** A pair whose validity starts later (the issuer's clock is ahead): adopted at its notBefore, no call before. */
   #pending: StoredCert | undefined;
   #lastUnusable: string | undefined;
+  /** 'queued' while the issuance budget keeps this domain waiting: logged once per change, not per turn. */
+  #budgetState: 'queued' | undefined;
   #wake: AbortController = new AbortController();
 
   constructor(domain: string, deps: CertLoopDeps) {
@@ -85,7 +90,8 @@ export class CertLoop {
     const unsubscribe = [store.watch?.(this.domain, () => this.wake()), role.onChange?.(() => this.wake())];
     try {
       while (!signal.aborted) {
-        const waitMs = await this.turn(signal);
+        // Whatever the turn decided, this domain is no longer one the budget has not heard from.
+        const waitMs = await this.turn(signal).finally(() => this.#deps.budget?.settled(this.domain));
         await this.#pause(waitMs, signal);
       }
     } catch (err) {
@@ -127,6 +133,8 @@ export class CertLoop {
     this.#dropIfExpired();
     const now = clock.now();
     const writer = role.canIssue(this.domain);
+    // Only a writer without a certificate waits for a first issuance; renewals are exempt.
+    if (this.#best || !writer) this.#leaveBudgetQueue();
 
     if (writer && this.#best && !storeHolds(read, this.#best)) {
       // Deleted, emptied, garbage or older in the store: put back the certificate we hold; no issuance.
@@ -180,7 +188,25 @@ export class CertLoop {
       this.#log.info({ holder: intent.holder }, 'another writer is issuing; waiting');
       return intent.at + this.#deps.intentTtlMs - now;
     }
+    this.#deps.budget?.settled(this.domain);
     await this.#deps.availability.waitFor(this.domain, signal);
+    let reserved = false;
+    if (this.#deps.budget && !this.#best) {
+      let verdict: BudgetVerdict;
+      try {
+        verdict = await this.#deps.budget.request(this.domain, {}, signal);
+      } catch (err) {
+        if (signal.aborted) throw err;
+        // A ledger we cannot read or write is never an empty budget: no issuance until it is back.
+        const message = `issuance ledger unusable: ${errorMessage(err)}`;
+        this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'issuance ledger unusable; not issuing');
+        observer.problem(this.domain, message);
+        return retryDelay({ kind: 'transient', message }, this.#storeFailures.record('transient'), this.#deps.backoff);
+      }
+      if (verdict.kind === 'queued') return this.#queuedForBudget(verdict);
+      reserved = verdict.kind === 'granted';
+      this.#leaveBudgetQueue(reserved ? 'slot granted' : 'renewal, exempt');
+    }
     if (store.recordIntent) {
       try {
         await store.recordIntent(this.domain, role.identity, clock.now(), signal);
@@ -194,19 +220,58 @@ export class CertLoop {
       // Leadership may have moved while we wrote: never call CertPair without it.
       if (!role.canIssue(this.domain)) return 0;
     }
-    return this.#issue(signal);
+    return this.#issue(signal, reserved);
+  }
+
+  #queuedForBudget(verdict: Extract<BudgetVerdict, { kind: 'queued' }>): number {
+    const { observer, clock, budget } = this.#deps;
+    const now = clock.now();
+    const next = Math.min(
+      verdict.turnAt,
+      ...(budget
+        ?.queues()
+        .filter((q) => q.registeredDomain === verdict.registeredDomain)
+        .map((q) => q.nextSlotAt ?? Infinity) ?? []),
+    );
+    const limit = budget ? formatBudget(budget.limit) : '';
+    const message =
+      `waiting for the issuance budget (${limit} first issuances for ${verdict.registeredDomain}): ` +
+      `${verdict.position} of ${verdict.queued} in the queue, next slot frees at ${iso(next)}, this domain's turn at ${iso(verdict.turnAt)}`;
+    if (this.#budgetState !== 'queued') {
+      this.#log.info(
+        { registeredDomain: verdict.registeredDomain, position: verdict.position, queued: verdict.queued, turnAt: iso(verdict.turnAt) },
+        'issuance budget exhausted; domain queued',
+      );
+    }
+    this.#budgetState = 'queued';
+    observer.problem(this.domain, message);
+    observer.planned(this.domain, verdict.turnAt, 0);
+    return verdict.turnAt - now;
+  }
+
+  #leaveBudgetQueue(why = 'no longer waiting'): void {
+    this.#deps.budget?.withdraw(this.domain);
+    if (this.#budgetState === 'queued') this.#log.info({ why }, 'issuance budget: domain left the queue');
+    this.#budgetState = undefined;
   }
 
   get #minIssueIntervalMs(): number {
     return this.#deps.minIssueIntervalMs ?? this.#deps.backoff.firstRetryMs;
   }
 
-  async #issue(signal: AbortSignal): Promise<number> {
+  async #issue(signal: AbortSignal, reserved: boolean): Promise<number> {
     const { localApi, store, clock, renewal, backoff, observer } = this.#deps;
     const previous = this.#best;
     const minValidityMs = minValidityFor(previous && held(previous), clock.now(), renewal, this.#freshValidityMs);
     try {
       const pair = await localApi.certPair(this.domain, { minValidityMs, signal });
+      if (reserved) {
+        // The CA issued (whatever our validation says next): later issuances of this domain are renewals.
+        await this.#deps.budget?.issued(this.domain, signal).catch((err: unknown) => {
+          if (signal.aborted) throw err;
+          this.#log.warn({ err: errorMessage(err) }, 'could not mark the first issuance done in the ledger; its slot stays taken');
+        });
+      }
       const now = clock.now();
       const info = inspectCertPair(pair, this.domain);
       if (previous && info.serial === previous.info.serial) {

@@ -16,6 +16,10 @@ export class CertManager {
 
   constructor(deps: CertLoopDeps) {
     this.#deps = deps;
+    // A domain left the issuance budget's queue: the ones behind it look again now, not at their old turn.
+    deps.budget?.onQueueShift((domains) => {
+      for (const domain of domains) this.#loops.get(domain)?.loop.wake();
+    });
   }
 
   get domains(): string[] {
@@ -47,6 +51,7 @@ export class CertManager {
     const previous = this.#stopping.get(domain) ?? Promise.resolve();
     const done = previous.then(() => this.#runUntilAborted(loop, abort.signal));
     this.#loops.set(domain, { loop, abort, done });
+    this.#deps.budget?.track(domain);
     this.#deps.logger.info({ domain }, 'managing domain');
   }
 
@@ -66,6 +71,7 @@ export class CertManager {
     const running = this.#loops.get(domain);
     if (!running) return;
     this.#loops.delete(domain);
+    this.#deps.budget?.untrack(domain);
     running.abort.abort(new Error(`domain ${domain} no longer managed`));
     const done = running.done.finally(() => {
       if (this.#stopping.get(domain) === done) this.#stopping.delete(domain);

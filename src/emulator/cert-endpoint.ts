@@ -8,6 +8,7 @@ import { parseDuration } from '../core/duration.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import type { SignedLeaf } from './ca.ts';
+import { AcmeRateLimited, acmeRetryTime } from './acme-limits.ts';
 import { faultDefaults, type CertFault } from './faults.ts';
 import { goQuoteList, sendError, sendText } from './http-util.ts';
 import type { Issuer } from './issuer.ts';
@@ -92,6 +93,11 @@ export async function handleCert(req: IncomingMessage, res: ServerResponse, url:
     deps.onServed?.(leaf.serial);
     reply(200, format(leaf));
   } catch (err) {
+    if (err instanceof AcmeRateLimited) {
+      // tailscaled 1.102+ passes the CA's rate limit through as a 429 with Retry-After.
+      reply(429, err.message, { 'Retry-After': String(err.retryAfterSeconds) });
+      return;
+    }
     deps.logger.error({ domain, err: errorMessage(err) }, 'issuance failed');
     reply(500, `getCertPEM: ${errorMessage(err)}`);
   }
@@ -111,10 +117,7 @@ async function applyFault(
   switch (fault.kind) {
     case 'rate_limit_429': {
       const seconds = fault.retryAfterSeconds ?? faultDefaults.retryAfterSeconds;
-      const retryAt = new Date(now + seconds * 1000)
-        .toISOString()
-        .replace('T', ' ')
-        .replace(/\.\d+Z$/, ' UTC');
+      const retryAt = acmeRetryTime(now + seconds * 1000);
       reply(429, `${ACME_RATE_LIMIT_TEXT}, retry after ${retryAt}: see https://letsencrypt.org/docs/rate-limits/#new-certificates-per-exact-set-of-hostnames`, {
         'Retry-After': String(seconds),
       });

@@ -5,6 +5,8 @@ import { parseDuration } from '../core/duration.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { createLogger } from '../cli/logger.ts';
+import { parseBudget } from '../core/issuance-budget.ts';
+import type { AcmeLimits } from './acme-limits.ts';
 import { parseFaultSpec, type Fault } from './faults.ts';
 import { parseListen } from './listen.ts';
 import { parseTailscaledVersion, releaseFeatures } from '../localapi/releases.ts';
@@ -35,6 +37,9 @@ Flags:
   --cert-short-by DUR       a CA that gives less than asked: with min_validity set, valid that much less
   --netmap-style STYLE      selfchange (tailscaled v1.100+: SelfChange then /cert-domains, default)
   --netmap-pad-bytes N      pad each NetMap with peers up to N bytes (big bus lines)
+  --limit-new-certs N/DUR   Let's Encrypt's new certificates per registered domain (renewals exempt), e.g.
+                            50/168h: a first issuance past it answers 429 with the CA's text and Retry-After
+  --limit-orders N/DUR      Let's Encrypt's new orders per account (renewals included), e.g. 300/3h
   --ledger FILE             append one JSON line per issuance (several emulators may share it)
   --ledger-requests         also append one line per cert request (time, min_validity, outcome)
   --fault SPEC              inject a fault at start; repeatable. SPEC is target:kind[:key=value...]
@@ -89,6 +94,8 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
         'netmap-pad-bytes': { type: 'string' },
         'tailscaled-version': { type: 'string' },
         ledger: { type: 'string' },
+        'limit-new-certs': { type: 'string' },
+        'limit-orders': { type: 'string' },
         'ledger-requests': { type: 'boolean' },
         fault: { type: 'string', multiple: true },
         id: { type: 'string' },
@@ -161,6 +168,15 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
     if (values.ledger === undefined) badFlag('--ledger-requests needs --ledger');
     options.ledgerRequests = true;
   }
+  const limits: AcmeLimits = {};
+  for (const [flag, key] of [
+    ['limit-new-certs', 'newCertsPerRegisteredDomain'],
+    ['limit-orders', 'ordersPerAccount'],
+  ] as const) {
+    const text = values[flag];
+    if (text !== undefined) limits[key] = parseBudget(text, `--${flag}`);
+  }
+  if (limits.newCertsPerRegisteredDomain || limits.ordersPerAccount) options.limits = limits;
   if (values.id !== undefined) options.id = values.id;
   return { help: false, options, logLevel };
 }

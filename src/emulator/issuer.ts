@@ -10,6 +10,8 @@ import type { EventEmitter } from 'node:events';
 import type { Logger } from '../core/logger.ts';
 import { errorMessage } from '../core/errors.ts';
 import { createCertificateAuthority, type CertificateAuthority, type SignedLeaf } from './ca.ts';
+import type { RegisteredDomainRule } from '../core/registered-domain.ts';
+import { AcmeLimiter, type AcmeLimits } from './acme-limits.ts';
 import { appendLedger } from './ledger.ts';
 
 /** Lifetimes below this get notBefore = now instead of now - 1 minute (the usual clock-skew backdating). */
@@ -34,6 +36,10 @@ export interface IssuerOptions {
   /** Ledger lines carry `kind` and `trigger` (the format with request lines); false: the original six fields. */
   ledgerKinds?: boolean;
   asyncRenewal: boolean;
+  /** Let's Encrypt's limits, enforced on every new order (see acme-limits.ts). Default: none. */
+  limits?: AcmeLimits | undefined;
+  /** How the limits find a name's registered domain (loadRegisteredDomainRule). */
+  registeredDomain?: RegisteredDomainRule | undefined;
   logger: Logger;
   events: EventEmitter;
 }
@@ -54,9 +60,11 @@ export class Issuer {
   readonly #cache = new Map<string, SignedLeaf>();
   readonly #inflight = new Map<string, Promise<SignedLeaf>>();
   readonly issuances = new Map<string, number>();
+  readonly limiter: AcmeLimiter;
 
   constructor(options: IssuerOptions) {
     this.#opts = options;
+    this.limiter = new AcmeLimiter(options.limits ?? {}, options.registeredDomain);
   }
 
   ca(): Promise<CertificateAuthority> {
@@ -131,6 +139,12 @@ export class Issuer {
   }
 
   #start(domain: string, trigger: IssuedEvent['trigger'], minValidityMs: number): Promise<SignedLeaf> {
+    // A new ACME order: refused (thrown at once, nothing cached) when the CA's limits say so.
+    try {
+      this.limiter.order(domain, this.#opts.clock.now());
+    } catch (err) {
+      return Promise.reject(err);
+    }
     const promise = this.#issue(domain, trigger, minValidityMs).finally(() => {
       if (this.#inflight.get(domain) === promise) this.#inflight.delete(domain);
     });
@@ -142,6 +156,7 @@ export class Issuer {
     const ca = await this.ca();
     const leaf = await ca.sign({ dnsName: domain, ...this.freshWindow(minValidityMs) });
     this.issuances.set(domain, (this.issuances.get(domain) ?? 0) + 1);
+    this.limiter.issued(domain);
     const event: IssuedEvent = {
       domain,
       serial: leaf.serial,

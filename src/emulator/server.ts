@@ -11,6 +11,8 @@ import { CERT_PATH_PREFIX, handleCert } from './cert-endpoint.ts';
 import { CONTROL_PREFIX, handleControl } from './control.ts';
 import { describeFault, FaultQueue, normalizeFault, type BusFault, type CertFault, type Fault } from './faults.ts';
 import { sendError, sendJson } from './http-util.ts';
+import { loadRegisteredDomainRule } from '../core/registered-domain.ts';
+import type { AcmeLimits } from './acme-limits.ts';
 import { Issuer } from './issuer.ts';
 import { appendLedger, type LedgerRequest } from './ledger.ts';
 import { listenOn, parseListen } from './listen.ts';
@@ -76,6 +78,8 @@ export interface EmulatorOptions {
    * background (true, the default); false renews synchronously instead.
    */
   asyncRenewal?: boolean;
+  /** Let's Encrypt's limits on new orders (new certificates per registered domain, orders per account). Default: none. */
+  limits?: AcmeLimits;
   logger?: Logger;
 }
 
@@ -102,6 +106,8 @@ export interface EmulatorStats {
   requests: Record<string, number>;
   /** watch-ipn-bus requests refused (400 on the mask). */
   busRefusals: number;
+  /** New orders the CA's limits refused (--limit-new-certs, --limit-orders). */
+  rateLimitRefusals: { newCerts: number; orders: number };
 }
 
 /**
@@ -183,6 +189,8 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     ledgerPath: options.ledgerPath,
     ledgerKinds: options.ledgerRequests ?? false,
     asyncRenewal: options.asyncRenewal ?? true,
+    limits: options.limits,
+    registeredDomain: options.limits?.newCertsPerRegisteredDomain ? await loadRegisteredDomainRule() : undefined,
     logger,
     events,
   });
@@ -242,6 +250,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     certDomains: sortedDomains(),
     issuances: Object.fromEntries(issuer.issuances),
     issuancesTotal: [...issuer.issuances.values()].reduce((a, b) => a + b, 0),
+    rateLimitRefusals: { ...issuer.limiter.refusals },
     certRequests: Object.fromEntries(certRequests),
     certResponses: Object.fromEntries([...certResponses].map(([d, m]) => [d, Object.fromEntries(m)])),
     faultsApplied: Object.fromEntries(faultsApplied),

@@ -7,6 +7,7 @@ import { ReadinessGate } from './readiness-gate.ts';
 import { checkRouting } from './routing-check.ts';
 import { KubeSecretStore } from './secret-store.ts';
 import { LeaseElector } from './lease-elector.ts';
+import { KubeLedgerStore } from './ledger-store.ts';
 
 /** What the shutdown bound keeps back, after leaving rotation and the drain delay, for stopping the rest. */
 const STOP_RESERVE_MS = 1000;
@@ -86,6 +87,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
 
   return {
     store,
+    ledger: new KubeLedgerStore(connection, config.group),
     role,
     observers: projector ? [projector] : [],
     async start() {

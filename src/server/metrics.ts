@@ -6,6 +6,7 @@ import type { AttemptResult, LoopObserver } from '../core/observer.ts';
 import type { RenewalPolicy } from '../core/renewal.ts';
 import { renewalTime } from '../core/renewal.ts';
 import type { FailureKind } from '../core/failure.ts';
+import type { QueueReport } from '../core/issuance-budget.ts';
 import type { StoredCert } from '../core/store.ts';
 
 const seconds = (ms: number): number => ms / 1000;
@@ -40,6 +41,8 @@ export class Metrics implements LoopObserver {
   readonly reloads: Counter;
   readonly storeErrors: Counter;
   readonly writer: Gauge;
+  /** The issuance budget's queues, read at each scrape (none until watchBudget). */
+  #budgetQueues: () => QueueReport[] = () => [];
 
   constructor(clock: Clock, renewal: RenewalPolicy, options: { defaultMetrics?: boolean } = {}) {
     this.#renewal = renewal;
@@ -118,7 +121,43 @@ export class Metrics implements LoopObserver {
       help: '1 while this replica may issue certificates (rw mode, or holding the group Lease in auto mode).',
       registers,
     });
+    const queues = (): QueueReport[] => this.#budgetQueues();
+    new Gauge({
+      name: 'certshare_issuance_queued',
+      help: 'Domains waiting for a slot of the issuance budget (first issuances), per registered domain.',
+      labelNames: ['registered_domain'],
+      registers,
+      collect() {
+        this.reset();
+        for (const q of queues()) this.set({ registered_domain: q.registeredDomain }, q.queued);
+      },
+    });
+    new Gauge({
+      name: 'certshare_issuance_queued_expiring',
+      help: 'Queued domains whose certificate expires before their turn in the issuance budget, per registered domain.',
+      labelNames: ['registered_domain'],
+      registers,
+      collect() {
+        this.reset();
+        for (const q of queues()) this.set({ registered_domain: q.registeredDomain }, q.expiringBeforeTurn);
+      },
+    });
+    new Gauge({
+      name: 'certshare_issuance_budget_next_slot_timestamp_seconds',
+      help: 'When the next slot of the issuance budget frees for a queued domain, per registered domain.',
+      labelNames: ['registered_domain'],
+      registers,
+      collect() {
+        this.reset();
+        for (const q of queues()) if (q.nextSlotAt !== undefined) this.set({ registered_domain: q.registeredDomain }, seconds(q.nextSlotAt));
+      },
+    });
     if (options.defaultMetrics ?? true) collectNodeMetrics(this.registry);
+  }
+
+  /** Reports the budget's queues from now on. */
+  watchBudget(budget: { queues(): QueueReport[] }): void {
+    this.#budgetQueues = () => budget.queues();
   }
 
   certificate(domain: string, cert: StoredCert | undefined): void {

@@ -81,6 +81,9 @@ function inlineRbac(): string {
           { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['create'] },
           { apiGroups: ['coordination.k8s.io'], resources: ['leases'], resourceNames: [`certshare-${GROUP}`], verbs: ['get', 'update'] },
           { apiGroups: [''], resources: ['pods/status'], verbs: ['patch'] },
+          // The issuance budget's ledger (--issuance-budget): without it no first issuance happens.
+          { apiGroups: [''], resources: ['configmaps'], verbs: ['create'] },
+          { apiGroups: [''], resources: ['configmaps'], resourceNames: [`certshare-${GROUP}-ledger`], verbs: ['get', 'update'] },
         ],
       },
       {

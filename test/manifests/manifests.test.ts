@@ -25,6 +25,8 @@ const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const EXAMPLE = join(REPO, 'manifests/example');
 const DOMAIN = 'proxy.tailnet-0000.ts.net';
 const LEASE = 'certshare-proxy';
+/** The group's issuance ledger ConfigMap (--issuance-budget). */
+const LEDGER = 'certshare-proxy-ledger';
 const GATE = 'certshare.io/certificates';
 const PLACEHOLDER = 'example.tailnet-0000.ts.net';
 const TOKEN_PATH = '/var/run/secrets/kubernetes.io/serviceaccount';
@@ -136,7 +138,7 @@ describe('manifests/base', () => {
     assert.equal(kustomization.namespace, undefined, 'no namespace: field (apply with -n)');
     const rbac = await yamlDocs(join(REPO, 'manifests/base/rbac.yaml'));
     const names = rbac.flatMap((d) => d.rules ?? []).flatMap((r) => r.resourceNames ?? []);
-    assert.deepEqual([...new Set(names)].sort(), [LEASE, PLACEHOLDER].sort());
+    assert.deepEqual([...new Set(names)].sort(), [LEASE, LEDGER, PLACEHOLDER].sort());
   });
 
   it('grants on Pods only what the readiness gate uses: patch of pods/status', async () => {

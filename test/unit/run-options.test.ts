@@ -99,6 +99,9 @@ describe('run configuration: one validation step before anything starts', () => 
       { POD_NAME: 'proxy-0', POD_IPS: 'fd00::7' },
       /needs the Pod's IPv4 address in POD_IPS/,
     ],
+    ['--issuance-budget 0/1h', ['--domain', DOMAIN, '--issuance-budget', '0/1h'], {}, /--issuance-budget: "0\/1h" needs a COUNT of at least 1/],
+    ['--issuance-budget abc', ['--domain', DOMAIN, '--issuance-budget', 'abc'], {}, /--issuance-budget: "abc" is not COUNT\/WINDOW/],
+    ['--issuance-budget -1/5m', ['--domain', DOMAIN, '--issuance-budget=-1/5m'], {}, /--issuance-budget: "-1\/5m" is not COUNT\/WINDOW/],
     ['an unparsable POD_IPS', ['--domain', DOMAIN], { POD_IPS: '10.0.0.300' }, /POD_IPS\/POD_IP holds "10\.0\.0\.300", not an IP address/],
     ['an unparsable POD_IP', ['--domain', DOMAIN], { POD_IP: 'status.podIP' }, /POD_IPS\/POD_IP holds "status\.podIP", not an IP address/],
   ];
@@ -120,6 +123,8 @@ describe('run configuration: one validation step before anything starts', () => 
     assert.deepEqual(standalone.domains, [DOMAIN]);
     assert.equal(standalone.renewal.renewFraction, 1 / 3);
     assert.deepEqual(standalone.reloadCommand, { shell: 'nginx -s reload' });
+    assert.deepEqual(standalone.issuanceBudget, { count: 50, windowMs: 168 * 3_600_000 }, "Let's Encrypt's 50 per registered domain per week");
+    assert.equal(config(['--domain', DOMAIN, '--issuance-budget', '0']).issuanceBudget, undefined);
     const kube = config(
       [
         ...KUBE,

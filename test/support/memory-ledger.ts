@@ -1,0 +1,23 @@
+import { CertshareError } from '../../src/core/errors.ts';
+import type { LedgerEntry, LedgerSnapshot, LedgerStore } from '../../src/core/issuance-budget.ts';
+
+/** The ledger a group object holds: shared by every writer process, compare-and-swap on a version. */
+export class MemoryLedger implements LedgerStore {
+  readonly kind = 'memory';
+  entries: LedgerEntry[] = [];
+  version = 0;
+  failReads = false;
+  reads = 0;
+  async read(): Promise<LedgerSnapshot> {
+    this.reads++;
+    await Promise.resolve(); // a real read yields: lets concurrent writers interleave
+    if (this.failReads) throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'ledger forbidden (403)');
+    return { entries: structuredClone(this.entries), version: this.version === 0 ? undefined : String(this.version) };
+  }
+  async write(entries: LedgerEntry[], previous: LedgerSnapshot): Promise<void> {
+    await Promise.resolve();
+    if ((previous.version ?? '0') !== String(this.version)) throw new CertshareError('CERTSHARE_STORE_CONFLICT', 'ledger changed');
+    this.entries = structuredClone(entries);
+    this.version++;
+  }
+}
