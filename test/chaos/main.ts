@@ -1,4 +1,4 @@
-// npm run chaos -- --minutes N [--seed S] [--json] [--verbose] [--keep]
+// npm run chaos -- --minutes N [--domains-per-group D] [--seed S] [--json] [--verbose] [--keep]
 // Exit code: 0 when every invariant held, 1 on any violation, 2 when the run itself failed.
 import { parseArgs } from 'node:util';
 import { summary } from './report.ts';
@@ -8,6 +8,7 @@ const { values } = parseArgs({
   args: process.argv.slice(2),
   options: {
     minutes: { type: 'string', default: '2' },
+    'domains-per-group': { type: 'string', default: '1' },
     seed: { type: 'string' },
     json: { type: 'boolean', default: false },
     verbose: { type: 'boolean', default: false },
@@ -17,11 +18,14 @@ const { values } = parseArgs({
 });
 
 if (values.help) {
-  console.log(`Usage: npm run chaos -- [--minutes N] [--seed S] [--json] [--verbose] [--keep]
+  console.log(`Usage: npm run chaos -- [--minutes N] [--domains-per-group D] [--seed S] [--json] [--verbose] [--keep]
 
 Runs three certshare replicas (separate processes, --mode auto, kube store) against a real
 kube-apiserver behind a fault-injecting proxy, kills them and injects faults for N minutes
-(quiet periods included, the last 30 s quiet), and checks the invariants throughout.
+(quiet periods included, the last 30 s quiet), and checks the invariants throughout, per domain.
+  --domains-per-group D  the group's domains (default 1, at most 500): every emulator serves them all,
+             each has its own Secret; adds writer kills mid mass renewal, garbage hand edits of one
+             Secret and per-domain rate limits to the chaos
   --json     the last stdout line is the report as one JSON object
   --verbose  the event log on stderr too (always in <run dir>/chaos.log)
   --keep     keep the run directory (kept anyway when an invariant was violated)`);
@@ -31,6 +35,11 @@ kube-apiserver behind a fault-injecting proxy, kills them and injects faults for
 const minutes = Number(values.minutes);
 if (!(minutes >= 1 && minutes <= 240)) {
   console.error('--minutes must be between 1 and 240');
+  process.exit(2);
+}
+const domainsPerGroup = Number(values['domains-per-group']);
+if (!(Number.isInteger(domainsPerGroup) && domainsPerGroup >= 1 && domainsPerGroup <= 500)) {
+  console.error('--domains-per-group must be a whole number between 1 and 500');
   process.exit(2);
 }
 const seed = values.seed !== undefined ? Number(values.seed) >>> 0 : (Math.random() * 2 ** 32) >>> 0;
@@ -46,7 +55,7 @@ const failSafe = setTimeout(
 failSafe.unref();
 
 try {
-  const report = await runChaos({ minutes, seed, verbose: values.verbose, keep: values.keep });
+  const report = await runChaos({ minutes, seed, domainsPerGroup, verbose: values.verbose, keep: values.keep });
   console.log(summary(report));
   if (values.json) console.log(JSON.stringify(report));
   process.exitCode = report.violations === 0 ? 0 : 1;

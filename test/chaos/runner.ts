@@ -19,6 +19,8 @@ import { Chaos, DEFAULT_TUNING, type ChaosTuning } from './schedule.ts';
 export interface RunOptions {
   minutes: number;
   seed: number;
+  /** Domains of the group (one Secret each, all served by every emulator). Default 1. */
+  domainsPerGroup?: number;
   /** Event log on stderr too (it always goes to <run dir>/chaos.log). */
   verbose?: boolean;
   /** Keep the run directory (logs, ledger) even when every invariant held. */
@@ -64,8 +66,28 @@ export const TIMING_FLAGS = [
   'info',
 ];
 
+/** The group's domains: the example's own first, then proxy-2, proxy-3, ... in the same tailnet. */
+export function chaosDomains(count: number): string[] {
+  const [, tailnet] = /^[^.]+\.(.*)$/.exec(KUBE_DOMAIN)!;
+  return [KUBE_DOMAIN, ...Array.from({ length: count - 1 }, (_, i) => `proxy-${i + 2}.${tailnet}`)];
+}
+
+/** Widens the example's least-privilege Roles from its one domain Secret to every domain of the group. */
+async function allowDomains(cp: ControlPlane, ns: string, domains: string[]): Promise<void> {
+  for (const [role, rule] of [
+    ['certshare-reader', 0],
+    ['certshare-writer', 1],
+  ] as const) {
+    const patch = [
+      { op: 'test', path: `/rules/${rule}/resources`, value: ['secrets'] },
+      { op: 'replace', path: `/rules/${rule}/resourceNames`, value: domains },
+    ];
+    await must(cp.kubectl(['-n', ns, 'patch', 'role', role, '--type', 'json', '-p', JSON.stringify(patch)]));
+  }
+}
+
 /** Fallback when manifests/example cannot be applied: the same least-privilege rules, inline. */
-function inlineRbac(): string {
+function inlineRbac(domains: string[]): string {
   return JSON.stringify({
     apiVersion: 'v1',
     kind: 'List',
@@ -76,7 +98,7 @@ function inlineRbac(): string {
         kind: 'Role',
         metadata: { name: 'certshare' },
         rules: [
-          { apiGroups: [''], resources: ['secrets'], resourceNames: [KUBE_DOMAIN], verbs: ['get', 'list', 'watch', 'update'] },
+          { apiGroups: [''], resources: ['secrets'], resourceNames: domains, verbs: ['get', 'list', 'watch', 'update'] },
           { apiGroups: [''], resources: ['secrets'], verbs: ['create'] },
           { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['create'] },
           { apiGroups: ['coordination.k8s.io'], resources: ['leases'], resourceNames: [`certshare-${GROUP}`], verbs: ['get', 'update'] },
@@ -94,14 +116,16 @@ function inlineRbac(): string {
   });
 }
 
-async function namespaceWithRbac(cp: ControlPlane, log: (m: string) => void): Promise<string> {
+async function namespaceWithRbac(cp: ControlPlane, domains: string[], log: (m: string) => void): Promise<string> {
   try {
-    return await exampleNamespace(cp, 'chaos');
+    const ns = await exampleNamespace(cp, 'chaos');
+    if (domains.length > 1) await allowDomains(cp, ns, domains);
+    return ns;
   } catch (err) {
     log(`manifests/example could not be applied (${(err as Error).message.split('\n')[0]}); using inline RBAC`);
     const ns = `chaos-inline-${process.pid}`;
     await must(cp.kubectl(['create', 'namespace', ns]));
-    await must(cp.kubectl(['apply', '-n', ns, '-f', '-'], { input: inlineRbac() }));
+    await must(cp.kubectl(['apply', '-n', ns, '-f', '-'], { input: inlineRbac(domains) }));
     return ns;
   }
 }
@@ -132,7 +156,8 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
   };
   const rng = new Rng(options.seed);
   const tuning: ChaosTuning = { ...DEFAULT_TUNING, ...options.tuning };
-  log(`run dir ${runDir}, seed ${options.seed}, ${options.minutes} min`);
+  const domains = chaosDomains(options.domainsPerGroup ?? 1);
+  log(`run dir ${runDir}, seed ${options.seed}, ${options.minutes} min, ${domains.length} domain(s) per group`);
 
   let cp: ControlPlane | undefined;
   let proxy: FaultProxy | undefined;
@@ -143,7 +168,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     // A stop is SIGTERM then SIGKILL after 1 s: a graceful kube-apiserver shutdown with clients attached
     // can take 10 s, too long an outage for 10 s renewal windows.
     cp = await startControlPlane({ stopGraceMs: 1000 });
-    const ns = await namespaceWithRbac(cp, log);
+    const ns = await namespaceWithRbac(cp, domains, log);
     await createPods(cp, ns);
     proxy = new FaultProxy({ upstream: cp.server, upstreamCaPem: cp.caPem, rng: new Rng(options.seed ^ 0x5eed) });
     await proxy.start();
@@ -156,6 +181,8 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     // cut by our 8 s bound): reported.
     const crashes: string[] = [];
     const slowStops: string[] = [];
+    // A process that runs but does not answer /healthz (event loop stuck, listener gone): half dead.
+    const halfDead: string[] = [];
     const onExit = (r: Replica, inst: Instance): void => {
       const how = `code ${inst.exit?.code}, signal ${inst.exit?.signal}`;
       if (inst.killedWith === undefined) {
@@ -179,7 +206,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         {
           name,
           namespace: ns,
-          domain: KUBE_DOMAIN,
+          domains,
           group: GROUP,
           kubeconfig: await kubeconfigVia(cp, ns, join(runDir, `kubeconfig-${name}`), proxy, { pod: name }),
           ledger,
@@ -204,7 +231,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     const byName = new Map(replicas.map((r) => [r.name, r]));
     let podWatch: AdminWatch | undefined;
     const checker = new Checker({
-      domain: KUBE_DOMAIN,
+      domains,
       graceMs: GRACE_MS,
       replicaNames: REPLICAS,
       running: (name) => byName.get(name)?.current,
@@ -221,12 +248,16 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
       verbose: log,
     });
 
+    // Every Secret of the namespace (the admin may list them all); the checker keeps the domains' own.
     const secretWatch = new AdminWatch(
       cp,
       `/api/v1/namespaces/${ns}/secrets`,
-      `fieldSelector=${encodeURIComponent(`metadata.name=${KUBE_DOMAIN}`)}`,
-      (type, obj, at) => checker.secret(type === 'DELETED' ? undefined : obj, at),
-      (items, at) => checker.secret(items[0], at),
+      domains.length === 1 ? `fieldSelector=${encodeURIComponent(`metadata.name=${KUBE_DOMAIN}`)}` : '',
+      (type, obj, at) => checker.secret(obj.metadata?.name ?? '', type === 'DELETED' ? undefined : obj, at),
+      (items, at) => {
+        const byName = new Map(items.map((obj) => [obj.metadata?.name ?? '', obj]));
+        for (const d of domains) checker.secret(d, byName.get(d), at);
+      },
     );
     podWatch = new AdminWatch(
       cp,
@@ -237,7 +268,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         for (const obj of items) checker.pods(obj.metadata?.name ?? '', obj, at);
       },
     );
-    const dirWatches = replicas.map((r) => new DirWatch(r.outDir, KUBE_DOMAIN, (state) => checker.files(r.name, state)));
+    const dirWatches = replicas.map((r) => new DirWatch(r.outDir, domains, (domain, state) => checker.files(r.name, domain, state)));
     const ledgerTail = new LedgerTail(ledger, (line) => checker.ledger(line));
     secretWatch.start();
     podWatch.start();
@@ -252,26 +283,40 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
       ...dirWatches.map((d) => () => d.stop()),
     );
 
-    chaos = new Chaos({ rng, replicas, proxy, cp, namespace: ns, tuning, log });
+    chaos = new Chaos({ rng, replicas, proxy, cp, namespace: ns, tuning, log, domains, onHandEdit: (d, at) => checker.handEdited(d, at) });
+    const probeHealth = async (when: string): Promise<void> => {
+      await Promise.all(
+        replicas.map(async (r) => {
+          const inst = r.current;
+          if (!inst) return;
+          try {
+            await r.healthz(3000);
+          } catch (err) {
+            if (r.current !== inst) return; // killed meanwhile
+            halfDead.push(`half-dead ${new Date().toISOString().slice(11, 23)} ${r.name} (pid ${inst.pid}) ${when}: ${(err as Error).message}`);
+            log(`HALF-DEAD ${r.name} pid ${inst.pid}: ${(err as Error).message}`);
+          }
+        }),
+      );
+    };
     for (const r of replicas) r.start();
 
-    // Start-up: the first certificate reaches every replica (bounded).
-    const startupDeadline = Date.now() + 90_000;
-    for (;;) {
-      const serial = checker.snapshot().secretSerial;
-      if (serial && dirWatches.every((d) => d.state.cert?.serial === serial)) break;
+    // Start-up: the first certificate of every domain reaches every replica (bounded).
+    const startupMs = 90_000 + 1000 * domains.length;
+    const startupDeadline = Date.now() + startupMs;
+    while (!checker.converged()) {
       if (Date.now() > startupDeadline)
-        throw new Error('start-up: the first certificate did not reach every replica within 90 s (see the logs in the run dir)');
+        throw new Error(`start-up: the first certificates did not reach every replica within ${startupMs / 1000} s (see the logs in the run dir)`);
       await sleep(100);
     }
-    log('start-up done: every replica holds the first certificate');
+    log(`start-up done: every replica holds the first certificate of each of ${domains.length} domain(s)`);
     const t0 = Date.now();
     const end = t0 + totalMs;
     const progressTimer = setInterval(() => {
       const s = checker.snapshot();
       progress(
         `[chaos] ${Math.round((Date.now() - t0) / 1000)}s/${Math.round(totalMs / 1000)}s ` +
-          `kills ${chaos!.stats.kills} issuances ${s.issuances} violations ${s.violations}`,
+          `domains ${domains.length} kills ${chaos!.stats.kills} issuances ${s.issuances} violations ${s.violations}`,
       );
     }, 20_000);
     stoppers.push(() => clearInterval(progressTimer));
@@ -290,7 +335,9 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
       log(`quiet for ${QUIET_SEGMENT_MS / 1000} s`);
       const period: [number, number] = [qs, qs + QUIET_SEGMENT_MS];
       quietPeriods.push(period);
-      await sleep(QUIET_SEGMENT_MS);
+      await sleep(SETTLE_MS);
+      await probeHealth('in a quiet period');
+      await sleep(Math.max(0, qs + QUIET_SEGMENT_MS - Date.now()));
     }
     await chaos.settle();
     const finalStart = Date.now();
@@ -298,13 +345,10 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     log(`final quiet phase for ${Math.round(Math.max(FINAL_QUIET_MS, end - finalStart) / 1000)} s`);
     await sleep(Math.max(FINAL_QUIET_MS, end - finalStart));
 
-    // The end: every replica holds the Secret's certificate (allowing the grace for one in flight).
+    // The end: every replica holds every Secret's certificate (allowing the grace for one in flight).
     const holdDeadline = Date.now() + GRACE_MS;
-    while (Date.now() < holdDeadline) {
-      const serial = checker.snapshot().secretSerial;
-      if (serial && dirWatches.every((d) => d.state.cert?.serial === serial)) break;
-      await sleep(50);
-    }
+    while (Date.now() < holdDeadline && !checker.converged()) await sleep(50);
+    await probeHealth('at the end');
     await ledgerTail.poll();
     const result = checker.finish(Date.now(), { mustHold: true });
     const proxyApplied = Object.fromEntries(proxy.applied);
@@ -312,10 +356,11 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
       minutes: options.minutes,
       seed: options.seed,
       durationMs: 0,
+      domainsPerGroup: domains.length,
       result,
       chaos: chaos.stats,
       proxyApplied,
-      extraViolations: crashes,
+      extraViolations: [...crashes, ...halfDead],
       slowStops,
     });
     log(`done: ${report.violations} violation(s)`);
