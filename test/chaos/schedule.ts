@@ -82,6 +82,8 @@ const PROXY_PROFILES: ReadonlyArray<readonly [string, number, ProxyFaults]> = [
   ['stallWatches', 2, { stallWatch: 1, stallMs: [1000, 4000] }],
   ['endWatches', 2, { endWatchEarly: 1, endAfterMs: [200, 2000] }],
   ['blackout', 1, { blackout: true }],
+  // Every connection to the API drops at once, with all the watches it carries (many domains: many watches).
+  ['dropConnections', 2, { dropConnectionsAfterMs: 500 }],
   ['mixed', 2, { resetBefore: 0.05, resetAfter: 0.05, error5xx: 0.1, throttle429: 0.1, latencyMs: [0, 200], endWatchEarly: 0.3, endAfterMs: [500, 3000] }],
 ];
 
@@ -224,10 +226,12 @@ export class Chaos {
       } else if (proxyEnds === undefined && now >= nextProxy) {
         const name = rng.weighted(PROXY_PROFILES.map(([n, w]) => [n, w] as const));
         const faults = PROXY_PROFILES.find(([n]) => n === name)![2];
+        const h2 = this.#proxy.http2Sessions;
         this.#proxy.setFaults(faults);
         let open = '';
         if (name === 'stallWatches') open = `, ${this.#proxy.stallOpenWatches(faults.stallMs ?? [1000, 4000])} open watches stalled`;
         if (name === 'endWatches') open = `, ${this.#proxy.endOpenWatches()} open watches ended`;
+        if (name === 'dropConnections') open = `, ${this.#proxy.applied.get('dropConnection') ?? 0} connections dropped so far (${h2} HTTP/2 now)`;
         const ms = name === 'blackout' ? rng.between(1000, 3000) : rng.between(...t.proxyEpisodeMs);
         if (name === 'blackout') {
           blackout = [now, undefined];
