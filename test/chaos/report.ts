@@ -7,6 +7,7 @@ export interface ChaosReport extends Omit<ChaosStats, 'apiOutageMs'> {
   minutes: number;
   seed: number;
   domainsPerGroup: number;
+  timeScale: number;
   /** Issuances per domain over the run: the fewest, the most, and every domain's count. */
   issuancesPerDomainMin: number;
   issuancesPerDomainMax: number;
@@ -48,6 +49,7 @@ export function buildReport(input: {
   minutes: number;
   seed: number;
   domainsPerGroup: number;
+  timeScale: number;
   durationMs: number;
   result: CheckerResult;
   chaos: ChaosStats;
@@ -64,6 +66,7 @@ export function buildReport(input: {
     minutes: input.minutes,
     seed: input.seed,
     domainsPerGroup: input.domainsPerGroup,
+    timeScale: input.timeScale,
     issuancesPerDomainMin: Math.min(...counts),
     issuancesPerDomainMax: Math.max(...counts),
     issuancesByDomain: result.issuancesByDomain,
@@ -112,7 +115,7 @@ export function buildReport(input: {
 
 export function summary(r: ChaosReport): string {
   const lines = [
-    `certshare chaos: ${r.minutes} min, ${r.domainsPerGroup} domain(s) per group, seed ${r.seed}, took ${(r.durationMs / 1000).toFixed(0)} s`,
+    `certshare chaos: ${r.minutes} min, ${r.domainsPerGroup} domain(s) per group, time scale ${r.timeScale}, seed ${r.seed}, took ${(r.durationMs / 1000).toFixed(0)} s`,
     `  invariants: ${r.violations === 0 ? 'all held' : `${r.violations} violation(s)`}`,
     `  1 issuances ${r.issuances} over ${r.windows} renewal windows after the first (max ${r.maxIssuancesPerWindow} per window per domain, ${r.extraIssuances} extra); ` +
       `${r.lostIssuances} issued but never stored (writer died mid-issuance)`,

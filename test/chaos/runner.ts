@@ -21,6 +21,14 @@ export interface RunOptions {
   seed: number;
   /** Domains of the group (one Secret each, all served by every emulator). Default 1. */
   domainsPerGroup?: number;
+  /**
+   * The run's compressed clock made K times slower (default 1): certificate lifetime, the replicas'
+   * lease, retry and CertPair timings, the checker's grace, settling and recovery allowances, the
+   * segments and the mean times between chaos actions. Process start-up, request latencies and fault
+   * episodes are not compressed, so with many domains on a loaded machine the same invariants can be
+   * checked at a time scale the work per renewal fits in.
+   */
+  timeScale?: number;
   /** Event log on stderr too (it always goes to <run dir>/chaos.log). */
   verbose?: boolean;
   /** Keep the run directory (logs, ledger) even when every invariant held. */
@@ -45,26 +53,67 @@ const FINAL_QUIET_MS = 30_000;
 const CHAOS_SEGMENT_MS = 50_000;
 const QUIET_SEGMENT_MS = 20_000;
 
-export const TIMING_FLAGS = [
-  '--lease-duration',
-  '2s',
-  '--first-retry',
-  '300ms',
-  '--retry-cap',
-  '5s',
-  '--rate-limit-retry',
-  '3s',
-  '--check-interval',
-  '1h',
-  '--cert-timeout',
-  '5s',
-  '--drain-delay',
-  '200ms',
-  '--shutdown-timeout',
-  '3s',
-  '--log-level',
-  'info',
-];
+export const TIMING_FLAGS = timingFlags(1);
+
+/** The replicas' timing flags on the run's clock, `k` times slower than the default compression. */
+export function timingFlags(k: number): string[] {
+  const ms = (v: number): string => `${Math.round(v * k)}ms`;
+  return [
+    '--lease-duration',
+    ms(2000),
+    '--first-retry',
+    ms(300),
+    '--retry-cap',
+    ms(5000),
+    '--rate-limit-retry',
+    ms(3000),
+    '--check-interval',
+    '1h',
+    '--cert-timeout',
+    ms(5000),
+    '--drain-delay',
+    '200ms',
+    '--shutdown-timeout',
+    '3s',
+    '--log-level',
+    'info',
+  ];
+}
+
+/** The harness's own times (see the constants above) on the run's clock. */
+function scaledTimes(k: number): {
+  certLifetime: string;
+  graceMs: number;
+  settleMs: number;
+  recoveryMs: number;
+  finalQuietMs: number;
+  chaosSegmentMs: number;
+  quietSegmentMs: number;
+} {
+  return {
+    certLifetime: `${Math.round(parseInt(CERT_LIFETIME, 10) * k)}s`,
+    graceMs: GRACE_MS * k,
+    settleMs: SETTLE_MS * k,
+    recoveryMs: RECOVERY_MS * k,
+    finalQuietMs: FINAL_QUIET_MS * k,
+    chaosSegmentMs: CHAOS_SEGMENT_MS * k,
+    quietSegmentMs: QUIET_SEGMENT_MS * k,
+  };
+}
+
+/** Mean times between chaos actions on the run's clock (durations of fault episodes stay as they are). */
+function scaledTuning(t: ChaosTuning, k: number): ChaosTuning {
+  return {
+    ...t,
+    killEveryMs: t.killEveryMs * k,
+    proxyPauseMeanMs: t.proxyPauseMeanMs * k,
+    emulatorFaultEveryMs: t.emulatorFaultEveryMs * k,
+    apiOutageEveryMs: t.apiOutageEveryMs * k,
+    massKillEveryMs: t.massKillEveryMs * k,
+    handEditEveryMs: t.handEditEveryMs * k,
+    domainRateLimitEveryMs: t.domainRateLimitEveryMs * k,
+  };
+}
 
 /** The group's domains: the example's own first, then proxy-2, proxy-3, ... in the same tailnet. */
 export function chaosDomains(count: number): string[] {
@@ -155,9 +204,11 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     if (options.verbose) process.stderr.write(`${line}\n`);
   };
   const rng = new Rng(options.seed);
-  const tuning: ChaosTuning = { ...DEFAULT_TUNING, ...options.tuning };
+  const k = options.timeScale ?? 1;
+  const tuning: ChaosTuning = scaledTuning({ ...DEFAULT_TUNING, ...options.tuning }, k);
+  const T = scaledTimes(k);
   const domains = chaosDomains(options.domainsPerGroup ?? 1);
-  log(`run dir ${runDir}, seed ${options.seed}, ${options.minutes} min, ${domains.length} domain(s) per group`);
+  log(`run dir ${runDir}, seed ${options.seed}, ${options.minutes} min, ${domains.length} domain(s) per group, time scale ${k}`);
 
   let cp: ControlPlane | undefined;
   let proxy: FaultProxy | undefined;
@@ -210,9 +261,9 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
           group: GROUP,
           kubeconfig: await kubeconfigVia(cp, ns, join(runDir, `kubeconfig-${name}`), proxy, { pod: name }),
           ledger,
-          certLifetime: CERT_LIFETIME,
+          certLifetime: T.certLifetime,
           podIp: `10.0.0.${10 + i}`,
-          flags: TIMING_FLAGS,
+          flags: timingFlags(k),
         },
         runDir,
         (replica, line) => {
@@ -226,24 +277,24 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     }
     await Promise.all(replicas.map((r) => r.startEmulator()));
 
-    // Quiet periods: [start, end); the checker counts samples from start + SETTLE_MS to end - GRACE_MS.
+    // Quiet periods: [start, end); the checker counts samples from start + settle time to end - grace.
     const quietPeriods: Array<[number, number]> = [];
     const byName = new Map(replicas.map((r) => [r.name, r]));
     let podWatch: AdminWatch | undefined;
     const checker = new Checker({
       domains,
-      graceMs: GRACE_MS,
+      graceMs: T.graceMs,
       replicaNames: REPLICAS,
       running: (name) => byName.get(name)?.current,
       instanceAt: (emulator, t) => {
         const inst = byName.get(emulator)?.instanceAt(t);
         return inst ? `${emulator}/${inst.pid}` : undefined;
       },
-      quietAt: (t) => quietPeriods.some(([s, e]) => t >= s + SETTLE_MS && t < e - GRACE_MS),
+      quietAt: (t) => quietPeriods.some(([s, e]) => t >= s + T.settleMs && t < e - T.graceMs),
       podsInSync: () => podWatch?.connected ?? false,
       reachableSince: (now) => {
         const since = chaos?.reachableSince(now) ?? 0;
-        return since === 0 ? 0 : since + RECOVERY_MS;
+        return since === 0 ? 0 : since + T.recoveryMs;
       },
       verbose: log,
     });
@@ -323,30 +374,30 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
 
     // Chaos segments with quiet periods in between, then the final quiet phase.
     for (;;) {
-      const chaosLeft = end - FINAL_QUIET_MS - Date.now();
+      const chaosLeft = end - T.finalQuietMs - Date.now();
       if (chaosLeft <= 1000) break;
-      const segment = Math.min(CHAOS_SEGMENT_MS, chaosLeft);
+      const segment = Math.min(T.chaosSegmentMs, chaosLeft);
       log(`chaos for ${Math.round(segment / 1000)} s`);
       await chaos.run(Date.now() + segment);
-      const left = end - FINAL_QUIET_MS - Date.now();
-      if (left < QUIET_SEGMENT_MS + 10_000) continue;
+      const left = end - T.finalQuietMs - Date.now();
+      if (left < T.quietSegmentMs + 10_000) continue;
       await chaos.settle();
       const qs = Date.now();
-      log(`quiet for ${QUIET_SEGMENT_MS / 1000} s`);
-      const period: [number, number] = [qs, qs + QUIET_SEGMENT_MS];
+      log(`quiet for ${T.quietSegmentMs / 1000} s`);
+      const period: [number, number] = [qs, qs + T.quietSegmentMs];
       quietPeriods.push(period);
-      await sleep(SETTLE_MS);
+      await sleep(T.settleMs);
       await probeHealth('in a quiet period');
-      await sleep(Math.max(0, qs + QUIET_SEGMENT_MS - Date.now()));
+      await sleep(Math.max(0, qs + T.quietSegmentMs - Date.now()));
     }
     await chaos.settle();
     const finalStart = Date.now();
     quietPeriods.push([finalStart, Number.POSITIVE_INFINITY]);
-    log(`final quiet phase for ${Math.round(Math.max(FINAL_QUIET_MS, end - finalStart) / 1000)} s`);
-    await sleep(Math.max(FINAL_QUIET_MS, end - finalStart));
+    log(`final quiet phase for ${Math.round(Math.max(T.finalQuietMs, end - finalStart) / 1000)} s`);
+    await sleep(Math.max(T.finalQuietMs, end - finalStart));
 
     // The end: every replica holds every Secret's certificate (allowing the grace for one in flight).
-    const holdDeadline = Date.now() + GRACE_MS;
+    const holdDeadline = Date.now() + T.graceMs;
     while (Date.now() < holdDeadline && !checker.converged()) await sleep(50);
     await probeHealth('at the end');
     await ledgerTail.poll();
@@ -357,6 +408,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
       seed: options.seed,
       durationMs: 0,
       domainsPerGroup: domains.length,
+      timeScale: k,
       result,
       chaos: chaos.stats,
       proxyApplied,
