@@ -1,6 +1,7 @@
-// A short chaos run (about 2 minutes plus start-up, 5 domains per group) as a test: every invariant
-// holds for every domain and the run did enough to mean something. The seed is fixed for reproducible schedules (CHAOS_SEED overrides it);
-// the report and, on failure, the run directory with every log are printed.
+// A short chaos run (75 s plus start-up, 5 domains per group) as a test: every invariant holds for
+// every domain and the run did enough to mean something. Longer and larger runs: `npm run chaos`. The
+// seed is fixed for reproducible schedules (CHAOS_SEED overrides it); the report and, on failure, the
+// run directory with every log are printed.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -12,9 +13,9 @@ const MAIN = join(import.meta.dirname, 'main.ts');
 
 const DOMAINS = 5;
 
-test(`chaos: 3 replicas, ${DOMAINS} domains, kills, API and LocalAPI faults for 2 minutes; every invariant holds`, { timeout: 9 * 60_000 }, async (t) => {
+test(`chaos: 3 replicas, ${DOMAINS} domains, kills, API and LocalAPI faults for 75 s; every invariant holds`, { timeout: 9 * 60_000 }, async (t) => {
   const seed = process.env.CHAOS_SEED ?? '20261122';
-  const child = spawn(process.execPath, [MAIN, '--minutes', '2', '--domains-per-group', String(DOMAINS), '--json', '--seed', seed], {
+  const child = spawn(process.execPath, [MAIN, '--minutes', '1.25', '--domains-per-group', String(DOMAINS), '--json', '--seed', seed], {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let stdout = '';
@@ -39,7 +40,7 @@ test(`chaos: 3 replicas, ${DOMAINS} domains, kills, API and LocalAPI faults for 
   assert.equal(report.domainsPerGroup, DOMAINS);
   // One first issuance per domain, then one per renewal window.
   assert.equal(report.issuances, report.windows + DOMAINS);
-  assert.ok(report.windowsPerDomainMin >= 5, `a domain passed only ${report.windowsPerDomainMin} renewal windows`);
+  assert.ok(report.windowsPerDomainMin >= 3, `a domain passed only ${report.windowsPerDomainMin} renewal windows`);
   assert.ok(report.kills >= 3, `only ${report.kills} kills`);
   assert.ok(report.convergenceSamples >= 1, 'no convergence measured in a quiet period');
   assert.ok(report.convergenceP99Ms <= 2000);

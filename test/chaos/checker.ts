@@ -194,7 +194,8 @@ export class Checker {
         this.#violation(
           3,
           at,
-          `inv3 ${iso(at)} ${domain}: the Secret regressed to serial ${cert.serial} expiring ${iso(cert.notAfter)}, earlier than ${iso(d.maxNotAfter)} it held before`,
+          `inv3 ${iso(at)} ${domain}: the Secret regressed to serial ${cert.serial} expiring ${iso(cert.notAfter)}, ` +
+            `earlier than ${iso(d.maxNotAfter)} it held before`,
         );
       }
       d.maxNotAfter = Math.max(d.maxNotAfter, cert.notAfter);
@@ -407,7 +408,8 @@ export class Checker {
             this.#violation(
               4,
               now,
-              `inv4 ${iso(now)} ${d.domain}: at the end ${name} holds ${held ? short(held) : 'nothing'} while the Secret holds ${serial ? short(serial) : 'nothing'}`,
+              `inv4 ${iso(now)} ${d.domain}: at the end ${name} holds ${held ? short(held) : 'nothing'} ` +
+                `while the Secret holds ${serial ? short(serial) : 'nothing'}`,
             );
           }
         }

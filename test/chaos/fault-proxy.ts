@@ -9,7 +9,14 @@
 // only (the compatibility API's socket stands for the stream), as in HTTP/1.1 it is the request's socket.
 // The replicas' kubeconfig points here and trusts `caPem`; their bearer token passes through unchanged.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { constants as h2, createSecureServer, type Http2SecureServer, type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
+import {
+  constants as h2,
+  createSecureServer,
+  type Http2SecureServer,
+  type Http2ServerRequest,
+  type Http2ServerResponse,
+  type ServerHttp2Session,
+} from 'node:http2';
 import { Agent, request } from 'node:https';
 import type { Socket } from 'node:net';
 import { createControlPlanePki } from '../harness/pki.ts';

@@ -191,7 +191,7 @@ describe('chaos checker with many domains per group', () => {
     };
   };
 
-  it('counts windows per domain: a renewal of one domain inside another one\'s window is not extra; a second one is, and names its domain', () => {
+  it("counts windows per domain: a renewal of one domain inside another one's window is not extra; a second one is, and names its domain", () => {
     const base = 2_000_000 * S;
     const onD = (t: number, serial: string): Issuance => issued(t, serial);
     const onE = (t: number, serial: string, emulator = 'proxy-0'): Issuance => ({ ...issued(t, serial, emulator), domain: E });
@@ -213,7 +213,10 @@ describe('chaos checker with many domains per group', () => {
     const now = Date.now();
     checker.secret(D, d.obj, now);
     checker.secret(E, e.obj, now);
-    const fresh = (c: { serial: string; notAfter: number }): FilesState => ({ cert: { serial: c.serial, notBefore: now - 2000, notAfter: c.notAfter, keyMatch: true }, at: now });
+    const fresh = (c: { serial: string; notAfter: number }): FilesState => ({
+      cert: { serial: c.serial, notBefore: now - 2000, notAfter: c.notAfter, keyMatch: true },
+      at: now,
+    });
     checker.files('proxy-0', D, fresh(d));
     checker.files('proxy-0', E, fresh(e));
     checker.files('proxy-1', D, fresh(d));

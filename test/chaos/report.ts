@@ -8,6 +8,8 @@ export interface ChaosReport extends Omit<ChaosStats, 'apiOutageMs'> {
   seed: number;
   domainsPerGroup: number;
   timeScale: number;
+  /** From starting the replicas until each held the first certificate of every domain. */
+  startupMs: number;
   /** Issuances per domain over the run: the fewest, the most, and every domain's count. */
   issuancesPerDomainMin: number;
   issuancesPerDomainMax: number;
@@ -50,6 +52,7 @@ export function buildReport(input: {
   seed: number;
   domainsPerGroup: number;
   timeScale: number;
+  startupMs: number;
   durationMs: number;
   result: CheckerResult;
   chaos: ChaosStats;
@@ -67,6 +70,7 @@ export function buildReport(input: {
     seed: input.seed,
     domainsPerGroup: input.domainsPerGroup,
     timeScale: input.timeScale,
+    startupMs: input.startupMs,
     issuancesPerDomainMin: Math.min(...counts),
     issuancesPerDomainMax: Math.max(...counts),
     issuancesByDomain: result.issuancesByDomain,
@@ -115,11 +119,15 @@ export function buildReport(input: {
 
 export function summary(r: ChaosReport): string {
   const lines = [
-    `certshare chaos: ${r.minutes} min, ${r.domainsPerGroup} domain(s) per group, time scale ${r.timeScale}, seed ${r.seed}, took ${(r.durationMs / 1000).toFixed(0)} s`,
-    `  invariants: ${r.violations === 0 ? 'all held' : `${r.violations} violation(s)`}`,
-    `  1 issuances ${r.issuances} over ${r.windows} renewal windows after the first (max ${r.maxIssuancesPerWindow} per window per domain, ${r.extraIssuances} extra); ` +
+    `certshare chaos: ${r.minutes} min, ${r.domainsPerGroup} domain(s) per group, time scale ${r.timeScale}, seed ${r.seed}, ` +
+      `took ${(r.durationMs / 1000).toFixed(0)} s`,
+    `  invariants: ${r.violations === 0 ? 'all held' : `${r.violations} violation(s)`}; ` +
+      `start-up (every replica holds every first certificate) ${r.startupMs} ms`,
+    `  1 issuances ${r.issuances} over ${r.windows} renewal windows after the first ` +
+      `(max ${r.maxIssuancesPerWindow} per window per domain, ${r.extraIssuances} extra); ` +
       `${r.lostIssuances} issued but never stored (writer died mid-issuance)`,
-    `    per domain: ${r.issuancesPerDomainMin}-${r.issuancesPerDomainMax} issuances, ${r.windowsPerDomainMin}-${r.windowsPerDomainMax} windows after the first`,
+    `    per domain: ${r.issuancesPerDomainMin}-${r.issuancesPerDomainMax} issuances, ` +
+      `${r.windowsPerDomainMin}-${r.windowsPerDomainMax} windows after the first`,
     `  4 convergence in quiet periods: p50 ${r.convergenceP50Ms} ms, p99 ${r.convergenceP99Ms} ms, max ${r.convergenceMaxMs} ms ` +
       `over ${r.convergenceSamples} new certificates (all periods: p99 ${r.convergenceAllP99Ms} ms over ${r.convergenceAllSamples})`,
     `  6 cert requests ${r.certRequests}, 429 answers ${r.rateLimitedAnswers}, rate limits not shared before the next call ${r.unsharedRateLimits}`,
