@@ -38,6 +38,11 @@ export interface CheckerContext {
   running(name: string): Instance | undefined;
   /** "replica/pid" of the process behind an emulator (same name as its replica) at time t. */
   instanceAt(emulator: string, t: number): string | undefined;
+  /**
+   * How the certshare process behind an emulator ended if it ended around t (an issuance by that
+   * emulator at t): 'SIGKILL', 'SIGTERM', 'crash', or undefined when it lived on. Optional (undefined).
+   */
+  endedAround?(emulator: string, t: number): 'SIGKILL' | 'SIGTERM' | 'crash' | undefined;
   /** True when t lies in a quiet period, past its settling time (no fault active or lingering). */
   quietAt(t: number): boolean;
   /** Whether the admin's Pod view is current (its watch is connected). */
@@ -118,6 +123,13 @@ export interface CheckerResult {
   rateLimitedAnswers: number;
   /** Issuances per domain (every domain of the group, 0 included). */
   issuancesByDomain: Record<string, number>;
+  /**
+   * Issuances inside a window opened by a certificate that never reached the Secret because the process
+   * that obtained it was SIGKILLed (or crashed) before it could store it: no software can keep that one
+   * (each replica has its own tailscaled); reported, not counted (a SIGTERM is counted: a graceful stop
+   * could have stored it).
+   */
+  reissuedAfterLost: string[];
   /** Hand edits of a Secret to garbage, and how long until that Secret held a valid pair again. */
   handEdits: { count: number; repaired: number; repairMaxMs: number; repairP50Ms: number };
 }
@@ -420,16 +432,19 @@ export class Checker {
 
     const windows = analyseWindows(this.#issuances);
     const violations: Array<{ at: number; text: string }> = [];
+    const reissuedAfterLost: string[] = [];
     for (const x of windows.extras) {
       const extra = x.issuance;
       const cover = x.coveredBy;
       const coverDue = cover.notAfter - (cover.notAfter - cover.notBefore) / 2;
-      violations.push({
-        at: extra.time,
-        text:
-          `inv1 ${iso(extra.time)} ${extra.domain}: extra issuance ${short(extra.serial)} by ${extra.emulator} (${extra.trigger}) in window ${x.window}: ` +
-          `${short(cover.serial)} (issued ${iso(cover.time)} by ${cover.emulator}) was valid and not due until ${iso(coverDue)}`,
-      });
+      const stored = this.#domains.get(cover.domain)?.serials.has(cover.serial) ?? false;
+      const ended = stored ? undefined : this.#ctx.endedAround?.(cover.emulator, cover.time);
+      const why = stored ? '' : ended ? `, never stored: its writer ended (${ended}) right after obtaining it` : ', never stored';
+      const text =
+        `inv1 ${iso(extra.time)} ${extra.domain}: extra issuance ${short(extra.serial)} by ${extra.emulator} (${extra.trigger}) in window ${x.window}: ` +
+        `${short(cover.serial)} (issued ${iso(cover.time)} by ${cover.emulator}${why}) was valid and not due until ${iso(coverDue)}`;
+      if (ended === 'SIGKILL' || ended === 'crash') reissuedAfterLost.push(text);
+      else violations.push({ at: extra.time, text });
     }
     const rate = checkRateLimits(this.#requests, this.#retryRecords, this.#ctx.instanceAt);
     for (const text of rate.violations) violations.push({ at: 0, text });
@@ -480,6 +495,7 @@ export class Checker {
       requests: this.#requests.length,
       rateLimitedAnswers: rate.rateLimitedAnswers,
       issuancesByDomain,
+      reissuedAfterLost,
       handEdits: {
         count: this.#handEdits,
         repaired: this.#handEdits - unrepaired,

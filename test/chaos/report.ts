@@ -17,6 +17,9 @@ export interface ChaosReport extends Omit<ChaosStats, 'apiOutageMs'> {
   /** Renewal windows passed after the first issuance, per domain: the fewest and the most. */
   windowsPerDomainMin: number;
   windowsPerDomainMax: number;
+  /** Extra issuances after a certificate lost with a SIGKILLed writer (reported, not counted; see checker.ts). */
+  reissuedAfterLost: number;
+  reissuedAfterLostDetails: string[];
   /** Hand-edited Secrets valid again (of handEdits), and the slowest repair. */
   handEditsRepaired: number;
   handEditRepairMaxMs: number;
@@ -76,6 +79,8 @@ export function buildReport(input: {
     issuancesByDomain: result.issuancesByDomain,
     windowsPerDomainMin: Math.min(...windows),
     windowsPerDomainMax: Math.max(...windows),
+    reissuedAfterLost: result.reissuedAfterLost.length,
+    reissuedAfterLostDetails: result.reissuedAfterLost,
     handEdits: chaos.handEdits,
     handEditsRepaired: result.handEdits.repaired,
     handEditRepairMaxMs: result.handEdits.repairMaxMs,
@@ -125,7 +130,8 @@ export function summary(r: ChaosReport): string {
       `start-up (every replica holds every first certificate) ${r.startupMs} ms`,
     `  1 issuances ${r.issuances} over ${r.windows} renewal windows after the first ` +
       `(max ${r.maxIssuancesPerWindow} per window per domain, ${r.extraIssuances} extra); ` +
-      `${r.lostIssuances} issued but never stored (writer died mid-issuance)`,
+      `${r.lostIssuances} issued but never stored (writer died mid-issuance), ` +
+      `${r.reissuedAfterLost} of the extra issued inside the window of one lost with a SIGKILLed writer`,
     `    per domain: ${r.issuancesPerDomainMin}-${r.issuancesPerDomainMax} issuances, ` +
       `${r.windowsPerDomainMin}-${r.windowsPerDomainMax} windows after the first`,
     `  4 convergence in quiet periods: p50 ${r.convergenceP50Ms} ms, p99 ${r.convergenceP99Ms} ms, max ${r.convergenceMaxMs} ms ` +
@@ -142,6 +148,11 @@ export function summary(r: ChaosReport): string {
   if (r.violationDetails.length > 0) lines.push('  violations:', ...r.violationDetails.map((v) => `    - ${v}`));
   if (r.unsharedRateLimitDetails.length > 0)
     lines.push('  rate limits not shared (reported, not violations):', ...r.unsharedRateLimitDetails.map((v) => `    - ${v}`));
+  if (r.reissuedAfterLostDetails.length > 0)
+    lines.push(
+      '  issued again after a certificate lost with its SIGKILLed writer (reported, not violations):',
+      ...r.reissuedAfterLostDetails.map((v) => `    - ${v}`),
+    );
   if (r.slowStops.length > 0) lines.push('  graceful stops that overran --shutdown-timeout:', ...r.slowStops.map((v) => `    - ${v}`));
   if (r.runDir) lines.push(`  logs kept in ${r.runDir}`);
   return lines.join('\n');

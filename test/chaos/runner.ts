@@ -290,6 +290,14 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         const inst = byName.get(emulator)?.instanceAt(t);
         return inst ? `${emulator}/${inst.pid}` : undefined;
       },
+      endedAround: (emulator, t) => {
+        // Ended while its CertPair call was open (up to --cert-timeout before the issuance was recorded:
+        // the emulator finishes an issuance whose caller went away) or before it could store the result.
+        const certTimeoutMs = 5000 * k;
+        const inst = byName.get(emulator)?.instances.find((i) => i.exitedAt !== undefined && i.exitedAt >= t - certTimeoutMs && i.exitedAt <= t + T.graceMs);
+        if (!inst) return undefined;
+        return inst.killedWith === 'SIGKILL' ? 'SIGKILL' : inst.killedWith === 'SIGTERM' ? 'SIGTERM' : 'crash';
+      },
       quietAt: (t) => quietPeriods.some(([s, e]) => t >= s + T.settleMs && t < e - T.graceMs),
       podsInSync: () => podWatch?.connected ?? false,
       reachableSince: (now) => {
