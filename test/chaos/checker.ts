@@ -1,22 +1,28 @@
-// The invariants, checked continuously from what the observers report:
+// The invariants, checked continuously from what the observers report, for every domain of the group
+// (each domain has its own Secret, its own files on every replica, its own ledger entries):
 //   1 issuances per domain per renewal window <= 1, and issuances = windows passed + 1 (the first);
 //     windows are defined from the ledger in ledger.ts; evaluated at the end.
-//   2 no replica projects (out-dir files) an expired, not-yet-valid, key-mismatched or missing pair
-//     while the Secret holds a valid one;
-//   3 the Secret never regresses to a certificate that expires earlier (nor holds a mismatched pair);
-//   4 in quiet periods, every replica holds each new certificate of the Secret within the grace, and at
-//     the end every replica holds the Secret's certificate; convergence times are measured for every
-//     new certificate (from the checker seeing it in the Secret to the slowest replica's files);
-//   5 a replica's readiness condition is True only while its files hold a valid pair;
-//   6 no CertPair call before a rate-limit retry time recorded in the Secret, or before the Retry-After
-//     of a 429 that the same certshare process received (see ledger.ts).
+//   2 no replica projects (out-dir files) an expired, not-yet-valid, key-mismatched or missing pair of a
+//     domain while that domain's Secret holds a valid one;
+//   3 a domain's Secret never regresses to a certificate that expires earlier (nor holds a mismatched
+//     pair); garbage the chaos wrote by hand is not a pair at all, and is excused;
+//   4 in quiet periods, every replica holds each new certificate of each domain's Secret within the
+//     grace, and at the end every replica holds every Secret's certificate; convergence times are
+//     measured for every new certificate (from the checker seeing it in the Secret to the slowest
+//     replica's files);
+//   5 a replica's readiness condition is True only while its files hold a valid pair for every domain;
+//   6 no CertPair call before a rate-limit retry time recorded in the domain's Secret, or before the
+//     Retry-After of a 429 that the same certshare process received for that domain (see ledger.ts).
 // Continuous conditions (2, 5) are evaluated on a 100 ms tick and recorded as episodes: one violation
-// per episode, with its duration. They apply to replicas whose process runs (a dead sidecar cannot act)
-// and allow a grace (GRACE_MS, 2 s) counted from the latest of: the replica's process being up
-// ("certshare started"), the API being reachable again after an outage or blackout (plus a recovery
-// allowance, see runner.ts), and for invariant 2 the Secret holding a valid pair without a break, for
-// invariant 5 the condition being True and the files being bad (both at once). Invariant 5 also needs
-// the checker's own Pod watch to be connected (otherwise the condition it sees may be stale).
+// per episode (per replica and domain), with its duration. They apply to replicas whose process runs (a
+// dead sidecar cannot act) and allow a grace (GRACE_MS, 2 s) counted from the latest of: the replica's
+// process being up ("certshare started"), the API being reachable again after an outage or blackout
+// (plus a recovery allowance, see runner.ts), and for invariant 2 the Secret holding a valid pair
+// without a break, for invariant 5 the condition being True and the files being bad (both at once).
+// Invariant 5 also needs the checker's own Pod watch to be connected (otherwise the condition it sees
+// may be stale). Every violation names its domain (invariant 5: the domain whose files were bad).
+// Cost: a tick is O(replicas x domains + open samples); an input touches one domain's state; the final
+// analysis groups by domain (ledger.ts), so nothing compares every event with every other.
 import type { Instance } from './replicas.ts';
 import { analyseWindows, checkRateLimits, parseLedgerLine, type CertRequest, type Issuance, type RetryRecord, type WindowAnalysis } from './ledger.ts';
 import { isValidAt, viewPair, type CertView, type FilesState, type KubeObject } from './observers.ts';
@@ -24,13 +30,19 @@ import { isValidAt, viewPair, type CertView, type FilesState, type KubeObject } 
 export const GATE = 'certshare.io/certificates';
 
 export interface CheckerContext {
-  domain: string;
+  /** The group's domains: one Secret each, one files directory each on every replica. */
+  domains: string[];
   graceMs: number;
   replicaNames: string[];
   /** The live process of a replica, if it runs. */
   running(name: string): Instance | undefined;
   /** "replica/pid" of the process behind an emulator (same name as its replica) at time t. */
   instanceAt(emulator: string, t: number): string | undefined;
+  /**
+   * How the certshare process behind an emulator ended if it ended around t (an issuance by that
+   * emulator at t): 'SIGKILL', 'SIGTERM', 'crash', or undefined when it lived on. Optional (undefined).
+   */
+  endedAround?(emulator: string, t: number): 'SIGKILL' | 'SIGTERM' | 'crash' | undefined;
   /** True when t lies in a quiet period, past its settling time (no fault active or lingering). */
   quietAt(t: number): boolean;
   /** Whether the admin's Pod view is current (its watch is connected). */
@@ -47,7 +59,6 @@ interface SecretState {
   at: number;
   cert: CertView | undefined;
   retryNotBefore?: number;
-  intent?: string;
 }
 
 interface Episode {
@@ -58,6 +69,7 @@ interface Episode {
 }
 
 interface Sample {
+  domain: string;
   serial: string;
   notAfter: number;
   landedAt: number;
@@ -69,7 +81,29 @@ interface Sample {
   reportedLate: boolean;
 }
 
+/** Everything the checker knows about one domain. */
+interface DomainState {
+  domain: string;
+  secret: SecretState | undefined;
+  /** The last Secret data parsed, so that an annotation-only update is not parsed again. */
+  lastData: { crt: string; key: string; view: CertView | undefined } | undefined;
+  /** Since when the Secret has held a valid certificate without a break (undefined: it does not now). */
+  validSince: number | undefined;
+  maxNotAfter: number;
+  serials: Set<string>;
+  history: SecretState[];
+  retryUntil: Set<number>;
+  /** Per replica: its files for this domain, and when it first held each serial. */
+  files: Map<string, FilesState>;
+  firstSeen: Map<string, Map<string, number>>;
+  /** Samples whose convergence is still followed (the others are in `samples` only). */
+  open: Sample[];
+  /** Hand edits by the chaos still waiting for the Secret to be valid again. */
+  editsPending: number[];
+}
+
 const iso = (t: number): string => new Date(t).toISOString().slice(11, 23);
+const short = (serial: string): string => serial.slice(0, 8);
 
 function percentile(values: number[], p: number): number {
   if (values.length === 0) return 0;
@@ -87,6 +121,17 @@ export interface CheckerResult {
   secretInvalidMs: number;
   requests: number;
   rateLimitedAnswers: number;
+  /** Issuances per domain (every domain of the group, 0 included). */
+  issuancesByDomain: Record<string, number>;
+  /**
+   * Issuances inside a window opened by a certificate that never reached the Secret because the process
+   * that obtained it was SIGKILLed (or crashed) before it could store it: no software can keep that one
+   * (each replica has its own tailscaled); reported, not counted (a SIGTERM is counted: a graceful stop
+   * could have stored it).
+   */
+  reissuedAfterLost: string[];
+  /** Hand edits of a Secret to garbage, and how long until that Secret held a valid pair again. */
+  handEdits: { count: number; repaired: number; repairMaxMs: number; repairP50Ms: number };
 }
 
 export class Checker {
@@ -97,65 +142,101 @@ export class Checker {
   readonly #issuances: Issuance[] = [];
   readonly #requests: CertRequest[] = [];
   readonly #retryRecords: RetryRecord[] = [];
-  readonly #secretHistory: SecretState[] = [];
-  #secret: SecretState | undefined;
-  /** Since when the Secret has held a valid certificate without a break (undefined: it does not now). */
-  #secretValidSince: number | undefined;
-  #maxNotAfter = 0;
-  readonly #secretSerials = new Set<string>();
-  readonly #files = new Map<string, FilesState>();
-  readonly #firstSeen = new Map<string, Map<string, number>>();
+  readonly #domains = new Map<string, DomainState>();
   readonly #gate = new Map<string, { status: string; at: number }>();
   readonly #samples: Sample[] = [];
+  readonly #repairMs: number[] = [];
+  #handEdits = 0;
 
   constructor(ctx: CheckerContext) {
     this.#ctx = ctx;
-    for (const name of ctx.replicaNames) this.#firstSeen.set(name, new Map());
+    for (const domain of ctx.domains) {
+      this.#domains.set(domain, {
+        domain,
+        secret: undefined,
+        lastData: undefined,
+        validSince: undefined,
+        maxNotAfter: 0,
+        serials: new Set(),
+        history: [],
+        retryUntil: new Set(),
+        files: new Map(),
+        firstSeen: new Map(ctx.replicaNames.map((n) => [n, new Map<string, number>()])),
+        open: [],
+        editsPending: [],
+      });
+    }
   }
 
   // --- inputs ------------------------------------------------------------------------------------
 
-  secret(obj: KubeObject | undefined, at: number): void {
+  /** The domain's Secret as the admin sees it (undefined: deleted or absent). Secrets of other names are ignored. */
+  secret(domain: string, obj: KubeObject | undefined, at: number): void {
+    const d = this.#domains.get(domain);
+    if (!d) return;
     const data = obj?.data ?? {};
-    const decode = (v: string | undefined): string => (v ? Buffer.from(v, 'base64').toString('utf8') : '');
-    const cert = obj ? viewPair(decode(data['tls.crt']), decode(data['tls.key'])) : undefined;
+    const crt = data['tls.crt'] ?? '';
+    const key = data['tls.key'] ?? '';
+    let cert: CertView | undefined;
+    if (!obj) cert = undefined;
+    else if (d.lastData && d.lastData.crt === crt && d.lastData.key === key) cert = d.lastData.view;
+    else {
+      const decode = (v: string): string => (v ? Buffer.from(v, 'base64').toString('utf8') : '');
+      cert = viewPair(decode(crt), decode(key));
+      d.lastData = { crt, key, view: cert };
+    }
     const annotations = obj?.metadata?.annotations ?? {};
     const retry = Date.parse(annotations['certshare.io/retry-not-before'] ?? '');
     const state: SecretState = { at, cert };
     if (Number.isFinite(retry)) state.retryNotBefore = retry;
-    if (annotations['certshare.io/issuing']) state.intent = annotations['certshare.io/issuing'];
-    const previous = this.#secret;
-    this.#secret = state;
-    this.#secretHistory.push(state);
-    if (state.retryNotBefore !== undefined && !this.#retryRecords.some((r) => r.until === state.retryNotBefore)) {
-      this.#retryRecords.push({ domain: this.#ctx.domain, observedAt: at, until: state.retryNotBefore });
-      this.#ctx.verbose(`secret: retry-not-before ${iso(state.retryNotBefore)}`);
+    const previous = d.secret;
+    d.secret = state;
+    // Only changes of the pair matter for the history (annotation-only updates are frequent).
+    if (previous?.cert?.serial !== cert?.serial || previous?.cert?.keyMatch !== cert?.keyMatch || d.history.length === 0) d.history.push(state);
+    if (state.retryNotBefore !== undefined && !d.retryUntil.has(state.retryNotBefore)) {
+      d.retryUntil.add(state.retryNotBefore);
+      this.#retryRecords.push({ domain, observedAt: at, until: state.retryNotBefore });
+      this.#ctx.verbose(`secret ${domain}: retry-not-before ${iso(state.retryNotBefore)}`);
     }
 
     // Invariant 3: never an earlier-expiring (or unusable) certificate than one it already held.
     if (cert) {
-      if (!cert.keyMatch) this.#violation(3, at, `inv3 ${iso(at)} the Secret holds a pair whose key does not match (serial ${cert.serial})`);
-      if (cert.notAfter < this.#maxNotAfter) {
+      if (!cert.keyMatch) this.#violation(3, at, `inv3 ${iso(at)} ${domain}: the Secret holds a pair whose key does not match (serial ${cert.serial})`);
+      if (cert.notAfter < d.maxNotAfter) {
         this.#violation(
           3,
           at,
-          `inv3 ${iso(at)} the Secret regressed to serial ${cert.serial} expiring ${iso(cert.notAfter)}, earlier than ${iso(this.#maxNotAfter)} it held before`,
+          `inv3 ${iso(at)} ${domain}: the Secret regressed to serial ${cert.serial} expiring ${iso(cert.notAfter)}, ` +
+            `earlier than ${iso(d.maxNotAfter)} it held before`,
         );
       }
-      this.#maxNotAfter = Math.max(this.#maxNotAfter, cert.notAfter);
-    } else if (this.#maxNotAfter > 0) {
-      this.#ctx.verbose(`secret: no usable certificate at ${iso(at)} (deleted or emptied)`);
+      d.maxNotAfter = Math.max(d.maxNotAfter, cert.notAfter);
+    } else if (d.maxNotAfter > 0 && previous?.cert) {
+      this.#ctx.verbose(`secret ${domain}: no usable certificate at ${iso(at)} (deleted, emptied or garbage)`);
     }
 
     const validNow = isValidAt(cert, at);
-    const wasValid = previous !== undefined && isValidAt(previous.cert, at) && this.#secretValidSince !== undefined;
-    this.#secretValidSince = validNow ? (wasValid ? this.#secretValidSince : at) : undefined;
-
-    if (cert && !this.#secretSerials.has(cert.serial)) {
-      this.#secretSerials.add(cert.serial);
-      this.#ctx.verbose(`secret: new certificate ${cert.serial.slice(0, 8)} notAfter ${iso(cert.notAfter)}`);
-      this.#newSample(cert, at);
+    const wasValid = previous !== undefined && isValidAt(previous.cert, at) && d.validSince !== undefined;
+    d.validSince = validNow ? (wasValid ? d.validSince : at) : undefined;
+    if (validNow && d.editsPending.length > 0) {
+      for (const editedAt of d.editsPending) this.#repairMs.push(at - editedAt);
+      this.#ctx.verbose(`secret ${domain}: valid again ${at - d.editsPending[0]!} ms after the hand edit`);
+      d.editsPending = [];
     }
+
+    if (cert && !d.serials.has(cert.serial)) {
+      d.serials.add(cert.serial);
+      this.#ctx.verbose(`secret ${domain}: new certificate ${short(cert.serial)} notAfter ${iso(cert.notAfter)}`);
+      this.#newSample(d, cert, at);
+    }
+  }
+
+  /** The chaos wrote garbage into the domain's Secret at `at` (its repair time is measured). */
+  handEdited(domain: string, at: number): void {
+    const d = this.#domains.get(domain);
+    if (!d) return;
+    this.#handEdits++;
+    d.editsPending.push(at);
   }
 
   pods(name: string, obj: KubeObject | undefined, at: number): void {
@@ -166,27 +247,29 @@ export class Checker {
     if (prev?.status !== status) this.#gate.set(name, { status, at });
   }
 
-  files(name: string, state: FilesState): void {
-    this.#files.set(name, state);
+  /** A replica's files for one domain changed. */
+  files(name: string, domain: string, state: FilesState): void {
+    const d = this.#domains.get(domain);
+    if (!d) return;
+    d.files.set(name, state);
     const cert = state.cert;
     if (!cert) return;
-    const seen = this.#firstSeen.get(name)!;
+    const seen = d.firstSeen.get(name)!;
     if (!seen.has(cert.serial)) seen.set(cert.serial, state.at);
-    for (const s of this.#samples) {
-      if (s.done || s.reached.has(name)) continue;
-      if (cert.serial === s.serial) s.reached.set(name, state.at);
+    for (const s of d.open) {
+      if (!s.reached.has(name) && cert.serial === s.serial) s.reached.set(name, state.at);
     }
   }
 
   ledger(line: Record<string, unknown>): void {
     const { issuance, request } = parseLedgerLine(line);
-    if (issuance && issuance.domain === this.#ctx.domain) {
+    if (issuance && this.#domains.has(issuance.domain)) {
       this.#issuances.push(issuance);
-      this.#ctx.verbose(`ledger: issuance ${issuance.serial.slice(0, 8)} by ${issuance.emulator} (${issuance.trigger})`);
+      this.#ctx.verbose(`ledger: issuance ${issuance.domain} ${short(issuance.serial)} by ${issuance.emulator} (${issuance.trigger})`);
     }
-    if (request && request.domain === this.#ctx.domain) {
+    if (request && this.#domains.has(request.domain)) {
       this.#requests.push(request);
-      if (request.outcome !== '200') this.#ctx.verbose(`ledger: request to ${request.emulator} -> ${request.outcome}`);
+      if (request.outcome !== '200') this.#ctx.verbose(`ledger: request ${request.domain} to ${request.emulator} -> ${request.outcome}`);
     }
   }
 
@@ -194,67 +277,75 @@ export class Checker {
 
   tick(now: number): void {
     const { graceMs } = this.#ctx;
-    const secretValid = isValidAt(this.#secret?.cert, now) && this.#secretValidSince !== undefined;
     const reachable = this.#ctx.reachableSince(now);
     for (const name of this.#ctx.replicaNames) {
       const inst = this.#ctx.running(name);
       const up = inst?.readyAt !== undefined && now - inst.readyAt > graceMs;
-      const files = this.#files.get(name);
-      const badSince = this.#badSince(files, now);
+      // Invariant 5 looks at the domain whose files have been bad the longest.
+      let worst: { domain: string; since: number } | undefined;
+      for (const d of this.#domains.values()) {
+        const files = d.files.get(name);
+        const badSince = this.#badSince(files, now);
+        if (badSince !== undefined && (worst === undefined || badSince < worst.since)) worst = { domain: d.domain, since: badSince };
 
-      // Invariant 2: expired or key-mismatched files while the Secret has held a valid pair for the grace.
-      const inv2 = up && badSince !== undefined && secretValid && now - Math.max(this.#secretValidSince!, inst!.readyAt!, reachable) > graceMs;
-      this.#episode(`2:${name}`, inv2, now, () => {
-        const what = files?.cert
-          ? files.cert.keyMatch
-            ? `expired serial ${files.cert.serial.slice(0, 8)} (notAfter ${iso(files.cert.notAfter)})`
-            : `key-mismatched serial ${files.cert.serial.slice(0, 8)}`
-          : 'no certificate files';
-        const secretSerial = this.#secret!.cert!.serial.slice(0, 8);
-        return (
-          `inv2 ${iso(now)} ${name} (pid ${inst!.pid}) projects ${what} ` +
-          `while the Secret holds valid serial ${secretSerial} since ${iso(this.#secretValidSince!)}`
-        );
-      });
+        // Invariant 2: expired or key-mismatched files while the Secret has held a valid pair for the grace.
+        const secretValid = d.validSince !== undefined && isValidAt(d.secret?.cert, now);
+        const inv2 = up && badSince !== undefined && secretValid && now - Math.max(d.validSince!, inst!.readyAt!, reachable) > graceMs;
+        this.#episode(`2:${name}:${d.domain}`, inv2, now, () => {
+          const what = files?.cert
+            ? files.cert.keyMatch
+              ? `expired serial ${short(files.cert.serial)} (notAfter ${iso(files.cert.notAfter)})`
+              : `key-mismatched serial ${short(files.cert.serial)}`
+            : 'no certificate files';
+          return (
+            `inv2 ${iso(now)} ${d.domain}: ${name} (pid ${inst!.pid}) projects ${what} ` +
+            `while the Secret holds valid serial ${short(d.secret!.cert!.serial)} since ${iso(d.validSince!)}`
+          );
+        });
+      }
 
-      // Invariant 5: readiness True only while the replica holds a valid certificate.
+      // Invariant 5: readiness True only while the replica holds a valid certificate for every domain.
       const gate = this.#gate.get(name);
       // The grace runs from when both held: True and bad files (the gate may flip a moment before the files land).
       const inv5 =
         up &&
         this.#ctx.podsInSync() &&
         gate?.status === 'True' &&
-        badSince !== undefined &&
-        now - Math.max(gate.at, badSince, inst!.readyAt!, reachable) > graceMs;
+        worst !== undefined &&
+        now - Math.max(gate.at, worst.since, inst!.readyAt!, reachable) > graceMs;
       this.#episode(
         `5:${name}`,
         inv5,
         now,
         () =>
-          `inv5 ${iso(now)} ${name} (pid ${inst!.pid}) has its readiness condition True (since ${iso(gate!.at)}) ` +
-          `without a valid certificate (files bad since ${iso(badSince!)})`,
+          `inv5 ${iso(now)} ${worst!.domain}: ${name} (pid ${inst!.pid}) has its readiness condition True (since ${iso(gate!.at)}) ` +
+          `without a valid certificate for this domain (files bad since ${iso(worst!.since)})`,
       );
     }
 
     // Invariant 4: convergence after a new certificate lands, within the grace in quiet periods.
-    for (const s of this.#samples) {
-      if (s.done) continue;
-      const missing = [...s.expected].filter((n) => !s.reached.has(n));
-      const superseded = this.#secret?.cert !== undefined && this.#secret.cert.serial !== s.serial && this.#secret.cert.notAfter > s.notAfter;
-      if (missing.length === 0) {
-        s.done = true;
-        continue;
+    for (const d of this.#domains.values()) {
+      if (d.open.length === 0) continue;
+      for (const s of d.open) {
+        const missing = [...s.expected].filter((n) => !s.reached.has(n));
+        if (missing.length === 0) {
+          s.done = true;
+          continue;
+        }
+        const current = d.secret?.cert;
+        const superseded = current !== undefined && current.serial !== s.serial && current.notAfter > s.notAfter;
+        if (s.quiet && !s.reportedLate && now - s.landedAt > graceMs) {
+          s.reportedLate = true;
+          this.#violation(
+            4,
+            now,
+            `inv4 ${iso(s.landedAt)} ${d.domain}: serial ${short(s.serial)} landed in the Secret in a quiet period; ` +
+              `after ${graceMs} ms ${missing.join(', ')} did not hold it`,
+          );
+        }
+        if (superseded || now - s.landedAt > 60_000) s.done = true;
       }
-      if (s.quiet && !s.reportedLate && now - s.landedAt > graceMs) {
-        s.reportedLate = true;
-        this.#violation(
-          4,
-          now,
-          `inv4 ${iso(s.landedAt)} serial ${s.serial.slice(0, 8)} landed in the Secret in a quiet period; ` +
-            `after ${graceMs} ms ${missing.join(', ')} did not hold it`,
-        );
-      }
-      if (superseded || now - s.landedAt > 60_000) s.done = true;
+      d.open = d.open.filter((s) => !s.done);
     }
   }
 
@@ -268,9 +359,10 @@ export class Checker {
     return undefined;
   }
 
-  #newSample(cert: CertView, at: number): void {
+  #newSample(d: DomainState, cert: CertView, at: number): void {
     const expected = new Set(this.#ctx.replicaNames.filter((n) => this.#ctx.running(n)?.readyAt !== undefined));
     const sample: Sample = {
+      domain: d.domain,
       serial: cert.serial,
       notAfter: cert.notAfter,
       landedAt: at,
@@ -281,10 +373,11 @@ export class Checker {
       reportedLate: false,
     };
     for (const name of this.#ctx.replicaNames) {
-      const t = this.#firstSeen.get(name)!.get(cert.serial);
+      const t = d.firstSeen.get(name)!.get(cert.serial);
       if (t !== undefined) sample.reached.set(name, t);
     }
     this.#samples.push(sample);
+    d.open.push(sample);
   }
 
   #episode(key: string, active: boolean, now: number, text: () => string): void {
@@ -305,19 +398,32 @@ export class Checker {
     this.#ctx.verbose(`VIOLATION ${text}`);
   }
 
-  /** Final checks: every replica holds the Secret's certificate (invariant 4 at the end), then all results. */
+  /** Every replica holds every Secret's certificate now (the end condition of invariant 4). */
+  converged(): boolean {
+    for (const d of this.#domains.values()) {
+      const serial = d.secret?.cert?.serial;
+      if (!serial) return false;
+      for (const name of this.#ctx.replicaNames) if (d.files.get(name)?.cert?.serial !== serial) return false;
+    }
+    return true;
+  }
+
+  /** Final checks: every replica holds every Secret's certificate (invariant 4 at the end), then all results. */
   finish(now: number, final: { mustHold: boolean }): CheckerResult {
     this.tick(now);
     if (final.mustHold) {
-      const serial = this.#secret?.cert?.serial;
-      for (const name of this.#ctx.replicaNames) {
-        const held = this.#files.get(name)?.cert?.serial;
-        if (!serial || held !== serial) {
-          this.#violation(
-            4,
-            now,
-            `inv4 ${iso(now)} at the end ${name} holds ${held?.slice(0, 8) ?? 'nothing'} while the Secret holds ${serial?.slice(0, 8) ?? 'nothing'}`,
-          );
+      for (const d of this.#domains.values()) {
+        const serial = d.secret?.cert?.serial;
+        for (const name of this.#ctx.replicaNames) {
+          const held = d.files.get(name)?.cert?.serial;
+          if (!serial || held !== serial) {
+            this.#violation(
+              4,
+              now,
+              `inv4 ${iso(now)} ${d.domain}: at the end ${name} holds ${held ? short(held) : 'nothing'} ` +
+                `while the Secret holds ${serial ? short(serial) : 'nothing'}`,
+            );
+          }
         }
       }
     }
@@ -326,16 +432,19 @@ export class Checker {
 
     const windows = analyseWindows(this.#issuances);
     const violations: Array<{ at: number; text: string }> = [];
+    const reissuedAfterLost: string[] = [];
     for (const x of windows.extras) {
       const extra = x.issuance;
       const cover = x.coveredBy;
       const coverDue = cover.notAfter - (cover.notAfter - cover.notBefore) / 2;
-      violations.push({
-        at: extra.time,
-        text:
-          `inv1 ${iso(extra.time)} extra issuance ${extra.serial.slice(0, 8)} by ${extra.emulator} (${extra.trigger}) in window ${x.window}: ` +
-          `${cover.serial.slice(0, 8)} (issued ${iso(cover.time)} by ${cover.emulator}) was valid and not due until ${iso(coverDue)}`,
-      });
+      const stored = this.#domains.get(cover.domain)?.serials.has(cover.serial) ?? false;
+      const ended = stored ? undefined : this.#ctx.endedAround?.(cover.emulator, cover.time);
+      const why = stored ? '' : ended ? `, never stored: its writer ended (${ended}) right after obtaining it` : ', never stored';
+      const text =
+        `inv1 ${iso(extra.time)} ${extra.domain}: extra issuance ${short(extra.serial)} by ${extra.emulator} (${extra.trigger}) in window ${x.window}: ` +
+        `${short(cover.serial)} (issued ${iso(cover.time)} by ${cover.emulator}${why}) was valid and not due until ${iso(coverDue)}`;
+      if (ended === 'SIGKILL' || ended === 'crash') reissuedAfterLost.push(text);
+      else violations.push({ at: extra.time, text });
     }
     const rate = checkRateLimits(this.#requests, this.#retryRecords, this.#ctx.instanceAt);
     for (const text of rate.violations) violations.push({ at: 0, text });
@@ -346,17 +455,26 @@ export class Checker {
     }
     violations.sort((a, b) => a.at - b.at);
 
-    // Sanity: every certificate the Secret held was issued by one of the emulators.
-    const issued = new Set(this.#issuances.map((i) => i.serial));
-    for (const serial of this.#secretSerials) {
-      if (!issued.has(serial)) violations.push({ at: now, text: `ledger: the Secret held serial ${serial.slice(0, 8)} that no emulator recorded issuing` });
+    // Sanity: every certificate a Secret held was issued by one of the emulators, for that domain.
+    const issued = new Set(this.#issuances.map((i) => `${i.domain} ${i.serial}`));
+    let secretCerts = 0;
+    let lost = issued.size;
+    for (const d of this.#domains.values()) {
+      secretCerts += d.serials.size;
+      for (const serial of d.serials) {
+        if (issued.has(`${d.domain} ${serial}`)) lost--;
+        else violations.push({ at: now, text: `ledger: ${d.domain}: the Secret held serial ${short(serial)} that no emulator recorded issuing for it` });
+      }
     }
 
-    const quiet = this.#samples.filter((s) => s.quiet && s.expected.size > 0 && [...s.expected].every((n) => s.reached.has(n)));
-    const all = this.#samples.filter((s) => s.expected.size > 0 && [...s.expected].every((n) => s.reached.has(n)));
+    const reachedAll = (s: Sample): boolean => s.expected.size > 0 && [...s.expected].every((n) => s.reached.has(n));
     const latency = (s: Sample): number => Math.max(0, ...[...s.expected].map((n) => s.reached.get(n)! - s.landedAt));
-    const quietValues = quiet.map(latency);
-    const allValues = all.map(latency);
+    const allValues = this.#samples.filter(reachedAll).map(latency);
+    const quietValues = this.#samples.filter((s) => s.quiet && reachedAll(s)).map(latency);
+
+    const issuancesByDomain: Record<string, number> = Object.fromEntries(this.#ctx.domains.map((d) => [d, 0]));
+    for (const i of this.#issuances) issuancesByDomain[i.domain] = (issuancesByDomain[i.domain] ?? 0) + 1;
+    const unrepaired = [...this.#domains.values()].reduce((n, d) => n + d.editsPending.length, 0);
 
     return {
       windows,
@@ -366,41 +484,48 @@ export class Checker {
         quietSamples: quietValues.length,
         quietP50Ms: percentile(quietValues, 50),
         quietP99Ms: percentile(quietValues, 99),
-        quietMaxMs: Math.max(0, ...quietValues),
+        quietMaxMs: quietValues.reduce((a, b) => Math.max(a, b), 0),
         allSamples: allValues.length,
         allP99Ms: percentile(allValues, 99),
-        allMaxMs: Math.max(0, ...allValues),
+        allMaxMs: allValues.reduce((a, b) => Math.max(a, b), 0),
       },
-      secretCerts: this.#secretSerials.size,
-      lostIssuances: [...issued].filter((s) => !this.#secretSerials.has(s)).length,
-      secretInvalidMs: this.#secretInvalidMs(now),
+      secretCerts,
+      lostIssuances: lost,
+      secretInvalidMs: [...this.#domains.values()].reduce((sum, d) => sum + secretInvalidMs(d.history, now), 0),
       requests: this.#requests.length,
       rateLimitedAnswers: rate.rateLimitedAnswers,
+      issuancesByDomain,
+      reissuedAfterLost,
+      handEdits: {
+        count: this.#handEdits,
+        repaired: this.#handEdits - unrepaired,
+        repairMaxMs: this.#repairMs.reduce((a, b) => Math.max(a, b), 0),
+        repairP50Ms: percentile(this.#repairMs, 50),
+      },
     };
   }
 
-  /** Time, after the first certificate, during which the Secret held no valid certificate. */
-  #secretInvalidMs(now: number): number {
-    let total = 0;
-    const h = this.#secretHistory;
-    const first = h.findIndex((s) => s.cert !== undefined);
-    if (first < 0) return 0;
-    for (let i = first; i < h.length; i++) {
-      const from = h[i]!.at;
-      const to = i + 1 < h.length ? h[i + 1]!.at : now;
-      const c = h[i]!.cert;
-      if (!c?.keyMatch) total += to - from;
-      else if (c.notAfter < to) total += to - Math.max(from, c.notAfter);
-    }
-    return total;
-  }
-
-  /** For progress lines. */
-  snapshot(): { issuances: number; secretSerial: string | undefined; violations: number } {
+  /** For progress lines and the runner's waits. */
+  snapshot(): { issuances: number; secretSerials: Map<string, string | undefined>; violations: number } {
     return {
       issuances: this.#issuances.length,
-      secretSerial: this.#secret?.cert?.serial,
+      secretSerials: new Map([...this.#domains.values()].map((d) => [d.domain, d.secret?.cert?.serial])),
       violations: this.#point.length + this.#closed.length + this.#episodes.size,
     };
   }
+}
+
+/** Time, after the first certificate, during which a Secret held no valid certificate (summed over domains by the caller). */
+function secretInvalidMs(h: SecretState[], now: number): number {
+  let total = 0;
+  const first = h.findIndex((s) => s.cert !== undefined);
+  if (first < 0) return 0;
+  for (let i = first; i < h.length; i++) {
+    const from = h[i]!.at;
+    const to = i + 1 < h.length ? h[i + 1]!.at : now;
+    const c = h[i]!.cert;
+    if (!c?.keyMatch) total += to - from;
+    else if (c.notAfter < to) total += to - Math.max(from, c.notAfter);
+  }
+  return total;
 }

@@ -1,10 +1,23 @@
 // A TLS-terminating HTTP proxy between the replicas and kube-apiserver that injects HTTP-level faults:
 // connection resets (before forwarding, or after the API server already acted on the request), 5xx and
 // 429 answers with a Status body, latency, watches that stall (headers, then silence, then a reset) or
-// end early (a clean end of the stream), and blackouts (every connection cut, like an unreachable API).
+// end early (a clean end of the stream), dropped connections (every open connection cut at once, with
+// all the watches it carries; HTTP/2 sessions get a GOAWAY first), and blackouts (every connection cut
+// and every request refused, like an unreachable API).
+// It speaks HTTP/2 and HTTP/1.1 (ALPN), as kube-apiserver does, so a client that multiplexes its watches
+// over one connection is tested as it runs in a cluster. A reset of one request resets its HTTP/2 stream
+// only (the compatibility API's socket stands for the stream), as in HTTP/1.1 it is the request's socket.
 // The replicas' kubeconfig points here and trusts `caPem`; their bearer token passes through unchanged.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { Agent, createServer, request, type Server } from 'node:https';
+import {
+  constants as h2,
+  createSecureServer,
+  type Http2SecureServer,
+  type Http2ServerRequest,
+  type Http2ServerResponse,
+  type ServerHttp2Session,
+} from 'node:http2';
+import { Agent, request } from 'node:https';
 import type { Socket } from 'node:net';
 import { createControlPlanePki } from '../harness/pki.ts';
 import type { Rng } from './rng.ts';
@@ -28,6 +41,8 @@ export interface ProxyFaults {
   endAfterMs?: [number, number];
   /** Every request is reset (and open connections were cut when it began). */
   blackout?: boolean;
+  /** When set: every open connection is cut once (HTTP/2: GOAWAY, then cut after this many ms), nothing after. */
+  dropConnectionsAfterMs?: number;
 }
 
 export type ProxyFaultKind =
@@ -39,13 +54,27 @@ export type ProxyFaultKind =
   | 'stallWatch'
   | 'endWatchEarly'
   | 'blackout'
+  | 'dropConnection'
   | 'upstreamDown';
+
+type ProxyRequest = IncomingMessage | Http2ServerRequest;
+type ProxyResponse = ServerResponse | Http2ServerResponse;
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'host']);
 
+/** Headers to pass on: without hop-by-hop headers, nor HTTP/2 pseudo-headers (":path"...) towards HTTP/1.1. */
+/**
+ * Resets one request: its HTTP/1.1 connection, or its HTTP/2 stream (RST_STREAM INTERNAL_ERROR; the
+ * connection and the other streams on it live on), as a proxy or load balancer in between does.
+ */
+function resetRequest(msg: ProxyRequest | ProxyResponse): void {
+  if ('stream' in msg && msg.stream) msg.stream.close(h2.NGHTTP2_INTERNAL_ERROR);
+  else msg.socket?.destroy();
+}
+
 function stripHopByHop(headers: IncomingMessage['headers']): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
-  for (const [k, v] of Object.entries(headers)) if (v !== undefined && !HOP_BY_HOP.has(k.toLowerCase())) out[k] = v;
+  for (const [k, v] of Object.entries(headers)) if (v !== undefined && !k.startsWith(':') && !HOP_BY_HOP.has(k.toLowerCase())) out[k] = v;
   return out;
 }
 
@@ -57,13 +86,14 @@ export class FaultProxy {
   readonly #upstream: URL;
   readonly #upstreamCa: string;
   readonly #rng: Rng;
-  #server: Server | undefined;
+  #server: Http2SecureServer | undefined;
+  readonly #sessions = new Set<ServerHttp2Session>();
   #agent: Agent;
   #faults: ProxyFaults = {};
   readonly #sockets = new Set<Socket>();
   readonly #timers = new Set<NodeJS.Timeout>();
   /** Watches being streamed to a client now. */
-  readonly #watches = new Set<{ upstreamRes: IncomingMessage; res: ServerResponse }>();
+  readonly #watches = new Set<{ upstreamRes: IncomingMessage; res: ProxyResponse }>();
   /** Faults applied, per kind. */
   readonly applied = new Map<ProxyFaultKind, number>();
   requests = 0;
@@ -74,17 +104,23 @@ export class FaultProxy {
     this.#upstream = new URL(options.upstream);
     this.#upstreamCa = options.upstreamCaPem;
     this.#rng = options.rng;
-    this.#agent = new Agent({ keepAlive: true, ca: this.#upstreamCa, maxSockets: 256 });
+    // Towards kube-apiserver HTTP/1.1: one connection per open watch; many domains mean many watches.
+    this.#agent = new Agent({ keepAlive: true, ca: this.#upstreamCa, maxSockets: 4096 });
   }
 
   async start(): Promise<void> {
     // The harness PKI makes a CA and a 127.0.0.1 serving certificate: a second, independent set here.
     const pki = await createControlPlanePki();
     this.caPem = pki.ca.certPem;
-    const server = createServer({ cert: pki.serving.certPem, key: pki.serving.keyPem, keepAliveTimeout: 5000 }, (req, res) => this.#handle(req, res));
+    const server = createSecureServer({ cert: pki.serving.certPem, key: pki.serving.keyPem, allowHTTP1: true }, (req, res) => this.#handle(req, res));
     server.on('secureConnection', (socket: Socket) => {
       this.#sockets.add(socket);
       socket.on('close', () => this.#sockets.delete(socket));
+    });
+    server.on('session', (session: ServerHttp2Session) => {
+      this.#sessions.add(session);
+      session.on('close', () => this.#sessions.delete(session));
+      session.on('error', () => {});
     });
     server.on('tlsClientError', () => {});
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -102,6 +138,37 @@ export class FaultProxy {
       this.#count('blackout');
       this.cutAll();
     }
+    if (faults.dropConnectionsAfterMs !== undefined) this.dropConnections(faults.dropConnectionsAfterMs);
+  }
+
+  /** HTTP/2 connections open now (each may carry many requests and watches). */
+  get http2Sessions(): number {
+    return this.#sessions.size;
+  }
+
+  /**
+   * Every open connection goes away with whatever it carries: HTTP/2 sessions get a GOAWAY (no new
+   * streams) and are cut `graceMs` later with their open watches; HTTP/1.1 connections are cut now.
+   * Returns how many connections were open.
+   */
+  dropConnections(graceMs: number): number {
+    for (const session of this.#sessions) {
+      this.#count('dropConnection');
+      try {
+        session.goaway();
+      } catch {
+        // already closing
+      }
+      this.#later(graceMs, () => session.destroy());
+    }
+    let n = this.#sessions.size;
+    for (const socket of this.#sockets) {
+      if ((socket as Socket & { alpnProtocol?: string | false }).alpnProtocol === 'h2') continue;
+      n++;
+      this.#count('dropConnection');
+      socket.destroy();
+    }
+    return n;
   }
 
   clear(): void {
@@ -125,7 +192,7 @@ export class FaultProxy {
       w.upstreamRes.resume();
       this.#later(this.#rng.between(...ms), () => {
         w.upstreamRes.destroy();
-        w.res.socket?.destroy();
+        resetRequest(w.res);
       });
     }
     return n;
@@ -152,6 +219,7 @@ export class FaultProxy {
     const server = this.#server;
     if (!server) return;
     const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+    for (const session of this.#sessions) session.destroy();
     this.cutAll();
     this.#agent.destroy();
     await closed;
@@ -169,7 +237,10 @@ export class FaultProxy {
     this.#timers.add(t);
   }
 
-  #handle(req: IncomingMessage, res: ServerResponse): void {
+  #handle(req: ProxyRequest, proxyRes: ProxyResponse): void {
+    // The HTTP/2 compatibility response has the same writeHead and flushHeaders at run time (writeHead
+    // sends the HEADERS frame at once); the types differ only in their overloads.
+    const res = proxyRes as ServerResponse;
     this.requests++;
     const f = this.#faults;
     const rng = this.#rng;
@@ -178,12 +249,12 @@ export class FaultProxy {
     req.socket.setNoDelay(true);
     if (f.blackout) {
       this.#count('blackout');
-      req.socket.destroy();
+      resetRequest(req);
       return;
     }
     if (f.resetBefore && rng.chance(f.resetBefore)) {
       this.#count('resetBefore');
-      req.socket.destroy();
+      resetRequest(req);
       return;
     }
     if (f.error5xx && rng.chance(f.error5xx)) {
@@ -230,7 +301,7 @@ export class FaultProxy {
             // The API server has acted on it; the client never learns the outcome.
             this.#count('resetAfter');
             upstreamRes.resume();
-            req.socket.destroy();
+            resetRequest(req);
             return;
           }
           res.writeHead(upstreamRes.statusCode ?? 502, stripHopByHop(upstreamRes.headers));
@@ -240,12 +311,12 @@ export class FaultProxy {
             upstreamRes.resume(); // silence: the events are dropped
             this.#later(stallMs, () => {
               upstreamRes.destroy();
-              req.socket.destroy();
+              resetRequest(req);
             });
             return;
           }
           upstreamRes.pipe(res);
-          upstreamRes.on('error', () => req.socket.destroy());
+          upstreamRes.on('error', () => resetRequest(req));
           if (isWatch) {
             const entry = { upstreamRes, res };
             this.#watches.add(entry);
@@ -265,7 +336,7 @@ export class FaultProxy {
       upstreamReq.on('error', () => {
         // API server down or connection lost: the client sees its connection reset, as without a proxy.
         this.#count('upstreamDown');
-        req.socket.destroy();
+        resetRequest(req);
       });
       req.on('error', () => upstreamReq.destroy());
       res.on('close', () => {

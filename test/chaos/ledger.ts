@@ -67,15 +67,17 @@ export interface WindowAnalysis {
 }
 
 export function analyseWindows(all: Issuance[], renewFraction = 1 / 3): WindowAnalysis {
-  const byDomain = new Map<string, Issuance[]>();
-  for (const i of all) byDomain.set(i.domain, [...(byDomain.get(i.domain) ?? []), i]);
+  const byDomain = groupBy(all, (i) => i.domain);
   const result: WindowAnalysis = { issuances: all.length, windows: 0, maxIssuancesPerWindow: 0, extras: [], perWindow: {} };
   for (const [domain, list] of byDomain) {
-    const sorted = [...list].sort((a, b) => a.time - b.time);
+    const sorted = list.sort((a, b) => a.time - b.time);
     const counts: number[] = [];
-    const openers: Issuance[] = [];
+    // Openers whose cover has not ended before the issuance being looked at: the rest can never cover a
+    // later one (issuances come in time order), so the search stays short whatever the run's length.
+    let openers: Issuance[] = [];
     for (const i of sorted) {
-      const covering = openers.find((e) => i.time >= e.notBefore && i.time < e.notAfter && i.time < renewalPoint(e, renewFraction));
+      openers = openers.filter((e) => i.time < Math.min(e.notAfter, renewalPoint(e, renewFraction)));
+      const covering = openers.find((e) => i.time >= e.notBefore);
       if (covering) {
         counts[counts.length - 1]!++;
         result.extras.push({ issuance: i, coveredBy: covering, window: counts.length - 1 });
@@ -122,10 +124,15 @@ export function checkRateLimits(
   toleranceMs = 20,
 ): RateLimitFindings {
   const findings: RateLimitFindings = { violations: [], unshared: [], rateLimitedAnswers: 0 };
-  const limits = requests.filter((r) => r.outcome === '429' && r.retryAfterSeconds !== undefined);
-  findings.rateLimitedAnswers = limits.length;
+  // Indexed by domain: a run with many domains compares each call only with its own domain's limits.
+  const recordsOf = groupBy(records, (rec) => rec.domain);
+  const limitsOf = groupBy(
+    requests.filter((r) => r.outcome === '429' && r.retryAfterSeconds !== undefined),
+    (r) => r.domain,
+  );
+  for (const list of limitsOf.values()) findings.rateLimitedAnswers += list.length;
   for (const r of requests) {
-    const recorded = records.find((rec) => rec.domain === r.domain && rec.observedAt < r.time && r.time < rec.until - toleranceMs);
+    const recorded = recordsOf.get(r.domain)?.find((rec) => rec.observedAt < r.time && r.time < rec.until - toleranceMs);
     if (recorded) {
       findings.violations.push(
         `inv6 ${iso(r.time)} ${r.emulator} called CertPair for ${r.domain} before the Secret's retry-not-before ${iso(recorded.until)} ` +
@@ -133,8 +140,8 @@ export function checkRateLimits(
       );
       continue;
     }
-    for (const q of limits) {
-      if (q === r || q.domain !== r.domain) continue;
+    for (const q of limitsOf.get(r.domain) ?? []) {
+      if (q === r) continue;
       const deadline = q.end + q.retryAfterSeconds! * 1000;
       if (!(q.end <= r.time && r.time < deadline - toleranceMs)) continue;
       const caller = instanceOf(r.emulator, r.time);
@@ -148,4 +155,15 @@ export function checkRateLimits(
     }
   }
   return findings;
+}
+
+function groupBy<T>(items: T[], key: (item: T) => string): Map<string, T[]> {
+  const groups = new Map<string, T[]>();
+  for (const item of items) {
+    const k = key(item);
+    const list = groups.get(k);
+    if (list) list.push(item);
+    else groups.set(k, [item]);
+  }
+  return groups;
 }

@@ -188,29 +188,38 @@ export interface FilesState {
   at: number;
 }
 
-/** Follows `<outDir>/<domain>/tls.{crt,key}`: reads both through the symlink's target, so never a torn pair. */
+/**
+ * Follows `<outDir>/<domain>/tls.{crt,key}` for every domain: reads both through the symlink's target, so
+ * never a torn pair. fs.watch names the domain whose link was swapped; a rescan every second catches
+ * what it missed, and parses a domain's pair again only when its link points elsewhere (version
+ * directories are written once), so many domains cost a readlink each per second.
+ */
 export class DirWatch {
   readonly #dir: string;
-  readonly #domain: string;
-  readonly #onChange: (state: FilesState) => void;
+  readonly #domains: ReadonlySet<string>;
+  readonly #onChange: (domain: string, state: FilesState) => void;
   #watcher: FSWatcher | undefined;
   #timer: NodeJS.Timeout | undefined;
-  #reading = false;
-  #again = false;
-  #last: string | undefined;
-  state: FilesState = { cert: undefined, at: 0 };
+  readonly #reading = new Set<string>();
+  readonly #again = new Set<string>();
+  /** Per domain: the link target last read and what it held. */
+  readonly #last = new Map<string, { target: string | undefined; key: string }>();
+  readonly states = new Map<string, FilesState>();
 
-  constructor(outDir: string, domain: string, onChange: (state: FilesState) => void) {
+  constructor(outDir: string, domains: readonly string[], onChange: (domain: string, state: FilesState) => void) {
     this.#dir = outDir;
-    this.#domain = domain;
+    this.#domains = new Set(domains);
     this.#onChange = onChange;
   }
 
   start(): void {
-    this.#watcher = fsWatch(this.#dir, () => void this.check());
+    this.#watcher = fsWatch(this.#dir, (_event, name) => {
+      const domain = typeof name === 'string' ? this.#domainOf(name) : undefined;
+      if (domain) void this.check(domain);
+    });
     this.#watcher.on('error', () => {});
-    this.#timer = setInterval(() => void this.check(), 1000);
-    void this.check();
+    this.#timer = setInterval(() => void this.checkAll(), 1000);
+    void this.checkAll();
   }
 
   stop(): void {
@@ -218,32 +227,52 @@ export class DirWatch {
     clearInterval(this.#timer);
   }
 
-  async check(): Promise<void> {
-    if (this.#reading) {
-      this.#again = true;
+  /** The serial this replica's files hold for a domain, if any. */
+  serial(domain: string): string | undefined {
+    return this.states.get(domain)?.cert?.serial;
+  }
+
+  async checkAll(): Promise<void> {
+    await Promise.all([...this.#domains].map((d) => this.check(d)));
+  }
+
+  async check(domain: string): Promise<void> {
+    if (this.#reading.has(domain)) {
+      this.#again.add(domain);
       return;
     }
-    this.#reading = true;
+    this.#reading.add(domain);
     try {
       do {
-        this.#again = false;
-        const view = await this.#read();
+        this.#again.delete(domain);
+        const target = await realpath(join(this.#dir, domain)).catch(() => undefined);
+        const last = this.#last.get(domain);
+        if (last && target !== undefined && last.target === target) continue;
+        const view = target === undefined ? undefined : await this.#read(domain);
         const key = view ? `${view.serial}|${view.keyMatch}` : 'none';
-        if (key !== this.#last) {
-          this.#last = key;
-          this.state = { cert: view, at: Date.now() };
-          this.#onChange(this.state);
+        this.#last.set(domain, { target: view ? target : undefined, key });
+        if (key !== last?.key) {
+          const state = { cert: view, at: Date.now() };
+          this.states.set(domain, state);
+          this.#onChange(domain, state);
         }
-      } while (this.#again);
+      } while (this.#again.has(domain));
     } finally {
-      this.#reading = false;
+      this.#reading.delete(domain);
     }
   }
 
-  async #read(): Promise<CertView | undefined> {
+  /** The domain an fs.watch name refers to: the link itself, or its temporary `.<domain>.<version>.link`. */
+  #domainOf(name: string): string | undefined {
+    if (this.#domains.has(name)) return name;
+    const m = /^\.(.+)\.[^.]+\.link$/.exec(name);
+    return m && this.#domains.has(m[1]!) ? m[1] : undefined;
+  }
+
+  async #read(domain: string): Promise<CertView | undefined> {
     for (let attempt = 0; attempt < 3; attempt++) {
       try {
-        const target = await realpath(join(this.#dir, this.#domain));
+        const target = await realpath(join(this.#dir, domain));
         const [certPem, keyPem] = await Promise.all([readFile(join(target, 'tls.crt'), 'utf8'), readFile(join(target, 'tls.key'), 'utf8')]);
         return viewPair(certPem, keyPem);
       } catch (err) {

@@ -20,6 +20,8 @@ export interface Instance {
   startedAt: number;
   /** When it logged "certshare started" (listening, loops about to run). */
   readyAt?: number;
+  /** Its /healthz and /metrics listener (host:port), from that line. */
+  address?: string;
   exitedAt?: number;
   killedWith?: NodeJS.Signals;
   exit?: { code: number | null; signal: NodeJS.Signals | null };
@@ -28,7 +30,8 @@ export interface Instance {
 export interface ReplicaSpec {
   name: string;
   namespace: string;
-  domain: string;
+  /** The group's domains (each replica's emulated tailscaled serves them all). */
+  domains: string[];
   group: string;
   kubeconfig: string;
   ledger: string;
@@ -129,8 +132,7 @@ export class Replica {
         'emulator',
         '--listen',
         this.socket,
-        '--domain',
-        spec.domain,
+        ...spec.domains.flatMap((d) => ['--domain', d]),
         '--cert-lifetime',
         spec.certLifetime,
         '--ledger',
@@ -168,8 +170,7 @@ export class Replica {
       'kube',
       '--localapi',
       this.socket,
-      '--domain',
-      spec.domain,
+      ...spec.domains.flatMap((d) => ['--domain', d]),
       '--group',
       spec.group,
       '--out-dir',
@@ -199,7 +200,10 @@ export class Replica {
       } catch {
         return;
       }
-      if (line.msg === 'certshare started' && instance.readyAt === undefined) instance.readyAt = at;
+      if (line.msg === 'certshare started' && instance.readyAt === undefined) {
+        instance.readyAt = at;
+        if (typeof line.address === 'string') instance.address = line.address.replace(/^https?:\/\//, '');
+      }
       this.#onLog(spec.name, line, at);
     });
     this.#exited = new Promise<void>((resolveExit) => {
@@ -268,6 +272,24 @@ export class Replica {
       req.on('timeout', () => req.destroy(new Error(`emulator control ${path} timed out`)));
       req.on('error', reject);
       req.end(payload);
+    });
+  }
+
+  /**
+   * The running process's /healthz status code; throws when it does not answer within `timeoutMs` (a
+   * process that is up but no longer serves is half dead).
+   */
+  healthz(timeoutMs: number): Promise<number> {
+    const address = this.current?.address;
+    if (!address) return Promise.reject(new Error(`${this.name} is not running or has not started listening`));
+    return new Promise((resolveCall, reject) => {
+      const req = request(`http://${address}/healthz`, { timeout: timeoutMs }, (res) => {
+        res.resume();
+        res.on('end', () => resolveCall(res.statusCode ?? 0));
+      });
+      req.on('timeout', () => req.destroy(new Error(`no answer from ${address}/healthz within ${timeoutMs} ms`)));
+      req.on('error', reject);
+      req.end();
     });
   }
 

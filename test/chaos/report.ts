@@ -6,6 +6,23 @@ import type { ChaosStats } from './schedule.ts';
 export interface ChaosReport extends Omit<ChaosStats, 'apiOutageMs'> {
   minutes: number;
   seed: number;
+  domainsPerGroup: number;
+  timeScale: number;
+  /** From starting the replicas until each held the first certificate of every domain. */
+  startupMs: number;
+  /** Issuances per domain over the run: the fewest, the most, and every domain's count. */
+  issuancesPerDomainMin: number;
+  issuancesPerDomainMax: number;
+  issuancesByDomain: Record<string, number>;
+  /** Renewal windows passed after the first issuance, per domain: the fewest and the most. */
+  windowsPerDomainMin: number;
+  windowsPerDomainMax: number;
+  /** Extra issuances after a certificate lost with a SIGKILLed writer (reported, not counted; see checker.ts). */
+  reissuedAfterLost: number;
+  reissuedAfterLostDetails: string[];
+  /** Hand-edited Secrets valid again (of handEdits), and the slowest repair. */
+  handEditsRepaired: number;
+  handEditRepairMaxMs: number;
   durationMs: number;
   windows: number;
   issuances: number;
@@ -36,6 +53,9 @@ export interface ChaosReport extends Omit<ChaosStats, 'apiOutageMs'> {
 export function buildReport(input: {
   minutes: number;
   seed: number;
+  domainsPerGroup: number;
+  timeScale: number;
+  startupMs: number;
   durationMs: number;
   result: CheckerResult;
   chaos: ChaosStats;
@@ -46,9 +66,26 @@ export function buildReport(input: {
 }): ChaosReport {
   const { result, chaos } = input;
   const details = [...input.extraViolations, ...result.violations];
+  const counts = Object.values(result.issuancesByDomain);
+  const windows = Object.keys(result.issuancesByDomain).map((d) => Math.max(0, (result.windows.perWindow[d]?.length ?? 0) - 1));
   return {
     minutes: input.minutes,
     seed: input.seed,
+    domainsPerGroup: input.domainsPerGroup,
+    timeScale: input.timeScale,
+    startupMs: input.startupMs,
+    issuancesPerDomainMin: Math.min(...counts),
+    issuancesPerDomainMax: Math.max(...counts),
+    issuancesByDomain: result.issuancesByDomain,
+    windowsPerDomainMin: Math.min(...windows),
+    windowsPerDomainMax: Math.max(...windows),
+    reissuedAfterLost: result.reissuedAfterLost.length,
+    reissuedAfterLostDetails: result.reissuedAfterLost,
+    handEdits: chaos.handEdits,
+    handEditsRepaired: result.handEdits.repaired,
+    handEditRepairMaxMs: result.handEdits.repairMaxMs,
+    massRenewalKills: chaos.massRenewalKills,
+    domainRateLimits: chaos.domainRateLimits,
     durationMs: input.durationMs,
     windows: result.windows.windows,
     issuances: result.windows.issuances,
@@ -87,22 +124,35 @@ export function buildReport(input: {
 
 export function summary(r: ChaosReport): string {
   const lines = [
-    `certshare chaos: ${r.minutes} min, seed ${r.seed}, took ${(r.durationMs / 1000).toFixed(0)} s`,
-    `  invariants: ${r.violations === 0 ? 'all held' : `${r.violations} violation(s)`}`,
-    `  1 issuances ${r.issuances} over ${r.windows} renewal windows after the first (max ${r.maxIssuancesPerWindow} per window, ${r.extraIssuances} extra); ` +
-      `${r.lostIssuances} issued but never stored (writer died mid-issuance)`,
+    `certshare chaos: ${r.minutes} min, ${r.domainsPerGroup} domain(s) per group, time scale ${r.timeScale}, seed ${r.seed}, ` +
+      `took ${(r.durationMs / 1000).toFixed(0)} s`,
+    `  invariants: ${r.violations === 0 ? 'all held' : `${r.violations} violation(s)`}; ` +
+      `start-up (every replica holds every first certificate) ${r.startupMs} ms`,
+    `  1 issuances ${r.issuances} over ${r.windows} renewal windows after the first ` +
+      `(max ${r.maxIssuancesPerWindow} per window per domain, ${r.extraIssuances} extra); ` +
+      `${r.lostIssuances} issued but never stored (writer died mid-issuance), ` +
+      `${r.reissuedAfterLost} of the extra issued inside the window of one lost with a SIGKILLed writer`,
+    `    per domain: ${r.issuancesPerDomainMin}-${r.issuancesPerDomainMax} issuances, ` +
+      `${r.windowsPerDomainMin}-${r.windowsPerDomainMax} windows after the first`,
     `  4 convergence in quiet periods: p50 ${r.convergenceP50Ms} ms, p99 ${r.convergenceP99Ms} ms, max ${r.convergenceMaxMs} ms ` +
       `over ${r.convergenceSamples} new certificates (all periods: p99 ${r.convergenceAllP99Ms} ms over ${r.convergenceAllSamples})`,
     `  6 cert requests ${r.certRequests}, 429 answers ${r.rateLimitedAnswers}, rate limits not shared before the next call ${r.unsharedRateLimits}`,
     `  chaos: ${r.kills} kills (${r.sigkills} SIGKILL, ${r.sigterms} SIGTERM, ${r.writerKills} of the writer), ${r.restarts} restarts, ` +
       `${r.apiOutages} API outages (max ${r.apiOutageMaxMs} ms), ${r.busDrops} bus drops`,
+    `  many domains: ${r.massRenewalKills} writer kills mid mass renewal, ${r.domainRateLimits} domain rate limits, ` +
+      `${r.handEdits} Secrets hand-edited to garbage (${r.handEditsRepaired} valid again, slowest after ${r.handEditRepairMaxMs} ms)`,
     `  proxy episodes ${JSON.stringify(r.proxyEpisodes)}, applied ${JSON.stringify(r.proxyFaultsApplied)}`,
     `  emulator faults ${JSON.stringify(r.emulatorFaults)}`,
-    `  the Secret held ${r.secretCertificates} certificates; no valid certificate in it for ${r.secretInvalidMs} ms in total`,
+    `  the Secrets held ${r.secretCertificates} certificates; without a valid one for ${r.secretInvalidMs} ms in total (summed over domains)`,
   ];
   if (r.violationDetails.length > 0) lines.push('  violations:', ...r.violationDetails.map((v) => `    - ${v}`));
   if (r.unsharedRateLimitDetails.length > 0)
     lines.push('  rate limits not shared (reported, not violations):', ...r.unsharedRateLimitDetails.map((v) => `    - ${v}`));
+  if (r.reissuedAfterLostDetails.length > 0)
+    lines.push(
+      '  issued again after a certificate lost with its SIGKILLed writer (reported, not violations):',
+      ...r.reissuedAfterLostDetails.map((v) => `    - ${v}`),
+    );
   if (r.slowStops.length > 0) lines.push('  graceful stops that overran --shutdown-timeout:', ...r.slowStops.map((v) => `    - ${v}`));
   if (r.runDir) lines.push(`  logs kept in ${r.runDir}`);
   return lines.join('\n');

@@ -19,6 +19,16 @@ import { Chaos, DEFAULT_TUNING, type ChaosTuning } from './schedule.ts';
 export interface RunOptions {
   minutes: number;
   seed: number;
+  /** Domains of the group (one Secret each, all served by every emulator). Default 1. */
+  domainsPerGroup?: number;
+  /**
+   * The run's compressed clock made K times slower (default 1): certificate lifetime, the replicas'
+   * lease, retry and CertPair timings, the checker's grace, settling and recovery allowances, the
+   * segments and the mean times between chaos actions. Process start-up, request latencies and fault
+   * episodes are not compressed, so with many domains on a loaded machine the same invariants can be
+   * checked at a time scale the work per renewal fits in.
+   */
+  timeScale?: number;
   /** Event log on stderr too (it always goes to <run dir>/chaos.log). */
   verbose?: boolean;
   /** Keep the run directory (logs, ledger) even when every invariant held. */
@@ -43,29 +53,90 @@ const FINAL_QUIET_MS = 30_000;
 const CHAOS_SEGMENT_MS = 50_000;
 const QUIET_SEGMENT_MS = 20_000;
 
-export const TIMING_FLAGS = [
-  '--lease-duration',
-  '2s',
-  '--first-retry',
-  '300ms',
-  '--retry-cap',
-  '5s',
-  '--rate-limit-retry',
-  '3s',
-  '--check-interval',
-  '1h',
-  '--cert-timeout',
-  '5s',
-  '--drain-delay',
-  '200ms',
-  '--shutdown-timeout',
-  '3s',
-  '--log-level',
-  'info',
-];
+export const TIMING_FLAGS = timingFlags(1);
+
+/** The replicas' timing flags on the run's clock, `k` times slower than the default compression. */
+export function timingFlags(k: number): string[] {
+  const ms = (v: number): string => `${Math.round(v * k)}ms`;
+  return [
+    '--lease-duration',
+    ms(2000),
+    '--first-retry',
+    ms(300),
+    '--retry-cap',
+    ms(5000),
+    '--rate-limit-retry',
+    ms(3000),
+    '--check-interval',
+    '1h',
+    '--cert-timeout',
+    ms(5000),
+    '--drain-delay',
+    '200ms',
+    '--shutdown-timeout',
+    '3s',
+    '--log-level',
+    'info',
+  ];
+}
+
+/** The harness's own times (see the constants above) on the run's clock. */
+function scaledTimes(k: number): {
+  certLifetime: string;
+  graceMs: number;
+  settleMs: number;
+  recoveryMs: number;
+  finalQuietMs: number;
+  chaosSegmentMs: number;
+  quietSegmentMs: number;
+} {
+  return {
+    certLifetime: `${Math.round(parseInt(CERT_LIFETIME, 10) * k)}s`,
+    graceMs: GRACE_MS * k,
+    settleMs: SETTLE_MS * k,
+    recoveryMs: RECOVERY_MS * k,
+    finalQuietMs: FINAL_QUIET_MS * k,
+    chaosSegmentMs: CHAOS_SEGMENT_MS * k,
+    quietSegmentMs: QUIET_SEGMENT_MS * k,
+  };
+}
+
+/** Mean times between chaos actions on the run's clock (durations of fault episodes stay as they are). */
+function scaledTuning(t: ChaosTuning, k: number): ChaosTuning {
+  return {
+    ...t,
+    killEveryMs: t.killEveryMs * k,
+    proxyPauseMeanMs: t.proxyPauseMeanMs * k,
+    emulatorFaultEveryMs: t.emulatorFaultEveryMs * k,
+    apiOutageEveryMs: t.apiOutageEveryMs * k,
+    massKillEveryMs: t.massKillEveryMs * k,
+    handEditEveryMs: t.handEditEveryMs * k,
+    domainRateLimitEveryMs: t.domainRateLimitEveryMs * k,
+  };
+}
+
+/** The group's domains: the example's own first, then proxy-2, proxy-3, ... in the same tailnet. */
+export function chaosDomains(count: number): string[] {
+  const [, tailnet] = /^[^.]+\.(.*)$/.exec(KUBE_DOMAIN)!;
+  return [KUBE_DOMAIN, ...Array.from({ length: count - 1 }, (_, i) => `proxy-${i + 2}.${tailnet}`)];
+}
+
+/** Widens the example's least-privilege Roles from its one domain Secret to every domain of the group. */
+async function allowDomains(cp: ControlPlane, ns: string, domains: string[]): Promise<void> {
+  for (const [role, rule] of [
+    ['certshare-reader', 0],
+    ['certshare-writer', 1],
+  ] as const) {
+    const patch = [
+      { op: 'test', path: `/rules/${rule}/resources`, value: ['secrets'] },
+      { op: 'replace', path: `/rules/${rule}/resourceNames`, value: domains },
+    ];
+    await must(cp.kubectl(['-n', ns, 'patch', 'role', role, '--type', 'json', '-p', JSON.stringify(patch)]));
+  }
+}
 
 /** Fallback when manifests/example cannot be applied: the same least-privilege rules, inline. */
-function inlineRbac(): string {
+function inlineRbac(domains: string[]): string {
   return JSON.stringify({
     apiVersion: 'v1',
     kind: 'List',
@@ -76,7 +147,7 @@ function inlineRbac(): string {
         kind: 'Role',
         metadata: { name: 'certshare' },
         rules: [
-          { apiGroups: [''], resources: ['secrets'], resourceNames: [KUBE_DOMAIN], verbs: ['get', 'list', 'watch', 'update'] },
+          { apiGroups: [''], resources: ['secrets'], resourceNames: domains, verbs: ['get', 'list', 'watch', 'update'] },
           { apiGroups: [''], resources: ['secrets'], verbs: ['create'] },
           { apiGroups: ['coordination.k8s.io'], resources: ['leases'], verbs: ['create'] },
           { apiGroups: ['coordination.k8s.io'], resources: ['leases'], resourceNames: [`certshare-${GROUP}`], verbs: ['get', 'update'] },
@@ -97,14 +168,16 @@ function inlineRbac(): string {
   });
 }
 
-async function namespaceWithRbac(cp: ControlPlane, log: (m: string) => void): Promise<string> {
+async function namespaceWithRbac(cp: ControlPlane, domains: string[], log: (m: string) => void): Promise<string> {
   try {
-    return await exampleNamespace(cp, 'chaos');
+    const ns = await exampleNamespace(cp, 'chaos');
+    if (domains.length > 1) await allowDomains(cp, ns, domains);
+    return ns;
   } catch (err) {
     log(`manifests/example could not be applied (${(err as Error).message.split('\n')[0]}); using inline RBAC`);
     const ns = `chaos-inline-${process.pid}`;
     await must(cp.kubectl(['create', 'namespace', ns]));
-    await must(cp.kubectl(['apply', '-n', ns, '-f', '-'], { input: inlineRbac() }));
+    await must(cp.kubectl(['apply', '-n', ns, '-f', '-'], { input: inlineRbac(domains) }));
     return ns;
   }
 }
@@ -134,8 +207,11 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     if (options.verbose) process.stderr.write(`${line}\n`);
   };
   const rng = new Rng(options.seed);
-  const tuning: ChaosTuning = { ...DEFAULT_TUNING, ...options.tuning };
-  log(`run dir ${runDir}, seed ${options.seed}, ${options.minutes} min`);
+  const k = options.timeScale ?? 1;
+  const tuning: ChaosTuning = scaledTuning({ ...DEFAULT_TUNING, ...options.tuning }, k);
+  const T = scaledTimes(k);
+  const domains = chaosDomains(options.domainsPerGroup ?? 1);
+  log(`run dir ${runDir}, seed ${options.seed}, ${options.minutes} min, ${domains.length} domain(s) per group, time scale ${k}`);
 
   let cp: ControlPlane | undefined;
   let proxy: FaultProxy | undefined;
@@ -146,7 +222,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     // A stop is SIGTERM then SIGKILL after 1 s: a graceful kube-apiserver shutdown with clients attached
     // can take 10 s, too long an outage for 10 s renewal windows.
     cp = await startControlPlane({ stopGraceMs: 1000 });
-    const ns = await namespaceWithRbac(cp, log);
+    const ns = await namespaceWithRbac(cp, domains, log);
     await createPods(cp, ns);
     proxy = new FaultProxy({ upstream: cp.server, upstreamCaPem: cp.caPem, rng: new Rng(options.seed ^ 0x5eed) });
     await proxy.start();
@@ -159,6 +235,8 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     // cut by our 8 s bound): reported.
     const crashes: string[] = [];
     const slowStops: string[] = [];
+    // A process that runs but does not answer /healthz (event loop stuck, listener gone): half dead.
+    const halfDead: string[] = [];
     const onExit = (r: Replica, inst: Instance): void => {
       const how = `code ${inst.exit?.code}, signal ${inst.exit?.signal}`;
       if (inst.killedWith === undefined) {
@@ -182,13 +260,13 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         {
           name,
           namespace: ns,
-          domain: KUBE_DOMAIN,
+          domains,
           group: GROUP,
           kubeconfig: await kubeconfigVia(cp, ns, join(runDir, `kubeconfig-${name}`), proxy, { pod: name }),
           ledger,
-          certLifetime: CERT_LIFETIME,
+          certLifetime: T.certLifetime,
           podIp: `10.0.0.${10 + i}`,
-          flags: TIMING_FLAGS,
+          flags: timingFlags(k),
         },
         runDir,
         (replica, line) => {
@@ -202,34 +280,46 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     }
     await Promise.all(replicas.map((r) => r.startEmulator()));
 
-    // Quiet periods: [start, end); the checker counts samples from start + SETTLE_MS to end - GRACE_MS.
+    // Quiet periods: [start, end); the checker counts samples from start + settle time to end - grace.
     const quietPeriods: Array<[number, number]> = [];
     const byName = new Map(replicas.map((r) => [r.name, r]));
     let podWatch: AdminWatch | undefined;
     const checker = new Checker({
-      domain: KUBE_DOMAIN,
-      graceMs: GRACE_MS,
+      domains,
+      graceMs: T.graceMs,
       replicaNames: REPLICAS,
       running: (name) => byName.get(name)?.current,
       instanceAt: (emulator, t) => {
         const inst = byName.get(emulator)?.instanceAt(t);
         return inst ? `${emulator}/${inst.pid}` : undefined;
       },
-      quietAt: (t) => quietPeriods.some(([s, e]) => t >= s + SETTLE_MS && t < e - GRACE_MS),
+      endedAround: (emulator, t) => {
+        // Ended while its CertPair call was open (up to --cert-timeout before the issuance was recorded:
+        // the emulator finishes an issuance whose caller went away) or before it could store the result.
+        const certTimeoutMs = 5000 * k;
+        const inst = byName.get(emulator)?.instances.find((i) => i.exitedAt !== undefined && i.exitedAt >= t - certTimeoutMs && i.exitedAt <= t + T.graceMs);
+        if (!inst) return undefined;
+        return inst.killedWith === 'SIGKILL' ? 'SIGKILL' : inst.killedWith === 'SIGTERM' ? 'SIGTERM' : 'crash';
+      },
+      quietAt: (t) => quietPeriods.some(([s, e]) => t >= s + T.settleMs && t < e - T.graceMs),
       podsInSync: () => podWatch?.connected ?? false,
       reachableSince: (now) => {
         const since = chaos?.reachableSince(now) ?? 0;
-        return since === 0 ? 0 : since + RECOVERY_MS;
+        return since === 0 ? 0 : since + T.recoveryMs;
       },
       verbose: log,
     });
 
+    // Every Secret of the namespace (the admin may list them all); the checker keeps the domains' own.
     const secretWatch = new AdminWatch(
       cp,
       `/api/v1/namespaces/${ns}/secrets`,
-      `fieldSelector=${encodeURIComponent(`metadata.name=${KUBE_DOMAIN}`)}`,
-      (type, obj, at) => checker.secret(type === 'DELETED' ? undefined : obj, at),
-      (items, at) => checker.secret(items[0], at),
+      domains.length === 1 ? `fieldSelector=${encodeURIComponent(`metadata.name=${KUBE_DOMAIN}`)}` : '',
+      (type, obj, at) => checker.secret(obj.metadata?.name ?? '', type === 'DELETED' ? undefined : obj, at),
+      (items, at) => {
+        const byName = new Map(items.map((obj) => [obj.metadata?.name ?? '', obj]));
+        for (const d of domains) checker.secret(d, byName.get(d), at);
+      },
     );
     podWatch = new AdminWatch(
       cp,
@@ -240,13 +330,15 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         for (const obj of items) checker.pods(obj.metadata?.name ?? '', obj, at);
       },
     );
-    const dirWatches = replicas.map((r) => new DirWatch(r.outDir, KUBE_DOMAIN, (state) => checker.files(r.name, state)));
+    const dirWatches = replicas.map((r) => new DirWatch(r.outDir, domains, (domain, state) => checker.files(r.name, domain, state)));
     const ledgerTail = new LedgerTail(ledger, (line) => checker.ledger(line));
     secretWatch.start();
     podWatch.start();
     for (const d of dirWatches) d.start();
     ledgerTail.start();
-    const ticker = setInterval(() => checker.tick(Date.now()), 100);
+    // The continuous checks start once every replica holds every first certificate (below): before that
+    // no replica has had files to keep valid. The start-up time is reported.
+    let ticker: NodeJS.Timeout | undefined;
     stoppers.push(
       () => clearInterval(ticker),
       () => secretWatch.stop(),
@@ -255,59 +347,75 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
       ...dirWatches.map((d) => () => d.stop()),
     );
 
-    chaos = new Chaos({ rng, replicas, proxy, cp, namespace: ns, tuning, log });
+    chaos = new Chaos({ rng, replicas, proxy, cp, namespace: ns, tuning, log, domains, onHandEdit: (d, at) => checker.handEdited(d, at) });
+    const probeHealth = async (when: string): Promise<void> => {
+      await Promise.all(
+        replicas.map(async (r) => {
+          const inst = r.current;
+          if (!inst) return;
+          try {
+            await r.healthz(3000);
+          } catch (err) {
+            if (r.current !== inst) return; // killed meanwhile
+            halfDead.push(`half-dead ${new Date().toISOString().slice(11, 23)} ${r.name} (pid ${inst.pid}) ${when}: ${(err as Error).message}`);
+            log(`HALF-DEAD ${r.name} pid ${inst.pid}: ${(err as Error).message}`);
+          }
+        }),
+      );
+    };
     for (const r of replicas) r.start();
+    const startedReplicasAt = Date.now();
 
-    // Start-up: the first certificate reaches every replica (bounded).
-    const startupDeadline = Date.now() + 90_000;
-    for (;;) {
-      const serial = checker.snapshot().secretSerial;
-      if (serial && dirWatches.every((d) => d.state.cert?.serial === serial)) break;
+    // Start-up: the first certificate of every domain reaches every replica (bounded).
+    const startupBoundMs = 90_000 + 1000 * domains.length;
+    const startupDeadline = Date.now() + startupBoundMs;
+    while (!checker.converged()) {
       if (Date.now() > startupDeadline)
-        throw new Error('start-up: the first certificate did not reach every replica within 90 s (see the logs in the run dir)');
+        throw new Error(`start-up: the first certificates did not reach every replica within ${startupBoundMs / 1000} s (see the logs in the run dir)`);
       await sleep(100);
     }
-    log('start-up done: every replica holds the first certificate');
+    const startupMs = Date.now() - startedReplicasAt;
+    ticker = setInterval(() => checker.tick(Date.now()), 100);
+    log(`start-up done in ${startupMs} ms: every replica holds the first certificate of each of ${domains.length} domain(s)`);
     const t0 = Date.now();
     const end = t0 + totalMs;
     const progressTimer = setInterval(() => {
       const s = checker.snapshot();
       progress(
         `[chaos] ${Math.round((Date.now() - t0) / 1000)}s/${Math.round(totalMs / 1000)}s ` +
-          `kills ${chaos!.stats.kills} issuances ${s.issuances} violations ${s.violations}`,
+          `domains ${domains.length} kills ${chaos!.stats.kills} issuances ${s.issuances} violations ${s.violations}`,
       );
     }, 20_000);
     stoppers.push(() => clearInterval(progressTimer));
 
     // Chaos segments with quiet periods in between, then the final quiet phase.
     for (;;) {
-      const chaosLeft = end - FINAL_QUIET_MS - Date.now();
+      const chaosLeft = end - T.finalQuietMs - Date.now();
       if (chaosLeft <= 1000) break;
-      const segment = Math.min(CHAOS_SEGMENT_MS, chaosLeft);
+      const segment = Math.min(T.chaosSegmentMs, chaosLeft);
       log(`chaos for ${Math.round(segment / 1000)} s`);
       await chaos.run(Date.now() + segment);
-      const left = end - FINAL_QUIET_MS - Date.now();
-      if (left < QUIET_SEGMENT_MS + 10_000) continue;
+      const left = end - T.finalQuietMs - Date.now();
+      if (left < T.quietSegmentMs + 10_000) continue;
       await chaos.settle();
       const qs = Date.now();
-      log(`quiet for ${QUIET_SEGMENT_MS / 1000} s`);
-      const period: [number, number] = [qs, qs + QUIET_SEGMENT_MS];
+      log(`quiet for ${T.quietSegmentMs / 1000} s`);
+      const period: [number, number] = [qs, qs + T.quietSegmentMs];
       quietPeriods.push(period);
-      await sleep(QUIET_SEGMENT_MS);
+      await sleep(T.settleMs);
+      await probeHealth('in a quiet period');
+      await sleep(Math.max(0, qs + T.quietSegmentMs - Date.now()));
     }
     await chaos.settle();
     const finalStart = Date.now();
     quietPeriods.push([finalStart, Number.POSITIVE_INFINITY]);
-    log(`final quiet phase for ${Math.round(Math.max(FINAL_QUIET_MS, end - finalStart) / 1000)} s`);
-    await sleep(Math.max(FINAL_QUIET_MS, end - finalStart));
+    log(`final quiet phase for ${Math.round(Math.max(T.finalQuietMs, end - finalStart) / 1000)} s`);
+    await sleep(Math.max(T.finalQuietMs, end - finalStart));
 
-    // The end: every replica holds the Secret's certificate (allowing the grace for one in flight).
-    const holdDeadline = Date.now() + GRACE_MS;
-    while (Date.now() < holdDeadline) {
-      const serial = checker.snapshot().secretSerial;
-      if (serial && dirWatches.every((d) => d.state.cert?.serial === serial)) break;
-      await sleep(50);
-    }
+    // The end: every replica holds every Secret's certificate (allowing the grace for one in flight).
+    const holdDeadline = Date.now() + T.graceMs;
+    while (Date.now() < holdDeadline && !checker.converged()) await sleep(50);
+    await probeHealth('at the end');
     await ledgerTail.poll();
     const result = checker.finish(Date.now(), { mustHold: true });
     const proxyApplied = Object.fromEntries(proxy.applied);
@@ -315,10 +423,13 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
       minutes: options.minutes,
       seed: options.seed,
       durationMs: 0,
+      domainsPerGroup: domains.length,
+      timeScale: k,
+      startupMs,
       result,
       chaos: chaos.stats,
       proxyApplied,
-      extraViolations: crashes,
+      extraViolations: [...crashes, ...halfDead],
       slowStops,
     });
     log(`done: ${report.violations} violation(s)`);

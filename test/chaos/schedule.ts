@@ -1,8 +1,12 @@
 // The chaos monkey: seeded, event-driven. Kills replicas (the writer more often; SIGKILL or SIGTERM)
 // and restarts them after a short delay, turns fault-proxy profiles on and off, stops kube-apiserver
 // for a few seconds, and makes the emulators answer 429 / rate-limit 500 / errors / resets / hangs or
-// drop their IPN buses. Proportions keep the promise reachable: one pending cert fault per emulator,
-// API outages of about 3-5 s (restart included) against 10 s renewal windows, fault episodes of 2-6 s.
+// drop their IPN buses. With many domains per group it also kills the writer in the middle of a mass
+// renewal (after it stored some of the domains renewing together), writes garbage into one domain's
+// Secret by hand, and rate-limits a few domains on every emulator as Let's Encrypt does (the 429 and
+// the "too many certificates" 500 tailscaled relays). Proportions keep the promise reachable: one
+// pending cert fault per emulator and domain, API outages of about 3-5 s (restart included) against
+// 10 s renewal windows, fault episodes of 2-6 s.
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ControlPlane } from '../harness/control-plane.ts';
 import type { FaultProxy, ProxyFaults } from './fault-proxy.ts';
@@ -20,6 +24,12 @@ export interface ChaosStats {
   proxyEpisodes: Record<string, number>;
   emulatorFaults: Record<string, number>;
   busDrops: number;
+  /** Writer kills timed inside a mass renewal (after it stored some, not all, of the renewing domains). */
+  massRenewalKills: number;
+  /** Secrets overwritten with garbage by hand. */
+  handEdits: number;
+  /** Domains rate-limited on every emulator (one count per domain and episode). */
+  domainRateLimits: number;
 }
 
 export interface ChaosTuning {
@@ -33,6 +43,12 @@ export interface ChaosTuning {
   emulatorFaultEveryMs: number;
   apiOutageEveryMs: number;
   apiDownMs: [number, number];
+  /** Mean time between arming a writer kill for the next mass renewal. */
+  massKillEveryMs: number;
+  /** Mean time between garbage hand edits of a Secret. */
+  handEditEveryMs: number;
+  /** Mean time between per-domain rate-limit episodes. */
+  domainRateLimitEveryMs: number;
 }
 
 export const DEFAULT_TUNING: ChaosTuning = {
@@ -44,7 +60,19 @@ export const DEFAULT_TUNING: ChaosTuning = {
   emulatorFaultEveryMs: 7000,
   apiOutageEveryMs: 80_000,
   apiDownMs: [100, 500],
+  massKillEveryMs: 35_000,
+  handEditEveryMs: 25_000,
+  domainRateLimitEveryMs: 15_000,
 };
+
+/** A rate limit on chosen domains, on every emulator: Let's Encrypt refuses the domain, whoever asks. */
+const DOMAIN_RATE_LIMITS: ReadonlyArray<readonly [string, number]> = [
+  ['rate_limit_429', 2],
+  ['acme_rate_limit_500', 1],
+];
+
+/** What the chaos writes into a Secret by hand: a pair that parses as nothing. */
+export const GARBAGE = { 'tls.crt': Buffer.from('garbage, not a PEM\n').toString('base64'), 'tls.key': Buffer.from('garbage\n').toString('base64') };
 
 const PROXY_PROFILES: ReadonlyArray<readonly [string, number, ProxyFaults]> = [
   ['resets', 2, { resetBefore: 0.15, resetAfter: 0.1 }],
@@ -54,6 +82,8 @@ const PROXY_PROFILES: ReadonlyArray<readonly [string, number, ProxyFaults]> = [
   ['stallWatches', 2, { stallWatch: 1, stallMs: [1000, 4000] }],
   ['endWatches', 2, { endWatchEarly: 1, endAfterMs: [200, 2000] }],
   ['blackout', 1, { blackout: true }],
+  // Every connection to the API drops at once, with all the watches it carries (many domains: many watches).
+  ['dropConnections', 2, { dropConnectionsAfterMs: 500 }],
   ['mixed', 2, { resetBefore: 0.05, resetAfter: 0.05, error5xx: 0.1, throttle429: 0.1, latencyMs: [0, 200], endWatchEarly: 0.3, endAfterMs: [500, 3000] }],
 ];
 
@@ -79,6 +109,9 @@ export class Chaos {
     proxyEpisodes: {},
     emulatorFaults: {},
     busDrops: 0,
+    massRenewalKills: 0,
+    handEdits: 0,
+    domainRateLimits: 0,
   };
   /** [start, end) of each time the API was unreachable: server stopped, or a proxy blackout (end undefined while it lasts). */
   readonly unreachable: Array<[number, number | undefined]> = [];
@@ -93,6 +126,12 @@ export class Chaos {
   readonly #inflight = new Set<Promise<void>>();
   /** Writer by the replicas' own logs, a fallback while the Lease cannot be read. */
   readonly #writerByLog = new Map<string, boolean>();
+  readonly #domains: string[];
+  readonly #onHandEdit: (domain: string, at: number) => void;
+  /** A writer kill waiting for a mass renewal: fired after this many more stored renewals by one replica. */
+  #massKill: { remaining: number } | undefined;
+  /** Accepting chaos actions (between run() and its end). */
+  #active = false;
 
   constructor(options: {
     rng: Rng;
@@ -102,7 +141,11 @@ export class Chaos {
     namespace: string;
     tuning: ChaosTuning;
     log: (message: string) => void;
+    domains: string[];
+    onHandEdit?: (domain: string, at: number) => void;
   }) {
+    this.#domains = options.domains;
+    this.#onHandEdit = options.onHandEdit ?? (() => {});
     this.#rng = options.rng;
     this.#replicas = options.replicas;
     this.#proxy = options.proxy;
@@ -116,6 +159,17 @@ export class Chaos {
   observeLog(replica: string, line: Record<string, unknown>): void {
     if (line.msg === 'became the writer') this.#writerByLog.set(replica, true);
     if (line.msg === 'no longer the writer' || line.msg === 'certshare started') this.#writerByLog.set(replica, false);
+    // A renewal stored by the writer: with many domains they come in bursts (every domain was issued at
+    // start, so they fall due together). The armed kill hits the writer in the middle of such a burst.
+    if (line.msg === 'certificate issued and stored' && this.#massKill && this.#active) {
+      if (--this.#massKill.remaining > 0) return;
+      this.#massKill = undefined;
+      const target = this.#replicas.find((r) => r.name === replica);
+      if (!target?.running || this.#busy.has(replica)) return;
+      if (this.#replicas.filter((r) => !r.running || this.#busy.has(r.name)).length >= 2) return;
+      this.stats.massRenewalKills++;
+      this.#killReplica(target, this.#rng.chance(0.75) ? 'SIGKILL' : 'SIGTERM', true, 'mid mass renewal');
+    }
   }
 
   /** When the API became reachable again after the last outage or blackout (Infinity while unreachable, 0 if never). */
@@ -140,7 +194,24 @@ export class Chaos {
     let blackout: [number, number | undefined] | undefined;
     let nextEmu = now + rng.exponential(t.emulatorFaultEveryMs);
     let nextApi = now + rng.between(10_000, Math.min(t.apiOutageEveryMs, Math.max(11_000, until - now - 8000)));
+    let nextMassKill = now + rng.exponential(t.massKillEveryMs);
+    let nextHandEdit = now + rng.exponential(t.handEditEveryMs);
+    let nextDomainLimit = now + rng.exponential(t.domainRateLimitEveryMs);
+    this.#active = true;
     for (now = Date.now(); now < until; now = Date.now()) {
+      if (now >= nextMassKill) {
+        nextMassKill = now + rng.exponential(t.massKillEveryMs);
+        // Some, not all, of the renewing domains stored before the kill.
+        if (!this.#massKill) this.#massKill = { remaining: rng.int(1, Math.max(1, Math.floor(this.#domains.length / 2))) };
+      }
+      if (now >= nextHandEdit) {
+        nextHandEdit = now + rng.exponential(t.handEditEveryMs);
+        this.#background(this.#handEdit());
+      }
+      if (now >= nextDomainLimit) {
+        nextDomainLimit = now + rng.exponential(t.domainRateLimitEveryMs);
+        await this.#domainRateLimit();
+      }
       if (now >= nextKill) {
         nextKill = now + rng.exponential(t.killEveryMs);
         await this.#kill();
@@ -155,10 +226,12 @@ export class Chaos {
       } else if (proxyEnds === undefined && now >= nextProxy) {
         const name = rng.weighted(PROXY_PROFILES.map(([n, w]) => [n, w] as const));
         const faults = PROXY_PROFILES.find(([n]) => n === name)![2];
+        const h2 = this.#proxy.http2Sessions;
         this.#proxy.setFaults(faults);
         let open = '';
         if (name === 'stallWatches') open = `, ${this.#proxy.stallOpenWatches(faults.stallMs ?? [1000, 4000])} open watches stalled`;
         if (name === 'endWatches') open = `, ${this.#proxy.endOpenWatches()} open watches ended`;
+        if (name === 'dropConnections') open = `, ${this.#proxy.applied.get('dropConnection') ?? 0} connections dropped so far (${h2} HTTP/2 now)`;
         const ms = name === 'blackout' ? rng.between(1000, 3000) : rng.between(...t.proxyEpisodeMs);
         if (name === 'blackout') {
           blackout = [now, undefined];
@@ -178,6 +251,8 @@ export class Chaos {
       }
       await sleep(100);
     }
+    this.#active = false;
+    this.#massKill = undefined;
     this.#proxy.clear();
     if (blackout) blackout[1] = Date.now();
     await this.settle();
@@ -230,15 +305,20 @@ export class Chaos {
     const writer = await this.writer();
     const writerReplica = candidates.find((r) => r.name === writer);
     const target = writerReplica && rng.chance(this.#tuning.writerBias) ? writerReplica : rng.pick(candidates);
-    const signal: NodeJS.Signals = rng.chance(0.5) ? 'SIGKILL' : 'SIGTERM';
-    const delay = rng.between(...this.#tuning.restartDelayMs);
-    const isWriter = target.name === writer;
+    this.#killReplica(target, rng.chance(0.5) ? 'SIGKILL' : 'SIGTERM', target.name === writer);
+  }
+
+  /** Kills a replica now and restarts it after the tuned delay (in the background). */
+  #killReplica(target: Replica, signal: NodeJS.Signals, isWriter: boolean, why = ''): void {
+    const delay = this.#rng.between(...this.#tuning.restartDelayMs);
     this.stats.kills++;
     if (signal === 'SIGKILL') this.stats.sigkills++;
     else this.stats.sigterms++;
     if (isWriter) this.stats.writerKills++;
     this.#busy.add(target.name);
-    this.#log(`kill: ${signal} ${target.name}${isWriter ? ' (writer)' : ''} pid ${target.current?.pid}, restart in ${Math.round(delay)} ms`);
+    this.#log(
+      `kill: ${signal} ${target.name}${isWriter ? ' (writer)' : ''}${why ? ` ${why}` : ''} pid ${target.current?.pid}, restart in ${Math.round(delay)} ms`,
+    );
     this.#background(
       (async () => {
         try {
@@ -256,6 +336,55 @@ export class Chaos {
     );
   }
 
+  /** Garbage in one domain's Secret, as a careless `kubectl edit` leaves it; the other domains' Secrets are untouched. */
+  async #handEdit(): Promise<void> {
+    if (!this.#cp.apiServerRunning) return;
+    const domain = this.#rng.pick(this.#domains);
+    const path = `/api/v1/namespaces/${this.#namespace}/secrets/${domain}`;
+    const got = await this.#cp.adminRequest('GET', path, { timeoutMs: 2000 });
+    if (got.status !== 200) return;
+    const secret = JSON.parse(got.body) as { data?: Record<string, string> };
+    secret.data = { ...secret.data, ...GARBAGE };
+    // Compare-and-swap on the resourceVersion read: a conflict (certshare wrote meanwhile) skips this edit.
+    const put = await this.#cp.adminRequest('PUT', path, { timeoutMs: 2000, body: secret });
+    if (put.status !== 200) {
+      this.#log(`hand edit of ${domain}: HTTP ${put.status}, skipped`);
+      return;
+    }
+    this.stats.handEdits++;
+    this.#onHandEdit(domain, Date.now());
+    this.#log(`hand edit: garbage written into the Secret ${domain}`);
+  }
+
+  /** One to three domains refused on every emulator for their next two requests (Retry-After 3 s for the 429). */
+  async #domainRateLimit(): Promise<void> {
+    const rng = this.#rng;
+    const count = rng.int(1, Math.min(3, this.#domains.length));
+    const chosen = new Set<string>();
+    while (chosen.size < count) chosen.add(rng.pick(this.#domains));
+    for (const domain of chosen) {
+      const kind = rng.weighted(DOMAIN_RATE_LIMITS);
+      const fault = { target: 'cert', kind, domain, count: 2, ...(kind === 'rate_limit_429' ? { retryAfterSeconds: 3 } : {}) };
+      let injected = 0;
+      for (const r of this.#replicas) {
+        try {
+          const pending = await r.control('GET', 'faults');
+          const list = (pending.json as { pending?: Array<{ target: string; domain?: string }> }).pending ?? [];
+          if (list.some((f) => f.target === 'cert' && f.domain === domain)) continue;
+          const res = await r.control('POST', 'faults', fault);
+          if (res.status === 200) injected++;
+        } catch (err) {
+          this.#log(`emulator ${r.name}: could not rate-limit ${domain}: ${(err as Error).message}`);
+        }
+      }
+      if (injected === 0) continue;
+      this.stats.domainRateLimits++;
+      const key = `domain:${kind}`;
+      this.stats.emulatorFaults[key] = (this.stats.emulatorFaults[key] ?? 0) + 1;
+      this.#log(`rate limit: ${domain} ${kind} on ${injected} emulator(s), next 2 requests`);
+    }
+  }
+
   async #emulatorFault(): Promise<void> {
     const rng = this.#rng;
     const writer = await this.writer();
@@ -269,8 +398,9 @@ export class Chaos {
         return;
       }
       const pending = await target.control('GET', 'faults');
-      const list = (pending.json as { pending?: Array<{ target: string }> }).pending ?? [];
-      if (list.some((f) => f.target === 'cert')) return; // one pending cert fault per emulator at most
+      const list = (pending.json as { pending?: Array<{ target: string; domain?: string }> }).pending ?? [];
+      // One pending domain-less cert fault per emulator at most (domain rate limits are counted apart).
+      if (list.some((f) => f.target === 'cert' && f.domain === undefined)) return;
       const res = await target.control('POST', 'faults', kind);
       if (res.status !== 200) throw new Error(`HTTP ${res.status} ${JSON.stringify(res.json)}`);
       this.stats.emulatorFaults[kind] = (this.stats.emulatorFaults[kind] ?? 0) + 1;
