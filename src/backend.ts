@@ -27,8 +27,12 @@ export interface StoreBackend {
   observers: LoopObserver[];
   /** Runs once the certificate loops exist (e.g. to start the readiness gate). */
   start?(): Promise<void>;
-  /** First step of a graceful stop: leave rotation. */
-  beforeStop?(): Promise<void>;
+  /**
+   * First step of a graceful stop: leave rotation. `issuanceSettled` settles once no CertPair call is under
+   * way any more and its certificate is stored (no new one starts): a backend that hands the writer role
+   * over waits for it first, within its shutdown budget.
+   */
+  beforeStop?(issuanceSettled: Promise<void>): Promise<void>;
   stop?(): Promise<void>;
 }
 

@@ -200,7 +200,9 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     stop: () =>
       (stopping ??= (async () => {
         logger.info({}, 'stopping');
-        await backend.beforeStop?.();
+        // No CertPair call starts from here on; those under way end and are stored before the role is handed over.
+        const issuanceSettled = manager.stopIssuing();
+        await backend.beforeStop?.(issuanceSettled);
         serveConfig?.stop();
         await Promise.all([manager.stop(), watcher.stop(), tls?.stop()]);
         await backend.stop?.();

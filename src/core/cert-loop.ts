@@ -68,6 +68,8 @@ export class CertLoop {
   /** 'queued' while the issuance budget keeps this domain waiting: logged once per change, not per turn. */
   #budgetState: 'queued' | undefined;
   #wake: AbortController = new AbortController();
+  /** The CertPair call (and the save after it) under way. */
+  #issuing: Promise<void> | undefined;
 
   constructor(domain: string, deps: CertLoopDeps) {
     this.domain = domain;
@@ -217,10 +219,25 @@ export class CertLoop {
         observer.problem(this.domain, `cannot record the issuance intent: ${errorMessage(err)}`);
         return retryDelay({ kind: 'transient', message: '' }, this.#storeFailures.record('transient'), this.#deps.backoff);
       }
-      // Leadership may have moved while we wrote: never call CertPair without it.
-      if (!role.canIssue(this.domain)) return 0;
     }
-    return this.#issue(signal, reserved);
+    // Leadership may have moved while we wrote (or waited for the domain), or the daemon is stopping:
+    // never call CertPair without the role.
+    if (!role.canIssue(this.domain)) return 0;
+    const issuing = this.#issue(signal, reserved);
+    this.#issuing = issuing.then(
+      () => {},
+      () => {},
+    );
+    try {
+      return await issuing;
+    } finally {
+      this.#issuing = undefined;
+    }
+  }
+
+  /** Settles when the CertPair call under way (if any) has ended and its certificate is stored or given up. */
+  get issuing(): Promise<void> {
+    return this.#issuing ?? Promise.resolve();
   }
 
   #queuedForBudget(verdict: Extract<BudgetVerdict, { kind: 'queued' }>): number {

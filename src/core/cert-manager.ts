@@ -13,13 +13,35 @@ export class CertManager {
   readonly #loops = new Map<string, RunningLoop>();
   /** Loops being stopped: a domain re-added meanwhile waits for its old loop, so CertPair never runs twice. */
   readonly #stopping = new Map<string, Promise<void>>();
+  /** False once the daemon stops: no loop starts a CertPair call any more (see stopIssuing). */
+  #issuing = true;
 
   constructor(deps: CertLoopDeps) {
-    this.#deps = deps;
+    const { role } = deps;
+    this.#deps = {
+      ...deps,
+      role: {
+        identity: role.identity,
+        canIssue: (domain) => this.#issuing && role.canIssue(domain),
+        ...(role.onChange ? { onChange: (listener: () => void) => role.onChange!(listener) } : {}),
+      },
+    };
     // A domain left the issuance budget's queue: the ones behind it look again now, not at their old turn.
     deps.budget?.onQueueShift((domains) => {
       for (const domain of domains) this.#loops.get(domain)?.loop.wake();
     });
+  }
+
+  /**
+   * The first step of a graceful stop: from now on no loop starts a CertPair call, and the promise settles
+   * once the calls already under way have ended and their certificates are stored. A writer that hands its
+   * role over first would leave a certificate tailscaled issued for nobody, and its successor would issue
+   * the domain again (found by the chaos run: most CertPair calls of a stopping writer started after it
+   * logged "stopping"). Loops keep running (readers' work, restores) until stop().
+   */
+  stopIssuing(): Promise<void> {
+    this.#issuing = false;
+    return Promise.all([...this.#loops.values()].map(({ loop }) => loop.issuing)).then(() => {});
   }
 
   get domains(): string[] {

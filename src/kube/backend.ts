@@ -94,13 +94,15 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       elector?.start();
       gate?.start();
     },
-    async beforeStop() {
+    async beforeStop(issuanceSettled: Promise<void>) {
       // Out of rotation first; then hand the writer role over, so a successor renews while we drain.
       // Both are best effort against an API server that may not answer: together they get what
       // --shutdown-timeout leaves after the drain delay, so the process still exits within it.
       const budgetMs = Math.max(0, config.shutdownTimeoutMs - (gate ? config.drainDelayMs : 0) - STOP_RESERVE_MS);
       const budget = AbortSignal.timeout(Math.round(budgetMs));
       await gate?.leaveRotation(budget);
+      // A certificate being issued is stored before the role goes: else the successor issues the domain again.
+      await Promise.race([issuanceSettled, new Promise((resolve) => budget.addEventListener('abort', resolve, { once: true }))]);
       await elector?.stop(budget);
       if (gate) await clock.sleep(config.drainDelayMs).catch(() => {});
     },

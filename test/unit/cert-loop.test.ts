@@ -321,6 +321,58 @@ describe('CertManager', () => {
   });
 });
 
+describe('CertManager.stopIssuing', () => {
+  it('starts no CertPair call once stopping, and settles only when the call under way is stored', async () => {
+    const { CertManager } = await import('../../src/core/cert-manager.ts');
+    const { FakeClock } = await import('../support/fake-clock.ts');
+    const clock = new FakeClock();
+    const store = new MemoryStore();
+    const called: string[] = [];
+    let answer: ((pair: CertPair) => void) | undefined;
+    let callMade: (() => void) | undefined;
+    const firstCall = new Promise<void>((resolve) => {
+      callMade = resolve;
+    });
+    const manager = new CertManager({
+      localApi: {
+        certPair: (d) => {
+          called.push(d);
+          callMade?.();
+          return new Promise<CertPair>((resolve) => {
+            answer = resolve;
+          });
+        },
+      },
+      store,
+      role: alwaysWriter,
+      availability: { waitFor: async () => {} },
+      clock,
+      renewal: { renewFraction: 1 / 3, checkIntervalMs: 60 * MIN },
+      backoff: { firstRetryMs: MIN, retryCapMs: 60 * MIN, rateLimitFirstRetryMs: 60 * MIN },
+      observer: fanOut([]),
+      logger: silentLogger,
+      intentTtlMs: MIN,
+    });
+    manager.setDomains([domain]);
+    await firstCall;
+    const settled = manager.stopIssuing();
+    let done = false;
+    void settled.then(() => {
+      done = true;
+    });
+    // A second domain appears while stopping: it must not be issued.
+    const other = 'other.tailnet-9.ts.net';
+    manager.setDomains([domain, other]);
+    await clock.waitForSleepers(1);
+    assert.equal(done, false, 'not settled while tailscaled is still answering');
+    answer!(await makePair(domain, clock.now() - MIN, LIFETIME));
+    await settled;
+    assert.equal(store.content.get(domain)?.state, 'valid', 'the certificate under way is stored before stopIssuing settles');
+    assert.deepEqual(called, [domain], 'no CertPair call started after stopIssuing');
+    await manager.stop();
+  });
+});
+
 describe('CertLoop intent after a failure', () => {
   it('withdraws its intent when tailscaled answered with an error, keeps it after a timeout', async () => {
     const h = harness();
