@@ -9,6 +9,10 @@
 //   --skip-kube     standalone figures only (no control plane)
 //   --pods N        Pods created through the injector's webhook for its latency figures (default 300)
 //   --deadline S    give up (stopping every process) after this long (default 1800)
+//   --domains N[,N...]  instead of the phases above: one group serving N domains (writer + 2 readers, kube
+//                   mode), per N: RSS, TCP connections, delivery and mass-renewal times, API requests at rest
+//                   (bench/domains.ts). With it: --watch-scope SCOPE and --replica-args 'ARGS' pass flags to
+//                   every replica; --renewal-lifetime S sets the certificate lifetime (default: fitted to --window)
 //
 // The bench reports and never fails on targets: it exits 0 with MISS lines; non-zero only on errors.
 import { rmSync } from 'node:fs';
@@ -23,6 +27,7 @@ import { stopAll } from './lib/proc.ts';
 import { median, progress, round } from './lib/stats.ts';
 import { injectorPhase, type InjectorResults } from './injector.ts';
 import { propagationPhase, propagationSummary, restPhase, type PropagationResults, type RestResults } from './kube.ts';
+import { domainsPhase, domainsReport, type DomainsRun } from './domains.ts';
 import { memoryPhase, printMemoryReport, type MemoryReport } from './memory.ts';
 import { bareNodeRss, standalonePhase, type StandaloneResults } from './standalone.ts';
 
@@ -36,6 +41,10 @@ const { values: opts } = parseArgs({
     'skip-kube': { type: 'boolean', default: false },
     pods: { type: 'string', default: '300' },
     deadline: { type: 'string', default: '1800' },
+    domains: { type: 'string' },
+    'watch-scope': { type: 'string' },
+    'replica-args': { type: 'string' },
+    'renewal-lifetime': { type: 'string' },
   },
   strict: true,
 });
@@ -107,6 +116,7 @@ let propagation: PropagationResults | undefined;
 let memory: MemoryReport | undefined;
 let injector: InjectorResults | undefined;
 let buildMs = 0;
+if (opts.domains !== undefined) await runDomains(opts.domains);
 try {
   tmp = await mkdtemp(join(tmpdir(), 'certshare-bench-'));
   progress('building dist/ (scripts/build.ts: the bundle)');
@@ -280,4 +290,38 @@ if (opts.json) {
     kubeReaderFlags: memory.kubeFlags.map((f) => ({ flags: f.flags, idleMB: round(f.idle.rss) })),
   };
   process.stdout.write(`${JSON.stringify({ ...figures, targets, details: { ...details, ...(memoryDetails ? { memory: memoryDetails } : {}) } })}\n`);
+}
+
+/** `--domains`: only the many-domain phase, then its table (and JSON line); exits. */
+async function runDomains(list: string): Promise<never> {
+  const counts = list.split(',').map(Number);
+  if (!counts.every((n) => Number.isInteger(n) && n >= 1 && n <= 9999)) {
+    process.stderr.write('bench: --domains wants whole numbers from 1 to 9999, comma separated\n');
+    process.exit(2);
+  }
+  const replicaFlags = [...(opts['watch-scope'] ? ['--watch-scope', opts['watch-scope']] : []), ...(opts['replica-args']?.split(' ').filter(Boolean) ?? [])];
+  const lifetimeS = opts['renewal-lifetime'] === undefined ? undefined : Number(opts['renewal-lifetime']);
+  const runs: DomainsRun[] = [];
+  try {
+    tmp = await mkdtemp(join(tmpdir(), 'certshare-bench-'));
+    progress('building dist/ (scripts/build.ts: the bundle)');
+    buildMs = await buildDist();
+    progress('starting the control plane (etcd + kube-apiserver; the first run builds them, see test/k8s-binaries)');
+    const auditPolicy = join(tmp, 'audit-policy.yaml');
+    const auditLog = join(tmp, 'audit.log');
+    await writeAuditPolicy(auditPolicy);
+    cp = await startControlPlane({ extraApiServerArgs: [`--audit-policy-file=${auditPolicy}`, `--audit-log-path=${auditLog}`, '--audit-log-format=json'] });
+    for (const n of counts)
+      runs.push(await domainsPhase(cp, join(tmp, 'domains'), auditLog, n, { windowS, replicaFlags, ...(lifetimeS ? { lifetimeS } : {}) }));
+  } catch (err) {
+    process.stderr.write(`bench failed: ${(err as Error).stack ?? String(err)}\n`);
+    await cleanup();
+    process.exit(1);
+  }
+  await cleanup();
+  const { lines, json } = domainsReport(runs, replicaFlags);
+  const benchSeconds = round((performance.now() - started) / 1000, 0);
+  process.stdout.write(`${lines.join('\n')}\nbench ${benchSeconds} s (build ${round(buildMs / 1000, 1)} s)\n`);
+  if (opts.json) process.stdout.write(`${JSON.stringify({ ...json, details: { node: `${process.version} ${process.execPath}`, benchSeconds } })}\n`);
+  process.exit(0);
 }

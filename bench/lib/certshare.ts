@@ -136,3 +136,67 @@ export class CertFileWatch {
     this.#watcher?.close();
   }
 }
+
+/**
+ * Follows `<root>/<domain>/tls.crt` for many domains with one fs.watch on `root`: the daemon swaps the
+ * `<domain>` symlink with a rename, and the event names it. Records performance.now() of each content change.
+ */
+export class CertTreeWatch {
+  readonly root: string;
+  /** Content changes per domain, in order. */
+  readonly changes = new Map<string, Array<{ at: number; pem: string }>>();
+  #watcher: FSWatcher | undefined;
+  readonly #checking = new Map<string, Promise<void>>();
+  readonly #waiters = new Set<() => void>();
+
+  private constructor(root: string, domains: string[]) {
+    this.root = root;
+    for (const d of domains) this.changes.set(d, []);
+  }
+
+  static async start(root: string, domains: string[]): Promise<CertTreeWatch> {
+    await mkdir(root, { recursive: true });
+    const w = new CertTreeWatch(root, domains);
+    w.#watcher = watch(root, (_event, name) => {
+      const at = performance.now();
+      // No name: the kernel's event queue overflowed; look at every domain.
+      for (const domain of name ? [name] : w.changes.keys()) if (w.changes.has(domain)) w.#check(domain, at);
+    });
+    for (const domain of domains) w.#check(domain, performance.now());
+    return w;
+  }
+
+  #check(domain: string, at: number): void {
+    // Serialised per domain so that changes are recorded in order.
+    const next = (this.#checking.get(domain) ?? Promise.resolve()).then(async () => {
+      const pem = await readFile(join(this.root, domain, 'tls.crt'), 'utf8').catch(() => undefined);
+      const seen = this.changes.get(domain)!;
+      if (pem === undefined || pem === seen.at(-1)?.pem || !pem.includes('-----END CERTIFICATE-----')) return;
+      seen.push({ at, pem });
+      for (const w of this.#waiters) w();
+    });
+    this.#checking.set(domain, next);
+  }
+
+  /** Resolves once `done()` holds (checked after every change); rejects after `timeoutMs` with `what`. */
+  until(done: () => boolean, timeoutMs: number, what: () => string): Promise<void> {
+    return new Promise((resolveUntil, reject) => {
+      const check = (): void => {
+        if (!done()) return;
+        clearTimeout(timer);
+        this.#waiters.delete(check);
+        resolveUntil();
+      };
+      const timer = setTimeout(() => {
+        this.#waiters.delete(check);
+        reject(new Error(`${this.root}: ${what()} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.#waiters.add(check);
+      check();
+    });
+  }
+
+  close(): void {
+    this.#watcher?.close();
+  }
+}
