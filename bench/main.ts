@@ -302,6 +302,7 @@ async function runDomains(list: string): Promise<never> {
   const replicaFlags = [...(opts['watch-scope'] ? ['--watch-scope', opts['watch-scope']] : []), ...(opts['replica-args']?.split(' ').filter(Boolean) ?? [])];
   const lifetimeS = opts['renewal-lifetime'] === undefined ? undefined : Number(opts['renewal-lifetime']);
   const runs: DomainsRun[] = [];
+  const failed: Array<{ n: number; error: string }> = [];
   try {
     tmp = await mkdtemp(join(tmpdir(), 'certshare-bench-'));
     progress('building dist/ (scripts/build.ts: the bundle)');
@@ -311,17 +312,30 @@ async function runDomains(list: string): Promise<never> {
     const auditLog = join(tmp, 'audit.log');
     await writeAuditPolicy(auditPolicy);
     cp = await startControlPlane({ extraApiServerArgs: [`--audit-policy-file=${auditPolicy}`, `--audit-log-path=${auditLog}`, '--audit-log-format=json'] });
-    for (const n of counts)
-      runs.push(await domainsPhase(cp, join(tmp, 'domains'), auditLog, n, { windowS, replicaFlags, ...(lifetimeS ? { lifetimeS } : {}) }));
+    for (const n of counts) {
+      // One N failing (a start-up that never completes) leaves the others' figures standing.
+      await domainsPhase(cp, join(tmp, 'domains'), auditLog, n, { windowS, replicaFlags, ...(lifetimeS ? { lifetimeS } : {}) }).then(
+        (run) => runs.push(run),
+        (err: unknown) => {
+          failed.push({ n, error: (err as Error).message });
+          progress(`domains ${n} failed: ${(err as Error).stack ?? String(err)}`);
+        },
+      );
+    }
   } catch (err) {
     process.stderr.write(`bench failed: ${(err as Error).stack ?? String(err)}\n`);
     await cleanup();
     process.exit(1);
   }
   await cleanup();
+  if (runs.length === 0) {
+    process.stderr.write('bench failed: no domain count completed\n');
+    process.exit(1);
+  }
   const { lines, json } = domainsReport(runs, replicaFlags);
+  for (const f of failed) lines.push(`FAILED at N = ${f.n}: ${f.error.split('\n')[0]}`);
   const benchSeconds = round((performance.now() - started) / 1000, 0);
   process.stdout.write(`${lines.join('\n')}\nbench ${benchSeconds} s (build ${round(buildMs / 1000, 1)} s)\n`);
-  if (opts.json) process.stdout.write(`${JSON.stringify({ ...json, details: { node: `${process.version} ${process.execPath}`, benchSeconds } })}\n`);
+  if (opts.json) process.stdout.write(`${JSON.stringify({ ...json, failed, details: { node: `${process.version} ${process.execPath}`, benchSeconds } })}\n`);
   process.exit(0);
 }

@@ -155,3 +155,13 @@ export async function readAudit(path: string): Promise<AuditEvent[]> {
   }
   return events;
 }
+
+/** Watch renewals per hour implied by open watches: each ends at its timeoutSeconds (the apiserver's 1800-3600 s when absent) and resumes. */
+export function watchRenewalsPerHour(openWatchUris: string[]): number {
+  let perHour = 0;
+  for (const uri of openWatchUris) {
+    const timeout = Number(new URL(uri, 'https://x').searchParams.get('timeoutSeconds') ?? NaN);
+    perHour += 3600 / (Number.isFinite(timeout) && timeout > 0 ? timeout : 2700);
+  }
+  return perHour;
+}
