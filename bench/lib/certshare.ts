@@ -1,16 +1,30 @@
 // The production build of certshare, run as separate processes: `dist/cli/main.js` (the bundle of
 // scripts/build.ts, what the image runs) on the real Node binary (process.execPath). Type stripping of
 // the .ts sources would add tens of MB of RSS that a deployed sidecar does not pay.
-import { watch, type FSWatcher } from 'node:fs';
+import { readFileSync, watch, type FSWatcher } from 'node:fs';
 import { mkdir, readFile, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
 import { buildDist as buildBundle } from '../../scripts/build.ts';
+import { execForm, instructions, parseDockerfile } from '../../test/manifests/dockerfile.ts';
 import { httpRequest } from './http.ts';
 import { cleanEnv, Proc } from './proc.ts';
 
 export const REPO = resolve(import.meta.dirname, '../..');
 export const DIST_MAIN = join(REPO, 'dist/cli/main.js');
+/**
+ * The Node flags between the node binary and dist/cli/main.js in the Dockerfile's ENTRYPOINT (exec form):
+ * what the image runs with, so that every measured daemon runs with the same.
+ */
+export function imageNodeFlags(dockerfile: string): string[] {
+  const args = instructions(parseDockerfile(dockerfile).at(-1)!, 'ENTRYPOINT').at(-1)?.args;
+  const argv = args === undefined ? undefined : execForm(args);
+  if (!argv) throw new Error('Dockerfile: no ENTRYPOINT in exec form');
+  const main = argv.indexOf('dist/cli/main.js');
+  if (main < 1) throw new Error(`Dockerfile: ENTRYPOINT ${args} does not run dist/cli/main.js`);
+  return argv.slice(1, main);
+}
+export const IMAGE_NODE_FLAGS = imageNodeFlags(readFileSync(join(REPO, 'Dockerfile'), 'utf8'));
 /** tsc's one-file-per-module output, for `--memory` only: what the bundle saves is measured against it. */
 export const MODULES_DIR = join(REPO, '.bench-modules');
 export const MODULES_MAIN = join(MODULES_DIR, 'cli/main.js');
@@ -61,9 +75,9 @@ export async function startEmulator(dir: string, name: string, args: string[]): 
   };
 }
 
-/** `certshare run ARGS` with a clean environment plus `env` (and Node flags `nodeArgs`); does not wait for anything. */
+/** `certshare run ARGS` as the image runs it (IMAGE_NODE_FLAGS) with a clean environment plus `env` (and Node flags `nodeArgs`); does not wait for anything. */
 export function spawnDaemon(name: string, args: string[], env: Record<string, string> = {}, nodeArgs: string[] = [], main = DIST_MAIN): Proc {
-  return new Proc(name, [...nodeArgs, main, 'run', ...args], { env: cleanEnv(env) });
+  return new Proc(name, [...IMAGE_NODE_FLAGS, ...nodeArgs, main, 'run', ...args], { env: cleanEnv(env) });
 }
 
 /**

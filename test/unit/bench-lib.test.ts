@@ -2,6 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { watchRenewalsPerHour } from '../../bench/lib/apiserver.ts';
+import { IMAGE_NODE_FLAGS, imageNodeFlags } from '../../bench/lib/certshare.ts';
 import { heapByConstructor } from '../../bench/lib/heap.ts';
 import { linearFit } from '../../bench/lib/stats.ts';
 
@@ -39,4 +40,15 @@ test('heapByConstructor: self sizes summed per type and constructor', () => {
     strings: ['Logger', 'Map', 'abc', 'def', 'run'],
   };
   assert.deepEqual(Object.fromEntries(heapByConstructor(snapshot)), { 'object:Logger': 150, 'object:Map': 30, string: 42, 'closure:run': 8 });
+});
+
+test('imageNodeFlags: the Node flags of the ENTRYPOINT; the image caps the young generation', () => {
+  assert.deepEqual(imageNodeFlags('FROM x\nENTRYPOINT ["/nodejs/bin/node", "--a=1", "--b", "dist/cli/main.js"]\nCMD ["run"]\n'), ['--a=1', '--b']);
+  assert.deepEqual(imageNodeFlags('FROM x\nENTRYPOINT ["/nodejs/bin/node", "dist/cli/main.js"]'), []);
+  assert.throws(() => imageNodeFlags('FROM x\nENTRYPOINT node dist/cli/main.js'), /exec form/);
+  // V8 would otherwise size it from the node's memory and keep what a mass renewal grew it to.
+  assert.ok(
+    IMAGE_NODE_FLAGS.some((f) => /^--max-semi-space-size=\d+$/.test(f)),
+    `image flags: ${IMAGE_NODE_FLAGS.join(' ')}`,
+  );
 });
