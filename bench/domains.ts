@@ -13,7 +13,7 @@ import { X509Certificate } from 'node:crypto';
 import { readAudit, watchRenewalsPerHour, type AuditEvent } from './lib/apiserver.ts';
 import { CertTreeWatch, startEmulator, type EmulatorProc } from './lib/certshare.ts';
 import { idleRss, tcpConnectionsTo, type MemStatus, type Proc } from './lib/proc.ts';
-import { linearFit, percentile, progress, round } from './lib/stats.ts';
+import { linearFit, percentile, progress, round, type Target, verdictOf } from './lib/stats.ts';
 import { spawnKubeDaemon } from './kube.ts';
 
 export interface DomainsOptions {
@@ -272,11 +272,6 @@ async function restFigures(
 
 // --- report ---------------------------------------------------------------------------------------
 
-export interface Target {
-  op: '<=' | '>=';
-  limit: number;
-}
-
 /** Targets of issue 11, for the largest N (500 in the JSON); `oneDomain*` hold the existing bench's 1-domain figures. */
 export const DOMAIN_TARGETS: Record<string, Target> = {
   tcpConnsPerReplica: { op: '<=', limit: 2 },
@@ -288,11 +283,6 @@ export const DOMAIN_TARGETS: Record<string, Target> = {
   oneDomainRssReaderMB: { op: '<=', limit: 100 },
   oneDomainApiRequestsPerReplicaHour: { op: '<=', limit: 10 },
 };
-
-export function verdictOf(t: Target | undefined, v: number | null | undefined): 'PASS' | 'MISS' | '-' {
-  if (!t || v === null || v === undefined || Number.isNaN(v)) return '-';
-  return (t.op === '<=' ? v <= t.limit : v >= t.limit) ? 'PASS' : 'MISS';
-}
 
 /** The table lines and the JSON object of a `--domains` run. */
 export function domainsReport(runs: DomainsRun[], replicaFlags: string[]): { lines: string[]; json: Record<string, unknown> } {

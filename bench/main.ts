@@ -24,7 +24,7 @@ import { startControlPlane, type ControlPlane } from '../test/harness/control-pl
 import { writeAuditPolicy } from './lib/apiserver.ts';
 import { buildDist } from './lib/certshare.ts';
 import { stopAll } from './lib/proc.ts';
-import { median, progress, round } from './lib/stats.ts';
+import { median, progress, round, type Target, verdictOf } from './lib/stats.ts';
 import { injectorPhase, type InjectorResults } from './injector.ts';
 import { propagationPhase, propagationSummary, restPhase, type PropagationResults, type RestResults } from './kube.ts';
 import { domainsPhase, domainsReport, type DomainsRun } from './domains.ts';
@@ -62,11 +62,6 @@ const WATCH_RENEWALS_PER_HOUR = 3600 / ((WATCH_SECONDS[0]! + WATCH_SECONDS[1]!) 
 /** Certificate lifetime for the propagation phase: under 10 days renew at half, so one renewal every ~2 s. */
 const PROPAGATION_LIFETIME_S = 4;
 
-type Op = '<=' | '>=';
-interface Target {
-  op: Op;
-  limit: number;
-}
 const TARGETS: Record<string, Target> = {
   rssKubeReaderMB: { op: '<=', limit: 100 },
   rssStandaloneMB: { op: '<=', limit: 90 },
@@ -180,10 +175,7 @@ const figures: Record<string, number | null> = {
 };
 
 function verdict(key: string): 'PASS' | 'MISS' | '-' {
-  const t = TARGETS[key];
-  const v = figures[key];
-  if (!t || v === null || v === undefined || Number.isNaN(v)) return '-';
-  return (t.op === '<=' ? v <= t.limit : v >= t.limit) ? 'PASS' : 'MISS';
+  return verdictOf(TARGETS[key], figures[key]);
 }
 
 const mb = (m: { rss: number; anon: number; file: number }): string => `${round(m.rss)} MB (anon ${round(m.anon)}, file-backed ${round(m.file)})`;

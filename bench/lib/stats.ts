@@ -34,3 +34,15 @@ export function linearFit(points: Array<{ x: number; y: number }>): { slope: num
   const slope = sxx > 0 ? sxy / sxx : NaN;
   return { slope, intercept: my - slope * mx };
 }
+
+/** A figure's target: at most (`<=`) or at least (`>=`) `limit`. */
+export interface Target {
+  op: '<=' | '>=';
+  limit: number;
+}
+
+/** PASS or MISS against the target; '-' without a target or a figure. */
+export function verdictOf(t: Target | undefined, v: number | null | undefined): 'PASS' | 'MISS' | '-' {
+  if (!t || v === null || v === undefined || Number.isNaN(v)) return '-';
+  return (t.op === '<=' ? v <= t.limit : v >= t.limit) ? 'PASS' : 'MISS';
+}
