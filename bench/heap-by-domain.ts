@@ -124,7 +124,8 @@ try {
       .slice(0, 25);
     process.stdout.write(
       `\n${role}: RSS ${round(lo.mem.rss)} MB at ${lo.n} -> ${round(hi.mem.rss)} MB at ${hi.n} domains: ${round(rssKB, 1)} KB/domain ` +
-        `(anon ${round(((hi.mem.anon - lo.mem.anon) * 1024) / dn, 1)}); JS heap (live objects) ${round(heapKB, 1)} KB/domain; outside it ${round(rssKB - heapKB, 1)} KB/domain\n`,
+        `(anon ${round(((hi.mem.anon - lo.mem.anon) * 1024) / dn, 1)}); JS heap (live objects) ${round(heapKB, 1)} KB/domain; ` +
+        `outside it ${round(rssKB - heapKB, 1)} KB/domain\n`,
     );
     const perDomain = (f: (s: Sample) => number): number => round(((f(hi) - f(lo)) * 1024) / dn, 1);
     process.stdout.write(
