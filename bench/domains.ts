@@ -12,7 +12,7 @@ import { generatedDomains } from '../src/emulator/cli.ts';
 import { X509Certificate } from 'node:crypto';
 import { readAudit, watchRenewalsPerHour, type AuditEvent } from './lib/apiserver.ts';
 import { CertTreeWatch, startEmulator, type EmulatorProc } from './lib/certshare.ts';
-import { idleRss, tcpConnectionsTo, type MemStatus, type Proc } from './lib/proc.ts';
+import { idleRss, memStatus, tcpConnectionsTo, type MemStatus, type Proc } from './lib/proc.ts';
 import { linearFit, percentile, progress, round, type Target, verdictOf } from './lib/stats.ts';
 import { spawnKubeDaemon } from './kube.ts';
 
@@ -31,6 +31,8 @@ export interface ReplicaFigures {
   mem: MemStatus;
   /** Established TCP connections to the apiserver's port (the most seen over the idle samples). */
   tcpConns: number;
+  /** RSS at the end of the rest window (V8 had that long to give memory back), when there was one. */
+  memAfterRest: MemStatus | undefined;
 }
 
 export interface DomainsRun {
@@ -186,6 +188,7 @@ export async function domainsPhase(cp: ControlPlane, dir: string, auditLog: stri
     const firstDue = Math.min(...firstStored) + (lifetimeS * 1000) / 2;
     const windowS = Math.min(o.windowS, (firstDue - performance.now()) / 1000 - 15);
     let rest: DomainsRun['rest'] | undefined;
+    let afterRest: MemStatus[] | undefined;
     if (windowS < 10) progress(`domains ${n}: renewal due too soon for a rest window (${round(windowS, 0)} s): none (give a longer --renewal-lifetime)`);
     else {
       progress(`domains ${n}: API requests at rest over ${round(windowS, 0)} s`);
@@ -195,6 +198,7 @@ export async function domainsPhase(cp: ControlPlane, dir: string, auditLog: stri
       const t2 = Date.now();
       resting = false;
       rest = { ...(await restFigures(auditLog, `system:serviceaccount:${ns}:certshare`, t1, t2, names.length)), certificatesStored: storedDuringRest };
+      afterRest = await Promise.all(daemons.map((d) => memStatus(d.pid)));
     }
 
     progress(`domains ${n}: waiting for the mass renewal (due from ${round((firstDue - performance.now()) / 1000, 0)} s on)`);
@@ -229,7 +233,7 @@ export async function domainsPhase(cp: ControlPlane, dir: string, auditLog: stri
     return {
       n,
       certLifetimeS: lifetimeS,
-      replicas: names.map((name, i) => ({ name, mode: i === 0 ? 'rw' : 'ro', mem: mems[i]!, tcpConns: tcp[i]! })),
+      replicas: names.map((name, i) => ({ name, mode: i === 0 ? 'rw' : 'ro', mem: mems[i]!, tcpConns: tcp[i]!, memAfterRest: afterRest?.[i] })),
       startToAllReadersMs: tAll - t0,
       startToLastStoredMs: lastStored - t0,
       afterLastStoredMs: tAll - lastStored,
@@ -317,7 +321,7 @@ export function domainsReport(runs: DomainsRun[], replicaFlags: string[]): { lin
   };
   const lines = [
     `Domains per group (writer + 2 readers, kube mode, --out-dir${replicaFlags.length ? `, ${replicaFlags.join(' ')}` : ''}):`,
-    `  ${['   N', 'RSS w/r1/r2 MB', 'TCP w/r1/r2', 'start->all', 'stored->all', 'renew p50/p99/max']
+    `  ${['   N', 'RSS w/r1/r2 MB', 'after rest', 'TCP w/r1/r2', 'start->all', 'stored->all', 'renew p50/p99/max']
       .concat(['missed/extra', 'API/repl/h', 'watches', 'stored at rest'])
       .join('  ')}`,
   ];
@@ -326,6 +330,7 @@ export function domainsReport(runs: DomainsRun[], replicaFlags: string[]): { lin
       `  ${[
         String(r.n).padStart(4),
         r.replicas.map((x) => round(x.mem.rss, 0)).join('/'),
+        r.replicas.map((x) => (x.memAfterRest ? round(x.memAfterRest.rss, 0) : '-')).join('/'),
         r.replicas.map((x) => x.tcpConns).join('/'),
         `${Math.round(r.startToAllReadersMs)} ms`,
         `${Math.round(r.afterLastStoredMs)} ms`,
@@ -361,6 +366,7 @@ export function domainsReport(runs: DomainsRun[], replicaFlags: string[]): { lin
         anonMB: round(x.mem.anon),
         fileMB: round(x.mem.file),
         tcpConns: x.tcpConns,
+        rssAfterRestMB: x.memAfterRest ? round(x.memAfterRest.rss) : null,
       })),
       startToAllReadersMs: Math.round(r.startToAllReadersMs),
       startToLastStoredMs: Math.round(r.startToLastStoredMs),

@@ -1,4 +1,4 @@
-// `node bench/heap-by-domain.ts [--domains A,B] [--node-flags 'V8 FLAGS'] [--json] [--skip-build]`: where a replica's per-domain memory goes.
+// `node bench/heap-by-domain.ts [--domains A,B] [--node-flags='V8 FLAGS'] [--settle S] [--json] [--skip-build]`: where a replica's per-domain memory goes.
 // For each N: a kube group of N domains (writer + one reader, --out-dir) on the real test control plane,
 // both on the production bundle; once every certificate is on the reader's disk, a V8 heap snapshot of
 // each (--heapsnapshot-signal) summed by constructor. Prints, per role, RSS and the heap's growth per
@@ -76,7 +76,7 @@ async function measure(cp: ControlPlane, dir: string, n: number): Promise<Sample
       () => 'not every certificate',
     );
     tree.close();
-    await sleep(5000);
+    await sleep(Number(values.settle) * 1000);
     const samples: Sample[] = [];
     for (const [i, proc] of procs.entries()) {
       const mem = await memStatus(proc.pid);
@@ -96,6 +96,7 @@ const { values } = parseArgs({
     json: { type: 'boolean', default: false },
     'skip-build': { type: 'boolean', default: false },
     'node-flags': { type: 'string', default: '' },
+    settle: { type: 'string', default: '5' },
   },
 });
 const counts = values.domains.split(',').map(Number);

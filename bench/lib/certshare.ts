@@ -24,7 +24,8 @@ export function imageNodeFlags(dockerfile: string): string[] {
   if (main < 1) throw new Error(`Dockerfile: ENTRYPOINT ${args} does not run dist/cli/main.js`);
   return argv.slice(1, main);
 }
-export const IMAGE_NODE_FLAGS = imageNodeFlags(readFileSync(join(REPO, 'Dockerfile'), 'utf8'));
+/** BENCH_NO_IMAGE_FLAGS=1: without them (to compare). */
+export const IMAGE_NODE_FLAGS = process.env.BENCH_NO_IMAGE_FLAGS ? [] : imageNodeFlags(readFileSync(join(REPO, 'Dockerfile'), 'utf8'));
 /** tsc's one-file-per-module output, for `--memory` only: what the bundle saves is measured against it. */
 export const MODULES_DIR = join(REPO, '.bench-modules');
 export const MODULES_MAIN = join(MODULES_DIR, 'cli/main.js');
