@@ -7,7 +7,7 @@ import { bucketIncrease, histogramQuantile } from '../test/support/histogram.ts'
 import { must } from '../test/support/kube.ts';
 import { freePort } from '../test/support/processes.ts';
 import { labelsOf, metricSeries } from './lib/apiserver.ts';
-import { DIST_MAIN } from './lib/certshare.ts';
+import { DIST_MAIN, IMAGE_NODE_FLAGS } from './lib/certshare.ts';
 import { Proc, cleanEnv, idleRss, type MemStatus } from './lib/proc.ts';
 import { progress } from './lib/stats.ts';
 
@@ -48,7 +48,7 @@ export async function injectorPhase(cp: ControlPlane, pods: number): Promise<Inj
   const kubeconfig = await cp.kubeconfigFor('certshare', 'certshare-injector');
   const proc = new Proc(
     'certshare injector',
-    [DIST_MAIN, 'injector', '--listen', `127.0.0.1:${port}`, '--metrics-listen', '127.0.0.1:0', '--extra-san', '127.0.0.1'],
+    [...IMAGE_NODE_FLAGS, DIST_MAIN, 'injector', '--listen', `127.0.0.1:${port}`, '--metrics-listen', '127.0.0.1:0', '--extra-san', '127.0.0.1'],
     {
       env: cleanEnv({ KUBECONFIG: kubeconfig, POD_NAMESPACE: 'certshare' }),
     },

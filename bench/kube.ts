@@ -18,41 +18,20 @@ export interface KubeReplica {
   stop(): Promise<void>;
 }
 
-export async function startReplica(
-  ns: string,
-  kubeconfig: string,
-  dir: string,
-  name: string,
-  mode: 'rw' | 'ro',
-  o: { emulatorArgs?: string[]; flags?: string[]; nodeArgs?: string[]; env?: Record<string, string>; main?: string } = {},
-): Promise<KubeReplica> {
+export interface ReplicaOptions {
+  emulatorArgs?: string[];
+  flags?: string[];
+  nodeArgs?: string[];
+  env?: Record<string, string>;
+  main?: string;
+}
+
+export async function startReplica(ns: string, kubeconfig: string, dir: string, name: string, mode: 'rw' | 'ro', o: ReplicaOptions = {}): Promise<KubeReplica> {
   const replicaDir = join(dir, name);
   const emulator = await startEmulator(replicaDir, name, ['--domain', KUBE_DOMAIN, ...(o.emulatorArgs ?? [])]);
   const outDir = join(replicaDir, 'certs');
   const files = await CertFileWatch.start(outDir, KUBE_DOMAIN);
-  const daemon = spawnDaemon(
-    `certshare ${name}`,
-    [
-      '--localapi',
-      emulator.socket,
-      '--store',
-      'kube',
-      '--mode',
-      mode,
-      '--domain',
-      KUBE_DOMAIN,
-      '--group',
-      GROUP,
-      '--out-dir',
-      outDir,
-      '--listen',
-      '127.0.0.1:0',
-      ...(o.flags ?? []),
-    ],
-    { KUBECONFIG: kubeconfig, POD_NAME: name, POD_NAMESPACE: ns, POD_IPS: '10.0.0.10', ...o.env },
-    o.nodeArgs,
-    o.main,
-  );
+  const daemon = spawnKubeDaemon(ns, kubeconfig, name, mode, emulator.socket, outDir, { ...o, flags: ['--domain', KUBE_DOMAIN, ...(o.flags ?? [])] });
   return {
     name,
     emulator,
@@ -64,6 +43,25 @@ export async function startReplica(
       await emulator.proc.stop();
     },
   };
+}
+
+/** `certshare run` as a replica of the example group in kube mode, projecting into `outDir`; the domains come in `o.flags` or `o.env`. */
+export function spawnKubeDaemon(
+  ns: string,
+  kubeconfig: string,
+  name: string,
+  mode: 'rw' | 'ro',
+  localapi: string,
+  outDir: string,
+  o: Omit<ReplicaOptions, 'emulatorArgs'>,
+): Proc {
+  return spawnDaemon(
+    `certshare ${name}`,
+    ['--localapi', localapi, '--store', 'kube', '--mode', mode, '--group', GROUP, '--out-dir', outDir, '--listen', '127.0.0.1:0', ...(o.flags ?? [])],
+    { KUBECONFIG: kubeconfig, POD_NAME: name, POD_NAMESPACE: ns, POD_IPS: '10.0.0.10', ...o.env },
+    o.nodeArgs,
+    o.main,
+  );
 }
 
 export interface RestResults {

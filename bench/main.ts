@@ -9,6 +9,10 @@
 //   --skip-kube     standalone figures only (no control plane)
 //   --pods N        Pods created through the injector's webhook for its latency figures (default 300)
 //   --deadline S    give up (stopping every process) after this long (default 1800)
+//   --domains N[,N...]  instead of the phases above: one group serving N domains (writer + 2 readers, kube
+//                   mode), per N: RSS, TCP connections, delivery and mass-renewal times, API requests at rest
+//                   (bench/domains.ts). With it: --watch-scope SCOPE and --replica-args 'ARGS' pass flags to
+//                   every replica; --renewal-lifetime S sets the certificate lifetime (default: fitted to --window)
 //
 // The bench reports and never fails on targets: it exits 0 with MISS lines; non-zero only on errors.
 import { rmSync } from 'node:fs';
@@ -20,9 +24,10 @@ import { startControlPlane, type ControlPlane } from '../test/harness/control-pl
 import { writeAuditPolicy } from './lib/apiserver.ts';
 import { buildDist } from './lib/certshare.ts';
 import { stopAll } from './lib/proc.ts';
-import { median, progress, round } from './lib/stats.ts';
+import { median, progress, round, type Target, verdictOf } from './lib/stats.ts';
 import { injectorPhase, type InjectorResults } from './injector.ts';
 import { propagationPhase, propagationSummary, restPhase, type PropagationResults, type RestResults } from './kube.ts';
+import { domainsPhase, domainsReport, type DomainsRun } from './domains.ts';
 import { memoryPhase, printMemoryReport, type MemoryReport } from './memory.ts';
 import { bareNodeRss, standalonePhase, type StandaloneResults } from './standalone.ts';
 
@@ -36,6 +41,10 @@ const { values: opts } = parseArgs({
     'skip-kube': { type: 'boolean', default: false },
     pods: { type: 'string', default: '300' },
     deadline: { type: 'string', default: '1800' },
+    domains: { type: 'string' },
+    'watch-scope': { type: 'string' },
+    'replica-args': { type: 'string' },
+    'renewal-lifetime': { type: 'string' },
   },
   strict: true,
 });
@@ -53,11 +62,6 @@ const WATCH_RENEWALS_PER_HOUR = 3600 / ((WATCH_SECONDS[0]! + WATCH_SECONDS[1]!) 
 /** Certificate lifetime for the propagation phase: under 10 days renew at half, so one renewal every ~2 s. */
 const PROPAGATION_LIFETIME_S = 4;
 
-type Op = '<=' | '>=';
-interface Target {
-  op: Op;
-  limit: number;
-}
 const TARGETS: Record<string, Target> = {
   rssKubeReaderMB: { op: '<=', limit: 100 },
   rssStandaloneMB: { op: '<=', limit: 90 },
@@ -107,6 +111,7 @@ let propagation: PropagationResults | undefined;
 let memory: MemoryReport | undefined;
 let injector: InjectorResults | undefined;
 let buildMs = 0;
+if (opts.domains !== undefined) await runDomains(opts.domains);
 try {
   tmp = await mkdtemp(join(tmpdir(), 'certshare-bench-'));
   progress('building dist/ (scripts/build.ts: the bundle)');
@@ -170,10 +175,7 @@ const figures: Record<string, number | null> = {
 };
 
 function verdict(key: string): 'PASS' | 'MISS' | '-' {
-  const t = TARGETS[key];
-  const v = figures[key];
-  if (!t || v === null || v === undefined || Number.isNaN(v)) return '-';
-  return (t.op === '<=' ? v <= t.limit : v >= t.limit) ? 'PASS' : 'MISS';
+  return verdictOf(TARGETS[key], figures[key]);
 }
 
 const mb = (m: { rss: number; anon: number; file: number }): string => `${round(m.rss)} MB (anon ${round(m.anon)}, file-backed ${round(m.file)})`;
@@ -280,4 +282,52 @@ if (opts.json) {
     kubeReaderFlags: memory.kubeFlags.map((f) => ({ flags: f.flags, idleMB: round(f.idle.rss) })),
   };
   process.stdout.write(`${JSON.stringify({ ...figures, targets, details: { ...details, ...(memoryDetails ? { memory: memoryDetails } : {}) } })}\n`);
+}
+
+/** `--domains`: only the many-domain phase, then its table (and JSON line); exits. */
+async function runDomains(list: string): Promise<never> {
+  const counts = list.split(',').map(Number);
+  if (!counts.every((n) => Number.isInteger(n) && n >= 1 && n <= 9999)) {
+    process.stderr.write('bench: --domains wants whole numbers from 1 to 9999, comma separated\n');
+    process.exit(2);
+  }
+  const replicaFlags = [...(opts['watch-scope'] ? ['--watch-scope', opts['watch-scope']] : []), ...(opts['replica-args']?.split(' ').filter(Boolean) ?? [])];
+  const lifetimeS = opts['renewal-lifetime'] === undefined ? undefined : Number(opts['renewal-lifetime']);
+  const runs: DomainsRun[] = [];
+  const failed: Array<{ n: number; error: string }> = [];
+  try {
+    tmp = await mkdtemp(join(tmpdir(), 'certshare-bench-'));
+    progress('building dist/ (scripts/build.ts: the bundle)');
+    buildMs = await buildDist();
+    progress('starting the control plane (etcd + kube-apiserver; the first run builds them, see test/k8s-binaries)');
+    const auditPolicy = join(tmp, 'audit-policy.yaml');
+    const auditLog = join(tmp, 'audit.log');
+    await writeAuditPolicy(auditPolicy);
+    cp = await startControlPlane({ extraApiServerArgs: [`--audit-policy-file=${auditPolicy}`, `--audit-log-path=${auditLog}`, '--audit-log-format=json'] });
+    for (const n of counts) {
+      // One N failing (a start-up that never completes) leaves the others' figures standing.
+      await domainsPhase(cp, join(tmp, 'domains'), auditLog, n, { windowS, replicaFlags, ...(lifetimeS ? { lifetimeS } : {}) }).then(
+        (run) => runs.push(run),
+        (err: unknown) => {
+          failed.push({ n, error: (err as Error).message });
+          progress(`domains ${n} failed: ${(err as Error).stack ?? String(err)}`);
+        },
+      );
+    }
+  } catch (err) {
+    process.stderr.write(`bench failed: ${(err as Error).stack ?? String(err)}\n`);
+    await cleanup();
+    process.exit(1);
+  }
+  await cleanup();
+  if (runs.length === 0) {
+    process.stderr.write('bench failed: no domain count completed\n');
+    process.exit(1);
+  }
+  const { lines, json } = domainsReport(runs, replicaFlags);
+  for (const f of failed) lines.push(`FAILED at N = ${f.n}: ${f.error.split('\n')[0]}`);
+  const benchSeconds = round((performance.now() - started) / 1000, 0);
+  process.stdout.write(`${lines.join('\n')}\nbench ${benchSeconds} s (build ${round(buildMs / 1000, 1)} s)\n`);
+  if (opts.json) process.stdout.write(`${JSON.stringify({ ...json, failed, details: { node: `${process.version} ${process.execPath}`, benchSeconds } })}\n`);
+  process.exit(0);
 }

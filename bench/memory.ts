@@ -86,7 +86,7 @@ process.on('SIGUSR2', () => {
   writeFileSync(process.env.BENCH_MEMPROBE_OUT, JSON.stringify({ mu: process.memoryUsage(), heap: getHeapStatistics(), ` +
   `spaces: getHeapSpaceStatistics(), code: getHeapCodeStatistics(), modules: [...loaded] }));
 });`;
-const PROBE_ARGS = ['--import', `data:text/javascript,${encodeURIComponent(PROBE)}`];
+export const PROBE_ARGS = ['--import', `data:text/javascript,${encodeURIComponent(PROBE)}`];
 
 interface ProbeDump {
   mu: NodeJS.MemoryUsage;
@@ -110,7 +110,7 @@ export interface DaemonMemory {
   packages: Array<{ pkg: string; files: number; sourceMB: number }>;
 }
 
-async function dumpProbe(proc: Proc, out: string, name: string): Promise<DaemonMemory> {
+export async function dumpProbe(proc: Proc, out: string, name: string): Promise<DaemonMemory> {
   const mem = await memStatus(proc.pid);
   process.kill(proc.pid, 'SIGUSR2');
   let dump: ProbeDump | undefined;

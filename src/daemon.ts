@@ -129,8 +129,12 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
 
   let lastHealthy: boolean | undefined;
   health.onChange(() => {
-    const verdict = health.evaluate(clock.now());
-    if (verdict.healthy !== lastHealthy) logger.info({ healthy: verdict.healthy, reason: verdict.reason }, verdict.healthy ? 'healthy' : 'not healthy');
+    // The reason (a string naming every domain without a certificate) only for a change worth a log line:
+    // building it on each of N certificates at start-up would cost O(N^2).
+    const now = clock.now();
+    if (health.isHealthy(now) === lastHealthy) return;
+    const verdict = health.evaluate(now);
+    logger.info({ healthy: verdict.healthy, reason: verdict.reason }, verdict.healthy ? 'healthy' : 'not healthy');
     lastHealthy = verdict.healthy;
   });
 

@@ -9,7 +9,7 @@ export interface WatchEvent {
   /** performance.now() when the event's line arrived. */
   at: number;
   type: string;
-  object: { metadata?: { resourceVersion?: string; annotations?: Record<string, string> }; data?: Record<string, string> };
+  object: { metadata?: { name?: string; resourceVersion?: string; annotations?: Record<string, string> }; data?: Record<string, string> };
 }
 
 export interface SecretWatchProbe {
@@ -22,13 +22,17 @@ export interface SecretWatchProbe {
 }
 
 /** Watches one Secret as admin, with bookmarks, from the current resourceVersion. */
-export async function watchSecret(cp: ControlPlane, ns: string, name: string, onEvent: (e: WatchEvent) => void = () => {}): Promise<SecretWatchProbe> {
-  const selector = encodeURIComponent(`metadata.name=${name}`);
-  const list = await cp.adminRequest('GET', `/api/v1/namespaces/${ns}/secrets?fieldSelector=${selector}`);
-  if (list.status !== 200) throw new Error(`list Secret ${ns}/${name}: HTTP ${list.status} ${list.body.slice(0, 300)}`);
+export function watchSecret(cp: ControlPlane, ns: string, name: string, onEvent: (e: WatchEvent) => void = () => {}): Promise<SecretWatchProbe> {
+  return watchSecrets(cp, ns, `fieldSelector=${encodeURIComponent(`metadata.name=${name}`)}`, onEvent);
+}
+
+/** Watches the Secrets of `ns` matching `selector` (a query string, e.g. `labelSelector=...`) as admin, with bookmarks, from the current resourceVersion. */
+export async function watchSecrets(cp: ControlPlane, ns: string, selector: string, onEvent: (e: WatchEvent) => void = () => {}): Promise<SecretWatchProbe> {
+  const list = await cp.adminRequest('GET', `/api/v1/namespaces/${ns}/secrets?${selector}`);
+  if (list.status !== 200) throw new Error(`list Secrets ${ns} (${selector}): HTTP ${list.status} ${list.body.slice(0, 300)}`);
   const rv = (JSON.parse(list.body) as { metadata: { resourceVersion: string } }).metadata.resourceVersion;
   const events: WatchEvent[] = [];
-  const path = `/api/v1/namespaces/${ns}/secrets?watch=1&allowWatchBookmarks=true&timeoutSeconds=3600&fieldSelector=${selector}&resourceVersion=${rv}`;
+  const path = `/api/v1/namespaces/${ns}/secrets?watch=1&allowWatchBookmarks=true&timeoutSeconds=3600&${selector}&resourceVersion=${rv}`;
   const req = request(new URL(path, cp.server), {
     ca: cp.caPem,
     cert: cp.adminCertPem,
@@ -40,7 +44,7 @@ export async function watchSecret(cp: ControlPlane, ns: string, name: string, on
     req.once('error', reject);
     req.once('response', (res) => {
       if (res.statusCode !== 200) {
-        reject(new Error(`watch Secret ${ns}/${name}: HTTP ${res.statusCode}`));
+        reject(new Error(`watch Secrets ${ns} (${selector}): HTTP ${res.statusCode}`));
         res.resume();
         return;
       }
@@ -128,6 +132,7 @@ export async function writeAuditPolicy(path: string): Promise<void> {
 }
 
 export interface AuditEvent {
+  auditID: string;
   stage: string;
   verb: string;
   requestURI: string;
@@ -149,4 +154,14 @@ export async function readAudit(path: string): Promise<AuditEvent[]> {
     }
   }
   return events;
+}
+
+/** Watch renewals per hour implied by open watches: each ends at its timeoutSeconds (the apiserver's 1800-3600 s when absent) and resumes. */
+export function watchRenewalsPerHour(openWatchUris: string[]): number {
+  let perHour = 0;
+  for (const uri of openWatchUris) {
+    const timeout = Number(new URL(uri, 'https://x').searchParams.get('timeoutSeconds') ?? NaN);
+    perHour += 3600 / (Number.isFinite(timeout) && timeout > 0 ? timeout : 2700);
+  }
+  return perHour;
 }

@@ -1,16 +1,31 @@
 // The production build of certshare, run as separate processes: `dist/cli/main.js` (the bundle of
 // scripts/build.ts, what the image runs) on the real Node binary (process.execPath). Type stripping of
 // the .ts sources would add tens of MB of RSS that a deployed sidecar does not pay.
-import { watch, type FSWatcher } from 'node:fs';
+import { readFileSync, watch, type FSWatcher } from 'node:fs';
 import { mkdir, readFile, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
 import { buildDist as buildBundle } from '../../scripts/build.ts';
+import { execForm, instructions, parseDockerfile } from '../../test/manifests/dockerfile.ts';
 import { httpRequest } from './http.ts';
 import { cleanEnv, Proc } from './proc.ts';
 
 export const REPO = resolve(import.meta.dirname, '../..');
 export const DIST_MAIN = join(REPO, 'dist/cli/main.js');
+/**
+ * The Node flags between the node binary and dist/cli/main.js in the Dockerfile's ENTRYPOINT (exec form):
+ * what the image runs with, so that every measured daemon runs with the same.
+ */
+export function imageNodeFlags(dockerfile: string): string[] {
+  const args = instructions(parseDockerfile(dockerfile).at(-1)!, 'ENTRYPOINT').at(-1)?.args;
+  const argv = args === undefined ? undefined : execForm(args);
+  if (!argv) throw new Error('Dockerfile: no ENTRYPOINT in exec form');
+  const main = argv.indexOf('dist/cli/main.js');
+  if (main < 1) throw new Error(`Dockerfile: ENTRYPOINT ${args} does not run dist/cli/main.js`);
+  return argv.slice(1, main);
+}
+/** BENCH_NO_IMAGE_FLAGS=1: without them (to compare). */
+export const IMAGE_NODE_FLAGS = process.env.BENCH_NO_IMAGE_FLAGS ? [] : imageNodeFlags(readFileSync(join(REPO, 'Dockerfile'), 'utf8'));
 /** tsc's one-file-per-module output, for `--memory` only: what the bundle saves is measured against it. */
 export const MODULES_DIR = join(REPO, '.bench-modules');
 export const MODULES_MAIN = join(MODULES_DIR, 'cli/main.js');
@@ -61,9 +76,9 @@ export async function startEmulator(dir: string, name: string, args: string[]): 
   };
 }
 
-/** `certshare run ARGS` with a clean environment plus `env` (and Node flags `nodeArgs`); does not wait for anything. */
+/** `certshare run ARGS` as the image runs it (IMAGE_NODE_FLAGS) with a clean environment plus `env` (and Node flags `nodeArgs`); does not wait for anything. */
 export function spawnDaemon(name: string, args: string[], env: Record<string, string> = {}, nodeArgs: string[] = [], main = DIST_MAIN): Proc {
-  return new Proc(name, [...nodeArgs, main, 'run', ...args], { env: cleanEnv(env) });
+  return new Proc(name, [...IMAGE_NODE_FLAGS, ...nodeArgs, main, 'run', ...args], { env: cleanEnv(env) });
 }
 
 /**
@@ -129,6 +144,70 @@ export class CertFileWatch {
       }, timeoutMs);
       this.#waiters.add(done);
       done();
+    });
+  }
+
+  close(): void {
+    this.#watcher?.close();
+  }
+}
+
+/**
+ * Follows `<root>/<domain>/tls.crt` for many domains with one fs.watch on `root`: the daemon swaps the
+ * `<domain>` symlink with a rename, and the event names it. Records performance.now() of each content change.
+ */
+export class CertTreeWatch {
+  readonly root: string;
+  /** Content changes per domain, in order. */
+  readonly changes = new Map<string, Array<{ at: number; pem: string }>>();
+  #watcher: FSWatcher | undefined;
+  readonly #checking = new Map<string, Promise<void>>();
+  readonly #waiters = new Set<() => void>();
+
+  private constructor(root: string, domains: string[]) {
+    this.root = root;
+    for (const d of domains) this.changes.set(d, []);
+  }
+
+  static async start(root: string, domains: string[]): Promise<CertTreeWatch> {
+    await mkdir(root, { recursive: true });
+    const w = new CertTreeWatch(root, domains);
+    w.#watcher = watch(root, (_event, name) => {
+      const at = performance.now();
+      // No name: the kernel's event queue overflowed; look at every domain.
+      for (const domain of name ? [name] : w.changes.keys()) if (w.changes.has(domain)) w.#check(domain, at);
+    });
+    for (const domain of domains) w.#check(domain, performance.now());
+    return w;
+  }
+
+  #check(domain: string, at: number): void {
+    // Serialised per domain so that changes are recorded in order.
+    const next = (this.#checking.get(domain) ?? Promise.resolve()).then(async () => {
+      const pem = await readFile(join(this.root, domain, 'tls.crt'), 'utf8').catch(() => undefined);
+      const seen = this.changes.get(domain)!;
+      if (pem === undefined || pem === seen.at(-1)?.pem || !pem.includes('-----END CERTIFICATE-----')) return;
+      seen.push({ at, pem });
+      for (const w of this.#waiters) w();
+    });
+    this.#checking.set(domain, next);
+  }
+
+  /** Resolves once `done()` holds (checked after every change); rejects after `timeoutMs` with `what`. */
+  until(done: () => boolean, timeoutMs: number, what: () => string): Promise<void> {
+    return new Promise((resolveUntil, reject) => {
+      const check = (): void => {
+        if (!done()) return;
+        clearTimeout(timer);
+        this.#waiters.delete(check);
+        resolveUntil();
+      };
+      const timer = setTimeout(() => {
+        this.#waiters.delete(check);
+        reject(new Error(`${this.root}: ${what()} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.#waiters.add(check);
+      check();
     });
   }
 

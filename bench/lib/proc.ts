@@ -1,7 +1,7 @@
 // Child processes of the bench: every one is tracked and killed when the bench ends, however it ends
 // (normal end, error, Ctrl-C, or the bench itself being killed: `setpriv --pdeathsig` where available).
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { readdir, readFile, readlink } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { deathSignalPrefix } from '../../test/support/processes.ts';
@@ -175,4 +175,28 @@ export async function idleRss(pids: number[], options: { idleMs?: number; spanMs
     if (t < spanMs) await sleep(everyMs);
   }
   return best;
+}
+
+/**
+ * TCP connections of a process to `port` on the remote side, established (state 01): its socket inodes
+ * (/proc/PID/fd) matched against the kernel's tables (/proc/PID/net/tcp, tcp6).
+ */
+export async function tcpConnectionsTo(pid: number, port: number): Promise<number> {
+  const inodes = new Set<string>();
+  for (const fd of await readdir(`/proc/${pid}/fd`).catch(() => [] as string[])) {
+    const target = await readlink(`/proc/${pid}/fd/${fd}`).catch(() => '');
+    const m = /^socket:\[(\d+)\]$/.exec(target);
+    if (m) inodes.add(m[1]!);
+  }
+  let count = 0;
+  for (const table of ['tcp', 'tcp6']) {
+    const text = await readFile(`/proc/${pid}/net/${table}`, 'utf8').catch(() => '');
+    for (const line of text.split('\n').slice(1)) {
+      const cols = line.trim().split(/\s+/);
+      // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+      if (cols.length < 10 || cols[3] !== '01' || !inodes.has(cols[9]!)) continue;
+      if (Number.parseInt(cols[2]!.split(':')[1]!, 16) === port) count++;
+    }
+  }
+  return count;
 }

@@ -1,4 +1,4 @@
-import { X509Certificate, createPrivateKey, type KeyObject } from 'node:crypto';
+import { X509Certificate, createHash, createPrivateKey, type KeyObject } from 'node:crypto';
 import { CertshareError } from './errors.ts';
 import type { CertPair } from './localapi.ts';
 
@@ -26,8 +26,28 @@ export function validateCertPair(pair: CertPair, domain: string, now: number): C
   return checkValidAt(inspectCertPair(pair, domain), now);
 }
 
+/**
+ * The last pair that passed inspection, per domain, by a digest of its PEM text (not a copy of it): a
+ * store hands the same pair back on every read (each watch event, each loop turn, of every domain), and
+ * parsing it (the X.509 chain, the key, their match) is the costly part. Any other pair is inspected in full.
+ */
+const lastInspected = new Map<string, { digest: string; info: Readonly<CertInfo> }>();
+
+function pairDigest(pair: CertPair): string {
+  return createHash('sha256').update(pair.certPem).update('\0').update(pair.keyPem).digest('base64');
+}
+
 /** validateCertPair without the time check: for a pair whose validity starts later (an issuer whose clock is ahead). */
 export function inspectCertPair(pair: CertPair, domain: string): CertInfo {
+  const digest = pairDigest(pair);
+  const last = lastInspected.get(domain);
+  if (last?.digest === digest) return last.info;
+  const info = Object.freeze(inspectUncached(pair, domain));
+  lastInspected.set(domain, { digest, info });
+  return info;
+}
+
+function inspectUncached(pair: CertPair, domain: string): CertInfo {
   if (pair.certPem.includes('PRIVATE KEY')) throw invalid(domain, 'certificate part contains a private key');
   const blocks = pair.certPem.match(CERT_BLOCK);
   if (!blocks) throw invalid(domain, 'no PEM certificate found');

@@ -74,6 +74,13 @@ export class HealthState implements LoopObserver {
     return next;
   }
 
+  /** evaluate(now).healthy without building the reason: called on every certificate change of every domain. */
+  isHealthy(now: number): boolean {
+    if (this.#pending.size > 0) return false;
+    for (const { info } of this.#domains.values()) if (!info || !isCurrentlyValid(info, now)) return false;
+    return true;
+  }
+
   evaluate(now: number): HealthVerdict {
     const missing: string[] = [...this.#pending.values()];
     for (const [domain, { info, problem }] of this.#domains) {

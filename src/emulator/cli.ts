@@ -22,6 +22,7 @@ Flags:
   --listen PATH|HOST:PORT   unix socket path, or TCP when the value has ':' and no '/'
                             (default ./tailscaled.sock; HOST:0 picks a free port)
   --domain FQDN             a cert domain of the node; repeatable (default ${DEFAULT_DOMAIN})
+  --domain-count N          also N generated cert domains, ${generatedDomains(1)[0]} and on (for many-domain runs)
   --domain-delay DUR        the domains appear only after this delay, announced on the bus (e.g. 10s)
   --cert-lifetime DUR       certificate lifetime (default 90d; e.g. 6d, 1h, 90s)
   --tailscaled-version V    the release to emulate (default ${DEFAULT_TAILSCALED_VERSION}): what the IPN bus accepts
@@ -58,6 +59,11 @@ POST /certshare-emulator/v0/domains {"add":[...],"remove":[...]}, POST /certshar
 
 const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
 
+/** The cert domains `--domain-count N` adds: host-0001.tailnet-0000.ts.net ... (the bench grants RBAC on the same names). */
+export function generatedDomains(count: number): string[] {
+  return Array.from({ length: count }, (_, i) => `host-${String(i + 1).padStart(4, '0')}.tailnet-0000.ts.net`);
+}
+
 export type ParsedEmulatorArgs = { help: true } | { help: false; options: EmulatorOptions; logLevel: string };
 
 function badFlag(message: string): never {
@@ -85,6 +91,7 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
       options: {
         listen: { type: 'string' },
         domain: { type: 'string', multiple: true },
+        'domain-count': { type: 'string' },
         'domain-delay': { type: 'string' },
         'cert-lifetime': { type: 'string' },
         'cert-backdate': { type: 'string' },
@@ -114,14 +121,18 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
   } catch (err) {
     badFlag(`--listen: ${errorMessage(err)}`);
   }
+  const domainCount = values['domain-count'];
+  if (domainCount !== undefined && !/^\d+$/.test(domainCount)) badFlag('--domain-count: want a whole number');
+  const generated = generatedDomains(Number(domainCount ?? 0));
   const domains: string[] = [];
-  for (const d of values.domain ?? [DEFAULT_DOMAIN]) {
+  for (const d of values.domain ?? (generated.length > 0 ? [] : [DEFAULT_DOMAIN])) {
     try {
       domains.push(normalizeDomain(d));
     } catch (err) {
       badFlag(`--domain: ${errorMessage(err)}`);
     }
   }
+  domains.push(...generated);
   const style = values['netmap-style'];
   if (style !== undefined && style !== 'selfchange' && style !== 'resend') badFlag(`--netmap-style: want selfchange or resend, not "${style}"`);
   const version = values['tailscaled-version'];

@@ -24,6 +24,16 @@ describe('emulator flags', () => {
     assert.equal(parsed.logLevel, 'info');
   });
 
+  test('--domain-count adds generated domains, alone or after --domain', () => {
+    const alone = parseEmulatorArgs(['--domain-count', '3']);
+    assert.ok(!alone.help);
+    assert.deepEqual(alone.options.domains, ['host-0001.tailnet-0000.ts.net', 'host-0002.tailnet-0000.ts.net', 'host-0003.tailnet-0000.ts.net']);
+    const both = parseEmulatorArgs(['--domain', 'a.tailnet-1.ts.net', '--domain-count', '1']);
+    assert.ok(!both.help);
+    assert.deepEqual(both.options.domains, ['a.tailnet-1.ts.net', 'host-0001.tailnet-0000.ts.net']);
+    assert.throws(() => parseEmulatorArgs(['--domain-count', 'many']), /CERTSHARE_BAD_FLAG|--domain-count/);
+  });
+
   test('every flag', () => {
     const parsed = parseEmulatorArgs([
       '--listen',

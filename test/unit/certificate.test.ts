@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { validateCertPair } from '../../src/core/certificate.ts';
+import { inspectCertPair, validateCertPair } from '../../src/core/certificate.ts';
 import { CertshareError } from '../../src/core/errors.ts';
 import { DAY, makePair, testCa } from '../support/certs.ts';
 
@@ -18,6 +18,20 @@ describe('validateCertPair', () => {
     assert.equal(info.domain, domain);
     assert.equal(info.notAfter - info.notBefore, 90 * DAY);
     assert.match(info.serial, /^[0-9A-F]+$/);
+  });
+
+  it('parses a pair read again only once, and still checks any other pair in full', async () => {
+    const pair = await makePair(domain, now - DAY, 90 * DAY);
+    const first = validateCertPair(pair, domain, now);
+    // A store decodes the same pair anew on every read: equal text, other string instances.
+    const again = validateCertPair({ certPem: `${pair.certPem}`.slice(0), keyPem: [...pair.keyPem].join('') }, domain, now);
+    assert.equal(again, first, 'the same CertInfo, not a new parse');
+    assert.ok(Object.isFrozen(first), 'shared, so immutable');
+    const other = await makePair(domain, now - DAY, 90 * DAY);
+    rejects(() => validateCertPair({ certPem: pair.certPem, keyPem: other.keyPem }, domain, now), /does not match/);
+    rejects(() => inspectCertPair(pair, 'other.tailnet-1234.ts.net'), /does not cover/);
+    // Time is checked on every call, cached or not.
+    rejects(() => validateCertPair(pair, domain, now + 91 * DAY), /expired at/);
   });
 
   it('rejects a key that belongs to another certificate', async () => {
