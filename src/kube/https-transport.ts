@@ -407,7 +407,8 @@ const MAX_WATCH_LINE_BYTES = 4 * 1024 * 1024;
  * One watch request: GET `path` with `watch=true` and `query`, calling `onEvent` per JSON line until the
  * server ends the stream (resolves) or it fails (rejects: HTTP status as KubeHttpError, no response
  * headers within `headersTimeoutMs` (CERTSHARE_KUBE_TIMEOUT), no byte for `inactivityMs`, a malformed
- * line, a transport error). Aborting `signal` resolves. Over HTTP/2 the watch also ends (resolves, as
+ * line, a transport error; over HTTP/2 the silence bound is at least the server's own timeoutSeconds plus a
+ * minute). Aborting `signal` resolves. Over HTTP/2 the watch also ends (resolves, as
  * when the server ends it) once its session got GOAWAY, so the caller resumes on a fresh session; a
  * dead connection is found by the session's PINGs, for all its watches at once.
  */
@@ -457,7 +458,12 @@ export async function watchOnce(
       goaway = true;
       current.close();
     });
-    silence = setTimeout(() => fail(new Error(`Kubernetes watch silent for ${inactivityMs} ms`)), inactivityMs);
+    // Over HTTP/2 the session's PINGs find a dead connection; silence there is a quiet cluster (bookmarks are
+    // not guaranteed), so only a stream the server failed to end at its own timeout is cut. Over HTTP/1.1
+    // silence is the only sign of a dead connection.
+    const serverEndsAtMs = typeof query.timeoutSeconds === 'number' ? (query.timeoutSeconds + 60) * 1000 : 0;
+    const silenceMs = current.session ? Math.max(inactivityMs, serverEndsAtMs) : inactivityMs;
+    silence = setTimeout(() => fail(new Error(`Kubernetes watch silent for ${silenceMs} ms`)), silenceMs);
     const lines = new LineSplitter(
       MAX_WATCH_LINE_BYTES,
       (max, length) => new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', `Kubernetes watch event longer than ${max} bytes (got at least ${length})`),
