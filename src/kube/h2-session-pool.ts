@@ -46,6 +46,8 @@ export class H2Session {
   readonly h2: ClientHttp2Session;
   /** Streams open or reserved. */
   active = 0;
+  /** Of those, watches: they stay open for tens of minutes, where a request ends within its deadline. */
+  longLived = 0;
   /** The server sent GOAWAY: streams already open may finish, no new ones. */
   goneAway = false;
   #open = true;
@@ -57,9 +59,11 @@ export class H2Session {
   #idleSince = performance.now();
   #pinging = false;
   readonly #timer: NodeJS.Timeout;
+  readonly #onRelease: () => void;
 
-  constructor(h2: ClientHttp2Session, socket: TLSSocket, liveness: SessionLiveness) {
+  constructor(h2: ClientHttp2Session, socket: TLSSocket, liveness: SessionLiveness, onRelease: () => void = () => {}) {
     this.h2 = h2;
+    this.#onRelease = onRelease;
     this.#socket = socket;
     this.#liveness = liveness;
     h2.on('goaway', () => {
@@ -100,26 +104,29 @@ export class H2Session {
    * Holds a place for one stream (synchronously: callers that waited for the same connect must not all
    * count the same free places); the process stays alive while any is held.
    */
-  reserve(): void {
+  reserve(longLived = false): void {
     this.active++;
+    if (longLived) this.longLived++;
     if (this.active === 1) this.h2.ref();
   }
 
   /** Opens a stream on a place reserve() held; the place is given back when the stream closes. */
-  request(headers: OutgoingHttpHeaders, endStream: boolean): ClientHttp2Stream {
+  request(headers: OutgoingHttpHeaders, endStream: boolean, longLived = false): ClientHttp2Stream {
     let stream: ClientHttp2Stream;
     try {
       stream = this.h2.request(headers, { endStream });
     } catch (err) {
-      this.#release();
+      this.#release(longLived);
       throw err;
     }
-    stream.once('close', () => this.#release());
+    stream.once('close', () => this.#release(longLived));
     return stream;
   }
 
-  #release(): void {
+  #release(longLived: boolean): void {
     this.active--;
+    if (longLived) this.longLived--;
+    this.#onRelease();
     if (this.active === 0) {
       this.#idleSince = performance.now();
       if (!this.h2.destroyed) this.h2.unref();
@@ -217,6 +224,8 @@ export class H2SessionPool {
   readonly #tls: TlsIdentity;
   readonly #liveness: SessionLiveness;
   readonly #sessions = new Set<H2Session>();
+  /** Requests waiting for a free stream on a full session. */
+  readonly #slotWaiters = new Set<() => void>();
   #connecting: ConnectAttempt | undefined;
   #failures = 0;
   #retryAt = 0;
@@ -241,20 +250,50 @@ export class H2SessionPool {
    * A session with room for one more stream, its place reserved (use it with request() at once),
    * connecting one if needed; 'http1' when the server has no h2.
    */
-  async acquire(signal: AbortSignal): Promise<H2Session | 'http1'> {
+  async acquire(signal: AbortSignal, longLived = false): Promise<H2Session | 'http1'> {
     for (;;) {
       if (signal.aborted) throw abortError(signal);
       if (this.#closed) throw new CertshareError('CERTSHARE_KUBE_HTTP', 'Kubernetes connection closed');
       if (this.http1Only) return 'http1';
       for (const session of this.#sessions) {
         if (session.open && session.active < session.capacity) {
-          session.reserve();
+          session.reserve(longLived);
           return session;
         }
+      }
+      // Every session is full. A request waits for one of the requests under way to end (each ends within
+      // its deadline, and so does this wait) rather than opening a connection that would idle for a minute
+      // and a half after the burst: a writer storing hundreds of certificates at once stays on its
+      // connections. Only watches, which hold their stream for tens of minutes, need another one.
+      if (!longLived && [...this.#sessions].some((s) => s.open && s.active > s.longLived)) {
+        await this.#slotFreed(signal);
+        continue;
       }
       if (this.#connecting === undefined && performance.now() < this.#retryAt) throw this.#lastError;
       await this.#join(signal);
     }
+  }
+
+  /** Resolves when any session gives a stream's place back (or rejects when `signal` aborts). */
+  #slotFreed(signal: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = (): void => {
+        this.#slotWaiters.delete(onFree);
+        reject(abortError(signal));
+      };
+      const onFree = (): void => {
+        signal.removeEventListener('abort', onAbort);
+        resolve();
+      };
+      this.#slotWaiters.add(onFree);
+      signal.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  #slotReleased(): void {
+    const waiters = [...this.#slotWaiters];
+    this.#slotWaiters.clear();
+    for (const wake of waiters) wake();
   }
 
   /** Closes every session; streams still open end within a second. */
@@ -351,7 +390,7 @@ export class H2SessionPool {
             h2.removeAllListeners('close');
             h2.setLocalWindowSize(SESSION_WINDOW_BYTES);
             this.#failures = 0;
-            const entry = new H2Session(h2, socket, this.#liveness);
+            const entry = new H2Session(h2, socket, this.#liveness, () => this.#slotReleased());
             this.#sessions.add(entry);
             h2.once('close', () => this.#sessions.delete(entry));
             if (this.#closed) entry.close();

@@ -179,13 +179,14 @@ function responseOf(stream: ClientHttp2Stream, signal: AbortSignal): Promise<{ h
  * passes without a byte from the connection makes the session suspect (see H2Session.suspect).
  */
 async function exchangeHttp2(pool: H2SessionPool, url: URL, out: Outgoing, options: RequestOptions, signal: AbortSignal): Promise<Answer | 'http1'> {
+  const longLived = url.searchParams.get('watch') === 'true';
   for (let attempt = 1; ; attempt++) {
-    const session = await pool.acquire(signal);
+    const session = await pool.acquire(signal, longLived);
     if (session === 'http1') return 'http1';
     const readBefore = session.bytesRead;
     let stream: ClientHttp2Stream | undefined;
     try {
-      stream = session.request(h2Headers(url, out, options), out.body === undefined);
+      stream = session.request(h2Headers(url, out, options), out.body === undefined, longLived);
       if (out.body !== undefined) stream.end(out.body);
       const { headers, body } = await responseOf(stream, signal);
       const open = stream;

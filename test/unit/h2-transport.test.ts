@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
 import { connectKube } from '../../src/kube/connection.ts';
-import { kubeSessionStats, makeApi } from '../../src/kube/https-transport.ts';
+import { kubeSessionStats, makeApi, watchOnce } from '../../src/kube/https-transport.ts';
 import { DAY, makePair } from '../support/certs.ts';
 import { freePort } from '../support/processes.ts';
 import { useTempDir } from '../support/standalone.ts';
@@ -107,6 +107,61 @@ describe('HTTP/2 transport against a scripted server', () => {
     await assert.rejects(api.readNamespacedSecret({ name: 's', namespace: 'n' }), { code: 'ECONNREFUSED' });
     await assert.rejects(api.readNamespacedSecret({ name: 's', namespace: 'n' }), { code: 'ECONNREFUSED' });
     assert.equal(kubeSessionStats(connection.config).connects, 1, 'the second call waited out the backoff instead of connecting');
+    connection.close();
+  });
+});
+
+describe('HTTP/2 transport: a full connection', () => {
+  const dir = useTempDir();
+  let server: Http2SecureServer;
+  let port: number;
+  let sessions = 0;
+  const held: ServerHttp2Stream[] = [];
+
+  before(async () => {
+    const pair = await makePair('localhost', Date.now() - 60_000, DAY);
+    // Two streams per connection, as kube-apiserver's 100 but small enough to fill in a test.
+    server = createSecureServer({ cert: pair.certPem, key: pair.keyPem, settings: { maxConcurrentStreams: 2 } });
+    server.on('session', () => sessions++);
+    server.on('stream', (stream, headers) => {
+      stream.on('error', () => {});
+      const path = String(headers[':path']);
+      stream.respond({ ':status': 200, 'content-type': 'application/json' });
+      if (path.includes('watch=true'))
+        held.push(stream); // a watch: open until the test ends it
+      else setImmediate(() => stream.end(secretJson(path.split('/').pop()!.split('?')[0]!)));
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    port = (server.address() as { port: number }).port;
+  });
+  after(() => server.close());
+
+  it('a burst of requests waits for a free stream instead of opening connections; watches that fill it get another', async () => {
+    const connection = await connectKube({ KUBECONFIG: await kubeconfigFor(dir(), 'full', port), POD_NAMESPACE: 'n' });
+    const api = makeApi(connection.config, CoreV1Api);
+    const names = Array.from({ length: 40 }, (_, i) => `burst-${i}`);
+    const answers = await Promise.all(names.map((name) => api.readNamespacedSecret({ name, namespace: 'n' })));
+    assert.deepEqual(
+      answers.map((s) => s.metadata?.name),
+      names,
+    );
+    assert.equal(sessions, 1, '40 requests on a 2-stream connection: one connection');
+    // Two watches take both streams for good: a request now needs (and gets) a second connection.
+    const stop = new AbortController();
+    const watches = [1, 2].map(() =>
+      watchOnce(connection.config, '/api/v1/namespaces/n/secrets', { fieldSelector: 'metadata.name=w' }, () => {}, {
+        signal: stop.signal,
+        inactivityMs: 60_000,
+      }),
+    );
+    await new Promise<void>((resolve) => {
+      const check = () => (held.length === 2 ? resolve() : setImmediate(check));
+      check();
+    });
+    assert.equal((await api.readNamespacedSecret({ name: 'after-watches', namespace: 'n' })).metadata?.name, 'after-watches');
+    assert.equal(sessions, 2);
+    stop.abort();
+    await Promise.all(watches);
     connection.close();
   });
 });
