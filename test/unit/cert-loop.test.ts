@@ -270,6 +270,19 @@ describe('CertLoop coordination between writers', () => {
   });
 });
 
+/** What the CertManager tests share: an hour's timings on `clock`, a silent logger, no observer. */
+function managerDefaults(clock: Clock): Omit<CertLoopDeps, 'localApi' | 'store' | 'role'> {
+  return {
+    availability: { waitFor: async () => {} },
+    clock,
+    renewal: { renewFraction: 1 / 3, checkIntervalMs: 60 * MIN },
+    backoff: { firstRetryMs: MIN, retryCapMs: 60 * MIN, rateLimitFirstRetryMs: 60 * MIN },
+    observer: fanOut([]),
+    logger: silentLogger,
+    intentTtlMs: MIN,
+  };
+}
+
 describe('CertManager', () => {
   it('restarts a loop that crashed, and never runs two loops for one domain', async () => {
     const { CertManager } = await import('../../src/core/cert-manager.ts');
@@ -300,13 +313,7 @@ describe('CertManager', () => {
         save: (d, c) => store.save(d, c),
       },
       role: staticRole('reader', false),
-      availability: { waitFor: async () => {} },
-      clock,
-      renewal: { renewFraction: 1 / 3, checkIntervalMs: 60 * MIN },
-      backoff: { firstRetryMs: MIN, retryCapMs: 60 * MIN, rateLimitFirstRetryMs: 60 * MIN },
-      observer: fanOut([]),
-      logger: silentLogger,
-      intentTtlMs: MIN,
+      ...managerDefaults(clock),
     });
     manager.setDomains([domain]);
     await clock.waitForSleepers(1);
@@ -345,13 +352,7 @@ describe('CertManager.stopIssuing', () => {
       },
       store,
       role: alwaysWriter,
-      availability: { waitFor: async () => {} },
-      clock,
-      renewal: { renewFraction: 1 / 3, checkIntervalMs: 60 * MIN },
-      backoff: { firstRetryMs: MIN, retryCapMs: 60 * MIN, rateLimitFirstRetryMs: 60 * MIN },
-      observer: fanOut([]),
-      logger: silentLogger,
-      intentTtlMs: MIN,
+      ...managerDefaults(clock),
     });
     manager.setDomains([domain]);
     await firstCall;
