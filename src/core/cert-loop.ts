@@ -68,6 +68,8 @@ export class CertLoop {
   /** 'queued' while the issuance budget keeps this domain waiting: logged once per change, not per turn. */
   #budgetState: 'queued' | undefined;
   #wake: AbortController = new AbortController();
+  /** Since when a reader has seen its certificate due without the writer's renewal arriving. */
+  #dueSince: number | undefined;
   /** The CertPair call (and the save after it) under way. */
   #issuing: Promise<void> | undefined;
 
@@ -108,8 +110,12 @@ export class CertLoop {
   async turn(signal: AbortSignal): Promise<number> {
     const { store, role, clock, renewal, observer } = this.#deps;
     let read: StoreRead;
+    // A renewal the writer stores reaches a reader through the store's watch within moments; one still
+    // missing a first-retry interval after the certificate came due means the watched copy may be stale
+    // (a stream stalled without failing): read the store itself, before the certificate expires.
+    const fresh = this.#dueSince !== undefined && clock.now() - this.#dueSince >= this.#deps.backoff.firstRetryMs;
     try {
-      read = await store.load(this.domain, signal);
+      read = await store.load(this.domain, signal, fresh ? { fresh } : undefined);
       this.#storeFailures.reset();
     } catch (err) {
       if (signal.aborted) throw err;
@@ -135,6 +141,7 @@ export class CertLoop {
     this.#dropIfExpired();
     const now = clock.now();
     const writer = role.canIssue(this.domain);
+    if (writer) this.#dueSince = undefined;
     // Only a writer without a certificate waits for a first issuance; renewals are exempt.
     if (this.#best || !writer) this.#leaveBudgetQueue();
 
@@ -159,12 +166,14 @@ export class CertLoop {
       return at - now;
     }
     if (this.#best && !isRenewalDue(held(this.#best), now, renewal)) {
+      this.#dueSince = undefined;
       observer.problem(this.domain, undefined);
       const at = nextCheckTime(held(this.#best), now, renewal);
       observer.planned(this.domain, at, 0);
       return at - now;
     }
     if (!writer) {
+      if (this.#best) this.#dueSince ??= now;
       // Readers wait for the writer's update: the store's watch wakes them. As a safety net against a
       // watch that stalled or died silently, a reader without a certificate that is valid and not due
       // looks again every first-retry interval.

@@ -26,13 +26,21 @@ export interface Coordination {
   retryNotBefore?: number;
 }
 
+export interface LoadOptions {
+  /**
+   * Read from the source of truth, not from a copy a watch keeps: a reader whose certificate stayed due
+   * longer than the writer needs to renew it doubts its copy (a watch stalled without failing).
+   */
+  fresh?: boolean;
+}
+
 /**
  * Every call takes the loop's signal and must end promptly once it aborts (the daemon is stopping); a
  * store behind a network also bounds each call with its own timeout, so no call can wedge a loop.
  */
 export interface CertStore {
   readonly kind: string;
-  load(domain: string, signal: AbortSignal): Promise<StoreRead>;
+  load(domain: string, signal: AbortSignal, options?: LoadOptions): Promise<StoreRead>;
   /** Writes a validated pair. Throws CERTSHARE_STORE_CONFLICT when someone else wrote first. */
   save(domain: string, cert: StoredCert, signal: AbortSignal): Promise<void>;
   /** Announces a CertPair call before it is made (compare-and-swap; CERTSHARE_STORE_CONFLICT if raced). */

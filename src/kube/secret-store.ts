@@ -1,7 +1,7 @@
 import type { Clock } from '../core/clock.ts';
 import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
-import type { CertStore, Coordination, StoreRead, StoredCert } from '../core/store.ts';
+import type { CertStore, Coordination, LoadOptions, StoreRead, StoredCert } from '../core/store.ts';
 import type { WatchScope } from '../config/daemon-config.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { withSignal } from './https-transport.ts';
@@ -118,9 +118,10 @@ export class KubeSecretStore implements CertStore {
     watch.start();
   }
 
-  async load(domain: string, signal?: AbortSignal): Promise<StoreRead> {
-    let secret = this.#watched(domain);
-    const watch = this.#watchOf(domain);
+  async load(domain: string, signal?: AbortSignal, options?: LoadOptions): Promise<StoreRead> {
+    // `fresh`: the caller doubts the watched copy (see LoadOptions): ask the API server.
+    let secret = options?.fresh ? undefined : this.#watched(domain);
+    const watch = options?.fresh ? undefined : this.#watchOf(domain);
     // A watch just started is listing: its answer is as fresh as a GET, and a GET beside it would double
     // the start-up requests (a failed or finished first list settles at once).
     if (secret === undefined && watch && (await unlessAborted(watch.firstList, signal))) secret = this.#watched(domain);

@@ -6,7 +6,7 @@ import type { Clock } from '../../src/core/clock.ts';
 import { LocalApiError, type CertPair, type CertPairOptions } from '../../src/core/localapi.ts';
 import { silentLogger } from '../../src/core/logger.ts';
 import { fanOut, type AttemptResult } from '../../src/core/observer.ts';
-import { staticRole, type StoredCert } from '../../src/core/store.ts';
+import { staticRole, type LoadOptions, type StoredCert } from '../../src/core/store.ts';
 
 const alwaysWriter = staticRole('writer-0', true);
 const alwaysReader = staticRole('reader-1', false);
@@ -210,6 +210,33 @@ describe('CertLoop', () => {
     await h.loop.turn(signal);
     assert.equal(h.loop.current?.pair, pair);
     assert.equal(h.calls.length, 0);
+  });
+
+  it('reads the store itself, not the watched copy, once its certificate stayed due a first-retry interval', async () => {
+    h = harness({ role: alwaysReader });
+    const loads: boolean[] = [];
+    const load = h.store.load.bind(h.store);
+    Object.assign(h.store, {
+      load: (d: string, _signal: AbortSignal, options?: LoadOptions) => {
+        loads.push(options?.fresh === true);
+        return load(d);
+      },
+    });
+    const pair = await fresh(h);
+    h.store.content.set(domain, { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, h.clock.now()) } });
+    await h.loop.turn(signal);
+    h.clock.t += LIFETIME / 2; // due (renewal at a third of the lifetime), the writer's renewal not seen yet
+    await h.loop.turn(signal);
+    h.clock.t += MIN - 1;
+    await h.loop.turn(signal);
+    h.clock.t += 1;
+    await h.loop.turn(signal);
+    assert.deepEqual(loads, [false, false, false, true], 'the copy while the writer may be renewing; the store after a first-retry interval');
+    const renewed = await fresh(h);
+    h.store.content.set(domain, { state: 'valid', cert: { pair: renewed, info: validateCertPair(renewed, domain, h.clock.now()) } });
+    await h.loop.turn(signal);
+    await h.loop.turn(signal);
+    assert.deepEqual(loads.slice(4), [true, false], 'the renewal read, the copy again');
   });
 
   it('drops an expired certificate instead of serving it', async () => {
