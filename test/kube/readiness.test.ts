@@ -100,7 +100,7 @@ describe("the Pod's own readiness gate", () => {
     try {
       await conditionsWhen(ns, 'proxy-1', (c) => gateStatus(c) === 'True');
       await writer.stop(); // no more renewals: the reader's certificate runs out
-      const expired = await conditionsWhen(ns, 'proxy-1', (c) => gateStatus(c) === 'False', 10_000);
+      const expired = await conditionsWhen(ns, 'proxy-1', (c) => gateStatus(c) === 'False', 20_000);
       assert.equal(expired.find((c) => c.type === GATE)?.reason, 'CertificateNotValid');
       assert.equal((await fetch(`${reader.daemon.address}/healthz`)).status, 503);
     } finally {
