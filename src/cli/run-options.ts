@@ -88,6 +88,14 @@ export const RUN_FLAGS: FlagSpec[] = [
     help: "Kubernetes: keep this condition type of the Pod's own status True only while every domain has a valid certificate.",
   },
   {
+    name: 'readiness-lead',
+    placeholder: 'DURATION',
+    default: '1m',
+    help:
+      'Kubernetes: turn the readiness condition False this long before a certificate expires, so the Pod has left the endpoints by then ' +
+      '(at most 5% of the lifetime and half the time from the renewal point: a renewal that works never takes the Pod out).',
+  },
+  {
     name: 'routing-check',
     placeholder: 'URL',
     multiple: true,
@@ -187,6 +195,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
     watchScope: watchScope as WatchScope,
     outDir: values['out-dir'] as string | undefined,
     readinessGate: values['readiness-gate'] as string | undefined,
+    readinessLeadMs: duration(values, 'readiness-lead'),
     routingChecks: (values['routing-check'] as string[] | undefined) ?? [],
     routingAttempts: Number(values['routing-attempts']),
     drainDelayMs: duration(values, 'drain-delay'),

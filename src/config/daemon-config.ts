@@ -36,6 +36,8 @@ export interface DaemonConfig {
   watchScope: WatchScope;
   outDir: string | undefined;
   readinessGate: string | undefined;
+  /** The gate turns False this long before a certificate expires (bounded by its lifetime; renewal.ts rotationExitTime). */
+  readinessLeadMs: number;
   routingChecks: string[];
   routingAttempts: number;
   drainDelayMs: number;

@@ -1,16 +1,25 @@
 import type { CertInfo } from './certificate.ts';
 import { isCurrentlyValid } from './certificate.ts';
 import type { LoopObserver } from './observer.ts';
+import type { HeldValidity } from './renewal.ts';
 import type { StoredCert } from './store.ts';
 
 export interface HealthVerdict {
   healthy: boolean;
   /** "ok", or why not, naming each domain that lacks a valid certificate. */
   reason: string;
+  /** Unhealthy only because certificates still valid now are past their `end` (see evaluate). */
+  expiring?: boolean;
 }
+
+/** Where a certificate's usable validity ends for a question: its notAfter, or earlier (leaving rotation ahead). */
+export type ValidityEnd = (held: HeldValidity) => number;
+
+const atNotAfter: ValidityEnd = (held) => held.notAfter;
 
 interface DomainHealth {
   info: CertInfo | undefined;
+  obtainedAt: number | undefined;
   problem: string | undefined;
 }
 
@@ -35,7 +44,7 @@ export class HealthState implements LoopObserver {
   manage(domains: Iterable<string>): void {
     const wanted = new Set(domains);
     for (const d of [...this.#domains.keys()]) if (!wanted.has(d)) this.#domains.delete(d);
-    for (const d of wanted) if (!this.#domains.has(d)) this.#domains.set(d, { info: undefined, problem: undefined });
+    for (const d of wanted) if (!this.#domains.has(d)) this.#domains.set(d, { info: undefined, obtainedAt: undefined, problem: undefined });
     this.#notify();
   }
 
@@ -43,6 +52,7 @@ export class HealthState implements LoopObserver {
     const entry = this.#domains.get(domain);
     if (!entry) return;
     entry.info = cert?.info;
+    entry.obtainedAt = cert?.obtainedAt;
     this.#notify();
   }
 
@@ -65,11 +75,15 @@ export class HealthState implements LoopObserver {
     return this.#domains.get(domain)?.info;
   }
 
-  /** The earliest instant at which a currently valid certificate expires (for timers that flip readiness). */
-  nextExpiry(now: number): number | undefined {
+  /**
+   * The earliest instant at which a currently valid certificate reaches its `end` (default: expires), for
+   * timers that flip readiness.
+   */
+  nextExpiry(now: number, end: ValidityEnd = atNotAfter): number | undefined {
     let next: number | undefined;
-    for (const { info } of this.#domains.values()) {
-      if (info && info.notAfter > now && (next === undefined || info.notAfter < next)) next = info.notAfter;
+    for (const entry of this.#domains.values()) {
+      const at = entry.info ? end(held(entry.info, entry.obtainedAt)) : undefined;
+      if (at !== undefined && at > now && (next === undefined || at < next)) next = at;
     }
     return next;
   }
@@ -81,14 +95,27 @@ export class HealthState implements LoopObserver {
     return true;
   }
 
-  evaluate(now: number): HealthVerdict {
+  /**
+   * Healthy when every domain's certificate is valid at `now`, its validity ending at `end` (default: its
+   * notAfter; the readiness gate ends it earlier, to leave rotation before the certificate expires).
+   */
+  evaluate(now: number, end: ValidityEnd = atNotAfter): HealthVerdict {
     const missing: string[] = [...this.#pending.values()];
-    for (const [domain, { info, problem }] of this.#domains) {
-      if (info && isCurrentlyValid(info, now)) continue;
+    let onlyExpiring = missing.length === 0;
+    for (const [domain, { info, obtainedAt, problem }] of this.#domains) {
+      const valid = info !== undefined && isCurrentlyValid(info, now);
+      const endsAt = info ? end(held(info, obtainedAt)) : undefined;
+      if (valid && endsAt !== undefined && now < endsAt) continue;
+      if (valid) {
+        missing.push(`${domain}: certificate expires at ${new Date(info.notAfter).toISOString()}, leaving rotation ahead of it`);
+        continue;
+      }
+      onlyExpiring = false;
       const why = info ? 'certificate expired' : (problem ?? 'no certificate yet');
       missing.push(`${domain}: ${why}${this.#sourceProblem ? ` (${this.#sourceProblem})` : ''}`);
     }
-    return missing.length === 0 ? { healthy: true, reason: 'ok' } : { healthy: false, reason: missing.sort().join('; ') };
+    if (missing.length === 0) return { healthy: true, reason: 'ok' };
+    return { healthy: false, reason: missing.sort().join('; '), ...(onlyExpiring ? { expiring: true } : {}) };
   }
 
   /** Called whenever a certificate or the set of domains changed. */
@@ -100,4 +127,8 @@ export class HealthState implements LoopObserver {
   #notify(): void {
     for (const l of this.#listeners) l();
   }
+}
+
+function held(info: CertInfo, obtainedAt: number | undefined): HeldValidity {
+  return { notBefore: info.notBefore, notAfter: info.notAfter, obtainedAt };
 }

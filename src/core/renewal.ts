@@ -53,6 +53,19 @@ export function renewalTime(held: HeldValidity, policy: Pick<RenewalPolicy, 'ren
   return held.notAfter - Math.round(usableLifetime(held) * remainingFractionAtRenewal(held, policy));
 }
 
+/**
+ * When a replica should leave rotation (its readiness condition False) ahead of a certificate's expiry. A
+ * Pod leaves a Service's endpoints some time after its condition turns False (the patch, the endpoints
+ * controller, kube-proxy, a load balancer's health checks), so waiting for notAfter serves an expired
+ * certificate for that long. The lead is `maxLeadMs`, but at most 5% of the lifetime and half the time
+ * from the renewal point to expiry, so a renewal that works never takes the Pod out of rotation.
+ */
+export function rotationExitTime(held: HeldValidity, policy: Pick<RenewalPolicy, 'renewFraction'>, maxLeadMs: number): number {
+  const fromRenewal = Math.max(0, held.notAfter - renewalTime(held, policy));
+  const lead = Math.min(maxLeadMs, Math.floor((held.notAfter - held.notBefore) / 20), Math.floor(fromRenewal / 2));
+  return held.notAfter - Math.max(0, lead);
+}
+
 export function isRenewalDue(held: HeldValidity | undefined, now: number, policy: Pick<RenewalPolicy, 'renewFraction'>): boolean {
   return held === undefined || now >= renewalTime(held, policy) || now >= held.notAfter;
 }

@@ -1,3 +1,4 @@
+import { rotationExitTime } from '../core/renewal.ts';
 import { staticRole } from '../core/store.ts';
 import type { BackendContext, StoreBackend } from '../backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
@@ -57,6 +58,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       podName,
       conditionType: config.readinessGate,
       health: ctx.health,
+      validityEnd: (held) => rotationExitTime(held, config.renewal, config.readinessLeadMs),
       ...(projector ? { settled: () => projector.idle() } : {}),
       clock,
       logger: logger.child({ component: 'readiness-gate' }),

@@ -3,7 +3,7 @@ import { PatchStrategy } from '@kubernetes/client-node/dist/patch.js';
 import { doubling } from '../core/backoff.ts';
 import type { Clock } from '../core/clock.ts';
 import { errorMessage } from '../core/errors.ts';
-import type { HealthState } from '../core/health.ts';
+import type { HealthState, ValidityEnd } from '../core/health.ts';
 import type { Logger } from '../core/logger.ts';
 import { apiErrorCode, apiErrorText, type KubeConnection } from './connection.ts';
 import { withSignal } from './https-transport.ts';
@@ -20,7 +20,15 @@ export interface ReadinessGateOptions {
   routing?: (signal: AbortSignal) => Promise<RoutingVerdict>;
   /** Resolves when what the proxy serves reflects the certificates (the --out-dir projection written). */
   settled?: () => Promise<void>;
+  /**
+   * Where a certificate stops counting for readiness (core/renewal.ts rotationExitTime: a little before it
+   * expires, so the Pod has left the endpoints by then); default its notAfter.
+   */
+  validityEnd?: ValidityEnd;
+  /** First retry of a failed patch to True, doubling up to maxRetryMs (default 1 s). */
   firstRetryMs?: number;
+  /** First retry of a failed patch to False, doubling: sooner, since the certificate is about to expire (default 200 ms). */
+  leaveFirstRetryMs?: number;
   maxRetryMs?: number;
   onPatched?: (status: 'True' | 'False') => void;
 }
@@ -34,13 +42,14 @@ interface Desired {
 /**
  * Keeps the Pod's own readiness-gate condition in step with its certificates. Written with a strategic
  * merge patch on pods/status: conditions merge by type, so the kubelet's conditions are left alone
- * (a JSON merge patch would replace the whole array). Patches only on change.
+ * (a JSON merge patch would replace the whole array). Patches only on a change of status or reason.
  */
 export class ReadinessGate {
   readonly #o: ReadinessGateOptions;
   readonly #stop = new AbortController();
   #wake = new AbortController();
   #written: 'True' | 'False' | undefined;
+  #writtenReason: string | undefined;
   #routed = false;
   #leaving = false;
   #done: Promise<void> | undefined;
@@ -84,18 +93,20 @@ export class ReadinessGate {
     let failures = 0;
     while (!this.#stop.signal.aborted) {
       let waitMs: number;
+      let desired: Desired | undefined;
       try {
-        const desired = await this.#desired();
+        desired = await this.#desired();
         if (this.#stop.signal.aborted) break;
-        if (desired.status !== this.#written) await this.#patch(desired, this.#stop.signal);
+        // On a change of status, or of reason (e.g. CertificateExpiring to CertificateNotValid): not on every message.
+        if (desired.status !== this.#written || desired.reason !== this.#writtenReason) await this.#patch(desired, this.#stop.signal);
         failures = 0;
-        const expiry = this.#o.health.nextExpiry(clock.now());
-        // Not routed yet: look again later; otherwise sleep until a certificate expires or health changes.
+        const expiry = this.#o.health.nextExpiry(clock.now(), this.#o.validityEnd);
+        // Not routed yet: look again later; otherwise sleep until a certificate leaves rotation or health changes.
         waitMs = desired.reason === 'NotRouted' ? this.#retryDelay(1) : expiry === undefined ? 3_600_000 : Math.max(0, expiry - clock.now());
       } catch (err) {
         if (this.#stop.signal.aborted) break;
         failures++;
-        waitMs = this.#retryDelay(failures);
+        waitMs = desired?.status === 'False' ? this.#retryDelay(failures, this.#o.leaveFirstRetryMs ?? 200) : this.#retryDelay(failures);
         logger.warn({ err: apiErrorText(err), code: apiErrorCode(err), retryInMs: waitMs }, 'could not update the readiness condition');
       }
       await clock.sleep(waitMs, AbortSignal.any([this.#stop.signal, this.#wake.signal])).catch(() => {});
@@ -103,15 +114,15 @@ export class ReadinessGate {
     }
   }
 
-  #retryDelay(failures: number): number {
-    return doubling(this.#o.firstRetryMs ?? 1000, failures, this.#o.maxRetryMs ?? 30_000);
+  #retryDelay(failures: number, firstMs = this.#o.firstRetryMs ?? 1000): number {
+    return doubling(firstMs, failures, this.#o.maxRetryMs ?? 30_000);
   }
 
   async #desired(): Promise<Desired> {
-    const verdict = this.#o.health.evaluate(this.#o.clock.now());
+    const verdict = this.#o.health.evaluate(this.#o.clock.now(), this.#o.validityEnd);
     if (!verdict.healthy) {
       this.#routed = false;
-      return { status: 'False', reason: 'CertificateNotValid', message: verdict.reason };
+      return { status: 'False', reason: verdict.expiring ? 'CertificateExpiring' : 'CertificateNotValid', message: verdict.reason };
     }
     if (this.#o.routing && !this.#routed) {
       const routing = await this.#o.routing(this.#stop.signal);
@@ -143,6 +154,7 @@ export class ReadinessGate {
       withSignal(signal, setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch)),
     );
     this.#written = desired.status;
+    this.#writtenReason = desired.reason;
     logger.info({ condition: conditionType, status: desired.status, reason: desired.reason }, 'readiness condition updated');
     this.#o.onPatched?.(desired.status);
   }

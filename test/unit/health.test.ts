@@ -33,3 +33,27 @@ describe('HealthState.isHealthy', () => {
     assert.equal(agree(now + HOUR), true, 'a no longer managed');
   });
 });
+
+describe('HealthState.evaluate with an earlier end of validity (the readiness gate leaving rotation ahead)', () => {
+  it('is unhealthy, and says "expiring", from the end on; expired wins over expiring', () => {
+    const health = new HealthState();
+    const now = 10 * HOUR;
+    const tenMinutesAhead = (held: { notAfter: number }): number => held.notAfter - 600_000;
+    health.manage(['a.ts.net', 'b.ts.net']);
+    health.certificate('a.ts.net', cert('a.ts.net', now - HOUR, now + HOUR));
+    health.certificate('b.ts.net', cert('b.ts.net', now - HOUR, now + 2 * HOUR));
+    assert.deepEqual(health.evaluate(now, tenMinutesAhead), { healthy: true, reason: 'ok' });
+    assert.equal(health.nextExpiry(now, tenMinutesAhead), now + HOUR - 600_000);
+    assert.equal(health.nextExpiry(now), now + HOUR);
+
+    const ahead = health.evaluate(now + HOUR - 1000, tenMinutesAhead);
+    assert.equal(ahead.healthy, false);
+    assert.equal(ahead.expiring, true);
+    assert.match(ahead.reason, /a\.ts\.net: certificate expires at .*leaving rotation ahead/);
+    assert.equal(health.evaluate(now + HOUR - 1000).healthy, true, '/healthz still healthy: the certificate is valid');
+
+    const expired = health.evaluate(now + 2 * HOUR - 1000, tenMinutesAhead);
+    assert.equal(expired.expiring, undefined, 'a expired: not merely expiring');
+    assert.match(expired.reason, /a\.ts\.net: certificate expired; b\.ts\.net: certificate expires at/);
+  });
+});

@@ -10,7 +10,7 @@ import { CertLoop } from '../../src/core/cert-loop.ts';
 import type { CertPair } from '../../src/core/localapi.ts';
 import { silentLogger } from '../../src/core/logger.ts';
 import { fanOut } from '../../src/core/observer.ts';
-import { isRenewalDue, minValidityFor, renewalTime } from '../../src/core/renewal.ts';
+import { isRenewalDue, minValidityFor, renewalTime, rotationExitTime } from '../../src/core/renewal.ts';
 import { staticRole } from '../../src/core/store.ts';
 import { DAY, makePair } from '../support/certs.ts';
 import { FakeClock } from '../support/fake-clock.ts';
@@ -260,6 +260,36 @@ describe('renewal rule (properties)', () => {
       }),
       { numRuns: 2000 },
     );
+  });
+
+  it('leaves rotation ahead of expiry, by at most the lead asked, and never before halfway from the renewal point', () => {
+    fc.assert(
+      fc.property(
+        scenarioArb,
+        fc.option(fc.integer({ min: -86_400, max: 86_400 }), { nil: undefined }),
+        fc.oneof(fc.constant(0), seconds(1, 3600)),
+        ({ issuer, renewFraction }, obtainedOffsetSec, maxLeadMs) => {
+          const notBefore = Date.UTC(2026, 0, 1) - issuer.backdateMs;
+          const notAfter = notBefore + issuer.backdateMs + issuer.validitiesMs[0]!;
+          const held = { notBefore, notAfter, obtainedAt: obtainedOffsetSec === undefined ? undefined : notBefore + obtainedOffsetSec * S };
+          const exit = rotationExitTime(held, { renewFraction }, maxLeadMs);
+          const renewAt = renewalTime(held, { renewFraction });
+          assert.ok(exit <= notAfter, 'out of rotation by expiry');
+          assert.ok(notAfter - exit <= maxLeadMs, `lead ${notAfter - exit} ms, more than the ${maxLeadMs} ms asked`);
+          assert.ok(notAfter - exit <= (notAfter - notBefore) / 20, 'lead over 5% of the lifetime');
+          assert.ok(exit >= renewAt + (notAfter - renewAt) / 2 - 1, 'a working renewal would take the Pod out of rotation');
+        },
+      ),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('leaves rotation a minute ahead for a 90-day certificate, a second for a 20-second one', () => {
+    const t0 = Date.UTC(2026, 0, 1);
+    const policy = { renewFraction: 1 / 3 };
+    assert.equal(t0 + 90 * DAY - rotationExitTime({ notBefore: t0, notAfter: t0 + 90 * DAY }, policy, 60 * S), 60 * S);
+    assert.equal(t0 + 20 * S - rotationExitTime({ notBefore: t0, notAfter: t0 + 20 * S, obtainedAt: t0 }, policy, 60 * S), S);
+    assert.equal(rotationExitTime({ notBefore: t0, notAfter: t0 + 20 * S }, policy, 0), t0 + 20 * S, 'no lead asked');
   });
 });
 
