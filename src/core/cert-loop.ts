@@ -124,7 +124,7 @@ export class CertLoop {
       this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'certificate store unreadable');
       observer.problem(this.domain, message);
       this.#dropIfExpired();
-      return retryDelay({ kind: 'transient', message }, this.#storeFailures.record('transient'), this.#deps.backoff);
+      return this.#beforeExpiry(retryDelay({ kind: 'transient', message }, this.#storeFailures.record('transient'), this.#deps.backoff));
     }
 
     if (read.state === 'valid') {
@@ -424,6 +424,17 @@ export class CertLoop {
     if (this.#best && this.#best.info.notAfter >= candidate.info.notAfter) return;
     this.#best = candidate;
     this.#deps.observer.certificate(this.domain, candidate);
+  }
+
+  /**
+   * A retry of a failed store read, brought forward while the certificate held is about to expire: at
+   * least every half of what it has left (never sooner than the first retry), so a renewal the store holds
+   * is read before the expiry even behind a long streak of failed reads, not a backoff step after it.
+   */
+  #beforeExpiry(delayMs: number): number {
+    if (!this.#best) return delayMs;
+    const left = this.#best.info.notAfter - this.#deps.clock.now();
+    return Math.min(delayMs, Math.max(this.#deps.backoff.firstRetryMs, Math.floor(left / 2)));
   }
 
   #dropIfExpired(): void {

@@ -239,6 +239,29 @@ describe('CertLoop', () => {
     assert.deepEqual(loads.slice(4), [true, false], 'the renewal read, the copy again');
   });
 
+  it('retries failed store reads at least every half of what the certificate held has left, not a backoff step past its expiry', async () => {
+    h = harness({ role: alwaysReader, backoff: { firstRetryMs: MIN, retryCapMs: 24 * 60 * MIN, rateLimitFirstRetryMs: 60 * MIN } });
+    const pair = await fresh(h);
+    h.store.content.set(domain, { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, h.clock.now()) } });
+    await h.loop.turn(signal);
+    h.store.failReads = true;
+    const waits: number[] = [];
+    // Far from expiry the transient backoff doubles (1, 2, 4, 8 minutes, its cap); near it, half of what is left.
+    h.clock.t += LIFETIME - 22 * MIN;
+    for (let i = 0; i < 6; i++) {
+      const wait = await h.loop.turn(signal);
+      waits.push(wait);
+      h.clock.t += wait;
+    }
+    assert.deepEqual(
+      waits.map((w) => w / MIN),
+      [1, 2, 4, 7.5, 3.75, 1.875],
+      'doubling until half the remaining validity is sooner',
+    );
+    h.store.failReads = false;
+    assert.equal(h.loop.current?.pair, pair, 'still served: valid until its notAfter');
+  });
+
   it('drops an expired certificate instead of serving it', async () => {
     h = harness({ role: alwaysReader });
     const pair = await fresh(h);
