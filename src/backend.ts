@@ -28,11 +28,12 @@ export interface StoreBackend {
   /** Runs once the certificate loops exist (e.g. to start the readiness gate). */
   start?(): Promise<void>;
   /**
-   * First step of a graceful stop: leave rotation. `issuanceSettled` settles once no CertPair call is under
-   * way any more and its certificate is stored (no new one starts): a backend that hands the writer role
-   * over waits for it first, within its shutdown budget.
+   * First step of a graceful stop: leave rotation. `settleIssuance` (CertManager.stopIssuing) settles once no
+   * CertPair call is under way any more, its certificate is stored and every certificate held is verified
+   * in the store (no new call starts): a backend that hands the writer role over waits for it first,
+   * within its shutdown budget (the signal).
    */
-  beforeStop?(issuanceSettled: Promise<void>): Promise<void>;
+  beforeStop?(settleIssuance: (signal: AbortSignal) => Promise<void>): Promise<void>;
   stop?(): Promise<void>;
 }
 

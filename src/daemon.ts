@@ -204,9 +204,10 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     stop: () =>
       (stopping ??= (async () => {
         logger.info({}, 'stopping');
-        // No CertPair call starts from here on; those under way end and are stored before the role is handed over.
+        // No CertPair call starts from here on; those under way end and are stored, and what the store lost is
+        // put back, before the role is handed over.
         const issuanceSettled = manager.stopIssuing();
-        await backend.beforeStop?.(issuanceSettled);
+        await backend.beforeStop?.((signal) => issuanceSettled.then(() => manager.verifyStored(signal)));
         serveConfig?.stop();
         await Promise.all([manager.stop(), watcher.stop(), tls?.stop()]);
         await backend.stop?.();

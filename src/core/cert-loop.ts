@@ -79,6 +79,41 @@ export class CertLoop {
     this.#log = deps.logger.child({ domain });
   }
 
+  /**
+   * A stopping writer's last look before it hands the role over: reads the store itself (not the watched
+   * copy, which may lag) and puts back the certificate this loop holds if the store lost it (a hand edit,
+   * a deletion). The successor may never have seen that certificate and would issue the domain again.
+   */
+  async verifyStored(signal: AbortSignal): Promise<void> {
+    const best = this.#best;
+    const { role } = this.#deps;
+    if (!best || !(role.canWrite ? role.canWrite(this.domain) : role.canIssue(this.domain))) return;
+    try {
+      const read = await this.#deps.store.load(this.domain, signal, { fresh: true });
+      if (!storeHolds(read, best)) await this.#restore(best, read, signal);
+    } catch (err) {
+      if (!signal.aborted) this.#log.warn({ err: errorMessage(err) }, 'could not verify the stored certificate before handing over');
+    }
+  }
+
+  /** Puts `cert` back into the store; false after a failure to retry (a conflict is no failure: the next turn re-reads). */
+  async #restore(cert: StoredCert, read: StoreRead, signal: AbortSignal): Promise<boolean> {
+    try {
+      await this.#deps.store.save(this.domain, cert, signal);
+      this.#log.info({ serial: cert.info.serial, was: read.state }, 'restored certificate to the store');
+      return true;
+    } catch (err) {
+      if (signal.aborted) throw err;
+      if (isConflict(err)) return true;
+      this.#log.warn({ err: errorMessage(err) }, 'could not restore certificate to the store');
+      return false;
+    }
+  }
+
+  #storeRetryDelay(): number {
+    return retryDelay({ kind: 'transient', message: '' }, this.#storeFailures.record('transient'), this.#deps.backoff);
+  }
+
   /** The best valid certificate this loop knows, if any. */
   get current(): StoredCert | undefined {
     return this.#best;
@@ -145,18 +180,9 @@ export class CertLoop {
     // Only a writer without a certificate waits for a first issuance; renewals are exempt.
     if (this.#best || !writer) this.#leaveBudgetQueue();
 
-    if (writer && this.#best && !storeHolds(read, this.#best)) {
-      // Deleted, emptied, garbage or older in the store: put back the certificate we hold; no issuance.
-      try {
-        await store.save(this.domain, this.#best, signal);
-        this.#log.info({ serial: this.#best.info.serial, was: read.state }, 'restored certificate to the store');
-        return 0;
-      } catch (err) {
-        if (signal.aborted) throw err;
-        if (isConflict(err)) return 0;
-        this.#log.warn({ err: errorMessage(err) }, 'could not restore certificate to the store');
-        return retryDelay({ kind: 'transient', message: '' }, this.#storeFailures.record('transient'), this.#deps.backoff);
-      }
+    // Restores need the role, not the right to issue: a stopping writer still puts back what the store lost.
+    if ((role.canWrite?.(this.domain) ?? writer) && this.#best && !storeHolds(read, this.#best)) {
+      return (await this.#restore(this.#best, read, signal)) ? 0 : this.#storeRetryDelay();
     }
 
     if (this.#pending) {
@@ -226,7 +252,7 @@ export class CertLoop {
         if (isConflict(err)) return 0;
         this.#log.warn({ err: errorMessage(err) }, 'could not record the issuance intent; not issuing');
         observer.problem(this.domain, `cannot record the issuance intent: ${errorMessage(err)}`);
-        return retryDelay({ kind: 'transient', message: '' }, this.#storeFailures.record('transient'), this.#deps.backoff);
+        return this.#storeRetryDelay();
       }
     }
     // Leadership may have moved while we wrote (or waited for the domain), or the daemon is stopping:

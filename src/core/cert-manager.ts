@@ -7,6 +7,9 @@ interface RunningLoop {
   done: Promise<void>;
 }
 
+/** Store checks a stopping writer makes at once (verifyStored). */
+const VERIFY_CONCURRENCY = 16;
+
 /** Runs one CertLoop per managed domain; domains come and go without a restart. */
 export class CertManager {
   readonly #deps: CertLoopDeps;
@@ -23,6 +26,7 @@ export class CertManager {
       role: {
         identity: role.identity,
         canIssue: (domain) => this.#issuing && role.canIssue(domain),
+        canWrite: (domain) => (role.canWrite ? role.canWrite(domain) : role.canIssue(domain)),
         ...(role.onChange ? { onChange: (listener: () => void) => role.onChange!(listener) } : {}),
       },
     };
@@ -42,6 +46,20 @@ export class CertManager {
   stopIssuing(): Promise<void> {
     this.#issuing = false;
     return Promise.all([...this.#loops.values()].map(({ loop }) => loop.issuing)).then(() => {});
+  }
+
+  /**
+   * A stopping writer's last step before it hands the role over (after stopIssuing settled): every
+   * certificate held is checked against the store itself, a few domains at a time (hundreds of domains:
+   * not hundreds of reads at once), and what a hand edit took since our watch last delivered is put back
+   * while we still hold the role. `signal` bounds it (the shutdown budget).
+   */
+  async verifyStored(signal: AbortSignal): Promise<void> {
+    const loops = [...this.#loops.values()].map(({ loop }) => loop);
+    const verifyNext = async (): Promise<void> => {
+      for (let loop = loops.shift(); loop && !signal.aborted; loop = loops.shift()) await loop.verifyStored(signal);
+    };
+    await Promise.all(Array.from({ length: VERIFY_CONCURRENCY }, verifyNext));
   }
 
   get domains(): string[] {

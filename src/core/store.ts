@@ -58,6 +58,11 @@ export interface IssuanceRole {
   /** Names this replica in intents and logs (the Pod name in Kubernetes). */
   readonly identity: string;
   canIssue(domain: string): boolean;
+  /**
+   * May write the store (put back a certificate it lost) without issuing: the role is held, though no
+   * CertPair call may start any more (a writer stopping). Default: canIssue.
+   */
+  canWrite?(domain: string): boolean;
   /** Resolves when the role may have changed (e.g. a lease was won or lost). */
   onChange?(listener: () => void): () => void;
 }

@@ -1,3 +1,4 @@
+import { errorMessage } from '../core/errors.ts';
 import { rotationExitTime } from '../core/renewal.ts';
 import { staticRole } from '../core/store.ts';
 import type { BackendContext, StoreBackend } from '../backend.ts';
@@ -96,15 +97,17 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       elector?.start();
       gate?.start();
     },
-    async beforeStop(issuanceSettled: Promise<void>) {
+    async beforeStop(settleIssuance: (signal: AbortSignal) => Promise<void>) {
       // Out of rotation first; then hand the writer role over, so a successor renews while we drain.
       // Both are best effort against an API server that may not answer: together they get what
       // --shutdown-timeout leaves after the drain delay, so the process still exits within it.
       const budgetMs = Math.max(0, config.shutdownTimeoutMs - (gate ? config.drainDelayMs : 0) - STOP_RESERVE_MS);
       const budget = AbortSignal.timeout(Math.round(budgetMs));
       await gate?.leaveRotation(budget);
-      // A certificate being issued is stored before the role goes: else the successor issues the domain again.
-      await Promise.race([issuanceSettled, new Promise((resolve) => budget.addEventListener('abort', resolve, { once: true }))]);
+      // A certificate being issued is stored, and one the store lost is put back, before the role goes:
+      // else the successor issues the domain again.
+      const settled = settleIssuance(budget).catch((err: unknown) => logger.warn({ err: errorMessage(err) }, 'could not settle issuance before handing over'));
+      await Promise.race([settled, new Promise((resolve) => budget.addEventListener('abort', resolve, { once: true }))]);
       await elector?.stop(budget);
       if (gate) await clock.sleep(config.drainDelayMs).catch(() => {});
     },

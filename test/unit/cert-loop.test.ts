@@ -424,6 +424,50 @@ describe('CertManager.stopIssuing', () => {
   });
 });
 
+describe('CertManager.verifyStored: a stopping writer puts back what the store lost before handing over', () => {
+  it('reads the store itself and restores the certificate a hand edit replaced, without a CertPair call', async () => {
+    const { CertManager } = await import('../../src/core/cert-manager.ts');
+    const { FakeClock } = await import('../support/fake-clock.ts');
+    const clock = new FakeClock();
+    const store = new MemoryStore();
+    const pair = await makePair(domain, clock.now() - MIN, LIFETIME);
+    store.content.set(domain, { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, clock.now()) } });
+    const fresh: boolean[] = [];
+    const load = store.load.bind(store);
+    Object.assign(store, {
+      load: (d: string, _signal: AbortSignal, options?: LoadOptions) => {
+        fresh.push(options?.fresh === true);
+        return load(d);
+      },
+    });
+    const manager = new CertManager({
+      localApi: {
+        certPair: () => Promise.reject(new Error('no CertPair call expected')),
+      },
+      store,
+      role: alwaysWriter,
+      ...managerDefaults(clock),
+    });
+    manager.setDomains([domain]);
+    await clock.waitForSleepers(1); // holding the stored certificate, asleep until its renewal point
+    // A hand edit the loop's watch did not deliver (no wake): garbage in the store.
+    store.content.set(domain, { state: 'unusable', reason: 'garbage' });
+    await manager.stopIssuing();
+    fresh.length = 0;
+    await manager.verifyStored(new AbortController().signal);
+    assert.deepEqual(fresh, [true], 'the store itself, not a watched copy');
+    const stored = store.content.get(domain);
+    assert.equal(stored?.state === 'valid' && stored.cert.pair, pair, 'the certificate held is back');
+
+    // Once stopping, the loop itself still restores (the role is held, only issuing stopped).
+    store.content.set(domain, { state: 'absent' });
+    manager.loop(domain)!.wake();
+    await clock.waitForSleepers(1);
+    assert.equal(store.content.get(domain)?.state, 'valid', 'restored by the loop of a stopping writer');
+    await manager.stop();
+  });
+});
+
 describe('CertLoop intent after a failure', () => {
   it('withdraws its intent when tailscaled answered with an error, keeps it after a timeout', async () => {
     const h = harness();
