@@ -208,7 +208,7 @@ describe('CertLoop', () => {
     assert.equal(await h.loop.turn(signal), 0);
     assert.equal(h.store.serial(domain), n.info.serial, 'N restored');
     assert.equal(h.loop.current, n);
-    assert.equal(await h.loop.turn(signal), 45 * MIN, "N is stored and not due: wait for its renewal point");
+    assert.equal(await h.loop.turn(signal), 45 * MIN, 'N is stored and not due: wait for its renewal point');
     assert.equal(h.calls.length, 0);
   });
 
