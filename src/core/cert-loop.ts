@@ -162,13 +162,10 @@ export class CertLoop {
       return this.#beforeExpiry(retryDelay({ kind: 'transient', message }, this.#storeFailures.record('transient'), this.#deps.backoff));
     }
 
-    if (read.state === 'valid') {
-      this.#consider(read.cert);
-      // A stored certificate also starts the minimum interval (a restart right after an issuance): from
-      // when the writer obtained it, or else from its notBefore, clipped to now.
-      const start = read.cert.obtainedAt ?? Math.min(read.cert.info.notBefore, clock.now());
-      this.#callFloor = Math.max(this.#callFloor, start + this.#minIssueIntervalMs);
-    }
+    if (read.state === 'valid') this.#considerStored(read.cert);
+    // A newer pair the store saw before what it holds now (a hand edit, a deletion): restored below
+    // rather than our own older one, which may already be due.
+    if (read.lastValid) this.#considerStored(read.lastValid);
     this.#adoptPending();
     const unusable = read.state === 'unusable' ? read.reason : undefined;
     if (unusable && unusable !== this.#lastUnusable) this.#log.warn({ reason: unusable }, 'stored certificate unusable');
@@ -441,6 +438,15 @@ export class CertLoop {
     if (!pending || this.#deps.clock.now() < pending.info.notBefore) return;
     this.#pending = undefined;
     this.#consider(pending);
+  }
+
+  /** A pair that was in the store: a candidate, and the start of the minimum interval. */
+  #considerStored(cert: StoredCert): void {
+    this.#consider(cert);
+    // A stored certificate also starts the minimum interval (a restart right after an issuance): from
+    // when the writer obtained it, or else from its notBefore, clipped to now.
+    const start = cert.obtainedAt ?? Math.min(cert.info.notBefore, this.#deps.clock.now());
+    this.#callFloor = Math.max(this.#callFloor, start + this.#minIssueIntervalMs);
   }
 
   /** Keeps the candidate if it is valid now and expires later than what we hold. */

@@ -16,7 +16,18 @@ export interface StoredCert {
  * from `absent`, and a failed read is neither: it throws CERTSHARE_STORE_UNAVAILABLE, and the loop never
  * answers a read failure with an issuance.
  */
-export type StoreRead = ({ state: 'absent' } | { state: 'valid'; cert: StoredCert } | { state: 'unusable'; reason: string }) & { coordination?: Coordination };
+export type StoreRead = ({ state: 'absent' } | { state: 'valid'; cert: StoredCert } | { state: 'unusable'; reason: string }) & {
+  coordination?: Coordination;
+  /**
+   * The newest pair valid now that this store saw for the domain (a watch event, a list, a read or its
+   * own write), when the read itself holds no pair as new: garbage, a key mismatch, a hand edit (an older
+   * valid pair included), a deletion. The loop weighs it as it weighs a stored certificate, so a replica
+   * that only now became the writer restores the newest pair known instead of an older one of its own,
+   * which may be due: an issuance in a window that pair already covered. Never an expired pair.
+   * A store that only its own writer ever writes to (dir) offers none: that loop holds all it stored.
+   */
+  lastValid?: StoredCert;
+};
 
 /** What writers tell each other through the store, so no replica issues twice or early. */
 export interface Coordination {

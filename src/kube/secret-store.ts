@@ -1,3 +1,4 @@
+import { isCurrentlyValid } from '../core/certificate.ts';
 import type { Clock } from '../core/clock.ts';
 import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
@@ -47,6 +48,15 @@ interface Followed {
  *   DELETED event, or a list without it); never from an error.
  * Nothing per domain is parsed ahead: the Secret's few KB are kept, the pair is validated on load().
  *
+ * The last valid pair: per followed domain, the newest pair valid now that a watch event, a list, a GET
+ * or this store's own write showed, kept (one StoredCert reference) to be offered by load() as
+ * `lastValid` while the Secret holds garbage, a mismatched key, an older pair or nothing (StoreRead). The
+ * watch may deliver a renewal and a hand edit over it together, so a reader's loop never reads the
+ * renewal; should it become the writer, it restores that pair rather than its own older one, which may
+ * be due. A pair is parsed when a Secret whose data changed replaces it (a renewal, a hand edit, a
+ * deletion: rare), and kept if valid and newer than the one kept; load() keeps what it validated anyway.
+ * Forgotten when it expires or no loop follows the domain any more; a restart starts with none.
+ *
  * `watchScope`: `secret` (the default, least privilege) watches each domain's Secret by name, which
  * RBAC restricts with resourceNames; `group` lists and watches the group's Secrets with one label
  * selector (needs list and watch on every Secret of the namespace) and dispatches by name.
@@ -65,6 +75,8 @@ export class KubeSecretStore implements CertStore {
    * the followed domains'; group scope: every Secret of the group (what a replica of the group follows).
    */
   readonly #cache = new Map<string, WatchedSecret | null>();
+  /** Per domain, the newest valid pair seen (see the class comment). */
+  readonly #lastValid = new Map<string, StoredCert>();
   /** Domains whose last write failed: the cache may be behind, the next load() asks the API server. */
   readonly #stale = new Set<string>();
   readonly #followed = new Map<string, Followed>();
@@ -142,13 +154,23 @@ export class KubeSecretStore implements CertStore {
       this.#stale.delete(domain);
     }
     this.#lastRead.set(domain, secret);
-    return secret === null ? { state: 'absent' } : readCertSecret(secret, domain, this.#clock.now());
+    const now = this.#clock.now();
+    const read: StoreRead = secret === null ? { state: 'absent' } : readCertSecret(secret, domain, now);
+    if (read.state === 'valid') this.#keepValid(domain, read.cert);
+    const kept = this.#lastValid.get(domain);
+    if (!kept) return read;
+    if (!isCurrentlyValid(kept.info, now)) {
+      this.#lastValid.delete(domain);
+      return read;
+    }
+    return read.state === 'valid' && read.cert.info.notAfter >= kept.info.notAfter ? read : { ...read, lastValid: kept };
   }
 
-  save(domain: string, cert: StoredCert, signal?: AbortSignal): Promise<void> {
+  async save(domain: string, cert: StoredCert, signal?: AbortSignal): Promise<void> {
     // A new certificate ends any intent; a rate limit still in force stays recorded.
     const { retryNotBefore } = this.#lastCoordination(domain);
-    return this.#write(domain, { cert, coordination: retryNotBefore !== undefined && retryNotBefore > this.#clock.now() ? { retryNotBefore } : {} }, signal);
+    await this.#write(domain, { cert, coordination: retryNotBefore !== undefined && retryNotBefore > this.#clock.now() ? { retryNotBefore } : {} }, signal);
+    this.#keepValid(domain, cert);
   }
 
   recordIntent(domain: string, holder: string, at: number, signal?: AbortSignal): Promise<void> {
@@ -194,6 +216,7 @@ export class KubeSecretStore implements CertStore {
       if (listeners.size > 0 || this.#followed.get(domain) !== followed) return;
       this.#followed.delete(domain);
       this.#stale.delete(domain);
+      this.#lastValid.delete(domain);
       if (!followed.watch) return; // group scope: the group watch keeps the Secret current
       this.#cache.delete(domain);
       void followed.watch.stop();
@@ -220,6 +243,7 @@ export class KubeSecretStore implements CertStore {
 
   /** Keeps what a watch event, a GET or a write answered (secret scope: for a followed domain only). */
   #remember(domain: string, secret: WatchedSecret | null): void {
+    this.#superseded(domain, this.#cache.get(domain), secret);
     if (this.#scope === 'group') {
       if (secret === null) this.#cache.delete(domain);
       else this.#cache.set(domain, secret);
@@ -246,9 +270,11 @@ export class KubeSecretStore implements CertStore {
       logger: this.#logger,
       onList: (secrets) => {
         // The group as it is now: replaces everything known, GET answers and failed writes included.
+        const listed = new Map(secrets.map((secret) => [secret.metadata.name, secret]));
+        for (const domain of this.#followed.keys()) this.#superseded(domain, this.#cache.get(domain), listed.get(domain) ?? null);
         this.#cache.clear();
         this.#stale.clear();
-        for (const secret of secrets) this.#cache.set(secret.metadata.name, secret);
+        for (const [name, secret] of listed) this.#cache.set(name, secret);
         for (const domain of [...this.#followed.keys()]) this.#notify(domain);
       },
       onEvent: (type, secret) => {
@@ -257,6 +283,26 @@ export class KubeSecretStore implements CertStore {
         this.#notify(domain);
       },
     });
+  }
+
+  /**
+   * `previous` (what was known of a followed domain's Secret) gives way to `next`: if the pair changed,
+   * the one leaving may be the newest valid pair this replica will have seen (a renewal a hand edit
+   * overwrote before any load() read it), so it is parsed, once, and kept if so.
+   */
+  #superseded(domain: string, previous: WatchedSecret | null | undefined, next: WatchedSecret | null): void {
+    if (!previous?.data || !this.#followed.has(domain)) return; // only what some loop follows is kept
+    const data = previous.data;
+    if (next?.data?.['tls.crt'] === data['tls.crt'] && next?.data?.['tls.key'] === data['tls.key']) return;
+    const read = readCertSecret(previous, domain, this.#clock.now());
+    if (read.state === 'valid') this.#keepValid(domain, read.cert);
+  }
+
+  /** Keeps `cert` as a followed domain's last valid pair unless the one kept expires as late or later. */
+  #keepValid(domain: string, cert: StoredCert): void {
+    if (!this.#followed.has(domain)) return;
+    const kept = this.#lastValid.get(domain);
+    if (!kept || kept.info.notAfter < cert.info.notAfter) this.#lastValid.set(domain, cert);
   }
 
   #lastCoordination(domain: string): Coordination {

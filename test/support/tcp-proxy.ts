@@ -12,7 +12,14 @@ export interface TcpProxy {
    * closed, and new ones are accepted and then held, until restore(). Only a timeout gets a client out.
    */
   blackHole(): void;
-  /** New connections are forwarded again; black-holed ones stay dead (as when a middlebox lost their state). */
+  /**
+   * A stall: open connections stop forwarding, in both directions, without being closed or losing a
+   * byte, and new ones are held likewise, until restore() passes on everything held, in order and in one
+   * write per direction (a frozen path that recovers: whatever the server sent meanwhile arrives at once,
+   * in one read of the client's).
+   */
+  hold(): void;
+  /** New connections are forwarded again, held ones resume; black-holed ones stay dead (as when a middlebox lost their state). */
   restore(): void;
   close(): Promise<void>;
 }
@@ -31,7 +38,23 @@ function swallow(socket: Socket): void {
  */
 export function startTcpProxy(target: number | (() => number | undefined), targetHost = '127.0.0.1'): Promise<TcpProxy> {
   const sockets = new Set<Socket>();
-  let state: 'forward' | 'cut' | 'black-hole' = 'forward';
+  let state: 'forward' | 'cut' | 'black-hole' | 'hold' = 'forward';
+  /** Client and upstream socket of each connection that forwards (or will again after a hold). */
+  const pairs = new Set<[Socket, Socket]>();
+  const connect = ([client, upstream]: [Socket, Socket]): void => {
+    client.pipe(upstream).pipe(client);
+  };
+  const release = (from: Socket, to: Socket): void => {
+    const held: Buffer | null = from.read(); // everything buffered while held, as one chunk
+    if (held) to.write(held);
+    from.pipe(to);
+  };
+  const holdPair = ([client, upstream]: [Socket, Socket]): void => {
+    client.unpipe(upstream);
+    upstream.unpipe(client);
+    client.pause();
+    upstream.pause();
+  };
   let accepted = 0;
   const clients = new Set<Socket>();
   const track = (s: Socket): void => {
@@ -55,7 +78,11 @@ export function startTcpProxy(target: number | (() => number | undefined), targe
         upstream.destroy();
       });
     }
-    client.pipe(upstream).pipe(client);
+    const pair: [Socket, Socket] = [client, upstream];
+    pairs.add(pair);
+    client.on('close', () => pairs.delete(pair));
+    if (state === 'hold') holdPair(pair);
+    else connect(pair);
   });
   return new Promise((resolve) =>
     server.listen(0, '127.0.0.1', () =>
@@ -73,9 +100,21 @@ export function startTcpProxy(target: number | (() => number | undefined), targe
         },
         blackHole() {
           state = 'black-hole';
+          pairs.clear();
           for (const s of sockets) swallow(s);
         },
+        hold() {
+          if (state !== 'forward') return;
+          state = 'hold';
+          for (const pair of pairs) holdPair(pair);
+        },
         restore() {
+          if (state === 'hold') {
+            for (const [client, upstream] of pairs) {
+              release(client, upstream);
+              release(upstream, client);
+            }
+          }
           state = 'forward';
         },
         close: () =>

@@ -191,6 +191,53 @@ describe('CertLoop', () => {
     assert.equal(h.calls.length, 1);
   });
 
+  it("becoming the writer, restores the store's newest valid pair instead of its own older one, issuing nothing", async () => {
+    // The 50-domain chaos run: a reader holding O; the writer stored the renewal N and someone wrote garbage
+    // over it at once; both reached this replica's watch together (its loop never read N), then it became
+    // the writer. Restoring O, already due, meant renewing it: an extra issuance in the window N covered.
+    let writer = false;
+    h = harness({ role: { identity: 'replica-1', canIssue: () => writer } });
+    const old = await fresh(h);
+    h.store.content.set(domain, { state: 'valid', cert: { pair: old, info: validateCertPair(old, domain, h.clock.now()) } });
+    await h.loop.turn(signal);
+    h.clock.t += LIFETIME / 2; // O is due
+    const renewed = await fresh(h);
+    const n: StoredCert = { pair: renewed, info: validateCertPair(renewed, domain, h.clock.now()), obtainedAt: h.clock.now() };
+    h.store.content.set(domain, { state: 'unusable', reason: 'hand-edited', lastValid: n });
+    writer = true;
+    assert.equal(await h.loop.turn(signal), 0);
+    assert.equal(h.store.serial(domain), n.info.serial, 'N restored');
+    assert.equal(h.loop.current, n);
+    assert.equal(await h.loop.turn(signal), 45 * MIN, 'N is stored and not due: wait for its renewal point');
+    assert.equal(h.calls.length, 0);
+  });
+
+  it('restores the newest valid pair over an older valid one written by hand, and never goes backwards', async () => {
+    let writer = false;
+    h = harness({ role: { identity: 'replica-1', canIssue: () => writer } });
+    const stored = async (at: number): Promise<StoredCert> => {
+      const pair = await makePair(domain, at, LIFETIME);
+      return { pair, info: validateCertPair(pair, domain, h.clock.now()) };
+    };
+    const older = await stored(h.clock.now() - 10 * MIN);
+    const newest = await stored(h.clock.now());
+    h.store.content.set(domain, { state: 'valid', cert: older, lastValid: newest });
+    writer = true;
+    await h.loop.turn(signal);
+    assert.equal(h.store.serial(domain), newest.info.serial, 'an older valid pair in the store is not what the store last saw');
+    // A last valid pair older than the one held is never restored.
+    h.store.content.set(domain, { state: 'unusable', reason: 'hand-edited', lastValid: older });
+    await h.loop.turn(signal);
+    assert.equal(h.store.serial(domain), newest.info.serial);
+    // Nor an expired one: the loop has nothing left, and issues.
+    h.clock.t += LIFETIME;
+    h.store.content.set(domain, { state: 'absent', lastValid: newest });
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    assert.equal(h.calls.length, 1);
+    assert.notEqual(h.store.serial(domain), newest.info.serial);
+  });
+
   it('keeps an issued certificate when the save fails and stores it later without reissuing', async () => {
     h.store.failWrites = true;
     h.responses.push(() => fresh(h));
