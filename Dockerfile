@@ -36,6 +36,6 @@ EXPOSE 9002
 # semi-spaces keep it at 3 MB (npm run bench -- --domains; the bench runs these same flags).
 # --optimize-for-size: V8 runs the heap as when memory is short (Heap::ShouldOptimizeForMemoryUsage): the
 # old generation grows by small steps and full collections give memory back. A writer issuing 500 domains
-# otherwise kept tens of MB of garbage: 136 MB of RSS after start-up, 107 MB with it (npm run bench -- --domains).
+# otherwise kept tens of MB of garbage: 136 MB of RSS after start-up, 114 MB with it (npm run bench -- --domains).
 ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=1", "--optimize-for-size", "dist/cli/main.js"]
 CMD ["run"]
