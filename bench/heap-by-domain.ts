@@ -1,4 +1,5 @@
-// `node bench/heap-by-domain.ts [--domains A,B] [--node-flags='V8 FLAGS'] [--settle S] [--json] [--skip-build]`: where a replica's per-domain memory goes.
+// `node bench/heap-by-domain.ts [--domains A,B] [--watch-scope secret|group] [--node-flags='V8 FLAGS'] [--settle S] [--json] [--skip-build]`:
+// where a replica's per-domain memory goes.
 // For each N: a kube group of N domains (writer + one reader, --out-dir) on the real test control plane,
 // both on the production bundle; once every certificate is on the reader's disk, a V8 heap snapshot of
 // each (--heapsnapshot-signal) summed by constructor. Prints, per role, RSS and the heap's growth per
@@ -50,7 +51,8 @@ async function snapshotOf(proc: Proc, dir: string): Promise<Map<string, number>>
 async function measure(cp: ControlPlane, dir: string, n: number): Promise<Sample[]> {
   const domains = generatedDomains(n);
   const ns = await exampleNamespace(cp, 'heap');
-  await grantDomains(cp, ns, domains, false);
+  const group = values['watch-scope'] === 'group';
+  await grantDomains(cp, ns, domains, group);
   const kubeconfig = await cp.kubeconfigFor(ns, 'certshare');
   const snapDir = join(dir, `snap-${n}`);
   await mkdir(snapDir, { recursive: true });
@@ -64,7 +66,8 @@ async function measure(cp: ControlPlane, dir: string, n: number): Promise<Sample
     names.forEach((name, i) => {
       procs.push(
         spawnKubeDaemon(ns, kubeconfig, name, i === 0 ? 'rw' : 'ro', emulators[i]!.socket, outDirs[i]!, {
-          flags: ['--log-level', 'warn'],
+          // All N domains share one registered domain: the default issuance budget would queue all but 50 (as in bench/main.ts).
+          flags: ['--log-level', 'warn', '--issuance-budget', '0', ...(group ? ['--watch-scope', 'group'] : [])],
           env: { CERTSHARE_DOMAIN: domains.join(','), BENCH_MEMPROBE_OUT: join(snapDir, `probe-${name}.json`) },
           nodeArgs: [...values['node-flags'].split(' ').filter(Boolean), ...PROBE_ARGS, '--heapsnapshot-signal=SIGTTIN', `--diagnostic-dir=${snapDir}`],
         }),
@@ -97,6 +100,7 @@ const { values } = parseArgs({
     'skip-build': { type: 'boolean', default: false },
     'node-flags': { type: 'string', default: '' },
     settle: { type: 'string', default: '5' },
+    'watch-scope': { type: 'string', default: 'secret' },
   },
 });
 const counts = values.domains.split(',').map(Number);

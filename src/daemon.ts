@@ -21,6 +21,7 @@ import { CertDirectory } from './store/cert-directory.ts';
 import { DirStore } from './store/dir-store.ts';
 import { DirLedgerStore } from './store/dir-ledger.ts';
 import { IssuanceBudget } from './core/issuance-budget.ts';
+import { IssuanceSlots } from './core/issuance-slots.ts';
 import { kubeconfigSource } from './kube/kubeconfig-source.ts';
 import { ReloadCommand } from './delivery/reload-command.ts';
 
@@ -125,6 +126,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
     intentTtlMs: config.certTimeoutMs + Math.min(30_000, config.certTimeoutMs),
     budget,
+    issuanceSlots: new IssuanceSlots(config.issuanceConcurrency),
   });
 
   let lastHealthy: boolean | undefined;

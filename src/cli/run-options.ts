@@ -2,6 +2,7 @@ import type { DaemonConfig, ShareMode, StoreChoice, TlsChoice, WatchScope } from
 import { parseDuration } from '../core/duration.ts';
 import { normalizeDomain } from '../core/domain.ts';
 import { parseBudget } from '../core/issuance-budget.ts';
+import { DEFAULT_ISSUANCE_CONCURRENCY } from '../core/issuance-slots.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { podAddressesFromEnv } from '../core/pod-addresses.ts';
 import { parseHostPort } from '../core/listen-address.ts';
@@ -64,6 +65,14 @@ export const RUN_FLAGS: FlagSpec[] = [
     help:
       "At most COUNT first issuances per registered domain (e.g. <tailnet>.ts.net) in any WINDOW, Let's Encrypt's limit; renewals are exempt. " +
       'Domains without a certificate go first, then the soonest to expire; the rest wait. 0 disables.',
+  },
+  {
+    name: 'issuance-concurrency',
+    placeholder: 'N',
+    default: String(DEFAULT_ISSUANCE_CONCURRENCY),
+    help:
+      'At most N domains issue at once (a CertPair call and its store writes); the others wait their turn. ' +
+      'tailscaled runs one ACME order at a time anyway; more only hold memory here and wait there.',
   },
   { name: 'log-level', placeholder: 'LEVEL', default: 'info', help: 'debug, info, warn or error.' },
   {
@@ -189,6 +198,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
     },
     certTimeoutMs: duration(values, 'cert-timeout'),
     issuanceBudget: parseBudget(String(values['issuance-budget'])),
+    issuanceConcurrency: Number(values['issuance-concurrency']),
     logLevel: String(values['log-level']),
     mode: (mode as ShareMode | undefined) ?? (podName && /-0$/.test(podName) ? 'rw' : podName ? 'ro' : 'rw'),
     group: (values.group as string | undefined) ?? podName?.replace(/-\d+$/, ''),
@@ -245,6 +255,7 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     ],
     [!LOG_LEVELS.includes(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],
     [!(Number.isInteger(c.routingAttempts) && c.routingAttempts >= 1), () => `--routing-attempts must be a positive integer`],
+    [!(Number.isInteger(c.issuanceConcurrency) && c.issuanceConcurrency >= 1), () => `--issuance-concurrency must be a positive integer`],
     ...kubeOnly.map(([flag, value]): [boolean, () => string] => [value !== undefined && c.store.kind !== 'kube', () => `${flag} needs --store kube`]),
     [c.store.kind === 'kube' && c.mode === 'auto' && !c.group, () => '--mode auto needs --group or POD_NAME to name the group Lease'],
     [c.watchScope === 'group' && c.store.kind !== 'kube', () => '--watch-scope group needs --store kube'],

@@ -29,6 +29,8 @@ export interface DaemonConfig {
   certTimeoutMs: number;
   /** First issuances per registered domain per window (Let's Encrypt's 50 per 7 days); undefined: no budget. */
   issuanceBudget: BudgetLimit | undefined;
+  /** How many domains this process issues at once (CertPair calls and their store writes). */
+  issuanceConcurrency: number;
   logLevel: string;
   /** Kubernetes mode. */
   mode: ShareMode;

@@ -5,6 +5,7 @@ import type { Clock } from './clock.ts';
 import { CertshareError, errorMessage } from './errors.ts';
 import { classifyIssuanceFailure } from './failure.ts';
 import { formatBudget, type BudgetVerdict, type IssuanceBudget } from './issuance-budget.ts';
+import type { IssuanceSlots } from './issuance-slots.ts';
 import { LocalApiError, type LocalApi } from './localapi.ts';
 import type { Logger } from './logger.ts';
 import type { LoopObserver } from './observer.ts';
@@ -36,6 +37,11 @@ export interface CertLoopDeps {
   minIssueIntervalMs?: number;
   /** Let's Encrypt's new-certificates-per-registered-domain limit, kept on our side (first issuances only). */
   budget?: IssuanceBudget | undefined;
+  /**
+   * Shared by every loop of the process: how many issue at once (the CertPair call and the store writes
+   * around it, or a restore's write). Undefined: no bound (a loop on its own).
+   */
+  issuanceSlots?: IssuanceSlots | undefined;
 }
 
 function isConflict(err: unknown): boolean {
@@ -45,7 +51,8 @@ function isConflict(err: unknown): boolean {
 /**
  * One domain's issuance state machine. Each turn reads the store, keeps the best valid certificate it
  * has seen, and calls CertPair only when this replica is the writer, renewal is due and no backoff or
- * rate limit is pending. Turns are sequential, so there is never more than one CertPair in flight.
+ * rate limit is pending. Turns are sequential, so there is never more than one CertPair in flight per
+ * domain; the loops of a process share issuanceSlots, which bounds how many domains issue at once.
  */
 export class CertLoop {
   readonly domain: string;
@@ -98,6 +105,8 @@ export class CertLoop {
 
   /** Puts `cert` back into the store; false after a failure to retry (a conflict is no failure: the next turn re-reads). */
   async #restore(cert: StoredCert, read: StoreRead, signal: AbortSignal): Promise<boolean> {
+    // A write like an issuance's: it takes one of the process's issuance slots (issuance-slots.ts).
+    const release = await this.#deps.issuanceSlots?.acquire(signal);
     try {
       await this.#deps.store.save(this.domain, cert, signal);
       this.#log.info({ serial: cert.info.serial, was: read.state }, 'restored certificate to the store');
@@ -107,6 +116,8 @@ export class CertLoop {
       if (isConflict(err)) return true;
       this.#log.warn({ err: errorMessage(err) }, 'could not restore certificate to the store');
       return false;
+    } finally {
+      release?.();
     }
   }
 
@@ -177,6 +188,7 @@ export class CertLoop {
     // Only a writer without a certificate waits for a first issuance; renewals are exempt.
     if (this.#best || !writer) this.#leaveBudgetQueue();
 
+    // Deleted, emptied, garbage or older in the store: put back the certificate we hold; no issuance.
     // Restores need the role, not the right to issue: a stopping writer still puts back what the store lost.
     if ((role.canWrite?.(this.domain) ?? writer) && this.#best && !storeHolds(read, this.#best)) {
       return (await this.#restore(this.#best, read, signal)) ? 0 : this.#storeRetryDelay();
@@ -241,6 +253,21 @@ export class CertLoop {
       reserved = verdict.kind === 'granted';
       this.#leaveBudgetQueue(reserved ? 'slot granted' : 'renewal, exempt');
     }
+    // At most issuanceSlots.limit domains of this process issue at once (see issuance-slots.ts); the
+    // intent is recorded once this one's turn has come, so its lifetime covers the call, not the wait.
+    const release = await this.#deps.issuanceSlots?.acquire(signal);
+    try {
+      // The wait may have been long: the daemon may be stopping, or the role gone.
+      if (!role.canIssue(this.domain)) return 0;
+      return await this.#announceAndIssue(signal, reserved);
+    } finally {
+      release?.();
+    }
+  }
+
+  /** Records the intent, then issues (while this replica still holds the role). */
+  async #announceAndIssue(signal: AbortSignal, reserved: boolean): Promise<number> {
+    const { store, role, clock, observer } = this.#deps;
     if (store.recordIntent) {
       try {
         await store.recordIntent(this.domain, role.identity, clock.now(), signal);

@@ -1,5 +1,6 @@
 import { CertLoop, type CertLoopDeps } from './cert-loop.ts';
 import { errorMessage } from './errors.ts';
+import { DEFAULT_ISSUANCE_CONCURRENCY, IssuanceSlots } from './issuance-slots.ts';
 
 interface RunningLoop {
   loop: CertLoop;
@@ -23,6 +24,8 @@ export class CertManager {
     const { role } = deps;
     this.#deps = {
       ...deps,
+      // One bound for all of the process's domains (a loop alone issues one domain at a time anyway).
+      issuanceSlots: deps.issuanceSlots ?? new IssuanceSlots(DEFAULT_ISSUANCE_CONCURRENCY),
       role: {
         identity: role.identity,
         canIssue: (domain) => this.#issuing && role.canIssue(domain),

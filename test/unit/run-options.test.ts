@@ -102,6 +102,9 @@ describe('run configuration: one validation step before anything starts', () => 
     ['--issuance-budget 0/1h', ['--domain', DOMAIN, '--issuance-budget', '0/1h'], {}, /--issuance-budget: "0\/1h" needs a COUNT of at least 1/],
     ['--issuance-budget abc', ['--domain', DOMAIN, '--issuance-budget', 'abc'], {}, /--issuance-budget: "abc" is not COUNT\/WINDOW/],
     ['--issuance-budget -1/5m', ['--domain', DOMAIN, '--issuance-budget=-1/5m'], {}, /--issuance-budget: "-1\/5m" is not COUNT\/WINDOW/],
+    ['--issuance-concurrency 0', ['--domain', DOMAIN, '--issuance-concurrency', '0'], {}, /--issuance-concurrency must be a positive integer/],
+    ['--issuance-concurrency 2.5', ['--domain', DOMAIN, '--issuance-concurrency', '2.5'], {}, /--issuance-concurrency must be a positive integer/],
+    ['--issuance-concurrency x', ['--domain', DOMAIN, '--issuance-concurrency', 'x'], {}, /--issuance-concurrency must be a positive integer/],
     ['an unparsable POD_IPS', ['--domain', DOMAIN], { POD_IPS: '10.0.0.300' }, /POD_IPS\/POD_IP holds "10\.0\.0\.300", not an IP address/],
     ['an unparsable POD_IP', ['--domain', DOMAIN], { POD_IP: 'status.podIP' }, /POD_IPS\/POD_IP holds "status\.podIP", not an IP address/],
   ];
@@ -125,6 +128,8 @@ describe('run configuration: one validation step before anything starts', () => 
     assert.deepEqual(standalone.reloadCommand, { shell: 'nginx -s reload' });
     assert.deepEqual(standalone.issuanceBudget, { count: 50, windowMs: 168 * 3_600_000 }, "Let's Encrypt's 50 per registered domain per week");
     assert.equal(config(['--domain', DOMAIN, '--issuance-budget', '0']).issuanceBudget, undefined);
+    assert.equal(standalone.issuanceConcurrency, 4, 'four domains issue at once by default');
+    assert.equal(config(['--domain', DOMAIN], { CERTSHARE_ISSUANCE_CONCURRENCY: '1' }).issuanceConcurrency, 1);
     const kube = config(
       [
         ...KUBE,
