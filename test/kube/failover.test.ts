@@ -2,15 +2,24 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { KUBE_DOMAIN, exampleNamespace, filesWritten, heldSerial, kubeconfigVia, startReplica, startReplicas, type Replica } from '../support/kube.ts';
+import {
+  KUBE_DOMAIN,
+  exampleNamespace,
+  filesWritten,
+  heldSerial,
+  kubeconfigVia,
+  startReplica,
+  startReplicas,
+  type Replica,
+  roleChange,
+  isWriter,
+} from '../support/kube.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { nextEvent, until } from '../support/wait.ts';
 
 const cp = useControlPlane();
 const LEASE = ['--lease-duration', '2s'];
-const isWriter = (r: Replica): boolean => r.daemon.role.canIssue(KUBE_DOMAIN);
-const roleChange = (r: Replica) => (listener: () => void) => r.daemon.role.onChange?.(listener) ?? (() => {});
 const issuances = (replicas: Replica[]): number => replicas.reduce((n, r) => n + (r.emulator.stats().issuances[KUBE_DOMAIN] ?? 0), 0);
 
 describe('--mode auto: the writer fails over', () => {

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { FaultProxy } from '../chaos/fault-proxy.ts';
 import { Rng } from '../chaos/rng.ts';
+import { GARBAGE as garbage } from '../chaos/schedule.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import {
   KUBE_DOMAIN,
@@ -18,6 +19,7 @@ import {
   startReplica,
   type Replica,
   type SecretObject,
+  roleChange,
 } from '../support/kube.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { until } from '../support/wait.ts';
@@ -25,8 +27,6 @@ import { ANNOTATION_SERIAL } from '../../src/kube/secret-codec.ts';
 
 const cp = useControlPlane();
 
-const roleChange = (r: Replica) => (listener: () => void) => r.daemon.role.onChange?.(listener) ?? (() => {});
-const garbage = { 'tls.crt': Buffer.from('garbage, not a PEM\n').toString('base64'), 'tls.key': Buffer.from('garbage\n').toString('base64') };
 const holds = (serial: string) => (s: SecretObject | undefined) =>
   s?.metadata.annotations?.[ANNOTATION_SERIAL] === serial && s.data?.['tls.crt'] !== garbage['tls.crt'];
 

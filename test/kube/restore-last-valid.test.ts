@@ -19,14 +19,14 @@ import {
   startReplica,
   type Replica,
   type SecretObject,
+  roleChange,
+  isWriter,
 } from '../support/kube.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { until } from '../support/wait.ts';
 
 const cp = useControlPlane();
-const isWriter = (r: Replica): boolean => r.daemon.role.canIssue(KUBE_DOMAIN);
-const roleChange = (r: Replica) => (listener: () => void) => r.daemon.role.onChange?.(listener) ?? (() => {});
 
 describe('a hand edit over a renewal, its writer gone', () => {
   const dir = useTempDir();

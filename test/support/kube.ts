@@ -93,6 +93,13 @@ export interface Replica {
 
 /** The serial of the certificate a replica holds (and projects), if any. */
 export const heldSerial = (r: Replica): string | undefined => r.daemon.manager.loop(KUBE_DOMAIN)?.current?.info.serial;
+/** Whether the replica writes (holds the Lease, or --mode rw) for the example's domain. */
+export const isWriter = (r: Replica): boolean => r.daemon.role.canIssue(KUBE_DOMAIN);
+/** Subscribes to the replica's role changes (a source for until()). */
+export const roleChange =
+  (r: Replica) =>
+  (listener: () => void): (() => void) =>
+    r.daemon.role.onChange?.(listener) ?? (() => {});
 
 /** A `until()` source: the replica wrote certificate files. */
 export const filesWritten =
