@@ -93,8 +93,7 @@ export class CertLoop {
    */
   async verifyStored(signal: AbortSignal): Promise<void> {
     const best = this.#best;
-    const { role } = this.#deps;
-    if (!best || !(role.canWrite ? role.canWrite(this.domain) : role.canIssue(this.domain))) return;
+    if (!best || !this.#mayWrite()) return;
     try {
       const read = await this.#deps.store.load(this.domain, signal, { fresh: true });
       if (!storeHolds(read, best)) await this.#restore(best, read, signal);
@@ -119,6 +118,12 @@ export class CertLoop {
     } finally {
       release?.();
     }
+  }
+
+  /** Holds the role that writes the store (restores); issuing may have stopped (IssuanceRole.canWrite). */
+  #mayWrite(): boolean {
+    const { role } = this.#deps;
+    return role.canWrite ? role.canWrite(this.domain) : role.canIssue(this.domain);
   }
 
   #storeRetryDelay(): number {
@@ -190,7 +195,7 @@ export class CertLoop {
 
     // Deleted, emptied, garbage or older in the store: put back the certificate we hold; no issuance.
     // Restores need the role, not the right to issue: a stopping writer still puts back what the store lost.
-    if ((role.canWrite?.(this.domain) ?? writer) && this.#best && !storeHolds(read, this.#best)) {
+    if (this.#mayWrite() && this.#best && !storeHolds(read, this.#best)) {
       return (await this.#restore(this.#best, read, signal)) ? 0 : this.#storeRetryDelay();
     }
 
