@@ -1,5 +1,5 @@
 import type { BackoffPolicy } from './backoff.ts';
-import { FailureStreak, retryDelay } from './backoff.ts';
+import { doubling, FailureStreak, retryDelay } from './backoff.ts';
 import { checkValidAt, inspectCertPair, isCurrentlyValid, type CertInfo } from './certificate.ts';
 import type { Clock } from './clock.ts';
 import { CertshareError, errorMessage } from './errors.ts';
@@ -88,33 +88,41 @@ export class CertLoop {
 
   /**
    * A stopping writer's last look before it hands the role over: reads the store itself (not the watched
-   * copy, which may lag) and puts back the certificate this loop holds if the store lost it (a hand edit,
-   * a deletion). The successor may never have seen that certificate and would issue the domain again.
+   * copy, which may lag) and puts back the certificate this loop holds if the store does not hold it (a
+   * hand edit, a deletion, or our own save that failed). The successor may never have seen that
+   * certificate and would issue the domain again. Failed reads and writes are tried again (100 ms doubling
+   * to 2 s) until `signal` ends it: the shutdown budget, not one answer of a flaky API server, decides.
    */
   async verifyStored(signal: AbortSignal): Promise<void> {
-    const best = this.#best;
-    if (!best || !this.#mayWrite()) return;
-    try {
-      const read = await this.#deps.store.load(this.domain, signal, { fresh: true });
-      if (!storeHolds(read, best)) await this.#restore(best, read, signal);
-    } catch (err) {
-      if (!signal.aborted) this.#log.warn({ err: errorMessage(err) }, 'could not verify the stored certificate before handing over');
+    let lastError: unknown;
+    for (let attempt = 1; !signal.aborted; attempt++) {
+      const best = this.#best;
+      if (!best || !this.#mayWrite()) return;
+      try {
+        const read = await this.#deps.store.load(this.domain, signal, { fresh: true });
+        if (storeHolds(read, best) || (await this.#restore(best, read, signal)) === 'stored') return;
+        // A conflict: the Secret changed since our read; a failure: logged by #restore. Read again.
+      } catch (err) {
+        lastError = err;
+      }
+      await this.#deps.clock.sleep(doubling(100, attempt, 2000), signal).catch(() => {});
     }
+    this.#log.warn({ err: lastError === undefined ? undefined : errorMessage(lastError) }, 'could not verify the stored certificate before handing over');
   }
 
-  /** Puts `cert` back into the store; false after a failure to retry (a conflict is no failure: the next turn re-reads). */
-  async #restore(cert: StoredCert, read: StoreRead, signal: AbortSignal): Promise<boolean> {
+  /** Puts `cert` back into the store: stored, a conflict (the Secret changed since it was read), or failed (logged). */
+  async #restore(cert: StoredCert, read: StoreRead, signal: AbortSignal): Promise<'stored' | 'conflict' | 'failed'> {
     // A write like an issuance's: it takes one of the process's issuance slots (issuance-slots.ts).
     const release = await this.#deps.issuanceSlots?.acquire(signal);
     try {
       await this.#deps.store.save(this.domain, cert, signal);
       this.#log.info({ serial: cert.info.serial, was: read.state }, 'restored certificate to the store');
-      return true;
+      return 'stored';
     } catch (err) {
       if (signal.aborted) throw err;
-      if (isConflict(err)) return true;
+      if (isConflict(err)) return 'conflict';
       this.#log.warn({ err: errorMessage(err) }, 'could not restore certificate to the store');
-      return false;
+      return 'failed';
     } finally {
       release?.();
     }
@@ -196,7 +204,8 @@ export class CertLoop {
     // Deleted, emptied, garbage or older in the store: put back the certificate we hold; no issuance.
     // Restores need the role, not the right to issue: a stopping writer still puts back what the store lost.
     if (this.#mayWrite() && this.#best && !storeHolds(read, this.#best)) {
-      return (await this.#restore(this.#best, read, signal)) ? 0 : this.#storeRetryDelay();
+      // A conflict is no failure: the next turn reads what changed.
+      return (await this.#restore(this.#best, read, signal)) === 'failed' ? this.#storeRetryDelay() : 0;
     }
 
     if (this.#pending) {

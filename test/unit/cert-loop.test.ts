@@ -506,6 +506,19 @@ describe('CertManager.verifyStored: a stopping writer puts back what the store l
     const stored = store.content.get(domain);
     assert.equal(stored?.state === 'valid' && stored.cert.pair, pair, 'the certificate held is back');
 
+    // Through a flaky API server: failed reads are tried again until the budget ends, not given up on.
+    store.content.set(domain, { state: 'unusable', reason: 'garbage' });
+    store.failReads = true;
+    fresh.length = 0;
+    const verified = manager.verifyStored(new AbortController().signal);
+    await clock.waitForSleepers(2); // the loop's own sleep and the verification's retry
+    assert.ok(fresh.length >= 1, 'tried');
+    store.failReads = false;
+    await clock.advance(100);
+    await verified;
+    const again = store.content.get(domain);
+    assert.equal(again?.state === 'valid' && again.cert.pair, pair, 'restored on a later try');
+
     // Once stopping, the loop itself still restores (the role is held, only issuing stopped).
     store.content.set(domain, { state: 'absent' });
     manager.loop(domain)!.wake();
