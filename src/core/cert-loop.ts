@@ -75,7 +75,7 @@ export class CertLoop {
   /** 'queued' while the issuance budget keeps this domain waiting: logged once per change, not per turn. */
   #budgetState: 'queued' | undefined;
   #wake: AbortController = new AbortController();
-  /** Since when a reader has seen its certificate due without the writer's renewal arriving. */
+  /** Since when a reader has seen its certificate due (or the stored one unusable) without the writer's renewal arriving. */
   #dueSince: number | undefined;
   /** The CertPair call (and the save after it) under way. */
   #issuing: Promise<void> | undefined;
@@ -222,7 +222,9 @@ export class CertLoop {
       return at - now;
     }
     if (!writer) {
-      if (this.#best) this.#dueSince ??= now;
+      // Due, or a Secret whose certificate expired or broke (not one never issued: a first issuance may
+      // wait in the budget's queue for days): the writer's fix should arrive soon; see `fresh` above.
+      if (this.#best || read.state === 'unusable') this.#dueSince ??= now;
       // Readers wait for the writer's update: the store's watch wakes them. As a safety net against a
       // watch that stalled or died silently, a reader without a certificate that is valid and not due
       // looks again every first-retry interval.

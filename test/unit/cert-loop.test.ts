@@ -309,6 +309,26 @@ describe('CertLoop', () => {
     assert.equal(h.loop.current?.pair, pair, 'still served: valid until its notAfter');
   });
 
+  it('reads the store itself after a first-retry interval when the stored certificate is unusable (expired), not when none was ever stored', async () => {
+    h = harness({ role: alwaysReader });
+    const loads: boolean[] = [];
+    const load = h.store.load.bind(h.store);
+    Object.assign(h.store, {
+      load: (d: string, _signal: AbortSignal, options?: LoadOptions) => {
+        loads.push(options?.fresh === true);
+        return load(d);
+      },
+    });
+    // Never issued (a first issuance, which may wait days in the budget's queue): the watch is enough.
+    for (let i = 0; i < 3; i++) h.clock.t += await h.loop.turn(signal);
+    assert.deepEqual(loads, [false, false, false]);
+    // A restarted reader finds the certificate expired in the store: the writer's renewal is overdue.
+    h.store.content.set(domain, { state: 'unusable', reason: 'expired' });
+    loads.length = 0;
+    for (let i = 0; i < 3; i++) h.clock.t += await h.loop.turn(signal);
+    assert.deepEqual(loads, [false, true, true], 'the store itself once a first-retry interval passed');
+  });
+
   it('drops an expired certificate instead of serving it', async () => {
     h = harness({ role: alwaysReader });
     const pair = await fresh(h);
