@@ -63,6 +63,19 @@ function harness(overrides: Partial<CertLoopDeps> = {}): Harness {
 }
 
 const signal = new AbortController().signal;
+
+/** Records, per load() of `store`, whether it asked for the store itself (LoadOptions.fresh). */
+function freshFlags(store: MemoryStore): boolean[] {
+  const flags: boolean[] = [];
+  const load = store.load.bind(store);
+  Object.assign(store, {
+    load: (d: string, _signal: AbortSignal, options?: LoadOptions) => {
+      flags.push(options?.fresh === true);
+      return load(d);
+    },
+  });
+  return flags;
+}
 const fresh = (h: Harness): Promise<CertPair> => makePair(domain, h.clock.now(), LIFETIME);
 
 describe('CertLoop', () => {
@@ -261,14 +274,7 @@ describe('CertLoop', () => {
 
   it('reads the store itself, not the watched copy, once its certificate stayed due a first-retry interval', async () => {
     h = harness({ role: alwaysReader });
-    const loads: boolean[] = [];
-    const load = h.store.load.bind(h.store);
-    Object.assign(h.store, {
-      load: (d: string, _signal: AbortSignal, options?: LoadOptions) => {
-        loads.push(options?.fresh === true);
-        return load(d);
-      },
-    });
+    const loads = freshFlags(h.store);
     const pair = await fresh(h);
     h.store.content.set(domain, { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, h.clock.now()) } });
     await h.loop.turn(signal);
@@ -311,14 +317,7 @@ describe('CertLoop', () => {
 
   it('reads the store itself after a first-retry interval when the stored certificate is unusable (expired), not when none was ever stored', async () => {
     h = harness({ role: alwaysReader });
-    const loads: boolean[] = [];
-    const load = h.store.load.bind(h.store);
-    Object.assign(h.store, {
-      load: (d: string, _signal: AbortSignal, options?: LoadOptions) => {
-        loads.push(options?.fresh === true);
-        return load(d);
-      },
-    });
+    const loads = freshFlags(h.store);
     // Never issued (a first issuance, which may wait days in the budget's queue): the watch is enough.
     for (let i = 0; i < 3; i++) h.clock.t += await h.loop.turn(signal);
     assert.deepEqual(loads, [false, false, false]);
@@ -499,14 +498,7 @@ describe('CertManager.verifyStored: a stopping writer puts back what the store l
     const store = new MemoryStore();
     const pair = await makePair(domain, clock.now() - MIN, LIFETIME);
     store.content.set(domain, { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, clock.now()) } });
-    const fresh: boolean[] = [];
-    const load = store.load.bind(store);
-    Object.assign(store, {
-      load: (d: string, _signal: AbortSignal, options?: LoadOptions) => {
-        fresh.push(options?.fresh === true);
-        return load(d);
-      },
-    });
+    const fresh = freshFlags(store);
     const manager = new CertManager({
       localApi: {
         certPair: () => Promise.reject(new Error('no CertPair call expected')),
