@@ -288,9 +288,15 @@ export class Checker {
         const badSince = this.#badSince(files, now);
         if (badSince !== undefined && (worst === undefined || badSince < worst.since)) worst = { domain: d.domain, since: badSince };
 
-        // Invariant 2: expired or key-mismatched files while the Secret has held a valid pair for the grace.
+        // Invariant 2: expired or key-mismatched files while the Secret has held a valid pair newer than the
+        // files' for the grace. From when such a pair landed, not from when the Secret's validity began: a
+        // renewal that lands 0.3 s before the old certificate expires cannot be on every replica at expiry.
         const secretValid = d.validSince !== undefined && isValidAt(d.secret?.cert, now);
-        const inv2 = up && badSince !== undefined && secretValid && now - Math.max(d.validSince!, inst!.readyAt!, reachable) > graceMs;
+        const inv2 =
+          up &&
+          badSince !== undefined &&
+          secretValid &&
+          now - Math.max(d.validSince!, newerLandedAt(d.history, files?.cert, now), inst!.readyAt!, reachable) > graceMs;
         this.#episode(`2:${name}:${d.domain}`, inv2, now, () => {
           const what = files?.cert
             ? files.cert.keyMatch
@@ -528,4 +534,16 @@ function secretInvalidMs(h: SecretState[], now: number): number {
     else if (c.notAfter < to) total += to - Math.max(from, c.notAfter);
   }
   return total;
+}
+
+/**
+ * When the Secret first held a pair that is still valid at `now` and expires later than the replica's files
+ * (any valid pair when the files hold none or a mismatched one): what the replica could have picked up since.
+ */
+function newerLandedAt(history: SecretState[], files: CertView | undefined, now: number): number {
+  const held = files?.keyMatch ? files.notAfter : -Infinity; // a mismatched pair counts as none
+  for (const state of history) {
+    if (state.cert?.keyMatch && isValidAt(state.cert, now) && state.cert.notAfter > held) return state.at;
+  }
+  return now;
 }

@@ -181,8 +181,12 @@ describe('chaos checker with many domains per group', () => {
     notAfter: new Date(i.notAfter).toISOString(),
     trigger: 'request',
   });
-  const secretOf = async (domain: string): Promise<{ obj: { metadata: { name: string }; data: Record<string, string> }; serial: string; notAfter: number }> => {
-    const pair = await makePair(domain, Date.now() - 2000, 60_000);
+  const secretOf = async (
+    domain: string,
+    notBefore = Date.now() - 2000,
+    lifetimeMs = 60_000,
+  ): Promise<{ obj: { metadata: { name: string }; data: Record<string, string> }; serial: string; notAfter: number }> => {
+    const pair = await makePair(domain, notBefore, lifetimeMs);
     const x = new X509Certificate(pair.certPem);
     return {
       obj: { metadata: { name: domain }, data: { 'tls.crt': b64(pair.certPem), 'tls.key': b64(pair.keyPem) } },
@@ -231,6 +235,23 @@ describe('chaos checker with many domains per group', () => {
       assert.equal(result.reissuedAfterLost.length, 0);
       if (ended) assert.match(inv1[0]!, /its writer ended \(SIGTERM\)/);
     }
+  });
+
+  it('counts the grace of a stale replica from when the newer pair landed, not from when the Secret became valid', async () => {
+    const now = Date.now();
+    // The Secret and the replica's files hold a pair valid for 30 s, expiring about now + 10 s.
+    const [old, renewal] = await Promise.all([secretOf(D, now - 20_000, 30_000), secretOf(D)]);
+    const checker = new Checker(context([D], ['proxy-1']));
+    checker.secret(D, old.obj, now - 19_000);
+    checker.files('proxy-1', D, { cert: { serial: old.serial, notBefore: now - 20_000, notAfter: old.notAfter, keyMatch: true }, at: now - 19_000 });
+    // The renewal lands 300 ms before the files' pair expires (the writer was rate limited until then).
+    const expiry = old.notAfter;
+    checker.secret(D, renewal.obj, expiry - 300);
+    checker.tick(expiry + 100);
+    assert.equal(checker.snapshot().violations, 0, 'expired 100 ms ago, but the renewal landed only 400 ms ago');
+    checker.tick(expiry + 1800);
+    const inv2 = checker.finish(expiry + 1900, { mustHold: true }).violations.filter((v) => v.startsWith('inv2'));
+    assert.equal(inv2.length, 1, 'the renewal has been there past the 2 s grace');
   });
 
   it('flags the one replica and domain whose files are stale, and at the end the domain a replica lacks', async () => {
