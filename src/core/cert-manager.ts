@@ -20,8 +20,12 @@ export class CertManager {
   /** False once the daemon stops: no loop starts a CertPair call any more (see stopIssuing). */
   #issuing = true;
 
+  /** The backend's role as given (not narrowed by stopIssuing). */
+  readonly #role: CertLoopDeps['role'];
+
   constructor(deps: CertLoopDeps) {
     const { role } = deps;
+    this.#role = role;
     this.#deps = {
       ...deps,
       // One bound for all of the process's domains (a loop alone issues one domain at a time anyway).
@@ -58,7 +62,9 @@ export class CertManager {
    * while we still hold the role. `signal` bounds it (the shutdown budget).
    */
   async verifyStored(signal: AbortSignal): Promise<void> {
-    const loops = [...this.#loops.values()].map(({ loop }) => loop);
+    // Only the holder of the role hands anything over (a candidate that may restore but does not issue has
+    // nothing of its own that the store lacks).
+    const loops = [...this.#loops.values()].map(({ loop }) => loop).filter((loop) => this.#role.canIssue(loop.domain));
     const verifyNext = async (): Promise<void> => {
       for (let loop = loops.shift(); loop && !signal.aborted; loop = loops.shift()) await loop.verifyStored(signal);
     };

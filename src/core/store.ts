@@ -70,8 +70,9 @@ export interface IssuanceRole {
   readonly identity: string;
   canIssue(domain: string): boolean;
   /**
-   * May write the store (put back a certificate it lost) without issuing: the role is held, though no
-   * CertPair call may start any more (a writer stopping). Default: canIssue.
+   * May write the store to put back a certificate it holds that the store lost (a restore, never an
+   * issuance): the writer, also once it stopped issuing, and with a Lease any candidate of the group until
+   * it stops (LeaseElector). Default: canIssue.
    */
   canWrite?(domain: string): boolean;
   /** Resolves when the role may have changed (e.g. a lease was won or lost). */

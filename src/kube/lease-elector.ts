@@ -60,6 +60,16 @@ export class LeaseElector implements IssuanceRole {
     return this.#o.clock.now() < this.#leaderUntil;
   }
 
+  /**
+   * Every candidate of the group, leader or not, may put back a certificate it holds that the Secret lost
+   * (a restore: compare-and-swap on the object read, never an issuance) until it stops. A leader that lost
+   * the Lease to API errors could not look before it went, and its successor may never have seen that
+   * certificate (a hand edit right after a renewal): whoever still holds it repairs the Secret.
+   */
+  canWrite(): boolean {
+    return !this.#abort.signal.aborted;
+  }
+
   get isLeader(): boolean {
     return this.canIssue();
   }

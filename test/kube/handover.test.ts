@@ -14,6 +14,7 @@ import {
   exampleNamespace,
   filesWritten,
   heldSerial,
+  isWriter,
   kubeconfigVia,
   secretSatisfies,
   startReplica,
@@ -30,7 +31,7 @@ const cp = useControlPlane();
 const holds = (serial: string) => (s: SecretObject | undefined) =>
   s?.metadata.annotations?.[ANNOTATION_SERIAL] === serial && s.data?.['tls.crt'] !== garbage['tls.crt'];
 
-describe('a writer handing over after a hand edit its watch did not deliver', () => {
+describe('a hand edit the writer did not see', () => {
   const dir = useTempDir();
 
   it('puts its certificate back before releasing the Lease; the successor, which never saw it, issues nothing', { timeout: 120_000 }, async () => {
@@ -70,6 +71,34 @@ describe('a writer handing over after a hand edit its watch did not deliver', ()
       assert.equal(s.emulator.stats().certRequests[KUBE_DOMAIN] ?? 0, 0, 'the successor never asked tailscaled');
     } finally {
       await successor?.stop();
+      await writer.stop();
+      await proxy.close();
+    }
+  });
+
+  it('a candidate that is not the writer puts back the certificate a hand edit took, while the writer does not see it', { timeout: 120_000 }, async () => {
+    const ns = await exampleNamespace(cp());
+    const proxy = new FaultProxy({ upstream: cp().server, upstreamCaPem: cp().caPem, rng: new Rng(8) });
+    await proxy.start();
+    const kubeconfig = await kubeconfigVia(cp(), ns, join(dir(), 'proxy-0.kubeconfig'), { url: proxy.url, caPem: proxy.caPem }, { pod: 'proxy-0' });
+    const writer = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'auto', env: { KUBECONFIG: kubeconfig } });
+    let other: Replica | undefined;
+    try {
+      await until('the writer holds a certificate', () => heldSerial(writer) !== undefined && isWriter(writer), [filesWritten(writer), roleChange(writer)]);
+      const serial = heldSerial(writer)!;
+      const o = await startReplica(cp(), ns, dir(), 'proxy-1', { mode: 'auto' });
+      other = o;
+      await until('the other replica holds it too', () => heldSerial(o) === serial, [filesWritten(o)]);
+      // The writer's watch goes silent: it will not see the edit (it does not read the Secret before renewal).
+      proxy.setFaults({ stallWatch: 1, stallMs: [600_000, 600_000] });
+      assert.ok(proxy.stallOpenWatches([600_000, 600_000]) >= 1, 'the writer watches through the proxy');
+      const edit = await cp().kubectl(['-n', ns, 'patch', 'secret', KUBE_DOMAIN, '--type=merge', '-p', JSON.stringify({ data: garbage })]);
+      assert.equal(edit.code, 0, edit.stderr);
+      await secretSatisfies(cp(), ns, KUBE_DOMAIN, holds(serial), 15_000);
+      assert.ok(isWriter(writer) && !isWriter(o), 'restored by the candidate that does not write, the writer still holding the Lease');
+      assert.equal(writer.emulator.stats().issuancesTotal + o.emulator.stats().issuancesTotal, 1, 'one issuance for the group');
+    } finally {
+      await other?.stop();
       await writer.stop();
       await proxy.close();
     }
