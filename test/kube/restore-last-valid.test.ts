@@ -40,7 +40,9 @@ describe('a hand edit over a renewal, its writer gone', () => {
     const options = (port: number, name: string) =>
       kubeconfigVia(cp(), ns, join(dir(), `${name}.kubeconfig`), { url: `https://127.0.0.1:${port}` }).then((KUBECONFIG) => ({
         mode: 'auto' as const,
-        flags: ['--lease-duration', '2s'],
+        // A writer stopping through a cut path tries to verify its Secrets until its shutdown budget ends:
+        // a short one, so the reader's certificate does not run out meanwhile.
+        flags: ['--lease-duration', '2s', '--shutdown-timeout', '3s', '--drain-delay', '500ms'],
         env: { KUBECONFIG },
         emulator: { certLifetimeMs: 24_000, ledgerPath },
       }));
