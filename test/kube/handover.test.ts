@@ -31,22 +31,30 @@ const cp = useControlPlane();
 const holds = (serial: string) => (s: SecretObject | undefined) =>
   s?.metadata.annotations?.[ANNOTATION_SERIAL] === serial && s.data?.['tls.crt'] !== garbage['tls.crt'];
 
+/** A namespace and its writer (proxy-0, --mode auto) talking to the apiserver through the chaos fault proxy, holding a certificate. */
+async function writerBehindFaultProxy(dir: string, seed: number): Promise<{ ns: string; proxy: FaultProxy; writer: Replica; serial: string }> {
+  const ns = await exampleNamespace(cp());
+  const proxy = new FaultProxy({ upstream: cp().server, upstreamCaPem: cp().caPem, rng: new Rng(seed) });
+  await proxy.start();
+  const kubeconfig = await kubeconfigVia(cp(), ns, join(dir, 'proxy-0.kubeconfig'), { url: proxy.url, caPem: proxy.caPem }, { pod: 'proxy-0' });
+  const writer = await startReplica(cp(), ns, dir, 'proxy-0', { mode: 'auto', env: { KUBECONFIG: kubeconfig } });
+  try {
+    await until('the writer holds a certificate', () => heldSerial(writer) !== undefined && isWriter(writer), [filesWritten(writer), roleChange(writer)]);
+  } catch (err) {
+    await writer.stop();
+    await proxy.close();
+    throw err;
+  }
+  return { ns, proxy, writer, serial: heldSerial(writer)! };
+}
+
 describe('a hand edit the writer did not see', () => {
   const dir = useTempDir();
 
   it('puts its certificate back before releasing the Lease; the successor, which never saw it, issues nothing', { timeout: 120_000 }, async () => {
-    const ns = await exampleNamespace(cp());
-    const proxy = new FaultProxy({ upstream: cp().server, upstreamCaPem: cp().caPem, rng: new Rng(7) });
-    await proxy.start();
-    const kubeconfig = await kubeconfigVia(cp(), ns, join(dir(), 'proxy-0.kubeconfig'), { url: proxy.url, caPem: proxy.caPem }, { pod: 'proxy-0' });
-    const writer = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'auto', env: { KUBECONFIG: kubeconfig } });
+    const { ns, proxy, writer, serial } = await writerBehindFaultProxy(dir(), 7);
     let successor: Replica | undefined;
     try {
-      await until('the writer holds a certificate', () => heldSerial(writer) !== undefined && writer.daemon.role.canIssue(KUBE_DOMAIN), [
-        filesWritten(writer),
-        roleChange(writer),
-      ]);
-      const serial = heldSerial(writer)!;
       await secretSatisfies(cp(), ns, KUBE_DOMAIN, holds(serial));
 
       // The writer's watch goes silent (events dropped, the stream left open); its GETs and writes still pass.
@@ -77,15 +85,9 @@ describe('a hand edit the writer did not see', () => {
   });
 
   it('a candidate that is not the writer puts back the certificate a hand edit took, while the writer does not see it', { timeout: 120_000 }, async () => {
-    const ns = await exampleNamespace(cp());
-    const proxy = new FaultProxy({ upstream: cp().server, upstreamCaPem: cp().caPem, rng: new Rng(8) });
-    await proxy.start();
-    const kubeconfig = await kubeconfigVia(cp(), ns, join(dir(), 'proxy-0.kubeconfig'), { url: proxy.url, caPem: proxy.caPem }, { pod: 'proxy-0' });
-    const writer = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'auto', env: { KUBECONFIG: kubeconfig } });
+    const { ns, proxy, writer, serial } = await writerBehindFaultProxy(dir(), 8);
     let other: Replica | undefined;
     try {
-      await until('the writer holds a certificate', () => heldSerial(writer) !== undefined && isWriter(writer), [filesWritten(writer), roleChange(writer)]);
-      const serial = heldSerial(writer)!;
       const o = await startReplica(cp(), ns, dir(), 'proxy-1', { mode: 'auto' });
       other = o;
       await until('the other replica holds it too', () => heldSerial(o) === serial, [filesWritten(o)]);
