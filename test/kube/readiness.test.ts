@@ -20,30 +20,85 @@ interface Condition {
   reason?: string;
 }
 
-/** Resolves with the Pod's conditions once `predicate` holds, following a watch (kubectl get --watch). */
-async function conditionsWhen(ns: string, name: string, predicate: (c: Condition[]) => boolean, timeoutMs = 15_000): Promise<Condition[]> {
+interface ConditionWatch {
+  /** Resolves once kubectl printed the Pod as it was when the watch began: later changes are all seen. */
+  opened: Promise<void>;
+  /** Every state of the Pod's conditions since the watch began, in order. */
+  history: Condition[][];
+  /** Resolves with the first state (from the beginning of the history) that satisfies `predicate`. */
+  until(predicate: (c: Condition[]) => boolean, timeoutMs?: number): Promise<Condition[]>;
+  close(): void;
+}
+
+/**
+ * Follows the Pod's conditions with a watch (kubectl get --watch). Tests open it before acting, so a
+ * state that lasts only a moment (False before the certificate) is not missed on a slow machine.
+ */
+function watchConditions(ns: string, name: string): ConditionWatch {
   const child = spawn(
     join(cp().binDir, 'kubectl'),
     ['--kubeconfig', cp().adminKubeconfigPath, '-n', ns, 'get', 'pod', name, '--watch', '-o', 'json', '--output-watch-events=false'],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
-  const timer = setTimeout(() => child.kill(), timeoutMs);
-  try {
+  const history: Condition[][] = [];
+  const waiters = new Set<() => void>();
+  let ended: Error | undefined;
+  const notify = (): void => {
+    for (const waiter of [...waiters]) waiter();
+  };
+  void (async () => {
     let buffer = '';
-    for await (const chunk of child.stdout!) {
-      buffer += String(chunk);
-      // kubectl prints one pretty JSON document per change; a document ends with a "}" line.
-      for (let end = buffer.indexOf('\n}\n'); end !== -1; end = buffer.indexOf('\n}\n')) {
-        const doc = JSON.parse(buffer.slice(0, end + 2)) as { status?: { conditions?: Condition[] } };
-        buffer = buffer.slice(end + 3);
-        const conditions = doc.status?.conditions ?? [];
-        if (predicate(conditions)) return conditions;
+    try {
+      for await (const chunk of child.stdout!) {
+        buffer += String(chunk);
+        // kubectl prints one pretty JSON document per change; a document ends with a "}" line.
+        for (let end = buffer.indexOf('\n}\n'); end !== -1; end = buffer.indexOf('\n}\n')) {
+          const doc = JSON.parse(buffer.slice(0, end + 2)) as { status?: { conditions?: Condition[] } };
+          buffer = buffer.slice(end + 3);
+          history.push(doc.status?.conditions ?? []);
+          notify();
+        }
       }
+      ended = new Error(`the watch on Pod ${name} ended`);
+    } catch (error) {
+      ended = error as Error;
     }
-    throw new Error(`Pod ${name} conditions never matched within ${timeoutMs} ms`);
+    notify();
+  })();
+  const until = (predicate: (c: Condition[]) => boolean, timeoutMs = 15_000): Promise<Condition[]> =>
+    new Promise((resolve, reject) => {
+      const timer = setTimeout(() => finish(new Error(`Pod ${name} conditions never matched within ${timeoutMs} ms`)), timeoutMs);
+      const finish = (error?: Error, match?: Condition[]): void => {
+        clearTimeout(timer);
+        waiters.delete(check);
+        if (match) resolve(match);
+        else reject(error);
+      };
+      const check = (): void => {
+        const match = history.find(predicate);
+        if (match) finish(undefined, match);
+        else if (ended) finish(ended);
+      };
+      waiters.add(check);
+      check();
+    });
+  const opened = until(() => true).then(() => undefined);
+  opened.catch(() => {}); // awaited by the tests that need it; an end is reported by `until` too
+  return {
+    opened,
+    history,
+    until,
+    close: () => child.kill(),
+  };
+}
+
+/** Resolves with the Pod's conditions once `predicate` holds. */
+async function conditionsWhen(ns: string, name: string, predicate: (c: Condition[]) => boolean, timeoutMs = 15_000): Promise<Condition[]> {
+  const watch = watchConditions(ns, name);
+  try {
+    return await watch.until(predicate, timeoutMs);
   } finally {
-    clearTimeout(timer);
-    child.kill();
+    watch.close();
   }
 }
 
@@ -71,15 +126,17 @@ describe("the Pod's own readiness gate", () => {
     // The Service first answers from another replica, then from this one.
     let answers = 0;
     const health = await healthServer(() => (++answers < 3 ? '10.0.0.99' : '10.0.0.10'));
+    const watch = watchConditions(ns, 'proxy-0');
+    await watch.opened;
     const replica = await startReplica(cp(), ns, dir(), 'proxy-0', {
       mode: 'rw',
       flags: ['--readiness-gate', GATE, '--routing-check', health.url],
       emulator: { domainDelayMs: 1500 },
     });
     try {
-      const early = await conditionsWhen(ns, 'proxy-0', (c) => gateStatus(c) !== undefined);
-      assert.equal(gateStatus(early), 'False', 'not ready before the certificate');
-      const ready = await conditionsWhen(ns, 'proxy-0', (c) => gateStatus(c) === 'True');
+      const ready = await watch.until((c) => gateStatus(c) === 'True');
+      const first = watch.history.map(gateStatus).find((status) => status !== undefined);
+      assert.equal(first, 'False', 'not ready before the certificate');
       assert.deepEqual(
         ready.map((c) => c.type).sort(),
         ['PodScheduled', GATE, 'example.com/other'].sort(),
@@ -87,6 +144,7 @@ describe("the Pod's own readiness gate", () => {
       );
       assert.ok(health.calls.length >= 3, 'routing was verified with several calls');
     } finally {
+      watch.close();
       await replica.stop();
       health.server.close();
     }
@@ -99,20 +157,20 @@ describe("the Pod's own readiness gate", () => {
     const reader = await startReplica(cp(), ns, dir(), 'proxy-1', { mode: 'ro', flags: ['--readiness-gate', GATE] });
     try {
       await conditionsWhen(ns, 'proxy-1', (c) => gateStatus(c) === 'True');
-      // Every change from here on: the watch starts before the certificate can run out.
-      const reasons: string[] = [];
-      const expired = conditionsWhen(
-        ns,
-        'proxy-1',
-        (c) => {
-          const gate = c.find((x) => x.type === GATE);
-          if (gate?.status === 'False' && reasons.at(-1) !== gate.reason) reasons.push(gate.reason ?? '');
-          return gate?.reason === 'CertificateNotValid';
-        },
-        20_000,
-      );
+      // Every change from here on: the watch is open before the certificate can run out.
+      const watch = watchConditions(ns, 'proxy-1');
+      await watch.opened;
       await writer.stop(); // no more renewals: the reader's certificate runs out
-      await expired;
+      try {
+        await watch.until((c) => c.find((x) => x.type === GATE)?.reason === 'CertificateNotValid', 20_000);
+      } finally {
+        watch.close();
+      }
+      const reasons: string[] = [];
+      for (const state of watch.history) {
+        const gate = state.find((x) => x.type === GATE);
+        if (gate?.status === 'False' && reasons.at(-1) !== gate.reason) reasons.push(gate.reason ?? '');
+      }
       // 4 s certificates: the lead is 5% of the lifetime, 200 ms (--readiness-lead 1m bounds longer ones).
       assert.deepEqual(reasons, ['CertificateExpiring', 'CertificateNotValid'], 'out of rotation before the expiry, then expired');
       assert.equal((await fetch(`${reader.daemon.address}/healthz`)).status, 503);
