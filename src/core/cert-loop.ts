@@ -2,7 +2,7 @@ import type { BackoffPolicy } from './backoff.ts';
 import { doubling, FailureStreak, retryDelay } from './backoff.ts';
 import { checkValidAt, inspectCertPair, isCurrentlyValid, type CertInfo } from './certificate.ts';
 import type { Clock } from './clock.ts';
-import { CertshareError, errorMessage } from './errors.ts';
+import { CertshareError, errorMessage, isRefusal } from './errors.ts';
 import { classifyIssuanceFailure } from './failure.ts';
 import { formatBudget, type BudgetVerdict, type IssuanceBudget } from './issuance-budget.ts';
 import type { IssuanceSlots } from './issuance-slots.ts';
@@ -91,7 +91,9 @@ export class CertLoop {
    * copy, which may lag) and puts back the certificate this loop holds if the store does not hold it (a
    * hand edit, a deletion, or our own save that failed). The successor may never have seen that
    * certificate and would issue the domain again. Failed reads and writes are tried again (100 ms doubling
-   * to 2 s) until `signal` ends it: the shutdown budget, not one answer of a flaky API server, decides.
+   * to 2 s) until `signal` ends it: the shutdown budget, not one answer of a flaky API server, decides. A
+   * refusal (401, 403) ends it at once: no answer within the budget would differ, and the Pod's stop
+   * should not wait the whole grace period on a Role that lacks a verb.
    */
   async verifyStored(signal: AbortSignal): Promise<void> {
     let lastError: unknown;
@@ -100,18 +102,22 @@ export class CertLoop {
       if (!best || !this.#mayWrite()) return;
       try {
         const read = await this.#deps.store.load(this.domain, signal, { fresh: true });
-        if (storeHolds(read, best) || (await this.#restore(best, read, signal)) === 'stored') return;
+        if (storeHolds(read, best)) return;
+        const restored = await this.#restore(best, read, signal);
+        if (restored === 'stored') return;
         // A conflict: the Secret changed since our read; a failure: logged by #restore. Read again.
+        if (typeof restored === 'object') lastError = restored.failed;
       } catch (err) {
         lastError = err;
       }
+      if (isRefusal(lastError)) break;
       await this.#deps.clock.sleep(doubling(100, attempt, 2000), signal).catch(() => {});
     }
     this.#log.warn({ err: lastError === undefined ? undefined : errorMessage(lastError) }, 'could not verify the stored certificate before handing over');
   }
 
-  /** Puts `cert` back into the store: stored, a conflict (the Secret changed since it was read), or failed (logged). */
-  async #restore(cert: StoredCert, read: StoreRead, signal: AbortSignal): Promise<'stored' | 'conflict' | 'failed'> {
+  /** Puts `cert` back into the store: stored, a conflict (the Secret changed since it was read), or the failure (logged). */
+  async #restore(cert: StoredCert, read: StoreRead, signal: AbortSignal): Promise<'stored' | 'conflict' | { failed: unknown }> {
     // A write like an issuance's: it takes one of the process's issuance slots (issuance-slots.ts).
     const release = await this.#deps.issuanceSlots?.acquire(signal);
     try {
@@ -122,7 +128,7 @@ export class CertLoop {
       if (signal.aborted) throw err;
       if (isConflict(err)) return 'conflict';
       this.#log.warn({ err: errorMessage(err) }, 'could not restore certificate to the store');
-      return 'failed';
+      return { failed: err };
     } finally {
       release?.();
     }
@@ -205,7 +211,7 @@ export class CertLoop {
     // Restores need the role, not the right to issue: a stopping writer still puts back what the store lost.
     if (this.#mayWrite() && this.#best && !storeHolds(read, this.#best)) {
       // A conflict is no failure: the next turn reads what changed.
-      return (await this.#restore(this.#best, read, signal)) === 'failed' ? this.#storeRetryDelay() : 0;
+      return typeof (await this.#restore(this.#best, read, signal)) === 'object' ? this.#storeRetryDelay() : 0;
     }
 
     if (this.#pending) {

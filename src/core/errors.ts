@@ -30,11 +30,23 @@ export type ErrorCode = keyof typeof ERROR_CODES;
 
 export class CertshareError extends Error {
   readonly code: ErrorCode;
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown }) {
+  /**
+   * The server refused the caller (401, 403): asking again cannot succeed until someone changes the
+   * credentials or the RBAC. Loops still retry on their backoff (a Role may be fixed); a deadline-bound
+   * step such as the verification at stop gives up at once rather than spend the shutdown budget.
+   */
+  readonly refused: boolean;
+  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; refused?: boolean }) {
     super(message, options);
     this.name = 'CertshareError';
     this.code = code;
+    this.refused = options?.refused ?? false;
   }
+}
+
+/** True when `err` is a refusal of the caller (CertshareError.refused). */
+export function isRefusal(err: unknown): boolean {
+  return err instanceof CertshareError && err.refused;
 }
 
 export function errorMessage(err: unknown): string {

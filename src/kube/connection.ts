@@ -46,6 +46,12 @@ export function apiStatus(err: unknown): number | undefined {
   return typeof statusCode === 'number' ? statusCode : undefined;
 }
 
+/** The API server refused the caller (401 Unauthorized, 403 Forbidden): see CertshareError.refused. */
+export function isRefusedStatus(err: unknown): boolean {
+  const status = apiStatus(err);
+  return status === 401 || status === 403;
+}
+
 /** The stable code of a failed call for a log line's `code` field (e.g. CERTSHARE_KUBE_TIMEOUT), if it has one. */
 export function apiErrorCode(err: unknown): ErrorCode | undefined {
   return err instanceof CertshareError ? err.code : undefined;

@@ -4,7 +4,7 @@ import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import type { CertStore, Coordination, LoadOptions, StoreRead, StoredCert } from '../core/store.ts';
 import type { WatchScope } from '../config/daemon-config.ts';
-import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
+import { apiErrorText, apiStatus, isRefusedStatus, type KubeConnection } from './connection.ts';
 import { withSignal } from './https-transport.ts';
 import {
   LABEL_GROUP,
@@ -146,6 +146,7 @@ export class KubeSecretStore implements CertStore {
           this.#onError('read');
           throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read Secret ${this.#conn.namespace}/${domain}: ${apiErrorText(err)}`, {
             cause: err,
+            refused: isRefusedStatus(err),
           });
         }
         secret = null;
@@ -332,7 +333,10 @@ export class KubeSecretStore implements CertStore {
         throw new CertshareError('CERTSHARE_STORE_CONFLICT', `Secret ${namespace}/${domain} changed meanwhile: ${apiErrorText(err)}`, { cause: err });
       }
       this.#onError('write');
-      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot write Secret ${namespace}/${domain}: ${apiErrorText(err)}`, { cause: err });
+      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot write Secret ${namespace}/${domain}: ${apiErrorText(err)}`, {
+        cause: err,
+        refused: isRefusedStatus(err),
+      });
     }
   }
 }

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { KUBE_DOMAIN, exampleNamespace, filesWritten, heldSerial, startReplica } from '../support/kube.ts';
+import { recordingLogger } from '../support/recording-logger.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { nextEvent, until } from '../support/wait.ts';
 
@@ -56,6 +57,38 @@ describe('kube mode when the API server or RBAC says no', () => {
       const metrics = await (await fetch(`${impostor.daemon.address}/metrics`)).text();
       assert.match(metrics, /certshare_store_errors_total\{operation="write"\} [1-9]/);
       assert.equal(heldSerial(impostor) !== undefined, true);
+    } finally {
+      await Promise.all([writer.stop(), impostor.stop()]);
+    }
+  });
+
+  it('a replica refused the repair of a hand-edited Secret stops at once, not at the end of its shutdown budget', async () => {
+    const ns = await exampleNamespace(cp());
+    const writer = await startReplica(cp(), ns, join(dir(), 'refused'), 'proxy-0', { mode: 'rw' });
+    const { logger, entries } = recordingLogger();
+    // Told to write, running under the read-only ServiceAccount: its verification at stop reads the
+    // Secret (allowed) and is refused the repair (403 on update).
+    const impostor = await startReplica(cp(), ns, join(dir(), 'refused'), 'proxy-1', {
+      mode: 'rw',
+      serviceAccount: 'certshare-reader',
+      flags: ['--shutdown-timeout', '20s'],
+      logger,
+    });
+    try {
+      await until('impostor has the shared certificate', () => heldSerial(impostor) !== undefined, [filesWritten(impostor)], 20_000);
+      await writer.stop(); // the one replica that could repair the Secret is gone
+      const edit = await cp().adminRequest('PATCH', `/api/v1/namespaces/${ns}/secrets/${KUBE_DOMAIN}`, {
+        headers: { 'content-type': 'application/merge-patch+json' },
+        body: { data: { 'tls.crt': Buffer.from('edited by hand').toString('base64') } },
+      });
+      assert.equal(edit.status, 200, edit.body);
+      const startedAt = performance.now();
+      await impostor.stop();
+      const tookMs = performance.now() - startedAt;
+      const gaveUp = entries.find((e) => e.msg === 'could not verify the stored certificate before handing over');
+      assert.match(String(gaveUp?.err), /403|Forbidden/, 'the refusal is what ended the verification');
+      // Retrying a refusal would have taken the 20 s budget (less the stop reserve).
+      assert.ok(tookMs < 10_000, `stopped in ${Math.round(tookMs)} ms`);
     } finally {
       await Promise.all([writer.stop(), impostor.stop()]);
     }

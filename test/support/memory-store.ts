@@ -2,23 +2,29 @@ import { CertshareError } from '../../src/core/errors.ts';
 import type { CertStore, Coordination, StoreRead, StoredCert } from '../../src/core/store.ts';
 
 /** An in-memory CertStore whose reads and writes can be made to fail, for core tests. */
+const storeDown = (how: true | 'refused'): CertshareError =>
+  how === 'refused'
+    ? new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'store refused: 403 Forbidden', { refused: true })
+    : new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'store down');
+
 export class MemoryStore implements CertStore {
   readonly kind = 'memory';
   content = new Map<string, StoreRead>();
-  failReads = false;
-  failWrites = false;
+  /** Reads (writes) fail as an outage would, or as a 403 would ('refused': CertshareError.refused). */
+  failReads: boolean | 'refused' = false;
+  failWrites: boolean | 'refused' = false;
   failIntents = false;
   saves = 0;
   coordination = new Map<string, Coordination>();
   intents: Array<{ domain: string; holder: string }> = [];
 
   async load(domain: string): Promise<StoreRead> {
-    if (this.failReads) throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'store down');
+    if (this.failReads) throw storeDown(this.failReads);
     return { ...(this.content.get(domain) ?? { state: 'absent' }), coordination: { ...this.coordination.get(domain) } };
   }
 
   async save(domain: string, cert: StoredCert): Promise<void> {
-    if (this.failWrites) throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'store down');
+    if (this.failWrites) throw storeDown(this.failWrites);
     this.saves++;
     this.content.set(domain, { state: 'valid', cert });
     const { retryNotBefore } = this.coordination.get(domain) ?? {};

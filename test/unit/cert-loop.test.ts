@@ -531,6 +531,22 @@ describe('CertManager.verifyStored: a stopping writer puts back what the store l
     const again = store.content.get(domain);
     assert.equal(again?.state === 'valid' && again.cert.pair, pair, 'restored on a later try');
 
+    // Refused (a Role without get, or without update): given up at once, not retried for the whole budget.
+    for (const refused of ['reads', 'writes'] as const) {
+      store.content.set(domain, { state: 'unusable', reason: 'garbage' });
+      if (refused === 'reads') store.failReads = 'refused';
+      else store.failWrites = 'refused';
+      fresh.length = 0;
+      const outcome = await Promise.race([
+        manager.verifyStored(new AbortController().signal).then(() => 'gave up'),
+        clock.waitForSleepers(2).then(() => 'asleep before retrying'), // beside the loop's own sleep
+      ]);
+      assert.equal(outcome, 'gave up', `${refused} refused: no retry`);
+      assert.deepEqual(fresh, [true], `one read when ${refused} are refused`);
+      store.failReads = false;
+      store.failWrites = false;
+    }
+
     // Once stopping, the loop itself still restores (the role is held, only issuing stopped).
     store.content.set(domain, { state: 'absent' });
     manager.loop(domain)!.wake();
