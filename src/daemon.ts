@@ -113,6 +113,8 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     ? new IssuanceBudget({ limit: config.issuanceBudget, store: backend.ledger, clock, logger: logger.child({ component: 'issuance-budget' }) })
     : undefined;
   if (budget) metrics.watchBudget(budget);
+  const issuanceSlots = new IssuanceSlots(config.issuanceConcurrency);
+  metrics.watchIssuanceSlots(issuanceSlots);
   const manager = new CertManager({
     localApi,
     store: backend.store,
@@ -126,7 +128,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
     intentTtlMs: config.certTimeoutMs + Math.min(30_000, config.certTimeoutMs),
     budget,
-    issuanceSlots: new IssuanceSlots(config.issuanceConcurrency),
+    issuanceSlots,
   });
 
   let lastHealthy: boolean | undefined;

@@ -43,6 +43,7 @@ export class Metrics implements LoopObserver {
   readonly writer: Gauge;
   /** The issuance budget's queues, read at each scrape (none until watchBudget). */
   #budgetQueues: () => QueueReport[] = () => [];
+  #slots: { inUse: number; waiting: number } = { inUse: 0, waiting: 0 };
 
   constructor(clock: Clock, renewal: RenewalPolicy, options: { defaultMetrics?: boolean } = {}) {
     this.#renewal = renewal;
@@ -152,7 +153,29 @@ export class Metrics implements LoopObserver {
         for (const q of queues()) if (q.nextSlotAt !== undefined) this.set({ registered_domain: q.registeredDomain }, seconds(q.nextSlotAt));
       },
     });
+    const slots = (): { inUse: number; waiting: number } => this.#slots;
+    new Gauge({
+      name: 'certshare_issuance_slots_in_use',
+      help: 'Domains issuing or restoring now (intent, CertPair call, Secret writes), at most --issuance-concurrency.',
+      registers,
+      collect() {
+        this.set(slots().inUse);
+      },
+    });
+    new Gauge({
+      name: 'certshare_issuance_slots_waiting',
+      help: 'Domains due for an issuance or a restore, waiting for one of the --issuance-concurrency slots.',
+      registers,
+      collect() {
+        this.set(slots().waiting);
+      },
+    });
     if (options.defaultMetrics ?? true) collectNodeMetrics(this.registry);
+  }
+
+  /** Reports the process's issuance slots (issuance-slots.ts) from now on. */
+  watchIssuanceSlots(slots: { readonly inUse: number; readonly waiting: number }): void {
+    this.#slots = slots;
   }
 
   /** Reports the budget's queues from now on. */

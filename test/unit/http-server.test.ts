@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
 import { HealthState } from '../../src/core/health.ts';
+import { IssuanceSlots } from '../../src/core/issuance-slots.ts';
 import { buildHttpServer } from '../../src/server/http-server.ts';
 import { Metrics } from '../../src/server/metrics.ts';
 import { FakeClock } from '../support/fake-clock.ts';
@@ -40,6 +41,26 @@ describe('http server', () => {
     health.sourceProblem(undefined);
     assert.equal((await app.inject({ method: 'GET', url: '/healthz' })).body, 'web.example.ts.net: no certificate yet');
     health.manage([]);
+  });
+
+  it('reports the issuance slots in use and the domains waiting for one', async () => {
+    const slots = new IssuanceSlots(2);
+    metrics.watchIssuanceSlots(slots);
+    const scrape = async (): Promise<string[]> =>
+      (await app.inject({ method: 'GET', url: '/metrics' })).body.split('\n').filter((line) => /^certshare_issuance_slots_/.test(line));
+    assert.deepEqual(await scrape(), ['certshare_issuance_slots_in_use 0', 'certshare_issuance_slots_waiting 0']);
+    const stop = new AbortController();
+    const releases = [await slots.acquire(stop.signal), await slots.acquire(stop.signal)];
+    const queued = [slots.acquire(stop.signal), slots.acquire(stop.signal), slots.acquire(stop.signal)];
+    assert.deepEqual(await scrape(), ['certshare_issuance_slots_in_use 2', 'certshare_issuance_slots_waiting 3']);
+    releases[0]!();
+    (await queued[0]!)();
+    assert.deepEqual(await scrape(), ['certshare_issuance_slots_in_use 2', 'certshare_issuance_slots_waiting 1']);
+    stop.abort();
+    await Promise.allSettled(queued);
+    releases[1]!();
+    (await queued[1]!)();
+    assert.deepEqual(await scrape(), ['certshare_issuance_slots_in_use 0', 'certshare_issuance_slots_waiting 0']);
   });
 
   it('carries the Pod addresses on /metrics, HEAD and unknown paths too', async () => {
