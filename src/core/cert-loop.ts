@@ -106,7 +106,7 @@ export class CertLoop {
         const restored = await this.#restore(best, read, signal);
         if (restored === 'stored') return;
         // A conflict: the Secret changed since our read; a failure: logged by #restore. Read again.
-        if (typeof restored === 'object') lastError = restored.failed;
+        if (restored !== 'conflict') lastError = restored.failed;
       } catch (err) {
         lastError = err;
       }
@@ -211,7 +211,8 @@ export class CertLoop {
     // Restores need the role, not the right to issue: a stopping writer still puts back what the store lost.
     if (this.#mayWrite() && this.#best && !storeHolds(read, this.#best)) {
       // A conflict is no failure: the next turn reads what changed.
-      return typeof (await this.#restore(this.#best, read, signal)) === 'object' ? this.#storeRetryDelay() : 0;
+      const restored = await this.#restore(this.#best, read, signal);
+      return restored === 'stored' || restored === 'conflict' ? 0 : this.#storeRetryDelay();
     }
 
     if (this.#pending) {
