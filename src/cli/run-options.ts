@@ -285,11 +285,12 @@ const LOG_LEVELS = ['debug', 'info', 'warn', 'error'];
 /** A Kubernetes object name (DNS subdomain). */
 const OBJECT_NAME = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
-function tlsChoice(text: string | undefined): TlsChoice | undefined {
+/** A listener's TLS source, `dir:PATH` or `secret:NAME` (--tls; the injector's --metrics-tls). */
+export function tlsChoice(text: string | undefined, flag = 'tls'): TlsChoice | undefined {
   if (text === undefined || text === '') return undefined;
   if (text.startsWith('dir:') && text.length > 4) return { kind: 'dir', path: text.slice(4) };
   if (text.startsWith('secret:') && OBJECT_NAME.test(text.slice(7)) && text.length <= 7 + 253) return { kind: 'secret', name: text.slice(7) };
-  throw badFlag(`--tls must be dir:PATH or secret:NAME (a Secret name), got "${text}"`);
+  throw badFlag(`--${flag} must be dir:PATH or secret:NAME (a Secret name), got "${text}"`);
 }
 
 function isHttpUrl(text: string): boolean {

@@ -1,17 +1,20 @@
 // `certshare injector`: the mutating admission webhook that adds certshare to Pods, serving TLS from
 // its own CA (rotated with overlap by src/injector/controller.ts) and reloading it without restarts.
+import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { CustomObjectsApi } from '@kubernetes/client-node/dist/gen/index.js';
 import { emptyRotationState, rotationPolicyProblem, type RotationPolicy } from '../core/ca-rotation.ts';
 import { systemClock, type Clock } from '../core/clock.ts';
-import { CertshareError } from '../core/errors.ts';
+import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { connectKube } from '../kube/connection.ts';
 import { LeaseElector } from '../kube/lease-elector.ts';
 import { makeApi } from '../kube/https-transport.ts';
 import { parseHostPort } from '../core/listen-address.ts';
 import { parseFlags, usage, type FlagSpec, type FlagValues } from '../cli/flags.ts';
-import { duration, type ShareMode } from '../cli/run-options.ts';
+import { duration, tlsChoice, type ShareMode } from '../cli/run-options.ts';
+import type { TlsChoice } from '../config/daemon-config.ts';
+import { pairSource } from '../server/tls-source.ts';
 import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './metrics.ts';
 import { DEFAULT_READINESS_GATE, admissionReviewResponse, type InjectionDefaults } from './mutate.ts';
@@ -22,7 +25,19 @@ import { startTlsServer, type TlsServer } from './tls-server.ts';
 
 export const INJECTOR_FLAGS: FlagSpec[] = [
   { name: 'listen', placeholder: 'ADDR:PORT', default: '[::]:8443', help: 'Address of the webhook (HTTPS: POST /mutate, GET /healthz).' },
-  { name: 'metrics-listen', placeholder: 'ADDR:PORT', default: '[::]:9003', help: 'Address for GET /metrics (plain HTTP, for Prometheus).' },
+  {
+    name: 'metrics-listen',
+    placeholder: 'ADDR:PORT',
+    default: '[::]:9003',
+    help: 'Address for GET /metrics (plain HTTP unless --metrics-tls, for Prometheus).',
+  },
+  {
+    name: 'metrics-tls',
+    placeholder: 'dir:PATH|secret:NAME',
+    help:
+      'Serve /metrics over HTTPS with tls.crt and tls.key from a directory (a mounted Secret) or a kubernetes.io/tls Secret of the ' +
+      "namespace, followed: a renewed pair is served from the next handshake on (as the daemon's --tls).",
+  },
   {
     name: 'service',
     placeholder: 'NAME',
@@ -95,6 +110,7 @@ export const INJECTOR_FLAGS: FlagSpec[] = [
 export interface InjectorConfig {
   listen: { host: string; port: number };
   metricsListen: { host: string; port: number };
+  metricsTls: TlsChoice | undefined;
   service: string;
   serviceNamespace: string | undefined;
   extraDnsNames: string[];
@@ -127,6 +143,7 @@ function listenAddress(values: FlagValues, name: string): { host: string; port: 
 export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): InjectorConfig {
   const listen = listenAddress(values, 'listen');
   const metricsListen = listenAddress(values, 'metrics-listen');
+  const metricsTls = tlsChoice(values['metrics-tls'] as string | undefined, 'metrics-tls');
   const policy: RotationPolicy = {
     caLifetimeMs: duration(values, 'ca-lifetime'),
     caRotateBeforeMs: duration(values, 'ca-rotate-before'),
@@ -151,6 +168,7 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
   return {
     listen,
     metricsListen,
+    metricsTls,
     service: String(values.service),
     serviceNamespace: (values['service-namespace'] as string | undefined) ?? env.POD_NAMESPACE,
     extraDnsNames: extras.filter((e) => !IP.test(e)),
@@ -182,6 +200,8 @@ export interface Injector {
   elector: LeaseElector;
   metrics: InjectorMetrics;
   metricsPort: number;
+  /** `metricsTlsServed` ({ serial }): a renewed --metrics-tls pair is served from the next handshake on. */
+  events: EventEmitter;
   stop(): Promise<void>;
 }
 
@@ -190,10 +210,32 @@ export async function startInjector(
   config: InjectorConfig,
   deps: { logger: Logger; env: NodeJS.ProcessEnv; clock?: Clock; defaultMetrics?: boolean },
 ): Promise<Injector> {
+  const clock = deps.clock ?? systemClock;
+  const events = new EventEmitter();
+  // --metrics-tls: the first pair is a start-up check (unreadable or mismatched: nothing starts); a renewed
+  // one is served from the next handshake on, a bad one leaves the served pair in place.
+  let metricsServer: Awaited<ReturnType<typeof startMetricsServer>> | undefined;
+  const metricsPairs = config.metricsTls
+    ? await pairSource(config.metricsTls, {
+        logger: deps.logger,
+        clock,
+        env: deps.env,
+        flag: 'metrics-tls',
+        onPair: (pair) => {
+          try {
+            const serial = metricsServer?.setPair(pair);
+            deps.logger.info({ serial }, 'serving a new TLS certificate on /metrics');
+            events.emit('metricsTlsServed', { serial });
+          } catch (err) {
+            deps.logger.error({ code: 'CERTSHARE_CERT_INVALID', err: errorMessage(err) }, '--metrics-tls pair unusable; keeping the one served');
+          }
+        },
+      })
+    : undefined;
+  const firstMetricsPair = await metricsPairs?.start();
   const connection = await connectKube(deps.env, { requestTimeoutMs: config.kubeTimeoutMs });
   const namespace = config.serviceNamespace ?? connection.namespace;
   const names: LeafNames = { dnsNames: [...serviceDnsNames(config.service, namespace), ...config.extraDnsNames], ipAddresses: config.extraIps };
-  const clock = deps.clock ?? systemClock;
   const elector = new LeaseElector({
     connection,
     name: config.lease,
@@ -239,7 +281,9 @@ export async function startInjector(
   });
   controller.on('action', (action) => metrics.step(action));
   controller.on('failed', (kind) => metrics.failure(kind));
-  const metricsServer = await startMetricsServer(metrics, config.metricsListen.host, config.metricsListen.port);
+  metricsServer = await startMetricsServer(metrics, config.metricsListen.host, config.metricsListen.port, firstMetricsPair);
+  const metricsPort = metricsServer.port;
+  const closeMetrics = metricsServer.close;
   elector.start();
   controller.start();
   deps.logger.info(
@@ -252,13 +296,14 @@ export async function startInjector(
     controller: running,
     elector,
     metrics,
-    metricsPort: metricsServer.port,
+    metricsPort,
+    events,
     async stop() {
       await running.stop();
       // Released (best effort, within the kube timeout): another replica writes at once, not after the Lease expires.
       await elector.stop(AbortSignal.timeout(config.kubeTimeoutMs));
       connection.close();
-      await Promise.all([server.close({ drainMs: config.drainDelayMs }), metricsServer.close()]);
+      await Promise.all([server.close({ drainMs: config.drainDelayMs }), closeMetrics(), metricsPairs?.stop()]);
     },
   };
 }

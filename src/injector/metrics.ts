@@ -1,10 +1,12 @@
 // The injector's Prometheus metrics: what its alerts need (a CA or the served leaf near expiry, rotation
 // stuck, injections refused or failing), named like the daemon's (timestamps, base units, _total).
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { Server as HttpsServer, createServer as createHttpsServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { RotationAction, RotationState } from '../core/ca-rotation.ts';
 import { collectNodeMetrics } from '../server/metrics.ts';
+import { checkedPair, servePair, type ServingPair } from '../server/tls-pair.ts';
 
 export type AdmissionResult = 'injected' | 'skipped' | 'rejected' | 'invalid';
 
@@ -89,9 +91,17 @@ export function admissionResult(answer: unknown): AdmissionResult {
   return response?.patch ? 'injected' : 'skipped';
 }
 
-/** GET /metrics over plain HTTP (like the daemon's port 9002), for Prometheus. */
-export async function startMetricsServer(metrics: InjectorMetrics, host: string, port: number): Promise<{ port: number; close(): Promise<void> }> {
-  const server: Server = createServer((req, res) => {
+/**
+ * GET /metrics over plain HTTP (like the daemon's port 9002), or over HTTPS when `tls` gives the first pair
+ * (--metrics-tls); setPair serves a renewed pair from the next handshake on (tls-pair.ts).
+ */
+export async function startMetricsServer(
+  metrics: InjectorMetrics,
+  host: string,
+  port: number,
+  tls?: ServingPair,
+): Promise<{ port: number; setPair(pair: ServingPair): string; close(): Promise<void> }> {
+  const handler = (req: IncomingMessage, res: ServerResponse): void => {
     if (req.method !== 'GET' || (req.url ?? '').split('?')[0] !== '/metrics') {
       res.writeHead(404).end();
       return;
@@ -100,13 +110,18 @@ export async function startMetricsServer(metrics: InjectorMetrics, host: string,
       (body) => res.writeHead(200, { 'content-type': metrics.registry.contentType }).end(body),
       () => res.writeHead(500).end(),
     );
-  });
+  };
+  const server: Server = tls ? createHttpsServer(checkedPair(tls).options, handler) : createServer(handler);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => resolve());
   });
   return {
     port: (server.address() as AddressInfo).port,
+    setPair(pair) {
+      if (!(server instanceof HttpsServer)) throw new Error('the metrics listener serves plain HTTP');
+      return servePair(server, pair);
+    },
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

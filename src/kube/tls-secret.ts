@@ -15,6 +15,8 @@ const pairOf = (secret: V1Secret): ServingPair => ({
 export class TlsSecret implements PairSource {
   readonly #name: string;
   readonly #o: PairSourceOptions;
+  /** The flag that chose this source, for messages. */
+  readonly #flag: string;
   readonly #abort = new AbortController();
   #connection: KubeConnection | undefined;
   #watch: SecretWatch | undefined;
@@ -24,6 +26,7 @@ export class TlsSecret implements PairSource {
   constructor(name: string, options: PairSourceOptions) {
     this.#name = name;
     this.#o = options;
+    this.#flag = `--${options.flag ?? 'tls'}`;
   }
 
   async #read(): Promise<ServingPair> {
@@ -38,7 +41,7 @@ export class TlsSecret implements PairSource {
     try {
       pair = await this.#read();
     } catch (err) {
-      throw new CertshareError('CERTSHARE_BAD_CONFIG', `--tls secret:${this.#name}: cannot read the Secret: ${apiErrorText(err)}`, { cause: err });
+      throw new CertshareError('CERTSHARE_BAD_CONFIG', `${this.#flag} secret:${this.#name}: cannot read the Secret: ${apiErrorText(err)}`, { cause: err });
     }
     checkedPair(pair);
     this.#last.changed(pair);
@@ -62,7 +65,7 @@ export class TlsSecret implements PairSource {
       if (this.#last.changed(pair)) this.#o.onPair(pair);
     } catch (err) {
       if (!this.#abort.signal.aborted)
-        this.#o.logger.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, '--tls Secret unreadable; keeping the pair served');
+        this.#o.logger.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, `${this.#flag} Secret unreadable; keeping the pair served`);
     }
   }
 

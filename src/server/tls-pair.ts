@@ -2,7 +2,7 @@
 // only a restart renews it; Kubernetes' serving-cert reload fixed that by validating the new pair and
 // swapping it per handshake. Node's equivalent is tls.Server#setSecureContext: new handshakes get the new
 // context, established connections keep the one they negotiated with, nothing restarts. The injector's
-// webhook and the daemon's --tls listener both serve through this.
+// webhook, its --metrics-tls listener and the daemon's --tls listener all serve through this.
 import { X509Certificate } from 'node:crypto';
 import { createSecureContext, type SecureContextOptions, type Server } from 'node:tls';
 import type { Clock } from '../core/clock.ts';
@@ -50,6 +50,8 @@ export interface PairSourceOptions {
   env: NodeJS.ProcessEnv;
   /** A changed pair, not yet validated (the listener validates it and keeps the old one if it is unusable). */
   onPair(pair: ServingPair): void;
+  /** The flag that chose the source, for messages (default `tls`; the injector's `metrics-tls`). */
+  flag?: string;
 }
 
 /** The pair a source last handed on: a re-read that finds the same content hands nothing on. */

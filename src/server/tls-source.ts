@@ -22,6 +22,8 @@ export async function pairSource(choice: TlsChoice, options: PairSourceOptions):
 class TlsDirectory implements PairSource {
   readonly #path: string;
   readonly #o: PairSourceOptions;
+  /** The flag that chose this source, for messages. */
+  readonly #flag: string;
   #watcher: FSWatcher | undefined;
   #debounce: NodeJS.Timeout | undefined;
   readonly #last = new LastPair();
@@ -29,6 +31,7 @@ class TlsDirectory implements PairSource {
   constructor(path: string, options: PairSourceOptions) {
     this.#path = path;
     this.#o = options;
+    this.#flag = `--${options.flag ?? 'tls'}`;
   }
 
   async #read(): Promise<ServingPair> {
@@ -42,7 +45,8 @@ class TlsDirectory implements PairSource {
       if (!(await stat(this.#path)).isDirectory()) throw new Error('not a directory');
       pair = await this.#read();
     } catch (err) {
-      throw new CertshareError('CERTSHARE_BAD_CONFIG', `--tls dir:${this.#path}: cannot read tls.crt and tls.key: ${errorMessage(err)}`, { cause: err });
+      const why = `${this.#flag} dir:${this.#path}: cannot read tls.crt and tls.key: ${errorMessage(err)}`;
+      throw new CertshareError('CERTSHARE_BAD_CONFIG', why, { cause: err });
     }
     checkedPair(pair);
     this.#last.changed(pair);
@@ -50,7 +54,7 @@ class TlsDirectory implements PairSource {
       clearTimeout(this.#debounce);
       this.#debounce = setTimeout(() => void this.#again(), 50);
     });
-    this.#watcher.on('error', (err) => this.#o.logger.error({ code: 'CERTSHARE_BAD_CONFIG', err: errorMessage(err) }, '--tls directory watch failed'));
+    this.#watcher.on('error', (err) => this.#o.logger.error({ code: 'CERTSHARE_BAD_CONFIG', err: errorMessage(err) }, `${this.#flag} directory watch failed`));
     return pair;
   }
 
@@ -59,7 +63,7 @@ class TlsDirectory implements PairSource {
       const pair = await this.#read();
       if (this.#last.changed(pair)) this.#o.onPair(pair);
     } catch (err) {
-      this.#o.logger.warn({ code: 'CERTSHARE_BAD_CONFIG', err: errorMessage(err) }, '--tls pair unreadable; keeping the one served');
+      this.#o.logger.warn({ code: 'CERTSHARE_BAD_CONFIG', err: errorMessage(err) }, `${this.#flag} pair unreadable; keeping the one served`);
     }
   }
 

@@ -2,6 +2,8 @@
 // on 127.0.0.1), trusting only the caBundle the injector itself keeps in the MutatingWebhookConfiguration.
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
+import { mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
@@ -13,8 +15,11 @@ import { ANNOTATION } from '../../src/injector/mutate.ts';
 import { bundleSerials } from '../../src/injector/targets.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { must, secretSatisfies, type SecretObject } from '../support/kube.ts';
+import { DAY, makePair } from '../support/certs.ts';
 import { bucketIncrease, histogramQuantile } from '../support/histogram.ts';
 import { freePort } from '../support/processes.ts';
+import { useTempDir } from '../support/standalone.ts';
+import { get, writePair } from '../support/tls.ts';
 import { nextEvent, onEvent, until } from '../support/wait.ts';
 import { examplePod, examplePodSpecBefore, injectedParts } from './example.ts';
 import { startRelay, type Relay } from './relay.ts';
@@ -75,6 +80,7 @@ interface Replica {
 }
 
 describe('injector against the real apiserver (manifests/injector RBAC, two replicas behind a relay)', () => {
+  const dir = useTempDir();
   const ns = `inj-${process.pid}`;
   let relay: Relay;
   let kubeconfig: string;
@@ -483,5 +489,28 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     assert.ok(created >= 10, `only ${created} Pods created`);
     assert.ok(!bundle.some((ca) => oldBundle.includes(ca)), `old CAs ${oldBundle.join(',')} still in ${bundle.join(',')}`);
     for (const r of replicas) assert.ok(bundle.includes(r.injector.controller.state.leaf!.signedBy), r.name);
+  });
+
+  it('serves /metrics over HTTPS with --metrics-tls, a renewed pair from the next handshake on, and refuses an unreadable pair at start', async () => {
+    const tlsDir = join(dir(), 'metrics-tls');
+    await mkdir(tlsDir);
+    const first = await writePair(tlsDir, await makePair('localhost', Date.now() - 60_000, DAY));
+    await assert.rejects(startReplica(['--metrics-tls', `dir:${join(dir(), 'missing')}`]), {
+      code: 'CERTSHARE_BAD_CONFIG',
+      message: /^--metrics-tls dir:.*cannot read tls\.crt and tls\.key/,
+    });
+    const r = await startReplica(['--metrics-tls', `dir:${tlsDir}`]);
+    try {
+      const url = `https://127.0.0.1:${r.injector.metricsPort}/metrics`;
+      const before = await get(url, false);
+      assert.deepEqual([before.status, before.serial], [200, first]);
+      const served = nextEvent<{ serial: string }>(r.injector.events, 'metricsTlsServed', () => true, 10_000);
+      const second = await writePair(tlsDir, await makePair('localhost', Date.now() - 60_000, DAY));
+      assert.equal((await served).serial, second);
+      const after = await get(url, false);
+      assert.deepEqual([after.status, after.serial], [200, second]);
+    } finally {
+      await r.injector.stop();
+    }
   });
 });
