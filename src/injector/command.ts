@@ -14,6 +14,7 @@ import { parseHostPort } from '../core/listen-address.ts';
 import { parseFlags, usage, type FlagSpec, type FlagValues } from '../cli/flags.ts';
 import { duration, tlsChoice, type ShareMode } from '../cli/run-options.ts';
 import type { TlsChoice } from '../config/daemon-config.ts';
+import type { ServingPair } from '../server/tls-pair.ts';
 import { pairSource } from '../server/tls-source.ts';
 import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './metrics.ts';
@@ -215,6 +216,17 @@ export async function startInjector(
   // --metrics-tls: the first pair is a start-up check (unreadable or mismatched: nothing starts); a renewed
   // one is served from the next handshake on, a bad one leaves the served pair in place.
   let metricsServer: Awaited<ReturnType<typeof startMetricsServer>> | undefined;
+  // A pair renewed before the listener exists (while the rest starts) is served as soon as it does.
+  let renewedEarly: ServingPair | undefined;
+  const serveMetricsPair = (server: NonNullable<typeof metricsServer>, pair: ServingPair): void => {
+    try {
+      const serial = server.setPair(pair);
+      deps.logger.info({ serial }, 'serving a new TLS certificate on /metrics');
+      events.emit('metricsTlsServed', { serial });
+    } catch (err) {
+      deps.logger.error({ code: 'CERTSHARE_CERT_INVALID', err: errorMessage(err) }, '--metrics-tls pair unusable; keeping the one served');
+    }
+  };
   const metricsPairs = config.metricsTls
     ? await pairSource(config.metricsTls, {
         logger: deps.logger,
@@ -222,13 +234,8 @@ export async function startInjector(
         env: deps.env,
         flag: 'metrics-tls',
         onPair: (pair) => {
-          try {
-            const serial = metricsServer?.setPair(pair);
-            deps.logger.info({ serial }, 'serving a new TLS certificate on /metrics');
-            events.emit('metricsTlsServed', { serial });
-          } catch (err) {
-            deps.logger.error({ code: 'CERTSHARE_CERT_INVALID', err: errorMessage(err) }, '--metrics-tls pair unusable; keeping the one served');
-          }
+          if (metricsServer) serveMetricsPair(metricsServer, pair);
+          else renewedEarly = pair;
         },
       })
     : undefined;
@@ -281,9 +288,9 @@ export async function startInjector(
   });
   controller.on('action', (action) => metrics.step(action));
   controller.on('failed', (kind) => metrics.failure(kind));
-  metricsServer = await startMetricsServer(metrics, config.metricsListen.host, config.metricsListen.port, firstMetricsPair);
-  const metricsPort = metricsServer.port;
-  const closeMetrics = metricsServer.close;
+  const metricsListener = await startMetricsServer(metrics, config.metricsListen.host, config.metricsListen.port, firstMetricsPair);
+  metricsServer = metricsListener;
+  if (renewedEarly) serveMetricsPair(metricsListener, renewedEarly);
   elector.start();
   controller.start();
   deps.logger.info(
@@ -296,14 +303,14 @@ export async function startInjector(
     controller: running,
     elector,
     metrics,
-    metricsPort,
+    metricsPort: metricsListener.port,
     events,
     async stop() {
       await running.stop();
       // Released (best effort, within the kube timeout): another replica writes at once, not after the Lease expires.
       await elector.stop(AbortSignal.timeout(config.kubeTimeoutMs));
       connection.close();
-      await Promise.all([server.close({ drainMs: config.drainDelayMs }), closeMetrics(), metricsPairs?.stop()]);
+      await Promise.all([server.close({ drainMs: config.drainDelayMs }), metricsListener.close(), metricsPairs?.stop()]);
     },
   };
 }
