@@ -13,6 +13,7 @@ import { request as httpRequest } from 'node:http';
 import { constants as h2, type ClientHttp2Stream, type IncomingHttpHeaders as H2IncomingHeaders } from 'node:http2';
 import { request as httpsRequest, type RequestOptions } from 'node:https';
 import { PassThrough } from 'node:stream';
+import { setTimeout as delay } from 'node:timers/promises';
 import type { KubeConfig } from '@kubernetes/client-node/dist/config.js';
 import type { SecurityAuthentication } from '@kubernetes/client-node/dist/gen/auth/auth.js';
 import { createConfiguration, type ConfigurationOptions } from '@kubernetes/client-node/dist/gen/configuration.js';
@@ -20,6 +21,7 @@ import { ResponseContext, wrapHttpLibrary, type RequestContext } from '@kubernet
 import { setHeaderMiddleware } from '@kubernetes/client-node/dist/middleware.js';
 import { ServerConfiguration } from '@kubernetes/client-node/dist/gen/servers.js';
 import { of } from '@kubernetes/client-node/dist/gen/rxjsStub.js';
+import { doubling, jitter } from '../core/backoff.ts';
 import { CertshareError } from '../core/errors.ts';
 import { LineSplitter } from '../localapi/line-splitter.ts';
 import {
@@ -174,9 +176,25 @@ function responseOf(stream: ClientHttp2Stream, signal: AbortSignal): Promise<{ h
 }
 
 /**
+ * Attempts of a stream the server refused unprocessed, and the wait before the third (doubling after).
+ * Go's HTTP/2 transport, client-go's, sends such a request up to 7 times, the second at once (x/net
+ * http2 RoundTripOpt); we do too, waiting from 100 ms instead of its 1 s, within the request's deadline. An
+ * apiserver sending GOAWAY (--goaway-chance) refuses every stream above its last one: under load a request
+ * can land on two such sessions in a row, and a single retry failed it (seen in a CI rehearsal).
+ */
+const REFUSED_ATTEMPTS = 7;
+const REFUSED_FIRST_WAIT_MS = 100;
+
+/** The wait before attempt `attempt` (≥ 2) of a refused stream: none for the second, then doubling (jittered). */
+export function refusedRetryWaitMs(attempt: number): number {
+  return attempt <= 2 ? 0 : Math.round(jitter(doubling(REFUSED_FIRST_WAIT_MS, attempt - 2, 60_000), 0.1));
+}
+
+/**
  * One exchange on a pooled HTTP/2 session. A stream the server refused unprocessed (REFUSED_STREAM, or
- * a session that had just received GOAWAY) is sent once more, on another session. A deadline that
- * passes without a byte from the connection makes the session suspect (see H2Session.suspect).
+ * a session that had just received GOAWAY) is sent again on another session, up to REFUSED_ATTEMPTS in
+ * all. A deadline that passes without a byte from the connection makes the session suspect (see
+ * H2Session.suspect).
  */
 async function exchangeHttp2(pool: H2SessionPool, url: URL, out: Outgoing, options: RequestOptions, signal: AbortSignal): Promise<Answer | 'http1'> {
   const longLived = url.searchParams.get('watch') === 'true';
@@ -209,7 +227,11 @@ async function exchangeHttp2(pool: H2SessionPool, url: URL, out: Outgoing, optio
         },
       };
     } catch (err) {
-      if (attempt === 1 && !signal.aborted && refusedBeforeProcessing(err, stream)) continue;
+      if (attempt < REFUSED_ATTEMPTS && !signal.aborted && refusedBeforeProcessing(err, stream)) {
+        const waitMs = refusedRetryWaitMs(attempt + 1);
+        if (waitMs > 0) await delay(waitMs, undefined, { signal }).catch(() => Promise.reject(abortError(signal)));
+        continue;
+      }
       if (signal.aborted && isDeadline(signal.reason) && session.bytesRead === readBefore) session.suspect();
       throw err;
     }

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
 import { connectKube } from '../../src/kube/connection.ts';
-import { kubeSessionStats, makeApi, watchOnce } from '../../src/kube/https-transport.ts';
+import { kubeSessionStats, makeApi, refusedRetryWaitMs, watchOnce } from '../../src/kube/https-transport.ts';
 import { DAY, makePair } from '../support/certs.ts';
 import { freePort } from '../support/processes.ts';
 import { useTempDir } from '../support/standalone.ts';
@@ -80,23 +80,45 @@ describe('HTTP/2 transport against a scripted server', () => {
     connection.close();
   });
 
-  it('a stream refused unprocessed (REFUSED_STREAM) is sent once more', async () => {
+  it("a stream refused unprocessed (REFUSED_STREAM) is sent again, up to 7 times as Go's transport does", async () => {
     script = (name, stream, attempt) => {
-      if (attempt === 1) return stream.close(constants.NGHTTP2_REFUSED_STREAM);
+      if (attempt <= (name === 'refused-thrice' ? 3 : 1)) return stream.close(constants.NGHTTP2_REFUSED_STREAM);
       stream.respond({ ':status': 200, 'content-type': 'application/json' });
       stream.end(secretJson(name));
     };
     const connection = await connectKube({ KUBECONFIG: await kubeconfigFor(dir(), 'refused', port), POD_NAMESPACE: 'n' });
     const api = makeApi(connection.config, CoreV1Api);
     assert.equal((await api.readNamespacedSecret({ name: 'refused-once', namespace: 'n' })).metadata?.name, 'refused-once');
-    assert.deepEqual(
-      seen.filter((n) => n === 'refused-once'),
-      ['refused-once', 'refused-once'],
-    );
-    // Refused every time: one retry only, then the error.
+    assert.equal(seen.filter((n) => n === 'refused-once').length, 2);
+    // Refused on several sessions in a row (an apiserver sending GOAWAY under load): still answered.
+    assert.equal((await api.readNamespacedSecret({ name: 'refused-thrice', namespace: 'n' })).metadata?.name, 'refused-thrice');
+    assert.equal(seen.filter((n) => n === 'refused-thrice').length, 4);
+    // Refused every time: 7 attempts, then the error.
     script = (_name, stream) => stream.close(constants.NGHTTP2_REFUSED_STREAM);
-    await assert.rejects(api.readNamespacedSecret({ name: 'always-refused', namespace: 'n' }));
-    assert.equal(seen.filter((n) => n === 'always-refused').length, 2);
+    await assert.rejects(api.readNamespacedSecret({ name: 'always-refused', namespace: 'n' }), /NGHTTP2_REFUSED_STREAM/);
+    assert.equal(seen.filter((n) => n === 'always-refused').length, 7);
+    connection.close();
+  });
+
+  it("waits before a refused stream's next attempt: none for the second, then 100 ms doubling, jittered by 10 %", () => {
+    assert.equal(refusedRetryWaitMs(2), 0);
+    for (const [attempt, base] of [
+      [3, 100],
+      [4, 200],
+      [5, 400],
+      [7, 1600],
+    ] as const) {
+      const wait = refusedRetryWaitMs(attempt);
+      assert.ok(wait >= base * 0.9 && wait <= base * 1.1, `attempt ${attempt}: ${wait} ms`);
+    }
+  });
+
+  it("a refused stream's retries end with the request's deadline", async () => {
+    script = (_name, stream) => stream.close(constants.NGHTTP2_REFUSED_STREAM);
+    const connection = await connectKube({ KUBECONFIG: await kubeconfigFor(dir(), 'refused-deadline', port), POD_NAMESPACE: 'n' });
+    const api = makeApi(connection.config, CoreV1Api, 250);
+    await assert.rejects(api.readNamespacedSecret({ name: 'refused-until-deadline', namespace: 'n' }), { code: 'CERTSHARE_KUBE_TIMEOUT' });
+    assert.ok(seen.filter((n) => n === 'refused-until-deadline').length < 7, 'stopped by the deadline, not by the attempt count');
     connection.close();
   });
 
