@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { beforeEach, describe, it } from 'node:test';
 import { CertLoop, type CertLoopDeps } from '../../src/core/cert-loop.ts';
+import { CertManager } from '../../src/core/cert-manager.ts';
 import { validateCertPair } from '../../src/core/certificate.ts';
 import type { Clock } from '../../src/core/clock.ts';
 import { LocalApiError, type CertPair, type CertPairOptions } from '../../src/core/localapi.ts';
@@ -11,6 +12,7 @@ import { staticRole, type LoadOptions, type StoredCert } from '../../src/core/st
 const alwaysWriter = staticRole('writer-0', true);
 const alwaysReader = staticRole('reader-1', false);
 import { makePair } from '../support/certs.ts';
+import { FakeClock } from '../support/fake-clock.ts';
 import { MemoryStore } from '../support/memory-store.ts';
 
 const domain = 'proxy.tailnet-9.ts.net';
@@ -401,8 +403,6 @@ function managerDefaults(clock: Clock): Omit<CertLoopDeps, 'localApi' | 'store' 
 
 describe('CertManager', () => {
   it('restarts a loop that crashed, and never runs two loops for one domain', async () => {
-    const { CertManager } = await import('../../src/core/cert-manager.ts');
-    const { FakeClock } = await import('../support/fake-clock.ts');
     const clock = new FakeClock();
     let calls = 0;
     let inFlight = 0;
@@ -446,8 +446,6 @@ describe('CertManager', () => {
 
 describe('CertManager.stopIssuing', () => {
   it('starts no CertPair call once stopping, and settles only when the call under way is stored', async () => {
-    const { CertManager } = await import('../../src/core/cert-manager.ts');
-    const { FakeClock } = await import('../support/fake-clock.ts');
     const clock = new FakeClock();
     const store = new MemoryStore();
     const called: string[] = [];
@@ -492,8 +490,6 @@ describe('CertManager.stopIssuing', () => {
 
 describe('CertManager.verifyStored: a stopping writer puts back what the store lost before handing over', () => {
   it('reads the store itself and restores the certificate a hand edit replaced, without a CertPair call', async () => {
-    const { CertManager } = await import('../../src/core/cert-manager.ts');
-    const { FakeClock } = await import('../support/fake-clock.ts');
     const clock = new FakeClock();
     const store = new MemoryStore();
     const pair = await makePair(domain, clock.now() - MIN, LIFETIME);
