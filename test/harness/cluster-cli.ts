@@ -1,6 +1,7 @@
 // `npm run cluster` / `make cluster`: the test control plane (etcd + kube-apiserver on loopback) in the
 // foreground, for trying certshare by hand. Writes .cluster/kubeconfig (admin) and .cluster/bin/kubectl;
-// Ctrl-C stops everything and removes the data.
+// Ctrl-C stops everything and removes the data. `npm run cluster -- --kubelet`: the real single-node
+// cluster of the end-to-end tier instead (test/cluster/), with the project's images imported.
 import { chmod, copyFile, mkdir, rm, symlink, writeFile, readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { startControlPlane, type ControlPlane } from './control-plane.ts';
@@ -24,9 +25,16 @@ async function linkKubectl(binDir: string): Promise<void> {
 async function main(): Promise<void> {
   if (process.argv.includes('--help') || process.argv.includes('-h')) {
     console.log(
-      'Usage: npm run cluster   (or make cluster)\n\nStarts etcd + kube-apiserver on 127.0.0.1 until Ctrl-C.\n' +
-        'Env: CERTSHARE_CP_VERBOSE=1 streams their logs; KUBEBUILDER_ASSETS=<dir> uses prebuilt binaries.',
+      'Usage: npm run cluster [-- --kubelet]   (or make cluster)\n\nStarts etcd + kube-apiserver on 127.0.0.1 until Ctrl-C.\n' +
+        '--kubelet: a real single-node cluster (kubelet, containerd, controllers, kube-proxy, DNS) in a network\n' +
+        'namespace of its own, with the certshare, tailscale, nginx and pause images built and imported (root).\n' +
+        'Env: CERTSHARE_CP_VERBOSE=1 (CERTSHARE_CLUSTER_VERBOSE=1 with --kubelet) streams their logs;\n' +
+        'KUBEBUILDER_ASSETS=<dir> uses prebuilt binaries.',
     );
+    return;
+  }
+  if (process.argv.includes('--kubelet')) {
+    await runNodeCluster();
     return;
   }
   const started = performance.now();
@@ -75,3 +83,39 @@ main().catch((err: unknown) => {
   console.error(`cluster: ${err instanceof Error ? err.message : String(err)}`);
   process.exit(1);
 });
+
+async function runNodeCluster(): Promise<void> {
+  const { startE2eCluster } = await import('../cluster/e2e-cluster.ts');
+  const started = performance.now();
+  console.error('cluster: starting a single-node cluster (the first run builds binaries and images; slow)');
+  const env = await startE2eCluster({ log: (line) => console.error(`cluster: ${line}`) });
+  let stopping = false;
+  const stop = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    console.error(`\ncluster: ${signal}, stopping (and restoring the host)`);
+    await env.stop();
+    await rm(kubeconfigPath, { force: true });
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void stop('SIGINT'));
+  process.on('SIGTERM', () => void stop('SIGTERM'));
+  process.on('SIGHUP', () => void stop('SIGHUP'));
+  await mkdir(clusterDir, { recursive: true });
+  await writeFile(kubeconfigPath, await readFile(env.cluster.adminKubeconfigPath, 'utf8'), { mode: 0o600 });
+  await linkKubectl(env.cluster.binDir);
+  const t = env.cluster.timings;
+  console.log(`cluster: ready in ${Math.round(performance.now() - started)} ms (apiserver ${t.apiServerReadyMs} ms, node Ready ${t.nodeReadyMs} ms)
+  server      ${env.cluster.server}   (inside the network namespace ${env.netns} only)
+  kubeconfig  .cluster/kubeconfig
+  images      ${Object.values(env.images)
+    .map((i) => i.ref)
+    .join(', ')}
+  tailscale   control ${env.tsenv.control}, ACME ${env.tsenv.acme}
+
+In another shell (kubectl runs inside the namespace):
+  nsenter --net=/run/netns/${env.netns} .cluster/bin/kubectl --kubeconfig=.cluster/kubeconfig get nodes
+
+Ctrl-C stops everything, deletes the data and puts back the kernel settings the kubelet changed.`);
+  setInterval(() => {}, 1 << 30);
+}

@@ -281,12 +281,12 @@ function childEnv(): NodeJS.ProcessEnv {
 // Binaries
 
 /**
- * Directory holding etcd, kube-apiserver and kubectl: the last stdout line of build.sh, which builds
- * them once (tens of minutes cold; progress on stderr, no timeout here) and honours KUBEBUILDER_ASSETS.
+ * Directory holding etcd, kube-apiserver and kubectl (and the node's components, for the real-cluster
+ * tier): the last stdout line of build.sh, which builds them once (tens of minutes cold; progress on stderr, no timeout here) and honours KUBEBUILDER_ASSETS.
  * Memoised per process; build.sh itself serialises concurrent builds with a lock.
  */
 export function k8sBinDir(): Promise<string> {
-  return buildOnce(BUILD_SCRIPT, ['etcd', 'kube-apiserver', 'kubectl']);
+  return buildOnce(BUILD_SCRIPT, ['etcd', 'kube-apiserver', 'kubectl', 'kubelet', 'kube-controller-manager', 'kube-scheduler', 'kube-proxy']);
 }
 
 const builds = new Map<string, Promise<string>>();
@@ -327,7 +327,7 @@ async function runBuildScript(script: string, bins: string[]): Promise<string> {
 // ---------------------------------------------------------------------------------------------
 // Small helpers
 
-function yamlKubeconfig(p: { server: string; caPem: string; user: Record<string, string>; userName: string; namespace: string }): string {
+export function yamlKubeconfig(p: { server: string; caPem: string; user: Record<string, string>; userName: string; namespace: string }): string {
   const b64 = (s: string) => Buffer.from(s).toString('base64');
   const q = (s: string) => JSON.stringify(s); // a JSON string is a valid YAML double-quoted scalar
   const userLines = Object.entries(p.user).map(([k, v]) => `    ${k}: ${q(k.endsWith('-data') ? b64(v) : v)}`);

@@ -22,6 +22,8 @@ export interface ControlPlanePki {
   admin: KeyPairPem;
   /** Service-account token signing key (PKCS#8) and its public key (SPKI). */
   serviceAccount: { privateKeyPem: string; publicKeyPem: string };
+  /** The client certificates asked for in PkiOptions.clients, by the same keys. */
+  clients: Record<string, KeyPairPem>;
 }
 
 function pem(label: string, der: ArrayBuffer): string {
@@ -43,6 +45,8 @@ export interface PkiOptions {
   extraDnsNames?: string[];
   /** Validity, default 7 days. */
   validityMs?: number;
+  /** Further client certificates, by name: their subject (e.g. `CN=system:node:n1, O=system:nodes`). */
+  clients?: Record<string, string>;
 }
 
 export async function createControlPlanePki(options: PkiOptions = {}): Promise<ControlPlanePki> {
@@ -98,7 +102,13 @@ export async function createControlPlanePki(options: PkiOptions = {}): Promise<C
       ...ips.map((value) => ({ type: 'ip' as const, value })),
     ]),
   ]);
-  const adminCert = await leaf('CN=admin, O=system:masters', adminKeys, [new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth])]);
+  const clientAuth = () => [new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth])];
+  const adminCert = await leaf('CN=admin, O=system:masters', adminKeys, clientAuth());
+  const clients: Record<string, KeyPairPem> = {};
+  for (const [name, subject] of Object.entries(options.clients ?? {})) {
+    const keys = await newKeys();
+    clients[name] = { certPem: `${(await leaf(subject, keys, clientAuth())).toString('pem')}\n`, keyPem: await privateKeyPem(keys) };
+  }
 
   return {
     ca: { certPem: `${caCert.toString('pem')}\n`, keyPem: await privateKeyPem(caKeys) },
@@ -108,5 +118,6 @@ export async function createControlPlanePki(options: PkiOptions = {}): Promise<C
       privateKeyPem: await privateKeyPem(saKeys),
       publicKeyPem: pem('PUBLIC KEY', await webcrypto.subtle.exportKey('spki', saKeys.publicKey)),
     },
+    clients,
   };
 }

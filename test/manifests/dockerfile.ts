@@ -135,6 +135,22 @@ export function parseDockerignore(text: string): (relPath: string) => boolean {
 // -------------------------------------------------------------------------------------------------
 // Replay
 
+/** Stages on a distroless image: there is no shell in them, so a RUN there is an error. */
+export function isDistroless(stage: Stage): boolean {
+  return stage.image.startsWith('gcr.io/distroless/');
+}
+
+/**
+ * The environment for replayed RUN steps: the Node 24 in nodeBinDir first on PATH; npm's own variables
+ * from an enclosing `npm test` dropped, so that they do not steer the nested npm (prefix, cache, omit...).
+ */
+export function replayRunEnv(nodeBinDir: string): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(process.env)) if (!/^npm_/i.test(key) && key !== 'INIT_CWD' && key !== 'NODE_ENV') env[key] = value;
+  env.PATH = `${nodeBinDir}:${process.env.PATH ?? '/usr/bin:/bin'}`;
+  return env;
+}
+
 export interface ReplayedStage {
   stage: Stage;
   /** Host directory standing for the stage's filesystem root. */

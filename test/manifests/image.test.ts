@@ -11,7 +11,18 @@ import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { startEmulator } from '../../src/emulator/server.ts';
 import { DOMAIN, tempDir } from '../support/standalone.ts';
-import { envOf, execForm, instructions, parseDockerfile, parseDockerignore, replayDockerfile, type ReplayedStage, type Stage } from './dockerfile.ts';
+import {
+  envOf,
+  execForm,
+  instructions,
+  isDistroless,
+  parseDockerfile,
+  parseDockerignore,
+  replayDockerfile,
+  replayRunEnv,
+  type ReplayedStage,
+  type Stage,
+} from './dockerfile.ts';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const DISTROLESS = 'gcr.io/distroless/nodejs24-debian13:nonroot';
@@ -106,17 +117,13 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
     async () => {
       dir = await tempDir('certshare-image-');
       await chmod(dir.path, 0o755); // the non-root run below must reach the files
-      // Node 24 (this process) first on PATH for RUN steps; npm's own variables from an enclosing
-      // `npm test` must not steer the nested npm (prefix, cache, omit...).
-      const runEnv: NodeJS.ProcessEnv = {};
-      for (const [key, value] of Object.entries(process.env)) if (!/^npm_/i.test(key) && key !== 'INIT_CWD' && key !== 'NODE_ENV') runEnv[key] = value;
-      runEnv.PATH = `${dirname(process.execPath)}:${process.env.PATH ?? '/usr/bin:/bin'}`;
       const started = performance.now();
+      // Node 24 (this process) first on PATH for RUN steps.
       const replayed = await replayDockerfile(stages, {
         context: REPO,
         workDir: dir.path,
-        runEnv,
-        shellless: (stage) => stage.image.startsWith('gcr.io/distroless/'),
+        runEnv: replayRunEnv(dirname(process.execPath)),
+        shellless: isDistroless,
       });
       final = replayed.at(-1)!;
       app = join(final.root, final.workdir);

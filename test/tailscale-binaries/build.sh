@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prints the directory holding tailscaled, tailscale (the CLI) and tsenv (Tailscale's test control
+# Prints the directory holding tailscaled, tailscale (the CLI), containerboot (the entrypoint of Tailscale's
+# container image, for the real-cluster tier) and tsenv (Tailscale's test control
 # server + the pebble ACME server, ./tsenv), building them once from Go modules (through the module
 # proxy, versions pinned in go.mod/go.sum) into a cache outside the clone. CERTSHARE_TAILSCALE_BIN wins.
 # Concurrent callers (parallel test files) are serialised with a lock; only one builds.
@@ -20,12 +21,13 @@ ldflags="-s -w -X tailscale.com/version.longStamp=${short}-certshare-test -X tai
 tsenv_sum="$(cat "$here/go.mod" "$here/go.sum" "$here"/tsenv/*.go | sha256sum | cut -c1-16)"
 recipe="tailscale=$ts_version pebble=$pebble_version tsenv=$tsenv_sum cgo=0 ldflags=$ldflags"
 
-bins=(tailscaled tailscale tsenv)
+bins=(tailscaled tailscale containerboot tsenv)
 purpose="tailscaled for the tests"
 # shellcheck source=../support/cached-go-build.sh
 source "$here/../support/cached-go-build.sh"
 cached_build_begin "tailscaled ${ts_version}, tailscale and tsenv (pebble ${pebble_version})" "about 4 minutes on 2 cores"
 cached_build tailscaled tailscale.com/cmd/tailscaled
 cached_build tailscale tailscale.com/cmd/tailscale
+cached_build containerboot tailscale.com/cmd/containerboot
 cached_build tsenv ./tsenv
 cached_build_end

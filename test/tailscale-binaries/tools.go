@@ -4,6 +4,7 @@
 package tools
 
 import (
+	_ "tailscale.com/cmd/containerboot"
 	_ "tailscale.com/cmd/tailscale"
 	_ "tailscale.com/cmd/tailscaled"
 )

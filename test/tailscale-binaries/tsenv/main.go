@@ -176,8 +176,8 @@ func (l *locationWriter) Write(b []byte) (int, error) {
 	return l.ResponseWriter.Write(b)
 }
 
-// selfSignedServer makes a CA and a 127.0.0.1 serving certificate signed by it.
-func selfSignedServer() (caPEM []byte, cert tls.Certificate, err error) {
+// selfSignedServer makes a CA and a serving certificate for 127.0.0.1 and ip signed by it.
+func selfSignedServer(ip net.IP) (caPEM []byte, cert tls.Certificate, err error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, cert, err
@@ -206,7 +206,7 @@ func selfSignedServer() (caPEM []byte, cert tls.Certificate, err error) {
 		Subject:      pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(30 * 24 * time.Hour),
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), ip},
 		DNSNames:     []string{"localhost"},
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
@@ -225,10 +225,18 @@ func main() {
 	validity := flag.Duration("validity", 90*24*time.Hour, "lifetime of the certificates pebble issues")
 	domainsAtStart := flag.Bool("cert-domains", false, "send the cert domain from the start (otherwise: after POST /cert-domains on the admin API)")
 	verbose := flag.Bool("v", false, "log control and pebble activity to stderr")
+	// The real-cluster tier runs tailscaled in Pods: they reach control, DERP and ACME on the node's
+	// address inside the cluster's network namespace.
+	listen := flag.String("listen", "127.0.0.1", "IPv4 address every listener binds")
 	flag.Parse()
 	if *dir == "" {
 		log.Fatal("tsenv: --dir is required")
 	}
+	listenIP := net.ParseIP(*listen).To4()
+	if listenIP == nil {
+		log.Fatalf("tsenv: --listen %q is not an IPv4 address", *listen)
+	}
+	listenAt := net.JoinHostPort(listenIP.String(), "0")
 	logf := logger.Discard
 	pebbleLog := log.New(discard{}, "", 0)
 	if *verbose {
@@ -240,15 +248,21 @@ func main() {
 	derp := derpserver.New(key.NewNode(), logf)
 	derpServer := httptest.NewUnstartedServer(derpserver.Handler(derp))
 	derpServer.Config.ErrorLog = log.New(discard{}, "", 0)
+	derpLn, err := net.Listen("tcp", listenAt)
+	if err != nil {
+		log.Fatalf("tsenv: DERP listener: %v", err)
+	}
+	derpServer.Listener.Close()
+	derpServer.Listener = derpLn
 	derpServer.StartTLS()
 	derpPort := derpServer.Listener.Addr().(*net.TCPAddr).Port
 	derpMap := &tailcfg.DERPMap{Regions: map[int]*tailcfg.DERPRegion{1: {
 		RegionID: 1, RegionCode: "test", RegionName: "loopback",
-		Nodes: []*tailcfg.DERPNode{{Name: "1a", RegionID: 1, HostName: "127.0.0.1", IPv4: "127.0.0.1", IPv6: "none",
+		Nodes: []*tailcfg.DERPNode{{Name: "1a", RegionID: 1, HostName: listenIP.String(), IPv4: listenIP.String(), IPv6: "none",
 			DERPPort: derpPort, STUNPort: -1, InsecureForTests: true}},
 	}}}
 
-	controlLn, err := net.Listen("tcp", "127.0.0.1:0")
+	controlLn, err := net.Listen("tcp", listenAt)
 	if err != nil {
 		log.Fatalf("tsenv: control listener: %v", err)
 	}
@@ -284,11 +298,11 @@ func main() {
 	frontend := wfe.New(pebbleLog, store, validator, authority, []string{"pebble.letsencrypt.org"}, false, false, 0, 0)
 	front := &acmeFront{next: frontend.Handler(), newOrders: map[string]int{}}
 
-	tlsCA, tlsCert, err := selfSignedServer()
+	tlsCA, tlsCert, err := selfSignedServer(listenIP)
 	if err != nil {
 		log.Fatalf("tsenv: TLS certificate: %v", err)
 	}
-	acmeLn, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{tlsCert}})
+	acmeLn, err := tls.Listen("tcp", listenAt, &tls.Config{Certificates: []tls.Certificate{tlsCert}})
 	if err != nil {
 		log.Fatalf("tsenv: ACME listener: %v", err)
 	}

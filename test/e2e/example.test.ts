@@ -1,0 +1,483 @@
+// The example is the test: certshare as users run it, on a real single-node cluster (test/cluster/).
+// The README's steps with `kubectl apply -k`: the injector as a Deployment of 2 called by the apiserver
+// through its Service, the namespace labelled, the example StatefulSet of 3 nginx proxies with tailscaled
+// (built here, logging in to Tailscale's test control server, certificates from pebble). Only what must
+// differ here is changed, by the overlays in test/e2e/ (images, tailscaled's login and ACME settings).
+//
+// Phases, in this order (the certificate lives 6 minutes and renews at half its lifetime, so the
+// rollout, the failover and the injector roll all run while it is not due: any ACME order then is one
+// too many):
+//   1. Pods Ready only after certshare's condition (False seen first); every nginx serves the
+//      certificate over verified TLS; exactly one ACME order.
+//   3. `kubectl rollout restart`: no new order; each Pod leaves the EndpointSlice (ready: false) before
+//      its proxy container stops; all Ready again.
+//   4. the writer Pod force-deleted: another replica takes the Lease; no new order.
+//   5. the injector Deployment rolled while Pods are created: zero admission failures.
+//   2. the renewal reaches every nginx without a container restart, and a client connecting through
+//      the Service all the while sees no failed handshake.
+//   6. a Pod whose tailscaled cannot issue for the domain stays not Ready; `kubectl describe pod` and
+//      `kubectl logs -c certshare` say why.
+// With CERTSHARE_E2E_FIGURES=<file> the figures are written there as JSON (npm run e2e -- --json).
+import assert from 'node:assert/strict';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { X509Certificate } from 'node:crypto';
+import { CLUSTER_ROOT } from '../cluster/cluster.ts';
+import { type E2eCluster, startE2eCluster } from '../cluster/e2e-cluster.ts';
+
+const REPO = fileURLToPath(new URL('../../', import.meta.url));
+const NODE = process.execPath;
+const PROBE = join(REPO, 'test/e2e/tls-probe.ts');
+const DOMAIN = 'proxy.tailnet-0000.ts.net';
+const NS = 'proxy';
+const BROKEN_NS = 'proxy-broken';
+const REPLICAS = 3;
+/** pebble's certificate lifetime: renewal at half (lifetimes under 10 days), 3 minutes after issuance. */
+const CERT_VALIDITY = '6m';
+const CA_FILE = join(CLUSTER_ROOT, 'e2e-ca.pem');
+
+/** Builds and cluster start included on a cold machine (tens of minutes): the hook's own bound. */
+const SETUP_TIMEOUT_MS = 60 * 60_000;
+
+interface Figures {
+  clusterStartSeconds: number;
+  imagesSeconds: number;
+  podsReadySeconds: number;
+  acmeOrders: number;
+  renewalsServed: Record<string, number>;
+  failedHandshakes: number;
+  handshakes: number;
+  serialRegressions: number;
+  containerRestarts: number;
+  rolloutNewOrders: number;
+  rolloutSeconds: number;
+  failoverNewOrders: number;
+  failoverSeconds: number;
+  admissionFailures: number;
+  admissionRequests: number;
+  /** Per replaced Pod: ms from leaving the EndpointSlice until its proxy container was seen stopped. */
+  endpointLeadMs: number[];
+}
+
+const figures: Partial<Figures> = {};
+
+// ---------------------------------------------------------------------------------------------------
+// Watching, inside the namespace: every line with the time it arrived.
+
+interface Line {
+  at: number;
+  text: string;
+}
+
+class LineWatch {
+  readonly lines: Line[] = [];
+  private readonly child: ChildProcess;
+
+  constructor(env: E2eCluster, args: string[]) {
+    const c = env.cluster;
+    this.child = spawn(c.enter[0]!, [...c.enter.slice(1), join(c.binDir, 'kubectl'), `--kubeconfig=${c.adminKubeconfigPath}`, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let partial = '';
+    this.child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+      const parts = (partial + chunk).split('\n');
+      partial = parts.pop() ?? '';
+      for (const text of parts) if (text.trim()) this.lines.push({ at: Date.now(), text });
+    });
+    this.child.stderr!.resume();
+  }
+
+  stop(): void {
+    this.child.kill('SIGKILL');
+  }
+}
+
+/** name|certshare condition|Ready|proxy container finishedAt|deletionTimestamp, per Pod event. */
+const POD_FIELDS =
+  'jsonpath={.metadata.name}|{.status.conditions[?(@.type=="certshare.io/certificates")].status}' +
+  '|{.status.conditions[?(@.type=="Ready")].status}|{.status.containerStatuses[?(@.name=="proxy")].state.terminated.finishedAt}' +
+  '|{.metadata.deletionTimestamp}|{.metadata.uid}{"\\n"}';
+
+interface PodEvent {
+  at: number;
+  name: string;
+  certshare: string;
+  ready: string;
+  proxyFinishedAt: string;
+  deleting: boolean;
+  uid: string;
+}
+
+function podEvents(watch: LineWatch): PodEvent[] {
+  return watch.lines.map(({ at, text }) => {
+    const [name = '', certshare = '', ready = '', proxyFinishedAt = '', deleting = '', uid = ''] = text.split('|');
+    return { at, name, certshare, ready, proxyFinishedAt, deleting: deleting !== '', uid };
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+async function until<T>(what: string, timeoutMs: number, check: () => Promise<T | undefined | false>, intervalMs = 500): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const value = await check();
+      if (value !== undefined && value !== false) return value;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms${last ? ` (last error: ${String(last)})` : ''}`);
+    await sleep(intervalMs);
+  }
+}
+
+interface PodInfo {
+  name: string;
+  uid: string;
+  ip: string;
+  ready: boolean;
+  restarts: number;
+  deleting: boolean;
+}
+
+async function pods(env: E2eCluster, namespace = NS): Promise<PodInfo[]> {
+  const out = await env.cluster.kubectlOk(['get', 'pods', '-n', namespace, '-l', 'app.kubernetes.io/name=proxy', '-o', 'json']);
+  const list = JSON.parse(out) as {
+    items: Array<{
+      metadata: { name: string; uid: string; deletionTimestamp?: string };
+      status: {
+        podIP?: string;
+        conditions?: Array<{ type: string; status: string }>;
+        containerStatuses?: Array<{ restartCount: number }>;
+        initContainerStatuses?: Array<{ restartCount: number }>;
+      };
+    }>;
+  };
+  return list.items.map((p) => ({
+    name: p.metadata.name,
+    uid: p.metadata.uid,
+    ip: p.status.podIP ?? '',
+    ready: p.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') ?? false,
+    restarts: [...(p.status.containerStatuses ?? []), ...(p.status.initContainerStatuses ?? [])].reduce((n, c) => n + c.restartCount, 0),
+    deleting: p.metadata.deletionTimestamp !== undefined,
+  }));
+}
+
+async function allReady(env: E2eCluster, timeoutMs: number, notUids: string[] = []): Promise<PodInfo[]> {
+  return until(`${REPLICAS} proxy Pods Ready`, timeoutMs, async () => {
+    const list = (await pods(env)).filter((p) => !p.deleting);
+    return list.length === REPLICAS && list.every((p) => p.ready && !notUids.includes(p.uid)) ? list : undefined;
+  });
+}
+
+async function acmeOrders(env: E2eCluster): Promise<number> {
+  return (await env.acmeStats()).newOrders[DOMAIN] ?? 0;
+}
+
+interface Served {
+  target: string;
+  serial?: string;
+  notAfter?: string;
+  error?: string;
+}
+
+async function servedBy(env: E2eCluster, targets: string[]): Promise<Served[]> {
+  const res = await env.cluster.exec([NODE, PROBE, 'once', '--ca', CA_FILE, '--sni', DOMAIN, ...targets], { timeoutMs: 30_000 });
+  if (res.code !== 0) throw new Error(`tls-probe: ${res.stderr}`);
+  return JSON.parse(res.stdout) as Served[];
+}
+
+/** The serial (upper-case hex, as node:tls reports it) of the certificate in the domain's Secret. */
+async function secretSerial(env: E2eCluster): Promise<string> {
+  const crt = await env.cluster.kubectlOk(['get', 'secret', DOMAIN, '-n', NS, '-o', 'jsonpath={.data.tls\\.crt}']);
+  return new X509Certificate(Buffer.from(crt, 'base64').toString('utf8')).serialNumber.toUpperCase();
+}
+
+async function leaseHolder(env: E2eCluster): Promise<string> {
+  return (await env.cluster.kubectlOk(['get', 'lease', 'certshare-proxy', '-n', NS, '-o', 'jsonpath={.spec.holderIdentity}'])).trim();
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+const skip = process.getuid?.() !== 0 ? 'the real-cluster tier needs root (network namespace, cgroups, mounts)' : false;
+
+describe('the example on a real single-node cluster', { skip }, () => {
+  let env: E2eCluster;
+  let podWatch: LineWatch;
+  let sliceWatch: LineWatch;
+
+  before(
+    async () => {
+      env = await startE2eCluster({ certValidity: CERT_VALIDITY, log: (line) => process.stderr.write(`e2e: ${line}\n`) });
+      figures.clusterStartSeconds = Number(env.startSeconds.cluster.toFixed(1));
+      figures.imagesSeconds = Number(env.startSeconds.images.toFixed(1));
+      await writeFile(CA_FILE, env.tsenv.bundlePem);
+      const k = (args: string[], input?: string) => env.cluster.kubectlOk(args, { input, timeoutMs: 120_000 });
+      // README: the injector, once per cluster.
+      await k(['create', 'namespace', 'certshare']);
+      await k(['apply', '-k', join(REPO, 'test/e2e/injector')]);
+      await k(['rollout', 'status', 'deployment/certshare-injector', '-n', 'certshare', '--timeout=180s'], undefined);
+      await until('the injector wrote its caBundle', 60_000, async () => {
+        const out = await k(['get', 'mutatingwebhookconfiguration', 'certshare-injector', '-o', 'jsonpath={.webhooks[0].clientConfig.caBundle}']);
+        return out.trim().length > 0;
+      });
+      // README: opt the namespace in. Then what the example needs besides the manifests: tailscaled's auth
+      // key, and here the test control server's and pebble's addresses.
+      for (const [ns, hostname] of [
+        [NS, 'proxy'],
+        [BROKEN_NS, 'elsewhere'],
+      ] as const) {
+        await k(['create', 'namespace', ns]);
+        await k(['label', 'namespace', ns, 'certshare.io/injection=enabled']);
+        await k(['create', 'secret', 'generic', 'tailscale-auth', '-n', ns, '--from-literal=TS_AUTHKEY=tskey-auth-e2e']);
+        await k(['create', 'configmap', 'tailscale-test-ca', '-n', ns, `--from-file=ca-bundle.pem=${CA_FILE}`]);
+        await k([
+          'create',
+          'configmap',
+          'tailscale-test',
+          '-n',
+          ns,
+          `--from-literal=TS_EXTRA_ARGS=--login-server=${env.tsenv.control}`,
+          `--from-literal=TS_HOSTNAME=${hostname}`,
+          `--from-literal=TS_DEBUG_ACME_DIRECTORY_URL=${env.tsenv.acme}`,
+          '--from-literal=SSL_CERT_FILE=/etc/tailscale-test/ca-bundle.pem',
+        ]);
+      }
+      podWatch = new LineWatch(env, ['get', 'pods', '-n', NS, '--watch', '-o', POD_FIELDS]);
+      sliceWatch = new LineWatch(env, [
+        'get',
+        'endpointslices',
+        '-n',
+        NS,
+        '-l',
+        'kubernetes.io/service-name=proxy',
+        '--watch',
+        '-o',
+        'jsonpath={range .endpoints[*]}{.targetRef.uid}={.conditions.ready} {end}{"\\n"}',
+      ]);
+    },
+    { timeout: SETUP_TIMEOUT_MS },
+  );
+
+  after(
+    async () => {
+      podWatch?.stop();
+      sliceWatch?.stop();
+      await env?.stop();
+      process.stderr.write(`e2e figures: ${JSON.stringify(figures)}\n`);
+      const file = process.env.CERTSHARE_E2E_FIGURES;
+      if (file) await writeFile(file, JSON.stringify(figures));
+    },
+    { timeout: 120_000 },
+  );
+
+  it('1. Pods turn Ready only after certshare has the certificate; every nginx serves it over verified TLS; one ACME order', { timeout: 300_000 }, async () => {
+    const applied = Date.now();
+    await env.cluster.kubectlOk(['apply', '-k', join(REPO, 'test/e2e/example'), '-n', NS], { timeoutMs: 120_000 });
+    const ready = await allReady(env, 240_000);
+    figures.podsReadySeconds = Number(((Date.now() - applied) / 1000).toFixed(1));
+
+    const events = podEvents(podWatch);
+    for (const pod of ready) {
+      const mine = events.filter((e) => e.uid === pod.uid);
+      const firstCondition = mine.find((e) => e.certshare !== '');
+      assert.equal(firstCondition?.certshare, 'False', `${pod.name}: certshare's condition is False before it is True`);
+      const certshareTrue = mine.find((e) => e.certshare === 'True');
+      const podReady = mine.find((e) => e.ready === 'True');
+      assert.ok(certshareTrue && podReady, `${pod.name}: both conditions seen`);
+      assert.ok(podReady.at >= certshareTrue.at, `${pod.name}: Ready not before certshare's condition`);
+      assert.equal(mine.filter((e) => e.ready === 'True' && e.certshare !== 'True').length, 0, `${pod.name}: never Ready without the certificate`);
+    }
+
+    const serial = await secretSerial(env);
+    const served = await servedBy(
+      env,
+      ready.map((p) => `${p.ip}:8443`),
+    );
+    for (const s of served) {
+      assert.equal(s.error, undefined, `${s.target}: verified TLS handshake`);
+      assert.equal(s.serial, serial, `${s.target} serves the Secret's certificate`);
+    }
+    figures.acmeOrders = await acmeOrders(env);
+    assert.equal(figures.acmeOrders, 1, 'exactly one ACME order for three replicas');
+  });
+
+  it('3. a rolling restart issues nothing; each Pod leaves the EndpointSlice before its proxy stops', { timeout: 420_000 }, async () => {
+    const before = await pods(env);
+    const endpointLeads: number[] = [];
+    const ordersBefore = await acmeOrders(env);
+    const started = Date.now();
+    await env.cluster.kubectlOk(['rollout', 'restart', 'statefulset/proxy', '-n', NS]);
+    await env.cluster.kubectlOk(['rollout', 'status', 'statefulset/proxy', '-n', NS, '--timeout=360s'], { timeoutMs: 400_000 });
+    await allReady(
+      env,
+      120_000,
+      before.map((p) => p.uid),
+    );
+    figures.rolloutSeconds = Number(((Date.now() - started) / 1000).toFixed(1));
+    figures.rolloutNewOrders = (await acmeOrders(env)) - ordersBefore;
+    assert.equal(figures.rolloutNewOrders, 0, 'no ACME order on a rolling restart');
+
+    const events = podEvents(podWatch);
+    const lines = sliceWatch.lines;
+    for (const old of before) {
+      // The first EndpointSlice state after the last one listing the old Pod ready.
+      const lastReady = lines.findLastIndex((l) => l.text.includes(`${old.uid}=true`));
+      assert.ok(lastReady >= 0, `${old.name} (${old.uid}) was ready in the EndpointSlice`);
+      const notReadyAt = lines[lastReady + 1]?.at;
+      const stoppedAt = events.find((e) => e.uid === old.uid && e.proxyFinishedAt !== '')?.at;
+      assert.ok(notReadyAt !== undefined, `${old.name} left the EndpointSlice`);
+      assert.ok(stoppedAt !== undefined, `${old.name}: its proxy container was seen stopped`);
+      endpointLeads.push(stoppedAt - notReadyAt);
+    }
+    figures.endpointLeadMs = endpointLeads;
+    for (const [i, lead] of endpointLeads.entries()) {
+      assert.ok(lead >= 0, `${before[i]!.name}: out of the EndpointSlice ${-lead} ms after its proxy stopped`);
+    }
+  });
+
+  it('4. the writer Pod force-deleted: another replica writes, no new ACME order', { timeout: 300_000 }, async () => {
+    const ordersBefore = await acmeOrders(env);
+    const writer = await leaseHolder(env);
+    assert.ok(writer, 'a replica holds the Lease');
+    const started = Date.now();
+    await env.cluster.kubectlOk(['delete', 'pod', writer, '-n', NS, '--grace-period=0', '--force']);
+    const next = await until('another replica holds the Lease', 120_000, async () => {
+      const holder = await leaseHolder(env);
+      return holder && holder !== writer ? holder : undefined;
+    });
+    figures.failoverSeconds = Number(((Date.now() - started) / 1000).toFixed(1));
+    assert.notEqual(next, writer);
+    await allReady(env, 180_000);
+    figures.failoverNewOrders = (await acmeOrders(env)) - ordersBefore;
+    assert.equal(figures.failoverNewOrders, 0, 'no ACME order on a failover');
+  });
+
+  it('5. the injector rolled while Pods are created: no admission fails', { timeout: 300_000 }, async () => {
+    const podJson = JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: {
+        generateName: 'admission-',
+        labels: { 'certshare.io/group': 'proxy' },
+        annotations: { 'certshare.io/inject': 'true', 'certshare.io/domains': DOMAIN, 'certshare.io/mode': 'ro' },
+      },
+      spec: {
+        serviceAccountName: 'certshare-reader',
+        containers: [{ name: 'app', image: 'certshare.test/pause:1', volumeMounts: [{ name: 'certs', mountPath: '/certs' }] }],
+        volumes: [
+          { name: 'certs', emptyDir: {} },
+          { name: 'tailscale-socket', emptyDir: {} },
+        ],
+      },
+    });
+    await env.cluster.kubectlOk(['rollout', 'restart', 'deployment/certshare-injector', '-n', 'certshare']);
+    const rollout = env.cluster.kubectl(['rollout', 'status', 'deployment/certshare-injector', '-n', 'certshare', '--timeout=240s'], {
+      timeoutMs: 260_000,
+    });
+    let done = false;
+    void rollout.finally(() => (done = true));
+    let requests = 0;
+    let duringRollout = 0;
+    const failures: string[] = [];
+    // Server-side dry runs: each goes through admission (the webhook included) and leaves nothing behind.
+    while (!done || requests < duringRollout + 20) {
+      requests++;
+      if (!done) duringRollout++;
+      const res = await env.cluster.kubectl(['create', '--dry-run=server', '-n', NS, '-o', 'jsonpath={.spec.initContainers[0].name}', '-f', '-'], {
+        input: podJson,
+      });
+      if (res.code !== 0 || res.stdout.trim() !== 'certshare') failures.push(`${res.stderr.trim()}${res.stdout.trim()}`);
+    }
+    assert.equal((await rollout).code, 0, 'the injector rollout completed');
+    figures.admissionRequests = requests;
+    figures.admissionFailures = failures.length;
+    assert.ok(duringRollout >= 3, `Pods were created while the injector rolled (${duringRollout})`);
+    assert.deepEqual(failures, [], 'every Pod admitted and injected during the injector rollout');
+  });
+
+  it('2. a renewal reaches every nginx without a restart, and a client through the Service sees no failed handshake', { timeout: 480_000 }, async () => {
+    const serialBefore = await secretSerial(env);
+    const service = (await env.cluster.kubectlOk(['get', 'service', 'proxy', '-n', NS, '-o', 'jsonpath={.spec.clusterIP}'])).trim();
+    // A new connection every 50 ms through the Service (kube-proxy picks a Pod each time), until stdin ends.
+    const c = env.cluster;
+    const client = spawn(c.enter[0]!, [...c.enter.slice(1), NODE, PROBE, 'loop', '--ca', CA_FILE, '--sni', DOMAIN, '--interval-ms', '50', `${service}:443`], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let clientOut = '';
+    client.stdout!.setEncoding('utf8').on('data', (chunk: string) => (clientOut += chunk));
+    client.stderr!.resume();
+    const clientExit = new Promise<void>((resolve) => client.on('close', () => resolve()));
+    try {
+      const current = await pods(env);
+      const renewedSerial = await until(
+        'every nginx serves a renewed certificate',
+        420_000,
+        async () => {
+          const served = await servedBy(
+            env,
+            current.map((p) => `${p.ip}:8443`),
+          );
+          const serials = new Set(served.map((s) => s.serial));
+          return served.every((s) => !s.error) && serials.size === 1 && !serials.has(serialBefore) ? [...serials][0] : undefined;
+        },
+        2000,
+      );
+      assert.equal(renewedSerial, await secretSerial(env), "the renewed certificate is the Secret's");
+      figures.renewalsServed = Object.fromEntries(current.map((p) => [p.name, 1]));
+      await sleep(2000); // the client keeps connecting a little after the last Pod switched
+    } finally {
+      client.stdin!.end();
+      await clientExit;
+    }
+    const result = JSON.parse(clientOut) as { attempts: number; failures: Array<{ at: string; error: string }>; serials: string[]; regressions: unknown[] };
+    figures.handshakes = result.attempts;
+    figures.failedHandshakes = result.failures.length;
+    figures.serialRegressions = result.regressions.length;
+    assert.ok(result.attempts > 100, `the client kept connecting (${result.attempts})`);
+    assert.deepEqual(result.failures, [], 'no failed handshake or request during the renewal');
+    assert.ok(result.serials.includes(serialBefore) || result.serials.length >= 1);
+    const restarts = (await pods(env)).reduce((n, p) => n + p.restarts, 0);
+    figures.containerRestarts = restarts;
+    assert.equal(restarts, 0, 'no container restarted');
+  });
+
+  it('6. a Pod whose tailscaled cannot issue the domain stays not Ready, and describe and logs say why', { timeout: 240_000 }, async () => {
+    const ordersBefore = await acmeOrders(env);
+    await env.cluster.kubectlOk(['apply', '-k', join(REPO, 'test/e2e/example'), '-n', BROKEN_NS], { timeoutMs: 120_000 });
+    await env.cluster.kubectlOk(['scale', 'statefulset/proxy', '-n', BROKEN_NS, '--replicas=1']);
+    const pod = 'proxy-0';
+    const logs = await until(
+      'certshare says why it has no certificate',
+      180_000,
+      async () => {
+        const res = await env.cluster.kubectl(['logs', pod, '-n', BROKEN_NS, '-c', 'certshare']);
+        return res.code === 0 && res.stdout.includes(DOMAIN) && /cert domain/i.test(res.stdout) ? res.stdout : undefined;
+      },
+      2000,
+    );
+    const describe = await env.cluster.kubectlOk(['describe', 'pod', pod, '-n', BROKEN_NS]);
+    assert.match(describe, /certshare\.io\/certificates\s+False/, 'describe shows the readiness gate False');
+    const [info] = await pods(env, BROKEN_NS);
+    assert.equal(info?.ready, false, 'not Ready');
+    assert.equal(await acmeOrders(env), ordersBefore, 'no ACME order for a domain tailscaled does not have');
+    process.stderr.write(
+      `e2e: what the user reads:\n${describe
+        .split('\n')
+        .filter((l) => /certshare\.io|Ready|Conditions/.test(l))
+        .join('\n')}\n`,
+    );
+    process.stderr.write(
+      `${logs
+        .split('\n')
+        .filter((l) => l.includes(DOMAIN))
+        .slice(0, 3)
+        .join('\n')}\n`,
+    );
+  });
+});
