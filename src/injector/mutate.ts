@@ -124,14 +124,27 @@ const DOWNWARD_EXAMPLE: Record<string, string> = { 'metadata.name': 'pod-0', 'me
  * The sidecar's environment passes the daemon's own validation (value syntax and cross-field rules), so a
  * Pod that would crash-loop on a bad setting is refused at admission with the daemon's message instead.
  */
-function checkSidecarEnv(container: V1Container): void {
+function checkSidecarEnv(container: V1Container): { drainDelayMs: number } {
   const env: NodeJS.ProcessEnv = {};
   for (const e of container.env ?? []) env[e.name] = e.value ?? DOWNWARD_EXAMPLE[e.valueFrom?.fieldRef?.fieldPath ?? ''] ?? '';
   try {
-    daemonConfigFrom(parseFlags(RUN_FLAGS, [], env), env);
+    return daemonConfigFrom(parseFlags(RUN_FLAGS, [], env), env);
   } catch (err) {
     throw bad(ANNOTATION.flags, `the sidecar would not start: ${errorMessage(err)}`);
   }
+}
+
+/**
+ * The proxy keeps serving for the drain delay once its Pod is being deleted: a `preStop` sleep (the
+ * kubelet's own, no binary needed in the image) for each container that has no preStop of its own.
+ * Deletion takes the Pod out of its EndpointSlices at once, but kube-proxy and load balancers follow only
+ * after a moment, and the kubelet stops the containers at the same moment: measured on a real cluster
+ * (test/e2e), nginx had exited before the EndpointSlice showed it not ready, and clients meanwhile had
+ * their connections refused. certshare itself, a native sidecar, is stopped only after these containers.
+ */
+function withDrain(container: V1Container, drainDelayMs: number): V1Container {
+  if (drainDelayMs <= 0 || container.lifecycle?.preStop) return container;
+  return { ...container, lifecycle: { ...container.lifecycle, preStop: { sleep: { seconds: Math.ceil(drainDelayMs / 1000) } } } };
 }
 
 /**
@@ -173,9 +186,9 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   addedVolumes.push(serviceAccountTokenVolume(TOKEN_VOLUME));
 
   const sidecar = certshareContainer({ ...settings, certsVolume, tokenVolume: TOKEN_VOLUME });
-  checkSidecarEnv(sidecar);
+  const { drainDelayMs } = checkSidecarEnv(sidecar);
   const containers = (spec.containers ?? []).map((c) => {
-    const cleaned = withoutAutoMounts(c);
+    const cleaned = withDrain(withoutAutoMounts(c), drainDelayMs);
     if (mountedAtOutDir) return cleaned;
     return { ...cleaned, volumeMounts: [...(cleaned.volumeMounts ?? []), { name: CERTS_VOLUME, mountPath: settings.outDir, readOnly: true }] };
   });

@@ -8,7 +8,7 @@ import { connectKube } from './connection.ts';
 import { ReadinessGate } from './readiness-gate.ts';
 import { checkRouting } from './routing-check.ts';
 import { KubeSecretStore } from './secret-store.ts';
-import { LeaseElector } from './lease-elector.ts';
+import { LeaseElector, leaseIdentity } from './lease-elector.ts';
 import { KubeLedgerStore } from './ledger-store.ts';
 
 /** What the shutdown bound keeps back, after leaving rotation and the drain delay, for stopping the rest. */
@@ -37,7 +37,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
     elector = new LeaseElector({
       connection,
       name: `certshare-${config.group!}`, // validateConfig: --mode auto has a group
-      identity,
+      identity: leaseIdentity(identity),
       clock,
       logger: logger.child({ component: 'lease' }),
       leaseDurationMs: config.leaseDurationMs,

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { CoordinationV1Api } from '@kubernetes/client-node/dist/gen/index.js';
 import type { V1Lease } from '@kubernetes/client-node/dist/gen/models/V1Lease.js';
 import { V1MicroTime } from '@kubernetes/client-node/dist/types.js';
@@ -10,6 +11,23 @@ import { makeApi, withSignal } from './https-transport.ts';
 
 /** client-node hands MicroTime back as a string or a Date, depending on the path. */
 const stamp = (time: unknown): string => (time instanceof Date ? time.toISOString() : String(time ?? ''));
+
+/**
+ * A Lease identity for this process: the Pod's name, readable in `kubectl get lease`, and a suffix of its
+ * own. The Pod name alone is not unique: a StatefulSet's Pod deleted with --force comes back under the
+ * same name while the old process may still run (a node that stopped answering keeps its containers),
+ * and the new one, seeing its own name as the holder, renewed the Lease at once instead of waiting for it
+ * to expire: two writers. Found on a real cluster (test/e2e, the writer force-deleted: the recreated Pod
+ * held the Lease 0.4 s later, with no transition).
+ */
+export function leaseIdentity(podName: string): string {
+  return `${podName}_${randomBytes(4).toString('hex')}`;
+}
+
+/** The Pod name in a Lease identity made by leaseIdentity() (a Pod name has no `_`). */
+export function leaseHolderPod(identity: string): string {
+  return identity.split('_')[0]!;
+}
 
 export interface LeaseElectorOptions {
   connection: KubeConnection;

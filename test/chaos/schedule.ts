@@ -8,6 +8,7 @@
 // pending cert fault per emulator and domain, API outages of about 3-5 s (restart included) against
 // 10 s renewal windows, fault episodes of 2-6 s.
 import { setTimeout as sleep } from 'node:timers/promises';
+import { leaseHolderPod } from '../../src/kube/lease-elector.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';
 import type { FaultProxy, ProxyFaults } from './fault-proxy.ts';
 import type { Replica } from './replicas.ts';
@@ -283,7 +284,7 @@ export class Chaos {
         });
         if (res.status === 200) {
           const holder = (JSON.parse(res.body) as { spec?: { holderIdentity?: string } }).spec?.holderIdentity;
-          if (holder) return holder;
+          if (holder) return leaseHolderPod(holder);
         }
       } catch {
         // fall back to the logs

@@ -211,6 +211,25 @@ describe('injector mutation', () => {
     assert.deepEqual(stored.spec!.containers[0]!.volumeMounts, [{ name: 'certs', mountPath: '/certs', readOnly: true }]);
   });
 
+  it('keeps the proxy containers serving for the drain delay once the Pod is deleted: a preStop sleep where they have none', () => {
+    const ownHook = { preStop: { exec: { command: ['/bin/drain'] } } };
+    const spec = {
+      containers: [
+        { name: 'proxy', image: 'nginx', lifecycle: { postStart: { sleep: { seconds: 1 } } } },
+        { name: 'tailscale', image: 'tailscale/tailscale', lifecycle: ownHook },
+      ],
+    };
+    const stored = admit(pod(asked(), spec)).stored;
+    assert.deepEqual(stored.spec!.containers[0]!.lifecycle, { postStart: { sleep: { seconds: 1 } }, preStop: { sleep: { seconds: 5 } } }, 'default --drain-delay');
+    assert.deepEqual(stored.spec!.containers[1]!.lifecycle, ownHook, "a container's own preStop is kept");
+    assert.equal(sidecarOf(stored)!.lifecycle, undefined, 'certshare itself stops after the proxy');
+
+    const longer = admit(pod(asked({ [ANNOTATION.flags]: '--drain-delay=1500ms' }), spec)).stored;
+    assert.deepEqual(longer.spec!.containers[0]!.lifecycle!.preStop, { sleep: { seconds: 2 } }, 'rounded up to whole seconds');
+    const none = admit(pod(asked({ [ANNOTATION.flags]: '--drain-delay=0s' }), spec)).stored;
+    assert.equal(none.spec!.containers[0]!.lifecycle!.preStop, undefined, 'no drain, no hook');
+  });
+
   it('never throws on any annotations or Pod shape, and answers every request it can identify', () => {
     const annotationValue = fc.oneof(fc.string(), fc.constantFrom('true', 'false', 'rw', 'ro', 'auto', 'none', DOMAIN, '/certs', 'a.b', '', '*.x.y'));
     const annotations = fc.dictionary(fc.constantFrom(...Object.values(ANNOTATION), 'other'), annotationValue);

@@ -52,6 +52,31 @@ describe('--mode auto: the writer fails over', () => {
     }
   });
 
+  it("a second process under the writer Pod's name (a force-deleted StatefulSet Pod, recreated) waits for the Lease to expire", async () => {
+    const ns = await exampleNamespace(cp());
+    const lease = ['--lease-duration', '3s'];
+    const first = await startReplica(cp(), ns, join(dir(), 'same-a'), 'proxy-0', { mode: 'auto', flags: lease });
+    let second: Replica | undefined;
+    let stopped = false;
+    try {
+      await until('the first process writes', () => isWriter(first), [roleChange(first)], 20_000);
+      // The old process still runs (its node stopped answering) when the new Pod of the same name starts.
+      second = await startReplica(cp(), ns, join(dir(), 'same-b'), 'proxy-0', { mode: 'auto', flags: lease });
+      const becameWriter = await until('the second process writes', () => isWriter(second!), [roleChange(second)], 7000).then(
+        () => true,
+        () => false,
+      );
+      assert.equal(becameWriter, false, 'never two writers: the second waits while the first renews (7 s, two lease durations)');
+      assert.ok(isWriter(first), 'the first process still writes');
+      await first.stop();
+      stopped = true;
+      await until('the second process writes once the first has gone', () => isWriter(second!), [roleChange(second)], 10_000);
+    } finally {
+      if (!stopped) await first.stop();
+      await second?.stop();
+    }
+  });
+
   it('a partitioned writer stops issuing as its lease runs out; another replica takes over', async () => {
     const ns = await exampleNamespace(cp());
     const apiPort = Number(new URL(cp().server).port);

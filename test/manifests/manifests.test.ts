@@ -13,6 +13,7 @@ import { fileURLToPath } from 'node:url';
 import { loadAll } from 'js-yaml';
 import { envName } from '../../src/cli/flags.ts';
 import { RUN_FLAGS } from '../../src/cli/run-options.ts';
+import { leaseHolderPod } from '../../src/kube/lease-elector.ts';
 import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { SIDECAR_SECURITY_CONTEXT } from '../../src/injector/sidecar.ts';
@@ -537,7 +538,7 @@ describe('manifests/example on a real apiserver', () => {
         const issued = replicas.reduce((n, r) => n + (r.emulator.stats().issuances[DOMAIN] ?? 0), 0);
         assert.equal(issued, 1, 'one issuance for the whole group');
         const lease = JSON.parse(await must(['get', 'lease', LEASE, '-o', 'json'])) as { spec: { holderIdentity: string } };
-        assert.ok(['proxy-0', 'proxy-1'].includes(lease.spec.holderIdentity), `lease held by ${lease.spec.holderIdentity}`);
+        assert.ok(['proxy-0', 'proxy-1'].includes(leaseHolderPod(lease.spec.holderIdentity)), `lease held by ${lease.spec.holderIdentity}`);
         const secret = JSON.parse(await must(['get', 'secret', DOMAIN, '-o', 'json'])) as { type: string; data: Record<string, string> };
         assert.equal(secret.type, 'kubernetes.io/tls');
         const serial = new X509Certificate(Buffer.from(secret.data['tls.crt']!, 'base64')).serialNumber;
