@@ -18,7 +18,7 @@ import type { ServingPair } from '../server/tls-pair.ts';
 import { pairSource } from '../server/tls-source.ts';
 import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './metrics.ts';
-import { DEFAULT_READINESS_GATE, admissionReviewResponse, type InjectionDefaults } from './mutate.ts';
+import { DEFAULT_READINESS_GATE, admissionReviewResponse, checkSidecarFlags, type InjectionDefaults } from './mutate.ts';
 import { serviceDnsNames, type LeafNames } from './pki.ts';
 import { DEFAULT_IMAGE } from './sidecar.ts';
 import { parseTarget, type Target } from './targets.ts';
@@ -83,6 +83,14 @@ export const INJECTOR_FLAGS: FlagSpec[] = [
   { name: 'resync', placeholder: 'DURATION', default: '10m', help: 'Re-read the Secrets and the objects at least this often (they are watched as well).' },
   { name: 'kube-timeout', placeholder: 'DURATION', default: '10s', help: 'Timeout of one Kubernetes API call.' },
   { name: 'sidecar-image', placeholder: 'IMAGE', default: DEFAULT_IMAGE, help: 'Image of the injected certshare container.' },
+  {
+    name: 'sidecar-flags',
+    placeholder: "'--NAME=VALUE ...'",
+    default: '',
+    help:
+      "The platform's `certshare run` flags for every injected sidecar (issuance budget and concurrency, lease, retry policy, reload command, ...): " +
+      "a Pod's certshare.io/flags may set only its drain delay, shutdown timeout, readiness lead, routing checks and log level.",
+  },
   { name: 'default-mode', placeholder: 'rw|ro|auto', default: 'auto', help: 'Mode of injected sidecars without certshare.io/mode.' },
   { name: 'default-out-dir', placeholder: 'DIR', default: '/certs', help: 'Certificate directory of injected sidecars without certshare.io/out-dir.' },
   {
@@ -190,9 +198,20 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
       outDir: String(values['default-out-dir']),
       readinessGate: gate === 'none' ? undefined : gate,
       socketVolume: String(values['default-socket-volume']),
+      sidecarFlags: sidecarFlags(String(values['sidecar-flags'] ?? '')),
     },
     logLevel,
   };
+}
+
+/** --sidecar-flags, checked at start: a broken platform setting would otherwise refuse every Pod. */
+function sidecarFlags(text: string): string {
+  try {
+    checkSidecarFlags(text);
+  } catch (err) {
+    throw new CertshareError('CERTSHARE_BAD_FLAG', (err as CertshareError).message);
+  }
+  return text;
 }
 
 export interface Injector {

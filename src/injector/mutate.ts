@@ -6,6 +6,7 @@ import type { V1Volume } from '@kubernetes/client-node/dist/gen/models/V1Volume.
 import { envName, parseFlags } from '../cli/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../cli/run-options.ts';
 import { normalizeDomain } from '../core/domain.ts';
+import { parseDuration } from '../core/duration.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { SIDECAR_NAME, certshareContainer, serviceAccountTokenVolume, type SidecarSettings } from './sidecar.ts';
 
@@ -31,6 +32,43 @@ const OWNED_FLAGS: Record<string, string> = {
   listen: 'the injector (the probes use its port)',
 };
 
+/**
+ * The `certshare run` flags a Pod's author may set in certshare.io/flags: how this Pod leaves and joins
+ * rotation, and how much it logs. Each is bounded. Everything else is the platform's: the issuance
+ * budget and concurrency (the tailnet's Let's Encrypt quota is shared by every namespace using it), the
+ * group, the Lease, the retry policy, the reload command (a program run in the container holding the
+ * token), the TLS source and the watch scope come from the injector's --sidecar-flags, never from a Pod.
+ */
+const POD_FLAGS: Record<string, (value: string) => string | undefined> = {
+  'drain-delay': (v) => withinDuration(v, 60_000),
+  'shutdown-timeout': (v) => withinDuration(v, 600_000),
+  'readiness-lead': (v) => withinDuration(v, 3_600_000),
+  'routing-attempts': (v) => (/^\d+$/.test(v) && Number(v) >= 1 && Number(v) <= 100 ? undefined : 'a whole number from 1 to 100'),
+  'routing-check': (v) => {
+    try {
+      const url = new URL(v);
+      return (url.protocol === 'http:' || url.protocol === 'https:') && url.username === '' && url.password === ''
+        ? undefined
+        : 'an http:// or https:// URL without credentials';
+    } catch {
+      return 'an http:// or https:// URL without credentials';
+    }
+  },
+  'log-level': (v) => (['debug', 'info', 'warn', 'error'].includes(v) ? undefined : 'debug, info, warn or error'),
+};
+/** The injector flag that sets the platform's `certshare run` flags for every sidecar. */
+export const SIDECAR_FLAGS_FLAG = '--sidecar-flags';
+
+function withinDuration(value: string, maxMs: number): string | undefined {
+  let ms: number;
+  try {
+    ms = parseDuration(value);
+  } catch {
+    return `a duration up to ${maxMs / 1000}s`;
+  }
+  return ms >= 0 && ms <= maxMs ? undefined : `a duration up to ${maxMs / 1000}s`;
+}
+
 /** The injector's defaults, each overridable per Pod by the annotation of the same name. */
 export interface InjectionDefaults {
   image: string;
@@ -39,6 +77,8 @@ export interface InjectionDefaults {
   /** Condition type, or undefined for no gate. */
   readinessGate: string | undefined;
   socketVolume: string;
+  /** The platform's `certshare run` flags for every sidecar (--sidecar-flags), `--name=value` separated by white space. */
+  sidecarFlags?: string;
 }
 
 export const DEFAULT_READINESS_GATE = 'certshare.io/certificates';
@@ -93,28 +133,45 @@ export function settingsFromAnnotations(
     throw bad(ANNOTATION.readinessGate, `"${readinessGate}" is not a condition type (e.g. ${DEFAULT_READINESS_GATE}), nor "none"`);
 
   const socketVolume = annotations[ANNOTATION.socketVolume] ?? defaults.socketVolume;
-  return { image: defaults.image, domains, mode, outDir, readinessGate, socketVolume, extraEnv: extraEnvFromFlags(annotations[ANNOTATION.flags]) };
+  // The platform's flags first, the Pod's (allowed ones only) after: a Pod may change its own drain delay.
+  const platform = extraEnvFromFlags(defaults.sidecarFlags, SIDECAR_FLAGS_FLAG, 'platform');
+  const pod = extraEnvFromFlags(annotations[ANNOTATION.flags], ANNOTATION.flags, 'pod');
+  const extraEnv = [...platform.filter((e) => !pod.some((p) => p.name === e.name)), ...pod];
+  return { image: defaults.image, domains, mode, outDir, readinessGate, socketVolume, extraEnv };
 }
 
 /**
- * certshare.io/flags: further `certshare run` flags, `--name=value` separated by white space (a YAML
- * folded block reads well), given to the sidecar as CERTSHARE_<NAME> in the order written. A repeated
- * flag that may repeat becomes the comma-separated list its variable takes.
+ * `certshare run` flags, `--name=value` separated by white space (a YAML folded block reads well), given to
+ * the sidecar as CERTSHARE_<NAME> in the order written. A repeated flag that may repeat becomes the
+ * comma-separated list its variable takes. From a Pod (certshare.io/flags) only the POD_FLAGS, each within
+ * its bound; from the platform (--sidecar-flags) any flag the injector does not set itself.
  */
-function extraEnvFromFlags(text: string | undefined): { name: string; value: string }[] {
+function extraEnvFromFlags(text: string | undefined, source: string, from: 'pod' | 'platform'): { name: string; value: string }[] {
   const values = new Map<string, string[]>();
   for (const token of (text ?? '').split(/\s+/).filter(Boolean)) {
     const match = /^--([a-z][a-z0-9-]*)=(.+)$/.exec(token);
-    if (!match) throw bad(ANNOTATION.flags, `"${token}" is not --name=value (values without white space)`);
+    if (!match) throw bad(source, `"${token}" is not --name=value (values without white space)`);
     const [, name, value] = match as unknown as [string, string, string];
     const spec = RUN_FLAGS.find((f) => f.name === name);
-    if (!spec) throw bad(ANNOTATION.flags, `--${name} is not a flag of "certshare run"`);
+    if (!spec) throw bad(source, `--${name} is not a flag of "certshare run"`);
     const owner = OWNED_FLAGS[name];
-    if (owner) throw bad(ANNOTATION.flags, `--${name} is set by ${owner}, not here`);
-    if (values.has(name) && !spec.multiple) throw bad(ANNOTATION.flags, `--${name} given twice`);
+    if (owner) throw bad(source, `--${name} is set by ${owner}, not here`);
+    if (from === 'pod') {
+      const check = POD_FLAGS[name];
+      if (!check) throw bad(source, `--${name} belongs to the platform, not to a Pod: set it for every sidecar with the injector's ${SIDECAR_FLAGS_FLAG}`);
+      const problem = check(value);
+      if (problem) throw bad(source, `--${name}=${value}: must be ${problem}`);
+    }
+    if (values.has(name) && !spec.multiple) throw bad(source, `--${name} given twice`);
     values.set(name, [...(values.get(name) ?? []), value]);
   }
+  if (from === 'pod' && (values.get('routing-check')?.length ?? 0) > 4) throw bad(source, '--routing-check: at most 4');
   return [...values].map(([name, list]) => ({ name: envName(name), value: list.join(',') }));
+}
+
+/** Throws what an admission would answer for these --sidecar-flags. */
+export function checkSidecarFlags(text: string): void {
+  extraEnvFromFlags(text, SIDECAR_FLAGS_FLAG, 'platform');
 }
 
 /** Placeholders for the downward-API variables, to check a sidecar's settings as it will start with them. */

@@ -172,12 +172,7 @@ function nonrootUsers(): LayerEntry[] {
  * bundle. No shell, no busybox.
  */
 async function distrolessNodeStandIn(node: string): Promise<LayerEntry[]> {
-  return [
-    { path: '/nodejs/bin/node', type: 'file', mode: 0o755, source: node },
-    ...(await sharedLibraries(node)),
-    ...nonrootUsers(),
-    ...(await caBundle()),
-  ];
+  return [{ path: '/nodejs/bin/node', type: 'file', mode: 0o755, source: node }, ...(await sharedLibraries(node)), ...nonrootUsers(), ...(await caBundle())];
 }
 
 // -------------------------------------------------------------------------------------------------

@@ -163,7 +163,7 @@ describe('injector mutation', () => {
       [asked({ [ANNOTATION.flags]: '--no-such-flag=1' }), /certshare\.io\/flags: --no-such-flag is not a flag of "certshare run"/],
       [asked({ [ANNOTATION.flags]: '--mode=rw' }), /certshare\.io\/flags: --mode is set by certshare\.io\/mode, not here/],
       [asked({ [ANNOTATION.flags]: '--drain-delay=1s --drain-delay=2s' }), /--drain-delay given twice/],
-      [asked({ [ANNOTATION.flags]: '--drain-delay=soon' }), /certshare\.io\/flags: the sidecar would not start: .*--drain-delay/],
+      [asked({ [ANNOTATION.flags]: '--drain-delay=soon' }), /certshare\.io\/flags: --drain-delay=soon: must be a duration up to 60s/],
       // Cross-field rules of the daemon, not only value syntax.
       [asked({ [ANNOTATION.flags]: '--drain-delay=30s' }), /the sidecar would not start: --drain-delay must be shorter than --shutdown-timeout/],
       [asked({ [ANNOTATION.flags]: '--routing-check=http://x/healthz', [ANNOTATION.readinessGate]: 'none' }), /--routing-check needs --readiness-gate/],
@@ -211,6 +211,56 @@ describe('injector mutation', () => {
     assert.deepEqual(stored.spec!.containers[0]!.volumeMounts, [{ name: 'certs', mountPath: '/certs', readOnly: true }]);
   });
 
+  it("takes from a Pod only the flags of its own rotation and logs, each bounded; the platform's from --sidecar-flags", () => {
+    // What a Pod author in an opted-in namespace tried: the tailnet's quota, another group's Lease and Secrets,
+    // a Lease held for a year, any Secret as TLS source, a program run next to the token.
+    const platformFlags = [
+      '--issuance-budget=0',
+      '--group=other',
+      '--lease-duration=8760h',
+      '--tls=secret:any',
+      '--reload-command=["node","-e","1"]',
+      '--watch-scope=group',
+      '--first-retry=1s',
+      '--issuance-concurrency=64',
+    ];
+    for (const flag of platformFlags) {
+      const { answer } = admit(pod(asked({ [ANNOTATION.flags]: flag })));
+      assert.equal(answer.response.allowed, false, flag);
+      assert.match(
+        answer.response.status!.message,
+        /belongs to the platform, not to a Pod: set it for every sidecar with the injector's --sidecar-flags/,
+        flag,
+      );
+    }
+    const bounds: [string, RegExp][] = [
+      ['--drain-delay=2m', /--drain-delay=2m: must be a duration up to 60s/],
+      ['--shutdown-timeout=1h', /up to 600s/],
+      ['--readiness-lead=2h', /up to 3600s/],
+      ['--routing-attempts=1000', /a whole number from 1 to 100/],
+      ['--routing-check=file:///etc/passwd', /http:\/\/ or https:\/\/ URL without credentials/],
+      ['--routing-check=http://user:pw@x/healthz', /without credentials/],
+      ['--log-level=trace', /debug, info, warn or error/],
+      [Array.from({ length: 5 }, (_, i) => `--routing-check=http://h${i}/healthz`).join(' '), /--routing-check: at most 4/],
+    ];
+    for (const [flags, message] of bounds) {
+      const { answer } = admit(pod(asked({ [ANNOTATION.flags]: flags })));
+      assert.equal(answer.response.allowed, false, flags);
+      assert.match(answer.response.status!.message, message, flags);
+    }
+    // The platform's flags reach every sidecar; a Pod may still set its own drain delay over them.
+    const platform = { ...defaults, sidecarFlags: '--issuance-budget=10/168h --drain-delay=2s --log-level=warn' };
+    const answer = admissionReviewResponse(review(pod(asked({ [ANNOTATION.flags]: '--drain-delay=4s' }))), platform) as ReviewAnswer;
+    const stored = applyJsonPatch(
+      pod(asked({ [ANNOTATION.flags]: '--drain-delay=4s' })),
+      JSON.parse(Buffer.from(answer.response.patch!, 'base64').toString()),
+    ) as V1Pod;
+    const env = envOf(stored);
+    assert.deepEqual([env.CERTSHARE_ISSUANCE_BUDGET, env.CERTSHARE_DRAIN_DELAY, env.CERTSHARE_LOG_LEVEL], ['10/168h', '4s', 'warn']);
+    const wrong = admissionReviewResponse(review(pod(asked())), { ...defaults, sidecarFlags: '--mode=rw' }) as ReviewAnswer;
+    assert.match(wrong.response.status!.message, /--sidecar-flags: --mode is set by certshare\.io\/mode/);
+  });
+
   it('keeps the proxy containers serving for the drain delay once the Pod is deleted: a preStop sleep where they have none', () => {
     const ownHook = { preStop: { exec: { command: ['/bin/drain'] } } };
     const spec = {
@@ -220,7 +270,11 @@ describe('injector mutation', () => {
       ],
     };
     const stored = admit(pod(asked(), spec)).stored;
-    assert.deepEqual(stored.spec!.containers[0]!.lifecycle, { postStart: { sleep: { seconds: 1 } }, preStop: { sleep: { seconds: 5 } } }, 'default --drain-delay');
+    assert.deepEqual(
+      stored.spec!.containers[0]!.lifecycle,
+      { postStart: { sleep: { seconds: 1 } }, preStop: { sleep: { seconds: 5 } } },
+      'default --drain-delay',
+    );
     assert.deepEqual(stored.spec!.containers[1]!.lifecycle, ownHook, "a container's own preStop is kept");
     assert.equal(sidecarOf(stored)!.lifecycle, undefined, 'certshare itself stops after the proxy');
 
