@@ -27,7 +27,10 @@ WORKDIR /app
 ENV NODE_ENV=production
 # dist/package.json says "type": "module"; no node_modules: the bundle holds the dependencies.
 COPY --from=build /app/dist ./dist
-USER nonroot
+# Numeric, not `nonroot`: the kubelet can check runAsNonRoot only against a number, and a Pod with
+# runAsNonRoot: true and no runAsUser (a common Pod Security setup) otherwise does not start ("image has
+# non-numeric user (nonroot), cannot verify user is non-root"; seen on the real-cluster tier, test/e2e).
+USER 65532:65532
 EXPOSE 9002
 # Node directly (never through npm): signals reach the daemon, which drains and exits within
 # --shutdown-timeout. Arguments after the image name replace CMD, e.g. `run --help` or `emulator`.

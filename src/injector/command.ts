@@ -84,6 +84,12 @@ export const INJECTOR_FLAGS: FlagSpec[] = [
   { name: 'kube-timeout', placeholder: 'DURATION', default: '10s', help: 'Timeout of one Kubernetes API call.' },
   { name: 'sidecar-image', placeholder: 'IMAGE', default: DEFAULT_IMAGE, help: 'Image of the injected certshare container.' },
   {
+    name: 'sidecar-image-pull-policy',
+    placeholder: 'Always|IfNotPresent|Never',
+    default: '',
+    help: "imagePullPolicy of the injected certshare container (default: the cluster's, by the image's tag).",
+  },
+  {
     name: 'sidecar-flags',
     placeholder: "'--NAME=VALUE ...'",
     default: '',
@@ -199,9 +205,18 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
       readinessGate: gate === 'none' ? undefined : gate,
       socketVolume: String(values['default-socket-volume']),
       sidecarFlags: sidecarFlags(String(values['sidecar-flags'] ?? '')),
+      imagePullPolicy: pullPolicy(String(values['sidecar-image-pull-policy'] ?? '')),
     },
     logLevel,
   };
+}
+
+function pullPolicy(text: string): string | undefined {
+  if (text === '') return undefined;
+  if (!['Always', 'IfNotPresent', 'Never'].includes(text)) {
+    throw new CertshareError('CERTSHARE_BAD_FLAG', `--sidecar-image-pull-policy must be Always, IfNotPresent or Never, got "${text}"`);
+  }
+  return text;
 }
 
 /** --sidecar-flags, checked at start: a broken platform setting would otherwise refuse every Pod. */

@@ -72,6 +72,8 @@ function withinDuration(value: string, maxMs: number): string | undefined {
 /** The injector's defaults, each overridable per Pod by the annotation of the same name. */
 export interface InjectionDefaults {
   image: string;
+  /** --sidecar-image-pull-policy; undefined for the cluster's default. */
+  imagePullPolicy?: string | undefined;
   mode: ShareMode;
   outDir: string;
   /** Condition type, or undefined for no gate. */
@@ -137,7 +139,7 @@ export function settingsFromAnnotations(
   const platform = extraEnvFromFlags(defaults.sidecarFlags, SIDECAR_FLAGS_FLAG, 'platform');
   const pod = extraEnvFromFlags(annotations[ANNOTATION.flags], ANNOTATION.flags, 'pod');
   const extraEnv = [...platform.filter((e) => !pod.some((p) => p.name === e.name)), ...pod];
-  return { image: defaults.image, domains, mode, outDir, readinessGate, socketVolume, extraEnv };
+  return { image: defaults.image, imagePullPolicy: defaults.imagePullPolicy, domains, mode, outDir, readinessGate, socketVolume, extraEnv };
 }
 
 /**

@@ -15,6 +15,8 @@ export const TOKEN_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
 export interface SidecarSettings {
   image: string;
+  /** Always, IfNotPresent or Never; undefined leaves the cluster's default (by the image's tag). */
+  imagePullPolicy?: string | undefined;
   domains: string[];
   mode: ShareMode;
   outDir: string;
@@ -48,6 +50,7 @@ export function certshareContainer(s: SidecarSettings): V1Container {
   return {
     name: SIDECAR_NAME,
     image: s.image,
+    ...(s.imagePullPolicy ? { imagePullPolicy: s.imagePullPolicy } : {}),
     restartPolicy: 'Always',
     env: [
       fieldEnv('POD_NAME', 'metadata.name'),

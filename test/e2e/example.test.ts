@@ -288,6 +288,8 @@ describe('the example on a real single-node cluster', { skip }, () => {
     }
 
     const serial = await secretSerial(env);
+    const pullPolicy = await env.cluster.kubectlOk(['get', 'pod', ready[0]!.name, '-n', NS, '-o', 'jsonpath={.spec.initContainers[0].imagePullPolicy}']);
+    assert.equal(pullPolicy, 'Never', "the injector's --sidecar-image-pull-policy reaches the sidecar");
     const served = await servedBy(
       env,
       ready.map((p) => `${p.ip}:8443`),
@@ -464,6 +466,43 @@ describe('the example on a real single-node cluster', { skip }, () => {
     const restarts = (await pods(env)).reduce((n, p) => n + p.restarts, 0);
     figures.containerRestarts = restarts;
     assert.equal(restarts, 0, 'no container restarted');
+  });
+
+  it('7. the certshare image starts under runAsNonRoot: true without runAsUser (Pod Security restricted)', { timeout: 120_000 }, async () => {
+    const podSpec = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'nonroot-check', namespace: 'default' },
+      spec: {
+        restartPolicy: 'Never',
+        automountServiceAccountToken: false,
+        securityContext: { runAsNonRoot: true, seccompProfile: { type: 'RuntimeDefault' } },
+        containers: [
+          {
+            name: 'certshare',
+            image: env.images.certshare.ref,
+            args: ['run', '--help'],
+            securityContext: { allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: { drop: ['ALL'] } },
+          },
+        ],
+      },
+    };
+    await env.cluster.kubectlOk(['apply', '-f', '-'], { input: JSON.stringify(podSpec) });
+    const phase = await until('the Pod ran', 90_000, async () => {
+      const out = await env.cluster.kubectlOk([
+        'get',
+        'pod',
+        'nonroot-check',
+        '-n',
+        'default',
+        '-o',
+        'jsonpath={.status.phase}|{.status.containerStatuses[0].state.waiting.message}',
+      ]);
+      const [p = '', waiting = ''] = out.split('|');
+      if (waiting) throw new Error(waiting);
+      return p === 'Succeeded' || p === 'Failed' ? p : undefined;
+    });
+    assert.equal(phase, 'Succeeded', 'started as uid 65532 and printed its usage');
   });
 
   it('6. a Pod whose tailscaled cannot issue the domain stays not Ready, and describe and logs say why', { timeout: 240_000 }, async () => {

@@ -261,6 +261,13 @@ describe('injector mutation', () => {
     assert.match(wrong.response.status!.message, /--sidecar-flags: --mode is set by certshare\.io\/mode/);
   });
 
+  it('sets the sidecar imagePullPolicy the injector was given, and none otherwise', () => {
+    assert.equal(sidecarOf(admit(pod(asked())).stored)!.imagePullPolicy, undefined);
+    const answer = admissionReviewResponse(review(pod(asked())), { ...defaults, imagePullPolicy: 'Never' }) as ReviewAnswer;
+    const stored = applyJsonPatch(pod(asked()), JSON.parse(Buffer.from(answer.response.patch!, 'base64').toString())) as V1Pod;
+    assert.equal(sidecarOf(stored)!.imagePullPolicy, 'Never');
+  });
+
   it('keeps the proxy containers serving for the drain delay once the Pod is deleted: a preStop sleep where they have none', () => {
     const ownHook = { preStop: { exec: { command: ['/bin/drain'] } } };
     const spec = {

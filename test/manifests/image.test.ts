@@ -43,9 +43,9 @@ async function filesUnder(dir: string): Promise<string[]> {
 }
 
 describe('Dockerfile', () => {
-  it('ends on distroless Node 24 as nonroot, starting node directly in exec form (never npm)', () => {
+  it('ends on distroless Node 24 as nonroot (uid 65532, numeric), starting node directly in exec form (never npm)', () => {
     assert.equal(finalStage.image, DISTROLESS);
-    assert.equal(lastOf(finalStage, 'USER'), 'nonroot');
+    assert.equal(lastOf(finalStage, 'USER'), `${NONROOT_UID}:${NONROOT_UID}`, 'numeric: the kubelet checks runAsNonRoot against a number only');
     assert.equal(envOf(finalStage).NODE_ENV, 'production');
     const entrypoint = execForm(lastOf(finalStage, 'ENTRYPOINT') ?? '');
     const cmd = execForm(lastOf(finalStage, 'CMD') ?? '');
