@@ -9,8 +9,18 @@ export type { ServingPair } from '../server/tls-pair.ts';
 
 export type JsonHandler = (body: unknown) => unknown;
 
-/** An AdmissionReview of a large Pod is tens of KB; etcd refuses objects over 1.5 MiB anyway. */
-const MAX_BODY_BYTES = 3 * 1024 * 1024;
+/**
+ * Bounds against a flood: the webhook sits behind `failurePolicy: Fail`, and any Pod of the cluster can
+ * reach its port. A body fits the largest Pod etcd stores (1.5 MiB) in its AdmissionReview envelope; a
+ * larger Content-Length is refused before a byte of the body is read. At most MAX_IN_FLIGHT requests are
+ * read or handled at once (so at most 16 x 2 MiB buffered); past it, 503 with Retry-After (the apiserver's
+ * client tries again). Connections past MAX_CONNECTIONS are dropped at accept; a request must arrive
+ * whole within REQUEST_TIMEOUT_MS (the apiserver gives a webhook at most 30 s, ours 5 s).
+ */
+export const MAX_BODY_BYTES = 2 * 1024 * 1024;
+export const MAX_IN_FLIGHT = 16;
+export const MAX_CONNECTIONS = 256;
+const REQUEST_TIMEOUT_MS = 10_000;
 
 export interface TlsServer {
   readonly port: number;
@@ -50,10 +60,10 @@ function readJson(req: IncomingMessage): Promise<unknown> {
   });
 }
 
-function send(res: ServerResponse, status: number, body: unknown, keepAlive: boolean): void {
+function send(res: ServerResponse, status: number, body: unknown, keepAlive: boolean, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);
   if (!keepAlive) res.shouldKeepAlive = false;
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
   res.end(text);
 }
 
@@ -64,6 +74,7 @@ function send(res: ServerResponse, status: number, body: unknown, keepAlive: boo
 export async function startTlsServer(options: { host: string; port: number; pair?: ServingPair; routes: Record<string, JsonHandler> }): Promise<TlsServer> {
   let serial: string | undefined;
   let draining = false;
+  let inFlight = 0;
   const reply = (res: ServerResponse, status: number, body: unknown) => send(res, status, body, !draining);
   const initial = options.pair ? checkedPair(options.pair) : undefined;
   serial = initial?.serial;
@@ -78,6 +89,18 @@ export async function startTlsServer(options: { host: string; port: number; pair
       reply(res, 404, { error: `certshare injector serves POST ${Object.keys(options.routes).join(', ')} and GET /healthz` });
       return;
     }
+    // Refused unread, and the connection closed: its body may still be on the way.
+    const declared = Number(req.headers['content-length'] ?? 0);
+    if (!(declared <= MAX_BODY_BYTES)) {
+      send(res, 413, { error: `request body larger than ${MAX_BODY_BYTES} bytes` }, false);
+      return;
+    }
+    if (inFlight >= MAX_IN_FLIGHT) {
+      send(res, 503, { error: `more than ${MAX_IN_FLIGHT} requests at once` }, false, { 'retry-after': '1' });
+      return;
+    }
+    inFlight++;
+    res.once('close', () => inFlight--);
     readJson(req).then(
       (body) => {
         let answer: unknown;
@@ -92,10 +115,11 @@ export async function startTlsServer(options: { host: string; port: number; pair
       (err: unknown) => reply(res, (err as { status?: number }).status ?? 400, { error: errorMessage(err) }),
     );
   });
+  server.maxConnections = MAX_CONNECTIONS;
   // The apiserver keeps connections to webhooks alive; a bound on idle ones frees sockets of gone callers.
   server.keepAliveTimeout = 60_000;
   server.headersTimeout = 10_000;
-  server.requestTimeout = 30_000;
+  server.requestTimeout = REQUEST_TIMEOUT_MS;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(options.port, options.host, () => {

@@ -3,7 +3,7 @@ import { Agent, request } from 'node:https';
 import type { TLSSocket } from 'node:tls';
 import { after, before, describe, it } from 'node:test';
 import { createInjectorCa, issueServingLeaf } from '../../src/injector/pki.ts';
-import { startTlsServer, type ServingPair, type TlsServer } from '../../src/injector/tls-server.ts';
+import { MAX_BODY_BYTES, MAX_IN_FLIGHT, startTlsServer, type ServingPair, type TlsServer } from '../../src/injector/tls-server.ts';
 
 const HOUR = 3_600_000;
 
@@ -104,6 +104,43 @@ describe('webhook TLS server with hot reload', () => {
     assert.equal(during.socket.destroyed, true, 'the client closed the connection after the Connection: close response');
   });
 
+  it('refuses a body declared too large before reading it, and more requests in flight than its bound with 503 Retry-After', async () => {
+    // Headers only, the body never sent: the answer cannot have waited for it.
+    const large = await new Promise<{ status: number }>((resolve, reject) => {
+      const req = request(
+        { host: '127.0.0.1', port: server.port, path: '/echo', method: 'POST', agent: agent(), headers: { 'content-length': String(MAX_BODY_BYTES + 1) } },
+        (res) => {
+          res.resume();
+          resolve({ status: res.statusCode ?? 0 });
+        },
+      );
+      req.on('error', reject);
+      req.flushHeaders();
+    });
+    assert.equal(large.status, 413);
+
+    // MAX_IN_FLIGHT slow bodies (a slow-loris caller): each sent half, held open.
+    const slow = Array.from({ length: MAX_IN_FLIGHT }, () => {
+      const req = request({ host: '127.0.0.1', port: server.port, path: '/echo', method: 'POST', agent: agent(), headers: { 'content-length': '100' } });
+      const answered = new Promise<number>((resolve) => {
+        req.on('response', (res) => {
+          res.resume();
+          resolve(res.statusCode ?? 0);
+        });
+        req.on('error', () => resolve(-1));
+      });
+      req.write('{"half":');
+      return { req, answered };
+    });
+    const refused = await until503(server.port, agent());
+    assert.equal(refused.status, 503);
+    assert.equal(refused.retryAfter, '1');
+    for (const { req } of slow) req.destroy();
+    await Promise.all(slow.map((s) => s.answered));
+    const after = await until200(server.port, agent());
+    assert.equal(after, 200, 'served again once the slow callers are gone');
+  });
+
   it('answers a body that is not JSON with 400 and an unknown path with 404, and stays up', async () => {
     const a = agent();
     const bad = await new Promise<number>((resolve, reject) => {
@@ -119,3 +156,32 @@ describe('webhook TLS server with hot reload', () => {
     assert.equal((await post(server.port, a, '/echo', { ok: true })).status, 200);
   });
 });
+
+/** Posts until the answer is 503 (the slow requests before it reach the server in their own time). */
+async function until503(port: number, a: Agent): Promise<{ status: number; retryAfter: string | undefined }> {
+  for (let i = 0; i < 100; i++) {
+    const res = await new Promise<{ status: number; retryAfter: string | undefined }>((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port, path: '/echo', method: 'POST', agent: a }, (r) => {
+        r.resume();
+        resolve({ status: r.statusCode ?? 0, retryAfter: r.headers['retry-after'] as string | undefined });
+      });
+      req.on('error', reject);
+      req.end('{}');
+    });
+    if (res.status === 503) return res;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return { status: 0, retryAfter: undefined };
+}
+
+async function until200(port: number, a: Agent): Promise<number> {
+  for (let i = 0; i < 100; i++) {
+    const status = await post(port, a, '/echo', { ok: true }).then(
+      (r) => r.status,
+      () => 0,
+    );
+    if (status === 200) return status;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return 0;
+}
