@@ -133,6 +133,15 @@ export function settingsFromAnnotations(
   const readinessGate = gateText === undefined ? defaults.readinessGate : gateText === 'none' ? undefined : gateText;
   if (readinessGate !== undefined && !QUALIFIED_NAME.test(readinessGate))
     throw bad(ANNOTATION.readinessGate, `"${readinessGate}" is not a condition type (e.g. ${DEFAULT_READINESS_GATE}), nor "none"`);
+  // The admission policy certshare-own-pod-status admits certshare's status patches for one condition
+  // type only (its `gate` variable, which the platform sets with the injector's --default-readiness-gate):
+  // any other gate could never turn True, and the Pod would never be Ready, with no word why.
+  if (readinessGate !== undefined && readinessGate !== defaults.readinessGate)
+    throw bad(
+      ANNOTATION.readinessGate,
+      `"${readinessGate}": certshare may set only the condition ${defaults.readinessGate ?? '(none: the injector has no gate)'} ` +
+        '(the admission policy certshare-own-pod-status admits that one; change both with the injector\'s --default-readiness-gate), or "none"',
+    );
 
   const socketVolume = annotations[ANNOTATION.socketVolume] ?? defaults.socketVolume;
   // The platform's flags first, the Pod's (allowed ones only) after: a Pod may change its own drain delay.

@@ -110,16 +110,16 @@ describe('injector mutation', () => {
           [ANNOTATION.domains]: `${DOMAIN}, Other.Example.COM.`,
           [ANNOTATION.mode]: 'ro',
           [ANNOTATION.outDir]: '/etc/tls',
-          [ANNOTATION.readinessGate]: 'example.com/tls',
+          [ANNOTATION.readinessGate]: DEFAULT_READINESS_GATE,
         }),
       ),
     );
     const env = envOf(stored);
     assert.deepEqual(
       [env.CERTSHARE_DOMAIN, env.CERTSHARE_MODE, env.CERTSHARE_OUT_DIR, env.CERTSHARE_READINESS_GATE],
-      [`${DOMAIN},other.example.com`, 'ro', '/etc/tls', 'example.com/tls'],
+      [`${DOMAIN},other.example.com`, 'ro', '/etc/tls', DEFAULT_READINESS_GATE],
     );
-    assert.deepEqual(stored.spec!.readinessGates, [{ conditionType: 'example.com/tls' }]);
+    assert.deepEqual(stored.spec!.readinessGates, [{ conditionType: DEFAULT_READINESS_GATE }]);
     const none = admit(pod(asked({ [ANNOTATION.readinessGate]: 'none' }))).stored;
     assert.equal(envOf(none).CERTSHARE_READINESS_GATE, undefined);
     assert.equal(none.spec!.readinessGates, undefined);
@@ -158,6 +158,11 @@ describe('injector mutation', () => {
       [asked({ [ANNOTATION.outDir]: 'certs' }), /certshare\.io\/out-dir: "certs" is not an absolute path/],
       [asked({ [ANNOTATION.outDir]: '/certs/../etc' }), /out-dir/],
       [asked({ [ANNOTATION.readinessGate]: 'bad gate!' }), /certshare\.io\/readiness-gate: "bad gate!" is not a condition type/],
+      // A gate the admission policy would never let certshare set: the Pod could never be Ready.
+      [
+        asked({ [ANNOTATION.readinessGate]: 'example.com/tls' }),
+        /"example\.com\/tls": certshare may set only the condition certshare\.io\/certificates .*certshare-own-pod-status/,
+      ],
       [asked({ [ANNOTATION.socketVolume]: 'ts-sock' }), /certshare\.io\/socket-volume: the Pod has no volume "ts-sock"/],
       [asked({ [ANNOTATION.flags]: '--drain-delay 5s' }), /certshare\.io\/flags: "--drain-delay" is not --name=value/],
       [asked({ [ANNOTATION.flags]: '--no-such-flag=1' }), /certshare\.io\/flags: --no-such-flag is not a flag of "certshare run"/],
