@@ -236,6 +236,8 @@ describe('manifests/example on a real apiserver', () => {
       'service/proxy-health ',
       'validatingadmissionpolicy.admissionregistration.k8s.io/certshare-own-pod-status',
       'validatingadmissionpolicybinding.admissionregistration.k8s.io/certshare-own-pod-status',
+      'validatingadmissionpolicy.admissionregistration.k8s.io/certshare-creates-own-objects',
+      'validatingadmissionpolicybinding.admissionregistration.k8s.io/certshare-creates-own-objects',
     ]) {
       assert.ok(applied.includes(object), `${object.trim()} applied:\n${applied}`);
     }
@@ -364,6 +366,39 @@ describe('manifests/example on a real apiserver', () => {
     assert.equal(await canI('certshare', 'patch', `secrets/${DOMAIN}`), false, 'update (compare-and-swap) only');
     await must(['delete', 'secret', DOMAIN, 'other-name']);
     await must(['delete', 'lease', LEASE]);
+  });
+
+  it("the certshare account creates only certshare's own objects: labelled TLS Secrets, certshare-* Leases and ConfigMaps", async () => {
+    const secret = (name: string, type: string, labels: Record<string, string>) =>
+      JSON.stringify({ apiVersion: 'v1', kind: 'Secret', metadata: { name, labels }, type, data: {} });
+    const ours = { 'app.kubernetes.io/managed-by': 'certshare' };
+    const tls = (name: string, labels: Record<string, string>) =>
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name, labels },
+        type: 'kubernetes.io/tls',
+        data: { 'tls.crt': '', 'tls.key': '' },
+      });
+    // The escalation: a token Secret for another ServiceAccount, under a name the writer may read back.
+    const tokenSecret = JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name: DOMAIN, annotations: { 'kubernetes.io/service-account.name': 'default' }, labels: ours },
+      type: 'kubernetes.io/service-account-token',
+    });
+    assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], tokenSecret), 'forbidden', 'a ServiceAccount token Secret');
+    assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], secret('opaque-one', 'Opaque', ours)), 'forbidden', 'an Opaque Secret');
+    assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], tls('unlabelled', {})), 'forbidden', 'a TLS Secret without our label');
+    assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], tls(DOMAIN, ours)), 'allowed', "the domain's TLS Secret, labelled");
+    const cm = (name: string) => JSON.stringify({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name }, data: {} });
+    assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], cm('kube-root-ca-fake')), 'forbidden', 'a ConfigMap not named certshare-*');
+    assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], cm('certshare-proxy-ledger')), 'allowed', 'the ledger');
+    assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], leaseJson('kube-scheduler')), 'forbidden', 'a Lease not named certshare-*');
+    const denied = await kubectl(['create', '-f', '-'], { kubeconfig: writerKubeconfig, input: secret('opaque-two', 'Opaque', ours) });
+    assert.match(denied.stderr, /certshare may create only kubernetes\.io\/tls Secrets labelled app\.kubernetes\.io\/managed-by=certshare/);
+    await must(['delete', 'secret', DOMAIN]);
+    await must(['delete', 'configmap', 'certshare-proxy-ledger']);
   });
 
   it('both accounts list and watch the domain Secret by field selector, never all Secrets', async () => {
