@@ -142,6 +142,30 @@ describe('manifests/base', () => {
     assert.deepEqual([...new Set(names)].sort(), [LEASE, LEDGER, PLACEHOLDER].sort());
   });
 
+  it("the admission policies cover every account the Roles grant to: the policies' account match and the bindings agree", async () => {
+    const rbac = await yamlDocs(join(REPO, 'manifests/base/rbac.yaml'));
+    const accounts = new Set(
+      rbac
+        .filter((d) => d.kind === 'RoleBinding')
+        .flatMap((d) => (d as unknown as { subjects: Array<{ kind: string; name: string }> }).subjects)
+        .filter((s) => s.kind === 'ServiceAccount')
+        .map((s) => s.name),
+    );
+    assert.ok(accounts.size >= 2);
+    const policies = (await yamlDocs(join(REPO, 'manifests/base/admission-policy.yaml'))).filter((d) => d.kind === 'ValidatingAdmissionPolicy');
+    assert.ok(policies.length >= 2);
+    for (const policy of policies) {
+      const conditions = (policy.spec as { matchConditions: Array<{ expression: string }> }).matchConditions;
+      const pattern = /request\.userInfo\.username\.matches\('([^']+)'\)/.exec(conditions[0]!.expression)?.[1];
+      assert.ok(pattern, `${policy.metadata.name}: matches on the account name`);
+      for (const account of accounts) {
+        assert.match(`system:serviceaccount:proxy:${account}`, new RegExp(pattern), `${policy.metadata.name} covers ${account}: rename both together`);
+      }
+      const validations = (policy.spec as { validations: Array<{ expression: string }> }).validations.map((v) => v.expression).join('\n');
+      if (policy.metadata.name === 'certshare-own-pod-status') assert.match(validations, /finalizers/, 'a status patch cannot add a finalizer');
+    }
+  });
+
   it('grants on Pods only what the readiness gate uses: patch of pods/status', async () => {
     const rules = (await yamlDocs(join(REPO, 'manifests/base/rbac.yaml')))
       .flatMap((d) => d.rules ?? [])
@@ -485,6 +509,9 @@ describe('manifests/example on a real apiserver', () => {
       assert.equal(phase.status, 403, `${own}: another status field`);
       const labels = await saRequest(kubeconfig, 'PATCH', statusPath(own), { metadata: { labels: { 'app.kubernetes.io/name': 'elsewhere' } } }, SMP);
       assert.equal(labels.status, 403, `${own}: labels through pods/status (Service selection)`);
+      const finalizer = await saRequest(kubeconfig, 'PATCH', statusPath(own), { metadata: { finalizers: ['example.com/keep'] } }, SMP);
+      assert.equal(finalizer.status, 403, `${own}: a finalizer through pods/status (a deleted Pod kept forever)`);
+      assert.match(finalizer.body, /finalizers/);
       assert.equal(
         (await saRequest(kubeconfig, 'PATCH', `/api/v1/namespaces/${ns}/pods/${own}`, { metadata: { labels: { x: 'y' } } }, SMP)).status,
         403,
