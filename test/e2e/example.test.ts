@@ -416,6 +416,20 @@ describe('the example on a real single-node cluster', { skip }, () => {
       if (res.code !== 0 || res.stdout.trim() !== 'certshare') failures.push(`${res.stderr.trim()}${res.stdout.trim()}`);
     }
     assert.equal((await rollout).code, 0, 'the injector rollout completed');
+    const priorities = await env.cluster.kubectlOk([
+      'get',
+      'pods',
+      '-n',
+      'certshare',
+      '-l',
+      'app.kubernetes.io/name=certshare-injector',
+      '-o',
+      'jsonpath={.items[*].spec.priority}',
+    ]);
+    assert.ok(
+      priorities.split(' ').every((p) => p === '1000000'),
+      `the injector runs at its PriorityClass (${priorities})`,
+    );
     figures.admissionRequests = requests;
     figures.admissionFailures = failures.length;
     assert.ok(duringRollout >= 3, `Pods were created while the injector rolled (${duringRollout})`);
