@@ -8,12 +8,12 @@
 // per machine at a time: a lock (flock) serialises starts, and a start first cleans what a crashed run
 // left (processes, mounts, cgroups, the namespace, the kernel settings the kubelet changed), found by
 // fixed paths: the kubelet and containerd touch fixed host paths whatever their flags.
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { mkdir, readdir, readFile, readlink, rename, rm, rmdir, unlink, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type CommandResult, k8sBinDir, ManagedProcess, yamlKubeconfig } from '../harness/control-plane.ts';
+import { type CommandResult, k8sBinDir, ManagedProcess, runCommand, yamlKubeconfig } from '../harness/control-plane.ts';
 import { createControlPlanePki } from '../harness/pki.ts';
 
 /** Fixed, so that a start finds what a crashed run left. */
@@ -96,25 +96,6 @@ function mustRun(command: string[]): string {
   const res = runSync(command);
   if (res.status !== 0) throw new Error(`${command.join(' ')} failed (${res.status}): ${res.stderr.trim()}`);
   return res.stdout;
-}
-
-function runAsync(command: string[], options: { input?: string; timeoutMs?: number; env?: Record<string, string> } = {}): Promise<CommandResult> {
-  return new Promise((resolveRun, reject) => {
-    const child = spawn(command[0]!, command.slice(1), {
-      stdio: ['pipe', 'pipe', 'pipe'],
-      env: { ...process.env, KUBECONFIG: '', ...options.env },
-      timeout: options.timeoutMs ?? 60_000,
-      killSignal: 'SIGKILL',
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
-    child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-    child.on('error', reject);
-    child.on('close', (code) => resolveRun({ stdout, stderr, code }));
-    child.stdin.on('error', () => {});
-    child.stdin.end(options.input ?? '');
-  });
 }
 
 function alive(pid: number): boolean {
@@ -649,20 +630,20 @@ class ClusterImpl implements Cluster {
     await writeFile(this.path('containerd', 'config.toml'), containerdConfig(dirs, this.options.sandboxImage));
     const proc = this.launch('containerd', ['containerd', `--config=${this.path('containerd', 'config.toml')}`]);
     await proc.waitReady('containerd', performance.now(), this.readyTimeoutMs, async () => {
-      const res = await runAsync(['ctr', `--address=${dirs.socket}`, 'version'], { timeoutMs: 5000 });
+      const res = await runCommand(['ctr', `--address=${dirs.socket}`, 'version'], { timeoutMs: 5000 });
       return res.code === 0;
     });
   }
 
   async importImage(archive: string, ref: string, pinned = false): Promise<void> {
     const ctr = ['ctr', `--address=${this.path('containerd', 'containerd.sock')}`, '--namespace=k8s.io'];
-    const res = await runAsync([...ctr, 'images', 'import', '--no-unpack=false', archive], { timeoutMs: 300_000 });
+    const res = await runCommand([...ctr, 'images', 'import', '--no-unpack=false', archive], { timeoutMs: 300_000 });
     if (res.code !== 0) throw new Error(`ctr images import ${archive}: ${res.stderr}`);
-    const listed = await runAsync([...ctr, 'images', 'list', '--quiet'], { timeoutMs: 30_000 });
+    const listed = await runCommand([...ctr, 'images', 'list', '--quiet'], { timeoutMs: 30_000 });
     const full = ref.includes('/') && ref.split('/')[0]!.includes('.') ? ref : `docker.io/${ref}`;
     if (!listed.stdout.split('\n').includes(full)) throw new Error(`${archive} imported, but containerd lists no ${full}:\n${listed.stdout}`);
     if (pinned) {
-      const label = await runAsync([...ctr, 'images', 'label', full, 'io.cri-containerd.pinned=pinned']);
+      const label = await runCommand([...ctr, 'images', 'label', full, 'io.cri-containerd.pinned=pinned']);
       if (label.code !== 0) throw new Error(`ctr images label ${full}: ${label.stderr}`);
     }
   }
@@ -725,7 +706,7 @@ class ClusterImpl implements Cluster {
   }
 
   exec(command: string[], options: { input?: string; timeoutMs?: number; env?: Record<string, string> } = {}): Promise<CommandResult> {
-    return runAsync([...this.enter, ...command], options);
+    return runCommand([...this.enter, ...command], options);
   }
 
   kubectl(args: string[], options: { input?: string; timeoutMs?: number; kubeconfig?: string } = {}): Promise<CommandResult> {

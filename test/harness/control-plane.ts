@@ -277,6 +277,38 @@ function childEnv(): NodeJS.ProcessEnv {
   return env;
 }
 
+/**
+ * Runs a command to its end with the test processes' environment (childEnv, plus `env`): its stdout, stderr
+ * and exit code (null when the timeout, default 60 s, killed it). Never rejects on a non-zero exit; killed
+ * with this process (it is a live child until it ends).
+ */
+export function runCommand(command: string[], options: { input?: string; timeoutMs?: number; env?: Record<string, string> } = {}): Promise<CommandResult> {
+  installExitHook();
+  return new Promise<CommandResult>((resolveRun, reject) => {
+    const child = spawn(command[0]!, command.slice(1), {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: { ...childEnv(), ...options.env },
+      timeout: options.timeoutMs ?? 60_000,
+      killSignal: 'SIGKILL',
+    });
+    liveChildren.add(child);
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
+    child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+    child.on('error', (err) => {
+      liveChildren.delete(child);
+      reject(err);
+    });
+    child.on('close', (code) => {
+      liveChildren.delete(child);
+      resolveRun({ stdout, stderr, code });
+    });
+    child.stdin.on('error', () => {}); // the command may exit before reading its input
+    child.stdin.end(options.input ?? '');
+  });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Binaries
 
@@ -687,29 +719,7 @@ class ControlPlaneImpl implements ControlPlane {
 
   kubectl(args: string[], options: KubectlOptions = {}): Promise<CommandResult> {
     const kubeconfig = options.kubeconfig ?? this.adminKubeconfigPath;
-    return new Promise<CommandResult>((resolveRun, reject) => {
-      const child = spawn(join(this.binDir, 'kubectl'), [`--kubeconfig=${kubeconfig}`, ...args], {
-        stdio: ['pipe', 'pipe', 'pipe'],
-        env: childEnv(),
-        timeout: options.timeoutMs ?? 60_000,
-        killSignal: 'SIGKILL',
-      });
-      liveChildren.add(child);
-      let stdout = '';
-      let stderr = '';
-      child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
-      child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-      child.on('error', (err) => {
-        liveChildren.delete(child);
-        reject(err);
-      });
-      child.on('close', (code) => {
-        liveChildren.delete(child);
-        resolveRun({ stdout, stderr, code });
-      });
-      child.stdin.on('error', () => {}); // kubectl may exit before reading its input
-      child.stdin.end(options.input ?? '');
-    });
+    return runCommand([join(this.binDir, 'kubectl'), `--kubeconfig=${kubeconfig}`, ...args], options);
   }
 
   async rss(): Promise<{ apiserver?: number; etcd?: number }> {
