@@ -65,6 +65,30 @@ describe('manifests/injector', () => {
     ]);
   });
 
+  it("the caBundle-only policy covers the injector's account: the label it carries, in the namespace the kustomization sets", async () => {
+    const [kustomization] = await docs('kustomization.yaml');
+    assert.ok(((kustomization as unknown as { resources: string[] }).resources ?? []).includes('admission-policy.yaml'));
+    const namespace = (kustomization as unknown as { namespace: string }).namespace;
+    const account = (await docs('rbac.yaml')).find((d) => d.kind === 'ServiceAccount') as Doc & { metadata: { labels?: Record<string, string> } };
+    const policyDocs = await docs('admission-policy.yaml');
+    const binding = policyDocs.find((d) => d.kind === 'ValidatingAdmissionPolicyBinding') as unknown as {
+      spec: { paramRef: { namespace: string; selector: { matchLabels: Record<string, string> }; parameterNotFoundAction: string } };
+    };
+    const { paramRef } = binding.spec;
+    assert.equal(paramRef.namespace, namespace, 'paramRef.namespace follows the kustomization namespace: change both');
+    for (const [key, value] of Object.entries(paramRef.selector.matchLabels)) assert.equal(account.metadata.labels?.[key], value, `${key}=${value}`);
+    const policy = policyDocs.find((d) => d.kind === 'ValidatingAdmissionPolicy') as unknown as {
+      spec: { matchConstraints: { resourceRules: Array<{ resources: string[]; operations: string[] }> } };
+    };
+    const covered = policy.spec.matchConstraints.resourceRules.flatMap((r) => r.resources);
+    // Every kind --inject-ca-into accepts (src/injector/targets.ts) is held to its caBundle.
+    for (const kind of ['mwc', 'vwc', 'crd', 'apiservice'])
+      assert.ok(
+        covered.some((plural) => plural.startsWith(parseTarget(`${kind}/x`).kind)),
+        `${kind} is covered`,
+      );
+  });
+
   it('the webhook fails closed, and selects neither kube-system, nor the injector namespace, nor its Pods', async () => {
     const [mwc] = await docs('webhook.yaml');
     assert.equal(mwc!.metadata.name, parseTarget(flagDefault('inject-ca-into')).name);

@@ -28,6 +28,7 @@ import { injectorReplicaFlags } from './replica-flags.ts';
 const cp = useControlPlane();
 const WEBHOOK = 'inject.certshare.io';
 const CONFIG = 'certshare-injector';
+const CONFIG_PATH = `/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/${CONFIG}`;
 const INJECTOR_NS = 'certshare';
 const MANIFESTS = fileURLToPath(new URL('../../manifests/injector', import.meta.url));
 
@@ -212,6 +213,44 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     for (const r of replicas) assert.ok(bundle.includes(r.injector.controller.state.leaf!.signedBy), r.name);
   });
 
+  it("a stolen injector token changes the webhook's caBundle only: not its selectors, failure policy, rules, URL or labels", async () => {
+    type Webhook = Record<string, unknown> & { clientConfig: Record<string, unknown>; rules: Array<{ resources: string[] }> };
+    type Configuration = { metadata: { labels?: Record<string, string> }; webhooks: Webhook[] };
+    /** A server-side dry run of an update (the verb RBAC grants it) under the injector's own token: 'allowed' or the refusal. */
+    const updateAsInjector = async (change: (c: Configuration) => void): Promise<string> => {
+      const current = JSON.parse(await must(cp().kubectl(['get', 'mutatingwebhookconfiguration', CONFIG, '-o', 'json'], { kubeconfig }))) as Configuration;
+      change(current);
+      // A raw PUT: `kubectl replace` would also rewrite its last-applied annotation.
+      const r = await cp().kubectl(['replace', '--raw', `${CONFIG_PATH}?dryRun=All`, '-f', '-'], { kubeconfig, input: JSON.stringify(current) });
+      return r.code === 0 ? 'allowed' : r.stderr;
+    };
+    const widen = (c: Configuration) => {
+      c.webhooks[0]!.namespaceSelector = {};
+    };
+    // The policy is loaded by an informer a moment after the manifests were applied.
+    const deadline = performance.now() + 30_000;
+    let refused = await updateAsInjector(widen);
+    while (refused === 'allowed' && performance.now() < deadline) {
+      await delay(200);
+      refused = await updateAsInjector(widen);
+    }
+    assert.match(refused, /certshare-injector-cabundle-only.*the injector may change the webhooks' clientConfig\.caBundle only/);
+    const changes: Array<[string, (c: Configuration) => void]> = [
+      ['failurePolicy Ignore', (c) => (c.webhooks[0]!.failurePolicy = 'Ignore')],
+      ['another URL', (c) => (c.webhooks[0]!.clientConfig.url = 'https://203.0.113.9/mutate')],
+      ['every resource', (c) => (c.webhooks[0]!.rules[0]!.resources = ['*'])],
+      ['no objectSelector', (c) => delete c.webhooks[0]!.objectSelector],
+      ['a second webhook', (c) => c.webhooks.push({ ...structuredClone(c.webhooks[0]!), name: 'second.certshare.io' })],
+    ];
+    for (const [what, change] of changes) assert.match(await updateAsInjector(change), /caBundle only/, what);
+    assert.match(await updateAsInjector((c) => (c.metadata.labels = { ...c.metadata.labels, x: 'y' })), /not labels, annotations/, 'a label');
+    assert.equal(await updateAsInjector((c) => delete c.webhooks[0]!.clientConfig.caBundle), 'allowed', 'the caBundle itself');
+    // The administrator (not a ServiceAccount) still changes anything.
+    const admin = JSON.parse(await must(cp().kubectl(['get', 'mutatingwebhookconfiguration', CONFIG, '-o', 'json']))) as Configuration;
+    widen(admin);
+    assert.equal((await cp().kubectl(['replace', '--raw', `${CONFIG_PATH}?dryRun=All`, '-f', '-'], { input: JSON.stringify(admin) })).code, 0);
+  });
+
   it('keeps the caBundle of a ValidatingWebhookConfiguration, a CRD conversion webhook and an APIService, and restores Secrets deleted by hand', async () => {
     const hookUrl = { url: 'https://127.0.0.1:1/validate' };
     const objects = [
@@ -292,8 +331,60 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
       ],
       {},
     );
-    // Admin credentials: manifests/injector's ClusterRole covers only its own webhook configuration.
-    const env = { KUBECONFIG: cp().adminKubeconfigPath, POD_NAMESPACE: INJECTOR_NS };
+    // Under the injector's own account, given what the README tells users to add per target (and its own
+    // Secrets and Lease here): its admission policy must let it write the caBundle of every kind.
+    const extraRbac = [
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'ClusterRole',
+        metadata: { name: 'certshare-injector-extra' },
+        rules: [
+          {
+            apiGroups: ['admissionregistration.k8s.io'],
+            resources: ['validatingwebhookconfigurations'],
+            resourceNames: ['certshare-extra', 'certshare-later'],
+            verbs: ['get', 'list', 'watch', 'update'],
+          },
+          {
+            apiGroups: ['apiextensions.k8s.io'],
+            resources: ['customresourcedefinitions'],
+            resourceNames: ['widgets.example.certshare.io'],
+            verbs: ['get', 'list', 'watch', 'update'],
+          },
+          {
+            apiGroups: ['apiregistration.k8s.io'],
+            resources: ['apiservices'],
+            resourceNames: ['v1.aggregated.certshare.io'],
+            verbs: ['get', 'list', 'watch', 'update'],
+          },
+        ],
+      },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'ClusterRoleBinding',
+        metadata: { name: 'certshare-injector-extra' },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: 'certshare-injector-extra' },
+        subjects: [{ kind: 'ServiceAccount', name: 'certshare-injector', namespace: INJECTOR_NS }],
+      },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'Role',
+        metadata: { name: 'certshare-injector-extra', namespace: INJECTOR_NS },
+        rules: [
+          { apiGroups: [''], resources: ['secrets'], resourceNames: ['extra-ca', 'extra-tls'], verbs: ['get', 'list', 'watch', 'update'] },
+          { apiGroups: ['coordination.k8s.io'], resources: ['leases'], resourceNames: ['extra'], verbs: ['get', 'update'] },
+        ],
+      },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'RoleBinding',
+        metadata: { name: 'certshare-injector-extra', namespace: INJECTOR_NS },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'certshare-injector-extra' },
+        subjects: [{ kind: 'ServiceAccount', name: 'certshare-injector', namespace: INJECTOR_NS }],
+      },
+    ];
+    for (const o of extraRbac) await must(cp().kubectl(['apply', '-f', '-'], { input: JSON.stringify(o) }));
+    const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS };
     const logger = process.env.CERTSHARE_TEST_LOG
       ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, 'extra')
       : silentLogger;
@@ -330,6 +421,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     } finally {
       await extra.stop();
       for (const o of objects.reverse()) await cp().kubectl(['delete', o.kind.toLowerCase(), o.metadata.name, '--ignore-not-found']);
+      for (const o of extraRbac) await cp().kubectl(['delete', '-f', '-'], { input: JSON.stringify(o) });
     }
   });
 

@@ -6,7 +6,7 @@ import { X509Certificate } from 'node:crypto';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { request as httpsRequest } from 'node:https';
-import { mkdir, readFile, readdir } from 'node:fs/promises';
+import { mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -142,27 +142,46 @@ describe('manifests/base', () => {
     assert.deepEqual([...new Set(names)].sort(), [LEASE, LEDGER, PLACEHOLDER].sort());
   });
 
-  it("the admission policies cover every account the Roles grant to: the policies' account match and the bindings agree", async () => {
+  it('the admission policies cover every account the Roles are bound to: by the label the accounts carry, not by name', async () => {
     const rbac = await yamlDocs(join(REPO, 'manifests/base/rbac.yaml'));
-    const accounts = new Set(
+    const bound = new Set(
       rbac
         .filter((d) => d.kind === 'RoleBinding')
         .flatMap((d) => (d as unknown as { subjects: Array<{ kind: string; name: string }> }).subjects)
         .filter((s) => s.kind === 'ServiceAccount')
         .map((s) => s.name),
     );
-    assert.ok(accounts.size >= 2);
-    const policies = (await yamlDocs(join(REPO, 'manifests/base/admission-policy.yaml'))).filter((d) => d.kind === 'ValidatingAdmissionPolicy');
+    assert.ok(bound.size >= 2);
+    const accounts = new Map(
+      (await yamlDocs(join(REPO, 'manifests/base/serviceaccounts.yaml'))).map((d) => [d.metadata.name, d.metadata.labels ?? {}] as const),
+    );
+    const docs = await yamlDocs(join(REPO, 'manifests/base/admission-policy.yaml'));
+    const policies = docs.filter((d) => d.kind === 'ValidatingAdmissionPolicy');
     assert.ok(policies.length >= 2);
     for (const policy of policies) {
-      const conditions = (policy.spec as { matchConditions: Array<{ expression: string }> }).matchConditions;
-      const pattern = /request\.userInfo\.username\.matches\('([^']+)'\)/.exec(conditions[0]!.expression)?.[1];
-      assert.ok(pattern, `${policy.metadata.name}: matches on the account name`);
-      for (const account of accounts) {
-        assert.match(`system:serviceaccount:proxy:${account}`, new RegExp(pattern), `${policy.metadata.name} covers ${account}: rename both together`);
+      const spec = policy.spec as {
+        paramKind?: { apiVersion: string; kind: string };
+        matchConditions: Array<{ expression: string }>;
+        variables: Array<{ name: string; expression: string }>;
+        validations: Array<{ expression: string }>;
+      };
+      const name = policy.metadata.name;
+      assert.deepEqual(spec.paramKind, { apiVersion: 'v1', kind: 'ServiceAccount' }, `${name}: keyed on ServiceAccounts`);
+      assert.doesNotMatch(JSON.stringify(spec.matchConditions), /certshare/, `${name}: no account name written in the policy`);
+      assert.match(spec.variables.find((v) => v.name === 'caller')?.expression ?? '', /params\.metadata\.namespace.*params\.metadata\.name/);
+      for (const v of spec.validations) assert.match(v.expression, /^!variables\.caller \|\|/, `${name}: every rule is about the caller`);
+      const bindings = docs.filter((d) => d.kind === 'ValidatingAdmissionPolicyBinding' && (d.spec as { policyName: string }).policyName === name);
+      assert.equal(bindings.length, 1, `${name}: one binding`);
+      const paramRef = (bindings[0]!.spec as { paramRef: { selector: { matchLabels: Record<string, string> }; parameterNotFoundAction: string } }).paramRef;
+      assert.equal(paramRef.parameterNotFoundAction, 'Allow', "a namespace without certshare's accounts is not certshare's");
+      for (const account of bound) {
+        const labels = accounts.get(account);
+        assert.ok(labels, `${account}: a RoleBinding names an account serviceaccounts.yaml does not define`);
+        for (const [key, value] of Object.entries(paramRef.selector.matchLabels))
+          assert.equal(labels[key], value, `${account} is bound to a certshare Role but lacks ${key}=${value}: ${name} would not cover it`);
       }
-      const validations = (policy.spec as { validations: Array<{ expression: string }> }).validations.map((v) => v.expression).join('\n');
-      if (policy.metadata.name === 'certshare-own-pod-status') assert.match(validations, /finalizers/, 'a status patch cannot add a finalizer');
+      if (name === 'certshare-own-pod-status')
+        assert.match(spec.validations.map((v) => v.expression).join('\n'), /finalizers/, 'a status patch cannot add a finalizer');
     }
   });
 
@@ -537,6 +556,53 @@ describe('manifests/example on a real apiserver', () => {
       assert.notEqual(stored.status.phase, 'Failed');
       assert.equal(stored.metadata.labels?.x, undefined);
     }
+  });
+
+  it("a kustomize namePrefix keeps both policies in force: they key on the accounts' label, not their names", async () => {
+    // An overlay renaming everything (team-certshare, team-certshare-own-pod-status, ...) in its own namespace.
+    const overlay = join(REPO, 'manifests', `.test-prefix-${process.pid}`);
+    const prefixedNs = `${ns}-prefixed`;
+    await mkdir(overlay);
+    try {
+      await writeFile(join(overlay, 'kustomization.yaml'), 'resources:\n  - ../base\nnamePrefix: team-\n');
+      const built = await cp().kubectl(['kustomize', overlay]);
+      assert.equal(built.code, 0, built.stderr);
+      const objects = loadAll(built.stdout) as K8sObject[];
+      const policyNames = objects.filter((d) => d.kind === 'ValidatingAdmissionPolicy').map((d) => d.metadata.name);
+      assert.deepEqual(policyNames.sort(), ['team-certshare-creates-own-objects', 'team-certshare-own-pod-status']);
+      for (const binding of objects.filter((d) => d.kind === 'ValidatingAdmissionPolicyBinding'))
+        assert.ok(policyNames.includes((binding.spec as { policyName: string }).policyName), 'each binding names its renamed policy');
+      assert.equal((await cp().kubectl(['create', 'namespace', prefixedNs])).code, 0);
+      const applied = await cp().kubectl(['apply', '-n', prefixedNs, '-f', '-'], { input: built.stdout });
+      assert.equal(applied.code, 0, applied.stderr);
+    } finally {
+      await rm(overlay, { recursive: true, force: true });
+    }
+    for (const name of ['team-0', 'team-1']) {
+      const pod = {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name },
+        spec: { serviceAccountName: 'team-certshare', automountServiceAccountToken: false, containers: [{ name: 'c', image: 'example.invalid/c:1' }] },
+      };
+      const created = await cp().kubectl(['-n', prefixedNs, 'create', '-f', '-'], { input: JSON.stringify(pod) });
+      assert.equal(created.code, 0, created.stderr);
+    }
+    const team0 = await replicaKubeconfig(cp(), prefixedNs, 'team-0', 'team-certshare');
+    const otherStatus = `/api/v1/namespaces/${prefixedNs}/pods/team-1/status`;
+    const deadline = performance.now() + 30_000;
+    let denied = await saRequest(team0, 'PATCH', `${otherStatus}?dryRun=All`, gatePatch('True'), SMP);
+    while (denied.status !== 403 && performance.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      denied = await saRequest(team0, 'PATCH', `${otherStatus}?dryRun=All`, gatePatch('True'), SMP);
+    }
+    assert.equal(denied.status, 403, `team-certshare's token on another Pod's status: ${denied.body}`);
+    assert.match(denied.body, /own-pod-status.*bound to Pod team-0, not to Pod team-1/);
+    const own = await saRequest(team0, 'PATCH', `/api/v1/namespaces/${prefixedNs}/pods/team-0/status`, gatePatch('False'), SMP);
+    assert.equal(own.status, 200, `its own condition: ${own.body}`);
+    const opaque = JSON.stringify({ apiVersion: 'v1', kind: 'Secret', metadata: { name: 'opaque' }, type: 'Opaque', data: {} });
+    const created = await cp().kubectl(['-n', prefixedNs, 'create', '-f', '-'], { kubeconfig: team0, input: opaque });
+    assert.match(created.stderr, /creates-own-objects.*certshare may create only kubernetes\.io\/tls Secrets/);
   });
 
   describe("the daemon under these accounts, with the example's environment", () => {
