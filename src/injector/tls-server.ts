@@ -1,7 +1,7 @@
 // The webhook's HTTPS listener, whose certificate changes in-process per handshake (src/server/tls-pair.ts).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { errorMessage } from '../core/errors.ts';
 import { checkedPair, servePair, type ServingPair } from '../server/tls-pair.ts';
 
@@ -11,16 +11,60 @@ export type JsonHandler = (body: unknown) => unknown;
 
 /**
  * Bounds against a flood: the webhook sits behind `failurePolicy: Fail`, and any Pod of the cluster can
- * reach its port. A body fits the largest Pod etcd stores (1.5 MiB) in its AdmissionReview envelope; a
- * larger Content-Length is refused before a byte of the body is read. At most MAX_IN_FLIGHT requests are
- * read or handled at once (so at most 16 x 2 MiB buffered); past it, 503 with Retry-After (the apiserver's
- * client tries again). Connections past MAX_CONNECTIONS are dropped at accept; a request must arrive
- * whole within REQUEST_TIMEOUT_MS (the apiserver gives a webhook at most 30 s, ours 5 s).
+ * reach its port unless a NetworkPolicy fences it. A body fits the largest Pod etcd stores (1.5 MiB) in its
+ * AdmissionReview envelope; a larger Content-Length, or none, is refused before a byte of the body is read.
+ * At most MAX_IN_FLIGHT requests and MAX_BUFFERED_BYTES of declared bodies are read or handled at once,
+ * MAX_IN_FLIGHT_PER_PEER and MAX_BUFFERED_BYTES_PER_PEER of them from one address; past any, 503 with
+ * Retry-After (the apiserver's client tries again; its Pod reviews are kilobytes, so a byte budget leaves it
+ * room where a count would not). Each body is read into one buffer of its declared size (no copies). A body
+ * must arrive whole within BODY_TIMEOUT_MS of its headers (the apiserver sends at once: a slow body holds a
+ * slot two seconds, not ten). Connections: at most MAX_CONNECTIONS_PER_PEER from one address (more are
+ * dropped at accept, before any TLS work), and past MAX_CONNECTIONS in all the oldest connection of the
+ * address holding most is dropped, not the new one: a flood from a few Pods cannot crowd the apiserver out
+ * (measured: test/injector/flood.test.ts). Many addresses at once can; the NetworkPolicy is the fence then.
  */
 export const MAX_BODY_BYTES = 2 * 1024 * 1024;
-export const MAX_IN_FLIGHT = 16;
+export const MAX_IN_FLIGHT = 32;
+export const MAX_IN_FLIGHT_PER_PEER = 8;
+export const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
+export const MAX_BUFFERED_BYTES_PER_PEER = MAX_BODY_BYTES;
 export const MAX_CONNECTIONS = 256;
+export const MAX_CONNECTIONS_PER_PEER = 64;
+const BODY_TIMEOUT_MS = 2_000;
 const REQUEST_TIMEOUT_MS = 10_000;
+
+/** Open connections by remote address, oldest first, with the fairness rules above. */
+class ConnectionTable {
+  readonly #byPeer = new Map<string, Set<Socket>>();
+  #total = 0;
+
+  /** Admits `socket`, or destroys it (its address holds its share), dropping the greediest address's oldest to make room. */
+  admit(socket: Socket): void {
+    const peer = socket.remoteAddress ?? '?';
+    const own = this.#byPeer.get(peer) ?? new Set<Socket>();
+    if (own.size >= MAX_CONNECTIONS_PER_PEER) {
+      socket.destroy();
+      return;
+    }
+    if (this.#total >= MAX_CONNECTIONS) {
+      let greediest: Set<Socket> | undefined;
+      for (const sockets of this.#byPeer.values()) if (!greediest || sockets.size > greediest.size) greediest = sockets;
+      if (!greediest || greediest.size <= own.size + 1) {
+        socket.destroy();
+        return;
+      }
+      greediest.values().next().value?.destroy();
+    }
+    own.add(socket);
+    this.#byPeer.set(peer, own);
+    this.#total++;
+    socket.once('close', () => {
+      own.delete(socket);
+      this.#total--;
+      if (own.size === 0 && this.#byPeer.get(peer) === own) this.#byPeer.delete(peer);
+    });
+  }
+}
 
 export interface TlsServer {
   readonly port: number;
@@ -36,22 +80,30 @@ export interface TlsServer {
   close(options?: { drainMs?: number; graceMs?: number }): Promise<void>;
 }
 
-function readJson(req: IncomingMessage): Promise<unknown> {
+/** The body of `declared` bytes (its Content-Length), parsed as JSON, within BODY_TIMEOUT_MS. */
+function readJson(req: IncomingMessage, declared: number): Promise<unknown> {
   return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
+    const body = Buffer.allocUnsafe(declared);
     let bytes = 0;
+    const slow = setTimeout(() => {
+      reject(Object.assign(new Error(`request body not received within ${BODY_TIMEOUT_MS} ms`), { status: 408 }));
+      req.destroy();
+    }, BODY_TIMEOUT_MS);
+    req.once('close', () => clearTimeout(slow));
     req.on('data', (chunk: Buffer) => {
-      bytes += chunk.length;
-      if (bytes > MAX_BODY_BYTES) {
-        reject(Object.assign(new Error(`request body larger than ${MAX_BODY_BYTES} bytes`), { status: 413 }));
+      // Node's parser stops at Content-Length; the check keeps the copy in bounds whatever happens.
+      if (bytes + chunk.length > declared) {
+        reject(Object.assign(new Error('request body longer than its Content-Length'), { status: 400 }));
         req.destroy();
         return;
       }
-      chunks.push(chunk);
+      chunk.copy(body, bytes);
+      bytes += chunk.length;
     });
     req.on('end', () => {
+      clearTimeout(slow);
       try {
-        resolve(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+        resolve(JSON.parse(body.toString('utf8', 0, bytes)));
       } catch {
         reject(Object.assign(new Error('request body is not JSON'), { status: 400 }));
       }
@@ -74,7 +126,9 @@ function send(res: ServerResponse, status: number, body: unknown, keepAlive: boo
 export async function startTlsServer(options: { host: string; port: number; pair?: ServingPair; routes: Record<string, JsonHandler> }): Promise<TlsServer> {
   let serial: string | undefined;
   let draining = false;
-  let inFlight = 0;
+  const inFlight = { requests: 0, bytes: 0 };
+  const inFlightByPeer = new Map<string, { requests: number; bytes: number }>();
+  const connections = new ConnectionTable();
   const reply = (res: ServerResponse, status: number, body: unknown) => send(res, status, body, !draining);
   const initial = options.pair ? checkedPair(options.pair) : undefined;
   serial = initial?.serial;
@@ -90,18 +144,41 @@ export async function startTlsServer(options: { host: string; port: number; pair
       return;
     }
     // Refused unread, and the connection closed: its body may still be on the way.
-    const declared = Number(req.headers['content-length'] ?? 0);
+    const length = req.headers['content-length'];
+    const declared = Number(length);
+    if (length === undefined) {
+      send(res, 411, { error: 'Content-Length required' }, false);
+      return;
+    }
     if (!(declared <= MAX_BODY_BYTES)) {
       send(res, 413, { error: `request body larger than ${MAX_BODY_BYTES} bytes` }, false);
       return;
     }
-    if (inFlight >= MAX_IN_FLIGHT) {
-      send(res, 503, { error: `more than ${MAX_IN_FLIGHT} requests at once` }, false, { 'retry-after': '1' });
+    const peer = req.socket.remoteAddress ?? '?';
+    const own = inFlightByPeer.get(peer) ?? { requests: 0, bytes: 0 };
+    const over =
+      inFlight.requests >= MAX_IN_FLIGHT || inFlight.bytes + declared > MAX_BUFFERED_BYTES
+        ? `${MAX_IN_FLIGHT} requests or ${MAX_BUFFERED_BYTES} bytes at once`
+        : own.requests >= MAX_IN_FLIGHT_PER_PEER || own.bytes + declared > MAX_BUFFERED_BYTES_PER_PEER
+          ? `${MAX_IN_FLIGHT_PER_PEER} requests or ${MAX_BUFFERED_BYTES_PER_PEER} bytes at once from ${peer}`
+          : undefined;
+    if (over) {
+      send(res, 503, { error: `more than ${over}` }, false, { 'retry-after': '1' });
       return;
     }
-    inFlight++;
-    res.once('close', () => inFlight--);
-    readJson(req).then(
+    for (const tally of [inFlight, own]) {
+      tally.requests++;
+      tally.bytes += declared;
+    }
+    inFlightByPeer.set(peer, own);
+    res.once('close', () => {
+      for (const tally of [inFlight, own]) {
+        tally.requests--;
+        tally.bytes -= declared;
+      }
+      if (own.requests === 0 && inFlightByPeer.get(peer) === own) inFlightByPeer.delete(peer);
+    });
+    readJson(req, declared).then(
       (body) => {
         let answer: unknown;
         try {
@@ -115,7 +192,7 @@ export async function startTlsServer(options: { host: string; port: number; pair
       (err: unknown) => reply(res, (err as { status?: number }).status ?? 400, { error: errorMessage(err) }),
     );
   });
-  server.maxConnections = MAX_CONNECTIONS;
+  server.on('connection', (socket: Socket) => connections.admit(socket));
   // The apiserver keeps connections to webhooks alive; a bound on idle ones frees sockets of gone callers.
   server.keepAliveTimeout = 60_000;
   server.headersTimeout = 10_000;
