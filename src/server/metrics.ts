@@ -7,6 +7,7 @@ import type { RenewalPolicy } from '../core/renewal.ts';
 import { renewalTime } from '../core/renewal.ts';
 import type { FailureKind } from '../core/failure.ts';
 import type { QueueReport } from '../core/issuance-budget.ts';
+import { ISSUE_REASONS, type IssueReason } from '../core/issuance-policy.ts';
 import type { StoredCert } from '../core/store.ts';
 
 const seconds = (ms: number): number => ms / 1000;
@@ -24,7 +25,8 @@ export function collectNodeMetrics(registry: Registry): void {
 
 /**
  * Prometheus metrics, named after REFERENCE §6 and cert-manager's (which users already alert on):
- * timestamps rather than "time since", base units, `_total` counters, the domain as the only label.
+ * timestamps rather than "time since", base units, `_total` counters, the domain as the only label
+ * besides a few fixed values (an attempt's result and reason).
  */
 export class Metrics implements LoopObserver {
   readonly registry = new Registry();
@@ -78,8 +80,10 @@ export class Metrics implements LoopObserver {
     });
     this.#attempts = new Counter({
       name: 'certshare_issuance_attempts_total',
-      help: 'CertPair calls by result (success, unchanged, rate_limited, error, rejected, too_short).',
-      labelNames: ['domain', 'result'],
+      help:
+        'CertPair calls by result (success, unchanged, rate_limited, error, rejected, too_short) and by the reason ' +
+        'the call was made (no_certificate, stored_unusable, expiry).',
+      labelNames: ['domain', 'result', 'reason'],
       registers,
     });
     this.#backoff = new Gauge({
@@ -196,8 +200,8 @@ export class Metrics implements LoopObserver {
     this.#renewalAt.set({ domain }, seconds(renewalTime({ ...info, obtainedAt: cert?.obtainedAt }, this.#renewal)));
   }
 
-  attempt(domain: string, result: AttemptResult, _failure?: { kind: FailureKind }): void {
-    this.#attempts.inc({ domain, result });
+  attempt(domain: string, result: AttemptResult, reason: IssueReason, _failure?: { kind: FailureKind }): void {
+    this.#attempts.inc({ domain, result, reason });
   }
 
   planned(domain: string, at: number, backoffMs: number): void {
@@ -208,6 +212,6 @@ export class Metrics implements LoopObserver {
   stopped(domain: string): void {
     this.certificate(domain, undefined);
     for (const gauge of [this.#backoff, this.#nextAttempt]) gauge.remove({ domain });
-    for (const result of ATTEMPT_RESULTS) this.#attempts.remove({ domain, result });
+    for (const result of ATTEMPT_RESULTS) for (const reason of ISSUE_REASONS) this.#attempts.remove({ domain, result, reason });
   }
 }

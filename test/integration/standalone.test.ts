@@ -42,7 +42,7 @@ describe('standalone daemon against the emulator over a unix socket', () => {
       assert.equal(emulator.stats().issuances[DOMAIN], 1);
       assert.equal((await stat(join(certDir, DOMAIN, 'tls.key'))).mode & 0o777, 0o600);
       const metrics = await (await fetch(`${daemon.address}/metrics`)).text();
-      assert.match(metrics, /certshare_issuance_attempts_total\{domain="web\.tailnet-test\.ts\.net",result="success"\} 1/);
+      assert.match(metrics, /certshare_issuance_attempts_total\{domain="web\.tailnet-test\.ts\.net",result="success",reason="no_certificate"\} 1/);
       assert.match(metrics, /certshare_certificate_ready_status\{domain="web\.tailnet-test\.ts\.net",condition="True"\} 1/);
       assert.match(metrics, /certshare_certificate_expiration_timestamp_seconds\{domain="web\.tailnet-test\.ts\.net"\} \d+/);
       assert.match(metrics, /certshare_ipn_bus_connected 1/);
