@@ -125,7 +125,7 @@ export function issueReason(s: Pick<IssuanceSnapshot, 'held' | 'store'>): IssueR
  * has left (never sooner than the first retry): a renewal the store holds is read before the expiry even
  * behind a long streak of failed reads, not a backoff step after it.
  */
-const storeUnreadableRule: IssuanceRule = (s, p) => {
+export const storeUnreadableRule: IssuanceRule = (s, p) => {
   if (s.store.state !== 'unreadable') return undefined;
   let at = storeRetryAt(s, p, s.store.failures);
   if (s.held) at = Math.min(at, s.now + Math.max(p.backoff.firstRetryMs, Math.floor((s.held.notAfter - s.now) / 2)));
@@ -133,14 +133,14 @@ const storeUnreadableRule: IssuanceRule = (s, p) => {
 };
 
 /** Deleted, emptied, garbage or older in the store: put back what we hold (a restore needs the role to write, not to issue). */
-const restoreRule: IssuanceRule = (s) =>
+export const restoreRule: IssuanceRule = (s) =>
   s.role.write && s.held && !storeHolds(s.store, s.held) ? { action: 'restore', reason: 'stored_mismatch', at: s.now } : undefined;
 
 /** Obtained, not valid yet: asking again would only make tailscaled order another one. */
-const notYetValidRule: IssuanceRule = (s) => (s.pending ? wait('not_yet_valid', s.pending.notBefore) : undefined);
+export const notYetValidRule: IssuanceRule = (s) => (s.pending ? wait('not_yet_valid', s.pending.notBefore) : undefined);
 
 /** Valid and not due: keep it, look again at its renewal point (or the check interval, if sooner). */
-const notDueRule: IssuanceRule = (s, p) =>
+export const notDueRule: IssuanceRule = (s, p) =>
   s.held && !isRenewalDue(s.held, s.now, p.renewal) ? { action: 'use', reason: 'not_due', at: nextCheckTime(s.held, s.now, p.renewal) } : undefined;
 
 /**
@@ -148,33 +148,33 @@ const notDueRule: IssuanceRule = (s, p) =>
  * that stalled silently they look again at the first-retry pace. A writer that lost the role while this
  * turn waited (for the budget, a slot, the intent write) looks again at once, as the reader it now is.
  */
-const readerRule: IssuanceRule = (s, p) => {
+export const readerRule: IssuanceRule = (s, p) => {
   if (s.role.issue) return undefined;
   return wait('not_writer', s.turn.budget ? s.now : s.now + Math.min(p.renewal.checkIntervalMs, p.backoff.firstRetryMs));
 };
 
 /** A rate limit recorded by any replica (or by this one before a restart) holds for everyone. */
-const storedRateLimitRule: IssuanceRule = (s) => {
+export const storedRateLimitRule: IssuanceRule = (s) => {
   const until = s.coordination.retryNotBefore;
   if (until === undefined || until <= s.now || until <= (s.backoff?.until ?? -Infinity)) return undefined;
   return wait('rate_limited', until);
 };
 
 /** This loop's own backoff after a failed call, a rate limit or a certificate too short. */
-const backoffRule: IssuanceRule = (s) => (s.backoff && s.now < s.backoff.until ? wait(s.backoff.reason, s.backoff.until) : undefined);
+export const backoffRule: IssuanceRule = (s) => (s.backoff && s.now < s.backoff.until ? wait(s.backoff.reason, s.backoff.until) : undefined);
 
 /** Whatever the certificates look like, never two issuances of a domain closer than the minimum interval. */
-const minIntervalRule: IssuanceRule = (s) => (s.now < s.callFloor ? wait('min_interval', s.callFloor) : undefined);
+export const minIntervalRule: IssuanceRule = (s) => (s.now < s.callFloor ? wait('min_interval', s.callFloor) : undefined);
 
 /** Another writer is mid-issuance: its result lands in the store (the watch wakes us) or its intent lapses. */
-const otherWriterRule: IssuanceRule = (s, p) => {
+export const otherWriterRule: IssuanceRule = (s, p) => {
   const intent = s.coordination.intent;
   if (!intent || intent.holder === s.role.identity || s.now >= intent.at + p.intentTtlMs) return undefined;
   return wait('other_writer_issuing', intent.at + p.intentTtlMs);
 };
 
 /** A first issuance waits for a slot of the budget; a ledger we cannot use is never an empty budget. */
-const budgetRule: IssuanceRule = (s, p) => {
+export const budgetRule: IssuanceRule = (s, p) => {
   const answer = s.turn.budget;
   if (!answer) return { action: 'ask_budget', reason: issueReason(s), at: s.now };
   if (answer.kind === 'unusable') return wait('ledger_unavailable', storeRetryAt(s, p, answer.failures));
@@ -183,10 +183,10 @@ const budgetRule: IssuanceRule = (s, p) => {
 };
 
 /** At most issuanceSlots.limit domains of the process issue at once; the intent is written once the slot is ours. */
-const slotRule: IssuanceRule = (s) => (s.turn.slot ? undefined : { action: 'take_slot', reason: issueReason(s), at: s.now });
+export const slotRule: IssuanceRule = (s) => (s.turn.slot ? undefined : { action: 'take_slot', reason: issueReason(s), at: s.now });
 
 /** Announce the call before making it; a write that lost a race or failed issues nothing. */
-const intentRule: IssuanceRule = (s, p) => {
+export const intentRule: IssuanceRule = (s, p) => {
   const intent = s.turn.intent;
   if (!intent) return { action: 'announce', reason: issueReason(s), at: s.now };
   if (intent.kind === 'conflict') return wait('store_changed', s.now);
