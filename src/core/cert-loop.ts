@@ -11,6 +11,7 @@ import type { Logger } from './logger.ts';
 import type { LoopObserver } from './observer.ts';
 import {
   decideIssuance,
+  judgeAnswer,
   planAfterCall,
   storeHolds,
   type BudgetAnswer,
@@ -21,7 +22,7 @@ import {
   type TurnProgress,
 } from './issuance-policy.ts';
 import type { RenewalPolicy } from './renewal.ts';
-import { isRenewalDue, minValidityFor, tooShortReason, type HeldValidity } from './renewal.ts';
+import { minValidityFor, type HeldValidity } from './renewal.ts';
 import type { CertStore, IssuanceRole, StoreRead, StoredCert } from './store.ts';
 
 export interface DomainAvailability {
@@ -420,26 +421,28 @@ export class CertLoop {
       }
       const now = clock.now();
       const info = inspectCertPair(pair, this.domain);
-      if (previous && info.serial === previous.info.serial) {
-        checkValidAt(info, now);
-        if (isRenewalDue(held(previous), now, renewal)) {
-          throw new CertshareError('CERTSHARE_CERT_STALE', `tailscaled returned the certificate due for renewal (serial ${info.serial})`);
-        }
+      // Valid now, except a new pair whose validity merely starts later (the issuer's clock is ahead).
+      if (info.serial === previous?.info.serial || now >= info.notBefore || info.notBefore >= info.notAfter) checkValidAt(info, now);
+      const asked = { minValidityMs, minIssueIntervalMs: this.#minIssueIntervalMs };
+      const verdict = judgeAnswer(info, previous && { ...held(previous), serial: previous.info.serial }, now, renewal, asked);
+      if (verdict.kind === 'due_again') {
+        throw new CertshareError('CERTSHARE_CERT_STALE', `tailscaled returned the certificate due for renewal (serial ${info.serial})`);
+      }
+      if (verdict.kind === 'unchanged') {
         observer.attempt(this.domain, 'unchanged', reason);
       } else {
-        if (now >= info.notBefore || info.notBefore >= info.notAfter) checkValidAt(info, now);
         // A new pair was issued (or tailscaled had a newer one): the minimum interval starts now, and its
         // validity is what this issuer gives. Used or not, it is what tailscaled has cached.
         this.#callFloor = Math.max(now + this.#minIssueIntervalMs, info.notBefore);
         const validity = info.notAfter - Math.max(info.notBefore, now);
         if (minValidityMs > 0) this.#freshValidityMs = Math.min(this.#freshValidityMs ?? Infinity, validity);
-        const tooShort = tooShortReason(info, now, renewal, { minValidityMs, minIssueIntervalMs: this.#minIssueIntervalMs });
-        if (previous && info.notAfter <= previous.info.notAfter) {
+        const { tooShort } = verdict;
+        if (verdict.kind === 'older') {
           if (tooShort) return this.#tooShort(info, now, { minValidityMs, reason }, tooShort);
           throw new CertshareError('CERTSHARE_CERT_STALE', `new certificate expires before the current one (${new Date(info.notAfter).toISOString()})`);
         }
         const cert: StoredCert = { pair, info, obtainedAt: Math.max(info.notBefore, now) };
-        if (now < info.notBefore) {
+        if (verdict.usableAt === 'not_before') {
           // The issuer's clock is ahead of ours: tailscaled would see this pair as invalid too and order
           // another on every call. Keep it and use it from its notBefore, without asking again.
           this.#pending = cert;

@@ -10,7 +10,7 @@
 // so a role lost while waiting is seen before the call.
 import { retryDelay, type BackoffPolicy } from './backoff.ts';
 import type { BudgetVerdict } from './issuance-budget.ts';
-import { isRenewalDue, nextCheckTime, type HeldValidity, type RenewalPolicy } from './renewal.ts';
+import { isRenewalDue, nextCheckTime, tooShortReason, type HeldValidity, type RenewalPolicy } from './renewal.ts';
 import type { Coordination } from './store.ts';
 
 /** Why a CertPair call is made: the `reason` label of certshare_issuance_attempts_total (few values, stable). */
@@ -229,4 +229,30 @@ export function planAfterCall(s: Pick<IssuanceSnapshot, 'now' | 'held' | 'pendin
   if (s.backoff && s.backoff.until > next) return wait(s.backoff.reason, s.backoff.until);
   // Without a certificate (not reached: a call that gave one holds it, or a newer one): look again now.
   return s.held ? { action: 'use', reason: 'not_due', at: next } : wait('no_certificate', next);
+}
+
+/** What a CertPair answer that passed validation is worth. */
+export type AnswerVerdict =
+  | { kind: 'unchanged' } // the certificate held, not due: tailscaled answered from its cache
+  | { kind: 'due_again' } // the certificate held, due: refused (CERTSHARE_CERT_STALE)
+  /** A new pair that expires no later than the one held: the held one stays; refused unless it is too short (then a backoff). */
+  | { kind: 'older'; tooShort: string | undefined }
+  /** A new pair: used now, or from its notBefore (the issuer's clock is ahead); `tooShort` says why it is due again too soon. */
+  | { kind: 'new'; usableAt: 'now' | 'not_before'; tooShort: string | undefined };
+
+/**
+ * Judges the answer of a CertPair call against the certificate held (with its serial) at `now`, for the
+ * min_validity asked for and the minimum interval between two issuances (renewal.ts tooShortReason).
+ */
+export function judgeAnswer(
+  answer: Pick<HeldValidity, 'notBefore' | 'notAfter'> & { serial: string },
+  held: (HeldValidity & { serial: string }) | undefined,
+  now: number,
+  renewal: Pick<RenewalPolicy, 'renewFraction'>,
+  asked: { minValidityMs: number; minIssueIntervalMs: number },
+): AnswerVerdict {
+  if (held && answer.serial === held.serial) return isRenewalDue(held, now, renewal) ? { kind: 'due_again' } : { kind: 'unchanged' };
+  const tooShort = tooShortReason(answer, now, renewal, asked);
+  if (held && answer.notAfter <= held.notAfter) return { kind: 'older', tooShort };
+  return { kind: 'new', usableAt: now < answer.notBefore ? 'not_before' : 'now', tooShort };
 }

@@ -8,6 +8,7 @@ import {
   decideIssuance,
   intentRule,
   issueReason,
+  judgeAnswer,
   minIntervalRule,
   notDueRule,
   notYetValidRule,
@@ -303,4 +304,48 @@ describe('planAfterCall: when to look again after a call that gave a certificate
     ],
   ];
   for (const [name, s, expected] of rows) it(name, () => assert.deepEqual(planAfterCall(s, settings), expected));
+});
+
+describe('judgeAnswer: what a CertPair answer is worth', () => {
+  const held = { ...fresh, serial: 'A' };
+  const heldDue = { ...due, serial: 'A' };
+  const asked = { minValidityMs: 0, minIssueIntervalMs: MIN };
+  const renewalAsked = { minValidityMs: 46 * MIN, minIssueIntervalMs: MIN };
+  const pair = (serial: string, notBefore: number, lifeMin: number) => ({ serial, notBefore, notAfter: notBefore + lifeMin * MIN });
+  const rows: Array<[string, ReturnType<typeof pair>, Parameters<typeof judgeAnswer>[1], typeof asked, ReturnType<typeof judgeAnswer>]> = [
+    ['the held certificate again, not due: unchanged', { ...fresh, serial: 'A' }, held, asked, { kind: 'unchanged' }],
+    ['the held certificate again, due: refused', { ...due, serial: 'A' }, heldDue, renewalAsked, { kind: 'due_again' }],
+    ['a first certificate', pair('B', NOW, 90), undefined, asked, { kind: 'new', usableAt: 'now', tooShort: undefined }],
+    ['a renewal', pair('B', NOW, 90), heldDue, renewalAsked, { kind: 'new', usableAt: 'now', tooShort: undefined }],
+    [
+      'valid from later (the issuer clock ahead)',
+      pair('B', NOW + MIN, 90),
+      heldDue,
+      renewalAsked,
+      { kind: 'new', usableAt: 'not_before', tooShort: undefined },
+    ],
+    [
+      'less than the min_validity asked for',
+      pair('B', NOW, 45),
+      heldDue,
+      renewalAsked,
+      { kind: 'new', usableAt: 'now', tooShort: `valid for ${45 * MIN} ms from now, less than the ${46 * MIN} ms asked for (min_validity)` },
+    ],
+    [
+      'due sooner than the minimum interval',
+      pair('B', NOW, 1),
+      undefined,
+      asked,
+      { kind: 'new', usableAt: 'now', tooShort: 'due for renewal 30000 ms after it was obtained, sooner than the 60000 ms minimum between two issuances' },
+    ],
+    ['expiring no later than the held one', pair('B', NOW - 60 * MIN, 100), heldDue, asked, { kind: 'older', tooShort: undefined }],
+    [
+      'older and too short',
+      pair('B', NOW - 60 * MIN, 100),
+      heldDue,
+      renewalAsked,
+      { kind: 'older', tooShort: `valid for ${40 * MIN} ms from now, less than the ${46 * MIN} ms asked for (min_validity)` },
+    ],
+  ];
+  for (const [name, answer, h, a, expected] of rows) it(name, () => assert.deepEqual(judgeAnswer(answer, h, NOW, settings.renewal, a), expected));
 });
