@@ -13,6 +13,34 @@ import type { BudgetVerdict } from './issuance-budget.ts';
 import { isRenewalDue, nextCheckTime, tooShortReason, type HeldValidity, type RenewalPolicy } from './renewal.ts';
 import type { Coordination } from './store.ts';
 
+/**
+ * The rules in order; the first that decides wins, and when none does: issue (issueReason() says why).
+ * What each decides, and with which reason, is at its function below.
+ */
+export const ISSUANCE_RULES: readonly IssuanceRule[] = [
+  storeUnreadableRule, // not knowing what is stored is never a reason to issue: decided before anything is weighed
+  restoreRule, // a store that lost our certificate is repaired before any due date counts (a restore never issues)
+  notYetValidRule, // a pair held for later: asking again would only make tailscaled order another
+  notDueRule, // a valid certificate, not due: use it; nothing below matters until its renewal point
+  readerRule, // due, but only the writer issues: everything below is the writer's
+  storedRateLimitRule, // the CA refused for every replica: before our own schedule
+  backoffRule, // our own backoff after a failed call or a certificate too short
+  minIntervalRule, // the storm bound: no second call within the minimum interval, whatever passed above
+  otherWriterRule, // another writer's call under way: its result may make ours unneeded
+  budgetRule, // from here on each rule is a step that awaits; the budget first (a slot in it may take days)
+  slotRule, // then one of the process's issuance slots, so the intent lives for the call, not the wait
+  intentRule, // then the intent, written last before the call
+];
+
+/** The next thing to do for one domain. */
+export function decideIssuance(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision {
+  for (const rule of ISSUANCE_RULES) {
+    const decision = rule(s, p);
+    if (decision) return decision;
+  }
+  return { action: 'issue', reason: issueReason(s), at: s.now };
+}
+
 /** Why a CertPair call is made: the `reason` label of certshare_issuance_attempts_total (few values, stable). */
 export const ISSUE_REASONS = [
   'no_certificate', // nothing stored and nothing held: a first issuance (or one after an expiry)
@@ -125,98 +153,83 @@ export function issueReason(s: Pick<IssuanceSnapshot, 'held' | 'store'>): IssueR
  * has left (never sooner than the first retry): a renewal the store holds is read before the expiry even
  * behind a long streak of failed reads, not a backoff step after it.
  */
-export const storeUnreadableRule: IssuanceRule = (s, p) => {
+export function storeUnreadableRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
   if (s.store.state !== 'unreadable') return undefined;
   let at = storeRetryAt(s, p, s.store.failures);
   if (s.held) at = Math.min(at, s.now + Math.max(p.backoff.firstRetryMs, Math.floor((s.held.notAfter - s.now) / 2)));
   return wait('store_unavailable', at);
-};
+}
 
 /** Deleted, emptied, garbage or older in the store: put back what we hold (a restore needs the role to write, not to issue). */
-export const restoreRule: IssuanceRule = (s) =>
-  s.role.write && s.held && !storeHolds(s.store, s.held) ? { action: 'restore', reason: 'stored_mismatch', at: s.now } : undefined;
+export function restoreRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
+  return s.role.write && s.held && !storeHolds(s.store, s.held) ? { action: 'restore', reason: 'stored_mismatch', at: s.now } : undefined;
+}
 
 /** Obtained, not valid yet: asking again would only make tailscaled order another one. */
-export const notYetValidRule: IssuanceRule = (s) => (s.pending ? wait('not_yet_valid', s.pending.notBefore) : undefined);
+export function notYetValidRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
+  return s.pending ? wait('not_yet_valid', s.pending.notBefore) : undefined;
+}
 
 /** Valid and not due: keep it, look again at its renewal point (or the check interval, if sooner). */
-export const notDueRule: IssuanceRule = (s, p) =>
-  s.held && !isRenewalDue(s.held, s.now, p.renewal) ? { action: 'use', reason: 'not_due', at: nextCheckTime(s.held, s.now, p.renewal) } : undefined;
+export function notDueRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
+  return s.held && !isRenewalDue(s.held, s.now, p.renewal) ? { action: 'use', reason: 'not_due', at: nextCheckTime(s.held, s.now, p.renewal) } : undefined;
+}
 
 /**
  * Readers wait for the writer's update (the store's watch wakes them); as a safety net against a watch
  * that stalled silently they look again at the first-retry pace. A writer that lost the role while this
  * turn waited (for the budget, a slot, the intent write) looks again at once, as the reader it now is.
  */
-export const readerRule: IssuanceRule = (s, p) => {
+export function readerRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
   if (s.role.issue) return undefined;
   return wait('not_writer', s.turn.budget ? s.now : s.now + Math.min(p.renewal.checkIntervalMs, p.backoff.firstRetryMs));
-};
+}
 
 /** A rate limit recorded by any replica (or by this one before a restart) holds for everyone. */
-export const storedRateLimitRule: IssuanceRule = (s) => {
+export function storedRateLimitRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
   const until = s.coordination.retryNotBefore;
   if (until === undefined || until <= s.now || until <= (s.backoff?.until ?? -Infinity)) return undefined;
   return wait('rate_limited', until);
-};
+}
 
 /** This loop's own backoff after a failed call, a rate limit or a certificate too short. */
-export const backoffRule: IssuanceRule = (s) => (s.backoff && s.now < s.backoff.until ? wait(s.backoff.reason, s.backoff.until) : undefined);
+export function backoffRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
+  return s.backoff && s.now < s.backoff.until ? wait(s.backoff.reason, s.backoff.until) : undefined;
+}
 
 /** Whatever the certificates look like, never two issuances of a domain closer than the minimum interval. */
-export const minIntervalRule: IssuanceRule = (s) => (s.now < s.callFloor ? wait('min_interval', s.callFloor) : undefined);
+export function minIntervalRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
+  return s.now < s.callFloor ? wait('min_interval', s.callFloor) : undefined;
+}
 
 /** Another writer is mid-issuance: its result lands in the store (the watch wakes us) or its intent lapses. */
-export const otherWriterRule: IssuanceRule = (s, p) => {
+export function otherWriterRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
   const intent = s.coordination.intent;
   if (!intent || intent.holder === s.role.identity || s.now >= intent.at + p.intentTtlMs) return undefined;
   return wait('other_writer_issuing', intent.at + p.intentTtlMs);
-};
+}
 
 /** A first issuance waits for a slot of the budget; a ledger we cannot use is never an empty budget. */
-export const budgetRule: IssuanceRule = (s, p) => {
+export function budgetRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
   const answer = s.turn.budget;
   if (!answer) return { action: 'ask_budget', reason: issueReason(s), at: s.now };
   if (answer.kind === 'unusable') return wait('ledger_unavailable', storeRetryAt(s, p, answer.failures));
   if (answer.kind === 'queued') return wait('budget_exhausted', answer.turnAt);
   return undefined;
-};
+}
 
 /** At most issuanceSlots.limit domains of the process issue at once; the intent is written once the slot is ours. */
-export const slotRule: IssuanceRule = (s) => (s.turn.slot ? undefined : { action: 'take_slot', reason: issueReason(s), at: s.now });
+export function slotRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
+  return s.turn.slot ? undefined : { action: 'take_slot', reason: issueReason(s), at: s.now };
+}
 
 /** Announce the call before making it; a write that lost a race or failed issues nothing. */
-export const intentRule: IssuanceRule = (s, p) => {
+export function intentRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
   const intent = s.turn.intent;
   if (!intent) return { action: 'announce', reason: issueReason(s), at: s.now };
   if (intent.kind === 'conflict') return wait('store_changed', s.now);
   if (intent.kind === 'failed') return wait('store_unavailable', storeRetryAt(s, p, intent.failures));
   return undefined;
-};
-
-/** The rules in order; the first that decides wins. When none does: issue, for issueReason(). */
-export const ISSUANCE_RULES: readonly IssuanceRule[] = [
-  storeUnreadableRule, // not knowing what is stored is never a reason to issue: first, before anything is weighed
-  restoreRule, // a store that lost our certificate is repaired before any due date counts (a restore never issues)
-  notYetValidRule, // a pair we already hold for later: asking again would order another
-  notDueRule, // a valid certificate, not due: use it; nothing below matters until its renewal point
-  readerRule, // due, but only the writer issues: everything below is the writer's
-  storedRateLimitRule, // the CA said no for everyone: before our own schedule
-  backoffRule, // our own backoff after a failure
-  minIntervalRule, // the storm bound: holds even when every rule above passed
-  otherWriterRule, // another writer's call under way: its result may make ours unneeded
-  budgetRule, // from here on each rule is a step that awaits; the budget first (a slot in it may take days)
-  slotRule, // then one of the process's issuance slots, so the intent lives for the call, not the wait
-  intentRule, // then the intent, written last before the call
-];
-
-/** The next thing to do for one domain. */
-export function decideIssuance(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision {
-  for (const rule of ISSUANCE_RULES) {
-    const decision = rule(s, p);
-    if (decision) return decision;
-  }
-  return { action: 'issue', reason: issueReason(s), at: s.now };
 }
 
 /**
