@@ -6,6 +6,7 @@ import { DEFAULT_ISSUANCE_CONCURRENCY } from '../core/issuance-slots.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { podAddressesFromEnv } from '../core/pod-addresses.ts';
 import { parseHostPort } from '../core/listen-address.ts';
+import { isHttpUrl } from '../core/http-url.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
 import type { FlagSpec, FlagValues } from './flags.ts';
 
@@ -291,13 +292,4 @@ export function tlsChoice(text: string | undefined, flag = 'tls'): TlsChoice | u
   if (text.startsWith('dir:') && text.length > 4) return { kind: 'dir', path: text.slice(4) };
   if (text.startsWith('secret:') && OBJECT_NAME.test(text.slice(7)) && text.length <= 7 + 253) return { kind: 'secret', name: text.slice(7) };
   throw badFlag(`--${flag} must be dir:PATH or secret:NAME (a Secret name), got "${text}"`);
-}
-
-function isHttpUrl(text: string): boolean {
-  try {
-    const url = new URL(text);
-    return url.protocol === 'http:' || url.protocol === 'https:';
-  } catch {
-    return false;
-  }
 }
