@@ -14,8 +14,9 @@ export const DEFAULT_ARI_TIMEOUT_MS = 30_000;
 /** Larger than any directory or renewalInfo answer (Let's Encrypt's directory is under 1 KiB). */
 const MAX_BODY_BYTES = 64 * 1024;
 
-/** The outcome label of `certshare_ari_checks_total`. */
-export type AriCheckOutcome = 'ok' | 'not_found' | 'unavailable' | 'timeout' | 'bad_response' | 'unsupported';
+/** The outcome labels of `certshare_ari_checks_total`. */
+export const ARI_CHECK_OUTCOMES = ['ok', 'not_found', 'unavailable', 'timeout', 'bad_response', 'unsupported'] as const;
+export type AriCheckOutcome = (typeof ARI_CHECK_OUTCOMES)[number];
 
 export type AriCheck =
   | { outcome: 'ok'; info: RenewalInfo; retryAfterMs: number | undefined }

@@ -8,6 +8,7 @@ import { podAddressesFromEnv } from '../core/pod-addresses.ts';
 import { parseHostPort } from '../core/listen-address.ts';
 import { isHttpUrl } from '../core/http-url.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
+import { LETS_ENCRYPT_DIRECTORY } from '../acme/renewal-info-client.ts';
 import type { FlagSpec, FlagValues } from './flags.ts';
 
 export type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from '../config/daemon-config.ts';
@@ -59,6 +60,21 @@ export const RUN_FLAGS: FlagSpec[] = [
   { name: 'retry-cap', placeholder: 'DURATION', default: '24h', help: 'Longest wait between issuance attempts.' },
   { name: 'rate-limit-retry', placeholder: 'DURATION', default: '1h', help: 'First wait after a rate limit without Retry-After, doubling up to --retry-cap.' },
   { name: 'cert-timeout', placeholder: 'DURATION', default: '5m', help: 'Timeout of one CertPair call (ACME issuance can take minutes).' },
+  {
+    name: 'acme-directory',
+    placeholder: 'URL|none',
+    default: LETS_ENCRYPT_DIRECTORY,
+    help:
+      'The ACME directory of the CA that issues the certificates: the writer asks its renewalInfo endpoint (ACME Renewal Information) ' +
+      'when the CA wants a certificate replaced; none turns ARI off. ' +
+      'A private CA is trusted through NODE_EXTRA_CA_CERTS.',
+  },
+  {
+    name: 'ari-interval',
+    placeholder: 'DURATION',
+    default: '6h',
+    help: "Longest wait between two ACME Renewal Information checks of a certificate (the CA's Retry-After may ask again sooner).",
+  },
   {
     name: 'issuance-budget',
     placeholder: 'COUNT/WINDOW',
@@ -198,6 +214,8 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
       rateLimitFirstRetryMs: duration(values, 'rate-limit-retry'),
     },
     certTimeoutMs: duration(values, 'cert-timeout'),
+    acmeDirectory: acmeDirectory(String(values['acme-directory'])),
+    ariIntervalMs: duration(values, 'ari-interval'),
     issuanceBudget: parseBudget(String(values['issuance-budget'])),
     issuanceConcurrency: Number(values['issuance-concurrency']),
     logLevel: String(values['log-level']),
@@ -231,6 +249,7 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     ['--retry-cap', c.backoff.retryCapMs],
     ['--rate-limit-retry', c.backoff.rateLimitFirstRetryMs],
     ['--cert-timeout', c.certTimeoutMs],
+    ['--ari-interval', c.ariIntervalMs],
     ['--reload-timeout', c.reloadTimeoutMs],
     ['--lease-duration', c.leaseDurationMs],
     ['--shutdown-timeout', c.shutdownTimeoutMs],
@@ -268,6 +287,10 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     ],
     ...c.routingChecks.map((url): [boolean, () => string] => [!isHttpUrl(url), () => `--routing-check: "${url}" is not an http:// or https:// URL`]),
     [
+      c.acmeDirectory !== undefined && !isHttpUrl(c.acmeDirectory),
+      () => `--acme-directory: "${c.acmeDirectory}" is not an http:// or https:// URL (or none, to turn ACME Renewal Information off)`,
+    ],
+    [
       c.pod.invalid.length > 0,
       () =>
         `POD_IPS/POD_IP holds ${c.pod.invalid.map((ip) => `"${ip}"`).join(', ')}, not an IP address (set POD_IPS from the downward API fieldRef status.podIPs)`,
@@ -282,6 +305,12 @@ export function validateConfig(c: DaemonConfig): string | undefined {
 }
 
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error'];
+
+/** --acme-directory: a URL (checked by validateConfig), or none for no ARI. */
+function acmeDirectory(text: string): string | undefined {
+  const value = text.trim();
+  return value === 'none' ? undefined : value;
+}
 
 /** A Kubernetes object name (DNS subdomain). */
 const OBJECT_NAME = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
