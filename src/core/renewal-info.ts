@@ -12,9 +12,11 @@
 //      the previous certificate, or one that began before a backdated notBefore, can never reach the new
 //      certificate. The new certificate's own window counts only once it has been fetched for its ID,
 //      after it was first held (a fresh answer).
-//   2. At most one ARI-driven order per certificate: `ordered` records the ID whose answer started an
-//      order, and `ariVerdict` never asks again for an ID in that record, whatever the CA answers later
-//      (a renewal that returns the same certificate, a CA that keeps the window in the past).
+//   2. At most one ARI-driven order per certificate: `ariRenewalDone` records the ID once the renewal its
+//      answer asked for has returned a pair (a new certificate, or the same one from tailscaled's cache),
+//      and `ariVerdict` never asks again for an ID in that record, whatever the CA answers later (a CA
+//      that keeps the window in the past). A call that failed is not recorded: it is retried on the loop's
+//      backoff, as any due renewal is, so a transient error does not leave a revoked certificate in place.
 //   3. A certificate must have been held for `minHoldMs` (the loop's least time between two issuances)
 //      before its answer may start an order, so even a CA that answers "renew now" for every new
 //      certificate gets one order per certificate at that pace at most; the loop's own storm bound,
@@ -119,7 +121,7 @@ export interface AriState {
   heldSince: number;
   /** The latest valid answer for certId: never one for another ID. */
   answer: AriAnswer | undefined;
-  /** IDs whose answer already started an order, newest last (bounded: IDs only move forward). */
+  /** IDs whose answer already drove a renewal, newest last (bounded: IDs only move forward). */
   ordered: readonly string[];
 }
 
@@ -146,8 +148,8 @@ export function withAnswer(state: AriState, info: RenewalInfo, random: () => num
   return { ...state, answer: { ...info, renewAt } };
 }
 
-/** The state once the held certificate's answer has started an order (rule 2). */
-export function ariOrderStarted(state: AriState): AriState {
+/** The state once the renewal the held certificate's answer asked for returned a pair, new or the same (rule 2). */
+export function ariRenewalDone(state: AriState): AriState {
   if (state.certId === undefined || state.ordered.includes(state.certId)) return state;
   return { ...state, ordered: [...state.ordered, state.certId].slice(-ORDERED_MEMORY) };
 }
@@ -178,6 +180,13 @@ export function ariVerdict(state: AriState, now: number, minHoldMs: number): Ari
   const reason: AriReason = answer.window.end <= answer.fetchedAt ? 'ca_requested_now' : 'ca_requested';
   const at = Math.max(answer.renewAt, state.heldSince + Math.max(0, minHoldMs));
   return now >= at ? { kind: 'order', reason, answer } : { kind: 'wait', at, reason, answer };
+}
+
+/** One line for /healthz's detail and the logs: the window, the time chosen in it and the CA's explanation. */
+export function describeAriAnswer(answer: AriAnswer): string {
+  const iso = (ms: number): string => new Date(ms).toISOString();
+  const explanation = answer.explanationUrl ? ` (the CA explains: ${answer.explanationUrl})` : '';
+  return `CA suggests renewal ${iso(answer.window.start)}..${iso(answer.window.end)}, chosen ${iso(answer.renewAt)}${explanation}`;
 }
 
 /** When to ask the CA again: after its Retry-After, at least `floorMs` and at most `capMs` (--ari-interval) from `now`. */

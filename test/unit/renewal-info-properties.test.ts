@@ -3,13 +3,14 @@
 // after the certificate was replaced), renews by the expiry rule or when ARI says so; a CA whose answers
 // are anything (pebble's default window, a window moved into the past, a revocation, windows years away,
 // inverted, malformed), on a skewed clock, with notBefore backdated; renewals that sometimes hand back the
-// same certificate (tailscaled's cache). Whatever happens: at most one ARI-driven order per certificate,
-// each one driven by an answer fetched for that very certificate since it was held, none before the hold.
+// same certificate (tailscaled's cache) and calls that fail (retried on the next look, as the loop's
+// backoff does). Whatever happens: at most one ARI-driven renewal per certificate, each one driven by an
+// answer fetched for that very certificate since it was held, none before the hold.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { renewalTime } from '../../src/core/renewal.ts';
-import { NO_ARI_STATE, type AriState, ariOrderStarted, ariVerdict, holding, nextAriCheck, parseRenewalInfo, withAnswer } from '../../src/core/renewal-info.ts';
+import { NO_ARI_STATE, type AriState, ariRenewalDone, ariVerdict, holding, nextAriCheck, parseRenewalInfo, withAnswer } from '../../src/core/renewal-info.ts';
 import { Rng } from '../chaos/rng.ts';
 
 const S = 1000;
@@ -42,6 +43,8 @@ interface Scenario {
   answers: CaAnswer[];
   /** Per renewal, whether it hands back the certificate already held (tailscaled's cache), cycled. */
   sameCertificate: boolean[];
+  /** Per ARI-driven CertPair call, whether it fails (nothing returned, retried later), cycled. */
+  callFails: boolean[];
   /** Writer steps: time advanced between two looks, cycled. */
   stepsMs: number[];
   seed: number;
@@ -90,7 +93,7 @@ interface AriOrder {
 }
 
 /** Runs the writer over `horizonMs` and returns what ARI ordered, and for which certificate. */
-function simulate(s: Scenario, horizonMs: number): { ariOrders: AriOrder[]; certificates: number; violations: string[] } {
+function simulate(s: Scenario, horizonMs: number): { ariOrders: AriOrder[]; failedCalls: number; certificates: number; violations: string[] } {
   const rng = new Rng(s.seed);
   const random = (): number => rng.next();
   const violations: string[] = [];
@@ -98,6 +101,8 @@ function simulate(s: Scenario, horizonMs: number): { ariOrders: AriOrder[]; cert
   let serial = 0;
   let answerIndex = 0;
   let renewals = 0;
+  let calls = 0;
+  let failedCalls = 0;
   const issue = (now: number): Cert => {
     const caNow = now + s.skewMs;
     const notBefore = Math.floor((caNow - s.backdateMs) / S) * S;
@@ -138,13 +143,15 @@ function simulate(s: Scenario, horizonMs: number): { ariOrders: AriOrder[]; cert
     }
     if (!inFlight && now >= nextCheck) inFlight = { cert: held, arrives: now + s.latencyMs };
     const verdict = ariVerdict(ari, now, s.minHoldMs);
-    if (verdict.kind === 'order') {
+    if (verdict.kind === 'order' && s.callFails[calls++ % s.callFails.length]) {
+      failedCalls += 1;
+    } else if (verdict.kind === 'order') {
       const order = { at: now, certId: held.id, cert: held, heldSince: ari.heldSince, answerFor: verdict.answer.certId, fetchedAt: verdict.answer.fetchedAt };
       ariOrders.push(order);
       if (order.answerFor !== held.id) violations.push(`ARI order for ${held.id} driven by the answer for ${order.answerFor}`);
       if (order.fetchedAt < order.heldSince) violations.push(`ARI order for ${held.id} driven by an answer fetched before it was held`);
       if (order.at < order.heldSince + s.minHoldMs) violations.push(`ARI order for ${held.id} ${order.at - order.heldSince} ms after it was held`);
-      ari = ariOrderStarted(ari);
+      ari = ariRenewalDone(ari);
       renew();
     } else if (now >= renewalTime({ ...held, obtainedAt }, { renewFraction: 1 / 3 })) {
       renew();
@@ -153,7 +160,7 @@ function simulate(s: Scenario, horizonMs: number): { ariOrders: AriOrder[]; cert
   const perCert = new Map<string, number>();
   for (const o of ariOrders) perCert.set(o.certId, (perCert.get(o.certId) ?? 0) + 1);
   for (const [id, n] of perCert) if (n > 1) violations.push(`${n} ARI-driven orders for certificate ${id}`);
-  return { ariOrders, certificates: serial, violations };
+  return { ariOrders, failedCalls, certificates: serial, violations };
 }
 
 const share = (min: number, max: number): fc.Arbitrary<number> => fc.double({ min, max, noNaN: true });
@@ -176,6 +183,7 @@ const scenarioArb: fc.Arbitrary<Scenario> = fc
     latency: fc.oneof(fc.constant(0), share(0, 0.5)),
     answers: fc.array(answerArb, { minLength: 1, maxLength: 8 }),
     sameCertificate: fc.array(fc.boolean(), { minLength: 1, maxLength: 4 }),
+    callFails: fc.oneof(fc.constant<boolean[]>([false]), fc.array(fc.boolean(), { minLength: 1, maxLength: 4 })),
     steps: fc.array(share(0.001, 0.3), { minLength: 1, maxLength: 6 }),
     seed: fc.integer(),
   })
@@ -190,6 +198,7 @@ const scenarioArb: fc.Arbitrary<Scenario> = fc
       latencyMs: r.latency === 0 ? 0 : part(r.latency),
       answers: r.answers,
       sameCertificate: r.sameCertificate,
+      callFails: r.callFails,
       stepsMs: r.steps.map(part),
       seed: r.seed,
     };
@@ -252,6 +261,7 @@ describe('ARI guard (properties)', () => {
       latencyMs: S,
       answers: [{ kind: 'past', agoMs: H }],
       sameCertificate: [false],
+      callFails: [false],
       stepsMs: [10 * S],
       seed: 1,
     };
@@ -266,6 +276,29 @@ describe('ARI guard (properties)', () => {
         ['aki.4', 240 * S],
         ['aki.5', 300 * S],
       ],
+    );
+  });
+
+  it('a failed ARI-driven call is retried on the next look, not forgotten (a revoked certificate stays due)', () => {
+    const s: Scenario = {
+      lifetimeMs: 90 * DAY,
+      backdateMs: H,
+      skewMs: 0,
+      minHoldMs: 60 * S,
+      ariIntervalMs: 6 * H,
+      latencyMs: S,
+      answers: [{ kind: 'past', agoMs: H }, { kind: 'pebble' }],
+      sameCertificate: [false],
+      callFails: [true, true, false],
+      stepsMs: [10 * S],
+      seed: 1,
+    };
+    const { ariOrders, failedCalls, violations } = simulate(s, 10 * 60 * S);
+    assert.deepEqual(violations, []);
+    assert.equal(failedCalls, 2);
+    assert.deepEqual(
+      ariOrders.map((o) => [o.certId, o.at - T0]),
+      [['aki.1', 80 * S]],
     );
   });
 });

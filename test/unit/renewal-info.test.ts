@@ -10,9 +10,10 @@ import { CertshareError } from '../../src/core/errors.ts';
 import {
   NO_ARI_STATE,
   type AriCertificate,
-  ariOrderStarted,
+  ariRenewalDone,
   ariVerdict,
   chooseRenewalTime,
+  describeAriAnswer,
   holding,
   nextAriCheck,
   parseRenewalInfo,
@@ -173,7 +174,7 @@ describe('the at-most-one-order guard', () => {
     let s = holding(NO_ARI_STATE, 'A', T0);
     s = withAnswer(s, info('A', T0 - H, T0 - H + 1000, T0), half);
     assert.equal(ariVerdict(s, T0, 0).kind, 'order');
-    s = ariOrderStarted(s);
+    s = ariRenewalDone(s);
     // The renewal handed back the same certificate; the CA still says "now".
     s = holding(s, 'A', T0 + 1000);
     s = withAnswer(s, info('A', T0 - H, T0 - H + 1000, T0 + 2000), half);
@@ -186,7 +187,7 @@ describe('the at-most-one-order guard', () => {
     let s = holding(NO_ARI_STATE, 'A', T0);
     s = withAnswer(s, info('A', T0 + 60 * DAY, T0 + 62 * DAY, T0), half);
     const replaced = T0 + 60 * DAY + 30 * 60_000;
-    s = ariOrderStarted(s);
+    s = ariRenewalDone(s);
     s = holding(s, 'B', replaced);
     assert.deepEqual(ariVerdict(s, replaced, 0), { kind: 'silent', why: 'no_answer' });
     // A late answer for A (a check that began before the replacement) is not B's.
@@ -212,6 +213,15 @@ describe('the at-most-one-order guard', () => {
     assert.equal(s.answer?.fetchedAt, T0 + 6 * H);
     s = withAnswer(s, info('A', T0 - H, T0 - H + 1000, T0 + 7 * H), random);
     assert.equal(s.answer?.renewAt, T0 + 7 * H, 'a window moved into the past: now');
+  });
+
+  it('describes the window, the chosen time and the explanation in one line', () => {
+    let s = holding(NO_ARI_STATE, 'A', T0);
+    s = withAnswer(s, { ...info('A', T0 + 10 * H, T0 + 20 * H, T0), explanationUrl: 'https://ca.example/why' }, half);
+    assert.equal(
+      describeAriAnswer(s.answer!),
+      'CA suggests renewal 2026-11-25T10:00:00.000Z..2026-11-25T20:00:00.000Z, chosen 2026-11-25T15:00:00.000Z (the CA explains: https://ca.example/why)',
+    );
   });
 
   it('asks again after Retry-After, within the floor and the --ari-interval cap', () => {
