@@ -181,6 +181,8 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const logger = (options.logger ?? silentLogger).child({ emulator: id });
   const events = new EventEmitter();
   const target = parseListen(options.listen ?? './tailscaled.sock');
+  const acmeTarget = options.acmeListen === undefined ? undefined : parseListen(options.acmeListen);
+  if (acmeTarget && acmeTarget.kind !== 'tcp') throw new Error(`acmeListen must be HOST:PORT, not "${options.acmeListen}"`);
   const configured = [...new Set(options.domains ?? [DEFAULT_DOMAIN])];
   const certLifetimeMs = options.certLifetimeMs ?? DEFAULT_CERT_LIFETIME_MS;
   if (!(certLifetimeMs >= 1000)) throw new Error('certLifetimeMs must be at least 1000 (one second)');
@@ -436,12 +438,15 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const bound = await listenOn(server, target);
   address = bound.address;
   // The ACME side on a TCP listener of its own, for a LocalAPI on a unix socket (fetch speaks TCP only).
-  const acmeServer = options.acmeListen === undefined ? undefined : createServer({ keepAliveTimeout: 5000 }, (req, res) => serveAcme(req, res));
+  const acmeServer = acmeTarget ? createServer({ keepAliveTimeout: 5000 }, (req, res) => serveAcme(req, res)) : undefined;
   let acmeDirectoryUrl = bound.port === undefined ? undefined : `${bound.address}${ACME_PREFIX}directory`;
-  if (acmeServer && options.acmeListen !== undefined) {
-    const acmeTarget = parseListen(options.acmeListen);
-    if (acmeTarget.kind !== 'tcp') throw new Error(`acmeListen must be HOST:PORT, not "${options.acmeListen}"`);
-    acmeDirectoryUrl = `${(await listenOn(acmeServer, acmeTarget)).address}${ACME_PREFIX}directory`;
+  if (acmeServer && acmeTarget) {
+    try {
+      acmeDirectoryUrl = `${(await listenOn(acmeServer, acmeTarget)).address}${ACME_PREFIX}directory`;
+    } catch (err) {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      throw err;
+    }
   }
 
   for (const f of options.faults ?? []) injectFault(f);

@@ -1,11 +1,14 @@
 // The emulator's ACME Renewal Information, read by certshare's own ARI client: the directory, pebble's
 // default window, a revocation, windows and raw answers set through the control API, unknown IDs.
 import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { RenewalInfoClient } from '../../src/acme/renewal-info-client.ts';
 import { ariCertificateId } from '../../src/core/certificate-id.ts';
 import type { AriCertificate } from '../../src/core/renewal-info.ts';
-import type { Emulator } from '../../src/emulator/server.ts';
+import { type Emulator, startEmulator } from '../../src/emulator/server.ts';
 import { certPath, fakeClock, get, splitPair, testEnv, type TestEnv } from './helpers.ts';
 
 const A = 'a.tailnet-1234.ts.net';
@@ -124,5 +127,20 @@ describe('emulator ARI', () => {
     assert.equal(check.outcome, 'ok');
     const lapi = await fetch(em.acmeDirectoryUrl!.replace('/acme/directory', '/localapi/v0/status'));
     assert.equal(lapi.status, 404, 'the ACME listener serves no LocalAPI');
+  });
+
+  test('refuses an ACME address that is not TCP, and one in use, leaving no listener behind', async () => {
+    await assert.rejects(startEmulator({ listen: join(env.dir, 'acme-refused.sock'), acmeListen: join(env.dir, 'acme.sock') }), /acmeListen must be HOST:PORT/);
+    const busy = createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    const socket = join(env.dir, 'acme-busy.sock');
+    try {
+      const port = (busy.address() as AddressInfo).port;
+      await assert.rejects(startEmulator({ listen: socket, acmeListen: `127.0.0.1:${port}` }), /EADDRINUSE/);
+      const again = await startEmulator({ listen: socket });
+      await again.close();
+    } finally {
+      busy.close();
+    }
   });
 });
