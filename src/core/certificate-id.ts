@@ -1,10 +1,10 @@
 // The ARI certificate identifier (RFC 9773 section 4.1): base64url(Authority Key Identifier keyIdentifier)
 // "." base64url(the serial number's DER INTEGER content octets), both without padding. It names one
 // certificate at its CA, so an ARI answer is bound to the certificate it was asked for (renewal-info.ts).
-// node:crypto's X509Certificate exposes neither the AKI nor the serial's octets, hence @peculiar/x509.
-import 'reflect-metadata';
-import { AuthorityKeyIdentifierExtension, X509Certificate } from '@peculiar/x509';
+// node:crypto's X509Certificate exposes neither the AKI nor the serial's octets, hence @peculiar/x509
+// (loaded on first use: x509.ts says why).
 import { CertshareError } from './errors.ts';
+import { loadX509 } from './x509.ts';
 
 const FIRST_CERT = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/;
 
@@ -28,9 +28,10 @@ function serialOctetsHex(serialHex: string): string {
  * when the certificate has no Authority Key Identifier with a keyIdentifier (no CA that serves ARI issues
  * such a certificate), CERTSHARE_CERT_INVALID when it does not parse.
  */
-export function ariCertificateId(certPem: string): string {
+export async function ariCertificateId(certPem: string): Promise<string> {
+  const { AuthorityKeyIdentifierExtension, X509Certificate } = await loadX509();
   const block = FIRST_CERT.exec(certPem)?.[0];
-  let cert: X509Certificate;
+  let cert: InstanceType<typeof X509Certificate>;
   try {
     if (!block) throw new Error('no PEM certificate');
     cert = new X509Certificate(block);

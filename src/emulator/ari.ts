@@ -72,8 +72,8 @@ export class AriDesk {
   }
 
   /** Records a certificate the emulator just signed. */
-  issued(domain: string, leaf: SignedLeaf): void {
-    const known: Known = { certId: ariCertificateId(leaf.leafPem), domain, serial: leaf.serial, notBefore: leaf.notBefore, notAfter: leaf.notAfter };
+  async issued(domain: string, leaf: SignedLeaf): Promise<void> {
+    const known: Known = { certId: await ariCertificateId(leaf.leafPem), domain, serial: leaf.serial, notBefore: leaf.notBefore, notAfter: leaf.notAfter };
     this.#byId.set(known.certId, known);
     this.#latestByDomain.set(domain, known);
   }

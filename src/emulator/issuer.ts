@@ -43,7 +43,7 @@ export interface IssuerOptions {
   logger: Logger;
   events: EventEmitter;
   /** Told of every certificate signed and cached (the ARI desk indexes them by ARI ID). */
-  onLeaf?: ((domain: string, leaf: SignedLeaf) => void) | undefined;
+  onLeaf?: ((domain: string, leaf: SignedLeaf) => Promise<void>) | undefined;
 }
 
 /** Emitted as `issued` on the emulator's events, and written to the ledger. */
@@ -175,8 +175,8 @@ export class Issuer {
         this.#opts.logger,
       );
     }
+    await this.#opts.onLeaf?.(domain, leaf);
     this.#cache.set(domain, leaf);
-    this.#opts.onLeaf?.(domain, leaf);
     this.#opts.logger.info({ ...event }, 'issued certificate');
     this.#opts.events.emit('issued', event);
     return leaf;

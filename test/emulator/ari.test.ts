@@ -19,7 +19,7 @@ const DAY = 24 * H;
 async function issue(em: Emulator, domain: string): Promise<AriCertificate & { serial: string }> {
   const { certs, certPem } = splitPair((await get(em.address, certPath(domain, '0s'))).body);
   const leaf = certs[0]!;
-  return { certId: ariCertificateId(certPem), notBefore: Date.parse(leaf.validFrom), notAfter: Date.parse(leaf.validTo), serial: leaf.serialNumber };
+  return { certId: await ariCertificateId(certPem), notBefore: Date.parse(leaf.validFrom), notAfter: Date.parse(leaf.validTo), serial: leaf.serialNumber };
 }
 
 async function control(em: Emulator, path: string, body: unknown): Promise<{ status: number; body: string }> {
