@@ -12,10 +12,10 @@
 //      the previous certificate, or one that began before a backdated notBefore, can never reach the new
 //      certificate. The new certificate's own window counts only once it has been fetched for its ID,
 //      after it was first held (a fresh answer).
-//   2. At most one ARI-driven order per certificate: `ariRenewalDone` records the ID once the renewal its
-//      answer asked for has returned a pair (a new certificate, or the same one from tailscaled's cache),
-//      and `ariVerdict` never asks again for an ID in that record, whatever the CA answers later (a CA
-//      that keeps the window in the past). A call that failed is not recorded: it is retried on the loop's
+//   2. At most one ARI-driven order per certificate: `ariRenewalDone` records the ID (in `renewed`) once
+//      the renewal its answer asked for has returned a pair (a new certificate, or the same one from
+//      tailscaled's cache), and `ariVerdict` never asks again for an ID recorded there, whatever the CA
+//      answers later (a CA that keeps the window in the past). A call that failed is not recorded: it is retried on the loop's
 //      backoff, as any due renewal is, so a transient error does not leave a revoked certificate in place.
 //   3. A certificate must have been held for `minHoldMs` (the loop's least time between two issuances)
 //      before its answer may start an order, so even a CA that answers "renew now" for every new
@@ -122,17 +122,17 @@ export interface AriState {
   /** The latest valid answer for certId: never one for another ID. */
   answer: AriAnswer | undefined;
   /** IDs whose answer already drove a renewal, newest last (bounded: IDs only move forward). */
-  ordered: readonly string[];
+  renewed: readonly string[];
 }
 
-const ORDERED_MEMORY = 16;
+const RENEWED_MEMORY = 16;
 
-export const NO_ARI_STATE: AriState = Object.freeze({ certId: undefined, heldSince: 0, answer: undefined, ordered: Object.freeze([]) as readonly string[] });
+export const NO_ARI_STATE: AriState = Object.freeze({ certId: undefined, heldSince: 0, answer: undefined, renewed: Object.freeze([]) as readonly string[] });
 
 /** The state once `certId` is the certificate held at `now`: another ID than before drops the answer (rule 1). */
 export function holding(state: AriState, certId: string, now: number): AriState {
   if (state.certId === certId) return state;
-  return { certId, heldSince: now, answer: undefined, ordered: state.ordered };
+  return { certId, heldSince: now, answer: undefined, renewed: state.renewed };
 }
 
 /**
@@ -150,8 +150,8 @@ export function withAnswer(state: AriState, info: RenewalInfo, random: () => num
 
 /** The state once the renewal the held certificate's answer asked for returned a pair, new or the same (rule 2). */
 export function ariRenewalDone(state: AriState): AriState {
-  if (state.certId === undefined || state.ordered.includes(state.certId)) return state;
-  return { ...state, ordered: [...state.ordered, state.certId].slice(-ORDERED_MEMORY) };
+  if (state.certId === undefined || state.renewed.includes(state.certId)) return state;
+  return { ...state, renewed: [...state.renewed, state.certId].slice(-RENEWED_MEMORY) };
 }
 
 /**
@@ -162,7 +162,7 @@ export function ariRenewalDone(state: AriState): AriState {
 export type AriReason = 'ca_requested' | 'ca_requested_now';
 
 /** Why ARI has nothing to say about the held certificate (the expiry rule alone decides). */
-export type AriSilence = 'no_certificate' | 'no_answer' | 'already_ordered';
+export type AriSilence = 'no_certificate' | 'no_answer' | 'already_renewed';
 
 export type AriVerdict =
   /** Order now, for this reason. */
@@ -174,7 +174,7 @@ export type AriVerdict =
 /** What ARI says about the certificate held at `now`, under rules 1 to 3. */
 export function ariVerdict(state: AriState, now: number, minHoldMs: number): AriVerdict {
   if (state.certId === undefined) return { kind: 'silent', why: 'no_certificate' };
-  if (state.ordered.includes(state.certId)) return { kind: 'silent', why: 'already_ordered' };
+  if (state.renewed.includes(state.certId)) return { kind: 'silent', why: 'already_renewed' };
   const answer = state.answer;
   if (answer === undefined || answer.certId !== state.certId) return { kind: 'silent', why: 'no_answer' };
   const reason: AriReason = answer.window.end <= answer.fetchedAt ? 'ca_requested_now' : 'ca_requested';

@@ -172,7 +172,7 @@ describe('the at-most-one-order guard', () => {
     // The renewal handed back the same certificate; the CA still says "now".
     s = holding(s, 'A', T0 + 1000);
     s = withAnswer(s, info('A', T0 - H, T0 - H + 1000, T0 + 2000), half);
-    assert.deepEqual(ariVerdict(s, T0 + 10 * DAY, 0), { kind: 'silent', why: 'already_ordered' });
+    assert.deepEqual(ariVerdict(s, T0 + 10 * DAY, 0), { kind: 'silent', why: 'already_renewed' });
   });
 
   it("drops the previous certificate's window when the certificate is replaced (cert-manager #8993)", () => {
