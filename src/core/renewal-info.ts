@@ -182,6 +182,20 @@ export function ariVerdict(state: AriState, now: number, minHoldMs: number): Ari
   return now >= at ? { kind: 'order', reason, answer } : { kind: 'wait', at, reason, answer };
 }
 
+/**
+ * The `min_validity` that makes tailscaled order anew for an ARI-driven renewal. tailscaled keeps its cached
+ * pair while at least min_validity of it remains, and a revoked certificate may have most of its life left,
+ * so the expiry rule's value (renewal.ts minValidityFor, capped at the renewal share of a fresh
+ * certificate) would hand the revoked pair back. Asked: one second more than the held certificate has
+ * left, in whole seconds; never more than a fresh certificate from this issuer has (`freshValidityMs`),
+ * which would make every later call order again. A certificate held for the hold (rule 3) has less left
+ * than a fresh one by at least that long, so the value fits under the cap.
+ */
+export function ariMinValidityMs(held: { notAfter: number }, now: number, freshValidityMs: number): number {
+  const wanted = Math.ceil(Math.max(0, held.notAfter - now) / 1000) * 1000 + 1000;
+  return Math.max(1000, Math.min(wanted, Math.floor(freshValidityMs / 1000) * 1000));
+}
+
 /** One line for /healthz's detail and the logs: the window, the time chosen in it and the CA's explanation. */
 export function describeAriAnswer(answer: AriAnswer): string {
   const iso = (ms: number): string => new Date(ms).toISOString();

@@ -9,6 +9,7 @@ import { loadX509 } from '../../src/core/x509.ts';
 import {
   NO_ARI_STATE,
   type AriCertificate,
+  ariMinValidityMs,
   ariRenewalDone,
   ariVerdict,
   chooseRenewalTime,
@@ -207,6 +208,13 @@ describe('the at-most-one-order guard', () => {
     assert.equal(s.answer?.fetchedAt, T0 + 6 * H);
     s = withAnswer(s, info('A', T0 - H, T0 - H + 1000, T0 + 7 * H), random);
     assert.equal(s.answer?.renewAt, T0 + 7 * H, 'a window moved into the past: now');
+  });
+
+  it('asks tailscaled for one second more than the revoked certificate has left, never more than a fresh one has', () => {
+    const held = { notAfter: T0 + 89 * DAY + 1500 };
+    assert.equal(ariMinValidityMs(held, T0, 90 * DAY), 89 * DAY + 3000);
+    assert.equal(ariMinValidityMs(held, T0, 89 * DAY + 2500), 89 * DAY + 2000, 'capped at the fresh validity, whole seconds');
+    assert.equal(ariMinValidityMs({ notAfter: T0 - DAY }, T0, 90 * DAY), 1000, 'an expired certificate: the least tailscaled reads');
   });
 
   it('describes the window, the chosen time and the explanation in one line', () => {
