@@ -34,7 +34,7 @@ export interface Daemon {
   readonly role: IssuanceRole;
   /**
    * `filesWritten` {domain, path}: certificate files changed on disk (dir store or --out-dir projection);
-   * `attempt` {domain, result}: a CertPair call ended; `problem` {domain, message}: a loop hit a problem;
+   * `attempt` {domain, result, reason}: a CertPair call ended; `problem` {domain, message}: a loop hit a problem;
    * `planned` {domain, at}: a loop's turn ended with its next check planned; `tlsServed` {serial}: --tls serves a renewed pair.
    */
   readonly events: EventEmitter;
@@ -57,12 +57,12 @@ async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
 }
 
 /**
- * Re-emits loop reports on the daemon's EventEmitter: `attempt` {domain, result}, `problem` {domain, message},
+ * Re-emits loop reports on the daemon's EventEmitter: `attempt` {domain, result, reason}, `problem` {domain, message},
  * `planned` {domain, at}: a turn ended and the loop decided when to look next (nothing more to do now).
  */
 function eventsObserver(events: EventEmitter): LoopObserver {
   return {
-    attempt: (domain, result) => events.emit('attempt', { domain, result }),
+    attempt: (domain, result, reason) => events.emit('attempt', { domain, result, reason }),
     planned: (domain, at) => events.emit('planned', { domain, at }),
     problem: (domain, message) => message && events.emit('problem', { domain, message }),
   };

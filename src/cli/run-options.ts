@@ -6,7 +6,9 @@ import { DEFAULT_ISSUANCE_CONCURRENCY } from '../core/issuance-slots.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { podAddressesFromEnv } from '../core/pod-addresses.ts';
 import { parseHostPort } from '../core/listen-address.ts';
+import { isHttpUrl } from '../core/http-url.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
+import { LETS_ENCRYPT_DIRECTORY } from '../acme/renewal-info-client.ts';
 import type { FlagSpec, FlagValues } from './flags.ts';
 
 export type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from '../config/daemon-config.ts';
@@ -58,6 +60,21 @@ export const RUN_FLAGS: FlagSpec[] = [
   { name: 'retry-cap', placeholder: 'DURATION', default: '24h', help: 'Longest wait between issuance attempts.' },
   { name: 'rate-limit-retry', placeholder: 'DURATION', default: '1h', help: 'First wait after a rate limit without Retry-After, doubling up to --retry-cap.' },
   { name: 'cert-timeout', placeholder: 'DURATION', default: '5m', help: 'Timeout of one CertPair call (ACME issuance can take minutes).' },
+  {
+    name: 'acme-directory',
+    placeholder: 'URL|none',
+    default: LETS_ENCRYPT_DIRECTORY,
+    help:
+      'The ACME directory of the CA that issues the certificates: the writer asks its renewalInfo endpoint (ACME Renewal Information) ' +
+      'when the CA wants a certificate replaced; none turns ARI off. ' +
+      'A private CA is trusted through NODE_EXTRA_CA_CERTS.',
+  },
+  {
+    name: 'ari-interval',
+    placeholder: 'DURATION',
+    default: '6h',
+    help: "Longest wait between two ACME Renewal Information checks of a certificate (the CA's Retry-After may ask again sooner).",
+  },
   {
     name: 'issuance-budget',
     placeholder: 'COUNT/WINDOW',
@@ -197,6 +214,8 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
       rateLimitFirstRetryMs: duration(values, 'rate-limit-retry'),
     },
     certTimeoutMs: duration(values, 'cert-timeout'),
+    acmeDirectory: acmeDirectory(String(values['acme-directory'])),
+    ariIntervalMs: duration(values, 'ari-interval'),
     issuanceBudget: parseBudget(String(values['issuance-budget'])),
     issuanceConcurrency: Number(values['issuance-concurrency']),
     logLevel: String(values['log-level']),
@@ -230,6 +249,7 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     ['--retry-cap', c.backoff.retryCapMs],
     ['--rate-limit-retry', c.backoff.rateLimitFirstRetryMs],
     ['--cert-timeout', c.certTimeoutMs],
+    ['--ari-interval', c.ariIntervalMs],
     ['--reload-timeout', c.reloadTimeoutMs],
     ['--lease-duration', c.leaseDurationMs],
     ['--shutdown-timeout', c.shutdownTimeoutMs],
@@ -267,6 +287,10 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     ],
     ...c.routingChecks.map((url): [boolean, () => string] => [!isHttpUrl(url), () => `--routing-check: "${url}" is not an http:// or https:// URL`]),
     [
+      c.acmeDirectory !== undefined && !isHttpUrl(c.acmeDirectory),
+      () => `--acme-directory: "${c.acmeDirectory}" is not an http:// or https:// URL (or none, to turn ACME Renewal Information off)`,
+    ],
+    [
       c.pod.invalid.length > 0,
       () =>
         `POD_IPS/POD_IP holds ${c.pod.invalid.map((ip) => `"${ip}"`).join(', ')}, not an IP address (set POD_IPS from the downward API fieldRef status.podIPs)`,
@@ -282,6 +306,12 @@ export function validateConfig(c: DaemonConfig): string | undefined {
 
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error'];
 
+/** --acme-directory: a URL (checked by validateConfig), or none for no ARI. */
+function acmeDirectory(text: string): string | undefined {
+  const value = text.trim();
+  return value === 'none' ? undefined : value;
+}
+
 /** A Kubernetes object name (DNS subdomain). */
 const OBJECT_NAME = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 
@@ -291,13 +321,4 @@ export function tlsChoice(text: string | undefined, flag = 'tls'): TlsChoice | u
   if (text.startsWith('dir:') && text.length > 4) return { kind: 'dir', path: text.slice(4) };
   if (text.startsWith('secret:') && OBJECT_NAME.test(text.slice(7)) && text.length <= 7 + 253) return { kind: 'secret', name: text.slice(7) };
   throw badFlag(`--${flag} must be dir:PATH or secret:NAME (a Secret name), got "${text}"`);
-}
-
-function isHttpUrl(text: string): boolean {
-  try {
-    const url = new URL(text);
-    return url.protocol === 'http:' || url.protocol === 'https:';
-  } catch {
-    return false;
-  }
 }

@@ -27,6 +27,10 @@ export interface DaemonConfig {
   renewal: RenewalPolicy;
   backoff: BackoffPolicy;
   certTimeoutMs: number;
+  /** The ACME directory whose renewalInfo URL the writer asks (RFC 9773); undefined: ARI off (--acme-directory none). */
+  acmeDirectory: string | undefined;
+  /** Longest wait between two ARI checks of a certificate; the CA's Retry-After may make it shorter. */
+  ariIntervalMs: number;
   /** First issuances per registered domain per window (Let's Encrypt's 50 per 7 days); undefined: no budget. */
   issuanceBudget: BudgetLimit | undefined;
   /** How many domains this process issues at once (CertPair calls and their store writes). */

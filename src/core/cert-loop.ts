@@ -9,8 +9,20 @@ import type { IssuanceSlots } from './issuance-slots.ts';
 import { LocalApiError, type LocalApi } from './localapi.ts';
 import type { Logger } from './logger.ts';
 import type { LoopObserver } from './observer.ts';
+import {
+  decideIssuance,
+  judgeAnswer,
+  planAfterCall,
+  storeHolds,
+  type BudgetAnswer,
+  type IssuanceDecision,
+  type IssuanceSnapshot,
+  type IssueReason,
+  type StoreView,
+  type TurnProgress,
+} from './issuance-policy.ts';
 import type { RenewalPolicy } from './renewal.ts';
-import { isRenewalDue, minValidityFor, nextCheckTime, tooShortReason, type HeldValidity } from './renewal.ts';
+import { minValidityFor, type HeldValidity } from './renewal.ts';
 import type { CertStore, IssuanceRole, StoreRead, StoredCert } from './store.ts';
 
 export interface DomainAvailability {
@@ -49,10 +61,11 @@ function isConflict(err: unknown): boolean {
 }
 
 /**
- * One domain's issuance state machine. Each turn reads the store, keeps the best valid certificate it
- * has seen, and calls CertPair only when this replica is the writer, renewal is due and no backoff or
- * rate limit is pending. Turns are sequential, so there is never more than one CertPair in flight per
- * domain; the loops of a process share issuanceSlots, which bounds how many domains issue at once.
+ * One domain's issuance loop: the I/O and the scheduling around issuance-policy.ts. Each turn reads the
+ * store, keeps the best valid certificate it has seen, gathers an IssuanceSnapshot and does what
+ * decideIssuance() says (the rules, and why they are in that order, are listed there). Turns are
+ * sequential, so there is never more than one CertPair in flight per domain; the loops of a process share
+ * issuanceSlots, which bounds how many domains issue at once.
  */
 export class CertLoop {
   readonly domain: string;
@@ -61,7 +74,8 @@ export class CertLoop {
   #best: StoredCert | undefined;
   #failures = new FailureStreak();
   #storeFailures = new FailureStreak();
-  #retryAt = 0;
+  /** This loop's own backoff (after a failed call, a rate limit, a certificate too short): no call before `until`. */
+  #backoff: IssuanceSnapshot['backoff'];
   /**
    * No CertPair call before this: the minimum interval after the last new certificate, or that
    * certificate's notBefore if later (until then tailscaled sees its cached pair as invalid and orders anew).
@@ -102,8 +116,8 @@ export class CertLoop {
       if (!best || !this.#mayWrite()) return;
       try {
         const read = await this.#deps.store.load(this.domain, signal, { fresh: true });
-        if (storeHolds(read, best)) return;
-        const restored = await this.#restore(best, read, signal);
+        if (storeHolds(storeView(read), best.info)) return;
+        const restored = await this.#restore(best, read.state, signal);
         if (restored === 'stored') return;
         // A conflict: the Secret changed since our read; a failure: logged by #restore. Read again.
         if (restored !== 'conflict') lastError = restored.failed;
@@ -117,12 +131,12 @@ export class CertLoop {
   }
 
   /** Puts `cert` back into the store: stored, a conflict (the Secret changed since it was read), or the failure (logged). */
-  async #restore(cert: StoredCert, read: StoreRead, signal: AbortSignal): Promise<'stored' | 'conflict' | { failed: unknown }> {
+  async #restore(cert: StoredCert, was: StoreView['state'], signal: AbortSignal): Promise<'stored' | 'conflict' | { failed: unknown }> {
     // A write like an issuance's: it takes one of the process's issuance slots (issuance-slots.ts).
     const release = await this.#deps.issuanceSlots?.acquire(signal);
     try {
       await this.#deps.store.save(this.domain, cert, signal);
-      this.#log.info({ serial: cert.info.serial, was: read.state }, 'restored certificate to the store');
+      this.#log.info({ serial: cert.info.serial, was }, 'restored certificate to the store');
       return 'stored';
     } catch (err) {
       if (signal.aborted) throw err;
@@ -173,139 +187,174 @@ export class CertLoop {
 
   /** One decision; returns how long to wait before the next. Exposed for step-by-step tests. */
   async turn(signal: AbortSignal): Promise<number> {
-    const { store, role, clock, renewal, observer } = this.#deps;
-    let read: StoreRead;
-    // A renewal the writer stores reaches a reader through the store's watch within moments; one still
-    // missing a first-retry interval after the certificate came due means the watched copy may be stale
-    // (a stream stalled without failing): read the store itself, before the certificate expires.
+    const read = await this.#load(signal);
+    if (read.state === 'unreadable') this.#dropIfExpired();
+    else this.#remember(read);
+    const turn: TurnProgress = {};
+    let release: (() => void) | undefined;
+    try {
+      // Gather, decide, act; a step on the way to a CertPair call awaits, so decide again afterwards.
+      for (;;) {
+        const snapshot = this.#snapshot(read, turn);
+        const decision = decideIssuance(snapshot, this.#deps);
+        this.#deps.observer.decided(this.domain, decision);
+        switch (decision.action) {
+          case 'ask_budget':
+            turn.budget = await this.#askBudget(signal);
+            break;
+          case 'take_slot':
+            // At most issuanceSlots.limit domains of this process issue at once (see issuance-slots.ts).
+            release = await this.#deps.issuanceSlots?.acquire(signal);
+            turn.slot = true;
+            break;
+          case 'announce':
+            turn.intent = await this.#announce(signal);
+            break;
+          case 'restore': {
+            // A conflict is no failure: the next turn reads what changed.
+            const restored = await this.#restore(this.#best!, read.state, signal);
+            return restored === 'stored' || restored === 'conflict' ? 0 : this.#storeRetryDelay();
+          }
+          case 'issue':
+            return await this.#trackIssuing(this.#issue(signal, decision.reason, turn.budget?.kind === 'granted'));
+          default:
+            return this.#wait(decision, snapshot);
+        }
+      }
+    } finally {
+      release?.();
+    }
+  }
+
+  /**
+   * Reads the store. A renewal the writer stores reaches a reader through the store's watch within
+   * moments; one still missing a first-retry interval after the certificate came due means the watched
+   * copy may be stale (a stream stalled without failing): read the store itself, before the certificate
+   * expires. A failed read is reported here and returned as 'unreadable' (never a reason to issue).
+   */
+  async #load(signal: AbortSignal): Promise<LoadResult> {
+    const { store, clock, observer } = this.#deps;
     const fresh = this.#dueSince !== undefined && clock.now() - this.#dueSince >= this.#deps.backoff.firstRetryMs;
     try {
-      read = await store.load(this.domain, signal, fresh ? { fresh } : undefined);
+      const read = await store.load(this.domain, signal, fresh ? { fresh } : undefined);
       this.#storeFailures.reset();
+      return read;
     } catch (err) {
       if (signal.aborted) throw err;
-      // Not knowing what is stored is never a reason to issue: keep serving what we have and retry.
-      const message = `store ${store.kind} unreadable: ${errorMessage(err)}`;
       this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'certificate store unreadable');
-      observer.problem(this.domain, message);
-      this.#dropIfExpired();
-      return this.#beforeExpiry(retryDelay({ kind: 'transient', message }, this.#storeFailures.record('transient'), this.#deps.backoff));
+      observer.problem(this.domain, `store ${store.kind} unreadable: ${errorMessage(err)}`);
+      return { state: 'unreadable', failures: this.#storeFailures.record('transient') };
     }
+  }
 
+  /** Keeps the best valid certificate of what the store returned, our pending pair and what we held. */
+  #remember(read: StoreRead): void {
     if (read.state === 'valid') this.#considerStored(read.cert);
-    // A newer pair the store saw before what it holds now (a hand edit, a deletion): restored below
-    // rather than our own older one, which may already be due.
+    // A newer pair the store saw before what it holds now (a hand edit, a deletion): restored rather than
+    // our own older one, which may already be due.
     if (read.lastValid) this.#considerStored(read.lastValid);
     this.#adoptPending();
     const unusable = read.state === 'unusable' ? read.reason : undefined;
     if (unusable && unusable !== this.#lastUnusable) this.#log.warn({ reason: unusable }, 'stored certificate unusable');
     this.#lastUnusable = unusable;
     this.#dropIfExpired();
-    const now = clock.now();
-    const writer = role.canIssue(this.domain);
+    const writer = this.#deps.role.canIssue(this.domain);
     if (writer) this.#dueSince = undefined;
     // Only a writer without a certificate waits for a first issuance; renewals are exempt.
     if (this.#best || !writer) this.#leaveBudgetQueue();
+  }
 
-    // Deleted, emptied, garbage or older in the store: put back the certificate we hold; no issuance.
-    // Restores need the role, not the right to issue: a stopping writer still puts back what the store lost.
-    if (this.#mayWrite() && this.#best && !storeHolds(read, this.#best)) {
-      // A conflict is no failure: the next turn reads what changed.
-      const restored = await this.#restore(this.#best, read, signal);
-      return restored === 'stored' || restored === 'conflict' ? 0 : this.#storeRetryDelay();
-    }
+  /** What the rules read, as it is now: the clock and the role are read again for every decision of a turn. */
+  #snapshot(read: LoadResult, turn: TurnProgress): IssuanceSnapshot {
+    const { role, clock } = this.#deps;
+    return {
+      now: clock.now(),
+      store: storeView(read),
+      held: this.#best && held(this.#best),
+      pending: this.#pending && { notBefore: this.#pending.info.notBefore },
+      role: { identity: role.identity, issue: role.canIssue(this.domain), write: this.#mayWrite() },
+      coordination: (read.state === 'unreadable' ? undefined : read.coordination) ?? {},
+      backoff: this.#backoff,
+      callFloor: this.#callFloor,
+      turn,
+    };
+  }
 
-    if (this.#pending) {
-      // Obtained, not valid yet: asking again would only make tailscaled order another one.
-      const at = this.#pending.info.notBefore;
-      observer.planned(this.domain, at, 0);
-      return at - now;
+  /** Reports a decision to wait (or to use what is held) and returns the wait. */
+  #wait(decision: IssuanceDecision, s: IssuanceSnapshot): number {
+    const { observer } = this.#deps;
+    const { at, reason } = decision;
+    switch (reason) {
+      case 'not_yet_valid':
+      case 'min_interval':
+        observer.planned(this.domain, at, 0);
+        break;
+      case 'not_due':
+        this.#dueSince = undefined;
+        observer.problem(this.domain, undefined);
+        observer.planned(this.domain, at, 0);
+        break;
+      case 'not_writer':
+        // Due, or a Secret whose certificate expired or broke (not one never issued: a first issuance may
+        // wait in the budget's queue for days): the writer's fix should arrive soon; see #load.
+        if (s.held || s.store.state === 'unusable') this.#dueSince ??= s.now;
+        if (!s.held) observer.problem(this.domain, 'waiting for the writer to store a certificate');
+        break;
+      case 'rate_limited':
+        if (at > (this.#backoff?.until ?? -Infinity)) {
+          // Recorded in the store by a replica (or by this one before a restart): ours from now on.
+          this.#backoff = { until: at, reason };
+          observer.planned(this.domain, at, at - s.now);
+          observer.problem(this.domain, `rate limited until ${iso(at)}`);
+        }
+        break;
+      case 'other_writer_issuing':
+        this.#log.info({ holder: s.coordination.intent?.holder }, 'another writer is issuing; waiting');
+        break;
+      case 'budget_exhausted':
+        if (s.turn.budget?.kind === 'queued') this.#queuedForBudget(s.turn.budget);
+        break;
     }
-    if (this.#best && !isRenewalDue(held(this.#best), now, renewal)) {
-      this.#dueSince = undefined;
-      observer.problem(this.domain, undefined);
-      const at = nextCheckTime(held(this.#best), now, renewal);
-      observer.planned(this.domain, at, 0);
-      return at - now;
-    }
-    if (!writer) {
-      // Due, or a Secret whose certificate expired or broke (not one never issued: a first issuance may
-      // wait in the budget's queue for days): the writer's fix should arrive soon; see `fresh` above.
-      if (this.#best || read.state === 'unusable') this.#dueSince ??= now;
-      // Readers wait for the writer's update: the store's watch wakes them. As a safety net against a
-      // watch that stalled or died silently, a reader without a certificate that is valid and not due
-      // looks again every first-retry interval.
-      if (!this.#best) observer.problem(this.domain, 'waiting for the writer to store a certificate');
-      return Math.min(renewal.checkIntervalMs, this.#deps.backoff.firstRetryMs);
-    }
-    const coordination = read.coordination ?? {};
-    if (coordination.retryNotBefore !== undefined && coordination.retryNotBefore > this.#retryAt) {
-      // A rate limit recorded by any replica, or by this one before a restart, holds for everyone.
-      this.#retryAt = coordination.retryNotBefore;
-      observer.planned(this.domain, this.#retryAt, this.#retryAt - now);
-      observer.problem(this.domain, `rate limited until ${new Date(this.#retryAt).toISOString()}`);
-    }
-    if (now < this.#retryAt) return this.#retryAt - now;
-    if (now < this.#callFloor) {
-      // Whatever the certificates look like, never two issuances of a domain closer than this.
-      observer.planned(this.domain, this.#callFloor, 0);
-      return this.#callFloor - now;
-    }
-    const intent = coordination.intent;
-    if (intent && intent.holder !== role.identity && now < intent.at + this.#deps.intentTtlMs) {
-      // Another writer is mid-issuance: its result lands in the store (the watch wakes us) or its intent lapses.
-      this.#log.info({ holder: intent.holder }, 'another writer is issuing; waiting');
-      return intent.at + this.#deps.intentTtlMs - now;
-    }
-    this.#deps.budget?.settled(this.domain);
-    await this.#deps.availability.waitFor(this.domain, signal);
-    let reserved = false;
-    if (this.#deps.budget && !this.#best) {
-      let verdict: BudgetVerdict;
-      try {
-        verdict = await this.#deps.budget.request(this.domain, {}, signal);
-      } catch (err) {
-        if (signal.aborted) throw err;
-        // A ledger we cannot read or write is never an empty budget: no issuance until it is back.
-        const message = `issuance ledger unusable: ${errorMessage(err)}`;
-        this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'issuance ledger unusable; not issuing');
-        observer.problem(this.domain, message);
-        return retryDelay({ kind: 'transient', message }, this.#storeFailures.record('transient'), this.#deps.backoff);
-      }
-      if (verdict.kind === 'queued') return this.#queuedForBudget(verdict);
-      reserved = verdict.kind === 'granted';
-      this.#leaveBudgetQueue(reserved ? 'slot granted' : 'renewal, exempt');
-    }
-    // At most issuanceSlots.limit domains of this process issue at once (see issuance-slots.ts); the
-    // intent is recorded once this one's turn has come, so its lifetime covers the call, not the wait.
-    const release = await this.#deps.issuanceSlots?.acquire(signal);
+    return at - s.now;
+  }
+
+  /** Waits until tailscaled lists the domain; a first issuance under a budget then asks it for a slot. */
+  async #askBudget(signal: AbortSignal): Promise<BudgetAnswer> {
+    const { budget, availability, observer } = this.#deps;
+    budget?.settled(this.domain);
+    await availability.waitFor(this.domain, signal);
+    if (!budget || this.#best) return { kind: 'not_needed' };
+    let verdict: BudgetVerdict;
     try {
-      // The wait may have been long: the daemon may be stopping, or the role gone.
-      if (!role.canIssue(this.domain)) return 0;
-      return await this.#announceAndIssue(signal, reserved);
-    } finally {
-      release?.();
+      verdict = await budget.request(this.domain, {}, signal);
+    } catch (err) {
+      if (signal.aborted) throw err;
+      this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'issuance ledger unusable; not issuing');
+      observer.problem(this.domain, `issuance ledger unusable: ${errorMessage(err)}`);
+      return { kind: 'unusable', failures: this.#storeFailures.record('transient') };
+    }
+    if (verdict.kind !== 'queued') this.#leaveBudgetQueue(verdict.kind === 'granted' ? 'slot granted' : 'renewal, exempt');
+    return verdict;
+  }
+
+  /** Records the intent (when the store coordinates writers); a failure is reported here. */
+  async #announce(signal: AbortSignal): Promise<NonNullable<TurnProgress['intent']>> {
+    const { store, role, clock, observer } = this.#deps;
+    if (!store.recordIntent) return { kind: 'recorded' };
+    try {
+      await store.recordIntent(this.domain, role.identity, clock.now(), signal);
+      return { kind: 'recorded' };
+    } catch (err) {
+      if (signal.aborted) throw err;
+      if (isConflict(err)) return { kind: 'conflict' };
+      this.#log.warn({ err: errorMessage(err) }, 'could not record the issuance intent; not issuing');
+      observer.problem(this.domain, `cannot record the issuance intent: ${errorMessage(err)}`);
+      return { kind: 'failed', failures: this.#storeFailures.record('transient') };
     }
   }
 
-  /** Records the intent, then issues (while this replica still holds the role). */
-  async #announceAndIssue(signal: AbortSignal, reserved: boolean): Promise<number> {
-    const { store, role, clock, observer } = this.#deps;
-    if (store.recordIntent) {
-      try {
-        await store.recordIntent(this.domain, role.identity, clock.now(), signal);
-      } catch (err) {
-        if (signal.aborted) throw err;
-        if (isConflict(err)) return 0;
-        this.#log.warn({ err: errorMessage(err) }, 'could not record the issuance intent; not issuing');
-        observer.problem(this.domain, `cannot record the issuance intent: ${errorMessage(err)}`);
-        return this.#storeRetryDelay();
-      }
-    }
-    // Leadership may have moved while we wrote (or waited for the domain), or the daemon is stopping:
-    // never call CertPair without the role.
-    if (!role.canIssue(this.domain)) return 0;
-    const issuing = this.#issue(signal, reserved);
+  /** Keeps the CertPair call (and the save after it) visible to `issuing` while it runs. */
+  async #trackIssuing(issuing: Promise<number>): Promise<number> {
     this.#issuing = issuing.then(
       () => {},
       () => {},
@@ -322,9 +371,8 @@ export class CertLoop {
     return this.#issuing ?? Promise.resolve();
   }
 
-  #queuedForBudget(verdict: Extract<BudgetVerdict, { kind: 'queued' }>): number {
-    const { observer, clock, budget } = this.#deps;
-    const now = clock.now();
+  #queuedForBudget(verdict: Extract<BudgetVerdict, { kind: 'queued' }>): void {
+    const { observer, budget } = this.#deps;
     const next = Math.min(
       verdict.turnAt,
       ...(budget
@@ -345,7 +393,6 @@ export class CertLoop {
     this.#budgetState = 'queued';
     observer.problem(this.domain, message);
     observer.planned(this.domain, verdict.turnAt, 0);
-    return verdict.turnAt - now;
   }
 
   #leaveBudgetQueue(why = 'no longer waiting'): void {
@@ -358,7 +405,8 @@ export class CertLoop {
     return this.#deps.minIssueIntervalMs ?? this.#deps.backoff.firstRetryMs;
   }
 
-  async #issue(signal: AbortSignal, reserved: boolean): Promise<number> {
+  /** The CertPair call, for `reason` (the attempt's label); `reserved`: a slot of the budget was taken for it. */
+  async #issue(signal: AbortSignal, reason: IssueReason, reserved: boolean): Promise<number> {
     const { localApi, store, clock, renewal, backoff, observer } = this.#deps;
     const previous = this.#best;
     const minValidityMs = minValidityFor(previous && held(previous), clock.now(), renewal, this.#freshValidityMs);
@@ -373,26 +421,28 @@ export class CertLoop {
       }
       const now = clock.now();
       const info = inspectCertPair(pair, this.domain);
-      if (previous && info.serial === previous.info.serial) {
-        checkValidAt(info, now);
-        if (isRenewalDue(held(previous), now, renewal)) {
-          throw new CertshareError('CERTSHARE_CERT_STALE', `tailscaled returned the certificate due for renewal (serial ${info.serial})`);
-        }
-        observer.attempt(this.domain, 'unchanged');
+      // Valid now, except a new pair whose validity merely starts later (the issuer's clock is ahead).
+      if (info.serial === previous?.info.serial || now >= info.notBefore || info.notBefore >= info.notAfter) checkValidAt(info, now);
+      const asked = { minValidityMs, minIssueIntervalMs: this.#minIssueIntervalMs };
+      const verdict = judgeAnswer(info, previous && { ...held(previous), serial: previous.info.serial }, now, renewal, asked);
+      if (verdict.kind === 'due_again') {
+        throw new CertshareError('CERTSHARE_CERT_STALE', `tailscaled returned the certificate due for renewal (serial ${info.serial})`);
+      }
+      if (verdict.kind === 'unchanged') {
+        observer.attempt(this.domain, 'unchanged', reason);
       } else {
-        if (now >= info.notBefore || info.notBefore >= info.notAfter) checkValidAt(info, now);
         // A new pair was issued (or tailscaled had a newer one): the minimum interval starts now, and its
         // validity is what this issuer gives. Used or not, it is what tailscaled has cached.
         this.#callFloor = Math.max(now + this.#minIssueIntervalMs, info.notBefore);
         const validity = info.notAfter - Math.max(info.notBefore, now);
         if (minValidityMs > 0) this.#freshValidityMs = Math.min(this.#freshValidityMs ?? Infinity, validity);
-        const tooShort = tooShortReason(info, now, renewal, { minValidityMs, minIssueIntervalMs: this.#minIssueIntervalMs });
-        if (previous && info.notAfter <= previous.info.notAfter) {
-          if (tooShort) return this.#tooShort(info, now, minValidityMs, tooShort);
+        const { tooShort } = verdict;
+        if (verdict.kind === 'older') {
+          if (tooShort) return this.#tooShort(info, now, { minValidityMs, reason }, tooShort);
           throw new CertshareError('CERTSHARE_CERT_STALE', `new certificate expires before the current one (${new Date(info.notAfter).toISOString()})`);
         }
         const cert: StoredCert = { pair, info, obtainedAt: Math.max(info.notBefore, now) };
-        if (now < info.notBefore) {
+        if (verdict.usableAt === 'not_before') {
           // The issuer's clock is ahead of ours: tailscaled would see this pair as invalid too and order
           // another on every call. Keep it and use it from its notBefore, without asking again.
           this.#pending = cert;
@@ -409,34 +459,35 @@ export class CertLoop {
           }
           this.#log.info({ serial: info.serial, notAfter: iso(info.notAfter) }, 'certificate issued and stored');
         }
-        if (tooShort) return this.#tooShort(info, now, minValidityMs, tooShort);
-        observer.attempt(this.domain, 'success');
+        if (tooShort) return this.#tooShort(info, now, { minValidityMs, reason }, tooShort);
+        observer.attempt(this.domain, 'success', reason);
       }
       this.#failures.reset();
-      this.#retryAt = 0;
+      this.#backoff = undefined;
       observer.problem(this.domain, undefined);
-      return this.#planAfterSuccess();
+      return this.#planAfterCall();
     } catch (err) {
       if (signal.aborted) throw err;
       if (isConflict(err)) return 0;
       const failure = classifyIssuanceFailure(err);
       const delay = retryDelay(failure, this.#failures.record(failure.kind), backoff);
-      const now = clock.now();
-      this.#retryAt = now + delay;
+      const retryAt = clock.now() + delay;
+      this.#backoff = { until: retryAt, reason: failure.kind === 'rate_limited' ? 'rate_limited' : 'retry_backoff' };
       const result = failure.kind === 'rate_limited' ? 'rate_limited' : failure.kind === 'rejected' ? 'rejected' : 'error';
       // A timeout or a dropped connection leaves the intent standing: tailscaled may still be issuing.
       const answered = !(err instanceof LocalApiError) || (err.status !== undefined && !err.timedOut);
       const update =
         failure.kind === 'rate_limited'
-          ? store.recordRateLimit?.(this.domain, this.#retryAt, signal)
+          ? store.recordRateLimit?.(this.domain, retryAt, signal)
           : answered
             ? store.clearIntent?.(this.domain, signal)
             : undefined;
       await update?.catch((updateErr: unknown) => {
         this.#log.warn({ err: errorMessage(updateErr) }, 'could not update the coordination record in the store');
       });
-      observer.attempt(this.domain, result, failure);
-      observer.planned(this.domain, this.#retryAt, delay);
+      observer.attempt(this.domain, result, reason, failure);
+      observer.decided(this.domain, { action: 'wait', reason: this.#backoff.reason, at: retryAt });
+      observer.planned(this.domain, retryAt, delay);
       observer.problem(this.domain, failure.message);
       this.#log.warn({ kind: failure.kind, err: failure.message, retryInMs: delay }, 'certificate issuance failed');
       return delay;
@@ -447,11 +498,14 @@ export class CertLoop {
    * A renewal answered with a certificate that is due again (almost) at once. It is used (it is valid and
    * newer), but asking again on its schedule would be an issuance storm: back off as after a failure.
    */
-  #tooShort(info: CertInfo, now: number, minValidityMs: number, reason: string): number {
+  #tooShort(info: CertInfo, now: number, asked: { minValidityMs: number; reason: IssueReason }, why: string): number {
     const { backoff, observer } = this.#deps;
-    const failure = { kind: 'too_short' as const, message: `certificate from the issuer too short: ${reason}` };
+    const { minValidityMs } = asked;
+    const failure = { kind: 'too_short' as const, message: `certificate from the issuer too short: ${why}` };
     const delay = retryDelay(failure, this.#failures.record(failure.kind), backoff);
-    this.#retryAt = Math.max(now + delay, this.#retryAt);
+    // A longer backoff under way (a rate limit) keeps its end and its reason.
+    if (now + delay >= (this.#backoff?.until ?? -Infinity)) this.#backoff = { until: now + delay, reason: 'too_short' };
+    const retryAt = this.#backoff!.until;
     this.#log.warn(
       {
         code: 'CERTSHARE_CERT_TOO_SHORT',
@@ -462,24 +516,25 @@ export class CertLoop {
         validFromNowMs: info.notAfter - Math.max(info.notBefore, now),
         minValidityMs,
         minIssueIntervalMs: this.#minIssueIntervalMs,
-        retryInMs: this.#retryAt - now,
+        retryInMs: retryAt - now,
       },
-      `the issuer gave a certificate too short for the renewal rule (${reason}); backing off`,
+      `the issuer gave a certificate too short for the renewal rule (${why}); backing off`,
     );
-    observer.attempt(this.domain, 'too_short', failure);
+    observer.attempt(this.domain, 'too_short', asked.reason, failure);
     // Shown by /healthz once the short certificate has expired during the backoff.
     observer.problem(this.domain, failure.message);
-    return this.#planAfterSuccess();
+    return this.#planAfterCall();
   }
 
-  /** The wait after a certificate was obtained: a pending one's notBefore, else its renewal point but not before a backoff ends. */
-  #planAfterSuccess(): number {
-    const { clock, renewal, observer } = this.#deps;
+  /** The wait after a call that gave a certificate (issuance-policy.ts planAfterCall), reported. */
+  #planAfterCall(): number {
+    const { observer, clock } = this.#deps;
     const now = clock.now();
-    const cert = this.#best;
-    const at = this.#pending ? this.#pending.info.notBefore : Math.max(cert ? nextCheckTime(held(cert), now, renewal) : now, this.#retryAt);
-    observer.planned(this.domain, at, Math.max(0, this.#retryAt - now));
-    return Math.max(0, at - now);
+    const pending = this.#pending && { notBefore: this.#pending.info.notBefore };
+    const decision = planAfterCall({ now, held: this.#best && held(this.#best), pending, backoff: this.#backoff }, this.#deps);
+    observer.decided(this.domain, decision);
+    observer.planned(this.domain, decision.at, Math.max(0, (this.#backoff?.until ?? 0) - now));
+    return Math.max(0, decision.at - now);
   }
 
   /** Takes a pending pair into use once its validity has started. */
@@ -506,17 +561,6 @@ export class CertLoop {
     if (this.#best && this.#best.info.notAfter >= candidate.info.notAfter) return;
     this.#best = candidate;
     this.#deps.observer.certificate(this.domain, candidate);
-  }
-
-  /**
-   * A retry of a failed store read, brought forward while the certificate held is about to expire: at
-   * least every half of what it has left (never sooner than the first retry), so a renewal the store holds
-   * is read before the expiry even behind a long streak of failed reads, not a backoff step after it.
-   */
-  #beforeExpiry(delayMs: number): number {
-    if (!this.#best) return delayMs;
-    const left = this.#best.info.notAfter - this.#deps.clock.now();
-    return Math.min(delayMs, Math.max(this.#deps.backoff.firstRetryMs, Math.floor(left / 2)));
   }
 
   #dropIfExpired(): void {
@@ -550,6 +594,11 @@ function iso(ms: number): string {
   return new Date(ms).toISOString();
 }
 
-function storeHolds(read: StoreRead, cert: StoredCert): boolean {
-  return read.state === 'valid' && read.cert.info.notAfter >= cert.info.notAfter;
+/** A store read, or the failure streak of a read that failed. */
+type LoadResult = StoreRead | { state: 'unreadable'; failures: number };
+
+/** What the rules read of a store read. */
+function storeView(read: LoadResult): StoreView {
+  if (read.state === 'valid') return { state: 'valid', notAfter: read.cert.info.notAfter };
+  return read.state === 'unreadable' ? read : { state: read.state };
 }

@@ -23,6 +23,12 @@ export const ERROR_CODES = {
   CERTSHARE_KUBE_HTTP: 'the Kubernetes API answered with an error status',
   CERTSHARE_KUBE_RESPONSE_TOO_LARGE: 'a Kubernetes API response or watch line exceeded its bound',
   CERTSHARE_KUBE_TIMEOUT: 'a Kubernetes API call took longer than its deadline',
+  CERTSHARE_ARI_UNSUPPORTED: 'ACME Renewal Information cannot be asked: the directory names no renewalInfo, or the certificate has no Authority Key Identifier',
+  CERTSHARE_ARI_NOT_FOUND: "the CA's renewalInfo endpoint knows no such certificate (404): not issued by this CA, or a wrong --acme-directory",
+  CERTSHARE_ARI_UNAVAILABLE: 'the ACME directory or the renewalInfo endpoint could not be reached or answered an error status',
+  CERTSHARE_ARI_TIMEOUT: 'an ACME directory or renewalInfo request took longer than its timeout',
+  CERTSHARE_ARI_BAD_RESPONSE:
+    'an ACME directory or renewalInfo answer is not what RFC 9773 says (malformed JSON, a missing field, an inverted window, a window after expiry)',
   CERTSHARE_FATAL: 'an unexpected error ended the process (exit 1); the message says what',
 } as const;
 

@@ -1,12 +1,16 @@
 import type { CertInfo } from './certificate.ts';
 import { isCurrentlyValid } from './certificate.ts';
+import type { IssuanceDecision, IssuanceReason } from './issuance-policy.ts';
 import type { LoopObserver } from './observer.ts';
 import type { HeldValidity } from './renewal.ts';
 import type { StoredCert } from './store.ts';
 
 export interface HealthVerdict {
   healthy: boolean;
-  /** "ok", or why not, naming each domain that lacks a valid certificate. */
+  /**
+   * "ok", or why not, naming each domain that lacks a valid certificate: what its loop last reported and,
+   * in brackets, the reason code of its last decision (issuance-policy.ts), e.g. `[budget_exhausted]`.
+   */
   reason: string;
   /** Unhealthy only because certificates still valid now are past their `end` (see evaluate). */
   expiring?: boolean;
@@ -21,6 +25,8 @@ interface DomainHealth {
   info: CertInfo | undefined;
   obtainedAt: number | undefined;
   problem: string | undefined;
+  /** The reason of the loop's last decision, unless that was to use a valid certificate. */
+  reason: IssuanceReason | undefined;
 }
 
 /**
@@ -44,7 +50,7 @@ export class HealthState implements LoopObserver {
   manage(domains: Iterable<string>): void {
     const wanted = new Set(domains);
     for (const d of [...this.#domains.keys()]) if (!wanted.has(d)) this.#domains.delete(d);
-    for (const d of wanted) if (!this.#domains.has(d)) this.#domains.set(d, { info: undefined, obtainedAt: undefined, problem: undefined });
+    for (const d of wanted) if (!this.#domains.has(d)) this.#domains.set(d, { info: undefined, obtainedAt: undefined, problem: undefined, reason: undefined });
     this.#notify();
   }
 
@@ -59,6 +65,11 @@ export class HealthState implements LoopObserver {
   problem(domain: string, message: string | undefined): void {
     const entry = this.#domains.get(domain);
     if (entry) entry.problem = message;
+  }
+
+  decided(domain: string, decision: IssuanceDecision): void {
+    const entry = this.#domains.get(domain);
+    if (entry) entry.reason = decision.action === 'use' ? undefined : decision.reason;
   }
 
   /**
@@ -102,7 +113,7 @@ export class HealthState implements LoopObserver {
   evaluate(now: number, end: ValidityEnd = atNotAfter): HealthVerdict {
     const missing: string[] = [...this.#pending.values()];
     let onlyExpiring = missing.length === 0;
-    for (const [domain, { info, obtainedAt, problem }] of this.#domains) {
+    for (const [domain, { info, obtainedAt, problem, reason }] of this.#domains) {
       const valid = info !== undefined && isCurrentlyValid(info, now);
       const endsAt = info ? end(held(info, obtainedAt)) : undefined;
       if (valid && endsAt !== undefined && now < endsAt) continue;
@@ -112,7 +123,7 @@ export class HealthState implements LoopObserver {
       }
       onlyExpiring = false;
       const why = info ? 'certificate expired' : (problem ?? 'no certificate yet');
-      missing.push(`${domain}: ${why}${this.#sourceProblem ? ` (${this.#sourceProblem})` : ''}`);
+      missing.push(`${domain}: ${why}${this.#sourceProblem ? ` (${this.#sourceProblem})` : ''}${reason ? ` [${reason}]` : ''}`);
     }
     if (missing.length === 0) return { healthy: true, reason: 'ok' };
     return { healthy: false, reason: missing.sort().join('; '), ...(onlyExpiring ? { expiring: true } : {}) };

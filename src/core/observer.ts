@@ -1,5 +1,6 @@
 import type { StoredCert } from './store.ts';
 import type { FailureKind } from './failure.ts';
+import type { IssuanceDecision, IssueReason } from './issuance-policy.ts';
 
 export type AttemptResult = 'success' | 'unchanged' | 'rate_limited' | 'error' | 'rejected' | 'too_short';
 
@@ -7,7 +8,10 @@ export type AttemptResult = 'success' | 'unchanged' | 'rate_limited' | 'error' |
 export interface LoopObserver {
   /** The best valid certificate for the domain changed (undefined: none). */
   certificate?(domain: string, cert: StoredCert | undefined): void;
-  attempt?(domain: string, result: AttemptResult, failure?: { kind: FailureKind; message: string }): void;
+  /** A CertPair call ended; `reason` says why it was made (issuance-policy.ts ISSUE_REASONS). */
+  attempt?(domain: string, result: AttemptResult, reason: IssueReason, failure?: { kind: FailureKind; message: string }): void;
+  /** What the loop decided to do (issuance-policy.ts), or planned after a CertPair call. */
+  decided?(domain: string, decision: IssuanceDecision): void;
   /** The next CertPair call is planned at `at` (epoch ms); backoffMs is 0 when not backing off. */
   planned?(domain: string, at: number, backoffMs: number): void;
   problem?(domain: string, message: string | undefined): void;
@@ -19,8 +23,11 @@ export function fanOut(observers: LoopObserver[]): Required<LoopObserver> {
     certificate: (d, i) => {
       for (const o of observers) o.certificate?.(d, i);
     },
-    attempt: (d, r, f) => {
-      for (const o of observers) o.attempt?.(d, r, f);
+    attempt: (d, r, why, f) => {
+      for (const o of observers) o.attempt?.(d, r, why, f);
+    },
+    decided: (d, decision) => {
+      for (const o of observers) o.decided?.(d, decision);
     },
     planned: (d, a, b) => {
       for (const o of observers) o.planned?.(d, a, b);

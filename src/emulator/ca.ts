@@ -3,22 +3,9 @@
 // several SANs, kept in a Secret as PEM and loaded back with loadCertificateAuthority). @peculiar/x509 is loaded on the first signature, so an emulator
 // that never issues (or a process that only imports this module) does not pay for it.
 import { KeyObject, createPrivateKey, randomBytes, webcrypto } from 'node:crypto';
-
-type X509Module = typeof import('@peculiar/x509');
+import { type X509Module, loadX509 } from '../core/x509.ts';
 
 const EC_ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
-
-let x509Loading: Promise<X509Module> | undefined;
-
-async function loadX509(): Promise<X509Module> {
-  x509Loading ??= (async () => {
-    await import('reflect-metadata');
-    const x509 = await import('@peculiar/x509');
-    x509.cryptoProvider.set(webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
-    return x509;
-  })();
-  return x509Loading;
-}
 
 /** A freshly signed leaf: the SEC1 key PEM and the chain PEM (leaf, then the CA), as tailscaled returns them. */
 export interface SignedLeaf {

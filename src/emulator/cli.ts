@@ -41,6 +41,8 @@ Flags:
   --limit-new-certs N/DUR   Let's Encrypt's new certificates per registered domain (renewals exempt), e.g.
                             50/168h: a first issuance past it answers 429 with the CA's text and Retry-After
   --limit-orders N/DUR      Let's Encrypt's new orders per account (renewals included), e.g. 300/3h
+  --acme-listen HOST:PORT   also serve the CA's ACME Renewal Information (GET /acme/directory,
+                            /acme/renewal-info/<certID>) on this TCP address; a TCP --listen serves it too
   --ledger FILE             append one JSON line per issuance (several emulators may share it)
   --ledger-requests         also append one line per cert request (time, min_validity, outcome)
   --fault SPEC              inject a fault at start; repeatable. SPEC is target:kind[:key=value...]
@@ -55,7 +57,9 @@ Flags:
   -h, --help                show this help
 
 Control API on the same listener: GET /certshare-emulator/v0/stats, POST|DELETE /certshare-emulator/v0/faults,
-POST /certshare-emulator/v0/domains {"add":[...],"remove":[...]}, POST /certshare-emulator/v0/bus/drop.`;
+POST /certshare-emulator/v0/domains {"add":[...],"remove":[...]}, POST /certshare-emulator/v0/bus/drop,
+GET|POST /certshare-emulator/v0/ari {"domain"|"serial"|"certId":...,"window":{"start","end"}} (a certificate's ARI window),
+POST /certshare-emulator/v0/ari/revoke {"domain"|"serial"|"certId":...} (its window moves an hour into the past).`;
 
 const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
 
@@ -103,6 +107,7 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
         ledger: { type: 'string' },
         'limit-new-certs': { type: 'string' },
         'limit-orders': { type: 'string' },
+        'acme-listen': { type: 'string' },
         'ledger-requests': { type: 'boolean' },
         fault: { type: 'string', multiple: true },
         id: { type: 'string' },
@@ -154,6 +159,16 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
     if (!/^\d+$/.test(values['netmap-pad-bytes'])) badFlag('--netmap-pad-bytes: want a whole number of bytes');
     netmapPadBytes = Number(values['netmap-pad-bytes']);
   }
+  const acmeListen = values['acme-listen'];
+  if (acmeListen !== undefined) {
+    let kind: string;
+    try {
+      kind = parseListen(acmeListen).kind;
+    } catch (err) {
+      badFlag(`--acme-listen: ${errorMessage(err)}`);
+    }
+    if (kind !== 'tcp') badFlag(`--acme-listen: want HOST:PORT (TCP), not "${acmeListen}"`);
+  }
   const faults: Fault[] = [];
   for (const spec of values.fault ?? []) {
     try {
@@ -189,6 +204,7 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
   }
   if (limits.newCertsPerRegisteredDomain || limits.ordersPerAccount) options.limits = limits;
   if (values.id !== undefined) options.id = values.id;
+  if (acmeListen !== undefined) options.acmeListen = acmeListen;
   return { help: false, options, logLevel };
 }
 

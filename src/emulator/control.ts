@@ -5,10 +5,15 @@
 //   DELETE /certshare-emulator/v0/faults
 //   POST   /certshare-emulator/v0/domains           {"add":[...],"remove":[...]}
 //   POST   /certshare-emulator/v0/bus/drop          end every open bus stream
+//   GET    /certshare-emulator/v0/ari               every certificate signed: ARI ID, serial, the answer it gets
+//   POST   /certshare-emulator/v0/ari               {"certId"|"serial"|"domain": ..., "window": {"start","end"},
+//                                                   "explanationURL"?} or {..., "response": TEXT} or {..., "reset": true}
+//   POST   /certshare-emulator/v0/ari/revoke        {"certId"|"serial"|"domain": ...}: the window moves an hour back
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { errorMessage } from '../core/errors.ts';
 import { normalizeFault, type Fault } from './faults.ts';
 import { readBody, sendError, sendJson } from './http-util.ts';
+import { type AriCertificateRecord, type AriOverride, type AriSelector, ariOverride, ariSelector } from './ari.ts';
 
 export const CONTROL_PREFIX = '/certshare-emulator/v0/';
 
@@ -21,6 +26,15 @@ export interface ControlTarget {
   removeCertDomain(domain: string): void;
   certDomains(): string[];
   dropBusConnections(): number;
+  setRenewalInfo(selector: AriSelector, override: AriOverride | undefined): AriCertificateRecord;
+  revokeCertificate(selector: AriSelector): AriCertificateRecord;
+  ariCertificates(): AriCertificateRecord[];
+}
+
+async function jsonObject(req: IncomingMessage): Promise<Record<string, unknown>> {
+  const body = JSON.parse(await readBody(req, 1 << 20)) as unknown;
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new Error('want a JSON object');
+  return body as Record<string, unknown>;
 }
 
 function stringList(value: unknown, name: string): string[] {
@@ -62,6 +76,17 @@ export async function handleControl(req: IncomingMessage, res: ServerResponse, u
         sendJson(res, 200, JSON.stringify({ certDomains: target.certDomains() }));
         return;
       }
+      case 'GET ari':
+        sendJson(res, 200, JSON.stringify({ certificates: target.ariCertificates() }));
+        return;
+      case 'POST ari': {
+        const body = await jsonObject(req);
+        sendJson(res, 200, JSON.stringify(target.setRenewalInfo(ariSelector(body), ariOverride(body))));
+        return;
+      }
+      case 'POST ari/revoke':
+        sendJson(res, 200, JSON.stringify(target.revokeCertificate(ariSelector(await jsonObject(req)))));
+        return;
       case 'POST bus/drop':
         sendJson(res, 200, JSON.stringify({ dropped: target.dropBusConnections() }));
         return;

@@ -42,6 +42,8 @@ export interface IssuerOptions {
   registeredDomain?: RegisteredDomainRule | undefined;
   logger: Logger;
   events: EventEmitter;
+  /** Told of every certificate signed and cached (the ARI desk indexes them by ARI ID). */
+  onLeaf?: ((domain: string, leaf: SignedLeaf) => Promise<void>) | undefined;
 }
 
 /** Emitted as `issued` on the emulator's events, and written to the ledger. */
@@ -173,6 +175,7 @@ export class Issuer {
         this.#opts.logger,
       );
     }
+    await this.#opts.onLeaf?.(domain, leaf);
     this.#cache.set(domain, leaf);
     this.#opts.logger.info({ ...event }, 'issued certificate');
     this.#opts.events.emit('issued', event);

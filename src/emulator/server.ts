@@ -9,6 +9,7 @@ import { silentLogger, type Logger } from '../core/logger.ts';
 import { IpnBus, parseMask, type NetmapStyle } from './bus.ts';
 import { CERT_PATH_PREFIX, handleCert } from './cert-endpoint.ts';
 import { CONTROL_PREFIX, handleControl } from './control.ts';
+import { ACME_PREFIX, AriDesk, type AriCertificateRecord, type AriOverride, type AriSelector } from './ari.ts';
 import { describeFault, FaultQueue, normalizeFault, type BusFault, type CertFault, type Fault } from './faults.ts';
 import { sendError, sendJson } from './http-util.ts';
 import { loadRegisteredDomainRule } from '../core/registered-domain.ts';
@@ -80,6 +81,15 @@ export interface EmulatorOptions {
   asyncRenewal?: boolean;
   /** Let's Encrypt's limits on new orders (new certificates per registered domain, orders per account). Default: none. */
   limits?: AcmeLimits;
+  /**
+   * Also serve the ACME routes (directory, renewalInfo: ari.ts) on this TCP HOST:PORT (port 0 = a free one),
+   * for an emulator whose LocalAPI is a unix socket. A TCP emulator serves them on its own listener too.
+   */
+  acmeListen?: string;
+  /** The default ARI window: the 2/3 point of the lifetime +/- this. Default 24 h (pebble). */
+  ariHalfWidthMs?: number;
+  /** Retry-After on renewalInfo answers, seconds. Default 21600 (pebble, Let's Encrypt). */
+  ariRetryAfterSeconds?: number;
   logger?: Logger;
 }
 
@@ -108,6 +118,8 @@ export interface EmulatorStats {
   busRefusals: number;
   /** New orders the CA's limits refused (--limit-new-certs, --limit-orders). */
   rateLimitRefusals: { newCerts: number; orders: number };
+  /** renewalInfo requests by status ("200", "404", "400"). */
+  ariRequests: Record<string, number>;
 }
 
 /**
@@ -131,6 +143,14 @@ export interface Emulator {
   clearFaults(): void;
   /** Ends every open bus stream now; returns how many. */
   dropBusConnections(): number;
+  /** The ACME directory URL (http://HOST:PORT/acme/directory) when ARI is reachable over TCP, else undefined. */
+  readonly acmeDirectoryUrl: string | undefined;
+  /** Sets the CA's ARI answer for a certificate (undefined: the default window again). */
+  setRenewalInfo(selector: AriSelector, override: AriOverride | undefined): AriCertificateRecord;
+  /** Revokes a certificate: its ARI window moves an hour into the past, as pebble answers. */
+  revokeCertificate(selector: AriSelector): AriCertificateRecord;
+  /** Every certificate signed, with its ARI ID and the answer it gets now. */
+  ariCertificates(): AriCertificateRecord[];
   /** The CA certificate PEM (the chain's last element), for clients that want to trust it. */
   caCertPem(): Promise<string>;
   /** Resolves when no issuance is in flight (background renewals included). */
@@ -161,6 +181,8 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const logger = (options.logger ?? silentLogger).child({ emulator: id });
   const events = new EventEmitter();
   const target = parseListen(options.listen ?? './tailscaled.sock');
+  const acmeTarget = options.acmeListen === undefined ? undefined : parseListen(options.acmeListen);
+  if (acmeTarget && acmeTarget.kind !== 'tcp') throw new Error(`acmeListen must be HOST:PORT, not "${options.acmeListen}"`);
   const configured = [...new Set(options.domains ?? [DEFAULT_DOMAIN])];
   const certLifetimeMs = options.certLifetimeMs ?? DEFAULT_CERT_LIFETIME_MS;
   if (!(certLifetimeMs >= 1000)) throw new Error('certLifetimeMs must be at least 1000 (one second)');
@@ -179,6 +201,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
 
   const sortedDomains = (): string[] => [...visible].sort();
 
+  const ari = new AriDesk({ clock, halfWidthMs: options.ariHalfWidthMs, retryAfterSeconds: options.ariRetryAfterSeconds, logger });
   const issuer = new Issuer({
     id,
     certLifetimeMs,
@@ -193,6 +216,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     registeredDomain: options.limits?.newCertsPerRegisteredDomain ? await loadRegisteredDomainRule() : undefined,
     logger,
     events,
+    onLeaf: (domain, leaf) => ari.issued(domain, leaf),
   });
 
   const onFaultApplied = (fault: Fault, domain?: string): void => {
@@ -251,6 +275,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     issuances: Object.fromEntries(issuer.issuances),
     issuancesTotal: [...issuer.issuances.values()].reduce((a, b) => a + b, 0),
     rateLimitRefusals: { ...issuer.limiter.refusals },
+    ariRequests: Object.fromEntries(ari.requests),
     certRequests: Object.fromEntries(certRequests),
     certResponses: Object.fromEntries([...certResponses].map(([d, m]) => [d, Object.fromEntries(m)])),
     faultsApplied: Object.fromEntries(faultsApplied),
@@ -270,6 +295,9 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     removeCertDomain,
     certDomains: sortedDomains,
     dropBusConnections: () => bus.dropAll(),
+    setRenewalInfo: (selector: AriSelector, override: AriOverride | undefined) => ari.setAnswer(selector, override),
+    revokeCertificate: (selector: AriSelector) => ari.revoke(selector),
+    ariCertificates: () => ari.certificates(),
   };
 
   const certDeps = {
@@ -344,6 +372,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     const url = new URL(req.url ?? '/', 'http://local-tailscaled.sock');
     const path = url.pathname;
     if (path.startsWith(CONTROL_PREFIX)) return handleControl(req, res, url, controlTarget);
+    if (path.startsWith(ACME_PREFIX)) return ari.handle(req, res, url);
     increment(requests, path.startsWith(CERT_PATH_PREFIX) ? CERT_PATH_PREFIX : path);
     if (path.startsWith(CERT_PATH_PREFIX)) {
       const domain = safeDecode(path.slice(CERT_PATH_PREFIX.length));
@@ -390,6 +419,12 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     }
   }
 
+  function serveAcme(req: IncomingMessage, res: ServerResponse): void {
+    const url = new URL(req.url ?? '/', 'http://acme.invalid');
+    if (url.pathname.startsWith(ACME_PREFIX)) ari.handle(req, res, url);
+    else sendError(res, 404, '404 page not found');
+  }
+
   const server = createServer({ keepAliveTimeout: 5000 }, (req, res) => {
     route(req, res).catch((err: unknown) => {
       logger.error({ url: req.url, err: errorMessage(err) }, 'request failed');
@@ -402,6 +437,17 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
 
   const bound = await listenOn(server, target);
   address = bound.address;
+  // The ACME side on a TCP listener of its own, for a LocalAPI on a unix socket (fetch speaks TCP only).
+  const acmeServer = acmeTarget ? createServer({ keepAliveTimeout: 5000 }, (req, res) => serveAcme(req, res)) : undefined;
+  let acmeDirectoryUrl = bound.port === undefined ? undefined : `${bound.address}${ACME_PREFIX}directory`;
+  if (acmeServer && acmeTarget) {
+    try {
+      acmeDirectoryUrl = `${(await listenOn(acmeServer, acmeTarget)).address}${ACME_PREFIX}directory`;
+    } catch (err) {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      throw err;
+    }
+  }
 
   for (const f of options.faults ?? []) injectFault(f);
 
@@ -431,11 +477,14 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
       if (delayTimer) clearTimeout(delayTimer);
       closing.abort();
       const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+      const acmeStopped = new Promise<void>((resolve) => (acmeServer?.listening ? acmeServer.close(() => resolve()) : resolve()));
+      acmeServer?.closeAllConnections();
       bus.dropAll();
       server.closeIdleConnections();
       // Whatever is still open (hanging or slow requests, bus streams mid-write) is cut now.
       setImmediate(() => server.closeAllConnections());
       await stopped;
+      await acmeStopped;
       await issuer.idle();
       logger.info({}, 'emulator closed');
     })();
@@ -456,6 +505,10 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     injectFault,
     clearFaults: () => faults.clear(),
     dropBusConnections: () => bus.dropAll(),
+    acmeDirectoryUrl,
+    setRenewalInfo: controlTarget.setRenewalInfo,
+    revokeCertificate: controlTarget.revokeCertificate,
+    ariCertificates: controlTarget.ariCertificates,
     caCertPem: async () => (await issuer.ca()).certPem,
     idle: () => issuer.idle(),
     close,

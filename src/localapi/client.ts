@@ -3,6 +3,7 @@ import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders } from 'node:h
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { ErrorCode } from '../core/errors.ts';
 import { formatGoDuration } from '../core/duration.ts';
+import { parseRetryAfter } from '../core/retry-after.ts';
 import { isRefusalStatus, LocalApiError } from '../core/localapi.ts';
 import type { CertPair, CertPairOptions, IpnNotify, LocalApi } from '../core/localapi.ts';
 import type { Logger } from '../core/logger.ts';
@@ -421,18 +422,6 @@ export function splitCertPair(body: string): CertPair {
     throw badResponse('CertPair response has an incomplete certificate PEM block');
   }
   return { keyPem: `${keyPart}\n`, certPem: `${certPart}\n` };
-}
-
-/** Retry-After as milliseconds from `nowMs`: delta seconds or an HTTP-date; undefined when absent or invalid. */
-export function parseRetryAfter(value: string | undefined, nowMs: number): number | undefined {
-  if (value === undefined) return undefined;
-  const text = value.trim();
-  if (text === '') return undefined;
-  if (/^\d+$/.test(text)) return Number(text) * 1000;
-  if (!/^[A-Za-z]{3},? /.test(text)) return undefined; // HTTP-date ("Sun, 06 Nov 1994 08:49:37 GMT" and older forms)
-  const at = Date.parse(text);
-  if (Number.isNaN(at)) return undefined;
-  return Math.max(0, at - nowMs);
 }
 
 function sanitizeErrorBody(raw: string): string {

@@ -7,7 +7,10 @@ import type { RenewalPolicy } from '../core/renewal.ts';
 import { renewalTime } from '../core/renewal.ts';
 import type { FailureKind } from '../core/failure.ts';
 import type { QueueReport } from '../core/issuance-budget.ts';
+import { ISSUE_REASONS, type IssueReason } from '../core/issuance-policy.ts';
 import type { StoredCert } from '../core/store.ts';
+import type { SuggestedWindow } from '../core/renewal-info.ts';
+import { ARI_CHECK_OUTCOMES, type AriCheckOutcome } from '../acme/renewal-info-client.ts';
 
 const seconds = (ms: number): number => ms / 1000;
 const MISNAMED_DEFAULT_METRICS = ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total'];
@@ -24,7 +27,8 @@ export function collectNodeMetrics(registry: Registry): void {
 
 /**
  * Prometheus metrics, named after REFERENCE §6 and cert-manager's (which users already alert on):
- * timestamps rather than "time since", base units, `_total` counters, the domain as the only label.
+ * timestamps rather than "time since", base units, `_total` counters, the domain as the only label
+ * besides a few fixed values (an attempt's result and reason).
  */
 export class Metrics implements LoopObserver {
   readonly registry = new Registry();
@@ -35,6 +39,9 @@ export class Metrics implements LoopObserver {
   readonly #attempts: Counter;
   readonly #backoff: Gauge;
   readonly #nextAttempt: Gauge;
+  readonly #ariWindowStart: Gauge;
+  readonly #ariWindowEnd: Gauge;
+  readonly #ariChecks: Counter;
   readonly busConnected: Gauge;
   readonly busReconnects: Counter;
   readonly busBadLines: Counter;
@@ -78,8 +85,10 @@ export class Metrics implements LoopObserver {
     });
     this.#attempts = new Counter({
       name: 'certshare_issuance_attempts_total',
-      help: 'CertPair calls by result (success, unchanged, rate_limited, error, rejected, too_short).',
-      labelNames: ['domain', 'result'],
+      help:
+        'CertPair calls by result (success, unchanged, rate_limited, error, rejected, too_short) and by the reason ' +
+        'the call was made (no_certificate, stored_unusable, expiry).',
+      labelNames: ['domain', 'result', 'reason'],
       registers,
     });
     this.#backoff = new Gauge({
@@ -94,6 +103,26 @@ export class Metrics implements LoopObserver {
       labelNames: ['domain'],
       registers,
     });
+    this.#ariWindowStart = new Gauge({
+      name: 'certshare_ari_window_start_timestamp_seconds',
+      help: "Start of the CA's suggested renewal window (ACME Renewal Information) for the certificate in use, per domain.",
+      labelNames: ['domain'],
+      registers,
+    });
+    this.#ariWindowEnd = new Gauge({
+      name: 'certshare_ari_window_end_timestamp_seconds',
+      help: "End of the CA's suggested renewal window (ACME Renewal Information) for the certificate in use, per domain.",
+      labelNames: ['domain'],
+      registers,
+    });
+    this.#ariChecks = new Counter({
+      name: 'certshare_ari_checks_total',
+      help: 'ACME Renewal Information checks by outcome (ok, not_found, unavailable, timeout, bad_response, unsupported).',
+      labelNames: ['outcome'],
+      registers,
+    });
+    // Every outcome from the start, so rate() and absent() see a series before the first failure.
+    for (const outcome of ARI_CHECK_OUTCOMES) this.#ariChecks.inc({ outcome }, 0);
     this.busConnected = new Gauge({ name: 'certshare_ipn_bus_connected', help: '1 while the IPN bus stream is connected.', registers });
     this.busReconnects = new Counter({
       name: 'certshare_ipn_bus_reconnects_total',
@@ -196,8 +225,8 @@ export class Metrics implements LoopObserver {
     this.#renewalAt.set({ domain }, seconds(renewalTime({ ...info, obtainedAt: cert?.obtainedAt }, this.#renewal)));
   }
 
-  attempt(domain: string, result: AttemptResult, _failure?: { kind: FailureKind }): void {
-    this.#attempts.inc({ domain, result });
+  attempt(domain: string, result: AttemptResult, reason: IssueReason, _failure?: { kind: FailureKind }): void {
+    this.#attempts.inc({ domain, result, reason });
   }
 
   planned(domain: string, at: number, backoffMs: number): void {
@@ -205,9 +234,24 @@ export class Metrics implements LoopObserver {
     this.#backoff.set({ domain }, seconds(backoffMs));
   }
 
+  /** The CA's window for the certificate in use, or none (no answer yet, the certificate replaced, ARI off). */
+  ariWindow(domain: string, window: SuggestedWindow | undefined): void {
+    if (!window) {
+      for (const gauge of [this.#ariWindowStart, this.#ariWindowEnd]) gauge.remove({ domain });
+      return;
+    }
+    this.#ariWindowStart.set({ domain }, seconds(window.start));
+    this.#ariWindowEnd.set({ domain }, seconds(window.end));
+  }
+
+  /** One ARI check done, by outcome. */
+  ariCheck(outcome: AriCheckOutcome): void {
+    this.#ariChecks.inc({ outcome });
+  }
+
   stopped(domain: string): void {
     this.certificate(domain, undefined);
-    for (const gauge of [this.#backoff, this.#nextAttempt]) gauge.remove({ domain });
-    for (const result of ATTEMPT_RESULTS) this.#attempts.remove({ domain, result });
+    for (const gauge of [this.#backoff, this.#nextAttempt, this.#ariWindowStart, this.#ariWindowEnd]) gauge.remove({ domain });
+    for (const result of ATTEMPT_RESULTS) for (const reason of ISSUE_REASONS) this.#attempts.remove({ domain, result, reason });
   }
 }

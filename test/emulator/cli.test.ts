@@ -60,6 +60,8 @@ describe('emulator flags', () => {
       'bus:disconnect',
       '--id',
       'emu-7',
+      '--acme-listen',
+      '127.0.0.1:14000',
       '--log-level',
       'warn',
     ]);
@@ -78,6 +80,7 @@ describe('emulator flags', () => {
         { target: 'bus', kind: 'disconnect' },
       ],
       id: 'emu-7',
+      acmeListen: '127.0.0.1:14000',
     });
     assert.equal(parsed.logLevel, 'warn');
     assert.deepEqual(parseEmulatorArgs(['--help']), { help: true });
@@ -101,6 +104,8 @@ describe('emulator flags', () => {
       [['--netmap-pad-bytes', 'big'], /--netmap-pad-bytes/],
       [['--log-level', 'loud'], /--log-level/],
       [['--domain'], /argument missing|--domain/],
+      [['--acme-listen', '/tmp/acme.sock'], /--acme-listen: want HOST:PORT \(TCP\), not "\/tmp\/acme\.sock"/],
+      [['--acme-listen', 'host:port'], /--acme-listen: /],
     ];
     for (const [argv, re] of cases) {
       assert.throws(

@@ -42,7 +42,7 @@ describe('standalone daemon against the emulator over a unix socket', () => {
       assert.equal(emulator.stats().issuances[DOMAIN], 1);
       assert.equal((await stat(join(certDir, DOMAIN, 'tls.key'))).mode & 0o777, 0o600);
       const metrics = await (await fetch(`${daemon.address}/metrics`)).text();
-      assert.match(metrics, /certshare_issuance_attempts_total\{domain="web\.tailnet-test\.ts\.net",result="success"\} 1/);
+      assert.match(metrics, /certshare_issuance_attempts_total\{domain="web\.tailnet-test\.ts\.net",result="success",reason="no_certificate"\} 1/);
       assert.match(metrics, /certshare_certificate_ready_status\{domain="web\.tailnet-test\.ts\.net",condition="True"\} 1/);
       assert.match(metrics, /certshare_certificate_expiration_timestamp_seconds\{domain="web\.tailnet-test\.ts\.net"\} \d+/);
       assert.match(metrics, /certshare_ipn_bus_connected 1/);
@@ -109,7 +109,7 @@ describe('standalone daemon against the emulator over a unix socket', () => {
       assert.equal(times.length, 2, 'exactly one call after the 429');
       assert.ok(times[1]! - times[0]! >= 1990, `second call ${Math.round(times[1]! - times[0]!)} ms after the 429`);
       const metrics = await (await fetch(`${daemon.address}/metrics`)).text();
-      assert.match(metrics, /result="rate_limited"\} 1/);
+      assert.match(metrics, /result="rate_limited",reason="no_certificate"\} 1/);
     } finally {
       await daemon.stop();
       await emulator.close();
@@ -131,7 +131,7 @@ describe('standalone daemon against the emulator over a unix socket', () => {
       await nextEvent(emulator.events, 'issued', () => true, 10_000);
       await until('renewed certificate in use', () => daemon.manager.loop(DOMAIN)?.current?.info.serial !== original, [healthSource(daemon)]);
       const metrics = await (await fetch(`${daemon.address}/metrics`)).text();
-      assert.match(metrics, /result="rejected"\} 2/);
+      assert.match(metrics, /result="rejected",reason="expiry"\} 2/);
       assert.notEqual(await serialOnDisk(certDir), original);
     } finally {
       await daemon.stop();

@@ -57,3 +57,22 @@ describe('HealthState.evaluate with an earlier end of validity (the readiness ga
     assert.match(expired.reason, /a\.ts\.net: certificate expired; b\.ts\.net: certificate expires at/);
   });
 });
+
+describe("HealthState.evaluate names the reason of each loop's last decision", () => {
+  it('in brackets after what the loop reported, for a domain without a valid certificate only', () => {
+    const health = new HealthState();
+    const now = 10 * HOUR;
+    health.manage(['a.ts.net', 'b.ts.net']);
+    health.decided('a.ts.net', { action: 'wait', reason: 'not_writer', at: now + 60_000 });
+    health.problem('a.ts.net', 'waiting for the writer to store a certificate');
+    health.decided('b.ts.net', { action: 'ask_budget', reason: 'no_certificate', at: now });
+    assert.equal(
+      health.evaluate(now).reason,
+      'a.ts.net: waiting for the writer to store a certificate [not_writer]; b.ts.net: no certificate yet [no_certificate]',
+    );
+    health.certificate('b.ts.net', cert('b.ts.net', now - HOUR, now + HOUR));
+    health.decided('b.ts.net', { action: 'use', reason: 'not_due', at: now + HOUR / 2 });
+    assert.equal(health.evaluate(now).reason, 'a.ts.net: waiting for the writer to store a certificate [not_writer]');
+    assert.match(health.evaluate(now + HOUR).reason, /; b\.ts\.net: certificate expired$/, 'the last decision was to use it: no reason');
+  });
+});

@@ -63,6 +63,25 @@ describe('http server', () => {
     assert.deepEqual(await scrape(), ['certshare_issuance_slots_in_use 0', 'certshare_issuance_slots_waiting 0']);
   });
 
+  it("labels CertPair calls with why they were made, the decision's reason shows in /healthz, and both go with the domain", async () => {
+    const domain = 'web.example.ts.net';
+    health.manage([domain]);
+    health.decided(domain, { action: 'wait', reason: 'budget_exhausted', at: clock.now() + 60_000 });
+    health.problem(domain, 'waiting for the issuance budget');
+    assert.equal((await app.inject({ method: 'GET', url: '/healthz' })).body, `${domain}: waiting for the issuance budget [budget_exhausted]`);
+    metrics.attempt(domain, 'success', 'no_certificate');
+    metrics.attempt(domain, 'rejected', 'expiry');
+    const attempts = async (): Promise<string[]> =>
+      (await app.inject({ method: 'GET', url: '/metrics' })).body.split('\n').filter((line) => /^certshare_issuance_attempts_total\{/.test(line));
+    assert.deepEqual(await attempts(), [
+      `certshare_issuance_attempts_total{domain="${domain}",result="success",reason="no_certificate"} 1`,
+      `certshare_issuance_attempts_total{domain="${domain}",result="rejected",reason="expiry"} 1`,
+    ]);
+    metrics.stopped(domain);
+    assert.deepEqual(await attempts(), [], 'every series of a domain no longer managed is gone');
+    health.manage([]);
+  });
+
   it('carries the Pod addresses on /metrics, HEAD and unknown paths too', async () => {
     for (const [method, url, status] of [
       ['GET', '/metrics', 200],

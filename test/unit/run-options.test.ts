@@ -105,6 +105,15 @@ describe('run configuration: one validation step before anything starts', () => 
     ['--issuance-concurrency 0', ['--domain', DOMAIN, '--issuance-concurrency', '0'], {}, /--issuance-concurrency must be a positive integer/],
     ['--issuance-concurrency 2.5', ['--domain', DOMAIN, '--issuance-concurrency', '2.5'], {}, /--issuance-concurrency must be a positive integer/],
     ['--issuance-concurrency x', ['--domain', DOMAIN, '--issuance-concurrency', 'x'], {}, /--issuance-concurrency must be a positive integer/],
+    ['--ari-interval 0', ['--domain', DOMAIN, '--ari-interval', '0'], {}, /--ari-interval must be longer than 0/],
+    ['--ari-interval six hours', ['--domain', DOMAIN, '--ari-interval', 'six hours'], {}, /--ari-interval: invalid duration "six hours"/],
+    [
+      '--acme-directory not a URL',
+      ['--domain', DOMAIN, '--acme-directory', 'acme.example/directory'],
+      {},
+      /--acme-directory: "acme\.example\/directory" is not an http:\/\/ or https:\/\/ URL \(or none/,
+    ],
+    ['--acme-directory ftp', ['--domain', DOMAIN], { CERTSHARE_ACME_DIRECTORY: 'ftp://ca.example/dir' }, /--acme-directory: "ftp:\/\/ca\.example\/dir" is not/],
     ['an unparsable POD_IPS', ['--domain', DOMAIN], { POD_IPS: '10.0.0.300' }, /POD_IPS\/POD_IP holds "10\.0\.0\.300", not an IP address/],
     ['an unparsable POD_IP', ['--domain', DOMAIN], { POD_IP: 'status.podIP' }, /POD_IPS\/POD_IP holds "status\.podIP", not an IP address/],
   ];
@@ -153,5 +162,15 @@ describe('run configuration: one validation step before anything starts', () => 
     assert.equal(kube.watchScope, 'secret', 'one watch per Secret unless asked: the least-privilege default');
     assert.equal(config([...KUBE, '--watch-scope', 'group'], POD).watchScope, 'group');
     assert.equal(config(KUBE, { ...POD, CERTSHARE_WATCH_SCOPE: 'group' }).watchScope, 'group');
+  });
+
+  it("asks Let's Encrypt's production directory for ARI every 6 hours at most by default; none turns it off", () => {
+    const defaults = config(['--domain', DOMAIN]);
+    assert.equal(defaults.acmeDirectory, 'https://acme-v02.api.letsencrypt.org/directory');
+    assert.equal(defaults.ariIntervalMs, 6 * 3_600_000);
+    assert.equal(config(['--domain', DOMAIN, '--acme-directory', 'none']).acmeDirectory, undefined);
+    const pebble = config(['--domain', DOMAIN, '--ari-interval', '5s'], { CERTSHARE_ACME_DIRECTORY: 'https://pebble:14000/dir' });
+    assert.equal(pebble.acmeDirectory, 'https://pebble:14000/dir');
+    assert.equal(pebble.ariIntervalMs, 5000);
   });
 });
