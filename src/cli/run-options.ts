@@ -131,7 +131,9 @@ export const RUN_FLAGS: FlagSpec[] = [
     name: 'routing-attempts',
     placeholder: 'N',
     default: '9',
-    help: "Kubernetes: calls per routing check before giving up for a while (Tailscale's rule: replicas x 3).",
+    help:
+      "Kubernetes: fresh connections, in parallel, in a routing check's first round; later rounds take 3 x the endpoints seen answering " +
+      "(Tailscale's rule: replicas x 3). Rounds go on for 30 s before the condition says NotRouted.",
   },
   {
     name: 'lease-duration',
@@ -139,7 +141,14 @@ export const RUN_FLAGS: FlagSpec[] = [
     default: '15s',
     help: 'Kubernetes, --mode auto: how long a writer keeps the group Lease without renewing it.',
   },
-  { name: 'drain-delay', placeholder: 'DURATION', default: '5s', help: 'On SIGTERM: time between taking the Pod out of rotation and exiting.' },
+  {
+    name: 'drain-delay',
+    placeholder: 'DURATION',
+    default: '5s',
+    help:
+      "Injected (certshare injector): the preStop sleep given to the Pod's other containers that have none, so the proxy keeps serving " +
+      'while the Pod leaves the endpoints. certshare itself does not wait: as a native sidecar it is stopped after them.',
+  },
   {
     name: 'shutdown-timeout',
     placeholder: 'DURATION',
@@ -269,10 +278,6 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     ...positive.map(([flag, ms]): [boolean, () => string] => [!(ms > 0), () => `${flag} must be longer than 0`]),
     [c.backoff.firstRetryMs > c.backoff.retryCapMs, () => '--first-retry must not be above --retry-cap'],
     [c.backoff.rateLimitFirstRetryMs > c.backoff.retryCapMs, () => '--rate-limit-retry must not be above --retry-cap'],
-    [
-      !(c.drainDelayMs >= 0 && c.drainDelayMs < c.shutdownTimeoutMs),
-      () => '--drain-delay must be shorter than --shutdown-timeout (leaving rotation happens inside the shutdown bound)',
-    ],
     [!LOG_LEVELS.includes(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],
     [!(Number.isInteger(c.routingAttempts) && c.routingAttempts >= 1), () => `--routing-attempts must be a positive integer`],
     [!(Number.isInteger(c.issuanceConcurrency) && c.issuanceConcurrency >= 1), () => `--issuance-concurrency must be a positive integer`],

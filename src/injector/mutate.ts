@@ -256,6 +256,14 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
 
   const sidecar = certshareContainer({ ...settings, certsVolume, tokenVolume: TOKEN_VOLUME });
   const { drainDelayMs } = checkSidecarEnv(sidecar);
+  // The kubelet kills what is still running when the grace period ends: a drain as long would end in SIGKILL.
+  const graceSeconds = spec.terminationGracePeriodSeconds ?? 30;
+  if (Math.ceil(drainDelayMs / 1000) >= graceSeconds)
+    throw bad(
+      ANNOTATION.flags,
+      `--drain-delay (the proxy's preStop sleep, ${Math.ceil(drainDelayMs / 1000)}s) must be shorter than ` +
+        `the Pod's terminationGracePeriodSeconds (${graceSeconds})`,
+    );
   const containers = (spec.containers ?? []).map((c) => {
     const cleaned = withDrain(withoutAutoMounts(c), drainDelayMs);
     if (mountedAtOutDir) return cleaned;

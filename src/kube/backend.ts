@@ -67,14 +67,15 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
         ? {
             routing: async (signal: AbortSignal) => {
               for (const url of urls) {
-                const verdict = await checkRouting(url, {
+                const { verdict, rounds, probes, endpointsSeen } = await checkRouting(url, {
                   ownIPv4,
-                  attempts: config.routingAttempts,
+                  probesPerRound: config.routingAttempts,
                   timeoutMs: 3000,
-                  minDelayMs: 200,
-                  maxDelayMs: 5000,
+                  roundDelayMs: 100,
+                  patienceMs: 30_000,
                   signal,
                 });
+                logger.info({ url, verdict, rounds, probes, endpointsSeen }, 'routing check');
                 if (verdict === 'not-routed') return verdict;
               }
               return 'routed' as const;
@@ -98,10 +99,12 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       gate?.start();
     },
     async beforeStop(settleIssuance: (signal: AbortSignal) => Promise<void>) {
-      // Out of rotation first; then hand the writer role over, so a successor renews while we drain.
-      // Both are best effort against an API server that may not answer: together they get what
-      // --shutdown-timeout leaves after the drain delay, so the process still exits within it.
-      const budgetMs = Math.max(0, config.shutdownTimeoutMs - (gate ? config.drainDelayMs : 0) - STOP_RESERVE_MS);
+      // Out of rotation first; then hand the writer role over, so a successor renews at once. Both are
+      // best effort against an API server that may not answer: together they get --shutdown-timeout less
+      // a reserve, so the process still exits within it. No drain wait here: as a native sidecar certshare
+      // gets SIGTERM only after the proxy has exited (measured on the real cluster: tailscaled's SIGTERM at
+      // .270, certshare's at .340); the drain is the proxy's preStop sleep, which the injector gives it.
+      const budgetMs = Math.max(0, config.shutdownTimeoutMs - STOP_RESERVE_MS);
       const budget = AbortSignal.timeout(Math.round(budgetMs));
       await gate?.leaveRotation(budget);
       // A certificate being issued is stored, and one the store lost is put back, before the role goes:
@@ -109,7 +112,6 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       const settled = settleIssuance(budget).catch((err: unknown) => logger.warn({ err: errorMessage(err) }, 'could not settle issuance before handing over'));
       await Promise.race([settled, new Promise((resolve) => budget.addEventListener('abort', resolve, { once: true }))]);
       await elector?.stop(budget);
-      if (gate) await clock.sleep(config.drainDelayMs).catch(() => {});
     },
     async stop() {
       await gate?.stop();

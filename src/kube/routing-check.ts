@@ -10,10 +10,10 @@ interface Probe {
 }
 
 /** One GET on a fresh connection (no keep-alive), so the Service picks an endpoint anew each time. */
-function probe(url: URL, timeoutMs: number): Promise<Probe> {
+function probe(url: URL, timeoutMs: number, signal: AbortSignal | undefined): Promise<Probe> {
   return new Promise((resolve, reject) => {
     const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
-    const req = send(url, { method: 'GET', agent: false, headers: { connection: 'close' }, timeout: timeoutMs }, (res) => {
+    const req = send(url, { method: 'GET', agent: false, headers: { connection: 'close' }, timeout: timeoutMs, ...(signal ? { signal } : {}) }, (res) => {
       res.resume();
       const header = res.headers['pod-ipv4'];
       resolve({ status: res.statusCode ?? 0, podIPv4: Array.isArray(header) ? header[0] : header });
@@ -26,41 +26,74 @@ function probe(url: URL, timeoutMs: number): Promise<Probe> {
 
 export interface RoutingCheckOptions {
   ownIPv4: string | undefined;
-  /** Tailscale's rule: replicas x 3 calls; certshare's default assumes 3 replicas. */
-  attempts: number;
+  /** Fresh connections in the first round; later rounds take 3 x the endpoints seen answering, if more. */
+  probesPerRound: number;
   timeoutMs: number;
-  /** Backoff between attempts (p-retry's exponential schedule). */
-  minDelayMs: number;
-  maxDelayMs: number;
+  /** Pause between rounds. */
+  roundDelayMs: number;
+  /** Rounds go on this long before the answer is 'not-routed': the Service really does not route here yet. */
+  patienceMs: number;
   signal?: AbortSignal;
 }
 
+export interface RoutingOutcome {
+  verdict: RoutingVerdict;
+  rounds: number;
+  probes: number;
+  /** Distinct Pod addresses that answered: the Service's endpoints, as far as the sample saw them. */
+  endpointsSeen: number;
+}
+
+/** Enough fresh connections for any sane Service; a round never opens more. */
+const MAX_PROBES_PER_ROUND = 64;
+
 /**
- * Does the Service behind `url` route to this Pod? Tailscale's rule: call its health endpoint up to
- * `attempts` times; a 200 carrying our own IP in Pod-IPv4 proves it. A 200 with no header at all comes
- * from a peer that cannot say who it is: counted as routed, for compatibility.
+ * Does the Service behind `url` route to this Pod? Its health endpoint answers with the answering Pod's
+ * address (Pod-IPv4); an answer carrying our own proves the data path, not only the EndpointSlice. A 200 with
+ * no header at all comes from a peer that cannot say who it is: counted as routed, for compatibility.
+ *
+ * Tailscale's rule is replicas x 3 calls one after another. Each fresh connection lands on a random
+ * endpoint, so with n endpoints a round of k parallel calls misses this Pod with probability (1 - 1/n)^k:
+ * calls in parallel, and k grown to 3 x the endpoints the answers reveal (no read of the EndpointSlice,
+ * which certshare's account may not do), make the answer arrive in a few hundred milliseconds at 10
+ * replicas, where a sequential sample with a doubling delay took tens of seconds. An unlucky round is not
+ * a verdict: rounds go on for `patienceMs`, and only then is the answer 'not-routed'.
  */
-export async function checkRouting(url: string, options: RoutingCheckOptions): Promise<RoutingVerdict> {
+export async function checkRouting(url: string, options: RoutingCheckOptions): Promise<RoutingOutcome> {
   const target = new URL(url);
+  const seen = new Set<string>();
+  let rounds = 0;
+  let probes = 0;
+  const outcome = (verdict: RoutingVerdict): RoutingOutcome => ({ verdict, rounds, probes, endpointsSeen: seen.size });
+  const round = async (): Promise<RoutingOutcome> => {
+    rounds++;
+    const count = Math.min(MAX_PROBES_PER_ROUND, Math.max(options.probesPerRound, 3 * seen.size));
+    probes += count;
+    const answers = await Promise.allSettled(Array.from({ length: count }, () => probe(target, options.timeoutMs, options.signal)));
+    let unverifiable = false;
+    for (const answer of answers) {
+      if (answer.status !== 'fulfilled' || answer.value.status !== 200) continue;
+      const { podIPv4 } = answer.value;
+      if (podIPv4 === undefined) unverifiable = true;
+      else seen.add(podIPv4);
+    }
+    if (options.ownIPv4 !== undefined && seen.has(options.ownIPv4)) return outcome('routed');
+    if (unverifiable) return outcome('unverifiable');
+    throw new Error(`${count} calls answered by ${seen.size} other endpoints`);
+  };
   try {
-    return await pRetry(
-      async () => {
-        const answer = await probe(target, options.timeoutMs);
-        if (answer.status === 200 && answer.podIPv4 === undefined) return 'unverifiable' as const;
-        if (answer.status === 200 && answer.podIPv4 === options.ownIPv4) return 'routed' as const;
-        throw new Error(`answered by ${answer.podIPv4 ?? 'unknown'} with ${answer.status}`);
-      },
-      {
-        retries: Math.max(0, options.attempts - 1),
-        minTimeout: options.minDelayMs,
-        maxTimeout: options.maxDelayMs,
-        factor: 2,
-        randomize: true,
-        ...(options.signal ? { signal: options.signal } : {}),
-      },
-    );
+    // A fixed pause between rounds, for as long as patience lasts.
+    return await pRetry(round, {
+      retries: Number.POSITIVE_INFINITY,
+      factor: 1,
+      minTimeout: options.roundDelayMs,
+      maxTimeout: options.roundDelayMs,
+      randomize: false,
+      maxRetryTime: options.patienceMs,
+      ...(options.signal ? { signal: options.signal } : {}),
+    });
   } catch (err) {
     if (options.signal?.aborted) throw err;
-    return 'not-routed';
+    return outcome('not-routed');
   }
 }

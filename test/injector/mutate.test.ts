@@ -169,8 +169,12 @@ describe('injector mutation', () => {
       [asked({ [ANNOTATION.flags]: '--mode=rw' }), /certshare\.io\/flags: --mode is set by certshare\.io\/mode, not here/],
       [asked({ [ANNOTATION.flags]: '--drain-delay=1s --drain-delay=2s' }), /--drain-delay given twice/],
       [asked({ [ANNOTATION.flags]: '--drain-delay=soon' }), /certshare\.io\/flags: --drain-delay=soon: must be a duration up to 60s/],
+      // The drain must end before the kubelet's SIGKILL.
+      [
+        asked({ [ANNOTATION.flags]: '--drain-delay=30s' }),
+        /--drain-delay \(the proxy's preStop sleep, 30s\) must be shorter than the Pod's terminationGracePeriodSeconds \(30\)/,
+      ],
       // Cross-field rules of the daemon, not only value syntax.
-      [asked({ [ANNOTATION.flags]: '--drain-delay=30s' }), /the sidecar would not start: --drain-delay must be shorter than --shutdown-timeout/],
       [asked({ [ANNOTATION.flags]: '--routing-check=http://x/healthz', [ANNOTATION.readinessGate]: 'none' }), /--routing-check needs --readiness-gate/],
     ];
     for (const [annotations, message] of cases) {

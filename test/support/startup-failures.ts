@@ -171,14 +171,6 @@ export const STARTUP_FAILURES: StartupCase[] = [
     setup: withKubeconfig,
   },
   {
-    name: '--drain-delay not below --shutdown-timeout',
-    exitCode: 2,
-    stderr: /--drain-delay.*--shutdown-timeout.*CERTSHARE_BAD_FLAG/,
-    args: (ctx) => [...kube(ctx), '--drain-delay', '30s', '--shutdown-timeout', '25s'],
-    env: kubeEnv,
-    setup: withKubeconfig,
-  },
-  {
     name: '--mode auto without a group',
     exitCode: 2,
     stderr: /--mode auto.*--group.*CERTSHARE_BAD_FLAG/,

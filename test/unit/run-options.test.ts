@@ -63,13 +63,6 @@ describe('run configuration: one validation step before anything starts', () => 
       /--readiness-gate needs --store kube/,
     ],
     ['--lease-duration 0', [...KUBE, '--mode', 'auto', '--group', 'g', '--lease-duration', '0'], {}, /--lease-duration must be longer than 0/],
-    [
-      '--drain-delay equal to --shutdown-timeout',
-      [...KUBE, '--drain-delay', '25s', '--shutdown-timeout', '25s'],
-      {},
-      /--drain-delay must be shorter than --shutdown-timeout/,
-    ],
-    ['--drain-delay above --shutdown-timeout', [...KUBE, '--drain-delay', '1m'], {}, /--drain-delay must be shorter than --shutdown-timeout/],
     ['--mode auto without a group', [...KUBE, '--mode', 'auto'], {}, /--mode auto needs --group or POD_NAME/],
     ['--watch-scope all', [...KUBE, '--watch-scope', 'all'], POD, /--watch-scope must be secret or group, got "all"/],
     ['--watch-scope group without a group', [...KUBE, '--watch-scope', 'group'], {}, /--watch-scope group needs --group or POD_NAME/],

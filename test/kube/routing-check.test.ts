@@ -1,0 +1,83 @@
+// The routing check against a health endpoint standing in for a Service: each request is answered by a
+// random one of `endpoints` Pods (as kube-proxy picks an endpoint per new connection).
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { after, describe, it } from 'node:test';
+import { checkRouting } from '../../src/kube/routing-check.ts';
+
+const OWN = '10.201.0.10';
+
+async function service(answer: () => { status?: number; ip: string | undefined }): Promise<{ url: string; server: Server; requests: () => number }> {
+  let requests = 0;
+  const server = createServer((_req, res) => {
+    requests++;
+    const { status = 200, ip } = answer();
+    if (ip) res.setHeader('Pod-IPv4', ip);
+    res.statusCode = status;
+    res.end('ok');
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/healthz`, server, requests: () => requests };
+}
+
+/** n endpoints, this Pod one of them when `includesOwn`. */
+const endpoints = (n: number, includesOwn = true) => {
+  const ips = Array.from({ length: n }, (_, i) => (includesOwn && i === 0 ? OWN : `10.201.0.${100 + i}`));
+  return () => ({ ip: ips[Math.floor(Math.random() * ips.length)] });
+};
+
+const options = { ownIPv4: OWN, probesPerRound: 9, timeoutMs: 2000, roundDelayMs: 20, patienceMs: 10_000 };
+
+describe('routing check', () => {
+  const servers: Server[] = [];
+  after(() => {
+    for (const s of servers) s.close();
+  });
+
+  it('finds this Pod behind 10 endpoints in a few parallel rounds, growing a round to 3 x the endpoints seen', async () => {
+    const rounds: number[] = [];
+    for (let i = 0; i < 30; i++) {
+      const svc = await service(endpoints(10));
+      servers.push(svc.server);
+      const outcome = await checkRouting(svc.url, options);
+      assert.equal(outcome.verdict, 'routed');
+      assert.equal(outcome.probes, svc.requests(), 'every call counted');
+      rounds.push(outcome.rounds);
+      if (outcome.rounds > 1) assert.ok(outcome.probes > 9 * outcome.rounds, `later rounds larger than the first: ${JSON.stringify(outcome)}`);
+    }
+    // A miss of a whole round at 10 endpoints: 0.9^9 = 39% for the first, under 5% for each after it.
+    assert.ok(Math.max(...rounds) <= 6, `rounds over 30 checks: ${rounds.join(',')}`);
+  });
+
+  it('answers not-routed only after its patience, never after one unlucky round', async () => {
+    const svc = await service(endpoints(3, false));
+    servers.push(svc.server);
+    const started = performance.now();
+    const outcome = await checkRouting(svc.url, { ...options, patienceMs: 300 });
+    assert.equal(outcome.verdict, 'not-routed');
+    assert.ok(outcome.rounds >= 3, `rounds: ${outcome.rounds}`);
+    assert.ok(performance.now() - started >= 300 - 25, 'it waited out its patience');
+    assert.equal(outcome.endpointsSeen, 3);
+  });
+
+  it('counts failed calls and errors as misses, and a 200 without Pod-IPv4 as unverifiable', async () => {
+    let calls = 0;
+    const flaky = await service(() => (++calls <= 12 ? { status: 503, ip: OWN } : { ip: OWN }));
+    servers.push(flaky.server);
+    assert.equal((await checkRouting(flaky.url, options)).verdict, 'routed', 'a 503 from this Pod is not proof; a later 200 is');
+    const anonymous = await service(() => ({ ip: undefined }));
+    servers.push(anonymous.server);
+    assert.equal((await checkRouting(anonymous.url, options)).verdict, 'unverifiable');
+    assert.equal((await checkRouting('http://127.0.0.1:1/healthz', { ...options, patienceMs: 100 })).verdict, 'not-routed', 'nothing listening');
+  });
+
+  it('stops at once when its signal aborts', async () => {
+    const svc = await service(endpoints(3, false));
+    servers.push(svc.server);
+    const controller = new AbortController();
+    const checking = checkRouting(svc.url, { ...options, signal: controller.signal });
+    setImmediate(() => controller.abort(new Error('stopping')));
+    await assert.rejects(checking);
+  });
+});
