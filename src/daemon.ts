@@ -4,6 +4,7 @@ import { CertManager } from './core/cert-manager.ts';
 import { systemClock } from './core/clock.ts';
 import { errorMessage } from './core/errors.ts';
 import { HealthState } from './core/health.ts';
+import { StartupGrace } from './core/startup-grace.ts';
 import { fanOut, type LoopObserver } from './core/observer.ts';
 import { staticRole, type IssuanceRole } from './core/store.ts';
 import type { BackendContext, DaemonDeps, StoreBackend } from './backend.ts';
@@ -71,6 +72,8 @@ function eventsObserver(events: EventEmitter): LoopObserver {
 export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Promise<Daemon> {
   const deps = { clock: input.clock ?? systemClock, logger: input.logger, env: input.env };
   const { clock, logger } = deps;
+  // The start of the grace for what every start goes through (tailscaled not listening yet, the first issuance).
+  const startup = new StartupGrace(clock, config.startupGraceMs);
   const metrics = new Metrics(clock, config.renewal);
   const health = new HealthState();
 
@@ -106,6 +109,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     onReconnect: () => metrics.busReconnects.inc(),
     onBadLine,
     onProblem: (message) => health.sourceProblem(message),
+    startup: startup.condition(),
   });
   watcher.onChange(() => logger.info({ certDomains: [...watcher.current()].sort() }, 'tailscaled cert domains'));
 
@@ -129,6 +133,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     intentTtlMs: config.certTimeoutMs + Math.min(30_000, config.certTimeoutMs),
     budget,
     issuanceSlots,
+    startup,
   });
 
   let lastHealthy: boolean | undefined;

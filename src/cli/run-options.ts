@@ -1,5 +1,5 @@
 import type { DaemonConfig, ShareMode, StoreChoice, TlsChoice, WatchScope } from '../config/daemon-config.ts';
-import { parseDuration } from '../core/duration.ts';
+import { formatGoDuration, parseDuration } from '../core/duration.ts';
 import { normalizeDomain } from '../core/domain.ts';
 import { parseBudget } from '../core/issuance-budget.ts';
 import { DEFAULT_ISSUANCE_CONCURRENCY } from '../core/issuance-slots.ts';
@@ -7,6 +7,7 @@ import { CertshareError, errorMessage } from '../core/errors.ts';
 import { podAddressesFromEnv } from '../core/pod-addresses.ts';
 import { parseHostPort } from '../core/listen-address.ts';
 import { isHttpUrl } from '../core/http-url.ts';
+import { MAX_STARTUP_GRACE_MS } from '../core/startup-grace.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
 import { LETS_ENCRYPT_DIRECTORY } from '../acme/renewal-info-client.ts';
 import type { FlagSpec, FlagValues } from './flags.ts';
@@ -92,6 +93,14 @@ export const RUN_FLAGS: FlagSpec[] = [
       'tailscaled runs one ACME order at a time anyway; more only hold memory here and wait there.',
   },
   { name: 'log-level', placeholder: 'LEVEL', default: 'info', help: 'debug, info, warn or error.' },
+  {
+    name: 'startup-grace',
+    placeholder: 'DURATION',
+    default: '30s',
+    help:
+      'For this long after start, tailscaled not listening yet and an empty Secret while the first issuance runs log at info; ' +
+      'later (or once tailscaled answered, or a certificate was held) they are warnings. 0 warns at once; at most 10m.',
+  },
   {
     name: 'mode',
     placeholder: 'rw|ro|auto',
@@ -228,6 +237,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
     issuanceBudget: parseBudget(String(values['issuance-budget'])),
     issuanceConcurrency: Number(values['issuance-concurrency']),
     logLevel: String(values['log-level']),
+    startupGraceMs: duration(values, 'startup-grace'),
     mode: (mode as ShareMode | undefined) ?? (podName && /-0$/.test(podName) ? 'rw' : podName ? 'ro' : 'rw'),
     group: (values.group as string | undefined) ?? podName?.replace(/-\d+$/, ''),
     watchScope: watchScope as WatchScope,
@@ -279,6 +289,10 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     [c.backoff.firstRetryMs > c.backoff.retryCapMs, () => '--first-retry must not be above --retry-cap'],
     [c.backoff.rateLimitFirstRetryMs > c.backoff.retryCapMs, () => '--rate-limit-retry must not be above --retry-cap'],
     [!LOG_LEVELS.includes(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],
+    [
+      c.startupGraceMs > MAX_STARTUP_GRACE_MS,
+      () => `--startup-grace must be at most ${formatGoDuration(MAX_STARTUP_GRACE_MS)} (a longer one would hide a tailscaled that never starts)`,
+    ],
     [!(Number.isInteger(c.routingAttempts) && c.routingAttempts >= 1), () => `--routing-attempts must be a positive integer`],
     [!(Number.isInteger(c.issuanceConcurrency) && c.issuanceConcurrency >= 1), () => `--issuance-concurrency must be a positive integer`],
     ...kubeOnly.map(([flag, value]): [boolean, () => string] => [value !== undefined && c.store.kind !== 'kube', () => `${flag} needs --store kube`]),

@@ -36,6 +36,8 @@ export interface DaemonConfig {
   /** How many domains this process issues at once (CertPair calls and their store writes). */
   issuanceConcurrency: number;
   logLevel: string;
+  /** Expected start-up states (tailscaled not listening, the first issuance running) log at info this long (core/startup-grace.ts). */
+  startupGraceMs: number;
   /** Kubernetes mode. */
   mode: ShareMode;
   group: string | undefined;

@@ -23,6 +23,7 @@ import {
 } from './issuance-policy.ts';
 import type { RenewalPolicy } from './renewal.ts';
 import { minValidityFor, type HeldValidity } from './renewal.ts';
+import type { StartupCondition, StartupGrace } from './startup-grace.ts';
 import type { CertStore, IssuanceRole, StoreRead, StoredCert } from './store.ts';
 
 export interface DomainAvailability {
@@ -54,6 +55,11 @@ export interface CertLoopDeps {
    * around it, or a restore's write). Undefined: no bound (a loop on its own).
    */
   issuanceSlots?: IssuanceSlots | undefined;
+  /**
+   * An empty store record (the writer's first issuance still running) logs at info within this grace, until
+   * this loop has held a certificate once. Undefined: it warns at once.
+   */
+  startup?: StartupGrace | undefined;
 }
 
 function isConflict(err: unknown): boolean {
@@ -85,7 +91,10 @@ export class CertLoop {
   #freshValidityMs: number | undefined;
   /** A pair whose validity starts later (the issuer's clock is ahead): adopted at its notBefore, no call before. */
   #pending: StoredCert | undefined;
+  /** The unusable store record last logged, and at which level: each change is logged once, not every turn. */
   #lastUnusable: string | undefined;
+  /** No certificate held yet: an empty store record is the first issuance running, not damage (startup-grace.ts). */
+  readonly #firstCertificate: StartupCondition | undefined;
   /** 'queued' while the issuance budget keeps this domain waiting: logged once per change, not per turn. */
   #budgetState: 'queued' | undefined;
   #wake: AbortController = new AbortController();
@@ -98,6 +107,7 @@ export class CertLoop {
     this.domain = domain;
     this.#deps = deps;
     this.#log = deps.logger.child({ domain });
+    this.#firstCertificate = deps.startup?.condition();
   }
 
   /**
@@ -254,14 +264,30 @@ export class CertLoop {
     // our own older one, which may already be due.
     if (read.lastValid) this.#considerStored(read.lastValid);
     this.#adoptPending();
-    const unusable = read.state === 'unusable' ? read.reason : undefined;
-    if (unusable && unusable !== this.#lastUnusable) this.#log.warn({ reason: unusable }, 'stored certificate unusable');
-    this.#lastUnusable = unusable;
+    this.#logUnusable(read);
     this.#dropIfExpired();
     const writer = this.#deps.role.canIssue(this.domain);
     if (writer) this.#dueSince = undefined;
     // Only a writer without a certificate waits for a first issuance; renewals are exempt.
     if (this.#best || !writer) this.#leaveBudgetQueue();
+  }
+
+  /**
+   * An unusable record warns, except an empty one while the first issuance may still be running (the
+   * start-up grace, and no certificate held yet): that one is said plainly at info, and warns once the
+   * grace has passed. Garbage or a mismatched pair warns at once: bad input is never hidden.
+   */
+  #logUnusable(read: StoreRead): void {
+    if (read.state !== 'unusable') {
+      this.#lastUnusable = undefined;
+      return;
+    }
+    const level = read.empty && this.#firstCertificate ? this.#firstCertificate.level() : 'warn';
+    const logged = `${level} ${read.reason}`;
+    if (logged === this.#lastUnusable) return;
+    this.#lastUnusable = logged;
+    if (level === 'info') this.#log.info({ reason: read.reason }, 'no certificate stored yet; waiting for the first issuance');
+    else this.#log.warn({ reason: read.reason }, 'stored certificate unusable');
   }
 
   /** What the rules read, as it is now: the clock and the role are read again for every decision of a turn. */
@@ -560,6 +586,7 @@ export class CertLoop {
     if (!isCurrentlyValid(candidate.info, now)) return;
     if (this.#best && this.#best.info.notAfter >= candidate.info.notAfter) return;
     this.#best = candidate;
+    this.#firstCertificate?.cleared();
     this.#deps.observer.certificate(this.domain, candidate);
   }
 

@@ -26,6 +26,8 @@ export interface CertPairOptions {
 }
 
 export interface LocalApi {
+  /** Where tailscaled is reached, for messages: a socket path or a URL's origin, never credentials. Optional. */
+  readonly address?: string;
   /** GET /localapi/v0/cert/<domain>?type=pair. Rejects with LocalApiError. */
   certPair(domain: string, options: CertPairOptions): Promise<CertPair>;
   /** GET /localapi/v0/watch-ipn-bus?mask=N: yields each Notify until the stream ends or errors. */

@@ -16,7 +16,15 @@ export interface StoredCert {
  * from `absent`, and a failed read is neither: it throws CERTSHARE_STORE_UNAVAILABLE, and the loop never
  * answers a read failure with an issuance.
  */
-export type StoreRead = ({ state: 'absent' } | { state: 'valid'; cert: StoredCert } | { state: 'unusable'; reason: string }) & {
+export type StoreRead = (
+  | { state: 'absent' }
+  | { state: 'valid'; cert: StoredCert }
+  /**
+   * `empty`: the record exists but holds no pair at all, what a writer's intent looks like before its first
+   * certificate (start-up, not damage: core/startup-grace.ts). Garbage or half a pair is never `empty`.
+   */
+  | { state: 'unusable'; reason: string; empty?: boolean }
+) & {
   coordination?: Coordination;
   /**
    * The newest pair valid now that this store saw for the domain (a watch event, a list, a read or its

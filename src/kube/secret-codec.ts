@@ -83,7 +83,8 @@ export function readCertSecret(secret: SecretFields, domain: string, now: number
 function readCertData(secret: SecretFields, domain: string, now: number): StoreRead {
   const certPem = decode(secret.data?.['tls.crt']);
   const keyPem = decode(secret.data?.['tls.key']);
-  if (!certPem && !keyPem) return { state: 'unusable', reason: 'Secret holds no tls.crt / tls.key' };
+  // The writer's intent record before the first issuance has stored anything (certSecret below).
+  if (!certPem && !keyPem) return { state: 'unusable', reason: 'Secret holds no tls.crt / tls.key', empty: true };
   if (!certPem || !keyPem) return { state: 'unusable', reason: `Secret lacks ${certPem ? 'tls.key' : 'tls.crt'}` };
   try {
     return { state: 'valid', cert: { pair: { certPem, keyPem }, info: validateCertPair({ certPem, keyPem }, domain, now) } };

@@ -6,6 +6,8 @@ import { formatGoDuration } from '../core/duration.ts';
 import { isRefusalStatus, LocalApiError } from '../core/localapi.ts';
 import type { IpnNotify, LocalApi } from '../core/localapi.ts';
 import type { Logger } from '../core/logger.ts';
+import type { StartupCondition } from '../core/startup-grace.ts';
+import { isNotListening } from './client.ts';
 import { parseTailscaledVersion, planWatch, refusedBitsIn, releaseFeatures, type WatchPlan } from './releases.ts';
 
 // Keeps the current set of cert domains by watching tailscaled's IPN bus. The domains are learned when a
@@ -37,6 +39,11 @@ export interface CertDomainsWatcherOptions {
   onBadLine?(err: CertshareError): void;
   /** Called with what keeps the domains from being learned (a refusal), and with undefined once it is over. */
   onProblem?(message: string | undefined): void;
+  /**
+   * tailscaled not listening yet: within the start-up grace, and until it has answered once, a failed watch
+   * that found nothing listening logs at info (core/startup-grace.ts). Undefined: it warns at once.
+   */
+  startup?: StartupCondition;
 }
 
 export type DomainsListener = (domains: ReadonlySet<string>) => void;
@@ -182,6 +189,7 @@ export class CertDomainsWatcher {
           const first = !healthy;
           if (first) {
             healthy = true;
+            this.#options.startup?.cleared();
             failures = 0; // a connection that delivered a Notify resets the backoff
             this.#learnVersion(this.#localApi.tailscaledVersion?.() ?? notify.Version);
             const wanted = this.plan();
@@ -209,9 +217,15 @@ export class CertDomainsWatcher {
           const message = `${errorMessage(err)}; asking again in ${formatGoDuration(delay)}`;
           this.#logger.error({ err: message, code: errorCode(err), mask: plan.mask, reconnects: this.#reconnects }, 'IPN bus watch refused');
           this.#setProblem(message);
+        } else if (isNotListening(err) && this.#options.startup?.level() === 'info') {
+          // A native sidecar starts before tailscaled does: nothing listening yet is every Pod's start.
+          const address = this.#localApi.address ?? "tailscaled's LocalAPI";
+          this.#logger.info({ reconnects: this.#reconnects }, `waiting for tailscaled to listen on ${address} (it starts after certshare)`);
         } else {
           this.#logger.warn({ err: errorMessage(err), code: errorCode(err), reconnects: this.#reconnects }, 'IPN bus watch failed; reconnecting');
         }
+        // Any answer (a refusal, an error status) means tailscaled listens: not listening later is trouble.
+        if (err instanceof LocalApiError && err.status !== undefined) this.#options.startup?.cleared();
       } finally {
         this.#setConnected(false);
       }

@@ -115,6 +115,10 @@ class HttpLocalApi implements LocalApiClient {
     return this.#tailscaledVersion;
   }
 
+  get address(): string {
+    return this.#target.display;
+  }
+
   async certPair(domain: string, options: CertPairOptions): Promise<CertPair> {
     const path = `/localapi/v0/cert/${encodeURIComponent(domain)}?type=pair` + `&min_validity=${formatGoDuration(options.minValidityMs)}`;
     const body = await this.#get(path, options.signal, this.#certTimeoutMs);
@@ -369,6 +373,19 @@ function parseAddress(address: string): Target {
   }
   if (address.length === 0) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'LocalAPI socket path is empty');
   return { request: { socketPath: address }, basePath: '', display: address };
+}
+
+/** Nothing listens at the address (yet): no socket file, or a refused connection. */
+const NOT_LISTENING = new Set(['ENOENT', 'ECONNREFUSED']);
+
+/**
+ * A call that failed because nothing listens at the LocalAPI address, before any answer: what a tailscaled
+ * still starting looks like (a connection lost mid-answer, a permission error or a timeout is not).
+ */
+export function isNotListening(err: unknown): boolean {
+  if (!(err instanceof LocalApiCallError) || err.code !== 'CERTSHARE_LOCALAPI_UNREACHABLE') return false;
+  const errno = (err.cause as NodeJS.ErrnoException | undefined)?.code;
+  return errno !== undefined && NOT_LISTENING.has(errno);
 }
 
 const HINTS: Record<string, string> = {

@@ -24,6 +24,7 @@ import {
   type Replica,
   type SecretObject,
 } from '../support/kube.ts';
+import { recordingLogger } from '../support/recording-logger.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { nextEvent, until } from '../support/wait.ts';
 
@@ -77,6 +78,29 @@ describe('kube mode: one writer shares through a Secret, readers pick renewals u
       assert.equal(writer.emulator.stats().issuances[KUBE_DOMAIN], 4, 'the first issuance and three renewals, nothing more');
     } finally {
       await Promise.all(all.map((r) => r.stop()));
+    }
+  });
+
+  it('a reader that finds the Secret empty while the first issuance runs says so at info, without a warning', async () => {
+    const ns = await exampleNamespace(cp());
+    // The first issuance takes 3 s: the writer's intent (a Secret without tls.crt / tls.key) stands meanwhile.
+    const writer = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw', emulator: { faults: ['cert:slow:delay=3s:count=1'] } });
+    const { logger, entries } = recordingLogger();
+    let reader: Replica | undefined;
+    try {
+      await secretSatisfies(cp(), ns, KUBE_DOMAIN, (s) => s !== undefined && !s.data?.['tls.crt']);
+      reader = await startReplica(cp(), ns, dir(), 'proxy-1', { mode: 'ro', logger });
+      const r = reader;
+      await until('shared', () => heldSerial(r) !== undefined, [filesWritten(r)], 20_000);
+      const about = entries.filter((e) => /stored certificate unusable|no certificate stored yet/.test(e.msg ?? '')).map((e) => [e.level, e.msg, e.reason]);
+      assert.deepEqual(about, [['info', 'no certificate stored yet; waiting for the first issuance', 'Secret holds no tls.crt / tls.key']]);
+      assert.deepEqual(
+        entries.filter((e) => e.level === 'warn' || e.level === 'error').map((e) => e.msg),
+        [],
+        'nothing warned during a normal start',
+      );
+    } finally {
+      await Promise.all([writer.stop(), reader?.stop()]);
     }
   });
 

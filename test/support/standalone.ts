@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseFlags } from '../../src/cli/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom } from '../../src/cli/run-options.ts';
+import type { Clock } from '../../src/core/clock.ts';
 import { silentLogger, type Logger } from '../../src/core/logger.ts';
 import { startDaemon, type Daemon } from '../../src/daemon.ts';
 import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/emulator/server.ts';
@@ -49,9 +50,15 @@ export function useTempDir(): () => string {
 }
 
 /** The daemon in-process, configured through the same flag parser as the CLI; `emulator` may also be a real tailscaled. */
-export function standaloneDaemon(emulator: Pick<Emulator, 'address'>, certDir: string, flags: string[] = [], logger: Logger = silentLogger): Promise<Daemon> {
+export function standaloneDaemon(
+  emulator: Pick<Emulator, 'address'>,
+  certDir: string,
+  flags: string[] = [],
+  logger: Logger = silentLogger,
+  clock?: Clock,
+): Promise<Daemon> {
   const values = parseFlags(RUN_FLAGS, ['--localapi', emulator.address, '--store', `dir:${certDir}`, ...FAST_FLAGS, ...flags], {});
   if (!values.domain && !values['serve-config']) values.domain = [DOMAIN];
   const env = { POD_IPS: '10.1.2.3,fd00::3' };
-  return startDaemon(daemonConfigFrom(values, env), { logger, env });
+  return startDaemon(daemonConfigFrom(values, env), { logger, env, ...(clock ? { clock } : {}) });
 }

@@ -11,7 +11,9 @@ import { staticRole, type LoadOptions, type StoredCert } from '../../src/core/st
 
 const alwaysWriter = staticRole('writer-0', true);
 const alwaysReader = staticRole('reader-1', false);
+import { StartupGrace } from '../../src/core/startup-grace.ts';
 import { makePair } from '../support/certs.ts';
+import { recordingLogger, type LogEntry } from '../support/recording-logger.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 import { MemoryStore } from '../support/memory-store.ts';
 
@@ -338,6 +340,74 @@ describe('CertLoop', () => {
     h.clock.t += LIFETIME;
     await h.loop.turn(signal);
     assert.equal(h.loop.current, undefined);
+  });
+});
+
+describe('CertLoop start-up: an empty Secret while the first issuance runs is said plainly, damage warns at once', () => {
+  const EMPTY = { state: 'unusable', reason: 'Secret holds no tls.crt / tls.key', empty: true } as const;
+  const GRACE = 30_000;
+  /** A reader with a 30 s start-up grace that began at the harness clock's now, and its log lines about the store. */
+  function startingReader(): Harness & { lines: () => Array<[LogEntry['level'], string | undefined]> } {
+    const { logger, entries } = recordingLogger();
+    const clock = new ManualClock();
+    const h = harness({ role: alwaysReader, clock, logger, startup: new StartupGrace(clock, GRACE) });
+    const about = /stored|first issuance/;
+    return { ...h, clock, lines: () => entries.filter((e) => about.test(e.msg ?? '')).map((e) => [e.level, e.msg]) };
+  }
+  const waiting: [LogEntry['level'], string] = ['info', 'no certificate stored yet; waiting for the first issuance'];
+  const unusable: [LogEntry['level'], string] = ['warn', 'stored certificate unusable'];
+
+  it('logs an empty Secret at info within the grace, once, and warns once the grace has passed', async () => {
+    const h = startingReader();
+    h.store.content.set(domain, EMPTY);
+    await h.loop.turn(signal);
+    h.clock.t += GRACE - 1;
+    await h.loop.turn(signal);
+    assert.deepEqual(h.lines(), [waiting], 'info, once');
+    h.clock.t += 1;
+    await h.loop.turn(signal);
+    await h.loop.turn(signal);
+    assert.deepEqual(h.lines(), [waiting, unusable], 'then one warning');
+  });
+
+  it('warns at once for garbage or half a pair, even at start-up', async () => {
+    for (const read of [
+      { state: 'unusable', reason: 'tls.crt is not PEM' },
+      { state: 'unusable', reason: 'Secret lacks tls.key' },
+    ] as const) {
+      const h = startingReader();
+      h.store.content.set(domain, read);
+      await h.loop.turn(signal);
+      assert.deepEqual(h.lines(), [unusable], read.reason);
+    }
+  });
+
+  it('warns at once for an empty Secret once a certificate was held: later it is damage, not start-up', async () => {
+    const h = startingReader();
+    const pair = await fresh(h);
+    h.store.content.set(domain, { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, h.clock.now()) } });
+    await h.loop.turn(signal);
+    h.store.content.set(domain, EMPTY);
+    await h.loop.turn(signal);
+    assert.deepEqual(h.lines(), [unusable]);
+  });
+
+  it('warns at once without a start-up grace (a loop on its own)', async () => {
+    const { logger, entries } = recordingLogger();
+    const h = harness({ role: alwaysReader, logger });
+    h.store.content.set(domain, EMPTY);
+    await h.loop.turn(signal);
+    assert.deepEqual(
+      entries.filter((e) => e.level !== 'debug').map((e) => [e.level, e.msg]),
+      [unusable],
+    );
+  });
+
+  it('decides as before: only the log level depends on the grace', async () => {
+    const graced = startingReader();
+    const plain = harness({ role: alwaysReader });
+    for (const h of [graced, plain]) h.store.content.set(domain, EMPTY);
+    assert.equal(await graced.loop.turn(signal), await plain.loop.turn(signal));
   });
 });
 

@@ -107,6 +107,8 @@ describe('run configuration: one validation step before anything starts', () => 
       /--acme-directory: "acme\.example\/directory" is not an http:\/\/ or https:\/\/ URL \(or none/,
     ],
     ['--acme-directory ftp', ['--domain', DOMAIN], { CERTSHARE_ACME_DIRECTORY: 'ftp://ca.example/dir' }, /--acme-directory: "ftp:\/\/ca\.example\/dir" is not/],
+    ['--startup-grace 11m', ['--domain', DOMAIN, '--startup-grace', '11m'], {}, /--startup-grace must be at most 10m0s \(a longer one would hide/],
+    ['--startup-grace soon', ['--domain', DOMAIN], { CERTSHARE_STARTUP_GRACE: 'soon' }, /--startup-grace: invalid duration "soon"/],
     ['an unparsable POD_IPS', ['--domain', DOMAIN], { POD_IPS: '10.0.0.300' }, /POD_IPS\/POD_IP holds "10\.0\.0\.300", not an IP address/],
     ['an unparsable POD_IP', ['--domain', DOMAIN], { POD_IP: 'status.podIP' }, /POD_IPS\/POD_IP holds "status\.podIP", not an IP address/],
   ];
@@ -155,6 +157,13 @@ describe('run configuration: one validation step before anything starts', () => 
     assert.equal(kube.watchScope, 'secret', 'one watch per Secret unless asked: the least-privilege default');
     assert.equal(config([...KUBE, '--watch-scope', 'group'], POD).watchScope, 'group');
     assert.equal(config(KUBE, { ...POD, CERTSHARE_WATCH_SCOPE: 'group' }).watchScope, 'group');
+  });
+
+  it('says expected start-up states plainly for 30 s by default; 0 warns at once, the environment scales it', () => {
+    assert.equal(config(['--domain', DOMAIN]).startupGraceMs, 30_000);
+    assert.equal(config(['--domain', DOMAIN, '--startup-grace', '0']).startupGraceMs, 0);
+    assert.equal(config(['--domain', DOMAIN], { CERTSHARE_STARTUP_GRACE: '500ms' }).startupGraceMs, 500);
+    assert.equal(config(['--domain', DOMAIN, '--startup-grace', '10m']).startupGraceMs, 600_000);
   });
 
   it("asks Let's Encrypt's production directory for ARI every 6 hours at most by default; none turns it off", () => {

@@ -24,3 +24,23 @@ describe('Secret codec: when the certificate was obtained', () => {
     assert.equal(restored.metadata?.annotations?.['certshare.io/obtained-at'], undefined, 'no stale value next to a pair without one');
   });
 });
+
+describe('Secret codec: an empty Secret is the first issuance running, anything else unusable is damage', () => {
+  it('marks only a Secret without tls.crt and tls.key empty: an intent record, not garbage or half a pair', async () => {
+    const now = Math.floor(Date.now() / 1000) * 1000;
+    const intent = certSecret(domain, undefined, meta, { coordination: { intent: { holder: 'proxy-0', at: now } } });
+    const pair = await makePair(domain, now, 86_400_000);
+    const b64 = (text: string): string => Buffer.from(text).toString('base64');
+    const cases: Array<[name: string, data: Record<string, string> | undefined, empty: boolean]> = [
+      ["the writer's intent before its first certificate", intent.data, true],
+      ['no data at all', undefined, true],
+      ['tls.crt without tls.key', { 'tls.crt': b64(pair.certPem), 'tls.key': '' }, false],
+      ['garbage', { 'tls.crt': b64('not a certificate'), 'tls.key': b64('not a key') }, false],
+    ];
+    for (const [name, data, empty] of cases) {
+      const read = readCertSecret({ metadata: {}, ...(data ? { data } : {}) }, domain, now);
+      assert.equal(read.state, 'unusable', name);
+      assert.equal(read.state === 'unusable' && read.empty === true, empty, name);
+    }
+  });
+});
