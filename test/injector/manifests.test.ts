@@ -90,6 +90,38 @@ describe('manifests/injector', () => {
       );
   });
 
+  it('the opt-in NetworkPolicy selects the injector Pods and admits the webhook port from one address range, metrics from one namespace', async () => {
+    const [deployment] = await docs('deployment.yaml');
+    const template = (
+      deployment!.spec as { template: { metadata: { labels: Record<string, string> }; spec: { containers: { ports: { containerPort: number }[] }[] } } }
+    ).template;
+    const [policy] = await docs('network-policy/networkpolicy.yaml');
+    const spec = policy!.spec as {
+      podSelector: { matchLabels: Record<string, string> };
+      policyTypes: string[];
+      ingress: Array<{ from: Array<Record<string, unknown>>; ports: Array<{ port: number }> }>;
+    };
+    for (const [key, value] of Object.entries(spec.podSelector.matchLabels)) assert.equal(template.metadata.labels[key], value);
+    assert.deepEqual(spec.policyTypes, ['Ingress'], 'ingress only: the injector reaches the apiserver, and nothing else needs fencing');
+    const ports = template.spec.containers[0]!.ports.map((p) => p.containerPort);
+    assert.deepEqual(
+      spec.ingress.flatMap((rule) => rule.ports.map((p) => p.port)).sort(),
+      [...ports].sort(),
+      'the two ports the injector serves, nothing else',
+    );
+    const webhook = spec.ingress.find((rule) => rule.ports.some((p) => p.port === Number(flagDefault('listen').split(':').pop())))!;
+    assert.deepEqual(
+      webhook.from.map((peer) => Object.keys(peer)),
+      [['ipBlock']],
+      'the webhook port from an address range only (the apiserver), no Pod or namespace selector',
+    );
+    const [kustomization] = await docs('network-policy/kustomization.yaml');
+    assert.equal(
+      (kustomization as unknown as { namespace: string }).namespace,
+      ((await docs('kustomization.yaml'))[0] as unknown as { namespace: string }).namespace,
+    );
+  });
+
   it('the webhook fails closed, and selects neither kube-system, nor the injector namespace, nor its Pods', async () => {
     const [mwc] = await docs('webhook.yaml');
     assert.equal(mwc!.metadata.name, parseTarget(flagDefault('inject-ca-into')).name);

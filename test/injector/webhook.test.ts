@@ -213,6 +213,11 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     for (const r of replicas) assert.ok(bundle.includes(r.injector.controller.state.leaf!.signedBy), r.name);
   });
 
+  it('the opt-in NetworkPolicy (manifests/injector/network-policy) passes a server-side dry run', async () => {
+    const out = await must(cp().kubectl(['apply', '-k', join(MANIFESTS, 'network-policy'), '--dry-run=server']));
+    assert.match(out, /networkpolicy\.networking\.k8s\.io\/certshare-injector created \(server dry run\)/);
+  });
+
   it("a stolen injector token changes the webhook's caBundle only: not its selectors, failure policy, rules, URL or labels", async () => {
     type Webhook = Record<string, unknown> & { clientConfig: Record<string, unknown>; rules: Array<{ resources: string[] }> };
     type Configuration = { metadata: { labels?: Record<string, string> }; webhooks: Webhook[] };
