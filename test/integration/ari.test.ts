@@ -92,12 +92,16 @@ describe('ACME Renewal Information: the writer acts on the CA window, once per c
     return serial;
   }
 
-  /** After the CA asked for `old` to be replaced: exactly one order, the new certificate on disk, then quiet. */
-  async function exactlyOneRenewal(t: Awaited<ReturnType<typeof start>>, old: string, reason: string): Promise<void> {
+  /**
+   * After the CA asked (at `askedAt`, performance.now()) for `old` to be replaced: exactly one order, the new
+   * certificate on disk, then quiet. Returns the milliseconds from the CA's answer to the new certificate held.
+   */
+  async function exactlyOneRenewal(t: Awaited<ReturnType<typeof start>>, old: string, reason: string, askedAt: number): Promise<number> {
     await until('the renewed certificate held', () => !holds(t.daemon, old) && t.daemon.manager.loop(DOMAIN)?.current !== undefined, [
       onEvent(t.daemon.events, 'attempt'),
       onEvent(t.daemon.events, 'filesWritten'),
     ]);
+    const tookMs = Math.round(performance.now() - askedAt);
     const renewed = t.daemon.manager.loop(DOMAIN)!.current!.info.serial;
     assert.equal(await serialOnDisk(t.certDir), renewed);
     // The new certificate's own window (the 2/3 point of its lifetime) is asked for three times: no second order.
@@ -108,9 +112,10 @@ describe('ACME Renewal Information: the writer acts on the CA window, once per c
       [{ domain: DOMAIN, result: 'success', reason }],
     );
     assert.ok(holds(t.daemon, renewed));
+    return tookMs;
   }
 
-  it('a window moved into the past (a CA incident) gives one order, not counted by the budget as a first issuance', async () => {
+  it('a window moved into the past (a CA incident) gives one order, not counted by the budget as a first issuance', async (ctx) => {
     // Backdated by an hour like Let's Encrypt: the new certificate's notBefore lies inside the old one's
     // window, the case that made cert-manager order five certificates in ten seconds (its issue #8993).
     const t = await start('window', { certLifetimeMs: H, certBackdateMs: H }, ['--issuance-budget', '1/168h']);
@@ -118,6 +123,7 @@ describe('ACME Renewal Information: the writer acts on the CA window, once per c
       const old = await firstCertificate(t);
       const explanation = 'https://ca.example/incident-2026-11';
       const now = Date.now();
+      const askedAt = performance.now();
       await control(t.emulator, 'ari', {
         serial: old,
         window: { start: new Date(now - 2 * H).toISOString(), end: new Date(now - H).toISOString() },
@@ -125,7 +131,7 @@ describe('ACME Renewal Information: the writer acts on the CA window, once per c
       });
       const ordered = nextEvent<Attempt>(t.daemon.events, 'attempt', (a) => a.reason === 'ca_requested_now');
       assert.equal((await ordered).result, 'success');
-      await exactlyOneRenewal(t, old, 'ca_requested_now');
+      ctx.diagnostic(`window in the past to the new certificate held: ${await exactlyOneRenewal(t, old, 'ca_requested_now', askedAt)} ms`);
       const metrics = await metricsText(t.daemon);
       assert.match(metrics, /certshare_issuance_attempts_total\{domain="web\.tailnet-test\.ts\.net",result="success",reason="ca_requested_now"\} 1/);
       assert.match(metrics, /certshare_ari_window_start_timestamp_seconds\{domain="web\.tailnet-test\.ts\.net"\} \d+/);
@@ -138,12 +144,13 @@ describe('ACME Renewal Information: the writer acts on the CA window, once per c
     }
   });
 
-  it('a revocation (POST .../ari/revoke) gives one order for a certificate with most of its life left', async () => {
+  it('a revocation (POST .../ari/revoke) gives one order for a certificate with most of its life left', async (ctx) => {
     const t = await start('revoke', { certLifetimeMs: H });
     try {
       const old = await firstCertificate(t);
+      const askedAt = performance.now();
       await control(t.emulator, 'ari/revoke', { serial: old });
-      await exactlyOneRenewal(t, old, 'ca_requested_now');
+      ctx.diagnostic(`revocation to the new certificate held: ${await exactlyOneRenewal(t, old, 'ca_requested_now', askedAt)} ms`);
       // The revoked certificate is answered with a window in the past to this day; it is no longer held.
       assert.ok(t.emulator.ariCertificates().some((c) => c.serial === old.toUpperCase() && c.revokedAt !== undefined));
     } finally {
