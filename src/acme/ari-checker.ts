@@ -208,7 +208,8 @@ export class AriChecker implements LoopObserver, AriStateSource {
     else this.#log.debug({ domain, certId, nextCheck: next }, description);
     metrics.ariWindow(domain, answer.window);
     this.#deps.describe(domain, description);
-    this.#deps.wake(domain);
+    // The same window again keeps the time chosen in it (withAnswer): the loop's plan stands.
+    if (windowChanged) this.#deps.wake(domain);
   }
 
   /** Waits `ms` (undefined: until woken), or until a certificate or role change or stop. */

@@ -68,7 +68,8 @@ const windowAt = (start: number, end: number, certId: string, fetchedAt: number,
 
 describe('AriChecker: the writer asks the CA about the certificates it holds', () => {
   it('asks only as the writer, at once for a certificate, then after Retry-After within the interval', async () => {
-    const t = setup((c) => windowAt(t.clock.now() - 2 * H, t.clock.now() - H, c.certId, t.clock.now(), H));
+    const t0 = Date.now();
+    const t = setup((c) => windowAt(t0 - 2 * H, t0 - H, c.certId, t.clock.now(), H));
     const held = await cert(t.clock);
     t.checker.certificate(D, held);
     await new Promise((resolve) => setImmediate(resolve));
@@ -87,6 +88,7 @@ describe('AriChecker: the writer asks the CA about the certificates it holds', (
     await t.clock.advance(H);
     await t.askedTimes(2);
     await t.clock.waitForSleepers(1);
+    assert.deepEqual(t.woken, [D], 'the same window again: the loop keeps its plan');
     t.becomeWriter(false);
     await t.clock.advance(7 * H);
     assert.equal(t.asked.length, 2, 'no check after the role is lost');
