@@ -204,6 +204,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   } catch (err) {
     serveConfig?.stop();
     await tls?.stop();
+    await ari?.stop();
     await app.close();
     await backend.stop?.();
     throw err;
