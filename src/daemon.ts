@@ -25,6 +25,8 @@ import { IssuanceBudget } from './core/issuance-budget.ts';
 import { IssuanceSlots } from './core/issuance-slots.ts';
 import { kubeconfigSource } from './kube/kubeconfig-source.ts';
 import { ReloadCommand } from './delivery/reload-command.ts';
+import { AriChecker } from './acme/ari-checker.ts';
+import { RenewalInfoClient } from './acme/renewal-info-client.ts';
 
 export interface Daemon {
   readonly address: string;
@@ -119,6 +121,20 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   if (budget) metrics.watchBudget(budget);
   const issuanceSlots = new IssuanceSlots(config.issuanceConcurrency);
   metrics.watchIssuanceSlots(issuanceSlots);
+  // ACME Renewal Information: the writer asks the CA whether it wants a certificate replaced early.
+  let wakeLoop = (_domain: string): void => {};
+  const ari = config.acmeDirectory
+    ? new AriChecker({
+        client: new RenewalInfoClient({ directoryUrl: config.acmeDirectory, now: () => clock.now() }),
+        role: backend.role,
+        clock,
+        logger,
+        intervalMs: config.ariIntervalMs,
+        metrics,
+        wake: (domain) => wakeLoop(domain),
+        describe: (domain, line) => health.renewalInfo(domain, line),
+      })
+    : undefined;
   const manager = new CertManager({
     localApi,
     store: backend.store,
@@ -127,14 +143,16 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     clock,
     renewal: config.renewal,
     backoff: config.backoff,
-    observer: fanOut([health, metrics, ...backend.observers, eventsObserver(events)]),
+    observer: fanOut([health, metrics, ...backend.observers, eventsObserver(events), ...(ari ? [ari] : [])]),
     logger,
     // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
     intentTtlMs: config.certTimeoutMs + Math.min(30_000, config.certTimeoutMs),
     budget,
     issuanceSlots,
     startup,
+    renewalInfo: ari,
   });
+  wakeLoop = (domain) => manager.loop(domain)?.wake();
 
   let lastHealthy: boolean | undefined;
   health.onChange(() => {
@@ -154,6 +172,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     if (!started) return; // the first ServeConfig read only records its domains
     const all = [...new Set([...staticDomains, ...configDomains])].sort();
     manager.setDomains(all);
+    ari?.retain(all);
     health.manage(all);
   };
   const serveConfig = config.serveConfig
@@ -190,6 +209,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   } catch (err) {
     serveConfig?.stop();
     await tls?.stop();
+    await ari?.stop();
     await app.close();
     await backend.stop?.();
     throw err;
@@ -218,7 +238,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
         const issuanceSettled = manager.stopIssuing();
         await backend.beforeStop?.((signal) => issuanceSettled.then(() => manager.verifyStored(signal)));
         serveConfig?.stop();
-        await Promise.all([manager.stop(), watcher.stop(), tls?.stop()]);
+        await Promise.all([manager.stop(), watcher.stop(), tls?.stop(), ari?.stop()]);
         await backend.stop?.();
         await reload?.idle();
         await app.close();

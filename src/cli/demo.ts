@@ -33,7 +33,16 @@ export async function runDemo(argv: string[]): Promise<number> {
   const dir = await mkdtemp(join(tmpdir(), 'certshare-demo-'));
   const socket = join(dir, 'tailscaled.sock');
   const certDir = join(dir, 'certs');
-  const config = daemonConfigFrom(
+  const emulator = await startEmulator({
+    listen: socket,
+    domains: [domain],
+    domainDelayMs: daemonDuration(String(values['domain-delay'])),
+    certLifetimeMs: daemonDuration(String(values['cert-lifetime'])),
+    // Its ACME directory and renewalInfo (ARI) on a TCP port of its own: the demo asks no real CA.
+    acmeListen: '127.0.0.1:0',
+    logger: logger.child({ component: 'emulator' }),
+  });
+  const config = await demoConfig(
     parseFlags(
       RUN_FLAGS,
       [
@@ -59,17 +68,18 @@ export async function runDemo(argv: string[]): Promise<number> {
         // Standalone: no rotation to leave, so no drain before stopping.
         '--drain-delay',
         '0s',
+        // ACME Renewal Information from the emulator (a window set through its control API shows within a minute).
+        '--acme-directory',
+        emulator.acmeDirectoryUrl ?? 'none',
+        '--ari-interval',
+        '1m',
       ],
       {},
     ),
-    { POD_IPS: '127.0.0.1' },
-  );
-  const emulator = await startEmulator({
-    listen: socket,
-    domains: [domain],
-    domainDelayMs: daemonDuration(String(values['domain-delay'])),
-    certLifetimeMs: daemonDuration(String(values['cert-lifetime'])),
-    logger: logger.child({ component: 'emulator' }),
+  ).catch(async (err: unknown) => {
+    await emulator.close();
+    await rm(dir, { recursive: true, force: true });
+    throw err;
   });
   let appearedAt: number | undefined;
   emulator.events.on('certDomains', () => (appearedAt ??= performance.now()));
@@ -99,6 +109,11 @@ export async function runDemo(argv: string[]): Promise<number> {
   await emulator.close();
   await rm(dir, { recursive: true, force: true });
   return code;
+}
+
+/** The daemon's configuration from its flags (a rejected flag ends the demo after the emulator is closed). */
+async function demoConfig(values: ReturnType<typeof parseFlags>): Promise<ReturnType<typeof daemonConfigFrom>> {
+  return daemonConfigFrom(values, { POD_IPS: '127.0.0.1' });
 }
 
 function daemonDuration(text: string): number {

@@ -10,7 +10,9 @@ import { LocalApiError, type LocalApi } from './localapi.ts';
 import type { Logger } from './logger.ts';
 import type { LoopObserver } from './observer.ts';
 import {
+  ariVerdictOf,
   decideIssuance,
+  isAriReason,
   judgeAnswer,
   planAfterCall,
   storeHolds,
@@ -22,7 +24,8 @@ import {
   type TurnProgress,
 } from './issuance-policy.ts';
 import type { RenewalPolicy } from './renewal.ts';
-import { minValidityFor, type HeldValidity } from './renewal.ts';
+import { minValidityFor, usableLifetime, type HeldValidity } from './renewal.ts';
+import { ARI_MIN_HOLD_MS, ariMinValidityMs, describeAriAnswer, type AriStateSource } from './renewal-info.ts';
 import type { StartupCondition, StartupGrace } from './startup-grace.ts';
 import type { CertStore, IssuanceRole, StoreRead, StoredCert } from './store.ts';
 
@@ -60,6 +63,11 @@ export interface CertLoopDeps {
    * this loop has held a certificate once. Undefined: it warns at once.
    */
   startup?: StartupGrace | undefined;
+  /**
+   * The CA's word on the certificates this writer holds (ACME Renewal Information): a window that makes a
+   * certificate due earlier than the expiry rule. Undefined: ARI off (--acme-directory none).
+   */
+  renewalInfo?: AriStateSource | undefined;
 }
 
 function isConflict(err: unknown): boolean {
@@ -293,17 +301,26 @@ export class CertLoop {
   /** What the rules read, as it is now: the clock and the role are read again for every decision of a turn. */
   #snapshot(read: LoadResult, turn: TurnProgress): IssuanceSnapshot {
     const { role, clock } = this.#deps;
+    const issue = role.canIssue(this.domain);
     return {
       now: clock.now(),
       store: storeView(read),
       held: this.#best && held(this.#best),
+      // A reader never acts on ARI: the writer's renewal reaches it through the store.
+      ari: issue ? this.#ari() : undefined,
       pending: this.#pending && { notBefore: this.#pending.info.notBefore },
-      role: { identity: role.identity, issue: role.canIssue(this.domain), write: this.#mayWrite() },
+      role: { identity: role.identity, issue, write: this.#mayWrite() },
       coordination: (read.state === 'unreadable' ? undefined : read.coordination) ?? {},
       backoff: this.#backoff,
       callFloor: this.#callFloor,
       turn,
     };
+  }
+
+  /** The ARI state of the certificate held, if the daemon's checker knows one for it. */
+  #ari(): IssuanceSnapshot['ari'] {
+    const state = this.#best && this.#deps.renewalInfo?.stateFor(this.domain, this.#best.info.serial);
+    return state && { state, minHoldMs: Math.max(this.#minIssueIntervalMs, ARI_MIN_HOLD_MS) };
   }
 
   /** Reports a decision to wait (or to use what is held) and returns the wait. */
@@ -435,9 +452,11 @@ export class CertLoop {
   async #issue(signal: AbortSignal, reason: IssueReason, reserved: boolean): Promise<number> {
     const { localApi, store, clock, renewal, backoff, observer } = this.#deps;
     const previous = this.#best;
-    const minValidityMs = minValidityFor(previous && held(previous), clock.now(), renewal, this.#freshValidityMs);
+    const minValidityMs = this.#minValidity(previous, reason);
     try {
       const pair = await localApi.certPair(this.domain, { minValidityMs, signal });
+      // Whatever the pair is worth: the CA's request for this certificate has been acted on (at most one order each).
+      if (previous && isAriReason(reason)) this.#deps.renewalInfo?.renewalDone(this.domain, previous.info.serial);
       if (reserved) {
         // The CA issued (whatever our validation says next): later issuances of this domain are renewals.
         await this.#deps.budget?.issued(this.domain, signal).catch((err: unknown) => {
@@ -518,6 +537,23 @@ export class CertLoop {
       this.#log.warn({ kind: failure.kind, err: failure.message, retryInMs: delay }, 'certificate issuance failed');
       return delay;
     }
+  }
+
+  /**
+   * The min_validity of a CertPair call: the expiry rule's (renewal.ts minValidityFor), or for a renewal the
+   * CA asked for, one that makes tailscaled order anew even for a certificate with most of its life left
+   * (renewal-info.ts ariMinValidityMs), capped by what a fresh certificate from this issuer has.
+   */
+  #minValidity(previous: StoredCert | undefined, reason: IssueReason): number {
+    const { clock, renewal } = this.#deps;
+    const now = clock.now();
+    if (!previous || !isAriReason(reason)) return minValidityFor(previous && held(previous), now, renewal, this.#freshValidityMs);
+    const ari = ariVerdictOf({ now, ari: this.#ari() });
+    this.#log.info(
+      { reason, serial: previous.info.serial, ...(ari.kind === 'silent' ? {} : { ari: describeAriAnswer(ari.answer) }) },
+      'the CA asked for this certificate to be replaced (ACME Renewal Information); renewing',
+    );
+    return ariMinValidityMs(previous.info, now, this.#freshValidityMs ?? usableLifetime(held(previous)));
   }
 
   /**

@@ -27,6 +27,8 @@ interface DomainHealth {
   problem: string | undefined;
   /** The reason of the loop's last decision, unless that was to use a valid certificate. */
   reason: IssuanceReason | undefined;
+  /** What the CA said about the certificate through ACME Renewal Information (renewal-info.ts describeAriAnswer). */
+  renewalInfo?: string | undefined;
 }
 
 /**
@@ -80,6 +82,19 @@ export class HealthState implements LoopObserver {
     if (this.#sourceProblem === message) return;
     this.#sourceProblem = message;
     this.#notify();
+  }
+
+  /** The CA's ARI answer for the domain's certificate, one line (undefined: none applies). */
+  renewalInfo(domain: string, description: string | undefined): void {
+    const entry = this.#domains.get(domain);
+    if (entry) entry.renewalInfo = description;
+  }
+
+  /** One line per domain with an ARI answer, for /healthz?verbose. */
+  details(): string[] {
+    const lines: string[] = [];
+    for (const [domain, { renewalInfo }] of this.#domains) if (renewalInfo) lines.push(`${domain}: ${renewalInfo}`);
+    return lines.sort();
   }
 
   infoOf(domain: string): CertInfo | undefined {

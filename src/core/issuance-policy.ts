@@ -11,6 +11,7 @@
 import { retryDelay, type BackoffPolicy } from './backoff.ts';
 import type { BudgetVerdict } from './issuance-budget.ts';
 import { isRenewalDue, nextCheckTime, tooShortReason, type HeldValidity, type RenewalPolicy } from './renewal.ts';
+import { ariVerdict, type AriReason, type AriState, type AriVerdict } from './renewal-info.ts';
 import type { Coordination } from './store.ts';
 
 /**
@@ -21,7 +22,7 @@ export const ISSUANCE_RULES: readonly IssuanceRule[] = [
   storeUnreadableRule, // not knowing what is stored is never a reason to issue: decided before anything is weighed
   restoreRule, // a store that lost our certificate is repaired before any due date counts (a restore never issues)
   notYetValidRule, // a pair held for later: asking again would only make tailscaled order another
-  notDueRule, // a valid certificate, not due: use it; nothing below matters until its renewal point
+  notDueRule, // a valid certificate, not due by expiry nor by the CA's word (ARI): use it; nothing below matters until then
   readerRule, // due, but only the writer issues: everything below is the writer's
   storedRateLimitRule, // the CA refused for every replica: before our own schedule
   backoffRule, // our own backoff after a failed call or a certificate too short
@@ -46,7 +47,8 @@ export const ISSUE_REASONS = [
   'no_certificate', // nothing stored and nothing held: a first issuance (or one after an expiry)
   'stored_unusable', // the store holds garbage, a mismatched pair or an expired one, and nothing valid is held
   'expiry', // the held certificate reached its renewal point (renewal.ts)
-  // Issue 23 (ACME Renewal Information) adds 'ca_requested' (a time inside the CA's suggested window) and 'revoked'.
+  'ca_requested', // ACME Renewal Information: the time chosen inside the CA's suggested window has come (renewal-info.ts)
+  'ca_requested_now', // ARI: the CA's window was already over when it arrived (a revocation, an incident)
 ] as const;
 export type IssueReason = (typeof ISSUE_REASONS)[number];
 
@@ -105,9 +107,14 @@ export interface IssuanceSnapshot {
   store: StoreView;
   /** The best certificate valid now that the loop knows (from the store or its own call). */
   held: HeldValidity | undefined;
-  // Issue 23 (ACME Renewal Information) adds here `renewalInfo?: { start: number; end: number }`, the CA's
-  // suggested renewal window for `held`: notDueRule then looks again at the earlier of nextCheckTime and a
-  // time chosen inside the window, and issueReason() says 'ca_requested' once that time has come.
+  /**
+   * The writer's ACME Renewal Information for `held` (renewal-info.ts): its AriState and the least time a
+   * certificate is held before the CA's answer may order (the minimum interval between two issuances).
+   * notDueRule then looks again at the earlier of the expiry rule's time and the one chosen inside the CA's
+   * window, and a certificate not due by expiry is due once ariVerdict says order (issueReason says why).
+   * Undefined: ARI off, a reader, or nothing known for this certificate yet (its ARI ID not computed).
+   */
+  ari?: { state: AriState; minHoldMs: number } | undefined;
   /** A pair obtained whose validity starts later (the issuer's clock is ahead): taken into use at its notBefore. */
   pending: { notBefore: number } | undefined;
   /** The role as it is now: issue (CertPair calls) and write (restores; also a writer that stopped issuing). */
@@ -142,10 +149,27 @@ export function storeHolds(store: StoreView, held: Pick<HeldValidity, 'notAfter'
   return store.state === 'valid' && store.notAfter >= held.notAfter;
 }
 
-/** Why a CertPair call would be made now. */
-export function issueReason(s: Pick<IssuanceSnapshot, 'held' | 'store'>): IssueReason {
-  if (s.held) return 'expiry';
+/** What ARI says about the held certificate now (silent without ARI state). */
+export function ariVerdictOf(s: Pick<IssuanceSnapshot, 'now' | 'ari'>): AriVerdict {
+  return s.ari ? ariVerdict(s.ari.state, s.now, s.ari.minHoldMs) : { kind: 'silent', why: 'no_answer' };
+}
+
+/**
+ * Why a CertPair call would be made now. The CA's word comes first, even for a certificate also due by
+ * expiry: the call then asks for the min_validity that replaces a revoked certificate (renewal-info.ts
+ * ariMinValidityMs), and the at-most-one-order guard records it.
+ */
+export function issueReason(s: Pick<IssuanceSnapshot, 'held' | 'store' | 'now' | 'ari'>): IssueReason {
+  if (s.held) {
+    const ari = ariVerdictOf(s);
+    return ari.kind === 'order' ? ari.reason : 'expiry';
+  }
   return s.store.state === 'unusable' ? 'stored_unusable' : 'no_certificate';
+}
+
+/** Whether a call for `reason` is one the CA asked for through ARI. */
+export function isAriReason(reason: IssueReason): reason is AriReason {
+  return reason === 'ca_requested' || reason === 'ca_requested_now';
 }
 
 /**
@@ -170,9 +194,16 @@ export function notYetValidRule(s: IssuanceSnapshot): IssuanceDecision | undefin
   return s.pending ? wait('not_yet_valid', s.pending.notBefore) : undefined;
 }
 
-/** Valid and not due: keep it, look again at its renewal point (or the check interval, if sooner). */
+/**
+ * Valid and not due: keep it, look again at its renewal point (or the check interval, if sooner), or at
+ * the time the CA's ARI answer makes it due if that is sooner. Once ARI says order, it is due now.
+ */
 export function notDueRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
-  return s.held && !isRenewalDue(s.held, s.now, p.renewal) ? { action: 'use', reason: 'not_due', at: nextCheckTime(s.held, s.now, p.renewal) } : undefined;
+  if (!s.held || isRenewalDue(s.held, s.now, p.renewal)) return undefined;
+  const ari = ariVerdictOf(s);
+  if (ari.kind === 'order') return undefined;
+  const next = nextCheckTime(s.held, s.now, p.renewal);
+  return { action: 'use', reason: 'not_due', at: ari.kind === 'wait' ? Math.min(next, ari.at) : next };
 }
 
 /**

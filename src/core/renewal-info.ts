@@ -183,13 +183,22 @@ export function ariVerdict(state: AriState, now: number, minHoldMs: number): Ari
 }
 
 /**
+ * The least hold (rule 3) the loop asks for, whatever its minimum interval: tailscaled reads min_validity in
+ * whole seconds, so the value ariMinValidityMs asks (what is left rounded up, plus a second, under a cap
+ * rounded down) exceeds what the certificate has left only once it has been held for about three seconds.
+ * Sooner, tailscaled would hand back the certificate the CA wants replaced and the guard would count that
+ * as the one order. Only a scaled-down test's minimum interval (below a minute) is raised by it.
+ */
+export const ARI_MIN_HOLD_MS = 5000;
+
+/**
  * The `min_validity` that makes tailscaled order anew for an ARI-driven renewal. tailscaled keeps its cached
  * pair while at least min_validity of it remains, and a revoked certificate may have most of its life left,
  * so the expiry rule's value (renewal.ts minValidityFor, capped at the renewal share of a fresh
  * certificate) would hand the revoked pair back. Asked: one second more than the held certificate has
  * left, in whole seconds; never more than a fresh certificate from this issuer has (`freshValidityMs`),
- * which would make every later call order again. A certificate held for the hold (rule 3) has less left
- * than a fresh one by at least that long, so the value fits under the cap.
+ * which would make every later call order again. A certificate held for the hold (rule 3, at least
+ * ARI_MIN_HOLD_MS) has less left than a fresh one by at least that long, so the value fits under the cap.
  */
 export function ariMinValidityMs(held: { notAfter: number }, now: number, freshValidityMs: number): number {
   const wanted = Math.ceil(Math.max(0, held.notAfter - now) / 1000) * 1000 + 1000;
@@ -208,4 +217,17 @@ export function nextAriCheck(now: number, retryAfterMs: number | undefined, poli
   const floor = Math.min(policy.floorMs, policy.capMs);
   const wait = retryAfterMs === undefined ? policy.capMs : Math.min(Math.max(retryAfterMs, floor), policy.capMs);
   return now + wait;
+}
+
+/**
+ * Where a writer's loop reads the ARI state of the certificate it holds and reports the renewal it asked
+ * for (the daemon's checker, src/acme/ari-checker.ts, fetches the answers). Keyed by the certificate's
+ * serial as well as the domain: a state kept for the previous certificate, while the new one's ARI ID is
+ * still being computed, is never handed out for the new one (rule 1).
+ */
+export interface AriStateSource {
+  /** The state for certificate `serial` of `domain`; undefined while none is known for that certificate. */
+  stateFor(domain: string, serial: string): AriState | undefined;
+  /** The ARI-driven renewal of certificate `serial` returned a pair (ariRenewalDone): no second order for it. */
+  renewalDone(domain: string, serial: string): void;
 }

@@ -30,7 +30,7 @@ function usableStart(held: HeldValidity): number {
 }
 
 /** The validity the rule works with: from usableStart to notAfter. */
-function usableLifetime(held: HeldValidity): number {
+export function usableLifetime(held: HeldValidity): number {
   return held.notAfter - usableStart(held);
 }
 

@@ -56,6 +56,8 @@ export interface AriDeskOptions {
   /** Retry-After on every answer. Default 21600 s. */
   retryAfterSeconds?: number;
   logger: Logger;
+  /** Each renewalInfo request answered, with its status (the emulator's `renewalInfo` event). */
+  onRequest?(certId: string, status: number): void;
 }
 
 const iso = (ms: number): string => new Date(ms).toISOString();
@@ -120,23 +122,24 @@ export class AriDesk {
     const known = this.#byId.get(certId);
     if (!known) {
       const wellFormed = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/.test(certId);
-      this.#problem(res, wellFormed ? 404 : 400, wellFormed ? `no certificate ${certId}` : 'certID is not base64url(keyIdentifier).base64url(serial)');
+      this.#problem(res, certId, wellFormed ? 404 : 400, wellFormed ? `no certificate ${certId}` : 'certID is not base64url(keyIdentifier).base64url(serial)');
       return;
     }
     const answer = this.#answer(known, this.#opts.clock.now());
-    this.#count(200);
+    this.#count(certId, 200);
     res.setHeader('Retry-After', String(this.#opts.retryAfterSeconds ?? DEFAULT_ARI_RETRY_AFTER_SECONDS));
     if ('raw' in answer) sendText(res, 200, answer.raw);
     else sendJson(res, 200, JSON.stringify({ suggestedWindow: { start: answer.start, end: answer.end }, ...pick(answer) }));
   }
 
-  #count(status: number): void {
+  #count(certId: string, status: number): void {
     const key = String(status);
     this.requests.set(key, (this.requests.get(key) ?? 0) + 1);
+    this.#opts.onRequest?.(certId, status);
   }
 
-  #problem(res: ServerResponse, status: number, detail: string): void {
-    this.#count(status);
+  #problem(res: ServerResponse, certId: string, status: number, detail: string): void {
+    this.#count(certId, status);
     problem(res, status, 'malformed', detail);
   }
 

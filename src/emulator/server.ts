@@ -125,7 +125,7 @@ export interface EmulatorStats {
 /**
  * Events on `emulator.events`: `certRequest` {domain,type,minValidity}, `certResponse` {domain,status},
  * `issued` {domain,serial,notBefore,notAfter,trigger}, `fault` {fault,domain?}, `busConnect` {mask},
- * `busDisconnect` {mask}, `certDomains` {domains}.
+ * `busDisconnect` {mask}, `certDomains` {domains}, `renewalInfo` {certId,status} (an ARI request answered).
  */
 export interface Emulator {
   readonly id: string;
@@ -201,7 +201,13 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
 
   const sortedDomains = (): string[] => [...visible].sort();
 
-  const ari = new AriDesk({ clock, halfWidthMs: options.ariHalfWidthMs, retryAfterSeconds: options.ariRetryAfterSeconds, logger });
+  const ari = new AriDesk({
+    clock,
+    halfWidthMs: options.ariHalfWidthMs,
+    retryAfterSeconds: options.ariRetryAfterSeconds,
+    logger,
+    onRequest: (certId, status) => events.emit('renewalInfo', { certId, status }),
+  });
   const issuer = new Issuer({
     id,
     certLifetimeMs,

@@ -25,13 +25,16 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
   const podHeaders: Record<string, string> = {};
   if (deps.pod.ipv4) podHeaders['Pod-IPv4'] = deps.pod.ipv4;
   if (deps.pod.ipv6) podHeaders['Pod-IPv6'] = deps.pod.ipv6;
-  app.get('/healthz', (_request, reply) => {
+  // ?verbose adds a line per domain with what the CA said through ACME Renewal Information (its window,
+  // the renewal time chosen in it, its explanation); the plain answer stays "ok" for probes.
+  app.get('/healthz', (request, reply) => {
     const verdict = deps.health.evaluate(deps.clock.now());
+    const verbose = (request.query as Record<string, unknown> | undefined)?.verbose !== undefined;
     reply
       .code(verdict.healthy ? 200 : 503)
       .headers(podHeaders)
       .header('content-type', 'text/plain; charset=utf-8')
-      .send(verdict.reason);
+      .send(verbose ? [verdict.reason, ...deps.health.details()].join('\n') : verdict.reason);
   });
   app.get('/metrics', async (_request, reply) => {
     const body = await deps.metrics.registry.metrics();

@@ -164,6 +164,9 @@ export class Replica {
     const args = [
       BIN,
       'run',
+      // No ARI request to Let's Encrypt (the default directory) from a test.
+      '--acme-directory',
+      'none',
       '--mode',
       'auto',
       '--store',

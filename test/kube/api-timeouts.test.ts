@@ -156,6 +156,8 @@ describe('Kubernetes API calls against a black-holed API server', () => {
       [
         BIN,
         'run',
+        '--acme-directory',
+        'none',
         '--store',
         'kube',
         '--mode',

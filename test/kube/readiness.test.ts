@@ -189,6 +189,8 @@ describe("the Pod's own readiness gate", () => {
       [
         BIN,
         'run',
+        '--acme-directory',
+        'none',
         '--store',
         'kube',
         '--mode',

@@ -215,7 +215,19 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
     const emulator = await startEmulator({ listen: '127.0.0.1:0', domains: [DOMAIN] });
     const [file, ...args] = [
       ...prefix,
-      ...entrypoint(['run', '--localapi', emulator.address, '--domain', DOMAIN, '--store', `dir:${store}`, '--listen', '127.0.0.1:0']),
+      ...entrypoint([
+        'run',
+        '--acme-directory',
+        'none',
+        '--localapi',
+        emulator.address,
+        '--domain',
+        DOMAIN,
+        '--store',
+        `dir:${store}`,
+        '--listen',
+        '127.0.0.1:0',
+      ]),
     ];
     const child = spawn(file!, args, {
       cwd: app,

@@ -11,8 +11,13 @@ import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/em
 
 export const DOMAIN = 'web.tailnet-test.ts.net';
 
-/** Scaled-down timing flags: renewals and backoff in seconds. */
+/**
+ * Scaled-down timing flags: renewals and backoff in seconds. ACME Renewal Information off: no test asks a
+ * real CA (Let's Encrypt is the default); a test of ARI passes --acme-directory with the emulator's URL.
+ */
 export const FAST_FLAGS = [
+  '--acme-directory',
+  'none',
   '--first-retry',
   '200ms',
   '--retry-cap',

@@ -8,6 +8,8 @@ import { LocalApiError, type CertPair, type CertPairOptions } from '../../src/co
 import { silentLogger } from '../../src/core/logger.ts';
 import { fanOut, type AttemptResult } from '../../src/core/observer.ts';
 import { staticRole, type LoadOptions, type StoredCert } from '../../src/core/store.ts';
+import { ariRenewalDone, holding, NO_ARI_STATE, withAnswer, type AriState, type AriStateSource } from '../../src/core/renewal-info.ts';
+import type { IssueReason } from '../../src/core/issuance-policy.ts';
 
 const alwaysWriter = staticRole('writer-0', true);
 const alwaysReader = staticRole('reader-1', false);
@@ -719,5 +721,88 @@ describe('CertLoop against backdating, short and skewed issuers', () => {
     h.responses.push(() => makePair(domain, h.clock.now(), 4 * MIN));
     await h.loop.turn(signal);
     assert.equal(h.calls.length, 2, 'one once it has passed');
+  });
+});
+
+describe('CertLoop and the CA word (ACME Renewal Information)', () => {
+  /** The daemon's checker reduced to its state per serial; `revoke` gives a serial a window an hour ago. */
+  function ariSource(now: () => number): AriStateSource & { revoke(serial: string): void; done: string[] } {
+    const states = new Map<string, AriState>();
+    const done: string[] = [];
+    return {
+      done,
+      revoke: (serial) => {
+        const held = holding(NO_ARI_STATE, `k.${serial}`, now() - MIN);
+        states.set(
+          serial,
+          withAnswer(held, { certId: `k.${serial}`, window: { start: now() - 60 * MIN, end: now() - 59 * MIN }, fetchedAt: now() }, () => 0.5),
+        );
+      },
+      stateFor: (_d, serial) => states.get(serial),
+      renewalDone: (_d, serial) => {
+        done.push(serial);
+        const state = states.get(serial);
+        if (state) states.set(serial, ariRenewalDone(state));
+      },
+    };
+  }
+
+  function ariHarness(role = alwaysWriter): Harness & { ari: ReturnType<typeof ariSource>; reasons: IssueReason[] } {
+    const reasons: IssueReason[] = [];
+    let clockRef: ManualClock | undefined;
+    const ari = ariSource(() => clockRef!.now());
+    const attempt = (_d: string, result: AttemptResult, why: IssueReason): void => {
+      h.attempts.push(result);
+      reasons.push(why);
+    };
+    const h = harness({ renewalInfo: ari, role, observer: fanOut([{ attempt }]) });
+    clockRef = h.clock;
+    return { ...h, ari, reasons };
+  }
+
+  it('renews a certificate the CA revoked at once, with a min_validity above what it has left, and only once', async () => {
+    const h = ariHarness();
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    const revoked = h.loop.current!.info.serial;
+    h.clock.t += 2 * MIN;
+    h.ari.revoke(revoked);
+    h.responses.push(() => fresh(h));
+    const wait = await h.loop.turn(signal);
+    assert.equal(h.calls.length, 2);
+    assert.equal(h.calls[1]!.minValidityMs, 88 * MIN + 1000, 'one second more than the 88 minutes left');
+    assert.deepEqual(h.reasons, ['no_certificate', 'ca_requested_now']);
+    assert.deepEqual(h.ari.done, [revoked]);
+    assert.notEqual(h.loop.current!.info.serial, revoked);
+    assert.equal(wait, 45 * MIN, 'the new certificate: its own renewal point');
+    assert.equal(await h.loop.turn(signal), 45 * MIN);
+    assert.equal(h.calls.length, 2);
+  });
+
+  it('the same pair back from tailscaled counts as the one order: no second call for that certificate', async () => {
+    const h = ariHarness();
+    const pair = await fresh(h);
+    h.responses.push(
+      async () => pair,
+      async () => pair,
+    );
+    await h.loop.turn(signal);
+    h.clock.t += 2 * MIN;
+    h.ari.revoke(h.loop.current!.info.serial);
+    await h.loop.turn(signal);
+    assert.deepEqual(h.attempts, ['success', 'unchanged']);
+    assert.equal(await h.loop.turn(signal), 43 * MIN, 'back to the expiry rule');
+    assert.equal(h.calls.length, 2);
+  });
+
+  it('a reader never acts on it', async () => {
+    const h = ariHarness(alwaysReader);
+    const pair = await fresh(h);
+    const info = validateCertPair(pair, domain, h.clock.now());
+    h.store.content.set(domain, { state: 'valid', cert: { pair, info } });
+    h.clock.t += 2 * MIN;
+    h.ari.revoke(info.serial);
+    await h.loop.turn(signal);
+    assert.equal(h.calls.length, 0);
   });
 });

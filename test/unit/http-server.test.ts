@@ -43,6 +43,22 @@ describe('http server', () => {
     health.manage([]);
   });
 
+  it('adds the CA renewal window per domain to /healthz?verbose only; the plain answer stays the verdict', async () => {
+    const domains = ['b.example.ts.net', 'a.example.ts.net'];
+    health.manage(domains);
+    health.renewalInfo('b.example.ts.net', 'CA suggests renewal 2026-11-25T10:00:00.000Z..2026-11-25T11:00:00.000Z, chosen 2026-11-25T10:30:00.000Z');
+    const verbose = await app.inject({ method: 'GET', url: '/healthz?verbose' });
+    assert.equal(
+      verbose.body,
+      'a.example.ts.net: no certificate yet; b.example.ts.net: no certificate yet\n' +
+        'b.example.ts.net: CA suggests renewal 2026-11-25T10:00:00.000Z..2026-11-25T11:00:00.000Z, chosen 2026-11-25T10:30:00.000Z',
+    );
+    assert.equal((await app.inject({ method: 'GET', url: '/healthz' })).body, 'a.example.ts.net: no certificate yet; b.example.ts.net: no certificate yet');
+    health.renewalInfo('b.example.ts.net', undefined);
+    assert.equal((await app.inject({ method: 'GET', url: '/healthz?verbose' })).body.includes('CA suggests'), false);
+    health.manage([]);
+  });
+
   it('reports the issuance slots in use and the domains waiting for one', async () => {
     const slots = new IssuanceSlots(2);
     metrics.watchIssuanceSlots(slots);

@@ -24,6 +24,7 @@ import {
   type IssuanceSettings,
   type IssuanceSnapshot,
 } from '../../src/core/issuance-policy.ts';
+import { holding, NO_ARI_STATE, withAnswer } from '../../src/core/renewal-info.ts';
 
 const MIN = 60_000;
 const DAY = 24 * 60 * MIN;
@@ -55,6 +56,15 @@ const base: IssuanceSnapshot = {
 const writerOnItsWay = (s: Partial<IssuanceSnapshot>): IssuanceSnapshot => ({ ...base, ...s });
 const reader = { identity: 'reader-1', issue: false, write: false };
 const wait = (reason: IssuanceDecision['reason'], at: number): IssuanceDecision => ({ action: 'wait', reason, at });
+
+/**
+ * ARI state for the held certificate `fresh` (ID "k.s", held since 10 minutes ago), with the CA's window
+ * `start`..`end` fetched at NOW - MIN; the time chosen is the window's middle (random 0.5).
+ */
+function ariFor(start: number, end: number): IssuanceSnapshot['ari'] {
+  const answered = withAnswer(holding(NO_ARI_STATE, 'k.s', NOW - 10 * MIN), { certId: 'k.s', window: { start, end }, fetchedAt: NOW - MIN }, () => 0.5);
+  return { state: answered, minHoldMs: MIN };
+}
 
 type Row = [name: string, snapshot: Partial<IssuanceSnapshot>, expected: IssuanceDecision | undefined];
 
@@ -117,6 +127,29 @@ describe('notDueRule: a valid certificate before its renewal point', () => {
     ],
     ['passes on once it is due', { held: due }, undefined],
     ['passes on with nothing held', {}, undefined],
+    // ACME Renewal Information: the CA's window can only make the renewal earlier.
+    [
+      'looks again at the time chosen inside the CA window',
+      { held: fresh, ari: ariFor(NOW + 10 * MIN, NOW + 20 * MIN) },
+      { action: 'use', reason: 'not_due', at: NOW + 15 * MIN },
+    ],
+    [
+      'a window later than the expiry rule changes nothing',
+      { held: fresh, ari: ariFor(NOW + 50 * MIN, NOW + 60 * MIN) },
+      { action: 'use', reason: 'not_due', at: NOW + 35 * MIN },
+    ],
+    ['passes on once the chosen time has come', { held: fresh, ari: ariFor(NOW - 20 * MIN, NOW - 2 * MIN + 1) }, undefined],
+    ['passes on for a window already over (revoked)', { held: fresh, ari: ariFor(NOW - 60 * MIN, NOW - 59 * MIN) }, undefined],
+    [
+      'not before the certificate was held for the minimum interval',
+      { held: fresh, ari: { ...ariFor(NOW - 60 * MIN, NOW - 59 * MIN)!, minHoldMs: 20 * MIN } },
+      { action: 'use', reason: 'not_due', at: NOW + 10 * MIN },
+    ],
+    [
+      'never a second order for a certificate whose ARI renewal returned a pair',
+      { held: fresh, ari: { state: { ...ariFor(NOW - 60 * MIN, NOW - 59 * MIN)!.state, renewed: ['k.s'] }, minHoldMs: MIN } },
+      { action: 'use', reason: 'not_due', at: NOW + 35 * MIN },
+    ],
   ]);
 });
 
@@ -220,6 +253,14 @@ describe('issueReason: why a call is made (the label of certshare_issuance_attem
     ['an unusable store, nothing held', { store: { state: 'unusable' } }, 'stored_unusable'],
     ['a held certificate due', { held: due, store: { state: 'valid', notAfter: due.notAfter } }, 'expiry'],
     ['a held certificate over an unusable store (restored first; its renewal is still an expiry)', { held: due, store: { state: 'unusable' } }, 'expiry'],
+    ['the time chosen inside the CA window has come', { held: fresh, ari: ariFor(NOW - 20 * MIN, NOW - MIN / 2) }, 'ca_requested'],
+    ['the CA window was over when it arrived (revoked)', { held: fresh, ari: ariFor(NOW - 60 * MIN, NOW - 59 * MIN) }, 'ca_requested_now'],
+    [
+      'the CA asks for a certificate also due by expiry: its word, for the min_validity',
+      { held: due, ari: ariFor(NOW - 60 * MIN, NOW - 59 * MIN) },
+      'ca_requested_now',
+    ],
+    ['a CA window not reached yet: still the expiry', { held: due, ari: ariFor(NOW + 10 * MIN, NOW + 20 * MIN) }, 'expiry'],
   ];
   for (const [name, s, reason] of rows) it(name, () => assert.equal(issueReason(writerOnItsWay(s)), reason));
 });
@@ -259,6 +300,26 @@ describe('decideIssuance: the first rule that decides wins', () => {
       'a due certificate the store holds: renew',
       { held: due, store: { state: 'valid', notAfter: due.notAfter }, turn: { budget: { kind: 'not_needed' }, slot: true, intent: { kind: 'recorded' } } },
       { action: 'issue', reason: 'expiry', at: NOW },
+    ],
+    [
+      'a revoked certificate not due by expiry: renew through the same steps',
+      {
+        held: fresh,
+        store: { state: 'valid', notAfter: fresh.notAfter },
+        ari: ariFor(NOW - 60 * MIN, NOW - 59 * MIN),
+        turn: { budget: { kind: 'not_needed' }, slot: true, intent: { kind: 'recorded' } },
+      },
+      { action: 'issue', reason: 'ca_requested_now', at: NOW },
+    ],
+    [
+      'the CA asks, but the storm bound holds',
+      { held: fresh, store: { state: 'valid', notAfter: fresh.notAfter }, ari: ariFor(NOW - 60 * MIN, NOW - 59 * MIN), callFloor: NOW + MIN },
+      wait('min_interval', NOW + MIN),
+    ],
+    [
+      'the CA asks a reader: the writer renews',
+      { held: fresh, store: { state: 'valid', notAfter: fresh.notAfter }, ari: ariFor(NOW - 60 * MIN, NOW - 59 * MIN), role: reader },
+      wait('not_writer', NOW + MIN),
     ],
   ];
   for (const [name, s, expected] of rows) it(name, () => assert.deepEqual(decideIssuance(writerOnItsWay(s), settings), expected));
