@@ -70,7 +70,9 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
                 const { verdict, rounds, probes, endpointsSeen } = await checkRouting(url, {
                   ownIPv4,
                   probesPerRound: config.routingAttempts,
-                  timeoutMs: 3000,
+                  // This Pod answers its own /healthz in milliseconds; a call still open after a second is
+                  // another endpoint (busy, starting) and only holds the round back.
+                  timeoutMs: 1000,
                   roundDelayMs: 100,
                   patienceMs: 30_000,
                   signal,

@@ -65,20 +65,34 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
   let rounds = 0;
   let probes = 0;
   const outcome = (verdict: RoutingVerdict): RoutingOutcome => ({ verdict, rounds, probes, endpointsSeen: seen.size });
+  /**
+   * One round: `count` calls at once, settled as soon as one answer proves the route (the others are
+   * cut: a slow endpoint, e.g. a Pod still starting on a busy node, must not hold the verdict back).
+   */
   const round = async (): Promise<RoutingOutcome> => {
     rounds++;
     const count = Math.min(MAX_PROBES_PER_ROUND, Math.max(options.probesPerRound, 3 * seen.size));
     probes += count;
-    const answers = await Promise.allSettled(Array.from({ length: count }, () => probe(target, options.timeoutMs, options.signal)));
-    let unverifiable = false;
-    for (const answer of answers) {
-      if (answer.status !== 'fulfilled' || answer.value.status !== 200) continue;
-      const { podIPv4 } = answer.value;
-      if (podIPv4 === undefined) unverifiable = true;
-      else seen.add(podIPv4);
-    }
-    if (options.ownIPv4 !== undefined && seen.has(options.ownIPv4)) return outcome('routed');
-    if (unverifiable) return outcome('unverifiable');
+    const cut = new AbortController();
+    const signal = options.signal ? AbortSignal.any([options.signal, cut.signal]) : cut.signal;
+    const proven = await new Promise<boolean>((resolve) => {
+      let pending = count;
+      for (let i = 0; i < count; i++) {
+        probe(target, options.timeoutMs, signal).then(
+          ({ status, podIPv4 }) => {
+            if (status === 200 && podIPv4 !== undefined) seen.add(podIPv4);
+            if (status === 200 && (podIPv4 === undefined || podIPv4 === options.ownIPv4)) resolve(true);
+            if (--pending === 0) resolve(false);
+          },
+          () => {
+            if (--pending === 0) resolve(false);
+          },
+        );
+      }
+    });
+    cut.abort();
+    if (options.signal?.aborted) throw options.signal.reason;
+    if (proven) return outcome(options.ownIPv4 !== undefined && seen.has(options.ownIPv4) ? 'routed' : 'unverifiable');
     throw new Error(`${count} calls answered by ${seen.size} other endpoints`);
   };
   try {

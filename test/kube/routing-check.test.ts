@@ -8,14 +8,18 @@ import { checkRouting } from '../../src/kube/routing-check.ts';
 
 const OWN = '10.201.0.10';
 
-async function service(answer: () => { status?: number; ip: string | undefined }): Promise<{ url: string; server: Server; requests: () => number }> {
+async function service(
+  answer: () => { status?: number; ip: string | undefined; delayMs?: number },
+): Promise<{ url: string; server: Server; requests: () => number }> {
   let requests = 0;
   const server = createServer((_req, res) => {
     requests++;
-    const { status = 200, ip } = answer();
+    const { status = 200, ip, delayMs = 0 } = answer();
     if (ip) res.setHeader('Pod-IPv4', ip);
     res.statusCode = status;
-    res.end('ok');
+    // A slow endpoint (a Pod starting on a busy node) answers late, or not before the caller gave up.
+    const timer = setTimeout(() => res.end('ok'), delayMs);
+    res.on('close', () => clearTimeout(timer));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/healthz`, server, requests: () => requests };
@@ -42,12 +46,26 @@ describe('routing check', () => {
       servers.push(svc.server);
       const outcome = await checkRouting(svc.url, options);
       assert.equal(outcome.verdict, 'routed');
-      assert.equal(outcome.probes, svc.requests(), 'every call counted');
+      assert.ok(svc.requests() <= outcome.probes, 'calls counted (those cut once the route was proven may never arrive)');
       rounds.push(outcome.rounds);
       if (outcome.rounds > 1) assert.ok(outcome.probes > 9 * outcome.rounds, `later rounds larger than the first: ${JSON.stringify(outcome)}`);
     }
     // A miss of a whole round at 10 endpoints: 0.9^9 = 39% for the first, under 5% for each after it.
     assert.ok(Math.max(...rounds) <= 6, `rounds over 30 checks: ${rounds.join(',')}`);
+  });
+
+  it('does not wait for slow endpoints: a proven route settles the round, a slow call ends at its timeout', async () => {
+    const other = endpoints(10);
+    const svc = await service(() => {
+      const { ip } = other();
+      return ip === OWN ? { ip } : { ip, delayMs: 5_000 };
+    });
+    servers.push(svc.server);
+    const started = performance.now();
+    const outcome = await checkRouting(svc.url, { ...options, timeoutMs: 1000 });
+    assert.equal(outcome.verdict, 'routed');
+    // Under one slow answer (5 s): rounds end at the 1 s timeout, and four misses in a row are < 1e-5 likely.
+    assert.ok(performance.now() - started < 4_500, `${Math.round(performance.now() - started)} ms: held back by the slow endpoints`);
   });
 
   it('answers not-routed only after its patience, never after one unlucky round', async () => {
