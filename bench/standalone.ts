@@ -6,6 +6,7 @@ import { CertFileWatch, spawnDaemon, startEmulator } from './lib/certshare.ts';
 import { freePort, httpRequest, pollHealthy } from './lib/http.ts';
 import { pinningAvailable, pinProcess, runLoad, type LoadResult } from './lib/load.ts';
 import { idleRss, Proc, type MemStatus } from './lib/proc.ts';
+import type { BenchSize } from './lib/size.ts';
 import { progress } from './lib/stats.ts';
 
 export const STANDALONE_DOMAIN = 'web.tailnet-0000.ts.net';
@@ -14,8 +15,7 @@ export interface StandaloneOptions {
   /** Seconds of measured load per server (split into interleaved rounds of about 2 s). */
   loadSeconds: number;
   connections: number;
-  startupRuns: number;
-  domainRuns: number;
+  size: BenchSize;
 }
 
 export interface StandaloneResults {
@@ -30,10 +30,10 @@ export interface StandaloneResults {
   pinned: boolean;
 }
 
-export async function bareNodeRss(): Promise<MemStatus> {
-  const proc = new Proc('bare node', ['-e', 'setInterval(() => {}, 1 << 30)']);
+export async function bareNodeRss(size: BenchSize): Promise<MemStatus> {
+  const proc = new Proc('bare node', ['-e', 'setInterval(() => {}, 1 << 30)'], { mustRun: true });
   try {
-    const [rss] = await idleRss([proc.pid]);
+    const [rss] = await idleRss([proc.pid], size.idle);
     return rss!;
   } finally {
     await proc.stop();
@@ -41,7 +41,7 @@ export async function bareNodeRss(): Promise<MemStatus> {
 }
 
 async function startFastifyHello(): Promise<{ proc: Proc; port: number }> {
-  const proc = new Proc('fastify hello', [resolve(import.meta.dirname, 'fastify-hello.ts')]);
+  const proc = new Proc('fastify hello', [resolve(import.meta.dirname, 'fastify-hello.ts')], { mustRun: true });
   const line = await proc.waitForLog((e) => typeof e.listening === 'string', 20_000, 'fastify hello listening');
   return { proc, port: Number(new URL(line.listening as string).port) };
 }
@@ -57,11 +57,15 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   const port = await freePort();
   let daemon = spawnDaemon('certshare standalone', [...baseArgs, '--domain', STANDALONE_DOMAIN, '--listen', `127.0.0.1:${port}`]);
   await files.next(30_000);
-  const [standalone] = await idleRss([daemon.pid]);
+  const [standalone] = await idleRss([daemon.pid], o.size.idle);
 
   // 2. /healthz under load, against a bare fastify hello measured the same way (interleaved rounds).
   const hello = await startFastifyHello();
-  const [fastifyHello] = await idleRss([hello.proc.pid], { idleMs: 1000, spanMs: 1000 });
+  const [fastifyHello] = await idleRss([hello.proc.pid], {
+    ...o.size.idle,
+    idleMs: Math.min(1000, o.size.idle.idleMs),
+    spanMs: Math.min(1000, o.size.idle.spanMs),
+  });
   const daemonUrl = `http://127.0.0.1:${port}/healthz`;
   const helloUrl = `http://127.0.0.1:${hello.port}/healthz`;
   for (const url of [daemonUrl, helloUrl]) {
@@ -74,8 +78,8 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
     `load: warm-up, then ${o.loadSeconds} s each on /healthz of the daemon and of a bare fastify ` +
       `(${o.connections} connections${pinningAvailable() ? '; servers on CPU 0, autocannon on CPU 1' : ''})`,
   );
-  await runLoad(daemonUrl, 2, o.connections);
-  await runLoad(helloUrl, 2, o.connections);
+  await runLoad(daemonUrl, o.size.warmupSeconds, o.connections);
+  await runLoad(helloUrl, o.size.warmupSeconds, o.connections);
   const healthz: LoadResult[] = [];
   const fastify: LoadResult[] = [];
   // Short interleaved rounds, medians: on a small shared machine a neighbour's burst then spoils one
@@ -89,9 +93,9 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   await daemon.stop();
 
   // 3. Start-up to healthy with the certificate already stored (second and later starts).
-  progress(`standalone: start-up to healthy x${o.startupRuns}`);
+  progress(`standalone: start-up to healthy x${o.size.startupRuns}`);
   const startupMs: number[] = [];
-  for (let i = 0; i < o.startupRuns; i++) {
+  for (let i = 0; i < o.size.startupRuns; i++) {
     const p = await freePort();
     daemon = spawnDaemon('certshare restart', [...baseArgs, '--domain', STANDALONE_DOMAIN, '--listen', `127.0.0.1:${p}`]);
     const healthyAt = await pollHealthy(p, 20_000, () => daemon.exitInfo === undefined);
@@ -100,8 +104,8 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   }
 
   // 4. A domain appears on the bus (emulator control API) -> its certificate files on disk.
-  progress(`standalone: domain on the bus to certificate on disk x${o.domainRuns}`);
-  const domains = Array.from({ length: o.domainRuns }, (_, i) => `new${i + 1}.tailnet-0000.ts.net`);
+  progress(`standalone: domain on the bus to certificate on disk x${o.size.domainRuns}`);
+  const domains = Array.from({ length: o.size.domainRuns }, (_, i) => `new${i + 1}.tailnet-0000.ts.net`);
   const p = await freePort();
   daemon = spawnDaemon('certshare new domains', [...baseArgs, ...domains.flatMap((d) => ['--domain', d]), '--listen', `127.0.0.1:${p}`]);
   await daemon.waitForLog((e) => e.msg === 'tailscaled cert domains', 20_000, 'first IPN bus sync');
