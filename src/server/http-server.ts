@@ -1,7 +1,7 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import { errorMessage } from '../core/errors.ts';
 import type { Clock } from '../core/clock.ts';
-import type { HealthState } from '../core/health.ts';
+import type { HealthState, HealthVerdict } from '../core/health.ts';
 import type { PodAddresses } from '../core/pod-addresses.ts';
 import type { Metrics } from './metrics.ts';
 
@@ -25,13 +25,13 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
   const podHeaders: Record<string, string> = {};
   if (deps.pod.ipv4) podHeaders['Pod-IPv4'] = deps.pod.ipv4;
   if (deps.pod.ipv6) podHeaders['Pod-IPv6'] = deps.pod.ipv6;
+  // The answer is built when the verdict changes (HealthState.current keeps one verdict object until then):
+  // per request, a clock read, a comparison and an identity check.
+  let answer: HealthzAnswer | undefined;
   app.get('/healthz', (_request, reply) => {
-    const verdict = deps.health.evaluate(deps.clock.now());
-    reply
-      .code(verdict.healthy ? 200 : 503)
-      .headers(podHeaders)
-      .header('content-type', 'text/plain; charset=utf-8')
-      .send(verdict.reason);
+    const verdict = deps.health.current(deps.clock.now());
+    if (answer?.verdict !== verdict) answer = healthzAnswer(verdict, podHeaders);
+    reply.code(answer.status).headers(answer.headers).send(answer.body);
   });
   app.get('/metrics', async (_request, reply) => {
     const body = await deps.metrics.registry.metrics();
@@ -48,4 +48,21 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
       .send({ error: status >= 500 ? 'Internal Server Error' : 'Bad Request', message: errorMessage(err) });
   });
   return app;
+}
+
+interface HealthzAnswer {
+  verdict: HealthVerdict;
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/** What GET /healthz answers for a verdict: 200 "ok" or 503 with the reason, as plain text, with the Pod's addresses. */
+function healthzAnswer(verdict: HealthVerdict, podHeaders: Record<string, string>): HealthzAnswer {
+  return {
+    verdict,
+    status: verdict.healthy ? 200 : 503,
+    headers: { ...podHeaders, 'content-type': 'text/plain; charset=utf-8' },
+    body: verdict.reason,
+  };
 }

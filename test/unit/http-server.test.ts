@@ -43,6 +43,22 @@ describe('http server', () => {
     health.manage([]);
   });
 
+  it('answers /healthz 503 once the certificate expires, with nothing else changing (the answer is kept per verdict)', async () => {
+    const now = clock.now();
+    health.manage(['web.example.ts.net']);
+    const info = { domain: 'web.example.ts.net', notBefore: now - 60_000, notAfter: now + 60_000, serial: '01', fingerprint256: '' };
+    health.certificate('web.example.ts.net', { pair: { certPem: '', keyPem: '' }, info });
+    for (let i = 0; i < 2; i++) {
+      const ok = await app.inject({ method: 'GET', url: '/healthz' });
+      assert.deepEqual([ok.statusCode, ok.body, podHeaders(ok)], [200, 'ok', ['10.1.2.3', 'fd00::3']]);
+    }
+    await clock.advance(60_000);
+    const expired = await app.inject({ method: 'GET', url: '/healthz' });
+    assert.deepEqual([expired.statusCode, expired.body, podHeaders(expired)], [503, 'web.example.ts.net: certificate expired', ['10.1.2.3', 'fd00::3']]);
+    assert.match(String(expired.headers['content-type']), /^text\/plain/);
+    health.manage([]);
+  });
+
   it('reports the issuance slots in use and the domains waiting for one', async () => {
     const slots = new IssuanceSlots(2);
     metrics.watchIssuanceSlots(slots);
