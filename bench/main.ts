@@ -207,6 +207,9 @@ const s = standalone!;
 // fastify right after): on a shared machine the load varies over a run, and a pair sees the same.
 const healthzRps = median(s.healthz.map((r) => r.rps));
 const pairRatios = s.healthz.map((r, i) => r.rps / s.fastify[i]!.rps);
+// The same comparison in CPU time per request (bare fastify's over the daemon's): what each server costs,
+// which a busy neighbour on the machine does not change as much as it changes requests per second.
+const cpuRatios = s.healthzCpuUs.map((us, i) => s.fastifyCpuUs[i]! / us);
 const fastifyRps = median(s.fastify.map((r) => r.rps));
 const healthzP99 = median(s.healthz.map((r) => r.p99Ms));
 const fastifyP99 = median(s.fastify.map((r) => r.p99Ms));
@@ -225,12 +228,15 @@ const figures: Record<string, number | null> = {
   rssKubeReaderMB: rest ? round(Math.max(...rest.readers.map((r) => r.rss))) : null,
   rssKubeWriterMB: rest ? round(rest.writer.rss) : null,
   startupToHealthyMs: Math.round(median(s.startupMs)),
+  startupCpuMs: Math.round(median(s.startupCpuMs)),
   domainToCertMs: Math.round(median(s.domainToCertMs)),
   propagationP50Ms: prop ? Math.round(prop.p50) : null,
   propagationP99Ms: prop ? Math.round(prop.p99) : null,
   healthzRps: Math.round(healthzRps),
   healthzP99Ms: healthzP99,
   healthzVsBareFastify: round(median(pairRatios), 2),
+  healthzCpuUsPerRequest: round(median(s.healthzCpuUs), 1),
+  healthzCpuVsBareFastify: round(median(cpuRatios), 2),
   apiRequestsPerReplicaHour: apiPerReplicaHour === null ? null : round(apiPerReplicaHour, 1),
   rssInjectorMB: injector ? round(injector.rss.rss) : null,
   injectorAdmissionP50Ms: injector ? round(injector.p50Ms) : null,
@@ -255,6 +261,7 @@ const baseline: Record<string, string> = {
     : 'skipped',
   rssKubeWriterMB: rest ? `${target('rssKubeWriterMB')}; bare node ${round(s.bareNode.rss)}; anon ${round(rest.writer.anon)}` : 'skipped',
   startupToHealthyMs: `${target('startupToHealthyMs')}; median of ${s.startupMs.length}: ${s.startupMs.map(Math.round).join(', ')}`,
+  startupCpuMs: `${target('startupCpuMs')}; CPU time until healthy, median of ${s.startupCpuMs.length}: ${s.startupCpuMs.join(', ')} (10 ms ticks)`,
   domainToCertMs: `${target('domainToCertMs')}; median of ${s.domainToCertMs.length}: ${s.domainToCertMs.map(Math.round).join(', ')}`,
   propagationP50Ms: propagation
     ? `${propagation.samplesMs.length} samples (${propagation.renewals} renewals x 2 readers, ${propagation.missed} missed)`
@@ -264,6 +271,8 @@ const baseline: Record<string, string> = {
     `bare fastify ${Math.round(fastifyRps)} req/s ` +
     `(medians of ${s.healthz.length} interleaved rounds, ${loadS} s each in all, 10 connections${s.pinned ? ', 1 CPU each' : ''})`,
   healthzP99Ms: `bare fastify ${fastifyP99} ms`,
+  healthzCpuUsPerRequest: `server CPU time per response; bare fastify ${round(median(s.fastifyCpuUs), 1)} us`,
+  healthzCpuVsBareFastify: `bare fastify's CPU per response over the daemon's; rounds: ${cpuRatios.map((r) => round(r, 2)).join(', ')}`,
   healthzVsBareFastify: `${target('healthzVsBareFastify')}; median of round pairs: ${pairRatios.map((r) => round(r, 2)).join(', ')}`,
   apiRequestsPerReplicaHour: rest
     ? `${target('apiRequestsPerReplicaHour')}; window ${round(rest.windowS, 0)} s x ${rest.replicas} replicas; ` +
@@ -322,6 +331,9 @@ if (opts.json) {
       kubeReaders: rest?.readers,
     },
     startupMs: s.startupMs.map(Math.round),
+    startupCpuMs: s.startupCpuMs,
+    healthzCpuUsRounds: s.healthzCpuUs.map((us) => round(us, 1)),
+    fastifyCpuUsRounds: s.fastifyCpuUs.map((us) => round(us, 1)),
     domainToCertMs: s.domainToCertMs.map(Math.round),
     propagationMs: propagation?.samplesMs.map(Math.round),
     apiAtRest: rest && {

@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { CertFileWatch, spawnDaemon, startEmulator } from './lib/certshare.ts';
 import { freePort, httpRequest, pollHealthy } from './lib/http.ts';
 import { pinningAvailable, pinProcess, runLoad, type LoadResult } from './lib/load.ts';
-import { idleRss, Proc, type MemStatus } from './lib/proc.ts';
+import { cpuMs, idleRss, Proc, type MemStatus } from './lib/proc.ts';
 import type { BenchSize } from './lib/size.ts';
 import { progress } from './lib/stats.ts';
 
@@ -25,7 +25,12 @@ export interface StandaloneResults {
   fastifyHello: MemStatus;
   healthz: LoadResult[];
   fastify: LoadResult[];
+  /** CPU time of each server per 2xx response in each round (microseconds), same order as healthz / fastify. */
+  healthzCpuUs: number[];
+  fastifyCpuUs: number[];
   startupMs: number[];
+  /** CPU time the daemon used from its start until /healthz answered 200. */
+  startupCpuMs: number[];
   domainToCertMs: number[];
   pinned: boolean;
 }
@@ -82,12 +87,21 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   await runLoad(helloUrl, o.size.warmupSeconds, o.connections);
   const healthz: LoadResult[] = [];
   const fastify: LoadResult[] = [];
+  const healthzCpuUs: number[] = [];
+  const fastifyCpuUs: number[] = [];
   // Short interleaved rounds, medians: on a small shared machine a neighbour's burst then spoils one
   // round of one server instead of the whole comparison.
   const rounds = Math.max(1, Math.floor(o.loadSeconds / 2));
   for (let i = 0; i < rounds; i++) {
-    healthz.push(await runLoad(daemonUrl, Math.max(1, Math.round(o.loadSeconds / rounds)), o.connections));
-    fastify.push(await runLoad(helloUrl, Math.max(1, Math.round(o.loadSeconds / rounds)), o.connections));
+    for (const [pid, url, results, cpuUs] of [
+      [daemon.pid, daemonUrl, healthz, healthzCpuUs],
+      [hello.proc.pid, helloUrl, fastify, fastifyCpuUs],
+    ] as const) {
+      const cpuBefore = await cpuMs(pid);
+      const result = await runLoad(url, Math.max(1, Math.round(o.loadSeconds / rounds)), o.connections);
+      results.push(result);
+      cpuUs.push(((await cpuMs(pid)) - cpuBefore) * (1000 / result.ok));
+    }
   }
   await hello.proc.stop();
   await daemon.stop();
@@ -95,11 +109,13 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   // 3. Start-up to healthy with the certificate already stored (second and later starts).
   progress(`standalone: start-up to healthy x${o.size.startupRuns}`);
   const startupMs: number[] = [];
+  const startupCpuMs: number[] = [];
   for (let i = 0; i < o.size.startupRuns; i++) {
     const p = await freePort();
     daemon = spawnDaemon('certshare restart', [...baseArgs, '--domain', STANDALONE_DOMAIN, '--listen', `127.0.0.1:${p}`]);
     const healthyAt = await pollHealthy(p, 20_000, () => daemon.exitInfo === undefined);
     startupMs.push(healthyAt - daemon.spawnedAt);
+    startupCpuMs.push(await cpuMs(daemon.pid));
     await daemon.stop();
   }
 
@@ -123,5 +139,17 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   await daemon.stop();
   files.close();
   await emulator.proc.stop();
-  return { bareNode, standalone: standalone!, fastifyHello: fastifyHello!, healthz, fastify, startupMs, domainToCertMs, pinned: pinningAvailable() };
+  return {
+    bareNode,
+    standalone: standalone!,
+    fastifyHello: fastifyHello!,
+    healthz,
+    fastify,
+    healthzCpuUs,
+    fastifyCpuUs,
+    startupMs,
+    startupCpuMs,
+    domainToCertMs,
+    pinned: pinningAvailable(),
+  };
 }

@@ -185,6 +185,18 @@ export async function stopAll(graceMs = 5000): Promise<void> {
   );
 }
 
+/**
+ * CPU time (user + system) a process has used so far, in ms: on a machine shared with other work, what a
+ * server spends per request or a daemon until healthy, whatever the wall clock says. /proc counts in ticks
+ * of USER_HZ, 100 per second on Linux: a 10 ms resolution.
+ */
+export async function cpuMs(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+  // Fields after the command name, which is in parentheses and may hold spaces: state is the first, utime the 12th.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
 export interface MemStatus {
   /** VmRSS, RssAnon, RssFile in MB. */
   rss: number;

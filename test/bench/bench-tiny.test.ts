@@ -37,7 +37,17 @@ describe('npm run bench -- --tiny', () => {
       if (child.exitCode === null) child.kill('SIGTERM');
     }
     const report = lastJsonLine(stdout);
-    assertFigures('standalone', report, ['rssBareNodeMB', 'rssStandaloneMB', 'startupToHealthyMs', 'domainToCertMs', 'healthzRps', 'healthzVsBareFastify']);
+    assertFigures('standalone', report, [
+      'rssBareNodeMB',
+      'rssStandaloneMB',
+      'startupToHealthyMs',
+      'startupCpuMs',
+      'domainToCertMs',
+      'healthzRps',
+      'healthzVsBareFastify',
+      'healthzCpuUsPerRequest',
+      'healthzCpuVsBareFastify',
+    ]);
     assertFigures('kube at rest', report, ['rssKubeReaderMB', 'rssKubeWriterMB', 'apiRequestsPerReplicaHour']);
     assertFigures('propagation', report, ['propagationP50Ms', 'propagationP99Ms']);
     assertFigures('injector', report, ['rssInjectorMB', 'injectorAdmissionP99Ms']);

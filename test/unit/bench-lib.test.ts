@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { watchRenewalsPerHour } from '../../bench/lib/apiserver.ts';
 import { IMAGE_NODE_FLAGS, imageNodeFlags } from '../../bench/lib/certshare.ts';
 import { heapByConstructor } from '../../bench/lib/heap.ts';
-import { failOnUnexpectedExit, Proc, type UnexpectedExitError } from '../../bench/lib/proc.ts';
+import { cpuMs, failOnUnexpectedExit, Proc, type UnexpectedExitError } from '../../bench/lib/proc.ts';
 import { linearFit } from '../../bench/lib/stats.ts';
 
 test('linearFit: the least-squares line, NaN slope without two distinct x', () => {
@@ -76,4 +76,14 @@ test('failOnUnexpectedExit: a process the bench needs that exits on its own is r
   await stopped.stop();
   await new Proc('autocannon', ['-e', 'process.exit(1)']).exited;
   assert.equal(reported.length, 1);
+});
+
+test('cpuMs: the CPU time a process used, from /proc (user + system, 10 ms ticks)', async () => {
+  const before = await cpuMs(process.pid);
+  const spent = process.cpuUsage();
+  // Busy until this process has used at least 100 ms more CPU by its own count.
+  while (process.cpuUsage(spent).user < 100_000) Math.sqrt(Math.random());
+  const after = await cpuMs(process.pid);
+  assert.equal(before % 10, 0);
+  assert.ok(after - before >= 80, `${before} -> ${after}`);
 });
