@@ -13,6 +13,7 @@ import { X509Certificate } from 'node:crypto';
 import { readAudit, watchRenewalsPerHour, type AuditEvent } from './lib/apiserver.ts';
 import { CertTreeWatch, startEmulator, type EmulatorProc } from './lib/certshare.ts';
 import { idleRss, memStatus, tcpConnectionsTo, type MemStatus, type Proc } from './lib/proc.ts';
+import type { BenchSize } from './lib/size.ts';
 import { linearFit, percentile, progress, round, type Target, verdictOf } from './lib/stats.ts';
 import { spawnKubeDaemon } from './kube.ts';
 
@@ -23,6 +24,7 @@ export interface DomainsOptions {
   replicaFlags: string[];
   /** Certificate lifetime in seconds; default: long enough for start-up and the rest window to end before renewal at half of it. */
   lifetimeS?: number;
+  size: BenchSize;
 }
 
 export interface ReplicaFigures {
@@ -71,7 +73,7 @@ export interface DomainsRun {
     spanMs: number;
     /** Domains whose writer stored more than two certificates in the run (one issuance and one renewal expected). */
     extraWrites: number;
-    /** Why not every renewal was seen (a timeout, a replica that exited). */
+    /** Why not every renewal was seen (a timeout). */
     error: string | undefined;
   };
 }
@@ -163,9 +165,8 @@ export async function domainsPhase(cp: ControlPlane, dir: string, auditLog: stri
       const lacking = domains.filter((d) => t.changes.get(d)!.length < count);
       return `${lacking.length} of ${n} domains lack certificate #${count} (e.g. ${lacking.slice(0, 3).join(', ')})`;
     };
-    const exited = Promise.race(daemons.map((d) => d.exited.then((e) => Promise.reject(new Error(`${d.name} exited (${e.code ?? e.signal}):\n${d.tail()}`)))));
-    exited.catch(() => {});
-    await Promise.race([Promise.all(trees.map((t) => t.until(() => allOn(t, 1), 60_000 + 500 * n, missing(t, 1)))), exited]);
+    // A replica that exits ends the bench at once (lib/proc.ts failOnUnexpectedExit): no waiting for it here.
+    await Promise.all(trees.map((t) => t.until(() => allOn(t, 1), 60_000 + 500 * n, missing(t, 1))));
     const tAll = Math.max(...trees.flatMap((t) => domains.map((d) => t.changes.get(d)![0]!.at)));
     // Domains whose first write the writer did not log (it restored one, or a log line was lost) are left out.
     const firstStored = domains.map((d) => stored.get(d)![0]?.at).filter((at) => at !== undefined);
@@ -178,9 +179,13 @@ export async function domainsPhase(cp: ControlPlane, dir: string, auditLog: stri
       tcp = tcp.map((c, i) => Math.max(c, now[i]!));
     };
     const [mems] = await Promise.all([
-      idleRss(daemons.map((d) => d.pid)),
+      idleRss(
+        daemons.map((d) => d.pid),
+        o.size.idle,
+      ),
       (async () => {
-        for (let i = 0; i < 4; i++, await sleep(1500)) await sampleTcp();
+        // 4 samples over the idle RSS sampling's span (1.5 s apart at full size).
+        for (let i = 0; i < 4; i++, await sleep((o.size.idle.idleMs + o.size.idle.spanMs) / 4)) await sampleTcp();
       })(),
     ]);
 
@@ -205,10 +210,11 @@ export async function domainsPhase(cp: ControlPlane, dir: string, auditLog: stri
     const renewalTimeout = firstDue - performance.now() + (lastStored - Math.min(...firstStored)) + 120_000 + 200 * n;
     // A renewal that does not reach every reader in time is reported (missed), not fatal: the figures above stand.
     let renewalError: string | undefined;
-    await Promise.race([Promise.all(trees.map((t) => t.until(() => allOn(t, 2), renewalTimeout, missing(t, 2)))), exited]).catch((err: unknown) => {
+    await Promise.all(trees.map((t) => t.until(() => allOn(t, 2), renewalTimeout, missing(t, 2)))).catch((err: unknown) => {
       renewalError = (err as Error).message.split('\n')[0];
       progress(`domains ${n}: ${renewalError}`);
     });
+    progress(`domains ${n}: mass renewal over`);
     const samplesMs: number[] = [];
     let missed = 0;
     let extraWrites = 0;
@@ -297,8 +303,9 @@ export const DOMAIN_TARGETS: Record<string, Target> = {
   oneDomainApiRequestsPerReplicaHour: { op: '<=', limit: 10 },
 };
 
-/** The table lines and the JSON object of a `--domains` run. */
-export function domainsReport(runs: DomainsRun[], replicaFlags: string[]): { lines: string[]; json: Record<string, unknown> } {
+/** The table lines and the JSON object of a `--domains` run; without verdicts for a --tiny one. */
+export function domainsReport(runs: DomainsRun[], replicaFlags: string[], withVerdicts = true): { lines: string[]; json: Record<string, unknown> } {
+  const verdict = (t: Target, v: number | null | undefined): ReturnType<typeof verdictOf> => (withVerdicts ? verdictOf(t, v) : '-');
   const byN = [...runs].sort((a, b) => a.n - b.n);
   const largest = byN.at(-1)!;
   const one = byN.find((r) => r.n === 1);
@@ -348,11 +355,11 @@ export function domainsReport(runs: DomainsRun[], replicaFlags: string[]): { lin
     `Targets (at N = ${largest.n}; oneDomain* at N = 1):`,
   );
   for (const [k, t] of Object.entries(DOMAIN_TARGETS))
-    lines.push(`  ${k.padEnd(36)} ${String(figures[k] ?? 'n/a').padStart(8)}  ${t.op} ${t.limit}  ${verdictOf(t, figures[k])}`);
+    lines.push(`  ${k.padEnd(36)} ${String(figures[k] ?? 'n/a').padStart(8)}  ${t.op} ${t.limit}  ${verdict(t, figures[k])}`);
   const targets = Object.fromEntries(
     Object.entries(DOMAIN_TARGETS).map(([k, t]) => [
       k,
-      { ...t, value: figures[k], verdict: verdictOf(t, figures[k]), atN: k.startsWith('oneDomain') ? 1 : largest.n },
+      { ...t, value: figures[k], verdict: verdict(t, figures[k]), atN: k.startsWith('oneDomain') ? 1 : largest.n },
     ]),
   );
   const json = {

@@ -9,12 +9,12 @@ import { mkdir, readdir, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { parseArgs } from 'node:util';
 import { startControlPlane, type ControlPlane } from '../test/harness/control-plane.ts';
 import { exampleNamespace } from '../test/support/kube.ts';
 import { generatedDomains } from '../src/emulator/cli.ts';
 import { buildDist, CertTreeWatch, startEmulator, type EmulatorProc } from './lib/certshare.ts';
 import { memStatus, stopAll, type MemStatus, type Proc } from './lib/proc.ts';
+import { type BenchScript, exitWithUsageError, numberFlag, parseBenchArgs } from './lib/args.ts';
 import { heapByConstructor } from './lib/heap.ts';
 import { progress, round } from './lib/stats.ts';
 import { grantDomains } from './domains.ts';
@@ -69,7 +69,7 @@ async function measure(cp: ControlPlane, dir: string, n: number): Promise<Sample
           // All N domains share one registered domain: the default issuance budget would queue all but 50 (as in bench/main.ts).
           flags: ['--log-level', 'warn', '--issuance-budget', '0', ...(group ? ['--watch-scope', 'group'] : [])],
           env: { CERTSHARE_DOMAIN: domains.join(','), BENCH_MEMPROBE_OUT: join(snapDir, `probe-${name}.json`) },
-          nodeArgs: [...values['node-flags'].split(' ').filter(Boolean), ...PROBE_ARGS, '--heapsnapshot-signal=SIGTTIN', `--diagnostic-dir=${snapDir}`],
+          nodeArgs: [...String(values['node-flags']).split(' ').filter(Boolean), ...PROBE_ARGS, '--heapsnapshot-signal=SIGTTIN', `--diagnostic-dir=${snapDir}`],
         }),
       );
     });
@@ -79,7 +79,7 @@ async function measure(cp: ControlPlane, dir: string, n: number): Promise<Sample
       () => 'not every certificate',
     );
     tree.close();
-    await sleep(Number(values.settle) * 1000);
+    await sleep(settleS * 1000);
     const samples: Sample[] = [];
     for (const [i, proc] of procs.entries()) {
       const mem = await memStatus(proc.pid);
@@ -93,17 +93,25 @@ async function measure(cp: ControlPlane, dir: string, n: number): Promise<Sample
   }
 }
 
-const { values } = parseArgs({
-  options: {
-    domains: { type: 'string', default: '1,500' },
-    json: { type: 'boolean', default: false },
-    'skip-build': { type: 'boolean', default: false },
-    'node-flags': { type: 'string', default: '' },
-    settle: { type: 'string', default: '5' },
-    'watch-scope': { type: 'string', default: 'secret' },
-  },
-});
-const counts = values.domains.split(',').map(Number);
+const SCRIPT: BenchScript = {
+  name: 'heap-by-domain',
+  invocation: 'node bench/heap-by-domain.ts',
+  summary:
+    "Where a replica's per-domain memory goes: per N, a kube group of N domains (writer + one reader) on the test control plane, " +
+    'a V8 heap snapshot of each summed by constructor; prints the growth per domain from the smallest N to the largest.',
+  flags: [
+    { name: 'domains', placeholder: 'N,N', default: '1,500', help: 'Domain counts, comma separated.' },
+    { name: 'json', boolean: true, help: 'The last stdout line is one JSON object with the growth per role.' },
+    { name: 'skip-build', boolean: true, help: 'Run the dist/ already there instead of building it.' },
+    { name: 'node-flags', placeholder: "'V8 FLAGS'", default: '', help: 'Node/V8 flags for both replicas.' },
+    { name: 'settle', placeholder: 'S', default: '5', help: 'Seconds between the last certificate on disk and the snapshots.' },
+    { name: 'watch-scope', placeholder: 'SCOPE', default: 'secret', help: "The replicas' --watch-scope (secret or group)." },
+  ],
+};
+const values = parseBenchArgs(SCRIPT);
+const counts = String(values.domains).split(',').map(Number);
+if (!counts.every((n) => Number.isInteger(n) && n >= 1)) exitWithUsageError(SCRIPT, '--domains wants whole numbers, comma separated');
+const settleS = numberFlag(SCRIPT, values, 'settle', 5, 'seconds, at least 0', (n) => n >= 0);
 const dir = join(tmpdir(), `certshare-heap-${process.pid}`);
 let cp: ControlPlane | undefined;
 try {

@@ -7,8 +7,9 @@ import { bucketIncrease, histogramQuantile } from '../test/support/histogram.ts'
 import { must } from '../test/support/kube.ts';
 import { freePort } from '../test/support/processes.ts';
 import { labelsOf, metricSeries } from './lib/apiserver.ts';
-import { DIST_MAIN, IMAGE_NODE_FLAGS } from './lib/certshare.ts';
+import { bundleMain, IMAGE_NODE_FLAGS } from './lib/certshare.ts';
 import { Proc, cleanEnv, idleRss, type MemStatus } from './lib/proc.ts';
+import type { BenchSize } from './lib/size.ts';
 import { progress } from './lib/stats.ts';
 
 const MANIFESTS = fileURLToPath(new URL('../manifests/injector', import.meta.url));
@@ -35,7 +36,7 @@ async function admissionBuckets(cp: ControlPlane): Promise<Map<number, number>> 
   return buckets;
 }
 
-export async function injectorPhase(cp: ControlPlane, pods: number): Promise<InjectorResults> {
+export async function injectorPhase(cp: ControlPlane, pods: number, size: BenchSize): Promise<InjectorResults> {
   progress(`injector: ${pods} Pods through the webhook, then idle RSS`);
   await must(cp.kubectl(['create', 'namespace', 'certshare']));
   await must(cp.kubectl(['apply', '-k', MANIFESTS]));
@@ -48,10 +49,21 @@ export async function injectorPhase(cp: ControlPlane, pods: number): Promise<Inj
   const kubeconfig = await cp.kubeconfigFor('certshare', 'certshare-injector');
   const proc = new Proc(
     'certshare injector',
-    [...IMAGE_NODE_FLAGS, DIST_MAIN, 'injector', '--listen', `127.0.0.1:${port}`, '--metrics-listen', '127.0.0.1:0', '--extra-san', '127.0.0.1'],
-    {
-      env: cleanEnv({ KUBECONFIG: kubeconfig, POD_NAMESPACE: 'certshare' }),
-    },
+    [
+      ...IMAGE_NODE_FLAGS,
+      bundleMain(),
+      'injector',
+      '--listen',
+      `127.0.0.1:${port}`,
+      '--metrics-listen',
+      '127.0.0.1:0',
+      '--extra-san',
+      '127.0.0.1',
+      // Nothing routes here through a Service: no endpoint to wait out before stopping.
+      '--drain-delay',
+      '0s',
+    ],
+    { env: cleanEnv({ KUBECONFIG: kubeconfig, POD_NAMESPACE: 'certshare' }), mustRun: true },
   );
   try {
     await proc.waitForLog((e) => e.msg === 'serving a new webhook certificate', 60_000, 'the first served certificate');
@@ -77,7 +89,7 @@ export async function injectorPhase(cp: ControlPlane, pods: number): Promise<Inj
     };
     await Promise.all([worker(), worker(), worker(), worker()]);
     const latency = bucketIncrease(before, await admissionBuckets(cp));
-    const [rss] = await idleRss([proc.pid]);
+    const [rss] = await idleRss([proc.pid], size.idle);
     return { rss: rss!, pods: created, failures, p50Ms: histogramQuantile(0.5, latency) * 1000, p99Ms: histogramQuantile(0.99, latency) * 1000, firstCertMs };
   } finally {
     await proc.stop();

@@ -8,6 +8,7 @@ import { exampleNamespace, GROUP, KUBE_DOMAIN } from '../test/support/kube.ts';
 import { labelsOf, metricSeries, readAudit, seriesDelta, sum, watchSecret, type WatchEvent } from './lib/apiserver.ts';
 import { CertFileWatch, spawnDaemon, startEmulator, type EmulatorProc } from './lib/certshare.ts';
 import { idleRss, type MemStatus, type Proc } from './lib/proc.ts';
+import type { BenchSize } from './lib/size.ts';
 import { percentile, progress } from './lib/stats.ts';
 
 export interface KubeReplica {
@@ -64,6 +65,13 @@ export function spawnKubeDaemon(
   );
 }
 
+/**
+ * A writer's flags for certificates of seconds: one transient error (or an emulated tailscaled still
+ * holding the last pair) must not stall a run of renewals for the default first retry of a minute. A rate
+ * limit's first wait too, which start-up validation holds within --retry-cap.
+ */
+export const FAST_RETRIES = ['--first-retry', '500ms', '--retry-cap', '5s', '--rate-limit-retry', '5s'];
+
 export interface RestResults {
   writer: MemStatus;
   readers: MemStatus[];
@@ -96,7 +104,7 @@ export interface PropagationResults {
 }
 
 /** Writer + 2 readers with 90-day certificates: idle RSS, then API requests over a quiet window. */
-export async function restPhase(cp: ControlPlane, dir: string, auditLog: string, windowS: number): Promise<RestResults> {
+export async function restPhase(cp: ControlPlane, dir: string, auditLog: string, windowS: number, size: BenchSize): Promise<RestResults> {
   const ns = await exampleNamespace(cp, 'bench');
   const kubeconfig = await cp.kubeconfigFor(ns, 'certshare');
   progress(`kube (${ns}): writer + 2 readers, 90-day certificates`);
@@ -106,7 +114,10 @@ export async function restPhase(cp: ControlPlane, dir: string, auditLog: string,
     replicas.push(...(await Promise.all(['proxy-1', 'proxy-2'].map((n) => startReplica(ns, kubeconfig, dir, n, 'ro')))));
     await Promise.all(replicas.map((r) => r.files.next(60_000, 0)));
     progress('kube: every replica has the certificate on disk; idle RSS');
-    const [writer, ...readers] = await idleRss(replicas.map((r) => r.daemon.pid));
+    const [writer, ...readers] = await idleRss(
+      replicas.map((r) => r.daemon.pid),
+      size.idle,
+    );
 
     progress(`kube: API requests at rest over ${windowS} s`);
     const probe = await watchSecret(cp, ns, KUBE_DOMAIN);
@@ -199,13 +210,7 @@ export async function propagationPhase(cp: ControlPlane, dir: string, renewals: 
   const probe = await watchSecret(cp, ns, KUBE_DOMAIN, onEvent);
   const replicas: KubeReplica[] = [];
   try {
-    // Fast retries so that one transient error does not stall a run of 2-second renewals.
-    replicas.push(
-      await startReplica(ns, kubeconfig, dir, 'proxy-0', 'rw', {
-        emulatorArgs: ['--cert-lifetime', certLifetime],
-        flags: ['--first-retry', '500ms', '--retry-cap', '5s'],
-      }),
-    );
+    replicas.push(await startReplica(ns, kubeconfig, dir, 'proxy-0', 'rw', { emulatorArgs: ['--cert-lifetime', certLifetime], flags: FAST_RETRIES }));
     replicas.push(...(await Promise.all(['proxy-1', 'proxy-2'].map((n) => startReplica(ns, kubeconfig, dir, n, 'ro')))));
     const readers = replicas.slice(1);
     const timeoutMs = 30_000 + renewals * lifetimeS * 1000;

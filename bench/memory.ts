@@ -6,26 +6,26 @@
 //     package (files and bytes of source).
 //  3. V8 flags on the standalone daemon: idle RSS, RSS after a burst of /healthz load, throughput.
 //  4. Build variants of a kube reader: the bundle (dist/, what ships) against tsc's module-per-file output.
-// Steps 1 and 4 run tsc's output (.bench-modules/), so that packages and our code show separately.
+// Steps 1 and 4 run tsc's output (modules/ in the bench's temp dir), so that packages and our code show separately.
 import { mkdir, readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import type { ControlPlane } from '../test/harness/control-plane.ts';
 import { exampleNamespace } from '../test/support/kube.ts';
-import { buildModules, CertFileWatch, DIST_MAIN, MODULES_DIR, MODULES_MAIN, REPO, spawnDaemon, startEmulator } from './lib/certshare.ts';
+import { bundleMain, buildModules, CertFileWatch, REPO, spawnDaemon, startEmulator } from './lib/certshare.ts';
 import { freePort } from './lib/http.ts';
 import { pinProcess, runLoad } from './lib/load.ts';
 import { idleRss, memStatus, Proc, type MemStatus } from './lib/proc.ts';
+import { type BenchSize, settle, variantsOf } from './lib/size.ts';
 import { progress, round } from './lib/stats.ts';
 import { startReplica } from './kube.ts';
 import { STANDALONE_DOMAIN } from './standalone.ts';
 
-const DIST = MODULES_DIR;
 const CN = '@kubernetes/client-node/dist';
 
-/** Cumulative import steps, in the order the daemon pays for them. */
-const CHAIN: Array<[string, string]> = [
+/** Cumulative import steps, in the order the daemon pays for them; our code from tsc's output in `modules`. */
+const importChain = (modules: string): Array<[string, string]> => [
   ['bare node', ''],
   ['+ pino (logger)', `const { pino } = await import('pino'); globalThis.s1 = pino({ level: 'info' });`],
   [
@@ -40,7 +40,7 @@ const CHAIN: Array<[string, string]> = [
   ],
   [
     '+ certshare standalone code (daemon.js graph)',
-    `await import(${JSON.stringify(`${DIST}/daemon.js`)}); await import(${JSON.stringify(`${DIST}/cli/run-command.js`)});`,
+    `await import(${JSON.stringify(`${modules}/daemon.js`)}); await import(${JSON.stringify(`${modules}/cli/run-command.js`)});`,
   ],
   ['+ undici (client-node transport)', `await import('undici');`],
   ['+ client-node models (ObjectSerializer)', `await import('${CN}/gen/models/ObjectSerializer.js');`],
@@ -51,7 +51,7 @@ const CHAIN: Array<[string, string]> = [
     `await import('${CN}/config.js'); await import('${CN}/watch.js'); await import('${CN}/middleware.js'); ` +
       `await import('${CN}/patch.js'); await import('${CN}/types.js');`,
   ],
-  ['+ certshare kube code (kube/backend.js graph)', `await import(${JSON.stringify(`${DIST}/kube/backend.js`)});`],
+  ['+ certshare kube code (kube/backend.js graph)', `await import(${JSON.stringify(`${modules}/kube/backend.js`)});`],
 ];
 
 export interface ChainStep {
@@ -61,13 +61,13 @@ export interface ChainStep {
   externalMB: number;
 }
 
-async function chainStep(code: string): Promise<Omit<ChainStep, 'step'>> {
+async function chainStep(code: string, size: BenchSize): Promise<Omit<ChainStep, 'step'>> {
   const script = `${code}
-await new Promise((r) => setTimeout(r, 1000)); globalThis.gc(); globalThis.gc(); await new Promise((r) => setTimeout(r, 500));
+await new Promise((r) => setTimeout(r, ${settle(size, 1000)})); globalThis.gc(); globalThis.gc(); await new Promise((r) => setTimeout(r, ${settle(size, 500)}));
 const mu = process.memoryUsage();
 process.stdout.write(JSON.stringify({ heapUsedMB: mu.heapUsed / 1048576, externalMB: mu.external / 1048576 }) + '\\n');
 await new Promise((r) => setTimeout(r, 60000));`;
-  const proc = new Proc('import step', ['--expose-gc', '--input-type=module', '-e', script], { cwd: REPO });
+  const proc = new Proc('import step', ['--expose-gc', '--input-type=module', '-e', script], { cwd: REPO, mustRun: true });
   const line = await proc.waitForLog((e) => typeof e.heapUsedMB === 'number', 30_000, 'import step result');
   const mem = await memStatus(proc.pid);
   await proc.stop();
@@ -132,7 +132,7 @@ export async function dumpProbe(proc: Proc, out: string, name: string): Promise<
     if (nm >= 0) {
       const parts = path.slice(nm + 14).split('/');
       pkg = parts[0]!.startsWith('@') ? `${parts[0]}/${parts[1]}` : parts[0]!;
-    } else pkg = path.startsWith(DIST) ? 'certshare (modules)' : path.includes('/dist/') ? 'certshare (bundle)' : 'other';
+    } else pkg = 'certshare';
     const size = await stat(path).then(
       (s) => s.size,
       () => 0,
@@ -169,6 +169,8 @@ export interface MemoryReport {
   flags: FlagVariant[];
   /** Idle RSS of a kube reader under V8 flags and builds. */
   kubeFlags: Array<{ flags: string; idle: MemStatus }>;
+  /** Seconds of /healthz load on each V8-flags variant. */
+  loadSeconds: number;
 }
 
 /** Kube reader variants: build (bundle or modules) and V8 flags. */
@@ -179,18 +181,28 @@ const KUBE_VARIANTS: Array<{ build: 'bundle' | 'modules'; flags: string; env?: R
   { build: 'bundle', flags: '--max-semi-space-size=1' },
 ];
 
-export async function memoryPhase(dir: string, cp: ControlPlane | undefined): Promise<MemoryReport> {
+export async function memoryPhase(dir: string, cp: ControlPlane | undefined, size: BenchSize): Promise<MemoryReport> {
   await mkdir(dir, { recursive: true });
-  progress('memory: tsc -p tsconfig.build.json into .bench-modules/ (module-per-file, for comparison)');
-  await buildModules();
-  progress(`memory: import costs (${CHAIN.length} fresh processes)`);
+  progress('memory: tsc -p tsconfig.build.json (module-per-file, for comparison)');
+  const modulesMain = await buildModules(join(dir, 'modules'));
+  // Each step imports everything of the steps before it.
+  const chainSteps = importChain(join(dir, 'modules'));
+  const steps = chainSteps.map(([step], i) => ({
+    step,
+    code: chainSteps
+      .slice(0, i + 1)
+      .map(([, add]) => add)
+      .join('\n'),
+  }));
+  const measured = variantsOf(size, steps);
+  progress(`memory: import costs (${measured.length * size.importRuns} fresh processes)`);
   const chain: ChainStep[] = [];
-  let code = '';
-  for (const [step, add] of CHAIN) {
-    code += `\n${add}`;
-    // The young generation's size after a burst of loading varies by a few MB: the median of 3 runs.
-    const runs = [await chainStep(code), await chainStep(code), await chainStep(code)].sort((a, b) => a.mem.rss - b.mem.rss);
-    chain.push({ step, ...runs[1]! });
+  for (const { step, code } of measured) {
+    // The young generation's size after a burst of loading varies by a few MB: the median of the runs (3 at full size).
+    const runs: Array<Omit<ChainStep, 'step'>> = [];
+    for (let i = 0; i < size.importRuns; i++) runs.push(await chainStep(code, size));
+    runs.sort((a, b) => a.mem.rss - b.mem.rss);
+    chain.push({ step, ...runs[Math.floor(runs.length / 2)]! });
   }
 
   progress('memory: probed daemons (standalone; kube writer and reader)');
@@ -204,7 +216,7 @@ export async function memoryPhase(dir: string, cp: ControlPlane | undefined): Pr
     const out = join(dir, 'probe-standalone.json');
     const d = spawnDaemon('probed standalone', [...base, '--listen', `127.0.0.1:${await freePort()}`], { BENCH_MEMPROBE_OUT: out }, PROBE_ARGS);
     await files.next(30_000);
-    await sleep(3000);
+    await sleep(settle(size, 3000));
     daemons.push(await dumpProbe(d, out, 'standalone'));
     await d.stop();
   }
@@ -216,21 +228,21 @@ export async function memoryPhase(dir: string, cp: ControlPlane | undefined): Pr
     const reader = await startReplica(ns, kubeconfig, join(dir, 'kube'), 'proxy-1', 'ro', { nodeArgs: PROBE_ARGS, env: { BENCH_MEMPROBE_OUT: outs.r } });
     try {
       await Promise.all([writer.files.next(60_000, 0), reader.files.next(60_000, 0)]);
-      await sleep(3000);
+      await sleep(settle(size, 3000));
       daemons.push(await dumpProbe(writer.daemon, outs.w, 'kube writer'));
       daemons.push(await dumpProbe(reader.daemon, outs.r, 'kube reader'));
       await reader.stop();
       progress('memory: builds and V8 flags on a kube reader');
-      for (const variant of KUBE_VARIANTS) {
+      for (const variant of variantsOf(size, KUBE_VARIANTS)) {
         const r = await startReplica(ns, kubeconfig, join(dir, 'kube'), `proxy-${kubeFlags.length + 2}`, 'ro', {
           nodeArgs: variant.flags ? variant.flags.split(' ') : [],
-          main: variant.build === 'bundle' ? DIST_MAIN : MODULES_MAIN,
+          main: variant.build === 'bundle' ? bundleMain() : modulesMain,
           env: variant.env ?? {},
         });
         try {
           await r.files.next(60_000, 0);
-          await sleep(5000);
-          const [idle] = await idleRss([r.daemon.pid]);
+          await sleep(settle(size, 5000));
+          const [idle] = await idleRss([r.daemon.pid], size.idle);
           kubeFlags.push({
             flags: `${variant.build}${variant.flags ? ` ${variant.flags}` : ''}${
               variant.env
@@ -252,21 +264,22 @@ export async function memoryPhase(dir: string, cp: ControlPlane | undefined): Pr
 
   progress('memory: V8 flags on the standalone daemon');
   const flags: FlagVariant[] = [];
-  for (const variant of ['', '--max-semi-space-size=1', '--max-semi-space-size=1 --max-old-space-size=64', '--lite-mode', '--jitless']) {
+  for (const variant of variantsOf(size, ['', '--max-semi-space-size=1', '--max-semi-space-size=1 --max-old-space-size=64', '--lite-mode', '--jitless'])) {
     const port = await freePort();
     const nodeArgs = variant ? variant.split(' ') : [];
     const d = spawnDaemon(`standalone ${variant}`, [...base, '--listen', `127.0.0.1:${port}`], {}, nodeArgs);
     await d.waitForLog((e) => e.healthy === true, 20_000, 'healthy');
-    const [idle] = await idleRss([d.pid], { idleMs: 3000, spanMs: 1000 });
+    const idleOptions = { idleMs: settle(size, 3000), spanMs: Math.min(1000, size.idle.spanMs), everyMs: size.idle.everyMs };
+    const [idle] = await idleRss([d.pid], idleOptions);
     pinProcess(d.pid, 0);
-    const load = await runLoad(`http://127.0.0.1:${port}/healthz`, 3, 10);
-    const [afterLoad] = await idleRss([d.pid], { idleMs: 3000, spanMs: 1000 });
+    const load = await runLoad(`http://127.0.0.1:${port}/healthz`, size.memoryLoadSeconds, 10);
+    const [afterLoad] = await idleRss([d.pid], idleOptions);
     flags.push({ flags: variant || '(none)', idle: idle!, afterLoad: afterLoad!, rps: load.rps });
     await d.stop();
   }
   files.close();
   await emulator.proc.stop();
-  return { chain, daemons, flags, kubeFlags };
+  return { chain, daemons, flags, kubeFlags, loadSeconds: size.memoryLoadSeconds };
 }
 
 export function printMemoryReport(r: MemoryReport): void {
@@ -304,7 +317,7 @@ export function printMemoryReport(r: MemoryReport): void {
         .join('; ')}`,
     );
   }
-  lines.push('', 'V8 flags, standalone daemon (MB; req/s over 3 s of /healthz load):');
+  lines.push('', `V8 flags, standalone daemon (MB; req/s over ${r.loadSeconds} s of /healthz load):`);
   for (const f of r.flags)
     lines.push(
       `  ${f.flags.padEnd(50)} idle ${round(f.idle.rss)} (anon ${round(f.idle.anon)})  ` +

@@ -5,7 +5,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { CertFileWatch, spawnDaemon, startEmulator } from './lib/certshare.ts';
 import { freePort, httpRequest, pollHealthy } from './lib/http.ts';
 import { pinningAvailable, pinProcess, runLoad, type LoadResult } from './lib/load.ts';
-import { idleRss, Proc, type MemStatus } from './lib/proc.ts';
+import { cpuMs, idleRss, Proc, type MemStatus } from './lib/proc.ts';
+import type { BenchSize } from './lib/size.ts';
 import { progress } from './lib/stats.ts';
 
 export const STANDALONE_DOMAIN = 'web.tailnet-0000.ts.net';
@@ -14,8 +15,7 @@ export interface StandaloneOptions {
   /** Seconds of measured load per server (split into interleaved rounds of about 2 s). */
   loadSeconds: number;
   connections: number;
-  startupRuns: number;
-  domainRuns: number;
+  size: BenchSize;
 }
 
 export interface StandaloneResults {
@@ -25,15 +25,20 @@ export interface StandaloneResults {
   fastifyHello: MemStatus;
   healthz: LoadResult[];
   fastify: LoadResult[];
+  /** CPU time of each server per 2xx response in each round (microseconds), same order as healthz / fastify. */
+  healthzCpuUs: number[];
+  fastifyCpuUs: number[];
   startupMs: number[];
+  /** CPU time the daemon used from its start until /healthz answered 200. */
+  startupCpuMs: number[];
   domainToCertMs: number[];
   pinned: boolean;
 }
 
-export async function bareNodeRss(): Promise<MemStatus> {
-  const proc = new Proc('bare node', ['-e', 'setInterval(() => {}, 1 << 30)']);
+export async function bareNodeRss(size: BenchSize): Promise<MemStatus> {
+  const proc = new Proc('bare node', ['-e', 'setInterval(() => {}, 1 << 30)'], { mustRun: true });
   try {
-    const [rss] = await idleRss([proc.pid]);
+    const [rss] = await idleRss([proc.pid], size.idle);
     return rss!;
   } finally {
     await proc.stop();
@@ -41,7 +46,7 @@ export async function bareNodeRss(): Promise<MemStatus> {
 }
 
 async function startFastifyHello(): Promise<{ proc: Proc; port: number }> {
-  const proc = new Proc('fastify hello', [resolve(import.meta.dirname, 'fastify-hello.ts')]);
+  const proc = new Proc('fastify hello', [resolve(import.meta.dirname, 'fastify-hello.ts')], { mustRun: true });
   const line = await proc.waitForLog((e) => typeof e.listening === 'string', 20_000, 'fastify hello listening');
   return { proc, port: Number(new URL(line.listening as string).port) };
 }
@@ -57,11 +62,15 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   const port = await freePort();
   let daemon = spawnDaemon('certshare standalone', [...baseArgs, '--domain', STANDALONE_DOMAIN, '--listen', `127.0.0.1:${port}`]);
   await files.next(30_000);
-  const [standalone] = await idleRss([daemon.pid]);
+  const [standalone] = await idleRss([daemon.pid], o.size.idle);
 
   // 2. /healthz under load, against a bare fastify hello measured the same way (interleaved rounds).
   const hello = await startFastifyHello();
-  const [fastifyHello] = await idleRss([hello.proc.pid], { idleMs: 1000, spanMs: 1000 });
+  const [fastifyHello] = await idleRss([hello.proc.pid], {
+    ...o.size.idle,
+    idleMs: Math.min(1000, o.size.idle.idleMs),
+    spanMs: Math.min(1000, o.size.idle.spanMs),
+  });
   const daemonUrl = `http://127.0.0.1:${port}/healthz`;
   const helloUrl = `http://127.0.0.1:${hello.port}/healthz`;
   for (const url of [daemonUrl, helloUrl]) {
@@ -74,34 +83,45 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
     `load: warm-up, then ${o.loadSeconds} s each on /healthz of the daemon and of a bare fastify ` +
       `(${o.connections} connections${pinningAvailable() ? '; servers on CPU 0, autocannon on CPU 1' : ''})`,
   );
-  await runLoad(daemonUrl, 2, o.connections);
-  await runLoad(helloUrl, 2, o.connections);
+  await runLoad(daemonUrl, o.size.warmupSeconds, o.connections);
+  await runLoad(helloUrl, o.size.warmupSeconds, o.connections);
   const healthz: LoadResult[] = [];
   const fastify: LoadResult[] = [];
+  const healthzCpuUs: number[] = [];
+  const fastifyCpuUs: number[] = [];
   // Short interleaved rounds, medians: on a small shared machine a neighbour's burst then spoils one
   // round of one server instead of the whole comparison.
   const rounds = Math.max(1, Math.floor(o.loadSeconds / 2));
   for (let i = 0; i < rounds; i++) {
-    healthz.push(await runLoad(daemonUrl, Math.max(1, Math.round(o.loadSeconds / rounds)), o.connections));
-    fastify.push(await runLoad(helloUrl, Math.max(1, Math.round(o.loadSeconds / rounds)), o.connections));
+    for (const [pid, url, results, cpuUs] of [
+      [daemon.pid, daemonUrl, healthz, healthzCpuUs],
+      [hello.proc.pid, helloUrl, fastify, fastifyCpuUs],
+    ] as const) {
+      const cpuBefore = await cpuMs(pid);
+      const result = await runLoad(url, Math.max(1, Math.round(o.loadSeconds / rounds)), o.connections);
+      results.push(result);
+      cpuUs.push(((await cpuMs(pid)) - cpuBefore) * (1000 / result.ok));
+    }
   }
   await hello.proc.stop();
   await daemon.stop();
 
   // 3. Start-up to healthy with the certificate already stored (second and later starts).
-  progress(`standalone: start-up to healthy x${o.startupRuns}`);
+  progress(`standalone: start-up to healthy x${o.size.startupRuns}`);
   const startupMs: number[] = [];
-  for (let i = 0; i < o.startupRuns; i++) {
+  const startupCpuMs: number[] = [];
+  for (let i = 0; i < o.size.startupRuns; i++) {
     const p = await freePort();
     daemon = spawnDaemon('certshare restart', [...baseArgs, '--domain', STANDALONE_DOMAIN, '--listen', `127.0.0.1:${p}`]);
     const healthyAt = await pollHealthy(p, 20_000, () => daemon.exitInfo === undefined);
     startupMs.push(healthyAt - daemon.spawnedAt);
+    startupCpuMs.push(await cpuMs(daemon.pid));
     await daemon.stop();
   }
 
   // 4. A domain appears on the bus (emulator control API) -> its certificate files on disk.
-  progress(`standalone: domain on the bus to certificate on disk x${o.domainRuns}`);
-  const domains = Array.from({ length: o.domainRuns }, (_, i) => `new${i + 1}.tailnet-0000.ts.net`);
+  progress(`standalone: domain on the bus to certificate on disk x${o.size.domainRuns}`);
+  const domains = Array.from({ length: o.size.domainRuns }, (_, i) => `new${i + 1}.tailnet-0000.ts.net`);
   const p = await freePort();
   daemon = spawnDaemon('certshare new domains', [...baseArgs, ...domains.flatMap((d) => ['--domain', d]), '--listen', `127.0.0.1:${p}`]);
   await daemon.waitForLog((e) => e.msg === 'tailscaled cert domains', 20_000, 'first IPN bus sync');
@@ -119,5 +139,17 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   await daemon.stop();
   files.close();
   await emulator.proc.stop();
-  return { bareNode, standalone: standalone!, fastifyHello: fastifyHello!, healthz, fastify, startupMs, domainToCertMs, pinned: pinningAvailable() };
+  return {
+    bareNode,
+    standalone: standalone!,
+    fastifyHello: fastifyHello!,
+    healthz,
+    fastify,
+    healthzCpuUs,
+    fastifyCpuUs,
+    startupMs,
+    startupCpuMs,
+    domainToCertMs,
+    pinned: pinningAvailable(),
+  };
 }

@@ -5,31 +5,36 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { portInUse, runStartupCase, STARTUP_FAILURES } from '../test/support/startup-failures.ts';
+import { type BenchScript, numberFlag, parseBenchArgs } from './lib/args.ts';
 import { median } from './lib/stats.ts';
 
-const { values: opts } = parseArgs({
-  options: {
-    bin: { type: 'string', default: fileURLToPath(new URL('../bin/certshare.js', import.meta.url)) },
-    cap: { type: 'string', default: '10' },
-    repeat: { type: 'string', default: '3' },
-  },
-  strict: true,
-});
-const capMs = Number(opts.cap) * 1000;
+const SCRIPT: BenchScript = {
+  name: 'startup-failures',
+  invocation: 'node bench/startup-failures.ts',
+  summary: 'How long `certshare run` takes to exit on each kind of start-up failure, and whether it left its port listening.',
+  flags: [
+    { name: 'bin', placeholder: 'PATH', default: fileURLToPath(new URL('../bin/certshare.js', import.meta.url)), help: 'The certshare to run.' },
+    { name: 'cap', placeholder: 'S', default: '10', help: 'Seconds after which a process still running is killed (and counted as stuck).' },
+    { name: 'repeat', placeholder: 'N', default: '3', help: 'Runs per failure (the median is reported).' },
+  ],
+};
+const opts = parseBenchArgs(SCRIPT);
+const capS = numberFlag(SCRIPT, opts, 'cap', 10, 'seconds, more than 0', (n) => n > 0);
+const repeat = numberFlag(SCRIPT, opts, 'repeat', 3, 'a whole number, at least 1', (n) => Number.isInteger(n) && n >= 1);
+const capMs = capS * 1000;
 
-console.log(`| start-up failure | exit code | time to exit (median of ${opts.repeat}) | port free after |`);
+console.log(`| start-up failure | exit code | time to exit (median of ${repeat}) | port free after |`);
 console.log('|---|---|---|---|');
 for (const c of STARTUP_FAILURES) {
   const times: number[] = [];
   let last: Awaited<ReturnType<typeof runStartupCase>> | undefined;
   let portFree = true;
-  for (let i = 0; i < Number(opts.repeat); i++) {
+  for (let i = 0; i < repeat; i++) {
     const dir = await mkdtemp(join(tmpdir(), 'certshare-startup-'));
     try {
       // Measure whether the port is free before the kill at the cap: that is what a stuck process holds.
-      last = await runStartupCase([process.execPath, opts.bin, 'run'], c, dir, capMs);
+      last = await runStartupCase([process.execPath, String(opts.bin), 'run'], c, dir, capMs);
       times.push(last.ms);
       if (!last.killed && (await portInUse(last.port))) portFree = false;
       if (last.killed && /certshare started/.test(last.stdout)) portFree = false;
@@ -37,7 +42,7 @@ for (const c of STARTUP_FAILURES) {
       await rm(dir, { recursive: true, force: true });
     }
   }
-  const exit = last!.killed ? `none (running at ${opts.cap} s)` : String(last!.code);
-  const time = last!.killed ? `> ${opts.cap} s` : `${Math.round(median(times))} ms`;
+  const exit = last!.killed ? `none (running at ${capS} s)` : String(last!.code);
+  const time = last!.killed ? `> ${capS} s` : `${Math.round(median(times))} ms`;
   console.log(`| ${c.name} | ${exit} (want ${c.exitCode}) | ${time} | ${portFree ? 'yes' : 'no (listening)'} |`);
 }

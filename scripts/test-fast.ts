@@ -6,8 +6,10 @@ import { readFileSync } from 'node:fs';
 import { glob } from 'node:fs/promises';
 
 // The real-cluster tier (startE2eCluster) and its image builds are slow too.
-// The chaos test runs test/chaos/main.ts (which starts a control plane) in a child process.
-const SLOW_MARKERS = /\b(useControlPlane|startControlPlane|useRealTailscaled|startRealTailscaled|runChaos|startE2eCluster|buildClusterImages)\(|'main\.ts'/;
+// The chaos test runs test/chaos/main.ts (which starts a control plane) in a child process; so does the
+// tiny bench (bench/main.ts --tiny, every bench phase).
+const SLOW_MARKERS =
+  /\b(useControlPlane|startControlPlane|useRealTailscaled|startRealTailscaled|runChaos|startE2eCluster|buildClusterImages)\(|'main\.ts'|'--tiny'/;
 
 const files: string[] = [];
 for await (const file of glob('test/**/*.test.ts')) if (!SLOW_MARKERS.test(readFileSync(file, 'utf8'))) files.push(file);

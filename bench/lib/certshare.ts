@@ -2,16 +2,20 @@
 // scripts/build.ts, what the image runs) on the real Node binary (process.execPath). Type stripping of
 // the .ts sources would add tens of MB of RSS that a deployed sidecar does not pay.
 import { readFileSync, watch, type FSWatcher } from 'node:fs';
-import { mkdir, readFile, rm } from 'node:fs/promises';
+import { mkdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
-import { buildDist as buildBundle } from '../../scripts/build.ts';
+import { buildDist as buildBundle, DIST } from '../../scripts/build.ts';
 import { execForm, instructions, parseDockerfile } from '../../test/manifests/dockerfile.ts';
 import { httpRequest } from './http.ts';
 import { cleanEnv, Proc } from './proc.ts';
 
 export const REPO = resolve(import.meta.dirname, '../..');
-export const DIST_MAIN = join(REPO, 'dist/cli/main.js');
+/** The bundle's entry point (buildDist chooses where): what every measured process runs. */
+let distMain = join(DIST, 'cli/main.js');
+export function bundleMain(): string {
+  return distMain;
+}
 /**
  * The Node flags between the node binary and dist/cli/main.js in the Dockerfile's ENTRYPOINT (exec form):
  * what the image runs with, so that every measured daemon runs with the same.
@@ -26,26 +30,30 @@ export function imageNodeFlags(dockerfile: string): string[] {
 }
 /** BENCH_NO_IMAGE_FLAGS=1: without them (to compare). */
 export const IMAGE_NODE_FLAGS = process.env.BENCH_NO_IMAGE_FLAGS ? [] : imageNodeFlags(readFileSync(join(REPO, 'Dockerfile'), 'utf8'));
-/** tsc's one-file-per-module output, for `--memory` only: what the bundle saves is measured against it. */
-export const MODULES_DIR = join(REPO, '.bench-modules');
-export const MODULES_MAIN = join(MODULES_DIR, 'cli/main.js');
-
-/** `npm run build` without npm, so the bench works from a clean clone. Returns ms. */
-export async function buildDist(): Promise<number> {
+/** `npm run build` without npm (so the bench works from a clean clone) into `outdir`, dist/ by default; the bench runs it from then on. Returns ms. */
+export async function buildDist(outdir = DIST): Promise<number> {
   const started = performance.now();
-  await buildBundle();
+  await buildBundle(outdir);
+  distMain = join(outdir, 'cli/main.js');
   return performance.now() - started;
 }
 
-/** src/ compiled module by module (tsc -p tsconfig.build.json) into .bench-modules/; resolves node_modules from the checkout. */
-export async function buildModules(): Promise<void> {
-  await rm(MODULES_DIR, { recursive: true, force: true });
+/**
+ * src/ compiled module by module (tsc -p tsconfig.build.json) into `outdir`, for `--memory` only: what the
+ * bundle saves is measured against it. Its imports of packages resolve through a link to the checkout's
+ * node_modules. Returns its cli/main.js.
+ */
+export async function buildModules(outdir: string): Promise<string> {
+  await rm(outdir, { recursive: true, force: true });
   const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
-  const proc = new Proc('tsc', [tsc, '-p', join(REPO, 'tsconfig.build.json'), '--outDir', MODULES_DIR], { cwd: REPO, env: cleanEnv() });
+  const proc = new Proc('tsc', [tsc, '-p', join(REPO, 'tsconfig.build.json'), '--outDir', outdir], { cwd: REPO, env: cleanEnv() });
   const timer = setTimeout(() => proc.child.kill('SIGKILL'), 180_000);
   const exit = await proc.exited;
   clearTimeout(timer);
   if (exit.code !== 0) throw new Error(`tsc -p tsconfig.build.json failed (code ${exit.code}):\n${proc.tail(40)}`);
+  await writeFile(join(outdir, 'package.json'), `${JSON.stringify({ type: 'module', private: true })}\n`);
+  await symlink(join(REPO, 'node_modules'), join(outdir, 'node_modules'), 'dir');
+  return join(outdir, 'cli/main.js');
 }
 
 export interface EmulatorProc {
@@ -60,7 +68,7 @@ export interface EmulatorProc {
 export async function startEmulator(dir: string, name: string, args: string[]): Promise<EmulatorProc> {
   await mkdir(dir, { recursive: true });
   const socket = join(dir, `${name}.sock`);
-  const proc = new Proc(`emulator ${name}`, [DIST_MAIN, 'emulator', '--listen', socket, '--id', name, '--log-level', 'info', ...args]);
+  const proc = new Proc(`emulator ${name}`, [bundleMain(), 'emulator', '--listen', socket, '--id', name, '--log-level', 'info', ...args], { mustRun: true });
   await proc.waitForLog((e) => e.msg === 'emulator listening', 20_000, 'emulator listening');
   return {
     proc,
@@ -77,8 +85,8 @@ export async function startEmulator(dir: string, name: string, args: string[]): 
 }
 
 /** `certshare run ARGS` as the image runs it (IMAGE_NODE_FLAGS) with a clean environment plus `env` (and Node flags `nodeArgs`); does not wait for anything. */
-export function spawnDaemon(name: string, args: string[], env: Record<string, string> = {}, nodeArgs: string[] = [], main = DIST_MAIN): Proc {
-  return new Proc(name, [...IMAGE_NODE_FLAGS, ...nodeArgs, main, 'run', ...args], { env: cleanEnv(env) });
+export function spawnDaemon(name: string, args: string[], env: Record<string, string> = {}, nodeArgs: string[] = [], main = bundleMain()): Proc {
+  return new Proc(name, [...IMAGE_NODE_FLAGS, ...nodeArgs, main, 'run', ...args], { env: cleanEnv(env), mustRun: true });
 }
 
 /**

@@ -8,6 +8,23 @@ import { deathSignalPrefix } from '../../test/support/processes.ts';
 
 const live = new Set<ChildProcess>();
 let hooked = false;
+/** Set once the bench stops its processes (stopAll): their exits from then on are expected. */
+let ending = false;
+let onUnexpectedExit: ((err: UnexpectedExitError) => void) | undefined;
+
+/** A process the bench needed exited on its own; the message holds its stderr. */
+export class UnexpectedExitError extends Error {
+  override name = 'UnexpectedExitError';
+}
+
+/**
+ * Fail fast: from now on, a process started with `mustRun` that exits before the bench stopped it (a
+ * daemon refusing its flags, a crash) calls `handler` at once with an error holding its stderr, instead
+ * of letting the bench wait for it until some timeout. The bench's handler stops everything and exits.
+ */
+export function failOnUnexpectedExit(handler: (err: UnexpectedExitError) => void): void {
+  onUnexpectedExit = handler;
+}
 
 function installHooks(): void {
   if (hooked) return;
@@ -44,9 +61,16 @@ export class Proc {
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   exitInfo: { code: number | null; signal: NodeJS.Signals | null } | undefined;
   readonly #tail: string[] = [];
+  /** stderr alone: where a daemon that refuses to start says why (the tail mixes in its JSON log). */
+  readonly #stderrTail: string[] = [];
   readonly #listeners = new Set<LineListener>();
+  #stopping = false;
 
-  constructor(name: string, args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string; file?: string } = {}) {
+  /**
+   * `mustRun`: the process runs until the bench stops it (a daemon, an emulator); exiting on its own ends
+   * the bench at once (failOnUnexpectedExit).
+   */
+  constructor(name: string, args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string; file?: string; mustRun?: boolean } = {}) {
     installHooks();
     this.name = name;
     const [cmd, ...rest] = [...deathSignalPrefix(), options.file ?? process.execPath, ...args];
@@ -55,7 +79,7 @@ export class Proc {
     live.add(this.child);
     this.exited = new Promise((resolve) => {
       this.child.once('error', (err) => {
-        this.#push(`spawn error: ${err.message}`);
+        this.#push(this.#stderrTail, `spawn error: ${err.message}`);
         this.exitInfo = { code: -1, signal: null };
         live.delete(this.child);
         resolve(this.exitInfo);
@@ -63,18 +87,31 @@ export class Proc {
       this.child.once('exit', (code, signal) => {
         this.exitInfo = { code, signal };
         live.delete(this.child);
-        resolve(this.exitInfo);
       });
+      // 'close' comes after the exit and the end of both streams: whoever waits then has all of the output.
+      this.child.once('close', (code, signal) => resolve(this.exitInfo ?? { code, signal }));
     });
-    for (const stream of [this.child.stdout!, this.child.stderr!]) {
+    const streams = [this.child.stdout!, this.child.stderr!];
+    for (const stream of streams) {
       const lines = createInterface({ input: stream, crlfDelay: Infinity });
       lines.on('error', () => {});
       lines.on('line', (line) => {
         const at = performance.now();
-        this.#push(line);
+        this.#push(this.#tail, line);
+        if (stream === this.child.stderr) this.#push(this.#stderrTail, line);
         for (const l of this.#listeners) l(line, at);
       });
     }
+    // Called before anyone awaiting `exited` resumes: the bench reports this error, not a waiter's.
+    if (options.mustRun) void this.exited.then((info) => this.#exitedOnItsOwn(info));
+  }
+
+  #exitedOnItsOwn(info: { code: number | null; signal: NodeJS.Signals | null }): void {
+    if (this.#stopping || ending || !onUnexpectedExit) return;
+    const stderr = this.#stderrTail.join('\n') || `(nothing on stderr; last output:)\n${this.tail()}`;
+    onUnexpectedExit(
+      new UnexpectedExitError(`${this.name} exited on its own (code ${info.code}, signal ${info.signal}) during the bench; its stderr:\n${stderr}`),
+    );
   }
 
   get pid(): number {
@@ -82,9 +119,9 @@ export class Proc {
     return this.child.pid;
   }
 
-  #push(line: string): void {
-    this.#tail.push(line);
-    if (this.#tail.length > 60) this.#tail.shift();
+  #push(tail: string[], line: string): void {
+    tail.push(line);
+    if (tail.length > 60) tail.shift();
   }
 
   tail(n = 20): string {
@@ -123,6 +160,7 @@ export class Proc {
 
   /** SIGTERM, SIGKILL after `graceMs`; resolves once the process is gone. */
   async stop(graceMs = 10_000): Promise<void> {
+    this.#stopping = true;
     if (this.exitInfo) return;
     this.child.kill('SIGTERM');
     const timer = setTimeout(() => this.child.kill('SIGKILL'), graceMs);
@@ -133,6 +171,7 @@ export class Proc {
 
 /** Stops every tracked child that is still running (SIGTERM, then SIGKILL). */
 export async function stopAll(graceMs = 5000): Promise<void> {
+  ending = true;
   await Promise.all(
     [...live].map(async (child) => {
       child.kill('SIGTERM');
@@ -144,6 +183,18 @@ export async function stopAll(graceMs = 5000): Promise<void> {
       clearTimeout(timer);
     }),
   );
+}
+
+/**
+ * CPU time (user + system) a process has used so far, in ms: on a machine shared with other work, what a
+ * server spends per request or a daemon until healthy, whatever the wall clock says. /proc counts in ticks
+ * of USER_HZ, 100 per second on Linux: a 10 ms resolution.
+ */
+export async function cpuMs(pid: number): Promise<number> {
+  const stat = await readFile(`/proc/${pid}/stat`, 'utf8');
+  // Fields after the command name, which is in parentheses and may hold spaces: state is the first, utime the 12th.
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
 export interface MemStatus {

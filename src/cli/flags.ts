@@ -52,14 +52,28 @@ export function parseFlags(specs: FlagSpec[], argv: string[], env: NodeJS.Proces
   return result;
 }
 
-export function usage(command: string, summary: string, specs: FlagSpec[]): string {
-  const lines = [`Usage: certshare ${command} [flags]`, '', summary, '', 'Flags (each also read from the environment variable shown; flags win):'];
+export interface UsageOptions {
+  /** What the first line runs (default `certshare COMMAND`). */
+  invocation?: string;
+  /** Whether the flags were parsed with the environment (default true): the usage then names each variable. */
+  fromEnv?: boolean;
+}
+
+export function usage(command: string, summary: string, specs: FlagSpec[], options: UsageOptions = {}): string {
+  const fromEnv = options.fromEnv ?? true;
+  const lines = [
+    `Usage: ${options.invocation ?? `certshare ${command}`} [flags]`,
+    '',
+    summary,
+    '',
+    fromEnv ? 'Flags (each also read from the environment variable shown; flags win):' : 'Flags:',
+  ];
   for (const spec of specs) {
     const arg = spec.boolean ? '' : ` ${spec.placeholder ?? 'VALUE'}`;
     lines.push(`  --${spec.name}${arg}${spec.multiple ? ' (repeatable)' : ''}`);
-    const extra = [`env ${envName(spec.name)}${spec.multiple ? ' (comma separated)' : ''}`, ...(spec.aliasesEnv ?? []).map((e) => `or ${e}`)];
+    const extra = fromEnv ? [`env ${envName(spec.name)}${spec.multiple ? ' (comma separated)' : ''}`, ...(spec.aliasesEnv ?? []).map((e) => `or ${e}`)] : [];
     if (spec.default !== undefined) extra.push(`default ${spec.default}`);
-    lines.push(`      ${spec.help} [${extra.join(', ')}]`);
+    lines.push(`      ${spec.help}${extra.length > 0 ? ` [${extra.join(', ')}]` : ''}`);
   }
   return lines.join('\n');
 }

@@ -40,6 +40,8 @@ export class HealthState implements LoopObserver {
   readonly #listeners = new Set<() => void>();
   /** Reasons that hold the verdict at unhealthy whatever the certificates, by source (e.g. a ServeConfig never read). */
   readonly #pending = new Map<string, string>();
+  /** current()'s verdict and the span of time it holds for; undefined once anything it was built from changed. */
+  #current: { verdict: HealthVerdict; from: number; until: number } | undefined;
 
   /** Holds the verdict at unhealthy with `reason` until called again with undefined for the same source. */
   pending(source: string, reason: string | undefined): void {
@@ -66,12 +68,19 @@ export class HealthState implements LoopObserver {
 
   problem(domain: string, message: string | undefined): void {
     const entry = this.#domains.get(domain);
-    if (entry) entry.problem = message;
+    if (!entry || entry.problem === message) return;
+    entry.problem = message;
+    // Part of the reason only, no change of verdict: listeners are not told, the kept verdict is dropped.
+    this.#current = undefined;
   }
 
   decided(domain: string, decision: IssuanceDecision): void {
     const entry = this.#domains.get(domain);
-    if (entry) entry.reason = decision.action === 'use' ? undefined : decision.reason;
+    const reason = decision.action === 'use' ? undefined : decision.reason;
+    if (!entry || entry.reason === reason) return;
+    entry.reason = reason;
+    // Part of the reason only, as problem(): the kept verdict is dropped.
+    this.#current = undefined;
   }
 
   /**
@@ -122,6 +131,31 @@ export class HealthState implements LoopObserver {
   }
 
   /**
+   * evaluate(now) with validity to notAfter (/healthz), computed once per change rather than per question:
+   * kept until the state changes (every mutator drops it) or a certificate's validity starts or ends, and
+   * recomputed when the clock goes back before the instant it was computed at. A kept answer is the same
+   * object, so a caller can keep what it derives from it (an HTTP response) by identity.
+   */
+  current(now: number): HealthVerdict {
+    const kept = this.#current;
+    if (kept !== undefined && now >= kept.from && now < kept.until) return kept.verdict;
+    const verdict = this.evaluate(now);
+    this.#current = { verdict, from: now, until: this.#nextValidityEdge(now) };
+    return verdict;
+  }
+
+  /** The first instant after `now` at which a certificate becomes valid (notBefore) or expires (notAfter); Infinity if none. */
+  #nextValidityEdge(now: number): number {
+    let next = Number.POSITIVE_INFINITY;
+    for (const { info } of this.#domains.values()) {
+      if (!info) continue;
+      if (info.notBefore > now) next = Math.min(next, info.notBefore);
+      if (info.notAfter > now) next = Math.min(next, info.notAfter);
+    }
+    return next;
+  }
+
+  /**
    * Healthy when every domain's certificate is valid at `now`, its validity ending at `end` (default: its
    * notAfter; the readiness gate ends it earlier, to leave rotation before the certificate expires).
    */
@@ -151,6 +185,7 @@ export class HealthState implements LoopObserver {
   }
 
   #notify(): void {
+    this.#current = undefined;
     for (const l of this.#listeners) l();
   }
 }

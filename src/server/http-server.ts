@@ -1,7 +1,7 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import { errorMessage } from '../core/errors.ts';
 import type { Clock } from '../core/clock.ts';
-import type { HealthState } from '../core/health.ts';
+import type { HealthState, HealthVerdict } from '../core/health.ts';
 import type { PodAddresses } from '../core/pod-addresses.ts';
 import type { Metrics } from './metrics.ts';
 
@@ -14,9 +14,25 @@ export interface HttpServerDeps {
   https?: boolean;
 }
 
+/**
+ * No route declares a JSON schema, so fastify needs neither of its schema compilers: given these, it never
+ * loads its defaults (ajv, fast-json-stringify), which cost a daemon ~25-35 ms of start-up and ~3 MB of RSS
+ * (measured with fastify alone). A route with a schema would fail at start-up, saying why.
+ */
+const NO_SCHEMAS = {
+  compilersFactory: {
+    buildValidator: noSchemaCompiler,
+    buildSerializer: noSchemaCompiler,
+  },
+};
+
+function noSchemaCompiler(): never {
+  throw new Error('certshare routes declare no JSON schema (http-server.ts NO_SCHEMAS): add a schema compiler first');
+}
+
 /** /healthz and /metrics. Every response, errors included, carries the Pod's addresses for routing checks. */
 export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
-  const options = { logger: false, keepAliveTimeout: 5000, return503OnClosing: true } as const;
+  const options = { logger: false, keepAliveTimeout: 5000, return503OnClosing: true, schemaController: NO_SCHEMAS } as const;
   // Typed as the plain HTTP instance: the routes are the same, only the listener differs.
   const app = deps.https ? (Fastify({ ...options, https: { minVersion: 'TLSv1.2' } }) as unknown as FastifyInstance) : Fastify(options);
   // No hook and a callback-style handler: /healthz is probed constantly, and every hook or async
@@ -25,16 +41,22 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
   const podHeaders: Record<string, string> = {};
   if (deps.pod.ipv4) podHeaders['Pod-IPv4'] = deps.pod.ipv4;
   if (deps.pod.ipv6) podHeaders['Pod-IPv6'] = deps.pod.ipv6;
-  // ?verbose adds a line per domain with what the CA said through ACME Renewal Information (its window,
-  // the renewal time chosen in it, its explanation); the plain answer stays "ok" for probes.
+  // The answer is built when the verdict changes (HealthState.current keeps one verdict object until then):
+  // per request, a clock read, a comparison and an identity check.
+  //
+  // Who sees what: the health port is behind a Service (the routing check's), so any Pod of the cluster
+  // can ask. The status and the Pod's addresses are all a probe or a routing check needs; the detail
+  // (domains, errors, with ?verbose what the CA said through ACME Renewal Information) goes only to
+  // callers on loopback: the Pod itself and `kubectl port-forward`. The logs and the readiness
+  // condition's message (readable with the Pod) carry it too.
+  let answer: HealthzAnswer | undefined;
   app.get('/healthz', (request, reply) => {
-    const verdict = deps.health.evaluate(deps.clock.now());
-    const verbose = (request.query as Record<string, unknown> | undefined)?.verbose !== undefined;
-    reply
-      .code(verdict.healthy ? 200 : 503)
-      .headers(podHeaders)
-      .header('content-type', 'text/plain; charset=utf-8')
-      .send(verbose ? [verdict.reason, ...deps.health.details()].join('\n') : verdict.reason);
+    const verdict = deps.health.current(deps.clock.now());
+    if (answer?.verdict !== verdict) answer = healthzAnswer(verdict, podHeaders);
+    reply.code(answer.status).headers(answer.headers);
+    if (!isLoopback(request.socket.remoteAddress)) reply.send(answer.brief);
+    else if (request.url.endsWith('?verbose')) reply.send([answer.body, ...deps.health.details()].join('\n'));
+    else reply.send(answer.body);
   });
   app.get('/metrics', async (_request, reply) => {
     const body = await deps.metrics.registry.metrics();
@@ -51,4 +73,30 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
       .send({ error: status >= 500 ? 'Internal Server Error' : 'Bad Request', message: errorMessage(err) });
   });
   return app;
+}
+
+interface HealthzAnswer {
+  verdict: HealthVerdict;
+  status: number;
+  headers: Record<string, string>;
+  /** With the detail: for loopback callers. */
+  body: string;
+  /** Without: for everyone else. */
+  brief: string;
+}
+
+/** 127.0.0.0/8, ::1, and IPv4 loopback as an IPv6-mapped address. */
+function isLoopback(address: string | undefined): boolean {
+  return address !== undefined && (address === '::1' || address.startsWith('127.') || address.startsWith('::ffff:127.'));
+}
+
+/** What GET /healthz answers for a verdict: 200 "ok" or 503 with the reason, as plain text, with the Pod's addresses. */
+function healthzAnswer(verdict: HealthVerdict, podHeaders: Record<string, string>): HealthzAnswer {
+  return {
+    verdict,
+    status: verdict.healthy ? 200 : 503,
+    headers: { ...podHeaders, 'content-type': 'text/plain; charset=utf-8' },
+    body: verdict.reason,
+    brief: verdict.healthy ? 'ok' : 'not healthy (the detail: on loopback, in the logs and in the readiness condition)',
+  };
 }

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { watchRenewalsPerHour } from '../../bench/lib/apiserver.ts';
 import { IMAGE_NODE_FLAGS, imageNodeFlags } from '../../bench/lib/certshare.ts';
 import { heapByConstructor } from '../../bench/lib/heap.ts';
+import { cpuMs, failOnUnexpectedExit, Proc, type UnexpectedExitError } from '../../bench/lib/proc.ts';
 import { linearFit } from '../../bench/lib/stats.ts';
 
 test('linearFit: the least-squares line, NaN slope without two distinct x', () => {
@@ -51,4 +52,38 @@ test('imageNodeFlags: the Node flags of the ENTRYPOINT; the image caps the young
     IMAGE_NODE_FLAGS.some((f) => /^--max-semi-space-size=\d+$/.test(f)),
     `image flags: ${IMAGE_NODE_FLAGS.join(' ')}`,
   );
+});
+
+test('failOnUnexpectedExit: a process the bench needs that exits on its own is reported at once, with its stderr', async () => {
+  const reported: UnexpectedExitError[] = [];
+  failOnUnexpectedExit((err) => reported.push(err));
+  const refusing = new Proc(
+    'certshare proxy-0',
+    [
+      '-e',
+      `console.log('{"msg":"starting"}'); console.error('certshare: --rate-limit-retry must not be above --retry-cap [CERTSHARE_BAD_FLAG]'); process.exit(2);`,
+    ],
+    { mustRun: true },
+  );
+  await refusing.exited;
+  assert.equal(reported.length, 1, 'reported before anyone waiting for its exit resumes');
+  assert.match(reported[0]!.message, /^certshare proxy-0 exited on its own \(code 2, signal null\) during the bench; its stderr:\n/);
+  assert.match(reported[0]!.message, /--rate-limit-retry must not be above --retry-cap \[CERTSHARE_BAD_FLAG\]$/);
+  assert.doesNotMatch(reported[0]!.message, /starting/, 'stderr only, not the JSON log on stdout');
+
+  // Stopped by the bench, or not needed once done (a load generator): no report.
+  const stopped = new Proc('certshare proxy-1', ['-e', 'setInterval(() => {}, 60_000)'], { mustRun: true });
+  await stopped.stop();
+  await new Proc('autocannon', ['-e', 'process.exit(1)']).exited;
+  assert.equal(reported.length, 1);
+});
+
+test('cpuMs: the CPU time a process used, from /proc (user + system, 10 ms ticks)', async () => {
+  const before = await cpuMs(process.pid);
+  const spent = process.cpuUsage();
+  // Busy until this process has used at least 100 ms more CPU by its own count.
+  while (process.cpuUsage(spent).user < 100_000) Math.sqrt(Math.random());
+  const after = await cpuMs(process.pid);
+  assert.equal(before % 10, 0);
+  assert.ok(after - before >= 80, `${before} -> ${after}`);
 });

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CertInfo } from '../../src/core/certificate.ts';
-import { HealthState } from '../../src/core/health.ts';
+import { HealthState, type HealthVerdict } from '../../src/core/health.ts';
 
 const HOUR = 3_600_000;
 const cert = (domain: string, notBefore: number, notAfter: number): { pair: { certPem: string; keyPem: string }; info: CertInfo } => ({
@@ -74,5 +74,58 @@ describe("HealthState.evaluate names the reason of each loop's last decision", (
     health.decided('b.ts.net', { action: 'use', reason: 'not_due', at: now + HOUR / 2 });
     assert.equal(health.evaluate(now).reason, 'a.ts.net: waiting for the writer to store a certificate [not_writer]');
     assert.match(health.evaluate(now + HOUR).reason, /; b\.ts\.net: certificate expired$/, 'the last decision was to use it: no reason');
+  });
+});
+
+describe('HealthState.current (what /healthz answers)', () => {
+  it('keeps one verdict object until the state changes or a validity edge passes, and equals evaluate(now) throughout', () => {
+    const health = new HealthState();
+    const now = 10 * HOUR;
+    const same = (at: number, previous: object, why: string): void => {
+      const verdict = health.current(at);
+      assert.equal(verdict, previous, `kept: ${why}`);
+      assert.deepEqual(verdict, health.evaluate(at), why);
+    };
+    const changed = (at: number, previous: object, why: string): HealthVerdict => {
+      const verdict = health.current(at);
+      assert.notEqual(verdict, previous, `recomputed: ${why}`);
+      assert.deepEqual(verdict, health.evaluate(at), why);
+      return verdict;
+    };
+    health.manage(['a.ts.net']);
+    let v = health.current(now);
+    assert.deepEqual(v, { healthy: false, reason: 'a.ts.net: no certificate yet' });
+    same(now + HOUR, v, 'nothing changed, no certificate to expire');
+    health.problem('a.ts.net', 'tailscaled says no');
+    v = changed(now, v, 'a problem changes the reason');
+    health.problem('a.ts.net', 'tailscaled says no');
+    same(now, v, 'the same problem again');
+    health.sourceProblem('bus refused');
+    v = changed(now, v, 'a source problem');
+    health.sourceProblem(undefined);
+    health.decided('a.ts.net', { action: 'wait', reason: 'not_writer', at: now });
+    v = changed(now, v, "a loop's decision (its bracketed reason)");
+    health.decided('a.ts.net', { action: 'wait', reason: 'not_writer', at: now + 1 });
+    same(now, v, 'the same reason again');
+    health.decided('a.ts.net', { action: 'use', reason: 'not_due', at: now });
+    health.problem('a.ts.net', undefined);
+    // Valid from now + 1h (not yet), until now + 3h.
+    health.certificate('a.ts.net', cert('a.ts.net', now + HOUR, now + 3 * HOUR));
+    v = changed(now, v, 'a certificate');
+    assert.equal(health.current(now).healthy, false, 'not valid yet');
+    same(now + HOUR - 1, v, 'before notBefore');
+    v = changed(now + HOUR, v, 'at notBefore: valid');
+    assert.equal(health.current(now + HOUR).healthy, true);
+    same(now + 3 * HOUR - 1, v, 'before notAfter');
+    v = changed(now + 3 * HOUR, v, 'at notAfter: expired');
+    assert.equal(health.current(now + 3 * HOUR).healthy, false);
+    v = changed(now + 2 * HOUR, v, 'the clock went back: valid again');
+    assert.equal(health.current(now + 2 * HOUR).healthy, true);
+    health.pending('serve-config', 'not read yet');
+    v = changed(now + 2 * HOUR, v, 'a pending reason');
+    health.pending('serve-config', undefined);
+    changed(now + 2 * HOUR, v, 'the pending reason gone');
+    health.manage(['a.ts.net', 'b.ts.net']);
+    assert.equal(health.current(now + 2 * HOUR).healthy, false, 'a new domain without a certificate');
   });
 });

@@ -31,6 +31,22 @@ describe('http server', () => {
     assert.deepEqual(podHeaders(ok), ['10.1.2.3', 'fd00::3']);
   });
 
+  it('shows the detail only to loopback callers: another Pod through the Service gets the status, the addresses and no domain', async () => {
+    health.manage(['web.example.ts.net']);
+    health.renewalInfo('web.example.ts.net', 'CA suggests renewal now');
+    for (const url of ['/healthz', '/healthz?verbose']) {
+      const remote = await app.inject({ method: 'GET', url, remoteAddress: '10.201.0.7' });
+      assert.equal(remote.statusCode, 503);
+      assert.deepEqual(podHeaders(remote), ['10.1.2.3', 'fd00::3'], 'the routing check still learns who answered');
+      assert.doesNotMatch(remote.body, /web\.example|CA suggests/, url);
+      for (const local of ['127.0.0.1', '::1', '::ffff:127.0.0.1'])
+        assert.match((await app.inject({ method: 'GET', url, remoteAddress: local })).body, /web\.example\.ts\.net: no certificate yet/, local);
+    }
+    health.renewalInfo('web.example.ts.net', undefined);
+    health.manage([]);
+    assert.equal((await app.inject({ method: 'GET', url: '/healthz', remoteAddress: '10.201.0.7' })).body, 'ok');
+  });
+
   it("says in /healthz's reason why no domain can be learned (a refused IPN-bus watch), until that is over", async () => {
     health.manage(['web.example.ts.net']);
     const why = 'tailscaled 1.104.5 refused GET /localapi/v0/watch-ipn-bus?mask=282: HTTP 400: nope; asking again in 10m0s';
@@ -56,6 +72,22 @@ describe('http server', () => {
     assert.equal((await app.inject({ method: 'GET', url: '/healthz' })).body, 'a.example.ts.net: no certificate yet; b.example.ts.net: no certificate yet');
     health.renewalInfo('b.example.ts.net', undefined);
     assert.equal((await app.inject({ method: 'GET', url: '/healthz?verbose' })).body.includes('CA suggests'), false);
+    health.manage([]);
+  });
+
+  it('answers /healthz 503 once the certificate expires, with nothing else changing (the answer is kept per verdict)', async () => {
+    const now = clock.now();
+    health.manage(['web.example.ts.net']);
+    const info = { domain: 'web.example.ts.net', notBefore: now - 60_000, notAfter: now + 60_000, serial: '01', fingerprint256: '' };
+    health.certificate('web.example.ts.net', { pair: { certPem: '', keyPem: '' }, info });
+    for (let i = 0; i < 2; i++) {
+      const ok = await app.inject({ method: 'GET', url: '/healthz' });
+      assert.deepEqual([ok.statusCode, ok.body, podHeaders(ok)], [200, 'ok', ['10.1.2.3', 'fd00::3']]);
+    }
+    await clock.advance(60_000);
+    const expired = await app.inject({ method: 'GET', url: '/healthz' });
+    assert.deepEqual([expired.statusCode, expired.body, podHeaders(expired)], [503, 'web.example.ts.net: certificate expired', ['10.1.2.3', 'fd00::3']]);
+    assert.match(String(expired.headers['content-type']), /^text\/plain/);
     health.manage([]);
   });
 

@@ -1,0 +1,69 @@
+// `npm run bench` must never break silently again (issue 19): every phase of it (standalone, kube at rest,
+// propagation, injector, --memory, --domains) runs here at a tiny size (`--tiny`, seconds each) against a
+// real control plane, and any phase error fails this test. Figures are only checked to exist: speed is
+// what a full `npm run bench` measures, never a timed test.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const BENCH = fileURLToPath(new URL('../../bench/main.ts', import.meta.url));
+
+/** The JSON line `--json` ends its stdout with. */
+function lastJsonLine(stdout: string): Record<string, unknown> {
+  const line = stdout.trimEnd().split('\n').at(-1) ?? '';
+  assert.ok(line.startsWith('{'), `no JSON line at the end of stdout:\n${stdout.slice(-2000)}`);
+  return JSON.parse(line) as Record<string, unknown>;
+}
+
+function assertFigures(where: string, object: Record<string, unknown> | undefined, keys: string[]): void {
+  assert.ok(object, `${where}: missing`);
+  for (const key of keys) assert.ok(Number.isFinite(object[key]), `${where}.${key}: ${JSON.stringify(object[key])}`);
+}
+
+describe('npm run bench -- --tiny', () => {
+  it('runs every phase to its figures and exits 0', { timeout: 240_000 }, async () => {
+    // A bench that starts a control plane: `'--tiny'` marks this file slow for scripts/test-fast.ts.
+    const child = spawn(process.execPath, [BENCH, '--tiny', '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d));
+    child.stderr.on('data', (d: Buffer) => (stderr += d));
+    try {
+      const [code] = (await once(child, 'close')) as [number | null];
+      assert.equal(code, 0, `the bench failed:\n${stderr.slice(-4000)}`);
+    } finally {
+      if (child.exitCode === null) child.kill('SIGTERM');
+    }
+    const report = lastJsonLine(stdout);
+    assertFigures('standalone', report, [
+      'rssBareNodeMB',
+      'rssStandaloneMB',
+      'startupToHealthyMs',
+      'startupCpuMs',
+      'domainToCertMs',
+      'healthzRps',
+      'healthzVsBareFastify',
+      'healthzCpuUsPerRequest',
+      'healthzCpuVsBareFastify',
+    ]);
+    assertFigures('kube at rest', report, ['rssKubeReaderMB', 'rssKubeWriterMB', 'apiRequestsPerReplicaHour']);
+    assertFigures('propagation', report, ['propagationP50Ms', 'propagationP99Ms']);
+    assertFigures('injector', report, ['rssInjectorMB', 'injectorAdmissionP99Ms']);
+    const details = report.details as { memory?: Record<string, Array<Record<string, unknown>>>; domains?: Record<string, unknown> };
+    const memory = details.memory;
+    assert.ok(memory, '--memory phase: no figures');
+    for (const part of ['importChain', 'daemons', 'standaloneFlags', 'kubeReaderFlags']) {
+      assert.ok((memory[part]?.length ?? 0) >= 1, `memory.${part}: none`);
+      for (const [i, entry] of memory[part]!.entries())
+        assertFigures(`memory.${part}[${i}]`, entry, [part === 'daemons' ? 'heapUsedMB' : 'rssMB' in entry ? 'rssMB' : 'idleMB']);
+    }
+    assert.deepEqual(
+      memory.daemons!.map((d) => d.name),
+      ['standalone', 'kube writer', 'kube reader'],
+    );
+    assertFigures('domains', details.domains, ['rssMaxMB', 'tcpConnsPerReplica', 'afterLastStoredMs', 'massRenewalP99Ms']);
+    assert.doesNotMatch(stdout, /\bMISS\b|\bPASS\b/, '--tiny gives no verdicts on the issue targets');
+  });
+});
