@@ -7,6 +7,7 @@ import { bucketIncrease, histogramQuantile } from '../test/support/histogram.ts'
 import { must } from '../test/support/kube.ts';
 import { freePort } from '../test/support/processes.ts';
 import { labelsOf, metricSeries } from './lib/apiserver.ts';
+import { injectorLoopbackFlags } from '../test/injector/replica-flags.ts';
 import { bundleMain, IMAGE_NODE_FLAGS } from './lib/certshare.ts';
 import { Proc, cleanEnv, idleRss, type MemStatus } from './lib/proc.ts';
 import type { BenchSize } from './lib/size.ts';
@@ -53,12 +54,7 @@ export async function injectorPhase(cp: ControlPlane, pods: number, size: BenchS
       ...IMAGE_NODE_FLAGS,
       bundleMain(),
       'injector',
-      '--listen',
-      `127.0.0.1:${port}`,
-      '--metrics-listen',
-      '127.0.0.1:0',
-      '--extra-san',
-      '127.0.0.1',
+      ...injectorLoopbackFlags(port),
       // Nothing routes here through a Service: no endpoint to wait out before stopping.
       '--drain-delay',
       '0s',

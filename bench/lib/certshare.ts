@@ -6,7 +6,7 @@ import { mkdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
 import { buildDist as buildBundle, DIST } from '../../scripts/build.ts';
-import { execForm, instructions, parseDockerfile } from '../../test/manifests/dockerfile.ts';
+import { imageNodeFlags } from '../../test/manifests/dockerfile.ts';
 import { httpRequest } from './http.ts';
 import { cleanEnv, Proc } from './proc.ts';
 
@@ -15,18 +15,6 @@ export const REPO = resolve(import.meta.dirname, '../..');
 let distMain = join(DIST, 'cli/main.js');
 export function bundleMain(): string {
   return distMain;
-}
-/**
- * The Node flags between the node binary and dist/cli/main.js in the Dockerfile's ENTRYPOINT (exec form):
- * what the image runs with, so that every measured daemon runs with the same.
- */
-export function imageNodeFlags(dockerfile: string): string[] {
-  const args = instructions(parseDockerfile(dockerfile).at(-1)!, 'ENTRYPOINT').at(-1)?.args;
-  const argv = args === undefined ? undefined : execForm(args);
-  if (!argv) throw new Error('Dockerfile: no ENTRYPOINT in exec form');
-  const main = argv.indexOf('dist/cli/main.js');
-  if (main < 1) throw new Error(`Dockerfile: ENTRYPOINT ${args} does not run dist/cli/main.js`);
-  return argv.slice(1, main);
 }
 /** BENCH_NO_IMAGE_FLAGS=1: without them (to compare). */
 export const IMAGE_NODE_FLAGS = process.env.BENCH_NO_IMAGE_FLAGS ? [] : imageNodeFlags(readFileSync(join(REPO, 'Dockerfile'), 'utf8'));

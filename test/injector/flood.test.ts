@@ -19,9 +19,10 @@ import { buildDist } from '../../scripts/build.ts';
 import { ANNOTATION } from '../../src/injector/mutate.ts';
 import { MAX_BODY_BYTES } from '../../src/injector/tls-server.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { execForm, instructions, parseDockerfile } from '../manifests/dockerfile.ts';
+import { imageNodeFlags } from '../manifests/dockerfile.ts';
 import { must } from '../support/kube.ts';
 import { deathSignalPrefix, freePort } from '../support/processes.ts';
+import { injectorLoopbackFlags } from './replica-flags.ts';
 
 const cp = useControlPlane();
 const CONFIG = 'certshare-injector';
@@ -40,11 +41,9 @@ async function injectorContainer(): Promise<InjectorContainer> {
 }
 
 /** V8 flags as the image runs the injector: the Dockerfile's ENTRYPOINT, then the Deployment's NODE_OPTIONS. */
-async function imageNodeFlags(): Promise<string[]> {
-  const stages = parseDockerfile(await readFile(fileURLToPath(new URL('../../Dockerfile', import.meta.url)), 'utf8'));
-  const entrypoint = execForm(instructions(stages.at(-1)!, 'ENTRYPOINT').at(-1)!.args) ?? [];
+async function injectorNodeFlags(): Promise<string[]> {
   const nodeOptions = (await injectorContainer()).env?.find((e) => e.name === 'NODE_OPTIONS')?.value ?? '';
-  return [...entrypoint.filter((a) => a.startsWith('--')), ...nodeOptions.split(/\s+/).filter(Boolean)];
+  return [...imageNodeFlags(await readFile(fileURLToPath(new URL('../../Dockerfile', import.meta.url)), 'utf8')), ...nodeOptions.split(/\s+/).filter(Boolean)];
 }
 
 /** A JSON body of `bytes` bytes made of as many small keys as fit: the most objects per byte to parse. */
@@ -83,29 +82,15 @@ describe('the webhook under a flood from other Pods, while the apiserver creates
     await must(cp().kubectl(['label', 'namespace', ns, 'certshare.io/injection=enabled']));
     const kubeconfig = await cp().kubeconfigFor(INJECTOR_NS, 'certshare-injector');
     const [command, ...prefix] = [...deathSignalPrefix(), process.execPath];
-    const NODE_FLAGS = await imageNodeFlags();
+    const NODE_FLAGS = await injectorNodeFlags();
     // What the image runs: the production bundle (module loading from sources costs tens of MB more).
     dist = await mkdtemp(join(tmpdir(), 'certshare-flood-'));
     await buildDist(join(dist, 'dist'));
     const MAIN = join(dist, 'dist/cli/main.js');
-    injector = spawn(
-      command!,
-      [
-        ...prefix,
-        ...NODE_FLAGS,
-        MAIN,
-        'injector',
-        '--listen',
-        `127.0.0.1:${port}`,
-        '--metrics-listen',
-        '127.0.0.1:0',
-        '--extra-san',
-        '127.0.0.1',
-        '--log-level',
-        'warn',
-      ],
-      { env: { ...process.env, KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS, POD_NAME: 'injector-flood' }, stdio: ['ignore', 'ignore', 'pipe'] },
-    );
+    injector = spawn(command!, [...prefix, ...NODE_FLAGS, MAIN, 'injector', ...injectorLoopbackFlags(port), '--log-level', 'warn'], {
+      env: { ...process.env, KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS, POD_NAME: 'injector-flood' },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     injector.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-4000)));
     // The first replica creates its CA and writes the caBundle; the apiserver trusts it a moment later.
     const deadline = performance.now() + 60_000;

@@ -6,8 +6,13 @@
  */
 export function injectorReplicaFlags(port: number): string[] {
   return [
-    ...['--listen', `127.0.0.1:${port}`, '--metrics-listen', '127.0.0.1:0', '--extra-san', '127.0.0.1'],
+    ...injectorLoopbackFlags(port),
     ...['--ca-lifetime', '12s', '--ca-rotate-before', '6s', '--leaf-lifetime', '4s', '--leaf-renew-before', '2s', '--propagation-grace', '1s'],
     ...['--resync', '1h', '--lease-duration', '2s'],
   ];
+}
+
+/** An injector serving on loopback: the webhook on `port` with 127.0.0.1 in its certificate, metrics on any port. */
+export function injectorLoopbackFlags(port: number): string[] {
+  return ['--listen', `127.0.0.1:${port}`, '--metrics-listen', '127.0.0.1:0', '--extra-san', '127.0.0.1'];
 }

@@ -271,3 +271,16 @@ export async function replayDockerfile(stages: Stage[], options: ReplayOptions):
   }
   return done;
 }
+
+/**
+ * The Node flags between the node binary and dist/cli/main.js in the Dockerfile's ENTRYPOINT (exec form):
+ * what the image runs with, so that every measured daemon runs with the same.
+ */
+export function imageNodeFlags(dockerfile: string): string[] {
+  const args = instructions(parseDockerfile(dockerfile).at(-1)!, 'ENTRYPOINT').at(-1)?.args;
+  const argv = args === undefined ? undefined : execForm(args);
+  if (!argv) throw new Error('Dockerfile: no ENTRYPOINT in exec form');
+  const main = argv.indexOf('dist/cli/main.js');
+  if (main < 1) throw new Error(`Dockerfile: ENTRYPOINT ${args} does not run dist/cli/main.js`);
+  return argv.slice(1, main);
+}
