@@ -73,7 +73,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
                   // This Pod answers its own /healthz in milliseconds; a call still open after a second is
                   // another endpoint (busy, starting) and only holds the round back.
                   timeoutMs: 1000,
-                  roundDelayMs: 100,
+                  roundDelayMs: 200,
                   patienceMs: 30_000,
                   signal,
                 });

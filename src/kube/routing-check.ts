@@ -44,8 +44,8 @@ export interface RoutingOutcome {
   endpointsSeen: number;
 }
 
-/** Enough fresh connections for any sane Service; a round never opens more. */
-const MAX_PROBES_PER_ROUND = 64;
+/** Calls open at once, across overlapping rounds: enough for any sane Service, light on a busy node. */
+const MAX_IN_FLIGHT = 64;
 
 /**
  * Does the Service behind `url` route to this Pod? Its health endpoint answers with the answering Pod's
@@ -53,61 +53,61 @@ const MAX_PROBES_PER_ROUND = 64;
  * no header at all comes from a peer that cannot say who it is: counted as routed, for compatibility.
  *
  * Tailscale's rule is replicas x 3 calls one after another. Each fresh connection lands on a random
- * endpoint, so with n endpoints a round of k parallel calls misses this Pod with probability (1 - 1/n)^k:
- * calls in parallel, and k grown to 3 x the endpoints the answers reveal (no read of the EndpointSlice,
- * which certshare's account may not do), make the answer arrive in a few hundred milliseconds at 10
- * replicas, where a sequential sample with a doubling delay took tens of seconds. An unlucky round is not
- * a verdict: rounds go on for `patienceMs`, and only then is the answer 'not-routed'.
+ * endpoint, so with n endpoints k calls all miss this Pod with probability (1 - 1/n)^k. Here a round of k
+ * calls starts every `roundDelayMs`, k grown to 3 x the endpoints the answers reveal (no read of the
+ * EndpointSlice, which certshare's account may not do); rounds overlap (a call still open, e.g. to a Pod
+ * starting on a busy node, holds no round back, at most MAX_IN_FLIGHT open at once), and the first answer
+ * from this Pod settles it. An unlucky round is not a verdict: rounds go on for `patienceMs`, and only
+ * then is the answer 'not-routed'. Measured on the real cluster (test/e2e phase 8): README, readiness.
  */
 export async function checkRouting(url: string, options: RoutingCheckOptions): Promise<RoutingOutcome> {
   const target = new URL(url);
   const seen = new Set<string>();
   let rounds = 0;
   let probes = 0;
+  let inFlight = 0;
   const outcome = (verdict: RoutingVerdict): RoutingOutcome => ({ verdict, rounds, probes, endpointsSeen: seen.size });
-  /**
-   * One round: `count` calls at once, settled as soon as one answer proves the route (the others are
-   * cut: a slow endpoint, e.g. a Pod still starting on a busy node, must not hold the verdict back).
-   */
+  // Settled by the first answer that proves the route, whichever round sent it; the calls still open are cut then.
+  const cut = new AbortController();
+  const signal = options.signal ? AbortSignal.any([options.signal, cut.signal]) : cut.signal;
+  let prove!: (verdict: RoutingVerdict) => void;
+  const proven = new Promise<RoutingVerdict>((resolve) => (prove = resolve));
   const round = async (): Promise<RoutingOutcome> => {
     rounds++;
-    const count = Math.min(MAX_PROBES_PER_ROUND, Math.max(options.probesPerRound, 3 * seen.size));
+    const count = Math.min(MAX_IN_FLIGHT - inFlight, Math.max(options.probesPerRound, 3 * seen.size));
     probes += count;
-    const cut = new AbortController();
-    const signal = options.signal ? AbortSignal.any([options.signal, cut.signal]) : cut.signal;
-    const proven = await new Promise<boolean>((resolve) => {
-      let pending = count;
-      for (let i = 0; i < count; i++) {
-        probe(target, options.timeoutMs, signal).then(
-          ({ status, podIPv4 }) => {
-            if (status === 200 && podIPv4 !== undefined) seen.add(podIPv4);
-            if (status === 200 && (podIPv4 === undefined || podIPv4 === options.ownIPv4)) resolve(true);
-            if (--pending === 0) resolve(false);
-          },
-          () => {
-            if (--pending === 0) resolve(false);
-          },
-        );
-      }
-    });
-    cut.abort();
+    for (let i = 0; i < count; i++) {
+      inFlight++;
+      probe(target, options.timeoutMs, signal)
+        .then(({ status, podIPv4 }) => {
+          if (status !== 200) return;
+          if (podIPv4 === undefined) prove('unverifiable');
+          else seen.add(podIPv4);
+          if (podIPv4 !== undefined && podIPv4 === options.ownIPv4) prove('routed');
+        })
+        .catch(() => {})
+        .finally(() => inFlight--);
+    }
+    let pause: NodeJS.Timeout | undefined;
+    const verdict = await Promise.race([proven, new Promise<undefined>((resolve) => (pause = setTimeout(() => resolve(undefined), options.roundDelayMs)))]);
+    clearTimeout(pause);
     if (options.signal?.aborted) throw options.signal.reason;
-    if (proven) return outcome(options.ownIPv4 !== undefined && seen.has(options.ownIPv4) ? 'routed' : 'unverifiable');
-    throw new Error(`${count} calls answered by ${seen.size} other endpoints`);
+    if (verdict) return outcome(verdict);
+    throw new Error(`${probes} calls answered by ${seen.size} other endpoints`);
   };
   try {
-    // A fixed pause between rounds, for as long as patience lasts.
+    // The next round as soon as this one's pause is over, for as long as patience lasts.
     return await pRetry(round, {
       retries: Number.POSITIVE_INFINITY,
-      factor: 1,
-      minTimeout: options.roundDelayMs,
-      maxTimeout: options.roundDelayMs,
-      randomize: false,
+      minTimeout: 0,
+      maxTimeout: 0,
       maxRetryTime: options.patienceMs,
       ...(options.signal ? { signal: options.signal } : {}),
     });
   } catch (err) {
     if (options.signal?.aborted) throw err;
     return outcome('not-routed');
+  } finally {
+    cut.abort();
   }
 }
