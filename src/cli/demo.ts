@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { startDaemon } from '../daemon.ts';
 import { DEFAULT_DOMAIN, startEmulator } from '../emulator/server.ts';
 import { parseFlags, usage, type FlagSpec } from './flags.ts';
+import { LOG_FLAGS, logFormatFrom } from './log-format.ts';
 import { createLogger } from './logger.ts';
 import { RUN_FLAGS, daemonConfigFrom } from './run-options.ts';
 import { stopOnSignal } from './run-command.ts';
@@ -18,18 +19,23 @@ const DEMO_FLAGS: FlagSpec[] = [
     default: '10m',
     help: 'Lifetime of the emulated certificates (short, so a renewal shows up within minutes).',
   },
-  { name: 'log-level', placeholder: 'LEVEL', default: 'info', help: 'debug, info, warn or error.' },
+  ...LOG_FLAGS,
 ];
 
 /** The one-command demo: an emulated tailscaled and the daemon, standalone, in a temporary directory. */
 export async function runDemo(argv: string[]): Promise<number> {
   const values = parseFlags(DEMO_FLAGS, argv, {});
   if (values.help) {
-    console.log(usage('demo', 'Starts the LocalAPI emulator and the daemon in a temporary directory; Ctrl-C stops both and cleans up.', DEMO_FLAGS));
+    console.log(
+      usage('demo', 'Starts the LocalAPI emulator and the daemon in a temporary directory; Ctrl-C stops both and cleans up.', DEMO_FLAGS, {
+        // The demo reads no CERTSHARE_* variable (parseFlags above gets none): its usage names none.
+        fromEnv: false,
+      }),
+    );
     return 0;
   }
   const domain = String(values.domain);
-  const logger = createLogger(String(values['log-level']));
+  const logger = createLogger(String(values['log-level']), undefined, logFormatFrom(values));
   const dir = await mkdtemp(join(tmpdir(), 'certshare-demo-'));
   const socket = join(dir, 'tailscaled.sock');
   const certDir = join(dir, 'certs');

@@ -37,7 +37,7 @@ export function stopOnSignal(daemon: Pick<Daemon, 'stop'>, logger: Logger, shutd
 }
 
 export async function runUntilSignal(config: DaemonConfig): Promise<number> {
-  const logger = createLogger(config.logLevel);
+  const logger = createLogger(config.logLevel, undefined, config.logFormat);
   const daemon = await startDaemon(config, { logger, env: process.env });
   const code = await stopOnSignal(daemon, logger, config.shutdownTimeoutMs);
   // Exit explicitly: a stuck handle (a hanging LocalAPI request) must not keep a stopped sidecar alive.

@@ -11,6 +11,7 @@ import { MAX_STARTUP_GRACE_MS } from '../core/startup-grace.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
 import { LETS_ENCRYPT_DIRECTORY } from '../acme/renewal-info-client.ts';
 import type { FlagSpec, FlagValues } from './flags.ts';
+import { LOG_FLAGS, logFormatFrom } from './log-format.ts';
 
 export type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from '../config/daemon-config.ts';
 
@@ -92,7 +93,7 @@ export const RUN_FLAGS: FlagSpec[] = [
       'At most N domains issue at once (a CertPair call and its store writes); the others wait their turn. ' +
       'tailscaled runs one ACME order at a time anyway; more only hold memory here and wait there.',
   },
-  { name: 'log-level', placeholder: 'LEVEL', default: 'info', help: 'debug, info, warn or error.' },
+  ...LOG_FLAGS,
   {
     name: 'startup-grace',
     placeholder: 'DURATION',
@@ -237,6 +238,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
     issuanceBudget: parseBudget(String(values['issuance-budget'])),
     issuanceConcurrency: Number(values['issuance-concurrency']),
     logLevel: String(values['log-level']),
+    logFormat: logFormatFrom(values),
     startupGraceMs: duration(values, 'startup-grace'),
     mode: (mode as ShareMode | undefined) ?? (podName && /-0$/.test(podName) ? 'rw' : podName ? 'ro' : 'rw'),
     group: (values.group as string | undefined) ?? podName?.replace(/-\d+$/, ''),

@@ -9,6 +9,8 @@ import type { ReloadSpec } from '../delivery/reload-command.ts';
 
 export type StoreChoice = { kind: 'dir'; path: string } | { kind: 'kube' };
 export type ShareMode = 'rw' | 'ro' | 'auto';
+/** --log-format: JSON lines, readable lines, or readable only when stdout is a terminal (src/cli/log-format.ts). */
+export type LogFormat = 'json' | 'pretty' | 'auto';
 /** How a kube replica watches its Secrets: one watch per Secret by name, or one per group by label. */
 export type WatchScope = 'secret' | 'group';
 /** --tls: tls.crt and tls.key from a directory, or a kubernetes.io/tls Secret of the Pod's namespace. */
@@ -36,6 +38,7 @@ export interface DaemonConfig {
   /** How many domains this process issues at once (CertPair calls and their store writes). */
   issuanceConcurrency: number;
   logLevel: string;
+  logFormat: LogFormat;
   /** Expected start-up states (tailscaled not listening, the first issuance running) log at info this long (core/startup-grace.ts). */
   startupGraceMs: number;
   /** Kubernetes mode. */

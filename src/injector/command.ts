@@ -13,7 +13,8 @@ import { makeApi } from '../kube/https-transport.ts';
 import { parseHostPort } from '../core/listen-address.ts';
 import { parseFlags, usage, type FlagSpec, type FlagValues } from '../cli/flags.ts';
 import { duration, tlsChoice, type ShareMode } from '../cli/run-options.ts';
-import type { TlsChoice } from '../config/daemon-config.ts';
+import type { LogFormat, TlsChoice } from '../config/daemon-config.ts';
+import { LOG_FLAGS, logFormatFrom } from '../cli/log-format.ts';
 import type { ServingPair } from '../server/tls-pair.ts';
 import { pairSource } from '../server/tls-source.ts';
 import { InjectorController } from './controller.ts';
@@ -119,7 +120,7 @@ export const INJECTOR_FLAGS: FlagSpec[] = [
       'On SIGTERM: keep answering this long, closing each kept-alive connection after its response, ' +
       'before the listener closes (the endpoint is gone meanwhile).',
   },
-  { name: 'log-level', placeholder: 'LEVEL', default: 'info', help: 'debug, info, warn or error.' },
+  ...LOG_FLAGS,
 ];
 
 export interface InjectorConfig {
@@ -143,6 +144,7 @@ export interface InjectorConfig {
   drainDelayMs: number;
   defaults: InjectionDefaults;
   logLevel: string;
+  logFormat: LogFormat;
 }
 
 const IP = /^(\d{1,3}(\.\d{1,3}){3}|[0-9a-f:]*:[0-9a-f:.]*)$/i;
@@ -208,6 +210,7 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
       imagePullPolicy: pullPolicy(String(values['sidecar-image-pull-policy'] ?? '')),
     },
     logLevel,
+    logFormat: logFormatFrom(values),
   };
 }
 
@@ -364,7 +367,7 @@ export async function injectorCommand(argv: string[]): Promise<number> {
   }
   const config = injectorConfigFrom(values, process.env);
   const [{ createLogger }, { stopOnSignal }] = await Promise.all([import('../cli/logger.ts'), import('../cli/run-command.ts')]);
-  const logger = createLogger(config.logLevel, 'certshare-injector');
+  const logger = createLogger(config.logLevel, 'certshare-injector', config.logFormat);
   const injector = await startInjector(config, { logger, env: process.env });
   const code = await stopOnSignal(injector, logger, config.drainDelayMs + 10_000);
   process.exit(code);

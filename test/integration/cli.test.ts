@@ -44,6 +44,7 @@ describe('certshare command line', () => {
       [['run'], /at least one --domain or a --serve-config/],
       [['run', '--domain', 'not a domain'], /not a fully qualified domain name/],
       [['run', '--domain', 'a.example.com', '--store', 's3:bucket'], /--store must be dir:PATH or kube/],
+      [['run', '--domain', 'a.example.com', '--log-format', 'yaml'], /--log-format must be json, pretty, auto, got "yaml"/],
       [['frobnicate'], /unknown command "frobnicate"/],
     ] as const) {
       const res = cli([...args]);
@@ -60,6 +61,24 @@ describe('certshare command line', () => {
 
   describe('a running daemon', () => {
     const dir = useTempDir();
+
+    it('logs readable lines with CERTSHARE_LOG_FORMAT=pretty, JSON lines by default on a pipe', { timeout: 30_000 }, async () => {
+      const firstLine = async (env: NodeJS.ProcessEnv): Promise<string> => {
+        const args = ['run', '--localapi', join(dir(), 'absent.sock'), '--domain', DOMAIN, '--store', `dir:${join(dir(), 'certs')}`, '--listen', '127.0.0.1:0'];
+        const child = spawn(process.execPath, [BIN, ...args], {
+          env: { PATH: process.env.PATH, CERTSHARE_ACME_DIRECTORY: 'none', ...env },
+          stdio: ['ignore', 'pipe', 'inherit'],
+        });
+        try {
+          const [line] = (await once(createInterface(child.stdout!), 'line')) as [string];
+          return line;
+        } finally {
+          child.kill('SIGKILL');
+        }
+      };
+      assert.match(await firstLine({ CERTSHARE_LOG_FORMAT: 'pretty' }), /^\d\d:\d\d:\d\d\.\d{3} INFO {2}certshare started address=http:\/\/127\.0\.0\.1:\d+ /);
+      assert.equal((JSON.parse(await firstLine({})) as { msg: string }).msg, 'certshare started');
+    });
 
     it('turns healthy, then exits 0 promptly on SIGTERM, running the reload command once', async () => {
       const emulator = await emulatorIn(dir());

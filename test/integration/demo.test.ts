@@ -33,4 +33,35 @@ describe('certshare demo', () => {
       if (child.exitCode === null) child.kill('SIGKILL');
     }
   });
+
+  it('prints readable lines with --log-format pretty: time, level, message, key=value; no JSON', { timeout: 60_000 }, async () => {
+    const child = spawn(process.execPath, [BIN, 'demo', '--listen', '127.0.0.1:0', '--domain-delay', '200ms', '--log-format', 'pretty'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d));
+    const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+    try {
+      const lines: string[] = [];
+      await new Promise<void>((resolve, reject) => {
+        createInterface(child.stdout).on('line', (line) => {
+          lines.push(line);
+          if (line.includes('demo: GET /healthz answers')) resolve();
+        });
+        void exited.then(([code]) => reject(new Error(`demo exited (${code}) before it was healthy: ${stderr.trim()}`)));
+      });
+      for (const line of lines) assert.match(line, /^\d\d:\d\d:\d\d\.\d{3} (DEBUG|INFO |WARN |ERROR) \S/, line);
+      assert.ok(
+        lines.some((l) => /INFO {2}certificate issued and stored domain=demo\.\S+ serial=[0-9A-F]+ notAfter=\S+Z/.test(l)),
+        lines.join('\n'),
+      );
+      assert.match(lines.at(-1)!, /INFO {2}demo: GET \/healthz answers 200; .* status=200 /);
+      assert.ok(lines.every((l) => !l.includes('{"level"') && !l.includes('"pid"')));
+      child.kill('SIGINT');
+      const [code] = await exited;
+      assert.equal(code, 0, stderr);
+    } finally {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    }
+  });
 });
