@@ -1,0 +1,163 @@
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { EventEmitter } from 'node:events';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { systemClock } from '../../src/core/clock.ts';
+import { silentLogger } from '../../src/core/logger.ts';
+import { connectKube } from '../../src/kube/connection.ts';
+import { EventRecorder, type EventOccurrence } from '../../src/kube/event-recorder.ts';
+import { useControlPlane } from '../harness/use-control-plane.ts';
+import { GATE, createGatedPod, exampleNamespace, kubeconfigVia, must, startReplica } from '../support/kube.ts';
+import { useTempDir } from '../support/standalone.ts';
+import { onEvent, until } from '../support/wait.ts';
+
+const cp = useControlPlane();
+
+interface RecordedEvent {
+  metadata: { name: string };
+  reason: string;
+  type: string;
+  note?: string;
+  reportingController?: string;
+  series?: { count: number; lastObservedTime: string };
+  regarding: { kind: string; name: string; uid?: string };
+}
+
+/** Follows the namespace's Events (kubectl get --watch): the latest state of each, by name. */
+function watchEvents(ns: string): { events: Map<string, RecordedEvent>; changed: EventEmitter; close(): void } {
+  const child = spawn(
+    join(cp().binDir, 'kubectl'),
+    ['--kubeconfig', cp().adminKubeconfigPath, '-n', ns, 'get', 'events.v1.events.k8s.io', '--watch', '-o', 'json', '--output-watch-events=false'],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  const events = new Map<string, RecordedEvent>();
+  const changed = new EventEmitter();
+  void (async () => {
+    let buffer = '';
+    for await (const chunk of child.stdout!) {
+      buffer += String(chunk);
+      // kubectl prints one pretty JSON document per change; a document ends with a "}" line.
+      for (let end = buffer.indexOf('\n}\n'); end !== -1; end = buffer.indexOf('\n}\n')) {
+        const doc = JSON.parse(buffer.slice(0, end + 2)) as RecordedEvent | { kind: 'List'; items: RecordedEvent[] };
+        buffer = buffer.slice(end + 3);
+        for (const event of 'items' in doc ? doc.items : [doc]) events.set(event.metadata.name, event);
+        changed.emit('change');
+      }
+    }
+  })();
+  return { events, changed, close: () => child.kill() };
+}
+
+const about = (events: Map<string, RecordedEvent>, pod: string, reason?: string): RecordedEvent[] =>
+  [...events.values()].filter((e) => e.regarding.name === pod && (reason === undefined || e.reason === reason));
+
+async function podUid(ns: string, name: string): Promise<string> {
+  const res = await cp().adminRequest('GET', `/api/v1/namespaces/${ns}/pods/${name}`);
+  return (JSON.parse(res.body) as { metadata: { uid: string } }).metadata.uid;
+}
+
+describe('Events about the Pod', () => {
+  const dir = useTempDir();
+
+  it('`kubectl describe pod` shows the writer Issued and Ready, the reader Loaded from the Secret', async () => {
+    const ns = await exampleNamespace(cp());
+    await createGatedPod(cp(), ns, 'proxy-0');
+    await createGatedPod(cp(), ns, 'proxy-1');
+    const watch = watchEvents(ns);
+    const writer = await startReplica(cp(), ns, dir(), 'proxy-0', {
+      mode: 'rw',
+      flags: ['--readiness-gate', GATE],
+      env: { POD_UID: await podUid(ns, 'proxy-0') },
+    });
+    const reader = await startReplica(cp(), ns, dir(), 'proxy-1', {
+      mode: 'ro',
+      flags: ['--readiness-gate', GATE],
+      env: { POD_UID: await podUid(ns, 'proxy-1') },
+    });
+    try {
+      await until(
+        'Issued and Ready on proxy-0, Loaded and Ready on proxy-1',
+        () =>
+          ['Issued', 'Ready'].every((r) => about(watch.events, 'proxy-0', r).length > 0) &&
+          ['Loaded', 'Ready'].every((r) => about(watch.events, 'proxy-1', r).length > 0),
+        [onEvent(watch.changed, 'change')],
+      );
+      const [issued] = about(watch.events, 'proxy-0', 'Issued');
+      assert.equal(issued?.type, 'Normal');
+      assert.equal(issued?.reportingController, 'certshare.io/certshare');
+      assert.match(issued?.note ?? '', /proxy\.tailnet-0000\.ts\.net: certificate \S+ obtained \(no_certificate\), valid until /);
+      assert.deepEqual(about(watch.events, 'proxy-0', 'Loaded'), [], 'the writer obtained its certificate: not Loaded');
+      assert.deepEqual(about(watch.events, 'proxy-1', 'Issued'), [], 'the reader issues nothing');
+
+      const described = await must(cp().kubectl(['-n', ns, 'describe', 'pod', 'proxy-0']));
+      const section = described.slice(described.indexOf('\nEvents:'));
+      assert.match(section, /Normal\s+Issued\s+.*certshare\.io\/certshare/, described);
+      assert.match(section, /Normal\s+Ready\s+/);
+      const describedReader = await must(cp().kubectl(['-n', ns, 'describe', 'pod', 'proxy-1']));
+      assert.match(describedReader.slice(describedReader.indexOf('\nEvents:')), /Normal\s+Loaded\s+.*read from the Secret/);
+    } finally {
+      watch.close();
+      await reader.stop();
+      await writer.stop();
+    }
+  });
+
+  it('a burst of the same failure is one Warning Event whose series counts the repeats', async () => {
+    const ns = await exampleNamespace(cp());
+    await createGatedPod(cp(), ns, 'proxy-0');
+    const watch = watchEvents(ns);
+    const writer = await startReplica(cp(), ns, dir(), 'proxy-0', {
+      mode: 'rw',
+      env: { POD_UID: await podUid(ns, 'proxy-0') },
+      emulator: { faults: [{ target: 'cert', kind: 'error_500', count: 'always' }] },
+    });
+    try {
+      await until('IssuanceFailed counted 3 times', () => (about(watch.events, 'proxy-0', 'IssuanceFailed')[0]?.series?.count ?? 0) >= 3, [
+        onEvent(watch.changed, 'change'),
+      ]);
+      const failed = about(watch.events, 'proxy-0', 'IssuanceFailed');
+      assert.equal(failed.length, 1, 'one Event, not one per failure');
+      assert.equal(failed[0]!.type, 'Warning');
+      assert.match(failed[0]!.note ?? '', /issuance failed \[error\]: .*; next retry at \d{4}-.*, then backing off$/);
+      const calls = writer.emulator.stats().certRequests;
+      assert.ok(Object.values(calls).reduce((a, b) => a + b, 0) >= 3, 'the loop did fail several times');
+    } finally {
+      watch.close();
+      await writer.stop();
+    }
+  });
+
+  it('never blocks the caller: beyond the queue, and when the API is away, occurrences are dropped and counted', async () => {
+    const ns = await exampleNamespace(cp());
+    const occurrence = (key: string): EventOccurrence => ({ type: 'Normal', reason: 'Loaded', action: 'Load', note: key, key });
+    const recordAll = async (kubeconfig: string, queueLimit: number, keys: string[]): Promise<number> => {
+      const connection = await connectKube({ KUBECONFIG: kubeconfig, POD_NAMESPACE: ns }, { requestTimeoutMs: 2000 });
+      let dropped = 0;
+      const recorder = new EventRecorder({
+        connection,
+        regarding: { name: 'proxy-0' },
+        instance: 'proxy-0',
+        clock: systemClock,
+        logger: silentLogger,
+        queueLimit,
+        onDropped: () => dropped++,
+      });
+      try {
+        for (const key of keys) recorder.record(occurrence(key)); // returns at once, whatever the API does
+        await recorder.idle();
+        return dropped;
+      } finally {
+        await recorder.stop();
+        connection.close();
+      }
+    };
+    // The first is taken at once; one waits in a queue of one; the other three are dropped.
+    assert.equal(await recordAll(cp().adminKubeconfigPath, 1, ['a', 'b', 'c', 'd', 'e']), 3);
+    const names = JSON.parse(await must(cp().kubectl(['-n', ns, 'get', 'events.v1.events.k8s.io', '-o', 'json']))) as { items: RecordedEvent[] };
+    assert.deepEqual(names.items.map((e) => e.note).sort(), ['a', 'b']);
+    // An API server that does not answer: every occurrence is dropped (after its request fails), none thrown.
+    const away = await kubeconfigVia(cp(), ns, join(dir(), 'away.kubeconfig'), { url: 'https://127.0.0.1:9' });
+    assert.equal(await recordAll(away, 8, ['a', 'b']), 2);
+  });
+});
