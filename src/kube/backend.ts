@@ -133,6 +133,8 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       const settled = settleIssuance(budget).catch((err: unknown) => logger.warn({ err: errorMessage(err) }, 'could not settle issuance before handing over'));
       await Promise.race([settled, new Promise((resolve) => budget.addEventListener('abort', resolve, { once: true }))]);
       await elector?.stop(budget);
+      // What the shutdown recorded (NotReady, LostWriter) is sent within what is left of the budget.
+      await recorder?.stop(budget);
     },
     async stop() {
       await gate?.stop();

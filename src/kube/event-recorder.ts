@@ -73,6 +73,7 @@ export class EventRecorder {
   readonly #stop = new AbortController();
   #draining: Promise<void> | undefined;
   #sequence = 0;
+  #stopping = false;
 
   constructor(options: EventRecorderOptions) {
     this.#o = options;
@@ -80,7 +81,7 @@ export class EventRecorder {
   }
 
   record(occurrence: EventOccurrence): void {
-    if (this.#stop.signal.aborted) return;
+    if (this.#stopping) return;
     const now = this.#o.clock.now();
     const key = `${occurrence.reason}\u0000${occurrence.action}\u0000${occurrence.key}`;
     const windowMs = this.#o.seriesWindowMs ?? 600_000;
@@ -103,8 +104,16 @@ export class EventRecorder {
     await this.#draining;
   }
 
-  /** Cancels the request in flight and drops what is queued. */
-  async stop(): Promise<void> {
+  /**
+   * Sends what is queued until `flush` aborts (none: not at all), then cancels the request in flight and
+   * drops the rest. Records nothing more from the call on.
+   */
+  async stop(flush?: AbortSignal): Promise<void> {
+    const draining = this.#draining;
+    this.#stopping = true;
+    if (flush && draining && !flush.aborted) {
+      await Promise.race([draining, new Promise((resolve) => flush.addEventListener('abort', resolve, { once: true }))]);
+    }
     this.#stop.abort();
     this.#queue.length = 0;
     await this.#draining;

@@ -128,6 +128,29 @@ describe('Events about the Pod', () => {
     }
   });
 
+  it('the writer Lease: BecameWriter on the replica that wins it; on a graceful stop LostWriter, and the successor BecameWriter', async () => {
+    const ns = await exampleNamespace(cp());
+    const watch = watchEvents(ns);
+    const first = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'auto' });
+    try {
+      await until('proxy-0 BecameWriter', () => about(watch.events, 'proxy-0', 'BecameWriter').length > 0, [onEvent(watch.changed, 'change')]);
+      const second = await startReplica(cp(), ns, dir(), 'proxy-1', { mode: 'auto' });
+      try {
+        await first.stop();
+        await until(
+          'proxy-0 LostWriter, proxy-1 BecameWriter',
+          () => about(watch.events, 'proxy-0', 'LostWriter').length > 0 && about(watch.events, 'proxy-1', 'BecameWriter').length > 0,
+          [onEvent(watch.changed, 'change')],
+        );
+      } finally {
+        await second.stop();
+      }
+    } finally {
+      watch.close();
+      await first.stop();
+    }
+  });
+
   it('never blocks the caller: beyond the queue, and when the API is away, occurrences are dropped and counted', async () => {
     const ns = await exampleNamespace(cp());
     const occurrence = (key: string): EventOccurrence => ({ type: 'Normal', reason: 'Loaded', action: 'Load', note: key, key });
