@@ -103,30 +103,35 @@ describe('Events about the Pod', () => {
     }
   });
 
-  it('a burst of the same failure is one Warning Event whose series counts the repeats', async () => {
-    const ns = await exampleNamespace(cp());
-    await createGatedPod(cp(), ns, 'proxy-0');
-    const watch = watchEvents(ns);
-    const writer = await startReplica(cp(), ns, dir(), 'proxy-0', {
-      mode: 'rw',
-      env: { POD_UID: await podUid(ns, 'proxy-0') },
-      emulator: { faults: [{ target: 'cert', kind: 'error_500', count: 'always' }] },
+  for (const { fault, reason, note } of [
+    { fault: { kind: 'error_500' as const }, reason: 'IssuanceFailed', note: /issuance failed \[error\]: .*; next retry at \d{4}-.*, then backing off$/ },
+    { fault: { kind: 'rate_limit_429' as const, retryAfterSeconds: 1 }, reason: 'RateLimited', note: /rate limited until \d{4}-/ },
+  ]) {
+    it(`a storm of ${fault.kind} is one ${reason} Warning Event whose series counts the repeats`, async () => {
+      const ns = await exampleNamespace(cp());
+      await createGatedPod(cp(), ns, 'proxy-0');
+      const watch = watchEvents(ns);
+      const writer = await startReplica(cp(), ns, dir(), 'proxy-0', {
+        mode: 'rw',
+        env: { POD_UID: await podUid(ns, 'proxy-0') },
+        emulator: { faults: [{ target: 'cert', count: 'always', ...fault }] },
+      });
+      try {
+        await until(`${reason} counted 3 times`, () => (about(watch.events, 'proxy-0', reason)[0]?.series?.count ?? 0) >= 3, [
+          onEvent(watch.changed, 'change'),
+        ]);
+        const recorded = about(watch.events, 'proxy-0', reason);
+        assert.equal(recorded.length, 1, 'one Event, not one per failure');
+        assert.equal(recorded[0]!.type, 'Warning');
+        assert.match(recorded[0]!.note ?? '', note);
+        const calls = writer.emulator.stats().certRequests;
+        assert.ok(Object.values(calls).reduce((a, b) => a + b, 0) >= 3, 'the loop did fail several times');
+      } finally {
+        watch.close();
+        await writer.stop();
+      }
     });
-    try {
-      await until('IssuanceFailed counted 3 times', () => (about(watch.events, 'proxy-0', 'IssuanceFailed')[0]?.series?.count ?? 0) >= 3, [
-        onEvent(watch.changed, 'change'),
-      ]);
-      const failed = about(watch.events, 'proxy-0', 'IssuanceFailed');
-      assert.equal(failed.length, 1, 'one Event, not one per failure');
-      assert.equal(failed[0]!.type, 'Warning');
-      assert.match(failed[0]!.note ?? '', /issuance failed \[error\]: .*; next retry at \d{4}-.*, then backing off$/);
-      const calls = writer.emulator.stats().certRequests;
-      assert.ok(Object.values(calls).reduce((a, b) => a + b, 0) >= 3, 'the loop did fail several times');
-    } finally {
-      watch.close();
-      await writer.stop();
-    }
-  });
+  }
 
   it('the writer Lease: BecameWriter on the replica that wins it; on a graceful stop LostWriter, and the successor BecameWriter', async () => {
     const ns = await exampleNamespace(cp());
