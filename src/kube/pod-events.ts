@@ -14,6 +14,7 @@ export const EVENT_REASONS = {
   Loaded: 'a certificate read from the Secret (stored by the writer) was taken into use',
   IssuanceFailed: 'a certificate request failed: the failure code (issuance-policy / failure kind) and the next retry',
   RateLimited: 'the CA refused with a rate limit: no request before the time given',
+  BudgetQueued: "a first issuance waits for a slot of the issuance budget (--issuance-budget): the domain's turn",
   Ready: "the Pod's readiness condition turned True",
   NotReady: "the Pod's readiness condition turned False, with its reason",
   BecameWriter: 'this replica won the group Lease: it issues and writes the Secrets',
@@ -37,6 +38,8 @@ export class PodEvents {
   readonly #unclaimed = new Map<string, StoredCert>();
   /** A failed call per domain, recorded once the loop says when it tries again. */
   readonly #failed = new Map<string, { result: AttemptResult; kind: FailureKind; message: string }>();
+  /** Domains waiting in the issuance budget's queue: recorded when they enter it, not on every turn there. */
+  readonly #queued = new Set<string>();
 
   constructor(record: RecordEvent) {
     this.#record = record;
@@ -77,6 +80,21 @@ export class PodEvents {
         this.#failed.set(domain, { result, kind: failure.kind, message: failure.message });
       }
     },
+    decided: (domain, decision) => {
+      if (decision.reason !== 'budget_exhausted') {
+        if (decision.action === 'issue' || decision.action === 'use') this.#queued.delete(domain);
+        return;
+      }
+      if (this.#queued.has(domain)) return;
+      this.#queued.add(domain);
+      this.#record({
+        type: 'Normal',
+        reason: 'BudgetQueued',
+        action: 'Issue',
+        key: domain,
+        note: `${domain}: a first issuance waits for the issuance budget; its turn at ${iso(decision.at)}`,
+      });
+    },
     planned: (domain, at) => {
       const failed = this.#failed.get(domain);
       if (!failed) return;
@@ -103,6 +121,7 @@ export class PodEvents {
     stopped: (domain) => {
       this.#unclaimed.delete(domain);
       this.#failed.delete(domain);
+      this.#queued.delete(domain);
     },
   };
 

@@ -1,6 +1,4 @@
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import { EventEmitter } from 'node:events';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { systemClock } from '../../src/core/clock.ts';
@@ -9,48 +7,11 @@ import { connectKube } from '../../src/kube/connection.ts';
 import { EventRecorder, type EventOccurrence } from '../../src/kube/event-recorder.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { GATE, createGatedPod, exampleNamespace, kubeconfigVia, must, startReplica } from '../support/kube.ts';
+import { about, type RecordedEvent, watchEvents } from '../support/kube-events.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { onEvent, until } from '../support/wait.ts';
 
 const cp = useControlPlane();
-
-interface RecordedEvent {
-  metadata: { name: string };
-  reason: string;
-  type: string;
-  note?: string;
-  reportingController?: string;
-  series?: { count: number; lastObservedTime: string };
-  regarding: { kind: string; name: string; uid?: string };
-}
-
-/** Follows the namespace's Events (kubectl get --watch): the latest state of each, by name. */
-function watchEvents(ns: string): { events: Map<string, RecordedEvent>; changed: EventEmitter; close(): void } {
-  const child = spawn(
-    join(cp().binDir, 'kubectl'),
-    ['--kubeconfig', cp().adminKubeconfigPath, '-n', ns, 'get', 'events.v1.events.k8s.io', '--watch', '-o', 'json', '--output-watch-events=false'],
-    { stdio: ['ignore', 'pipe', 'inherit'] },
-  );
-  const events = new Map<string, RecordedEvent>();
-  const changed = new EventEmitter();
-  void (async () => {
-    let buffer = '';
-    for await (const chunk of child.stdout!) {
-      buffer += String(chunk);
-      // kubectl prints one pretty JSON document per change; a document ends with a "}" line.
-      for (let end = buffer.indexOf('\n}\n'); end !== -1; end = buffer.indexOf('\n}\n')) {
-        const doc = JSON.parse(buffer.slice(0, end + 2)) as RecordedEvent | { kind: 'List'; items: RecordedEvent[] };
-        buffer = buffer.slice(end + 3);
-        for (const event of 'items' in doc ? doc.items : [doc]) events.set(event.metadata.name, event);
-        changed.emit('change');
-      }
-    }
-  })();
-  return { events, changed, close: () => child.kill() };
-}
-
-const about = (events: Map<string, RecordedEvent>, pod: string, reason?: string): RecordedEvent[] =>
-  [...events.values()].filter((e) => e.regarding.name === pod && (reason === undefined || e.reason === reason));
 
 async function podUid(ns: string, name: string): Promise<string> {
   const res = await cp().adminRequest('GET', `/api/v1/namespaces/${ns}/pods/${name}`);
@@ -64,7 +25,7 @@ describe('Events about the Pod', () => {
     const ns = await exampleNamespace(cp());
     await createGatedPod(cp(), ns, 'proxy-0');
     await createGatedPod(cp(), ns, 'proxy-1');
-    const watch = watchEvents(ns);
+    const watch = watchEvents(cp(), ns);
     const writer = await startReplica(cp(), ns, dir(), 'proxy-0', {
       mode: 'rw',
       flags: ['--readiness-gate', GATE],
@@ -110,7 +71,7 @@ describe('Events about the Pod', () => {
     it(`a storm of ${fault.kind} is one ${reason} Warning Event whose series counts the repeats`, async () => {
       const ns = await exampleNamespace(cp());
       await createGatedPod(cp(), ns, 'proxy-0');
-      const watch = watchEvents(ns);
+      const watch = watchEvents(cp(), ns);
       const writer = await startReplica(cp(), ns, dir(), 'proxy-0', {
         mode: 'rw',
         env: { POD_UID: await podUid(ns, 'proxy-0') },
@@ -135,7 +96,7 @@ describe('Events about the Pod', () => {
 
   it('the writer Lease: BecameWriter on the replica that wins it; on a graceful stop LostWriter, and the successor BecameWriter', async () => {
     const ns = await exampleNamespace(cp());
-    const watch = watchEvents(ns);
+    const watch = watchEvents(cp(), ns);
     const first = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'auto' });
     try {
       await until('proxy-0 BecameWriter', () => about(watch.events, 'proxy-0', 'BecameWriter').length > 0, [onEvent(watch.changed, 'change')]);

@@ -61,6 +61,22 @@ describe('the Events about the Pod', () => {
     assert.match(recorded[1]!.note, /rate limited until 2030-01-01T12:00:00.000Z/);
   });
 
+  it('a domain entering the issuance budget queue is recorded once per wait, not on every turn there', () => {
+    const { events, recorded } = recording();
+    const at = Date.UTC(2030, 0, 2);
+    for (let turn = 0; turn < 3; turn++) {
+      events.observer.decided?.(DOMAIN, { action: 'ask_budget', reason: 'no_certificate', at });
+      events.observer.decided?.(DOMAIN, { action: 'wait', reason: 'budget_exhausted', at });
+    }
+    events.observer.decided?.(DOMAIN, { action: 'issue', reason: 'no_certificate', at });
+    events.observer.decided?.(DOMAIN, { action: 'wait', reason: 'budget_exhausted', at });
+    assert.deepEqual(
+      recorded.map((e) => e.reason),
+      ['BudgetQueued', 'BudgetQueued'],
+    );
+    assert.match(recorded[0]!.note, /waits for the issuance budget; its turn at 2030-01-02T00:00:00.000Z/);
+  });
+
   it('the README documents every reason', async () => {
     const readme = await readFile(new URL('../../README.md', import.meta.url), 'utf8');
     for (const reason of Object.keys(EVENT_REASONS)) assert.match(readme, new RegExp(`\`${reason}\``), reason);
