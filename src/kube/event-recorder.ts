@@ -101,7 +101,7 @@ export class EventRecorder {
 
   /** Resolves once the queue is empty and no request is in flight. */
   async idle(): Promise<void> {
-    await this.#draining;
+    while (this.#draining) await this.#draining;
   }
 
   /**
@@ -116,7 +116,7 @@ export class EventRecorder {
     }
     this.#stop.abort();
     this.#queue.length = 0;
-    await this.#draining;
+    await this.idle();
   }
 
   #enqueue(series: Series): boolean {
@@ -126,10 +126,17 @@ export class EventRecorder {
     }
     series.queued = true;
     this.#queue.push(series);
-    this.#draining ??= this.#drain().finally(() => {
-      this.#draining = undefined;
-    });
+    this.#startDraining();
     return true;
+  }
+
+  #startDraining(): void {
+    if (this.#draining) return;
+    this.#draining = this.#drain().finally(() => {
+      this.#draining = undefined;
+      // Queued between the loop's last look and here.
+      if (this.#queue.length > 0 && !this.#stop.signal.aborted) this.#startDraining();
+    });
   }
 
   async #drain(): Promise<void> {
