@@ -55,6 +55,8 @@ export function certshareContainer(s: SidecarSettings): V1Container {
     env: [
       fieldEnv('POD_NAME', 'metadata.name'),
       fieldEnv('POD_NAMESPACE', 'metadata.namespace'),
+      // The Events about the Pod carry its uid: `kubectl describe pod` selects them by it.
+      fieldEnv('POD_UID', 'metadata.uid'),
       fieldEnv('POD_IPS', 'status.podIPs'),
       { name: 'CERTSHARE_DOMAIN', value: s.domains.join(',') },
       { name: 'CERTSHARE_MODE', value: s.mode },

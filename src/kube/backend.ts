@@ -10,6 +10,8 @@ import { checkRouting } from './routing-check.ts';
 import { KubeSecretStore } from './secret-store.ts';
 import { LeaseElector, leaseIdentity } from './lease-elector.ts';
 import { KubeLedgerStore } from './ledger-store.ts';
+import { EventRecorder } from './event-recorder.ts';
+import { PodEvents } from './pod-events.ts';
 
 /** What the shutdown bound keeps back, after leaving rotation and the drain delay, for stopping the rest. */
 const STOP_RESERVE_MS = 1000;
@@ -32,6 +34,19 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
   // A start-up check: in group scope a Role without list/watch on the namespace's Secrets is fatal here.
   await store.start();
   const identity = podName ?? `certshare-${process.pid}`;
+  // Events about the Pod, when certshare knows which (POD_NAME; POD_UID, downward API metadata.uid, lets
+  // `kubectl describe pod` find them: it selects Events by the Pod's uid).
+  const recorder = podName
+    ? new EventRecorder({
+        connection,
+        regarding: { name: podName, uid: env.POD_UID || undefined },
+        instance: podName,
+        clock,
+        logger: logger.child({ component: 'events' }),
+        onDropped: () => metrics.eventsDropped.inc(),
+      })
+    : undefined;
+  const podEvents = recorder ? new PodEvents((occurrence) => recorder.record(occurrence)) : undefined;
   let elector: LeaseElector | undefined;
   if (config.mode === 'auto') {
     elector = new LeaseElector({
@@ -41,7 +56,10 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       clock,
       logger: logger.child({ component: 'lease' }),
       leaseDurationMs: config.leaseDurationMs,
-      onLeadershipChange: (leader) => metrics.writer.set(leader ? 1 : 0),
+      onLeadershipChange: (leader) => {
+        metrics.writer.set(leader ? 1 : 0);
+        podEvents?.writer(leader);
+      },
     });
   } else {
     metrics.writer.set(config.mode === 'rw' ? 1 : 0);
@@ -63,6 +81,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       ...(projector ? { settled: () => projector.idle() } : {}),
       clock,
       logger: logger.child({ component: 'readiness-gate' }),
+      ...(podEvents ? { onPatched: (status: 'True' | 'False', reason: string, message: string) => podEvents.readiness(status, reason, message) } : {}),
       ...(urls.length > 0
         ? {
             routing: async (signal: AbortSignal) => {
@@ -95,7 +114,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
     store,
     ledger: new KubeLedgerStore(connection, config.group),
     role,
-    observers: projector ? [projector] : [],
+    observers: [...(projector ? [projector] : []), ...(podEvents ? [podEvents.observer] : [])],
     async start() {
       elector?.start();
       gate?.start();
@@ -114,9 +133,12 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       const settled = settleIssuance(budget).catch((err: unknown) => logger.warn({ err: errorMessage(err) }, 'could not settle issuance before handing over'));
       await Promise.race([settled, new Promise((resolve) => budget.addEventListener('abort', resolve, { once: true }))]);
       await elector?.stop(budget);
+      // What the shutdown recorded (NotReady, LostWriter) is sent within what is left of the budget.
+      await recorder?.stop(budget);
     },
     async stop() {
       await gate?.stop();
+      await recorder?.stop();
       await store.stop();
       connection.close();
       await projector?.idle();

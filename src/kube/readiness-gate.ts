@@ -30,7 +30,8 @@ export interface ReadinessGateOptions {
   /** First retry of a failed patch to False, doubling: sooner, since the certificate is about to expire (default 200 ms). */
   leaveFirstRetryMs?: number;
   maxRetryMs?: number;
-  onPatched?: (status: 'True' | 'False') => void;
+  /** The condition was written: its status, reason and message. */
+  onPatched?: (status: 'True' | 'False', reason: string, message: string) => void;
 }
 
 interface Desired {
@@ -164,6 +165,6 @@ export class ReadinessGate {
     this.#written = desired.status;
     this.#writtenReason = desired.reason;
     logger.info({ condition: conditionType, status: desired.status, reason: desired.reason, message: desired.message }, 'readiness condition updated');
-    this.#o.onPatched?.(desired.status);
+    this.#o.onPatched?.(desired.status, desired.reason, desired.message);
   }
 }

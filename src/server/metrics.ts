@@ -47,6 +47,7 @@ export class Metrics implements LoopObserver {
   readonly busBadLines: Counter;
   readonly reloads: Counter;
   readonly storeErrors: Counter;
+  readonly eventsDropped: Counter;
   readonly writer: Gauge;
   /** The issuance budget's queues, read at each scrape (none until watchBudget). */
   #budgetQueues: () => QueueReport[] = () => [];
@@ -144,6 +145,11 @@ export class Metrics implements LoopObserver {
       name: 'certshare_store_errors_total',
       help: 'Failed reads or writes of the certificate store.',
       labelNames: ['operation'],
+      registers,
+    });
+    this.eventsDropped = new Counter({
+      name: 'certshare_events_dropped_total',
+      help: 'Kubernetes Events not recorded: the queue was full, or the API refused or did not answer.',
       registers,
     });
     this.writer = new Gauge({

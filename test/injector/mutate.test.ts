@@ -67,6 +67,7 @@ describe('injector mutation', () => {
     assert.deepEqual(envOf(stored), {
       POD_NAME: 'metadata.name',
       POD_NAMESPACE: 'metadata.namespace',
+      POD_UID: 'metadata.uid',
       POD_IPS: 'status.podIPs',
       CERTSHARE_DOMAIN: DOMAIN,
       CERTSHARE_MODE: 'auto',

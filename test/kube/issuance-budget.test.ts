@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { GROUP, KUBE_DOMAIN, exampleNamespace, must, startReplica, type Replica } from '../support/kube.ts';
+import { about, watchEvents } from '../support/kube-events.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { onEvent, until } from '../support/wait.ts';
 
@@ -53,10 +54,15 @@ describe('issuance budget in the cluster: the ledger ConfigMap', () => {
       flags: ['--domain', SECOND, '--issuance-budget', '1/1h'],
       emulator: { domains: [KUBE_DOMAIN, SECOND] },
     };
+    const events = watchEvents(cp(), ns);
     let writer = await startReplica(cp(), ns, join(dir(), 'a'), 'proxy-0', options);
     try {
       await firstHeldSecondQueued(writer);
       assert.deepEqual(await ledgerDomains(ns), [KUBE_DOMAIN]);
+      // The wait is an Event about the Pod too (kubectl describe pod), recorded once for the wait.
+      await until('a BudgetQueued Event', () => about(events.events, 'proxy-0', 'BudgetQueued').length > 0, [onEvent(events.changed, 'change')]);
+      const [queued] = about(events.events, 'proxy-0', 'BudgetQueued');
+      assert.match(queued!.note ?? '', /^second\.tailnet-0000\.ts\.net: a first issuance waits for the issuance budget; its turn at /);
       // A restart (nothing in memory), then a failover to another replica with its own tailscaled.
       for (const [name, sub] of [
         ['proxy-0', 'b'],
@@ -69,6 +75,7 @@ describe('issuance budget in the cluster: the ledger ConfigMap', () => {
       }
       assert.deepEqual(await ledgerDomains(ns), [KUBE_DOMAIN]);
     } finally {
+      events.close();
       await writer.stop();
     }
   });

@@ -191,6 +191,15 @@ describe('manifests/base', () => {
       .filter((r) => r.apiGroups.includes('') && r.resources.some((res) => res.startsWith('pods')));
     assert.deepEqual(rules, [{ apiGroups: [''], resources: ['pods/status'], verbs: ['patch'] }]);
   });
+
+  it('grants on Events only what the event recorder uses: create and patch, in the Role both accounts are bound to', async () => {
+    const docs = await yamlDocs(join(REPO, 'manifests/base/rbac.yaml'));
+    const eventRules = docs.flatMap((d) => (d.rules ?? []).filter((r) => r.resources.includes('events')).map((r) => ({ role: d.metadata.name, ...r })));
+    assert.deepEqual(eventRules, [{ role: 'certshare-reader', apiGroups: ['events.k8s.io'], resources: ['events'], verbs: ['create', 'patch'] }]);
+    const subjects = (docs.find((d) => d.kind === 'RoleBinding' && d.metadata.name === 'certshare-reader') as unknown as { subjects: Array<{ name: string }> })
+      .subjects;
+    assert.deepEqual(subjects.map((s) => s.name).sort(), ['certshare', 'certshare-reader']);
+  });
 });
 
 describe('the example StatefulSet environment', () => {
@@ -409,6 +418,47 @@ describe('manifests/example on a real apiserver', () => {
     assert.equal(await canI('certshare', 'patch', `secrets/${DOMAIN}`), false, 'update (compare-and-swap) only');
     await must(['delete', 'secret', DOMAIN, 'other-name']);
     await must(['delete', 'lease', LEASE]);
+  });
+
+  it('both accounts record Events (create, then patch a series) and read none, nor more Secrets than before', async () => {
+    const eventJson = (name: string) =>
+      JSON.stringify({
+        apiVersion: 'events.k8s.io/v1',
+        kind: 'Event',
+        metadata: { name },
+        eventTime: '2026-01-01T00:00:00.000000Z',
+        reportingController: 'certshare.io/certshare',
+        reportingInstance: 'proxy-0',
+        action: 'Issue',
+        reason: 'Issued',
+        type: 'Normal',
+        note: 'probe',
+        regarding: { apiVersion: 'v1', kind: 'Pod', name: 'proxy-0', namespace: ns },
+      });
+    // kubectl patch reads the object first (which the accounts may not): the PATCH alone, as the account.
+    const patchAs = async (account: string, name: string): Promise<number> =>
+      (
+        await cp().adminRequest('PATCH', `/apis/events.k8s.io/v1/namespaces/${ns}/events/${name}`, {
+          headers: { 'content-type': 'application/merge-patch+json', 'impersonate-user': sa(account) },
+          body: { series: { count: 2, lastObservedTime: '2026-01-01T00:00:01.000000Z' } },
+        })
+      ).status;
+    for (const [account, kubeconfig] of [
+      ['certshare', writerKubeconfig],
+      ['certshare-reader', readerKubeconfig],
+    ] as const) {
+      const name = `proxy-0.${account}`;
+      assert.equal(await as(kubeconfig, ['create', '-f', '-'], eventJson(name)), 'allowed', `${account}: create an Event`);
+      assert.equal(await patchAs(account, name), 200, `${account}: patch its series`);
+      assert.equal(await as(kubeconfig, ['get', 'events.v1.events.k8s.io', name]), 'forbidden', `${account}: no read of Events`);
+      assert.equal(await as(kubeconfig, ['delete', 'events.v1.events.k8s.io', name]), 'forbidden', `${account}: no delete of Events`);
+      assert.equal(await canI(account, 'update', 'events.events.k8s.io'), false, `${account}: no update of Events`);
+      assert.equal(await canI(account, 'create', 'events'), false, `${account}: no core/v1 Events`);
+      assert.equal(await as(kubeconfig, ['get', 'secrets']), 'forbidden', `${account}: still no list of Secrets`);
+      assert.equal(await as(kubeconfig, ['get', 'secret', 'other-name']), 'forbidden', `${account}: still no other Secret`);
+    }
+    const recorded = JSON.parse(await must(['get', 'events.v1.events.k8s.io', 'proxy-0.certshare', '-o', 'json'])) as { series?: { count: number } };
+    assert.equal(recorded.series?.count, 2, 'the patch was applied');
   });
 
   it("the certshare account creates only certshare's own objects: labelled TLS Secrets, certshare-* Leases and ConfigMaps", async () => {

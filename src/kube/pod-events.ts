@@ -1,0 +1,150 @@
+import type { FailureKind } from '../core/failure.ts';
+import type { IssueReason } from '../core/issuance-policy.ts';
+import type { AttemptResult, LoopObserver } from '../core/observer.ts';
+import type { StoredCert } from '../core/store.ts';
+import type { EventOccurrence } from './event-recorder.ts';
+
+/**
+ * The reasons of the Events certshare records about its Pod: a fixed set, documented in the README
+ * (Kubernetes section). Changing one changes what users' alerts and `kubectl get events` filters match.
+ */
+export const EVENT_REASONS = {
+  Issued: 'a first certificate for a domain was obtained from tailscaled (and stored)',
+  Renewed: 'a certificate was renewed (its renewal point came, or the CA asked: ACME Renewal Information)',
+  Loaded: 'a certificate read from the Secret (stored by the writer) was taken into use',
+  IssuanceFailed: 'a certificate request failed: the failure code (issuance-policy / failure kind) and the next retry',
+  RateLimited: 'the CA refused with a rate limit: no request before the time given',
+  BudgetQueued: "a first issuance waits for a slot of the issuance budget (--issuance-budget): the domain's turn",
+  Ready: "the Pod's readiness condition turned True",
+  NotReady: "the Pod's readiness condition turned False, with its reason",
+  BecameWriter: 'this replica won the group Lease: it issues and writes the Secrets',
+  LostWriter: 'this replica no longer holds the group Lease',
+} as const;
+export type EventReason = keyof typeof EVENT_REASONS;
+
+type RecordEvent = (occurrence: EventOccurrence & { reason: EventReason }) => void;
+
+const FIRST_ISSUE: ReadonlySet<IssueReason> = new Set(['no_certificate', 'stored_unusable']);
+const iso = (ms: number): string => new Date(ms).toISOString();
+
+/**
+ * Maps what the loops, the readiness gate and the Lease report onto Events (EVENT_REASONS). A
+ * certificate change is reported by the loop before the attempt that obtained it, in the same
+ * synchronous run: one not claimed by an attempt by the next microtask came from the store (Loaded).
+ */
+export class PodEvents {
+  readonly #record: RecordEvent;
+  /** The certificate each domain took into use and nobody has reported yet. */
+  readonly #unclaimed = new Map<string, StoredCert>();
+  /** A failed call per domain, recorded once the loop says when it tries again. */
+  readonly #failed = new Map<string, { result: AttemptResult; kind: FailureKind; message: string }>();
+  /** Domains waiting in the issuance budget's queue: recorded when they enter it, not on every turn there. */
+  readonly #queued = new Set<string>();
+
+  constructor(record: RecordEvent) {
+    this.#record = record;
+  }
+
+  readonly observer: LoopObserver = {
+    certificate: (domain, cert) => {
+      if (!cert) return;
+      this.#unclaimed.set(domain, cert);
+      queueMicrotask(() => {
+        if (this.#unclaimed.get(domain) !== cert) return;
+        this.#unclaimed.delete(domain);
+        this.#record({
+          type: 'Normal',
+          reason: 'Loaded',
+          action: 'Load',
+          key: domain,
+          note: `${domain}: certificate ${cert.info.serial} read from the Secret, valid until ${iso(cert.info.notAfter)}`,
+        });
+      });
+    },
+    attempt: (domain, result, why, failure) => {
+      if (result === 'success' || result === 'too_short') {
+        const cert = this.#unclaimed.get(domain);
+        this.#unclaimed.delete(domain);
+        const first = FIRST_ISSUE.has(why);
+        const serial = cert ? ` ${cert.info.serial}` : '';
+        const until = cert ? `, valid until ${iso(cert.info.notAfter)}` : '';
+        const short = result === 'too_short' ? ' (shorter than the renewal rule wants: backing off)' : '';
+        this.#record({
+          type: 'Normal',
+          reason: first ? 'Issued' : 'Renewed',
+          action: 'Issue',
+          key: domain,
+          note: `${domain}: certificate${serial} obtained (${why})${until}${short}`,
+        });
+      } else if (failure && result !== 'unchanged') {
+        this.#failed.set(domain, { result, kind: failure.kind, message: failure.message });
+      }
+    },
+    decided: (domain, decision) => {
+      if (decision.reason !== 'budget_exhausted') {
+        if (decision.action === 'issue' || decision.action === 'use') this.#queued.delete(domain);
+        return;
+      }
+      if (this.#queued.has(domain)) return;
+      this.#queued.add(domain);
+      this.#record({
+        type: 'Normal',
+        reason: 'BudgetQueued',
+        action: 'Issue',
+        key: domain,
+        note: `${domain}: a first issuance waits for the issuance budget; its turn at ${iso(decision.at)}`,
+      });
+    },
+    planned: (domain, at) => {
+      const failed = this.#failed.get(domain);
+      if (!failed) return;
+      this.#failed.delete(domain);
+      if (failed.result === 'rate_limited') {
+        this.#record({
+          type: 'Warning',
+          reason: 'RateLimited',
+          action: 'Issue',
+          key: domain,
+          note: `${domain}: rate limited until ${iso(at)}: ${failed.message}`,
+        });
+      } else {
+        this.#record({
+          type: 'Warning',
+          reason: 'IssuanceFailed',
+          action: 'Issue',
+          key: `${domain}\u0000${failed.kind}`,
+          // A repeat counts in the Event's series and keeps this note (immutable): the first retry's time.
+          note: `${domain}: issuance failed [${failed.kind}]: ${failed.message}; next retry at ${iso(at)}, then backing off`,
+        });
+      }
+    },
+    stopped: (domain) => {
+      this.#unclaimed.delete(domain);
+      this.#failed.delete(domain);
+      this.#queued.delete(domain);
+    },
+  };
+
+  /** The readiness gate wrote its condition. */
+  readiness(status: 'True' | 'False', reason: string, message: string): void {
+    const ready = status === 'True';
+    this.#record({
+      type: ready ? 'Normal' : 'Warning',
+      reason: ready ? 'Ready' : 'NotReady',
+      action: 'UpdateReadiness',
+      key: reason,
+      note: `${reason}: ${message}`,
+    });
+  }
+
+  /** The group Lease was won or lost. */
+  writer(leader: boolean): void {
+    this.#record({
+      type: 'Normal',
+      reason: leader ? 'BecameWriter' : 'LostWriter',
+      action: 'Elect',
+      key: '',
+      note: leader ? 'holds the group Lease: issues and writes the Secrets' : 'no longer holds the group Lease: reads the Secrets',
+    });
+  }
+}
