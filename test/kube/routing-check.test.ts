@@ -49,8 +49,10 @@ describe('routing check', () => {
       assert.ok(svc.requests() <= outcome.probes, 'calls counted (those cut once the route was proven may never arrive)');
       rounds.push(outcome.rounds);
     }
-    // A miss of a whole round at 10 endpoints: 0.9^9 = 39% for the first, under 5% for each after it.
-    assert.ok(Math.max(...rounds) <= 6, `rounds over 30 checks: ${rounds.join(',')}`);
+    // A round at 10 endpoints misses with 0.9^9 = 39% at its smallest (before answers grew it to 30 calls,
+    // 4%); on a loaded machine rounds can overlap before any answer grew them, so the bound assumes the
+    // worst, 39% each: 12 misses in a row over 30 checks is 3.6e-4 likely.
+    assert.ok(Math.max(...rounds) <= 12, `rounds over 30 checks: ${rounds.join(',')}`);
   });
 
   it('does not wait for slow endpoints: a proven route settles the round, a slow call ends at its timeout', async () => {
