@@ -17,7 +17,8 @@ async function healthz(daemon: Daemon): Promise<Response> {
   return fetch(`${daemon.address}/healthz`);
 }
 
-describe('standalone daemon against the emulator over a unix socket', () => {
+// The cases run at once: each has its own emulator socket and certificate directory, and mostly waits.
+describe('standalone daemon against the emulator over a unix socket', { concurrency: true }, () => {
   const dir = useTempDir();
 
   it('waits for a late domain, issues once, writes files 0600 and turns /healthz to 200 with Pod IP headers', async () => {

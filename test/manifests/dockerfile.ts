@@ -284,3 +284,11 @@ export function imageNodeFlags(dockerfile: string): string[] {
   if (main < 1) throw new Error(`Dockerfile: ENTRYPOINT ${args} does not run dist/cli/main.js`);
   return argv.slice(1, main);
 }
+
+/** The arguments of the stage's last `keyword` instruction (the one that takes effect), if any. */
+export function lastArgs(stage: Stage, keyword: string): string | undefined {
+  return instructions(stage, keyword).at(-1)?.args;
+}
+
+/** The distroless image's nonroot user and group, numeric (the kubelet checks runAsNonRoot against a number). */
+export const NONROOT_UID = 65532;

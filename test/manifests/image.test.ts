@@ -1,5 +1,5 @@
-// The container image without a Docker engine: the Dockerfile's rules read statically, then its COPY and
-// RUN steps replayed on the host (npm ci from the registry, the esbuild bundle) and the final stage's files started
+// The container image without a Docker engine (its rules read statically: dockerfile-rules.test.ts): the
+// Dockerfile's COPY and RUN steps replayed on the host (npm ci from the registry, the esbuild bundle) and the final stage's files started
 // with the ENTRYPOINT it declares, as a non-root user on a tree it cannot write.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
@@ -11,102 +11,18 @@ import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { startEmulator } from '../../src/emulator/server.ts';
 import { DOMAIN, tempDir } from '../support/standalone.ts';
-import {
-  envOf,
-  execForm,
-  instructions,
-  isDistroless,
-  parseDockerfile,
-  parseDockerignore,
-  replayDockerfile,
-  replayRunEnv,
-  type ReplayedStage,
-  type Stage,
-} from './dockerfile.ts';
+import { execForm, isDistroless, lastArgs, NONROOT_UID, parseDockerfile, replayDockerfile, replayRunEnv, type ReplayedStage } from './dockerfile.ts';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
-const DISTROLESS = 'gcr.io/distroless/nodejs24-debian13:nonroot';
 const DISTROLESS_NODE = '/nodejs/bin/node';
-const NONROOT_UID = 65532;
 
-const dockerfileText = await readFile(join(REPO, 'Dockerfile'), 'utf8');
-const stages = parseDockerfile(dockerfileText);
+const stages = parseDockerfile(await readFile(join(REPO, 'Dockerfile'), 'utf8'));
 const finalStage = stages.at(-1)!;
-
-function lastOf(stage: Stage, keyword: string): string | undefined {
-  return instructions(stage, keyword).at(-1)?.args;
-}
 
 async function filesUnder(dir: string): Promise<string[]> {
   const entries = await readdir(dir, { recursive: true, withFileTypes: true });
   return entries.filter((e) => !e.isDirectory()).map((e) => relative(dir, join(e.parentPath, e.name)));
 }
-
-describe('Dockerfile', () => {
-  it('ends on distroless Node 24 as nonroot (uid 65532, numeric), starting node directly in exec form (never npm)', () => {
-    assert.equal(finalStage.image, DISTROLESS);
-    assert.equal(lastOf(finalStage, 'USER'), `${NONROOT_UID}:${NONROOT_UID}`, 'numeric: the kubelet checks runAsNonRoot against a number only');
-    assert.equal(envOf(finalStage).NODE_ENV, 'production');
-    const entrypoint = execForm(lastOf(finalStage, 'ENTRYPOINT') ?? '');
-    const cmd = execForm(lastOf(finalStage, 'CMD') ?? '');
-    // The young generation capped: V8 would size it from the node's memory; the old one grown by small steps
-    // (bench/lib/certshare.ts runs the same flags).
-    assert.deepEqual(entrypoint, [DISTROLESS_NODE, '--max-semi-space-size=1', '--optimize-for-size', 'dist/cli/main.js'], 'exec-form ENTRYPOINT on node');
-    assert.deepEqual(cmd, ['run'], 'exec-form CMD');
-    for (const arg of [...entrypoint!, ...cmd!]) assert.doesNotMatch(arg, /\bnpm\b|\bnpx\b/);
-    assert.deepEqual(instructions(finalStage, 'RUN'), [], 'no RUN in a distroless stage (no shell)');
-  });
-
-  it('copies only dist/ (the bundle) from the build stage into the final stage', () => {
-    const copies = instructions(finalStage, 'COPY').map((i) => i.args.split(/\s+/));
-    for (const tokens of copies) assert.match(tokens[0]!, /^--from=/, `final stage copies from build stages only: ${tokens.join(' ')}`);
-    const sources = copies.map(([from, src]) => `${from!.slice('--from='.length)}:${src}`).sort();
-    assert.deepEqual(sources, ['build:/app/dist']);
-  });
-
-  it('builds on a Debian Node 24 image: npm ci, then npm run build', () => {
-    const build = stages.find((s) => s.name === 'build');
-    assert.ok(build, 'stage "build"');
-    assert.match(build.image, /^node:24(\.[\d.]+)?-(bookworm|trixie)-slim(@sha256:[0-9a-f]{64})?$/);
-    const runs = instructions(build, 'RUN').map((i) => i.args);
-    assert.ok(runs.some((r) => /^npm ci\b/.test(r) && !/--omit=dev/.test(r)));
-    assert.ok(runs.includes('npm run build'));
-  });
-
-  it('keeps the pinned node binary, the compiler and the bundler out: all devDependencies', async () => {
-    const pkg = JSON.parse(await readFile(join(REPO, 'package.json'), 'utf8')) as {
-      dependencies: Record<string, string>;
-      devDependencies: Record<string, string>;
-      scripts: Record<string, string>;
-    };
-    const lock = JSON.parse(await readFile(join(REPO, 'package-lock.json'), 'utf8')) as { packages: Record<string, { dev?: boolean }> };
-    for (const name of ['node', 'typescript', 'esbuild']) {
-      assert.ok(pkg.devDependencies[name], `${name} is a devDependency`);
-      assert.equal(pkg.dependencies[name], undefined);
-      assert.equal(lock.packages[`node_modules/${name}`]?.dev, true, `${name} is dev-only in the lockfile`);
-    }
-    assert.equal(pkg.scripts.build, 'node scripts/build.ts');
-  });
-
-  it('.dockerignore sends only the sources and package files as build context', async () => {
-    const ignored = parseDockerignore(await readFile(join(REPO, '.dockerignore'), 'utf8'));
-    for (const path of [
-      'node_modules/fastify/package.json',
-      'dist/cli/main.js',
-      '.git/HEAD',
-      'test/manifests/image.test.ts',
-      'manifests/base/rbac.yaml',
-      '.cluster/kubeconfig',
-      'Dockerfile',
-    ]) {
-      assert.ok(ignored(path), `${path} stays out of the context`);
-    }
-    for (const path of ['tsconfig.build.json', 'scripts/check-node.js']) assert.ok(ignored(path), `${path} stays out of the context`);
-    for (const path of ['package.json', 'package-lock.json', 'tsconfig.json', 'scripts/build.ts', 'src/cli/main.ts', 'src/kube/backend.ts']) {
-      assert.ok(!ignored(path), `${path} is in the context`);
-    }
-  });
-});
 
 describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
   let dir: { path: string; remove(): Promise<void> };
@@ -136,7 +52,7 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
 
   /** The final stage's ENTRYPOINT with extra arguments, node mapped to this Node 24. */
   function entrypoint(args: string[]): string[] {
-    const [node, ...rest] = execForm(lastOf(finalStage, 'ENTRYPOINT')!)!;
+    const [node, ...rest] = execForm(lastArgs(finalStage, 'ENTRYPOINT')!)!;
     assert.equal(node, DISTROLESS_NODE);
     return [process.execPath, ...rest, ...args];
   }

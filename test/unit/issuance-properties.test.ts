@@ -231,6 +231,7 @@ const scenarioArb: fc.Arbitrary<Scenario> = fc
 /** The storm of issue 10: 45 s certificates with notBefore 60 s back. */
 const STORM: Scenario = { issuer: { validitiesMs: [45 * S], backdateMs: 60 * S, skewMs: 0 }, renewFraction: 1 / 3, floorMs: S };
 
+// 150 under `npm test`; `npm run test:fast` sets fewer (scripts/test-fast.ts) for the edit-test loop.
 const RUNS = Number(process.env.CERTSHARE_PROPERTY_RUNS ?? 150);
 
 describe('renewal rule (properties)', () => {
