@@ -371,6 +371,18 @@ describe('the example on a real single-node cluster', { skip }, () => {
     }
     figures.acmeOrders = await acmeOrders(env);
     assert.equal(figures.acmeOrders, 1, 'exactly one ACME order for three replicas');
+
+    // Events on Pods the kubelet runs, as `kubectl describe pod` finds them (by the Pod's uid, which the
+    // injector hands the sidecar): each Pod says it got its certificate (Issued or Loaded) and went Ready.
+    for (const pod of ready) {
+      const reasons = await until(`${pod.name}: certshare's Events`, 60_000, async () => {
+        const describe = await env.cluster.kubectlOk(['describe', 'pod', pod.name, '-n', NS]);
+        const mine = describe.split('\n').filter((l) => /certshare\.io\/certshare/.test(l));
+        const seen = new Set(mine.map((l) => /^\s*\S+\s+(\w+)/.exec(l)?.[1]));
+        return (seen.has('Issued') || seen.has('Loaded')) && seen.has('Ready') ? [...seen] : undefined;
+      });
+      assert.ok(reasons.length >= 2, `${pod.name}: ${reasons.join(', ')}`);
+    }
   });
 
   it('3. a rolling restart issues nothing, loses no request; each Pod leaves the EndpointSlice before its proxy stops', { timeout: 420_000 }, async () => {
