@@ -82,6 +82,8 @@ interface Figures {
   routedToReadyMs: Record<string, Percentiles>;
   /** From the Pod's first event to kube-proxy routing to it. */
   firstSeenToRoutedMs: Record<string, Percentiles>;
+  /** The routing check alone, as its condition message gives it (from held, so waiting for kube-proxy too). */
+  routingCheckMs: Record<string, Percentiles>;
   notRoutedWritten: number;
 }
 
@@ -691,10 +693,17 @@ describe('the example on a real single-node cluster', { skip }, () => {
       const mine = events.filter((e) => e.uid === uid);
       const ready = mine.find((e) => e.certshare === 'True');
       const ms = /Ready (\d+) ms after it was held/.exec(ready?.certshareMessage ?? '')?.[1];
+      const routingMs = /routing check (\d+) ms/.exec(ready?.certshareMessage ?? '')?.[1];
       const ip = mine.find((e) => e.ip !== '')?.ip;
       const firstSeen = mine[0]?.at;
       const routed = ip === undefined || firstSeen === undefined ? undefined : routedSince.get(ip)?.find((t) => t >= firstSeen - 1000);
-      return { ready, heldToReady: ms === undefined ? undefined : Number(ms), routed, firstSeen };
+      return {
+        ready,
+        heldToReady: ms === undefined ? undefined : Number(ms),
+        routingCheck: routingMs === undefined ? undefined : Number(routingMs),
+        routed,
+        firstSeen,
+      };
     };
     const summary = (values: number[]): Percentiles => ({
       starts: values.length,
@@ -706,6 +715,7 @@ describe('the example on a real single-node cluster', { skip }, () => {
     figures.heldToReadyMs = {};
     figures.routedToReadyMs = {};
     figures.firstSeenToRoutedMs = {};
+    figures.routingCheckMs = {};
     for (const [replicas, uids] of startedAt) {
       const starts = [...uids].map(startOf);
       for (const s of starts) {
@@ -716,10 +726,12 @@ describe('the example on a real single-node cluster', { skip }, () => {
       // The later of held and routed, to True as the Pod watch saw it (a few ms after the patch).
       figures.routedToReadyMs[String(replicas)] = summary(starts.map((s) => Math.max(0, s.ready!.at - Math.max(s.ready!.at - s.heldToReady!, s.routed!))));
       figures.firstSeenToRoutedMs[String(replicas)] = summary(starts.map((s) => s.routed! - s.firstSeen!));
+      // The routing check's own time (it starts once held, so it includes waiting for kube-proxy).
+      figures.routingCheckMs[String(replicas)] = summary(starts.flatMap((s) => (s.routingCheck === undefined ? [] : [s.routingCheck])));
     }
     process.stderr.write(
       `e2e: held to Ready: ${JSON.stringify(figures.heldToReadyMs)}; held and routed to Ready: ${JSON.stringify(figures.routedToReadyMs)}; ` +
-        `Pod seen to routed by kube-proxy: ${JSON.stringify(figures.firstSeenToRoutedMs)}\n`,
+        `Pod seen to routed by kube-proxy: ${JSON.stringify(figures.firstSeenToRoutedMs)}; routing check: ${JSON.stringify(figures.routingCheckMs)}\n`,
     );
     figures.notRoutedWritten = events.filter((e) => e.certshareReason === 'NotRouted').length;
     assert.equal(figures.notRoutedWritten, 0, 'no Pod of the whole run was ever marked NotRouted');
