@@ -170,6 +170,12 @@ describe('charts/certshare', () => {
     assert.deepEqual(Object.keys(schema.properties.injectorFlags.properties).sort(), names.filter((n) => !WIRED_FLAGS.includes(n)).sort());
   });
 
+  it('the README names every value', async () => {
+    const values = load(await readFile(join(CHART, 'values.yaml'), 'utf8')) as Record<string, unknown>;
+    const readme = await readFile(join(REPO, 'README.md'), 'utf8');
+    for (const key of Object.keys(values)) assert.match(readme, new RegExp(`\`${key}[\`.]`), key);
+  });
+
   it("defaults to the image of its appVersion: the package's version, the injector's default sidecar image", async () => {
     const chart = load(await readFile(join(CHART, 'Chart.yaml'), 'utf8')) as { version: string; appVersion: string };
     const pkg = JSON.parse(await readFile(join(REPO, 'package.json'), 'utf8')) as { version: string };

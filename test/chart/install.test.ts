@@ -3,13 +3,16 @@
 // token to the caBundle, `helm upgrade` applies new values and `helm uninstall` leaves nothing behind.
 // (No kubelet here: the injector's Pods are not run; test/injector/webhook.test.ts runs the injector itself.)
 import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { before, describe, it } from 'node:test';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { dryRunWebhookUpdate, must, refusedWebhookUpdate } from '../support/kube.ts';
-import { applied, CHART, helm, kustomize, MANIFESTS, NAMESPACE, objectsOf, type KubeObject } from './helm.ts';
+import { applied, CHART, helm, kustomize, MANIFESTS, NAMESPACE, objectsOf, REPO, type KubeObject } from './helm.ts';
 
 const cp = useControlPlane();
 const RELEASE = 'certshare';
+const README_INSTALL = `helm install ${RELEASE} charts/certshare --namespace ${NAMESPACE} --create-namespace`;
 const WEBHOOK = 'certshare-injector';
 
 /** `kind.version.group`, as kubectl names a resource without ambiguity. */
@@ -50,7 +53,13 @@ describe('helm install charts/certshare on the real apiserver', () => {
       expected.map((o) => o.kind),
       objects.map((o) => o.kind),
     );
-    const installed = await release(['install', RELEASE, CHART, '--create-namespace']);
+    // The README's line, as a user runs it from the clone.
+    const readme = await readFile(join(REPO, 'README.md'), 'utf8');
+    assert.ok(readme.includes(README_INSTALL), `the README shows: ${README_INSTALL}`);
+    const args = README_INSTALL.split(' ')
+      .slice(1)
+      .map((arg) => (arg === 'charts/certshare' ? CHART : arg));
+    const installed = await helm([...args, '--kubeconfig', cp().adminKubeconfigPath]);
     assert.equal(installed.code, 0, installed.stderr);
     kubeconfig = await cp().kubeconfigFor(NAMESPACE, 'certshare-injector');
   });
