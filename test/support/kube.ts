@@ -223,3 +223,33 @@ export async function secretSatisfies(
       .then((c) => (controller = c));
   });
 }
+
+/**
+ * A server-side dry run of an update (a raw PUT: `kubectl replace` would also rewrite its last-applied
+ * annotation) of the MutatingWebhookConfiguration `name`, read and sent under `kubeconfig`, after `change`:
+ * 'allowed', or the apiserver's refusal.
+ */
+export async function dryRunWebhookUpdate<T>(cp: ControlPlane, kubeconfig: string, name: string, change: (configuration: T) => void): Promise<string> {
+  const current = JSON.parse(await must(cp.kubectl(['get', 'mutatingwebhookconfiguration', name, '-o', 'json'], { kubeconfig }))) as T;
+  change(current);
+  const path = `/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/${name}?dryRun=All`;
+  const r = await cp.kubectl(['replace', '--raw', path, '-f', '-'], { kubeconfig, input: JSON.stringify(current) });
+  return r.code === 0 ? 'allowed' : r.stderr;
+}
+
+/**
+ * dryRunWebhookUpdate until it is refused, for at most `timeoutMs`: the apiserver loads a new admission
+ * policy through an informer, a moment after it was created. Each try is a round trip of its own.
+ */
+export async function refusedWebhookUpdate<T>(
+  cp: ControlPlane,
+  kubeconfig: string,
+  name: string,
+  change: (configuration: T) => void,
+  timeoutMs = 30_000,
+): Promise<string> {
+  const deadline = performance.now() + timeoutMs;
+  let answer = await dryRunWebhookUpdate(cp, kubeconfig, name, change);
+  while (answer === 'allowed' && performance.now() < deadline) answer = await dryRunWebhookUpdate(cp, kubeconfig, name, change);
+  return answer;
+}
