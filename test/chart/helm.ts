@@ -14,6 +14,15 @@ export const MANIFESTS = join(REPO, 'manifests/injector');
 /** The namespace manifests/injector's kustomization sets, and so the one the chart is compared in. */
 export const NAMESPACE = 'certshare';
 
+/** The README's `helm install` line, word for word. */
+export const README_HELM_INSTALL = `helm install certshare charts/certshare --namespace ${NAMESPACE} --create-namespace`;
+
+/** Its arguments to helm, the chart's path made absolute (as a user runs it from the clone). */
+export const readmeHelmInstallArgs = (): string[] =>
+  README_HELM_INSTALL.split(' ')
+    .slice(1)
+    .map((arg) => (arg === 'charts/certshare' ? CHART : arg));
+
 export interface KubeObject {
   apiVersion: string;
   kind: string;
@@ -28,15 +37,20 @@ export function helmBinDir(): Promise<string> {
 
 let helmHome: Promise<string> | undefined;
 
-/** Runs helm with a home of its own (removed when the process exits); never rejects on a non-zero exit. */
-export async function helm(args: string[], options: { timeoutMs?: number } = {}): Promise<CommandResult> {
+type Run = (command: string[], options: { timeoutMs?: number; env?: Record<string, string> }) => Promise<CommandResult>;
+
+/**
+ * Runs helm with a home of its own (removed when the process exits); never rejects on a non-zero exit.
+ * `run` runs it elsewhere (the real-cluster tier: inside the cluster's network namespace).
+ */
+export async function helm(args: string[], options: { timeoutMs?: number; run?: Run } = {}): Promise<CommandResult> {
   helmHome ??= mkdtemp(join(tmpdir(), 'certshare-helm-')).then((dir) => {
     process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
     return dir;
   });
   const home = await helmHome;
   const env = { HELM_CONFIG_HOME: join(home, 'config'), HELM_CACHE_HOME: join(home, 'cache'), HELM_DATA_HOME: join(home, 'data') };
-  return runCommand([join(await helmBinDir(), 'helm'), ...args], { env, timeoutMs: options.timeoutMs ?? 120_000 });
+  return (options.run ?? runCommand)([join(await helmBinDir(), 'helm'), ...args], { env, timeoutMs: options.timeoutMs ?? 120_000 });
 }
 
 /** The objects of a YAML stream (helm template's or kustomize's), empty documents left out. */

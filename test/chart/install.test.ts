@@ -8,11 +8,10 @@ import { join } from 'node:path';
 import { before, describe, it } from 'node:test';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { dryRunWebhookUpdate, must, refusedWebhookUpdate } from '../support/kube.ts';
-import { applied, CHART, helm, kustomize, MANIFESTS, NAMESPACE, objectsOf, REPO, type KubeObject } from './helm.ts';
+import { applied, CHART, helm, kustomize, MANIFESTS, NAMESPACE, objectsOf, README_HELM_INSTALL, readmeHelmInstallArgs, REPO, type KubeObject } from './helm.ts';
 
 const cp = useControlPlane();
 const RELEASE = 'certshare';
-const README_INSTALL = `helm install ${RELEASE} charts/certshare --namespace ${NAMESPACE} --create-namespace`;
 const WEBHOOK = 'certshare-injector';
 
 /** `kind.version.group`, as kubectl names a resource without ambiguity. */
@@ -55,11 +54,8 @@ describe('helm install charts/certshare on the real apiserver', () => {
     );
     // The README's line, as a user runs it from the clone.
     const readme = await readFile(join(REPO, 'README.md'), 'utf8');
-    assert.ok(readme.includes(README_INSTALL), `the README shows: ${README_INSTALL}`);
-    const args = README_INSTALL.split(' ')
-      .slice(1)
-      .map((arg) => (arg === 'charts/certshare' ? CHART : arg));
-    const installed = await helm([...args, '--kubeconfig', cp().adminKubeconfigPath]);
+    assert.ok(readme.includes(README_HELM_INSTALL), `the README shows: ${README_HELM_INSTALL}`);
+    const installed = await helm([...readmeHelmInstallArgs(), '--kubeconfig', cp().adminKubeconfigPath]);
     assert.equal(installed.code, 0, installed.stderr);
     kubeconfig = await cp().kubeconfigFor(NAMESPACE, 'certshare-injector');
   });

@@ -36,6 +36,7 @@ import { X509Certificate } from 'node:crypto';
 import { CLUSTER_ROOT } from '../cluster/cluster.ts';
 import { type E2eCluster, startE2eCluster } from '../cluster/e2e-cluster.ts';
 import { leaseHolderPod } from '../../src/kube/lease-elector.ts';
+import { helm, readmeHelmInstallArgs } from '../chart/helm.ts';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const NODE = process.execPath;
@@ -295,9 +296,13 @@ describe('the example on a real single-node cluster', { skip }, () => {
       figures.imagesSeconds = Number(env.startSeconds.images.toFixed(1));
       await writeFile(CA_FILE, env.tsenv.bundlePem);
       const k = (args: string[], input?: string) => env.cluster.kubectlOk(args, { input, timeoutMs: 120_000 });
-      // README: the injector, once per cluster.
-      await k(['create', 'namespace', 'certshare']);
-      await k(['apply', '-k', join(REPO, 'test/e2e/injector')]);
+      // README: the injector, once per cluster, with Helm (the chart renders exactly manifests/injector:
+      // test/chart/chart.test.ts), the local image's values added.
+      const installed = await helm(
+        [...readmeHelmInstallArgs(), '--kubeconfig', env.cluster.adminKubeconfigPath, '--values', join(REPO, 'test/e2e/injector/values.yaml')],
+        { run: (command, options) => env.cluster.exec(command, options) },
+      );
+      assert.equal(installed.code, 0, `helm install: ${installed.stderr}`);
       await k(['rollout', 'status', 'deployment/certshare-injector', '-n', 'certshare', '--timeout=180s'], undefined);
       await until('the injector wrote its caBundle', 60_000, async () => {
         const out = await k(['get', 'mutatingwebhookconfiguration', 'certshare-injector', '-o', 'jsonpath={.webhooks[0].clientConfig.caBundle}']);
