@@ -85,6 +85,7 @@ interface Figures {
   firstSeenToRoutedMs: Record<string, Percentiles>;
   /** The routing check alone, as its condition message gives it (from held, so waiting for kube-proxy too). */
   routingCheckMs: Record<string, Percentiles>;
+  slowestStarts: Record<string, Array<{ routedToReadyMs: number; message: string | undefined }>>;
   notRoutedWritten: number;
 }
 
@@ -721,6 +722,7 @@ describe('the example on a real single-node cluster', { skip }, () => {
     figures.routedToReadyMs = {};
     figures.firstSeenToRoutedMs = {};
     figures.routingCheckMs = {};
+    figures.slowestStarts = {};
     for (const [replicas, uids] of startedAt) {
       const starts = [...uids].map(startOf);
       for (const s of starts) {
@@ -733,6 +735,11 @@ describe('the example on a real single-node cluster', { skip }, () => {
       figures.firstSeenToRoutedMs[String(replicas)] = summary(starts.map((s) => s.routed! - s.firstSeen!));
       // The routing check's own time (it starts once held, so it includes waiting for kube-proxy).
       figures.routingCheckMs[String(replicas)] = summary(starts.flatMap((s) => (s.routingCheck === undefined ? [] : [s.routingCheck])));
+      // The slowest starts as their conditions tell them (the routing check's rounds, calls, endpoints seen).
+      figures.slowestStarts[String(replicas)] = starts
+        .map((s) => ({ routedToReadyMs: Math.max(0, s.ready!.at - Math.max(s.ready!.at - s.heldToReady!, s.routed!)), message: s.ready!.certshareMessage }))
+        .sort((a, b) => b.routedToReadyMs - a.routedToReadyMs)
+        .slice(0, 5);
     }
     process.stderr.write(
       `e2e: held to Ready: ${JSON.stringify(figures.heldToReadyMs)}; held and routed to Ready: ${JSON.stringify(figures.routedToReadyMs)}; ` +
