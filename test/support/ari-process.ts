@@ -3,17 +3,16 @@
 import assert from 'node:assert/strict';
 import { ariCertificateId } from '../../src/core/certificate-id.ts';
 import type { CertshareProcess, LogLine } from '../harness/certshare-process.ts';
-import { FAST_FLAGS } from './standalone.ts';
 
 /** What the issue asks: the CA's request acted on, the new certificate in place, within this. */
 export const RENEWAL_BOUND_MS = 60_000;
 
 /**
- * The fast tier's timing (FAST_FLAGS), ARI at `directoryUrl` every 5 s at most (pebble's Retry-After is 6 h),
- * debug logs (every answer of the CA). A certificate is held at least 5 s before the CA's answer may order
- * (the guard's floor; --first-retry is below it).
+ * ARI at `directoryUrl` every 5 s at most (pebble's Retry-After is 6 h), debug logs (every answer of the CA);
+ * after the fast tier's timing (FAST_FLAGS), which the caller puts first (the last of a flag wins). A
+ * certificate is held at least 5 s before the CA's answer may order (the guard's floor).
  */
-export const ariFlags = (directoryUrl: string): string[] => [...FAST_FLAGS, '--acme-directory', directoryUrl, '--ari-interval', '5s', '--log-level', 'debug'];
+export const ariFlags = (directoryUrl: string): string[] => ['--acme-directory', directoryUrl, '--ari-interval', '5s', '--log-level', 'debug'];
 
 /** CERTSHARE_TS_TIMINGS=1 prints the measured figures to stderr. */
 export function report(figure: string): void {

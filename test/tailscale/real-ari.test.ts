@@ -13,7 +13,7 @@ import { ariCertificateId } from '../../src/core/certificate-id.ts';
 import { CertshareProcess } from '../harness/certshare-process.ts';
 import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled, type RealTailscaled } from '../harness/tailscale.ts';
 import { answerToStoredMs, ariFlags, ariAnswers, isAriAnswer, isStored, loggedWindow, nextStored, RENEWAL_BOUND_MS, report } from '../support/ari-process.ts';
-import { useTempDir } from '../support/standalone.ts';
+import { FAST_FLAGS, useTempDir } from '../support/standalone.ts';
 
 const H = 3_600_000;
 
@@ -25,7 +25,7 @@ async function pairOnDisk(certDir: string, domain: string): Promise<{ keyPem: st
 
 /** certshare standalone for `ts`'s domain, a directory store, ARI at tsenv's ACME front; `trusted`: NODE_EXTRA_CA_CERTS names its CA. */
 async function startStandalone(ts: RealTailscaled, name: string, certDir: string, trusted: boolean): Promise<CertshareProcess> {
-  const args = ['--localapi', ts.socket, '--domain', ts.domain, '--store', `dir:${certDir}`, ...ariFlags(await ts.acmeDirectoryUrl())];
+  const args = ['--localapi', ts.socket, '--domain', ts.domain, '--store', `dir:${certDir}`, ...FAST_FLAGS, ...ariFlags(await ts.acmeDirectoryUrl())];
   return CertshareProcess.start(name, args, trusted ? { NODE_EXTRA_CA_CERTS: ts.acmeCaBundle } : {});
 }
 
