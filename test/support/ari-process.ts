@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { ariCertificateId } from '../../src/core/certificate-id.ts';
 import type { CertshareProcess, LogLine } from '../harness/certshare-process.ts';
+import type { RealTailscaled } from '../harness/tailscale.ts';
 
 /** What the issue asks: the CA's request acted on, the new certificate in place, within this. */
 export const RENEWAL_BOUND_MS = 60_000;
@@ -54,4 +55,31 @@ export async function answerToStoredMs(certshare: CertshareProcess, from: number
   const changed = certshare.logs.slice(from).find((l) => isAriAnswer(l) && l.certId === oldId && l.level === 'info');
   assert.ok(changed, `a new answer about ${oldId} logged`);
   return Date.parse(stored.time) - Date.parse(changed.time);
+}
+
+/** ACME new orders and finalized ones (tsenv's front), and certshare's CertPair calls (its attempts). */
+export interface IssuanceCount {
+  orders: number;
+  finalizes: number;
+  calls: number;
+}
+
+/** The counts before anything happened. */
+export const NOTHING: IssuanceCount = { orders: 0, finalizes: 0, calls: 0 };
+
+export async function issuanceCount(ts: RealTailscaled, certshare: CertshareProcess): Promise<IssuanceCount> {
+  const [stats, metric] = await Promise.all([ts.acmeStats(), certshare.metrics()]);
+  return { orders: stats.orders, finalizes: stats.finalizes, calls: metric('certshare_issuance_attempts_total') };
+}
+
+/**
+ * Exactly one issuance from `before` to `after` (both read once everything settled): one CertPair call and
+ * one order finalized; one new order, or two when pebble failed the first itself ("Cannot update challenge
+ * with status valid", seen in CI) and tailscaled ordered again inside that one call.
+ */
+export function assertOneIssuance(before: IssuanceCount, after: IssuanceCount): void {
+  const counts = `before ${JSON.stringify(before)}, after ${JSON.stringify(after)}`;
+  assert.equal(after.calls - before.calls, 1, `one CertPair call: ${counts}`);
+  assert.equal(after.finalizes - before.finalizes, 1, `one order finalized: ${counts}`);
+  assert.ok(after.orders - before.orders >= 1 && after.orders - before.orders <= 2, `one new order (two at most, pebble's own failure): ${counts}`);
 }

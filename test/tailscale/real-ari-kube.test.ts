@@ -12,7 +12,18 @@ import { after, describe, it } from 'node:test';
 import { CertshareProcess } from '../harness/certshare-process.ts';
 import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled, type RealTailscaled } from '../harness/tailscale.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { answerToStoredMs, ariAnswers, ariFlags, isStored, nextStored, RENEWAL_BOUND_MS, report } from '../support/ari-process.ts';
+import {
+  answerToStoredMs,
+  ariAnswers,
+  ariFlags,
+  assertOneIssuance,
+  NOTHING,
+  issuanceCount,
+  isStored,
+  nextStored,
+  RENEWAL_BOUND_MS,
+  report,
+} from '../support/ari-process.ts';
 import {
   exampleNamespace,
   filesHold,
@@ -110,7 +121,7 @@ describe('ARI against a real tailscaled and pebble: the writer in kube mode, rea
       await secretSatisfies(cp(), ns, KUBE_DOMAIN, (s) => secretSerial(s) === serial);
       await readersHold(serial, performance.now());
       assert.equal((await writerFiles(writer, 0)).serial, serial);
-      assert.equal((await ts.acmeStats()).orders, 1);
+      assertOneIssuance(NOTHING, await issuanceCount(ts, writer));
       for (const r of readers) assert.deepEqual(r.emulator.stats().certRequests, {}, 'readers never call CertPair');
     });
   });
@@ -126,7 +137,7 @@ describe('ARI against a real tailscaled and pebble: the writer in kube mode, rea
     assert.ok(w, 'the writer runs (the first case started it)');
     await withDiagnostics(ts, async () => {
       const old = await writerPair();
-      const ordersBefore = (await ts.acmeStats()).orders;
+      const before = await issuanceCount(ts, w);
       const from = w.logs.length;
       const askedAt = performance.now();
       await ask(ts, old);
@@ -142,13 +153,13 @@ describe('ARI against a real tailscaled and pebble: the writer in kube mode, rea
       const writerMs = Math.round(files.at - askedAt);
       const certshareMs = await answerToStoredMs(w, from, old.certPem, stored.line);
       await ariAnswers(w, files.certPem, 3);
-      const stats = await ts.acmeStats();
-      assert.equal(stats.orders, ordersBefore + 1, `exactly one new order (${JSON.stringify(stats)})`);
+      const after = await issuanceCount(ts, w);
+      assertOneIssuance(before, after);
       assert.equal(w.logs.slice(from).filter(isStored).length, 1, 'one new certificate');
       report(
         `kube, ${what}: the new certificate in the writer's files ${writerMs} ms ` +
           `(certshare's share, from the CA's answer to the Secret written: ${certshareMs} ms), ` +
-          `in the Secret ${secretMs} ms, at both readers ${readersMs} ms; orders ${ordersBefore} -> ${stats.orders}`,
+          `in the Secret ${secretMs} ms, at both readers ${readersMs} ms; ACME orders ${before.orders} -> ${after.orders}`,
       );
     });
   }

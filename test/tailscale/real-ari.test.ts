@@ -12,7 +12,21 @@ import { after, describe, it } from 'node:test';
 import { ariCertificateId } from '../../src/core/certificate-id.ts';
 import { CertshareProcess } from '../harness/certshare-process.ts';
 import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled, type RealTailscaled } from '../harness/tailscale.ts';
-import { answerToStoredMs, ariFlags, ariAnswers, isAriAnswer, isStored, loggedWindow, nextStored, RENEWAL_BOUND_MS, report } from '../support/ari-process.ts';
+import {
+  answerToStoredMs,
+  ariAnswers,
+  ariFlags,
+  assertOneIssuance,
+  NOTHING,
+  isAriAnswer,
+  issuanceCount,
+  isStored,
+  loggedWindow,
+  nextStored,
+  RENEWAL_BOUND_MS,
+  report,
+  type IssuanceCount,
+} from '../support/ari-process.ts';
 import { FAST_FLAGS, useTempDir } from '../support/standalone.ts';
 
 const H = 3_600_000;
@@ -57,7 +71,7 @@ describe('ARI against a real tailscaled and pebble: certshare standalone, as a p
     oldPair: { serial: string; certPem: string },
     from: number,
     askedAt: number,
-    ordersBefore: number,
+    before: IssuanceCount,
   ): Promise<string> {
     const old = oldPair.serial;
     const stored = await nextStored(cs, from, RENEWAL_BOUND_MS);
@@ -76,10 +90,10 @@ describe('ARI against a real tailscaled and pebble: certshare standalone, as a p
     assert.ok(real.body.includes(disk.certPem.trim()), "the certificate on disk is tailscaled's");
     // The new certificate's own window (pebble's default: 2/3 of 90 days) asked three times: no second order.
     await ariAnswers(cs, disk.certPem, 3);
-    const stats = await ts.acmeStats();
-    assert.equal(stats.orders, ordersBefore + 1, `exactly one new order (${JSON.stringify(stats)})`);
+    const after = await issuanceCount(ts, cs);
+    assertOneIssuance(before, after);
     assert.equal(cs.logs.slice(from).filter(isStored).length, 1, 'one new certificate');
-    return `${tookMs} ms (certshare's share, from the CA's answer: ${certshareMs} ms), orders ${ordersBefore} -> ${stats.orders}`;
+    return `${tookMs} ms (certshare's share, from the CA's answer: ${certshareMs} ms), ACME orders ${before.orders} -> ${after.orders}`;
   }
 
   it("reads pebble's default window through NODE_EXTRA_CA_CERTS (the 2/3 point +/- 24 h) and orders nothing more", async () => {
@@ -107,7 +121,7 @@ describe('ARI against a real tailscaled and pebble: certshare standalone, as a p
         const metric = await certshare.metrics();
         assert.ok(metric('certshare_ari_checks_total', { outcome: 'ok' }) >= answers.length);
         assert.equal(metric('certshare_ari_checks_total'), metric('certshare_ari_checks_total', { outcome: 'ok' }), 'no failed check');
-        assert.equal((await ts.acmeStats()).orders, 1, 'the first issuance only');
+        assertOneIssuance(NOTHING, await issuanceCount(ts, certshare)); // the first issuance only
       },
     );
   });
@@ -125,11 +139,11 @@ describe('ARI against a real tailscaled and pebble: certshare standalone, as a p
       () => cs,
       async () => {
         const old = await pairOnDisk(certDir(), ts.domain);
-        const ordersBefore = (await ts.acmeStats()).orders;
+        const before = await issuanceCount(ts, cs);
         const from = cs.logs.length;
         const askedAt = performance.now();
         await ask(ts, old);
-        report(`${what} to the new certificate on disk: ${await exactlyOneRenewal(ts, cs, old, from, askedAt, ordersBefore)}`);
+        report(`${what} to the new certificate on disk: ${await exactlyOneRenewal(ts, cs, old, from, askedAt, before)}`);
         return { cs, old, from };
       },
     );
