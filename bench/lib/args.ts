@@ -1,8 +1,8 @@
-// Command lines of the bench scripts, on the daemon's flag system (src/cli/flags.ts) without its
+// Command lines of the bench scripts, on the daemon's flag system (src/flags/flags.ts) without its
 // environment variables: --help prints the usage, an unknown or malformed flag prints one line and the
 // way to the usage, and exits 2 (no stack trace).
 import { errorMessage } from '../../src/core/errors.ts';
-import { type FlagSpec, type FlagValues, parseFlags, usage } from '../../src/cli/flags.ts';
+import { type FlagSpec, type FlagValues, parseFlags, usage } from '../../src/flags/flags.ts';
 
 export interface BenchScript {
   /** Its name, before its error messages (e.g. `bench`). */

@@ -3,10 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startDaemon } from '../daemon.ts';
 import { DEFAULT_DOMAIN, startEmulator } from '../emulator/server.ts';
-import { parseFlags, usage, type FlagSpec } from './flags.ts';
-import { LOG_FLAGS, logFormatFrom } from './log-format.ts';
-import { createLogger } from './logger.ts';
-import { RUN_FLAGS, daemonConfigFrom } from './run-options.ts';
+import { parseFlags, usage, type FlagSpec } from '../flags/flags.ts';
+import { LOG_FLAGS, logFormatFrom } from '../logging/log-format.ts';
+import { createLogger } from '../logging/logger.ts';
+import { RUN_FLAGS, daemonConfigFrom } from '../config/run-options.ts';
 import { stopOnSignal } from './run-command.ts';
 
 const DEMO_FLAGS: FlagSpec[] = [

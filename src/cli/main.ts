@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { CertshareError, type ErrorCode, errorMessage } from '../core/errors.ts';
-import { parseFlags, usage } from './flags.ts';
-import { RUN_FLAGS, daemonConfigFrom } from './run-options.ts';
+import { parseFlags, usage } from '../flags/flags.ts';
+import { RUN_FLAGS, daemonConfigFrom } from '../config/run-options.ts';
 
 const TOP_USAGE = `Usage: certshare <command> [flags]
 

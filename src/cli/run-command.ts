@@ -1,8 +1,8 @@
 import { startDaemon, type Daemon } from '../daemon.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
-import { createLogger } from './logger.ts';
-import type { DaemonConfig } from './run-options.ts';
+import { createLogger } from '../logging/logger.ts';
+import type { DaemonConfig } from '../config/run-options.ts';
 
 /** Stops the daemon on the first SIGTERM/SIGINT, within the shutdown bound; a second signal exits at once. */
 export function stopOnSignal(daemon: Pick<Daemon, 'stop'>, logger: Logger, shutdownTimeoutMs: number): Promise<number> {

@@ -4,7 +4,7 @@ import { normalizeDomain } from '../core/domain.ts';
 import { parseDuration } from '../core/duration.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
-import { createLogger } from '../cli/logger.ts';
+import { createLogger } from '../logging/logger.ts';
 import { parseBudget } from '../core/issuance-budget.ts';
 import type { AcmeLimits } from './acme-limits.ts';
 import { parseFaultSpec, type Fault } from './faults.ts';

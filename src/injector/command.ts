@@ -11,10 +11,10 @@ import { connectKube } from '../kube/connection.ts';
 import { LeaseElector } from '../kube/lease-elector.ts';
 import { makeApi } from '../kube/https-transport.ts';
 import { parseHostPort } from '../core/listen-address.ts';
-import { parseFlags, usage, type FlagSpec, type FlagValues } from '../cli/flags.ts';
-import { duration, tlsChoice, type ShareMode } from '../cli/run-options.ts';
+import { parseFlags, usage, type FlagSpec, type FlagValues } from '../flags/flags.ts';
+import { duration, tlsChoice, type ShareMode } from '../config/run-options.ts';
 import type { LogFormat, TlsChoice } from '../config/daemon-config.ts';
-import { LOG_FLAGS, logFormatFrom } from '../cli/log-format.ts';
+import { LOG_FLAGS, logFormatFrom } from '../logging/log-format.ts';
 import type { ServingPair } from '../server/tls-pair.ts';
 import { pairSource } from '../server/tls-source.ts';
 import { InjectorController } from './controller.ts';
@@ -366,7 +366,7 @@ export async function injectorCommand(argv: string[]): Promise<number> {
     return 0;
   }
   const config = injectorConfigFrom(values, process.env);
-  const [{ createLogger }, { stopOnSignal }] = await Promise.all([import('../cli/logger.ts'), import('../cli/run-command.ts')]);
+  const [{ createLogger }, { stopOnSignal }] = await Promise.all([import('../logging/logger.ts'), import('../cli/run-command.ts')]);
   const logger = createLogger(config.logLevel, 'certshare-injector', config.logFormat);
   const injector = await startInjector(config, { logger, env: process.env });
   const code = await stopOnSignal(injector, logger, config.drainDelayMs + 10_000);

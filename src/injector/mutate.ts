@@ -3,8 +3,8 @@
 import type { V1Container } from '@kubernetes/client-node/dist/gen/models/V1Container.js';
 import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
 import type { V1Volume } from '@kubernetes/client-node/dist/gen/models/V1Volume.js';
-import { envName, parseFlags } from '../cli/flags.ts';
-import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../cli/run-options.ts';
+import { envName, parseFlags } from '../flags/flags.ts';
+import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../config/run-options.ts';
 import { normalizeDomain } from '../core/domain.ts';
 import { parseDuration } from '../core/duration.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';

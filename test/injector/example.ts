@@ -5,7 +5,7 @@ import { readFile } from 'node:fs/promises';
 import { load } from 'js-yaml';
 import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
 import type { V1PodSpec } from '@kubernetes/client-node/dist/gen/models/V1PodSpec.js';
-import { parseFlags } from '../../src/cli/flags.ts';
+import { parseFlags } from '../../src/flags/flags.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/command.ts';
 import { injectionFor } from '../../src/injector/mutate.ts';
 

@@ -1,8 +1,8 @@
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseFlags } from '../../src/cli/flags.ts';
-import { RUN_FLAGS, daemonConfigFrom } from '../../src/cli/run-options.ts';
+import { parseFlags } from '../../src/flags/flags.ts';
+import { RUN_FLAGS, daemonConfigFrom } from '../../src/config/run-options.ts';
 import { silentLogger, type Logger } from '../../src/core/logger.ts';
 import { startDaemon, type Daemon } from '../../src/daemon.ts';
 import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/emulator/server.ts';

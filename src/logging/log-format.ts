@@ -3,7 +3,7 @@
 // redaction, so it needs no dependency of its own (pino-pretty would bring a dozen into the image).
 import type { LogFormat } from '../config/daemon-config.ts';
 import { CertshareError } from '../core/errors.ts';
-import type { FlagSpec, FlagValues } from './flags.ts';
+import type { FlagSpec, FlagValues } from '../flags/flags.ts';
 
 export type { LogFormat };
 

@@ -1,4 +1,4 @@
-import type { DaemonConfig, ShareMode, StoreChoice, TlsChoice, WatchScope } from '../config/daemon-config.ts';
+import type { DaemonConfig, ShareMode, StoreChoice, TlsChoice, WatchScope } from './daemon-config.ts';
 import { formatGoDuration, parseDuration } from '../core/duration.ts';
 import { normalizeDomain } from '../core/domain.ts';
 import { parseBudget } from '../core/issuance-budget.ts';
@@ -10,10 +10,10 @@ import { isHttpUrl } from '../core/http-url.ts';
 import { MAX_STARTUP_GRACE_MS } from '../core/startup-grace.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
 import { LETS_ENCRYPT_DIRECTORY } from '../acme/renewal-info-client.ts';
-import type { FlagSpec, FlagValues } from './flags.ts';
-import { LOG_FLAGS, logFormatFrom } from './log-format.ts';
+import type { FlagSpec, FlagValues } from '../flags/flags.ts';
+import { LOG_FLAGS, logFormatFrom } from '../logging/log-format.ts';
 
-export type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from '../config/daemon-config.ts';
+export type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from './daemon-config.ts';
 
 export const RUN_FLAGS: FlagSpec[] = [
   {
