@@ -15,8 +15,8 @@ import { parseFlags, usage, type FlagSpec, type FlagValues } from '../flags/flag
 import { duration, tlsChoice, type ShareMode } from '../config/run-options.ts';
 import type { LogFormat, TlsChoice } from '../config/daemon-config.ts';
 import { LOG_FLAGS, logFormatFrom } from '../logging/log-format.ts';
-import type { ServingPair } from '../server/tls-pair.ts';
-import { pairSource } from '../server/tls-source.ts';
+import type { ServingPair } from '../tls/serving-pair.ts';
+import { pairSource } from '../tls/pair-source.ts';
 import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './metrics.ts';
 import { DEFAULT_READINESS_GATE, admissionReviewResponse, checkSidecarFlags, type InjectionDefaults } from './mutate.ts';
