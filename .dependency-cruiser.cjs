@@ -9,7 +9,7 @@ module.exports = {
       severity: 'error',
       comment: 'src/core imports neither fastify nor the Kubernetes client nor the adapters around it.',
       from: { path: '^src/core/' },
-      to: { path: ['node_modules/(fastify|@kubernetes/client-node|pino|prom-client)/', '^src/(acme|cli|config|delivery|emulator|injector|kube|localapi|server|store)/', '^src/(daemon|backend)\\.ts$'] },
+      to: { path: ['node_modules/(fastify|@kubernetes/client-node|pino|prom-client)/', '^src/(acme|cli|config|delivery|emulator|injector|kube|localapi|server|store)/', '^src/(daemon|store-backend)\\.ts$'] },
     },
   ],
   options: {

@@ -1,13 +1,13 @@
 import { EventEmitter } from 'node:events';
 import type { FastifyInstance } from 'fastify';
-import { CertManager } from './core/cert-manager.ts';
+import { CertManager } from './core/loop-supervisor.ts';
 import { systemClock } from './core/clock.ts';
 import { errorMessage } from './core/errors.ts';
 import { HealthState } from './core/health.ts';
 import { StartupGrace } from './core/startup-grace.ts';
 import { fanOut, type LoopObserver } from './core/observer.ts';
 import { staticRole, type IssuanceRole } from './core/store.ts';
-import type { BackendContext, DaemonDeps, StoreBackend } from './backend.ts';
+import type { BackendContext, DaemonDeps, StoreBackend } from './store-backend.ts';
 import type { DaemonConfig } from './config/daemon-config.ts';
 import { ServeConfigWatcher } from './config/serve-config-watcher.ts';
 import { createLocalApiClient } from './localapi/client.ts';
@@ -55,7 +55,7 @@ async function dirBackend(path: string, ctx: BackendContext): Promise<StoreBacke
 async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
   kubeconfigSource(ctx.deps.env); // no credentials at all: fail before loading the client
   // Loaded only in Kubernetes mode: the client costs tens of MB that standalone mode does not pay.
-  const { createKubeBackend } = await import('./kube/backend.ts');
+  const { createKubeBackend } = await import('./kube/kube-backend.ts');
   return createKubeBackend(ctx);
 }
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CertLoopDeps } from '../../src/core/cert-loop.ts';
-import { CertManager } from '../../src/core/cert-manager.ts';
+import { CertManager } from '../../src/core/loop-supervisor.ts';
 import { validateCertPair } from '../../src/core/certificate.ts';
 import type { Clock } from '../../src/core/clock.ts';
 import { IssuanceSlots } from '../../src/core/issuance-slots.ts';

@@ -1,12 +1,12 @@
 import { errorMessage } from '../core/errors.ts';
 import { rotationExitTime } from '../core/renewal.ts';
 import { staticRole } from '../core/store.ts';
-import type { BackendContext, StoreBackend } from '../backend.ts';
+import type { BackendContext, StoreBackend } from '../store-backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
 import { Projector } from '../delivery/projector.ts';
 import { connectKube } from './connection.ts';
 import { ReadinessGate } from './readiness-gate.ts';
-import { checkRouting } from './routing-check.ts';
+import { checkRouting } from '../server/routing-check.ts';
 import { KubeSecretStore } from './secret-store.ts';
 import { LeaseElector, leaseIdentity } from './lease-elector.ts';
 import { KubeLedgerStore } from './ledger-store.ts';

@@ -1,5 +1,5 @@
 // The contract between the daemon and a storage mode (the directory store in src/daemon.ts, Kubernetes
-// in src/kube/backend.ts, loaded on demand): a module of its own so that neither imports the other.
+// in src/kube/kube-backend.ts, loaded on demand): a module of its own so that neither imports the other.
 import type { DaemonConfig } from './config/daemon-config.ts';
 import type { Clock } from './core/clock.ts';
 import type { HealthState } from './core/health.ts';
