@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane, type ControlPlane } from '../test/harness/control-plane.ts';
 import { exampleNamespace } from '../test/support/kube.ts';
-import { generatedDomains } from '../src/emulator/cli.ts';
+import { generatedDomains } from '../src/emulator/options.ts';
 import { buildDist, CertTreeWatch, startEmulator, type EmulatorProc } from './lib/certshare.ts';
 import { memStatus, stopAll, type MemStatus, type Proc } from './lib/proc.ts';
 import { type BenchScript, exitWithUsageError, numberFlag, parseBenchArgs } from './lib/args.ts';

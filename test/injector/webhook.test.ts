@@ -10,7 +10,7 @@ import { after, before, describe, it } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { silentLogger } from '../../src/core/logger.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom, startInjector, type Injector } from '../../src/injector/command.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom, startInjector, type Injector } from '../../src/injector/injector.ts';
 import { ANNOTATION } from '../../src/injector/mutate.ts';
 import { bundleSerials } from '../../src/injector/targets.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
