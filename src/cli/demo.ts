@@ -7,7 +7,7 @@ import { parseFlags, usage, type FlagSpec } from '../flags/flags.ts';
 import { LOG_FLAGS, logFormatFrom } from '../logging/log-format.ts';
 import { createLogger } from '../logging/logger.ts';
 import { RUN_FLAGS, daemonConfigFrom } from '../config/run-options.ts';
-import { stopOnSignal } from './run-command.ts';
+import { stopOnSignal } from '../signals/stop-on-signal.ts';
 
 const DEMO_FLAGS: FlagSpec[] = [
   { name: 'listen', placeholder: 'ADDR:PORT', default: '127.0.0.1:9002', help: "The daemon's /healthz and /metrics address." },

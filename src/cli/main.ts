@@ -31,7 +31,7 @@ async function main(argv: string[]): Promise<number> {
       return runUntilSignal(config);
     }
     case 'emulator': {
-      const { runEmulatorCli } = await import('../emulator/options.ts');
+      const { runEmulatorCli } = await import('./emulator.ts');
       await runEmulatorCli(rest);
       return 0;
     }
@@ -40,7 +40,7 @@ async function main(argv: string[]): Promise<number> {
       return runDemo(rest);
     }
     case 'injector': {
-      const { injectorCommand } = await import('../injector/injector.ts');
+      const { injectorCommand } = await import('./injector.ts');
       return injectorCommand(rest);
     }
     default:

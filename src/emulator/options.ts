@@ -1,16 +1,14 @@
-// `certshare emulator`: runs the LocalAPI emulator until SIGINT/SIGTERM, logging JSON lines to stdout.
+// The emulator's flags: its command line to EmulatorOptions, and its usage (`certshare emulator`, src/cli/emulator.ts).
 import { parseArgs } from 'node:util';
 import { normalizeDomain } from '../core/domain.ts';
 import { parseDuration } from '../core/duration.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
-import { createLogger } from '../logging/logger.ts';
 import { parseBudget } from '../core/issuance-budget.ts';
 import type { AcmeLimits } from './acme-limits.ts';
 import { parseFaultSpec, type Fault } from './faults.ts';
 import { parseListen } from './listen.ts';
 import { parseTailscaledVersion, releaseFeatures } from '../localapi/releases.ts';
-import { DEFAULT_DOMAIN, DEFAULT_TAILSCALED_VERSION, DEFAULT_VERSIONS, startEmulator, type EmulatorOptions } from './server.ts';
+import { DEFAULT_DOMAIN, DEFAULT_TAILSCALED_VERSION, DEFAULT_VERSIONS, type EmulatorOptions } from './server.ts';
 
 export const emulatorUsage = `Usage: certshare emulator [flags]
 
@@ -206,35 +204,4 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
   if (values.id !== undefined) options.id = values.id;
   if (acmeListen !== undefined) options.acmeListen = acmeListen;
   return { help: false, options, logLevel };
-}
-
-/**
- * Runs the emulator until SIGINT/SIGTERM (or `extra.signal` aborts), then closes it.
- * Bad flags throw CertshareError('CERTSHARE_BAD_FLAG') with a one-line message.
- */
-export async function runEmulatorCli(argv: string[], extra: { signal?: AbortSignal; logger?: Logger } = {}): Promise<void> {
-  const parsed = parseEmulatorArgs(argv);
-  if (parsed.help) {
-    process.stdout.write(`${emulatorUsage}\n`);
-    return;
-  }
-  const logger = extra.logger ?? createLogger(parsed.logLevel, 'certshare-emulator');
-  const emulator = await startEmulator({ ...parsed.options, logger });
-  await new Promise<void>((resolve) => {
-    const stop = (reason: string): void => {
-      process.off('SIGINT', onInt);
-      process.off('SIGTERM', onTerm);
-      extra.signal?.removeEventListener('abort', onAbort);
-      logger.info({ reason }, 'stopping emulator');
-      resolve();
-    };
-    const onInt = (): void => stop('SIGINT');
-    const onTerm = (): void => stop('SIGTERM');
-    const onAbort = (): void => stop('aborted');
-    process.once('SIGINT', onInt);
-    process.once('SIGTERM', onTerm);
-    if (extra.signal?.aborted) return stop('aborted');
-    extra.signal?.addEventListener('abort', onAbort, { once: true });
-  });
-  await emulator.close();
 }

@@ -1,4 +1,5 @@
 import { parseArgs } from 'node:util';
+import { parseDuration } from '../core/duration.ts';
 import { CertshareError } from '../core/errors.ts';
 
 /** One command-line flag; every flag also reads `CERTSHARE_<NAME>` from the environment, flags win. */
@@ -50,6 +51,15 @@ export function parseFlags(specs: FlagSpec[], argv: string[], env: NodeJS.Proces
     result[spec.name] = value;
   }
   return result;
+}
+
+/** A Go-style duration flag in milliseconds; CERTSHARE_BAD_FLAG naming the flag otherwise. */
+export function duration(values: FlagValues, name: string): number {
+  try {
+    return parseDuration(String(values[name]));
+  } catch (err) {
+    throw new CertshareError('CERTSHARE_BAD_FLAG', `--${name}: ${(err as Error).message}`);
+  }
 }
 
 export interface UsageOptions {
