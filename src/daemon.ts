@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type { FastifyInstance } from 'fastify';
-import { CertManager } from './core/loop-supervisor.ts';
+import { LoopSupervisor } from './core/loop-supervisor.ts';
 import { systemClock } from './core/clock.ts';
 import { errorMessage } from './core/errors.ts';
 import { HealthState } from './core/health.ts';
@@ -30,7 +30,8 @@ import { RenewalInfoClient } from './acme/renewal-info-client.ts';
 
 export interface Daemon {
   readonly address: string;
-  readonly manager: CertManager;
+  /** The certificate loops, one per domain, and their supervisor. */
+  readonly manager: LoopSupervisor;
   readonly health: HealthState;
   readonly metrics: Metrics;
   readonly watcher: CertDomainsWatcher;
@@ -135,7 +136,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
         describe: (domain, line) => health.renewalInfo(domain, line),
       })
     : undefined;
-  const manager = new CertManager({
+  const manager = new LoopSupervisor({
     localApi,
     store: backend.store,
     role: backend.role,
