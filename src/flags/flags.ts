@@ -23,7 +23,7 @@ export function envName(flag: string): string {
 
 /** Parses argv against the spec, then fills gaps from the environment and the defaults. */
 export function parseFlags(specs: FlagSpec[], argv: string[], env: NodeJS.ProcessEnv): FlagValues {
-  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean }> = { help: { type: 'boolean' } };
+  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean; short?: string }> = { help: { type: 'boolean', short: 'h' } };
   for (const spec of specs) options[spec.name] = { type: spec.boolean ? 'boolean' : 'string', multiple: spec.multiple ?? false };
   let values: Record<string, unknown>;
   try {
@@ -85,5 +85,6 @@ export function usage(command: string, summary: string, specs: FlagSpec[], optio
     if (spec.default !== undefined) extra.push(`default ${spec.default}`);
     lines.push(`      ${spec.help}${extra.length > 0 ? ` [${extra.join(', ')}]` : ''}`);
   }
+  lines.push('  -h, --help', '      Show this help.');
   return lines.join('\n');
 }
