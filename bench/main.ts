@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startControlPlane, type ControlPlane } from '../test/harness/control-plane.ts';
 import { writeAuditPolicy } from './lib/apiserver.ts';
-import { type BenchScript, exitWithUsageError, numberFlag, parseBenchArgs } from './lib/args.ts';
+import { type BenchScript, exitWithUsageError, numberFlag, parseBenchArgs } from '../scripts/lib/command-line.ts';
 import { buildDist } from './lib/certshare.ts';
 import { failOnUnexpectedExit, stopAll, UnexpectedExitError } from './lib/proc.ts';
 import { FULL_SIZE, TINY_SIZE } from './lib/size.ts';
