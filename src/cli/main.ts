@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { CertshareError, type ErrorCode, errorMessage } from '../core/errors.ts';
+import { CertshareError, ERROR_CODES, type ErrorCode, errorMessage } from '../core/errors.ts';
 import { parseFlags, usage } from '../flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom } from '../config/run-options.ts';
 
@@ -51,8 +51,9 @@ async function main(argv: string[]): Promise<number> {
 try {
   process.exitCode = await main(process.argv.slice(2));
 } catch (err) {
-  const code = err instanceof CertshareError ? err.code : ('CERTSHARE_FATAL' satisfies ErrorCode);
+  const code: ErrorCode = err instanceof CertshareError ? err.code : 'CERTSHARE_FATAL';
   console.error(`certshare: ${errorMessage(err)} [${code}]`);
-  // Exit now: a fatal error must end the process, whatever handle (a socket, a timer) is still open.
-  process.exit(err instanceof CertshareError && err.code === 'CERTSHARE_BAD_FLAG' ? 2 : 1);
+  // Exit now, with the code's exit status: a fatal error must end the process, whatever handle (a socket, a
+  // timer) is still open.
+  process.exit(ERROR_CODES[code].exit);
 }
