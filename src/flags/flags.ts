@@ -1,3 +1,6 @@
+// The one flag system of every command (certshare run, demo, injector, emulator; the project's scripts through
+// scripts/lib/command-line.ts): a table of FlagSpecs, parsed with the environment behind the flags, and the usage
+// --help prints from the same table.
 import { parseArgs } from 'node:util';
 import { parseDuration } from '../core/duration.ts';
 import { CertshareError } from '../core/errors.ts';

@@ -1,3 +1,5 @@
+// Kubernetes mode, the StoreBackend (src/store-backend.ts) the daemon loads on demand: Secrets as the store, a
+// Lease for the writer, the Pod's Events and readiness gate, an optional projection of the files.
 import { errorMessage } from '../core/errors.ts';
 import { rotationExitTime } from '../core/renewal.ts';
 import { staticRole } from '../core/store.ts';

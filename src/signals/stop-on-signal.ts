@@ -1,3 +1,4 @@
+// A long-running command's graceful stop: the first SIGTERM/SIGINT stops it within a bound, a second exits at once.
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 
