@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ControlPlane } from '../test/harness/control-plane.ts';
 import { exampleNamespace, GROUP } from '../test/support/kube.ts';
-import { generatedDomains } from '../src/emulator/cli.ts';
+import { generatedDomains } from '../src/emulator/options.ts';
 import { X509Certificate } from 'node:crypto';
 import { readAudit, watchRenewalsPerHour, type AuditEvent } from './lib/apiserver.ts';
 import { CertTreeWatch, startEmulator, type EmulatorProc } from './lib/certshare.ts';

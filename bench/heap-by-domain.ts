@@ -11,10 +11,10 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane, type ControlPlane } from '../test/harness/control-plane.ts';
 import { exampleNamespace } from '../test/support/kube.ts';
-import { generatedDomains } from '../src/emulator/cli.ts';
+import { generatedDomains } from '../src/emulator/options.ts';
 import { buildDist, CertTreeWatch, startEmulator, type EmulatorProc } from './lib/certshare.ts';
 import { memStatus, stopAll, type MemStatus, type Proc } from './lib/proc.ts';
-import { type BenchScript, exitWithUsageError, numberFlag, parseBenchArgs } from './lib/args.ts';
+import { type CommandLine, exitWithUsageError, numberFlag, parseScriptArgs } from '../scripts/lib/command-line.ts';
 import { heapByConstructor } from './lib/heap.ts';
 import { progress, round } from './lib/stats.ts';
 import { grantDomains } from './domains.ts';
@@ -93,7 +93,7 @@ async function measure(cp: ControlPlane, dir: string, n: number): Promise<Sample
   }
 }
 
-const SCRIPT: BenchScript = {
+const SCRIPT: CommandLine = {
   name: 'heap-by-domain',
   invocation: 'node bench/heap-by-domain.ts',
   summary:
@@ -108,7 +108,7 @@ const SCRIPT: BenchScript = {
     { name: 'watch-scope', placeholder: 'SCOPE', default: 'secret', help: "The replicas' --watch-scope (secret or group)." },
   ],
 };
-const values = parseBenchArgs(SCRIPT);
+const values = parseScriptArgs(SCRIPT);
 const counts = String(values.domains).split(',').map(Number);
 if (!counts.every((n) => Number.isInteger(n) && n >= 1)) exitWithUsageError(SCRIPT, '--domains wants whole numbers, comma separated');
 const settleS = numberFlag(SCRIPT, values, 'settle', 5, 'seconds, at least 0', (n) => n >= 0);

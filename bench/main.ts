@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startControlPlane, type ControlPlane } from '../test/harness/control-plane.ts';
 import { writeAuditPolicy } from './lib/apiserver.ts';
-import { type BenchScript, exitWithUsageError, numberFlag, parseBenchArgs } from './lib/args.ts';
+import { type CommandLine, exitWithUsageError, numberFlag, parseScriptArgs } from '../scripts/lib/command-line.ts';
 import { buildDist } from './lib/certshare.ts';
 import { failOnUnexpectedExit, stopAll, UnexpectedExitError } from './lib/proc.ts';
 import { FULL_SIZE, TINY_SIZE } from './lib/size.ts';
@@ -23,7 +23,7 @@ import { domainsPhase, domainsReport, type DomainsRun } from './domains.ts';
 import { memoryPhase, printMemoryReport, type MemoryReport } from './memory.ts';
 import { bareNodeRss, standalonePhase, type StandaloneResults } from './standalone.ts';
 
-const SCRIPT: BenchScript = {
+const SCRIPT: CommandLine = {
   name: 'bench',
   invocation: 'npm run bench --',
   summary:
@@ -56,7 +56,7 @@ const SCRIPT: BenchScript = {
   ],
 };
 
-const opts = parseBenchArgs(SCRIPT);
+const opts = parseScriptArgs(SCRIPT);
 const tiny = opts.tiny === true;
 const size = tiny ? TINY_SIZE : FULL_SIZE;
 const windowS = numberFlag(SCRIPT, opts, 'window', tiny ? 2 : 90, tiny ? 'seconds, at least 1' : 'seconds, at least 10', (n) => n >= (tiny ? 1 : 10));

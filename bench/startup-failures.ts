@@ -6,10 +6,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { portInUse, runStartupCase, STARTUP_FAILURES } from '../test/support/startup-failures.ts';
-import { type BenchScript, numberFlag, parseBenchArgs } from './lib/args.ts';
+import { type CommandLine, numberFlag, parseScriptArgs } from '../scripts/lib/command-line.ts';
 import { median } from './lib/stats.ts';
 
-const SCRIPT: BenchScript = {
+const SCRIPT: CommandLine = {
   name: 'startup-failures',
   invocation: 'node bench/startup-failures.ts',
   summary: 'How long `certshare run` takes to exit on each kind of start-up failure, and whether it left its port listening.',
@@ -19,7 +19,7 @@ const SCRIPT: BenchScript = {
     { name: 'repeat', placeholder: 'N', default: '3', help: 'Runs per failure (the median is reported).' },
   ],
 };
-const opts = parseBenchArgs(SCRIPT);
+const opts = parseScriptArgs(SCRIPT);
 const capS = numberFlag(SCRIPT, opts, 'cap', 10, 'seconds, more than 0', (n) => n > 0);
 const repeat = numberFlag(SCRIPT, opts, 'repeat', 3, 'a whole number, at least 1', (n) => Number.isInteger(n) && n >= 1);
 const capMs = capS * 1000;

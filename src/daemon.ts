@@ -1,13 +1,13 @@
 import { EventEmitter } from 'node:events';
 import type { FastifyInstance } from 'fastify';
-import { CertManager } from './core/cert-manager.ts';
+import { LoopSupervisor } from './core/loop-supervisor.ts';
 import { systemClock } from './core/clock.ts';
 import { errorMessage } from './core/errors.ts';
 import { HealthState } from './core/health.ts';
 import { StartupGrace } from './core/startup-grace.ts';
 import { fanOut, type LoopObserver } from './core/observer.ts';
 import { staticRole, type IssuanceRole } from './core/store.ts';
-import type { BackendContext, DaemonDeps, StoreBackend } from './backend.ts';
+import type { BackendContext, DaemonDeps, StoreBackend } from './store-backend.ts';
 import type { DaemonConfig } from './config/daemon-config.ts';
 import { ServeConfigWatcher } from './config/serve-config-watcher.ts';
 import { createLocalApiClient } from './localapi/client.ts';
@@ -15,8 +15,8 @@ import { CertDomainsWatcher } from './localapi/cert-domains-watcher.ts';
 import { parseHostPort } from './core/listen-address.ts';
 import type { Server as TlsServer } from 'node:tls';
 import { buildHttpServer } from './server/http-server.ts';
-import { servePair, type ServingPair } from './server/tls-pair.ts';
-import { pairSource } from './server/tls-source.ts';
+import { servePair, type ServingPair } from './tls/serving-pair.ts';
+import { pairSource } from './tls/pair-source.ts';
 import { Metrics } from './server/metrics.ts';
 import { CertDirectory } from './store/cert-directory.ts';
 import { DirStore } from './store/dir-store.ts';
@@ -30,7 +30,8 @@ import { RenewalInfoClient } from './acme/renewal-info-client.ts';
 
 export interface Daemon {
   readonly address: string;
-  readonly manager: CertManager;
+  /** The certificate loops, one per domain, and their supervisor. */
+  readonly manager: LoopSupervisor;
   readonly health: HealthState;
   readonly metrics: Metrics;
   readonly watcher: CertDomainsWatcher;
@@ -55,7 +56,7 @@ async function dirBackend(path: string, ctx: BackendContext): Promise<StoreBacke
 async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
   kubeconfigSource(ctx.deps.env); // no credentials at all: fail before loading the client
   // Loaded only in Kubernetes mode: the client costs tens of MB that standalone mode does not pay.
-  const { createKubeBackend } = await import('./kube/backend.ts');
+  const { createKubeBackend } = await import('./kube/kube-backend.ts');
   return createKubeBackend(ctx);
 }
 
@@ -135,7 +136,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
         describe: (domain, line) => health.renewalInfo(domain, line),
       })
     : undefined;
-  const manager = new CertManager({
+  const manager = new LoopSupervisor({
     localApi,
     store: backend.store,
     role: backend.role,

@@ -39,10 +39,12 @@ export interface RenewalInfoClientOptions {
   now?: () => number;
 }
 
+type AriHttpCode = 'CERTSHARE_ARI_NOT_FOUND' | 'CERTSHARE_ARI_UNAVAILABLE';
+
 /** An HTTP failure carrying the CA's Retry-After, so the next check can honour it. */
-class AriHttpError extends CertshareError {
+class AriHttpError extends CertshareError<AriHttpCode> {
   readonly retryAfterMs: number | undefined;
-  constructor(code: ErrorCode, message: string, retryAfterMs: number | undefined) {
+  constructor(code: AriHttpCode, message: string, retryAfterMs: number | undefined) {
     super(code, message);
     this.retryAfterMs = retryAfterMs;
   }
@@ -103,7 +105,7 @@ export class RenewalInfoClient {
     url: string,
     what: string,
     signal: AbortSignal | undefined,
-    codeFor: (status: number) => ErrorCode | undefined,
+    codeFor: (status: number) => AriHttpCode | undefined,
   ): Promise<{ body: string; retryAfterMs: number | undefined }> {
     const deadline = AbortSignal.timeout(this.#timeoutMs);
     const combined = signal ? AbortSignal.any([signal, deadline]) : deadline;

@@ -2,12 +2,13 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startDaemon } from '../daemon.ts';
-import { DEFAULT_DOMAIN, startEmulator } from '../emulator/server.ts';
-import { parseFlags, usage, type FlagSpec } from './flags.ts';
-import { LOG_FLAGS, logFormatFrom } from './log-format.ts';
-import { createLogger } from './logger.ts';
-import { RUN_FLAGS, daemonConfigFrom } from './run-options.ts';
-import { stopOnSignal } from './run-command.ts';
+import { CertshareError } from '../core/errors.ts';
+import { DEFAULT_DOMAIN, emulatorOptionsProblem, startEmulator, type EmulatorOptions } from '../emulator/server.ts';
+import { duration, parseFlags, usage, type FlagSpec } from '../flags/flags.ts';
+import { LOG_FLAGS, logFormatFrom } from '../logging/log-format.ts';
+import { createLogger } from '../logging/logger.ts';
+import { RUN_FLAGS, daemonConfigFrom } from '../config/run-options.ts';
+import { stopOnSignal } from '../signals/stop-on-signal.ts';
 
 const DEMO_FLAGS: FlagSpec[] = [
   { name: 'listen', placeholder: 'ADDR:PORT', default: '127.0.0.1:9002', help: "The daemon's /healthz and /metrics address." },
@@ -36,18 +37,19 @@ export async function runDemo(argv: string[]): Promise<number> {
   }
   const domain = String(values.domain);
   const logger = createLogger(String(values['log-level']), undefined, logFormatFrom(values));
+  const emulated: EmulatorOptions = {
+    domains: [domain],
+    domainDelayMs: duration(values, 'domain-delay'),
+    certLifetimeMs: duration(values, 'cert-lifetime'),
+    // Its ACME directory and renewalInfo (ARI) on a TCP port of its own: the demo asks no real CA.
+    acmeListen: '127.0.0.1:0',
+  };
+  const problem = emulatorOptionsProblem(emulated);
+  if (problem) throw new CertshareError('CERTSHARE_BAD_FLAG', problem.cli);
   const dir = await mkdtemp(join(tmpdir(), 'certshare-demo-'));
   const socket = join(dir, 'tailscaled.sock');
   const certDir = join(dir, 'certs');
-  const emulator = await startEmulator({
-    listen: socket,
-    domains: [domain],
-    domainDelayMs: daemonDuration(String(values['domain-delay'])),
-    certLifetimeMs: daemonDuration(String(values['cert-lifetime'])),
-    // Its ACME directory and renewalInfo (ARI) on a TCP port of its own: the demo asks no real CA.
-    acmeListen: '127.0.0.1:0',
-    logger: logger.child({ component: 'emulator' }),
-  });
+  const emulator = await startEmulator({ ...emulated, listen: socket, logger: logger.child({ component: 'emulator' }) });
   const config = await demoConfig(
     parseFlags(
       RUN_FLAGS,
@@ -120,8 +122,4 @@ export async function runDemo(argv: string[]): Promise<number> {
 /** The daemon's configuration from its flags (a rejected flag ends the demo after the emulator is closed). */
 async function demoConfig(values: ReturnType<typeof parseFlags>): Promise<ReturnType<typeof daemonConfigFrom>> {
   return daemonConfigFrom(values, { POD_IPS: '127.0.0.1' });
-}
-
-function daemonDuration(text: string): number {
-  return daemonConfigFrom(parseFlags(RUN_FLAGS, ['--domain', 'x.example.com', '--check-interval', text], {}), {}).renewal.checkIntervalMs;
 }

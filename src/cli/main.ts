@@ -1,7 +1,7 @@
 #!/usr/bin/env node
-import { CertshareError, type ErrorCode, errorMessage } from '../core/errors.ts';
-import { parseFlags, usage } from './flags.ts';
-import { RUN_FLAGS, daemonConfigFrom } from './run-options.ts';
+import { CertshareError, ERROR_CODES, type ErrorCode, errorMessage } from '../core/errors.ts';
+import { parseFlags, usage } from '../flags/flags.ts';
+import { RUN_FLAGS, daemonConfigFrom } from '../config/run-options.ts';
 
 const TOP_USAGE = `Usage: certshare <command> [flags]
 
@@ -31,7 +31,7 @@ async function main(argv: string[]): Promise<number> {
       return runUntilSignal(config);
     }
     case 'emulator': {
-      const { runEmulatorCli } = await import('../emulator/cli.ts');
+      const { runEmulatorCli } = await import('./emulator.ts');
       await runEmulatorCli(rest);
       return 0;
     }
@@ -40,7 +40,7 @@ async function main(argv: string[]): Promise<number> {
       return runDemo(rest);
     }
     case 'injector': {
-      const { injectorCommand } = await import('../injector/command.ts');
+      const { injectorCommand } = await import('./injector.ts');
       return injectorCommand(rest);
     }
     default:
@@ -51,8 +51,9 @@ async function main(argv: string[]): Promise<number> {
 try {
   process.exitCode = await main(process.argv.slice(2));
 } catch (err) {
-  const code = err instanceof CertshareError ? err.code : ('CERTSHARE_FATAL' satisfies ErrorCode);
+  const code: ErrorCode = err instanceof CertshareError ? err.code : 'CERTSHARE_FATAL';
   console.error(`certshare: ${errorMessage(err)} [${code}]`);
-  // Exit now: a fatal error must end the process, whatever handle (a socket, a timer) is still open.
-  process.exit(err instanceof CertshareError && err.code === 'CERTSHARE_BAD_FLAG' ? 2 : 1);
+  // Exit now, with the code's exit status: a fatal error must end the process, whatever handle (a socket, a
+  // timer) is still open.
+  process.exit(ERROR_CODES[code].exit);
 }

@@ -1,40 +1,8 @@
-import { startDaemon, type Daemon } from '../daemon.ts';
-import { errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
-import { createLogger } from './logger.ts';
-import type { DaemonConfig } from './run-options.ts';
-
-/** Stops the daemon on the first SIGTERM/SIGINT, within the shutdown bound; a second signal exits at once. */
-export function stopOnSignal(daemon: Pick<Daemon, 'stop'>, logger: Logger, shutdownTimeoutMs: number): Promise<number> {
-  return new Promise((resolve) => {
-    let signalled = false;
-    const onSignal = (signal: NodeJS.Signals): void => {
-      if (signalled) {
-        logger.warn({ signal }, 'second signal: exiting now');
-        process.exit(1);
-      }
-      signalled = true;
-      logger.info({ signal }, 'signal received');
-      const bound = setTimeout(() => {
-        logger.error({ shutdownTimeoutMs }, 'graceful stop took too long: exiting');
-        resolve(1);
-      }, shutdownTimeoutMs);
-      bound.unref();
-      daemon.stop().then(
-        () => {
-          clearTimeout(bound);
-          resolve(0);
-        },
-        (err: unknown) => {
-          logger.error({ err: errorMessage(err) }, 'error while stopping');
-          resolve(1);
-        },
-      );
-    };
-    process.on('SIGTERM', onSignal);
-    process.on('SIGINT', onSignal);
-  });
-}
+// `certshare run`: the daemon until SIGTERM/SIGINT.
+import { startDaemon } from '../daemon.ts';
+import type { DaemonConfig } from '../config/daemon-config.ts';
+import { createLogger } from '../logging/logger.ts';
+import { stopOnSignal } from '../signals/stop-on-signal.ts';
 
 export async function runUntilSignal(config: DaemonConfig): Promise<number> {
   const logger = createLogger(config.logLevel, undefined, config.logFormat);

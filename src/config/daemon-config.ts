@@ -1,4 +1,4 @@
-// What the daemon runs with, whatever door it came in by (flags and environment: src/cli/run-options.ts,
+// What the daemon runs with, whatever door it came in by (flags and environment: src/config/run-options.ts,
 // which also holds the one validation of it). A module of its own so that the daemon and its storage
 // backends depend on the configuration, not on the CLI.
 import type { BackoffPolicy } from '../core/backoff.ts';
@@ -6,11 +6,10 @@ import type { BudgetLimit } from '../core/issuance-budget.ts';
 import type { PodAddresses } from '../core/pod-addresses.ts';
 import type { RenewalPolicy } from '../core/renewal.ts';
 import type { ReloadSpec } from '../delivery/reload-command.ts';
+import type { LogFormat } from '../logging/log-format.ts';
 
 export type StoreChoice = { kind: 'dir'; path: string } | { kind: 'kube' };
 export type ShareMode = 'rw' | 'ro' | 'auto';
-/** --log-format: JSON lines, readable lines, or readable only when stdout is a terminal (src/cli/log-format.ts). */
-export type LogFormat = 'json' | 'pretty' | 'auto';
 /** How a kube replica watches its Secrets: one watch per Secret by name, or one per group by label. */
 export type WatchScope = 'secret' | 'group';
 /** --tls: tls.crt and tls.key from a directory, or a kubernetes.io/tls Secret of the Pod's namespace. */

@@ -2,7 +2,7 @@ import type { BackoffPolicy } from './backoff.ts';
 import { doubling, FailureStreak, retryDelay } from './backoff.ts';
 import { checkValidAt, inspectCertPair, isCurrentlyValid, type CertInfo } from './certificate.ts';
 import type { Clock } from './clock.ts';
-import { CertshareError, errorMessage, isRefusal } from './errors.ts';
+import { CertshareError, errorMessage, errorText, isRefusal } from './errors.ts';
 import { classifyIssuanceFailure } from './failure.ts';
 import { formatBudget, type BudgetVerdict, type IssuanceBudget } from './issuance-budget.ts';
 import type { IssuanceSlots } from './issuance-slots.ts';
@@ -563,7 +563,7 @@ export class CertLoop {
   #tooShort(info: CertInfo, now: number, asked: { minValidityMs: number; reason: IssueReason }, why: string): number {
     const { backoff, observer } = this.#deps;
     const { minValidityMs } = asked;
-    const failure = { kind: 'too_short' as const, message: `certificate from the issuer too short: ${why}` };
+    const failure = { kind: 'too_short' as const, message: errorText('CERTSHARE_CERT_TOO_SHORT', { why }) };
     const delay = retryDelay(failure, this.#failures.record(failure.kind), backoff);
     // A longer backoff under way (a rate limit) keeps its end and its reason.
     if (now + delay >= (this.#backoff?.until ?? -Infinity)) this.#backoff = { until: now + delay, reason: 'too_short' };

@@ -1,40 +1,133 @@
 // Stable error codes for everything a user can see in a log line, a health reason or an exit message,
-// each declared once with what it means (fastify's lib/errors.js does the same). test/unit/errors.test.ts
-// keeps the table honest: every code declared is used, every code used is declared.
+// each declared once with what it means, how its message reads and what the process exits with when it
+// ends the process (fastify's lib/errors.js does the same). A site picks a code and fills the template's
+// slots: `{problem}` is the site's own sentence, for a code that covers several situations; a code with one
+// shape names its slots. test/unit/errors.test.ts keeps the table honest: every code declared is used,
+// every code used is declared.
+
+interface CodeSpec {
+  /** What the code means, for a person reading a log line. */
+  means: string;
+  /** The message, `{slot}`s filled by the site. */
+  message: string;
+  /** The process's exit status when an error of this code ends it. */
+  exit: 1 | 2;
+}
+
 export const ERROR_CODES = {
-  CERTSHARE_BAD_FLAG: 'a flag or environment value is malformed or breaks a rule of the configuration (exit 2)',
-  CERTSHARE_BAD_CONFIG: 'a configuration source is unusable: a ServeConfig, a kubeconfig, a store directory, a missing object',
-  CERTSHARE_BAD_DOMAIN: 'a name is not a fully qualified domain name and never becomes a file, Secret or request path',
-  CERTSHARE_BAD_ANNOTATION: "an injected Pod's certshare.io/* annotation is invalid (the admission is refused)",
-  CERTSHARE_CERT_INVALID: 'a certificate pair failed validation (parse, key match, SAN, validity, chain) and was not used',
-  CERTSHARE_CERT_STALE: 'tailscaled returned a certificate that is no newer than the one held',
-  CERTSHARE_CERT_TOO_SHORT: 'a freshly issued certificate is already due for renewal by the rule (issuer backdates, shortens or is skewed)',
-  CERTSHARE_LOCALAPI_UNREACHABLE: "tailscaled's LocalAPI socket or address cannot be reached",
-  CERTSHARE_LOCALAPI_TIMEOUT: 'a LocalAPI call took longer than its timeout',
-  CERTSHARE_LOCALAPI_HTTP: 'the LocalAPI answered with a server error (5xx) or a rate limit',
-  CERTSHARE_LOCALAPI_REFUSED: 'a 4xx other than 408/429: an answer that retrying cannot change (refused mask, access denied, no endpoint)',
-  CERTSHARE_LOCALAPI_BAD_RESPONSE: 'the LocalAPI answered with something that is not what the protocol says',
-  CERTSHARE_BUS_LINE_TOO_LONG: 'an IPN bus line exceeded the line bound; the stream is reopened',
-  CERTSHARE_BUS_BAD_LINE: 'an IPN bus line was not valid Notify JSON and was skipped',
-  CERTSHARE_STORE_UNAVAILABLE: 'the store could not be read or written (API outage, 403): never taken as "no certificate"',
-  CERTSHARE_STORE_CONFLICT: "a compare-and-swap write lost to another writer's change; the state is read again",
-  CERTSHARE_STORE_CORRUPT: 'a stored object is damaged, emptied or edited by hand; it is restored without issuing',
-  CERTSHARE_RELOAD_FAILED: 'the reload command failed or timed out (logged and counted, never fatal)',
-  CERTSHARE_KUBE_HTTP: 'the Kubernetes API answered with an error status',
-  CERTSHARE_KUBE_RESPONSE_TOO_LARGE: 'a Kubernetes API response or watch line exceeded its bound',
-  CERTSHARE_KUBE_TIMEOUT: 'a Kubernetes API call took longer than its deadline',
-  CERTSHARE_ARI_UNSUPPORTED: 'ACME Renewal Information cannot be asked: the directory names no renewalInfo, or the certificate has no Authority Key Identifier',
-  CERTSHARE_ARI_NOT_FOUND: "the CA's renewalInfo endpoint knows no such certificate (404): not issued by this CA, or a wrong --acme-directory",
-  CERTSHARE_ARI_UNAVAILABLE: 'the ACME directory or the renewalInfo endpoint could not be reached or answered an error status',
-  CERTSHARE_ARI_TIMEOUT: 'an ACME directory or renewalInfo request took longer than its timeout',
-  CERTSHARE_ARI_BAD_RESPONSE:
-    'an ACME directory or renewalInfo answer is not what RFC 9773 says (malformed JSON, a missing field, an inverted window, a window after expiry)',
-  CERTSHARE_FATAL: 'an unexpected error ended the process (exit 1); the message says what',
-} as const;
+  CERTSHARE_BAD_FLAG: { means: 'a flag or environment value is malformed or breaks a rule of the configuration', message: '{problem}', exit: 2 },
+  CERTSHARE_BAD_CONFIG: {
+    means: 'a configuration source is unusable: a ServeConfig, a kubeconfig, a store directory, a TLS source, an object a flag names',
+    message: '{problem}',
+    exit: 1,
+  },
+  CERTSHARE_BAD_DOMAIN: {
+    means: 'a name is not a fully qualified domain name and never becomes a file, Secret or request path',
+    message: '{problem}',
+    exit: 1,
+  },
+  CERTSHARE_BAD_ANNOTATION: {
+    means: "an injected Pod's certshare.io/* annotation is invalid (the admission is refused)",
+    message: '{annotation}: {problem}',
+    exit: 1,
+  },
+  CERTSHARE_BAD_REQUEST: {
+    means: "a request to the injector's webhook is not an AdmissionReview it can answer (HTTP 400)",
+    message: 'not an AdmissionReview request ({why})',
+    exit: 1,
+  },
+  CERTSHARE_CERT_INVALID: {
+    means: 'a certificate pair failed validation (parse, key match, SAN, validity, chain) and was not used',
+    message: '{problem}',
+    exit: 1,
+  },
+  CERTSHARE_CERT_STALE: { means: 'tailscaled returned a certificate that is no newer than the one held', message: '{problem}', exit: 1 },
+  CERTSHARE_CERT_TOO_SHORT: {
+    means: 'a freshly issued certificate is already due for renewal by the rule (issuer backdates, shortens or is skewed)',
+    message: 'certificate from the issuer too short: {why}',
+    exit: 1,
+  },
+  CERTSHARE_LOCALAPI_UNREACHABLE: { means: "tailscaled's LocalAPI socket or address cannot be reached", message: '{problem}', exit: 1 },
+  CERTSHARE_LOCALAPI_TIMEOUT: { means: 'a LocalAPI call took longer than its timeout', message: 'tailscaled LocalAPI {problem}', exit: 1 },
+  CERTSHARE_LOCALAPI_HTTP: { means: 'the LocalAPI answered with a server error (5xx) or a rate limit', message: 'tailscaled LocalAPI {problem}', exit: 1 },
+  CERTSHARE_LOCALAPI_REFUSED: {
+    means: 'a 4xx other than 408/429: an answer that retrying cannot change (refused mask, access denied, no endpoint)',
+    message: '{problem}',
+    exit: 1,
+  },
+  CERTSHARE_LOCALAPI_BAD_RESPONSE: {
+    means: 'the LocalAPI answered with something that is not what the protocol says',
+    message: 'tailscaled LocalAPI {problem}',
+    exit: 1,
+  },
+  CERTSHARE_BUS_LINE_TOO_LONG: {
+    means: 'an IPN bus line exceeded the line bound; the stream is reopened',
+    message: "IPN bus line longer than {max} bytes (got at least {length}); raise the bus line limit if the tailnet's netmap is that large",
+    exit: 1,
+  },
+  CERTSHARE_BUS_BAD_LINE: { means: 'an IPN bus line was not valid Notify JSON and was skipped', message: 'IPN bus {problem}', exit: 1 },
+  CERTSHARE_STORE_UNAVAILABLE: {
+    means: 'the store could not be read or written (API outage, 403): never taken as "no certificate"',
+    message: '{problem}',
+    exit: 1,
+  },
+  CERTSHARE_STORE_CONFLICT: { means: "a compare-and-swap write lost to another writer's change; the state is read again", message: '{problem}', exit: 1 },
+  CERTSHARE_STORE_CORRUPT: { means: 'a stored object is damaged, emptied or edited by hand; it is restored without issuing', message: '{problem}', exit: 1 },
+  CERTSHARE_RELOAD_FAILED: { means: 'the reload command failed or timed out (logged and counted, never fatal)', message: '{problem}', exit: 1 },
+  CERTSHARE_KUBE_HTTP: { means: 'the Kubernetes API answered with an error status', message: '{what}: HTTP {status} {body}', exit: 1 },
+  CERTSHARE_KUBE_BAD_RESPONSE: {
+    means: 'the Kubernetes API answered with something that is not what its protocol says (a watch event that is not JSON)',
+    message: 'watch {path}: malformed event line ({bytes} bytes)',
+    exit: 1,
+  },
+  CERTSHARE_KUBE_CONNECTION_LOST: {
+    means: 'the connection to the Kubernetes API ended before its answer did (a stream reset, a closed connection)',
+    message: 'Kubernetes {problem}',
+    exit: 1,
+  },
+  CERTSHARE_KUBE_RESPONSE_TOO_LARGE: { means: 'a Kubernetes API response or watch line exceeded its bound', message: 'Kubernetes {problem}', exit: 1 },
+  CERTSHARE_KUBE_TIMEOUT: { means: 'a Kubernetes API call took longer than its deadline', message: '{problem}', exit: 1 },
+  CERTSHARE_ARI_UNSUPPORTED: {
+    means: 'ACME Renewal Information cannot be asked: the directory names no renewalInfo, or the certificate has no Authority Key Identifier',
+    message: '{problem}',
+    exit: 1,
+  },
+  CERTSHARE_ARI_NOT_FOUND: {
+    means: "the CA's renewalInfo endpoint knows no such certificate (404): not issued by this CA, or a wrong --acme-directory",
+    message: '{problem}',
+    exit: 1,
+  },
+  CERTSHARE_ARI_UNAVAILABLE: {
+    means: 'the ACME directory or the renewalInfo endpoint could not be reached or answered an error status',
+    message: '{problem}',
+    exit: 1,
+  },
+  CERTSHARE_ARI_TIMEOUT: { means: 'an ACME directory or renewalInfo request took longer than its timeout', message: '{problem}', exit: 1 },
+  CERTSHARE_ARI_BAD_RESPONSE: {
+    means: 'an ACME directory or renewalInfo answer is not what RFC 9773 says (malformed JSON, a missing field, an inverted window, a window after expiry)',
+    message: '{problem}',
+    exit: 1,
+  },
+  CERTSHARE_INTERNAL: { means: 'certshare reached code its build leaves out: a bug, whatever the configuration', message: 'internal: {problem}', exit: 1 },
+  CERTSHARE_FATAL: { means: 'an unexpected error ended the process; the message says what', message: '{problem}', exit: 1 },
+} as const satisfies Record<`CERTSHARE_${string}`, CodeSpec>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;
 
-export class CertshareError extends Error {
+type Slots<T extends string> = T extends `${string}{${infer Slot}}${infer Rest}` ? Slot | Slots<Rest> : never;
+type SlotsOf<C extends ErrorCode> = Slots<(typeof ERROR_CODES)[C]['message']>;
+
+/** What a site gives for a code: the sentence itself when the template's one slot is {problem}, else each slot by name. */
+export type MessageArgs<C extends ErrorCode> = [SlotsOf<C>] extends ['problem'] ? string : { [Slot in SlotsOf<C>]: string | number };
+
+/** The message of `code` with its template's slots filled. */
+export function errorText<C extends ErrorCode>(code: C, args: MessageArgs<C>): string {
+  const slots: Record<string, string | number> = typeof args === 'string' ? { problem: args } : args;
+  return ERROR_CODES[code].message.replace(/\{(\w+)\}/g, (_, slot: string) => String(slots[slot]));
+}
+
+/** An error of the family. C, the code a site gives, types the message's slots; `code` reads as any ErrorCode. */
+export class CertshareError<C extends ErrorCode = ErrorCode> extends Error {
   readonly code: ErrorCode;
   /**
    * The server refused the caller (401, 403): asking again cannot succeed until someone changes the
@@ -42,8 +135,8 @@ export class CertshareError extends Error {
    * step such as the verification at stop gives up at once rather than spend the shutdown budget.
    */
   readonly refused: boolean;
-  constructor(code: ErrorCode, message: string, options?: { cause?: unknown; refused?: boolean }) {
-    super(message, options);
+  constructor(code: C, args: MessageArgs<C>, options?: { cause?: unknown; refused?: boolean }) {
+    super(errorText(code, args), options);
     this.name = 'CertshareError';
     this.code = code;
     this.refused = options?.refused ?? false;

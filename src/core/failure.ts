@@ -1,4 +1,4 @@
-import { CertshareError } from './errors.ts';
+import { CertshareError, errorMessage } from './errors.ts';
 import { LocalApiError } from './localapi.ts';
 
 /** How an issuance failure is treated: each kind has its own retry schedule. */
@@ -18,27 +18,31 @@ export interface ClassifiedFailure {
 
 const ACME_RATE_LIMIT = /rateLimited|too many certificates|rate limit/i;
 
+/**
+ * What a failed CertPair call was, for its retry schedule. A CertPair call fails with a LocalApiError (the
+ * call) or a CertshareError of the loop's own checks (CERT_INVALID, CERT_STALE); a too-short certificate is
+ * not a failure of the call (the loop classifies it itself).
+ */
 export function classifyIssuanceFailure(err: unknown): ClassifiedFailure {
   if (err instanceof LocalApiError) {
     const message = err.body ? `${err.message}: ${err.body}` : err.message;
     if (err.status === 429 || ACME_RATE_LIMIT.test(err.body)) {
       return err.retryAfterMs !== undefined ? { kind: 'rate_limited', retryAfterMs: err.retryAfterMs, message } : { kind: 'rate_limited', message };
     }
-    // A 200 whose body was not a usable pair also has no error status: it is a rejection, not a transport failure.
-    if ((err as { code?: unknown }).code === 'CERTSHARE_LOCALAPI_BAD_RESPONSE') return { kind: 'rejected', message };
-    if (err.status === undefined || err.timedOut) return { kind: 'transient', message };
+    switch (err.code) {
+      // A 200 whose body was not a usable pair has no error status: a rejection, not a transport failure.
+      case 'CERTSHARE_LOCALAPI_BAD_RESPONSE':
+        return { kind: 'rejected', message };
+      case 'CERTSHARE_LOCALAPI_UNREACHABLE':
+      case 'CERTSHARE_LOCALAPI_TIMEOUT':
+        return { kind: 'transient', message };
+    }
     if (/invalid domain/i.test(err.body)) return { kind: 'invalid_domain', message };
     if (err.status === 502 || err.status === 503 || err.status === 504) return { kind: 'transient', message };
     return { kind: 'error', message };
   }
-  if (err instanceof CertshareError) {
-    if (err.code === 'CERTSHARE_CERT_TOO_SHORT') return { kind: 'too_short', message: err.message };
-    if (err.code === 'CERTSHARE_CERT_INVALID' || err.code === 'CERTSHARE_CERT_STALE' || err.code === 'CERTSHARE_LOCALAPI_BAD_RESPONSE') {
-      return { kind: 'rejected', message: err.message };
-    }
-    if (err.code === 'CERTSHARE_LOCALAPI_UNREACHABLE' || err.code === 'CERTSHARE_LOCALAPI_TIMEOUT') {
-      return { kind: 'transient', message: err.message };
-    }
+  if (err instanceof CertshareError && (err.code === 'CERTSHARE_CERT_INVALID' || err.code === 'CERTSHARE_CERT_STALE')) {
+    return { kind: 'rejected', message: err.message };
   }
-  return { kind: 'error', message: err instanceof Error ? err.message : String(err) };
+  return { kind: 'error', message: errorMessage(err) };
 }

@@ -1,4 +1,5 @@
 // The narrow interface the core needs from tailscaled's LocalAPI: tests swap the transport, not the logic.
+import { CertshareError } from './errors.ts';
 
 /** A private key PEM and its certificate chain PEM (leaf first), as returned by CertPair. */
 export interface CertPair {
@@ -46,22 +47,45 @@ export interface LocalApi {
   tailscaledVersion?(): string | undefined;
 }
 
+export type LocalApiCode =
+  | 'CERTSHARE_LOCALAPI_UNREACHABLE'
+  | 'CERTSHARE_LOCALAPI_TIMEOUT'
+  | 'CERTSHARE_LOCALAPI_HTTP'
+  | 'CERTSHARE_LOCALAPI_REFUSED'
+  | 'CERTSHARE_LOCALAPI_BAD_RESPONSE';
+
+export interface LocalApiErrorFields {
+  /** Default: what the other fields say (a timeout, no answer, a refusal status, another status). */
+  code?: LocalApiCode;
+  status?: number;
+  body?: string;
+  retryAfterMs?: number;
+  timedOut?: boolean;
+  tailscaledVersion?: string;
+  cause?: unknown;
+}
+
+/** The code a failed call's fields imply: a timeout, no answer at all, a status retrying cannot change, another status. */
+function impliedCode(fields: LocalApiErrorFields): LocalApiCode {
+  if (fields.timedOut) return 'CERTSHARE_LOCALAPI_TIMEOUT';
+  if (fields.status === undefined) return 'CERTSHARE_LOCALAPI_UNREACHABLE';
+  return isRefusalStatus(fields.status) ? 'CERTSHARE_LOCALAPI_REFUSED' : 'CERTSHARE_LOCALAPI_HTTP';
+}
+
 /**
- * A failed LocalAPI call. `status` is the HTTP status (undefined when no response arrived: socket error,
- * timeout); `retryAfterMs` comes from a Retry-After header; `body` is the plain-text error body.
+ * A failed LocalAPI call, a CertshareError of a CERTSHARE_LOCALAPI_* code. `status` is the HTTP status
+ * (undefined when no response arrived: socket error, timeout); `retryAfterMs` comes from a Retry-After
+ * header; `body` is the plain-text error body. `problem` fills the code's message template.
  */
-export class LocalApiError extends Error {
+export class LocalApiError extends CertshareError<LocalApiCode> {
   readonly status: number | undefined;
   readonly body: string;
   readonly retryAfterMs: number | undefined;
   readonly timedOut: boolean;
   /** The Tailscale-Version header of the failed response, when there was one. */
   readonly tailscaledVersion: string | undefined;
-  constructor(
-    message: string,
-    fields: { status?: number; body?: string; retryAfterMs?: number; timedOut?: boolean; tailscaledVersion?: string; cause?: unknown },
-  ) {
-    super(message, { cause: fields.cause });
+  constructor(problem: string, fields: LocalApiErrorFields) {
+    super(fields.code ?? impliedCode(fields), problem, { cause: fields.cause });
     this.name = 'LocalApiError';
     this.status = fields.status;
     this.body = fields.body ?? '';

@@ -10,7 +10,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ariCertificateId } from '../core/certificate-id.ts';
 import type { Logger } from '../core/logger.ts';
-import type { SignedLeaf } from './ca.ts';
+import type { SignedLeaf } from '../pki/ca.ts';
 import { sendJson, sendText } from './http-util.ts';
 
 export const ACME_PREFIX = '/acme/';

@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { parseDuration } from '../core/duration.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
-import type { SignedLeaf } from './ca.ts';
+import type { SignedLeaf } from '../pki/ca.ts';
 import { AcmeRateLimited, acmeRetryTime } from './acme-limits.ts';
 import { faultDefaults, type CertFault } from './faults.ts';
 import { goQuoteList, sendError, sendText } from './http-util.ts';

@@ -9,7 +9,7 @@
 import type { EventEmitter } from 'node:events';
 import type { Logger } from '../core/logger.ts';
 import { errorMessage } from '../core/errors.ts';
-import { createCertificateAuthority, type CertificateAuthority, type SignedLeaf } from './ca.ts';
+import { createCertificateAuthority, type CertificateAuthority, type SignedLeaf } from '../pki/ca.ts';
 import type { RegisteredDomainRule } from '../core/registered-domain.ts';
 import { AcmeLimiter, type AcmeLimits } from './acme-limits.ts';
 import { appendLedger } from './ledger.ts';

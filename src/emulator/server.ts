@@ -163,29 +163,78 @@ function increment(map: Map<string, number>, key: string, by = 1): void {
   map.set(key, (map.get(key) ?? 0) + by);
 }
 
-export async function startEmulator(options: EmulatorOptions = {}): Promise<Emulator> {
-  const id = options.id ?? `emu-${randomBytes(3).toString('hex')}`;
+/** A broken rule of EmulatorOptions, worded for the caller of startEmulator and for the command line. */
+export interface OptionsProblem {
+  api: string;
+  /** With the flags' names (src/emulator/options.ts). */
+  cli: string;
+}
+
+/**
+ * Every rule of EmulatorOptions that the type does not hold, checked in one place before anything starts
+ * (by startEmulator, and by the command line before it): the first broken one, or undefined.
+ */
+export function emulatorOptionsProblem(options: EmulatorOptions): OptionsProblem | undefined {
+  const listenProblem = (value: string, flag: string): OptionsProblem | undefined => {
+    try {
+      parseListen(value);
+      return undefined;
+    } catch (err) {
+      return { api: errorMessage(err), cli: `--${flag}: ${errorMessage(err)}` };
+    }
+  };
+  const listen = listenProblem(options.listen ?? './tailscaled.sock', 'listen');
+  if (listen) return listen;
   const asked = options.netmapStyle;
   if (asked !== undefined && asked !== 'resend' && asked !== 'selfchange') {
-    throw new Error(`netmapStyle must be "resend" or "selfchange", not "${String(asked)}"`);
+    return { api: `netmapStyle must be "resend" or "selfchange", not "${String(asked)}"`, cli: `--netmap-style: want selfchange or resend, not "${asked}"` };
   }
+  const version = options.tailscaledVersion;
+  if (version !== undefined) {
+    const parsed = parseTailscaledVersion(version);
+    if (!parsed) {
+      return {
+        api: `tailscaledVersion must look like 1.104.5, not "${version}"`,
+        cli: `--tailscaled-version: want a release like ${DEFAULT_TAILSCALED_VERSION}, not "${version}"`,
+      };
+    }
+    const style = releaseFeatures(parsed).resendsNetMap ? 'resend' : 'selfchange';
+    if (asked !== undefined && asked !== style) {
+      return {
+        api: `netmapStyle "${asked}" contradicts tailscaled ${version}, whose style is "${style}" (v1.100 stopped resending the netmap)`,
+        cli: `--netmap-style ${asked} contradicts --tailscaled-version ${version} (style ${style})`,
+      };
+    }
+  }
+  if (options.certLifetimeMs !== undefined && !(options.certLifetimeMs >= 1000)) {
+    return { api: 'certLifetimeMs must be at least 1000 (one second)', cli: '--cert-lifetime: must be at least 1s' };
+  }
+  if (options.acmeListen !== undefined) {
+    const acme = listenProblem(options.acmeListen, 'acme-listen');
+    if (acme) return acme;
+    if (parseListen(options.acmeListen).kind !== 'tcp') {
+      return { api: `acmeListen must be HOST:PORT, not "${options.acmeListen}"`, cli: `--acme-listen: want HOST:PORT (TCP), not "${options.acmeListen}"` };
+    }
+  }
+  if (options.ledgerRequests && options.ledgerPath === undefined) return { api: 'ledgerRequests needs ledgerPath', cli: '--ledger-requests needs --ledger' };
+  return undefined;
+}
+
+export async function startEmulator(options: EmulatorOptions = {}): Promise<Emulator> {
+  const problem = emulatorOptionsProblem(options);
+  if (problem) throw new Error(problem.api);
+  const id = options.id ?? `emu-${randomBytes(3).toString('hex')}`;
+  const asked = options.netmapStyle;
   const version = options.tailscaledVersion ?? DEFAULT_VERSIONS[asked ?? 'selfchange'];
-  const parsedVersion = parseTailscaledVersion(version);
-  if (!parsedVersion) throw new Error(`tailscaledVersion must look like 1.104.5, not "${version}"`);
-  const features = releaseFeatures(parsedVersion);
+  const features = releaseFeatures(parseTailscaledVersion(version)!);
   const style: NetmapStyle = features.resendsNetMap ? 'resend' : 'selfchange';
-  if (asked !== undefined && asked !== style) {
-    throw new Error(`netmapStyle "${asked}" contradicts tailscaled ${version}, whose style is "${style}" (v1.100 stopped resending the netmap)`);
-  }
   const clock = options.clock ?? { now: () => Date.now() };
   const logger = (options.logger ?? silentLogger).child({ emulator: id });
   const events = new EventEmitter();
   const target = parseListen(options.listen ?? './tailscaled.sock');
   const acmeTarget = options.acmeListen === undefined ? undefined : parseListen(options.acmeListen);
-  if (acmeTarget && acmeTarget.kind !== 'tcp') throw new Error(`acmeListen must be HOST:PORT, not "${options.acmeListen}"`);
   const configured = [...new Set(options.domains ?? [DEFAULT_DOMAIN])];
   const certLifetimeMs = options.certLifetimeMs ?? DEFAULT_CERT_LIFETIME_MS;
-  if (!(certLifetimeMs >= 1000)) throw new Error('certLifetimeMs must be at least 1000 (one second)');
   const identity = makeIdentity(id, configured, Date.now());
 
   const visible = new Set<string>();

@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { RotationAction, RotationState } from '../core/ca-rotation.ts';
 import { collectNodeMetrics } from '../server/metrics.ts';
-import { checkedPair, servePair, type ServingPair } from '../server/tls-pair.ts';
+import { checkedPair, servePair, type ServingPair } from '../tls/serving-pair.ts';
 
 export type AdmissionResult = 'injected' | 'skipped' | 'rejected' | 'invalid';
 
@@ -93,7 +93,7 @@ export function admissionResult(answer: unknown): AdmissionResult {
 
 /**
  * GET /metrics over plain HTTP (like the daemon's port 9002), or over HTTPS when `tls` gives the first pair
- * (--metrics-tls); setPair serves a renewed pair from the next handshake on (tls-pair.ts).
+ * (--metrics-tls); setPair serves a renewed pair from the next handshake on (src/tls/serving-pair.ts).
  */
 export async function startMetricsServer(
   metrics: InjectorMetrics,

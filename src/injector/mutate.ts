@@ -3,8 +3,8 @@
 import type { V1Container } from '@kubernetes/client-node/dist/gen/models/V1Container.js';
 import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
 import type { V1Volume } from '@kubernetes/client-node/dist/gen/models/V1Volume.js';
-import { envName, parseFlags } from '../cli/flags.ts';
-import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../cli/run-options.ts';
+import { envName, parseFlags } from '../flags/flags.ts';
+import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../config/run-options.ts';
 import { normalizeDomain } from '../core/domain.ts';
 import { parseDuration } from '../core/duration.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
@@ -98,7 +98,7 @@ export interface JsonPatchOp {
 export type Injection = { kind: 'skip'; reason: string } | { kind: 'inject'; pod: V1Pod; patch: JsonPatchOp[] };
 
 function bad(annotation: string, message: string): CertshareError {
-  return new CertshareError('CERTSHARE_BAD_ANNOTATION', `${annotation}: ${message}`);
+  return new CertshareError('CERTSHARE_BAD_ANNOTATION', { annotation, problem: message });
 }
 
 // A condition type is a qualified name, like a label key: an optional DNS subdomain prefix and a name.
@@ -306,7 +306,7 @@ interface AdmissionReviewIn {
 export function admissionReviewResponse(body: unknown, defaults: InjectionDefaults): object {
   const review = body as AdmissionReviewIn;
   const uid = review?.request?.uid;
-  if (typeof uid !== 'string' || uid === '') throw new CertshareError('CERTSHARE_BAD_CONFIG', 'not an AdmissionReview request (no request.uid)');
+  if (typeof uid !== 'string' || uid === '') throw new CertshareError('CERTSHARE_BAD_REQUEST', { why: 'no request.uid' });
   const answer = (response: object) => ({ apiVersion: review.apiVersion ?? 'admission.k8s.io/v1', kind: 'AdmissionReview', response: { uid, ...response } });
   const object = review.request?.object;
   if (review.request?.kind?.kind !== 'Pod' || !object) return answer({ allowed: true });

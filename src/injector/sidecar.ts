@@ -3,7 +3,7 @@
 import type { V1Container } from '@kubernetes/client-node/dist/gen/models/V1Container.js';
 import type { V1SecurityContext } from '@kubernetes/client-node/dist/gen/models/V1SecurityContext.js';
 import type { V1Volume } from '@kubernetes/client-node/dist/gen/models/V1Volume.js';
-import type { ShareMode } from '../cli/run-options.ts';
+import type { ShareMode } from '../config/run-options.ts';
 
 export const SIDECAR_NAME = 'certshare';
 export const DEFAULT_IMAGE = 'ghcr.io/certshare/certshare:0.1.0';

@@ -1,11 +1,11 @@
-// The webhook's HTTPS listener, whose certificate changes in-process per handshake (src/server/tls-pair.ts).
+// The webhook's HTTPS listener, whose certificate changes in-process per handshake (src/tls/serving-pair.ts).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
 import { errorMessage } from '../core/errors.ts';
-import { checkedPair, servePair, type ServingPair } from '../server/tls-pair.ts';
+import { checkedPair, servePair, type ServingPair } from '../tls/serving-pair.ts';
 
-export type { ServingPair } from '../server/tls-pair.ts';
+export type { ServingPair } from '../tls/serving-pair.ts';
 
 export type JsonHandler = (body: unknown) => unknown;
 

@@ -64,11 +64,11 @@ export function apiServer(config: KubeConfig): string {
 }
 
 /** An HTTP status answer as an error carrying `code`, like client-node's ApiException (see apiStatus). */
-export class KubeHttpError extends CertshareError {
+export class KubeHttpError extends CertshareError<'CERTSHARE_KUBE_HTTP'> {
   readonly statusCode: number;
   readonly body: string;
   constructor(statusCode: number, body: string, what: string) {
-    super('CERTSHARE_KUBE_HTTP', `${what}: HTTP ${statusCode} ${body.slice(0, 300)}`);
+    super('CERTSHARE_KUBE_HTTP', { what, status: statusCode, body: body.slice(0, 300) });
     this.statusCode = statusCode;
     this.body = body;
   }
@@ -154,7 +154,7 @@ function responseOf(stream: ClientHttp2Stream, signal: AbortSignal): Promise<{ h
       stream.on('error', (err) => body.destroy(err));
       stream.on('close', () => {
         if (!stream.readableEnded)
-          body.destroy(new CertshareError('CERTSHARE_KUBE_HTTP', `Kubernetes API stream closed mid-answer (HTTP/2 code ${stream.rstCode})`));
+          body.destroy(new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', `API stream closed mid-answer (HTTP/2 code ${stream.rstCode})`));
       });
       stream.pipe(body);
       resolve({ headers, body });
@@ -165,7 +165,7 @@ function responseOf(stream: ClientHttp2Stream, signal: AbortSignal): Promise<{ h
     };
     const onClose = (): void => {
       done();
-      reject(new CertshareError('CERTSHARE_KUBE_HTTP', `Kubernetes API stream closed before an answer (HTTP/2 code ${stream.rstCode})`));
+      reject(new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', `API stream closed before an answer (HTTP/2 code ${stream.rstCode})`));
     };
     stream.once('response', onResponse);
     stream.once('error', onError);
@@ -319,7 +319,7 @@ async function readBody(answer: Answer): Promise<Buffer> {
     bytes += chunk.length;
     if (bytes > MAX_RESPONSE_BYTES) {
       answer.close();
-      throw new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', `Kubernetes API answer larger than ${MAX_RESPONSE_BYTES} bytes`);
+      throw new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', `API answer larger than ${MAX_RESPONSE_BYTES} bytes`);
     }
     chunks.push(chunk);
   }
@@ -489,14 +489,14 @@ export async function watchOnce(
     silence = setTimeout(() => fail(new Error(`Kubernetes watch silent for ${silenceMs} ms`)), silenceMs);
     const lines = new LineSplitter(
       MAX_WATCH_LINE_BYTES,
-      (max, length) => new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', `Kubernetes watch event longer than ${max} bytes (got at least ${length})`),
+      (max, length) => new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', `watch event longer than ${max} bytes (got at least ${length})`),
     );
     const handle = (line: Buffer) => {
       let event: WatchEvent;
       try {
         event = JSON.parse(line.toString('utf8')) as WatchEvent;
       } catch (err) {
-        throw new CertshareError('CERTSHARE_KUBE_HTTP', `watch ${path}: malformed event line (${line.length} bytes)`, { cause: err });
+        throw new CertshareError('CERTSHARE_KUBE_BAD_RESPONSE', { path, bytes: line.length }, { cause: err });
       }
       onEvent(event);
     };

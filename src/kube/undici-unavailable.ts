@@ -6,10 +6,7 @@
 import { CertshareError } from '../core/errors.ts';
 
 function unavailable(what: string): never {
-  throw new CertshareError(
-    'CERTSHARE_BAD_CONFIG',
-    `internal: ${what} needs undici, which this build leaves out (certshare's Kubernetes transport is node:https)`,
-  );
+  throw new CertshareError('CERTSHARE_INTERNAL', `${what} needs undici, which this build leaves out (certshare's Kubernetes transport is node:https)`);
 }
 
 export class Agent {

@@ -273,7 +273,7 @@ export class CertDomainsWatcher {
         this.#apply(domains, 'initial status');
         learned = true;
       } else {
-        this.#badLine('IPN bus InitialStatus.CertDomains is not an array of strings; Notify ignored');
+        this.#badLine('InitialStatus.CertDomains is not an array of strings; Notify ignored');
       }
     }
     if (notify.NetMap !== undefined && notify.NetMap !== null) {
@@ -283,7 +283,7 @@ export class CertDomainsWatcher {
         this.#apply(domains, 'netmap');
         learned = true;
       } else {
-        this.#badLine('IPN bus NetMap.DNS.CertDomains is not an array of strings; Notify ignored');
+        this.#badLine('NetMap.DNS.CertDomains is not an array of strings; Notify ignored');
       }
     }
     // At connect the domains must be known now, not at the next change: read them when the first Notify
@@ -400,8 +400,8 @@ export class CertDomainsWatcher {
     this.#safeCall('onProblem', () => this.#options.onProblem?.(message));
   }
 
-  #badLine(message: string): void {
-    const err = new CertshareError('CERTSHARE_BUS_BAD_LINE', message);
+  #badLine(problem: string): void {
+    const err = new CertshareError('CERTSHARE_BUS_BAD_LINE', problem);
     if (this.#options.onBadLine) this.#safeCall('onBadLine', () => this.#options.onBadLine?.(err));
     else this.#logger.warn({ code: err.code, err: err.message }, 'skipped a malformed IPN bus message');
   }

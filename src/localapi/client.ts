@@ -1,7 +1,6 @@
 import http from 'node:http';
 import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { ErrorCode } from '../core/errors.ts';
 import { formatGoDuration } from '../core/duration.ts';
 import { parseRetryAfter } from '../core/retry-after.ts';
 import { isRefusalStatus, LocalApiError } from '../core/localapi.ts';
@@ -38,19 +37,6 @@ export interface LocalApiClientOptions {
   logger: Logger;
   /** Wall clock for HTTP-date Retry-After values. Default Date.now. */
   now?: () => number;
-}
-
-/** A LocalApiError carrying a certshare error code (UNREACHABLE, TIMEOUT, HTTP or BAD_RESPONSE). */
-export class LocalApiCallError extends LocalApiError {
-  readonly code: ErrorCode;
-  constructor(
-    code: ErrorCode,
-    message: string,
-    fields: { status?: number; body?: string; retryAfterMs?: number; timedOut?: boolean; tailscaledVersion?: string; cause?: unknown } = {},
-  ) {
-    super(message, fields);
-    this.code = code;
-  }
 }
 
 export type LocalApiClient = LocalApi & {
@@ -188,18 +174,18 @@ class HttpLocalApi implements LocalApiClient {
       value = JSON.parse(line.toString('utf8'));
     } catch {
       // The parser's message quotes the line: keep it out of logs.
-      this.#badLine(`IPN bus line of ${line.length} bytes is not valid JSON`);
+      this.#badLine(`line of ${line.length} bytes is not valid JSON`);
       return undefined;
     }
     if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-      this.#badLine(`IPN bus line of ${line.length} bytes is not a JSON object`);
+      this.#badLine(`line of ${line.length} bytes is not a JSON object`);
       return undefined;
     }
     return value as IpnNotify;
   }
 
-  #badLine(message: string): void {
-    const err = new CertshareError('CERTSHARE_BUS_BAD_LINE', message);
+  #badLine(problem: string): void {
+    const err = new CertshareError('CERTSHARE_BUS_BAD_LINE', problem);
     if (this.#onBadLine) this.#onBadLine(err);
     else this.#logger.warn({ code: err.code, err: err.message }, 'skipped a malformed IPN bus line');
   }
@@ -220,7 +206,7 @@ class HttpLocalApi implements LocalApiClient {
           chunks.push(chunk);
         }
       } catch (err) {
-        if (err instanceof LocalApiCallError) throw err;
+        if (err instanceof LocalApiError) throw err;
         throw ex.mapError(err);
       }
       return Buffer.concat(chunks, total);
@@ -229,7 +215,7 @@ class HttpLocalApi implements LocalApiClient {
     }
   }
 
-  async #httpError(ex: Exchange, path: string): Promise<LocalApiCallError> {
+  async #httpError(ex: Exchange, path: string): Promise<LocalApiError> {
     const status = ex.res.statusCode ?? 0;
     let raw = '';
     try {
@@ -244,7 +230,7 @@ class HttpLocalApi implements LocalApiClient {
     } catch (err) {
       const mapped = ex.mapError(err);
       // A caller abort or timeout while reading the error body wins over the HTTP error.
-      if (!(mapped instanceof LocalApiCallError) || mapped.timedOut) throw mapped;
+      if (!(mapped instanceof LocalApiError) || mapped.timedOut) throw mapped;
     }
     const body = sanitizeErrorBody(raw);
     const header = ex.res.headers['retry-after'];
@@ -254,9 +240,9 @@ class HttpLocalApi implements LocalApiClient {
     const answer = `HTTP ${status}${body ? `: ${body}` : ''}`;
     if (isRefusalStatus(status)) {
       const who = `tailscaled ${tailscaledVersion ?? '(version not reported)'}`;
-      return new LocalApiCallError('CERTSHARE_LOCALAPI_REFUSED', `${who} refused GET ${path}: ${answer} (${refusalHint(status, path)})`, fields);
+      return new LocalApiError(`${who} refused GET ${path}: ${answer} (${refusalHint(status, path)})`, { code: 'CERTSHARE_LOCALAPI_REFUSED', ...fields });
     }
-    return new LocalApiCallError('CERTSHARE_LOCALAPI_HTTP', `tailscaled LocalAPI GET ${path}: ${answer}`, fields);
+    return new LocalApiError(`GET ${path}: ${answer}`, { code: 'CERTSHARE_LOCALAPI_HTTP', ...fields });
   }
 
   /** Sends a GET and resolves once the response headers arrived. */
@@ -290,11 +276,10 @@ class HttpLocalApi implements LocalApiClient {
       const timer = setTimeout(
         () =>
           destroy(
-            new LocalApiCallError(
-              'CERTSHARE_LOCALAPI_TIMEOUT',
-              `tailscaled LocalAPI at ${target.display}: GET ${path} timed out after ${formatGoDuration(timeoutMs)}`,
-              { timedOut: true },
-            ),
+            new LocalApiError(`at ${target.display}: GET ${path} timed out after ${formatGoDuration(timeoutMs)}`, {
+              code: 'CERTSHARE_LOCALAPI_TIMEOUT',
+              timedOut: true,
+            }),
           ),
         timeoutMs,
       );
@@ -383,7 +368,7 @@ const NOT_LISTENING = new Set(['ENOENT', 'ECONNREFUSED']);
  * still starting looks like (a connection lost mid-answer, a permission error or a timeout is not).
  */
 export function isNotListening(err: unknown): boolean {
-  if (!(err instanceof LocalApiCallError) || err.code !== 'CERTSHARE_LOCALAPI_UNREACHABLE') return false;
+  if (!(err instanceof LocalApiError) || err.code !== 'CERTSHARE_LOCALAPI_UNREACHABLE') return false;
   const errno = (err.cause as NodeJS.ErrnoException | undefined)?.code;
   return errno !== undefined && NOT_LISTENING.has(errno);
 }
@@ -394,17 +379,17 @@ const HINTS: Record<string, string> = {
   EACCES: ' (permission denied on the socket)',
 };
 
-function transportError(err: unknown, display: string, path: string, responded: boolean): LocalApiCallError {
+function transportError(err: unknown, display: string, path: string, responded: boolean): LocalApiError {
   const code = (err as NodeJS.ErrnoException | undefined)?.code;
   const detail = code ?? errorMessage(err);
   const message = responded
     ? `tailscaled LocalAPI at ${display}: connection lost during GET ${path}: ${detail}`
     : `tailscaled LocalAPI not reachable at ${display}: ${detail}${(code && HINTS[code]) ?? ''}`;
-  return new LocalApiCallError('CERTSHARE_LOCALAPI_UNREACHABLE', message, { cause: err });
+  return new LocalApiError(message, { code: 'CERTSHARE_LOCALAPI_UNREACHABLE', cause: err });
 }
 
-function badResponse(message: string): LocalApiCallError {
-  return new LocalApiCallError('CERTSHARE_LOCALAPI_BAD_RESPONSE', `tailscaled LocalAPI ${message}`);
+function badResponse(problem: string): LocalApiError {
+  return new LocalApiError(problem, { code: 'CERTSHARE_LOCALAPI_BAD_RESPONSE' });
 }
 
 function parseJson(body: Buffer, path: string): unknown {

@@ -12,11 +12,7 @@ export const DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024;
 /** The error for a line over the limit: which stream, and what to do about it. */
 export type LineTooLong = (maxLineBytes: number, length: number) => CertshareError;
 
-const busLineTooLong: LineTooLong = (max, length) =>
-  new CertshareError(
-    'CERTSHARE_BUS_LINE_TOO_LONG',
-    `IPN bus line longer than ${max} bytes (got at least ${length}); raise the bus line limit if the tailnet's netmap is that large`,
-  );
+const busLineTooLong: LineTooLong = (max, length) => new CertshareError('CERTSHARE_BUS_LINE_TOO_LONG', { max, length });
 
 export class LineSplitter {
   readonly maxLineBytes: number;

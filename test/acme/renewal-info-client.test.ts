@@ -13,7 +13,7 @@ import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { RenewalInfoClient } from '../../src/acme/renewal-info-client.ts';
 import type { AriCertificate } from '../../src/core/renewal-info.ts';
-import { createCertificateAuthority } from '../../src/emulator/ca.ts';
+import { createCertificateAuthority } from '../../src/pki/ca.ts';
 import { freePort } from '../support/processes.ts';
 
 const H = 3_600_000;

@@ -4,13 +4,14 @@ import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
+import { parseScriptArgs } from '../../scripts/lib/command-line.ts';
 
-const { values } = parseArgs({ options: { json: { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false } } });
-if (values.help) {
-  console.log('Usage: npm run e2e [-- --json]\n\nRuns the end-to-end tier (test/e2e/) on a real single-node cluster; needs root.');
-  process.exit(0);
-}
+const values = parseScriptArgs({
+  name: 'e2e',
+  invocation: 'npm run e2e --',
+  summary: 'Runs the end-to-end tier (test/e2e/) on a real single-node cluster; needs root.',
+  flags: [{ name: 'json', boolean: true, help: 'The last stdout line is one JSON object of its figures.' }],
+});
 const dir = await mkdtemp(join(tmpdir(), 'certshare-e2e-'));
 const figuresFile = join(dir, 'figures.json');
 const test = spawn(process.execPath, ['--test', '--test-timeout=3600000', new URL('./example.test.ts', import.meta.url).pathname], {

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { classifyIssuanceFailure } from '../../src/core/failure.ts';
-import { parseEmulatorArgs } from '../../src/emulator/cli.ts';
+import { parseEmulatorArgs } from '../../src/emulator/options.ts';
 import type { Emulator } from '../../src/emulator/server.ts';
 import { createLocalApiClient } from '../../src/localapi/client.ts';
 import { silentLogger } from '../../src/core/logger.ts';

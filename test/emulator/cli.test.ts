@@ -7,7 +7,8 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { CertshareError } from '../../src/core/errors.ts';
 import type { Logger } from '../../src/core/logger.ts';
-import { emulatorUsage, parseEmulatorArgs, runEmulatorCli } from '../../src/emulator/cli.ts';
+import { runEmulatorCli } from '../../src/cli/emulator.ts';
+import { emulatorUsage, parseEmulatorArgs } from '../../src/emulator/options.ts';
 import { certPath, get, getJson, testEnv } from './helpers.ts';
 
 const RUN = new URL('./fixtures/run-cli.ts', import.meta.url).pathname;

@@ -1,7 +1,7 @@
 // The emulator's knobs for issuers that backdate, give less than asked, or run on a skewed clock.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { parseEmulatorArgs } from '../../src/emulator/cli.ts';
+import { parseEmulatorArgs } from '../../src/emulator/options.ts';
 import { certPath, fakeClock, get, splitPair, testEnv, type TestEnv } from './helpers.ts';
 
 const D = 'knobs.tailnet-1234.ts.net';

@@ -4,6 +4,7 @@
 // cluster of the end-to-end tier instead (test/cluster/), with the project's images imported.
 import { chmod, copyFile, mkdir, rm, symlink, writeFile, readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
+import { parseScriptArgs } from '../../scripts/lib/command-line.ts';
 import { startControlPlane, type ControlPlane } from './control-plane.ts';
 
 const root = resolve(import.meta.dirname, '../..');
@@ -23,17 +24,23 @@ async function linkKubectl(binDir: string): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  if (process.argv.includes('--help') || process.argv.includes('-h')) {
-    console.log(
-      'Usage: npm run cluster [-- --kubelet]   (or make cluster)\n\nStarts etcd + kube-apiserver on 127.0.0.1 until Ctrl-C.\n' +
-        '--kubelet: a real single-node cluster (kubelet, containerd, controllers, kube-proxy, DNS) in a network\n' +
-        'namespace of its own, with the certshare, tailscale, nginx and pause images built and imported (root).\n' +
-        'Env: CERTSHARE_CP_VERBOSE=1 (CERTSHARE_CLUSTER_VERBOSE=1 with --kubelet) streams their logs;\n' +
-        'KUBEBUILDER_ASSETS=<dir> uses prebuilt binaries.',
-    );
-    return;
-  }
-  if (process.argv.includes('--kubelet')) {
+  const values = parseScriptArgs({
+    name: 'cluster',
+    invocation: 'npm run cluster --',
+    summary:
+      'Starts etcd + kube-apiserver on 127.0.0.1 until Ctrl-C (or make cluster). Env: CERTSHARE_CP_VERBOSE=1 ' +
+      '(CERTSHARE_CLUSTER_VERBOSE=1 with --kubelet) streams their logs; KUBEBUILDER_ASSETS=<dir> uses prebuilt binaries.',
+    flags: [
+      {
+        name: 'kubelet',
+        boolean: true,
+        help:
+          'A real single-node cluster (kubelet, containerd, controllers, kube-proxy, DNS) in a network namespace of its own, ' +
+          'with the certshare, tailscale, nginx and pause images built and imported (root).',
+      },
+    ],
+  });
+  if (values.kubelet) {
     await runNodeCluster();
     return;
   }

@@ -5,8 +5,8 @@ import { readFile } from 'node:fs/promises';
 import { load } from 'js-yaml';
 import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
 import type { V1PodSpec } from '@kubernetes/client-node/dist/gen/models/V1PodSpec.js';
-import { parseFlags } from '../../src/cli/flags.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/command.ts';
+import { parseFlags } from '../../src/flags/flags.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/injector.ts';
 import { injectionFor } from '../../src/injector/mutate.ts';
 
 const STATEFULSET = new URL('../../manifests/example/statefulset.yaml', import.meta.url);

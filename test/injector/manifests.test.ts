@@ -6,8 +6,8 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { loadAll } from 'js-yaml';
-import { envName } from '../../src/cli/flags.ts';
-import { INJECTOR_FLAGS } from '../../src/injector/command.ts';
+import { envName } from '../../src/flags/flags.ts';
+import { INJECTOR_FLAGS } from '../../src/injector/injector.ts';
 import { parseTarget } from '../../src/injector/targets.ts';
 
 const DIR = fileURLToPath(new URL('../../manifests/injector', import.meta.url));

@@ -324,8 +324,8 @@ describe('injector mutation', () => {
 
 describe('the injected sidecar and the daemon', () => {
   it("configures certshare run through flags it accepts: the injected environment parses into the daemon's settings", async () => {
-    const { envName, parseFlags } = await import('../../src/cli/flags.ts');
-    const { RUN_FLAGS, daemonConfigFrom } = await import('../../src/cli/run-options.ts');
+    const { envName, parseFlags } = await import('../../src/flags/flags.ts');
+    const { RUN_FLAGS, daemonConfigFrom } = await import('../../src/config/run-options.ts');
     const flags = '--routing-check=http://a/healthz\n  --routing-check=http://b/healthz --drain-delay=2s';
     const { stored } = admit(pod(asked({ [ANNOTATION.domains]: `${DOMAIN},b.example.com`, [ANNOTATION.mode]: 'ro', [ANNOTATION.flags]: flags })));
     const env: NodeJS.ProcessEnv = { POD_NAME: 'proxy-0', POD_NAMESPACE: 'proxy', POD_IPS: '10.0.0.1' };

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { before, describe, it } from 'node:test';
-import { parseFlags } from '../../src/cli/flags.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/command.ts';
+import { parseFlags } from '../../src/flags/flags.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/injector.ts';
 import { createInjectorCa } from '../../src/injector/pki.ts';
 import { observedCaSerials, parseTarget, withCaBundle } from '../../src/injector/targets.ts';
 

@@ -8,9 +8,9 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
-import { parseFlags } from '../../src/cli/flags.ts';
+import { parseFlags } from '../../src/flags/flags.ts';
 import { silentLogger } from '../../src/core/logger.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom, startInjector, type Injector } from '../../src/injector/command.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom, startInjector, type Injector } from '../../src/injector/injector.ts';
 import { ANNOTATION } from '../../src/injector/mutate.ts';
 import { bundleSerials } from '../../src/injector/targets.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
@@ -97,7 +97,9 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     const port = await freePort();
     const values = parseFlags(INJECTOR_FLAGS, [...injectorReplicaFlags(port), '--drain-delay', '1s', ...flags], {});
     const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS, POD_NAME: name };
-    const logger = process.env.CERTSHARE_TEST_LOG ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, name) : silentLogger;
+    const logger = process.env.CERTSHARE_TEST_LOG
+      ? (await import('../../src/logging/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, name)
+      : silentLogger;
     const injector = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });
     injector.controller.on('action', (action) => {
       totals[action.kind] = (totals[action.kind] ?? 0) + 1;
@@ -379,7 +381,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     for (const o of extraRbac) await must(cp().kubectl(['apply', '-f', '-'], { input: JSON.stringify(o) }));
     const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS };
     const logger = process.env.CERTSHARE_TEST_LOG
-      ? (await import('../../src/cli/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, 'extra')
+      ? (await import('../../src/logging/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, 'extra')
       : silentLogger;
     const later = { ...structuredClone(objects[0]!), metadata: { name: 'certshare-later' } };
     const extra = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });

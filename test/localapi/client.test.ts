@@ -9,7 +9,7 @@ import { LocalApiError, NotifyMask } from '../../src/core/localapi.ts';
 import type { IpnNotify } from '../../src/core/localapi.ts';
 import { CertshareError } from '../../src/core/errors.ts';
 import { silentLogger } from '../../src/core/logger.ts';
-import { createLocalApiClient, LocalApiCallError, splitCertPair } from '../../src/localapi/client.ts';
+import { createLocalApiClient, splitCertPair } from '../../src/localapi/client.ts';
 import { parseRetryAfter } from '../../src/core/retry-after.ts';
 import type { LocalApiClientOptions } from '../../src/localapi/client.ts';
 import { BusConnection, samplePems, sendJson, sendText, startServer } from './helpers.ts';
@@ -31,10 +31,10 @@ async function withServer(transport: Transport, handler: Handler, fn: (server: T
   }
 }
 
-function isCallError(code: string, extra: (err: LocalApiCallError) => void = () => {}) {
+function isCallError(code: string, extra: (err: LocalApiError) => void = () => {}) {
   return (err: unknown): boolean => {
-    assert.ok(err instanceof LocalApiCallError, `expected LocalApiCallError, got ${String(err)}`);
-    assert.ok(err instanceof LocalApiError);
+    assert.ok(err instanceof LocalApiError, `expected LocalApiError, got ${String(err)}`);
+    assert.ok(err instanceof CertshareError);
     assert.equal(err.code, code, err.message);
     extra(err);
     return true;

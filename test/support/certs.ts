@@ -1,4 +1,4 @@
-import { createCertificateAuthority, type CertificateAuthority } from '../../src/emulator/ca.ts';
+import { createCertificateAuthority, type CertificateAuthority } from '../../src/pki/ca.ts';
 import type { CertPair } from '../../src/core/localapi.ts';
 
 export const DAY = 86_400_000;

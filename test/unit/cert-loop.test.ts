@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { beforeEach, describe, it } from 'node:test';
 import { CertLoop, type CertLoopDeps } from '../../src/core/cert-loop.ts';
-import { CertManager } from '../../src/core/cert-manager.ts';
+import { LoopSupervisor } from '../../src/core/loop-supervisor.ts';
 import { validateCertPair } from '../../src/core/certificate.ts';
 import type { Clock } from '../../src/core/clock.ts';
 import { LocalApiError, type CertPair, type CertPairOptions } from '../../src/core/localapi.ts';
@@ -460,7 +460,7 @@ describe('CertLoop coordination between writers', () => {
   });
 });
 
-/** What the CertManager tests share: an hour's timings on `clock`, a silent logger, no observer. */
+/** What the LoopSupervisor tests share: an hour's timings on `clock`, a silent logger, no observer. */
 function managerDefaults(clock: Clock): Omit<CertLoopDeps, 'localApi' | 'store' | 'role'> {
   return {
     availability: { waitFor: async () => {} },
@@ -473,14 +473,14 @@ function managerDefaults(clock: Clock): Omit<CertLoopDeps, 'localApi' | 'store' 
   };
 }
 
-describe('CertManager', () => {
+describe('LoopSupervisor', () => {
   it('restarts a loop that crashed, and never runs two loops for one domain', async () => {
     const clock = new FakeClock();
     let calls = 0;
     let inFlight = 0;
     let maxInFlight = 0;
     const store = new MemoryStore();
-    const manager = new CertManager({
+    const manager = new LoopSupervisor({
       localApi: {
         certPair: async () => {
           throw new Error('unreachable in this test');
@@ -516,7 +516,7 @@ describe('CertManager', () => {
   });
 });
 
-describe('CertManager.stopIssuing', () => {
+describe('LoopSupervisor.stopIssuing', () => {
   it('starts no CertPair call once stopping, and settles only when the call under way is stored', async () => {
     const clock = new FakeClock();
     const store = new MemoryStore();
@@ -526,7 +526,7 @@ describe('CertManager.stopIssuing', () => {
     const firstCall = new Promise<void>((resolve) => {
       callMade = resolve;
     });
-    const manager = new CertManager({
+    const manager = new LoopSupervisor({
       localApi: {
         certPair: (d) => {
           called.push(d);
@@ -560,14 +560,14 @@ describe('CertManager.stopIssuing', () => {
   });
 });
 
-describe('CertManager.verifyStored: a stopping writer puts back what the store lost before handing over', () => {
+describe('LoopSupervisor.verifyStored: a stopping writer puts back what the store lost before handing over', () => {
   it('reads the store itself and restores the certificate a hand edit replaced, without a CertPair call', async () => {
     const clock = new FakeClock();
     const store = new MemoryStore();
     const pair = await makePair(domain, clock.now() - MIN, LIFETIME);
     store.content.set(domain, { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, clock.now()) } });
     const fresh = freshFlags(store);
-    const manager = new CertManager({
+    const manager = new LoopSupervisor({
       localApi: {
         certPair: () => Promise.reject(new Error('no CertPair call expected')),
       },

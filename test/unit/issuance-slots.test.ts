@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CertLoopDeps } from '../../src/core/cert-loop.ts';
-import { CertManager } from '../../src/core/cert-manager.ts';
+import { LoopSupervisor } from '../../src/core/loop-supervisor.ts';
 import { validateCertPair } from '../../src/core/certificate.ts';
 import type { Clock } from '../../src/core/clock.ts';
 import { IssuanceSlots } from '../../src/core/issuance-slots.ts';
@@ -128,13 +128,13 @@ describe('IssuanceSlots', () => {
   });
 });
 
-describe('CertManager with issuance slots', () => {
+describe('LoopSupervisor with issuance slots', () => {
   it('never has more CertPair calls in flight than the limit, and issues every domain', async () => {
     const clock = new FakeClock();
     const store = new MemoryStore();
     const tailscaled = new HeldCertPair();
     const names = domains(10);
-    const manager = new CertManager(managerDeps(clock, store, tailscaled, new IssuanceSlots(3)));
+    const manager = new LoopSupervisor(managerDeps(clock, store, tailscaled, new IssuanceSlots(3)));
     manager.setDomains(names);
     try {
       for (let answered = 0; answered < names.length; answered++) {
@@ -157,7 +157,7 @@ describe('CertManager with issuance slots', () => {
     const { DEFAULT_ISSUANCE_CONCURRENCY } = await import('../../src/core/issuance-slots.ts');
     const clock = new FakeClock();
     const tailscaled = new HeldCertPair();
-    const manager = new CertManager(managerDeps(clock, new MemoryStore(), tailscaled));
+    const manager = new LoopSupervisor(managerDeps(clock, new MemoryStore(), tailscaled));
     manager.setDomains(domains(DEFAULT_ISSUANCE_CONCURRENCY + 3));
     try {
       await tailscaled.untilOpen(DEFAULT_ISSUANCE_CONCURRENCY);
@@ -174,7 +174,7 @@ describe('CertManager with issuance slots', () => {
     const store = new MemoryStore();
     const tailscaled = new HeldCertPair();
     const names = domains(4);
-    const manager = new CertManager(managerDeps(clock, store, tailscaled, new IssuanceSlots(1)));
+    const manager = new LoopSupervisor(managerDeps(clock, store, tailscaled, new IssuanceSlots(1)));
     manager.setDomains(names);
     await tailscaled.untilOpen(1);
     const first = tailscaled.open[0]!;
@@ -196,7 +196,7 @@ describe('CertManager with issuance slots', () => {
     const tailscaled = new HeldCertPair();
     const [a, b, c] = domains(3) as [string, string, string];
     const slots = new IssuanceSlots(1);
-    const manager = new CertManager(managerDeps(clock, store, tailscaled, slots));
+    const manager = new LoopSupervisor(managerDeps(clock, store, tailscaled, slots));
     manager.setDomains([a, b, c]);
     await tailscaled.untilOpen(1);
     const first = tailscaled.open[0]!;
@@ -236,7 +236,7 @@ describe('CertManager with issuance slots', () => {
         return fresh.get(d)!;
       },
     };
-    const manager = new CertManager(managerDeps(clock, store, localApi, new IssuanceSlots(1)));
+    const manager = new LoopSupervisor(managerDeps(clock, store, localApi, new IssuanceSlots(1)));
     manager.setDomains([slow, queued]);
     await clock.waitForSleepers(2);
     await clock.advance(MIN);

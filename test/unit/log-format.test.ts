@@ -1,8 +1,8 @@
 // The readable log lines of a terminal (--log-format pretty): what a person sees, and what never shows.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { logFormatFrom, prettyLine, writesPretty } from '../../src/cli/log-format.ts';
-import { createLogger } from '../../src/cli/logger.ts';
+import { logFormatFrom, prettyLine, writesPretty } from '../../src/logging/log-format.ts';
+import { createLogger } from '../../src/logging/logger.ts';
 import { CertshareError } from '../../src/core/errors.ts';
 
 const KEY = '-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg\n-----END PRIVATE KEY-----\n';

@@ -19,7 +19,7 @@ import {
   parseRenewalInfo,
   withAnswer,
 } from '../../src/core/renewal-info.ts';
-import { createCertificateAuthority } from '../../src/emulator/ca.ts';
+import { createCertificateAuthority } from '../../src/pki/ca.ts';
 
 const H = 3_600_000;
 const DAY = 24 * H;

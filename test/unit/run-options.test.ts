@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { parseFlags } from '../../src/cli/flags.ts';
-import { RUN_FLAGS, daemonConfigFrom } from '../../src/cli/run-options.ts';
+import { parseFlags } from '../../src/flags/flags.ts';
+import { RUN_FLAGS, daemonConfigFrom } from '../../src/config/run-options.ts';
 
 const DOMAIN = 'web.tailnet-1234.ts.net';
 const KUBE = ['--store', 'kube', '--domain', DOMAIN];

@@ -11,8 +11,11 @@ interface RunningLoop {
 /** Store checks a stopping writer makes at once (verifyStored). */
 const VERIFY_CONCURRENCY = 16;
 
-/** Runs one CertLoop per managed domain; domains come and go without a restart. */
-export class CertManager {
+/**
+ * Supervises one CertLoop per managed domain: starts and stops them as domains come and go (without a
+ * restart), and stops their issuing first when the daemon stops.
+ */
+export class LoopSupervisor {
   readonly #deps: CertLoopDeps;
   readonly #loops = new Map<string, RunningLoop>();
   /** Loops being stopped: a domain re-added meanwhile waits for its old loop, so CertPair never runs twice. */

@@ -1,3 +1,5 @@
+// Does the Service route to this Pod yet? Rounds of fresh connections to its health URL, each answer's
+// Pod-IPv4 header (set by http-server.ts) naming the endpoint that answered. Plain HTTP: no Kubernetes API.
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import pRetry from 'p-retry';

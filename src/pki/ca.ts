@@ -1,7 +1,8 @@
-// The emulator's certificate authority: an in-memory ECDSA P-256 CA that signs ECDSA P-256 leaves,
-// standing in for Let's Encrypt. The injector uses it too, for its own webhook CA (validity given,
-// several SANs, kept in a Secret as PEM and loaded back with loadCertificateAuthority). @peculiar/x509 is loaded on the first signature, so an emulator
-// that never issues (or a process that only imports this module) does not pay for it.
+// A certificate authority: an in-memory ECDSA P-256 CA that signs ECDSA P-256 leaves. The injector's
+// webhook CA (src/injector/pki.ts: validity given, several SANs, kept in a Secret as PEM and loaded back
+// with loadCertificateAuthority), and the emulator's stand-in for Let's Encrypt. @peculiar/x509 is loaded
+// on the first signature, so an emulator that never issues (or a process that only imports this module)
+// does not pay for it.
 import { KeyObject, createPrivateKey, randomBytes, webcrypto } from 'node:crypto';
 import { type X509Module, loadX509 } from '../core/x509.ts';
 

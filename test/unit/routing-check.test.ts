@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, describe, it } from 'node:test';
-import { checkRouting } from '../../src/kube/routing-check.ts';
+import { checkRouting } from '../../src/server/routing-check.ts';
 
 const OWN = '10.201.0.10';
 

@@ -1,5 +1,5 @@
-import type { DaemonConfig, ShareMode, StoreChoice, TlsChoice, WatchScope } from '../config/daemon-config.ts';
-import { formatGoDuration, parseDuration } from '../core/duration.ts';
+import type { DaemonConfig, ShareMode, StoreChoice, TlsChoice, WatchScope } from './daemon-config.ts';
+import { formatGoDuration } from '../core/duration.ts';
 import { normalizeDomain } from '../core/domain.ts';
 import { parseBudget } from '../core/issuance-budget.ts';
 import { DEFAULT_ISSUANCE_CONCURRENCY } from '../core/issuance-slots.ts';
@@ -10,10 +10,10 @@ import { isHttpUrl } from '../core/http-url.ts';
 import { MAX_STARTUP_GRACE_MS } from '../core/startup-grace.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
 import { LETS_ENCRYPT_DIRECTORY } from '../acme/renewal-info-client.ts';
-import type { FlagSpec, FlagValues } from './flags.ts';
-import { LOG_FLAGS, logFormatFrom } from './log-format.ts';
+import { duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
+import { LOG_FLAGS, logFormatFrom } from '../logging/log-format.ts';
 
-export type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from '../config/daemon-config.ts';
+export type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from './daemon-config.ts';
 
 export const RUN_FLAGS: FlagSpec[] = [
   {
@@ -171,15 +171,6 @@ function parseFraction(text: string): number {
   const m = /^\s*(\d+(?:\.\d+)?)\s*(?:\/\s*(\d+(?:\.\d+)?))?\s*$/.exec(text);
   if (!m) throw badFlag(`--renew-fraction: "${text}" is not a fraction (e.g. 1/3 or 0.33)`);
   return Number(m[1]) / Number(m[2] ?? 1);
-}
-
-/** A Go-style duration flag in milliseconds; CERTSHARE_BAD_FLAG naming the flag otherwise. */
-export function duration(values: FlagValues, name: string): number {
-  try {
-    return parseDuration(String(values[name]));
-  } catch (err) {
-    throw badFlag(`--${name}: ${(err as Error).message}`);
-  }
 }
 
 function badFlag(message: string): CertshareError {

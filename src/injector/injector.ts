@@ -1,5 +1,6 @@
-// `certshare injector`: the mutating admission webhook that adds certshare to Pods, serving TLS from
-// its own CA (rotated with overlap by src/injector/controller.ts) and reloading it without restarts.
+// The injector: the mutating admission webhook that adds certshare to Pods, serving TLS from its own CA
+// (rotated with overlap by src/injector/controller.ts) and reloading it without restarts; its flags, its
+// configuration and its start. `certshare injector` runs it (src/cli/injector.ts).
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { CustomObjectsApi } from '@kubernetes/client-node/dist/gen/index.js';
@@ -11,12 +12,12 @@ import { connectKube } from '../kube/connection.ts';
 import { LeaseElector } from '../kube/lease-elector.ts';
 import { makeApi } from '../kube/https-transport.ts';
 import { parseHostPort } from '../core/listen-address.ts';
-import { parseFlags, usage, type FlagSpec, type FlagValues } from '../cli/flags.ts';
-import { duration, tlsChoice, type ShareMode } from '../cli/run-options.ts';
-import type { LogFormat, TlsChoice } from '../config/daemon-config.ts';
-import { LOG_FLAGS, logFormatFrom } from '../cli/log-format.ts';
-import type { ServingPair } from '../server/tls-pair.ts';
-import { pairSource } from '../server/tls-source.ts';
+import { duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
+import { tlsChoice, type ShareMode } from '../config/run-options.ts';
+import type { TlsChoice } from '../config/daemon-config.ts';
+import { LOG_FLAGS, logFormatFrom, type LogFormat } from '../logging/log-format.ts';
+import type { ServingPair } from '../tls/serving-pair.ts';
+import { pairSource } from '../tls/pair-source.ts';
 import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './metrics.ts';
 import { DEFAULT_READINESS_GATE, admissionReviewResponse, checkSidecarFlags, type InjectionDefaults } from './mutate.ts';
@@ -350,25 +351,4 @@ export async function startInjector(
       await Promise.all([server.close({ drainMs: config.drainDelayMs }), metricsListener.close(), metricsPairs?.stop()]);
     },
   };
-}
-
-export async function injectorCommand(argv: string[]): Promise<number> {
-  const values = parseFlags(INJECTOR_FLAGS, argv, process.env);
-  if (values.help) {
-    console.log(
-      usage(
-        'injector',
-        'A mutating admission webhook adding certshare as a native sidecar to Pods annotated certshare.io/inject: "true", ' +
-          'serving TLS from its own CA, rotated with overlap.',
-        INJECTOR_FLAGS,
-      ),
-    );
-    return 0;
-  }
-  const config = injectorConfigFrom(values, process.env);
-  const [{ createLogger }, { stopOnSignal }] = await Promise.all([import('../cli/logger.ts'), import('../cli/run-command.ts')]);
-  const logger = createLogger(config.logLevel, 'certshare-injector', config.logFormat);
-  const injector = await startInjector(config, { logger, env: process.env });
-  const code = await stopOnSignal(injector, logger, config.drainDelayMs + 10_000);
-  process.exit(code);
 }

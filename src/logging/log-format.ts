@@ -1,11 +1,11 @@
 // Readable log lines for a person at a terminal. JSON lines stay the default wherever stdout is not a
 // TTY (Kubernetes, CI, every test): this only reshapes the line pino already serialised, after its
 // redaction, so it needs no dependency of its own (pino-pretty would bring a dozen into the image).
-import type { LogFormat } from '../config/daemon-config.ts';
 import { CertshareError } from '../core/errors.ts';
-import type { FlagSpec, FlagValues } from './flags.ts';
+import type { FlagSpec, FlagValues } from '../flags/flags.ts';
 
-export type { LogFormat };
+/** --log-format: JSON lines, readable lines, or readable only when stdout is a terminal. */
+export type LogFormat = 'json' | 'pretty' | 'auto';
 
 const LOG_FORMATS: readonly LogFormat[] = ['json', 'pretty', 'auto'];
 

@@ -1,5 +1,5 @@
 // The contract between the daemon and a storage mode (the directory store in src/daemon.ts, Kubernetes
-// in src/kube/backend.ts, loaded on demand): a module of its own so that neither imports the other.
+// in src/kube/kube-backend.ts, loaded on demand): a module of its own so that neither imports the other.
 import type { DaemonConfig } from './config/daemon-config.ts';
 import type { Clock } from './core/clock.ts';
 import type { HealthState } from './core/health.ts';
@@ -28,7 +28,7 @@ export interface StoreBackend {
   /** Runs once the certificate loops exist (e.g. to start the readiness gate). */
   start?(): Promise<void>;
   /**
-   * First step of a graceful stop: leave rotation. `settleIssuance` (CertManager.stopIssuing) settles once no
+   * First step of a graceful stop: leave rotation. `settleIssuance` (LoopSupervisor.stopIssuing) settles once no
    * CertPair call is under way any more, its certificate is stored and every certificate held is verified
    * in the store (no new call starts): a backend that hands the writer role over waits for it first,
    * within its shutdown budget (the signal).

@@ -1,11 +1,11 @@
-// Command lines of the bench scripts, on the daemon's flag system (src/cli/flags.ts) without its
-// environment variables: --help prints the usage, an unknown or malformed flag prints one line and the
-// way to the usage, and exits 2 (no stack trace).
+// Command lines of the project's scripts (the bench, the chaos run, the end-to-end tier, the test cluster),
+// on certshare's own flag system (src/flags/flags.ts) without its environment variables: --help prints the
+// usage, an unknown or malformed flag prints one line and the way to the usage, and exits 2 (no stack trace).
 import { errorMessage } from '../../src/core/errors.ts';
-import { type FlagSpec, type FlagValues, parseFlags, usage } from '../../src/cli/flags.ts';
+import { type FlagSpec, type FlagValues, parseFlags, usage } from '../../src/flags/flags.ts';
 
-export interface BenchScript {
-  /** Its name, before its error messages (e.g. `bench`). */
+export interface CommandLine {
+  /** Its name, before its error messages (e.g. `bench`, `chaos`). */
   name: string;
   /** How the script is run, for the usage's first line (e.g. `npm run bench --`). */
   invocation: string;
@@ -14,7 +14,7 @@ export interface BenchScript {
 }
 
 /** Parses `argv`; prints the usage and exits 0 on --help; prints the error and exits 2 on a bad flag. */
-export function parseBenchArgs(script: BenchScript, argv: string[] = process.argv.slice(2)): FlagValues {
+export function parseScriptArgs(script: CommandLine, argv: string[] = process.argv.slice(2)): FlagValues {
   let values: FlagValues;
   try {
     values = parseFlags(script.flags, argv, {});
@@ -29,13 +29,13 @@ export function parseBenchArgs(script: BenchScript, argv: string[] = process.arg
 }
 
 /** A flag's value that the parser accepted but the script cannot use: the same answer as an unknown flag. */
-export function exitWithUsageError(script: BenchScript, message: string): never {
+export function exitWithUsageError(script: CommandLine, message: string): never {
   process.stderr.write(`${script.name}: ${message}\nRun "${script.invocation} --help" for the flags.\n`);
   process.exit(2);
 }
 
 /** A number flag (`--name N`, `fallback` when absent) checked by `valid`, or the usage error saying what it wants. */
-export function numberFlag(script: BenchScript, values: FlagValues, name: string, fallback: number, wants: string, valid: (n: number) => boolean): number {
+export function numberFlag(script: CommandLine, values: FlagValues, name: string, fallback: number, wants: string, valid: (n: number) => boolean): number {
   const given = values[name];
   const n = given === undefined ? fallback : Number(given);
   if (!valid(n)) exitWithUsageError(script, `--${name} wants ${wants}, got "${String(given)}"`);

@@ -1,3 +1,4 @@
+// The process's logger: pino, JSON lines or readable ones (log-format.ts).
 import { pino } from 'pino';
 import type { Logger } from '../core/logger.ts';
 import { prettyLine, writesPretty, type LogFormat } from './log-format.ts';

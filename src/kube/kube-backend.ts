@@ -1,12 +1,14 @@
+// Kubernetes mode, the StoreBackend (src/store-backend.ts) the daemon loads on demand: Secrets as the store, a
+// Lease for the writer, the Pod's Events and readiness gate, an optional projection of the files.
 import { errorMessage } from '../core/errors.ts';
 import { rotationExitTime } from '../core/renewal.ts';
 import { staticRole } from '../core/store.ts';
-import type { BackendContext, StoreBackend } from '../backend.ts';
+import type { BackendContext, StoreBackend } from '../store-backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
 import { Projector } from '../delivery/projector.ts';
 import { connectKube } from './connection.ts';
 import { ReadinessGate } from './readiness-gate.ts';
-import { checkRouting } from './routing-check.ts';
+import { checkRouting } from '../server/routing-check.ts';
 import { KubeSecretStore } from './secret-store.ts';
 import { LeaseElector, leaseIdentity } from './lease-elector.ts';
 import { KubeLedgerStore } from './ledger-store.ts';

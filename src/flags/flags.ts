@@ -1,4 +1,8 @@
+// The one flag system of every command (certshare run, demo, injector, emulator; the project's scripts through
+// scripts/lib/command-line.ts): a table of FlagSpecs, parsed with the environment behind the flags, and the usage
+// --help prints from the same table.
 import { parseArgs } from 'node:util';
+import { parseDuration } from '../core/duration.ts';
 import { CertshareError } from '../core/errors.ts';
 
 /** One command-line flag; every flag also reads `CERTSHARE_<NAME>` from the environment, flags win. */
@@ -22,7 +26,7 @@ export function envName(flag: string): string {
 
 /** Parses argv against the spec, then fills gaps from the environment and the defaults. */
 export function parseFlags(specs: FlagSpec[], argv: string[], env: NodeJS.ProcessEnv): FlagValues {
-  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean }> = { help: { type: 'boolean' } };
+  const options: Record<string, { type: 'string' | 'boolean'; multiple?: boolean; short?: string }> = { help: { type: 'boolean', short: 'h' } };
   for (const spec of specs) options[spec.name] = { type: spec.boolean ? 'boolean' : 'string', multiple: spec.multiple ?? false };
   let values: Record<string, unknown>;
   try {
@@ -52,6 +56,15 @@ export function parseFlags(specs: FlagSpec[], argv: string[], env: NodeJS.Proces
   return result;
 }
 
+/** A Go-style duration flag in milliseconds; CERTSHARE_BAD_FLAG naming the flag otherwise. */
+export function duration(values: FlagValues, name: string): number {
+  try {
+    return parseDuration(String(values[name]));
+  } catch (err) {
+    throw new CertshareError('CERTSHARE_BAD_FLAG', `--${name}: ${(err as Error).message}`);
+  }
+}
+
 export interface UsageOptions {
   /** What the first line runs (default `certshare COMMAND`). */
   invocation?: string;
@@ -75,5 +88,6 @@ export function usage(command: string, summary: string, specs: FlagSpec[], optio
     if (spec.default !== undefined) extra.push(`default ${spec.default}`);
     lines.push(`      ${spec.help}${extra.length > 0 ? ` [${extra.join(', ')}]` : ''}`);
   }
+  lines.push('  -h, --help', '      Show this help.');
   return lines.join('\n');
 }
