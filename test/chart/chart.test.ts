@@ -7,8 +7,8 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { load } from 'js-yaml';
-import { parseFlags } from '../../src/cli/flags.ts';
-import { INJECTOR_FLAGS } from '../../src/injector/command.ts';
+import { parseFlags } from '../../src/flags/flags.ts';
+import { INJECTOR_FLAGS } from '../../src/injector/injector.ts';
 import { DEFAULT_IMAGE } from '../../src/injector/sidecar.ts';
 import { applied, CHART, helm, kustomize, MANIFESTS, REPO, renderChart, type KubeObject } from './helm.ts';
 
