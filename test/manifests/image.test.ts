@@ -62,7 +62,7 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
     const dist = await filesUnder(join(app, 'dist'));
     assert.ok(dist.includes('cli/main.js'), 'the ENTRYPOINT script');
     assert.ok(
-      dist.some((f) => /^chunks\/backend-\w+\.js$/.test(f)),
+      dist.some((f) => /^chunks\/kube-backend-\w+\.js$/.test(f)),
       'the Kubernetes backend, a chunk loaded in kube mode only',
     );
     assert.deepEqual(
