@@ -110,7 +110,9 @@ const LOAD_TIME_STAND_INS: Array<{ importer: RegExp; path: RegExp; contents: str
     importer: /node_modules\/prom-client\/index\.js$/,
     path: /^\.\/lib\/pushgateway$/,
     contents:
-      "module.exports = class Pushgateway {\n  constructor() {\n    throw new Error('prom-client Pushgateway is left out of certshare\\'s bundle (scripts/build.ts)');\n  }\n};\n",
+      'module.exports = class Pushgateway {\n' +
+      "  constructor() { throw new Error('prom-client Pushgateway is left out of the certshare bundle (scripts/build.ts)'); }\n" +
+      '};\n',
   },
 ];
 
