@@ -1,9 +1,11 @@
 // The CA's side of ACME Renewal Information (RFC 9773): the directory's `renewalInfo` URL, then
-// GET <renewalInfo>/<certID>. Node's fetch (undici) verifies the server against Node's CA store, which
-// includes NODE_EXTRA_CA_CERTS as read at process start: that is how a private ACME CA is trusted
-// (test/acme/renewal-info-client.test.ts proves it in a child process). Every call has a timeout and the
+// GET <renewalInfo>/<certID>. Over node:http(s), not fetch: fetch loads Node's bundled undici, ~14 MB of
+// RSS in every replica for two small GETs a day (npm run bench). node:https verifies the server against
+// Node's CA store, which includes NODE_EXTRA_CA_CERTS as read at process start: that is how a private ACME
+// CA is trusted (test/acme/renewal-info-client.test.ts proves it in a child process). Every call has a timeout and the
 // caller's AbortSignal; every failure is a typed outcome with a CERTSHARE_ code, never a throw, so the
 // expiry rule stays in force whatever the CA answers. Only the caller's abort throws (its reason).
+import type { IncomingMessage } from 'node:http';
 import { CertshareError, type ErrorCode, errorMessage } from '../core/errors.ts';
 import { isHttpUrl } from '../core/http-url.ts';
 import { type AriCertificate, type RenewalInfo, parseRenewalInfo } from '../core/renewal-info.ts';
@@ -13,6 +15,8 @@ export const LETS_ENCRYPT_DIRECTORY = 'https://acme-v02.api.letsencrypt.org/dire
 export const DEFAULT_ARI_TIMEOUT_MS = 30_000;
 /** Larger than any directory or renewalInfo answer (Let's Encrypt's directory is under 1 KiB). */
 const MAX_BODY_BYTES = 64 * 1024;
+/** Redirects followed per GET (a CA's directory may move); more is a broken server. */
+const MAX_REDIRECTS = 5;
 
 /** The outcome labels of `certshare_ari_checks_total`. */
 export const ARI_CHECK_OUTCOMES = ['ok', 'not_found', 'unavailable', 'timeout', 'bad_response', 'unsupported'] as const;
@@ -110,43 +114,56 @@ export class RenewalInfoClient {
     const deadline = AbortSignal.timeout(this.#timeoutMs);
     const combined = signal ? AbortSignal.any([signal, deadline]) : deadline;
     try {
-      const res = await fetch(url, { signal: combined, redirect: 'follow', headers: { accept: 'application/json' } });
-      const retryAfterMs = parseRetryAfter(res.headers.get('retry-after') ?? undefined, this.#now());
-      if (res.status !== 200) {
-        await res.body?.cancel().catch(() => {});
-        const code = codeFor(res.status) ?? 'CERTSHARE_ARI_UNAVAILABLE';
-        throw new AriHttpError(code, `${what} ${url} answered HTTP ${res.status}`, retryAfterMs);
+      const res = await httpGet(url, combined);
+      const retryAfter = res.headers['retry-after'];
+      const retryAfterMs = parseRetryAfter(Array.isArray(retryAfter) ? retryAfter[0] : retryAfter, this.#now());
+      if (res.statusCode !== 200) {
+        res.destroy();
+        const code = codeFor(res.statusCode ?? 0) ?? 'CERTSHARE_ARI_UNAVAILABLE';
+        throw new AriHttpError(code, `${what} ${url} answered HTTP ${res.statusCode}`, retryAfterMs);
       }
       return { body: await readCapped(res, `${what} ${url}`), retryAfterMs };
     } catch (err) {
       if (signal?.aborted) throw signal.reason;
       if (deadline.aborted) throw new CertshareError('CERTSHARE_ARI_TIMEOUT', `${what} ${url} took longer than ${this.#timeoutMs} ms`, { cause: err });
       if (err instanceof CertshareError) throw err;
-      throw new CertshareError('CERTSHARE_ARI_UNAVAILABLE', `${what} ${url} unreachable: ${causeMessage(err)}`, { cause: err });
+      throw new CertshareError('CERTSHARE_ARI_UNAVAILABLE', `${what} ${url} unreachable: ${errorMessage(err)}`, { cause: err });
     }
   }
 }
 
-async function readCapped(res: Response, what: string): Promise<string> {
-  const reader = res.body?.getReader();
-  if (!reader) return '';
-  const chunks: Uint8Array[] = [];
+/**
+ * GET `url` (http: or https:, node:https verifying against Node's CA store), following redirects; resolves
+ * with the response, its body unread. `signal` aborts the request and the body's reading.
+ */
+async function httpGet(url: string, signal: AbortSignal): Promise<IncomingMessage> {
+  let target = new URL(url);
+  for (let redirects = 0; ; redirects++) {
+    const { request } = target.protocol === 'https:' ? await import('node:https') : await import('node:http');
+    const res = await new Promise<IncomingMessage>((resolve, reject) => {
+      request(target, { method: 'GET', signal, headers: { accept: 'application/json' } }, resolve)
+        .on('error', reject)
+        .end();
+    });
+    const location = res.headers.location;
+    if (res.statusCode === undefined || res.statusCode < 300 || res.statusCode > 399 || location === undefined) return res;
+    res.destroy();
+    if (redirects === MAX_REDIRECTS) throw new Error(`more than ${MAX_REDIRECTS} redirects`);
+    target = new URL(location, target);
+    if (target.protocol !== 'https:' && target.protocol !== 'http:') throw new Error(`redirected to ${target.protocol} URL`);
+  }
+}
+
+async function readCapped(res: IncomingMessage, what: string): Promise<string> {
+  const chunks: Buffer[] = [];
   let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
+  for await (const chunk of res as AsyncIterable<Buffer>) {
+    size += chunk.byteLength;
     if (size > MAX_BODY_BYTES) {
-      await reader.cancel().catch(() => {});
+      res.destroy();
       throw new CertshareError('CERTSHARE_ARI_BAD_RESPONSE', `${what} answered more than ${MAX_BODY_BYTES} bytes`);
     }
-    chunks.push(value);
+    chunks.push(chunk);
   }
   return Buffer.concat(chunks).toString('utf8');
-}
-
-/** fetch's own message is "fetch failed"; the reason (a refused connection, an unknown CA) is its cause. */
-function causeMessage(err: unknown): string {
-  const cause = err instanceof Error ? err.cause : undefined;
-  return cause === undefined ? errorMessage(err) : `${errorMessage(err)}: ${errorMessage(cause)}`;
 }
