@@ -28,7 +28,7 @@ function probe(url: URL, timeoutMs: number, signal: AbortSignal | undefined): Pr
 
 export interface RoutingCheckOptions {
   ownIPv4: string | undefined;
-  /** Fresh connections in the first round; later rounds take 3 x the endpoints estimated (endpointEstimate), if more. */
+  /** Fresh connections in the first round; later rounds take 3 x the endpoints seen answering, if more. */
   probesPerRound: number;
   timeoutMs: number;
   /** Pause between rounds. */
@@ -56,8 +56,8 @@ const MAX_IN_FLIGHT = 64;
  *
  * Tailscale's rule is replicas x 3 calls one after another. Each fresh connection lands on a random
  * endpoint, so with n endpoints k calls all miss this Pod with probability (1 - 1/n)^k. Here a round of k
- * calls starts every `roundDelayMs`, k grown to 3 x the endpoints the answers reveal, scaled up by the
- * calls that got none (no read of the EndpointSlice, which certshare's account may not do); rounds overlap (a call still open, e.g. to a Pod
+ * calls starts every `roundDelayMs`, k grown to 3 x the endpoints the answers reveal (no read of the
+ * EndpointSlice, which certshare's account may not do); rounds overlap (a call still open, e.g. to a Pod
  * starting on a busy node, holds no round back, at most MAX_IN_FLIGHT open at once), and the first answer
  * from this Pod settles it. An unlucky round is not a verdict: rounds go on for `patienceMs`, and only
  * then is the answer 'not-routed'. Measured on the real cluster (test/e2e phase 8): README, readiness.
@@ -68,39 +68,26 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
   let rounds = 0;
   let probes = 0;
   let inFlight = 0;
-  /** Calls that ended with an answer (any status), and those that ended without one (refused, cut at the timeout). */
-  let answered = 0;
-  let unanswered = 0;
   const outcome = (verdict: RoutingVerdict): RoutingOutcome => ({ verdict, rounds, probes, endpointsSeen: seen.size });
   // Settled by the first answer that proves the route, whichever round sent it; the calls still open are cut then.
   const cut = new AbortController();
   const signal = options.signal ? AbortSignal.any([options.signal, cut.signal]) : cut.signal;
   let prove!: (verdict: RoutingVerdict) => void;
   const proven = new Promise<RoutingVerdict>((resolve) => (prove = resolve));
-  /**
-   * The Service's endpoints as the sample suggests: those seen answering, scaled up by the share of calls
-   * that got no answer (when every Pod of a StatefulSet starts at once, most endpoints do not answer yet,
-   * and the distinct answers alone undercount them: measured on the real cluster, 4 of 10 seen).
-   */
-  const endpointEstimate = (): number => (answered === 0 ? 0 : Math.ceil((seen.size * (answered + unanswered)) / answered));
   const round = async (): Promise<RoutingOutcome> => {
     rounds++;
-    const count = Math.min(MAX_IN_FLIGHT - inFlight, Math.max(options.probesPerRound, 3 * endpointEstimate()));
+    const count = Math.min(MAX_IN_FLIGHT - inFlight, Math.max(options.probesPerRound, 3 * seen.size));
     probes += count;
     for (let i = 0; i < count; i++) {
       inFlight++;
       probe(target, options.timeoutMs, signal)
         .then(({ status, podIPv4 }) => {
-          answered++;
-          // Any answer names an endpoint (a Pod still starting answers 503); only a 200 from this Pod proves the route.
-          if (podIPv4 !== undefined) seen.add(podIPv4);
           if (status !== 200) return;
           if (podIPv4 === undefined) prove('unverifiable');
-          else if (podIPv4 === options.ownIPv4) prove('routed');
+          else seen.add(podIPv4);
+          if (podIPv4 !== undefined && podIPv4 === options.ownIPv4) prove('routed');
         })
-        .catch(() => {
-          if (!cut.signal.aborted) unanswered++;
-        })
+        .catch(() => {})
         .finally(() => inFlight--);
     }
     let pause: NodeJS.Timeout | undefined;

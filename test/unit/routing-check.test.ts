@@ -9,14 +9,12 @@ import { checkRouting } from '../../src/server/routing-check.ts';
 const OWN = '10.201.0.10';
 
 async function service(
-  answer: () => { status?: number; ip: string | undefined; delayMs?: number; drop?: boolean },
+  answer: () => { status?: number; ip: string | undefined; delayMs?: number },
 ): Promise<{ url: string; server: Server; requests: () => number }> {
   let requests = 0;
-  const server = createServer((req, res) => {
+  const server = createServer((_req, res) => {
     requests++;
-    const { status = 200, ip, delayMs = 0, drop = false } = answer();
-    // An endpoint that does not answer yet (a Pod still starting): the connection ends without an answer.
-    if (drop) return req.socket.destroy();
+    const { status = 200, ip, delayMs = 0 } = answer();
     if (ip) res.setHeader('Pod-IPv4', ip);
     res.statusCode = status;
     // A slow endpoint (a Pod starting on a busy node) answers late, or not before the caller gave up.
@@ -85,20 +83,6 @@ describe('routing check', () => {
     const grown = await checkRouting(ten.url, { ...options, patienceMs: 300 });
     assert.equal(grown.endpointsSeen, 10);
     assert.ok(grown.probes > 9 * grown.rounds, `rounds grew to 3 x the endpoints seen: ${JSON.stringify(grown)}`);
-  });
-
-  it('grows rounds by the calls no endpoint answered: 10 endpoints, 6 of them starting (4 seen), still 30 calls a round', async () => {
-    const ips = Array.from({ length: 10 }, (_, i) => `10.201.0.${100 + i}`);
-    const svc = await service(() => {
-      const i = Math.floor(Math.random() * ips.length);
-      return i < 4 ? { ip: ips[i], status: i === 0 ? 503 : 200 } : { ip: undefined, drop: true };
-    });
-    servers.push(svc.server);
-    const outcome = await checkRouting(svc.url, { ...options, patienceMs: 400 });
-    assert.equal(outcome.verdict, 'not-routed');
-    assert.equal(outcome.endpointsSeen, 4, 'a 503 names its endpoint too');
-    // Once answers came in, rounds of 3 x (4 seen x 10/4 answered) = 30, not 3 x 4 = 12.
-    assert.ok(outcome.probes > 12 * outcome.rounds, `rounds grew past 3 x the endpoints seen: ${JSON.stringify(outcome)}`);
   });
 
   it('counts failed calls and errors as misses, and a 200 without Pod-IPv4 as unverifiable', async () => {
