@@ -24,6 +24,11 @@ export interface EventOccurrence {
    * note itself usually holds a changing time (the next retry), so it cannot be the key as in client-go.
    */
   key: string;
+  /**
+   * Another object of the namespace the Event is about (the domain Secret the writer stored), instead of
+   * the Pod; the Pod is then the Event's `related` object, so `kubectl describe secret` names who wrote it.
+   */
+  about?: { kind: 'Secret'; name: string };
 }
 
 export interface EventRecorderOptions {
@@ -83,7 +88,8 @@ export class EventRecorder {
   record(occurrence: EventOccurrence): void {
     if (this.#stopping) return;
     const now = this.#o.clock.now();
-    const key = `${occurrence.reason}\u0000${occurrence.action}\u0000${occurrence.key}`;
+    const about = occurrence.about ? `${occurrence.about.kind}/${occurrence.about.name}` : '';
+    const key = `${occurrence.reason}\u0000${occurrence.action}\u0000${occurrence.key}\u0000${about}`;
     const windowMs = this.#o.seriesWindowMs ?? 600_000;
     const known = this.#series.get(key);
     if (known && now - known.lastAt < windowMs) {
@@ -159,13 +165,22 @@ export class EventRecorder {
 
   async #send(series: Series): Promise<void> {
     const { connection, regarding, instance } = this.#o;
-    const { type, reason, action, note } = series.occurrence;
+    const { type, reason, action, note, about } = series.occurrence;
     const count = series.count;
     const repeats = count > 1 ? { series: { count, lastObservedTime: microTime(series.lastAt) } } : {};
     const signal = this.#stop.signal;
     if (series.name === undefined) {
-      // client-go's naming: the object's name and a timestamp in hex (a sequence keeps two in a millisecond apart).
-      const name = `${regarding.name}.${(BigInt(this.#o.clock.now()) * 1_000_000n + BigInt(this.#sequence++ % 1_000_000)).toString(16)}`;
+      // client-go's naming: the object's name and a timestamp in hex (a sequence keeps two in a millisecond apart);
+      // the name cut so that a long domain still leaves a valid object name (at most 253 characters).
+      const stamp = (BigInt(this.#o.clock.now()) * 1_000_000n + BigInt(this.#sequence++ % 1_000_000)).toString(16);
+      const name = `${(about?.name ?? regarding.name).slice(0, 253 - stamp.length - 1).replace(/[.-]+$/, '')}.${stamp}`;
+      const pod = {
+        apiVersion: 'v1',
+        kind: 'Pod',
+        namespace: connection.namespace,
+        name: regarding.name,
+        ...(regarding.uid ? { uid: regarding.uid } : {}),
+      };
       await this.#api.createNamespacedEvent(
         {
           namespace: connection.namespace,
@@ -179,13 +194,9 @@ export class EventRecorder {
             type,
             reason,
             action,
-            regarding: {
-              apiVersion: 'v1',
-              kind: 'Pod',
-              namespace: connection.namespace,
-              name: regarding.name,
-              ...(regarding.uid ? { uid: regarding.uid } : {}),
-            },
+            ...(about
+              ? { regarding: { apiVersion: 'v1', kind: about.kind, namespace: connection.namespace, name: about.name }, related: pod }
+              : { regarding: pod }),
             note: note.slice(0, NOTE_LIMIT),
             ...repeats,
           },

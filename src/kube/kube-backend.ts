@@ -87,6 +87,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       ...(urls.length > 0
         ? {
             routing: async (signal: AbortSignal) => {
+              const details: string[] = [];
               for (const url of urls) {
                 const { verdict, rounds, probes, endpointsSeen } = await checkRouting(url, {
                   ownIPv4,
@@ -99,9 +100,10 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
                   signal,
                 });
                 logger.info({ url, verdict, rounds, probes, endpointsSeen }, 'routing check');
-                if (verdict === 'not-routed') return verdict;
+                details.push(`${rounds} rounds, ${probes} calls, ${endpointsSeen} endpoints seen`);
+                if (verdict === 'not-routed') return { verdict, detail: details.join('; ') };
               }
-              return 'routed' as const;
+              return { verdict: 'routed' as const, detail: details.join('; ') };
             },
           }
         : {}),

@@ -69,12 +69,17 @@ export class PodEvents {
         const serial = cert ? ` ${cert.info.serial}` : '';
         const until = cert ? `, valid until ${iso(cert.info.notAfter)}` : '';
         const short = result === 'too_short' ? ' (shorter than the renewal rule wants: backing off)' : '';
+        const reason = first ? 'Issued' : 'Renewed';
+        this.#record({ type: 'Normal', reason, action: 'Issue', key: domain, note: `${domain}: certificate${serial} obtained (${why})${until}${short}` });
+        // Only the writer obtains certificates, and it stores each in the domain's Secret (named after the
+        // domain) before reporting: the same fact on the Secret, for `kubectl describe secret`.
         this.#record({
           type: 'Normal',
-          reason: first ? 'Issued' : 'Renewed',
-          action: 'Issue',
+          reason,
+          action: 'Store',
           key: domain,
-          note: `${domain}: certificate${serial} obtained (${why})${until}${short}`,
+          about: { kind: 'Secret', name: domain },
+          note: `${domain}: certificate${serial} obtained (${why}) and stored in this Secret by the writer (the related Pod)${until}`,
         });
       } else if (failure && result !== 'unchanged') {
         this.#failed.set(domain, { result, kind: failure.kind, message: failure.message });

@@ -16,8 +16,8 @@ export interface ReadinessGateOptions {
   health: HealthState;
   clock: Clock;
   logger: Logger;
-  /** Verifies the Services route to this Pod before the condition turns True; none: skip. */
-  routing?: (signal: AbortSignal) => Promise<RoutingVerdict>;
+  /** Verifies the Services route to this Pod before the condition turns True (`detail`: how, for the message); none: skip. */
+  routing?: (signal: AbortSignal) => Promise<{ verdict: RoutingVerdict; detail: string }>;
   /** Resolves when what the proxy serves reflects the certificates (the --out-dir projection written). */
   settled?: () => Promise<void>;
   /**
@@ -130,16 +130,23 @@ export class ReadinessGate {
     }
     this.#healthySince ??= this.#o.clock.now();
     const healthySince = this.#healthySince;
+    let routingNote = '';
     if (this.#o.routing && !this.#routed) {
+      const checkedFrom = this.#o.clock.now();
       const routing = await this.#o.routing(this.#stop.signal);
-      this.#routed = routing !== 'not-routed';
-      if (!this.#routed) return { status: 'False', reason: 'NotRouted', message: 'the Service does not route to this Pod yet' };
+      this.#routed = routing.verdict !== 'not-routed';
+      if (!this.#routed) return { status: 'False', reason: 'NotRouted', message: `the Service does not route to this Pod yet (${routing.detail})` };
+      routingNote = ` (routing check ${Math.round(this.#o.clock.now() - checkedFrom)} ms: ${routing.detail})`;
     }
     await this.#o.settled?.();
-    // How long Ready took once the certificates were held (routing check included): in the condition, so
-    // `kubectl describe` shows it and the real-cluster tier takes percentiles of it across Pod starts.
+    // How long Ready took once the certificates were held (routing check included, and on its own): in the
+    // condition, so `kubectl describe` shows it and the real-cluster tier takes percentiles of it across Pod starts.
     const heldToReadyMs = Math.round(this.#o.clock.now() - healthySince);
-    return { status: 'True', reason: 'CertificatesValid', message: `every domain has a valid certificate; Ready ${heldToReadyMs} ms after it was held` };
+    return {
+      status: 'True',
+      reason: 'CertificatesValid',
+      message: `every domain has a valid certificate; Ready ${heldToReadyMs} ms after it was held${routingNote}`,
+    };
   }
 
   async #patch(desired: Desired, signal: AbortSignal | undefined): Promise<void> {

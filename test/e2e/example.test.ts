@@ -36,6 +36,7 @@ import { X509Certificate } from 'node:crypto';
 import { CLUSTER_ROOT } from '../cluster/cluster.ts';
 import { type E2eCluster, startE2eCluster } from '../cluster/e2e-cluster.ts';
 import { leaseHolderPod } from '../../src/kube/lease-elector.ts';
+import { helm, readmeHelmInstallArgs } from '../chart/helm.ts';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const NODE = process.execPath;
@@ -82,6 +83,9 @@ interface Figures {
   routedToReadyMs: Record<string, Percentiles>;
   /** From the Pod's first event to kube-proxy routing to it. */
   firstSeenToRoutedMs: Record<string, Percentiles>;
+  /** The routing check alone, as its condition message gives it (from held, so waiting for kube-proxy too). */
+  routingCheckMs: Record<string, Percentiles>;
+  slowestStarts: Record<string, Array<{ routedToReadyMs: number; message: string | undefined }>>;
   notRoutedWritten: number;
 }
 
@@ -293,9 +297,13 @@ describe('the example on a real single-node cluster', { skip }, () => {
       figures.imagesSeconds = Number(env.startSeconds.images.toFixed(1));
       await writeFile(CA_FILE, env.tsenv.bundlePem);
       const k = (args: string[], input?: string) => env.cluster.kubectlOk(args, { input, timeoutMs: 120_000 });
-      // README: the injector, once per cluster.
-      await k(['create', 'namespace', 'certshare']);
-      await k(['apply', '-k', join(REPO, 'test/e2e/injector')]);
+      // README: the injector, once per cluster, with Helm (the chart renders exactly manifests/injector:
+      // test/chart/chart.test.ts), the local image's values added.
+      const installed = await helm(
+        [...readmeHelmInstallArgs(), '--kubeconfig', env.cluster.adminKubeconfigPath, '--values', join(REPO, 'test/e2e/injector/values.yaml')],
+        { run: (command, options) => env.cluster.exec(command, options) },
+      );
+      assert.equal(installed.code, 0, `helm install: ${installed.stderr}`);
       await k(['rollout', 'status', 'deployment/certshare-injector', '-n', 'certshare', '--timeout=180s'], undefined);
       await until('the injector wrote its caBundle', 60_000, async () => {
         const out = await k(['get', 'mutatingwebhookconfiguration', 'certshare-injector', '-o', 'jsonpath={.webhooks[0].clientConfig.caBundle}']);
@@ -691,10 +699,17 @@ describe('the example on a real single-node cluster', { skip }, () => {
       const mine = events.filter((e) => e.uid === uid);
       const ready = mine.find((e) => e.certshare === 'True');
       const ms = /Ready (\d+) ms after it was held/.exec(ready?.certshareMessage ?? '')?.[1];
+      const routingMs = /routing check (\d+) ms/.exec(ready?.certshareMessage ?? '')?.[1];
       const ip = mine.find((e) => e.ip !== '')?.ip;
       const firstSeen = mine[0]?.at;
       const routed = ip === undefined || firstSeen === undefined ? undefined : routedSince.get(ip)?.find((t) => t >= firstSeen - 1000);
-      return { ready, heldToReady: ms === undefined ? undefined : Number(ms), routed, firstSeen };
+      return {
+        ready,
+        heldToReady: ms === undefined ? undefined : Number(ms),
+        routingCheck: routingMs === undefined ? undefined : Number(routingMs),
+        routed,
+        firstSeen,
+      };
     };
     const summary = (values: number[]): Percentiles => ({
       starts: values.length,
@@ -706,6 +721,8 @@ describe('the example on a real single-node cluster', { skip }, () => {
     figures.heldToReadyMs = {};
     figures.routedToReadyMs = {};
     figures.firstSeenToRoutedMs = {};
+    figures.routingCheckMs = {};
+    figures.slowestStarts = {};
     for (const [replicas, uids] of startedAt) {
       const starts = [...uids].map(startOf);
       for (const s of starts) {
@@ -716,10 +733,17 @@ describe('the example on a real single-node cluster', { skip }, () => {
       // The later of held and routed, to True as the Pod watch saw it (a few ms after the patch).
       figures.routedToReadyMs[String(replicas)] = summary(starts.map((s) => Math.max(0, s.ready!.at - Math.max(s.ready!.at - s.heldToReady!, s.routed!))));
       figures.firstSeenToRoutedMs[String(replicas)] = summary(starts.map((s) => s.routed! - s.firstSeen!));
+      // The routing check's own time (it starts once held, so it includes waiting for kube-proxy).
+      figures.routingCheckMs[String(replicas)] = summary(starts.flatMap((s) => (s.routingCheck === undefined ? [] : [s.routingCheck])));
+      // The slowest starts as their conditions tell them (the routing check's rounds, calls, endpoints seen).
+      figures.slowestStarts[String(replicas)] = starts
+        .map((s) => ({ routedToReadyMs: Math.max(0, s.ready!.at - Math.max(s.ready!.at - s.heldToReady!, s.routed!)), message: s.ready!.certshareMessage }))
+        .sort((a, b) => b.routedToReadyMs - a.routedToReadyMs)
+        .slice(0, 5);
     }
     process.stderr.write(
       `e2e: held to Ready: ${JSON.stringify(figures.heldToReadyMs)}; held and routed to Ready: ${JSON.stringify(figures.routedToReadyMs)}; ` +
-        `Pod seen to routed by kube-proxy: ${JSON.stringify(figures.firstSeenToRoutedMs)}\n`,
+        `Pod seen to routed by kube-proxy: ${JSON.stringify(figures.firstSeenToRoutedMs)}; routing check: ${JSON.stringify(figures.routingCheckMs)}\n`,
     );
     figures.notRoutedWritten = events.filter((e) => e.certshareReason === 'NotRouted').length;
     assert.equal(figures.notRoutedWritten, 0, 'no Pod of the whole run was ever marked NotRouted');

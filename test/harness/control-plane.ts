@@ -2,7 +2,7 @@
 // no controller-manager, no scheduler. See startControlPlane().
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { once } from 'node:events';
+import { EventEmitter, once } from 'node:events';
 import { constants as fsConstants, rmSync } from 'node:fs';
 import { access, mkdir, mkdtemp, readdir, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
@@ -159,15 +159,18 @@ export class ManagedProcess {
   readonly name: string;
   readonly child: ChildProcess;
   readonly lines: string[] = [];
+  /** 'line' (the line) for each line of output, 'exit' once it exited: sources for wait.ts's until(). */
+  readonly events = new EventEmitter();
   readonly exited: Promise<ExitInfo>;
   exitInfo: ExitInfo | undefined;
 
-  constructor(name: string, file: string, args: string[], verbose: boolean) {
+  /** `env`: the whole environment of the process (default: this one's, without cluster settings). */
+  constructor(name: string, file: string, args: string[], verbose: boolean, env: NodeJS.ProcessEnv = childEnv()) {
     this.name = name;
     const prefix = deathSignalPrefix();
     const [cmd, ...cmdArgs] = prefix.length > 0 ? [...prefix, file, ...args] : [file, ...args];
     installExitHook();
-    this.child = spawn(cmd!, cmdArgs, { stdio: ['ignore', 'pipe', 'pipe'], env: childEnv() });
+    this.child = spawn(cmd!, cmdArgs, { stdio: ['ignore', 'pipe', 'pipe'], env });
     liveChildren.add(this.child);
     // Unreferenced: a control plane that a test forgets to stop() cannot keep the test process alive;
     // the exit hook (and the parent-death signal) then kill it.
@@ -192,11 +195,13 @@ export class ManagedProcess {
         this.exitInfo = { code: -1, signal: null };
         liveChildren.delete(this.child);
         resolveExit(this.exitInfo);
+        this.events.emit('exit');
       });
       this.child.on('exit', (code, signal) => {
         this.exitInfo = { code, signal };
         liveChildren.delete(this.child);
         resolveExit(this.exitInfo);
+        this.events.emit('exit');
       });
     });
   }
@@ -205,6 +210,7 @@ export class ManagedProcess {
     this.lines.push(line);
     if (this.lines.length > LOG_LINES) this.lines.splice(0, this.lines.length - LOG_LINES);
     if (verbose) process.stderr.write(`[${this.name}] ${line}\n`);
+    this.events.emit('line', line);
   }
 
   get pid(): number | undefined {

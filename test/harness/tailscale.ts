@@ -2,7 +2,8 @@
 // (tsenv), built from Go modules by test/tailscale-binaries/build.sh, all inside a network namespace
 // with only loopback. tailscaled looks up `_acme-challenge.<domain>` through the system resolver on
 // every issuance: nothing of this may reach the machine's own network or DNS. Tests (and certshare)
-// stay outside and reach tailscaled through its unix socket, tsenv through its admin socket.
+// stay outside and reach tailscaled through its unix socket, tsenv through its admin socket, and the ACME
+// front (for ACME Renewal Information) through a TCP relay on the host's loopback to tsenv's ACME socket.
 import { spawnSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -11,6 +12,7 @@ import { join, resolve } from 'node:path';
 import { after, before } from 'node:test';
 import { buildOnce, ManagedProcess } from './control-plane.ts';
 import { get, type Resp } from '../emulator/helpers.ts';
+import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.ts';
 
 const BUILD_SCRIPT = resolve(import.meta.dirname, '../tailscale-binaries/build.sh');
 /** Bound on building the binaries (minutes on a cold cache) and starting everything. */
@@ -29,6 +31,8 @@ export interface AcmeStats {
   finalizes: number;
   /** New orders answered 429 rateLimited by the front (see rateLimitOrders). */
   rateLimited: number;
+  /** renewalInfo GETs by ARI certificate ID (`<base64url AKI>.<base64url serial>`), whoever asked. */
+  renewalInfo: Record<string, number>;
 }
 
 export interface RealTailscaledOptions {
@@ -40,6 +44,9 @@ export interface RealTailscaledOptions {
   verbose?: boolean;
   /** Bound on each process becoming ready, excluding the build. Default 60 s. */
   readyTimeoutMs?: number;
+  /** The node's hostname and MagicDNS suffix: the cert domain is `<hostname>.<magicDnsDomain>`. Default TS_DOMAIN's. */
+  hostname?: string;
+  magicDnsDomain?: string;
 }
 
 export interface RealTailscaled {
@@ -52,6 +59,20 @@ export interface RealTailscaled {
   readonly dir: string;
   /** Directory holding tailscaled, tailscale and tsenv. */
   readonly binDir: string;
+  /** PEM file with the CA of the ACME front's TLS certificate (and pebble's root): what NODE_EXTRA_CA_CERTS names. */
+  readonly acmeCaBundle: string;
+  /**
+   * The ACME directory URL (https) as reached from this machine, outside the namespace: a loopback relay to
+   * tsenv's ACME socket, started on the first call. What certshare's --acme-directory takes.
+   */
+  acmeDirectoryUrl(): Promise<string>;
+  /**
+   * pebble's management endpoint: renewalInfo answers `answer` (any text, used as is) for the certificate
+   * `certPem` (the first PEM certificate counts) from now on.
+   */
+  setRenewalInfo(certPem: string, answer: string): Promise<void>;
+  /** Revokes the certificate of a PEM pair (key and chain): ACME revokeCert signed with the certificate's own key. */
+  revoke(pairPem: string): Promise<void>;
   /** Makes the control server send the cert domain (a netmap update reaches tailscaled). */
   enableCertDomains(): Promise<void>;
   acmeStats(): Promise<AcmeStats>;
@@ -95,12 +116,15 @@ interface TsenvReady {
   acme: string;
   bundle: string;
   admin: string;
+  acmeSocket: string;
 }
 
 class RealTailscaledImpl implements RealTailscaled {
   readonly binDir: string;
   readonly dir: string;
-  readonly domain = TS_DOMAIN;
+  readonly domain: string;
+  readonly hostname: string;
+  readonly magicDnsDomain: string;
   readonly verbose: boolean;
   readonly readyTimeoutMs: number;
   readonly options: RealTailscaledOptions;
@@ -109,6 +133,7 @@ class RealTailscaledImpl implements RealTailscaled {
   private tailscaled: ManagedProcess | undefined;
   private lastTailscaledLines: string[] = [];
   private ready!: TsenvReady;
+  private acmeRelay: Promise<TcpProxy> | undefined;
   private enter!: string[];
   private stopped = false;
 
@@ -118,6 +143,9 @@ class RealTailscaledImpl implements RealTailscaled {
     this.options = options;
     this.verbose = options.verbose ?? process.env.CERTSHARE_TS_VERBOSE === '1';
     this.readyTimeoutMs = options.readyTimeoutMs ?? 60_000;
+    this.hostname = options.hostname ?? TS_HOSTNAME;
+    this.magicDnsDomain = options.magicDnsDomain ?? TS_MAGICDNS;
+    this.domain = `${this.hostname}.${this.magicDnsDomain}`;
   }
 
   get socket(): string {
@@ -147,7 +175,7 @@ class RealTailscaledImpl implements RealTailscaled {
     const up = this.run([...this.enter, 'ip', 'link', 'set', 'lo', 'up']);
     if (up.status !== 0) throw new Error(`ip link set lo up in the namespace failed: ${up.stderr}`);
 
-    const tsenvArgs = ['--dir', this.dir, '--magicdns-domain', TS_MAGICDNS];
+    const tsenvArgs = ['--dir', this.dir, '--magicdns-domain', this.magicDnsDomain];
     if (this.options.certValidity) tsenvArgs.push('--validity', this.options.certValidity);
     if (this.options.certDomainsAtStart) tsenvArgs.push('--cert-domains');
     if (this.verbose) tsenvArgs.push('-v');
@@ -165,7 +193,7 @@ class RealTailscaledImpl implements RealTailscaled {
       `--socket=${this.socket}`,
       'up',
       `--login-server=${this.ready.control}`,
-      `--hostname=${TS_HOSTNAME}`,
+      `--hostname=${this.hostname}`,
       `--timeout=${Math.round(this.readyTimeoutMs / 1000)}s`,
     ]);
     const keepAlive = setInterval(() => {}, 1000); // ManagedProcess children are unreferenced
@@ -243,8 +271,26 @@ class RealTailscaledImpl implements RealTailscaled {
     return get(this.socket, path);
   }
 
-  private async admin(method: string, path: string): Promise<Resp> {
-    const res = await get(this.ready.admin, path, { method });
+  get acmeCaBundle(): string {
+    return this.ready.bundle;
+  }
+
+  acmeDirectoryUrl(): Promise<string> {
+    this.acmeRelay ??= startTcpProxy({ path: this.ready.acmeSocket });
+    return this.acmeRelay.then((relay) => `https://127.0.0.1:${relay.port}${new URL(this.ready.acme).pathname}`);
+  }
+
+  async setRenewalInfo(certPem: string, answer: string): Promise<void> {
+    await this.admin('POST', '/set-renewal-info/', JSON.stringify({ Certificate: certPem, ARIResponse: answer }));
+  }
+
+  async revoke(pairPem: string): Promise<void> {
+    await this.admin('POST', '/revoke', pairPem);
+  }
+
+  private async admin(method: string, path: string, body?: string): Promise<Resp> {
+    // pebble's management endpoints refuse a request without a User-Agent.
+    const res = await get(this.ready.admin, path, { method, headers: { 'user-agent': 'certshare-tests' }, ...(body === undefined ? {} : { body }) });
     if (res.status >= 300) throw new Error(`tsenv ${method} ${path}: HTTP ${res.status}: ${res.body}`);
     return res;
   }
@@ -269,6 +315,7 @@ class RealTailscaledImpl implements RealTailscaled {
     if (this.stopped) return;
     this.stopped = true;
     await this.stopTailscaled();
+    await (await this.acmeRelay?.catch(() => undefined))?.close();
     await this.tsenv?.terminate(5000);
     await this.holder?.terminate(0);
     await rm(this.dir, { recursive: true, force: true, maxRetries: 3 });

@@ -14,7 +14,7 @@ import { INJECTOR_FLAGS, injectorConfigFrom, startInjector, type Injector } from
 import { ANNOTATION } from '../../src/injector/mutate.ts';
 import { bundleSerials } from '../../src/injector/targets.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { must, secretSatisfies, type SecretObject } from '../support/kube.ts';
+import { dryRunWebhookUpdate, must, refusedWebhookUpdate, secretSatisfies, type SecretObject } from '../support/kube.ts';
 import { DAY, makePair } from '../support/certs.ts';
 import { bucketIncrease, histogramQuantile } from '../support/histogram.ts';
 import { freePort } from '../support/processes.ts';
@@ -224,23 +224,11 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     type Webhook = Record<string, unknown> & { clientConfig: Record<string, unknown>; rules: Array<{ resources: string[] }> };
     type Configuration = { metadata: { labels?: Record<string, string> }; webhooks: Webhook[] };
     /** A server-side dry run of an update (the verb RBAC grants it) under the injector's own token: 'allowed' or the refusal. */
-    const updateAsInjector = async (change: (c: Configuration) => void): Promise<string> => {
-      const current = JSON.parse(await must(cp().kubectl(['get', 'mutatingwebhookconfiguration', CONFIG, '-o', 'json'], { kubeconfig }))) as Configuration;
-      change(current);
-      // A raw PUT: `kubectl replace` would also rewrite its last-applied annotation.
-      const r = await cp().kubectl(['replace', '--raw', `${CONFIG_PATH}?dryRun=All`, '-f', '-'], { kubeconfig, input: JSON.stringify(current) });
-      return r.code === 0 ? 'allowed' : r.stderr;
-    };
+    const updateAsInjector = (change: (c: Configuration) => void): Promise<string> => dryRunWebhookUpdate(cp(), kubeconfig, CONFIG, change);
     const widen = (c: Configuration) => {
       c.webhooks[0]!.namespaceSelector = {};
     };
-    // The policy is loaded by an informer a moment after the manifests were applied.
-    const deadline = performance.now() + 30_000;
-    let refused = await updateAsInjector(widen);
-    while (refused === 'allowed' && performance.now() < deadline) {
-      await delay(200);
-      refused = await updateAsInjector(widen);
-    }
+    const refused = await refusedWebhookUpdate(cp(), kubeconfig, CONFIG, widen);
     assert.match(refused, /certshare-injector-cabundle-only.*the injector may change the webhooks' clientConfig\.caBundle only/);
     const changes: Array<[string, (c: Configuration) => void]> = [
       ['failurePolicy Ignore', (c) => (c.webhooks[0]!.failurePolicy = 'Ignore')],

@@ -6,7 +6,7 @@ import { silentLogger } from '../../src/core/logger.ts';
 import { connectKube } from '../../src/kube/connection.ts';
 import { EventRecorder, type EventOccurrence } from '../../src/kube/event-recorder.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { GATE, createGatedPod, exampleNamespace, kubeconfigVia, must, startReplica } from '../support/kube.ts';
+import { GATE, KUBE_DOMAIN, createGatedPod, exampleNamespace, kubeconfigVia, must, startReplica } from '../support/kube.ts';
 import { about, type RecordedEvent, watchEvents } from '../support/kube-events.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { onEvent, until } from '../support/wait.ts';
@@ -41,6 +41,7 @@ describe('Events about the Pod', () => {
         'Issued and Ready on proxy-0, Loaded and Ready on proxy-1',
         () =>
           ['Issued', 'Ready'].every((r) => about(watch.events, 'proxy-0', r).length > 0) &&
+          about(watch.events, KUBE_DOMAIN, 'Issued').length > 0 &&
           ['Loaded', 'Ready'].every((r) => about(watch.events, 'proxy-1', r).length > 0),
         [onEvent(watch.changed, 'change')],
       );
@@ -50,6 +51,15 @@ describe('Events about the Pod', () => {
       assert.match(issued?.note ?? '', /proxy\.tailnet-0000\.ts\.net: certificate \S+ obtained \(no_certificate\), valid until /);
       assert.deepEqual(about(watch.events, 'proxy-0', 'Loaded'), [], 'the writer obtained its certificate: not Loaded');
       assert.deepEqual(about(watch.events, 'proxy-1', 'Issued'), [], 'the reader issues nothing');
+
+      // The same fact on the Secret the writer stored, naming the Pod that wrote it.
+      const [stored] = about(watch.events, KUBE_DOMAIN, 'Issued');
+      assert.equal(stored?.regarding.kind, 'Secret');
+      assert.deepEqual([stored?.related?.kind, stored?.related?.name], ['Pod', 'proxy-0']);
+      assert.match(stored?.note ?? '', /stored in this Secret by the writer/);
+      // (`kubectl describe secret` shows no Events; `kubectl events --for` does.)
+      const secretEvents = await must(cp().kubectl(['-n', ns, 'events', '--for', `secret/${KUBE_DOMAIN}`]));
+      assert.match(secretEvents, /Normal\s+Issued\s+Secret\/proxy\.tailnet-0000\.ts\.net\s+.*stored in this Secret/, secretEvents);
 
       const described = await must(cp().kubectl(['-n', ns, 'describe', 'pod', 'proxy-0']));
       const section = described.slice(described.indexOf('\nEvents:'));
@@ -96,6 +106,9 @@ describe('Events about the Pod', () => {
 
   it('the writer Lease: BecameWriter on the replica that wins it; on a graceful stop LostWriter, and the successor BecameWriter', async () => {
     const ns = await exampleNamespace(cp());
+    // The Pods exist, as in a cluster: their tokens are bound to them (certshare-own-events admits no other).
+    await createGatedPod(cp(), ns, 'proxy-0');
+    await createGatedPod(cp(), ns, 'proxy-1');
     const watch = watchEvents(cp(), ns);
     const first = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'auto' });
     try {

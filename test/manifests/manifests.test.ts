@@ -290,6 +290,8 @@ describe('manifests/example on a real apiserver', () => {
       'validatingadmissionpolicybinding.admissionregistration.k8s.io/certshare-own-pod-status',
       'validatingadmissionpolicy.admissionregistration.k8s.io/certshare-creates-own-objects',
       'validatingadmissionpolicybinding.admissionregistration.k8s.io/certshare-creates-own-objects',
+      'validatingadmissionpolicy.admissionregistration.k8s.io/certshare-own-events',
+      'validatingadmissionpolicybinding.admissionregistration.k8s.io/certshare-own-events',
     ]) {
       assert.ok(applied.includes(object), `${object.trim()} applied:\n${applied}`);
     }
@@ -421,35 +423,15 @@ describe('manifests/example on a real apiserver', () => {
   });
 
   it('both accounts record Events (create, then patch a series) and read none, nor more Secrets than before', async () => {
-    const eventJson = (name: string) =>
-      JSON.stringify({
-        apiVersion: 'events.k8s.io/v1',
-        kind: 'Event',
-        metadata: { name },
-        eventTime: '2026-01-01T00:00:00.000000Z',
-        reportingController: 'certshare.io/certshare',
-        reportingInstance: 'proxy-0',
-        action: 'Issue',
-        reason: 'Issued',
-        type: 'Normal',
-        note: 'probe',
-        regarding: { apiVersion: 'v1', kind: 'Pod', name: 'proxy-0', namespace: ns },
-      });
-    // kubectl patch reads the object first (which the accounts may not): the PATCH alone, as the account.
-    const patchAs = async (account: string, name: string): Promise<number> =>
-      (
-        await cp().adminRequest('PATCH', `/apis/events.k8s.io/v1/namespaces/${ns}/events/${name}`, {
-          headers: { 'content-type': 'application/merge-patch+json', 'impersonate-user': sa(account) },
-          body: { series: { count: 2, lastObservedTime: '2026-01-01T00:00:01.000000Z' } },
-        })
-      ).status;
-    for (const [account, kubeconfig] of [
-      ['certshare', writerKubeconfig],
-      ['certshare-reader', readerKubeconfig],
+    const [proxy0, consumer] = [await replicaKubeconfig(cp(), ns, 'proxy-0'), await replicaKubeconfig(cp(), ns, 'consumer-abc12', 'certshare-reader')];
+    await eventPolicyInEffect(proxy0);
+    for (const [account, pod, kubeconfig] of [
+      ['certshare', 'proxy-0', proxy0],
+      ['certshare-reader', 'consumer-abc12', consumer],
     ] as const) {
-      const name = `proxy-0.${account}`;
-      assert.equal(await as(kubeconfig, ['create', '-f', '-'], eventJson(name)), 'allowed', `${account}: create an Event`);
-      assert.equal(await patchAs(account, name), 200, `${account}: patch its series`);
+      const name = `${pod}.${account}`;
+      assert.equal(await as(kubeconfig, ['create', '-f', '-'], eventJson(name, pod)), 'allowed', `${account}: create an Event`);
+      assert.equal((await patchEvent(kubeconfig, name, seriesPatch)).status, 200, `${account}: patch its series`);
       assert.equal(await as(kubeconfig, ['get', 'events.v1.events.k8s.io', name]), 'forbidden', `${account}: no read of Events`);
       assert.equal(await as(kubeconfig, ['delete', 'events.v1.events.k8s.io', name]), 'forbidden', `${account}: no delete of Events`);
       assert.equal(await canI(account, 'update', 'events.events.k8s.io'), false, `${account}: no update of Events`);
@@ -459,6 +441,65 @@ describe('manifests/example on a real apiserver', () => {
     }
     const recorded = JSON.parse(await must(['get', 'events.v1.events.k8s.io', 'proxy-0.certshare', '-o', 'json'])) as { series?: { count: number } };
     assert.equal(recorded.series?.count, 2, 'the patch was applied');
+  });
+
+  it('a token records Events only about its own Pod, or a Secret with its Pod as related, and patches only their series', async () => {
+    const [proxy0, proxy1] = [await replicaKubeconfig(cp(), ns, 'proxy-0'), await replicaKubeconfig(cp(), ns, 'proxy-1')];
+    await eventPolicyInEffect(proxy0);
+    const pod = (name: string) => ({ apiVersion: 'v1', kind: 'Pod', name, namespace: ns });
+    const secret = { apiVersion: 'v1', kind: 'Secret', name: DOMAIN, namespace: ns };
+    const create = async (kubeconfig: string, name: string, fields: Record<string, unknown>) =>
+      (
+        await saRequest(
+          kubeconfig,
+          'POST',
+          `/apis/events.k8s.io/v1/namespaces/${ns}/events`,
+          { ...JSON.parse(eventJson(name, 'proxy-0')), ...fields },
+          JSON_TYPE,
+        )
+      ).status;
+    // What certshare records: about its Pod; about the Secret it stored, its Pod as related.
+    assert.equal(await create(proxy0, 'own.1', {}), 201, 'about its own Pod');
+    assert.equal(await create(proxy0, 'stored.1', { action: 'Store', regarding: secret, related: pod('proxy-0') }), 201, 'about the Secret, related its Pod');
+    // What a stolen token would like to record.
+    const denied = await saRequest(
+      proxy0,
+      'POST',
+      `/apis/events.k8s.io/v1/namespaces/${ns}/events`,
+      { ...JSON.parse(eventJson('other.1', 'proxy-1')), reportingInstance: 'proxy-0' },
+      JSON_TYPE,
+    );
+    assert.equal(denied.status, 403, 'about another Pod');
+    assert.match(denied.body, /certshare-own-events.*only about its own Pod.*bound to Pod proxy-0/);
+    const refused: Array<[string, Record<string, unknown>]> = [
+      ['about a Secret without naming its Pod', { regarding: secret }],
+      ['about a Secret naming another Pod', { regarding: secret, related: pod('proxy-1') }],
+      ['about the ServiceAccount', { regarding: { apiVersion: 'v1', kind: 'ServiceAccount', name: 'certshare', namespace: ns } }],
+      ['about its Pod with another Pod related', { related: pod('proxy-1') }],
+      ['about its Pod in another namespace', { regarding: { ...pod('proxy-0'), namespace: 'kube-system' } }],
+      ['as another controller', { reportingController: 'kubelet' }],
+      ['as another instance', { reportingInstance: 'proxy-1' }],
+    ];
+    for (const [i, [what, fields]] of refused.entries()) {
+      assert.equal(await create(proxy0, `denied.${i}`, fields), 403, what);
+    }
+    // An unbound token of the account records nothing.
+    assert.equal(await create(writerKubeconfig, 'unbound.1', {}), 403, 'an unbound token');
+    // Patches: the series of its own Events only; nothing else of them, nothing of anyone else's.
+    assert.equal((await patchEvent(proxy0, 'own.1', seriesPatch)).status, 200, 'its own series');
+    assert.equal((await patchEvent(proxy0, 'own.1', { metadata: { labels: { x: 'y' } } })).status, 403, 'a label on its own Event');
+    assert.equal((await patchEvent(proxy0, 'own.1', { metadata: { finalizers: ['example.com/keep'] } })).status, 403, 'a finalizer');
+    assert.equal((await patchEvent(proxy0, 'own.1', { metadata: { annotations: { x: 'y' } } })).status, 403, 'an annotation');
+    // The rest of an Event the apiserver itself keeps immutable (422), whoever asks.
+    for (const field of [{ note: 'rewritten' }, { reason: 'Renewed' }, { regarding: { ...pod('proxy-1') } }, { deprecatedCount: 9 }])
+      assert.equal((await patchEvent(proxy0, 'own.1', field)).status, 422, JSON.stringify(field));
+    assert.equal(await create(proxy1, 'theirs.1', { reportingInstance: 'proxy-1', regarding: pod('proxy-1') }), 201);
+    const theirs = await patchEvent(proxy0, 'theirs.1', seriesPatch);
+    assert.equal(theirs.status, 403, "another Pod's Event");
+    assert.match(theirs.body, /only the Events its own Pod recorded/);
+    const kubelets = JSON.stringify({ ...JSON.parse(eventJson('kubelet.1', 'proxy-0')), reportingController: 'kubelet', reportingInstance: 'node-1' });
+    await must(['create', '-f', '-'], { input: kubelets });
+    assert.equal((await patchEvent(proxy0, 'kubelet.1', seriesPatch)).status, 403, "the kubelet's Event about its Pod");
   });
 
   it("the certshare account creates only certshare's own objects: labelled TLS Secrets, certshare-* Leases and ConfigMaps", async () => {
@@ -521,6 +562,35 @@ describe('manifests/example on a real apiserver', () => {
       req.on('error', reject);
       req.end(JSON.stringify(body));
     });
+  }
+
+  const JSON_TYPE = 'application/json';
+  const eventJson = (name: string, pod: string) =>
+    JSON.stringify({
+      apiVersion: 'events.k8s.io/v1',
+      kind: 'Event',
+      metadata: { name },
+      eventTime: '2026-01-01T00:00:00.000000Z',
+      reportingController: 'certshare.io/certshare',
+      reportingInstance: pod,
+      action: 'Issue',
+      reason: 'Issued',
+      type: 'Normal',
+      note: 'probe',
+      regarding: { apiVersion: 'v1', kind: 'Pod', name: pod, namespace: ns },
+    });
+  const seriesPatch = { series: { count: 2, lastObservedTime: '2026-01-01T00:00:01.000000Z' } };
+  /** A merge patch of an Event under the token (kubectl patch would read it first, which the accounts may not). */
+  const patchEvent = (kubeconfig: string, name: string, body: unknown) =>
+    saRequest(kubeconfig, 'PATCH', `/apis/events.k8s.io/v1/namespaces/${ns}/events/${name}`, body, 'application/merge-patch+json');
+  /** The Events policy applies once the apiserver has loaded it: waits until a dry run about another Pod is denied. */
+  async function eventPolicyInEffect(kubeconfig: string): Promise<void> {
+    const deadline = performance.now() + 30_000;
+    const probe = { ...JSON.parse(eventJson('probe', 'proxy-1')), reportingInstance: 'proxy-0' };
+    while ((await saRequest(kubeconfig, 'POST', `/apis/events.k8s.io/v1/namespaces/${ns}/events?dryRun=All`, probe, JSON_TYPE)).status !== 403) {
+      assert.ok(performance.now() < deadline, 'the Events admission policy never took effect');
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
   }
 
   const gatePatch = (status: string) => ({ status: { conditions: [{ type: GATE, status, reason: 'Test' }] } });
@@ -608,7 +678,7 @@ describe('manifests/example on a real apiserver', () => {
     }
   });
 
-  it("a kustomize namePrefix keeps both policies in force: they key on the accounts' label, not their names", async () => {
+  it("a kustomize namePrefix keeps the policies in force: they key on the accounts' label, not their names", async () => {
     // An overlay renaming everything (team-certshare, team-certshare-own-pod-status, ...) in its own namespace.
     const overlay = join(REPO, 'manifests', `.test-prefix-${process.pid}`);
     const prefixedNs = `${ns}-prefixed`;
@@ -619,7 +689,7 @@ describe('manifests/example on a real apiserver', () => {
       assert.equal(built.code, 0, built.stderr);
       const objects = loadAll(built.stdout) as K8sObject[];
       const policyNames = objects.filter((d) => d.kind === 'ValidatingAdmissionPolicy').map((d) => d.metadata.name);
-      assert.deepEqual(policyNames.sort(), ['team-certshare-creates-own-objects', 'team-certshare-own-pod-status']);
+      assert.deepEqual(policyNames.sort(), ['team-certshare-creates-own-objects', 'team-certshare-own-events', 'team-certshare-own-pod-status']);
       for (const binding of objects.filter((d) => d.kind === 'ValidatingAdmissionPolicyBinding'))
         assert.ok(policyNames.includes((binding.spec as { policyName: string }).policyName), 'each binding names its renamed policy');
       assert.equal((await cp().kubectl(['create', 'namespace', prefixedNs])).code, 0);

@@ -1,4 +1,4 @@
-# Sourced by test/k8s-binaries/build.sh and test/tailscale-binaries/build.sh: binaries built once from
+# Sourced by test/{k8s,tailscale,helm}-binaries/build.sh: binaries built once from
 # Go modules into a cache outside the clone, keyed by a recipe stamp; concurrent callers serialised
 # with a lock (only one builds); progress on stderr, the directory as the only stdout line.
 # The caller sets `here` (the module), `out` (the cache directory), `recipe`, `bins` (array), `ldflags`

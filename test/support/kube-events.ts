@@ -12,6 +12,7 @@ export interface RecordedEvent {
   reportingController?: string;
   series?: { count: number; lastObservedTime: string };
   regarding: { kind: string; name: string; uid?: string };
+  related?: { kind: string; name: string; uid?: string };
 }
 
 /** Follows the namespace's Events (kubectl get --watch): the latest state of each, by name. */

@@ -1,3 +1,5 @@
+import { X509Certificate } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -8,6 +10,7 @@ import { startDaemon, type Daemon } from '../../src/daemon.ts';
 import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/emulator/server.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';
 import { FAST_FLAGS } from './standalone.ts';
+import { onEvent, until } from './wait.ts';
 
 /** The example's domain and group: manifests/example restricts RBAC to these names. */
 export const KUBE_DOMAIN = 'proxy.tailnet-0000.ts.net';
@@ -108,6 +111,30 @@ export const filesWritten =
     r.daemon.events.on('filesWritten', listener);
     return () => r.daemon.events.off('filesWritten', listener);
   };
+
+/**
+ * Resolves once the files `r` projects hold the certificate `serial` (read again at each filesWritten: the
+ * loop holds a certificate a moment before its files are written); fails after `timeoutMs`.
+ */
+export async function filesHold(r: Replica, serial: string, timeoutMs = 15_000): Promise<void> {
+  const seen = new Set<string>();
+  const changed = new EventEmitter();
+  const read = (): void =>
+    void readFile(join(r.outDir, KUBE_DOMAIN, 'tls.crt'), 'utf8').then(
+      (pem) => {
+        seen.add(new X509Certificate(pem).serialNumber);
+        changed.emit('read');
+      },
+      () => {},
+    );
+  r.daemon.events.on('filesWritten', read);
+  try {
+    read();
+    await until(`${r.name}'s files hold ${serial}`, () => seen.has(serial), [onEvent(changed, 'read')], timeoutMs);
+  } finally {
+    r.daemon.events.off('filesWritten', read);
+  }
+}
 
 /**
  * The ServiceAccount's kubeconfig for replica `name`: when a Pod of that name exists, its token is bound
@@ -222,4 +249,34 @@ export async function secretSatisfies(
       )
       .then((c) => (controller = c));
   });
+}
+
+/**
+ * A server-side dry run of an update (a raw PUT: `kubectl replace` would also rewrite its last-applied
+ * annotation) of the MutatingWebhookConfiguration `name`, read and sent under `kubeconfig`, after `change`:
+ * 'allowed', or the apiserver's refusal.
+ */
+export async function dryRunWebhookUpdate<T>(cp: ControlPlane, kubeconfig: string, name: string, change: (configuration: T) => void): Promise<string> {
+  const current = JSON.parse(await must(cp.kubectl(['get', 'mutatingwebhookconfiguration', name, '-o', 'json'], { kubeconfig }))) as T;
+  change(current);
+  const path = `/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/${name}?dryRun=All`;
+  const r = await cp.kubectl(['replace', '--raw', path, '-f', '-'], { kubeconfig, input: JSON.stringify(current) });
+  return r.code === 0 ? 'allowed' : r.stderr;
+}
+
+/**
+ * dryRunWebhookUpdate until it is refused, for at most `timeoutMs`: the apiserver loads a new admission
+ * policy through an informer, a moment after it was created. Each try is a round trip of its own.
+ */
+export async function refusedWebhookUpdate<T>(
+  cp: ControlPlane,
+  kubeconfig: string,
+  name: string,
+  change: (configuration: T) => void,
+  timeoutMs = 30_000,
+): Promise<string> {
+  const deadline = performance.now() + timeoutMs;
+  let answer = await dryRunWebhookUpdate(cp, kubeconfig, name, change);
+  while (answer === 'allowed' && performance.now() < deadline) answer = await dryRunWebhookUpdate(cp, kubeconfig, name, change);
+  return answer;
 }

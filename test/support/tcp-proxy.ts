@@ -33,10 +33,10 @@ function swallow(socket: Socket): void {
 }
 
 /**
- * A loopback TCP relay in front of one target, or of the port `target()` picks per connection (none:
- * refused); TLS passes through untouched.
+ * A loopback TCP relay in front of one target (a port, or a unix socket's path), or of the port `target()`
+ * picks per connection (none: refused); TLS passes through untouched.
  */
-export function startTcpProxy(target: number | (() => number | undefined), targetHost = '127.0.0.1'): Promise<TcpProxy> {
+export function startTcpProxy(target: number | { path: string } | (() => number | undefined), targetHost = '127.0.0.1'): Promise<TcpProxy> {
   const sockets = new Set<Socket>();
   let state: 'forward' | 'cut' | 'black-hole' | 'hold' = 'forward';
   /** Client and upstream socket of each connection that forwards (or will again after a hold). */
@@ -65,12 +65,12 @@ export function startTcpProxy(target: number | (() => number | undefined), targe
     accepted++;
     clients.add(client);
     client.on('close', () => clients.delete(client));
-    const targetPort = typeof target === 'number' ? target : target();
-    if (state === 'cut' || targetPort === undefined) return client.destroy();
+    const to = typeof target === 'function' ? target() : target;
+    if (state === 'cut' || to === undefined) return client.destroy();
     track(client);
     client.on('error', () => client.destroy());
     if (state === 'black-hole') return swallow(client);
-    const upstream = createConnection({ host: targetHost, port: targetPort });
+    const upstream = createConnection(typeof to === 'number' ? { host: targetHost, port: to } : to);
     track(upstream);
     for (const s of [client, upstream]) {
       s.on('error', () => {

@@ -21,14 +21,19 @@ describe('the Events about the Pod', () => {
     events.observer.certificate?.(DOMAIN, cert('BB'));
     events.observer.attempt?.(DOMAIN, 'success', 'expiry');
     await Promise.resolve();
+    // Each on the Pod, and on the domain's Secret the writer stored it in.
     assert.deepEqual(
-      recorded.map((e) => [e.reason, e.type]),
+      recorded.map((e) => [e.reason, e.type, e.about?.kind ?? 'Pod']),
       [
-        ['Issued', 'Normal'],
-        ['Renewed', 'Normal'],
+        ['Issued', 'Normal', 'Pod'],
+        ['Issued', 'Normal', 'Secret'],
+        ['Renewed', 'Normal', 'Pod'],
+        ['Renewed', 'Normal', 'Secret'],
       ],
     );
-    assert.match(recorded[1]!.note, /certificate BB obtained \(expiry\), valid until 2030-01-01/);
+    assert.match(recorded[2]!.note, /certificate BB obtained \(expiry\), valid until 2030-01-01/);
+    assert.deepEqual(recorded[3]!.about, { kind: 'Secret', name: DOMAIN });
+    assert.match(recorded[3]!.note, /certificate BB obtained \(expiry\) and stored in this Secret by the writer/);
   });
 
   it('a certificate no call claimed came from the Secret: Loaded', async () => {

@@ -2,13 +2,18 @@
 // control server (tstest/integration/testcontrol), a local DERP server, and the pebble ACME server
 // (used as a library) behind a front that fixes what tailscaled's ACME client needs and counts
 // orders. It is meant to run inside a network namespace with only loopback (the harness starts it
-// with `nsenter -n`); the admin API is on a unix socket so the test process outside can reach it.
+// with `nsenter -n`); the admin API is on a unix socket so the test process outside can reach it, and
+// so is a second door to the ACME front (for certshare's ACME Renewal Information checks). The admin
+// API also sets a certificate's renewalInfo answer (pebble's management endpoint) and revokes a
+// certificate with its own key (golang.org/x/crypto/acme, the client tailscaled's own derives from).
 //
 // Once every listener is up it prints one JSON line on stdout (see ready) and serves until killed.
 package main
 
 import (
 	"bytes"
+	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -38,6 +43,7 @@ import (
 	"github.com/letsencrypt/pebble/v2/db"
 	"github.com/letsencrypt/pebble/v2/va"
 	"github.com/letsencrypt/pebble/v2/wfe"
+	"golang.org/x/crypto/acme"
 	"tailscale.com/derp/derpserver"
 	"tailscale.com/tailcfg"
 	"tailscale.com/tstest/integration/testcontrol"
@@ -51,6 +57,9 @@ type ready struct {
 	ACME    string `json:"acme"`    // ACME directory URL for TS_DEBUG_ACME_DIRECTORY_URL
 	Bundle  string `json:"bundle"`  // PEM file for SSL_CERT_FILE: the ACME front's TLS CA and pebble's root
 	Admin   string `json:"admin"`   // unix socket of the admin API
+	// The same ACME front (TLS, the same certificate) on a unix socket: a client outside the network
+	// namespace (certshare's ARI checks) reaches it through a TCP relay on its own loopback.
+	ACMESocket string `json:"acmeSocket"`
 }
 
 // acmeFront counts ACME requests and can answer new orders with a rate-limit problem.
@@ -60,9 +69,10 @@ type acmeFront struct {
 	mu             sync.Mutex
 	newOrders      map[string]int // by the order's identifiers, comma-joined
 	finalizes      int
-	rateLimited    int // new orders answered 429 so far
-	rateLimitLeft  int // how many further new orders to answer 429
-	rateLimitAfter int // Retry-After seconds of those answers
+	rateLimited    int            // new orders answered 429 so far
+	rateLimitLeft  int            // how many further new orders to answer 429
+	rateLimitAfter int            // Retry-After seconds of those answers
+	renewalInfo    map[string]int // renewalInfo GETs by ARI certificate ID
 }
 
 type stats struct {
@@ -70,10 +80,18 @@ type stats struct {
 	Orders      int            `json:"orders"` // new orders that reached pebble (rate-limited ones excluded)
 	Finalizes   int            `json:"finalizes"`
 	RateLimited int            `json:"rateLimited"`
+	RenewalInfo map[string]int `json:"renewalInfo"` // renewalInfo GETs by ARI certificate ID, whoever asked
 }
+
+// renewalInfoPath is where pebble 2.10 serves ACME Renewal Information (its directory's renewalInfo).
+const renewalInfoPath = "/draft-ietf-acme-ari-03/renewalInfo/"
 
 func (f *acmeFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, renewalInfoPath):
+		f.mu.Lock()
+		f.renewalInfo[strings.TrimPrefix(r.URL.Path, renewalInfoPath)]++
+		f.mu.Unlock()
 	case r.Method == http.MethodPost && r.URL.Path == "/order-plz":
 		body, err := readBody(r)
 		if err != nil {
@@ -118,10 +136,13 @@ func (f *acmeFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (f *acmeFront) stats() stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := stats{NewOrders: map[string]int{}, Finalizes: f.finalizes, RateLimited: f.rateLimited}
+	s := stats{NewOrders: map[string]int{}, Finalizes: f.finalizes, RateLimited: f.rateLimited, RenewalInfo: map[string]int{}}
 	for k, v := range f.newOrders {
 		s.NewOrders[k] = v
 		s.Orders += v
+	}
+	for k, v := range f.renewalInfo {
+		s.RenewalInfo[k] = v
 	}
 	return s
 }
@@ -296,17 +317,27 @@ func main() {
 	authority := ca.New(pebbleLog, store, "", "ecdsa", 0, 1, profiles)
 	validator := va.New(pebbleLog, 5002, 5001, false, "", store)
 	frontend := wfe.New(pebbleLog, store, validator, authority, []string{"pebble.letsencrypt.org"}, false, false, 0, 0)
-	front := &acmeFront{next: frontend.Handler(), newOrders: map[string]int{}}
+	front := &acmeFront{next: frontend.Handler(), newOrders: map[string]int{}, renewalInfo: map[string]int{}}
 
 	tlsCA, tlsCert, err := selfSignedServer(listenIP)
 	if err != nil {
 		log.Fatalf("tsenv: TLS certificate: %v", err)
 	}
-	acmeLn, err := tls.Listen("tcp", listenAt, &tls.Config{Certificates: []tls.Certificate{tlsCert}})
+	acmeTLS := &tls.Config{Certificates: []tls.Certificate{tlsCert}}
+	acmeLn, err := tls.Listen("tcp", listenAt, acmeTLS)
 	if err != nil {
 		log.Fatalf("tsenv: ACME listener: %v", err)
 	}
-	go func() { log.Fatal((&http.Server{Handler: front, ErrorLog: log.New(discard{}, "", 0)}).Serve(acmeLn)) }()
+	acmeSocket := filepath.Join(*dir, "acme.sock")
+	os.Remove(acmeSocket)
+	acmeUnixLn, err := net.Listen("unix", acmeSocket)
+	if err != nil {
+		log.Fatalf("tsenv: ACME unix listener: %v", err)
+	}
+	acmeServer := &http.Server{Handler: front, ErrorLog: log.New(discard{}, "", 0)}
+	go func() { log.Fatal(acmeServer.Serve(acmeLn)) }()
+	go func() { log.Fatal(acmeServer.Serve(tls.NewListener(acmeUnixLn, acmeTLS))) }()
+	directoryURL := "https://" + acmeLn.Addr().String() + wfe.DirectoryPath
 
 	bundle := filepath.Join(*dir, "ca-bundle.pem")
 	if err := os.WriteFile(bundle, append(tlsCA, authority.GetRootCert(0).PEM()...), 0o644); err != nil {
@@ -341,16 +372,94 @@ func main() {
 		front.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
 	})
+	// POST /set-renewal-info/ {"Certificate": PEM, "ARIResponse": "<any text>"}: pebble's own management
+	// endpoint; renewalInfo then answers that text for the certificate (until set again).
+	admin.Handle("POST /set-renewal-info/", frontend.ManagementHandler())
+	// POST /revoke with a PEM pair (the certificate first in its chain, its private key): revokes the
+	// certificate as a holder would, an ACME revokeCert signed with the certificate's own key (JWK form,
+	// RFC 8555 section 7.6) through the front. pebble then answers renewalInfo with a window an hour ago.
+	frontRoots := x509.NewCertPool()
+	frontRoots.AppendCertsFromPEM(tlsCA)
+	admin.HandleFunc("POST /revoke", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		key, certDER, err := parsePair(body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+		defer cancel()
+		client := &acme.Client{
+			DirectoryURL: directoryURL,
+			HTTPClient:   &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: frontRoots}}},
+		}
+		if err := client.RevokeCert(ctx, key, certDER, acme.CRLReasonUnspecified); err != nil {
+			http.Error(w, "revokeCert: "+err.Error(), http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
 	go func() { log.Fatal(http.Serve(adminLn, admin)) }()
 
 	line, _ := json.Marshal(ready{
-		Control: control.ExplicitBaseURL,
-		ACME:    "https://" + acmeLn.Addr().String() + wfe.DirectoryPath,
-		Bundle:  bundle,
-		Admin:   adminPath,
+		Control:    control.ExplicitBaseURL,
+		ACME:       directoryURL,
+		Bundle:     bundle,
+		Admin:      adminPath,
+		ACMESocket: acmeSocket,
 	})
 	fmt.Println(string(line))
 	select {}
+}
+
+// parsePair reads a PEM pair as tailscaled's LocalAPI gives it (type=pair): the private key and the
+// first certificate of the chain, in either order.
+func parsePair(pemBytes []byte) (crypto.Signer, []byte, error) {
+	var key crypto.Signer
+	var certDER []byte
+	for rest := pemBytes; ; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		switch {
+		case block.Type == "CERTIFICATE" && certDER == nil:
+			certDER = block.Bytes
+		case strings.HasSuffix(block.Type, "PRIVATE KEY") && key == nil:
+			parsed, err := parsePrivateKey(block.Bytes)
+			if err != nil {
+				return nil, nil, err
+			}
+			key = parsed
+		}
+	}
+	if key == nil || certDER == nil {
+		return nil, nil, fmt.Errorf("want a PEM private key and certificate")
+	}
+	return key, certDER, nil
+}
+
+func parsePrivateKey(der []byte) (crypto.Signer, error) {
+	if k, err := x509.ParseECPrivateKey(der); err == nil {
+		return k, nil
+	}
+	if k, err := x509.ParsePKCS1PrivateKey(der); err == nil {
+		return k, nil
+	}
+	k, err := x509.ParsePKCS8PrivateKey(der)
+	if err != nil {
+		return nil, fmt.Errorf("private key: %v", err)
+	}
+	signer, ok := k.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("private key of type %T cannot sign", k)
+	}
+	return signer, nil
 }
 
 type discard struct{}
