@@ -21,7 +21,7 @@ import type { ServingPair } from '../tls/serving-pair.ts';
 import { pairSource } from '../tls/pair-source.ts';
 import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './metrics.ts';
-import { DEFAULT_READINESS_GATE, admissionReviewResponse, checkSidecarFlags, type InjectionDefaults } from './mutate.ts';
+import { DEFAULT_READINESS_GATE, admissionReviewResponse, checkInjectionDefaults, checkSidecarFlags, type InjectionDefaults } from './mutate.ts';
 import { serviceDnsNames, type LeafNames } from './pki.ts';
 import { DEFAULT_IMAGE, type CaBundleSource } from './sidecar.ts';
 import { parseTarget, type Target } from './targets.ts';
@@ -196,6 +196,24 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
   if (resyncMs <= 0 || kubeTimeoutMs <= 0) throw new CertshareError('CERTSHARE_BAD_FLAG', '--resync and --kube-timeout must be positive');
   const leaseDurationMs = duration(values, 'lease-duration');
   if (leaseDurationMs < 1000) throw new CertshareError('CERTSHARE_BAD_FLAG', '--lease-duration must be at least 1s (the Lease counts whole seconds)');
+  const defaults: InjectionDefaults = {
+    image: String(values['sidecar-image']),
+    mode: mode as ShareMode,
+    outDir: String(values['default-out-dir']),
+    readinessGate: gate === 'none' ? undefined : gate,
+    socketVolume: String(values['default-socket-volume']),
+    sidecarFlags: sidecarFlags(String(values['sidecar-flags'] ?? '')),
+    imagePullPolicy: pullPolicy(String(values['sidecar-image-pull-policy'] ?? '')),
+    caBundle: caBundleSource(String(values['sidecar-ca-configmap'] ?? '')),
+  };
+  try {
+    checkInjectionDefaults(defaults);
+  } catch (err) {
+    throw new CertshareError(
+      'CERTSHARE_BAD_FLAG',
+      `the injector's defaults (--default-*, --sidecar-*) would refuse every Pod that asks for certshare: ${errorMessage(err)}`,
+    );
+  }
   return {
     listen,
     metricsListen,
@@ -214,16 +232,7 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
     resyncMs,
     kubeTimeoutMs,
     drainDelayMs: duration(values, 'drain-delay'),
-    defaults: {
-      image: String(values['sidecar-image']),
-      mode: mode as ShareMode,
-      outDir: String(values['default-out-dir']),
-      readinessGate: gate === 'none' ? undefined : gate,
-      socketVolume: String(values['default-socket-volume']),
-      sidecarFlags: sidecarFlags(String(values['sidecar-flags'] ?? '')),
-      imagePullPolicy: pullPolicy(String(values['sidecar-image-pull-policy'] ?? '')),
-      caBundle: caBundleSource(String(values['sidecar-ca-configmap'] ?? '')),
-    },
+    defaults,
     logLevel,
     logFormat: logFormatFrom(values),
   };

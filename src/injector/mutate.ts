@@ -197,6 +197,23 @@ export function checkSidecarFlags(text: string): void {
   extraEnvFromFlags(text, SIDECAR_FLAGS_FLAG, 'platform');
 }
 
+/**
+ * Throws what an admission would answer for a Pod that asks for certshare and sets nothing else (a domain,
+ * the socket volume, all the time it wants to stop): a default that cannot work (an out-dir over the CA
+ * bundle's directory, say) is the platform's, and would refuse every such Pod.
+ */
+export function checkInjectionDefaults(defaults: InjectionDefaults): void {
+  const probe: V1Pod = {
+    metadata: { name: 'probe-0', annotations: { [ANNOTATION.inject]: 'true', [ANNOTATION.domains]: 'probe.example.com' } },
+    spec: {
+      containers: [{ name: 'proxy', image: 'proxy' }],
+      volumes: [{ name: defaults.socketVolume, emptyDir: {} }],
+      terminationGracePeriodSeconds: 86_400,
+    },
+  };
+  injectionFor(probe, defaults);
+}
+
 /** Placeholders for the downward-API variables, to check a sidecar's settings as it will start with them. */
 const DOWNWARD_EXAMPLE: Record<string, string> = { 'metadata.name': 'pod-0', 'metadata.namespace': 'default', 'status.podIPs': '10.0.0.1' };
 

@@ -476,6 +476,25 @@ describe("the platform's CA bundle for the sidecar (--sidecar-ca-configmap): a p
     }
   });
 
+  it('refuses at start injector defaults that would refuse every Pod: an out-dir over the bundle, or over the socket', () => {
+    const start = (args: string[]) => injectorConfigFrom(parseFlags(INJECTOR_FLAGS, args, {}), {});
+    const cases: [string[], RegExp][] = [
+      [['--sidecar-ca-configmap', 'acme-ca', '--default-out-dir', '/etc/certshare'], /"\/etc\/certshare" overlaps \/etc\/certshare\/ca/],
+      [['--default-out-dir', '/var/run/tailscale'], /"\/var\/run\/tailscale" overlaps \/var\/run\/tailscale/],
+      [['--default-out-dir', 'certs'], /"certs" is not an absolute path/],
+    ];
+    for (const [args, message] of cases) {
+      assert.throws(
+        () => start(args),
+        { code: 'CERTSHARE_BAD_FLAG', message: /^the injector's defaults \(--default-\*, --sidecar-\*\) would refuse every Pod/ },
+        args.join(' '),
+      );
+      assert.throws(() => start(args), { message }, args.join(' '));
+    }
+    // What a Pod may still change is not held against the defaults: a drain only a Pod's own grace period allows.
+    assert.equal(start(['--sidecar-flags=--drain-delay=45s', '--sidecar-ca-configmap', 'acme-ca']).defaults.outDir, '/certs');
+  });
+
   it('stops `certshare injector` at start on a bad value: exit 2, the reason on stderr, before any connection', async () => {
     const main = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
     // No kubeconfig at all: a start that got past the flags would fail on the credentials instead (exit 1).
