@@ -8,6 +8,7 @@ import { podAddressesFromEnv } from '../core/pod-addresses.ts';
 import { parseHostPort } from '../core/listen-address.ts';
 import { isHttpUrl } from '../core/http-url.ts';
 import { MAX_STARTUP_GRACE_MS } from '../core/startup-grace.ts';
+import { isObjectName } from '../core/kube-names.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
 import { LETS_ENCRYPT_DIRECTORY } from '../acme/renewal-info-client.ts';
 import { duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
@@ -324,13 +325,10 @@ function acmeDirectory(text: string): string | undefined {
   return value === 'none' ? undefined : value;
 }
 
-/** A Kubernetes object name (DNS subdomain). */
-const OBJECT_NAME = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-
 /** A listener's TLS source, `dir:PATH` or `secret:NAME` (--tls; the injector's --metrics-tls). */
 export function tlsChoice(text: string | undefined, flag = 'tls'): TlsChoice | undefined {
   if (text === undefined || text === '') return undefined;
   if (text.startsWith('dir:') && text.length > 4) return { kind: 'dir', path: text.slice(4) };
-  if (text.startsWith('secret:') && OBJECT_NAME.test(text.slice(7)) && text.length <= 7 + 253) return { kind: 'secret', name: text.slice(7) };
+  if (text.startsWith('secret:') && isObjectName(text.slice(7))) return { kind: 'secret', name: text.slice(7) };
   throw badFlag(`--${flag} must be dir:PATH or secret:NAME (a Secret name), got "${text}"`);
 }

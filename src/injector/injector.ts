@@ -8,6 +8,7 @@ import { emptyRotationState, rotationPolicyProblem, type RotationPolicy } from '
 import { systemClock, type Clock } from '../core/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
+import { isConfigMapKey, isObjectName } from '../core/kube-names.ts';
 import { connectKube } from '../kube/connection.ts';
 import { LeaseElector } from '../kube/lease-elector.ts';
 import { makeApi } from '../kube/https-transport.ts';
@@ -20,9 +21,9 @@ import type { ServingPair } from '../tls/serving-pair.ts';
 import { pairSource } from '../tls/pair-source.ts';
 import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './metrics.ts';
-import { DEFAULT_READINESS_GATE, admissionReviewResponse, checkSidecarFlags, type InjectionDefaults } from './mutate.ts';
+import { DEFAULT_READINESS_GATE, admissionReviewResponse, checkInjectionDefaults, checkSidecarFlags, type InjectionDefaults } from './mutate.ts';
 import { serviceDnsNames, type LeafNames } from './pki.ts';
-import { DEFAULT_IMAGE } from './sidecar.ts';
+import { DEFAULT_IMAGE, type CaBundleSource } from './sidecar.ts';
 import { parseTarget, type Target } from './targets.ts';
 import { startTlsServer, type TlsServer } from './tls-server.ts';
 
@@ -99,6 +100,15 @@ export const INJECTOR_FLAGS: FlagSpec[] = [
       "The platform's `certshare run` flags for every injected sidecar (issuance budget and concurrency, lease, retry policy, reload command, ...): " +
       "a Pod's certshare.io/flags may set only its drain delay, shutdown timeout, readiness lead, routing checks and log level.",
   },
+  {
+    name: 'sidecar-ca-configmap',
+    placeholder: 'NAME[:KEY]',
+    default: '',
+    help:
+      "A ConfigMap of each injected Pod's namespace whose KEY (default ca.crt) holds PEM CA certificates the sidecar trusts " +
+      "besides the system's (NODE_EXTRA_CA_CERTS): a private ACME CA's, whose directory --sidecar-flags names with --acme-directory. " +
+      'Mounted into the certshare container only; a Pod whose namespace lacks it does not start (a FailedMount event names it).',
+  },
   { name: 'default-mode', placeholder: 'rw|ro|auto', default: 'auto', help: 'Mode of injected sidecars without certshare.io/mode.' },
   { name: 'default-out-dir', placeholder: 'DIR', default: '/certs', help: 'Certificate directory of injected sidecars without certshare.io/out-dir.' },
   {
@@ -148,6 +158,9 @@ export interface InjectorConfig {
   logFormat: LogFormat;
 }
 
+/** The key of --sidecar-ca-configmap without one: kube-root-ca.crt's and cert-manager's name for a CA. */
+const DEFAULT_CA_KEY = 'ca.crt';
+
 const IP = /^(\d{1,3}(\.\d{1,3}){3}|[0-9a-f:]*:[0-9a-f:.]*)$/i;
 
 function listenAddress(values: FlagValues, name: string): { host: string; port: number } {
@@ -183,6 +196,24 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
   if (resyncMs <= 0 || kubeTimeoutMs <= 0) throw new CertshareError('CERTSHARE_BAD_FLAG', '--resync and --kube-timeout must be positive');
   const leaseDurationMs = duration(values, 'lease-duration');
   if (leaseDurationMs < 1000) throw new CertshareError('CERTSHARE_BAD_FLAG', '--lease-duration must be at least 1s (the Lease counts whole seconds)');
+  const defaults: InjectionDefaults = {
+    image: String(values['sidecar-image']),
+    mode: mode as ShareMode,
+    outDir: String(values['default-out-dir']),
+    readinessGate: gate === 'none' ? undefined : gate,
+    socketVolume: String(values['default-socket-volume']),
+    sidecarFlags: sidecarFlags(String(values['sidecar-flags'] ?? '')),
+    imagePullPolicy: pullPolicy(String(values['sidecar-image-pull-policy'] ?? '')),
+    caBundle: caBundleSource(String(values['sidecar-ca-configmap'] ?? '')),
+  };
+  try {
+    checkInjectionDefaults(defaults);
+  } catch (err) {
+    throw new CertshareError(
+      'CERTSHARE_BAD_FLAG',
+      `the injector's defaults (--default-*, --sidecar-*) would refuse every Pod that asks for certshare: ${errorMessage(err)}`,
+    );
+  }
   return {
     listen,
     metricsListen,
@@ -201,15 +232,7 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
     resyncMs,
     kubeTimeoutMs,
     drainDelayMs: duration(values, 'drain-delay'),
-    defaults: {
-      image: String(values['sidecar-image']),
-      mode: mode as ShareMode,
-      outDir: String(values['default-out-dir']),
-      readinessGate: gate === 'none' ? undefined : gate,
-      socketVolume: String(values['default-socket-volume']),
-      sidecarFlags: sidecarFlags(String(values['sidecar-flags'] ?? '')),
-      imagePullPolicy: pullPolicy(String(values['sidecar-image-pull-policy'] ?? '')),
-    },
+    defaults,
     logLevel,
     logFormat: logFormatFrom(values),
   };
@@ -221,6 +244,23 @@ function pullPolicy(text: string): string | undefined {
     throw new CertshareError('CERTSHARE_BAD_FLAG', `--sidecar-image-pull-policy must be Always, IfNotPresent or Never, got "${text}"`);
   }
   return text;
+}
+
+/** --sidecar-ca-configmap NAME[:KEY]: checked at start, as the apiserver would check the volume's names. */
+function caBundleSource(text: string): CaBundleSource | undefined {
+  if (text === '') return undefined;
+  const [configMap = '', key = DEFAULT_CA_KEY, ...rest] = text.split(':');
+  if (!isObjectName(configMap) || rest.length > 0)
+    throw new CertshareError(
+      'CERTSHARE_BAD_FLAG',
+      `--sidecar-ca-configmap must be NAME or NAME:KEY with NAME a ConfigMap name (lower-case letters, digits, '-' and '.'), got "${text}"`,
+    );
+  if (!isConfigMapKey(key))
+    throw new CertshareError(
+      'CERTSHARE_BAD_FLAG',
+      `--sidecar-ca-configmap: "${key}" is not a ConfigMap key (letters, digits, '-', '_' and '.', not starting with "..")`,
+    );
+  return { configMap, key };
 }
 
 /** --sidecar-flags, checked at start: a broken platform setting would otherwise refuse every Pod. */

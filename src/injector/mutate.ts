@@ -8,7 +8,7 @@ import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../config/run-optio
 import { normalizeDomain } from '../core/domain.ts';
 import { parseDuration } from '../core/duration.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { SIDECAR_NAME, certshareContainer, serviceAccountTokenVolume, type SidecarSettings } from './sidecar.ts';
+import { SIDECAR_NAME, caBundleVolume, certshareContainer, serviceAccountTokenVolume, type CaBundleSource, type SidecarSettings } from './sidecar.ts';
 
 export const ANNOTATION = {
   inject: 'certshare.io/inject',
@@ -81,11 +81,18 @@ export interface InjectionDefaults {
   socketVolume: string;
   /** The platform's `certshare run` flags for every sidecar (--sidecar-flags), `--name=value` separated by white space. */
   sidecarFlags?: string;
+  /**
+   * CA certificates every sidecar trusts besides the system's (--sidecar-ca-configmap), or undefined. The
+   * platform's alone, like --sidecar-flags: no annotation names or overrides it (a Pod that chose what its
+   * writer trusts could answer its ARI checks).
+   */
+  caBundle?: CaBundleSource | undefined;
 }
 
 export const DEFAULT_READINESS_GATE = 'certshare.io/certificates';
 const CERTS_VOLUME = 'certshare-certs';
 const TOKEN_VOLUME = 'certshare-token';
+const CA_VOLUME = 'certshare-ca';
 /** The ServiceAccount admission plugin's per-Pod token volume. */
 const AUTO_TOKEN_VOLUME = /^kube-api-access-/;
 
@@ -104,6 +111,11 @@ function bad(annotation: string, message: string): CertshareError {
 // A condition type is a qualified name, like a label key: an optional DNS subdomain prefix and a name.
 const QUALIFIED_NAME = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$/;
 const ABSOLUTE_PATH = /^\/[^\0,\n]*$/;
+
+/** `path` is `dir` or lies below it. */
+function isAtOrBelow(path: string, dir: string): boolean {
+  return `${path.replace(/\/+$/, '')}/`.startsWith(`${dir.replace(/\/+$/, '')}/`);
+}
 
 /** The sidecar's settings from the Pod's annotations over the defaults; CERTSHARE_BAD_ANNOTATION on a bad value. */
 export function settingsFromAnnotations(
@@ -185,6 +197,23 @@ export function checkSidecarFlags(text: string): void {
   extraEnvFromFlags(text, SIDECAR_FLAGS_FLAG, 'platform');
 }
 
+/**
+ * Throws what an admission would answer for a Pod that asks for certshare and sets nothing else (a domain,
+ * the socket volume, all the time it wants to stop): a default that cannot work (an out-dir over the CA
+ * bundle's directory, say) is the platform's, and would refuse every such Pod.
+ */
+export function checkInjectionDefaults(defaults: InjectionDefaults): void {
+  const probe: V1Pod = {
+    metadata: { name: 'probe-0', annotations: { [ANNOTATION.inject]: 'true', [ANNOTATION.domains]: 'probe.example.com' } },
+    spec: {
+      containers: [{ name: 'proxy', image: 'proxy' }],
+      volumes: [{ name: defaults.socketVolume, emptyDir: {} }],
+      terminationGracePeriodSeconds: 86_400,
+    },
+  };
+  injectionFor(probe, defaults);
+}
+
 /** Placeholders for the downward-API variables, to check a sidecar's settings as it will start with them. */
 const DOWNWARD_EXAMPLE: Record<string, string> = { 'metadata.name': 'pod-0', 'metadata.namespace': 'default', 'status.podIPs': '10.0.0.1' };
 
@@ -253,8 +282,16 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   const withoutAutoMounts = (c: V1Container): V1Container =>
     dropAutoToken && c.volumeMounts ? { ...c, volumeMounts: c.volumeMounts.filter((m) => !AUTO_TOKEN_VOLUME.test(m.name)) } : c;
   addedVolumes.push(serviceAccountTokenVolume(TOKEN_VOLUME));
+  // Mounted into certshare's container only, like the token: no other container trusts more than before.
+  if (defaults.caBundle) addedVolumes.push(caBundleVolume(CA_VOLUME, defaults.caBundle));
 
-  const sidecar = certshareContainer({ ...settings, certsVolume, tokenVolume: TOKEN_VOLUME });
+  const sidecar = certshareContainer({ ...settings, certsVolume, tokenVolume: TOKEN_VOLUME, caVolume: defaults.caBundle ? CA_VOLUME : undefined });
+  // The out-dir is certshare's to write: not one of the directories its container mounts for itself, nor
+  // above or below one (the apiserver would refuse the same path twice with a less helpful message).
+  const outDirMount = sidecar.volumeMounts?.find((m) => m.mountPath === settings.outDir && m.name === certsVolume);
+  const ownMounts = (sidecar.volumeMounts ?? []).filter((m) => m !== outDirMount);
+  const overlapping = ownMounts.find((m) => isAtOrBelow(m.mountPath, settings.outDir) || isAtOrBelow(settings.outDir, m.mountPath));
+  if (overlapping) throw bad(ANNOTATION.outDir, `"${settings.outDir}" overlaps ${overlapping.mountPath}, which certshare's container mounts for itself`);
   const { drainDelayMs } = checkSidecarEnv(sidecar);
   // The kubelet kills what is still running when the grace period ends: a drain as long would end in SIGKILL.
   const graceSeconds = spec.terminationGracePeriodSeconds ?? 30;

@@ -12,6 +12,9 @@ export const HEALTH_PORT = 9002;
 export const SOCKET_DIR = '/var/run/tailscale';
 /** Where client libraries (client-node's loadFromCluster included) look for the ServiceAccount token. */
 export const TOKEN_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
+/** Where the platform's CA bundle (the injector's --sidecar-ca-configmap) is mounted, and its one file. */
+export const CA_DIR = '/etc/certshare/ca';
+export const CA_FILE = `${CA_DIR}/ca.crt`;
 
 export interface SidecarSettings {
   image: string;
@@ -28,6 +31,8 @@ export interface SidecarSettings {
   certsVolume: string;
   /** A volume with certshare's own ServiceAccount token, when the Pod does not mount one everywhere. */
   tokenVolume?: string | undefined;
+  /** A volume holding CA_FILE, certificates the sidecar trusts besides the system's (a private ACME CA's). */
+  caVolume?: string | undefined;
   /** Further CERTSHARE_* settings (routing check, drain delay...), after the ones above. */
   extraEnv?: { name: string; value: string }[];
 }
@@ -65,6 +70,9 @@ export function certshareContainer(s: SidecarSettings): V1Container {
       ...(s.readinessGate ? [{ name: 'CERTSHARE_READINESS_GATE', value: s.readinessGate }] : []),
       { name: 'CERTSHARE_LOCALAPI', value: `${SOCKET_DIR}/tailscaled.sock` },
       { name: 'CERTSHARE_LISTEN', value: `[::]:${HEALTH_PORT}` },
+      // Read by Node once, at start, for every TLS connection it verifies against the system's CAs (the
+      // ACME directory and renewalInfo, an https routing check); a missing file would only be warned about.
+      ...(s.caVolume ? [{ name: 'NODE_EXTRA_CA_CERTS', value: CA_FILE }] : []),
       ...(s.extraEnv ?? []),
     ],
     ports: [{ name: 'certshare', containerPort: HEALTH_PORT }],
@@ -79,6 +87,7 @@ export function certshareContainer(s: SidecarSettings): V1Container {
       { name: s.certsVolume, mountPath: s.outDir },
       { name: s.socketVolume, mountPath: SOCKET_DIR },
       ...(s.tokenVolume ? [{ name: s.tokenVolume, mountPath: TOKEN_DIR, readOnly: true }] : []),
+      ...(s.caVolume ? [{ name: s.caVolume, mountPath: CA_DIR, readOnly: true }] : []),
     ],
   };
 }
@@ -101,4 +110,21 @@ export function serviceAccountTokenVolume(name: string): V1Volume {
       ],
     },
   };
+}
+
+/** A ConfigMap key holding PEM certificates: the injector's --sidecar-ca-configmap. */
+export interface CaBundleSource {
+  configMap: string;
+  key: string;
+}
+
+/**
+ * The CA bundle's one key as CA_FILE. A ConfigMap of the Pod's own namespace (a volume can name no other:
+ * trust-manager or the platform puts one in each opted-in namespace, as kube-controller-manager does
+ * kube-root-ca.crt), not a Secret: CA certificates are public. Not optional: a missing ConfigMap or key
+ * keeps the Pod from starting with a FailedMount event naming it, where an optional volume would start
+ * certshare trusting nothing more, its every ARI check failing.
+ */
+export function caBundleVolume(name: string, source: CaBundleSource): V1Volume {
+  return { name, configMap: { name: source.configMap, items: [{ key: source.key, path: CA_FILE.slice(CA_DIR.length + 1) }], optional: false } };
 }

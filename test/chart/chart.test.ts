@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { load } from 'js-yaml';
 import { parseFlags } from '../../src/flags/flags.ts';
-import { INJECTOR_FLAGS } from '../../src/injector/injector.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/injector.ts';
 import { DEFAULT_IMAGE } from '../../src/injector/sidecar.ts';
 import { applied, CHART, helm, kustomize, MANIFESTS, REPO, renderChart, type KubeObject } from './helm.ts';
 
@@ -36,7 +36,12 @@ const EVERY_OPTION: Record<string, unknown> = {
   priorityClass: { create: false, name: 'system-cluster-critical' },
   nodeSelector: { 'kubernetes.io/os': 'linux' },
   tolerations: [{ key: 'dedicated', operator: 'Equal', value: 'platform', effect: 'NoSchedule' }],
-  sidecar: { image: 'registry.example/certshare-sidecar:0.2.0', imagePullPolicy: 'Always', flags: '--issuance-budget=20/168h --acme-directory=none' },
+  sidecar: {
+    image: 'registry.example/certshare-sidecar:0.2.0',
+    imagePullPolicy: 'Always',
+    flags: '--issuance-budget=20/168h --acme-directory=https://acme.example.internal/directory',
+    caConfigMap: 'acme-ca:root.pem',
+  },
   injectorFlags: { 'log-level': 'debug', 'leaf-lifetime': '480h' },
   commonLabels: { release: 'prometheus' },
   monitoring: { enabled: true },
@@ -64,6 +69,7 @@ const WIRED_FLAGS = [
   'sidecar-image', // sidecar.image
   'sidecar-image-pull-policy', // sidecar.imagePullPolicy
   'sidecar-flags', // sidecar.flags
+  'sidecar-ca-configmap', // sidecar.caConfigMap
 ];
 
 describe('charts/certshare', () => {
@@ -127,7 +133,10 @@ describe('charts/certshare', () => {
     const flags = parseFlags(INJECTOR_FLAGS, [], env);
     assert.equal(flags['sidecar-image'], 'registry.example/certshare-sidecar:0.2.0');
     assert.equal(flags['sidecar-image-pull-policy'], 'Always');
-    assert.equal(flags['sidecar-flags'], '--issuance-budget=20/168h --acme-directory=none');
+    assert.equal(flags['sidecar-flags'], '--issuance-budget=20/168h --acme-directory=https://acme.example.internal/directory');
+    assert.equal(flags['sidecar-ca-configmap'], 'acme-ca:root.pem');
+    // As the injector reads them when it starts: every value it would refuse, the schema refuses first.
+    assert.deepEqual(injectorConfigFrom(flags, {}).defaults.caBundle, { configMap: 'acme-ca', key: 'root.pem' });
     assert.equal(flags['log-level'], 'debug');
     assert.equal(flags['leaf-lifetime'], '480h');
     for (const o of objects) assert.equal(o.metadata.labels?.release, 'prometheus', `${o.kind} ${o.metadata.name} carries commonLabels`);
@@ -157,6 +166,22 @@ describe('charts/certshare', () => {
       const r = await helm(['template', 'certshare', CHART, ...sets]);
       assert.notEqual(r.code, 0, `${JSON.stringify(values)} is refused`);
       assert.match(r.stderr, message, JSON.stringify(values));
+    }
+  });
+
+  it('sidecar.caConfigMap: the schema refuses what the injector would refuse when it starts (failing the opted-in Pods), passes the rest', async () => {
+    const caBundle = (value: string) => injectorConfigFrom(parseFlags(INJECTOR_FLAGS, [], { CERTSHARE_SIDECAR_CA_CONFIGMAP: value }), {}).defaults.caBundle;
+    for (const value of ['Acme-CA', 'acme_ca', '-acme', 'acme:', 'acme:../root.pem', 'acme:..root', 'acme:.', 'acme:a/b', 'acme:a:b']) {
+      assert.throws(() => caBundle(value), { code: 'CERTSHARE_BAD_FLAG' }, value);
+      const r = await helm(['template', 'certshare', CHART, '--set-json', `sidecar.caConfigMap=${JSON.stringify(value)}`]);
+      assert.notEqual(r.code, 0, `${value} is refused`);
+      assert.match(r.stderr, /\/sidecar\/caConfigMap'/, value);
+    }
+    for (const value of ['acme-ca', 'trust.example.com:bundle.pem', 'acme-ca:.root.pem', 'acme-ca:Root_CA-2.crt']) {
+      const env = podSpec(await renderChart({ 'sidecar.caConfigMap': value })).containers[0]!.env;
+      const set = env.find((e) => e.name === 'CERTSHARE_SIDECAR_CA_CONFIGMAP')?.value;
+      assert.equal(set, value);
+      assert.ok(caBundle(set), value);
     }
   });
 

@@ -29,11 +29,12 @@ export async function examplePod(name: string): Promise<V1Pod> {
 }
 
 /**
- * The Pod spec the injector, with its default flags (the Deployment's), makes of a Pod template: what the
- * Pods of a StatefulSet asking for injection run. Tests without the webhook use it for the webhook's part.
+ * The Pod spec the injector, with its default flags (the Deployment's) or `injectorArgs`, makes of a Pod
+ * template: what the Pods of a StatefulSet asking for injection run. Tests without the webhook use it for
+ * the webhook's part.
  */
-export function injectTemplate(template: { metadata?: { annotations?: Record<string, string> }; spec: V1PodSpec }): V1PodSpec {
-  const { defaults } = injectorConfigFrom(parseFlags(INJECTOR_FLAGS, [], {}), {});
+export function injectTemplate(template: { metadata?: { annotations?: Record<string, string> }; spec: V1PodSpec }, injectorArgs: string[] = []): V1PodSpec {
+  const { defaults } = injectorConfigFrom(parseFlags(INJECTOR_FLAGS, injectorArgs, {}), {});
   const injection = injectionFor({ metadata: template.metadata ?? {}, spec: template.spec }, defaults);
   if (injection.kind !== 'inject') throw new Error(`the template is not injected: ${injection.reason}`);
   return injection.pod.spec!;

@@ -2,8 +2,20 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
-import { ANNOTATION, DEFAULT_READINESS_GATE, admissionReviewResponse, injectionFor, type InjectionDefaults } from '../../src/injector/mutate.ts';
-import { SIDECAR_NAME, SIDECAR_SECURITY_CONTEXT, TOKEN_DIR } from '../../src/injector/sidecar.ts';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import { parseFlags } from '../../src/flags/flags.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/injector.ts';
+import {
+  ANNOTATION,
+  DEFAULT_READINESS_GATE,
+  admissionReviewResponse,
+  checkSidecarFlags,
+  injectionFor,
+  type InjectionDefaults,
+} from '../../src/injector/mutate.ts';
+import { CA_DIR, CA_FILE, SIDECAR_NAME, SIDECAR_SECURITY_CONTEXT, TOKEN_DIR } from '../../src/injector/sidecar.ts';
 import { applyJsonPatch } from './json-patch.ts';
 
 const defaults: InjectionDefaults = {
@@ -46,8 +58,8 @@ interface ReviewAnswer {
 }
 
 /** Runs the webhook on a Pod and applies its patch, as the apiserver would. */
-function admit(p: V1Pod): { answer: ReviewAnswer; stored: V1Pod } {
-  const answer = admissionReviewResponse(review(p), defaults) as ReviewAnswer;
+function admit(p: V1Pod, injectorDefaults: InjectionDefaults = defaults): { answer: ReviewAnswer; stored: V1Pod } {
+  const answer = admissionReviewResponse(review(p), injectorDefaults) as ReviewAnswer;
   const patch = answer.response.patch ? JSON.parse(Buffer.from(answer.response.patch, 'base64').toString()) : [];
   return { answer, stored: applyJsonPatch(p, patch) as V1Pod };
 }
@@ -339,5 +351,163 @@ describe('the injected sidecar and the daemon', () => {
     );
     // certshare.io/flags: in the order written, a repeated flag as its comma-separated variable.
     assert.deepEqual([config.routingChecks, config.drainDelayMs], [['http://a/healthz', 'http://b/healthz'], 2000]);
+  });
+});
+
+describe("the platform's CA bundle for the sidecar (--sidecar-ca-configmap): a private ACME CA", () => {
+  const withCa: InjectionDefaults = { ...defaults, caBundle: { configMap: 'acme-ca', key: 'root.pem' } };
+  const CA_VOLUME = 'certshare-ca';
+  const configMapVolumes = (p: V1Pod) => (p.spec!.volumes ?? []).filter((v) => v.configMap);
+  /** A Pod with an init container of its own besides the proxies: none of them may see the bundle. */
+  const withInit = (annotations: Record<string, string>) =>
+    pod(annotations, { initContainers: [{ name: 'setup', image: 'busybox', volumeMounts: [{ name: 'tailscale-socket', mountPath: '/run' }] }] });
+
+  it("mounts its one key read-only into certshare's container only, the file NODE_EXTRA_CA_CERTS names", () => {
+    const { answer, stored } = admit(withInit(asked()), withCa);
+    assert.equal(answer.response.allowed, true);
+    assert.deepEqual(configMapVolumes(stored), [
+      { name: CA_VOLUME, configMap: { name: 'acme-ca', items: [{ key: 'root.pem', path: 'ca.crt' }], optional: false } },
+    ]);
+    assert.equal(`${CA_DIR}/${configMapVolumes(stored)[0]!.configMap!.items![0]!.path}`, CA_FILE, 'the file the variable names is the projected key');
+    const sidecar = sidecarOf(stored)!;
+    assert.deepEqual(
+      sidecar.volumeMounts!.find((m) => m.name === CA_VOLUME),
+      { name: CA_VOLUME, mountPath: CA_DIR, readOnly: true },
+    );
+    assert.equal(envOf(stored).NODE_EXTRA_CA_CERTS, CA_FILE);
+    const others = [...stored.spec!.containers, ...stored.spec!.initContainers!.filter((c) => c.name !== SIDECAR_NAME)];
+    assert.deepEqual(
+      others.map((c) => c.name),
+      ['proxy', 'tailscale', 'setup'],
+    );
+    for (const c of others) {
+      assert.ok(!c.volumeMounts?.some((m) => m.name === CA_VOLUME), `${c.name} does not mount the bundle`);
+      assert.ok(!c.env?.some((e) => e.name === 'NODE_EXTRA_CA_CERTS'), `${c.name} is not told of it`);
+    }
+    // The rest of the sidecar is what it is without the bundle.
+    const plain = admit(withInit(asked())).stored;
+    assert.deepEqual(configMapVolumes(plain), []);
+    assert.equal(envOf(plain).NODE_EXTRA_CA_CERTS, undefined);
+    assert.deepEqual(
+      {
+        ...sidecar,
+        env: sidecar.env!.filter((e) => e.name !== 'NODE_EXTRA_CA_CERTS'),
+        volumeMounts: sidecar.volumeMounts!.filter((m) => m.name !== CA_VOLUME),
+      },
+      sidecarOf(plain),
+    );
+  });
+
+  it("is the platform's alone: no annotation or flag of a Pod names, changes or drops it", () => {
+    for (const flag of ['--sidecar-ca-configmap=mine', '--node-extra-ca-certs=/var/run/tailscale/ca.pem', '--ca-configmap=mine']) {
+      const { answer } = admit(pod(asked({ [ANNOTATION.flags]: flag })), withCa);
+      assert.equal(answer.response.allowed, false, flag);
+      assert.match(answer.response.status!.message, /is not a flag of "certshare run"/, flag);
+      // Nor through the platform's own --sidecar-flags: the injector flag is the one way in.
+      assert.throws(() => checkSidecarFlags(flag), /is not a flag of "certshare run"/);
+    }
+    // Annotations the injector does not know change nothing.
+    const guesses = { 'certshare.io/sidecar-ca-configmap': 'mine', 'certshare.io/ca-configmap': 'mine', 'certshare.io/node-extra-ca-certs': '/x' };
+    assert.deepEqual(configMapVolumes(admit(pod(asked(guesses))).stored), []);
+    assert.deepEqual(
+      configMapVolumes(admit(pod(asked(guesses)), withCa).stored).map((v) => v.configMap),
+      [{ name: 'acme-ca', items: [{ key: 'root.pem', path: 'ca.crt' }], optional: false }],
+    );
+    // Whatever a Pod's annotations say, an injected sidecar trusts exactly what the platform set: the
+    // platform's bundle or none, and it is the one ConfigMap volume the injector adds.
+    const token = fc.constantFrom('--sidecar-ca-configmap=mine', '--log-level=debug', '--drain-delay=1s', '--acme-directory=https://evil.example/dir');
+    const annotations = fc.record(
+      {
+        [ANNOTATION.flags]: fc.array(token, { maxLength: 3 }).map((t) => t.join(' ')),
+        [ANNOTATION.outDir]: fc.constantFrom('/certs', '/tls', CA_DIR, '/etc/certshare'),
+        'certshare.io/sidecar-ca-configmap': fc.constantFrom('mine', 'acme-ca:other'),
+      },
+      { requiredKeys: [] },
+    );
+    fc.assert(
+      fc.property(annotations, fc.boolean(), (more, platform) => {
+        const { answer, stored } = admit(pod(asked(more)), platform ? withCa : defaults);
+        if (!answer.response.allowed) return;
+        assert.equal(envOf(stored).NODE_EXTRA_CA_CERTS, platform ? CA_FILE : undefined);
+        assert.deepEqual(
+          configMapVolumes(stored).map((v) => v.configMap!.name),
+          platform ? ['acme-ca'] : [],
+        );
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it("refuses an out-dir on, above or below a directory certshare's container mounts for itself", () => {
+    for (const outDir of [CA_DIR, `${CA_DIR}/`, '/etc/certshare', `${CA_DIR}/certs`, '/etc', '/', '/var/run/tailscale', '/var/run', TOKEN_DIR]) {
+      const { answer } = admit(pod(asked({ [ANNOTATION.outDir]: outDir })), withCa);
+      assert.equal(answer.response.allowed, false, outDir);
+      assert.match(answer.response.status!.message, /certshare\.io\/out-dir: ".*" overlaps \/\S+, which certshare's container mounts for itself/, outDir);
+    }
+    for (const outDir of ['/certs', '/etc/certshare-certs', '/etc/tls', '/var/run/certs'])
+      assert.equal(admit(pod(asked({ [ANNOTATION.outDir]: outDir })), withCa).answer.response.allowed, true, outDir);
+    // Without the bundle its directory is free.
+    assert.equal(admit(pod(asked({ [ANNOTATION.outDir]: CA_DIR }))).answer.response.allowed, true);
+  });
+
+  it('reads NAME[:KEY] when the injector starts (key ca.crt by default), from the flag or its variable', () => {
+    const read = (args: string[], env: NodeJS.ProcessEnv = {}) => injectorConfigFrom(parseFlags(INJECTOR_FLAGS, args, env), {}).defaults.caBundle;
+    assert.equal(read([]), undefined);
+    assert.deepEqual(read(['--sidecar-ca-configmap', 'acme-ca']), { configMap: 'acme-ca', key: 'ca.crt' });
+    assert.deepEqual(read(['--sidecar-ca-configmap', 'trust.example.com:bundle.pem']), { configMap: 'trust.example.com', key: 'bundle.pem' });
+    assert.deepEqual(read([], { CERTSHARE_SIDECAR_CA_CONFIGMAP: 'acme-ca:Root_CA-2.crt' }), { configMap: 'acme-ca', key: 'Root_CA-2.crt' });
+    const refused: [string, RegExp][] = [
+      ['Acme', /must be NAME or NAME:KEY with NAME a ConfigMap name .*got "Acme"/],
+      ['acme_ca', /got "acme_ca"/],
+      ['-acme', /got "-acme"/],
+      ['acme.', /got "acme\."/],
+      [':ca.crt', /got ":ca\.crt"/],
+      ['a'.repeat(254), /must be NAME or NAME:KEY/],
+      ['acme:ca.crt:x', /got "acme:ca\.crt:x"/],
+      ['acme:', /"" is not a ConfigMap key/],
+      ['acme:../ca.crt', /"\.\.\/ca\.crt" is not a ConfigMap key/],
+      ['acme:certs/ca.crt', /is not a ConfigMap key/],
+      ['acme:..ca', /is not a ConfigMap key/],
+      ['acme:.', /is not a ConfigMap key/],
+      [`acme:${'k'.repeat(254)}`, /is not a ConfigMap key/],
+    ];
+    for (const [value, message] of refused) {
+      assert.throws(() => read([`--sidecar-ca-configmap=${value}`]), { code: 'CERTSHARE_BAD_FLAG', message }, value);
+    }
+  });
+
+  it('refuses at start injector defaults that would refuse every Pod: an out-dir over the bundle, or over the socket', () => {
+    const start = (args: string[]) => injectorConfigFrom(parseFlags(INJECTOR_FLAGS, args, {}), {});
+    const cases: [string[], RegExp][] = [
+      [['--sidecar-ca-configmap', 'acme-ca', '--default-out-dir', '/etc/certshare'], /"\/etc\/certshare" overlaps \/etc\/certshare\/ca/],
+      [['--default-out-dir', '/var/run/tailscale'], /"\/var\/run\/tailscale" overlaps \/var\/run\/tailscale/],
+      [['--default-out-dir', 'certs'], /"certs" is not an absolute path/],
+    ];
+    for (const [args, message] of cases) {
+      assert.throws(
+        () => start(args),
+        { code: 'CERTSHARE_BAD_FLAG', message: /^the injector's defaults \(--default-\*, --sidecar-\*\) would refuse every Pod/ },
+        args.join(' '),
+      );
+      assert.throws(() => start(args), { message }, args.join(' '));
+    }
+    // What a Pod may still change is not held against the defaults: a drain only a Pod's own grace period allows.
+    assert.equal(start(['--sidecar-flags=--drain-delay=45s', '--sidecar-ca-configmap', 'acme-ca']).defaults.outDir, '/certs');
+  });
+
+  it('stops `certshare injector` at start on a bad value: exit 2, the reason on stderr, before any connection', async () => {
+    const main = fileURLToPath(new URL('../../src/cli/main.ts', import.meta.url));
+    // No kubeconfig at all: a start that got past the flags would fail on the credentials instead (exit 1).
+    const child = spawn(process.execPath, [main, 'injector', '--sidecar-ca-configmap', 'Trust_Bundle'], {
+      env: { PATH: process.env.PATH, HOME: '/nonexistent' },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString();
+    });
+    const [code] = (await once(child, 'exit')) as [number | null];
+    assert.equal(code, 2, stderr);
+    assert.match(stderr, /--sidecar-ca-configmap must be NAME or NAME:KEY .*got "Trust_Bundle" \[CERTSHARE_BAD_FLAG\]/);
   });
 });

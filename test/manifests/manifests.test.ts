@@ -91,7 +91,7 @@ async function yamlDocs(path: string): Promise<K8sObject[]> {
 const exampleStatefulSet = async (): Promise<StatefulSet> =>
   (await yamlDocs(join(EXAMPLE, 'statefulset.yaml'))).find((d) => d.kind === 'StatefulSet') as StatefulSet;
 /** The example's Pods get certshare from the injector (manifests/injector): the template as it injects it. */
-const injected = (sts: StatefulSet): PodSpec => injectTemplate(sts.spec.template as never) as unknown as PodSpec;
+const injected = (sts: StatefulSet, injectorArgs: string[] = []): PodSpec => injectTemplate(sts.spec.template as never, injectorArgs) as unknown as PodSpec;
 const sidecarOf = (spec: PodSpec): Container => {
   const sidecar = spec.initContainers?.find((c) => c.name === 'certshare');
   assert.ok(sidecar, 'certshare init container');
@@ -383,6 +383,36 @@ describe('manifests/example on a real apiserver', () => {
         ['proxy', 'tailscale'],
       );
     });
+  });
+
+  it("admits the example's Pod with the platform's CA bundle (--sidecar-ca-configmap): one key, read-only, in certshare's container only", async () => {
+    const sts = await exampleStatefulSet();
+    const spec = injected(sts, ['--sidecar-ca-configmap', 'acme-ca:root.pem']);
+    // Admission does not look for the ConfigMap (the kubelet does, and holds the Pod in FailedMount while
+    // it is missing): the Pod is stored before it exists.
+    const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'private-ca' }, spec };
+    await must(['create', '-f', '-'], { input: JSON.stringify(pod) });
+    try {
+      const stored = (JSON.parse(await must(['get', 'pod', 'private-ca', '-o', 'json'])) as { spec: PodSpec }).spec;
+      const bundle = stored.volumes?.find((v) => v.name === 'certshare-ca');
+      // The apiserver adds its default mode (0644); the rest is as injected.
+      assert.deepEqual(bundle?.configMap, { name: 'acme-ca', items: [{ key: 'root.pem', path: 'ca.crt' }], optional: false, defaultMode: 0o644 });
+      const sidecar = sidecarOf(stored);
+      assert.deepEqual(
+        sidecar.volumeMounts?.find((m) => m.name === 'certshare-ca'),
+        { name: 'certshare-ca', mountPath: '/etc/certshare/ca', readOnly: true },
+      );
+      assert.equal(sidecar.env?.find((e) => e.name === 'NODE_EXTRA_CA_CERTS')?.value, '/etc/certshare/ca/ca.crt');
+      const mounting = [...(stored.initContainers ?? []), ...stored.containers].filter((c) => c.volumeMounts?.some((m) => m.name === 'certshare-ca'));
+      assert.deepEqual(
+        mounting.map((c) => c.name),
+        ['certshare'],
+        'no other container trusts more',
+      );
+      assertTokenOnlyInCertshare(stored);
+    } finally {
+      await must(['delete', 'pod', 'private-ca', '--wait=false']);
+    }
   });
 
   it('the reader account reads the domain Secret and nothing else, and writes no Secret', async () => {

@@ -9,12 +9,19 @@ import { silentLogger, type Logger } from '../../src/core/logger.ts';
 import { startDaemon, type Daemon } from '../../src/daemon.ts';
 import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/emulator/server.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';
+import type { RealTailscaledOptions } from '../harness/tailscale.ts';
 import { FAST_FLAGS } from './standalone.ts';
 import { onEvent, until } from './wait.ts';
 
 /** The example's domain and group: manifests/example restricts RBAC to these names. */
 export const KUBE_DOMAIN = 'proxy.tailnet-0000.ts.net';
 export const GROUP = 'proxy';
+/** A real tailscaled (useRealTailscaled) whose cert domain is KUBE_DOMAIN: `proxy` in the tailnet `tailnet-0000.ts.net`. */
+export const KUBE_DOMAIN_TAILSCALED: RealTailscaledOptions = {
+  certDomainsAtStart: true,
+  hostname: KUBE_DOMAIN.split('.')[0]!,
+  magicDnsDomain: KUBE_DOMAIN.split('.').slice(1).join('.'),
+};
 /** The example's readiness-gate condition type. */
 export const GATE = 'certshare.io/certificates';
 const EXAMPLE = fileURLToPath(new URL('../../manifests/example', import.meta.url));

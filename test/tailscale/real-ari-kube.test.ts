@@ -30,6 +30,7 @@ import {
   filesWritten,
   heldSerial,
   KUBE_DOMAIN,
+  KUBE_DOMAIN_TAILSCALED,
   replicaArgs,
   replicaKubeconfig,
   secretSatisfies,
@@ -41,7 +42,6 @@ import { useTempDir } from '../support/standalone.ts';
 import { until } from '../support/wait.ts';
 
 const H = 3_600_000;
-const [HOSTNAME, ...SUFFIX] = KUBE_DOMAIN.split('.');
 
 const serialOf = (pem: string): string => new X509Certificate(pem).serialNumber;
 
@@ -57,8 +57,8 @@ function secretSerial(secret: SecretObject | undefined): string | undefined {
 describe('ARI against a real tailscaled and pebble: the writer in kube mode, readers included', { timeout: BUILD_AND_START_TIMEOUT_MS }, () => {
   const cp = useControlPlane();
   const dir = useTempDir();
-  // The example's RBAC names the domain's Secret: tailscaled is `proxy` in the tailnet `tailnet-0000.ts.net`.
-  const realTailscaled = useRealTailscaled({ certDomainsAtStart: true, hostname: HOSTNAME, magicDnsDomain: SUFFIX.join('.') });
+  // The example's RBAC names the domain's Secret.
+  const realTailscaled = useRealTailscaled(KUBE_DOMAIN_TAILSCALED);
   let writer: CertshareProcess | undefined;
   let readers: Replica[] = [];
   let ns = '';
