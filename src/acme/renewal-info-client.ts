@@ -15,6 +15,8 @@ export const LETS_ENCRYPT_DIRECTORY = 'https://acme-v02.api.letsencrypt.org/dire
 export const DEFAULT_ARI_TIMEOUT_MS = 30_000;
 /** Larger than any directory or renewalInfo answer (Let's Encrypt's directory is under 1 KiB). */
 const MAX_BODY_BYTES = 64 * 1024;
+/** Identifies certshare to the CA, as RFC 8555 6.1 asks of ACME clients. */
+const USER_AGENT = 'certshare';
 /** Redirects followed per GET (a CA's directory may move); more is a broken server. */
 const MAX_REDIRECTS = 5;
 
@@ -141,7 +143,8 @@ async function httpGet(url: string, signal: AbortSignal): Promise<IncomingMessag
   for (let redirects = 0; ; redirects++) {
     const { request } = target.protocol === 'https:' ? await import('node:https') : await import('node:http');
     const res = await new Promise<IncomingMessage>((resolve, reject) => {
-      request(target, { method: 'GET', signal, headers: { accept: 'application/json' } }, resolve)
+      // RFC 8555 6.1: an ACME client MUST send a User-Agent (pebble answers 400 without one; fetch sent "node").
+      request(target, { method: 'GET', signal, headers: { accept: 'application/json', 'user-agent': USER_AGENT } }, resolve)
         .on('error', reject)
         .end();
     });

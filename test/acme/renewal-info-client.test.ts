@@ -34,7 +34,9 @@ class FakeCa {
   constructor() {
     this.server = createServer((req, res) => {
       this.paths.push(req.url ?? '');
-      if (req.url === '/directory') this.directory(req, res);
+      // As pebble and Boulder: an ACME client MUST send a User-Agent (RFC 8555 6.1).
+      if (!req.headers['user-agent']) this.json(res, 400, { type: 'urn:ietf:params:acme:error:malformed', detail: 'User-Agent header missing' });
+      else if (req.url === '/directory') this.directory(req, res);
       else if (req.url?.startsWith('/draft-ietf-acme-ari-03/renewalInfo/')) this.renewalInfo(req, res);
       else this.json(res, 404, { type: 'urn:ietf:params:acme:error:malformed' });
     });
