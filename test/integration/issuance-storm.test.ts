@@ -80,8 +80,10 @@ describe('issuance against backdating, skewed and short-lived issuers (standalon
 
   it('a CA clock 2 s ahead (not valid yet on arrival): used from its notBefore, still one per window', async () => {
     const ahead = await observe(dir(), 'ahead', { certLifetimeMs: 5 * S, certBackdateMs: 0, clockSkewMs: 2 * S }, 3);
-    // Each pair is used from its notBefore (2 s after issuance) and renewed 2.5 s later.
-    for (const gap of gaps(ahead)) assert.ok(gap >= 3500, `CA ahead: issuances ${gap} ms apart (gaps ${gaps(ahead).join(', ')})`);
+    // Each pair is used from its notBefore (2 s after issuance) and renewed 2.5 s later: 4.5 s, less up to a
+    // second where the certificate's whole-second notBefore falls (3,451 ms seen in CI), less scheduling.
+    // A storm is gaps of milliseconds.
+    for (const gap of gaps(ahead)) assert.ok(gap >= 3000, `CA ahead: issuances ${gap} ms apart (gaps ${gaps(ahead).join(', ')})`);
     assert.ok(
       ahead.requests <= ahead.issued.length + 1,
       `${ahead.requests} CertPair calls for ${ahead.issued.length} issuances: no call while a pair was not valid yet`,

@@ -154,6 +154,18 @@ export async function replicaKubeconfig(cp: ControlPlane, ns: string, name: stri
   return cp.kubeconfigFor(ns, serviceAccount, pod.status === 200 ? { pod: name } : {});
 }
 
+/** A plain Pod `name` (never scheduled: there is no kubelet) under `serviceAccount`, unless one exists. */
+async function ensurePod(cp: ControlPlane, ns: string, name: string, serviceAccount: string): Promise<void> {
+  const pod = {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name },
+    spec: { serviceAccountName: serviceAccount, containers: [{ name: 'proxy', image: 'nginx' }] },
+  };
+  const res = await cp.adminRequest('POST', `/api/v1/namespaces/${ns}/pods`, { body: pod });
+  if (res.status !== 201 && res.status !== 409) throw new Error(`creating Pod ${ns}/${name}: HTTP ${res.status}: ${res.body.slice(0, 300)}`);
+}
+
 /** `certshare run` flags of a replica of the example group in kube mode, timing scaled down (FAST_FLAGS). */
 export function replicaArgs(localapi: string, outDir: string, mode: 'rw' | 'ro' | 'auto'): string[] {
   return ['--localapi', localapi, '--store', 'kube', '--domain', KUBE_DOMAIN, '--out-dir', outDir, '--group', GROUP, '--mode', mode, ...FAST_FLAGS];
@@ -179,6 +191,9 @@ export async function startReplica(
 ): Promise<Replica> {
   const replicaDir = join(dir, name);
   await mkdir(replicaDir, { recursive: true });
+  // As in a cluster, the replica runs in a Pod of its name and its token is bound to it: the admission
+  // policies admit the readiness condition and Events from the bound Pod's token only.
+  await ensurePod(cp, ns, name, options.serviceAccount ?? 'certshare');
   const kubeconfig = await replicaKubeconfig(cp, ns, name, options.serviceAccount);
   const emulator = await startEmulator({ listen: join(replicaDir, 'tailscaled.sock'), domains: [KUBE_DOMAIN], id: name, ...options.emulator });
   const outDir = join(replicaDir, 'certs');
