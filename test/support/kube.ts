@@ -279,11 +279,15 @@ export async function secretSatisfies(
  * 'allowed', or the apiserver's refusal.
  */
 export async function dryRunWebhookUpdate<T>(cp: ControlPlane, kubeconfig: string, name: string, change: (configuration: T) => void): Promise<string> {
-  const current = JSON.parse(await must(cp.kubectl(['get', 'mutatingwebhookconfiguration', name, '-o', 'json'], { kubeconfig }))) as T;
-  change(current);
   const path = `/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/${name}?dryRun=All`;
-  const r = await cp.kubectl(['replace', '--raw', path, '-f', '-'], { kubeconfig, input: JSON.stringify(current) });
-  return r.code === 0 ? 'allowed' : r.stderr;
+  for (let attempt = 1; ; attempt++) {
+    const current = JSON.parse(await must(cp.kubectl(['get', 'mutatingwebhookconfiguration', name, '-o', 'json'], { kubeconfig }))) as T;
+    change(current);
+    const r = await cp.kubectl(['replace', '--raw', path, '-f', '-'], { kubeconfig, input: JSON.stringify(current) });
+    if (r.code === 0) return 'allowed';
+    // A running injector may write the caBundle between the read and the replace (409): read again.
+    if (!/Conflict|the object has been modified/.test(r.stderr) || attempt === 5) return r.stderr;
+  }
 }
 
 /**
