@@ -11,7 +11,7 @@ import type { Logger } from '../core/logger.ts';
 import { isConfigMapKey, isObjectName } from '../core/kube-names.ts';
 import { connectKube } from '../kube/connection.ts';
 import { LeaseElector } from '../kube/lease-elector.ts';
-import { makeApi } from '../kube/https-transport.ts';
+import { makeApi } from '../kube/transport/https-transport.ts';
 import { parseHostPort } from '../core/listen-address.ts';
 import { duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 import { tlsChoice, type ShareMode } from '../config/run-options.ts';

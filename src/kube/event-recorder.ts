@@ -5,7 +5,7 @@ import { V1MicroTime } from '@kubernetes/client-node/dist/types.js';
 import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';
 import { apiErrorCode, apiErrorText, type KubeConnection } from './connection.ts';
-import { makeApi, withSignal } from './https-transport.ts';
+import { makeApi, withSignal } from './transport/https-transport.ts';
 
 /** The reportingController of every Event certshare records. */
 export const REPORTING_CONTROLLER = 'certshare.io/certshare';

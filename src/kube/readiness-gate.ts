@@ -6,7 +6,7 @@ import { errorMessage } from '../core/errors.ts';
 import type { HealthState, ValidityEnd } from '../core/health.ts';
 import type { Logger } from '../core/logger.ts';
 import { apiErrorCode, apiErrorText, type KubeConnection } from './connection.ts';
-import { withSignal } from './https-transport.ts';
+import { withSignal } from './transport/https-transport.ts';
 import type { RoutingVerdict } from '../server/routing-check.ts';
 
 export interface ReadinessGateOptions {

@@ -4,7 +4,7 @@ import type { V1Secret } from '@kubernetes/client-node/dist/gen/models/V1Secret.
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { LastPair, checkedPair, type PairSource, type PairSourceOptions, type ServingPair } from './serving-pair.ts';
 import { apiErrorText, connectKube, type KubeConnection } from '../kube/connection.ts';
-import { withSignal } from '../kube/https-transport.ts';
+import { withSignal } from '../kube/transport/https-transport.ts';
 import { SecretWatch } from '../kube/secret-watch.ts';
 
 const pairOf = (secret: V1Secret): ServingPair => ({

@@ -11,7 +11,7 @@ import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
 import { systemClock } from '../../src/core/clock.ts';
 import { silentLogger } from '../../src/core/logger.ts';
 import { connectKube, type KubeConnection } from '../../src/kube/connection.ts';
-import { kubeSessionStats, makeApi, setKubeSessionLiveness, watchOnce, withSignal, type WatchEvent } from '../../src/kube/https-transport.ts';
+import { kubeSessionStats, makeApi, setKubeSessionLiveness, watchOnce, withSignal, type WatchEvent } from '../../src/kube/transport/https-transport.ts';
 import { SecretWatch } from '../../src/kube/secret-watch.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
 import { connectKube } from '../../src/kube/connection.ts';
-import { kubeSessionStats, makeApi, refusedRetryWaitMs, watchOnce } from '../../src/kube/https-transport.ts';
+import { kubeSessionStats, makeApi, refusedRetryWaitMs, watchOnce } from '../../src/kube/transport/https-transport.ts';
 import { DAY, makePair } from '../support/certs.ts';
 import { freePort } from '../support/processes.ts';
 import { useTempDir } from '../support/standalone.ts';

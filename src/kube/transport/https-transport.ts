@@ -21,9 +21,9 @@ import { ResponseContext, wrapHttpLibrary, type RequestContext } from '@kubernet
 import { setHeaderMiddleware } from '@kubernetes/client-node/dist/middleware.js';
 import { ServerConfiguration } from '@kubernetes/client-node/dist/gen/servers.js';
 import { of } from '@kubernetes/client-node/dist/gen/rxjsStub.js';
-import { doubling, jitter } from '../core/backoff.ts';
-import { CertshareError } from '../core/errors.ts';
-import { LineSplitter } from '../localapi/line-splitter.ts';
+import { doubling, jitter } from '../../core/backoff.ts';
+import { CertshareError } from '../../core/errors.ts';
+import { LineSplitter } from '../../localapi/line-splitter.ts';
 import {
   abortError,
   DEFAULT_LIVENESS,
