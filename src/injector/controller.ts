@@ -6,8 +6,7 @@
 // re-read, never two CAs or two leaves.
 import { EventEmitter } from 'node:events';
 import { X509Certificate } from 'node:crypto';
-import type { V1Secret } from '@kubernetes/client-node/dist/gen/models/V1Secret.js';
-import type { CustomObjectsApi } from '@kubernetes/client-node/dist/gen/index.js';
+import type { V1Secret, CustomObjectsApi } from '../kube/transport/client-node.ts';
 import {
   decideRotation,
   emptyRotationState,

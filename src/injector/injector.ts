@@ -3,7 +3,7 @@
 // configuration and its start. `certshare injector` runs it (src/cli/injector.ts).
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
-import { CustomObjectsApi } from '@kubernetes/client-node/dist/gen/index.js';
+import { CustomObjectsApi } from '../kube/transport/client-node.ts';
 import { emptyRotationState, rotationPolicyProblem, type RotationPolicy } from '../core/ca-rotation.ts';
 import { systemClock, type Clock } from '../core/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';

@@ -1,7 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { CoordinationV1Api } from '@kubernetes/client-node/dist/gen/index.js';
-import type { V1Lease } from '@kubernetes/client-node/dist/gen/models/V1Lease.js';
-import { V1MicroTime } from '@kubernetes/client-node/dist/types.js';
+import { CoordinationV1Api, type V1Lease, V1MicroTime } from './transport/client-node.ts';
 import { jitter } from '../core/backoff.ts';
 import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';

@@ -1,4 +1,4 @@
-import type { V1ConfigMap } from '@kubernetes/client-node/dist/gen/models/V1ConfigMap.js';
+import type { V1ConfigMap } from './transport/client-node.ts';
 import { CertshareError } from '../core/errors.ts';
 import { decodeLedger, encodeLedger, type LedgerEntry, type LedgerSnapshot, type LedgerStore } from '../core/issuance-budget.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';

@@ -1,5 +1,4 @@
-import { setHeaderOptions } from '@kubernetes/client-node/dist/middleware.js';
-import { PatchStrategy } from '@kubernetes/client-node/dist/patch.js';
+import { setHeaderOptions, PatchStrategy } from './transport/client-node.ts';
 import { doubling } from '../core/backoff.ts';
 import type { Clock } from '../core/clock.ts';
 import { errorMessage } from '../core/errors.ts';

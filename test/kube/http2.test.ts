@@ -7,7 +7,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { createServer as createHttpsServer } from 'node:https';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
+import { CoreV1Api } from '../../src/kube/transport/client-node.ts';
 import { systemClock } from '../../src/core/clock.ts';
 import { silentLogger } from '../../src/core/logger.ts';
 import { connectKube, type KubeConnection } from '../../src/kube/connection.ts';

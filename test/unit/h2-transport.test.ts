@@ -5,7 +5,7 @@ import { writeFile } from 'node:fs/promises';
 import { constants, createSecureServer, type Http2SecureServer, type ServerHttp2Stream } from 'node:http2';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
-import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
+import { CoreV1Api } from '../../src/kube/transport/client-node.ts';
 import { connectKube } from '../../src/kube/connection.ts';
 import { kubeSessionStats, makeApi, refusedRetryWaitMs, watchOnce } from '../../src/kube/transport/https-transport.ts';
 import { DAY, makePair } from '../support/certs.ts';

@@ -14,13 +14,18 @@ import { constants as h2, type ClientHttp2Stream, type IncomingHttpHeaders as H2
 import { request as httpsRequest, type RequestOptions } from 'node:https';
 import { PassThrough } from 'node:stream';
 import { setTimeout as delay } from 'node:timers/promises';
-import type { KubeConfig } from '@kubernetes/client-node/dist/config.js';
-import type { SecurityAuthentication } from '@kubernetes/client-node/dist/gen/auth/auth.js';
-import { createConfiguration, type ConfigurationOptions } from '@kubernetes/client-node/dist/gen/configuration.js';
-import { ResponseContext, wrapHttpLibrary, type RequestContext } from '@kubernetes/client-node/dist/gen/http/http.js';
-import { setHeaderMiddleware } from '@kubernetes/client-node/dist/middleware.js';
-import { ServerConfiguration } from '@kubernetes/client-node/dist/gen/servers.js';
-import { of } from '@kubernetes/client-node/dist/gen/rxjsStub.js';
+import {
+  type KubeConfig,
+  type SecurityAuthentication,
+  createConfiguration,
+  type ConfigurationOptions,
+  ResponseContext,
+  wrapHttpLibrary,
+  type RequestContext,
+  setHeaderMiddleware,
+  ServerConfiguration,
+  of,
+} from './client-node.ts';
 import { doubling, jitter } from '../../core/backoff.ts';
 import { CertshareError } from '../../core/errors.ts';
 import { LineSplitter } from '../../localapi/line-splitter.ts';
