@@ -2,11 +2,12 @@
 // undici transport. client-node keeps doing what it is good at (kubeconfig and in-cluster credentials,
 // token refresh, exec plugins, proxies, typed requests and (de)serialisation); only the bytes travel
 // through Node's own HTTP stack.
-// Why: undici (its CommonJS entry, its WebAssembly HTTP parser and its connection pools) costs a kube
-// replica ~9 MB of RSS that Node's own stack does not (npm run bench -- --memory); the bundle
-// (scripts/build.ts) then leaves undici out entirely. And HTTP/2 carries every request and watch of a
-// connection over one TCP connection per API server (h2-session-pool.ts), as client-go does, where
-// HTTP/1.1 needs a socket per concurrent watch: 200 domains were 200 sockets per replica.
+// Why (measured against client-node 2.0.1's undici with HTTP/2 on the scale bench: README.md here): undici
+// costs a reader 8-9 MB of RSS at one domain and 11-17 MB at 500 that Node's own stack does not, and the
+// bundle (scripts/build.ts) then leaves undici out entirely; client-node as shipped opens a connection per
+// request (202 on a 500-domain writer), and undici fails a stream the server refused unprocessed where we
+// send it again. HTTP/2 carries every request and watch of a connection over one TCP connection per API
+// server (h2-session-pool.ts), as client-go does, where HTTP/1.1 needs a socket per concurrent watch.
 import { createHash } from 'node:crypto';
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 import { request as httpRequest } from 'node:http';
