@@ -229,8 +229,8 @@ export async function secretSatisfies(
   predicate: (s: SecretObject | undefined) => boolean,
   timeoutMs = 10_000,
 ): Promise<void> {
-  const { KubeConfig } = await import('../../src/kube/transport/client-node.ts');
-  const { Watch } = await import('@kubernetes/client-node');
+  // client-node's own Watch (undici): the test's view, independent of certshare's transport.
+  const { KubeConfig, Watch } = await import('@kubernetes/client-node');
   const kc = new KubeConfig();
   kc.loadFromFile(cp.adminKubeconfigPath);
   const list = await cp.adminRequest('GET', `/api/v1/namespaces/${ns}/secrets?fieldSelector=metadata.name%3D${encodeURIComponent(name)}`);
