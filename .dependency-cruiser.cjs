@@ -1,6 +1,7 @@
 // Import rules checked by `npm test` (npm run check:imports): no import circles; the core (renewal
 // decisions, validation, the issuance state machine) stays free of fastify, the Kubernetes client and the
-// adapters at the edge; and src/cli/ is entry points only, imported by nothing of src/.
+// adapters at the edge; src/cli/ is entry points only, imported by nothing of src/; and @kubernetes/client-node is
+// imported by one file, src/kube/transport/client-node.ts (the fence around its internals).
 module.exports = {
   forbidden: [
     { name: 'no-circular', severity: 'error', comment: 'Import circles hide which module owns what.', from: {}, to: { circular: true } },
@@ -23,6 +24,21 @@ module.exports = {
       comment: 'src/cli/ holds the commands only: nothing of certshare imports them (flags, logging, signals, config live in their own folders).',
       from: { path: '^src/', pathNot: '^src/cli/' },
       to: { path: '^src/cli/' },
+    },
+    {
+      name: 'client-node-through-the-fence',
+      severity: 'error',
+      comment:
+        "certshare imports @kubernetes/client-node in one file, src/kube/transport/client-node.ts: its dist/ paths are client-node's internals (see src/kube/transport/README.md).",
+      from: { path: '^src/', pathNot: '^src/kube/transport/client-node\\.ts$' },
+      to: { path: '^node_modules/@kubernetes/client-node/' },
+    },
+    {
+      name: 'client-node-internals-through-the-fence',
+      severity: 'error',
+      comment: "Tests, the bench and scripts reach client-node's dist/ internals through the fence too (its package index is fine).",
+      from: { path: '^(bin|scripts|bench|test)/' },
+      to: { path: '^node_modules/@kubernetes/client-node/dist/', pathNot: '^node_modules/@kubernetes/client-node/dist/index\\.(js|d\\.ts)$' },
     },
   ],
   options: {

@@ -149,8 +149,8 @@ export async function buildDist(outdir: string = DIST): Promise<BuildResult> {
     // The ES builds where packages have one: @peculiar/x509's CommonJS build loses its named exports
     // (cryptoProvider) when wrapped.
     mainFields: ['module', 'main'],
-    // certshare's Kubernetes transport is node:https (src/kube/https-transport.ts); undici stays out.
-    alias: { undici: './src/kube/undici-unavailable.ts' },
+    // certshare's Kubernetes transport is node:https (src/kube/transport/https-transport.ts); undici stays out.
+    alias: { undici: './src/kube/transport/undici-unavailable.ts' },
     minify: true,
     // Class and function names survive minification: logged errors keep their type (e.g. ApiException).
     keepNames: true,

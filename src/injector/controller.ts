@@ -6,8 +6,7 @@
 // re-read, never two CAs or two leaves.
 import { EventEmitter } from 'node:events';
 import { X509Certificate } from 'node:crypto';
-import type { V1Secret } from '@kubernetes/client-node/dist/gen/models/V1Secret.js';
-import type { CustomObjectsApi } from '@kubernetes/client-node/dist/gen/index.js';
+import type { V1Secret, CustomObjectsApi } from '../kube/transport/client-node.ts';
 import {
   decideRotation,
   emptyRotationState,
@@ -24,7 +23,7 @@ import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import type { IssuanceRole } from '../core/store.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from '../kube/connection.ts';
-import { withSignal } from '../kube/https-transport.ts';
+import { withSignal } from '../kube/transport/https-transport.ts';
 import { SecretWatch, type ObjectCollection } from '../kube/secret-watch.ts';
 // The replica that wrote this version of a Secret, as the daemon's Secrets say it.
 import { ANNOTATION_WRITER } from '../kube/secret-codec.ts';

@@ -3,7 +3,7 @@
 // configuration and its start. `certshare injector` runs it (src/cli/injector.ts).
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
-import { CustomObjectsApi } from '@kubernetes/client-node/dist/gen/index.js';
+import { CustomObjectsApi } from '../kube/transport/client-node.ts';
 import { emptyRotationState, rotationPolicyProblem, type RotationPolicy } from '../core/ca-rotation.ts';
 import { systemClock, type Clock } from '../core/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
@@ -11,7 +11,7 @@ import type { Logger } from '../core/logger.ts';
 import { isConfigMapKey, isObjectName } from '../core/kube-names.ts';
 import { connectKube } from '../kube/connection.ts';
 import { LeaseElector } from '../kube/lease-elector.ts';
-import { makeApi } from '../kube/https-transport.ts';
+import { makeApi } from '../kube/transport/https-transport.ts';
 import { parseHostPort } from '../core/listen-address.ts';
 import { duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 import { tlsChoice, type ShareMode } from '../config/run-options.ts';

@@ -1,8 +1,6 @@
 // The mutation: an AdmissionReview v1 for a Pod in, a JSON patch adding certshare as a native sidecar out.
 // Pure (no I/O): the HTTPS server calls admissionReviewResponse() per request.
-import type { V1Container } from '@kubernetes/client-node/dist/gen/models/V1Container.js';
-import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
-import type { V1Volume } from '@kubernetes/client-node/dist/gen/models/V1Volume.js';
+import type { V1Container, V1Pod, V1Volume } from '../kube/transport/client-node.ts';
 import { envName, parseFlags } from '../flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../config/run-options.ts';
 import { normalizeDomain } from '../core/domain.ts';

@@ -1,8 +1,6 @@
 // The one description of certshare's sidecar container: the injector adds it to Pods, and the example
 // StatefulSet is checked against it (test/injector/sidecar.test.ts), so the two cannot drift apart.
-import type { V1Container } from '@kubernetes/client-node/dist/gen/models/V1Container.js';
-import type { V1SecurityContext } from '@kubernetes/client-node/dist/gen/models/V1SecurityContext.js';
-import type { V1Volume } from '@kubernetes/client-node/dist/gen/models/V1Volume.js';
+import type { V1Container, V1SecurityContext, V1Volume } from '../kube/transport/client-node.ts';
 import type { ShareMode } from '../config/run-options.ts';
 
 export const SIDECAR_NAME = 'certshare';

@@ -1,8 +1,7 @@
 import { readFile } from 'node:fs/promises';
-import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
-import { KubeConfig } from '@kubernetes/client-node/dist/config.js';
+import { CoreV1Api, KubeConfig } from './transport/client-node.ts';
 import { CertshareError, errorMessage, type ErrorCode } from '../core/errors.ts';
-import { DEFAULT_REQUEST_TIMEOUT_MS, closeKubeSessions, makeApi } from './https-transport.ts';
+import { DEFAULT_REQUEST_TIMEOUT_MS, closeKubeSessions, makeApi } from './transport/https-transport.ts';
 import { kubeconfigSource } from './kubeconfig-source.ts';
 
 const SA_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';

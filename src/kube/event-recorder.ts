@@ -1,11 +1,8 @@
-import { EventsV1Api } from '@kubernetes/client-node/dist/gen/index.js';
-import { setHeaderOptions } from '@kubernetes/client-node/dist/middleware.js';
-import { PatchStrategy } from '@kubernetes/client-node/dist/patch.js';
-import { V1MicroTime } from '@kubernetes/client-node/dist/types.js';
+import { EventsV1Api, setHeaderOptions, PatchStrategy, V1MicroTime } from './transport/client-node.ts';
 import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';
 import { apiErrorCode, apiErrorText, type KubeConnection } from './connection.ts';
-import { makeApi, withSignal } from './https-transport.ts';
+import { makeApi, withSignal } from './transport/https-transport.ts';
 
 /** The reportingController of every Event certshare records. */
 export const REPORTING_CONTROLLER = 'certshare.io/certshare';

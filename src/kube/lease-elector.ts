@@ -1,13 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import { CoordinationV1Api } from '@kubernetes/client-node/dist/gen/index.js';
-import type { V1Lease } from '@kubernetes/client-node/dist/gen/models/V1Lease.js';
-import { V1MicroTime } from '@kubernetes/client-node/dist/types.js';
+import { CoordinationV1Api, type V1Lease, V1MicroTime } from './transport/client-node.ts';
 import { jitter } from '../core/backoff.ts';
 import type { Clock } from '../core/clock.ts';
 import type { Logger } from '../core/logger.ts';
 import type { IssuanceRole } from '../core/store.ts';
 import { apiErrorCode, apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
-import { makeApi, withSignal } from './https-transport.ts';
+import { makeApi, withSignal } from './transport/https-transport.ts';
 
 /** client-node hands MicroTime back as a string or a Date, depending on the path. */
 const stamp = (time: unknown): string => (time instanceof Date ? time.toISOString() : String(time ?? ''));

@@ -1,8 +1,8 @@
-import type { V1ConfigMap } from '@kubernetes/client-node/dist/gen/models/V1ConfigMap.js';
+import type { V1ConfigMap } from './transport/client-node.ts';
 import { CertshareError } from '../core/errors.ts';
 import { decodeLedger, encodeLedger, type LedgerEntry, type LedgerSnapshot, type LedgerStore } from '../core/issuance-budget.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
-import { withSignal } from './https-transport.ts';
+import { withSignal } from './transport/https-transport.ts';
 import { LABEL_GROUP, LABEL_MANAGED_BY } from './secret-codec.ts';
 
 const KEY = 'ledger.json';

@@ -1,12 +1,11 @@
-import { setHeaderOptions } from '@kubernetes/client-node/dist/middleware.js';
-import { PatchStrategy } from '@kubernetes/client-node/dist/patch.js';
+import { setHeaderOptions, PatchStrategy } from './transport/client-node.ts';
 import { doubling } from '../core/backoff.ts';
 import type { Clock } from '../core/clock.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { HealthState, ValidityEnd } from '../core/health.ts';
 import type { Logger } from '../core/logger.ts';
 import { apiErrorCode, apiErrorText, type KubeConnection } from './connection.ts';
-import { withSignal } from './https-transport.ts';
+import { withSignal } from './transport/https-transport.ts';
 import type { RoutingVerdict } from '../server/routing-check.ts';
 
 export interface ReadinessGateOptions {

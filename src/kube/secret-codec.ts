@@ -1,4 +1,4 @@
-import type { V1Secret } from '@kubernetes/client-node/dist/gen/models/V1Secret.js';
+import type { V1Secret } from './transport/client-node.ts';
 import { validateCertPair } from '../core/certificate.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { Coordination, StoreRead, StoredCert } from '../core/store.ts';

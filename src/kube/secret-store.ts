@@ -5,7 +5,7 @@ import type { Logger } from '../core/logger.ts';
 import type { CertStore, Coordination, LoadOptions, StoreRead, StoredCert } from '../core/store.ts';
 import type { WatchScope } from '../config/daemon-config.ts';
 import { apiErrorText, apiStatus, isRefusedStatus, type KubeConnection } from './connection.ts';
-import { withSignal } from './https-transport.ts';
+import { withSignal } from './transport/https-transport.ts';
 import {
   LABEL_GROUP,
   LABEL_MANAGED_BY,

@@ -3,7 +3,7 @@ import type { Clock } from '../core/clock.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { apiStatus, type KubeConnection } from './connection.ts';
-import { watchOnce, withSignal } from './https-transport.ts';
+import { watchOnce, withSignal } from './transport/https-transport.ts';
 import { slimSecret, type WatchedSecret } from './secret-codec.ts';
 
 export interface SecretWatchOptions {

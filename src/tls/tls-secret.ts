@@ -1,10 +1,10 @@
 // --tls secret:NAME: a kubernetes.io/tls Secret of the Pod's namespace, read once at start and followed
 // with the daemon's SecretWatch, for a listener that serves it (src/tls/pair-source.ts).
-import type { V1Secret } from '@kubernetes/client-node/dist/gen/models/V1Secret.js';
+import type { V1Secret } from '../kube/transport/client-node.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { LastPair, checkedPair, type PairSource, type PairSourceOptions, type ServingPair } from './serving-pair.ts';
 import { apiErrorText, connectKube, type KubeConnection } from '../kube/connection.ts';
-import { withSignal } from '../kube/https-transport.ts';
+import { withSignal } from '../kube/transport/https-transport.ts';
 import { SecretWatch } from '../kube/secret-watch.ts';
 
 const pairOf = (secret: V1Secret): ServingPair => ({

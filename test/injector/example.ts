@@ -3,8 +3,7 @@
 // injected Pods must keep that sidecar, env, volumes and readiness gate.
 import { readFile } from 'node:fs/promises';
 import { load } from 'js-yaml';
-import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
-import type { V1PodSpec } from '@kubernetes/client-node/dist/gen/models/V1PodSpec.js';
+import type { V1Pod, V1PodSpec } from '../../src/kube/transport/client-node.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/injector.ts';
 import { injectionFor } from '../../src/injector/mutate.ts';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
+import type { V1Pod } from '../../src/kube/transport/client-node.ts';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
-import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
+import type { V1Pod } from '../../src/kube/transport/client-node.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { silentLogger } from '../../src/core/logger.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom, startInjector, type Injector } from '../../src/injector/injector.ts';

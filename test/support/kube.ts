@@ -244,8 +244,8 @@ export async function secretSatisfies(
   predicate: (s: SecretObject | undefined) => boolean,
   timeoutMs = 10_000,
 ): Promise<void> {
-  const { KubeConfig } = await import('@kubernetes/client-node/dist/config.js');
-  const { Watch } = await import('@kubernetes/client-node/dist/watch.js');
+  // client-node's own Watch (undici): the test's view, independent of certshare's transport.
+  const { KubeConfig, Watch } = await import('@kubernetes/client-node');
   const kc = new KubeConfig();
   kc.loadFromFile(cp.adminKubeconfigPath);
   const list = await cp.adminRequest('GET', `/api/v1/namespaces/${ns}/secrets?fieldSelector=metadata.name%3D${encodeURIComponent(name)}`);

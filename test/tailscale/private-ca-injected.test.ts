@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import type { V1Pod } from '@kubernetes/client-node/dist/gen/models/V1Pod.js';
+import type { V1Pod } from '../../src/kube/transport/client-node.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/injector.ts';
 import { injectionFor } from '../../src/injector/mutate.ts';

@@ -3,9 +3,8 @@ import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { createServer, type Socket } from 'node:net';
 import { after, before, describe, it } from 'node:test';
-import { KubeConfig } from '@kubernetes/client-node/dist/config.js';
-import { CoreV1Api } from '@kubernetes/client-node/dist/gen/index.js';
-import { apiServer, makeApi, watchOnce, withSignal } from '../../src/kube/https-transport.ts';
+import { KubeConfig, CoreV1Api } from '../../src/kube/transport/client-node.ts';
+import { apiServer, makeApi, watchOnce, withSignal } from '../../src/kube/transport/https-transport.ts';
 
 describe('https transport', () => {
   it('refuses a kubeconfig without a current cluster with a clear, coded error', () => {

@@ -2,11 +2,12 @@
 // undici transport. client-node keeps doing what it is good at (kubeconfig and in-cluster credentials,
 // token refresh, exec plugins, proxies, typed requests and (de)serialisation); only the bytes travel
 // through Node's own HTTP stack.
-// Why: undici (its CommonJS entry, its WebAssembly HTTP parser and its connection pools) costs a kube
-// replica ~9 MB of RSS that Node's own stack does not (npm run bench -- --memory); the bundle
-// (scripts/build.ts) then leaves undici out entirely. And HTTP/2 carries every request and watch of a
-// connection over one TCP connection per API server (h2-session-pool.ts), as client-go does, where
-// HTTP/1.1 needs a socket per concurrent watch: 200 domains were 200 sockets per replica.
+// Why (measured against client-node 2.0.1's undici with HTTP/2 on the scale bench: README.md here): undici
+// costs a reader 8-9 MB of RSS at one domain and 11-17 MB at 500 that Node's own stack does not, and the
+// bundle (scripts/build.ts) then leaves undici out entirely; client-node as shipped opens a connection per
+// request (202 on a 500-domain writer), and undici fails a stream the server refused unprocessed where we
+// send it again. HTTP/2 carries every request and watch of a connection over one TCP connection per API
+// server (h2-session-pool.ts), as client-go does, where HTTP/1.1 needs a socket per concurrent watch.
 import { createHash } from 'node:crypto';
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 import { request as httpRequest } from 'node:http';
@@ -14,16 +15,21 @@ import { constants as h2, type ClientHttp2Stream, type IncomingHttpHeaders as H2
 import { request as httpsRequest, type RequestOptions } from 'node:https';
 import { PassThrough } from 'node:stream';
 import { setTimeout as delay } from 'node:timers/promises';
-import type { KubeConfig } from '@kubernetes/client-node/dist/config.js';
-import type { SecurityAuthentication } from '@kubernetes/client-node/dist/gen/auth/auth.js';
-import { createConfiguration, type ConfigurationOptions } from '@kubernetes/client-node/dist/gen/configuration.js';
-import { ResponseContext, wrapHttpLibrary, type RequestContext } from '@kubernetes/client-node/dist/gen/http/http.js';
-import { setHeaderMiddleware } from '@kubernetes/client-node/dist/middleware.js';
-import { ServerConfiguration } from '@kubernetes/client-node/dist/gen/servers.js';
-import { of } from '@kubernetes/client-node/dist/gen/rxjsStub.js';
-import { doubling, jitter } from '../core/backoff.ts';
-import { CertshareError } from '../core/errors.ts';
-import { LineSplitter } from '../localapi/line-splitter.ts';
+import {
+  type KubeConfig,
+  type SecurityAuthentication,
+  createConfiguration,
+  type ConfigurationOptions,
+  ResponseContext,
+  wrapHttpLibrary,
+  type RequestContext,
+  setHeaderMiddleware,
+  ServerConfiguration,
+  of,
+} from './client-node.ts';
+import { doubling, jitter } from '../../core/backoff.ts';
+import { CertshareError } from '../../core/errors.ts';
+import { LineSplitter } from '../../localapi/line-splitter.ts';
 import {
   abortError,
   DEFAULT_LIVENESS,
