@@ -1,11 +1,13 @@
 // `npm run build`: the production build, dist/, as a bundle: dist/cli/main.js (the entry point), chunks
-// loaded on demand (the Kubernetes backend, the emulator, the demo) and dist/package.json. dist/ runs
-// with no node_modules at all: the image copies it alone.
+// loaded on demand (the Kubernetes backend, the emulator, the demo, the Kubernetes models certshare does
+// not use: kubeModelsOnDemand) and dist/package.json. dist/ runs with no node_modules at all: the image
+// copies it alone.
 //
 // Why a bundle and not tsc's one-file-per-module output: memory. Node keeps per-module state for every
 // ES/CommonJS module it loads, and @kubernetes/client-node alone is ~1,000 of them (its generated models
 // and API groups, loaded in full by KubeConfig). Bundled and minified, the kube reader's idle RSS drops by
 // about 40 MB (see `npm run bench`). Type checking stays with `tsc --noEmit` (npm test).
+import { readFileSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { createRequire } from 'node:module';
@@ -130,6 +132,138 @@ const standIns: Plugin = {
   },
 };
 
+const KUBE_MODELS_DIR = join(REPO, 'node_modules/@kubernetes/client-node/dist/gen/models');
+/**
+ * The Kubernetes types certshare reads or writes through the generated client (src/kube, src/injector):
+ * Secrets, ConfigMaps, Leases, the Pod its readiness gate patches, Events, and errors' Status.
+ */
+export const KUBE_MODEL_ROOTS = ['V1Secret', 'V1SecretList', 'V1ConfigMap', 'V1Lease', 'V1Pod', 'EventsV1Event', 'V1Status'];
+/** Where the rest of the models go, beside the chunk that holds the client (dist/chunks/). */
+const OTHER_KUBE_MODELS = './kube-models.js';
+
+/** `roots` and every model their fields name, transitively (a field's type is e.g. `Array<V1Container>`). */
+export function modelClosure(roots: string[]): Set<string> {
+  const kept = new Set<string>();
+  const visit = (name: string): void => {
+    if (kept.has(name)) return;
+    let source: string;
+    try {
+      source = readFileSync(join(KUBE_MODELS_DIR, `${name}.js`), 'utf8');
+    } catch {
+      return; // a primitive or a map/array type's syntax, not a model
+    }
+    kept.add(name);
+    for (const [, type] of source.matchAll(/"type": "([^"]+)"/g)) for (const id of type!.match(/\w+/g) ?? []) visit(id);
+  };
+  roots.forEach(visit);
+  for (const root of roots) if (!kept.has(root)) throw new Error(`scripts/build.ts: no Kubernetes model ${root} in ${KUBE_MODELS_DIR}`);
+  return kept;
+}
+
+/** Replaces every match of `pattern` in `source`, failing the build unless it matched `expected(count)`. */
+function rewrite(source: string, pattern: RegExp, replace: (match: string, name: string) => string, what: string, expected: (n: number) => boolean): string {
+  let count = 0;
+  const out = source.replace(pattern, (match, name: string) => {
+    count++;
+    return replace(match, name);
+  });
+  if (!expected(count)) throw new Error(`scripts/build.ts: @kubernetes/client-node's ${what} changed shape (${count} matches): see kubeModelsOnDemand`);
+  return out;
+}
+
+/**
+ * @kubernetes/client-node's ObjectSerializer imports all of its ~760 generated model classes (and the
+ * package's index re-exports them) to map a type name to the class that (de)serializes it. Defining them
+ * all costs ~10 MB of RSS in every process that loads the client (the injector idle: 82-85 -> 72 MB), for
+ * the ~140 that certshare's calls read or write. The bundle keeps those (KUBE_MODEL_ROOTS and the models
+ * their fields name) and puts the rest in dist/chunks/kube-models.js (an ES module: Node 24 require()s
+ * one), which the serializer's type map loads on the first lookup of any other model's name: a type
+ * outside the roots still (de)serializes as before, it only costs the memory.
+ */
+export function kubeModelsOnDemand(kept: Set<string>): Plugin {
+  return {
+    name: 'kube-models-on-demand',
+    setup(b) {
+      b.onResolve({ filter: /^\.\/kube-models\.js$/ }, (args) =>
+        args.importer.endsWith('ObjectSerializer.js') ? { path: OTHER_KUBE_MODELS, external: true } : undefined,
+      );
+      b.onLoad({ filter: /@kubernetes\/client-node\/dist\/gen\/models\/all\.js$/ }, async (args) => {
+        const source = await readFile(args.path, 'utf8');
+        const exported = /^export \* from '\.\.\/models\/(\w+)\.js';\n/gm;
+        return {
+          loader: 'js',
+          contents: rewrite(
+            source,
+            exported,
+            (line, name) => (kept.has(name) ? line : ''),
+            'models/all.js',
+            (n) => n > 500,
+          ),
+        };
+      });
+      b.onLoad({ filter: /@kubernetes\/client-node\/dist\/gen\/models\/ObjectSerializer\.js$/ }, async (args) => {
+        let source = await readFile(args.path, 'utf8');
+        source = rewrite(
+          source,
+          /^export \* from '\.\.\/models\/(\w+)\.js';\n/gm,
+          () => '',
+          'ObjectSerializer re-exports',
+          (n) => n > 500,
+        );
+        const all: string[] = [];
+        source = rewrite(
+          source,
+          /^import \{ (\w+) \} from '\.\.\/models\/\w+\.js';\n/gm,
+          (line, name) => {
+            all.push(name);
+            return kept.has(name) ? line : '';
+          },
+          'ObjectSerializer imports',
+          (n) => n > 500,
+        );
+        source = rewrite(
+          source,
+          /^ {4}"\w+": (\w+),\n/gm,
+          (line, name) => (kept.has(name) ? line : ''),
+          'ObjectSerializer typeMap',
+          (n) => n === all.length,
+        );
+        const others = all.filter((name) => !kept.has(name));
+        source += `
+const certshareOtherModels = new Set(${JSON.stringify(others)});
+let certshareLoadedModels;
+typeMap = new Proxy(typeMap, {
+  get: (kept, name) =>
+    kept[name] ?? (certshareOtherModels.has(name) ? (certshareLoadedModels ??= require(${JSON.stringify(OTHER_KUBE_MODELS)}))[name] : undefined),
+});
+`;
+        return { loader: 'js', contents: source };
+      });
+    },
+  };
+}
+
+/** Every model, for the serializer's lookups of those the bundle leaves out (kubeModelsOnDemand), into `dir`. */
+export async function buildOtherKubeModels(dir: string): Promise<void> {
+  await build({
+    absWorkingDir: REPO,
+    stdin: { contents: "export * from './all.js';", resolveDir: KUBE_MODELS_DIR, loader: 'js' },
+    outfile: join(dir, OTHER_KUBE_MODELS),
+    bundle: true,
+    format: 'esm',
+    platform: 'node',
+    target: 'node24',
+    minify: true,
+    keepNames: true,
+    legalComments: 'eof',
+    logLevel: 'warning',
+  });
+}
+
+/** Bundled CommonJS packages call require() for Node built-ins; an ES module has none of its own. */
+export const REQUIRE_BANNER =
+  "import { createRequire as __certshareCreateRequire } from 'node:module'; const require = __certshareCreateRequire(import.meta.url);";
+
 export async function buildDist(outdir: string = DIST): Promise<BuildResult> {
   await rm(outdir, { recursive: true, force: true });
   const devOnly = await devOnlyPackages();
@@ -155,11 +289,11 @@ export async function buildDist(outdir: string = DIST): Promise<BuildResult> {
     // Class and function names survive minification: logged errors keep their type (e.g. ApiException).
     keepNames: true,
     legalComments: 'eof',
-    // Bundled CommonJS packages call require() for Node built-ins; an ES module has none of its own.
-    banner: { js: "import { createRequire as __certshareCreateRequire } from 'node:module'; const require = __certshareCreateRequire(import.meta.url);" },
+    banner: { js: REQUIRE_BANNER },
     logLevel: 'warning',
-    plugins: [httpWithoutUndici, standIns],
+    plugins: [httpWithoutUndici, standIns, kubeModelsOnDemand(modelClosure(KUBE_MODEL_ROOTS))],
   });
+  await buildOtherKubeModels(join(outdir, 'chunks'));
   // The chunks are ES modules; this marks them so without relying on a package.json above dist/.
   await mkdir(outdir, { recursive: true });
   await writeFile(join(outdir, 'package.json'), `${JSON.stringify({ type: 'module', private: true }, null, 2)}\n`);
