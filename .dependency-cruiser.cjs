@@ -36,8 +36,10 @@ module.exports = {
     {
       name: 'client-node-internals-through-the-fence',
       severity: 'error',
-      comment: "Tests, the bench and scripts reach client-node's dist/ internals through the fence too (its package index is fine).",
-      from: { path: '^(bin|scripts|bench|test)/' },
+      comment:
+        "Tests, the bench and scripts reach client-node's dist/ internals through the fence too (its package index is fine); " +
+        "but the build's test, which compares the bundle's rewrite of client-node's ObjectSerializer (scripts/build.ts kubeModelsOnDemand) with the original file.",
+      from: { path: '^(bin|scripts|bench|test)/', pathNot: '^test/unit/build\\.test\\.ts$' },
       to: { path: '^node_modules/@kubernetes/client-node/dist/', pathNot: '^node_modules/@kubernetes/client-node/dist/index\\.(js|d\\.ts)$' },
     },
   ],
