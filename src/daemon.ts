@@ -18,6 +18,7 @@ import { buildHttpServer } from './server/http-server.ts';
 import { servePair, type ServingPair } from './tls/serving-pair.ts';
 import { pairSource } from './tls/pair-source.ts';
 import { Metrics } from './server/metrics.ts';
+import { RoutingProofs } from './server/routing-proof.ts';
 import { CertDirectory } from './store/cert-directory.ts';
 import { DirStore } from './store/dir-store.ts';
 import { DirLedgerStore } from './store/dir-ledger.ts';
@@ -79,6 +80,8 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   const startup = new StartupGrace(clock, config.startupGraceMs);
   const metrics = new Metrics(clock, config.renewal);
   const health = new HealthState();
+  // Keyed by the certificates held: the loops report them to it as to every observer.
+  const routingProofs = config.routingChecks.length > 0 ? new RoutingProofs(clock) : undefined;
 
   const reload = config.reloadCommand
     ? new ReloadCommand(config.reloadCommand, {
@@ -93,7 +96,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     events.emit('filesWritten', { domain, path });
     void reload?.request(domain);
   };
-  const ctx: BackendContext = { config, deps, metrics, health, filesWritten };
+  const ctx: BackendContext = { config, deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) };
   // Start-up order: everything that can refuse the configuration (the store, the ServeConfig's first read,
   // the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before it:
   // a start-up error leaves nothing listening and nothing running.
@@ -144,7 +147,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     clock,
     renewal: config.renewal,
     backoff: config.backoff,
-    observer: fanOut([health, metrics, ...backend.observers, eventsObserver(events), ...(ari ? [ari] : [])]),
+    observer: fanOut([health, metrics, ...backend.observers, eventsObserver(events), ...(ari ? [ari] : []), ...(routingProofs ? [routingProofs] : [])]),
     logger,
     // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
     intentTtlMs: config.certTimeoutMs + Math.min(30_000, config.certTimeoutMs),
@@ -188,7 +191,14 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
       })
     : undefined;
 
-  const app: FastifyInstance = buildHttpServer({ health, metrics, clock, pod: config.pod, https: config.tls !== undefined });
+  const app: FastifyInstance = buildHttpServer({
+    health,
+    metrics,
+    clock,
+    pod: config.pod,
+    https: config.tls !== undefined,
+    ...(routingProofs ? { routingProofs } : {}),
+  });
   // --tls: each renewed pair is served from the next handshake on; open connections keep theirs.
   const serveTls = (pair: ServingPair): void => {
     try {

@@ -9,6 +9,7 @@ import type { LoopObserver } from './core/observer.ts';
 import type { LedgerStore } from './core/issuance-budget.ts';
 import type { CertStore, IssuanceRole } from './core/store.ts';
 import type { Metrics } from './server/metrics.ts';
+import type { RoutingProofSource } from './server/routing-proof.ts';
 
 export interface DaemonDeps {
   logger: Logger;
@@ -42,6 +43,8 @@ export interface BackendContext {
   deps: Required<Omit<DaemonDeps, 'localApi'>>;
   metrics: Metrics;
   health: HealthState;
+  /** --routing-check: proofs of routing given and received (routing-proof.ts). */
+  routingProofs?: RoutingProofSource;
   /** Certificate files changed on disk: logs, then runs the reload command if one is configured. */
   filesWritten(domain: string, path: string): void;
 }

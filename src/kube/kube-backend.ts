@@ -89,7 +89,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
             routing: async (signal: AbortSignal) => {
               const details: string[] = [];
               for (const url of urls) {
-                const { verdict, rounds, probes, endpointsSeen } = await checkRouting(url, {
+                const { verdict, rounds, probes, endpointsSeen, provenBy } = await checkRouting(url, {
                   ownIPv4,
                   probesPerRound: config.routingAttempts,
                   // This Pod answers its own /healthz in milliseconds; a call still open after a second is
@@ -97,10 +97,12 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
                   timeoutMs: 1000,
                   roundDelayMs: 200,
                   patienceMs: 30_000,
+                  ...(ctx.routingProofs ? { proofs: ctx.routingProofs } : {}),
                   signal,
                 });
-                logger.info({ url, verdict, rounds, probes, endpointsSeen }, 'routing check');
-                details.push(`${rounds} rounds, ${probes} calls, ${endpointsSeen} endpoints seen`);
+                logger.info({ url, verdict, rounds, probes, endpointsSeen, provenBy }, 'routing check');
+                const proof = provenBy === undefined ? '' : `, proven by ${provenBy === 'answer' ? 'its own answer' : 'a call received'}`;
+                details.push(`${rounds} rounds, ${probes} calls, ${endpointsSeen} endpoints seen${proof}`);
                 if (verdict === 'not-routed') return { verdict, detail: details.join('; ') };
               }
               return { verdict: 'routed' as const, detail: details.join('; ') };

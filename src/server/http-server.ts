@@ -4,12 +4,15 @@ import type { Clock } from '../core/clock.ts';
 import type { HealthState, HealthVerdict } from '../core/health.ts';
 import type { PodAddresses } from '../core/pod-addresses.ts';
 import type { Metrics } from './metrics.ts';
+import { ROUTING_PROOF_HEADER, type RoutingProofs } from './routing-proof.ts';
 
 export interface HttpServerDeps {
   health: HealthState;
   metrics: Metrics;
   clock: Clock;
   pod: Pick<PodAddresses, 'ipv4' | 'ipv6'>;
+  /** --routing-check: the group's calls that reach this Pod prove the Service routes to it (routing-proof.ts). */
+  routingProofs?: RoutingProofs;
   /** HTTPS (--tls): the listener starts without a pair; the caller serves one (servePair) before listening. */
   https?: boolean;
 }
@@ -50,7 +53,9 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
   // callers on loopback: the Pod itself and `kubectl port-forward`. The logs and the readiness
   // condition's message (readable with the Pod) carry it too.
   let answer: HealthzAnswer | undefined;
+  const proofs = deps.routingProofs;
   app.get('/healthz', (request, reply) => {
+    proofs?.received(request.headers[ROUTING_PROOF_HEADER]);
     const verdict = deps.health.current(deps.clock.now());
     if (answer?.verdict !== verdict) answer = healthzAnswer(verdict, podHeaders);
     reply.code(answer.status).headers(answer.headers);

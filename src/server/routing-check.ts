@@ -3,6 +3,7 @@
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import pRetry from 'p-retry';
+import { ROUTING_PROOF_HEADER, type RoutingProofSource } from './routing-proof.ts';
 
 export type RoutingVerdict = 'routed' | 'unverifiable' | 'not-routed';
 
@@ -12,10 +13,12 @@ interface Probe {
 }
 
 /** One GET on a fresh connection (no keep-alive), so the Service picks an endpoint anew each time. */
-function probe(url: URL, timeoutMs: number, signal: AbortSignal | undefined): Promise<Probe> {
+function probe(url: URL, proof: string | undefined, timeoutMs: number, signal: AbortSignal | undefined): Promise<Probe> {
   return new Promise((resolve, reject) => {
     const send = url.protocol === 'https:' ? httpsRequest : httpRequest;
-    const req = send(url, { method: 'GET', agent: false, headers: { connection: 'close' }, timeout: timeoutMs, ...(signal ? { signal } : {}) }, (res) => {
+    const headers: Record<string, string> = { connection: 'close' };
+    if (proof !== undefined) headers[ROUTING_PROOF_HEADER] = proof;
+    const req = send(url, { method: 'GET', agent: false, headers, timeout: timeoutMs, ...(signal ? { signal } : {}) }, (res) => {
       res.resume();
       const header = res.headers['pod-ipv4'];
       resolve({ status: res.statusCode ?? 0, podIPv4: Array.isArray(header) ? header[0] : header });
@@ -35,6 +38,8 @@ export interface RoutingCheckOptions {
   roundDelayMs: number;
   /** Rounds go on this long before the answer is 'not-routed': the Service really does not route here yet. */
   patienceMs: number;
+  /** Signs this Pod's calls and hears of the group's calls that reached it (routing-proof.ts). */
+  proofs?: RoutingProofSource;
   signal?: AbortSignal;
 }
 
@@ -44,6 +49,11 @@ export interface RoutingOutcome {
   probes: number;
   /** Distinct Pod addresses that answered: the Service's endpoints, as far as the sample saw them. */
   endpointsSeen: number;
+  /**
+   * What proved the route: this Pod's answer to one of its calls, or a call of the group (another replica's,
+   * or its own whose answer is still on the way) received by this Pod.
+   */
+  provenBy?: 'answer' | 'call received';
 }
 
 /** Calls open at once, across overlapping rounds: enough for any sane Service, light on a busy node. */
@@ -60,7 +70,9 @@ const MAX_IN_FLIGHT = 64;
  * EndpointSlice, which certshare's account may not do); rounds overlap (a call still open, e.g. to a Pod
  * starting on a busy node, holds no round back, at most MAX_IN_FLIGHT open at once), and the first answer
  * from this Pod settles it. An unlucky round is not a verdict: rounds go on for `patienceMs`, and only
- * then is the answer 'not-routed'. Measured on the real cluster (test/e2e phase 8): README, readiness.
+ * then is the answer 'not-routed'. With `proofs`, a call of another replica of the group that reaches this
+ * Pod through the Service settles it too (routing-proof.ts), and this Pod's calls prove the route to the
+ * Pods they reach. Measured on the real cluster (test/e2e phase 8): README, readiness.
  */
 export async function checkRouting(url: string, options: RoutingCheckOptions): Promise<RoutingOutcome> {
   const target = new URL(url);
@@ -68,24 +80,30 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
   let rounds = 0;
   let probes = 0;
   let inFlight = 0;
-  const outcome = (verdict: RoutingVerdict): RoutingOutcome => ({ verdict, rounds, probes, endpointsSeen: seen.size });
+  let provenBy: RoutingOutcome['provenBy'];
+  const outcome = (verdict: RoutingVerdict): RoutingOutcome => ({ verdict, rounds, probes, endpointsSeen: seen.size, ...(provenBy ? { provenBy } : {}) });
   // Settled by the first answer that proves the route, whichever round sent it; the calls still open are cut then.
   const cut = new AbortController();
   const signal = options.signal ? AbortSignal.any([options.signal, cut.signal]) : cut.signal;
   let prove!: (verdict: RoutingVerdict) => void;
   const proven = new Promise<RoutingVerdict>((resolve) => (prove = resolve));
+  const settle = (verdict: RoutingVerdict, by: RoutingOutcome['provenBy']): void => {
+    provenBy ??= by;
+    prove(verdict);
+  };
+  const unlisten = options.proofs?.listen(url, () => settle('routed', 'call received'));
   const round = async (): Promise<RoutingOutcome> => {
     rounds++;
     const count = Math.min(MAX_IN_FLIGHT - inFlight, Math.max(options.probesPerRound, 3 * seen.size));
     probes += count;
     for (let i = 0; i < count; i++) {
       inFlight++;
-      probe(target, options.timeoutMs, signal)
+      probe(target, options.proofs?.sign(url), options.timeoutMs, signal)
         .then(({ status, podIPv4 }) => {
           if (status !== 200) return;
           if (podIPv4 === undefined) prove('unverifiable');
           else seen.add(podIPv4);
-          if (podIPv4 !== undefined && podIPv4 === options.ownIPv4) prove('routed');
+          if (podIPv4 !== undefined && podIPv4 === options.ownIPv4) settle('routed', 'answer');
         })
         .catch(() => {})
         .finally(() => inFlight--);
@@ -110,6 +128,7 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
     if (options.signal?.aborted) throw err;
     return outcome('not-routed');
   } finally {
+    unlisten?.();
     cut.abort();
   }
 }

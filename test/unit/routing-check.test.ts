@@ -1,20 +1,24 @@
 // The routing check against a health endpoint standing in for a Service: each request is answered by a
 // random one of `endpoints` Pods (as kube-proxy picks an endpoint per new connection).
 import assert from 'node:assert/strict';
-import { createServer, type Server } from 'node:http';
+import { generateKeyPairSync } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, describe, it } from 'node:test';
+import { systemClock } from '../../src/core/clock.ts';
+import type { StoredCert } from '../../src/core/store.ts';
 import { checkRouting } from '../../src/server/routing-check.ts';
+import { ROUTING_PROOF_HEADER, RoutingProofs } from '../../src/server/routing-proof.ts';
 
 const OWN = '10.201.0.10';
 
 async function service(
-  answer: () => { status?: number; ip: string | undefined; delayMs?: number },
+  answer: (req: IncomingMessage) => { status?: number; ip: string | undefined; delayMs?: number },
 ): Promise<{ url: string; server: Server; requests: () => number }> {
   let requests = 0;
-  const server = createServer((_req, res) => {
+  const server = createServer((req, res) => {
     requests++;
-    const { status = 200, ip, delayMs = 0 } = answer();
+    const { status = 200, ip, delayMs = 0 } = answer(req);
     if (ip) res.setHeader('Pod-IPv4', ip);
     res.statusCode = status;
     // A slow endpoint (a Pod starting on a busy node) answers late, or not before the caller gave up.
@@ -95,6 +99,36 @@ describe('routing check', () => {
     servers.push(anonymous.server);
     assert.equal((await checkRouting(anonymous.url, options)).verdict, 'unverifiable');
     assert.equal((await checkRouting('http://127.0.0.1:1/healthz', { ...options, patienceMs: 100 })).verdict, 'not-routed', 'nothing listening');
+  });
+
+  it("is settled by a group's call that reached this Pod, whatever the answers say; a stranger's call proves nothing", async () => {
+    const proofs = (keyPem: string): RoutingProofs => {
+      const p = new RoutingProofs(systemClock);
+      p.certificate('proxy.example', { pair: { keyPem, certPem: '' }, info: {} as StoredCert['info'] });
+      return p;
+    };
+    const key = generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ format: 'pem', type: 'pkcs8' }).toString();
+    const own = proofs(key);
+    const peer = proofs(key);
+    // Every call lands on a third Pod, slowly: this Pod's own calls never come back with its address.
+    // Once the third Pod has received a call of this Pod (and checked its proof), another replica's call
+    // reaches this Pod through the Service (the test delivers it).
+    let signedByOwn = 0;
+    const svc = await service((req) => {
+      if (peer.received(req.headers[ROUTING_PROOF_HEADER]) && ++signedByOwn === 1) own.received(peer.sign(svc.url));
+      return { ip: '10.201.0.200', delayMs: 5_000 };
+    });
+    servers.push(svc.server);
+    const listening = peer.listen(svc.url, () => {});
+    const outcome = await checkRouting(svc.url, { ...options, timeoutMs: 500, patienceMs: 10_000, proofs: own });
+    listening();
+    assert.deepEqual([outcome.verdict, outcome.provenBy], ['routed', 'call received']);
+    assert.ok(signedByOwn > 0, "this Pod's calls carry a proof the group accepts");
+
+    const stranger = proofs(generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey.export({ format: 'pem', type: 'pkcs8' }).toString());
+    const refused = checkRouting(svc.url, { ...options, timeoutMs: 200, patienceMs: 300, proofs: own });
+    setImmediate(() => own.received(stranger.sign(svc.url)));
+    assert.equal((await refused).verdict, 'not-routed');
   });
 
   it('stops at once when its signal aborts', async () => {
