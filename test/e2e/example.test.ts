@@ -747,11 +747,10 @@ describe('the example on a real single-node cluster', { skip }, () => {
     );
     figures.notRoutedWritten = events.filter((e) => e.certshareReason === 'NotRouted').length;
     assert.equal(figures.notRoutedWritten, 0, 'no Pod of the whole run was ever marked NotRouted');
-    // The goal is 1 s at the 99th percentile (issue 24), reported in the figures. At 3 replicas it holds
-    // beside the rest of npm test (397-712 ms), at 10 (all ten Pods starting at once on 2 vCPUs) only on a
-    // quiet machine (879 ms; 1.1-2.6 s beside npm test). With other work on the machine too (load 15-20) a
-    // fresh-clone run measured 1,181 ms at 3 and 3,457 ms at 10. What is asserted is the guard against the
-    // behaviour before (median 10.4 s, worst 139.7 s, NotRouted written): 2 s at 3 replicas, 5 s at 10.
+    // The goal is 1 s at the 99th percentile (issue 24), reported in the figures. With the caller's own
+    // answers as the only proof, 10 replicas measured 0.9-3.5 s beside other work and once 5,288 ms in CI;
+    // with calls received as proof (routing-proof.ts) 1,137 ms at load 4-5. What is asserted is the guard
+    // against the behaviour before (median 10.4 s, worst 139.7 s, NotRouted written): 2 s at 3, 5 s at 10.
     const bounds: Record<string, number> = { [String(REPLICAS)]: 2000, '10': 5000 };
     for (const [replicas, f] of Object.entries(figures.routedToReadyMs)) {
       assert.ok(f.starts >= STARTS, `${replicas} replicas: ${f.starts} starts measured`);
