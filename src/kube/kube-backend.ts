@@ -92,9 +92,11 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
                 const { verdict, rounds, probes, endpointsSeen, provenBy } = await checkRouting(url, {
                   ownIPv4,
                   probesPerRound: config.routingAttempts,
-                  // This Pod answers its own /healthz in milliseconds; a call still open after a second is
-                  // another endpoint (busy, starting) and only holds the round back.
-                  timeoutMs: 1000,
+                  // A call proves the route when it arrives, not when its answer does (routing-proof.ts): one
+                  // still open after half a second went to an endpoint that is gone (a SYN nobody answers, the
+                  // Pod deleted and kube-proxy not yet synced) or busy starting, and only holds a slot of the
+                  // 64 a check keeps open. Measured at 10 replicas: most calls of a mass restart are such.
+                  timeoutMs: 500,
                   roundDelayMs: 200,
                   patienceMs: 30_000,
                   ...(ctx.routingProofs ? { proofs: ctx.routingProofs } : {}),
