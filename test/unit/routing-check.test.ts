@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { after, describe, it } from 'node:test';
 import { systemClock } from '../../src/core/clock.ts';
 import type { StoredCert } from '../../src/core/store.ts';
-import { checkRouting } from '../../src/server/routing-check.ts';
+import { checkRouting, lookupOnce } from '../../src/server/routing-check.ts';
 import { ROUTING_PROOF_HEADER, RoutingProofs } from '../../src/server/routing-proof.ts';
 
 const OWN = '10.201.0.10';
@@ -129,6 +129,28 @@ describe('routing check', () => {
     const refused = checkRouting(svc.url, { ...options, timeoutMs: 200, patienceMs: 300, proofs: own });
     setImmediate(() => own.received(stranger.sign(svc.url)));
     assert.equal((await refused).verdict, 'not-routed');
+  });
+
+  it('asks the resolver once per check for the Service name, not once per call; a failed answer is not kept', async () => {
+    let asked = 0;
+    let fail = true;
+    const resolver = ((_host: string, _options: object, callback: (err: Error | null, addresses: { address: string; family: number }[]) => void) => {
+      asked++;
+      setImmediate(() => (fail ? callback(new Error('SERVFAIL'), []) : callback(null, [{ address: '127.0.0.1', family: 4 }])));
+    }) as unknown as Parameters<typeof lookupOnce>[0];
+    const lookup = lookupOnce(resolver);
+    const one = (all: boolean) =>
+      new Promise<unknown>((resolve) => lookup('proxy-health', { all }, (err, address, family) => resolve(err ? err.message : [address, family])));
+    assert.equal(await one(false), 'SERVFAIL');
+    fail = false;
+    assert.deepEqual(await one(false), ['127.0.0.1', 4]);
+    assert.deepEqual(await one(true), [[{ address: '127.0.0.1', family: 4 }], undefined]);
+    assert.deepEqual(await one(false), ['127.0.0.1', 4]);
+    assert.equal(asked, 2, 'the failure, then one answer kept');
+    // And through node:http, by name: the check finds this Pod as by address.
+    const svc = await service(endpoints(1));
+    servers.push(svc.server);
+    assert.equal((await checkRouting(svc.url.replace('127.0.0.1', 'localhost'), options)).verdict, 'routed');
   });
 
   it('stops at once when its signal aborts', async () => {
