@@ -1,12 +1,26 @@
 // The ARI certificate identifier (RFC 9773 section 4.1): base64url(Authority Key Identifier keyIdentifier)
 // "." base64url(the serial number's DER INTEGER content octets), both without padding. It names one
 // certificate at its CA, so an ARI answer is bound to the certificate it was asked for (renewal-info.ts).
-// node:crypto's X509Certificate exposes neither the AKI nor the serial's octets, hence @peculiar/x509
-// (loaded on first use: x509.ts says why).
+// node:crypto's X509Certificate exposes neither the AKI nor the serial's octets, hence @peculiar/x509's own
+// ASN.1 layer (@peculiar/asn1-x509: the Certificate and AuthorityKeyIdentifier structures @peculiar/x509
+// parses them with). Not @peculiar/x509 itself: with its dependency injection and reflect-metadata it adds
+// ~7 MB of RSS to every writer and standalone daemon (they compute this ID for each certificate), where
+// the two schemas add ~1.5 MB (README, Resources). Loaded on first use: a reader never computes one.
 import { CertshareError } from './errors.ts';
-import { loadX509 } from './x509.ts';
 
-const FIRST_CERT = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/;
+const FIRST_CERT = /-----BEGIN CERTIFICATE-----([\s\S]+?)-----END CERTIFICATE-----/;
+
+type Asn1X509 = [typeof import('@peculiar/asn1-schema'), typeof import('@peculiar/asn1-x509')];
+let asn1Loading: Promise<Asn1X509> | undefined;
+
+function loadAsn1(): Promise<Asn1X509> {
+  asn1Loading ??= Promise.all([import('@peculiar/asn1-schema'), import('@peculiar/asn1-x509')]);
+  return asn1Loading;
+}
+
+function hexOf(octets: ArrayBuffer): string {
+  return Buffer.from(octets).toString('hex');
+}
 
 function base64url(hex: string): string {
   return Buffer.from(hex, 'hex').toString('base64url');
@@ -29,18 +43,25 @@ function serialOctetsHex(serialHex: string): string {
  * such a certificate), CERTSHARE_CERT_INVALID when it does not parse.
  */
 export async function ariCertificateId(certPem: string): Promise<string> {
-  const { AuthorityKeyIdentifierExtension, X509Certificate } = await loadX509();
-  const block = FIRST_CERT.exec(certPem)?.[0];
-  let cert: InstanceType<typeof X509Certificate>;
+  const [{ AsnConvert }, { AuthorityKeyIdentifier, Certificate, id_ce_authorityKeyIdentifier }] = await loadAsn1();
+  const body = FIRST_CERT.exec(certPem)?.[1];
+  let tbs: InstanceType<typeof Certificate>['tbsCertificate'];
   try {
-    if (!block) throw new Error('no PEM certificate');
-    cert = new X509Certificate(block);
+    if (!body) throw new Error('no PEM certificate');
+    tbs = AsnConvert.parse(Buffer.from(body, 'base64'), Certificate).tbsCertificate;
   } catch (err) {
     throw new CertshareError('CERTSHARE_CERT_INVALID', 'certificate does not parse: no ARI certificate ID', { cause: err });
   }
-  const keyId = cert.getExtension(AuthorityKeyIdentifierExtension)?.keyId;
-  if (!keyId) {
-    throw new CertshareError('CERTSHARE_ARI_UNSUPPORTED', `certificate ${cert.serialNumber} has no Authority Key Identifier: no ARI certificate ID`);
+  const serialHex = serialOctetsHex(hexOf(tbs.serialNumber));
+  const aki = tbs.extensions?.find((e) => e.extnID === id_ce_authorityKeyIdentifier);
+  let keyId: ArrayBuffer | undefined;
+  try {
+    keyId = aki && AsnConvert.parse(aki.extnValue, AuthorityKeyIdentifier).keyIdentifier?.buffer;
+  } catch (err) {
+    throw new CertshareError('CERTSHARE_CERT_INVALID', 'certificate does not parse: no ARI certificate ID', { cause: err });
   }
-  return `${base64url(keyId)}.${base64url(serialOctetsHex(cert.serialNumber))}`;
+  if (!keyId || keyId.byteLength === 0) {
+    throw new CertshareError('CERTSHARE_ARI_UNSUPPORTED', `certificate ${serialHex} has no Authority Key Identifier: no ARI certificate ID`);
+  }
+  return `${base64url(hexOf(keyId))}.${base64url(serialHex)}`;
 }

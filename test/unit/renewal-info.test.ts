@@ -1,6 +1,7 @@
 // ACME Renewal Information (RFC 9773), the pure part: the certificate ID, the answer's validation, the
 // time chosen in the window and the at-most-one-order guard (src/core/renewal-info.ts, design note there).
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { webcrypto } from 'node:crypto';
 import { describe, it } from 'node:test';
 import { ariCertificateId } from '../../src/core/certificate-id.ts';
@@ -73,6 +74,19 @@ describe('ARI certificate ID (RFC 9773 section 4.1)', () => {
     const pem = await selfSigned('01');
     await assert.rejects(ariCertificateId(pem), (err: unknown) => err instanceof CertshareError && err.code === 'CERTSHARE_ARI_UNSUPPORTED');
     await assert.rejects(ariCertificateId('no pem here'), (err: unknown) => err instanceof CertshareError && err.code === 'CERTSHARE_CERT_INVALID');
+  });
+
+  it('loads neither @peculiar/x509 nor reflect-metadata (~7 MB of RSS in every writer: README, Resources)', async () => {
+    const pem = await selfSigned('0087654321', '69885b6b87464041e1b37b847ba0ae2cde01c8d4');
+    const script = `import { registerHooks } from 'node:module';
+const loaded = [];
+registerHooks({ load(url, context, next) { loaded.push(url); return next(url, context); } });
+const { ariCertificateId } = await import(${JSON.stringify(new URL('../../src/core/certificate-id.ts', import.meta.url).href)});
+const id = await ariCertificateId(process.env.PEM);
+process.stdout.write(JSON.stringify({ id, heavy: loaded.filter((u) => ['@peculiar/x509/', 'reflect-metadata/', 'tsyringe/'].some((p) => u.includes(p))) }));`;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', env: { ...process.env, PEM: pem }, timeout: 60_000 });
+    assert.equal(r.status, 0, r.stderr);
+    assert.deepEqual(JSON.parse(r.stdout), { id: 'aYhba4dGQEHhs3uEe6CuLN4ByNQ.AIdlQyE', heavy: [] });
   });
 });
 
