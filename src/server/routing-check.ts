@@ -113,8 +113,12 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
   const signal = options.signal ? AbortSignal.any([options.signal, cut.signal]) : cut.signal;
   let prove!: (verdict: RoutingVerdict) => void;
   const proven = new Promise<RoutingVerdict>((resolve) => (prove = resolve));
-  const settle = (verdict: RoutingVerdict, by: RoutingOutcome['provenBy']): void => {
-    provenBy ??= by;
+  let settled = false;
+  // The first verdict stands; what proved it is recorded only for a route proven ('unverifiable' has no proof).
+  const settle = (verdict: RoutingVerdict, by?: RoutingOutcome['provenBy']): void => {
+    if (settled) return;
+    settled = true;
+    provenBy = by;
     prove(verdict);
   };
   const unlisten = options.proofs?.listen(url, () => settle('routed', 'call received'));
@@ -127,7 +131,7 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
       probe(target, lookup, options.proofs?.sign(url), options.timeoutMs, signal)
         .then(({ status, podIPv4 }) => {
           if (status !== 200) return;
-          if (podIPv4 === undefined) prove('unverifiable');
+          if (podIPv4 === undefined) settle('unverifiable');
           else seen.add(podIPv4);
           if (podIPv4 !== undefined && podIPv4 === options.ownIPv4) settle('routed', 'answer');
         })
