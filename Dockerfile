@@ -37,8 +37,8 @@ EXPOSE 9002
 # V8 sizes its young generation from the memory it sees (3 x 32 MB semi-spaces on a large node), and
 # keeps what a start-up or a mass renewal grew it to: 115 MB of RSS per replica at 300 domains. 1 MB
 # semi-spaces keep it at 3 MB (npm run bench -- --domains; the bench runs these same flags).
-# --optimize-for-size: V8 runs the heap as when memory is short (Heap::ShouldOptimizeForMemoryUsage): the
-# old generation grows by small steps and full collections give memory back. A writer issuing 500 domains
-# otherwise kept tens of MB of garbage: 136 MB of RSS after start-up, 114 MB with it (npm run bench -- --domains).
-ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=1", "--optimize-for-size", "dist/cli/main.js"]
+# Not --optimize-for-size here: the daemon sets it itself once it manages 50 domains or more
+# (src/server/heap-saving.ts). On the command line it cost every small daemon ~20% of its /healthz
+# throughput for ~0.3 MB; a large group keeps its saving (npm run bench -- --domains 500).
+ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=1", "dist/cli/main.js"]
 CMD ["run"]

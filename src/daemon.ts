@@ -19,6 +19,7 @@ import { servePair, type ServingPair } from './tls/serving-pair.ts';
 import { pairSource } from './tls/pair-source.ts';
 import { Metrics } from './server/metrics.ts';
 import { RoutingProofs } from './server/routing-proof.ts';
+import { heapSavingSwitch } from './server/heap-saving.ts';
 import { CertDirectory } from './store/cert-directory.ts';
 import { DirStore } from './store/dir-store.ts';
 import { DirLedgerStore } from './store/dir-ledger.ts';
@@ -172,9 +173,11 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   const staticDomains = config.domains;
   let configDomains: string[] = [];
   let started = false;
+  const heapSaving = input.heapSaving ?? heapSavingSwitch();
   const applyDomains = (): void => {
     if (!started) return; // the first ServeConfig read only records its domains
     const all = [...new Set([...staticDomains, ...configDomains])].sort();
+    if (heapSaving(all.length)) logger.info({ domains: all.length }, 'many domains: V8 heap set to save memory (--optimize-for-size)');
     manager.setDomains(all);
     ari?.retain(all);
     health.manage(all);

@@ -17,6 +17,8 @@ export interface DaemonDeps {
   clock?: Clock;
   /** Replaces the LocalAPI transport (tests). */
   localApi?: LocalApi;
+  /** Told the managed domain count on each change; switches V8's heap to save memory (server/heap-saving.ts). */
+  heapSaving?: (managedDomains: number) => boolean;
 }
 
 /** What a storage mode adds to the daemon: the store, who may issue, extra observers, and its own shutdown. */
@@ -40,7 +42,7 @@ export interface StoreBackend {
 
 export interface BackendContext {
   config: DaemonConfig;
-  deps: Required<Omit<DaemonDeps, 'localApi'>>;
+  deps: Required<Omit<DaemonDeps, 'localApi' | 'heapSaving'>>;
   metrics: Metrics;
   health: HealthState;
   /** --routing-check: proofs of routing given and received (routing-proof.ts). */

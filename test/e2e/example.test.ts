@@ -86,6 +86,15 @@ interface Figures {
   /** The routing check alone, as its condition message gives it (from held, so waiting for kube-proxy too). */
   routingCheckMs: Record<string, Percentiles>;
   slowestStarts: Record<string, Array<{ routedToReadyMs: number; message: string | undefined }>>;
+  /**
+   * The same span split by certshare's own log, per Pod start: routed (or the check's start, if later) to the
+   * routing check settled; settled to the patch to True answered; answered to the Pod watch seeing it.
+   */
+  routedToSettledMs: Record<string, Percentiles>;
+  settledToPatchedMs: Record<string, Percentiles>;
+  patchedToSeenMs: Record<string, Percentiles>;
+  /** How long one iptables-save poll took: the uncertainty of `routed`. */
+  iptablesPollMs: Percentiles;
   notRoutedWritten: number;
 }
 
@@ -650,6 +659,9 @@ describe('the example on a real single-node cluster', { skip }, () => {
     // When kube-proxy routes the health Service to each Pod: its DNAT rules to <Pod IP>:9002, polled.
     // Per IP, the times it appeared, each taken at the start of the last poll that did not see it.
     const routedSince = new Map<string, number[]>();
+    // How long each poll took: the rule appeared between the last poll that did not see it and the end of the
+    // first that did, so a poll's length is the measure's own uncertainty (reported, not subtracted).
+    const pollMs: number[] = [];
     let polling = true;
     const poller = (async () => {
       let present = new Set<string>();
@@ -657,6 +669,7 @@ describe('the example on a real single-node cluster', { skip }, () => {
       while (polling) {
         const start = Date.now();
         const r = await env.cluster.exec(['iptables-save', '-t', 'nat'], { timeoutMs: 10_000 });
+        pollMs.push(Date.now() - start);
         const now = new Set([...r.stdout.matchAll(/--to-destination (\d+\.\d+\.\d+\.\d+):9002/g)].map((m) => m[1]!));
         for (const ip of now) if (!present.has(ip)) routedSince.set(ip, [...(routedSince.get(ip) ?? []), lastStart]);
         present = now;
@@ -664,6 +677,25 @@ describe('the example on a real single-node cluster', { skip }, () => {
         await sleep(50);
       }
     })();
+    // Inside each started Pod, from certshare's own log (the node's clock is the test's): when its routing
+    // check settled and when its patch to True was answered. Read before the Pod is deleted again.
+    const inPod = new Map<string, { settledAt?: number; patchedAt?: number }>();
+    const readTimeline = async (started: PodInfo[]) => {
+      await Promise.all(
+        started.map(async (p) => {
+          const res = await env.cluster.kubectl(['logs', p.name, '-n', NS, '-c', 'certshare']);
+          const timeline: { settledAt?: number; patchedAt?: number } = {};
+          for (const line of res.stdout.split('\n')) {
+            if (!line.startsWith('{')) continue;
+            const entry = JSON.parse(line) as { time?: string; msg?: string; status?: string };
+            const at = entry.time === undefined ? Number.NaN : Date.parse(entry.time);
+            if (entry.msg === 'routing check') timeline.settledAt ??= at;
+            if (entry.msg === 'readiness condition updated' && entry.status === 'True') timeline.patchedAt ??= at;
+          }
+          inPod.set(p.uid, timeline);
+        }),
+      );
+    };
     /** Pod uids started in this phase, by replica count at their start. */
     const startedAt = new Map<number, Set<string>>();
     try {
@@ -676,6 +708,7 @@ describe('the example on a real single-node cluster', { skip }, () => {
           await env.cluster.kubectlOk(['scale', 'statefulset/proxy', '-n', NS, `--replicas=${replicas}`]);
           current = await allReady(env, 300_000, [], replicas);
           for (const p of current) if (!before.has(p.uid)) started.add(p.uid);
+          await readTimeline(current.filter((p) => !before.has(p.uid)));
         }
         // Every Pod at once (podManagementPolicy Parallel: all recreated together), until enough starts.
         while (started.size < STARTS) {
@@ -683,6 +716,7 @@ describe('the example on a real single-node cluster', { skip }, () => {
           await env.cluster.kubectlOk(['delete', 'pods', '-n', NS, '-l', 'app.kubernetes.io/name=proxy', '--wait=false']);
           current = await allReady(env, 300_000, before, replicas);
           for (const p of current) started.add(p.uid);
+          await readTimeline(current);
         }
       };
       await measure(REPLICAS);
@@ -709,6 +743,7 @@ describe('the example on a real single-node cluster', { skip }, () => {
         routingCheck: routingMs === undefined ? undefined : Number(routingMs),
         routed,
         firstSeen,
+        ...inPod.get(uid),
       };
     };
     const summary = (values: number[]): Percentiles => ({
@@ -723,6 +758,10 @@ describe('the example on a real single-node cluster', { skip }, () => {
     figures.firstSeenToRoutedMs = {};
     figures.routingCheckMs = {};
     figures.slowestStarts = {};
+    figures.routedToSettledMs = {};
+    figures.settledToPatchedMs = {};
+    figures.patchedToSeenMs = {};
+    figures.iptablesPollMs = summary(pollMs);
     for (const [replicas, uids] of startedAt) {
       const starts = [...uids].map(startOf);
       for (const s of starts) {
@@ -740,10 +779,16 @@ describe('the example on a real single-node cluster', { skip }, () => {
         .map((s) => ({ routedToReadyMs: Math.max(0, s.ready!.at - Math.max(s.ready!.at - s.heldToReady!, s.routed!)), message: s.ready!.certshareMessage }))
         .sort((a, b) => b.routedToReadyMs - a.routedToReadyMs)
         .slice(0, 5);
+      const timed = starts.filter((s) => Number.isFinite(s.settledAt) && Number.isFinite(s.patchedAt) && s.routingCheck !== undefined);
+      figures.routedToSettledMs[String(replicas)] = summary(timed.map((s) => Math.max(0, s.settledAt! - Math.max(s.settledAt! - s.routingCheck!, s.routed!))));
+      figures.settledToPatchedMs[String(replicas)] = summary(timed.map((s) => s.patchedAt! - s.settledAt!));
+      figures.patchedToSeenMs[String(replicas)] = summary(timed.map((s) => s.ready!.at - s.patchedAt!));
     }
     process.stderr.write(
       `e2e: held to Ready: ${JSON.stringify(figures.heldToReadyMs)}; held and routed to Ready: ${JSON.stringify(figures.routedToReadyMs)}; ` +
-        `Pod seen to routed by kube-proxy: ${JSON.stringify(figures.firstSeenToRoutedMs)}; routing check: ${JSON.stringify(figures.routingCheckMs)}\n`,
+        `Pod seen to routed by kube-proxy: ${JSON.stringify(figures.firstSeenToRoutedMs)}; routing check: ${JSON.stringify(figures.routingCheckMs)}; ` +
+        `in the Pod: routed to settled ${JSON.stringify(figures.routedToSettledMs)}, settled to patched ${JSON.stringify(figures.settledToPatchedMs)}, ` +
+        `patched to seen ${JSON.stringify(figures.patchedToSeenMs)}; iptables-save poll ${JSON.stringify(figures.iptablesPollMs)}\n`,
     );
     figures.notRoutedWritten = events.filter((e) => e.certshareReason === 'NotRouted').length;
     assert.equal(figures.notRoutedWritten, 0, 'no Pod of the whole run was ever marked NotRouted');

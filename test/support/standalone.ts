@@ -7,6 +7,7 @@ import { RUN_FLAGS, daemonConfigFrom } from '../../src/config/run-options.ts';
 import type { Clock } from '../../src/core/clock.ts';
 import { silentLogger, type Logger } from '../../src/core/logger.ts';
 import { startDaemon, type Daemon } from '../../src/daemon.ts';
+import type { DaemonDeps } from '../../src/store-backend.ts';
 import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/emulator/server.ts';
 
 export const DOMAIN = 'web.tailnet-test.ts.net';
@@ -61,9 +62,10 @@ export function standaloneDaemon(
   flags: string[] = [],
   logger: Logger = silentLogger,
   clock?: Clock,
+  heapSaving?: DaemonDeps['heapSaving'],
 ): Promise<Daemon> {
   const values = parseFlags(RUN_FLAGS, ['--localapi', emulator.address, '--store', `dir:${certDir}`, ...FAST_FLAGS, ...flags], {});
   if (!values.domain && !values['serve-config']) values.domain = [DOMAIN];
   const env = { POD_IPS: '10.1.2.3,fd00::3' };
-  return startDaemon(daemonConfigFrom(values, env), { logger, env, ...(clock ? { clock } : {}) });
+  return startDaemon(daemonConfigFrom(values, env), { logger, env, ...(clock ? { clock } : {}), ...(heapSaving ? { heapSaving } : {}) });
 }

@@ -1,0 +1,51 @@
+import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { heapSavingSwitch } from '../../src/server/heap-saving.ts';
+import { emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
+import { until } from '../support/wait.ts';
+
+describe('the heap-saving switch', () => {
+  it('sets --optimize-for-size once, when the managed domains reach the threshold', () => {
+    const set: string[] = [];
+    const told = heapSavingSwitch(3, (flags) => set.push(flags));
+    assert.deepEqual([1, 2, 0].map(told), [false, false, false]);
+    assert.deepEqual(set, [], 'a small daemon keeps V8 as it is');
+    assert.equal(told(3), true);
+    assert.deepEqual([4, 1, 500].map(told), [false, false, false], 'once on, it stays on: no flapping');
+    assert.deepEqual(set, ['--optimize-for-size']);
+  });
+});
+
+describe('a daemon and the heap-saving switch', () => {
+  const dir = useTempDir();
+
+  it('is told the managed domain count at start and as a ServeConfig grows', async () => {
+    const file = join(dir(), 'serve.json');
+    const serve = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`host${i}.tailnet-test.ts.net:443`, {}]));
+    await writeFile(file, JSON.stringify({ Web: serve(2) }));
+    const counts: number[] = [];
+    const listeners = new Set<() => void>();
+    const emulator = await emulatorIn(dir(), { domains: Array.from({ length: 60 }, (_, i) => `host${i}.tailnet-test.ts.net`) });
+    const daemon = await standaloneDaemon(emulator, join(dir(), 'certs'), ['--serve-config', file], undefined, undefined, (n) => {
+      counts.push(n);
+      for (const l of listeners) l();
+      return false;
+    });
+    try {
+      assert.deepEqual(counts, [2], 'told once the start-up read is applied');
+      await writeFile(file, JSON.stringify({ Web: serve(60) }));
+      await until('the grown ServeConfig applied', () => counts.at(-1) === 60, [
+        (l) => {
+          listeners.add(l);
+          return () => listeners.delete(l);
+        },
+      ]);
+      assert.equal(daemon.manager.domains.length, 60);
+    } finally {
+      await daemon.stop();
+      await emulator.close();
+    }
+  });
+});
