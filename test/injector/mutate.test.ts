@@ -90,7 +90,7 @@ describe('injector mutation', () => {
       CERTSHARE_LISTEN: '[::]:9002',
     });
     assert.deepEqual(stored.spec!.readinessGates, [{ conditionType: DEFAULT_READINESS_GATE }]);
-    assert.deepEqual(sidecar.resources, { requests: { cpu: '10m', memory: '112Mi' }, limits: { memory: '192Mi' } });
+    assert.deepEqual(sidecar.resources, { requests: { cpu: '100m', memory: '112Mi' }, limits: { memory: '192Mi' } });
     assert.deepEqual(sidecar.securityContext, SIDECAR_SECURITY_CONTEXT);
     assert.deepEqual(sidecar.volumeMounts, [
       { name: 'certshare-certs', mountPath: '/certs' },

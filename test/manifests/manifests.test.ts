@@ -325,7 +325,7 @@ describe('manifests/example on a real apiserver', () => {
     });
     assert.equal(sidecar.livenessProbe?.httpGet, undefined, 'liveness must not depend on the certificate');
     assert.equal(sidecar.livenessProbe?.tcpSocket?.port, 9002);
-    assert.deepEqual(sidecar.resources, { requests: { cpu: '10m', memory: '112Mi' }, limits: { memory: '192Mi' } });
+    assert.deepEqual(sidecar.resources, { requests: { cpu: '100m', memory: '112Mi' }, limits: { memory: '192Mi' } });
     assert.deepEqual({ ...sidecar.securityContext }, SIDECAR_SECURITY_CONTEXT);
     assert.deepEqual(pod.containers.map((c) => c.name).sort(), ['proxy', 'tailscale']);
     assertTokenOnlyInCertshare(pod);
