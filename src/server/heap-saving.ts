@@ -5,8 +5,8 @@ import { setFlagsFromString } from 'node:v8';
  * From this many managed domains on, the heap runs as when memory is short. Measured (`npm run bench --
  * --domains 500`, README resources): a 500-domain group held 210 MB on the writer and 183-186 MB on the
  * readers without the mode, 123 / 117 MB with it; at one domain it saves ~0.3 MB and costs ~20% of /healthz
- * throughput (0.71 of a bare fastify with it, 0.955 without). 50 is where a group's certificates and
- * their churn start to be tens of MB.
+ * throughput (0.71 of a bare fastify with it, 0.955 without). 50 is not tuned (the bench measures 1 and 500
+ * domains): well above a proxy's usual handful of domains, below the 100 where the README's scale table starts.
  */
 export const HEAP_SAVING_DOMAINS = 50;
 
