@@ -696,6 +696,7 @@ describe('the example on a real single-node cluster', { skip }, () => {
             } catch {
               continue; // a diagnostic: a line it cannot read is left out, not a failure
             }
+            if (typeof entry !== 'object' || entry === null) continue;
             const at = entry.time === undefined ? Number.NaN : Date.parse(entry.time);
             if (entry.msg === 'routing check') timeline.settledAt ??= at;
             if (entry.msg === 'certificate files written') timeline.filesAt ??= at;
