@@ -124,12 +124,30 @@ const LOAD_TIME_STAND_INS: Array<{ importer: RegExp; path: RegExp; contents: str
     path: /^\.\/metrics\/gc$/,
     contents: 'module.exports = () => {};\nmodule.exports.metricNames = [];\n',
   },
+  {
+    // fastify's default schema compilers (ajv, ajv-formats, fast-json-stringify, fast-uri: ~300 KB of the
+    // chunk every mode compiles at start-up). fastify requires them only when its compilersFactory lacks
+    // one, and certshare gives both (src/server/http-server.ts NO_SCHEMAS).
+    importer: /node_modules\/fastify\/lib\/schema-controller\.js$/,
+    path: /^@fastify\/(ajv-compiler|fast-json-stringify-compiler)$/,
+    contents:
+      "module.exports = () => { throw new Error('fastify schema compilers are left out of the certshare bundle " +
+      "(scripts/build.ts; src/server/http-server.ts NO_SCHEMAS)'); };\n",
+  },
+  {
+    // fastify.inject() (light-my-request), required on its first call: certshare's code never calls it (its
+    // tests run the sources, not the bundle).
+    importer: /node_modules\/fastify\/fastify\.js$/,
+    path: /^light-my-request$/,
+    contents: "module.exports = () => { throw new Error('fastify.inject is left out of the certshare bundle (scripts/build.ts)'); };\n",
+  },
 ];
 
 const standIns: Plugin = {
   name: 'load-time-stand-ins',
   setup(b) {
-    b.onResolve({ filter: /^(node:http2|\.\/lib\/pushgateway|\.\/metrics\/gc)$/ }, (args) => {
+    const replaced = /^(node:http2|\.\/lib\/pushgateway|\.\/metrics\/gc|@fastify\/(ajv-compiler|fast-json-stringify-compiler)|light-my-request)$/;
+    b.onResolve({ filter: replaced }, (args) => {
       const i = LOAD_TIME_STAND_INS.findIndex((s) => s.importer.test(args.importer) && s.path.test(args.path));
       return i < 0 ? undefined : { path: String(i), namespace: 'stand-in' };
     });

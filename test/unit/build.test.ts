@@ -14,9 +14,10 @@ import { buildDist, buildOtherKubeModels, KUBE_MODEL_ROOTS, kubeModelsOnDemand, 
 describe('the production bundle and node:http', () => {
   let dir: string;
   let chunks: string[];
+  let packages: Map<string, number>;
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'certshare-build-'));
-    await buildDist(join(dir, 'dist'));
+    ({ packages } = await buildDist(join(dir, 'dist')));
     chunks = (await readdir(join(dir, 'dist/chunks'))).map((f) => join(dir, 'dist/chunks', f));
   });
   after(() => rm(dir, { recursive: true, force: true }));
@@ -34,6 +35,13 @@ process.exit(0);`;
     const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 60_000 });
     assert.equal(r.status, 0, r.stderr);
     assert.equal(r.stdout, 'false');
+  });
+
+  it("leaves out fastify's schema compilers and inject(), which certshare never reaches (~300 KB every start compiled)", () => {
+    assert.ok(packages.has('fastify'));
+    for (const name of ['ajv', 'ajv-formats', 'fast-uri', '@fastify/ajv-compiler', '@fastify/fast-json-stringify-compiler', 'light-my-request']) {
+      assert.equal(packages.has(name), false, `${name} is bundled`);
+    }
   });
 });
 
