@@ -45,6 +45,12 @@ export interface AriCheckerDeps {
   wake(domain: string): void;
   /** The line for /healthz?verbose and the logs (describeAriAnswer); undefined once no answer applies. */
   describe(domain: string, description: string | undefined): void;
+  /**
+   * No ARI work before this clock time (default: none). A daemon's start holds a stored certificate at
+   * once, and its first check (the certificate ID parse with its ASN.1 chunks, node:https and a CA round
+   * trip) would otherwise share the start's CPU with the first /healthz answers.
+   */
+  quietUntil?: number;
 }
 
 interface DomainChecks {
@@ -152,6 +158,11 @@ export class AriChecker implements LoopObserver, AriStateSource {
       const cert = d.cert;
       if (!cert || !role.canIssue(domain)) {
         await this.#pause(d, undefined);
+        continue;
+      }
+      const quietMs = (this.#deps.quietUntil ?? 0) - clock.now();
+      if (quietMs > 0) {
+        await this.#pause(d, quietMs);
         continue;
       }
       if (d.serial !== cert.info.serial) {

@@ -22,7 +22,7 @@ async function cert(clock: FakeClock): Promise<StoredCert> {
   return { pair, info: inspectCertPair(pair, D), obtainedAt: clock.now() };
 }
 
-function setup(answer: (c: AriCertificate) => AriCheck) {
+function setup(answer: (c: AriCertificate) => AriCheck, quietMs?: number) {
   const clock = new FakeClock(Date.now());
   const events = new EventEmitter();
   const asked: AriCertificate[] = [];
@@ -51,6 +51,7 @@ function setup(answer: (c: AriCertificate) => AriCheck) {
     metrics: { ariWindow: () => {}, ariCheck: (o) => outcomes.push(o) },
     wake: (d) => woken.push(d),
     describe: () => {},
+    ...(quietMs === undefined ? {} : { quietUntil: clock.now() + quietMs }),
   });
   const becomeWriter = (writer: boolean): void => {
     role.writer = writer;
@@ -135,5 +136,23 @@ describe('AriChecker: the writer asks the CA about the certificates it holds', (
     assert.deepEqual(t.clock.pendingDurations(), [6 * H]);
     await t.checker.stop();
     assert.equal(t.clock.pendingSleeps(), 0, 'stop ends the schedule');
+  });
+
+  it('does nothing during the quiet start, not even the certificate ID; then asks at once', async () => {
+    const t = setup((c) => windowAt(t.clock.now() + H, t.clock.now() + 2 * H, c.certId, t.clock.now()), 1000);
+    t.becomeWriter(true);
+    const held = await cert(t.clock);
+    t.checker.certificate(D, held);
+    await t.clock.waitForSleepers(1);
+    assert.deepEqual(t.clock.pendingDurations(), [1000], 'waits for the end of the quiet start');
+    assert.equal(t.checker.stateFor(D, held.info.serial), undefined, 'no ID computed yet');
+    assert.equal(t.asked.length, 0);
+    await t.clock.advance(999);
+    assert.equal(t.asked.length, 0, 'nothing before its end');
+    await t.clock.advance(1);
+    await t.askedTimes(1);
+    await t.clock.waitForSleepers(1);
+    assert.ok(t.checker.stateFor(D, held.info.serial)?.answer, 'asked at its end');
+    await t.checker.stop();
   });
 });
