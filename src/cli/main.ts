@@ -1,7 +1,9 @@
 #!/usr/bin/env node
+import { join } from 'node:path';
 import { CertshareError, ERROR_CODES, type ErrorCode, errorMessage } from '../core/errors.ts';
 import { parseFlags, usage } from '../flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom } from '../config/run-options.ts';
+import { useCompileCache } from './compile-cache.ts';
 
 const TOP_USAGE = `Usage: certshare <command> [flags]
 
@@ -14,6 +16,8 @@ Commands:
 Run "certshare <command> --help" for the flags of a command.`;
 
 async function main(argv: string[]): Promise<number> {
+  // Before the commands' chunks load: the bundle's compile cache (dist/compile-cache), if there is one.
+  useCompileCache(join(import.meta.dirname, '..'));
   const [command, ...rest] = argv;
   if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
     console.log(TOP_USAGE);

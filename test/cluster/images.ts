@@ -11,7 +11,7 @@
 import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import { mkdir, mkdtemp, open, readdir, readFile, realpath, rename, rm, stat } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, open, readdir, readFile, realpath, rename, rm, stat } from 'node:fs/promises';
 import { homedir, tmpdir } from 'node:os';
 import { dirname, join, posix, relative, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -94,12 +94,15 @@ async function certshareImage(cacheDir: string, log: (line: string) => void): Pr
       if (/--(chown|chmod)=/.test(copy.args)) throw new Error(`Dockerfile line ${copy.line}: COPY --chown/--chmod is not supported by this builder`);
     }
     const started = performance.now();
+    // The final stage's RUN fills the compile cache as the image's account (65532): it must reach the tree.
+    await chmod(scratch, 0o755);
     const replayed = await replayDockerfile(stages, {
       context: REPO,
       workDir: join(scratch, 'replay'),
       // The pinned Node first on PATH: the bundle is built by the Node the image runs.
       runEnv: replayRunEnv(dirname(node)),
       shellless: isDistroless,
+      imageCommands: { [DISTROLESS_NODE_DEFAULTS.Entrypoint[0]!]: node },
       // The RUN lines only: npm's output reaches us in the error when a step fails.
       log: (text) => {
         if (/^\[[^\]]+\] RUN /.test(text)) log(`certshare: ${text}`);

@@ -26,7 +26,13 @@ describe('Dockerfile', () => {
     assert.deepEqual(entrypoint, [DISTROLESS_NODE, '--max-semi-space-size=1', 'dist/cli/main.js'], 'exec-form ENTRYPOINT on node');
     assert.deepEqual(cmd, ['run'], 'exec-form CMD');
     for (const arg of [...entrypoint!, ...cmd!]) assert.doesNotMatch(arg, /\bnpm\b|\bnpx\b/);
-    assert.deepEqual(instructions(finalStage, 'RUN'), [], 'no RUN in a distroless stage (no shell)');
+    // No shell in a distroless stage: its one RUN is Node itself, filling the compile cache (src/cli/compile-cache.ts) for
+    // the account the image runs as (Node keeps one per uid).
+    assert.deepEqual(
+      instructions(finalStage, 'RUN').map((i) => execForm(i.args)),
+      [[DISTROLESS_NODE, 'dist/cli/fill-compile-cache.js', String(NONROOT_UID)]],
+      'the final stage runs only the compile-cache fill, in exec form',
+    );
   });
 
   it('copies only dist/ (the bundle) from the build stage into the final stage', () => {

@@ -167,8 +167,10 @@ export interface ReplayOptions {
   workDir: string;
   /** Environment for RUN steps (PATH with Node 24 first, npm cache...). */
   runEnv: NodeJS.ProcessEnv;
-  /** Stages whose image has no shell (distroless): RUN there is an error. */
+  /** Stages whose image has no shell (distroless): RUN there is an error, but for an exec form of `imageCommands`. */
   shellless: (stage: Stage) => boolean;
+  /** Binaries a shell-less image has (its path there -> the host binary standing in): /nodejs/bin/node. */
+  imageCommands?: Record<string, string>;
   log?: (line: string) => void;
 }
 
@@ -251,8 +253,12 @@ export async function replayDockerfile(stages: Stage[], options: ReplayOptions):
           break;
         }
         case 'RUN': {
-          if (options.shellless(stage)) throw new Error(`line ${ins.line}: RUN in ${stage.image}, which has no shell`);
-          const command = execForm(ins.args) ?? ['/bin/sh', '-c', ins.args];
+          let command = execForm(ins.args) ?? ['/bin/sh', '-c', ins.args];
+          if (options.shellless(stage)) {
+            const standIn = execForm(ins.args) && options.imageCommands?.[command[0]!];
+            if (!standIn) throw new Error(`line ${ins.line}: RUN ${ins.args} in ${stage.image}, which has no shell and no such binary here`);
+            command = [standIn, ...command.slice(1)];
+          }
           log(`[${stage.name ?? stage.index}] RUN ${ins.args}`);
           await run(command, host('.'), { ...options.runEnv, ...state.env }, log);
           break;

@@ -40,6 +40,7 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
         workDir: dir.path,
         runEnv: replayRunEnv(dirname(process.execPath)),
         shellless: isDistroless,
+        imageCommands: { [DISTROLESS_NODE]: process.execPath },
       });
       final = replayed.at(-1)!;
       app = join(final.root, final.workdir);
@@ -66,10 +67,17 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
       'the Kubernetes backend, a chunk loaded in kube mode only',
     );
     assert.deepEqual(
-      dist.filter((f) => !f.endsWith('.js')),
+      dist.filter((f) => !f.endsWith('.js') && !f.startsWith('compile-cache/')),
       ['package.json'],
-      'dist holds JavaScript and its package.json only',
+      'dist holds JavaScript, its package.json and the compile cache only',
     );
+    const chunks = dist.filter((f) => f.startsWith('chunks/')).length;
+    // For the account the image runs as; a replay not run by root can fill only its own account's.
+    const uid = process.getuid?.() === 0 ? NONROOT_UID : process.getuid?.();
+    const cached = dist.filter((f) => new RegExp(`^compile-cache/${process.version}-${process.arch}-\\w+-${uid}/`).test(f));
+    // Every chunk but the two the fill itself imports before it turns the cache on (the cache's own module
+    // and esbuild's helpers, ~1 KB each).
+    assert.ok(cached.length >= chunks - 2, `the final stage's RUN cached ${cached.length} of ${chunks} chunks for Node ${process.version} and uid ${uid}`);
     assert.ok(!dist.some((f) => f.includes('node_modules/')), 'no node_modules: the dependencies are bundled');
     const pkg = JSON.parse(await readFile(join(app, 'dist/package.json'), 'utf8')) as { type: string };
     assert.equal(pkg.type, 'module', 'the bundle is ES modules: dist/package.json must say so');
@@ -148,7 +156,8 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
     const child = spawn(file!, args, {
       cwd: app,
       // The image's environment; TMPDIR and HOME point nowhere: the daemon must not need them.
-      env: { PATH: '/usr/bin:/bin', ...final.env, HOME: '/nonexistent', TMPDIR: '/nonexistent' },
+      // NODE_DEBUG_NATIVE: Node says on stderr whether it took the image's compile cache.
+      env: { PATH: '/usr/bin:/bin', ...final.env, HOME: '/nonexistent', TMPDIR: '/nonexistent', NODE_DEBUG_NATIVE: 'COMPILE_CACHE' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stderr = '';
@@ -169,6 +178,8 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
       child.kill('SIGTERM');
       const [code] = (await exited) as [number | null];
       assert.equal(code, 0, stderr);
+      assert.match(stderr, /V8 code cache for ESM file:\S+\/dist\/chunks\/\S+ was accepted/, 'the chunks came from the compile cache');
+      assert.doesNotMatch(stderr, /was rejected/, 'no entry of the cache was refused');
       assert.deepEqual((await filesUnder(app)).sort(), before.sort(), 'nothing written into the image tree');
       assert.ok((await readdir(store)).includes(DOMAIN), 'certificates written to the mounted store');
     } finally {
