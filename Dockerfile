@@ -28,7 +28,7 @@ ENV NODE_ENV=production
 # dist/package.json says "type": "module"; no node_modules: the bundle holds the dependencies.
 COPY --from=build /app/dist ./dist
 # Node's compile cache for the Node this image ships and the account it runs as (Node keeps one per uid;
-# src/cli/compile-cache.ts): every start reads V8's code for the bundle instead of compiling it (~25-60 ms
+# src/cli/compile-cache.ts): every start reads V8's code for the bundle instead of compiling it (~25-35 ms
 # of a ~300 ms start on the bench's machine). Exec form: no shell here. The entries end up root's and
 # readable by all: the daemon reads them and writes nothing (readOnlyRootFilesystem holds).
 RUN ["/nodejs/bin/node", "dist/cli/fill-compile-cache.js", "65532"]

@@ -2,8 +2,8 @@
 // (and by `npm run build`), read by every start. Compiling the bundle's chunks is the largest share of a
 // start that certshare's own code decides (README, Resources); with the cache a start reads the code
 // instead of compiling it. The cache is "portable" (paths relative to it), so one made in a build
-// directory serves dist/ wherever it is copied, and it is per Node build: a Node other than the one that
-// filled it finds no entry for itself and compiles as before. A read-only root filesystem is fine: Node
+// directory serves dist/ wherever it is copied, and it is per Node build and per account (uid): another
+// Node, or the image run as another uid, finds no entry for itself and compiles as before. A read-only root filesystem is fine: Node
 // reads the entries and gives up writing new ones without a word.
 import { chmod, chown, readdir, stat } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
