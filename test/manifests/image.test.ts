@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
-import { chmod, chown, mkdir, readdir, readFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, readdir, readFile, stat } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
 import { createInterface } from 'node:readline';
 import { after, before, describe, it } from 'node:test';
@@ -78,6 +78,14 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
     // Every chunk but the two the fill itself imports before it turns the cache on (the cache's own module
     // and esbuild's helpers, ~1 KB each).
     assert.ok(cached.length >= chunks - 2, `the final stage's RUN cached ${cached.length} of ${chunks} chunks for Node ${process.version} and uid ${uid}`);
+    if (process.getuid?.() === 0) {
+      // Made as 65532, handed back to root: a compromised sidecar cannot plant code for the next start.
+      for (const file of cached) {
+        const st = await stat(join(app, 'dist', file));
+        assert.equal(st.uid, 0, `${file} is root's`);
+        assert.equal(st.mode & 0o022, 0, `${file} is writable by root alone`);
+      }
+    }
     assert.ok(!dist.some((f) => f.includes('node_modules/')), 'no node_modules: the dependencies are bundled');
     const pkg = JSON.parse(await readFile(join(app, 'dist/package.json'), 'utf8')) as { type: string };
     assert.equal(pkg.type, 'module', 'the bundle is ES modules: dist/package.json must say so');
