@@ -73,13 +73,25 @@ export async function issuanceCount(ts: RealTailscaled, certshare: CertshareProc
 }
 
 /**
- * Exactly one issuance from `before` to `after` (both read once everything settled): one CertPair call and
- * one order finalized; one new order, or two when pebble failed the first itself ("Cannot update challenge
- * with status valid", seen in CI) and tailscaled ordered again inside that one call.
+ * Pebble failing an order itself, a race inside pebble seen in CI: "Cannot update challenge with status
+ * valid, only status pending". tailscaled sometimes orders again inside the same call, sometimes returns it
+ * to certshare as HTTP 500, and certshare calls again after its backoff: a failed attempt, not a second
+ * certificate. Only this failure is excused; any other extra call still fails the tests.
  */
-export function assertOneIssuance(before: IssuanceCount, after: IssuanceCount): void {
-  const counts = `before ${JSON.stringify(before)}, after ${JSON.stringify(after)}`;
-  assert.equal(after.calls - before.calls, 1, `one CertPair call: ${counts}`);
+export function pebbleChallengeRaces(lines: LogLine[]): number {
+  return lines.filter((l) => l.msg === 'certificate issuance failed' && /Cannot update challenge with status valid/.test(String(l.err))).length;
+}
+
+/**
+ * Exactly one issuance from `before` to `after` (both read once everything settled): one CertPair call and
+ * one order finalized; one new order, or two when pebble failed the first itself and tailscaled ordered
+ * again inside that one call. `pebbleRaces` (pebbleChallengeRaces) calls that pebble failed are allowed on
+ * top: each is one more call and at most one more order, never one more finalized.
+ */
+export function assertOneIssuance(before: IssuanceCount, after: IssuanceCount, pebbleRaces = 0): void {
+  const counts = `before ${JSON.stringify(before)}, after ${JSON.stringify(after)}, calls pebble failed ${pebbleRaces}`;
+  assert.equal(after.calls - before.calls, 1 + pebbleRaces, `one CertPair call (and one per call pebble failed): ${counts}`);
   assert.equal(after.finalizes - before.finalizes, 1, `one order finalized: ${counts}`);
-  assert.ok(after.orders - before.orders >= 1 && after.orders - before.orders <= 2, `one new order (two at most, pebble's own failure): ${counts}`);
+  const orders = after.orders - before.orders;
+  assert.ok(orders >= 1 && orders <= 2 + pebbleRaces, `one new order (one more per pebble failure at most): ${counts}`);
 }

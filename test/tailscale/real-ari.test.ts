@@ -23,6 +23,7 @@ import {
   isStored,
   loggedWindow,
   nextStored,
+  pebbleChallengeRaces,
   RENEWAL_BOUND_MS,
   report,
   type IssuanceCount,
@@ -81,9 +82,11 @@ describe('ARI against a real tailscaled and pebble: certshare standalone, as a p
     assert.notEqual(disk.serial, old);
     const certshareMs = await answerToStoredMs(cs, from, oldPair.certPem, stored.line);
     const asked = cs.logs.slice(from).filter((l) => l.msg.startsWith('the CA asked for this certificate to be replaced'));
+    // One attempt, plus one after each call pebble itself failed (pebbleChallengeRaces), all of the old certificate.
+    const races = pebbleChallengeRaces(cs.logs.slice(from));
     assert.deepEqual(
       asked.map((l) => [l.reason, l.serial]),
-      [['ca_requested_now', old]],
+      Array.from({ length: 1 + races }, () => ['ca_requested_now', old]),
       'one renewal, the CA asked for it, of the old certificate',
     );
     const real = await ts.localApi(`/localapi/v0/cert/${ts.domain}?type=pair&min_validity=0s`);
@@ -91,7 +94,7 @@ describe('ARI against a real tailscaled and pebble: certshare standalone, as a p
     // The new certificate's own window (pebble's default: 2/3 of 90 days) asked three times: no second order.
     await ariAnswers(cs, disk.certPem, 3);
     const after = await issuanceCount(ts, cs);
-    assertOneIssuance(before, after);
+    assertOneIssuance(before, after, races);
     assert.equal(cs.logs.slice(from).filter(isStored).length, 1, 'one new certificate');
     return `${tookMs} ms (certshare's share, from the CA's answer: ${certshareMs} ms), ACME orders ${before.orders} -> ${after.orders}`;
   }
