@@ -21,6 +21,9 @@ COPY tsconfig.json ./
 COPY scripts/build.ts ./scripts/build.ts
 COPY src ./src
 RUN npm run build
+# `npm run build` also fills dist/compile-cache for this stage's Node and root, which the image never runs
+# as: the final stage fills its own (below), so this one stays behind (2.4 MB less in the image).
+RUN rm -rf dist/compile-cache
 
 FROM gcr.io/distroless/nodejs24-debian13:nonroot
 WORKDIR /app
