@@ -11,6 +11,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { isAriReason, type IssueReason } from '../../src/core/issuance-policy.ts';
 import type { Daemon } from '../../src/daemon.ts';
 import type { Emulator, EmulatorOptions } from '../../src/emulator/server.ts';
 import { get } from '../emulator/helpers.ts';
@@ -23,7 +24,7 @@ const H = 60 * MIN;
 interface Attempt {
   domain: string;
   result: string;
-  reason: string;
+  reason: IssueReason;
 }
 
 const serialOnDisk = async (certDir: string): Promise<string> => new X509Certificate(await readFile(join(certDir, DOMAIN, 'tls.crt'))).serialNumber;
@@ -230,7 +231,10 @@ describe('ACME Renewal Information: the writer acts on the CA window, once per c
             30_000,
           );
           await emulator.idle();
-          assert.ok(attempts.length > 0 && attempts.every((a) => a.reason === 'expiry' || a.reason === 'no_certificate'), JSON.stringify(attempts));
+          // Whatever the CA's endpoint answered, no renewal was its: none with an ARI reason. (With 4 s
+          // certificates on a loaded machine a renewal can come after the expiry it was due before: its reason
+          // is then stored_unusable, seen once in a CI rehearsal; still the expiry rule's, not the CA's.)
+          assert.ok(attempts.length > 0 && attempts.every((a) => !isAriReason(a.reason)), JSON.stringify(attempts));
           assert.ok(
             attempts.every((a) => a.result === 'success'),
             JSON.stringify(attempts),
