@@ -22,9 +22,17 @@ const MISNAMED_DEFAULT_METRICS = ['nodejs_active_handles_total', 'nodejs_active_
 const GC_METRIC = 'nodejs_gc_duration_seconds';
 const ATTEMPT_RESULTS: AttemptResult[] = ['success', 'unchanged', 'rate_limited', 'error', 'rejected', 'too_short'];
 
+/**
+ * How often the event-loop delay histogram (nodejs_eventloop_lag_p50_seconds and the rest) samples, in ms.
+ * prom-client's default, 10 ms, is a timer that wakes an idle daemon 100 times a second (strace of an idle
+ * standalone daemon: an epoll wait of 10 ms, over and over); at 1 s an idle process wakes about once a second.
+ * A stall still shows when a sample falls in it, and nodejs_eventloop_lag_seconds is measured at each scrape.
+ */
+export const EVENT_LOOP_SAMPLE_MS = 1000;
+
 /** The process and Node.js metrics, without the misnamed ones nor the garbage collector's (GC_METRIC). */
 export function collectNodeMetrics(registry: Registry): void {
-  collectDefaultMetrics({ register: registry });
+  collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: EVENT_LOOP_SAMPLE_MS });
   // prom-client exports these totals as gauges with a `_total` suffix, which Prometheus reserves
   // for counters (`promtool check metrics` flags them); the same counts stay available by type
   // as nodejs_active_handles / _requests / _resources.
