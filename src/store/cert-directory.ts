@@ -10,6 +10,10 @@ import type { StoreRead } from '../core/store.ts';
 
 const VERSIONS = '.versions';
 
+function samePair(a: CertPair, b: CertPair): boolean {
+  return a.certPem === b.certPem && a.keyPem === b.keyPem;
+}
+
 function isMissing(err: unknown): boolean {
   return (err as NodeJS.ErrnoException)?.code === 'ENOENT';
 }
@@ -50,6 +54,13 @@ export async function writeFileAtomically(dir: string, name: string, data: strin
   await syncDir(dir);
 }
 
+/** What `link` is: absent, the symlink certshare keeps (and its target), or something else, made by hand. */
+async function linkState(link: string): Promise<{ handMade: boolean; previous?: string }> {
+  const stat = await lstat(link).catch((err: unknown) => (isMissing(err) ? undefined : Promise.reject(err)));
+  if (!stat) return { handMade: false };
+  return stat.isSymbolicLink() ? { handMade: false, previous: await readlink(link) } : { handMade: true };
+}
+
 /** The domain itself if it is a canonical domain name (see normalizeDomain); anything else never becomes a path. */
 export function safeName(domain: string): string {
   let canonical: string | undefined;
@@ -69,6 +80,8 @@ export function safeName(domain: string): string {
  */
 export class CertDirectory {
   readonly root: string;
+  /** The pair this directory last wrote (or found already there) per domain. */
+  readonly #written = new Map<string, CertPair>();
 
   constructor(root: string) {
     this.root = root;
@@ -105,34 +118,49 @@ export class CertDirectory {
     }
   }
 
-  /** Writes the pair unless the files already hold it; returns whether anything changed. */
+  /**
+   * Writes the pair unless the files already hold it; returns whether anything changed. The files are read
+   * to compare only when they may already hold it: the first write of a domain since the start (a restart
+   * must not rewrite, and make the proxy reload, what is already there) and the pair this directory last
+   * wrote (a hand edit since is repaired). A renewal, a pair not written yet, goes straight to the write:
+   * on a loaded node those reads queued behind everything else on the renewal's path.
+   */
   async write(domain: string, pair: CertPair): Promise<boolean> {
     const link = this.pathOf(domain);
-    try {
-      const [certPem, keyPem] = await Promise.all([readFile(join(link, 'tls.crt'), 'utf8'), readFile(join(link, 'tls.key'), 'utf8')]);
-      if (certPem === pair.certPem && keyPem === pair.keyPem) return false;
-    } catch {
-      // Missing or unreadable: write.
+    const last = this.#written.get(domain);
+    if (last === undefined || samePair(last, pair)) {
+      try {
+        const [certPem, keyPem] = await Promise.all([readFile(join(link, 'tls.crt'), 'utf8'), readFile(join(link, 'tls.key'), 'utf8')]);
+        if (samePair({ certPem, keyPem }, pair)) {
+          this.#written.set(domain, pair);
+          return false;
+        }
+      } catch {
+        // Missing or unreadable: write.
+      }
     }
+    // What the link is now, read while the files are written: it is not needed before the swap.
+    const current = linkState(link);
+    current.catch(() => {}); // awaited below; a failed write before then must not leave it unhandled
     const versionsDir = join(this.root, VERSIONS, domain);
     await mkdir(versionsDir, { recursive: true, mode: 0o700 });
     const version = `${Date.now()}-${randomBytes(4).toString('hex')}`;
     const versionDir = join(versionsDir, version);
     await mkdir(versionDir, { mode: 0o755 });
-    await writeFileDurably(join(versionDir, 'tls.key'), pair.keyPem, 0o600);
-    await writeFileDurably(join(versionDir, 'tls.crt'), pair.certPem, 0o644);
+    // The two files at once: each is fsynced, so on a busy disk one wait instead of two in a row.
+    await Promise.all([writeFileDurably(join(versionDir, 'tls.key'), pair.keyPem, 0o600), writeFileDurably(join(versionDir, 'tls.crt'), pair.certPem, 0o644)]);
     await syncDir(versionDir);
 
-    const stat = await lstat(link).catch((err: unknown) => (isMissing(err) ? undefined : Promise.reject(err)));
-    if (stat && !stat.isSymbolicLink()) {
+    const { handMade, previous } = await current;
+    if (handMade) {
       // A hand-made directory: keep it, out of the way, rather than delete someone's files.
       await rename(link, join(versionsDir, `replaced-${version}`));
     }
-    const previous = stat?.isSymbolicLink() ? await readlink(link) : undefined;
     const tmpLink = join(this.root, `.${domain}.${version}.link`);
     await symlink(join(VERSIONS, domain, version), tmpLink);
     await rename(tmpLink, link);
     await syncDir(this.root);
+    this.#written.set(domain, pair);
     await this.#prune(versionsDir, version, previous);
     return true;
   }

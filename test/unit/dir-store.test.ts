@@ -36,6 +36,28 @@ describe('DirStore and CertDirectory', () => {
     assert.equal(read.state, 'valid');
   });
 
+  it('rewrites nothing after a restart, repairs a hand edit of the pair it wrote, and writes a renewal', async () => {
+    const root = join(dir(), 'compare');
+    const first = await makePair(domain, Date.now() - DAY, 90 * DAY);
+    assert.equal(await new CertDirectory(root).write(domain, first), true);
+    const versions = async (): Promise<string[]> => (await readdir(join(root, '.versions', domain))).sort();
+    const before = await versions();
+    // A new process finds the pair already on disk: no new version, so the proxy has nothing to reload.
+    const restarted = new CertDirectory(root);
+    assert.equal(await restarted.write(domain, first), false);
+    assert.deepEqual(await versions(), before);
+    // Someone edits the files by hand: the same pair, reported again, is put back.
+    await writeFile(join(root, domain, 'tls.crt'), 'edited by hand\n');
+    assert.equal(await restarted.write(domain, first), true);
+    assert.equal(await readFile(join(root, domain, 'tls.crt'), 'utf8'), first.certPem);
+    assert.equal(await restarted.write(domain, first), false, 'untouched since: nothing to do');
+    // A renewal is written (without reading the files first; they held the previous pair).
+    const renewed = await makePair(domain, Date.now() - DAY, 90 * DAY);
+    assert.equal(await restarted.write(domain, renewed), true);
+    assert.equal(await readFile(join(root, domain, 'tls.key'), 'utf8'), renewed.keyPem);
+    assert.equal(await readFile(join(root, domain, 'tls.crt'), 'utf8'), renewed.certPem);
+  });
+
   it('remembers when the pair on disk was obtained, for its serial only, next to a remembered rate limit', async () => {
     const root = join(dir(), 'obtained');
     const store = new DirStore(new CertDirectory(root), systemClock, () => {});
