@@ -14,6 +14,7 @@ import { startControlPlane, type ControlPlane } from '../test/harness/control-pl
 import { writeAuditPolicy } from './lib/apiserver.ts';
 import { type CommandLine, exitWithUsageError, numberFlag, parseScriptArgs } from '../scripts/lib/command-line.ts';
 import { buildDist } from './lib/certshare.ts';
+import { buildFastifyHello } from './lib/baseline.ts';
 import { failOnUnexpectedExit, stopAll, UnexpectedExitError } from './lib/proc.ts';
 import { FULL_SIZE, TINY_SIZE } from './lib/size.ts';
 import { median, progress, round, type Target, verdictOf } from './lib/stats.ts';
@@ -176,9 +177,11 @@ if (domainCounts) await runDomains(domainCounts);
 try {
   tmp = await mkdtemp(join(tmpdir(), 'certshare-bench-'));
   buildMs = await build(tmp);
+  progress('building the bare fastify baseline (bench/lib/baseline.ts)');
+  const hello = await buildFastifyHello(join(tmp, 'fastify-hello'));
   progress('bare node: idle RSS');
   const bare = await bareNodeRss(size);
-  standalone = await standalonePhase(join(tmp, 'standalone'), { loadSeconds: loadS, connections: 10, size }, bare);
+  standalone = await standalonePhase(join(tmp, 'standalone'), { loadSeconds: loadS, connections: 10, size, hello }, bare);
   let auditLog: string | undefined;
   if (!opts['skip-kube']) {
     ({ cp, auditLog } = await startAuditedControlPlane(tmp));
@@ -225,10 +228,12 @@ if (rest) {
 const figures: Record<string, number | null> = {
   rssBareNodeMB: round(s.bareNode.rss),
   rssStandaloneMB: round(s.standalone.rss),
+  rssFastifyHelloMB: round(s.fastifyHello.rss),
   rssKubeReaderMB: rest ? round(Math.max(...rest.readers.map((r) => r.rss))) : null,
   rssKubeWriterMB: rest ? round(rest.writer.rss) : null,
   startupToHealthyMs: Math.round(median(s.startupMs)),
   startupCpuMs: Math.round(median(s.startupCpuMs)),
+  startupFastifyHelloMs: Math.round(median(s.fastifyStartupMs)),
   domainToCertMs: Math.round(median(s.domainToCertMs)),
   propagationP50Ms: prop ? Math.round(prop.p50) : null,
   propagationP99Ms: prop ? Math.round(prop.p99) : null,
@@ -255,12 +260,18 @@ function target(key: string): string {
 const mb = (m: { rss: number; anon: number; file: number }): string => `${round(m.rss)} MB (anon ${round(m.anon)}, file-backed ${round(m.file)})`;
 const baseline: Record<string, string> = {
   rssBareNodeMB: `baseline: ${mb(s.bareNode)}`,
-  rssStandaloneMB: `${target('rssStandaloneMB')}; bare node ${round(s.bareNode.rss)}; anon ${round(s.standalone.anon)} / file ${round(s.standalone.file)}`,
+  rssStandaloneMB:
+    `${target('rssStandaloneMB')}; bare node ${round(s.bareNode.rss)}, bare fastify ${round(s.fastifyHello.rss)}; ` +
+    `anon ${round(s.standalone.anon)} / file ${round(s.standalone.file)}`,
+  rssFastifyHelloMB: `no target; the bare fastify hello bundled as dist/ is (bench/lib/baseline.ts): ${mb(s.fastifyHello)}`,
   rssKubeReaderMB: rest
     ? `${target('rssKubeReaderMB')}; readers ${rest.readers.map((r) => round(r.rss)).join(' / ')}; anon ${round(rest.readers[0]!.anon)}`
     : 'skipped',
   rssKubeWriterMB: rest ? `${target('rssKubeWriterMB')}; bare node ${round(s.bareNode.rss)}; anon ${round(rest.writer.anon)}` : 'skipped',
-  startupToHealthyMs: `${target('startupToHealthyMs')}; median of ${s.startupMs.length}: ${s.startupMs.map(Math.round).join(', ')}`,
+  startupToHealthyMs:
+    `${target('startupToHealthyMs')}; bare fastify ${Math.round(median(s.fastifyStartupMs))}; ` +
+    `median of ${s.startupMs.length}: ${s.startupMs.map(Math.round).join(', ')}`,
+  startupFastifyHelloMs: `no target; the bare fastify hello's first answer, in turn with the daemon's: ${s.fastifyStartupMs.map(Math.round).join(', ')}`,
   startupCpuMs: `${target('startupCpuMs')}; CPU time until healthy, median of ${s.startupCpuMs.length}: ${s.startupCpuMs.join(', ')} (10 ms ticks)`,
   domainToCertMs: `${target('domainToCertMs')}; median of ${s.domainToCertMs.length}: ${s.domainToCertMs.map(Math.round).join(', ')}`,
   propagationP50Ms: propagation
@@ -326,12 +337,13 @@ if (opts.json) {
     rss: {
       bareNode: s.bareNode,
       standalone: s.standalone,
-      fastifyHelloTs: s.fastifyHello,
+      fastifyHello: s.fastifyHello,
       kubeWriter: rest?.writer,
       kubeReaders: rest?.readers,
     },
     startupMs: s.startupMs.map(Math.round),
     startupCpuMs: s.startupCpuMs,
+    startupFastifyHelloMs: s.fastifyStartupMs.map(Math.round),
     healthzCpuUsRounds: s.healthzCpuUs.map((us) => round(us, 1)),
     fastifyCpuUsRounds: s.fastifyCpuUs.map((us) => round(us, 1)),
     domainToCertMs: s.domainToCertMs.map(Math.round),

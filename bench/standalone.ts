@@ -1,7 +1,9 @@
 // Standalone figures: bare Node RSS, the daemon's idle RSS (dir store), /healthz throughput against a
-// bare fastify server, start-up to healthy, and domain-to-certificate latency.
-import { join, resolve } from 'node:path';
+// bare fastify server, start-up to healthy (beside the bare fastify's start-up to its first answer), and
+// domain-to-certificate latency.
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { type FastifyHelloBuild, startFastifyHelloProc } from './lib/baseline.ts';
 import { CertFileWatch, spawnDaemon, startEmulator } from './lib/certshare.ts';
 import { freePort, httpRequest, pollHealthy } from './lib/http.ts';
 import { pinningAvailable, pinProcess, runLoad, type LoadResult } from './lib/load.ts';
@@ -16,12 +18,14 @@ export interface StandaloneOptions {
   loadSeconds: number;
   connections: number;
   size: BenchSize;
+  /** The bare fastify baseline (bench/lib/baseline.ts). */
+  hello: FastifyHelloBuild;
 }
 
 export interface StandaloneResults {
   bareNode: MemStatus;
   standalone: MemStatus;
-  /** The bare fastify hello (a .ts file: includes Node's type-stripping cost). Reference only. */
+  /** The bare fastify hello, bundled as dist/ is: what fastify alone costs a process. */
   fastifyHello: MemStatus;
   healthz: LoadResult[];
   fastify: LoadResult[];
@@ -31,6 +35,8 @@ export interface StandaloneResults {
   startupMs: number[];
   /** CPU time the daemon used from its start until /healthz answered 200. */
   startupCpuMs: number[];
+  /** The bare fastify hello's start-up to its first /healthz 200, measured in turn with the daemon's. */
+  fastifyStartupMs: number[];
   domainToCertMs: number[];
   pinned: boolean;
 }
@@ -45,8 +51,8 @@ export async function bareNodeRss(size: BenchSize): Promise<MemStatus> {
   }
 }
 
-async function startFastifyHello(): Promise<{ proc: Proc; port: number }> {
-  const proc = new Proc('fastify hello', [resolve(import.meta.dirname, 'fastify-hello.ts')], { mustRun: true });
+async function startFastifyHello(hello: FastifyHelloBuild): Promise<{ proc: Proc; port: number }> {
+  const proc = startFastifyHelloProc(hello, 0);
   const line = await proc.waitForLog((e) => typeof e.listening === 'string', 20_000, 'fastify hello listening');
   return { proc, port: Number(new URL(line.listening as string).port) };
 }
@@ -65,7 +71,7 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   const [standalone] = await idleRss([daemon.pid], o.size.idle);
 
   // 2. /healthz under load, against a bare fastify hello measured the same way (interleaved rounds).
-  const hello = await startFastifyHello();
+  const hello = await startFastifyHello(o.hello);
   const [fastifyHello] = await idleRss([hello.proc.pid], {
     ...o.size.idle,
     idleMs: Math.min(1000, o.size.idle.idleMs),
@@ -106,10 +112,13 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   await hello.proc.stop();
   await daemon.stop();
 
-  // 3. Start-up to healthy with the certificate already stored (second and later starts).
-  progress(`standalone: start-up to healthy x${o.size.startupRuns}`);
+  // 3. Start-up to healthy with the certificate already stored (second and later starts), in turn with the
+  // bare fastify hello's start-up to its first answer: on this shared machine only starts measured side by
+  // side compare.
+  progress(`standalone: start-up to healthy x${o.size.startupRuns}, in turn with the bare fastify hello's`);
   const startupMs: number[] = [];
   const startupCpuMs: number[] = [];
+  const fastifyStartupMs: number[] = [];
   for (let i = 0; i < o.size.startupRuns; i++) {
     const p = await freePort();
     daemon = spawnDaemon('certshare restart', [...baseArgs, '--domain', STANDALONE_DOMAIN, '--listen', `127.0.0.1:${p}`]);
@@ -117,6 +126,10 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
     startupMs.push(healthyAt - daemon.spawnedAt);
     startupCpuMs.push(await cpuMs(daemon.pid));
     await daemon.stop();
+    const helloPort = await freePort();
+    const bare = startFastifyHelloProc(o.hello, helloPort);
+    fastifyStartupMs.push((await pollHealthy(helloPort, 20_000, () => bare.exitInfo === undefined)) - bare.spawnedAt);
+    await bare.stop();
   }
 
   // 4. A domain appears on the bus (emulator control API) -> its certificate files on disk.
@@ -149,6 +162,7 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
     fastifyCpuUs,
     startupMs,
     startupCpuMs,
+    fastifyStartupMs,
     domainToCertMs,
     pinned: pinningAvailable(),
   };

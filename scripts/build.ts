@@ -12,7 +12,7 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { createRequire } from 'node:module';
 import { spawnSync } from 'node:child_process';
-import { build, type Metafile, type Plugin } from 'esbuild';
+import { build, type BuildOptions, type Metafile, type Plugin } from 'esbuild';
 
 const REPO = resolve(import.meta.dirname, '..');
 export const DIST = join(REPO, 'dist');
@@ -128,12 +128,12 @@ const LOAD_TIME_STAND_INS: Array<{ importer: RegExp; path: RegExp; contents: str
   {
     // fastify's default schema compilers (ajv, ajv-formats, fast-json-stringify, fast-uri: ~300 KB of the
     // chunk every mode compiles at start-up). fastify requires them only when its compilersFactory lacks
-    // one, and certshare gives both (src/server/http-server.ts NO_SCHEMAS).
+    // one, and certshare gives both (src/server/no-schemas.ts NO_SCHEMAS).
     importer: /node_modules\/fastify\/lib\/schema-controller\.js$/,
     path: /^@fastify\/(ajv-compiler|fast-json-stringify-compiler)$/,
     contents:
       "module.exports = () => { throw new Error('fastify schema compilers are left out of the certshare bundle " +
-      "(scripts/build.ts; src/server/http-server.ts NO_SCHEMAS)'); };\n",
+      "(scripts/build.ts; src/server/no-schemas.ts NO_SCHEMAS)'); };\n",
   },
   {
     // fastify.inject() (light-my-request), required on its first call: certshare's code never calls it (its
@@ -291,19 +291,14 @@ export async function buildOtherKubeModels(dir: string): Promise<void> {
 export const REQUIRE_BANNER =
   "import { createRequire as __certshareCreateRequire } from 'node:module'; const require = __certshareCreateRequire(import.meta.url);";
 
-export async function buildDist(outdir: string = DIST): Promise<BuildResult> {
-  await rm(outdir, { recursive: true, force: true });
-  const devOnly = await devOnlyPackages();
-  const result = await build({
-    metafile: true,
-    external: devOnly,
+/**
+ * How every production file is bundled: dist/ (buildDist) and the bench's bare fastify baseline
+ * (bench/lib/baseline.ts), so that the baseline pays for exactly what the bundle makes the daemon pay.
+ */
+export function productionBundleOptions(): BuildOptions {
+  return {
     absWorkingDir: REPO,
-    entryPoints: { 'cli/main': 'src/cli/main.ts', 'cli/fill-compile-cache': 'src/cli/fill-compile-cache.ts' },
-    outdir,
-    chunkNames: 'chunks/[name]-[hash]',
     bundle: true,
-    // Dynamic imports (kube backend, emulator, demo) become chunks: standalone never loads the Kubernetes client.
-    splitting: true,
     format: 'esm',
     platform: 'node',
     target: 'node24',
@@ -319,6 +314,21 @@ export async function buildDist(outdir: string = DIST): Promise<BuildResult> {
     banner: { js: REQUIRE_BANNER },
     logLevel: 'warning',
     plugins: [httpWithoutUndici, standIns, kubeModelsOnDemand(modelClosure(KUBE_MODEL_ROOTS))],
+  };
+}
+
+export async function buildDist(outdir: string = DIST): Promise<BuildResult> {
+  await rm(outdir, { recursive: true, force: true });
+  const devOnly = await devOnlyPackages();
+  const result = await build({
+    ...productionBundleOptions(),
+    metafile: true,
+    external: devOnly,
+    entryPoints: { 'cli/main': 'src/cli/main.ts', 'cli/fill-compile-cache': 'src/cli/fill-compile-cache.ts' },
+    outdir,
+    chunkNames: 'chunks/[name]-[hash]',
+    // Dynamic imports (kube backend, emulator, demo) become chunks: standalone never loads the Kubernetes client.
+    splitting: true,
   });
   await buildOtherKubeModels(join(outdir, 'chunks'));
   // The chunks are ES modules; this marks them so without relying on a package.json above dist/.

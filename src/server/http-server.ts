@@ -5,6 +5,7 @@ import type { HealthState, HealthVerdict } from '../core/health.ts';
 import type { PodAddresses } from '../core/pod-addresses.ts';
 import type { Metrics } from './metrics.ts';
 import { ROUTING_PROOF_HEADER, type RoutingProofs } from './routing-proof.ts';
+import { NO_SCHEMAS } from './no-schemas.ts';
 
 export interface HttpServerDeps {
   health: HealthState;
@@ -15,22 +16,6 @@ export interface HttpServerDeps {
   routingProofs?: RoutingProofs;
   /** HTTPS (--tls): the listener starts without a pair; the caller serves one (servePair) before listening. */
   https?: boolean;
-}
-
-/**
- * No route declares a JSON schema, so fastify needs neither of its schema compilers: given these, it never
- * loads its defaults (ajv, fast-json-stringify), which cost a daemon ~25-35 ms of start-up and ~3 MB of RSS
- * (measured with fastify alone). A route with a schema would fail at start-up, saying why.
- */
-const NO_SCHEMAS = {
-  compilersFactory: {
-    buildValidator: noSchemaCompiler,
-    buildSerializer: noSchemaCompiler,
-  },
-};
-
-function noSchemaCompiler(): never {
-  throw new Error('certshare routes declare no JSON schema (http-server.ts NO_SCHEMAS): add a schema compiler first');
 }
 
 /** /healthz and /metrics. Every response, errors included, carries the Pod's addresses for routing checks. */
