@@ -40,8 +40,10 @@ describe('npm run bench -- --tiny', () => {
     assertFigures('standalone', report, [
       'rssBareNodeMB',
       'rssStandaloneMB',
+      'rssFastifyHelloMB',
       'startupToHealthyMs',
       'startupCpuMs',
+      'startupFastifyHelloMs',
       'domainToCertMs',
       'healthzRps',
       'healthzVsBareFastify',
