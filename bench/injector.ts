@@ -1,6 +1,7 @@
 // The injector's figures on the real control plane: admission latency as the apiserver measures it
 // (apiserver_admission_webhook_admission_duration_seconds) while Pods are created, and idle RSS of the
-// production bundle, under manifests/injector's ServiceAccount and RBAC.
+// production bundle, under manifests/injector's ServiceAccount and RBAC, next to its baseline's: the
+// packages it needs, alone (bench/injector-packages.ts).
 import { fileURLToPath } from 'node:url';
 import type { ControlPlane } from '../test/harness/control-plane.ts';
 import { bucketIncrease, histogramQuantile } from '../test/support/histogram.ts';
@@ -8,6 +9,7 @@ import { must } from '../test/support/kube.ts';
 import { freePort } from '../test/support/processes.ts';
 import { labelsOf, metricSeries } from './lib/apiserver.ts';
 import { injectorLoopbackFlags } from '../test/injector/replica-flags.ts';
+import { type BaselineBuild, startBaseline, waitListening } from './lib/baseline.ts';
 import { bundleMain, IMAGE_NODE_FLAGS } from './lib/certshare.ts';
 import { Proc, cleanEnv, idleRss, type MemStatus } from './lib/proc.ts';
 import type { BenchSize } from './lib/size.ts';
@@ -18,6 +20,10 @@ const WEBHOOK = 'inject.certshare.io';
 
 export interface InjectorResults {
   rss: MemStatus;
+  /** The injector's packages alone (bench/injector-packages.ts), idle. */
+  packagesRss: MemStatus;
+  /** The injector idle after its first served certificate, before any admission. */
+  freshRss: MemStatus;
   pods: number;
   failures: number;
   p50Ms: number;
@@ -37,7 +43,12 @@ async function admissionBuckets(cp: ControlPlane): Promise<Map<number, number>> 
   return buckets;
 }
 
-export async function injectorPhase(cp: ControlPlane, pods: number, size: BenchSize): Promise<InjectorResults> {
+export async function injectorPhase(cp: ControlPlane, pods: number, size: BenchSize, packages: BaselineBuild): Promise<InjectorResults> {
+  progress("injector's packages alone: idle RSS");
+  const baseline = startBaseline(packages, 0);
+  await waitListening(baseline);
+  const [packagesRss] = await idleRss([baseline.pid], size.idle);
+  await baseline.stop();
   progress(`injector: ${pods} Pods through the webhook, then idle RSS`);
   await must(cp.kubectl(['create', 'namespace', 'certshare']));
   await must(cp.kubectl(['apply', '-k', MANIFESTS]));
@@ -64,6 +75,7 @@ export async function injectorPhase(cp: ControlPlane, pods: number, size: BenchS
   try {
     await proc.waitForLog((e) => e.msg === 'serving a new webhook certificate', 60_000, 'the first served certificate');
     const firstCertMs = performance.now() - proc.spawnedAt;
+    const [freshRss] = await idleRss([proc.pid], size.idle);
     // The apiserver's informer sees a new caBundle within milliseconds; the injector served only once it was stored.
     const before = await admissionBuckets(cp);
     let created = 0;
@@ -86,7 +98,16 @@ export async function injectorPhase(cp: ControlPlane, pods: number, size: BenchS
     await Promise.all([worker(), worker(), worker(), worker()]);
     const latency = bucketIncrease(before, await admissionBuckets(cp));
     const [rss] = await idleRss([proc.pid], size.idle);
-    return { rss: rss!, pods: created, failures, p50Ms: histogramQuantile(0.5, latency) * 1000, p99Ms: histogramQuantile(0.99, latency) * 1000, firstCertMs };
+    return {
+      rss: rss!,
+      packagesRss: packagesRss!,
+      freshRss: freshRss!,
+      pods: created,
+      failures,
+      p50Ms: histogramQuantile(0.5, latency) * 1000,
+      p99Ms: histogramQuantile(0.99, latency) * 1000,
+      firstCertMs,
+    };
   } finally {
     await proc.stop();
   }

@@ -14,7 +14,7 @@ import { startControlPlane, type ControlPlane } from '../test/harness/control-pl
 import { writeAuditPolicy } from './lib/apiserver.ts';
 import { type CommandLine, exitWithUsageError, numberFlag, parseScriptArgs } from '../scripts/lib/command-line.ts';
 import { buildDist } from './lib/certshare.ts';
-import { buildFastifyHello } from './lib/baseline.ts';
+import { buildBaseline, FASTIFY_HELLO, INJECTOR_PACKAGES } from './lib/baseline.ts';
 import { failOnUnexpectedExit, stopAll, UnexpectedExitError } from './lib/proc.ts';
 import { FULL_SIZE, TINY_SIZE } from './lib/size.ts';
 import { median, progress, round, type Target, verdictOf } from './lib/stats.ts';
@@ -177,8 +177,8 @@ if (domainCounts) await runDomains(domainCounts);
 try {
   tmp = await mkdtemp(join(tmpdir(), 'certshare-bench-'));
   buildMs = await build(tmp);
-  progress('building the bare fastify baseline (bench/lib/baseline.ts)');
-  const hello = await buildFastifyHello(join(tmp, 'fastify-hello'));
+  progress("building the baselines: a bare fastify, the injector's packages (bench/lib/baseline.ts)");
+  const hello = await buildBaseline(join(tmp, FASTIFY_HELLO), FASTIFY_HELLO);
   progress('bare node: idle RSS');
   const bare = await bareNodeRss(size);
   standalone = await standalonePhase(join(tmp, 'standalone'), { loadSeconds: loadS, connections: 10, size, hello }, bare);
@@ -187,7 +187,7 @@ try {
     ({ cp, auditLog } = await startAuditedControlPlane(tmp));
     rest = await restPhase(cp, join(tmp, 'rest'), auditLog, windowS, size);
     propagation = await propagationPhase(cp, join(tmp, 'propagation'), renewals, PROPAGATION_LIFETIME_S);
-    injector = await injectorPhase(cp, pods, size);
+    injector = await injectorPhase(cp, pods, size, await buildBaseline(join(tmp, INJECTOR_PACKAGES), INJECTOR_PACKAGES));
   }
   if (opts.memory || tiny) memory = await memoryPhase(join(tmp, 'memory'), cp, size);
   if (tiny && cp && auditLog) {
@@ -244,6 +244,7 @@ const figures: Record<string, number | null> = {
   healthzCpuVsBareFastify: round(median(cpuRatios), 2),
   apiRequestsPerReplicaHour: apiPerReplicaHour === null ? null : round(apiPerReplicaHour, 1),
   rssInjectorMB: injector ? round(injector.rss.rss) : null,
+  rssInjectorPackagesMB: injector ? round(injector.packagesRss.rss) : null,
   injectorAdmissionP50Ms: injector ? round(injector.p50Ms) : null,
   injectorAdmissionP99Ms: injector ? round(injector.p99Ms) : null,
 };
@@ -289,7 +290,13 @@ const baseline: Record<string, string> = {
     ? `${target('apiRequestsPerReplicaHour')}; window ${round(rest.windowS, 0)} s x ${rest.replicas} replicas; ` +
       `all series ${rest.allSeriesDelta} (apiserver's own)`
     : 'skipped',
-  rssInjectorMB: injector ? `${target('rssInjectorMB')}; idle after ${injector.pods} injections; anon ${round(injector.rss.anon)}` : 'skipped',
+  rssInjectorMB: injector
+    ? `${target('rssInjectorMB')}; its packages alone ${round(injector.packagesRss.rss)}, itself before any admission ` +
+      `${round(injector.freshRss.rss)}; idle after ${injector.pods} injections; anon ${round(injector.rss.anon)}`
+    : 'skipped',
+  rssInjectorPackagesMB: injector
+    ? `no target; client-node, x509 and prom-client bundled as dist/ is, used once, serving HTTPS (bench/injector-packages.ts): ${mb(injector.packagesRss)}`
+    : 'skipped',
   injectorAdmissionP50Ms: injector ? `as the apiserver measures it; ${injector.pods} Pods created, ${injector.failures} failed` : 'skipped',
   injectorAdmissionP99Ms: injector ? `as the apiserver measures it; first certificate served ${Math.round(injector.firstCertMs)} ms after start` : 'skipped',
 };
@@ -340,6 +347,7 @@ if (opts.json) {
       fastifyHello: s.fastifyHello,
       kubeWriter: rest?.writer,
       kubeReaders: rest?.readers,
+      injector: injector && { afterAdmissions: injector.rss, beforeAdmissions: injector.freshRss, packagesAlone: injector.packagesRss },
     },
     startupMs: s.startupMs.map(Math.round),
     startupCpuMs: s.startupCpuMs,

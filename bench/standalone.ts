@@ -3,7 +3,7 @@
 // domain-to-certificate latency.
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { type FastifyHelloBuild, startFastifyHelloProc } from './lib/baseline.ts';
+import { type BaselineBuild, startBaseline, waitListening } from './lib/baseline.ts';
 import { CertFileWatch, spawnDaemon, startEmulator } from './lib/certshare.ts';
 import { freePort, httpRequest, pollHealthy } from './lib/http.ts';
 import { pinningAvailable, pinProcess, runLoad, type LoadResult } from './lib/load.ts';
@@ -19,7 +19,7 @@ export interface StandaloneOptions {
   connections: number;
   size: BenchSize;
   /** The bare fastify baseline (bench/lib/baseline.ts). */
-  hello: FastifyHelloBuild;
+  hello: BaselineBuild;
 }
 
 export interface StandaloneResults {
@@ -51,10 +51,9 @@ export async function bareNodeRss(size: BenchSize): Promise<MemStatus> {
   }
 }
 
-async function startFastifyHello(hello: FastifyHelloBuild): Promise<{ proc: Proc; port: number }> {
-  const proc = startFastifyHelloProc(hello, 0);
-  const line = await proc.waitForLog((e) => typeof e.listening === 'string', 20_000, 'fastify hello listening');
-  return { proc, port: Number(new URL(line.listening as string).port) };
+async function startFastifyHello(hello: BaselineBuild): Promise<{ proc: Proc; port: number }> {
+  const proc = startBaseline(hello, 0);
+  return { proc, port: await waitListening(proc) };
 }
 
 export async function standalonePhase(dir: string, o: StandaloneOptions, bareNode: MemStatus): Promise<StandaloneResults> {
@@ -127,7 +126,7 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
     startupCpuMs.push(await cpuMs(daemon.pid));
     await daemon.stop();
     const helloPort = await freePort();
-    const bare = startFastifyHelloProc(o.hello, helloPort);
+    const bare = startBaseline(o.hello, helloPort);
     fastifyStartupMs.push((await pollHealthy(helloPort, 20_000, () => bare.exitInfo === undefined)) - bare.spawnedAt);
     await bare.stop();
   }
