@@ -4,7 +4,9 @@
 // @peculiar/x509 through src/pki/ca.ts (a CA and one leaf issued, as the injector's webhook has),
 // prom-client (a registry with the default metrics, as src/server/metrics.ts collects them), serving HTTPS
 // with that leaf.
-// Nothing of the injector itself. Prints {"listening":"https://127.0.0.1:PORT"}; runs until SIGTERM.
+// V8 without its optimizing compilers, as the injector runs. Nothing of the injector itself. Prints
+// {"listening":"https://127.0.0.1:PORT"}; runs until SIGTERM.
+import './lib/as-the-injector-runs.ts';
 import { createServer } from 'node:https';
 import { Registry } from 'prom-client';
 import { createCertificateAuthority } from '../src/pki/ca.ts';

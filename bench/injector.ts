@@ -11,7 +11,7 @@ import { labelsOf, metricSeries } from './lib/apiserver.ts';
 import { injectorLoopbackFlags } from '../test/injector/replica-flags.ts';
 import { type BaselineBuild, startBaseline, waitListening } from './lib/baseline.ts';
 import { bundleMain, IMAGE_NODE_FLAGS } from './lib/certshare.ts';
-import { Proc, cleanEnv, idleRss, type MemStatus } from './lib/proc.ts';
+import { Proc, cleanEnv, cpuMs, idleRss, type MemStatus } from './lib/proc.ts';
 import type { BenchSize } from './lib/size.ts';
 import { progress } from './lib/stats.ts';
 
@@ -28,6 +28,8 @@ export interface InjectorResults {
   failures: number;
   p50Ms: number;
   p99Ms: number;
+  /** The injector's CPU time (user + system, 10 ms ticks) while the Pods were created, per Pod created. */
+  cpuPerAdmissionMs: number;
   /** Start of the process to its first served certificate (CA created, bundle stored and seen). */
   firstCertMs: number;
 }
@@ -78,6 +80,7 @@ export async function injectorPhase(cp: ControlPlane, pods: number, size: BenchS
     const [freshRss] = await idleRss([proc.pid], size.idle);
     // The apiserver's informer sees a new caBundle within milliseconds; the injector served only once it was stored.
     const before = await admissionBuckets(cp);
+    const cpuBefore = await cpuMs(proc.pid);
     let created = 0;
     let failures = 0;
     let next = 0;
@@ -96,6 +99,7 @@ export async function injectorPhase(cp: ControlPlane, pods: number, size: BenchS
       }
     };
     await Promise.all([worker(), worker(), worker(), worker()]);
+    const cpuPerAdmissionMs = ((await cpuMs(proc.pid)) - cpuBefore) / Math.max(1, created);
     const latency = bucketIncrease(before, await admissionBuckets(cp));
     const [rss] = await idleRss([proc.pid], size.idle);
     return {
@@ -106,6 +110,7 @@ export async function injectorPhase(cp: ControlPlane, pods: number, size: BenchS
       failures,
       p50Ms: histogramQuantile(0.5, latency) * 1000,
       p99Ms: histogramQuantile(0.99, latency) * 1000,
+      cpuPerAdmissionMs,
       firstCertMs,
     };
   } finally {

@@ -4,6 +4,7 @@ import { CertshareError, ERROR_CODES, type ErrorCode, errorMessage } from '../co
 import { parseFlags, usage } from '../flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom } from '../config/run-options.ts';
 import { useCompileCache } from './compile-cache.ts';
+import { withoutOptimizingCompilers } from '../server/heap-saving.ts';
 
 const TOP_USAGE = `Usage: certshare <command> [flags]
 
@@ -44,6 +45,7 @@ async function main(argv: string[]): Promise<number> {
       return runDemo(rest);
     }
     case 'injector': {
+      withoutOptimizingCompilers();
       const { injectorCommand } = await import('./injector.ts');
       return injectorCommand(rest);
     }

@@ -52,7 +52,7 @@ describe('npm run bench -- --tiny', () => {
     ]);
     assertFigures('kube at rest', report, ['rssKubeReaderMB', 'rssKubeWriterMB', 'apiRequestsPerReplicaHour']);
     assertFigures('propagation', report, ['propagationP50Ms', 'propagationP99Ms']);
-    assertFigures('injector', report, ['rssInjectorMB', 'rssInjectorPackagesMB', 'injectorAdmissionP99Ms']);
+    assertFigures('injector', report, ['rssInjectorMB', 'rssInjectorPackagesMB', 'injectorAdmissionP99Ms', 'injectorCpuMsPerAdmission']);
     const details = report.details as { memory?: Record<string, Array<Record<string, unknown>>>; domains?: Record<string, unknown> };
     const memory = details.memory;
     assert.ok(memory, '--memory phase: no figures');

@@ -2,7 +2,9 @@ import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { heapSavingSwitch } from '../../src/server/heap-saving.ts';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { heapSavingSwitch, withoutOptimizingCompilers } from '../../src/server/heap-saving.ts';
 import { emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { until } from '../support/wait.ts';
 
@@ -15,6 +17,42 @@ describe('the heap-saving switch', () => {
     assert.equal(told(3), true);
     assert.deepEqual([4, 1, 500].map(told), [false, false, false], 'once on, it stays on: no flapping');
     assert.deepEqual(set, ['--optimize-for-size']);
+  });
+});
+
+describe('V8 without its optimizing compilers', () => {
+  const dir = useTempDir();
+  const MAIN = join(import.meta.dirname, '../../src/cli/main.ts');
+
+  it('sets the flags that leave every function bytecode', () => {
+    const set: string[] = [];
+    withoutOptimizingCompilers((flags) => set.push(flags));
+    assert.deepEqual(set, ['--no-sparkplug', '--no-maglev', '--no-turbofan', '--optimize-for-size']);
+  });
+
+  // A preload asks V8, as the process exits, to optimize a function at once (natives syntax): refused only
+  // when the command switched TurboFan off at run time.
+  async function optimizedAtExit(args: string[]): Promise<boolean> {
+    const preload = join(dir(), 'optimization-status.cjs');
+    await writeFile(
+      preload,
+      "process.on('exit', () => {\n" +
+        '  function hot(x) { let s = 0; for (let i = 0; i < 10; i++) s += (x * i) % 7; return s; }\n' +
+        '  %PrepareFunctionForOptimization(hot); hot(1); hot(2); %OptimizeFunctionOnNextCall(hot); hot(3);\n' +
+        "  process.stderr.write('optimized: ' + ((%GetOptimizationStatus(hot) & 16) !== 0) + '\\n');\n" +
+        '});\n',
+    );
+    const { stderr } = await promisify(execFile)(process.execPath, ['--allow-natives-syntax', '--require', preload, MAIN, ...args], {
+      timeout: 30_000,
+    });
+    const m = /optimized: (true|false)/.exec(stderr);
+    assert.ok(m, `no optimization status in: ${stderr}`);
+    return m[1] === 'true';
+  }
+
+  it('is how the injector runs, and not the daemon (its /healthz would cost ~5 times the CPU)', async () => {
+    assert.equal(await optimizedAtExit(['injector', '--help']), false, 'injector');
+    assert.equal(await optimizedAtExit(['run', '--help']), true, 'run');
   });
 });
 
