@@ -2,7 +2,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
-import { errorMessage } from '../core/errors.ts';
+import { CertshareError, errorMessage } from '../core/errors.ts';
 import { checkedPair, servePair, type ServingPair } from '../tls/serving-pair.ts';
 
 export type { ServingPair } from '../tls/serving-pair.ts';
@@ -184,7 +184,9 @@ export async function startTlsServer(options: { host: string; port: number; pair
         try {
           answer = handler(body);
         } catch (err) {
-          reply(res, 500, { error: errorMessage(err) });
+          // A request it cannot answer is the caller's fault (400); anything else is the handler's (500).
+          const status = err instanceof CertshareError && err.code === 'CERTSHARE_BAD_REQUEST' ? 400 : 500;
+          reply(res, status, { error: errorMessage(err) });
           return;
         }
         reply(res, 200, answer);

@@ -3,6 +3,7 @@ import { Agent, request } from 'node:https';
 import type { TLSSocket } from 'node:tls';
 import { after, before, describe, it } from 'node:test';
 import { createInjectorCa, issueServingLeaf } from '../../src/injector/pki.ts';
+import { admissionReviewResponse, type InjectionDefaults } from '../../src/injector/mutate.ts';
 import { MAX_BODY_BYTES, MAX_IN_FLIGHT, startTlsServer, type ServingPair, type TlsServer } from '../../src/injector/tls-server.ts';
 
 const HOUR = 3_600_000;
@@ -58,7 +59,19 @@ describe('webhook TLS server with hot reload', () => {
     ]);
     first = { certPem: a.chainPem, keyPem: a.keyPem, serial: a.serial };
     second = { certPem: b.chainPem, keyPem: b.keyPem, serial: b.serial };
-    server = await startTlsServer({ host: '127.0.0.1', port: 0, pair: first, routes: { '/echo': (body) => ({ echo: body }) } });
+    server = await startTlsServer({
+      host: '127.0.0.1',
+      port: 0,
+      pair: first,
+      routes: {
+        '/echo': (body) => ({ echo: body }),
+        // The webhook's handler; a body without request.uid never reaches the defaults.
+        '/review': (body) => admissionReviewResponse(body, {} as InjectionDefaults),
+        '/broken': () => {
+          throw new Error('a bug of the handler');
+        },
+      },
+    });
   });
 
   after(async () => {
@@ -154,6 +167,15 @@ describe('webhook TLS server with hot reload', () => {
     assert.equal(bad, 400);
     assert.equal((await post(server.port, a, '/nope', {})).status, 404);
     assert.equal((await post(server.port, a, '/echo', { ok: true })).status, 200);
+  });
+
+  it('answers JSON that is no AdmissionReview with 400, and a handler that fails with 500', async () => {
+    const a = agent();
+    const notReview = await post(server.port, a, '/review', { k0: 0, k1: 1 });
+    assert.equal(notReview.status, 400, JSON.stringify(notReview.body));
+    assert.match(JSON.stringify(notReview.body), /not an AdmissionReview request \(no request\.uid\)/);
+    assert.equal((await post(server.port, a, '/broken', {})).status, 500);
+    assert.equal((await post(server.port, a, '/echo', { ok: true })).status, 200, 'still serving');
   });
 });
 
