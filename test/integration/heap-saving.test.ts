@@ -50,7 +50,7 @@ describe('V8 without its optimizing compilers', () => {
     return m[1] === 'true';
   }
 
-  it('is how the injector runs, and not the daemon (its /healthz would cost ~5 times the CPU)', async () => {
+  it('is how the injector runs, and not the daemon (its /healthz would cost 4-6 times the CPU)', async () => {
     assert.equal(await optimizedAtExit(['injector', '--help']), false, 'injector');
     assert.equal(await optimizedAtExit(['run', '--help']), true, 'run');
   });
