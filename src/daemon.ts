@@ -28,10 +28,13 @@ import { IssuanceSlots } from './core/issuance-slots.ts';
 import { kubeconfigSource } from './kube/kubeconfig-source.ts';
 import { ReloadCommand } from './delivery/reload-command.ts';
 import { AriChecker } from './acme/ari-checker.ts';
+import { createServedRotation } from './served/served-rotation.ts';
 import { RenewalInfoClient } from './acme/renewal-info-client.ts';
 
 /** How long after the daemon's start its first ACME Renewal Information check waits (AriChecker quietUntil). */
 const ARI_QUIET_START_MS = 1000;
+/** What the shutdown bound keeps back from the Services' failover wait for the rest of the stop (readiness, Lease). */
+const AFTER_FAILOVER_RESERVE_MS = 3000;
 
 export interface Daemon {
   readonly address: string;
@@ -123,6 +126,17 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   });
   watcher.onChange(() => logger.info({ certDomains: [...watcher.current()].sort() }, 'tailscaled cert domains'));
 
+  let managedDomains: string[] = [];
+  const served = createServedRotation(config, {
+    clock,
+    logger,
+    health,
+    registry: metrics.registry,
+    localApi,
+    domains: () => managedDomains,
+    ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
+  });
+
   const budget = config.issuanceBudget
     ? new IssuanceBudget({ limit: config.issuanceBudget, store: backend.ledger, clock, logger: logger.child({ component: 'issuance-budget' }) })
     : undefined;
@@ -155,7 +169,15 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     clock,
     renewal: config.renewal,
     backoff: config.backoff,
-    observer: fanOut([health, metrics, ...backend.observers, eventsObserver(events), ...(ari ? [ari] : []), ...(routingProofs ? [routingProofs] : [])]),
+    observer: fanOut([
+      health,
+      metrics,
+      ...backend.observers,
+      eventsObserver(events),
+      ...(ari ? [ari] : []),
+      ...(routingProofs ? [routingProofs] : []),
+      ...(served ? [served.observer] : []),
+    ]),
     logger,
     // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
     intentTtlMs: config.certTimeoutMs + Math.min(30_000, config.certTimeoutMs),
@@ -185,6 +207,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     if (!started) return; // the first ServeConfig read only records its domains
     const all = [...new Set([...staticDomains, ...configDomains])].sort();
     if (heapSaving(all.length)) logger.info({ domains: all.length }, 'many domains: V8 heap set to save memory (--optimize-for-size)');
+    managedDomains = all;
     manager.setDomains(all);
     ari?.retain(all);
     health.manage(all);
@@ -241,6 +264,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   applyDomains();
   await backend.start?.();
   watcher.start();
+  served?.start();
 
   let stopping: Promise<void> | undefined;
   return {
@@ -254,12 +278,18 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     stop: () =>
       (stopping ??= (async () => {
         logger.info({}, 'stopping');
+        const stopStart = clock.now();
+        // Tailnet clients first: the Services are withdrawn and control given time to move them, within the
+        // shutdown bound less what the rest of the stop needs.
+        const failoverMs = Math.min(config.advertiseFailoverMs, Math.max(0, config.shutdownTimeoutMs - AFTER_FAILOVER_RESERVE_MS));
+        await served?.leave(failoverMs, AbortSignal.timeout(Math.max(1, config.shutdownTimeoutMs - AFTER_FAILOVER_RESERVE_MS)));
         // No CertPair call starts from here on; those under way end and are stored, and what the store lost is
         // put back, before the role is handed over.
         const issuanceSettled = manager.stopIssuing();
-        await backend.beforeStop?.((signal) => issuanceSettled.then(() => manager.verifyStored(signal)));
+        const remainingMs = config.shutdownTimeoutMs - (clock.now() - stopStart);
+        await backend.beforeStop?.((signal) => issuanceSettled.then(() => manager.verifyStored(signal)), remainingMs);
         serveConfig?.stop();
-        await Promise.all([manager.stop(), watcher.stop(), tls?.stop(), ari?.stop()]);
+        await Promise.all([manager.stop(), watcher.stop(), tls?.stop(), ari?.stop(), served?.stop()]);
         await backend.stop?.();
         await reload?.idle();
         await app.close();

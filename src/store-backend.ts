@@ -34,9 +34,11 @@ export interface StoreBackend {
    * First step of a graceful stop: leave rotation. `settleIssuance` (LoopSupervisor.stopIssuing) settles once no
    * CertPair call is under way any more, its certificate is stored and every certificate held is verified
    * in the store (no new call starts): a backend that hands the writer role over waits for it first,
-   * within its shutdown budget (the signal).
+   * within its shutdown budget (the signal); `remainingMs` is what is left of --shutdown-timeout.
    */
-  beforeStop?(settleIssuance: (signal: AbortSignal) => Promise<void>): Promise<void>;
+  beforeStop?(settleIssuance: (signal: AbortSignal) => Promise<void>, remainingMs: number): Promise<void>;
+  /** What the proxy serves for a domain changed (the served check): an Event about the Pod in Kubernetes. */
+  servedChanged?(domain: string, report: { outcome: string; verdict: { verdict: string }; stale: boolean }, description: string): void;
   stop?(): Promise<void>;
 }
 

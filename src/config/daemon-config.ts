@@ -49,6 +49,14 @@ export interface DaemonConfig {
   /** The gate turns False this long before a certificate expires (bounded by its lifetime; renewal.ts rotationExitTime). */
   readinessLeadMs: number;
   routingChecks: string[];
+  /** --served-check: the proxy's TLS listener, checked for the certificate it serves per domain. */
+  servedCheck: { host: string; port: number } | undefined;
+  servedCheckIntervalMs: number;
+  servedCheckTimeoutMs: number;
+  servedStaleAfterMs: number;
+  /** --advertise-services: the Tailscale Services (svc:<label>) advertised while served (src/served/advertiser.ts). */
+  advertiseServices: string[];
+  advertiseFailoverMs: number;
   routingAttempts: number;
   drainDelayMs: number;
   leaseDurationMs: number;

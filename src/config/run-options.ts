@@ -10,6 +10,7 @@ import { isHttpUrl } from '../core/http-url.ts';
 import { MAX_STARTUP_GRACE_MS } from '../core/startup-grace.ts';
 import { isObjectName } from '../core/kube-names.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
+import { parseServiceName, serviceDomain } from '../core/advertisement.ts';
 import { LETS_ENCRYPT_DIRECTORY } from '../acme/renewal-info-client.ts';
 import { duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 import { LOG_FLAGS, logFormatFrom } from '../logging/log-format.ts';
@@ -147,6 +148,36 @@ export const RUN_FLAGS: FlagSpec[] = [
       "(Tailscale's rule: replicas x 3). Rounds go on for 30 s before the condition says NotRouted.",
   },
   {
+    name: 'served-check',
+    placeholder: 'HOST:PORT',
+    help: "The proxy's TLS listener: certshare connects with SNI per domain and compares the certificate served with the one it holds.",
+  },
+  {
+    name: 'served-check-interval',
+    placeholder: 'DURATION',
+    default: '1m',
+    help: 'Steady interval of the served check (it also runs after every certificate change).',
+  },
+  { name: 'served-check-timeout', placeholder: 'DURATION', default: '5s', help: 'Bound on one TLS handshake of the served check.' },
+  {
+    name: 'served-stale-after',
+    placeholder: 'DURATION',
+    default: '5m',
+    help: 'The proxy still serving the previous certificate this long after a renewal is a warning (metric, Event, alert).',
+  },
+  {
+    name: 'advertise-services',
+    placeholder: 'svc:NAME',
+    multiple: true,
+    help: "A Tailscale Service advertised through tailscaled's prefs only while its certificate is held and served (needs --served-check).",
+  },
+  {
+    name: 'advertise-failover',
+    placeholder: 'DURATION',
+    default: '20s',
+    help: "On shutdown, after withdrawing the Services, wait this long for control to move clients (Tailscale's own proxies wait 20s).",
+  },
+  {
     name: 'lease-duration',
     placeholder: 'DURATION',
     default: '15s',
@@ -240,6 +271,12 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
     readinessLeadMs: duration(values, 'readiness-lead'),
     routingChecks: (values['routing-check'] as string[] | undefined) ?? [],
     routingAttempts: Number(values['routing-attempts']),
+    servedCheck: servedCheckTarget(values['served-check'] as string | undefined),
+    servedCheckIntervalMs: duration(values, 'served-check-interval'),
+    servedCheckTimeoutMs: duration(values, 'served-check-timeout'),
+    servedStaleAfterMs: duration(values, 'served-stale-after'),
+    advertiseServices: [...new Set(((values['advertise-services'] as string[] | undefined) ?? []).map(parseServiceName))],
+    advertiseFailoverMs: duration(values, 'advertise-failover'),
     drainDelayMs: duration(values, 'drain-delay'),
     leaseDurationMs: duration(values, 'lease-duration'),
     shutdownTimeoutMs: duration(values, 'shutdown-timeout'),
@@ -266,6 +303,8 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     ['--reload-timeout', c.reloadTimeoutMs],
     ['--lease-duration', c.leaseDurationMs],
     ['--shutdown-timeout', c.shutdownTimeoutMs],
+    ['--served-check-interval', c.servedCheckIntervalMs],
+    ['--served-check-timeout', c.servedCheckTimeoutMs],
   ];
   const kubeOnly: Array<[string, unknown]> = [
     ['--tls secret:', c.tls?.kind === 'secret' ? c.tls : undefined],
@@ -300,6 +339,19 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     ],
     ...c.routingChecks.map((url): [boolean, () => string] => [!isHttpUrl(url), () => `--routing-check: "${url}" is not an http:// or https:// URL`]),
     [
+      c.advertiseServices.length > 0 && !c.servedCheck,
+      () => '--advertise-services needs --served-check: a Service is advertised only while the proxy is seen serving its certificate',
+    ],
+    ...c.advertiseServices.map((service): [boolean, () => string] => [
+      !c.serveConfig && serviceDomain(service, c.domains) === undefined,
+      () =>
+        `--advertise-services: ${service} has no --domain whose first label is ${service.slice(4)} (a Service's certificate is for <name>.<tailnet>.ts.net)`,
+    ]),
+    [
+      c.advertiseServices.length > 0 && c.advertiseFailoverMs >= c.shutdownTimeoutMs,
+      () => '--advertise-failover must be below --shutdown-timeout (the shutdown waits it out, then stops the rest)',
+    ],
+    [
       c.acmeDirectory !== undefined && !isHttpUrl(c.acmeDirectory),
       () => `--acme-directory: "${c.acmeDirectory}" is not an http:// or https:// URL (or none, to turn ACME Renewal Information off)`,
     ],
@@ -318,6 +370,18 @@ export function validateConfig(c: DaemonConfig): string | undefined {
 }
 
 const LOG_LEVELS = ['debug', 'info', 'warn', 'error'];
+
+/** --served-check: HOST:PORT of the proxy's TLS listener. */
+function servedCheckTarget(text: string | undefined): { host: string; port: number } | undefined {
+  if (text === undefined || text === '') return undefined;
+  try {
+    const { host, port } = parseHostPort(text, '127.0.0.1');
+    if (port === 0) throw new Error('port 0 names no listener');
+    return { host: host === '' || host === '::' || host === '0.0.0.0' ? '127.0.0.1' : host, port };
+  } catch (err) {
+    throw badFlag(`--served-check: ${(err as Error).message}`);
+  }
+}
 
 /** --acme-directory: a URL (checked by validateConfig), or none for no ARI. */
 function acmeDirectory(text: string): string | undefined {

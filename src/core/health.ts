@@ -29,6 +29,8 @@ interface DomainHealth {
   reason: IssuanceReason | undefined;
   /** What the CA said about the certificate through ACME Renewal Information (renewal-info.ts describeAriAnswer). */
   renewalInfo?: string | undefined;
+  /** What the proxy serves for the domain (the served check), one line. */
+  served?: string | undefined;
 }
 
 /**
@@ -99,10 +101,19 @@ export class HealthState implements LoopObserver {
     if (entry) entry.renewalInfo = description;
   }
 
-  /** One line per domain with an ARI answer, for /healthz?verbose. */
+  /** What the served check last saw for the domain, one line (undefined: no check). */
+  servedInfo(domain: string, description: string | undefined): void {
+    const entry = this.#domains.get(domain);
+    if (entry) entry.served = description;
+  }
+
+  /** One line per domain with an ARI answer, and one per domain the served check looked at, for /healthz?verbose. */
   details(): string[] {
     const lines: string[] = [];
-    for (const [domain, { renewalInfo }] of this.#domains) if (renewalInfo) lines.push(`${domain}: ${renewalInfo}`);
+    for (const [domain, { renewalInfo, served }] of this.#domains) {
+      if (renewalInfo) lines.push(`${domain}: ${renewalInfo}`);
+      if (served) lines.push(`${domain}: served: ${served}`);
+    }
     return lines.sort();
   }
 

@@ -20,6 +20,18 @@ export interface IpnNotify {
   [key: string]: unknown;
 }
 
+/** The part of ipn.Prefs certshare reads and edits (Go field names); the rest is kept as it came. */
+export interface IpnPrefs {
+  AdvertiseServices?: string[] | null;
+  [key: string]: unknown;
+}
+
+/** An ipn.MaskedPrefs body: only the fields whose `<Field>Set` is true change. */
+export interface MaskedPrefs {
+  AdvertiseServicesSet: true;
+  AdvertiseServices: string[];
+}
+
 export interface CertPairOptions {
   /** Ask tailscaled to renew synchronously when less than this remains (milliseconds; 0 = its own policy). */
   minValidityMs: number;
@@ -45,6 +57,10 @@ export interface LocalApi {
    * is yielded); undefined before any answer. Optional: implementations may omit it.
    */
   tailscaledVersion?(): string | undefined;
+  /** GET /localapi/v0/prefs. Optional: implementations may omit it (no Service advertising then). */
+  prefs?(signal: AbortSignal): Promise<IpnPrefs>;
+  /** PATCH /localapi/v0/prefs with a masked prefs body; resolves with the prefs after the edit. */
+  editPrefs?(masked: MaskedPrefs, signal: AbortSignal): Promise<IpnPrefs>;
 }
 
 export type LocalApiCode =

@@ -19,6 +19,7 @@ import { appendLedger, type LedgerRequest } from './ledger.ts';
 import { listenOn, parseListen } from './listen.ts';
 import { makeIdentity, statusJson } from './netmap.ts';
 import { parseTailscaledVersion, releaseFeatures } from '../localapi/releases.ts';
+import { EmulatedPrefs, type PrefsWrite } from './prefs.ts';
 
 export type { NetmapStyle } from './bus.ts';
 
@@ -90,6 +91,11 @@ export interface EmulatorOptions {
   ariHalfWidthMs?: number;
   /** Retry-After on renewalInfo answers, seconds. Default 21600 (pebble, Let's Encrypt). */
   ariRetryAfterSeconds?: number;
+  /**
+   * Whether the client may edit prefs (PATCH /localapi/v0/prefs): 'denied' answers 403 as tailscaled does to a
+   * uid that is neither root nor its operator. Default 'allowed'.
+   */
+  prefsWrite?: PrefsWrite;
   logger?: Logger;
 }
 
@@ -143,6 +149,8 @@ export interface Emulator {
   clearFaults(): void;
   /** Ends every open bus stream now; returns how many. */
   dropBusConnections(): number;
+  /** tailscaled's prefs as /localapi/v0/prefs serves them (AdvertiseServices, who may edit them). */
+  readonly prefs: EmulatedPrefs;
   /** The ACME directory URL (http://HOST:PORT/acme/directory) when ARI is reachable over TCP, else undefined. */
   readonly acmeDirectoryUrl: string | undefined;
   /** Sets the CA's ARI answer for a certificate (undefined: the default window again). */
@@ -280,6 +288,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     events.emit('fault', { fault, ...(domain ? { domain } : {}) });
   };
 
+  const prefs = new EmulatedPrefs(options.prefsWrite);
   const bus = new IpnBus({
     version,
     style,
@@ -446,6 +455,8 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
         bus.open(req, res, mask.mask);
         return;
       }
+      case '/localapi/v0/prefs':
+        return prefs.handle(req, res);
       case '/localapi/v0/status':
         return sendJson(res, 200, statusJson(identity, version, sortedDomains()));
       case '/localapi/v0/cert-domains': {
@@ -560,6 +571,7 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     injectFault,
     clearFaults: () => faults.clear(),
     dropBusConnections: () => bus.dropAll(),
+    prefs,
     acmeDirectoryUrl,
     setRenewalInfo: controlTarget.setRenewalInfo,
     revokeCertificate: controlTarget.revokeCertificate,

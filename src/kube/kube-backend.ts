@@ -127,13 +127,19 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       elector?.start();
       gate?.start();
     },
-    async beforeStop(settleIssuance: (signal: AbortSignal) => Promise<void>) {
+    ...(podEvents
+      ? {
+          servedChanged: (domain: string, report: { outcome: string; verdict: { verdict: string }; stale: boolean }, description: string) =>
+            podEvents.served(domain, report.outcome, report.verdict.verdict !== 'bad' && !report.stale, description),
+        }
+      : {}),
+    async beforeStop(settleIssuance: (signal: AbortSignal) => Promise<void>, remainingMs: number) {
       // Out of rotation first; then hand the writer role over, so a successor renews at once. Both are
       // best effort against an API server that may not answer: together they get --shutdown-timeout less
       // a reserve, so the process still exits within it. No drain wait here: as a native sidecar certshare
       // gets SIGTERM only after the proxy has exited (measured on the real cluster: tailscaled's SIGTERM at
       // .270, certshare's at .340); the drain is the proxy's preStop sleep, which the injector gives it.
-      const budgetMs = Math.max(0, config.shutdownTimeoutMs - STOP_RESERVE_MS);
+      const budgetMs = Math.max(0, remainingMs - STOP_RESERVE_MS);
       const budget = AbortSignal.timeout(Math.round(budgetMs));
       await gate?.leaveRotation(budget);
       // A certificate being issued is stored, and one the store lost is put back, before the role goes:

@@ -19,6 +19,7 @@ export const EVENT_REASONS = {
   NotReady: "the Pod's readiness condition turned False, with its reason",
   BecameWriter: 'this replica won the group Lease: it issues and writes the Secrets',
   LostWriter: 'this replica no longer holds the group Lease',
+  ServedCertificate: 'what the proxy serves for a domain changed (--served-check): current, previous, expired, other_name, other or unknown',
 } as const;
 export type EventReason = keyof typeof EVENT_REASONS;
 
@@ -139,6 +140,17 @@ export class PodEvents {
       action: 'UpdateReadiness',
       key: reason,
       note: `${reason}: ${message}`,
+    });
+  }
+
+  /** The served check saw the proxy serve something else for a domain (served-checker.ts ServedReport). */
+  served(domain: string, outcome: string, ok: boolean, description: string): void {
+    this.#record({
+      type: ok ? 'Normal' : 'Warning',
+      reason: 'ServedCertificate',
+      action: 'CheckServed',
+      key: `${domain} ${outcome}`,
+      note: `${domain}: ${description}`,
     });
   }
 

@@ -4,7 +4,7 @@ import { CertshareError, errorMessage } from '../core/errors.ts';
 import { formatGoDuration } from '../core/duration.ts';
 import { parseRetryAfter } from '../core/retry-after.ts';
 import { isRefusalStatus, LocalApiError } from '../core/localapi.ts';
-import type { CertPair, CertPairOptions, IpnNotify, LocalApi } from '../core/localapi.ts';
+import type { CertPair, CertPairOptions, IpnNotify, IpnPrefs, LocalApi, MaskedPrefs } from '../core/localapi.ts';
 import type { Logger } from '../core/logger.ts';
 import { DEFAULT_MAX_LINE_BYTES, LineSplitter } from './line-splitter.ts';
 
@@ -130,6 +130,17 @@ class HttpLocalApi implements LocalApiClient {
     return value as Record<string, unknown>;
   }
 
+  async prefs(signal: AbortSignal): Promise<IpnPrefs> {
+    const path = '/localapi/v0/prefs';
+    return parsePrefs(await this.#get(path, signal, this.#requestTimeoutMs), `GET ${path}`);
+  }
+
+  async editPrefs(masked: MaskedPrefs, signal: AbortSignal): Promise<IpnPrefs> {
+    const path = '/localapi/v0/prefs';
+    const body = await this.#get(path, signal, this.#requestTimeoutMs, { method: 'PATCH', body: JSON.stringify(masked) });
+    return parsePrefs(body, `PATCH ${path}`);
+  }
+
   watchIpnBus(mask: number, signal: AbortSignal): AsyncIterable<IpnNotify> {
     if (!Number.isSafeInteger(mask) || mask < 0) throw new RangeError(`invalid IPN bus mask ${mask}`);
     return { [Symbol.asyncIterator]: () => this.#watch(mask, signal) };
@@ -190,18 +201,19 @@ class HttpLocalApi implements LocalApiClient {
     else this.#logger.warn({ code: err.code, err: err.message }, 'skipped a malformed IPN bus line');
   }
 
-  /** GET returning the 200 body; any other status is a LocalApiError. The deadline covers the body. */
-  async #get(path: string, signal: AbortSignal, timeoutMs: number): Promise<Buffer> {
-    const ex = await this.#open(path, signal, timeoutMs);
+  /** A request (GET unless `send` says otherwise) returning the 200 body; any other status is a LocalApiError. The deadline covers the body. */
+  async #get(path: string, signal: AbortSignal, timeoutMs: number, send?: Send): Promise<Buffer> {
+    const ex = await this.#open(path, signal, timeoutMs, send);
+    const method = send?.method ?? 'GET';
     try {
-      if (ex.res.statusCode !== 200) throw await this.#httpError(ex, path);
+      if (ex.res.statusCode !== 200) throw await this.#httpError(ex, path, method);
       const chunks: Buffer[] = [];
       let total = 0;
       try {
         for await (const chunk of ex.res as AsyncIterable<Buffer>) {
           total += chunk.length;
           if (total > this.#maxResponseBytes) {
-            throw badResponse(`GET ${path}: response larger than ${this.#maxResponseBytes} bytes`);
+            throw badResponse(`${method} ${path}: response larger than ${this.#maxResponseBytes} bytes`);
           }
           chunks.push(chunk);
         }
@@ -215,7 +227,7 @@ class HttpLocalApi implements LocalApiClient {
     }
   }
 
-  async #httpError(ex: Exchange, path: string): Promise<LocalApiError> {
+  async #httpError(ex: Exchange, path: string, method = 'GET'): Promise<LocalApiError> {
     const status = ex.res.statusCode ?? 0;
     let raw = '';
     try {
@@ -240,14 +252,18 @@ class HttpLocalApi implements LocalApiClient {
     const answer = `HTTP ${status}${body ? `: ${body}` : ''}`;
     if (isRefusalStatus(status)) {
       const who = `tailscaled ${tailscaledVersion ?? '(version not reported)'}`;
-      return new LocalApiError(`${who} refused GET ${path}: ${answer} (${refusalHint(status, path)})`, { code: 'CERTSHARE_LOCALAPI_REFUSED', ...fields });
+      return new LocalApiError(`${who} refused ${method} ${path}: ${answer} (${refusalHint(status, path, method)})`, {
+        code: 'CERTSHARE_LOCALAPI_REFUSED',
+        ...fields,
+      });
     }
-    return new LocalApiError(`GET ${path}: ${answer}`, { code: 'CERTSHARE_LOCALAPI_HTTP', ...fields });
+    return new LocalApiError(`${method} ${path}: ${answer}`, { code: 'CERTSHARE_LOCALAPI_HTTP', ...fields });
   }
 
-  /** Sends a GET and resolves once the response headers arrived. */
-  #open(path: string, signal: AbortSignal, timeoutMs: number): Promise<Exchange> {
+  /** Sends a request (GET unless `send` says otherwise) and resolves once the response headers arrived. */
+  #open(path: string, signal: AbortSignal, timeoutMs: number, send?: Send): Promise<Exchange> {
     const target = this.#target;
+    const method = send?.method ?? 'GET';
     return new Promise<Exchange>((resolve, reject) => {
       if (signal.aborted) {
         reject(signal.reason);
@@ -261,7 +277,7 @@ class HttpLocalApi implements LocalApiClient {
       const mapError = (err: unknown): unknown => {
         if (teardown !== undefined) return teardown;
         if (signal.aborted) return signal.reason;
-        return transportError(err, target.display, path, responded);
+        return transportError(err, target.display, `${method} ${path}`, responded);
       };
       const destroy = (reason: unknown): void => {
         if (teardown === undefined) teardown = reason;
@@ -276,7 +292,7 @@ class HttpLocalApi implements LocalApiClient {
       const timer = setTimeout(
         () =>
           destroy(
-            new LocalApiError(`at ${target.display}: GET ${path} timed out after ${formatGoDuration(timeoutMs)}`, {
+            new LocalApiError(`at ${target.display}: ${method} ${path} timed out after ${formatGoDuration(timeoutMs)}`, {
               code: 'CERTSHARE_LOCALAPI_TIMEOUT',
               timedOut: true,
             }),
@@ -292,9 +308,9 @@ class HttpLocalApi implements LocalApiClient {
 
       req = http.request({
         ...target.request,
-        method: 'GET',
+        method,
         path: target.basePath + path,
-        headers: this.#headers,
+        headers: send ? { ...this.#headers, 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(send.body) } : this.#headers,
         agent: false,
       });
       req.on('error', (err) => {
@@ -314,7 +330,7 @@ class HttpLocalApi implements LocalApiClient {
         settled = true;
         resolve({ res, mapError, stopTimer: () => clearTimeout(timer), dispose });
       });
-      req.end();
+      req.end(send?.body);
     });
   }
 }
@@ -325,12 +341,15 @@ function versionHeader(res: IncomingMessage): string | undefined {
   return text ? text : undefined;
 }
 
-function refusalHint(status: number, path: string): string {
+function refusalHint(status: number, path: string, method: string): string {
   if (path.startsWith('/localapi/v0/watch-ipn-bus') && status === 400) {
     return (
       'this tailscaled release refuses the IPN bus subscription mask; ' +
       'certshare picks the mask from the reported version and supports tailscaled 1.96 to 1.104'
     );
+  }
+  if ((status === 401 || status === 403) && path === '/localapi/v0/prefs' && method !== 'GET') {
+    return "tailscaled lets only root and its operator user edit prefs: set tailscaled's operator to certshare's user (docs/tailscale-services.md)";
   }
   if (status === 401 || status === 403) {
     return "tailscaled does not let certshare's user do this: run certshare as root or set TS_PERMIT_CERT_UID to its uid on tailscaled";
@@ -379,11 +398,11 @@ const HINTS: Record<string, string> = {
   EACCES: ' (permission denied on the socket)',
 };
 
-function transportError(err: unknown, display: string, path: string, responded: boolean): LocalApiError {
+function transportError(err: unknown, display: string, request: string, responded: boolean): LocalApiError {
   const code = (err as NodeJS.ErrnoException | undefined)?.code;
   const detail = code ?? errorMessage(err);
   const message = responded
-    ? `tailscaled LocalAPI at ${display}: connection lost during GET ${path}: ${detail}`
+    ? `tailscaled LocalAPI at ${display}: connection lost during ${request}: ${detail}`
     : `tailscaled LocalAPI not reachable at ${display}: ${detail}${(code && HINTS[code]) ?? ''}`;
   return new LocalApiError(message, { code: 'CERTSHARE_LOCALAPI_UNREACHABLE', cause: err });
 }
@@ -392,12 +411,30 @@ function badResponse(problem: string): LocalApiError {
   return new LocalApiError(problem, { code: 'CERTSHARE_LOCALAPI_BAD_RESPONSE' });
 }
 
-function parseJson(body: Buffer, path: string): unknown {
+function parseJson(body: Buffer, path: string, method = 'GET'): unknown {
   try {
     return JSON.parse(body.toString('utf8'));
   } catch (err) {
-    throw badResponse(`GET ${path}: response is not JSON: ${errorMessage(err)}`);
+    throw badResponse(`${method} ${path}: response is not JSON: ${errorMessage(err)}`);
   }
+}
+
+/** A request body: the prefs edit is the one call that sends one. */
+interface Send {
+  method: 'PATCH';
+  body: string;
+}
+
+/** An ipn.Prefs object whose AdvertiseServices, when present, is a list of strings. */
+function parsePrefs(body: Buffer, request: string): IpnPrefs {
+  const [method, path] = request.split(' ') as [string, string];
+  const value = parseJson(body, path, method);
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw badResponse(`${request}: expected a JSON object`);
+  const services = (value as IpnPrefs).AdvertiseServices;
+  if (services !== undefined && services !== null && !(Array.isArray(services) && services.every((s) => typeof s === 'string'))) {
+    throw badResponse(`${request}: AdvertiseServices is not a list of strings`);
+  }
+  return value as IpnPrefs;
 }
 
 const CERT_BEGIN = '-----BEGIN CERTIFICATE-----';

@@ -1,0 +1,173 @@
+// Keeps tailscaled's AdvertiseServices in step with what this replica can serve: a Tailscale Service is
+// advertised only while a valid certificate for its domain is held and the proxy was seen serving it, and
+// withdrawn on shutdown first of all. Edits are read-modify-write of the masked prefs, touching only the
+// Services certshare was told to manage (core/advertisement.ts mergeAdvertised).
+import { advertiseDecision, mergeAdvertised, type AdvertiseFacts } from '../core/advertisement.ts';
+import { doubling } from '../core/backoff.ts';
+import type { Clock } from '../core/clock.ts';
+import { CertshareError, errorMessage } from '../core/errors.ts';
+import type { IpnPrefs, MaskedPrefs } from '../core/localapi.ts';
+import { LocalApiError } from '../core/localapi.ts';
+import type { Logger } from '../core/logger.ts';
+
+/** tailscaled's prefs through the LocalAPI (src/localapi/client.ts). */
+export interface PrefsApi {
+  prefs(signal: AbortSignal): Promise<IpnPrefs>;
+  editPrefs(masked: MaskedPrefs, signal: AbortSignal): Promise<IpnPrefs>;
+}
+
+/** Retries of a failed read or edit: doubling from the first up to the last. */
+const FIRST_RETRY_MS = 1000;
+const MAX_RETRY_MS = 5 * 60_000;
+
+export interface AdvertiserOptions {
+  api: PrefsApi;
+  /** The managed Services and the certificate domain each is served under now ('' when none is managed). */
+  services(): ReadonlyArray<{ service: string; domain: string }>;
+  /** Everything but `terminating` of the decision, for a domain at `now`. */
+  facts(domain: string, now: number): Omit<AdvertiseFacts, 'terminating'>;
+  /** The next instant at which the facts may change by time alone (a certificate reaching its end), or undefined. */
+  nextEdge(now: number): number | undefined;
+  clock: Clock;
+  logger: Logger;
+  /** Look at the prefs again this often even when nothing changed here (someone else may have edited them). */
+  resyncMs: number;
+  /** A Service's advertisement as tailscaled's prefs say after a read or an edit. */
+  onAdvertised?(service: string, advertised: boolean): void;
+  /** A failed read or edit, by code. */
+  onError?(code: string): void;
+}
+
+export class Advertiser {
+  readonly #o: AdvertiserOptions;
+  readonly #managed: ReadonlySet<string>;
+  readonly #stop = new AbortController();
+  #wake = new AbortController();
+  #terminating = false;
+  /** Advertising stopped for good: tailscaled has no prefs endpoint. */
+  #disabled = false;
+  #advertised = new Set<string>();
+  /** Serialises reads and edits: the loop's and withdraw()'s. */
+  #chain: Promise<unknown> = Promise.resolve();
+  #done: Promise<void> | undefined;
+  #warnedCode: string | undefined;
+
+  constructor(options: AdvertiserOptions) {
+    this.#o = options;
+    this.#managed = new Set(options.services().map((s) => s.service));
+  }
+
+  /** The managed Services the prefs advertised after the last read or edit. */
+  get advertised(): ReadonlySet<string> {
+    return this.#advertised;
+  }
+
+  start(): void {
+    this.#done ??= this.#run();
+  }
+
+  /** Something the decision depends on changed: decide again now. */
+  notify(): void {
+    this.#wake.abort();
+  }
+
+  /**
+   * Shutdown's first step: withdraw every managed Service, retried until `signal` aborts. Resolves true when
+   * one was advertised before (the caller then gives control time to move clients), false otherwise.
+   */
+  async withdraw(signal: AbortSignal): Promise<boolean> {
+    this.#terminating = true;
+    this.#stop.abort();
+    await this.#done;
+    const wasAdvertised = this.#advertised.size > 0;
+    for (let failures = 0; !this.#disabled && !signal.aborted; failures++) {
+      try {
+        await this.#reconcile(signal);
+        return wasAdvertised;
+      } catch (err) {
+        this.#failed(err);
+        await this.#o.clock.sleep(doubling(200, failures + 1, 2000), signal).catch(() => {});
+      }
+    }
+    return wasAdvertised;
+  }
+
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    await this.#done;
+  }
+
+  async #run(): Promise<void> {
+    const { clock } = this.#o;
+    let failures = 0;
+    while (!this.#stop.signal.aborted && !this.#disabled) {
+      let waitMs: number;
+      try {
+        await this.#reconcile(this.#stop.signal);
+        failures = 0;
+        const now = clock.now();
+        const edge = this.#o.nextEdge(now);
+        waitMs = Math.min(this.#o.resyncMs, edge === undefined ? Number.POSITIVE_INFINITY : Math.max(0, edge - now));
+      } catch (err) {
+        if (this.#stop.signal.aborted) break;
+        failures++;
+        this.#failed(err);
+        waitMs = doubling(FIRST_RETRY_MS, failures, MAX_RETRY_MS);
+      }
+      await clock.sleep(waitMs, AbortSignal.any([this.#stop.signal, this.#wake.signal])).catch(() => {});
+      if (this.#wake.signal.aborted) this.#wake = new AbortController();
+    }
+  }
+
+  #reconcile(signal: AbortSignal): Promise<void> {
+    const next = this.#chain.then(() => this.#reconcileNow(signal));
+    this.#chain = next.catch(() => {});
+    return next;
+  }
+
+  async #reconcileNow(signal: AbortSignal): Promise<void> {
+    const { api, clock, logger } = this.#o;
+    const wanted = new Set<string>();
+    const now = clock.now();
+    const why: Record<string, string> = {};
+    for (const { service, domain } of this.#o.services()) {
+      const decision = advertiseDecision({ ...this.#o.facts(domain, now), terminating: this.#terminating });
+      if (decision.advertise) wanted.add(service);
+      else why[service] = decision.why;
+    }
+    const current = (await api.prefs(signal)).AdvertiseServices ?? [];
+    const merged = mergeAdvertised(current, this.#managed, wanted);
+    let after = current;
+    if (merged) {
+      after = (await api.editPrefs({ AdvertiseServicesSet: true, AdvertiseServices: merged }, signal)).AdvertiseServices ?? [];
+      logger.info({ advertised: [...wanted].sort(), withdrawn: why, advertiseServices: after }, 'Tailscale Services advertisement updated');
+    }
+    this.#record(new Set(after.filter((s) => this.#managed.has(s))));
+    this.#warnedCode = undefined;
+  }
+
+  #record(advertised: Set<string>): void {
+    for (const service of this.#managed) {
+      const is = advertised.has(service);
+      if (is !== this.#advertised.has(service) || !this.#seen) this.#o.onAdvertised?.(service, is);
+    }
+    this.#seen = true;
+    this.#advertised = advertised;
+  }
+
+  #seen = false;
+
+  /** One warning per kind of failure in a row; no prefs endpoint at all ends advertising with one. */
+  #failed(err: unknown): void {
+    const code = err instanceof CertshareError ? err.code : 'CERTSHARE_LOCALAPI_UNREACHABLE';
+    this.#o.onError?.(code);
+    if (err instanceof LocalApiError && err.status === 404) {
+      this.#disabled = true;
+      this.#o.logger.warn({ code, err: errorMessage(err) }, 'this tailscaled has no prefs endpoint: Tailscale Services are not advertised');
+      return;
+    }
+    if (this.#warnedCode === code) return;
+    this.#warnedCode = code;
+    this.#o.logger.warn({ code, err: errorMessage(err) }, 'could not update the Tailscale Services advertisement; retrying');
+  }
+}

@@ -1,0 +1,205 @@
+// The served check: after every change of certificate and at a steady interval, a TLS handshake with the
+// proxy (SNI per domain) tells which certificate clients really get, compared with what certshare holds.
+// What it establishes keeps the replica in rotation or takes it out (readiness, Service advertisement);
+// a check that cannot run changes nothing (served-certificate.ts).
+import type { Clock } from '../core/clock.ts';
+import { errorMessage } from '../core/errors.ts';
+import type { Logger } from '../core/logger.ts';
+import type { LoopObserver } from '../core/observer.ts';
+import type { HeldValidity } from '../core/renewal.ts';
+import {
+  classifyServed,
+  holdLeaf,
+  nextServedState,
+  servedVerdict,
+  servedVerdictEdge,
+  type HeldLeaves,
+  type ServedOutcome,
+  type ServedProbe,
+  type ServedState,
+  type ServedVerdict,
+} from '../core/served-certificate.ts';
+import type { StoredCert } from '../core/store.ts';
+
+/** After a change, the first look again, doubling until the proxy serves the new leaf or the interval is reached. */
+const FIRST_RECHECK_MS = 250;
+/** Domains probed at once: a renewal of many domains does not open hundreds of connections to the proxy. */
+const PROBES_AT_ONCE = 4;
+
+export interface ServedCheckerOptions {
+  /** One handshake for `domain` (SNI); rejects only when `signal` aborts. */
+  probe(domain: string, signal: AbortSignal): Promise<ServedProbe>;
+  clock: Clock;
+  logger: Logger;
+  /** The steady interval between checks of a domain that serves its current certificate. */
+  intervalMs: number;
+  /** A previous certificate still served this long after certshare took a new one: a warning (`stale`). */
+  staleAfterMs: number;
+  /** Where a served certificate stops counting (the readiness lead before its notAfter). */
+  end: (held: HeldValidity) => number;
+  /** Each check's outcome (metrics). */
+  onChecked?(domain: string, outcome: ServedOutcome, probe: ServedProbe): void;
+  /** The verdict or the stale warning of a domain changed (health, advertisement, Events, logs). */
+  onChange?(domain: string, report: ServedReport): void;
+}
+
+export interface ServedReport {
+  outcome: ServedOutcome;
+  verdict: ServedVerdict;
+  /** A previous certificate served past staleAfterMs after the renewal. */
+  stale: boolean;
+  /** The leaf seen last (absent before any TLS answer). */
+  serial?: string;
+  notAfter?: number;
+  /** For messages: why the last check could not run. */
+  detail?: string;
+}
+
+interface DomainCheck {
+  held: HeldLeaves;
+  /** When certshare took its current certificate. */
+  heldSince: number;
+  state?: ServedState;
+  dueAt: number;
+  /** Rechecks since the change that did not find the current leaf served. */
+  rechecks: number;
+  reported?: ServedReport;
+  detail?: string;
+}
+
+export class ServedChecker implements LoopObserver {
+  readonly #o: ServedCheckerOptions;
+  readonly #domains = new Map<string, DomainCheck>();
+  readonly #stop = new AbortController();
+  #wake = new AbortController();
+  #done: Promise<void> | undefined;
+
+  constructor(options: ServedCheckerOptions) {
+    this.#o = options;
+  }
+
+  certificate(domain: string, cert: StoredCert | undefined): void {
+    const now = this.#o.clock.now();
+    const entry = this.#domains.get(domain);
+    const fingerprint = cert?.info.fingerprint256;
+    if (!entry) {
+      if (!fingerprint) return;
+      this.#domains.set(domain, { held: holdLeaf({ current: undefined, previous: [] }, fingerprint), heldSince: now, dueAt: now, rechecks: 0 });
+    } else {
+      const held = holdLeaf(entry.held, fingerprint);
+      if (held === entry.held) return;
+      Object.assign(entry, { held, heldSince: now, dueAt: now, rechecks: 0 });
+    }
+    this.#wake.abort();
+  }
+
+  stopped(domain: string): void {
+    this.#domains.delete(domain);
+  }
+
+  /** What the checks of `domain` established, judged at `now`. */
+  verdict(domain: string, now: number): ServedVerdict {
+    return servedVerdict(this.#domains.get(domain)?.state, now, this.#o.end);
+  }
+
+  /** When verdict(domain) may change by time alone, or undefined. */
+  verdictEdge(domain: string, now: number): number | undefined {
+    return servedVerdictEdge(this.#domains.get(domain)?.state, now, this.#o.end);
+  }
+
+  report(domain: string): ServedReport | undefined {
+    return this.#domains.get(domain)?.reported;
+  }
+
+  start(): void {
+    this.#done ??= this.#run();
+  }
+
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    await this.#done;
+  }
+
+  async #run(): Promise<void> {
+    const { clock, logger } = this.#o;
+    while (!this.#stop.signal.aborted) {
+      try {
+        await this.#checkDue();
+      } catch (err) {
+        if (this.#stop.signal.aborted) break;
+        logger.warn({ err: errorMessage(err) }, 'served check failed');
+      }
+      const now = clock.now();
+      this.#evaluate(now);
+      const waitMs = Math.max(0, this.#nextWake(now) - now);
+      await clock.sleep(waitMs, AbortSignal.any([this.#stop.signal, this.#wake.signal])).catch(() => {});
+      if (this.#wake.signal.aborted) this.#wake = new AbortController();
+    }
+  }
+
+  async #checkDue(): Promise<void> {
+    const now = this.#o.clock.now();
+    const due = [...this.#domains].filter(([, d]) => d.dueAt <= now);
+    for (let i = 0; i < due.length; i += PROBES_AT_ONCE) {
+      await Promise.all(due.slice(i, i + PROBES_AT_ONCE).map(([domain, d]) => this.#check(domain, d)));
+      if (this.#stop.signal.aborted) return;
+    }
+  }
+
+  async #check(domain: string, d: DomainCheck): Promise<void> {
+    const probe = await this.#o.probe(domain, this.#stop.signal);
+    const now = this.#o.clock.now();
+    // The certificate may have changed during the handshake: compare with what is held now.
+    const entry = this.#domains.get(domain);
+    if (entry !== d) return;
+    const outcome = classifyServed(probe, d.held, now);
+    d.state = nextServedState(d.state, probe, outcome);
+    d.detail = 'failure' in probe ? probe.detail : undefined;
+    this.#o.onChecked?.(domain, outcome, probe);
+    if (outcome === 'current') {
+      d.rechecks = 0;
+      d.dueAt = now + this.#o.intervalMs;
+    } else {
+      d.dueAt = now + Math.min(this.#o.intervalMs, FIRST_RECHECK_MS * 2 ** d.rechecks);
+      d.rechecks = Math.min(d.rechecks + 1, 30);
+    }
+  }
+
+  #evaluate(now: number): void {
+    for (const [domain, d] of this.#domains) {
+      if (!d.state) continue;
+      const known = d.state.known;
+      const report: ServedReport = {
+        outcome: d.state.outcome,
+        verdict: servedVerdict(d.state, now, this.#o.end),
+        stale: known?.outcome === 'previous' && now - d.heldSince >= this.#o.staleAfterMs,
+        ...(known ? { serial: known.leaf.serial, notAfter: known.leaf.notAfter } : {}),
+        ...(d.detail ? { detail: d.detail } : {}),
+      };
+      const last = d.reported;
+      d.reported = report;
+      if (
+        last &&
+        last.outcome === report.outcome &&
+        last.verdict.verdict === report.verdict.verdict &&
+        last.stale === report.stale &&
+        last.serial === report.serial
+      )
+        continue;
+      this.#o.onChange?.(domain, report);
+    }
+  }
+
+  /** The next check due, a served certificate reaching its end, or a previous one turning stale. */
+  #nextWake(now: number): number {
+    let next = now + this.#o.intervalMs;
+    for (const d of this.#domains.values()) {
+      next = Math.min(next, d.dueAt);
+      const edge = servedVerdictEdge(d.state, now, this.#o.end);
+      if (edge !== undefined) next = Math.min(next, edge);
+      const staleAt = d.heldSince + this.#o.staleAfterMs;
+      if (d.state?.known?.outcome === 'previous' && staleAt > now) next = Math.min(next, staleAt);
+    }
+    return next;
+  }
+}

@@ -1,0 +1,66 @@
+// The served check's and the advertisement's metrics, registered beside the daemon's (server/metrics.ts).
+import { Counter, Gauge, type Registry } from 'prom-client';
+import { SERVED_OUTCOMES, type ServedOutcome } from '../core/served-certificate.ts';
+
+export class ServedMetrics {
+  readonly #outcome: Gauge;
+  readonly #checks: Counter;
+  readonly #expiration: Gauge;
+  readonly #stale: Gauge;
+  readonly #advertised: Gauge;
+  readonly advertiseErrors: Counter;
+
+  constructor(registry: Registry) {
+    const registers = [registry];
+    this.#outcome = new Gauge({
+      name: 'certshare_served_certificate_status',
+      help: 'What the proxy served at the last check, per domain: 1 for the outcome (current, previous, expired, other_name, other, unknown), 0 for the rest.',
+      labelNames: ['domain', 'outcome'],
+      registers,
+    });
+    this.#checks = new Counter({
+      name: 'certshare_served_checks_total',
+      help: "TLS handshakes with the proxy's listener by outcome (--served-check).",
+      labelNames: ['domain', 'outcome'],
+      registers,
+    });
+    this.#expiration = new Gauge({
+      name: 'certshare_served_certificate_expiration_timestamp_seconds',
+      help: 'NotAfter of the certificate the proxy was last seen serving, per domain.',
+      labelNames: ['domain'],
+      registers,
+    });
+    this.#stale = new Gauge({
+      name: 'certshare_served_certificate_stale',
+      help: 'The proxy still serves the previous certificate longer than --served-stale-after after a renewal (1) or not (0).',
+      labelNames: ['domain'],
+      registers,
+    });
+    this.#advertised = new Gauge({
+      name: 'certshare_service_advertised',
+      help: "Whether tailscaled's prefs advertise the Tailscale Service (1) or not (0), as last read or written.",
+      labelNames: ['service'],
+      registers,
+    });
+    this.advertiseErrors = new Counter({
+      name: 'certshare_advertise_errors_total',
+      help: "Failed reads or edits of tailscaled's prefs for the Service advertisement, by code.",
+      labelNames: ['code'],
+      registers,
+    });
+  }
+
+  checked(domain: string, outcome: ServedOutcome): void {
+    this.#checks.inc({ domain, outcome });
+    for (const o of SERVED_OUTCOMES) this.#outcome.set({ domain, outcome: o }, o === outcome ? 1 : 0);
+  }
+
+  served(domain: string, notAfter: number | undefined, stale: boolean): void {
+    if (notAfter !== undefined) this.#expiration.set({ domain }, notAfter / 1000);
+    this.#stale.set({ domain }, stale ? 1 : 0);
+  }
+
+  advertised(service: string, advertised: boolean): void {
+    this.#advertised.set({ service }, advertised ? 1 : 0);
+  }
+}

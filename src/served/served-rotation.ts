@@ -1,0 +1,149 @@
+// The served check and the Tailscale Service advertisement, wired to the daemon's health, metrics and
+// Events: what keeps a replica in rotation by what clients really get from it.
+import type { Registry } from 'prom-client';
+import { serviceDomain } from '../core/advertisement.ts';
+import type { Clock } from '../core/clock.ts';
+import type { HealthState } from '../core/health.ts';
+import type { LocalApi } from '../core/localapi.ts';
+import type { Logger } from '../core/logger.ts';
+import type { LoopObserver } from '../core/observer.ts';
+import { rotationExitTime, type RenewalPolicy } from '../core/renewal.ts';
+import { describeOutcome } from '../core/served-certificate.ts';
+import { probeServed } from '../tls/served-probe.ts';
+import { Advertiser } from './advertiser.ts';
+import { ServedChecker, type ServedReport } from './served-checker.ts';
+import { ServedMetrics } from './served-metrics.ts';
+
+export interface ServedRotationConfig {
+  servedCheck: { host: string; port: number } | undefined;
+  servedCheckIntervalMs: number;
+  servedCheckTimeoutMs: number;
+  servedStaleAfterMs: number;
+  advertiseServices: string[];
+  advertiseFailoverMs: number;
+  renewal: Pick<RenewalPolicy, 'renewFraction'>;
+  readinessLeadMs: number;
+}
+
+export interface ServedRotationDeps {
+  clock: Clock;
+  logger: Logger;
+  health: HealthState;
+  registry: Registry;
+  localApi: LocalApi;
+  /** The managed domains now (static and from the ServeConfig). */
+  domains(): Iterable<string>;
+  /** What the proxy serves changed for a domain (Events in Kubernetes). */
+  onServedChange?(domain: string, report: ServedReport, description: string): void;
+}
+
+export interface ServedRotation {
+  readonly observer: LoopObserver;
+  readonly checker: ServedChecker;
+  readonly advertiser: Advertiser | undefined;
+  start(): void;
+  /** Shutdown's first step: withdraw the advertised Services, then give control `failoverMs` (at most) to move clients. */
+  leave(failoverMs: number, signal: AbortSignal): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** undefined without --served-check (validateConfig: --advertise-services needs it). */
+export function createServedRotation(config: ServedRotationConfig, deps: ServedRotationDeps): ServedRotation | undefined {
+  const target = config.servedCheck;
+  if (!target) return undefined;
+  const { clock, logger, health } = deps;
+  const metrics = new ServedMetrics(deps.registry);
+  const end = (held: { notBefore: number; notAfter: number }): number => rotationExitTime(held, config.renewal, config.readinessLeadMs);
+  let advertiser: Advertiser | undefined;
+  const checker = new ServedChecker({
+    probe: (domain, signal) => probeServed(target, domain, config.servedCheckTimeoutMs, signal),
+    clock,
+    logger: logger.child({ component: 'served-check' }),
+    intervalMs: config.servedCheckIntervalMs,
+    staleAfterMs: config.servedStaleAfterMs,
+    end,
+    onChecked: (domain, outcome) => metrics.checked(domain, outcome),
+    onChange: (domain, report) => {
+      const description = describeReport(report, `${target.host}:${target.port}`);
+      metrics.served(domain, report.notAfter, report.stale);
+      health.servedInfo(domain, description);
+      // A served certificate that clients should not get holds the replica out of rotation (readiness gate,
+      // /healthz); "no answer" and "not seen yet" are left to the proxy's own probe.
+      health.pending(`served:${domain}`, report.verdict.verdict === 'bad' ? `${domain}: ${report.verdict.why} (${target.host}:${target.port})` : undefined);
+      const bad = report.verdict.verdict === 'bad' || report.stale;
+      logger[bad ? 'warn' : 'info']({ domain, outcome: report.outcome, serial: report.serial, stale: report.stale }, `served check: ${description}`);
+      deps.onServedChange?.(domain, report, description);
+      advertiser?.notify();
+    },
+  });
+  advertiser = createAdvertiser(config, deps, checker, end, metrics);
+  health.onChange(() => advertiser?.notify());
+  return {
+    observer: checker,
+    checker,
+    advertiser,
+    start: () => {
+      checker.start();
+      advertiser?.start();
+    },
+    async leave(failoverMs, signal) {
+      if (!advertiser) return;
+      const withdrew = await advertiser.withdraw(signal);
+      if (!withdrew) return;
+      logger.info({ failoverMs }, 'Tailscale Services withdrawn; waiting for control to move clients');
+      await clock.sleep(failoverMs, signal).catch(() => {});
+    },
+    async stop() {
+      await Promise.all([checker.stop(), advertiser?.stop()]);
+    },
+  };
+}
+
+function createAdvertiser(
+  config: ServedRotationConfig,
+  deps: ServedRotationDeps,
+  checker: ServedChecker,
+  end: (held: { notBefore: number; notAfter: number }) => number,
+  metrics: ServedMetrics,
+): Advertiser | undefined {
+  const { localApi, health, clock, logger } = deps;
+  if (config.advertiseServices.length === 0) return undefined;
+  if (!localApi.prefs || !localApi.editPrefs) {
+    logger.warn({ services: config.advertiseServices }, 'this LocalAPI client cannot edit prefs: Tailscale Services are not advertised');
+    return undefined;
+  }
+  const api = { prefs: localApi.prefs.bind(localApi), editPrefs: localApi.editPrefs.bind(localApi) };
+  const domainOf = (service: string): string => serviceDomain(service, deps.domains()) ?? '';
+  return new Advertiser({
+    api,
+    services: () => config.advertiseServices.map((service) => ({ service, domain: domainOf(service) })),
+    facts: (domain, now) => {
+      const info = domain ? health.infoOf(domain) : undefined;
+      return { held: info, served: checker.verdict(domain, now), now, end };
+    },
+    nextEdge: (now) => {
+      let next: number | undefined;
+      for (const service of config.advertiseServices) {
+        const domain = domainOf(service);
+        const info = health.infoOf(domain);
+        for (const at of [info ? end(info) : undefined, checker.verdictEdge(domain, now)]) {
+          if (at !== undefined && at > now && (next === undefined || at < next)) next = at;
+        }
+      }
+      return next;
+    },
+    clock,
+    logger: logger.child({ component: 'advertise' }),
+    resyncMs: config.servedCheckIntervalMs,
+    onAdvertised: (service, advertised) => metrics.advertised(service, advertised),
+    onError: (code) => metrics.advertiseErrors.inc({ code }),
+  });
+}
+
+function describeReport(report: ServedReport, where: string): string {
+  const leaf = report.serial ? ` (serial ${report.serial}, valid until ${new Date(report.notAfter ?? 0).toISOString()})` : '';
+  const now =
+    report.outcome === 'unknown' ? `${describeOutcome('unknown')} at ${where}${report.detail ? `: ${report.detail}` : ''}` : describeOutcome(report.outcome);
+  const stale = report.stale ? '; still the previous certificate past --served-stale-after' : '';
+  return `${now}${report.outcome === 'unknown' && leaf ? `; last seen${leaf}` : leaf}${stale}`;
+}
