@@ -1,0 +1,149 @@
+// The served check and the Tailscale Service advertisement, end to end in one process: certshare
+// standalone against the emulator (whose /localapi/v0/prefs keeps AdvertiseServices) and a loopback TLS
+// listener standing for the proxy, whose certificate the test sets.
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import type { Daemon } from '../../src/daemon.ts';
+import type { Emulator } from '../../src/emulator/server.ts';
+import { DAY, makePair } from '../support/certs.ts';
+import { recordingLogger } from '../support/recording-logger.ts';
+import { DOMAIN, emulatorIn, standaloneDaemon, tempDir } from '../support/standalone.ts';
+import { startNotTlsProxy, startTlsProxy, type TestProxy } from '../support/tls-proxy.ts';
+import { until } from '../support/wait.ts';
+import { createCertificateAuthority } from '../../src/pki/ca.ts';
+
+const every50ms = (l: () => void): (() => void) => {
+  const timer = setInterval(l, 50);
+  return () => clearInterval(timer);
+};
+const SERVICE = 'svc:web';
+
+async function metric(daemon: Daemon, name: string, labels: string): Promise<number | undefined> {
+  const text = await daemon.metrics.registry.metrics();
+  const line = text.split('\n').find((l) => l.startsWith(`${name}{`) && l.includes(labels));
+  return line === undefined ? undefined : Number(line.split(' ').pop());
+}
+
+async function heldPair(certDir: string): Promise<{ certPem: string; keyPem: string }> {
+  return {
+    certPem: await readFile(join(certDir, DOMAIN, 'tls.crt'), 'utf8'),
+    keyPem: await readFile(join(certDir, DOMAIN, 'tls.key'), 'utf8'),
+  };
+}
+
+interface Setup {
+  emulator: Emulator;
+  daemon: Daemon;
+  proxy: TestProxy;
+  certDir: string;
+  log: ReturnType<typeof recordingLogger>;
+  done(): Promise<void>;
+}
+
+async function setup(proxy: TestProxy, flags: string[] = [], emulatorOptions: Parameters<typeof emulatorIn>[1] = {}): Promise<Setup> {
+  const dir = await tempDir();
+  const emulator = await emulatorIn(dir.path, emulatorOptions);
+  // Someone else's Service: certshare must leave it alone.
+  emulator.prefs.setAdvertiseServices(['svc:other']);
+  const certDir = join(dir.path, 'certs');
+  const log = recordingLogger();
+  const daemon = await standaloneDaemon(
+    emulator,
+    certDir,
+    ['--served-check', `127.0.0.1:${proxy.port}`, '--served-check-interval', '1s', '--served-check-timeout', '500ms', ...flags],
+    log.logger,
+  );
+  return {
+    emulator,
+    daemon,
+    proxy,
+    certDir,
+    log,
+    done: async () => {
+      await daemon.stop();
+      await proxy.close();
+      await emulator.close();
+      await dir.remove();
+    },
+  };
+}
+
+const advertised = (s: Setup): boolean => s.emulator.prefs.advertiseServices.includes(SERVICE);
+
+describe('served check and Service advertisement (emulator)', () => {
+  it('advertises only once the proxy serves the certificate held, withdraws on an expired one, and first of all on stop', async () => {
+    const foreignCa = await createCertificateAuthority({ name: 'not the tailnet CA', now: Date.now() });
+    const proxy = await startTlsProxy(await makePair(DOMAIN, Date.now() - DAY, 30 * DAY, foreignCa));
+    const s = await setup(proxy, ['--advertise-services', SERVICE, '--advertise-failover', '300ms', '--shutdown-timeout', '5s']);
+    try {
+      await until('a certificate held and the proxy checked', () => s.daemon.health.details().some((l) => l.includes('never held')), [every50ms]);
+      assert.equal(advertised(s), false, 'not advertised while the proxy serves a certificate certshare never held');
+      assert.match(s.daemon.health.evaluate(Date.now()).reason, /never held/);
+      assert.equal(await metric(s.daemon, 'certshare_served_certificate_status', 'outcome="other"'), 1);
+
+      proxy.serve(await heldPair(s.certDir));
+      await until('advertised', () => advertised(s), [every50ms]);
+      assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other', SERVICE], "the other Service kept, in its place");
+      assert.equal(s.daemon.health.evaluate(Date.now()).healthy, true);
+      assert.equal(await metric(s.daemon, 'certshare_service_advertised', `service="${SERVICE}"`), 1);
+
+      // Someone else edits the prefs meanwhile: their change survives certshare's next edit.
+      s.emulator.prefs.setAdvertiseServices(['svc:other', SERVICE, 'svc:third']);
+
+      proxy.serve(await makePair(DOMAIN, Date.now() - 2 * DAY, DAY));
+      await until('withdrawn after the proxy served an expired certificate', () => !advertised(s), [every50ms]);
+      assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other', 'svc:third']);
+      assert.match(s.daemon.health.evaluate(Date.now()).reason, /expired certificate/);
+
+      proxy.serve(await heldPair(s.certDir));
+      await until('advertised again', () => advertised(s), [every50ms]);
+      const stopping = s.daemon.stop();
+      await until('withdrawn while stopping', () => !advertised(s), [every50ms]);
+      const failoverWaited = s.log.entries.some((e) => e.msg?.includes('waiting for control to move clients'));
+      assert.ok(failoverWaited, 'the failover wait was logged');
+      await stopping;
+      assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other', 'svc:third'], 'only certshare’s Service withdrawn');
+    } finally {
+      await s.done();
+    }
+  });
+
+  it('a port that is not TLS, or hangs in the handshake, is "unknown": never a reason to leave rotation', async () => {
+    for (const behaviour of ['http', 'hang'] as const) {
+      const proxy = await startNotTlsProxy(behaviour);
+      const s = await setup(proxy);
+      try {
+        await until(`checked (${behaviour})`, () => s.daemon.health.details().some((l) => l.includes('no TLS answer')), [every50ms]);
+        assert.equal(s.daemon.health.evaluate(Date.now()).healthy, true, 'healthy: the check could not run');
+        const detail = s.daemon.health.details().join('\n');
+        assert.match(detail, behaviour === 'http' ? /not a TLS listener|closed during the TLS handshake/ : /no TLS handshake within 500 ms/);
+        assert.equal(await metric(s.daemon, 'certshare_served_certificate_status', 'outcome="unknown"'), 1);
+      } finally {
+        await s.done();
+      }
+    }
+  });
+
+  it('a tailscaled that refuses the prefs edit (403) gets one warning and a counter, never a crash or an advertisement', async () => {
+    const proxy = await startTlsProxy(await makePair(DOMAIN, Date.now() - DAY, 30 * DAY));
+    const s = await setup(proxy, ['--advertise-services', SERVICE], { prefsWrite: 'denied' });
+    try {
+      await until('the certificate held', () => s.daemon.health.infoOf(DOMAIN) !== undefined, [every50ms]);
+      proxy.serve(await heldPair(s.certDir));
+      const refusals = (): Promise<number | undefined> => metric(s.daemon, 'certshare_advertise_errors_total', 'CERTSHARE_LOCALAPI_REFUSED');
+      await until('the edit refused', () => s.log.entries.some((e) => e.msg?.includes('Tailscale Services advertisement')), [every50ms]);
+      // The retry (1 s later) is refused again: counted, not warned about again.
+      for (let i = 0; i < 100 && ((await refusals()) ?? 0) < 2; i++) await new Promise((r) => setTimeout(r, 50));
+      assert.ok(((await refusals()) ?? 0) >= 2, 'each refusal counted');
+      assert.equal(advertised(s), false);
+      assert.equal(s.daemon.health.evaluate(Date.now()).healthy, true);
+      const warnings = s.log.entries.filter((e) => e.level === 'warn' && e.msg?.includes('Tailscale Services advertisement'));
+      assert.equal(warnings.length, 1, 'one warning for a refusal that repeats');
+      assert.match(String(warnings[0]?.err), /operator/);
+    } finally {
+      await s.done();
+    }
+  });
+});

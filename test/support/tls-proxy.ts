@@ -1,0 +1,48 @@
+// A stand-in for the proxy next to certshare: a TLS listener on loopback whose certificate the test sets
+// (what a proxy that loaded some file would serve), or a plain TCP/HTTP listener that is no TLS at all.
+import { createServer as createNetServer, type Server as NetServer, type Socket } from 'node:net';
+import { createSecureContext, createServer, type SecureContext, type Server } from 'node:tls';
+import type { CertPair } from '../../src/core/localapi.ts';
+
+export interface TestProxy {
+  readonly port: number;
+  /** Serve this pair from the next handshake on. */
+  serve(pair: CertPair): void;
+  close(): Promise<void>;
+}
+
+export async function startTlsProxy(pair: CertPair): Promise<TestProxy> {
+  let context: SecureContext = createSecureContext({ cert: pair.certPem, key: pair.keyPem });
+  const server: Server = createServer({ SNICallback: (_name, cb) => cb(null, context) }, (socket) => socket.end());
+  server.on('tlsClientError', () => {});
+  return listening(server, (p) => {
+    context = createSecureContext({ cert: p.certPem, key: p.keyPem });
+  });
+}
+
+/** A listener that answers in plain text ("not TLS"), or accepts and never says anything (`hang`). */
+export async function startNotTlsProxy(behaviour: 'http' | 'hang'): Promise<TestProxy> {
+  const sockets = new Set<Socket>();
+  const server = createNetServer((socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => {});
+    if (behaviour === 'http') socket.end('HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n');
+  });
+  const proxy = await listening(server, () => {});
+  return {
+    port: proxy.port,
+    serve: () => {},
+    close: async () => {
+      for (const s of sockets) s.destroy();
+      await proxy.close();
+    },
+  };
+}
+
+async function listening(server: Server | NetServer, serve: (pair: CertPair) => void): Promise<TestProxy> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address();
+  const port = typeof address === 'object' && address ? address.port : 0;
+  return { port, serve, close: () => new Promise((resolve) => server.close(() => resolve())) };
+}
