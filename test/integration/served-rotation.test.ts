@@ -85,7 +85,7 @@ describe('served check and Service advertisement (emulator)', () => {
 
       proxy.serve(await heldPair(s.certDir));
       await until('advertised', () => advertised(s), [every50ms]);
-      assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other', SERVICE], "the other Service kept, in its place");
+      assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other', SERVICE], 'the other Service kept, in its place');
       assert.equal(s.daemon.health.evaluate(Date.now()).healthy, true);
       assert.equal(await metric(s.daemon, 'certshare_service_advertised', `service="${SERVICE}"`), 1);
 

@@ -64,7 +64,10 @@ describe('a real Prometheus scraping a writer and two readers', () => {
   before(
     async () => {
       const ns = await exampleNamespace(cp());
-      replicas = [await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw' })];
+      // The writer checks what a proxy serves at a port where nothing listens: the served-check series exist
+      // (outcome unknown) for the alerts that select them.
+      const servedFlags = ['--served-check', `127.0.0.1:${await freePort()}`, '--served-check-interval', '1s'];
+      replicas = [await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw', flags: servedFlags })];
       replicas.push(...(await startReplicas(cp(), ns, dir(), ['proxy-1', 'proxy-2'], { mode: 'ro' })));
       // The labels the PodMonitor adds (namespace, pod, group), as static target labels.
       const config = {
