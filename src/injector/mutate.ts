@@ -53,6 +53,12 @@ const POD_FLAGS: Record<string, (value: string) => string | undefined> = {
     }
   },
   'log-level': (v) => (['debug', 'info', 'warn', 'error'].includes(v) ? undefined : 'debug, info, warn or error'),
+  // The Pod's own proxy only: a loopback address, so a Pod cannot make certshare a TLS prober of other hosts.
+  'served-check': (v) => (/^(?:127\.0\.0\.1|\[::1\]):\d{1,5}$/.test(v) && Number(v.split(':').pop()) > 0 ? undefined : '127.0.0.1:PORT or [::1]:PORT'),
+  'served-check-interval': (v) => withinDuration(v, 3_600_000),
+  'served-stale-after': (v) => withinDuration(v, 86_400_000),
+  'advertise-services': (v) => (/^svc:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/.test(v) ? undefined : 'a Tailscale Service name, svc:<dns-label>'),
+  'advertise-failover': (v) => withinDuration(v, 60_000),
 };
 /** The injector flag that sets the platform's `certshare run` flags for every sidecar. */
 export const SIDECAR_FLAGS_FLAG = '--sidecar-flags';
@@ -187,6 +193,7 @@ function extraEnvFromFlags(text: string | undefined, source: string, from: 'pod'
     values.set(name, [...(values.get(name) ?? []), value]);
   }
   if (from === 'pod' && (values.get('routing-check')?.length ?? 0) > 4) throw bad(source, '--routing-check: at most 4');
+  if (from === 'pod' && (values.get('advertise-services')?.length ?? 0) > 4) throw bad(source, '--advertise-services: at most 4');
   return [...values].map(([name, list]) => ({ name: envName(name), value: list.join(',') }));
 }
 

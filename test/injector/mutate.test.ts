@@ -264,12 +264,21 @@ describe('injector mutation', () => {
       ['--routing-check=http://user:pw@x/healthz', /without credentials/],
       ['--log-level=trace', /debug, info, warn or error/],
       [Array.from({ length: 5 }, (_, i) => `--routing-check=http://h${i}/healthz`).join(' '), /--routing-check: at most 4/],
+      // The served check reaches the Pod's own proxy only: no other host becomes a target of certshare's handshakes.
+      ['--served-check=10.0.0.7:443', /--served-check=10\.0\.0\.7:443: must be 127\.0\.0\.1:PORT or \[::1\]:PORT/],
+      ['--served-check=localhost.evil.example:443', /must be 127\.0\.0\.1:PORT/],
+      ['--advertise-services=svc:Web', /must be a Tailscale Service name, svc:<dns-label>/],
+      [Array.from({ length: 5 }, (_, i) => `--advertise-services=svc:s${i}`).join(' '), /--advertise-services: at most 4/],
+      ['--advertise-failover=5m', /up to 60s/],
     ];
     for (const [flags, message] of bounds) {
       const { answer } = admit(pod(asked({ [ANNOTATION.flags]: flags })));
       assert.equal(answer.response.allowed, false, flags);
       assert.match(answer.response.status!.message, message, flags);
     }
+    const served = '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy --advertise-failover=20s';
+    const accepted = admit(pod(asked({ [ANNOTATION.flags]: served }))).answer;
+    assert.equal(accepted.response.allowed, true, accepted.response.status?.message);
     // The platform's flags reach every sidecar; a Pod may still set its own drain delay over them.
     const platform = { ...defaults, sidecarFlags: '--issuance-budget=10/168h --drain-delay=2s --log-level=warn' };
     const answer = admissionReviewResponse(review(pod(asked({ [ANNOTATION.flags]: '--drain-delay=4s' }))), platform) as ReviewAnswer;
