@@ -224,6 +224,16 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
       })
     : undefined;
 
+  // Leaving rotation, once: the Services withdrawn first, then their failover waited out while the readiness
+  // condition goes False; from a preStop hook (GET /leave-rotation, answered after the drain delay too) or from the stop.
+  let leaving: Promise<void> | undefined;
+  const leaveRotation = (): Promise<void> =>
+    (leaving ??= (async () => {
+      const failoverMs = Math.min(config.advertiseFailoverMs, Math.max(0, config.shutdownTimeoutMs - AFTER_FAILOVER_RESERVE_MS));
+      const bound = AbortSignal.timeout(Math.max(1, config.shutdownTimeoutMs - AFTER_FAILOVER_RESERVE_MS));
+      const kubernetesSide = async (): Promise<void> => backend.leaveRotation?.(bound);
+      await (served ? served.leave(failoverMs, bound, kubernetesSide) : kubernetesSide());
+    })());
   const app: FastifyInstance = buildHttpServer({
     health,
     metrics,
@@ -231,6 +241,20 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     pod: config.pod,
     https: config.tls !== undefined,
     ...(routingProofs ? { routingProofs } : {}),
+    ...(config.leaveToken
+      ? {
+          leaveRotation: {
+            token: config.leaveToken,
+            leave: async () => {
+              const start = clock.now();
+              logger.info({}, 'asked to leave rotation (GET /leave-rotation)');
+              await leaveRotation();
+              // The caller (the proxy's preStop hook) keeps the proxy serving until the endpoints drained.
+              await clock.sleep(Math.max(0, config.drainDelayMs - (clock.now() - start)));
+            },
+          },
+        }
+      : {}),
   });
   // --tls: each renewed pair is served from the next handshake on; open connections keep theirs.
   const serveTls = (pair: ServingPair): void => {
@@ -280,9 +304,8 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
         logger.info({}, 'stopping');
         const stopStart = clock.now();
         // Tailnet clients first: the Services are withdrawn and control given time to move them, within the
-        // shutdown bound less what the rest of the stop needs.
-        const failoverMs = Math.min(config.advertiseFailoverMs, Math.max(0, config.shutdownTimeoutMs - AFTER_FAILOVER_RESERVE_MS));
-        await served?.leave(failoverMs, AbortSignal.timeout(Math.max(1, config.shutdownTimeoutMs - AFTER_FAILOVER_RESERVE_MS)));
+        // shutdown bound less what the rest of the stop needs (nothing left to do when a preStop hook asked).
+        await leaveRotation();
         // No CertPair call starts from here on; those under way end and are stored, and what the store lost is
         // put back, before the role is handed over.
         const issuanceSettled = manager.stopIssuing();

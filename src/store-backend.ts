@@ -37,6 +37,8 @@ export interface StoreBackend {
    * within its shutdown budget (the signal); `remainingMs` is what is left of --shutdown-timeout.
    */
   beforeStop?(settleIssuance: (signal: AbortSignal) => Promise<void>, remainingMs: number): Promise<void>;
+  /** Take the Pod out of rotation now (the readiness condition False), before the stop; idempotent. */
+  leaveRotation?(signal: AbortSignal): Promise<void>;
   /** What the proxy serves for a domain changed (the served check): an Event about the Pod in Kubernetes. */
   servedChanged?(domain: string, report: { outcome: string; verdict: { verdict: string }; stale: boolean }, description: string): void;
   stop?(): Promise<void>;

@@ -57,6 +57,8 @@ export interface DaemonConfig {
   /** --advertise-services: the Tailscale Services (svc:<label>) advertised while served (src/served/advertiser.ts). */
   advertiseServices: string[];
   advertiseFailoverMs: number;
+  /** --leave-token: GET /leave-rotation with this token leaves rotation (a preStop hook); undefined: no such route. */
+  leaveToken: string | undefined;
   routingAttempts: number;
   drainDelayMs: number;
   leaseDurationMs: number;

@@ -178,6 +178,11 @@ export const RUN_FLAGS: FlagSpec[] = [
     help: "On shutdown, after withdrawing the Services, wait this long for control to move clients (Tailscale's own proxies wait 20s).",
   },
   {
+    name: 'leave-token',
+    placeholder: 'TOKEN',
+    help: "Enables GET /leave-rotation (a preStop hook's call, with this value in the Certshare-Leave-Token header): leave rotation, then answer.",
+  },
+  {
     name: 'lease-duration',
     placeholder: 'DURATION',
     default: '15s',
@@ -277,6 +282,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
     servedStaleAfterMs: duration(values, 'served-stale-after'),
     advertiseServices: [...new Set(((values['advertise-services'] as string[] | undefined) ?? []).map(parseServiceName))],
     advertiseFailoverMs: duration(values, 'advertise-failover'),
+    leaveToken: (values['leave-token'] as string | undefined) || undefined,
     drainDelayMs: duration(values, 'drain-delay'),
     leaseDurationMs: duration(values, 'lease-duration'),
     shutdownTimeoutMs: duration(values, 'shutdown-timeout'),
@@ -347,6 +353,10 @@ export function validateConfig(c: DaemonConfig): string | undefined {
       () =>
         `--advertise-services: ${service} has no --domain whose first label is ${service.slice(4)} (a Service's certificate is for <name>.<tailnet>.ts.net)`,
     ]),
+    [
+      c.leaveToken !== undefined && !/^[A-Za-z0-9_-]{16,128}$/.test(c.leaveToken),
+      () => '--leave-token must be 16 to 128 characters of A-Z a-z 0-9 _ - (a random value the preStop hook sends)',
+    ],
     [
       c.advertiseServices.length > 0 && c.advertiseFailoverMs >= c.shutdownTimeoutMs,
       () => '--advertise-failover must be below --shutdown-timeout (the shutdown waits it out, then stops the rest)',

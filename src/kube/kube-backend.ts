@@ -133,6 +133,9 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
             podEvents.served(domain, report.outcome, report.verdict.verdict !== 'bad' && !report.stale, description),
         }
       : {}),
+    async leaveRotation(signal: AbortSignal) {
+      await gate?.leaveRotation(signal);
+    },
     async beforeStop(settleIssuance: (signal: AbortSignal) => Promise<void>, remainingMs: number) {
       // Out of rotation first; then hand the writer role over, so a successor renews at once. Both are
       // best effort against an API server that may not answer: together they get --shutdown-timeout less

@@ -75,7 +75,15 @@ export class ReadinessGate {
    * loop cuts its request in flight (a patch to True that has not been answered is abandoned before the
    * False one is sent). Best effort: given up when `signal` aborts (the shutdown budget).
    */
-  async leaveRotation(signal?: AbortSignal): Promise<void> {
+  leaveRotation(signal?: AbortSignal): Promise<void> {
+    // Once: a preStop hook's leave and the stop both ask.
+    this.#left ??= this.#leaveRotation(signal);
+    return this.#left;
+  }
+
+  #left: Promise<void> | undefined;
+
+  async #leaveRotation(signal?: AbortSignal): Promise<void> {
     this.#leaving = true;
     this.#stop.abort();
     await this.#done;

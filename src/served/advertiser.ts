@@ -9,6 +9,7 @@ import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { IpnPrefs, MaskedPrefs } from '../core/localapi.ts';
 import { LocalApiError } from '../core/localapi.ts';
 import type { Logger } from '../core/logger.ts';
+import { isNotListening } from '../localapi/client.ts';
 
 /** tailscaled's prefs through the LocalAPI (src/localapi/client.ts). */
 export interface PrefsApi {
@@ -76,6 +77,14 @@ export class Advertiser {
    * one was advertised before (the caller then gives control time to move clients), false otherwise.
    */
   async withdraw(signal: AbortSignal): Promise<boolean> {
+    // A second call (the preStop hook's leave, then SIGTERM's stop) finds the work done.
+    this.#withdrawal ??= this.#withdraw(signal);
+    return this.#withdrawal;
+  }
+
+  #withdrawal: Promise<boolean> | undefined;
+
+  async #withdraw(signal: AbortSignal): Promise<boolean> {
     this.#terminating = true;
     this.#stop.abort();
     await this.#done;
@@ -86,6 +95,9 @@ export class Advertiser {
         return wasAdvertised;
       } catch (err) {
         this.#failed(err);
+        // tailscaled is gone (a Pod's containers stopping before certshare): nobody left to edit, nobody
+        // advertising through it; its next start is certshare's to correct at once.
+        if (isNotListening(err)) return false;
         await this.#o.clock.sleep(doubling(200, failures + 1, 2000), signal).catch(() => {});
       }
     }

@@ -42,8 +42,11 @@ export interface ServedRotation {
   readonly checker: ServedChecker;
   readonly advertiser: Advertiser | undefined;
   start(): void;
-  /** Shutdown's first step: withdraw the advertised Services, then give control `failoverMs` (at most) to move clients. */
-  leave(failoverMs: number, signal: AbortSignal): Promise<void>;
+  /**
+   * Shutdown's first step: withdraw the advertised Services, then give control `failoverMs` (at most) to move
+   * clients, running `alongside` (the Kubernetes side of leaving rotation) meanwhile.
+   */
+  leave(failoverMs: number, signal: AbortSignal, alongside: () => Promise<void>): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -86,12 +89,10 @@ export function createServedRotation(config: ServedRotationConfig, deps: ServedR
       checker.start();
       advertiser?.start();
     },
-    async leave(failoverMs, signal) {
-      if (!advertiser) return;
-      const withdrew = await advertiser.withdraw(signal);
-      if (!withdrew) return;
-      logger.info({ failoverMs }, 'Tailscale Services withdrawn; waiting for control to move clients');
-      await clock.sleep(failoverMs, signal).catch(() => {});
+    async leave(failoverMs, signal, alongside) {
+      const withdrew = advertiser ? await advertiser.withdraw(signal) : false;
+      if (withdrew) logger.info({ failoverMs }, 'Tailscale Services withdrawn; waiting for control to move clients');
+      await Promise.all([withdrew ? clock.sleep(failoverMs, signal).catch(() => {}) : undefined, alongside()]);
     },
     async stop() {
       await Promise.all([checker.stop(), advertiser?.stop()]);

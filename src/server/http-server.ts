@@ -1,3 +1,4 @@
+import { timingSafeEqual } from 'node:crypto';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { errorMessage } from '../core/errors.ts';
 import type { Clock } from '../core/clock.ts';
@@ -16,7 +17,12 @@ export interface HttpServerDeps {
   routingProofs?: RoutingProofs;
   /** HTTPS (--tls): the listener starts without a pair; the caller serves one (servePair) before listening. */
   https?: boolean;
+  /** --leave-token: GET /leave-rotation with the token in LEAVE_TOKEN_HEADER runs `leave` and answers when it is done. */
+  leaveRotation?: { token: string; leave(): Promise<void> };
 }
+
+/** The header a preStop hook's GET /leave-rotation carries the --leave-token in. */
+export const LEAVE_TOKEN_HEADER = 'certshare-leave-token';
 
 /** /healthz and /metrics. Every response, errors included, carries the Pod's addresses for routing checks. */
 export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
@@ -52,6 +58,23 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
     const body = await deps.metrics.registry.metrics();
     return reply.headers(podHeaders).type(deps.metrics.registry.contentType).send(body);
   });
+  const leaving = deps.leaveRotation;
+  if (leaving) {
+    const expected = Buffer.from(leaving.token);
+    // The kubelet calls it from the node, any Pod of the cluster could: only a caller that read the Pod's
+    // spec (which holds the token) may take the replica out of rotation, and who can read it can delete it.
+    app.get('/leave-rotation', async (request, reply) => {
+      const given = Buffer.from(String(request.headers[LEAVE_TOKEN_HEADER] ?? ''));
+      if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
+        return reply
+          .code(403)
+          .headers(podHeaders)
+          .send({ error: 'Forbidden', message: `GET /leave-rotation needs the ${LEAVE_TOKEN_HEADER} header` });
+      }
+      await leaving.leave();
+      return reply.headers(podHeaders).type('text/plain; charset=utf-8').send('left rotation');
+    });
+  }
   app.setNotFoundHandler((_request, reply) => {
     reply.code(404).headers(podHeaders).send({ error: 'Not Found', message: 'certshare serves GET /healthz and GET /metrics' });
   });
