@@ -35,6 +35,15 @@ export interface AcmeStats {
   renewalInfo: Record<string, number>;
 }
 
+/** One node as control sees its Tailscale Services (tsenv GET /vip-services). */
+export interface ControlVipServices {
+  Hostname: string;
+  /** From the node's last Hostinfo: changes when its services change, and tells control to fetch them. */
+  HostinfoServicesHash: string;
+  /** The node's answer to control's c2n GET /vip-services (tailcfg.C2NVIPServicesResponse). */
+  C2N: { VIPServices: Array<{ Name: string; Active?: boolean }> | null; ServicesHash: string };
+}
+
 export interface RealTailscaledOptions {
   /** The cert domain is in the netmap from the start; otherwise it appears on enableCertDomains(). */
   certDomainsAtStart?: boolean;
@@ -75,6 +84,8 @@ export interface RealTailscaled {
   revoke(pairPem: string): Promise<void>;
   /** Makes the control server send the cert domain (a netmap update reaches tailscaled). */
   enableCertDomains(): Promise<void>;
+  /** What control knows of the nodes' Tailscale Services: the hash in their Hostinfo, and the list it fetches (c2n). */
+  vipServices(): Promise<ControlVipServices[]>;
   acmeStats(): Promise<AcmeStats>;
   /** The next `orders` new orders are answered 429 rateLimited with Retry-After `retryAfterSeconds`. */
   rateLimitOrders(orders: number, retryAfterSeconds: number): Promise<void>;
@@ -293,6 +304,11 @@ class RealTailscaledImpl implements RealTailscaled {
     const res = await get(this.ready.admin, path, { method, headers: { 'user-agent': 'certshare-tests' }, ...(body === undefined ? {} : { body }) });
     if (res.status >= 300) throw new Error(`tsenv ${method} ${path}: HTTP ${res.status}: ${res.body}`);
     return res;
+  }
+
+  async vipServices(): Promise<ControlVipServices[]> {
+    const res = await this.admin('GET', '/vip-services');
+    return JSON.parse(res.body) as ControlVipServices[];
   }
 
   async enableCertDomains(): Promise<void> {

@@ -33,6 +33,26 @@ function others(p: Record<string, unknown>): Record<string, unknown> {
   return rest;
 }
 
+/**
+ * Control's view: the node's Hostinfo carries the hash of the Services it advertises (tailscaled sends it on
+ * its next map request), and the list control fetches from the node (c2n) names them as active.
+ */
+async function controlSees(ts: RealTailscaled, active: string[]): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  let last = '';
+  for (;;) {
+    const [node] = await ts.vipServices();
+    const listed = (node?.C2N.VIPServices ?? [])
+      .filter((s) => s.Active)
+      .map((s) => s.Name)
+      .sort();
+    last = JSON.stringify(node);
+    if (node && JSON.stringify(listed) === JSON.stringify([...active].sort()) && node.HostinfoServicesHash === node.C2N.ServicesHash) return;
+    if (Date.now() > deadline) assert.fail(`control sees ${last}, not the Services ${active.join(', ')}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
 describe('Tailscale Service advertisement (real tailscaled)', { timeout: BUILD_AND_START_TIMEOUT_MS }, () => {
   const realTailscaled = useRealTailscaled({ certDomainsAtStart: true });
   const dir = useTempDir();
@@ -81,6 +101,7 @@ describe('Tailscale Service advertisement (real tailscaled)', { timeout: BUILD_A
       }
       assert.deepEqual(services(now), ['svc:other', service], "tailscaled's prefs advertise the Service, the other one kept");
       assert.deepEqual(others(now), others(before), 'no other pref changed');
+      await controlSees(ts, [service, 'svc:other']);
     } finally {
       await daemon.stop();
       await proxy.close();
@@ -88,5 +109,6 @@ describe('Tailscale Service advertisement (real tailscaled)', { timeout: BUILD_A
     const after = await prefs(ts);
     assert.deepEqual(services(after), ['svc:other'], 'withdrawn by the time stop() returned');
     assert.deepEqual(others(after), others(before), 'no other pref changed');
+    await controlSees(ts, ['svc:other']);
   });
 });

@@ -403,6 +403,35 @@ func main() {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+	// GET /vip-services: what control knows of each node's Tailscale Services: the ServicesHash its last
+	// Hostinfo carried, and the list it fetches from the node when that hash changes (c2n GET /vip-services,
+	// as the real control does).
+	admin.HandleFunc("GET /vip-services", func(w http.ResponseWriter, r *http.Request) {
+		type nodeServices struct {
+			Hostname             string
+			HostinfoServicesHash string
+			C2N                  json.RawMessage
+		}
+		var out []nodeServices
+		for _, n := range control.AllNodes() {
+			ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+			req, _ := http.NewRequestWithContext(ctx, "GET", "/vip-services", nil)
+			res, err := control.NodeRoundTripper(n.Key).RoundTrip(req)
+			var body []byte
+			if err == nil {
+				body, err = io.ReadAll(io.LimitReader(res.Body, 1<<20))
+				res.Body.Close()
+			}
+			cancel()
+			if err != nil {
+				http.Error(w, "c2n GET /vip-services: "+err.Error(), http.StatusBadGateway)
+				return
+			}
+			out = append(out, nodeServices{Hostname: n.Hostinfo.Hostname(), HostinfoServicesHash: n.Hostinfo.ServicesHash(), C2N: body})
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(out)
+	})
 	go func() { log.Fatal(http.Serve(adminLn, admin)) }()
 
 	line, _ := json.Marshal(ready{
