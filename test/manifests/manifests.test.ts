@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { createServer, type AddressInfo } from 'node:net';
 import { request as httpsRequest } from 'node:https';
 import { mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -898,9 +899,15 @@ describe('manifests/monitoring', () => {
     assert.ok(rules.length >= 7, `${rules.length} rules`);
     const dir = await tempDir();
     const emulator = await emulatorIn(dir.path);
-    const daemon = await standaloneDaemon(emulator, join(dir.path, 'certs'));
+    // The served check's series: a check of a port where nothing listens (outcome unknown).
+    const unused = createServer();
+    await new Promise<void>((resolve) => unused.listen(0, '127.0.0.1', resolve));
+    const port = (unused.address() as AddressInfo).port;
+    await new Promise((resolve) => unused.close(resolve));
+    const daemon = await standaloneDaemon(emulator, join(dir.path, 'certs'), ['--served-check', `127.0.0.1:${port}`]);
     try {
       await until('healthy', () => daemon.health.evaluate(Date.now()).healthy, [(l) => daemon.health.onChange(l)]);
+      await until('the served check ran', () => daemon.health.details().some((l) => l.includes('served:')), [(l) => daemon.health.onChange(l)]);
       const text = await (await fetch(`${daemon.address}/metrics`)).text();
       const registered = new Set([...text.matchAll(/^# HELP (\S+) /gm)].map((m) => m[1]!));
       const samples = text.split('\n').filter((l) => l !== '' && !l.startsWith('#'));
