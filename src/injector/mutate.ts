@@ -1,6 +1,6 @@
 // The mutation: an AdmissionReview v1 for a Pod in, a JSON patch adding certshare as a native sidecar out.
 // Pure (no I/O): the HTTPS server calls admissionReviewResponse() per request.
-import type { V1Container, V1Pod, V1PodSpec, V1Volume } from '../kube/transport/client-node.ts';
+import type { V1Container, V1Pod, V1PodSpec, V1ResourceRequirements, V1Volume } from '../kube/transport/client-node.ts';
 import { envName, parseFlags } from '../flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../config/run-options.ts';
 import { normalizeDomain } from '../core/domain.ts';
@@ -91,6 +91,8 @@ export interface InjectionDefaults {
    * writer trusts could answer its ARI checks).
    */
   caBundle?: CaBundleSource | undefined;
+  /** The sidecar's requests and limits (--sidecar-resources); undefined for SIDECAR_RESOURCES. The platform's alone. */
+  resources?: V1ResourceRequirements | undefined;
 }
 
 export const DEFAULT_READINESS_GATE = 'certshare.io/certificates';
@@ -164,7 +166,8 @@ export function settingsFromAnnotations(
   const platform = extraEnvFromFlags(defaults.sidecarFlags, SIDECAR_FLAGS_FLAG, 'platform');
   const pod = extraEnvFromFlags(annotations[ANNOTATION.flags], ANNOTATION.flags, 'pod');
   const extraEnv = [...platform.filter((e) => !pod.some((p) => p.name === e.name)), ...pod];
-  return { image: defaults.image, imagePullPolicy: defaults.imagePullPolicy, domains, mode, outDir, readinessGate, socketVolume, extraEnv };
+  const { image, imagePullPolicy, resources } = defaults;
+  return { image, imagePullPolicy, domains, mode, outDir, readinessGate, socketVolume, extraEnv, resources };
 }
 
 /**
