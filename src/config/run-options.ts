@@ -200,7 +200,9 @@ export const RUN_FLAGS: FlagSpec[] = [
     name: 'shutdown-timeout',
     placeholder: 'DURATION',
     default: '25s',
-    help: 'Exit no later than this after SIGTERM (keep below terminationGracePeriodSeconds).',
+    help:
+      'Exit no later than this after SIGTERM. Injected, it follows the drain delay within terminationGracePeriodSeconds ' +
+      '(the injector refuses a Pod where the two do not fit).',
   },
 ];
 

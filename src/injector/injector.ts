@@ -8,6 +8,7 @@ import { emptyRotationState, rotationPolicyProblem, type RotationPolicy } from '
 import { systemClock, type Clock } from '../core/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
+import type { V1ResourceRequirements } from '../kube/transport/client-node.ts';
 import { isConfigMapKey, isObjectName } from '../core/kube-names.ts';
 import { connectKube } from '../kube/connection.ts';
 import { LeaseElector } from '../kube/lease-elector.ts';
@@ -109,6 +110,15 @@ export const INJECTOR_FLAGS: FlagSpec[] = [
       "besides the system's (NODE_EXTRA_CA_CERTS): a private ACME CA's, whose directory --sidecar-flags names with --acme-directory. " +
       'Mounted into the certshare container only; a Pod whose namespace lacks it does not start (a FailedMount event names it).',
   },
+  {
+    name: 'sidecar-resources',
+    placeholder: 'JSON',
+    default: '',
+    help:
+      "Requests and limits of the injected certshare container, as a container's `resources` in JSON (e.g. " +
+      '\'{"requests":{"cpu":"100m","memory":"160Mi"},"limits":{"memory":"256Mi"}}\' for groups of 500 domains; README, Resources). ' +
+      'Default: those for one domain.',
+  },
   { name: 'default-mode', placeholder: 'rw|ro|auto', default: 'auto', help: 'Mode of injected sidecars without certshare.io/mode.' },
   { name: 'default-out-dir', placeholder: 'DIR', default: '/certs', help: 'Certificate directory of injected sidecars without certshare.io/out-dir.' },
   {
@@ -172,52 +182,12 @@ function listenAddress(values: FlagValues, name: string): { host: string; port: 
 }
 
 export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): InjectorConfig {
-  const listen = listenAddress(values, 'listen');
-  const metricsListen = listenAddress(values, 'metrics-listen');
-  const metricsTls = tlsChoice(values['metrics-tls'] as string | undefined, 'metrics-tls');
-  const policy: RotationPolicy = {
-    caLifetimeMs: duration(values, 'ca-lifetime'),
-    caRotateBeforeMs: duration(values, 'ca-rotate-before'),
-    leafLifetimeMs: duration(values, 'leaf-lifetime'),
-    leafRenewBeforeMs: duration(values, 'leaf-renew-before'),
-    propagationGraceMs: duration(values, 'propagation-grace'),
-  };
-  const problem = rotationPolicyProblem(policy);
-  if (problem)
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `--ca-lifetime, --ca-rotate-before, --leaf-lifetime, --leaf-renew-before, --propagation-grace: ${problem}`);
-  const mode = String(values['default-mode']);
-  if (mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw new CertshareError('CERTSHARE_BAD_FLAG', `--default-mode must be rw, ro or auto, got "${mode}"`);
-  const logLevel = String(values['log-level']);
-  if (!['debug', 'info', 'warn', 'error'].includes(logLevel)) throw new CertshareError('CERTSHARE_BAD_FLAG', '--log-level must be debug, info, warn or error');
   const extras = (values['extra-san'] as string[] | undefined) ?? [];
   const gate = String(values['default-readiness-gate']);
-  const resyncMs = duration(values, 'resync');
-  const kubeTimeoutMs = duration(values, 'kube-timeout');
-  if (resyncMs <= 0 || kubeTimeoutMs <= 0) throw new CertshareError('CERTSHARE_BAD_FLAG', '--resync and --kube-timeout must be positive');
-  const leaseDurationMs = duration(values, 'lease-duration');
-  if (leaseDurationMs < 1000) throw new CertshareError('CERTSHARE_BAD_FLAG', '--lease-duration must be at least 1s (the Lease counts whole seconds)');
-  const defaults: InjectionDefaults = {
-    image: String(values['sidecar-image']),
-    mode: mode as ShareMode,
-    outDir: String(values['default-out-dir']),
-    readinessGate: gate === 'none' ? undefined : gate,
-    socketVolume: String(values['default-socket-volume']),
-    sidecarFlags: sidecarFlags(String(values['sidecar-flags'] ?? '')),
-    imagePullPolicy: pullPolicy(String(values['sidecar-image-pull-policy'] ?? '')),
-    caBundle: caBundleSource(String(values['sidecar-ca-configmap'] ?? '')),
-  };
-  try {
-    checkInjectionDefaults(defaults);
-  } catch (err) {
-    throw new CertshareError(
-      'CERTSHARE_BAD_FLAG',
-      `the injector's defaults (--default-*, --sidecar-*) would refuse every Pod that asks for certshare: ${errorMessage(err)}`,
-    );
-  }
-  return {
-    listen,
-    metricsListen,
-    metricsTls,
+  const config: InjectorConfig = {
+    listen: listenAddress(values, 'listen'),
+    metricsListen: listenAddress(values, 'metrics-listen'),
+    metricsTls: tlsChoice(values['metrics-tls'] as string | undefined, 'metrics-tls'),
     service: String(values.service),
     serviceNamespace: (values['service-namespace'] as string | undefined) ?? env.POD_NAMESPACE,
     extraDnsNames: extras.filter((e) => !IP.test(e)),
@@ -225,17 +195,133 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
     targets: ((values['inject-ca-into'] as string[] | undefined) ?? []).map(parseTarget),
     caSecret: String(values['ca-secret']),
     tlsSecret: String(values['tls-secret']),
-    policy,
+    policy: {
+      caLifetimeMs: duration(values, 'ca-lifetime'),
+      caRotateBeforeMs: duration(values, 'ca-rotate-before'),
+      leafLifetimeMs: duration(values, 'leaf-lifetime'),
+      leafRenewBeforeMs: duration(values, 'leaf-renew-before'),
+      propagationGraceMs: duration(values, 'propagation-grace'),
+    },
     lease: String(values.lease),
-    leaseDurationMs,
+    leaseDurationMs: duration(values, 'lease-duration'),
     identity: env.POD_NAME || `certshare-injector-${hostname()}-${process.pid}`,
-    resyncMs,
-    kubeTimeoutMs,
+    resyncMs: duration(values, 'resync'),
+    kubeTimeoutMs: duration(values, 'kube-timeout'),
     drainDelayMs: duration(values, 'drain-delay'),
-    defaults,
-    logLevel,
+    defaults: {
+      image: String(values['sidecar-image']),
+      // Checked by validateInjectorConfig.
+      mode: String(values['default-mode']) as ShareMode,
+      outDir: String(values['default-out-dir']),
+      readinessGate: gate === 'none' ? undefined : gate,
+      socketVolume: String(values['default-socket-volume']),
+      sidecarFlags: sidecarFlags(String(values['sidecar-flags'] ?? '')),
+      imagePullPolicy: pullPolicy(String(values['sidecar-image-pull-policy'] ?? '')),
+      caBundle: caBundleSource(String(values['sidecar-ca-configmap'] ?? '')),
+      resources: sidecarResources(String(values['sidecar-resources'] ?? '')),
+    },
+    logLevel: String(values['log-level']),
     logFormat: logFormatFrom(values),
   };
+  const problem = validateInjectorConfig(config);
+  if (problem) throw new CertshareError('CERTSHARE_BAD_FLAG', problem);
+  return config;
+}
+
+const LOG_LEVELS = ['debug', 'info', 'warn', 'error'];
+
+/**
+ * Every rule of the injector's configuration that is not the syntax of one value, checked before anything
+ * starts (as the daemon's validateConfig): the first broken rule, or undefined. The last one runs the
+ * injection of a Pod that asks for certshare and sets nothing else: defaults that would refuse every such
+ * Pod (an out-dir over the CA bundle's directory, a flag the daemon refuses) stop the start instead.
+ */
+export function validateInjectorConfig(c: InjectorConfig): string | undefined {
+  const rules: Array<[broken: () => boolean, message: () => string]> = [
+    [
+      () => rotationPolicyProblem(c.policy) !== undefined,
+      () => `--ca-lifetime, --ca-rotate-before, --leaf-lifetime, --leaf-renew-before, --propagation-grace: ${rotationPolicyProblem(c.policy)}`,
+    ],
+    [() => !['rw', 'ro', 'auto'].includes(c.defaults.mode), () => `--default-mode must be rw, ro or auto, got "${c.defaults.mode}"`],
+    [() => !LOG_LEVELS.includes(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],
+    [() => !(c.resyncMs > 0 && c.kubeTimeoutMs > 0), () => '--resync and --kube-timeout must be positive'],
+    [() => c.leaseDurationMs < 1000, () => '--lease-duration must be at least 1s (the Lease counts whole seconds)'],
+    [() => resourcesProblem(c.defaults.resources) !== undefined, () => `--sidecar-resources: ${resourcesProblem(c.defaults.resources)}`],
+    [
+      () => injectionDefaultsProblem(c.defaults) !== undefined,
+      () => `the injector's defaults (--default-*, --sidecar-*) would refuse every Pod that asks for certshare: ${injectionDefaultsProblem(c.defaults)}`,
+    ],
+  ];
+  return rules.find(([broken]) => broken())?.[1]();
+}
+
+function injectionDefaultsProblem(defaults: InjectionDefaults): string | undefined {
+  try {
+    checkInjectionDefaults(defaults);
+    return undefined;
+  } catch (err) {
+    return errorMessage(err);
+  }
+}
+
+const QUANTITY_SUFFIX: Record<string, number> = {
+  m: 1e-3,
+  k: 1e3,
+  M: 1e6,
+  G: 1e9,
+  T: 1e12,
+  P: 1e15,
+  E: 1e18,
+  Ki: 2 ** 10,
+  Mi: 2 ** 20,
+  Gi: 2 ** 30,
+  Ti: 2 ** 40,
+  Pi: 2 ** 50,
+  Ei: 2 ** 60,
+};
+
+/** A Kubernetes quantity (resource.Quantity's syntax, without exponents), in its base unit. */
+function quantityValue(text: string): number | undefined {
+  const m = /^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$/.exec(text);
+  if (!m) return undefined;
+  return Number(m[1]) * (QUANTITY_SUFFIX[m[2] ?? ''] ?? 1);
+}
+
+const SIDECAR_RESOURCE_NAMES = ['cpu', 'memory', 'ephemeral-storage'];
+
+/** What the apiserver would refuse in every injected Pod: a name or quantity it does not know, a request above its limit. */
+function resourcesProblem(resources: V1ResourceRequirements | undefined): string | undefined {
+  if (resources === undefined) return undefined;
+  for (const [key, entries] of Object.entries(resources)) {
+    if (key !== 'requests' && key !== 'limits') return `"${key}" is neither requests nor limits`;
+    if (entries === null || typeof entries !== 'object' || Array.isArray(entries)) return `${key} must map resource names to quantities`;
+    for (const [name, quantity] of Object.entries(entries as Record<string, unknown>)) {
+      if (!SIDECAR_RESOURCE_NAMES.includes(name)) return `${key}.${name}: certshare's container takes ${SIDECAR_RESOURCE_NAMES.join(', ')} only`;
+      if (typeof quantity !== 'string' || quantityValue(quantity) === undefined)
+        return `${key}.${name}: ${JSON.stringify(quantity)} is not a quantity (e.g. 100m, 128Mi)`;
+    }
+  }
+  for (const name of SIDECAR_RESOURCE_NAMES) {
+    const request = resources.requests?.[name];
+    const limit = resources.limits?.[name];
+    if (request !== undefined && limit !== undefined && quantityValue(String(request))! > quantityValue(String(limit))!)
+      return `requests.${name} (${request}) must not be above limits.${name} (${limit})`;
+  }
+  return undefined;
+}
+
+/** --sidecar-resources: JSON, checked by validateInjectorConfig. */
+function sidecarResources(text: string): V1ResourceRequirements | undefined {
+  if (text.trim() === '') return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    throw new CertshareError('CERTSHARE_BAD_FLAG', `--sidecar-resources is not JSON: ${errorMessage(err)}`);
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
+    throw new CertshareError('CERTSHARE_BAD_FLAG', '--sidecar-resources must be a JSON object like {"requests":{...},"limits":{...}}');
+  return parsed as V1ResourceRequirements;
 }
 
 function pullPolicy(text: string): string | undefined {

@@ -1,6 +1,6 @@
 // The mutation: an AdmissionReview v1 for a Pod in, a JSON patch adding certshare as a native sidecar out.
 // Pure (no I/O): the HTTPS server calls admissionReviewResponse() per request.
-import type { V1Container, V1Pod, V1Volume } from '../kube/transport/client-node.ts';
+import type { V1Container, V1Pod, V1PodSpec, V1ResourceRequirements, V1Volume } from '../kube/transport/client-node.ts';
 import { envName, parseFlags } from '../flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../config/run-options.ts';
 import { normalizeDomain } from '../core/domain.ts';
@@ -91,6 +91,8 @@ export interface InjectionDefaults {
    * writer trusts could answer its ARI checks).
    */
   caBundle?: CaBundleSource | undefined;
+  /** The sidecar's requests and limits (--sidecar-resources); undefined for SIDECAR_RESOURCES. The platform's alone. */
+  resources?: V1ResourceRequirements | undefined;
 }
 
 export const DEFAULT_READINESS_GATE = 'certshare.io/certificates';
@@ -164,7 +166,8 @@ export function settingsFromAnnotations(
   const platform = extraEnvFromFlags(defaults.sidecarFlags, SIDECAR_FLAGS_FLAG, 'platform');
   const pod = extraEnvFromFlags(annotations[ANNOTATION.flags], ANNOTATION.flags, 'pod');
   const extraEnv = [...platform.filter((e) => !pod.some((p) => p.name === e.name)), ...pod];
-  return { image: defaults.image, imagePullPolicy: defaults.imagePullPolicy, domains, mode, outDir, readinessGate, socketVolume, extraEnv };
+  const { image, imagePullPolicy, resources } = defaults;
+  return { image, imagePullPolicy, domains, mode, outDir, readinessGate, socketVolume, extraEnv, resources };
 }
 
 /**
@@ -226,7 +229,7 @@ const DOWNWARD_EXAMPLE: Record<string, string> = { 'metadata.name': 'pod-0', 'me
  * The sidecar's environment passes the daemon's own validation (value syntax and cross-field rules), so a
  * Pod that would crash-loop on a bad setting is refused at admission with the daemon's message instead.
  */
-function checkSidecarEnv(container: V1Container): { drainDelayMs: number } {
+function checkSidecarEnv(container: V1Container): { drainDelayMs: number; shutdownTimeoutMs: number } {
   const env: NodeJS.ProcessEnv = {};
   for (const e of container.env ?? []) env[e.name] = e.value ?? DOWNWARD_EXAMPLE[e.valueFrom?.fieldRef?.fieldPath ?? ''] ?? '';
   try {
@@ -250,6 +253,84 @@ function withDrain(container: V1Container, drainDelayMs: number): V1Container {
   return { ...container, lifecycle: { ...container.lifecycle, preStop: { sleep: { seconds: Math.ceil(drainDelayMs / 1000) } } } };
 }
 
+/** The certs volume: one the proxy already mounts at the out-dir, or the injector's own. */
+function certsVolumeOf(spec: V1PodSpec, outDir: string): string | undefined {
+  return (spec.containers ?? []).flatMap((c) => c.volumeMounts ?? []).find((m) => m.mountPath === outDir)?.name;
+}
+
+/** The certshare container the injector adds to this Pod (which, injected, mounts its certs volume in every container). */
+function expectedSidecar(spec: V1PodSpec, settings: Omit<SidecarSettings, 'certsVolume' | 'tokenVolume'>, defaults: InjectionDefaults): V1Container {
+  const certsVolume = certsVolumeOf(spec, settings.outDir) ?? CERTS_VOLUME;
+  return certshareContainer({ ...settings, certsVolume, tokenVolume: TOKEN_VOLUME, caVolume: defaults.caBundle ? CA_VOLUME : undefined });
+}
+
+/**
+ * Fields the apiserver fills in on a container it stores (its defaults), which the injector's own sidecar
+ * does not write: present in a Pod it injected once the apiserver has decoded it again.
+ */
+const APISERVER_DEFAULTS: Record<string, unknown> = {
+  terminationMessagePath: '/dev/termination-log',
+  terminationMessagePolicy: 'File',
+  timeoutSeconds: 1,
+  successThreshold: 1,
+  scheme: 'HTTP',
+  protocol: 'TCP',
+  apiVersion: 'v1',
+};
+
+/** Where `actual` differs from `expected` beyond the apiserver's defaults (the first difference's path), or undefined. */
+function differenceAt(actual: unknown, expected: unknown, path: string): string | undefined {
+  if (Array.isArray(expected)) {
+    if (!Array.isArray(actual) || actual.length !== expected.length) return path;
+    for (const [i, item] of expected.entries()) {
+      const found = differenceAt(actual[i], item, `${path}[${i}]`);
+      if (found) return found;
+    }
+    return undefined;
+  }
+  if (expected !== null && typeof expected === 'object') {
+    if (actual === null || typeof actual !== 'object' || Array.isArray(actual)) return path;
+    const want = expected as Record<string, unknown>;
+    const got = actual as Record<string, unknown>;
+    for (const key of new Set([...Object.keys(want), ...Object.keys(got)])) {
+      const at = path === '' ? key : `${path}.${key}`;
+      if (!(key in want)) {
+        // The pull policy follows the image's tag when the platform set none.
+        const defaulted = key in APISERVER_DEFAULTS ? got[key] === APISERVER_DEFAULTS[key] : key === 'imagePullPolicy' && path === '';
+        if (!defaulted) return at;
+        continue;
+      }
+      const found = differenceAt(got[key], want[key], at);
+      if (found) return found;
+    }
+    return undefined;
+  }
+  return actual === expected ? undefined : path;
+}
+
+function sidecarDifference(actual: V1Container, expected: V1Container): string | undefined {
+  const at = differenceAt(actual, expected, '');
+  return at === undefined ? undefined : `its ${at === '' ? 'shape' : at} is not the injector's`;
+}
+
+/** The apiserver's terminationGracePeriodSeconds for a Pod that sets none. */
+const DEFAULT_GRACE_SECONDS = 30;
+
+/**
+ * A Pod's stop, one after the other within terminationGracePeriodSeconds, when the kubelet kills what still
+ * runs: the proxy's preStop sleep (--drain-delay, in whole seconds), the proxy's exit, then certshare's own
+ * stop, bounded by --shutdown-timeout (leaving rotation, handing over the Lease, putting back what an edit
+ * took from its Secrets). Both bounds must fit the grace period, or a slow stop ends in SIGKILL.
+ */
+export function stopProblem(drainDelayMs: number, shutdownTimeoutMs: number, graceSeconds: number): string | undefined {
+  const drainSeconds = Math.ceil(drainDelayMs / 1000);
+  if (drainSeconds * 1000 + shutdownTimeoutMs <= graceSeconds * 1000) return undefined;
+  return (
+    `--drain-delay (the proxy's preStop sleep, ${drainSeconds}s) plus --shutdown-timeout (certshare's own stop, ` +
+    `${shutdownTimeoutMs / 1000}s) must fit the Pod's terminationGracePeriodSeconds (${graceSeconds}): the kubelet kills what still runs then`
+  );
+}
+
 /**
  * What to do with a Pod: leave it (not asked for, or already injected: the webhook may be called again
  * under reinvocationPolicy IfNeeded), or the injected Pod and the patch that makes it.
@@ -263,10 +344,22 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   const spec = pod.spec;
   if (!spec) throw bad(ANNOTATION.inject, 'the Pod has no spec');
   const initContainers = spec.initContainers ?? [];
-  if ([...initContainers, ...(spec.containers ?? [])].some((c) => c.name === SIDECAR_NAME))
-    return { kind: 'skip', reason: `a container named ${SIDECAR_NAME} is already there` };
-
   const settings = settingsFromAnnotations(annotations, defaults);
+  const present = [...initContainers, ...(spec.containers ?? [])].find((c) => c.name === SIDECAR_NAME);
+  if (present) {
+    // Called again (reinvocationPolicy IfNeeded) on a Pod it injected: left as it is. A container of that
+    // name that is not the one it would add is the Pod's own: under certshare's accounts it would get their
+    // token with any image, command or flags (the admission policy certshare-pods-injected admits their
+    // token only in a container named certshare), so it is refused, not left alone.
+    const difference = sidecarDifference(present, expectedSidecar(spec, settings, defaults));
+    if (difference)
+      throw bad(
+        ANNOTATION.inject,
+        `the Pod brings its own container named ${SIDECAR_NAME} (${difference}): the injector adds certshare itself; remove that container`,
+      );
+    return { kind: 'skip', reason: `the container ${SIDECAR_NAME} the injector adds is already there` };
+  }
+
   const volumes = spec.volumes ?? [];
   if (!volumes.some((v) => v.name === settings.socketVolume)) {
     throw bad(ANNOTATION.socketVolume, `the Pod has no volume "${settings.socketVolume}" for tailscaled's socket (name it with ${ANNOTATION.socketVolume})`);
@@ -274,8 +367,8 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
 
   // The proxy reads the certificates where certshare writes them: reuse a volume already mounted at
   // the out-dir, or add one and mount it read-only into every container.
-  const mountedAtOutDir = (spec.containers ?? []).flatMap((c) => c.volumeMounts ?? []).find((m) => m.mountPath === settings.outDir);
-  const certsVolume = mountedAtOutDir?.name ?? CERTS_VOLUME;
+  const mountedAtOutDir = certsVolumeOf(spec, settings.outDir);
+  const certsVolume = mountedAtOutDir ?? CERTS_VOLUME;
   const addedVolumes: V1Volume[] = mountedAtOutDir ? [] : [{ name: CERTS_VOLUME, emptyDir: { medium: 'Memory', sizeLimit: '16Mi' } }];
 
   // The token only in certshare's container. A Pod that says nothing gets automount off, and the
@@ -290,22 +383,16 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   // Mounted into certshare's container only, like the token: no other container trusts more than before.
   if (defaults.caBundle) addedVolumes.push(caBundleVolume(CA_VOLUME, defaults.caBundle));
 
-  const sidecar = certshareContainer({ ...settings, certsVolume, tokenVolume: TOKEN_VOLUME, caVolume: defaults.caBundle ? CA_VOLUME : undefined });
+  const sidecar = expectedSidecar(spec, settings, defaults);
   // The out-dir is certshare's to write: not one of the directories its container mounts for itself, nor
   // above or below one (the apiserver would refuse the same path twice with a less helpful message).
   const outDirMount = sidecar.volumeMounts?.find((m) => m.mountPath === settings.outDir && m.name === certsVolume);
   const ownMounts = (sidecar.volumeMounts ?? []).filter((m) => m !== outDirMount);
   const overlapping = ownMounts.find((m) => isAtOrBelow(m.mountPath, settings.outDir) || isAtOrBelow(settings.outDir, m.mountPath));
   if (overlapping) throw bad(ANNOTATION.outDir, `"${settings.outDir}" overlaps ${overlapping.mountPath}, which certshare's container mounts for itself`);
-  const { drainDelayMs } = checkSidecarEnv(sidecar);
-  // The kubelet kills what is still running when the grace period ends: a drain as long would end in SIGKILL.
-  const graceSeconds = spec.terminationGracePeriodSeconds ?? 30;
-  if (Math.ceil(drainDelayMs / 1000) >= graceSeconds)
-    throw bad(
-      ANNOTATION.flags,
-      `--drain-delay (the proxy's preStop sleep, ${Math.ceil(drainDelayMs / 1000)}s) must be shorter than ` +
-        `the Pod's terminationGracePeriodSeconds (${graceSeconds})`,
-    );
+  const { drainDelayMs, shutdownTimeoutMs } = checkSidecarEnv(sidecar);
+  const problem = stopProblem(drainDelayMs, shutdownTimeoutMs, spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_SECONDS);
+  if (problem) throw bad(ANNOTATION.flags, problem);
   const containers = (spec.containers ?? []).map((c) => {
     const cleaned = withDrain(withoutAutoMounts(c), drainDelayMs);
     if (mountedAtOutDir) return cleaned;

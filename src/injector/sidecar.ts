@@ -1,6 +1,6 @@
 // The one description of certshare's sidecar container: the injector adds it to Pods, and the example
 // StatefulSet is checked against it (test/injector/sidecar.test.ts), so the two cannot drift apart.
-import type { V1Container, V1SecurityContext, V1Volume } from '../kube/transport/client-node.ts';
+import type { V1Container, V1ResourceRequirements, V1SecurityContext, V1Volume } from '../kube/transport/client-node.ts';
 import type { ShareMode } from '../config/run-options.ts';
 
 export const SIDECAR_NAME = 'certshare';
@@ -33,7 +33,20 @@ export interface SidecarSettings {
   caVolume?: string | undefined;
   /** Further CERTSHARE_* settings (routing check, drain delay...), after the ones above. */
   extraEnv?: { name: string; value: string }[];
+  /** The platform's requests and limits (the injector's --sidecar-resources); SIDECAR_RESOURCES when undefined. */
+  resources?: V1ResourceRequirements | undefined;
 }
+
+/**
+ * The sidecar's requests and limits unless the platform sets others (--sidecar-resources). Memory: the
+ * README's first row of "Resources by domain count" (one domain), whose request is the writer's idle RSS
+ * there with a quarter of headroom, rounded up to 16 Mi (test/unit/sidecar-resources.test.ts holds the two
+ * to that rule); larger groups take the rows below it. CPU: idle it uses ~0, but a Pod's start (the
+ * certificate, the routing check, the readiness patch) competes with every container starting on the
+ * node, where CPU goes by cgroup weight, which the request sets (10m is weight 1, 100m weight 4; README,
+ * the readiness gate, measured it on the real-cluster tier).
+ */
+export const SIDECAR_RESOURCES: V1ResourceRequirements = { requests: { cpu: '100m', memory: '112Mi' }, limits: { memory: '192Mi' } };
 
 /** Non-root (the distroless image's nonroot user), read-only root, no privilege, no capability. */
 export const SIDECAR_SECURITY_CONTEXT: V1SecurityContext = {
@@ -78,12 +91,7 @@ export function certshareContainer(s: SidecarSettings): V1Container {
     readinessProbe: { httpGet: { path: '/healthz', port: HEALTH_PORT }, periodSeconds: 10, failureThreshold: 3 },
     // Alive while it answers at all: restarting cannot fix a missing certificate, it only adds issuance attempts.
     livenessProbe: { tcpSocket: { port: HEALTH_PORT }, initialDelaySeconds: 10, periodSeconds: 20, failureThreshold: 3 },
-    // npm run bench: a Kubernetes replica idles at about 91 MB RSS, 97 MB after a burst of /healthz load.
-    // CPU: idle it uses ~0, but a Pod's start (0.3-0.5 s of CPU, then the routing check and the readiness
-    // patch) competes with every other container starting on the node; under contention CPU goes by cgroup
-    // weight, which the request sets (10m is weight 1, 100m weight 4). Measured on the real-cluster tier, 10
-    // Pods restarted at once on 2 vCPUs: held and routed to Ready p99 7.6 s at 10m, 4.6 s at 100m (test/e2e phase 8).
-    resources: { requests: { cpu: '100m', memory: '112Mi' }, limits: { memory: '192Mi' } },
+    resources: s.resources ?? SIDECAR_RESOURCES,
     securityContext: SIDECAR_SECURITY_CONTEXT,
     volumeMounts: [
       { name: s.certsVolume, mountPath: s.outDir },

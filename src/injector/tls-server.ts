@@ -2,6 +2,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
+import { systemClock, type Clock } from '../core/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { checkedPair, servePair, type ServingPair } from '../tls/serving-pair.ts';
 
@@ -30,8 +31,9 @@ export const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
 export const MAX_BUFFERED_BYTES_PER_PEER = MAX_BODY_BYTES;
 export const MAX_CONNECTIONS = 256;
 export const MAX_CONNECTIONS_PER_PEER = 64;
-const BODY_TIMEOUT_MS = 2_000;
-const REQUEST_TIMEOUT_MS = 10_000;
+export const BODY_TIMEOUT_MS = 2_000;
+/** The whole request, headers included (Node's requestTimeout and headersTimeout). */
+export const REQUEST_TIMEOUT_MS = 10_000;
 
 /** Open connections by remote address, oldest first, with the fairness rules above. */
 class ConnectionTable {
@@ -80,16 +82,19 @@ export interface TlsServer {
   close(options?: { drainMs?: number; graceMs?: number }): Promise<void>;
 }
 
-/** The body of `declared` bytes (its Content-Length), parsed as JSON, within BODY_TIMEOUT_MS. */
-function readJson(req: IncomingMessage, declared: number): Promise<unknown> {
+/** The body of `declared` bytes (its Content-Length), parsed as JSON, within BODY_TIMEOUT_MS of the clock. */
+function readJson(req: IncomingMessage, declared: number, clock: Clock): Promise<unknown> {
   return new Promise((resolve, reject) => {
     const body = Buffer.allocUnsafe(declared);
     let bytes = 0;
-    const slow = setTimeout(() => {
-      reject(Object.assign(new Error(`request body not received within ${BODY_TIMEOUT_MS} ms`), { status: 408 }));
-      req.destroy();
-    }, BODY_TIMEOUT_MS);
-    req.once('close', () => clearTimeout(slow));
+    const received = new AbortController();
+    const clearSlow = () => received.abort();
+    // The 408 goes out with Connection: close (the caller's send); destroying the socket here would lose it.
+    clock.sleep(BODY_TIMEOUT_MS, received.signal).then(
+      () => reject(Object.assign(new Error(`request body not received within ${BODY_TIMEOUT_MS} ms`), { status: 408, close: true })),
+      () => {},
+    );
+    req.once('close', clearSlow);
     req.on('data', (chunk: Buffer) => {
       // Node's parser stops at Content-Length; the check keeps the copy in bounds whatever happens.
       if (bytes + chunk.length > declared) {
@@ -101,7 +106,7 @@ function readJson(req: IncomingMessage, declared: number): Promise<unknown> {
       bytes += chunk.length;
     });
     req.on('end', () => {
-      clearTimeout(slow);
+      clearSlow();
       try {
         resolve(JSON.parse(body.toString('utf8', 0, bytes)));
       } catch {
@@ -123,7 +128,15 @@ function send(res: ServerResponse, status: number, body: unknown, keepAlive: boo
  * Serves POST routes taking and returning JSON, and GET /healthz (200 once a certificate is loaded).
  * Without a pair yet, handshakes fail until the first setPair().
  */
-export async function startTlsServer(options: { host: string; port: number; pair?: ServingPair; routes: Record<string, JsonHandler> }): Promise<TlsServer> {
+export async function startTlsServer(options: {
+  host: string;
+  port: number;
+  pair?: ServingPair;
+  routes: Record<string, JsonHandler>;
+  /** Times the body (BODY_TIMEOUT_MS); the system's by default. */
+  clock?: Clock;
+}): Promise<TlsServer> {
+  const clock = options.clock ?? systemClock;
   let serial: string | undefined;
   let draining = false;
   const inFlight = { requests: 0, bytes: 0 };
@@ -178,7 +191,7 @@ export async function startTlsServer(options: { host: string; port: number; pair
       }
       if (own.requests === 0 && inFlightByPeer.get(peer) === own) inFlightByPeer.delete(peer);
     });
-    readJson(req, declared).then(
+    readJson(req, declared, clock).then(
       (body) => {
         let answer: unknown;
         try {
@@ -191,13 +204,16 @@ export async function startTlsServer(options: { host: string; port: number; pair
         }
         reply(res, 200, answer);
       },
-      (err: unknown) => reply(res, (err as { status?: number }).status ?? 400, { error: errorMessage(err) }),
+      (err: unknown) => {
+        const { status = 400, close = false } = err as { status?: number; close?: boolean };
+        send(res, status, { error: errorMessage(err) }, !draining && !close);
+      },
     );
   });
   server.on('connection', (socket: Socket) => connections.admit(socket));
   // The apiserver keeps connections to webhooks alive; a bound on idle ones frees sockets of gone callers.
   server.keepAliveTimeout = 60_000;
-  server.headersTimeout = 10_000;
+  server.headersTimeout = REQUEST_TIMEOUT_MS;
   server.requestTimeout = REQUEST_TIMEOUT_MS;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

@@ -41,6 +41,7 @@ const EVERY_OPTION: Record<string, unknown> = {
     imagePullPolicy: 'Always',
     flags: '--issuance-budget=20/168h --acme-directory=https://acme.example.internal/directory',
     caConfigMap: 'acme-ca:root.pem',
+    resources: { requests: { cpu: '100m', memory: '160Mi' }, limits: { memory: '256Mi' } },
   },
   injectorFlags: { 'log-level': 'debug', 'leaf-lifetime': '480h' },
   commonLabels: { release: 'prometheus' },
@@ -70,6 +71,7 @@ const WIRED_FLAGS = [
   'sidecar-image-pull-policy', // sidecar.imagePullPolicy
   'sidecar-flags', // sidecar.flags
   'sidecar-ca-configmap', // sidecar.caConfigMap
+  'sidecar-resources', // sidecar.resources
 ];
 
 describe('charts/certshare', () => {
@@ -137,6 +139,7 @@ describe('charts/certshare', () => {
     assert.equal(flags['sidecar-ca-configmap'], 'acme-ca:root.pem');
     // As the injector reads them when it starts: every value it would refuse, the schema refuses first.
     assert.deepEqual(injectorConfigFrom(flags, {}).defaults.caBundle, { configMap: 'acme-ca', key: 'root.pem' });
+    assert.deepEqual(injectorConfigFrom(flags, {}).defaults.resources, { requests: { cpu: '100m', memory: '160Mi' }, limits: { memory: '256Mi' } });
     assert.equal(flags['log-level'], 'debug');
     assert.equal(flags['leaf-lifetime'], '480h');
     for (const o of objects) assert.equal(o.metadata.labels?.release, 'prometheus', `${o.kind} ${o.metadata.name} carries commonLabels`);
@@ -160,6 +163,9 @@ describe('charts/certshare', () => {
       [{ 'networkPolicy.enabled': true }, /\/networkPolicy\/apiserverCIDRs': minItems/],
       [{ 'networkPolicy.enabled': true, 'networkPolicy.apiserverCIDRs': ['the apiserver'] }, /\/networkPolicy\/apiserverCIDRs\/0'/],
       [{ 'commonLabels.team': 7 }, /\/commonLabels\/team'/],
+      // What the injector would refuse at start: a quantity the apiserver does not read, a resource it does not set.
+      [{ 'sidecar.resources.limits.memory': '256 MB' }, /\/sidecar\/resources\/limits\/memory'/],
+      [{ 'sidecar.resources.requests.nvidia.com/gpu': '1' }, /\/sidecar\/resources\/requests'/],
     ];
     for (const [values, message] of refused) {
       const sets = Object.entries(values).flatMap(([k, v]) => ['--set-json', `${k}=${JSON.stringify(v)}`]);

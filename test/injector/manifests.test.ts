@@ -72,12 +72,20 @@ describe('manifests/injector', () => {
     const namespace = (kustomization as unknown as { namespace: string }).namespace;
     const account = (await docs('rbac.yaml')).find((d) => d.kind === 'ServiceAccount') as Doc & { metadata: { labels?: Record<string, string> } };
     const policyDocs = await docs('admission-policy.yaml');
-    const binding = policyDocs.find((d) => d.kind === 'ValidatingAdmissionPolicyBinding') as unknown as {
-      spec: { paramRef: { namespace: string; selector: { matchLabels: Record<string, string> }; parameterNotFoundAction: string } };
-    };
-    const { paramRef } = binding.spec;
-    assert.equal(paramRef.namespace, namespace, 'paramRef.namespace follows the kustomization namespace: change both');
-    for (const [key, value] of Object.entries(paramRef.selector.matchLabels)) assert.equal(account.metadata.labels?.[key], value, `${key}=${value}`);
+    const bindings = policyDocs.filter((d) => d.kind === 'ValidatingAdmissionPolicyBinding') as unknown as Array<{
+      spec: { policyName: string; paramRef: { namespace: string; selector: { matchLabels: Record<string, string> }; parameterNotFoundAction: string } };
+    }>;
+    // The caBundle-only policy and the one on its creates (certshare-injector-creates-own-objects).
+    assert.deepEqual(
+      bindings.map((b) => b.spec.policyName),
+      ['certshare-injector-cabundle-only', 'certshare-injector-creates-own-objects'],
+    );
+    for (const { spec } of bindings) {
+      const { paramRef } = spec;
+      assert.equal(paramRef.namespace, namespace, `${spec.policyName}: paramRef.namespace follows the kustomization namespace: change both`);
+      for (const [key, value] of Object.entries(paramRef.selector.matchLabels))
+        assert.equal(account.metadata.labels?.[key], value, `${spec.policyName}: ${key}=${value}`);
+    }
     const policy = policyDocs.find((d) => d.kind === 'ValidatingAdmissionPolicy') as unknown as {
       spec: { matchConstraints: { resourceRules: Array<{ resources: string[]; operations: string[] }> } };
     };

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import type { V1Pod } from '../../src/kube/transport/client-node.ts';
+import type { V1Container, V1Pod } from '../../src/kube/transport/client-node.ts';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
@@ -182,10 +182,18 @@ describe('injector mutation', () => {
       [asked({ [ANNOTATION.flags]: '--mode=rw' }), /certshare\.io\/flags: --mode is set by certshare\.io\/mode, not here/],
       [asked({ [ANNOTATION.flags]: '--drain-delay=1s --drain-delay=2s' }), /--drain-delay given twice/],
       [asked({ [ANNOTATION.flags]: '--drain-delay=soon' }), /certshare\.io\/flags: --drain-delay=soon: must be a duration up to 60s/],
-      // The drain must end before the kubelet's SIGKILL.
+      // The drain and certshare's stop must end before the kubelet's SIGKILL (default grace: 30 s).
       [
         asked({ [ANNOTATION.flags]: '--drain-delay=30s' }),
-        /--drain-delay \(the proxy's preStop sleep, 30s\) must be shorter than the Pod's terminationGracePeriodSeconds \(30\)/,
+        /--drain-delay \(the proxy's preStop sleep, 30s\) plus --shutdown-timeout \(certshare's own stop, 25s\) must fit the Pod's terminationGrace\w+ \(30\)/,
+      ],
+      [
+        asked({ [ANNOTATION.flags]: '--drain-delay=5s --shutdown-timeout=26s' }),
+        /--drain-delay \(the proxy's preStop sleep, 5s\) plus --shutdown-timeout \(certshare's own stop, 26s\) must fit the Pod's terminationGrace\w+ \(30\)/,
+      ],
+      [
+        asked({ [ANNOTATION.flags]: '--drain-delay=4500ms --shutdown-timeout=25500ms' }),
+        /preStop sleep, 5s\) plus --shutdown-timeout \(certshare's own stop, 25\.5s\)/,
       ],
       // Cross-field rules of the daemon, not only value syntax.
       [asked({ [ANNOTATION.flags]: '--routing-check=http://x/healthz', [ANNOTATION.readinessGate]: 'none' }), /--routing-check needs --readiness-gate/],
@@ -198,6 +206,67 @@ describe('injector mutation', () => {
       assert.match(answer.response.status!.message, message);
       assert.match(answer.response.status!.message, /\[CERTSHARE_BAD_ANNOTATION\]$/);
     }
+  });
+
+  it("admits a drain and a shutdown that fit the Pod's grace period, the example's exactly", () => {
+    const fits: Array<[string, number | undefined]> = [
+      ['--drain-delay=5s --shutdown-timeout=25s', undefined],
+      ['--drain-delay=5s --shutdown-timeout=25s', 30],
+      ['--drain-delay=30s --shutdown-timeout=25s', 55],
+      ['--drain-delay=0s --shutdown-timeout=10s', 10],
+    ];
+    for (const [flags, grace] of fits) {
+      const { answer } = admit(pod(asked({ [ANNOTATION.flags]: flags }), grace === undefined ? {} : { terminationGracePeriodSeconds: grace }));
+      assert.equal(answer.response.allowed, true, `${flags} in ${grace ?? 'the default'}: ${answer.response.status?.message}`);
+    }
+    const { answer } = admit(pod(asked({ [ANNOTATION.flags]: '--drain-delay=30s --shutdown-timeout=25s' }), { terminationGracePeriodSeconds: 54 }));
+    assert.match(answer.response.status?.message ?? '', /30s\) plus --shutdown-timeout .*25s\) must fit the Pod's terminationGracePeriodSeconds \(54\)/);
+    // The platform's --sidecar-flags count the same way as the Pod's own.
+    const platform = admit(pod(asked()), { ...defaults, sidecarFlags: '--shutdown-timeout=26s' }).answer;
+    assert.match(platform.response.status?.message ?? '', /5s\) plus --shutdown-timeout \(certshare's own stop, 26s\) must fit .*\(30\)/);
+  });
+
+  it('refuses a Pod that asks for injection and brings its own container named certshare; admits the one it made, as the apiserver stores it', () => {
+    const injected = admit(pod(asked())).stored;
+    const own = sidecarOf(injected)!;
+    // As the apiserver stores it (its defaults filled in): a reinvocation, or a copy of a stored Pod.
+    const stored = structuredClone(injected);
+    const storedSidecar = sidecarOf(stored)!;
+    Object.assign(storedSidecar, { terminationMessagePath: '/dev/termination-log', terminationMessagePolicy: 'File', imagePullPolicy: 'IfNotPresent' });
+    Object.assign(storedSidecar.readinessProbe!, { timeoutSeconds: 1, successThreshold: 1 });
+    Object.assign(storedSidecar.readinessProbe!.httpGet!, { scheme: 'HTTP' });
+    storedSidecar.ports![0]!.protocol = 'TCP';
+    for (const e of storedSidecar.env!) if (e.valueFrom?.fieldRef) e.valueFrom.fieldRef.apiVersion = 'v1';
+    for (const p of [injected, stored]) {
+      const again = admit(p);
+      assert.equal(again.answer.response.allowed, true, again.answer.response.status?.message);
+      assert.equal(again.answer.response.patch, undefined);
+    }
+    const variants: Array<[string, (c: V1Container) => void, RegExp]> = [
+      ['another image', (c) => (c.image = 'attacker/certshare:latest'), /its image is not the injector's/],
+      ['a command', (c) => (c.command = ['sh', '-c', 'cat /var/run/secrets/kubernetes.io/serviceaccount/token']), /its command is not/],
+      ['args', (c) => (c.args = ['run', '--issuance-budget=0']), /its args is not/],
+      ['a platform flag set by hand', (c) => c.env!.push({ name: 'CERTSHARE_ISSUANCE_BUDGET', value: '0' }), /its env is not/],
+      ['a flag changed', (c) => (c.env!.find((e) => e.name === 'CERTSHARE_MODE')!.value = 'rw'), /its env\[\d+\]\.value is not/],
+      ['a mount more', (c) => c.volumeMounts!.push({ name: 'tailscale-socket', mountPath: '/host' }), /its volumeMounts is not/],
+      ['privileged', (c) => (c.securityContext = { ...c.securityContext, privileged: true }), /its securityContext\.privileged is not/],
+      ['another pull policy default', (c) => (c.terminationMessagePath = '/var/run/secrets/x'), /terminationMessagePath is not/],
+    ];
+    for (const [what, change, message] of variants) {
+      const p = structuredClone(injected);
+      change(sidecarOf(p)!);
+      const { answer } = admit(p);
+      assert.equal(answer.response.allowed, false, what);
+      assert.match(answer.response.status!.message, /brings its own container named certshare/, what);
+      assert.match(answer.response.status!.message, message, what);
+    }
+    // Its own certshare, never injected: as a regular container, or as a native sidecar the Pod wrote.
+    const regular = pod(asked(), { containers: [...pod(asked()).spec!.containers, { ...own, restartPolicy: undefined }] });
+    assert.match(admit(regular).answer.response.status!.message, /brings its own container named certshare \(its restartPolicy is not/);
+    const handWritten = pod(asked(), { initContainers: [{ name: 'certshare', image: defaults.image }] });
+    assert.match(admit(handWritten).answer.response.status!.message, /brings its own container named certshare/);
+    // A Pod that does not ask for injection is not the webhook's (the policy certshare-pods-injected is).
+    assert.equal(admit(pod(undefined, { initContainers: [{ name: 'certshare', image: 'x' }] })).answer.response.allowed, true);
   });
 
   it('takes the ServiceAccount plugin token out of the other containers unless the Pod asked for automount', () => {

@@ -376,6 +376,8 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
       },
     ];
     for (const o of extraRbac) await must(cp().kubectl(['apply', '-f', '-'], { input: JSON.stringify(o) }));
+    // Other names than the defaults: the policy on the injector's creates names them too (change all three).
+    const creates = await namesInCreatesPolicy({ 'extra-ca': 'Opaque', 'extra-tls': 'kubernetes.io/tls' }, ['extra']);
     const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS };
     const logger = process.env.CERTSHARE_TEST_LOG
       ? (await import('../../src/logging/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, 'extra')
@@ -414,8 +416,46 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
       await extra.stop();
       for (const o of objects.reverse()) await cp().kubectl(['delete', o.kind.toLowerCase(), o.metadata.name, '--ignore-not-found']);
       for (const o of extraRbac) await cp().kubectl(['delete', '-f', '-'], { input: JSON.stringify(o) });
+      await creates.restore();
     }
   });
+
+  /**
+   * Adds Secret names (with their types) and Lease names to those certshare-injector-creates-own-objects lets
+   * the injector's account create, as a platform that renames them does; resolves once the apiserver admits a
+   * dry-run create of the first under the injector's token. restore() puts the policy back as applied.
+   */
+  async function namesInCreatesPolicy(secrets: Record<string, string>, leases: string[]): Promise<{ restore(): Promise<void> }> {
+    const policy = 'certshare-injector-creates-own-objects';
+    type Variable = { name: string; expression: string };
+    const stored = JSON.parse(await must(cp().kubectl(['get', 'validatingadmissionpolicy', policy, '-o', 'json']))) as { spec: { variables: Variable[] } };
+    const original = stored.spec.variables;
+    const secretTypes = { 'certshare-injector-ca': 'Opaque', 'certshare-injector-tls': 'kubernetes.io/tls', ...secrets };
+    const variables = original.map((v) =>
+      v.name === 'secretTypes'
+        ? { ...v, expression: JSON.stringify(secretTypes) }
+        : v.name === 'leases'
+          ? { ...v, expression: JSON.stringify(['certshare-injector', ...leases]) }
+          : v,
+    );
+    const set = (list: Variable[]) =>
+      must(cp().kubectl(['patch', 'validatingadmissionpolicy', policy, '--type=merge', '-p', JSON.stringify({ spec: { variables: list } })]));
+    await set(variables);
+    const [name, type] = Object.entries(secrets)[0]!;
+    const probe = JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Secret',
+      metadata: { name },
+      type,
+      data: type === 'kubernetes.io/tls' ? { 'tls.crt': '', 'tls.key': '' } : {},
+    });
+    const deadline = performance.now() + 30_000;
+    while ((await cp().kubectl(['create', '-n', INJECTOR_NS, '--dry-run=server', '-f', '-'], { kubeconfig, input: probe })).code !== 0) {
+      assert.ok(performance.now() < deadline, `${policy} never admitted ${name}`);
+      await delay(200);
+    }
+    return { restore: () => set(original).then(() => {}) };
+  }
 
   /** Creates annotated Pods one after another until `done()`; failures (refused, or stored without the sidecar) go to `failures`. */
   async function createPodsUntil(done: () => boolean, prefix: string, failures: string[]): Promise<number> {

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import type { Daemon } from '../../src/daemon.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
+import { recordingLogger, type LogEntry } from '../support/recording-logger.ts';
 import { nextEvent, until } from '../support/wait.ts';
 
 const serialOnDisk = async (certDir: string, domain = DOMAIN): Promise<string> =>
@@ -178,5 +179,28 @@ describe('standalone daemon against the emulator over a unix socket', { concurre
       await daemon.stop();
       await emulator.close();
     }
+  });
+  it('counts a reload command that fails, and one that succeeds, in certshare_reload_command_runs_total{result}', async () => {
+    const runs = async (reload: string, file: string) => {
+      const certDir = join(dir(), `reload-${file}`);
+      const emulator = await emulatorIn(dir(), { listen: join(dir(), `reload-${file}.sock`) });
+      const { logger, events } = recordingLogger();
+      const outcome = nextEvent<LogEntry>(events, 'entry', (e) => /^reload command (succeeded|failed)$/.test(e.msg ?? ''), 15_000);
+      const daemon = await standaloneDaemon(emulator, certDir, ['--reload-command', reload], logger);
+      try {
+        await outcome;
+        return await (await fetch(`${daemon.address}/metrics`)).text();
+      } finally {
+        await daemon.stop();
+        await emulator.close();
+      }
+    };
+    // The JSON array form: no shell, the same in every image.
+    const failed = await runs(JSON.stringify([process.execPath, '-e', 'process.exit(3)']), 'fails');
+    assert.match(failed, /^certshare_reload_command_runs_total\{result="failure"\} 1$/m);
+    assert.doesNotMatch(failed, /result="success"\} [1-9]/);
+    const succeeded = await runs(JSON.stringify([process.execPath, '-e', '0']), 'succeeds');
+    assert.match(succeeded, /^certshare_reload_command_runs_total\{result="success"\} 1$/m);
+    assert.doesNotMatch(succeeded, /result="failure"\} [1-9]/);
   });
 });

@@ -168,9 +168,15 @@ describe('manifests/base', () => {
       };
       const name = policy.metadata.name;
       assert.deepEqual(spec.paramKind, { apiVersion: 'v1', kind: 'ServiceAccount' }, `${name}: keyed on ServiceAccounts`);
-      assert.doesNotMatch(JSON.stringify(spec.matchConditions), /certshare/, `${name}: no account name written in the policy`);
-      assert.match(spec.variables.find((v) => v.name === 'caller')?.expression ?? '', /params\.metadata\.namespace.*params\.metadata\.name/);
-      for (const v of spec.validations) assert.match(v.expression, /^!variables\.caller \|\|/, `${name}: every rule is about the caller`);
+      assert.doesNotMatch(JSON.stringify(spec.matchConditions ?? []), /certshare/, `${name}: no account name written in the policy`);
+      if (name === 'certshare-pods-injected') {
+        // About the Pods that run under the accounts, not about requests they make.
+        assert.match(spec.variables.find((v) => v.name === 'podAccount')?.expression ?? '', /serviceAccountName.*== params\.metadata\.name/);
+        for (const v of spec.validations) assert.match(v.expression, /^!variables\.podAccount \|\|/, `${name}: every rule is about such a Pod`);
+      } else {
+        assert.match(spec.variables.find((v) => v.name === 'caller')?.expression ?? '', /params\.metadata\.namespace.*params\.metadata\.name/);
+        for (const v of spec.validations) assert.match(v.expression, /^!variables\.caller \|\|/, `${name}: every rule is about the caller`);
+      }
       const bindings = docs.filter((d) => d.kind === 'ValidatingAdmissionPolicyBinding' && (d.spec as { policyName: string }).policyName === name);
       assert.equal(bindings.length, 1, `${name}: one binding`);
       const paramRef = (bindings[0]!.spec as { paramRef: { selector: { matchLabels: Record<string, string> }; parameterNotFoundAction: string } }).paramRef;
@@ -720,7 +726,12 @@ describe('manifests/example on a real apiserver', () => {
       assert.equal(built.code, 0, built.stderr);
       const objects = loadAll(built.stdout) as K8sObject[];
       const policyNames = objects.filter((d) => d.kind === 'ValidatingAdmissionPolicy').map((d) => d.metadata.name);
-      assert.deepEqual(policyNames.sort(), ['team-certshare-creates-own-objects', 'team-certshare-own-events', 'team-certshare-own-pod-status']);
+      assert.deepEqual(policyNames.sort(), [
+        'team-certshare-creates-own-objects',
+        'team-certshare-own-events',
+        'team-certshare-own-pod-status',
+        'team-certshare-pods-injected',
+      ]);
       for (const binding of objects.filter((d) => d.kind === 'ValidatingAdmissionPolicyBinding'))
         assert.ok(policyNames.includes((binding.spec as { policyName: string }).policyName), 'each binding names its renamed policy');
       assert.equal((await cp().kubectl(['create', 'namespace', prefixedNs])).code, 0);

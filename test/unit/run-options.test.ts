@@ -175,4 +175,13 @@ describe('run configuration: one validation step before anything starts', () => 
     assert.equal(pebble.acmeDirectory, 'https://pebble:14000/dir');
     assert.equal(pebble.ariIntervalMs, 5000);
   });
+  it("honours TS_CERT_SHARE_MODE (Tailscale's name for the mode): below CERTSHARE_MODE and the flag, checked like them", () => {
+    // proxy-0 would write by default: each source's ro shows it was read.
+    assert.equal(config(KUBE, { ...POD, TS_CERT_SHARE_MODE: 'ro' }).mode, 'ro');
+    assert.equal(config(KUBE, { ...POD, TS_CERT_SHARE_MODE: 'auto' }).mode, 'auto');
+    assert.equal(config(KUBE, { ...POD, TS_CERT_SHARE_MODE: 'rw', CERTSHARE_MODE: 'ro' }).mode, 'ro', 'CERTSHARE_MODE first');
+    assert.equal(config([...KUBE, '--mode', 'auto'], { ...POD, TS_CERT_SHARE_MODE: 'ro' }).mode, 'auto', 'the flag first');
+    assert.equal(config(KUBE, { ...POD, TS_CERT_SHARE_MODE: '' }).mode, 'rw', 'empty: not set');
+    assert.throws(() => config(KUBE, { ...POD, TS_CERT_SHARE_MODE: 'writer' }), /--mode must be rw, ro or auto, got "writer"/);
+  });
 });

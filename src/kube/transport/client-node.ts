@@ -29,6 +29,7 @@ export type {
   V1Lease,
   V1Pod,
   V1PodSpec,
+  V1ResourceRequirements,
   V1Secret,
   V1SecurityContext,
   V1Volume,

@@ -1,0 +1,82 @@
+// What a stolen injector token can create, against the real apiserver: RBAC lets the injector's account create
+// any Secret and any Lease of its namespace (create cannot be limited by name), and the admission policy
+// certshare-injector-creates-own-objects narrows that to its own three objects. Its real token (TokenRequest),
+// real creates; the same for the chart, installed in another namespace (its binding follows the release's).
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { useControlPlane } from '../harness/use-control-plane.ts';
+import { applied, MANIFESTS, renderChart } from '../chart/helm.ts';
+import { must } from '../support/kube.ts';
+
+const cp = useControlPlane();
+const POLICY = 'certshare-injector-creates-own-objects';
+const b64 = (text: string) => Buffer.from(text).toString('base64');
+
+const secret = (name: string, type: string, extra: Record<string, unknown> = {}) => ({
+  apiVersion: 'v1',
+  kind: 'Secret',
+  metadata: { name, ...extra },
+  type,
+  data: type === 'kubernetes.io/tls' ? { 'tls.crt': b64('crt'), 'tls.key': b64('key') } : { probe: b64('x') },
+});
+const lease = (name: string) => ({ apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name }, spec: { holderIdentity: 'probe' } });
+/** The object the attack wants: a token Secret for another account, which the token controller fills and never expires. */
+const tokenSecret = (name: string) => secret(name, 'kubernetes.io/service-account-token', { annotations: { 'kubernetes.io/service-account.name': 'default' } });
+
+/** A create under `kubeconfig` (a real one, or `--dry-run=server`): 'created' or the apiserver's refusal. */
+async function create(kubeconfig: string, ns: string, object: object, dryRun = false): Promise<string> {
+  const r = await cp().kubectl(['create', '-n', ns, '-f', '-', ...(dryRun ? ['--dry-run=server'] : [])], { kubeconfig, input: JSON.stringify(object) });
+  return r.code === 0 ? 'created' : r.stderr.trim();
+}
+
+/** The apiserver loads a new policy and its parameters through informers, a moment after they are created. */
+async function policyInEffect(kubeconfig: string, ns: string): Promise<void> {
+  const deadline = performance.now() + 30_000;
+  while ((await create(kubeconfig, ns, tokenSecret('probe-in-effect'), true)) === 'created') {
+    assert.ok(performance.now() < deadline, `${POLICY} never took effect`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+async function checkCreates(ns: string): Promise<void> {
+  const kubeconfig = await cp().kubeconfigFor(ns, 'certshare-injector');
+  await policyInEffect(kubeconfig, ns);
+  // Its own three objects, as the controller and the Lease elector create them.
+  assert.equal(await create(kubeconfig, ns, secret('certshare-injector-ca', 'Opaque')), 'created', 'its CA Secret');
+  assert.equal(await create(kubeconfig, ns, secret('certshare-injector-tls', 'kubernetes.io/tls')), 'created', 'its serving Secret');
+  assert.equal(await create(kubeconfig, ns, lease('certshare-injector')), 'created', 'its Lease');
+  const refused: Array<[string, object, RegExp]> = [
+    ['a service-account-token Secret', tokenSecret('stolen-token'), /its own Secrets/],
+    ['a service-account-token Secret under its own name', tokenSecret('certshare-injector-ca'), /its own Secrets/],
+    ['a Secret of another name', secret('certshare-injector-other', 'Opaque'), /its own Secrets/],
+    ['a Secret of another name, its serving type', secret('some-tls', 'kubernetes.io/tls'), /its own Secrets/],
+    ['its serving Secret of another type', secret('certshare-injector-tls', 'Opaque'), /its own Secrets/],
+    ['its CA Secret of another type', secret('certshare-injector-ca', 'kubernetes.io/tls'), /its own Secrets/],
+    ['a Lease of another name', lease('certshare-proxy'), /its own Lease/],
+  ];
+  for (const [what, object, message] of refused) {
+    // Its own names exist by now: dry runs, so the refusal is the policy's, not AlreadyExists.
+    const answer = await create(kubeconfig, ns, object, true);
+    assert.match(answer, new RegExp(`${POLICY}.*denied`), what);
+    assert.match(answer, message, what);
+  }
+  // The rest of the namespace's users are not this policy's business: the administrator still creates a token Secret.
+  assert.equal(await create(cp().adminKubeconfigPath, ns, tokenSecret('admin-token'), true), 'created');
+}
+
+describe("the injector's account creates only its own Secrets and Lease (real token, real apiserver)", () => {
+  it('manifests/injector: its CA and serving Secrets and its Lease; no token Secret, no other name, no other type', async () => {
+    await must(cp().kubectl(['create', 'namespace', 'certshare']));
+    await must(cp().kubectl(['apply', '-k', MANIFESTS]));
+    await checkCreates('certshare');
+  });
+
+  it('charts/certshare, released in another namespace: the same', async () => {
+    const ns = 'platform-certshare';
+    await must(cp().kubectl(['create', 'namespace', ns]));
+    // The cluster-scoped objects replace the kustomization's (same names: one release per cluster).
+    const objects = applied(await renderChart({}, ns), ns);
+    await must(cp().kubectl(['apply', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }) }));
+    await checkCreates(ns);
+  });
+});

@@ -1,0 +1,272 @@
+// Pods that use certshare's ServiceAccounts, against the real apiserver with the ServiceAccount admission
+// plugin (tokens mounted as in a real cluster), the injector's webhook (in this process, called by URL) and
+// manifests/example applied to a namespace opted in to injection. Every Pod is created, or refused, under the
+// real token of a Pod author allowed to create and update Pods there: the rule certshare-pods-injected and the
+// webhook hold certshare's accounts to the Pods the injector makes.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import type { V1Container, V1Pod, V1Volume } from '../../src/kube/transport/client-node.ts';
+import { silentLogger } from '../../src/core/logger.ts';
+import { parseFlags } from '../../src/flags/flags.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom, startInjector, type Injector } from '../../src/injector/injector.ts';
+import { ANNOTATION } from '../../src/injector/mutate.ts';
+import { useControlPlane } from '../harness/use-control-plane.ts';
+import { injectorLoopbackFlags } from '../injector/replica-flags.ts';
+import { must } from '../support/kube.ts';
+import { freePort } from '../support/processes.ts';
+
+const cp = useControlPlane({ serviceAccountAdmission: true });
+const POLICY = 'certshare-pods-injected';
+const CONFIG = 'certshare-injector';
+const REPO = fileURLToPath(new URL('../../', import.meta.url));
+const ns = `pods-${process.pid}`;
+const DOMAIN = 'proxy.tailnet-0000.ts.net';
+const asked = { [ANNOTATION.inject]: 'true', [ANNOTATION.domains]: DOMAIN };
+const socketVolume: V1Volume = { name: 'tailscale-socket', emptyDir: {} };
+const proxy: V1Container = { name: 'proxy', image: 'nginx', volumeMounts: [{ name: 'tailscale-socket', mountPath: '/var/run/tailscale' }] };
+/** A token volume of the Pod's own making, as kube-api-access-* is made. */
+const ownTokenVolume: V1Volume = { name: 'my-token', projected: { sources: [{ serviceAccountToken: { path: 'token', expirationSeconds: 3600 } }] } };
+
+function pod(name: string, spec: Partial<V1Pod['spec']> & { serviceAccountName?: string }, annotations?: Record<string, string>): V1Pod {
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, ...(annotations ? { annotations } : {}) },
+    spec: { containers: [proxy], volumes: [socketVolume], ...spec },
+  };
+}
+
+describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real tokens, real Pod creations)", () => {
+  let injector: Injector | undefined;
+  let author: string;
+
+  /** A create under the Pod author's token: 'created' or the apiserver's refusal. */
+  async function create(body: V1Pod, dryRun = false): Promise<string> {
+    const args = ['create', '-n', ns, '-f', '-', ...(dryRun ? ['--dry-run=server'] : [])];
+    const r = await cp().kubectl(args, { kubeconfig: author, input: JSON.stringify(body) });
+    return r.code === 0 ? 'created' : r.stderr.trim();
+  }
+  async function stored(name: string): Promise<V1Pod> {
+    return JSON.parse(await must(cp().kubectl(['get', 'pod', name, '-n', ns, '-o', 'json']))) as V1Pod;
+  }
+  /** A stored Pod as a new Pod to create: what `kubectl get -o yaml`, edited, hands back. */
+  async function copyOf(name: string, newName: string): Promise<V1Pod> {
+    const { metadata, spec } = await stored(name);
+    return { apiVersion: 'v1', kind: 'Pod', metadata: { name: newName, annotations: metadata!.annotations }, spec: { ...spec!, nodeName: undefined } };
+  }
+  async function eventually(answer: () => Promise<string>, expected: RegExp): Promise<string> {
+    const deadline = performance.now() + 30_000;
+    for (;;) {
+      const got = await answer();
+      if (expected.test(got) || performance.now() > deadline) return got;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
+
+  before(async () => {
+    await must(cp().kubectl(['create', 'namespace', 'certshare']));
+    await must(cp().kubectl(['apply', '-k', `${REPO}manifests/injector`]));
+    const port = await freePort();
+    const clientConfig = [{ op: 'replace', path: '/webhooks/0/clientConfig', value: { url: `https://127.0.0.1:${port}/mutate` } }];
+    await must(cp().kubectl(['patch', 'mutatingwebhookconfiguration', CONFIG, '--type=json', '-p', JSON.stringify(clientConfig)]));
+    const env = { KUBECONFIG: await cp().kubeconfigFor('certshare', 'certshare-injector'), POD_NAMESPACE: 'certshare', POD_NAME: 'injector-0' };
+    injector = await startInjector(injectorConfigFrom(parseFlags(INJECTOR_FLAGS, injectorLoopbackFlags(port), {}), env), {
+      logger: silentLogger,
+      env,
+      defaultMetrics: false,
+    });
+
+    await must(cp().kubectl(['create', 'namespace', ns]));
+    await must(cp().kubectl(['label', 'namespace', ns, 'certshare.io/injection=enabled']));
+    await must(cp().kubectl(['apply', '-k', `${REPO}manifests/example`, '-n', ns]));
+    // The Pod author: a namespace's developer, with a token of its own (no controller makes `default` here).
+    const authorRbac = [
+      { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'default' } },
+      { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'pod-author' } },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'Role',
+        metadata: { name: 'pod-author' },
+        rules: [
+          { apiGroups: [''], resources: ['pods'], verbs: ['create', 'get', 'update', 'patch'] },
+          { apiGroups: [''], resources: ['pods/ephemeralcontainers'], verbs: ['get', 'update', 'patch'] },
+        ],
+      },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'RoleBinding',
+        metadata: { name: 'pod-author' },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'pod-author' },
+        subjects: [{ kind: 'ServiceAccount', name: 'pod-author', namespace: ns }],
+      },
+    ];
+    await must(cp().kubectl(['apply', '-n', ns, '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: authorRbac }) }));
+    author = await cp().kubeconfigFor(ns, 'pod-author');
+    // In effect once the webhook answers (the apiserver trusts the caBundle the injector wrote) and the policy is loaded.
+    const injected = await eventually(() => create(pod('probe', { serviceAccountName: 'certshare' }, asked), true), /^created$/);
+    assert.equal(injected, 'created');
+    const refused = await eventually(() => create(pod('probe', { serviceAccountName: 'certshare' }), true), new RegExp(POLICY));
+    assert.match(refused, new RegExp(POLICY));
+  });
+
+  after(async () => {
+    await injector?.stop();
+  });
+
+  it('refuses a Pod that names a certshare account without asking for injection, whatever it mounts', async () => {
+    for (const account of ['certshare', 'certshare-reader']) {
+      for (const spec of [{}, { automountServiceAccountToken: false }]) {
+        const answer = await create(pod(`plain-${account}`, { serviceAccountName: account, ...spec }));
+        assert.match(answer, new RegExp(`${POLICY}.*ServiceAccount ${account} must ask the injector for certshare`), `${account} ${JSON.stringify(spec)}`);
+      }
+    }
+    // Another account of the namespace is not certshare's business.
+    assert.equal(await create(pod('plain-default', {})), 'created');
+  });
+
+  it('admits the Pod the injector makes under either account: the token in certshare alone', async () => {
+    for (const [name, account] of [
+      ['injected-0', 'certshare'],
+      ['injected-reader', 'certshare-reader'],
+    ]) {
+      assert.equal(await create(pod(name!, { serviceAccountName: account }, asked)), 'created', name);
+      const { spec } = await stored(name!);
+      const tokenVolumes = spec!.volumes!.filter((v) => v.projected?.sources?.some((s) => s.serviceAccountToken)).map((v) => v.name);
+      assert.deepEqual(tokenVolumes, ['certshare-token']);
+      const mounting = [...spec!.initContainers!, ...spec!.containers].filter((c) => c.volumeMounts?.some((m) => tokenVolumes.includes(m.name)));
+      assert.deepEqual(
+        mounting.map((c) => c.name),
+        ['certshare'],
+      );
+    }
+    // The example's own Pod template, as its StatefulSet's Pods are created.
+    const sts = JSON.parse(await must(cp().kubectl(['get', 'statefulset', 'proxy', '-n', ns, '-o', 'json']))) as {
+      spec: { template: { metadata: V1Pod['metadata']; spec: V1Pod['spec'] } };
+    };
+    const example = { apiVersion: 'v1', kind: 'Pod', metadata: { ...sts.spec.template.metadata, name: 'proxy-0' }, spec: sts.spec.template.spec };
+    assert.equal(await create(example), 'created');
+  });
+
+  it('refuses an injected Pod that would share the token: automount, its own token volume in another container, a shared process namespace', async () => {
+    const cases: Array<[string, V1Pod, RegExp]> = [
+      ['automount', pod('automount', { serviceAccountName: 'certshare', automountServiceAccountToken: true }, asked), /automountServiceAccountToken: false/],
+      [
+        'a token volume of its own in the proxy',
+        pod(
+          'own-token',
+          {
+            serviceAccountName: 'certshare',
+            containers: [{ ...proxy, volumeMounts: [...proxy.volumeMounts!, { name: 'my-token', mountPath: '/t' }] }],
+            volumes: [socketVolume, ownTokenVolume],
+          },
+          asked,
+        ),
+        /mounts a volume holding its token \(my-token, certshare-token\) in certshare's container only/,
+      ],
+      ['shareProcessNamespace', pod('shared-pid', { serviceAccountName: 'certshare', shareProcessNamespace: true }, asked), /shares no process namespace/],
+      ['hostPID', pod('host-pid', { serviceAccountName: 'certshare', hostPID: true }, asked), /shares no process namespace/],
+    ];
+    for (const [what, body, message] of cases) {
+      const answer = await create(body);
+      assert.match(answer, new RegExp(POLICY), what);
+      assert.match(answer, message, what);
+    }
+  });
+
+  it('refuses a Pod that carries its own certshare container; admits a copy of a Pod the injector made, as stored', async () => {
+    const own: V1Container = {
+      name: 'certshare',
+      image: 'attacker.example/certshare:1',
+      restartPolicy: 'Always',
+      command: ['sh', '-c', 'cat /var/run/secrets/kubernetes.io/serviceaccount/token'],
+    };
+    // Asking for injection: the webhook refuses it.
+    const asking = await create(pod('own-asking', { serviceAccountName: 'certshare', initContainers: [own] }, asked));
+    assert.match(asking, /certshare injector: .*brings its own container named certshare \(its image is not the injector's\)/);
+    // Not asking: the policy does.
+    const silent = await create(pod('own-silent', { serviceAccountName: 'certshare', automountServiceAccountToken: false, initContainers: [own] }));
+    assert.match(silent, new RegExp(`${POLICY}.*must ask the injector`));
+    // The injector's own container with another image, or a platform flag set by hand.
+    const copy = await copyOf('injected-0', 'copy-0');
+    assert.equal(await create(copy), 'created', 'a stored injected Pod, copied as it is');
+    const sidecar = (p: V1Pod) => p.spec!.initContainers!.find((c) => c.name === 'certshare')!;
+    const otherImage = structuredClone(copy);
+    otherImage.metadata!.name = 'copy-image';
+    sidecar(otherImage).image = 'attacker.example/certshare:1';
+    assert.match(await create(otherImage), /brings its own container named certshare \(its image is not the injector's\)/);
+    const budget = structuredClone(copy);
+    budget.metadata!.name = 'copy-budget';
+    sidecar(budget).env!.push({ name: 'CERTSHARE_ISSUANCE_BUDGET', value: '0' });
+    assert.match(await create(budget), /brings its own container named certshare \(its env is not the injector's\)/);
+    // The injector's container, untouched, and the proxy mounting its token beside it.
+    const sharing = structuredClone(copy);
+    sharing.metadata!.name = 'copy-sharing';
+    sharing.spec!.containers[0]!.volumeMounts!.push({ name: 'certshare-token', mountPath: '/t', readOnly: true });
+    assert.match(await create(sharing), new RegExp(`${POLICY}.*in certshare's container only`));
+  });
+
+  it("refuses changing certshare's container of a running Pod, and an ephemeral container mounting the token", async () => {
+    const image = [{ op: 'replace', path: '/spec/initContainers/0/image', value: 'attacker.example/certshare:1' }];
+    const patched = await cp().kubectl(['patch', 'pod', 'injected-0', '-n', ns, '--type=json', '-p', JSON.stringify(image)], { kubeconfig: author });
+    assert.match(patched.stderr, new RegExp(`${POLICY}.*cannot change \\(its image included\\)`));
+    const ephemeral = (name: string, mounts: Array<{ name: string; mountPath: string }>) =>
+      cp().kubectl(
+        [
+          'patch',
+          'pod',
+          'injected-0',
+          '-n',
+          ns,
+          '--subresource=ephemeralcontainers',
+          '--type=strategic',
+          '-p',
+          JSON.stringify({ spec: { ephemeralContainers: [{ name, image: 'busybox', volumeMounts: mounts }] } }),
+        ],
+        { kubeconfig: author },
+      );
+    const stealing = await ephemeral('debug-token', [{ name: 'certshare-token', mountPath: '/t' }]);
+    assert.match(stealing.stderr, new RegExp(`${POLICY}.*in certshare's container only`));
+    const debugging = await ephemeral('debug', [{ name: 'tailscale-socket', mountPath: '/var/run/tailscale' }]);
+    assert.equal(debugging.code, 0, debugging.stderr);
+    // The author may still change what is theirs: a label, the proxy's image.
+    const proxyImage = [{ op: 'replace', path: '/spec/containers/0/image', value: 'nginx:2' }];
+    const allowed = await cp().kubectl(['patch', 'pod', 'injected-0', '-n', ns, '--type=json', '-p', JSON.stringify(proxyImage)], { kubeconfig: author });
+    assert.equal(allowed.code, 0, allowed.stderr);
+  });
+
+  it('a webhook that is down opens nothing: its Pods refused; without the webhook at all, the policy alone still refuses', async () => {
+    await injector!.stop();
+    injector = undefined;
+    const own: V1Container = { name: 'certshare', image: 'attacker.example/certshare:1', restartPolicy: 'Always' };
+    const asking = await create(pod('down-own', { serviceAccountName: 'certshare', automountServiceAccountToken: false, initContainers: [own] }, asked));
+    assert.match(asking, /failed calling webhook "inject\.certshare\.io"/);
+    // No webhook configuration at all (deleted, or a namespace it does not select): the policy needs none.
+    await must(cp().kubectl(['delete', 'mutatingwebhookconfiguration', CONFIG]));
+    const cases: Array<[string, V1Pod, RegExp]> = [
+      ['no injection asked', pod('alone-plain', { serviceAccountName: 'certshare' }), /must ask the injector/],
+      ['automount', pod('alone-automount', { serviceAccountName: 'certshare' }, asked), /automountServiceAccountToken: false/],
+      ['no certshare container', pod('alone-none', { serviceAccountName: 'certshare', automountServiceAccountToken: false }, asked), /one native sidecar/],
+      [
+        'the token in the proxy',
+        pod(
+          'alone-token',
+          {
+            serviceAccountName: 'certshare',
+            automountServiceAccountToken: false,
+            initContainers: [{ ...own, volumeMounts: [{ name: 'my-token', mountPath: '/var/run/secrets/kubernetes.io/serviceaccount' }] }],
+            containers: [{ ...proxy, volumeMounts: [...proxy.volumeMounts!, { name: 'my-token', mountPath: '/t' }] }],
+            volumes: [socketVolume, ownTokenVolume],
+          },
+          asked,
+        ),
+        /in certshare's container only/,
+      ],
+    ];
+    for (const [what, body, message] of cases) {
+      const answer = await eventually(() => create(body, true), new RegExp(POLICY));
+      assert.match(answer, new RegExp(POLICY), what);
+      assert.match(answer, message, what);
+    }
+  });
+});
