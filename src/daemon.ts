@@ -226,11 +226,12 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
 
   // Leaving rotation, once: the Services withdrawn first, then their failover waited out while the readiness
   // condition goes False; from a preStop hook (GET /leave-rotation, answered after the drain delay too) or from the stop.
+  // Within the shutdown bound when the stop asks; a preStop call's wait is bounded by the Pod's grace period.
   let leaving: Promise<void> | undefined;
-  const leaveRotation = (): Promise<void> =>
+  const leaveRotation = (withinMs: number): Promise<void> =>
     (leaving ??= (async () => {
-      const failoverMs = Math.min(config.advertiseFailoverMs, Math.max(0, config.shutdownTimeoutMs - AFTER_FAILOVER_RESERVE_MS));
-      const bound = AbortSignal.timeout(Math.max(1, config.shutdownTimeoutMs - AFTER_FAILOVER_RESERVE_MS));
+      const failoverMs = Math.min(config.advertiseFailoverMs, Math.max(0, withinMs - AFTER_FAILOVER_RESERVE_MS));
+      const bound = AbortSignal.timeout(Math.max(1, withinMs - AFTER_FAILOVER_RESERVE_MS));
       const kubernetesSide = async (): Promise<void> => backend.leaveRotation?.(bound);
       await (served ? served.leave(failoverMs, bound, kubernetesSide) : kubernetesSide());
     })());
@@ -248,7 +249,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
             leave: async () => {
               const start = clock.now();
               logger.info({}, 'asked to leave rotation (GET /leave-rotation)');
-              await leaveRotation();
+              await leaveRotation(config.advertiseFailoverMs + AFTER_FAILOVER_RESERVE_MS);
               // The caller (the proxy's preStop hook) keeps the proxy serving until the endpoints drained.
               await clock.sleep(Math.max(0, config.drainDelayMs - (clock.now() - start)));
             },
@@ -305,7 +306,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
         const stopStart = clock.now();
         // Tailnet clients first: the Services are withdrawn and control given time to move them, within the
         // shutdown bound less what the rest of the stop needs (nothing left to do when a preStop hook asked).
-        await leaveRotation();
+        await leaveRotation(config.shutdownTimeoutMs);
         // No CertPair call starts from here on; those under way end and are stored, and what the store lost is
         // put back, before the role is handed over.
         const issuanceSettled = manager.stopIssuing();

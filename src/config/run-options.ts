@@ -360,8 +360,9 @@ export function validateConfig(c: DaemonConfig): string | undefined {
       () => '--leave-token must be 16 to 128 characters of A-Z a-z 0-9 _ - (a random value the preStop hook sends)',
     ],
     [
-      c.advertiseServices.length > 0 && c.advertiseFailoverMs >= c.shutdownTimeoutMs,
-      () => '--advertise-failover must be below --shutdown-timeout (the shutdown waits it out, then stops the rest)',
+      // With --leave-token the wait runs in the preStop call, before the stop and outside its bound.
+      c.advertiseServices.length > 0 && !c.leaveToken && c.advertiseFailoverMs >= c.shutdownTimeoutMs,
+      () => '--advertise-failover must be below --shutdown-timeout (the shutdown waits it out, then stops the rest), or give --leave-token',
     ],
     [
       c.acmeDirectory !== undefined && !isHttpUrl(c.acmeDirectory),

@@ -6,7 +6,17 @@ import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../config/run-optio
 import { normalizeDomain } from '../core/domain.ts';
 import { parseDuration } from '../core/duration.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { SIDECAR_NAME, caBundleVolume, certshareContainer, serviceAccountTokenVolume, type CaBundleSource, type SidecarSettings } from './sidecar.ts';
+import { randomBytes } from 'node:crypto';
+import {
+  HEALTH_PORT,
+  SIDECAR_NAME,
+  caBundleVolume,
+  certshareContainer,
+  serviceAccountTokenVolume,
+  type CaBundleSource,
+  type SidecarSettings,
+} from './sidecar.ts';
+import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../served/leave-rotation.ts';
 
 export const ANNOTATION = {
   inject: 'certshare.io/inject',
@@ -229,7 +239,7 @@ const DOWNWARD_EXAMPLE: Record<string, string> = { 'metadata.name': 'pod-0', 'me
  * The sidecar's environment passes the daemon's own validation (value syntax and cross-field rules), so a
  * Pod that would crash-loop on a bad setting is refused at admission with the daemon's message instead.
  */
-function checkSidecarEnv(container: V1Container): { drainDelayMs: number; shutdownTimeoutMs: number } {
+function checkSidecarEnv(container: V1Container): { drainDelayMs: number; shutdownTimeoutMs: number; advertiseFailoverMs: number } {
   const env: NodeJS.ProcessEnv = {};
   for (const e of container.env ?? []) env[e.name] = e.value ?? DOWNWARD_EXAMPLE[e.valueFrom?.fieldRef?.fieldPath ?? ''] ?? '';
   try {
@@ -248,9 +258,35 @@ function checkSidecarEnv(container: V1Container): { drainDelayMs: number; shutdo
  * 20 ms after the deletion and kube-proxy's rules only after that. certshare itself, a native sidecar,
  * is stopped only after these containers.
  */
-function withDrain(container: V1Container, drainDelayMs: number): V1Container {
-  if (drainDelayMs <= 0 || container.lifecycle?.preStop) return container;
+function withDrain(container: V1Container, drainDelayMs: number, leaveToken: string | undefined): V1Container {
+  if (container.lifecycle?.preStop) return container;
+  // A Pod that advertises Tailscale Services: the hook asks certshare to leave rotation (withdraw the Services,
+  // wait the failover, then the drain delay) while tailscaled still runs; certshare, a native sidecar, would
+  // hear of the stop only after tailscaled exited.
+  if (leaveToken) {
+    const httpGet = { path: LEAVE_ROTATION_PATH, port: HEALTH_PORT, httpHeaders: [{ name: LEAVE_TOKEN_HEADER, value: leaveToken }] };
+    return { ...container, lifecycle: { ...container.lifecycle, preStop: { httpGet } } };
+  }
+  if (drainDelayMs <= 0) return container;
   return { ...container, lifecycle: { ...container.lifecycle, preStop: { sleep: { seconds: Math.ceil(drainDelayMs / 1000) } } } };
+}
+
+/** The variable holding the token of GET /leave-rotation (--leave-token). */
+const LEAVE_TOKEN_ENV = envName('leave-token');
+
+/**
+ * A sidecar that advertises Tailscale Services gets a token for its preStop call (random per Pod: only a
+ * reader of the Pod's spec, who may delete the Pod anyway, can make it leave rotation); `kept` is the one a
+ * Pod injected before already holds.
+ */
+function withLeaveToken(sidecar: V1Container, kept: string | undefined): V1Container {
+  const env = sidecar.env ?? [];
+  if (!env.some((e) => e.name === envName('advertise-services'))) return sidecar;
+  return { ...sidecar, env: [...env, { name: LEAVE_TOKEN_ENV, value: kept ?? randomBytes(24).toString('base64url') }] };
+}
+
+function envValue(container: V1Container, name: string): string | undefined {
+  return container.env?.find((e) => e.name === name)?.value;
 }
 
 /** The certs volume: one the proxy already mounts at the out-dir, or the injector's own. */
@@ -259,9 +295,15 @@ function certsVolumeOf(spec: V1PodSpec, outDir: string): string | undefined {
 }
 
 /** The certshare container the injector adds to this Pod (which, injected, mounts its certs volume in every container). */
-function expectedSidecar(spec: V1PodSpec, settings: Omit<SidecarSettings, 'certsVolume' | 'tokenVolume'>, defaults: InjectionDefaults): V1Container {
+function expectedSidecar(
+  spec: V1PodSpec,
+  settings: Omit<SidecarSettings, 'certsVolume' | 'tokenVolume'>,
+  defaults: InjectionDefaults,
+  keptLeaveToken?: string,
+): V1Container {
   const certsVolume = certsVolumeOf(spec, settings.outDir) ?? CERTS_VOLUME;
-  return certshareContainer({ ...settings, certsVolume, tokenVolume: TOKEN_VOLUME, caVolume: defaults.caBundle ? CA_VOLUME : undefined });
+  const sidecar = certshareContainer({ ...settings, certsVolume, tokenVolume: TOKEN_VOLUME, caVolume: defaults.caBundle ? CA_VOLUME : undefined });
+  return withLeaveToken(sidecar, keptLeaveToken);
 }
 
 /**
@@ -322,8 +364,17 @@ const DEFAULT_GRACE_SECONDS = 30;
  * stop, bounded by --shutdown-timeout (leaving rotation, handing over the Lease, putting back what an edit
  * took from its Secrets). Both bounds must fit the grace period, or a slow stop ends in SIGKILL.
  */
-export function stopProblem(drainDelayMs: number, shutdownTimeoutMs: number, graceSeconds: number): string | undefined {
+export function stopProblem(drainDelayMs: number, shutdownTimeoutMs: number, graceSeconds: number, advertiseFailoverMs = 0): string | undefined {
   const drainSeconds = Math.ceil(drainDelayMs / 1000);
+  // Advertising: the proxy's preStop call lasts the Services' failover wait, or the drain if longer.
+  if (advertiseFailoverMs > drainDelayMs) {
+    const preStopSeconds = Math.ceil(advertiseFailoverMs / 1000);
+    if (preStopSeconds * 1000 + shutdownTimeoutMs <= graceSeconds * 1000) return undefined;
+    return (
+      `--advertise-failover (the wait of the proxy's preStop call to certshare, ${preStopSeconds}s) plus --shutdown-timeout (certshare's own stop, ` +
+      `${shutdownTimeoutMs / 1000}s) must fit the Pod's terminationGracePeriodSeconds (${graceSeconds}): the kubelet kills what still runs then`
+    );
+  }
   if (drainSeconds * 1000 + shutdownTimeoutMs <= graceSeconds * 1000) return undefined;
   return (
     `--drain-delay (the proxy's preStop sleep, ${drainSeconds}s) plus --shutdown-timeout (certshare's own stop, ` +
@@ -351,7 +402,7 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
     // name that is not the one it would add is the Pod's own: under certshare's accounts it would get their
     // token with any image, command or flags (the admission policy certshare-pods-injected admits their
     // token only in a container named certshare), so it is refused, not left alone.
-    const difference = sidecarDifference(present, expectedSidecar(spec, settings, defaults));
+    const difference = sidecarDifference(present, expectedSidecar(spec, settings, defaults, envValue(present, LEAVE_TOKEN_ENV)));
     if (difference)
       throw bad(
         ANNOTATION.inject,
@@ -390,11 +441,17 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   const ownMounts = (sidecar.volumeMounts ?? []).filter((m) => m !== outDirMount);
   const overlapping = ownMounts.find((m) => isAtOrBelow(m.mountPath, settings.outDir) || isAtOrBelow(settings.outDir, m.mountPath));
   if (overlapping) throw bad(ANNOTATION.outDir, `"${settings.outDir}" overlaps ${overlapping.mountPath}, which certshare's container mounts for itself`);
-  const { drainDelayMs, shutdownTimeoutMs } = checkSidecarEnv(sidecar);
-  const problem = stopProblem(drainDelayMs, shutdownTimeoutMs, spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_SECONDS);
+  const { drainDelayMs, shutdownTimeoutMs, advertiseFailoverMs } = checkSidecarEnv(sidecar);
+  const leaveToken = envValue(sidecar, LEAVE_TOKEN_ENV);
+  const problem = stopProblem(
+    drainDelayMs,
+    shutdownTimeoutMs,
+    spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_SECONDS,
+    leaveToken ? advertiseFailoverMs : 0,
+  );
   if (problem) throw bad(ANNOTATION.flags, problem);
   const containers = (spec.containers ?? []).map((c) => {
-    const cleaned = withDrain(withoutAutoMounts(c), drainDelayMs);
+    const cleaned = withDrain(withoutAutoMounts(c), drainDelayMs, leaveToken);
     if (mountedAtOutDir) return cleaned;
     return { ...cleaned, volumeMounts: [...(cleaned.volumeMounts ?? []), { name: CERTS_VOLUME, mountPath: settings.outDir, readOnly: true }] };
   });

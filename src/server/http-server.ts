@@ -7,6 +7,7 @@ import type { PodAddresses } from '../core/pod-addresses.ts';
 import type { Metrics } from './metrics.ts';
 import { ROUTING_PROOF_HEADER, type RoutingProofs } from './routing-proof.ts';
 import { NO_SCHEMAS } from './no-schemas.ts';
+import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../served/leave-rotation.ts';
 
 export interface HttpServerDeps {
   health: HealthState;
@@ -20,9 +21,6 @@ export interface HttpServerDeps {
   /** --leave-token: GET /leave-rotation with the token in LEAVE_TOKEN_HEADER runs `leave` and answers when it is done. */
   leaveRotation?: { token: string; leave(): Promise<void> };
 }
-
-/** The header a preStop hook's GET /leave-rotation carries the --leave-token in. */
-export const LEAVE_TOKEN_HEADER = 'certshare-leave-token';
 
 /** /healthz and /metrics. Every response, errors included, carries the Pod's addresses for routing checks. */
 export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
@@ -63,7 +61,7 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
     const expected = Buffer.from(leaving.token);
     // The kubelet calls it from the node, any Pod of the cluster could: only a caller that read the Pod's
     // spec (which holds the token) may take the replica out of rotation, and who can read it can delete it.
-    app.get('/leave-rotation', async (request, reply) => {
+    app.get(LEAVE_ROTATION_PATH, async (request, reply) => {
       const given = Buffer.from(String(request.headers[LEAVE_TOKEN_HEADER] ?? ''));
       if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
         return reply

@@ -147,6 +147,36 @@ describe('injector mutation', () => {
     assert.equal(injectionFor(once, defaults).kind, 'skip');
   });
 
+  it('a Pod that advertises a Tailscale Service: a random leave token, and preStop calls to certshare that leave rotation first', () => {
+    const flags = '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy --advertise-failover=20s --shutdown-timeout=8s';
+    const advertising = pod(asked({ [ANNOTATION.flags]: flags }));
+    const { answer, stored } = admit(advertising);
+    assert.equal(answer.response.allowed, true, answer.response.status?.message);
+    const token = envOf(stored).CERTSHARE_LEAVE_TOKEN as string;
+    assert.match(token, /^[A-Za-z0-9_-]{32}$/);
+    assert.notEqual(envOf(admit(advertising).stored).CERTSHARE_LEAVE_TOKEN, token, 'a token per Pod');
+    for (const c of stored.spec!.containers) {
+      assert.deepEqual(
+        c.lifecycle?.preStop,
+        { httpGet: { path: '/leave-rotation', port: 9002, httpHeaders: [{ name: 'certshare-leave-token', value: token }] } },
+        c.name,
+      );
+    }
+    // Called again on the Pod it injected: left alone, its token kept.
+    const again = admit(stored);
+    assert.equal(again.answer.response.allowed, true, again.answer.response.status?.message);
+    assert.equal(again.answer.response.patch, undefined);
+    // The preStop call waits out the failover: it and certshare's own stop must fit the grace period.
+    const tooLong = admit(pod(asked({ [ANNOTATION.flags]: flags.replace('--shutdown-timeout=8s', '--shutdown-timeout=25s') }))).answer;
+    assert.equal(tooLong.response.allowed, false);
+    assert.match(
+      tooLong.response.status!.message,
+      /--advertise-failover \(the wait of the proxy's preStop call to certshare, 20s\) plus --shutdown-timeout .* \(30\)/,
+    );
+    // Without Services, the plain drain sleep.
+    assert.deepEqual(admit(pod(asked())).stored.spec!.containers[0]!.lifecycle?.preStop, { sleep: { seconds: 5 } });
+  });
+
   it('leaves Pods that do not ask, and objects that are not Pods, untouched', () => {
     const cases: (Record<string, string> | undefined)[] = [undefined, {}, { [ANNOTATION.inject]: 'false', [ANNOTATION.mode]: 'bogus' }];
     for (const annotations of cases) {
@@ -345,7 +375,7 @@ describe('injector mutation', () => {
       assert.equal(answer.response.allowed, false, flags);
       assert.match(answer.response.status!.message, message, flags);
     }
-    const served = '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy --advertise-failover=20s';
+    const served = '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy --advertise-failover=20s --shutdown-timeout=10s';
     const accepted = admit(pod(asked({ [ANNOTATION.flags]: served }))).answer;
     assert.equal(accepted.response.allowed, true, accepted.response.status?.message);
     // The platform's flags reach every sidecar; a Pod may still set its own drain delay over them.
