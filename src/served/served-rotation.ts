@@ -7,23 +7,25 @@ import type { HealthState } from '../core/health.ts';
 import type { LocalApi } from '../core/localapi.ts';
 import type { Logger } from '../core/logger.ts';
 import type { LoopObserver } from '../core/observer.ts';
-import { rotationExitTime, type RenewalPolicy } from '../core/renewal.ts';
+import { rotationExitTime } from '../core/renewal.ts';
+import type { DaemonConfig } from '../config/daemon-config.ts';
 import { describeOutcome } from '../core/served-certificate.ts';
 import { probeServed } from '../tls/served-probe.ts';
 import { Advertiser } from './advertiser.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
 import { ServedMetrics } from './served-metrics.ts';
 
-export interface ServedRotationConfig {
-  servedCheck: { host: string; port: number } | undefined;
-  servedCheckIntervalMs: number;
-  servedCheckTimeoutMs: number;
-  servedStaleAfterMs: number;
-  advertiseServices: string[];
-  advertiseFailoverMs: number;
-  renewal: Pick<RenewalPolicy, 'renewFraction'>;
-  readinessLeadMs: number;
-}
+export type ServedRotationConfig = Pick<
+  DaemonConfig,
+  | 'servedCheck'
+  | 'servedCheckIntervalMs'
+  | 'servedCheckTimeoutMs'
+  | 'servedStaleAfterMs'
+  | 'advertiseServices'
+  | 'advertiseFailoverMs'
+  | 'renewal'
+  | 'readinessLeadMs'
+>;
 
 export interface ServedRotationDeps {
   clock: Clock;
