@@ -124,6 +124,7 @@ export class Advertiser {
         if (this.#stop.signal.aborted) break;
         failures++;
         this.#failed(err);
+        if (this.#disabled) break;
         waitMs = doubling(FIRST_RETRY_MS, failures, MAX_RETRY_MS);
       }
       await clock.sleep(waitMs, AbortSignal.any([this.#stop.signal, this.#wake.signal])).catch(() => {});

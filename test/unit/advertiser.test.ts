@@ -1,0 +1,135 @@
+// The Advertiser against a prefs API that fails when told and is edited by someone else between its calls,
+// on a virtual clock, over any order of such events: it never writes its Service while the decision says
+// no, never loses another client's Services, and its withdrawal ends with its Service gone whatever failed
+// before (transient failures are retried within the shutdown bound).
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import fc from 'fast-check';
+import { LocalApiError, type IpnPrefs, type MaskedPrefs } from '../../src/core/localapi.ts';
+import { silentLogger } from '../../src/core/logger.ts';
+import { Advertiser, type PrefsApi } from '../../src/served/advertiser.ts';
+import { FakeClock } from '../support/fake-clock.ts';
+
+const RUNS = Number(process.env.CERTSHARE_PROPERTY_RUNS ?? 100);
+const SERVICE = 'svc:web';
+const DAY = 86_400_000;
+
+class FakePrefs implements PrefsApi {
+  services: string[] = [];
+  failures = 0;
+  /** Set by the test: whether the decision allows the Service now (checked at every write). */
+  allowed = false;
+  writesWhileForbidden = 0;
+
+  async prefs(): Promise<IpnPrefs> {
+    this.#maybeFail();
+    return { AdvertiseServices: [...this.services], Hostname: 'proxy-0' };
+  }
+
+  async editPrefs(masked: MaskedPrefs): Promise<IpnPrefs> {
+    this.#maybeFail();
+    if (masked.AdvertiseServices.includes(SERVICE) && !this.allowed) this.writesWhileForbidden++;
+    this.services = [...masked.AdvertiseServices];
+    return { AdvertiseServices: [...this.services], Hostname: 'proxy-0' };
+  }
+
+  #maybeFail(): void {
+    if (this.failures > 0) {
+      this.failures--;
+      throw new LocalApiError('PATCH /localapi/v0/prefs: HTTP 500', { status: 500 });
+    }
+  }
+}
+
+type Event = { e: 'allow'; on: boolean } | { e: 'fail'; n: number } | { e: 'other'; add: string } | { e: 'tick'; ms: number };
+
+const eventArb: fc.Arbitrary<Event> = fc.oneof(
+  fc.record({ e: fc.constant('allow' as const), on: fc.boolean() }),
+  fc.record({ e: fc.constant('fail' as const), n: fc.integer({ min: 1, max: 4 }) }),
+  fc.record({ e: fc.constant('other' as const), add: fc.constantFrom('svc:x', 'svc:y') }),
+  fc.record({ e: fc.constant('tick' as const), ms: fc.integer({ min: 0, max: 120_000 }) }),
+);
+
+function advertiserOn(api: FakePrefs, clock: FakeClock): Advertiser {
+  return new Advertiser({
+    api,
+    services: () => [{ service: SERVICE, domain: 'web.tailnet-0000.ts.net' }],
+    facts: (_domain, now) => ({
+      held: { notBefore: now - DAY, notAfter: now + 30 * DAY },
+      served: api.allowed ? { verdict: 'ok' } : { verdict: 'bad', why: 'the proxy serves an expired certificate' },
+      now,
+      end: (h) => h.notAfter - 60_000,
+    }),
+    nextEdge: () => undefined,
+    clock,
+    logger: silentLogger,
+    resyncMs: 60_000,
+  });
+}
+
+/** Runs the clock until `promise` settles (each pending sleep in turn). */
+async function driven<T>(clock: FakeClock, promise: Promise<T>): Promise<T> {
+  let done = false;
+  const result = promise.finally(() => {
+    done = true;
+  });
+  while (!done) {
+    if (clock.pendingSleeps() > 0) await clock.advanceToNext();
+    else await new Promise((r) => setImmediate(r));
+  }
+  return result;
+}
+
+describe('Advertiser over any order of decisions, failures and edits by others', () => {
+  it("never writes the Service while the decision says no, keeps others' Services, and withdraws it whatever failed before", async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(eventArb, { maxLength: 25 }), fc.integer({ min: 0, max: 5 }), async (events, failuresAtStop) => {
+        const clock = new FakeClock();
+        const api = new FakePrefs();
+        const advertiser = advertiserOn(api, clock);
+        const others = new Set<string>();
+        advertiser.start();
+        for (const ev of events) {
+          if (ev.e === 'allow') api.allowed = ev.on;
+          if (ev.e === 'fail') api.failures += ev.n;
+          if (ev.e === 'other') {
+            others.add(ev.add);
+            if (!api.services.includes(ev.add)) api.services = [...api.services, ev.add];
+          }
+          advertiser.notify();
+          await clock.advance(ev.e === 'tick' ? ev.ms : 0);
+        }
+        api.failures = failuresAtStop;
+        await driven(clock, advertiser.withdraw(AbortSignal.timeout(60_000)));
+        api.allowed = false;
+        assert.equal(api.writesWhileForbidden, 0, 'wrote the Service while the decision said no');
+        assert.equal(api.services.includes(SERVICE), false, 'the Service is withdrawn');
+        for (const s of others) assert.ok(api.services.includes(s), `${s} (someone else's) kept`);
+        assert.equal(advertiser.advertised.size, 0);
+      }),
+      { numRuns: RUNS },
+    );
+  });
+
+  it('advertises once allowed, after a refusal streak, and a 404 (no prefs endpoint) ends advertising for good', async () => {
+    const clock = new FakeClock();
+    const api = new FakePrefs();
+    api.allowed = true;
+    api.failures = 3;
+    const advertiser = advertiserOn(api, clock);
+    advertiser.start();
+    for (let i = 0; i < 10 && !api.services.includes(SERVICE); i++) await clock.advance(clock.nextDueIn() ?? 0);
+    assert.deepEqual(api.services, [SERVICE], 'advertised after the failures, retried with backoff');
+    await driven(clock, advertiser.withdraw(AbortSignal.timeout(60_000)));
+
+    const gone = new FakePrefs();
+    gone.prefs = async () => {
+      throw new LocalApiError('GET /localapi/v0/prefs: HTTP 404', { status: 404 });
+    };
+    const disabled = advertiserOn(gone, clock);
+    disabled.start();
+    await clock.advance(0);
+    assert.equal(clock.pendingSleeps(), 0, 'no retry loop left');
+    assert.equal(await driven(clock, disabled.withdraw(AbortSignal.timeout(1000))), false);
+  });
+});
