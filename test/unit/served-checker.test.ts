@@ -1,0 +1,90 @@
+// The served check on a virtual clock, with a proxy the test describes: rechecks after a change until the
+// new leaf is served, the stale warning past --served-stale-after, and the served leaf leaving rotation
+// at its end without another TLS answer.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { silentLogger } from '../../src/core/logger.ts';
+import type { ServedLeaf, ServedProbe } from '../../src/core/served-certificate.ts';
+import type { StoredCert } from '../../src/core/store.ts';
+import { ServedChecker, type ServedReport } from '../../src/served/served-checker.ts';
+import { FakeClock } from '../support/fake-clock.ts';
+
+const DOMAIN = 'web.tailnet-0000.ts.net';
+const HOUR = 3_600_000;
+const LEAD = 60_000;
+
+function held(fingerprint256: string, notBefore: number, notAfter: number): StoredCert {
+  return { info: { domain: DOMAIN, notBefore, notAfter, serial: fingerprint256, fingerprint256 } } as unknown as StoredCert;
+}
+
+function leaf(fingerprint256: string, notBefore: number, notAfter: number): ServedLeaf {
+  return { fingerprint256, serial: fingerprint256, notBefore, notAfter, coversName: true };
+}
+
+function setup() {
+  const clock = new FakeClock();
+  let served: ServedProbe = { failure: 'refused', detail: 'nothing listens' };
+  const probes: number[] = [];
+  const reports: ServedReport[] = [];
+  const checker = new ServedChecker({
+    probe: async () => {
+      probes.push(clock.now());
+      return served;
+    },
+    clock,
+    logger: silentLogger,
+    intervalMs: 60_000,
+    staleAfterMs: 5 * 60_000,
+    end: (h) => h.notAfter - LEAD,
+    onChange: (_domain, report) => reports.push(report),
+  });
+  return { clock, checker, probes, reports, serve: (p: ServedProbe) => (served = p) };
+}
+
+describe('ServedChecker', () => {
+  it('rechecks a changed certificate at 250 ms, doubling, until the proxy serves it; then every interval', async () => {
+    const { clock, checker, probes, serve } = setup();
+    const t0 = clock.now();
+    checker.start();
+    checker.certificate(DOMAIN, held('A', t0 - HOUR, t0 + 10 * HOUR));
+    serve({ leaf: leaf('OLD', t0 - HOUR, t0 + 10 * HOUR) });
+    await clock.advance(0);
+    await clock.advance(2000);
+    assert.deepEqual(
+      probes.map((t) => t - t0),
+      [0, 250, 750, 1750],
+      'rechecks while something else is served',
+    );
+    serve({ leaf: leaf('A', t0 - HOUR, t0 + 10 * HOUR) });
+    await clock.advance(62_000);
+    const afterServed = probes.filter((t) => t - t0 > 2000).map((t) => t - t0);
+    assert.deepEqual(afterServed, [3750, 63750], 'found at the next recheck, then the steady interval');
+    await checker.stop();
+  });
+
+  it('warns once the previous certificate is still served past the stale bound, and takes the replica out at the served leaf end', async () => {
+    const { clock, checker, reports, serve } = setup();
+    const t0 = clock.now();
+    checker.start();
+    checker.certificate(DOMAIN, held('A', t0 - HOUR, t0 + 2 * HOUR));
+    serve({ leaf: leaf('A', t0 - HOUR, t0 + 2 * HOUR) });
+    await clock.advance(0);
+    assert.equal(reports.at(-1)?.outcome, 'current');
+    checker.certificate(DOMAIN, held('B', t0, t0 + 10 * HOUR));
+    await clock.advance(4 * 60_000);
+    assert.equal(reports.at(-1)?.outcome, 'previous');
+    assert.equal(reports.at(-1)?.stale, false);
+    assert.equal(checker.verdict(DOMAIN, clock.now()).verdict, 'ok', 'a previous valid certificate keeps the replica in');
+    await clock.advance(2 * 60_000);
+    assert.equal(reports.at(-1)?.stale, true, 'stale past 5 minutes');
+    // The proxy stops answering; the last leaf seen reaches its end (2 h less the lead): out, without an answer.
+    serve({ failure: 'timeout', detail: 'no TLS handshake' });
+    await clock.advance(2 * HOUR - LEAD - (clock.now() - t0) - 1);
+    assert.equal(checker.verdict(DOMAIN, clock.now()).verdict, 'ok');
+    await clock.advance(1);
+    const last = reports.at(-1)!;
+    assert.equal(last.outcome, 'unknown');
+    assert.equal(last.verdict.verdict, 'bad', 'the served leaf reached its end');
+    await checker.stop();
+  });
+});
