@@ -45,6 +45,9 @@ export interface ChaosReport extends Omit<ChaosStats, 'apiOutageMs'> {
   rateLimitedAnswers: number;
   unsharedRateLimits: number;
   unsharedRateLimitDetails: string[];
+  /** The end-of-run comparison: the allowance of a certificate stored at the end, and how long it waited. */
+  endSettleAllowanceMs: number;
+  endWaitMs: number;
   /** SIGTERMs that did not end in exit code 0 (the graceful stop overran --shutdown-timeout). */
   slowStops: string[];
   runDir?: string;
@@ -58,6 +61,7 @@ export function buildReport(input: {
   startupMs: number;
   durationMs: number;
   result: CheckerResult;
+  endCheck: { allowanceMs: number; waitedMs: number };
   chaos: ChaosStats;
   proxyApplied: Record<string, number>;
   extraViolations: string[];
@@ -117,6 +121,8 @@ export function buildReport(input: {
     rateLimitedAnswers: result.rateLimitedAnswers,
     unsharedRateLimits: result.unsharedRateLimits.length,
     unsharedRateLimitDetails: result.unsharedRateLimits,
+    endSettleAllowanceMs: input.endCheck.allowanceMs,
+    endWaitMs: input.endCheck.waitedMs,
     slowStops: input.slowStops,
     ...(input.runDir ? { runDir: input.runDir } : {}),
   };
@@ -135,7 +141,8 @@ export function summary(r: ChaosReport): string {
     `    per domain: ${r.issuancesPerDomainMin}-${r.issuancesPerDomainMax} issuances, ` +
       `${r.windowsPerDomainMin}-${r.windowsPerDomainMax} windows after the first`,
     `  4 convergence in quiet periods: p50 ${r.convergenceP50Ms} ms, p99 ${r.convergenceP99Ms} ms, max ${r.convergenceMaxMs} ms ` +
-      `over ${r.convergenceSamples} new certificates (all periods: p99 ${r.convergenceAllP99Ms} ms over ${r.convergenceAllSamples})`,
+      `over ${r.convergenceSamples} new certificates (all periods: p99 ${r.convergenceAllP99Ms} ms over ${r.convergenceAllSamples}); ` +
+      `at the end waited ${r.endWaitMs} ms (allowance ${r.endSettleAllowanceMs} ms for a certificate stored at the end)`,
     `  6 cert requests ${r.certRequests}, 429 answers ${r.rateLimitedAnswers}, rate limits not shared before the next call ${r.unsharedRateLimits}`,
     `  chaos: ${r.kills} kills (${r.sigkills} SIGKILL, ${r.sigterms} SIGTERM, ${r.writerKills} of the writer), ${r.restarts} restarts, ` +
       `${r.apiOutages} API outages (max ${r.apiOutageMaxMs} ms), ${r.busDrops} bus drops`,
