@@ -70,13 +70,15 @@ async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
 
 /**
  * Re-emits loop reports on the daemon's EventEmitter: `attempt` {domain, result, reason}, `problem` {domain, message},
- * `planned` {domain, at}: a turn ended and the loop decided when to look next (nothing more to do now).
+ * `planned` {domain, at}: a turn ended and the loop decided when to look next (nothing more to do now),
+ * `renewRequest` {domain, id, result...}: a renew request answered.
  */
 function eventsObserver(events: EventEmitter): LoopObserver {
   return {
     attempt: (domain, result, reason) => events.emit('attempt', { domain, result, reason }),
     planned: (domain, at) => events.emit('planned', { domain, at }),
     problem: (domain, message) => message && events.emit('problem', { domain, message }),
+    renewRequest: (domain, outcome) => events.emit('renewRequest', { domain, ...outcome }),
   };
 }
 

@@ -13,6 +13,7 @@ Commands:
   emulator   a LocalAPI-like server (IPN bus, cert issuance from its own CA, scripted faults) for trying certshare
   demo       the emulator and the daemon together in a temporary directory, until Ctrl-C
   injector   a mutating admission webhook adding certshare as a native sidecar, serving TLS from its own rotating CA
+  renew      asks the writer for one new certificate with a new key for a domain, now (certshare renew <domain>)
 
 Run "certshare <command> --help" for the flags of a command.`;
 
@@ -49,8 +50,12 @@ async function main(argv: string[]): Promise<number> {
       const { injectorCommand } = await import('./injector.ts');
       return injectorCommand(rest);
     }
+    case 'renew': {
+      const { renewCommand } = await import('./renew.ts');
+      return renewCommand(rest);
+    }
     default:
-      throw new CertshareError('CERTSHARE_BAD_FLAG', `unknown command "${command}" (expected run, emulator, demo or injector; see certshare --help)`);
+      throw new CertshareError('CERTSHARE_BAD_FLAG', `unknown command "${command}" (expected run, emulator, demo, injector or renew; see certshare --help)`);
   }
 }
 

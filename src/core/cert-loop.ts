@@ -12,6 +12,7 @@ import type { LoopObserver } from './observer.ts';
 import {
   ariVerdictOf,
   decideIssuance,
+  forcesNewOrder,
   isAriReason,
   judgeAnswer,
   planAfterCall,
@@ -20,10 +21,12 @@ import {
   type IssuanceDecision,
   type IssuanceSnapshot,
   type IssueReason,
+  type RenewRefusal,
   type StoreView,
   type TurnProgress,
 } from './issuance-policy.ts';
 import type { RenewalPolicy } from './renewal.ts';
+import { askRenewBudget, issuedAnswer, refusalText, refuseRenewRequest } from './renew-request.ts';
 import { minValidityFor, usableLifetime, type HeldValidity } from './renewal.ts';
 import { ARI_MIN_HOLD_MS, ariMinValidityMs, describeAriAnswer, type AriStateSource } from './renewal-info.ts';
 import type { StartupCondition, StartupGrace } from './startup-grace.ts';
@@ -228,13 +231,21 @@ export class CertLoop {
           case 'announce':
             turn.intent = await this.#announce(signal);
             break;
+          case 'ask_renew_budget':
+            turn.renewBudget = await askRenewBudget(this.#deps.budget, this.domain, snapshot.coordination.renewRequest!, signal, (err) => {
+              this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'issuance ledger unusable; not serving the renew request');
+              return this.#storeFailures.record('transient');
+            });
+            break;
+          case 'refuse_renew':
+            return await this.#refuseRenew(snapshot, decision.reason, signal);
           case 'restore': {
             // A conflict is no failure: the next turn reads what changed.
             const restored = await this.#restore(this.#best!, read.state, signal);
             return restored === 'stored' || restored === 'conflict' ? 0 : this.#storeRetryDelay();
           }
           case 'issue':
-            return await this.#trackIssuing(this.#issue(signal, decision.reason, turn.budget?.kind === 'granted'));
+            return await this.#trackIssuing(this.#issue(signal, decision.reason, turn.budget?.kind === 'granted', snapshot.coordination.renewRequest));
           default:
             return this.#wait(decision, snapshot);
         }
@@ -380,6 +391,15 @@ export class CertLoop {
     return verdict;
   }
 
+  /** Answers the pending renew request with a refusal (renew-request.ts); 0: decide again on a fresh read. */
+  async #refuseRenew(s: IssuanceSnapshot, reason: RenewRefusal, signal: AbortSignal): Promise<number> {
+    const id = s.coordination.renewRequest!;
+    const budget = s.turn.renewBudget;
+    const detail = budget?.kind === 'refused' ? { until: budget.nextSlotAt, registeredDomain: budget.registeredDomain } : { until: s.callFloor };
+    const refused = await refuseRenewRequest(this.#deps, this.domain, { id, reason, message: refusalText(this.domain, id, reason, detail) }, signal);
+    return refused === 'recorded' || refused === 'conflict' ? 0 : this.#storeRetryDelay();
+  }
+
   /** Records the intent (when the store coordinates writers); a failure is reported here. */
   async #announce(signal: AbortSignal): Promise<NonNullable<TurnProgress['intent']>> {
     const { store, role, clock, observer } = this.#deps;
@@ -448,8 +468,11 @@ export class CertLoop {
     return this.#deps.minIssueIntervalMs ?? this.#deps.backoff.firstRetryMs;
   }
 
-  /** The CertPair call, for `reason` (the attempt's label); `reserved`: a slot of the budget was taken for it. */
-  async #issue(signal: AbortSignal, reason: IssueReason, reserved: boolean): Promise<number> {
+  /**
+   * The CertPair call, for `reason` (the attempt's label); `reserved`: a slot of the budget was taken for it;
+   * `serving`: the renew request pending when it was decided (a new certificate answers it, in the same write).
+   */
+  async #issue(signal: AbortSignal, reason: IssueReason, reserved: boolean, serving: string | undefined): Promise<number> {
     const { localApi, store, clock, renewal, backoff, observer } = this.#deps;
     const previous = this.#best;
     const minValidityMs = this.#minValidity(previous, reason);
@@ -497,12 +520,13 @@ export class CertLoop {
           );
         } else {
           try {
-            await store.save(this.domain, cert, signal);
+            await store.save(this.domain, cert, signal, serving === undefined ? undefined : { renewAnswer: issuedAnswer(serving, info.serial) });
           } finally {
             // Held even when the save failed: the next turn restores it to the store instead of issuing again.
             this.#consider(cert);
           }
-          this.#log.info({ serial: info.serial, notAfter: iso(info.notAfter) }, 'certificate issued and stored');
+          this.#log.info({ serial: info.serial, notAfter: iso(info.notAfter), ...(serving ? { renewRequest: serving } : {}) }, 'certificate issued and stored');
+          if (serving !== undefined) observer.renewRequest(this.domain, { id: serving, result: 'issued', serial: info.serial });
         }
         if (tooShort) return this.#tooShort(info, now, { minValidityMs, reason }, tooShort);
         observer.attempt(this.domain, 'success', reason);
@@ -547,7 +571,11 @@ export class CertLoop {
   #minValidity(previous: StoredCert | undefined, reason: IssueReason): number {
     const { clock, renewal } = this.#deps;
     const now = clock.now();
-    if (!previous || !isAriReason(reason)) return minValidityFor(previous && held(previous), now, renewal, this.#freshValidityMs);
+    if (!previous || !forcesNewOrder(reason)) return minValidityFor(previous && held(previous), now, renewal, this.#freshValidityMs);
+    if (reason === 'operator_requested') {
+      this.#log.info({ serial: previous.info.serial }, 'an operator asked for this certificate to be replaced (renew request); renewing');
+      return ariMinValidityMs(previous.info, now, this.#freshValidityMs ?? usableLifetime(held(previous)));
+    }
     const ari = ariVerdictOf({ now, ari: this.#ari() });
     this.#log.info(
       { reason, serial: previous.info.serial, ...(ari.kind === 'silent' ? {} : { ari: describeAriAnswer(ari.answer) }) },

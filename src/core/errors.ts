@@ -73,6 +73,11 @@ export const ERROR_CODES = {
   },
   CERTSHARE_STORE_CONFLICT: { means: "a compare-and-swap write lost to another writer's change; the state is read again", message: '{problem}', exit: 1 },
   CERTSHARE_STORE_CORRUPT: { means: 'a stored object is damaged, emptied or edited by hand; it is restored without issuing', message: '{problem}', exit: 1 },
+  CERTSHARE_RENEW_REFUSED: {
+    means: 'a renew request (certshare renew, or the annotation) was refused: the minimum interval or the issuance budget says no; ask again later',
+    message: 'renew request {id} for {domain} refused ({reason}): {why}',
+    exit: 1,
+  },
   CERTSHARE_RELOAD_FAILED: { means: 'the reload command failed or timed out (logged and counted, never fatal)', message: '{problem}', exit: 1 },
   CERTSHARE_KUBE_HTTP: { means: 'the Kubernetes API answered with an error status', message: '{what}: HTTP {status} {body}', exit: 1 },
   CERTSHARE_KUBE_BAD_RESPONSE: {

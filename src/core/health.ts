@@ -1,7 +1,8 @@
 import type { CertInfo } from './certificate.ts';
 import { isCurrentlyValid } from './certificate.ts';
 import type { IssuanceDecision, IssuanceReason } from './issuance-policy.ts';
-import type { LoopObserver } from './observer.ts';
+import type { LoopObserver, RenewOutcome } from './observer.ts';
+import { describeRenewOutcome } from './renew-request.ts';
 import type { HeldValidity } from './renewal.ts';
 import type { StoredCert } from './store.ts';
 
@@ -31,6 +32,8 @@ interface DomainHealth {
   renewalInfo?: string | undefined;
   /** What the proxy serves for the domain (the served check), one line. */
   served?: string | undefined;
+  /** The last renew request answered for the domain (renew-request.ts describeRenewOutcome). */
+  renewOutcome?: string | undefined;
 }
 
 /**
@@ -107,12 +110,22 @@ export class HealthState implements LoopObserver {
     if (entry) entry.served = description;
   }
 
-  /** One line per domain with an ARI answer, and one per domain the served check looked at, for /healthz?verbose. */
+  /** The last renew request answered for the domain: shown by /healthz?verbose until the next one. */
+  renewRequest(domain: string, outcome: RenewOutcome): void {
+    const entry = this.#domains.get(domain);
+    if (entry) entry.renewOutcome = describeRenewOutcome(outcome);
+  }
+
+  /**
+   * One line per domain with an ARI answer, one per domain the served check looked at, and one per domain
+   * with a renew request answered, for /healthz?verbose.
+   */
   details(): string[] {
     const lines: string[] = [];
-    for (const [domain, { renewalInfo, served }] of this.#domains) {
+    for (const [domain, { renewalInfo, served, renewOutcome }] of this.#domains) {
       if (renewalInfo) lines.push(`${domain}: ${renewalInfo}`);
       if (served) lines.push(`${domain}: served: ${served}`);
+      if (renewOutcome) lines.push(`${domain}: ${renewOutcome}`);
     }
     return lines.sort();
   }

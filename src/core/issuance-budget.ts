@@ -27,6 +27,12 @@ export interface LedgerEntry {
   at: number;
   /** A certificate was obtained: later issuances of this domain are renewals (exempt). */
   issued: boolean;
+  /**
+   * A slot an operator's renew request took (certshare renew): an issuance outside the renewal schedule,
+   * counted like a first one for its window and then dropped (it makes nothing exempt). The request's id:
+   * a retry of the same request (its call failed) finds its slot instead of taking another.
+   */
+  renew?: string;
 }
 
 /** The ledger as read; `version` is what a compare-and-swap write must still find (undefined: no ledger yet). */
@@ -248,6 +254,44 @@ export class IssuanceBudget {
     }
   }
 
+  /**
+   * Takes a slot for an operator's renew request of `domain` if one is free now: it never queues (the
+   * request is refused instead, with when the next slot frees). The slot is in the ledger before this
+   * returns; a failed ledger read or write throws, and the caller must not issue.
+   */
+  async requestRenewal(
+    domain: string,
+    request: string,
+    signal: AbortSignal,
+  ): Promise<{ kind: 'granted' } | { kind: 'refused'; registeredDomain: string; nextSlotAt: number }> {
+    await this.#loadListIfNeeded(domain);
+    const rd = this.#rule(domain);
+    return await this.#serially(async () => {
+      for (let attempt = 0; ; attempt++) {
+        const snapshot = await this.#store.read(signal);
+        const now = this.#clock.now();
+        const live = liveEntries(snapshot.entries, now, this.limit);
+        if (live.some((e) => e.domain === domain && e.renew === request)) return { kind: 'granted' };
+        const taken = live
+          .filter((e) => e.registeredDomain === rd && e.at > now - this.limit.windowMs)
+          .map((e) => e.at)
+          .sort((a, b) => a - b);
+        // Domains waiting for a first issuance come first: a free slot is theirs unless more are free.
+        const waiting = [...this.#waiting.keys()].filter((d) => this.#rule(d) === rd).length;
+        if (taken.length + waiting >= this.limit.count) {
+          const nextSlotAt = taken.length > 0 ? taken[Math.max(0, taken.length + waiting - this.limit.count)]! + this.limit.windowMs : now;
+          return { kind: 'refused', registeredDomain: rd, nextSlotAt: Math.max(now, nextSlotAt) };
+        }
+        try {
+          await this.#store.write([...live, { domain, registeredDomain: rd, at: now, issued: true, renew: request }], snapshot, signal);
+          return { kind: 'granted' };
+        } catch (err) {
+          if (!isConflict(err) || attempt >= MAX_CONFLICTS) throw err;
+        }
+      }
+    });
+  }
+
   /** The reserved call returned a certificate: the domain's next issuances are renewals; its slot counts from now. */
   async issued(domain: string, signal: AbortSignal): Promise<void> {
     await this.#loadListIfNeeded(domain);
@@ -256,8 +300,9 @@ export class IssuanceBudget {
       for (let attempt = 0; ; attempt++) {
         const snapshot = await this.#store.read(signal);
         const now = this.#clock.now();
-        const entries = snapshot.entries.map((e) => (e.domain === domain ? { ...e, at: Math.max(e.at, now), issued: true } : e));
-        if (!snapshot.entries.some((e) => e.domain === domain)) entries.push({ domain, registeredDomain: rule(domain), at: now, issued: true });
+        const entries = snapshot.entries.map((e) => (e.domain === domain && e.renew === undefined ? { ...e, at: Math.max(e.at, now), issued: true } : e));
+        if (!snapshot.entries.some((e) => e.domain === domain && e.renew === undefined))
+          entries.push({ domain, registeredDomain: rule(domain), at: now, issued: true });
         try {
           await this.#store.write(entries, snapshot, signal);
           return;
@@ -301,7 +346,7 @@ export class IssuanceBudget {
       }
       // Entries of other registered domains, and reservations that left the window without a certificate,
       // are kept and dropped respectively: the ledger stays about one entry per domain.
-      const live = snapshot.entries.filter((e) => e.issued || e.at > now - this.limit.windowMs);
+      const live = liveEntries(snapshot.entries, now, this.limit);
       const mine = live.find((e) => e.domain === domain);
       let entries: LedgerEntry[];
       if (mine) {
@@ -372,6 +417,14 @@ export class IssuanceBudget {
   }
 }
 
+/**
+ * The entries worth keeping: a domain's record of its first certificate (it makes its renewals exempt), and
+ * any slot still inside the window (a reservation whose call has not returned, a renew request's slot).
+ */
+function liveEntries(entries: readonly LedgerEntry[], now: number, limit: BudgetLimit): LedgerEntry[] {
+  return entries.filter((e) => (e.issued && e.renew === undefined) || e.at > now - limit.windowMs);
+}
+
 function isConflict(err: unknown): boolean {
   return err instanceof CertshareError && err.code === 'CERTSHARE_STORE_CONFLICT';
 }
@@ -380,7 +433,13 @@ function isConflict(err: unknown): boolean {
 export function encodeLedger(entries: readonly LedgerEntry[]): string {
   const sorted = [...entries].sort((a, b) => a.at - b.at || (a.domain < b.domain ? -1 : 1));
   return `${JSON.stringify({
-    entries: sorted.map((e) => ({ domain: e.domain, registeredDomain: e.registeredDomain, at: new Date(e.at).toISOString(), issued: e.issued })),
+    entries: sorted.map((e) => ({
+      domain: e.domain,
+      registeredDomain: e.registeredDomain,
+      at: new Date(e.at).toISOString(),
+      issued: e.issued,
+      ...(e.renew !== undefined ? { renew: e.renew } : {}),
+    })),
   })}\n`;
 }
 
@@ -405,9 +464,10 @@ export function decodeLedger(text: string, where: string): LedgerEntry[] {
   return list.map((item: unknown, i) => {
     const e = (item ?? {}) as Record<string, unknown>;
     const at = typeof e.at === 'string' ? Date.parse(e.at) : Number.NaN;
-    if (typeof e.domain !== 'string' || typeof e.registeredDomain !== 'string' || !Number.isFinite(at) || typeof e.issued !== 'boolean') {
-      throw corrupt(`entry ${i} is not {domain, registeredDomain, at, issued}`);
-    }
-    return { domain: e.domain, registeredDomain: e.registeredDomain, at, issued: e.issued };
+    const valid = typeof e.domain === 'string' && typeof e.registeredDomain === 'string' && Number.isFinite(at) && typeof e.issued === 'boolean';
+    if (!valid || (e.renew !== undefined && typeof e.renew !== 'string')) throw corrupt(`entry ${i} is not {domain, registeredDomain, at, issued[, renew]}`);
+    const entry: LedgerEntry = { domain: e.domain as string, registeredDomain: e.registeredDomain as string, at, issued: e.issued as boolean };
+    if (typeof e.renew === 'string') entry.renew = e.renew;
+    return entry;
   });
 }

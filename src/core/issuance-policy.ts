@@ -22,6 +22,7 @@ export const ISSUANCE_RULES: readonly IssuanceRule[] = [
   storeUnreadableRule, // not knowing what is stored is never a reason to issue: decided before anything is weighed
   restoreRule, // a store that lost our certificate is repaired before any due date counts (a restore never issues)
   notYetValidRule, // a pair held for later: asking again would only make tailscaled order another
+  renewRequestRule, // an operator's renew request (certshare renew): the writer's own path through the rules below, or a refusal
   notDueRule, // a valid certificate, not due by expiry nor by the CA's word (ARI): use it; nothing below matters until then
   readerRule, // due, but only the writer issues: everything below is the writer's
   storedRateLimitRule, // the CA refused for every replica: before our own schedule
@@ -49,6 +50,7 @@ export const ISSUE_REASONS = [
   'expiry', // the held certificate reached its renewal point (renewal.ts)
   'ca_requested', // ACME Renewal Information: the time chosen inside the CA's suggested window has come (renewal-info.ts)
   'ca_requested_now', // ARI: the CA's window was already over when it arrived (a revocation, an incident)
+  'operator_requested', // an operator's renew request (certshare renew, or the annotation) for a certificate not due
 ] as const;
 export type IssueReason = (typeof ISSUE_REASONS)[number];
 
@@ -72,6 +74,11 @@ export type IssuanceReason =
   | 'ledger_unavailable' // the budget's ledger could not be read or written: no first issuance
   | 'store_changed'; // the intent write lost a race: the next turn reads what changed
 
+/** Why a renew request is refused (recorded on the Secret, in /healthz?verbose, an Event and the metrics). */
+export type RenewRefusal =
+  | 'min_interval' // a new certificate was obtained less than the minimum interval (--first-retry) ago
+  | 'budget_exhausted'; // the issuance budget has no slot free now (a renew request never queues)
+
 export type IssuanceDecision =
   /** use: keep serving the certificate held; wait: nothing to do; restore: write the held certificate back. */
   | { action: 'use' | 'wait' | 'restore'; reason: IssuanceReason; at: number }
@@ -80,7 +87,10 @@ export type IssuanceDecision =
    * until tailscaled lists the domain; a first issuance under a budget asks it for a slot), take_slot (one
    * of the process's issuance slots), announce (the intent, in the store), issue (the call itself).
    */
-  | { action: 'ask_budget' | 'take_slot' | 'announce' | 'issue'; reason: IssueReason; at: number };
+  | { action: 'ask_budget' | 'take_slot' | 'announce' | 'issue'; reason: IssueReason; at: number }
+  /** A renew request: ask the budget for a slot (never a queue); or refuse it, recording why on the store. */
+  | { action: 'ask_renew_budget'; reason: 'operator_requested'; at: number }
+  | { action: 'refuse_renew'; reason: RenewRefusal; at: number };
 
 export type IssuanceAction = IssuanceDecision['action'];
 
@@ -94,11 +104,19 @@ export type StoreView =
 /** The answer to ask_budget. */
 export type BudgetAnswer = BudgetVerdict | { kind: 'not_needed' } | { kind: 'unusable'; failures: number };
 
+/** The answer to ask_renew_budget: a slot taken (or no budget), none free now, or a ledger we cannot use. */
+export type RenewBudgetAnswer =
+  | { kind: 'granted' }
+  | { kind: 'not_needed' }
+  | { kind: 'refused'; registeredDomain: string; nextSlotAt: number }
+  | { kind: 'unusable'; failures: number };
+
 /** What this turn has done on its way to a CertPair call (empty at the start of a turn). */
 export interface TurnProgress {
   budget?: BudgetAnswer;
   slot?: true;
   intent?: { kind: 'recorded' } | { kind: 'conflict' } | { kind: 'failed'; failures: number };
+  renewBudget?: RenewBudgetAnswer;
 }
 
 export interface IssuanceSnapshot {
@@ -252,6 +270,37 @@ export function budgetRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDe
 /** At most issuanceSlots.limit domains of the process issue at once; the intent is written once the slot is ours. */
 export function slotRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
   return s.turn.slot ? undefined : { action: 'take_slot', reason: issueReason(s), at: s.now };
+}
+
+/**
+ * An operator's renew request (Coordination.renewRequest: asked and not yet answered) for a certificate
+ * that is valid and not due. Only the writer acts on it; a reader, a domain without a certificate, or a
+ * certificate due anyway (by expiry or the CA's word) follow the ordinary rules, and the certificate they
+ * obtain answers the request too. A rate limit or a backoff makes it wait (the CA said when); the minimum
+ * interval since the last new certificate refuses it, and so does a budget without a free slot (it never
+ * queues: a request the operator made today is not served next week). The steps to the call are the
+ * ordinary ones (slot, intent), taken for this reason.
+ */
+export function renewRequestRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
+  if (s.coordination.renewRequest === undefined || !s.held || !s.role.issue) return undefined;
+  if (isRenewalDue(s.held, s.now, p.renewal) || ariVerdictOf(s).kind === 'order') return undefined;
+  const held = storedRateLimitRule(s) ?? backoffRule(s);
+  if (held) return held;
+  if (s.now < s.callFloor) return { action: 'refuse_renew', reason: 'min_interval', at: s.now };
+  const other = otherWriterRule(s, p);
+  if (other) return other;
+  const budget = s.turn.renewBudget;
+  if (!budget) return { action: 'ask_renew_budget', reason: 'operator_requested', at: s.now };
+  if (budget.kind === 'unusable') return wait('ledger_unavailable', storeRetryAt(s, p, budget.failures));
+  if (budget.kind === 'refused') return { action: 'refuse_renew', reason: 'budget_exhausted', at: s.now };
+  const step = slotRule(s) ?? intentRule(s, p);
+  if (step?.action === 'take_slot' || step?.action === 'announce') return { ...step, reason: 'operator_requested' };
+  return step ?? { action: 'issue', reason: 'operator_requested', at: s.now };
+}
+
+/** Whether a call for `reason` must make tailscaled order anew even for a certificate with most of its life left. */
+export function forcesNewOrder(reason: IssueReason): boolean {
+  return isAriReason(reason) || reason === 'operator_requested';
 }
 
 /** Announce the call before making it; a write that lost a race or failed issues nothing. */

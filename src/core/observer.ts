@@ -1,6 +1,9 @@
 import type { StoredCert } from './store.ts';
 import type { FailureKind } from './failure.ts';
-import type { IssuanceDecision, IssueReason } from './issuance-policy.ts';
+import type { IssuanceDecision, IssueReason, RenewRefusal } from './issuance-policy.ts';
+
+/** What became of an operator's renew request. */
+export type RenewOutcome = { id: string; result: 'issued'; serial: string } | { id: string; result: 'refused'; reason: RenewRefusal; message: string };
 
 export type AttemptResult = 'success' | 'unchanged' | 'rate_limited' | 'error' | 'rejected' | 'too_short';
 
@@ -15,6 +18,8 @@ export interface LoopObserver {
   /** The next CertPair call is planned at `at` (epoch ms); backoffMs is 0 when not backing off. */
   planned?(domain: string, at: number, backoffMs: number): void;
   problem?(domain: string, message: string | undefined): void;
+  /** A renew request was answered (recorded on the store). */
+  renewRequest?(domain: string, outcome: RenewOutcome): void;
   stopped?(domain: string): void;
 }
 
@@ -34,6 +39,9 @@ export function fanOut(observers: LoopObserver[]): Required<LoopObserver> {
     },
     problem: (d, m) => {
       for (const o of observers) o.problem?.(d, m);
+    },
+    renewRequest: (d, o) => {
+      for (const x of observers) x.renewRequest?.(d, o);
     },
     stopped: (d) => {
       for (const o of observers) o.stopped?.(d);

@@ -43,6 +43,24 @@ export interface Coordination {
   intent?: { holder: string; at: number };
   /** No CertPair call before this instant (epoch ms): a rate limit any replica ran into. */
   retryNotBefore?: number;
+  /**
+   * An operator's renew request not answered yet (its id: asked, and no answer recorded for it). The
+   * answer is recorded with the certificate that serves it, in the same write (SaveOptions.renewAnswer),
+   * so a writer that restarts after the write finds it answered and issues nothing more for it.
+   */
+  renewRequest?: string;
+}
+
+/** The answer to a renew request, recorded on the store: the request's id and what became of it. */
+export interface RenewAnswer {
+  id: string;
+  /** `issued <serial>`, or `refused <code> <reason>: <why>`. */
+  outcome: string;
+}
+
+export interface SaveOptions {
+  /** The renew request this certificate serves: its answer is written with the certificate, atomically. */
+  renewAnswer?: RenewAnswer;
 }
 
 export interface LoadOptions {
@@ -61,7 +79,9 @@ export interface CertStore {
   readonly kind: string;
   load(domain: string, signal: AbortSignal, options?: LoadOptions): Promise<StoreRead>;
   /** Writes a validated pair. Throws CERTSHARE_STORE_CONFLICT when someone else wrote first. */
-  save(domain: string, cert: StoredCert, signal: AbortSignal): Promise<void>;
+  save(domain: string, cert: StoredCert, signal: AbortSignal, options?: SaveOptions): Promise<void>;
+  /** Records the answer to a renew request that issues nothing (a refusal); compare-and-swap like an intent. */
+  recordRenewAnswer?(domain: string, answer: RenewAnswer, signal: AbortSignal): Promise<void>;
   /** Announces a CertPair call before it is made (compare-and-swap; CERTSHARE_STORE_CONFLICT if raced). */
   recordIntent?(domain: string, holder: string, at: number, signal: AbortSignal): Promise<void>;
   /** Withdraws this replica's intent after tailscaled answered with an error: others need not wait for it. */

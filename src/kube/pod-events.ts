@@ -15,6 +15,7 @@ export const EVENT_REASONS = {
   IssuanceFailed: 'a certificate request failed: the failure code (issuance-policy / failure kind) and the next retry',
   RateLimited: 'the CA refused with a rate limit: no request before the time given',
   BudgetQueued: "a first issuance waits for a slot of the issuance budget (--issuance-budget): the domain's turn",
+  RenewRefused: 'a renew request (certshare renew) was refused: the minimum interval or the issuance budget says no (served ones are Renewed)',
   Ready: "the Pod's readiness condition turned True",
   NotReady: "the Pod's readiness condition turned False, with its reason",
   BecameWriter: 'this replica won the group Lease: it issues and writes the Secrets',
@@ -123,6 +124,16 @@ export class PodEvents {
           note: `${domain}: issuance failed [${failed.kind}]: ${failed.message}; next retry at ${iso(at)}, then backing off`,
         });
       }
+    },
+    renewRequest: (domain, outcome) => {
+      if (outcome.result !== 'refused') return; // served: the Renewed Event of its attempt says (operator_requested)
+      this.#record({
+        type: 'Warning',
+        reason: 'RenewRefused',
+        action: 'Issue',
+        key: `${domain}\u0000${outcome.id}`,
+        note: `${domain}: ${outcome.message}`,
+      });
     },
     stopped: (domain) => {
       this.#unclaimed.delete(domain);

@@ -1,7 +1,8 @@
 import type { V1Secret } from './transport/client-node.ts';
 import { validateCertPair } from '../core/certificate.ts';
 import { errorMessage } from '../core/errors.ts';
-import type { Coordination, StoreRead, StoredCert } from '../core/store.ts';
+import { pendingRenewRequest } from '../core/renew-request.ts';
+import type { Coordination, RenewAnswer, StoreRead, StoredCert } from '../core/store.ts';
 
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
 export const LABEL_GROUP = 'certshare.io/group';
@@ -14,6 +15,11 @@ export const ANNOTATION_OBTAINED_AT = 'certshare.io/obtained-at';
 export const ANNOTATION_INTENT = 'certshare.io/issuing';
 /** RFC 3339: no CertPair call for this domain before then, on any replica. */
 export const ANNOTATION_RETRY_NOT_BEFORE = 'certshare.io/retry-not-before';
+/** An operator's renew request (certshare renew): its id. The operator writes it; the writer never does. */
+export const ANNOTATION_RENEW_REQUESTED = 'certshare.io/renew-requested';
+/** The id of the last renew request the writer answered, and what became of it (written together). */
+export const ANNOTATION_RENEW_ANSWERED = 'certshare.io/renew-answered';
+export const ANNOTATION_RENEW_OUTCOME = 'certshare.io/renew-outcome';
 
 /**
  * What certshare keeps of a Secret: the fields it reads and writes back (see certSecret below), without
@@ -58,6 +64,8 @@ export function readCoordination(secret: SecretFields): Coordination {
   const coordination: Coordination = {};
   const until = Date.parse(annotations[ANNOTATION_RETRY_NOT_BEFORE] ?? '');
   if (Number.isFinite(until)) coordination.retryNotBefore = until;
+  const renew = pendingRenewRequest(annotations[ANNOTATION_RENEW_REQUESTED], annotations[ANNOTATION_RENEW_ANSWERED]);
+  if (renew !== undefined) coordination.renewRequest = renew;
   try {
     const intent = JSON.parse(annotations[ANNOTATION_INTENT] ?? 'null') as { holder?: unknown; at?: unknown } | null;
     const at = typeof intent?.at === 'string' ? Date.parse(intent.at) : NaN;
@@ -107,7 +115,7 @@ export function certSecret(
   domain: string,
   base: SecretFields | undefined,
   meta: SecretMeta,
-  change: { cert?: StoredCert; coordination: Coordination },
+  change: { cert?: StoredCert; coordination: Coordination; renewAnswer?: RenewAnswer | undefined },
 ): V1Secret {
   const labels: Record<string, string> = { ...base?.metadata?.labels, [LABEL_MANAGED_BY]: 'certshare' };
   if (meta.group) labels[LABEL_GROUP] = meta.group;
@@ -117,6 +125,10 @@ export function certSecret(
   const { intent, retryNotBefore } = change.coordination;
   if (intent) annotations[ANNOTATION_INTENT] = JSON.stringify({ holder: intent.holder, at: new Date(intent.at).toISOString() });
   if (retryNotBefore !== undefined) annotations[ANNOTATION_RETRY_NOT_BEFORE] = new Date(retryNotBefore).toISOString();
+  if (change.renewAnswer) {
+    annotations[ANNOTATION_RENEW_ANSWERED] = change.renewAnswer.id;
+    annotations[ANNOTATION_RENEW_OUTCOME] = change.renewAnswer.outcome;
+  }
   let data = base?.data ?? { 'tls.crt': '', 'tls.key': '' };
   if (change.cert) {
     annotations[ANNOTATION_NOT_AFTER] = new Date(change.cert.info.notAfter).toISOString();

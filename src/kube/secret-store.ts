@@ -2,7 +2,7 @@ import { isCurrentlyValid } from '../core/certificate.ts';
 import type { Clock } from '../core/clock.ts';
 import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
-import type { CertStore, Coordination, LoadOptions, StoreRead, StoredCert } from '../core/store.ts';
+import type { CertStore, Coordination, LoadOptions, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/store.ts';
 import type { WatchScope } from '../config/daemon-config.ts';
 import { apiErrorText, apiStatus, isRefusedStatus, type KubeConnection } from './connection.ts';
 import { withSignal } from './transport/https-transport.ts';
@@ -167,11 +167,17 @@ export class KubeSecretStore implements CertStore {
     return read.state === 'valid' && read.cert.info.notAfter >= kept.info.notAfter ? read : { ...read, lastValid: kept };
   }
 
-  async save(domain: string, cert: StoredCert, signal?: AbortSignal): Promise<void> {
+  async save(domain: string, cert: StoredCert, signal?: AbortSignal, options?: SaveOptions): Promise<void> {
     // A new certificate ends any intent; a rate limit still in force stays recorded.
     const { retryNotBefore } = this.#lastCoordination(domain);
-    await this.#write(domain, { cert, coordination: retryNotBefore !== undefined && retryNotBefore > this.#clock.now() ? { retryNotBefore } : {} }, signal);
+    const coordination = retryNotBefore !== undefined && retryNotBefore > this.#clock.now() ? { retryNotBefore } : {};
+    await this.#write(domain, { cert, coordination, renewAnswer: options?.renewAnswer }, signal);
     this.#keepValid(domain, cert);
+  }
+
+  /** The answer to a renew request that issued nothing (a refusal), on the last read (compare-and-swap). */
+  recordRenewAnswer(domain: string, answer: RenewAnswer, signal?: AbortSignal): Promise<void> {
+    return this.#write(domain, { coordination: this.#lastCoordination(domain), renewAnswer: answer }, signal);
   }
 
   recordIntent(domain: string, holder: string, at: number, signal?: AbortSignal): Promise<void> {
@@ -311,7 +317,7 @@ export class KubeSecretStore implements CertStore {
     return seen ? readCoordination(seen) : {};
   }
 
-  async #write(domain: string, change: { cert?: StoredCert; coordination: Coordination }, signal: AbortSignal | undefined): Promise<void> {
+  async #write(domain: string, change: Parameters<typeof certSecret>[3], signal: AbortSignal | undefined): Promise<void> {
     const { core, namespace } = this.#conn;
     const seen = this.#lastRead.get(domain);
     if (seen === undefined) throw new CertshareError('CERTSHARE_STORE_CONFLICT', `Secret ${namespace}/${domain} written before it was read`);

@@ -2,7 +2,7 @@ import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { CertInfo } from '../core/certificate.ts';
 import { isCurrentlyValid } from '../core/certificate.ts';
 import type { Clock } from '../core/clock.ts';
-import type { AttemptResult, LoopObserver } from '../core/observer.ts';
+import type { AttemptResult, LoopObserver, RenewOutcome } from '../core/observer.ts';
 import type { RenewalPolicy } from '../core/renewal.ts';
 import { renewalTime } from '../core/renewal.ts';
 import type { FailureKind } from '../core/failure.ts';
@@ -52,6 +52,7 @@ export class Metrics implements LoopObserver {
   readonly #expiration: Gauge;
   readonly #renewalAt: Gauge;
   readonly #attempts: Counter;
+  readonly #renewRequests: Counter;
   readonly #backoff: Gauge;
   readonly #nextAttempt: Gauge;
   readonly #ariWindowStart: Gauge;
@@ -104,6 +105,12 @@ export class Metrics implements LoopObserver {
       help:
         'CertPair calls by result (success, unchanged, rate_limited, error, rejected, too_short) and by the reason ' +
         'the call was made (no_certificate, stored_unusable, expiry).',
+      labelNames: ['domain', 'result', 'reason'],
+      registers,
+    });
+    this.#renewRequests = new Counter({
+      name: 'certshare_renew_requests_total',
+      help: 'Renew requests (certshare renew) answered by the writer: result issued, or refused with the reason (min_interval, budget_exhausted).',
       labelNames: ['domain', 'result', 'reason'],
       registers,
     });
@@ -248,6 +255,10 @@ export class Metrics implements LoopObserver {
 
   attempt(domain: string, result: AttemptResult, reason: IssueReason, _failure?: { kind: FailureKind }): void {
     this.#attempts.inc({ domain, result, reason });
+  }
+
+  renewRequest(domain: string, outcome: RenewOutcome): void {
+    this.#renewRequests.inc({ domain, result: outcome.result, reason: outcome.result === 'refused' ? outcome.reason : 'operator_requested' });
   }
 
   planned(domain: string, at: number, backoffMs: number): void {

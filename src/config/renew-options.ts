@@ -1,0 +1,45 @@
+// `certshare renew <domain>`: its flags and their validation (the command is src/cli/renew.ts).
+import { normalizeDomain } from '../core/domain.ts';
+import { CertshareError } from '../core/errors.ts';
+import { isObjectName } from '../core/kube-names.ts';
+import { duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
+
+export const RENEW_FLAGS: FlagSpec[] = [
+  {
+    name: 'namespace',
+    placeholder: 'NS',
+    help: "The namespace of the domain's Secret. Default: POD_NAMESPACE, else the kubeconfig context's namespace, else default.",
+    aliasesEnv: ['POD_NAMESPACE'],
+  },
+  {
+    name: 'wait',
+    placeholder: 'DURATION',
+    default: '0s',
+    help: 'Wait this long for the writer to answer (exit 0: a new certificate, 1: refused, with the reason); 0s: only ask.',
+  },
+];
+
+export const RENEW_SUMMARY =
+  "certshare renew <domain> [flags]: asks the group's writer for exactly one new certificate with a new key for <domain>, " +
+  "by the annotation certshare.io/renew-requested on the domain's Secret (KUBECONFIG, or the Pod's account). " +
+  'A request already pending stands (one request, not two). The minimum interval and the issuance budget may refuse it. ' +
+  'Needs patch on that Secret only (docs/renew.md).';
+
+export interface RenewOptions {
+  domain: string;
+  namespace: string | undefined;
+  waitMs: number;
+}
+
+/** The positional domain and the flags; CERTSHARE_BAD_FLAG or CERTSHARE_BAD_DOMAIN naming what is wrong. */
+export function renewOptionsFrom(domainArg: string | undefined, values: FlagValues): RenewOptions {
+  if (domainArg === undefined || domainArg.startsWith('-')) {
+    throw new CertshareError('CERTSHARE_BAD_FLAG', 'certshare renew needs the domain first: certshare renew <domain> [flags]');
+  }
+  const namespace = values.namespace === undefined ? undefined : String(values.namespace);
+  if (namespace !== undefined && !isObjectName(namespace))
+    throw new CertshareError('CERTSHARE_BAD_FLAG', `--namespace: "${namespace}" is not a namespace name`);
+  const waitMs = duration(values, 'wait');
+  if (waitMs < 0 || waitMs > 3_600_000) throw new CertshareError('CERTSHARE_BAD_FLAG', '--wait: from 0s to 1h');
+  return { domain: normalizeDomain(domainArg), namespace, waitMs };
+}
