@@ -34,6 +34,8 @@ export interface DaemonConfig {
   ariIntervalMs: number;
   /** First issuances per registered domain per window (Let's Encrypt's 50 per 7 days); undefined: no budget. */
   issuanceBudget: BudgetLimit | undefined;
+  /** The platform's namespace holding one shared ledger per registered domain; undefined: a ledger per group. */
+  budgetNamespace?: string | undefined;
   /** How many domains this process issues at once (CertPair calls and their store writes). */
   issuanceConcurrency: number;
   logLevel: string;

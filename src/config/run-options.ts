@@ -88,6 +88,14 @@ export const RUN_FLAGS: FlagSpec[] = [
       'Domains without a certificate go first, then the soonest to expire; the rest wait. 0 disables.',
   },
   {
+    name: 'budget-namespace',
+    placeholder: 'NS',
+    help:
+      "Keep the issuance budget's ledger per registered domain in this namespace (the platform's): one ConfigMap " +
+      'certshare-budget-<registered domain> that every group of the cluster shares, so the budget holds for the tailnet as a whole ' +
+      '(needs get and update on it; the platform creates it). Default: a ledger per group, certshare-<group>-ledger.',
+  },
+  {
     name: 'issuance-concurrency',
     placeholder: 'N',
     default: String(DEFAULT_ISSUANCE_CONCURRENCY),
@@ -266,6 +274,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
     acmeDirectory: acmeDirectory(String(values['acme-directory'])),
     ariIntervalMs: duration(values, 'ari-interval'),
     issuanceBudget: parseBudget(String(values['issuance-budget'])),
+    budgetNamespace: values['budget-namespace'] === undefined ? undefined : String(values['budget-namespace']),
     issuanceConcurrency: Number(values['issuance-concurrency']),
     logLevel: String(values['log-level']),
     logFormat: logFormatFrom(values),
@@ -339,6 +348,9 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     ...kubeOnly.map(([flag, value]): [boolean, () => string] => [value !== undefined && c.store.kind !== 'kube', () => `${flag} needs --store kube`]),
     [c.store.kind === 'kube' && c.mode === 'auto' && !c.group, () => '--mode auto needs --group or POD_NAME to name the group Lease'],
     [c.watchScope === 'group' && c.store.kind !== 'kube', () => '--watch-scope group needs --store kube'],
+    [c.budgetNamespace !== undefined && c.store.kind !== 'kube', () => '--budget-namespace needs --store kube'],
+    [c.budgetNamespace !== undefined && !c.issuanceBudget, () => '--budget-namespace needs an --issuance-budget (it names where that budget is kept)'],
+    [c.budgetNamespace !== undefined && !isObjectName(c.budgetNamespace), () => `--budget-namespace: "${c.budgetNamespace}" is not a namespace name`],
     [c.watchScope === 'group' && !c.group, () => "--watch-scope group needs --group or POD_NAME: the group's label selects its Secrets"],
     [c.readinessGate !== undefined && !c.podName, () => '--readiness-gate needs POD_NAME (downward API fieldRef metadata.name)'],
     [

@@ -47,9 +47,13 @@ export interface LedgerSnapshot {
  */
 export interface LedgerStore {
   readonly kind: string;
-  read(signal: AbortSignal): Promise<LedgerSnapshot>;
+  /**
+   * `registeredDomain`: the one the caller decides for. A store that keeps one ledger per registered domain
+   * (shared by every group of a cluster) reads and writes that one; a group's ledger holds them all.
+   */
+  read(signal: AbortSignal, registeredDomain: string): Promise<LedgerSnapshot>;
   /** Replaces the ledger if it is still at `previous.version`; CERTSHARE_STORE_CONFLICT otherwise. */
-  write(entries: LedgerEntry[], previous: LedgerSnapshot, signal: AbortSignal): Promise<void>;
+  write(entries: LedgerEntry[], previous: LedgerSnapshot, signal: AbortSignal, registeredDomain: string): Promise<void>;
 }
 
 /** A domain waiting for a first issuance; expiresAt is the notAfter of a certificate it still holds, if any. */
@@ -268,7 +272,7 @@ export class IssuanceBudget {
     const rd = this.#rule(domain);
     return await this.#serially(async () => {
       for (let attempt = 0; ; attempt++) {
-        const snapshot = await this.#store.read(signal);
+        const snapshot = await this.#store.read(signal, rd);
         const now = this.#clock.now();
         const live = liveEntries(snapshot.entries, now, this.limit);
         if (live.some((e) => e.domain === domain && e.renew === request)) return { kind: 'granted' };
@@ -283,7 +287,7 @@ export class IssuanceBudget {
           return { kind: 'refused', registeredDomain: rd, nextSlotAt: Math.max(now, nextSlotAt) };
         }
         try {
-          await this.#store.write([...live, { domain, registeredDomain: rd, at: now, issued: true, renew: request }], snapshot, signal);
+          await this.#store.write([...live, { domain, registeredDomain: rd, at: now, issued: true, renew: request }], snapshot, signal, rd);
           return { kind: 'granted' };
         } catch (err) {
           if (!isConflict(err) || attempt >= MAX_CONFLICTS) throw err;
@@ -292,22 +296,27 @@ export class IssuanceBudget {
     });
   }
 
-  /** The reserved call returned a certificate: the domain's next issuances are renewals; its slot counts from now. */
+  /**
+   * The reserved call returned a certificate: the domain's next issuances are renewals; its slot counts from
+   * now. A lost compare-and-swap is tried again for as long as `signal` allows, not MAX_CONFLICTS times: each
+   * conflict is another writer's progress (a ledger shared by every group of a cluster sees many), and a
+   * mark given up would count the domain's next renewal as a first issuance.
+   */
   async issued(domain: string, signal: AbortSignal): Promise<void> {
     await this.#loadListIfNeeded(domain);
     const rule = this.#rule;
+    const rd = rule(domain);
     await this.#serially(async () => {
-      for (let attempt = 0; ; attempt++) {
-        const snapshot = await this.#store.read(signal);
+      for (;;) {
+        const snapshot = await this.#store.read(signal, rd);
         const now = this.#clock.now();
         const entries = snapshot.entries.map((e) => (e.domain === domain && e.renew === undefined ? { ...e, at: Math.max(e.at, now), issued: true } : e));
-        if (!snapshot.entries.some((e) => e.domain === domain && e.renew === undefined))
-          entries.push({ domain, registeredDomain: rule(domain), at: now, issued: true });
+        if (!snapshot.entries.some((e) => e.domain === domain && e.renew === undefined)) entries.push({ domain, registeredDomain: rd, at: now, issued: true });
         try {
-          await this.#store.write(entries, snapshot, signal);
+          await this.#store.write(entries, snapshot, signal, rd);
           return;
         } catch (err) {
-          if (!isConflict(err) || attempt >= MAX_CONFLICTS) throw err;
+          if (!isConflict(err) || signal.aborted) throw err;
         }
       }
     });
@@ -338,7 +347,7 @@ export class IssuanceBudget {
     const rule = this.#rule;
     const rd = rule(domain);
     for (let attempt = 0; ; attempt++) {
-      const snapshot = await this.#store.read(signal);
+      const snapshot = await this.#store.read(signal, rd);
       const now = this.#clock.now();
       if (everIssued(snapshot.entries, domain)) {
         this.withdraw(domain);
@@ -367,7 +376,7 @@ export class IssuanceBudget {
         entries = [...live, { domain, registeredDomain: rd, at: now, issued: false }];
       }
       try {
-        await this.#store.write(entries, snapshot, signal);
+        await this.#store.write(entries, snapshot, signal, rd);
       } catch (err) {
         if (!isConflict(err) || attempt >= MAX_CONFLICTS) throw err;
         this.#log.info({ domain, err: errorMessage(err) }, 'issuance ledger changed meanwhile; deciding again');

@@ -120,7 +120,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
 
   return {
     store,
-    ledger: new KubeLedgerStore(connection, config.group),
+    ledger: new KubeLedgerStore(connection, config.group, { budgetNamespace: config.budgetNamespace }),
     role,
     observers: [...(projector ? [projector] : []), ...(podEvents ? [podEvents.observer] : [])],
     async start() {

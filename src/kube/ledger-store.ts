@@ -1,6 +1,7 @@
 import type { V1ConfigMap } from './transport/client-node.ts';
 import { CertshareError } from '../core/errors.ts';
 import { decodeLedger, encodeLedger, type LedgerEntry, type LedgerSnapshot, type LedgerStore } from '../core/issuance-budget.ts';
+import { isObjectName } from '../core/kube-names.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { withSignal } from './transport/https-transport.ts';
 import { LABEL_GROUP, LABEL_MANAGED_BY } from './secret-codec.ts';
@@ -16,68 +17,109 @@ export function ledgerName(group: string | undefined): string {
 }
 
 /**
- * The issuance budget's ledger in the cluster: a ConfigMap `certshare-<group>-ledger` (not a Secret: it
- * holds domain names and times, nothing secret; RBAC names it in resourceNames). Writes are
- * compare-and-swap on the resourceVersion read, so two writers during a failover never both take the
- * last slot. A read that fails (403, outage, timeout) throws: never an empty ledger.
+ * The ConfigMap holding the ledger of one registered domain in the platform's namespace (--budget-namespace),
+ * shared by every group of the cluster: `certshare-budget-<registered domain>`, e.g.
+ * certshare-budget-tailnet-0000.ts.net. A registered domain is a DNS name, so the name is a valid object
+ * name unless it is too long; then CERTSHARE_BAD_CONFIG (never a name of another object).
+ */
+export function budgetLedgerName(registeredDomain: string): string {
+  const name = `certshare-budget-${registeredDomain}`;
+  if (!isObjectName(name)) throw new CertshareError('CERTSHARE_BAD_CONFIG', `no ledger ConfigMap name for the registered domain "${registeredDomain}"`);
+  return name;
+}
+
+/** Where the ledger lives: the group's own ConfigMap, or one per registered domain in the platform's namespace. */
+type Placement = { kind: 'group'; name: string } | { kind: 'shared'; namespace: string };
+
+/**
+ * The issuance budget's ledger in the cluster: a ConfigMap (not a Secret: it holds domain names and times,
+ * nothing secret; RBAC names it in resourceNames). Writes are compare-and-swap on the resourceVersion
+ * read, so two writers during a failover (or two groups sharing a registered domain's ledger) never both
+ * take the last slot. A read that fails (403, outage, timeout) throws: never an empty ledger.
+ *
+ * Per group (the default): `certshare-<group>-ledger` in the group's namespace, created on the first
+ * write. Shared (`budgetNamespace`): `certshare-budget-<registered domain>` in the platform's namespace,
+ * which the platform creates (manifests/budget): the sidecars need get and update on that one object and
+ * nothing else, so a missing one is an error, not something to create.
  */
 export class KubeLedgerStore implements LedgerStore {
   readonly kind = 'kube';
   readonly #conn: KubeConnection;
-  readonly #name: string;
   readonly #group: string | undefined;
+  readonly #placement: Placement;
+  /** Shared ledgers: the labels and annotations each was read with, written back unchanged. */
+  readonly #metadata = new Map<string, Pick<NonNullable<V1ConfigMap['metadata']>, 'labels' | 'annotations'>>();
 
-  constructor(connection: KubeConnection, group: string | undefined) {
+  constructor(connection: KubeConnection, group: string | undefined, options: { budgetNamespace?: string | undefined } = {}) {
     this.#conn = connection;
     this.#group = group;
-    this.#name = ledgerName(group);
+    this.#placement = options.budgetNamespace ? { kind: 'shared', namespace: options.budgetNamespace } : { kind: 'group', name: ledgerName(group) };
   }
 
-  async read(signal: AbortSignal): Promise<LedgerSnapshot> {
-    const { core, namespace } = this.#conn;
+  #where(registeredDomain: string): { namespace: string; name: string } {
+    return this.#placement.kind === 'group'
+      ? { namespace: this.#conn.namespace, name: this.#placement.name }
+      : { namespace: this.#placement.namespace, name: budgetLedgerName(registeredDomain) };
+  }
+
+  async read(signal: AbortSignal, registeredDomain: string): Promise<LedgerSnapshot> {
+    const { namespace, name } = this.#where(registeredDomain);
     let map: V1ConfigMap;
     try {
-      map = await core.readNamespacedConfigMap({ name: this.#name, namespace }, withSignal(signal));
+      map = await this.#conn.core.readNamespacedConfigMap({ name, namespace }, withSignal(signal));
     } catch (err) {
-      if (apiStatus(err) === 404) return { entries: [], version: undefined };
-      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read the issuance ledger ConfigMap ${namespace}/${this.#name}: ${apiErrorText(err)}`, {
-        cause: err,
-      });
+      if (apiStatus(err) === 404 && this.#placement.kind === 'group') return { entries: [], version: undefined };
+      const missing = apiStatus(err) === 404 ? ' (the platform creates it: manifests/budget, or the Helm values budget.registeredDomains)' : '';
+      throw new CertshareError(
+        'CERTSHARE_STORE_UNAVAILABLE',
+        `cannot read the issuance ledger ConfigMap ${namespace}/${name}: ${apiErrorText(err)}${missing}`,
+        {
+          cause: err,
+        },
+      );
     }
     const text = map.data?.[KEY];
     if (text === undefined) {
       throw new CertshareError(
         'CERTSHARE_STORE_CORRUPT',
-        `issuance ledger ConfigMap ${namespace}/${this.#name} has no ${KEY}; no first issuance until it is repaired or deleted by hand`,
+        `issuance ledger ConfigMap ${namespace}/${name} has no ${KEY}; no first issuance until it is repaired or deleted by hand`,
       );
     }
-    return { entries: decodeLedger(text, `ConfigMap ${namespace}/${this.#name}`), version: map.metadata?.resourceVersion ?? '' };
+    if (this.#placement.kind === 'shared') this.#metadata.set(name, { labels: map.metadata?.labels, annotations: map.metadata?.annotations });
+    return { entries: decodeLedger(text, `ConfigMap ${namespace}/${name}`), version: map.metadata?.resourceVersion ?? '' };
   }
 
-  async write(entries: LedgerEntry[], previous: LedgerSnapshot, signal: AbortSignal): Promise<void> {
-    const { core, namespace } = this.#conn;
+  async write(entries: LedgerEntry[], previous: LedgerSnapshot, signal: AbortSignal, registeredDomain: string): Promise<void> {
+    const { core } = this.#conn;
+    const { namespace, name } = this.#where(registeredDomain);
+    const labels =
+      this.#placement.kind === 'shared'
+        ? this.#metadata.get(name)?.labels
+        : { [LABEL_MANAGED_BY]: 'certshare', ...(this.#group ? { [LABEL_GROUP]: this.#group } : {}) };
+    const annotations = this.#placement.kind === 'shared' ? this.#metadata.get(name)?.annotations : undefined;
     const body: V1ConfigMap = {
       apiVersion: 'v1',
       kind: 'ConfigMap',
       metadata: {
-        name: this.#name,
+        name,
         namespace,
-        labels: { [LABEL_MANAGED_BY]: 'certshare', ...(this.#group ? { [LABEL_GROUP]: this.#group } : {}) },
+        ...(labels ? { labels } : {}),
+        ...(annotations ? { annotations } : {}),
         ...(previous.version === undefined ? {} : { resourceVersion: previous.version }),
       },
       data: { [KEY]: encodeLedger(entries) },
     };
     try {
       if (previous.version === undefined) await core.createNamespacedConfigMap({ namespace, body }, withSignal(signal));
-      else await core.replaceNamespacedConfigMap({ name: this.#name, namespace, body }, withSignal(signal));
+      else await core.replaceNamespacedConfigMap({ name, namespace, body }, withSignal(signal));
     } catch (err) {
       const status = apiStatus(err);
       if (status === 409 || status === 404) {
-        throw new CertshareError('CERTSHARE_STORE_CONFLICT', `issuance ledger ${namespace}/${this.#name} changed meanwhile: ${apiErrorText(err)}`, {
+        throw new CertshareError('CERTSHARE_STORE_CONFLICT', `issuance ledger ${namespace}/${name} changed meanwhile: ${apiErrorText(err)}`, {
           cause: err,
         });
       }
-      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot write the issuance ledger ConfigMap ${namespace}/${this.#name}: ${apiErrorText(err)}`, {
+      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot write the issuance ledger ConfigMap ${namespace}/${name}: ${apiErrorText(err)}`, {
         cause: err,
       });
     }

@@ -6,8 +6,6 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { X509Certificate } from 'node:crypto';
-import { readFile } from 'node:fs/promises';
-import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
@@ -16,6 +14,7 @@ import { KUBE_DOMAIN, exampleNamespace, heldSerial, must, startReplica, type Rep
 import { about, watchEvents } from '../support/kube-events.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { useTempDir } from '../support/standalone.ts';
+import { asAccount } from '../support/token-request.ts';
 import { nextEvent, onEvent, until } from '../support/wait.ts';
 import { connectKube } from '../../src/kube/connection.ts';
 import { requestRenewal } from '../../src/kube/renew-request.ts';
@@ -60,26 +59,6 @@ async function renewNamespace(options: { stored?: boolean } = {}): Promise<{ ns:
     assert.equal(res.status, 201, res.body);
   }
   return { ns, kubeconfig: await cp().kubeconfigFor(ns, 'certshare-renew') };
-}
-
-/** A raw request under a ServiceAccount's token (kubectl patch would GET first, which the renew account may not). */
-async function asAccount(kubeconfig: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: string }> {
-  const token = /token:\s*"?([^\s"]+)/.exec(await readFile(kubeconfig, 'utf8'))?.[1];
-  assert.ok(token, 'a token in the kubeconfig');
-  const type = method === 'PATCH' ? 'application/merge-patch+json' : 'application/json';
-  return new Promise((resolve, reject) => {
-    const req = httpsRequest(
-      new URL(path, cp().server),
-      { method, ca: cp().caPem, agent: false, headers: { authorization: `Bearer ${token}`, 'content-type': type }, timeout: 10_000 },
-      (res) => {
-        let text = '';
-        res.setEncoding('utf8').on('data', (c: string) => (text += c));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body: text }));
-      },
-    );
-    req.on('error', reject);
-    req.end(body === undefined ? undefined : JSON.stringify(body));
-  });
 }
 
 /** `certshare renew` as a process under the renew account. */
@@ -248,7 +227,7 @@ describe('renew now against a real apiserver', () => {
     await must(cp().kubectl(['-n', ns, 'create', 'secret', 'generic', 'other', '--from-literal=k=v']));
     const secrets = `/api/v1/namespaces/${ns}/secrets`;
     const mine = `${secrets}/${KUBE_DOMAIN}`;
-    const patch = (path: string, body: unknown) => asAccount(kubeconfig, 'PATCH', path, body);
+    const patch = (path: string, body: unknown) => asAccount(cp(), kubeconfig, 'PATCH', path, body);
     const request = (id: string | null) => ({ metadata: { annotations: { 'certshare.io/renew-requested': id } } });
     // The policy applies once the apiserver has loaded it (an informer, a second or so after apply).
     const deadline = performance.now() + 30_000;
@@ -261,20 +240,20 @@ describe('renew now against a real apiserver', () => {
     const allowed = await patch(mine, request('rbac-1'));
     assert.equal(allowed.status, 200, `the one right: ${allowed.body}`);
     const refusals: Array<[string, Promise<{ status: number; body: string }>, RegExp]> = [
-      ['get', asAccount(kubeconfig, 'GET', mine), /cannot get/],
-      ['list', asAccount(kubeconfig, 'GET', secrets), /cannot list/],
-      ['watch', asAccount(kubeconfig, 'GET', `${secrets}?watch=1&fieldSelector=metadata.name%3D${KUBE_DOMAIN}`), /cannot watch/],
-      ['update', asAccount(kubeconfig, 'PUT', mine, { apiVersion: 'v1', kind: 'Secret', metadata: { name: KUBE_DOMAIN } }), /cannot update/],
-      ['delete', asAccount(kubeconfig, 'DELETE', mine), /cannot delete/],
-      ['create', asAccount(kubeconfig, 'POST', secrets, { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'mine' } }), /cannot create/],
+      ['get', asAccount(cp(), kubeconfig, 'GET', mine), /cannot get/],
+      ['list', asAccount(cp(), kubeconfig, 'GET', secrets), /cannot list/],
+      ['watch', asAccount(cp(), kubeconfig, 'GET', `${secrets}?watch=1&fieldSelector=metadata.name%3D${KUBE_DOMAIN}`), /cannot watch/],
+      ['update', asAccount(cp(), kubeconfig, 'PUT', mine, { apiVersion: 'v1', kind: 'Secret', metadata: { name: KUBE_DOMAIN } }), /cannot update/],
+      ['delete', asAccount(cp(), kubeconfig, 'DELETE', mine), /cannot delete/],
+      ['create', asAccount(cp(), kubeconfig, 'POST', secrets, { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'mine' } }), /cannot create/],
       ['patch another Secret', patch(`${secrets}/other`, request('rbac-2')), /cannot patch/],
       ['patch the key', patch(mine, { data: { 'tls.key': '' } }), /renew request annotation only/],
       ['patch a label', patch(mine, { metadata: { labels: { x: 'y' } } }), /renew request annotation only/],
       ['patch the answer', patch(mine, { metadata: { annotations: { 'certshare.io/renew-answered': 'rbac-1' } } }), /renew-requested annotation only/],
       ['remove the request', patch(mine, request(null)), /annotation only/],
       ['a request id with spaces', patch(mine, request('a b')), /printable/],
-      ['pods', asAccount(kubeconfig, 'GET', `/api/v1/namespaces/${ns}/pods`), /cannot list/],
-      ['the ledger', asAccount(kubeconfig, 'GET', `/api/v1/namespaces/${ns}/configmaps/certshare-proxy-ledger`), /cannot get/],
+      ['pods', asAccount(cp(), kubeconfig, 'GET', `/api/v1/namespaces/${ns}/pods`), /cannot list/],
+      ['the ledger', asAccount(cp(), kubeconfig, 'GET', `/api/v1/namespaces/${ns}/configmaps/certshare-proxy-ledger`), /cannot get/],
     ];
     for (const [what, result, expected] of refusals) {
       const r = await result;

@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane, type ControlPlane } from '../harness/control-plane.ts';
-import { exampleNamespace, GROUP, KUBE_DOMAIN, kubeconfigVia, must } from '../support/kube.ts';
+import { allowDomains, exampleNamespace, GROUP, KUBE_DOMAIN, kubeconfigVia, must } from '../support/kube.ts';
 import { Checker, GATE } from './checker.ts';
 import { judgeAtEnd } from './end-check.ts';
 import { FaultProxy } from './fault-proxy.ts';
@@ -120,20 +120,6 @@ function scaledTuning(t: ChaosTuning, k: number): ChaosTuning {
 export function chaosDomains(count: number): string[] {
   const [, tailnet] = /^[^.]+\.(.*)$/.exec(KUBE_DOMAIN)!;
   return [KUBE_DOMAIN, ...Array.from({ length: count - 1 }, (_, i) => `proxy-${i + 2}.${tailnet}`)];
-}
-
-/** Widens the example's least-privilege Roles from its one domain Secret to every domain of the group. */
-async function allowDomains(cp: ControlPlane, ns: string, domains: string[]): Promise<void> {
-  for (const [role, rule] of [
-    ['certshare-reader', 0],
-    ['certshare-writer', 1],
-  ] as const) {
-    const patch = [
-      { op: 'test', path: `/rules/${rule}/resources`, value: ['secrets'] },
-      { op: 'replace', path: `/rules/${rule}/resourceNames`, value: domains },
-    ];
-    await must(cp.kubectl(['-n', ns, 'patch', 'role', role, '--type', 'json', '-p', JSON.stringify(patch)]));
-  }
 }
 
 /** Fallback when manifests/example cannot be applied: the same least-privilege rules, inline. */

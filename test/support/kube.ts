@@ -37,6 +37,20 @@ export async function exampleNamespace(cp: ControlPlane, prefix = 'cs'): Promise
   return ns;
 }
 
+/** Widens the example's least-privilege Roles from its one domain Secret to every domain of the group. */
+export async function allowDomains(cp: ControlPlane, ns: string, domains: string[]): Promise<void> {
+  for (const [role, rule] of [
+    ['certshare-reader', 0],
+    ['certshare-writer', 1],
+  ] as const) {
+    const patch = [
+      { op: 'test', path: `/rules/${rule}/resources`, value: ['secrets'] },
+      { op: 'replace', path: `/rules/${rule}/resourceNames`, value: domains },
+    ];
+    await must(cp.kubectl(['-n', ns, 'patch', 'role', role, '--type', 'json', '-p', JSON.stringify(patch)]));
+  }
+}
+
 /** Adds manifests/group-scope (list/watch of the namespace's Secrets, for --watch-scope group) to a namespace. */
 export async function allowGroupScope(cp: ControlPlane, ns: string): Promise<void> {
   await must(cp.kubectl(['apply', '-k', GROUP_SCOPE, '-n', ns]));

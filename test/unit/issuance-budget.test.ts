@@ -114,6 +114,25 @@ describe('IssuanceBudget', () => {
     assert.equal((await budget.request('a.other.ts.net', {}, never)).kind, 'granted');
   });
 
+  it('marks a first issuance done however many writers of a shared ledger win the compare-and-swap before it', async () => {
+    const clock = manualClock();
+    const store = new MemoryLedger();
+    const budget = budgetOn(store, { count: 5, windowMs: 60_000 }, clock);
+    assert.equal((await budget.request('a.t.ts.net', {}, never)).kind, 'granted');
+    // Eight other writers (other groups sharing the ledger) write between each read and write of ours.
+    let others = 8;
+    const write = store.write.bind(store);
+    store.write = async (entries, previous) => {
+      if (others-- > 0) store.version++;
+      return write(entries, previous);
+    };
+    await budget.issued('a.t.ts.net', never);
+    assert.deepEqual(
+      store.entries.map((e) => [e.domain, e.issued]),
+      [['a.t.ts.net', true]],
+    );
+  });
+
   it('moves the domains behind one that left the queue up, and tells their loops', async () => {
     const clock = manualClock();
     const store = new MemoryLedger();
