@@ -28,7 +28,7 @@ describe('run configuration: one validation step before anything starts', () => 
     ['--reload-timeout 0', ['--domain', DOMAIN, '--reload-timeout', '0'], {}, /--reload-timeout must be longer than 0/],
     ['--shutdown-timeout 0', ['--domain', DOMAIN, '--shutdown-timeout', '0', '--drain-delay', '0'], {}, /--shutdown-timeout must be longer than 0/],
     ['--budget-namespace without kube', ['--domain', DOMAIN, '--budget-namespace', 'certshare'], {}, /--budget-namespace needs --store kube/],
-    ['--budget-namespace without a budget', [...KUBE, '--issuance-budget', '0', '--budget-namespace', 'ns'], {}, /--budget-namespace needs an --issuance-budget/],
+    ['--budget-namespace, no budget', [...KUBE, '--issuance-budget', '0', '--budget-namespace', 'ns'], {}, /--budget-namespace needs an --issuance-budget/],
     ['--budget-namespace not a name', [...KUBE, '--budget-namespace', 'Not_A_Name'], {}, /--budget-namespace: "Not_A_Name" is not a namespace name/],
     ['--first-retry above --retry-cap', ['--domain', DOMAIN, '--first-retry', '2h', '--retry-cap', '1h'], {}, /--first-retry must not be above --retry-cap/],
     [
