@@ -1,13 +1,44 @@
-// `certshare renew <domain>`: one renew request on the domain's Secret (src/kube/renew-request.ts), and with
-// --wait the writer's answer. Exit 0: requested (or, with --wait, served); 1: refused or no answer in time.
+// `certshare renew <domain>`: one renew request, on the domain's Secret (src/kube/renew-request.ts) or in the
+// standalone store directory (src/store/dir-store.ts), and with --wait the writer's answer. Exit 0: requested
+// (or, with --wait, served); 1: refused or no answer in time.
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { newRenewRequestId } from '../core/renew-request.ts';
 import { parseFlags, usage } from '../flags/flags.ts';
-import { RENEW_FLAGS, RENEW_SUMMARY, renewOptionsFrom } from '../config/renew-options.ts';
+import { RENEW_FLAGS, RENEW_SUMMARY, renewOptionsFrom, type RenewOptions } from '../config/renew-options.ts';
 
-/** How often --wait looks at the Secret's answer (one empty patch each). */
+/** How often --wait looks at the answer (one empty patch of the Secret, or one file read). */
 const WAIT_POLL_MS = 2000;
+
+interface RequestTarget {
+  where: string;
+  request(id: string): Promise<{ kind: 'requested' | 'pending'; id: string }>;
+  answer(): Promise<{ id?: string | undefined; outcome?: string | undefined }>;
+  close(): void;
+}
+
+async function target(options: RenewOptions): Promise<RequestTarget> {
+  if (options.store.kind === 'dir') {
+    const root = options.store.path;
+    const { renewAnswerInDir, requestRenewalInDir } = await import('../store/dir-store.ts');
+    return {
+      where: `the store directory ${root}`,
+      request: (id) => requestRenewalInDir(root, options.domain, id),
+      answer: () => renewAnswerInDir(root, options.domain),
+      close: () => {},
+    };
+  }
+  const { connectKube } = await import('../kube/connection.ts');
+  const { renewAnswer, requestRenewal } = await import('../kube/renew-request.ts');
+  const env = options.namespace === undefined ? process.env : { ...process.env, POD_NAMESPACE: options.namespace };
+  const connection = await connectKube(env);
+  return {
+    where: `Secret ${connection.namespace}/${options.domain}`,
+    request: (id) => requestRenewal(connection, options.domain, id),
+    answer: () => renewAnswer(connection, options.domain),
+    close: () => connection.close(),
+  };
+}
 
 export async function renewCommand(argv: string[]): Promise<number> {
   const [first, ...rest] = argv;
@@ -17,23 +48,18 @@ export async function renewCommand(argv: string[]): Promise<number> {
     return 0;
   }
   const options = renewOptionsFrom(first, values);
-  const { connectKube } = await import('../kube/connection.ts');
-  const { renewAnswer, requestRenewal } = await import('../kube/renew-request.ts');
-  const env = options.namespace === undefined ? process.env : { ...process.env, POD_NAMESPACE: options.namespace };
-  const connection = await connectKube(env);
+  const t = await target(options);
   try {
-    const id = newRenewRequestId(Date.now(), randomBytes(4).toString('hex'));
-    const result = await requestRenewal(connection, options.domain, id);
-    const where = `Secret ${connection.namespace}/${options.domain}`;
+    const result = await t.request(newRenewRequestId(Date.now(), randomBytes(4).toString('hex')));
     console.log(
       result.kind === 'requested'
-        ? `renew request ${result.id} written on ${where}`
-        : `renew request ${result.id} is already pending on ${where}: it stands (one request, not two)`,
+        ? `renew request ${result.id} written on ${t.where}`
+        : `renew request ${result.id} is already pending on ${t.where}: it stands (one request, not two)`,
     );
     if (options.waitMs === 0) return 0;
     const deadline = Date.now() + options.waitMs;
     for (;;) {
-      const answer = await renewAnswer(connection, options.domain);
+      const answer = await t.answer();
       if (answer.id === result.id) {
         console.log(`${options.domain}: ${answer.outcome ?? 'answered'}`);
         return answer.outcome?.startsWith('issued') ? 0 : 1;
@@ -45,6 +71,6 @@ export async function renewCommand(argv: string[]): Promise<number> {
       await sleep(Math.min(WAIT_POLL_MS, Math.max(0, deadline - Date.now())));
     }
   } finally {
-    connection.close();
+    t.close();
   }
 }

@@ -6,6 +6,12 @@ import { duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 
 export const RENEW_FLAGS: FlagSpec[] = [
   {
+    name: 'store',
+    placeholder: 'kube|dir:PATH',
+    default: 'kube',
+    help: "Where the domain's certificate lives: kube (its Secret) or the standalone daemon's directory (a request file in .state/).",
+  },
+  {
     name: 'namespace',
     placeholder: 'NS',
     help: "The namespace of the domain's Secret. Default: POD_NAMESPACE, else the kubeconfig context's namespace, else default.",
@@ -21,12 +27,14 @@ export const RENEW_FLAGS: FlagSpec[] = [
 
 export const RENEW_SUMMARY =
   "certshare renew <domain> [flags]: asks the group's writer for exactly one new certificate with a new key for <domain>, " +
-  "by the annotation certshare.io/renew-requested on the domain's Secret (KUBECONFIG, or the Pod's account). " +
+  "by the annotation certshare.io/renew-requested on the domain's Secret (KUBECONFIG, or the Pod's account), " +
+  'or standalone by the file .state/<domain>.renew of the store directory. ' +
   'A request already pending stands (one request, not two). The minimum interval and the issuance budget may refuse it. ' +
   'Needs patch on that Secret only (docs/renew.md).';
 
 export interface RenewOptions {
   domain: string;
+  store: { kind: 'kube' } | { kind: 'dir'; path: string };
   namespace: string | undefined;
   waitMs: number;
 }
@@ -41,5 +49,11 @@ export function renewOptionsFrom(domainArg: string | undefined, values: FlagValu
     throw new CertshareError('CERTSHARE_BAD_FLAG', `--namespace: "${namespace}" is not a namespace name`);
   const waitMs = duration(values, 'wait');
   if (waitMs < 0 || waitMs > 3_600_000) throw new CertshareError('CERTSHARE_BAD_FLAG', '--wait: from 0s to 1h');
-  return { domain: normalizeDomain(domainArg), namespace, waitMs };
+  const storeText = String(values.store);
+  let store: RenewOptions['store'];
+  if (storeText === 'kube') store = { kind: 'kube' };
+  else if (storeText.startsWith('dir:') && storeText.length > 4) store = { kind: 'dir', path: storeText.slice(4) };
+  else throw new CertshareError('CERTSHARE_BAD_FLAG', `--store must be kube or dir:PATH, got "${storeText}"`);
+  if (store.kind === 'dir' && namespace !== undefined) throw new CertshareError('CERTSHARE_BAD_FLAG', '--namespace needs --store kube');
+  return { domain: normalizeDomain(domainArg), store, namespace, waitMs };
 }

@@ -1,13 +1,26 @@
+import { watch as watchDir, type FSWatcher } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Clock } from '../core/clock.ts';
-import type { CertStore, StoreRead, StoredCert } from '../core/store.ts';
+import { pendingRenewRequest } from '../core/renew-request.ts';
+import type { CertStore, Coordination, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/store.ts';
 import { safeName, writeFileAtomically, type CertDirectory } from './cert-directory.ts';
+
+/**
+ * The renew request of a domain standalone (`certshare renew <domain> --store dir:PATH`): the file
+ * `.state/<domain>.renew` holding the request id; the answer is kept in `.state/<domain>.json`.
+ */
+export function renewMarkerPath(root: string, domain: string): string {
+  return join(root, '.state', `${safeName(domain)}.renew`);
+}
 
 /**
  * The standalone store: the certificate directory is both the store and what the proxy reads. A rate
  * limit and when the current pair was obtained are kept in `.state/<domain>.json`, so that a restart
- * neither retries before the CA allows nor measures the renewal window differently (renewal.ts).
+ * neither retries before the CA allows nor measures the renewal window differently (renewal.ts). So is
+ * the answer to the last renew request (`.state/<domain>.renew`, see renewMarkerPath), written with when
+ * the pair that served it was obtained, before the files: a crash in between leaves the request answered
+ * (at most one issuance per request), and tailscaled holds the pair for the next call.
  */
 export class DirStore implements CertStore {
   readonly kind = 'dir';
@@ -22,19 +35,56 @@ export class DirStore implements CertStore {
   }
 
   async load(domain: string): Promise<StoreRead> {
-    const [read, state] = await Promise.all([this.#dir.read(domain, this.#clock.now()), this.#readState(domain)]);
+    const [read, state, requested] = await Promise.all([this.#dir.read(domain, this.#clock.now()), this.#readState(domain), this.#readMarker(domain)]);
     // When the pair on disk was obtained, trusted only for the serial it was written with (a pair put
     // there by hand starts from its notBefore, which renews earlier, never later).
     if (read.state === 'valid' && state.obtained?.serial === read.cert.info.serial) read.cert.obtainedAt = state.obtained.at;
-    return { ...read, coordination: state.retryNotBefore === undefined ? {} : { retryNotBefore: state.retryNotBefore } };
+    const coordination: Coordination = state.retryNotBefore === undefined ? {} : { retryNotBefore: state.retryNotBefore };
+    const renew = pendingRenewRequest(requested, state.renew?.id);
+    if (renew !== undefined) coordination.renewRequest = renew;
+    return { ...read, coordination };
   }
 
-  async save(domain: string, cert: StoredCert): Promise<void> {
-    if (cert.obtainedAt !== undefined) {
+  async save(domain: string, cert: StoredCert, _signal?: AbortSignal, options?: SaveOptions): Promise<void> {
+    if (cert.obtainedAt !== undefined || options?.renewAnswer) {
       // Before the files: a crash in between leaves a record for another serial, which is ignored.
-      await this.#writeState(domain, { ...(await this.#readState(domain)), obtained: { serial: cert.info.serial, at: cert.obtainedAt } });
+      const state = await this.#readState(domain);
+      if (cert.obtainedAt !== undefined) state.obtained = { serial: cert.info.serial, at: cert.obtainedAt };
+      if (options?.renewAnswer) state.renew = options.renewAnswer;
+      await this.#writeState(domain, state);
     }
     if (await this.#dir.write(domain, cert.pair)) this.#onWritten(domain, this.#dir.pathOf(domain));
+  }
+
+  async recordRenewAnswer(domain: string, answer: RenewAnswer): Promise<void> {
+    await this.#writeState(domain, { ...(await this.#readState(domain)), renew: answer });
+  }
+
+  /** A renew request written (the marker file created or replaced) wakes the domain's loop. */
+  watch(domain: string, listener: () => void): () => void {
+    const name = `${safeName(domain)}.renew`;
+    const dir = join(this.#dir.root, '.state');
+    let watcher: FSWatcher | undefined;
+    let closed = false;
+    void mkdir(dir, { recursive: true, mode: 0o700 }).then(
+      () => {
+        if (closed) return;
+        watcher = watchDir(dir, (_event, file) => {
+          if (file === null || file === name) listener();
+        });
+        // A watcher that fails (the directory removed) only loses the wake-up: the next check still reads it.
+        watcher.on('error', () => watcher?.close());
+      },
+      () => {},
+    );
+    return () => {
+      closed = true;
+      watcher?.close();
+    };
+  }
+
+  async #readMarker(domain: string): Promise<string | undefined> {
+    return readFile(renewMarkerPath(this.#dir.root, domain), 'utf8').catch(() => undefined);
   }
 
   async recordRateLimit(domain: string, until: number): Promise<void> {
@@ -49,25 +99,12 @@ export class DirStore implements CertStore {
     const json: Record<string, unknown> = {};
     if (state.retryNotBefore !== undefined) json.retryNotBefore = new Date(state.retryNotBefore).toISOString();
     if (state.obtained) json.obtained = { serial: state.obtained.serial, at: new Date(state.obtained.at).toISOString() };
+    if (state.renew) json.renew = state.renew;
     await writeFileAtomically(dir, name, `${JSON.stringify(json)}\n`, 0o600);
   }
 
-  async #readState(domain: string): Promise<DomainState> {
-    const path = join(this.#dir.root, '.state', `${safeName(domain)}.json`);
-    let raw: { retryNotBefore?: unknown; obtained?: { serial?: unknown; at?: unknown } };
-    try {
-      raw = JSON.parse(await readFile(path, 'utf8'));
-    } catch {
-      // Missing or garbled state only loses a remembered rate limit (the CA would refuse again anyway) and
-      // when the pair was obtained (the renewal rule then measures from notBefore).
-      return {};
-    }
-    const state: DomainState = {};
-    const until = typeof raw?.retryNotBefore === 'string' ? Date.parse(raw.retryNotBefore) : Number.NaN;
-    if (Number.isFinite(until)) state.retryNotBefore = until;
-    const at = typeof raw?.obtained?.at === 'string' ? Date.parse(raw.obtained.at) : Number.NaN;
-    if (typeof raw?.obtained?.serial === 'string' && Number.isFinite(at)) state.obtained = { serial: raw.obtained.serial, at };
-    return state;
+  #readState(domain: string): Promise<DomainState> {
+    return readDomainState(this.#dir.root, domain);
   }
 }
 
@@ -75,4 +112,49 @@ export class DirStore implements CertStore {
 interface DomainState {
   retryNotBefore?: number;
   obtained?: { serial: string; at: number };
+  /** The last renew request answered, and what became of it. */
+  renew?: RenewAnswer;
+}
+
+/** `.state/<domain>.json` of the store at `root`; missing or garbled: empty. */
+async function readDomainState(root: string, domain: string): Promise<DomainState> {
+  const path = join(root, '.state', `${safeName(domain)}.json`);
+  let raw: { retryNotBefore?: unknown; obtained?: { serial?: unknown; at?: unknown }; renew?: { id?: unknown; outcome?: unknown } };
+  try {
+    raw = JSON.parse(await readFile(path, 'utf8'));
+  } catch {
+    // Missing or garbled state only loses a remembered rate limit (the CA would refuse again anyway) and
+    // when the pair was obtained (the renewal rule then measures from notBefore), and the last renew
+    // answer (a request still marked would be served again).
+    return {};
+  }
+  const state: DomainState = {};
+  const until = typeof raw?.retryNotBefore === 'string' ? Date.parse(raw.retryNotBefore) : Number.NaN;
+  if (Number.isFinite(until)) state.retryNotBefore = until;
+  const at = typeof raw?.obtained?.at === 'string' ? Date.parse(raw.obtained.at) : Number.NaN;
+  if (typeof raw?.obtained?.serial === 'string' && Number.isFinite(at)) state.obtained = { serial: raw.obtained.serial, at };
+  if (typeof raw?.renew?.id === 'string' && typeof raw.renew.outcome === 'string') state.renew = { id: raw.renew.id, outcome: raw.renew.outcome };
+  return state;
+}
+
+/**
+ * `certshare renew <domain> --store dir:PATH`: writes the request marker unless a request is pending (its
+ * id differs from the last one answered): then that one stands. The daemon's watch of `.state/` wakes the
+ * domain's loop. (Two operators at the same instant may both write; the last id written is the request.)
+ */
+export async function requestRenewalInDir(root: string, domain: string, id: string): Promise<{ kind: 'requested' | 'pending'; id: string }> {
+  const marker = renewMarkerPath(root, domain);
+  const [requested, state] = await Promise.all([readFile(marker, 'utf8').catch(() => undefined), readDomainState(root, domain)]);
+  const pending = pendingRenewRequest(requested, state.renew?.id);
+  if (pending !== undefined) return { kind: 'pending', id: pending };
+  const dir = join(root, '.state');
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  await writeFileAtomically(dir, `${safeName(domain)}.renew`, `${id}\n`, 0o600);
+  return { kind: 'requested', id };
+}
+
+/** The last renew answer recorded for `domain` in the store at `root` (for `certshare renew --wait`). */
+export async function renewAnswerInDir(root: string, domain: string): Promise<{ id?: string; outcome?: string }> {
+  const { renew } = await readDomainState(root, domain);
+  return renew ? { id: renew.id, outcome: renew.outcome } : {};
 }

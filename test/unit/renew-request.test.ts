@@ -5,6 +5,8 @@ import { describe, it } from 'node:test';
 import { decideIssuance, renewRequestRule, type IssuanceDecision, type IssuanceSettings, type IssuanceSnapshot } from '../../src/core/issuance-policy.ts';
 import { IssuanceBudget, decodeLedger, encodeLedger } from '../../src/core/issuance-budget.ts';
 import { pendingRenewRequest, refusalText } from '../../src/core/renew-request.ts';
+import { RENEW_FLAGS, renewOptionsFrom } from '../../src/config/renew-options.ts';
+import { parseFlags } from '../../src/flags/flags.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 import { MemoryLedger } from '../support/memory-ledger.ts';
 import { silentLogger } from '../../src/core/logger.ts';
@@ -135,4 +137,30 @@ describe("the budget's slot for a renew request", () => {
     );
     assert.deepEqual(decodeLedger(encodeLedger(ledger.entries), 'test'), ledger.entries, 'the request id survives the JSON form');
   });
+});
+
+describe('certshare renew: its command line', () => {
+  const parse = (argv: string[]) => {
+    const [first, ...rest] = argv;
+    return renewOptionsFrom(first, parseFlags(RENEW_FLAGS, first?.startsWith('-') ? argv : rest, {}));
+  };
+  it('takes the domain first, the Secret by default, or a store directory', () => {
+    assert.deepEqual(parse(['Web.Tailnet-0000.ts.net.', '--namespace', 'proxy']), {
+      domain: 'web.tailnet-0000.ts.net',
+      store: { kind: 'kube' },
+      namespace: 'proxy',
+      waitMs: 0,
+    });
+    assert.deepEqual(parse(['a.tailnet-0000.ts.net', '--store', 'dir:/var/certs', '--wait', '30s']).store, { kind: 'dir', path: '/var/certs' });
+  });
+  const refused: Array<[string, string[], RegExp]> = [
+    ['no domain', [], /needs the domain first/],
+    ['a flag where the domain goes', ['--wait', '1s'], /needs the domain first/],
+    ['a hostile domain', ['../../x'], /not a fully qualified domain name/],
+    ['an unknown store', ['a.tailnet-0000.ts.net', '--store', 'etcd'], /--store must be kube or dir:PATH/],
+    ['a namespace standalone', ['a.tailnet-0000.ts.net', '--store', 'dir:/x', '--namespace', 'proxy'], /--namespace needs --store kube/],
+    ['a bad namespace', ['a.tailnet-0000.ts.net', '--namespace', 'No_Such'], /is not a namespace name/],
+    ['a wait over an hour', ['a.tailnet-0000.ts.net', '--wait', '2h'], /--wait: from 0s to 1h/],
+  ];
+  for (const [name, argv, message] of refused) it(`refuses ${name}`, () => assert.throws(() => parse(argv), message));
 });
