@@ -101,9 +101,9 @@ describe('served check and Service advertisement (emulator)', () => {
       await until('advertised again', () => advertised(s), [every50ms]);
       const stopping = s.daemon.stop();
       await until('withdrawn while stopping', () => !advertised(s), [every50ms]);
+      await stopping;
       const failoverWaited = s.log.entries.some((e) => e.msg?.includes('waiting for control to move clients'));
       assert.ok(failoverWaited, 'the failover wait was logged');
-      await stopping;
       assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other', 'svc:third'], 'only certshare’s Service withdrawn');
     } finally {
       await s.done();
