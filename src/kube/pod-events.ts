@@ -5,7 +5,7 @@ import type { StoredCert } from '../core/store.ts';
 import type { EventOccurrence } from './event-recorder.ts';
 
 /**
- * The reasons of the Events certshare records about its Pod: a fixed set, documented in the README
+ * The reasons of the Events certshare records about its Pod: a fixed set, documented in docs/operations.md
  * (Kubernetes section). Changing one changes what users' alerts and `kubectl get events` filters match.
  */
 export const EVENT_REASONS = {

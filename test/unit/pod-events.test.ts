@@ -82,8 +82,8 @@ describe('the Events about the Pod', () => {
     assert.match(recorded[0]!.note, /waits for the issuance budget; its turn at 2030-01-02T00:00:00.000Z/);
   });
 
-  it('the README documents every reason', async () => {
-    const readme = await readFile(new URL('../../README.md', import.meta.url), 'utf8');
-    for (const reason of Object.keys(EVENT_REASONS)) assert.match(readme, new RegExp(`\`${reason}\``), reason);
+  it('docs/operations.md documents every reason', async () => {
+    const page = await readFile(new URL('../../docs/operations.md', import.meta.url), 'utf8');
+    for (const reason of Object.keys(EVENT_REASONS)) assert.match(page, new RegExp(`\`${reason}\``), reason);
   });
 });
