@@ -10,22 +10,29 @@ export interface CommandLine {
   /** How the script is run, for the usage's first line (e.g. `npm run bench --`). */
   invocation: string;
   summary: string;
-  flags: FlagSpec[];
+  /** A script's flags need no group: its usage lists them in one section. */
+  flags: ScriptFlag[];
 }
+
+export type ScriptFlag = Omit<FlagSpec, 'group'> & { group?: string };
 
 /** Parses `argv`; prints the usage and exits 0 on --help; prints the error and exits 2 on a bad flag. */
 export function parseScriptArgs(script: CommandLine, argv: string[] = process.argv.slice(2)): FlagValues {
   let values: FlagValues;
   try {
-    values = parseFlags(script.flags, argv, {});
+    values = parseFlags(specsOf(script), argv, {});
   } catch (err) {
     exitWithUsageError(script, errorMessage(err));
   }
   if (values.help) {
-    process.stdout.write(`${usage('', script.summary, script.flags, { invocation: script.invocation, fromEnv: false })}\n`);
+    process.stdout.write(`${usage('', script.summary, specsOf(script), { invocation: script.invocation, fromEnv: false })}\n`);
     process.exit(0);
   }
   return values;
+}
+
+function specsOf(script: CommandLine): FlagSpec[] {
+  return script.flags.map((flag) => ({ ...flag, group: flag.group ?? '' }));
 }
 
 /** A flag's value that the parser accepted but the script cannot use: the same answer as an unknown flag. */

@@ -4,39 +4,52 @@ import { join } from 'node:path';
 import { startDaemon } from '../daemon.ts';
 import { CertshareError } from '../core/errors.ts';
 import { DEFAULT_DOMAIN, emulatorOptionsProblem, startEmulator, type EmulatorOptions } from '../emulator/server.ts';
-import { duration, parseFlags, usage, type FlagSpec } from '../flags/flags.ts';
+import { type CommandHelp, commandUsage, duration, parseFlags, type FlagSpec } from '../flags/flags.ts';
 import { LOG_FLAGS, logFormatFrom } from '../logging/log-format.ts';
 import { createLogger } from '../logging/logger.ts';
-import { RUN_FLAGS, daemonConfigFrom } from '../config/run-options.ts';
+import { type DaemonConfig, RUN_FLAGS, type RunValues, daemonConfigFrom } from '../config/run-options.ts';
 import { stopOnSignal } from '../signals/stop-on-signal.ts';
 
-const DEMO_FLAGS: FlagSpec[] = [
-  { name: 'listen', placeholder: 'ADDR:PORT', default: '127.0.0.1:9002', help: "The daemon's /healthz and /metrics address." },
-  { name: 'domain', placeholder: 'FQDN', default: DEFAULT_DOMAIN, help: 'The demo domain.' },
-  { name: 'domain-delay', placeholder: 'DURATION', default: '2s', help: 'How long the emulated tailscaled takes to list the domain.' },
+const DEMO_FLAGS = [
+  { name: 'listen', group: 'serving and logs', placeholder: 'ADDR:PORT', default: '127.0.0.1:9002', help: "The daemon's /healthz and /metrics address." },
+  { name: 'domain', group: 'the emulated tailscaled', placeholder: 'FQDN', default: DEFAULT_DOMAIN, help: 'The demo domain.' },
+  {
+    name: 'domain-delay',
+    group: 'the emulated tailscaled',
+    placeholder: 'DURATION',
+    default: '2s',
+    help: 'How long the emulated tailscaled takes to list the domain.',
+  },
   {
     name: 'cert-lifetime',
+    group: 'the emulated tailscaled',
     placeholder: 'DURATION',
     default: '10m',
     help: 'Lifetime of the emulated certificates (short, so a renewal shows up within minutes).',
   },
   ...LOG_FLAGS,
-];
+] as const satisfies readonly FlagSpec[];
+
+/** `certshare demo --help` and its part of docs/configuration.md. */
+export const DEMO_HELP: CommandHelp = {
+  command: 'demo',
+  summary: 'Starts the LocalAPI emulator and the daemon in a temporary directory; Ctrl-C stops both and cleans up.',
+  flags: DEMO_FLAGS,
+  groups: ['the emulated tailscaled', 'serving and logs'],
+  example: 'certshare demo --cert-lifetime 2m --log-format pretty',
+  // The demo reads no CERTSHARE_* variable (parseFlags below gets none): its usage names none.
+  fromEnv: false,
+};
 
 /** The one-command demo: an emulated tailscaled and the daemon, standalone, in a temporary directory. */
 export async function runDemo(argv: string[]): Promise<number> {
   const values = parseFlags(DEMO_FLAGS, argv, {});
   if (values.help) {
-    console.log(
-      usage('demo', 'Starts the LocalAPI emulator and the daemon in a temporary directory; Ctrl-C stops both and cleans up.', DEMO_FLAGS, {
-        // The demo reads no CERTSHARE_* variable (parseFlags above gets none): its usage names none.
-        fromEnv: false,
-      }),
-    );
+    console.log(commandUsage(DEMO_HELP));
     return 0;
   }
-  const domain = String(values.domain);
-  const logger = createLogger(String(values['log-level']), undefined, logFormatFrom(values));
+  const domain = values.domain;
+  const logger = createLogger(values['log-level'], undefined, logFormatFrom(values));
   const emulated: EmulatorOptions = {
     domains: [domain],
     domainDelayMs: duration(values, 'domain-delay'),
@@ -61,9 +74,9 @@ export async function runDemo(argv: string[]): Promise<number> {
         '--store',
         `dir:${certDir}`,
         '--listen',
-        String(values.listen),
+        values.listen,
         '--log-level',
-        String(values['log-level']),
+        values['log-level'],
         '--first-retry',
         '2s',
         '--retry-cap',
@@ -120,6 +133,6 @@ export async function runDemo(argv: string[]): Promise<number> {
 }
 
 /** The daemon's configuration from its flags (a rejected flag ends the demo after the emulator is closed). */
-async function demoConfig(values: ReturnType<typeof parseFlags>): Promise<ReturnType<typeof daemonConfigFrom>> {
+async function demoConfig(values: RunValues): Promise<DaemonConfig> {
   return daemonConfigFrom(values, { POD_IPS: '127.0.0.1' });
 }

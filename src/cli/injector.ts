@@ -1,20 +1,13 @@
 // `certshare injector`: the admission webhook (src/injector/injector.ts) until SIGTERM/SIGINT.
-import { parseFlags, usage } from '../flags/flags.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom, startInjector } from '../injector/injector.ts';
+import { commandUsage, parseFlags } from '../flags/flags.ts';
+import { INJECTOR_FLAGS, INJECTOR_HELP, injectorConfigFrom, startInjector } from '../injector/injector.ts';
 import { createLogger } from '../logging/logger.ts';
 import { stopOnSignal } from '../signals/stop-on-signal.ts';
 
 export async function injectorCommand(argv: string[]): Promise<number> {
   const values = parseFlags(INJECTOR_FLAGS, argv, process.env);
   if (values.help) {
-    console.log(
-      usage(
-        'injector',
-        'A mutating admission webhook adding certshare as a native sidecar to Pods annotated certshare.io/inject: "true", ' +
-          'serving TLS from its own CA, rotated with overlap.',
-        INJECTOR_FLAGS,
-      ),
-    );
+    console.log(commandUsage(INJECTOR_HELP));
     return 0;
   }
   const config = injectorConfigFrom(values, process.env);

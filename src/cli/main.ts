@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 import { join } from 'node:path';
 import { CertshareError, ERROR_CODES, type ErrorCode, errorMessage } from '../core/errors.ts';
-import { parseFlags, usage } from '../flags/flags.ts';
-import { RUN_FLAGS, daemonConfigFrom } from '../config/run-options.ts';
+import { commandUsage, parseFlags } from '../flags/flags.ts';
+import { RUN_FLAGS, RUN_HELP, daemonConfigFrom } from '../config/run-options.ts';
 import { useCompileCache } from './compile-cache.ts';
 import { withoutOptimizingCompilers } from '../server/heap-saving.ts';
 
@@ -29,7 +29,7 @@ async function main(argv: string[]): Promise<number> {
     case 'run': {
       const values = parseFlags(RUN_FLAGS, rest, process.env);
       if (values.help) {
-        console.log(usage('run', 'Keeps certificates for the given domains, issued through tailscaled, in a directory or Kubernetes Secrets.', RUN_FLAGS));
+        console.log(commandUsage(RUN_HELP));
         return 0;
       }
       const config = daemonConfigFrom(values, process.env);

@@ -1,4 +1,4 @@
-import type { DaemonConfig, ShareMode, StoreChoice, TlsChoice, WatchScope } from './daemon-config.ts';
+import type { DaemonConfig, StoreChoice, TlsChoice } from './daemon-config.ts';
 import { formatGoDuration } from '../core/duration.ts';
 import { normalizeDomain } from '../core/domain.ts';
 import { parseBudget } from '../core/issuance-budget.ts';
@@ -12,207 +12,327 @@ import { isObjectName } from '../core/kube-names.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
 import { parseServiceName, serviceDomain } from '../core/advertisement.ts';
 import { LETS_ENCRYPT_DIRECTORY } from '../acme/renewal-info-client.ts';
-import { duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
-import { LOG_FLAGS, logFormatFrom } from '../logging/log-format.ts';
+import { type CommandHelp, duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
+import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom } from '../logging/log-format.ts';
 
 export type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from './daemon-config.ts';
 
-export const RUN_FLAGS: FlagSpec[] = [
+/** The sections of `certshare run --help`, by task, in this order. */
+export const RUN_GROUPS = [
+  'tailscaled and domains',
+  'store',
+  'renewal and retries',
+  'limits and ARI',
+  'Kubernetes',
+  'readiness and routing',
+  'served check and Tailscale Services',
+  'serving and logs',
+  'shutdown',
+] as const;
+
+const DOMAINS_REQUIRED = 'one of --domain or --serve-config';
+
+export const RUN_FLAGS = [
   {
     name: 'localapi',
+    group: 'tailscaled and domains',
     placeholder: 'PATH|URL',
     default: '/var/run/tailscale/tailscaled.sock',
     help: "tailscaled's LocalAPI: a unix socket path or an http:// URL.",
   },
-  { name: 'domain', placeholder: 'FQDN', multiple: true, help: 'A domain to keep a certificate for.' },
-  { name: 'serve-config', placeholder: 'FILE', help: 'A Tailscale ServeConfig JSON file whose HTTPS hosts are the domains; watched for changes.' },
+  {
+    name: 'domain',
+    group: 'tailscaled and domains',
+    placeholder: 'FQDN',
+    multiple: true,
+    required: DOMAINS_REQUIRED,
+    help: 'A domain to keep a certificate for.',
+  },
+  {
+    name: 'serve-config',
+    group: 'tailscaled and domains',
+    placeholder: 'FILE',
+    required: DOMAINS_REQUIRED,
+    help: 'A Tailscale ServeConfig JSON file whose HTTPS hosts are the domains; watched.',
+    detail: 'A file that does not exist yet (in an existing directory) is waited for, /healthz answering 503 until it has been read once.',
+  },
   {
     name: 'store',
+    group: 'store',
     placeholder: 'dir:PATH|kube',
-    help: 'Where certificates live: a directory, or one Kubernetes Secret per domain. Default: kube inside a cluster, dir:./certshare-certs outside.',
-  },
-  { name: 'listen', placeholder: 'ADDR:PORT', default: '[::]:9002', help: 'Address for GET /healthz and GET /metrics.' },
-  {
-    name: 'tls',
-    placeholder: 'dir:PATH|secret:NAME',
-    help:
-      'Serve /healthz and /metrics over HTTPS with tls.crt and tls.key from a directory (e.g. a mounted Secret) or a kubernetes.io/tls ' +
-      "Secret of the Pod's namespace (needs --store kube); a renewed pair is served from the next handshake on, without restart.",
+    help: 'Where certificates live: a directory, or one Kubernetes Secret per domain.',
+    detail: 'Default: kube inside a cluster (KUBERNETES_SERVICE_HOST set), dir:./certshare-certs outside.',
   },
   {
     name: 'reload-command',
+    group: 'store',
     placeholder: 'CMD',
-    help:
-      'Command run after certificate files changed. A JSON array (e.g. \'["nginx","-s","reload"]\') runs without a shell everywhere; ' +
-      'a plain string (e.g. "nginx -s reload") runs through /bin/sh where there is one and is split on spaces where there is none (distroless). ' +
-      'Failures are logged, never fatal.',
+    help: 'Command run after certificate files changed; failures are logged, never fatal.',
+    detail:
+      'A JSON array (e.g. \'["nginx","-s","reload"]\') runs without a shell everywhere; a plain string (e.g. "nginx -s reload") ' +
+      'runs through /bin/sh where there is one and is split on spaces where there is none (the distroless image).',
   },
-  { name: 'reload-timeout', placeholder: 'DURATION', default: '60s', help: 'Kill the reload command, and every process it started, after this long.' },
-  { name: 'check-interval', placeholder: 'DURATION', default: '24h', help: 'Longest wait between two looks at a certificate that is not due.' },
+  {
+    name: 'reload-timeout',
+    group: 'store',
+    placeholder: 'DURATION',
+    default: '60s',
+    help: 'Kill the reload command, and every process it started, after this long.',
+  },
+  {
+    name: 'check-interval',
+    group: 'renewal and retries',
+    placeholder: 'DURATION',
+    default: '24h',
+    help: 'Longest wait between two looks at a certificate that is not due.',
+  },
   {
     name: 'renew-fraction',
+    group: 'renewal and retries',
     placeholder: 'FRACTION',
     default: '1/3',
-    help: 'Renew when less than this share of the lifetime remains (half for lifetimes under 10 days).',
+    help: 'Renew when less than this share of the lifetime remains.',
+    detail: 'Half for lifetimes under 10 days. Between 0 and 1, both excluded (e.g. 1/3 or 0.33).',
   },
   {
     name: 'first-retry',
+    group: 'renewal and retries',
     placeholder: 'DURATION',
     default: '1m',
-    help: 'First wait after a failed issuance, doubling up to --retry-cap; also the least time between two issuances of a domain.',
+    help: 'First wait after a failed issuance, doubling up to --retry-cap.',
+    detail: 'Also the least time between two issuances of a domain.',
   },
-  { name: 'retry-cap', placeholder: 'DURATION', default: '24h', help: 'Longest wait between issuance attempts.' },
-  { name: 'rate-limit-retry', placeholder: 'DURATION', default: '1h', help: 'First wait after a rate limit without Retry-After, doubling up to --retry-cap.' },
-  { name: 'cert-timeout', placeholder: 'DURATION', default: '5m', help: 'Timeout of one CertPair call (ACME issuance can take minutes).' },
+  { name: 'retry-cap', group: 'renewal and retries', placeholder: 'DURATION', default: '24h', help: 'Longest wait between issuance attempts.' },
+  {
+    name: 'rate-limit-retry',
+    group: 'renewal and retries',
+    placeholder: 'DURATION',
+    default: '1h',
+    help: 'First wait after a rate limit without Retry-After, doubling up to --retry-cap.',
+  },
+  {
+    name: 'cert-timeout',
+    group: 'renewal and retries',
+    placeholder: 'DURATION',
+    default: '5m',
+    help: 'Timeout of one CertPair call (ACME issuance can take minutes).',
+  },
   {
     name: 'acme-directory',
+    group: 'limits and ARI',
     placeholder: 'URL|none',
     default: LETS_ENCRYPT_DIRECTORY,
-    help:
-      'The ACME directory of the CA that issues the certificates: the writer asks its renewalInfo endpoint (ACME Renewal Information) ' +
-      'when the CA wants a certificate replaced; none turns ARI off. ' +
-      'A private CA is trusted through NODE_EXTRA_CA_CERTS.',
+    help: 'The ACME directory whose Renewal Information (ARI) the writer asks; none turns ARI off.',
+    detail:
+      'The writer asks its renewalInfo endpoint when the CA wants a certificate replaced. ' +
+      'A private CA is trusted through NODE_EXTRA_CA_CERTS (docs/install.md).',
   },
   {
     name: 'ari-interval',
+    group: 'limits and ARI',
     placeholder: 'DURATION',
     default: '6h',
-    help: "Longest wait between two ACME Renewal Information checks of a certificate (the CA's Retry-After may ask again sooner).",
+    help: 'Longest wait between two ARI checks of a certificate.',
+    detail: "The CA's Retry-After may ask again sooner (at least a minute).",
   },
   {
     name: 'issuance-budget',
+    group: 'limits and ARI',
     placeholder: 'COUNT/WINDOW',
     default: '50/168h',
-    help:
-      "At most COUNT first issuances per registered domain (e.g. <tailnet>.ts.net) in any WINDOW, Let's Encrypt's limit; renewals are exempt. " +
-      'Domains without a certificate go first, then the soonest to expire; the rest wait. 0 disables.',
+    help: 'At most COUNT first issuances per registered domain in any WINDOW; 0 disables.',
+    detail:
+      "Let's Encrypt's limit (a registered domain is e.g. <tailnet>.ts.net); renewals are exempt. " +
+      'Domains without a certificate go first, then the soonest to expire; the rest wait.',
   },
   {
     name: 'budget-namespace',
+    group: 'limits and ARI',
     placeholder: 'NS',
-    help:
-      "Keep the issuance budget's ledger per registered domain in this namespace (the platform's): one ConfigMap " +
-      'certshare-budget-<registered domain> that every group of the cluster shares, so the budget holds for the tailnet as a whole ' +
-      '(needs get and update on it; the platform creates it). Default: a ledger per group, certshare-<group>-ledger.',
+    help: "Keep the issuance budget's ledger in this namespace, shared by every group of the cluster.",
+    detail:
+      "The platform's namespace: one ConfigMap certshare-budget-<registered domain> that every group of the cluster shares, so the " +
+      'budget holds for the tailnet as a whole (needs get and update on it; the platform creates it). Default: a ledger per group, ' +
+      'certshare-<group>-ledger.',
   },
   {
     name: 'issuance-concurrency',
+    group: 'limits and ARI',
     placeholder: 'N',
     default: String(DEFAULT_ISSUANCE_CONCURRENCY),
-    help:
-      'At most N domains issue at once (a CertPair call and its store writes); the others wait their turn. ' +
-      'tailscaled runs one ACME order at a time anyway; more only hold memory here and wait there.',
-  },
-  ...LOG_FLAGS,
-  {
-    name: 'startup-grace',
-    placeholder: 'DURATION',
-    default: '30s',
-    help:
-      'For this long after start, tailscaled not listening yet and an empty Secret while the first issuance runs log at info; ' +
-      'later (or once tailscaled answered, or a certificate was held) they are warnings. 0 warns at once; at most 10m.',
+    help: 'At most N domains issue at once; the others wait their turn.',
+    detail: 'tailscaled runs one ACME order at a time anyway; more calls in flight only hold memory here and wait there.',
   },
   {
     name: 'mode',
+    group: 'Kubernetes',
     placeholder: 'rw|ro|auto',
     aliasesEnv: ['TS_CERT_SHARE_MODE'],
-    help: 'Kubernetes: rw writes (issues), ro only reads, auto elects a writer. Default: rw for the Pod whose name ends in -0, ro otherwise.',
+    help: 'rw writes (issues), ro only reads, auto elects a writer with a Lease.',
+    detail: 'Default: rw for the Pod whose name ends in -0, ro otherwise.',
   },
-  { name: 'group', placeholder: 'NAME', help: 'Kubernetes: group label on Secrets. Default: the Pod name without its ordinal.' },
+  { name: 'group', group: 'Kubernetes', placeholder: 'NAME', help: 'Group label on Secrets. Default: the Pod name without its ordinal.' },
   {
     name: 'watch-scope',
+    group: 'Kubernetes',
     placeholder: 'secret|group',
     default: 'secret',
-    help:
-      "Kubernetes: secret watches each domain's Secret by name (RBAC resourceNames, least privilege); " +
-      "group lists and watches the group's Secrets with one label selector (needs list and watch on every Secret of the namespace).",
+    help: "secret watches each domain's Secret by name; group watches the group's Secrets at once.",
+    detail:
+      'secret: RBAC resourceNames, least privilege. group: one label selector, for many domains; ' +
+      'needs list and watch on every Secret of the namespace (manifests/group-scope).',
   },
-  { name: 'out-dir', placeholder: 'DIR', help: 'Kubernetes: also project the current certificates into DIR/<domain>/ (atomic), then run --reload-command.' },
+  {
+    name: 'out-dir',
+    group: 'Kubernetes',
+    placeholder: 'DIR',
+    help: 'Also project the current certificates into DIR/<domain>/, then run --reload-command.',
+  },
+  {
+    name: 'lease-duration',
+    group: 'Kubernetes',
+    placeholder: 'DURATION',
+    default: '15s',
+    help: 'With --mode auto: how long a writer keeps the group Lease without renewing it.',
+  },
   {
     name: 'readiness-gate',
+    group: 'readiness and routing',
     placeholder: 'TYPE',
-    help: "Kubernetes: keep this condition type of the Pod's own status True only while every domain has a valid certificate.",
+    help: "Keep this condition of the Pod's own status True only while every certificate is valid.",
   },
   {
     name: 'readiness-lead',
+    group: 'readiness and routing',
     placeholder: 'DURATION',
     default: '1m',
-    help:
-      'Kubernetes: turn the readiness condition False this long before a certificate expires, so the Pod has left the endpoints by then ' +
-      '(at most 5% of the lifetime and half the time from the renewal point: a renewal that works never takes the Pod out).',
+    help: 'Turn the readiness condition False this long before a certificate expires.',
+    detail:
+      'So the Pod has left the endpoints by then. At most 5% of the lifetime and half the time from the renewal point: ' +
+      'a renewal that works never takes the Pod out.',
   },
   {
     name: 'routing-check',
+    group: 'readiness and routing',
     placeholder: 'URL',
     multiple: true,
-    help: "Kubernetes: a Service's health URL that must route to this Pod (Pod-IPv4 header) before the gate turns True.",
+    help: "A Service's health URL that must route to this Pod before the gate turns True.",
+    detail: 'Recognised by the Pod-IPv4 header or a routing proof (docs/design.md); needs --readiness-gate and POD_IPS.',
   },
   {
     name: 'routing-attempts',
+    group: 'readiness and routing',
     placeholder: 'N',
     default: '9',
-    help:
-      "Kubernetes: fresh connections, in parallel, in a routing check's first round; later rounds take 3 x the endpoints seen answering " +
-      "(Tailscale's rule: replicas x 3). Rounds go on for 30 s before the condition says NotRouted.",
+    help: "Fresh connections, in parallel, in a routing check's first wave.",
+    detail: "Later waves take 3 x the endpoints seen answering (Tailscale's rule); they go on for 30 s before the condition says NotRouted.",
   },
   {
     name: 'served-check',
+    group: 'served check and Tailscale Services',
     placeholder: 'HOST:PORT',
-    help: "The proxy's TLS listener: certshare connects with SNI per domain and compares the certificate served with the one it holds.",
+    help: "The proxy's TLS listener, whose certificate for each domain certshare compares with its own.",
+    detail: 'certshare connects with SNI per domain and compares the certificate served with the one it holds.',
   },
   {
     name: 'served-check-interval',
+    group: 'served check and Tailscale Services',
     placeholder: 'DURATION',
     default: '1m',
     help: 'Steady interval of the served check (it also runs after every certificate change).',
   },
-  { name: 'served-check-timeout', placeholder: 'DURATION', default: '5s', help: 'Bound on one TLS handshake of the served check.' },
+  {
+    name: 'served-check-timeout',
+    group: 'served check and Tailscale Services',
+    placeholder: 'DURATION',
+    default: '5s',
+    help: 'Bound on one TLS handshake of the served check.',
+  },
   {
     name: 'served-stale-after',
+    group: 'served check and Tailscale Services',
     placeholder: 'DURATION',
     default: '5m',
-    help: 'The proxy still serving the previous certificate this long after a renewal is a warning (metric, Event, alert).',
+    help: 'Warn when the proxy still serves the previous certificate this long after a renewal.',
+    detail: 'The warning is a metric, an Event and an alert.',
   },
   {
     name: 'advertise-services',
+    group: 'served check and Tailscale Services',
     placeholder: 'svc:NAME',
     multiple: true,
-    help: "A Tailscale Service advertised through tailscaled's prefs only while its certificate is held and served (needs --served-check).",
+    help: 'A Tailscale Service advertised only while its certificate is held and served.',
+    detail: "Through tailscaled's prefs; needs --served-check.",
   },
   {
     name: 'advertise-failover',
+    group: 'served check and Tailscale Services',
     placeholder: 'DURATION',
     default: '20s',
-    help: "On shutdown, after withdrawing the Services, wait this long for control to move clients (Tailscale's own proxies wait 20s).",
+    help: 'On shutdown, after withdrawing the Services, wait this long for control to move clients.',
+    detail: "Tailscale's own proxies wait 20s.",
   },
   {
     name: 'leave-token',
+    group: 'served check and Tailscale Services',
     placeholder: 'TOKEN',
-    help: "Enables GET /leave-rotation (a preStop hook's call, with this value in the Certshare-Leave-Token header): leave rotation, then answer.",
+    help: 'Enables GET /leave-rotation for a preStop hook sending this token.',
+    detail: 'The hook sends the value in the Certshare-Leave-Token header; certshare leaves rotation, then answers.',
   },
+  { name: 'listen', group: 'serving and logs', placeholder: 'ADDR:PORT', default: '[::]:9002', help: 'Address for GET /healthz and GET /metrics.' },
   {
-    name: 'lease-duration',
+    name: 'tls',
+    group: 'serving and logs',
+    placeholder: 'dir:PATH|secret:NAME',
+    help: 'Serve /healthz and /metrics over HTTPS with a pair from a directory or a Secret.',
+    detail:
+      "tls.crt and tls.key from a directory (e.g. a mounted Secret) or a kubernetes.io/tls Secret of the Pod's namespace " +
+      '(needs --store kube); a renewed pair is served from the next handshake on, without restart.',
+  },
+  ...LOG_FLAGS,
+  {
+    name: 'startup-grace',
+    group: 'serving and logs',
     placeholder: 'DURATION',
-    default: '15s',
-    help: 'Kubernetes, --mode auto: how long a writer keeps the group Lease without renewing it.',
+    default: '30s',
+    help: 'How long what every start goes through logs at info before it warns; at most 10m.',
+    detail:
+      'tailscaled not listening yet and an empty Secret while the first issuance runs; later (or once tailscaled answered, ' +
+      'or a certificate was held) they are warnings. 0 warns at once.',
   },
   {
     name: 'drain-delay',
+    group: 'shutdown',
     placeholder: 'DURATION',
     default: '5s',
-    help:
-      "Injected (certshare injector): the preStop sleep given to the Pod's other containers that have none, so the proxy keeps serving " +
-      'while the Pod leaves the endpoints. certshare itself does not wait: as a native sidecar it is stopped after them.',
+    help: "Injected: the preStop sleep given to the Pod's other containers that have none.",
+    detail:
+      'So the proxy keeps serving while the Pod leaves the endpoints (set by certshare injector). certshare itself does not wait: ' +
+      'as a native sidecar it is stopped after them.',
   },
   {
     name: 'shutdown-timeout',
+    group: 'shutdown',
     placeholder: 'DURATION',
     default: '25s',
     help:
       'Exit no later than this after SIGTERM. Injected, it follows the drain delay within terminationGracePeriodSeconds ' +
       '(the injector refuses a Pod where the two do not fit).',
   },
-];
+] as const satisfies readonly FlagSpec<(typeof RUN_GROUPS)[number]>[];
+
+/** The parsed values of `certshare run`. */
+export type RunValues = FlagValues<typeof RUN_FLAGS>;
+
+/** `certshare run --help` and its part of docs/configuration.md. */
+export const RUN_HELP: CommandHelp = {
+  command: 'run',
+  summary: 'Keeps certificates for the given domains, issued through tailscaled, in a directory or Kubernetes Secrets.',
+  flags: RUN_FLAGS,
+  groups: RUN_GROUPS,
+  example:
+    "certshare run --localapi /var/run/tailscale/tailscaled.sock --domain web.tailnet-1234.ts.net --store dir:/etc/certs --reload-command 'nginx -s reload'",
+};
 
 function parseFraction(text: string): number {
   const m = /^\s*(\d+(?:\.\d+)?)\s*(?:\/\s*(\d+(?:\.\d+)?))?\s*$/.exec(text);
@@ -228,72 +348,72 @@ function badFlag(message: string): CertshareError {
  * Flags and environment to a DaemonConfig: each value parsed on its own (syntax), then every rule that
  * relates values checked in one place, validateConfig. Throws CERTSHARE_BAD_FLAG (exit 2).
  */
-export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): DaemonConfig {
-  const domains = ((values.domain as string[] | undefined) ?? []).map((d) => {
+export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): DaemonConfig {
+  const domains = (values.domain ?? []).map((d) => {
     try {
       return normalizeDomain(d);
     } catch (err) {
       throw badFlag(`--domain: ${errorMessage(err)}`);
     }
   });
-  const storeText = (values.store as string | undefined) ?? (env.KUBERNETES_SERVICE_HOST ? 'kube' : 'dir:./certshare-certs');
+  const storeText = values.store ?? (env.KUBERNETES_SERVICE_HOST ? 'kube' : 'dir:./certshare-certs');
   let store: StoreChoice;
   if (storeText === 'kube') store = { kind: 'kube' };
   else if (storeText.startsWith('dir:') && storeText.length > 4) store = { kind: 'dir', path: storeText.slice(4) };
   else throw badFlag(`--store must be dir:PATH or kube, got "${storeText}"`);
 
-  const listen = String(values.listen);
+  const listen = values.listen;
   try {
     parseHostPort(listen);
   } catch (err) {
     throw badFlag(`--listen: ${(err as Error).message}`);
   }
-  const tls = tlsChoice(values.tls as string | undefined);
-  const reloadText = values['reload-command'] as string | undefined;
+  const tls = tlsChoice(values.tls);
+  const reloadText = values['reload-command'];
   const podName = env.POD_NAME || undefined;
-  const mode = values.mode as string | undefined;
+  const mode = values.mode;
   if (mode !== undefined && mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw badFlag(`--mode must be rw, ro or auto, got "${mode}"`);
-  const watchScope = String(values['watch-scope']);
+  const watchScope = values['watch-scope'];
   if (watchScope !== 'secret' && watchScope !== 'group') throw badFlag(`--watch-scope must be secret or group, got "${watchScope}"`);
   const config: DaemonConfig = {
-    localapi: String(values.localapi),
+    localapi: values.localapi,
     domains: [...new Set(domains)],
-    serveConfig: values['serve-config'] as string | undefined,
+    serveConfig: values['serve-config'],
     store,
     listen,
     tls,
     reloadCommand: reloadText === undefined ? undefined : parseReloadCommand(reloadText),
     reloadTimeoutMs: duration(values, 'reload-timeout'),
-    renewal: { renewFraction: parseFraction(String(values['renew-fraction'])), checkIntervalMs: duration(values, 'check-interval') },
+    renewal: { renewFraction: parseFraction(values['renew-fraction']), checkIntervalMs: duration(values, 'check-interval') },
     backoff: {
       firstRetryMs: duration(values, 'first-retry'),
       retryCapMs: duration(values, 'retry-cap'),
       rateLimitFirstRetryMs: duration(values, 'rate-limit-retry'),
     },
     certTimeoutMs: duration(values, 'cert-timeout'),
-    acmeDirectory: acmeDirectory(String(values['acme-directory'])),
+    acmeDirectory: acmeDirectory(values['acme-directory']),
     ariIntervalMs: duration(values, 'ari-interval'),
-    issuanceBudget: parseBudget(String(values['issuance-budget'])),
-    budgetNamespace: values['budget-namespace'] === undefined ? undefined : String(values['budget-namespace']),
+    issuanceBudget: parseBudget(values['issuance-budget']),
+    budgetNamespace: values['budget-namespace'],
     issuanceConcurrency: Number(values['issuance-concurrency']),
-    logLevel: String(values['log-level']),
+    logLevel: values['log-level'],
     logFormat: logFormatFrom(values),
     startupGraceMs: duration(values, 'startup-grace'),
-    mode: (mode as ShareMode | undefined) ?? (podName && /-0$/.test(podName) ? 'rw' : podName ? 'ro' : 'rw'),
-    group: (values.group as string | undefined) ?? podName?.replace(/-\d+$/, ''),
-    watchScope: watchScope as WatchScope,
-    outDir: values['out-dir'] as string | undefined,
-    readinessGate: values['readiness-gate'] as string | undefined,
+    mode: mode ?? (podName && /-0$/.test(podName) ? 'rw' : podName ? 'ro' : 'rw'),
+    group: values.group ?? podName?.replace(/-\d+$/, ''),
+    watchScope,
+    outDir: values['out-dir'],
+    readinessGate: values['readiness-gate'],
     readinessLeadMs: duration(values, 'readiness-lead'),
-    routingChecks: (values['routing-check'] as string[] | undefined) ?? [],
+    routingChecks: values['routing-check'] ?? [],
     routingAttempts: Number(values['routing-attempts']),
-    servedCheck: servedCheckTarget(values['served-check'] as string | undefined),
+    servedCheck: servedCheckTarget(values['served-check']),
     servedCheckIntervalMs: duration(values, 'served-check-interval'),
     servedCheckTimeoutMs: duration(values, 'served-check-timeout'),
     servedStaleAfterMs: duration(values, 'served-stale-after'),
-    advertiseServices: [...new Set(((values['advertise-services'] as string[] | undefined) ?? []).map(parseServiceName))],
+    advertiseServices: [...new Set((values['advertise-services'] ?? []).map(parseServiceName))],
     advertiseFailoverMs: duration(values, 'advertise-failover'),
-    leaveToken: (values['leave-token'] as string | undefined) || undefined,
+    leaveToken: values['leave-token'] || undefined,
     drainDelayMs: duration(values, 'drain-delay'),
     leaseDurationMs: duration(values, 'lease-duration'),
     shutdownTimeoutMs: duration(values, 'shutdown-timeout'),
@@ -338,7 +458,7 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     ...positive.map(([flag, ms]): [boolean, () => string] => [!(ms > 0), () => `${flag} must be longer than 0`]),
     [c.backoff.firstRetryMs > c.backoff.retryCapMs, () => '--first-retry must not be above --retry-cap'],
     [c.backoff.rateLimitFirstRetryMs > c.backoff.retryCapMs, () => '--rate-limit-retry must not be above --retry-cap'],
-    [!LOG_LEVELS.includes(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],
+    [!isLogLevel(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],
     [
       c.startupGraceMs > MAX_STARTUP_GRACE_MS,
       () => `--startup-grace must be at most ${formatGoDuration(MAX_STARTUP_GRACE_MS)} (a longer one would hide a tailscaled that never starts)`,
@@ -393,8 +513,6 @@ export function validateConfig(c: DaemonConfig): string | undefined {
   ];
   return rules.find(([broken]) => broken)?.[1]();
 }
-
-const LOG_LEVELS = ['debug', 'info', 'warn', 'error'];
 
 /** --served-check: HOST:PORT of the proxy's TLS listener. */
 function servedCheckTarget(text: string | undefined): { host: string; port: number } | undefined {

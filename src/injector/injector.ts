@@ -2,6 +2,7 @@
 // (rotated with overlap by src/injector/controller.ts) and reloading it without restarts; its flags, its
 // configuration and its start. `certshare injector` runs it (src/cli/injector.ts).
 import { EventEmitter } from 'node:events';
+import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { CustomObjectsApi } from '../kube/transport/client-node.ts';
 import { emptyRotationState, rotationPolicyProblem, type RotationPolicy } from '../core/ca-rotation.ts';
@@ -14,10 +15,10 @@ import { connectKube } from '../kube/connection.ts';
 import { LeaseElector } from '../kube/lease-elector.ts';
 import { makeApi } from '../kube/transport/https-transport.ts';
 import { parseHostPort } from '../core/listen-address.ts';
-import { duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
+import { type CommandHelp, duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 import { tlsChoice, type ShareMode } from '../config/run-options.ts';
 import type { TlsChoice } from '../config/daemon-config.ts';
-import { LOG_FLAGS, logFormatFrom, type LogFormat } from '../logging/log-format.ts';
+import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom, type LogFormat } from '../logging/log-format.ts';
 import type { ServingPair } from '../tls/serving-pair.ts';
 import { pairSource } from '../tls/pair-source.ts';
 import { InjectorController } from './controller.ts';
@@ -28,121 +29,221 @@ import { DEFAULT_IMAGE, type CaBundleSource } from './sidecar.ts';
 import { parseTarget, type Target } from './targets.ts';
 import { startTlsServer, type TlsServer } from './tls-server.ts';
 
-export const INJECTOR_FLAGS: FlagSpec[] = [
-  { name: 'listen', placeholder: 'ADDR:PORT', default: '[::]:8443', help: 'Address of the webhook (HTTPS: POST /mutate, GET /healthz).' },
+/** The sections of `certshare injector --help`, by task, in this order. */
+export const INJECTOR_GROUPS = ['serving and logs', 'webhook certificate', 'CA rotation', 'Kubernetes', 'injected sidecar', 'shutdown'] as const;
+
+export const INJECTOR_FLAGS = [
+  {
+    name: 'listen',
+    group: 'serving and logs',
+    placeholder: 'ADDR:PORT',
+    default: '[::]:8443',
+    help: 'Address of the webhook (HTTPS: POST /mutate, GET /healthz).',
+  },
   {
     name: 'metrics-listen',
+    group: 'serving and logs',
     placeholder: 'ADDR:PORT',
     default: '[::]:9003',
     help: 'Address for GET /metrics (plain HTTP unless --metrics-tls, for Prometheus).',
   },
   {
     name: 'metrics-tls',
+    group: 'serving and logs',
     placeholder: 'dir:PATH|secret:NAME',
-    help:
-      'Serve /metrics over HTTPS with tls.crt and tls.key from a directory (a mounted Secret) or a kubernetes.io/tls Secret of the ' +
-      "namespace, followed: a renewed pair is served from the next handshake on (as the daemon's --tls).",
+    help: 'Serve /metrics over HTTPS with a pair from a directory or a Secret, followed.',
+    detail:
+      'tls.crt and tls.key from a directory (a mounted Secret) or a kubernetes.io/tls Secret of the namespace: ' +
+      "a renewed pair is served from the next handshake on (as the daemon's --tls).",
   },
+  ...LOG_FLAGS,
   {
     name: 'service',
+    group: 'webhook certificate',
     placeholder: 'NAME',
     default: 'certshare-injector',
-    help: "The webhook's Service: the leaf covers <svc>, <svc>.<ns>, <svc>.<ns>.svc, <svc>.<ns>.svc.cluster.local.",
+    help: "The webhook's Service, whose names the serving certificate covers.",
+    detail: 'The leaf covers <svc>, <svc>.<ns>, <svc>.<ns>.svc, <svc>.<ns>.svc.cluster.local.',
   },
-  { name: 'service-namespace', placeholder: 'NAMESPACE', help: "The Service's namespace. Default: the injector's own (POD_NAMESPACE)." },
+  {
+    name: 'service-namespace',
+    group: 'webhook certificate',
+    placeholder: 'NAMESPACE',
+    help: "The Service's namespace. Default: the injector's own (POD_NAMESPACE).",
+  },
   {
     name: 'extra-san',
+    group: 'webhook certificate',
     placeholder: 'NAME|IP',
     multiple: true,
     help: 'A further DNS name or IP address in the leaf (e.g. 127.0.0.1 for a webhook called by URL).',
   },
   {
     name: 'inject-ca-into',
+    group: 'webhook certificate',
     placeholder: 'KIND/NAME',
     multiple: true,
     default: 'mutatingwebhookconfiguration/certshare-injector',
-    help:
-      'An object whose caBundle the injector keeps: mutatingwebhookconfiguration/NAME, validatingwebhookconfiguration/NAME, ' +
-      'customresourcedefinition/NAME (conversion webhook), apiservice/NAME.',
+    help: 'An object whose caBundle the injector keeps.',
+    detail: 'mutatingwebhookconfiguration/NAME, validatingwebhookconfiguration/NAME, customresourcedefinition/NAME (conversion webhook), ' + 'apiservice/NAME.',
   },
-  { name: 'ca-secret', placeholder: 'NAME', default: 'certshare-injector-ca', help: 'Secret holding the CAs of the bundle and their keys.' },
-  { name: 'tls-secret', placeholder: 'NAME', default: 'certshare-injector-tls', help: "Secret holding the webhook's serving certificate (kubernetes.io/tls)." },
-  { name: 'ca-lifetime', placeholder: 'DURATION', default: '8760h', help: 'Lifetime of a new CA.' },
-  { name: 'ca-rotate-before', placeholder: 'DURATION', default: '2160h', help: 'Add the next CA to the bundle this long before the newest CA expires.' },
-  { name: 'leaf-lifetime', placeholder: 'DURATION', default: '720h', help: 'Lifetime of a serving certificate (never beyond its CA).' },
-  { name: 'leaf-renew-before', placeholder: 'DURATION', default: '240h', help: 'Renew the serving certificate this long before it expires.' },
+  {
+    name: 'ca-secret',
+    group: 'webhook certificate',
+    placeholder: 'NAME',
+    default: 'certshare-injector-ca',
+    help: 'Secret holding the CAs of the bundle and their keys.',
+  },
+  {
+    name: 'tls-secret',
+    group: 'webhook certificate',
+    placeholder: 'NAME',
+    default: 'certshare-injector-tls',
+    help: "Secret holding the webhook's serving certificate (kubernetes.io/tls).",
+  },
+  { name: 'ca-lifetime', group: 'CA rotation', placeholder: 'DURATION', default: '8760h', help: 'Lifetime of a new CA.' },
+  {
+    name: 'ca-rotate-before',
+    group: 'CA rotation',
+    placeholder: 'DURATION',
+    default: '2160h',
+    help: 'Add the next CA to the bundle this long before the newest CA expires.',
+  },
+  {
+    name: 'leaf-lifetime',
+    group: 'CA rotation',
+    placeholder: 'DURATION',
+    default: '720h',
+    help: 'Lifetime of a serving certificate (never beyond its CA).',
+  },
+  {
+    name: 'leaf-renew-before',
+    group: 'CA rotation',
+    placeholder: 'DURATION',
+    default: '240h',
+    help: 'Renew the serving certificate this long before it expires.',
+  },
   {
     name: 'propagation-grace',
+    group: 'CA rotation',
     placeholder: 'DURATION',
     default: '30s',
-    help: "How long every object must have been seen carrying a new CA before leaves are signed by it (the apiserver's caches).",
+    help: 'How long every object must be seen carrying a new CA before it signs.',
+    detail: "Leaves are signed by a new CA only after this, for the apiserver's caches.",
   },
   {
     name: 'lease',
+    group: 'Kubernetes',
     placeholder: 'NAME',
     default: 'certshare-injector',
-    help: "Lease (in the injector's namespace) electing the one replica that writes the CAs, the leaf and the caBundles; the others read and serve.",
+    help: 'Lease electing the one replica that writes the CAs, the leaf and the caBundles.',
+    detail: "In the injector's namespace; the other replicas read and serve.",
   },
-  { name: 'lease-duration', placeholder: 'DURATION', default: '15s', help: 'How long the writer keeps the Lease without renewing it (failover time).' },
-  { name: 'resync', placeholder: 'DURATION', default: '10m', help: 'Re-read the Secrets and the objects at least this often (they are watched as well).' },
-  { name: 'kube-timeout', placeholder: 'DURATION', default: '10s', help: 'Timeout of one Kubernetes API call.' },
-  { name: 'sidecar-image', placeholder: 'IMAGE', default: DEFAULT_IMAGE, help: 'Image of the injected certshare container.' },
+  {
+    name: 'lease-duration',
+    group: 'Kubernetes',
+    placeholder: 'DURATION',
+    default: '15s',
+    help: 'How long the writer keeps the Lease without renewing it (failover time).',
+  },
+  {
+    name: 'resync',
+    group: 'Kubernetes',
+    placeholder: 'DURATION',
+    default: '10m',
+    help: 'Re-read the Secrets and the objects at least this often (they are watched as well).',
+  },
+  { name: 'kube-timeout', group: 'Kubernetes', placeholder: 'DURATION', default: '10s', help: 'Timeout of one Kubernetes API call.' },
+  { name: 'sidecar-image', group: 'injected sidecar', placeholder: 'IMAGE', default: DEFAULT_IMAGE, help: 'Image of the injected certshare container.' },
   {
     name: 'sidecar-image-pull-policy',
+    group: 'injected sidecar',
     placeholder: 'Always|IfNotPresent|Never',
     default: '',
-    help: "imagePullPolicy of the injected certshare container (default: the cluster's, by the image's tag).",
+    help: "imagePullPolicy of the injected certshare container (default: the cluster's).",
   },
   {
     name: 'sidecar-flags',
+    group: 'injected sidecar',
     placeholder: "'--NAME=VALUE ...'",
     default: '',
-    help:
-      "The platform's `certshare run` flags for every injected sidecar (issuance budget and concurrency, lease, retry policy, reload command, ...): " +
+    help: "The platform's `certshare run` flags for every injected sidecar.",
+    detail:
+      'The issuance budget and concurrency, lease, retry policy, reload command, ...: ' +
       "a Pod's certshare.io/flags may set only its drain delay, shutdown timeout, readiness lead, routing checks and log level.",
   },
   {
     name: 'sidecar-ca-configmap',
+    group: 'injected sidecar',
     placeholder: 'NAME[:KEY]',
     default: '',
-    help:
-      "A ConfigMap of each injected Pod's namespace whose KEY (default ca.crt) holds PEM CA certificates the sidecar trusts " +
-      "besides the system's (NODE_EXTRA_CA_CERTS): a private ACME CA's, whose directory --sidecar-flags names with --acme-directory. " +
-      'Mounted into the certshare container only; a Pod whose namespace lacks it does not start (a FailedMount event names it).',
+    help: "A ConfigMap of each Pod's namespace whose KEY holds CA certificates the sidecar trusts.",
+    detail:
+      "KEY defaults to ca.crt. PEM CA certificates trusted besides the system's (NODE_EXTRA_CA_CERTS): a private ACME CA's, whose " +
+      'directory --sidecar-flags names with --acme-directory. Mounted into the certshare container only; a Pod whose namespace lacks it ' +
+      'does not start (a FailedMount event names it).',
+  },
+  {
+    name: 'default-mode',
+    group: 'injected sidecar',
+    placeholder: 'rw|ro|auto',
+    default: 'auto',
+    help: 'Mode of injected sidecars without certshare.io/mode.',
+  },
+  {
+    name: 'default-out-dir',
+    group: 'injected sidecar',
+    placeholder: 'DIR',
+    default: '/certs',
+    help: 'Certificate directory of injected sidecars without certshare.io/out-dir.',
   },
   {
     name: 'sidecar-resources',
+    group: 'injected sidecar',
     placeholder: 'JSON',
     default: '',
-    help:
-      "Requests and limits of the injected certshare container, as a container's `resources` in JSON (e.g. " +
-      '\'{"requests":{"cpu":"100m","memory":"160Mi"},"limits":{"memory":"256Mi"}}\' for groups of 500 domains; README, Resources). ' +
-      'Default: those for one domain.',
+    help: "Requests and limits of the injected certshare container, as a container's `resources` in JSON.",
+    detail:
+      'E.g. \'{"requests":{"cpu":"100m","memory":"160Mi"},"limits":{"memory":"256Mi"}}\' for groups of 500 domains ' +
+      '(docs/performance.md). Default: those for one domain.',
   },
-  { name: 'default-mode', placeholder: 'rw|ro|auto', default: 'auto', help: 'Mode of injected sidecars without certshare.io/mode.' },
-  { name: 'default-out-dir', placeholder: 'DIR', default: '/certs', help: 'Certificate directory of injected sidecars without certshare.io/out-dir.' },
   {
     name: 'default-readiness-gate',
+    group: 'injected sidecar',
     placeholder: 'TYPE|none',
     default: DEFAULT_READINESS_GATE,
     help: 'Readiness gate of injected Pods without certshare.io/readiness-gate.',
   },
   {
     name: 'default-socket-volume',
+    group: 'injected sidecar',
     placeholder: 'VOLUME',
     default: 'tailscale-socket',
     help: "The Pod volume holding tailscaled's socket, without certshare.io/socket-volume.",
   },
   {
     name: 'drain-delay',
+    group: 'shutdown',
     placeholder: 'DURATION',
     default: '5s',
-    help:
-      'On SIGTERM: keep answering this long, closing each kept-alive connection after its response, ' +
-      'before the listener closes (the endpoint is gone meanwhile).',
+    help: 'On SIGTERM: keep answering this long before the listener closes.',
+    detail: 'Each kept-alive connection is closed after its response meanwhile; the endpoint is gone by then.',
   },
-  ...LOG_FLAGS,
-];
+] as const satisfies readonly FlagSpec<(typeof INJECTOR_GROUPS)[number]>[];
+
+/** The parsed values of `certshare injector`. */
+export type InjectorValues = FlagValues<typeof INJECTOR_FLAGS>;
+
+/** `certshare injector --help` and its part of docs/configuration.md. */
+export const INJECTOR_HELP: CommandHelp = {
+  command: 'injector',
+  summary:
+    'A mutating admission webhook adding certshare as a native sidecar to Pods annotated certshare.io/inject: "true", ' +
+    'serving TLS from its own CA, rotated with overlap.',
+  flags: INJECTOR_FLAGS,
+  groups: INJECTOR_GROUPS,
+  example: "certshare injector --sidecar-image registry.example.com/certshare:0.1.0 --sidecar-flags='--issuance-budget=20/168h'",
+};
 
 export interface InjectorConfig {
   listen: { host: string; port: number };
@@ -171,30 +272,28 @@ export interface InjectorConfig {
 /** The key of --sidecar-ca-configmap without one: kube-root-ca.crt's and cert-manager's name for a CA. */
 const DEFAULT_CA_KEY = 'ca.crt';
 
-const IP = /^(\d{1,3}(\.\d{1,3}){3}|[0-9a-f:]*:[0-9a-f:.]*)$/i;
-
-function listenAddress(values: FlagValues, name: string): { host: string; port: number } {
+function listenAddress(values: InjectorValues, name: 'listen' | 'metrics-listen'): { host: string; port: number } {
   try {
-    return parseHostPort(String(values[name]));
+    return parseHostPort(values[name]);
   } catch (err) {
     throw new CertshareError('CERTSHARE_BAD_FLAG', `--${name}: ${(err as Error).message}`);
   }
 }
 
-export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): InjectorConfig {
-  const extras = (values['extra-san'] as string[] | undefined) ?? [];
-  const gate = String(values['default-readiness-gate']);
+export function injectorConfigFrom(values: InjectorValues, env: NodeJS.ProcessEnv): InjectorConfig {
+  const extras = values['extra-san'] ?? [];
+  const gate = values['default-readiness-gate'];
   const config: InjectorConfig = {
     listen: listenAddress(values, 'listen'),
     metricsListen: listenAddress(values, 'metrics-listen'),
-    metricsTls: tlsChoice(values['metrics-tls'] as string | undefined, 'metrics-tls'),
-    service: String(values.service),
-    serviceNamespace: (values['service-namespace'] as string | undefined) ?? env.POD_NAMESPACE,
-    extraDnsNames: extras.filter((e) => !IP.test(e)),
-    extraIps: extras.filter((e) => IP.test(e)),
-    targets: ((values['inject-ca-into'] as string[] | undefined) ?? []).map(parseTarget),
-    caSecret: String(values['ca-secret']),
-    tlsSecret: String(values['tls-secret']),
+    metricsTls: tlsChoice(values['metrics-tls'], 'metrics-tls'),
+    service: values.service,
+    serviceNamespace: values['service-namespace'] ?? env.POD_NAMESPACE,
+    extraDnsNames: extras.filter((e) => isIP(e) === 0),
+    extraIps: extras.filter((e) => isIP(e) !== 0),
+    targets: values['inject-ca-into'].map(parseTarget),
+    caSecret: values['ca-secret'],
+    tlsSecret: values['tls-secret'],
     policy: {
       caLifetimeMs: duration(values, 'ca-lifetime'),
       caRotateBeforeMs: duration(values, 'ca-rotate-before'),
@@ -202,33 +301,31 @@ export function injectorConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): 
       leafRenewBeforeMs: duration(values, 'leaf-renew-before'),
       propagationGraceMs: duration(values, 'propagation-grace'),
     },
-    lease: String(values.lease),
+    lease: values.lease,
     leaseDurationMs: duration(values, 'lease-duration'),
     identity: env.POD_NAME || `certshare-injector-${hostname()}-${process.pid}`,
     resyncMs: duration(values, 'resync'),
     kubeTimeoutMs: duration(values, 'kube-timeout'),
     drainDelayMs: duration(values, 'drain-delay'),
     defaults: {
-      image: String(values['sidecar-image']),
+      image: values['sidecar-image'],
       // Checked by validateInjectorConfig.
-      mode: String(values['default-mode']) as ShareMode,
-      outDir: String(values['default-out-dir']),
+      mode: values['default-mode'] as ShareMode,
+      outDir: values['default-out-dir'],
       readinessGate: gate === 'none' ? undefined : gate,
-      socketVolume: String(values['default-socket-volume']),
-      sidecarFlags: sidecarFlags(String(values['sidecar-flags'] ?? '')),
-      imagePullPolicy: pullPolicy(String(values['sidecar-image-pull-policy'] ?? '')),
-      caBundle: caBundleSource(String(values['sidecar-ca-configmap'] ?? '')),
-      resources: sidecarResources(String(values['sidecar-resources'] ?? '')),
+      socketVolume: values['default-socket-volume'],
+      sidecarFlags: sidecarFlags(values['sidecar-flags']),
+      imagePullPolicy: pullPolicy(values['sidecar-image-pull-policy']),
+      caBundle: caBundleSource(values['sidecar-ca-configmap']),
+      resources: sidecarResources(values['sidecar-resources']),
     },
-    logLevel: String(values['log-level']),
+    logLevel: values['log-level'],
     logFormat: logFormatFrom(values),
   };
   const problem = validateInjectorConfig(config);
   if (problem) throw new CertshareError('CERTSHARE_BAD_FLAG', problem);
   return config;
 }
-
-const LOG_LEVELS = ['debug', 'info', 'warn', 'error'];
 
 /**
  * Every rule of the injector's configuration that is not the syntax of one value, checked before anything
@@ -243,7 +340,7 @@ export function validateInjectorConfig(c: InjectorConfig): string | undefined {
       () => `--ca-lifetime, --ca-rotate-before, --leaf-lifetime, --leaf-renew-before, --propagation-grace: ${rotationPolicyProblem(c.policy)}`,
     ],
     [() => !['rw', 'ro', 'auto'].includes(c.defaults.mode), () => `--default-mode must be rw, ro or auto, got "${c.defaults.mode}"`],
-    [() => !LOG_LEVELS.includes(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],
+    [() => !isLogLevel(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],
     [() => !(c.resyncMs > 0 && c.kubeTimeoutMs > 0), () => '--resync and --kube-timeout must be positive'],
     [() => c.leaseDurationMs < 1000, () => '--lease-duration must be at least 1s (the Lease counts whole seconds)'],
     [() => resourcesProblem(c.defaults.resources) !== undefined, () => `--sidecar-resources: ${resourcesProblem(c.defaults.resources)}`],

@@ -1,7 +1,8 @@
 // The mutation: an AdmissionReview v1 for a Pod in, a JSON patch adding certshare as a native sidecar out.
 // Pure (no I/O): the HTTPS server calls admissionReviewResponse() per request.
 import type { V1Container, V1Pod, V1PodSpec, V1ResourceRequirements, V1Volume } from '../kube/transport/client-node.ts';
-import { envName, parseFlags } from '../flags/flags.ts';
+import { envName, findFlag, parseFlags } from '../flags/flags.ts';
+import { isLogLevel, LOG_LEVELS_TEXT } from '../logging/log-format.ts';
 import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../config/run-options.ts';
 import { normalizeDomain } from '../core/domain.ts';
 import { parseDuration } from '../core/duration.ts';
@@ -62,7 +63,7 @@ const POD_FLAGS: Record<string, (value: string) => string | undefined> = {
       return 'an http:// or https:// URL without credentials';
     }
   },
-  'log-level': (v) => (['debug', 'info', 'warn', 'error'].includes(v) ? undefined : 'debug, info, warn or error'),
+  'log-level': (v) => (isLogLevel(v) ? undefined : LOG_LEVELS_TEXT),
   // The Pod's own proxy only: a loopback address, so a Pod cannot make certshare a TLS prober of other hosts.
   'served-check': (v) => (/^(?:127\.0\.0\.1|\[::1\]):\d{1,5}$/.test(v) && Number(v.split(':').pop()) > 0 ? undefined : '127.0.0.1:PORT or [::1]:PORT'),
   'served-check-interval': (v) => withinDuration(v, 3_600_000),
@@ -192,7 +193,7 @@ function extraEnvFromFlags(text: string | undefined, source: string, from: 'pod'
     const match = /^--([a-z][a-z0-9-]*)=(.+)$/.exec(token);
     if (!match) throw bad(source, `"${token}" is not --name=value (values without white space)`);
     const [, name, value] = match as unknown as [string, string, string];
-    const spec = RUN_FLAGS.find((f) => f.name === name);
+    const spec = findFlag(RUN_FLAGS, name);
     if (!spec) throw bad(source, `--${name} is not a flag of "certshare run"`);
     const owner = OWNED_FLAGS[name];
     if (owner) throw bad(source, `--${name} is set by ${owner}, not here`);

@@ -2,26 +2,39 @@
 // TTY (Kubernetes, CI, every test): this only reshapes the line pino already serialised, after its
 // redaction, so it needs no dependency of its own (pino-pretty would bring a dozen into the image).
 import { CertshareError } from '../core/errors.ts';
-import type { FlagSpec, FlagValues } from '../flags/flags.ts';
+import type { FlagSpec } from '../flags/flags.ts';
 
 /** --log-format: JSON lines, readable lines, or readable only when stdout is a terminal. */
 export type LogFormat = 'json' | 'pretty' | 'auto';
 
 const LOG_FORMATS: readonly LogFormat[] = ['json', 'pretty', 'auto'];
 
+/** The log levels of every command that logs with certshare's logger (run, demo, injector, the injected sidecar). */
+export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
+
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+/** The levels as a message names them: `debug, info, warn or error`. */
+export const LOG_LEVELS_TEXT = `${LOG_LEVELS.slice(0, -1).join(', ')} or ${LOG_LEVELS.at(-1)}`;
+
+export function isLogLevel(text: string): text is LogLevel {
+  return (LOG_LEVELS as readonly string[]).includes(text);
+}
+
 /** The logging flags of every long-running command (run, demo, injector): one definition. */
-export const LOG_FLAGS: FlagSpec[] = [
-  { name: 'log-level', placeholder: 'LEVEL', default: 'info', help: 'debug, info, warn or error.' },
+export const LOG_FLAGS = [
+  { name: 'log-level', group: 'serving and logs', placeholder: 'LEVEL', default: 'info', help: `${LOG_LEVELS_TEXT}.` },
   {
     name: 'log-format',
+    group: 'serving and logs',
     placeholder: 'json|pretty|auto',
     default: 'auto',
-    help: 'json: one JSON object a line, for machines; pretty: "time LEVEL message key=value" lines; auto: pretty when stdout is a terminal, else json.',
+    help: 'json: a JSON object a line; pretty: "time LEVEL message key=value"; auto: pretty on a terminal.',
   },
-];
+] as const satisfies readonly FlagSpec[];
 
-export function logFormatFrom(values: FlagValues): LogFormat {
-  const format = String(values['log-format']);
+export function logFormatFrom(values: { 'log-format': string }): LogFormat {
+  const format = values['log-format'];
   if (!(LOG_FORMATS as readonly string[]).includes(format))
     throw new CertshareError('CERTSHARE_BAD_FLAG', `--log-format must be ${LOG_FORMATS.join(', ')}, got "${format}"`);
   return format as LogFormat;

@@ -195,7 +195,7 @@ describe('charts/certshare', () => {
     const schema = JSON.parse(await readFile(join(CHART, 'values.schema.json'), 'utf8')) as {
       properties: { injectorFlags: { properties: Record<string, unknown>; additionalProperties: boolean } };
     };
-    const names = INJECTOR_FLAGS.map((f) => f.name);
+    const names: string[] = INJECTOR_FLAGS.map((f) => f.name);
     for (const wired of WIRED_FLAGS) assert.ok(names.includes(wired), `${wired} is an injector flag`);
     assert.equal(schema.properties.injectorFlags.additionalProperties, false);
     assert.deepEqual(Object.keys(schema.properties.injectorFlags.properties).sort(), names.filter((n) => !WIRED_FLAGS.includes(n)).sort());

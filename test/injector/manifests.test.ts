@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { loadAll } from 'js-yaml';
-import { envName } from '../../src/flags/flags.ts';
+import { envName, findFlag } from '../../src/flags/flags.ts';
 import { INJECTOR_FLAGS } from '../../src/injector/injector.ts';
 import { parseTarget } from '../../src/injector/targets.ts';
 
@@ -22,7 +22,7 @@ async function docs(file: string): Promise<Doc[]> {
   return loadAll(await readFile(join(DIR, file), 'utf8')) as Doc[];
 }
 
-const flagDefault = (name: string): string => INJECTOR_FLAGS.find((f) => f.name === name)!.default!;
+const flagDefault = (name: string): string => findFlag(INJECTOR_FLAGS, name)!.default!;
 
 describe('manifests/injector', () => {
   it('the Deployment runs two replicas with only environment variables the injector reads', async () => {
