@@ -6,7 +6,7 @@
 # out), into dist/cli/main.js and chunks loaded on demand. One bundle instead of ~1,000 module files
 # saves ~40 MB of RSS per replica (npm run bench). It writes nothing outside its mounted volumes, so it
 # runs with readOnlyRootFilesystem: true.
-# test/manifests/image.test.ts replays the COPY and RUN steps of this file outside Docker and runs the
+# test/repo/image.test.ts replays the COPY and RUN steps of this file outside Docker and runs the
 # result: keep to plain `FROM/WORKDIR/COPY/RUN/ENV/USER/EXPOSE/ENTRYPOINT/CMD` lines, one per line.
 
 # The build stage on Debian (glibc), like the distroless runtime. Pin by digest for reproducible builds.
@@ -37,7 +37,7 @@ COPY --from=build /app/dist ./dist
 RUN ["/nodejs/bin/node", "dist/cli/fill-compile-cache.js", "65532"]
 # Numeric, not `nonroot`: the kubelet can check runAsNonRoot only against a number, and a Pod with
 # runAsNonRoot: true and no runAsUser (a common Pod Security setup) otherwise does not start ("image has
-# non-numeric user (nonroot), cannot verify user is non-root"; seen on the real-cluster tier, test/e2e).
+# non-numeric user (nonroot), cannot verify user is non-root"; seen on the real-cluster tier, test/cluster/e2e).
 USER 65532:65532
 EXPOSE 9002
 # Node directly (never through npm): signals reach the daemon, which drains and exits within

@@ -8,7 +8,7 @@ import { bucketIncrease, histogramQuantile } from '../test/support/histogram.ts'
 import { must } from '../test/support/kube.ts';
 import { freePort } from '../test/support/processes.ts';
 import { labelsOf, metricSeries } from './lib/apiserver.ts';
-import { injectorLoopbackFlags } from '../test/injector/replica-flags.ts';
+import { injectorLoopbackFlags } from '../test/support/replica-flags.ts';
 import { type BaselineBuild, startBaseline, waitListening } from './lib/baseline.ts';
 import { bundleMain, IMAGE_NODE_FLAGS } from './lib/certshare.ts';
 import { Proc, cleanEnv, cpuMs, idleRss, type MemStatus } from './lib/proc.ts';

@@ -6,7 +6,7 @@ import { mkdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join, resolve } from 'node:path';
 import { buildDist as buildBundle, DIST } from '../../scripts/build.ts';
-import { imageNodeFlags } from '../../test/manifests/dockerfile.ts';
+import { imageNodeFlags } from '../../test/support/dockerfile.ts';
 import { httpRequest } from './http.ts';
 import { cleanEnv, Proc } from './proc.ts';
 

@@ -2,7 +2,7 @@
 // GET <renewalInfo>/<certID>. Over node:http(s), not fetch: fetch loads Node's bundled undici, ~14 MB of
 // RSS in every replica for two small GETs a day (npm run bench). node:https verifies the server against
 // Node's CA store, which includes NODE_EXTRA_CA_CERTS as read at process start: that is how a private ACME
-// CA is trusted (test/acme/renewal-info-client.test.ts proves it in a child process). Every call has a timeout and the
+// CA is trusted (test/integration/renewal-info-client.test.ts proves it in a child process). Every call has a timeout and the
 // caller's AbortSignal; every failure is a typed outcome with a CERTSHARE_ code, never a throw, so the
 // expiry rule stays in force whatever the CA answers. Only the caller's abort throws (its reason).
 import type { IncomingMessage } from 'node:http';

@@ -254,7 +254,7 @@ function checkSidecarEnv(container: V1Container): { drainDelayMs: number; shutdo
  * The proxy keeps serving for the drain delay once its Pod is being deleted: a `preStop` sleep (the
  * kubelet's own, no binary needed in the image) for each container that has no preStop of its own.
  * Deletion takes the Pod out of its EndpointSlices at once, but kube-proxy and load balancers follow only
- * after a moment, and the kubelet stops the containers at the same moment: on a real cluster (test/e2e)
+ * after a moment, and the kubelet stops the containers at the same moment: on a real cluster (test/cluster/e2e)
  * nginx without the hook had exited within the second of the deletion, while the EndpointSlice changed
  * 20 ms after the deletion and kube-proxy's rules only after that. certshare itself, a native sidecar,
  * is stopped only after these containers.

@@ -1,5 +1,5 @@
 // The one description of certshare's sidecar container: the injector adds it to Pods, and the example
-// StatefulSet is checked against it (test/injector/sidecar.test.ts), so the two cannot drift apart.
+// StatefulSet is checked against it (test/unit/injector/sidecar.test.ts), so the two cannot drift apart.
 import type { V1Container, V1ResourceRequirements, V1SecurityContext, V1Volume } from '../kube/transport/client-node.ts';
 import type { ShareMode } from '../config/run-options.ts';
 

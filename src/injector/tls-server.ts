@@ -22,7 +22,7 @@ export type JsonHandler = (body: unknown) => unknown;
  * slot two seconds, not ten). Connections: at most MAX_CONNECTIONS_PER_PEER from one address (more are
  * dropped at accept, before any TLS work), and past MAX_CONNECTIONS in all the oldest connection of the
  * address holding most is dropped, not the new one: a flood from a few Pods cannot crowd the apiserver out
- * (measured: test/injector/flood.test.ts). Many addresses at once can; the NetworkPolicy is the fence then.
+ * (measured: test/apiserver/injector/flood.test.ts). Many addresses at once can; the NetworkPolicy is the fence then.
  */
 export const MAX_BODY_BYTES = 2 * 1024 * 1024;
 export const MAX_IN_FLIGHT = 32;

@@ -15,7 +15,7 @@ const stamp = (time: unknown): string => (time instanceof Date ? time.toISOStrin
  * own. The Pod name alone is not unique: a StatefulSet's Pod deleted with --force comes back under the
  * same name while the old process may still run (a node that stopped answering keeps its containers),
  * and the new one, seeing its own name as the holder, renewed the Lease at once instead of waiting for it
- * to expire: two writers. Found on a real cluster (test/e2e, the writer force-deleted: the Lease went on
+ * to expire: two writers. Found on a real cluster (test/cluster/e2e, the writer force-deleted: the Lease went on
  * naming the Pod, now the recreated one, with no transition and no wait).
  */
 export function leaseIdentity(podName: string): string {

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { applied, MANIFESTS, renderChart } from '../chart/helm.ts';
+import { applied, MANIFESTS, renderChart } from '../support/helm.ts';
 import { must } from '../support/kube.ts';
 
 const cp = useControlPlane();

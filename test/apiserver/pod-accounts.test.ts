@@ -12,7 +12,7 @@ import { parseFlags } from '../../src/flags/flags.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom, startInjector, type Injector } from '../../src/injector/injector.ts';
 import { ANNOTATION } from '../../src/injector/mutate.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { injectorLoopbackFlags } from '../injector/replica-flags.ts';
+import { injectorLoopbackFlags } from '../support/replica-flags.ts';
 import { must } from '../support/kube.ts';
 import { freePort } from '../support/processes.ts';
 

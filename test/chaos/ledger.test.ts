@@ -10,7 +10,7 @@ import type { FilesState } from './observers.ts';
 import { analyseWindows, checkRateLimits, parseLedgerLine, renewalPoint, type CertRequest, type Issuance } from './ledger.ts';
 import type { Instance } from './replicas.ts';
 import { startEmulator } from '../../src/emulator/server.ts';
-import { get } from '../emulator/helpers.ts';
+import { get } from '../support/emulator.ts';
 import { makePair } from '../support/certs.ts';
 
 const D = 'proxy.tailnet-0000.ts.net';

@@ -4,7 +4,7 @@
 // cluster's network namespace but tsenv's admin socket (a unix socket, for the ACME order counts).
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { get } from '../emulator/helpers.ts';
+import { get } from '../support/emulator.ts';
 import type { AcmeStats } from '../harness/tailscale.ts';
 import { tailscaleBinDir } from '../harness/tailscale.ts';
 import { CLUSTER_ROOT, type Cluster, NETNS, NODE_IP, startCluster } from './cluster.ts';

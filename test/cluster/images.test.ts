@@ -8,7 +8,7 @@ import { chmod, readFile } from 'node:fs/promises';
 import { join, posix, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { buildOnce } from '../harness/control-plane.ts';
-import { execForm, envOf, instructions, parseDockerfile, type Stage } from '../manifests/dockerfile.ts';
+import { execForm, envOf, instructions, parseDockerfile, type Stage } from '../support/dockerfile.ts';
 import { tempDir } from '../support/standalone.ts';
 import { buildClusterImages, type ClusterImages } from './images.ts';
 import { CONTAINERD_IMAGE_NAME, OCI_REF_NAME, type OciArchiveContents, readOciArchive, type TarMember, unpackOciArchive } from './oci.ts';

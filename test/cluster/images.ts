@@ -1,7 +1,7 @@
 // The four images the single-node test cluster runs, built as OCI archives for `ctr -n k8s.io images
 // import` with no Docker engine and no registry:
 //   - certshare, from the repository's Dockerfile: its build stage replayed on the host (npm ci, the
-//     bundle; test/manifests/dockerfile.ts), its distroless base stood in for by the pinned Node and the
+//     bundle; test/support/dockerfile.ts), its distroless base stood in for by the pinned Node and the
 //     libraries it loads, its configuration read from the final stage;
 //   - tailscale: containerboot, tailscaled and tailscale from test/tailscale-binaries/build.sh;
 //   - nginx: Debian's, as the example proxy, runnable as uid 65532 on a read-only root filesystem;
@@ -15,7 +15,7 @@ import { chmod, mkdir, mkdtemp, open, readdir, readFile, realpath, rename, rm, s
 import { homedir, tmpdir } from 'node:os';
 import { dirname, join, posix, relative, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { envOf, execForm, instructions, isDistroless, parseDockerfile, replayDockerfile, replayRunEnv, type Stage } from '../manifests/dockerfile.ts';
+import { envOf, execForm, instructions, isDistroless, parseDockerfile, replayDockerfile, replayRunEnv, type Stage } from '../support/dockerfile.ts';
 import { type ContainerConfig, type LayerEntry, type OciImage, treeEntries, writeOciArchive } from './oci.ts';
 
 const REPO = resolve(import.meta.dirname, '../..');
@@ -23,7 +23,7 @@ const REPO = resolve(import.meta.dirname, '../..');
 const PINNED_NODE = join(REPO, 'node_modules/node/bin/node');
 const TAILSCALE_GO_MOD = join(REPO, 'test/tailscale-binaries/go.mod');
 /** Sources whose change must rebuild every image: the recipes are here. */
-const BUILDER_SOURCES = [join(import.meta.dirname, 'images.ts'), join(import.meta.dirname, 'oci.ts'), join(REPO, 'test/manifests/dockerfile.ts')];
+const BUILDER_SOURCES = [join(import.meta.dirname, 'images.ts'), join(import.meta.dirname, 'oci.ts'), join(REPO, 'test/support/dockerfile.ts')];
 /** What `docker build` reads for certshare's image: the Dockerfile and the context files it copies. */
 const CERTSHARE_INPUTS = ['Dockerfile', '.dockerignore', 'package.json', 'package-lock.json', 'tsconfig.json', 'scripts/build.ts', 'src'];
 

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before } from 'node:test';
 import { buildOnce, ManagedProcess } from './control-plane.ts';
-import { get, type Resp } from '../emulator/helpers.ts';
+import { get, type Resp } from '../support/emulator.ts';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.ts';
 
 const BUILD_SCRIPT = resolve(import.meta.dirname, '../tailscale-binaries/build.sh');

@@ -14,7 +14,7 @@ import { describe, it } from 'node:test';
 import { isAriReason, type IssueReason } from '../../src/core/issuance-policy.ts';
 import type { Daemon } from '../../src/daemon.ts';
 import type { Emulator, EmulatorOptions } from '../../src/emulator/server.ts';
-import { get } from '../emulator/helpers.ts';
+import { get } from '../support/emulator.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { nextEvent, onEvent, until } from '../support/wait.ts';
 

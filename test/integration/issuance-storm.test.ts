@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import type { IssuedEvent } from '../../src/emulator/issuer.ts';
 import type { EmulatorOptions } from '../../src/emulator/server.ts';
-import { recordingLogger } from '../localapi/helpers.ts';
+import { recordingLogger } from '../support/localapi.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { nextEvent, onEvent, until } from '../support/wait.ts';
 

@@ -1,5 +1,5 @@
-// Prometheus' own tools for the tests of the monitoring we ship (the daemon's in test/monitoring, the
-// injector's in test/injector): promtool and prometheus from test/prometheus/install.sh (cached).
+// Prometheus' own tools for the tests of the monitoring we ship (the daemon's in test/apiserver/monitoring, the
+// injector's in test/integration/injector): promtool and prometheus from test/prometheus/install.sh (cached).
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { copyFile, readFile, writeFile } from 'node:fs/promises';

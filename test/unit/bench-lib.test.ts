@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { watchRenewalsPerHour } from '../../bench/lib/apiserver.ts';
 import { IMAGE_NODE_FLAGS } from '../../bench/lib/certshare.ts';
-import { imageNodeFlags } from '../manifests/dockerfile.ts';
+import { imageNodeFlags } from '../support/dockerfile.ts';
 import { heapByConstructor } from '../../bench/lib/heap.ts';
 import { cpuMs, failOnUnexpectedExit, Proc, type UnexpectedExitError } from '../../bench/lib/proc.ts';
 import { linearFit } from '../../bench/lib/stats.ts';

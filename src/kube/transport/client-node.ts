@@ -3,7 +3,7 @@
 // openid-client, the exec and port-forward helpers...) where a replica needs the generated API classes,
 // KubeConfig and the seams of its generated HTTP layer that https-transport.ts plugs node:http2 into.
 // None of these paths is a documented entry point: a client-node upgrade may move or reshape them, and
-// test/unit/client-node-fence.test.ts fails when it does. Everything else imports client-node from here
+// test/integration/client-node-fence.test.ts fails when it does. Everything else imports client-node from here
 // (check:imports, .dependency-cruiser.cjs 'client-node-through-the-fence').
 
 // Credentials and cluster settings: kubeconfig files, in-cluster tokens, exec plugins, token refresh.

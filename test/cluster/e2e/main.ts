@@ -1,0 +1,27 @@
+// `npm run e2e [-- --json]`: the end-to-end tier alone (test/cluster/e2e/example.test.ts on a real single-node
+// cluster; root). With --json the last line of the output is one JSON object of its figures.
+import { spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseScriptArgs } from '../../../scripts/lib/command-line.ts';
+
+const values = parseScriptArgs({
+  name: 'e2e',
+  invocation: 'npm run e2e --',
+  summary: 'Runs the end-to-end tier (test/cluster/e2e/) on a real single-node cluster; needs root.',
+  flags: [{ name: 'json', boolean: true, help: 'The last stdout line is one JSON object of its figures.' }],
+});
+const dir = await mkdtemp(join(tmpdir(), 'certshare-e2e-'));
+const figuresFile = join(dir, 'figures.json');
+const test = spawn(process.execPath, ['--test', '--test-timeout=3600000', new URL('./example.test.ts', import.meta.url).pathname], {
+  stdio: ['ignore', values.json ? 'pipe' : 'inherit', 'inherit'],
+  env: { ...process.env, CERTSHARE_E2E_FIGURES: figuresFile },
+});
+// With --json the test runner's report goes to stderr, so that the figures are the last stdout line.
+test.stdout?.pipe(process.stderr);
+const code = await new Promise<number>((resolve) => test.on('close', (c) => resolve(c ?? 1)));
+const figures = await readFile(figuresFile, 'utf8').catch(() => '{}');
+await rm(dir, { recursive: true, force: true });
+if (values.json) console.log(JSON.stringify({ passed: code === 0, ...JSON.parse(figures) }));
+process.exit(code);
