@@ -24,3 +24,8 @@ export const systemClock: Clock = {
       signal?.addEventListener('abort', onAbort, { once: true });
     }),
 };
+
+/** A time as log lines and messages give it: ISO 8601, UTC. */
+export function iso(ms: number): string {
+  return new Date(ms).toISOString();
+}
