@@ -19,8 +19,7 @@ import { type CommandHelp, duration, type FlagSpec, type FlagValues } from '../f
 import { tlsChoice, type ShareMode } from '../config/run-options.ts';
 import type { TlsChoice } from '../config/daemon-config.ts';
 import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom, type LogFormat } from '../logging/log-format.ts';
-import type { ServingPair } from '../tls/serving-pair.ts';
-import { pairSource } from '../tls/pair-source.ts';
+import { followPair } from '../tls/followed-pair.ts';
 import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './metrics.ts';
 import { DEFAULT_READINESS_GATE, admissionReviewResponse, checkInjectionDefaults, checkSidecarFlags, type InjectionDefaults } from './mutate.ts';
@@ -474,33 +473,16 @@ export async function startInjector(
 ): Promise<Injector> {
   const clock = deps.clock ?? systemClock;
   const events = new EventEmitter();
-  // --metrics-tls: the first pair is a start-up check (unreadable or mismatched: nothing starts); a renewed
-  // one is served from the next handshake on, a bad one leaves the served pair in place.
-  let metricsServer: Awaited<ReturnType<typeof startMetricsServer>> | undefined;
-  // A pair renewed before the listener exists (while the rest starts) is served as soon as it does.
-  let renewedEarly: ServingPair | undefined;
-  const serveMetricsPair = (server: NonNullable<typeof metricsServer>, pair: ServingPair): void => {
-    try {
-      const serial = server.setPair(pair);
-      deps.logger.info({ serial }, 'serving a new TLS certificate on /metrics');
-      events.emit('metricsTlsServed', { serial });
-    } catch (err) {
-      deps.logger.error({ code: 'CERTSHARE_CERT_INVALID', err: errorMessage(err) }, '--metrics-tls pair unusable; keeping the one served');
-    }
-  };
   const metricsPairs = config.metricsTls
-    ? await pairSource(config.metricsTls, {
+    ? await followPair(config.metricsTls, {
         logger: deps.logger,
         clock,
         env: deps.env,
         flag: 'metrics-tls',
-        onPair: (pair) => {
-          if (metricsServer) serveMetricsPair(metricsServer, pair);
-          else renewedEarly = pair;
-        },
+        what: '/metrics',
+        onServed: (serial) => events.emit('metricsTlsServed', { serial }),
       })
     : undefined;
-  const firstMetricsPair = await metricsPairs?.start();
   const connection = await connectKube(deps.env, { requestTimeoutMs: config.kubeTimeoutMs });
   const namespace = config.serviceNamespace ?? connection.namespace;
   const names: LeafNames = { dnsNames: [...serviceDnsNames(config.service, namespace), ...config.extraDnsNames], ipAddresses: config.extraIps };
@@ -517,22 +499,7 @@ export async function startInjector(
     defaultMetrics: deps.defaultMetrics ?? true,
     writer: () => elector.canIssue(),
   });
-  const server = await startTlsServer({
-    host: config.listen.host,
-    port: config.listen.port,
-    routes: {
-      '/mutate': (body) => {
-        try {
-          const answer = admissionReviewResponse(body, config.defaults);
-          metrics.admission(admissionResult(answer));
-          return answer;
-        } catch (err) {
-          metrics.admission('invalid');
-          throw err;
-        }
-      },
-    },
-  });
+  const server = await startWebhook(config, metrics);
   controller = new InjectorController({
     connection,
     custom: makeApi(connection.config, CustomObjectsApi),
@@ -549,9 +516,8 @@ export async function startInjector(
   });
   controller.on('action', (action) => metrics.step(action));
   controller.on('failed', (kind) => metrics.failure(kind));
-  const metricsListener = await startMetricsServer(metrics, config.metricsListen.host, config.metricsListen.port, firstMetricsPair);
-  metricsServer = metricsListener;
-  if (renewedEarly) serveMetricsPair(metricsListener, renewedEarly);
+  const metricsListener = await startMetricsServer(metrics, config.metricsListen.host, config.metricsListen.port, metricsPairs?.first);
+  metricsPairs?.serveOn((pair) => metricsListener.setPair(pair));
   elector.start();
   controller.start();
   deps.logger.info(
@@ -574,4 +540,24 @@ export async function startInjector(
       await Promise.all([server.close({ drainMs: config.drainDelayMs }), metricsListener.close(), metricsPairs?.stop()]);
     },
   };
+}
+
+/** The webhook's listener: POST /mutate answers each AdmissionReview, counted by result. */
+function startWebhook(config: InjectorConfig, metrics: InjectorMetrics): Promise<TlsServer> {
+  return startTlsServer({
+    host: config.listen.host,
+    port: config.listen.port,
+    routes: {
+      '/mutate': (body) => {
+        try {
+          const answer = admissionReviewResponse(body, config.defaults);
+          metrics.admission(admissionResult(answer));
+          return answer;
+        } catch (err) {
+          metrics.admission('invalid');
+          throw err;
+        }
+      },
+    },
+  });
 }

@@ -128,6 +128,39 @@ function send(res: ServerResponse, status: number, body: unknown, keepAlive: boo
  * Serves POST routes taking and returning JSON, and GET /healthz (200 once a certificate is loaded).
  * Without a pair yet, handshakes fail until the first setPair().
  */
+/** What is being read or handled, in all and per caller address: the bounds a flood meets. */
+class InFlight {
+  readonly #all = { requests: 0, bytes: 0 };
+  readonly #byPeer = new Map<string, { requests: number; bytes: number }>();
+
+  /** Admits a request declaring `declared` bytes from `peer`: its release, for when its response is done, or the bound it is over. */
+  admit(peer: string, declared: number): { release: () => void } | { over: string } {
+    const all = this.#all;
+    const own = this.#byPeer.get(peer) ?? { requests: 0, bytes: 0 };
+    const over =
+      all.requests >= MAX_IN_FLIGHT || all.bytes + declared > MAX_BUFFERED_BYTES
+        ? `${MAX_IN_FLIGHT} requests or ${MAX_BUFFERED_BYTES} bytes at once`
+        : own.requests >= MAX_IN_FLIGHT_PER_PEER || own.bytes + declared > MAX_BUFFERED_BYTES_PER_PEER
+          ? `${MAX_IN_FLIGHT_PER_PEER} requests or ${MAX_BUFFERED_BYTES_PER_PEER} bytes at once from ${peer}`
+          : undefined;
+    if (over) return { over };
+    for (const tally of [all, own]) {
+      tally.requests++;
+      tally.bytes += declared;
+    }
+    this.#byPeer.set(peer, own);
+    return {
+      release: () => {
+        for (const tally of [all, own]) {
+          tally.requests--;
+          tally.bytes -= declared;
+        }
+        if (own.requests === 0 && this.#byPeer.get(peer) === own) this.#byPeer.delete(peer);
+      },
+    };
+  }
+}
+
 export async function startTlsServer(options: {
   host: string;
   port: number;
@@ -139,8 +172,7 @@ export async function startTlsServer(options: {
   const clock = options.clock ?? systemClock;
   let serial: string | undefined;
   let draining = false;
-  const inFlight = { requests: 0, bytes: 0 };
-  const inFlightByPeer = new Map<string, { requests: number; bytes: number }>();
+  const inFlight = new InFlight();
   const connections = new ConnectionTable();
   const reply = (res: ServerResponse, status: number, body: unknown) => send(res, status, body, !draining);
   const initial = options.pair ? checkedPair(options.pair) : undefined;
@@ -167,30 +199,12 @@ export async function startTlsServer(options: {
       send(res, 413, { error: `request body larger than ${MAX_BODY_BYTES} bytes` }, false);
       return;
     }
-    const peer = req.socket.remoteAddress ?? '?';
-    const own = inFlightByPeer.get(peer) ?? { requests: 0, bytes: 0 };
-    const over =
-      inFlight.requests >= MAX_IN_FLIGHT || inFlight.bytes + declared > MAX_BUFFERED_BYTES
-        ? `${MAX_IN_FLIGHT} requests or ${MAX_BUFFERED_BYTES} bytes at once`
-        : own.requests >= MAX_IN_FLIGHT_PER_PEER || own.bytes + declared > MAX_BUFFERED_BYTES_PER_PEER
-          ? `${MAX_IN_FLIGHT_PER_PEER} requests or ${MAX_BUFFERED_BYTES_PER_PEER} bytes at once from ${peer}`
-          : undefined;
-    if (over) {
-      send(res, 503, { error: `more than ${over}` }, false, { 'retry-after': '1' });
+    const admitted = inFlight.admit(req.socket.remoteAddress ?? '?', declared);
+    if ('over' in admitted) {
+      send(res, 503, { error: `more than ${admitted.over}` }, false, { 'retry-after': '1' });
       return;
     }
-    for (const tally of [inFlight, own]) {
-      tally.requests++;
-      tally.bytes += declared;
-    }
-    inFlightByPeer.set(peer, own);
-    res.once('close', () => {
-      for (const tally of [inFlight, own]) {
-        tally.requests--;
-        tally.bytes -= declared;
-      }
-      if (own.requests === 0 && inFlightByPeer.get(peer) === own) inFlightByPeer.delete(peer);
-    });
+    res.once('close', admitted.release);
     readJson(req, declared, clock).then(
       (body) => {
         let answer: unknown;
@@ -215,13 +229,7 @@ export async function startTlsServer(options: {
   server.keepAliveTimeout = 60_000;
   server.headersTimeout = REQUEST_TIMEOUT_MS;
   server.requestTimeout = REQUEST_TIMEOUT_MS;
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port, options.host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
+  await listen(server, options.port, options.host);
   return {
     port: (server.address() as AddressInfo).port,
     get serial() {
@@ -247,4 +255,14 @@ export async function startTlsServer(options: {
       });
     },
   };
+}
+
+function listen(server: Server, port: number, host: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
 }

@@ -6,9 +6,9 @@ import { staticRole } from '../core/store.ts';
 import type { BackendContext, StoreBackend } from '../store-backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
 import { Projector } from '../delivery/projector.ts';
-import { connectKube } from './connection.ts';
+import { connectKube, type KubeConnection } from './connection.ts';
 import { ReadinessGate } from './readiness-gate.ts';
-import { checkRouting } from '../server/routing-check.ts';
+import { readinessRouting } from './readiness-routing.ts';
 import { KubeSecretStore } from './secret-store.ts';
 import { LeaseElector, leaseIdentity } from './lease-elector.ts';
 import { KubeLedgerStore } from './ledger-store.ts';
@@ -36,83 +36,14 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
   // A start-up check: in group scope a Role without list/watch on the namespace's Secrets is fatal here.
   await store.start();
   const identity = podName ?? `certshare-${process.pid}`;
-  // Events about the Pod, when certshare knows which (POD_NAME; POD_UID, downward API metadata.uid, lets
-  // `kubectl describe pod` find them: it selects Events by the Pod's uid).
-  const recorder = podName
-    ? new EventRecorder({
-        connection,
-        regarding: { name: podName, uid: env.POD_UID || undefined },
-        instance: podName,
-        clock,
-        logger: logger.child({ component: 'events' }),
-        onDropped: () => metrics.eventsDropped.inc(),
-      })
-    : undefined;
+  const recorder = podName ? eventRecorder(ctx, connection, podName) : undefined;
   const podEvents = recorder ? new PodEvents((occurrence) => recorder.record(occurrence)) : undefined;
-  let elector: LeaseElector | undefined;
-  if (config.mode === 'auto') {
-    elector = new LeaseElector({
-      connection,
-      name: `certshare-${config.group!}`, // validateConfig: --mode auto has a group
-      identity: leaseIdentity(identity),
-      clock,
-      logger: logger.child({ component: 'lease' }),
-      leaseDurationMs: config.leaseDurationMs,
-      onLeadershipChange: (leader) => {
-        metrics.writer.set(leader ? 1 : 0);
-        podEvents?.writer(leader);
-      },
-    });
-  } else {
-    metrics.writer.set(config.mode === 'rw' ? 1 : 0);
-  }
+  const elector = config.mode === 'auto' ? leaseElector(ctx, connection, identity, podEvents) : undefined;
+  if (!elector) metrics.writer.set(config.mode === 'rw' ? 1 : 0);
   const role = elector ?? staticRole(identity, config.mode === 'rw');
   const projector = config.outDir ? new Projector(new CertDirectory(config.outDir), logger, ctx.filesWritten) : undefined;
-
-  let gate: ReadinessGate | undefined;
   // validateConfig: a readiness gate has POD_NAME, a routing check an IPv4 in POD_IPS.
-  if (config.readinessGate && podName) {
-    const ownIPv4 = config.pod.ipv4;
-    const urls = config.routingChecks;
-    gate = new ReadinessGate({
-      connection,
-      podName,
-      conditionType: config.readinessGate,
-      health: ctx.health,
-      validityEnd: (held) => rotationExitTime(held, config.renewal, config.readinessLeadMs),
-      ...(projector ? { settled: () => projector.idle() } : {}),
-      clock,
-      logger: logger.child({ component: 'readiness-gate' }),
-      ...(podEvents ? { onPatched: (status: 'True' | 'False', reason: string, message: string) => podEvents.readiness(status, reason, message) } : {}),
-      ...(urls.length > 0
-        ? {
-            routing: async (signal: AbortSignal) => {
-              const details: string[] = [];
-              for (const url of urls) {
-                const { verdict, rounds, probes, endpointsSeen, provenBy } = await checkRouting(url, {
-                  ownIPv4,
-                  probesPerRound: config.routingAttempts,
-                  // A call proves the route when it arrives, not when its answer does (routing-proof.ts): one
-                  // still open after half a second went to an endpoint that is gone (a SYN nobody answers, the
-                  // Pod deleted and kube-proxy not yet synced) or busy starting, and only holds a slot of the
-                  // 64 a check keeps open. Measured at 10 replicas: most calls of a mass restart are such.
-                  timeoutMs: 500,
-                  roundDelayMs: 200,
-                  patienceMs: 30_000,
-                  ...(ctx.routingProofs ? { proofs: ctx.routingProofs } : {}),
-                  signal,
-                });
-                logger.info({ url, verdict, rounds, probes, endpointsSeen, provenBy }, 'routing check');
-                const proof = provenBy === undefined ? '' : `, proven by ${provenBy === 'answer' ? 'its own answer' : 'a call received'}`;
-                details.push(`${rounds} rounds, ${probes} calls, ${endpointsSeen} endpoints seen${proof}`);
-                if (verdict === 'not-routed') return { verdict, detail: details.join('; ') };
-              }
-              return { verdict: 'routed' as const, detail: details.join('; ') };
-            },
-          }
-        : {}),
-    });
-  }
+  const gate = config.readinessGate && podName ? readinessGate(ctx, connection, podName, projector, podEvents) : undefined;
   logger.info(
     { namespace: connection.namespace, mode: config.mode, group: config.group, watchScope: config.watchScope, readinessGate: config.readinessGate },
     'kubernetes mode',
@@ -161,4 +92,64 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       await projector?.idle();
     },
   };
+}
+
+/**
+ * Events about the Pod, when certshare knows which (POD_NAME; POD_UID, downward API metadata.uid, lets
+ * `kubectl describe pod` find them: it selects Events by the Pod's uid).
+ */
+function eventRecorder(ctx: BackendContext, connection: KubeConnection, podName: string): EventRecorder {
+  const { clock, logger, env } = ctx.deps;
+  return new EventRecorder({
+    connection,
+    regarding: { name: podName, uid: env.POD_UID || undefined },
+    instance: podName,
+    clock,
+    logger: logger.child({ component: 'events' }),
+    onDropped: () => ctx.metrics.eventsDropped.inc(),
+  });
+}
+
+/** --mode auto: the writer elected with the group's Lease. */
+function leaseElector(ctx: BackendContext, connection: KubeConnection, identity: string, podEvents: PodEvents | undefined): LeaseElector {
+  const { config, metrics } = ctx;
+  return new LeaseElector({
+    connection,
+    name: `certshare-${config.group!}`, // validateConfig: --mode auto has a group
+    identity: leaseIdentity(identity),
+    clock: ctx.deps.clock,
+    logger: ctx.deps.logger.child({ component: 'lease' }),
+    leaseDurationMs: config.leaseDurationMs,
+    onLeadershipChange: (leader) => {
+      metrics.writer.set(leader ? 1 : 0);
+      podEvents?.writer(leader);
+    },
+  });
+}
+
+/** --readiness-gate: the Pod's own condition, with the routing check of --routing-check when given. */
+function readinessGate(
+  ctx: BackendContext,
+  connection: KubeConnection,
+  podName: string,
+  projector: Projector | undefined,
+  podEvents: PodEvents | undefined,
+): ReadinessGate {
+  const { config } = ctx;
+  const { clock, logger } = ctx.deps;
+  const urls = config.routingChecks;
+  return new ReadinessGate({
+    connection,
+    podName,
+    conditionType: config.readinessGate!,
+    health: ctx.health,
+    validityEnd: (held) => rotationExitTime(held, config.renewal, config.readinessLeadMs),
+    ...(projector ? { settled: () => projector.idle() } : {}),
+    clock,
+    logger: logger.child({ component: 'readiness-gate' }),
+    ...(podEvents ? { onPatched: (status: 'True' | 'False', reason: string, message: string) => podEvents.readiness(status, reason, message) } : {}),
+    ...(urls.length > 0
+      ? { routing: readinessRouting({ urls, ownIPv4: config.pod.ipv4, attempts: config.routingAttempts, proofs: ctx.routingProofs, logger }) }
+      : {}),
+  });
 }
