@@ -72,161 +72,23 @@ export class Metrics implements LoopObserver {
   constructor(clock: Clock, renewal: RenewalPolicy, options: { defaultMetrics?: boolean } = {}) {
     this.#renewal = renewal;
     const registers = [this.registry];
-    const certs = this.#certs;
-    this.#expiration = new Gauge({
-      name: 'certshare_certificate_expiration_timestamp_seconds',
-      help: 'NotAfter of the certificate in use, per domain.',
-      labelNames: ['domain'],
+    ({ expiration: this.#expiration, renewalAt: this.#renewalAt } = certificateMetrics(registers, clock, this.#certs));
+    ({ attempts: this.#attempts, renewRequests: this.#renewRequests, backoff: this.#backoff, nextAttempt: this.#nextAttempt } = issuanceMetrics(registers));
+    ({ windowStart: this.#ariWindowStart, windowEnd: this.#ariWindowEnd, checks: this.#ariChecks } = ariMetrics(registers));
+    ({
+      busConnected: this.busConnected,
+      busReconnects: this.busReconnects,
+      busBadLines: this.busBadLines,
+      reloads: this.reloads,
+      storeErrors: this.storeErrors,
+      eventsDropped: this.eventsDropped,
+      writer: this.writer,
+    } = processMetrics(registers));
+    budgetMetrics(
       registers,
-    });
-    this.#renewalAt = new Gauge({
-      name: 'certshare_certificate_renewal_timestamp_seconds',
-      help: 'When the certificate in use becomes due for renewal, per domain.',
-      labelNames: ['domain'],
-      registers,
-    });
-    new Gauge({
-      name: 'certshare_certificate_ready_status',
-      help: 'Whether the domain has a certificate valid now (condition="True") or not (condition="False").',
-      labelNames: ['domain', 'condition'],
-      registers,
-      collect() {
-        this.reset();
-        const now = clock.now();
-        for (const [domain, info] of certs) {
-          const ready = isCurrentlyValid(info, now);
-          this.set({ domain, condition: 'True' }, ready ? 1 : 0);
-          this.set({ domain, condition: 'False' }, ready ? 0 : 1);
-        }
-      },
-    });
-    this.#attempts = new Counter({
-      name: 'certshare_issuance_attempts_total',
-      help:
-        'CertPair calls by result (success, unchanged, rate_limited, error, rejected, too_short) and by the reason ' +
-        'the call was made (no_certificate, stored_unusable, expiry).',
-      labelNames: ['domain', 'result', 'reason'],
-      registers,
-    });
-    this.#renewRequests = new Counter({
-      name: 'certshare_renew_requests_total',
-      help: 'Renew requests (certshare renew) answered by the writer: result issued, or refused with the reason (min_interval, budget_exhausted).',
-      labelNames: ['domain', 'result', 'reason'],
-      registers,
-    });
-    this.#backoff = new Gauge({
-      name: 'certshare_issuance_backoff_seconds',
-      help: 'Current wait before the next CertPair call after failures (0 when not backing off).',
-      labelNames: ['domain'],
-      registers,
-    });
-    this.#nextAttempt = new Gauge({
-      name: 'certshare_issuance_next_check_timestamp_seconds',
-      help: 'When the domain is next looked at (renewal point, check interval or end of backoff).',
-      labelNames: ['domain'],
-      registers,
-    });
-    this.#ariWindowStart = new Gauge({
-      name: 'certshare_ari_window_start_timestamp_seconds',
-      help: "Start of the CA's suggested renewal window (ACME Renewal Information) for the certificate in use, per domain.",
-      labelNames: ['domain'],
-      registers,
-    });
-    this.#ariWindowEnd = new Gauge({
-      name: 'certshare_ari_window_end_timestamp_seconds',
-      help: "End of the CA's suggested renewal window (ACME Renewal Information) for the certificate in use, per domain.",
-      labelNames: ['domain'],
-      registers,
-    });
-    this.#ariChecks = new Counter({
-      name: 'certshare_ari_checks_total',
-      help: 'ACME Renewal Information checks by outcome (ok, not_found, unavailable, timeout, bad_response, unsupported).',
-      labelNames: ['outcome'],
-      registers,
-    });
-    // Every outcome from the start, so rate() and absent() see a series before the first failure.
-    for (const outcome of ARI_CHECK_OUTCOMES) this.#ariChecks.inc({ outcome }, 0);
-    this.busConnected = new Gauge({ name: 'certshare_ipn_bus_connected', help: '1 while the IPN bus stream is connected.', registers });
-    this.busReconnects = new Counter({
-      name: 'certshare_ipn_bus_reconnects_total',
-      help: 'IPN bus reconnections after the stream ended or failed.',
-      registers,
-    });
-    this.busBadLines = new Counter({
-      name: 'certshare_ipn_bus_bad_lines_total',
-      help: 'IPN bus lines that were not valid Notify JSON and were skipped.',
-      registers,
-    });
-    this.reloads = new Counter({
-      name: 'certshare_reload_command_runs_total',
-      help: 'Runs of the reload command by result (success, failure).',
-      labelNames: ['result'],
-      registers,
-    });
-    this.storeErrors = new Counter({
-      name: 'certshare_store_errors_total',
-      help: 'Failed reads or writes of the certificate store.',
-      labelNames: ['operation'],
-      registers,
-    });
-    this.eventsDropped = new Counter({
-      name: 'certshare_events_dropped_total',
-      help: 'Kubernetes Events not recorded: the queue was full, or the API refused or did not answer.',
-      registers,
-    });
-    this.writer = new Gauge({
-      name: 'certshare_writer',
-      help: '1 while this replica may issue certificates (rw mode, or holding the group Lease in auto mode).',
-      registers,
-    });
-    const queues = (): QueueReport[] => this.#budgetQueues();
-    new Gauge({
-      name: 'certshare_issuance_queued',
-      help: 'Domains waiting for a slot of the issuance budget (first issuances), per registered domain.',
-      labelNames: ['registered_domain'],
-      registers,
-      collect() {
-        this.reset();
-        for (const q of queues()) this.set({ registered_domain: q.registeredDomain }, q.queued);
-      },
-    });
-    new Gauge({
-      name: 'certshare_issuance_queued_expiring',
-      help: 'Queued domains whose certificate expires before their turn in the issuance budget, per registered domain.',
-      labelNames: ['registered_domain'],
-      registers,
-      collect() {
-        this.reset();
-        for (const q of queues()) this.set({ registered_domain: q.registeredDomain }, q.expiringBeforeTurn);
-      },
-    });
-    new Gauge({
-      name: 'certshare_issuance_budget_next_slot_timestamp_seconds',
-      help: 'When the next slot of the issuance budget frees for a queued domain, per registered domain.',
-      labelNames: ['registered_domain'],
-      registers,
-      collect() {
-        this.reset();
-        for (const q of queues()) if (q.nextSlotAt !== undefined) this.set({ registered_domain: q.registeredDomain }, seconds(q.nextSlotAt));
-      },
-    });
-    const slots = (): { inUse: number; waiting: number } => this.#slots;
-    new Gauge({
-      name: 'certshare_issuance_slots_in_use',
-      help: 'Domains issuing or restoring now (intent, CertPair call, Secret writes), at most --issuance-concurrency.',
-      registers,
-      collect() {
-        this.set(slots().inUse);
-      },
-    });
-    new Gauge({
-      name: 'certshare_issuance_slots_waiting',
-      help: 'Domains due for an issuance or a restore, waiting for one of the --issuance-concurrency slots.',
-      registers,
-      collect() {
-        this.set(slots().waiting);
-      },
-    });
+      () => this.#budgetQueues(),
+      () => this.#slots,
+    );
     if (options.defaultMetrics ?? true) collectNodeMetrics(this.registry);
   }
 
@@ -286,4 +148,182 @@ export class Metrics implements LoopObserver {
     for (const gauge of [this.#backoff, this.#nextAttempt, this.#ariWindowStart, this.#ariWindowEnd]) gauge.remove({ domain });
     for (const result of ATTEMPT_RESULTS) for (const reason of ISSUE_REASONS) this.#attempts.remove({ domain, result, reason });
   }
+}
+
+type Registers = Registry[];
+
+/** The certificate held per domain: its expiry, its renewal point, and whether it is valid now (read at each scrape). */
+function certificateMetrics(registers: Registers, clock: Clock, certs: ReadonlyMap<string, CertInfo>): { expiration: Gauge; renewalAt: Gauge } {
+  const expiration = new Gauge({
+    name: 'certshare_certificate_expiration_timestamp_seconds',
+    help: 'NotAfter of the certificate in use, per domain.',
+    labelNames: ['domain'],
+    registers,
+  });
+  const renewalAt = new Gauge({
+    name: 'certshare_certificate_renewal_timestamp_seconds',
+    help: 'When the certificate in use becomes due for renewal, per domain.',
+    labelNames: ['domain'],
+    registers,
+  });
+  new Gauge({
+    name: 'certshare_certificate_ready_status',
+    help: 'Whether the domain has a certificate valid now (condition="True") or not (condition="False").',
+    labelNames: ['domain', 'condition'],
+    registers,
+    collect() {
+      this.reset();
+      const now = clock.now();
+      for (const [domain, info] of certs) {
+        const ready = isCurrentlyValid(info, now);
+        this.set({ domain, condition: 'True' }, ready ? 1 : 0);
+        this.set({ domain, condition: 'False' }, ready ? 0 : 1);
+      }
+    },
+  });
+  return { expiration, renewalAt };
+}
+
+/** The CertPair calls, the renew requests answered, the backoff and the next look, per domain. */
+function issuanceMetrics(registers: Registers): { attempts: Counter; renewRequests: Counter; backoff: Gauge; nextAttempt: Gauge } {
+  const attempts = new Counter({
+    name: 'certshare_issuance_attempts_total',
+    help:
+      'CertPair calls by result (success, unchanged, rate_limited, error, rejected, too_short) and by the reason ' +
+      'the call was made (no_certificate, stored_unusable, expiry).',
+    labelNames: ['domain', 'result', 'reason'],
+    registers,
+  });
+  const renewRequests = new Counter({
+    name: 'certshare_renew_requests_total',
+    help: 'Renew requests (certshare renew) answered by the writer: result issued, or refused with the reason (min_interval, budget_exhausted).',
+    labelNames: ['domain', 'result', 'reason'],
+    registers,
+  });
+  const backoff = new Gauge({
+    name: 'certshare_issuance_backoff_seconds',
+    help: 'Current wait before the next CertPair call after failures (0 when not backing off).',
+    labelNames: ['domain'],
+    registers,
+  });
+  const nextAttempt = new Gauge({
+    name: 'certshare_issuance_next_check_timestamp_seconds',
+    help: 'When the domain is next looked at (renewal point, check interval or end of backoff).',
+    labelNames: ['domain'],
+    registers,
+  });
+  return { attempts, renewRequests, backoff, nextAttempt };
+}
+
+/** The CA's renewal window per domain (ACME Renewal Information), and the checks by outcome. */
+function ariMetrics(registers: Registers): { windowStart: Gauge; windowEnd: Gauge; checks: Counter } {
+  const windowStart = new Gauge({
+    name: 'certshare_ari_window_start_timestamp_seconds',
+    help: "Start of the CA's suggested renewal window (ACME Renewal Information) for the certificate in use, per domain.",
+    labelNames: ['domain'],
+    registers,
+  });
+  const windowEnd = new Gauge({
+    name: 'certshare_ari_window_end_timestamp_seconds',
+    help: "End of the CA's suggested renewal window (ACME Renewal Information) for the certificate in use, per domain.",
+    labelNames: ['domain'],
+    registers,
+  });
+  const checks = new Counter({
+    name: 'certshare_ari_checks_total',
+    help: 'ACME Renewal Information checks by outcome (ok, not_found, unavailable, timeout, bad_response, unsupported).',
+    labelNames: ['outcome'],
+    registers,
+  });
+  // Every outcome from the start, so rate() and absent() see a series before the first failure.
+  for (const outcome of ARI_CHECK_OUTCOMES) checks.inc({ outcome }, 0);
+  return { windowStart, windowEnd, checks };
+}
+
+/** What the process's other parts count: the IPN bus, the reload command, the store, Events, the writer role. */
+function processMetrics(registers: Registers) {
+  const busConnected = new Gauge({ name: 'certshare_ipn_bus_connected', help: '1 while the IPN bus stream is connected.', registers });
+  const busReconnects = new Counter({
+    name: 'certshare_ipn_bus_reconnects_total',
+    help: 'IPN bus reconnections after the stream ended or failed.',
+    registers,
+  });
+  const busBadLines = new Counter({
+    name: 'certshare_ipn_bus_bad_lines_total',
+    help: 'IPN bus lines that were not valid Notify JSON and were skipped.',
+    registers,
+  });
+  const reloads = new Counter({
+    name: 'certshare_reload_command_runs_total',
+    help: 'Runs of the reload command by result (success, failure).',
+    labelNames: ['result'],
+    registers,
+  });
+  const storeErrors = new Counter({
+    name: 'certshare_store_errors_total',
+    help: 'Failed reads or writes of the certificate store.',
+    labelNames: ['operation'],
+    registers,
+  });
+  const eventsDropped = new Counter({
+    name: 'certshare_events_dropped_total',
+    help: 'Kubernetes Events not recorded: the queue was full, or the API refused or did not answer.',
+    registers,
+  });
+  const writer = new Gauge({
+    name: 'certshare_writer',
+    help: '1 while this replica may issue certificates (rw mode, or holding the group Lease in auto mode).',
+    registers,
+  });
+  return { busConnected, busReconnects, busBadLines, reloads, storeErrors, eventsDropped, writer };
+}
+
+/** The issuance budget's queues and the issuance slots, read at each scrape. */
+function budgetMetrics(registers: Registers, queues: () => QueueReport[], slots: () => { inUse: number; waiting: number }): void {
+  new Gauge({
+    name: 'certshare_issuance_queued',
+    help: 'Domains waiting for a slot of the issuance budget (first issuances), per registered domain.',
+    labelNames: ['registered_domain'],
+    registers,
+    collect() {
+      this.reset();
+      for (const q of queues()) this.set({ registered_domain: q.registeredDomain }, q.queued);
+    },
+  });
+  new Gauge({
+    name: 'certshare_issuance_queued_expiring',
+    help: 'Queued domains whose certificate expires before their turn in the issuance budget, per registered domain.',
+    labelNames: ['registered_domain'],
+    registers,
+    collect() {
+      this.reset();
+      for (const q of queues()) this.set({ registered_domain: q.registeredDomain }, q.expiringBeforeTurn);
+    },
+  });
+  new Gauge({
+    name: 'certshare_issuance_budget_next_slot_timestamp_seconds',
+    help: 'When the next slot of the issuance budget frees for a queued domain, per registered domain.',
+    labelNames: ['registered_domain'],
+    registers,
+    collect() {
+      this.reset();
+      for (const q of queues()) if (q.nextSlotAt !== undefined) this.set({ registered_domain: q.registeredDomain }, seconds(q.nextSlotAt));
+    },
+  });
+  new Gauge({
+    name: 'certshare_issuance_slots_in_use',
+    help: 'Domains issuing or restoring now (intent, CertPair call, Secret writes), at most --issuance-concurrency.',
+    registers,
+    collect() {
+      this.set(slots().inUse);
+    },
+  });
+  new Gauge({
+    name: 'certshare_issuance_slots_waiting',
+    help: 'Domains due for an issuance or a restore, waiting for one of the --issuance-concurrency slots.',
+    registers,
+    collect() {
+      this.set(slots().waiting);
+    },
+  });
 }
