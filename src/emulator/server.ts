@@ -2,24 +2,25 @@
 // LocalAPI for what certshare uses (IPN bus, cert-domains, status, cert pairs), issues real certificates
 // from an in-memory CA with tailscaled's caching policy, and fails on demand (scripted faults).
 import { EventEmitter } from 'node:events';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer } from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { errorMessage } from '../core/errors.ts';
 import { silentLogger, type Logger } from '../core/logger.ts';
-import { IpnBus, parseMask, type NetmapStyle } from './bus.ts';
-import { CERT_PATH_PREFIX, handleCert } from './cert-endpoint.ts';
-import { CONTROL_PREFIX, handleControl } from './control.ts';
+import { IpnBus, type NetmapStyle } from './bus.ts';
+import { CertDomains } from './cert-domains.ts';
+import type { CertEndpointDeps } from './cert-endpoint.ts';
+import type { ControlTarget } from './control.ts';
 import { ACME_PREFIX, AriDesk, type AriCertificateRecord, type AriOverride, type AriSelector } from './ari.ts';
 import { describeFault, FaultQueue, normalizeFault, type BusFault, type CertFault, type Fault } from './faults.ts';
-import { sendError, sendJson } from './http-util.ts';
+import { sendError } from './http-util.ts';
 import { loadRegisteredDomainRule } from '../core/registered-domain.ts';
 import type { AcmeLimits } from './acme-limits.ts';
-import { Issuer } from './issuer.ts';
-import { appendLedger, type LedgerRequest } from './ledger.ts';
+import { Issuer, type IssuerOptions } from './issuer.ts';
+import { increment, type LocalApiContext, RequestCounts, routeLocalApi, serveAcme } from './localapi-routes.ts';
 import { listenOn, parseListen } from './listen.ts';
-import { makeIdentity, statusJson } from './netmap.ts';
-import { parseTailscaledVersion, releaseFeatures } from '../localapi/releases.ts';
+import { makeIdentity } from './netmap.ts';
 import { EmulatedPrefs, type PrefsWrite } from './prefs.ts';
+import { parseTailscaledVersion, releaseFeatures, type ReleaseFeatures } from '../localapi/releases.ts';
 
 export type { NetmapStyle } from './bus.ts';
 
@@ -29,8 +30,6 @@ export const DEFAULT_CERT_LIFETIME_MS = 90 * 86_400_000;
 export const DEFAULT_TAILSCALED_VERSION = '1.104.5';
 /** The release emulated for a style when only the style is given: the current one, or one that resends the netmap. */
 export const DEFAULT_VERSIONS: Record<NetmapStyle, string> = { selfchange: DEFAULT_TAILSCALED_VERSION, resend: '1.96.4' };
-
-const LOCALAPI_CSP = "default-src 'none'; frame-ancestors 'none'; script-src 'none'; script-src-elem 'none'; script-src-attr 'none'";
 
 export interface EmulatorOptions {
   /** Unix socket path, or HOST:PORT for TCP (port 0 = a free port). Default ./tailscaled.sock. */
@@ -167,10 +166,6 @@ export interface Emulator {
   close(): Promise<void>;
 }
 
-function increment(map: Map<string, number>, key: string, by = 1): void {
-  map.set(key, (map.get(key) ?? 0) + by);
-}
-
 /** A broken rule of EmulatorOptions, worded for the caller of startEmulator and for the command line. */
 export interface OptionsProblem {
   api: string;
@@ -232,63 +227,21 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const problem = emulatorOptionsProblem(options);
   if (problem) throw new Error(problem.api);
   const id = options.id ?? `emu-${randomBytes(3).toString('hex')}`;
-  const asked = options.netmapStyle;
-  const version = options.tailscaledVersion ?? DEFAULT_VERSIONS[asked ?? 'selfchange'];
-  const features = releaseFeatures(parseTailscaledVersion(version)!);
-  const style: NetmapStyle = features.resendsNetMap ? 'resend' : 'selfchange';
+  const { version, features, style } = releaseOf(options);
   const clock = options.clock ?? { now: () => Date.now() };
   const logger = (options.logger ?? silentLogger).child({ emulator: id });
   const events = new EventEmitter();
-  const target = parseListen(options.listen ?? './tailscaled.sock');
-  const acmeTarget = options.acmeListen === undefined ? undefined : parseListen(options.acmeListen);
   const configured = [...new Set(options.domains ?? [DEFAULT_DOMAIN])];
   const certLifetimeMs = options.certLifetimeMs ?? DEFAULT_CERT_LIFETIME_MS;
   const identity = makeIdentity(id, configured, Date.now());
-
-  const visible = new Set<string>();
-  let delayed: string[] = [];
   const faults = new FaultQueue();
-  const certRequests = new Map<string, number>();
-  const certResponses = new Map<string, Map<string, number>>();
-  const faultsApplied = new Map<string, number>();
-  const requests = new Map<string, number>();
-  let busRefusals = 0;
+  const counts = new RequestCounts();
   const closing = new AbortController();
-  let address = '';
-
-  const sortedDomains = (): string[] => [...visible].sort();
-
-  const ari = new AriDesk({
-    clock,
-    halfWidthMs: options.ariHalfWidthMs,
-    retryAfterSeconds: options.ariRetryAfterSeconds,
-    logger,
-    onRequest: (certId, status) => events.emit('renewalInfo', { certId, status }),
-  });
-  const issuer = new Issuer({
-    id,
-    certLifetimeMs,
-    certBackdateMs: options.certBackdateMs,
-    clockSkewMs: options.clockSkewMs,
-    certShortByMs: options.certShortByMs,
-    clock,
-    ledgerPath: options.ledgerPath,
-    ledgerKinds: options.ledgerRequests ?? false,
-    asyncRenewal: options.asyncRenewal ?? true,
-    limits: options.limits,
-    registeredDomain: options.limits?.newCertsPerRegisteredDomain ? await loadRegisteredDomainRule() : undefined,
-    logger,
-    events,
-    onLeaf: (domain, leaf) => ari.issued(domain, leaf),
-  });
-
-  const onFaultApplied = (fault: Fault, domain?: string): void => {
-    increment(faultsApplied, describeFault(fault));
-    logger.info({ fault: describeFault(fault), ...(domain ? { domain } : {}) }, 'fault applied');
-    events.emit('fault', { fault, ...(domain ? { domain } : {}) });
-  };
-
+  const ari = ariDeskFor(options, clock, logger, events);
+  const issuer = await issuerFor(options, { id, certLifetimeMs, clock, logger, events, onLeaf: (domain, leaf) => ari.issued(domain, leaf) });
+  const onFaultApplied = faultReporter(counts, logger, events);
   const prefs = new EmulatedPrefs(options.prefsWrite);
+  const domains = new CertDomains(logger, events, () => bus.announceCertDomains());
   const bus = new IpnBus({
     version,
     style,
@@ -296,32 +249,12 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     padBytes: options.netmapPadBytes ?? 0,
     splitInitialNotify: options.splitInitialNotify ?? false,
     identity,
-    certDomains: sortedDomains,
+    certDomains: () => domains.sorted(),
     takeFaults: () => faults.takeAllBus(),
     onFaultApplied: (fault) => onFaultApplied(fault),
     logger,
     events,
   });
-
-  const domainsChanged = (): void => {
-    const domains = sortedDomains();
-    logger.info({ certDomains: domains }, 'cert domains changed');
-    events.emit('certDomains', { domains });
-    bus.announceCertDomains();
-  };
-
-  const addCertDomain = (domain: string): void => {
-    if (!domain) throw new Error('domain must be non-empty');
-    if (visible.has(domain)) return;
-    visible.add(domain);
-    domainsChanged();
-  };
-  const removeCertDomain = (domain: string): void => {
-    delayed = delayed.filter((d) => d !== domain);
-    if (!visible.delete(domain)) return;
-    domainsChanged();
-  };
-
   const injectFault = (input: Fault | string): void => {
     const fault = normalizeFault(input);
     faults.add(fault);
@@ -329,182 +262,174 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     // A bus fault hits the open streams at once (one application); what remains waits for new streams.
     if (fault.target === 'bus' && bus.applyNow(fault)) faults.consume(fault);
   };
-
-  const stats = (): EmulatorStats => ({
+  let address = '';
+  const stats = (): EmulatorStats => statsOf({ id, version, style, address, certDomains: domains.sorted(), issuer, ari, counts, faults, bus });
+  const control = controlOf({ stats, faults, injectFault, domains, bus, ari });
+  const cert: CertEndpointDeps = {
+    ...{ issuer, clock, certLifetimeMs, logger, events, closing: closing.signal },
+    takeFault: (domain) => faults.takeCert(domain),
+    visibleDomains: () => domains.sorted(),
+    countResponse: (domain, outcome) => counts.certResponse(domain, outcome),
+    onFaultApplied: (fault, domain) => onFaultApplied(fault, domain),
+  };
+  const ledger = options.ledgerPath && options.ledgerRequests ? { path: options.ledgerPath, emulator: id } : undefined;
+  const context: LocalApiContext = { version, features, identity, closing: closing.signal, control, ari, bus, counts, prefs, cert, ledger, logger };
+  const listening = await listen(options, context);
+  address = listening.bound.address;
+  for (const f of options.faults ?? []) injectFault(f);
+  domains.show(configured, options.domainDelayMs ?? 0);
+  logger.info(
+    { address, version, netmapStyle: style, certDomains: configured, domainDelayMs: options.domainDelayMs ?? 0, certLifetimeMs },
+    'emulator listening',
+  );
+  let closed: Promise<void> | undefined;
+  const close = (): Promise<void> => {
+    closed ??= (async () => {
+      domains.stop();
+      closing.abort();
+      await listening.close(() => bus.dropAll());
+      await issuer.idle();
+      logger.info({}, 'emulator closed');
+    })();
+    return closed;
+  };
+  return {
+    ...control,
+    stats,
     id,
-    version,
-    netmapStyle: style,
     address,
-    certDomains: sortedDomains(),
+    socketPath: listening.bound.socketPath,
+    port: listening.bound.port,
+    version,
+    events,
+    injectFault,
+    prefs,
+    acmeDirectoryUrl: listening.acmeDirectoryUrl,
+    caCertPem: async () => (await issuer.ca()).certPem,
+    idle: () => issuer.idle(),
+    close,
+  };
+}
+
+/** The control API's view of the emulator (control.ts), also part of what startEmulator returns. */
+function controlOf(parts: {
+  stats: () => EmulatorStats;
+  faults: FaultQueue;
+  injectFault: (fault: Fault) => void;
+  domains: CertDomains;
+  bus: IpnBus;
+  ari: AriDesk;
+}): ControlTarget {
+  const { faults, domains, bus, ari } = parts;
+  return {
+    stats: parts.stats,
+    pendingFaults: () => faults.pending(),
+    injectFault: parts.injectFault,
+    clearFaults: () => faults.clear(),
+    addCertDomain: (domain) => domains.add(domain),
+    removeCertDomain: (domain) => domains.remove(domain),
+    certDomains: () => domains.sorted(),
+    dropBusConnections: () => bus.dropAll(),
+    setRenewalInfo: (selector, override) => ari.setAnswer(selector, override),
+    revokeCertificate: (selector) => ari.revoke(selector),
+    ariCertificates: () => ari.certificates(),
+  };
+}
+
+/** Counts, logs and announces a fault as it is applied (to a domain's cert request, or to the IPN bus). */
+function faultReporter(counts: RequestCounts, logger: Logger, events: EventEmitter): (fault: Fault, domain?: string) => void {
+  return (fault, domain) => {
+    increment(counts.faultsApplied, describeFault(fault));
+    logger.info({ fault: describeFault(fault), ...(domain ? { domain } : {}) }, 'fault applied');
+    events.emit('fault', { fault, ...(domain ? { domain } : {}) });
+  };
+}
+
+/** The CA's ACME Renewal Information desk. */
+function ariDeskFor(options: EmulatorOptions, clock: { now(): number }, logger: Logger, events: EventEmitter): AriDesk {
+  return new AriDesk({
+    clock,
+    halfWidthMs: options.ariHalfWidthMs,
+    retryAfterSeconds: options.ariRetryAfterSeconds,
+    logger,
+    onRequest: (certId, status) => events.emit('renewalInfo', { certId, status }),
+  });
+}
+
+/** The stats the control API and the tests read. */
+function statsOf(parts: {
+  id: string;
+  version: string;
+  style: NetmapStyle;
+  address: string;
+  certDomains: string[];
+  issuer: Issuer;
+  ari: AriDesk;
+  counts: RequestCounts;
+  faults: FaultQueue;
+  bus: IpnBus;
+}): EmulatorStats {
+  const { issuer, counts, bus } = parts;
+  return {
+    id: parts.id,
+    version: parts.version,
+    netmapStyle: parts.style,
+    address: parts.address,
+    certDomains: parts.certDomains,
     issuances: Object.fromEntries(issuer.issuances),
     issuancesTotal: [...issuer.issuances.values()].reduce((a, b) => a + b, 0),
     rateLimitRefusals: { ...issuer.limiter.refusals },
-    ariRequests: Object.fromEntries(ari.requests),
-    certRequests: Object.fromEntries(certRequests),
-    certResponses: Object.fromEntries([...certResponses].map(([d, m]) => [d, Object.fromEntries(m)])),
-    faultsApplied: Object.fromEntries(faultsApplied),
-    pendingFaults: faults.pending(),
+    ariRequests: Object.fromEntries(parts.ari.requests),
+    certRequests: Object.fromEntries(counts.certRequests),
+    certResponses: Object.fromEntries([...counts.certResponses].map(([d, m]) => [d, Object.fromEntries(m)])),
+    faultsApplied: Object.fromEntries(counts.faultsApplied),
+    pendingFaults: parts.faults.pending(),
     busConnections: bus.openStreams,
     busConnectionsTotal: bus.total,
-    requests: Object.fromEntries(requests),
-    busRefusals,
+    requests: Object.fromEntries(counts.requests),
+    busRefusals: counts.busRefusals,
+  };
+}
+
+/** The release emulated: asked for, or the default of the netmap style asked for; and what it does. */
+function releaseOf(options: EmulatorOptions): { version: string; features: ReleaseFeatures; style: NetmapStyle } {
+  const version = options.tailscaledVersion ?? DEFAULT_VERSIONS[options.netmapStyle ?? 'selfchange'];
+  const features = releaseFeatures(parseTailscaledVersion(version)!);
+  return { version, features, style: features.resendsNetMap ? 'resend' : 'selfchange' };
+}
+
+/** The emulator's CA and cert endpoint's issuance, as the options shape them. */
+async function issuerFor(
+  options: EmulatorOptions,
+  own: { id: string; certLifetimeMs: number; clock: { now(): number }; logger: Logger; events: EventEmitter; onLeaf: IssuerOptions['onLeaf'] },
+): Promise<Issuer> {
+  return new Issuer({
+    ...own,
+    certBackdateMs: options.certBackdateMs,
+    clockSkewMs: options.clockSkewMs,
+    certShortByMs: options.certShortByMs,
+    ledgerPath: options.ledgerPath,
+    ledgerKinds: options.ledgerRequests ?? false,
+    asyncRenewal: options.asyncRenewal ?? true,
+    limits: options.limits,
+    registeredDomain: options.limits?.newCertsPerRegisteredDomain ? await loadRegisteredDomainRule() : undefined,
   });
+}
 
-  const controlTarget = {
-    stats,
-    pendingFaults: () => faults.pending(),
-    injectFault,
-    clearFaults: () => faults.clear(),
-    addCertDomain,
-    removeCertDomain,
-    certDomains: sortedDomains,
-    dropBusConnections: () => bus.dropAll(),
-    setRenewalInfo: (selector: AriSelector, override: AriOverride | undefined) => ari.setAnswer(selector, override),
-    revokeCertificate: (selector: AriSelector) => ari.revoke(selector),
-    ariCertificates: () => ari.certificates(),
-  };
-
-  const certDeps = {
-    issuer,
-    takeFault: (domain: string): CertFault | undefined => faults.takeCert(domain),
-    visibleDomains: sortedDomains,
-    clock,
-    certLifetimeMs,
-    closing: closing.signal,
-    countResponse: (domain: string, outcome: string): void => {
-      let m = certResponses.get(domain);
-      if (!m) {
-        m = new Map();
-        certResponses.set(domain, m);
-      }
-      increment(m, outcome);
-    },
-    onFaultApplied: (fault: CertFault, domain: string): void => onFaultApplied(fault, domain),
-    logger,
-    events,
-  };
-
-  /** A cert request with its ledger line, written once it was answered (or reset, or given up on). */
-  async function handleLedgeredCert(req: IncomingMessage, res: ServerResponse, url: URL, domain: string, ledgerPath: string): Promise<void> {
-    const time = new Date(clock.now()).toISOString();
-    let outcome = 'aborted';
-    let serial: string | undefined;
-    try {
-      await handleCert(req, res, url, {
-        ...certDeps,
-        countResponse: (d: string, o: string) => {
-          outcome = o;
-          certDeps.countResponse(d, o);
-        },
-        onServed: (s: string) => {
-          serial = s;
-        },
-      });
-    } finally {
-      const line: LedgerRequest = {
-        kind: 'request',
-        time,
-        end: new Date(clock.now()).toISOString(),
-        emulator: id,
-        domain,
-        minValidity: url.searchParams.get('min_validity') ?? '',
-        outcome,
-      };
-      const retryAfter = Number(res.getHeader('Retry-After'));
-      if (outcome === '429' && Number.isFinite(retryAfter)) line.retryAfterSeconds = retryAfter;
-      if (outcome === '200' && serial !== undefined) line.serial = serial;
-      await appendLedger(ledgerPath, line, logger);
-    }
-  }
-
-  async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    // tailscaled refuses anything a browser could send (DNS rebinding, CSRF), before it sets its headers
-    // (ipn/localapi/localapi.go ServeHTTP).
-    if (req.headers.referer !== undefined || req.headers.origin !== undefined) {
-      sendError(res, 403, 'invalid localapi request');
-      return;
-    }
-    res.setHeader('Tailscale-Version', version);
-    res.setHeader('Tailscale-Cap', String(features.capabilityVersion));
-    res.setHeader('Content-Security-Policy', LOCALAPI_CSP);
-    res.setHeader('X-Frame-Options', 'DENY');
-    res.setHeader('X-Content-Type-Options', 'nosniff');
-    if (closing.signal.aborted) {
-      sendError(res, 503, 'emulator shutting down');
-      return;
-    }
-    const url = new URL(req.url ?? '/', 'http://local-tailscaled.sock');
-    const path = url.pathname;
-    if (path.startsWith(CONTROL_PREFIX)) return handleControl(req, res, url, controlTarget);
-    if (path.startsWith(ACME_PREFIX)) return ari.handle(req, res, url);
-    increment(requests, path.startsWith(CERT_PATH_PREFIX) ? CERT_PATH_PREFIX : path);
-    if (path.startsWith(CERT_PATH_PREFIX)) {
-      const domain = safeDecode(path.slice(CERT_PATH_PREFIX.length));
-      increment(certRequests, domain);
-      if (!options.ledgerPath || !options.ledgerRequests) return handleCert(req, res, url, certDeps);
-      return handleLedgeredCert(req, res, url, domain, options.ledgerPath);
-    }
-    switch (path) {
-      case '/localapi/v0/watch-ipn-bus': {
-        const mask = parseMask(url.searchParams.get('mask'), features);
-        if (!mask.ok) {
-          busRefusals += 1;
-          logger.info({ mask: url.searchParams.get('mask'), refused: mask.message }, 'bus watch refused');
-          return sendError(res, mask.status, mask.message);
-        }
-        bus.open(req, res, mask.mask);
-        return;
-      }
-      case '/localapi/v0/prefs':
-        return prefs.handle(req, res);
-      case '/localapi/v0/status':
-        return sendJson(res, 200, statusJson(identity, version, sortedDomains()));
-      case '/localapi/v0/cert-domains': {
-        // Added in tailscaled v1.98 (ipn/localapi/localapi.go serveCertDomains). A nil slice when there
-        // are none: `null`, not [].
-        if (!features.certDomainsEndpoint) return sendError(res, 404, '404 page not found');
-        const domains = sortedDomains();
-        return sendJson(res, 200, domains.length > 0 ? JSON.stringify(domains) : 'null');
-      }
-      case '/localapi/v0/dns-config': {
-        if (!features.certDomainsEndpoint) return sendError(res, 404, '404 page not found');
-        const domains = sortedDomains();
-        return sendJson(
-          res,
-          200,
-          JSON.stringify({
-            Resolvers: [{ Addr: '100.100.100.100' }],
-            Domains: [identity.tailnetDomain],
-            Proxied: true,
-            ...(domains.length > 0 ? { CertDomains: domains } : {}),
-          }),
-        );
-      }
-      default:
-        return sendError(res, 404, '404 page not found');
-    }
-  }
-
-  function serveAcme(req: IncomingMessage, res: ServerResponse): void {
-    const url = new URL(req.url ?? '/', 'http://acme.invalid');
-    if (url.pathname.startsWith(ACME_PREFIX)) ari.handle(req, res, url);
-    else sendError(res, 404, '404 page not found');
-  }
-
+/** The LocalAPI's listener, and the ACME side's own one when asked for (a LocalAPI on a unix socket: fetch speaks TCP only). */
+async function listen(options: EmulatorOptions, context: LocalApiContext) {
   const server = createServer({ keepAliveTimeout: 5000 }, (req, res) => {
-    route(req, res).catch((err: unknown) => {
-      logger.error({ url: req.url, err: errorMessage(err) }, 'request failed');
+    routeLocalApi(req, res, context).catch((err: unknown) => {
+      context.logger.error({ url: req.url, err: errorMessage(err) }, 'request failed');
       sendError(res, 500, errorMessage(err));
     });
   });
   // A hanging request must not be cut by Node's default request timeout (5 minutes).
   server.requestTimeout = 0;
   server.headersTimeout = 60_000;
-
-  const bound = await listenOn(server, target);
-  address = bound.address;
-  // The ACME side on a TCP listener of its own, for a LocalAPI on a unix socket (fetch speaks TCP only).
-  const acmeServer = acmeTarget ? createServer({ keepAliveTimeout: 5000 }, (req, res) => serveAcme(req, res)) : undefined;
+  const bound = await listenOn(server, parseListen(options.listen ?? './tailscaled.sock'));
+  const acmeTarget = options.acmeListen === undefined ? undefined : parseListen(options.acmeListen);
+  const acmeServer = acmeTarget ? createServer({ keepAliveTimeout: 5000 }, (req, res) => serveAcme(req, res, context.ari)) : undefined;
   let acmeDirectoryUrl = bound.port === undefined ? undefined : `${bound.address}${ACME_PREFIX}directory`;
   if (acmeServer && acmeTarget) {
     try {
@@ -514,80 +439,19 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
       throw err;
     }
   }
-
-  for (const f of options.faults ?? []) injectFault(f);
-
-  let delayTimer: NodeJS.Timeout | undefined;
-  if ((options.domainDelayMs ?? 0) > 0) {
-    delayed = [...configured];
-    delayTimer = setTimeout(() => {
-      delayTimer = undefined;
-      const adding = delayed.filter((d) => !visible.has(d));
-      delayed = [];
-      if (adding.length === 0) return;
-      for (const d of adding) visible.add(d);
-      domainsChanged();
-    }, options.domainDelayMs);
-  } else {
-    for (const d of configured) visible.add(d);
-  }
-
-  logger.info(
-    { address, version, netmapStyle: style, certDomains: configured, domainDelayMs: options.domainDelayMs ?? 0, certLifetimeMs },
-    'emulator listening',
-  );
-
-  let closed: Promise<void> | undefined;
-  const close = (): Promise<void> => {
-    closed ??= (async () => {
-      if (delayTimer) clearTimeout(delayTimer);
-      closing.abort();
-      const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
-      const acmeStopped = new Promise<void>((resolve) => (acmeServer?.listening ? acmeServer.close(() => resolve()) : resolve()));
-      acmeServer?.closeAllConnections();
-      bus.dropAll();
-      server.closeIdleConnections();
-      // Whatever is still open (hanging or slow requests, bus streams mid-write) is cut now.
-      setImmediate(() => server.closeAllConnections());
-      await stopped;
-      await acmeStopped;
-      await issuer.idle();
-      logger.info({}, 'emulator closed');
-    })();
-    return closed;
+  /** Closes both, cutting whatever is still open; `dropStreams` ends the IPN bus streams first. */
+  const close = async (dropStreams: () => void): Promise<void> => {
+    const stopped = new Promise<void>((resolve) => server.close(() => resolve()));
+    const acmeStopped = new Promise<void>((resolve) => (acmeServer?.listening ? acmeServer.close(() => resolve()) : resolve()));
+    acmeServer?.closeAllConnections();
+    dropStreams();
+    server.closeIdleConnections();
+    // Whatever is still open (hanging or slow requests, bus streams mid-write) is cut now.
+    setImmediate(() => server.closeAllConnections());
+    await stopped;
+    await acmeStopped;
   };
-
-  return {
-    id,
-    address,
-    socketPath: bound.socketPath,
-    port: bound.port,
-    version,
-    events,
-    stats,
-    certDomains: sortedDomains,
-    addCertDomain,
-    removeCertDomain,
-    injectFault,
-    clearFaults: () => faults.clear(),
-    dropBusConnections: () => bus.dropAll(),
-    prefs,
-    acmeDirectoryUrl,
-    setRenewalInfo: controlTarget.setRenewalInfo,
-    revokeCertificate: controlTarget.revokeCertificate,
-    ariCertificates: controlTarget.ariCertificates,
-    caCertPem: async () => (await issuer.ca()).certPem,
-    idle: () => issuer.idle(),
-    close,
-  };
-}
-
-function safeDecode(s: string): string {
-  try {
-    return decodeURIComponent(s);
-  } catch {
-    return s;
-  }
+  return { bound, acmeDirectoryUrl, close };
 }
 
 export type { Fault, CertFault, BusFault };
