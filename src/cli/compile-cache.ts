@@ -1,6 +1,6 @@
 // Node's compile cache for the production bundle: V8's code for every chunk, made when the image is built
 // (and by `npm run build`), read by every start. Compiling the bundle's chunks is the largest share of a
-// start that certshare's own code decides (README, Resources); with the cache a start reads the code
+// start that certshare's own code decides (docs/performance.md); with the cache a start reads the code
 // instead of compiling it. The cache is "portable" (paths relative to it), so one made in a build
 // directory serves dist/ wherever it is copied, and it is per Node build and per account (uid): another
 // Node, or the image run as another uid, finds no entry for itself and compiles as before. A read-only root filesystem is fine: Node

@@ -196,10 +196,6 @@ export function decideRotation(s: RotationState, policy: RotationPolicy, now: nu
 
 // --- transitions: what the driver records once an action succeeded --------------------------------
 
-export function withCa(s: RotationState, ca: CaRecord): RotationState {
-  return { ...s, bundle: [...s.bundle, ca] };
-}
-
 export function withLeaf(s: RotationState, leaf: LeafRecord): RotationState {
   const previous = s.lastLeafExpiry[leaf.signedBy];
   return {

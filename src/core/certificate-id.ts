@@ -4,8 +4,8 @@
 // node:crypto's X509Certificate exposes neither the AKI nor the serial's octets, hence @peculiar/x509's own
 // ASN.1 layer (@peculiar/asn1-x509: the Certificate and AuthorityKeyIdentifier structures @peculiar/x509
 // parses them with). Not @peculiar/x509 itself: with its dependency injection and reflect-metadata it adds
-// ~7 MB of RSS to every writer and standalone daemon (they compute this ID for each certificate), where
-// the two schemas add ~1.5 MB (README, Resources). Loaded on first use: a reader never computes one.
+// several times the schemas' memory to every writer and standalone daemon (they compute this ID for each
+// certificate; docs/performance.md). Loaded on first use: a reader never computes one.
 import { CertshareError } from './errors.ts';
 
 const FIRST_CERT = /-----BEGIN CERTIFICATE-----([\s\S]+?)-----END CERTIFICATE-----/;

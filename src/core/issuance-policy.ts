@@ -92,8 +92,6 @@ export type IssuanceDecision =
   | { action: 'ask_renew_budget'; reason: 'operator_requested'; at: number }
   | { action: 'refuse_renew'; reason: RenewRefusal; at: number };
 
-export type IssuanceAction = IssuanceDecision['action'];
-
 /** What the store read returned, reduced to what the rules read. */
 export type StoreView =
   | { state: 'unreadable'; failures: number } // `failures`: consecutive failed calls to the store, this one included

@@ -10,7 +10,9 @@ import type { V1Secret, CustomObjectsApi } from '../kube/transport/client-node.t
 import {
   decideRotation,
   emptyRotationState,
+  withLeaf,
   withObservation,
+  withoutCa,
   withPublished,
   type CaRecord,
   type LeafRecord,
@@ -429,7 +431,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
         const leaf = await issueServingLeaf(ca, this.#o.names, action);
         // Intent first: the CA Secret records how long this CA must stay trusted before the leaf exists
         // anywhere. A crash in between leaves a CA in the bundle a little longer, never a leaf untrusted.
-        const lastLeafExpiry = { ...this.#state.lastLeafExpiry, [signer.id]: Math.max(this.#state.lastLeafExpiry[signer.id] ?? 0, leaf.notAfter) };
+        const { lastLeafExpiry } = withLeaf(this.#state, { serial: leaf.serial, signedBy: signer.id, notBefore: leaf.notBefore, notAfter: leaf.notAfter });
         this.#caSecret = await this.#writeSecret(this.#o.caSecret, this.#caSecret, this.#caSecretBody(this.#cas, keys, lastLeafExpiry));
         await this.#writeSecret(this.#o.tlsSecret, this.#tlsSecret, {
           type: 'kubernetes.io/tls',
@@ -439,7 +441,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
         return;
       }
       case 'retire-ca': {
-        const { [action.caId]: _gone, ...lastLeafExpiry } = this.#state.lastLeafExpiry;
+        const { lastLeafExpiry } = withoutCa(this.#state, action.caId);
         delete keys[CA_KEY(action.caId)];
         await this.#writeSecret(
           this.#o.caSecret,

@@ -39,12 +39,12 @@ export interface SidecarSettings {
 
 /**
  * The sidecar's requests and limits unless the platform sets others (--sidecar-resources). Memory: the
- * README's first row of "Resources by domain count" (one domain), whose request is the writer's idle RSS
+ * first row of docs/performance.md's "Resources by domain count" (one domain), whose request is the writer's idle RSS
  * there with a quarter of headroom, rounded up to 16 Mi (test/unit/sidecar-resources.test.ts holds the two
  * to that rule); larger groups take the rows below it. CPU: idle it uses ~0, but a Pod's start (the
  * certificate, the routing check, the readiness patch) competes with every container starting on the
- * node, where CPU goes by cgroup weight, which the request sets (10m is weight 1, 100m weight 4; README,
- * the readiness gate, measured it on the real-cluster tier).
+ * node, where CPU goes by cgroup weight, which the request sets (10m is weight 1, 100m weight 4;
+ * docs/performance.md gives what that changed on the real-cluster tier).
  */
 export const SIDECAR_RESOURCES: V1ResourceRequirements = { requests: { cpu: '100m', memory: '112Mi' }, limits: { memory: '192Mi' } };
 

@@ -2,11 +2,10 @@
 import { setFlagsFromString } from 'node:v8';
 
 /**
- * From this many managed domains on, the heap runs as when memory is short. Measured (`npm run bench --
- * --domains 500`, README resources): a 500-domain group held 210 MB on the writer and 183-186 MB on the
- * readers without the mode, 123 / 117 MB with it; at one domain it saves ~0.3 MB and costs ~20% of /healthz
- * throughput (0.71 of a bare fastify with it, 0.955 without). 50 is not tuned (the bench measures 1 and 500
- * domains): well above a proxy's usual handful of domains, below the 100 where the README's scale table starts.
+ * From this many managed domains on, the heap runs as when memory is short: large groups hold far less
+ * with it, while a small daemon would pay in /healthz throughput for almost no saving (docs/performance.md,
+ * `npm run bench -- --domains 500`). 50 is not tuned: well above a proxy's usual handful of domains, below
+ * the 100 where the bench's scale table starts.
  */
 export const HEAP_SAVING_DOMAINS = 50;
 
@@ -30,11 +29,10 @@ export function heapSavingSwitch(threshold = HEAP_SAVING_DOMAINS, setFlags: (fla
 /**
  * V8 without its optimizing compilers (Sparkplug, Maglev, TurboFan): every function stays bytecode, and the
  * heap of a small process without a hot path is what it keeps. For the injector, whose admissions are a few
- * milliseconds of JavaScript each: after the bench's 300 admissions it held 82.4-82.8 MB with them and 74.2
- * without (admission latency unchanged, CPU per admission 1.3 -> 1.4-1.5 ms), since the compilers' machine code
- * and their working memory never come (README resources). Not for `run`: /healthz would cost 4-6 times the CPU
- * per response. Set at run time before the command's code loads (Node leaves V8's flags writable), so the image
- * keeps one ENTRYPOINT for every command; on the command line they would save 2-3 MB more, the pages Node's own
+ * milliseconds of JavaScript each: the compilers' machine code and working memory never come, at the same
+ * admission latency (docs/performance.md). Not for `run`: /healthz would cost several times the CPU per
+ * response. Set at run time before the command's code loads (Node leaves V8's flags writable), so the image
+ * keeps one ENTRYPOINT for every command; on the command line they would also cover the pages Node's own
  * start-up compiles before any flag can be set here.
  */
 export function withoutOptimizingCompilers(setFlags: (flags: string) => void = setFlagsFromString): void {

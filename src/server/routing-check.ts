@@ -97,7 +97,7 @@ const MAX_IN_FLIGHT = 64;
  * from this Pod settles it. An unlucky round is not a verdict: rounds go on for `patienceMs`, and only
  * then is the answer 'not-routed'. With `proofs`, a call of another replica of the group that reaches this
  * Pod through the Service settles it too (routing-proof.ts), and this Pod's calls prove the route to the
- * Pods they reach. Measured on the real cluster (the end-to-end tier, phase 8): README, readiness.
+ * Pods they reach. How fast that makes Ready: docs/performance.md (the end-to-end tier, phase 8).
  */
 export async function checkRouting(url: string, options: RoutingCheckOptions): Promise<RoutingOutcome> {
   const target = new URL(url);

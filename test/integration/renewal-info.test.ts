@@ -76,7 +76,7 @@ describe('ARI certificate ID (RFC 9773 section 4.1)', () => {
     await assert.rejects(ariCertificateId('no pem here'), (err: unknown) => err instanceof CertshareError && err.code === 'CERTSHARE_CERT_INVALID');
   });
 
-  it('loads neither @peculiar/x509 nor reflect-metadata (~7 MB of RSS in every writer: README, Resources)', async () => {
+  it('loads neither @peculiar/x509 nor reflect-metadata (memory in every writer: docs/performance.md)', async () => {
     const pem = await selfSigned('0087654321', '69885b6b87464041e1b37b847ba0ae2cde01c8d4');
     const script = `import { registerHooks } from 'node:module';
 const loaded = [];

@@ -3,7 +3,8 @@
 import assert from 'node:assert/strict';
 import { join, resolve } from 'node:path';
 import { describe, it } from 'node:test';
-import { withCa, withLeaf, emptyRotationState } from '../../../src/core/ca-rotation.ts';
+import { withLeaf, emptyRotationState } from '../../../src/core/ca-rotation.ts';
+import { withCa } from '../../support/rotation-state.ts';
 import { InjectorMetrics } from '../../../src/injector/metrics.ts';
 import { assertRulesTested, checkMetrics, ruleGroups } from '../../support/promtool.ts';
 import { useTempDir } from '../../support/standalone.ts';

@@ -6,7 +6,6 @@ import {
   emptyRotationState,
   leafTrustedEverywhere,
   rotationPolicyProblem,
-  withCa,
   withLeaf,
   withObservation,
   withoutCa,
@@ -16,6 +15,7 @@ import {
   type RotationPolicy,
   type RotationState,
 } from '../../../src/core/ca-rotation.ts';
+import { withCa } from '../../support/rotation-state.ts';
 
 type Decide = (s: RotationState, p: RotationPolicy, now: number) => RotationDecision;
 
