@@ -315,9 +315,8 @@ export const RUN_FLAGS = [
     group: 'shutdown',
     placeholder: 'DURATION',
     default: '25s',
-    help:
-      'Exit no later than this after SIGTERM. Injected, it follows the drain delay within terminationGracePeriodSeconds ' +
-      '(the injector refuses a Pod where the two do not fit).',
+    help: 'Exit no later than this after SIGTERM.',
+    detail: 'Injected, it follows the drain delay within terminationGracePeriodSeconds (the injector refuses a Pod where the two do not fit).',
   },
 ] as const satisfies readonly FlagSpec<(typeof RUN_GROUPS)[number]>[];
 
