@@ -1,12 +1,13 @@
 // docs/configuration.md, made from the flag definitions of every command (the same tables --help prints):
 // `npm run docs` writes it, test/repo/configuration-page.test.ts fails when the page on disk differs.
 import { DEMO_HELP } from '../../src/cli/demo.ts';
+import { RENEW_HELP } from '../../src/config/renew-options.ts';
 import { RUN_HELP } from '../../src/config/run-options.ts';
 import { EMULATOR_HELP } from '../../src/emulator/options.ts';
 import { type CommandHelp, envName, type FlagSpec, flagSyntax, groupsOf, requirementsOf } from '../../src/flags/flags.ts';
 import { INJECTOR_HELP } from '../../src/injector/injector.ts';
 
-export const COMMANDS: readonly CommandHelp[] = [RUN_HELP, INJECTOR_HELP, EMULATOR_HELP, DEMO_HELP];
+export const COMMANDS: readonly CommandHelp[] = [RUN_HELP, INJECTOR_HELP, RENEW_HELP, EMULATOR_HELP, DEMO_HELP];
 
 /** Text for a Markdown table cell: no pipe breaks the row. */
 function cell(text: string): string {

@@ -4,8 +4,8 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { newRenewRequestId } from '../core/renew-request.ts';
-import { parseFlags, usage } from '../flags/flags.ts';
-import { RENEW_FLAGS, RENEW_SUMMARY, renewOptionsFrom, type RenewOptions } from '../config/renew-options.ts';
+import { commandUsage, parseFlags } from '../flags/flags.ts';
+import { RENEW_FLAGS, RENEW_HELP, renewOptionsFrom, type RenewOptions } from '../config/renew-options.ts';
 
 /** How often --wait looks at the answer (one empty patch of the Secret, or one file read). */
 const WAIT_POLL_MS = 2000;
@@ -44,7 +44,7 @@ export async function renewCommand(argv: string[]): Promise<number> {
   const [first, ...rest] = argv;
   const values = parseFlags(RENEW_FLAGS, first?.startsWith('-') ? argv : rest, process.env);
   if (values.help) {
-    console.log(usage('renew <domain>', RENEW_SUMMARY, RENEW_FLAGS));
+    console.log(commandUsage(RENEW_HELP));
     return 0;
   }
   const options = renewOptionsFrom(first, values);

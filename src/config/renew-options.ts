@@ -2,26 +2,32 @@
 import { normalizeDomain } from '../core/domain.ts';
 import { CertshareError } from '../core/errors.ts';
 import { isObjectName } from '../core/kube-names.ts';
-import { duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
+import { type CommandHelp, duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 
 export const RENEW_FLAGS: FlagSpec[] = [
   {
     name: 'store',
+    group: 'where the request goes',
     placeholder: 'kube|dir:PATH',
     default: 'kube',
-    help: "Where the domain's certificate lives: kube (its Secret) or the standalone daemon's directory (a request file in .state/).",
+    help: "Where the domain's certificate lives: kube (its Secret) or the standalone daemon's directory.",
+    detail: 'With dir:PATH the request is a file in .state/ of that directory.',
   },
   {
     name: 'namespace',
+    group: 'where the request goes',
     placeholder: 'NS',
-    help: "The namespace of the domain's Secret. Default: POD_NAMESPACE, else the kubeconfig context's namespace, else default.",
+    help: "The namespace of the domain's Secret.",
+    detail: "Default: POD_NAMESPACE, else the kubeconfig context's namespace, else default.",
     aliasesEnv: ['POD_NAMESPACE'],
   },
   {
     name: 'wait',
+    group: 'the answer',
     placeholder: 'DURATION',
     default: '0s',
-    help: 'Wait this long for the writer to answer (exit 0: a new certificate, 1: refused, with the reason); 0s: only ask.',
+    help: 'Wait this long for the writer to answer; 0s: only ask.',
+    detail: 'Exit 0: a new certificate; 1: refused, with the reason.',
   },
 ];
 
@@ -57,3 +63,11 @@ export function renewOptionsFrom(domainArg: string | undefined, values: FlagValu
   if (store.kind === 'dir' && namespace !== undefined) throw new CertshareError('CERTSHARE_BAD_FLAG', '--namespace needs --store kube');
   return { domain: normalizeDomain(domainArg), store, namespace, waitMs };
 }
+
+/** `certshare renew --help` and its part of docs/configuration.md. */
+export const RENEW_HELP: CommandHelp = {
+  command: 'renew <domain>',
+  summary: RENEW_SUMMARY,
+  flags: RENEW_FLAGS,
+  example: 'certshare renew web.tailnet-1234.ts.net --namespace proxy --wait 5m',
+};

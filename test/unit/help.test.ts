@@ -40,8 +40,10 @@ describe('--help', () => {
         const last = text.trimEnd().split('\n');
         assert.equal(last.at(-2), 'Example:');
         assert.equal(last.at(-1), `  ${command.example}`);
-        const [program, name, ...args] = words(command.example);
-        assert.deepEqual([program, name], ['certshare', command.command]);
+        const [program, name, ...rest] = words(command.example);
+        assert.deepEqual([program, name], ['certshare', command.command.split(' ')[0]]);
+        // A command's positional arguments (renew's domain) come before its flags.
+        const args = rest.slice(command.command.split(' ').length - 1);
         const values = parseFlags(command.flags, args, {});
         if (command.command === 'run') assert.ok(daemonConfigFrom(parseFlags(RUN_FLAGS, args, {}), {}));
         assert.equal(values.help, undefined);
