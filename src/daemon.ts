@@ -8,15 +8,16 @@ import { StartupGrace } from './core/startup-grace.ts';
 import { fanOut, type LoopObserver } from './core/observer.ts';
 import { staticRole, type IssuanceRole } from './core/store.ts';
 import type { BackendContext, DaemonDeps, StoreBackend } from './store-backend.ts';
+import type { LocalApi } from './core/localapi.ts';
 import type { DaemonConfig } from './config/daemon-config.ts';
 import { ServeConfigWatcher } from './config/serve-config-watcher.ts';
 import { createLocalApiClient } from './localapi/client.ts';
 import { CertDomainsWatcher } from './localapi/cert-domains-watcher.ts';
 import { parseHostPort } from './core/listen-address.ts';
 import type { Server as TlsServer } from 'node:tls';
-import { buildHttpServer } from './server/http-server.ts';
-import { servePair, type ServingPair } from './tls/serving-pair.ts';
-import { pairSource } from './tls/pair-source.ts';
+import { buildHttpServer, type HttpServerDeps } from './server/http-server.ts';
+import { servePair } from './tls/serving-pair.ts';
+import { followPair, type FollowedPair } from './tls/followed-pair.ts';
 import { Metrics } from './server/metrics.ts';
 import { RoutingProofs } from './server/routing-proof.ts';
 import { heapSavingSwitch } from './server/heap-saving.ts';
@@ -28,7 +29,10 @@ import { IssuanceSlots } from './core/issuance-slots.ts';
 import { kubeconfigSource } from './kube/kubeconfig-source.ts';
 import { ReloadCommand } from './delivery/reload-command.ts';
 import { AriChecker } from './acme/ari-checker.ts';
-import { createServedRotation } from './served/served-rotation.ts';
+import { createServedRotation, type ServedRotation } from './served/served-rotation.ts';
+import type { Clock } from './core/clock.ts';
+import type { Logger } from './core/logger.ts';
+import type { StartupGrace as Startup } from './core/startup-grace.ts';
 import { RenewalInfoClient } from './acme/renewal-info-client.ts';
 
 /** How long after the daemon's start its first ACME Renewal Information check waits (AriChecker quietUntil). */
@@ -91,15 +95,8 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   const health = new HealthState();
   // Keyed by the certificates held: the loops report them to it as to every observer.
   const routingProofs = config.routingChecks.length > 0 ? new RoutingProofs(clock) : undefined;
-
-  const reload = config.reloadCommand
-    ? new ReloadCommand(config.reloadCommand, {
-        timeoutMs: config.reloadTimeoutMs,
-        logger,
-        onOutcome: (o) => metrics.reloads.inc({ result: o.ok ? 'success' : 'failure' }),
-      })
-    : undefined;
   const events = new EventEmitter();
+  const reload = reloadCommand(config, logger, metrics);
   const filesWritten = (domain: string, path: string): void => {
     logger.info({ domain, path }, 'certificate files written');
     events.emit('filesWritten', { domain, path });
@@ -110,7 +107,100 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   // the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before it:
   // a start-up error leaves nothing listening and nothing running.
   const backend = config.store.kind === 'dir' ? await dirBackend(config.store.path, ctx) : await kubeBackend(ctx);
+  const { localApi, watcher } = tailscaledSource(config, input, deps, metrics, health, startup);
+  const domains = new ManagedDomains(config.domains, logger, input.heapSaving ?? heapSavingSwitch());
+  const served = createServedRotation(config, {
+    clock,
+    logger,
+    health,
+    registry: metrics.registry,
+    localApi,
+    domains: () => domains.current,
+    ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
+  });
+  const extraObservers = [eventsObserver(events), ...(routingProofs ? [routingProofs] : []), ...(served ? [served.observer] : [])];
+  const { manager, ari } = certificateLoops(config, { ...deps, startup, backend, metrics, health, localApi, watcher, extraObservers });
+  domains.drive(manager, ari, health);
+  logHealthChanges(health, clock, logger);
+  const serveConfig = config.serveConfig
+    ? new ServeConfigWatcher({
+        path: config.serveConfig,
+        logger,
+        onDomains: (fromConfig) => domains.fromServeConfig(fromConfig),
+        onPending: (reason) => health.pending('serve-config', reason),
+      })
+    : undefined;
+  const leaveRotation = rotationExit(config, backend, served);
+  const app = buildHttpServer({
+    health,
+    metrics,
+    clock,
+    pod: config.pod,
+    https: config.tls !== undefined,
+    ...(routingProofs ? { routingProofs } : {}),
+    ...leaveRoute(config, clock, logger, leaveRotation),
+  });
+  let tls: FollowedPair | undefined;
+  let address: string;
+  try {
+    await serveConfig?.start();
+    // The first pair is a start-up check like the ServeConfig's first read: unusable, nothing starts.
+    tls = await followedTls(config, deps, app, events);
+    const { host, port } = parseHostPort(config.listen);
+    address = await app.listen({ host, port });
+  } catch (err) {
+    serveConfig?.stop();
+    await Promise.all([tls?.stop(), ari?.stop(), app.close()]);
+    await backend.stop?.();
+    throw err;
+  }
+  logger.info({ address, store: config.store, mode: config.store.kind === 'kube' ? config.mode : undefined }, 'certshare started');
+  domains.start();
+  await backend.start?.();
+  watcher.start();
+  served?.start();
 
+  let stopping: Promise<void> | undefined;
+  const stop = async (): Promise<void> => {
+    logger.info({}, 'stopping');
+    const stopStart = clock.now();
+    // Tailnet clients first: the Services are withdrawn and control given time to move them, within the
+    // shutdown bound less what the rest of the stop needs (nothing left to do when a preStop hook asked).
+    await leaveRotation(config.shutdownTimeoutMs);
+    // No CertPair call starts from here on; those under way end and are stored, and what the store lost is
+    // put back, before the role is handed over.
+    const issuanceSettled = manager.stopIssuing();
+    const remainingMs = config.shutdownTimeoutMs - (clock.now() - stopStart);
+    await backend.beforeStop?.((signal) => issuanceSettled.then(() => manager.verifyStored(signal)), remainingMs);
+    serveConfig?.stop();
+    await Promise.all([manager.stop(), watcher.stop(), tls?.stop(), ari?.stop(), served?.stop()]);
+    await backend.stop?.();
+    await reload?.idle();
+    await app.close();
+    logger.info({}, 'stopped');
+  };
+  return { address, manager, health, metrics, watcher, role: backend.role, events, stop: () => (stopping ??= stop()) };
+}
+
+function reloadCommand(config: DaemonConfig, logger: Logger, metrics: Metrics): ReloadCommand | undefined {
+  if (!config.reloadCommand) return undefined;
+  return new ReloadCommand(config.reloadCommand, {
+    timeoutMs: config.reloadTimeoutMs,
+    logger,
+    onOutcome: (o) => metrics.reloads.inc({ result: o.ok ? 'success' : 'failure' }),
+  });
+}
+
+/** tailscaled's LocalAPI and the watch of its IPN bus for the cert domains. */
+function tailscaledSource(
+  config: DaemonConfig,
+  input: DaemonDeps,
+  deps: { clock: Clock; logger: Logger },
+  metrics: Metrics,
+  health: HealthState,
+  startup: Startup,
+): { localApi: LocalApi; watcher: CertDomainsWatcher } {
+  const { clock, logger } = deps;
   const onBadLine = (err: unknown): void => {
     metrics.busBadLines.inc();
     logger.warn({ err: errorMessage(err) }, 'skipped a malformed IPN bus line');
@@ -127,18 +217,25 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     startup: startup.condition(),
   });
   watcher.onChange(() => logger.info({ certDomains: [...watcher.current()].sort() }, 'tailscaled cert domains'));
+  return { localApi, watcher };
+}
 
-  let managedDomains: string[] = [];
-  const served = createServedRotation(config, {
-    clock,
-    logger,
-    health,
-    registry: metrics.registry,
-    localApi,
-    domains: () => managedDomains,
-    ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
-  });
+interface LoopParts {
+  clock: Clock;
+  logger: Logger;
+  startup: Startup;
+  backend: StoreBackend;
+  metrics: Metrics;
+  health: HealthState;
+  localApi: LocalApi;
+  watcher: CertDomainsWatcher;
+  /** Observers beside health, metrics, the backend's and ARI's. */
+  extraObservers: LoopObserver[];
+}
 
+/** The loops, one per domain, their supervisor, the issuance budget and slots, and ACME Renewal Information. */
+function certificateLoops(config: DaemonConfig, p: LoopParts): { manager: LoopSupervisor; ari: AriChecker | undefined } {
+  const { clock, logger, backend, metrics, health } = p;
   const budget = config.issuanceBudget
     ? new IssuanceBudget({ limit: config.issuanceBudget, store: backend.ledger, clock, logger: logger.child({ component: 'issuance-budget' }) })
     : undefined;
@@ -146,7 +243,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   const issuanceSlots = new IssuanceSlots(config.issuanceConcurrency);
   metrics.watchIssuanceSlots(issuanceSlots);
   // ACME Renewal Information: the writer asks the CA whether it wants a certificate replaced early.
-  let wakeLoop = (_domain: string): void => {};
+  let manager: LoopSupervisor | undefined;
   const ari = config.acmeDirectory
     ? new AriChecker({
         client: new RenewalInfoClient({ directoryUrl: config.acmeDirectory, now: () => clock.now() }),
@@ -155,41 +252,78 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
         logger,
         intervalMs: config.ariIntervalMs,
         metrics,
-        wake: (domain) => wakeLoop(domain),
+        wake: (domain) => manager?.loop(domain)?.wake(),
         describe: (domain, line) => health.renewalInfo(domain, line),
-        // The first check waits out the start: with it at once, a prober's first /healthz 200 came ~60 ms
-        // after the daemon logged "healthy" on the bench's 2-vCPU machine (starts timed against their logs).
-        // A revoked certificate held at start is replaced a second later; it is served until then either way.
+        // The first check waits out the start: its ID parse and TLS connection would delay the first /healthz
+        // answer (docs/performance.md). A revoked certificate held at start is replaced a second later.
         quietUntil: clock.now() + ARI_QUIET_START_MS,
       })
     : undefined;
-  const manager = new LoopSupervisor({
-    localApi,
+  manager = new LoopSupervisor({
+    localApi: p.localApi,
     store: backend.store,
     role: backend.role,
-    availability: watcher,
+    availability: p.watcher,
     clock,
     renewal: config.renewal,
     backoff: config.backoff,
-    observer: fanOut([
-      health,
-      metrics,
-      ...backend.observers,
-      eventsObserver(events),
-      ...(ari ? [ari] : []),
-      ...(routingProofs ? [routingProofs] : []),
-      ...(served ? [served.observer] : []),
-    ]),
+    observer: fanOut([health, metrics, ...backend.observers, ...(ari ? [ari] : []), ...p.extraObservers]),
     logger,
     // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
     intentTtlMs: config.certTimeoutMs + Math.min(30_000, config.certTimeoutMs),
     budget,
     issuanceSlots,
-    startup,
+    startup: p.startup,
     renewalInfo: ari,
   });
-  wakeLoop = (domain) => manager.loop(domain)?.wake();
+  return { manager, ari };
+}
 
+/** The managed domains: the flags' and the ServeConfig's, applied to the loops, ARI and health once started. */
+class ManagedDomains {
+  current: string[] = [];
+  readonly #static: string[];
+  readonly #logger: Logger;
+  readonly #heapSaving: (count: number) => boolean;
+  #fromConfig: string[] = [];
+  #started = false;
+  #apply: (all: string[]) => void = () => {};
+
+  constructor(staticDomains: string[], logger: Logger, heapSaving: (count: number) => boolean) {
+    this.#static = staticDomains;
+    this.#logger = logger;
+    this.#heapSaving = heapSaving;
+  }
+
+  drive(manager: LoopSupervisor, ari: AriChecker | undefined, health: HealthState): void {
+    this.#apply = (all) => {
+      manager.setDomains(all);
+      ari?.retain(all);
+      health.manage(all);
+    };
+  }
+
+  /** The first ServeConfig read (before start) only records its domains. */
+  fromServeConfig(domains: string[]): void {
+    this.#fromConfig = domains;
+    this.#update();
+  }
+
+  start(): void {
+    this.#started = true;
+    this.#update();
+  }
+
+  #update(): void {
+    if (!this.#started) return;
+    const all = [...new Set([...this.#static, ...this.#fromConfig])].sort();
+    if (this.#heapSaving(all.length)) this.#logger.info({ domains: all.length }, 'many domains: V8 heap set to save memory (--optimize-for-size)');
+    this.current = all;
+    this.#apply(all);
+  }
+}
+
+function logHealthChanges(health: HealthState, clock: Clock, logger: Logger): void {
   let lastHealthy: boolean | undefined;
   health.onChange(() => {
     // The reason (a string naming every domain without a certificate) only for a change worth a log line:
@@ -200,126 +334,53 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     logger.info({ healthy: verdict.healthy, reason: verdict.reason }, verdict.healthy ? 'healthy' : 'not healthy');
     lastHealthy = verdict.healthy;
   });
+}
 
-  const staticDomains = config.domains;
-  let configDomains: string[] = [];
-  let started = false;
-  const heapSaving = input.heapSaving ?? heapSavingSwitch();
-  const applyDomains = (): void => {
-    if (!started) return; // the first ServeConfig read only records its domains
-    const all = [...new Set([...staticDomains, ...configDomains])].sort();
-    if (heapSaving(all.length)) logger.info({ domains: all.length }, 'many domains: V8 heap set to save memory (--optimize-for-size)');
-    managedDomains = all;
-    manager.setDomains(all);
-    ari?.retain(all);
-    health.manage(all);
-  };
-  const serveConfig = config.serveConfig
-    ? new ServeConfigWatcher({
-        path: config.serveConfig,
-        logger,
-        onDomains: (domains) => {
-          configDomains = domains;
-          applyDomains();
-        },
-        onPending: (reason) => health.pending('serve-config', reason),
-      })
-    : undefined;
-
-  // Leaving rotation, once: the Services withdrawn first, then their failover waited out while the readiness
-  // condition goes False; from a preStop hook (GET /leave-rotation, answered after the drain delay too) or from the stop.
-  // Within the shutdown bound when the stop asks; a preStop call's wait is bounded by the Pod's grace period.
+/**
+ * Leaving rotation, once: the Services withdrawn first, then their failover waited out while the readiness
+ * condition goes False, all within `withinMs` (the shutdown bound when the stop asks; a preStop call's wait
+ * is bounded by the Pod's grace period). Asked by a preStop hook (GET /leave-rotation) or by the stop.
+ */
+function rotationExit(config: DaemonConfig, backend: StoreBackend, served: ServedRotation | undefined): (withinMs: number) => Promise<void> {
   let leaving: Promise<void> | undefined;
-  const leaveRotation = (withinMs: number): Promise<void> =>
+  return (withinMs) =>
     (leaving ??= (async () => {
       const failoverMs = Math.min(config.advertiseFailoverMs, Math.max(0, withinMs - AFTER_FAILOVER_RESERVE_MS));
       const bound = AbortSignal.timeout(Math.max(1, withinMs - AFTER_FAILOVER_RESERVE_MS));
       const kubernetesSide = async (): Promise<void> => backend.leaveRotation?.(bound);
       await (served ? served.leave(failoverMs, bound, kubernetesSide) : kubernetesSide());
     })());
-  const app: FastifyInstance = buildHttpServer({
-    health,
-    metrics,
-    clock,
-    pod: config.pod,
-    https: config.tls !== undefined,
-    ...(routingProofs ? { routingProofs } : {}),
-    ...(config.leaveToken
-      ? {
-          leaveRotation: {
-            token: config.leaveToken,
-            leave: async () => {
-              const start = clock.now();
-              logger.info({}, 'asked to leave rotation (GET /leave-rotation)');
-              await leaveRotation(config.advertiseFailoverMs + AFTER_FAILOVER_RESERVE_MS);
-              // The caller (the proxy's preStop hook) keeps the proxy serving until the endpoints drained.
-              await clock.sleep(Math.max(0, config.drainDelayMs - (clock.now() - start)));
-            },
-          },
-        }
-      : {}),
-  });
-  // --tls: each renewed pair is served from the next handshake on; open connections keep theirs.
-  const serveTls = (pair: ServingPair): void => {
-    try {
-      const serial = servePair(app.server as unknown as TlsServer, pair);
-      logger.info({ serial }, 'serving a new TLS certificate on /healthz and /metrics');
-      events.emit('tlsServed', { serial });
-    } catch (err) {
-      logger.error({ code: 'CERTSHARE_CERT_INVALID', err: errorMessage(err) }, '--tls pair unusable; keeping the one served');
-    }
-  };
-  const tls = config.tls ? await pairSource(config.tls, { logger, clock, env: deps.env, onPair: serveTls }) : undefined;
-  const { host, port } = parseHostPort(config.listen);
-  let address: string;
-  try {
-    await serveConfig?.start();
-    // The first pair is a start-up check like the ServeConfig's first read: unusable, nothing starts.
-    if (tls) servePair(app.server as unknown as TlsServer, await tls.start());
-    address = await app.listen({ host, port });
-  } catch (err) {
-    serveConfig?.stop();
-    await tls?.stop();
-    await ari?.stop();
-    await app.close();
-    await backend.stop?.();
-    throw err;
-  }
-  logger.info({ address, store: config.store, mode: config.store.kind === 'kube' ? config.mode : undefined }, 'certshare started');
+}
 
-  started = true;
-  applyDomains();
-  await backend.start?.();
-  watcher.start();
-  served?.start();
-
-  let stopping: Promise<void> | undefined;
-  return {
-    address,
-    manager,
-    health,
-    metrics,
-    watcher,
-    role: backend.role,
-    events,
-    stop: () =>
-      (stopping ??= (async () => {
-        logger.info({}, 'stopping');
-        const stopStart = clock.now();
-        // Tailnet clients first: the Services are withdrawn and control given time to move them, within the
-        // shutdown bound less what the rest of the stop needs (nothing left to do when a preStop hook asked).
-        await leaveRotation(config.shutdownTimeoutMs);
-        // No CertPair call starts from here on; those under way end and are stored, and what the store lost is
-        // put back, before the role is handed over.
-        const issuanceSettled = manager.stopIssuing();
-        const remainingMs = config.shutdownTimeoutMs - (clock.now() - stopStart);
-        await backend.beforeStop?.((signal) => issuanceSettled.then(() => manager.verifyStored(signal)), remainingMs);
-        serveConfig?.stop();
-        await Promise.all([manager.stop(), watcher.stop(), tls?.stop(), ari?.stop(), served?.stop()]);
-        await backend.stop?.();
-        await reload?.idle();
-        await app.close();
-        logger.info({}, 'stopped');
-      })()),
+/** --leave-token: GET /leave-rotation leaves rotation, then answers once the drain delay has passed too. */
+function leaveRoute(
+  config: DaemonConfig,
+  clock: Clock,
+  logger: Logger,
+  leaveRotation: (withinMs: number) => Promise<void>,
+): Pick<HttpServerDeps, 'leaveRotation'> {
+  if (!config.leaveToken) return {};
+  const leave = async (): Promise<void> => {
+    const start = clock.now();
+    logger.info({}, 'asked to leave rotation (GET /leave-rotation)');
+    await leaveRotation(config.advertiseFailoverMs + AFTER_FAILOVER_RESERVE_MS);
+    // The caller (the proxy's preStop hook) keeps the proxy serving until the endpoints drained.
+    await clock.sleep(Math.max(0, config.drainDelayMs - (clock.now() - start)));
   };
+  return { leaveRotation: { token: config.leaveToken, leave } };
+}
+
+/** --tls: the first pair served before listening; each renewed pair from the next handshake on, open connections keeping theirs. */
+async function followedTls(
+  config: DaemonConfig,
+  deps: { clock: Clock; logger: Logger; env: NodeJS.ProcessEnv },
+  app: FastifyInstance,
+  events: EventEmitter,
+): Promise<FollowedPair | undefined> {
+  if (!config.tls) return undefined;
+  const server = app.server as unknown as TlsServer;
+  const pair = await followPair(config.tls, { ...deps, what: '/healthz and /metrics', onServed: (serial) => events.emit('tlsServed', { serial }) });
+  servePair(server, pair.first);
+  pair.serveOn((renewed) => servePair(server, renewed));
+  return pair;
 }
