@@ -8,6 +8,7 @@ import { glob } from 'node:fs/promises';
 // The real-cluster tier (startE2eCluster) and its image builds are slow too, and so is the image replayed on
 // the host (replayDockerfile: npm ci and the bundle, 8 s alone, 12 to 19 s beside the other files; the
 // Dockerfile's static rules, dockerfile-rules.test.ts, stay fast).
+// The real proxies (test/proxies: Debian's nginx and HAProxy, downloaded once by its install.sh) too.
 // The chart tests run helm and kubectl, built from Go modules (test/chart/helm.ts: helm, renderChart, kustomize).
 // The chaos test runs test/chaos/main.ts (which starts a control plane) in a child process; so does the
 // tiny bench (bench/main.ts --tiny, every bench phase).
@@ -23,6 +24,8 @@ const SLOW_CALLS = [
   'helm',
   'renderChart',
   'kustomize',
+  'startHaproxy',
+  'startNginx',
 ];
 const SLOW_MARKERS = new RegExp(`\\b(${SLOW_CALLS.join('|')})\\(|'main\\.ts'|'--tiny'`);
 

@@ -26,7 +26,7 @@ import { DirLedgerStore } from './store/dir-ledger.ts';
 import { IssuanceBudget } from './core/issuance-budget.ts';
 import { IssuanceSlots } from './core/issuance-slots.ts';
 import { kubeconfigSource } from './kube/kubeconfig-source.ts';
-import { ReloadCommand } from './delivery/reload-command.ts';
+import { proxyDelivery } from './delivery/proxy-delivery.ts';
 import { AriChecker } from './acme/ari-checker.ts';
 import { createServedRotation } from './served/served-rotation.ts';
 import { RenewalInfoClient } from './acme/renewal-info-client.ts';
@@ -45,9 +45,10 @@ export interface Daemon {
   readonly watcher: CertDomainsWatcher;
   readonly role: IssuanceRole;
   /**
-   * `filesWritten` {domain, path}: certificate files changed on disk (dir store or --out-dir projection);
+   * `filesWritten` {domain, path}: certificate files changed on disk (dir store, --out-dir projection, --haproxy-crt-dir);
    * `attempt` {domain, result, reason}: a CertPair call ended; `problem` {domain, message}: a loop hit a problem;
-   * `planned` {domain, at}: a loop's turn ended with its next check planned; `tlsServed` {serial}: --tls serves a renewed pair.
+   * `planned` {domain, at}: a loop's turn ended with its next check planned; `tlsServed` {serial}: --tls serves a renewed pair;
+   * `reloaded` ReloadOutcome: a reload of the proxy (command, signal, HAProxy runtime API) ended.
    */
   readonly events: EventEmitter;
   /** Graceful stop: leave rotation, drain, stop loops and the server. */
@@ -92,19 +93,20 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   // Keyed by the certificates held: the loops report them to it as to every observer.
   const routingProofs = config.routingChecks.length > 0 ? new RoutingProofs(clock) : undefined;
 
-  const reload = config.reloadCommand
-    ? new ReloadCommand(config.reloadCommand, {
-        timeoutMs: config.reloadTimeoutMs,
-        logger,
-        onOutcome: (o) => metrics.reloads.inc({ result: o.ok ? 'success' : 'failure' }),
-      })
-    : undefined;
   const events = new EventEmitter();
   const filesWritten = (domain: string, path: string): void => {
     logger.info({ domain, path }, 'certificate files written');
     events.emit('filesWritten', { domain, path });
-    void reload?.request(domain);
+    void delivery.reload?.request(domain);
   };
+  const delivery = proxyDelivery(config, {
+    logger,
+    filesWritten,
+    onOutcome: (o) => {
+      metrics.reloads.inc({ method: o.method, result: o.skipped ? 'skipped' : o.ok ? 'success' : 'failure' });
+      events.emit('reloaded', o);
+    },
+  });
   const ctx: BackendContext = { config, deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) };
   // Start-up order: everything that can refuse the configuration (the store, the ServeConfig's first read,
   // the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before it:
@@ -179,6 +181,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
       ...(ari ? [ari] : []),
       ...(routingProofs ? [routingProofs] : []),
       ...(served ? [served.observer] : []),
+      ...delivery.observers,
     ]),
     logger,
     // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
@@ -317,7 +320,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
         serveConfig?.stop();
         await Promise.all([manager.stop(), watcher.stop(), tls?.stop(), ari?.stop(), served?.stop()]);
         await backend.stop?.();
-        await reload?.idle();
+        await delivery.stop();
         await app.close();
         logger.info({}, 'stopped');
       })()),

@@ -11,6 +11,8 @@ import { MAX_STARTUP_GRACE_MS } from '../core/startup-grace.ts';
 import { isObjectName } from '../core/kube-names.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
 import { parseServiceName, serviceDomain } from '../core/advertisement.ts';
+import { parseReloadSignal } from '../delivery/reload-signal.ts';
+import { checkHaproxyPath } from '../delivery/haproxy.ts';
 import { LETS_ENCRYPT_DIRECTORY } from '../acme/renewal-info-client.ts';
 import { duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 import { LOG_FLAGS, logFormatFrom } from '../logging/log-format.ts';
@@ -47,7 +49,34 @@ export const RUN_FLAGS: FlagSpec[] = [
       'a plain string (e.g. "nginx -s reload") runs through /bin/sh where there is one and is split on spaces where there is none (distroless). ' +
       'Failures are logged, never fatal.',
   },
-  { name: 'reload-timeout', placeholder: 'DURATION', default: '60s', help: 'Kill the reload command, and every process it started, after this long.' },
+  {
+    name: 'reload-timeout',
+    placeholder: 'DURATION',
+    default: '60s',
+    help: "Kill the reload command, and every process it started, after this long; also the bound of each exchange with HAProxy's runtime API.",
+  },
+  {
+    name: 'reload-signal',
+    placeholder: 'HUP|USR1|USR2',
+    help:
+      'Instead of a command, send this signal to the process --reload-pidfile names after certificate files changed (nginx: HUP). ' +
+      "In a Pod: a shared process namespace and the proxy's master running as certshare's uid (docs/proxies.md).",
+  },
+  {
+    name: 'reload-pidfile',
+    placeholder: 'FILE',
+    help: "The pid file of the process --reload-signal signals (e.g. nginx's pid file in a shared volume), read afresh at every reload.",
+  },
+  {
+    name: 'haproxy-crt-dir',
+    placeholder: 'DIR',
+    help: "Write DIR/<domain>.pem (chain and key, 0600, atomic) for HAProxy's crt; HAProxy mounts DIR at the same path.",
+  },
+  {
+    name: 'haproxy-socket',
+    placeholder: 'PATH',
+    help: "HAProxy's runtime API socket (stats socket PATH level admin): each renewed certificate is pushed to it (set/commit ssl cert), no reload.",
+  },
   { name: 'check-interval', placeholder: 'DURATION', default: '24h', help: 'Longest wait between two looks at a certificate that is not due.' },
   {
     name: 'renew-fraction',
@@ -250,6 +279,7 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
   }
   const tls = tlsChoice(values.tls as string | undefined);
   const reloadText = values['reload-command'] as string | undefined;
+  const signalText = values['reload-signal'] as string | undefined;
   const podName = env.POD_NAME || undefined;
   const mode = values.mode as string | undefined;
   if (mode !== undefined && mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw badFlag(`--mode must be rw, ro or auto, got "${mode}"`);
@@ -264,6 +294,10 @@ export function daemonConfigFrom(values: FlagValues, env: NodeJS.ProcessEnv): Da
     tls,
     reloadCommand: reloadText === undefined ? undefined : parseReloadCommand(reloadText),
     reloadTimeoutMs: duration(values, 'reload-timeout'),
+    reloadSignal: signalText === undefined ? undefined : parseReloadSignal(signalText),
+    reloadPidFile: values['reload-pidfile'] as string | undefined,
+    haproxyCrtDir: values['haproxy-crt-dir'] as string | undefined,
+    haproxySocket: values['haproxy-socket'] as string | undefined,
     renewal: { renewFraction: parseFraction(String(values['renew-fraction'])), checkIntervalMs: duration(values, 'check-interval') },
     backoff: {
       firstRetryMs: duration(values, 'first-retry'),
@@ -336,6 +370,17 @@ export function validateConfig(c: DaemonConfig): string | undefined {
       () => `--renew-fraction must be between 0 and 1, both excluded (e.g. 1/3 or 0.33), got ${c.renewal.renewFraction}`,
     ],
     ...positive.map(([flag, ms]): [boolean, () => string] => [!(ms > 0), () => `${flag} must be longer than 0`]),
+    [c.reloadSignal !== undefined && c.reloadCommand !== undefined, () => 'give either --reload-command or --reload-signal, not both'],
+    [c.reloadSignal !== undefined && !c.reloadPidFile, () => '--reload-signal needs --reload-pidfile (the pid file of the process to signal)'],
+    [c.reloadPidFile !== undefined && c.reloadSignal === undefined, () => '--reload-pidfile needs --reload-signal (e.g. HUP for nginx)'],
+    [
+      c.haproxySocket !== undefined && !c.haproxyCrtDir,
+      () => '--haproxy-socket needs --haproxy-crt-dir (the files HAProxy loaded, whose names the runtime API takes)',
+    ],
+    [
+      c.haproxyCrtDir !== undefined && checkHaproxyPath('--haproxy-crt-dir', c.haproxyCrtDir) !== undefined,
+      () => checkHaproxyPath('--haproxy-crt-dir', c.haproxyCrtDir!)!,
+    ],
     [c.backoff.firstRetryMs > c.backoff.retryCapMs, () => '--first-retry must not be above --retry-cap'],
     [c.backoff.rateLimitFirstRetryMs > c.backoff.retryCapMs, () => '--rate-limit-retry must not be above --retry-cap'],
     [!LOG_LEVELS.includes(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],

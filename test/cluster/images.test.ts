@@ -131,6 +131,20 @@ describe('the cluster images', { timeout: 15 * 60_000 }, () => {
     assert.deepEqual(contents.config.config.Cmd, ['-g', 'daemon off;']);
   });
 
+  it('haproxy: the binary, every library it loads (lua and opentracing included), the nonroot account; soft stop', () => {
+    const { members, contents } = image('haproxy');
+    assert.match(images.haproxy.ref, /^certshare\.test\/haproxy:2\.\d+$/, "Debian 12's HAProxy 2.6");
+    assert.equal(members.get('usr/sbin/haproxy')?.mode, 0o755);
+    for (const lib of ['liblua5.3', 'libopentracing-c-wrapper', 'libopentracing', 'libssl'])
+      assert.ok(
+        [...members.keys()].some((f) => f.includes(`/${lib}.so`)),
+        lib,
+      );
+    assert.deepEqual(contents.config.config.Entrypoint, ['/usr/sbin/haproxy']);
+    assert.equal(contents.config.config.User, '65532:65532');
+    assert.equal(contents.config.config.StopSignal, 'SIGUSR1');
+  });
+
   it('tailscale: containerboot as entrypoint, tailscaled and tailscale on PATH; pause: busybox alone', () => {
     const tailscale = image('tailscale');
     for (const bin of ['containerboot', 'tailscaled', 'tailscale']) assert.equal(tailscale.members.get(`usr/local/bin/${bin}`)?.mode, 0o755, bin);
@@ -144,9 +158,32 @@ describe('the cluster images', { timeout: 15 * 60_000 }, () => {
     assert.equal(pause.contents.config.config.Entrypoint?.[0], '/bin/busybox');
   });
 
-  describe('certshare, unpacked', () => {
+  describe('certshare and haproxy, unpacked', () => {
     let dir: { path: string; remove(): Promise<void> };
-    after(() => dir?.remove());
+    let haproxyDir: { path: string; remove(): Promise<void> } | undefined;
+    after(async () => {
+      await dir?.remove();
+      await haproxyDir?.remove();
+    });
+
+    it('haproxy checks its configuration as uid 65532 in its own rootfs: nothing it loads is missing', {
+      skip: !isRoot() && 'needs root (unshare --root)',
+    }, async () => {
+      haproxyDir = await tempDir('certshare-haproxy-rootfs-');
+      await chmod(haproxyDir.path, 0o755);
+      const rootfs = join(haproxyDir.path, 'rootfs');
+      const { config } = (await unpackOciArchive(images.haproxy.archive, rootfs)).config;
+      const res = spawnSync(
+        'unshare',
+        [`--root=${rootfs}`, `--setuid=${NONROOT}`, `--setgid=${NONROOT}`, ...config.Entrypoint!, '-c', '-f', '/etc/haproxy/haproxy.cfg'],
+        {
+          encoding: 'utf8',
+          timeout: 30_000,
+        },
+      );
+      assert.equal(res.status, 0, res.stderr + res.stdout);
+      assert.match(res.stdout + res.stderr, /Configuration file is valid/);
+    });
 
     it('starts as uid 65532 in its own rootfs from WORKDIR: the ENTRYPOINT with `run --help`', {
       skip: !isRoot() && 'needs root (unshare --root)',
