@@ -18,9 +18,9 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
-import { helm, readmeHelmInstallArgs } from '../chart/helm.ts';
 import { CLUSTER_ROOT } from '../cluster/cluster.ts';
 import { type E2eCluster, startE2eCluster } from '../cluster/e2e-cluster.ts';
+import { installInjector, prepareExampleNamespace } from './setup.ts';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const PROBE = join(REPO, 'test/e2e/tls-probe.ts');
@@ -107,35 +107,9 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
     async () => {
       env = await startE2eCluster({ certValidity: CERT_VALIDITY, log: (line) => process.stderr.write(`e2e proxies: ${line}\n`) });
       await writeFile(CA_FILE, env.tsenv.bundlePem);
-      const k = (args: string[]) => env.cluster.kubectlOk(args, { timeoutMs: 120_000 });
-      const values = ['test/e2e/injector/values.yaml', 'test/e2e/proxies/values.yaml'].flatMap((f) => ['--values', join(REPO, f)]);
-      const installed = await helm([...readmeHelmInstallArgs(), '--kubeconfig', env.cluster.adminKubeconfigPath, ...values], {
-        run: (command, options) => env.cluster.exec(command, options),
-      });
-      assert.equal(installed.code, 0, `helm install: ${installed.stderr}`);
-      await k(['rollout', 'status', 'deployment/certshare-injector', '-n', 'certshare', '--timeout=180s']);
-      await poll(
-        'the injector wrote its caBundle',
-        60_000,
-        async () =>
-          (await k(['get', 'mutatingwebhookconfiguration', 'certshare-injector', '-o', 'jsonpath={.webhooks[0].clientConfig.caBundle}'])).trim() || undefined,
-      );
+      await installInjector(env, ['test/e2e/injector/values.yaml', 'test/e2e/proxies/values.yaml']);
       for (const ns of KINDS) {
-        await k(['create', 'namespace', ns]);
-        await k(['label', 'namespace', ns, 'certshare.io/injection=enabled']);
-        await k(['create', 'secret', 'generic', 'tailscale-auth', '-n', ns, '--from-literal=TS_AUTHKEY=tskey-auth-e2e']);
-        await k(['create', 'configmap', 'tailscale-test-ca', '-n', ns, `--from-file=ca-bundle.pem=${CA_FILE}`]);
-        await k([
-          'create',
-          'configmap',
-          'tailscale-test',
-          '-n',
-          ns,
-          `--from-literal=TS_EXTRA_ARGS=--login-server=${env.tsenv.control}`,
-          '--from-literal=TS_HOSTNAME=proxy',
-          `--from-literal=TS_DEBUG_ACME_DIRECTORY_URL=${env.tsenv.acme}`,
-          '--from-literal=SSL_CERT_FILE=/etc/tailscale-test/ca-bundle.pem',
-        ]);
+        await prepareExampleNamespace(env, ns, 'proxy', CA_FILE);
         await env.cluster.kubectlOk(['apply', '-k', join(REPO, 'test/e2e/proxies', ns), '-n', ns], { timeoutMs: 120_000 });
       }
     },
