@@ -3,7 +3,7 @@
 // each holding what its entrypoint runs. Cold, the build replays the Dockerfile (npm ci, the bundle);
 // warm, it only hashes its inputs.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { type SpawnSyncReturns, spawnSync } from 'node:child_process';
 import { chmod, readFile } from 'node:fs/promises';
 import { join, posix, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -159,28 +159,31 @@ describe('the cluster images', { timeout: 15 * 60_000 }, () => {
   });
 
   describe('certshare and haproxy, unpacked', () => {
-    let dir: { path: string; remove(): Promise<void> };
-    let haproxyDir: { path: string; remove(): Promise<void> } | undefined;
+    const dirs: Array<{ path: string; remove(): Promise<void> }> = [];
     after(async () => {
-      await dir?.remove();
-      await haproxyDir?.remove();
+      for (const d of dirs) await d.remove();
     });
+
+    /** The image's ENTRYPOINT with `args`, as uid 65532 in the image's own root filesystem, from its WORKDIR, with its ENV. */
+    async function runUnpacked(name: Name, args: string[]): Promise<SpawnSyncReturns<string>> {
+      const dir = await tempDir(`certshare-${name}-rootfs-`);
+      dirs.push(dir);
+      await chmod(dir.path, 0o755);
+      const rootfs = join(dir.path, 'rootfs');
+      const { config } = (await unpackOciArchive(images[name].archive, rootfs)).config;
+      const env = Object.fromEntries((config.Env ?? []).map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)]));
+      const wd = config.WorkingDir ? [`--wd=${config.WorkingDir}`] : [];
+      return spawnSync('unshare', [`--root=${rootfs}`, ...wd, `--setuid=${NONROOT}`, `--setgid=${NONROOT}`, ...config.Entrypoint!, ...args], {
+        encoding: 'utf8',
+        env,
+        timeout: 30_000,
+      });
+    }
 
     it('haproxy checks its configuration as uid 65532 in its own rootfs: nothing it loads is missing', {
       skip: !isRoot() && 'needs root (unshare --root)',
     }, async () => {
-      haproxyDir = await tempDir('certshare-haproxy-rootfs-');
-      await chmod(haproxyDir.path, 0o755);
-      const rootfs = join(haproxyDir.path, 'rootfs');
-      const { config } = (await unpackOciArchive(images.haproxy.archive, rootfs)).config;
-      const res = spawnSync(
-        'unshare',
-        [`--root=${rootfs}`, `--setuid=${NONROOT}`, `--setgid=${NONROOT}`, ...config.Entrypoint!, '-c', '-f', '/etc/haproxy/haproxy.cfg'],
-        {
-          encoding: 'utf8',
-          timeout: 30_000,
-        },
-      );
+      const res = await runUnpacked('haproxy', ['-c', '-f', '/etc/haproxy/haproxy.cfg']);
       assert.equal(res.status, 0, res.stderr + res.stdout);
       assert.match(res.stdout + res.stderr, /Configuration file is valid/);
     });
@@ -188,15 +191,7 @@ describe('the cluster images', { timeout: 15 * 60_000 }, () => {
     it('starts as uid 65532 in its own rootfs from WORKDIR: the ENTRYPOINT with `run --help`', {
       skip: !isRoot() && 'needs root (unshare --root)',
     }, async () => {
-      dir = await tempDir('certshare-rootfs-');
-      await chmod(dir.path, 0o755);
-      const rootfs = join(dir.path, 'rootfs');
-      const { config } = (await unpackOciArchive(images.certshare.archive, rootfs)).config;
-      const res = spawnSync(
-        'unshare',
-        [`--root=${rootfs}`, `--wd=${config.WorkingDir}`, `--setuid=${NONROOT}`, `--setgid=${NONROOT}`, ...config.Entrypoint!, 'run', '--help'],
-        { encoding: 'utf8', env: Object.fromEntries(config.Env!.map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)])), timeout: 30_000 },
-      );
+      const res = await runUnpacked('certshare', ['run', '--help']);
       assert.equal(res.status, 0, res.stderr);
       assert.match(res.stdout, /Usage: certshare run/);
     });
