@@ -27,7 +27,7 @@ import { DirLedgerStore } from './store/dir-ledger.ts';
 import { IssuanceBudget } from './core/issuance-budget.ts';
 import { IssuanceSlots } from './core/issuance-slots.ts';
 import { kubeconfigSource } from './kube/kubeconfig-source.ts';
-import { ReloadCommand } from './delivery/reload-command.ts';
+import { proxyDelivery, type ProxyDelivery } from './delivery/proxy-delivery.ts';
 import { AriChecker } from './acme/ari-checker.ts';
 import { createServedRotation, type ServedRotation } from './served/served-rotation.ts';
 import type { Clock } from './core/clock.ts';
@@ -49,9 +49,10 @@ export interface Daemon {
   readonly watcher: CertDomainsWatcher;
   readonly role: IssuanceRole;
   /**
-   * `filesWritten` {domain, path}: certificate files changed on disk (dir store or --out-dir projection);
+   * `filesWritten` {domain, path}: certificate files changed on disk (dir store, --out-dir projection, --haproxy-crt-dir);
    * `attempt` {domain, result, reason}: a CertPair call ended; `problem` {domain, message}: a loop hit a problem;
-   * `planned` {domain, at}: a loop's turn ended with its next check planned; `tlsServed` {serial}: --tls serves a renewed pair.
+   * `planned` {domain, at}: a loop's turn ended with its next check planned; `tlsServed` {serial}: --tls serves a renewed pair;
+   * `reloaded` ReloadOutcome: a reload of the proxy (command, signal, HAProxy runtime API) ended.
    */
   readonly events: EventEmitter;
   /** Graceful stop: leave rotation, drain, stop loops and the server. */
@@ -96,12 +97,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   // Keyed by the certificates held: the loops report them to it as to every observer.
   const routingProofs = config.routingChecks.length > 0 ? new RoutingProofs(clock) : undefined;
   const events = new EventEmitter();
-  const reload = reloadCommand(config, logger, metrics);
-  const filesWritten = (domain: string, path: string): void => {
-    logger.info({ domain, path }, 'certificate files written');
-    events.emit('filesWritten', { domain, path });
-    void reload?.request(domain);
-  };
+  const { delivery, filesWritten } = deliveryToProxy(config, logger, metrics, events);
   const ctx: BackendContext = { config, deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) };
   // Start-up order: everything that can refuse the configuration (the store, the ServeConfig's first read,
   // the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before it:
@@ -118,7 +114,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     domains: () => domains.current,
     ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
   });
-  const extraObservers = [eventsObserver(events), ...(routingProofs ? [routingProofs] : []), ...(served ? [served.observer] : [])];
+  const extraObservers = [eventsObserver(events), ...(routingProofs ? [routingProofs] : []), ...(served ? [served.observer] : []), ...delivery.observers];
   const { manager, ari } = certificateLoops(config, { ...deps, startup, backend, metrics, health, localApi, watcher, extraObservers });
   domains.drive(manager, ari, health);
   logHealthChanges(health, clock, logger);
@@ -175,20 +171,34 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     serveConfig?.stop();
     await Promise.all([manager.stop(), watcher.stop(), tls?.stop(), ari?.stop(), served?.stop()]);
     await backend.stop?.();
-    await reload?.idle();
+    await delivery.stop();
     await app.close();
     logger.info({}, 'stopped');
   };
   return { address, manager, health, metrics, watcher, role: backend.role, events, stop: () => (stopping ??= stop()) };
 }
 
-function reloadCommand(config: DaemonConfig, logger: Logger, metrics: Metrics): ReloadCommand | undefined {
-  if (!config.reloadCommand) return undefined;
-  return new ReloadCommand(config.reloadCommand, {
-    timeoutMs: config.reloadTimeoutMs,
+/** How renewed certificates reach the proxy, and what the daemon does when files changed: log, emit, reload. */
+function deliveryToProxy(
+  config: DaemonConfig,
+  logger: Logger,
+  metrics: Metrics,
+  events: EventEmitter,
+): { delivery: ProxyDelivery; filesWritten: (domain: string, path: string) => void } {
+  const filesWritten = (domain: string, path: string): void => {
+    logger.info({ domain, path }, 'certificate files written');
+    events.emit('filesWritten', { domain, path });
+    void delivery.reload?.request(domain);
+  };
+  const delivery = proxyDelivery(config, {
     logger,
-    onOutcome: (o) => metrics.reloads.inc({ result: o.ok ? 'success' : 'failure' }),
+    filesWritten,
+    onOutcome: (o) => {
+      metrics.reloads.inc({ method: o.method, result: o.skipped ? 'skipped' : o.ok ? 'success' : 'failure' });
+      events.emit('reloaded', o);
+    },
   });
+  return { delivery, filesWritten };
 }
 
 /** tailscaled's LocalAPI and the watch of its IPN bus for the cert domains. */

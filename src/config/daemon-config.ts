@@ -25,6 +25,13 @@ export interface DaemonConfig {
   tls: TlsChoice | undefined;
   reloadCommand: ReloadSpec | undefined;
   reloadTimeoutMs: number;
+  /** --reload-signal: sent to the pid in reloadPidFile after files changed, instead of a command. */
+  reloadSignal: NodeJS.Signals | undefined;
+  reloadPidFile: string | undefined;
+  /** --haproxy-crt-dir: where <domain>.pem (chain and key) is written for HAProxy's crt. */
+  haproxyCrtDir: string | undefined;
+  /** --haproxy-socket: HAProxy's runtime API, to which each new certificate is pushed. */
+  haproxySocket: string | undefined;
   renewal: RenewalPolicy;
   backoff: BackoffPolicy;
   certTimeoutMs: number;

@@ -11,6 +11,8 @@ import { MAX_STARTUP_GRACE_MS } from '../core/startup-grace.ts';
 import { isObjectName } from '../core/kube-names.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
 import { parseServiceName, serviceDomain } from '../core/advertisement.ts';
+import { parseReloadSignal } from '../delivery/reload-signal.ts';
+import { checkHaproxyPath } from '../delivery/haproxy.ts';
 import { LETS_ENCRYPT_DIRECTORY } from '../acme/renewal-info-client.ts';
 import { type CommandHelp, duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom } from '../logging/log-format.ts';
@@ -78,6 +80,7 @@ export const RUN_FLAGS = [
     placeholder: 'DURATION',
     default: '60s',
     help: 'Kill the reload command, and every process it started, after this long.',
+    detail: "Also the bound of each exchange with HAProxy's runtime API (--haproxy-socket).",
   },
   {
     name: 'check-interval',
@@ -85,6 +88,34 @@ export const RUN_FLAGS = [
     placeholder: 'DURATION',
     default: '24h',
     help: 'Longest wait between two looks at a certificate that is not due.',
+  },
+  {
+    name: 'reload-signal',
+    group: 'store',
+    placeholder: 'HUP|USR1|USR2',
+    help: 'Instead of a command, send this signal to the process --reload-pidfile names after files changed.',
+    detail: "nginx: HUP. In a Pod: a shared process namespace and the proxy's master running as certshare's uid (docs/proxies.md).",
+  },
+  {
+    name: 'reload-pidfile',
+    group: 'store',
+    placeholder: 'FILE',
+    help: 'The pid file of the process --reload-signal signals, read afresh at every reload.',
+    detail: "E.g. nginx's pid file in a volume shared with the proxy's container.",
+  },
+  {
+    name: 'haproxy-crt-dir',
+    group: 'store',
+    placeholder: 'DIR',
+    help: "Write DIR/<domain>.pem (chain and key, 0600, atomic) for HAProxy's crt.",
+    detail: 'HAProxy mounts DIR at the same path.',
+  },
+  {
+    name: 'haproxy-socket',
+    group: 'store',
+    placeholder: 'PATH',
+    help: "HAProxy's runtime API socket: each renewed certificate is pushed to it, no reload.",
+    detail: '`stats socket PATH level admin` in HAProxy; `set ssl cert` then `commit ssl cert`; --reload-timeout bounds each exchange.',
   },
   {
     name: 'renew-fraction',
@@ -369,6 +400,7 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
   }
   const tls = tlsChoice(values.tls);
   const reloadText = values['reload-command'];
+  const signalText = values['reload-signal'];
   const podName = env.POD_NAME || undefined;
   const mode = values.mode;
   if (mode !== undefined && mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw badFlag(`--mode must be rw, ro or auto, got "${mode}"`);
@@ -383,6 +415,10 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
     tls,
     reloadCommand: reloadText === undefined ? undefined : parseReloadCommand(reloadText),
     reloadTimeoutMs: duration(values, 'reload-timeout'),
+    reloadSignal: signalText === undefined ? undefined : parseReloadSignal(signalText),
+    reloadPidFile: values['reload-pidfile'],
+    haproxyCrtDir: values['haproxy-crt-dir'],
+    haproxySocket: values['haproxy-socket'],
     renewal: { renewFraction: parseFraction(values['renew-fraction']), checkIntervalMs: duration(values, 'check-interval') },
     backoff: {
       firstRetryMs: duration(values, 'first-retry'),
@@ -455,6 +491,17 @@ export function validateConfig(c: DaemonConfig): string | undefined {
       () => `--renew-fraction must be between 0 and 1, both excluded (e.g. 1/3 or 0.33), got ${c.renewal.renewFraction}`,
     ],
     ...positive.map(([flag, ms]): [boolean, () => string] => [!(ms > 0), () => `${flag} must be longer than 0`]),
+    [c.reloadSignal !== undefined && c.reloadCommand !== undefined, () => 'give either --reload-command or --reload-signal, not both'],
+    [c.reloadSignal !== undefined && !c.reloadPidFile, () => '--reload-signal needs --reload-pidfile (the pid file of the process to signal)'],
+    [c.reloadPidFile !== undefined && c.reloadSignal === undefined, () => '--reload-pidfile needs --reload-signal (e.g. HUP for nginx)'],
+    [
+      c.haproxySocket !== undefined && !c.haproxyCrtDir,
+      () => '--haproxy-socket needs --haproxy-crt-dir (the files HAProxy loaded, whose names the runtime API takes)',
+    ],
+    [
+      c.haproxyCrtDir !== undefined && checkHaproxyPath('--haproxy-crt-dir', c.haproxyCrtDir) !== undefined,
+      () => checkHaproxyPath('--haproxy-crt-dir', c.haproxyCrtDir!)!,
+    ],
     [c.backoff.firstRetryMs > c.backoff.retryCapMs, () => '--first-retry must not be above --retry-cap'],
     [c.backoff.rateLimitFirstRetryMs > c.backoff.retryCapMs, () => '--rate-limit-retry must not be above --retry-cap'],
     [!isLogLevel(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],

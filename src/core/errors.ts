@@ -78,7 +78,16 @@ export const ERROR_CODES = {
     message: 'renew request {id} for {domain} refused ({reason}): {why}',
     exit: 1,
   },
-  CERTSHARE_RELOAD_FAILED: { means: 'the reload command failed or timed out (logged and counted, never fatal)', message: '{problem}', exit: 1 },
+  CERTSHARE_RELOAD_FAILED: {
+    means: 'the reload command or reload signal failed or timed out (logged and counted, never fatal)',
+    message: '{problem}',
+    exit: 1,
+  },
+  CERTSHARE_HAPROXY_API: {
+    means: "HAProxy's runtime API could not be reached, timed out or refused the new certificate (logged and counted; the next change tries again)",
+    message: 'HAProxy runtime API: {problem}',
+    exit: 1,
+  },
   CERTSHARE_KUBE_HTTP: { means: 'the Kubernetes API answered with an error status', message: '{what}: HTTP {status} {body}', exit: 1 },
   CERTSHARE_KUBE_BAD_RESPONSE: {
     means: 'the Kubernetes API answered with something that is not what its protocol says (a watch event that is not JSON)',

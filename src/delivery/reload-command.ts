@@ -44,30 +44,31 @@ function describe(spec: ReloadSpec): string | string[] {
   return 'argv' in spec ? spec.argv : spec.shell;
 }
 
+/** How a reload reached the proxy: the command, a signal to its pid (reload-signal.ts), HAProxy's runtime API (haproxy.ts). */
+export type ReloadMethod = 'command' | 'signal' | 'haproxy';
+
 export interface ReloadOutcome {
+  method: ReloadMethod;
+  /** The domains whose change this reload delivers. */
+  domains: string[];
   ok: boolean;
+  /** Nothing to reload yet (the proxy has not started: it reads the files when it does). */
+  skipped?: boolean;
   exitCode: number | null;
   durationMs: number;
 }
 
 /**
- * Runs the operator's reload command (e.g. `nginx -s reload`) after certificate files changed. Runs are
- * serialised and coalesced: changes that arrive while a reload runs lead to exactly one more run.
- * A failure is logged and reported, never fatal.
+ * A reload of the proxy after certificate files changed. Runs are serialised and coalesced: changes that
+ * arrive while a reload runs lead to exactly one more run. A failure is logged and reported, never fatal.
  */
-export class ReloadCommand {
-  readonly #spec: ReloadSpec;
-  readonly #timeoutMs: number;
-  readonly #logger: Logger;
+export abstract class CoalescedReload {
   readonly #onOutcome: (outcome: ReloadOutcome) => void;
   #running: Promise<void> | undefined;
   #pending = new Set<string>();
 
-  constructor(spec: ReloadSpec, options: { timeoutMs: number; logger: Logger; onOutcome: (o: ReloadOutcome) => void }) {
-    this.#spec = spec;
-    this.#timeoutMs = options.timeoutMs;
-    this.#logger = options.logger;
-    this.#onOutcome = options.onOutcome;
+  constructor(onOutcome: (outcome: ReloadOutcome) => void) {
+    this.#onOutcome = onOutcome;
   }
 
   /** Asks for a run; resolves when a run that started after this call has finished. */
@@ -86,11 +87,28 @@ export class ReloadCommand {
     while (this.#pending.size > 0) {
       const domains = [...this.#pending];
       this.#pending.clear();
-      this.#onOutcome(await this.#runOnce(domains));
+      this.#onOutcome(await this.runOnce(domains));
     }
   }
 
-  #runOnce(domains: string[]): Promise<ReloadOutcome> {
+  /** One reload for the domains whose files changed; never rejects (a failure is an outcome). */
+  protected abstract runOnce(domains: string[]): Promise<ReloadOutcome>;
+}
+
+/** Runs the operator's reload command (e.g. `nginx -s reload`) after certificate files changed. */
+export class ReloadCommand extends CoalescedReload {
+  readonly #spec: ReloadSpec;
+  readonly #timeoutMs: number;
+  readonly #logger: Logger;
+
+  constructor(spec: ReloadSpec, options: { timeoutMs: number; logger: Logger; onOutcome: (o: ReloadOutcome) => void }) {
+    super(options.onOutcome);
+    this.#spec = spec;
+    this.#timeoutMs = options.timeoutMs;
+    this.#logger = options.logger;
+  }
+
+  protected runOnce(domains: string[]): Promise<ReloadOutcome> {
     const started = Date.now();
     const command = describe(this.#spec);
     return new Promise((resolve) => {
@@ -116,7 +134,7 @@ export class ReloadCommand {
         if (finished) return;
         finished = true;
         clearTimeout(timer);
-        const outcome = { ok: exitCode === 0, exitCode, durationMs: Date.now() - started };
+        const outcome = { method: 'command' as const, domains, ok: exitCode === 0, exitCode, durationMs: Date.now() - started };
         if (outcome.ok) this.#logger.info({ command, domains, durationMs: outcome.durationMs }, 'reload command succeeded');
         else this.#logger.error({ code: 'CERTSHARE_RELOAD_FAILED', command, exitCode, error }, 'reload command failed');
         resolve(outcome);

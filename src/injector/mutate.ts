@@ -18,6 +18,7 @@ import {
   type SidecarSettings,
 } from './sidecar.ts';
 import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../served/leave-rotation.ts';
+import { parseReloadSignal } from '../delivery/reload-signal.ts';
 
 export const ANNOTATION = {
   inject: 'certshare.io/inject',
@@ -27,6 +28,9 @@ export const ANNOTATION = {
   readinessGate: 'certshare.io/readiness-gate',
   socketVolume: 'certshare.io/socket-volume',
   flags: 'certshare.io/flags',
+  reloadSignal: 'certshare.io/reload-signal',
+  reloadPidfile: 'certshare.io/reload-pidfile',
+  haproxySocket: 'certshare.io/haproxy-socket',
 } as const;
 
 /** `certshare run` flags the injector sets from the annotations above and its defaults: not for certshare.io/flags. */
@@ -39,6 +43,10 @@ const OWNED_FLAGS: Record<string, string> = {
   store: 'the injector (kube)',
   localapi: ANNOTATION.socketVolume,
   listen: 'the injector (the probes use its port)',
+  'reload-signal': ANNOTATION.reloadSignal,
+  'reload-pidfile': ANNOTATION.reloadPidfile,
+  'haproxy-socket': ANNOTATION.haproxySocket,
+  'haproxy-crt-dir': `${ANNOTATION.haproxySocket} (<out-dir>/haproxy)`,
 };
 
 /**
@@ -177,8 +185,49 @@ export function settingsFromAnnotations(
   const platform = extraEnvFromFlags(defaults.sidecarFlags, SIDECAR_FLAGS_FLAG, 'platform');
   const pod = extraEnvFromFlags(annotations[ANNOTATION.flags], ANNOTATION.flags, 'pod');
   const extraEnv = [...platform.filter((e) => !pod.some((p) => p.name === e.name)), ...pod];
-  const { image, imagePullPolicy, resources } = defaults;
-  return { image, imagePullPolicy, domains, mode, outDir, readinessGate, socketVolume, extraEnv, resources };
+  const reloadSignal = reloadSignalFromAnnotations(annotations);
+  const haproxySocket = annotations[ANNOTATION.haproxySocket];
+  if (haproxySocket !== undefined) checkFilePath(ANNOTATION.haproxySocket, haproxySocket);
+  return {
+    image: defaults.image,
+    imagePullPolicy: defaults.imagePullPolicy,
+    domains,
+    mode,
+    outDir,
+    readinessGate,
+    socketVolume,
+    extraEnv,
+    resources: defaults.resources,
+    reloadSignal,
+    haproxySocket,
+  };
+}
+
+function checkFilePath(annotation: string, path: string): void {
+  if (!ABSOLUTE_PATH.test(path) || path.split('/').includes('..') || path.endsWith('/'))
+    throw bad(annotation, `"${path}" is not an absolute file path without ".."`);
+}
+
+/**
+ * certshare.io/reload-signal and certshare.io/reload-pidfile: the Pod asks certshare to reload its proxy
+ * with a signal (nginx with a stock configuration: HUP), which takes a shared process namespace. The Pod's
+ * own choice (it opens its own containers to each other, docs/proxies.md): the signal from the allow list
+ * of --reload-signal, the pid file an absolute path in a volume the Pod mounts (checked in injectionFor).
+ */
+function reloadSignalFromAnnotations(annotations: Record<string, string>): { signal: string; pidFile: string } | undefined {
+  const signalText = annotations[ANNOTATION.reloadSignal];
+  const pidFile = annotations[ANNOTATION.reloadPidfile];
+  if (signalText === undefined && pidFile === undefined) return undefined;
+  if (signalText === undefined) throw bad(ANNOTATION.reloadPidfile, `needs ${ANNOTATION.reloadSignal} (e.g. HUP for nginx)`);
+  if (pidFile === undefined) throw bad(ANNOTATION.reloadSignal, `needs ${ANNOTATION.reloadPidfile} (the proxy's pid file, in a volume of the Pod)`);
+  let signal: string;
+  try {
+    signal = parseReloadSignal(signalText).slice(3);
+  } catch (err) {
+    throw bad(ANNOTATION.reloadSignal, errorMessage(err).replace('--reload-signal ', ''));
+  }
+  checkFilePath(ANNOTATION.reloadPidfile, pidFile);
+  return { signal, pidFile };
 }
 
 /**
@@ -303,8 +352,26 @@ function expectedSidecar(
   keptLeaveToken?: string,
 ): V1Container {
   const certsVolume = certsVolumeOf(spec, settings.outDir) ?? CERTS_VOLUME;
-  const sidecar = certshareContainer({ ...settings, certsVolume, tokenVolume: TOKEN_VOLUME, caVolume: defaults.caBundle ? CA_VOLUME : undefined });
+  const proxyMounts = proxyMountsOf(spec, settings).map(({ name, mountPath }) => ({ name, mountPath }));
+  const sidecar = certshareContainer({ ...settings, certsVolume, tokenVolume: TOKEN_VOLUME, caVolume: defaults.caBundle ? CA_VOLUME : undefined, proxyMounts });
   return withLeaveToken(sidecar, keptLeaveToken);
+}
+
+/**
+ * The proxy's pid file and runtime API socket, in volumes of its own that certshare mounts too (one mount
+ * per volume path; the out-dir's volume is mounted already), each with the annotation that asked for it.
+ */
+function proxyMountsOf(
+  spec: V1PodSpec,
+  settings: Omit<SidecarSettings, 'certsVolume' | 'tokenVolume'>,
+): Array<{ name: string; mountPath: string; annotation: string }> {
+  const proxyFiles: Array<[string, string | undefined]> = [
+    [ANNOTATION.reloadPidfile, settings.reloadSignal?.pidFile],
+    [ANNOTATION.haproxySocket, settings.haproxySocket],
+  ];
+  return proxyFiles
+    .flatMap(([annotation, path]) => (path === undefined ? [] : [proxyFileVolume(spec, annotation, path)]))
+    .filter((m, i, all) => m.mountPath !== settings.outDir && all.findIndex((o) => o.mountPath === m.mountPath) === i);
 }
 
 /**
@@ -398,24 +465,8 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   const initContainers = spec.initContainers ?? [];
   const settings = settingsFromAnnotations(annotations, defaults);
   const present = [...initContainers, ...(spec.containers ?? [])].find((c) => c.name === SIDECAR_NAME);
-  if (present) {
-    // Called again (reinvocationPolicy IfNeeded) on a Pod it injected: left as it is. A container of that
-    // name that is not the one it would add is the Pod's own: under certshare's accounts it would get their
-    // token with any image, command or flags (the admission policy certshare-pods-injected admits their
-    // token only in a container named certshare), so it is refused, not left alone.
-    const difference = sidecarDifference(present, expectedSidecar(spec, settings, defaults, envValue(present, LEAVE_TOKEN_ENV)));
-    if (difference)
-      throw bad(
-        ANNOTATION.inject,
-        `the Pod brings its own container named ${SIDECAR_NAME} (${difference}): the injector adds certshare itself; remove that container`,
-      );
-    return { kind: 'skip', reason: `the container ${SIDECAR_NAME} the injector adds is already there` };
-  }
-
-  const volumes = spec.volumes ?? [];
-  if (!volumes.some((v) => v.name === settings.socketVolume)) {
-    throw bad(ANNOTATION.socketVolume, `the Pod has no volume "${settings.socketVolume}" for tailscaled's socket (name it with ${ANNOTATION.socketVolume})`);
-  }
+  if (present) return alreadyThere(present, spec, settings, defaults);
+  checkPodShape(spec, settings);
 
   // The proxy reads the certificates where certshare writes them: reuse a volume already mounted at
   // the out-dir, or add one and mount it read-only into every container.
@@ -428,6 +479,7 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   // automount explicitly keeps it.
   const explicitAutomount = spec.automountServiceAccountToken === true;
   const dropAutoToken = !explicitAutomount;
+  const volumes = spec.volumes ?? [];
   const keptVolumes = dropAutoToken ? volumes.filter((v) => !AUTO_TOKEN_VOLUME.test(v.name)) : volumes;
   const withoutAutoMounts = (c: V1Container): V1Container =>
     dropAutoToken && c.volumeMounts ? { ...c, volumeMounts: c.volumeMounts.filter((m) => !AUTO_TOKEN_VOLUME.test(m.name)) } : c;
@@ -436,21 +488,8 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   if (defaults.caBundle) addedVolumes.push(caBundleVolume(CA_VOLUME, defaults.caBundle));
 
   const sidecar = expectedSidecar(spec, settings, defaults);
-  // The out-dir is certshare's to write: not one of the directories its container mounts for itself, nor
-  // above or below one (the apiserver would refuse the same path twice with a less helpful message).
-  const outDirMount = sidecar.volumeMounts?.find((m) => m.mountPath === settings.outDir && m.name === certsVolume);
-  const ownMounts = (sidecar.volumeMounts ?? []).filter((m) => m !== outDirMount);
-  const overlapping = ownMounts.find((m) => isAtOrBelow(m.mountPath, settings.outDir) || isAtOrBelow(settings.outDir, m.mountPath));
-  if (overlapping) throw bad(ANNOTATION.outDir, `"${settings.outDir}" overlaps ${overlapping.mountPath}, which certshare's container mounts for itself`);
-  const { drainDelayMs, shutdownTimeoutMs, advertiseFailoverMs } = checkSidecarEnv(sidecar);
-  const leaveToken = envValue(sidecar, LEAVE_TOKEN_ENV);
-  const problem = stopProblem(
-    drainDelayMs,
-    shutdownTimeoutMs,
-    spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_SECONDS,
-    leaveToken ? advertiseFailoverMs : 0,
-  );
-  if (problem) throw bad(ANNOTATION.flags, problem);
+  checkMounts(spec, settings, defaults, certsVolume);
+  const { drainDelayMs, leaveToken } = checkStop(spec, sidecar);
   const containers = (spec.containers ?? []).map((c) => {
     const cleaned = withDrain(withoutAutoMounts(c), drainDelayMs, leaveToken);
     if (mountedAtOutDir) return cleaned;
@@ -472,15 +511,114 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
     containers,
     volumes: [...keptVolumes, ...addedVolumes],
     readinessGates: gates,
+    // A signal reaches the proxy only when the Pod's containers share one process namespace.
+    ...(settings.reloadSignal ? { shareProcessNamespace: true } : {}),
   };
-  // "add" on an existing member replaces it (RFC 6902): whole fields, computed from the Pod as seen.
-  const patch: JsonPatchOp[] = (['serviceAccountName', 'automountServiceAccountToken', 'initContainers', 'containers', 'volumes', 'readinessGates'] as const)
+  return { kind: 'inject', pod: { ...pod, spec: next }, patch: specPatch(spec, next) };
+}
+
+type Settings = ReturnType<typeof settingsFromAnnotations>;
+
+/**
+ * Called again (reinvocationPolicy IfNeeded) on a Pod it injected: left as it is. A container of that name
+ * that is not the one it would add is the Pod's own: under certshare's accounts it would get their token
+ * with any image, command or flags (the admission policy certshare-pods-injected admits their token only in
+ * a container named certshare), so it is refused, not left alone.
+ */
+function alreadyThere(present: V1Container, spec: V1PodSpec, settings: Settings, defaults: InjectionDefaults): Injection {
+  const difference = sidecarDifference(present, expectedSidecar(spec, settings, defaults, envValue(present, LEAVE_TOKEN_ENV)));
+  if (difference)
+    throw bad(
+      ANNOTATION.inject,
+      `the Pod brings its own container named ${SIDECAR_NAME} (${difference}): the injector adds certshare itself; remove that container`,
+    );
+  return { kind: 'skip', reason: `the container ${SIDECAR_NAME} the injector adds is already there` };
+}
+
+/** What the Pod must have for the sidecar to work: tailscaled's socket volume, and a way for the proxy to be reloaded. */
+function checkPodShape(spec: V1PodSpec, settings: Settings): void {
+  if (settings.reloadSignal && spec.shareProcessNamespace === false)
+    throw bad(ANNOTATION.reloadSignal, 'the Pod sets shareProcessNamespace: false, and a signal reaches the proxy only through a shared process namespace');
+  if (!(spec.volumes ?? []).some((v) => v.name === settings.socketVolume)) {
+    throw bad(ANNOTATION.socketVolume, `the Pod has no volume "${settings.socketVolume}" for tailscaled's socket (name it with ${ANNOTATION.socketVolume})`);
+  }
+  // A proxy that reads its certificate at start only waits for certshare's first one (a startup probe on the
+  // sidecar), and so does every regular container: tailscaled among them would never give it.
+  const waits = settings.reloadSignal ? ANNOTATION.reloadSignal : settings.haproxySocket ? ANNOTATION.haproxySocket : undefined;
+  const tailscaled = (spec.containers ?? []).find((c) => c.volumeMounts?.some((m) => m.name === settings.socketVolume));
+  if (waits && tailscaled) {
+    throw bad(
+      waits,
+      `the proxy waits for certshare's first certificate, and so would container "${tailscaled.name}", which mounts tailscaled's socket volume ` +
+        `"${settings.socketVolume}": run it as a native sidecar (an init container with restartPolicy: Always), which starts before certshare`,
+    );
+  }
+}
+
+/**
+ * The out-dir is certshare's to write, and the proxy's files are mounted into its container: none of them one
+ * of the directories its container mounts for itself, nor above or below one (the apiserver would refuse
+ * the same path twice with a less helpful message).
+ */
+function checkMounts(spec: V1PodSpec, settings: Settings, defaults: InjectionDefaults, certsVolume: string): void {
+  const own = { ...settings, certsVolume, tokenVolume: TOKEN_VOLUME, caVolume: defaults.caBundle ? CA_VOLUME : undefined };
+  const mounts = certshareContainer(own).volumeMounts ?? [];
+  const outDirMount = mounts.findIndex((m) => m.mountPath === settings.outDir && m.name === certsVolume);
+  const ownMounts = mounts.filter((_, i) => i !== outDirMount);
+  for (const proxyMount of proxyMountsOf(spec, settings)) {
+    const overlap = ownMounts.find((m) => isAtOrBelow(m.mountPath, proxyMount.mountPath) || isAtOrBelow(proxyMount.mountPath, m.mountPath));
+    if (overlap)
+      throw bad(
+        proxyMount.annotation,
+        `its volume's mount ${proxyMount.mountPath} overlaps ${overlap.mountPath}, which certshare's container mounts for itself`,
+      );
+  }
+  const overlapping = ownMounts.find((m) => isAtOrBelow(m.mountPath, settings.outDir) || isAtOrBelow(settings.outDir, m.mountPath));
+  if (overlapping) throw bad(ANNOTATION.outDir, `"${settings.outDir}" overlaps ${overlapping.mountPath}, which certshare's container mounts for itself`);
+}
+
+/** The sidecar's settings pass the daemon's validation and its stop fits the grace period (stopProblem). */
+function checkStop(spec: V1PodSpec, sidecar: V1Container): { drainDelayMs: number; leaveToken: string | undefined } {
+  const { drainDelayMs, shutdownTimeoutMs, advertiseFailoverMs } = checkSidecarEnv(sidecar);
+  const leaveToken = envValue(sidecar, LEAVE_TOKEN_ENV);
+  const grace = spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_SECONDS;
+  const problem = stopProblem(drainDelayMs, shutdownTimeoutMs, grace, leaveToken ? advertiseFailoverMs : 0);
+  if (problem) throw bad(ANNOTATION.flags, problem);
+  return { drainDelayMs, leaveToken };
+}
+
+/** "add" on an existing member replaces it (RFC 6902): whole fields, computed from the Pod as seen. */
+function specPatch(spec: V1PodSpec, next: V1PodSpec): JsonPatchOp[] {
+  const patchFields = [
+    'serviceAccountName',
+    'automountServiceAccountToken',
+    'initContainers',
+    'containers',
+    'volumes',
+    'readinessGates',
+    'shareProcessNamespace',
+  ] as const;
+  return patchFields
     .filter(
       (field) =>
-        JSON.stringify(next[field]) !== JSON.stringify(spec[field]) && !(spec[field] === undefined && Array.isArray(next[field]) && next[field].length === 0),
+        JSON.stringify(next[field]) !== JSON.stringify(spec[field]) &&
+        !(spec[field] === undefined && Array.isArray(next[field]) && (next[field] as unknown[]).length === 0),
     )
     .map((field) => ({ op: 'add', path: `/spec/${field}`, value: next[field] }));
-  return { kind: 'inject', pod: { ...pod, spec: next }, patch };
+}
+
+/**
+ * The volume holding one of the proxy's files (its pid file, its runtime API socket), as a container of the
+ * Pod mounts it (the deepest mount above the file): certshare mounts it read-only at the same path, so the
+ * path means the same file in both.
+ */
+function proxyFileVolume(spec: NonNullable<V1Pod['spec']>, annotation: string, path: string): { name: string; mountPath: string; annotation: string } {
+  const mounts = (spec.containers ?? []).flatMap((c) => c.volumeMounts ?? []).filter((m) => isAtOrBelow(path, m.mountPath) && path !== m.mountPath);
+  const deepest = mounts.sort((a, b) => b.mountPath.length - a.mountPath.length)[0];
+  if (!deepest) {
+    throw bad(annotation, `"${path}" lies in no volume a container of the Pod mounts: put it in a volume the proxy shares (e.g. an emptyDir at /run/nginx)`);
+  }
+  return { name: deepest.name, mountPath: deepest.mountPath, annotation };
 }
 
 interface AdmissionReviewIn {

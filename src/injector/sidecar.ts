@@ -6,6 +6,11 @@ import type { ShareMode } from '../config/run-options.ts';
 export const SIDECAR_NAME = 'certshare';
 export const DEFAULT_IMAGE = 'ghcr.io/certshare/certshare:0.1.0';
 export const HEALTH_PORT = 9002;
+/**
+ * How long the proxy may wait for a first certificate before the kubelet restarts certshare (each failed
+ * startup probe one second): an issuance with tailscaled's ACME order takes seconds to a minute.
+ */
+const STARTUP_PROBE_SECONDS = 600;
 /** tailscaled's socket directory, shared with certshare through a volume. */
 export const SOCKET_DIR = '/var/run/tailscale';
 /** Where client libraries (client-node's loadFromCluster included) look for the ServiceAccount token. */
@@ -35,6 +40,12 @@ export interface SidecarSettings {
   extraEnv?: { name: string; value: string }[];
   /** The platform's requests and limits (the injector's --sidecar-resources); SIDECAR_RESOURCES when undefined. */
   resources?: V1ResourceRequirements | undefined;
+  /** --reload-signal and --reload-pidfile: a signal to the proxy's master (a shared process namespace). */
+  reloadSignal?: { signal: string; pidFile: string } | undefined;
+  /** --haproxy-socket: HAProxy's runtime API; the combined PEMs go to HAPROXY_SUBDIR of the out-dir. */
+  haproxySocket?: string | undefined;
+  /** Volumes of the proxy's (its pid file's, its runtime API socket's), mounted read-only at the same paths. */
+  proxyMounts?: { name: string; mountPath: string }[];
 }
 
 /**
@@ -47,6 +58,9 @@ export interface SidecarSettings {
  * docs/performance.md gives what that changed on the real-cluster tier).
  */
 export const SIDECAR_RESOURCES: V1ResourceRequirements = { requests: { cpu: '100m', memory: '112Mi' }, limits: { memory: '192Mi' } };
+
+/** Where, under the out-dir, the HAProxy PEMs are written (`crt <out-dir>/haproxy/` in haproxy.cfg). */
+export const HAPROXY_SUBDIR = 'haproxy';
 
 /** Non-root (the distroless image's nonroot user), read-only root, no privilege, no capability. */
 export const SIDECAR_SECURITY_CONTEXT: V1SecurityContext = {
@@ -84,11 +98,28 @@ export function certshareContainer(s: SidecarSettings): V1Container {
       // Read by Node once, at start, for every TLS connection it verifies against the system's CAs (the
       // ACME directory and renewalInfo, an https routing check); a missing file would only be warned about.
       ...(s.caVolume ? [{ name: 'NODE_EXTRA_CA_CERTS', value: CA_FILE }] : []),
+      ...(s.reloadSignal
+        ? [
+            { name: 'CERTSHARE_RELOAD_SIGNAL', value: s.reloadSignal.signal },
+            { name: 'CERTSHARE_RELOAD_PIDFILE', value: s.reloadSignal.pidFile },
+          ]
+        : []),
+      ...(s.haproxySocket
+        ? [
+            { name: 'CERTSHARE_HAPROXY_CRT_DIR', value: `${s.outDir.replace(/\/+$/, '')}/${HAPROXY_SUBDIR}` },
+            { name: 'CERTSHARE_HAPROXY_SOCKET', value: s.haproxySocket },
+          ]
+        : []),
       ...(s.extraEnv ?? []),
     ],
     ports: [{ name: 'certshare', containerPort: HEALTH_PORT }],
     // Ready only with a valid certificate (GET /healthz answers 503 otherwise).
     readinessProbe: { httpGet: { path: '/healthz', port: HEALTH_PORT }, periodSeconds: 10, failureThreshold: 3 },
+    // A proxy that reads its certificate at start only (stock nginx, HAProxy) would fail to start, and be
+    // restarted, without the files: the kubelet starts the Pod's containers once this probe has passed.
+    ...(s.reloadSignal || s.haproxySocket
+      ? { startupProbe: { httpGet: { path: '/healthz', port: HEALTH_PORT }, periodSeconds: 1, failureThreshold: STARTUP_PROBE_SECONDS } }
+      : {}),
     // Alive while it answers at all: restarting cannot fix a missing certificate, it only adds issuance attempts.
     livenessProbe: { tcpSocket: { port: HEALTH_PORT }, initialDelaySeconds: 10, periodSeconds: 20, failureThreshold: 3 },
     resources: s.resources ?? SIDECAR_RESOURCES,
@@ -98,6 +129,7 @@ export function certshareContainer(s: SidecarSettings): V1Container {
       { name: s.socketVolume, mountPath: SOCKET_DIR },
       ...(s.tokenVolume ? [{ name: s.tokenVolume, mountPath: TOKEN_DIR, readOnly: true }] : []),
       ...(s.caVolume ? [{ name: s.caVolume, mountPath: CA_DIR, readOnly: true }] : []),
+      ...(s.proxyMounts ?? []).map((m) => ({ name: m.name, mountPath: m.mountPath, readOnly: true })),
     ],
   };
 }

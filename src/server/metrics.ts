@@ -255,8 +255,10 @@ function processMetrics(registers: Registers) {
   });
   const reloads = new Counter({
     name: 'certshare_reload_command_runs_total',
-    help: 'Runs of the reload command by result (success, failure).',
-    labelNames: ['result'],
+    help:
+      "Reloads of the proxy by method (command: --reload-command; signal: --reload-signal; haproxy: a push to HAProxy's runtime API) " +
+      'and result (success, failure; skipped: the proxy had not started, no pid file yet).',
+    labelNames: ['method', 'result'],
     registers,
   });
   const storeErrors = new Counter({

@@ -174,6 +174,32 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     }
   });
 
+  it("admits a shared process namespace only when the account's owner accepted it (stock nginx reloaded by signal); hostPID never", async () => {
+    // The Pod docs/proxies.md describes: nginx's pid file in a volume of its own, tailscaled a native sidecar.
+    const stock = (name: string) =>
+      pod(
+        name,
+        {
+          serviceAccountName: 'certshare',
+          containers: [{ name: 'proxy', image: 'nginx', volumeMounts: [{ name: 'nginx-run', mountPath: '/run/nginx' }] }],
+          initContainers: [{ ...proxy, name: 'tailscale', restartPolicy: 'Always' }],
+          volumes: [socketVolume, { name: 'nginx-run', emptyDir: {} }],
+        },
+        { ...asked, [ANNOTATION.reloadSignal]: 'HUP', [ANNOTATION.reloadPidfile]: '/run/nginx/nginx.pid' },
+      );
+    assert.match(await create(stock('stock-refused'), true), new RegExp(`${POLICY}.*shares no process namespace`), 'not accepted: refused');
+    const annotation = 'certshare.io/share-process-namespace';
+    await must(cp().kubectl(['annotate', 'serviceaccount', 'certshare', '-n', ns, `${annotation}=accepted`]));
+    try {
+      assert.equal(await eventually(() => create(stock('stock-0'), true), /^created$/), 'created', 'accepted: admitted');
+      const shared = await create(pod('host-pid-accepted', { serviceAccountName: 'certshare', hostPID: true }, asked), true);
+      assert.match(shared, /shares no process namespace/, 'hostPID stays refused');
+    } finally {
+      await must(cp().kubectl(['annotate', 'serviceaccount', 'certshare', '-n', ns, `${annotation}-`]));
+    }
+    assert.match(await eventually(() => create(stock('stock-again'), true), /shares no/), /shares no process namespace/, 'withdrawn: refused again');
+  });
+
   it('refuses a Pod that carries its own certshare container; admits a copy of a Pod the injector made, as stored', async () => {
     const own: V1Container = {
       name: 'certshare',

@@ -31,7 +31,7 @@ export interface E2eClusterOptions {
 export interface E2eCluster {
   readonly cluster: Cluster;
   readonly netns: string;
-  readonly images: { certshare: BuiltImage; tailscale: BuiltImage; nginx: BuiltImage; pause: BuiltImage };
+  readonly images: { certshare: BuiltImage; tailscale: BuiltImage; nginx: BuiltImage; haproxy: BuiltImage; pause: BuiltImage };
   readonly tsenv: TsenvEndpoints;
   /** Orders that reached pebble, by identifiers. */
   acmeStats(): Promise<AcmeStats>;
@@ -55,6 +55,7 @@ export async function startE2eCluster(options: E2eClusterOptions = {}): Promise<
       { ...images.certshare, pinned: false },
       { ...images.tailscale, pinned: false },
       { ...images.nginx, pinned: false },
+      { ...images.haproxy, pinned: false },
     ],
     log,
   });

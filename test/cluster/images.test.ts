@@ -3,7 +3,7 @@
 // each holding what its entrypoint runs. Cold, the build replays the Dockerfile (npm ci, the bundle);
 // warm, it only hashes its inputs.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { type SpawnSyncReturns, spawnSync } from 'node:child_process';
 import { chmod, readFile } from 'node:fs/promises';
 import { join, posix, resolve } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -131,6 +131,20 @@ describe('the cluster images', { timeout: 15 * 60_000 }, () => {
     assert.deepEqual(contents.config.config.Cmd, ['-g', 'daemon off;']);
   });
 
+  it('haproxy: the binary, every library it loads (lua and opentracing included), the nonroot account; soft stop', () => {
+    const { members, contents } = image('haproxy');
+    assert.match(images.haproxy.ref, /^certshare\.test\/haproxy:2\.\d+$/, "Debian 12's HAProxy 2.6");
+    assert.equal(members.get('usr/sbin/haproxy')?.mode, 0o755);
+    for (const lib of ['liblua5.3', 'libopentracing-c-wrapper', 'libopentracing', 'libssl'])
+      assert.ok(
+        [...members.keys()].some((f) => f.includes(`/${lib}.so`)),
+        lib,
+      );
+    assert.deepEqual(contents.config.config.Entrypoint, ['/usr/sbin/haproxy']);
+    assert.equal(contents.config.config.User, '65532:65532');
+    assert.equal(contents.config.config.StopSignal, 'SIGUSR1');
+  });
+
   it('tailscale: containerboot as entrypoint, tailscaled and tailscale on PATH; pause: busybox alone', () => {
     const tailscale = image('tailscale');
     for (const bin of ['containerboot', 'tailscaled', 'tailscale']) assert.equal(tailscale.members.get(`usr/local/bin/${bin}`)?.mode, 0o755, bin);
@@ -144,22 +158,40 @@ describe('the cluster images', { timeout: 15 * 60_000 }, () => {
     assert.equal(pause.contents.config.config.Entrypoint?.[0], '/bin/busybox');
   });
 
-  describe('certshare, unpacked', () => {
-    let dir: { path: string; remove(): Promise<void> };
-    after(() => dir?.remove());
+  describe('certshare and haproxy, unpacked', () => {
+    const dirs: Array<{ path: string; remove(): Promise<void> }> = [];
+    after(async () => {
+      for (const d of dirs) await d.remove();
+    });
+
+    /** The image's ENTRYPOINT with `args`, as uid 65532 in the image's own root filesystem, from its WORKDIR, with its ENV. */
+    async function runUnpacked(name: Name, args: string[]): Promise<SpawnSyncReturns<string>> {
+      const dir = await tempDir(`certshare-${name}-rootfs-`);
+      dirs.push(dir);
+      await chmod(dir.path, 0o755);
+      const rootfs = join(dir.path, 'rootfs');
+      const { config } = (await unpackOciArchive(images[name].archive, rootfs)).config;
+      const env = Object.fromEntries((config.Env ?? []).map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)]));
+      const wd = config.WorkingDir ? [`--wd=${config.WorkingDir}`] : [];
+      return spawnSync('unshare', [`--root=${rootfs}`, ...wd, `--setuid=${NONROOT}`, `--setgid=${NONROOT}`, ...config.Entrypoint!, ...args], {
+        encoding: 'utf8',
+        env,
+        timeout: 30_000,
+      });
+    }
+
+    it('haproxy checks its configuration as uid 65532 in its own rootfs: nothing it loads is missing', {
+      skip: !isRoot() && 'needs root (unshare --root)',
+    }, async () => {
+      const res = await runUnpacked('haproxy', ['-c', '-f', '/etc/haproxy/haproxy.cfg']);
+      assert.equal(res.status, 0, res.stderr + res.stdout);
+      assert.match(res.stdout + res.stderr, /Configuration file is valid/);
+    });
 
     it('starts as uid 65532 in its own rootfs from WORKDIR: the ENTRYPOINT with `run --help`', {
       skip: !isRoot() && 'needs root (unshare --root)',
     }, async () => {
-      dir = await tempDir('certshare-rootfs-');
-      await chmod(dir.path, 0o755);
-      const rootfs = join(dir.path, 'rootfs');
-      const { config } = (await unpackOciArchive(images.certshare.archive, rootfs)).config;
-      const res = spawnSync(
-        'unshare',
-        [`--root=${rootfs}`, `--wd=${config.WorkingDir}`, `--setuid=${NONROOT}`, `--setgid=${NONROOT}`, ...config.Entrypoint!, 'run', '--help'],
-        { encoding: 'utf8', env: Object.fromEntries(config.Env!.map((e) => [e.slice(0, e.indexOf('=')), e.slice(e.indexOf('=') + 1)])), timeout: 30_000 },
-      );
+      const res = await runUnpacked('certshare', ['run', '--help']);
       assert.equal(res.status, 0, res.stderr);
       assert.match(res.stdout, /Usage: certshare run/);
     });

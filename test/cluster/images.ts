@@ -1,10 +1,11 @@
-// The four images the single-node test cluster runs, built as OCI archives for `ctr -n k8s.io images
+// The five images the single-node test cluster runs, built as OCI archives for `ctr -n k8s.io images
 // import` with no Docker engine and no registry:
 //   - certshare, from the repository's Dockerfile: its build stage replayed on the host (npm ci, the
 //     bundle; test/support/dockerfile.ts), its distroless base stood in for by the pinned Node and the
 //     libraries it loads, its configuration read from the final stage;
 //   - tailscale: containerboot, tailscaled and tailscale from test/tailscale-binaries/build.sh;
 //   - nginx: Debian's, as the example proxy, runnable as uid 65532 on a read-only root filesystem;
+//   - haproxy: Debian's HAProxy 2.6, the same way (the HAProxy example);
 //   - pause: the sandbox image, busybox sleeping as PID 1.
 // Each archive is cached under a hash of its inputs (and of this builder's sources): a warm call only
 // hashes. Concurrent callers wait on a lock file; the archive appears by rename, whole or not at all.
@@ -43,6 +44,7 @@ export interface ClusterImages {
   certshare: BuiltImage;
   tailscale: BuiltImage;
   nginx: BuiltImage;
+  haproxy: BuiltImage;
   pause: BuiltImage;
 }
 
@@ -55,18 +57,19 @@ export interface BuildClusterImagesOptions {
   log?: (line: string) => void;
 }
 
-/** Builds (or finds in the cache) the cluster's four images. */
+/** Builds (or finds in the cache) the cluster's five images. */
 export async function buildClusterImages(options: BuildClusterImagesOptions): Promise<ClusterImages> {
   const cacheDir = options.cacheDir ?? join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'certshare/images');
   const log = options.log ?? (() => {});
   await mkdir(cacheDir, { recursive: true });
-  const [certshare, tailscale, nginx, pause] = await Promise.all([
+  const [certshare, tailscale, nginx, haproxy, pause] = await Promise.all([
     certshareImage(cacheDir, log),
     tailscaleImage(cacheDir, options.tailscaleBinDir, log),
     nginxImage(cacheDir, log),
+    haproxyImage(cacheDir, log),
     pauseImage(cacheDir, log),
   ]);
-  return { certshare, tailscale, nginx, pause };
+  return { certshare, tailscale, nginx, haproxy, pause };
 }
 
 // -------------------------------------------------------------------------------------------------
@@ -251,57 +254,125 @@ http {
 }
 `;
 
-async function nginxImage(cacheDir: string, log: (line: string) => void): Promise<BuiltImage> {
-  const version = await debianCandidate('nginx', log);
-  const ref = `certshare.test/nginx:${/^(?:\d+:)?(\d+\.\d+)/.exec(version)?.[1] ?? version}`;
-  return cachedArchive(cacheDir, 'nginx', ref, [`nginx ${version}`], log, async (scratch) => {
-    const [deb] = await aptDownload(scratch, [`nginx=${version}`]);
-    const root = join(scratch, 'nginx');
+function nginxImage(cacheDir: string, log: (line: string) => void): Promise<BuiltImage> {
+  return debianProxyImage(cacheDir, log, {
+    pkg: 'nginx',
+    binary: '/usr/sbin/nginx',
+    Cmd: ['-g', 'daemon off;'],
+    // nginx's graceful shutdown (SIGTERM is its fast one), as in nginx's own images.
+    StopSignal: 'SIGQUIT',
+    entries: [
+      // nginx's compiled-in log and temp directories, writable by nonroot when the root filesystem is.
+      { path: '/var/log/nginx', type: 'dir', mode: 0o755, uid: NONROOT, gid: NONROOT },
+      { path: '/var/lib/nginx', type: 'dir', mode: 0o755, uid: NONROOT, gid: NONROOT },
+      { path: '/etc/nginx/nginx.conf', type: 'file', mode: 0o644, content: NGINX_DEFAULT_CONF },
+    ],
+  });
+}
+
+/**
+ * A proxy from its Debian package: the binary, the libraries it loads, the nonroot account (its user,
+ * numeric: runAsNonRoot can check it without a runAsUser), /run, its own default configuration.
+ */
+async function debianProxyImage(
+  cacheDir: string,
+  log: (line: string) => void,
+  image: { pkg: string; binary: string; Cmd: string[]; StopSignal: string; entries: LayerEntry[] },
+): Promise<BuiltImage> {
+  const { pkg } = image;
+  const version = await debianCandidate(pkg, log);
+  const ref = `certshare.test/${pkg}:${/^(?:\d+:)?(\d+\.\d+)/.exec(version)?.[1] ?? version}`;
+  return cachedArchive(cacheDir, pkg, ref, [`${pkg} ${version}`], log, async (scratch) => {
+    const [deb] = await aptDownload(scratch, [`${pkg}=${version}`]);
+    const root = join(scratch, pkg);
     await run('dpkg-deb', ['-x', deb!, root]);
-    const nginx = join(root, 'usr/sbin/nginx');
-    let libraries: LayerEntry[];
-    try {
-      libraries = await sharedLibraries(nginx);
-    } catch (err) {
-      if (!(err instanceof MissingLibrariesError)) throw err;
-      // Not installed on this host: take them from Debian's packages nginx depends on, downloaded the same way.
-      const depends = (await output('dpkg-deb', ['-f', deb!, 'Depends']))
-        .split(',')
-        .map((d) => d.trim().split(/[\s|(:]/)[0]!)
-        .filter((name) => /^(lib|zlib)/.test(name));
-      log(`nginx: ${err.missing.join(', ')} not on this host; taking them from ${depends.join(', ')}`);
-      const deps = join(scratch, 'deps');
-      for (const dep of await aptDownload(scratch, depends)) await run('dpkg-deb', ['-x', dep, deps]);
-      libraries = await sharedLibraries(nginx, deps);
-    }
+    const binary = join(root, image.binary);
     return {
       ref,
       config: {
-        // Numeric: runAsNonRoot can check it without a runAsUser.
         User: `${NONROOT}:${NONROOT}`,
         Env: [`PATH=${DEFAULT_PATH}`],
-        Entrypoint: ['/usr/sbin/nginx'],
-        Cmd: ['-g', 'daemon off;'],
+        Entrypoint: [image.binary],
+        Cmd: image.Cmd,
         ExposedPorts: { '8080/tcp': {}, '8443/tcp': {} },
-        // nginx's graceful shutdown (SIGTERM is its fast one), as in nginx's own images.
-        StopSignal: 'SIGQUIT',
+        StopSignal: image.StopSignal,
       },
       layers: [
         {
           entries: [
-            { path: '/usr/sbin/nginx', type: 'file', mode: 0o755, source: nginx },
-            ...libraries,
+            { path: image.binary, type: 'file', mode: 0o755, source: binary },
+            ...(await packageLibraries(scratch, deb!, binary, log)),
             ...nonrootUsers(),
             { path: '/run', type: 'dir', mode: 0o755 },
-            // nginx's compiled-in log and temp directories, writable by nonroot when the root filesystem is.
-            { path: '/var/log/nginx', type: 'dir', mode: 0o755, uid: NONROOT, gid: NONROOT },
-            { path: '/var/lib/nginx', type: 'dir', mode: 0o755, uid: NONROOT, gid: NONROOT },
-            { path: '/etc/nginx/nginx.conf', type: 'file', mode: 0o644, content: NGINX_DEFAULT_CONF },
+            ...image.entries,
           ],
-          createdBy: `nginx ${version} (Debian) and the libraries it loads`,
+          createdBy: `${pkg} ${version} (Debian) and the libraries it loads`,
         },
       ],
     };
+  });
+}
+
+/**
+ * The shared libraries a packaged binary loads: this host's where it has them; the rest from Debian's
+ * library packages it depends on that this host lacks (and theirs, round after round), downloaded the same way.
+ */
+async function packageLibraries(scratch: string, deb: string, binary: string, log: (line: string) => void): Promise<LayerEntry[]> {
+  const deps = join(scratch, 'deps');
+  const fetched = new Set<string>();
+  let round = [deb];
+  for (;;) {
+    try {
+      return await sharedLibraries(binary, fetched.size > 0 ? deps : undefined);
+    } catch (err) {
+      if (!(err instanceof MissingLibrariesError)) throw err;
+      const depends = (await Promise.all(round.map((d) => output('dpkg-deb', ['-f', d, 'Depends']))))
+        .join(',')
+        .split(',')
+        .map((d) => d.trim().split(/[\s|(:]/)[0]!)
+        .filter((name) => /^(lib|zlib)/.test(name) && !fetched.has(name));
+      const wanted: string[] = [];
+      for (const name of new Set(depends)) if (!(await installedHere(name))) wanted.push(name);
+      if (wanted.length === 0) throw err;
+      log(`${posix.basename(binary)}: ${err.missing.join(', ')} not on this host; taking ${wanted.join(', ')} from Debian`);
+      for (const name of wanted) fetched.add(name);
+      round = await aptDownload(scratch, wanted);
+      for (const dep of round) await run('dpkg-deb', ['-x', dep, deps]);
+    }
+  }
+}
+
+async function installedHere(pkg: string): Promise<boolean> {
+  // dpkg-query's own field syntax, not a template.
+  const result = await runCapturing('dpkg-query', ['-W', `-f=${'$'}{Status}`, pkg]);
+  return result.code === 0 && result.stdout.trim() === 'install ok installed';
+}
+
+// -------------------------------------------------------------------------------------------------
+// haproxy
+
+/** The image's own haproxy.cfg, for a run without one mounted: plain HTTP on 8080. Pods mount theirs over it. */
+const HAPROXY_DEFAULT_CFG = `global
+  log stderr format raw local0 warning
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 30s
+  timeout server 30s
+frontend http
+  bind :8080
+  http-request return status 200 content-type text/plain string ok
+`;
+
+function haproxyImage(cacheDir: string, log: (line: string) => void): Promise<BuiltImage> {
+  return debianProxyImage(cacheDir, log, {
+    pkg: 'haproxy',
+    binary: '/usr/sbin/haproxy',
+    // Master-worker in the foreground, as HAProxy's own images run it.
+    Cmd: ['-W', '-db', '-f', '/etc/haproxy/haproxy.cfg'],
+    // HAProxy's soft stop (connections finish), as in its own images.
+    StopSignal: 'SIGUSR1',
+    entries: [{ path: '/etc/haproxy/haproxy.cfg', type: 'file', mode: 0o644, content: HAPROXY_DEFAULT_CFG }],
   });
 }
 

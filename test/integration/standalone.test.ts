@@ -180,7 +180,7 @@ describe('standalone daemon against the emulator over a unix socket', { concurre
       await emulator.close();
     }
   });
-  it('counts a reload command that fails, and one that succeeds, in certshare_reload_command_runs_total{result}', async () => {
+  it('counts a reload command that fails, and one that succeeds, in certshare_reload_command_runs_total{method="command",result}', async () => {
     const runs = async (reload: string, file: string) => {
       const certDir = join(dir(), `reload-${file}`);
       const emulator = await emulatorIn(dir(), { listen: join(dir(), `reload-${file}.sock`) });
@@ -197,10 +197,10 @@ describe('standalone daemon against the emulator over a unix socket', { concurre
     };
     // The JSON array form: no shell, the same in every image.
     const failed = await runs(JSON.stringify([process.execPath, '-e', 'process.exit(3)']), 'fails');
-    assert.match(failed, /^certshare_reload_command_runs_total\{result="failure"\} 1$/m);
+    assert.match(failed, /^certshare_reload_command_runs_total\{method="command",result="failure"\} 1$/m);
     assert.doesNotMatch(failed, /result="success"\} [1-9]/);
     const succeeded = await runs(JSON.stringify([process.execPath, '-e', '0']), 'succeeds');
-    assert.match(succeeded, /^certshare_reload_command_runs_total\{result="success"\} 1$/m);
+    assert.match(succeeded, /^certshare_reload_command_runs_total\{method="command",result="success"\} 1$/m);
     assert.doesNotMatch(succeeded, /result="failure"\} [1-9]/);
   });
 });

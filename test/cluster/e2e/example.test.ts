@@ -36,7 +36,7 @@ import { X509Certificate } from 'node:crypto';
 import { CLUSTER_ROOT } from '../cluster.ts';
 import { type E2eCluster, startE2eCluster } from '../e2e-cluster.ts';
 import { leaseHolderPod } from '../../../src/kube/lease-elector.ts';
-import { helm, readmeHelmInstallArgs } from '../../support/helm.ts';
+import { installInjector, prepareExampleNamespace } from './setup.ts';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 const NODE = process.execPath;
@@ -309,40 +309,14 @@ describe('the example on a real single-node cluster', { skip }, () => {
       figures.clusterStartSeconds = Number(env.startSeconds.cluster.toFixed(1));
       figures.imagesSeconds = Number(env.startSeconds.images.toFixed(1));
       await writeFile(CA_FILE, env.tsenv.bundlePem);
-      const k = (args: string[], input?: string) => env.cluster.kubectlOk(args, { input, timeoutMs: 120_000 });
       // README: the injector, once per cluster, with Helm (the chart renders exactly manifests/injector:
       // test/repo/chart.test.ts), the local image's values added.
-      const installed = await helm(
-        [...readmeHelmInstallArgs(), '--kubeconfig', env.cluster.adminKubeconfigPath, '--values', join(REPO, 'test/cluster/e2e/injector/values.yaml')],
-        { run: (command, options) => env.cluster.exec(command, options) },
-      );
-      assert.equal(installed.code, 0, `helm install: ${installed.stderr}`);
-      await k(['rollout', 'status', 'deployment/certshare-injector', '-n', 'certshare', '--timeout=180s'], undefined);
-      await until('the injector wrote its caBundle', 60_000, async () => {
-        const out = await k(['get', 'mutatingwebhookconfiguration', 'certshare-injector', '-o', 'jsonpath={.webhooks[0].clientConfig.caBundle}']);
-        return out.trim().length > 0;
-      });
-      // README: opt the namespace in. Then what the example needs besides the manifests: tailscaled's auth
-      // key, and here the test control server's and pebble's addresses.
+      await installInjector(env, ['test/cluster/e2e/injector/values.yaml']);
       for (const [ns, hostname] of [
         [NS, 'proxy'],
         [BROKEN_NS, 'elsewhere'],
       ] as const) {
-        await k(['create', 'namespace', ns]);
-        await k(['label', 'namespace', ns, 'certshare.io/injection=enabled']);
-        await k(['create', 'secret', 'generic', 'tailscale-auth', '-n', ns, '--from-literal=TS_AUTHKEY=tskey-auth-e2e']);
-        await k(['create', 'configmap', 'tailscale-test-ca', '-n', ns, `--from-file=ca-bundle.pem=${CA_FILE}`]);
-        await k([
-          'create',
-          'configmap',
-          'tailscale-test',
-          '-n',
-          ns,
-          `--from-literal=TS_EXTRA_ARGS=--login-server=${env.tsenv.control}`,
-          `--from-literal=TS_HOSTNAME=${hostname}`,
-          `--from-literal=TS_DEBUG_ACME_DIRECTORY_URL=${env.tsenv.acme}`,
-          '--from-literal=SSL_CERT_FILE=/etc/tailscale-test/ca-bundle.pem',
-        ]);
+        await prepareExampleNamespace(env, ns, hostname, CA_FILE);
       }
       podWatch = new LineWatch(env, ['get', 'pods', '-n', NS, '--watch', '-o', POD_FIELDS]);
     },

@@ -5,7 +5,8 @@
 //   tls-probe.ts once --ca FILE --sni NAME TARGET...      one handshake per target; one JSON line
 //   tls-probe.ts loop --ca FILE --sni NAME --interval-ms N TARGET
 //       a new connection every N ms (an HTTP/1.1 GET / over it) until stdin ends; then one JSON line:
-//       attempts, failures (time and error), and the serials seen in order of first appearance
+//       attempts, failures (time and error), the serials seen in order of first appearance, and when each
+//       was first and last served (epoch ms)
 import { readFileSync } from 'node:fs';
 import { connect } from 'node:tls';
 import { parseArgs } from 'node:util';
@@ -62,6 +63,7 @@ if (mode === 'once') {
   const serials: string[] = [];
   /** A serial seen again after a newer one: a replica served an old certificate after the renewal. */
   const regressions: Array<{ at: string; serial: string }> = [];
+  const seen: Record<string, { first: number; last: number }> = {};
   let attempts = 0;
   let stopping = false;
   process.stdin.on('end', () => (stopping = true)).resume();
@@ -72,6 +74,7 @@ if (mode === 'once') {
     const at = new Date().toISOString();
     if (result.error) failures.push({ at, error: result.error });
     if (result.serial) {
+      seen[result.serial] = { first: seen[result.serial]?.first ?? Date.parse(at), last: Date.parse(at) };
       const index = serials.indexOf(result.serial);
       if (index === -1) serials.push(result.serial);
       else if (index < serials.length - 1) regressions.push({ at, serial: result.serial });
@@ -79,5 +82,5 @@ if (mode === 'once') {
     const wait = next - performance.now();
     if (wait > 0) await new Promise((r) => setTimeout(r, wait));
   }
-  console.log(JSON.stringify({ attempts, failures, serials, regressions }));
+  console.log(JSON.stringify({ attempts, failures, serials, regressions, seen }));
 }

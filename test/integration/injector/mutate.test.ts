@@ -442,6 +442,108 @@ describe('injector mutation', () => {
   });
 });
 
+describe('a reload signal the Pod asks for (nginx with a stock configuration)', () => {
+  const tailscaleSidecar = {
+    name: 'tailscale',
+    image: 'tailscale/tailscale',
+    restartPolicy: 'Always',
+    volumeMounts: [{ name: 'tailscale-socket', mountPath: '/var/run/tailscale' }],
+  };
+  const nginxPod = (more: Record<string, string> = {}, spec: Partial<V1Pod['spec']> = {}) =>
+    pod(asked({ [ANNOTATION.reloadSignal]: 'HUP', [ANNOTATION.reloadPidfile]: '/run/nginx/nginx.pid', ...more }), {
+      containers: [{ name: 'proxy', image: 'nginx', volumeMounts: [{ name: 'nginx-run', mountPath: '/run/nginx' }] }],
+      // tailscaled as a native sidecar: it must not wait for certshare's startup probe.
+      initContainers: [tailscaleSidecar],
+      volumes: [
+        { name: 'tailscale-socket', emptyDir: {} },
+        { name: 'nginx-run', emptyDir: {} },
+      ],
+      ...spec,
+    });
+
+  it('shares the process namespace, gives certshare the signal and the pid file, and mounts its volume read-only at the same path', () => {
+    const { answer, stored } = admit(nginxPod());
+    assert.equal(answer.response.allowed, true, answer.response.status?.message);
+    assert.equal(stored.spec!.shareProcessNamespace, true);
+    assert.equal(envOf(stored).CERTSHARE_RELOAD_SIGNAL, 'HUP');
+    assert.equal(envOf(stored).CERTSHARE_RELOAD_PIDFILE, '/run/nginx/nginx.pid');
+    assert.deepEqual(
+      sidecarOf(stored)!.volumeMounts!.find((m) => m.name === 'nginx-run'),
+      { name: 'nginx-run', mountPath: '/run/nginx', readOnly: true },
+    );
+    // The sidecar stays without any capability: the signal works by uid, not by CAP_KILL.
+    assert.deepEqual(sidecarOf(stored)!.securityContext, SIDECAR_SECURITY_CONTEXT);
+  });
+
+  it('shares nothing when the Pod does not ask', () => {
+    const { stored } = admit(pod(asked()));
+    assert.equal(stored.spec!.shareProcessNamespace, undefined);
+    assert.equal(envOf(stored).CERTSHARE_RELOAD_SIGNAL, undefined);
+  });
+
+  it('refuses a signal outside the allow list, a pid file without a volume, half a request, and an explicit no', () => {
+    const cases: [V1Pod, RegExp][] = [
+      [nginxPod({ [ANNOTATION.reloadSignal]: 'TERM' }), /certshare\.io\/reload-signal: must be one of HUP, USR1, USR2/],
+      [nginxPod({ [ANNOTATION.reloadSignal]: 'KILL' }), /must be one of HUP, USR1, USR2/],
+      [nginxPod({ [ANNOTATION.reloadPidfile]: '/tmp/nginx.pid' }), /"\/tmp\/nginx\.pid" lies in no volume a container of the Pod mounts/],
+      [nginxPod({ [ANNOTATION.reloadPidfile]: '/run/nginx/../../etc/passwd' }), /not an absolute file path without "\.\."/],
+      [nginxPod({ [ANNOTATION.reloadPidfile]: 'nginx.pid' }), /not an absolute file path/],
+      [pod(asked({ [ANNOTATION.reloadSignal]: 'HUP' })), /certshare\.io\/reload-signal: needs certshare\.io\/reload-pidfile/],
+      [pod(asked({ [ANNOTATION.reloadPidfile]: '/run/nginx/nginx.pid' })), /certshare\.io\/reload-pidfile: needs certshare\.io\/reload-signal/],
+      [nginxPod({}, { shareProcessNamespace: false }), /shareProcessNamespace: false/],
+      // Only the annotations set it, never the Pod's flags (which are an allow list).
+      [pod(asked({ [ANNOTATION.flags]: '--reload-signal=HUP' })), /--reload-signal is set by certshare\.io\/reload-signal, not here/],
+    ];
+    for (const [p, message] of cases) {
+      const { answer } = admit(p);
+      assert.equal(answer.response.allowed, false, JSON.stringify(p.metadata?.annotations));
+      assert.match(answer.response.status!.message, message);
+    }
+  });
+
+  it('waits for the certificate before the proxy starts: a startup probe, only when the proxy reads it at start', () => {
+    const probe = sidecarOf(admit(nginxPod()).stored)!.startupProbe;
+    assert.deepEqual(probe?.httpGet, { path: '/healthz', port: 9002 });
+    assert.equal(sidecarOf(admit(pod(asked())).stored)!.startupProbe, undefined, 'the per-handshake nginx starts without it');
+  });
+
+  it('HAProxy: the PEMs under the out-dir, the runtime API socket from its volume; nothing else opened', () => {
+    const haproxyPod = pod(asked({ [ANNOTATION.haproxySocket]: '/run/haproxy/admin.sock' }), {
+      containers: [{ name: 'proxy', image: 'haproxy', volumeMounts: [{ name: 'haproxy-run', mountPath: '/run/haproxy' }] }],
+      initContainers: [tailscaleSidecar],
+      volumes: [
+        { name: 'tailscale-socket', emptyDir: {} },
+        { name: 'haproxy-run', emptyDir: {} },
+      ],
+    });
+    const { answer, stored } = admit(haproxyPod);
+    assert.equal(answer.response.allowed, true, answer.response.status?.message);
+    assert.equal(envOf(stored).CERTSHARE_HAPROXY_CRT_DIR, '/certs/haproxy');
+    assert.equal(envOf(stored).CERTSHARE_HAPROXY_SOCKET, '/run/haproxy/admin.sock');
+    assert.deepEqual(
+      sidecarOf(stored)!.volumeMounts!.find((m) => m.name === 'haproxy-run'),
+      { name: 'haproxy-run', mountPath: '/run/haproxy', readOnly: true },
+    );
+    assert.equal(stored.spec!.shareProcessNamespace, undefined, 'a socket needs no shared process namespace');
+    assert.ok(sidecarOf(stored)!.startupProbe);
+    for (const [annotations, message] of [
+      [{ [ANNOTATION.haproxySocket]: 'admin.sock' }, /certshare\.io\/haproxy-socket: "admin\.sock" is not an absolute file path/],
+      [{ [ANNOTATION.haproxySocket]: '/run/haproxy/admin.sock' }, /container "tailscale", which mounts tailscaled's socket volume .*native sidecar/],
+      [{ [ANNOTATION.flags]: '--haproxy-socket=/run/haproxy/admin.sock' }, /--haproxy-socket is set by certshare\.io\/haproxy-socket/],
+    ] as const) {
+      const refused = admit(pod(asked(annotations))).answer;
+      assert.equal(refused.response.allowed, false, JSON.stringify(annotations));
+      assert.match(refused.response.status!.message, message);
+    }
+  });
+
+  it("refuses it next to the platform's --reload-command, with the daemon's own message", () => {
+    const { answer } = admit(nginxPod(), { ...defaults, sidecarFlags: '--reload-command=true' });
+    assert.equal(answer.response.allowed, false);
+    assert.match(answer.response.status!.message, /either --reload-command or --reload-signal/);
+  });
+});
+
 describe('the injected sidecar and the daemon', () => {
   it("configures certshare run through flags it accepts: the injected environment parses into the daemon's settings", async () => {
     const { envName, parseFlags } = await import('../../../src/flags/flags.ts');

@@ -1,0 +1,44 @@
+import type { DaemonConfig } from '../config/daemon-config.ts';
+import type { Logger } from '../core/logger.ts';
+import type { LoopObserver } from '../core/observer.ts';
+import { HaproxyDelivery, HaproxyRuntimeApi } from './haproxy.ts';
+import { type CoalescedReload, ReloadCommand, type ReloadOutcome } from './reload-command.ts';
+import { SignalReload } from './reload-signal.ts';
+
+/** How renewed certificates reach the proxy, as the configuration asks: what the daemon wires in. */
+export interface ProxyDelivery {
+  /** Asked for after certificate files changed (--reload-command or --reload-signal). */
+  reload: CoalescedReload | undefined;
+  /** Told of every certificate the loops hold (--haproxy-crt-dir and --haproxy-socket). */
+  observers: LoopObserver[];
+  /** Lets what is under way finish (a HAProxy exchange is cancelled) before the daemon stops. */
+  stop(): Promise<void>;
+}
+
+export function proxyDelivery(
+  config: DaemonConfig,
+  options: { logger: Logger; onOutcome: (o: ReloadOutcome) => void; filesWritten: (domain: string, path: string) => void },
+): ProxyDelivery {
+  const { logger, onOutcome, filesWritten } = options;
+  const reload = config.reloadCommand
+    ? new ReloadCommand(config.reloadCommand, { timeoutMs: config.reloadTimeoutMs, logger, onOutcome })
+    : config.reloadSignal && config.reloadPidFile
+      ? new SignalReload(config.reloadSignal, config.reloadPidFile, { logger, onOutcome })
+      : undefined;
+  const haproxy = config.haproxyCrtDir
+    ? new HaproxyDelivery({
+        crtDir: config.haproxyCrtDir,
+        ...(config.haproxySocket ? { api: new HaproxyRuntimeApi(config.haproxySocket, config.reloadTimeoutMs) } : {}),
+        logger: logger.child({ component: 'haproxy' }),
+        onOutcome,
+        onWritten: filesWritten,
+      })
+    : undefined;
+  return {
+    reload,
+    observers: haproxy ? [haproxy] : [],
+    stop: async () => {
+      await Promise.all([reload?.idle(), haproxy?.stop()]);
+    },
+  };
+}

@@ -1,0 +1,121 @@
+// nginx from Debian's package with a stock configuration (a plain ssl_certificate path, read at start and
+// at reload): certshare reloads it with a signal to the master its pid file names.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { chmod, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import type { ReloadOutcome } from '../../src/delivery/reload-command.ts';
+import { recordingLogger } from '../support/recording-logger.ts';
+import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
+import { nextEvent, until } from '../support/wait.ts';
+import { proveRenewalsServed, startNginx, waitServing } from './proxies.ts';
+
+const RENEWALS = 3;
+const REPO = join(import.meta.dirname, '../..');
+
+describe('nginx (Debian 12 package) with a stock configuration, reloaded by a signal', { concurrency: true }, () => {
+  const dir = useTempDir();
+
+  it(`serves each of ${RENEWALS} renewals within 2 s of certshare holding it, with no failed handshake and the same master`, async (t) => {
+    const base = join(dir(), 'renewals');
+    const certDir = join(base, 'store');
+    const pidFile = join(base, 'nginx.pid');
+    const emulator = await emulatorIn(dir(), { listen: join(dir(), 'renewals.sock'), certLifetimeMs: 6000 });
+    const daemon = await standaloneDaemon(emulator, certDir, ['--reload-signal', 'HUP', '--reload-pidfile', pidFile]);
+    const firstFiles = nextEvent(daemon.events, 'filesWritten');
+    let nginx: Awaited<ReturnType<typeof startNginx>> | undefined;
+    try {
+      await firstFiles;
+      // certshare's first write has no nginx to reload yet: nginx reads the files when it starts.
+      nginx = await startNginx(base, { certPath: join(certDir, DOMAIN, 'tls.crt'), keyPath: join(certDir, DOMAIN, 'tls.key'), pidFile });
+      await waitServing(nginx, DOMAIN);
+      await proveRenewalsServed(t, { daemon, certDir, domain: DOMAIN, proxy: nginx, pidFile, method: 'signal', count: RENEWALS });
+    } finally {
+      await daemon.stop();
+      await nginx?.stop();
+      await emulator.close();
+    }
+  });
+
+  it("cannot signal a master of another uid: certshare's uid gets EPERM from root's nginx, and says what to change", {
+    skip: process.getuid?.() !== 0 && 'needs root (nginx as root, the signal sent as uid 65532)',
+  }, async () => {
+    const base = join(dir(), 'other-uid');
+    const certDir = join(base, 'store');
+    const pidFile = join(base, 'nginx.pid');
+    const emulator = await emulatorIn(dir(), { listen: join(dir(), 'other-uid.sock') });
+    const daemon = await standaloneDaemon(emulator, certDir);
+    let nginx: Awaited<ReturnType<typeof startNginx>> | undefined;
+    try {
+      await until('certificate held', () => daemon.health.evaluate(Date.now()).healthy, [(l) => daemon.health.onChange(l)]);
+      nginx = await startNginx(base, { certPath: join(certDir, DOMAIN, 'tls.crt'), keyPath: join(certDir, DOMAIN, 'tls.key'), pidFile });
+      await waitServing(nginx, DOMAIN);
+      // The pid file readable by uid 65532, as in a volume both containers mount.
+      for (const d of [dir(), base]) await chmod(d, 0o755);
+      // certshare's reload, as its container runs it: uid 65532, no capability.
+      const reload = `import { SignalReload } from ${JSON.stringify(join(REPO, 'src/delivery/reload-signal.ts'))};
+        const errors = [];
+        const logger = { debug() {}, info() {}, warn() {}, error: (o) => errors.push(o.err), child: () => logger };
+        const outcome = await new Promise((r) => void new SignalReload('SIGHUP', process.argv[1], { logger, onOutcome: r }).request('x'));
+        console.log(JSON.stringify({ ok: outcome.ok, error: errors[0] }));`;
+      const ran = spawnSync(
+        'setpriv',
+        ['--reuid=65532', '--regid=65532', '--clear-groups', '--', process.execPath, '--input-type=module', '-e', reload, pidFile],
+        {
+          encoding: 'utf8',
+          timeout: 30_000,
+        },
+      );
+      assert.equal(ran.status, 0, ran.stderr);
+      const result = JSON.parse(ran.stdout) as { ok: boolean; error: string };
+      assert.equal(result.ok, false);
+      assert.match(result.error, /not permitted to send SIGHUP to pid \d+ .*run the proxy's master as uid 65532/);
+      assert.equal(nginx.exited, undefined);
+    } finally {
+      await daemon.stop();
+      await nginx?.stop();
+      await emulator.close();
+    }
+  });
+
+  /** A pid that was a process's and is no more: a child that has exited and been reaped. */
+  async function deadPid(): Promise<number> {
+    const child = spawn(process.execPath, ['-e', '0'], { stdio: 'ignore' });
+    await once(child, 'exit');
+    return child.pid!;
+  }
+
+  for (const [name, content, error] of [
+    ['garbage', async () => 'nginx\n', /does not hold one positive integer/],
+    ['two pids', async () => '123 456\n', /does not hold one positive integer/],
+    ['pid 1', async () => '1\n', /names pid 1/],
+    ["certshare's own pid", async () => `${process.pid}\n`, /certshare's own pid/],
+    ['the pid of a process that is gone', async () => `${await deadPid()}\n`, /is not running/],
+  ] as const) {
+    it(`refuses a pid file with ${name}: CERTSHARE_RELOAD_FAILED, counted, nothing signalled`, async () => {
+      const base = join(dir(), name.replace(/\W+/g, '-'));
+      const pidFile = `${base}.pid`;
+      await writeFile(pidFile, await content());
+      const { logger, entries } = recordingLogger();
+      const emulator = await emulatorIn(dir(), { listen: `${base}.sock` });
+      const daemon = await standaloneDaemon(emulator, join(base, 'store'), ['--reload-signal', 'HUP', '--reload-pidfile', pidFile], logger);
+      try {
+        // The first write of the certificate asks for a reload.
+        const outcome: ReloadOutcome = await nextEvent(daemon.events, 'reloaded', () => true, 20_000);
+        assert.equal(outcome.ok, false);
+        assert.equal(outcome.method, 'signal');
+        const logged = entries.find((e) => e.code === 'CERTSHARE_RELOAD_FAILED');
+        assert.ok(logged, 'an error with CERTSHARE_RELOAD_FAILED is logged');
+        assert.match(String(logged.err), error);
+        const metrics = await (await fetch(`${daemon.address}/metrics`)).text();
+        assert.match(metrics, /certshare_reload_command_runs_total\{method="signal",result="failure"\} 1/);
+        assert.equal(daemon.health.evaluate(Date.now()).healthy, true, 'a failed reload takes nothing else down');
+      } finally {
+        await daemon.stop();
+        await emulator.close();
+      }
+    });
+  }
+});

@@ -1,0 +1,101 @@
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { daemonConfigFrom, RUN_FLAGS } from '../../src/config/run-options.ts';
+import { silentLogger } from '../../src/core/logger.ts';
+import { checkHaproxyPath, combinedPem } from '../../src/delivery/haproxy.ts';
+import type { ReloadOutcome } from '../../src/delivery/reload-command.ts';
+import { parseReloadSignal, readPidFile, SignalReload } from '../../src/delivery/reload-signal.ts';
+import { parseFlags } from '../../src/flags/flags.ts';
+import { useTempDir } from '../support/standalone.ts';
+
+const DOMAIN = 'web.tailnet-1234.ts.net';
+
+function config(args: string[]) {
+  return daemonConfigFrom(parseFlags(RUN_FLAGS, ['--domain', DOMAIN, ...args], {}), {});
+}
+
+describe('proxy delivery: flags, pid files, the HAProxy PEM', () => {
+  const dir = useTempDir();
+
+  it('takes only signals that reload, never one that stops a process', () => {
+    assert.equal(parseReloadSignal('HUP'), 'SIGHUP');
+    assert.equal(parseReloadSignal('sigusr1'), 'SIGUSR1');
+    for (const bad of ['TERM', 'KILL', 'INT', 'QUIT', 'SIGSTOP', '9', '', 'HUP;TERM']) {
+      assert.throws(() => parseReloadSignal(bad), { code: 'CERTSHARE_BAD_FLAG' }, bad);
+    }
+  });
+
+  it('refuses flag combinations that cannot work', () => {
+    const refused: Array<[string[], RegExp]> = [
+      [['--reload-signal', 'HUP'], /--reload-signal needs --reload-pidfile/],
+      [['--reload-pidfile', '/run/nginx/nginx.pid'], /--reload-pidfile needs --reload-signal/],
+      [['--reload-signal', 'HUP', '--reload-pidfile', '/p', '--reload-command', 'true'], /either --reload-command or --reload-signal/],
+      [['--reload-signal', 'TERM', '--reload-pidfile', '/p'], /--reload-signal must be one of HUP, USR1, USR2/],
+      [['--haproxy-socket', '/run/haproxy/admin.sock'], /--haproxy-socket needs --haproxy-crt-dir/],
+      [['--haproxy-crt-dir', 'certs'], /--haproxy-crt-dir must be an absolute path/],
+      [['--haproxy-crt-dir', '/certs;shutdown sessions'], /--haproxy-crt-dir must not contain white space/],
+      [['--haproxy-crt-dir', '/certs\nx'], /--haproxy-crt-dir must not contain white space/],
+    ];
+    for (const [args, message] of refused) assert.throws(() => config(args), { code: 'CERTSHARE_BAD_FLAG', message }, args.join(' '));
+    const ok = config([
+      '--reload-signal',
+      'HUP',
+      '--reload-pidfile',
+      '/run/nginx/nginx.pid',
+      '--haproxy-crt-dir',
+      '/run/haproxy/certs',
+      '--haproxy-socket',
+      '/run/haproxy/admin.sock',
+    ]);
+    assert.equal(ok.reloadSignal, 'SIGHUP');
+    assert.equal(ok.haproxyCrtDir, '/run/haproxy/certs');
+    assert.equal(checkHaproxyPath('--haproxy-crt-dir', '/run/haproxy/certs'), undefined);
+  });
+
+  it('writes the chain then the key with no blank line (a blank line would end the runtime API payload)', () => {
+    const pem = combinedPem({ certPem: 'LEAF\r\n\r\nCHAIN\n\n', keyPem: '\nKEY\n' });
+    assert.equal(pem, 'LEAF\nCHAIN\nKEY\n');
+  });
+
+  it('reads a pid file that holds one pid, and nothing else', async () => {
+    const file = join(dir(), 'ok.pid');
+    await writeFile(file, ' 4242\n');
+    assert.equal(await readPidFile(file, 7), 4242);
+    await writeFile(file, `${'1'.repeat(70)}\n`);
+    await assert.rejects(readPidFile(file, 7), { code: 'CERTSHARE_RELOAD_FAILED', message: /more than a pid/ });
+    await writeFile(file, '99999999\n');
+    await assert.rejects(readPidFile(file, 7), { code: 'CERTSHARE_RELOAD_FAILED', message: /one positive integer/ });
+    await assert.rejects(readPidFile(join(dir(), 'none.pid'), 7), { code: 'CERTSHARE_RELOAD_FAILED', message: /cannot read pid file/ });
+  });
+
+  it('does not hang on a FIFO planted at the pid file path', async () => {
+    const fifo = join(dir(), 'fifo.pid');
+    execFileSync('mkfifo', [fifo]);
+    await assert.rejects(readPidFile(fifo, 7), { code: 'CERTSHARE_RELOAD_FAILED', message: /not a regular file/ });
+  });
+
+  it('says what to change when the kernel refuses the signal (another uid, no CAP_KILL)', async () => {
+    const file = join(dir(), 'eperm.pid');
+    await writeFile(file, '4242\n');
+    const eperm = Object.assign(new Error('kill EPERM'), { code: 'EPERM' });
+    const outcome = await new Promise<ReloadOutcome>((resolve) => {
+      const logged: string[] = [];
+      const logger = { ...silentLogger, error: (o: object) => logged.push(JSON.stringify(o)) };
+      const reload = new SignalReload('SIGHUP', file, {
+        logger,
+        onOutcome: (o) => {
+          assert.match(logged.join(), /CERTSHARE_RELOAD_FAILED.*not permitted to send SIGHUP to pid 4242.*own uid/);
+          resolve(o);
+        },
+        kill: () => {
+          throw eperm;
+        },
+      });
+      void reload.request(DOMAIN);
+    });
+    assert.deepEqual({ ok: outcome.ok, method: outcome.method, domains: outcome.domains }, { ok: false, method: 'signal', domains: [DOMAIN] });
+  });
+});
