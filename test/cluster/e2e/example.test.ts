@@ -53,6 +53,12 @@ const CA_FILE = join(CLUSTER_ROOT, 'e2e-ca.pem');
 const SETUP_TIMEOUT_MS = 60 * 60_000;
 
 interface Figures {
+  /** The example's --served-check: TLS checks of nginx by its certshare, across the replicas, after the renewal. */
+  servedChecks: number;
+  /** Checks that saw an expired, other-name or foreign certificate served (0). */
+  servedExpired: number;
+  /** Replicas still serving the previous certificate past --served-stale-after (0). */
+  servedStale: number;
   clusterStartSeconds: number;
   imagesSeconds: number;
   podsReadySeconds: number;
@@ -196,6 +202,24 @@ interface PodInfo {
   ready: boolean;
   restarts: number;
   deleting: boolean;
+}
+
+/**
+ * A replica's served-check metrics (--served-check in the example), read through the apiserver's Pod proxy:
+ * checks made, checks that saw an expired / other-name / foreign certificate, the stale gauge, and whether
+ * the latest outcome is `current`.
+ */
+async function servedMetrics(env: E2eCluster, pod: string): Promise<{ checks: number; bad: number; stale: number; current: boolean }> {
+  const text = await env.cluster.kubectlOk(['get', '--raw', `/api/v1/namespaces/${NS}/pods/${pod}:9002/proxy/metrics`], { timeoutMs: 30_000 });
+  const samples = text.split('\n').filter((l) => l.startsWith('certshare_served_'));
+  const value = (l: string): number => Number(l.split(' ').pop());
+  const sum = (prefix: string, match: RegExp = /./): number => samples.filter((l) => l.startsWith(prefix) && match.test(l)).reduce((n, l) => n + value(l), 0);
+  return {
+    checks: sum('certshare_served_checks_total{'),
+    bad: sum('certshare_served_checks_total{', /outcome="(expired|other_name|other)"/),
+    stale: sum('certshare_served_certificate_stale{'),
+    current: sum('certshare_served_certificate_status{', /outcome="current"/) >= 1,
+  };
 }
 
 async function pods(env: E2eCluster, namespace = NS): Promise<PodInfo[]> {
@@ -557,6 +581,24 @@ describe('the example on a real single-node cluster', { skip }, () => {
     const restarts = (await pods(env)).reduce((n, p) => n + p.restarts, 0);
     figures.containerRestarts = restarts;
     assert.equal(restarts, 0, 'no container restarted');
+    // The example's --served-check: each certshare saw its nginx serve the renewed certificate, and never an
+    // expired, foreign or previous-past-its-bound one (its metrics, through the apiserver's Pod proxy).
+    const served = await until(
+      "every certshare's served check sees the renewed certificate",
+      60_000,
+      async () => {
+        const all = await Promise.all((await pods(env)).map((p) => servedMetrics(env, p.name)));
+        return all.every((m) => m.current) ? all : undefined;
+      },
+      1000,
+    );
+    const checks = served.reduce((n, m) => n + m.checks, 0);
+    const bad = served.reduce((n, m) => n + m.bad, 0);
+    const stale = served.reduce((n, m) => n + m.stale, 0);
+    Object.assign(figures, { servedChecks: checks, servedExpired: bad, servedStale: stale });
+    assert.ok(checks >= 3, `the served check ran (${checks})`);
+    assert.equal(bad, 0, 'no replica served an expired, foreign or other-name certificate');
+    assert.equal(stale, 0, 'no replica kept serving the previous certificate past its bound');
   });
 
   it('7. the certshare image starts under runAsNonRoot: true without runAsUser (Pod Security restricted)', { timeout: 120_000 }, async () => {
