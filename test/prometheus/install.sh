@@ -12,28 +12,11 @@ cache="${CERTSHARE_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/certshare}"
 out="$cache/prometheus-${pinned//[^A-Za-z0-9.]/_}"
 
 complete() { [[ -x "$out/promtool" && -x "$out/prometheus" ]]; }
-if complete; then echo "$out"; exit 0; fi
-
-for tool in apt-get dpkg-deb; do
-  command -v "$tool" >/dev/null || { echo "prometheus/install.sh: $tool is required (Debian's prometheus package provides promtool); or set CERTSHARE_PROMETHEUS_BIN" >&2; exit 1; }
-done
-mkdir -p "$cache"
-if command -v flock >/dev/null; then
-  exec 9>"$out.lock"
-  flock 9
-  if complete; then echo "$out"; exit 0; fi
-fi
-
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-# apt-get download writes as _apt where it can; the work directory is ours, so let it write as root.
-download() { apt-get download -o APT::Sandbox::User=root "$@" >&2; }
-if ! download "prometheus=$pinned"; then
-  echo "prometheus/install.sh: $pinned not offered; refreshing the package lists and taking the candidate" >&2
-  apt-get update -qq >&2 || true
-  download prometheus
-fi
+name="prometheus/install.sh"
+# shellcheck source=../support/cached-deb-download.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/cached-deb-download.sh"
+deb_cache_begin
+fetch_deb prometheus "$pinned"
 dpkg-deb -x prometheus_*.deb root
 rm -rf "$out.tmp" && mkdir -p "$out.tmp"
 cp root/usr/bin/promtool root/usr/bin/prometheus "$out.tmp/"

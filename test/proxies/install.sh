@@ -15,32 +15,12 @@ cache="${CERTSHARE_K8S_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/certshare}"
 out="$cache/proxies-haproxy-${pinned_haproxy//[^A-Za-z0-9.]/_}-nginx-${pinned_nginx//[^A-Za-z0-9.]/_}"
 
 complete() { [[ -x "$out/bin/haproxy" && -x "$out/bin/nginx" ]]; }
-if complete; then echo "$out"; exit 0; fi
-
-for tool in apt-get apt-cache dpkg-deb dpkg-query ldd; do
-  command -v "$tool" >/dev/null || { echo "proxies/install.sh: $tool is required (Debian's nginx and haproxy packages); or set CERTSHARE_PROXIES_BIN" >&2; exit 1; }
-done
-mkdir -p "$cache"
-if command -v flock >/dev/null; then
-  exec 9>"$out.lock"
-  flock 9
-  if complete; then echo "$out"; exit 0; fi
-fi
-
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-# apt-get download writes as _apt where it can; the work directory is ours, so let it write as root.
-download() { apt-get download -q -o APT::Sandbox::User=root "$@" >&2; }
-fetch() { # package, pinned version: the pinned one, else the candidate after a refresh of the lists
-  if ! download "$1=$2"; then
-    echo "proxies/install.sh: $1 $2 not offered; refreshing the package lists and taking the candidate" >&2
-    apt-get update -qq >&2 || true
-    download "$1"
-  fi
-}
-fetch haproxy "$pinned_haproxy"
-fetch nginx "$pinned_nginx"
+name="proxies/install.sh"
+# shellcheck source=../support/cached-deb-download.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../support/cached-deb-download.sh"
+deb_cache_begin apt-cache dpkg-query ldd
+fetch_deb haproxy "$pinned_haproxy"
+fetch_deb nginx "$pinned_nginx"
 rm -rf "$out.tmp" && mkdir -p "$out.tmp/bin" "$out.tmp/root"
 for deb in haproxy_*.deb nginx_*.deb; do dpkg-deb -x "$deb" "$out.tmp/root"; done
 
@@ -54,7 +34,7 @@ while [[ -n "$queue" ]]; do
     [[ "$seen" == *" $dep "* ]] && continue
     seen+="$dep "
     if [[ "$(dpkg-query -W -f='${Status}' "$dep" 2>/dev/null || true)" == "install ok installed" ]]; then continue; fi
-    download "$dep"
+    download_deb "$dep"
     deb="$(ls "${dep}"_*.deb)"
     dpkg-deb -x "$deb" "$out.tmp/root"
     next+="$(dpkg-deb -f "$deb" Depends), "
