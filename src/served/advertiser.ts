@@ -91,8 +91,9 @@ export class Advertiser {
     const wasAdvertised = this.#advertised.size > 0;
     for (let failures = 0; !this.#disabled && !signal.aborted; failures++) {
       try {
-        await this.#reconcile(signal);
-        return wasAdvertised;
+        // tailscaled's word counts too: an edit it applied whose answer the stop cut off advertised the Service.
+        const removed = await this.#reconcile(signal);
+        return wasAdvertised || removed;
       } catch (err) {
         this.#failed(err);
         // tailscaled is gone (a Pod's containers stopping before certshare): nobody left to edit, nobody
@@ -132,13 +133,14 @@ export class Advertiser {
     }
   }
 
-  #reconcile(signal: AbortSignal): Promise<void> {
+  /** Resolves true when it withdrew a managed Service the prefs advertised. */
+  #reconcile(signal: AbortSignal): Promise<boolean> {
     const next = this.#chain.then(() => this.#reconcileNow(signal));
     this.#chain = next.catch(() => {});
     return next;
   }
 
-  async #reconcileNow(signal: AbortSignal): Promise<void> {
+  async #reconcileNow(signal: AbortSignal): Promise<boolean> {
     const { api, clock, logger } = this.#o;
     const wanted = new Set<string>();
     const now = clock.now();
@@ -157,6 +159,7 @@ export class Advertiser {
     }
     this.#record(new Set(after.filter((s) => this.#managed.has(s))));
     this.#warnedCode = undefined;
+    return current.some((s) => this.#managed.has(s) && !wanted.has(s));
   }
 
   #record(advertised: Set<string>): void {
