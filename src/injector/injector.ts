@@ -221,6 +221,16 @@ export const INJECTOR_FLAGS = [
     help: "The Pod volume holding tailscaled's socket, without certshare.io/socket-volume.",
   },
   {
+    name: 'tailscale-operator',
+    group: 'injected sidecar',
+    placeholder: 'grant|manual',
+    default: 'grant',
+    help: "Pods advertising Tailscale Services: make certshare's uid tailscaled's operator, or leave it to them.",
+    detail:
+      `grant: the injector adds a passwd entry and TS_EXTRA_ARGS=--operator=certshare to tailscaled's container unless the Pod ` +
+      'says certshare.io/tailscale-operator: manual (docs/tailscale-services.md).',
+  },
+  {
     name: 'drain-delay',
     group: 'shutdown',
     placeholder: 'DURATION',
@@ -317,6 +327,7 @@ export function injectorConfigFrom(values: InjectorValues, env: NodeJS.ProcessEn
       imagePullPolicy: pullPolicy(values['sidecar-image-pull-policy']),
       caBundle: caBundleSource(values['sidecar-ca-configmap']),
       resources: sidecarResources(values['sidecar-resources']),
+      grantTailscaleOperator: grantsOperator(values['tailscale-operator']),
     },
     logLevel: values['log-level'],
     logFormat: logFormatFrom(values),
@@ -324,6 +335,11 @@ export function injectorConfigFrom(values: InjectorValues, env: NodeJS.ProcessEn
   const problem = validateInjectorConfig(config);
   if (problem) throw new CertshareError('CERTSHARE_BAD_FLAG', problem);
   return config;
+}
+
+function grantsOperator(value: string): boolean {
+  if (value !== 'grant' && value !== 'manual') throw new CertshareError('CERTSHARE_BAD_FLAG', `--tailscale-operator must be grant or manual, got "${value}"`);
+  return value === 'grant';
 }
 
 /**

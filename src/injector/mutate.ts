@@ -19,6 +19,7 @@ import {
 } from './sidecar.ts';
 import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../served/leave-rotation.ts';
 import { parseReloadSignal } from '../delivery/reload-signal.ts';
+import { wantsOperatorGrant, withOperatorGrant } from './tailscale-operator.ts';
 
 export const ANNOTATION = {
   inject: 'certshare.io/inject',
@@ -112,6 +113,11 @@ export interface InjectionDefaults {
   caBundle?: CaBundleSource | undefined;
   /** The sidecar's requests and limits (--sidecar-resources); undefined for SIDECAR_RESOURCES. The platform's alone. */
   resources?: V1ResourceRequirements | undefined;
+  /**
+   * --grant-tailscale-operator: a Pod whose sidecar advertises Tailscale Services gets tailscaled's operator
+   * right for certshare's uid (src/injector/tailscale-operator.ts) unless it says manual. Default true.
+   */
+  grantTailscaleOperator?: boolean | undefined;
 }
 
 export const DEFAULT_READINESS_GATE = 'certshare.io/certificates';
@@ -501,7 +507,7 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
       ? [...readinessGates, { conditionType: settings.readinessGate }]
       : readinessGates;
 
-  const next = {
+  const injected = {
     ...spec,
     // A projected token needs a named ServiceAccount; the ServiceAccount admission plugin (which runs
     // before webhooks) names "default" where the Pod names none, and so does this where it did not run.
@@ -514,7 +520,19 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
     // A signal reaches the proxy only when the Pod's containers share one process namespace.
     ...(settings.reloadSignal ? { shareProcessNamespace: true } : {}),
   };
-  return { kind: 'inject', pod: { ...pod, spec: next }, patch: specPatch(spec, next) };
+  const advertises = envValue(sidecar, envName('advertise-services')) !== undefined;
+  if (!wantsOperatorGrant(annotations, advertises, defaults.grantTailscaleOperator ?? true)) {
+    return { kind: 'inject', pod: { ...pod, spec: injected }, patch: specPatch(spec, injected) };
+  }
+  const granted = withOperatorGrant(injected, settings.socketVolume);
+  const annotationPatch = Object.entries(granted.annotations).map(
+    ([key, value]): JsonPatchOp => ({ op: 'add', path: `/metadata/annotations/${key.replaceAll('~', '~0').replaceAll('/', '~1')}`, value }),
+  );
+  return {
+    kind: 'inject',
+    pod: { ...pod, metadata: { ...pod.metadata, annotations: { ...annotations, ...granted.annotations } }, spec: granted.spec },
+    patch: [...specPatch(spec, granted.spec), ...annotationPatch],
+  };
 }
 
 type Settings = ReturnType<typeof settingsFromAnnotations>;

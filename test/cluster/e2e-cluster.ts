@@ -5,7 +5,7 @@
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { get } from '../support/emulator.ts';
-import type { AcmeStats } from '../harness/tailscale.ts';
+import type { AcmeStats, ControlVipServices } from '../harness/tailscale.ts';
 import { tailscaleBinDir } from '../harness/tailscale.ts';
 import { CLUSTER_ROOT, type Cluster, NETNS, NODE_IP, startCluster } from './cluster.ts';
 import { type BuiltImage, buildClusterImages } from './images.ts';
@@ -35,6 +35,8 @@ export interface E2eCluster {
   readonly tsenv: TsenvEndpoints;
   /** Orders that reached pebble, by identifiers. */
   acmeStats(): Promise<AcmeStats>;
+  /** What control knows of every node's Tailscale Services; a node silent for `timeout` (a Go duration) is offline. */
+  vipServices(timeout: string): Promise<ControlVipServices[]>;
   /** Seconds: images built, cluster started (until schedulable). */
   readonly startSeconds: { images: number; cluster: number };
   stop(): Promise<void>;
@@ -81,6 +83,11 @@ export async function startE2eCluster(options: E2eClusterOptions = {}): Promise<
         const res = await get(ready.admin, '/stats');
         if (res.status !== 200) throw new Error(`tsenv /stats: HTTP ${res.status}: ${res.body}`);
         return JSON.parse(res.body) as AcmeStats;
+      },
+      async vipServices(timeout) {
+        const res = await get(ready.admin, `/vip-services?timeout=${encodeURIComponent(timeout)}`);
+        if (res.status !== 200) throw new Error(`tsenv /vip-services: HTTP ${res.status}: ${res.body}`);
+        return JSON.parse(res.body) as ControlVipServices[];
       },
       stop: () => cluster.stop(),
     };

@@ -37,11 +37,26 @@ export interface AcmeStats {
 
 /** One node as control sees its Tailscale Services (tsenv GET /vip-services). */
 export interface ControlVipServices {
+  ID: number;
   Hostname: string;
   /** From the node's last Hostinfo: changes when its services change, and tells control to fetch them. */
   HostinfoServicesHash: string;
-  /** The node's answer to control's c2n GET /vip-services (tailcfg.C2NVIPServicesResponse). */
-  C2N: { VIPServices: Array<{ Name: string; Active?: boolean }> | null; ServicesHash: string };
+  /** The node answered control's c2n request within the timeout (connected to control). */
+  Online: boolean;
+  /** The node's answer to control's c2n GET /vip-services (tailcfg.C2NVIPServicesResponse); null when it did not answer. */
+  C2N: { VIPServices: Array<{ Name: string; Active?: boolean }> | null; ServicesHash: string } | null;
+}
+
+/**
+ * The Tailscale Services control would send clients to on this node: it is connected, its last Hostinfo
+ * matches what it lists (control has fetched the list), and the Service is listed active.
+ */
+export function servicesControlSees(node: ControlVipServices): string[] | undefined {
+  if (!node.Online || !node.C2N || node.HostinfoServicesHash !== node.C2N.ServicesHash) return undefined;
+  return (node.C2N.VIPServices ?? [])
+    .filter((s) => s.Active)
+    .map((s) => s.Name)
+    .sort();
 }
 
 export interface RealTailscaledOptions {

@@ -70,6 +70,7 @@ const WIRED_FLAGS = [
   'sidecar-image', // sidecar.image
   'sidecar-image-pull-policy', // sidecar.imagePullPolicy
   'sidecar-flags', // sidecar.flags
+  'tailscale-operator', // sidecar.tailscaleOperator
   'sidecar-ca-configmap', // sidecar.caConfigMap
   'sidecar-resources', // sidecar.resources
 ];
@@ -189,6 +190,21 @@ describe('charts/certshare', () => {
       assert.equal(set, value);
       assert.ok(caBundle(set), value);
     }
+  });
+
+  it("sidecar.tailscaleOperator: grant (the injector's default, nothing rendered) or manual, which the injector reads; nothing else", async () => {
+    const operator = async (value?: string) => {
+      const env = podSpec(await renderChart(value === undefined ? {} : { 'sidecar.tailscaleOperator': value })).containers[0]!.env;
+      const set = env.find((e) => e.name === 'CERTSHARE_TAILSCALE_OPERATOR')?.value;
+      return injectorConfigFrom(parseFlags(INJECTOR_FLAGS, [], set === undefined ? {} : { CERTSHARE_TAILSCALE_OPERATOR: set }), {}).defaults
+        .grantTailscaleOperator;
+    };
+    assert.equal(await operator(), true);
+    assert.equal(await operator('grant'), true);
+    assert.equal(await operator('manual'), false);
+    const r = await helm(['template', 'certshare', CHART, '--set', 'sidecar.tailscaleOperator=always']);
+    assert.notEqual(r.code, 0);
+    assert.match(r.stderr, /\/sidecar\/tailscaleOperator'/);
   });
 
   it('lets injectorFlags name every injector flag but those the chart wires itself', async () => {

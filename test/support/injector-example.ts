@@ -6,7 +6,7 @@ import { load } from 'js-yaml';
 import type { V1Pod, V1PodSpec } from '../../src/kube/transport/client-node.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/injector.ts';
-import { injectionFor } from '../../src/injector/mutate.ts';
+import { DEFAULT_READINESS_GATE, type InjectionDefaults, injectionFor } from '../../src/injector/mutate.ts';
 
 const STATEFULSET = new URL('../../manifests/example/statefulset.yaml', import.meta.url);
 const BEFORE = new URL('../fixtures/injector/example-pod-spec-before.json', import.meta.url);
@@ -61,3 +61,12 @@ export function injectedParts(spec: V1PodSpec) {
     volumes: [...(spec.volumes ?? [])].sort((a, b) => a.name.localeCompare(b.name)),
   };
 }
+
+/** The injector's defaults as a test sets them: the example's out-dir and socket volume, the default gate. */
+export const TEST_INJECTION_DEFAULTS: InjectionDefaults = {
+  image: 'example/certshare:test',
+  mode: 'auto',
+  outDir: '/certs',
+  readinessGate: DEFAULT_READINESS_GATE,
+  socketVolume: 'tailscale-socket',
+};

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { createCertificateAuthority } from '../../src/pki/ca.ts';
 import { get } from '../support/emulator.ts';
-import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled, type RealTailscaled } from '../harness/tailscale.ts';
+import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled, type RealTailscaled, servicesControlSees } from '../harness/tailscale.ts';
 import { DAY, makePair } from '../support/certs.ts';
 import { standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { startTlsProxy } from '../support/tls-proxy.ts';
@@ -42,12 +42,9 @@ async function controlSees(ts: RealTailscaled, active: string[]): Promise<void> 
   let last = '';
   for (;;) {
     const [node] = await ts.vipServices();
-    const listed = (node?.C2N.VIPServices ?? [])
-      .filter((s) => s.Active)
-      .map((s) => s.Name)
-      .sort();
+    const seen = node && servicesControlSees(node);
     last = JSON.stringify(node);
-    if (node && JSON.stringify(listed) === JSON.stringify([...active].sort()) && node.HostinfoServicesHash === node.C2N.ServicesHash) return;
+    if (seen && JSON.stringify(seen) === JSON.stringify([...active].sort())) return;
     if (Date.now() > deadline) assert.fail(`control sees ${last}, not the Services ${active.join(', ')}`);
     await new Promise((r) => setTimeout(r, 200));
   }

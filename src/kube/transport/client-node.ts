@@ -26,6 +26,7 @@ export { V1MicroTime } from '@kubernetes/client-node/dist/types.js';
 export type {
   V1ConfigMap,
   V1Container,
+  V1EnvVar,
   V1Lease,
   V1Pod,
   V1PodSpec,

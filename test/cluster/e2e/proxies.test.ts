@@ -8,8 +8,13 @@
 // Certificates live 40 s here (renewed every 20 s). For each proxy, a client connects through its Service
 // every 50 ms while certshare renews 3 times: each renewal served by every replica within 2 s of the
 // Secret holding it, no failed handshake, no container restarted.
-// With CERTSHARE_E2E_PROXIES_FIGURES=<file> the figures are written there as JSON (npm run e2e -- --json
-// puts them under `proxies`).
+// Then, on the same cluster, manifests/example-tailscale-service: 3 replicas advertising the Tailscale Service
+// svc:proxy, as control sees it (the node's Hostinfo and its answer to control's c2n fetch), through a rolling
+// restart and the renewals meanwhile, a client connecting through the Kubernetes Service all the while: never
+// no replica advertising, each old Pod's withdrawal seen by control before its proxy stopped, no failed
+// handshake.
+// With CERTSHARE_E2E_PROXIES_FIGURES=<file> the proxies' figures are written there as JSON (npm run e2e -- --json
+// puts them under `proxies`), and with CERTSHARE_E2E_ADVERTISE_FIGURES=<file> the advertisement's.
 import assert from 'node:assert/strict';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
@@ -20,6 +25,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { CLUSTER_ROOT } from '../cluster.ts';
 import { type E2eCluster, startE2eCluster } from '../e2e-cluster.ts';
+import { servicesControlSees } from '../../harness/tailscale.ts';
 import { installInjector, prepareExampleNamespace } from './setup.ts';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
@@ -45,6 +51,78 @@ interface ProxyFigures {
 }
 
 const figures: Partial<Record<Kind, ProxyFigures>> = {};
+
+const SERVICE_NS = 'tailscale-service';
+const SERVICE = 'svc:proxy';
+const SERVICE_REPLICAS = 3;
+
+interface AdvertiseFigures {
+  /** Samples of control's view (every ~250 ms) from all replicas advertising to the end of the phase. */
+  advertisedSamples: number;
+  /** Runs of samples in which no replica advertised the Service (0). */
+  advertisedGaps: number;
+  /** The fewest replicas advertising in any sample. */
+  advertisedMin: number;
+  /** Withdrawals control saw while the node was still connected (3: one per old Pod). */
+  withdrawals: number;
+  /** Old Pods whose withdrawal came before their proxy stopped (3). */
+  withdrawnBeforeStop: number;
+  /** Per old Pod: from control seeing the withdrawal to the kubelet's record of its proxy's exit. */
+  withdrawLeadMs: number[];
+  /** Nodes that went offline still advertising (0). */
+  leftAdvertising: number;
+  renewalsDuring: number;
+  handshakes: number;
+  failedHandshakes: number;
+  rolloutSeconds: number;
+}
+
+let advertiseFigures: Partial<AdvertiseFigures> = {};
+
+type NodeState = 'advertising' | 'withdrawn' | 'offline' | 'changing';
+
+/** One look at control: each node's state for SERVICE, by node ID. */
+async function controlView(env: E2eCluster): Promise<{ at: number; nodes: Map<number, NodeState> }> {
+  const nodes = new Map<number, NodeState>();
+  for (const node of await env.vipServices('1s')) {
+    const seen = servicesControlSees(node);
+    nodes.set(node.ID, !node.Online ? 'offline' : seen === undefined ? 'changing' : seen.includes(SERVICE) ? 'advertising' : 'withdrawn');
+  }
+  return { at: Date.now(), nodes };
+}
+
+const advertising = (view: { nodes: Map<number, NodeState> }) => [...view.nodes.values()].filter((s) => s === 'advertising').length;
+
+/**
+ * A watch of the Pods' proxy containers: each status change (the kubelet's record of the proxy's exit, whole
+ * seconds, lasts only until the Pod is gone: a poll can miss it).
+ */
+function proxyExitWatch(env: E2eCluster, ns: string): { exits(): Map<string, number>; lines(): string[]; stop(): void } {
+  const watch = watchLines(env, [
+    join(env.cluster.binDir, 'kubectl'),
+    `--kubeconfig=${env.cluster.adminKubeconfigPath}`,
+    'get',
+    'pods',
+    '-n',
+    ns,
+    '--watch',
+    '-o',
+    'jsonpath={.metadata.uid}|{.status.containerStatuses[?(@.name=="proxy")].state.terminated.finishedAt}|{.metadata.name}|{.status.podIP}' +
+      '|{.status.conditions[?(@.type=="Ready")].status}|{.status.conditions[?(@.type=="certshare.io/certificates")].reason}|{.metadata.deletionTimestamp}{"\\n"}',
+  ]);
+  return {
+    lines: () => watch.lines.map(({ at, text }) => `${new Date(at).toISOString()} ${text}`),
+    exits() {
+      const exits = new Map<string, number>();
+      for (const { text } of watch.lines) {
+        const [uid = '', finishedAt = ''] = text.trim().split('|');
+        if (finishedAt !== '' && !exits.has(uid)) exits.set(uid, Date.parse(finishedAt));
+      }
+      return exits;
+    },
+    stop: () => watch.child.kill('SIGKILL'),
+  };
+}
 
 /** A command inside the cluster's namespace, its output lines with the time each arrived. */
 function watchLines(
@@ -108,6 +186,7 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
       env = await startE2eCluster({ certValidity: CERT_VALIDITY, log: (line) => process.stderr.write(`e2e proxies: ${line}\n`) });
       await writeFile(CA_FILE, env.tsenv.bundlePem);
       await installInjector(env, ['test/cluster/e2e/injector/values.yaml', 'test/cluster/e2e/proxies/values.yaml']);
+      await prepareExampleNamespace(env, SERVICE_NS, 'proxy', CA_FILE);
       for (const ns of KINDS) {
         await prepareExampleNamespace(env, ns, 'proxy', CA_FILE);
         await env.cluster.kubectlOk(['apply', '-k', join(REPO, 'test/cluster/e2e/proxies', ns), '-n', ns], { timeoutMs: 120_000 });
@@ -122,6 +201,9 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
       process.stderr.write(`e2e proxies figures: ${JSON.stringify(figures)}\n`);
       const file = process.env.CERTSHARE_E2E_PROXIES_FIGURES;
       if (file) await writeFile(file, JSON.stringify(figures));
+      process.stderr.write(`e2e advertisement figures: ${JSON.stringify(advertiseFigures)}\n`);
+      const advertiseFile = process.env.CERTSHARE_E2E_ADVERTISE_FIGURES;
+      if (advertiseFile) await writeFile(advertiseFile, JSON.stringify(advertiseFigures));
     },
     { timeout: 120_000 },
   );
@@ -214,5 +296,102 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
       for (const ms of f.servedWithinMsEach) assert.ok(ms <= 2000, `${ns}: a renewal served ${ms} ms after the Secret held it`);
       assert.equal(f.containerRestarts, 0, `${ns}: no container restarted`);
     }
+  });
+
+  it('3 replicas advertise svc:proxy through a rolling restart and renewals: never none, each withdrawn before its proxy stops', {
+    timeout: 900_000,
+  }, async () => {
+    await env.cluster.kubectlOk(['apply', '-k', join(REPO, 'test/cluster/e2e/proxies', SERVICE_NS), '-n', SERVICE_NS], { timeoutMs: 120_000 });
+    const views: Array<Awaited<ReturnType<typeof controlView>>> = [];
+    const exitWatch = proxyExitWatch(env, SERVICE_NS);
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        const next = Date.now() + 250;
+        const view = await controlView(env).catch(() => undefined);
+        if (view) views.push(view);
+        await sleep(Math.max(0, next - Date.now()));
+      }
+    })();
+    const allAdvertise = (what: string) =>
+      poll(what, 300_000, async () => (views.length > 0 && advertising(views.at(-1)!) >= SERVICE_REPLICAS ? true : undefined));
+    let client: ReturnType<typeof watchLines> | undefined;
+    let rolloutSeconds = 0;
+    let oldUids: string[] = [];
+    let fullFrom = 0;
+    try {
+      await allAdvertise('every replica advertising svc:proxy, as control sees it').catch(async (err: unknown) => {
+        const logs = await env.cluster.kubectl(['logs', 'proxy-0', '-n', SERVICE_NS, '-c', 'certshare', '--tail=30']);
+        const tailscale = await env.cluster.kubectl(['logs', 'proxy-0', '-n', SERVICE_NS, '-c', 'tailscale', '--tail=30']);
+        process.stderr.write(`e2e advertise: last view ${JSON.stringify([...(views.at(-1)?.nodes ?? [])])}\n${logs.stdout}\n${tailscale.stdout}\n`);
+        throw err;
+      });
+      fullFrom = views.length - 1;
+      oldUids = JSON.parse(await env.cluster.kubectlOk(['get', 'pods', '-n', SERVICE_NS, '-o', 'json'])).items.map(
+        (p: { metadata: { uid: string } }) => p.metadata.uid,
+      );
+      const service = (await env.cluster.kubectlOk(['get', 'service', 'proxy', '-n', SERVICE_NS, '-o', 'jsonpath={.spec.clusterIP}'])).trim();
+      client = watchLines(env, [process.execPath, PROBE, 'loop', '--ca', CA_FILE, '--sni', DOMAIN, '--interval-ms', '50', `${service}:443`], 'pipe');
+      const started = Date.now();
+      await env.cluster.kubectlOk(['rollout', 'restart', 'statefulset/proxy', '-n', SERVICE_NS]);
+      await env.cluster.kubectlOk(['rollout', 'status', 'statefulset/proxy', '-n', SERVICE_NS, '--timeout=600s'], { timeoutMs: 620_000 });
+      await allAdvertise('every new replica advertising svc:proxy');
+      rolloutSeconds = (Date.now() - started) / 1000;
+      await sleep(SETTLE_MS);
+    } finally {
+      sampling = false;
+      await sampler;
+      exitWatch.stop();
+      client?.child.stdin?.end();
+    }
+    await new Promise((resolve) => (client!.child.exitCode !== null ? resolve(undefined) : client!.child.once('close', resolve)));
+    const result = JSON.parse(client!.lines.at(-1)!.text) as { attempts: number; failures: Array<{ at: string; error: string }>; serials: string[] };
+
+    // Each node's last definite state: a withdrawal is advertising -> withdrawn while connected; advertising
+    // -> offline is a node that left still advertising.
+    const last = new Map<number, NodeState>();
+    const withdrawals: number[] = [];
+    let leftAdvertising = 0;
+    for (const view of views.slice(fullFrom)) {
+      for (const [id, state] of view.nodes) {
+        if (state === 'changing') continue;
+        if (last.get(id) === 'advertising' && state === 'withdrawn') withdrawals.push(view.at);
+        if (last.get(id) === 'advertising' && state === 'offline') leftAdvertising++;
+        last.set(id, state);
+      }
+    }
+    const counts = views.slice(fullFrom).map(advertising);
+    const gaps = counts.filter((n, i) => n === 0 && (i === 0 || counts[i - 1] !== 0)).length;
+    // The rollout replaces one Pod at a time: the i-th withdrawal belongs to the i-th proxy to stop.
+    const exits = exitWatch.exits();
+    const stops = oldUids
+      .map((uid) => exits.get(uid))
+      .filter((at): at is number => at !== undefined)
+      .sort((a, b) => a - b);
+    const leads = stops.map((stop, i) => (withdrawals[i] === undefined ? Number.NaN : stop - withdrawals[i]!));
+    advertiseFigures = {
+      advertisedSamples: counts.length,
+      advertisedGaps: gaps,
+      advertisedMin: Math.min(...counts),
+      withdrawals: withdrawals.length,
+      withdrawnBeforeStop: leads.filter((ms) => ms > 0).length,
+      withdrawLeadMs: leads,
+      leftAdvertising,
+      renewalsDuring: result.serials.length - 1,
+      handshakes: result.attempts,
+      failedHandshakes: result.failures.length,
+      rolloutSeconds: Number(rolloutSeconds.toFixed(1)),
+    };
+    if (result.failures.length > 0)
+      process.stderr.write(`e2e advertise: failed handshakes ${JSON.stringify(result.failures)}\nthe Pods meanwhile:\n${exitWatch.lines().join('\n')}\n`);
+    assert.equal(gaps, 0, `never no replica advertising (${counts.length} samples, fewest ${Math.min(...counts)})`);
+    // One Pod replaced at a time, the next only once the new one advertises (the example's minReadySeconds).
+    assert.ok(Math.min(...counts) >= SERVICE_REPLICAS - 1, `at most one replica out at a time: fewest ${Math.min(...counts)}`);
+    assert.equal(stops.length, SERVICE_REPLICAS, 'every old proxy seen stopped');
+    assert.equal(withdrawals.length, SERVICE_REPLICAS, `one withdrawal per old Pod, seen by control while connected: ${withdrawals.length}`);
+    for (const [i, ms] of leads.entries()) assert.ok(ms > 0, `old Pod ${i + 1}: withdrawn ${-ms} ms after its proxy stopped`);
+    assert.equal(leftAdvertising, 0, 'no node left the tailnet still advertising');
+    assert.equal(result.failures.length, 0, `no failed handshake of ${result.attempts}`);
+    assert.ok(result.serials.length >= 2, `a renewal served during the phase (${result.serials.length} certificates seen)`);
   });
 });

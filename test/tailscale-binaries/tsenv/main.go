@@ -403,32 +403,52 @@ func main() {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
-	// GET /vip-services: what control knows of each node's Tailscale Services: the ServicesHash its last
-	// Hostinfo carried, and the list it fetches from the node when that hash changes (c2n GET /vip-services,
-	// as the real control does).
+	// GET /vip-services[?timeout=DURATION]: what control knows of each node's Tailscale Services: the
+	// ServicesHash its last Hostinfo carried, and the list it fetches from the node when that hash changes
+	// (c2n GET /vip-services, as the real control does). The nodes are asked in parallel; a node that does
+	// not answer within the timeout (default 10s) is listed with Online false and no C2N: gone, or not
+	// connected to control, so not a place control would send clients.
 	admin.HandleFunc("GET /vip-services", func(w http.ResponseWriter, r *http.Request) {
 		type nodeServices struct {
+			ID                   tailcfg.NodeID
 			Hostname             string
 			HostinfoServicesHash string
+			Online               bool
 			C2N                  json.RawMessage
 		}
-		var out []nodeServices
-		for _, n := range control.AllNodes() {
-			ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
-			req, _ := http.NewRequestWithContext(ctx, "GET", "/vip-services", nil)
-			res, err := control.NodeRoundTripper(n.Key).RoundTrip(req)
-			var body []byte
-			if err == nil {
-				body, err = io.ReadAll(io.LimitReader(res.Body, 1<<20))
-				res.Body.Close()
-			}
-			cancel()
-			if err != nil {
-				http.Error(w, "c2n GET /vip-services: "+err.Error(), http.StatusBadGateway)
+		timeout := 10 * time.Second
+		if t := r.URL.Query().Get("timeout"); t != "" {
+			d, err := time.ParseDuration(t)
+			if err != nil || d <= 0 {
+				http.Error(w, "timeout: a positive Go duration", http.StatusBadRequest)
 				return
 			}
-			out = append(out, nodeServices{Hostname: n.Hostinfo.Hostname(), HostinfoServicesHash: n.Hostinfo.ServicesHash(), C2N: body})
+			timeout = d
 		}
+		nodes := control.AllNodes()
+		out := make([]nodeServices, len(nodes))
+		var wg sync.WaitGroup
+		for i, n := range nodes {
+			out[i] = nodeServices{ID: n.ID, Hostname: n.Hostinfo.Hostname(), HostinfoServicesHash: n.Hostinfo.ServicesHash(), C2N: json.RawMessage("null")}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(r.Context(), timeout)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, "GET", "/vip-services", nil)
+				res, err := control.NodeRoundTripper(n.Key).RoundTrip(req)
+				if err != nil {
+					return
+				}
+				defer res.Body.Close()
+				body, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+				if err == nil && json.Valid(body) {
+					out[i].Online = true
+					out[i].C2N = body
+				}
+			}()
+		}
+		wg.Wait()
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(out)
 	})

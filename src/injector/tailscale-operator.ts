@@ -1,0 +1,111 @@
+// The one right a sidecar that advertises Tailscale Services needs from tailscaled: editing its prefs.
+// tailscaled lets root and its operator user write prefs, and resolves the operator by user name in its own
+// container (osuser.LookupByUsername: /etc/passwd, or getent). So the injector makes certshare's uid a user
+// there (a passwd file, from a Pod annotation through the downward API) and names it operator through
+// containerboot's TS_EXTRA_ARGS (`tailscale up --operator=certshare`). Pure, like mutate.ts.
+import type { V1Container, V1EnvVar, V1PodSpec, V1Volume } from '../kube/transport/client-node.ts';
+import { CertshareError } from '../core/errors.ts';
+import { SIDECAR_NAME, SIDECAR_SECURITY_CONTEXT } from './sidecar.ts';
+
+/** "grant" (the default for a Pod that advertises) or "manual": the Pod grants it itself (docs/tailscale-services.md). */
+export const OPERATOR_ANNOTATION = 'certshare.io/tailscale-operator';
+/** The passwd file of tailscaled's container, which the injector writes; the downward API projects it. */
+export const PASSWD_ANNOTATION = 'certshare.io/tailscaled-passwd';
+export const OPERATOR_USER = 'certshare';
+const PASSWD_VOLUME = 'certshare-tailscaled-passwd';
+const EXTRA_ARGS = 'TS_EXTRA_ARGS';
+/** Where a TS_EXTRA_ARGS taken from a Secret or ConfigMap goes, so that the operator can be appended to it. */
+const EXTRA_ARGS_BASE = 'CERTSHARE_TS_EXTRA_ARGS_BASE';
+const OPERATOR_ARG = `--operator=${OPERATOR_USER}`;
+
+/** root and nobody, as a minimal image has them, and certshare's uid under a name tailscaled can look up. */
+export function tailscaledPasswd(): string {
+  const uid = SIDECAR_SECURITY_CONTEXT.runAsUser;
+  const gid = SIDECAR_SECURITY_CONTEXT.runAsGroup;
+  return [
+    'root:x:0:0:root:/root:/bin/sh',
+    'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin',
+    `${OPERATOR_USER}:x:${uid}:${gid}:certshare:/nonexistent:/sbin/nologin`,
+    '',
+  ].join('\n');
+}
+
+function refused(problem: string): CertshareError {
+  return new CertshareError('CERTSHARE_BAD_ANNOTATION', {
+    annotation: OPERATOR_ANNOTATION,
+    problem: `${problem}; or set ${OPERATOR_ANNOTATION}: manual and make uid ${SIDECAR_SECURITY_CONTEXT.runAsUser} tailscaled's operator yourself`,
+  });
+}
+
+/** Whether this Pod's sidecar gets the grant: it advertises, the platform allows it, the Pod did not say manual. */
+export function wantsOperatorGrant(annotations: Record<string, string>, advertises: boolean, platformGrants: boolean): boolean {
+  const choice = annotations[OPERATOR_ANNOTATION];
+  if (choice !== undefined && choice !== 'grant' && choice !== 'manual') throw refused(`"${choice}" is neither "grant" nor "manual"`);
+  return advertises && platformGrants && choice !== 'manual';
+}
+
+/** The one container (regular or native sidecar) other than certshare that mounts tailscaled's socket volume. */
+function tailscaledContainer(spec: V1PodSpec, socketVolume: string): { name: string; init: boolean } {
+  const mounting = [...(spec.initContainers ?? []).map((c) => ({ c, init: true })), ...(spec.containers ?? []).map((c) => ({ c, init: false }))].filter(
+    ({ c }) => c.name !== SIDECAR_NAME && c.volumeMounts?.some((m) => m.name === socketVolume),
+  );
+  if (mounting.length !== 1)
+    throw refused(
+      `tailscaled's container is the one that mounts the socket volume "${socketVolume}", and ${mounting.length} do` +
+        (mounting.length ? ` (${mounting.map(({ c }) => c.name).join(', ')})` : ''),
+    );
+  return { name: mounting[0]!.c.name, init: mounting[0]!.init };
+}
+
+/**
+ * TS_EXTRA_ARGS with the operator appended. A literal value is extended; one from a Secret or ConfigMap
+ * keeps its source under another name and is referenced ($(NAME), expanded by the kubelet). A value that
+ * may come from envFrom cannot be seen here: refused rather than replaced, which would drop what it held.
+ */
+function withOperatorArg(container: V1Container): V1EnvVar[] {
+  const env = container.env ?? [];
+  const index = env.findIndex((e) => e.name === EXTRA_ARGS);
+  const current = env[index];
+  if (!current) {
+    if (container.envFrom?.length)
+      throw refused(`container "${container.name}" takes variables from envFrom, which may hold ${EXTRA_ARGS}: declare ${EXTRA_ARGS} in its env`);
+    return [...env, { name: EXTRA_ARGS, value: OPERATOR_ARG }];
+  }
+  if (current.valueFrom) {
+    const base = { name: EXTRA_ARGS_BASE, valueFrom: current.valueFrom };
+    return [...env.slice(0, index), base, { name: EXTRA_ARGS, value: `$(${EXTRA_ARGS_BASE}) ${OPERATOR_ARG}` }, ...env.slice(index + 1)];
+  }
+  const value = current.value ?? '';
+  const operator = /(?:^|\s)--operator(?:=(\S*)|\s+(\S+))/.exec(value);
+  if (operator) {
+    if ((operator[1] ?? operator[2]) === OPERATOR_USER) return env;
+    throw refused(`${EXTRA_ARGS} of container "${container.name}" names another operator ("${value}"): tailscaled has one`);
+  }
+  return env.map((e, i) => (i === index ? { name: EXTRA_ARGS, value: `${value} ${OPERATOR_ARG}`.trim() } : e));
+}
+
+function withPasswd(container: V1Container): V1Container {
+  const mounts = container.volumeMounts ?? [];
+  if (mounts.some((m) => m.mountPath === '/etc/passwd' || m.mountPath === '/etc')) throw refused(`container "${container.name}" mounts its own /etc/passwd`);
+  return { ...container, volumeMounts: [...mounts, { name: PASSWD_VOLUME, mountPath: '/etc/passwd', subPath: 'passwd', readOnly: true }] };
+}
+
+const passwdVolume: V1Volume = {
+  name: PASSWD_VOLUME,
+  downwardAPI: { items: [{ path: 'passwd', fieldRef: { fieldPath: `metadata.annotations['${PASSWD_ANNOTATION}']` } }] },
+};
+
+/** The Pod's spec with tailscaled's container granted, and the annotation its passwd file comes from. */
+export function withOperatorGrant(spec: V1PodSpec, socketVolume: string): { spec: V1PodSpec; annotations: Record<string, string> } {
+  const target = tailscaledContainer(spec, socketVolume);
+  const grant = (c: V1Container): V1Container => (c.name === target.name ? withPasswd({ ...c, env: withOperatorArg(c) }) : c);
+  return {
+    spec: {
+      ...spec,
+      initContainers: target.init ? (spec.initContainers ?? []).map(grant) : spec.initContainers,
+      containers: target.init ? spec.containers : (spec.containers ?? []).map(grant),
+      volumes: [...(spec.volumes ?? []), passwdVolume],
+    },
+    annotations: { [PASSWD_ANNOTATION]: tailscaledPasswd() },
+  };
+}

@@ -1,0 +1,130 @@
+// The injector's grant of tailscaled's operator right to a sidecar that advertises Tailscale Services: what
+// tailscaled's container gets (a passwd entry, --operator through containerboot's TS_EXTRA_ARGS), and every
+// Pod it refuses rather than guess. That the grant works is checked on the real cluster (test/cluster/e2e).
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { V1Container, V1Pod } from '../../../src/kube/transport/client-node.ts';
+import { ANNOTATION, admissionReviewResponse, type InjectionDefaults } from '../../../src/injector/mutate.ts';
+import { OPERATOR_ANNOTATION, PASSWD_ANNOTATION } from '../../../src/injector/tailscale-operator.ts';
+import { TEST_INJECTION_DEFAULTS } from '../../support/injector-example.ts';
+import { applyJsonPatch } from '../../support/json-patch.ts';
+
+const defaults = TEST_INJECTION_DEFAULTS;
+const ADVERTISING = '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy --shutdown-timeout=8s';
+const SOCKET_MOUNT = { name: 'tailscale-socket', mountPath: '/var/run/tailscale' };
+
+function pod(flags: string | undefined, tailscale: Partial<V1Container> = {}, more: Record<string, string> = {}): V1Pod {
+  return {
+    metadata: {
+      name: 'proxy-0',
+      annotations: {
+        [ANNOTATION.inject]: 'true',
+        [ANNOTATION.domains]: 'proxy.tailnet-0000.ts.net',
+        ...(flags ? { [ANNOTATION.flags]: flags } : {}),
+        ...more,
+      },
+    },
+    spec: {
+      containers: [
+        { name: 'proxy', image: 'nginx' },
+        { name: 'tailscale', image: 'tailscale/tailscale', volumeMounts: [SOCKET_MOUNT], ...tailscale },
+      ],
+      volumes: [{ name: 'tailscale-socket', emptyDir: {} }],
+    },
+  };
+}
+
+function admit(p: V1Pod, injectorDefaults = defaults): { allowed: boolean; message?: string; stored: V1Pod; patched: boolean } {
+  const review = { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid: 'u', kind: { kind: 'Pod' }, operation: 'CREATE', object: p } };
+  const { response } = admissionReviewResponse(review, injectorDefaults) as {
+    response: { allowed: boolean; patch?: string; status?: { message: string } };
+  };
+  const patch = response.patch ? JSON.parse(Buffer.from(response.patch, 'base64').toString()) : [];
+  return { allowed: response.allowed, message: response.status?.message, stored: applyJsonPatch(p, patch) as V1Pod, patched: patch.length > 0 };
+}
+
+const tailscaleOf = (p: V1Pod) => [...(p.spec!.initContainers ?? []), ...p.spec!.containers].find((c) => c.name === 'tailscale')!;
+const extraArgs = (p: V1Pod) => tailscaleOf(p).env?.filter((e) => e.name.includes('EXTRA_ARGS'));
+
+describe("the injector's tailscaled operator grant", () => {
+  it('a Pod that advertises: tailscaled resolves certshare by name (a passwd file from the downward API) and names it operator', () => {
+    const { allowed, message, stored } = admit(pod(ADVERTISING));
+    assert.equal(allowed, true, message);
+    const passwd = stored.metadata!.annotations![PASSWD_ANNOTATION]!;
+    assert.match(passwd, /^certshare:x:65532:65532:/m);
+    assert.match(passwd, /^root:x:0:0:/m, 'root stays resolvable for containerboot and tailscaled');
+    assert.deepEqual(extraArgs(stored), [{ name: 'TS_EXTRA_ARGS', value: '--operator=certshare' }]);
+    const tailscale = tailscaleOf(stored);
+    const mount = tailscale.volumeMounts!.find((m) => m.mountPath === '/etc/passwd');
+    assert.deepEqual(mount, { name: 'certshare-tailscaled-passwd', mountPath: '/etc/passwd', subPath: 'passwd', readOnly: true });
+    assert.deepEqual(stored.spec!.volumes!.find((v) => v.name === mount!.name)?.downwardAPI, {
+      items: [{ path: 'passwd', fieldRef: { fieldPath: `metadata.annotations['${PASSWD_ANNOTATION}']` } }],
+    });
+    // Only tailscaled's container: the proxy's is as before (but for the preStop and the certs mount).
+    const proxy = stored.spec!.containers.find((c) => c.name === 'proxy')!;
+    assert.equal(proxy.env, undefined);
+    assert.ok(!proxy.volumeMounts!.some((m) => m.mountPath === '/etc/passwd'));
+    // Called again on the Pod it injected: nothing more.
+    assert.equal(admit(stored).patched, false);
+  });
+
+  it('a Pod that does not advertise, says manual, or whose platform says manual: nothing of the kind', () => {
+    const cases: Array<[V1Pod, InjectionDefaults]> = [
+      [pod(undefined), defaults],
+      [pod(ADVERTISING, {}, { [OPERATOR_ANNOTATION]: 'manual' }), defaults],
+      [pod(ADVERTISING), { ...defaults, grantTailscaleOperator: false }],
+    ];
+    for (const [p, d] of cases) {
+      const { allowed, message, stored } = admit(p, d);
+      assert.equal(allowed, true, message);
+      assert.equal(stored.metadata!.annotations![PASSWD_ANNOTATION], undefined);
+      assert.equal(extraArgs(stored), undefined);
+      assert.ok(!stored.spec!.volumes!.some((v) => v.downwardAPI));
+    }
+  });
+
+  it("TS_EXTRA_ARGS keeps what it held: a value is extended, a Secret's or ConfigMap's is referenced under another name", () => {
+    const literal = admit(pod(ADVERTISING, { env: [{ name: 'TS_EXTRA_ARGS', value: '--login-server=https://hs.example' }] })).stored;
+    assert.deepEqual(extraArgs(literal), [{ name: 'TS_EXTRA_ARGS', value: '--login-server=https://hs.example --operator=certshare' }]);
+    const already = admit(pod(ADVERTISING, { env: [{ name: 'TS_EXTRA_ARGS', value: '--operator=certshare' }] })).stored;
+    assert.deepEqual(extraArgs(already), [{ name: 'TS_EXTRA_ARGS', value: '--operator=certshare' }]);
+    const valueFrom = { configMapKeyRef: { name: 'tailscale', key: 'TS_EXTRA_ARGS' } };
+    const referenced = admit(pod(ADVERTISING, { env: [{ name: 'TS_EXTRA_ARGS', valueFrom }], envFrom: [{ configMapRef: { name: 'tailscale' } }] })).stored;
+    // The kubelet expands $(NAME) from the variables before it.
+    assert.deepEqual(extraArgs(referenced), [
+      { name: 'CERTSHARE_TS_EXTRA_ARGS_BASE', valueFrom },
+      { name: 'TS_EXTRA_ARGS', value: '$(CERTSHARE_TS_EXTRA_ARGS_BASE) --operator=certshare' },
+    ]);
+  });
+
+  it('tailscaled as a native sidecar (an init container) is granted the same way', () => {
+    const p = pod(ADVERTISING);
+    const tailscale = p.spec!.containers.pop()!;
+    p.spec!.initContainers = [{ ...tailscale, restartPolicy: 'Always' }];
+    const { allowed, message, stored } = admit(p);
+    assert.equal(allowed, true, message);
+    assert.deepEqual(extraArgs(stored), [{ name: 'TS_EXTRA_ARGS', value: '--operator=certshare' }]);
+  });
+
+  it('refuses, naming the way out, what it cannot grant without losing something', () => {
+    const twoMounting = pod(ADVERTISING);
+    twoMounting.spec!.containers[0]!.volumeMounts = [SOCKET_MOUNT];
+    const cases: Array<[V1Pod, RegExp]> = [
+      [
+        pod(ADVERTISING, { envFrom: [{ configMapRef: { name: 'tailscale' } }] }),
+        /takes variables from envFrom, which may hold TS_EXTRA_ARGS: declare TS_EXTRA_ARGS in its env/,
+      ],
+      [pod(ADVERTISING, { env: [{ name: 'TS_EXTRA_ARGS', value: '--operator=alice' }] }), /names another operator \("--operator=alice"\)/],
+      [pod(ADVERTISING, { env: [{ name: 'TS_EXTRA_ARGS', value: '--operator bob' }] }), /names another operator/],
+      [pod(ADVERTISING, { volumeMounts: [SOCKET_MOUNT, { name: 'etc', mountPath: '/etc/passwd', subPath: 'passwd' }] }), /mounts its own \/etc\/passwd/],
+      [twoMounting, /the one that mounts the socket volume "tailscale-socket", and 2 do \(proxy, tailscale\)/],
+      [pod(ADVERTISING, {}, { [OPERATOR_ANNOTATION]: 'yes' }), /"yes" is neither "grant" nor "manual"/],
+    ];
+    for (const [p, problem] of cases) {
+      const { allowed, message } = admit(p);
+      assert.equal(allowed, false);
+      assert.match(message!, problem);
+      if (!/neither/.test(problem.source)) assert.match(message!, /certshare\.io\/tailscale-operator: manual/);
+    }
+  });
+});
