@@ -9,7 +9,7 @@ import { fanOut, type LoopObserver } from './core/observer.ts';
 import { staticRole, type IssuanceRole } from './core/store.ts';
 import type { BackendContext, DaemonDeps, StoreBackend } from './store-backend.ts';
 import type { LocalApi } from './core/localapi.ts';
-import type { DaemonConfig } from './config/daemon-config.ts';
+import { SERVE_CONFIG_SERVICES, type DaemonConfig } from './config/daemon-config.ts';
 import { ServeConfigWatcher } from './config/serve-config-watcher.ts';
 import { createLocalApiClient } from './localapi/client.ts';
 import { CertDomainsWatcher } from './localapi/cert-domains-watcher.ts';
@@ -105,6 +105,8 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   const backend = config.store.kind === 'dir' ? await dirBackend(config.store.path, ctx) : await kubeBackend(ctx);
   const { localApi, watcher } = tailscaledSource(config, input, deps, metrics, health, startup);
   const domains = new ManagedDomains(config.domains, logger, input.heapSaving ?? heapSavingSwitch());
+  // --advertise-services serve-config: the ServeConfig's Services as last read (its watcher reads it first at start-up).
+  let serveConfigServices: readonly string[] = [];
   const served = createServedRotation(config, {
     clock,
     logger,
@@ -112,6 +114,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     registry: metrics.registry,
     localApi,
     domains: () => domains.current,
+    serveConfigServices: () => serveConfigServices,
     ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
   });
   const extraObservers = [eventsObserver(events), ...(routingProofs ? [routingProofs] : []), ...(served ? [served.observer] : []), ...delivery.observers];
@@ -124,6 +127,14 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
         logger,
         onDomains: (fromConfig) => domains.fromServeConfig(fromConfig),
         onPending: (reason) => health.pending('serve-config', reason),
+        ...(config.advertiseServices === SERVE_CONFIG_SERVICES
+          ? {
+              onServices: (services: string[]) => {
+                serveConfigServices = services;
+                served?.advertiser?.notify();
+              },
+            }
+          : {}),
       })
     : undefined;
   const leaveRotation = rotationExit(config, backend, served);
