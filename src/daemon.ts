@@ -121,22 +121,10 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   const { manager, ari } = certificateLoops(config, { ...deps, startup, backend, metrics, health, localApi, watcher, extraObservers });
   domains.drive(manager, ari, health);
   logHealthChanges(health, clock, logger);
-  const serveConfig = config.serveConfig
-    ? new ServeConfigWatcher({
-        path: config.serveConfig,
-        logger,
-        onDomains: (fromConfig) => domains.fromServeConfig(fromConfig),
-        onPending: (reason) => health.pending('serve-config', reason),
-        ...(config.advertiseServices === SERVE_CONFIG_SERVICES
-          ? {
-              onServices: (services: string[]) => {
-                serveConfigServices = services;
-                served?.advertiser?.notify();
-              },
-            }
-          : {}),
-      })
-    : undefined;
+  const serveConfig = followServeConfig(config, logger, health, domains, (services) => {
+    serveConfigServices = services;
+    served?.advertiser?.notify();
+  });
   const leaveRotation = rotationExit(config, backend, served);
   const app = buildHttpServer({
     health,
@@ -190,6 +178,24 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
 }
 
 /** How renewed certificates reach the proxy, and what the daemon does when files changed: log, emit, reload. */
+/** The --serve-config file, whose domains are managed and, with --advertise-services serve-config, whose Services are advertised. */
+function followServeConfig(
+  config: DaemonConfig,
+  logger: Logger,
+  health: HealthState,
+  domains: ManagedDomains,
+  onServices: (services: string[]) => void,
+): ServeConfigWatcher | undefined {
+  if (!config.serveConfig) return undefined;
+  return new ServeConfigWatcher({
+    path: config.serveConfig,
+    logger,
+    onDomains: (fromConfig) => domains.fromServeConfig(fromConfig),
+    onPending: (reason) => health.pending('serve-config', reason),
+    ...(config.advertiseServices === SERVE_CONFIG_SERVICES ? { onServices } : {}),
+  });
+}
+
 function deliveryToProxy(
   config: DaemonConfig,
   logger: Logger,
