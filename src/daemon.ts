@@ -9,7 +9,7 @@ import { fanOut, type LoopObserver } from './core/observer.ts';
 import { staticRole, type IssuanceRole } from './core/store.ts';
 import type { BackendContext, DaemonDeps, StoreBackend } from './store-backend.ts';
 import type { LocalApi } from './core/localapi.ts';
-import type { DaemonConfig } from './config/daemon-config.ts';
+import { SERVE_CONFIG_SERVICES, type DaemonConfig } from './config/daemon-config.ts';
 import { ServeConfigWatcher } from './config/serve-config-watcher.ts';
 import { createLocalApiClient } from './localapi/client.ts';
 import { CertDomainsWatcher } from './localapi/cert-domains-watcher.ts';
@@ -105,6 +105,8 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   const backend = config.store.kind === 'dir' ? await dirBackend(config.store.path, ctx) : await kubeBackend(ctx);
   const { localApi, watcher } = tailscaledSource(config, input, deps, metrics, health, startup);
   const domains = new ManagedDomains(config.domains, logger, input.heapSaving ?? heapSavingSwitch());
+  // --advertise-services serve-config: the ServeConfig's Services as last read (its watcher reads it first at start-up).
+  let serveConfigServices: readonly string[] = [];
   const served = createServedRotation(config, {
     clock,
     logger,
@@ -112,20 +114,17 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     registry: metrics.registry,
     localApi,
     domains: () => domains.current,
+    serveConfigServices: () => serveConfigServices,
     ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
   });
   const extraObservers = [eventsObserver(events), ...(routingProofs ? [routingProofs] : []), ...(served ? [served.observer] : []), ...delivery.observers];
   const { manager, ari } = certificateLoops(config, { ...deps, startup, backend, metrics, health, localApi, watcher, extraObservers });
   domains.drive(manager, ari, health);
   logHealthChanges(health, clock, logger);
-  const serveConfig = config.serveConfig
-    ? new ServeConfigWatcher({
-        path: config.serveConfig,
-        logger,
-        onDomains: (fromConfig) => domains.fromServeConfig(fromConfig),
-        onPending: (reason) => health.pending('serve-config', reason),
-      })
-    : undefined;
+  const serveConfig = followServeConfig(config, logger, health, domains, (services) => {
+    serveConfigServices = services;
+    served?.advertiser?.notify();
+  });
   const leaveRotation = rotationExit(config, backend, served);
   const app = buildHttpServer({
     health,
@@ -179,6 +178,24 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
 }
 
 /** How renewed certificates reach the proxy, and what the daemon does when files changed: log, emit, reload. */
+/** The --serve-config file, whose domains are managed and, with --advertise-services serve-config, whose Services are advertised. */
+function followServeConfig(
+  config: DaemonConfig,
+  logger: Logger,
+  health: HealthState,
+  domains: ManagedDomains,
+  onServices: (services: string[]) => void,
+): ServeConfigWatcher | undefined {
+  if (!config.serveConfig) return undefined;
+  return new ServeConfigWatcher({
+    path: config.serveConfig,
+    logger,
+    onDomains: (fromConfig) => domains.fromServeConfig(fromConfig),
+    onPending: (reason) => health.pending('serve-config', reason),
+    ...(config.advertiseServices === SERVE_CONFIG_SERVICES ? { onServices } : {}),
+  });
+}
+
 function deliveryToProxy(
   config: DaemonConfig,
   logger: Logger,

@@ -10,6 +10,8 @@ import type { LogFormat } from '../logging/log-format.ts';
 
 export type StoreChoice = { kind: 'dir'; path: string } | { kind: 'kube' };
 export type ShareMode = 'rw' | 'ro' | 'auto';
+/** --advertise-services serve-config: the Services the --serve-config file lists. */
+export const SERVE_CONFIG_SERVICES = 'serve-config';
 /** How a kube replica watches its Secrets: one watch per Secret by name, or one per group by label. */
 export type WatchScope = 'secret' | 'group';
 /** --tls: tls.crt and tls.key from a directory, or a kubernetes.io/tls Secret of the Pod's namespace. */
@@ -63,8 +65,11 @@ export interface DaemonConfig {
   servedCheckIntervalMs: number;
   servedCheckTimeoutMs: number;
   servedStaleAfterMs: number;
-  /** --advertise-services: the Tailscale Services (svc:<label>) advertised while served (src/served/advertiser.ts). */
-  advertiseServices: string[];
+  /**
+   * --advertise-services: the Tailscale Services (svc:<label>) advertised while served (src/served/advertiser.ts),
+   * or SERVE_CONFIG_SERVICES: the ones the --serve-config file lists, as it changes.
+   */
+  advertiseServices: string[] | typeof SERVE_CONFIG_SERVICES;
   advertiseFailoverMs: number;
   /** --leave-token: GET /leave-rotation with this token leaves rotation (a preStop hook); undefined: no such route. */
   leaveToken: string | undefined;
@@ -76,4 +81,9 @@ export interface DaemonConfig {
   podName: string | undefined;
   /** POD_IPS / POD_IP, parsed once. */
   pod: PodAddresses;
+}
+
+/** The daemon advertises Tailscale Services (named, or from the ServeConfig). */
+export function advertises(c: Pick<DaemonConfig, 'advertiseServices'>): boolean {
+  return c.advertiseServices === SERVE_CONFIG_SERVICES || c.advertiseServices.length > 0;
 }

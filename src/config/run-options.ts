@@ -1,4 +1,4 @@
-import type { DaemonConfig, StoreChoice, TlsChoice } from './daemon-config.ts';
+import { SERVE_CONFIG_SERVICES, advertises, type DaemonConfig, type StoreChoice, type TlsChoice } from './daemon-config.ts';
 import { formatGoDuration } from '../core/duration.ts';
 import { normalizeDomain } from '../core/domain.ts';
 import { parseBudget } from '../core/issuance-budget.ts';
@@ -290,10 +290,10 @@ export const RUN_FLAGS = [
   {
     name: 'advertise-services',
     group: 'served check and Tailscale Services',
-    placeholder: 'svc:NAME',
+    placeholder: 'svc:NAME|serve-config',
     multiple: true,
     help: 'A Tailscale Service advertised only while its certificate is held and served.',
-    detail: "Through tailscaled's prefs; needs --served-check.",
+    detail: "Through tailscaled's prefs; needs --served-check. serve-config: the Services of the --serve-config file, followed as it changes.",
   },
   {
     name: 'advertise-failover',
@@ -446,7 +446,7 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
     servedCheckIntervalMs: duration(values, 'served-check-interval'),
     servedCheckTimeoutMs: duration(values, 'served-check-timeout'),
     servedStaleAfterMs: duration(values, 'served-stale-after'),
-    advertiseServices: [...new Set((values['advertise-services'] ?? []).map(parseServiceName))],
+    advertiseServices: advertisedServices(values['advertise-services'] ?? []),
     advertiseFailoverMs: duration(values, 'advertise-failover'),
     leaveToken: values['leave-token'] || undefined,
     drainDelayMs: duration(values, 'drain-delay'),
@@ -525,10 +525,14 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     ],
     ...c.routingChecks.map((url): [boolean, () => string] => [!isHttpUrl(url), () => `--routing-check: "${url}" is not an http:// or https:// URL`]),
     [
-      c.advertiseServices.length > 0 && !c.servedCheck,
+      advertises(c) && !c.servedCheck,
       () => '--advertise-services needs --served-check: a Service is advertised only while the proxy is seen serving its certificate',
     ],
-    ...c.advertiseServices.map((service): [boolean, () => string] => [
+    [
+      c.advertiseServices === SERVE_CONFIG_SERVICES && !c.serveConfig,
+      () => '--advertise-services serve-config needs --serve-config: the ServeConfig file whose Services it advertises',
+    ],
+    ...(c.advertiseServices === SERVE_CONFIG_SERVICES ? [] : c.advertiseServices).map((service): [boolean, () => string] => [
       !c.serveConfig && serviceDomain(service, c.domains) === undefined,
       () =>
         `--advertise-services: ${service} has no --domain whose first label is ${service.slice(4)} (a Service's certificate is for <name>.<tailnet>.ts.net)`,
@@ -539,7 +543,7 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     ],
     [
       // With --leave-token the wait runs in the preStop call, before the stop and outside its bound.
-      c.advertiseServices.length > 0 && !c.leaveToken && c.advertiseFailoverMs >= c.shutdownTimeoutMs,
+      advertises(c) && !c.leaveToken && c.advertiseFailoverMs >= c.shutdownTimeoutMs,
       () => '--advertise-failover must be below --shutdown-timeout (the shutdown waits it out, then stops the rest), or give --leave-token',
     ],
     [
@@ -558,6 +562,16 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     ],
   ];
   return rules.find(([broken]) => broken)?.[1]();
+}
+
+/**
+ * --advertise-services: Service names, or `serve-config` alone for the Services of the --serve-config file
+ * (a name next to it would be advertised whatever the file says, which is what the value is there to avoid).
+ */
+function advertisedServices(values: string[]): DaemonConfig['advertiseServices'] {
+  if (!values.includes(SERVE_CONFIG_SERVICES)) return [...new Set(values.map(parseServiceName))];
+  if (values.length > 1) throw badFlag(`--advertise-services ${SERVE_CONFIG_SERVICES} takes the Services from the ServeConfig: give no Service name with it`);
+  return SERVE_CONFIG_SERVICES;
 }
 
 /** --served-check: HOST:PORT of the proxy's TLS listener. */

@@ -3,12 +3,14 @@ import { readFile, stat } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
-import { domainsFromServeConfig } from './serve-config.ts';
+import { domainsFromServeConfig, servicesFromServeConfig } from './serve-config.ts';
 
 export interface ServeConfigWatcherOptions {
   path: string;
   logger: Logger;
   onDomains(domains: string[]): void;
+  /** Given: the file's Tailscale Services too (`Services` keys), whenever they change; a file with too many is malformed. */
+  onServices?(services: string[]): void;
   /** Why the file has never been read (it does not exist yet), or undefined once it has been. */
   onPending?(reason: string | undefined): void;
 }
@@ -33,6 +35,7 @@ export class ServeConfigWatcher {
   #watcher: FSWatcher | undefined;
   #debounce: NodeJS.Timeout | undefined;
   #last: string | undefined;
+  #lastServices: string | undefined;
   #readOnce = false;
   #reading: Promise<void> = Promise.resolve();
 
@@ -103,20 +106,31 @@ export class ServeConfigWatcher {
     }
   }
 
-  /** Parses and reports; throws CERTSHARE_BAD_CONFIG on malformed content. */
+  /** Parses and reports; throws CERTSHARE_BAD_CONFIG on malformed content, before reporting anything. */
   #use(text: string): void {
     const { domains, refused } = domainsFromServeConfig(text, this.#o.path);
+    const services = this.#o.onServices ? servicesFromServeConfig(text, this.#o.path) : undefined;
     for (const { name, reason } of refused) {
       this.#logger.error({ code: 'CERTSHARE_BAD_DOMAIN', host: name, err: reason }, 'serve config host refused; the other domains carry on');
+    }
+    for (const { name, reason } of services?.refused ?? []) {
+      this.#logger.error({ code: 'CERTSHARE_BAD_CONFIG', service: name, err: reason }, 'serve config Service refused; the other Services carry on');
     }
     if (!this.#readOnce) {
       this.#readOnce = true;
       this.#o.onPending?.(undefined);
     }
     const key = domains.join(',');
-    if (key === this.#last) return;
-    this.#last = key;
-    this.#logger.info({ domains }, 'serve config domains');
-    this.#o.onDomains(domains);
+    if (key !== this.#last) {
+      this.#last = key;
+      this.#logger.info({ domains }, 'serve config domains');
+      this.#o.onDomains(domains);
+    }
+    const servicesKey = services?.services.join(',');
+    if (services && servicesKey !== this.#lastServices) {
+      this.#lastServices = servicesKey;
+      this.#logger.info({ services: services.services }, 'serve config Tailscale Services');
+      this.#o.onServices?.(services.services);
+    }
   }
 }

@@ -1,3 +1,4 @@
+import { isServiceName } from '../core/advertisement.ts';
 import { partitionDomains } from '../core/domain.ts';
 import { CertshareError } from '../core/errors.ts';
 
@@ -29,17 +30,7 @@ export interface ServeConfigDomains {
  * that fail are returned apart, the others still count. Throws CERTSHARE_BAD_CONFIG on malformed input.
  */
 export function domainsFromServeConfig(text: string, source = 'serve config'): ServeConfigDomains {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source} is not valid JSON: ${(err as Error).message}`);
-  }
-  if (!isObject(parsed)) throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source} must be a JSON object`);
-  const config = parsed as ServeConfig;
-  if (config.Services !== undefined && !isObject(config.Services)) {
-    throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source}: "Services" must be an object`);
-  }
+  const config = parseServeConfig(text, source);
   const scopes: ServeScope[] = [config, ...Object.values(config.Services ?? {}).filter(isObject)];
   const hosts: string[] = [];
   for (const scope of scopes) {
@@ -56,4 +47,51 @@ export function domainsFromServeConfig(text: string, source = 'serve config'): S
     }
   }
   return partitionDomains(hosts);
+}
+
+/** The JSON object of a ServeConfig, its `Services` an object if present; CERTSHARE_BAD_CONFIG otherwise. */
+function parseServeConfig(text: string, source: string): ServeConfig {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source} is not valid JSON: ${(err as Error).message}`);
+  }
+  if (!isObject(parsed)) throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source} must be a JSON object`);
+  const config = parsed as ServeConfig;
+  if (config.Services !== undefined && !isObject(config.Services)) {
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source}: "Services" must be an object`);
+  }
+  return config;
+}
+
+/**
+ * At most this many Services from one ServeConfig (--advertise-services serve-config): a bound on what a
+ * runaway file makes certshare write into tailscaled's prefs at every edit, far above a proxy group's few.
+ */
+export const MAX_SERVE_CONFIG_SERVICES = 64;
+
+export interface ServeConfigServices {
+  /** Tailscale Service names (`svc:<label>`), sorted. */
+  services: string[];
+  /** Keys of `Services` that are no Service name (e.g. `web`, `svc:Web_1`): never advertised, reported with the reason. */
+  refused: Array<{ name: string; reason: string }>;
+}
+
+/**
+ * The Tailscale Services a ServeConfig lists: the keys of its `Services` (tailscaled's ipn.ServeConfig keys
+ * them by tailcfg.ServiceName, `svc:<dns-label>`; Tailscale's containerboot advertises exactly these). A key
+ * that is no Service name is returned apart, the others still count. Throws CERTSHARE_BAD_CONFIG on
+ * malformed input, and on more than MAX_SERVE_CONFIG_SERVICES keys.
+ */
+export function servicesFromServeConfig(text: string, source = 'serve config'): ServeConfigServices {
+  const keys = Object.keys(parseServeConfig(text, source).Services ?? {});
+  if (keys.length > MAX_SERVE_CONFIG_SERVICES) {
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source}: ${keys.length} Services, more than the ${MAX_SERVE_CONFIG_SERVICES} certshare advertises`);
+  }
+  const services = keys.filter(isServiceName).sort();
+  const refused = keys
+    .filter((key) => !isServiceName(key))
+    .map((name) => ({ name, reason: `"${name}" is not a Tailscale Service name (svc:<dns-label>, lower case)` }));
+  return { services, refused };
 }

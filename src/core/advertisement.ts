@@ -8,9 +8,13 @@ import type { ServedVerdict } from './served-certificate.ts';
 /** A Tailscale Service name as tailscaled's prefs hold it: `svc:` and one DNS label (tailcfg.ServiceName). */
 const SERVICE_NAME = /^svc:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 
+export function isServiceName(text: string): boolean {
+  return SERVICE_NAME.test(text);
+}
+
 export function parseServiceName(text: string): string {
   const name = text.trim();
-  if (!SERVICE_NAME.test(name)) {
+  if (!isServiceName(name)) {
     throw new CertshareError('CERTSHARE_BAD_FLAG', `--advertise-services: "${name}" is not a Tailscale Service name (svc:<dns-label>, lower case)`);
   }
   return name;

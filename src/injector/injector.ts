@@ -169,7 +169,8 @@ export const INJECTOR_FLAGS = [
     help: "The platform's `certshare run` flags for every injected sidecar.",
     detail:
       'The issuance budget and concurrency, lease, retry policy, reload command, ...: ' +
-      "a Pod's certshare.io/flags may set only its drain delay, shutdown timeout, readiness lead, routing checks and log level.",
+      "a Pod's certshare.io/flags may set only its drain delay, shutdown timeout, readiness lead, routing checks, log level, " +
+      'served check and advertised Services.',
   },
   {
     name: 'sidecar-ca-configmap',

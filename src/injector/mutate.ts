@@ -20,6 +20,7 @@ import {
 import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../served/leave-rotation.ts';
 import { parseReloadSignal } from '../delivery/reload-signal.ts';
 import { wantsOperatorGrant, withOperatorGrant } from './tailscale-operator.ts';
+import { proxyTlsPort } from './served-check-port.ts';
 
 export const ANNOTATION = {
   inject: 'certshare.io/inject',
@@ -32,6 +33,7 @@ export const ANNOTATION = {
   reloadSignal: 'certshare.io/reload-signal',
   reloadPidfile: 'certshare.io/reload-pidfile',
   haproxySocket: 'certshare.io/haproxy-socket',
+  servedCheck: 'certshare.io/served-check',
 } as const;
 
 /** `certshare run` flags the injector sets from the annotations above and its defaults: not for certshare.io/flags. */
@@ -469,8 +471,8 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   const spec = pod.spec;
   if (!spec) throw bad(ANNOTATION.inject, 'the Pod has no spec');
   const initContainers = spec.initContainers ?? [];
-  const settings = settingsFromAnnotations(annotations, defaults);
   const present = [...initContainers, ...(spec.containers ?? [])].find((c) => c.name === SIDECAR_NAME);
+  const settings = withServedCheck(settingsFromAnnotations(annotations, defaults), annotations, spec, present);
   if (present) return alreadyThere(present, spec, settings, defaults);
   checkPodShape(spec, settings);
 
@@ -536,6 +538,36 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
 }
 
 type Settings = ReturnType<typeof settingsFromAnnotations>;
+
+/** The variable holding --served-check. */
+const SERVED_CHECK_ENV = envName('served-check');
+/** What the injector writes for the proxy's port: loopback only, like a Pod's own --served-check. */
+const FILLED_SERVED_CHECK = /^127\.0\.0\.1:(\d{1,5})$/;
+
+/**
+ * certshare.io/served-check: `auto` (the default) fills --served-check with 127.0.0.1:<port> of the proxy's
+ * TLS port (proxyTlsPort) when neither certshare.io/flags nor the platform's --sidecar-flags set it; `off`
+ * fills nothing. On a Pod injected before (`present`), the value filled then is kept, checked, rather than
+ * looked for again: a webhook after this one may have added a container since.
+ */
+function withServedCheck(settings: Settings, annotations: Record<string, string>, spec: V1PodSpec, present: V1Container | undefined): Settings {
+  const choice = annotations[ANNOTATION.servedCheck] ?? 'auto';
+  if (choice !== 'auto' && choice !== 'off') throw bad(ANNOTATION.servedCheck, `"${choice}" is neither "auto" nor "off"`);
+  const podSetsIt = (annotations[ANNOTATION.flags] ?? '').split(/\s+/).some((token) => token.startsWith('--served-check='));
+  if (choice === 'off' && podSetsIt) throw bad(ANNOTATION.servedCheck, `"off", while ${ANNOTATION.flags} sets --served-check: keep one of the two`);
+  const extraEnv = settings.extraEnv ?? [];
+  if (choice === 'off' || extraEnv.some((e) => e.name === SERVED_CHECK_ENV)) return settings;
+  const port = present ? filledPort(present) : proxyTlsPort(spec, settings.socketVolume, SIDECAR_NAME);
+  if (port === undefined) return settings;
+  return { ...settings, extraEnv: [...extraEnv, { name: SERVED_CHECK_ENV, value: `127.0.0.1:${port}` }] };
+}
+
+/** The port an injected sidecar's filled --served-check names, if it is one the injector could have written. */
+function filledPort(sidecar: V1Container): number | undefined {
+  const match = FILLED_SERVED_CHECK.exec(envValue(sidecar, SERVED_CHECK_ENV) ?? '');
+  const port = Number(match?.[1]);
+  return port >= 1 && port <= 65_535 ? port : undefined;
+}
 
 /**
  * Called again (reinvocationPolicy IfNeeded) on a Pod it injected: left as it is. A container of that name

@@ -23,7 +23,10 @@ const MAX_RETRY_MS = 5 * 60_000;
 
 export interface AdvertiserOptions {
   api: PrefsApi;
-  /** The managed Services and the certificate domain each is served under now ('' when none is managed). */
+  /**
+   * The managed Services and the certificate domain each is served under now ('' when none is managed). The
+   * list may change (a ServeConfig's Services): a Service listed once stays managed, withdrawn while unlisted.
+   */
   services(): ReadonlyArray<{ service: string; domain: string }>;
   /** Everything but `terminating` of the decision, for a domain at `now`. */
   facts(domain: string, now: number): Omit<AdvertiseFacts, 'terminating'>;
@@ -41,7 +44,8 @@ export interface AdvertiserOptions {
 
 export class Advertiser {
   readonly #o: AdvertiserOptions;
-  readonly #managed: ReadonlySet<string>;
+  /** Every Service services() listed so far: only these are ever edited. */
+  readonly #managed = new Set<string>();
   readonly #stop = new AbortController();
   #wake = new AbortController();
   #terminating = false;
@@ -55,7 +59,14 @@ export class Advertiser {
 
   constructor(options: AdvertiserOptions) {
     this.#o = options;
-    this.#managed = new Set(options.services().map((s) => s.service));
+    this.#listed();
+  }
+
+  /** The Services listed now, each added to the managed ones. */
+  #listed(): ReadonlyArray<{ service: string; domain: string }> {
+    const listed = this.#o.services();
+    for (const { service } of listed) this.#managed.add(service);
+    return listed;
   }
 
   /** The managed Services the prefs advertised after the last read or edit. */
@@ -145,7 +156,7 @@ export class Advertiser {
     const wanted = new Set<string>();
     const now = clock.now();
     const why: Record<string, string> = {};
-    for (const { service, domain } of this.#o.services()) {
+    for (const { service, domain } of this.#listed()) {
       const decision = advertiseDecision({ ...this.#o.facts(domain, now), terminating: this.#terminating });
       if (decision.advertise) wanted.add(service);
       else why[service] = decision.why;
@@ -165,13 +176,14 @@ export class Advertiser {
   #record(advertised: Set<string>): void {
     for (const service of this.#managed) {
       const is = advertised.has(service);
-      if (is !== this.#advertised.has(service) || !this.#seen) this.#o.onAdvertised?.(service, is);
+      if (is !== this.#advertised.has(service) || !this.#reported.has(service)) this.#o.onAdvertised?.(service, is);
+      this.#reported.add(service);
     }
-    this.#seen = true;
     this.#advertised = advertised;
   }
 
-  #seen = false;
+  /** The managed Services whose advertisement was reported once (onAdvertised). */
+  readonly #reported = new Set<string>();
 
   /** One warning per kind of failure in a row; no prefs endpoint at all ends advertising with one. */
   #failed(err: unknown): void {

@@ -8,7 +8,7 @@ import type { LocalApi } from '../core/localapi.ts';
 import type { Logger } from '../core/logger.ts';
 import type { LoopObserver } from '../core/observer.ts';
 import { rotationExitTime } from '../core/renewal.ts';
-import type { DaemonConfig } from '../config/daemon-config.ts';
+import { SERVE_CONFIG_SERVICES, advertises, type DaemonConfig } from '../config/daemon-config.ts';
 import { describeOutcome } from '../core/served-certificate.ts';
 import { probeServed } from '../tls/served-probe.ts';
 import { Advertiser } from './advertiser.ts';
@@ -35,6 +35,8 @@ export interface ServedRotationDeps {
   localApi: LocalApi;
   /** The managed domains now (static and from the ServeConfig). */
   domains(): Iterable<string>;
+  /** The Services the ServeConfig lists now (--advertise-services serve-config). */
+  serveConfigServices?(): readonly string[];
   /** What the proxy serves changed for a domain (Events in Kubernetes). */
   onServedChange?(domain: string, report: ServedReport, description: string): void;
 }
@@ -110,23 +112,25 @@ function createAdvertiser(
   metrics: ServedMetrics,
 ): Advertiser | undefined {
   const { localApi, health, clock, logger } = deps;
-  if (config.advertiseServices.length === 0) return undefined;
+  if (!advertises(config)) return undefined;
   if (!localApi.prefs || !localApi.editPrefs) {
     logger.warn({ services: config.advertiseServices }, 'this LocalAPI client cannot edit prefs: Tailscale Services are not advertised');
     return undefined;
   }
   const api = { prefs: localApi.prefs.bind(localApi), editPrefs: localApi.editPrefs.bind(localApi) };
   const domainOf = (service: string): string => serviceDomain(service, deps.domains()) ?? '';
+  const servicesNow = (): readonly string[] =>
+    config.advertiseServices === SERVE_CONFIG_SERVICES ? (deps.serveConfigServices?.() ?? []) : config.advertiseServices;
   return new Advertiser({
     api,
-    services: () => config.advertiseServices.map((service) => ({ service, domain: domainOf(service) })),
+    services: () => servicesNow().map((service) => ({ service, domain: domainOf(service) })),
     facts: (domain, now) => {
       const info = domain ? health.infoOf(domain) : undefined;
       return { held: info, served: checker.verdict(domain, now), now, end };
     },
     nextEdge: (now) => {
       let next: number | undefined;
-      for (const service of config.advertiseServices) {
+      for (const service of servicesNow()) {
         const domain = domainOf(service);
         const info = health.infoOf(domain);
         for (const at of [info ? end(info) : undefined, checker.verdictEdge(domain, now)]) {

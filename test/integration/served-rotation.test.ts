@@ -2,7 +2,7 @@
 // standalone against the emulator (whose /localapi/v0/prefs keeps AdvertiseServices) and a loopback TLS
 // listener standing for the proxy, whose certificate the test sets.
 import assert from 'node:assert/strict';
-import { readFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import type { Daemon } from '../../src/daemon.ts';
@@ -150,6 +150,46 @@ describe('served check and Service advertisement (emulator)', () => {
       assert.equal(waits.length, 1, 'no second failover wait on stop');
     } finally {
       await s.done();
+    }
+  });
+
+  it("--advertise-services serve-config: advertises the ServeConfig's Services, follows the file, withdraws what leaves it", async () => {
+    const dir = await tempDir();
+    const file = join(dir.path, 'serve.json');
+    const serveConfig = (services: Record<string, unknown>) => JSON.stringify({ Web: { [`${DOMAIN}:443`]: {} }, Services: services });
+    // svc:web is served under DOMAIN (web.tailnet-test.ts.net); svc:api has no managed domain; "web" is no Service name.
+    await writeFile(file, serveConfig({ [SERVICE]: { Web: { [`${DOMAIN}:443`]: {} } }, 'svc:api': {}, web: {} }));
+    const proxy = await startTlsProxy(await makePair(DOMAIN, Date.now() - DAY, 30 * DAY));
+    const s = await setup(proxy, ['--serve-config', file, '--advertise-services', 'serve-config', '--advertise-failover', '300ms', '--shutdown-timeout', '5s']);
+    try {
+      await until('the certificate held', () => s.daemon.health.infoOf(DOMAIN) !== undefined, [every50ms]);
+      proxy.serve(await heldPair(s.certDir));
+      await until('advertised', () => advertised(s), [every50ms]);
+      assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other', SERVICE], 'svc:api (no certificate) not advertised, svc:other kept');
+      assert.ok(s.log.entries.some((e) => e.msg?.includes('serve config Service refused') && e.service === 'web'));
+
+      // Gone from the file's Services (its domain still managed): withdrawn; back: advertised again.
+      await writeFile(file, serveConfig({ 'svc:api': {} }));
+      await until('withdrawn once unlisted', () => !advertised(s), [every50ms]);
+      assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other']);
+      await writeFile(file, serveConfig({ [SERVICE]: {} }));
+      await until('advertised again once listed', () => advertised(s), [every50ms]);
+
+      // A file that turns to garbage, or lists too many Services, changes nothing: the last good list stands.
+      for (const text of ['{"Services": ', JSON.stringify({ Services: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`svc:s${i}`, {}])) })]) {
+        const errors = s.log.entries.filter((e) => e.msg?.includes('serve config unusable')).length;
+        await writeFile(file, text);
+        await until('the file refused', () => s.log.entries.filter((e) => e.msg?.includes('serve config unusable')).length > errors, [every50ms]);
+        assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other', SERVICE]);
+      }
+
+      const stopping = s.daemon.stop();
+      await until('withdrawn while stopping', () => !advertised(s), [every50ms]);
+      await stopping;
+      assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other']);
+    } finally {
+      await s.done();
+      await dir.remove();
     }
   });
 

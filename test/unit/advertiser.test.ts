@@ -132,4 +132,50 @@ describe('Advertiser over any order of decisions, failures and edits by others',
     assert.equal(clock.pendingSleeps(), 0, 'no retry loop left');
     assert.equal(await driven(clock, disabled.withdraw(AbortSignal.timeout(1000))), false);
   });
+
+  it('follows a list that changes (a ServeConfig): a Service listed once is managed, withdrawn while unlisted, others never touched', async () => {
+    const clock = new FakeClock();
+    const api = new FakePrefs();
+    api.allowed = true;
+    api.services = ['svc:x', 'svc:api'];
+    let listed: string[] = [];
+    const advertised: Array<[string, boolean]> = [];
+    const advertiser = new Advertiser({
+      api,
+      services: () => listed.map((service) => ({ service, domain: `${service.slice(4)}.tailnet-0000.ts.net` })),
+      facts: (_domain, now) => ({ held: { notBefore: now - DAY, notAfter: now + 30 * DAY }, served: { verdict: 'ok' }, now, end: (h) => h.notAfter }),
+      nextEdge: () => undefined,
+      clock,
+      logger: silentLogger,
+      resyncMs: 60_000,
+      onAdvertised: (service, is) => advertised.push([service, is]),
+    });
+    const step = async (next: string[]) => {
+      listed = next;
+      advertiser.notify();
+      await clock.advance(0);
+    };
+    advertiser.start();
+    await clock.advance(0);
+    assert.deepEqual(api.services, ['svc:x', 'svc:api'], 'nothing listed yet: nothing edited, svc:api not certshare’s');
+    await step([SERVICE]);
+    assert.deepEqual(api.services, ['svc:x', 'svc:api', SERVICE]);
+    await step([SERVICE, 'svc:api']);
+    assert.deepEqual(api.services, ['svc:x', 'svc:api', SERVICE], 'svc:api, now listed, was already advertised');
+    await step(['svc:api']);
+    assert.deepEqual(api.services, ['svc:x', 'svc:api'], 'svc:web unlisted: withdrawn');
+    await step([]);
+    assert.deepEqual(api.services, ['svc:x'], 'svc:api, listed once, is managed: withdrawn once unlisted');
+    await step([SERVICE]);
+    assert.deepEqual(api.services, ['svc:x', SERVICE]);
+    assert.deepEqual(advertised, [
+      [SERVICE, true],
+      ['svc:api', true],
+      [SERVICE, false],
+      ['svc:api', false],
+      [SERVICE, true],
+    ]);
+    await driven(clock, advertiser.withdraw(AbortSignal.timeout(60_000)));
+    assert.deepEqual(api.services, ['svc:x']);
+  });
 });

@@ -114,6 +114,30 @@ describe('run configuration: one validation step before anything starts', () => 
     ['--startup-grace soon', ['--domain', DOMAIN], { CERTSHARE_STARTUP_GRACE: 'soon' }, /--startup-grace: invalid duration "soon"/],
     ['an unparsable POD_IPS', ['--domain', DOMAIN], { POD_IPS: '10.0.0.300' }, /POD_IPS\/POD_IP holds "10\.0\.0\.300", not an IP address/],
     ['an unparsable POD_IP', ['--domain', DOMAIN], { POD_IP: 'status.podIP' }, /POD_IPS\/POD_IP holds "status\.podIP", not an IP address/],
+    [
+      '--advertise-services serve-config without --serve-config',
+      ['--domain', DOMAIN, '--served-check', '127.0.0.1:8443', '--advertise-services', 'serve-config'],
+      {},
+      /--advertise-services serve-config needs --serve-config: the ServeConfig file whose Services it advertises/,
+    ],
+    [
+      '--advertise-services serve-config next to a Service name',
+      ['--serve-config', '/x/serve.json', '--served-check', '127.0.0.1:8443', '--advertise-services', 'serve-config', '--advertise-services', 'svc:web'],
+      {},
+      /--advertise-services serve-config takes the Services from the ServeConfig: give no Service name with it/,
+    ],
+    [
+      '--advertise-services serve-config without --served-check',
+      ['--serve-config', '/x/serve.json', '--advertise-services', 'serve-config'],
+      {},
+      /--advertise-services needs --served-check/,
+    ],
+    [
+      '--advertise-services serve-config whose failover does not fit the shutdown',
+      ['--serve-config', '/x/serve.json', '--served-check', '127.0.0.1:8443', '--advertise-services', 'serve-config', '--shutdown-timeout', '20s'],
+      {},
+      /--advertise-failover must be below --shutdown-timeout/,
+    ],
   ];
   for (const [name, args, env, message] of refused) {
     it(`refuses ${name} with CERTSHARE_BAD_FLAG`, () => {
@@ -160,6 +184,13 @@ describe('run configuration: one validation step before anything starts', () => 
     assert.equal(kube.watchScope, 'secret', 'one watch per Secret unless asked: the least-privilege default');
     assert.equal(config([...KUBE, '--watch-scope', 'group'], POD).watchScope, 'group');
     assert.equal(config(KUBE, { ...POD, CERTSHARE_WATCH_SCOPE: 'group' }).watchScope, 'group');
+  });
+
+  it('takes --advertise-services serve-config with --serve-config and --served-check: the Services come from the file', () => {
+    const fromFile = config(['--serve-config', '/x/serve.json', '--served-check', '127.0.0.1:8443', '--advertise-services', 'serve-config']);
+    assert.equal(fromFile.advertiseServices, 'serve-config');
+    const named = config(['--domain', DOMAIN, '--served-check', '127.0.0.1:8443', '--advertise-services', 'svc:web', '--advertise-services', 'svc:web']);
+    assert.deepEqual(named.advertiseServices, ['svc:web']);
   });
 
   it('says expected start-up states plainly for 30 s by default; 0 warns at once, the environment scales it', () => {

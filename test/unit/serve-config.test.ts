@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { domainsFromServeConfig } from '../../src/config/serve-config.ts';
+import { MAX_SERVE_CONFIG_SERVICES, domainsFromServeConfig, servicesFromServeConfig } from '../../src/config/serve-config.ts';
 
 describe('domainsFromServeConfig', () => {
   it('takes HTTPS hosts of Services and TLS-terminating TCP handlers', () => {
@@ -36,5 +36,38 @@ describe('domainsFromServeConfig', () => {
     assert.throws(() => domainsFromServeConfig('{"Services": ', 'x.json'), /x\.json is not valid JSON/);
     assert.throws(() => domainsFromServeConfig('[]'), /must be a JSON object/);
     assert.throws(() => domainsFromServeConfig('{"Services": {"svc:a": {"Web": []}}}'), /"Web" must be an object/);
+  });
+});
+
+describe('servicesFromServeConfig (--advertise-services serve-config)', () => {
+  it("lists the keys of Services, whatever each Service's configuration holds, sorted", () => {
+    const config = {
+      Web: { 'node.tailnet.ts.net:443': {} },
+      Services: { 'svc:web': { Web: { 'web.tailnet.ts.net:443': {} } }, 'svc:db': { TCP: { '5432': { TCPForward: '127.0.0.1:5432' } } }, 'svc:tun': null },
+    };
+    assert.deepEqual(servicesFromServeConfig(JSON.stringify(config)), { services: ['svc:db', 'svc:tun', 'svc:web'], refused: [] });
+    assert.deepEqual(servicesFromServeConfig('{}'), { services: [], refused: [] });
+    assert.deepEqual(servicesFromServeConfig('{"Services": {}}'), { services: [], refused: [] });
+  });
+  it('refuses keys that are no Service name, and keeps the others', () => {
+    const bad = ['web', 'svc:', 'svc:Web', 'svc:web_1', 'svc:-web', 'svc:web.tailnet.ts.net', ' svc:web', `svc:${'a'.repeat(64)}`, 'tag:web', '../svc:x'];
+    const { services, refused } = servicesFromServeConfig(JSON.stringify({ Services: Object.fromEntries([...bad, 'svc:ok'].map((k) => [k, {}])) }));
+    assert.deepEqual(services, ['svc:ok']);
+    assert.deepEqual(refused.map((r) => r.name).sort(), [...bad].sort());
+    for (const r of refused) assert.match(r.reason, /is not a Tailscale Service name \(svc:<dns-label>, lower case\)/);
+  });
+  it(`rejects garbage, and more than ${MAX_SERVE_CONFIG_SERVICES} Services, with CERTSHARE_BAD_CONFIG`, () => {
+    const many = (n: number) => JSON.stringify({ Services: Object.fromEntries(Array.from({ length: n }, (_, i) => [`svc:s${i}`, {}])) });
+    assert.equal(servicesFromServeConfig(many(MAX_SERVE_CONFIG_SERVICES)).services.length, MAX_SERVE_CONFIG_SERVICES);
+    const garbage: Array<[string, RegExp]> = [
+      ['{"Services": ', /x\.json is not valid JSON/],
+      ['"svc:web"', /x\.json must be a JSON object/],
+      ['{"Services": ["svc:web"]}', /x\.json: "Services" must be an object/],
+      ['{"Services": "svc:web"}', /x\.json: "Services" must be an object/],
+      [many(MAX_SERVE_CONFIG_SERVICES + 1), /x\.json: 65 Services, more than the 64 certshare advertises/],
+    ];
+    for (const [text, message] of garbage) {
+      assert.throws(() => servicesFromServeConfig(text, 'x.json'), { code: 'CERTSHARE_BAD_CONFIG', message }, text.slice(0, 40));
+    }
   });
 });

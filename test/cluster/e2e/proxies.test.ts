@@ -108,7 +108,8 @@ function proxyExitWatch(env: E2eCluster, ns: string): { exits(): Map<string, num
     '--watch',
     '-o',
     'jsonpath={.metadata.uid}|{.status.containerStatuses[?(@.name=="proxy")].state.terminated.finishedAt}|{.metadata.name}|{.status.podIP}' +
-      '|{.status.conditions[?(@.type=="Ready")].status}|{.status.conditions[?(@.type=="certshare.io/certificates")].reason}|{.metadata.deletionTimestamp}{"\\n"}',
+      '|{.status.conditions[?(@.type=="Ready")].status}|{.status.conditions[?(@.type=="certshare.io/certificates")].reason}' +
+      '|{.metadata.deletionTimestamp}{"\\n"}',
   ]);
   return {
     lines: () => watch.lines.map(({ at, text }) => `${new Date(at).toISOString()} ${text}`),

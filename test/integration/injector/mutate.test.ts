@@ -425,7 +425,21 @@ describe('injector mutation', () => {
     const annotationValue = fc.oneof(fc.string(), fc.constantFrom('true', 'false', 'rw', 'ro', 'auto', 'none', DOMAIN, '/certs', 'a.b', '', '*.x.y'));
     const annotations = fc.dictionary(fc.constantFrom(...Object.values(ANNOTATION), 'other'), annotationValue);
     const shapes = fc.record({
-      spec: fc.option(fc.constantFrom({}, { containers: [] }, { containers: [{ name: 'certshare' }] }, pod(undefined).spec), { nil: undefined }),
+      spec: fc.option(
+        fc.constantFrom({}, { containers: [] }, { containers: [{ name: 'certshare' }] }, pod(undefined).spec, {
+          ...pod(undefined).spec,
+          containers: [
+            {
+              name: 'proxy',
+              ports: [
+                { name: 'https', containerPort: -1 },
+                { name: 'https', containerPort: 'x' as unknown as number },
+              ],
+            },
+          ],
+        }),
+        { nil: undefined },
+      ),
     });
     fc.assert(
       fc.property(annotations, shapes, (a, shape) => {
@@ -439,6 +453,137 @@ describe('injector mutation', () => {
     );
     assert.throws(() => admissionReviewResponse({ nonsense: true }, defaults), /no request\.uid/);
     assert.throws(() => admissionReviewResponse(null, defaults), /no request\.uid/);
+  });
+});
+
+describe("the served check filled from the proxy's port (certshare.io/served-check)", () => {
+  type Port = NonNullable<V1Container['ports']>[number];
+  const proxy = (...ports: Port[]): V1Container => ({ name: 'proxy', image: 'nginx', ports });
+  const tailscale: V1Container = {
+    name: 'tailscale',
+    image: 'tailscale/tailscale',
+    volumeMounts: [{ name: 'tailscale-socket', mountPath: '/var/run/tailscale' }],
+    ports: [{ name: 'https', containerPort: 443 }],
+  };
+  const withContainers = (annotations: Record<string, string>, ...containers: V1Container[]) => pod(annotations, { containers: [...containers, tailscale] });
+  const servedCheckOf = (annotations: Record<string, string>, ...containers: V1Container[]) => {
+    const { answer, stored } = admit(withContainers(annotations, ...containers));
+    assert.equal(answer.response.allowed, true, answer.response.status?.message);
+    return envOf(stored).CERTSHARE_SERVED_CHECK;
+  };
+
+  it("fills 127.0.0.1:<port> from the one TCP port named https; tailscaled's container (the socket volume's) does not count", () => {
+    assert.equal(servedCheckOf(asked(), proxy({ name: 'https', containerPort: 8443 }, { name: 'metrics', containerPort: 9113 })), '127.0.0.1:8443');
+    assert.equal(servedCheckOf(asked(), proxy({ name: 'https', containerPort: 443, protocol: 'TCP' })), '127.0.0.1:443');
+    // In another container than the first, or in a proxy run as a native sidecar.
+    assert.equal(servedCheckOf(asked(), { name: 'app', image: 'app' }, proxy({ name: 'https', containerPort: 9443 })), '127.0.0.1:9443');
+    const native = pod(asked(), { initContainers: [{ ...proxy({ name: 'https', containerPort: 8443 }), restartPolicy: 'Always' }] });
+    assert.equal(envOf(admit(native).stored).CERTSHARE_SERVED_CHECK, '127.0.0.1:8443');
+    // The daemon's own settings take it: a Pod may now advertise a Service without writing the check.
+    const advertising = admit(
+      withContainers(asked({ [ANNOTATION.flags]: '--advertise-services=svc:proxy --shutdown-timeout=8s' }), proxy({ name: 'https', containerPort: 8443 })),
+    );
+    assert.equal(advertising.answer.response.allowed, true, advertising.answer.response.status?.message);
+    assert.equal(envOf(advertising.stored).CERTSHARE_SERVED_CHECK, '127.0.0.1:8443');
+  });
+
+  it("an explicit --served-check wins: the Pod's certshare.io/flags, or the platform's --sidecar-flags", () => {
+    const flags = { [ANNOTATION.flags]: '--served-check=127.0.0.1:9000' };
+    assert.equal(servedCheckOf(asked(flags), proxy({ name: 'https', containerPort: 8443 })), '127.0.0.1:9000');
+    const platform = admit(withContainers(asked(), proxy({ name: 'https', containerPort: 8443 })), {
+      ...defaults,
+      sidecarFlags: '--served-check=127.0.0.1:7443',
+    });
+    assert.equal(envOf(platform.stored).CERTSHARE_SERVED_CHECK, '127.0.0.1:7443');
+    const both = admit(withContainers(asked(flags), proxy({ name: 'https', containerPort: 8443 })), {
+      ...defaults,
+      sidecarFlags: '--served-check=127.0.0.1:7443',
+    });
+    assert.equal(envOf(both.stored).CERTSHARE_SERVED_CHECK, '127.0.0.1:9000');
+    assert.equal(sidecarOf(both.stored)!.env!.filter((e) => e.name === 'CERTSHARE_SERVED_CHECK').length, 1);
+  });
+
+  it('fills nothing, and changes nothing else, when the port is not certain', () => {
+    const https = (containerPort: number): Port => ({ name: 'https', containerPort });
+    const unsure: Array<[string, V1Container[]]> = [
+      ['no port', [proxy()]],
+      ['ports of other names only, even a single one', [proxy({ name: 'tls', containerPort: 8443 })]],
+      ['a single unnamed port', [proxy({ containerPort: 443 })]],
+      ['two containers with a port named https', [proxy(https(8443)), { name: 'admin', image: 'admin', ports: [https(9443)] }]],
+      ['the same port named https in two containers', [proxy(https(8443)), { name: 'admin', image: 'admin', ports: [https(8443)] }]],
+      ['https over UDP (QUIC) only', [proxy({ name: 'https', containerPort: 8443, protocol: 'UDP' })]],
+      ['no port number', [proxy(https(0))]],
+      ['a port number out of range', [proxy(https(70_000))]],
+    ];
+    const plain = admit(withContainers(asked(), proxy())).stored;
+    for (const [what, containers] of unsure) {
+      const { answer, stored } = admit(withContainers(asked(), ...containers));
+      assert.equal(answer.response.allowed, true, `${what}: ${answer.response.status?.message}`);
+      assert.equal(envOf(stored).CERTSHARE_SERVED_CHECK, undefined, what);
+      assert.deepEqual(sidecarOf(stored), sidecarOf(plain), what);
+    }
+    // An init container that runs to completion serves nobody; certshare's own port is not the proxy's.
+    const job = pod(asked(), { initContainers: [{ name: 'setup', image: 'setup', ports: [https(8443)] }] });
+    assert.equal(envOf(admit(job).stored).CERTSHARE_SERVED_CHECK, undefined);
+  });
+
+  it('opts out with certshare.io/served-check: "off"; refuses another value, and "off" next to an explicit --served-check', () => {
+    assert.equal(servedCheckOf(asked({ [ANNOTATION.servedCheck]: 'off' }), proxy({ name: 'https', containerPort: 8443 })), undefined);
+    assert.equal(servedCheckOf(asked({ [ANNOTATION.servedCheck]: 'auto' }), proxy({ name: 'https', containerPort: 8443 })), '127.0.0.1:8443');
+    const refused: Array<[Record<string, string>, RegExp]> = [
+      [asked({ [ANNOTATION.servedCheck]: 'on' }), /certshare\.io\/served-check: "on" is neither "auto" nor "off"/],
+      [asked({ [ANNOTATION.servedCheck]: '127.0.0.1:8443' }), /certshare\.io\/served-check: "127\.0\.0\.1:8443" is neither/],
+      [
+        asked({ [ANNOTATION.servedCheck]: 'off', [ANNOTATION.flags]: '--served-check=127.0.0.1:8443' }),
+        /certshare\.io\/served-check: "off", while certshare\.io\/flags sets --served-check: keep one of the two/,
+      ],
+    ];
+    for (const [annotations, message] of refused) {
+      const { answer } = admit(withContainers(annotations, proxy({ name: 'https', containerPort: 8443 })));
+      assert.equal(answer.response.allowed, false, JSON.stringify(annotations));
+      assert.match(answer.response.status!.message, message);
+      assert.match(answer.response.status!.message, /\[CERTSHARE_BAD_ANNOTATION\]$/);
+    }
+    // "off" does not take away what the platform set for every sidecar (a Pod may change its value, not drop it).
+    const platform = admit(withContainers(asked({ [ANNOTATION.servedCheck]: 'off' }), proxy()), { ...defaults, sidecarFlags: '--served-check=127.0.0.1:7443' });
+    assert.equal(envOf(platform.stored).CERTSHARE_SERVED_CHECK, '127.0.0.1:7443');
+  });
+
+  it('is idempotent: reinvoked on the Pod it filled, or after another webhook added or changed a port named https, the Pod is left as it is', () => {
+    const once = admit(withContainers(asked(), proxy({ name: 'https', containerPort: 8443 }))).stored;
+    assert.equal(envOf(once).CERTSHARE_SERVED_CHECK, '127.0.0.1:8443');
+    const later = (change: (p: V1Pod) => void) => {
+      const p = structuredClone(once);
+      change(p);
+      return p;
+    };
+    const reinvoked: Array<[string, V1Pod]> = [
+      ['as stored', once],
+      [
+        'a second https container added',
+        later((p) => p.spec!.containers.push({ name: 'mesh', image: 'mesh', ports: [{ name: 'https', containerPort: 15443 }] })),
+      ],
+      ['the port renumbered', later((p) => (p.spec!.containers[0]!.ports![0]!.containerPort = 9443))],
+    ];
+    for (const [what, p] of reinvoked) {
+      const again = admit(p);
+      assert.equal(again.answer.response.allowed, true, `${what}: ${again.answer.response.status?.message}`);
+      assert.equal(again.answer.response.patch, undefined, what);
+      assert.equal(injectionFor(p, defaults).kind, 'skip', what);
+    }
+    // Injected without a port named https, then given one by a later webhook: still left alone.
+    const unfilled = admit(withContainers(asked(), proxy())).stored;
+    unfilled.spec!.containers[0]!.ports = [{ name: 'https', containerPort: 8443 }];
+    assert.equal(admit(unfilled).answer.response.patch, undefined);
+    assert.equal(injectionFor(unfilled, defaults).kind, 'skip');
+    // A certshare container the injector did not write: a served check it could not have filled is refused.
+    for (const value of ['10.0.0.5:8443', '127.0.0.1:0', 'localhost:8443']) {
+      const p = structuredClone(once);
+      sidecarOf(p)!.env!.find((e) => e.name === 'CERTSHARE_SERVED_CHECK')!.value = value;
+      const { answer } = admit(p);
+      assert.equal(answer.response.allowed, false, value);
+      assert.match(answer.response.status!.message, /brings its own container named certshare \(its env is not the injector's\)/, value);
+    }
   });
 });
 
