@@ -16,15 +16,10 @@ import {
   type InjectionDefaults,
 } from '../../../src/injector/mutate.ts';
 import { CA_DIR, CA_FILE, SIDECAR_NAME, SIDECAR_SECURITY_CONTEXT, TOKEN_DIR } from '../../../src/injector/sidecar.ts';
+import { TEST_INJECTION_DEFAULTS } from '../../support/injector-example.ts';
 import { applyJsonPatch } from '../../support/json-patch.ts';
 
-const defaults: InjectionDefaults = {
-  image: 'example/certshare:test',
-  mode: 'auto',
-  outDir: '/certs',
-  readinessGate: DEFAULT_READINESS_GATE,
-  socketVolume: 'tailscale-socket',
-};
+const defaults: InjectionDefaults = TEST_INJECTION_DEFAULTS;
 const DOMAIN = 'proxy.tailnet-0000.ts.net';
 
 function pod(annotations: Record<string, string> | undefined, spec: Partial<V1Pod['spec']> = {}): V1Pod {
