@@ -261,6 +261,21 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     assert.equal(allowed.code, 0, allowed.stderr);
   });
 
+  it("refuses changing the passwd file the injector gave tailscaled's container (a Pod advertising a Tailscale Service)", async () => {
+    const advertising = { ...asked, [ANNOTATION.flags]: '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy --shutdown-timeout=8s' };
+    assert.equal(await create(pod('advertising-0', { serviceAccountName: 'certshare' }, advertising)), 'created');
+    const { metadata } = await stored('advertising-0');
+    assert.match(metadata!.annotations!['certshare.io/tailscaled-passwd']!, /^certshare:x:65532:/m);
+    const patch = (annotations: Record<string, string | null>) =>
+      cp().kubectl(['patch', 'pod', 'advertising-0', '-n', ns, '--type=merge', '-p', JSON.stringify({ metadata: { annotations } })], { kubeconfig: author });
+    for (const value of ['certshare:x:0:0::/:/bin/sh\n', null]) {
+      const changed = await patch({ 'certshare.io/tailscaled-passwd': value });
+      assert.match(changed.stderr, new RegExp(`${POLICY}.*certshare.io/tailscaled-passwd .* cannot change`), String(value));
+    }
+    const other = await patch({ 'example.com/note': 'mine' });
+    assert.equal(other.code, 0, other.stderr);
+  });
+
   it('a webhook that is down opens nothing: its Pods refused; without the webhook at all, the policy alone still refuses', async () => {
     await injector!.stop();
     injector = undefined;
