@@ -226,7 +226,7 @@ export const INJECTOR_FLAGS = [
     group: 'injected sidecar',
     placeholder: 'grant|manual',
     default: 'grant',
-    help: "Pods advertising Tailscale Services: make certshare's uid tailscaled's operator, or leave it to them.",
+    help: "Pods advertising Tailscale Services: make certshare's uid tailscaled's operator, or let them.",
     detail:
       `grant: the injector adds a passwd entry and TS_EXTRA_ARGS=--operator=certshare to tailscaled's container unless the Pod ` +
       'says certshare.io/tailscale-operator: manual (docs/tailscale-services.md).',

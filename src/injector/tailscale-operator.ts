@@ -15,7 +15,7 @@ export const OPERATOR_USER = 'certshare';
 const PASSWD_VOLUME = 'certshare-tailscaled-passwd';
 const EXTRA_ARGS = 'TS_EXTRA_ARGS';
 /** Where a TS_EXTRA_ARGS taken from a Secret or ConfigMap goes, so that the operator can be appended to it. */
-const EXTRA_ARGS_BASE = 'CERTSHARE_TS_EXTRA_ARGS_BASE';
+const EXTRA_ARGS_BASE = 'TS_EXTRA_ARGS_BEFORE_OPERATOR';
 const OPERATOR_ARG = `--operator=${OPERATOR_USER}`;
 
 /** root and nobody, as a minimal image has them, and certshare's uid under a name tailscaled can look up. */

@@ -332,6 +332,16 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
         (p: { metadata: { uid: string } }) => p.metadata.uid,
       );
       const service = (await env.cluster.kubectlOk(['get', 'service', 'proxy', '-n', SERVICE_NS, '-o', 'jsonpath={.spec.clusterIP}'])).trim();
+      // Advertised does not wait for the Kubernetes Service to route to the Pod (Ready does): the client
+      // through that Service starts once every Pod is Ready and a handshake through it succeeds.
+      await poll('every replica Ready', 120_000, async () => {
+        const states = await podStates(env, SERVICE_NS);
+        return states.length === SERVICE_REPLICAS && states.every((p) => p.ready) ? true : undefined;
+      });
+      await poll('a handshake through the Service', 60_000, async () => {
+        const once = await env.cluster.exec([process.execPath, PROBE, 'once', '--ca', CA_FILE, '--sni', DOMAIN, `${service}:443`], { timeoutMs: 30_000 });
+        return (JSON.parse(once.stdout) as Array<{ error?: string }>).every((p) => p.error === undefined) ? true : undefined;
+      });
       client = watchLines(env, [process.execPath, PROBE, 'loop', '--ca', CA_FILE, '--sni', DOMAIN, '--interval-ms', '50', `${service}:443`], 'pipe');
       const started = Date.now();
       await env.cluster.kubectlOk(['rollout', 'restart', 'statefulset/proxy', '-n', SERVICE_NS]);
@@ -348,20 +358,25 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
     await new Promise((resolve) => (client!.child.exitCode !== null ? resolve(undefined) : client!.child.once('close', resolve)));
     const result = JSON.parse(client!.lines.at(-1)!.text) as { attempts: number; failures: Array<{ at: string; error: string }>; serials: string[] };
 
-    // Each node's last definite state: a withdrawal is advertising -> withdrawn while connected; advertising
-    // -> offline is a node that left still advertising.
+    // Each node's state as control holds it: while the node's Hostinfo lags what it lists ('changing'), control
+    // still goes by the earlier list; a node silent for one look but answering later was busy, not gone (on a
+    // loaded machine a c2n answer can take over the second). A withdrawal is advertising -> withdrawn while
+    // connected; advertising -> offline for good is a node that left still advertising.
+    const sampled = views.slice(fullFrom);
+    const lastOnline = new Map<number, number>();
+    for (const [i, view] of sampled.entries()) for (const [id, state] of view.nodes) if (state !== 'offline') lastOnline.set(id, i);
     const last = new Map<number, NodeState>();
     const withdrawals: number[] = [];
     let leftAdvertising = 0;
-    for (const view of views.slice(fullFrom)) {
+    const counts = sampled.map((view, i) => {
       for (const [id, state] of view.nodes) {
-        if (state === 'changing') continue;
+        if (state === 'changing' || (state === 'offline' && (lastOnline.get(id) ?? -1) > i)) continue;
         if (last.get(id) === 'advertising' && state === 'withdrawn') withdrawals.push(view.at);
         if (last.get(id) === 'advertising' && state === 'offline') leftAdvertising++;
         last.set(id, state);
       }
-    }
-    const counts = views.slice(fullFrom).map(advertising);
+      return [...last.values()].filter((s) => s === 'advertising').length;
+    });
     const gaps = counts.filter((n, i) => n === 0 && (i === 0 || counts[i - 1] !== 0)).length;
     // The rollout replaces one Pod at a time: the i-th withdrawal belongs to the i-th proxy to stop.
     const exits = exitWatch.exits();

@@ -92,8 +92,8 @@ describe("the injector's tailscaled operator grant", () => {
     const referenced = admit(pod(ADVERTISING, { env: [{ name: 'TS_EXTRA_ARGS', valueFrom }], envFrom: [{ configMapRef: { name: 'tailscale' } }] })).stored;
     // The kubelet expands $(NAME) from the variables before it.
     assert.deepEqual(extraArgs(referenced), [
-      { name: 'CERTSHARE_TS_EXTRA_ARGS_BASE', valueFrom },
-      { name: 'TS_EXTRA_ARGS', value: '$(CERTSHARE_TS_EXTRA_ARGS_BASE) --operator=certshare' },
+      { name: 'TS_EXTRA_ARGS_BEFORE_OPERATOR', valueFrom },
+      { name: 'TS_EXTRA_ARGS', value: '$(TS_EXTRA_ARGS_BEFORE_OPERATOR) --operator=certshare' },
     ]);
   });
 
