@@ -45,6 +45,8 @@ export interface DaemonConfig {
   issuanceBudget: BudgetLimit | undefined;
   /** The platform's namespace holding one shared ledger per registered domain; undefined: a ledger per group. */
   budgetNamespace?: string | undefined;
+  /** --federation-*: the federation home (docs/federation.md); undefined: none, this cluster alone. */
+  federation?: { kubeconfig: string; namespace: string; cluster: string } | undefined;
   /** How many domains this process issues at once (CertPair calls and their store writes). */
   issuanceConcurrency: number;
   logLevel: string;

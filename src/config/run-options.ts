@@ -214,6 +214,28 @@ export const RUN_FLAGS = [
       'needs list and watch on every Secret of the namespace (manifests/group-scope).',
   },
   {
+    name: 'federation-kubeconfig',
+    group: 'Kubernetes',
+    placeholder: 'FILE',
+    help: "The federation home's kubeconfig: one writer, Secret of record and ledger across clusters.",
+    detail:
+      "A kubeconfig the platform mounts from a Secret (the injector's --sidecar-home-kubeconfig-secret). The writer " +
+      'election, the Secrets of record and the ledger live at the home; the local writer mirrors them into the local ' +
+      'Secrets (docs/federation.md). Needs --federation-namespace and --federation-cluster.',
+  },
+  {
+    name: 'federation-namespace',
+    group: 'Kubernetes',
+    placeholder: 'NS',
+    help: "The namespace at the federation home holding the group's Lease, Secrets and ledger.",
+  },
+  {
+    name: 'federation-cluster',
+    group: 'Kubernetes',
+    placeholder: 'NAME',
+    help: "This member cluster's name in the home Lease's holder (<cluster>/<pod>) and in logs.",
+  },
+  {
     name: 'out-dir',
     group: 'Kubernetes',
     placeholder: 'DIR',
@@ -430,6 +452,7 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
     ariIntervalMs: duration(values, 'ari-interval'),
     issuanceBudget: parseBudget(values['issuance-budget']),
     budgetNamespace: values['budget-namespace'],
+    federation: federationFrom(values),
     issuanceConcurrency: Number(values['issuance-concurrency']),
     logLevel: values['log-level'],
     logFormat: logFormatFrom(values),
@@ -515,6 +538,7 @@ export function validateConfig(c: DaemonConfig): string | undefined {
     [c.store.kind === 'kube' && c.mode === 'auto' && !c.group, () => '--mode auto needs --group or POD_NAME to name the group Lease'],
     [c.watchScope === 'group' && c.store.kind !== 'kube', () => '--watch-scope group needs --store kube'],
     [c.budgetNamespace !== undefined && c.store.kind !== 'kube', () => '--budget-namespace needs --store kube'],
+    ...federationRules(c),
     [c.budgetNamespace !== undefined && !c.issuanceBudget, () => '--budget-namespace needs an --issuance-budget (it names where that budget is kept)'],
     [c.budgetNamespace !== undefined && !isObjectName(c.budgetNamespace), () => `--budget-namespace: "${c.budgetNamespace}" is not a namespace name`],
     [c.watchScope === 'group' && !c.group, () => "--watch-scope group needs --group or POD_NAME: the group's label selects its Secrets"],
@@ -598,4 +622,25 @@ export function tlsChoice(text: string | undefined, flag = 'tls'): TlsChoice | u
   if (text.startsWith('dir:') && text.length > 4) return { kind: 'dir', path: text.slice(4) };
   if (text.startsWith('secret:') && isObjectName(text.slice(7))) return { kind: 'secret', name: text.slice(7) };
   throw badFlag(`--${flag} must be dir:PATH or secret:NAME (a Secret name), got "${text}"`);
+}
+
+/** --federation-*: all three, or none. */
+function federationFrom(values: RunValues): DaemonConfig['federation'] {
+  const kubeconfig = values['federation-kubeconfig'];
+  const namespace = values['federation-namespace'];
+  const cluster = values['federation-cluster'];
+  if (kubeconfig === undefined && namespace === undefined && cluster === undefined) return undefined;
+  return { kubeconfig: kubeconfig ?? '', namespace: namespace ?? '', cluster: cluster ?? '' };
+}
+
+function federationRules(c: DaemonConfig): Array<[broken: boolean, message: () => string]> {
+  const f = c.federation;
+  if (!f) return [];
+  return [
+    [c.store.kind !== 'kube', () => '--federation-kubeconfig needs --store kube'],
+    [!f.kubeconfig || !f.namespace || !f.cluster, () => '--federation-kubeconfig, --federation-namespace and --federation-cluster go together'],
+    [!!f.namespace && !isObjectName(f.namespace), () => `--federation-namespace: "${f.namespace}" is not a namespace name`],
+    [!!f.cluster && !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(f.cluster), () => `--federation-cluster: "${f.cluster}" is not a DNS label`],
+    [!c.group, () => '--federation-kubeconfig needs --group or POD_NAME: the home keeps one Lease per group'],
+  ];
 }

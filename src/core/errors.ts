@@ -71,6 +71,13 @@ export const ERROR_CODES = {
     message: '{problem}',
     exit: 1,
   },
+  CERTSHARE_HOME_UNUSABLE: {
+    means:
+      'the federation home answers, but not as the home of this group: an unknown group (no Lease there), garbage, or a ' +
+      'kubeconfig without the rights; nothing is issued on its account (no break-glass either)',
+    message: 'federation home {where}: {problem}',
+    exit: 1,
+  },
   CERTSHARE_STORE_CONFLICT: { means: "a compare-and-swap write lost to another writer's change; the state is read again", message: '{problem}', exit: 1 },
   CERTSHARE_STORE_CORRUPT: { means: 'a stored object is damaged, emptied or edited by hand; it is restored without issuing', message: '{problem}', exit: 1 },
   CERTSHARE_RENEW_REFUSED: {

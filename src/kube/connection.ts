@@ -16,11 +16,17 @@ export interface KubeConnection {
   close(): void;
 }
 
-/** In-cluster credentials inside a Pod, KUBECONFIG (or ~/.kube/config) outside. */
-export async function connectKube(env: NodeJS.ProcessEnv, options: { requestTimeoutMs?: number } = {}): Promise<KubeConnection> {
+/**
+ * In-cluster credentials inside a Pod, KUBECONFIG (or ~/.kube/config) outside. `kubeconfig` and
+ * `namespace`: another cluster's (the federation home's), from a kubeconfig file the platform mounts.
+ */
+export async function connectKube(
+  env: NodeJS.ProcessEnv,
+  options: { requestTimeoutMs?: number; kubeconfig?: string; namespace?: string } = {},
+): Promise<KubeConnection> {
   const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
   const config = new KubeConfig();
-  const source = kubeconfigSource(env);
+  const source = options.kubeconfig ? kubeconfigSource({ KUBECONFIG: options.kubeconfig }) : kubeconfigSource(env);
   try {
     if (source.kind === 'file') config.loadFromFile(source.path);
     else config.loadFromCluster();
@@ -28,6 +34,7 @@ export async function connectKube(env: NodeJS.ProcessEnv, options: { requestTime
     throw new CertshareError('CERTSHARE_BAD_CONFIG', `cannot load Kubernetes credentials: ${errorMessage(err)}`, { cause: err });
   }
   const namespace =
+    options.namespace ||
     env.POD_NAMESPACE ||
     (await readFile(SA_NAMESPACE, 'utf8').then(
       (s) => s.trim(),

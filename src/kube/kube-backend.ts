@@ -2,7 +2,7 @@
 // Lease for the writer, the Pod's Events and readiness gate, an optional projection of the files.
 import { errorMessage } from '../core/errors.ts';
 import { rotationExitTime } from '../core/renewal.ts';
-import { staticRole } from '../core/store.ts';
+import { staticRole, type IssuanceRole } from '../core/store.ts';
 import type { BackendContext, StoreBackend } from '../store-backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
 import { Projector } from '../delivery/projector.ts';
@@ -14,6 +14,7 @@ import { LeaseElector, leaseIdentity } from './lease-elector.ts';
 import { KubeLedgerStore } from './ledger-store.ts';
 import { EventRecorder } from './event-recorder.ts';
 import { PodEvents } from './pod-events.ts';
+import { Federation, checkHome } from './federation.ts';
 
 /** What the shutdown bound keeps back, after leaving rotation and the drain delay, for stopping the rest. */
 const STOP_RESERVE_MS = 1000;
@@ -40,7 +41,9 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
   const podEvents = recorder ? new PodEvents((occurrence) => recorder.record(occurrence)) : undefined;
   const elector = config.mode === 'auto' ? leaseElector(ctx, connection, identity, podEvents) : undefined;
   if (!elector) metrics.writer.set(config.mode === 'rw' ? 1 : 0);
-  const role = elector ?? staticRole(identity, config.mode === 'rw');
+  const localRole = elector ?? staticRole(identity, config.mode === 'rw');
+  const federation = config.federation ? await federate(ctx, store, localRole, identity, podEvents) : undefined;
+  const role = federation?.role ?? localRole;
   const projector = config.outDir ? new Projector(new CertDirectory(config.outDir), logger, ctx.filesWritten) : undefined;
   // validateConfig: a readiness gate has POD_NAME, a routing check an IPv4 in POD_IPS.
   const gate = config.readinessGate && podName ? readinessGate(ctx, connection, podName, projector, podEvents) : undefined;
@@ -50,12 +53,13 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
   );
 
   return {
-    store,
-    ledger: new KubeLedgerStore(connection, config.group, { budgetNamespace: config.budgetNamespace }),
+    store: federation?.store ?? store,
+    ledger: new KubeLedgerStore(federation?.connection ?? connection, config.group, { budgetNamespace: config.budgetNamespace }),
     role,
     observers: [...(projector ? [projector] : []), ...(podEvents ? [podEvents.observer] : [])],
     async start() {
       elector?.start();
+      federation?.start();
       gate?.start();
     },
     ...(podEvents
@@ -80,6 +84,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       // else the successor issues the domain again.
       const settled = settleIssuance(budget).catch((err: unknown) => logger.warn({ err: errorMessage(err) }, 'could not settle issuance before handing over'));
       await Promise.race([settled, new Promise((resolve) => budget.addEventListener('abort', resolve, { once: true }))]);
+      await federation?.stop(budget);
       await elector?.stop(budget);
       // What the shutdown recorded (NotReady, LostWriter) is sent within what is left of the budget.
       await recorder?.stop(budget);
@@ -88,6 +93,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       await gate?.stop();
       await recorder?.stop();
       await store.stop();
+      await federation?.close();
       connection.close();
       await projector?.idle();
     },
@@ -152,4 +158,75 @@ function readinessGate(
       ? { routing: readinessRouting({ urls, ownIPv4: config.pod.ipv4, attempts: config.routingAttempts, proofs: ctx.routingProofs, logger }) }
       : {}),
   });
+}
+
+/** A federation home's pieces (federation.ts) and how the backend stops them. */
+interface Federated {
+  store: Federation['store'];
+  role: Federation['role'];
+  connection: KubeConnection;
+  start(): void;
+  stop(signal: AbortSignal): Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * --federation-kubeconfig: a second connection, to the home, with the same store and Lease code as the
+ * local ones. Its start-up check refuses an unknown group, missing rights or garbage (CERTSHARE_HOME_UNUSABLE).
+ */
+async function federate(
+  ctx: BackendContext,
+  local: KubeSecretStore,
+  localRole: IssuanceRole,
+  identity: string,
+  podEvents: PodEvents | undefined,
+): Promise<Federated> {
+  const { config, metrics } = ctx;
+  const { clock, logger, env } = ctx.deps;
+  const f = config.federation!;
+  const group = config.group!; // validateConfig: a home needs a group
+  const connection = await connectKube(env, { kubeconfig: f.kubeconfig, namespace: f.namespace });
+  const log = logger.child({ component: 'federation', cluster: f.cluster });
+  try {
+    await checkHome(connection, group, log);
+  } catch (err) {
+    connection.close();
+    throw err;
+  }
+  const homeStore = new KubeSecretStore({
+    connection,
+    clock,
+    logger: log.child({ component: 'home-secret-store' }),
+    group,
+    writer: `${f.cluster}/${identity}`,
+    onError: (operation) => metrics.storeErrors.inc({ operation: `home_${operation}` }),
+  });
+  const federation = new Federation({
+    home: { connection, store: homeStore },
+    local: { store: local, role: localRole },
+    group,
+    identity: leaseIdentity(`${f.cluster}/${identity}`),
+    clock,
+    logger: log,
+    leaseDurationMs: config.leaseDurationMs,
+    renewal: config.renewal,
+    readinessLeadMs: config.readinessLeadMs,
+    onBreakGlass: (domain, serial) => {
+      metrics.breakGlass.inc({ domain });
+      podEvents?.breakGlass(domain, serial);
+    },
+  });
+  log.info({ home: connection.namespace }, 'federation home configured');
+  return {
+    store: federation.store,
+    role: federation.role,
+    connection,
+    start: () => federation.start(),
+    stop: (signal) => federation.stop(signal),
+    async close() {
+      await federation.stop();
+      await homeStore.stop();
+      connection.close();
+    },
+  };
 }

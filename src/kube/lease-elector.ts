@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { CoordinationV1Api, type V1Lease, V1MicroTime } from './transport/client-node.ts';
 import { jitter } from '../core/backoff.ts';
 import type { Clock } from '../core/clock.ts';
+import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import type { IssuanceRole } from '../core/store.ts';
 import { apiErrorCode, apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
@@ -40,6 +41,11 @@ export interface LeaseElectorOptions {
   /** How often a follower looks at the Lease. */
   retryEveryMs?: number;
   onLeadershipChange?: (leader: boolean) => void;
+  /**
+   * A Lease that does not exist is an error instead of one to create (the federation home: the platform
+   * creates one per group it knows; a member never makes up a group there).
+   */
+  mustExist?: boolean;
 }
 
 /**
@@ -52,7 +58,7 @@ export interface LeaseElectorOptions {
  */
 export class LeaseElector implements IssuanceRole {
   readonly identity: string;
-  readonly #o: Required<Omit<LeaseElectorOptions, 'onLeadershipChange'>> & Pick<LeaseElectorOptions, 'onLeadershipChange'>;
+  readonly #o: Required<Omit<LeaseElectorOptions, 'onLeadershipChange' | 'mustExist'>> & Pick<LeaseElectorOptions, 'onLeadershipChange' | 'mustExist'>;
   readonly #api: CoordinationV1Api;
   readonly #listeners = new Set<() => void>();
   readonly #abort = new AbortController();
@@ -146,6 +152,9 @@ export class LeaseElector implements IssuanceRole {
       if (apiStatus(err) !== 404) throw err;
     }
     if (!lease) {
+      if (this.#o.mustExist) {
+        throw new CertshareError('CERTSHARE_HOME_UNUSABLE', { where: `Lease ${namespace}/${name}`, problem: 'does not exist: a group the home does not know' });
+      }
       await this.#api.createNamespacedLease({ namespace, body: this.#leaseBody(undefined, startedAt) }, withSignal(signal));
       this.#won(startedAt);
       return;

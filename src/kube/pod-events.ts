@@ -15,6 +15,7 @@ export const EVENT_REASONS = {
   IssuanceFailed: 'a certificate request failed: the failure code (issuance-policy / failure kind) and the next retry',
   RateLimited: 'the CA refused with a rate limit: no request before the time given',
   BudgetQueued: "a first issuance waits for a slot of the issuance budget (--issuance-budget): the domain's turn",
+  BreakGlassIssued: 'a certificate was issued without the federation home, unreachable past the safety point (docs/federation.md)',
   RenewRefused: 'a renew request (certshare renew) was refused: the minimum interval or the issuance budget says no (served ones are Renewed)',
   Ready: "the Pod's readiness condition turned True",
   NotReady: "the Pod's readiness condition turned False, with its reason",
@@ -162,6 +163,17 @@ export class PodEvents {
       action: 'CheckServed',
       key: `${domain} ${outcome}`,
       note: `${domain}: ${description}`,
+    });
+  }
+
+  /** A certificate issued without the federation home (break-glass), recorded in the local Secret. */
+  breakGlass(domain: string, serial: string): void {
+    this.#record({
+      type: 'Warning',
+      reason: 'BreakGlassIssued',
+      action: 'Issue',
+      key: `${domain} ${serial}`,
+      note: `${domain}: certificate ${serial} issued without the federation home (unreachable past the safety point)`,
     });
   }
 

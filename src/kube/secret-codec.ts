@@ -20,6 +20,8 @@ export const ANNOTATION_RENEW_REQUESTED = 'certshare.io/renew-requested';
 /** The id of the last renew request the writer answered, and what became of it (written together). */
 export const ANNOTATION_RENEW_ANSWERED = 'certshare.io/renew-answered';
 export const ANNOTATION_RENEW_OUTCOME = 'certshare.io/renew-outcome';
+/** The serial of a certificate this member issued on its own while the federation home was unreachable. */
+export const ANNOTATION_BREAK_GLASS = 'certshare.io/break-glass';
 
 /**
  * What certshare keeps of a Secret: the fields it reads and writes back (see certSecret below), without
@@ -115,7 +117,7 @@ export function certSecret(
   domain: string,
   base: SecretFields | undefined,
   meta: SecretMeta,
-  change: { cert?: StoredCert; coordination: Coordination; renewAnswer?: RenewAnswer | undefined },
+  change: { cert?: StoredCert; coordination: Coordination; renewAnswer?: RenewAnswer | undefined; annotations?: Record<string, string> | undefined },
 ): V1Secret {
   const labels: Record<string, string> = { ...base?.metadata?.labels, [LABEL_MANAGED_BY]: 'certshare' };
   if (meta.group) labels[LABEL_GROUP] = meta.group;
@@ -129,6 +131,7 @@ export function certSecret(
     annotations[ANNOTATION_RENEW_ANSWERED] = change.renewAnswer.id;
     annotations[ANNOTATION_RENEW_OUTCOME] = change.renewAnswer.outcome;
   }
+  Object.assign(annotations, change.annotations);
   let data = base?.data ?? { 'tls.crt': '', 'tls.key': '' };
   if (change.cert) {
     annotations[ANNOTATION_NOT_AFTER] = new Date(change.cert.info.notAfter).toISOString();

@@ -167,11 +167,12 @@ export class KubeSecretStore implements CertStore {
     return read.state === 'valid' && read.cert.info.notAfter >= kept.info.notAfter ? read : { ...read, lastValid: kept };
   }
 
-  async save(domain: string, cert: StoredCert, signal?: AbortSignal, options?: SaveOptions): Promise<void> {
+  /** `annotations`: set beside the certificate's own (the federation's break-glass record). */
+  async save(domain: string, cert: StoredCert, signal?: AbortSignal, options?: SaveOptions & { annotations?: Record<string, string> }): Promise<void> {
     // A new certificate ends any intent; a rate limit still in force stays recorded.
     const { retryNotBefore } = this.#lastCoordination(domain);
     const coordination = retryNotBefore !== undefined && retryNotBefore > this.#clock.now() ? { retryNotBefore } : {};
-    await this.#write(domain, { cert, coordination, renewAnswer: options?.renewAnswer }, signal);
+    await this.#write(domain, { cert, coordination, renewAnswer: options?.renewAnswer, annotations: options?.annotations }, signal);
     this.#keepValid(domain, cert);
   }
 
@@ -192,6 +193,11 @@ export class KubeSecretStore implements CertStore {
   recordRateLimit(domain: string, until: number, signal?: AbortSignal): Promise<void> {
     const { intent: _ended, ...rest } = this.#lastCoordination(domain);
     return this.#write(domain, { coordination: { ...rest, retryNotBefore: until } }, signal);
+  }
+
+  /** An annotation of the domain's Secret as the last load() or write saw it. */
+  annotation(domain: string, name: string): string | undefined {
+    return this.#lastRead.get(domain)?.metadata.annotations?.[name];
   }
 
   watch(domain: string, listener: () => void): () => void {

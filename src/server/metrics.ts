@@ -64,6 +64,7 @@ export class Metrics implements LoopObserver {
   readonly reloads: Counter;
   readonly storeErrors: Counter;
   readonly eventsDropped: Counter;
+  readonly breakGlass: Counter;
   readonly writer: Gauge;
   /** The issuance budget's queues, read at each scrape (none until watchBudget). */
   #budgetQueues: () => QueueReport[] = () => [];
@@ -82,6 +83,7 @@ export class Metrics implements LoopObserver {
       reloads: this.reloads,
       storeErrors: this.storeErrors,
       eventsDropped: this.eventsDropped,
+      breakGlass: this.breakGlass,
       writer: this.writer,
     } = processMetrics(registers));
     budgetMetrics(
@@ -272,12 +274,18 @@ function processMetrics(registers: Registers) {
     help: 'Kubernetes Events not recorded: the queue was full, or the API refused or did not answer.',
     registers,
   });
+  const breakGlass = new Counter({
+    name: 'certshare_break_glass_issuances_total',
+    help: 'Certificates this member issued on its own while the federation home was unreachable past the safety point.',
+    labelNames: ['domain'],
+    registers,
+  });
   const writer = new Gauge({
     name: 'certshare_writer',
     help: '1 while this replica may issue certificates (rw mode, or holding the group Lease in auto mode).',
     registers,
   });
-  return { busConnected, busReconnects, busBadLines, reloads, storeErrors, eventsDropped, writer };
+  return { busConnected, busReconnects, busBadLines, reloads, storeErrors, eventsDropped, breakGlass, writer };
 }
 
 /** The issuance budget's queues and the issuance slots, read at each scrape. */

@@ -1,0 +1,360 @@
+// The federation home (issue 34, docs/federation.md) against three real kube-apiservers with etcd: the home and
+// two member clusters. Group `shared` serves one name in both members (two replicas in A, one in B); A also runs
+// group `alpha`, B group `beta`, each its own name. Every replica has its own LocalAPI emulator standing in for
+// tailscaled (the emulators count the certificates they sign). A JumpClock shared by the daemons and the
+// emulators skips the days of a 90-day certificate's life; everything else runs at the pace of real I/O.
+import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
+import { once } from 'node:events';
+import { writeFile, readFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { parseFlags } from '../../src/flags/flags.ts';
+import { RUN_FLAGS, daemonConfigFrom, type DaemonConfig } from '../../src/config/run-options.ts';
+import { startDaemon, type Daemon } from '../../src/daemon.ts';
+import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
+import { breakGlassPoint } from '../../src/core/federation.ts';
+import { renewalTime } from '../../src/core/renewal.ts';
+import { connectKube } from '../../src/kube/connection.ts';
+import { requestRenewal } from '../../src/kube/renew-request.ts';
+import { startControlPlane, type ControlPlane } from '../harness/control-plane.ts';
+import { CONTROL_PLANE_HOOK_TIMEOUT_MS } from '../harness/use-control-plane.ts';
+import { JumpClock } from '../support/jump-clock.ts';
+import { must } from '../support/kube.ts';
+import { recordingLogger, type LogEntry } from '../support/recording-logger.ts';
+import { FAST_FLAGS, useTempDir } from '../support/standalone.ts';
+import { onEvent, until } from '../support/wait.ts';
+import type { EventEmitter } from 'node:events';
+
+const DAY = 86_400_000;
+const LIFETIME = 90 * DAY;
+const HOME_NS = 'certshare-home';
+const NS = 'proxies';
+const SHARED = 'shared.tailnet-0000.ts.net';
+const ALPHA = 'alpha.tailnet-0000.ts.net';
+const BETA = 'beta.tailnet-0000.ts.net';
+const GROUPS: Record<string, string> = { shared: SHARED, alpha: ALPHA, beta: BETA };
+
+interface Member {
+  name: 'east' | 'west';
+  cp: ControlPlane;
+}
+
+interface Replica {
+  member: Member['name'];
+  pod: string;
+  domain: string;
+  daemon: Daemon;
+  emulator: Emulator;
+  config: DaemonConfig;
+  log: { entries: LogEntry[]; events: EventEmitter };
+  stop(): Promise<void>;
+}
+
+const serialOfPem = (pem: string): string => new X509Certificate(pem).serialNumber;
+
+describe('the federation home: three apiservers, two members, one shared name', () => {
+  const dir = useTempDir();
+  const clock = new JumpClock();
+  let home: ControlPlane;
+  let members: Member[] = [];
+  let homeKubeconfig: string;
+  const replicas: Replica[] = [];
+
+  before(
+    async () => {
+      const [h, east, west] = await Promise.all([startControlPlane(), startControlPlane(), startControlPlane()]);
+      home = h!;
+      members = [
+        { name: 'east', cp: east! },
+        { name: 'west', cp: west! },
+      ];
+      await must(home.kubectl(['create', 'namespace', HOME_NS]));
+      for (const m of members) await must(m.cp.kubectl(['create', 'namespace', NS]));
+      // The platform creates one Lease per federated group at the home: a member never makes up a group there.
+      for (const group of Object.keys(GROUPS)) {
+        const lease = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: `certshare-${group}` }, spec: {} };
+        const res = await home.adminRequest('POST', `/apis/coordination.k8s.io/v1/namespaces/${HOME_NS}/leases`, { body: lease });
+        assert.equal(res.status, 201, res.body);
+      }
+      homeKubeconfig = home.adminKubeconfigPath;
+    },
+    { timeout: CONTROL_PLANE_HOOK_TIMEOUT_MS },
+  );
+  after(
+    async () => {
+      await Promise.all(replicas.map((r) => r.stop()));
+      await Promise.all([home?.stop(), ...members.map((m) => m.cp.stop())]);
+    },
+    { timeout: 120_000 },
+  );
+
+  const member = (name: Member['name']): Member => members.find((m) => m.name === name)!;
+
+  function flagsFor(group: string, emulator: Emulator, extra: string[] = []): string[] {
+    return [
+      ...['--localapi', emulator.address, '--store', 'kube', '--domain', GROUPS[group]!, '--group', group, '--mode', 'auto'],
+      ...['--lease-duration', '3s', ...FAST_FLAGS],
+      ...extra,
+    ];
+  }
+
+  async function startMemberReplica(m: Member, group: string, pod: string, extra: string[] = []): Promise<Replica> {
+    const domain = GROUPS[group]!;
+    const emulator = await startEmulator({
+      listen: join(dir(), `${m.name}-${pod}.sock`),
+      domains: [domain],
+      id: `${m.name}-${pod}`,
+      clock,
+      certLifetimeMs: LIFETIME,
+      asyncRenewal: false,
+    });
+    const flags = flagsFor(group, emulator, [
+      ...['--federation-kubeconfig', homeKubeconfig, '--federation-namespace', HOME_NS, '--federation-cluster', m.name],
+      ...extra,
+    ]);
+    const env = { KUBECONFIG: m.cp.adminKubeconfigPath, POD_NAME: pod, POD_NAMESPACE: NS, POD_IPS: '10.0.0.10' };
+    const config = daemonConfigFrom(parseFlags(RUN_FLAGS, flags, {}), env);
+    const { logger, entries, events } = recordingLogger();
+    let daemon: Daemon;
+    try {
+      daemon = await startDaemon(config, { logger, env, clock });
+    } catch (err) {
+      await emulator.close();
+      throw err;
+    }
+    const replica: Replica = {
+      member: m.name,
+      pod,
+      domain,
+      daemon,
+      emulator,
+      config,
+      log: { entries, events },
+      async stop() {
+        await daemon.stop();
+        await emulator.close();
+      },
+    };
+    replicas.push(replica);
+    return replica;
+  }
+
+  const of = (domain: string): Replica[] => replicas.filter((r) => r.domain === domain);
+  /** Certificates signed for `domain` by every emulator, i.e. orders across both clusters. */
+  const issued = (domain: string): number => replicas.reduce((n, r) => n + (r.emulator.stats().issuances[domain] ?? 0), 0);
+  const held = (r: Replica): string | undefined => r.daemon.manager.loop(r.domain)?.current?.info.serial;
+  const heldCert = (r: Replica) => r.daemon.manager.loop(r.domain)?.current;
+  const anyChange = (): Array<(listener: () => void) => () => void> =>
+    replicas.flatMap((r) => [onEvent(r.daemon.events, 'planned'), onEvent(r.daemon.events, 'attempt'), onEvent(r.log.events, 'entry')]);
+
+  /** Every replica of `domain` holds one and the same certificate, other than those in `not`. */
+  const agreed = (domain: string, not: Set<string> = new Set()): string | undefined => {
+    const serials = new Set(of(domain).map(held));
+    const [serial] = serials;
+    return serials.size === 1 && serial !== undefined && !not.has(serial) ? serial : undefined;
+  };
+  async function converge(domain: string, not: Set<string> = new Set(), timeoutMs = 30_000): Promise<string> {
+    await until(
+      `every replica of ${domain} holds one certificate (not ${[...not].join(', ')})`,
+      () => agreed(domain, not) !== undefined,
+      anyChange(),
+      timeoutMs,
+    );
+    return agreed(domain, not)!;
+  }
+
+  async function secretAt(cp: ControlPlane, namespace: string, domain: string): Promise<{ serial: string; key: string; annotations: Record<string, string> }> {
+    const res = await cp.adminRequest('GET', `/api/v1/namespaces/${namespace}/secrets/${domain}`);
+    assert.equal(res.status, 200, res.body);
+    const s = JSON.parse(res.body) as { data: Record<string, string>; metadata: { annotations?: Record<string, string> } };
+    const pem = Buffer.from(s.data['tls.crt']!, 'base64').toString('utf8');
+    return { serial: serialOfPem(pem), key: Buffer.from(s.data['tls.key']!, 'base64').toString('utf8'), annotations: s.metadata.annotations ?? {} };
+  }
+  /**
+   * The Secret of record at the home and both members' local Secrets, once they all hold `serial` (read
+   * again at each change a replica reports; the local writes follow the home's by a round trip).
+   */
+  async function secretsHold(
+    domain: string,
+    serial: string,
+    timeoutMs = 15_000,
+  ): Promise<Array<{ serial: string; key: string; annotations: Record<string, string> }>> {
+    const where = [{ cp: home, ns: HOME_NS }, ...members.filter((m) => of(domain).some((r) => r.member === m.name)).map((m) => ({ cp: m.cp, ns: NS }))];
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const all = await Promise.all(where.map((w) => secretAt(w.cp, w.ns, domain)));
+      if (all.every((s) => s.serial === serial)) return all;
+      assert.ok(Date.now() < deadline, `${domain}: home and member Secrets hold ${all.map((s) => s.serial).join(', ')}, not all ${serial}`);
+      await new Promise<void>((resolve) => {
+        const offs = anyChange().map((subscribe) => subscribe(done));
+        const timer = setTimeout(done, 500); // a write that reports nothing to the replicas (the home's own)
+        function done(): void {
+          clearTimeout(timer);
+          for (const off of offs) off();
+          resolve();
+        }
+      });
+    }
+  }
+
+  /** Resolves once each listed replica's loop has read its local copy `n` times with the home away. */
+  async function outageReads(rs: Replica[], n: number): Promise<void> {
+    const count = (r: Replica): number => r.log.entries.filter((e) => e.msg === 'federation home unreachable: local read').length;
+    const start = new Map(rs.map((r) => [r, count(r)]));
+    // Only the local writer reads the home; the group has one per member.
+    const byMember = new Map<string, Replica[]>();
+    for (const r of rs) byMember.set(r.member, [...(byMember.get(r.member) ?? []), r]);
+    await until(
+      `${n} reads with the home away in each member`,
+      () => [...byMember.values()].every((group) => group.some((r) => count(r) - start.get(r)! >= n)),
+      rs.map((r) => onEvent(r.log.events, 'entry')),
+      30_000,
+    );
+  }
+
+  it('issues each name exactly once across both clusters, and renews it once per window', async () => {
+    const east = member('east');
+    const west = member('west');
+    for (const [m, group, pod] of [
+      [east, 'shared', 'shared-0'],
+      [east, 'shared', 'shared-1'],
+      [east, 'alpha', 'alpha-0'],
+      [west, 'shared', 'shared-0'],
+      [west, 'beta', 'beta-0'],
+    ] as const) {
+      await startMemberReplica(m, group, pod);
+    }
+    const first = await converge(SHARED);
+    await converge(ALPHA);
+    await converge(BETA);
+    assert.equal(issued(SHARED), 1, 'one order for the shared name across both clusters');
+    assert.equal(issued(ALPHA), 1);
+    assert.equal(issued(BETA), 1);
+    await secretsHold(SHARED, first);
+
+    // The renewal window: one renewal across the clusters, mirrored everywhere.
+    const cert = heldCert(of(SHARED)[0]!)!;
+    const alpha = agreed(ALPHA)!;
+    clock.jumpTo(renewalTime(cert.info, of(SHARED)[0]!.config.renewal) + 60_000);
+    const renewed = await converge(SHARED, new Set([first]));
+    await converge(ALPHA, new Set([alpha]));
+    assert.equal(issued(ALPHA), 2);
+    assert.equal(issued(SHARED), 2, 'one renewal across both clusters');
+    await secretsHold(SHARED, renewed);
+  });
+
+  it('a home outage ending before the safety point: no issuance, the local copies served, one renewal when the home is back', async () => {
+    const shared = of(SHARED);
+    const before = agreed(SHARED)!;
+    const cert = heldCert(shared[0]!)!;
+    const config = shared[0]!.config;
+    const renewal = renewalTime(cert.info, config.renewal);
+    const safety = breakGlassPoint(cert.info, config.renewal, config.readinessLeadMs);
+    const orders = issued(SHARED);
+    await home.stopApiServer();
+    // Past the renewal point, before the safety point: due, but the home's to renew.
+    clock.jumpTo(renewal + Math.floor((safety - renewal) / 2));
+    await outageReads(shared, 5);
+    assert.equal(issued(SHARED), orders, 'no issuance while the home is away before the safety point');
+    for (const r of shared) assert.equal(held(r), before, `${r.member}/${r.pod} serves its local copy`);
+    assert.ok(clock.now() < cert.info.notAfter);
+    for (const m of members) assert.equal((await secretAt(m.cp, NS, SHARED)).serial, before, `${m.name}'s local Secret kept`);
+
+    await home.startApiServer();
+    const renewed = await converge(SHARED, new Set([before]));
+    assert.equal(issued(SHARED), orders + 1, 'one renewal, by the home writer, once the home is back');
+    await secretsHold(SHARED, renewed);
+  });
+
+  it('a home outage past the safety point: at most one break-glass issuance per member, then one certificate everywhere within 30 s', async () => {
+    const shared = of(SHARED);
+    const before = agreed(SHARED)!;
+    const cert = heldCert(shared[0]!)!;
+    const config = shared[0]!.config;
+    const orders = issued(SHARED);
+    const breakGlass = new Set<string>();
+    await home.stopApiServer();
+    try {
+      clock.jumpTo(breakGlassPoint(cert.info, config.renewal, config.readinessLeadMs) + 60_000);
+      await until('a break-glass issuance in each member', () => issued(SHARED) >= orders + 2, anyChange(), 30_000);
+      const locals = await Promise.all(members.map((m) => secretAt(m.cp, NS, SHARED)));
+      for (const local of locals) breakGlass.add(local.serial);
+      for (const [i, local] of locals.entries()) {
+        assert.notEqual(local.serial, before);
+        assert.equal(local.annotations['certshare.io/break-glass'], local.serial, `${members[i]!.name} records its break-glass certificate`);
+      }
+      const metrics = await Promise.all(shared.map((r) => r.daemon.metrics.registry.getSingleMetricAsString('certshare_break_glass_issuances_total')));
+      const counted = metrics.reduce((n, text) => n + Number(/domain="shared[^}]*} (\d+)/.exec(text)?.[1] ?? 0), 0);
+      assert.equal(counted, 2, 'the metric counts one per member');
+
+      // The break-glass certificates pass their own safety point with the home still away: never a second.
+      const newest = Math.max(...shared.map((r) => heldCert(r)!.info.notAfter));
+      const bg = heldCert(shared.find((r) => heldCert(r)!.info.notAfter === newest)!)!;
+      clock.jumpTo(breakGlassPoint(bg.info, config.renewal, config.readinessLeadMs) + 60_000);
+      await outageReads(shared, 5);
+      assert.equal(issued(SHARED), orders + 2, 'one break-glass issuance per member, never a second');
+    } finally {
+      await home.startApiServer();
+    }
+    // The home back: every copy is past its renewal point, so the one home writer renews once for everyone,
+    // and that certificate (the newest) reaches every cluster.
+    const back = Date.now();
+    await until('one renewal by the home writer', () => issued(SHARED) >= orders + 3, anyChange(), 30_000);
+    const winner = await converge(SHARED, new Set([before, ...breakGlass]), 30_000);
+    const secrets = await secretsHold(SHARED, winner, Math.max(1, 30_000 - (Date.now() - back)));
+    assert.ok(Date.now() - back < 30_000, `converged ${Date.now() - back} ms after the home came back`);
+    assert.equal(issued(SHARED), orders + 3, 'exactly one issuance after the home came back');
+    assert.equal(new Set(secrets.map((s) => s.key)).size, 1);
+  });
+
+  it('renew-now through the home: exactly one order, a new key in every cluster', async () => {
+    const before = agreed(SHARED)!;
+    const keysBefore = new Set((await secretsHold(SHARED, before)).map((s) => s.key));
+    const orders = issued(SHARED);
+    const connection = await connectKube({}, { kubeconfig: homeKubeconfig, namespace: HOME_NS });
+    try {
+      const first = await requestRenewal(connection, SHARED, 'renew-1');
+      const second = await requestRenewal(connection, SHARED, 'renew-2');
+      assert.equal(first.kind, 'requested');
+      assert.deepEqual(second, { kind: 'pending', id: 'renew-1' });
+    } finally {
+      connection.close();
+    }
+    const renewed = await converge(SHARED, new Set([before]));
+    const secrets = await secretsHold(SHARED, renewed);
+    assert.equal(issued(SHARED), orders + 1, 'exactly one order');
+    for (const s of secrets) assert.ok(!keysBefore.has(s.key), 'a new key in every cluster');
+    assert.equal(secrets[0]!.annotations['certshare.io/renew-answered'], 'renew-1');
+  });
+
+  it('refuses an unknown group, a kubeconfig without the rights and a home answering garbage at start: CERTSHARE_HOME_UNUSABLE', async () => {
+    const east = member('east');
+    const unusable = (err: unknown): boolean => (err as { code?: string }).code === 'CERTSHARE_HOME_UNUSABLE';
+    // A group the home does not know: no Lease there.
+    GROUPS.gamma = 'gamma.tailnet-0000.ts.net';
+    await assert.rejects(startMemberReplica(east, 'gamma', 'gamma-0'), unusable);
+
+    // An account of the home without any right there.
+    await must(home.kubectl(['-n', HOME_NS, 'create', 'serviceaccount', 'nobody']));
+    const nobody = await home.kubeconfigFor(HOME_NS, 'nobody');
+    await assert.rejects(startMemberReplica(east, 'shared', 'shared-9', ['--federation-kubeconfig', nobody]), (err: unknown) => {
+      return unusable(err) && /rights/.test(String((err as Error).message));
+    });
+
+    // Something that is not an apiserver.
+    const garbage = createServer((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"hello": "world"}'));
+    garbage.listen(0, '127.0.0.1');
+    await once(garbage, 'listening');
+    try {
+      const path = join(dir(), 'garbage.kubeconfig');
+      const text = (await readFile(nobody, 'utf8')).replace(/server: .*/, `server: http://127.0.0.1:${(garbage.address() as AddressInfo).port}`);
+      await writeFile(path, text, { mode: 0o600 });
+      await assert.rejects(startMemberReplica(east, 'shared', 'shared-8', ['--federation-kubeconfig', path]), unusable);
+    } finally {
+      garbage.close();
+    }
+  });
+});
