@@ -184,6 +184,10 @@ export class LeaseElector implements IssuanceRole {
         name: this.#o.name,
         namespace: this.#o.connection.namespace,
         ...(current?.metadata?.resourceVersion ? { resourceVersion: current.metadata.resourceVersion } : {}),
+        // Someone else's labels and annotations stay (the platform's, at a federation home: its admission
+        // policy refuses an update that drops them).
+        ...(current?.metadata?.labels ? { labels: current.metadata.labels } : {}),
+        ...(current?.metadata?.annotations ? { annotations: current.metadata.annotations } : {}),
       },
       spec: {
         holderIdentity: this.identity,

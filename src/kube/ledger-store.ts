@@ -47,7 +47,7 @@ export class KubeLedgerStore implements LedgerStore {
   readonly #conn: KubeConnection;
   readonly #group: string | undefined;
   readonly #placement: Placement;
-  /** Shared ledgers: the labels and annotations each was read with, written back unchanged. */
+  /** The labels and annotations each ledger was read with, written back (a group's: with certshare's labels). */
   readonly #metadata = new Map<string, Pick<NonNullable<V1ConfigMap['metadata']>, 'labels' | 'annotations'>>();
 
   constructor(connection: KubeConnection, group: string | undefined, options: { budgetNamespace?: string | undefined } = {}) {
@@ -85,18 +85,19 @@ export class KubeLedgerStore implements LedgerStore {
         `issuance ledger ConfigMap ${namespace}/${name} has no ${KEY}; no first issuance until it is repaired or deleted by hand`,
       );
     }
-    if (this.#placement.kind === 'shared') this.#metadata.set(name, { labels: map.metadata?.labels, annotations: map.metadata?.annotations });
+    this.#metadata.set(name, { labels: map.metadata?.labels, annotations: map.metadata?.annotations });
     return { entries: decodeLedger(text, `ConfigMap ${namespace}/${name}`), version: map.metadata?.resourceVersion ?? '' };
   }
 
   async write(entries: LedgerEntry[], previous: LedgerSnapshot, signal: AbortSignal, registeredDomain: string): Promise<void> {
     const { core } = this.#conn;
     const { namespace, name } = this.#where(registeredDomain);
+    const read = previous.version === undefined ? undefined : this.#metadata.get(name);
     const labels =
       this.#placement.kind === 'shared'
-        ? this.#metadata.get(name)?.labels
-        : { [LABEL_MANAGED_BY]: 'certshare', ...(this.#group ? { [LABEL_GROUP]: this.#group } : {}) };
-    const annotations = this.#placement.kind === 'shared' ? this.#metadata.get(name)?.annotations : undefined;
+        ? read?.labels
+        : { ...read?.labels, [LABEL_MANAGED_BY]: 'certshare', ...(this.#group ? { [LABEL_GROUP]: this.#group } : {}) };
+    const annotations = read?.annotations;
     const body: V1ConfigMap = {
       apiVersion: 'v1',
       kind: 'ConfigMap',

@@ -10,6 +10,7 @@ import { writeFile, readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom, type DaemonConfig } from '../../src/config/run-options.ts';
@@ -22,10 +23,11 @@ import { requestRenewal } from '../../src/kube/renew-request.ts';
 import { startControlPlane, type ControlPlane } from '../harness/control-plane.ts';
 import { CONTROL_PLANE_HOOK_TIMEOUT_MS } from '../harness/use-control-plane.ts';
 import { JumpClock } from '../support/jump-clock.ts';
-import { must } from '../support/kube.ts';
+import { KUBE_DOMAIN, must } from '../support/kube.ts';
+import { asAccount } from '../support/token-request.ts';
 import { recordingLogger, type LogEntry } from '../support/recording-logger.ts';
 import { FAST_FLAGS, useTempDir } from '../support/standalone.ts';
-import { onEvent, until } from '../support/wait.ts';
+import { nextEvent, onEvent, until } from '../support/wait.ts';
 import type { EventEmitter } from 'node:events';
 
 const DAY = 86_400_000;
@@ -36,6 +38,7 @@ const SHARED = 'shared.tailnet-0000.ts.net';
 const ALPHA = 'alpha.tailnet-0000.ts.net';
 const BETA = 'beta.tailnet-0000.ts.net';
 const GROUPS: Record<string, string> = { shared: SHARED, alpha: ALPHA, beta: BETA };
+const FEDERATION = fileURLToPath(new URL('../../manifests/federation', import.meta.url));
 
 interface Member {
   name: 'east' | 'west';
@@ -93,16 +96,23 @@ describe('the federation home: three apiservers, two members, one shared name', 
 
   const member = (name: Member['name']): Member => members.find((m) => m.name === name)!;
 
-  function flagsFor(group: string, emulator: Emulator, extra: string[] = []): string[] {
+  function flagsFor(group: string, domain: string, emulator: Emulator, extra: string[] = []): string[] {
     return [
-      ...['--localapi', emulator.address, '--store', 'kube', '--domain', GROUPS[group]!, '--group', group, '--mode', 'auto'],
+      ...['--localapi', emulator.address, '--store', 'kube', '--domain', domain, '--group', group, '--mode', 'auto'],
       ...['--lease-duration', '3s', ...FAST_FLAGS],
       ...extra,
     ];
   }
 
-  async function startMemberReplica(m: Member, group: string, pod: string, extra: string[] = []): Promise<Replica> {
-    const domain = GROUPS[group]!;
+  /** A replica of `group` in member `m` (namespace NS unless given), its home the admin's HOME_NS unless `extra` says otherwise. */
+  async function startMemberReplica(
+    m: Member,
+    group: string,
+    pod: string,
+    extra: string[] = [],
+    where: { domain?: string; namespace?: string } = {},
+  ): Promise<Replica> {
+    const domain = where.domain ?? GROUPS[group]!;
     const emulator = await startEmulator({
       listen: join(dir(), `${m.name}-${pod}.sock`),
       domains: [domain],
@@ -111,15 +121,16 @@ describe('the federation home: three apiservers, two members, one shared name', 
       certLifetimeMs: LIFETIME,
       asyncRenewal: false,
     });
-    const flags = flagsFor(group, emulator, [
+    const flags = flagsFor(group, domain, emulator, [
       ...['--federation-kubeconfig', homeKubeconfig, '--federation-namespace', HOME_NS, '--federation-cluster', m.name],
       ...extra,
     ]);
-    const env = { KUBECONFIG: m.cp.adminKubeconfigPath, POD_NAME: pod, POD_NAMESPACE: NS, POD_IPS: '10.0.0.10' };
-    const config = daemonConfigFrom(parseFlags(RUN_FLAGS, flags, {}), env);
+    const env = { KUBECONFIG: m.cp.adminKubeconfigPath, POD_NAME: pod, POD_NAMESPACE: where.namespace ?? NS, POD_IPS: '10.0.0.10' };
     const { logger, entries, events } = recordingLogger();
     let daemon: Daemon;
+    let config: DaemonConfig;
     try {
+      config = daemonConfigFrom(parseFlags(RUN_FLAGS, flags, {}), env);
       daemon = await startDaemon(config, { logger, env, clock });
     } catch (err) {
       await emulator.close();
@@ -356,5 +367,111 @@ describe('the federation home: three apiservers, two members, one shared name', 
     } finally {
       garbage.close();
     }
+  });
+
+  it("the federation account's rights at the home: its group's Lease, Secret and ledger by name, everything else refused", async () => {
+    const east = member('east');
+    const ns = 'fed-rights';
+    await must(home.kubectl(['create', 'namespace', ns]));
+    await must(home.kubectl(['apply', '-k', FEDERATION, '-n', ns]));
+    const token = await home.kubeconfigFor(ns, 'certshare-federation');
+    const secrets = `/api/v1/namespaces/${ns}/secrets`;
+    const secret = `${secrets}/${KUBE_DOMAIN}`;
+    const leases = `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases`;
+    const lease = `${leases}/certshare-proxy`;
+    const ledger = `/api/v1/namespaces/${ns}/configmaps/certshare-proxy-ledger`;
+    // The policy applies once the apiserver has loaded it (an informer, a second or so after apply).
+    const read = JSON.parse((await asAccount(home, token, 'GET', secret)).body) as { metadata: Record<string, unknown>; data: Record<string, string> };
+    const deadline = performance.now() + 30_000;
+    for (;;) {
+      const r = await asAccount(home, token, 'PUT', `${secret}?dryRun=All`, { ...read, data: { ...read.data, extra: 'eA==' } });
+      if (r.status === 403 && /tls\.crt and tls\.key only/.test(r.body)) break;
+      assert.ok(performance.now() < deadline, `the federation policy never took effect: ${r.status} ${r.body}`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+
+    // Allowed, and enough: a member's writer under this token elects itself at the home, takes a slot of the
+    // group's ledger there, issues once and stores the certificate of record.
+    const orders = (r: Replica): number => r.emulator.stats().issuances[KUBE_DOMAIN] ?? 0;
+    const writer = await startMemberReplica(east, 'proxy', 'proxy-0', ['--federation-kubeconfig', token, '--federation-namespace', ns], {
+      domain: KUBE_DOMAIN,
+    });
+    await until('the writer holds a certificate', () => held(writer) !== undefined, [onEvent(writer.daemon.events, 'planned')], 30_000);
+    assert.equal(orders(writer), 1);
+    assert.equal((await secretAt(home, ns, KUBE_DOMAIN)).serial, held(writer));
+    const holder = JSON.parse((await asAccount(home, token, 'GET', lease)).body) as { spec: { holderIdentity?: string } };
+    assert.match(holder.spec.holderIdentity ?? '', /^east\/proxy-0_/);
+    const entries = JSON.parse((await asAccount(home, token, 'GET', ledger)).body) as { data: Record<string, string> };
+    assert.match(entries.data['ledger.json']!, new RegExp(KUBE_DOMAIN.replace(/\./g, '\\.')));
+    const watch = await asAccount(home, token, 'GET', `${secrets}?watch=1&timeoutSeconds=1&fieldSelector=metadata.name%3D${KUBE_DOMAIN}`);
+    assert.equal(watch.status, 200, watch.body);
+
+    const current = JSON.parse((await asAccount(home, token, 'GET', secret)).body) as {
+      metadata: { labels: Record<string, string>; annotations: Record<string, string> };
+      data: Record<string, string>;
+    };
+    const currentLease = JSON.parse((await asAccount(home, token, 'GET', lease)).body) as { metadata: { labels?: Record<string, string> } };
+    const currentLedger = JSON.parse((await asAccount(home, token, 'GET', ledger)).body) as { data: Record<string, string> };
+    const refusals: Array<[string, Promise<{ status: number; body: string }>, RegExp]> = [
+      ['list Secrets', asAccount(home, token, 'GET', secrets), /cannot list/],
+      ['another Secret', asAccount(home, token, 'GET', `${secrets}/other.tailnet-0000.ts.net`), /cannot get/],
+      [
+        'create a Secret',
+        asAccount(home, token, 'POST', secrets, { apiVersion: 'v1', kind: 'Secret', metadata: { name: 'other.tailnet-0000.ts.net' } }),
+        /cannot create/,
+      ],
+      ['delete the Secret', asAccount(home, token, 'DELETE', secret), /cannot delete/],
+      ['patch the Secret', asAccount(home, token, 'PATCH', secret, {}), /cannot patch/],
+      ['a label of the Secret', asAccount(home, token, 'PUT', secret, { ...current, metadata: { ...current.metadata, labels: {} } }), /labels/],
+      [
+        'an annotation not certshare.io/*',
+        asAccount(home, token, 'PUT', secret, { ...current, metadata: { ...current.metadata, annotations: { ...current.metadata.annotations, x: 'y' } } }),
+        /certshare\.io\/\* annotations/,
+      ],
+      [
+        'another key in the Secret',
+        asAccount(home, token, 'PUT', secret, { ...current, data: { ...current.data, extra: 'eA==' } }),
+        /tls\.crt and tls\.key only/,
+      ],
+      [
+        'create a Lease',
+        asAccount(home, token, 'POST', leases, { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: 'certshare-x' } }),
+        /cannot create/,
+      ],
+      ['another Lease', asAccount(home, token, 'GET', `${leases}/certshare-other`), /cannot get/],
+      ['delete the Lease', asAccount(home, token, 'DELETE', lease), /cannot delete/],
+      ['a label of the Lease', asAccount(home, token, 'PUT', lease, { ...currentLease, metadata: { ...currentLease.metadata, labels: { x: 'y' } } }), /labels/],
+      [
+        'another key in the ledger',
+        asAccount(home, token, 'PUT', ledger, { ...currentLedger, data: { ...currentLedger.data, x: 'y' } }),
+        /one key, ledger\.json/,
+      ],
+      ['another ConfigMap', asAccount(home, token, 'GET', `/api/v1/namespaces/${ns}/configmaps/other`), /cannot get/],
+      ['another namespace', asAccount(home, token, 'GET', `/api/v1/namespaces/${HOME_NS}/secrets/${SHARED}`), /cannot get/],
+      ['Pods', asAccount(home, token, 'GET', `/api/v1/namespaces/${ns}/pods`), /cannot list/],
+    ];
+    for (const [what, result, expected] of refusals) {
+      const r = await result;
+      assert.equal(r.status, 403, `${what}: ${r.status} ${r.body}`);
+      assert.match(r.body, expected, what);
+    }
+
+    // A domain whose Secret the Role does not name: refused at the first call, and never a reason to issue
+    // on the member's own (a 403 is no outage: no break-glass), however late it gets.
+    await must(east.cp.kubectl(['create', 'namespace', 'proxies-b']));
+    const refused = await startMemberReplica(east, 'proxy', 'proxy-b-0', ['--federation-kubeconfig', token, '--federation-namespace', ns], {
+      domain: 'other.tailnet-0000.ts.net',
+      namespace: 'proxies-b',
+    });
+    const problem = nextEvent<{ message: string }>(refused.daemon.events, 'problem', (p) => /403|forbidden/i.test(p.message), 30_000);
+    await problem;
+    clock.jump(120 * DAY);
+    await until(
+      'the loop reads again after the jump',
+      () => refused.log.entries.filter((e) => e.msg === 'certificate store unreadable').length >= 3,
+      [onEvent(refused.log.events, 'entry')],
+      30_000,
+    );
+    assert.equal(refused.emulator.stats().issuances['other.tailnet-0000.ts.net'] ?? 0, 0, 'no issuance without the rights');
   });
 });
