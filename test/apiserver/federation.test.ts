@@ -27,7 +27,7 @@ import { KUBE_DOMAIN, must } from '../support/kube.ts';
 import { asAccount } from '../support/token-request.ts';
 import { recordingLogger, type LogEntry } from '../support/recording-logger.ts';
 import { FAST_FLAGS, useTempDir } from '../support/standalone.ts';
-import { nextEvent, onEvent, until } from '../support/wait.ts';
+import { onEvent, until } from '../support/wait.ts';
 import type { EventEmitter } from 'node:events';
 
 const DAY = 86_400_000;
@@ -211,8 +211,11 @@ describe('the federation home: three apiservers, two members, one shared name', 
     }
   }
 
-  /** Resolves once each listed replica's loop has read its local copy `n` times with the home away. */
-  async function outageReads(rs: Replica[], n: number): Promise<void> {
+  /**
+   * Resolves once each listed replica's loop has read its local copy `n` times with the home away, or
+   * as soon as `broken` holds (what the caller then asserts against).
+   */
+  async function outageReads(rs: Replica[], n: number, broken: () => boolean): Promise<void> {
     const count = (r: Replica): number => r.log.entries.filter((e) => e.msg === 'federation home unreachable: local read').length;
     const start = new Map(rs.map((r) => [r, count(r)]));
     // Only the local writer reads the home; the group has one per member.
@@ -220,8 +223,8 @@ describe('the federation home: three apiservers, two members, one shared name', 
     for (const r of rs) byMember.set(r.member, [...(byMember.get(r.member) ?? []), r]);
     await until(
       `${n} reads with the home away in each member`,
-      () => [...byMember.values()].every((group) => group.some((r) => count(r) - start.get(r)! >= n)),
-      rs.map((r) => onEvent(r.log.events, 'entry')),
+      () => broken() || [...byMember.values()].every((group) => group.some((r) => count(r) - start.get(r)! >= n)),
+      [...rs.map((r) => onEvent(r.log.events, 'entry')), ...anyChange()],
       30_000,
     );
   }
@@ -268,7 +271,7 @@ describe('the federation home: three apiservers, two members, one shared name', 
     await home.stopApiServer();
     // Past the renewal point, before the safety point: due, but the home's to renew.
     clock.jumpTo(renewal + Math.floor((safety - renewal) / 2));
-    await outageReads(shared, 5);
+    await outageReads(shared, 5, () => issued(SHARED) !== orders);
     assert.equal(issued(SHARED), orders, 'no issuance while the home is away before the safety point');
     for (const r of shared) assert.equal(held(r), before, `${r.member}/${r.pod} serves its local copy`);
     assert.ok(clock.now() < cert.info.notAfter);
@@ -305,7 +308,7 @@ describe('the federation home: three apiservers, two members, one shared name', 
       const newest = Math.max(...shared.map((r) => heldCert(r)!.info.notAfter));
       const bg = heldCert(shared.find((r) => heldCert(r)!.info.notAfter === newest)!)!;
       clock.jumpTo(breakGlassPoint(bg.info, config.renewal, config.readinessLeadMs) + 60_000);
-      await outageReads(shared, 5);
+      await outageReads(shared, 5, () => issued(SHARED) !== orders + 2);
       assert.equal(issued(SHARED), orders + 2, 'one break-glass issuance per member, never a second');
     } finally {
       await home.startApiServer();
@@ -459,19 +462,28 @@ describe('the federation home: three apiservers, two members, one shared name', 
     // A domain whose Secret the Role does not name: refused at the first call, and never a reason to issue
     // on the member's own (a 403 is no outage: no break-glass), however late it gets.
     await must(east.cp.kubectl(['create', 'namespace', 'proxies-b']));
-    const refused = await startMemberReplica(east, 'proxy', 'proxy-b-0', ['--federation-kubeconfig', token, '--federation-namespace', ns], {
-      domain: 'other.tailnet-0000.ts.net',
-      namespace: 'proxies-b',
-    });
-    const problem = nextEvent<{ message: string }>(refused.daemon.events, 'problem', (p) => /403|forbidden/i.test(p.message), 30_000);
-    await problem;
-    clock.jump(120 * DAY);
-    await until(
-      'the loop reads again after the jump',
-      () => refused.log.entries.filter((e) => e.msg === 'certificate store unreadable').length >= 3,
-      [onEvent(refused.log.events, 'entry')],
-      30_000,
+    const other = 'other.tailnet-0000.ts.net';
+    // No budget: nothing but the home's answer stands between this member and an issuance.
+    const refused = await startMemberReplica(
+      east,
+      'proxy',
+      'proxy-b-0',
+      ['--federation-kubeconfig', token, '--federation-namespace', ns, '--issuance-budget', '0'],
+      { domain: other, namespace: 'proxies-b' },
     );
-    assert.equal(refused.emulator.stats().issuances['other.tailnet-0000.ts.net'] ?? 0, 0, 'no issuance without the rights');
+    const problems: string[] = [];
+    refused.daemon.events.on('problem', (p: { message: string }) => problems.push(p.message));
+    const issuedOther = (): number => refused.emulator.stats().issuances[other] ?? 0;
+    const unreadable = (): number => refused.log.entries.filter((e) => e.msg === 'certificate store unreadable').length;
+    const sources = [onEvent(refused.daemon.events, 'problem'), onEvent(refused.daemon.events, 'attempt'), onEvent(refused.log.events, 'entry')];
+    await until('a refusal reported (or an issuance)', () => issuedOther() > 0 || problems.some((m) => /403|forbidden/i.test(m)), sources, 30_000);
+    const before = unreadable();
+    clock.jump(120 * DAY);
+    await until('the loop reads again after the jump', () => issuedOther() > 0 || unreadable() >= before + 3, sources, 30_000);
+    assert.equal(issuedOther(), 0, 'no issuance without the rights');
+    assert.ok(
+      problems.some((m) => /CERTSHARE|403|forbidden/i.test(m)),
+      problems.join('; '),
+    );
   });
 });
