@@ -184,6 +184,16 @@ export const INJECTOR_FLAGS = [
       'does not start (a FailedMount event names it).',
   },
   {
+    name: 'sidecar-home-kubeconfig-secret',
+    group: 'injected sidecar',
+    placeholder: 'NAME',
+    default: '',
+    help: "A Secret of each Pod's namespace whose key kubeconfig reaches the federation home.",
+    detail:
+      "Mounted into certshare's container only, as --federation-kubeconfig (docs/federation.md); name the home's namespace and this " +
+      'cluster in --sidecar-flags (--federation-namespace, --federation-cluster). Never a Pod annotation: a Pod must not pick its home.',
+  },
+  {
     name: 'default-mode',
     group: 'injected sidecar',
     placeholder: 'rw|ro|auto',
@@ -327,6 +337,7 @@ export function injectorConfigFrom(values: InjectorValues, env: NodeJS.ProcessEn
       sidecarFlags: sidecarFlags(values['sidecar-flags']),
       imagePullPolicy: pullPolicy(values['sidecar-image-pull-policy']),
       caBundle: caBundleSource(values['sidecar-ca-configmap']),
+      homeKubeconfigSecret: homeKubeconfigSecret(values['sidecar-home-kubeconfig-secret'], values['sidecar-flags']),
       resources: sidecarResources(values['sidecar-resources']),
       grantTailscaleOperator: grantsOperator(values['tailscale-operator']),
     },
@@ -460,6 +471,17 @@ function caBundleSource(text: string): CaBundleSource | undefined {
       `--sidecar-ca-configmap: "${key}" is not a ConfigMap key (letters, digits, '-', '_' and '.', not starting with "..")`,
     );
   return { configMap, key };
+}
+
+/** --sidecar-home-kubeconfig-secret: a Secret name, with the home's namespace and this cluster's name in --sidecar-flags. */
+function homeKubeconfigSecret(text: string, flags: string): string | undefined {
+  if (text === '') return undefined;
+  if (!isObjectName(text)) throw new CertshareError('CERTSHARE_BAD_FLAG', `--sidecar-home-kubeconfig-secret: "${text}" is not a Secret name`);
+  for (const needed of ['--federation-namespace', '--federation-cluster']) {
+    if (!flags.split(/\s+/).some((f) => f === needed || f.startsWith(`${needed}=`)))
+      throw new CertshareError('CERTSHARE_BAD_FLAG', `--sidecar-home-kubeconfig-secret needs ${needed} in --sidecar-flags`);
+  }
+  return text;
 }
 
 /** --sidecar-flags, checked at start: a broken platform setting would otherwise refuse every Pod. */

@@ -12,6 +12,7 @@ import {
   HEALTH_PORT,
   SIDECAR_NAME,
   caBundleVolume,
+  homeKubeconfigVolume,
   certshareContainer,
   serviceAccountTokenVolume,
   type CaBundleSource,
@@ -113,6 +114,8 @@ export interface InjectionDefaults {
    * writer trusts could answer its ARI checks).
    */
   caBundle?: CaBundleSource | undefined;
+  /** The Secret holding the federation home's kubeconfig (--sidecar-home-kubeconfig-secret), or undefined. The platform's alone. */
+  homeKubeconfigSecret?: string | undefined;
   /** The sidecar's requests and limits (--sidecar-resources); undefined for SIDECAR_RESOURCES. The platform's alone. */
   resources?: V1ResourceRequirements | undefined;
   /**
@@ -126,6 +129,7 @@ export const DEFAULT_READINESS_GATE = 'certshare.io/certificates';
 const CERTS_VOLUME = 'certshare-certs';
 const TOKEN_VOLUME = 'certshare-token';
 const CA_VOLUME = 'certshare-ca';
+const HOME_VOLUME = 'certshare-federation';
 /** The ServiceAccount admission plugin's per-Pod token volume. */
 const AUTO_TOKEN_VOLUME = /^kube-api-access-/;
 
@@ -361,7 +365,14 @@ function expectedSidecar(
 ): V1Container {
   const certsVolume = certsVolumeOf(spec, settings.outDir) ?? CERTS_VOLUME;
   const proxyMounts = proxyMountsOf(spec, settings).map(({ name, mountPath }) => ({ name, mountPath }));
-  const sidecar = certshareContainer({ ...settings, certsVolume, tokenVolume: TOKEN_VOLUME, caVolume: defaults.caBundle ? CA_VOLUME : undefined, proxyMounts });
+  const sidecar = certshareContainer({
+    ...settings,
+    certsVolume,
+    tokenVolume: TOKEN_VOLUME,
+    caVolume: defaults.caBundle ? CA_VOLUME : undefined,
+    homeVolume: defaults.homeKubeconfigSecret ? HOME_VOLUME : undefined,
+    proxyMounts,
+  });
   return withLeaveToken(sidecar, keptLeaveToken);
 }
 
@@ -494,6 +505,7 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   addedVolumes.push(serviceAccountTokenVolume(TOKEN_VOLUME));
   // Mounted into certshare's container only, like the token: no other container trusts more than before.
   if (defaults.caBundle) addedVolumes.push(caBundleVolume(CA_VOLUME, defaults.caBundle));
+  if (defaults.homeKubeconfigSecret) addedVolumes.push(homeKubeconfigVolume(HOME_VOLUME, defaults.homeKubeconfigSecret));
 
   const sidecar = expectedSidecar(spec, settings, defaults);
   checkMounts(spec, settings, defaults, certsVolume);
@@ -611,7 +623,13 @@ function checkPodShape(spec: V1PodSpec, settings: Settings): void {
  * the same path twice with a less helpful message).
  */
 function checkMounts(spec: V1PodSpec, settings: Settings, defaults: InjectionDefaults, certsVolume: string): void {
-  const own = { ...settings, certsVolume, tokenVolume: TOKEN_VOLUME, caVolume: defaults.caBundle ? CA_VOLUME : undefined };
+  const own = {
+    ...settings,
+    certsVolume,
+    tokenVolume: TOKEN_VOLUME,
+    caVolume: defaults.caBundle ? CA_VOLUME : undefined,
+    homeVolume: defaults.homeKubeconfigSecret ? HOME_VOLUME : undefined,
+  };
   const mounts = certshareContainer(own).volumeMounts ?? [];
   const outDirMount = mounts.findIndex((m) => m.mountPath === settings.outDir && m.name === certsVolume);
   const ownMounts = mounts.filter((_, i) => i !== outDirMount);

@@ -18,6 +18,9 @@ export const TOKEN_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 /** Where the platform's CA bundle (the injector's --sidecar-ca-configmap) is mounted, and its one file. */
 export const CA_DIR = '/etc/certshare/ca';
 export const CA_FILE = `${CA_DIR}/ca.crt`;
+/** Where the federation home's kubeconfig (the injector's --sidecar-home-kubeconfig-secret) is mounted, and its file. */
+export const HOME_DIR = '/etc/certshare/federation';
+export const HOME_KUBECONFIG = `${HOME_DIR}/kubeconfig`;
 
 export interface SidecarSettings {
   image: string;
@@ -36,6 +39,8 @@ export interface SidecarSettings {
   tokenVolume?: string | undefined;
   /** A volume holding CA_FILE, certificates the sidecar trusts besides the system's (a private ACME CA's). */
   caVolume?: string | undefined;
+  /** A volume holding HOME_KUBECONFIG, the federation home's kubeconfig (docs/federation.md). */
+  homeVolume?: string | undefined;
   /** Further CERTSHARE_* settings (routing check, drain delay...), after the ones above. */
   extraEnv?: { name: string; value: string }[];
   /** The platform's requests and limits (the injector's --sidecar-resources); SIDECAR_RESOURCES when undefined. */
@@ -98,6 +103,7 @@ export function certshareContainer(s: SidecarSettings): V1Container {
       // Read by Node once, at start, for every TLS connection it verifies against the system's CAs (the
       // ACME directory and renewalInfo, an https routing check); a missing file would only be warned about.
       ...(s.caVolume ? [{ name: 'NODE_EXTRA_CA_CERTS', value: CA_FILE }] : []),
+      ...(s.homeVolume ? [{ name: 'CERTSHARE_FEDERATION_KUBECONFIG', value: HOME_KUBECONFIG }] : []),
       ...(s.reloadSignal
         ? [
             { name: 'CERTSHARE_RELOAD_SIGNAL', value: s.reloadSignal.signal },
@@ -129,6 +135,7 @@ export function certshareContainer(s: SidecarSettings): V1Container {
       { name: s.socketVolume, mountPath: SOCKET_DIR },
       ...(s.tokenVolume ? [{ name: s.tokenVolume, mountPath: TOKEN_DIR, readOnly: true }] : []),
       ...(s.caVolume ? [{ name: s.caVolume, mountPath: CA_DIR, readOnly: true }] : []),
+      ...(s.homeVolume ? [{ name: s.homeVolume, mountPath: HOME_DIR, readOnly: true }] : []),
       ...(s.proxyMounts ?? []).map((m) => ({ name: m.name, mountPath: m.mountPath, readOnly: true })),
     ],
   };
@@ -167,6 +174,15 @@ export interface CaBundleSource {
  * keeps the Pod from starting with a FailedMount event naming it, where an optional volume would start
  * certshare trusting nothing more, its every ARI check failing.
  */
+/**
+ * The federation home's kubeconfig: key `kubeconfig` of a Secret of the Pod's namespace, which the platform
+ * creates (a kubeconfig for the home's certshare-federation account). Not optional: without it a sidecar
+ * would start as a cluster of its own, a second issuer for a federated name.
+ */
+export function homeKubeconfigVolume(name: string, secretName: string): V1Volume {
+  return { name, secret: { secretName, items: [{ key: 'kubeconfig', path: HOME_KUBECONFIG.slice(HOME_DIR.length + 1) }], optional: false } };
+}
+
 export function caBundleVolume(name: string, source: CaBundleSource): V1Volume {
   return { name, configMap: { name: source.configMap, items: [{ key: source.key, path: CA_FILE.slice(CA_DIR.length + 1) }], optional: false } };
 }
