@@ -72,6 +72,7 @@ const WIRED_FLAGS = [
   'sidecar-flags', // sidecar.flags
   'tailscale-operator', // sidecar.tailscaleOperator
   'sidecar-ca-configmap', // sidecar.caConfigMap
+  'sidecar-home-kubeconfig-secret', // sidecar.homeKubeconfigSecret
   'sidecar-resources', // sidecar.resources
 ];
 
