@@ -104,8 +104,11 @@ export class Federation {
   readonly #homeDown = new Set<string>();
   /** The local copy as the last local load() saw it (the break-glass verdict's input). */
   readonly #localCopy = new Map<string, StoredCert>();
-  /** Domains the role let issue by break-glass: their next new certificate is recorded as one. */
-  readonly #breakGlass = new Set<string>();
+  /**
+   * Domains the role let issue by break-glass, and when: a certificate obtained from tailscaled since then
+   * is recorded as one (a restore of a certificate held before is not).
+   */
+  readonly #breakGlass = new Map<string, number>();
   readonly #watches = new Set<{ domain: string; listener: () => void; offHome?: (() => void) | undefined }>();
   #elector: LeaseElector | undefined;
   #stopped = false;
@@ -184,14 +187,14 @@ export class Federation {
         const copy = this.#localCopy.get(domain);
         const recorded = this.#o.local.store.annotation(domain, ANNOTATION_BREAK_GLASS);
         const verdict = homeOutageVerdict({
-          held: copy?.info,
+          held: copy && { ...copy.info, obtainedAt: copy.obtainedAt },
           now: this.#o.clock.now(),
           policy: this.#o.renewal,
           readinessLeadMs: this.#o.readinessLeadMs,
           breakGlass: copy && recorded === copy.info.serial ? { serial: recorded } : undefined,
         });
         if (verdict.kind !== 'break_glass') return false;
-        this.#breakGlass.add(domain);
+        if (!this.#breakGlass.has(domain)) this.#breakGlass.set(domain, this.#o.clock.now());
         return true;
       },
       canWrite: (domain) => (local.canWrite ? local.canWrite(domain) : local.canIssue(domain)),
@@ -283,7 +286,8 @@ export class Federation {
     }
     // The home is away: a new certificate the role let through is a break-glass one, recorded with it.
     const known = this.#localCopy.get(domain)?.info.serial;
-    const breakGlass = this.#breakGlass.has(domain) && cert.info.serial !== known;
+    const granted = this.#breakGlass.get(domain);
+    const breakGlass = granted !== undefined && cert.obtainedAt !== undefined && cert.obtainedAt >= granted && cert.info.serial !== known;
     await local.store.save(domain, cert, signal, { ...options, ...(breakGlass ? { annotations: { [ANNOTATION_BREAK_GLASS]: cert.info.serial } } : {}) });
     this.#localCopy.set(domain, cert);
     if (breakGlass) {
