@@ -230,6 +230,16 @@ export const RUN_FLAGS = [
     help: "The namespace at the federation home holding the group's Lease, Secrets and ledger.",
   },
   {
+    name: 'federation-lease-duration',
+    group: 'Kubernetes',
+    placeholder: 'DURATION',
+    default: '1h',
+    help: "How long the federation home's writer keeps the home Lease without renewing it.",
+    detail:
+      'Long on purpose: the holder renews every third of it (a read and an update) and the others look as often, ' +
+      'so 1h costs the home 6 requests per group-hour; a writer that dies without releasing it is replaced within it.',
+  },
+  {
     name: 'federation-cluster',
     group: 'Kubernetes',
     placeholder: 'NAME',
@@ -630,7 +640,7 @@ function federationFrom(values: RunValues): DaemonConfig['federation'] {
   const namespace = values['federation-namespace'];
   const cluster = values['federation-cluster'];
   if (kubeconfig === undefined && namespace === undefined && cluster === undefined) return undefined;
-  return { kubeconfig: kubeconfig ?? '', namespace: namespace ?? '', cluster: cluster ?? '' };
+  return { kubeconfig: kubeconfig ?? '', namespace: namespace ?? '', cluster: cluster ?? '', leaseDurationMs: duration(values, 'federation-lease-duration') };
 }
 
 function federationRules(c: DaemonConfig): Array<[broken: boolean, message: () => string]> {

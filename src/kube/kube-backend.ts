@@ -208,7 +208,7 @@ async function federate(
     identity: leaseIdentity(`${f.cluster}/${identity}`),
     clock,
     logger: log,
-    leaseDurationMs: config.leaseDurationMs,
+    leaseDurationMs: f.leaseDurationMs,
     renewal: config.renewal,
     readinessLeadMs: config.readinessLeadMs,
     onBreakGlass: (domain, serial) => {

@@ -122,7 +122,7 @@ describe('the federation home: three apiservers, two members, one shared name', 
       asyncRenewal: false,
     });
     const flags = flagsFor(group, domain, emulator, [
-      ...['--federation-kubeconfig', homeKubeconfig, '--federation-namespace', HOME_NS, '--federation-cluster', m.name],
+      ...['--federation-kubeconfig', homeKubeconfig, '--federation-namespace', HOME_NS, '--federation-cluster', m.name, '--federation-lease-duration', '3s'],
       ...extra,
     ]);
     const env = { KUBECONFIG: m.cp.adminKubeconfigPath, POD_NAME: pod, POD_NAMESPACE: where.namespace ?? NS, POD_IPS: '10.0.0.10' };
