@@ -1,4 +1,4 @@
-// npm run chaos -- --minutes N [--domains-per-group D] [--time-scale K] [--seed S] [--json] [--verbose] [--keep]
+// npm run chaos -- --minutes N [--clusters C] [--domains-per-group D] [--time-scale K] [--seed S] [--json] [--verbose] [--keep]
 // Exit code: 0 when every invariant held, 1 on any violation, 2 when the run itself failed.
 import { numberFlag, parseScriptArgs, type CommandLine } from '../../scripts/lib/command-line.ts';
 import { summary } from './report.ts';
@@ -15,6 +15,15 @@ const SCRIPT: CommandLine = {
     'Exit code: 0 when every invariant held, 1 on any violation, 2 when the run itself failed.',
   flags: [
     { name: 'minutes', placeholder: 'N', default: '2', help: 'How long the chaos runs, 1 to 240 minutes.' },
+    {
+      name: 'clusters',
+      placeholder: 'C',
+      default: '1',
+      help:
+        'Member clusters, 1 to 5. With more than 1: a federation home (one more kube-apiserver, manifests/federation) and C members, ' +
+        'each with its own kube-apiserver, proxy and two replicas with the --federation-* flags, each with its own chaos; ' +
+        'plus outages of the home and partitions of one member from it. The report adds the break-glass issuances (see docs/federation.md).',
+    },
     {
       name: 'domains-per-group',
       placeholder: 'D',
@@ -40,6 +49,7 @@ const SCRIPT: CommandLine = {
 
 const values = parseScriptArgs(SCRIPT);
 const minutes = numberFlag(SCRIPT, values, 'minutes', 2, 'minutes from 1 to 240', (n) => n >= 1 && n <= 240);
+const clusters = numberFlag(SCRIPT, values, 'clusters', 1, 'a whole number from 1 to 5', (n) => Number.isInteger(n) && n >= 1 && n <= 5);
 const domainsPerGroup = numberFlag(SCRIPT, values, 'domains-per-group', 1, 'a whole number from 1 to 500', (n) => Number.isInteger(n) && n >= 1 && n <= 500);
 const timeScale = numberFlag(SCRIPT, values, 'time-scale', 1, 'a factor from 1 to 20', (n) => n >= 1 && n <= 20);
 const seed = values.seed !== undefined ? Number(values.seed) >>> 0 : (Math.random() * 2 ** 32) >>> 0;
@@ -56,7 +66,7 @@ const failSafe = setTimeout(
 failSafe.unref();
 
 try {
-  const report = await runChaos({ minutes, seed, domainsPerGroup, timeScale, verbose, keep });
+  const report = await runChaos({ minutes, clusters, seed, domainsPerGroup, timeScale, verbose, keep });
   console.log(summary(report));
   if (json) console.log(JSON.stringify(report));
   process.exitCode = report.violations === 0 ? 0 : 1;

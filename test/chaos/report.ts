@@ -1,10 +1,19 @@
 // The run's result: a human-readable summary and one JSON object (the last stdout line with --json).
 import type { CheckerResult } from './checker.ts';
+import type { HomeChaosStats } from './home.ts';
 import type { ChaosStats } from './schedule.ts';
 
 /** The schedule's counters as they are (apiOutageMs summarised as its maximum), and the checker's findings. */
-export interface ChaosReport extends Omit<ChaosStats, 'apiOutageMs'> {
+export interface ChaosReport extends Omit<ChaosStats, 'apiOutageMs'>, Partial<HomeChaosStats> {
   minutes: number;
+  /** Member clusters (1: no federation home; more: a home and that many members, docs/federation.md). */
+  clusters: number;
+  /** Issuances per domain and renewal window across every cluster, break-glass issuances left out: 1. */
+  issuancesPerWindowMax: number;
+  /** Issuances a member made on its own past the safety point while the home was away. */
+  breakGlassIssuances: number;
+  /** Episodes of a replica projecting an expired certificate while its Secret held a valid one: 0. */
+  expiredServed: number;
   seed: number;
   domainsPerGroup: number;
   timeScale: number;
@@ -67,6 +76,9 @@ export function buildReport(input: {
   extraViolations: string[];
   slowStops: string[];
   runDir?: string;
+  clusters?: number;
+  breakGlassIssuances?: number;
+  home?: HomeChaosStats;
 }): ChaosReport {
   const { result, chaos } = input;
   const details = [...input.extraViolations, ...result.violations];
@@ -74,6 +86,11 @@ export function buildReport(input: {
   const windows = Object.keys(result.issuancesByDomain).map((d) => Math.max(0, (result.windows.perWindow[d]?.length ?? 0) - 1));
   return {
     minutes: input.minutes,
+    clusters: input.clusters ?? 1,
+    issuancesPerWindowMax: result.windows.maxIssuancesPerWindow,
+    breakGlassIssuances: input.breakGlassIssuances ?? 0,
+    expiredServed: details.filter((d) => /^inv2 .* projects expired /.test(d)).length,
+    ...input.home,
     seed: input.seed,
     domainsPerGroup: input.domainsPerGroup,
     timeScale: input.timeScale,
@@ -150,6 +167,13 @@ export function summary(r: ChaosReport): string {
       `${r.handEdits} Secrets hand-edited to garbage (${r.handEditsRepaired} valid again, slowest after ${r.handEditRepairMaxMs} ms)`,
     `  proxy episodes ${JSON.stringify(r.proxyEpisodes)}, applied ${JSON.stringify(r.proxyFaultsApplied)}`,
     `  emulator faults ${JSON.stringify(r.emulatorFaults)}`,
+    ...(r.clusters > 1
+      ? [
+          `  federation: ${r.clusters} member clusters and a home; ${r.homeOutages} home outages (max ${r.homeOutageMaxMs} ms), ` +
+            `${r.homePartitions} member-home partitions; ${r.breakGlassIssuances} break-glass issuances, ` +
+            `max ${r.issuancesPerWindowMax} other issuances per window per domain across the clusters, ${r.expiredServed} expired certificates served`,
+        ]
+      : []),
     `  the Secrets held ${r.secretCertificates} certificates; without a valid one for ${r.secretInvalidMs} ms in total (summed over domains)`,
   ];
   if (r.violationDetails.length > 0) lines.push('  violations:', ...r.violationDetails.map((v) => `    - ${v}`));

@@ -8,18 +8,25 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane, type ControlPlane } from '../harness/control-plane.ts';
 import { allowDomains, exampleNamespace, GROUP, KUBE_DOMAIN, kubeconfigVia, must } from '../support/kube.ts';
-import { Checker, GATE } from './checker.ts';
+import { Checker, GATE, type CheckerResult } from './checker.ts';
 import { judgeAtEnd } from './end-check.ts';
 import { FaultProxy } from './fault-proxy.ts';
+import { DEFAULT_HOME_TUNING, FEDERATION_ACCOUNT, HomeChaos, homeNamespace, type HomeTuning } from './home.ts';
 import { AdminWatch, DirWatch, LedgerTail } from './observers.ts';
 import { Replica, type Instance } from './replicas.ts';
 import { buildReport, type ChaosReport } from './report.ts';
 import { Rng } from './rng.ts';
-import { Chaos, DEFAULT_TUNING, type ChaosTuning } from './schedule.ts';
+import { Chaos, DEFAULT_TUNING, type ChaosStats, type ChaosTuning } from './schedule.ts';
 
 export interface RunOptions {
   minutes: number;
   seed: number;
+  /**
+   * Member clusters (default 1). With more, a federation home (a further apiserver, manifests/federation)
+   * holds the group's Lease, Secrets of record and ledger; each member has its own apiserver, proxy and
+   * replicas with the federation flags, and its own chaos; the home has outages and partitions.
+   */
+  clusters?: number;
   /** Domains of the group (one Secret each, all served by every emulator). Default 1. */
   domainsPerGroup?: number;
   /**
@@ -116,6 +123,79 @@ function scaledTuning(t: ChaosTuning, k: number): ChaosTuning {
   };
 }
 
+/** The home's mean times between faults on the run's clock (their durations stay as they are). */
+function scaledHomeTuning(t: HomeTuning, k: number): HomeTuning {
+  return { ...t, outageEveryMs: t.outageEveryMs * k, partitionEveryMs: t.partitionEveryMs * k };
+}
+
+const sum = (values: number[]): number => values.reduce((a, b) => a + b, 0);
+
+function addCounts(into: Record<string, number>, from: Record<string, number>): Record<string, number> {
+  for (const [key, n] of Object.entries(from)) into[key] = (into[key] ?? 0) + n;
+  return into;
+}
+
+/** Every member's chaos counters added up (one member: its own). */
+function sumStats(all: ChaosStats[]): ChaosStats {
+  if (all.length === 1) return all[0]!;
+  const total: ChaosStats = { ...all[0]!, apiOutageMs: [], proxyEpisodes: {}, emulatorFaults: {} };
+  const counters = [
+    'kills',
+    'sigkills',
+    'sigterms',
+    'writerKills',
+    'restarts',
+    'apiOutages',
+    'busDrops',
+    'massRenewalKills',
+    'handEdits',
+    'domainRateLimits',
+  ] as const;
+  for (const key of counters) total[key] = sum(all.map((s) => s[key]));
+  for (const s of all) {
+    total.apiOutageMs.push(...s.apiOutageMs);
+    addCounts(total.proxyEpisodes, s.proxyEpisodes);
+    addCounts(total.emulatorFaults, s.emulatorFaults);
+  }
+  return total;
+}
+
+/**
+ * The members' findings as one. Every checker saw every issuance (one ledger), so the window analysis,
+ * the issuance counts and the invariant-1 findings are the first's (the others' are the same texts); the
+ * rest is per member: violations (each names its replica, so none is lost in the de-duplication), the
+ * Secrets' certificates, requests and convergence (the slowest member's figures).
+ */
+function mergeResults(results: CheckerResult[]): CheckerResult {
+  if (results.length === 1) return results[0]!;
+  const first = results[0]!;
+  const conv = results.map((r) => r.convergence);
+  return {
+    ...first,
+    violations: [...new Set(results.flatMap((r) => r.violations))],
+    unsharedRateLimits: results.flatMap((r) => r.unsharedRateLimits),
+    convergence: {
+      quietSamples: sum(conv.map((c) => c.quietSamples)),
+      quietP50Ms: Math.max(...conv.map((c) => c.quietP50Ms)),
+      quietP99Ms: Math.max(...conv.map((c) => c.quietP99Ms)),
+      quietMaxMs: Math.max(...conv.map((c) => c.quietMaxMs)),
+      allSamples: sum(conv.map((c) => c.allSamples)),
+      allP99Ms: Math.max(...conv.map((c) => c.allP99Ms)),
+      allMaxMs: Math.max(...conv.map((c) => c.allMaxMs)),
+    },
+    secretCerts: sum(results.map((r) => r.secretCerts)),
+    secretInvalidMs: sum(results.map((r) => r.secretInvalidMs)),
+    requests: sum(results.map((r) => r.requests)),
+    rateLimitedAnswers: sum(results.map((r) => r.rateLimitedAnswers)),
+    handEdits: {
+      count: sum(results.map((r) => r.handEdits.count)),
+      repaired: sum(results.map((r) => r.handEdits.repaired)),
+      repairMaxMs: Math.max(...results.map((r) => r.handEdits.repairMaxMs)),
+      repairP50Ms: Math.max(...results.map((r) => r.handEdits.repairP50Ms)),
+    },
+  };
+}
+
 /** The group's domains: the example's own first, then proxy-2, proxy-3, ... in the same tailnet. */
 export function chaosDomains(count: number): string[] {
   const [, tailnet] = /^[^.]+\.(.*)$/.exec(KUBE_DOMAIN)!;
@@ -169,8 +249,8 @@ async function namespaceWithRbac(cp: ControlPlane, domains: string[], log: (m: s
   }
 }
 
-async function createPods(cp: ControlPlane, ns: string): Promise<void> {
-  for (const name of REPLICAS) {
+async function createPods(cp: ControlPlane, ns: string, names: string[]): Promise<void> {
+  for (const name of names) {
     const pod = {
       apiVersion: 'v1',
       kind: 'Pod',
@@ -181,6 +261,20 @@ async function createPods(cp: ControlPlane, ns: string): Promise<void> {
     await must(cp.kubectl(['-n', ns, 'create', '-f', '-'], { input: JSON.stringify(pod) }));
   }
 }
+
+/** One member cluster of the run (the only one without a home). */
+interface Member {
+  cp: ControlPlane;
+  ns: string;
+  proxy: FaultProxy;
+  replicas: Replica[];
+  checker: Checker;
+  chaos: Chaos;
+  podWatch?: AdminWatch;
+}
+
+/** A federated run's replicas per member: two (a writer and a standby) keep 3 members on 2 cores. */
+const FEDERATED_REPLICAS = 2;
 
 export async function runChaos(options: RunOptions): Promise<ChaosReport> {
   const started = Date.now();
@@ -200,23 +294,50 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
   const domains = chaosDomains(options.domainsPerGroup ?? 1);
   log(`run dir ${runDir}, seed ${options.seed}, ${options.minutes} min, ${domains.length} domain(s) per group, time scale ${k}`);
 
-  let cp: ControlPlane | undefined;
-  let proxy: FaultProxy | undefined;
+  const clusters = options.clusters ?? 1;
+  const federated = clusters > 1;
+  const members: Member[] = [];
+  const controlPlanes: ControlPlane[] = [];
+  const proxies: FaultProxy[] = [];
+  let home: ControlPlane | undefined;
+  let homeChaos: HomeChaos | undefined;
   const replicas: Replica[] = [];
   const stoppers: Array<() => unknown> = [];
   let report: ChaosReport | undefined;
   try {
     // A stop is SIGTERM then SIGKILL after 1 s: a graceful kube-apiserver shutdown with clients attached
     // can take 10 s, too long an outage for 10 s renewal windows.
-    cp = await startControlPlane({ stopGraceMs: 1000 });
-    const ns = await namespaceWithRbac(cp, domains, log);
-    await createPods(cp, ns);
-    proxy = new FaultProxy({ upstream: cp.server, upstreamCaPem: cp.caPem, rng: new Rng(options.seed ^ 0x5eed) });
-    await proxy.start();
+    const started = await Promise.all(Array.from({ length: clusters + (federated ? 1 : 0) }, () => startControlPlane({ stopGraceMs: 1000 })));
+    controlPlanes.push(...started);
+    const memberPlanes = federated ? started.slice(1) : started;
+    // Each member reaches the home through its own proxy: a partition cuts one member off, not all.
+    const homeLinks: FaultProxy[] = [];
+    let homeNs = '';
+    if (federated) {
+      home = started[0]!;
+      homeNs = await homeNamespace(home, domains);
+      for (const [c] of memberPlanes.entries()) {
+        const link = new FaultProxy({ upstream: home.server, upstreamCaPem: home.caPem, rng: new Rng(options.seed ^ 0x40e ^ c) });
+        await link.start();
+        proxies.push(link);
+        homeLinks.push(link);
+      }
+      homeChaos = new HomeChaos({
+        home,
+        links: homeLinks,
+        rng: new Rng(options.seed ^ 0x40e),
+        tuning: scaledHomeTuning(DEFAULT_HOME_TUNING, k),
+        log,
+      });
+      log(`home ${home.server}, namespace ${homeNs}`);
+    }
     const ledger = join(runDir, 'ledger.jsonl');
-    log(`namespace ${ns}, proxy ${proxy.url}, api ${cp.server}`);
+    const byName = new Map<string, Replica>();
+    // Quiet periods: [start, end); the checker counts samples from start + settle time to end - grace.
+    const quietPeriods: Array<[number, number]> = [];
+    // Serials a member issued on its own while the home was away (its log says so): outside invariant 1.
+    const breakGlass = new Set<string>();
 
-    let chaos: Chaos | undefined;
     // A process that exits without being killed crashed: a violation (and it is restarted). A SIGTERM
     // handled but not ending in exit code 0 means the graceful stop overran --shutdown-timeout (or was
     // cut by our 8 s bound): reported.
@@ -242,99 +363,152 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         log(`slow stop: ${r.name} pid ${inst.pid} (${how})`);
       }
     };
-    for (const [i, name] of REPLICAS.entries()) {
-      const r = new Replica(
-        {
-          name,
-          namespace: ns,
-          domains,
-          group: GROUP,
-          kubeconfig: await kubeconfigVia(cp, ns, join(runDir, `kubeconfig-${name}`), proxy, { pod: name }),
-          ledger,
-          certLifetime: T.certLifetime,
-          podIp: `10.0.0.${10 + i}`,
-          flags: timingFlags(k),
+
+    for (const [c, cp] of memberPlanes.entries()) {
+      // Without a home the names are today's; with one, each member's are prefixed (c1-proxy-0, ...):
+      // the emulators' ids in the shared ledger tell the clusters apart.
+      const prefix = federated ? `c${c + 1}-` : '';
+      const names = (federated ? REPLICAS.slice(0, FEDERATED_REPLICAS) : REPLICAS).map((n) => `${prefix}${n}`);
+      const ns = await namespaceWithRbac(cp, domains, log);
+      await createPods(cp, ns, names);
+      const proxy = new FaultProxy({ upstream: cp.server, upstreamCaPem: cp.caPem, rng: new Rng(options.seed ^ 0x5eed ^ c) });
+      await proxy.start();
+      proxies.push(proxy);
+      log(`${federated ? `member ${c + 1}: ` : ''}namespace ${ns}, proxy ${proxy.url}, api ${cp.server}`);
+      const federation = federated
+        ? [
+            '--federation-kubeconfig',
+            await kubeconfigVia(home!, homeNs, join(runDir, `home-kubeconfig-c${c + 1}`), homeLinks[c]!, { serviceAccount: FEDERATION_ACCOUNT }),
+            '--federation-namespace',
+            homeNs,
+            '--federation-cluster',
+            `c${c + 1}`,
+            '--federation-lease-duration',
+            `${Math.round(2000 * k)}ms`,
+          ]
+        : [];
+      let chaos: Chaos | undefined;
+      const own: Replica[] = [];
+      for (const [i, name] of names.entries()) {
+        const r = new Replica(
+          {
+            name,
+            namespace: ns,
+            domains,
+            group: GROUP,
+            kubeconfig: await kubeconfigVia(cp, ns, join(runDir, `kubeconfig-${name}`), proxy, { pod: name }),
+            ledger,
+            certLifetime: T.certLifetime,
+            podIp: `10.0.${c}.${10 + i}`,
+            flags: [...timingFlags(k), ...federation],
+          },
+          runDir,
+          (replica, line) => {
+            chaos?.observeLog(replica, line);
+            if (line.msg === 'became the writer' || line.msg === 'no longer the writer') log(`${replica}: ${line.msg}`);
+            if (typeof line.msg === 'string' && line.msg.startsWith('break-glass: issued') && typeof line.serial === 'string') {
+              breakGlass.add(line.serial.toLowerCase());
+              log(`${replica}: break-glass issuance ${line.serial} (${String(line.domain)})`);
+            }
+          },
+          (inst) => onExit(r, inst),
+        );
+        await r.init();
+        own.push(r);
+        byName.set(name, r);
+      }
+      replicas.push(...own);
+      const member: Partial<Member> = { cp, ns, proxy, replicas: own };
+      const checker = new Checker({
+        domains,
+        graceMs: T.graceMs,
+        replicaNames: names,
+        running: (name) => byName.get(name)?.current,
+        instanceAt: (emulator, t) => {
+          const inst = byName.get(emulator)?.instanceAt(t);
+          return inst ? `${emulator}/${inst.pid}` : undefined;
         },
-        runDir,
-        (replica, line) => {
-          chaos?.observeLog(replica, line);
-          if (line.msg === 'became the writer' || line.msg === 'no longer the writer') log(`${replica}: ${line.msg}`);
+        endedAround: (emulator, t) => {
+          // Ended while its CertPair call was open (up to --cert-timeout before the issuance was recorded:
+          // the emulator finishes an issuance whose caller went away) or before it could store the result.
+          const certTimeoutMs = 5000 * k;
+          const inst = byName.get(emulator)?.instances.find((i) => i.exitedAt !== undefined && i.exitedAt >= t - certTimeoutMs && i.exitedAt <= t + T.graceMs);
+          if (!inst) return undefined;
+          return inst.killedWith === 'SIGKILL' ? 'SIGKILL' : inst.killedWith === 'SIGTERM' ? 'SIGTERM' : 'crash';
         },
-        (inst) => onExit(r, inst),
-      );
-      await r.init();
-      replicas.push(r);
+        quietAt: (t) => quietPeriods.some(([s, e]) => t >= s + T.settleMs && t < e - T.graceMs),
+        podsInSync: () => member.podWatch?.connected ?? false,
+        reachableSince: (now) => {
+          const since = chaos?.reachableSince(now) ?? 0;
+          return since === 0 ? 0 : since + T.recoveryMs;
+        },
+        excusedIssuance: (i) => breakGlass.has(i.serial.toLowerCase()),
+        verbose: (m) => log(`${prefix}${m}`),
+      });
+      chaos = new Chaos({
+        rng: c === 0 ? rng : new Rng(options.seed ^ (0x9e37 * c)),
+        replicas: own,
+        proxy,
+        cp,
+        namespace: ns,
+        tuning,
+        log: (m) => log(`${prefix}${m}`),
+        domains,
+        onHandEdit: (d, at) => checker.handEdited(d, at),
+      });
+      members.push(Object.assign(member, { checker, chaos }) as Member);
     }
     await Promise.all(replicas.map((r) => r.startEmulator()));
 
-    // Quiet periods: [start, end); the checker counts samples from start + settle time to end - grace.
-    const quietPeriods: Array<[number, number]> = [];
-    const byName = new Map(replicas.map((r) => [r.name, r]));
-    let podWatch: AdminWatch | undefined;
-    const checker = new Checker({
-      domains,
-      graceMs: T.graceMs,
-      replicaNames: REPLICAS,
-      running: (name) => byName.get(name)?.current,
-      instanceAt: (emulator, t) => {
-        const inst = byName.get(emulator)?.instanceAt(t);
-        return inst ? `${emulator}/${inst.pid}` : undefined;
-      },
-      endedAround: (emulator, t) => {
-        // Ended while its CertPair call was open (up to --cert-timeout before the issuance was recorded:
-        // the emulator finishes an issuance whose caller went away) or before it could store the result.
-        const certTimeoutMs = 5000 * k;
-        const inst = byName.get(emulator)?.instances.find((i) => i.exitedAt !== undefined && i.exitedAt >= t - certTimeoutMs && i.exitedAt <= t + T.graceMs);
-        if (!inst) return undefined;
-        return inst.killedWith === 'SIGKILL' ? 'SIGKILL' : inst.killedWith === 'SIGTERM' ? 'SIGTERM' : 'crash';
-      },
-      quietAt: (t) => quietPeriods.some(([s, e]) => t >= s + T.settleMs && t < e - T.graceMs),
-      podsInSync: () => podWatch?.connected ?? false,
-      reachableSince: (now) => {
-        const since = chaos?.reachableSince(now) ?? 0;
-        return since === 0 ? 0 : since + T.recoveryMs;
-      },
-      verbose: log,
+    for (const m of members) {
+      const { checker } = m;
+      // Every Secret of the namespace (the admin may list them all); the checker keeps the domains' own.
+      const secretWatch = new AdminWatch(
+        m.cp,
+        `/api/v1/namespaces/${m.ns}/secrets`,
+        domains.length === 1 ? `fieldSelector=${encodeURIComponent(`metadata.name=${KUBE_DOMAIN}`)}` : '',
+        (type, obj, at) => checker.secret(obj.metadata?.name ?? '', type === 'DELETED' ? undefined : obj, at),
+        (items, at) => {
+          const byName = new Map(items.map((obj) => [obj.metadata?.name ?? '', obj]));
+          for (const d of domains) checker.secret(d, byName.get(d), at);
+        },
+      );
+      const podWatch = new AdminWatch(
+        m.cp,
+        `/api/v1/namespaces/${m.ns}/pods`,
+        'labelSelector=app%3Dproxy',
+        (type, obj, at) => checker.pods(obj.metadata?.name ?? '', type === 'DELETED' ? undefined : obj, at),
+        (items, at) => {
+          for (const obj of items) checker.pods(obj.metadata?.name ?? '', obj, at);
+        },
+      );
+      m.podWatch = podWatch;
+      const dirWatches = m.replicas.map((r) => new DirWatch(r.outDir, domains, (domain, state) => checker.files(r.name, domain, state)));
+      secretWatch.start();
+      podWatch.start();
+      for (const d of dirWatches) d.start();
+      stoppers.push(
+        () => secretWatch.stop(),
+        () => podWatch.stop(),
+        ...dirWatches.map((d) => () => d.stop()),
+      );
+    }
+    // One ledger for every emulator of every cluster: each checker sees every issuance (the Secrets it
+    // watches may hold any cluster's certificate), and only its own cluster's requests (rate limits are
+    // per process and Secret).
+    const memberOf = new Map(members.flatMap((m) => m.replicas.map((r) => [r.name, m] as const)));
+    const ledgerTail = new LedgerTail(ledger, (line) => {
+      for (const m of members) if (line.kind !== 'request' || memberOf.get(String(line.emulator)) === m) m.checker.ledger(line);
     });
-
-    // Every Secret of the namespace (the admin may list them all); the checker keeps the domains' own.
-    const secretWatch = new AdminWatch(
-      cp,
-      `/api/v1/namespaces/${ns}/secrets`,
-      domains.length === 1 ? `fieldSelector=${encodeURIComponent(`metadata.name=${KUBE_DOMAIN}`)}` : '',
-      (type, obj, at) => checker.secret(obj.metadata?.name ?? '', type === 'DELETED' ? undefined : obj, at),
-      (items, at) => {
-        const byName = new Map(items.map((obj) => [obj.metadata?.name ?? '', obj]));
-        for (const d of domains) checker.secret(d, byName.get(d), at);
-      },
-    );
-    podWatch = new AdminWatch(
-      cp,
-      `/api/v1/namespaces/${ns}/pods`,
-      'labelSelector=app%3Dproxy',
-      (type, obj, at) => checker.pods(obj.metadata?.name ?? '', type === 'DELETED' ? undefined : obj, at),
-      (items, at) => {
-        for (const obj of items) checker.pods(obj.metadata?.name ?? '', obj, at);
-      },
-    );
-    const dirWatches = replicas.map((r) => new DirWatch(r.outDir, domains, (domain, state) => checker.files(r.name, domain, state)));
-    const ledgerTail = new LedgerTail(ledger, (line) => checker.ledger(line));
-    secretWatch.start();
-    podWatch.start();
-    for (const d of dirWatches) d.start();
     ledgerTail.start();
     // The continuous checks start once every replica holds every first certificate (below): before that
     // no replica has had files to keep valid. The start-up time is reported.
     let ticker: NodeJS.Timeout | undefined;
     stoppers.push(
       () => clearInterval(ticker),
-      () => secretWatch.stop(),
-      () => podWatch?.stop(),
       () => ledgerTail.stop(),
-      ...dirWatches.map((d) => () => d.stop()),
     );
 
-    chaos = new Chaos({ rng, replicas, proxy, cp, namespace: ns, tuning, log, domains, onHandEdit: (d, at) => checker.handEdited(d, at) });
     const probeHealth = async (when: string): Promise<void> => {
       await Promise.all(
         replicas.map(async (r) => {
@@ -350,30 +524,38 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         }),
       );
     };
+    const converged = (): boolean => members.every((m) => m.checker.converged());
     for (const r of replicas) r.start();
     const startedReplicasAt = Date.now();
 
     // Start-up: the first certificate of every domain reaches every replica (bounded).
     const startupBoundMs = 90_000 + 1000 * domains.length;
     const startupDeadline = Date.now() + startupBoundMs;
-    while (!checker.converged()) {
+    while (!converged()) {
       if (Date.now() > startupDeadline)
         throw new Error(`start-up: the first certificates did not reach every replica within ${startupBoundMs / 1000} s (see the logs in the run dir)`);
       await sleep(100);
     }
     const startupMs = Date.now() - startedReplicasAt;
-    ticker = setInterval(() => checker.tick(Date.now()), 100);
+    ticker = setInterval(() => {
+      for (const m of members) m.checker.tick(Date.now());
+    }, 100);
     log(`start-up done in ${startupMs} ms: every replica holds the first certificate of each of ${domains.length} domain(s)`);
     const t0 = Date.now();
     const end = t0 + totalMs;
     const progressTimer = setInterval(() => {
-      const s = checker.snapshot();
+      const snapshots = members.map((m) => m.checker.snapshot());
       progress(
         `[chaos] ${Math.round((Date.now() - t0) / 1000)}s/${Math.round(totalMs / 1000)}s ` +
-          `domains ${domains.length} kills ${chaos!.stats.kills} issuances ${s.issuances} violations ${s.violations}`,
+          `${federated ? `clusters ${clusters} ` : ''}domains ${domains.length} kills ${sum(members.map((m) => m.chaos.stats.kills))} ` +
+          `issuances ${snapshots[0]!.issuances} violations ${sum(snapshots.map((s) => s.violations))}`,
       );
     }, 20_000);
     stoppers.push(() => clearInterval(progressTimer));
+    const settleAll = async (): Promise<void> => {
+      await homeChaos?.settle();
+      await Promise.all(members.map((m) => m.chaos.settle()));
+    };
 
     // Chaos segments with quiet periods in between, then the final quiet phase.
     for (;;) {
@@ -381,10 +563,11 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
       if (chaosLeft <= 1000) break;
       const segment = Math.min(T.chaosSegmentMs, chaosLeft);
       log(`chaos for ${Math.round(segment / 1000)} s`);
-      await chaos.run(Date.now() + segment);
+      const until = Date.now() + segment;
+      await Promise.all([...members.map((m) => m.chaos.run(until)), homeChaos?.run(until)]);
       const left = end - T.finalQuietMs - Date.now();
       if (left < T.quietSegmentMs + 10_000) continue;
-      await chaos.settle();
+      await settleAll();
       const qs = Date.now();
       log(`quiet for ${T.quietSegmentMs / 1000} s`);
       const period: [number, number] = [qs, qs + T.quietSegmentMs];
@@ -393,7 +576,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
       await probeHealth('in a quiet period');
       await sleep(Math.max(0, qs + T.quietSegmentMs - Date.now()));
     }
-    await chaos.settle();
+    await settleAll();
     const finalStart = Date.now();
     quietPeriods.push([finalStart, Number.POSITIVE_INFINITY]);
     log(`final quiet phase for ${Math.round(Math.max(T.finalQuietMs, end - finalStart) / 1000)} s`);
@@ -401,14 +584,20 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
 
     // The end: every replica holds every Secret's certificate (allowing the grace for one in flight).
     const holdDeadline = Date.now() + T.graceMs;
-    while (Date.now() < holdDeadline && !checker.converged()) await sleep(50);
+    while (Date.now() < holdDeadline && !converged()) await sleep(50);
     await probeHealth('at the end');
     await ledgerTail.poll();
     // A renewal stored in the last moments (during the probes, say) gets its time before it is judged.
-    const endCheck = await judgeAtEnd(checker, { boundMs: T.graceMs, now: Date.now, sleep: (ms) => sleep(ms) });
+    const endChecks = [];
+    for (const m of members) endChecks.push(await judgeAtEnd(m.checker, { boundMs: T.graceMs, now: Date.now, sleep: (ms) => sleep(ms) }));
+    const endCheck = {
+      allowanceMs: Math.max(...endChecks.map((e) => e.allowanceMs)),
+      waitedMs: sum(endChecks.map((e) => e.waitedMs)),
+    };
     log(`end-of-run check after ${endCheck.waitedMs} ms (allowance ${endCheck.allowanceMs} ms for a certificate stored at the end)`);
-    const result = endCheck.result;
-    const proxyApplied = Object.fromEntries(proxy.applied);
+    const result = mergeResults(endChecks.map((e) => e.result));
+    const proxyApplied: Record<string, number> = {};
+    for (const p of proxies) for (const [fault, n] of p.applied) proxyApplied[fault] = (proxyApplied[fault] ?? 0) + n;
     report = buildReport({
       minutes: options.minutes,
       seed: options.seed,
@@ -417,8 +606,11 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
       timeScale: k,
       startupMs,
       result,
-      endCheck: { allowanceMs: endCheck.allowanceMs, waitedMs: endCheck.waitedMs },
-      chaos: chaos.stats,
+      endCheck,
+      chaos: sumStats(members.map((m) => m.chaos.stats)),
+      clusters,
+      breakGlassIssuances: breakGlass.size,
+      home: homeChaos?.stats,
       proxyApplied,
       extraViolations: [...crashes, ...halfDead],
       slowStops,
@@ -428,8 +620,8 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
   } finally {
     for (const stop of stoppers) await Promise.resolve(stop()).catch(() => {});
     await Promise.all(replicas.map((r) => r.stopAll().catch(() => {})));
-    await proxy?.close().catch(() => {});
-    await cp?.stop().catch(() => {});
+    await Promise.all(proxies.map((p) => p.close().catch(() => {})));
+    await Promise.all(controlPlanes.map((cp) => cp.stop().catch(() => {})));
     await new Promise<void>((r) => eventLog.end(() => r()));
     if (report) {
       report.durationMs = Date.now() - started;

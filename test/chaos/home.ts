@@ -1,0 +1,140 @@
+// The federation home of a multi-cluster chaos run (--clusters N > 1, docs/federation.md): one more
+// kube-apiserver holding the group's writer Lease, Secrets of record and ledger, set up as
+// manifests/federation says (the federation account, its Role by name, the admission policy), and reached
+// by each member cluster through its own fault-injecting proxy. The home's chaos: outages of the home
+// apiserver (every member loses it at once) and partitions (one member loses the home, the others keep it).
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import type { ControlPlane } from '../harness/control-plane.ts';
+import { GROUP, must } from '../support/kube.ts';
+import type { FaultProxy } from './fault-proxy.ts';
+import type { Rng } from './rng.ts';
+
+const FEDERATION = fileURLToPath(new URL('../../manifests/federation', import.meta.url));
+export const HOME_NAMESPACE = 'certshare-home';
+export const FEDERATION_ACCOUNT = 'certshare-federation';
+
+/**
+ * The home namespace with manifests/federation applied; with more than its one domain, the Role names
+ * every domain's Secret and the platform creates each (empty) Secret of record, as objects.yaml does.
+ */
+export async function homeNamespace(home: ControlPlane, domains: string[]): Promise<string> {
+  await must(home.kubectl(['create', 'namespace', HOME_NAMESPACE]));
+  await must(home.kubectl(['apply', '-k', FEDERATION, '-n', HOME_NAMESPACE]));
+  if (domains.length > 1) {
+    // rbac.yaml's rule 1 is the Secrets' (its comment: keep the order).
+    const patch = [
+      { op: 'test', path: '/rules/1/resources', value: ['secrets'] },
+      { op: 'replace', path: '/rules/1/resourceNames', value: domains },
+    ];
+    await must(home.kubectl(['-n', HOME_NAMESPACE, 'patch', 'role', FEDERATION_ACCOUNT, '--type', 'json', '-p', JSON.stringify(patch)]));
+    for (const name of domains.slice(1)) {
+      const secret = {
+        apiVersion: 'v1',
+        kind: 'Secret',
+        metadata: { name, labels: { 'app.kubernetes.io/managed-by': 'certshare', 'certshare.io/group': GROUP } },
+        type: 'kubernetes.io/tls',
+        data: { 'tls.crt': '', 'tls.key': '' },
+      };
+      await must(home.kubectl(['-n', HOME_NAMESPACE, 'create', '-f', '-'], { input: JSON.stringify(secret) }));
+    }
+  }
+  return HOME_NAMESPACE;
+}
+
+export interface HomeChaosStats {
+  homeOutages: number;
+  homeOutageMaxMs: number;
+  homePartitions: number;
+}
+
+export interface HomeTuning {
+  /** Mean time between home outages, and between partitions of one member from the home (ms). */
+  outageEveryMs: number;
+  partitionEveryMs: number;
+  /** How long the home apiserver stays stopped (restart time comes on top), and a partition lasts. */
+  outageDownMs: [number, number];
+  partitionMs: [number, number];
+}
+
+export const DEFAULT_HOME_TUNING: HomeTuning = {
+  outageEveryMs: 30_000,
+  partitionEveryMs: 15_000,
+  outageDownMs: [500, 4000],
+  partitionMs: [2000, 8000],
+};
+
+export class HomeChaos {
+  readonly stats: HomeChaosStats = { homeOutages: 0, homeOutageMaxMs: 0, homePartitions: 0 };
+  readonly #home: ControlPlane;
+  /** One proxy per member, in the member's order: the member's only way to the home. */
+  readonly #links: FaultProxy[];
+  readonly #rng: Rng;
+  readonly #tuning: HomeTuning;
+  readonly #log: (message: string) => void;
+
+  constructor(options: { home: ControlPlane; links: FaultProxy[]; rng: Rng; tuning: HomeTuning; log: (message: string) => void }) {
+    this.#home = options.home;
+    this.#links = options.links;
+    this.#rng = options.rng;
+    this.#tuning = options.tuning;
+    this.#log = options.log;
+  }
+
+  /** Chaos at the home until `until` (epoch ms); the home is up and every link clear when it returns. */
+  async run(until: number): Promise<void> {
+    const rng = this.#rng;
+    const t = this.#tuning;
+    // The first of each early in the segment (as the API outages of schedule.ts): a short run has both.
+    const start = Date.now();
+    let nextOutage = start + rng.between(3000, Math.max(3001, Math.min(t.outageEveryMs, until - start - 12_000)));
+    let nextPartition = start + rng.between(1000, Math.max(1001, Math.min(t.partitionEveryMs, until - start - 10_000)));
+    const cut = new Map<number, number>();
+    for (let now = Date.now(); now < until; now = Date.now()) {
+      for (const [i, ends] of cut) {
+        if (now < ends) continue;
+        this.#links[i]!.clear();
+        cut.delete(i);
+        this.#log(`home: member ${i + 1} reconnected`);
+      }
+      if (now >= nextPartition) {
+        nextPartition = now + rng.exponential(t.partitionEveryMs);
+        const i = rng.int(0, this.#links.length - 1);
+        if (!cut.has(i)) {
+          const ms = rng.between(...t.partitionMs);
+          this.#links[i]!.setFaults({ blackout: true });
+          cut.set(i, now + ms);
+          this.stats.homePartitions++;
+          this.#log(`home: member ${i + 1} partitioned from the home for ${Math.round(ms)} ms`);
+        }
+      }
+      // An outage runs to its end here (not in the background): the links' schedule resumes after it.
+      if (now >= nextOutage && until - now > 10_000) {
+        nextOutage = now + rng.exponential(t.outageEveryMs);
+        await this.#outage();
+      }
+      await sleep(100);
+    }
+    await this.settle();
+  }
+
+  /** The home up and every link clear. */
+  async settle(): Promise<void> {
+    for (const link of this.#links) link.clear();
+    if (!this.#home.apiServerRunning) await this.#home.startApiServer();
+  }
+
+  async #outage(): Promise<void> {
+    const signal = this.#rng.chance(0.75) ? 'SIGKILL' : 'SIGTERM';
+    const down = this.#rng.between(...this.#tuning.outageDownMs);
+    const started = Date.now();
+    this.#log(`home: stopping the home's kube-apiserver (${signal}), down ${Math.round(down)} ms + restart`);
+    await this.#home.stopApiServer({ signal });
+    await sleep(down);
+    await this.#home.startApiServer();
+    const ms = Date.now() - started;
+    this.stats.homeOutages++;
+    this.stats.homeOutageMaxMs = Math.max(this.stats.homeOutageMaxMs, ms);
+    this.#log(`home: back after ${ms} ms`);
+  }
+}
