@@ -1,6 +1,7 @@
 // The chaos run: a real control plane, the example namespace, three replicas as processes (each with
 // its own emulated tailscaled) behind a fault-injecting proxy, the chaos schedule with quiet periods,
-// and the invariant checker watching everything. Bounded: every phase has a deadline.
+// and the invariant checker watching everything. Bounded: every phase has a deadline. With --clusters
+// C > 1, the same per member cluster (two replicas each, federated), plus a home (home.ts) and its chaos.
 import { createWriteStream } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
