@@ -20,7 +20,23 @@ import { makeApi, withSignal } from './transport/https-transport.ts';
 export const homeLeaseName = (group: string): string => `certshare-${group}`;
 
 /** Errors that mean the home cannot be reached (or is down), not that it refused or answered garbage. */
-const OUTAGE_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN']);
+// An HTTP/2 stream or session ended by the peer (a proxy or load balancer in front of the home resets it)
+// carries no answer at all: an outage, not garbage (the chaos run's partitions found a sidecar restarted
+// during one refusing to start).
+const OUTAGE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ERR_HTTP2_STREAM_ERROR',
+  'ERR_HTTP2_SESSION_ERROR',
+  'ERR_HTTP2_GOAWAY_SESSION',
+  'ERR_HTTP2_INVALID_SESSION',
+]);
 const OUTAGE_CERTSHARE = new Set(['CERTSHARE_KUBE_TIMEOUT', 'CERTSHARE_KUBE_CONNECTION_LOST']);
 
 /**

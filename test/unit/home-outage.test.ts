@@ -15,6 +15,10 @@ describe('isHomeOutage', () => {
       sys('ECONNREFUSED'),
       sys('ECONNRESET'),
       sys('ETIMEDOUT'),
+      // A stream reset by a proxy in front of the home (Node's message: Stream closed with error code NGHTTP2_INTERNAL_ERROR).
+      sys('ERR_HTTP2_STREAM_ERROR'),
+      sys('ERR_HTTP2_SESSION_ERROR'),
+      sys('ERR_HTTP2_GOAWAY_SESSION'),
       status(503),
       status(500),
       status(429),
