@@ -67,10 +67,28 @@ export async function checkHome(home: KubeConnection, group: string, logger: Log
   const unusable = (problem: string, cause?: unknown): CertshareError =>
     new CertshareError('CERTSHARE_HOME_UNUSABLE', { where, problem }, { cause, refused: apiStatus(cause) === 401 || apiStatus(cause) === 403 });
   try {
-    const lease = await api.readNamespacedLease({ name, namespace: home.namespace }, withSignal(AbortSignal.timeout(home.requestTimeoutMs)));
-    if (lease?.metadata?.name !== name || typeof lease.spec !== 'object')
-      throw unusable('the answer is not a Lease: is the kubeconfig pointed at an apiserver?');
-    await api.replaceNamespacedLease({ name, namespace: home.namespace, body: lease, dryRun: 'All' }, withSignal(AbortSignal.timeout(home.requestTimeoutMs)));
+    // A conflict means another member's writer renewed the Lease between the read and the dry run (members
+    // start together): read it again. Past the last attempt the conflict stands as the answer: the update
+    // was authorized (the apiserver checks the resourceVersion after RBAC), its admission is seen at the
+    // first real write.
+    for (let attempt = 1; ; attempt++) {
+      const lease = await api.readNamespacedLease({ name, namespace: home.namespace }, withSignal(AbortSignal.timeout(home.requestTimeoutMs)));
+      if (lease?.metadata?.name !== name || typeof lease.spec !== 'object')
+        throw unusable('the answer is not a Lease: is the kubeconfig pointed at an apiserver?');
+      try {
+        await api.replaceNamespacedLease(
+          { name, namespace: home.namespace, body: lease, dryRun: 'All' },
+          withSignal(AbortSignal.timeout(home.requestTimeoutMs)),
+        );
+        return;
+      } catch (err) {
+        if (apiStatus(err) !== 409) throw err;
+        if (attempt === 3) {
+          logger.warn({ where }, 'federation home: the Lease changed under each start-up check; its admission is checked at the first write');
+          return;
+        }
+      }
+    }
   } catch (err) {
     if (err instanceof CertshareError && err.code === 'CERTSHARE_HOME_UNUSABLE') throw err;
     if (isHomeOutage(err)) {
