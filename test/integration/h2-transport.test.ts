@@ -1,34 +1,15 @@
 // The HTTP/2 transport's stream-level behaviour against a scripted node:http2 server: a reset stream
 // fails alone, a refused one is sent again, failed connects back off.
 import assert from 'node:assert/strict';
-import { writeFile } from 'node:fs/promises';
 import { constants, createSecureServer, type Http2SecureServer, type ServerHttp2Stream } from 'node:http2';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { CoreV1Api } from '../../src/kube/transport/client-node.ts';
 import { connectKube } from '../../src/kube/connection.ts';
 import { kubeSessionStats, makeApi, refusedRetryWaitMs, watchOnce } from '../../src/kube/transport/https-transport.ts';
 import { DAY, makePair } from '../support/certs.ts';
 import { freePort } from '../support/processes.ts';
+import { scriptedKubeconfig } from '../support/scripted-kubeconfig.ts';
 import { useTempDir } from '../support/standalone.ts';
-
-async function kubeconfigFor(dir: string, name: string, port: number): Promise<string> {
-  const path = join(dir, `${name}.kubeconfig`);
-  const cluster = `{server: "https://localhost:${port}", insecure-skip-tls-verify: true}`;
-  await writeFile(
-    path,
-    [
-      'apiVersion: v1',
-      'kind: Config',
-      `clusters: [{name: c, cluster: ${cluster}}]`,
-      'users: [{name: u, user: {token: t}}]',
-      'contexts: [{name: x, context: {cluster: c, user: u, namespace: n}}]',
-      'current-context: x',
-      '',
-    ].join('\n'),
-  );
-  return path;
-}
 
 const secretJson = (name: string) => JSON.stringify({ apiVersion: 'v1', kind: 'Secret', metadata: { name, namespace: 'n' } });
 
@@ -67,7 +48,7 @@ describe('HTTP/2 transport against a scripted server', () => {
       }
     };
     sessions = 0;
-    const connection = await connectKube({ KUBECONFIG: await kubeconfigFor(dir(), 'reset', port), POD_NAMESPACE: 'n' });
+    const connection = await connectKube({ KUBECONFIG: await scriptedKubeconfig(dir(), 'reset', port), POD_NAMESPACE: 'n' });
     const api = makeApi(connection.config, CoreV1Api);
     const slow = api.readNamespacedSecret({ name: 'slow', namespace: 'n' });
     await new Promise<void>((resolve) => {
@@ -86,7 +67,7 @@ describe('HTTP/2 transport against a scripted server', () => {
       stream.respond({ ':status': 200, 'content-type': 'application/json' });
       stream.end(secretJson(name));
     };
-    const connection = await connectKube({ KUBECONFIG: await kubeconfigFor(dir(), 'refused', port), POD_NAMESPACE: 'n' });
+    const connection = await connectKube({ KUBECONFIG: await scriptedKubeconfig(dir(), 'refused', port), POD_NAMESPACE: 'n' });
     const api = makeApi(connection.config, CoreV1Api);
     assert.equal((await api.readNamespacedSecret({ name: 'refused-once', namespace: 'n' })).metadata?.name, 'refused-once');
     assert.equal(seen.filter((n) => n === 'refused-once').length, 2);
@@ -115,7 +96,7 @@ describe('HTTP/2 transport against a scripted server', () => {
 
   it("a refused stream's retries end with the request's deadline", async () => {
     script = (_name, stream) => stream.close(constants.NGHTTP2_REFUSED_STREAM);
-    const connection = await connectKube({ KUBECONFIG: await kubeconfigFor(dir(), 'refused-deadline', port), POD_NAMESPACE: 'n' });
+    const connection = await connectKube({ KUBECONFIG: await scriptedKubeconfig(dir(), 'refused-deadline', port), POD_NAMESPACE: 'n' });
     const api = makeApi(connection.config, CoreV1Api, 250);
     await assert.rejects(api.readNamespacedSecret({ name: 'refused-until-deadline', namespace: 'n' }), { code: 'CERTSHARE_KUBE_TIMEOUT' });
     assert.ok(seen.filter((n) => n === 'refused-until-deadline').length < 7, 'stopped by the deadline, not by the attempt count');
@@ -124,7 +105,7 @@ describe('HTTP/2 transport against a scripted server', () => {
 
   it('after a failed connect, calls fail at once with its error instead of each opening a connection', async () => {
     const closed = await freePort();
-    const connection = await connectKube({ KUBECONFIG: await kubeconfigFor(dir(), 'refused-port', closed), POD_NAMESPACE: 'n' });
+    const connection = await connectKube({ KUBECONFIG: await scriptedKubeconfig(dir(), 'refused-port', closed), POD_NAMESPACE: 'n' });
     const api = makeApi(connection.config, CoreV1Api);
     await assert.rejects(api.readNamespacedSecret({ name: 's', namespace: 'n' }), { code: 'ECONNREFUSED' });
     await assert.rejects(api.readNamespacedSecret({ name: 's', namespace: 'n' }), { code: 'ECONNREFUSED' });
@@ -159,7 +140,7 @@ describe('HTTP/2 transport: a full connection', () => {
   after(() => server.close());
 
   it('a burst of requests waits for a free stream instead of opening connections; watches that fill it get another', async () => {
-    const connection = await connectKube({ KUBECONFIG: await kubeconfigFor(dir(), 'full', port), POD_NAMESPACE: 'n' });
+    const connection = await connectKube({ KUBECONFIG: await scriptedKubeconfig(dir(), 'full', port), POD_NAMESPACE: 'n' });
     const api = makeApi(connection.config, CoreV1Api);
     const names = Array.from({ length: 40 }, (_, i) => `burst-${i}`);
     const answers = await Promise.all(names.map((name) => api.readNamespacedSecret({ name, namespace: 'n' })));

@@ -1,0 +1,87 @@
+// The federation home's start-up check (checkHome, src/kube/federation.ts) against a scripted node:http2
+// server: a dry-run update that conflicts (another member's writer renewed the Lease meanwhile) is read
+// and tried again, and a stream reset on the way to the home is an outage (logged, the member starts on
+// its local copies), never CERTSHARE_HOME_UNUSABLE. Both made members exit at start in the chaos run.
+import assert from 'node:assert/strict';
+import { constants, createSecureServer, type Http2SecureServer, type ServerHttp2Stream } from 'node:http2';
+import { after, before, describe, it } from 'node:test';
+import { connectKube } from '../../src/kube/connection.ts';
+import { checkHome } from '../../src/kube/federation.ts';
+import { DAY, makePair } from '../support/certs.ts';
+import { recordingLogger } from '../support/recording-logger.ts';
+import { scriptedKubeconfig } from '../support/scripted-kubeconfig.ts';
+import { useTempDir } from '../support/standalone.ts';
+
+const lease = (rv: number): string =>
+  JSON.stringify({
+    apiVersion: 'coordination.k8s.io/v1',
+    kind: 'Lease',
+    metadata: { name: 'certshare-proxy', namespace: 'n', resourceVersion: String(rv) },
+    spec: {},
+  });
+const conflict = JSON.stringify({
+  kind: 'Status',
+  apiVersion: 'v1',
+  status: 'Failure',
+  reason: 'Conflict',
+  code: 409,
+  message: 'the object has been modified',
+});
+
+describe('the home start-up check against a scripted server', () => {
+  const dir = useTempDir();
+  let server: Http2SecureServer;
+  let port: number;
+  const seen: string[] = [];
+  let script: (method: string, stream: ServerHttp2Stream, calls: number) => void = () => {};
+
+  before(async () => {
+    const pair = await makePair('localhost', Date.now() - 60_000, DAY);
+    server = createSecureServer({ cert: pair.certPem, key: pair.keyPem });
+    server.on('stream', (stream, headers) => {
+      stream.on('error', () => {});
+      const method = String(headers[':method']);
+      seen.push(method);
+      script(method, stream, seen.filter((m) => m === method).length);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    port = (server.address() as { port: number }).port;
+  });
+  after(() => server.close());
+
+  const answer = (stream: ServerHttp2Stream, status: number, body: string): void => {
+    stream.respond({ ':status': status, 'content-type': 'application/json' });
+    stream.end(body);
+  };
+
+  it('a conflicting dry run is read and tried again: the check passes', async () => {
+    seen.length = 0;
+    script = (method, stream, calls) => {
+      if (method === 'GET') answer(stream, 200, lease(calls));
+      else answer(stream, calls === 1 ? 409 : 200, calls === 1 ? conflict : lease(calls));
+    };
+    const home = await connectKube({}, { kubeconfig: await scriptedKubeconfig(dir(), 'conflict', port), namespace: 'n' });
+    try {
+      await checkHome(home, 'proxy', recordingLogger().logger);
+    } finally {
+      home.close();
+    }
+    assert.deepEqual(seen, ['GET', 'PUT', 'GET', 'PUT']);
+  });
+
+  it('a stream reset on the way to the home is an outage: logged, no error', async () => {
+    seen.length = 0;
+    script = (_method, stream) => stream.close(constants.NGHTTP2_INTERNAL_ERROR);
+    const { logger, entries } = recordingLogger();
+    const home = await connectKube({}, { kubeconfig: await scriptedKubeconfig(dir(), 'reset', port), namespace: 'n' });
+    try {
+      await checkHome(home, 'proxy', logger);
+    } finally {
+      home.close();
+    }
+    assert.ok(
+      entries.some((e) => /unreachable at start/.test(e.msg ?? '')),
+      JSON.stringify(entries),
+    );
+  });
+});
