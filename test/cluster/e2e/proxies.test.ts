@@ -100,9 +100,7 @@ const advertising = (view: { nodes: Map<number, NodeState> }) => [...view.nodes.
  * seconds, lasts only until the Pod is gone: a poll can miss it).
  */
 function proxyExitWatch(env: E2eCluster, ns: string): { exits(): Map<string, number>; lines(): string[]; stop(): void } {
-  const watch = watchLines(env, [
-    join(env.cluster.binDir, 'kubectl'),
-    `--kubeconfig=${env.cluster.adminKubeconfigPath}`,
+  const watch = kubectlWatch(env, [
     'get',
     'pods',
     '-n',
@@ -145,6 +143,10 @@ function watchLines(
   child.stderr!.resume();
   return { child, lines };
 }
+
+/** `kubectl <args>` (a --watch) inside the cluster's namespace, as the admin, its lines timed as they come. */
+const kubectlWatch = (env: E2eCluster, args: string[]) =>
+  watchLines(env, [join(env.cluster.binDir, 'kubectl'), `--kubeconfig=${env.cluster.adminKubeconfigPath}`, ...args]);
 
 const serialOf = (base64Pem: string): string => new X509Certificate(Buffer.from(base64Pem, 'base64').toString('utf8')).serialNumber.toUpperCase();
 
@@ -230,9 +232,7 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
       KINDS.map(async (ns) => {
         const service = (await env.cluster.kubectlOk(['get', 'service', 'proxy', '-n', ns, '-o', 'jsonpath={.spec.clusterIP}'])).trim();
         // When the Secret held each certificate: the writer stored it; every replica projects it from there.
-        const secret = watchLines(env, [
-          join(env.cluster.binDir, 'kubectl'),
-          `--kubeconfig=${env.cluster.adminKubeconfigPath}`,
+        const secret = kubectlWatch(env, [
           'get',
           'secrets',
           '-n',
