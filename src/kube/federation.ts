@@ -14,7 +14,7 @@ import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { LeaseElector } from './lease-elector.ts';
 import { ANNOTATION_BREAK_GLASS } from './secret-codec.ts';
 import type { KubeSecretStore } from './secret-store.ts';
-import { makeApi, withSignal } from './transport/https-transport.ts';
+import { apiReady, makeApi, withSignal } from './transport/https-transport.ts';
 
 /** The home Lease of a group: the same name as the group's Lease in a cluster. */
 export const homeLeaseName = (group: string): string => `certshare-${group}`;
@@ -58,47 +58,67 @@ export function isHomeOutage(err: unknown): boolean {
  * The start-up check of the home: the group's Lease exists (the platform creates it: a group the home does
  * not know is an error, never one to make up) and may be read and updated (an update dry run, which the
  * apiserver authorizes and admits like the real one). Refused, unknown or garbage: CERTSHARE_HOME_UNUSABLE,
- * fatal. Unreachable: logged, the member starts with its local copies (the outage rules hold).
+ * fatal. Unreachable: logged, the member starts with its local copies (the outage rules hold). Refused by a
+ * home that is not ready (a restarted apiserver authorizes before its policy is loaded) is unreachable too:
+ * its refusal says nothing about the kubeconfig yet, and a later refusal never makes an issuer.
  */
-export async function checkHome(home: KubeConnection, group: string, logger: Logger): Promise<void> {
-  const api = makeApi(home.config, CoordinationV1Api, home.requestTimeoutMs);
+export async function checkHome(
+  home: KubeConnection,
+  group: string,
+  logger: Logger,
+  homeReady = () => apiReady(home.config, home.requestTimeoutMs),
+): Promise<void> {
   const name = homeLeaseName(group);
   const where = `Lease ${home.namespace}/${name}`;
   const unusable = (problem: string, cause?: unknown): CertshareError =>
-    new CertshareError('CERTSHARE_HOME_UNUSABLE', { where, problem }, { cause, refused: apiStatus(cause) === 401 || apiStatus(cause) === 403 });
+    new CertshareError('CERTSHARE_HOME_UNUSABLE', { where, problem }, { cause, refused: isRefusal(cause) });
+  const unreachable = (why: string, err: unknown): void =>
+    logger.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: apiErrorText(err) }, `federation home ${why} at start; serving the local copies`);
   try {
-    // A conflict means another member's writer renewed the Lease between the read and the dry run (members
-    // start together): read it again. Past the last attempt the conflict stands as the answer: the update
-    // was authorized (the apiserver checks the resourceVersion after RBAC), its admission is seen at the
-    // first real write.
-    for (let attempt = 1; ; attempt++) {
-      const lease = await api.readNamespacedLease({ name, namespace: home.namespace }, withSignal(AbortSignal.timeout(home.requestTimeoutMs)));
-      if (lease?.metadata?.name !== name || typeof lease.spec !== 'object')
-        throw unusable('the answer is not a Lease: is the kubeconfig pointed at an apiserver?');
-      try {
-        await api.replaceNamespacedLease(
-          { name, namespace: home.namespace, body: lease, dryRun: 'All' },
-          withSignal(AbortSignal.timeout(home.requestTimeoutMs)),
-        );
-        return;
-      } catch (err) {
-        if (apiStatus(err) !== 409) throw err;
-        if (attempt === 3) {
-          logger.warn({ where }, 'federation home: the Lease changed under each start-up check; its admission is checked at the first write');
-          return;
-        }
-      }
-    }
+    await readAndDryRunLease(home, name, where, logger, unusable);
   } catch (err) {
     if (err instanceof CertshareError && err.code === 'CERTSHARE_HOME_UNUSABLE') throw err;
-    if (isHomeOutage(err)) {
-      logger.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: apiErrorText(err) }, 'federation home unreachable at start; serving the local copies');
-      return;
-    }
+    if (isHomeOutage(err)) return unreachable('unreachable', err);
     const status = apiStatus(err);
     if (status === 404) throw unusable('does not exist: a group the home does not know (the platform creates its Lease)', err);
-    if (status === 401 || status === 403) throw unusable(`the kubeconfig lacks the rights (get and update the Lease): ${apiErrorText(err)}`, err);
+    if (isRefusal(err)) {
+      if (!(await homeReady())) return unreachable('not ready (it refused the check while starting up)', err);
+      throw unusable(`the kubeconfig lacks the rights (get and update the Lease): ${apiErrorText(err)}`, err);
+    }
     throw unusable(`not an answer of a Kubernetes API: ${errorMessage(err)}`, err);
+  }
+}
+
+const isRefusal = (err: unknown): boolean => apiStatus(err) === 401 || apiStatus(err) === 403;
+
+/**
+ * Reads the Lease and dry-runs its update. A conflict means another member's writer renewed the Lease
+ * between the read and the dry run (members start together): read it again. Past the last attempt the
+ * conflict stands as the answer: the update was authorized (the apiserver checks the resourceVersion after
+ * RBAC), its admission is seen at the first real write.
+ */
+async function readAndDryRunLease(
+  home: KubeConnection,
+  name: string,
+  where: string,
+  logger: Logger,
+  unusable: (problem: string) => CertshareError,
+): Promise<void> {
+  const api = makeApi(home.config, CoordinationV1Api, home.requestTimeoutMs);
+  for (let attempt = 1; ; attempt++) {
+    const lease = await api.readNamespacedLease({ name, namespace: home.namespace }, withSignal(AbortSignal.timeout(home.requestTimeoutMs)));
+    if (lease?.metadata?.name !== name || typeof lease.spec !== 'object')
+      throw unusable('the answer is not a Lease: is the kubeconfig pointed at an apiserver?');
+    try {
+      await api.replaceNamespacedLease({ name, namespace: home.namespace, body: lease, dryRun: 'All' }, withSignal(AbortSignal.timeout(home.requestTimeoutMs)));
+      return;
+    } catch (err) {
+      if (apiStatus(err) !== 409) throw err;
+      if (attempt === 3) {
+        logger.warn({ where }, 'federation home: the Lease changed under each start-up check; its admission is checked at the first write');
+        return;
+      }
+    }
   }
 }
 

@@ -1,7 +1,9 @@
 // The federation home's start-up check (checkHome, src/kube/federation.ts) against a scripted node:http2
 // server: a dry-run update that conflicts (another member's writer renewed the Lease meanwhile) is read
 // and tried again, and a stream reset on the way to the home is an outage (logged, the member starts on
-// its local copies), never CERTSHARE_HOME_UNUSABLE. Both made members exit at start in the chaos run.
+// its local copies), never CERTSHARE_HOME_UNUSABLE; so is a refusal from a home whose /readyz says it is
+// not ready (an apiserver restarting, its authorizer not yet synced). All three made members exit at start
+// in the chaos run. A refusal from a ready home is the kubeconfig's: CERTSHARE_HOME_UNUSABLE.
 import assert from 'node:assert/strict';
 import { constants, createSecureServer, type Http2SecureServer, type ServerHttp2Stream } from 'node:http2';
 import { after, before, describe, it } from 'node:test';
@@ -33,7 +35,7 @@ describe('the home start-up check against a scripted server', () => {
   let server: Http2SecureServer;
   let port: number;
   const seen: string[] = [];
-  let script: (method: string, stream: ServerHttp2Stream, calls: number) => void = () => {};
+  let script: (method: string, stream: ServerHttp2Stream, calls: number, path: string) => void = () => {};
 
   before(async () => {
     const pair = await makePair('localhost', Date.now() - 60_000, DAY);
@@ -42,7 +44,7 @@ describe('the home start-up check against a scripted server', () => {
       stream.on('error', () => {});
       const method = String(headers[':method']);
       seen.push(method);
-      script(method, stream, seen.filter((m) => m === method).length);
+      script(method, stream, seen.filter((m) => m === method).length, String(headers[':path']));
     });
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     port = (server.address() as { port: number }).port;
@@ -83,5 +85,42 @@ describe('the home start-up check against a scripted server', () => {
       entries.some((e) => /unreachable at start/.test(e.msg ?? '')),
       JSON.stringify(entries),
     );
+  });
+
+  const forbidden = JSON.stringify({ kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'Forbidden', code: 403, message: 'forbidden' });
+
+  it('a refusal from a home that is not ready is an outage at start: logged, no error', async () => {
+    seen.length = 0;
+    const paths: string[] = [];
+    script = (_method, stream, _calls, path) => {
+      paths.push(path);
+      if (path === '/readyz') answer(stream, 500, '[-]informer-sync failed: reason withheld\nreadyz check failed');
+      else answer(stream, 403, forbidden);
+    };
+    const { logger, entries } = recordingLogger();
+    const home = await connectKube({}, { kubeconfig: await scriptedKubeconfig(dir(), 'starting', port), namespace: 'n' });
+    try {
+      await checkHome(home, 'proxy', logger);
+    } finally {
+      home.close();
+    }
+    assert.deepEqual(paths, ['/apis/coordination.k8s.io/v1/namespaces/n/leases/certshare-proxy', '/readyz']);
+    assert.ok(
+      entries.some((e) => /not ready .* at start/.test(e.msg ?? '')),
+      JSON.stringify(entries),
+    );
+  });
+
+  it('a refusal from a ready home is the kubeconfig lacking rights: CERTSHARE_HOME_UNUSABLE', async () => {
+    seen.length = 0;
+    script = (_method, stream, _calls, path) => (path === '/readyz' ? answer(stream, 200, 'ok') : answer(stream, 403, forbidden));
+    const home = await connectKube({}, { kubeconfig: await scriptedKubeconfig(dir(), 'refusing', port), namespace: 'n' });
+    try {
+      await assert.rejects(checkHome(home, 'proxy', recordingLogger().logger), (err: unknown) => {
+        return (err as { code?: string }).code === 'CERTSHARE_HOME_UNUSABLE' && /lacks the rights/.test(String((err as Error).message));
+      });
+    } finally {
+      home.close();
+    }
   });
 });

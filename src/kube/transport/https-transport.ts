@@ -409,6 +409,34 @@ export function makeApi<T>(
 }
 
 /**
+ * Whether the API server says it is ready (GET /readyz answered 200): its informers synced and its
+ * bootstrap roles in place, so its authorizer answers for its policy. Any other answer, or none within
+ * `timeoutMs`, is "not ready".
+ */
+export async function apiReady(config: KubeConfig, timeoutMs = DEFAULT_REQUEST_TIMEOUT_MS): Promise<boolean> {
+  const signal = AbortSignal.timeout(timeoutMs);
+  try {
+    const options = await requestOptions(config);
+    const url = new URL(`${apiServer(config)}/readyz`);
+    const answer = await exchange(
+      config,
+      url,
+      { method: 'GET', headers: { ...(options.headers as OutgoingHttpHeaders), 'User-Agent': USER_AGENT } },
+      options,
+      signal,
+    );
+    try {
+      await readBody(answer);
+    } finally {
+      answer.close();
+    }
+    return answer.status === 200;
+  } catch {
+    return false;
+  }
+}
+
+/**
  * Per-call options for a generated API method that cancel the request when `signal` aborts (the
  * transport adds its deadline either way); `options` (e.g. setHeaderOptions) are kept.
  */
