@@ -215,6 +215,10 @@ async function federate(
       metrics.breakGlass.inc({ domain });
       podEvents?.breakGlass(domain, serial);
     },
+    onHomeWriterChange: (leader) => {
+      metrics.homeWriter.set(leader ? 1 : 0);
+      podEvents?.writer(leader, 'home');
+    },
   });
   log.info({ home: connection.namespace }, 'federation home configured');
   return {

@@ -21,9 +21,22 @@ export const EVENT_REASONS = {
   NotReady: "the Pod's readiness condition turned False, with its reason",
   BecameWriter: 'this replica won the group Lease: it issues and writes the Secrets',
   LostWriter: 'this replica no longer holds the group Lease',
+  BecameHomeWriter: "this replica won its group's Lease at the federation home: it issues for every member cluster",
+  LostHomeWriter: "this replica no longer holds its group's Lease at the federation home",
   ServedCertificate: 'what the proxy serves for a domain changed (--served-check): current, previous, expired, other_name, other or unknown',
 } as const;
 export type EventReason = keyof typeof EVENT_REASONS;
+
+const WRITER_EVENTS = {
+  local: {
+    won: ['BecameWriter', 'holds the group Lease: issues and writes the Secrets'],
+    lost: ['LostWriter', 'no longer holds the group Lease: reads the Secrets'],
+  },
+  home: {
+    won: ['BecameHomeWriter', 'holds the group Lease at the federation home: issues for every member cluster'],
+    lost: ['LostHomeWriter', 'no longer holds the group Lease at the federation home: mirrors what the home holds'],
+  },
+} as const satisfies Record<string, Record<'won' | 'lost', readonly [EventReason, string]>>;
 
 type RecordEvent = (occurrence: EventOccurrence & { reason: EventReason }) => void;
 
@@ -177,14 +190,9 @@ export class PodEvents {
     });
   }
 
-  /** The group Lease was won or lost. */
-  writer(leader: boolean): void {
-    this.#record({
-      type: 'Normal',
-      reason: leader ? 'BecameWriter' : 'LostWriter',
-      action: 'Elect',
-      key: '',
-      note: leader ? 'holds the group Lease: issues and writes the Secrets' : 'no longer holds the group Lease: reads the Secrets',
-    });
+  /** The group Lease (`local`), or the group's Lease at the federation home (`home`), was won or lost. */
+  writer(leader: boolean, lease: 'local' | 'home' = 'local'): void {
+    const [reason, note] = WRITER_EVENTS[lease][leader ? 'won' : 'lost'];
+    this.#record({ type: 'Normal', reason, action: 'Elect', key: '', note });
   }
 }

@@ -66,6 +66,7 @@ export class Metrics implements LoopObserver {
   readonly eventsDropped: Counter;
   readonly breakGlass: Counter;
   readonly writer: Gauge;
+  readonly homeWriter: Gauge;
   /** The issuance budget's queues, read at each scrape (none until watchBudget). */
   #budgetQueues: () => QueueReport[] = () => [];
   #slots: { inUse: number; waiting: number } = { inUse: 0, waiting: 0 };
@@ -85,6 +86,7 @@ export class Metrics implements LoopObserver {
       eventsDropped: this.eventsDropped,
       breakGlass: this.breakGlass,
       writer: this.writer,
+      homeWriter: this.homeWriter,
     } = processMetrics(registers));
     budgetMetrics(
       registers,
@@ -285,7 +287,12 @@ function processMetrics(registers: Registers) {
     help: '1 while this replica may issue certificates (rw mode, or holding the group Lease in auto mode).',
     registers,
   });
-  return { busConnected, busReconnects, busBadLines, reloads, storeErrors, eventsDropped, breakGlass, writer };
+  const homeWriter = new Gauge({
+    name: 'certshare_home_writer',
+    help: "1 while this replica holds its group's Lease at the federation home: the one writer of every member cluster.",
+    registers,
+  });
+  return { busConnected, busReconnects, busBadLines, reloads, storeErrors, eventsDropped, breakGlass, writer, homeWriter };
 }
 
 /** The issuance budget's queues and the issuance slots, read at each scrape. */

@@ -254,6 +254,12 @@ describe('the federation home: three apiservers, two members, one shared name', 
     assert.equal(issued(ALPHA), 1);
     assert.equal(issued(BETA), 1);
     await secretsHold(SHARED, first);
+    // certshare_home_writer: the one replica of each group holding its Lease at the home, whichever cluster.
+    const homeWriters = async (domain: string): Promise<number> => {
+      const values = await Promise.all(of(domain).map(async (r) => (await r.daemon.metrics.homeWriter.get()).values[0]?.value ?? 0));
+      return values.reduce((a, b) => a + b, 0);
+    };
+    assert.deepEqual([await homeWriters(SHARED), await homeWriters(ALPHA), await homeWriters(BETA)], [1, 1, 1], 'one home writer per group');
 
     // The renewal window: one renewal across the clusters, mirrored everywhere.
     const cert = heldCert(of(SHARED)[0]!)!;

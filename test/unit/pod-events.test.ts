@@ -82,6 +82,22 @@ describe('the Events about the Pod', () => {
     assert.match(recorded[0]!.note, /waits for the issuance budget; its turn at 2030-01-02T00:00:00.000Z/);
   });
 
+  it('the Lease at the federation home: BecameHomeWriter and LostHomeWriter, apart from the local Lease', () => {
+    const { events, recorded } = recording();
+    events.writer(true);
+    events.writer(true, 'home');
+    events.writer(false, 'home');
+    assert.deepEqual(
+      recorded.map((e) => [e.reason, e.type]),
+      [
+        ['BecameWriter', 'Normal'],
+        ['BecameHomeWriter', 'Normal'],
+        ['LostHomeWriter', 'Normal'],
+      ],
+    );
+    assert.match(recorded[1]!.note, /federation home: issues for every member cluster/);
+  });
+
   it('docs/operations.md documents every reason', async () => {
     const page = await readFile(new URL('../../docs/operations.md', import.meta.url), 'utf8');
     for (const reason of Object.keys(EVENT_REASONS)) assert.match(page, new RegExp(`\`${reason}\``), reason);
