@@ -11,151 +11,51 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { after, before, describe, it } from 'node:test';
-import { parseFlags } from '../../src/flags/flags.ts';
-import { RUN_FLAGS, daemonConfigFrom, type DaemonConfig } from '../../src/config/run-options.ts';
-import { startDaemon, type Daemon } from '../../src/daemon.ts';
-import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
+import { before, describe, it } from 'node:test';
 import { breakGlassPoint } from '../../src/core/federation.ts';
 import { renewalTime } from '../../src/core/renewal.ts';
 import { connectKube } from '../../src/kube/connection.ts';
 import { requestRenewal } from '../../src/kube/renew-request.ts';
-import { startControlPlane, type ControlPlane } from '../harness/control-plane.ts';
-import { CONTROL_PLANE_HOOK_TIMEOUT_MS } from '../harness/use-control-plane.ts';
-import { JumpClock } from '../support/jump-clock.ts';
+import type { ControlPlane } from '../harness/control-plane.ts';
+import { DAY, HOME_NS, NS, useFederation, type FederatedReplica as Replica, type Member } from '../support/federation.ts';
 import { KUBE_DOMAIN, must } from '../support/kube.ts';
 import { asAccount } from '../support/token-request.ts';
-import { recordingLogger, type LogEntry } from '../support/recording-logger.ts';
-import { FAST_FLAGS, useTempDir } from '../support/standalone.ts';
+import { useTempDir } from '../support/standalone.ts';
 import { onEvent, until } from '../support/wait.ts';
-import type { EventEmitter } from 'node:events';
 
-const DAY = 86_400_000;
-const LIFETIME = 90 * DAY;
-const HOME_NS = 'certshare-home';
-const NS = 'proxies';
 const SHARED = 'shared.tailnet-0000.ts.net';
 const ALPHA = 'alpha.tailnet-0000.ts.net';
 const BETA = 'beta.tailnet-0000.ts.net';
 const GROUPS: Record<string, string> = { shared: SHARED, alpha: ALPHA, beta: BETA };
 const FEDERATION = fileURLToPath(new URL('../../manifests/federation', import.meta.url));
 
-interface Member {
-  name: 'east' | 'west';
-  cp: ControlPlane;
-}
-
-interface Replica {
-  member: Member['name'];
-  pod: string;
-  domain: string;
-  daemon: Daemon;
-  emulator: Emulator;
-  config: DaemonConfig;
-  log: { entries: LogEntry[]; events: EventEmitter };
-  stop(): Promise<void>;
-}
-
 const serialOfPem = (pem: string): string => new X509Certificate(pem).serialNumber;
 
 describe('the federation home: three apiservers, two members, one shared name', () => {
   const dir = useTempDir();
-  const clock = new JumpClock();
+  const bed = useFederation(Object.keys(GROUPS));
+  const { clock, replicas, member, issued } = bed;
   let home: ControlPlane;
   let members: Member[] = [];
   let homeKubeconfig: string;
-  const replicas: Replica[] = [];
-
-  before(
-    async () => {
-      const [h, east, west] = await Promise.all([startControlPlane(), startControlPlane(), startControlPlane()]);
-      home = h!;
-      members = [
-        { name: 'east', cp: east! },
-        { name: 'west', cp: west! },
-      ];
-      await must(home.kubectl(['create', 'namespace', HOME_NS]));
-      for (const m of members) await must(m.cp.kubectl(['create', 'namespace', NS]));
-      // The platform creates one Lease per federated group at the home: a member never makes up a group there.
-      for (const group of Object.keys(GROUPS)) {
-        const lease = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: `certshare-${group}` }, spec: {} };
-        const res = await home.adminRequest('POST', `/apis/coordination.k8s.io/v1/namespaces/${HOME_NS}/leases`, { body: lease });
-        assert.equal(res.status, 201, res.body);
-      }
-      homeKubeconfig = home.adminKubeconfigPath;
-    },
-    { timeout: CONTROL_PLANE_HOOK_TIMEOUT_MS },
-  );
-  after(
-    async () => {
-      await Promise.all(replicas.map((r) => r.stop()));
-      await Promise.all([home?.stop(), ...members.map((m) => m.cp.stop())]);
-    },
-    { timeout: 120_000 },
-  );
-
-  const member = (name: Member['name']): Member => members.find((m) => m.name === name)!;
-
-  function flagsFor(group: string, domain: string, emulator: Emulator, extra: string[] = []): string[] {
-    return [
-      ...['--localapi', emulator.address, '--store', 'kube', '--domain', domain, '--group', group, '--mode', 'auto'],
-      ...['--lease-duration', '3s', ...FAST_FLAGS],
-      ...extra,
-    ];
-  }
+  before(() => {
+    home = bed.home();
+    members = bed.members();
+    homeKubeconfig = bed.homeKubeconfig();
+  });
 
   /** A replica of `group` in member `m` (namespace NS unless given), its home the admin's HOME_NS unless `extra` says otherwise. */
-  async function startMemberReplica(
+  function startMemberReplica(
     m: Member,
     group: string,
     pod: string,
     extra: string[] = [],
     where: { domain?: string; namespace?: string } = {},
   ): Promise<Replica> {
-    const domain = where.domain ?? GROUPS[group]!;
-    const emulator = await startEmulator({
-      listen: join(dir(), `${m.name}-${pod}.sock`),
-      domains: [domain],
-      id: `${m.name}-${pod}`,
-      clock,
-      certLifetimeMs: LIFETIME,
-      asyncRenewal: false,
-    });
-    const flags = flagsFor(group, domain, emulator, [
-      ...['--federation-kubeconfig', homeKubeconfig, '--federation-namespace', HOME_NS, '--federation-cluster', m.name, '--federation-lease-duration', '3s'],
-      ...extra,
-    ]);
-    const env = { KUBECONFIG: m.cp.adminKubeconfigPath, POD_NAME: pod, POD_NAMESPACE: where.namespace ?? NS, POD_IPS: '10.0.0.10' };
-    const { logger, entries, events } = recordingLogger();
-    let daemon: Daemon;
-    let config: DaemonConfig;
-    try {
-      config = daemonConfigFrom(parseFlags(RUN_FLAGS, flags, {}), env);
-      daemon = await startDaemon(config, { logger, env, clock });
-    } catch (err) {
-      await emulator.close();
-      throw err;
-    }
-    const replica: Replica = {
-      member: m.name,
-      pod,
-      domain,
-      daemon,
-      emulator,
-      config,
-      log: { entries, events },
-      async stop() {
-        await daemon.stop();
-        await emulator.close();
-      },
-    };
-    replicas.push(replica);
-    return replica;
+    return bed.startReplica(m, group, pod, { domains: [where.domain ?? GROUPS[group]!], flags: extra, namespace: where.namespace });
   }
 
   const of = (domain: string): Replica[] => replicas.filter((r) => r.domain === domain);
-  /** Certificates signed for `domain` by every emulator, i.e. orders across both clusters. */
-  const issued = (domain: string): number => replicas.reduce((n, r) => n + (r.emulator.stats().issuances[domain] ?? 0), 0);
   const held = (r: Replica): string | undefined => r.daemon.manager.loop(r.domain)?.current?.info.serial;
   const heldCert = (r: Replica) => r.daemon.manager.loop(r.domain)?.current;
   const anyChange = (): Array<(listener: () => void) => () => void> =>
