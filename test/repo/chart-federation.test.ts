@@ -1,13 +1,15 @@
 // charts/certshare's federation values (docs/federation.md): federationHome renders exactly manifests/federation
-// (kustomize) for the same group, and sidecar.homeKubeconfigSecret reaches the injector as its flag.
+// (kustomize) for the same group, sidecar.homeKubeconfigSecret reaches the injector as its flag, and the member
+// side's kustomize overlay (manifests/federation-member) renders what the chart does with those values.
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/injector.ts';
-import { applied, CHART, helm, kustomize, REPO, renderChart, type KubeObject } from '../support/helm.ts';
+import { applied, CHART, helm, kustomize, REPO, renderChart, MANIFESTS, type KubeObject } from '../support/helm.ts';
 
 const FEDERATION = join(REPO, 'manifests/federation');
+const MEMBER = join(REPO, 'manifests/federation-member');
 const key = (o: KubeObject): string => `${o.kind}/${o.metadata.name}`;
 /** What Helm adds for an uninstall to keep: the rest is the manifests' own. */
 type Annotated = KubeObject & { metadata: { annotations?: Record<string, string> } };
@@ -17,6 +19,22 @@ const withoutKeep = (o: KubeObject): KubeObject => {
   const { annotations: _all, ...metadata } = (o as Annotated).metadata;
   return { ...o, metadata: Object.keys(annotations).length > 0 ? ({ ...metadata, annotations } as KubeObject['metadata']) : metadata };
 };
+
+type Env = Array<{ name: string; value?: string }>;
+type WithContainers = KubeObject & { spec: { template: { spec: { containers: Array<{ env: Env }> } } } };
+const injectorEnv = (objects: KubeObject[]): Env => (objects.find((o) => o.kind === 'Deployment') as WithContainers).spec.template.spec.containers[0]!.env;
+const envValues = (env: Env): Record<string, string> => Object.fromEntries(env.filter((e) => e.value !== undefined).map((e) => [e.name, e.value!]));
+/**
+ * The objects with the injector's environment in name order: a strategic merge patch puts the variables it
+ * adds first, the chart beside the others; no variable refers to another ($(NAME)), so the order means nothing.
+ */
+const envSorted = (objects: KubeObject[]): KubeObject[] =>
+  objects.map((o) => {
+    if (o.kind !== 'Deployment') return o;
+    const d = structuredClone(o) as WithContainers;
+    for (const c of d.spec.template.spec.containers) c.env.sort((a, b) => a.name.localeCompare(b.name));
+    return d;
+  });
 
 describe('charts/certshare: the federation', () => {
   it('federationHome.groups renders exactly the objects of manifests/federation for the same group', async () => {
@@ -50,5 +68,23 @@ describe('charts/certshare: the federation', () => {
     const r = await helm(['template', 'certshare', CHART, '--set-json', 'federationHome.groups=[{"name":"Proxy","domains":[]}]']);
     assert.notEqual(r.code, 0);
     assert.match(r.stderr, /federationHome\/groups\/0/);
+  });
+
+  it('manifests/federation-member is manifests/injector with the home kubeconfig Secret and the federation flags, as the chart renders them', async () => {
+    const member = await kustomize(MEMBER);
+    const env = envValues(injectorEnv(member));
+    const flags = parseFlags(INJECTOR_FLAGS, [], env);
+    // The injector starts with them: the flag needs both federation flags in --sidecar-flags, and the
+    // sidecar flags pass the daemon's own checks (injectorConfigFrom refuses what every Pod would refuse).
+    const config = injectorConfigFrom(flags, {});
+    assert.equal(config.defaults.homeKubeconfigSecret, 'certshare-home');
+    assert.match(config.defaults.sidecarFlags ?? '', /(^| )--federation-namespace=certshare-home( |$)/);
+    assert.match(config.defaults.sidecarFlags ?? '', /(^| )--federation-cluster=this-cluster( |$)/);
+    // Nothing else changes: the base's variables are all there, with their values.
+    const base = envValues(injectorEnv(await kustomize(MANIFESTS)));
+    assert.deepEqual(env, { ...base, CERTSHARE_SIDECAR_HOME_KUBECONFIG_SECRET: 'certshare-home', CERTSHARE_SIDECAR_FLAGS: flags['sidecar-flags'] });
+    // The chart with the same values renders the same objects.
+    const chart = await renderChart({ 'sidecar.homeKubeconfigSecret': config.defaults.homeKubeconfigSecret, 'sidecar.flags': flags['sidecar-flags'] });
+    assert.deepEqual(applied(envSorted(chart)), applied(envSorted(member)));
   });
 });
