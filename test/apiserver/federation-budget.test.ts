@@ -3,14 +3,17 @@
 // applied there), and four groups, two in each member cluster, one writer each serving 15 new names, ask for
 // 60 first issuances at once under the default 50/168h. The bed (test/support/federation.ts): three real
 // apiservers with etcd, in-process daemons, a LocalAPI emulator per writer counting what it signs, a jump clock.
+// Then the same ledger under least privilege: the federation account of manifests/federation, bound by
+// manifests/budget's RoleBinding at the home, is enough for a member's first issuance counted there.
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
 import { HOME_NS, useFederation, type FederatedReplica, type Member } from '../support/federation.ts';
-import { must } from '../support/kube.ts';
+import { KUBE_DOMAIN, must } from '../support/kube.ts';
 import { onEvent, until } from '../support/wait.ts';
 
 const BUDGET = fileURLToPath(new URL('../../manifests/budget', import.meta.url));
+const FEDERATION = fileURLToPath(new URL('../../manifests/federation', import.meta.url));
 const LEDGER = 'certshare-budget-tailnet-0000.ts.net';
 const WEEK = 168 * 3_600_000;
 const names = (from: number, count: number): string[] =>
@@ -43,8 +46,8 @@ describe('one issuance budget per registered domain across the members of a fede
     const series = /^certshare_issuance_queued\{registered_domain="tailnet-0000\.ts\.net"\} (\d+)$/m;
     return texts.reduce((n, text) => n + Number(series.exec(text)?.[1] ?? Number.NaN), 0);
   }
-  async function ledger(): Promise<Array<{ domain: string; issued: boolean }>> {
-    const res = await bed.home().adminRequest('GET', `/api/v1/namespaces/${HOME_NS}/configmaps/${LEDGER}`);
+  async function ledger(ns = HOME_NS, name = LEDGER): Promise<Array<{ domain: string; issued: boolean }>> {
+    const res = await bed.home().adminRequest('GET', `/api/v1/namespaces/${ns}/configmaps/${name}`);
     assert.equal(res.status, 200, res.body);
     const data = (JSON.parse(res.body) as { data: Record<string, string> }).data['ledger.json']!;
     return (JSON.parse(data) as { entries: Array<{ domain: string; issued: boolean }> }).entries;
@@ -99,5 +102,30 @@ describe('one issuance budget per registered domain across the members of a fede
         .sort(),
       ALL,
     );
+  });
+
+  it("the federation account's token suffices: manifests/budget at the home, its RoleBinding naming the account", async () => {
+    const home = bed.home();
+    const ns = 'fed-budget';
+    await must(home.kubectl(['create', 'namespace', ns]));
+    await must(home.kubectl(['apply', '-k', FEDERATION, '-n', ns]));
+    await must(home.kubectl(['apply', '-k', BUDGET, '-n', ns]));
+    const subjects = [{ kind: 'ServiceAccount', name: 'certshare-federation', namespace: ns }];
+    const patch = JSON.stringify([{ op: 'replace', path: '/subjects', value: subjects }]);
+    await must(home.kubectl(['-n', ns, 'patch', 'rolebinding', 'certshare-budget', '--type=json', '-p', patch]));
+    const token = await home.kubeconfigFor(ns, 'certshare-federation');
+    const writer = await bed.startReplica(bed.member('east'), 'proxy', 'proxy-0', {
+      domains: [KUBE_DOMAIN],
+      flags: ['--federation-kubeconfig', token, '--federation-namespace', ns, '--budget-namespace', ns],
+    });
+    const holds = (): boolean => writer.daemon.manager.loop(KUBE_DOMAIN)?.current !== undefined;
+    await until('the writer holds a certificate', holds, [onEvent(writer.daemon.events, 'planned')], 30_000);
+    assert.equal(writer.emulator.stats().issuancesTotal, 1);
+    assert.deepEqual(
+      (await ledger(ns)).map((e) => [e.domain, e.issued]),
+      [[KUBE_DOMAIN, true]],
+      "counted in the registered domain's ledger at the home",
+    );
+    assert.deepEqual(await ledger(ns, 'certshare-proxy-ledger'), [], "not in the group's");
   });
 });
