@@ -4,7 +4,6 @@
 // tailscaled (the emulators count the certificates they sign). A JumpClock shared by the daemons and the
 // emulators skips the days of a 90-day certificate's life; everything else runs at the pace of real I/O.
 import assert from 'node:assert/strict';
-import { X509Certificate } from 'node:crypto';
 import { once } from 'node:events';
 import { writeFile, readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
@@ -17,7 +16,17 @@ import { renewalTime } from '../../src/core/renewal.ts';
 import { connectKube } from '../../src/kube/connection.ts';
 import { requestRenewal } from '../../src/kube/renew-request.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';
-import { DAY, HOME_NS, NS, useFederation, type FederatedReplica as Replica, type Member } from '../support/federation.ts';
+import {
+  DAY,
+  HOME_NS,
+  NS,
+  secretAt,
+  secretsHold as secretsHoldAt,
+  useFederation,
+  type FederatedReplica as Replica,
+  type Member,
+  type SecretView,
+} from '../support/federation.ts';
 import { KUBE_DOMAIN, must } from '../support/kube.ts';
 import { asAccount } from '../support/token-request.ts';
 import { useTempDir } from '../support/standalone.ts';
@@ -28,8 +37,6 @@ const ALPHA = 'alpha.tailnet-0000.ts.net';
 const BETA = 'beta.tailnet-0000.ts.net';
 const GROUPS: Record<string, string> = { shared: SHARED, alpha: ALPHA, beta: BETA };
 const FEDERATION = fileURLToPath(new URL('../../manifests/federation', import.meta.url));
-
-const serialOfPem = (pem: string): string => new X509Certificate(pem).serialNumber;
 
 describe('the federation home: three apiservers, two members, one shared name', () => {
   const dir = useTempDir();
@@ -77,45 +84,11 @@ describe('the federation home: three apiservers, two members, one shared name', 
     return agreed(domain, not)!;
   }
 
-  async function secretAt(cp: ControlPlane, namespace: string, domain: string): Promise<{ serial: string; key: string; annotations: Record<string, string> }> {
-    const res = await cp.adminRequest('GET', `/api/v1/namespaces/${namespace}/secrets/${domain}`);
-    assert.equal(res.status, 200, res.body);
-    const s = JSON.parse(res.body) as { data: Record<string, string>; metadata: { annotations?: Record<string, string> } };
-    const pem = Buffer.from(s.data['tls.crt']!, 'base64').toString('utf8');
-    let serial: string;
-    try {
-      serial = serialOfPem(pem);
-    } catch {
-      serial = '(not a certificate)';
-    }
-    return { serial, key: Buffer.from(s.data['tls.key']!, 'base64').toString('utf8'), annotations: s.metadata.annotations ?? {} };
-  }
-  /**
-   * The Secret of record at the home and both members' local Secrets, once they all hold `serial` (read
-   * again at each change a replica reports; the local writes follow the home's by a round trip).
-   */
-  async function secretsHold(
-    domain: string,
-    serial: string,
-    timeoutMs = 15_000,
-  ): Promise<Array<{ serial: string; key: string; annotations: Record<string, string> }>> {
+  /** The Secret of record at the home and the local Secrets of the members running `domain`, once they all hold `serial`. */
+  const secretsHold = (domain: string, serial: string, timeoutMs = 15_000): Promise<SecretView[]> => {
     const where = [{ cp: home, ns: HOME_NS }, ...members.filter((m) => of(domain).some((r) => r.member === m.name)).map((m) => ({ cp: m.cp, ns: NS }))];
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const all = await Promise.all(where.map((w) => secretAt(w.cp, w.ns, domain)));
-      if (all.every((s) => s.serial === serial)) return all;
-      assert.ok(Date.now() < deadline, `${domain}: home and member Secrets hold ${all.map((s) => s.serial).join(', ')}, not all ${serial}`);
-      await new Promise<void>((resolve) => {
-        const offs = anyChange().map((subscribe) => subscribe(done));
-        const timer = setTimeout(done, 500); // a write that reports nothing to the replicas (the home's own)
-        function done(): void {
-          clearTimeout(timer);
-          for (const off of offs) off();
-          resolve();
-        }
-      });
-    }
-  }
+    return secretsHoldAt(where, domain, serial, anyChange, timeoutMs);
+  };
 
   /**
    * Resolves once each listed replica's loop has read its local copy `n` times with the home away, or

@@ -10,7 +10,11 @@ const REPO = new URL('../../', import.meta.url).pathname;
 
 /** A real dependency, how a test file starts it, and the tiers allowed to. */
 const DEPENDENCIES: Array<{ what: string; marker: RegExp; tiers: string[] }> = [
-  { what: 'the real kube-apiserver', marker: /\b(useControlPlane|startControlPlane|useFederation)\(/, tiers: ['apiserver', 'tailscaled', 'cluster'] },
+  {
+    what: 'the real kube-apiserver',
+    marker: /\b(useControlPlane|startControlPlane|useFederation|startFederation)\(/,
+    tiers: ['apiserver', 'tailscaled', 'cluster'],
+  },
   { what: 'the real tailscaled', marker: /\b(useRealTailscaled|startRealTailscaled)\(/, tiers: ['tailscaled'] },
   { what: 'the real single-node cluster or its images', marker: /\b(startE2eCluster|buildClusterImages)\(/, tiers: ['cluster'] },
   { what: 'the chaos run', marker: /\brunChaos\(|'main\.ts'/, tiers: ['chaos'] },

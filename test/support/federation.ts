@@ -2,13 +2,16 @@
 // member clusters (east and west), and replicas of a group in a member, in-process, each with its own LocalAPI
 // emulator standing in for tailscaled (the emulators count the certificates they sign). A JumpClock shared by
 // the daemons and the emulators skips the days of a certificate's life; everything else runs at the pace of
-// real I/O.
+// real I/O. The pieces (startFederation, startFederatedDaemon, secretsHold) serve a bed with a real tailscaled
+// per member too (test/tailscaled/real-federation.test.ts).
 import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
 import type { EventEmitter } from 'node:events';
 import { join } from 'node:path';
 import { after, before } from 'node:test';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom, type DaemonConfig } from '../../src/config/run-options.ts';
+import type { Clock } from '../../src/core/clock.ts';
 import { startDaemon, type Daemon } from '../../src/daemon.ts';
 import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
 import { startControlPlane, type ControlPlane } from '../harness/control-plane.ts';
@@ -67,40 +70,154 @@ export interface FederationBed {
   issued(domain?: string): number;
 }
 
+/** The home and both members, started. */
+export interface Federation {
+  home: ControlPlane;
+  members: Member[];
+  stop(): Promise<void>;
+}
+
 /**
- * Registers before()/after() hooks in the current describe block: the home and both members started, the
- * namespaces created, and the writer Lease of each of `groups` at the home (the platform creates them: a
- * member never makes up a group there).
+ * Starts the home and both members (three apiservers at once), creates the namespaces and the writer Lease of
+ * each of `groups` at the home (the platform creates them: a member never makes up a group there). On a
+ * failure, whatever started is stopped.
  */
+export async function startFederation(groups: readonly string[]): Promise<Federation> {
+  const started = await Promise.allSettled([startControlPlane(), startControlPlane(), startControlPlane()]);
+  const cps = started.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  const stop = async (): Promise<void> => {
+    await Promise.all(cps.map((cp) => cp.stop()));
+  };
+  try {
+    const failed = started.find((s) => s.status === 'rejected');
+    if (failed) throw failed.reason;
+    const [home, east, west] = cps as [ControlPlane, ControlPlane, ControlPlane];
+    const members: Member[] = [
+      { name: 'east', cp: east },
+      { name: 'west', cp: west },
+    ];
+    await must(home.kubectl(['create', 'namespace', HOME_NS]));
+    for (const m of members) await must(m.cp.kubectl(['create', 'namespace', NS]));
+    for (const group of groups) {
+      const lease = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: `certshare-${group}` }, spec: {} };
+      const res = await home.adminRequest('POST', `/apis/coordination.k8s.io/v1/namespaces/${HOME_NS}/leases`, { body: lease });
+      assert.equal(res.status, 201, res.body);
+    }
+    return { home, members, stop };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
+
+export type FederatedDaemon = Pick<FederatedReplica, 'daemon' | 'config' | 'log'>;
+
+export interface FederatedDaemonOptions {
+  /** tailscaled's LocalAPI: an emulator's address or a real tailscaled's socket. */
+  localapi: string;
+  group: string;
+  domains: string[];
+  pod: string;
+  /** The Pod's namespace in the member (NS unless given). */
+  namespace?: string | undefined;
+  /** Flags after the defaults (later ones win). */
+  flags?: string[];
+  clock?: Clock;
+}
+
+/**
+ * A replica of `group` in member `m`, in-process: --mode auto with the kube store and the fast tier's timing,
+ * its home HOME_NS at the home of `homeKubeconfig` as the cluster `m.name`; its log recorded.
+ */
+export async function startFederatedDaemon(m: Member, homeKubeconfig: string, options: FederatedDaemonOptions): Promise<FederatedDaemon> {
+  const flags = [
+    ...['--localapi', options.localapi, '--store', 'kube', ...options.domains.flatMap((d) => ['--domain', d]), '--group', options.group, '--mode', 'auto'],
+    ...FAST_FLAGS,
+    ...['--federation-kubeconfig', homeKubeconfig, '--federation-namespace', HOME_NS, '--federation-cluster', m.name],
+    ...(options.flags ?? []),
+  ];
+  const env = { KUBECONFIG: m.cp.adminKubeconfigPath, POD_NAME: options.pod, POD_NAMESPACE: options.namespace ?? NS, POD_IPS: '10.0.0.10' };
+  const { logger, entries, events } = recordingLogger();
+  const config = daemonConfigFrom(parseFlags(RUN_FLAGS, flags, {}), env);
+  const daemon = await startDaemon(config, { logger, env, ...(options.clock ? { clock: options.clock } : {}) });
+  return { daemon, config, log: { entries, events } };
+}
+
+export const serialOfPem = (pem: string): string => new X509Certificate(pem).serialNumber;
+
+export interface SecretView {
+  serial: string;
+  key: string;
+  annotations: Record<string, string>;
+}
+
+/** The domain's Secret in `namespace` of `cp`, as the admin reads it; its serial `(not a certificate)` for garbage. */
+export async function secretAt(cp: ControlPlane, namespace: string, domain: string): Promise<SecretView> {
+  const res = await cp.adminRequest('GET', `/api/v1/namespaces/${namespace}/secrets/${domain}`);
+  assert.equal(res.status, 200, res.body);
+  const s = JSON.parse(res.body) as { data: Record<string, string>; metadata: { annotations?: Record<string, string> } };
+  const pem = Buffer.from(s.data['tls.crt']!, 'base64').toString('utf8');
+  let serial: string;
+  try {
+    serial = serialOfPem(pem);
+  } catch {
+    serial = '(not a certificate)';
+  }
+  return { serial, key: Buffer.from(s.data['tls.key']!, 'base64').toString('utf8'), annotations: s.metadata.annotations ?? {} };
+}
+
+type Subscribe = (listener: () => void) => () => void;
+
+/**
+ * The domain's Secrets in `where` (the home's of record, members' local ones), once they all hold `serial`:
+ * read again at each change a replica reports (`changes` gives fresh subscriptions; the local writes follow
+ * the home's by a round trip), and every 500 ms for a write that reports nothing to the replicas (the home's
+ * own).
+ */
+export async function secretsHold(
+  where: Array<{ cp: ControlPlane; ns: string }>,
+  domain: string,
+  serial: string,
+  changes: () => Subscribe[],
+  timeoutMs = 15_000,
+): Promise<SecretView[]> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const all = await Promise.all(where.map((w) => secretAt(w.cp, w.ns, domain)));
+    if (all.every((s) => s.serial === serial)) return all;
+    assert.ok(Date.now() < deadline, `${domain}: home and member Secrets hold ${all.map((s) => s.serial).join(', ')}, not all ${serial}`);
+    await new Promise<void>((resolve) => {
+      const offs = changes().map((subscribe) => subscribe(done));
+      const timer = setTimeout(done, 500);
+      function done(): void {
+        clearTimeout(timer);
+        for (const off of offs) off();
+        resolve();
+      }
+    });
+  }
+}
+
+/** Registers before()/after() hooks in the current describe block: startFederation(groups), stopped after it. */
 export function useFederation(groups: readonly string[]): FederationBed {
   const dir = useTempDir();
   const clock = new JumpClock();
+  let federation: Federation | undefined;
   let home: ControlPlane | undefined;
   let members: Member[] = [];
   const replicas: FederatedReplica[] = [];
 
   before(
     async () => {
-      const [h, east, west] = await Promise.all([startControlPlane(), startControlPlane(), startControlPlane()]);
-      home = h!;
-      members = [
-        { name: 'east', cp: east! },
-        { name: 'west', cp: west! },
-      ];
-      await must(home.kubectl(['create', 'namespace', HOME_NS]));
-      for (const m of members) await must(m.cp.kubectl(['create', 'namespace', NS]));
-      for (const group of groups) {
-        const lease = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: `certshare-${group}` }, spec: {} };
-        const res = await home.adminRequest('POST', `/apis/coordination.k8s.io/v1/namespaces/${HOME_NS}/leases`, { body: lease });
-        assert.equal(res.status, 201, res.body);
-      }
+      federation = await startFederation(groups);
+      ({ home, members } = federation);
     },
     { timeout: CONTROL_PLANE_HOOK_TIMEOUT_MS },
   );
   after(
     async () => {
       await Promise.all(replicas.map((r) => r.stop()));
-      await Promise.all([home?.stop(), ...members.map((m) => m.cp.stop())]);
+      await federation?.stop();
     },
     { timeout: 120_000 },
   );
@@ -119,24 +236,22 @@ export function useFederation(groups: readonly string[]): FederationBed {
       certLifetimeMs: LIFETIME,
       asyncRenewal: false,
     });
-    const flags = [
-      ...['--localapi', emulator.address, '--store', 'kube', ...options.domains.flatMap((d) => ['--domain', d]), '--group', group, '--mode', 'auto'],
-      ...['--lease-duration', '3s', ...FAST_FLAGS],
-      ...['--federation-kubeconfig', started().adminKubeconfigPath, '--federation-namespace', HOME_NS, '--federation-cluster', m.name],
-      ...['--federation-lease-duration', '3s'],
-      ...(options.flags ?? []),
-    ];
-    const env = { KUBECONFIG: m.cp.adminKubeconfigPath, POD_NAME: pod, POD_NAMESPACE: options.namespace ?? NS, POD_IPS: '10.0.0.10' };
-    const { logger, entries, events } = recordingLogger();
-    let daemon: Daemon;
-    let config: DaemonConfig;
+    let running: FederatedDaemon;
     try {
-      config = daemonConfigFrom(parseFlags(RUN_FLAGS, flags, {}), env);
-      daemon = await startDaemon(config, { logger, env, clock });
+      running = await startFederatedDaemon(m, started().adminKubeconfigPath, {
+        localapi: emulator.address,
+        group,
+        domains: options.domains,
+        pod,
+        namespace: options.namespace,
+        flags: ['--lease-duration', '3s', '--federation-lease-duration', '3s', ...(options.flags ?? [])],
+        clock,
+      });
     } catch (err) {
       await emulator.close();
       throw err;
     }
+    const { daemon, config, log } = running;
     const replica: FederatedReplica = {
       member: m.name,
       pod,
@@ -145,7 +260,7 @@ export function useFederation(groups: readonly string[]): FederationBed {
       daemon,
       emulator,
       config,
-      log: { entries, events },
+      log,
       async stop() {
         await daemon.stop();
         await emulator.close();
