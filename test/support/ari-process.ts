@@ -78,7 +78,7 @@ export async function issuanceCount(ts: RealTailscaled, certshare: CertshareProc
  * to certshare as HTTP 500, and certshare calls again after its backoff: a failed attempt, not a second
  * certificate. Only this failure is excused; any other extra call still fails the tests.
  */
-export function pebbleChallengeRaces(lines: LogLine[]): number {
+export function pebbleChallengeRaces(lines: ReadonlyArray<{ msg?: string | undefined; err?: unknown }>): number {
   return lines.filter((l) => l.msg === 'certificate issuance failed' && /Cannot update challenge with status valid/.test(String(l.err))).length;
 }
 
