@@ -61,4 +61,27 @@ describe('renew now with the standalone directory store', () => {
       await emulator.close();
     }
   });
+
+  it('a request the young certificate cannot answer yet (tailscaled returns it again) is tried after the backoff, not in a loop', async () => {
+    const certDir = join(dir(), 'young');
+    const emulator = await emulatorIn(dir());
+    const daemon = await standaloneDaemon(emulator, certDir);
+    try {
+      await until('the first certificate', () => daemon.manager.loop(DOMAIN)?.current !== undefined, [onEvent(daemon.events, 'planned')]);
+      // Past the minimum interval (200 ms), inside the first second of the certificate: a wait for a known instant.
+      const state = JSON.parse(await readFile(join(certDir, '.state', `${DOMAIN}.json`), 'utf8')) as { obtained: { at: string } };
+      await new Promise((resolve) => setTimeout(resolve, Math.max(0, Date.parse(state.obtained.at) + 300 - Date.now())));
+      const callsBefore = emulator.stats().certRequests[DOMAIN]!;
+      const served = nextEvent<{ result: string }>(daemon.events, 'renewRequest', () => true, 20_000);
+      assert.equal(renew(certDir).status, 0);
+      assert.equal((await served).result, 'issued');
+      assert.equal(emulator.stats().issuances[DOMAIN], 2, 'one order for the request');
+      const calls = emulator.stats().certRequests[DOMAIN]! - callsBefore;
+      // The backoff from 200 ms doubling: a handful of calls until the certificate is old enough.
+      assert.ok(calls <= 5, `${calls} CertPair calls for one request`);
+    } finally {
+      await daemon.stop();
+      await emulator.close();
+    }
+  });
 });
