@@ -124,6 +124,30 @@ export class ReadinessGate {
     }
   }
 
+  /** Whether `settled` resolved before the next certificate's exit from rotation (true without `settled`, or on stop). */
+  async #settledBeforeExit(): Promise<boolean> {
+    const { settled, health, clock, validityEnd } = this.#o;
+    if (!settled) return true;
+    const exit = health.nextExpiry(clock.now(), validityEnd);
+    if (exit === undefined) {
+      await settled();
+      return true;
+    }
+    const done = new AbortController();
+    const signal = AbortSignal.any([this.#stop.signal, done.signal]);
+    try {
+      return await Promise.race([
+        settled().then(() => true),
+        clock.sleep(exit - clock.now(), signal).then(
+          () => false,
+          () => true,
+        ),
+      ]);
+    } finally {
+      done.abort();
+    }
+  }
+
   #retryDelay(failures: number, firstMs = this.#o.firstRetryMs ?? 1000): number {
     return doubling(firstMs, failures, this.#o.maxRetryMs ?? 30_000);
   }
@@ -145,7 +169,9 @@ export class ReadinessGate {
       if (!this.#routed) return { status: 'False', reason: 'NotRouted', message: `the Service does not route to this Pod yet (${routing.detail})` };
       routingNote = ` (routing check ${Math.round(this.#o.clock.now() - checkedFrom)} ms: ${routing.detail})`;
     }
-    await this.#o.settled?.();
+    // What the proxy serves not settled before a certificate leaves rotation (a projection write stalled on a
+    // loaded disk): look again, which then says False; a stalled write never holds the Pod in rotation.
+    if (!(await this.#settledBeforeExit())) return this.#desired();
     // How long Ready took once the certificates were held (routing check included, and on its own): in the
     // condition, so `kubectl describe` shows it and the real-cluster tier takes percentiles of it across Pod starts.
     const heldToReadyMs = Math.round(this.#o.clock.now() - healthySince);
