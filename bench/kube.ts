@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { ControlPlane } from '../test/harness/control-plane.ts';
 import { exampleNamespace, GROUP, KUBE_DOMAIN } from '../test/support/kube.ts';
-import { labelsOf, metricSeries, readAudit, seriesDelta, sum, watchSecret, type WatchEvent } from './lib/apiserver.ts';
+import { labelsOf, longestSilenceS, metricSeries, readAudit, seriesDelta, sum, watchSecret, type WatchEvent } from './lib/apiserver.ts';
 import { CertFileWatch, spawnDaemon, startEmulator, type EmulatorProc } from './lib/certshare.ts';
 import { idleRss, type MemStatus, type Proc } from './lib/proc.ts';
 import type { BenchSize } from './lib/size.ts';
@@ -20,6 +20,9 @@ export interface KubeReplica {
 }
 
 export interface ReplicaOptions {
+  /** The group and its one domain: the example's (GROUP, KUBE_DOMAIN) unless given. */
+  group?: string;
+  domain?: string;
   emulatorArgs?: string[];
   flags?: string[];
   nodeArgs?: string[];
@@ -29,10 +32,11 @@ export interface ReplicaOptions {
 
 export async function startReplica(ns: string, kubeconfig: string, dir: string, name: string, mode: 'rw' | 'ro', o: ReplicaOptions = {}): Promise<KubeReplica> {
   const replicaDir = join(dir, name);
-  const emulator = await startEmulator(replicaDir, name, ['--domain', KUBE_DOMAIN, ...(o.emulatorArgs ?? [])]);
+  const domain = o.domain ?? KUBE_DOMAIN;
+  const emulator = await startEmulator(replicaDir, name, ['--domain', domain, ...(o.emulatorArgs ?? [])]);
   const outDir = join(replicaDir, 'certs');
-  const files = await CertFileWatch.start(outDir, KUBE_DOMAIN);
-  const daemon = spawnKubeDaemon(ns, kubeconfig, name, mode, emulator.socket, outDir, { ...o, flags: ['--domain', KUBE_DOMAIN, ...(o.flags ?? [])] });
+  const files = await CertFileWatch.start(outDir, domain);
+  const daemon = spawnKubeDaemon(ns, kubeconfig, name, mode, emulator.socket, outDir, { ...o, flags: ['--domain', domain, ...(o.flags ?? [])] });
   return {
     name,
     emulator,
@@ -46,7 +50,7 @@ export async function startReplica(ns: string, kubeconfig: string, dir: string, 
   };
 }
 
-/** `certshare run` as a replica of the example group in kube mode, projecting into `outDir`; the domains come in `o.flags` or `o.env`. */
+/** `certshare run` as a replica of the example group (or `o.group`) in kube mode, projecting into `outDir`; the domains come in `o.flags` or `o.env`. */
 export function spawnKubeDaemon(
   ns: string,
   kubeconfig: string,
@@ -54,11 +58,25 @@ export function spawnKubeDaemon(
   mode: 'rw' | 'ro',
   localapi: string,
   outDir: string,
-  o: Omit<ReplicaOptions, 'emulatorArgs'>,
+  o: Omit<ReplicaOptions, 'emulatorArgs' | 'domain'>,
 ): Proc {
   return spawnDaemon(
     `certshare ${name}`,
-    ['--localapi', localapi, '--store', 'kube', '--mode', mode, '--group', GROUP, '--out-dir', outDir, '--listen', '127.0.0.1:0', ...(o.flags ?? [])],
+    [
+      '--localapi',
+      localapi,
+      '--store',
+      'kube',
+      '--mode',
+      mode,
+      '--group',
+      o.group ?? GROUP,
+      '--out-dir',
+      outDir,
+      '--listen',
+      '127.0.0.1:0',
+      ...(o.flags ?? []),
+    ],
     { KUBECONFIG: kubeconfig, POD_NAME: name, POD_NAMESPACE: ns, POD_IPS: '10.0.0.10', ...o.env },
     o.nodeArgs,
     o.main,
@@ -154,13 +172,6 @@ export async function restPhase(cp: ControlPlane, dir: string, auditLog: string,
       const t = Date.parse(ts);
       return t >= t1 && t <= t2;
     };
-    // Longest silence on our own watch, from its start to its end (bookmarks are what breaks it).
-    const gaps: number[] = [];
-    let prev = probe.startedAt;
-    for (const e of [...probe.events.map((ev) => ev.at), probe.closedAt!]) {
-      gaps.push((e - prev) / 1000);
-      prev = e;
-    }
     return {
       writer: writer!,
       readers,
@@ -176,7 +187,7 @@ export async function restPhase(cp: ControlPlane, dir: string, auditLog: string,
         .map(([k, v]) => [shortLabels(k), v]),
       openSecretWatches: [openWatches(m1), openWatches(m2)],
       probeBookmarks: probe.events.filter((e) => e.type === 'BOOKMARK').length,
-      probeMaxGapS: gaps.length ? Math.max(...gaps) : NaN,
+      probeMaxGapS: longestSilenceS(probe),
       secretWatchEvents: watchEvents(m2) - watchEvents(m1),
     };
   } finally {

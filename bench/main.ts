@@ -11,7 +11,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startControlPlane, type ControlPlane } from '../test/harness/control-plane.ts';
-import { writeAuditPolicy } from './lib/apiserver.ts';
+import { startAuditedControlPlane } from './lib/apiserver.ts';
 import { type CommandLine, exitWithUsageError, numberFlag, parseScriptArgs } from '../scripts/lib/command-line.ts';
 import { buildDist } from './lib/certshare.ts';
 import { buildBaseline, FASTIFY_HELLO, INJECTOR_PACKAGES } from './lib/baseline.ts';
@@ -21,6 +21,7 @@ import { median, progress, round, type Target, verdictOf } from './lib/stats.ts'
 import { injectorPhase, type InjectorResults } from './injector.ts';
 import { FAST_RETRIES, propagationPhase, propagationSummary, restPhase, type PropagationResults, type RestResults } from './kube.ts';
 import { domainsPhase, domainsReport, type DomainsRun } from './domains.ts';
+import { federationPhase, federationReport, type FederationRun } from './federation.ts';
 import { memoryPhase, printMemoryReport, type MemoryReport } from './memory.ts';
 import { bareNodeRss, standalonePhase, type StandaloneResults } from './standalone.ts';
 
@@ -54,6 +55,28 @@ const SCRIPT: CommandLine = {
     { name: 'watch-scope', placeholder: 'SCOPE', help: 'With --domains: --watch-scope for every replica.' },
     { name: 'replica-args', placeholder: "'ARGS'", help: 'With --domains: more flags for every replica.' },
     { name: 'renewal-lifetime', placeholder: 'S', help: 'With --domains: the certificate lifetime [default: fitted to --window].' },
+    {
+      name: 'federation',
+      boolean: true,
+      help:
+        'Instead of the phases above: what a federation home costs at rest (bench/federation.ts): a home and a member apiserver, ' +
+        'requests at the home per group-hour and its open watches over --window per lease duration, sidecar memory with a home against without.',
+    },
+    {
+      name: 'lease-durations',
+      placeholder: 'S[,S...]',
+      help: 'With --federation: the home Lease durations (--federation-lease-duration) measured at rest, in seconds [default 10,30; 3,6 with --tiny].',
+    },
+    {
+      name: 'groups',
+      placeholder: 'N',
+      help: 'With --federation: federated groups of one domain each, a writer and a reader each [default 2; 1 with --tiny].',
+    },
+    {
+      name: 'samples',
+      placeholder: 'N',
+      help: 'With --federation: pairs of sidecars (without, with a home) for the memory figures [default 5; 1 with --tiny].',
+    },
   ],
 };
 
@@ -70,6 +93,7 @@ if (domainCounts && !domainCounts.every((n) => Number.isInteger(n) && n >= 1 && 
   exitWithUsageError(SCRIPT, '--domains wants whole numbers from 1 to 9999, comma separated');
 }
 if (tiny && domainCounts) exitWithUsageError(SCRIPT, '--tiny runs one small --domains count itself; give one of the two');
+if (opts.federation && domainCounts) exitWithUsageError(SCRIPT, '--federation and --domains are two runs; give one of the two');
 const lifetimeFlag = opts['renewal-lifetime'] === undefined ? undefined : numberFlag(SCRIPT, opts, 'renewal-lifetime', 0, 'seconds, more than 0', (n) => n > 0);
 /** --tiny: the domains phase's count and certificate lifetime (renewal at half of it: no rest window, a quick mass renewal, fast retries). */
 const TINY_DOMAINS = { n: 2, lifetimeS: 12 };
@@ -83,6 +107,13 @@ const DOMAINS_REPLICA_FLAGS = [
     .split(' ')
     .filter(Boolean),
 ];
+const leaseDurations = String(opts['lease-durations'] ?? (tiny ? '3,6' : '10,30'))
+  .split(',')
+  .map(Number);
+if (!leaseDurations.every((n) => Number.isInteger(n) && n >= 1 && n <= 3600))
+  exitWithUsageError(SCRIPT, '--lease-durations wants whole seconds from 1 to 3600, comma separated');
+const federationGroups = numberFlag(SCRIPT, opts, 'groups', tiny ? 1 : 2, 'a whole number from 1 to 20', (n) => Number.isInteger(n) && n >= 1 && n <= 20);
+const federationSamples = numberFlag(SCRIPT, opts, 'samples', tiny ? 1 : 5, 'a whole number from 0 to 50', (n) => Number.isInteger(n) && n >= 0 && n <= 50);
 /** src/kube/secret-watch.ts: each watch asks for a server-side timeout drawn from this range (seconds). */
 const WATCH_SECONDS = [1800, 3600];
 /** One ended-and-resumed WATCH per mean watch lifetime. */
@@ -103,13 +134,15 @@ const TARGETS: Record<string, Target> = {
 
 // --- cleanup, whatever happens -------------------------------------------------------------------
 let cp: ControlPlane | undefined;
+/** --federation: the member cluster's control plane (cp is the home's). */
+let memberCp: ControlPlane | undefined;
 let tmp: string | undefined;
 let cleaning: Promise<void> | undefined;
 function cleanup(): Promise<void> {
   cleaning ??= (async () => {
     progress('stopping every process');
     await stopAll().catch(() => {});
-    await cp?.stop().catch(() => {});
+    await Promise.all([cp?.stop().catch(() => {}), memberCp?.stop().catch(() => {})]);
     if (tmp) await rm(tmp, { recursive: true, force: true }).catch(() => {});
   })();
   return cleaning;
@@ -144,18 +177,6 @@ const deadline = setTimeout(() => {
 }, deadlineS * 1000);
 deadline.unref();
 
-/** The control plane with the apiserver's audit log on (the API-requests figures count from it). */
-async function startAuditedControlPlane(dir: string): Promise<{ cp: ControlPlane; auditLog: string }> {
-  progress('starting the control plane (etcd + kube-apiserver; the first run builds them, see test/k8s-binaries)');
-  const auditPolicy = join(dir, 'audit-policy.yaml');
-  const auditLog = join(dir, 'audit.log');
-  await writeAuditPolicy(auditPolicy);
-  const started = await startControlPlane({
-    extraApiServerArgs: [`--audit-policy-file=${auditPolicy}`, `--audit-log-path=${auditLog}`, '--audit-log-format=json'],
-  });
-  return { cp: started, auditLog };
-}
-
 /** The bundle every measured process runs: dist/ for a real run; --tiny builds its own in the temp dir (npm test runs beside other tests). */
 async function build(dir: string): Promise<number> {
   progress('building the bundle (scripts/build.ts)');
@@ -174,6 +195,7 @@ let injector: InjectorResults | undefined;
 let domainsRun: DomainsRun | undefined;
 let buildMs = 0;
 if (domainCounts) await runDomains(domainCounts);
+if (opts.federation) await runFederation();
 try {
   tmp = await mkdtemp(join(tmpdir(), 'certshare-bench-'));
   buildMs = await build(tmp);
@@ -435,5 +457,34 @@ async function runDomains(counts: number[]): Promise<never> {
   const benchSeconds = round((performance.now() - started) / 1000, 0);
   process.stdout.write(`${lines.join('\n')}\nbench ${benchSeconds} s (build ${round(buildMs / 1000, 1)} s)\n`);
   if (opts.json) process.stdout.write(`${JSON.stringify({ ...json, failed, details: { node: `${process.version} ${process.execPath}`, benchSeconds } })}\n`);
+  process.exit(0);
+}
+
+/** `--federation`: only the federation home's phase, then its table (and JSON line); exits. */
+async function runFederation(): Promise<never> {
+  let run: FederationRun | undefined;
+  try {
+    tmp = await mkdtemp(join(tmpdir(), 'certshare-bench-'));
+    buildMs = await build(tmp);
+    const home = await startAuditedControlPlane(join(tmp, 'home'), 'the federation home');
+    cp = home.cp;
+    progress('starting the member cluster (etcd + kube-apiserver)');
+    memberCp = await startControlPlane();
+    run = await federationPhase(cp, home.auditLog, memberCp, join(tmp, 'federation'), {
+      groups: federationGroups,
+      leaseDurationsS: leaseDurations,
+      windowS,
+      samples: federationSamples,
+      size,
+    });
+  } catch (err) {
+    await fail(err);
+  }
+  await cleanup();
+  const { lines, json } = federationReport(run!, !tiny);
+  const benchSeconds = round((performance.now() - started) / 1000, 0);
+  if (tiny) lines.push('--tiny: one quick sample per figure, no verdicts; the figures come from a full run.');
+  process.stdout.write(`${lines.join('\n')}\nbench ${benchSeconds} s (build ${round(buildMs / 1000, 1)} s)\n`);
+  if (opts.json) process.stdout.write(`${JSON.stringify({ ...json, details: { node: `${process.version} ${process.execPath}`, benchSeconds } })}\n`);
   process.exit(0);
 }

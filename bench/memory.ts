@@ -3,7 +3,7 @@
 //     delta is what it adds on top of the previous ones (in the order the daemon loads them).
 //  2. Running daemons (standalone, kube writer and reader) with a small probe preloaded (a separate
 //     instance, never the measured one): V8 heap spaces, code, external memory, and the JS loaded per
-//     package (files and bytes of source).
+//     package (files and bytes of source). Under --expose-gc the probe collects garbage first.
 //  3. V8 flags on the standalone daemon: idle RSS, RSS after a burst of /healthz load, throughput.
 //  4. Build variants of a kube reader: the bundle (dist/, what ships) against tsc's module-per-file output.
 // Steps 1 and 4 run tsc's output (modules/ in the bench's temp dir), so that packages and our code show separately.
@@ -83,6 +83,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 const loaded = new Set();
 registerHooks({ load(url, context, next) { loaded.add(url); return next(url, context); } });
 process.on('SIGUSR2', () => {
+  globalThis.gc?.();
   writeFileSync(process.env.BENCH_MEMPROBE_OUT, JSON.stringify({ mu: process.memoryUsage(), heap: getHeapStatistics(), ` +
   `spaces: getHeapSpaceStatistics(), code: getHeapCodeStatistics(), modules: [...loaded] }));
 });`;

@@ -1,9 +1,11 @@
 // Observing the test control plane: an admin watch of one Secret (raw HTTPS, NDJSON), the apiserver's
 // Prometheus counters, and its audit log (who made which request).
-import { readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { request } from 'node:https';
+import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import type { ControlPlane } from '../../test/harness/control-plane.ts';
+import { startControlPlane, type ControlPlane } from '../../test/harness/control-plane.ts';
+import { progress } from './stats.ts';
 
 export interface WatchEvent {
   /** performance.now() when the event's line arrived. */
@@ -80,6 +82,17 @@ export async function watchSecrets(cp: ControlPlane, ns: string, selector: strin
   return probe;
 }
 
+/** The longest time (s) the probe's watch went without an event, from its start to its close (bookmarks break a silence). */
+export function longestSilenceS(probe: SecretWatchProbe): number {
+  let longest = 0;
+  let prev = probe.startedAt;
+  for (const at of [...probe.events.map((e) => e.at), probe.closedAt ?? performance.now()]) {
+    longest = Math.max(longest, (at - prev) / 1000);
+    prev = at;
+  }
+  return longest;
+}
+
 /** Series of one metric family: labels text (`{a="b",...}`) -> value. */
 export function metricSeries(text: string, name: string): Map<string, number> {
   const series = new Map<string, number>();
@@ -129,6 +142,19 @@ export async function writeAuditPolicy(path: string): Promise<void> {
       '',
     ].join('\n'),
   );
+}
+
+/** A control plane with the apiserver's audit log on, in `dir` (the API-requests figures count from it). */
+export async function startAuditedControlPlane(dir: string, what = 'the control plane'): Promise<{ cp: ControlPlane; auditLog: string }> {
+  progress(`starting ${what} (etcd + kube-apiserver; the first run builds them, see test/k8s-binaries)`);
+  const auditPolicy = join(dir, 'audit-policy.yaml');
+  const auditLog = join(dir, 'audit.log');
+  await mkdir(dir, { recursive: true });
+  await writeAuditPolicy(auditPolicy);
+  const started = await startControlPlane({
+    extraApiServerArgs: [`--audit-policy-file=${auditPolicy}`, `--audit-log-path=${auditLog}`, '--audit-log-format=json'],
+  });
+  return { cp: started, auditLog };
 }
 
 export interface AuditEvent {
