@@ -340,7 +340,7 @@ export function federationReport(r: FederationRun, withVerdicts = true): { lines
       `  ${[
         `${run.leaseDurationS} s`,
         `${round(run.windowS, 0)} s`,
-        run.perGroup.map((g) => `${round(g.renewEveryS, 1)} s`).join('/'),
+        run.perGroup.map((g) => (Number.isFinite(g.renewEveryS) ? `${round(g.renewEveryS, 1)} s` : '-')).join('/'),
         `${round(perPeriod[i]!, 2)} (${run.perGroup.map((g) => `${g.leaseRequests} in ${g.leaseUpdates} renewals`).join(', ')})`,
         run.perGroup.map((g) => g.otherRequests).join('/'),
         String(run.openWatches),

@@ -1,6 +1,6 @@
 // `npm run bench` must never break silently again (issue 19): every phase of it (standalone, kube at rest,
-// propagation, injector, --memory, --domains) runs here at a tiny size (`--tiny`, seconds each) against a
-// real control plane, and any phase error fails this test. Figures are only checked to exist: speed is
+// propagation, injector, --memory, --domains; and --federation, a run of its own) runs here at a tiny size
+// (`--tiny`, seconds each) against a real control plane, and any phase error fails this test. Figures are only checked to exist: speed is
 // what a full `npm run bench` measures, never a timed test.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -22,20 +22,26 @@ function assertFigures(where: string, object: Record<string, unknown> | undefine
   for (const key of keys) assert.ok(Number.isFinite(object[key]), `${where}.${key}: ${JSON.stringify(object[key])}`);
 }
 
+/** Runs the bench with `args` to its end; its stdout, once it exited 0. */
+async function runBench(args: string[]): Promise<string> {
+  // A bench that starts a control plane: `'--tiny'` marks this file as the bench tier's (test/repo/tiers.test.ts).
+  const child = spawn(process.execPath, [BENCH, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => (stdout += d));
+  child.stderr.on('data', (d: Buffer) => (stderr += d));
+  try {
+    const [code] = (await once(child, 'close')) as [number | null];
+    assert.equal(code, 0, `the bench failed:\n${stderr.slice(-4000)}`);
+  } finally {
+    if (child.exitCode === null) child.kill('SIGTERM');
+  }
+  return stdout;
+}
+
 describe('npm run bench -- --tiny', () => {
   it('runs every phase to its figures and exits 0', { timeout: 240_000 }, async () => {
-    // A bench that starts a control plane: `'--tiny'` marks this file slow for scripts/test-fast.ts.
-    const child = spawn(process.execPath, [BENCH, '--tiny', '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => (stdout += d));
-    child.stderr.on('data', (d: Buffer) => (stderr += d));
-    try {
-      const [code] = (await once(child, 'close')) as [number | null];
-      assert.equal(code, 0, `the bench failed:\n${stderr.slice(-4000)}`);
-    } finally {
-      if (child.exitCode === null) child.kill('SIGTERM');
-    }
+    const stdout = await runBench(['--tiny', '--json']);
     const report = lastJsonLine(stdout);
     assertFigures('standalone', report, [
       'rssBareNodeMB',
@@ -66,6 +72,33 @@ describe('npm run bench -- --tiny', () => {
       ['standalone', 'kube writer', 'kube reader'],
     );
     assertFigures('domains', details.domains, ['rssMaxMB', 'tcpConnsPerReplica', 'afterLastStoredMs', 'massRenewalP99Ms']);
+    assert.doesNotMatch(stdout, /\bMISS\b|\bPASS\b/, '--tiny gives no verdicts on the issue targets');
+  });
+
+  it('--federation: a home and a member apiserver, requests at the home and sidecar memory with a home; exits 0', { timeout: 240_000 }, async () => {
+    const stdout = await runBench(['--federation', '--tiny', '--json']);
+    const report = lastJsonLine(stdout);
+    assertFigures('federation', report, [
+      'homeRequestsPerGroupHour',
+      'homeRequestsPerGroupHourNoBookmarks',
+      'homeLeaseRequestsPerPeriod',
+      'homeWatchesPerMember',
+      'homeWatchesPerMemberGroup',
+      'sidecarRssDeltaWriterMB',
+      'sidecarRssDeltaReaderMB',
+      'sidecarHeapDeltaWriterMB',
+      'sidecarHeapDeltaReaderMB',
+    ]);
+    const details = report.federation as { runs: Array<{ leaseDurationS: number; perGroup: unknown[] }>; memoryPairs: unknown[] };
+    assert.deepEqual(
+      details.runs.map((r) => r.leaseDurationS),
+      [3, 6],
+      'one window at rest per --lease-durations entry',
+    );
+    for (const run of details.runs) assert.equal(run.perGroup.length, 1);
+    assert.equal(details.memoryPairs.length, 1);
+    assert.match(stdout, /^Federation home at rest: /m);
+    assert.match(stdout, /^ {2}per group-hour at the default 1h lease: /m);
     assert.doesNotMatch(stdout, /\bMISS\b|\bPASS\b/, '--tiny gives no verdicts on the issue targets');
   });
 });
