@@ -31,4 +31,13 @@ describe('bench command lines', () => {
     assert.equal(r.status, 2);
     assert.match(r.stderr, /^bench: --renewals wants a whole number, at least 1, got "0"/);
   });
+
+  it('main --federation: a lease duration it cannot use, or --domains beside it, is a usage error', () => {
+    const durations = run('main', ['--federation', '--lease-durations', '10,0']);
+    assert.equal(durations.status, 2);
+    assert.match(durations.stderr, /^bench: --lease-durations wants whole seconds from 1 to 3600/);
+    const both = run('main', ['--federation', '--domains', '1']);
+    assert.equal(both.status, 2);
+    assert.match(both.stderr, /^bench: --federation and --domains are two runs/);
+  });
 });
