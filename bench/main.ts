@@ -4,8 +4,9 @@
 //
 // The bench reports and never fails on targets: it exits 0 with MISS lines; non-zero only on errors,
 // among them a daemon or emulator that exits while the bench needs it (it ends the bench at once, with
-// that process's stderr). `--tiny` runs every phase (--memory and --domains included) in seconds, for
-// test/bench/bench-tiny.test.ts: the bench cannot break without `npm test` seeing it.
+// that process's stderr). `--tiny` runs every phase (--memory and --domains included) in seconds, and
+// `--federation --tiny` the federation home's, for test/bench/bench-tiny.test.ts: the bench cannot break
+// without `npm test` seeing it.
 import { rmSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
