@@ -144,7 +144,7 @@ export async function federationPhase(home: ControlPlane, auditLog: string, memb
   const emulators = await Promise.all(['writer', 'reader'].map((n) => startEmulator(join(dir, 'memory'), `memory-${n}`, ['--domain', groups[0]!.domain])));
   try {
     for (let i = 0; i < o.samples; i++) {
-      progress(`federation: sidecar memory, pair ${i + 1} of ${o.samples} (without, then with a home; alternating order)`);
+      progress(`federation: sidecar memory, pair ${i + 1} of ${o.samples} (without and with a home, in alternating order)`);
       // Alternating which of the two goes first: a drift of the machine over the pair falls on each side alike.
       const order = i % 2 === 0 ? (['plain', 'home'] as const) : (['home', 'plain'] as const);
       const pair: Partial<MemoryPair> = {};
@@ -181,6 +181,7 @@ async function restAtHome(
   const runStart = Date.now();
   const replicas: KubeReplica[] = [];
   try {
+    // In the member, as its admin: what is measured is the home's side (the example's RBAC names one group only).
     for (const { group, domain } of groups) {
       for (const [i, mode] of (['rw', 'ro'] as const).entries()) {
         replicas.push(await startReplica(MEMBER_NAMESPACE, member.adminKubeconfigPath, dir, `${group}-${i}`, mode, { group, domain, flags }));
