@@ -78,8 +78,10 @@ export interface LeaseRun {
     renewEveryS: number;
     /** Lease requests per lease period: per update, times the updates a period holds at the measured pace. */
     leaseRequestsPerPeriod: number;
-    /** Requests on anything else (the Secret of record, the ledger), watches started included. */
+    /** Requests on anything else (the Secret of record, the ledger) but watches. */
     otherRequests: number;
+    /** Watches started in the window (their pace per hour is the open watches' timeouts: not counted again here). */
+    watchesStarted: number;
     openWatches: number;
   }>;
   /** Watches of the federation account open at the window's end, and the renewals per hour their timeoutSeconds imply. */
@@ -243,7 +245,8 @@ function countAtHome(
       leaseUpdates: updates.length,
       renewEveryS,
       leaseRequestsPerPeriod,
-      otherRequests: mine.length - lease.length,
+      otherRequests: mine.filter((e) => e.objectRef?.resource !== 'leases' && e.verb !== 'watch').length,
+      watchesStarted: mine.filter((e) => e.verb === 'watch').length,
       openWatches: open.filter((e) => e.objectRef?.name === domain).length,
     };
   });
