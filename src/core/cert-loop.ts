@@ -408,12 +408,6 @@ export class CertLoop {
   async #use(answer: AcceptedAnswer, now: number, asked: Asked, signal: AbortSignal): Promise<number> {
     const { store, observer } = this.#deps;
     if (answer.kind === 'unchanged') {
-      // A replacement an operator asked for got the certificate held back (tailscaled orders anew only for
-      // one with less validity left than asked, and a certificate this young has more than any min_validity
-      // a fresh one allows). The request stays pending: tried again after the backoff, never at once. (The
-      // CA's request is settled by the call whatever it gave: one order per certificate, renewal-info.ts.)
-      if (asked.reason === 'operator_requested')
-        throw new CertshareError('CERTSHARE_CERT_STALE', `tailscaled returned the certificate held, not a new one (${asked.reason})`);
       observer.attempt(this.domain, 'unchanged', asked.reason);
       return this.#succeeded();
     }

@@ -35,7 +35,7 @@ export function acceptAnswer(
   previous: StoredCert | undefined,
   now: number,
   renewal: Pick<RenewalPolicy, 'renewFraction'>,
-  asked: { minValidityMs: number; minIssueIntervalMs: number },
+  asked: { minValidityMs: number; minIssueIntervalMs: number; reason?: IssueReason },
 ): AcceptedAnswer {
   const info = inspectCertPair(pair, domain);
   // Valid now, except a new pair whose validity merely starts later (the issuer's clock is ahead).
@@ -45,6 +45,12 @@ export function acceptAnswer(
     case 'due_again':
       throw new CertshareError('CERTSHARE_CERT_STALE', `tailscaled returned the certificate due for renewal (serial ${info.serial})`);
     case 'unchanged':
+      // A replacement an operator asked for got the certificate held back (tailscaled orders anew only for
+      // one with less validity left than asked, and a certificate this young has more than any min_validity
+      // a fresh one allows). Not done: a failed call, so the pending request is tried after the backoff,
+      // never at once. (The CA's request is settled by the call whatever it gave: one order per certificate.)
+      if (asked.reason === 'operator_requested')
+        throw new CertshareError('CERTSHARE_CERT_STALE', `tailscaled returned the certificate held, not a new one (${asked.reason})`);
       return { kind: 'unchanged' };
     case 'older':
       return { kind: 'older', info, tooShort: verdict.tooShort };
