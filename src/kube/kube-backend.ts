@@ -25,6 +25,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
   const { clock, logger, env } = deps;
   const connection = await connectKube(env);
   const podName = config.podName;
+  const files = config.outDir ? new CertDirectory(config.outDir) : undefined;
   const store = new KubeSecretStore({
     connection,
     clock,
@@ -33,6 +34,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
     writer: podName,
     watchScope: config.watchScope,
     onError: (operation) => metrics.storeErrors.inc({ operation }),
+    earlierCopies: files,
   });
   // A start-up check: in group scope a Role without list/watch on the namespace's Secrets is fatal here.
   await store.start();
@@ -44,7 +46,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
   const localRole = elector ?? staticRole(identity, config.mode === 'rw');
   const federation = config.federation ? await federate(ctx, store, localRole, identity, podEvents) : undefined;
   const role = federation?.role ?? localRole;
-  const projector = config.outDir ? new Projector(new CertDirectory(config.outDir), logger, ctx.filesWritten) : undefined;
+  const projector = files ? new Projector(files, logger, ctx.filesWritten) : undefined;
   // validateConfig: a readiness gate has POD_NAME, a routing check an IPv4 in POD_IPS.
   const gate = config.readinessGate && podName ? readinessGate(ctx, connection, podName, projector, podEvents) : undefined;
   logger.info(

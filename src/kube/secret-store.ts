@@ -1,6 +1,6 @@
 import { isCurrentlyValid } from '../core/certificate.ts';
 import type { Clock } from '../core/clock.ts';
-import { CertshareError } from '../core/errors.ts';
+import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import type { CertStore, Coordination, LoadOptions, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/store.ts';
 import type { WatchScope } from '../config/daemon-config.ts';
@@ -55,12 +55,20 @@ interface Followed {
  * renewal; should it become the writer, it restores that pair rather than its own older one, which may
  * be due. A pair is parsed when a Secret whose data changed replaces it (a renewal, a hand edit, a
  * deletion: rare), and kept if valid and newer than the one kept; load() keeps what it validated anyway.
- * Forgotten when it expires or no loop follows the domain any more; a restart starts with none.
+ * Forgotten when it expires or no loop follows the domain any more. A restart starts with what this
+ * replica projected before it (`earlierCopies`, its files, read once per domain at the first load()): a
+ * pair only this Pod still had (a renewal a hand edit overwrote while every replica restarted) is not lost
+ * with the process, and the writer restores it rather than an older one (or a mirrored home's older one).
  *
  * `watchScope`: `secret` (the default, least privilege) watches each domain's Secret by name, which
  * RBAC restricts with resourceNames; `group` lists and watches the group's Secrets with one label
  * selector (needs list and watch on every Secret of the namespace) and dispatches by name.
  */
+/** Where a replica finds the copies it made before a restart (CertDirectory: its projected files). */
+export interface EarlierCopies {
+  read(domain: string, now: number): Promise<StoreRead>;
+}
+
 export class KubeSecretStore implements CertStore {
   readonly kind = 'kube';
   readonly #conn: KubeConnection;
@@ -77,6 +85,9 @@ export class KubeSecretStore implements CertStore {
   readonly #cache = new Map<string, WatchedSecret | null>();
   /** Per domain, the newest valid pair seen (see the class comment). */
   readonly #lastValid = new Map<string, StoredCert>();
+  /** Where this replica's earlier copies are (its projected files), and the domains already read from there. */
+  readonly #earlierCopies: EarlierCopies | undefined;
+  readonly #earlierRead = new Set<string>();
   /** Domains whose last write failed: the cache may be behind, the next load() asks the API server. */
   readonly #stale = new Set<string>();
   readonly #followed = new Map<string, Followed>();
@@ -93,6 +104,7 @@ export class KubeSecretStore implements CertStore {
     writer?: string | undefined;
     watchScope?: WatchScope;
     onError?: (operation: 'read' | 'write') => void;
+    earlierCopies?: EarlierCopies | undefined;
   }) {
     this.#conn = options.connection;
     this.#clock = options.clock;
@@ -101,6 +113,7 @@ export class KubeSecretStore implements CertStore {
     this.#scope = options.watchScope ?? 'secret';
     if (this.#scope === 'group' && !options.group) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'watch scope group needs a group');
     this.#onError = options.onError ?? (() => {});
+    this.#earlierCopies = options.earlierCopies;
   }
 
   /**
@@ -158,6 +171,7 @@ export class KubeSecretStore implements CertStore {
     const now = this.#clock.now();
     const read: StoreRead = secret === null ? { state: 'absent' } : readCertSecret(secret, domain, now);
     if (read.state === 'valid') this.#keepValid(domain, read.cert);
+    await this.#readEarlierCopy(domain);
     const kept = this.#lastValid.get(domain);
     if (!kept) return read;
     if (!isCurrentlyValid(kept.info, now)) {
@@ -230,6 +244,7 @@ export class KubeSecretStore implements CertStore {
       this.#followed.delete(domain);
       this.#stale.delete(domain);
       this.#lastValid.delete(domain);
+      this.#earlierRead.delete(domain);
       if (!followed.watch) return; // group scope: the group watch keeps the Secret current
       this.#cache.delete(domain);
       void followed.watch.stop();
@@ -309,6 +324,18 @@ export class KubeSecretStore implements CertStore {
     if (next?.data?.['tls.crt'] === data['tls.crt'] && next?.data?.['tls.key'] === data['tls.key']) return;
     const read = readCertSecret(previous, domain, this.#clock.now());
     if (read.state === 'valid') this.#keepValid(domain, read.cert);
+  }
+
+  /** Once per followed domain: the pair this replica projected before (its files) joins the last valid pair. */
+  async #readEarlierCopy(domain: string): Promise<void> {
+    if (!this.#earlierCopies || this.#earlierRead.has(domain) || !this.#followed.has(domain)) return;
+    this.#earlierRead.add(domain);
+    try {
+      const read = await this.#earlierCopies.read(domain, this.#clock.now());
+      if (read.state === 'valid') this.#keepValid(domain, read.cert);
+    } catch (err) {
+      this.#logger.warn({ domain, err: errorMessage(err) }, 'could not read the earlier copy of the certificate');
+    }
   }
 
   /** Keeps `cert` as a followed domain's last valid pair unless the one kept expires as late or later. */

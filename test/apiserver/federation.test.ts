@@ -249,6 +249,22 @@ describe('the federation home: three apiservers, two members, one shared name', 
     for (const r of of(SHARED)) assert.equal(held(r), current);
   });
 
+  it("a member's own Secret edited by hand is restored from the home's, without an issuance", async () => {
+    // The member's writer has seen the home's certificate and the local one alike: that the two were the same
+    // pair must not make it skip the repair of a local Secret that now holds garbage.
+    const current = agreed(SHARED)!;
+    const orders = issued(SHARED);
+    const east = members.find((m) => m.name === 'east')!;
+    const path = `/api/v1/namespaces/${NS}/secrets/${SHARED}`;
+    const edit = await east.cp.adminRequest('PATCH', path, {
+      headers: { 'content-type': 'application/merge-patch+json' },
+      body: { data: { 'tls.crt': Buffer.from('not a certificate').toString('base64') } },
+    });
+    assert.equal(edit.status, 200, edit.body);
+    await secretsHold(SHARED, current);
+    assert.equal(issued(SHARED), orders, 'restored, not issued again');
+  });
+
   it('refuses an unknown group, a kubeconfig without the rights and a home answering garbage at start: CERTSHARE_HOME_UNUSABLE', async () => {
     const east = member('east');
     const unusable = (err: unknown): boolean => (err as { code?: string }).code === 'CERTSHARE_HOME_UNUSABLE';

@@ -2,6 +2,8 @@
 // that takes over restores the renewal it saw on its watch, not its own older certificate (which is due:
 // restoring it meant renewing it, a second issuance in the window the renewal already covered). Found by
 // the 50-domain chaos run; each replica has its own tailscaled, so the new writer's holds no renewal.
+// And a restart: the pair only the Pod's files still hold (the Secret edited while its writer was down) is
+// restored from them. Found by the three-cluster chaos run (a break-glass certificate lost that way).
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -103,6 +105,37 @@ describe('a hand edit over a renewal, its writer gone', () => {
       readerPath.restore();
       await Promise.all([writer.stop(), reader?.stop()]);
       await Promise.all([writerPath.close(), readerPath.close()]);
+    }
+  });
+
+  it('a writer restarted after its Secret was edited by hand restores the pair its files hold, and issues nothing', { timeout: 60_000 }, async () => {
+    const ns = await exampleNamespace(cp());
+    const first = await startReplica(cp(), ns, dir(), 'proxy-0');
+    let serial: string;
+    try {
+      await until('proxy-0 writes', () => heldSerial(first) !== undefined, [filesWritten(first)], 20_000);
+      serial = heldSerial(first)!;
+      await secretSatisfies(cp(), ns, KUBE_DOMAIN, (s) => s?.metadata.annotations?.[ANNOTATION_SERIAL] === serial);
+    } finally {
+      await first.stop();
+    }
+    const path = `/api/v1/namespaces/${ns}/secrets/${KUBE_DOMAIN}`;
+    const stored = (JSON.parse((await cp().adminRequest('GET', path)).body) as SecretObject).data!;
+    const edit = await cp().adminRequest('PATCH', path, {
+      headers: { 'content-type': 'application/merge-patch+json' },
+      body: { data: { 'tls.crt': Buffer.from('garbage, not a PEM\n').toString('base64') } },
+    });
+    assert.equal(edit.status, 200, edit.body);
+
+    // The same Pod again (its files kept, as an emptyDir keeps them across a container restart), with a
+    // tailscaled that holds no certificate: asked, it would issue one.
+    const again = await startReplica(cp(), ns, dir(), 'proxy-0', { keepFiles: true });
+    try {
+      await secretSatisfies(cp(), ns, KUBE_DOMAIN, (s) => s?.data?.['tls.crt'] === stored['tls.crt'] && s?.data?.['tls.key'] === stored['tls.key'], 15_000);
+      assert.equal(heldSerial(again), serial);
+      assert.equal(again.emulator.stats().issuancesTotal, 0, 'restored from the files, not issued again');
+    } finally {
+      await again.stop();
     }
   });
 });

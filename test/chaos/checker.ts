@@ -18,7 +18,8 @@
 // dead sidecar cannot act) and allow a grace (GRACE_MS, 2 s) counted from the latest of: the replica's
 // process being up ("certshare started"), the API being reachable again after an outage or blackout
 // (plus a recovery allowance, see runner.ts), and for invariant 2 the Secret holding a valid pair
-// without a break, for invariant 5 the condition being True and the files being bad (both at once).
+// without a break and the replica's own requests for Secrets getting through again (the fault proxy sees
+// the faults it injects and the API server's own 429s and 5xx alike), for invariant 5 the condition being True and the files being bad (both at once).
 // Invariant 5 also needs the checker's own Pod watch to be connected (otherwise the condition it sees
 // may be stale). Every violation names its domain (invariant 5: the domain whose files were bad).
 // Cost: a tick is O(replicas x domains + open samples); an input touches one domain's state; the final
@@ -52,6 +53,12 @@ export interface CheckerContext {
    * included (Infinity while unreachable; 0 if it never was).
    */
   reachableSince(now: number): number;
+  /**
+   * From when a replica's own requests for Secrets have got through again after the last that failed (a
+   * fault, or the API server's own 429 or 5xx): Infinity while its last one failed, 0 if none ever did.
+   * Optional (0: always).
+   */
+  secretsReachableSince?(name: string): number;
   /**
    * An issuance the window analysis (invariant 1) leaves out: a federated member's break-glass issuance,
    * made on its own past the safety point while the home was away. Optional (none).
@@ -285,6 +292,7 @@ export class Checker {
     const reachable = this.#ctx.reachableSince(now);
     for (const name of this.#ctx.replicaNames) {
       const inst = this.#ctx.running(name);
+      const readsSince = this.#ctx.secretsReachableSince?.(name) ?? 0;
       const up = inst?.readyAt !== undefined && now - inst.readyAt > graceMs;
       // Invariant 5 looks at the domain whose files have been bad the longest.
       let worst: { domain: string; since: number } | undefined;
@@ -301,7 +309,7 @@ export class Checker {
           up &&
           badSince !== undefined &&
           secretValid &&
-          now - Math.max(d.validSince!, newerLandedAt(d.history, files?.cert, now), inst!.readyAt!, reachable) > graceMs;
+          now - Math.max(d.validSince!, newerLandedAt(d.history, files?.cert, now), inst!.readyAt!, reachable, readsSince) > graceMs;
         this.#episode(`2:${name}:${d.domain}`, inv2, now, () => {
           const what = files?.cert
             ? files.cert.keyMatch

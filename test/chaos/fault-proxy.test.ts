@@ -17,9 +17,9 @@ function closed(stream: ClientHttp2Stream): Promise<string> {
   });
 }
 
-function get(session: ClientHttp2Session, path: string): Promise<{ status: number; body: string }> {
+function get(session: ClientHttp2Session, path: string, token?: string): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
-    const stream = session.request({ ':path': path });
+    const stream = session.request({ ':path': path, ...(token ? { authorization: `Bearer ${token}` } : {}) });
     let status = 0;
     let body = '';
     stream.setEncoding('utf8');
@@ -41,6 +41,10 @@ describe('chaos fault proxy over HTTP/2', () => {
     const pki = await createControlPlanePki();
     // A stand-in for kube-apiserver: /echo returns the request headers it got; ?watch=1 streams a line every 50 ms.
     upstream = createServer({ cert: pki.serving.certPem, key: pki.serving.keyPem }, (req, res) => {
+      if (req.url?.endsWith('/busy')) {
+        res.writeHead(503, { 'content-type': 'application/json' }).end('{}');
+        return;
+      }
       if (req.url?.includes('watch=1')) {
         res.writeHead(200, { 'content-type': 'application/json' });
         const t = setInterval(() => res.write('{"type":"BOOKMARK"}\n'), 50);
@@ -109,6 +113,33 @@ describe('chaos fault proxy over HTTP/2', () => {
         req.end();
       });
       assert.equal(status, 200);
+    } finally {
+      session.destroy();
+    }
+  });
+
+  it("follows each client's requests for Secrets: failed (injected or the API server's own), then through again", async () => {
+    const session = connect(proxy.url, { ca: proxy.caPem });
+    try {
+      const secret = '/api/v1/namespaces/x/secrets/a';
+      assert.equal((await get(session, secret, 'one')).status, 200);
+      assert.equal(proxy.secretsReachableSince('one'), 0, 'never failed');
+      proxy.setFaults({ throttle429: 1 });
+      assert.equal((await get(session, secret, 'one')).status, 429);
+      assert.equal((await get(session, '/api/v1/namespaces/x/secrets?watch=1', 'two')).status, 429);
+      proxy.clear();
+      // Another client's success, or a request for something else, is not this client getting through.
+      assert.equal((await get(session, secret, 'three')).status, 200);
+      assert.equal((await get(session, '/apis/coordination.k8s.io/v1/namespaces/x/leases/l', 'one')).status, 200);
+      assert.equal(proxy.secretsReachableSince('one'), Number.POSITIVE_INFINITY);
+      assert.equal(proxy.secretsReachableSince('two'), Number.POSITIVE_INFINITY);
+      const before = Date.now();
+      assert.equal((await get(session, secret, 'one')).status, 200);
+      const since = proxy.secretsReachableSince('one');
+      assert.ok(since >= before && since <= Date.now(), `through again at ${since}`);
+      assert.equal(proxy.secretsReachableSince('two'), Number.POSITIVE_INFINITY, 'two has not tried again');
+      assert.equal((await get(session, '/api/v1/namespaces/x/secrets/busy', 'one')).status, 503);
+      assert.equal(proxy.secretsReachableSince('one'), Number.POSITIVE_INFINITY, "the API server's own 503");
     } finally {
       session.destroy();
     }

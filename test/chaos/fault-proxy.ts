@@ -8,6 +8,9 @@
 // over one connection is tested as it runs in a cluster. A reset of one request resets its HTTP/2 stream
 // only (the compatibility API's socket stands for the stream), as in HTTP/1.1 it is the request's socket.
 // The replicas' kubeconfig points here and trusts `caPem`; their bearer token passes through unchanged.
+// Per client (its bearer token) the proxy keeps whether its requests for Secrets get through: a replica
+// whose reads fail (faults injected here, or the API server's own 429s and 5xx) cannot pick up what its
+// Secret holds, and the checker's invariant 2 waits for it to get through again (secretsReachableSince).
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
   constants as h2,
@@ -93,7 +96,9 @@ export class FaultProxy {
   readonly #sockets = new Set<Socket>();
   readonly #timers = new Set<NodeJS.Timeout>();
   /** Watches being streamed to a client now. */
-  readonly #watches = new Set<{ upstreamRes: IncomingMessage; res: ProxyResponse }>();
+  readonly #watches = new Set<{ upstreamRes: IncomingMessage; res: ProxyResponse; req: ProxyRequest }>();
+  /** Per bearer token: whether its last request for Secrets failed, and since when they have got through. */
+  readonly #secretPaths = new Map<string, { failed: boolean; okSince: number }>();
   /** Faults applied, per kind. */
   readonly applied = new Map<ProxyFaultKind, number>();
   requests = 0;
@@ -187,6 +192,7 @@ export class FaultProxy {
       if (w.res.writableEnded) continue;
       n++;
       this.#count('stallWatch');
+      this.#outcome(w.req, false);
       this.#watches.delete(w);
       w.upstreamRes.unpipe(w.res);
       w.upstreamRes.resume();
@@ -225,6 +231,28 @@ export class FaultProxy {
     await closed;
   }
 
+  /**
+   * From when the client holding `token` has got its requests for Secrets through without a failure since:
+   * 0 if none of them ever failed, Infinity while the last one failed (an error answer, a reset, a watch
+   * cut or stalled).
+   */
+  secretsReachableSince(token: string): number {
+    const path = this.#secretPaths.get(token);
+    if (!path) return 0;
+    return path.failed ? Number.POSITIVE_INFINITY : path.okSince;
+  }
+
+  /** Records how a request for Secrets went for its client (other requests are not followed). */
+  #outcome(req: ProxyRequest, ok: boolean): void {
+    if (!/\/secrets(\/|$|\?)/.test(req.url ?? '')) return;
+    const token = /^Bearer (.+)$/.exec(String(req.headers.authorization ?? ''))?.[1];
+    if (!token) return;
+    const path = this.#secretPaths.get(token);
+    if (!ok) this.#secretPaths.set(token, { failed: true, okSince: Number.POSITIVE_INFINITY });
+    else if (!path) this.#secretPaths.set(token, { failed: false, okSince: 0 });
+    else if (path.failed) this.#secretPaths.set(token, { failed: false, okSince: Date.now() });
+  }
+
   #count(kind: ProxyFaultKind): void {
     this.applied.set(kind, (this.applied.get(kind) ?? 0) + 1);
   }
@@ -249,16 +277,19 @@ export class FaultProxy {
     req.socket.setNoDelay(true);
     if (f.blackout) {
       this.#count('blackout');
+      this.#outcome(req, false);
       resetRequest(req);
       return;
     }
     if (f.resetBefore && rng.chance(f.resetBefore)) {
       this.#count('resetBefore');
+      this.#outcome(req, false);
       resetRequest(req);
       return;
     }
     if (f.error5xx && rng.chance(f.error5xx)) {
       this.#count('error5xx');
+      this.#outcome(req, false);
       const code = rng.pick([500, 503, 504]);
       const [reason, message] =
         code === 500
@@ -272,6 +303,7 @@ export class FaultProxy {
     }
     if (f.throttle429 && rng.chance(f.throttle429)) {
       this.#count('throttle429');
+      this.#outcome(req, false);
       req.resume();
       res
         .writeHead(429, { 'Content-Type': 'application/json', 'Retry-After': '1' })
@@ -300,11 +332,15 @@ export class FaultProxy {
           if (resetAfter) {
             // The API server has acted on it; the client never learns the outcome.
             this.#count('resetAfter');
+            this.#outcome(req, false);
             upstreamRes.resume();
             resetRequest(req);
             return;
           }
-          res.writeHead(upstreamRes.statusCode ?? 502, stripHopByHop(upstreamRes.headers));
+          const status = upstreamRes.statusCode ?? 502;
+          // The API server's own refusals count as failures too (429 under load, 5xx while it starts).
+          this.#outcome(req, stallMs === undefined && status !== 429 && status < 500);
+          res.writeHead(status, stripHopByHop(upstreamRes.headers));
           res.flushHeaders();
           if (stallMs !== undefined) {
             this.#count('stallWatch');
@@ -318,9 +354,13 @@ export class FaultProxy {
           upstreamRes.pipe(res);
           upstreamRes.on('error', () => resetRequest(req));
           if (isWatch) {
-            const entry = { upstreamRes, res };
+            const entry = { upstreamRes, res, req };
             this.#watches.add(entry);
-            res.on('close', () => this.#watches.delete(entry));
+            res.on('close', () => {
+              this.#watches.delete(entry);
+              // Cut, reset or stalled rather than ended: the client lost its view until it watches again.
+              if (!res.writableFinished) this.#outcome(req, false);
+            });
           }
           if (endMs !== undefined) {
             this.#later(endMs, () => {
@@ -336,6 +376,7 @@ export class FaultProxy {
       upstreamReq.on('error', () => {
         // API server down or connection lost: the client sees its connection reset, as without a proxy.
         this.#count('upstreamDown');
+        this.#outcome(req, false);
         resetRequest(req);
       });
       req.on('error', () => upstreamReq.destroy());

@@ -254,6 +254,33 @@ describe('chaos checker with many domains per group', () => {
     assert.equal(inv2.length, 1, 'the renewal has been there past the 2 s grace');
   });
 
+  it("counts a stale replica's grace from when its own reads of Secrets got through again", async () => {
+    const now = Date.now();
+    const [old, renewal] = await Promise.all([secretOf(D, now - 20_000, 30_000), secretOf(D)]);
+    // proxy-1's requests for Secrets fail (429s, 5xx) until expiry + 3 s; proxy-0's get through.
+    let readsSince = Number.POSITIVE_INFINITY;
+    const ctx = context([D], ['proxy-0', 'proxy-1']);
+    const checker = new Checker({ ...ctx, quietAt: () => false, secretsReachableSince: (name) => (name === 'proxy-1' ? readsSince : 0) });
+    checker.secret(D, old.obj, now - 19_000);
+    for (const name of ['proxy-0', 'proxy-1']) {
+      checker.files(name, D, { cert: { serial: old.serial, notBefore: now - 20_000, notAfter: old.notAfter, keyMatch: true }, at: now - 19_000 });
+    }
+    const expiry = old.notAfter;
+    checker.secret(D, renewal.obj, expiry - 5000);
+    checker.tick(expiry + 2500);
+    assert.equal(checker.snapshot().violations, 1, 'proxy-0 could read, and did not pick the renewal up');
+    readsSince = expiry + 3000;
+    checker.tick(expiry + 4900);
+    assert.equal(checker.snapshot().violations, 1, 'proxy-1 got through 1.9 s ago: within the grace');
+    checker.tick(expiry + 5100);
+    const inv2 = checker.finish(expiry + 5200, { mustHold: true }).violations.filter((v) => v.startsWith('inv2'));
+    assert.deepEqual(
+      inv2.map((v) => /: (proxy-\d) /.exec(v)?.[1]),
+      ['proxy-0', 'proxy-1'],
+      `proxy-1 has read for 2.1 s and still projects the expired pair: ${inv2.join('\n')}`,
+    );
+  });
+
   it('flags the one replica and domain whose files are stale, and at the end the domain a replica lacks', async () => {
     const [d, e] = await Promise.all([secretOf(D), secretOf(E)]);
     const checker = new Checker(context([D, E], ['proxy-0', 'proxy-1']));

@@ -3,7 +3,7 @@
 // and the invariant checker watching everything. Bounded: every phase has a deadline. With --clusters
 // C > 1, the same per member cluster (two replicas each, federated), plus a home (home.ts) and its chaos.
 import { createWriteStream } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -390,14 +390,20 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         : [];
       let chaos: Chaos | undefined;
       const own: Replica[] = [];
+      /** Each replica's bearer token: how the fault proxy tells its requests apart. */
+      const tokens = new Map<string, string>();
       for (const [i, name] of names.entries()) {
+        const kubeconfig = await kubeconfigVia(cp, ns, join(runDir, `kubeconfig-${name}`), proxy, { pod: name });
+        const token = /token: "?([^"\s]+)"?/.exec(await readFile(kubeconfig, 'utf8'))?.[1];
+        if (!token) throw new Error(`no token in ${kubeconfig}`);
+        tokens.set(name, token);
         const r = new Replica(
           {
             name,
             namespace: ns,
             domains,
             group: GROUP,
-            kubeconfig: await kubeconfigVia(cp, ns, join(runDir, `kubeconfig-${name}`), proxy, { pod: name }),
+            kubeconfig,
             ledger,
             certLifetime: T.certLifetime,
             podIp: `10.0.${c}.${10 + i}`,
@@ -443,6 +449,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
           const since = chaos?.reachableSince(now) ?? 0;
           return since === 0 ? 0 : since + T.recoveryMs;
         },
+        secretsReachableSince: (name) => proxy.secretsReachableSince(tokens.get(name)!),
         excusedIssuance: (i) => breakGlass.has(i.serial.toLowerCase()),
         verbose: (m) => log(`${prefix}${m}`),
       });

@@ -1,6 +1,6 @@
 import { X509Certificate } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseFlags } from '../../src/flags/flags.ts';
@@ -201,6 +201,11 @@ export async function startReplica(
     emulator?: EmulatorOptions;
     env?: NodeJS.ProcessEnv;
     logger?: Logger;
+    /**
+     * Keep the files a replica of this name left in `dir` (a container restarting in its Pod: the emptyDir
+     * stays). Default: a new Pod, with empty files (certshare reads what its files hold at start).
+     */
+    keepFiles?: boolean;
   } = {},
 ): Promise<Replica> {
   const replicaDir = join(dir, name);
@@ -211,6 +216,7 @@ export async function startReplica(
   const kubeconfig = await replicaKubeconfig(cp, ns, name, options.serviceAccount);
   const emulator = await startEmulator({ listen: join(replicaDir, 'tailscaled.sock'), domains: [KUBE_DOMAIN], id: name, ...options.emulator });
   const outDir = join(replicaDir, 'certs');
+  if (!options.keepFiles) await rm(outDir, { recursive: true, force: true });
   const values = parseFlags(RUN_FLAGS, [...replicaArgs(emulator.address, outDir, options.mode ?? 'rw'), ...(options.flags ?? [])], {});
   const env = { KUBECONFIG: kubeconfig, POD_NAME: name, POD_NAMESPACE: ns, POD_IPS: '10.0.0.10', ...options.env };
   const daemon = await startDaemon(daemonConfigFrom(values, env), { logger: options.logger ?? silentLogger, env });
