@@ -3,7 +3,8 @@
 // connection: a LeaseElector and a KubeSecretStore at the home beside the local ones. The local writer (the
 // local Lease holder, as without a home) campaigns for the home Lease, reads the home's Secret and mirrors it
 // into the local one; local readers read the local Secret only and never talk to the home.
-import type { Clock } from '../core/clock.ts';
+import { systemClock, type Clock } from '../core/clock.ts';
+import { doubling } from '../core/backoff.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { homeOutageVerdict, reconcile, type CopyView } from '../core/federation.ts';
 import type { Logger } from '../core/logger.ts';
@@ -14,7 +15,7 @@ import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { LeaseElector } from './lease-elector.ts';
 import { ANNOTATION_BREAK_GLASS } from './secret-codec.ts';
 import type { KubeSecretStore } from './secret-store.ts';
-import { apiReady, makeApi, withSignal } from './transport/https-transport.ts';
+import { apiReadiness, makeApi, withSignal, type ApiReadiness } from './transport/https-transport.ts';
 
 /** The home Lease of a group: the same name as the group's Lease in a cluster. */
 export const homeLeaseName = (group: string): string => `certshare-${group}`;
@@ -60,32 +61,46 @@ export function isHomeOutage(err: unknown): boolean {
  * apiserver authorizes and admits like the real one). Refused, unknown or garbage: CERTSHARE_HOME_UNUSABLE,
  * fatal. Unreachable: logged, the member starts with its local copies (the outage rules hold). Refused by a
  * home that is not ready (a restarted apiserver authorizes before its policy is loaded) is unreachable too:
- * its refusal says nothing about the kubeconfig yet, and a later refusal never makes an issuer.
+ * its refusal says nothing about the kubeconfig yet, and a later refusal never makes an issuer. A home that
+ * refuses /readyz as well is asked again for `refusedForMs`, then the refusal stands (CERTSHARE_HOME_UNUSABLE).
  */
+/** How long a refusal of the start-up check and of /readyz may last before it is taken as the kubeconfig's. */
+export const REFUSED_AT_START_MS = 20_000;
+
 export async function checkHome(
   home: KubeConnection,
   group: string,
   logger: Logger,
-  homeReady = () => apiReady(home.config, home.requestTimeoutMs),
+  options: { clock?: Clock; homeReadiness?: () => Promise<ApiReadiness>; refusedForMs?: number } = {},
 ): Promise<void> {
+  const { clock = systemClock, homeReadiness = () => apiReadiness(home.config, home.requestTimeoutMs), refusedForMs = REFUSED_AT_START_MS } = options;
   const name = homeLeaseName(group);
   const where = `Lease ${home.namespace}/${name}`;
   const unusable = (problem: string, cause?: unknown): CertshareError =>
     new CertshareError('CERTSHARE_HOME_UNUSABLE', { where, problem }, { cause, refused: isRefusal(cause) });
   const unreachable = (why: string, err: unknown): void =>
     logger.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: apiErrorText(err) }, `federation home ${why} at start; serving the local copies`);
-  try {
-    await readAndDryRunLease(home, name, where, logger, unusable);
-  } catch (err) {
-    if (err instanceof CertshareError && err.code === 'CERTSHARE_HOME_UNUSABLE') throw err;
-    if (isHomeOutage(err)) return unreachable('unreachable', err);
-    const status = apiStatus(err);
-    if (status === 404) throw unusable('does not exist: a group the home does not know (the platform creates its Lease)', err);
-    if (isRefusal(err)) {
-      if (!(await homeReady())) return unreachable('not ready (it refused the check while starting up)', err);
-      throw unusable(`the kubeconfig lacks the rights (get and update the Lease): ${apiErrorText(err)}`, err);
+  const deadline = clock.now() + refusedForMs;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await readAndDryRunLease(home, name, where, logger, unusable);
+      return;
+    } catch (err) {
+      if (err instanceof CertshareError && err.code === 'CERTSHARE_HOME_UNUSABLE') throw err;
+      if (isHomeOutage(err)) return unreachable('unreachable', err);
+      const status = apiStatus(err);
+      if (status === 404) throw unusable('does not exist: a group the home does not know (the platform creates its Lease)', err);
+      if (!isRefusal(err)) throw unusable(`not an answer of a Kubernetes API: ${errorMessage(err)}`, err);
+      const readiness = await homeReadiness();
+      if (readiness === 'not_ready') return unreachable('not ready (it refused the check while starting up)', err);
+      const rights = `the kubeconfig lacks the rights (get and update the Lease): ${apiErrorText(err)}`;
+      if (readiness === 'ready') throw unusable(rights, err);
+      // /readyz refused too: an apiserver whose policy is still loading, or a hardened one that shows it
+      // to nobody; only time tells them apart, and a member must not run on for good without its rights.
+      if (clock.now() >= deadline) throw unusable(`${rights} (refused for ${Math.round(refusedForMs / 1000)} s, /readyz too)`, err);
+      logger.info({ where, attempt }, 'federation home refused the check and its /readyz: trying again');
+      await clock.sleep(Math.min(doubling(250, attempt, 4000), Math.max(0, deadline - clock.now())));
     }
-    throw unusable(`not an answer of a Kubernetes API: ${errorMessage(err)}`, err);
   }
 }
 

@@ -190,7 +190,7 @@ async function federate(
   const connection = await connectKube(env, { kubeconfig: f.kubeconfig, namespace: f.namespace });
   const log = logger.child({ component: 'federation', cluster: f.cluster });
   try {
-    await checkHome(connection, group, log);
+    await checkHome(connection, group, log, { clock });
   } catch (err) {
     connection.close();
     throw err;

@@ -3,7 +3,9 @@
 // and tried again, and a stream reset on the way to the home is an outage (logged, the member starts on
 // its local copies), never CERTSHARE_HOME_UNUSABLE; so is a refusal from a home whose /readyz says it is
 // not ready (an apiserver restarting, its authorizer not yet synced). All three made members exit at start
-// in the chaos run. A refusal from a ready home is the kubeconfig's: CERTSHARE_HOME_UNUSABLE.
+// in the chaos run. A refusal from a ready home is the kubeconfig's: CERTSHARE_HOME_UNUSABLE. A home that
+// refuses /readyz too (its policy still loading, or hardened) is asked again, and its refusal stands once it
+// has lasted: a member without its rights must not run on as if the home were away.
 import assert from 'node:assert/strict';
 import { constants, createSecureServer, type Http2SecureServer, type ServerHttp2Stream } from 'node:http2';
 import { after, before, describe, it } from 'node:test';
@@ -122,5 +124,43 @@ describe('the home start-up check against a scripted server', () => {
     } finally {
       home.close();
     }
+  });
+
+  it('a refusal with /readyz refused too is asked again: a home whose policy loads meanwhile passes the check', async () => {
+    seen.length = 0;
+    const paths: string[] = [];
+    let leaseReads = 0;
+    script = (method, stream, calls, path) => {
+      paths.push(`${method} ${path}`);
+      if (path === '/readyz') answer(stream, 403, forbidden);
+      else if (method === 'GET') leaseReads++ < 2 ? answer(stream, 403, forbidden) : answer(stream, 200, lease(calls));
+      else answer(stream, 200, lease(calls));
+    };
+    const home = await connectKube({}, { kubeconfig: await scriptedKubeconfig(dir(), 'loading', port), namespace: 'n' });
+    try {
+      await checkHome(home, 'proxy', recordingLogger().logger, { refusedForMs: 60_000 });
+    } finally {
+      home.close();
+    }
+    const leasePath = '/apis/coordination.k8s.io/v1/namespaces/n/leases/certshare-proxy';
+    assert.deepEqual(
+      [...paths],
+      [`GET ${leasePath}`, 'GET /readyz', `GET ${leasePath}`, 'GET /readyz', `GET ${leasePath}`, `PUT ${leasePath}?dryRun=All`],
+      'refused twice (each with /readyz), then read and dry-run',
+    );
+  });
+
+  it('a refusal with /readyz refused too stands once it has lasted: CERTSHARE_HOME_UNUSABLE', async () => {
+    seen.length = 0;
+    script = (_method, stream) => answer(stream, 403, forbidden);
+    const home = await connectKube({}, { kubeconfig: await scriptedKubeconfig(dir(), 'hardened', port), namespace: 'n' });
+    try {
+      await assert.rejects(checkHome(home, 'proxy', recordingLogger().logger, { refusedForMs: 600 }), (err: unknown) => {
+        return (err as { code?: string }).code === 'CERTSHARE_HOME_UNUSABLE' && /lacks the rights .*\/readyz too/.test(String((err as Error).message));
+      });
+    } finally {
+      home.close();
+    }
+    assert.ok(seen.length >= 4, `asked more than once: ${seen.join(', ')}`);
   });
 });

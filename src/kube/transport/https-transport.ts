@@ -408,12 +408,16 @@ export function makeApi<T>(
   );
 }
 
+/** What GET /readyz says of an API server (apiReadiness). */
+export type ApiReadiness = 'ready' | 'not_ready' | 'refused';
+
 /**
  * Whether the API server says it is ready (GET /readyz answered 200): its informers synced and its
- * bootstrap roles in place, so its authorizer answers for its policy. Any other answer, or none within
- * `timeoutMs`, is "not ready".
+ * bootstrap roles in place, so its authorizer answers for its policy. `refused`: 401 or 403 (a server
+ * whose policy is not loaded yet, or one that shows /readyz to nobody but its admins). Any other
+ * answer, or none within `timeoutMs`, is "not ready".
  */
-export async function apiReady(config: KubeConfig, timeoutMs = DEFAULT_REQUEST_TIMEOUT_MS): Promise<boolean> {
+export async function apiReadiness(config: KubeConfig, timeoutMs = DEFAULT_REQUEST_TIMEOUT_MS): Promise<ApiReadiness> {
   const signal = AbortSignal.timeout(timeoutMs);
   try {
     const options = await requestOptions(config);
@@ -430,9 +434,10 @@ export async function apiReady(config: KubeConfig, timeoutMs = DEFAULT_REQUEST_T
     } finally {
       answer.close();
     }
-    return answer.status === 200;
+    if (answer.status === 200) return 'ready';
+    return answer.status === 401 || answer.status === 403 ? 'refused' : 'not_ready';
   } catch {
-    return false;
+    return 'not_ready';
   }
 }
 
