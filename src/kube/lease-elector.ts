@@ -64,6 +64,8 @@ export class LeaseElector implements IssuanceRole {
   readonly #abort = new AbortController();
   #leaderUntil = 0;
   #observed: { key: string; at: number } | undefined;
+  /** The Lease as our last write left it: a holder renews on it (compare-and-swap) without reading first. */
+  #mine: V1Lease | undefined;
   #wasLeader = false;
   #done: Promise<void> | undefined;
   #expiryWatch: AbortController | undefined;
@@ -145,6 +147,18 @@ export class LeaseElector implements IssuanceRole {
     const { connection, name, clock, leaseDurationMs } = this.#o;
     const namespace = connection.namespace;
     const startedAt = clock.now();
+    if (this.#mine && this.canIssue()) {
+      const mine = this.#mine;
+      this.#mine = undefined;
+      try {
+        this.#mine = await this.#api.replaceNamespacedLease({ name, namespace, body: this.#leaseBody(mine, startedAt) }, withSignal(signal));
+        this.#won(startedAt);
+        return;
+      } catch (err) {
+        // Changed since our last write (a takeover, the platform's annotation): read it, as a candidate does.
+        if (apiStatus(err) !== 409) throw err;
+      }
+    }
     let lease: V1Lease | undefined;
     try {
       lease = await this.#api.readNamespacedLease({ name, namespace }, withSignal(signal));
@@ -155,7 +169,7 @@ export class LeaseElector implements IssuanceRole {
       if (this.#o.mustExist) {
         throw new CertshareError('CERTSHARE_HOME_UNUSABLE', { where: `Lease ${namespace}/${name}`, problem: 'does not exist: a group the home does not know' });
       }
-      await this.#api.createNamespacedLease({ namespace, body: this.#leaseBody(undefined, startedAt) }, withSignal(signal));
+      this.#mine = await this.#api.createNamespacedLease({ namespace, body: this.#leaseBody(undefined, startedAt) }, withSignal(signal));
       this.#won(startedAt);
       return;
     }
@@ -170,7 +184,7 @@ export class LeaseElector implements IssuanceRole {
       this.#leaderUntil = 0;
       return;
     }
-    await this.#api.replaceNamespacedLease({ name, namespace, body: this.#leaseBody(lease, startedAt) }, withSignal(signal));
+    this.#mine = await this.#api.replaceNamespacedLease({ name, namespace, body: this.#leaseBody(lease, startedAt) }, withSignal(signal));
     this.#won(startedAt);
   }
 

@@ -105,7 +105,11 @@ export class FaultProxy {
   caPem = '';
   url = '';
 
-  constructor(options: { upstream: string; upstreamCaPem: string; rng: Rng }) {
+  readonly #onRequest: ((method: string, path: string) => void) | undefined;
+
+  /** `onRequest`: told of every request as it arrives (method, and path without the query). */
+  constructor(options: { upstream: string; upstreamCaPem: string; rng: Rng; onRequest?: (method: string, path: string) => void }) {
+    this.#onRequest = options.onRequest;
     this.#upstream = new URL(options.upstream);
     this.#upstreamCa = options.upstreamCaPem;
     this.#rng = options.rng;
@@ -274,6 +278,7 @@ export class FaultProxy {
     const rng = this.#rng;
     const url = new URL(req.url ?? '/', 'https://proxy.invalid');
     const isWatch = url.searchParams.get('watch') === 'true' || url.searchParams.get('watch') === '1';
+    this.#onRequest?.(req.method ?? 'GET', url.pathname);
     req.socket.setNoDelay(true);
     if (f.blackout) {
       this.#count('blackout');
