@@ -41,6 +41,13 @@ export const ERROR_CODES = {
     message: '{problem}',
     exit: 1,
   },
+  CERTSHARE_CERT_UNTRUSTED: {
+    means:
+      "a certificate's chain does not verify up to a trust anchor (a self-signed or forged pair, another CA's): never mirrored, " +
+      'served or written to the federation home',
+    message: 'certificate for {domain} not trusted: {problem}',
+    exit: 1,
+  },
   CERTSHARE_CERT_STALE: { means: 'tailscaled returned a certificate that is no newer than the one held', message: '{problem}', exit: 1 },
   CERTSHARE_CERT_TOO_SHORT: {
     means: 'a freshly issued certificate is already due for renewal by the rule (issuer backdates, shortens or is skewed)',

@@ -1,4 +1,6 @@
-import { createCertificateAuthority, type CertificateAuthority } from '../../src/pki/ca.ts';
+import { KeyObject, webcrypto } from 'node:crypto';
+import { loadX509 } from '../../src/core/x509.ts';
+import { createCertificateAuthority, randomSerialHex, type CertificateAuthority } from '../../src/pki/ca.ts';
 import type { CertPair } from '../../src/core/localapi.ts';
 
 export const DAY = 86_400_000;
@@ -17,4 +19,26 @@ export async function makePair(domain: string, notBefore: number, lifetimeMs: nu
   const start = Math.floor(notBefore / 1000) * 1000;
   const leaf = await authority.sign({ dnsName: domain, notBefore: start, notAfter: start + lifetimeMs });
   return { keyPem: leaf.keyPem, certPem: leaf.chainPem };
+}
+
+/**
+ * A self-signed pair for `domain` (a leaf that is its own issuer, the SAN right, the key matching): what anyone
+ * with write access to a store can make, which validateCertPair accepts and only a trust check refuses.
+ */
+export async function selfSignedPair(domain: string, notBefore: number, lifetimeMs: number): Promise<CertPair> {
+  const x509 = await loadX509();
+  const alg = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
+  const keys = (await webcrypto.subtle.generateKey(alg, true, ['sign', 'verify'])) as webcrypto.CryptoKeyPair;
+  const start = Math.floor(notBefore / 1000) * 1000;
+  const cert = await x509.X509CertificateGenerator.createSelfSigned({
+    serialNumber: randomSerialHex(),
+    name: `CN=${domain}`,
+    keys,
+    notBefore: new Date(start),
+    notAfter: new Date(start + lifetimeMs),
+    signingAlgorithm: alg,
+    extensions: [new x509.SubjectAlternativeNameExtension([{ type: 'dns', value: domain }], false)],
+  });
+  const keyPem = KeyObject.from(keys.privateKey).export({ type: 'pkcs8', format: 'pem' }).toString();
+  return { certPem: `${cert.toString('pem')}\n`, keyPem };
 }
