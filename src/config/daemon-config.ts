@@ -46,7 +46,16 @@ export interface DaemonConfig {
   /** The platform's namespace holding one shared ledger per registered domain; undefined: a ledger per group. */
   budgetNamespace?: string | undefined;
   /** --federation-*: the federation home (docs/federation.md); undefined: none, this cluster alone. */
-  federation?: { kubeconfig: string; namespace: string; cluster: string; leaseDurationMs: number } | undefined;
+  federation?:
+    | {
+        kubeconfig: string;
+        namespace: string;
+        cluster: string;
+        leaseDurationMs: number;
+        /** --federation-trust-anchors: a PEM file; undefined: Node's CA store (core/trust.ts defaultTrustAnchors). */
+        trustAnchors: string | undefined;
+      }
+    | undefined;
   /** How many domains this process issues at once (CertPair calls and their store writes). */
   issuanceConcurrency: number;
   logLevel: string;

@@ -246,6 +246,16 @@ export const RUN_FLAGS = [
     help: "This member cluster's name in the home Lease's holder (<cluster>/<pod>) and in logs.",
   },
   {
+    name: 'federation-trust-anchors',
+    group: 'Kubernetes',
+    placeholder: 'FILE',
+    help: "PEM CA certificates a federated group's certificates must chain to. Default: the CAs Node trusts.",
+    detail:
+      'A pair read from the home or the local Secret, or written to the home, counts only if its signatures verify up to one of ' +
+      "them; any other is refused (CERTSHARE_CERT_UNTRUSTED) and never served. The default is Node's CA store: its Mozilla " +
+      "roots (Let's Encrypt's among them) and NODE_EXTRA_CA_CERTS (a private CA, docs/install.md). A file pins to its CAs only.",
+  },
+  {
     name: 'out-dir',
     group: 'Kubernetes',
     placeholder: 'DIR',
@@ -639,8 +649,14 @@ function federationFrom(values: RunValues): DaemonConfig['federation'] {
   const kubeconfig = values['federation-kubeconfig'];
   const namespace = values['federation-namespace'];
   const cluster = values['federation-cluster'];
-  if (kubeconfig === undefined && namespace === undefined && cluster === undefined) return undefined;
-  return { kubeconfig: kubeconfig ?? '', namespace: namespace ?? '', cluster: cluster ?? '', leaseDurationMs: duration(values, 'federation-lease-duration') };
+  if (kubeconfig === undefined && namespace === undefined && cluster === undefined && values['federation-trust-anchors'] === undefined) return undefined;
+  return {
+    kubeconfig: kubeconfig ?? '',
+    namespace: namespace ?? '',
+    cluster: cluster ?? '',
+    leaseDurationMs: duration(values, 'federation-lease-duration'),
+    trustAnchors: values['federation-trust-anchors'],
+  };
 }
 
 function federationRules(c: DaemonConfig): Array<[broken: boolean, message: () => string]> {

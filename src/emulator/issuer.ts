@@ -9,7 +9,7 @@
 import type { EventEmitter } from 'node:events';
 import type { Logger } from '../core/logger.ts';
 import { errorMessage } from '../core/errors.ts';
-import { createCertificateAuthority, type CertificateAuthority, type SignedLeaf } from '../pki/ca.ts';
+import { createCertificateAuthority, loadCertificateAuthority, type CertificateAuthority, type SignedLeaf } from '../pki/ca.ts';
 import type { RegisteredDomainRule } from '../core/registered-domain.ts';
 import { AcmeLimiter, type AcmeLimits } from './acme-limits.ts';
 import { appendLedger } from './ledger.ts';
@@ -29,6 +29,8 @@ export interface IssuerOptions {
   certBackdateMs?: number | undefined;
   /** The CA's clock minus tailscaled's (both signs): notBefore/notAfter are stamped on the CA's clock. */
   clockSkewMs?: number | undefined;
+  /** The CA as PEM (EmulatorOptions.ca); undefined: one made on first use. */
+  ca?: { certPem: string; keyPem: string } | undefined;
   /** A CA that hands out less than asked: with min_validity set, notAfter at most min_validity minus this from now. */
   certShortByMs?: number | undefined;
   clock: { now(): number };
@@ -70,7 +72,10 @@ export class Issuer {
   }
 
   ca(): Promise<CertificateAuthority> {
-    this.#ca ??= createCertificateAuthority({ name: `certshare emulator CA ${this.#opts.id}`, now: this.#opts.clock.now() });
+    const given = this.#opts.ca;
+    this.#ca ??= given
+      ? loadCertificateAuthority(given)
+      : createCertificateAuthority({ name: `certshare emulator CA ${this.#opts.id}`, now: this.#opts.clock.now() });
     return this.#ca;
   }
 

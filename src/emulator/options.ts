@@ -1,5 +1,6 @@
 // The emulator's flags: its command line to EmulatorOptions, and its usage (`certshare emulator`, src/cli/emulator.ts).
 // The project's one flag system (src/flags/flags.ts), without environment variables: the emulator reads none.
+import { readFileSync } from 'node:fs';
 import { normalizeDomain } from '../core/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { parseBudget } from '../core/issuance-budget.ts';
@@ -66,6 +67,13 @@ export const EMULATOR_FLAGS = [
     detail: 'The certificate stays valid for --cert-lifetime from issuance; default: 1m within lifetimes of 1h or more.',
   },
   { name: 'clock-skew', group: 'the CA', placeholder: '[-]DURATION', help: "The CA's clock ahead (or, with -, behind) tailscaled's, e.g. --clock-skew=-120s." },
+  {
+    name: 'ca',
+    group: 'the CA',
+    placeholder: 'FILE',
+    help: 'Sign with this CA: a PEM file with its certificate and its PKCS#8 private key.',
+    detail: "A file several emulators share is one CA behind them all (as Let's Encrypt is); default: a CA of the emulator's own.",
+  },
   { name: 'cert-short-by', group: 'the CA', placeholder: 'DURATION', help: 'A CA that gives less than asked: with min_validity set, valid that much less.' },
   { name: 'netmap-pad-bytes', group: 'tailscaled release', placeholder: 'N', help: 'Pad each NetMap with peers up to N bytes (big bus lines).' },
   {
@@ -140,6 +148,20 @@ function wholeNumber(values: EmulatorValues, name: OptionalFlag, want: string): 
   return text === undefined ? undefined : Number(text);
 }
 
+/** --ca FILE: the CA's certificate and key, read at start. */
+function caFile(path: string): { certPem: string; keyPem: string } {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    return badFlag(`--ca: cannot read ${path}: ${errorMessage(err)}`);
+  }
+  const certPem = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----\n?/.exec(text)?.[0];
+  const keyPem = /-----BEGIN PRIVATE KEY-----[\s\S]+?-----END PRIVATE KEY-----\n?/.exec(text)?.[0];
+  if (!certPem || !keyPem) return badFlag(`--ca: ${path} needs a PEM CERTIFICATE and a PKCS#8 PRIVATE KEY`);
+  return { certPem, keyPem };
+}
+
 /** Each flag's syntax here, then the rules of the options as startEmulator checks them; CERTSHARE_BAD_FLAG with one line on bad input. */
 export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
   const values = parseFlags(EMULATOR_FLAGS, argv, {});
@@ -184,6 +206,7 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
     certBackdateMs: ms('cert-backdate'),
     clockSkewMs: skew === undefined ? undefined : (skew.startsWith('-') ? -1 : 1) * duration({ 'clock-skew': skew.replace(/^[-+]/, '') }, 'clock-skew'),
     certShortByMs: ms('cert-short-by'),
+    ca: values.ca === undefined ? undefined : caFile(values.ca),
     netmapPadBytes: wholeNumber(values, 'netmap-pad-bytes', 'a whole number of bytes'),
     tailscaledVersion: values['tailscaled-version'],
     ledgerPath: values.ledger,

@@ -44,6 +44,11 @@ export interface EmulatorOptions {
   certBackdateMs?: number;
   /** The CA's clock minus the emulator's, either sign. Default 0. */
   clockSkewMs?: number;
+  /**
+   * The CA to sign with, as PEM (its certificate and PKCS#8 key): one CA behind several emulators, as Let's
+   * Encrypt is behind every tailscaled, so a client trusts them all with one anchor. Default: a CA of its own.
+   */
+  ca?: { certPem: string; keyPem: string };
   /** Hand out less validity than min_validity asks for, by this much. Default: never. */
   certShortByMs?: number;
   /**
@@ -408,6 +413,7 @@ async function issuerFor(
     certBackdateMs: options.certBackdateMs,
     clockSkewMs: options.clockSkewMs,
     certShortByMs: options.certShortByMs,
+    ca: options.ca,
     ledgerPath: options.ledgerPath,
     ledgerKinds: options.ledgerRequests ?? false,
     asyncRenewal: options.asyncRenewal ?? true,

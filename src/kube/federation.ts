@@ -339,7 +339,7 @@ export class Federation {
       if (signal.aborted) throw err;
       logger.info({ domain, err: errorMessage(err) }, 'federation mirror write did not go through; trying again at the next read');
     }
-    return homeRead;
+    return withLocalCopy(homeRead, localCert, clock.now());
   }
 
   async #save(domain: string, cert: StoredCert, signal: AbortSignal, options?: SaveOptions): Promise<void> {
@@ -373,6 +373,15 @@ function bestValid(read: StoreRead, now: number): StoredCert | undefined {
   const last = read.lastValid && now < read.lastValid.info.notAfter ? read.lastValid : undefined;
   if (!own) return last;
   return last && last.info.notAfter > own.info.notAfter ? last : own;
+}
+
+/**
+ * The home's read, offering the member's own valid copy as `lastValid` when the home holds none as new (garbage,
+ * a pair no trust anchor vouches for, a push that lost a race): the loop restores that copy, never issues for it.
+ */
+function withLocalCopy(read: StoreRead, local: StoredCert | undefined, now: number): StoreRead {
+  const home = bestValid(read, now);
+  return local && (!home || home.info.notAfter < local.info.notAfter) ? { ...read, lastValid: local } : read;
 }
 
 const view = (cert: StoredCert | undefined): CopyView | undefined =>

@@ -1,6 +1,8 @@
 // Kubernetes mode, the StoreBackend (src/store-backend.ts) the daemon loads on demand: Secrets as the store, a
 // Lease for the writer, the Pod's Events and readiness gate, an optional projection of the files.
-import { errorMessage } from '../core/errors.ts';
+import { readFile } from 'node:fs/promises';
+import { CertshareError, errorMessage } from '../core/errors.ts';
+import { defaultTrustAnchors, trustAnchors, type TrustAnchors } from '../core/trust.ts';
 import { rotationExitTime } from '../core/renewal.ts';
 import { staticRole, type IssuanceRole } from '../core/store.ts';
 import type { BackendContext, StoreBackend } from '../store-backend.ts';
@@ -9,7 +11,7 @@ import { Projector } from '../delivery/projector.ts';
 import { connectKube, type KubeConnection } from './connection.ts';
 import { ReadinessGate } from './readiness-gate.ts';
 import { readinessRouting } from './readiness-routing.ts';
-import { KubeSecretStore } from './secret-store.ts';
+import { KubeSecretStore, type StoreTrust } from './secret-store.ts';
 import { LeaseElector, leaseIdentity } from './lease-elector.ts';
 import { KubeLedgerStore } from './ledger-store.ts';
 import { EventRecorder } from './event-recorder.ts';
@@ -26,6 +28,18 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
   const connection = await connectKube(env);
   const podName = config.podName;
   const files = config.outDir ? new CertDirectory(config.outDir) : undefined;
+  // A federated group's pairs count only if they chain to the trust anchors, in the member's Secret too.
+  const anchors = config.federation ? await federationAnchors(config.federation.trustAnchors) : undefined;
+  const recorder = podName ? eventRecorder(ctx, connection, podName) : undefined;
+  const podEvents = recorder ? new PodEvents((occurrence) => recorder.record(occurrence)) : undefined;
+  const trust = (where: 'home' | 'local'): StoreTrust | undefined =>
+    anchors && {
+      anchors,
+      onUntrusted: (domain, serial) => {
+        metrics.untrusted.inc({ domain, store: where });
+        podEvents?.untrusted(domain, serial, where);
+      },
+    };
   const store = new KubeSecretStore({
     connection,
     clock,
@@ -35,16 +49,15 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
     watchScope: config.watchScope,
     onError: (operation) => metrics.storeErrors.inc({ operation }),
     earlierCopies: files,
+    trust: trust('local'),
   });
   // A start-up check: in group scope a Role without list/watch on the namespace's Secrets is fatal here.
   await store.start();
   const identity = podName ?? `certshare-${process.pid}`;
-  const recorder = podName ? eventRecorder(ctx, connection, podName) : undefined;
-  const podEvents = recorder ? new PodEvents((occurrence) => recorder.record(occurrence)) : undefined;
   const elector = config.mode === 'auto' ? leaseElector(ctx, connection, identity, podEvents) : undefined;
   if (!elector) metrics.writer.set(config.mode === 'rw' ? 1 : 0);
   const localRole = elector ?? staticRole(identity, config.mode === 'rw');
-  const federation = config.federation ? await federate(ctx, store, localRole, identity, podEvents) : undefined;
+  const federation = config.federation ? await federate(ctx, store, localRole, identity, podEvents, trust('home')) : undefined;
   const role = federation?.role ?? localRole;
   const projector = files ? new Projector(files, logger, ctx.filesWritten) : undefined;
   // validateConfig: a readiness gate has POD_NAME, a routing check an IPv4 in POD_IPS.
@@ -162,6 +175,21 @@ function readinessGate(
   });
 }
 
+/**
+ * --federation-trust-anchors: the file's CA certificates (the pin), else Node's CA store. An unreadable file
+ * or one without a certificate is CERTSHARE_BAD_CONFIG, at start.
+ */
+async function federationAnchors(file: string | undefined): Promise<TrustAnchors> {
+  if (file === undefined) return defaultTrustAnchors();
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', `--federation-trust-anchors: cannot read ${file}: ${errorMessage(err)}`, { cause: err });
+  }
+  return trustAnchors([text], file);
+}
+
 /** A federation home's pieces (federation.ts) and how the backend stops them. */
 interface Federated {
   store: Federation['store'];
@@ -182,6 +210,7 @@ async function federate(
   localRole: IssuanceRole,
   identity: string,
   podEvents: PodEvents | undefined,
+  trust: StoreTrust | undefined,
 ): Promise<Federated> {
   const { config, metrics } = ctx;
   const { clock, logger, env } = ctx.deps;
@@ -202,6 +231,7 @@ async function federate(
     group,
     writer: `${f.cluster}/${identity}`,
     onError: (operation) => metrics.storeErrors.inc({ operation: `home_${operation}` }),
+    trust,
   });
   const federation = new Federation({
     home: { connection, store: homeStore },

@@ -16,6 +16,8 @@ export const EVENT_REASONS = {
   RateLimited: 'the CA refused with a rate limit: no request before the time given',
   BudgetQueued: "a first issuance waits for a slot of the issuance budget (--issuance-budget): the domain's turn",
   BreakGlassIssued: 'a certificate was issued without the federation home, unreachable past the safety point (docs/federation.md)',
+  UntrustedCertificate:
+    "a federated group's Secret (the home's or this member's) holds a pair whose chain reaches no trust anchor: refused, never served (docs/security.md)",
   RenewRefused: 'a renew request (certshare renew) was refused: the minimum interval or the issuance budget says no (served ones are Renewed)',
   Ready: "the Pod's readiness condition turned True",
   NotReady: "the Pod's readiness condition turned False, with its reason",
@@ -187,6 +189,17 @@ export class PodEvents {
       action: 'Issue',
       key: `${domain} ${serial}`,
       note: `${domain}: certificate ${serial} issued without the federation home (unreachable past the safety point)`,
+    });
+  }
+
+  /** A federated group's Secret (at the home, or the member's own) holds a pair that no trust anchor vouches for. */
+  untrusted(domain: string, serial: string, store: 'home' | 'local'): void {
+    this.#record({
+      type: 'Warning',
+      reason: 'UntrustedCertificate',
+      action: 'Verify',
+      key: `${domain} ${store} ${serial}`,
+      note: `${domain}: certificate ${serial} in the ${store === 'home' ? 'federation home' : 'local'} Secret refused: its chain does not reach a trust anchor`,
     });
   }
 

@@ -3,6 +3,7 @@ import type { Clock } from '../core/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import type { CertStore, Coordination, LoadOptions, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/store.ts';
+import { checkTrusted, type TrustAnchors } from '../core/trust.ts';
 import type { WatchScope } from '../config/daemon-config.ts';
 import { apiErrorText, apiStatus, isRefusedStatus, type KubeConnection } from './connection.ts';
 import { withSignal } from './transport/https-transport.ts';
@@ -69,6 +70,12 @@ export interface EarlierCopies {
   read(domain: string, now: number): Promise<StoreRead>;
 }
 
+/** Issuer pinning (core/trust.ts): the anchors a stored pair must chain to, and who hears of one that does not. */
+export interface StoreTrust {
+  anchors: TrustAnchors;
+  onUntrusted(domain: string, serial: string, reason: string): void;
+}
+
 export class KubeSecretStore implements CertStore {
   readonly kind = 'kube';
   readonly #conn: KubeConnection;
@@ -93,6 +100,9 @@ export class KubeSecretStore implements CertStore {
   readonly #followed = new Map<string, Followed>();
   #groupWatch: SecretWatch | undefined;
   readonly #onError: (operation: 'read' | 'write') => void;
+  readonly #trust: StoreTrust | undefined;
+  /** Per domain, the serial of the untrusted pair last reported: each is reported once, not at every read. */
+  readonly #untrusted = new Map<string, string>();
   /** GETs of a single Secret made by load() (a watch that serves reads makes none at rest). */
   gets = 0;
 
@@ -105,7 +115,9 @@ export class KubeSecretStore implements CertStore {
     watchScope?: WatchScope;
     onError?: (operation: 'read' | 'write') => void;
     earlierCopies?: EarlierCopies | undefined;
+    trust?: StoreTrust | undefined;
   }) {
+    this.#trust = options.trust;
     this.#conn = options.connection;
     this.#clock = options.clock;
     this.#logger = options.logger;
@@ -169,7 +181,7 @@ export class KubeSecretStore implements CertStore {
     }
     this.#lastRead.set(domain, secret);
     const now = this.#clock.now();
-    const read: StoreRead = secret === null ? { state: 'absent' } : readCertSecret(secret, domain, now);
+    const read: StoreRead = secret === null ? { state: 'absent' } : this.#trusted(domain, readCertSecret(secret, domain, now), true);
     if (read.state === 'valid') this.#keepValid(domain, read.cert);
     await this.#readEarlierCopy(domain);
     const kept = this.#lastValid.get(domain);
@@ -183,6 +195,8 @@ export class KubeSecretStore implements CertStore {
 
   /** `annotations`: set beside the certificate's own (the federation's break-glass record). */
   async save(domain: string, cert: StoredCert, signal?: AbortSignal, options?: SaveOptions & { annotations?: Record<string, string> }): Promise<void> {
+    // Never written where every reader would refuse it (a member pushing to the home included).
+    if (this.#trust) checkTrusted(cert.pair.certPem, domain, this.#trust.anchors);
     // A new certificate ends any intent; a rate limit still in force stays recorded.
     const { retryNotBefore } = this.#lastCoordination(domain);
     const coordination = retryNotBefore !== undefined && retryNotBefore > this.#clock.now() ? { retryNotBefore } : {};
@@ -322,7 +336,7 @@ export class KubeSecretStore implements CertStore {
     if (!previous?.data || !this.#followed.has(domain)) return; // only what some loop follows is kept
     const data = previous.data;
     if (next?.data?.['tls.crt'] === data['tls.crt'] && next?.data?.['tls.key'] === data['tls.key']) return;
-    const read = readCertSecret(previous, domain, this.#clock.now());
+    const read = this.#trusted(domain, readCertSecret(previous, domain, this.#clock.now()), false);
     if (read.state === 'valid') this.#keepValid(domain, read.cert);
   }
 
@@ -331,11 +345,33 @@ export class KubeSecretStore implements CertStore {
     if (!this.#earlierCopies || this.#earlierRead.has(domain) || !this.#followed.has(domain)) return;
     this.#earlierRead.add(domain);
     try {
-      const read = await this.#earlierCopies.read(domain, this.#clock.now());
+      const read = this.#trusted(domain, await this.#earlierCopies.read(domain, this.#clock.now()), false);
       if (read.state === 'valid') this.#keepValid(domain, read.cert);
     } catch (err) {
       this.#logger.warn({ domain, err: errorMessage(err) }, 'could not read the earlier copy of the certificate');
     }
+  }
+
+  /**
+   * With trust anchors: a valid pair whose chain does not reach them is unusable (never served, kept or
+   * offered as lastValid), reported once per pair when `report`.
+   */
+  #trusted(domain: string, read: StoreRead, report: boolean): StoreRead {
+    if (!this.#trust || read.state !== 'valid') return read;
+    const { serial } = read.cert.info;
+    try {
+      checkTrusted(read.cert.pair.certPem, domain, this.#trust.anchors);
+    } catch (err) {
+      const reason = errorMessage(err);
+      if (report && this.#untrusted.get(domain) !== serial) {
+        this.#untrusted.set(domain, serial);
+        this.#logger.warn({ code: 'CERTSHARE_CERT_UNTRUSTED', domain, serial, namespace: this.#conn.namespace }, reason);
+        this.#trust.onUntrusted(domain, serial, reason);
+      }
+      return { state: 'unusable', reason, ...(read.coordination ? { coordination: read.coordination } : {}) };
+    }
+    if (report) this.#untrusted.delete(domain);
+    return read;
   }
 
   /** Keeps `cert` as a followed domain's last valid pair unless the one kept expires as late or later. */

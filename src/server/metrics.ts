@@ -65,6 +65,7 @@ export class Metrics implements LoopObserver {
   readonly storeErrors: Counter;
   readonly eventsDropped: Counter;
   readonly breakGlass: Counter;
+  readonly untrusted: Counter;
   readonly writer: Gauge;
   readonly homeWriter: Gauge;
   /** The issuance budget's queues, read at each scrape (none until watchBudget). */
@@ -85,6 +86,7 @@ export class Metrics implements LoopObserver {
       storeErrors: this.storeErrors,
       eventsDropped: this.eventsDropped,
       breakGlass: this.breakGlass,
+      untrusted: this.untrusted,
       writer: this.writer,
       homeWriter: this.homeWriter,
     } = processMetrics(registers));
@@ -282,6 +284,14 @@ function processMetrics(registers: Registers) {
     labelNames: ['domain'],
     registers,
   });
+  const untrusted = new Counter({
+    name: 'certshare_untrusted_certificates_total',
+    help:
+      'Certificates of a federated group refused: their chain reaches no trust anchor (--federation-trust-anchors); ' +
+      'each pair once, by the store that held it (home or local).',
+    labelNames: ['domain', 'store'],
+    registers,
+  });
   const writer = new Gauge({
     name: 'certshare_writer',
     help: '1 while this replica may issue certificates (rw mode, or holding the group Lease in auto mode).',
@@ -292,7 +302,7 @@ function processMetrics(registers: Registers) {
     help: "1 while this replica holds its group's Lease at the federation home: the one writer of every member cluster.",
     registers,
   });
-  return { busConnected, busReconnects, busBadLines, reloads, storeErrors, eventsDropped, breakGlass, writer, homeWriter };
+  return { busConnected, busReconnects, busBadLines, reloads, storeErrors, eventsDropped, breakGlass, untrusted, writer, homeWriter };
 }
 
 /** The issuance budget's queues and the issuance slots, read at each scrape. */

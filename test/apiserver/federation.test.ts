@@ -22,11 +22,13 @@ import {
   NS,
   secretAt,
   secretsHold as secretsHoldAt,
+  serialOfPem,
   useFederation,
   type FederatedReplica as Replica,
   type Member,
   type SecretView,
 } from '../support/federation.ts';
+import { selfSignedPair } from '../support/certs.ts';
 import { KUBE_DOMAIN, must } from '../support/kube.ts';
 import { asAccount } from '../support/token-request.ts';
 import { useTempDir } from '../support/standalone.ts';
@@ -263,6 +265,37 @@ describe('the federation home: three apiservers, two members, one shared name', 
     assert.equal(edit.status, 200, edit.body);
     await secretsHold(SHARED, current);
     assert.equal(issued(SHARED), orders, 'restored, not issued again');
+  });
+
+  it('a self-signed pair at the home (a stolen federation credential): never mirrored or served, the valid copy written back, no issuance', async () => {
+    const current = agreed(SHARED)!;
+    const orders = issued(SHARED);
+    // What the credential's holder can write: a pair whose key, name and dates pass, valid ten years.
+    const forgedPair = await selfSignedPair(SHARED, clock.now() - DAY, 3650 * DAY);
+    const forged = serialOfPem(forgedPair.certPem);
+    const untrustedCount = async (): Promise<number> => {
+      const texts = await Promise.all(of(SHARED).map((r) => r.daemon.metrics.registry.getSingleMetricAsString('certshare_untrusted_certificates_total')));
+      return texts.reduce((n, text) => n + Number(/domain="shared[^}]*store="home"[^}]*} (\d+)/.exec(text)?.[1] ?? 0), 0);
+    };
+    assert.equal(await untrustedCount(), 0);
+    const edit = await home.adminRequest('PATCH', `/api/v1/namespaces/${HOME_NS}/secrets/${SHARED}`, {
+      headers: { 'content-type': 'application/merge-patch+json' },
+      body: { data: { 'tls.crt': Buffer.from(forgedPair.certPem).toString('base64'), 'tls.key': Buffer.from(forgedPair.keyPem).toString('base64') } },
+    });
+    assert.equal(edit.status, 200, edit.body);
+    const refusals = () => of(SHARED).flatMap((r) => r.log.entries.filter((e) => e.code === 'CERTSHARE_CERT_UNTRUSTED' && e.serial === forged));
+    await until('a home writer refused the self-signed pair', () => refusals().length >= 1, anyChange(), 30_000);
+    // The members write their valid copy back to the home; theirs never changed.
+    const secrets = await secretsHold(SHARED, current);
+    assert.ok(secrets.every((s) => s.key !== forgedPair.keyPem));
+    assert.equal(issued(SHARED), orders, 'no issuance: each member keeps its copy until its own renewal point');
+    for (const r of of(SHARED)) {
+      assert.equal(held(r), current, `${r.member}/${r.pod} serves its valid copy`);
+      const uses = r.log.entries.filter((e) => e.serial === forged && e.code !== 'CERTSHARE_CERT_UNTRUSTED');
+      assert.deepEqual(uses, [], `${r.member}/${r.pod} never took the self-signed pair into use`);
+    }
+    assert.equal(await untrustedCount(), refusals().length, 'certshare_untrusted_certificates_total{store="home"}: once per refusal logged');
+    for (const e of refusals()) assert.match(e.msg ?? '', new RegExp(`not trusted: its chain ends at the self-signed CN=${SHARED.replaceAll('.', '\\.')}`));
   });
 
   it('refuses an unknown group, a kubeconfig without the rights and a home answering garbage at start: CERTSHARE_HOME_UNUSABLE', async () => {

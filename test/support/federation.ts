@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
 import type { EventEmitter } from 'node:events';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before } from 'node:test';
 import { parseFlags } from '../../src/flags/flags.ts';
@@ -14,6 +15,7 @@ import { RUN_FLAGS, daemonConfigFrom, type DaemonConfig } from '../../src/config
 import type { Clock } from '../../src/core/clock.ts';
 import { startDaemon, type Daemon } from '../../src/daemon.ts';
 import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
+import { createCertificateAuthority } from '../../src/pki/ca.ts';
 import { startControlPlane, type ControlPlane } from '../harness/control-plane.ts';
 import { CONTROL_PLANE_HOOK_TIMEOUT_MS } from '../harness/use-control-plane.ts';
 import { JumpClock } from './jump-clock.ts';
@@ -66,6 +68,8 @@ export interface FederationBed {
   replicas: FederatedReplica[];
   /** A replica of `group` in member `m`: --mode auto, its home HOME_NS at the home. */
   startReplica(m: Member, group: string, pod: string, options: ReplicaOptions): Promise<FederatedReplica>;
+  /** The PEM file of the CA every emulator of the bed signs with: every replica's --federation-trust-anchors. */
+  trustAnchorsFile(): Promise<string>;
   /** Certificates signed for `domain` (every domain if none) by every replica's emulator: orders across the clusters. */
   issued(domain?: string): number;
 }
@@ -227,8 +231,23 @@ export function useFederation(groups: readonly string[]): FederationBed {
     return home;
   };
 
+  /**
+   * One CA behind every emulator of the bed, as Let's Encrypt is behind every tailscaled, and its certificate as
+   * every replica's --federation-trust-anchors: what a user whose CA Node does not know yet does.
+   */
+  let sharedCa: Promise<{ pem: { certPem: string; keyPem: string }; file: string }> | undefined;
+  const bedCa = (): Promise<{ pem: { certPem: string; keyPem: string }; file: string }> =>
+    (sharedCa ??= (async () => {
+      const ca = await createCertificateAuthority({ name: 'certshare federation test CA', now: clock.now() });
+      const file = join(dir(), 'trust-anchors.pem');
+      await writeFile(file, ca.certPem);
+      return { pem: { certPem: ca.certPem, keyPem: ca.keyPem }, file };
+    })());
+
   async function startReplica(m: Member, group: string, pod: string, options: ReplicaOptions): Promise<FederatedReplica> {
+    const ca = await bedCa();
     const emulator = await startEmulator({
+      ca: ca.pem,
       listen: join(dir(), `${m.name}-${pod}.sock`),
       domains: options.domains,
       id: `${m.name}-${pod}`,
@@ -244,7 +263,7 @@ export function useFederation(groups: readonly string[]): FederationBed {
         domains: options.domains,
         pod,
         namespace: options.namespace,
-        flags: ['--lease-duration', '3s', '--federation-lease-duration', '3s', ...(options.flags ?? [])],
+        flags: ['--lease-duration', '3s', '--federation-lease-duration', '3s', '--federation-trust-anchors', ca.file, ...(options.flags ?? [])],
         clock,
       });
     } catch (err) {
@@ -278,6 +297,7 @@ export function useFederation(groups: readonly string[]): FederationBed {
     homeKubeconfig: () => started().adminKubeconfigPath,
     replicas,
     startReplica,
+    trustAnchorsFile: async () => (await bedCa()).file,
     issued: (domain) =>
       replicas.reduce((n, r) => {
         const stats = r.emulator.stats();

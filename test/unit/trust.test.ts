@@ -26,7 +26,7 @@ const blocksOf = (pem: string): string[] => pem.match(/-----BEGIN CERTIFICATE---
 /** `pem` with the last byte of its signature changed: the same names and key identifiers, a signature that fails. */
 function forgedSignature(pem: string): string {
   const der = Buffer.from(new X509Certificate(pem).raw);
-  der[der.length - 1] ^= 0x01;
+  der.writeUInt8(der.readUInt8(der.length - 1) ^ 0x01, der.length - 1);
   const body = der.toString('base64').replace(/.{64}/g, '$&\n');
   return `-----BEGIN CERTIFICATE-----\n${body}${body.endsWith('\n') ? '' : '\n'}-----END CERTIFICATE-----\n`;
 }
