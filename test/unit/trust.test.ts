@@ -63,7 +63,10 @@ describe('checkTrusted: the chain must be signed all along, up to a trust anchor
     const anchors = trustAnchors([trusted.certPem], 'test');
     const lookalike = await createCertificateAuthority({ name: 'certshare test CA', now });
     const copied = await makePair(domain, now - DAY, 90 * DAY, lookalike);
-    untrusted(() => checkTrusted(copied.certPem, domain, anchors), /ends at the self-signed .*CN=certshare test CA, which none of the 1 trust anchors \(test\)/);
+    untrusted(
+      () => checkTrusted(copied.certPem, domain, anchors),
+      /ends at the self-signed .*CN=certshare test CA, which none of the 1 trust anchors \(test\)/,
+    );
     const [leaf] = blocksOf(copied.certPem);
     untrusted(() => checkTrusted(leaf!, domain, anchors), /issued by .*certshare test CA/);
     const other = await createCertificateAuthority({ name: 'some other CA', now });
@@ -92,8 +95,15 @@ describe('checkTrusted: the chain must be signed all along, up to a trust anchor
   });
 
   it('reads the anchors: refuses a source without a certificate; Node default trusts both ISRG roots', () => {
-    assert.throws(() => trustAnchors(['not a certificate'], 'ca.pem'), (err: unknown) => err instanceof CertshareError && err.code === 'CERTSHARE_BAD_CONFIG');
+    assert.throws(
+      () => trustAnchors(['not a certificate'], 'ca.pem'),
+      (err: unknown) => err instanceof CertshareError && err.code === 'CERTSHARE_BAD_CONFIG',
+    );
     const subjects = [...defaultTrustAnchors().bySubject.keys()];
-    for (const root of ['ISRG Root X1', 'ISRG Root X2']) assert.ok(subjects.some((s) => s.includes(`CN=${root}`)), root);
+    for (const root of ['ISRG Root X1', 'ISRG Root X2'])
+      assert.ok(
+        subjects.some((s) => s.includes(`CN=${root}`)),
+        root,
+      );
   });
 });
