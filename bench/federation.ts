@@ -11,12 +11,13 @@
 //  2. Sidecar memory with a home: the same writer and reader idle after their certificate, without and with
 //     --federation-* (the default duration), in turn: RSS, and the V8 heap used after a collection (the memory
 //     probe of bench/memory.ts, preloaded into both).
-import { readFile } from 'node:fs/promises';
+import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import type { ControlPlane } from '../test/harness/control-plane.ts';
 import { FEDERATION_ACCOUNT, HOME_NAMESPACE } from '../test/chaos/home.ts';
+import { writeSharedCa } from '../test/support/certs.ts';
 import { GROUP, KUBE_DOMAIN, must } from '../test/support/kube.ts';
 import { longestSilenceS, readAudit, watchRenewalsPerHour, watchSecret, type AuditEvent } from './lib/apiserver.ts';
 import { CertFileWatch, startEmulator, type EmulatorProc } from './lib/certshare.ts';
@@ -134,16 +135,23 @@ export async function federationPhase(home: ControlPlane, auditLog: string, memb
   await federationHome(home, groups);
   await must(member.kubectl(['create', 'namespace', MEMBER_NAMESPACE]));
   const homeKubeconfig = await home.kubeconfigFor(HOME_NAMESPACE, FEDERATION_ACCOUNT);
+  // One CA behind every emulator, trusted the documented way (NODE_EXTRA_CA_CERTS, in both variants): a member
+  // refuses what no trust anchor vouches for, and pays for Node's default store as a real one does.
+  await mkdir(dir, { recursive: true });
+  const ca = await writeSharedCa(dir, 'certshare bench CA');
+  const trust: Trust = { emulatorArgs: ['--ca', ca.caFile], env: { NODE_EXTRA_CA_CERTS: ca.anchorsFile } };
   const federationFlags = (leaseS: number | undefined): string[] => [
     ...['--federation-kubeconfig', homeKubeconfig, '--federation-namespace', HOME_NAMESPACE, '--federation-cluster', MEMBER_CLUSTER],
     ...(leaseS === undefined ? [] : ['--federation-lease-duration', `${leaseS}s`]),
   ];
   const runs: LeaseRun[] = [];
   for (const leaseS of o.leaseDurationsS) {
-    runs.push(await restAtHome(home, auditLog, member, join(dir, `lease-${leaseS}s`), groups, leaseS, federationFlags(leaseS), o));
+    runs.push(await restAtHome(home, auditLog, member, join(dir, `lease-${leaseS}s`), groups, leaseS, federationFlags(leaseS), trust, o));
   }
   const pairs: MemoryPair[] = [];
-  const emulators = await Promise.all(['writer', 'reader'].map((n) => startEmulator(join(dir, 'memory'), `memory-${n}`, ['--domain', groups[0]!.domain])));
+  const emulators = await Promise.all(
+    ['writer', 'reader'].map((n) => startEmulator(join(dir, 'memory'), `memory-${n}`, ['--domain', groups[0]!.domain, ...trust.emulatorArgs])),
+  );
   try {
     for (let i = 0; i < o.samples; i++) {
       progress(`federation: sidecar memory, pair ${i + 1} of ${o.samples} (without and with a home, in alternating order)`);
@@ -157,6 +165,7 @@ export async function federationPhase(home: ControlPlane, auditLog: string, memb
           groups[0]!,
           emulators,
           variant === 'home' ? federationFlags(undefined) : [],
+          trust,
           o.size,
         );
       }
@@ -168,6 +177,12 @@ export async function federationPhase(home: ControlPlane, auditLog: string, memb
   return { groups: groups.length, runs, pairs };
 }
 
+/** The emulators' shared CA (their flags) and how the daemons trust it (their environment). */
+interface Trust {
+  emulatorArgs: string[];
+  env: Record<string, string>;
+}
+
 /** Per group a writer and a reader with the home, each with its first certificate; then `o.windowS` at rest, counted at the home. */
 async function restAtHome(
   home: ControlPlane,
@@ -177,6 +192,7 @@ async function restAtHome(
   groups: FederatedGroup[],
   leaseS: number,
   flags: string[],
+  trust: Trust,
   o: FederationOptions,
 ): Promise<LeaseRun> {
   progress(`federation: --federation-lease-duration ${leaseS}s: ${groups.length} group(s), a writer and a reader each`);
@@ -186,7 +202,7 @@ async function restAtHome(
     // In the member, as its admin: what is measured is the home's side (the example's RBAC names one group only).
     for (const { group, domain } of groups) {
       for (const [i, mode] of (['rw', 'ro'] as const).entries()) {
-        replicas.push(await startReplica(MEMBER_NAMESPACE, member.adminKubeconfigPath, dir, `${group}-${i}`, mode, { group, domain, flags }));
+        replicas.push(await startReplica(MEMBER_NAMESPACE, member.adminKubeconfigPath, dir, `${group}-${i}`, mode, { group, domain, flags, ...trust }));
       }
     }
     await Promise.all(replicas.map((r) => r.files.next(60_000, 0)));
@@ -260,6 +276,7 @@ async function idleSidecars(
   g: FederatedGroup,
   emulators: EmulatorProc[],
   flags: string[],
+  trust: Trust,
   size: BenchSize,
 ): Promise<{ writer: SidecarMemory; reader: SidecarMemory }> {
   const roles = [
@@ -277,7 +294,7 @@ async function idleSidecars(
           group: g.group,
           flags: ['--domain', g.domain, ...flags],
           nodeArgs: ['--expose-gc', ...PROBE_ARGS],
-          env: { BENCH_MEMPROBE_OUT: join(dir, `${name}.probe.json`) },
+          env: { BENCH_MEMPROBE_OUT: join(dir, `${name}.probe.json`), ...trust.env },
         }),
       );
     }

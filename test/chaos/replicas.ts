@@ -39,6 +39,8 @@ export interface ReplicaSpec {
   podIp: string;
   /** Extra `certshare run` flags (timing). */
   flags: string[];
+  /** The emulator's --ca (a CA shared by every emulator: federated members trust it); default its own. */
+  emulatorCa?: string | undefined;
 }
 
 const live = new Set<ChildProcess>();
@@ -142,6 +144,7 @@ export class Replica {
         spec.name,
         '--log-level',
         'info',
+        ...(spec.emulatorCa ? ['--ca', spec.emulatorCa] : []),
       ],
       cleanEnv({}),
     );

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { startControlPlane, type ControlPlane } from '../harness/control-plane.ts';
+import { writeSharedCa } from '../support/certs.ts';
 import { allowDomains, exampleNamespace, GROUP, KUBE_DOMAIN, kubeconfigVia, must } from '../support/kube.ts';
 import { Checker, GATE, type CheckerResult } from './checker.ts';
 import { judgeAtEnd } from './end-check.ts';
@@ -365,6 +366,9 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
       }
     };
 
+    // Federated: one CA behind every emulator (as Let's Encrypt is behind every tailscaled), which every member
+    // trusts (--federation-trust-anchors): a restarted emulator signs with the same one.
+    const sharedCa = federated ? await writeSharedCa(runDir, 'certshare chaos CA') : undefined;
     for (const [c, cp] of memberPlanes.entries()) {
       // Without a home the names are today's; with one, each member's are prefixed (c1-proxy-0, ...):
       // the emulators' ids in the shared ledger tell the clusters apart.
@@ -386,6 +390,8 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
             `c${c + 1}`,
             '--federation-lease-duration',
             `${Math.round(2000 * k)}ms`,
+            '--federation-trust-anchors',
+            sharedCa!.anchorsFile,
           ]
         : [];
       let chaos: Chaos | undefined;
@@ -408,6 +414,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
             certLifetime: T.certLifetime,
             podIp: `10.0.${c}.${10 + i}`,
             flags: [...timingFlags(k), ...federation],
+            emulatorCa: sharedCa?.caFile,
           },
           runDir,
           (replica, line) => {

@@ -1,4 +1,6 @@
 import { KeyObject, webcrypto } from 'node:crypto';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { loadX509 } from '../../src/core/x509.ts';
 import { createCertificateAuthority, randomSerialHex, type CertificateAuthority } from '../../src/pki/ca.ts';
 import type { CertPair } from '../../src/core/localapi.ts';
@@ -11,6 +13,19 @@ let shared: Promise<CertificateAuthority> | undefined;
 export function testCa(): Promise<CertificateAuthority> {
   shared ??= createCertificateAuthority({ name: 'certshare test CA', now: Date.now() });
   return shared;
+}
+
+/**
+ * A CA for emulators run as processes to share (their `--ca FILE`: its certificate and key), and its certificate
+ * alone (certshare's `--federation-trust-anchors`): one CA behind every emulated tailscaled, as Let's Encrypt is.
+ */
+export async function writeSharedCa(dir: string, name: string): Promise<{ caFile: string; anchorsFile: string }> {
+  const ca = await createCertificateAuthority({ name, now: Date.now() });
+  const caFile = join(dir, 'emulator-ca.pem');
+  const anchorsFile = join(dir, 'trust-anchors.pem');
+  await writeFile(caFile, ca.certPem + ca.keyPem, { mode: 0o600 });
+  await writeFile(anchorsFile, ca.certPem);
+  return { caFile, anchorsFile };
 }
 
 /** A pair for `domain` valid from `notBefore` for `lifetimeMs` (whole seconds, as X.509 stores them). */

@@ -5,6 +5,8 @@
 // that one of them should not have made shows in the sum of both pebbles' counts. Real time throughout: a
 // real tailscaled keeps its own clock.
 import assert from 'node:assert/strict';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as delay } from 'node:timers/promises';
 import { ARI_MIN_HOLD_MS } from '../../src/core/renewal-info.ts';
@@ -112,6 +114,10 @@ describe('the federation home with a real tailscaled per member: one order for a
       tailscaleds.map((t) => t.domain),
       [KUBE_DOMAIN, KUBE_DOMAIN],
     );
+    // Each member trusts both pebbles' roots, as a user trusts a private CA that Node does not know: the home
+    // holds what either member's CA issued.
+    const anchors = join(tailscaleds[0]!.dir, 'federation-trust-anchors.pem');
+    await writeFile(anchors, (await Promise.all(tailscaleds.map((t) => readFile(t.acmeCaBundle, 'utf8')))).join('\n'));
     await Promise.all(
       fed.members.map(async (member, i) => {
         const ts = tailscaleds[i]!;
@@ -120,6 +126,7 @@ describe('the federation home with a real tailscaled per member: one order for a
           group: GROUP,
           domains: [KUBE_DOMAIN],
           pod: 'proxy-0',
+          flags: ['--federation-trust-anchors', anchors],
         });
         members.push({ member, ts, replica });
       }),
