@@ -309,6 +309,34 @@ describe('the federation home: three apiservers, two members, one shared name', 
     for (const e of refusals()) assert.match(e.msg ?? '', new RegExp(`not trusted: its chain ends at the self-signed CN=${SHARED.replaceAll('.', '\\.')}`));
   });
 
+  it("a self-signed pair in a member's own Secret (a stolen writer token of one cluster): not served there, put back from the home", async () => {
+    const current = agreed(SHARED)!;
+    const orders = issued(SHARED);
+    const east = member('east');
+    const forgedPair = await selfSignedPair(SHARED, clock.now() - DAY, 3650 * DAY);
+    const forged = serialOfPem(forgedPair.certPem);
+    const edit = await east.cp.adminRequest('PATCH', `/api/v1/namespaces/${NS}/secrets/${SHARED}`, {
+      headers: { 'content-type': 'application/merge-patch+json' },
+      body: { data: { 'tls.crt': Buffer.from(forgedPair.certPem).toString('base64'), 'tls.key': Buffer.from(forgedPair.keyPem).toString('base64') } },
+    });
+    assert.equal(edit.status, 200, edit.body);
+    const refusals = () =>
+      of(SHARED).flatMap((r) => r.log.entries.filter((e) => e.code === 'CERTSHARE_CERT_UNTRUSTED' && e.serial === forged && e.namespace === NS));
+    const mirrored = () => of(SHARED).filter((r) => held(r) === forged);
+    await until('an east replica refused the self-signed pair (or took it)', () => refusals().length >= 1 || mirrored().length > 0, anyChange(), 30_000);
+    assert.deepEqual(
+      mirrored().map((r) => `${r.member}/${r.pod}`),
+      [],
+      'no replica serves the self-signed pair',
+    );
+    await secretsHold(SHARED, current);
+    assert.equal(issued(SHARED), orders, 'no issuance');
+    for (const r of of(SHARED)) assert.equal(held(r), current, `${r.member}/${r.pod} serves the valid certificate`);
+    const texts = await Promise.all(of(SHARED).map((r) => r.daemon.metrics.registry.getSingleMetricAsString('certshare_untrusted_certificates_total')));
+    const local = texts.reduce((n, text) => n + Number(/domain="shared[^}]*store="local"[^}]*} (\d+)/.exec(text)?.[1] ?? 0), 0);
+    assert.ok(local >= 1, `certshare_untrusted_certificates_total{store="local"}: ${texts.join(' ')}`);
+  });
+
   it('refuses an unknown group, a kubeconfig without the rights and a home answering garbage at start: CERTSHARE_HOME_UNUSABLE', async () => {
     const east = member('east');
     const unusable = (err: unknown): boolean => (err as { code?: string }).code === 'CERTSHARE_HOME_UNUSABLE';
