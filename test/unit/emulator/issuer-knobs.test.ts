@@ -1,7 +1,11 @@
 // The emulator's knobs for issuers that backdate, give less than asked, or run on a skewed clock.
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { checkTrusted, trustAnchors } from '../../../src/core/trust.ts';
 import { parseEmulatorArgs } from '../../../src/emulator/options.ts';
+import { createCertificateAuthority } from '../../../src/pki/ca.ts';
 import { certPath, fakeClock, get, splitPair, testEnv, type TestEnv } from '../../support/emulator.ts';
 
 const D = 'knobs.tailnet-1234.ts.net';
@@ -56,6 +60,25 @@ describe('emulated issuer knobs', () => {
     assert.notEqual((await leafOf(em.address, '24h')).serial, short.serial, 'asking the same again orders again');
     assert.equal((await leafOf(em.address, '12h')).notAfter, clock.now() + 86_400_000 - 10_000, 'less than the cached one has: cached');
     assert.equal(em.stats().issuances[D], 3);
+  });
+
+  test('--ca: emulators given one CA sign with it, so one trust anchor covers them all; without, each has its own', async () => {
+    const ca = await createCertificateAuthority({ name: 'shared emulator CA', now: Date.now() });
+    const file = join(env.dir, 'ca.pem');
+    await writeFile(file, ca.certPem + ca.keyPem);
+    const parsed = parseEmulatorArgs(['--ca', file]);
+    assert.ok(!parsed.help);
+    assert.deepEqual(parsed.options.ca, { certPem: ca.certPem, keyPem: ca.keyPem });
+    const anchors = trustAnchors([ca.certPem], 'test');
+    for (const em of [await env.start({ domains: [D], ca: parsed.options.ca }), await env.start({ domains: [D], ca: parsed.options.ca })]) {
+      assert.equal(await em.caCertPem(), ca.certPem);
+      checkTrusted(splitPair((await get(em.address, certPath(D, '0s'))).body).certPem, D, anchors);
+    }
+    const own = await env.start({ domains: [D] });
+    assert.notEqual(await own.caCertPem(), ca.certPem);
+    await writeFile(file, ca.certPem);
+    assert.throws(() => parseEmulatorArgs(['--ca', file]), /--ca: .* needs a PEM CERTIFICATE and a PKCS#8 PRIVATE KEY/);
+    assert.throws(() => parseEmulatorArgs(['--ca', join(env.dir, 'absent.pem')]), /--ca: cannot read/);
   });
 
   test('flags', () => {
