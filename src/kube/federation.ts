@@ -160,7 +160,9 @@ type Via = 'home' | 'local';
  * the home Lease and the home answers; while the home does not, it may issue once per window past the
  * safety point (break-glass, core/federation.ts). The store: a local writer's reads and writes go to the
  * home, and what the home holds is mirrored into the local Secret (the newest valid certificate wins both
- * ways, compare-and-swap on each side's resourceVersion); a reader's go to the local Secret only.
+ * ways, compare-and-swap on each side's resourceVersion); a reader's go to the local Secret only. Both
+ * stores check a pair against the trust anchors (KubeSecretStore `trust`): one that fails is no copy at all
+ * here, so it is never mirrored, pushed or served, and the member's own copy is what the loop restores.
  */
 export class Federation {
   readonly store: CertStore;

@@ -61,6 +61,9 @@ interface Followed {
  * pair only this Pod still had (a renewal a hand edit overwrote while every replica restarted) is not lost
  * with the process, and the writer restores it rather than an older one (or a mirrored home's older one).
  *
+ * `trust` (a federated group's stores, kube-backend.ts): a pair whose chain reaches none of the anchors
+ * (core/trust.ts) reads as `unusable`, is never kept as the last valid pair, and is never written.
+ *
  * `watchScope`: `secret` (the default, least privilege) watches each domain's Secret by name, which
  * RBAC restricts with resourceNames; `group` lists and watches the group's Secrets with one label
  * selector (needs list and watch on every Secret of the namespace) and dispatches by name.
