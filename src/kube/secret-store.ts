@@ -8,6 +8,7 @@ import type { WatchScope } from '../config/daemon-config.ts';
 import { apiErrorText, apiStatus, isRefusedStatus, type KubeConnection } from './connection.ts';
 import { withSignal } from './transport/https-transport.ts';
 import {
+  ANNOTATION_SERIAL,
   LABEL_GROUP,
   LABEL_MANAGED_BY,
   certSecret,
@@ -59,7 +60,8 @@ interface Followed {
  * Forgotten when it expires or no loop follows the domain any more. A restart starts with what this
  * replica projected before it (`earlierCopies`, its files, read once per domain at the first load()): a
  * pair only this Pod still had (a renewal a hand edit overwrote while every replica restarted) is not lost
- * with the process, and the writer restores it rather than an older one (or a mirrored home's older one).
+ * with the process, and the writer restores it rather than an older one (or a mirrored home's older one);
+ * never over a Secret whose record names a pair stored since (#adoptEarlierCopy).
  *
  * `trust` (a federated group's stores, kube-backend.ts): a pair whose chain reaches none of the anchors
  * (core/trust.ts) reads as `unusable`, is never kept as the last valid pair, and is never written.
@@ -98,6 +100,8 @@ export class KubeSecretStore implements CertStore {
   /** Where this replica's earlier copies are (its projected files), and the domains already read from there. */
   readonly #earlierCopies: EarlierCopies | undefined;
   readonly #earlierRead = new Set<string>();
+  /** Earlier copies not taken yet: the Secret's record names another pair, which may be newer (#adoptEarlierCopy). */
+  readonly #earlierCopy = new Map<string, StoredCert>();
   /** Domains whose last write failed: the cache may be behind, the next load() asks the API server. */
   readonly #stale = new Set<string>();
   readonly #followed = new Map<string, Followed>();
@@ -187,6 +191,7 @@ export class KubeSecretStore implements CertStore {
     const read: StoreRead = secret === null ? { state: 'absent' } : this.#trusted(domain, readCertSecret(secret, domain, now), true);
     if (read.state === 'valid') this.#keepValid(domain, read.cert);
     await this.#readEarlierCopy(domain);
+    this.#adoptEarlierCopy(domain, secret, read);
     const kept = this.#lastValid.get(domain);
     if (!kept) return read;
     if (!isCurrentlyValid(kept.info, now)) {
@@ -262,6 +267,7 @@ export class KubeSecretStore implements CertStore {
       this.#stale.delete(domain);
       this.#lastValid.delete(domain);
       this.#earlierRead.delete(domain);
+      this.#earlierCopy.delete(domain);
       if (!followed.watch) return; // group scope: the group watch keeps the Secret current
       this.#cache.delete(domain);
       void followed.watch.stop();
@@ -349,10 +355,26 @@ export class KubeSecretStore implements CertStore {
     this.#earlierRead.add(domain);
     try {
       const read = this.#trusted(domain, await this.#earlierCopies.read(domain, this.#clock.now()), false);
-      if (read.state === 'valid') this.#keepValid(domain, read.cert);
+      if (read.state === 'valid') this.#earlierCopy.set(domain, read.cert);
     } catch (err) {
       this.#logger.warn({ domain, err: errorMessage(err) }, 'could not read the earlier copy of the certificate');
     }
+  }
+
+  /**
+   * The earlier copy joins the last valid pair unless a newer one may have been stored since it was
+   * projected: a Secret without a valid pair that names another pair as the last written (the serial
+   * annotation outlives a hand edit of the data; a deleted Secret names none). Putting back older files
+   * over a renewal this replica never saw would bring back what the renewal replaced (a revoked pair, a
+   * key an operator renewed away). A valid Secret decides by expiry, as for any pair kept.
+   */
+  #adoptEarlierCopy(domain: string, secret: WatchedSecret | null, read: StoreRead): void {
+    const copy = this.#earlierCopy.get(domain);
+    if (!copy) return;
+    const named = secret?.metadata.annotations?.[ANNOTATION_SERIAL];
+    if (read.state !== 'valid' && named !== undefined && named !== copy.info.serial) return;
+    this.#earlierCopy.delete(domain);
+    this.#keepValid(domain, copy);
   }
 
   /**

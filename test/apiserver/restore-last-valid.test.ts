@@ -138,4 +138,39 @@ describe('a hand edit over a renewal, its writer gone', () => {
       await again.stop();
     }
   });
+
+  it('but not over a Secret whose record names a pair stored since: a renewal the restarted Pod never saw', { timeout: 60_000 }, async () => {
+    const ns = await exampleNamespace(cp());
+    const first = await startReplica(cp(), ns, dir(), 'proxy-0');
+    let serial: string;
+    try {
+      await until('proxy-0 writes', () => heldSerial(first) !== undefined, [filesWritten(first)], 20_000);
+      serial = heldSerial(first)!;
+      await secretSatisfies(cp(), ns, KUBE_DOMAIN, (s) => s?.metadata.annotations?.[ANNOTATION_SERIAL] === serial);
+    } finally {
+      await first.stop();
+    }
+    // While proxy-0 was down another replica stored a renewal (the record names it), then a hand edit took
+    // its data: what proxy-0's files hold is what that renewal replaced (maybe revoked, or a key renewed away).
+    const edit = await cp().adminRequest('PATCH', `/api/v1/namespaces/${ns}/secrets/${KUBE_DOMAIN}`, {
+      headers: { 'content-type': 'application/merge-patch+json' },
+      body: {
+        metadata: { annotations: { [ANNOTATION_SERIAL]: 'A-RENEWAL-PROXY-0-NEVER-SAW' } },
+        data: { 'tls.crt': Buffer.from('garbage, not a PEM\n').toString('base64') },
+      },
+    });
+    assert.equal(edit.status, 200, edit.body);
+    const again = await startReplica(cp(), ns, dir(), 'proxy-0', { keepFiles: true });
+    try {
+      await secretSatisfies(cp(), ns, KUBE_DOMAIN, (s) => {
+        const named = s?.metadata.annotations?.[ANNOTATION_SERIAL];
+        return named !== undefined && named !== 'A-RENEWAL-PROXY-0-NEVER-SAW';
+      });
+      const stored = JSON.parse((await cp().adminRequest('GET', `/api/v1/namespaces/${ns}/secrets/${KUBE_DOMAIN}`)).body) as SecretObject;
+      assert.notEqual(stored.metadata.annotations?.[ANNOTATION_SERIAL], serial, 'the older files were not put back');
+      assert.equal(again.emulator.stats().issuancesTotal, 1, 'a new certificate instead');
+    } finally {
+      await again.stop();
+    }
+  });
 });
