@@ -108,17 +108,22 @@ describe('a hand edit over a renewal, its writer gone', () => {
     }
   });
 
-  it('a writer restarted after its Secret was edited by hand restores the pair its files hold, and issues nothing', { timeout: 60_000 }, async () => {
+  /** A namespace where proxy-0 stored a certificate (in the Secret and its files), then stopped. */
+  async function storedThenStopped(): Promise<{ ns: string; serial: string }> {
     const ns = await exampleNamespace(cp());
     const first = await startReplica(cp(), ns, dir(), 'proxy-0');
-    let serial: string;
     try {
       await until('proxy-0 writes', () => heldSerial(first) !== undefined, [filesWritten(first)], 20_000);
-      serial = heldSerial(first)!;
+      const serial = heldSerial(first)!;
       await secretSatisfies(cp(), ns, KUBE_DOMAIN, (s) => s?.metadata.annotations?.[ANNOTATION_SERIAL] === serial);
+      return { ns, serial };
     } finally {
       await first.stop();
     }
+  }
+
+  it('a writer restarted after its Secret was edited by hand restores the pair its files hold, and issues nothing', { timeout: 60_000 }, async () => {
+    const { ns, serial } = await storedThenStopped();
     const path = `/api/v1/namespaces/${ns}/secrets/${KUBE_DOMAIN}`;
     const stored = (JSON.parse((await cp().adminRequest('GET', path)).body) as SecretObject).data!;
     const edit = await cp().adminRequest('PATCH', path, {
@@ -140,16 +145,7 @@ describe('a hand edit over a renewal, its writer gone', () => {
   });
 
   it('but not over a Secret whose record names a pair stored since: a renewal the restarted Pod never saw', { timeout: 60_000 }, async () => {
-    const ns = await exampleNamespace(cp());
-    const first = await startReplica(cp(), ns, dir(), 'proxy-0');
-    let serial: string;
-    try {
-      await until('proxy-0 writes', () => heldSerial(first) !== undefined, [filesWritten(first)], 20_000);
-      serial = heldSerial(first)!;
-      await secretSatisfies(cp(), ns, KUBE_DOMAIN, (s) => s?.metadata.annotations?.[ANNOTATION_SERIAL] === serial);
-    } finally {
-      await first.stop();
-    }
+    const { ns, serial } = await storedThenStopped();
     // While proxy-0 was down another replica stored a renewal (the record names it), then a hand edit took
     // its data: what proxy-0's files hold is what that renewal replaced (maybe revoked, or a key renewed away).
     const edit = await cp().adminRequest('PATCH', `/api/v1/namespaces/${ns}/secrets/${KUBE_DOMAIN}`, {
