@@ -13,6 +13,11 @@ export interface CertInfo {
 
 const CERT_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 
+/** The PEM certificate blocks of `text`, in order (none: an empty list). */
+export function pemCertificates(text: string): string[] {
+  return text.match(CERT_BLOCK) ?? [];
+}
+
 function invalid(domain: string, reason: string, cause?: unknown): CertshareError {
   return new CertshareError('CERTSHARE_CERT_INVALID', `certificate for ${domain} rejected: ${reason}`, { cause });
 }
@@ -49,8 +54,8 @@ export function inspectCertPair(pair: CertPair, domain: string): CertInfo {
 
 function inspectUncached(pair: CertPair, domain: string): CertInfo {
   if (pair.certPem.includes('PRIVATE KEY')) throw invalid(domain, 'certificate part contains a private key');
-  const blocks = pair.certPem.match(CERT_BLOCK);
-  if (!blocks) throw invalid(domain, 'no PEM certificate found');
+  const blocks = pemCertificates(pair.certPem);
+  if (blocks.length === 0) throw invalid(domain, 'no PEM certificate found');
   let chain: X509Certificate[];
   try {
     chain = blocks.map((block) => new X509Certificate(block));

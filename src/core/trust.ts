@@ -4,9 +4,8 @@
 // can hold such a pair; this check tells it apart by the signatures, up to a trust anchor.
 import { X509Certificate, createHash } from 'node:crypto';
 import { getCACertificates } from 'node:tls';
+import { pemCertificates } from './certificate.ts';
 import { CertshareError } from './errors.ts';
-
-const CERT_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 
 /** CA certificates a chain must end at, indexed for the check. */
 export interface TrustAnchors {
@@ -23,7 +22,7 @@ export interface TrustAnchors {
 export function trustAnchors(pems: readonly string[], source: string): TrustAnchors {
   const fingerprints = new Set<string>();
   const bySubject = new Map<string, X509Certificate[]>();
-  const blocks = pems.flatMap((pem) => pem.match(CERT_BLOCK) ?? []);
+  const blocks = pems.flatMap(pemCertificates);
   if (blocks.length === 0) throw new CertshareError('CERTSHARE_BAD_CONFIG', `trust anchors (${source}): no PEM certificate found`);
   for (const [i, block] of blocks.entries()) {
     let cert: X509Certificate;
@@ -98,8 +97,8 @@ export function isTrusted(certPem: string, domain: string, anchors: TrustAnchors
 const lastChecked = new Map<string, { digest: string; anchors: TrustAnchors; problem: string | undefined }>();
 
 function chainProblem(certPem: string, anchors: TrustAnchors): string | undefined {
-  const blocks = certPem.match(CERT_BLOCK);
-  if (!blocks) return 'no PEM certificate found';
+  const blocks = pemCertificates(certPem);
+  if (blocks.length === 0) return 'no PEM certificate found';
   let chain: X509Certificate[];
   try {
     chain = blocks.map((block) => new X509Certificate(block));
