@@ -22,9 +22,17 @@ import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom, type LogFormat } from
 import { followPair } from '../tls/followed-pair.ts';
 import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './metrics.ts';
-import { DEFAULT_READINESS_GATE, admissionReviewResponse, checkInjectionDefaults, checkSidecarFlags, type InjectionDefaults } from './mutate.ts';
+import {
+  DEFAULT_READINESS_GATE,
+  admissionReviewResponse,
+  checkInjectionDefaults,
+  checkSidecarFlags,
+  sidecarForm,
+  type InjectionDefaults,
+} from './mutate.ts';
 import { serviceDnsNames, type LeafNames } from './pki.ts';
 import { DEFAULT_IMAGE, type CaBundleSource } from './sidecar.ts';
+import { publishSidecarForm } from './sidecar-form.ts';
 import { parseTarget, type Target } from './targets.ts';
 import { startTlsServer, type TlsServer } from './tls-server.ts';
 
@@ -523,6 +531,13 @@ export async function startInjector(
       })
     : undefined;
   const connection = await connectKube(deps.env, { requestTimeoutMs: config.kubeTimeoutMs });
+  // Before the webhook answers: the policy holding hand-written certshare containers to this form reads it there.
+  try {
+    await publishSidecarForm(connection, connection.namespace, sidecarForm(config.defaults), AbortSignal.timeout(config.kubeTimeoutMs));
+  } catch (err) {
+    connection.close();
+    throw err;
+  }
   const namespace = config.serviceNamespace ?? connection.namespace;
   const names: LeafNames = { dnsNames: [...serviceDnsNames(config.service, namespace), ...config.extraDnsNames], ipAddresses: config.extraIps };
   const elector = new LeaseElector({

@@ -283,7 +283,11 @@ export function checkSidecarFlags(text: string): void {
  * bundle's directory, say) is the platform's, and would refuse every such Pod.
  */
 export function checkInjectionDefaults(defaults: InjectionDefaults): void {
-  const probe: V1Pod = {
+  injectionFor(probePod(defaults), defaults);
+}
+
+function probePod(defaults: InjectionDefaults): V1Pod {
+  return {
     metadata: { name: 'probe-0', annotations: { [ANNOTATION.inject]: 'true', [ANNOTATION.domains]: 'probe.example.com' } },
     spec: {
       containers: [{ name: 'proxy', image: 'proxy' }],
@@ -291,7 +295,33 @@ export function checkInjectionDefaults(defaults: InjectionDefaults): void {
       terminationGracePeriodSeconds: 86_400,
     },
   };
-  injectionFor(probe, defaults);
+}
+
+/**
+ * The variables of certshare's container whose value comes from the Pod (its annotations and certshare.io/flags,
+ * each bounded by this webhook) or is random per Pod (the leave token). Every other variable is the platform's.
+ */
+export const POD_CHOSEN_ENV: readonly string[] = [
+  ...['domain', 'mode', 'out-dir', 'readiness-gate', 'reload-signal', 'reload-pidfile', 'haproxy-crt-dir', 'haproxy-socket', 'leave-token'],
+  ...Object.keys(POD_FLAGS),
+].map(envName);
+
+/**
+ * The form of certshare's container as this injector writes it, as the data of the ConfigMap the admission policy
+ * certshare-sidecar-as-injected reads (a policy cannot ask the webhook): `image`; `pod-env`, the comma-separated
+ * POD_CHOSEN_ENV; `field.<NAME>` for each variable from the Pod's own fields (its downward-API path); `env.<NAME>`
+ * for each of the platform's, with its value (--sidecar-flags, the store, the socket, the CA bundle...).
+ */
+export function sidecarForm(defaults: InjectionDefaults): Record<string, string> {
+  const injection = injectionFor(probePod(defaults), defaults);
+  const sidecar = injection.kind === 'inject' ? injection.pod.spec?.initContainers?.find((c) => c.name === SIDECAR_NAME) : undefined;
+  if (!sidecar) throw new CertshareError('CERTSHARE_BAD_FLAG', "the injector's defaults add no certshare container to a Pod that asks for it");
+  const form: Record<string, string> = { image: defaults.image, 'pod-env': POD_CHOSEN_ENV.join(',') };
+  for (const e of sidecar.env ?? []) {
+    if (e.valueFrom?.fieldRef) form[`field.${e.name}`] = e.valueFrom.fieldRef.fieldPath;
+    else if (!POD_CHOSEN_ENV.includes(e.name)) form[`env.${e.name}`] = e.value ?? '';
+  }
+  return form;
 }
 
 /** Placeholders for the downward-API variables, to check a sidecar's settings as it will start with them. */

@@ -233,7 +233,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
       ['failurePolicy Ignore', (c) => (c.webhooks[0]!.failurePolicy = 'Ignore')],
       ['another URL', (c) => (c.webhooks[0]!.clientConfig.url = 'https://203.0.113.9/mutate')],
       ['every resource', (c) => (c.webhooks[0]!.rules[0]!.resources = ['*'])],
-      ['no objectSelector', (c) => delete c.webhooks[0]!.objectSelector],
+      ['an objectSelector', (c) => (c.webhooks[0]!.objectSelector = { matchLabels: { skip: 'yes' } })],
       ['a second webhook', (c) => c.webhooks.push({ ...structuredClone(c.webhooks[0]!), name: 'second.certshare.io' })],
     ];
     for (const [what, change] of changes) assert.match(await updateAsInjector(change), /caBundle only/, what);

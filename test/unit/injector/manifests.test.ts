@@ -8,6 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { loadAll } from 'js-yaml';
 import { envName, findFlag } from '../../../src/flags/flags.ts';
 import { INJECTOR_FLAGS } from '../../../src/injector/injector.ts';
+import { SIDECAR_FORM_CONFIGMAP } from '../../../src/injector/sidecar-form.ts';
 import { parseTarget } from '../../../src/injector/targets.ts';
 
 const DIR = fileURLToPath(new URL('../../../manifests/injector', import.meta.url));
@@ -54,6 +55,7 @@ describe('manifests/injector', () => {
     const named = (resource: string) => role.rules.find((r) => r.resources.includes(resource) && r.resourceNames)!.resourceNames!.sort();
     assert.deepEqual(named('secrets'), [flagDefault('ca-secret'), flagDefault('tls-secret')].sort());
     assert.deepEqual(named('leases'), [flagDefault('lease')]);
+    assert.deepEqual(named('configmaps'), [SIDECAR_FORM_CONFIGMAP]);
     const clusterRole = rbac.find((d) => d.kind === 'ClusterRole') as unknown as Rules;
     const target = parseTarget(flagDefault('inject-ca-into'));
     assert.deepEqual(clusterRole.rules, [
@@ -72,7 +74,7 @@ describe('manifests/injector', () => {
     const namespace = (kustomization as unknown as { namespace: string }).namespace;
     const account = (await docs('rbac.yaml')).find((d) => d.kind === 'ServiceAccount') as Doc & { metadata: { labels?: Record<string, string> } };
     const policyDocs = await docs('admission-policy.yaml');
-    const bindings = policyDocs.filter((d) => d.kind === 'ValidatingAdmissionPolicyBinding') as unknown as Array<{
+    const bindings = policyDocs.filter((d) => d.kind === 'ValidatingAdmissionPolicyBinding' && d.metadata.name.startsWith('certshare-injector-')) as unknown as Array<{
       spec: { policyName: string; paramRef: { namespace: string; selector: { matchLabels: Record<string, string> }; parameterNotFoundAction: string } };
     }>;
     // The caBundle-only policy and the one on its creates (certshare-injector-creates-own-objects).
@@ -130,7 +132,7 @@ describe('manifests/injector', () => {
     );
   });
 
-  it('the webhook fails closed, and selects neither kube-system, nor the injector namespace, nor its Pods', async () => {
+  it('the webhook fails closed, selects neither kube-system nor the injector namespace, and no Pod label keeps a Pod from it', async () => {
     const [mwc] = await docs('webhook.yaml');
     assert.equal(mwc!.metadata.name, parseTarget(flagDefault('inject-ca-into')).name);
     const [hook] = mwc!.webhooks as {
@@ -138,13 +140,23 @@ describe('manifests/injector', () => {
       reinvocationPolicy: string;
       clientConfig: { caBundle?: string; service: { name: string } };
       namespaceSelector: { matchExpressions: { values: string[] }[] };
-      objectSelector: { matchExpressions: { key: string; operator: string; values: string[] }[] };
+      objectSelector?: unknown;
     }[];
     assert.equal(hook!.failurePolicy, 'Fail');
     assert.equal(hook!.reinvocationPolicy, 'IfNeeded');
     assert.equal(hook!.clientConfig.caBundle, undefined, 'the injector writes the caBundle');
     assert.equal(hook!.clientConfig.service.name, flagDefault('service'));
     for (const ns of ['kube-system', 'certshare']) assert.ok(hook!.namespaceSelector.matchExpressions[0]!.values.includes(ns));
-    assert.deepEqual(hook!.objectSelector.matchExpressions, [{ key: 'app.kubernetes.io/name', operator: 'NotIn', values: ['certshare-injector'] }]);
+    // A label is the Pod author's: the injector's own Pods are kept out by their namespace alone.
+    assert.equal(hook!.objectSelector, undefined);
+  });
+
+  it("the sidecar's form policy reads the ConfigMap the injector writes, in its namespace, and refuses where it is missing", async () => {
+    const [kustomization] = await docs('kustomization.yaml');
+    const namespace = (kustomization as unknown as { namespace: string }).namespace;
+    const binding = (await docs('admission-policy.yaml')).find(
+      (d) => d.kind === 'ValidatingAdmissionPolicyBinding' && d.metadata.name === 'certshare-sidecar-as-injected',
+    ) as unknown as { spec: { paramRef: { namespace: string; name: string; parameterNotFoundAction: string } } };
+    assert.deepEqual(binding.spec.paramRef, { namespace, name: SIDECAR_FORM_CONFIGMAP, parameterNotFoundAction: 'Deny' });
   });
 });
