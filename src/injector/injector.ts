@@ -22,14 +22,7 @@ import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom, type LogFormat } from
 import { followPair } from '../tls/followed-pair.ts';
 import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './metrics.ts';
-import {
-  DEFAULT_READINESS_GATE,
-  admissionReviewResponse,
-  checkInjectionDefaults,
-  checkSidecarFlags,
-  sidecarForm,
-  type InjectionDefaults,
-} from './mutate.ts';
+import { DEFAULT_READINESS_GATE, admissionReviewResponse, checkInjectionDefaults, checkSidecarFlags, sidecarForm, type InjectionDefaults } from './mutate.ts';
 import { serviceDnsNames, type LeafNames } from './pki.ts';
 import { DEFAULT_IMAGE, type CaBundleSource } from './sidecar.ts';
 import { publishSidecarForm } from './sidecar-form.ts';

@@ -18,6 +18,11 @@ import { freePort } from '../support/processes.ts';
 
 const cp = useControlPlane({ serviceAccountAdmission: true });
 const POLICY = 'certshare-pods-injected';
+const FORM_POLICY = 'certshare-sidecar-as-injected';
+const PLATFORM_FLAG = '--issuance-budget=20/168h';
+const PLATFORM_ENV = 'CERTSHARE_ISSUANCE_BUDGET';
+/** The label the webhook once skipped Pods by (the injector's own): a Pod author sets what labels they like. */
+const INJECTOR_LABEL = { 'app.kubernetes.io/name': 'certshare-injector' };
 const CONFIG = 'certshare-injector';
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const ns = `pods-${process.pid}`;
@@ -64,6 +69,12 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     }
   }
 
+  /** An ephemeral container added to a Pod under the author's token (what `kubectl debug` does). */
+  function addEphemeral(name: string, container: Record<string, unknown>) {
+    const body = JSON.stringify({ spec: { ephemeralContainers: [container] } });
+    return cp().kubectl(['patch', 'pod', name, '-n', ns, '--subresource=ephemeralcontainers', '--type=strategic', '-p', body], { kubeconfig: author });
+  }
+
   before(async () => {
     await must(cp().kubectl(['create', 'namespace', 'certshare']));
     await must(cp().kubectl(['apply', '-k', `${REPO}manifests/injector`]));
@@ -71,7 +82,9 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     const clientConfig = [{ op: 'replace', path: '/webhooks/0/clientConfig', value: { url: `https://127.0.0.1:${port}/mutate` } }];
     await must(cp().kubectl(['patch', 'mutatingwebhookconfiguration', CONFIG, '--type=json', '-p', JSON.stringify(clientConfig)]));
     const env = { KUBECONFIG: await cp().kubeconfigFor('certshare', 'certshare-injector'), POD_NAMESPACE: 'certshare', POD_NAME: 'injector-0' };
-    injector = await startInjector(injectorConfigFrom(parseFlags(INJECTOR_FLAGS, injectorLoopbackFlags(port), {}), env), {
+    // A platform flag: the sidecar's form (certshare-sidecar-as-injected's parameters) then holds one of the platform's settings.
+    const flags = [...injectorLoopbackFlags(port), `--sidecar-flags=${PLATFORM_FLAG}`];
+    injector = await startInjector(injectorConfigFrom(parseFlags(INJECTOR_FLAGS, flags, {}), env), {
       logger: silentLogger,
       env,
       defaultMetrics: false,
@@ -232,6 +245,29 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     assert.match(await create(sharing), new RegExp(`${POLICY}.*in certshare's container only`));
   });
 
+  it("a Pod labelled as the injector's own goes through the webhook all the same: its own certshare container under the writer's account is refused", async () => {
+    const own: V1Container = {
+      name: 'certshare',
+      image: 'attacker.example/certshare:1',
+      restartPolicy: 'Always',
+      command: ['sh', '-c', 'cat /t/token'],
+      env: [{ name: PLATFORM_ENV, value: '0' }],
+      volumeMounts: [{ name: 'my-token', mountPath: '/t' }],
+    };
+    // Everything certshare-pods-injected asks for: injection asked, no automount, one native sidecar, the token in it alone.
+    const labelled = pod(
+      'labelled-own',
+      { serviceAccountName: 'certshare', automountServiceAccountToken: false, initContainers: [own], volumes: [socketVolume, ownTokenVolume] },
+      asked,
+    );
+    labelled.metadata!.labels = INJECTOR_LABEL;
+    assert.match(await create(labelled), /certshare injector: .*brings its own container named certshare/);
+    // The injector's own sidecar, as a labelled Pod gets it: the label changes nothing.
+    const plain = pod('labelled-injected', { serviceAccountName: 'certshare' }, asked);
+    plain.metadata!.labels = INJECTOR_LABEL;
+    assert.equal(await create(plain, true), 'created');
+  });
+
   it("refuses changing certshare's container of a running Pod, and an ephemeral container mounting the token", async () => {
     const image = [{ op: 'replace', path: '/spec/initContainers/0/image', value: 'attacker.example/certshare:1' }];
     const patched = await cp().kubectl(['patch', 'pod', 'injected-0', '-n', ns, '--type=json', '-p', JSON.stringify(image)], { kubeconfig: author });
@@ -255,10 +291,30 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     assert.match(stealing.stderr, new RegExp(`${POLICY}.*in certshare's container only`));
     const debugging = await ephemeral('debug', [{ name: 'tailscale-socket', mountPath: '/var/run/tailscale' }]);
     assert.equal(debugging.code, 0, debugging.stderr);
+    // Targeting certshare's container shares its process namespace: its token through /proc/<pid>/root.
+    const targeting = await addEphemeral('injected-0', { name: 'debug-target', image: 'busybox', targetContainerName: 'certshare' });
+    assert.match(targeting.stderr, new RegExp(`${FORM_POLICY}.*may not target certshare's container`));
+    const other = await addEphemeral('injected-0', { name: 'debug-proxy', image: 'busybox', targetContainerName: 'proxy' });
+    assert.equal(other.code, 0, other.stderr);
     // The author may still change what is theirs: a label, the proxy's image.
     const proxyImage = [{ op: 'replace', path: '/spec/containers/0/image', value: 'nginx:2' }];
     const allowed = await cp().kubectl(['patch', 'pod', 'injected-0', '-n', ns, '--type=json', '-p', JSON.stringify(proxyImage)], { kubeconfig: author });
     assert.equal(allowed.code, 0, allowed.stderr);
+  });
+
+  it("under any account: certshare's container keeps the injector's image, and no ephemeral container targets it or mounts its token", async () => {
+    assert.equal(await create(pod('injected-default', {}, asked)), 'created');
+    const image = [{ op: 'replace', path: '/spec/initContainers/0/image', value: 'attacker.example/certshare:1' }];
+    const patched = await cp().kubectl(['patch', 'pod', 'injected-default', '-n', ns, '--type=json', '-p', JSON.stringify(image)], { kubeconfig: author });
+    assert.match(patched.stderr, new RegExp(`${FORM_POLICY}.*runs the injector's image`));
+    const mounting = await addEphemeral('injected-default', {
+      name: 'debug-token',
+      image: 'busybox',
+      volumeMounts: [{ name: 'certshare-token', mountPath: '/t' }],
+    });
+    assert.match(mounting.stderr, new RegExp(`${FORM_POLICY}.*mounts no volume holding a ServiceAccount token \\(certshare-token\\)`));
+    const targeting = await addEphemeral('injected-default', { name: 'debug-target', image: 'busybox', targetContainerName: 'certshare' });
+    assert.match(targeting.stderr, new RegExp(`${FORM_POLICY}.*may not target certshare's container`));
   });
 
   it("refuses changing the passwd file the injector gave tailscaled's container (a Pod advertising a Tailscale Service)", async () => {
@@ -309,5 +365,78 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
       assert.match(answer, new RegExp(POLICY), what);
       assert.match(answer, message, what);
     }
+  });
+
+  it("without the webhook, a container named certshare is admitted only in the injector's form (the ConfigMap it wrote): image, variables, no command", async () => {
+    // The webhook configuration was deleted above. The injector's own output, as stored, is still admitted.
+    const copy = await copyOf('injected-0', 'form-copy');
+    // Added above; a Pod is created without ephemeral containers.
+    delete copy.spec!.ephemeralContainers;
+    assert.equal(await eventually(() => create(copy, true), /^created$/), 'created', "the injector's form");
+    const sidecar = (p: V1Pod) => p.spec!.initContainers!.find((c) => c.name === 'certshare')!;
+    const variant = (name: string, change: (c: V1Container) => void): V1Pod => {
+      const body = structuredClone(copy);
+      body.metadata!.name = name;
+      change(sidecar(body));
+      return body;
+    };
+    const env = (c: V1Container) => c.env!;
+    const cases: Array<[string, V1Pod, RegExp]> = [
+      [
+        'another image',
+        variant('form-image', (c) => (c.image = 'attacker.example/certshare:1')),
+        /runs the injector's image \(ghcr\.io\/certshare\/certshare:/,
+      ],
+      [
+        'a command',
+        variant('form-command', (c) => (c.command = ['sh', '-c', 'cat /var/run/secrets/kubernetes.io/serviceaccount/token'])),
+        /no command, args, envFrom/,
+      ],
+      ['args', variant('form-args', (c) => (c.args = ['run', '--issuance-budget=0'])), /no command, args, envFrom/],
+      ['envFrom', variant('form-envfrom', (c) => (c.envFrom = [{ configMapRef: { name: 'mine' } }])), /no command, args, envFrom/],
+      [
+        'a postStart hook',
+        variant('form-hook', (c) => (c.lifecycle = { postStart: { exec: { command: ['sh'] } } })),
+        /no command, args, envFrom, lifecycle hook/,
+      ],
+      ['an exec probe', variant('form-probe', (c) => (c.livenessProbe = { exec: { command: ['sh'] } })), /exec probe/],
+      [
+        'a platform setting changed',
+        variant('form-budget', (c) => (env(c).find((e) => e.name === PLATFORM_ENV)!.value = '0')),
+        new RegExp(`not ${PLATFORM_ENV}`),
+      ],
+      [
+        'a platform setting left out',
+        variant('form-no-budget', (c) => (c.env = env(c).filter((e) => e.name !== PLATFORM_ENV))),
+        new RegExp(`${PLATFORM_ENV} missing`),
+      ],
+      [
+        'a flag no Pod sets',
+        variant('form-reload', (c) => env(c).push({ name: 'CERTSHARE_RELOAD_COMMAND', value: 'sh -c id' })),
+        /not CERTSHARE_RELOAD_COMMAND/,
+      ],
+      [
+        'a Pod field from elsewhere',
+        variant('form-field', (c) => (env(c).find((e) => e.name === 'POD_NAME')!.valueFrom = { secretKeyRef: { name: 'x', key: 'y' } })),
+        /not POD_NAME/,
+      ],
+    ];
+    for (const [what, body, message] of cases) {
+      const answer = await create(body, true);
+      assert.match(answer, new RegExp(FORM_POLICY), what);
+      assert.match(answer, message, what);
+    }
+    // A Pod's own setting (certshare.io/flags) is the Pod's: any value the daemon takes.
+    assert.equal(
+      await create(
+        variant('form-drain', (c) => env(c).push({ name: 'CERTSHARE_DRAIN_DELAY', value: '2s' })),
+        true,
+      ),
+      'created',
+    );
+    // The Pod the webhook once skipped by its label, now with no webhook at all: the policy refuses it.
+    const labelled = variant('form-labelled', (c) => (c.image = 'attacker.example/certshare:1'));
+    labelled.metadata!.labels = INJECTOR_LABEL;
+    assert.match(await create(labelled, true), new RegExp(`${FORM_POLICY}.*runs the injector's image`));
   });
 });

@@ -74,7 +74,9 @@ describe('manifests/injector', () => {
     const namespace = (kustomization as unknown as { namespace: string }).namespace;
     const account = (await docs('rbac.yaml')).find((d) => d.kind === 'ServiceAccount') as Doc & { metadata: { labels?: Record<string, string> } };
     const policyDocs = await docs('admission-policy.yaml');
-    const bindings = policyDocs.filter((d) => d.kind === 'ValidatingAdmissionPolicyBinding' && d.metadata.name.startsWith('certshare-injector-')) as unknown as Array<{
+    const bindings = policyDocs.filter(
+      (d) => d.kind === 'ValidatingAdmissionPolicyBinding' && d.metadata.name.startsWith('certshare-injector-'),
+    ) as unknown as Array<{
       spec: { policyName: string; paramRef: { namespace: string; selector: { matchLabels: Record<string, string> }; parameterNotFoundAction: string } };
     }>;
     // The caBundle-only policy and the one on its creates (certshare-injector-creates-own-objects).
