@@ -25,7 +25,8 @@ export async function publishSidecarForm(connection: KubeConnection, namespace: 
   } catch (err) {
     throw new CertshareError(
       'CERTSHARE_STORE_UNAVAILABLE',
-      `cannot write the ConfigMap ${namespace}/${SIDECAR_FORM_CONFIGMAP} (the sidecar's form, read by the admission policy certshare-sidecar-as-injected): ${apiErrorText(err)}`,
+      `cannot write the ConfigMap ${namespace}/${SIDECAR_FORM_CONFIGMAP} ` +
+        `(the sidecar's form, read by the admission policy certshare-sidecar-as-injected): ${apiErrorText(err)}`,
       { cause: err },
     );
   }

@@ -74,7 +74,7 @@ export function safeName(domain: string): string {
 }
 
 /**
- * Certificates on disk as `<root>/<domain>/tls.crt` and `tls.key` (0600). `<root>/<domain>` is a symlink
+ * Certificates on disk as `<root>/<domain>/tls.crt` (0644) and `tls.key` (0600). `<root>/<domain>` is a symlink
  * to a versioned directory, swapped with one rename (the kubelet's AtomicWriter technique), so a reader
  * never sees a half-written file or a key from one version next to a certificate from another.
  */

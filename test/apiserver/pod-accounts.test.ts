@@ -245,7 +245,7 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     assert.match(await create(sharing), new RegExp(`${POLICY}.*in certshare's container only`));
   });
 
-  it("a Pod labelled as the injector's own goes through the webhook all the same: its own certshare container under the writer's account is refused", async () => {
+  it("a Pod labelled as the injector's own goes through the webhook: its own certshare container under the writer's account is refused", async () => {
     const own: V1Container = {
       name: 'certshare',
       image: 'attacker.example/certshare:1',
@@ -367,7 +367,7 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     }
   });
 
-  it("without the webhook, a container named certshare is admitted only in the injector's form (the ConfigMap it wrote): image, variables, no command", async () => {
+  it("without the webhook, a container named certshare is admitted only in the injector's form (its ConfigMap): image, variables, no command", async () => {
     // The webhook configuration was deleted above. The injector's own output, as stored, is still admitted.
     const copy = await copyOf('injected-0', 'form-copy');
     // Added above; a Pod is created without ephemeral containers.
