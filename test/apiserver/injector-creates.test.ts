@@ -1,6 +1,6 @@
 // What a stolen injector token can create, against the real apiserver: RBAC lets the injector's account create
 // any Secret and any Lease of its namespace (create cannot be limited by name), and the admission policy
-// certshare-injector-creates-own-objects narrows that to its own three objects. Its real token (TokenRequest),
+// certshare-injector-creates-own-objects narrows that to its own four objects (and ConfigMaps to its one). Its real token (TokenRequest),
 // real creates; the same for the chart, installed in another namespace (its binding follows the release's).
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -19,6 +19,7 @@ const secret = (name: string, type: string, extra: Record<string, unknown> = {})
   type,
   data: type === 'kubernetes.io/tls' ? { 'tls.crt': b64('crt'), 'tls.key': b64('key') } : { probe: b64('x') },
 });
+const configMap = (name: string) => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name }, data: { image: 'attacker.example/certshare:1' } });
 const lease = (name: string) => ({ apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name }, spec: { holderIdentity: 'probe' } });
 /** The object the attack wants: a token Secret for another account, which the token controller fills and never expires. */
 const tokenSecret = (name: string) => secret(name, 'kubernetes.io/service-account-token', { annotations: { 'kubernetes.io/service-account.name': 'default' } });
@@ -45,6 +46,7 @@ async function checkCreates(ns: string): Promise<void> {
   assert.equal(await create(kubeconfig, ns, secret('certshare-injector-ca', 'Opaque')), 'created', 'its CA Secret');
   assert.equal(await create(kubeconfig, ns, secret('certshare-injector-tls', 'kubernetes.io/tls')), 'created', 'its serving Secret');
   assert.equal(await create(kubeconfig, ns, lease('certshare-injector')), 'created', 'its Lease');
+  assert.equal(await create(kubeconfig, ns, configMap('certshare-injector-sidecar')), 'created', "its sidecar's form");
   const refused: Array<[string, object, RegExp]> = [
     ['a service-account-token Secret', tokenSecret('stolen-token'), /its own Secrets/],
     ['a service-account-token Secret under its own name', tokenSecret('certshare-injector-ca'), /its own Secrets/],
@@ -53,6 +55,7 @@ async function checkCreates(ns: string): Promise<void> {
     ['its serving Secret of another type', secret('certshare-injector-tls', 'Opaque'), /its own Secrets/],
     ['its CA Secret of another type', secret('certshare-injector-ca', 'kubernetes.io/tls'), /its own Secrets/],
     ['a Lease of another name', lease('certshare-proxy'), /its own Lease/],
+    ['a ConfigMap of another name', configMap('certshare-proxy-ledger'), /its own ConfigMap/],
   ];
   for (const [what, object, message] of refused) {
     // Its own names exist by now: dry runs, so the refusal is the policy's, not AlreadyExists.
@@ -65,7 +68,7 @@ async function checkCreates(ns: string): Promise<void> {
 }
 
 describe("the injector's account creates only its own Secrets and Lease (real token, real apiserver)", () => {
-  it('manifests/injector: its CA and serving Secrets and its Lease; no token Secret, no other name, no other type', async () => {
+  it('manifests/injector: its CA and serving Secrets, its Lease and its ConfigMap; no token Secret, no other name, no other type', async () => {
     await must(cp().kubectl(['create', 'namespace', 'certshare']));
     await must(cp().kubectl(['apply', '-k', MANIFESTS]));
     await checkCreates('certshare');
