@@ -194,15 +194,21 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     assert.deepEqual(parts(injected.body), parts(handWritten.body));
   });
 
-  it('does not touch Pods outside the selected namespaces, nor the injector itself', async () => {
-    const system = await cp().adminRequest('POST', '/api/v1/namespaces/kube-system/pods', { body: podBody('annotated-system', asked) });
-    assert.equal(system.status, 201, system.body);
-    assert.equal((JSON.parse(system.body) as V1Pod).spec!.initContainers, undefined);
-    const self = podBody('injector-like', asked);
-    self.metadata!.labels = { 'app.kubernetes.io/name': 'certshare-injector' };
-    const selfRes = await createPod(self);
-    assert.equal(selfRes.status, 201, selfRes.body);
-    assert.equal((JSON.parse(selfRes.body) as V1Pod).spec!.initContainers, undefined);
+  it("does not touch Pods outside the selected namespaces, the injector's own included; a Pod's label skips nothing", async () => {
+    for (const namespace of ['kube-system', INJECTOR_NS]) {
+      const outside = await cp().adminRequest('POST', `/api/v1/namespaces/${namespace}/pods`, { body: podBody('annotated-outside', asked) });
+      assert.equal(outside.status, 201, outside.body);
+      assert.equal((JSON.parse(outside.body) as V1Pod).spec!.initContainers, undefined, namespace);
+    }
+    // The injector's own label, set by a Pod author in a selected namespace: injected all the same.
+    const labelled = podBody('injector-like', asked);
+    labelled.metadata!.labels = { 'app.kubernetes.io/name': 'certshare-injector' };
+    const labelledRes = await createPod(labelled);
+    assert.equal(labelledRes.status, 201, labelledRes.body);
+    assert.deepEqual(
+      (JSON.parse(labelledRes.body) as V1Pod).spec!.initContainers?.map((c) => c.name),
+      ['certshare'],
+    );
   });
 
   it('writes the caBundle back at once when a redeploy of the configuration wipes it', async () => {
