@@ -130,6 +130,8 @@ const CERTS_VOLUME = 'certshare-certs';
 const TOKEN_VOLUME = 'certshare-token';
 const CA_VOLUME = 'certshare-ca';
 const HOME_VOLUME = 'certshare-federation';
+/** Volumes of certshare's container that only the platform names (--sidecar-ca-configmap, --sidecar-home-kubeconfig-secret). */
+const PLATFORM_VOLUMES = [CA_VOLUME, HOME_VOLUME];
 /** The ServiceAccount admission plugin's per-Pod token volume. */
 const AUTO_TOKEN_VOLUME = /^kube-api-access-/;
 
@@ -310,7 +312,9 @@ export const POD_CHOSEN_ENV: readonly string[] = [
  * The form of certshare's container as this injector writes it, as the data of the ConfigMap the admission policy
  * certshare-sidecar-as-injected reads (a policy cannot ask the webhook): `image`; `pod-env`, the comma-separated
  * POD_CHOSEN_ENV; `field.<NAME>` for each variable from the Pod's own fields (its downward-API path); `env.<NAME>`
- * for each of the platform's, with its value (--sidecar-flags, the store, the socket, the CA bundle...).
+ * for each of the platform's, with its value (--sidecar-flags, the store, the socket, the CA bundle...); and for the
+ * platform's volumes (the CA bundle, the home's kubeconfig) `mount.<volume>`, its path, and `volume.<volume>`, its
+ * source (`configMap/<name>` or `secret/<name>`).
  */
 export function sidecarForm(defaults: InjectionDefaults): Record<string, string> {
   const injection = injectionFor(probePod(defaults), defaults);
@@ -320,6 +324,13 @@ export function sidecarForm(defaults: InjectionDefaults): Record<string, string>
   for (const e of sidecar.env ?? []) {
     if (e.valueFrom?.fieldRef) form[`field.${e.name}`] = e.valueFrom.fieldRef.fieldPath;
     else if (!POD_CHOSEN_ENV.includes(e.name)) form[`env.${e.name}`] = e.value ?? '';
+  }
+  // The platform's own volumes (what the sidecar trusts, where its home is): where mounted, and from what.
+  for (const volume of injection.kind === 'inject' ? (injection.pod.spec?.volumes ?? []) : []) {
+    const mount = sidecar.volumeMounts?.find((m) => m.name === volume.name);
+    if (!PLATFORM_VOLUMES.includes(volume.name) || !mount) continue;
+    form[`mount.${volume.name}`] = mount.mountPath;
+    form[`volume.${volume.name}`] = volume.configMap ? `configMap/${volume.configMap.name}` : `secret/${volume.secret?.secretName ?? ''}`;
   }
   return form;
 }

@@ -21,6 +21,8 @@ const POLICY = 'certshare-pods-injected';
 const FORM_POLICY = 'certshare-sidecar-as-injected';
 const PLATFORM_FLAG = '--issuance-budget=20/168h';
 const PLATFORM_ENV = 'CERTSHARE_ISSUANCE_BUDGET';
+/** The platform's CA bundle (a private ACME CA's): a volume the Pod may not point elsewhere. */
+const CA_CONFIGMAP = 'acme-ca';
 /** The label the webhook once skipped Pods by (the injector's own): a Pod author sets what labels they like. */
 const INJECTOR_LABEL = { 'app.kubernetes.io/name': 'certshare-injector' };
 const CONFIG = 'certshare-injector';
@@ -83,7 +85,7 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     await must(cp().kubectl(['patch', 'mutatingwebhookconfiguration', CONFIG, '--type=json', '-p', JSON.stringify(clientConfig)]));
     const env = { KUBECONFIG: await cp().kubeconfigFor('certshare', 'certshare-injector'), POD_NAMESPACE: 'certshare', POD_NAME: 'injector-0' };
     // A platform flag: the sidecar's form (certshare-sidecar-as-injected's parameters) then holds one of the platform's settings.
-    const flags = [...injectorLoopbackFlags(port), `--sidecar-flags=${PLATFORM_FLAG}`];
+    const flags = [...injectorLoopbackFlags(port), `--sidecar-flags=${PLATFORM_FLAG}`, `--sidecar-ca-configmap=${CA_CONFIGMAP}`];
     injector = await startInjector(injectorConfigFrom(parseFlags(INJECTOR_FLAGS, flags, {}), env), {
       logger: silentLogger,
       env,
@@ -290,7 +292,8 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
         { kubeconfig: author },
       );
     const stealing = await ephemeral('debug-token', [{ name: 'certshare-token', mountPath: '/t' }]);
-    assert.match(stealing.stderr, new RegExp(`${POLICY}.*in certshare's container only`));
+    // Both policies refuse it; the apiserver names whichever it evaluated first.
+    assert.match(stealing.stderr, new RegExp(`${POLICY}.*in certshare's container only|${FORM_POLICY}.*mounts no volume holding a ServiceAccount token`));
     const debugging = await ephemeral('debug', [{ name: 'tailscale-socket', mountPath: '/var/run/tailscale' }]);
     assert.equal(debugging.code, 0, debugging.stderr);
     // Targeting certshare's container shares its process namespace: its token through /proc/<pid>/root.
@@ -438,6 +441,13 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
         /not POD_NAME/,
       ],
     ];
+    // What the sidecar trusts is the platform's: the CA bundle from its ConfigMap, nothing mounted over it.
+    const otherCa = structuredClone(copy);
+    otherCa.metadata!.name = 'form-other-ca';
+    otherCa.spec!.volumes!.find((v) => v.name === 'certshare-ca')!.configMap!.name = 'my-ca';
+    cases.push(['another CA bundle', otherCa, /not certshare-ca/]);
+    const overCa = variant('form-over-ca', (c) => c.volumeMounts!.push({ name: 'tailscale-socket', mountPath: '/etc/certshare/ca/more' }));
+    cases.push(['a volume under the CA bundle', overCa, /not \/etc\/certshare\/ca\/more/]);
     for (const [what, body, message] of cases) {
       const answer = await create(body, true);
       assert.match(answer, new RegExp(FORM_POLICY), what);

@@ -46,6 +46,8 @@ describe("the sidecar's form", () => {
     assert.equal(form['env.NODE_EXTRA_CA_CERTS'], '/etc/certshare/ca/ca.crt');
     assert.equal(form['env.CERTSHARE_STORE'], 'kube');
     assert.equal(form['field.POD_NAME'], 'metadata.name');
+    assert.equal(form['mount.certshare-ca'], '/etc/certshare/ca');
+    assert.equal(form['volume.certshare-ca'], 'configMap/acme-ca');
     // The platform's drain delay is a default a Pod may override: the Pod's, by name.
     assert.equal(form['env.CERTSHARE_DRAIN_DELAY'], undefined);
     for (const name of POD_CHOSEN_ENV) assert.equal(form[`env.${name}`], undefined, name);
