@@ -29,6 +29,7 @@ import { ARI_MIN_HOLD_MS, type AriStateSource } from './renewal-info.ts';
 import type { StartupCondition, StartupGrace } from './startup-grace.ts';
 import type { CertStore, IssuanceRole, StoreRead, StoredCert } from './store.ts';
 import { UnusableRecordLog } from './unusable-record-log.ts';
+import { OutOfBoundsLog } from './untrusted-values.ts';
 import { isConflict, restoreToStore, storeView, verifyStored as verifyStoredIn, type LoadResult, type StoreRestoreDeps } from './store-restore.ts';
 
 export interface DomainAvailability {
@@ -94,6 +95,7 @@ export class CertLoop {
   #wake: AbortController = new AbortController();
   /** Since when a reader has seen its certificate due (or the stored one unusable) without the writer's renewal arriving. */
   #dueSince: number | undefined;
+  readonly #outOfBounds: OutOfBoundsLog;
   /** The CertPair call (and the save after it) under way. */
   #issuing: Promise<void> | undefined;
 
@@ -108,6 +110,7 @@ export class CertLoop {
     this.#budgetQueue = new BudgetQueueLog(domain, deps.budget, observer, this.#log);
     this.#restoreDeps = { domain, store: deps.store, issuanceSlots: deps.issuanceSlots, clock, log: this.#log };
     this.#unusable = new UnusableRecordLog(this.#log, this.#firstCertificate);
+    this.#outOfBounds = new OutOfBoundsLog(this.#log, observer.outOfBounds);
     this.#failures = new IssueFailures({ domain, store: deps.store, clock, backoff: deps.backoff, observer, log: this.#log });
   }
 
@@ -203,10 +206,9 @@ export class CertLoop {
   }
 
   /**
-   * Reads the store. A renewal the writer stores reaches a reader through the store's watch within
-   * moments; one still missing a first-retry interval after the certificate came due means the watched
-   * copy may be stale (a stream stalled without failing): read the store itself, before the certificate
-   * expires. A failed read is reported here and returned as 'unreadable' (never a reason to issue).
+   * Reads the store, its times bounded (untrusted-values.ts). A renewal the writer stores reaches a reader by
+   * the store's watch within moments; one missing a first-retry interval after it came due means the watched
+   * copy may be stale (a stream stalled): read the store itself. A failed read is 'unreadable' (never a reason to issue).
    */
   async #load(signal: AbortSignal): Promise<LoadResult> {
     const { store, clock, observer } = this.#deps;
@@ -214,7 +216,7 @@ export class CertLoop {
     try {
       const read = await store.load(this.domain, signal, fresh ? { fresh } : undefined);
       this.#storeFailures.reset();
-      return read;
+      return this.#outOfBounds.bounded(read, `the ${store.kind} record of ${this.domain}`, clock.now(), this.#deps.backoff);
     } catch (err) {
       if (signal.aborted) throw err;
       this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'certificate store unreadable');

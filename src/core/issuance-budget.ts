@@ -6,8 +6,10 @@
 import type { Clock } from './clock.ts';
 import { CertshareError, errorMessage } from './errors.ts';
 import type { Logger } from './logger.ts';
+import { normalizeDomain } from './domain.ts';
 import { parseDuration } from './duration.ts';
 import { loadRegisteredDomainRule, tailnetDomain, type RegisteredDomainRule } from './registered-domain.ts';
+import { CLOCK_SKEW_MS, isRenewId, OutOfBoundsLog, type UntrustedValue } from './untrusted-values.ts';
 
 export interface BudgetLimit {
   /** First issuances allowed per registered domain in any window of windowMs. */
@@ -97,9 +99,12 @@ export function byPriority(a: Contender, b: Contender): number {
   return a.domain < b.domain ? -1 : a.domain > b.domain ? 1 : 0;
 }
 
-/** Whether a later issuance of `domain` is a renewal: the ledger saw it obtain a certificate. */
+/**
+ * Whether a later issuance of `domain` is a renewal: the ledger saw it obtain a first certificate (a renew
+ * request's slot, `issued` as well, makes nothing exempt).
+ */
 export function everIssued(entries: readonly LedgerEntry[], domain: string): boolean {
-  return entries.some((e) => e.domain === domain && e.issued);
+  return entries.some((e) => e.domain === domain && e.issued && e.renew === undefined);
 }
 
 /**
@@ -176,11 +181,22 @@ export class IssuanceBudget {
   #list: RegisteredDomainRule | undefined;
   readonly #rule: RegisteredDomainRule;
 
-  constructor(options: { limit: BudgetLimit; store: LedgerStore; clock: Clock; logger: Logger; registeredDomain?: RegisteredDomainRule }) {
+  readonly #outOfBounds: OutOfBoundsLog;
+
+  constructor(options: {
+    limit: BudgetLimit;
+    store: LedgerStore;
+    clock: Clock;
+    logger: Logger;
+    registeredDomain?: RegisteredDomainRule;
+    /** An entry of the ledger not believed (believedEntries): counted and recorded as an Event. */
+    onOutOfBounds?: (where: string, value: UntrustedValue) => void;
+  }) {
     this.limit = options.limit;
     this.#store = options.store;
     this.#clock = options.clock;
     this.#log = options.logger;
+    this.#outOfBounds = new OutOfBoundsLog(this.#log, (where, value) => options.onOutOfBounds?.(where, value));
     const injected = options.registeredDomain;
     this.#rule = injected ?? ((d) => tailnetDomain(d) ?? this.#list?.(d) ?? d);
   }
@@ -272,7 +288,7 @@ export class IssuanceBudget {
     const rd = this.#rule(domain);
     return await this.#serially(async () => {
       for (let attempt = 0; ; attempt++) {
-        const snapshot = await this.#store.read(signal, rd);
+        const snapshot = await this.#read(signal, rd);
         const now = this.#clock.now();
         const live = liveEntries(snapshot.entries, now, this.limit);
         if (live.some((e) => e.domain === domain && e.renew === request)) return { kind: 'granted' };
@@ -308,7 +324,7 @@ export class IssuanceBudget {
     const rd = rule(domain);
     await this.#serially(async () => {
       for (;;) {
-        const snapshot = await this.#store.read(signal, rd);
+        const snapshot = await this.#read(signal, rd);
         const now = this.#clock.now();
         const entries = snapshot.entries.map((e) => (e.domain === domain && e.renew === undefined ? { ...e, at: Math.max(e.at, now), issued: true } : e));
         if (!snapshot.entries.some((e) => e.domain === domain && e.renew === undefined)) entries.push({ domain, registeredDomain: rd, at: now, issued: true });
@@ -347,7 +363,7 @@ export class IssuanceBudget {
     const rule = this.#rule;
     const rd = rule(domain);
     for (let attempt = 0; ; attempt++) {
-      const snapshot = await this.#store.read(signal, rd);
+      const snapshot = await this.#read(signal, rd);
       const now = this.#clock.now();
       if (everIssued(snapshot.entries, domain)) {
         this.withdraw(domain);
@@ -388,6 +404,17 @@ export class IssuanceBudget {
     }
   }
 
+  /**
+   * The ledger as read, without the entries of `rd` it does not believe (believedEntries): they count for
+   * nothing, and the next write leaves them out. Each is reported (log line once, metric and Event).
+   */
+  async #read(signal: AbortSignal, rd: string): Promise<LedgerSnapshot> {
+    const snapshot = await this.#store.read(signal, rd);
+    const { entries, refused } = believedEntries(snapshot.entries, rd, this.#clock.now(), this.#rule);
+    this.#outOfBounds.read(`the issuance ledger (${this.#store.kind}) of ${rd}`, refused);
+    return refused.length ? { entries, version: snapshot.version } : snapshot;
+  }
+
   async #untilPeersSettled(domain: string, signal: AbortSignal): Promise<void> {
     const rule = this.#rule;
     const rd = rule(domain);
@@ -424,6 +451,66 @@ export class IssuanceBudget {
     this.#queue = run.catch(() => {});
     return run;
   }
+}
+
+/**
+ * The entries of registered domain `rd` the ledger's own rules could have written, and the others refused
+ * with why (entries of other registered domains pass untouched: they are judged when theirs is decided).
+ * An entry is believed when its domain is a canonical DNS name whose registered domain is the one it names,
+ * its time is not in the future (beyond the clock skew between writers), a renew slot carries a request id
+ * as certshare renew writes one and `issued: true`, and it is the domain's only first-issuance entry. A
+ * refused entry counts for nothing: neither a slot taken (a date in 9999 would hold a slot for ever) nor a
+ * name issued (an `issued: true` the rules would not write would exempt a first issuance). Refusing one
+ * gives nobody more than deleting it would, which whoever can write the ledger can do anyway.
+ */
+export function believedEntries(
+  entries: readonly LedgerEntry[],
+  rd: string,
+  now: number,
+  rule: RegisteredDomainRule,
+): { entries: LedgerEntry[]; refused: UntrustedValue[] } {
+  const believed: LedgerEntry[] = [];
+  const refused: UntrustedValue[] = [];
+  const firsts = new Set<string>();
+  for (const entry of entries) {
+    const why = entryFault(entry, rd, now, rule, firsts);
+    if (why === undefined) {
+      believed.push(entry);
+      if (entry.renew === undefined && entry.registeredDomain === rd) firsts.add(entry.domain);
+      continue;
+    }
+    if (why === 'other') believed.push(entry);
+    else refused.push({ field: 'ledger-entry', value: describeEntry(entry), why });
+  }
+  return { entries: believed, refused };
+}
+
+/** Why the rules would not have written `entry` (undefined: they could have; 'other': not of `rd`). */
+function entryFault(entry: LedgerEntry, rd: string, now: number, rule: RegisteredDomainRule, firsts: ReadonlySet<string>): string | undefined {
+  let canonical: string | undefined;
+  try {
+    canonical = normalizeDomain(entry.domain);
+  } catch {
+    canonical = undefined;
+  }
+  const own = canonical === entry.domain ? rule(entry.domain) : undefined;
+  if (entry.registeredDomain !== rd && own !== rd) return 'other';
+  if (own === undefined) return 'its domain is not a canonical DNS name';
+  if (own !== entry.registeredDomain) return `its registered domain is ${own}, not ${entry.registeredDomain}`;
+  if (entry.at > now + CLOCK_SKEW_MS) return `its time is in the future (later than ${new Date(now + CLOCK_SKEW_MS).toISOString()})`;
+  if (entry.renew !== undefined) {
+    if (!entry.issued || !isRenewId(entry.renew)) return 'a renew slot is written with a request id and issued: true';
+    return undefined;
+  }
+  if (firsts.has(entry.domain)) return 'a second first-issuance entry for the domain';
+  return undefined;
+}
+
+/** An entry as the log line and the Event name it, each string cut short (a hostile one can be long). */
+function describeEntry(e: LedgerEntry): string {
+  const text = (value: string): string => JSON.stringify(value.slice(0, 256));
+  const renew = e.renew !== undefined ? `, renew ${text(e.renew)}` : '';
+  return `{domain ${text(e.domain)}, registeredDomain ${text(e.registeredDomain)}, at ${new Date(e.at).toISOString()}, issued ${e.issued}${renew}}`;
 }
 
 /**

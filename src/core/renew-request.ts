@@ -10,9 +10,7 @@ import type { RenewBudgetAnswer, RenewRefusal } from './issuance-policy.ts';
 import type { Logger } from './logger.ts';
 import type { LoopObserver, RenewOutcome } from './observer.ts';
 import type { CertStore, RenewAnswer } from './store.ts';
-
-/** The longest request id kept (an annotation value can be 256 KiB; an id is a timestamp or a token). */
-export const RENEW_ID_MAX = 128;
+import { isRenewId } from './untrusted-values.ts';
 
 /**
  * The pending request of a record: the id asked for, unless it is the one answered. An id that is empty,
@@ -20,7 +18,7 @@ export const RENEW_ID_MAX = 128;
  */
 export function pendingRenewRequest(requested: string | undefined, answered: string | undefined): string | undefined {
   const id = requested?.trim();
-  if (!id || id.length > RENEW_ID_MAX || !/^[\x21-\x7e]+$/.test(id)) return undefined;
+  if (!id || !isRenewId(id)) return undefined;
   return id === answered?.trim() ? undefined : id;
 }
 
