@@ -286,6 +286,7 @@ function certificateLoops(config: DaemonConfig, p: LoopParts): { manager: LoopSu
   const budget = config.issuanceBudget
     ? new IssuanceBudget({
         limit: config.issuanceBudget,
+        nameLimit: config.nameLimit,
         store: backend.ledger,
         clock,
         logger: logger.child({ component: 'issuance-budget' }),

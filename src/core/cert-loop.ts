@@ -1,5 +1,5 @@
 import type { BackoffPolicy } from './backoff.ts';
-import { FailureStreak, retryDelay } from './backoff.ts';
+import { FailureStreak, storeRetryDelay } from './backoff.ts';
 import { BudgetQueueLog } from './budget-queue-log.ts';
 import type { CertInfo } from './certificate.ts';
 import { type Clock, iso } from './clock.ts';
@@ -125,10 +125,6 @@ export class CertLoop {
     return role.canWrite ? role.canWrite(this.domain) : role.canIssue(this.domain);
   }
 
-  #storeRetryDelay(): number {
-    return retryDelay({ kind: 'transient', message: '' }, this.#storeFailures.record('transient'), this.#deps.backoff);
-  }
-
   /** The best valid certificate this loop knows, if any. */
   get current(): StoredCert | undefined {
     return this.#held.best;
@@ -192,7 +188,7 @@ export class CertLoop {
           case 'restore': {
             // A conflict is no failure: the next turn reads what changed.
             const restored = await restoreToStore(this.#restoreDeps, this.#held.best!, read.state, signal);
-            return restored === 'stored' || restored === 'conflict' ? 0 : this.#storeRetryDelay();
+            return restored === 'stored' || restored === 'conflict' ? 0 : storeRetryDelay(this.#storeFailures, this.#deps.backoff);
           }
           case 'issue':
             return await this.#trackIssuing(this.#issue(signal, decision.reason, turn.budget?.kind === 'granted', snapshot.coordination.renewRequest));
@@ -303,10 +299,10 @@ export class CertLoop {
     const { budget, availability, observer } = this.#deps;
     budget?.settled(this.domain);
     await availability.waitFor(this.domain, signal);
-    if (!budget || this.#held.best) return { kind: 'not_needed' };
+    if (!budget) return { kind: 'not_needed' };
     let verdict: BudgetVerdict;
     try {
-      verdict = await budget.request(this.domain, {}, signal);
+      verdict = await (this.#held.best ? budget.requestReissue(this.domain, signal) : budget.request(this.domain, {}, signal));
     } catch (err) {
       if (signal.aborted) throw err;
       this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'issuance ledger unusable; not issuing');
@@ -323,7 +319,7 @@ export class CertLoop {
     const budget = s.turn.renewBudget;
     const detail = budget?.kind === 'refused' ? { until: budget.nextSlotAt, registeredDomain: budget.registeredDomain } : { until: s.callFloor };
     const refused = await refuseRenewRequest(this.#deps, this.domain, { id, reason, message: refusalText(this.domain, id, reason, detail) }, signal);
-    return refused === 'recorded' || refused === 'conflict' ? 0 : this.#storeRetryDelay();
+    return refused === 'recorded' || refused === 'conflict' ? 0 : storeRetryDelay(this.#storeFailures, this.#deps.backoff);
   }
 
   /** Records the intent (when the store coordinates writers); a failure is reported here. */
@@ -431,7 +427,8 @@ export class CertLoop {
     } else {
       const { serving } = asked;
       try {
-        await store.save(this.domain, answer.cert, signal, serving === undefined ? undefined : { renewAnswer: issuedAnswer(serving, info.serial) });
+        const renewAnswer = serving === undefined ? undefined : issuedAnswer(serving, info.serial, this.#deps.budget?.renewLeft(this.domain, serving));
+        await store.save(this.domain, answer.cert, signal, renewAnswer && { renewAnswer });
       } finally {
         // Held even when the save failed: the next turn restores it to the store instead of issuing again.
         this.#held.consider(answer.cert);

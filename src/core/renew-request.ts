@@ -5,7 +5,7 @@
 // the writer records the id it answered, with the certificate that serves it (one write), or with the
 // refusal, so that asking again while one is pending is one request and a restart does not serve it twice.
 import { errorMessage, errorText } from './errors.ts';
-import type { IssuanceBudget } from './issuance-budget.ts';
+import { RENEW_RESERVE, type IssuanceBudget, type RenewLeft } from './issuance-budget.ts';
 import type { RenewBudgetAnswer, RenewRefusal } from './issuance-policy.ts';
 import type { Logger } from './logger.ts';
 import type { LoopObserver, RenewOutcome } from './observer.ts';
@@ -27,14 +27,18 @@ export function newRenewRequestId(now: number, random: string): string {
   return `${new Date(now).toISOString()}/${random}`;
 }
 
-/** The answer recorded for a certificate that served a request. */
-export function issuedAnswer(id: string, serial: string): RenewAnswer {
-  return { id, outcome: `issued ${serial}` };
+/** The answer recorded for a certificate that served a request, with what the name limit leaves (certshare renew prints it). */
+export function issuedAnswer(id: string, serial: string, left?: RenewLeft): RenewAnswer {
+  if (!left) return { id, outcome: `issued ${serial}` };
+  const limit = `${left.of.count} per ${left.of.windowMs / 3_600_000} h, ${RENEW_RESERVE} kept for renewals`;
+  const next = left.left > 0 ? `${left.left} more renew request(s) possible now` : `no more renew request before ${new Date(left.until).toISOString()}`;
+  return { id, outcome: `issued ${serial}; name limit (${limit}): ${next}` };
 }
 
-/** What a refusal says, with its code (CERTSHARE_RENEW_REFUSED). */
+/** What a refusal says, with its code (CERTSHARE_RENEW_RESERVE for the name's reserve, else CERTSHARE_RENEW_REFUSED). */
 export function refusalText(domain: string, id: string, reason: RenewRefusal, detail: { until: number; registeredDomain?: string }): string {
   const until = new Date(detail.until).toISOString();
+  if (reason === 'name_reserve') return `CERTSHARE_RENEW_RESERVE ${errorText('CERTSHARE_RENEW_RESERVE', { id, domain, reserve: RENEW_RESERVE, until })}`;
   const why =
     reason === 'min_interval'
       ? `a new certificate was obtained less than the minimum interval (--first-retry) ago; ask again after ${until}`

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { believedEntries, IssuanceBudget, type BudgetLimit, type LedgerEntry } from '../../src/core/issuance-budget.ts';
+import { believedEntries, IssuanceBudget, RENEW_RESERVE, type BudgetLimit, type LedgerEntry } from '../../src/core/issuance-budget.ts';
 import { silentLogger } from '../../src/core/logger.ts';
 import { tailnetDomain } from '../../src/core/registered-domain.ts';
 import { CLOCK_SKEW_MS, boundCoordination } from '../../src/core/untrusted-values.ts';
@@ -72,9 +72,12 @@ const hostileEntry = fc.record({
   at: fc.oneof(fc.integer({ min: NOW - 400 * HOUR, max: NOW + 400 * HOUR }), fc.constant(Date.parse('9999-12-31T00:00:00Z'))),
   issued: fc.boolean(),
   renew: fc.option(fc.oneof(fc.constant('r-1'), fc.string({ maxLength: 4 })), { nil: undefined }),
+  renewal: fc.option(fc.constant(true as const), { nil: undefined }),
 });
-const withoutUndefined = (e: LedgerEntry): LedgerEntry =>
-  e.renew === undefined ? { domain: e.domain, registeredDomain: e.registeredDomain, at: e.at, issued: e.issued } : e;
+const withoutUndefined = (e: LedgerEntry): LedgerEntry => {
+  const { renew, renewal, ...rest } = e;
+  return { ...rest, ...(renew !== undefined ? { renew } : {}), ...(renewal ? { renewal } : {}) };
+};
 
 describe('the issuance ledger under hostile entries (properties)', () => {
   it('never holds a new name longer than one window, and exempts it only for an entry the rules could write', async () => {
@@ -95,7 +98,7 @@ describe('the issuance ledger under hostile entries (properties)', () => {
         const verdict = await budget.request(domain, {}, never);
         if (verdict.kind === 'queued') assert.ok(verdict.turnAt <= NOW + LE.windowMs, `held until ${new Date(verdict.turnAt).toISOString()}`);
         const believable = raw.some(
-          (e) => e.domain === domain && e.registeredDomain === RD && e.issued && e.renew === undefined && e.at <= NOW + CLOCK_SKEW_MS,
+          (e) => e.domain === domain && e.registeredDomain === RD && e.issued && e.renew === undefined && !e.renewal && e.at <= NOW + CLOCK_SKEW_MS,
         );
         if (verdict.kind === 'exempt') assert.ok(believable, 'exempt only by an entry the rules could have written');
         // Nothing written back is in the future, or refused: the ledger heals at its next write.
@@ -122,6 +125,78 @@ describe('the issuance ledger under hostile entries (properties)', () => {
           [`new.${RD}`],
           'the future entries are gone at the write',
         );
+      }),
+      { numRuns: RUNS },
+    );
+  });
+});
+
+describe("a name's issuances stay inside the CA's limit for its exact name set, whatever asks (properties)", () => {
+  const D = `web.${RD}`;
+  type Ask =
+    | { kind: 'advance'; ms: number }
+    | { kind: 'restart' }
+    | { kind: 'renewal'; ok: boolean } // by expiry or the CA's word (ARI, a revocation): the loop asks requestReissue
+    | { kind: 'renew'; ok: boolean }; // an operator's renew request (certshare renew)
+  const ask = fc.oneof(
+    fc.record({ kind: fc.constant('advance' as const), ms: fc.integer({ min: 1, max: 100 * HOUR }) }),
+    fc.record({ kind: fc.constant('restart' as const) }),
+    fc.record({ kind: fc.constant('renewal' as const), ok: fc.boolean() }),
+    fc.record({ kind: fc.constant('renew' as const), ok: fc.boolean() }),
+  );
+
+  it('at most 5 certificates of a name in any 168 h, across restarts; renew-now never takes the last 2', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(ask, { maxLength: 60 }), async (asks: Ask[]) => {
+        let now = NOW;
+        const ledger = new MemoryLedger();
+        ledger.entries = [entry(D, NOW - 200 * 24 * HOUR, true)];
+        const open = () =>
+          new IssuanceBudget({ limit: LE, nameLimit: LE, store: ledger, clock: { now: () => now, sleep: async () => {} }, logger: silentLogger });
+        let budget = open();
+        /** What the CA issued for D, when. */
+        const issued: number[] = [];
+        const inWindow = (at: number): number => issued.filter((t) => t > at - LE.windowMs && t <= at).length;
+        let requests = 0;
+        for (const a of asks) {
+          if (a.kind === 'advance') now += a.ms;
+          else if (a.kind === 'restart') budget = open();
+          else if (a.kind === 'renewal') {
+            const verdict = await budget.requestReissue(D, never);
+            if (verdict.kind === 'name_limited') assert.ok(verdict.turnAt > now && verdict.turnAt <= now + LE.windowMs);
+            else assert.equal(verdict.kind, 'granted');
+            if (verdict.kind === 'granted' && a.ok) {
+              issued.push(now);
+              await budget.issued(D, never);
+            }
+          } else {
+            const before = inWindow(now);
+            const verdict = await budget.requestRenewal(D, `r-${++requests}`, never);
+            if (verdict.kind === 'granted') {
+              assert.ok(before < LE.count - RENEW_RESERVE, `renew-now granted with ${before} issued in the window`);
+              if (a.ok) issued.push(now);
+            } else assert.equal(verdict.reason, before >= LE.count - RENEW_RESERVE ? 'name_reserve' : verdict.reason);
+          }
+          for (const t of issued) assert.ok(inWindow(t) <= LE.count, `${inWindow(t)} certificates in the 168 h up to ${new Date(t).toISOString()}`);
+        }
+      }),
+      { numRuns: RUNS },
+    );
+  });
+
+  it('keeps RENEW_RESERVE issuances for ordinary renewals: after any burst of renew requests, two renewals still go ahead', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 0, max: 20 }), async (burst) => {
+        const ledger = new MemoryLedger();
+        ledger.entries = [entry(D, NOW - 200 * 24 * HOUR, true)];
+        const budget = new IssuanceBudget({ limit: LE, nameLimit: LE, store: ledger, clock: { now: () => NOW, sleep: async () => {} }, logger: silentLogger });
+        let granted = 0;
+        for (let i = 0; i < burst; i++) if ((await budget.requestRenewal(D, `burst-${i}`, never)).kind === 'granted') granted++;
+        assert.equal(granted, Math.min(burst, LE.count - RENEW_RESERVE));
+        for (let i = 0; i < RENEW_RESERVE; i++) {
+          assert.equal((await budget.requestReissue(D, never)).kind, 'granted');
+          await budget.issued(D, never);
+        }
       }),
       { numRuns: RUNS },
     );
