@@ -89,7 +89,10 @@ export async function refuseRenewRequest(
     logger.warn({ err: errorMessage(err) }, 'could not record the refusal of a renew request');
     return { failed: err };
   }
-  logger.warn({ code: 'CERTSHARE_RENEW_REFUSED', request: refusal.id, reason: refusal.reason }, refusal.message);
+  logger.warn(
+    { code: refusal.reason === 'name_reserve' ? 'CERTSHARE_RENEW_RESERVE' : 'CERTSHARE_RENEW_REFUSED', request: refusal.id, reason: refusal.reason },
+    refusal.message,
+  );
   const outcome: RenewOutcome = { id: refusal.id, result: 'refused', reason: refusal.reason, message: refusal.message };
   observer.renewRequest(domain, outcome);
   return 'recorded';

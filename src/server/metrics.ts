@@ -209,7 +209,7 @@ function issuanceMetrics(registers: Registers): { attempts: Counter; renewReques
   });
   const renewRequests = new Counter({
     name: 'certshare_renew_requests_total',
-    help: 'Renew requests (certshare renew) answered by the writer: result issued, or refused with the reason (min_interval, budget_exhausted).',
+    help: 'Renew requests (certshare renew) answered by the writer: result issued, or refused with the reason (min_interval, budget_exhausted, name_reserve).',
     labelNames: ['domain', 'result', 'reason'],
     registers,
   });
