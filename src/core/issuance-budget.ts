@@ -389,11 +389,18 @@ export class IssuanceBudget {
    * the ledger saw issued whose certificate is gone): granted while the name's limit has room, with the
    * issuance in the ledger before this returns (confirmed by issued() once the call returns a
    * certificate); else queued until the oldest issuance of the window leaves it. Without a name limit:
-   * exempt, nothing written.
+   * exempt, nothing written. A ledger that cannot be read or written (a home outage: break-glass) lets the
+   * renewal go ahead uncounted, logged: a certificate running out is worse than a count missed.
    */
   async requestReissue(domain: string, signal: AbortSignal): Promise<BudgetVerdict> {
-    await this.#loadListIfNeeded(domain);
-    return await this.#serially(() => this.#reissue(domain, signal));
+    try {
+      await this.#loadListIfNeeded(domain);
+      return await this.#serially(() => this.#reissue(domain, signal));
+    } catch (err) {
+      if (signal.aborted) throw err;
+      this.#log.warn({ domain, code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'issuance ledger unusable; the renewal goes ahead uncounted');
+      return { kind: 'exempt' };
+    }
   }
 
   async #reissue(domain: string, signal: AbortSignal): Promise<BudgetVerdict> {

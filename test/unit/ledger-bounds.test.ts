@@ -202,3 +202,13 @@ describe("a name's issuances stay inside the CA's limit for its exact name set, 
     );
   });
 });
+
+describe('a renewal never waits on a ledger it cannot use', () => {
+  it('goes ahead uncounted when the ledger cannot be read (a federation home away: break-glass)', async () => {
+    const ledger = new MemoryLedger();
+    ledger.failReads = true;
+    const budget = new IssuanceBudget({ limit: LE, nameLimit: LE, store: ledger, clock: { now: () => NOW, sleep: async () => {} }, logger: silentLogger });
+    assert.deepEqual(await budget.requestReissue(`web.${RD}`, never), { kind: 'exempt' });
+    await assert.rejects(budget.request(`new.${RD}`, {}, never), /ledger forbidden/, 'a first issuance still never issues without it');
+  });
+});
