@@ -263,10 +263,6 @@ interface LoopParts {
 /** The loops, one per domain, their supervisor, the issuance budget and slots, and ACME Renewal Information. */
 function certificateLoops(config: DaemonConfig, p: LoopParts): { manager: LoopSupervisor; ari: AriChecker | undefined } {
   const { clock, logger, backend, metrics, health } = p;
-  const budget = config.issuanceBudget
-    ? new IssuanceBudget({ limit: config.issuanceBudget, store: backend.ledger, clock, logger: logger.child({ component: 'issuance-budget' }) })
-    : undefined;
-  if (budget) metrics.watchBudget(budget);
   const issuanceSlots = new IssuanceSlots(config.issuanceConcurrency);
   metrics.watchIssuanceSlots(issuanceSlots);
   // ACME Renewal Information: the writer asks the CA whether it wants a certificate replaced early.
@@ -286,6 +282,18 @@ function certificateLoops(config: DaemonConfig, p: LoopParts): { manager: LoopSu
         quietUntil: clock.now() + ARI_QUIET_START_MS,
       })
     : undefined;
+  const observer = fanOut([health, metrics, ...backend.observers, ...(ari ? [ari] : []), ...p.extraObservers]);
+  const budget = config.issuanceBudget
+    ? new IssuanceBudget({
+        limit: config.issuanceBudget,
+        nameLimit: config.nameLimit,
+        store: backend.ledger,
+        clock,
+        logger: logger.child({ component: 'issuance-budget' }),
+        onOutOfBounds: observer.outOfBounds,
+      })
+    : undefined;
+  if (budget) metrics.watchBudget(budget);
   manager = new LoopSupervisor({
     localApi: p.localApi,
     store: backend.store,
@@ -294,7 +302,7 @@ function certificateLoops(config: DaemonConfig, p: LoopParts): { manager: LoopSu
     clock,
     renewal: config.renewal,
     backoff: config.backoff,
-    observer: fanOut([health, metrics, ...backend.observers, ...(ari ? [ari] : []), ...p.extraObservers]),
+    observer,
     logger,
     // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
     intentTtlMs: config.certTimeoutMs + Math.min(30_000, config.certTimeoutMs),

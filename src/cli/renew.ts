@@ -12,7 +12,7 @@ const WAIT_POLL_MS = 2000;
 
 interface RequestTarget {
   where: string;
-  request(id: string): Promise<{ kind: 'requested' | 'pending'; id: string }>;
+  request(id: string): Promise<{ kind: 'requested' | 'pending'; id: string; last?: string | undefined }>;
   answer(): Promise<{ id?: string | undefined; outcome?: string | undefined }>;
   close(): void;
 }
@@ -56,6 +56,7 @@ export async function renewCommand(argv: string[]): Promise<number> {
         ? `renew request ${result.id} written on ${t.where}`
         : `renew request ${result.id} is already pending on ${t.where}: it stands (one request, not two)`,
     );
+    if (result.kind === 'requested' && result.last) console.log(`the last request's answer: ${result.last}`);
     if (options.waitMs === 0) return 0;
     const deadline = Date.now() + options.waitMs;
     for (;;) {

@@ -43,6 +43,8 @@ export interface DaemonConfig {
   ariIntervalMs: number;
   /** First issuances per registered domain per window (Let's Encrypt's 50 per 7 days); undefined: no budget. */
   issuanceBudget: BudgetLimit | undefined;
+  /** --name-limit: certificates per exact name in a window (kept in the budget's ledger); undefined: none. */
+  nameLimit: BudgetLimit | undefined;
   /** The platform's namespace holding one shared ledger per registered domain; undefined: a ledger per group. */
   budgetNamespace?: string | undefined;
   /** --federation-*: the federation home (docs/federation.md); undefined: none, this cluster alone. */

@@ -177,6 +177,16 @@ export const RUN_FLAGS = [
       'Domains without a certificate go first, then the soonest to expire; the rest wait.',
   },
   {
+    name: 'name-limit',
+    group: 'limits and ARI',
+    placeholder: 'COUNT/WINDOW',
+    default: '5/168h',
+    help: 'At most COUNT certificates per exact name in any WINDOW, whatever asks; 0 disables.',
+    detail:
+      "Let's Encrypt's limit per exact name set, kept in the issuance budget's ledger (off with --issuance-budget 0). " +
+      'A renew request is refused once it would leave fewer than 2 for ordinary renewals.',
+  },
+  {
     name: 'budget-namespace',
     group: 'limits and ARI',
     placeholder: 'NS',
@@ -471,6 +481,7 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
     acmeDirectory: acmeDirectory(values['acme-directory']),
     ariIntervalMs: duration(values, 'ari-interval'),
     issuanceBudget: parseBudget(values['issuance-budget']),
+    nameLimit: parseBudget(values['name-limit'], '--name-limit'),
     budgetNamespace: values['budget-namespace'],
     federation: federationFrom(values),
     issuanceConcurrency: Number(values['issuance-concurrency']),

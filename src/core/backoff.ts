@@ -45,6 +45,11 @@ export function jitter(ms: number, spread = 0.25, random: () => number = Math.ra
   return ms * (1 - spread + 2 * spread * random());
 }
 
+/** The wait after a failed store call (read, restore, a recorded answer): the transient pace, escalating. */
+export function storeRetryDelay(streak: FailureStreak, policy: BackoffPolicy): number {
+  return retryDelay({ kind: 'transient', message: '' }, streak.record('transient'), policy);
+}
+
 /** How long to wait before the next CertPair call after the `attempt`-th consecutive failure of this kind. */
 export function retryDelay(failure: ClassifiedFailure, attempt: number, policy: BackoffPolicy): number {
   switch (failure.kind) {

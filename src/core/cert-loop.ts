@@ -1,5 +1,5 @@
 import type { BackoffPolicy } from './backoff.ts';
-import { FailureStreak, retryDelay } from './backoff.ts';
+import { FailureStreak, storeRetryDelay } from './backoff.ts';
 import { BudgetQueueLog } from './budget-queue-log.ts';
 import type { CertInfo } from './certificate.ts';
 import { type Clock, iso } from './clock.ts';
@@ -29,6 +29,7 @@ import { ARI_MIN_HOLD_MS, type AriStateSource } from './renewal-info.ts';
 import type { StartupCondition, StartupGrace } from './startup-grace.ts';
 import type { CertStore, IssuanceRole, StoreRead, StoredCert } from './store.ts';
 import { UnusableRecordLog } from './unusable-record-log.ts';
+import { OutOfBoundsLog } from './untrusted-values.ts';
 import { isConflict, restoreToStore, storeView, verifyStored as verifyStoredIn, type LoadResult, type StoreRestoreDeps } from './store-restore.ts';
 
 export interface DomainAvailability {
@@ -94,6 +95,7 @@ export class CertLoop {
   #wake: AbortController = new AbortController();
   /** Since when a reader has seen its certificate due (or the stored one unusable) without the writer's renewal arriving. */
   #dueSince: number | undefined;
+  readonly #outOfBounds: OutOfBoundsLog;
   /** The CertPair call (and the save after it) under way. */
   #issuing: Promise<void> | undefined;
 
@@ -108,6 +110,7 @@ export class CertLoop {
     this.#budgetQueue = new BudgetQueueLog(domain, deps.budget, observer, this.#log);
     this.#restoreDeps = { domain, store: deps.store, issuanceSlots: deps.issuanceSlots, clock, log: this.#log };
     this.#unusable = new UnusableRecordLog(this.#log, this.#firstCertificate);
+    this.#outOfBounds = new OutOfBoundsLog(this.#log, observer.outOfBounds);
     this.#failures = new IssueFailures({ domain, store: deps.store, clock, backoff: deps.backoff, observer, log: this.#log });
   }
 
@@ -120,10 +123,6 @@ export class CertLoop {
   #mayWrite(): boolean {
     const { role } = this.#deps;
     return role.canWrite ? role.canWrite(this.domain) : role.canIssue(this.domain);
-  }
-
-  #storeRetryDelay(): number {
-    return retryDelay({ kind: 'transient', message: '' }, this.#storeFailures.record('transient'), this.#deps.backoff);
   }
 
   /** The best valid certificate this loop knows, if any. */
@@ -189,7 +188,7 @@ export class CertLoop {
           case 'restore': {
             // A conflict is no failure: the next turn reads what changed.
             const restored = await restoreToStore(this.#restoreDeps, this.#held.best!, read.state, signal);
-            return restored === 'stored' || restored === 'conflict' ? 0 : this.#storeRetryDelay();
+            return restored === 'stored' || restored === 'conflict' ? 0 : storeRetryDelay(this.#storeFailures, this.#deps.backoff);
           }
           case 'issue':
             return await this.#trackIssuing(this.#issue(signal, decision.reason, turn.budget?.kind === 'granted', snapshot.coordination.renewRequest));
@@ -203,10 +202,9 @@ export class CertLoop {
   }
 
   /**
-   * Reads the store. A renewal the writer stores reaches a reader through the store's watch within
-   * moments; one still missing a first-retry interval after the certificate came due means the watched
-   * copy may be stale (a stream stalled without failing): read the store itself, before the certificate
-   * expires. A failed read is reported here and returned as 'unreadable' (never a reason to issue).
+   * Reads the store, its times bounded (untrusted-values.ts). A renewal the writer stores reaches a reader by
+   * the store's watch within moments; one missing a first-retry interval after it came due means the watched
+   * copy may be stale (a stream stalled): read the store itself. A failed read is 'unreadable' (never a reason to issue).
    */
   async #load(signal: AbortSignal): Promise<LoadResult> {
     const { store, clock, observer } = this.#deps;
@@ -214,7 +212,7 @@ export class CertLoop {
     try {
       const read = await store.load(this.domain, signal, fresh ? { fresh } : undefined);
       this.#storeFailures.reset();
-      return read;
+      return this.#outOfBounds.bounded(read, `the ${store.kind} record of ${this.domain}`, clock.now(), this.#deps.backoff);
     } catch (err) {
       if (signal.aborted) throw err;
       this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'certificate store unreadable');
@@ -301,10 +299,10 @@ export class CertLoop {
     const { budget, availability, observer } = this.#deps;
     budget?.settled(this.domain);
     await availability.waitFor(this.domain, signal);
-    if (!budget || this.#held.best) return { kind: 'not_needed' };
+    if (!budget) return { kind: 'not_needed' };
     let verdict: BudgetVerdict;
     try {
-      verdict = await budget.request(this.domain, {}, signal);
+      verdict = await (this.#held.best ? budget.requestReissue(this.domain, signal) : budget.request(this.domain, {}, signal));
     } catch (err) {
       if (signal.aborted) throw err;
       this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'issuance ledger unusable; not issuing');
@@ -321,7 +319,7 @@ export class CertLoop {
     const budget = s.turn.renewBudget;
     const detail = budget?.kind === 'refused' ? { until: budget.nextSlotAt, registeredDomain: budget.registeredDomain } : { until: s.callFloor };
     const refused = await refuseRenewRequest(this.#deps, this.domain, { id, reason, message: refusalText(this.domain, id, reason, detail) }, signal);
-    return refused === 'recorded' || refused === 'conflict' ? 0 : this.#storeRetryDelay();
+    return refused === 'recorded' || refused === 'conflict' ? 0 : storeRetryDelay(this.#storeFailures, this.#deps.backoff);
   }
 
   /** Records the intent (when the store coordinates writers); a failure is reported here. */
@@ -429,7 +427,8 @@ export class CertLoop {
     } else {
       const { serving } = asked;
       try {
-        await store.save(this.domain, answer.cert, signal, serving === undefined ? undefined : { renewAnswer: issuedAnswer(serving, info.serial) });
+        const renewAnswer = serving === undefined ? undefined : issuedAnswer(serving, info.serial, this.#deps.budget?.renewLeft(this.domain, serving));
+        await store.save(this.domain, answer.cert, signal, renewAnswer && { renewAnswer });
       } finally {
         // Held even when the save failed: the next turn restores it to the store instead of issuing again.
         this.#held.consider(answer.cert);

@@ -87,6 +87,20 @@ export const ERROR_CODES = {
   },
   CERTSHARE_STORE_CONFLICT: { means: "a compare-and-swap write lost to another writer's change; the state is read again", message: '{problem}', exit: 1 },
   CERTSHARE_STORE_CORRUPT: { means: 'a stored object is damaged, emptied or edited by hand; it is restored without issuing', message: '{problem}', exit: 1 },
+  CERTSHARE_RENEW_RESERVE: {
+    means:
+      "a renew request was refused: it would leave fewer than the reserve of the CA's limit for this exact name " +
+      '(--name-limit) to the ordinary renewals of the window; ask again after the time given',
+    message: 'renew request {id} for {domain} refused: fewer than {reserve} issuances of the name limit would be left for renewals; ask again after {until}',
+    exit: 1,
+  },
+  CERTSHARE_UNTRUSTED_VALUE: {
+    means:
+      "a time read from an object a credential can write (a Secret's certshare.io/* annotation, an issuance ledger entry) is out of " +
+      "its bound (in the future, past the retry cap, not what the ledger's rules write): ignored, counted, reported",
+    message: '{field} of {where} ignored ({value}): {why}',
+    exit: 1,
+  },
   CERTSHARE_RENEW_REFUSED: {
     means: 'a renew request (certshare renew, or the annotation) was refused: the minimum interval or the issuance budget says no; ask again later',
     message: 'renew request {id} for {domain} refused ({reason}): {why}',

@@ -6,8 +6,10 @@
 import type { Clock } from './clock.ts';
 import { CertshareError, errorMessage } from './errors.ts';
 import type { Logger } from './logger.ts';
+import { normalizeDomain } from './domain.ts';
 import { parseDuration } from './duration.ts';
 import { loadRegisteredDomainRule, tailnetDomain, type RegisteredDomainRule } from './registered-domain.ts';
+import { CLOCK_SKEW_MS, isRenewId, OutOfBoundsLog, type UntrustedValue } from './untrusted-values.ts';
 
 export interface BudgetLimit {
   /** First issuances allowed per registered domain in any window of windowMs. */
@@ -33,7 +35,30 @@ export interface LedgerEntry {
    * a retry of the same request (its call failed) finds its slot instead of taking another.
    */
   renew?: string;
+  /**
+   * A new certificate for a name that had one (a renewal by expiry or the CA's word, a re-issuance): it
+   * counts only towards the name's own limit (NameLimit), taken before the call and confirmed (`issued`)
+   * once the call returned a certificate; a retry after a failed call reuses the unconfirmed one.
+   */
+  renewal?: true;
 }
+
+/**
+ * The CA's limit on certificates for one exact name set (Let's Encrypt: 5 per 168 h), which renewals do
+ * not escape: every issuance of a name counts, whatever asked for it. A renew request is refused once it
+ * would leave fewer than RENEW_RESERVE issuances of the window for the ordinary renewals.
+ */
+export type NameLimit = BudgetLimit;
+
+/** What the name limit leaves for more renew requests: `left` now, and when the next is possible if none is. */
+export interface RenewLeft {
+  left: number;
+  of: NameLimit;
+  until: number;
+}
+
+/** Issuances of a name a renew request never takes: left for renewals by expiry or the CA's word. */
+export const RENEW_RESERVE = 2;
 
 /** The ledger as read; `version` is what a compare-and-swap write must still find (undefined: no ledger yet). */
 export interface LedgerSnapshot {
@@ -97,9 +122,34 @@ export function byPriority(a: Contender, b: Contender): number {
   return a.domain < b.domain ? -1 : a.domain > b.domain ? 1 : 0;
 }
 
-/** Whether a later issuance of `domain` is a renewal: the ledger saw it obtain a certificate. */
+/**
+ * Whether a later issuance of `domain` is a renewal: the ledger saw it obtain a first certificate (a renew
+ * request's slot, `issued` as well, makes nothing exempt).
+ */
 export function everIssued(entries: readonly LedgerEntry[], domain: string): boolean {
-  return entries.some((e) => e.domain === domain && e.issued);
+  return entries.some((e) => e.domain === domain && e.issued && isFirst(e));
+}
+
+/** An entry of a first issuance (not a renew request's slot, not a renewal). */
+const isFirst = (e: LedgerEntry): boolean => e.renew === undefined && e.renewal === undefined;
+
+/** The instants of `domain`'s issuances inside the name limit's window at `now`, oldest first. */
+export function nameIssuances(entries: readonly LedgerEntry[], domain: string, now: number, limit: NameLimit): number[] {
+  return entries
+    .filter((e) => e.domain === domain && e.at > now - limit.windowMs)
+    .map((e) => e.at)
+    .sort((a, b) => a - b);
+}
+
+/**
+ * When the name's next issuance may be made, keeping `reserve` of the window's issuances for others: now
+ * while fewer than count - reserve are in the window, else when enough of the oldest have left it.
+ */
+export function nextNameSlot(taken: readonly number[], now: number, limit: NameLimit, reserve = 0): number {
+  const room = limit.count - reserve;
+  if (taken.length < room) return now;
+  if (room <= 0) return Number.POSITIVE_INFINITY;
+  return Math.max(now, taken[taken.length - room]! + limit.windowMs);
 }
 
 /**
@@ -134,7 +184,9 @@ export type BudgetVerdict =
   | { kind: 'exempt' }
   /** A slot is reserved in the ledger for this call. */
   | { kind: 'granted' }
-  | { kind: 'queued'; registeredDomain: string; position: number; queued: number; turnAt: number };
+  | { kind: 'queued'; registeredDomain: string; position: number; queued: number; turnAt: number }
+  /** A new certificate of a name that had one waits for the name's own limit (NameLimit). */
+  | { kind: 'name_limited'; turnAt: number };
 
 /** What the queue of one registered domain looks like, for metrics, health and alerts. */
 export interface QueueReport {
@@ -157,6 +209,7 @@ const MAX_CONFLICTS = 5;
  */
 export class IssuanceBudget {
   readonly limit: BudgetLimit;
+  readonly nameLimit: NameLimit | undefined;
   readonly #store: LedgerStore;
   readonly #clock: Clock;
   readonly #log: Logger;
@@ -176,11 +229,27 @@ export class IssuanceBudget {
   #list: RegisteredDomainRule | undefined;
   readonly #rule: RegisteredDomainRule;
 
-  constructor(options: { limit: BudgetLimit; store: LedgerStore; clock: Clock; logger: Logger; registeredDomain?: RegisteredDomainRule }) {
+  readonly #outOfBounds: OutOfBoundsLog;
+  /** What the name limit left for more renew requests when each request was granted (by request id). */
+  readonly #renewLeft = new Map<string, RenewLeft>();
+
+  constructor(options: {
+    limit: BudgetLimit;
+    store: LedgerStore;
+    clock: Clock;
+    logger: Logger;
+    registeredDomain?: RegisteredDomainRule;
+    /** The CA's limit per exact name set; undefined: none kept (first issuances only, by `limit`). */
+    nameLimit?: NameLimit | undefined;
+    /** An entry of the ledger not believed (believedEntries): counted and recorded as an Event. */
+    onOutOfBounds?: (where: string, value: UntrustedValue) => void;
+  }) {
     this.limit = options.limit;
+    this.nameLimit = options.nameLimit;
     this.#store = options.store;
     this.#clock = options.clock;
     this.#log = options.logger;
+    this.#outOfBounds = new OutOfBoundsLog(this.#log, (where, value) => options.onOutOfBounds?.(where, value));
     const injected = options.registeredDomain;
     this.#rule = injected ?? ((d) => tailnetDomain(d) ?? this.#list?.(d) ?? d);
   }
@@ -267,24 +336,28 @@ export class IssuanceBudget {
     domain: string,
     request: string,
     signal: AbortSignal,
-  ): Promise<{ kind: 'granted' } | { kind: 'refused'; registeredDomain: string; nextSlotAt: number }> {
+  ): Promise<{ kind: 'granted' } | { kind: 'refused'; reason: 'budget_exhausted' | 'name_reserve'; registeredDomain: string; nextSlotAt: number }> {
     await this.#loadListIfNeeded(domain);
     const rd = this.#rule(domain);
     return await this.#serially(async () => {
       for (let attempt = 0; ; attempt++) {
-        const snapshot = await this.#store.read(signal, rd);
+        const snapshot = await this.#read(signal, rd);
         const now = this.#clock.now();
-        const live = liveEntries(snapshot.entries, now, this.limit);
+        const live = liveEntries(snapshot.entries, now, this.limit, this.nameLimit);
         if (live.some((e) => e.domain === domain && e.renew === request)) return { kind: 'granted' };
+        this.#noteRenewLeft(domain, request, live, now);
+        // The name's own limit first: a renew request never takes the issuances kept for ordinary renewals.
+        const nameSlotAt = this.nameLimit && nextNameSlot(nameIssuances(live, domain, now, this.nameLimit), now, this.nameLimit, RENEW_RESERVE);
+        if (nameSlotAt !== undefined && nameSlotAt > now) return { kind: 'refused', reason: 'name_reserve', registeredDomain: rd, nextSlotAt: nameSlotAt };
         const taken = live
-          .filter((e) => e.registeredDomain === rd && e.at > now - this.limit.windowMs)
+          .filter((e) => e.registeredDomain === rd && e.renewal === undefined && e.at > now - this.limit.windowMs)
           .map((e) => e.at)
           .sort((a, b) => a - b);
         // Domains waiting for a first issuance come first: a free slot is theirs unless more are free.
         const waiting = [...this.#waiting.keys()].filter((d) => this.#rule(d) === rd).length;
         if (taken.length + waiting >= this.limit.count) {
           const nextSlotAt = taken.length > 0 ? taken[Math.max(0, taken.length + waiting - this.limit.count)]! + this.limit.windowMs : now;
-          return { kind: 'refused', registeredDomain: rd, nextSlotAt: Math.max(now, nextSlotAt) };
+          return { kind: 'refused', reason: 'budget_exhausted', registeredDomain: rd, nextSlotAt: Math.max(now, nextSlotAt) };
         }
         try {
           await this.#store.write([...live, { domain, registeredDomain: rd, at: now, issued: true, renew: request }], snapshot, signal, rd);
@@ -294,6 +367,66 @@ export class IssuanceBudget {
         }
       }
     });
+  }
+
+  /** What the name limit leaves for more renew requests of `domain` once `request` is served (none: no name limit). */
+  renewLeft(domain: string, request: string): RenewLeft | undefined {
+    return this.#renewLeft.get(`${domain}\u0000${request}`);
+  }
+
+  /** Notes what one more renew request of `domain` would leave (renewLeft), before it is decided. */
+  #noteRenewLeft(domain: string, request: string, live: readonly LedgerEntry[], now: number): void {
+    const limit = this.nameLimit;
+    if (!limit) return;
+    const taken = [...nameIssuances(live, domain, now, limit), now];
+    const left = Math.max(0, limit.count - RENEW_RESERVE - taken.length);
+    if (this.#renewLeft.size > 256) this.#renewLeft.clear(); // one per request served; a bound, not a cache to keep
+    this.#renewLeft.set(`${domain}\u0000${request}`, { left, of: limit, until: nextNameSlot(taken, now, limit, RENEW_RESERVE) });
+  }
+
+  /**
+   * Asks for a new certificate of a name that had one (a renewal: by expiry, by the CA's word, or a name
+   * the ledger saw issued whose certificate is gone): granted while the name's limit has room, with the
+   * issuance in the ledger before this returns (confirmed by issued() once the call returns a
+   * certificate); else queued until the oldest issuance of the window leaves it. Without a name limit:
+   * exempt, nothing written. A ledger that cannot be read or written (a home outage: break-glass) lets the
+   * renewal go ahead uncounted, logged: a certificate running out is worse than a count missed.
+   */
+  async requestReissue(domain: string, signal: AbortSignal): Promise<BudgetVerdict> {
+    try {
+      await this.#loadListIfNeeded(domain);
+      return await this.#serially(() => this.#reissue(domain, signal));
+    } catch (err) {
+      if (signal.aborted) throw err;
+      this.#log.warn({ domain, code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'issuance ledger unusable; the renewal goes ahead uncounted');
+      return { kind: 'exempt' };
+    }
+  }
+
+  async #reissue(domain: string, signal: AbortSignal): Promise<BudgetVerdict> {
+    const limit = this.nameLimit;
+    if (!limit) return { kind: 'exempt' };
+    const rd = this.#rule(domain);
+    for (let attempt = 0; ; attempt++) {
+      const snapshot = await this.#read(signal, rd);
+      const now = this.#clock.now();
+      const live = liveEntries(snapshot.entries, now, this.limit, limit);
+      // A renewal whose call failed or never ended: the retry is the same issuance, not another.
+      const pending = live.find((e) => e.domain === domain && e.renewal && !e.issued);
+      if (!pending) {
+        const turnAt = nextNameSlot(nameIssuances(live, domain, now, limit), now, limit);
+        if (turnAt > now) return { kind: 'name_limited', turnAt };
+      }
+      const entries = pending
+        ? live.map((e) => (e === pending ? { ...e, at: Math.max(e.at, now) } : e))
+        : [...live, { domain, registeredDomain: rd, at: now, issued: false, renewal: true as const }];
+      try {
+        await this.#store.write(entries, snapshot, signal, rd);
+        return { kind: 'granted' };
+      } catch (err) {
+        if (!isConflict(err) || attempt >= MAX_CONFLICTS) throw err;
+      }
+    }
   }
 
   /**
@@ -308,10 +441,12 @@ export class IssuanceBudget {
     const rd = rule(domain);
     await this.#serially(async () => {
       for (;;) {
-        const snapshot = await this.#store.read(signal, rd);
+        const snapshot = await this.#read(signal, rd);
         const now = this.#clock.now();
-        const entries = snapshot.entries.map((e) => (e.domain === domain && e.renew === undefined ? { ...e, at: Math.max(e.at, now), issued: true } : e));
-        if (!snapshot.entries.some((e) => e.domain === domain && e.renew === undefined)) entries.push({ domain, registeredDomain: rd, at: now, issued: true });
+        const pending = snapshot.entries.find((e) => e.domain === domain && e.renewal && !e.issued);
+        const mark = (e: LedgerEntry): boolean => (pending ? e === pending : e.domain === domain && isFirst(e));
+        const entries = snapshot.entries.map((e) => (mark(e) ? { ...e, at: Math.max(e.at, now), issued: true } : e));
+        if (!snapshot.entries.some(mark)) entries.push({ domain, registeredDomain: rd, at: now, issued: true });
         try {
           await this.#store.write(entries, snapshot, signal, rd);
           return;
@@ -347,16 +482,16 @@ export class IssuanceBudget {
     const rule = this.#rule;
     const rd = rule(domain);
     for (let attempt = 0; ; attempt++) {
-      const snapshot = await this.#store.read(signal, rd);
+      const snapshot = await this.#read(signal, rd);
       const now = this.#clock.now();
       if (everIssued(snapshot.entries, domain)) {
         this.withdraw(domain);
-        return { kind: 'exempt' };
+        return await this.#reissue(domain, signal);
       }
       // Entries of other registered domains, and reservations that left the window without a certificate,
       // are kept and dropped respectively: the ledger stays about one entry per domain.
-      const live = liveEntries(snapshot.entries, now, this.limit);
-      const mine = live.find((e) => e.domain === domain);
+      const live = liveEntries(snapshot.entries, now, this.limit, this.nameLimit);
+      const mine = live.find((e) => e.domain === domain && isFirst(e));
       let entries: LedgerEntry[];
       if (mine) {
         // A reservation whose call failed or never ended: the retry is the same first issuance, no new slot.
@@ -365,7 +500,7 @@ export class IssuanceBudget {
         const contenders = [...this.#waiting.values()].filter((c) => rule(c.domain) === rd);
         const plan = planTurns(
           this.limit,
-          live.filter((e) => e.registeredDomain === rd),
+          live.filter((e) => e.registeredDomain === rd && e.renewal === undefined),
           contenders,
           now,
         );
@@ -386,6 +521,17 @@ export class IssuanceBudget {
       this.#remove(domain);
       return { kind: 'granted' };
     }
+  }
+
+  /**
+   * The ledger as read, without the entries of `rd` it does not believe (believedEntries): they count for
+   * nothing, and the next write leaves them out. Each is reported (log line once, metric and Event).
+   */
+  async #read(signal: AbortSignal, rd: string): Promise<LedgerSnapshot> {
+    const snapshot = await this.#store.read(signal, rd);
+    const { entries, refused } = believedEntries(snapshot.entries, rd, this.#clock.now(), this.#rule);
+    this.#outOfBounds.read(`the issuance ledger (${this.#store.kind}) of ${rd}`, refused);
+    return refused.length ? { entries, version: snapshot.version } : snapshot;
   }
 
   async #untilPeersSettled(domain: string, signal: AbortSignal): Promise<void> {
@@ -427,11 +573,73 @@ export class IssuanceBudget {
 }
 
 /**
+ * The entries of registered domain `rd` the ledger's own rules could have written, and the others refused
+ * with why (entries of other registered domains pass untouched: they are judged when theirs is decided).
+ * An entry is believed when its domain is a canonical DNS name whose registered domain is the one it names,
+ * its time is not in the future (beyond the clock skew between writers), a renew slot carries a request id
+ * as certshare renew writes one and `issued: true`, and it is the domain's only first-issuance entry. A
+ * refused entry counts for nothing: neither a slot taken (a date in 9999 would hold a slot for ever) nor a
+ * name issued (an `issued: true` the rules would not write would exempt a first issuance). Refusing one
+ * gives nobody more than deleting it would, which whoever can write the ledger can do anyway.
+ */
+export function believedEntries(
+  entries: readonly LedgerEntry[],
+  rd: string,
+  now: number,
+  rule: RegisteredDomainRule,
+): { entries: LedgerEntry[]; refused: UntrustedValue[] } {
+  const believed: LedgerEntry[] = [];
+  const refused: UntrustedValue[] = [];
+  const firsts = new Set<string>();
+  for (const entry of entries) {
+    const why = entryFault(entry, rd, now, rule, firsts);
+    if (why === undefined) {
+      believed.push(entry);
+      if (isFirst(entry) && entry.registeredDomain === rd) firsts.add(entry.domain);
+      continue;
+    }
+    if (why === 'other') believed.push(entry);
+    else refused.push({ field: 'ledger-entry', value: describeEntry(entry), why });
+  }
+  return { entries: believed, refused };
+}
+
+/** Why the rules would not have written `entry` (undefined: they could have; 'other': not of `rd`). */
+function entryFault(entry: LedgerEntry, rd: string, now: number, rule: RegisteredDomainRule, firsts: ReadonlySet<string>): string | undefined {
+  let canonical: string | undefined;
+  try {
+    canonical = normalizeDomain(entry.domain);
+  } catch {
+    canonical = undefined;
+  }
+  const own = canonical === entry.domain ? rule(entry.domain) : undefined;
+  if (entry.registeredDomain !== rd && own !== rd) return 'other';
+  if (own === undefined) return 'its domain is not a canonical DNS name';
+  if (own !== entry.registeredDomain) return `its registered domain is ${own}, not ${entry.registeredDomain}`;
+  if (entry.at > now + CLOCK_SKEW_MS) return `its time is in the future (later than ${new Date(now + CLOCK_SKEW_MS).toISOString()})`;
+  if (entry.renew !== undefined) {
+    if (!entry.issued || !isRenewId(entry.renew) || entry.renewal) return 'a renew slot is written with a request id and issued: true';
+    return undefined;
+  }
+  if (entry.renewal) return undefined;
+  if (firsts.has(entry.domain)) return 'a second first-issuance entry for the domain';
+  return undefined;
+}
+
+/** An entry as the log line and the Event name it, each string cut short (a hostile one can be long). */
+function describeEntry(e: LedgerEntry): string {
+  const text = (value: string): string => JSON.stringify(value.slice(0, 256));
+  const renew = e.renew !== undefined ? `, renew ${text(e.renew)}` : '';
+  return `{domain ${text(e.domain)}, registeredDomain ${text(e.registeredDomain)}, at ${new Date(e.at).toISOString()}, issued ${e.issued}${renew}}`;
+}
+
+/**
  * The entries worth keeping: a domain's record of its first certificate (it makes its renewals exempt), and
  * any slot still inside the window (a reservation whose call has not returned, a renew request's slot).
  */
-function liveEntries(entries: readonly LedgerEntry[], now: number, limit: BudgetLimit): LedgerEntry[] {
-  return entries.filter((e) => (e.issued && e.renew === undefined) || e.at > now - limit.windowMs);
+function liveEntries(entries: readonly LedgerEntry[], now: number, limit: BudgetLimit, nameLimit: NameLimit | undefined): LedgerEntry[] {
+  const kept = Math.max(limit.windowMs, nameLimit?.windowMs ?? 0);
+  return entries.filter((e) => (e.issued && isFirst(e)) || e.at > now - kept);
 }
 
 function isConflict(err: unknown): boolean {
@@ -448,6 +656,7 @@ export function encodeLedger(entries: readonly LedgerEntry[]): string {
       at: new Date(e.at).toISOString(),
       issued: e.issued,
       ...(e.renew !== undefined ? { renew: e.renew } : {}),
+      ...(e.renewal ? { renewal: true } : {}),
     })),
   })}\n`;
 }
@@ -474,9 +683,11 @@ export function decodeLedger(text: string, where: string): LedgerEntry[] {
     const e = (item ?? {}) as Record<string, unknown>;
     const at = typeof e.at === 'string' ? Date.parse(e.at) : Number.NaN;
     const valid = typeof e.domain === 'string' && typeof e.registeredDomain === 'string' && Number.isFinite(at) && typeof e.issued === 'boolean';
-    if (!valid || (e.renew !== undefined && typeof e.renew !== 'string')) throw corrupt(`entry ${i} is not {domain, registeredDomain, at, issued[, renew]}`);
+    const optional = (e.renew === undefined || typeof e.renew === 'string') && (e.renewal === undefined || e.renewal === true);
+    if (!valid || !optional) throw corrupt(`entry ${i} is not {domain, registeredDomain, at, issued[, renew][, renewal]}`);
     const entry: LedgerEntry = { domain: e.domain as string, registeredDomain: e.registeredDomain as string, at, issued: e.issued as boolean };
     if (typeof e.renew === 'string') entry.renew = e.renew;
+    if (e.renewal === true) entry.renewal = true;
     return entry;
   });
 }

@@ -71,13 +71,16 @@ export type IssuanceReason =
   | 'min_interval' // the minimum interval since the last new certificate has not passed
   | 'other_writer_issuing' // another writer announced a CertPair call that has not lapsed
   | 'budget_exhausted' // a first issuance waits for a slot of the issuance budget
+  | 'name_limited' // a new certificate of a name waits: the CA's limit for that exact name is reached in the window
+  | 'name_reserve' // a renew request refused: it would take an issuance of the name kept for ordinary renewals
   | 'ledger_unavailable' // the budget's ledger could not be read or written: no first issuance
   | 'store_changed'; // the intent write lost a race: the next turn reads what changed
 
 /** Why a renew request is refused (recorded on the Secret, in /healthz?verbose, an Event and the metrics). */
 export type RenewRefusal =
   | 'min_interval' // a new certificate was obtained less than the minimum interval (--first-retry) ago
-  | 'budget_exhausted'; // the issuance budget has no slot free now (a renew request never queues)
+  | 'budget_exhausted' // the issuance budget has no slot free now (a renew request never queues)
+  | 'name_reserve'; // it would leave fewer than RENEW_RESERVE of the name's limit for ordinary renewals
 
 export type IssuanceDecision =
   /** use: keep serving the certificate held; wait: nothing to do; restore: write the held certificate back. */
@@ -106,7 +109,7 @@ export type BudgetAnswer = BudgetVerdict | { kind: 'not_needed' } | { kind: 'unu
 export type RenewBudgetAnswer =
   | { kind: 'granted' }
   | { kind: 'not_needed' }
-  | { kind: 'refused'; registeredDomain: string; nextSlotAt: number }
+  | { kind: 'refused'; reason: 'budget_exhausted' | 'name_reserve'; registeredDomain: string; nextSlotAt: number }
   | { kind: 'unusable'; failures: number };
 
 /** What this turn has done on its way to a CertPair call (empty at the start of a turn). */
@@ -262,6 +265,7 @@ export function budgetRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDe
   if (!answer) return { action: 'ask_budget', reason: issueReason(s), at: s.now };
   if (answer.kind === 'unusable') return wait('ledger_unavailable', storeRetryAt(s, p, answer.failures));
   if (answer.kind === 'queued') return wait('budget_exhausted', answer.turnAt);
+  if (answer.kind === 'name_limited') return wait('name_limited', answer.turnAt);
   return undefined;
 }
 
@@ -290,7 +294,7 @@ export function renewRequestRule(s: IssuanceSnapshot, p: IssuanceSettings): Issu
   const budget = s.turn.renewBudget;
   if (!budget) return { action: 'ask_renew_budget', reason: 'operator_requested', at: s.now };
   if (budget.kind === 'unusable') return wait('ledger_unavailable', storeRetryAt(s, p, budget.failures));
-  if (budget.kind === 'refused') return { action: 'refuse_renew', reason: 'budget_exhausted', at: s.now };
+  if (budget.kind === 'refused') return { action: 'refuse_renew', reason: budget.reason, at: s.now };
   const step = slotRule(s) ?? intentRule(s, p);
   if (step?.action === 'take_slot' || step?.action === 'announce') return { ...step, reason: 'operator_requested' };
   return step ?? { action: 'issue', reason: 'operator_requested', at: s.now };

@@ -52,8 +52,11 @@ export class IssueFailures {
     const result = failure.kind === 'rate_limited' ? 'rate_limited' : failure.kind === 'rejected' ? 'rejected' : 'error';
     // A timeout or a dropped connection leaves the intent standing: tailscaled may still be issuing.
     const answered = !(err instanceof LocalApiError) || (err.status !== undefined && !err.timedOut);
+    // Recorded for the other replicas no later than the retry cap from now: a later date is one they ignore
+    // (untrusted-values.ts), whoever wrote it. This loop's own backoff keeps the CA's exact Retry-After.
+    const recorded = Math.min(retryAt, clock.now() + backoff.retryCapMs);
     const update =
-      failure.kind === 'rate_limited' ? store.recordRateLimit?.(domain, retryAt, signal) : answered ? store.clearIntent?.(domain, signal) : undefined;
+      failure.kind === 'rate_limited' ? store.recordRateLimit?.(domain, recorded, signal) : answered ? store.clearIntent?.(domain, signal) : undefined;
     await update?.catch((updateErr: unknown) => {
       log.warn({ err: errorMessage(updateErr) }, 'could not update the coordination record in the store');
     });

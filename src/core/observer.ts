@@ -1,5 +1,6 @@
 import type { StoredCert } from './store.ts';
 import type { FailureKind } from './failure.ts';
+import type { UntrustedValue } from './untrusted-values.ts';
 import type { IssuanceDecision, IssueReason, RenewRefusal } from './issuance-policy.ts';
 
 /** What became of an operator's renew request. */
@@ -20,6 +21,8 @@ export interface LoopObserver {
   problem?(domain: string, message: string | undefined): void;
   /** A renew request was answered (recorded on the store). */
   renewRequest?(domain: string, outcome: RenewOutcome): void;
+  /** A value read from a record someone else can write (`where`) was out of its bound and ignored (untrusted-values.ts). */
+  outOfBounds?(where: string, value: UntrustedValue): void;
   stopped?(domain: string): void;
 }
 
@@ -42,6 +45,9 @@ export function fanOut(observers: LoopObserver[]): Required<LoopObserver> {
     },
     renewRequest: (d, o) => {
       for (const x of observers) x.renewRequest?.(d, o);
+    },
+    outOfBounds: (w, v) => {
+      for (const o of observers) o.outOfBounds?.(w, v);
     },
     stopped: (d) => {
       for (const o of observers) o.stopped?.(d);

@@ -5,14 +5,12 @@
 // the writer records the id it answered, with the certificate that serves it (one write), or with the
 // refusal, so that asking again while one is pending is one request and a restart does not serve it twice.
 import { errorMessage, errorText } from './errors.ts';
-import type { IssuanceBudget } from './issuance-budget.ts';
+import { RENEW_RESERVE, type IssuanceBudget, type RenewLeft } from './issuance-budget.ts';
 import type { RenewBudgetAnswer, RenewRefusal } from './issuance-policy.ts';
 import type { Logger } from './logger.ts';
 import type { LoopObserver, RenewOutcome } from './observer.ts';
 import type { CertStore, RenewAnswer } from './store.ts';
-
-/** The longest request id kept (an annotation value can be 256 KiB; an id is a timestamp or a token). */
-export const RENEW_ID_MAX = 128;
+import { isRenewId } from './untrusted-values.ts';
 
 /**
  * The pending request of a record: the id asked for, unless it is the one answered. An id that is empty,
@@ -20,7 +18,7 @@ export const RENEW_ID_MAX = 128;
  */
 export function pendingRenewRequest(requested: string | undefined, answered: string | undefined): string | undefined {
   const id = requested?.trim();
-  if (!id || id.length > RENEW_ID_MAX || !/^[\x21-\x7e]+$/.test(id)) return undefined;
+  if (!id || !isRenewId(id)) return undefined;
   return id === answered?.trim() ? undefined : id;
 }
 
@@ -29,14 +27,18 @@ export function newRenewRequestId(now: number, random: string): string {
   return `${new Date(now).toISOString()}/${random}`;
 }
 
-/** The answer recorded for a certificate that served a request. */
-export function issuedAnswer(id: string, serial: string): RenewAnswer {
-  return { id, outcome: `issued ${serial}` };
+/** The answer recorded for a certificate that served a request, with what the name limit leaves (certshare renew prints it). */
+export function issuedAnswer(id: string, serial: string, left?: RenewLeft): RenewAnswer {
+  if (!left) return { id, outcome: `issued ${serial}` };
+  const limit = `${left.of.count} per ${left.of.windowMs / 3_600_000} h, ${RENEW_RESERVE} kept for renewals`;
+  const next = left.left > 0 ? `${left.left} more renew request(s) possible now` : `no more renew request before ${new Date(left.until).toISOString()}`;
+  return { id, outcome: `issued ${serial}; name limit (${limit}): ${next}` };
 }
 
-/** What a refusal says, with its code (CERTSHARE_RENEW_REFUSED). */
+/** What a refusal says, with its code (CERTSHARE_RENEW_RESERVE for the name's reserve, else CERTSHARE_RENEW_REFUSED). */
 export function refusalText(domain: string, id: string, reason: RenewRefusal, detail: { until: number; registeredDomain?: string }): string {
   const until = new Date(detail.until).toISOString();
+  if (reason === 'name_reserve') return `CERTSHARE_RENEW_RESERVE ${errorText('CERTSHARE_RENEW_RESERVE', { id, domain, reserve: RENEW_RESERVE, until })}`;
   const why =
     reason === 'min_interval'
       ? `a new certificate was obtained less than the minimum interval (--first-retry) ago; ask again after ${until}`
@@ -87,7 +89,10 @@ export async function refuseRenewRequest(
     logger.warn({ err: errorMessage(err) }, 'could not record the refusal of a renew request');
     return { failed: err };
   }
-  logger.warn({ code: 'CERTSHARE_RENEW_REFUSED', request: refusal.id, reason: refusal.reason }, refusal.message);
+  logger.warn(
+    { code: refusal.reason === 'name_reserve' ? 'CERTSHARE_RENEW_RESERVE' : 'CERTSHARE_RENEW_REFUSED', request: refusal.id, reason: refusal.reason },
+    refusal.message,
+  );
   const outcome: RenewOutcome = { id: refusal.id, result: 'refused', reason: refusal.reason, message: refusal.message };
   observer.renewRequest(domain, outcome);
   return 'recorded';

@@ -2,6 +2,7 @@ import type { FailureKind } from '../core/failure.ts';
 import type { IssueReason } from '../core/issuance-policy.ts';
 import type { AttemptResult, LoopObserver } from '../core/observer.ts';
 import type { StoredCert } from '../core/store.ts';
+import { untrustedText } from '../core/untrusted-values.ts';
 import type { EventOccurrence } from './event-recorder.ts';
 
 /**
@@ -18,6 +19,9 @@ export const EVENT_REASONS = {
   BreakGlassIssued: 'a certificate was issued without the federation home, unreachable past the safety point (docs/federation.md)',
   UntrustedCertificate:
     "a federated group's Secret (the home's or this member's) holds a pair whose chain reaches no trust anchor: refused, never served (docs/security.md)",
+  OutOfBoundsValue:
+    "a time read from a record another credential can write (a Secret's retry-not-before or issuing annotation, " +
+    'a ledger entry) was out of its bound: ignored (CERTSHARE_UNTRUSTED_VALUE)',
   RenewRefused: 'a renew request (certshare renew) was refused: the minimum interval or the issuance budget says no (served ones are Renewed)',
   Ready: "the Pod's readiness condition turned True",
   NotReady: "the Pod's readiness condition turned False, with its reason",
@@ -149,6 +153,15 @@ export class PodEvents {
         action: 'Issue',
         key: `${domain}\u0000${outcome.id}`,
         note: `${domain}: ${outcome.message}`,
+      });
+    },
+    outOfBounds: (where, value) => {
+      this.#record({
+        type: 'Warning',
+        reason: 'OutOfBoundsValue',
+        action: 'Verify',
+        key: `${where}\u0000${value.field}\u0000${value.value}`,
+        note: untrustedText(where, value),
       });
     },
     stopped: (domain) => {

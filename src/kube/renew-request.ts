@@ -11,8 +11,8 @@ import { withSignal } from './transport/https-transport.ts';
 import { ANNOTATION_RENEW_ANSWERED, ANNOTATION_RENEW_OUTCOME, ANNOTATION_RENEW_REQUESTED } from './secret-codec.ts';
 
 export type RenewRequestResult =
-  /** Written now. */
-  | { kind: 'requested'; id: string }
+  /** Written now; `last`: the outcome of the request answered before (what the name limit then left). */
+  | { kind: 'requested'; id: string; last?: string | undefined }
   /** One was pending already: that one stands (`previous`: the last answered, if any). */
   | { kind: 'pending'; id: string };
 
@@ -32,7 +32,7 @@ export async function requestRenewal(connection: KubeConnection, domain: string,
         { metadata: { resourceVersion: secret.metadata?.resourceVersion, annotations: { [ANNOTATION_RENEW_REQUESTED]: id } } },
         signal,
       );
-      return { kind: 'requested', id };
+      return { kind: 'requested', id, last: annotations[ANNOTATION_RENEW_OUTCOME] };
     } catch (err) {
       if (!(err instanceof CertshareError && err.code === 'CERTSHARE_STORE_CONFLICT') || attempt >= MAX_CONFLICTS) throw err;
     }

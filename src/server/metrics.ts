@@ -10,6 +10,7 @@ import type { QueueReport } from '../core/issuance-budget.ts';
 import { ISSUE_REASONS, type IssueReason } from '../core/issuance-policy.ts';
 import type { StoredCert } from '../core/store.ts';
 import type { SuggestedWindow } from '../core/renewal-info.ts';
+import type { UntrustedValue } from '../core/untrusted-values.ts';
 import { ARI_CHECK_OUTCOMES, type AriCheckOutcome } from '../acme/renewal-info-client.ts';
 
 const seconds = (ms: number): number => ms / 1000;
@@ -66,6 +67,7 @@ export class Metrics implements LoopObserver {
   readonly eventsDropped: Counter;
   readonly breakGlass: Counter;
   readonly untrusted: Counter;
+  readonly outOfBoundsValues: Counter;
   readonly writer: Gauge;
   readonly homeWriter: Gauge;
   /** The issuance budget's queues, read at each scrape (none until watchBudget). */
@@ -87,6 +89,7 @@ export class Metrics implements LoopObserver {
       eventsDropped: this.eventsDropped,
       breakGlass: this.breakGlass,
       untrusted: this.untrusted,
+      outOfBoundsValues: this.outOfBoundsValues,
       writer: this.writer,
       homeWriter: this.homeWriter,
     } = processMetrics(registers));
@@ -123,6 +126,10 @@ export class Metrics implements LoopObserver {
 
   attempt(domain: string, result: AttemptResult, reason: IssueReason, _failure?: { kind: FailureKind }): void {
     this.#attempts.inc({ domain, result, reason });
+  }
+
+  outOfBounds(_where: string, value: UntrustedValue): void {
+    this.outOfBoundsValues.inc({ field: value.field });
   }
 
   renewRequest(domain: string, outcome: RenewOutcome): void {
@@ -202,7 +209,7 @@ function issuanceMetrics(registers: Registers): { attempts: Counter; renewReques
   });
   const renewRequests = new Counter({
     name: 'certshare_renew_requests_total',
-    help: 'Renew requests (certshare renew) answered by the writer: result issued, or refused with the reason (min_interval, budget_exhausted).',
+    help: 'Renew requests (certshare renew) answered by the writer: result issued, or refused with the reason (min_interval, budget_exhausted, name_reserve).',
     labelNames: ['domain', 'result', 'reason'],
     registers,
   });
@@ -292,6 +299,14 @@ function processMetrics(registers: Registers) {
     labelNames: ['domain', 'store'],
     registers,
   });
+  const outOfBoundsValues = new Counter({
+    name: 'certshare_out_of_bounds_values_total',
+    help:
+      'Times read from an object another credential can write, out of their bound and ignored (CERTSHARE_UNTRUSTED_VALUE): ' +
+      "a Secret's retry-not-before or issuing annotation, an issuance ledger entry; counted at each read.",
+    labelNames: ['field'],
+    registers,
+  });
   const writer = new Gauge({
     name: 'certshare_writer',
     help: '1 while this replica may issue certificates (rw mode, or holding the group Lease in auto mode).',
@@ -302,7 +317,7 @@ function processMetrics(registers: Registers) {
     help: "1 while this replica holds its group's Lease at the federation home: the one writer of every member cluster.",
     registers,
   });
-  return { busConnected, busReconnects, busBadLines, reloads, storeErrors, eventsDropped, breakGlass, untrusted, writer, homeWriter };
+  return { busConnected, busReconnects, busBadLines, reloads, storeErrors, eventsDropped, breakGlass, untrusted, outOfBoundsValues, writer, homeWriter };
 }
 
 /** The issuance budget's queues and the issuance slots, read at each scrape. */

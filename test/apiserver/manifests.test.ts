@@ -562,7 +562,8 @@ describe('manifests/example on a real apiserver', () => {
     assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], secret('opaque-one', 'Opaque', ours)), 'forbidden', 'an Opaque Secret');
     assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], tls('unlabelled', {})), 'forbidden', 'a TLS Secret without our label');
     assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], tls(DOMAIN, ours)), 'allowed', "the domain's TLS Secret, labelled");
-    const cm = (name: string) => JSON.stringify({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name }, data: {} });
+    // In the ledger's form (certshare-records-form holds the accounts' ConfigMaps to it).
+    const cm = (name: string) => JSON.stringify({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name }, data: { 'ledger.json': '{"entries":[]}' } });
     assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], cm('kube-root-ca-fake')), 'forbidden', 'a ConfigMap not named certshare-*');
     assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], cm('certshare-proxy-ledger')), 'allowed', 'the ledger');
     assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], leaseJson('kube-scheduler')), 'forbidden', 'a Lease not named certshare-*');
@@ -731,6 +732,7 @@ describe('manifests/example on a real apiserver', () => {
         'team-certshare-own-events',
         'team-certshare-own-pod-status',
         'team-certshare-pods-injected',
+        'team-certshare-records-form',
       ]);
       for (const binding of objects.filter((d) => d.kind === 'ValidatingAdmissionPolicyBinding'))
         assert.ok(policyNames.includes((binding.spec as { policyName: string }).policyName), 'each binding names its renamed policy');

@@ -452,6 +452,36 @@ describe('CertLoop coordination between writers', () => {
     assert.equal(restarted.calls.length, 0);
   });
 
+  it('ignores a retry date past the retry cap, or an intent stamped in the future, and reports each (a hostile writer)', async () => {
+    const reported: string[] = [];
+    const h = harness({ observer: fanOut([{ outOfBounds: (_w, v) => reported.push(v.field) }]) });
+    const year9999 = Date.parse('9999-12-31T00:00:00Z');
+    h.store.coordination.set(domain, { retryNotBefore: year9999, intent: { holder: 'writer-1', at: year9999 } });
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    assert.equal(h.calls.length, 1, 'issued on time: neither date held the writer');
+    assert.deepEqual(reported, ['retry-not-before', 'issuing']);
+  });
+
+  it('still honours a retry date at the retry cap, and an intent stamped within the clock skew', async () => {
+    const h = harness();
+    h.store.coordination.set(domain, { retryNotBefore: h.clock.now() + 24 * 60 * MIN });
+    assert.equal(await h.loop.turn(signal), 24 * 60 * MIN);
+    const other = harness();
+    other.store.coordination.set(domain, { intent: { holder: 'writer-1', at: other.clock.now() + 30_000 } });
+    assert.equal(await other.loop.turn(signal), 10 * MIN + 30_000);
+    assert.equal(h.calls.length + other.calls.length, 0);
+  });
+
+  it('records a Retry-After longer than the retry cap as the cap, keeping its own exact wait', async () => {
+    const h = harness();
+    h.responses.push(async () => {
+      throw new LocalApiError('cert', { status: 429, body: 'urn:ietf:params:acme:error:rateLimited', retryAfterMs: 7 * 24 * 60 * MIN });
+    });
+    assert.equal(await h.loop.turn(signal), 7 * 24 * 60 * MIN, "the CA's word holds for this loop");
+    assert.equal(h.store.coordination.get(domain)?.retryNotBefore, h.clock.now() + 24 * 60 * MIN, 'what other replicas believe');
+  });
+
   it('does not issue when the intent cannot be recorded', async () => {
     const h = harness();
     h.store.failIntents = true;

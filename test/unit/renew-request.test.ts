@@ -51,7 +51,7 @@ describe('renewRequestRule: an operator asks for one new certificate now', () =>
     ['refused inside the minimum interval', { callFloor: NOW + 30_000 }, { action: 'refuse_renew', reason: 'min_interval', at: NOW }],
     [
       'refused when the budget has no free slot',
-      { turn: { renewBudget: { kind: 'refused', registeredDomain: 'tailnet-0000.ts.net', nextSlotAt: NOW + DAY } } },
+      { turn: { renewBudget: { kind: 'refused', reason: 'budget_exhausted', registeredDomain: 'tailnet-0000.ts.net', nextSlotAt: NOW + DAY } } },
       { action: 'refuse_renew', reason: 'budget_exhausted', at: NOW },
     ],
     [
@@ -120,7 +120,12 @@ describe("the budget's slot for a renew request", () => {
     assert.deepEqual(await budget.requestRenewal(A, 'r1', signal), { kind: 'granted' });
     assert.deepEqual(await budget.requestRenewal(A, 'r1', signal), { kind: 'granted' }, 'the same request: its slot');
     assert.equal(ledger.entries.length, 2);
-    assert.deepEqual(await budget.requestRenewal(A, 'r2', signal), { kind: 'refused', registeredDomain: 'tailnet-0000.ts.net', nextSlotAt: NOW + 5 * DAY });
+    assert.deepEqual(await budget.requestRenewal(A, 'r2', signal), {
+      kind: 'refused',
+      reason: 'budget_exhausted',
+      registeredDomain: 'tailnet-0000.ts.net',
+      nextSlotAt: NOW + 5 * DAY,
+    });
     assert.equal(ledger.entries.length, 2, 'a refusal takes nothing');
   });
 

@@ -1,0 +1,111 @@
+// Issue 39: the times certshare reads back from objects a credential can write, against a real
+// kube-apiserver. The writer's own ServiceAccount token (any replica's holds it) writes a retry date and an
+// intent of 9999-12-31 on the domain's Secret, and a ledger entry in 9999: admitted (CEL has no clock), and
+// the writer still issues at once, reporting each value (an Event). Malformed values are refused at
+// admission (manifests/base/admission-policy.yaml, certshare-writer-annotations).
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { useControlPlane } from '../harness/use-control-plane.ts';
+import { GROUP, KUBE_DOMAIN, exampleNamespace, heldSerial, startReplica } from '../support/kube.ts';
+import { about, watchEvents } from '../support/kube-events.ts';
+import { useTempDir } from '../support/standalone.ts';
+import { asAccount } from '../support/token-request.ts';
+import { onEvent, until } from '../support/wait.ts';
+
+const cp = useControlPlane();
+const YEAR_9999 = '9999-12-31T00:00:00.000Z';
+const LEDGER = `certshare-${GROUP}-ledger`;
+const issuances = (r: { emulator: { stats(): { issuances: Record<string, number> } } }): number => r.emulator.stats().issuances[KUBE_DOMAIN] ?? 0;
+
+/** The domain's Secret as a writer's token may create it: empty, labelled, with `annotations`. */
+const emptySecret = (annotations: Record<string, string>) => ({
+  apiVersion: 'v1',
+  kind: 'Secret',
+  type: 'kubernetes.io/tls',
+  metadata: { name: KUBE_DOMAIN, labels: { 'app.kubernetes.io/managed-by': 'certshare', 'certshare.io/group': GROUP }, annotations },
+  data: { 'tls.crt': '', 'tls.key': '' },
+});
+
+describe("times read back from the writer's own objects, written by its real token", () => {
+  const dir = useTempDir();
+
+  it('a retry date and an intent of 9999-12-31 on the Secret hold nobody: the writer issues at once and says why', async () => {
+    const ns = await exampleNamespace(cp());
+    const token = await cp().kubeconfigFor(ns, 'certshare');
+    const created = await asAccount(
+      cp(),
+      token,
+      'POST',
+      `/api/v1/namespaces/${ns}/secrets`,
+      emptySecret({
+        'certshare.io/retry-not-before': YEAR_9999,
+        'certshare.io/issuing': JSON.stringify({ holder: 'proxy-9', at: YEAR_9999 }),
+      }),
+    );
+    assert.equal(created.status, 201, `the writer's token may write such dates (CEL cannot compare them with now): ${created.body}`);
+    const events = watchEvents(cp(), ns);
+    const writer = await startReplica(cp(), ns, join(dir(), 'dates'), 'proxy-0', { mode: 'rw' });
+    try {
+      await until('a certificate held', () => heldSerial(writer) !== undefined, [onEvent(writer.daemon.events, 'planned')], 30_000);
+      assert.equal(issuances(writer), 1);
+      await until('both values reported', () => about(events.events, 'proxy-0', 'OutOfBoundsValue').length >= 2, [onEvent(events.changed, 'change')], 15_000);
+      const notes = about(events.events, 'proxy-0', 'OutOfBoundsValue').map((e) => e.note ?? '');
+      assert.ok(
+        notes.some((n) => /^CERTSHARE_UNTRUSTED_VALUE retry-not-before of .* ignored \(9999-12-31T00:00:00\.000Z\)/.test(n)),
+        notes.join('\n'),
+      );
+      assert.ok(
+        notes.some((n) => /^CERTSHARE_UNTRUSTED_VALUE issuing of .* ignored \(proxy-9 at 9999-12-31/.test(n)),
+        notes.join('\n'),
+      );
+    } finally {
+      events.close();
+      await writer.stop();
+    }
+  });
+
+  it('a ledger entry in 9999 takes no slot: the first issuance is granted at once', async () => {
+    const ns = await exampleNamespace(cp());
+    const token = await cp().kubeconfigFor(ns, 'certshare');
+    const entry = { domain: 'other.tailnet-0000.ts.net', registeredDomain: 'tailnet-0000.ts.net', at: YEAR_9999, issued: false };
+    const ledger = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: LEDGER }, data: { 'ledger.json': `${JSON.stringify({ entries: [entry] })}\n` } };
+    const created = await asAccount(cp(), token, 'POST', `/api/v1/namespaces/${ns}/configmaps`, ledger);
+    assert.equal(created.status, 201, created.body);
+    const writer = await startReplica(cp(), ns, join(dir(), 'ledger'), 'proxy-0', { mode: 'rw', flags: ['--issuance-budget', '1/1h'] });
+    try {
+      await until('a certificate held', () => heldSerial(writer) !== undefined, [onEvent(writer.daemon.events, 'planned')], 30_000);
+      const res = await cp().adminRequest('GET', `/api/v1/namespaces/${ns}/configmaps/${LEDGER}`);
+      const stored = JSON.parse((JSON.parse(res.body) as { data: Record<string, string> }).data['ledger.json']!) as { entries: Array<{ domain: string }> };
+      assert.deepEqual(
+        stored.entries.map((e) => e.domain),
+        [KUBE_DOMAIN],
+        'the future entry is gone at the write',
+      );
+    } finally {
+      await writer.stop();
+    }
+  });
+
+  // Last: the policies applied with the first namespace are in force by now.
+  it('refuses at admission what is not in the form certshare writes (dry runs under the same token)', async () => {
+    const ns = await exampleNamespace(cp());
+    const token = await cp().kubeconfigFor(ns, 'certshare');
+    const create = (path: string, body: unknown) => asAccount(cp(), token, 'POST', `/api/v1/namespaces/${ns}/${path}?dryRun=All`, body);
+    const malformed: Array<Record<string, string>> = [
+      { 'certshare.io/retry-not-before': 'soon' },
+      { 'certshare.io/retry-not-before': '+275760-09-13T00:00:00.000Z' },
+      { 'certshare.io/issuing': JSON.stringify({ holder: 'proxy-9', at: 'later' }) },
+      { 'certshare.io/issuing': `{"holder":"${'x'.repeat(300)}","at":"${YEAR_9999}"}` },
+    ];
+    for (const annotations of malformed) {
+      const res = await create('secrets', emptySecret(annotations));
+      assert.equal(res.status, 422, `${JSON.stringify(annotations).slice(0, 80)}: ${res.body}`);
+    }
+    assert.equal((await create('secrets', emptySecret({ 'certshare.io/retry-not-before': YEAR_9999 }))).status, 201, 'the form certshare writes');
+    const configMap = (data: Record<string, string>) => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: LEDGER }, data });
+    assert.equal((await create('configmaps', configMap({ 'ledger.json': '{"other":1}' }))).status, 422);
+    assert.equal((await create('configmaps', configMap({ 'ledger.json': '{"entries":[]}', extra: 'x' }))).status, 422);
+    assert.equal((await create('configmaps', configMap({ 'ledger.json': '{"entries":[]}\n' }))).status, 201);
+  });
+});
