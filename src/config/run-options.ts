@@ -338,6 +338,13 @@ export const RUN_FLAGS = [
     detail: "Through tailscaled's prefs; needs --served-check. serve-config: the Services of the --serve-config file, followed as it changes.",
   },
   {
+    name: 'advertise-agent',
+    group: 'served check and Tailscale Services',
+    placeholder: 'DIR',
+    help: "Advertise through certshare advertise-agent's exchange directory, not by editing tailscaled's prefs.",
+    detail: 'certshare then needs no right on tailscaled but certificates (set by certshare injector).',
+  },
+  {
     name: 'advertise-failover',
     group: 'served check and Tailscale Services',
     placeholder: 'DURATION',
@@ -493,6 +500,7 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
     servedStaleAfterMs: duration(values, 'served-stale-after'),
     advertiseServices: advertisedServices(values['advertise-services'] ?? []),
     advertiseFailoverMs: duration(values, 'advertise-failover'),
+    advertiseAgent: values['advertise-agent'] || undefined,
     leaveToken: values['leave-token'] || undefined,
     drainDelayMs: duration(values, 'drain-delay'),
     leaseDurationMs: duration(values, 'lease-duration'),
