@@ -13,10 +13,9 @@ import type { IpnPrefs, MaskedPrefs } from '../core/localapi.ts';
 import { LocalApiError } from '../core/localapi.ts';
 import { writeFileAtomically } from '../store/cert-directory.ts';
 import type { PrefsApi } from './advertiser.ts';
+import { REQUEST_DIR, STATUS_DIR } from './advertise-paths.ts';
 
 /** certshare's request: `<dir>/request/advertise.json`; the agent's status: `<dir>/status/advertised.json`. */
-export const REQUEST_DIR = 'request';
-export const STATUS_DIR = 'status';
 const REQUEST_FILE = 'advertise.json';
 const STATUS_FILE = 'advertised.json';
 /** As many Services as a ServeConfig may list (serve-config.ts), each a name of at most 67 characters. */
