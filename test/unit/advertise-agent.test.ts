@@ -9,7 +9,9 @@ import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, it } from 'node:test';
+import { ADVERTISE_AGENT_FLAGS, advertiseAgentConfigFrom } from '../../src/config/advertise-agent-options.ts';
 import { systemClock } from '../../src/core/clock.ts';
+import { parseFlags } from '../../src/flags/flags.ts';
 import type { IpnPrefs, MaskedPrefs } from '../../src/core/localapi.ts';
 import { silentLogger } from '../../src/core/logger.ts';
 import { isNotListening } from '../../src/localapi/client.ts';
@@ -129,5 +131,21 @@ describe('advertise agent', () => {
     assert.deepEqual(parseRequest('{"seq":7,"advertise":["svc:web","svc:web"]}'), { seq: 7, advertise: ['svc:web'] });
     for (const text of ['[]', 'null', '{"seq":1}', '{"seq":1.5,"advertise":[]}', `{"seq":1,"advertise":${JSON.stringify(Array(65).fill('svc:a'))}}`])
       assert.throws(() => parseRequest(text), /CERTSHARE_BAD_EXCHANGE|advertise request/, text);
+  });
+});
+
+describe('certshare advertise-agent flags', () => {
+  const parse = (args: string[], env: NodeJS.ProcessEnv = {}) => advertiseAgentConfigFrom(parseFlags(ADVERTISE_AGENT_FLAGS, args, env));
+
+  it('needs an allow list of Service names and the exchange directory', () => {
+    // As the injector sets it: the sidecar's value, comma separated, in the environment.
+    assert.deepEqual(parse([], { CERTSHARE_ADVERTISE_SERVICES: 'svc:web,svc:api', CERTSHARE_EXCHANGE: '/run/x' }).services, ['svc:web', 'svc:api']);
+    const refused: Array<[string[], RegExp]> = [
+      [['--exchange', '/run/x'], /at least one --advertise-services/],
+      [['--advertise-services', 'serve-config', '--exchange', '/run/x'], /not a Tailscale Service name/],
+      [['--advertise-services', 'svc:web'], /needs --exchange/],
+      [[...Array.from({ length: 65 }, (_, i) => ['--advertise-services', `svc:s${i}`]).flat(), '--exchange', '/run/x'], /at most 64/],
+    ];
+    for (const [args, problem] of refused) assert.throws(() => parse(args), problem, args.join(' '));
   });
 });
