@@ -78,8 +78,11 @@ export const ADVERTISE_AGENT_UID = 65533;
 export const ADVERTISE_DIR = '/run/certshare-advertise';
 export const ADVERTISE_REQUEST_VOLUME = 'certshare-advertise-request';
 export const ADVERTISE_STATUS_VOLUME = 'certshare-advertise-status';
-/** An idle Node process with the LocalAPI client; its limit far from what a prefs answer can take. */
-const ADVERTISE_AGENT_RESOURCES: V1ResourceRequirements = { requests: { cpu: '10m', memory: '48Mi' }, limits: { memory: '96Mi' } };
+/**
+ * The agent idle (its RSS in docs/tailscale-services.md) with a quarter of headroom, rounded up to 16 Mi, as the
+ * sidecar's request is; it does nothing but a prefs read and edit now and then, hence the small CPU request.
+ */
+const ADVERTISE_AGENT_RESOURCES: V1ResourceRequirements = { requests: { cpu: '10m', memory: '80Mi' }, limits: { memory: '128Mi' } };
 
 /** Non-root (the distroless image's nonroot user), read-only root, no privilege, no capability. */
 export const SIDECAR_SECURITY_CONTEXT: V1SecurityContext = {
