@@ -39,6 +39,8 @@ import { RenewalInfoClient } from './acme/renewal-info-client.ts';
 const ARI_QUIET_START_MS = 1000;
 /** What the shutdown bound keeps back from the Services' failover wait for the rest of the stop (readiness, Lease). */
 const AFTER_FAILOVER_RESERVE_MS = 3000;
+/** GET /leave-rotation's question to the apiserver (is the Pod terminating?): well inside a preStop hook's time. */
+const TERMINATING_CHECK_TIMEOUT_MS = 5000;
 
 export interface Daemon {
   readonly address: string;
@@ -133,7 +135,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     pod: config.pod,
     https: config.tls !== undefined,
     ...(routingProofs ? { routingProofs } : {}),
-    ...leaveRoute(config, clock, logger, leaveRotation),
+    ...leaveRoute(config, clock, logger, leaveRotation, backend),
   });
   let tls: FollowedPair | undefined;
   let address: string;
@@ -387,14 +389,23 @@ function rotationExit(config: DaemonConfig, backend: StoreBackend, served: Serve
     })());
 }
 
-/** --leave-token: GET /leave-rotation leaves rotation, then answers once the drain delay has passed too. */
+/**
+ * --leave-token: GET /leave-rotation leaves rotation once the Pod is terminating, then answers once the drain
+ * delay has passed too. Without a Pod to ask (no Kubernetes store), it never acts.
+ */
 function leaveRoute(
   config: DaemonConfig,
   clock: Clock,
   logger: Logger,
   leaveRotation: (withinMs: number) => Promise<void>,
+  backend: Pick<StoreBackend, 'podTerminating'>,
 ): Pick<HttpServerDeps, 'leaveRotation'> {
   if (!config.leaveToken) return {};
+  const terminating = async (): Promise<boolean> => {
+    const answer = (await backend.podTerminating?.(AbortSignal.timeout(TERMINATING_CHECK_TIMEOUT_MS))) ?? false;
+    if (!answer) logger.warn({ code: 'CERTSHARE_NOT_TERMINATING' }, 'GET /leave-rotation refused: the Pod is not terminating');
+    return answer;
+  };
   const leave = async (): Promise<void> => {
     const start = clock.now();
     logger.info({}, 'asked to leave rotation (GET /leave-rotation)');
@@ -402,7 +413,7 @@ function leaveRoute(
     // The caller (the proxy's preStop hook) keeps the proxy serving until the endpoints drained.
     await clock.sleep(Math.max(0, config.drainDelayMs - (clock.now() - start)));
   };
-  return { leaveRotation: { token: config.leaveToken, leave } };
+  return { leaveRotation: { token: config.leaveToken, terminating, leave } };
 }
 
 /** --tls: the first pair served before listening; each renewed pair from the next handshake on, open connections keeping theirs. */

@@ -39,6 +39,8 @@ export interface StoreBackend {
   beforeStop?(settleIssuance: (signal: AbortSignal) => Promise<void>, remainingMs: number): Promise<void>;
   /** Take the Pod out of rotation now (the readiness condition False), before the stop; idempotent. */
   leaveRotation?(signal: AbortSignal): Promise<void>;
+  /** Whether the Pod is being deleted (its deletionTimestamp); none: no Pod to ask, so GET /leave-rotation never acts. */
+  podTerminating?(signal: AbortSignal): Promise<boolean>;
   /** What the proxy serves for a domain changed (the served check): an Event about the Pod in Kubernetes. */
   servedChanged?(domain: string, report: { outcome: string; verdict: { verdict: string }; stale: boolean }, description: string): void;
   stop?(): Promise<void>;

@@ -14,6 +14,7 @@ Commands:
   demo       the emulator and the daemon together in a temporary directory, until Ctrl-C
   injector   a mutating admission webhook adding certshare as a native sidecar, serving TLS from its own rotating CA
   renew      asks the writer for one new certificate with a new key for a domain, now (certshare renew <domain>)
+  advertise-agent  edits tailscaled's AdvertiseServices as certshare asks, as tailscaled's operator, so certshare needs no such right
 
 Run "certshare <command> --help" for the flags of a command.`;
 
@@ -54,8 +55,15 @@ async function main(argv: string[]): Promise<number> {
       const { renewCommand } = await import('./renew.ts');
       return renewCommand(rest);
     }
+    case 'advertise-agent': {
+      const { advertiseAgentCommand } = await import('./advertise-agent.ts');
+      return advertiseAgentCommand(rest);
+    }
     default:
-      throw new CertshareError('CERTSHARE_BAD_FLAG', `unknown command "${command}" (expected run, emulator, demo, injector or renew; see certshare --help)`);
+      throw new CertshareError(
+        'CERTSHARE_BAD_FLAG',
+        `unknown command "${command}" (expected run, emulator, demo, injector, renew or advertise-agent; see certshare --help)`,
+      );
   }
 }
 

@@ -84,6 +84,11 @@ export interface DaemonConfig {
    */
   advertiseServices: string[] | typeof SERVE_CONFIG_SERVICES;
   advertiseFailoverMs: number;
+  /**
+   * --advertise-agent: the exchange directory of certshare advertise-agent (served/advertise-exchange.ts), which
+   * edits the prefs in certshare's place; undefined: certshare edits them itself (it must be tailscaled's operator).
+   */
+  advertiseAgent: string | undefined;
   /** --leave-token: GET /leave-rotation with this token leaves rotation (a preStop hook); undefined: no such route. */
   leaveToken: string | undefined;
   routingAttempts: number;

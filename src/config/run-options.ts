@@ -348,6 +348,13 @@ export const RUN_FLAGS = [
     detail: "Through tailscaled's prefs; needs --served-check. serve-config: the Services of the --serve-config file, followed as it changes.",
   },
   {
+    name: 'advertise-agent',
+    group: 'served check and Tailscale Services',
+    placeholder: 'DIR',
+    help: "Advertise through certshare advertise-agent's exchange directory, not by editing tailscaled's prefs.",
+    detail: 'certshare then needs no right on tailscaled but certificates (set by certshare injector).',
+  },
+  {
     name: 'advertise-failover',
     group: 'served check and Tailscale Services',
     placeholder: 'DURATION',
@@ -360,7 +367,9 @@ export const RUN_FLAGS = [
     group: 'served check and Tailscale Services',
     placeholder: 'TOKEN',
     help: 'Enables GET /leave-rotation for a preStop hook sending this token.',
-    detail: 'The hook sends the value in the Certshare-Leave-Token header; certshare leaves rotation, then answers.',
+    detail:
+      'The hook sends the value in the Certshare-Leave-Token header; certshare leaves rotation, then answers, only while its Pod ' +
+      'is being deleted (409 before). Needs --store kube and POD_NAME.',
   },
   { name: 'listen', group: 'serving and logs', placeholder: 'ADDR:PORT', default: '[::]:9002', help: 'Address for GET /healthz and GET /metrics.' },
   {
@@ -502,6 +511,7 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
     servedStaleAfterMs: duration(values, 'served-stale-after'),
     advertiseServices: advertisedServices(values['advertise-services'] ?? []),
     advertiseFailoverMs: duration(values, 'advertise-failover'),
+    advertiseAgent: values['advertise-agent'] || undefined,
     leaveToken: values['leave-token'] || undefined,
     drainDelayMs: duration(values, 'drain-delay'),
     leaseDurationMs: duration(values, 'lease-duration'),
@@ -518,7 +528,19 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
  * Every rule of the configuration that is not the syntax of one value, checked before anything starts
  * (as Tailscale's containerboot settings.validate() does): the first broken rule, or undefined.
  */
-export function validateConfig(c: DaemonConfig): string | undefined {
+export function leaveTokenRules(c: DaemonConfig): Array<[boolean, () => string]> {
+  if (c.leaveToken === undefined) return [];
+  return [
+    [
+      !/^[A-Za-z0-9_-]{16,128}$/.test(c.leaveToken),
+      () => '--leave-token must be 16 to 128 characters of A-Z a-z 0-9 _ - (a random value the preStop hook sends)',
+    ],
+    // GET /leave-rotation acts only on a Pod being deleted, which certshare learns from the apiserver.
+    [c.store.kind !== 'kube' || !c.podName, () => '--leave-token needs --store kube and POD_NAME: GET /leave-rotation acts only while the Pod is terminating'],
+  ];
+}
+
+function validateConfig(c: DaemonConfig): string | undefined {
   const positive: Array<[string, number]> = [
     ['--check-interval', c.renewal.checkIntervalMs],
     ['--first-retry', c.backoff.firstRetryMs],
@@ -592,10 +614,7 @@ export function validateConfig(c: DaemonConfig): string | undefined {
       () =>
         `--advertise-services: ${service} has no --domain whose first label is ${service.slice(4)} (a Service's certificate is for <name>.<tailnet>.ts.net)`,
     ]),
-    [
-      c.leaveToken !== undefined && !/^[A-Za-z0-9_-]{16,128}$/.test(c.leaveToken),
-      () => '--leave-token must be 16 to 128 characters of A-Z a-z 0-9 _ - (a random value the preStop hook sends)',
-    ],
+    ...leaveTokenRules(c),
     [
       // With --leave-token the wait runs in the preStop call, before the stop and outside its bound.
       advertises(c) && !c.leaveToken && c.advertiseFailoverMs >= c.shutdownTimeoutMs,

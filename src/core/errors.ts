@@ -150,6 +150,18 @@ export const ERROR_CODES = {
     message: '{problem}',
     exit: 1,
   },
+  CERTSHARE_BAD_EXCHANGE: {
+    means:
+      'a file between certshare and its advertise agent is not what the other side writes (garbage, too large, not a regular file): the agent ' +
+      'withdraws its Services, certshare retries',
+    message: '{what}: {problem}',
+    exit: 1,
+  },
+  CERTSHARE_NOT_TERMINATING: {
+    means: 'GET /leave-rotation was refused (409) because the Pod is not being deleted: nothing changed',
+    message: 'GET /leave-rotation refused: {problem}',
+    exit: 1,
+  },
   CERTSHARE_INTERNAL: { means: 'certshare reached code its build leaves out: a bug, whatever the configuration', message: 'internal: {problem}', exit: 1 },
   CERTSHARE_FATAL: { means: 'an unexpected error ended the process; the message says what', message: '{problem}', exit: 1 },
 } as const satisfies Record<`CERTSHARE_${string}`, CodeSpec>;

@@ -237,10 +237,10 @@ export const INJECTOR_FLAGS = [
     group: 'injected sidecar',
     placeholder: 'grant|manual',
     default: 'grant',
-    help: "Pods advertising Tailscale Services: make certshare's uid tailscaled's operator, or let them.",
+    help: "Pods advertising Tailscale Services: make their advertise agent tailscaled's operator, or let them.",
     detail:
-      `grant: the injector adds a passwd entry and TS_EXTRA_ARGS=--operator=certshare to tailscaled's container unless the Pod ` +
-      'says certshare.io/tailscale-operator: manual (docs/tailscale-services.md).',
+      `grant: the injector adds a passwd entry and TS_EXTRA_ARGS=--operator=certshare-advertise to tailscaled's container unless ` +
+      "the Pod says certshare.io/tailscale-operator: manual; certshare's own uid never is (docs/tailscale-services.md).",
   },
   {
     name: 'drain-delay',

@@ -9,8 +9,12 @@ import { parseDuration } from '../core/duration.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { randomBytes } from 'node:crypto';
 import {
+  ADVERTISE_DIR,
   HEALTH_PORT,
   SIDECAR_NAME,
+  advertiseAgentContainer,
+  advertiseExchangeMounts,
+  advertiseExchangeVolumes,
   caBundleVolume,
   homeKubeconfigVolume,
   certshareContainer,
@@ -120,7 +124,7 @@ export interface InjectionDefaults {
   resources?: V1ResourceRequirements | undefined;
   /**
    * --grant-tailscale-operator: a Pod whose sidecar advertises Tailscale Services gets tailscaled's operator
-   * right for certshare's uid (src/injector/tailscale-operator.ts) unless it says manual. Default true.
+   * right for the advertise agent's uid (src/injector/tailscale-operator.ts) unless it says manual. Default true.
    */
   grantTailscaleOperator?: boolean | undefined;
 }
@@ -414,7 +418,20 @@ function expectedSidecar(
     homeVolume: defaults.homeKubeconfigSecret ? HOME_VOLUME : undefined,
     proxyMounts,
   });
-  return withLeaveToken(sidecar, keptLeaveToken);
+  return withAdvertiseExchange(withLeaveToken(sidecar, keptLeaveToken));
+}
+
+/**
+ * A sidecar that advertises Tailscale Services does it through the advertise agent (its own container, the
+ * operator of tailscaled: src/served/advertise-agent.ts), never by editing the prefs itself.
+ */
+function withAdvertiseExchange(sidecar: V1Container): V1Container {
+  if (envValue(sidecar, envName('advertise-services')) === undefined) return sidecar;
+  return {
+    ...sidecar,
+    env: [...(sidecar.env ?? []), { name: envName('advertise-agent'), value: ADVERTISE_DIR }],
+    volumeMounts: [...(sidecar.volumeMounts ?? []), ...advertiseExchangeMounts('request')],
+  };
 }
 
 /**
@@ -551,11 +568,16 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   const sidecar = expectedSidecar(spec, settings, defaults);
   checkMounts(spec, settings, defaults, certsVolume);
   const { drainDelayMs, leaveToken } = checkStop(spec, sidecar);
-  const containers = (spec.containers ?? []).map((c) => {
+  const advertised = envValue(sidecar, envName('advertise-services'));
+  const proxyContainers = (spec.containers ?? []).map((c) => {
     const cleaned = withDrain(withoutAutoMounts(c), drainDelayMs, leaveToken);
     if (mountedAtOutDir) return cleaned;
     return { ...cleaned, volumeMounts: [...(cleaned.volumeMounts ?? []), { name: CERTS_VOLUME, mountPath: settings.outDir, readOnly: true }] };
   });
+  // The agent gets the proxy's preStop call too: it stays (and tailscaled with it) until certshare withdrew.
+  const agent = advertised === undefined ? [] : [withDrain(advertiseAgentContainer({ ...settings, services: advertised }), drainDelayMs, leaveToken)];
+  if (advertised !== undefined) addedVolumes.push(...advertiseExchangeVolumes());
+  const containers = [...proxyContainers, ...agent];
   const readinessGates = spec.readinessGates ?? [];
   const gates =
     settings.readinessGate && !readinessGates.some((g) => g.conditionType === settings.readinessGate)
@@ -575,8 +597,7 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
     // A signal reaches the proxy only when the Pod's containers share one process namespace.
     ...(settings.reloadSignal ? { shareProcessNamespace: true } : {}),
   };
-  const advertises = envValue(sidecar, envName('advertise-services')) !== undefined;
-  if (!wantsOperatorGrant(annotations, advertises, defaults.grantTailscaleOperator ?? true)) {
+  if (!wantsOperatorGrant(annotations, advertised !== undefined, defaults.grantTailscaleOperator ?? true)) {
     return { kind: 'inject', pod: { ...pod, spec: injected }, patch: specPatch(spec, injected) };
   }
   const granted = withOperatorGrant(injected, settings.socketVolume);

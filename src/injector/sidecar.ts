@@ -1,6 +1,7 @@
 // The one description of certshare's sidecar container: the injector adds it to Pods, and the example
 // StatefulSet is checked against it (test/unit/injector/sidecar.test.ts), so the two cannot drift apart.
-import type { V1Container, V1ResourceRequirements, V1SecurityContext, V1Volume } from '../kube/transport/client-node.ts';
+import type { V1Container, V1ResourceRequirements, V1SecurityContext, V1Volume, V1VolumeMount } from '../kube/transport/client-node.ts';
+import { REQUEST_DIR, STATUS_DIR } from '../served/advertise-paths.ts';
 import type { ShareMode } from '../config/run-options.ts';
 
 export const SIDECAR_NAME = 'certshare';
@@ -66,6 +67,22 @@ export const SIDECAR_RESOURCES: V1ResourceRequirements = { requests: { cpu: '100
 
 /** Where, under the out-dir, the HAProxy PEMs are written (`crt <out-dir>/haproxy/` in haproxy.cfg). */
 export const HAPROXY_SUBDIR = 'haproxy';
+
+/**
+ * certshare advertise-agent (src/served/advertise-agent.ts), a container of its own next to certshare in a Pod
+ * that advertises Tailscale Services: its uid, not certshare's, is tailscaled's operator.
+ */
+export const ADVERTISE_AGENT_NAME = 'certshare-advertise';
+export const ADVERTISE_AGENT_UID = 65533;
+/** The exchange directory: certshare's request volume and the agent's status volume under it, each read-only to the other. */
+export const ADVERTISE_DIR = '/run/certshare-advertise';
+export const ADVERTISE_REQUEST_VOLUME = 'certshare-advertise-request';
+export const ADVERTISE_STATUS_VOLUME = 'certshare-advertise-status';
+/**
+ * The agent idle (its RSS in docs/tailscale-services.md) with a quarter of headroom, rounded up to 16 Mi, as the
+ * sidecar's request is; it does nothing but a prefs read and edit now and then, hence the small CPU request.
+ */
+const ADVERTISE_AGENT_RESOURCES: V1ResourceRequirements = { requests: { cpu: '10m', memory: '80Mi' }, limits: { memory: '128Mi' } };
 
 /** Non-root (the distroless image's nonroot user), read-only root, no privilege, no capability. */
 export const SIDECAR_SECURITY_CONTEXT: V1SecurityContext = {
@@ -138,6 +155,39 @@ export function certshareContainer(s: SidecarSettings): V1Container {
       ...(s.homeVolume ? [{ name: s.homeVolume, mountPath: HOME_DIR, readOnly: true }] : []),
       ...(s.proxyMounts ?? []).map((m) => ({ name: m.name, mountPath: m.mountPath, readOnly: true })),
     ],
+  };
+}
+
+/** certshare's own side of the exchange: where it writes its request, and reads the agent's status. */
+export function advertiseExchangeMounts(writes: 'request' | 'status'): V1VolumeMount[] {
+  return [
+    { name: ADVERTISE_REQUEST_VOLUME, mountPath: `${ADVERTISE_DIR}/${REQUEST_DIR}`, ...(writes === 'request' ? {} : { readOnly: true }) },
+    { name: ADVERTISE_STATUS_VOLUME, mountPath: `${ADVERTISE_DIR}/${STATUS_DIR}`, ...(writes === 'status' ? {} : { readOnly: true }) },
+  ];
+}
+
+export function advertiseExchangeVolumes(): V1Volume[] {
+  return [ADVERTISE_REQUEST_VOLUME, ADVERTISE_STATUS_VOLUME].map((name) => ({ name, emptyDir: { medium: 'Memory', sizeLimit: '1Mi' } }));
+}
+
+/**
+ * The advertise agent: the same image, `certshare advertise-agent`, allowed the Services certshare advertises
+ * and nothing else; no token, no port, tailscaled's socket and the exchange volumes only.
+ */
+export function advertiseAgentContainer(s: { image: string; imagePullPolicy?: string | undefined; services: string; socketVolume: string }): V1Container {
+  return {
+    name: ADVERTISE_AGENT_NAME,
+    image: s.image,
+    ...(s.imagePullPolicy ? { imagePullPolicy: s.imagePullPolicy } : {}),
+    args: ['advertise-agent'],
+    env: [
+      { name: 'CERTSHARE_ADVERTISE_SERVICES', value: s.services },
+      { name: 'CERTSHARE_EXCHANGE', value: ADVERTISE_DIR },
+      { name: 'CERTSHARE_LOCALAPI', value: `${SOCKET_DIR}/tailscaled.sock` },
+    ],
+    resources: ADVERTISE_AGENT_RESOURCES,
+    securityContext: { ...SIDECAR_SECURITY_CONTEXT, runAsUser: ADVERTISE_AGENT_UID, runAsGroup: ADVERTISE_AGENT_UID },
+    volumeMounts: [{ name: s.socketVolume, mountPath: SOCKET_DIR }, ...advertiseExchangeMounts('status')],
   };
 }
 

@@ -1,31 +1,31 @@
-// The one right a sidecar that advertises Tailscale Services needs from tailscaled: editing its prefs.
-// tailscaled lets root and its operator user write prefs, and resolves the operator by user name in its own
-// container (osuser.LookupByUsername: /etc/passwd, or getent). So the injector makes certshare's uid a user
-// there (a passwd file, from a Pod annotation through the downward API) and names it operator through
-// containerboot's TS_EXTRA_ARGS (`tailscale up --operator=certshare`). Pure, like mutate.ts.
+// The one right advertising Tailscale Services needs from tailscaled: editing its prefs. tailscaled lets root and
+// its operator user write prefs (the operator may write everything: PermitWrite), and resolves the operator by
+// user name in its own container (osuser.LookupByUsername: /etc/passwd, or getent). So the injector makes the
+// advertise agent's uid (sidecar.ts ADVERTISE_AGENT_UID), never certshare's, a user there (a passwd file, from
+// a Pod annotation through the downward API) and names it operator through containerboot's TS_EXTRA_ARGS
+// (`tailscale up --operator=certshare-advertise`). Pure, like mutate.ts.
 import type { V1Container, V1EnvVar, V1PodSpec, V1Volume } from '../kube/transport/client-node.ts';
 import { CertshareError } from '../core/errors.ts';
-import { SIDECAR_NAME, SIDECAR_SECURITY_CONTEXT } from './sidecar.ts';
+import { ADVERTISE_AGENT_NAME, ADVERTISE_AGENT_UID, SIDECAR_NAME } from './sidecar.ts';
 
 /** "grant" (the default for a Pod that advertises) or "manual": the Pod grants it itself (docs/tailscale-services.md). */
 export const OPERATOR_ANNOTATION = 'certshare.io/tailscale-operator';
 /** The passwd file of tailscaled's container, which the injector writes; the downward API projects it. */
 export const PASSWD_ANNOTATION = 'certshare.io/tailscaled-passwd';
-export const OPERATOR_USER = 'certshare';
+export const OPERATOR_USER = 'certshare-advertise';
 const PASSWD_VOLUME = 'certshare-tailscaled-passwd';
 const EXTRA_ARGS = 'TS_EXTRA_ARGS';
 /** Where a TS_EXTRA_ARGS taken from a Secret or ConfigMap goes, so that the operator can be appended to it. */
 const EXTRA_ARGS_BASE = 'TS_EXTRA_ARGS_BEFORE_OPERATOR';
 const OPERATOR_ARG = `--operator=${OPERATOR_USER}`;
 
-/** root and nobody, as a minimal image has them, and certshare's uid under a name tailscaled can look up. */
+/** root and nobody, as a minimal image has them, and the advertise agent's uid under a name tailscaled can look up. */
 export function tailscaledPasswd(): string {
-  const uid = SIDECAR_SECURITY_CONTEXT.runAsUser;
-  const gid = SIDECAR_SECURITY_CONTEXT.runAsGroup;
+  const uid = ADVERTISE_AGENT_UID;
   return [
     'root:x:0:0:root:/root:/bin/sh',
     'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin',
-    `${OPERATOR_USER}:x:${uid}:${gid}:certshare:/nonexistent:/sbin/nologin`,
+    `${OPERATOR_USER}:x:${uid}:${uid}:certshare advertise-agent:/nonexistent:/sbin/nologin`,
     '',
   ].join('\n');
 }
@@ -33,7 +33,9 @@ export function tailscaledPasswd(): string {
 function refused(problem: string): CertshareError {
   return new CertshareError('CERTSHARE_BAD_ANNOTATION', {
     annotation: OPERATOR_ANNOTATION,
-    problem: `${problem}; or set ${OPERATOR_ANNOTATION}: manual and make uid ${SIDECAR_SECURITY_CONTEXT.runAsUser} tailscaled's operator yourself`,
+    problem:
+      `${problem}; or set ${OPERATOR_ANNOTATION}: manual and make uid ${ADVERTISE_AGENT_UID} ` +
+      `(container ${ADVERTISE_AGENT_NAME}) tailscaled's operator yourself`,
   });
 }
 
@@ -47,7 +49,7 @@ export function wantsOperatorGrant(annotations: Record<string, string>, advertis
 /** The one container (regular or native sidecar) other than certshare that mounts tailscaled's socket volume. */
 function tailscaledContainer(spec: V1PodSpec, socketVolume: string): { name: string; init: boolean } {
   const mounting = [...(spec.initContainers ?? []).map((c) => ({ c, init: true })), ...(spec.containers ?? []).map((c) => ({ c, init: false }))].filter(
-    ({ c }) => c.name !== SIDECAR_NAME && c.volumeMounts?.some((m) => m.name === socketVolume),
+    ({ c }) => c.name !== SIDECAR_NAME && c.name !== ADVERTISE_AGENT_NAME && c.volumeMounts?.some((m) => m.name === socketVolume),
   );
   if (mounting.length !== 1)
     throw refused(

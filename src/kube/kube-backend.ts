@@ -10,6 +10,7 @@ import { CertDirectory } from '../store/cert-directory.ts';
 import { Projector } from '../delivery/projector.ts';
 import { connectKube, type KubeConnection } from './connection.ts';
 import { ReadinessGate } from './readiness-gate.ts';
+import { podTerminationProbe } from './pod-terminating.ts';
 import { readinessRouting } from './readiness-routing.ts';
 import { KubeSecretStore, type StoreTrust } from './secret-store.ts';
 import { LeaseElector, leaseIdentity } from './lease-elector.ts';
@@ -86,6 +87,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
     async leaveRotation(signal: AbortSignal) {
       await gate?.leaveRotation(signal);
     },
+    ...(podName ? { podTerminating: podTerminationProbe(connection, podName) } : {}),
     async beforeStop(settleIssuance: (signal: AbortSignal) => Promise<void>, remainingMs: number) {
       // Out of rotation first; then hand the writer role over, so a successor renews at once. Both are
       // best effort against an API server that may not answer: together they get --shutdown-timeout less

@@ -2,7 +2,7 @@
 // advertised only while a valid certificate for its domain is held and the proxy was seen serving it, and
 // withdrawn on shutdown first of all. Edits are read-modify-write of the masked prefs, touching only the
 // Services certshare was told to manage (core/advertisement.ts mergeAdvertised).
-import { advertiseDecision, mergeAdvertised, type AdvertiseFacts } from '../core/advertisement.ts';
+import { mergeAdvertised, type AdvertiseDecision } from '../core/advertisement.ts';
 import { doubling } from '../core/backoff.ts';
 import type { Clock } from '../core/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
@@ -28,9 +28,13 @@ export interface AdvertiserOptions {
    * list may change (a ServeConfig's Services): a Service listed once stays managed, withdrawn while unlisted.
    */
   services(): ReadonlyArray<{ service: string; domain: string }>;
-  /** Everything but `terminating` of the decision, for a domain at `now`. */
-  facts(domain: string, now: number): Omit<AdvertiseFacts, 'terminating'>;
-  /** The next instant at which the facts may change by time alone (a certificate reaching its end), or undefined. */
+  /**
+   * Whether a listed Service may be advertised at `now`, shutting down aside (the Advertiser's own): in certshare
+   * from its certificate and the served check (core/advertisement.ts advertiseDecision), in the advertise agent
+   * from certshare's request (advertise-agent.ts).
+   */
+  decide(entry: { service: string; domain: string }, now: number): AdvertiseDecision;
+  /** The next instant at which the decision may change by time alone (a certificate reaching its end), or undefined. */
   nextEdge(now: number): number | undefined;
   clock: Clock;
   logger: Logger;
@@ -40,6 +44,8 @@ export interface AdvertiserOptions {
   onAdvertised?(service: string, advertised: boolean): void;
   /** A failed read or edit, by code. */
   onError?(code: string): void;
+  /** A read (and edit) done: the managed Services the prefs advertise now. */
+  onReconciled?(advertised: ReadonlySet<string>): void;
 }
 
 export class Advertiser {
@@ -156,8 +162,9 @@ export class Advertiser {
     const wanted = new Set<string>();
     const now = clock.now();
     const why: Record<string, string> = {};
-    for (const { service, domain } of this.#listed()) {
-      const decision = advertiseDecision({ ...this.#o.facts(domain, now), terminating: this.#terminating });
+    for (const entry of this.#listed()) {
+      const { service } = entry;
+      const decision: AdvertiseDecision = this.#terminating ? { advertise: false, why: 'shutting down' } : this.#o.decide(entry, now);
       if (decision.advertise) wanted.add(service);
       else why[service] = decision.why;
     }
@@ -169,6 +176,7 @@ export class Advertiser {
       logger.info({ advertised: [...wanted].sort(), withdrawn: why, advertiseServices: after }, 'Tailscale Services advertisement updated');
     }
     this.#record(new Set(after.filter((s) => this.#managed.has(s))));
+    this.#o.onReconciled?.(this.#advertised);
     this.#warnedCode = undefined;
     return current.some((s) => this.#managed.has(s) && !wanted.has(s));
   }

@@ -1,7 +1,7 @@
 // The served check and the Tailscale Service advertisement, wired to the daemon's health, metrics and
 // Events: what keeps a replica in rotation by what clients really get from it.
 import type { Registry } from 'prom-client';
-import { serviceDomain } from '../core/advertisement.ts';
+import { advertiseDecision, serviceDomain } from '../core/advertisement.ts';
 import type { Clock } from '../core/clock.ts';
 import type { HealthState } from '../core/health.ts';
 import type { LocalApi } from '../core/localapi.ts';
@@ -11,9 +11,13 @@ import { rotationExitTime } from '../core/renewal.ts';
 import { SERVE_CONFIG_SERVICES, advertises, type DaemonConfig } from '../config/daemon-config.ts';
 import { describeOutcome } from '../core/served-certificate.ts';
 import { probeServed } from '../tls/served-probe.ts';
-import { Advertiser } from './advertiser.ts';
+import { Advertiser, type PrefsApi } from './advertiser.ts';
+import { agentPrefs } from './advertise-exchange.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
 import { ServedMetrics } from './served-metrics.ts';
+
+/** How long certshare waits for the advertise agent to apply a request (its poll, a prefs read and edit) before retrying. */
+const AGENT_ANSWER_TIMEOUT_MS = 10_000;
 
 export type ServedRotationConfig = Pick<
   DaemonConfig,
@@ -23,6 +27,7 @@ export type ServedRotationConfig = Pick<
   | 'servedStaleAfterMs'
   | 'advertiseServices'
   | 'advertiseFailoverMs'
+  | 'advertiseAgent'
   | 'renewal'
   | 'readinessLeadMs'
 >;
@@ -113,20 +118,23 @@ function createAdvertiser(
 ): Advertiser | undefined {
   const { localApi, health, clock, logger } = deps;
   if (!advertises(config)) return undefined;
-  if (!localApi.prefs || !localApi.editPrefs) {
+  // Through the agent, certshare needs no right on tailscaled but the certificates (docs/security.md).
+  let api: PrefsApi;
+  if (config.advertiseAgent) api = agentPrefs(config.advertiseAgent, clock, AGENT_ANSWER_TIMEOUT_MS);
+  else if (localApi.prefs && localApi.editPrefs) api = { prefs: localApi.prefs.bind(localApi), editPrefs: localApi.editPrefs.bind(localApi) };
+  else {
     logger.warn({ services: config.advertiseServices }, 'this LocalAPI client cannot edit prefs: Tailscale Services are not advertised');
     return undefined;
   }
-  const api = { prefs: localApi.prefs.bind(localApi), editPrefs: localApi.editPrefs.bind(localApi) };
   const domainOf = (service: string): string => serviceDomain(service, deps.domains()) ?? '';
   const servicesNow = (): readonly string[] =>
     config.advertiseServices === SERVE_CONFIG_SERVICES ? (deps.serveConfigServices?.() ?? []) : config.advertiseServices;
   return new Advertiser({
     api,
     services: () => servicesNow().map((service) => ({ service, domain: domainOf(service) })),
-    facts: (domain, now) => {
+    decide: ({ domain }, now) => {
       const info = domain ? health.infoOf(domain) : undefined;
-      return { held: info, served: checker.verdict(domain, now), now, end };
+      return advertiseDecision({ held: info, served: checker.verdict(domain, now), now, end, terminating: false });
     },
     nextEdge: (now) => {
       let next: number | undefined;

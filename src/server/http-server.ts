@@ -18,8 +18,11 @@ export interface HttpServerDeps {
   routingProofs?: RoutingProofs;
   /** HTTPS (--tls): the listener starts without a pair; the caller serves one (servePair) before listening. */
   https?: boolean;
-  /** --leave-token: GET /leave-rotation with the token in LEAVE_TOKEN_HEADER runs `leave` and answers when it is done. */
-  leaveRotation?: { token: string; leave(): Promise<void> };
+  /**
+   * --leave-token: GET /leave-rotation with the token in LEAVE_TOKEN_HEADER runs `leave` and answers when it is
+   * done, only once `terminating` says the Pod is being deleted (409 before, 503 when it cannot tell).
+   */
+  leaveRotation?: { token: string; terminating(): Promise<boolean>; leave(): Promise<void> };
 }
 
 /** /healthz and /metrics. Every response, errors included, carries the Pod's addresses for routing checks. */
@@ -60,7 +63,8 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
   if (leaving) {
     const expected = Buffer.from(leaving.token);
     // The kubelet calls it from the node, any Pod of the cluster could: only a caller that read the Pod's
-    // spec (which holds the token) may take the replica out of rotation, and who can read it can delete it.
+    // spec (which holds the token) may ask, and only a Pod being deleted leaves: a reader of the spec (the
+    // built-in `view` role) who may not delete the Pod cannot take a running replica out of rotation.
     app.get(LEAVE_ROTATION_PATH, async (request, reply) => {
       const given = Buffer.from(String(request.headers[LEAVE_TOKEN_HEADER] ?? ''));
       if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
@@ -68,6 +72,17 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
           .code(403)
           .headers(podHeaders)
           .send({ error: 'Forbidden', message: `GET /leave-rotation needs the ${LEAVE_TOKEN_HEADER} header` });
+      }
+      let terminating: boolean;
+      try {
+        terminating = await leaving.terminating();
+      } catch (err) {
+        const message = `could not learn whether the Pod is terminating, nothing changed: ${errorMessage(err)}`;
+        return reply.code(503).headers(podHeaders).send({ error: 'Service Unavailable', message });
+      }
+      if (!terminating) {
+        const message = 'the Pod is not terminating (no deletionTimestamp): nothing changed';
+        return reply.code(409).headers(podHeaders).send({ error: 'Conflict', message });
       }
       await leaving.leave();
       return reply.headers(podHeaders).type('text/plain; charset=utf-8').send('left rotation');

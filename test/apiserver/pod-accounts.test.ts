@@ -340,7 +340,7 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     const advertising = { ...asked, [ANNOTATION.flags]: '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy --shutdown-timeout=8s' };
     assert.equal(await create(pod('advertising-0', { serviceAccountName: 'certshare' }, advertising)), 'created');
     const { metadata } = await stored('advertising-0');
-    assert.match(metadata!.annotations!['certshare.io/tailscaled-passwd']!, /^certshare:x:65532:/m);
+    assert.match(metadata!.annotations!['certshare.io/tailscaled-passwd']!, /^certshare-advertise:x:65533:/m);
     const patch = (annotations: Record<string, string | null>) =>
       cp().kubectl(['patch', 'pod', 'advertising-0', '-n', ns, '--type=merge', '-p', JSON.stringify({ metadata: { annotations } })], { kubeconfig: author });
     for (const value of ['certshare:x:0:0::/:/bin/sh\n', null]) {

@@ -6,7 +6,7 @@
 // front (for ACME Renewal Information) through a TCP relay on the host's loopback to tsenv's ACME socket.
 import { spawnSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before } from 'node:test';
@@ -71,6 +71,15 @@ export interface RealTailscaledOptions {
   /** The node's hostname and MagicDNS suffix: the cert domain is `<hostname>.<magicDnsDomain>`. Default TS_DOMAIN's. */
   hostname?: string;
   magicDnsDomain?: string;
+  /**
+   * What tailscaled reads as /etc/passwd (bind-mounted in a mount namespace of its own; needs root): how a
+   * Pod's passwd file lets tailscaled resolve its operator by name (src/injector/tailscale-operator.ts).
+   */
+  passwd?: string;
+  /** `tailscale up --operator=<user>`, as containerboot's TS_EXTRA_ARGS passes it. */
+  operator?: string;
+  /** TS_PERMIT_CERT_UID: a uid that may fetch certificates (PermitCert) without being the operator. */
+  permitCertUid?: string;
 }
 
 export interface RealTailscaled {
@@ -221,6 +230,7 @@ class RealTailscaledImpl implements RealTailscaled {
       `--login-server=${this.ready.control}`,
       `--hostname=${this.hostname}`,
       `--timeout=${Math.round(this.readyTimeoutMs / 1000)}s`,
+      ...(this.options.operator ? [`--operator=${this.options.operator}`] : []),
     ]);
     const keepAlive = setInterval(() => {}, 1000); // ManagedProcess children are unreferenced
     const exit = await login.exited.finally(() => clearInterval(keepAlive));
@@ -248,9 +258,17 @@ class RealTailscaledImpl implements RealTailscaled {
   async startTailscaled(): Promise<void> {
     if (this.stopped) throw new Error('real tailscaled was stopped');
     if (this.tailscaled) return;
+    let asPod: string[] = [];
+    if (this.options.passwd !== undefined) {
+      const passwd = join(this.dir, 'passwd');
+      await writeFile(passwd, this.options.passwd, { mode: 0o644 });
+      // A mount namespace of tailscaled's own, its /etc/passwd the file; `unshare` and `sh` exec: the pid is tailscaled's.
+      asPod = ['unshare', '--mount', '--propagation', 'private', '--', 'sh', '-c', 'mount --bind "$0" /etc/passwd && exec "$@"', passwd];
+    }
     const proc = this.inNamespace(
       'tailscaled',
       [
+        ...asPod,
         join(this.binDir, 'tailscaled'),
         '--tun=userspace-networking',
         `--socket=${this.socket}`,
@@ -263,6 +281,7 @@ class RealTailscaledImpl implements RealTailscaled {
         SSL_CERT_FILE: this.ready.bundle,
         // With only loopback, tailscaled would otherwise wait for a network that never comes.
         TS_ASSUME_NETWORK_UP_FOR_TEST: '1',
+        ...(this.options.permitCertUid ? { TS_PERMIT_CERT_UID: this.options.permitCertUid } : {}),
       },
     );
     this.tailscaled = proc;

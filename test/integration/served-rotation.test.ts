@@ -110,49 +110,6 @@ describe('served check and Service advertisement (emulator)', () => {
     }
   });
 
-  it('GET /leave-rotation (a preStop hook) needs the token, withdraws, answers after the failover and drain; the stop then has nothing left', async () => {
-    const token = 'leave-token-0123456789';
-    const proxy = await startTlsProxy(await makePair(DOMAIN, Date.now() - DAY, 30 * DAY));
-    const s = await setup(proxy, [
-      '--advertise-services',
-      SERVICE,
-      '--advertise-failover',
-      '400ms',
-      '--drain-delay',
-      '600ms',
-      '--shutdown-timeout',
-      '5s',
-      '--leave-token',
-      token,
-    ]);
-    try {
-      await until('the certificate held', () => s.daemon.health.infoOf(DOMAIN) !== undefined, [every50ms]);
-      proxy.serve(await heldPair(s.certDir));
-      await until('advertised', () => advertised(s), [every50ms]);
-      const url = `${s.daemon.address}/leave-rotation`;
-      for (const headers of [{}, { 'certshare-leave-token': 'leave-token-0123456780' }, { 'certshare-leave-token': 'short' }]) {
-        const refused = await fetch(url, { headers });
-        assert.equal(refused.status, 403, JSON.stringify(headers));
-      }
-      assert.equal(advertised(s), true, 'a refused call changes nothing');
-
-      const asked = Date.now();
-      const answer = await fetch(url, { headers: { 'certshare-leave-token': token } });
-      const tookMs = Date.now() - asked;
-      assert.equal(answer.status, 200);
-      assert.equal(await answer.text(), 'left rotation');
-      assert.equal(advertised(s), false, 'withdrawn before the answer');
-      assert.ok(tookMs >= 550, `answered after the failover wait and the drain delay (${tookMs} ms)`);
-      const edits = s.emulator.prefs.edits;
-      await s.daemon.stop();
-      assert.equal(s.emulator.prefs.edits, edits, 'no second edit on stop');
-      const waits = s.log.entries.filter((e) => e.msg?.includes('waiting for control to move clients'));
-      assert.equal(waits.length, 1, 'no second failover wait on stop');
-    } finally {
-      await s.done();
-    }
-  });
-
   it("--advertise-services serve-config: advertises the ServeConfig's Services, follows the file, withdraws what leaves it", async () => {
     const dir = await tempDir();
     const file = join(dir.path, 'serve.json');

@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
+import { advertiseDecision } from '../../src/core/advertisement.ts';
 import { LocalApiError, type IpnPrefs, type MaskedPrefs } from '../../src/core/localapi.ts';
 import { silentLogger } from '../../src/core/logger.ts';
 import { Advertiser, type PrefsApi } from '../../src/served/advertiser.ts';
@@ -54,12 +55,14 @@ function advertiserOn(api: FakePrefs, clock: FakeClock): Advertiser {
   return new Advertiser({
     api,
     services: () => [{ service: SERVICE, domain: 'web.tailnet-0000.ts.net' }],
-    facts: (_domain, now) => ({
-      held: { notBefore: now - DAY, notAfter: now + 30 * DAY },
-      served: api.allowed ? { verdict: 'ok' } : { verdict: 'bad', why: 'the proxy serves an expired certificate' },
-      now,
-      end: (h) => h.notAfter - 60_000,
-    }),
+    decide: (_entry, now) =>
+      advertiseDecision({
+        held: { notBefore: now - DAY, notAfter: now + 30 * DAY },
+        served: api.allowed ? { verdict: 'ok' } : { verdict: 'bad', why: 'the proxy serves an expired certificate' },
+        now,
+        end: (h) => h.notAfter - 60_000,
+        terminating: false,
+      }),
     nextEdge: () => undefined,
     clock,
     logger: silentLogger,
@@ -143,7 +146,7 @@ describe('Advertiser over any order of decisions, failures and edits by others',
     const advertiser = new Advertiser({
       api,
       services: () => listed.map((service) => ({ service, domain: `${service.slice(4)}.tailnet-0000.ts.net` })),
-      facts: (_domain, now) => ({ held: { notBefore: now - DAY, notAfter: now + 30 * DAY }, served: { verdict: 'ok' }, now, end: (h) => h.notAfter }),
+      decide: () => ({ advertise: true }),
       nextEdge: () => undefined,
       clock,
       logger: silentLogger,

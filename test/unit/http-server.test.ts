@@ -143,3 +143,54 @@ describe('http server', () => {
     }
   });
 });
+
+describe('GET /leave-rotation', () => {
+  const clock = new FakeClock();
+  const metrics = new Metrics(clock, { renewFraction: 1 / 3, checkIntervalMs: 86_400_000 }, { defaultMetrics: false });
+  const token = 'leave-token-0123456789';
+  let terminating: boolean | Error = false;
+  let left = 0;
+  const app = buildHttpServer({
+    health: new HealthState(),
+    metrics,
+    clock,
+    pod: { ipv4: '10.1.2.3', ipv6: undefined },
+    leaveRotation: {
+      token,
+      terminating: async () => {
+        if (terminating instanceof Error) throw terminating;
+        return terminating;
+      },
+      leave: async () => {
+        left++;
+      },
+    },
+  });
+  after(() => app.close());
+  const call = (headers: Record<string, string>) => app.inject({ method: 'GET', url: '/leave-rotation', headers, remoteAddress: '10.201.0.7' });
+
+  it('refuses a wrong token (403) before asking anything', async () => {
+    terminating = new Error('must not be asked');
+    const wrong: Array<Record<string, string>> = [{}, { 'certshare-leave-token': 'leave-token-0123456780' }, { 'certshare-leave-token': 'short' }];
+    for (const headers of wrong) assert.equal((await call(headers)).statusCode, 403, JSON.stringify(headers));
+    assert.equal(left, 0);
+  });
+
+  it('answers 409 and changes nothing while the Pod is not terminating, 503 when it cannot tell, and leaves once it is', async () => {
+    terminating = false;
+    const refused = await call({ 'certshare-leave-token': token });
+    assert.equal(refused.statusCode, 409);
+    assert.match(refused.body, /not terminating/);
+    assert.equal(refused.headers['pod-ipv4'], '10.1.2.3');
+    terminating = new Error('apiserver down');
+    const unknown = await call({ 'certshare-leave-token': token });
+    assert.equal(unknown.statusCode, 503);
+    assert.match(unknown.body, /apiserver down/);
+    assert.equal(left, 0, 'the token alone never takes the replica out of rotation');
+    terminating = true;
+    const done = await call({ 'certshare-leave-token': token });
+    assert.equal(done.statusCode, 200);
+    assert.equal(done.body, 'left rotation');
+    assert.equal(left, 1);
+  });
+});

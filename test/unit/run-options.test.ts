@@ -37,6 +37,8 @@ describe('run configuration: one validation step before anything starts', () => 
       {},
       /--rate-limit-retry must not be above --retry-cap/,
     ],
+    ['--leave-token standalone', ['--domain', DOMAIN, '--leave-token', 'leave-token-0123456789'], {}, /--leave-token needs --store kube and POD_NAME/],
+    ['--leave-token, no POD_NAME', [...KUBE, '--leave-token', 'leave-token-0123456789'], {}, /--leave-token needs --store kube and POD_NAME/],
     ['--log-level loud', ['--domain', DOMAIN, '--log-level', 'loud'], {}, /--log-level must be debug, info, warn, error/],
     ['--routing-attempts 0', ['--domain', DOMAIN, '--routing-attempts', '0'], {}, /--routing-attempts must be a positive integer/],
     ['--routing-attempts 2.5', ['--domain', DOMAIN, '--routing-attempts', '2.5'], {}, /--routing-attempts must be a positive integer/],

@@ -34,4 +34,5 @@ export type {
   V1Secret,
   V1SecurityContext,
   V1Volume,
+  V1VolumeMount,
 } from '@kubernetes/client-node/dist/gen/models/all.js';

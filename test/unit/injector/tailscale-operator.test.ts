@@ -47,13 +47,14 @@ const tailscaleOf = (p: V1Pod) => [...(p.spec!.initContainers ?? []), ...p.spec!
 const extraArgs = (p: V1Pod) => tailscaleOf(p).env?.filter((e) => e.name.includes('EXTRA_ARGS'));
 
 describe("the injector's tailscaled operator grant", () => {
-  it('a Pod that advertises: tailscaled resolves certshare by name (a passwd file from the downward API) and names it operator', () => {
+  it('a Pod that advertises: tailscaled resolves the advertise agent by name (a passwd file from the downward API) and names it operator', () => {
     const { allowed, message, stored } = admit(pod(ADVERTISING));
     assert.equal(allowed, true, message);
     const passwd = stored.metadata!.annotations![PASSWD_ANNOTATION]!;
-    assert.match(passwd, /^certshare:x:65532:65532:/m);
+    assert.match(passwd, /^certshare-advertise:x:65533:65533:/m, "the advertise agent's uid is the operator");
+    assert.doesNotMatch(passwd, /:65532:/, "certshare's uid is nobody tailscaled can name");
     assert.match(passwd, /^root:x:0:0:/m, 'root stays resolvable for containerboot and tailscaled');
-    assert.deepEqual(extraArgs(stored), [{ name: 'TS_EXTRA_ARGS', value: '--operator=certshare' }]);
+    assert.deepEqual(extraArgs(stored), [{ name: 'TS_EXTRA_ARGS', value: '--operator=certshare-advertise' }]);
     const tailscale = tailscaleOf(stored);
     const mount = tailscale.volumeMounts!.find((m) => m.mountPath === '/etc/passwd');
     assert.deepEqual(mount, { name: 'certshare-tailscaled-passwd', mountPath: '/etc/passwd', subPath: 'passwd', readOnly: true });
@@ -66,6 +67,40 @@ describe("the injector's tailscaled operator grant", () => {
     assert.ok(!proxy.volumeMounts!.some((m) => m.mountPath === '/etc/passwd'));
     // Called again on the Pod it injected: nothing more.
     assert.equal(admit(stored).patched, false);
+  });
+
+  it("advertises through the agent's container (its own uid, no token, no port), never by certshare's own prefs edits", () => {
+    for (const p of [pod(ADVERTISING), pod(ADVERTISING, {}, { [OPERATOR_ANNOTATION]: 'manual' })]) {
+      const { allowed, message, stored } = admit(p);
+      assert.equal(allowed, true, message);
+      const agent = stored.spec!.containers.find((c) => c.name === 'certshare-advertise')!;
+      const certshare = stored.spec!.initContainers!.find((c) => c.name === 'certshare')!;
+      assert.deepEqual(agent.args, ['advertise-agent']);
+      assert.equal(agent.image, certshare.image);
+      assert.deepEqual(agent.env, [
+        { name: 'CERTSHARE_ADVERTISE_SERVICES', value: 'svc:proxy' },
+        { name: 'CERTSHARE_EXCHANGE', value: '/run/certshare-advertise' },
+        { name: 'CERTSHARE_LOCALAPI', value: '/var/run/tailscale/tailscaled.sock' },
+      ]);
+      assert.equal(agent.securityContext?.runAsUser, 65533);
+      assert.equal(agent.securityContext?.readOnlyRootFilesystem, true);
+      assert.deepEqual(agent.securityContext?.capabilities, { drop: ['ALL'] });
+      assert.equal(agent.ports, undefined);
+      assert.ok(!agent.volumeMounts!.some((m) => m.mountPath.startsWith('/var/run/secrets')), 'no token');
+      assert.equal(agent.lifecycle?.preStop?.httpGet?.path, '/leave-rotation', 'stays until certshare withdrew');
+      const mode = (c: V1Container, name: string) => (c.volumeMounts!.find((m) => m.name === name)?.readOnly ? 'ro' : 'rw');
+      assert.deepEqual(
+        ['certshare-advertise-request', 'certshare-advertise-status'].map((v) => [mode(certshare, v), mode(agent, v)]),
+        [
+          ['rw', 'ro'],
+          ['ro', 'rw'],
+        ],
+        'each side writes its own volume only',
+      );
+      assert.ok(certshare.env!.some((e) => e.name === 'CERTSHARE_ADVERTISE_AGENT' && e.value === '/run/certshare-advertise'));
+      assert.equal(admit(stored).patched, false, 'called again: nothing more');
+    }
+    assert.ok(!admit(pod(undefined)).stored.spec!.containers.some((c) => c.name === 'certshare-advertise'), 'no agent without Services');
   });
 
   it('a Pod that does not advertise, says manual, or whose platform says manual: nothing of the kind', () => {
@@ -85,15 +120,15 @@ describe("the injector's tailscaled operator grant", () => {
 
   it("TS_EXTRA_ARGS keeps what it held: a value is extended, a Secret's or ConfigMap's is referenced under another name", () => {
     const literal = admit(pod(ADVERTISING, { env: [{ name: 'TS_EXTRA_ARGS', value: '--login-server=https://hs.example' }] })).stored;
-    assert.deepEqual(extraArgs(literal), [{ name: 'TS_EXTRA_ARGS', value: '--login-server=https://hs.example --operator=certshare' }]);
-    const already = admit(pod(ADVERTISING, { env: [{ name: 'TS_EXTRA_ARGS', value: '--operator=certshare' }] })).stored;
-    assert.deepEqual(extraArgs(already), [{ name: 'TS_EXTRA_ARGS', value: '--operator=certshare' }]);
+    assert.deepEqual(extraArgs(literal), [{ name: 'TS_EXTRA_ARGS', value: '--login-server=https://hs.example --operator=certshare-advertise' }]);
+    const already = admit(pod(ADVERTISING, { env: [{ name: 'TS_EXTRA_ARGS', value: '--operator=certshare-advertise' }] })).stored;
+    assert.deepEqual(extraArgs(already), [{ name: 'TS_EXTRA_ARGS', value: '--operator=certshare-advertise' }]);
     const valueFrom = { configMapKeyRef: { name: 'tailscale', key: 'TS_EXTRA_ARGS' } };
     const referenced = admit(pod(ADVERTISING, { env: [{ name: 'TS_EXTRA_ARGS', valueFrom }], envFrom: [{ configMapRef: { name: 'tailscale' } }] })).stored;
     // The kubelet expands $(NAME) from the variables before it.
     assert.deepEqual(extraArgs(referenced), [
       { name: 'TS_EXTRA_ARGS_BEFORE_OPERATOR', valueFrom },
-      { name: 'TS_EXTRA_ARGS', value: '$(TS_EXTRA_ARGS_BEFORE_OPERATOR) --operator=certshare' },
+      { name: 'TS_EXTRA_ARGS', value: '$(TS_EXTRA_ARGS_BEFORE_OPERATOR) --operator=certshare-advertise' },
     ]);
   });
 
@@ -103,7 +138,7 @@ describe("the injector's tailscaled operator grant", () => {
     p.spec!.initContainers = [{ ...tailscale, restartPolicy: 'Always' }];
     const { allowed, message, stored } = admit(p);
     assert.equal(allowed, true, message);
-    assert.deepEqual(extraArgs(stored), [{ name: 'TS_EXTRA_ARGS', value: '--operator=certshare' }]);
+    assert.deepEqual(extraArgs(stored), [{ name: 'TS_EXTRA_ARGS', value: '--operator=certshare-advertise' }]);
   });
 
   it('refuses, naming the way out, what it cannot grant without losing something', () => {

@@ -1,0 +1,151 @@
+// certshare advertise-agent and its exchange with certshare (src/served/advertise-agent.ts,
+// advertise-exchange.ts), on a real directory and prefs kept in memory: the agent advertises only what
+// certshare's request names and its own allow list allows, withdraws on any request it cannot believe (garbage,
+// too large, a symlink, a FIFO, unknown fields) and on stop, and edits nothing but AdvertiseServices.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, it } from 'node:test';
+import { ADVERTISE_AGENT_FLAGS, advertiseAgentConfigFrom } from '../../src/config/advertise-agent-options.ts';
+import { systemClock } from '../../src/core/clock.ts';
+import { parseFlags } from '../../src/flags/flags.ts';
+import type { IpnPrefs, MaskedPrefs } from '../../src/core/localapi.ts';
+import { silentLogger } from '../../src/core/logger.ts';
+import { isNotListening } from '../../src/localapi/client.ts';
+import { type AdvertiseAgent, createAdvertiseAgent } from '../../src/served/advertise-agent.ts';
+import { MAX_EXCHANGE_BYTES, agentPrefs, parseRequest, requestPath } from '../../src/served/advertise-exchange.ts';
+import type { PrefsApi } from '../../src/served/advertiser.ts';
+import { until } from '../support/wait.ts';
+
+const every10ms = (l: () => void): (() => void) => {
+  const timer = setInterval(l, 10);
+  return () => clearInterval(timer);
+};
+
+class MemoryPrefs implements PrefsApi {
+  services: string[] = ['svc:other'];
+  readonly edits: MaskedPrefs[] = [];
+  async prefs(): Promise<IpnPrefs> {
+    return { AdvertiseServices: [...this.services], ExitNodeID: '' };
+  }
+  async editPrefs(masked: MaskedPrefs): Promise<IpnPrefs> {
+    this.edits.push(masked);
+    this.services = [...masked.AdvertiseServices];
+    return this.prefs();
+  }
+}
+
+describe('advertise agent', () => {
+  let dir: string;
+  let prefs: MemoryPrefs;
+  let agent: AdvertiseAgent;
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'certshare-agent-'));
+    await mkdir(join(dir, 'request'));
+    await mkdir(join(dir, 'status'));
+    prefs = new MemoryPrefs();
+    agent = createAdvertiseAgent({
+      api: prefs,
+      services: ['svc:web', 'svc:api'],
+      dir,
+      clock: systemClock,
+      logger: silentLogger,
+      pollMs: 10,
+      resyncMs: 60_000,
+    });
+    agent.start();
+  });
+  afterEach(async () => {
+    await agent.stop(AbortSignal.timeout(5000));
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  const request = (text: string): Promise<void> => writeFile(requestPath(dir), text);
+  const advertised =
+    (...services: string[]) =>
+    () =>
+      JSON.stringify(prefs.services) === JSON.stringify(['svc:other', ...services]);
+
+  it("advertises what certshare's request names within its allow list, keeps others' Services, edits nothing else", async () => {
+    await request('{"seq":1,"advertise":["svc:web","svc:evil"]}');
+    await until('svc:web advertised', advertised('svc:web'), [every10ms]);
+    await request('{"seq":2,"advertise":["svc:api","svc:web"]}');
+    await until('both advertised', () => prefs.services.includes('svc:api') && prefs.services.includes('svc:web'), [every10ms]);
+    await request('{"seq":3,"advertise":[]}');
+    await until('withdrawn', advertised(), [every10ms]);
+    assert.ok(!prefs.services.includes('svc:evil'), 'never a Service outside --advertise-services');
+    for (const edit of prefs.edits) assert.deepEqual(Object.keys(edit).sort(), ['AdvertiseServices', 'AdvertiseServicesSet'], 'only AdvertiseServices');
+    const status = (): string => readFileSync(join(dir, 'status', 'advertised.json'), 'utf8');
+    await until('the status names request 3', () => status().includes('"seq":3'), [every10ms]);
+    assert.deepEqual(JSON.parse(status()), { seq: 3, advertised: [], stopped: false });
+  });
+
+  const garbage: Array<[string, () => Promise<void>]> = [
+    ['not JSON', () => request('{"seq":2,"advertise":["svc:web"')],
+    ['unknown fields', () => request('{"seq":2,"advertise":["svc:web"],"prefs":{"WantRunning":false}}')],
+    ['a name that is no Service', () => request('{"seq":2,"advertise":["svc:web","WEB"]}')],
+    ['a negative seq', () => request('{"seq":-2,"advertise":["svc:web"]}')],
+    ['too large', () => request(`{"seq":2,"advertise":["svc:web"]}${' '.repeat(MAX_EXCHANGE_BYTES)}`)],
+    [
+      'a symlink',
+      async () => {
+        const elsewhere = join(dir, 'elsewhere.json');
+        await writeFile(elsewhere, '{"seq":2,"advertise":["svc:web"]}');
+        await rm(requestPath(dir));
+        await symlink(elsewhere, requestPath(dir));
+      },
+    ],
+    [
+      'a FIFO (never blocks the agent)',
+      async () => {
+        await rm(requestPath(dir));
+        execFileSync('mkfifo', [requestPath(dir)]);
+      },
+    ],
+    ['removed', () => rm(requestPath(dir))],
+  ];
+  for (const [what, write] of garbage) {
+    it(`withdraws on a request it cannot believe: ${what}`, async () => {
+      await request('{"seq":1,"advertise":["svc:web"]}');
+      await until('advertised', advertised('svc:web'), [every10ms]);
+      await write();
+      await until('withdrawn', advertised(), [every10ms]);
+    });
+  }
+
+  it("certshare's side: an edit waits for the agent's status naming it; after the agent's stop, nobody to ask", async () => {
+    const certshare = agentPrefs(dir, systemClock, 5000);
+    const answer = await certshare.editPrefs({ AdvertiseServicesSet: true, AdvertiseServices: ['svc:web'] }, AbortSignal.timeout(5000));
+    assert.deepEqual(answer.AdvertiseServices, ['svc:web']);
+    assert.deepEqual(prefs.services, ['svc:other', 'svc:web']);
+    assert.deepEqual((await certshare.prefs(AbortSignal.timeout(1000))).AdvertiseServices, ['svc:web']);
+    await agent.stop(AbortSignal.timeout(5000));
+    assert.deepEqual(prefs.services, ['svc:other'], 'withdrawn on stop');
+    await assert.rejects(certshare.prefs(AbortSignal.timeout(1000)), (err) => isNotListening(err));
+  });
+
+  it('parses only the exact request shape', () => {
+    assert.deepEqual(parseRequest('{"seq":7,"advertise":["svc:web","svc:web"]}'), { seq: 7, advertise: ['svc:web'] });
+    for (const text of ['[]', 'null', '{"seq":1}', '{"seq":1.5,"advertise":[]}', `{"seq":1,"advertise":${JSON.stringify(Array(65).fill('svc:a'))}}`])
+      assert.throws(() => parseRequest(text), /CERTSHARE_BAD_EXCHANGE|advertise request/, text);
+  });
+});
+
+describe('certshare advertise-agent flags', () => {
+  const parse = (args: string[], env: NodeJS.ProcessEnv = {}) => advertiseAgentConfigFrom(parseFlags(ADVERTISE_AGENT_FLAGS, args, env));
+
+  it('needs an allow list of Service names and the exchange directory', () => {
+    // As the injector sets it: the sidecar's value, comma separated, in the environment.
+    assert.deepEqual(parse([], { CERTSHARE_ADVERTISE_SERVICES: 'svc:web,svc:api', CERTSHARE_EXCHANGE: '/run/x' }).services, ['svc:web', 'svc:api']);
+    const refused: Array<[string[], RegExp]> = [
+      [['--exchange', '/run/x'], /at least one --advertise-services/],
+      [['--advertise-services', 'serve-config', '--exchange', '/run/x'], /not a Tailscale Service name/],
+      [['--advertise-services', 'svc:web'], /needs --exchange/],
+      [[...Array.from({ length: 65 }, (_, i) => ['--advertise-services', `svc:s${i}`]).flat(), '--exchange', '/run/x'], /at most 64/],
+    ];
+    for (const [args, problem] of refused) assert.throws(() => parse(args), problem, args.join(' '));
+  });
+});

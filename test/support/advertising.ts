@@ -1,0 +1,76 @@
+// certshare advertising a Tailscale Service on the real tailscaled (test/harness/tailscale.ts): the prefs as the
+// tests read them, and the common start: a daemon whose proxy (a loopback TLS listener) first serves a foreign
+// certificate, under which nothing may be advertised, then the certificate certshare holds.
+import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Daemon } from '../../src/daemon.ts';
+import { createCertificateAuthority } from '../../src/pki/ca.ts';
+import type { RealTailscaled } from '../harness/tailscale.ts';
+import { DAY, makePair } from './certs.ts';
+import { standaloneDaemon } from './standalone.ts';
+import { startTlsProxy, type TestProxy } from './tls-proxy.ts';
+import { until } from './wait.ts';
+
+export async function prefsOf(ts: RealTailscaled): Promise<Record<string, unknown>> {
+  const res = await ts.localApi('/localapi/v0/prefs');
+  assert.equal(res.status, 200, res.body);
+  return JSON.parse(res.body) as Record<string, unknown>;
+}
+
+export const advertisedIn = (p: Record<string, unknown>): string[] => (p.AdvertiseServices as string[] | null) ?? [];
+
+/** The prefs but AdvertiseServices: what advertising must never change. */
+export function otherPrefs(p: Record<string, unknown>): Record<string, unknown> {
+  const { AdvertiseServices: _, ...rest } = p;
+  return rest;
+}
+
+const every100ms = (l: () => void): (() => void) => {
+  const timer = setInterval(l, 100);
+  return () => clearInterval(timer);
+};
+
+/**
+ * certshare (in this process) with `--advertise-services service` and `flags`: not advertised while the proxy
+ * serves a foreign certificate, then advertised once it serves the one held. Resolves with the prefs then;
+ * the caller stops the daemon and the proxy (also when this rejects: they are handed over first).
+ */
+export async function advertisedOnceServed(
+  ts: RealTailscaled,
+  certDir: string,
+  service: string,
+  flags: string[],
+  started: (parts: { daemon: Daemon; proxy: TestProxy }) => void,
+  explain: () => string = () => '',
+): Promise<Record<string, unknown>> {
+  const foreignCa = await createCertificateAuthority({ name: 'not pebble', now: Date.now() });
+  const proxy = await startTlsProxy(await makePair(ts.domain, Date.now() - DAY, 30 * DAY, foreignCa));
+  const daemon = await standaloneDaemon(ts, certDir, [
+    '--domain',
+    ts.domain,
+    '--served-check',
+    `127.0.0.1:${proxy.port}`,
+    '--served-check-interval',
+    '1s',
+    '--advertise-services',
+    service,
+    ...flags,
+  ]);
+  started({ daemon, proxy });
+  const before = advertisedIn(await prefsOf(ts));
+  await until('the certificate held and the proxy checked', () => daemon.health.details().some((l) => l.includes('never held')), [every100ms], 120_000);
+  assert.deepEqual(advertisedIn(await prefsOf(ts)), before, 'not advertised while the proxy serves another certificate');
+  proxy.serve({
+    certPem: await readFile(join(certDir, ts.domain, 'tls.crt'), 'utf8'),
+    keyPem: await readFile(join(certDir, ts.domain, 'tls.key'), 'utf8'),
+  });
+  const deadline = Date.now() + 30_000;
+  let now = await prefsOf(ts);
+  while (!advertisedIn(now).includes(service)) {
+    assert.ok(Date.now() < deadline, `${service} never advertised${explain()}`);
+    await new Promise((r) => setTimeout(r, 100));
+    now = await prefsOf(ts);
+  }
+  return now;
+}
