@@ -234,8 +234,8 @@ export class CertLoop {
     this.#held.dropIfExpired();
     const writer = this.#deps.role.canIssue(this.domain);
     if (writer) this.#dueSince = undefined;
-    // Only a writer without a certificate waits for a first issuance; renewals are exempt.
-    if (this.#held.best || !writer) this.#budgetQueue.leave();
+    // Only a writer of a name never held waits for a first issuance; renewals (after an expiry too) are exempt.
+    if (this.#held.wasHeld || !writer) this.#budgetQueue.leave();
   }
 
   /** What the rules read, as it is now: the clock and the role are read again for every decision of a turn. */
@@ -301,7 +301,8 @@ export class CertLoop {
     const { budget, availability, observer } = this.#deps;
     budget?.settled(this.domain);
     await availability.waitFor(this.domain, signal);
-    if (!budget || this.#held.best) return { kind: 'not_needed' };
+    // A name held before is renewed, expired or not: the ledger (perhaps at an unreachable home) is for new names.
+    if (!budget || this.#held.wasHeld) return { kind: 'not_needed' };
     let verdict: BudgetVerdict;
     try {
       verdict = await budget.request(this.domain, {}, signal);
