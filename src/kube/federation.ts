@@ -377,7 +377,7 @@ export class Federation {
     this.#localCopy.set(domain, cert);
     if (breakGlass) {
       this.#breakGlass.delete(domain);
-      logger.warn({ domain, serial: cert.info.serial }, 'break-glass: issued without the federation home, recorded locally');
+      logger.warn({ domain, serial: cert.info.serial, window: granted.window ?? 'none' }, 'break-glass: issued without the federation home, recorded locally');
       onBreakGlass(domain, cert.info.serial);
     }
   }
