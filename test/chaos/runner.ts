@@ -441,7 +441,8 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
             if (line.msg === 'became the writer' || line.msg === 'no longer the writer') log(`${replica}: ${line.msg}`);
             if (typeof line.msg === 'string' && line.msg.startsWith('break-glass: issued') && typeof line.serial === 'string') {
               breakGlass.add(line.serial.toLowerCase());
-              const window = `${prefix}${String(line.domain)} replacing ${String(line.window ?? '?')}`;
+              // A log without the window (an older certshare): the serial stands for it.
+              const window = `${prefix}${String(line.domain)} replacing ${String(line.window ?? `? (${line.serial})`)}`;
               breakGlassWindows.set(window, (breakGlassWindows.get(window) ?? new Set()).add(line.serial.toLowerCase()));
               log(`${replica}: break-glass issuance ${line.serial} (${String(line.domain)}, window ${String(line.window ?? '?')})`);
             }
