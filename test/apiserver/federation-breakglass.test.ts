@@ -81,9 +81,9 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     }
   }
 
-  /** West's local writer breaks glass once (its emulator signs), or `reads` turns pass without it: the count signed. */
+  /** West's local writer breaks glass (its log says so, once the certificate is stored locally). */
   async function westBreaksGlass(from: number): Promise<void> {
-    await westOutageReads(10, () => logged(westReplicas(), /^break-glass: issued/) > from);
+    await until('west breaks glass', () => logged(westReplicas(), /^break-glass: issued/) > from, anyChange(), 30_000);
   }
 
   it('breaks glass in the window of the copy it held, while the home renewed for the others', async () => {
@@ -157,7 +157,9 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
   it('a copy that expired while the member was cut off is renewed without the ledger at the home', async () => {
     // The clock passes the copy's whole margin at once (a CA that failed until then does the same): west's copy
     // expires unrenewed. The name was held: the issuance is a renewal, the ledger (at the home) not asked.
-    await until('every replica holds one certificate', () => agreed() !== undefined, anyChange(), 60_000);
+    await until('every replica holds one certificate', () => agreed() !== undefined, anyChange(), 60_000).catch((err: unknown) => {
+      throw new Error(`${(err as Error).message}: ${replicas.map((r) => `${r.member}/${r.pod} ${serial(r)}`).join(', ')}`);
+    });
     const held = current(replicas[0]!)!;
     const westBefore = signedBy(westReplicas());
     const glassBefore = logged(westReplicas(), /^break-glass: issued/);
@@ -173,8 +175,21 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     } finally {
       relay.restore();
     }
-    // East renewed its expired copy at the same moment: the later notAfter wins (a tie: the home's), one everywhere.
-    await until('every replica holds one certificate', () => agreed() !== undefined, anyChange(), 30_000);
-    await secretsHold(where(), SHARED, agreed()!, anyChange, 30_000);
+    // East renewed its expired copy at the same moment: the later notAfter wins every Secret (a tie, both
+    // issued in one second: the home's); a replica keeps its own of the same notAfter, valid.
+    const sameExpiry = (): boolean => {
+      const ends = replicas.map((r) => current(r)?.info.notAfter);
+      return ends.every((end) => end !== undefined && end === ends[0] && clock.now() < end);
+    };
+    await until('every replica holds a valid certificate, all expiring together', sameExpiry, anyChange(), 30_000);
+    for (let attempt = 1; ; attempt++) {
+      const home = (await secretAt(bed.home(), HOME_NS, SHARED)).serial;
+      try {
+        await secretsHold(where(), SHARED, home, anyChange, 10_000);
+        break;
+      } catch (err) {
+        if (attempt === 3) throw err;
+      }
+    }
   });
 });
