@@ -163,7 +163,8 @@ export class HomeChaos {
         }
       }
       // An outage runs to its end here (not in the background): the links' schedule resumes after it.
-      if (now >= nextOutage && until - now > 10_000) {
+      // Not during a double partition: the pattern is one member cut off while the home renews for the others.
+      if (now >= nextOutage && until - now > 10_000 && second.size === 0) {
         nextOutage = now + rng.exponential(t.outageEveryMs);
         await this.#outage();
       }
