@@ -232,8 +232,8 @@ export class CertLoop {
     this.#held.dropIfExpired();
     const writer = this.#deps.role.canIssue(this.domain);
     if (writer) this.#dueSince = undefined;
-    // Only a writer without a certificate waits for a first issuance; renewals are exempt.
-    if (this.#held.best || !writer) this.#budgetQueue.leave();
+    // Only a writer of a name never held waits for a first issuance; renewals (after an expiry too) are exempt.
+    if (this.#held.wasHeld || !writer) this.#budgetQueue.leave();
   }
 
   /** What the rules read, as it is now: the clock and the role are read again for every decision of a turn. */
@@ -300,9 +300,12 @@ export class CertLoop {
     budget?.settled(this.domain);
     await availability.waitFor(this.domain, signal);
     if (!budget) return { kind: 'not_needed' };
+    // A name held before is renewed, expired or not: the first-issuance slots (perhaps at an unreachable home)
+    // are for new names; a renewal only counts against the name's CA limit.
+    const renewal = this.#held.best !== undefined || this.#held.wasHeld;
     let verdict: BudgetVerdict;
     try {
-      verdict = await (this.#held.best ? budget.requestReissue(this.domain, signal) : budget.request(this.domain, {}, signal));
+      verdict = await (renewal ? budget.requestReissue(this.domain, signal) : budget.request(this.domain, {}, signal));
     } catch (err) {
       if (signal.aborted) throw err;
       this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'issuance ledger unusable; not issuing');

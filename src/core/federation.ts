@@ -29,20 +29,58 @@ export type HomeOutageVerdict =
   | { kind: 'broken'; serial: string };
 
 /**
- * What a member's writer may do while the home is unreachable. `breakGlass`: the certificate this member
- * obtained on its own since it last heard from the home, if any (kept in its local Secret: a restart does
- * not forget it).
+ * A member's break-glass issuance as its local Secret records it: the certificate it issued, and the window
+ * it was spent in, named by the copy it replaced (null: the member held no valid copy). `window` undefined:
+ * a record of before windows were named (the serial alone).
+ */
+export interface BreakGlassRecord {
+  serial: string;
+  window: string | null | undefined;
+}
+
+// A serial is hex (X509Certificate.serialNumber); RFC 5280 bounds it to 20 octets.
+const RECORD = /^([0-9A-F]{1,40})(?: replacing ([0-9A-F]{1,40}|none))?$/;
+
+/** The annotation's value: `<serial> replacing <serial of the copy it replaced, or none>`. */
+export function formatBreakGlassRecord(record: { serial: string; window: string | null }): string {
+  return `${record.serial} replacing ${record.window ?? 'none'}`;
+}
+
+/** Reads the annotation's value; anything else than formatBreakGlassRecord's form (or a bare serial) is no record. */
+export function parseBreakGlassRecord(value: string | undefined): BreakGlassRecord | undefined {
+  const match = value === undefined || value.length > 100 ? null : RECORD.exec(value);
+  if (!match) return undefined;
+  const window = match[2];
+  return { serial: match[1]!, window: window === undefined ? undefined : window === 'none' ? null : window };
+}
+
+/**
+ * Whether the window of the copy `serial` (undefined: no valid copy) is spent: the record names it. A later
+ * window (the member now holds another certificate: its own break-glass one, or the home's) has its own one.
+ * A record of before windows were named stands for as long as its certificate is the member's.
+ */
+export function breakGlassSpent(record: BreakGlassRecord | undefined, serial: string | undefined): boolean {
+  if (!record) return false;
+  if (record.window === undefined) return record.serial === serial;
+  return record.window === (serial ?? null);
+}
+
+/**
+ * What a member's writer may do while the home is unreachable. `held`: its valid local copy, if any.
+ * `breakGlass`: the record in its local Secret (a restart or a takeover of the local Lease does not forget
+ * it): the window it names is spent.
  */
 export function homeOutageVerdict(input: {
-  held: HeldValidity | undefined;
+  held: (HeldValidity & { serial: string }) | undefined;
   now: number;
   policy: Pick<RenewalPolicy, 'renewFraction'>;
   readinessLeadMs: number;
-  breakGlass?: { serial: string } | undefined;
+  breakGlass?: BreakGlassRecord | undefined;
 }): HomeOutageVerdict {
-  if (input.breakGlass) return { kind: 'broken', serial: input.breakGlass.serial };
-  if (!input.held || input.now >= input.held.notAfter) return { kind: 'break_glass' };
-  const at = breakGlassPoint(input.held, input.policy, input.readinessLeadMs);
+  const copy = input.held && input.now < input.held.notAfter ? input.held : undefined;
+  if (input.breakGlass && breakGlassSpent(input.breakGlass, copy?.serial)) return { kind: 'broken', serial: input.breakGlass.serial };
+  if (!copy) return { kind: 'break_glass' };
+  const at = breakGlassPoint(copy, input.policy, input.readinessLeadMs);
   return input.now >= at ? { kind: 'break_glass' } : { kind: 'serve', until: at };
 }
 

@@ -32,6 +32,8 @@ export class HeldCertificate {
   #callFloor = -Infinity;
   /** The shortest validity a certificate had when a renewal call returned it: what this issuer really gives. */
   #freshValidityMs: number | undefined;
+  /** A valid certificate of the name was held once: its next issuance is a renewal, also after an expiry. */
+  #wasHeld = false;
 
   constructor(deps: HeldCertificateDeps) {
     this.#deps = deps;
@@ -39,6 +41,11 @@ export class HeldCertificate {
 
   get best(): StoredCert | undefined {
     return this.#best;
+  }
+
+  /** Whether this loop ever held a valid certificate of the name (what dropIfExpired does not forget). */
+  get wasHeld(): boolean {
+    return this.#wasHeld;
   }
 
   get pending(): StoredCert | undefined {
@@ -87,10 +94,12 @@ export class HeldCertificate {
     if (!isCurrentlyValid(candidate.info, now)) return;
     if (this.#best && this.#best.info.notAfter >= candidate.info.notAfter) return;
     this.#best = candidate;
+    this.#wasHeld = true;
     this.#deps.firstCertificate?.cleared();
     this.#deps.observer.certificate(this.#deps.domain, candidate);
   }
 
+  /** Stops serving an expired certificate; the name stays one that was held (wasHeld). */
   dropIfExpired(): void {
     if (this.#best && !isCurrentlyValid(this.#best.info, this.#deps.clock.now())) {
       this.#deps.log.warn({ serial: this.#best.info.serial }, 'certificate expired');

@@ -6,7 +6,7 @@
 import { systemClock, type Clock } from '../core/clock.ts';
 import { doubling } from '../core/backoff.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { homeOutageVerdict, reconcile, type CopyView } from '../core/federation.ts';
+import { formatBreakGlassRecord, homeOutageVerdict, parseBreakGlassRecord, reconcile, type CopyView } from '../core/federation.ts';
 import type { Logger } from '../core/logger.ts';
 import type { RenewalPolicy } from '../core/renewal.ts';
 import type { CertStore, IssuanceRole, LoadOptions, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/store.ts';
@@ -176,10 +176,11 @@ export class Federation {
   /** The local copy as the last local load() saw it (the break-glass verdict's input). */
   readonly #localCopy = new Map<string, StoredCert>();
   /**
-   * Domains the role let issue by break-glass, and when: a certificate obtained from tailscaled since then
-   * is recorded as one (a restore of a certificate held before is not).
+   * Domains the role let issue by break-glass, when, and the window (the serial of the copy held then, null:
+   * none): a certificate obtained from tailscaled since then is recorded as that window's (a restore of a
+   * certificate held before is not).
    */
-  readonly #breakGlass = new Map<string, number>();
+  readonly #breakGlass = new Map<string, { at: number; window: string | null }>();
   readonly #watches = new Set<{ domain: string; listener: () => void; offHome?: (() => void) | undefined }>();
   #elector: LeaseElector | undefined;
   #stopped = false;
@@ -256,16 +257,15 @@ export class Federation {
         if (!this.#localWriter()) return false;
         if (!this.#homeDown.has(domain)) return this.#elector?.canIssue() ?? false;
         const copy = this.#localCopy.get(domain);
-        const recorded = this.#o.local.store.annotation(domain, ANNOTATION_BREAK_GLASS);
         const verdict = homeOutageVerdict({
           held: copy && { ...copy.info, obtainedAt: copy.obtainedAt },
           now: this.#o.clock.now(),
           policy: this.#o.renewal,
           readinessLeadMs: this.#o.readinessLeadMs,
-          breakGlass: copy && recorded === copy.info.serial ? { serial: recorded } : undefined,
+          breakGlass: parseBreakGlassRecord(this.#o.local.store.annotation(domain, ANNOTATION_BREAK_GLASS)),
         });
         if (verdict.kind !== 'break_glass') return false;
-        if (!this.#breakGlass.has(domain)) this.#breakGlass.set(domain, this.#o.clock.now());
+        if (!this.#breakGlass.has(domain)) this.#breakGlass.set(domain, { at: this.#o.clock.now(), window: copy?.info.serial ?? null });
         return true;
       },
       canWrite: (domain) => (local.canWrite ? local.canWrite(domain) : local.canIssue(domain)),
@@ -336,12 +336,25 @@ export class Federation {
         await home.store.save(domain, localCert, signal);
         return await home.store.load(domain, signal);
       }
+      if (homeCert && plan.kind !== 'push_to_home') await this.#supersedeBreakGlass(domain, homeCert.info.serial, signal);
     } catch (err) {
       // A compare-and-swap lost (someone wrote meanwhile), or the other side failed: the next turn looks again.
       if (signal.aborted) throw err;
       logger.info({ domain, err: errorMessage(err) }, 'federation mirror write did not go through; trying again at the next read');
     }
     return withLocalCopy(homeRead, localCert, clock.now());
+  }
+
+  /**
+   * The home is back and the member holds the home's copy: its break-glass record is superseded (removed),
+   * whichever certificate the home's is (the member's own break-glass one, adopted everywhere, included).
+   */
+  async #supersedeBreakGlass(domain: string, homeSerial: string, signal: AbortSignal): Promise<void> {
+    const { local, logger } = this.#o;
+    const recorded = local.store.annotation(domain, ANNOTATION_BREAK_GLASS);
+    if (recorded === undefined || this.#localCopy.get(domain)?.info.serial !== homeSerial) return;
+    await local.store.removeAnnotation(domain, ANNOTATION_BREAK_GLASS, signal);
+    logger.info({ domain, record: recorded.slice(0, 100), serial: homeSerial }, 'break-glass record superseded: the member holds the home copy');
   }
 
   async #save(domain: string, cert: StoredCert, signal: AbortSignal, options?: SaveOptions): Promise<void> {
@@ -358,12 +371,13 @@ export class Federation {
     // The home is away: a new certificate the role let through is a break-glass one, recorded with it.
     const known = this.#localCopy.get(domain)?.info.serial;
     const granted = this.#breakGlass.get(domain);
-    const breakGlass = granted !== undefined && cert.obtainedAt !== undefined && cert.obtainedAt >= granted && cert.info.serial !== known;
-    await local.store.save(domain, cert, signal, { ...options, ...(breakGlass ? { annotations: { [ANNOTATION_BREAK_GLASS]: cert.info.serial } } : {}) });
+    const breakGlass = granted !== undefined && cert.obtainedAt !== undefined && cert.obtainedAt >= granted.at && cert.info.serial !== known;
+    const record = breakGlass ? { [ANNOTATION_BREAK_GLASS]: formatBreakGlassRecord({ serial: cert.info.serial, window: granted.window }) } : undefined;
+    await local.store.save(domain, cert, signal, { ...options, ...(record ? { annotations: record } : {}) });
     this.#localCopy.set(domain, cert);
     if (breakGlass) {
       this.#breakGlass.delete(domain);
-      logger.warn({ domain, serial: cert.info.serial }, 'break-glass: issued without the federation home, recorded locally');
+      logger.warn({ domain, serial: cert.info.serial, window: granted.window ?? 'none' }, 'break-glass: issued without the federation home, recorded locally');
       onBreakGlass(domain, cert.info.serial);
     }
   }

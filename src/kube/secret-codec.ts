@@ -117,7 +117,13 @@ export function certSecret(
   domain: string,
   base: SecretFields | undefined,
   meta: SecretMeta,
-  change: { cert?: StoredCert; coordination: Coordination; renewAnswer?: RenewAnswer | undefined; annotations?: Record<string, string> | undefined },
+  change: {
+    cert?: StoredCert;
+    coordination: Coordination;
+    renewAnswer?: RenewAnswer | undefined;
+    /** Set beside certshare's own; null removes one. */
+    annotations?: Record<string, string | null> | undefined;
+  },
 ): V1Secret {
   const labels: Record<string, string> = { ...base?.metadata?.labels, [LABEL_MANAGED_BY]: 'certshare' };
   if (meta.group) labels[LABEL_GROUP] = meta.group;
@@ -131,7 +137,10 @@ export function certSecret(
     annotations[ANNOTATION_RENEW_ANSWERED] = change.renewAnswer.id;
     annotations[ANNOTATION_RENEW_OUTCOME] = change.renewAnswer.outcome;
   }
-  Object.assign(annotations, change.annotations);
+  for (const [name, value] of Object.entries(change.annotations ?? {})) {
+    if (value === null) delete annotations[name];
+    else annotations[name] = value;
+  }
   let data = base?.data ?? { 'tls.crt': '', 'tls.key': '' };
   if (change.cert) {
     annotations[ANNOTATION_NOT_AFTER] = new Date(change.cert.info.notAfter).toISOString();

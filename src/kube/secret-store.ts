@@ -231,6 +231,11 @@ export class KubeSecretStore implements CertStore {
     return this.#write(domain, { coordination: { ...rest, retryNotBefore: until } }, signal);
   }
 
+  /** Removes an annotation of the domain's Secret (compare-and-swap on the last read); the pair and coordination stay. */
+  removeAnnotation(domain: string, name: string, signal?: AbortSignal): Promise<void> {
+    return this.#write(domain, { coordination: this.#lastCoordination(domain), annotations: { [name]: null } }, signal);
+  }
+
   /** An annotation of the domain's Secret as the last load() or write saw it. */
   annotation(domain: string, name: string): string | undefined {
     return this.#lastRead.get(domain)?.metadata.annotations?.[name];

@@ -27,6 +27,7 @@
 import type { Instance } from './replicas.ts';
 import { analyseWindows, checkRateLimits, parseLedgerLine, type CertRequest, type Issuance, type RetryRecord, type WindowAnalysis } from './ledger.ts';
 import { isValidAt, viewPair, type CertView, type FilesState, type KubeObject } from './observers.ts';
+import type { ValidElsewhere } from './secret-board.ts';
 
 export const GATE = 'certshare.io/certificates';
 
@@ -64,6 +65,11 @@ export interface CheckerContext {
    * made on its own past the safety point while the home was away. Optional (none).
    */
   excusedIssuance?(issuance: Issuance): boolean;
+  /**
+   * A valid pair another cluster's Secret of the domain holds now (the home's of record or another
+   * member's; secret-board.ts), for invariant 2 across the clusters. Optional (one cluster: none).
+   */
+  validElsewhere?(domain: string, now: number): ValidElsewhere | undefined;
   verbose: (message: string) => void;
 }
 
@@ -319,6 +325,18 @@ export class Checker {
           return (
             `inv2 ${iso(now)} ${d.domain}: ${name} (pid ${inst!.pid}) projects ${what} ` +
             `while the Secret holds valid serial ${short(d.secret!.cert!.serial)} since ${iso(d.validSince!)}`
+          );
+        });
+        // Across the clusters: expired files while this member's Secret holds nothing valid either, and another
+        // cluster's Secret (the home's included) holds a valid pair: the member should have broken glass (issue 40).
+        const expired = files?.cert?.keyMatch === true && now >= files.cert.notAfter;
+        const elsewhere = up && expired && !secretValid ? this.#ctx.validElsewhere?.(d.domain, now) : undefined;
+        const inv2x = elsewhere !== undefined && now - Math.max(elsewhere.since, badSince!, inst!.readyAt!, reachable, readsSince) > graceMs;
+        this.#episode(`2:elsewhere:${name}:${d.domain}`, inv2x, now, () => {
+          return (
+            `inv2 ${iso(now)} ${d.domain}: ${name} (pid ${inst!.pid}) projects expired serial ${short(files!.cert!.serial)} ` +
+            `(notAfter ${iso(files!.cert!.notAfter)}) while its own Secret holds none valid and the Secret at ${elsewhere!.where} ` +
+            `holds valid serial ${short(elsewhere!.serial)} since ${iso(elsewhere!.since)}`
           );
         });
       }

@@ -46,6 +46,11 @@ export interface HomeChaosStats {
   homeOutages: number;
   homeOutageMaxMs: number;
   homePartitions: number;
+  /**
+   * Issue 40's pattern: one member cut off across a renewal point and a safety point, reconnected long
+   * enough for its certificate to be adopted everywhere, then cut off again across that certificate's.
+   */
+  doublePartitions: number;
 }
 
 export interface HomeTuning {
@@ -55,6 +60,14 @@ export interface HomeTuning {
   /** How long the home apiserver stays stopped (restart time comes on top), and a partition lasts. */
   outageDownMs: [number, number];
   partitionMs: [number, number];
+  /** Mean time between double partitions (issue 40's pattern); 0: none. */
+  doublePartitionEveryMs: number;
+  /**
+   * Its phases: cut off, reconnected, cut off again. Each cut lasts longer than a certificate's way from
+   * its renewal point past its safety point; the reconnection covers the writer's capped retry of the
+   * home and the push of its break-glass certificate.
+   */
+  doublePartitionMs: [number, number, number];
 }
 
 export const DEFAULT_HOME_TUNING: HomeTuning = {
@@ -62,23 +75,37 @@ export const DEFAULT_HOME_TUNING: HomeTuning = {
   partitionEveryMs: 15_000,
   outageDownMs: [500, 4000],
   partitionMs: [2000, 8000],
+  // Against the run's 20 s certificates (renewal point at 10 s, safety point at 14.5 s, expiry at 20 s): the
+  // first cut covers the copy's safety point wherever it starts in its life, the second a whole life more.
+  doublePartitionEveryMs: 90_000,
+  doublePartitionMs: [16_000, 8000, 22_000],
 };
 
 export class HomeChaos {
-  readonly stats: HomeChaosStats = { homeOutages: 0, homeOutageMaxMs: 0, homePartitions: 0 };
+  readonly stats: HomeChaosStats = { homeOutages: 0, homeOutageMaxMs: 0, homePartitions: 0, doublePartitions: 0 };
   readonly #home: ControlPlane;
   /** One proxy per member, in the member's order: the member's only way to the home. */
   readonly #links: FaultProxy[];
   readonly #rng: Rng;
   readonly #tuning: HomeTuning;
   readonly #log: (message: string) => void;
+  /** The home is back: for every member (`member` undefined: an outage ended) or for one (a partition ended). */
+  readonly #onReturn: (at: number, member: number | undefined, what: string) => void;
 
-  constructor(options: { home: ControlPlane; links: FaultProxy[]; rng: Rng; tuning: HomeTuning; log: (message: string) => void }) {
+  constructor(options: {
+    home: ControlPlane;
+    links: FaultProxy[];
+    rng: Rng;
+    tuning: HomeTuning;
+    log: (message: string) => void;
+    onReturn?: (at: number, member: number | undefined, what: string) => void;
+  }) {
     this.#home = options.home;
     this.#links = options.links;
     this.#rng = options.rng;
     this.#tuning = options.tuning;
     this.#log = options.log;
+    this.#onReturn = options.onReturn ?? (() => {});
   }
 
   /** Chaos at the home until `until` (epoch ms); the home is up and every link clear when it returns. */
@@ -89,18 +116,45 @@ export class HomeChaos {
     const start = Date.now();
     let nextOutage = start + rng.between(3000, Math.max(3001, Math.min(t.outageEveryMs, until - start - 12_000)));
     let nextPartition = start + rng.between(1000, Math.max(1001, Math.min(t.partitionEveryMs, until - start - 10_000)));
+    const [firstCutMs, reconnectMs, secondCutMs] = t.doublePartitionMs;
+    const doubleMs = firstCutMs + reconnectMs + secondCutMs;
+    // The first one early in the segment when the segment can hold it.
+    let nextDouble =
+      t.doublePartitionEveryMs > 0 ? start + rng.between(500, Math.max(501, Math.min(t.doublePartitionEveryMs, until - start - doubleMs))) : Infinity;
     const cut = new Map<number, number>();
+    /** Members in a double partition, and when its second cut begins (undefined: under way). */
+    const second = new Map<number, number | undefined>();
     for (let now = Date.now(); now < until; now = Date.now()) {
       for (const [i, ends] of cut) {
         if (now < ends) continue;
         this.#links[i]!.clear();
         cut.delete(i);
         this.#log(`home: member ${i + 1} reconnected`);
+        this.#onReturn(now, i, `member ${i + 1} reconnected`);
+        if (second.has(i) && second.get(i) === undefined) second.delete(i);
+      }
+      for (const [i, at] of second) {
+        if (at === undefined || now < at) continue;
+        this.#links[i]!.setFaults({ blackout: true });
+        cut.set(i, now + secondCutMs);
+        second.set(i, undefined);
+        this.#log(`home: member ${i + 1} partitioned from the home again for ${secondCutMs} ms (double partition)`);
+      }
+      if (now >= nextDouble && until - now > doubleMs) {
+        nextDouble = now + rng.exponential(t.doublePartitionEveryMs);
+        const i = rng.int(0, this.#links.length - 1);
+        if (!cut.has(i) && !second.has(i)) {
+          this.#links[i]!.setFaults({ blackout: true });
+          cut.set(i, now + firstCutMs);
+          second.set(i, now + firstCutMs + reconnectMs);
+          this.stats.doublePartitions++;
+          this.#log(`home: member ${i + 1} partitioned from the home for ${firstCutMs} ms, back ${reconnectMs} ms, then ${secondCutMs} ms (double partition)`);
+        }
       }
       if (now >= nextPartition) {
         nextPartition = now + rng.exponential(t.partitionEveryMs);
         const i = rng.int(0, this.#links.length - 1);
-        if (!cut.has(i)) {
+        if (!cut.has(i) && !second.has(i)) {
           const ms = rng.between(...t.partitionMs);
           this.#links[i]!.setFaults({ blackout: true });
           cut.set(i, now + ms);
@@ -109,7 +163,8 @@ export class HomeChaos {
         }
       }
       // An outage runs to its end here (not in the background): the links' schedule resumes after it.
-      if (now >= nextOutage && until - now > 10_000) {
+      // Not during a double partition: the pattern is one member cut off while the home renews for the others.
+      if (now >= nextOutage && until - now > 10_000 && second.size === 0) {
         nextOutage = now + rng.exponential(t.outageEveryMs);
         await this.#outage();
       }
@@ -136,5 +191,6 @@ export class HomeChaos {
     this.stats.homeOutages++;
     this.stats.homeOutageMaxMs = Math.max(this.stats.homeOutageMaxMs, ms);
     this.#log(`home: back after ${ms} ms`);
+    this.#onReturn(Date.now(), undefined, `home back after ${ms} ms`);
   }
 }

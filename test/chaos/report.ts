@@ -12,7 +12,22 @@ export interface ChaosReport extends Omit<ChaosStats, 'apiOutageMs'>, Partial<Ho
   issuancesPerWindowMax: number;
   /** Issuances a member made on its own past the safety point while the home was away. */
   breakGlassIssuances: number;
-  /** Episodes of a replica projecting an expired certificate while its Secret held a valid one: 0. */
+  /** Break-glass issuances of one member for one domain in one window (the copy it replaced), the most: 1. */
+  breakGlassPerMemberWindowMax?: number;
+  /** Per `<member prefix><domain> replacing <serial>`: how many break-glass issuances. */
+  breakGlassWindows?: Record<string, number>;
+  /**
+   * From each return of the home (an outage ended, a member's partition ended) until every member's Secret
+   * held the home's serial: samples, p99 and max (ms), and returns still waiting at the end.
+   */
+  homeReturnConvergenceP99Ms?: number;
+  homeReturnConvergenceMaxMs?: number;
+  homeReturnConvergenceSamples?: number;
+  homeReturnConvergenceUnfinished?: number;
+  /**
+   * Episodes of a replica projecting an expired certificate while its Secret held a valid one, or (federated)
+   * while its own held none valid and another cluster's Secret (the home's included) did: 0.
+   */
   expiredServed: number;
   seed: number;
   domainsPerGroup: number;
@@ -78,6 +93,9 @@ export function buildReport(input: {
   runDir?: string;
   clusters?: number;
   breakGlassIssuances?: number;
+  breakGlassPerMemberWindowMax?: number;
+  breakGlassWindows?: Record<string, number>;
+  homeReturn?: { samples: number; p99Ms: number; maxMs: number; unfinished: number };
   home?: HomeChaosStats;
 }): ChaosReport {
   const { result, chaos } = input;
@@ -89,6 +107,17 @@ export function buildReport(input: {
     clusters: input.clusters ?? 1,
     issuancesPerWindowMax: result.windows.maxIssuancesPerWindow,
     breakGlassIssuances: input.breakGlassIssuances ?? 0,
+    ...(input.breakGlassPerMemberWindowMax === undefined
+      ? {}
+      : { breakGlassPerMemberWindowMax: input.breakGlassPerMemberWindowMax, breakGlassWindows: input.breakGlassWindows ?? {} }),
+    ...(input.homeReturn
+      ? {
+          homeReturnConvergenceP99Ms: input.homeReturn.p99Ms,
+          homeReturnConvergenceMaxMs: input.homeReturn.maxMs,
+          homeReturnConvergenceSamples: input.homeReturn.samples,
+          homeReturnConvergenceUnfinished: input.homeReturn.unfinished,
+        }
+      : {}),
     expiredServed: details.filter((d) => /^inv2 .* projects expired /.test(d)).length,
     ...input.home,
     seed: input.seed,
@@ -172,6 +201,9 @@ export function summary(r: ChaosReport): string {
           `  federation: ${r.clusters} member clusters and a home; ${r.homeOutages} home outages (max ${r.homeOutageMaxMs} ms), ` +
             `${r.homePartitions} member-home partitions; ${r.breakGlassIssuances} break-glass issuances, ` +
             `max ${r.issuancesPerWindowMax} other issuances per window per domain across the clusters, ${r.expiredServed} expired certificates served`,
+          `    ${r.doublePartitions ?? 0} double partitions; break-glass at most ${r.breakGlassPerMemberWindowMax ?? 0} per member per window; ` +
+            `from the home's return to every member on its serial: p99 ${r.homeReturnConvergenceP99Ms ?? 0} ms, ` +
+            `max ${r.homeReturnConvergenceMaxMs ?? 0} ms over ${r.homeReturnConvergenceSamples ?? 0} (${r.homeReturnConvergenceUnfinished ?? 0} unfinished)`,
         ]
       : []),
     `  the Secrets held ${r.secretCertificates} certificates; without a valid one for ${r.secretInvalidMs} ms in total (summed over domains)`,

@@ -18,6 +18,7 @@ import { AdminWatch, DirWatch, LedgerTail } from './observers.ts';
 import { Replica, type Instance } from './replicas.ts';
 import { buildReport, type ChaosReport } from './report.ts';
 import { Rng } from './rng.ts';
+import { SecretBoard } from './secret-board.ts';
 import { Chaos, DEFAULT_TUNING, type ChaosStats, type ChaosTuning } from './schedule.ts';
 
 export interface RunOptions {
@@ -130,7 +131,14 @@ function scaledTuning(t: ChaosTuning, k: number): ChaosTuning {
 
 /** The home's mean times between faults on the run's clock (their durations stay as they are). */
 function scaledHomeTuning(t: HomeTuning, k: number): HomeTuning {
-  return { ...t, outageEveryMs: t.outageEveryMs * k, partitionEveryMs: t.partitionEveryMs * k };
+  return {
+    ...t,
+    outageEveryMs: t.outageEveryMs * k,
+    partitionEveryMs: t.partitionEveryMs * k,
+    // Tied to the certificates' lifetime, which scales.
+    doublePartitionEveryMs: t.doublePartitionEveryMs * k,
+    doublePartitionMs: [t.doublePartitionMs[0] * k, t.doublePartitionMs[1] * k, t.doublePartitionMs[2] * k],
+  };
 }
 
 const sum = (values: number[]): number => values.reduce((a, b) => a + b, 0);
@@ -276,6 +284,8 @@ interface Member {
   checker: Checker;
   chaos: Chaos;
   podWatch?: AdminWatch;
+  /** Its name on the SecretBoard: c1, c2, ... */
+  where: string;
 }
 
 /** A federated run's replicas per member: two (a writer and a standby) keep 3 members on 2 cores. */
@@ -318,6 +328,12 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     // Each member reaches the home through its own proxy: a partition cuts one member off, not all.
     const homeLinks: FaultProxy[] = [];
     let homeNs = '';
+    // Every Secret of every cluster (the home's as `home`, the members' as c1, c2, ...): invariant 2 across
+    // the clusters and the convergence after the home's return (secret-board.ts).
+    const board = new SecretBoard(
+      memberPlanes.map((_, c) => `c${c + 1}`),
+      (m) => log(m),
+    );
     if (federated) {
       home = started[0]!;
       homeNs = await homeNamespace(home, domains);
@@ -333,6 +349,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         rng: new Rng(options.seed ^ 0x40e),
         tuning: scaledHomeTuning(DEFAULT_HOME_TUNING, k),
         log,
+        onReturn: (at, _member, what) => board.homeReturned(at, what, domains),
       });
       log(`home ${home.server}, namespace ${homeNs}`);
     }
@@ -342,6 +359,8 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     const quietPeriods: Array<[number, number]> = [];
     // Serials a member issued on its own while the home was away (its log says so): outside invariant 1.
     const breakGlass = new Set<string>();
+    // Break-glass issuances per member, domain and window (the serial of the copy it replaced, from the log).
+    const breakGlassWindows = new Map<string, Set<string>>();
 
     // A process that exits without being killed crashed: a violation (and it is restarted). A SIGTERM
     // handled but not ending in exit code 0 means the graceful stop overran --shutdown-timeout (or was
@@ -425,7 +444,10 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
             if (line.msg === 'became the writer' || line.msg === 'no longer the writer') log(`${replica}: ${line.msg}`);
             if (typeof line.msg === 'string' && line.msg.startsWith('break-glass: issued') && typeof line.serial === 'string') {
               breakGlass.add(line.serial.toLowerCase());
-              log(`${replica}: break-glass issuance ${line.serial} (${String(line.domain)})`);
+              // A log without the window (an older certshare): the serial stands for it.
+              const window = `${prefix}${String(line.domain)} replacing ${String(line.window ?? `? (${line.serial})`)}`;
+              breakGlassWindows.set(window, (breakGlassWindows.get(window) ?? new Set()).add(line.serial.toLowerCase()));
+              log(`${replica}: break-glass issuance ${line.serial} (${String(line.domain)}, window ${String(line.window ?? '?')})`);
             }
           },
           (inst) => onExit(r, inst),
@@ -435,7 +457,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         byName.set(name, r);
       }
       replicas.push(...own);
-      const member: Partial<Member> = { cp, ns, proxy, replicas: own };
+      const member: Partial<Member> = { cp, ns, proxy, replicas: own, where: `c${c + 1}` };
       const checker = new Checker({
         domains,
         graceMs: T.graceMs,
@@ -461,6 +483,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         },
         secretsReachableSince: (name) => proxy.secretsReachableSince(tokens.get(name)!),
         excusedIssuance: (i) => breakGlass.has(i.serial.toLowerCase()),
+        ...(federated ? { validElsewhere: (domain: string, now: number) => board.validElsewhere(domain, `c${c + 1}`, now) } : {}),
         verbose: (m) => log(`${prefix}${m}`),
       });
       chaos = new Chaos({
@@ -485,10 +508,14 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         m.cp,
         `/api/v1/namespaces/${m.ns}/secrets`,
         domains.length === 1 ? `fieldSelector=${encodeURIComponent(`metadata.name=${KUBE_DOMAIN}`)}` : '',
-        (type, obj, at) => checker.secret(obj.metadata?.name ?? '', type === 'DELETED' ? undefined : obj, at),
+        (type, obj, at) => {
+          checker.secret(obj.metadata?.name ?? '', type === 'DELETED' ? undefined : obj, at);
+          if (federated && domains.includes(obj.metadata?.name ?? '')) board.update(m.where, obj.metadata!.name!, type === 'DELETED' ? undefined : obj, at);
+        },
         (items, at) => {
           const byName = new Map(items.map((obj) => [obj.metadata?.name ?? '', obj]));
           for (const d of domains) checker.secret(d, byName.get(d), at);
+          if (federated) for (const d of domains) board.update(m.where, d, byName.get(d), at);
         },
       );
       const podWatch = new AdminWatch(
@@ -510,6 +537,23 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         () => podWatch.stop(),
         ...dirWatches.map((d) => () => d.stop()),
       );
+    }
+    if (home) {
+      // The home's Secrets of record, as the admin sees them there.
+      const homeWatch = new AdminWatch(
+        home,
+        `/api/v1/namespaces/${homeNs}/secrets`,
+        '',
+        (type, obj, at) => {
+          if (domains.includes(obj.metadata?.name ?? '')) board.update('home', obj.metadata!.name!, type === 'DELETED' ? undefined : obj, at);
+        },
+        (items, at) => {
+          const byName = new Map(items.map((obj) => [obj.metadata?.name ?? '', obj]));
+          for (const d of domains) board.update('home', d, byName.get(d), at);
+        },
+      );
+      homeWatch.start();
+      stoppers.push(() => homeWatch.stop());
     }
     // One ledger for every emulator of every cluster: each checker sees every issuance (the Secrets it
     // watches may hold any cluster's certificate), and only its own cluster's requests (rate limits are
@@ -628,9 +672,22 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
       chaos: sumStats(members.map((m) => m.chaos.stats)),
       clusters,
       breakGlassIssuances: breakGlass.size,
+      ...(federated
+        ? {
+            breakGlassPerMemberWindowMax: Math.max(0, ...[...breakGlassWindows.values()].map((serials) => serials.size)),
+            breakGlassWindows: Object.fromEntries([...breakGlassWindows].map(([window, serials]) => [window, serials.size])),
+            homeReturn: board.convergence(),
+          }
+        : {}),
       home: homeChaos?.stats,
       proxyApplied,
-      extraViolations: [...crashes, ...halfDead],
+      extraViolations: [
+        ...crashes,
+        ...halfDead,
+        ...[...breakGlassWindows]
+          .filter(([, serials]) => serials.size > 1)
+          .map(([window, serials]) => `break-glass ${serials.size} times in one window of one member: ${window} (${[...serials].join(', ')})`),
+      ],
       slowStops,
     });
     log(`done: ${report.violations} violation(s)`);

@@ -76,6 +76,23 @@ describe('CertLoop with the issuance budget', () => {
     assert.deepEqual(s.calls, [domain]);
   });
 
+  it('renews a name it held once its copy expired, without the ledger (away with the federation home); never serves the expired copy', async () => {
+    // Issue 40: the expired copy was dropped and the renewal taken for a first issuance, refused while the
+    // ledger could not be read (`issuance ledger unusable; not issuing`), at the home as in a cut-off member.
+    const s = setup();
+    const pair = await makePair(domain, s.now() - 30 * MIN, 90 * MIN);
+    s.store.content.set(domain, { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, s.now()) } });
+    await s.loop.turn(signal);
+    assert.deepEqual(s.calls, [], 'not due yet');
+    s.ledger.failReads = true;
+    s.store.content.set(domain, { state: 'unusable', reason: 'expired' });
+    s.advance(61 * MIN);
+    await s.loop.turn(signal);
+    assert.deepEqual(s.calls, [domain], 'renewed: the ledger is for names never issued');
+    assert.notEqual(s.loop.current?.info.serial, validateCertPair(pair, domain, s.now() - 61 * MIN).serial, 'the expired copy is not what it holds');
+    assert.ok(s.loop.current && s.now() < s.loop.current.info.notAfter);
+  });
+
   it('issues nothing while the ledger cannot be read', async () => {
     const s = setup();
     s.ledger.failReads = true;

@@ -2,7 +2,7 @@
 // member's verdict while the home is away, and which copy wins when it is back.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { breakGlassPoint, homeOutageVerdict, reconcile } from '../../src/core/federation.ts';
+import { breakGlassPoint, breakGlassSpent, formatBreakGlassRecord, homeOutageVerdict, parseBreakGlassRecord, reconcile } from '../../src/core/federation.ts';
 import { renewalTime, rotationExitTime } from '../../src/core/renewal.ts';
 
 const MIN = 60_000;
@@ -25,13 +25,43 @@ describe('the safety point of a home outage', () => {
     assert.ok(breakGlassPoint(ninety, policy, lead) < exit);
   });
 
-  it('serves the local copy before it, issues once from it, never twice', () => {
-    const held = { notBefore: T0, notAfter: T0 + 90 * DAY };
+  it('serves the local copy before it, issues once from it, never twice in its window', () => {
+    const held = { serial: 'A1', notBefore: T0, notAfter: T0 + 90 * DAY };
     const at = breakGlassPoint(held, policy, LEAD);
     assert.deepEqual(homeOutageVerdict({ held, now: T0 + 61 * DAY, policy, readinessLeadMs: LEAD }), { kind: 'serve', until: at });
     assert.deepEqual(homeOutageVerdict({ held, now: at, policy, readinessLeadMs: LEAD }), { kind: 'break_glass' });
-    assert.deepEqual(homeOutageVerdict({ held, now: at, policy, readinessLeadMs: LEAD, breakGlass: { serial: 'bg1' } }), { kind: 'broken', serial: 'bg1' });
+    const spent = { serial: 'B9', window: 'A1' };
+    assert.deepEqual(homeOutageVerdict({ held, now: at, policy, readinessLeadMs: LEAD, breakGlass: spent }), { kind: 'broken', serial: 'B9' });
     assert.deepEqual(homeOutageVerdict({ held: undefined, now: T0, policy, readinessLeadMs: LEAD }), { kind: 'break_glass' }, 'nothing to serve');
+  });
+
+  it('a later window has its own one: the break-glass certificate itself (adopted everywhere or not), or the home copy', () => {
+    const record = { serial: 'B9', window: 'A1' };
+    const bg = { serial: 'B9', notBefore: T0 + 75 * DAY, notAfter: T0 + 165 * DAY };
+    const at = breakGlassPoint(bg, policy, LEAD);
+    assert.deepEqual(homeOutageVerdict({ held: bg, now: at - 1, policy, readinessLeadMs: LEAD, breakGlass: record }), { kind: 'serve', until: at });
+    assert.deepEqual(homeOutageVerdict({ held: bg, now: at, policy, readinessLeadMs: LEAD, breakGlass: record }), { kind: 'break_glass' });
+    // Its copy expired: the window it had no valid copy in is spent only when the record says so.
+    const expired = { ...bg, notAfter: at };
+    assert.deepEqual(homeOutageVerdict({ held: expired, now: at, policy, readinessLeadMs: LEAD, breakGlass: record }), { kind: 'break_glass' });
+    const none = { serial: 'C3', window: null };
+    assert.deepEqual(homeOutageVerdict({ held: expired, now: at, policy, readinessLeadMs: LEAD, breakGlass: none }), { kind: 'broken', serial: 'C3' });
+    // A record of before windows were named (issue 40: the serial alone) stands while its certificate is held.
+    const legacy = { serial: 'B9', window: undefined };
+    assert.deepEqual(homeOutageVerdict({ held: bg, now: at, policy, readinessLeadMs: LEAD, breakGlass: legacy }), { kind: 'broken', serial: 'B9' });
+  });
+
+  it('reads and writes the record, and takes nothing else for one', () => {
+    assert.equal(formatBreakGlassRecord({ serial: '1B6474B1', window: '0A' }), '1B6474B1 replacing 0A');
+    assert.deepEqual(parseBreakGlassRecord('1B6474B1 replacing 0A'), { serial: '1B6474B1', window: '0A' });
+    assert.deepEqual(parseBreakGlassRecord('1B6474B1 replacing none'), { serial: '1B6474B1', window: null });
+    assert.deepEqual(parseBreakGlassRecord('1B6474B1'), { serial: '1B6474B1', window: undefined });
+    for (const garbage of [undefined, '', 'x', '1B replacing', '1B replacing 0A extra', `${'A'.repeat(41)} replacing 0A`, ' 1B', '1b'])
+      assert.equal(parseBreakGlassRecord(garbage), undefined, String(garbage));
+    assert.equal(breakGlassSpent(undefined, 'A1'), false);
+    assert.equal(breakGlassSpent({ serial: 'B9', window: 'A1' }, 'A1'), true);
+    assert.equal(breakGlassSpent({ serial: 'B9', window: 'A1' }, 'B9'), false);
+    assert.equal(breakGlassSpent({ serial: 'B9', window: null }, undefined), true);
   });
 });
 

@@ -1,0 +1,195 @@
+// Issue 40 (docs/federation.md, "The home unreachable"): a member cut off from the home across two renewal
+// windows. Three real kube-apiservers with etcd (the home, east, west); group `shared` serves one name, one
+// replica in east (straight to the home), two in west, whose home kubeconfig goes through a TCP relay the test
+// cuts (a partition of west alone: east and the home keep talking). The JumpClock skips a 90-day certificate's
+// days; every replica has its own LocalAPI emulator, so what west's emulators sign is west's own issuance.
+//
+// The chain found on 264753e: west breaks glass in one window, its certificate becomes the record everywhere,
+// west is cut off again across that certificate's renewal and safety point: it never broke glass again (its
+// record named the certificate it held), and once the copy expired the renewal was taken for a first
+// issuance, which needs the ledger at the unreachable home (`issuance ledger unusable; not issuing`).
+import assert from 'node:assert/strict';
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { breakGlassPoint } from '../../src/core/federation.ts';
+import { renewalTime } from '../../src/core/renewal.ts';
+import type { StoredCert } from '../../src/core/store.ts';
+import { HOME_NS, NS, secretAt, secretsHold, useFederation, type FederatedReplica as Replica, type Member, type SecretView } from '../support/federation.ts';
+import { useTempDir } from '../support/standalone.ts';
+import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.ts';
+import { onEvent, until } from '../support/wait.ts';
+
+const SHARED = 'shared.tailnet-0000.ts.net';
+const BREAK_GLASS = 'certshare.io/break-glass';
+
+describe('a member cut off across two renewal windows (issue 40): one break-glass issuance per window, never an expired copy', () => {
+  const dir = useTempDir();
+  const bed = useFederation(['shared']);
+  const { clock, replicas } = bed;
+  let east: Member;
+  let west: Member;
+  /** West's path to the home. */
+  let relay: TcpProxy;
+
+  before(async () => {
+    east = bed.member('east');
+    west = bed.member('west');
+    const home = bed.home();
+    relay = await startTcpProxy(home.port);
+    const admin = await readFile(home.adminKubeconfigPath, 'utf8');
+    const via = admin.replace(/server: .*/, `server: "https://127.0.0.1:${relay.port}"`);
+    assert.notEqual(via, admin, 'the kubeconfig points at the relay');
+    const kubeconfig = join(dir(), 'west-home.kubeconfig');
+    await writeFile(kubeconfig, via, { mode: 0o600 });
+    await bed.startReplica(east, 'shared', 'shared-0', { domains: [SHARED] });
+    for (const pod of ['shared-0', 'shared-1'])
+      await bed.startReplica(west, 'shared', pod, { domains: [SHARED], flags: ['--federation-kubeconfig', kubeconfig] });
+  });
+  after(async () => {
+    await relay?.close();
+  });
+
+  const current = (r: Replica): StoredCert | undefined => r.daemon.manager.loop(r.domain)?.current;
+  const serial = (r: Replica): string | undefined => current(r)?.info.serial;
+  const westReplicas = (): Replica[] => replicas.filter((r) => r.member === 'west');
+  const signedBy = (rs: Replica[]): number => rs.reduce((n, r) => n + (r.emulator.stats().issuances[SHARED] ?? 0), 0);
+  const logged = (rs: Replica[], msg: RegExp): number => rs.reduce((n, r) => n + r.log.entries.filter((e) => msg.test(e.msg ?? '')).length, 0);
+  const anyChange = (): Array<(listener: () => void) => () => void> =>
+    replicas.flatMap((r) => [onEvent(r.daemon.events, 'planned'), onEvent(r.daemon.events, 'attempt'), onEvent(r.log.events, 'entry')]);
+  const agreed = (): string | undefined => {
+    const serials = new Set(replicas.map(serial));
+    return serials.size === 1 ? [...serials][0] : undefined;
+  };
+  const where = () => [
+    { cp: bed.home(), ns: HOME_NS },
+    { cp: east.cp, ns: NS },
+    { cp: west.cp, ns: NS },
+  ];
+
+  /**
+   * Once west's local writer has read its local copy `n` more times with the home cut off, or `done` holds.
+   * A loop whose copy is not due sleeps until its next check (--check-interval 1h): the clock moves past it
+   * before each read.
+   */
+  async function westOutageReads(n: number, done: () => boolean): Promise<void> {
+    const reads = (): number => logged(westReplicas(), /^federation home unreachable: local read$/);
+    for (let i = 0; i < n && !done(); i++) {
+      const start = reads();
+      clock.jump(61 * 60_000);
+      await until(`read ${i + 1} of ${n} of west with the home cut off`, () => done() || reads() > start, anyChange(), 30_000);
+    }
+  }
+
+  /** West's local writer breaks glass (its log says so, once the certificate is stored locally). */
+  async function westBreaksGlass(from: number): Promise<void> {
+    await until('west breaks glass', () => logged(westReplicas(), /^break-glass: issued/) > from, anyChange(), 30_000);
+  }
+
+  it('breaks glass in the window of the copy it held, while the home renewed for the others', async () => {
+    await until('every replica holds the first certificate', () => agreed() !== undefined, anyChange(), 60_000);
+    const first = current(replicas[0]!)!;
+    assert.equal(bed.issued(SHARED), 1);
+    const config = replicas[0]!.config;
+    let local: SecretView;
+    relay.cut();
+    try {
+      // The home's writer (east, or west's before the cut: its home Lease lapses in 3 s) renews at the renewal
+      // point; west, cut off, serves its copy until that copy's safety point.
+      clock.jumpTo(renewalTime(first.info, config.renewal) + 60_000);
+      await until('east holds the home renewal', () => serial(replicas[0]!) !== first.info.serial, anyChange(), 60_000);
+      assert.equal(bed.issued(SHARED), 2, 'one renewal by the home writer');
+      for (const r of westReplicas()) assert.equal(serial(r), first.info.serial, 'west serves its copy before the safety point');
+      clock.jumpTo(breakGlassPoint(first.info, config.renewal, config.readinessLeadMs) + 60_000);
+      await westBreaksGlass(0);
+      assert.equal(signedBy(westReplicas()), 1, 'west breaks glass once in the window of its copy');
+      local = await secretAt(west.cp, NS, SHARED);
+      assert.ok(local.annotations[BREAK_GLASS]?.startsWith(local.serial), 'west records its break-glass certificate');
+      await westOutageReads(5, () => signedBy(westReplicas()) > 1);
+      assert.equal(signedBy(westReplicas()), 1, 'never a second in that window');
+    } finally {
+      relay.restore();
+    }
+    // West back: its certificate is the newest (issued at its safety point, after the home's renewal): the
+    // record everywhere; the record at west is superseded once west holds the home's copy.
+    await secretsHold(where(), SHARED, local.serial, anyChange, 30_000);
+    await until('every replica holds the break-glass certificate', () => agreed() === local.serial, anyChange(), 30_000);
+    assert.equal(bed.issued(SHARED), 3);
+    await until('west supersedes its record', () => logged(westReplicas(), /^break-glass record superseded/) > 0, anyChange(), 30_000);
+    assert.equal((await secretAt(west.cp, NS, SHARED)).annotations[BREAK_GLASS], undefined, "west's record is gone");
+  });
+
+  it("cut off again across that certificate's renewal and safety point: its own break-glass issuance, never an expired copy", async () => {
+    const adopted = current(replicas[0]!)!;
+    const config = replicas[0]!.config;
+    const orders = bed.issued(SHARED);
+    let local: SecretView;
+    relay.cut();
+    try {
+      clock.jumpTo(renewalTime(adopted.info, config.renewal) + 60_000);
+      await until('east holds the home renewal', () => serial(replicas[0]!) !== adopted.info.serial, anyChange(), 60_000);
+      assert.equal(bed.issued(SHARED), orders + 1, 'the home writer renews for the others');
+      const westBefore = signedBy(westReplicas());
+      const glassBefore = logged(westReplicas(), /^break-glass: issued/);
+      clock.jumpTo(breakGlassPoint(adopted.info, config.renewal, config.readinessLeadMs) + 60_000);
+      await westBreaksGlass(glassBefore);
+      assert.equal(signedBy(westReplicas()), westBefore + 1, 'west breaks glass in the window of the certificate adopted everywhere (264753e: never)');
+      local = await secretAt(west.cp, NS, SHARED);
+      assert.equal(local.annotations[BREAK_GLASS], `${local.serial} replacing ${adopted.info.serial}`, 'the record names the window it was spent in');
+      await until('both west replicas hold it', () => westReplicas().every((r) => serial(r) === local.serial), anyChange(), 30_000);
+
+      // Past the adopted certificate's expiry, still cut off: west serves its own, valid; nothing more is signed.
+      clock.jumpTo(adopted.info.notAfter + 60_000);
+      await westOutageReads(5, () => signedBy(westReplicas()) > westBefore + 1);
+      assert.equal(signedBy(westReplicas()), westBefore + 1, 'one break-glass issuance in that window');
+      for (const r of westReplicas()) {
+        const held = current(r);
+        assert.ok(held && clock.now() < held.info.notAfter, `west/${r.pod} holds a valid certificate`);
+      }
+      assert.equal(logged(westReplicas(), /^issuance ledger unusable/), 0, 'a break-glass issuance is a renewal: no ledger asked');
+    } finally {
+      relay.restore();
+    }
+    // West's is the newest (issued at the safety point, after the home's renewal): the record everywhere.
+    await secretsHold(where(), SHARED, local.serial, anyChange, 30_000);
+  });
+
+  it('a copy that expired while the member was cut off is renewed without the ledger at the home', async () => {
+    // The clock passes the copy's whole margin at once (a CA that failed until then does the same): west's copy
+    // expires unrenewed. The name was held: the issuance is a renewal, the ledger (at the home) not asked.
+    await until('every replica holds one certificate', () => agreed() !== undefined, anyChange(), 60_000).catch((err: unknown) => {
+      throw new Error(`${(err as Error).message}: ${replicas.map((r) => `${r.member}/${r.pod} ${serial(r)}`).join(', ')}`);
+    });
+    const held = current(replicas[0]!)!;
+    const westBefore = signedBy(westReplicas());
+    const glassBefore = logged(westReplicas(), /^break-glass: issued/);
+    relay.cut();
+    try {
+      clock.jumpTo(held.info.notAfter + 60_000);
+      await westBreaksGlass(glassBefore);
+      assert.equal(logged(westReplicas(), /^issuance ledger unusable/), 0, 'the ledger is never asked (264753e: `issuance ledger unusable; not issuing`)');
+      assert.equal(signedBy(westReplicas()), westBefore + 1, 'one break-glass renewal');
+      const local = await secretAt(west.cp, NS, SHARED);
+      assert.match(local.annotations[BREAK_GLASS] ?? '', new RegExp(`^${local.serial} replacing `), 'recorded');
+      await until('both west replicas hold it', () => westReplicas().every((r) => serial(r) === local.serial), anyChange(), 30_000);
+    } finally {
+      relay.restore();
+    }
+    // East renewed its expired copy at the same moment: the later notAfter wins every Secret (a tie, both
+    // issued in one second: the home's); a replica keeps its own of the same notAfter, valid.
+    const sameExpiry = (): boolean => {
+      const ends = replicas.map((r) => current(r)?.info.notAfter);
+      return ends.every((end) => end !== undefined && end === ends[0] && clock.now() < end);
+    };
+    await until('every replica holds a valid certificate, all expiring together', sameExpiry, anyChange(), 30_000);
+    for (let attempt = 1; ; attempt++) {
+      const home = (await secretAt(bed.home(), HOME_NS, SHARED)).serial;
+      try {
+        await secretsHold(where(), SHARED, home, anyChange, 10_000);
+        break;
+      } catch (err) {
+        if (attempt === 3) throw err;
+      }
+    }
+  });
+});
