@@ -45,6 +45,28 @@ async function deadKubeconfig(dir: string): Promise<string> {
   return path;
 }
 
+/**
+ * A kubeconfig whose user is an exec credential plugin that leaves `exec-ran` in the case's directory:
+ * what whoever writes a kubeconfig could make certshare's container run. Refused before it can run.
+ */
+export async function execKubeconfig(dir: string, name: string): Promise<string> {
+  const path = join(dir, name);
+  const credential = JSON.stringify({ apiVersion: 'client.authentication.k8s.io/v1', kind: 'ExecCredential', status: { token: 't' } });
+  const exec = { apiVersion: 'client.authentication.k8s.io/v1', command: '/bin/sh', args: ['-c', `touch '${join(dir, 'exec-ran')}'; echo '${credential}'`] };
+  await writeFile(
+    path,
+    JSON.stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      clusters: [{ name: 'c', cluster: { server: 'https://127.0.0.1:1' } }],
+      users: [{ name: 'u', user: { exec } }],
+      contexts: [{ name: 'x', context: { cluster: 'c', user: 'u', namespace: 'ns' } }],
+      'current-context': 'x',
+    }),
+  );
+  return path;
+}
+
 const base = (ctx: CaseContext): string[] => ['--localapi', join(ctx.dir, 'tailscaled.sock'), '--listen', `127.0.0.1:${ctx.port}`];
 const standalone = (ctx: CaseContext): string[] => [...base(ctx), '--store', `dir:${join(ctx.dir, 'certs')}`];
 const kube = (ctx: CaseContext): string[] => [...base(ctx), '--store', 'kube', '--domain', DOMAIN];
@@ -55,6 +77,39 @@ const withKubeconfig = async (ctx: CaseContext): Promise<() => Promise<void>> =>
 };
 
 export const STARTUP_FAILURES: StartupCase[] = [
+  {
+    name: 'kube mode, KUBECONFIG with an exec credential plugin',
+    exitCode: 1,
+    stderr: /users\[0\]\.user has "exec".*CERTSHARE_KUBECONFIG_REFUSED/,
+    args: kube,
+    env: kubeEnv,
+    setup: async (ctx) => {
+      await execKubeconfig(ctx.dir, 'kubeconfig');
+      return async () => {};
+    },
+  },
+  {
+    name: '--federation-kubeconfig with an exec credential plugin',
+    exitCode: 1,
+    stderr: /home\.kubeconfig refused: users\[0\]\.user has "exec".*CERTSHARE_KUBECONFIG_REFUSED/,
+    args: (ctx) => [
+      ...kube(ctx),
+      '--group',
+      'proxy',
+      '--federation-kubeconfig',
+      join(ctx.dir, 'home.kubeconfig'),
+      '--federation-namespace',
+      'certshare-home',
+      '--federation-cluster',
+      'east',
+    ],
+    env: kubeEnv,
+    setup: async (ctx) => {
+      await deadKubeconfig(ctx.dir);
+      await execKubeconfig(ctx.dir, 'home.kubeconfig');
+      return async () => {};
+    },
+  },
   {
     name: 'serve-config directory missing',
     exitCode: 1,
