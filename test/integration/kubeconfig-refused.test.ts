@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { connectKube } from '../../src/kube/connection.ts';
 import { MAX_KUBECONFIG_BYTES } from '../../src/kube/kubeconfig-file.ts';
 import { makePair, DAY } from '../support/certs.ts';
-import { runStartupCase, STARTUP_FAILURES } from '../support/startup-failures.ts';
+import { execKubeconfig, runStartupCase, STARTUP_FAILURES, type StartupCase } from '../support/startup-failures.ts';
 import { useTempDir } from '../support/standalone.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/certshare.js', import.meta.url));
@@ -29,6 +29,26 @@ describe('a kubeconfig with anything but inline credentials is refused at start'
       assert.match(run.stderr, c.stderr);
     });
   }
+
+  it('the injector with an exec credential plugin in KUBECONFIG: exits 1 with CERTSHARE_KUBECONFIG_REFUSED and the plugin never ran', async () => {
+    const caseDir = join(dir(), 'injector');
+    await mkdir(caseDir);
+    const injector: StartupCase = {
+      name: 'injector',
+      exitCode: 1,
+      stderr: /users\[0\]\.user has "exec".*CERTSHARE_KUBECONFIG_REFUSED/,
+      args: (ctx) => ['--listen', `127.0.0.1:${ctx.port}`],
+      env: (ctx) => ({ KUBECONFIG: join(ctx.dir, 'kubeconfig'), POD_NAMESPACE: 'certshare' }),
+      setup: async (ctx) => {
+        await execKubeconfig(ctx.dir, 'kubeconfig');
+        return async () => {};
+      },
+    };
+    const run = await runStartupCase([process.execPath, BIN, 'injector'], injector, caseDir, 15_000);
+    assert.equal(existsSync(join(caseDir, 'exec-ran')), false, 'the exec plugin ran');
+    assert.equal(run.code, 1, `exit code; stderr: ${run.stderr}`);
+    assert.match(run.stderr, injector.stderr);
+  });
 
   const inlineCa = Buffer.from('-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n').toString('base64');
   const kubeconfig = (cluster: Record<string, unknown>, user: Record<string, unknown>, top: Record<string, unknown> = {}) => ({

@@ -49,7 +49,7 @@ async function deadKubeconfig(dir: string, name = 'kubeconfig', user: Record<str
  * A kubeconfig whose user is an exec credential plugin that leaves `exec-ran` in the case's directory:
  * what whoever writes a kubeconfig could make certshare's container run. Refused before it can run.
  */
-function execKubeconfig(dir: string, name: string): Promise<string> {
+export function execKubeconfig(dir: string, name: string): Promise<string> {
   const credential = JSON.stringify({ apiVersion: 'client.authentication.k8s.io/v1', kind: 'ExecCredential', status: { token: 't' } });
   const exec = { apiVersion: 'client.authentication.k8s.io/v1', command: '/bin/sh', args: ['-c', `touch '${join(dir, 'exec-ran')}'; echo '${credential}'`] };
   return deadKubeconfig(dir, name, { exec });
