@@ -31,7 +31,7 @@ async function target(options: RenewOptions): Promise<RequestTarget> {
   const { connectKube } = await import('../kube/connection.ts');
   const { renewAnswer, requestRenewal } = await import('../kube/renew-request.ts');
   const env = options.namespace === undefined ? process.env : { ...process.env, POD_NAMESPACE: options.namespace };
-  const connection = await connectKube(env);
+  const connection = await connectKube(env, { anyKubeconfig: true });
   return {
     where: `Secret ${connection.namespace}/${options.domain}`,
     request: (id) => requestRenewal(connection, options.domain, id),

@@ -21,6 +21,13 @@ export const ERROR_CODES = {
     message: '{problem}',
     exit: 1,
   },
+  CERTSHARE_KUBECONFIG_REFUSED: {
+    means:
+      'a kubeconfig the daemon or the injector loads from a file holds more than a server, its CA and an inline token or client ' +
+      'certificate (an exec plugin, an auth provider, a file path, any other field): refused at start, before any request',
+    message: 'kubeconfig {path} refused: {problem}',
+    exit: 1,
+  },
   CERTSHARE_BAD_DOMAIN: {
     means: 'a name is not a fully qualified domain name and never becomes a file, Secret or request path',
     message: '{problem}',

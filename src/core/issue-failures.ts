@@ -3,7 +3,7 @@
 import { type BackoffPolicy, FailureStreak, retryDelay } from './backoff.ts';
 import type { CertInfo } from './certificate.ts';
 import { type Clock, iso } from './clock.ts';
-import { errorMessage, errorText } from './errors.ts';
+import { CertshareError, errorMessage, errorText } from './errors.ts';
 import { classifyIssuanceFailure } from './failure.ts';
 import type { Asked } from './issue-answer.ts';
 import type { IssuanceSnapshot, IssueReason } from './issuance-policy.ts';
@@ -64,7 +64,8 @@ export class IssueFailures {
     observer.decided(domain, { action: 'wait', reason: this.#backoff.reason, at: retryAt });
     observer.planned(domain, retryAt, delay);
     observer.problem(domain, failure.message);
-    log.warn({ kind: failure.kind, err: failure.message, retryInMs: delay }, 'certificate issuance failed');
+    const code = err instanceof CertshareError ? err.code : undefined;
+    log.warn({ kind: failure.kind, ...(code ? { code } : {}), err: failure.message, retryInMs: delay }, 'certificate issuance failed');
     return delay;
   }
 

@@ -168,6 +168,16 @@ async function applyFault(
       reply(200, format(leaf));
       return true;
     }
+    case 'huge_pair': {
+      // A fresh pair whose chain goes on: its issuer repeated until the answer holds `bytes`.
+      const window = deps.issuer.freshWindow();
+      const leaf = await deps.issuer.signDetached(domain, window.notBefore, window.notAfter);
+      const bytes = fault.bytes ?? faultDefaults.hugePairBytes;
+      const issuer = leaf.chainPem.slice(leaf.chainPem.indexOf('-----BEGIN CERTIFICATE-----', 1));
+      const pair = format(leaf);
+      reply(200, pair + issuer.repeat(Math.max(0, Math.ceil((bytes - pair.length) / issuer.length))));
+      return true;
+    }
     case 'reset':
       deps.countResponse(domain, 'reset');
       deps.events.emit('certResponse', { domain, status: 'reset' });

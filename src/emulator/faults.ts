@@ -15,6 +15,7 @@ export const CERT_FAULT_KINDS = [
   'wrong_domain',
   'expired',
   'reset',
+  'huge_pair',
 ] as const;
 export const BUS_FAULT_KINDS = ['disconnect', 'malformed_line', 'huge_line'] as const;
 
@@ -37,6 +38,8 @@ export interface CertFault extends FaultCommon {
   message?: string;
   /** slow: delay before the normal response, in milliseconds (default 3000). */
   delayMs?: number;
+  /** huge_pair: the answer's length in bytes, a fresh pair and its issuer repeated (default 1 MiB). */
+  bytes?: number;
 }
 
 export interface BusFault extends FaultCommon {
@@ -58,6 +61,7 @@ export const faultDefaults = {
   retryAfterSeconds: DEFAULT_RETRY_AFTER_SECONDS,
   delayMs: DEFAULT_SLOW_MS,
   hugeLineBytes: DEFAULT_HUGE_LINE_BYTES,
+  hugePairBytes: 1024 * 1024,
   error500Message: 'acme.GetReg: Get "https://acme-v02.api.letsencrypt.org/directory": dial tcp: lookup acme-v02.api.letsencrypt.org: i/o timeout',
 } as const;
 
@@ -106,6 +110,7 @@ function validateFault(raw: Record<string, unknown>, where: string): Fault {
     }
     if (raw.retryAfterSeconds !== undefined) fault.retryAfterSeconds = positiveInt(raw.retryAfterSeconds, 'retryAfterSeconds', where);
     if (raw.delayMs !== undefined) fault.delayMs = positiveInt(raw.delayMs, 'delayMs', where);
+    if (raw.bytes !== undefined) fault.bytes = positiveInt(raw.bytes, 'bytes', where);
     if (raw.message !== undefined) {
       if (typeof raw.message !== 'string') fail(`${where}: message must be a string`);
       fault.message = raw.message;

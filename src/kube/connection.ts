@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { CoreV1Api, KubeConfig } from './transport/client-node.ts';
 import { CertshareError, errorMessage, type ErrorCode } from '../core/errors.ts';
 import { DEFAULT_REQUEST_TIMEOUT_MS, closeKubeSessions, makeApi } from './transport/https-transport.ts';
+import { readInlineKubeconfig } from './kubeconfig-file.ts';
 import { kubeconfigSource } from './kubeconfig-source.ts';
 
 const SA_NAMESPACE = '/var/run/secrets/kubernetes.io/serviceaccount/namespace';
@@ -19,16 +20,21 @@ export interface KubeConnection {
 /**
  * In-cluster credentials inside a Pod, KUBECONFIG (or ~/.kube/config) outside. `kubeconfig` and
  * `namespace`: another cluster's (the federation home's), from a kubeconfig file the platform mounts.
+ * A kubeconfig file holds inline credentials only (kubeconfig-file.ts), unless `anyKubeconfig`: the
+ * `certshare renew` command, run by a person with their own kubeconfig (a cloud's exec plugin, say).
  */
 export async function connectKube(
   env: NodeJS.ProcessEnv,
-  options: { requestTimeoutMs?: number; kubeconfig?: string; namespace?: string } = {},
+  options: { requestTimeoutMs?: number; kubeconfig?: string; namespace?: string; anyKubeconfig?: boolean } = {},
 ): Promise<KubeConnection> {
   const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
   const config = new KubeConfig();
   const source = options.kubeconfig ? kubeconfigSource({ KUBECONFIG: options.kubeconfig }) : kubeconfigSource(env);
+  // Checked before client-node sees it: its loading alone reads the file a `token-file` names.
+  const inline = source.kind === 'file' && !options.anyKubeconfig ? await readInlineKubeconfig(source.path) : undefined;
   try {
-    if (source.kind === 'file') config.loadFromFile(source.path);
+    if (inline !== undefined) config.loadFromString(inline);
+    else if (source.kind === 'file') config.loadFromFile(source.path);
     else config.loadFromCluster();
   } catch (err) {
     throw new CertshareError('CERTSHARE_BAD_CONFIG', `cannot load Kubernetes credentials: ${errorMessage(err)}`, { cause: err });

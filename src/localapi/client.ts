@@ -6,7 +6,7 @@ import { parseRetryAfter } from '../core/retry-after.ts';
 import { isRefusalStatus, LocalApiError } from '../core/localapi.ts';
 import type { CertPair, CertPairOptions, IpnNotify, IpnPrefs, LocalApi, MaskedPrefs } from '../core/localapi.ts';
 import type { Logger } from '../core/logger.ts';
-import { DEFAULT_MAX_LINE_BYTES, LineSplitter } from './line-splitter.ts';
+import { LineSplitter } from './line-splitter.ts';
 
 // HTTP client for tailscaled's LocalAPI, over its unix socket or a TCP base URL.
 
@@ -14,7 +14,15 @@ import { DEFAULT_MAX_LINE_BYTES, LineSplitter } from './line-splitter.ts';
 export const DEFAULT_CLIENT_VERSION_CAP = 131;
 export const DEFAULT_CERT_TIMEOUT_MS = 5 * 60_000;
 export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
-export const DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
+/**
+ * The most a LocalAPI answer may hold, per kind (docs/security.md gives the reasoning): each far above what
+ * tailscaled sends and far below the sidecar's memory limit. A larger answer is refused, never read whole.
+ * A pair: one private key (RSA 4096: 3.3 KB of PEM) and a chain (a leaf with 100 names and two issuers:
+ * some 10 KB). Prefs, the status without peers and the cert domains: a few KB, thousands of routes or
+ * names at most. A bus line: a Notify, whose NetMap (before tailscaled 1.104) lists every peer at 1-3 KB
+ * each, so some thousands of peers; JSON.parse makes a few times its size in objects.
+ */
+export const LOCALAPI_ANSWER_BOUNDS = { certPair: 64 * 1024, json: 1024 * 1024, busLine: 8 * 1024 * 1024 } as const;
 const LOCALAPI_HOST = 'local-tailscaled.sock';
 const MAX_ERROR_BODY_CHARS = 2048;
 const ERROR_BODY_READ_BYTES = 16 * 1024;
@@ -28,10 +36,8 @@ export interface LocalApiClientOptions {
   certTimeoutMs?: number;
   /** Deadline of the other calls, and of the IPN bus until its response headers arrive. Default 30 s. */
   requestTimeoutMs?: number;
-  /** Longest accepted IPN bus line. Default 64 MiB. */
+  /** Longest accepted IPN bus line. Default LOCALAPI_ANSWER_BOUNDS.busLine. */
   maxBusLineBytes?: number;
-  /** Largest accepted non-streaming response body. Default 64 MiB. */
-  maxResponseBytes?: number;
   /** Called for each IPN bus line that is not a JSON object (the line is skipped). Logged when absent. */
   onBadLine?(err: CertshareError): void;
   logger: Logger;
@@ -69,7 +75,6 @@ class HttpLocalApi implements LocalApiClient {
   readonly #certTimeoutMs: number;
   readonly #requestTimeoutMs: number;
   readonly #maxBusLineBytes: number;
-  readonly #maxResponseBytes: number;
   readonly #onBadLine: ((err: CertshareError) => void) | undefined;
   readonly #logger: Logger;
   readonly #now: () => number;
@@ -90,8 +95,7 @@ class HttpLocalApi implements LocalApiClient {
     }
     this.#certTimeoutMs = options.certTimeoutMs ?? DEFAULT_CERT_TIMEOUT_MS;
     this.#requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
-    this.#maxBusLineBytes = options.maxBusLineBytes ?? DEFAULT_MAX_LINE_BYTES;
-    this.#maxResponseBytes = options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+    this.#maxBusLineBytes = options.maxBusLineBytes ?? LOCALAPI_ANSWER_BOUNDS.busLine;
     this.#onBadLine = options.onBadLine;
     this.#logger = options.logger;
     this.#now = options.now ?? Date.now;
@@ -107,13 +111,13 @@ class HttpLocalApi implements LocalApiClient {
 
   async certPair(domain: string, options: CertPairOptions): Promise<CertPair> {
     const path = `/localapi/v0/cert/${encodeURIComponent(domain)}?type=pair` + `&min_validity=${formatGoDuration(options.minValidityMs)}`;
-    const body = await this.#get(path, options.signal, this.#certTimeoutMs);
+    const body = await this.#get(path, options.signal, this.#certTimeoutMs, LOCALAPI_ANSWER_BOUNDS.certPair);
     return splitCertPair(body.toString('utf8'));
   }
 
   async certDomains(signal: AbortSignal): Promise<string[]> {
     const path = '/localapi/v0/cert-domains';
-    const value = parseJson(await this.#get(path, signal, this.#requestTimeoutMs), path);
+    const value = parseJson(await this.#get(path, signal, this.#requestTimeoutMs, LOCALAPI_ANSWER_BOUNDS.json), path);
     if (value === null) return [];
     if (!Array.isArray(value) || !value.every((d) => typeof d === 'string')) {
       throw badResponse(`GET ${path}: expected a JSON array of strings`);
@@ -123,7 +127,7 @@ class HttpLocalApi implements LocalApiClient {
 
   async status(signal: AbortSignal): Promise<Record<string, unknown>> {
     const path = '/localapi/v0/status?peers=false';
-    const value = parseJson(await this.#get(path, signal, this.#requestTimeoutMs), path);
+    const value = parseJson(await this.#get(path, signal, this.#requestTimeoutMs, LOCALAPI_ANSWER_BOUNDS.json), path);
     if (value === null || typeof value !== 'object' || Array.isArray(value)) {
       throw badResponse(`GET ${path}: expected a JSON object`);
     }
@@ -132,12 +136,13 @@ class HttpLocalApi implements LocalApiClient {
 
   async prefs(signal: AbortSignal): Promise<IpnPrefs> {
     const path = '/localapi/v0/prefs';
-    return parsePrefs(await this.#get(path, signal, this.#requestTimeoutMs), `GET ${path}`);
+    return parsePrefs(await this.#get(path, signal, this.#requestTimeoutMs, LOCALAPI_ANSWER_BOUNDS.json), `GET ${path}`);
   }
 
   async editPrefs(masked: MaskedPrefs, signal: AbortSignal): Promise<IpnPrefs> {
     const path = '/localapi/v0/prefs';
-    const body = await this.#get(path, signal, this.#requestTimeoutMs, { method: 'PATCH', body: JSON.stringify(masked) });
+    const send = { method: 'PATCH', body: JSON.stringify(masked) } as const;
+    const body = await this.#get(path, signal, this.#requestTimeoutMs, LOCALAPI_ANSWER_BOUNDS.json, send);
     return parsePrefs(body, `PATCH ${path}`);
   }
 
@@ -201,8 +206,11 @@ class HttpLocalApi implements LocalApiClient {
     else this.#logger.warn({ code: err.code, err: err.message }, 'skipped a malformed IPN bus line');
   }
 
-  /** A request (GET unless `send` says otherwise) returning the 200 body; any other status is a LocalApiError. The deadline covers the body. */
-  async #get(path: string, signal: AbortSignal, timeoutMs: number, send?: Send): Promise<Buffer> {
+  /**
+   * A request (GET unless `send` says otherwise) returning the 200 body, at most `maxBytes` of it; any other
+   * status is a LocalApiError. The deadline covers the body.
+   */
+  async #get(path: string, signal: AbortSignal, timeoutMs: number, maxBytes: number, send?: Send): Promise<Buffer> {
     const ex = await this.#open(path, signal, timeoutMs, send);
     const method = send?.method ?? 'GET';
     try {
@@ -212,9 +220,8 @@ class HttpLocalApi implements LocalApiClient {
       try {
         for await (const chunk of ex.res as AsyncIterable<Buffer>) {
           total += chunk.length;
-          if (total > this.#maxResponseBytes) {
-            throw badResponse(`${method} ${path}: response larger than ${this.#maxResponseBytes} bytes`);
-          }
+          // Torn down (`finally`) before the rest arrives: nothing past the bound is read.
+          if (total > maxBytes) throw badResponse(`${method} ${path}: answer larger than ${maxBytes} bytes, the bound for its kind`);
           chunks.push(chunk);
         }
       } catch (err) {

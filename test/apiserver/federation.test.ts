@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
 import { writeFile, readFile } from 'node:fs/promises';
-import { createServer } from 'node:http';
+import { createServer } from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -28,7 +28,7 @@ import {
   type Member,
   type SecretView,
 } from '../support/federation.ts';
-import { selfSignedPair } from '../support/certs.ts';
+import { makePair, selfSignedPair, testCa } from '../support/certs.ts';
 import { KUBE_DOMAIN, must } from '../support/kube.ts';
 import { asAccount } from '../support/token-request.ts';
 import { useTempDir } from '../support/standalone.ts';
@@ -367,13 +367,17 @@ describe('the federation home: three apiservers, two members, one shared name', 
       return unusable(err) && /rights/.test(String((err as Error).message));
     });
 
-    // Something that is not an apiserver.
-    const garbage = createServer((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"hello": "world"}'));
+    // Something that is not an apiserver (over HTTPS: a kubeconfig naming a plain-HTTP server is refused before).
+    const { certPem: cert, keyPem: key } = await makePair('localhost', Date.now() - 60_000, DAY);
+    const garbage = createServer({ cert, key }, (_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end('{"hello": "world"}'));
     garbage.listen(0, '127.0.0.1');
     await once(garbage, 'listening');
     try {
       const path = join(dir(), 'garbage.kubeconfig');
-      const text = (await readFile(nobody, 'utf8')).replace(/server: .*/, `server: http://127.0.0.1:${(garbage.address() as AddressInfo).port}`);
+      const ca = Buffer.from((await testCa()).certPem).toString('base64');
+      const text = (await readFile(nobody, 'utf8'))
+        .replace(/server: .*/, `server: "https://localhost:${(garbage.address() as AddressInfo).port}"`)
+        .replace(/certificate-authority-data: .*/, `certificate-authority-data: "${ca}"`);
       await writeFile(path, text, { mode: 0o600 });
       await assert.rejects(startMemberReplica(east, 'shared', 'shared-8', ['--federation-kubeconfig', path]), unusable);
     } finally {

@@ -17,6 +17,7 @@ import type { ControlPlane } from '../harness/control-plane.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { makePair, DAY } from '../support/certs.ts';
 import { must } from '../support/kube.ts';
+import { scriptedKubeconfig } from '../support/scripted-kubeconfig.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.ts';
 import { onEvent, until } from '../support/wait.ts';
@@ -238,19 +239,7 @@ describe('HTTP/2 to the real kube-apiserver', () => {
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
     try {
       const { port } = server.address() as { port: number };
-      const kubeconfig = join(dir(), 'h1.kubeconfig');
-      await writeFile(
-        kubeconfig,
-        [
-          'apiVersion: v1',
-          'kind: Config',
-          `clusters: [{name: c, cluster: {server: "https://localhost:${port}", insecure-skip-tls-verify: true}}]`,
-          'users: [{name: u, user: {token: t}}]',
-          'contexts: [{name: x, context: {cluster: c, user: u, namespace: n}}]',
-          'current-context: x',
-          '',
-        ].join('\n'),
-      );
+      const kubeconfig = await scriptedKubeconfig(dir(), 'h1', port);
       const connection = await connectKube({ KUBECONFIG: kubeconfig, POD_NAMESPACE: 'n' });
       const api = makeApi(connection.config, CoreV1Api);
       for (let i = 0; i < 3; i++) assert.equal((await api.readNamespacedSecret({ name: 's', namespace: 'n' })).metadata?.name, 's');

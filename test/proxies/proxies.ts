@@ -91,14 +91,57 @@ frontend tls
 }
 
 /** nginx with a stock configuration: a plain ssl_certificate path, read at start and at reload only. */
-export async function startNginx(dir: string, options: { certPath: string; keyPath: string; pidFile: string }): Promise<ProxyProcess> {
+export interface StockNginx {
+  certPath: string;
+  keyPath: string;
+  pidFile: string;
+}
+
+/**
+ * nginx with the per-handshake configuration of `manifests/example` (or `configFile`, another version of it),
+ * as the example ships it but for what only a cluster has: `/certs` is `certRoot`, the domain `domain`,
+ * `/tmp` a directory of the test's, and it listens on a free port of 127.0.0.1.
+ */
+export interface ExampleNginx {
+  certRoot: string;
+  domain: string;
+  configFile?: string;
+}
+
+const EXAMPLE_NGINX_CONF = join(import.meta.dirname, '../../manifests/example/nginx.conf');
+const EXAMPLE_DOMAIN = 'proxy.tailnet-0000.ts.net';
+
+/** `text` with every `from` replaced; fails when there is none (the example changed under the test). */
+function replaceAllOf(text: string, from: string, to: string): string {
+  if (!text.includes(from)) throw new Error(`the nginx configuration has no "${from}" to replace`);
+  return text.replaceAll(from, to);
+}
+
+export async function startNginx(dir: string, options: StockNginx | ExampleNginx): Promise<ProxyProcess & { pidFile: string }> {
   const port = await freePort();
   const prefix = join(dir, 'nginx');
   await mkdir(join(prefix, 'tmp'), { recursive: true });
   const config = join(prefix, 'nginx.conf');
-  await writeFile(
-    config,
-    `daemon off;
+  let pidFile: string;
+  let main = 'daemon off;';
+  if ('certRoot' in options) {
+    pidFile = join(prefix, 'tmp/nginx.pid');
+    let text = await readFile(options.configFile ?? EXAMPLE_NGINX_CONF, 'utf8');
+    text = replaceAllOf(text, 'listen 8443 ssl', `listen 127.0.0.1:${port} ssl`);
+    // /tmp first: the paths put in below may be under /tmp themselves.
+    text = replaceAllOf(text, '/tmp/', `${prefix}/tmp/`);
+    text = replaceAllOf(text, '/certs/', `${options.certRoot}/`);
+    text = replaceAllOf(text, EXAMPLE_DOMAIN, options.domain);
+    // A socket here, which open(2) refuses: the container's stdout is a pipe or a file.
+    text = replaceAllOf(text, 'access_log /dev/stdout;', `access_log ${prefix}/access.log;`);
+    await writeFile(config, text);
+    // Its workers open the key (0600, in directories of 0700): they run as certshare's uid, this process's.
+    if (process.getuid?.() === 0) main += ' user root;';
+  } else {
+    pidFile = options.pidFile;
+    await writeFile(
+      config,
+      `daemon off;
 master_process on;
 worker_processes 1;
 pid ${options.pidFile};
@@ -119,8 +162,12 @@ http {
   }
 }
 `,
-  );
-  return startProcess(join(proxiesBin(), 'nginx'), ['-p', prefix, '-e', 'stderr', '-c', config], port, 'SIGQUIT');
+    );
+    main = '';
+  }
+  const args = ['-p', prefix, '-e', 'stderr', '-c', config, ...(main ? ['-g', main] : [])];
+  // The object startProcess keeps up to date (its `exited`), not a copy.
+  return Object.assign(startProcess(join(proxiesBin(), 'nginx'), args, port, 'SIGQUIT'), { pidFile });
 }
 
 /** The pid a proxy wrote in its pid file. */
@@ -133,13 +180,13 @@ export async function servedSerial(port: number, servername: string): Promise<st
   return (await handshake(port, servername)).serial;
 }
 
-interface Handshake {
+export interface Handshake {
   serial?: string;
   error?: string;
 }
 
 /** One TLS handshake with SNI (any issuer: what is checked is which certificate is served). */
-function handshake(port: number, servername: string): Promise<Handshake> {
+export function handshake(port: number, servername: string): Promise<Handshake> {
   return new Promise((resolve) => {
     const socket = connect({ host: '127.0.0.1', port, servername, rejectUnauthorized: false, timeout: 5000 }, () => {
       const serial = socket.getPeerCertificate().serialNumber;
@@ -212,11 +259,12 @@ export async function renewalsServed(daemon: Daemon, certDir: string, loop: Hand
 /**
  * The tier's proof for one proxy: a client connecting every 50 ms from now on while certshare renews
  * `count` times; each renewal served within 2 s of certshare holding it, no failed handshake, the same
- * master process all along, and certshare counting a successful delivery per renewal.
+ * master process all along, and certshare counting a successful delivery per renewal by `method` (none
+ * at all without one: the per-handshake nginx reads the files by itself).
  */
 export async function proveRenewalsServed(
   t: { diagnostic(message: string): void },
-  options: { daemon: Daemon; certDir: string; domain: string; proxy: ProxyProcess; pidFile: string; method: ReloadMethod; count: number },
+  options: { daemon: Daemon; certDir: string; domain: string; proxy: ProxyProcess; pidFile: string; method: ReloadMethod | undefined; count: number },
 ): Promise<void> {
   const { daemon, proxy } = options;
   const loop = new HandshakeLoop(proxy.port, options.domain, 50);
@@ -232,6 +280,10 @@ export async function proveRenewalsServed(
   assert.equal(proxy.exited, undefined, `the proxy exited: ${proxy.output()}`);
   assert.equal(await pidInFile(options.pidFile), proxy.pid, 'the same master process all along');
   const metrics = await (await fetch(`${daemon.address}/metrics`)).text();
+  if (options.method === undefined) {
+    assert.doesNotMatch(metrics, /certshare_reload_command_runs_total\{[^}]*\} [1-9]/, 'no delivery to the proxy');
+    return;
+  }
   const pattern = new RegExp(`certshare_reload_command_runs_total\\{method="${options.method}",result="success"\\} (\\d+)`);
   const delivered = Number(pattern.exec(metrics)?.[1] ?? 0);
   assert.ok(delivered >= options.count, `${delivered} successful deliveries (${options.method})`);

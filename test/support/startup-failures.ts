@@ -29,20 +29,30 @@ export interface CaseContext {
 const DOMAIN = 'web.tailnet-test.ts.net';
 
 /** A kubeconfig that loads but points at nothing: enough for everything certshare checks before it listens. */
-async function deadKubeconfig(dir: string): Promise<string> {
-  const path = join(dir, 'kubeconfig');
+async function deadKubeconfig(dir: string, name = 'kubeconfig', user: Record<string, unknown> = { token: 't' }): Promise<string> {
+  const path = join(dir, name);
   await writeFile(
     path,
     JSON.stringify({
       apiVersion: 'v1',
       kind: 'Config',
       clusters: [{ name: 'c', cluster: { server: 'https://127.0.0.1:1' } }],
-      users: [{ name: 'u', user: { token: 't' } }],
+      users: [{ name: 'u', user }],
       contexts: [{ name: 'x', context: { cluster: 'c', user: 'u', namespace: 'ns' } }],
       'current-context': 'x',
     }),
   );
   return path;
+}
+
+/**
+ * A kubeconfig whose user is an exec credential plugin that leaves `exec-ran` in the case's directory:
+ * what whoever writes a kubeconfig could make certshare's container run. Refused before it can run.
+ */
+export function execKubeconfig(dir: string, name: string): Promise<string> {
+  const credential = JSON.stringify({ apiVersion: 'client.authentication.k8s.io/v1', kind: 'ExecCredential', status: { token: 't' } });
+  const exec = { apiVersion: 'client.authentication.k8s.io/v1', command: '/bin/sh', args: ['-c', `touch '${join(dir, 'exec-ran')}'; echo '${credential}'`] };
+  return deadKubeconfig(dir, name, { exec });
 }
 
 const base = (ctx: CaseContext): string[] => ['--localapi', join(ctx.dir, 'tailscaled.sock'), '--listen', `127.0.0.1:${ctx.port}`];
@@ -55,6 +65,39 @@ const withKubeconfig = async (ctx: CaseContext): Promise<() => Promise<void>> =>
 };
 
 export const STARTUP_FAILURES: StartupCase[] = [
+  {
+    name: 'kube mode, KUBECONFIG with an exec credential plugin',
+    exitCode: 1,
+    stderr: /users\[0\]\.user has "exec".*CERTSHARE_KUBECONFIG_REFUSED/,
+    args: kube,
+    env: kubeEnv,
+    setup: async (ctx) => {
+      await execKubeconfig(ctx.dir, 'kubeconfig');
+      return async () => {};
+    },
+  },
+  {
+    name: '--federation-kubeconfig with an exec credential plugin',
+    exitCode: 1,
+    stderr: /home\.kubeconfig refused: users\[0\]\.user has "exec".*CERTSHARE_KUBECONFIG_REFUSED/,
+    args: (ctx) => [
+      ...kube(ctx),
+      '--group',
+      'proxy',
+      '--federation-kubeconfig',
+      join(ctx.dir, 'home.kubeconfig'),
+      '--federation-namespace',
+      'certshare-home',
+      '--federation-cluster',
+      'east',
+    ],
+    env: kubeEnv,
+    setup: async (ctx) => {
+      await deadKubeconfig(ctx.dir);
+      await execKubeconfig(ctx.dir, 'home.kubeconfig');
+      return async () => {};
+    },
+  },
   {
     name: 'serve-config directory missing',
     exitCode: 1,
