@@ -41,6 +41,8 @@ export interface StoreBackend {
   leaveRotation?(signal: AbortSignal): Promise<void>;
   /** What the proxy serves for a domain changed (the served check): an Event about the Pod in Kubernetes. */
   servedChanged?(domain: string, report: { outcome: string; verdict: { verdict: string }; stale: boolean }, description: string): void;
+  /** A Tailscale Service's domain waits for control's grant (the text), or no longer (undefined): an Event. */
+  serviceDomainWait?(domain: string, text: string | undefined): void;
   stop?(): Promise<void>;
 }
 

@@ -82,6 +82,11 @@ export interface DaemonConfig {
    */
   advertiseServices: string[] | typeof SERVE_CONFIG_SERVICES;
   advertiseFailoverMs: number;
+  /**
+   * --advertise-bootstrap: advertise a Service before its first certificate while nothing valid exists in the
+   * group and the proxy serves nothing valid, so that control grants its domain (served/service-domains.ts).
+   */
+  advertiseBootstrap: boolean;
   /** --leave-token: GET /leave-rotation with this token leaves rotation (a preStop hook); undefined: no such route. */
   leaveToken: string | undefined;
   routingAttempts: number;

@@ -338,6 +338,15 @@ export const RUN_FLAGS = [
     detail: "Through tailscaled's prefs; needs --served-check. serve-config: the Services of the --serve-config file, followed as it changes.",
   },
   {
+    name: 'advertise-bootstrap',
+    group: 'served check and Tailscale Services',
+    boolean: true,
+    help: "Advertise a Service before its first certificate, so that control grants the Service's domain.",
+    detail:
+      'Only while no valid certificate for it exists in the group (Secret, federation home) and the proxy serves none: off where other ' +
+      'clusters serve the same Service without a federation home.',
+  },
+  {
     name: 'advertise-failover',
     group: 'served check and Tailscale Services',
     placeholder: 'DURATION',
@@ -491,6 +500,7 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
     servedStaleAfterMs: duration(values, 'served-stale-after'),
     advertiseServices: advertisedServices(values['advertise-services'] ?? []),
     advertiseFailoverMs: duration(values, 'advertise-failover'),
+    advertiseBootstrap: values['advertise-bootstrap'] ?? false,
     leaveToken: values['leave-token'] || undefined,
     drainDelayMs: duration(values, 'drain-delay'),
     leaseDurationMs: duration(values, 'lease-duration'),

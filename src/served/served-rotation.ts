@@ -14,6 +14,7 @@ import { probeServed } from '../tls/served-probe.ts';
 import { Advertiser } from './advertiser.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
 import { ServedMetrics } from './served-metrics.ts';
+import { ServiceDomains, type ServiceDomainsOptions } from './service-domains.ts';
 
 export type ServedRotationConfig = Pick<
   DaemonConfig,
@@ -23,6 +24,7 @@ export type ServedRotationConfig = Pick<
   | 'servedStaleAfterMs'
   | 'advertiseServices'
   | 'advertiseFailoverMs'
+  | 'advertiseBootstrap'
   | 'renewal'
   | 'readinessLeadMs'
 >;
@@ -39,12 +41,18 @@ export interface ServedRotationDeps {
   serveConfigServices?(): readonly string[];
   /** What the proxy serves changed for a domain (Events in Kubernetes). */
   onServedChange?(domain: string, report: ServedReport, description: string): void;
+  /** tailscaled's cert domains: a Service's domain is granted by control only to the Service's hosts. */
+  certDomains?: ServiceDomainsOptions['certDomains'];
+  /** A Service's domain waits for control's grant (text), or no longer (undefined): an Event in Kubernetes. */
+  onServiceDomainWait?(domain: string, text: string | undefined): void;
 }
 
 export interface ServedRotation {
   readonly observer: LoopObserver;
   readonly checker: ServedChecker;
   readonly advertiser: Advertiser | undefined;
+  /** Names the wait for a Service's domain and bootstraps it (with an advertiser and deps.certDomains). */
+  readonly serviceDomains: ServiceDomains | undefined;
   start(): void;
   /**
    * Shutdown's first step: withdraw the advertised Services, then give control `failoverMs` (at most) to move
@@ -63,7 +71,7 @@ export function createServedRotation(config: ServedRotationConfig, deps: ServedR
   const end = (held: { notBefore: number; notAfter: number }): number => rotationExitTime(held, config.renewal, config.readinessLeadMs);
   let advertiser: Advertiser | undefined;
   const checker = new ServedChecker({
-    probe: (domain, signal) => probeServed(target, domain, config.servedCheckTimeoutMs, signal),
+    probe: (domain, signal) => probe(domain, signal),
     clock,
     logger: logger.child({ component: 'served-check' }),
     intervalMs: config.servedCheckIntervalMs,
@@ -83,14 +91,20 @@ export function createServedRotation(config: ServedRotationConfig, deps: ServedR
       advertiser?.notify();
     },
   });
-  advertiser = createAdvertiser(config, deps, checker, end, metrics);
+  const probe = (domain: string, signal: AbortSignal) => probeServed(target, domain, config.servedCheckTimeoutMs, signal);
+  const certDomains = deps.certDomains;
+  const serviceDomains =
+    advertises(config) && certDomains ? createServiceDomains(config, { ...deps, certDomains }, probe, () => advertiser?.notify()) : undefined;
+  advertiser = createAdvertiser(config, deps, checker, end, metrics, serviceDomains);
   health.onChange(() => advertiser?.notify());
   return {
     observer: checker,
     checker,
     advertiser,
+    serviceDomains,
     start: () => {
       checker.start();
+      serviceDomains?.start();
       advertiser?.start();
     },
     async leave(failoverMs, signal, alongside) {
@@ -99,7 +113,7 @@ export function createServedRotation(config: ServedRotationConfig, deps: ServedR
       await Promise.all([withdrew ? clock.sleep(failoverMs, signal).catch(() => {}) : undefined, alongside()]);
     },
     async stop() {
-      await Promise.all([checker.stop(), advertiser?.stop()]);
+      await Promise.all([checker.stop(), advertiser?.stop(), serviceDomains?.stop()]);
     },
   };
 }
@@ -110,6 +124,7 @@ function createAdvertiser(
   checker: ServedChecker,
   end: (held: { notBefore: number; notAfter: number }) => number,
   metrics: ServedMetrics,
+  serviceDomains: ServiceDomains | undefined,
 ): Advertiser | undefined {
   const { localApi, health, clock, logger } = deps;
   if (!advertises(config)) return undefined;
@@ -118,15 +133,13 @@ function createAdvertiser(
     return undefined;
   }
   const api = { prefs: localApi.prefs.bind(localApi), editPrefs: localApi.editPrefs.bind(localApi) };
-  const domainOf = (service: string): string => serviceDomain(service, deps.domains()) ?? '';
-  const servicesNow = (): readonly string[] =>
-    config.advertiseServices === SERVE_CONFIG_SERVICES ? (deps.serveConfigServices?.() ?? []) : config.advertiseServices;
+  const { domainOf, servicesNow } = managedServices(config, deps);
   return new Advertiser({
     api,
     services: () => servicesNow().map((service) => ({ service, domain: domainOf(service) })),
     facts: (domain, now) => {
       const info = domain ? health.infoOf(domain) : undefined;
-      return { held: info, served: checker.verdict(domain, now), now, end };
+      return { held: info, served: checker.verdict(domain, now), now, end, bootstrap: serviceDomains?.bootstrap(domain, now) ?? false };
     },
     nextEdge: (now) => {
       let next: number | undefined;
@@ -144,6 +157,41 @@ function createAdvertiser(
     resyncMs: config.servedCheckIntervalMs,
     onAdvertised: (service, advertised) => metrics.advertised(service, advertised),
     onError: (code) => metrics.advertiseErrors.inc({ code }),
+  });
+}
+
+function managedServices(config: ServedRotationConfig, deps: ServedRotationDeps): { domainOf(service: string): string; servicesNow(): readonly string[] } {
+  return {
+    domainOf: (service) => serviceDomain(service, deps.domains()) ?? '',
+    servicesNow: () => (config.advertiseServices === SERVE_CONFIG_SERVICES ? (deps.serveConfigServices?.() ?? []) : config.advertiseServices),
+  };
+}
+
+function createServiceDomains(
+  config: ServedRotationConfig,
+  deps: ServedRotationDeps & { certDomains: ServiceDomainsOptions['certDomains'] },
+  probe: ServiceDomainsOptions['probe'],
+  onChange: () => void,
+): ServiceDomains {
+  const { health } = deps;
+  const { domainOf, servicesNow } = managedServices(config, deps);
+  return new ServiceDomains({
+    certDomains: deps.certDomains,
+    services: () => servicesNow().map((service) => ({ service, domain: domainOf(service) })),
+    heldValid: (domain, now) => {
+      const info = health.infoOf(domain);
+      return info !== undefined && now >= info.notBefore && now < info.notAfter;
+    },
+    probe,
+    bootstrap: config.advertiseBootstrap,
+    probeIntervalMs: config.servedCheckIntervalMs,
+    clock: deps.clock,
+    logger: deps.logger.child({ component: 'service-domains' }),
+    onWait: (domain, text) => {
+      health.problem(domain, text);
+      deps.onServiceDomainWait?.(domain, text);
+    },
+    onChange,
   });
 }
 
