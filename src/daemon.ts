@@ -120,6 +120,10 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     certDomains: watcher,
     ...(backend.serviceDomainWait ? { onServiceDomainWait: backend.serviceDomainWait } : {}),
   });
+  // A reload certshare ran may have put the proxy right: check what it serves now, not at the next recheck.
+  events.on('reloaded', (outcome: { ok: boolean; skipped?: boolean }) => {
+    if (outcome.ok && !outcome.skipped) served?.checker.reloaded();
+  });
   const extraObservers = [eventsObserver(events), ...(routingProofs ? [routingProofs] : []), ...(served ? [served.observer] : []), ...delivery.observers];
   const availability = served?.serviceDomains?.availability ?? watcher;
   const { manager, ari } = certificateLoops(config, { ...deps, startup, backend, metrics, health, localApi, availability, extraObservers });

@@ -327,7 +327,7 @@ export const RUN_FLAGS = [
     placeholder: 'DURATION',
     default: '5m',
     help: 'Warn when the proxy still serves the previous certificate this long after a renewal.',
-    detail: 'The warning is a metric, an Event and an alert.',
+    detail: "The warning is a metric, an Event and an alert; at most halfway to that certificate's leaving rotation.",
   },
   {
     name: 'advertise-services',

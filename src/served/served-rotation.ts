@@ -13,7 +13,7 @@ import { describeOutcome } from '../core/served-certificate.ts';
 import { probeServed } from '../tls/served-probe.ts';
 import { Advertiser } from './advertiser.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
-import { ServedMetrics } from './served-metrics.ts';
+import { ServedMetrics, servedStatus } from './served-metrics.ts';
 import { ServiceDomains, type ServiceDomainsOptions } from './service-domains.ts';
 
 export type ServedRotationConfig = Pick<
@@ -80,7 +80,7 @@ export function createServedRotation(config: ServedRotationConfig, deps: ServedR
     onChecked: (domain, outcome) => metrics.checked(domain, outcome),
     onChange: (domain, report) => {
       const description = describeReport(report, `${target.host}:${target.port}`);
-      metrics.served(domain, report.notAfter, report.stale);
+      metrics.served(domain, servedStatus(report.outcome, report.verdict), report.notAfter, report.stale);
       health.servedInfo(domain, description);
       // A served certificate that clients should not get holds the replica out of rotation (readiness gate,
       // /healthz); "no answer" and "not seen yet" are left to the proxy's own probe.
