@@ -53,6 +53,26 @@ export class EmulatedPrefs {
     this.onEdit?.();
   }
 
+  /**
+   * tailscaled's config file (tailscaled --config, as containerboot starts it from the operator's file), or
+   * undefined: prefs only. Only AdvertiseServices is kept; the file's value wins at each reload.
+   */
+  configFile: { AdvertiseServices?: string[] } | undefined;
+
+  /** As ipnlocal ReloadConfig: the file's AdvertiseServices back in the prefs (unset in the file: none). */
+  reloadConfig(): boolean {
+    if (!this.configFile) return false;
+    this.setAdvertiseServices(this.configFile.AdvertiseServices ?? []);
+    return true;
+  }
+
+  /** POST /localapi/v0/reload-config (apitype.ReloadConfigResponse). */
+  handleReloadConfig(req: IncomingMessage, res: ServerResponse): void {
+    if (req.method !== 'POST') sendError(res, 405, 'use POST');
+    else if (this.#write === 'denied') sendError(res, 403, 'access denied');
+    else sendJson(res, 200, JSON.stringify({ Reloaded: this.reloadConfig() }));
+  }
+
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     if (req.method === 'GET' || req.method === 'HEAD') return sendJson(res, 200, this.#json());
     if (req.method !== 'PATCH') return sendError(res, 405, 'unsupported method');

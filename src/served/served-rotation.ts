@@ -14,6 +14,7 @@ import { probeServed } from '../tls/served-probe.ts';
 import { Advertiser } from './advertiser.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
 import { ServedMetrics, servedStatus } from './served-metrics.ts';
+import { configFileOwnsPrefs } from './config-file-owner.ts';
 import { ServiceDomains, type ServiceDomainsOptions } from './service-domains.ts';
 
 export type ServedRotationConfig = Pick<
@@ -97,6 +98,14 @@ export function createServedRotation(config: ServedRotationConfig, deps: ServedR
     advertises(config) && certDomains ? createServiceDomains(config, { ...deps, certDomains }, probe, () => advertiser?.notify()) : undefined;
   advertiser = createAdvertiser(config, deps, checker, end, metrics, serviceDomains);
   health.onChange(() => advertiser?.notify());
+  const ownerStop = new AbortController();
+  /** Resolves true when a config file owns the advertisement (config-file-owner.ts); advertising starts otherwise. */
+  let ownerChecked: Promise<boolean> = Promise.resolve(false);
+  const startAdvertising = async (a: Advertiser): Promise<boolean> => {
+    const owned = await configFileOwnsPrefs(deps.localApi, config.advertiseServices, deps, ownerStop.signal);
+    if (!owned && !ownerStop.signal.aborted) a.start();
+    return owned;
+  };
   return {
     observer: checker,
     checker,
@@ -105,14 +114,18 @@ export function createServedRotation(config: ServedRotationConfig, deps: ServedR
     start: () => {
       checker.start();
       serviceDomains?.start();
-      advertiser?.start();
+      ownerChecked = advertiser ? startAdvertising(advertiser) : Promise.resolve(false);
     },
     async leave(failoverMs, signal, alongside) {
-      const withdrew = advertiser ? await advertiser.withdraw(signal) : false;
+      // A config file's owner advertises: nothing of certshare's to withdraw.
+      const leftToOwner = await ownerChecked;
+      const withdrew = advertiser && !leftToOwner ? await advertiser.withdraw(signal) : false;
       if (withdrew) logger.info({ failoverMs }, 'Tailscale Services withdrawn; waiting for control to move clients');
       await Promise.all([withdrew ? clock.sleep(failoverMs, signal).catch(() => {}) : undefined, alongside()]);
     },
     async stop() {
+      ownerStop.abort();
+      await ownerChecked;
       await Promise.all([checker.stop(), advertiser?.stop(), serviceDomains?.stop()]);
     },
   };

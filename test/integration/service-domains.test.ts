@@ -140,3 +140,35 @@ describe("a Service's domain granted only to its hosts (emulator)", () => {
     }
   });
 });
+
+describe('tailscaled from a config file (emulator): the file owns AdvertiseServices', () => {
+  it('leaves the advertisement to the file’s owner, says so once, and never edits the prefs, through a change of the file and the stop', async () => {
+    const otherCa = await createCertificateAuthority({ name: 'not the tailnet CA', now: Date.now() });
+    const proxy = await startTlsProxy(await makePair(DOMAIN, Date.now() - DAY, 30 * DAY, otherCa));
+    const dir = await tempDir();
+    const emulator = await emulatorIn(dir.path);
+    emulator.prefs.configFile = { AdvertiseServices: [SERVICE] };
+    emulator.prefs.reloadConfig(); // tailscaled --config at its start
+    const edits = emulator.prefs.edits;
+    const log = recordingLogger();
+    const flags = ['--served-check', `127.0.0.1:${proxy.port}`, '--served-check-interval', '1s', '--advertise-services', SERVICE];
+    const daemon = await standaloneDaemon(emulator, join(dir.path, 'certs'), [...flags, '--advertise-failover', '100ms'], log.logger);
+    const said = (): number => log.entries.filter((e) => e.code === 'CERTSHARE_ADVERTISE_CONFIG_FILE').length;
+    try {
+      await until('config-file mode said', () => said() === 1, [every50ms]);
+      // The owner changes the file; containerboot reloads it.
+      emulator.prefs.configFile = { AdvertiseServices: [SERVICE, 'svc:api'] };
+      emulator.prefs.reloadConfig();
+      await until('the proxy checked: a certificate certshare never held', () => daemon.health.details().some((l) => l.includes('never held')), [every50ms]);
+      await daemon.stop();
+      assert.equal(emulator.prefs.edits, edits, 'no prefs edit of certshare’s, not even the withdrawal on stop');
+      assert.deepEqual(emulator.prefs.advertiseServices, [SERVICE, 'svc:api'], 'what the file says');
+      assert.equal(said(), 1, 'said once');
+    } finally {
+      await daemon.stop();
+      await proxy.close();
+      await emulator.close();
+      await dir.remove();
+    }
+  });
+});
