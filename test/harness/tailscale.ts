@@ -68,6 +68,11 @@ export interface RealTailscaledOptions {
   verbose?: boolean;
   /** Bound on each process becoming ready, excluding the build. Default 60 s. */
   readyTimeoutMs?: number;
+  /**
+   * Control grants `<label>.<magicDnsDomain>` as a cert domain only while a node advertises `svc:<label>`
+   * (tsenv --service-hosts-only), as real control grants a Service's domain only to its hosts.
+   */
+  serviceHostsOnly?: boolean;
   /** The node's hostname and MagicDNS suffix: the cert domain is `<hostname>.<magicDnsDomain>`. Default TS_DOMAIN's. */
   hostname?: string;
   magicDnsDomain?: string;
@@ -204,6 +209,7 @@ class RealTailscaledImpl implements RealTailscaled {
     const tsenvArgs = ['--dir', this.dir, '--magicdns-domain', this.magicDnsDomain];
     if (this.options.certValidity) tsenvArgs.push('--validity', this.options.certValidity);
     if (this.options.certDomainsAtStart) tsenvArgs.push('--cert-domains');
+    if (this.options.serviceHostsOnly) tsenvArgs.push('--service-hosts-only');
     if (this.verbose) tsenvArgs.push('-v');
     this.tsenv = this.inNamespace('tsenv', [join(this.binDir, 'tsenv'), ...tsenvArgs]);
     let line: string | undefined;
