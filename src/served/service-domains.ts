@@ -35,8 +35,11 @@ export interface ServiceDomainsOptions {
 
 export class ServiceDomains {
   readonly #o: ServiceDomainsOptions;
-  /** Domains whose certificate loop asked to issue: no valid certificate in the group's store or at the home. */
-  readonly #issuing = new Set<string>();
+  /**
+   * Domains whose certificate loop waits for tailscaled to list them before it issues: a first issuance (no
+   * valid certificate in the group's store or at the home: the loop takes one from there first) or a renewal.
+   */
+  readonly #waitingFor = new Set<string>();
   /** Per domain, whether the proxy's last answer was a leaf valid now for the name. */
   readonly #servedValid = new Map<string, boolean>();
   /** The wait named per domain (logged once per wait). */
@@ -52,22 +55,33 @@ export class ServiceDomains {
 
   /** The loops' view of tailscaled's cert domains, noting which domains wait to be issued. */
   readonly availability: DomainAvailability = {
-    waitFor: (domain, signal) => {
-      if (!this.#issuing.has(domain)) {
-        this.#issuing.add(domain);
+    waitFor: async (domain, signal) => {
+      this.#waitingFor.add(domain);
+      this.#wake.abort();
+      try {
+        await this.#o.certDomains.waitFor(domain, signal);
+      } finally {
+        this.#waitingFor.delete(domain);
         this.#wake.abort();
       }
-      return this.#o.certDomains.waitFor(domain, signal);
     },
   };
 
   /** Advertise the Service of `domain` to obtain the domain (bootstrapAllowed). */
   bootstrap(domain: string, now: number): boolean {
-    if (!domain || !this.#issuing.has(domain) || this.#o.heldValid(domain, now)) return false;
+    if (!domain || this.#o.heldValid(domain, now)) {
+      this.#bootstrapping.delete(domain);
+      return false;
+    }
     // Granted: the advertisement that obtained it stays until the certificate is held (control takes the
     // domain back from a node that stops hosting the Service, and tailscaled checks it before issuing).
     if (this.#o.certDomains.current().has(domain)) return this.#bootstrapping.has(domain);
-    const allowed = bootstrapAllowed({ enabled: this.#o.bootstrap, issuing: true, heldValid: false, servedValidLeaf: this.#servedValid.get(domain) });
+    const allowed = bootstrapAllowed({
+      enabled: this.#o.bootstrap,
+      issuing: this.#waitingFor.has(domain),
+      heldValid: false,
+      servedValidLeaf: this.#servedValid.get(domain),
+    });
     if (allowed) this.#bootstrapping.add(domain);
     else this.#bootstrapping.delete(domain);
     return allowed;
@@ -90,12 +104,12 @@ export class ServiceDomains {
   async #run(): Promise<void> {
     const { clock } = this.#o;
     while (!this.#stop.signal.aborted) {
-      const waiting = this.#waiting(clock.now());
+      const waiting = this.#waiting();
       this.#name(waiting);
       if (this.#o.bootstrap && waiting.length > 0) await this.#probe(waiting);
       this.#o.onChange();
       // tailscaled's first answer may list nothing, which is no change to listen for: look again shortly.
-      const unsynced = this.#issuing.size > 0 && !this.#o.certDomains.synced;
+      const unsynced = this.#waitingFor.size > 0 && !this.#o.certDomains.synced;
       const waitMs = Math.min(
         this.#o.bootstrap && waiting.length > 0 ? this.#o.probeIntervalMs : Number.POSITIVE_INFINITY,
         unsynced ? SYNC_RECHECK_MS : Number.POSITIVE_INFINITY,
@@ -106,21 +120,11 @@ export class ServiceDomains {
   }
 
   /** The managed Services whose loop waits to issue for a domain tailscaled does not list. */
-  #waiting(now: number): Array<{ service: string; domain: string }> {
-    const { certDomains, heldValid } = this.#o;
+  #waiting(): Array<{ service: string; domain: string }> {
+    const { certDomains } = this.#o;
+    if (!certDomains.synced) return [];
     const listed = certDomains.current();
-    const out: Array<{ service: string; domain: string }> = [];
-    for (const entry of this.#o.services()) {
-      const { domain } = entry;
-      if (!domain) continue;
-      if (heldValid(domain, now)) {
-        this.#issuing.delete(domain);
-        this.#bootstrapping.delete(domain);
-        continue;
-      }
-      if (this.#issuing.has(domain) && certDomains.synced && !listed.has(domain)) out.push(entry);
-    }
-    return out;
+    return this.#o.services().filter(({ domain }) => domain !== '' && this.#waitingFor.has(domain) && !listed.has(domain));
   }
 
   #name(waiting: ReadonlyArray<{ service: string; domain: string }>): void {
