@@ -6,7 +6,7 @@
 // front (for ACME Renewal Information) through a TCP relay on the host's loopback to tsenv's ACME socket.
 import { spawnSync } from 'node:child_process';
 import { rmSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before } from 'node:test';
@@ -111,6 +111,11 @@ export interface RealTailscaled {
   rateLimitOrders(orders: number, retryAfterSeconds: number): Promise<void>;
   /** SIGTERM tailscaled (state kept in the state dir). */
   stopTailscaled(): Promise<void>;
+  /**
+   * Writes tailscaled's config file (ipn.ConfigVAlpha, as containerboot's operator writes it) and, the first
+   * time, restarts tailscaled from it (`--config`, state kept); later calls only write it. Returns its path.
+   */
+  writeConfigFile(config: Record<string, unknown>): Promise<string>;
   /** Starts tailscaled again with the same state; resolves once its LocalAPI answers and it is Running. */
   startTailscaled(): Promise<void>;
   readonly tailscaledRunning: boolean;
@@ -263,6 +268,7 @@ class RealTailscaledImpl implements RealTailscaled {
         `--statedir=${join(this.dir, 'state')}`,
         '--port=0',
         '--no-logs-no-support',
+        ...(this.configPath ? [`--config=${this.configPath}`] : []),
       ],
       {
         TS_DEBUG_ACME_DIRECTORY_URL: this.ready.acme,
@@ -290,6 +296,20 @@ class RealTailscaledImpl implements RealTailscaled {
 
   /** Set once tailscaled first came up: every later start must reach Running from its saved state. */
   private loggedIn = false;
+
+  /** tailscaled runs from this config file (writeConfigFile). */
+  private configPath: string | undefined;
+
+  async writeConfigFile(config: Record<string, unknown>): Promise<string> {
+    const path = join(this.dir, 'tailscaled.hujson');
+    await writeFile(path, JSON.stringify(config));
+    if (this.configPath !== path) {
+      this.configPath = path;
+      await this.stopTailscaled();
+      await this.startTailscaled();
+    }
+    return path;
+  }
 
   async stopTailscaled(): Promise<void> {
     const proc = this.tailscaled;
