@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { FastifyInstance } from 'fastify';
 import { LoopSupervisor } from './core/loop-supervisor.ts';
+import type { DomainAvailability } from './core/cert-loop.ts';
 import { systemClock } from './core/clock.ts';
 import { errorMessage } from './core/errors.ts';
 import { HealthState } from './core/health.ts';
@@ -118,9 +119,16 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     domains: () => domains.current,
     serveConfigServices: () => serveConfigServices,
     ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
+    certDomains: watcher,
+    ...(backend.serviceDomainWait ? { onServiceDomainWait: backend.serviceDomainWait } : {}),
+  });
+  // A reload certshare ran may have put the proxy right: check what it serves now, not at the next recheck.
+  events.on('reloaded', (outcome: { ok: boolean; skipped?: boolean }) => {
+    if (outcome.ok && !outcome.skipped) served?.checker.reloaded();
   });
   const extraObservers = [eventsObserver(events), ...(routingProofs ? [routingProofs] : []), ...(served ? [served.observer] : []), ...delivery.observers];
-  const { manager, ari } = certificateLoops(config, { ...deps, startup, backend, metrics, health, localApi, watcher, extraObservers });
+  const availability = served?.serviceDomains?.availability ?? watcher;
+  const { manager, ari } = certificateLoops(config, { ...deps, startup, backend, metrics, health, localApi, availability, extraObservers });
   domains.drive(manager, ari, health);
   logHealthChanges(health, clock, logger);
   const serveConfig = followServeConfig(config, logger, health, domains, (services) => {
@@ -257,7 +265,8 @@ interface LoopParts {
   metrics: Metrics;
   health: HealthState;
   localApi: LocalApi;
-  watcher: CertDomainsWatcher;
+  /** tailscaled's cert domains as the loops wait for them (served/service-domains.ts notes the waits). */
+  availability: DomainAvailability;
   /** Observers beside health, metrics, the backend's and ARI's. */
   extraObservers: LoopObserver[];
 }
@@ -300,7 +309,7 @@ function certificateLoops(config: DaemonConfig, p: LoopParts): { manager: LoopSu
     localApi: p.localApi,
     store: backend.store,
     role: backend.role,
-    availability: p.watcher,
+    availability: p.availability,
     clock,
     renewal: config.renewal,
     backoff: config.backoff,

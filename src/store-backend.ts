@@ -43,6 +43,8 @@ export interface StoreBackend {
   podTerminating?(signal: AbortSignal): Promise<boolean>;
   /** What the proxy serves for a domain changed (the served check): an Event about the Pod in Kubernetes. */
   servedChanged?(domain: string, report: { outcome: string; verdict: { verdict: string }; stale: boolean }, description: string): void;
+  /** A Tailscale Service's domain waits for control's grant (the text), or no longer (undefined): an Event. */
+  serviceDomainWait?(domain: string, text: string | undefined): void;
   stop?(): Promise<void>;
 }
 

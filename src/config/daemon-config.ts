@@ -89,6 +89,11 @@ export interface DaemonConfig {
    * edits the prefs in certshare's place; undefined: certshare edits them itself (it must be tailscaled's operator).
    */
   advertiseAgent: string | undefined;
+  /**
+   * --advertise-bootstrap: advertise a Service before its first certificate while nothing valid exists in the
+   * group and the proxy serves nothing valid, so that control grants its domain (served/service-domains.ts).
+   */
+  advertiseBootstrap: boolean;
   /** --leave-token: GET /leave-rotation with this token leaves rotation (a preStop hook); undefined: no such route. */
   leaveToken: string | undefined;
   routingAttempts: number;

@@ -337,7 +337,7 @@ export const RUN_FLAGS = [
     placeholder: 'DURATION',
     default: '5m',
     help: 'Warn when the proxy still serves the previous certificate this long after a renewal.',
-    detail: 'The warning is a metric, an Event and an alert.',
+    detail: "The warning is a metric, an Event and an alert; at most halfway to that certificate's leaving rotation.",
   },
   {
     name: 'advertise-services',
@@ -353,6 +353,15 @@ export const RUN_FLAGS = [
     placeholder: 'DIR',
     help: "Advertise through certshare advertise-agent's exchange directory, not by editing tailscaled's prefs.",
     detail: 'certshare then needs no right on tailscaled but certificates (set by certshare injector).',
+  },
+  {
+    name: 'advertise-bootstrap',
+    group: 'served check and Tailscale Services',
+    boolean: true,
+    help: "Advertise a Service before its first certificate, so that control grants the Service's domain.",
+    detail:
+      'Only while no valid certificate for it exists in the group (Secret, federation home) and the proxy serves none: off where other ' +
+      'clusters serve the same Service without a federation home.',
   },
   {
     name: 'advertise-failover',
@@ -512,6 +521,7 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
     advertiseServices: advertisedServices(values['advertise-services'] ?? []),
     advertiseFailoverMs: duration(values, 'advertise-failover'),
     advertiseAgent: values['advertise-agent'] || undefined,
+    advertiseBootstrap: values['advertise-bootstrap'] ?? false,
     leaveToken: values['leave-token'] || undefined,
     drainDelayMs: duration(values, 'drain-delay'),
     leaseDurationMs: duration(values, 'lease-duration'),

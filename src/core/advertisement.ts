@@ -37,17 +37,45 @@ export interface AdvertiseFacts {
   now: number;
   /** Where a certificate stops counting (renewal.ts rotationExitTime: the readiness lead before notAfter). */
   end: (held: HeldValidity) => number;
+  /** Advertise to obtain the Service's domain from control (bootstrapAllowed). */
+  bootstrap?: boolean;
 }
 
 export type AdvertiseDecision = { advertise: true } | { advertise: false; why: string };
 
 export function advertiseDecision(f: AdvertiseFacts): AdvertiseDecision {
   if (f.terminating) return { advertise: false, why: 'shutting down' };
+  if (f.bootstrap) return { advertise: true };
   if (!f.held || f.now < f.held.notBefore || f.now >= f.held.notAfter) return { advertise: false, why: 'no valid certificate held' };
   if (f.now >= f.end(f.held)) return { advertise: false, why: 'the certificate held is inside the readiness lead before it expires' };
   if (f.served.verdict === 'unconfirmed') return { advertise: false, why: 'the proxy has not been seen serving the certificate yet' };
   if (f.served.verdict === 'bad') return { advertise: false, why: f.served.why };
   return { advertise: true };
+}
+
+export interface BootstrapFacts {
+  /** --advertise-bootstrap: the platform allows it (off by default, see docs/tailscale-services.md). */
+  enabled: boolean;
+  /**
+   * The certificate loop asked to issue for the domain: neither the group's store nor the federation home holds
+   * a valid certificate for it (the loop takes one from there before it issues).
+   */
+  issuing: boolean;
+  /** A certificate valid now is held for the domain. */
+  heldValid: boolean;
+  /** The proxy's answer for the domain: a leaf valid now that covers the name, none, or not asked yet (undefined). */
+  servedValidLeaf: boolean | undefined;
+}
+
+/**
+ * Whether to advertise a Service before its first certificate. Control grants a Service's domain only to its
+ * hosts, so without a certificate and without the advertisement neither ever comes. Advertising costs no
+ * client anything only while nothing valid exists anywhere in the group and the proxy serves nothing a
+ * client would accept: every client fails anyway. Any leaf the proxy serves that is valid for the name
+ * (another cluster's copy, an operator's file) keeps it off.
+ */
+export function bootstrapAllowed(f: BootstrapFacts): boolean {
+  return f.enabled && f.issuing && !f.heldValid && f.servedValidLeaf === false;
 }
 
 /**

@@ -74,6 +74,20 @@ export const ERROR_CODES = {
     message: 'tailscaled LocalAPI {problem}',
     exit: 1,
   },
+  CERTSHARE_SERVICE_DOMAIN_NOT_GRANTED: {
+    means:
+      "a Tailscale Service's domain is not among the node's cert domains: control grants it only to the Service's hosts " +
+      '(a node advertising the Service, with the tags the Service wants)',
+    message: '{domain}: waiting for control to grant this node the domain of {service} ({why})',
+    exit: 1,
+  },
+  CERTSHARE_ADVERTISE_CONFIG_FILE: {
+    means:
+      "tailscaled runs from a config file (containerboot's TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR): the file owns AdvertiseServices, " +
+      'certshare leaves the advertisement to its owner',
+    message: "tailscaled runs from a config file, whose AdvertiseServices wins at every reload: {services} left to the file's owner",
+    exit: 1,
+  },
   CERTSHARE_BUS_LINE_TOO_LONG: {
     means: 'an IPN bus line exceeded the line bound; the stream is reopened',
     message: "IPN bus line longer than {max} bytes (got at least {length}); raise the bus line limit if the tailnet's netmap is that large",

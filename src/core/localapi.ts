@@ -61,6 +61,11 @@ export interface LocalApi {
   prefs?(signal: AbortSignal): Promise<IpnPrefs>;
   /** PATCH /localapi/v0/prefs with a masked prefs body; resolves with the prefs after the edit. */
   editPrefs?(masked: MaskedPrefs, signal: AbortSignal): Promise<IpnPrefs>;
+  /**
+   * POST /localapi/v0/reload-config: whether tailscaled runs from a config file (it then puts the file's values
+   * back, AdvertiseServices among them, as containerboot does whenever the file changes). Optional.
+   */
+  reloadConfig?(signal: AbortSignal): Promise<boolean>;
 }
 
 export type LocalApiCode =

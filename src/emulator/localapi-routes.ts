@@ -96,6 +96,8 @@ async function routeNode(req: IncomingMessage, res: ServerResponse, url: URL, ct
     }
     case '/localapi/v0/prefs':
       return ctx.prefs.handle(req, res);
+    case '/localapi/v0/reload-config':
+      return ctx.prefs.handleReloadConfig(req, res);
     case '/localapi/v0/status':
       return sendJson(res, 200, statusJson(ctx.identity, ctx.version, ctx.control.certDomains()));
     case '/localapi/v0/cert-domains': {

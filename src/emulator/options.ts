@@ -38,6 +38,20 @@ export const EMULATOR_FLAGS = [
     placeholder: 'N',
     help: `Also N generated cert domains, ${generatedDomains(1)[0]} and on (for many-domain runs).`,
   },
+  {
+    name: 'service-domain',
+    group: 'cert domains',
+    placeholder: 'FQDN',
+    multiple: true,
+    help: "A Tailscale Service's domain (<label>.<tailnet>.ts.net), a cert domain only while the prefs advertise svc:<label>.",
+  },
+  {
+    name: 'service-tag',
+    group: 'cert domains',
+    placeholder: 'TAG',
+    multiple: true,
+    help: "With --service-domain: granted only while the node's AdvertiseTags hold one of these too.",
+  },
   { name: 'domain-delay', group: 'cert domains', placeholder: 'DURATION', help: 'The domains appear only after this delay, announced on the bus (e.g. 10s).' },
   { name: 'cert-lifetime', group: 'the CA', placeholder: 'DURATION', help: 'Certificate lifetime (default 90d; e.g. 6d, 1h, 90s).' },
   {
@@ -178,6 +192,14 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
     }
   }
   domains.push(...generated);
+  const serviceDomains: string[] = [];
+  for (const d of values['service-domain'] ?? []) {
+    try {
+      serviceDomains.push(normalizeDomain(d));
+    } catch (err) {
+      badFlag(`--service-domain: ${errorMessage(err)}`);
+    }
+  }
   const skew = values['clock-skew'];
   const faults: Fault[] = [];
   for (const spec of values.fault ?? []) {
@@ -214,6 +236,7 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
     limits: limits.newCertsPerRegisteredDomain || limits.ordersPerAccount ? limits : undefined,
     id: values.id,
     acmeListen: values['acme-listen'],
+    serviceHosts: serviceDomains.length > 0 ? { domains: serviceDomains, tags: values['service-tag'] ?? [] } : undefined,
   };
   // Only what was given: the rest keeps startEmulator's defaults.
   const options: EmulatorOptions = {

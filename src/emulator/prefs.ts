@@ -22,6 +22,8 @@ export class EmulatedPrefs {
   #write: PrefsWrite;
   /** PATCH requests that changed something. */
   edits = 0;
+  /** Called after every edit (control's view of the node follows its prefs: cert domains of its Services). */
+  onEdit: (() => void) | undefined;
 
   constructor(write: PrefsWrite = 'allowed') {
     this.#write = write;
@@ -35,9 +37,40 @@ export class EmulatedPrefs {
     return [...((this.#prefs.AdvertiseServices as string[] | null) ?? [])];
   }
 
+  get advertiseTags(): string[] {
+    return [...((this.#prefs.AdvertiseTags as string[] | null) ?? [])];
+  }
+
   /** As `tailscale set --advertise-services` would: another client's edit. */
   setAdvertiseServices(services: string[]): void {
     this.#prefs.AdvertiseServices = services.length > 0 ? [...services] : null;
+    this.onEdit?.();
+  }
+
+  /** As `tailscale up --advertise-tags` would (control accepts them here without a tag owner). */
+  setAdvertiseTags(tags: string[]): void {
+    this.#prefs.AdvertiseTags = tags.length > 0 ? [...tags] : null;
+    this.onEdit?.();
+  }
+
+  /**
+   * tailscaled's config file (tailscaled --config, as containerboot starts it from the operator's file), or
+   * undefined: prefs only. Only AdvertiseServices is kept; the file's value wins at each reload.
+   */
+  configFile: { AdvertiseServices?: string[] } | undefined;
+
+  /** As ipnlocal ReloadConfig: the file's AdvertiseServices back in the prefs (unset in the file: none). */
+  reloadConfig(): boolean {
+    if (!this.configFile) return false;
+    this.setAdvertiseServices(this.configFile.AdvertiseServices ?? []);
+    return true;
+  }
+
+  /** POST /localapi/v0/reload-config (apitype.ReloadConfigResponse). */
+  handleReloadConfig(req: IncomingMessage, res: ServerResponse): void {
+    if (req.method !== 'POST') sendError(res, 405, 'use POST');
+    else if (this.#write === 'denied') sendError(res, 403, 'access denied');
+    else sendJson(res, 200, JSON.stringify({ Reloaded: this.reloadConfig() }));
   }
 
   async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -53,14 +86,19 @@ export class EmulatedPrefs {
     } catch (err) {
       return sendError(res, 400, (err as Error).message);
     }
-    if (masked.AdvertiseServicesSet === true) {
-      const services = masked.AdvertiseServices;
-      if (services !== null && services !== undefined && !(Array.isArray(services) && services.every((s) => typeof s === 'string'))) {
-        return sendError(res, 400, 'json: cannot unmarshal AdvertiseServices into Go struct field of type []string');
+    // Both lists are checked before either changes, as tailscaled decodes the whole MaskedPrefs first.
+    const lists = { AdvertiseServices: (v: string[]) => this.setAdvertiseServices(v), AdvertiseTags: (v: string[]) => this.setAdvertiseTags(v) };
+    const edits: Array<() => void> = [];
+    for (const [field, set] of Object.entries(lists)) {
+      if (masked[`${field}Set`] !== true) continue;
+      const value = masked[field];
+      if (value !== null && value !== undefined && !(Array.isArray(value) && value.every((s) => typeof s === 'string'))) {
+        return sendError(res, 400, `json: cannot unmarshal ${field} into Go struct field of type []string`);
       }
-      this.setAdvertiseServices((services as string[] | null | undefined) ?? []);
-      this.edits += 1;
+      edits.push(() => set((value as string[] | null | undefined) ?? []));
     }
+    for (const edit of edits) edit();
+    if (edits.length > 0) this.edits += 1;
     sendJson(res, 200, this.#json());
   }
 

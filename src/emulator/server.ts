@@ -100,6 +100,12 @@ export interface EmulatorOptions {
    * uid that is neither root nor its operator. Default 'allowed'.
    */
   prefsWrite?: PrefsWrite;
+  /**
+   * Control's rule for Tailscale Services: each of these domains (`<label>.<tailnet>.ts.net`) is a cert domain
+   * only while the prefs advertise `svc:<label>` and, when `tags` is not empty, AdvertiseTags hold one of them
+   * (Tailscale issue #20716: `tailscale cert` refuses a Service's domain on a node that does not host it).
+   */
+  serviceHosts?: { domains: string[]; tags?: string[] };
   logger?: Logger;
 }
 
@@ -282,7 +288,13 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const listening = await listen(options, context);
   address = listening.bound.address;
   for (const f of options.faults ?? []) injectFault(f);
-  domains.show(configured, options.domainDelayMs ?? 0);
+  const serviceDomains = new Set(options.serviceHosts?.domains ?? []);
+  prefs.onEdit = () => grantServiceDomains(options.serviceHosts, prefs, domains);
+  domains.show(
+    configured.filter((d) => !serviceDomains.has(d)),
+    options.domainDelayMs ?? 0,
+  );
+  grantServiceDomains(options.serviceHosts, prefs, domains);
   logger.info(
     { address, version, netmapStyle: style, certDomains: configured, domainDelayMs: options.domainDelayMs ?? 0, certLifetimeMs },
     'emulator listening',
@@ -314,6 +326,18 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
     idle: () => issuer.idle(),
     close,
   };
+}
+
+/** Each Service domain a cert domain while the node hosts the Service (EmulatorOptions.serviceHosts). */
+function grantServiceDomains(hosts: EmulatorOptions['serviceHosts'], prefs: EmulatedPrefs, domains: CertDomains): void {
+  if (!hosts) return;
+  const advertised = new Set(prefs.advertiseServices);
+  const wanted = hosts.tags ?? [];
+  const tagged = wanted.length === 0 || prefs.advertiseTags.some((t) => wanted.includes(t));
+  for (const domain of hosts.domains) {
+    if (tagged && advertised.has(`svc:${domain.split('.')[0]}`)) domains.add(domain);
+    else domains.remove(domain);
+  }
 }
 
 /** The control API's view of the emulator (control.ts), also part of what startEmulator returns. */

@@ -82,6 +82,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       ? {
           servedChanged: (domain: string, report: { outcome: string; verdict: { verdict: string }; stale: boolean }, description: string) =>
             podEvents.served(domain, report.outcome, report.verdict.verdict !== 'bad' && !report.stale, description),
+          serviceDomainWait: (domain: string, text: string | undefined) => podEvents.serviceDomainWait(domain, text),
         }
       : {}),
     async leaveRotation(signal: AbortSignal) {

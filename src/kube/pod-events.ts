@@ -30,6 +30,8 @@ export const EVENT_REASONS = {
   BecameHomeWriter: "this replica won its group's Lease at the federation home: it issues for every member cluster",
   LostHomeWriter: "this replica no longer holds its group's Lease at the federation home",
   ServedCertificate: 'what the proxy serves for a domain changed (--served-check): current, previous, expired, other_name, other or unknown',
+  ServiceDomainWait:
+    "a Tailscale Service's domain is not among the node's cert domains (control grants it only to the Service's hosts): the first issuance waits",
 } as const;
 export type EventReason = keyof typeof EVENT_REASONS;
 
@@ -192,6 +194,12 @@ export class PodEvents {
       key: `${domain} ${outcome}`,
       note: `${domain}: ${description}`,
     });
+  }
+
+  /** A Service's domain waits for control's grant (CERTSHARE_SERVICE_DOMAIN_NOT_GRANTED); undefined: it came. */
+  serviceDomainWait(domain: string, text: string | undefined): void {
+    if (text === undefined) return;
+    this.#record({ type: 'Warning', reason: 'ServiceDomainWait', action: 'Issue', key: domain, note: text });
   }
 
   /** A certificate issued without the federation home (break-glass), recorded in the local Secret. */

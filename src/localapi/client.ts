@@ -146,6 +146,16 @@ class HttpLocalApi implements LocalApiClient {
     return parsePrefs(body, `PATCH ${path}`);
   }
 
+  async reloadConfig(signal: AbortSignal): Promise<boolean> {
+    const path = '/localapi/v0/reload-config';
+    const body = await this.#get(path, signal, this.#requestTimeoutMs, LOCALAPI_ANSWER_BOUNDS.json, { method: 'POST', body: '' });
+    // A reload that failed answers 200 with no body on 1.102 (ipn/localapi reloadConfig returns before writing
+    // its apitype.ReloadConfigResponse): only a tailscaled running from a config file has one to fail.
+    if (body.length === 0) return true;
+    const value = parseJson(body, path, 'POST');
+    return value !== null && typeof value === 'object' && (value as { Reloaded?: unknown }).Reloaded === true;
+  }
+
   watchIpnBus(mask: number, signal: AbortSignal): AsyncIterable<IpnNotify> {
     if (!Number.isSafeInteger(mask) || mask < 0) throw new RangeError(`invalid IPN bus mask ${mask}`);
     return { [Symbol.asyncIterator]: () => this.#watch(mask, signal) };
@@ -426,9 +436,9 @@ function parseJson(body: Buffer, path: string, method = 'GET'): unknown {
   }
 }
 
-/** A request body: the prefs edit is the one call that sends one. */
+/** A request body: the prefs edit sends one, the config reload an empty one. */
 interface Send {
-  method: 'PATCH';
+  method: 'PATCH' | 'POST';
   body: string;
 }
 

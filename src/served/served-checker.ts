@@ -14,6 +14,7 @@ import {
   servedVerdict,
   servedVerdictEdge,
   type HeldLeaves,
+  type ServedLeaf,
   type ServedOutcome,
   type ServedProbe,
   type ServedState,
@@ -90,6 +91,16 @@ export class ServedChecker implements LoopObserver {
       if (held === entry.held) return;
       Object.assign(entry, { held, heldSince: now, dueAt: now, rechecks: 0 });
     }
+    this.#wake.abort();
+  }
+
+  /**
+   * certshare's own reload of the proxy ended: what it serves may have changed without a certificate change
+   * (a proxy put right by the reload), so every domain is checked now rather than at its next recheck.
+   */
+  reloaded(): void {
+    const now = this.#o.clock.now();
+    for (const d of this.#domains.values()) Object.assign(d, { dueAt: now, rechecks: 0 });
     this.#wake.abort();
   }
 
@@ -172,7 +183,7 @@ export class ServedChecker implements LoopObserver {
       const report: ServedReport = {
         outcome: d.state.outcome,
         verdict: servedVerdict(d.state, now, this.#o.end),
-        stale: known?.outcome === 'previous' && now - d.heldSince >= this.#o.staleAfterMs,
+        stale: known?.outcome === 'previous' && now >= this.#staleAt(d, known.leaf),
         ...(known ? { serial: known.leaf.serial, notAfter: known.leaf.notAfter } : {}),
         ...(d.detail ? { detail: d.detail } : {}),
       };
@@ -190,6 +201,15 @@ export class ServedChecker implements LoopObserver {
     }
   }
 
+  /**
+   * When a previous leaf still served turns stale: staleAfterMs after certshare took the new certificate, but
+   * at most halfway to that leaf's end, so a short-lived certificate warns before it takes the replica out.
+   */
+  #staleAt(d: DomainCheck, leaf: ServedLeaf): number {
+    const end = this.#o.end({ notBefore: leaf.notBefore, notAfter: leaf.notAfter });
+    return d.heldSince + Math.min(this.#o.staleAfterMs, Math.max(0, Math.floor((end - d.heldSince) / 2)));
+  }
+
   /** The next check due, a served certificate reaching its end, or a previous one turning stale. */
   #nextWake(now: number): number {
     let next = now + this.#o.intervalMs;
@@ -197,8 +217,9 @@ export class ServedChecker implements LoopObserver {
       next = Math.min(next, d.dueAt);
       const edge = servedVerdictEdge(d.state, now, this.#o.end);
       if (edge !== undefined) next = Math.min(next, edge);
-      const staleAt = d.heldSince + this.#o.staleAfterMs;
-      if (d.state?.known?.outcome === 'previous' && staleAt > now) next = Math.min(next, staleAt);
+      const known = d.state?.known;
+      const staleAt = known?.outcome === 'previous' ? this.#staleAt(d, known.leaf) : undefined;
+      if (staleAt !== undefined && staleAt > now) next = Math.min(next, staleAt);
     }
     return next;
   }

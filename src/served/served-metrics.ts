@@ -1,6 +1,17 @@
 // The served check's and the advertisement's metrics, registered beside the daemon's (server/metrics.ts).
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { SERVED_OUTCOMES, type ServedOutcome } from '../core/served-certificate.ts';
+import { SERVED_OUTCOMES, type ServedOutcome, type ServedVerdict } from '../core/served-certificate.ts';
+
+/**
+ * The status a domain's gauge reports: the outcome, except `previous_expiring` for a previous certificate the
+ * proxy still serves inside the readiness lead before its expiry, which holds the replica out of rotation.
+ */
+const SERVED_STATUSES = [...SERVED_OUTCOMES, 'previous_expiring'] as const;
+type ServedStatus = (typeof SERVED_STATUSES)[number];
+
+export function servedStatus(outcome: ServedOutcome, verdict: ServedVerdict): ServedStatus {
+  return outcome === 'previous' && verdict.verdict === 'bad' ? 'previous_expiring' : outcome;
+}
 
 export class ServedMetrics {
   readonly #outcome: Gauge;
@@ -14,7 +25,9 @@ export class ServedMetrics {
     const registers = [registry];
     this.#outcome = new Gauge({
       name: 'certshare_served_certificate_status',
-      help: 'What the proxy served at the last check, per domain: 1 for the outcome (current, previous, expired, other_name, other, unknown), 0 for the rest.',
+      help:
+        'What the proxy served at the last check, per domain: 1 for the outcome (current, previous, previous_expiring, expired, other_name, ' +
+        'other, unknown), 0 for the rest.',
       labelNames: ['domain', 'outcome'],
       registers,
     });
@@ -52,10 +65,10 @@ export class ServedMetrics {
 
   checked(domain: string, outcome: ServedOutcome): void {
     this.#checks.inc({ domain, outcome });
-    for (const o of SERVED_OUTCOMES) this.#outcome.set({ domain, outcome: o }, o === outcome ? 1 : 0);
   }
 
-  served(domain: string, notAfter: number | undefined, stale: boolean): void {
+  served(domain: string, status: ServedStatus, notAfter: number | undefined, stale: boolean): void {
+    for (const s of SERVED_STATUSES) this.#outcome.set({ domain, outcome: s }, s === status ? 1 : 0);
     if (notAfter !== undefined) this.#expiration.set({ domain }, notAfter / 1000);
     this.#stale.set({ domain }, stale ? 1 : 0);
   }

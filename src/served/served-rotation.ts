@@ -14,7 +14,9 @@ import { probeServed } from '../tls/served-probe.ts';
 import { Advertiser, type PrefsApi } from './advertiser.ts';
 import { agentPrefs } from './advertise-exchange.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
-import { ServedMetrics } from './served-metrics.ts';
+import { ServedMetrics, servedStatus } from './served-metrics.ts';
+import { configFileOwnsPrefs } from './config-file-owner.ts';
+import { ServiceDomains, type ServiceDomainsOptions } from './service-domains.ts';
 
 /** How long certshare waits for the advertise agent to apply a request (its poll, a prefs read and edit) before retrying. */
 const AGENT_ANSWER_TIMEOUT_MS = 10_000;
@@ -28,6 +30,7 @@ export type ServedRotationConfig = Pick<
   | 'advertiseServices'
   | 'advertiseFailoverMs'
   | 'advertiseAgent'
+  | 'advertiseBootstrap'
   | 'renewal'
   | 'readinessLeadMs'
 >;
@@ -44,12 +47,18 @@ export interface ServedRotationDeps {
   serveConfigServices?(): readonly string[];
   /** What the proxy serves changed for a domain (Events in Kubernetes). */
   onServedChange?(domain: string, report: ServedReport, description: string): void;
+  /** tailscaled's cert domains: a Service's domain is granted by control only to the Service's hosts. */
+  certDomains?: ServiceDomainsOptions['certDomains'];
+  /** A Service's domain waits for control's grant (text), or no longer (undefined): an Event in Kubernetes. */
+  onServiceDomainWait?(domain: string, text: string | undefined): void;
 }
 
 export interface ServedRotation {
   readonly observer: LoopObserver;
   readonly checker: ServedChecker;
   readonly advertiser: Advertiser | undefined;
+  /** Names the wait for a Service's domain and bootstraps it (with an advertiser and deps.certDomains). */
+  readonly serviceDomains: ServiceDomains | undefined;
   start(): void;
   /**
    * Shutdown's first step: withdraw the advertised Services, then give control `failoverMs` (at most) to move
@@ -68,7 +77,7 @@ export function createServedRotation(config: ServedRotationConfig, deps: ServedR
   const end = (held: { notBefore: number; notAfter: number }): number => rotationExitTime(held, config.renewal, config.readinessLeadMs);
   let advertiser: Advertiser | undefined;
   const checker = new ServedChecker({
-    probe: (domain, signal) => probeServed(target, domain, config.servedCheckTimeoutMs, signal),
+    probe: (domain, signal) => probe(domain, signal),
     clock,
     logger: logger.child({ component: 'served-check' }),
     intervalMs: config.servedCheckIntervalMs,
@@ -77,7 +86,7 @@ export function createServedRotation(config: ServedRotationConfig, deps: ServedR
     onChecked: (domain, outcome) => metrics.checked(domain, outcome),
     onChange: (domain, report) => {
       const description = describeReport(report, `${target.host}:${target.port}`);
-      metrics.served(domain, report.notAfter, report.stale);
+      metrics.served(domain, servedStatus(report.outcome, report.verdict), report.notAfter, report.stale);
       health.servedInfo(domain, description);
       // A served certificate that clients should not get holds the replica out of rotation (readiness gate,
       // /healthz); "no answer" and "not seen yet" are left to the proxy's own probe.
@@ -88,23 +97,41 @@ export function createServedRotation(config: ServedRotationConfig, deps: ServedR
       advertiser?.notify();
     },
   });
-  advertiser = createAdvertiser(config, deps, checker, end, metrics);
+  const probe = (domain: string, signal: AbortSignal) => probeServed(target, domain, config.servedCheckTimeoutMs, signal);
+  const certDomains = deps.certDomains;
+  const serviceDomains =
+    advertises(config) && certDomains ? createServiceDomains(config, { ...deps, certDomains }, probe, () => advertiser?.notify()) : undefined;
+  advertiser = createAdvertiser(config, deps, checker, end, metrics, serviceDomains);
   health.onChange(() => advertiser?.notify());
+  const ownerStop = new AbortController();
+  /** Resolves true when a config file owns the advertisement (config-file-owner.ts); advertising starts otherwise. */
+  let ownerChecked: Promise<boolean> = Promise.resolve(false);
+  const startAdvertising = async (a: Advertiser): Promise<boolean> => {
+    const owned = await configFileOwnsPrefs(deps.localApi, config.advertiseServices, deps, ownerStop.signal);
+    if (!owned && !ownerStop.signal.aborted) a.start();
+    return owned;
+  };
   return {
     observer: checker,
     checker,
     advertiser,
+    serviceDomains,
     start: () => {
       checker.start();
-      advertiser?.start();
+      serviceDomains?.start();
+      ownerChecked = advertiser ? startAdvertising(advertiser) : Promise.resolve(false);
     },
     async leave(failoverMs, signal, alongside) {
-      const withdrew = advertiser ? await advertiser.withdraw(signal) : false;
+      // A config file's owner advertises: nothing of certshare's to withdraw.
+      const leftToOwner = await ownerChecked;
+      const withdrew = advertiser && !leftToOwner ? await advertiser.withdraw(signal) : false;
       if (withdrew) logger.info({ failoverMs }, 'Tailscale Services withdrawn; waiting for control to move clients');
       await Promise.all([withdrew ? clock.sleep(failoverMs, signal).catch(() => {}) : undefined, alongside()]);
     },
     async stop() {
-      await Promise.all([checker.stop(), advertiser?.stop()]);
+      ownerStop.abort();
+      await ownerChecked;
+      await Promise.all([checker.stop(), advertiser?.stop(), serviceDomains?.stop()]);
     },
   };
 }
@@ -115,6 +142,7 @@ function createAdvertiser(
   checker: ServedChecker,
   end: (held: { notBefore: number; notAfter: number }) => number,
   metrics: ServedMetrics,
+  serviceDomains: ServiceDomains | undefined,
 ): Advertiser | undefined {
   const { localApi, health, clock, logger } = deps;
   if (!advertises(config)) return undefined;
@@ -126,15 +154,20 @@ function createAdvertiser(
     logger.warn({ services: config.advertiseServices }, 'this LocalAPI client cannot edit prefs: Tailscale Services are not advertised');
     return undefined;
   }
-  const domainOf = (service: string): string => serviceDomain(service, deps.domains()) ?? '';
-  const servicesNow = (): readonly string[] =>
-    config.advertiseServices === SERVE_CONFIG_SERVICES ? (deps.serveConfigServices?.() ?? []) : config.advertiseServices;
+  const { domainOf, servicesNow } = managedServices(config, deps);
   return new Advertiser({
     api,
     services: () => servicesNow().map((service) => ({ service, domain: domainOf(service) })),
     decide: ({ domain }, now) => {
       const info = domain ? health.infoOf(domain) : undefined;
-      return advertiseDecision({ held: info, served: checker.verdict(domain, now), now, end, terminating: false });
+      return advertiseDecision({
+        held: info,
+        served: checker.verdict(domain, now),
+        now,
+        end,
+        terminating: false,
+        bootstrap: serviceDomains?.bootstrap(domain, now) ?? false,
+      });
     },
     nextEdge: (now) => {
       let next: number | undefined;
@@ -152,6 +185,41 @@ function createAdvertiser(
     resyncMs: config.servedCheckIntervalMs,
     onAdvertised: (service, advertised) => metrics.advertised(service, advertised),
     onError: (code) => metrics.advertiseErrors.inc({ code }),
+  });
+}
+
+function managedServices(config: ServedRotationConfig, deps: ServedRotationDeps): { domainOf(service: string): string; servicesNow(): readonly string[] } {
+  return {
+    domainOf: (service) => serviceDomain(service, deps.domains()) ?? '',
+    servicesNow: () => (config.advertiseServices === SERVE_CONFIG_SERVICES ? (deps.serveConfigServices?.() ?? []) : config.advertiseServices),
+  };
+}
+
+function createServiceDomains(
+  config: ServedRotationConfig,
+  deps: ServedRotationDeps & { certDomains: ServiceDomainsOptions['certDomains'] },
+  probe: ServiceDomainsOptions['probe'],
+  onChange: () => void,
+): ServiceDomains {
+  const { health } = deps;
+  const { domainOf, servicesNow } = managedServices(config, deps);
+  return new ServiceDomains({
+    certDomains: deps.certDomains,
+    services: () => servicesNow().map((service) => ({ service, domain: domainOf(service) })),
+    heldValid: (domain, now) => {
+      const info = health.infoOf(domain);
+      return info !== undefined && now >= info.notBefore && now < info.notAfter;
+    },
+    probe,
+    bootstrap: config.advertiseBootstrap,
+    probeIntervalMs: config.servedCheckIntervalMs,
+    clock: deps.clock,
+    logger: deps.logger.child({ component: 'service-domains' }),
+    onWait: (domain, text) => {
+      health.problem(domain, text);
+      deps.onServiceDomainWait?.(domain, text);
+    },
+    onChange,
   });
 }
 

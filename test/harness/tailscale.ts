@@ -68,6 +68,11 @@ export interface RealTailscaledOptions {
   verbose?: boolean;
   /** Bound on each process becoming ready, excluding the build. Default 60 s. */
   readyTimeoutMs?: number;
+  /**
+   * Control grants `<label>.<magicDnsDomain>` as a cert domain only while a node advertises `svc:<label>`
+   * (tsenv --service-hosts-only), as real control grants a Service's domain only to its hosts.
+   */
+  serviceHostsOnly?: boolean;
   /** The node's hostname and MagicDNS suffix: the cert domain is `<hostname>.<magicDnsDomain>`. Default TS_DOMAIN's. */
   hostname?: string;
   magicDnsDomain?: string;
@@ -115,6 +120,11 @@ export interface RealTailscaled {
   rateLimitOrders(orders: number, retryAfterSeconds: number): Promise<void>;
   /** SIGTERM tailscaled (state kept in the state dir). */
   stopTailscaled(): Promise<void>;
+  /**
+   * Writes tailscaled's config file (ipn.ConfigVAlpha, as containerboot's operator writes it) and, the first
+   * time, restarts tailscaled from it (`--config`, state kept); later calls only write it. Returns its path.
+   */
+  writeConfigFile(config: Record<string, unknown>): Promise<string>;
   /** Starts tailscaled again with the same state; resolves once its LocalAPI answers and it is Running. */
   startTailscaled(): Promise<void>;
   readonly tailscaledRunning: boolean;
@@ -213,6 +223,7 @@ class RealTailscaledImpl implements RealTailscaled {
     const tsenvArgs = ['--dir', this.dir, '--magicdns-domain', this.magicDnsDomain];
     if (this.options.certValidity) tsenvArgs.push('--validity', this.options.certValidity);
     if (this.options.certDomainsAtStart) tsenvArgs.push('--cert-domains');
+    if (this.options.serviceHostsOnly) tsenvArgs.push('--service-hosts-only');
     if (this.verbose) tsenvArgs.push('-v');
     this.tsenv = this.inNamespace('tsenv', [join(this.binDir, 'tsenv'), ...tsenvArgs]);
     let line: string | undefined;
@@ -275,6 +286,7 @@ class RealTailscaledImpl implements RealTailscaled {
         `--statedir=${join(this.dir, 'state')}`,
         '--port=0',
         '--no-logs-no-support',
+        ...(this.configPath ? [`--config=${this.configPath}`] : []),
       ],
       {
         TS_DEBUG_ACME_DIRECTORY_URL: this.ready.acme,
@@ -303,6 +315,20 @@ class RealTailscaledImpl implements RealTailscaled {
 
   /** Set once tailscaled first came up: every later start must reach Running from its saved state. */
   private loggedIn = false;
+
+  /** tailscaled runs from this config file (writeConfigFile). */
+  private configPath: string | undefined;
+
+  async writeConfigFile(config: Record<string, unknown>): Promise<string> {
+    const path = join(this.dir, 'tailscaled.hujson');
+    await writeFile(path, JSON.stringify(config));
+    if (this.configPath !== path) {
+      this.configPath = path;
+      await this.stopTailscaled();
+      await this.startTailscaled();
+    }
+    return path;
+  }
 
   async stopTailscaled(): Promise<void> {
     const proc = this.tailscaled;

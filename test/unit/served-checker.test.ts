@@ -7,6 +7,7 @@ import { silentLogger } from '../../src/core/logger.ts';
 import type { ServedLeaf, ServedProbe } from '../../src/core/served-certificate.ts';
 import type { StoredCert } from '../../src/core/store.ts';
 import { ServedChecker, type ServedReport } from '../../src/served/served-checker.ts';
+import { servedStatus } from '../../src/served/served-metrics.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 
 const DOMAIN = 'web.tailnet-0000.ts.net';
@@ -39,6 +40,16 @@ function setup() {
     onChange: (_domain, report) => reports.push(report),
   });
   return { clock, checker, probes, reports, serve: (p: ServedProbe) => (served = p) };
+}
+
+/** The proxy serves A, the certificate held; then certshare takes B: A is the previous one from then on. */
+async function renewedWhileServing(s: ReturnType<typeof setup>, a: [number, number], b: [number, number]): Promise<void> {
+  s.checker.start();
+  s.checker.certificate(DOMAIN, held('A', ...a));
+  s.serve({ leaf: leaf('A', ...a) });
+  await s.clock.advance(0);
+  s.checker.certificate(DOMAIN, held('B', ...b));
+  await s.clock.advance(0);
 }
 
 describe('ServedChecker', () => {
@@ -85,6 +96,51 @@ describe('ServedChecker', () => {
     const last = reports.at(-1)!;
     assert.equal(last.outcome, 'unknown');
     assert.equal(last.verdict.verdict, 'bad', 'the served leaf reached its end');
+    await checker.stop();
+  });
+
+  it("checks at once after certshare's own reload of the proxy, not at the next recheck", async () => {
+    const { clock, checker, probes, reports, serve } = setup();
+    const t0 = clock.now();
+    checker.start();
+    checker.certificate(DOMAIN, held('A', t0 - HOUR, t0 + 10 * HOUR));
+    serve({ leaf: leaf('EXPIRED', t0 - 2 * HOUR, t0 - HOUR) });
+    await clock.advance(0);
+    await clock.advance(5 * 60_000); // the rechecks have grown to the interval
+    assert.equal(reports.at(-1)?.outcome, 'expired');
+    const before = probes.length;
+    serve({ leaf: leaf('A', t0 - HOUR, t0 + 10 * HOUR) });
+    checker.reloaded();
+    await clock.advance(0);
+    assert.deepEqual(probes.slice(before), [clock.now()], 'one check at the moment the reload ended');
+    assert.equal(reports.at(-1)?.outcome, 'current');
+    await checker.stop();
+  });
+
+  it('scales the stale bound to a short-lived certificate: the warning comes before its previous leaf leaves rotation', async () => {
+    const s = setup();
+    const { clock, checker, reports } = s;
+    const t0 = clock.now();
+    // A 6-minute certificate renewed at t0, 2 minutes before its expiry: its end (the lead before it) is t0 + 1 min.
+    await renewedWhileServing(s, [t0 - 4 * 60_000, t0 + 2 * 60_000], [t0, t0 + 6 * 60_000]);
+    assert.equal(reports.at(-1)?.outcome, 'previous');
+    await clock.advance(31_000);
+    assert.equal(reports.at(-1)?.stale, true, 'stale halfway to the served leaf end, well before the 5-minute bound');
+    assert.equal(checker.verdict(DOMAIN, clock.now()).verdict, 'ok', 'still in rotation when the warning comes');
+    await checker.stop();
+  });
+
+  it('reports previous_expiring, not previous, while a previous leaf inside its lead holds the replica out (the alert matches it)', async () => {
+    const s = setup();
+    const { clock, checker, reports } = s;
+    const t0 = clock.now();
+    await renewedWhileServing(s, [t0 - HOUR, t0 + 2 * HOUR], [t0, t0 + 10 * HOUR]);
+    const inRotation = reports.at(-1)!;
+    assert.equal(servedStatus(inRotation.outcome, inRotation.verdict), 'previous');
+    await clock.advance(2 * HOUR - LEAD);
+    const out = reports.at(-1)!;
+    assert.equal(out.verdict.verdict, 'bad');
+    assert.equal(servedStatus(out.outcome, out.verdict), 'previous_expiring');
     await checker.stop();
   });
 });

@@ -34,6 +34,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -249,6 +250,9 @@ func main() {
 	// The real-cluster tier runs tailscaled in Pods: they reach control, DERP and ACME on the node's
 	// address inside the cluster's network namespace.
 	listen := flag.String("listen", "127.0.0.1", "IPv4 address every listener binds")
+	// Real control lists a Tailscale Service's domain among a node's cert domains only while the node hosts
+	// the Service (tailscale cert answers "invalid domain" otherwise).
+	serviceHostsOnly := flag.Bool("service-hosts-only", false, "grant <label>.<magicdns-domain> as a cert domain only while a node advertises svc:<label>")
 	flag.Parse()
 	if *dir == "" {
 		log.Fatal("tsenv: --dir is required")
@@ -298,8 +302,13 @@ func main() {
 	enableCertDomains := func() {
 		control.AddDNSRecords(tailcfg.DNSRecord{Name: "certshare-tsenv." + *magicDNS, Value: netip.MustParseAddr("100.64.0.99").String()})
 	}
+	// dnsMu serialises tsenv's own changes of control.DNSConfig (testcontrol reads it under its own lock).
+	var dnsMu sync.Mutex
 	if *domainsAtStart {
 		enableCertDomains()
+	}
+	if *serviceHostsOnly {
+		go grantServiceDomains(control, *magicDNS, &dnsMu, log.Printf)
 	}
 	go func() { log.Fatal(http.Serve(controlLn, control)) }()
 
@@ -356,6 +365,8 @@ func main() {
 		json.NewEncoder(w).Encode(front.stats())
 	})
 	admin.HandleFunc("POST /cert-domains", func(w http.ResponseWriter, r *http.Request) {
+		dnsMu.Lock()
+		defer dnsMu.Unlock()
 		enableCertDomains()
 		w.WriteHeader(http.StatusNoContent)
 	})
@@ -463,6 +474,86 @@ func main() {
 	})
 	fmt.Println(string(line))
 	select {}
+}
+
+// grantServiceDomains keeps control's tailnet-wide DNSConfig.CertDomains at the domains of the Services
+// some node hosts: `<label>.<magicDNS>` while a node lists svc:<label> as active in its answer to control's
+// c2n GET /vip-services, asked again whenever its Hostinfo's ServicesHash changes (as the real control
+// does). testcontrol has no per-node cert domains, so the grant goes to every node; a test with one node
+// sees what real control does. Each change is logged ("service domains granted") and pushed to the nodes.
+func grantServiceDomains(control *testcontrol.Server, magicDNS string, dnsMu *sync.Mutex, logf logger.Logf) {
+	hashes := map[tailcfg.NodeID]string{}
+	hosted := map[tailcfg.NodeID][]string{}
+	var granted []string
+	dnsMu.Lock()
+	control.AddDNSRecords() // a DNS config, without which testcontrol sends no cert domains at all
+	dnsMu.Unlock()
+	for range time.Tick(200 * time.Millisecond) {
+		seen := map[tailcfg.NodeID]bool{}
+		for _, n := range control.AllNodes() {
+			seen[n.ID] = true
+			hash := n.Hostinfo.ServicesHash()
+			if prev, ok := hashes[n.ID]; ok && prev == hash {
+				continue
+			}
+			names, ok := activeVIPServices(control, n.Key)
+			if !ok {
+				continue // asked again on the next tick
+			}
+			hashes[n.ID], hosted[n.ID] = hash, names
+		}
+		domains := map[string]bool{}
+		for id, names := range hosted {
+			if !seen[id] {
+				delete(hosted, id)
+				delete(hashes, id)
+				continue
+			}
+			for _, name := range names {
+				domains[strings.TrimPrefix(name, "svc:")+"."+magicDNS] = true
+			}
+		}
+		next := make([]string, 0, len(domains))
+		for d := range domains {
+			next = append(next, d)
+		}
+		sort.Strings(next)
+		if strings.Join(next, ",") == strings.Join(granted, ",") {
+			continue
+		}
+		granted = next
+		logf("tsenv: service domains granted: %v", granted)
+		dnsMu.Lock()
+		cfg := control.DNSConfig.Clone()
+		cfg.CertDomains = append([]string(nil), granted...)
+		// One pointer store: testcontrol clones what it points to under its lock for each map response.
+		control.DNSConfig = cfg
+		control.AddDNSRecords() // pushes a map response to every node
+		dnsMu.Unlock()
+	}
+}
+
+// activeVIPServices asks a node (c2n GET /vip-services) which Services it serves as active.
+func activeVIPServices(control *testcontrol.Server, node key.NodePublic) ([]string, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "/vip-services", nil)
+	res, err := control.NodeRoundTripper(node).RoundTrip(req)
+	if err != nil {
+		return nil, false
+	}
+	defer res.Body.Close()
+	var answer tailcfg.C2NVIPServicesResponse
+	if err := json.NewDecoder(io.LimitReader(res.Body, 1<<20)).Decode(&answer); err != nil {
+		return nil, false
+	}
+	var names []string
+	for _, s := range answer.VIPServices {
+		if s.Active {
+			names = append(names, string(s.Name))
+		}
+	}
+	return names, true
 }
 
 // parsePair reads a PEM pair as tailscaled's LocalAPI gives it (type=pair): the private key and the

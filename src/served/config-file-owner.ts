@@ -1,0 +1,41 @@
+// Whether tailscaled runs from a config file (tailscaled --config; Tailscale's containerboot starts it so from
+// the file its operator writes). That file owns AdvertiseServices: tailscaled puts the file's list back at
+// every reload (ipn.ConfigVAlpha.ToPrefs sets AdvertiseServicesSet), and containerboot reloads whenever the
+// file changes, so an edit of certshare's would be undone, or would undo the owner's: the Service would flap.
+// certshare then leaves the advertisement to the file's owner and says so once.
+import { doubling } from '../core/backoff.ts';
+import type { Clock } from '../core/clock.ts';
+import { errorMessage, errorText } from '../core/errors.ts';
+import { LocalApiError, type LocalApi } from '../core/localapi.ts';
+import type { Logger } from '../core/logger.ts';
+
+const FIRST_RETRY_MS = 500;
+const MAX_RETRY_MS = 30_000;
+
+/**
+ * Asks tailscaled (POST /localapi/v0/reload-config: `Reloaded` only from a config file), until it answers:
+ * true when a config file owns the prefs. A refusal (no such endpoint, no write right) says prefs only: the
+ * prefs edit then meets the same refusal and reports it. Resolves false when `signal` aborts first.
+ */
+export async function configFileOwnsPrefs(
+  localApi: Pick<LocalApi, 'reloadConfig'>,
+  services: readonly string[] | string,
+  deps: { clock: Clock; logger: Logger },
+  signal: AbortSignal,
+): Promise<boolean> {
+  if (!localApi.reloadConfig) return false;
+  for (let failures = 1; !signal.aborted; failures++) {
+    try {
+      if (!(await localApi.reloadConfig(signal))) return false;
+      const text = errorText('CERTSHARE_ADVERTISE_CONFIG_FILE', { services: String(services) });
+      deps.logger.warn({ code: 'CERTSHARE_ADVERTISE_CONFIG_FILE', services }, text);
+      return true;
+    } catch (err) {
+      if (signal.aborted) break;
+      if (err instanceof LocalApiError && err.status !== undefined && err.status >= 400 && err.status < 500) return false;
+      if (failures === 1) deps.logger.info({ err: errorMessage(err) }, 'asking tailscaled whether it runs from a config file; retrying');
+      await deps.clock.sleep(doubling(FIRST_RETRY_MS, failures, MAX_RETRY_MS), signal).catch(() => {});
+    }
+  }
+  return false;
+}
