@@ -7,7 +7,7 @@
 import { iso } from './clock.ts';
 import { errorText } from './errors.ts';
 import type { Logger } from './logger.ts';
-import type { Coordination, StoreRead } from './store.ts';
+import type { Coordination, StoreRead, StoredCert } from './store.ts';
 
 /**
  * How far ahead of this process's clock a time another writer stamped may be (clock skew between
@@ -16,7 +16,7 @@ import type { Coordination, StoreRead } from './store.ts';
 export const CLOCK_SKEW_MS = 30_000;
 
 /** What an ignored value was: the annotation's or the ledger's own name for it. */
-export type UntrustedField = 'retry-not-before' | 'issuing' | 'ledger-entry';
+export type UntrustedField = 'retry-not-before' | 'issuing' | 'obtained-at' | 'ledger-entry';
 
 export interface UntrustedValue {
   field: UntrustedField;
@@ -93,12 +93,26 @@ export class OutOfBoundsLog {
     else this.#seen.delete(where);
   }
 
-  /** `read` with its coordination bounded (boundCoordination), what it ignored reported as `where`'s. */
+  /**
+   * `read` with its coordination bounded (boundCoordination) and an obtained-at in the future dropped (the
+   * renewal rule would measure from it: a date past notAfter would renew only at expiry; without it the rule
+   * measures from notBefore, earlier, never later); what it ignored reported as `where`'s.
+   */
   bounded(read: StoreRead, where: string, now: number, bounds: CoordinationBounds): StoreRead {
-    if (!read.coordination) return read;
-    const { coordination, refused } = boundCoordination(read.coordination, now, bounds);
+    const { coordination, refused } = read.coordination
+      ? boundCoordination(read.coordination, now, bounds)
+      : { coordination: undefined, refused: [] as UntrustedValue[] };
+    let out: StoreRead = refused.length ? { ...read, coordination } : read;
+    const future = (cert: StoredCert | undefined): boolean => cert?.obtainedAt !== undefined && cert.obtainedAt > now + CLOCK_SKEW_MS;
+    const withoutObtainedAt = (cert: StoredCert): StoredCert => {
+      refused.push({ field: 'obtained-at', value: iso(cert.obtainedAt!), why: `in the future (later than ${iso(now + CLOCK_SKEW_MS)})` });
+      const { obtainedAt: _ignored, ...rest } = cert;
+      return rest;
+    };
+    if (out.state === 'valid' && future(out.cert)) out = { ...out, cert: withoutObtainedAt(out.cert) };
+    if (future(out.lastValid)) out = { ...out, lastValid: withoutObtainedAt(out.lastValid!) };
     this.read(where, refused);
-    return refused.length ? { ...read, coordination } : read;
+    return out;
   }
 }
 

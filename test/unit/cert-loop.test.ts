@@ -463,6 +463,16 @@ describe('CertLoop coordination between writers', () => {
     assert.deepEqual(reported, ['retry-not-before', 'issuing']);
   });
 
+  it('ignores an obtained-at in the future: the renewal point is measured from notBefore, not pushed to expiry', async () => {
+    const reported: string[] = [];
+    const h = harness({ observer: fanOut([{ outOfBounds: (_w, v) => reported.push(v.field) }]) });
+    const pair = await fresh(h);
+    const info = validateCertPair(pair, domain, h.clock.now());
+    h.store.content.set(domain, { state: 'valid', cert: { pair, info, obtainedAt: Date.parse('9999-12-31T00:00:00Z') } });
+    assert.equal(await h.loop.turn(signal), 45 * MIN, 'as for a certificate read without obtained-at');
+    assert.deepEqual(reported, ['obtained-at']);
+  });
+
   it('still honours a retry date at the retry cap, and an intent stamped within the clock skew', async () => {
     const h = harness();
     h.store.coordination.set(domain, { retryNotBefore: h.clock.now() + 24 * 60 * MIN });
