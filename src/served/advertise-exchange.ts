@@ -132,27 +132,38 @@ function agentStopped(): LocalApiError {
 
 /**
  * tailscaled's prefs as certshare sees them through the agent: a read is the agent's status, an edit writes a
- * request and waits (within `answerTimeoutMs`, polling) until the status names it. Only AdvertiseServices
- * travels; the agent keeps every other pref and Service as tailscaled has them.
+ * request and waits (within `answerTimeoutMs`, polling) until the status names it. A read while a request is
+ * unanswered waits for that answer too: the status before it says what the prefs were, not what they are (a
+ * stop that read it would find nothing to withdraw while the agent applies the request). Only
+ * AdvertiseServices travels; the agent keeps every other pref and Service as tailscaled has them.
  */
 export function agentPrefs(dir: string, clock: Clock, answerTimeoutMs: number): PrefsApi {
   let seq = Math.floor(clock.now());
+  /** The last request written, until the status names it. */
+  let unanswered: number | undefined;
   const asPrefs = (status: AdvertiseStatus): IpnPrefs => {
     if (status.stopped) throw agentStopped();
     return { AdvertiseServices: status.advertised };
   };
+  const answered = async (signal: AbortSignal): Promise<IpnPrefs> => {
+    const within = AbortSignal.any([signal, AbortSignal.timeout(answerTimeoutMs)]);
+    for (;;) {
+      const status = await readStatus(dir);
+      if (unanswered === undefined || status.seq === unanswered || status.stopped) {
+        unanswered = undefined;
+        return asPrefs(status);
+      }
+      if (within.aborted) throw new LocalApiError(`the advertise agent did not apply request ${unanswered} in time`, { timedOut: true });
+      await clock.sleep(ANSWER_POLL_MS, within).catch(() => {});
+    }
+  };
   return {
-    prefs: async () => asPrefs(await readStatus(dir)),
+    prefs: answered,
     async editPrefs(masked: MaskedPrefs, signal: AbortSignal) {
       const request: AdvertiseRequest = { seq: ++seq, advertise: masked.AdvertiseServices ?? [] };
       await writeFileAtomically(join(dir, REQUEST_DIR), REQUEST_FILE, `${JSON.stringify(request)}\n`, 0o644);
-      const within = AbortSignal.any([signal, AbortSignal.timeout(answerTimeoutMs)]);
-      for (;;) {
-        const status = await readStatus(dir);
-        if (status.seq === request.seq || status.stopped) return asPrefs(status);
-        if (within.aborted) throw new LocalApiError(`the advertise agent did not apply request ${request.seq} in time`, { timedOut: true });
-        await clock.sleep(ANSWER_POLL_MS, within).catch(() => {});
-      }
+      unanswered = request.seq;
+      return answered(signal);
     },
   };
 }

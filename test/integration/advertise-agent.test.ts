@@ -12,7 +12,7 @@ import { afterEach, beforeEach, describe, it } from 'node:test';
 import { ADVERTISE_AGENT_FLAGS, advertiseAgentConfigFrom } from '../../src/config/advertise-agent-options.ts';
 import { systemClock } from '../../src/core/clock.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
-import type { IpnPrefs, MaskedPrefs } from '../../src/core/localapi.ts';
+import { type IpnPrefs, LocalApiError, type MaskedPrefs } from '../../src/core/localapi.ts';
 import { silentLogger } from '../../src/core/logger.ts';
 import { isNotListening } from '../../src/localapi/client.ts';
 import { type AdvertiseAgent, createAdvertiseAgent } from '../../src/served/advertise-agent.ts';
@@ -147,5 +147,31 @@ describe('certshare advertise-agent flags', () => {
       [[...Array.from({ length: 65 }, (_, i) => ['--advertise-services', `svc:s${i}`]).flat(), '--exchange', '/run/x'], /at most 64/],
     ];
     for (const [args, problem] of refused) assert.throws(() => parse(args), problem, args.join(' '));
+  });
+});
+
+describe("certshare's side of the exchange", () => {
+  it('reads no status older than its last request: a stop never takes the state before an edit for the state after it', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'certshare-exchange-'));
+    try {
+      await mkdir(join(dir, 'request'));
+      await mkdir(join(dir, 'status'));
+      // The agent's answer to an earlier request: nothing advertised.
+      await writeFile(join(dir, 'status', 'advertised.json'), '{"seq":1,"advertised":[],"stopped":false}');
+      const certshare = agentPrefs(dir, systemClock, 200);
+      // An edit cut short before the agent answered (certshare's stop aborting its loop).
+      await assert.rejects(
+        certshare.editPrefs({ AdvertiseServicesSet: true, AdvertiseServices: ['svc:web'] }, AbortSignal.abort()),
+        (err) => err instanceof LocalApiError && err.timedOut,
+      );
+      const asked = parseRequest(readFileSync(requestPath(dir), 'utf8'));
+      assert.deepEqual(asked.advertise, ['svc:web']);
+      // Until the agent names that request, the status does not say what the prefs are.
+      await assert.rejects(certshare.prefs(AbortSignal.timeout(5000)), (err) => err instanceof LocalApiError && err.timedOut);
+      await writeFile(join(dir, 'status', 'advertised.json'), JSON.stringify({ seq: asked.seq, advertised: ['svc:web'], stopped: false }));
+      assert.deepEqual((await certshare.prefs(AbortSignal.timeout(5000))).AdvertiseServices, ['svc:web']);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

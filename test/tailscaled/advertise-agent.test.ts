@@ -34,8 +34,12 @@ async function asUid(uid: number, socket: string, method: string, path: string, 
     const [socketPath, method, path, body] = process.argv.slice(1);
     const req = http.request({ socketPath, method, path, headers: { host: 'local-tailscaled.sock' } }, (res) => {
       let text = '';
+      const done = () => {
+        console.log(JSON.stringify({ status: res.statusCode, body: text.slice(0, 300) }));
+        process.exit(0);
+      };
       res.on('data', (c) => (text += c));
-      res.on('end', () => console.log(JSON.stringify({ status: res.statusCode, body: text.slice(0, 300) })));
+      res.on('end', done);
     });
     req.on('error', (err) => console.log(JSON.stringify({ status: 0, body: String(err) })));
     req.end(body || undefined);`;
