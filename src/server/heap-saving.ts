@@ -38,3 +38,22 @@ export function heapSavingSwitch(threshold = HEAP_SAVING_DOMAINS, setFlags: (fla
 export function withoutOptimizingCompilers(setFlags: (flags: string) => void = setFlagsFromString): void {
   for (const flag of ['--no-sparkplug', '--no-maglev', '--no-turbofan', '--optimize-for-size']) setFlags(flag);
 }
+
+/**
+ * Maglev and TurboFan off while the daemon starts, back on from the returned function's call (once it has
+ * started). A start runs its code once, yet module resolution (a path normalized a few hundred times for the
+ * bundle's chunks) gets hot enough for TurboFan, and the first TurboFan compilation pages in its compiler:
+ * about 5 MB more RSS in an idle replica for code that never runs again (docs/performance.md). From the call
+ * on, V8 tiers up as it always does: whatever is hot later (/healthz under load) is optimized as before.
+ */
+export function optimizingCompilersAfterStart(setFlags: (flags: string) => void = setFlagsFromString): () => void {
+  setFlags('--no-maglev');
+  setFlags('--no-turbofan');
+  let on = false;
+  return () => {
+    if (on) return;
+    on = true;
+    setFlags('--maglev');
+    setFlags('--turbofan');
+  };
+}
