@@ -43,15 +43,23 @@ function chunk(name: string): string {
   return join(dist, 'chunks', found[0]!);
 }
 
-/** One fresh Node: the compile cache as dist/cli/main.js turns it on, `run`'s chunk, then `extra`; RSS once idle. */
+/**
+ * One fresh Node: the compile cache as dist/cli/main.js turns it on, and Maglev and TurboFan off while it
+ * loads, as `run` starts (src/server/heap-saving.ts); `run`'s chunk, then `extra`; RSS once idle.
+ */
 async function sample(extra: string[]): Promise<{ mem: MemStatus; importMs: number }> {
   const script = `
+import { setFlagsFromString } from 'node:v8';
+setFlagsFromString('--no-maglev');
+setFlagsFromString('--no-turbofan');
 import { enableCompileCache } from 'node:module';
 enableCompileCache({ directory: ${JSON.stringify(join(dist, 'compile-cache'))}, portable: true });
 await import(${JSON.stringify(chunk('run-command'))});
 const t0 = performance.now();
 for (const file of ${JSON.stringify(extra)}) await import(file);
 const importMs = performance.now() - t0;
+setFlagsFromString('--maglev');
+setFlagsFromString('--turbofan');
 setTimeout(() => process.stdout.write(JSON.stringify({ importMs }) + '\\n'), 1500);
 setInterval(() => {}, 60000);`;
   const proc = new Proc('chunk import', [...IMAGE_NODE_FLAGS, '--input-type=module', '-e', script], { env: cleanEnv({}), mustRun: true });
@@ -79,7 +87,8 @@ const base = rows[0]!;
 console.log(`| capability | RSS (MB) | over run alone: RSS / anon / file-backed (MB) | import (ms, median of ${repeat}) |`);
 console.log('|---|---|---|---|');
 for (const r of rows) {
-  const delta = r === base ? '' : `+${round(r.rss - base.rss)} / +${round(r.anon - base.anon)} / +${round(r.file - base.file)}`;
+  const signed = (mb: number): string => `${mb >= 0 ? '+' : ''}${round(mb)}`;
+  const delta = r === base ? '' : `${signed(r.rss - base.rss)} / ${signed(r.anon - base.anon)} / ${signed(r.file - base.file)}`;
   console.log(`| ${r.name} | ${round(r.rss)} | ${delta} | ${round(r.ms)} |`);
 }
 process.exit(0);
