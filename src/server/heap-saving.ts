@@ -46,7 +46,13 @@ export function withoutOptimizingCompilers(setFlags: (flags: string) => void = s
  * about 5 MB more RSS in an idle replica for code that never runs again (docs/performance.md). From the call
  * on, V8 tiers up as it always does: whatever is hot later (/healthz under load) is optimized as before.
  */
-export function optimizingCompilersAfterStart(setFlags: (flags: string) => void = setFlagsFromString): () => void {
+export function optimizingCompilersAfterStart(
+  setFlags: (flags: string) => void = setFlagsFromString,
+  nodeFlags: string[] = [...process.execArgv, ...(process.env.NODE_OPTIONS ?? '').split(/\s+/)],
+): () => void {
+  // Tiers the command line chose itself (--jitless, --no-opt...) are left as they are: turning a compiler
+  // on in a process started without a JIT crashes it.
+  if (nodeFlags.some((flag) => TIER_FLAGS.test(flag))) return () => {};
   setFlags('--no-maglev');
   setFlags('--no-turbofan');
   let on = false;
@@ -57,3 +63,6 @@ export function optimizingCompilersAfterStart(setFlags: (flags: string) => void 
     setFlags('--turbofan');
   };
 }
+
+/** Node flags that choose V8's compiler tiers. */
+const TIER_FLAGS = /^--(no[-_])?(jitless|lite[-_]mode|opt|turbofan|maglev|sparkplug|max[-_]opt)\b/;

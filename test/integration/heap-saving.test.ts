@@ -23,11 +23,19 @@ describe('the heap-saving switch', () => {
 describe('V8 optimizing only after the start', () => {
   it('switches Maglev and TurboFan off, and back on once, when the start is over', () => {
     const set: string[] = [];
-    const started = optimizingCompilersAfterStart((flags) => set.push(flags));
+    const started = optimizingCompilersAfterStart((flags) => set.push(flags), ['--max-semi-space-size=1']);
     assert.deepEqual(set, ['--no-maglev', '--no-turbofan'], 'code run once while starting is never optimized');
     started();
     started();
     assert.deepEqual(set, ['--no-maglev', '--no-turbofan', '--maglev', '--turbofan'], 'from the start on, as always; once');
+  });
+
+  it('leaves the tiers a command line chose alone (a compiler turned on in a --jitless process crashes it)', () => {
+    for (const nodeFlags of [['--jitless'], ['--max-semi-space-size=1', '--no-opt'], ['--lite-mode'], ['--no-turbofan']]) {
+      const set: string[] = [];
+      optimizingCompilersAfterStart((flags) => set.push(flags), nodeFlags)();
+      assert.deepEqual(set, [], nodeFlags.join(' '));
+    }
   });
 });
 
