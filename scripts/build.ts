@@ -7,7 +7,7 @@
 // ES/CommonJS module it loads, and @kubernetes/client-node alone is ~1,000 of them (its generated models
 // and API groups, loaded in full by KubeConfig). Bundled and minified, the kube reader's idle RSS drops by
 // about 40 MB (see `npm run bench`). Type checking stays with `tsc --noEmit` (npm test).
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { createRequire } from 'node:module';
@@ -270,6 +270,67 @@ typeMap = new Proxy(typeMap, {
   };
 }
 
+const KUBE_GEN_DIR = join(REPO, 'node_modules/@kubernetes/client-node/dist/gen');
+const SRC_DIR = join(REPO, 'src');
+
+/** Every word of certshare's sources (src/): an operation named nowhere in them is never called. */
+function sourceWords(): Set<string> {
+  const words = new Set<string>();
+  for (const entry of readdirSync(SRC_DIR, { recursive: true, withFileTypes: true })) {
+    if (entry.isFile() && entry.name.endsWith('.ts')) for (const [w] of readFileSync(join(entry.parentPath, entry.name), 'utf8').matchAll(/\w+/g)) words.add(w);
+  }
+  return words;
+}
+
+/** Drops the methods of `classes` in `source` whose operation (name less WithHttpInfo) `keep` refuses; the constructor stays. */
+function keepOperations(source: string, classes: string[], keep: (operation: string) => boolean, what: string): string {
+  const lines = source.split('\n');
+  const out: string[] = [];
+  let inClass = false;
+  let dropping = false;
+  let dropped = 0;
+  for (const line of lines) {
+    if (/^export class (\w+)/.test(line)) inClass = classes.includes(/^export class (\w+)/.exec(line)![1]!);
+    else if (line === '}') inClass = false;
+    const method = inClass ? /^ {4}(?:async )?(\w+)\(/.exec(line) : null;
+    if (method && method[1] !== 'constructor' && !keep(method[1]!.replace(/WithHttpInfo$/, ''))) {
+      dropping = true;
+      dropped++;
+    }
+    if (!dropping) out.push(line);
+    else if (line === '    }') dropping = false;
+  }
+  if (dropped < 100)
+    throw new Error(`scripts/build.ts: @kubernetes/client-node's ${what} changed shape (${dropped} methods dropped): see kubeCoreOperationsUsed`);
+  return out.join('\n');
+}
+
+/**
+ * The generated CoreV1Api (a request factory, a response processor and three wrappers, each with a method
+ * per operation: about 200 operations, two methods each) costs every process that loads the client ~2.8 MB;
+ * certshare calls about a dozen of them. The bundle keeps the operations whose names appear in src/ (so a
+ * new call keeps its operation with no list to update) and drops the others' methods.
+ */
+function kubeCoreOperationsUsed(): Plugin {
+  return {
+    name: 'kube-core-operations-used',
+    setup(b) {
+      let keep: ((operation: string) => boolean) | undefined;
+      b.onLoad({ filter: /@kubernetes\/client-node\/dist\/gen\/(apis\/CoreV1Api|types\/(Observable|Promise|ObjectParam)API)\.js$/ }, async (args) => {
+        if (!keep) {
+          const words = sourceWords();
+          const operations = [...readFileSync(join(KUBE_GEN_DIR, 'apis/CoreV1Api.js'), 'utf8').matchAll(/^ {4}async (\w+)\(/gm)].map((m) => m[1]!);
+          const used = new Set(operations.filter((o) => !o.endsWith('WithHttpInfo') && words.has(o)));
+          if (used.size === 0) throw new Error('scripts/build.ts: no CoreV1Api operation named in src/: see kubeCoreOperationsUsed');
+          keep = (operation) => used.has(operation);
+        }
+        const classes = ['CoreV1ApiRequestFactory', 'CoreV1ApiResponseProcessor', 'ObservableCoreV1Api', 'PromiseCoreV1Api', 'ObjectCoreV1Api'];
+        return { loader: 'js', contents: keepOperations(await readFile(args.path, 'utf8'), classes, keep, args.path.slice(KUBE_GEN_DIR.length + 1)) };
+      });
+    },
+  };
+}
+
 /** Every model, for the serializer's lookups of those the bundle leaves out (kubeModelsOnDemand), into `dir`. */
 export async function buildOtherKubeModels(dir: string): Promise<void> {
   await build({
@@ -313,7 +374,7 @@ export function productionBundleOptions(): BuildOptions {
     legalComments: 'eof',
     banner: { js: REQUIRE_BANNER },
     logLevel: 'warning',
-    plugins: [httpWithoutUndici, standIns, kubeModelsOnDemand(modelClosure(KUBE_MODEL_ROOTS))],
+    plugins: [httpWithoutUndici, standIns, kubeModelsOnDemand(modelClosure(KUBE_MODEL_ROOTS)), kubeCoreOperationsUsed()],
   };
 }
 

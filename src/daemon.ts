@@ -29,12 +29,11 @@ import { IssuanceBudget } from './core/issuance-budget.ts';
 import { IssuanceSlots } from './core/issuance-slots.ts';
 import { kubeconfigSource } from './kube/kubeconfig-source.ts';
 import { proxyDelivery, type ProxyDelivery } from './delivery/proxy-delivery.ts';
-import { AriChecker } from './acme/ari-checker.ts';
-import { createServedRotation, type ServedRotation } from './served/served-rotation.ts';
+import type { AriChecker } from './acme/ari-checker.ts';
+import type { ServedRotation } from './served/served-rotation.ts';
 import type { Clock } from './core/clock.ts';
 import type { Logger } from './core/logger.ts';
 import type { StartupGrace as Startup } from './core/startup-grace.ts';
-import { RenewalInfoClient } from './acme/renewal-info-client.ts';
 
 /** How long after the daemon's start its first ACME Renewal Information check waits (AriChecker quietUntil). */
 const ARI_QUIET_START_MS = 1000;
@@ -110,25 +109,32 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   const domains = new ManagedDomains(config.domains, logger, input.heapSaving ?? heapSavingSwitch());
   // --advertise-services serve-config: the ServeConfig's Services as last read (its watcher reads it first at start-up).
   let serveConfigServices: readonly string[] = [];
-  const served = createServedRotation(config, {
-    clock,
-    logger,
-    health,
-    registry: metrics.registry,
-    localApi,
-    domains: () => domains.current,
-    serveConfigServices: () => serveConfigServices,
-    ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
-    certDomains: watcher,
-    ...(backend.serviceDomainWait ? { onServiceDomainWait: backend.serviceDomainWait } : {}),
-  });
+  // The served check and the advertisement, ARI (below) and the federation home (kube-backend.ts) are loaded
+  // only when the configuration turns them on: a replica pays for the code it runs (docs/performance.md).
+  const served = config.servedCheck
+    ? (await import('./served/served-rotation.ts')).createServedRotation(config, {
+        clock,
+        logger,
+        health,
+        registry: metrics.registry,
+        localApi,
+        domains: () => domains.current,
+        serveConfigServices: () => serveConfigServices,
+        ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
+        certDomains: watcher,
+        ...(backend.serviceDomainWait ? { onServiceDomainWait: backend.serviceDomainWait } : {}),
+      })
+    : undefined;
   // A reload certshare ran may have put the proxy right: check what it serves now, not at the next recheck.
   events.on('reloaded', (outcome: { ok: boolean; skipped?: boolean }) => {
     if (outcome.ok && !outcome.skipped) served?.checker.reloaded();
   });
   const extraObservers = [eventsObserver(events), ...(routingProofs ? [routingProofs] : []), ...(served ? [served.observer] : []), ...delivery.observers];
   const availability = served?.serviceDomains?.availability ?? watcher;
-  const { manager, ari } = certificateLoops(config, { ...deps, startup, backend, metrics, health, localApi, availability, extraObservers });
+  // ARI wakes a loop whose renewal window the CA moved (called once the loops exist).
+  const wake = (domain: string): void => manager.loop(domain)?.wake();
+  const ari = config.acmeDirectory ? await ariChecker(config, { ...deps, role: backend.role, metrics, health, wake }) : undefined;
+  const manager = certificateLoops(config, ari, { ...deps, startup, backend, metrics, health, localApi, availability, extraObservers });
   domains.drive(manager, ari, health);
   logHealthChanges(health, clock, logger);
   const serveConfig = followServeConfig(config, logger, health, domains, (services) => {
@@ -271,28 +277,33 @@ interface LoopParts {
   extraObservers: LoopObserver[];
 }
 
-/** The loops, one per domain, their supervisor, the issuance budget and slots, and ACME Renewal Information. */
-function certificateLoops(config: DaemonConfig, p: LoopParts): { manager: LoopSupervisor; ari: AriChecker | undefined } {
+/** ACME Renewal Information: the writer asks the CA whether it wants a certificate replaced early. */
+async function ariChecker(
+  config: DaemonConfig,
+  p: { clock: Clock; logger: Logger; role: IssuanceRole; metrics: Metrics; health: HealthState; wake: (domain: string) => void },
+): Promise<AriChecker> {
+  const [{ AriChecker }, { RenewalInfoClient }] = await Promise.all([import('./acme/ari-checker.ts'), import('./acme/renewal-info-client.ts')]);
+  const { clock, logger, role, metrics, health, wake } = p;
+  return new AriChecker({
+    client: new RenewalInfoClient({ directoryUrl: config.acmeDirectory!, now: () => clock.now() }),
+    role,
+    clock,
+    logger,
+    intervalMs: config.ariIntervalMs,
+    metrics,
+    wake,
+    describe: (domain, line) => health.renewalInfo(domain, line),
+    // The first check waits out the start: its ID parse and TLS connection would delay the first /healthz
+    // answer (docs/performance.md). A revoked certificate held at start is replaced a second later.
+    quietUntil: clock.now() + ARI_QUIET_START_MS,
+  });
+}
+
+/** The loops, one per domain, their supervisor, the issuance budget and slots; `ari` told of every certificate held. */
+function certificateLoops(config: DaemonConfig, ari: AriChecker | undefined, p: LoopParts): LoopSupervisor {
   const { clock, logger, backend, metrics, health } = p;
   const issuanceSlots = new IssuanceSlots(config.issuanceConcurrency);
   metrics.watchIssuanceSlots(issuanceSlots);
-  // ACME Renewal Information: the writer asks the CA whether it wants a certificate replaced early.
-  let manager: LoopSupervisor | undefined;
-  const ari = config.acmeDirectory
-    ? new AriChecker({
-        client: new RenewalInfoClient({ directoryUrl: config.acmeDirectory, now: () => clock.now() }),
-        role: backend.role,
-        clock,
-        logger,
-        intervalMs: config.ariIntervalMs,
-        metrics,
-        wake: (domain) => manager?.loop(domain)?.wake(),
-        describe: (domain, line) => health.renewalInfo(domain, line),
-        // The first check waits out the start: its ID parse and TLS connection would delay the first /healthz
-        // answer (docs/performance.md). A revoked certificate held at start is replaced a second later.
-        quietUntil: clock.now() + ARI_QUIET_START_MS,
-      })
-    : undefined;
   const observer = fanOut([health, metrics, ...backend.observers, ...(ari ? [ari] : []), ...p.extraObservers]);
   const budget = config.issuanceBudget
     ? new IssuanceBudget({
@@ -305,7 +316,7 @@ function certificateLoops(config: DaemonConfig, p: LoopParts): { manager: LoopSu
       })
     : undefined;
   if (budget) metrics.watchBudget(budget);
-  manager = new LoopSupervisor({
+  return new LoopSupervisor({
     localApi: p.localApi,
     store: backend.store,
     role: backend.role,
@@ -322,7 +333,6 @@ function certificateLoops(config: DaemonConfig, p: LoopParts): { manager: LoopSu
     startup: p.startup,
     renewalInfo: ari,
   });
-  return { manager, ari };
 }
 
 /** The managed domains: the flags' and the ServeConfig's, applied to the loops, ARI and health once started. */

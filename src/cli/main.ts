@@ -4,7 +4,7 @@ import { CertshareError, ERROR_CODES, type ErrorCode, errorMessage } from '../co
 import { commandUsage, parseFlags } from '../flags/flags.ts';
 import { RUN_FLAGS, RUN_HELP, daemonConfigFrom } from '../config/run-options.ts';
 import { useCompileCache } from './compile-cache.ts';
-import { withoutOptimizingCompilers } from '../server/heap-saving.ts';
+import { optimizingCompilersAfterStart, withoutOptimizingCompilers } from '../server/heap-saving.ts';
 
 const TOP_USAGE = `Usage: certshare <command> [flags]
 
@@ -34,8 +34,9 @@ async function main(argv: string[]): Promise<number> {
         return 0;
       }
       const config = daemonConfigFrom(values, process.env);
+      const started = optimizingCompilersAfterStart();
       const { runUntilSignal } = await import('./run-command.ts');
-      return runUntilSignal(config);
+      return runUntilSignal(config, started);
     }
     case 'emulator': {
       const { runEmulatorCli } = await import('./emulator.ts');

@@ -7,6 +7,7 @@ import { rotationExitTime } from '../core/renewal.ts';
 import { staticRole, type IssuanceRole } from '../core/store.ts';
 import type { BackendContext, StoreBackend } from '../store-backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
+import type { Federation } from './federation.ts';
 import { Projector } from '../delivery/projector.ts';
 import { connectKube, type KubeConnection } from './connection.ts';
 import { ReadinessGate } from './readiness-gate.ts';
@@ -17,7 +18,6 @@ import { LeaseElector, leaseIdentity } from './lease-elector.ts';
 import { KubeLedgerStore } from './ledger-store.ts';
 import { EventRecorder } from './event-recorder.ts';
 import { PodEvents } from './pod-events.ts';
-import { Federation, checkHome } from './federation.ts';
 
 /** What the shutdown bound keeps back, after leaving rotation and the drain delay, for stopping the rest. */
 const STOP_RESERVE_MS = 1000;
@@ -219,6 +219,8 @@ async function federate(
   const { clock, logger, env } = ctx.deps;
   const f = config.federation!;
   const group = config.group!; // validateConfig: a home needs a group
+  // Loaded only with a home: every other replica leaves the federation's code out (docs/performance.md).
+  const { Federation, checkHome } = await import('./federation.ts');
   const connection = await connectKube(env, { kubeconfig: f.kubeconfig, namespace: f.namespace });
   const log = logger.child({ component: 'federation', cluster: f.cluster });
   try {

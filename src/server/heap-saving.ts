@@ -38,3 +38,31 @@ export function heapSavingSwitch(threshold = HEAP_SAVING_DOMAINS, setFlags: (fla
 export function withoutOptimizingCompilers(setFlags: (flags: string) => void = setFlagsFromString): void {
   for (const flag of ['--no-sparkplug', '--no-maglev', '--no-turbofan', '--optimize-for-size']) setFlags(flag);
 }
+
+/**
+ * Maglev and TurboFan off while the daemon starts, back on from the returned function's call (once it has
+ * started). A start runs its code once, yet module resolution (a path normalized a few hundred times for the
+ * bundle's chunks) gets hot enough for TurboFan, and the first TurboFan compilation pages in its compiler:
+ * about 5 MB more RSS in an idle replica for code that never runs again (docs/performance.md). From the call
+ * on, V8 tiers up as it always does: whatever is hot later (/healthz under load) is optimized as before.
+ */
+export function optimizingCompilersAfterStart(
+  setFlags: (flags: string) => void = setFlagsFromString,
+  nodeFlags: string[] = [...process.execArgv, ...(process.env.NODE_OPTIONS ?? '').split(/\s+/)],
+): () => void {
+  // Tiers the command line chose itself (--jitless, --no-opt...) are left as they are: turning a compiler
+  // on in a process started without a JIT crashes it.
+  if (nodeFlags.some((flag) => TIER_FLAGS.test(flag))) return () => {};
+  setFlags('--no-maglev');
+  setFlags('--no-turbofan');
+  let on = false;
+  return () => {
+    if (on) return;
+    on = true;
+    setFlags('--maglev');
+    setFlags('--turbofan');
+  };
+}
+
+/** Node flags that choose V8's compiler tiers. */
+const TIER_FLAGS = /^--(no[-_])?(jitless|lite[-_]mode|opt|turbofan|maglev|sparkplug|max[-_]opt)\b/;

@@ -32,6 +32,12 @@ describe('bench command lines', () => {
     assert.match(r.stderr, /^bench: --renewals wants a whole number, at least 1, got "0"/);
   });
 
+  it('main --check judges a full run only: with --tiny it is a usage error', () => {
+    const r = run('main', ['--check', '--tiny']);
+    assert.equal(r.status, 2);
+    assert.match(r.stderr, /^bench: --check judges a full run of the phases/);
+  });
+
   it('main --federation: a lease duration it cannot use, or --domains beside it, is a usage error', () => {
     const durations = run('main', ['--federation', '--lease-durations', '10,0']);
     assert.equal(durations.status, 2);

@@ -2,10 +2,10 @@ import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
-import { heapSavingSwitch, withoutOptimizingCompilers } from '../../src/server/heap-saving.ts';
-import { emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { heapSavingSwitch, optimizingCompilersAfterStart, withoutOptimizingCompilers } from '../../src/server/heap-saving.ts';
+import { DOMAIN, emulatorIn, FAST_FLAGS, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { until } from '../support/wait.ts';
 
 describe('the heap-saving switch', () => {
@@ -20,6 +20,25 @@ describe('the heap-saving switch', () => {
   });
 });
 
+describe('V8 optimizing only after the start', () => {
+  it('switches Maglev and TurboFan off, and back on once, when the start is over', () => {
+    const set: string[] = [];
+    const started = optimizingCompilersAfterStart((flags) => set.push(flags), ['--max-semi-space-size=1']);
+    assert.deepEqual(set, ['--no-maglev', '--no-turbofan'], 'code run once while starting is never optimized');
+    started();
+    started();
+    assert.deepEqual(set, ['--no-maglev', '--no-turbofan', '--maglev', '--turbofan'], 'from the start on, as always; once');
+  });
+
+  it('leaves the tiers a command line chose alone (a compiler turned on in a --jitless process crashes it)', () => {
+    for (const nodeFlags of [['--jitless'], ['--max-semi-space-size=1', '--no-opt'], ['--lite-mode'], ['--no-turbofan']]) {
+      const set: string[] = [];
+      optimizingCompilersAfterStart((flags) => set.push(flags), nodeFlags)();
+      assert.deepEqual(set, [], nodeFlags.join(' '));
+    }
+  });
+});
+
 describe('V8 without its optimizing compilers', () => {
   const dir = useTempDir();
   const MAIN = join(import.meta.dirname, '../../src/cli/main.ts');
@@ -31,8 +50,8 @@ describe('V8 without its optimizing compilers', () => {
   });
 
   // A preload asks V8, as the process exits, to optimize a function at once (natives syntax): refused only
-  // when the command switched TurboFan off at run time.
-  async function optimizedAtExit(args: string[]): Promise<boolean> {
+  // when TurboFan is off at run time. With `stopAfter`, the command gets SIGTERM once its stdout says so.
+  async function optimizedAtExit(args: string[], stopAfter?: string): Promise<boolean> {
     const preload = join(dir(), 'optimization-status.cjs');
     await writeFile(
       preload,
@@ -42,17 +61,36 @@ describe('V8 without its optimizing compilers', () => {
         "  process.stderr.write('optimized: ' + ((%GetOptimizationStatus(hot) & 16) !== 0) + '\\n');\n" +
         '});\n',
     );
-    const { stderr } = await promisify(execFile)(process.execPath, ['--allow-natives-syntax', '--require', preload, MAIN, ...args], {
-      timeout: 30_000,
+    const child = spawn(process.execPath, ['--allow-natives-syntax', '--require', preload, MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d;
+      if (stopAfter && stdout.includes(stopAfter)) child.kill('SIGTERM');
     });
+    child.stderr.on('data', (d: Buffer) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+    await once(child, 'close');
+    clearTimeout(timer);
     const m = /optimized: (true|false)/.exec(stderr);
-    assert.ok(m, `no optimization status in: ${stderr}`);
+    assert.ok(m, `no optimization status in: ${stderr}\n${stdout}`);
     return m[1] === 'true';
   }
 
   it('is how the injector runs, and not the daemon (its /healthz would cost 4-6 times the CPU)', async () => {
     assert.equal(await optimizedAtExit(['injector', '--help']), false, 'injector');
     assert.equal(await optimizedAtExit(['run', '--help']), true, 'run');
+  });
+
+  it('is how a daemon starts: TurboFan is back once it has started', async () => {
+    const emulator = await emulatorIn(dir());
+    try {
+      const args = ['run', ...FAST_FLAGS, '--localapi', emulator.address, '--store', `dir:${join(dir(), 'certs')}`, '--domain', DOMAIN];
+      // Stopped once healthy: its signal handlers are in place by then (a SIGTERM right at the start would kill it).
+      assert.equal(await optimizedAtExit([...args, '--shutdown-timeout', '1s'], '"msg":"healthy"'), true);
+    } finally {
+      await emulator.close();
+    }
   });
 });
 

@@ -76,14 +76,28 @@ describe('ARI certificate ID (RFC 9773 section 4.1)', () => {
     await assert.rejects(ariCertificateId('no pem here'), (err: unknown) => err instanceof CertshareError && err.code === 'CERTSHARE_CERT_INVALID');
   });
 
-  it('loads neither @peculiar/x509 nor reflect-metadata (memory in every writer: docs/performance.md)', async () => {
+  it('refuses DER whose lengths overrun what encloses them (cut short, or a length pointing past the end)', async () => {
+    const der = Buffer.from(
+      /-----BEGIN CERTIFICATE-----([\s\S]+?)-----END/.exec(await selfSigned('0087654321', '69885b6b87464041e1b37b847ba0ae2cde01c8d4'))![1]!,
+      'base64',
+    );
+    const pem = (bytes: Buffer): string => `-----BEGIN CERTIFICATE-----\n${bytes.toString('base64')}\n-----END CERTIFICATE-----\n`;
+    const longer = Buffer.from(der);
+    longer[1] = 0x84; // a four-octet length of the Certificate, far past the buffer's end
+    for (const bad of [der.subarray(0, der.length - 10), der.subarray(0, 40), longer]) {
+      await assert.rejects(ariCertificateId(pem(bad)), (err: unknown) => err instanceof CertshareError && err.code === 'CERTSHARE_CERT_INVALID');
+    }
+  });
+
+  it('loads no ASN.1 library: neither @peculiar/x509, reflect-metadata nor the ASN.1 schemas (memory in every writer: docs/performance.md)', async () => {
     const pem = await selfSigned('0087654321', '69885b6b87464041e1b37b847ba0ae2cde01c8d4');
     const script = `import { registerHooks } from 'node:module';
 const loaded = [];
 registerHooks({ load(url, context, next) { loaded.push(url); return next(url, context); } });
 const { ariCertificateId } = await import(${JSON.stringify(new URL('../../src/core/certificate-id.ts', import.meta.url).href)});
 const id = await ariCertificateId(process.env.PEM);
-process.stdout.write(JSON.stringify({ id, heavy: loaded.filter((u) => ['@peculiar/x509/', 'reflect-metadata/', 'tsyringe/'].some((p) => u.includes(p))) }));`;
+const heavy = loaded.filter((u) => ['@peculiar/', 'asn1js/', 'reflect-metadata/', 'tsyringe/'].some((p) => u.includes(p)));
+process.stdout.write(JSON.stringify({ id, heavy }));`;
     const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', env: { ...process.env, PEM: pem }, timeout: 60_000 });
     assert.equal(r.status, 0, r.stderr);
     assert.deepEqual(JSON.parse(r.stdout), { id: 'aYhba4dGQEHhs3uEe6CuLN4ByNQ.AIdlQyE', heavy: [] });

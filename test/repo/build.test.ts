@@ -43,6 +43,23 @@ process.exit(0);`;
       assert.equal(packages.has(name), false, `${name} is bundled`);
     }
   });
+
+  // scripts/build.ts kubeCoreOperationsUsed: ~2.8 MB of every Kubernetes process for ~200 operations never called.
+  it("keeps the CoreV1Api operations src/ calls, and drops the others' methods", async () => {
+    const texts = await Promise.all(chunks.map((f) => readFile(f, 'utf8')));
+    const client = texts.filter((t) => t.includes('CoreV1ApiRequestFactory'));
+    assert.equal(client.length, 1, 'one chunk holds the generated CoreV1Api');
+    const called = new Set<string>();
+    for (const file of await readdir(join(import.meta.dirname, '../../src'), { recursive: true })) {
+      if (!file.endsWith('.ts')) continue;
+      for (const [, op] of (await readFile(join(import.meta.dirname, '../../src', file), 'utf8')).matchAll(/\bcore\.(\w+)\(/g)) called.add(op!);
+    }
+    assert.ok(called.has('readNamespacedSecret') && called.has('patchNamespacedPodStatus'), [...called].join(' '));
+    for (const op of called) assert.match(client[0]!, new RegExp(`\\b${op}WithHttpInfo\\(`), `${op} kept`);
+    for (const op of ['connectDeleteNamespacedPodProxy', 'listNode', 'deleteNamespacedSecret', 'readNamespacedPodLog']) {
+      assert.doesNotMatch(client[0]!, new RegExp(`\\b${op}(WithHttpInfo)?\\(`), `${op} dropped`);
+    }
+  });
 });
 
 // scripts/build.ts kubeModelsOnDemand: the bundle defines only the Kubernetes models certshare's calls use;
