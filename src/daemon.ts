@@ -111,24 +111,14 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   let serveConfigServices: readonly string[] = [];
   // The served check and the advertisement, ARI (below) and the federation home (kube-backend.ts) are loaded
   // only when the configuration turns them on: a replica pays for the code it runs (docs/performance.md).
-  const served = config.servedCheck
-    ? (await import('./served/served-rotation.ts')).createServedRotation(config, {
-        clock,
-        logger,
-        health,
-        registry: metrics.registry,
-        localApi,
-        domains: () => domains.current,
-        serveConfigServices: () => serveConfigServices,
-        ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
-        certDomains: watcher,
-        ...(backend.serviceDomainWait ? { onServiceDomainWait: backend.serviceDomainWait } : {}),
-      })
-    : undefined;
-  // A reload certshare ran may have put the proxy right: check what it serves now, not at the next recheck.
-  events.on('reloaded', (outcome: { ok: boolean; skipped?: boolean }) => {
-    if (outcome.ok && !outcome.skipped) served?.checker.reloaded();
-  });
+  const served = await servedRotation(
+    config,
+    { ...deps, metrics, health, localApi, watcher, backend, events },
+    {
+      domains: () => domains.current,
+      serveConfigServices: () => serveConfigServices,
+    },
+  );
   const extraObservers = [eventsObserver(events), ...(routingProofs ? [routingProofs] : []), ...(served ? [served.observer] : []), ...delivery.observers];
   const availability = served?.serviceDomains?.availability ?? watcher;
   // ARI wakes a loop whose renewal window the CA moved (called once the loops exist).
@@ -195,6 +185,42 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
 
 /** How renewed certificates reach the proxy, and what the daemon does when files changed: log, emit, reload. */
 /** The --serve-config file, whose domains are managed and, with --advertise-services serve-config, whose Services are advertised. */
+/** The served check and the advertisement, when --served-check turns them on; a reload certshare ran checks at once. */
+async function servedRotation(
+  config: DaemonConfig,
+  p: {
+    clock: Clock;
+    logger: Logger;
+    metrics: Metrics;
+    health: HealthState;
+    localApi: LocalApi;
+    watcher: CertDomainsWatcher;
+    backend: StoreBackend;
+    events: EventEmitter;
+  },
+  managed: { domains: () => readonly string[]; serveConfigServices: () => readonly string[] },
+): Promise<ServedRotation | undefined> {
+  if (!config.servedCheck) return undefined;
+  const { clock, logger, health, metrics, localApi, watcher, backend } = p;
+  const served = (await import('./served/served-rotation.ts')).createServedRotation(config, {
+    clock,
+    logger,
+    health,
+    registry: metrics.registry,
+    localApi,
+    domains: managed.domains,
+    serveConfigServices: managed.serveConfigServices,
+    ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
+    certDomains: watcher,
+    ...(backend.serviceDomainWait ? { onServiceDomainWait: backend.serviceDomainWait } : {}),
+  });
+  // A reload certshare ran may have put the proxy right: check what it serves now, not at the next recheck.
+  p.events.on('reloaded', (outcome: { ok: boolean; skipped?: boolean }) => {
+    if (outcome.ok && !outcome.skipped) served?.checker.reloaded();
+  });
+  return served;
+}
+
 function followServeConfig(
   config: DaemonConfig,
   logger: Logger,
