@@ -1,0 +1,39 @@
+// docs/development.md's layout is the map of src/: every folder (two levels deep) and every file at the top
+// of src/ has its line, and every line names a path that exists, so a move or a new folder updates the page.
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+
+const REPO = new URL('../../', import.meta.url).pathname;
+
+/** The paths the layout block lists: the first word of each line that starts with `src/`. */
+function layoutPaths(page: string): string[] {
+  const section = page.slice(page.indexOf('## Layout'));
+  const block = section.slice(section.indexOf('```text') + '```text'.length, section.indexOf('```', section.indexOf('```text') + 7));
+  return block
+    .split('\n')
+    .filter((line) => line.startsWith('src/'))
+    .map((line) => line.split(/\s+/)[0]!);
+}
+
+/** The folders of src/ two levels deep (with a trailing slash) and the files at its top. */
+function srcPaths(): string[] {
+  const found: string[] = [];
+  for (const entry of readdirSync(join(REPO, 'src'), { withFileTypes: true })) {
+    if (entry.isFile()) found.push(`src/${entry.name}`);
+    if (!entry.isDirectory()) continue;
+    found.push(`src/${entry.name}/`);
+    for (const inner of readdirSync(join(REPO, 'src', entry.name), { withFileTypes: true })) {
+      if (inner.isDirectory()) found.push(`src/${entry.name}/${inner.name}/`);
+    }
+  }
+  return found.sort();
+}
+
+describe('docs/development.md layout', () => {
+  it('lists every folder and top-level file of src/, and nothing else', () => {
+    const listed = layoutPaths(readFileSync(join(REPO, 'docs', 'development.md'), 'utf8'));
+    assert.deepEqual([...listed].sort(), srcPaths(), 'docs/development.md: the layout and src/ differ');
+  });
+});
