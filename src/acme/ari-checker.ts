@@ -29,7 +29,7 @@ import type { AriCheckOutcome, RenewalInfoClient } from './renewal-info-client.t
 /** The least wait between two checks of one certificate, unless --ari-interval is shorter. */
 const CHECK_FLOOR_MS = 60_000;
 
-export interface AriCheckerDeps {
+interface AriCheckerDeps {
   client: Pick<RenewalInfoClient, 'check'>;
   /** Checks run for a domain only while this replica may issue it. */
   role: Pick<IssuanceRole, 'canIssue' | 'onChange'>;

@@ -12,7 +12,7 @@ import { type AriCertificate, type RenewalInfo, parseRenewalInfo } from '../core
 import { parseRetryAfter } from '../core/retry-after.ts';
 
 export const LETS_ENCRYPT_DIRECTORY = 'https://acme-v02.api.letsencrypt.org/directory';
-export const DEFAULT_ARI_TIMEOUT_MS = 30_000;
+const DEFAULT_ARI_TIMEOUT_MS = 30_000;
 /** Larger than any directory or renewalInfo answer (Let's Encrypt's directory is under 1 KiB). */
 const MAX_BODY_BYTES = 64 * 1024;
 /** Identifies certshare to the CA, as RFC 8555 6.1 asks of ACME clients. */
@@ -36,7 +36,7 @@ const OUTCOME_OF: Partial<Record<ErrorCode, Exclude<AriCheckOutcome, 'ok'>>> = {
   CERTSHARE_ARI_UNSUPPORTED: 'unsupported',
 };
 
-export interface RenewalInfoClientOptions {
+interface RenewalInfoClientOptions {
   /** The ACME directory URL (--acme-directory). */
   directoryUrl: string;
   /** Deadline of one request, headers and body. Default 30 s. */

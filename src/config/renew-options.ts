@@ -31,7 +31,7 @@ export const RENEW_FLAGS: FlagSpec[] = [
   },
 ];
 
-export const RENEW_SUMMARY =
+const RENEW_SUMMARY =
   "certshare renew <domain> [flags]: asks the group's writer for exactly one new certificate with a new key for <domain>, " +
   "by the annotation certshare.io/renew-requested on the domain's Secret (KUBECONFIG, or the Pod's account), " +
   'or standalone by the file .state/<domain>.renew of the store directory. ' +

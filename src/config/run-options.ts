@@ -20,7 +20,7 @@ import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom } from '../logging/log
 export type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from './daemon-config.ts';
 
 /** The sections of `certshare run --help`, by task, in this order. */
-export const RUN_GROUPS = [
+const RUN_GROUPS = [
   'tailscaled and domains',
   'store',
   'renewal and retries',
@@ -507,7 +507,7 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
  * Every rule of the configuration that is not the syntax of one value, checked before anything starts
  * (as Tailscale's containerboot settings.validate() does): the first broken rule, or undefined.
  */
-export function validateConfig(c: DaemonConfig): string | undefined {
+function validateConfig(c: DaemonConfig): string | undefined {
   const positive: Array<[string, number]> = [
     ['--check-interval', c.renewal.checkIntervalMs],
     ['--first-retry', c.backoff.firstRetryMs],

@@ -5,7 +5,7 @@ import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 import { domainsFromServeConfig, servicesFromServeConfig } from './serve-config.ts';
 
-export interface ServeConfigWatcherOptions {
+interface ServeConfigWatcherOptions {
   path: string;
   logger: Logger;
   onDomains(domains: string[]): void;

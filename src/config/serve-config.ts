@@ -17,7 +17,7 @@ interface ServeConfig extends ServeScope {
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-export interface ServeConfigDomains {
+interface ServeConfigDomains {
   /** Canonical domain names (see normalizeDomain), sorted. */
   domains: string[];
   /** Hosts that are not domain names (e.g. `../../x`): never used, reported with the reason. */
@@ -71,7 +71,7 @@ function parseServeConfig(text: string, source: string): ServeConfig {
  */
 export const MAX_SERVE_CONFIG_SERVICES = 64;
 
-export interface ServeConfigServices {
+interface ServeConfigServices {
   /** Tailscale Service names (`svc:<label>`), sorted. */
   services: string[];
   /** Keys of `Services` that are no Service name (e.g. `web`, `svc:Web_1`): never advertised, reported with the reason. */

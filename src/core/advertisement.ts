@@ -39,7 +39,7 @@ export interface AdvertiseFacts {
   end: (held: HeldValidity) => number;
 }
 
-export type AdvertiseDecision = { advertise: true } | { advertise: false; why: string };
+type AdvertiseDecision = { advertise: true } | { advertise: false; why: string };
 
 export function advertiseDecision(f: AdvertiseFacts): AdvertiseDecision {
   if (f.terminating) return { advertise: false, why: 'shutting down' };

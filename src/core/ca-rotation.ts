@@ -107,7 +107,7 @@ function trustedEverywhereSince(s: RotationState, caId: string, graceMs: number)
 const graceFor = (s: RotationState, p: RotationPolicy, caId: string): number => (s.leaf === undefined || s.leaf.signedBy === caId ? 0 : p.propagationGraceMs);
 
 /** The CA a new leaf should be signed by: the newest valid one that every object has carried long enough. */
-export function preferredSigner(s: RotationState, p: RotationPolicy, now: number): CaRecord | undefined {
+function preferredSigner(s: RotationState, p: RotationPolicy, now: number): CaRecord | undefined {
   for (let i = s.bundle.length - 1; i >= 0; i--) {
     const ca = s.bundle[i]!;
     if (now < ca.notBefore || now >= ca.notAfter || ca.canSign === false) continue;
@@ -115,11 +115,6 @@ export function preferredSigner(s: RotationState, p: RotationPolicy, now: number
     if (since !== undefined && now >= since) return ca;
   }
   return undefined;
-}
-
-/** True when every object's observed bundle contains the leaf's CA: the invariant the policy keeps. */
-export function leafTrustedEverywhere(s: RotationState, leaf: LeafRecord): boolean {
-  return s.objects.every((object) => s.observed[object]?.[leaf.signedBy] !== undefined);
 }
 
 function newCaRule(s: RotationState, p: RotationPolicy, now: number): RotationAction | undefined {
@@ -217,7 +212,7 @@ export function withPublished(s: RotationState, objects: string[], caIds: string
 }
 
 /** A write failed: the object is due again. */
-export function withPublishFailed(s: RotationState, object: string): RotationState {
+function withPublishFailed(s: RotationState, object: string): RotationState {
   const { [object]: _failed, ...published } = s.published;
   return { ...s, published };
 }

@@ -31,7 +31,7 @@ import type { CertStore, IssuanceRole, StoreRead, StoredCert } from './store.ts'
 import { UnusableRecordLog } from './unusable-record-log.ts';
 import { isConflict, restoreToStore, storeView, verifyStored as verifyStoredIn, type LoadResult, type StoreRestoreDeps } from './store-restore.ts';
 
-export interface DomainAvailability {
+interface DomainAvailability {
   /** Resolves once tailscaled lists the domain among its cert domains. */
   waitFor(domain: string, signal: AbortSignal): Promise<void>;
 }

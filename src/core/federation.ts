@@ -20,7 +20,7 @@ export function breakGlassPoint(held: HeldValidity, policy: Pick<RenewalPolicy, 
   return renewal + Math.floor(Math.max(0, exit - renewal) / 2);
 }
 
-export type HomeOutageVerdict =
+type HomeOutageVerdict =
   /** Serve the local copy; look again at `until` (the safety point), or when the home answers. */
   | { kind: 'serve'; until: number }
   /** Past the safety point (or no valid copy at all): this member may issue once, recorded locally. */
@@ -53,7 +53,7 @@ export interface CopyView {
   notAfter: number;
 }
 
-export type Reconciliation =
+type Reconciliation =
   | { kind: 'in_sync' }
   /** The home holds the newest valid certificate: write it into the member's local Secret. */
   | { kind: 'mirror_to_local' }

@@ -9,7 +9,7 @@ import type { LoopObserver } from './observer.ts';
 import type { StartupCondition } from './startup-grace.ts';
 import type { StoredCert } from './store.ts';
 
-export interface HeldCertificateDeps {
+interface HeldCertificateDeps {
   domain: string;
   clock: Clock;
   observer: Pick<Required<LoopObserver>, 'certificate'>;

@@ -57,7 +57,7 @@ export interface LedgerStore {
 }
 
 /** A domain waiting for a first issuance; expiresAt is the notAfter of a certificate it still holds, if any. */
-export interface Contender {
+interface Contender {
   domain: string;
   expiresAt?: number | undefined;
 }
@@ -90,7 +90,7 @@ export function formatBudget(limit: BudgetLimit): string {
 }
 
 /** Contenders in the order they get slots: without a certificate first, then the soonest to expire, then by name. */
-export function byPriority(a: Contender, b: Contender): number {
+function byPriority(a: Contender, b: Contender): number {
   const ea = a.expiresAt ?? -Infinity;
   const eb = b.expiresAt ?? -Infinity;
   if (ea !== eb) return ea < eb ? -1 : 1;
@@ -98,7 +98,7 @@ export function byPriority(a: Contender, b: Contender): number {
 }
 
 /** Whether a later issuance of `domain` is a renewal: the ledger saw it obtain a certificate. */
-export function everIssued(entries: readonly LedgerEntry[], domain: string): boolean {
+function everIssued(entries: readonly LedgerEntry[], domain: string): boolean {
   return entries.some((e) => e.domain === domain && e.issued);
 }
 

@@ -18,7 +18,7 @@ import type { Coordination } from './store.ts';
  * The rules in order; the first that decides wins, and when none does: issue (issueReason() says why).
  * What each decides, and with which reason, is at its function below.
  */
-export const ISSUANCE_RULES: readonly IssuanceRule[] = [
+const ISSUANCE_RULES: readonly IssuanceRule[] = [
   storeUnreadableRule, // not knowing what is stored is never a reason to issue: decided before anything is weighed
   restoreRule, // a store that lost our certificate is repaired before any due date counts (a restore never issues)
   notYetValidRule, // a pair held for later: asking again would only make tailscaled order another
@@ -55,7 +55,7 @@ export const ISSUE_REASONS = [
 export type IssueReason = (typeof ISSUE_REASONS)[number];
 
 /** Why this loop's own backoff holds: what set it. */
-export type BackoffReason =
+type BackoffReason =
   | 'rate_limited' // the CA refused with a rate limit (ours, or one a replica recorded in the store)
   | 'retry_backoff' // the last CertPair call failed (no answer, an error, a pair refused)
   | 'too_short'; // the issuer gave a certificate due again (almost) at once
@@ -323,7 +323,7 @@ export function planAfterCall(s: Pick<IssuanceSnapshot, 'now' | 'held' | 'pendin
 }
 
 /** What a CertPair answer that passed validation is worth. */
-export type AnswerVerdict =
+type AnswerVerdict =
   | { kind: 'unchanged' } // the certificate held, not due: tailscaled answered from its cache
   | { kind: 'due_again' } // the certificate held, due: refused (CERTSHARE_CERT_STALE)
   /** A new pair that expires no later than the one held: the held one stays; refused unless it is too short (then a backoff). */

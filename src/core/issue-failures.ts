@@ -12,7 +12,7 @@ import type { Logger } from './logger.ts';
 import type { LoopObserver } from './observer.ts';
 import type { CertStore } from './store.ts';
 
-export interface IssueFailuresDeps {
+interface IssueFailuresDeps {
   domain: string;
   store: Pick<CertStore, 'recordRateLimit' | 'clearIntent'>;
   clock: Clock;

@@ -63,14 +63,14 @@ export interface LocalApi {
   editPrefs?(masked: MaskedPrefs, signal: AbortSignal): Promise<IpnPrefs>;
 }
 
-export type LocalApiCode =
+type LocalApiCode =
   | 'CERTSHARE_LOCALAPI_UNREACHABLE'
   | 'CERTSHARE_LOCALAPI_TIMEOUT'
   | 'CERTSHARE_LOCALAPI_HTTP'
   | 'CERTSHARE_LOCALAPI_REFUSED'
   | 'CERTSHARE_LOCALAPI_BAD_RESPONSE';
 
-export interface LocalApiErrorFields {
+interface LocalApiErrorFields {
   /** Default: what the other fields say (a timeout, no answer, a refusal status, another status). */
   code?: LocalApiCode;
   status?: number;

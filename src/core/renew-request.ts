@@ -12,7 +12,7 @@ import type { LoopObserver, RenewOutcome } from './observer.ts';
 import type { CertStore, RenewAnswer } from './store.ts';
 
 /** The longest request id kept (an annotation value can be 256 KiB; an id is a timestamp or a token). */
-export const RENEW_ID_MAX = 128;
+const RENEW_ID_MAX = 128;
 
 /**
  * The pending request of a record: the id asked for, unless it is the one answered. An id that is empty,
@@ -61,7 +61,7 @@ export async function askRenewBudget(
   }
 }
 
-export interface RefusalDeps {
+interface RefusalDeps {
   store: CertStore;
   observer: Required<LoopObserver>;
   logger: Logger;

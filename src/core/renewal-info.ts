@@ -109,7 +109,7 @@ export function chooseRenewalTime(window: SuggestedWindow, now: number, random: 
 }
 
 /** An answer kept for the held certificate, with the time chosen inside its window. */
-export interface AriAnswer extends RenewalInfo {
+interface AriAnswer extends RenewalInfo {
   renewAt: number;
 }
 
@@ -162,7 +162,7 @@ export function ariRenewalDone(state: AriState): AriState {
 export type AriReason = 'ca_requested' | 'ca_requested_now';
 
 /** Why ARI has nothing to say about the held certificate (the expiry rule alone decides). */
-export type AriSilence = 'no_certificate' | 'no_answer' | 'already_renewed';
+type AriSilence = 'no_certificate' | 'no_answer' | 'already_renewed';
 
 export type AriVerdict =
   /** Order now, for this reason. */

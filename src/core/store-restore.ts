@@ -17,7 +17,7 @@ export interface StoreRestoreDeps {
 }
 
 /** Stored, a conflict (the record changed since it was read), or the failure (logged). */
-export type RestoreResult = 'stored' | 'conflict' | { failed: unknown };
+type RestoreResult = 'stored' | 'conflict' | { failed: unknown };
 
 /** A store read, or the failure streak of a read that failed. */
 export type LoadResult = StoreRead | { state: 'unreadable'; failures: number };

@@ -80,16 +80,6 @@ export function checkTrusted(certPem: string, domain: string, anchors: TrustAnch
   if (problem !== undefined) throw untrusted(domain, problem);
 }
 
-/** Whether checkTrusted passes. */
-export function isTrusted(certPem: string, domain: string, anchors: TrustAnchors): boolean {
-  try {
-    checkTrusted(certPem, domain, anchors);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /**
  * The last chain checked per domain, by a digest of its PEM text, with its verdict: a store hands the same pair
  * back on every read, and the signatures are the costly part (as inspectCertPair's cache in certificate.ts).

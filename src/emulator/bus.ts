@@ -27,7 +27,7 @@ const RATE_LIMIT_INCOMPATIBLE: ReadonlyArray<[number, string]> = [
   [NotifyMask.PeerPatches, 'NotifyPeerPatches'],
 ];
 
-export interface BusOptions {
+interface BusOptions {
   version: string;
   style: NetmapStyle;
   features: ReleaseFeatures;
@@ -48,7 +48,7 @@ interface BusStream {
   mask: number;
 }
 
-export type MaskResult = { ok: true; mask: number } | { ok: false; status: number; message: string };
+type MaskResult = { ok: true; mask: number } | { ok: false; status: number; message: string };
 
 /**
  * Parses and validates the mask as the release does (ipn/localapi/localapi.go serveWatchIPNBus and

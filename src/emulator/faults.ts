@@ -18,8 +18,8 @@ export const CERT_FAULT_KINDS = [
 ] as const;
 export const BUS_FAULT_KINDS = ['disconnect', 'malformed_line', 'huge_line'] as const;
 
-export type CertFaultKind = (typeof CERT_FAULT_KINDS)[number];
-export type BusFaultKind = (typeof BUS_FAULT_KINDS)[number];
+type CertFaultKind = (typeof CERT_FAULT_KINDS)[number];
+type BusFaultKind = (typeof BUS_FAULT_KINDS)[number];
 
 interface FaultCommon {
   /** How many matching events it applies to: default 1; 0 or "always" = until cleared. */

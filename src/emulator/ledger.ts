@@ -38,7 +38,7 @@ export interface LedgerRequest {
 }
 
 /** The original issuance line (no `kind`, no `trigger`). */
-export type LedgerIssuanceV1 = Omit<LedgerIssuance, 'kind' | 'trigger'>;
+type LedgerIssuanceV1 = Omit<LedgerIssuance, 'kind' | 'trigger'>;
 
 export type LedgerLine = LedgerIssuance | LedgerRequest | LedgerIssuanceV1;
 

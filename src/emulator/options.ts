@@ -17,7 +17,7 @@ export function generatedDomains(count: number): string[] {
   return Array.from({ length: count }, (_, i) => `host-${String(i + 1).padStart(4, '0')}.tailnet-0000.ts.net`);
 }
 
-export const EMULATOR_FLAGS = [
+const EMULATOR_FLAGS = [
   {
     name: 'listen',
     group: 'serving and logs',
@@ -129,7 +129,7 @@ export const EMULATOR_HELP: CommandHelp = {
 
 export const emulatorUsage = commandUsage(EMULATOR_HELP);
 
-export type ParsedEmulatorArgs = { help: true } | { help: false; options: EmulatorOptions; logLevel: string };
+type ParsedEmulatorArgs = { help: true } | { help: false; options: EmulatorOptions; logLevel: string };
 
 function badFlag(message: string): never {
   throw new CertshareError('CERTSHARE_BAD_FLAG', message);

@@ -89,7 +89,7 @@ export function duration<Values extends object>(values: Values, name: keyof Valu
   }
 }
 
-export interface UsageOptions {
+interface UsageOptions {
   /** What the first line runs (default `certshare COMMAND`). */
   invocation?: string;
   /** Whether the flags were parsed with the environment (default true): the usage then names each variable. */

@@ -33,7 +33,7 @@ import { createInjectorCa, issueServingLeaf, loadInjectorCa, type LeafNames } fr
 import { TARGET_API, observedCaSerials, observedCas, targetKey, withCaBundle, type Target } from './targets.ts';
 import type { ServingPair } from './tls-server.ts';
 
-export interface InjectorControllerOptions {
+interface InjectorControllerOptions {
   connection: KubeConnection;
   custom: CustomObjectsApi;
   clock: Clock;
@@ -76,7 +76,7 @@ interface CaEntry extends CaRecord {
   certPem: string;
 }
 
-export interface InjectorControllerEvents {
+interface InjectorControllerEvents {
   served: [serial: string];
   action: [action: RotationAction];
   /** A pass failed: lost a compare-and-swap (re-read at once) or an error (retried with backoff). */

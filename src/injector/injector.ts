@@ -29,7 +29,7 @@ import { parseTarget, type Target } from './targets.ts';
 import { startTlsServer, type TlsServer } from './tls-server.ts';
 
 /** The sections of `certshare injector --help`, by task, in this order. */
-export const INJECTOR_GROUPS = ['serving and logs', 'webhook certificate', 'CA rotation', 'Kubernetes', 'injected sidecar', 'shutdown'] as const;
+const INJECTOR_GROUPS = ['serving and logs', 'webhook certificate', 'CA rotation', 'Kubernetes', 'injected sidecar', 'shutdown'] as const;
 
 export const INJECTOR_FLAGS = [
   {
@@ -252,7 +252,7 @@ export const INJECTOR_FLAGS = [
 ] as const satisfies readonly FlagSpec<(typeof INJECTOR_GROUPS)[number]>[];
 
 /** The parsed values of `certshare injector`. */
-export type InjectorValues = FlagValues<typeof INJECTOR_FLAGS>;
+type InjectorValues = FlagValues<typeof INJECTOR_FLAGS>;
 
 /** `certshare injector --help` and its part of docs/configuration.md. */
 export const INJECTOR_HELP: CommandHelp = {
@@ -265,7 +265,7 @@ export const INJECTOR_HELP: CommandHelp = {
   example: "certshare injector --sidecar-image registry.example.com/certshare:0.1.0 --sidecar-flags='--issuance-budget=20/168h'",
 };
 
-export interface InjectorConfig {
+interface InjectorConfig {
   listen: { host: string; port: number };
   metricsListen: { host: string; port: number };
   metricsTls: TlsChoice | undefined;

@@ -8,7 +8,7 @@ import type { RotationAction, RotationState } from '../core/ca-rotation.ts';
 import { collectNodeMetrics } from '../server/metrics.ts';
 import { checkedPair, servePair, type ServingPair } from '../tls/serving-pair.ts';
 
-export type AdmissionResult = 'injected' | 'skipped' | 'rejected' | 'invalid';
+type AdmissionResult = 'injected' | 'skipped' | 'rejected' | 'invalid';
 
 export class InjectorMetrics {
   readonly registry = new Registry();

@@ -84,7 +84,7 @@ const POD_FLAGS: Record<string, (value: string) => string | undefined> = {
   'advertise-failover': (v) => withinDuration(v, 60_000),
 };
 /** The injector flag that sets the platform's `certshare run` flags for every sidecar. */
-export const SIDECAR_FLAGS_FLAG = '--sidecar-flags';
+const SIDECAR_FLAGS_FLAG = '--sidecar-flags';
 
 function withinDuration(value: string, maxMs: number): string | undefined {
   let ms: number;
@@ -133,13 +133,13 @@ const HOME_VOLUME = 'certshare-federation';
 /** The ServiceAccount admission plugin's per-Pod token volume. */
 const AUTO_TOKEN_VOLUME = /^kube-api-access-/;
 
-export interface JsonPatchOp {
+interface JsonPatchOp {
   op: 'add';
   path: string;
   value: unknown;
 }
 
-export type Injection = { kind: 'skip'; reason: string } | { kind: 'inject'; pod: V1Pod; patch: JsonPatchOp[] };
+type Injection = { kind: 'skip'; reason: string } | { kind: 'inject'; pod: V1Pod; patch: JsonPatchOp[] };
 
 function bad(annotation: string, message: string): CertshareError {
   return new CertshareError('CERTSHARE_BAD_ANNOTATION', { annotation, problem: message });
@@ -155,10 +155,7 @@ function isAtOrBelow(path: string, dir: string): boolean {
 }
 
 /** The sidecar's settings from the Pod's annotations over the defaults; CERTSHARE_BAD_ANNOTATION on a bad value. */
-export function settingsFromAnnotations(
-  annotations: Record<string, string>,
-  defaults: InjectionDefaults,
-): Omit<SidecarSettings, 'certsVolume' | 'tokenVolume'> {
+function settingsFromAnnotations(annotations: Record<string, string>, defaults: InjectionDefaults): Omit<SidecarSettings, 'certsVolume' | 'tokenVolume'> {
   const domainsText = annotations[ANNOTATION.domains];
   if (domainsText === undefined || domainsText.trim() === '') throw bad(ANNOTATION.domains, 'required: the comma-separated domains to keep certificates for');
   const domains = domainsText
@@ -451,7 +448,7 @@ const DEFAULT_GRACE_SECONDS = 30;
  * stop, bounded by --shutdown-timeout (leaving rotation, handing over the Lease, putting back what an edit
  * took from its Secrets). Both bounds must fit the grace period, or a slow stop ends in SIGKILL.
  */
-export function stopProblem(drainDelayMs: number, shutdownTimeoutMs: number, graceSeconds: number, advertiseFailoverMs = 0): string | undefined {
+function stopProblem(drainDelayMs: number, shutdownTimeoutMs: number, graceSeconds: number, advertiseFailoverMs = 0): string | undefined {
   const drainSeconds = Math.ceil(drainDelayMs / 1000);
   // Advertising: the proxy's preStop call lasts the Services' failover wait, or the drain if longer.
   if (advertiseFailoverMs > drainDelayMs) {

@@ -12,7 +12,7 @@ export const HEALTH_PORT = 9002;
  */
 const STARTUP_PROBE_SECONDS = 600;
 /** tailscaled's socket directory, shared with certshare through a volume. */
-export const SOCKET_DIR = '/var/run/tailscale';
+const SOCKET_DIR = '/var/run/tailscale';
 /** Where client libraries (client-node's loadFromCluster included) look for the ServiceAccount token. */
 export const TOKEN_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 /** Where the platform's CA bundle (the injector's --sidecar-ca-configmap) is mounted, and its one file. */
@@ -65,7 +65,7 @@ export interface SidecarSettings {
 export const SIDECAR_RESOURCES: V1ResourceRequirements = { requests: { cpu: '100m', memory: '112Mi' }, limits: { memory: '192Mi' } };
 
 /** Where, under the out-dir, the HAProxy PEMs are written (`crt <out-dir>/haproxy/` in haproxy.cfg). */
-export const HAPROXY_SUBDIR = 'haproxy';
+const HAPROXY_SUBDIR = 'haproxy';
 
 /** Non-root (the distroless image's nonroot user), read-only root, no privilege, no capability. */
 export const SIDECAR_SECURITY_CONTEXT: V1SecurityContext = {

@@ -11,7 +11,7 @@ import { SIDECAR_NAME, SIDECAR_SECURITY_CONTEXT } from './sidecar.ts';
 export const OPERATOR_ANNOTATION = 'certshare.io/tailscale-operator';
 /** The passwd file of tailscaled's container, which the injector writes; the downward API projects it. */
 export const PASSWD_ANNOTATION = 'certshare.io/tailscaled-passwd';
-export const OPERATOR_USER = 'certshare';
+const OPERATOR_USER = 'certshare';
 const PASSWD_VOLUME = 'certshare-tailscaled-passwd';
 const EXTRA_ARGS = 'TS_EXTRA_ARGS';
 /** Where a TS_EXTRA_ARGS taken from a Secret or ConfigMap goes, so that the operator can be appended to it. */
@@ -19,7 +19,7 @@ const EXTRA_ARGS_BASE = 'TS_EXTRA_ARGS_BEFORE_OPERATOR';
 const OPERATOR_ARG = `--operator=${OPERATOR_USER}`;
 
 /** root and nobody, as a minimal image has them, and certshare's uid under a name tailscaled can look up. */
-export function tailscaledPasswd(): string {
+function tailscaledPasswd(): string {
   const uid = SIDECAR_SECURITY_CONTEXT.runAsUser;
   const gid = SIDECAR_SECURITY_CONTEXT.runAsGroup;
   return [

@@ -8,7 +8,7 @@ import { checkedPair, servePair, type ServingPair } from '../tls/serving-pair.ts
 
 export type { ServingPair } from '../tls/serving-pair.ts';
 
-export type JsonHandler = (body: unknown) => unknown;
+type JsonHandler = (body: unknown) => unknown;
 
 /**
  * Bounds against a flood: the webhook sits behind `failurePolicy: Fail`, and any Pod of the cluster can

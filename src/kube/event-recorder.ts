@@ -28,7 +28,7 @@ export interface EventOccurrence {
   about?: { kind: 'Secret'; name: string };
 }
 
-export interface EventRecorderOptions {
+interface EventRecorderOptions {
   connection: KubeConnection;
   /** The Pod the Events are about; `uid` (downward API metadata.uid) lets `kubectl describe pod` find them. */
   regarding: { name: string; uid?: string | undefined };

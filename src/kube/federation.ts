@@ -18,7 +18,7 @@ import type { KubeSecretStore } from './secret-store.ts';
 import { apiReadiness, makeApi, withSignal, type ApiReadiness } from './transport/https-transport.ts';
 
 /** The home Lease of a group: the same name as the group's Lease in a cluster. */
-export const homeLeaseName = (group: string): string => `certshare-${group}`;
+const homeLeaseName = (group: string): string => `certshare-${group}`;
 
 /** Errors that mean the home cannot be reached (or is down), not that it refused or answered garbage. */
 // An HTTP/2 stream or session ended by the peer (a proxy or load balancer in front of the home resets it)
@@ -65,7 +65,7 @@ export function isHomeOutage(err: unknown): boolean {
  * refuses /readyz as well is asked again for `refusedForMs`, then the refusal stands (CERTSHARE_HOME_UNUSABLE).
  */
 /** How long a refusal of the start-up check and of /readyz may last before it is taken as the kubeconfig's. */
-export const REFUSED_AT_START_MS = 20_000;
+const REFUSED_AT_START_MS = 20_000;
 
 export async function checkHome(
   home: KubeConnection,
@@ -137,7 +137,7 @@ async function readAndDryRunLease(
   }
 }
 
-export interface FederationOptions {
+interface FederationOptions {
   home: { connection: KubeConnection; store: KubeSecretStore };
   local: { store: KubeSecretStore; role: IssuanceRole };
   group: string;

@@ -23,12 +23,7 @@ export function leaseIdentity(podName: string): string {
   return `${podName}_${randomBytes(4).toString('hex')}`;
 }
 
-/** The Pod name in a Lease identity made by leaseIdentity() (a Pod name has no `_`). */
-export function leaseHolderPod(identity: string): string {
-  return identity.split('_')[0]!;
-}
-
-export interface LeaseElectorOptions {
+interface LeaseElectorOptions {
   connection: KubeConnection;
   /** The Lease's name: one per group. */
   name: string;

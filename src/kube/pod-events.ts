@@ -27,7 +27,7 @@ export const EVENT_REASONS = {
   LostHomeWriter: "this replica no longer holds its group's Lease at the federation home",
   ServedCertificate: 'what the proxy serves for a domain changed (--served-check): current, previous, expired, other_name, other or unknown',
 } as const;
-export type EventReason = keyof typeof EVENT_REASONS;
+type EventReason = keyof typeof EVENT_REASONS;
 
 const WRITER_EVENTS = {
   local: {

@@ -8,7 +8,7 @@ import { apiErrorCode, apiErrorText, type KubeConnection } from './connection.ts
 import { withSignal } from './transport/https-transport.ts';
 import type { RoutingVerdict } from '../server/routing-check.ts';
 
-export interface ReadinessGateOptions {
+interface ReadinessGateOptions {
   connection: KubeConnection;
   podName: string;
   conditionType: string;

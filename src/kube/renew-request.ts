@@ -10,7 +10,7 @@ import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { withSignal } from './transport/https-transport.ts';
 import { ANNOTATION_RENEW_ANSWERED, ANNOTATION_RENEW_OUTCOME, ANNOTATION_RENEW_REQUESTED } from './secret-codec.ts';
 
-export type RenewRequestResult =
+type RenewRequestResult =
   /** Written now. */
   | { kind: 'requested'; id: string }
   /** One was pending already: that one stands (`previous`: the last answered, if any). */

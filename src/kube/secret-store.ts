@@ -71,7 +71,7 @@ interface Followed {
  * selector (needs list and watch on every Secret of the namespace) and dispatches by name.
  */
 /** Where a replica finds the copies it made before a restart (CertDirectory: its projected files). */
-export interface EarlierCopies {
+interface EarlierCopies {
   read(domain: string, now: number): Promise<StoreRead>;
 }
 

@@ -19,7 +19,7 @@ import { parseTailscaledVersion, planWatch, refusedBitsIn, releaseFeatures, type
 /** Consecutive mask switches without a delivered Notify before the normal backoff applies again. */
 const MAX_IMMEDIATE_SWITCHES = 4;
 
-export interface CertDomainsWatcherOptions {
+interface CertDomainsWatcherOptions {
   localApi: LocalApi;
   clock: Clock;
   logger: Logger;
@@ -46,7 +46,7 @@ export interface CertDomainsWatcherOptions {
   startup?: StartupCondition;
 }
 
-export type DomainsListener = (domains: ReadonlySet<string>) => void;
+type DomainsListener = (domains: ReadonlySet<string>) => void;
 
 export class CertDomainsWatcher {
   readonly #localApi: LocalApi;

@@ -11,10 +11,10 @@ import { DEFAULT_MAX_LINE_BYTES, LineSplitter } from './line-splitter.ts';
 // HTTP client for tailscaled's LocalAPI, over its unix socket or a TCP base URL.
 
 /** Tailscale-Cap sent when the caller does not choose one (tailcfg.CapabilityVersion of a recent tailscaled). */
-export const DEFAULT_CLIENT_VERSION_CAP = 131;
-export const DEFAULT_CERT_TIMEOUT_MS = 5 * 60_000;
-export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
-export const DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
+const DEFAULT_CLIENT_VERSION_CAP = 131;
+const DEFAULT_CERT_TIMEOUT_MS = 5 * 60_000;
+const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+const DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024;
 const LOCALAPI_HOST = 'local-tailscaled.sock';
 const MAX_ERROR_BODY_CHARS = 2048;
 const ERROR_BODY_READ_BYTES = 16 * 1024;
@@ -39,7 +39,7 @@ export interface LocalApiClientOptions {
   now?: () => number;
 }
 
-export type LocalApiClient = LocalApi & {
+type LocalApiClient = LocalApi & {
   status(signal: AbortSignal): Promise<Record<string, unknown>>;
   tailscaledVersion(): string | undefined;
 };

@@ -24,7 +24,7 @@ import { NotifyMask } from '../core/localapi.ts';
 // InitialState|NoPrivateKeys|InitialStatus is accepted by every release from 1.96 on; only releases
 // without InitialStatus need the netmap bits to learn the domains from the bus.
 
-export interface TailscaledVersion {
+interface TailscaledVersion {
   major: number;
   minor: number;
   patch: number;

@@ -4,7 +4,7 @@ import type { Logger } from '../core/logger.ts';
 import { prettyLine, writesPretty, type LogFormat } from './log-format.ts';
 
 /** Where a pretty logger's lines go: stdout by default (a test passes a capture). */
-export interface LineSink {
+interface LineSink {
   write(text: string): unknown;
 }
 

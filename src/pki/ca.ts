@@ -21,7 +21,7 @@ export interface SignedLeaf {
   notAfter: number;
 }
 
-export interface LeafRequest {
+interface LeafRequest {
   /** DNS name placed in the SAN (and the CN). */
   dnsName: string;
   /** More SAN entries after dnsName. */

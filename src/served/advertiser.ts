@@ -21,7 +21,7 @@ export interface PrefsApi {
 const FIRST_RETRY_MS = 1000;
 const MAX_RETRY_MS = 5 * 60_000;
 
-export interface AdvertiserOptions {
+interface AdvertiserOptions {
   api: PrefsApi;
   /**
    * The managed Services and the certificate domain each is served under now ('' when none is managed). The

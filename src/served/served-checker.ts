@@ -26,7 +26,7 @@ const FIRST_RECHECK_MS = 250;
 /** Domains probed at once: a renewal of many domains does not open hundreds of connections to the proxy. */
 const PROBES_AT_ONCE = 4;
 
-export interface ServedCheckerOptions {
+interface ServedCheckerOptions {
   /** One handshake for `domain` (SNI); rejects only when `signal` aborts. */
   probe(domain: string, signal: AbortSignal): Promise<ServedProbe>;
   clock: Clock;

@@ -15,7 +15,7 @@ import { Advertiser } from './advertiser.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
 import { ServedMetrics } from './served-metrics.ts';
 
-export type ServedRotationConfig = Pick<
+type ServedRotationConfig = Pick<
   DaemonConfig,
   | 'servedCheck'
   | 'servedCheckIntervalMs'
@@ -27,7 +27,7 @@ export type ServedRotationConfig = Pick<
   | 'readinessLeadMs'
 >;
 
-export interface ServedRotationDeps {
+interface ServedRotationDeps {
   clock: Clock;
   logger: Logger;
   health: HealthState;

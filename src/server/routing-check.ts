@@ -54,7 +54,7 @@ function probe(url: URL, lookup: LookupFunction, proof: string | undefined, time
   });
 }
 
-export interface RoutingCheckOptions {
+interface RoutingCheckOptions {
   ownIPv4: string | undefined;
   /** Fresh connections in the first round; later rounds take 3 x the endpoints seen answering, if more. */
   probesPerRound: number;
@@ -68,7 +68,7 @@ export interface RoutingCheckOptions {
   signal?: AbortSignal;
 }
 
-export interface RoutingOutcome {
+interface RoutingOutcome {
   verdict: RoutingVerdict;
   rounds: number;
   probes: number;

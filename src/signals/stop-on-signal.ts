@@ -3,7 +3,7 @@ import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/logger.ts';
 
 /** What a long-running command stops gracefully: the daemon, the injector. */
-export interface Stoppable {
+interface Stoppable {
   stop(): Promise<void>;
 }
 

@@ -10,7 +10,7 @@ import { safeName, writeFileAtomically, type CertDirectory } from './cert-direct
  * The renew request of a domain standalone (`certshare renew <domain> --store dir:PATH`): the file
  * `.state/<domain>.renew` holding the request id; the answer is kept in `.state/<domain>.json`.
  */
-export function renewMarkerPath(root: string, domain: string): string {
+function renewMarkerPath(root: string, domain: string): string {
   return join(root, '.state', `${safeName(domain)}.renew`);
 }
 

@@ -7,7 +7,7 @@ import { errorMessage } from '../core/errors.ts';
 import { pairSource } from './pair-source.ts';
 import type { PairSourceOptions, ServingPair } from './serving-pair.ts';
 
-export interface FollowedPairOptions extends Omit<PairSourceOptions, 'onPair'> {
+interface FollowedPairOptions extends Omit<PairSourceOptions, 'onPair'> {
   /** What the listener serves, for the log line of a renewal (e.g. `/metrics`). */
   what: string;
   /** A renewed pair is served, with its serial. */

@@ -5,7 +5,7 @@
 import { connect, type TLSSocket } from 'node:tls';
 import type { ServedProbe, ServedProbeFailure } from '../core/served-certificate.ts';
 
-export interface ServedTarget {
+interface ServedTarget {
   host: string;
   port: number;
 }

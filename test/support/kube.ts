@@ -326,3 +326,8 @@ export async function refusedWebhookUpdate<T>(
   while (answer === 'allowed' && performance.now() < deadline) answer = await dryRunWebhookUpdate(cp, kubeconfig, name, change);
   return answer;
 }
+
+/** The Pod name in a Lease identity made by leaseIdentity() (`<pod>_<random>`; a Pod name has no `_`). */
+export function leaseHolderPod(identity: string): string {
+  return identity.split('_')[0]!;
+}

@@ -70,7 +70,7 @@ export function apiServer(config: KubeConfig): string {
 }
 
 /** An HTTP status answer as an error carrying `code`, like client-node's ApiException (see apiStatus). */
-export class KubeHttpError extends CertshareError<'CERTSHARE_KUBE_HTTP'> {
+class KubeHttpError extends CertshareError<'CERTSHARE_KUBE_HTTP'> {
   readonly statusCode: number;
   readonly body: string;
   constructor(statusCode: number, body: string, what: string) {
@@ -302,12 +302,12 @@ export function closeKubeSessions(config: KubeConfig): void {
   pools.delete(config);
 }
 
-/** Liveness settings for the sessions `config` opens from now on (tests scale them down). */
+/** Liveness settings for the sessions `config` opens from now on (tests scale them down). @forTests */
 export function setKubeSessionLiveness(config: KubeConfig, liveness: Partial<SessionLiveness>): void {
   livenessOf.set(config, { ...DEFAULT_LIVENESS, ...liveness });
 }
 
-/** What the connections of `config` look like: connections opened, HTTP/2 sessions open, origins on HTTP/1.1. */
+/** What the connections of `config` look like: connections opened, HTTP/2 sessions open, origins on HTTP/1.1. @forTests */
 export function kubeSessionStats(config: KubeConfig): { connects: number; sessions: number; http1Only: number } {
   const stats = { connects: 0, sessions: 0, http1Only: 0 };
   for (const pool of pools.get(config)?.values() ?? []) {

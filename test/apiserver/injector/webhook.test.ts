@@ -1,6 +1,7 @@
 // The injector against the real kube-apiserver: the apiserver calls the webhook over TLS (clientConfig.url
 // on 127.0.0.1), trusting only the caBundle the injector itself keeps in the MutatingWebhookConfiguration.
 import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -12,7 +13,6 @@ import { parseFlags } from '../../../src/flags/flags.ts';
 import { silentLogger } from '../../../src/core/logger.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom, startInjector, type Injector } from '../../../src/injector/injector.ts';
 import { ANNOTATION } from '../../../src/injector/mutate.ts';
-import { bundleSerials } from '../../../src/injector/targets.ts';
 import { useControlPlane } from '../../harness/use-control-plane.ts';
 import { dryRunWebhookUpdate, must, refusedWebhookUpdate, secretSatisfies, type SecretObject } from '../../support/kube.ts';
 import { DAY, makePair } from '../../support/certs.ts';
@@ -24,6 +24,12 @@ import { nextEvent, onEvent, until } from '../../support/wait.ts';
 import { examplePod, examplePodSpecBefore, injectedParts } from '../../support/injector-example.ts';
 import { startRelay, type Relay } from '../../support/relay.ts';
 import { injectorReplicaFlags } from '../../support/replica-flags.ts';
+
+/** Serials (upper-case hex) of the certificates in a PEM bundle. */
+function bundleSerials(pem: string): string[] {
+  const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g) ?? [];
+  return blocks.map((block) => new X509Certificate(block).serialNumber.toUpperCase());
+}
 
 const cp = useControlPlane();
 const WEBHOOK = 'inject.certshare.io';
