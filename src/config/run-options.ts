@@ -23,6 +23,7 @@ export type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from './daemon-
 const RUN_GROUPS = [
   'tailscaled and domains',
   'store',
+  'delivery to the proxy',
   'renewal and retries',
   'limits and ARI',
   'Kubernetes',
@@ -67,7 +68,7 @@ export const RUN_FLAGS = [
   },
   {
     name: 'reload-command',
-    group: 'store',
+    group: 'delivery to the proxy',
     placeholder: 'CMD',
     help: 'Command run after certificate files changed; failures are logged, never fatal.',
     detail:
@@ -76,7 +77,7 @@ export const RUN_FLAGS = [
   },
   {
     name: 'reload-timeout',
-    group: 'store',
+    group: 'delivery to the proxy',
     placeholder: 'DURATION',
     default: '60s',
     help: 'Kill the reload command, and every process it started, after this long.',
@@ -91,28 +92,28 @@ export const RUN_FLAGS = [
   },
   {
     name: 'reload-signal',
-    group: 'store',
+    group: 'delivery to the proxy',
     placeholder: 'HUP|USR1|USR2',
-    help: 'Instead of a command, send this signal to the process --reload-pidfile names after files changed.',
+    help: 'Instead of a command, send this signal to the process --reload-pidfile names.',
     detail: "nginx: HUP. In a Pod: a shared process namespace and the proxy's master running as certshare's uid (docs/proxies.md).",
   },
   {
     name: 'reload-pidfile',
-    group: 'store',
+    group: 'delivery to the proxy',
     placeholder: 'FILE',
     help: 'The pid file of the process --reload-signal signals, read afresh at every reload.',
     detail: "E.g. nginx's pid file in a volume shared with the proxy's container.",
   },
   {
     name: 'haproxy-crt-dir',
-    group: 'store',
+    group: 'delivery to the proxy',
     placeholder: 'DIR',
     help: "Write DIR/<domain>.pem (chain and key, 0600, atomic) for HAProxy's crt.",
     detail: 'HAProxy mounts DIR at the same path.',
   },
   {
     name: 'haproxy-socket',
-    group: 'store',
+    group: 'delivery to the proxy',
     placeholder: 'PATH',
     help: "HAProxy's runtime API socket: each renewed certificate is pushed to it, no reload.",
     detail: '`stats socket PATH level admin` in HAProxy; `set ssl cert` then `commit ssl cert`; --reload-timeout bounds each exchange.',
@@ -249,7 +250,7 @@ export const RUN_FLAGS = [
     name: 'federation-trust-anchors',
     group: 'Kubernetes',
     placeholder: 'FILE',
-    help: "PEM CA certificates a federated group's certificates must chain to. Default: the CAs Node trusts.",
+    help: "PEM CA certificates a federated group's certificates chain to (default: the CAs Node trusts).",
     detail:
       'A pair read from the home or the local Secret, or written to the home, counts only if its signatures verify up to one of ' +
       "them; any other is refused (CERTSHARE_CERT_UNTRUSTED) and never served. The default is Node's CA store: its Mozilla " +
@@ -257,7 +258,7 @@ export const RUN_FLAGS = [
   },
   {
     name: 'out-dir',
-    group: 'Kubernetes',
+    group: 'delivery to the proxy',
     placeholder: 'DIR',
     help: 'Also project the current certificates into DIR/<domain>/, then run --reload-command.',
   },

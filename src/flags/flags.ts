@@ -126,10 +126,11 @@ export function usage(command: string, summary: string, specs: readonly FlagSpec
     lines.push('', group === '' ? 'Flags:' : `${group}:`);
     for (const spec of members) {
       const marks = [spec.multiple ? 'repeatable' : '', spec.required ? 'required: see above' : ''].filter(Boolean);
-      lines.push(`  ${flagSyntax(spec)}${marks.length > 0 ? ` (${marks.join(', ')})` : ''}`);
       const extra = fromEnv ? [`env ${envName(spec.name)}`, ...(spec.aliasesEnv ?? []).map((e) => `or ${e}`)] : [];
-      if (spec.default !== undefined) extra.push(`default ${spec.default}`);
-      lines.push(`      ${spec.help}${extra.length > 0 ? ` [${extra.join(', ')}]` : ''}`);
+      // An empty default is no default a person can read: it prints nothing.
+      if (spec.default) extra.push(`default ${spec.default}`);
+      const mark = marks.length > 0 ? ` (${marks.join(', ')})` : '';
+      lines.push(`  ${flagSyntax(spec)}${mark}${extra.length > 0 ? `  [${extra.join(', ')}]` : ''}`, `      ${spec.help}`);
     }
   }
   lines.push('', '  -h, --help', '      Show this help.');

@@ -29,7 +29,7 @@ export const LOG_FLAGS = [
     group: 'serving and logs',
     placeholder: 'json|pretty|auto',
     default: 'auto',
-    help: 'json: a JSON object a line; pretty: "time LEVEL message key=value"; auto: pretty on a terminal.',
+    help: 'json (an object a line), pretty ("time LEVEL message key=value"), auto (pretty on a tty).',
   },
 ] as const satisfies readonly FlagSpec[];
 
