@@ -15,8 +15,8 @@ module.exports = {
       to: {
         path: [
           'node_modules/(fastify|@kubernetes/client-node|pino|prom-client)/',
-          '^src/(acme|cli|config|delivery|emulator|flags|injector|kube|localapi|logging|pki|server|signals|store|tls)/',
-          '^src/served/(advertiser|served-rotation|served-metrics)\\.ts$',
+          '^src/(acme|cli|config|delivery|emulator|flags|injector|kube|localapi|logging|pki|http|signals|store|tls)/',
+          '^src/served/(advertiser|served-rotation|served-metrics|served-probe)\\.ts$',
           '^src/(daemon|store-backend)\\.ts$',
         ],
       },

@@ -325,7 +325,7 @@ const baseline: Record<string, string> = {
   injectorAdmissionP99Ms: injector ? `as the apiserver measures it; first certificate served ${Math.round(injector.firstCertMs)} ms after start` : 'skipped',
   injectorCpuMsPerAdmission: injector
     ? `no target; the injector's CPU time while the ${injector.pods} Pods were created, per Pod ` +
-      '(V8 without its optimizing compilers: src/server/heap-saving.ts)'
+      '(V8 without its optimizing compilers: src/http/heap-saving.ts)'
     : 'skipped',
 };
 

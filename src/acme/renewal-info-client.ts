@@ -7,9 +7,9 @@
 // expiry rule stays in force whatever the CA answers. Only the caller's abort throws (its reason).
 import type { IncomingMessage } from 'node:http';
 import { CertshareError, type ErrorCode, errorMessage } from '../core/errors.ts';
-import { isHttpUrl } from '../core/http-url.ts';
-import { type AriCertificate, type RenewalInfo, parseRenewalInfo } from '../core/renewal-info.ts';
-import { parseRetryAfter } from '../core/retry-after.ts';
+import { isHttpUrl } from '../core/values/http-url.ts';
+import { type AriCertificate, type RenewalInfo, parseRenewalInfo } from '../core/renewal/renewal-info.ts';
+import { parseRetryAfter } from '../core/renewal/retry-after.ts';
 
 export const LETS_ENCRYPT_DIRECTORY = 'https://acme-v02.api.letsencrypt.org/directory';
 const DEFAULT_ARI_TIMEOUT_MS = 30_000;

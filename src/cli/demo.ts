@@ -6,7 +6,7 @@ import { CertshareError } from '../core/errors.ts';
 import { DEFAULT_DOMAIN, emulatorOptionsProblem, startEmulator, type EmulatorOptions } from '../emulator/server.ts';
 import { type CommandHelp, commandUsage, duration, parseFlags, type FlagSpec } from '../flags/flags.ts';
 import { LOG_FLAGS, logFormatFrom } from '../logging/log-format.ts';
-import { createLogger } from '../logging/logger.ts';
+import { createLogger } from '../logging/pino-logger.ts';
 import { type DaemonConfig, RUN_FLAGS, type RunValues, daemonConfigFrom } from '../config/run-options.ts';
 import { stopOnSignal } from '../signals/stop-on-signal.ts';
 

@@ -1,7 +1,7 @@
 // `certshare run`: the daemon until SIGTERM/SIGINT.
 import { startDaemon } from '../daemon.ts';
 import type { DaemonConfig } from '../config/daemon-config.ts';
-import { createLogger } from '../logging/logger.ts';
+import { createLogger } from '../logging/pino-logger.ts';
 import { stopOnSignal } from '../signals/stop-on-signal.ts';
 
 export async function runUntilSignal(config: DaemonConfig): Promise<number> {

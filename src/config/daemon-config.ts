@@ -1,10 +1,10 @@
 // What the daemon runs with, whatever door it came in by (flags and environment: src/config/run-options.ts,
 // which also holds the one validation of it). A module of its own so that the daemon and its storage
 // backends depend on the configuration, not on the CLI.
-import type { BackoffPolicy } from '../core/backoff.ts';
-import type { BudgetLimit } from '../core/issuance-budget.ts';
-import type { PodAddresses } from '../core/pod-addresses.ts';
-import type { RenewalPolicy } from '../core/renewal.ts';
+import type { BackoffPolicy } from '../core/issuance/backoff.ts';
+import type { BudgetLimit } from '../core/issuance/issuance-budget.ts';
+import type { PodAddresses } from '../core/values/pod-addresses.ts';
+import type { RenewalPolicy } from '../core/renewal/renewal.ts';
 import type { ReloadSpec } from '../delivery/reload-command.ts';
 import type { LogFormat } from '../logging/log-format.ts';
 
@@ -52,7 +52,7 @@ export interface DaemonConfig {
         namespace: string;
         cluster: string;
         leaseDurationMs: number;
-        /** --federation-trust-anchors: a PEM file; undefined: Node's CA store (core/trust.ts defaultTrustAnchors). */
+        /** --federation-trust-anchors: a PEM file; undefined: Node's CA store (core/certificates/trust.ts defaultTrustAnchors). */
         trustAnchors: string | undefined;
       }
     | undefined;
@@ -60,7 +60,7 @@ export interface DaemonConfig {
   issuanceConcurrency: number;
   logLevel: string;
   logFormat: LogFormat;
-  /** Expected start-up states (tailscaled not listening, the first issuance running) log at info this long (core/startup-grace.ts). */
+  /** Expected start-up states (tailscaled not listening, the first issuance running) log at info this long (core/loop/startup-grace.ts). */
   startupGraceMs: number;
   /** Kubernetes mode. */
   mode: ShareMode;

@@ -1,7 +1,7 @@
 // `certshare renew <domain>`: its flags and their validation (the command is src/cli/renew.ts).
-import { normalizeDomain } from '../core/domain.ts';
+import { normalizeDomain } from '../core/certificates/domain.ts';
 import { CertshareError } from '../core/errors.ts';
-import { isObjectName } from '../core/kube-names.ts';
+import { isObjectName } from '../core/values/kube-names.ts';
 import { type CommandHelp, duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 
 export const RENEW_FLAGS: FlagSpec[] = [

@@ -1,5 +1,5 @@
-import { isServiceName } from '../core/advertisement.ts';
-import { partitionDomains } from '../core/domain.ts';
+import { isServiceName } from '../core/served/advertisement.ts';
+import { partitionDomains } from '../core/certificates/domain.ts';
 import { CertshareError } from '../core/errors.ts';
 
 // The parts of Tailscale's ipn.ServeConfig that name TLS-terminated hosts. Go field names, no json tags.

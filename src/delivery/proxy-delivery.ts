@@ -1,6 +1,6 @@
 import type { DaemonConfig } from '../config/daemon-config.ts';
-import type { Logger } from '../core/logger.ts';
-import type { LoopObserver } from '../core/observer.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { LoopObserver } from '../core/ports/observer.ts';
 import { HaproxyDelivery, HaproxyRuntimeApi } from './haproxy.ts';
 import { type CoalescedReload, ReloadCommand, type ReloadOutcome } from './reload-command.ts';
 import { SignalReload } from './reload-signal.ts';

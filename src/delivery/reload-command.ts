@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { CertshareError } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 
 /**
  * What `--reload-command` asks for: an argv (the JSON array form, `["nginx","-s","reload"]`), run without

@@ -1,7 +1,7 @@
 import { constants } from 'node:fs';
 import { lstat, open } from 'node:fs/promises';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { CoalescedReload, type ReloadOutcome } from './reload-command.ts';
 
 /**

@@ -8,8 +8,8 @@
 // API (control.ts) sets a window or a raw answer for a certificate and revokes one, as pebble's
 // management API does (`/set-renewal-info/`) and an ACME revokeCert would.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ariCertificateId } from '../core/certificate-id.ts';
-import type { Logger } from '../core/logger.ts';
+import { ariCertificateId } from '../core/renewal/certificate-id.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import type { SignedLeaf } from '../pki/ca.ts';
 import { sendJson, sendText } from './http-util.ts';
 

@@ -9,8 +9,8 @@
 import { randomBytes } from 'node:crypto';
 import type { EventEmitter } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { IpnState, NotifyMask } from '../core/localapi.ts';
-import type { Logger } from '../core/logger.ts';
+import { IpnState, NotifyMask } from '../core/ports/localapi.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import type { ReleaseFeatures } from '../localapi/releases.ts';
 import { faultDefaults, type BusFault } from './faults.ts';
 import { malformedLine, netMapJson, notifyJson, paddedNotifyJson, selfNode, statusJson, type NodeIdentity } from './netmap.ts';

@@ -10,7 +10,7 @@
 // line without `kind` as an issuance.
 import { appendFile } from 'node:fs/promises';
 import { errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 
 export interface LedgerIssuance {
   kind: 'issuance';

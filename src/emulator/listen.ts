@@ -3,7 +3,7 @@ import { connect } from 'node:net';
 import { lstat, unlink } from 'node:fs/promises';
 import type { Server } from 'node:http';
 import { errorMessage } from '../core/errors.ts';
-import { parseHostPort } from '../core/listen-address.ts';
+import { parseHostPort } from '../core/values/listen-address.ts';
 
 type ListenTarget = { kind: 'unix'; path: string } | { kind: 'tcp'; host: string; port: number };
 

@@ -1,9 +1,9 @@
 // The emulator's flags: its command line to EmulatorOptions, and its usage (`certshare emulator`, src/cli/emulator.ts).
 // The project's one flag system (src/flags/flags.ts), without environment variables: the emulator reads none.
 import { readFileSync } from 'node:fs';
-import { normalizeDomain } from '../core/domain.ts';
+import { normalizeDomain } from '../core/certificates/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { parseBudget } from '../core/issuance-budget.ts';
+import { parseBudget } from '../core/issuance/issuance-budget.ts';
 import { type CommandHelp, commandUsage, duration, parseFlags, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 import type { AcmeLimits } from './acme-limits.ts';
 import { BUS_FAULT_KINDS, CERT_FAULT_KINDS, parseFaultSpec, type Fault } from './faults.ts';

@@ -2,7 +2,7 @@
 // scripts/lib/command-line.ts): a table of FlagSpecs, parsed with the environment behind the flags, the usage
 // --help prints by group from the same table, and the reference page docs/configuration.md (scripts/docs.ts).
 import { parseArgs } from 'node:util';
-import { parseDuration } from '../core/duration.ts';
+import { parseDuration } from '../core/values/duration.ts';
 import { CertshareError } from '../core/errors.ts';
 
 /** One command-line flag; every flag also reads `CERTSHARE_<NAME>` from the environment, flags win. */

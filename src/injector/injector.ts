@@ -1,27 +1,27 @@
 // The injector: the mutating admission webhook that adds certshare to Pods, serving TLS from its own CA
 // (rotated with overlap by src/injector/controller.ts) and reloading it without restarts; its flags, its
-// configuration and its start. `certshare injector` runs it (src/cli/injector.ts).
+// configuration and its start. `certshare injector` runs it (src/cli/injector-command.ts).
 import { EventEmitter } from 'node:events';
 import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { CustomObjectsApi } from '../kube/transport/client-node.ts';
-import { emptyRotationState, rotationPolicyProblem, type RotationPolicy } from '../core/ca-rotation.ts';
-import { systemClock, type Clock } from '../core/clock.ts';
+import { emptyRotationState, rotationPolicyProblem, type RotationPolicy } from '../core/injector-ca/ca-rotation.ts';
+import { systemClock, type Clock } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import type { V1ResourceRequirements } from '../kube/transport/client-node.ts';
-import { isConfigMapKey, isObjectName } from '../core/kube-names.ts';
+import { isConfigMapKey, isObjectName } from '../core/values/kube-names.ts';
 import { connectKube } from '../kube/connection.ts';
 import { LeaseElector } from '../kube/lease-elector.ts';
 import { makeApi } from '../kube/transport/https-transport.ts';
-import { parseHostPort } from '../core/listen-address.ts';
+import { parseHostPort } from '../core/values/listen-address.ts';
 import { type CommandHelp, duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 import { tlsChoice, type ShareMode } from '../config/run-options.ts';
 import type { TlsChoice } from '../config/daemon-config.ts';
 import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom, type LogFormat } from '../logging/log-format.ts';
 import { followPair } from '../tls/followed-pair.ts';
 import { InjectorController } from './controller.ts';
-import { InjectorMetrics, admissionResult, startMetricsServer } from './metrics.ts';
+import { InjectorMetrics, admissionResult, startMetricsServer } from './injector-metrics.ts';
 import { DEFAULT_READINESS_GATE, admissionReviewResponse, checkInjectionDefaults, checkSidecarFlags, type InjectionDefaults } from './mutate.ts';
 import { serviceDnsNames, type LeafNames } from './pki.ts';
 import { DEFAULT_IMAGE, type CaBundleSource } from './sidecar.ts';

@@ -4,8 +4,8 @@ import type { V1Container, V1Pod, V1PodSpec, V1ResourceRequirements, V1Volume } 
 import { envName, findFlag, parseFlags } from '../flags/flags.ts';
 import { isLogLevel, LOG_LEVELS_TEXT } from '../logging/log-format.ts';
 import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../config/run-options.ts';
-import { normalizeDomain } from '../core/domain.ts';
-import { parseDuration } from '../core/duration.ts';
+import { normalizeDomain } from '../core/certificates/domain.ts';
+import { parseDuration } from '../core/values/duration.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { randomBytes } from 'node:crypto';
 import {

@@ -2,7 +2,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
-import { systemClock, type Clock } from '../core/clock.ts';
+import { systemClock, type Clock } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { checkedPair, servePair, type ServingPair } from '../tls/serving-pair.ts';
 

@@ -1,6 +1,6 @@
 import { EventsV1Api, setHeaderOptions, PatchStrategy, V1MicroTime } from './transport/client-node.ts';
-import type { Clock } from '../core/clock.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Clock } from '../core/ports/clock.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { apiErrorCode, apiErrorText, type KubeConnection } from './connection.ts';
 import { makeApi, withSignal } from './transport/https-transport.ts';
 

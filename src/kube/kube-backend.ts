@@ -2,9 +2,9 @@
 // Lease for the writer, the Pod's Events and readiness gate, an optional projection of the files.
 import { readFile } from 'node:fs/promises';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { defaultTrustAnchors, trustAnchors, type TrustAnchors } from '../core/trust.ts';
-import { rotationExitTime } from '../core/renewal.ts';
-import { staticRole, type IssuanceRole } from '../core/store.ts';
+import { defaultTrustAnchors, trustAnchors, type TrustAnchors } from '../core/certificates/trust.ts';
+import { rotationExitTime } from '../core/renewal/renewal.ts';
+import { staticRole, type IssuanceRole } from '../core/ports/store.ts';
 import type { BackendContext, StoreBackend } from '../store-backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
 import { Projector } from '../delivery/projector.ts';
@@ -16,7 +16,7 @@ import { LeaseElector, leaseIdentity } from './lease-elector.ts';
 import { KubeLedgerStore } from './ledger-store.ts';
 import { EventRecorder } from './event-recorder.ts';
 import { PodEvents } from './pod-events.ts';
-import { Federation, checkHome } from './federation.ts';
+import { Federation, checkHome } from './federation-home.ts';
 
 /** What the shutdown bound keeps back, after leaving rotation and the drain delay, for stopping the rest. */
 const STOP_RESERVE_MS = 1000;

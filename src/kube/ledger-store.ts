@@ -1,7 +1,7 @@
 import type { V1ConfigMap } from './transport/client-node.ts';
 import { CertshareError } from '../core/errors.ts';
-import { decodeLedger, encodeLedger, type LedgerEntry, type LedgerSnapshot, type LedgerStore } from '../core/issuance-budget.ts';
-import { isObjectName } from '../core/kube-names.ts';
+import { decodeLedger, encodeLedger, type LedgerEntry, type LedgerSnapshot, type LedgerStore } from '../core/issuance/issuance-budget.ts';
+import { isObjectName } from '../core/values/kube-names.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { withSignal } from './transport/https-transport.ts';
 import { LABEL_GROUP, LABEL_MANAGED_BY } from './secret-codec.ts';

@@ -1,7 +1,7 @@
-import type { FailureKind } from '../core/failure.ts';
-import type { IssueReason } from '../core/issuance-policy.ts';
-import type { AttemptResult, LoopObserver } from '../core/observer.ts';
-import type { StoredCert } from '../core/store.ts';
+import type { FailureKind } from '../core/issuance/failure.ts';
+import type { IssueReason } from '../core/issuance/issuance-policy.ts';
+import type { AttemptResult, LoopObserver } from '../core/ports/observer.ts';
+import type { StoredCert } from '../core/ports/store.ts';
 import type { EventOccurrence } from './event-recorder.ts';
 
 /**

@@ -1,9 +1,9 @@
 // The readiness gate's routing check (readiness-gate.ts `routing`): every --routing-check URL in turn must
-// route to this Pod (server/routing-check.ts), with the timings the gate uses and the detail its condition
+// route to this Pod (http/routing-check.ts), with the timings the gate uses and the detail its condition
 // message gives.
-import type { Logger } from '../core/logger.ts';
-import { checkRouting, type RoutingVerdict } from '../server/routing-check.ts';
-import type { RoutingProofSource } from '../server/routing-proof.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import { checkRouting, type RoutingVerdict } from '../http/routing-check.ts';
+import type { RoutingProofSource } from '../http/routing-proof.ts';
 
 /**
  * How long one call may stay open. A call proves the route when it arrives, not when its answer does

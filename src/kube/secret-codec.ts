@@ -1,8 +1,8 @@
 import type { V1Secret } from './transport/client-node.ts';
-import { validateCertPair } from '../core/certificate.ts';
+import { validateCertPair } from '../core/certificates/certificate.ts';
 import { errorMessage } from '../core/errors.ts';
-import { pendingRenewRequest } from '../core/renew-request.ts';
-import type { Coordination, RenewAnswer, StoreRead, StoredCert } from '../core/store.ts';
+import { pendingRenewRequest } from '../core/renewal/renew-request.ts';
+import type { Coordination, RenewAnswer, StoreRead, StoredCert } from '../core/ports/store.ts';
 
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
 export const LABEL_GROUP = 'certshare.io/group';

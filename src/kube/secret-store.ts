@@ -1,9 +1,9 @@
-import { isCurrentlyValid } from '../core/certificate.ts';
-import type { Clock } from '../core/clock.ts';
+import { isCurrentlyValid } from '../core/certificates/certificate.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
-import type { CertStore, Coordination, LoadOptions, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/store.ts';
-import { checkTrusted, type TrustAnchors } from '../core/trust.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { CertStore, Coordination, LoadOptions, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/ports/store.ts';
+import { checkTrusted, type TrustAnchors } from '../core/certificates/trust.ts';
 import type { WatchScope } from '../config/daemon-config.ts';
 import { apiErrorText, apiStatus, isRefusedStatus, type KubeConnection } from './connection.ts';
 import { withSignal } from './transport/https-transport.ts';
@@ -64,7 +64,7 @@ interface Followed {
  * never over a Secret whose record names a pair stored since (#adoptEarlierCopy).
  *
  * `trust` (a federated group's stores, kube-backend.ts): a pair whose chain reaches none of the anchors
- * (core/trust.ts) reads as `unusable`, is never kept as the last valid pair, and is never written.
+ * (core/certificates/trust.ts) reads as `unusable`, is never kept as the last valid pair, and is never written.
  *
  * `watchScope`: `secret` (the default, least privilege) watches each domain's Secret by name, which
  * RBAC restricts with resourceNames; `group` lists and watches the group's Secrets with one label
@@ -75,7 +75,7 @@ interface EarlierCopies {
   read(domain: string, now: number): Promise<StoreRead>;
 }
 
-/** Issuer pinning (core/trust.ts): the anchors a stored pair must chain to, and who hears of one that does not. */
+/** Issuer pinning (core/certificates/trust.ts): the anchors a stored pair must chain to, and who hears of one that does not. */
 export interface StoreTrust {
   anchors: TrustAnchors;
   onUntrusted(domain: string, serial: string, reason: string): void;

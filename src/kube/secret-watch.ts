@@ -1,7 +1,7 @@
-import { doubling, jitter } from '../core/backoff.ts';
-import type { Clock } from '../core/clock.ts';
+import { doubling, jitter } from '../core/issuance/backoff.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { apiStatus, type KubeConnection } from './connection.ts';
 import { watchOnce, withSignal } from './transport/https-transport.ts';
 import { slimSecret, type WatchedSecret } from './secret-codec.ts';

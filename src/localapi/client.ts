@@ -1,11 +1,11 @@
 import http from 'node:http';
 import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { formatGoDuration } from '../core/duration.ts';
-import { parseRetryAfter } from '../core/retry-after.ts';
-import { isRefusalStatus, LocalApiError } from '../core/localapi.ts';
-import type { CertPair, CertPairOptions, IpnNotify, IpnPrefs, LocalApi, MaskedPrefs } from '../core/localapi.ts';
-import type { Logger } from '../core/logger.ts';
+import { formatGoDuration } from '../core/values/duration.ts';
+import { parseRetryAfter } from '../core/renewal/retry-after.ts';
+import { isRefusalStatus, LocalApiError } from '../core/ports/localapi.ts';
+import type { CertPair, CertPairOptions, IpnNotify, IpnPrefs, LocalApi, MaskedPrefs } from '../core/ports/localapi.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { DEFAULT_MAX_LINE_BYTES, LineSplitter } from './line-splitter.ts';
 
 // HTTP client for tailscaled's LocalAPI, over its unix socket or a TCP base URL.

@@ -1,4 +1,4 @@
-import { NotifyMask } from '../core/localapi.ts';
+import { NotifyMask } from '../core/ports/localapi.ts';
 
 // What each tailscaled release does on the LocalAPI surface certshare uses, and the one decision that
 // follows from it: which IPN-bus mask to ask for. Every threshold below was read in the tailscale.com

@@ -4,7 +4,7 @@
 // on the first signature, so an emulator that never issues (or a process that only imports this module)
 // does not pay for it.
 import { KeyObject, createPrivateKey, randomBytes, webcrypto } from 'node:crypto';
-import { type X509Module, loadX509 } from '../core/x509.ts';
+import { type X509Module, loadX509 } from '../core/certificates/x509.ts';
 
 const EC_ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
 

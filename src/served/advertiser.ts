@@ -1,14 +1,14 @@
 // Keeps tailscaled's AdvertiseServices in step with what this replica can serve: a Tailscale Service is
 // advertised only while a valid certificate for its domain is held and the proxy was seen serving it, and
 // withdrawn on shutdown first of all. Edits are read-modify-write of the masked prefs, touching only the
-// Services certshare was told to manage (core/advertisement.ts mergeAdvertised).
-import { advertiseDecision, mergeAdvertised, type AdvertiseFacts } from '../core/advertisement.ts';
-import { doubling } from '../core/backoff.ts';
-import type { Clock } from '../core/clock.ts';
+// Services certshare was told to manage (core/served/advertisement.ts mergeAdvertised).
+import { advertiseDecision, mergeAdvertised, type AdvertiseFacts } from '../core/served/advertisement.ts';
+import { doubling } from '../core/issuance/backoff.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { IpnPrefs, MaskedPrefs } from '../core/localapi.ts';
-import { LocalApiError } from '../core/localapi.ts';
-import type { Logger } from '../core/logger.ts';
+import type { IpnPrefs, MaskedPrefs } from '../core/ports/localapi.ts';
+import { LocalApiError } from '../core/ports/localapi.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { isNotListening } from '../localapi/client.ts';
 
 /** tailscaled's prefs through the LocalAPI (src/localapi/client.ts). */

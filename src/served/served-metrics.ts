@@ -1,6 +1,6 @@
-// The served check's and the advertisement's metrics, registered beside the daemon's (server/metrics.ts).
+// The served check's and the advertisement's metrics, registered beside the daemon's (http/daemon-metrics.ts).
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { SERVED_OUTCOMES, type ServedOutcome } from '../core/served-certificate.ts';
+import { SERVED_OUTCOMES, type ServedOutcome } from '../core/served/served-certificate.ts';
 
 export class ServedMetrics {
   readonly #outcome: Gauge;

@@ -1,16 +1,16 @@
 // The served check and the Tailscale Service advertisement, wired to the daemon's health, metrics and
 // Events: what keeps a replica in rotation by what clients really get from it.
 import type { Registry } from 'prom-client';
-import { serviceDomain } from '../core/advertisement.ts';
-import type { Clock } from '../core/clock.ts';
-import type { HealthState } from '../core/health.ts';
-import type { LocalApi } from '../core/localapi.ts';
-import type { Logger } from '../core/logger.ts';
-import type { LoopObserver } from '../core/observer.ts';
-import { rotationExitTime } from '../core/renewal.ts';
+import { serviceDomain } from '../core/served/advertisement.ts';
+import type { Clock } from '../core/ports/clock.ts';
+import type { HealthState } from '../core/loop/health.ts';
+import type { LocalApi } from '../core/ports/localapi.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { LoopObserver } from '../core/ports/observer.ts';
+import { rotationExitTime } from '../core/renewal/renewal.ts';
 import { SERVE_CONFIG_SERVICES, advertises, type DaemonConfig } from '../config/daemon-config.ts';
-import { describeOutcome } from '../core/served-certificate.ts';
-import { probeServed } from '../tls/served-probe.ts';
+import { describeOutcome } from '../core/served/served-certificate.ts';
+import { probeServed } from './served-probe.ts';
 import { Advertiser } from './advertiser.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
 import { ServedMetrics } from './served-metrics.ts';

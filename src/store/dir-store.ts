@@ -1,9 +1,9 @@
 import { watch as watchDir, type FSWatcher } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Clock } from '../core/clock.ts';
-import { pendingRenewRequest } from '../core/renew-request.ts';
-import type { CertStore, Coordination, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/store.ts';
+import type { Clock } from '../core/ports/clock.ts';
+import { pendingRenewRequest } from '../core/renewal/renew-request.ts';
+import type { CertStore, Coordination, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/ports/store.ts';
 import { safeName, writeFileAtomically, type CertDirectory } from './cert-directory.ts';
 
 /**

@@ -5,9 +5,9 @@
 // webhook, its --metrics-tls listener and the daemon's --tls listener all serve through this.
 import { X509Certificate } from 'node:crypto';
 import { createSecureContext, type SecureContextOptions, type Server } from 'node:tls';
-import type { Clock } from '../core/clock.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 
 export interface ServingPair {
   /** The leaf, then its CA (the chain a client needs). */

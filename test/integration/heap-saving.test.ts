@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { heapSavingSwitch, withoutOptimizingCompilers } from '../../src/server/heap-saving.ts';
+import { heapSavingSwitch, withoutOptimizingCompilers } from '../../src/http/heap-saving.ts';
 import { emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { until } from '../support/wait.ts';
 

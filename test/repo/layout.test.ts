@@ -1,8 +1,10 @@
 // docs/development.md's layout is the map of src/: every folder (two levels deep) and every file at the top
 // of src/ has its line, and every line names a path that exists, so a move or a new folder updates the page.
+// And no two files of src/ share a name, so a name alone says which file is meant.
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { glob } from 'node:fs/promises';
+import { basename, join } from 'node:path';
 import { describe, it } from 'node:test';
 
 const REPO = new URL('../../', import.meta.url).pathname;
@@ -35,5 +37,12 @@ describe('docs/development.md layout', () => {
   it('lists every folder and top-level file of src/, and nothing else', () => {
     const listed = layoutPaths(readFileSync(join(REPO, 'docs', 'development.md'), 'utf8'));
     assert.deepEqual([...listed].sort(), srcPaths(), 'docs/development.md: the layout and src/ differ');
+  });
+
+  it('has no two files of src/ with the same name', async () => {
+    const byName = new Map<string, string[]>();
+    for await (const file of glob('src/**/*.ts', { cwd: REPO })) byName.set(basename(file), [...(byName.get(basename(file)) ?? []), file]);
+    const shared = [...byName.values()].filter((files) => files.length > 1);
+    assert.deepEqual(shared, [], 'a file name says which file it is: rename one of each pair');
   });
 });

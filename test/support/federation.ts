@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { after, before } from 'node:test';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom, type DaemonConfig } from '../../src/config/run-options.ts';
-import type { Clock } from '../../src/core/clock.ts';
+import type { Clock } from '../../src/core/ports/clock.ts';
 import { startDaemon, type Daemon } from '../../src/daemon.ts';
 import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
 import { createCertificateAuthority } from '../../src/pki/ca.ts';

@@ -5,8 +5,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { LocalApiError, type IpnPrefs, type MaskedPrefs } from '../../src/core/localapi.ts';
-import { silentLogger } from '../../src/core/logger.ts';
+import { LocalApiError, type IpnPrefs, type MaskedPrefs } from '../../src/core/ports/localapi.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
 import { Advertiser, type PrefsApi } from '../../src/served/advertiser.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 

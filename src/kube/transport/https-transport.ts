@@ -27,7 +27,7 @@ import {
   ServerConfiguration,
   of,
 } from './client-node.ts';
-import { doubling, jitter } from '../../core/backoff.ts';
+import { doubling, jitter } from '../../core/issuance/backoff.ts';
 import { CertshareError } from '../../core/errors.ts';
 import { LineSplitter } from '../../localapi/line-splitter.ts';
 import {

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import type { V1Pod } from '../../../src/kube/transport/client-node.ts';
 import { parseFlags } from '../../../src/flags/flags.ts';
-import { silentLogger } from '../../../src/core/logger.ts';
+import { silentLogger } from '../../../src/core/ports/logger.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom, startInjector, type Injector } from '../../../src/injector/injector.ts';
 import { ANNOTATION } from '../../../src/injector/mutate.ts';
 import { useControlPlane } from '../../harness/use-control-plane.ts';
@@ -103,7 +103,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     const values = parseFlags(INJECTOR_FLAGS, [...injectorReplicaFlags(port), '--drain-delay', '1s', ...flags], {});
     const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS, POD_NAME: name };
     const logger = process.env.CERTSHARE_TEST_LOG
-      ? (await import('../../../src/logging/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, name)
+      ? (await import('../../../src/logging/pino-logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, name)
       : silentLogger;
     const injector = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });
     injector.controller.on('action', (action) => {
@@ -386,7 +386,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     const creates = await namesInCreatesPolicy({ 'extra-ca': 'Opaque', 'extra-tls': 'kubernetes.io/tls' }, ['extra']);
     const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS };
     const logger = process.env.CERTSHARE_TEST_LOG
-      ? (await import('../../../src/logging/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, 'extra')
+      ? (await import('../../../src/logging/pino-logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, 'extra')
       : silentLogger;
     const later = { ...structuredClone(objects[0]!), metadata: { name: 'certshare-later' } };
     const extra = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });

@@ -13,7 +13,7 @@ import {
   type RotationDecision,
   type RotationPolicy,
   type RotationState,
-} from '../../../src/core/ca-rotation.ts';
+} from '../../../src/core/injector-ca/ca-rotation.ts';
 import { withCa } from '../../support/rotation-state.ts';
 
 /** True when every object's observed bundle contains the leaf's CA: the invariant the policy keeps. */
