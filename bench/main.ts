@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startControlPlane, type ControlPlane } from '../test/harness/control-plane.ts';
 import { startAuditedControlPlane } from './lib/apiserver.ts';
-import { type CommandLine, exitWithUsageError, numberFlag, parseScriptArgs } from '../scripts/lib/command-line.ts';
+import { type CommandLine, exitWithUsageError, numberFlag, parseScriptArgs } from './lib/command-line.ts';
 import { buildDist } from './lib/certshare.ts';
 import { buildBaseline, FASTIFY_HELLO, INJECTOR_PACKAGES } from './lib/baseline.ts';
 import { failOnUnexpectedExit, stopAll, UnexpectedExitError } from './lib/proc.ts';

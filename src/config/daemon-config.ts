@@ -7,11 +7,12 @@ import type { PodAddresses } from '../core/values/pod-addresses.ts';
 import type { RenewalPolicy } from '../core/renewal/renewal.ts';
 import type { ReloadSpec } from '../delivery/reload-command.ts';
 import type { LogFormat } from '../logging/log-format.ts';
+import type { SERVE_CONFIG_SERVICES } from '../core/served/advertisement.ts';
+
+export { SERVE_CONFIG_SERVICES, advertises } from '../core/served/advertisement.ts';
 
 export type StoreChoice = { kind: 'dir'; path: string } | { kind: 'kube' };
 export type ShareMode = 'rw' | 'ro' | 'auto';
-/** --advertise-services serve-config: the Services the --serve-config file lists. */
-export const SERVE_CONFIG_SERVICES = 'serve-config';
 /** How a kube replica watches its Secrets: one watch per Secret by name, or one per group by label. */
 export type WatchScope = 'secret' | 'group';
 /** --tls: tls.crt and tls.key from a directory, or a kubernetes.io/tls Secret of the Pod's namespace. */
@@ -92,9 +93,4 @@ export interface DaemonConfig {
   podName: string | undefined;
   /** POD_IPS / POD_IP, parsed once. */
   pod: PodAddresses;
-}
-
-/** The daemon advertises Tailscale Services (named, or from the ServeConfig). */
-export function advertises(c: Pick<DaemonConfig, 'advertiseServices'>): boolean {
-  return c.advertiseServices === SERVE_CONFIG_SERVICES || c.advertiseServices.length > 0;
 }

@@ -1,5 +1,5 @@
 // The one flag system of every command (certshare run, demo, injector, emulator; the project's scripts through
-// scripts/lib/command-line.ts): a table of FlagSpecs, parsed with the environment behind the flags, the usage
+// bench/lib/command-line.ts): a table of FlagSpecs, parsed with the environment behind the flags, the usage
 // --help prints by group from the same table, and the reference page docs/configuration.md (scripts/docs.ts).
 import { parseArgs } from 'node:util';
 import { parseDuration } from '../core/values/duration.ts';

@@ -7,7 +7,7 @@ import type { PodAddresses } from '../core/values/pod-addresses.ts';
 import type { Metrics } from './daemon-metrics.ts';
 import { ROUTING_PROOF_HEADER, type RoutingProofs } from './routing-proof.ts';
 import { NO_SCHEMAS } from './no-schemas.ts';
-import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../served/leave-rotation.ts';
+import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../core/served/leave-rotation.ts';
 
 export interface HttpServerDeps {
   health: HealthState;

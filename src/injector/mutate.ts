@@ -18,7 +18,7 @@ import {
   type CaBundleSource,
   type SidecarSettings,
 } from './sidecar.ts';
-import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../served/leave-rotation.ts';
+import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../core/served/leave-rotation.ts';
 import { parseReloadSignal } from '../delivery/reload-signal.ts';
 import { wantsOperatorGrant, withOperatorGrant } from './tailscale-operator.ts';
 import { proxyTlsPort } from './served-check-port.ts';

@@ -1,31 +1,31 @@
 // The served check and the Tailscale Service advertisement, wired to the daemon's health, metrics and
 // Events: what keeps a replica in rotation by what clients really get from it.
 import type { Registry } from 'prom-client';
-import { serviceDomain } from '../core/served/advertisement.ts';
+import { SERVE_CONFIG_SERVICES, advertises, serviceDomain } from '../core/served/advertisement.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import type { HealthState } from '../core/loop/health.ts';
 import type { LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import { rotationExitTime } from '../core/renewal/renewal.ts';
-import { SERVE_CONFIG_SERVICES, advertises, type DaemonConfig } from '../config/daemon-config.ts';
+import type { RenewalPolicy } from '../core/renewal/renewal.ts';
 import { describeOutcome } from '../core/served/served-certificate.ts';
 import { probeServed } from './served-probe.ts';
 import { Advertiser } from './advertiser.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
 import { ServedMetrics } from './served-metrics.ts';
 
-type ServedRotationConfig = Pick<
-  DaemonConfig,
-  | 'servedCheck'
-  | 'servedCheckIntervalMs'
-  | 'servedCheckTimeoutMs'
-  | 'servedStaleAfterMs'
-  | 'advertiseServices'
-  | 'advertiseFailoverMs'
-  | 'renewal'
-  | 'readinessLeadMs'
->;
+/** The settings the served check and the advertisement use, and only those (the daemon hands its configuration). */
+interface ServedRotationConfig {
+  servedCheck: { host: string; port: number } | undefined;
+  servedCheckIntervalMs: number;
+  servedCheckTimeoutMs: number;
+  servedStaleAfterMs: number;
+  advertiseServices: string[] | typeof SERVE_CONFIG_SERVICES;
+  advertiseFailoverMs: number;
+  renewal: RenewalPolicy;
+  readinessLeadMs: number;
+}
 
 interface ServedRotationDeps {
   clock: Clock;

@@ -5,6 +5,14 @@ import { CertshareError } from '../errors.ts';
 import type { HeldValidity } from '../renewal/renewal.ts';
 import type { ServedVerdict } from './served-certificate.ts';
 
+/** --advertise-services serve-config: the Services the --serve-config file lists. */
+export const SERVE_CONFIG_SERVICES = 'serve-config';
+
+/** The daemon advertises Tailscale Services (named, or from the ServeConfig). */
+export function advertises(c: { advertiseServices: readonly string[] | typeof SERVE_CONFIG_SERVICES }): boolean {
+  return c.advertiseServices === SERVE_CONFIG_SERVICES || c.advertiseServices.length > 0;
+}
+
 /** A Tailscale Service name as tailscaled's prefs hold it: `svc:` and one DNS label (tailcfg.ServiceName). */
 const SERVICE_NAME = /^svc:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 
