@@ -17,7 +17,7 @@ module.exports = {
           'node_modules/(fastify|@kubernetes/client-node|pino|prom-client)/',
           '^src/(acme|cli|config|delivery|emulator|flags|injector|kube|localapi|logging|pki|http|signals|store|tls)/',
           '^src/served/(advertiser|served-rotation|served-metrics|served-probe)\\.ts$',
-          '^src/(daemon|store-backend)\\.ts$',
+          '^src/daemon/',
         ],
       },
     },

@@ -1,7 +1,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startDaemon } from '../daemon.ts';
+import { startDaemon } from '../daemon/daemon.ts';
 import { CertshareError } from '../core/errors.ts';
 import { emulatorOptionsProblem, startEmulator, type EmulatorOptions } from '../emulator/server.ts';
 import { commandUsage, duration, parseFlags } from '../flags/flags.ts';

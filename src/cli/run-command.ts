@@ -1,5 +1,5 @@
 // `certshare run`: the daemon until SIGTERM/SIGINT.
-import { startDaemon } from '../daemon.ts';
+import { startDaemon } from '../daemon/daemon.ts';
 import type { DaemonConfig } from '../config/daemon-config.ts';
 import { createLogger } from '../logging/pino-logger.ts';
 import { stopOnSignal } from '../signals/stop-on-signal.ts';

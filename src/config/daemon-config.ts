@@ -8,15 +8,15 @@ import type { RenewalPolicy } from '../core/renewal/renewal.ts';
 import type { ReloadSpec } from '../delivery/reload-command.ts';
 import type { LogFormat } from '../logging/log-format.ts';
 import type { SERVE_CONFIG_SERVICES } from '../core/served/advertisement.ts';
+import type { WatchScope } from '../core/ports/store.ts';
+import type { TlsChoice } from '../tls/serving-pair.ts';
 
 export { SERVE_CONFIG_SERVICES, advertises } from '../core/served/advertisement.ts';
+export type { WatchScope } from '../core/ports/store.ts';
+export type { TlsChoice } from '../tls/serving-pair.ts';
 
 export type StoreChoice = { kind: 'dir'; path: string } | { kind: 'kube' };
 export type ShareMode = 'rw' | 'ro' | 'auto';
-/** How a kube replica watches its Secrets: one watch per Secret by name, or one per group by label. */
-export type WatchScope = 'secret' | 'group';
-/** --tls: tls.crt and tls.key from a directory, or a kubernetes.io/tls Secret of the Pod's namespace. */
-export type TlsChoice = { kind: 'dir'; path: string } | { kind: 'secret'; name: string };
 
 export interface DaemonConfig {
   localapi: string;

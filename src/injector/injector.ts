@@ -20,6 +20,7 @@ import { tlsChoice, type ShareMode } from '../config/run-options.ts';
 import type { TlsChoice } from '../config/daemon-config.ts';
 import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom, type LogFormat } from '../logging/log-format.ts';
 import { followPair } from '../tls/followed-pair.ts';
+import { secretPairSource } from '../kube/secret-pair-source.ts';
 import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './injector-metrics.ts';
 import { DEFAULT_READINESS_GATE, admissionReviewResponse, checkInjectionDefaults, checkSidecarFlags, type InjectionDefaults } from './mutate.ts';
@@ -514,6 +515,7 @@ export async function startInjector(
   const events = new EventEmitter();
   const metricsPairs = config.metricsTls
     ? await followPair(config.metricsTls, {
+        secretSource: secretPairSource,
         logger: deps.logger,
         clock,
         env: deps.env,

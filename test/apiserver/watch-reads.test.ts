@@ -16,7 +16,7 @@ import { validateCertPair } from '../../src/core/certificates/certificate.ts';
 import { systemClock } from '../../src/core/ports/clock.ts';
 import { CertshareError } from '../../src/core/errors.ts';
 import { silentLogger } from '../../src/core/ports/logger.ts';
-import { startDaemon } from '../../src/daemon.ts';
+import { startDaemon } from '../../src/daemon/daemon.ts';
 import { connectKube } from '../../src/kube/connection.ts';
 import { ANNOTATION_INTENT, certSecret } from '../../src/kube/secret-codec.ts';
 import { KubeSecretStore } from '../../src/kube/secret-store.ts';

@@ -12,7 +12,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { isAriReason, type IssueReason } from '../../src/core/issuance/issuance-policy.ts';
-import type { Daemon } from '../../src/daemon.ts';
+import type { Daemon } from '../../src/daemon/daemon.ts';
 import type { Emulator, EmulatorOptions } from '../../src/emulator/server.ts';
 import { get } from '../support/emulator.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';

@@ -13,7 +13,7 @@ import { after, before } from 'node:test';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom, type DaemonConfig } from '../../src/config/run-options.ts';
 import type { Clock } from '../../src/core/ports/clock.ts';
-import { startDaemon, type Daemon } from '../../src/daemon.ts';
+import { startDaemon, type Daemon } from '../../src/daemon/daemon.ts';
 import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
 import { createCertificateAuthority } from '../../src/pki/ca.ts';
 import { startControlPlane, type ControlPlane } from '../harness/control-plane.ts';

@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom } from '../../src/config/run-options.ts';
 import { silentLogger, type Logger } from '../../src/core/ports/logger.ts';
-import { startDaemon, type Daemon } from '../../src/daemon.ts';
+import { startDaemon, type Daemon } from '../../src/daemon/daemon.ts';
 import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/emulator/server.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';
 import type { RealTailscaledOptions } from '../harness/tailscale.ts';

@@ -1,6 +1,9 @@
 import type { CertInfo } from '../certificates/certificate.ts';
 import type { CertPair } from './localapi.ts';
 
+/** How a kube replica watches its Secrets: one watch per Secret by name, or one per group by label. */
+export type WatchScope = 'secret' | 'group';
+
 export interface StoredCert {
   pair: CertPair;
   info: CertInfo;

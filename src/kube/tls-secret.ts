@@ -1,11 +1,11 @@
 // --tls secret:NAME: a kubernetes.io/tls Secret of the Pod's namespace, read once at start and followed
 // with the daemon's SecretWatch, for a listener that serves it (src/tls/pair-source.ts).
-import type { V1Secret } from '../kube/transport/client-node.ts';
+import type { V1Secret } from './transport/client-node.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { LastPair, checkedPair, type PairSource, type PairSourceOptions, type ServingPair } from './serving-pair.ts';
-import { apiErrorText, connectKube, type KubeConnection } from '../kube/connection.ts';
-import { withSignal } from '../kube/transport/https-transport.ts';
-import { SecretWatch } from '../kube/secret-watch.ts';
+import { LastPair, checkedPair, type PairSource, type PairSourceOptions, type ServingPair } from '../tls/serving-pair.ts';
+import { apiErrorText, connectKube, type KubeConnection } from './connection.ts';
+import { withSignal } from './transport/https-transport.ts';
+import { SecretWatch } from './secret-watch.ts';
 
 const pairOf = (secret: V1Secret): ServingPair => ({
   certPem: Buffer.from(secret.data?.['tls.crt'] ?? '', 'base64').toString('utf8'),

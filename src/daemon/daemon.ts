@@ -1,39 +1,40 @@
 import { EventEmitter } from 'node:events';
 import type { FastifyInstance } from 'fastify';
-import { LoopSupervisor } from './core/loop/loop-supervisor.ts';
-import { systemClock } from './core/ports/clock.ts';
-import { errorMessage } from './core/errors.ts';
-import { HealthState } from './core/loop/health.ts';
-import { StartupGrace } from './core/loop/startup-grace.ts';
-import { fanOut, type LoopObserver } from './core/ports/observer.ts';
-import { staticRole, type IssuanceRole } from './core/ports/store.ts';
+import { LoopSupervisor } from '../core/loop/loop-supervisor.ts';
+import { systemClock } from '../core/ports/clock.ts';
+import { errorMessage } from '../core/errors.ts';
+import { HealthState } from '../core/loop/health.ts';
+import { StartupGrace } from '../core/loop/startup-grace.ts';
+import { fanOut, type LoopObserver } from '../core/ports/observer.ts';
+import { staticRole, type IssuanceRole } from '../core/ports/store.ts';
 import type { BackendContext, DaemonDeps, StoreBackend } from './store-backend.ts';
-import type { LocalApi } from './core/ports/localapi.ts';
-import { SERVE_CONFIG_SERVICES, type DaemonConfig } from './config/daemon-config.ts';
-import { ServeConfigWatcher } from './config/serve-config-watcher.ts';
-import { createLocalApiClient } from './localapi/client.ts';
-import { CertDomainsWatcher } from './localapi/cert-domains-watcher.ts';
-import { parseHostPort } from './core/values/listen-address.ts';
+import type { LocalApi } from '../core/ports/localapi.ts';
+import { SERVE_CONFIG_SERVICES, type DaemonConfig } from '../config/daemon-config.ts';
+import { ServeConfigWatcher } from '../config/serve-config-watcher.ts';
+import { createLocalApiClient } from '../localapi/client.ts';
+import { CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
+import { parseHostPort } from '../core/values/listen-address.ts';
 import type { Server as TlsServer } from 'node:tls';
-import { buildHttpServer, type HttpServerDeps } from './http/http-server.ts';
-import { servePair } from './tls/serving-pair.ts';
-import { followPair, type FollowedPair } from './tls/followed-pair.ts';
-import { Metrics } from './http/daemon-metrics.ts';
-import { RoutingProofs } from './http/routing-proof.ts';
-import { heapSavingSwitch } from './http/heap-saving.ts';
-import { CertDirectory } from './store/cert-directory.ts';
-import { DirStore } from './store/dir-store.ts';
-import { DirLedgerStore } from './store/dir-ledger.ts';
-import { IssuanceBudget } from './core/issuance/issuance-budget.ts';
-import { IssuanceSlots } from './core/issuance/issuance-slots.ts';
-import { kubeconfigSource } from './kube/kubeconfig-source.ts';
-import { proxyDelivery, type ProxyDelivery } from './delivery/proxy-delivery.ts';
-import { AriChecker } from './acme/ari-checker.ts';
-import { createServedRotation, type ServedRotation } from './served/served-rotation.ts';
-import type { Clock } from './core/ports/clock.ts';
-import type { Logger } from './core/ports/logger.ts';
-import type { StartupGrace as Startup } from './core/loop/startup-grace.ts';
-import { RenewalInfoClient } from './acme/renewal-info-client.ts';
+import { buildHttpServer, type HttpServerDeps } from '../http/http-server.ts';
+import { servePair } from '../tls/serving-pair.ts';
+import { followPair, type FollowedPair } from '../tls/followed-pair.ts';
+import { secretPairSource } from '../kube/secret-pair-source.ts';
+import { Metrics } from '../http/daemon-metrics.ts';
+import { RoutingProofs } from '../http/routing-proof.ts';
+import { heapSavingSwitch } from '../http/heap-saving.ts';
+import { CertDirectory } from '../store/cert-directory.ts';
+import { DirStore } from '../store/dir-store.ts';
+import { DirLedgerStore } from '../store/dir-ledger.ts';
+import { IssuanceBudget } from '../core/issuance/issuance-budget.ts';
+import { IssuanceSlots } from '../core/issuance/issuance-slots.ts';
+import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
+import { proxyDelivery, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
+import { AriChecker } from '../acme/ari-checker.ts';
+import { createServedRotation, type ServedRotation } from '../served/served-rotation.ts';
+import type { Clock } from '../core/ports/clock.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { StartupGrace as Startup } from '../core/loop/startup-grace.ts';
+import { RenewalInfoClient } from '../acme/renewal-info-client.ts';
 
 /** How long after the daemon's start its first ACME Renewal Information check waits (AriChecker quietUntil). */
 const ARI_QUIET_START_MS = 1000;
@@ -69,7 +70,7 @@ async function dirBackend(path: string, ctx: BackendContext): Promise<StoreBacke
 async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
   kubeconfigSource(ctx.deps.env); // no credentials at all: fail before loading the client
   // Loaded only in Kubernetes mode: the client costs tens of MB that standalone mode does not pay.
-  const { createKubeBackend } = await import('./kube/kube-backend.ts');
+  const { createKubeBackend } = await import('./kube-backend.ts');
   return createKubeBackend(ctx);
 }
 
@@ -406,7 +407,12 @@ async function followedTls(
 ): Promise<FollowedPair | undefined> {
   if (!config.tls) return undefined;
   const server = app.server as unknown as TlsServer;
-  const pair = await followPair(config.tls, { ...deps, what: '/healthz and /metrics', onServed: (serial) => events.emit('tlsServed', { serial }) });
+  const pair = await followPair(config.tls, {
+    ...deps,
+    secretSource: secretPairSource,
+    what: '/healthz and /metrics',
+    onServed: (serial) => events.emit('tlsServed', { serial }),
+  });
   servePair(server, pair.first);
   pair.serveOn((renewed) => servePair(server, renewed));
   return pair;

@@ -1,22 +1,22 @@
-// Kubernetes mode, the StoreBackend (src/store-backend.ts) the daemon loads on demand: Secrets as the store, a
+// Kubernetes mode, the StoreBackend (src/daemon/store-backend.ts) the daemon loads on demand: Secrets as the store, a
 // Lease for the writer, the Pod's Events and readiness gate, an optional projection of the files.
 import { readFile } from 'node:fs/promises';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { defaultTrustAnchors, trustAnchors, type TrustAnchors } from '../core/certificates/trust.ts';
 import { rotationExitTime } from '../core/renewal/renewal.ts';
 import { staticRole, type IssuanceRole } from '../core/ports/store.ts';
-import type { BackendContext, StoreBackend } from '../store-backend.ts';
+import type { BackendContext, StoreBackend } from './store-backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
 import { Projector } from '../delivery/projector.ts';
-import { connectKube, type KubeConnection } from './connection.ts';
-import { ReadinessGate } from './readiness-gate.ts';
-import { readinessRouting } from './readiness-routing.ts';
-import { KubeSecretStore, type StoreTrust } from './secret-store.ts';
-import { LeaseElector, leaseIdentity } from './lease-elector.ts';
-import { KubeLedgerStore } from './ledger-store.ts';
-import { EventRecorder } from './event-recorder.ts';
-import { PodEvents } from './pod-events.ts';
-import { Federation, checkHome } from './federation-home.ts';
+import { connectKube, type KubeConnection } from '../kube/connection.ts';
+import { ReadinessGate } from '../kube/readiness-gate.ts';
+import { readinessRouting } from '../kube/readiness-routing.ts';
+import { KubeSecretStore, type StoreTrust } from '../kube/secret-store.ts';
+import { LeaseElector, leaseIdentity } from '../kube/lease-elector.ts';
+import { KubeLedgerStore } from '../kube/ledger-store.ts';
+import { EventRecorder } from '../kube/event-recorder.ts';
+import { PodEvents } from '../kube/pod-events.ts';
+import { Federation, checkHome } from '../kube/federation-home.ts';
 
 /** What the shutdown bound keeps back, after leaving rotation and the drain delay, for stopping the rest. */
 const STOP_RESERVE_MS = 1000;

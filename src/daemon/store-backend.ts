@@ -1,15 +1,15 @@
-// The contract between the daemon and a storage mode (the directory store in src/daemon.ts, Kubernetes
-// in src/kube/kube-backend.ts, loaded on demand): a module of its own so that neither imports the other.
-import type { DaemonConfig } from './config/daemon-config.ts';
-import type { Clock } from './core/ports/clock.ts';
-import type { HealthState } from './core/loop/health.ts';
-import type { LocalApi } from './core/ports/localapi.ts';
-import type { Logger } from './core/ports/logger.ts';
-import type { LoopObserver } from './core/ports/observer.ts';
-import type { LedgerStore } from './core/issuance/issuance-budget.ts';
-import type { CertStore, IssuanceRole } from './core/ports/store.ts';
-import type { Metrics } from './http/daemon-metrics.ts';
-import type { RoutingProofSource } from './http/routing-proof.ts';
+// The contract between the daemon and a storage mode (the directory store in src/daemon/daemon.ts, Kubernetes
+// in src/daemon/kube-backend.ts, loaded on demand): a module of its own so that neither imports the other.
+import type { DaemonConfig } from '../config/daemon-config.ts';
+import type { Clock } from '../core/ports/clock.ts';
+import type { HealthState } from '../core/loop/health.ts';
+import type { LocalApi } from '../core/ports/localapi.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { LoopObserver } from '../core/ports/observer.ts';
+import type { LedgerStore } from '../core/issuance/issuance-budget.ts';
+import type { CertStore, IssuanceRole } from '../core/ports/store.ts';
+import type { Metrics } from '../http/daemon-metrics.ts';
+import type { RoutingProofSource } from '../http/routing-proof.ts';
 
 export interface DaemonDeps {
   logger: Logger;
