@@ -45,4 +45,15 @@ describe('docs/development.md layout', () => {
     const shared = [...byName.values()].filter((files) => files.length > 1);
     assert.deepEqual(shared, [], 'a file name says which file it is: rename one of each pair');
   });
+
+  it('gives every folder of src/ a floor in the import rules', () => {
+    const rules = readFileSync(join(REPO, '.dependency-cruiser.cjs'), 'utf8');
+    const floors = rules.slice(rules.indexOf('const FLOORS = ['), rules.indexOf('];', rules.indexOf('const FLOORS = [')));
+    const placed = [...floors.matchAll(/'([a-z-]+)'/g)].map((m) => `src/${m[1]}/`).sort();
+    assert.deepEqual(
+      placed,
+      srcPaths().filter((p) => p.endsWith('/') && p.split('/').length === 3),
+      '.dependency-cruiser.cjs FLOORS',
+    );
+  });
 });
