@@ -24,6 +24,7 @@ const MAX_REDIRECTS = 5;
 export const ARI_CHECK_OUTCOMES = ['ok', 'not_found', 'unavailable', 'timeout', 'bad_response', 'unsupported'] as const;
 export type AriCheckOutcome = (typeof ARI_CHECK_OUTCOMES)[number];
 
+/** @forTests */
 export type AriCheck =
   | { outcome: 'ok'; info: RenewalInfo; retryAfterMs: number | undefined }
   | { outcome: Exclude<AriCheckOutcome, 'ok'>; code: ErrorCode; message: string; retryAfterMs: number | undefined };

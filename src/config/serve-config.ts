@@ -68,6 +68,7 @@ function parseServeConfig(text: string, source: string): ServeConfig {
 /**
  * At most this many Services from one ServeConfig (--advertise-services serve-config): a bound on what a
  * runaway file makes certshare write into tailscaled's prefs at every edit, far above a proxy group's few.
+ * @forTests
  */
 export const MAX_SERVE_CONFIG_SERVICES = 64;
 

@@ -41,6 +41,7 @@ const ARI_QUIET_START_MS = 1000;
 /** What the shutdown bound keeps back from the Services' failover wait for the rest of the stop (readiness, Lease). */
 const AFTER_FAILOVER_RESERVE_MS = 3000;
 
+/** @forTests */
 export interface Daemon {
   readonly address: string;
   /** The certificate loops, one per domain, and their supervisor. */

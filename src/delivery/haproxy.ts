@@ -32,6 +32,7 @@ export function checkHaproxyPath(flag: string, path: string): string | undefined
 /**
  * The file HAProxy's `crt` loads: the chain, then the key, with no blank line (a blank line ends a
  * runtime API payload) and no carriage return.
+ * @forTests
  */
 export function combinedPem(pair: CertPair): string {
   const lines = `${pair.certPem}\n${pair.keyPem}`.split('\n').map((l) => l.replace(/\r$/, ''));

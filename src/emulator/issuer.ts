@@ -48,7 +48,7 @@ export interface IssuerOptions {
   onLeaf?: ((domain: string, leaf: SignedLeaf) => Promise<void>) | undefined;
 }
 
-/** Emitted as `issued` on the emulator's events, and written to the ledger. */
+/** Emitted as `issued` on the emulator's events, and written to the ledger. @forTests */
 export interface IssuedEvent {
   domain: string;
   serial: string;

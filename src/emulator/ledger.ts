@@ -12,6 +12,7 @@ import { appendFile } from 'node:fs/promises';
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/ports/logger.ts';
 
+/** @forTests */
 export interface LedgerIssuance {
   kind: 'issuance';
   time: string;
@@ -40,6 +41,7 @@ export interface LedgerRequest {
 /** The original issuance line (no `kind`, no `trigger`). */
 type LedgerIssuanceV1 = Omit<LedgerIssuance, 'kind' | 'trigger'>;
 
+/** @forTests */
 export type LedgerLine = LedgerIssuance | LedgerRequest | LedgerIssuanceV1;
 
 export async function appendLedger(path: string, line: LedgerLine, logger: Logger): Promise<void> {

@@ -136,6 +136,7 @@ interface EmulatorStats {
  * Events on `emulator.events`: `certRequest` {domain,type,minValidity}, `certResponse` {domain,status},
  * `issued` {domain,serial,notBefore,notAfter,trigger}, `fault` {fault,domain?}, `busConnect` {mask},
  * `busDisconnect` {mask}, `certDomains` {domains}, `renewalInfo` {certId,status} (an ARI request answered).
+ * @forTests
  */
 export interface Emulator {
   readonly id: string;

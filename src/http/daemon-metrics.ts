@@ -27,6 +27,7 @@ const ATTEMPT_RESULTS: AttemptResult[] = ['success', 'unchanged', 'rate_limited'
  * prom-client's default, 10 ms, is a timer that wakes an idle daemon 100 times a second (strace of an idle
  * standalone daemon: an epoll wait of 10 ms, over and over); at 1 s an idle process wakes about once a second.
  * A stall still shows when a sample falls in it, and nodejs_eventloop_lag_seconds is measured at each scrape.
+ * @forTests
  */
 export const EVENT_LOOP_SAMPLE_MS = 1000;
 

@@ -20,6 +20,7 @@ interface Probe {
  * query or more each time, and a check opens dozens of connections a second: on the real cluster at load,
  * 3-replica checks saw no answer at all from 36 calls in 800 ms. A Service's address does not change
  * during one check. A failed lookup is not kept: the next call asks again.
+ * @forTests
  */
 export function lookupOnce(resolve: typeof dnsLookup = dnsLookup): LookupFunction {
   let kept: LookupAddress[] | undefined;

@@ -360,6 +360,7 @@ function grantsOperator(value: string): boolean {
  * starts (as the daemon's validateConfig): the first broken rule, or undefined. The last one runs the
  * injection of a Pod that asks for certshare and sets nothing else: defaults that would refuse every such
  * Pod (an out-dir over the CA bundle's directory, a flag the daemon refuses) stop the start instead.
+ * @forTests
  */
 export function validateInjectorConfig(c: InjectorConfig): string | undefined {
   const rules: Array<[broken: () => boolean, message: () => string]> = [
@@ -495,6 +496,7 @@ function sidecarFlags(text: string): string {
   return text;
 }
 
+/** @forTests */
 export interface Injector {
   server: TlsServer;
   controller: InjectorController;

@@ -23,6 +23,7 @@ import { parseReloadSignal } from '../delivery/reload-signal.ts';
 import { wantsOperatorGrant, withOperatorGrant } from './tailscale-operator.ts';
 import { proxyTlsPort } from './served-check-port.ts';
 
+/** @forTests */
 export const ANNOTATION = {
   inject: 'certshare.io/inject',
   domains: 'certshare.io/domains',
@@ -470,6 +471,7 @@ function stopProblem(drainDelayMs: number, shutdownTimeoutMs: number, graceSecon
  * What to do with a Pod: leave it (not asked for, or already injected: the webhook may be called again
  * under reinvocationPolicy IfNeeded), or the injected Pod and the patch that makes it.
  * Throws CERTSHARE_BAD_ANNOTATION when the Pod asks for injection with settings that cannot work.
+ * @forTests
  */
 export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection {
   const annotations = pod.metadata?.annotations ?? {};

@@ -7,6 +7,7 @@ import { createCertificateAuthority, loadCertificateAuthority, type CertificateA
  * Certificates start a minute before the policy's "now": a node whose clock is a little behind the
  * injector's must not see a certificate from the future. The policy's own notBefore stays "now"; only
  * the certificate is backdated, which keeps every validity check on the safe side.
+ * @forTests
  */
 export const BACKDATE_MS = 60_000;
 

@@ -13,13 +13,15 @@ export const HEALTH_PORT = 9002;
 const STARTUP_PROBE_SECONDS = 600;
 /** tailscaled's socket directory, shared with certshare through a volume. */
 const SOCKET_DIR = '/var/run/tailscale';
-/** Where client libraries (client-node's loadFromCluster included) look for the ServiceAccount token. */
+/** Where client libraries (client-node's loadFromCluster included) look for the ServiceAccount token. @forTests */
 export const TOKEN_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
-/** Where the platform's CA bundle (the injector's --sidecar-ca-configmap) is mounted, and its one file. */
+/** Where the platform's CA bundle (the injector's --sidecar-ca-configmap) is mounted, and its one file. @forTests */
 export const CA_DIR = '/etc/certshare/ca';
+/** @forTests */
 export const CA_FILE = `${CA_DIR}/ca.crt`;
-/** Where the federation home's kubeconfig (the injector's --sidecar-home-kubeconfig-secret) is mounted, and its file. */
+/** Where the federation home's kubeconfig (the injector's --sidecar-home-kubeconfig-secret) is mounted, and its file. @forTests */
 export const HOME_DIR = '/etc/certshare/federation';
+/** @forTests */
 export const HOME_KUBECONFIG = `${HOME_DIR}/kubeconfig`;
 
 export interface SidecarSettings {
@@ -61,6 +63,7 @@ export interface SidecarSettings {
  * certificate, the routing check, the readiness patch) competes with every container starting on the
  * node, where CPU goes by cgroup weight, which the request sets (10m is weight 1, 100m weight 4;
  * docs/performance.md gives what that changed on the real-cluster tier).
+ * @forTests
  */
 export const SIDECAR_RESOURCES: V1ResourceRequirements = { requests: { cpu: '100m', memory: '112Mi' }, limits: { memory: '192Mi' } };
 

@@ -7,9 +7,9 @@ import type { V1Container, V1EnvVar, V1PodSpec, V1Volume } from '../kube/transpo
 import { CertshareError } from '../core/errors.ts';
 import { SIDECAR_NAME, SIDECAR_SECURITY_CONTEXT } from './sidecar.ts';
 
-/** "grant" (the default for a Pod that advertises) or "manual": the Pod grants it itself (docs/tailscale-services.md). */
+/** "grant" (the default for a Pod that advertises) or "manual": the Pod grants it itself (docs/tailscale-services.md). @forTests */
 export const OPERATOR_ANNOTATION = 'certshare.io/tailscale-operator';
-/** The passwd file of tailscaled's container, which the injector writes; the downward API projects it. */
+/** The passwd file of tailscaled's container, which the injector writes; the downward API projects it. @forTests */
 export const PASSWD_ANNOTATION = 'certshare.io/tailscaled-passwd';
 const OPERATOR_USER = 'certshare';
 const PASSWD_VOLUME = 'certshare-tailscaled-passwd';

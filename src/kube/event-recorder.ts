@@ -4,7 +4,7 @@ import type { Logger } from '../core/ports/logger.ts';
 import { apiErrorCode, apiErrorText, type KubeConnection } from './connection.ts';
 import { makeApi, withSignal } from './transport/https-transport.ts';
 
-/** The reportingController of every Event certshare records. */
+/** The reportingController of every Event certshare records. @forTests */
 export const REPORTING_CONTROLLER = 'certshare.io/certshare';
 
 /** One occurrence to record. */

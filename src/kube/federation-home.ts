@@ -43,6 +43,7 @@ const OUTAGE_CERTSHARE = new Set(['CERTSHARE_KUBE_TIMEOUT', 'CERTSHARE_KUBE_CONN
 /**
  * Whether a failed home call is an outage, which the safety point and break-glass answer. Anything else
  * (401/403, 404 on the Lease, an answer that is not the API's) is not: no member issues on its account.
+ * @forTests
  */
 export function isHomeOutage(err: unknown): boolean {
   for (let e: unknown = err, depth = 0; e && depth < 6; e = (e as { cause?: unknown }).cause, depth++) {

@@ -7,6 +7,7 @@ import type { EventOccurrence } from './event-recorder.ts';
 /**
  * The reasons of the Events certshare records about its Pod: a fixed set, documented in docs/operations.md
  * (Kubernetes section). Changing one changes what users' alerts and `kubectl get events` filters match.
+ * @forTests
  */
 export const EVENT_REASONS = {
   Issued: 'a first certificate for a domain was obtained from tailscaled (and stored)',

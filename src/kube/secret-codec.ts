@@ -11,7 +11,7 @@ export const ANNOTATION_SERIAL = 'certshare.io/serial';
 export const ANNOTATION_WRITER = 'certshare.io/written-by';
 /** RFC 3339: when the writer obtained the certificate from tailscaled (the renewal rule measures from it). */
 const ANNOTATION_OBTAINED_AT = 'certshare.io/obtained-at';
-/** JSON {"holder","at"}: a writer is about to call CertPair. */
+/** JSON {"holder","at"}: a writer is about to call CertPair. @forTests */
 export const ANNOTATION_INTENT = 'certshare.io/issuing';
 /** RFC 3339: no CertPair call for this domain before then, on any replica. */
 const ANNOTATION_RETRY_NOT_BEFORE = 'certshare.io/retry-not-before';

@@ -19,7 +19,7 @@ import {
 } from './secret-codec.ts';
 import { SecretWatch } from './secret-watch.ts';
 
-/** The label selector of a group's Secrets: the labels certSecret writes. */
+/** The label selector of a group's Secrets: the labels certSecret writes. @forTests */
 export const groupSelector = (group: string): string => `${LABEL_MANAGED_BY}=certshare,${LABEL_GROUP}=${group}`;
 
 /** A domain some loop follows: its listeners, and in `secret` scope the watch of its own Secret. */

@@ -19,6 +19,7 @@ const LOCALAPI_HOST = 'local-tailscaled.sock';
 const MAX_ERROR_BODY_CHARS = 2048;
 const ERROR_BODY_READ_BYTES = 16 * 1024;
 
+/** @forTests */
 export interface LocalApiClientOptions {
   /** A unix socket path (`/var/run/tailscale/tailscaled.sock`) or an `http://host:port` base URL. */
   address: string;
@@ -444,6 +445,7 @@ const CERT_BEGIN = '-----BEGIN CERTIFICATE-----';
  * certificate block. Rejects with CERTSHARE_LOCALAPI_BAD_RESPONSE (a LocalApiError without status) when
  * the key or the certificate is missing, or a private key appears on the certificate side.
  * Error messages never quote the body.
+ * @forTests
  */
 export function splitCertPair(body: string): CertPair {
   const at = body.indexOf(CERT_BEGIN);

@@ -88,9 +88,9 @@ export function releaseFeatures(version: TailscaledVersion | undefined): Release
   };
 }
 
-/** The mask on releases with InitialStatus: its first Notify carries InitialStatus.CertDomains. */
+/** The mask on releases with InitialStatus: its first Notify carries InitialStatus.CertDomains. @forTests */
 export const STATUS_WATCH_MASK = NotifyMask.InitialState | NotifyMask.NoPrivateKeys | NotifyMask.InitialStatus;
-/** The mask on releases without it: the first Notify carries the NetMap, later NetMaps rate-limited. */
+/** The mask on releases without it: the first Notify carries the NetMap, later NetMaps rate-limited. @forTests */
 export const NETMAP_WATCH_MASK = NotifyMask.InitialState | NotifyMask.InitialNetMap | NotifyMask.NoPrivateKeys | NotifyMask.RateLimit;
 
 export interface WatchPlan {

@@ -45,7 +45,7 @@ export interface CertificateAuthority {
   strayKeyPem(): Promise<string>;
 }
 
-/** Random positive serial: 16 bytes, first byte 0x01..0x7f so DER needs no sign padding and the hex is stable. */
+/** Random positive serial: 16 bytes, first byte 0x01..0x7f so DER needs no sign padding and the hex is stable. @forTests */
 export function randomSerialHex(): string {
   const bytes = randomBytes(16);
   bytes[0] = (bytes[0]! & 0x7f) | 0x01;

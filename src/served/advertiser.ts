@@ -11,7 +11,7 @@ import { LocalApiError } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import { isNotListening } from '../localapi/client.ts';
 
-/** tailscaled's prefs through the LocalAPI (src/localapi/client.ts). */
+/** tailscaled's prefs through the LocalAPI (src/localapi/client.ts). @forTests */
 export interface PrefsApi {
   prefs(signal: AbortSignal): Promise<IpnPrefs>;
   editPrefs(masked: MaskedPrefs, signal: AbortSignal): Promise<IpnPrefs>;

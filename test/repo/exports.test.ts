@@ -6,9 +6,13 @@ import { exportsOf, importsOf, unusedExports } from '../../scripts/check-exports
 
 describe('exports', () => {
   it('every export of src/ is imported by another file', async () => {
-    const { unused } = await unusedExports();
+    const { unused, testOnlyUntagged } = await unusedExports();
     assert.deepEqual(
       unused.map((e) => `${e.file}: ${e.name}`),
+      [],
+    );
+    assert.deepEqual(
+      testOnlyUntagged.map((e) => `${e.file}: ${e.name} (tests only, not tagged @forTests)`),
       [],
     );
   });

@@ -13,6 +13,7 @@ import { renewalTime, rotationExitTime, type HeldValidity, type RenewalPolicy } 
  * a member may issue once on its own (break-glass): the other half is left for that issuance to get
  * through a CA that fails or rate-limits (retries on the backoff, a Retry-After of hours) and still land
  * before the gate would take the Pods out.
+ * @forTests
  */
 export function breakGlassPoint(held: HeldValidity, policy: Pick<RenewalPolicy, 'renewFraction'>, readinessLeadMs: number): number {
   const renewal = renewalTime(held, policy);

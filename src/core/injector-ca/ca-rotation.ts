@@ -64,6 +64,7 @@ export type RotationAction =
   | { kind: 'issue-leaf'; reason: string; signer: string; notBefore: number; notAfter: number }
   | { kind: 'retire-ca'; reason: string; caId: string };
 
+/** @forTests */
 export interface RotationDecision {
   /** The next thing to do, or undefined when nothing is due now. */
   action: RotationAction | undefined;

@@ -106,6 +106,7 @@ function everIssued(entries: readonly LedgerEntry[], domain: string): boolean {
  * The instant each contender of one registered domain gets a slot, in priority order: at once while the
  * window has room, else when the oldest slot in the window frees, then the next, and so on (a slot taken
  * at T frees at T + window). Pure: the ledger entries, the contenders and now in, the plan out.
+ * @forTests
  */
 export function planTurns(
   limit: BudgetLimit,

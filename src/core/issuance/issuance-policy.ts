@@ -144,7 +144,7 @@ export interface IssuanceSnapshot {
   turn: TurnProgress;
 }
 
-/** The fixed settings the rules read (CertLoopDeps provides them). */
+/** The fixed settings the rules read (CertLoopDeps provides them). @forTests */
 export interface IssuanceSettings {
   renewal: RenewalPolicy;
   backoff: BackoffPolicy;
@@ -152,6 +152,7 @@ export interface IssuanceSettings {
   intentTtlMs: number;
 }
 
+/** @forTests */
 export type IssuanceRule = (s: IssuanceSnapshot, p: IssuanceSettings) => IssuanceDecision | undefined;
 
 const wait = (reason: IssuanceReason, at: number): IssuanceDecision => ({ action: 'wait', reason, at });
@@ -174,6 +175,7 @@ export function ariVerdictOf(s: Pick<IssuanceSnapshot, 'now' | 'ari'>): AriVerdi
  * Why a CertPair call would be made now. The CA's word comes first, even for a certificate also due by
  * expiry: the call then asks for the min_validity that replaces a revoked certificate (renewal-info.ts
  * ariMinValidityMs), and the at-most-one-order guard records it.
+ * @forTests
  */
 export function issueReason(s: Pick<IssuanceSnapshot, 'held' | 'store' | 'now' | 'ari'>): IssueReason {
   if (s.held) {
@@ -192,6 +194,7 @@ export function isAriReason(reason: IssueReason): reason is AriReason {
  * A failed store read retries at the transient pace, but at least every half of what the held certificate
  * has left (never sooner than the first retry): a renewal the store holds is read before the expiry even
  * behind a long streak of failed reads, not a backoff step after it.
+ * @forTests
  */
 export function storeUnreadableRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
   if (s.store.state !== 'unreadable') return undefined;
@@ -200,12 +203,12 @@ export function storeUnreadableRule(s: IssuanceSnapshot, p: IssuanceSettings): I
   return wait('store_unavailable', at);
 }
 
-/** Deleted, emptied, garbage or older in the store: put back what we hold (a restore needs the role to write, not to issue). */
+/** Deleted, emptied, garbage or older in the store: put back what we hold (a restore needs the role to write, not to issue). @forTests */
 export function restoreRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
   return s.role.write && s.held && !storeHolds(s.store, s.held) ? { action: 'restore', reason: 'stored_mismatch', at: s.now } : undefined;
 }
 
-/** Obtained, not valid yet: asking again would only make tailscaled order another one. */
+/** Obtained, not valid yet: asking again would only make tailscaled order another one. @forTests */
 export function notYetValidRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
   return s.pending ? wait('not_yet_valid', s.pending.notBefore) : undefined;
 }
@@ -213,6 +216,7 @@ export function notYetValidRule(s: IssuanceSnapshot): IssuanceDecision | undefin
 /**
  * Valid and not due: keep it, look again at its renewal point (or the check interval, if sooner), or at
  * the time the CA's ARI answer makes it due if that is sooner. Once ARI says order, it is due now.
+ * @forTests
  */
 export function notDueRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
   if (!s.held || isRenewalDue(s.held, s.now, p.renewal)) return undefined;
@@ -226,37 +230,38 @@ export function notDueRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDe
  * Readers wait for the writer's update (the store's watch wakes them); as a safety net against a watch
  * that stalled silently they look again at the first-retry pace. A writer that lost the role while this
  * turn waited (for the budget, a slot, the intent write) looks again at once, as the reader it now is.
+ * @forTests
  */
 export function readerRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
   if (s.role.issue) return undefined;
   return wait('not_writer', s.turn.budget ? s.now : s.now + Math.min(p.renewal.checkIntervalMs, p.backoff.firstRetryMs));
 }
 
-/** A rate limit recorded by any replica (or by this one before a restart) holds for everyone. */
+/** A rate limit recorded by any replica (or by this one before a restart) holds for everyone. @forTests */
 export function storedRateLimitRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
   const until = s.coordination.retryNotBefore;
   if (until === undefined || until <= s.now || until <= (s.backoff?.until ?? -Infinity)) return undefined;
   return wait('rate_limited', until);
 }
 
-/** This loop's own backoff after a failed call, a rate limit or a certificate too short. */
+/** This loop's own backoff after a failed call, a rate limit or a certificate too short. @forTests */
 export function backoffRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
   return s.backoff && s.now < s.backoff.until ? wait(s.backoff.reason, s.backoff.until) : undefined;
 }
 
-/** Whatever the certificates look like, never two issuances of a domain closer than the minimum interval. */
+/** Whatever the certificates look like, never two issuances of a domain closer than the minimum interval. @forTests */
 export function minIntervalRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
   return s.now < s.callFloor ? wait('min_interval', s.callFloor) : undefined;
 }
 
-/** Another writer is mid-issuance: its result lands in the store (the watch wakes us) or its intent lapses. */
+/** Another writer is mid-issuance: its result lands in the store (the watch wakes us) or its intent lapses. @forTests */
 export function otherWriterRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
   const intent = s.coordination.intent;
   if (!intent || intent.holder === s.role.identity || s.now >= intent.at + p.intentTtlMs) return undefined;
   return wait('other_writer_issuing', intent.at + p.intentTtlMs);
 }
 
-/** A first issuance waits for a slot of the budget; a ledger we cannot use is never an empty budget. */
+/** A first issuance waits for a slot of the budget; a ledger we cannot use is never an empty budget. @forTests */
 export function budgetRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
   const answer = s.turn.budget;
   if (!answer) return { action: 'ask_budget', reason: issueReason(s), at: s.now };
@@ -265,7 +270,7 @@ export function budgetRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDe
   return undefined;
 }
 
-/** At most issuanceSlots.limit domains of the process issue at once; the intent is written once the slot is ours. */
+/** At most issuanceSlots.limit domains of the process issue at once; the intent is written once the slot is ours. @forTests */
 export function slotRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
   return s.turn.slot ? undefined : { action: 'take_slot', reason: issueReason(s), at: s.now };
 }
@@ -278,6 +283,7 @@ export function slotRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
  * interval since the last new certificate refuses it, and so does a budget without a free slot (it never
  * queues: a request the operator made today is not served next week). The steps to the call are the
  * ordinary ones (slot, intent), taken for this reason.
+ * @forTests
  */
 export function renewRequestRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
   if (s.coordination.renewRequest === undefined || !s.held || !s.role.issue) return undefined;
@@ -301,7 +307,7 @@ export function forcesNewOrder(reason: IssueReason): boolean {
   return isAriReason(reason) || reason === 'operator_requested';
 }
 
-/** Announce the call before making it; a write that lost a race or failed issues nothing. */
+/** Announce the call before making it; a write that lost a race or failed issues nothing. @forTests */
 export function intentRule(s: IssuanceSnapshot, p: IssuanceSettings): IssuanceDecision | undefined {
   const intent = s.turn.intent;
   if (!intent) return { action: 'announce', reason: issueReason(s), at: s.now };

@@ -8,14 +8,16 @@ import type { Clock } from '../ports/clock.ts';
 // start-up state when it comes back: a tailscaled that goes away later is trouble, and warns at once.
 // Only the log level depends on this: health and readiness do not.
 
-/** The grace when --startup-grace is not given: tailscaled usually listens within seconds. */
+/** The grace when --startup-grace is not given: tailscaled usually listens within seconds. @forTests */
 export const DEFAULT_STARTUP_GRACE_MS = 30_000;
 
 /** The longest --startup-grace accepted: a longer one would hide a tailscaled that never starts. */
 export const MAX_STARTUP_GRACE_MS = 10 * 60_000;
 
+/** @forTests */
 export type StartupLevel = 'info' | 'warn';
 
+/** @forTests */
 export interface StartupMoment {
   /** When the process started (epoch ms, from the injected clock). */
   startedAt: number;
@@ -26,7 +28,7 @@ export interface StartupMoment {
   clearedOnce: boolean;
 }
 
-/** The level of a condition expected at start-up: info within the grace, unless it was cleared once; warn after. */
+/** The level of a condition expected at start-up: info within the grace, unless it was cleared once; warn after. @forTests */
 export function startupLevel(m: StartupMoment): StartupLevel {
   return !m.clearedOnce && m.now - m.startedAt < m.graceMs ? 'info' : 'warn';
 }

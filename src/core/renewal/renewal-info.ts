@@ -100,6 +100,7 @@ export function parseRenewalInfo(body: string, cert: AriCertificate, fetchedAt: 
 /**
  * A time chosen uniformly inside the window (RFC 9773 section 4.2), `random` returning [0, 1). A window
  * already over gives `now`: the CA asks for a replacement at once.
+ * @forTests
  */
 export function chooseRenewalTime(window: SuggestedWindow, now: number, random: () => number): number {
   if (window.end <= now) return now;

@@ -15,7 +15,7 @@ import type { HeldValidity } from '../renewal/renewal.ts';
 export const SERVED_OUTCOMES = ['current', 'previous', 'expired', 'other_name', 'other', 'unknown'] as const;
 export type ServedOutcome = (typeof SERVED_OUTCOMES)[number];
 
-/** The leaf a TLS handshake with the proxy returned for one SNI name. */
+/** The leaf a TLS handshake with the proxy returned for one SNI name. @forTests */
 export interface ServedLeaf {
   fingerprint256: string;
   serial: string;

@@ -62,7 +62,7 @@ async function requestOptions(config: KubeConfig): Promise<RequestOptions> {
   return options;
 }
 
-/** The API server's base URL from the kubeconfig's current context. */
+/** The API server's base URL from the kubeconfig's current context. @forTests */
 export function apiServer(config: KubeConfig): string {
   const cluster = config.getCurrentCluster();
   if (!cluster) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'no Kubernetes cluster configured (set KUBECONFIG or run in a Pod)');
@@ -191,7 +191,7 @@ function responseOf(stream: ClientHttp2Stream, signal: AbortSignal): Promise<{ h
 const REFUSED_ATTEMPTS = 7;
 const REFUSED_FIRST_WAIT_MS = 100;
 
-/** The wait before attempt `attempt` (≥ 2) of a refused stream: none for the second, then doubling (jittered). */
+/** The wait before attempt `attempt` (≥ 2) of a refused stream: none for the second, then doubling (jittered). @forTests */
 export function refusedRetryWaitMs(attempt: number): number {
   return attempt <= 2 ? 0 : Math.round(jitter(doubling(REFUSED_FIRST_WAIT_MS, attempt - 2, 60_000), 0.1));
 }
@@ -457,6 +457,7 @@ export function withSignal(signal: AbortSignal | undefined, options?: Configurat
   return { ...options, middleware: [...(options?.middleware ?? []), cancel], middlewareMergeStrategy: 'append' };
 }
 
+/** @forTests */
 export interface WatchEvent {
   type: 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
   object: { metadata?: { resourceVersion?: string }; code?: number; [key: string]: unknown };
