@@ -2,19 +2,43 @@
 // decisions, validation, the issuance state machine) stays free of fastify, the Kubernetes client and the
 // adapters at the edge; src/cli/ is entry points only, imported by nothing of src/; and @kubernetes/client-node is
 // imported by one file, src/kube/transport/client-node.ts (the fence around its internals).
+// The floors of src/, from the ground up: a folder imports only folders of lower floors, never one beside it, so
+// the adapters stand side by side above the rules and no arrow runs back up (docs/development.md's layout).
+const FLOORS = [
+  ['core'],
+  ['flags', 'store', 'acme', 'localapi', 'signals', 'pki'],
+  ['logging', 'http', 'tls', 'served', 'delivery', 'emulator'],
+  ['kube', 'config'],
+  ['daemon', 'injector'],
+  ['cli'],
+];
+const floorRules = FLOORS.flatMap((floor, i) =>
+  floor.map((folder) => ({
+    name: `floors-${folder}`,
+    severity: 'error',
+    comment: `src/${folder}/ stands on floor ${i + 1}: it imports only folders of the floors below (.dependency-cruiser.cjs FLOORS).`,
+    from: { path: `^src/${folder}/` },
+    to: { path: `^src/(${[...floor.filter((f) => f !== folder), ...FLOORS.slice(i + 1).flat()].join('|')})/` },
+  })),
+);
+
 module.exports = {
   forbidden: [
+    ...floorRules,
     { name: 'no-circular', severity: 'error', comment: 'Import circles hide which module owns what.', from: {}, to: { circular: true } },
     {
       name: 'core-is-pure',
       severity: 'error',
-      comment: 'src/core imports neither fastify nor the Kubernetes client nor the adapters around it.',
-      from: { path: '^src/core/' },
+      comment:
+        'The pure parts import neither fastify nor the Kubernetes client nor the adapters around them: src/core, and the ' +
+        "served checker's scheduling in src/served (rules, not I/O).",
+      from: { path: ['^src/core/', '^src/served/served-checker\\.ts$'] },
       to: {
         path: [
           'node_modules/(fastify|@kubernetes/client-node|pino|prom-client)/',
-          '^src/(acme|cli|config|delivery|emulator|flags|injector|kube|localapi|logging|pki|server|signals|store|tls)/',
-          '^src/(daemon|store-backend)\\.ts$',
+          '^src/(acme|cli|config|delivery|emulator|flags|injector|kube|localapi|logging|pki|http|signals|store|tls)/',
+          '^src/served/(advertiser|served-rotation|served-metrics|served-probe)\\.ts$',
+          '^src/daemon/',
         ],
       },
     },

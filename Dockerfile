@@ -46,7 +46,7 @@ EXPOSE 9002
 # keeps what a start-up or a mass renewal grew it to: 115 MB of RSS per replica at 300 domains. 1 MB
 # semi-spaces keep it at 3 MB (npm run bench -- --domains; the bench runs these same flags).
 # Not --optimize-for-size here: the daemon sets it itself once it manages 50 domains or more
-# (src/server/heap-saving.ts). On the command line it cost every small daemon ~20% of its /healthz
+# (src/http/heap-saving.ts). On the command line it cost every small daemon ~20% of its /healthz
 # throughput for ~0.3 MB; a large group keeps its saving (npm run bench -- --domains 500).
 ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=1", "dist/cli/main.js"]
 CMD ["run"]

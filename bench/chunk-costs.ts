@@ -6,7 +6,7 @@
 // capability on never loads its chunk. Build dist/ first (`npm run build`).
 import { readdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { type CommandLine, numberFlag, parseScriptArgs } from '../scripts/lib/command-line.ts';
+import { type CommandLine, numberFlag, parseScriptArgs } from './lib/command-line.ts';
 import { IMAGE_NODE_FLAGS } from './lib/certshare.ts';
 import { cleanEnv, memStatus, Proc, type MemStatus } from './lib/proc.ts';
 import { median, round } from './lib/stats.ts';
@@ -45,7 +45,7 @@ function chunk(name: string): string {
 
 /**
  * One fresh Node: the compile cache as dist/cli/main.js turns it on, and Maglev and TurboFan off while it
- * loads, as `run` starts (src/server/heap-saving.ts); `run`'s chunk, then `extra`; RSS once idle.
+ * loads, as `run` starts (src/http/heap-saving.ts); `run`'s chunk, then `extra`; RSS once idle.
  */
 async function sample(extra: string[]): Promise<{ mem: MemStatus; importMs: number }> {
   const script = `

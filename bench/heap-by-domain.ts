@@ -14,7 +14,7 @@ import { exampleNamespace } from '../test/support/kube.ts';
 import { generatedDomains } from '../src/emulator/options.ts';
 import { buildDist, CertTreeWatch, startEmulator, type EmulatorProc } from './lib/certshare.ts';
 import { memStatus, stopAll, type MemStatus, type Proc } from './lib/proc.ts';
-import { type CommandLine, exitWithUsageError, numberFlag, parseScriptArgs } from '../scripts/lib/command-line.ts';
+import { type CommandLine, exitWithUsageError, numberFlag, parseScriptArgs } from './lib/command-line.ts';
 import { heapByConstructor } from './lib/heap.ts';
 import { progress, round } from './lib/stats.ts';
 import { grantDomains } from './domains.ts';

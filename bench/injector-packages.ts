@@ -2,7 +2,7 @@
 // cost a process, bundled as dist/ is (bench/lib/baseline.ts) and loaded the way certshare loads them:
 // @kubernetes/client-node through its fence (a CoreV1Api client built; nothing asked of any server),
 // @peculiar/x509 through src/pki/ca.ts (a CA and one leaf issued, as the injector's webhook has),
-// prom-client (a registry with the default metrics, as src/server/metrics.ts collects them), serving HTTPS
+// prom-client (a registry with the default metrics, as src/http/daemon-metrics.ts collects them), serving HTTPS
 // with that leaf.
 // V8 without its optimizing compilers, as the injector runs. Nothing of the injector itself. Prints
 // {"listening":"https://127.0.0.1:PORT"}; runs until SIGTERM.
@@ -11,7 +11,7 @@ import { createServer } from 'node:https';
 import { Registry } from 'prom-client';
 import { createCertificateAuthority } from '../src/pki/ca.ts';
 import { CoreV1Api, KubeConfig } from '../src/kube/transport/client-node.ts';
-import { collectNodeMetrics } from '../src/server/metrics.ts';
+import { collectNodeMetrics } from '../src/http/daemon-metrics.ts';
 
 // A CA and a serving leaf from it, as the injector makes its webhook's (src/pki/ca.ts, @peculiar/x509).
 const now = Date.now();

@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { startControlPlane, type ControlPlane } from '../test/harness/control-plane.ts';
 import { startAuditedControlPlane } from './lib/apiserver.ts';
-import { type CommandLine, exitWithUsageError, numberFlag, parseScriptArgs } from '../scripts/lib/command-line.ts';
+import { type CommandLine, exitWithUsageError, numberFlag, parseScriptArgs } from './lib/command-line.ts';
 import { buildDist } from './lib/certshare.ts';
 import { buildBaseline, FASTIFY_HELLO, INJECTOR_PACKAGES } from './lib/baseline.ts';
 import { failOnUnexpectedExit, stopAll, UnexpectedExitError } from './lib/proc.ts';
@@ -345,7 +345,7 @@ const baseline: Record<string, string> = {
   injectorAdmissionP99Ms: injector ? `as the apiserver measures it; first certificate served ${Math.round(injector.firstCertMs)} ms after start` : 'skipped',
   injectorCpuMsPerAdmission: injector
     ? `no target; the injector's CPU time while the ${injector.pods} Pods were created, per Pod ` +
-      '(V8 without its optimizing compilers: src/server/heap-saving.ts)'
+      '(V8 without its optimizing compilers: src/http/heap-saving.ts)'
     : 'skipped',
 };
 

@@ -9,7 +9,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { join } from 'node:path';
-import { type CommandLine, exitWithUsageError, numberFlag, parseScriptArgs } from '../scripts/lib/command-line.ts';
+import { type CommandLine, exitWithUsageError, numberFlag, parseScriptArgs } from './lib/command-line.ts';
 import { CertDirectory } from '../src/store/cert-directory.ts';
 import { makePair } from '../test/support/certs.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, tempDir } from '../test/support/standalone.ts';

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { portInUse, runStartupCase, STARTUP_FAILURES } from '../test/support/startup-failures.ts';
-import { type CommandLine, numberFlag, parseScriptArgs } from '../scripts/lib/command-line.ts';
+import { type CommandLine, numberFlag, parseScriptArgs } from './lib/command-line.ts';
 import { median } from './lib/stats.ts';
 
 const SCRIPT: CommandLine = {

@@ -120,7 +120,7 @@ const LOAD_TIME_STAND_INS: Array<{ importer: RegExp; path: RegExp; contents: str
   {
     // nodejs_gc_duration_seconds: a PerformanceObserver that runs JavaScript after every garbage collection
     // (~35-50 us each; with 1 MB semi-spaces a scavenge every ~130 /healthz responses under load, ~2% of
-    // the daemon's CPU there). collectNodeMetrics (src/server/metrics.ts) drops the metric from the sources' runs.
+    // the daemon's CPU there). collectNodeMetrics (src/http/daemon-metrics.ts) drops the metric from the sources' runs.
     importer: /node_modules\/prom-client\/lib\/defaultMetrics\.js$/,
     path: /^\.\/metrics\/gc$/,
     contents: 'module.exports = () => {};\nmodule.exports.metricNames = [];\n',
@@ -128,12 +128,12 @@ const LOAD_TIME_STAND_INS: Array<{ importer: RegExp; path: RegExp; contents: str
   {
     // fastify's default schema compilers (ajv, ajv-formats, fast-json-stringify, fast-uri: ~300 KB of the
     // chunk every mode compiles at start-up). fastify requires them only when its compilersFactory lacks
-    // one, and certshare gives both (src/server/no-schemas.ts NO_SCHEMAS).
+    // one, and certshare gives both (src/http/no-schemas.ts NO_SCHEMAS).
     importer: /node_modules\/fastify\/lib\/schema-controller\.js$/,
     path: /^@fastify\/(ajv-compiler|fast-json-stringify-compiler)$/,
     contents:
       "module.exports = () => { throw new Error('fastify schema compilers are left out of the certshare bundle " +
-      "(scripts/build.ts; src/server/no-schemas.ts NO_SCHEMAS)'); };\n",
+      "(scripts/build.ts; src/http/no-schemas.ts NO_SCHEMAS)'); };\n",
   },
   {
     // fastify.inject() (light-my-request), required on its first call: certshare's code never calls it (its

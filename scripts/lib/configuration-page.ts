@@ -1,6 +1,6 @@
 // docs/configuration.md, made from the flag definitions of every command (the same tables --help prints):
 // `npm run docs` writes it, test/repo/configuration-page.test.ts fails when the page on disk differs.
-import { DEMO_HELP } from '../../src/cli/demo.ts';
+import { DEMO_HELP } from '../../src/config/demo-options.ts';
 import { RENEW_HELP } from '../../src/config/renew-options.ts';
 import { RUN_HELP } from '../../src/config/run-options.ts';
 import { EMULATOR_HELP } from '../../src/emulator/options.ts';

@@ -1,5 +1,5 @@
 // The writer's ACME Renewal Information checks (RFC 9773), one schedule per domain: the I/O around the
-// pure decisions of core/renewal-info.ts. For the certificate a domain's loop holds (reported through
+// pure decisions of core/renewal/renewal-info.ts. For the certificate a domain's loop holds (reported through
 // LoopObserver.certificate) it computes the ARI certificate ID once, asks the CA's renewalInfo endpoint
 // at once and then after the CA's Retry-After, at least a minute (or --ari-interval if shorter) and at most
 // --ari-interval later, and keeps the answer in the domain's AriState, which the loop reads through
@@ -7,11 +7,11 @@
 // certificate is held; a reader never asks (the writer's renewal reaches it through the store). Every
 // check has the client's timeout and this checker's AbortSignal; whatever the CA answers, a failure only
 // logs and counts (certshare_ari_checks_total{outcome}), and the expiry rule stays in force.
-import type { Clock } from '../core/clock.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { errorMessage } from '../core/errors.ts';
-import { ariCertificateId } from '../core/certificate-id.ts';
-import type { Logger } from '../core/logger.ts';
-import type { LoopObserver } from '../core/observer.ts';
+import { ariCertificateId } from '../core/renewal/certificate-id.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { LoopObserver } from '../core/ports/observer.ts';
 import {
   describeAriAnswer,
   holding,
@@ -22,14 +22,14 @@ import {
   type AriState,
   type AriStateSource,
   type SuggestedWindow,
-} from '../core/renewal-info.ts';
-import type { IssuanceRole, StoredCert } from '../core/store.ts';
+} from '../core/renewal/renewal-info.ts';
+import type { IssuanceRole, StoredCert } from '../core/ports/store.ts';
 import type { AriCheckOutcome, RenewalInfoClient } from './renewal-info-client.ts';
 
 /** The least wait between two checks of one certificate, unless --ari-interval is shorter. */
 const CHECK_FLOOR_MS = 60_000;
 
-export interface AriCheckerDeps {
+interface AriCheckerDeps {
   client: Pick<RenewalInfoClient, 'check'>;
   /** Checks run for a domain only while this replica may issue it. */
   role: Pick<IssuanceRole, 'canIssue' | 'onChange'>;
@@ -39,7 +39,7 @@ export interface AriCheckerDeps {
   intervalMs: number;
   /** [0, 1): where inside the CA's window the renewal time falls. Default Math.random. */
   random?: () => number;
-  /** The window gauges and the checks counter (server/metrics.ts). */
+  /** The window gauges and the checks counter (http/daemon-metrics.ts). */
   metrics: { ariWindow(domain: string, window: SuggestedWindow | undefined): void; ariCheck(outcome: AriCheckOutcome): void };
   /** The ARI state of `domain` changed: its loop decides again now (an order happens at once). */
   wake(domain: string): void;

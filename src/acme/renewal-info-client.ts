@@ -7,12 +7,12 @@
 // expiry rule stays in force whatever the CA answers. Only the caller's abort throws (its reason).
 import type { IncomingMessage } from 'node:http';
 import { CertshareError, type ErrorCode, errorMessage } from '../core/errors.ts';
-import { isHttpUrl } from '../core/http-url.ts';
-import { type AriCertificate, type RenewalInfo, parseRenewalInfo } from '../core/renewal-info.ts';
-import { parseRetryAfter } from '../core/retry-after.ts';
+import { isHttpUrl } from '../core/values/http-url.ts';
+import { type AriCertificate, type RenewalInfo, parseRenewalInfo } from '../core/renewal/renewal-info.ts';
+import { parseRetryAfter } from '../core/renewal/retry-after.ts';
 
 export const LETS_ENCRYPT_DIRECTORY = 'https://acme-v02.api.letsencrypt.org/directory';
-export const DEFAULT_ARI_TIMEOUT_MS = 30_000;
+const DEFAULT_ARI_TIMEOUT_MS = 30_000;
 /** Larger than any directory or renewalInfo answer (Let's Encrypt's directory is under 1 KiB). */
 const MAX_BODY_BYTES = 64 * 1024;
 /** Identifies certshare to the CA, as RFC 8555 6.1 asks of ACME clients. */
@@ -24,6 +24,7 @@ const MAX_REDIRECTS = 5;
 export const ARI_CHECK_OUTCOMES = ['ok', 'not_found', 'unavailable', 'timeout', 'bad_response', 'unsupported'] as const;
 export type AriCheckOutcome = (typeof ARI_CHECK_OUTCOMES)[number];
 
+/** @forTests */
 export type AriCheck =
   | { outcome: 'ok'; info: RenewalInfo; retryAfterMs: number | undefined }
   | { outcome: Exclude<AriCheckOutcome, 'ok'>; code: ErrorCode; message: string; retryAfterMs: number | undefined };
@@ -36,7 +37,7 @@ const OUTCOME_OF: Partial<Record<ErrorCode, Exclude<AriCheckOutcome, 'ok'>>> = {
   CERTSHARE_ARI_UNSUPPORTED: 'unsupported',
 };
 
-export interface RenewalInfoClientOptions {
+interface RenewalInfoClientOptions {
   /** The ACME directory URL (--acme-directory). */
   directoryUrl: string;
   /** Deadline of one request, headers and body. Default 30 s. */

@@ -1,45 +1,15 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { startDaemon } from '../daemon.ts';
+import { startDaemon } from '../daemon/daemon.ts';
 import { CertshareError } from '../core/errors.ts';
-import { DEFAULT_DOMAIN, emulatorOptionsProblem, startEmulator, type EmulatorOptions } from '../emulator/server.ts';
-import { type CommandHelp, commandUsage, duration, parseFlags, type FlagSpec } from '../flags/flags.ts';
-import { LOG_FLAGS, logFormatFrom } from '../logging/log-format.ts';
-import { createLogger } from '../logging/logger.ts';
+import { emulatorOptionsProblem, startEmulator, type EmulatorOptions } from '../emulator/server.ts';
+import { commandUsage, duration, parseFlags } from '../flags/flags.ts';
+import { DEMO_FLAGS, DEMO_HELP } from '../config/demo-options.ts';
+import { logFormatFrom } from '../logging/log-format.ts';
+import { createLogger } from '../logging/pino-logger.ts';
 import { type DaemonConfig, RUN_FLAGS, type RunValues, daemonConfigFrom } from '../config/run-options.ts';
 import { stopOnSignal } from '../signals/stop-on-signal.ts';
-
-const DEMO_FLAGS = [
-  { name: 'listen', group: 'serving and logs', placeholder: 'ADDR:PORT', default: '127.0.0.1:9002', help: "The daemon's /healthz and /metrics address." },
-  { name: 'domain', group: 'the emulated tailscaled', placeholder: 'FQDN', default: DEFAULT_DOMAIN, help: 'The demo domain.' },
-  {
-    name: 'domain-delay',
-    group: 'the emulated tailscaled',
-    placeholder: 'DURATION',
-    default: '2s',
-    help: 'How long the emulated tailscaled takes to list the domain.',
-  },
-  {
-    name: 'cert-lifetime',
-    group: 'the emulated tailscaled',
-    placeholder: 'DURATION',
-    default: '10m',
-    help: 'Lifetime of the emulated certificates (short, so a renewal shows up within minutes).',
-  },
-  ...LOG_FLAGS,
-] as const satisfies readonly FlagSpec[];
-
-/** `certshare demo --help` and its part of docs/configuration.md. */
-export const DEMO_HELP: CommandHelp = {
-  command: 'demo',
-  summary: 'Starts the LocalAPI emulator and the daemon in a temporary directory; Ctrl-C stops both and cleans up.',
-  flags: DEMO_FLAGS,
-  groups: ['the emulated tailscaled', 'serving and logs'],
-  example: 'certshare demo --cert-lifetime 2m --log-format pretty',
-  // The demo reads no CERTSHARE_* variable (parseFlags below gets none): its usage names none.
-  fromEnv: false,
-};
 
 /** The one-command demo: an emulated tailscaled and the daemon, standalone, in a temporary directory. */
 export async function runDemo(argv: string[]): Promise<number> {

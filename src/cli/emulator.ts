@@ -1,8 +1,8 @@
 // `certshare emulator`: the LocalAPI emulator (src/emulator/) until SIGINT/SIGTERM, logging JSON lines to stdout.
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { emulatorUsage, parseEmulatorArgs } from '../emulator/options.ts';
 import { startEmulator } from '../emulator/server.ts';
-import { createLogger } from '../logging/logger.ts';
+import { createLogger } from '../logging/pino-logger.ts';
 
 /**
  * Runs the emulator until SIGINT/SIGTERM (or `extra.signal` aborts), then closes it.

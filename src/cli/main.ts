@@ -4,7 +4,7 @@ import { CertshareError, ERROR_CODES, type ErrorCode, errorMessage } from '../co
 import { commandUsage, parseFlags } from '../flags/flags.ts';
 import { RUN_FLAGS, RUN_HELP, daemonConfigFrom } from '../config/run-options.ts';
 import { useCompileCache } from './compile-cache.ts';
-import { optimizingCompilersAfterStart, withoutOptimizingCompilers } from '../server/heap-saving.ts';
+import { optimizingCompilersAfterStart, withoutOptimizingCompilers } from '../http/heap-saving.ts';
 
 const TOP_USAGE = `Usage: certshare <command> [flags]
 
@@ -49,7 +49,7 @@ async function main(argv: string[]): Promise<number> {
     }
     case 'injector': {
       withoutOptimizingCompilers();
-      const { injectorCommand } = await import('./injector.ts');
+      const { injectorCommand } = await import('./injector-command.ts');
       return injectorCommand(rest);
     }
     case 'renew': {
@@ -57,7 +57,7 @@ async function main(argv: string[]): Promise<number> {
       return renewCommand(rest);
     }
     case 'advertise-agent': {
-      const { advertiseAgentCommand } = await import('./advertise-agent.ts');
+      const { advertiseAgentCommand } = await import('./advertise-agent-command.ts');
       return advertiseAgentCommand(rest);
     }
     default:

@@ -1,9 +1,9 @@
-// `certshare renew <domain>`: one renew request, on the domain's Secret (src/kube/renew-request.ts) or in the
+// `certshare renew <domain>`: one renew request, on the domain's Secret (src/kube/secret-renew-request.ts) or in the
 // standalone store directory (src/store/dir-store.ts), and with --wait the writer's answer. Exit 0: requested
 // (or, with --wait, served); 1: refused or no answer in time.
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { newRenewRequestId } from '../core/renew-request.ts';
+import { newRenewRequestId } from '../core/renewal/renew-request.ts';
 import { commandUsage, parseFlags } from '../flags/flags.ts';
 import { RENEW_FLAGS, RENEW_HELP, renewOptionsFrom, type RenewOptions } from '../config/renew-options.ts';
 
@@ -29,7 +29,7 @@ async function target(options: RenewOptions): Promise<RequestTarget> {
     };
   }
   const { connectKube } = await import('../kube/connection.ts');
-  const { renewAnswer, requestRenewal } = await import('../kube/renew-request.ts');
+  const { renewAnswer, requestRenewal } = await import('../kube/secret-renew-request.ts');
   const env = options.namespace === undefined ? process.env : { ...process.env, POD_NAMESPACE: options.namespace };
   const connection = await connectKube(env, { anyKubeconfig: true });
   return {

@@ -1,7 +1,7 @@
 // `certshare run`: the daemon until SIGTERM/SIGINT.
-import { startDaemon } from '../daemon.ts';
+import { startDaemon } from '../daemon/daemon.ts';
 import type { DaemonConfig } from '../config/daemon-config.ts';
-import { createLogger } from '../logging/logger.ts';
+import { createLogger } from '../logging/pino-logger.ts';
 import { stopOnSignal } from '../signals/stop-on-signal.ts';
 
 /** `started` is called once the daemon has started (it turns V8's optimizing compilers back on: main.ts). */

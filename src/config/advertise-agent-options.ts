@@ -1,5 +1,5 @@
-// `certshare advertise-agent`: its flags and their validation (the command is src/cli/advertise-agent.ts).
-import { parseServiceName } from '../core/advertisement.ts';
+// `certshare advertise-agent`: its flags and their validation (the command is src/cli/advertise-agent-command.ts).
+import { parseServiceName } from '../core/served/advertisement.ts';
 import { CertshareError } from '../core/errors.ts';
 import type { CommandHelp, FlagSpec, FlagValues } from '../flags/flags.ts';
 import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom, type LogFormat } from '../logging/log-format.ts';
@@ -31,7 +31,7 @@ export const ADVERTISE_AGENT_FLAGS = [
   ...LOG_FLAGS,
 ] as const satisfies readonly FlagSpec[];
 
-export interface AdvertiseAgentConfig {
+interface AdvertiseAgentConfig {
   localapi: string;
   services: string[];
   dir: string;

@@ -1,21 +1,22 @@
 // What the daemon runs with, whatever door it came in by (flags and environment: src/config/run-options.ts,
 // which also holds the one validation of it). A module of its own so that the daemon and its storage
 // backends depend on the configuration, not on the CLI.
-import type { BackoffPolicy } from '../core/backoff.ts';
-import type { BudgetLimit } from '../core/issuance-budget.ts';
-import type { PodAddresses } from '../core/pod-addresses.ts';
-import type { RenewalPolicy } from '../core/renewal.ts';
+import type { BackoffPolicy } from '../core/issuance/backoff.ts';
+import type { BudgetLimit } from '../core/issuance/issuance-budget.ts';
+import type { PodAddresses } from '../core/values/pod-addresses.ts';
+import type { RenewalPolicy } from '../core/renewal/renewal.ts';
 import type { ReloadSpec } from '../delivery/reload-command.ts';
 import type { LogFormat } from '../logging/log-format.ts';
+import type { SERVE_CONFIG_SERVICES } from '../core/served/advertisement.ts';
+import type { WatchScope } from '../core/ports/store.ts';
+import type { TlsChoice } from '../tls/serving-pair.ts';
+
+export { SERVE_CONFIG_SERVICES, advertises } from '../core/served/advertisement.ts';
+export type { WatchScope } from '../core/ports/store.ts';
+export type { TlsChoice } from '../tls/serving-pair.ts';
 
 export type StoreChoice = { kind: 'dir'; path: string } | { kind: 'kube' };
 export type ShareMode = 'rw' | 'ro' | 'auto';
-/** --advertise-services serve-config: the Services the --serve-config file lists. */
-export const SERVE_CONFIG_SERVICES = 'serve-config';
-/** How a kube replica watches its Secrets: one watch per Secret by name, or one per group by label. */
-export type WatchScope = 'secret' | 'group';
-/** --tls: tls.crt and tls.key from a directory, or a kubernetes.io/tls Secret of the Pod's namespace. */
-export type TlsChoice = { kind: 'dir'; path: string } | { kind: 'secret'; name: string };
 
 export interface DaemonConfig {
   localapi: string;
@@ -54,7 +55,7 @@ export interface DaemonConfig {
         namespace: string;
         cluster: string;
         leaseDurationMs: number;
-        /** --federation-trust-anchors: a PEM file; undefined: Node's CA store (core/trust.ts defaultTrustAnchors). */
+        /** --federation-trust-anchors: a PEM file; undefined: Node's CA store (core/certificates/trust.ts defaultTrustAnchors). */
         trustAnchors: string | undefined;
       }
     | undefined;
@@ -62,7 +63,7 @@ export interface DaemonConfig {
   issuanceConcurrency: number;
   logLevel: string;
   logFormat: LogFormat;
-  /** Expected start-up states (tailscaled not listening, the first issuance running) log at info this long (core/startup-grace.ts). */
+  /** Expected start-up states (tailscaled not listening, the first issuance running) log at info this long (core/loop/startup-grace.ts). */
   startupGraceMs: number;
   /** Kubernetes mode. */
   mode: ShareMode;
@@ -104,9 +105,4 @@ export interface DaemonConfig {
   podName: string | undefined;
   /** POD_IPS / POD_IP, parsed once. */
   pod: PodAddresses;
-}
-
-/** The daemon advertises Tailscale Services (named, or from the ServeConfig). */
-export function advertises(c: Pick<DaemonConfig, 'advertiseServices'>): boolean {
-  return c.advertiseServices === SERVE_CONFIG_SERVICES || c.advertiseServices.length > 0;
 }

@@ -1,7 +1,7 @@
 // `certshare renew <domain>`: its flags and their validation (the command is src/cli/renew.ts).
-import { normalizeDomain } from '../core/domain.ts';
+import { normalizeDomain } from '../core/certificates/domain.ts';
 import { CertshareError } from '../core/errors.ts';
-import { isObjectName } from '../core/kube-names.ts';
+import { isObjectName } from '../core/values/kube-names.ts';
 import { type CommandHelp, duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 
 export const RENEW_FLAGS: FlagSpec[] = [
@@ -31,7 +31,7 @@ export const RENEW_FLAGS: FlagSpec[] = [
   },
 ];
 
-export const RENEW_SUMMARY =
+const RENEW_SUMMARY =
   "certshare renew <domain> [flags]: asks the group's writer for exactly one new certificate with a new key for <domain>, " +
   "by the annotation certshare.io/renew-requested on the domain's Secret (KUBECONFIG, or the Pod's account), " +
   'or standalone by the file .state/<domain>.renew of the store directory. ' +

@@ -1,16 +1,16 @@
 import { SERVE_CONFIG_SERVICES, advertises, type DaemonConfig, type StoreChoice, type TlsChoice } from './daemon-config.ts';
-import { formatGoDuration } from '../core/duration.ts';
-import { normalizeDomain } from '../core/domain.ts';
-import { parseBudget } from '../core/issuance-budget.ts';
-import { DEFAULT_ISSUANCE_CONCURRENCY } from '../core/issuance-slots.ts';
+import { formatGoDuration } from '../core/values/duration.ts';
+import { normalizeDomain } from '../core/certificates/domain.ts';
+import { parseBudget } from '../core/issuance/issuance-budget.ts';
+import { DEFAULT_ISSUANCE_CONCURRENCY } from '../core/issuance/issuance-slots.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { podAddressesFromEnv } from '../core/pod-addresses.ts';
-import { parseHostPort } from '../core/listen-address.ts';
-import { isHttpUrl } from '../core/http-url.ts';
-import { MAX_STARTUP_GRACE_MS } from '../core/startup-grace.ts';
-import { isObjectName } from '../core/kube-names.ts';
+import { podAddressesFromEnv } from '../core/values/pod-addresses.ts';
+import { parseHostPort } from '../core/values/listen-address.ts';
+import { isHttpUrl } from '../core/values/http-url.ts';
+import { MAX_STARTUP_GRACE_MS } from '../core/loop/startup-grace.ts';
+import { isObjectName } from '../core/values/kube-names.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
-import { parseServiceName, serviceDomain } from '../core/advertisement.ts';
+import { parseServiceName, serviceDomain } from '../core/served/advertisement.ts';
 import { parseReloadSignal } from '../delivery/reload-signal.ts';
 import { checkHaproxyPath } from '../delivery/haproxy.ts';
 import { LETS_ENCRYPT_DIRECTORY } from '../acme/renewal-info-client.ts';
@@ -20,9 +20,10 @@ import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom } from '../logging/log
 export type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from './daemon-config.ts';
 
 /** The sections of `certshare run --help`, by task, in this order. */
-export const RUN_GROUPS = [
+const RUN_GROUPS = [
   'tailscaled and domains',
   'store',
+  'delivery to the proxy',
   'renewal and retries',
   'limits and ARI',
   'Kubernetes',
@@ -67,7 +68,7 @@ export const RUN_FLAGS = [
   },
   {
     name: 'reload-command',
-    group: 'store',
+    group: 'delivery to the proxy',
     placeholder: 'CMD',
     help: 'Command run after certificate files changed; failures are logged, never fatal.',
     detail:
@@ -76,7 +77,7 @@ export const RUN_FLAGS = [
   },
   {
     name: 'reload-timeout',
-    group: 'store',
+    group: 'delivery to the proxy',
     placeholder: 'DURATION',
     default: '60s',
     help: 'Kill the reload command, and every process it started, after this long.',
@@ -91,28 +92,28 @@ export const RUN_FLAGS = [
   },
   {
     name: 'reload-signal',
-    group: 'store',
+    group: 'delivery to the proxy',
     placeholder: 'HUP|USR1|USR2',
-    help: 'Instead of a command, send this signal to the process --reload-pidfile names after files changed.',
+    help: 'Instead of a command, send this signal to the process --reload-pidfile names.',
     detail: "nginx: HUP. In a Pod: a shared process namespace and the proxy's master running as certshare's uid (docs/proxies.md).",
   },
   {
     name: 'reload-pidfile',
-    group: 'store',
+    group: 'delivery to the proxy',
     placeholder: 'FILE',
     help: 'The pid file of the process --reload-signal signals, read afresh at every reload.',
     detail: "E.g. nginx's pid file in a volume shared with the proxy's container.",
   },
   {
     name: 'haproxy-crt-dir',
-    group: 'store',
+    group: 'delivery to the proxy',
     placeholder: 'DIR',
     help: "Write DIR/<domain>.pem (chain and key, 0600, atomic) for HAProxy's crt.",
     detail: 'HAProxy mounts DIR at the same path.',
   },
   {
     name: 'haproxy-socket',
-    group: 'store',
+    group: 'delivery to the proxy',
     placeholder: 'PATH',
     help: "HAProxy's runtime API socket: each renewed certificate is pushed to it, no reload.",
     detail: '`stats socket PATH level admin` in HAProxy; `set ssl cert` then `commit ssl cert`; --reload-timeout bounds each exchange.',
@@ -259,7 +260,7 @@ export const RUN_FLAGS = [
     name: 'federation-trust-anchors',
     group: 'Kubernetes',
     placeholder: 'FILE',
-    help: "PEM CA certificates a federated group's certificates must chain to. Default: the CAs Node trusts.",
+    help: "PEM CA certificates a federated group's certificates chain to (default: the CAs Node trusts).",
     detail:
       'A pair read from the home or the local Secret, or written to the home, counts only if its signatures verify up to one of ' +
       "them; any other is refused (CERTSHARE_CERT_UNTRUSTED) and never served. The default is Node's CA store: its Mozilla " +
@@ -267,7 +268,7 @@ export const RUN_FLAGS = [
   },
   {
     name: 'out-dir',
-    group: 'Kubernetes',
+    group: 'delivery to the proxy',
     placeholder: 'DIR',
     help: 'Also project the current certificates into DIR/<domain>/, then run --reload-command.',
   },
@@ -351,7 +352,7 @@ export const RUN_FLAGS = [
     name: 'advertise-agent',
     group: 'served check and Tailscale Services',
     placeholder: 'DIR',
-    help: "Advertise through certshare advertise-agent's exchange directory, not by editing tailscaled's prefs.",
+    help: "Advertise through certshare advertise-agent's exchange directory, not by editing prefs.",
     detail: 'certshare then needs no right on tailscaled but certificates (set by certshare injector).',
   },
   {
@@ -538,7 +539,7 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
  * Every rule of the configuration that is not the syntax of one value, checked before anything starts
  * (as Tailscale's containerboot settings.validate() does): the first broken rule, or undefined.
  */
-export function leaveTokenRules(c: DaemonConfig): Array<[boolean, () => string]> {
+function leaveTokenRules(c: DaemonConfig): Array<[boolean, () => string]> {
   if (c.leaveToken === undefined) return [];
   return [
     [

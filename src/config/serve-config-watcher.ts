@@ -2,10 +2,10 @@ import { watch, type FSWatcher } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { domainsFromServeConfig, servicesFromServeConfig } from './serve-config.ts';
 
-export interface ServeConfigWatcherOptions {
+interface ServeConfigWatcherOptions {
   path: string;
   logger: Logger;
   onDomains(domains: string[]): void;

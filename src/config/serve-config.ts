@@ -1,5 +1,5 @@
-import { isServiceName } from '../core/advertisement.ts';
-import { partitionDomains } from '../core/domain.ts';
+import { isServiceName } from '../core/served/advertisement.ts';
+import { partitionDomains } from '../core/certificates/domain.ts';
 import { CertshareError } from '../core/errors.ts';
 
 // The parts of Tailscale's ipn.ServeConfig that name TLS-terminated hosts. Go field names, no json tags.
@@ -17,7 +17,7 @@ interface ServeConfig extends ServeScope {
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-export interface ServeConfigDomains {
+interface ServeConfigDomains {
   /** Canonical domain names (see normalizeDomain), sorted. */
   domains: string[];
   /** Hosts that are not domain names (e.g. `../../x`): never used, reported with the reason. */
@@ -68,10 +68,11 @@ function parseServeConfig(text: string, source: string): ServeConfig {
 /**
  * At most this many Services from one ServeConfig (--advertise-services serve-config): a bound on what a
  * runaway file makes certshare write into tailscaled's prefs at every edit, far above a proxy group's few.
+ * @forTests
  */
 export const MAX_SERVE_CONFIG_SERVICES = 64;
 
-export interface ServeConfigServices {
+interface ServeConfigServices {
   /** Tailscale Service names (`svc:<label>`), sorted. */
   services: string[];
   /** Keys of `Services` that are no Service name (e.g. `web`, `svc:Web_1`): never advertised, reported with the reason. */

@@ -193,7 +193,7 @@ type Slots<T extends string> = T extends `${string}{${infer Slot}}${infer Rest}`
 type SlotsOf<C extends ErrorCode> = Slots<(typeof ERROR_CODES)[C]['message']>;
 
 /** What a site gives for a code: the sentence itself when the template's one slot is {problem}, else each slot by name. */
-export type MessageArgs<C extends ErrorCode> = [SlotsOf<C>] extends ['problem'] ? string : { [Slot in SlotsOf<C>]: string | number };
+type MessageArgs<C extends ErrorCode> = [SlotsOf<C>] extends ['problem'] ? string : { [Slot in SlotsOf<C>]: string | number };
 
 /** The message of `code` with its template's slots filled. */
 export function errorText<C extends ErrorCode>(code: C, args: MessageArgs<C>): string {

@@ -2,10 +2,10 @@ import { mkdir, readFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { CertPair } from '../core/localapi.ts';
-import type { Logger } from '../core/logger.ts';
-import type { LoopObserver } from '../core/observer.ts';
-import type { StoredCert } from '../core/store.ts';
+import type { CertPair } from '../core/ports/localapi.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { LoopObserver } from '../core/ports/observer.ts';
+import type { StoredCert } from '../core/ports/store.ts';
 import { safeName, writeFileAtomically } from '../store/cert-directory.ts';
 import type { ReloadOutcome } from './reload-command.ts';
 
@@ -32,6 +32,7 @@ export function checkHaproxyPath(flag: string, path: string): string | undefined
 /**
  * The file HAProxy's `crt` loads: the chain, then the key, with no blank line (a blank line ends a
  * runtime API payload) and no carriage return.
+ * @forTests
  */
 export function combinedPem(pair: CertPair): string {
   const lines = `${pair.certPem}\n${pair.keyPem}`.split('\n').map((l) => l.replace(/\r$/, ''));

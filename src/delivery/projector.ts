@@ -1,7 +1,7 @@
 import { errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
-import type { LoopObserver } from '../core/observer.ts';
-import type { StoredCert } from '../core/store.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { LoopObserver } from '../core/ports/observer.ts';
+import type { StoredCert } from '../core/ports/store.ts';
 import type { CertDirectory } from '../store/cert-directory.ts';
 
 /**

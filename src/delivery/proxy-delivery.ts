@@ -1,9 +1,21 @@
-import type { DaemonConfig } from '../config/daemon-config.ts';
-import type { Logger } from '../core/logger.ts';
-import type { LoopObserver } from '../core/observer.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { LoopObserver } from '../core/ports/observer.ts';
 import { HaproxyDelivery, HaproxyRuntimeApi } from './haproxy.ts';
-import { type CoalescedReload, ReloadCommand, type ReloadOutcome } from './reload-command.ts';
+import { type CoalescedReload, ReloadCommand, type ReloadOutcome, type ReloadSpec } from './reload-command.ts';
 import { SignalReload } from './reload-signal.ts';
+
+/** The settings of delivery, and only those (the daemon hands its configuration, which holds them). */
+interface DeliverySettings {
+  /** --reload-command, killed after reloadTimeoutMs (which also bounds a HAProxy exchange). */
+  reloadCommand: ReloadSpec | undefined;
+  reloadTimeoutMs: number;
+  /** --reload-signal, sent to the pid in reloadPidFile after files changed. */
+  reloadSignal: NodeJS.Signals | undefined;
+  reloadPidFile: string | undefined;
+  /** --haproxy-crt-dir and --haproxy-socket. */
+  haproxyCrtDir: string | undefined;
+  haproxySocket: string | undefined;
+}
 
 /** How renewed certificates reach the proxy, as the configuration asks: what the daemon wires in. */
 export interface ProxyDelivery {
@@ -16,7 +28,7 @@ export interface ProxyDelivery {
 }
 
 export function proxyDelivery(
-  config: DaemonConfig,
+  config: DeliverySettings,
   options: { logger: Logger; onOutcome: (o: ReloadOutcome) => void; filesWritten: (domain: string, path: string) => void },
 ): ProxyDelivery {
   const { logger, onOutcome, filesWritten } = options;

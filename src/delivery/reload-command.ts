@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { CertshareError } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 
 /**
  * What `--reload-command` asks for: an argv (the JSON array form, `["nginx","-s","reload"]`), run without
@@ -34,7 +34,7 @@ export function parseReloadCommand(text: string): ReloadSpec {
   return { argv: parsed as string[] };
 }
 
-/** The argv to spawn for `spec` (see ReloadSpec). */
+/** The argv to spawn for `spec` (see ReloadSpec). @forTests */
 export function commandLine(spec: ReloadSpec, shellAvailable = existsSync('/bin/sh')): string[] {
   if ('argv' in spec) return spec.argv;
   return shellAvailable ? ['/bin/sh', '-c', spec.shell] : spec.shell.trim().split(/\s+/);
@@ -44,7 +44,7 @@ function describe(spec: ReloadSpec): string | string[] {
   return 'argv' in spec ? spec.argv : spec.shell;
 }
 
-/** How a reload reached the proxy: the command, a signal to its pid (reload-signal.ts), HAProxy's runtime API (haproxy.ts). */
+/** How a reload reached the proxy: the command, a signal to its pid (reload-signal.ts), HAProxy's runtime API (haproxy.ts). @forTests */
 export type ReloadMethod = 'command' | 'signal' | 'haproxy';
 
 export interface ReloadOutcome {

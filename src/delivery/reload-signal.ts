@@ -1,7 +1,7 @@
 import { constants } from 'node:fs';
 import { lstat, open } from 'node:fs/promises';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { CoalescedReload, type ReloadOutcome } from './reload-command.ts';
 
 /**
@@ -43,6 +43,7 @@ function failed(problem: string, cause?: unknown): CertshareError {
  * The pid a pid file names: one positive integer (surrounding white space allowed), neither 1 (the Pod's
  * init, or the sandbox's pause: a HUP there means nothing good) nor this process. The file is opened
  * without blocking (a FIFO planted at the path cannot hang the daemon) and must be a regular file.
+ * @forTests
  */
 export async function readPidFile(path: string, ownPid = process.pid): Promise<number> {
   let text: string;

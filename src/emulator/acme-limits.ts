@@ -3,9 +3,9 @@
 // through its LocalAPI: HTTP 429, Let's Encrypt's problem text, Retry-After in seconds (the same shape as
 // the rate_limit_429 fault). Counted over a sliding window, which is at least as strict as Let's Encrypt's
 // gradual refill: a client that passes here passes there.
-import { formatGoDuration } from '../core/duration.ts';
-import type { BudgetLimit } from '../core/issuance-budget.ts';
-import type { RegisteredDomainRule } from '../core/registered-domain.ts';
+import { formatGoDuration } from '../core/values/duration.ts';
+import type { BudgetLimit } from '../core/issuance/issuance-budget.ts';
+import type { RegisteredDomainRule } from '../core/issuance/registered-domain.ts';
 
 export interface AcmeLimits {
   /** New certificates (first issuances of a name) per registered domain. Let's Encrypt: 50/168h. */

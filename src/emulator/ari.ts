@@ -8,15 +8,15 @@
 // API (control.ts) sets a window or a raw answer for a certificate and revokes one, as pebble's
 // management API does (`/set-renewal-info/`) and an ACME revokeCert would.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ariCertificateId } from '../core/certificate-id.ts';
-import type { Logger } from '../core/logger.ts';
+import { ariCertificateId } from '../core/renewal/certificate-id.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import type { SignedLeaf } from '../pki/ca.ts';
 import { sendJson, sendText } from './http-util.ts';
 
 export const ACME_PREFIX = '/acme/';
 const DIRECTORY_PATH = '/acme/directory';
 const RENEWAL_INFO_PATH = '/acme/renewal-info/';
-export const DEFAULT_ARI_RETRY_AFTER_SECONDS = 21_600;
+const DEFAULT_ARI_RETRY_AFTER_SECONDS = 21_600;
 const DAY = 86_400_000;
 const H = 3_600_000;
 
@@ -49,7 +49,7 @@ interface Known {
   override?: AriOverride;
 }
 
-export interface AriDeskOptions {
+interface AriDeskOptions {
   clock: { now(): number };
   /** Half the default window around the 2/3 point. Default 24 h (pebble). */
   halfWidthMs?: number;

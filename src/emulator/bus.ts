@@ -9,8 +9,8 @@
 import { randomBytes } from 'node:crypto';
 import type { EventEmitter } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { IpnState, NotifyMask } from '../core/localapi.ts';
-import type { Logger } from '../core/logger.ts';
+import { IpnState, NotifyMask } from '../core/ports/localapi.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import type { ReleaseFeatures } from '../localapi/releases.ts';
 import { faultDefaults, type BusFault } from './faults.ts';
 import { malformedLine, netMapJson, notifyJson, paddedNotifyJson, selfNode, statusJson, type NodeIdentity } from './netmap.ts';
@@ -27,7 +27,7 @@ const RATE_LIMIT_INCOMPATIBLE: ReadonlyArray<[number, string]> = [
   [NotifyMask.PeerPatches, 'NotifyPeerPatches'],
 ];
 
-export interface BusOptions {
+interface BusOptions {
   version: string;
   style: NetmapStyle;
   features: ReleaseFeatures;
@@ -48,7 +48,7 @@ interface BusStream {
   mask: number;
 }
 
-export type MaskResult = { ok: true; mask: number } | { ok: false; status: number; message: string };
+type MaskResult = { ok: true; mask: number } | { ok: false; status: number; message: string };
 
 /**
  * Parses and validates the mask as the release does (ipn/localapi/localapi.go serveWatchIPNBus and

@@ -1,7 +1,7 @@
 // The node's cert domains as the emulator shows them: those visible now, those that appear only after
 // --domain-delay, and each change announced (the log, the event, the IPN bus).
 import type { EventEmitter } from 'node:events';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 
 export class CertDomains {
   readonly #visible = new Set<string>();

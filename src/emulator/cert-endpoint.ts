@@ -4,9 +4,9 @@
 import type { EventEmitter } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { randomBytes } from 'node:crypto';
-import { parseDuration } from '../core/duration.ts';
+import { parseDuration } from '../core/values/duration.ts';
 import { errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import type { SignedLeaf } from '../pki/ca.ts';
 import { AcmeRateLimited, acmeRetryTime } from './acme-limits.ts';
 import { faultDefaults, type CertFault } from './faults.ts';

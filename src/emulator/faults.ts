@@ -1,7 +1,7 @@
 // Scripted failures: what a real tailscaled / Let's Encrypt / node does to a client on a bad day.
 // A fault targets the cert endpoint or the IPN bus and applies to the next `count` matching events
 // (0 or "always" = until cleared); cert faults can be limited to one domain.
-import { parseDuration } from '../core/duration.ts';
+import { parseDuration } from '../core/values/duration.ts';
 
 export const CERT_FAULT_KINDS = [
   'rate_limit_429',
@@ -19,8 +19,8 @@ export const CERT_FAULT_KINDS = [
 ] as const;
 export const BUS_FAULT_KINDS = ['disconnect', 'malformed_line', 'huge_line'] as const;
 
-export type CertFaultKind = (typeof CERT_FAULT_KINDS)[number];
-export type BusFaultKind = (typeof BUS_FAULT_KINDS)[number];
+type CertFaultKind = (typeof CERT_FAULT_KINDS)[number];
+type BusFaultKind = (typeof BUS_FAULT_KINDS)[number];
 
 interface FaultCommon {
   /** How many matching events it applies to: default 1; 0 or "always" = until cleared. */

@@ -7,10 +7,10 @@
 // One issuance at a time per domain: callers that need a new pair wait for the one in flight and then
 // decide again, so concurrent requests share it.
 import type { EventEmitter } from 'node:events';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { errorMessage } from '../core/errors.ts';
 import { createCertificateAuthority, loadCertificateAuthority, type CertificateAuthority, type SignedLeaf } from '../pki/ca.ts';
-import type { RegisteredDomainRule } from '../core/registered-domain.ts';
+import type { RegisteredDomainRule } from '../core/issuance/registered-domain.ts';
 import { AcmeLimiter, type AcmeLimits } from './acme-limits.ts';
 import { appendLedger } from './ledger.ts';
 
@@ -48,7 +48,7 @@ export interface IssuerOptions {
   onLeaf?: ((domain: string, leaf: SignedLeaf) => Promise<void>) | undefined;
 }
 
-/** Emitted as `issued` on the emulator's events, and written to the ledger. */
+/** Emitted as `issued` on the emulator's events, and written to the ledger. @forTests */
 export interface IssuedEvent {
   domain: string;
   serial: string;

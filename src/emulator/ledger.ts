@@ -10,8 +10,9 @@
 // line without `kind` as an issuance.
 import { appendFile } from 'node:fs/promises';
 import { errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 
+/** @forTests */
 export interface LedgerIssuance {
   kind: 'issuance';
   time: string;
@@ -38,8 +39,9 @@ export interface LedgerRequest {
 }
 
 /** The original issuance line (no `kind`, no `trigger`). */
-export type LedgerIssuanceV1 = Omit<LedgerIssuance, 'kind' | 'trigger'>;
+type LedgerIssuanceV1 = Omit<LedgerIssuance, 'kind' | 'trigger'>;
 
+/** @forTests */
 export type LedgerLine = LedgerIssuance | LedgerRequest | LedgerIssuanceV1;
 
 export async function appendLedger(path: string, line: LedgerLine, logger: Logger): Promise<void> {

@@ -3,9 +3,9 @@ import { connect } from 'node:net';
 import { lstat, unlink } from 'node:fs/promises';
 import type { Server } from 'node:http';
 import { errorMessage } from '../core/errors.ts';
-import { parseHostPort } from '../core/listen-address.ts';
+import { parseHostPort } from '../core/values/listen-address.ts';
 
-export type ListenTarget = { kind: 'unix'; path: string } | { kind: 'tcp'; host: string; port: number };
+type ListenTarget = { kind: 'unix'; path: string } | { kind: 'tcp'; host: string; port: number };
 
 /** A value containing ':' and no '/' is TCP host:port ("[::1]:0", "127.0.0.1:8080", ":0"); anything else is a socket path. */
 export function parseListen(value: string): ListenTarget {
@@ -47,7 +47,7 @@ async function clearStaleSocket(path: string): Promise<void> {
   await unlink(path);
 }
 
-export interface Bound {
+interface Bound {
   address: string;
   socketPath: string | undefined;
   port: number | undefined;

@@ -1,7 +1,7 @@
 // The emulator's HTTP routes: tailscaled's LocalAPI (the IPN bus, status, cert-domains, dns-config, the
 // cert endpoint with its optional ledger line per request), its control API and the CA's ACME side.
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import type { ReleaseFeatures } from '../localapi/releases.ts';
 import { ACME_PREFIX, type AriDesk } from './ari.ts';
 import { type IpnBus, parseMask } from './bus.ts';

@@ -179,7 +179,7 @@ export function netMapJson(ident: NodeIdentity, version: string, certDomains: re
   return `${headJson.slice(0, -1)},"Peers":${peersJson(ident, padBytes)},${tailJson.slice(1)}`;
 }
 
-export interface NotifyParts {
+interface NotifyParts {
   sessionId?: string;
   state?: number;
   selfChangeJson?: string | undefined;

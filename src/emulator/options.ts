@@ -1,9 +1,9 @@
 // The emulator's flags: its command line to EmulatorOptions, and its usage (`certshare emulator`, src/cli/emulator.ts).
 // The project's one flag system (src/flags/flags.ts), without environment variables: the emulator reads none.
 import { readFileSync } from 'node:fs';
-import { normalizeDomain } from '../core/domain.ts';
+import { normalizeDomain } from '../core/certificates/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { parseBudget } from '../core/issuance-budget.ts';
+import { parseBudget } from '../core/issuance/issuance-budget.ts';
 import { type CommandHelp, commandUsage, duration, parseFlags, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 import type { AcmeLimits } from './acme-limits.ts';
 import { BUS_FAULT_KINDS, CERT_FAULT_KINDS, parseFaultSpec, type Fault } from './faults.ts';
@@ -17,7 +17,7 @@ export function generatedDomains(count: number): string[] {
   return Array.from({ length: count }, (_, i) => `host-${String(i + 1).padStart(4, '0')}.tailnet-0000.ts.net`);
 }
 
-export const EMULATOR_FLAGS = [
+const EMULATOR_FLAGS = [
   {
     name: 'listen',
     group: 'serving and logs',
@@ -43,7 +43,7 @@ export const EMULATOR_FLAGS = [
     group: 'cert domains',
     placeholder: 'FQDN',
     multiple: true,
-    help: "A Tailscale Service's domain (<label>.<tailnet>.ts.net), a cert domain only while the prefs advertise svc:<label>.",
+    help: 'A Service domain (<label>.<tailnet>.ts.net), granted only while prefs advertise svc:<label>.',
   },
   {
     name: 'service-tag',
@@ -143,7 +143,7 @@ export const EMULATOR_HELP: CommandHelp = {
 
 export const emulatorUsage = commandUsage(EMULATOR_HELP);
 
-export type ParsedEmulatorArgs = { help: true } | { help: false; options: EmulatorOptions; logLevel: string };
+type ParsedEmulatorArgs = { help: true } | { help: false; options: EmulatorOptions; logLevel: string };
 
 function badFlag(message: string): never {
   throw new CertshareError('CERTSHARE_BAD_FLAG', message);

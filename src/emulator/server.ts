@@ -5,15 +5,15 @@ import { EventEmitter } from 'node:events';
 import { createServer } from 'node:http';
 import { randomBytes } from 'node:crypto';
 import { errorMessage } from '../core/errors.ts';
-import { silentLogger, type Logger } from '../core/logger.ts';
+import { silentLogger, type Logger } from '../core/ports/logger.ts';
 import { IpnBus, type NetmapStyle } from './bus.ts';
 import { CertDomains } from './cert-domains.ts';
 import type { CertEndpointDeps } from './cert-endpoint.ts';
 import type { ControlTarget } from './control.ts';
 import { ACME_PREFIX, AriDesk, type AriCertificateRecord, type AriOverride, type AriSelector } from './ari.ts';
-import { describeFault, FaultQueue, normalizeFault, type BusFault, type CertFault, type Fault } from './faults.ts';
+import { describeFault, FaultQueue, normalizeFault, type Fault } from './faults.ts';
 import { sendError } from './http-util.ts';
-import { loadRegisteredDomainRule } from '../core/registered-domain.ts';
+import { loadRegisteredDomainRule } from '../core/issuance/registered-domain.ts';
 import type { AcmeLimits } from './acme-limits.ts';
 import { Issuer, type IssuerOptions } from './issuer.ts';
 import { increment, type LocalApiContext, RequestCounts, routeLocalApi, serveAcme } from './localapi-routes.ts';
@@ -25,7 +25,7 @@ import { parseTailscaledVersion, releaseFeatures, type ReleaseFeatures } from '.
 export type { NetmapStyle } from './bus.ts';
 
 export const DEFAULT_DOMAIN = 'demo.tailnet-0000.ts.net';
-export const DEFAULT_CERT_LIFETIME_MS = 90 * 86_400_000;
+const DEFAULT_CERT_LIFETIME_MS = 90 * 86_400_000;
 /** The release emulated by default: the current one. */
 export const DEFAULT_TAILSCALED_VERSION = '1.104.5';
 /** The release emulated for a style when only the style is given: the current one, or one that resends the netmap. */
@@ -109,7 +109,7 @@ export interface EmulatorOptions {
   logger?: Logger;
 }
 
-export interface EmulatorStats {
+interface EmulatorStats {
   id: string;
   version: string;
   netmapStyle: NetmapStyle;
@@ -142,6 +142,7 @@ export interface EmulatorStats {
  * Events on `emulator.events`: `certRequest` {domain,type,minValidity}, `certResponse` {domain,status},
  * `issued` {domain,serial,notBefore,notAfter,trigger}, `fault` {fault,domain?}, `busConnect` {mask},
  * `busDisconnect` {mask}, `certDomains` {domains}, `renewalInfo` {certId,status} (an ARI request answered).
+ * @forTests
  */
 export interface Emulator {
   readonly id: string;
@@ -178,7 +179,7 @@ export interface Emulator {
 }
 
 /** A broken rule of EmulatorOptions, worded for the caller of startEmulator and for the command line. */
-export interface OptionsProblem {
+interface OptionsProblem {
   api: string;
   /** With the flags' names (src/emulator/options.ts). */
   cli: string;
@@ -483,5 +484,3 @@ async function listen(options: EmulatorOptions, context: LocalApiContext) {
   };
   return { bound, acmeDirectoryUrl, close };
 }
-
-export type { Fault, CertFault, BusFault };

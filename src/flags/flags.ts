@@ -1,8 +1,8 @@
 // The one flag system of every command (certshare run, demo, injector, emulator; the project's scripts through
-// scripts/lib/command-line.ts): a table of FlagSpecs, parsed with the environment behind the flags, the usage
+// bench/lib/command-line.ts): a table of FlagSpecs, parsed with the environment behind the flags, the usage
 // --help prints by group from the same table, and the reference page docs/configuration.md (scripts/docs.ts).
 import { parseArgs } from 'node:util';
-import { parseDuration } from '../core/duration.ts';
+import { parseDuration } from '../core/values/duration.ts';
 import { CertshareError } from '../core/errors.ts';
 
 /** One command-line flag; every flag also reads `CERTSHARE_<NAME>` from the environment, flags win. */
@@ -89,7 +89,7 @@ export function duration<Values extends object>(values: Values, name: keyof Valu
   }
 }
 
-export interface UsageOptions {
+interface UsageOptions {
   /** What the first line runs (default `certshare COMMAND`). */
   invocation?: string;
   /** Whether the flags were parsed with the environment (default true): the usage then names each variable. */
@@ -126,10 +126,11 @@ export function usage(command: string, summary: string, specs: readonly FlagSpec
     lines.push('', group === '' ? 'Flags:' : `${group}:`);
     for (const spec of members) {
       const marks = [spec.multiple ? 'repeatable' : '', spec.required ? 'required: see above' : ''].filter(Boolean);
-      lines.push(`  ${flagSyntax(spec)}${marks.length > 0 ? ` (${marks.join(', ')})` : ''}`);
       const extra = fromEnv ? [`env ${envName(spec.name)}`, ...(spec.aliasesEnv ?? []).map((e) => `or ${e}`)] : [];
-      if (spec.default !== undefined) extra.push(`default ${spec.default}`);
-      lines.push(`      ${spec.help}${extra.length > 0 ? ` [${extra.join(', ')}]` : ''}`);
+      // An empty default is no default a person can read: it prints nothing.
+      if (spec.default) extra.push(`default ${spec.default}`);
+      const mark = marks.length > 0 ? ` (${marks.join(', ')})` : '';
+      lines.push(`  ${flagSyntax(spec)}${mark}${extra.length > 0 ? `  [${extra.join(', ')}]` : ''}`, `      ${spec.help}`);
     }
   }
   lines.push('', '  -h, --help', '      Show this help.');

@@ -1,4 +1,4 @@
-// Drives the CA rotation policy (src/core/ca-rotation.ts) against the cluster: the CAs live in one Secret,
+// Drives the CA rotation policy (src/core/injector-ca/ca-rotation.ts) against the cluster: the CAs live in one Secret,
 // the serving leaf in another, the bundle in the objects named by flag. Every replica reads (watching the
 // Secrets and the objects) and serves the leaf; only the holder of the writer role (a Lease, as for the
 // daemon's groups) writes. Every write is still compare-and-swap on the resourceVersion it read, so a
@@ -19,11 +19,11 @@ import {
   type RotationAction,
   type RotationPolicy,
   type RotationState,
-} from '../core/ca-rotation.ts';
-import type { Clock } from '../core/clock.ts';
+} from '../core/injector-ca/ca-rotation.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
-import type { IssuanceRole } from '../core/store.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { IssuanceRole } from '../core/ports/store.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from '../kube/connection.ts';
 import { withSignal } from '../kube/transport/https-transport.ts';
 import { SecretWatch, type ObjectCollection } from '../kube/secret-watch.ts';
@@ -33,7 +33,7 @@ import { createInjectorCa, issueServingLeaf, loadInjectorCa, type LeafNames } fr
 import { TARGET_API, observedCaSerials, observedCas, targetKey, withCaBundle, type Target } from './targets.ts';
 import type { ServingPair } from './tls-server.ts';
 
-export interface InjectorControllerOptions {
+interface InjectorControllerOptions {
   connection: KubeConnection;
   custom: CustomObjectsApi;
   clock: Clock;
@@ -76,7 +76,7 @@ interface CaEntry extends CaRecord {
   certPem: string;
 }
 
-export interface InjectorControllerEvents {
+interface InjectorControllerEvents {
   served: [serial: string];
   action: [action: RotationAction];
   /** A pass failed: lost a compare-and-swap (re-read at once) or an error (retried with backoff). */

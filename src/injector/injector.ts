@@ -1,27 +1,28 @@
 // The injector: the mutating admission webhook that adds certshare to Pods, serving TLS from its own CA
 // (rotated with overlap by src/injector/controller.ts) and reloading it without restarts; its flags, its
-// configuration and its start. `certshare injector` runs it (src/cli/injector.ts).
+// configuration and its start. `certshare injector` runs it (src/cli/injector-command.ts).
 import { EventEmitter } from 'node:events';
 import { isIP } from 'node:net';
 import { hostname } from 'node:os';
 import { CustomObjectsApi } from '../kube/transport/client-node.ts';
-import { emptyRotationState, rotationPolicyProblem, type RotationPolicy } from '../core/ca-rotation.ts';
-import { systemClock, type Clock } from '../core/clock.ts';
+import { emptyRotationState, rotationPolicyProblem, type RotationPolicy } from '../core/injector-ca/ca-rotation.ts';
+import { systemClock, type Clock } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import type { V1ResourceRequirements } from '../kube/transport/client-node.ts';
-import { isConfigMapKey, isObjectName } from '../core/kube-names.ts';
+import { isConfigMapKey, isObjectName } from '../core/values/kube-names.ts';
 import { connectKube } from '../kube/connection.ts';
 import { LeaseElector } from '../kube/lease-elector.ts';
 import { makeApi } from '../kube/transport/https-transport.ts';
-import { parseHostPort } from '../core/listen-address.ts';
+import { parseHostPort } from '../core/values/listen-address.ts';
 import { type CommandHelp, duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 import { tlsChoice, type ShareMode } from '../config/run-options.ts';
 import type { TlsChoice } from '../config/daemon-config.ts';
 import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom, type LogFormat } from '../logging/log-format.ts';
 import { followPair } from '../tls/followed-pair.ts';
+import { secretPairSource } from '../kube/secret-pair-source.ts';
 import { InjectorController } from './controller.ts';
-import { InjectorMetrics, admissionResult, startMetricsServer } from './metrics.ts';
+import { InjectorMetrics, admissionResult, startMetricsServer } from './injector-metrics.ts';
 import { DEFAULT_READINESS_GATE, admissionReviewResponse, checkInjectionDefaults, checkSidecarFlags, sidecarForm, type InjectionDefaults } from './mutate.ts';
 import { serviceDnsNames, type LeafNames } from './pki.ts';
 import { DEFAULT_IMAGE, type CaBundleSource } from './sidecar.ts';
@@ -30,7 +31,7 @@ import { parseTarget, type Target } from './targets.ts';
 import { startTlsServer, type TlsServer } from './tls-server.ts';
 
 /** The sections of `certshare injector --help`, by task, in this order. */
-export const INJECTOR_GROUPS = ['serving and logs', 'webhook certificate', 'CA rotation', 'Kubernetes', 'injected sidecar', 'shutdown'] as const;
+const INJECTOR_GROUPS = ['serving and logs', 'webhook certificate', 'CA rotation', 'Kubernetes', 'injected sidecar', 'shutdown'] as const;
 
 export const INJECTOR_FLAGS = [
   {
@@ -237,7 +238,7 @@ export const INJECTOR_FLAGS = [
     group: 'injected sidecar',
     placeholder: 'grant|manual',
     default: 'grant',
-    help: "Pods advertising Tailscale Services: make their advertise agent tailscaled's operator, or let them.",
+    help: "Make the advertise agent of Pods that advertise Services tailscaled's operator, or not.",
     detail:
       `grant: the injector adds a passwd entry and TS_EXTRA_ARGS=--operator=certshare-advertise to tailscaled's container unless ` +
       "the Pod says certshare.io/tailscale-operator: manual; certshare's own uid never is (docs/tailscale-services.md).",
@@ -253,7 +254,7 @@ export const INJECTOR_FLAGS = [
 ] as const satisfies readonly FlagSpec<(typeof INJECTOR_GROUPS)[number]>[];
 
 /** The parsed values of `certshare injector`. */
-export type InjectorValues = FlagValues<typeof INJECTOR_FLAGS>;
+type InjectorValues = FlagValues<typeof INJECTOR_FLAGS>;
 
 /** `certshare injector --help` and its part of docs/configuration.md. */
 export const INJECTOR_HELP: CommandHelp = {
@@ -266,7 +267,7 @@ export const INJECTOR_HELP: CommandHelp = {
   example: "certshare injector --sidecar-image registry.example.com/certshare:0.1.0 --sidecar-flags='--issuance-budget=20/168h'",
 };
 
-export interface InjectorConfig {
+interface InjectorConfig {
   listen: { host: string; port: number };
   metricsListen: { host: string; port: number };
   metricsTls: TlsChoice | undefined;
@@ -360,6 +361,7 @@ function grantsOperator(value: string): boolean {
  * starts (as the daemon's validateConfig): the first broken rule, or undefined. The last one runs the
  * injection of a Pod that asks for certshare and sets nothing else: defaults that would refuse every such
  * Pod (an out-dir over the CA bundle's directory, a flag the daemon refuses) stop the start instead.
+ * @forTests
  */
 export function validateInjectorConfig(c: InjectorConfig): string | undefined {
   const rules: Array<[broken: () => boolean, message: () => string]> = [
@@ -495,6 +497,7 @@ function sidecarFlags(text: string): string {
   return text;
 }
 
+/** @forTests */
 export interface Injector {
   server: TlsServer;
   controller: InjectorController;
@@ -515,6 +518,7 @@ export async function startInjector(
   const events = new EventEmitter();
   const metricsPairs = config.metricsTls
     ? await followPair(config.metricsTls, {
+        secretSource: secretPairSource,
         logger: deps.logger,
         clock,
         env: deps.env,

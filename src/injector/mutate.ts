@@ -4,8 +4,8 @@ import type { V1Container, V1Pod, V1PodSpec, V1ResourceRequirements, V1Volume } 
 import { envName, findFlag, parseFlags } from '../flags/flags.ts';
 import { isLogLevel, LOG_LEVELS_TEXT } from '../logging/log-format.ts';
 import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../config/run-options.ts';
-import { normalizeDomain } from '../core/domain.ts';
-import { parseDuration } from '../core/duration.ts';
+import { normalizeDomain } from '../core/certificates/domain.ts';
+import { parseDuration } from '../core/values/duration.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { randomBytes } from 'node:crypto';
 import {
@@ -22,11 +22,12 @@ import {
   type CaBundleSource,
   type SidecarSettings,
 } from './sidecar.ts';
-import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../served/leave-rotation.ts';
+import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../core/served/leave-rotation.ts';
 import { parseReloadSignal } from '../delivery/reload-signal.ts';
 import { wantsOperatorGrant, withOperatorGrant } from './tailscale-operator.ts';
 import { proxyTlsPort } from './served-check-port.ts';
 
+/** @forTests */
 export const ANNOTATION = {
   inject: 'certshare.io/inject',
   domains: 'certshare.io/domains',
@@ -88,7 +89,7 @@ const POD_FLAGS: Record<string, (value: string) => string | undefined> = {
   'advertise-failover': (v) => withinDuration(v, 60_000),
 };
 /** The injector flag that sets the platform's `certshare run` flags for every sidecar. */
-export const SIDECAR_FLAGS_FLAG = '--sidecar-flags';
+const SIDECAR_FLAGS_FLAG = '--sidecar-flags';
 
 function withinDuration(value: string, maxMs: number): string | undefined {
   let ms: number;
@@ -139,13 +140,13 @@ const PLATFORM_VOLUMES = [CA_VOLUME, HOME_VOLUME];
 /** The ServiceAccount admission plugin's per-Pod token volume. */
 const AUTO_TOKEN_VOLUME = /^kube-api-access-/;
 
-export interface JsonPatchOp {
+interface JsonPatchOp {
   op: 'add';
   path: string;
   value: unknown;
 }
 
-export type Injection = { kind: 'skip'; reason: string } | { kind: 'inject'; pod: V1Pod; patch: JsonPatchOp[] };
+type Injection = { kind: 'skip'; reason: string } | { kind: 'inject'; pod: V1Pod; patch: JsonPatchOp[] };
 
 function bad(annotation: string, message: string): CertshareError {
   return new CertshareError('CERTSHARE_BAD_ANNOTATION', { annotation, problem: message });
@@ -161,10 +162,7 @@ function isAtOrBelow(path: string, dir: string): boolean {
 }
 
 /** The sidecar's settings from the Pod's annotations over the defaults; CERTSHARE_BAD_ANNOTATION on a bad value. */
-export function settingsFromAnnotations(
-  annotations: Record<string, string>,
-  defaults: InjectionDefaults,
-): Omit<SidecarSettings, 'certsVolume' | 'tokenVolume'> {
+function settingsFromAnnotations(annotations: Record<string, string>, defaults: InjectionDefaults): Omit<SidecarSettings, 'certsVolume' | 'tokenVolume'> {
   const domainsText = annotations[ANNOTATION.domains];
   if (domainsText === undefined || domainsText.trim() === '') throw bad(ANNOTATION.domains, 'required: the comma-separated domains to keep certificates for');
   const domains = domainsText
@@ -306,6 +304,7 @@ function probePod(defaults: InjectionDefaults): V1Pod {
 /**
  * The variables of certshare's container whose value comes from the Pod (its annotations and certshare.io/flags,
  * each bounded by this webhook) or is random per Pod (the leave token). Every other variable is the platform's.
+ * @forTests
  */
 export const POD_CHOSEN_ENV: readonly string[] = [
   ...['domain', 'mode', 'out-dir', 'readiness-gate', 'reload-signal', 'reload-pidfile', 'haproxy-crt-dir', 'haproxy-socket', 'leave-token'],
@@ -509,7 +508,7 @@ const DEFAULT_GRACE_SECONDS = 30;
  * stop, bounded by --shutdown-timeout (leaving rotation, handing over the Lease, putting back what an edit
  * took from its Secrets). Both bounds must fit the grace period, or a slow stop ends in SIGKILL.
  */
-export function stopProblem(drainDelayMs: number, shutdownTimeoutMs: number, graceSeconds: number, advertiseFailoverMs = 0): string | undefined {
+function stopProblem(drainDelayMs: number, shutdownTimeoutMs: number, graceSeconds: number, advertiseFailoverMs = 0): string | undefined {
   const drainSeconds = Math.ceil(drainDelayMs / 1000);
   // Advertising: the proxy's preStop call lasts the Services' failover wait, or the drain if longer.
   if (advertiseFailoverMs > drainDelayMs) {
@@ -531,6 +530,7 @@ export function stopProblem(drainDelayMs: number, shutdownTimeoutMs: number, gra
  * What to do with a Pod: leave it (not asked for, or already injected: the webhook may be called again
  * under reinvocationPolicy IfNeeded), or the injected Pod and the patch that makes it.
  * Throws CERTSHARE_BAD_ANNOTATION when the Pod asks for injection with settings that cannot work.
+ * @forTests
  */
 export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection {
   const annotations = pod.metadata?.annotations ?? {};

@@ -3,7 +3,7 @@
 import type { V1PodSpec } from '../kube/transport/client-node.ts';
 
 /** The conventional name of a TLS listener's port (IANA's service name for HTTP over TLS). */
-export const TLS_PORT_NAME = 'https';
+const TLS_PORT_NAME = 'https';
 
 /**
  * The one TCP containerPort named `https` among the containers that may be the proxy: the Pod's regular

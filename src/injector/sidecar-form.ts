@@ -8,7 +8,7 @@ import { CertshareError } from '../core/errors.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from '../kube/connection.ts';
 import { withSignal } from '../kube/transport/https-transport.ts';
 
-/** Its name, in the injector's namespace: the policy binding's paramRef, the Role and certshare-injector-creates-own-objects name it. */
+/** Its name, in the injector's namespace: the policy binding's paramRef, the Role and certshare-injector-creates-own-objects name it. @forTests */
 export const SIDECAR_FORM_CONFIGMAP = 'certshare-injector-sidecar';
 
 /** Creates the ConfigMap, or replaces it whole (another replica's, or an older injector's settings). */

@@ -13,14 +13,16 @@ export const HEALTH_PORT = 9002;
  */
 const STARTUP_PROBE_SECONDS = 600;
 /** tailscaled's socket directory, shared with certshare through a volume. */
-export const SOCKET_DIR = '/var/run/tailscale';
-/** Where client libraries (client-node's loadFromCluster included) look for the ServiceAccount token. */
+const SOCKET_DIR = '/var/run/tailscale';
+/** Where client libraries (client-node's loadFromCluster included) look for the ServiceAccount token. @forTests */
 export const TOKEN_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
-/** Where the platform's CA bundle (the injector's --sidecar-ca-configmap) is mounted, and its one file. */
+/** Where the platform's CA bundle (the injector's --sidecar-ca-configmap) is mounted, and its one file. @forTests */
 export const CA_DIR = '/etc/certshare/ca';
+/** @forTests */
 export const CA_FILE = `${CA_DIR}/ca.crt`;
-/** Where the federation home's kubeconfig (the injector's --sidecar-home-kubeconfig-secret) is mounted, and its file. */
+/** Where the federation home's kubeconfig (the injector's --sidecar-home-kubeconfig-secret) is mounted, and its file. @forTests */
 export const HOME_DIR = '/etc/certshare/federation';
+/** @forTests */
 export const HOME_KUBECONFIG = `${HOME_DIR}/kubeconfig`;
 
 export interface SidecarSettings {
@@ -62,11 +64,12 @@ export interface SidecarSettings {
  * certificate, the routing check, the readiness patch) competes with every container starting on the
  * node, where CPU goes by cgroup weight, which the request sets (10m is weight 1, 100m weight 4;
  * docs/performance.md gives what that changed on the real-cluster tier).
+ * @forTests
  */
 export const SIDECAR_RESOURCES: V1ResourceRequirements = { requests: { cpu: '100m', memory: '112Mi' }, limits: { memory: '192Mi' } };
 
 /** Where, under the out-dir, the HAProxy PEMs are written (`crt <out-dir>/haproxy/` in haproxy.cfg). */
-export const HAPROXY_SUBDIR = 'haproxy';
+const HAPROXY_SUBDIR = 'haproxy';
 
 /**
  * certshare advertise-agent (src/served/advertise-agent.ts), a container of its own next to certshare in a Pod
@@ -76,15 +79,15 @@ export const ADVERTISE_AGENT_NAME = 'certshare-advertise';
 export const ADVERTISE_AGENT_UID = 65533;
 /** The exchange directory: certshare's request volume and the agent's status volume under it, each read-only to the other. */
 export const ADVERTISE_DIR = '/run/certshare-advertise';
-export const ADVERTISE_REQUEST_VOLUME = 'certshare-advertise-request';
-export const ADVERTISE_STATUS_VOLUME = 'certshare-advertise-status';
+const ADVERTISE_REQUEST_VOLUME = 'certshare-advertise-request';
+const ADVERTISE_STATUS_VOLUME = 'certshare-advertise-status';
 /**
  * The agent idle (its RSS in docs/tailscale-services.md) with a quarter of headroom, rounded up to 16 Mi, as the
  * sidecar's request is; it does nothing but a prefs read and edit now and then, hence the small CPU request.
  */
 const ADVERTISE_AGENT_RESOURCES: V1ResourceRequirements = { requests: { cpu: '10m', memory: '80Mi' }, limits: { memory: '128Mi' } };
 
-/** Non-root (the distroless image's nonroot user), read-only root, no privilege, no capability. */
+/** Non-root (the distroless image's nonroot user), read-only root, no privilege, no capability. @forTests */
 export const SIDECAR_SECURITY_CONTEXT: V1SecurityContext = {
   runAsNonRoot: true,
   runAsUser: 65532,

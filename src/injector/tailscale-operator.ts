@@ -8,10 +8,11 @@ import type { V1Container, V1EnvVar, V1PodSpec, V1Volume } from '../kube/transpo
 import { CertshareError } from '../core/errors.ts';
 import { ADVERTISE_AGENT_NAME, ADVERTISE_AGENT_UID, SIDECAR_NAME } from './sidecar.ts';
 
-/** "grant" (the default for a Pod that advertises) or "manual": the Pod grants it itself (docs/tailscale-services.md). */
+/** "grant" (the default for a Pod that advertises) or "manual": the Pod grants it itself (docs/tailscale-services.md). @forTests */
 export const OPERATOR_ANNOTATION = 'certshare.io/tailscale-operator';
-/** The passwd file of tailscaled's container, which the injector writes; the downward API projects it. */
+/** The passwd file of tailscaled's container, which the injector writes; the downward API projects it. @forTests */
 export const PASSWD_ANNOTATION = 'certshare.io/tailscaled-passwd';
+/** @forTests */
 export const OPERATOR_USER = 'certshare-advertise';
 const PASSWD_VOLUME = 'certshare-tailscaled-passwd';
 const EXTRA_ARGS = 'TS_EXTRA_ARGS';
@@ -19,7 +20,7 @@ const EXTRA_ARGS = 'TS_EXTRA_ARGS';
 const EXTRA_ARGS_BASE = 'TS_EXTRA_ARGS_BEFORE_OPERATOR';
 const OPERATOR_ARG = `--operator=${OPERATOR_USER}`;
 
-/** root and nobody, as a minimal image has them, and the advertise agent's uid under a name tailscaled can look up. */
+/** root and nobody, as a minimal image has them, and the advertise agent's uid under a name tailscaled can look up. @forTests */
 export function tailscaledPasswd(): string {
   const uid = ADVERTISE_AGENT_UID;
   return [

@@ -3,7 +3,7 @@
 import { X509Certificate } from 'node:crypto';
 import { CertshareError } from '../core/errors.ts';
 
-export type TargetKind = 'mutatingwebhookconfiguration' | 'validatingwebhookconfiguration' | 'customresourcedefinition' | 'apiservice';
+type TargetKind = 'mutatingwebhookconfiguration' | 'validatingwebhookconfiguration' | 'customresourcedefinition' | 'apiservice';
 
 export const TARGET_API: Record<TargetKind, { group: string; version: string; plural: string }> = {
   mutatingwebhookconfiguration: { group: 'admissionregistration.k8s.io', version: 'v1', plural: 'mutatingwebhookconfigurations' },
@@ -79,11 +79,6 @@ function bundleCerts(pem: string): Map<string, string> {
     }
   }
   return certs;
-}
-
-/** Serials (upper-case hex) of the certificates in a PEM bundle; unparsable blocks are skipped. */
-export function bundleSerials(pem: string): string[] {
-  return [...bundleCerts(pem).keys()];
 }
 
 /** The CAs (PEM by serial) every caBundle of the object contains (a configuration with several webhooks trusts only what all of them trust). */

@@ -2,13 +2,13 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer, type Server } from 'node:https';
 import type { AddressInfo, Socket } from 'node:net';
-import { systemClock, type Clock } from '../core/clock.ts';
+import { systemClock, type Clock } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { checkedPair, servePair, type ServingPair } from '../tls/serving-pair.ts';
 
 export type { ServingPair } from '../tls/serving-pair.ts';
 
-export type JsonHandler = (body: unknown) => unknown;
+type JsonHandler = (body: unknown) => unknown;
 
 /**
  * Bounds against a flood: the webhook sits behind `failurePolicy: Fail`, and any Pod of the cluster can
@@ -23,16 +23,24 @@ export type JsonHandler = (body: unknown) => unknown;
  * dropped at accept, before any TLS work), and past MAX_CONNECTIONS in all the oldest connection of the
  * address holding most is dropped, not the new one: a flood from a few Pods cannot crowd the apiserver out
  * (measured: test/apiserver/injector/flood.test.ts). Many addresses at once can; the NetworkPolicy is the fence then.
+ * @forTests
  */
 export const MAX_BODY_BYTES = 2 * 1024 * 1024;
+/** @forTests */
 export const MAX_IN_FLIGHT = 32;
+/** @forTests */
 export const MAX_IN_FLIGHT_PER_PEER = 8;
+/** @forTests */
 export const MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
+/** @forTests */
 export const MAX_BUFFERED_BYTES_PER_PEER = MAX_BODY_BYTES;
+/** @forTests */
 export const MAX_CONNECTIONS = 256;
+/** @forTests */
 export const MAX_CONNECTIONS_PER_PEER = 64;
+/** @forTests */
 export const BODY_TIMEOUT_MS = 2_000;
-/** The whole request, headers included (Node's requestTimeout and headersTimeout). */
+/** The whole request, headers included (Node's requestTimeout and headersTimeout). @forTests */
 export const REQUEST_TIMEOUT_MS = 10_000;
 
 /** Open connections by remote address, oldest first, with the fairness rules above. */

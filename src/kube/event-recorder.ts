@@ -1,10 +1,10 @@
 import { EventsV1Api, setHeaderOptions, PatchStrategy, V1MicroTime } from './transport/client-node.ts';
-import type { Clock } from '../core/clock.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Clock } from '../core/ports/clock.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { apiErrorCode, apiErrorText, type KubeConnection } from './connection.ts';
 import { makeApi, withSignal } from './transport/https-transport.ts';
 
-/** The reportingController of every Event certshare records. */
+/** The reportingController of every Event certshare records. @forTests */
 export const REPORTING_CONTROLLER = 'certshare.io/certshare';
 
 /** One occurrence to record. */
@@ -28,7 +28,7 @@ export interface EventOccurrence {
   about?: { kind: 'Secret'; name: string };
 }
 
-export interface EventRecorderOptions {
+interface EventRecorderOptions {
   connection: KubeConnection;
   /** The Pod the Events are about; `uid` (downward API metadata.uid) lets `kubectl describe pod` find them. */
   regarding: { name: string; uid?: string | undefined };

@@ -8,7 +8,7 @@ import { CertshareError, errorMessage } from '../core/errors.ts';
 // writes the kubeconfig (the federation home's Secret, a mounted file) would run a command or read a file in
 // certshare's container. What is not on these lists is refused at start, before any request.
 
-/** A kubeconfig with two CA bundles and a client certificate chain is some 20 KiB: 256 KiB is never one. */
+/** A kubeconfig with two CA bundles and a client certificate chain is some 20 KiB: 256 KiB is never one. @forTests */
 export const MAX_KUBECONFIG_BYTES = 256 * 1024;
 
 const TOP = new Set(['apiVersion', 'kind', 'clusters', 'users', 'contexts', 'current-context', 'preferences']);

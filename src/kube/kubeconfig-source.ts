@@ -3,7 +3,7 @@ import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { CertshareError } from '../core/errors.ts';
 
-export type KubeconfigSource = { kind: 'file'; path: string } | { kind: 'in-cluster' };
+type KubeconfigSource = { kind: 'file'; path: string } | { kind: 'in-cluster' };
 
 /**
  * Where the Kubernetes credentials come from: KUBECONFIG (its first file), the Pod's service account, or

@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import { CoordinationV1Api, type V1Lease, V1MicroTime } from './transport/client-node.ts';
-import { jitter } from '../core/backoff.ts';
-import type { Clock } from '../core/clock.ts';
+import { jitter } from '../core/issuance/backoff.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { CertshareError } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
-import type { IssuanceRole } from '../core/store.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { IssuanceRole } from '../core/ports/store.ts';
 import { apiErrorCode, apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { makeApi, withSignal } from './transport/https-transport.ts';
 
@@ -23,12 +23,7 @@ export function leaseIdentity(podName: string): string {
   return `${podName}_${randomBytes(4).toString('hex')}`;
 }
 
-/** The Pod name in a Lease identity made by leaseIdentity() (a Pod name has no `_`). */
-export function leaseHolderPod(identity: string): string {
-  return identity.split('_')[0]!;
-}
-
-export interface LeaseElectorOptions {
+interface LeaseElectorOptions {
   connection: KubeConnection;
   /** The Lease's name: one per group. */
   name: string;

@@ -1,7 +1,7 @@
 import type { V1ConfigMap } from './transport/client-node.ts';
 import { CertshareError } from '../core/errors.ts';
-import { decodeLedger, encodeLedger, type LedgerEntry, type LedgerSnapshot, type LedgerStore } from '../core/issuance-budget.ts';
-import { isObjectName } from '../core/kube-names.ts';
+import { decodeLedger, encodeLedger, type LedgerEntry, type LedgerSnapshot, type LedgerStore } from '../core/issuance/issuance-budget.ts';
+import { isObjectName } from '../core/values/kube-names.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { withSignal } from './transport/https-transport.ts';
 import { LABEL_GROUP, LABEL_MANAGED_BY } from './secret-codec.ts';
@@ -12,7 +12,7 @@ const KEY = 'ledger.json';
  * The ConfigMap holding a group's issuance ledger: one per group, shared by every writer it ever has
  * (`certshare-ledger` for a replica run without a group, outside a Pod).
  */
-export function ledgerName(group: string | undefined): string {
+function ledgerName(group: string | undefined): string {
   return group ? `certshare-${group}-ledger` : 'certshare-ledger';
 }
 
@@ -22,7 +22,7 @@ export function ledgerName(group: string | undefined): string {
  * certshare-budget-tailnet-0000.ts.net. A registered domain is a DNS name, so the name is a valid object
  * name unless it is too long; then CERTSHARE_BAD_CONFIG (never a name of another object).
  */
-export function budgetLedgerName(registeredDomain: string): string {
+function budgetLedgerName(registeredDomain: string): string {
   const name = `certshare-budget-${registeredDomain}`;
   if (!isObjectName(name)) throw new CertshareError('CERTSHARE_BAD_CONFIG', `no ledger ConfigMap name for the registered domain "${registeredDomain}"`);
   return name;

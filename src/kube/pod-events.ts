@@ -1,13 +1,14 @@
-import type { FailureKind } from '../core/failure.ts';
-import type { IssueReason } from '../core/issuance-policy.ts';
-import type { AttemptResult, LoopObserver } from '../core/observer.ts';
-import type { StoredCert } from '../core/store.ts';
-import { untrustedText } from '../core/untrusted-values.ts';
+import type { FailureKind } from '../core/issuance/failure.ts';
+import type { IssueReason } from '../core/issuance/issuance-policy.ts';
+import type { AttemptResult, LoopObserver } from '../core/ports/observer.ts';
+import type { StoredCert } from '../core/ports/store.ts';
+import { untrustedText } from '../core/values/untrusted-values.ts';
 import type { EventOccurrence } from './event-recorder.ts';
 
 /**
  * The reasons of the Events certshare records about its Pod: a fixed set, documented in docs/operations.md
  * (Kubernetes section). Changing one changes what users' alerts and `kubectl get events` filters match.
+ * @forTests
  */
 export const EVENT_REASONS = {
   Issued: 'a first certificate for a domain was obtained from tailscaled (and stored)',
@@ -33,7 +34,7 @@ export const EVENT_REASONS = {
   ServiceDomainWait:
     "a Tailscale Service's domain is not among the node's cert domains (control grants it only to the Service's hosts): the first issuance waits",
 } as const;
-export type EventReason = keyof typeof EVENT_REASONS;
+type EventReason = keyof typeof EVENT_REASONS;
 
 const WRITER_EVENTS = {
   local: {

@@ -1,14 +1,14 @@
 import { setHeaderOptions, PatchStrategy } from './transport/client-node.ts';
-import { doubling } from '../core/backoff.ts';
-import type { Clock } from '../core/clock.ts';
+import { doubling } from '../core/issuance/backoff.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { errorMessage } from '../core/errors.ts';
-import type { HealthState, ValidityEnd } from '../core/health.ts';
-import type { Logger } from '../core/logger.ts';
+import type { HealthState, ValidityEnd } from '../core/loop/health.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { apiErrorCode, apiErrorText, type KubeConnection } from './connection.ts';
 import { withSignal } from './transport/https-transport.ts';
-import type { RoutingVerdict } from '../server/routing-check.ts';
+import type { RoutingVerdict } from '../http/routing-check.ts';
 
-export interface ReadinessGateOptions {
+interface ReadinessGateOptions {
   connection: KubeConnection;
   podName: string;
   conditionType: string;
@@ -20,7 +20,7 @@ export interface ReadinessGateOptions {
   /** Resolves when what the proxy serves reflects the certificates (the --out-dir projection written). */
   settled?: () => Promise<void>;
   /**
-   * Where a certificate stops counting for readiness (core/renewal.ts rotationExitTime: a little before it
+   * Where a certificate stops counting for readiness (core/renewal/renewal.ts rotationExitTime: a little before it
    * expires, so the Pod has left the endpoints by then); default its notAfter.
    */
   validityEnd?: ValidityEnd;

@@ -1,9 +1,9 @@
 // The readiness gate's routing check (readiness-gate.ts `routing`): every --routing-check URL in turn must
-// route to this Pod (server/routing-check.ts), with the timings the gate uses and the detail its condition
+// route to this Pod (http/routing-check.ts), with the timings the gate uses and the detail its condition
 // message gives.
-import type { Logger } from '../core/logger.ts';
-import { checkRouting, type RoutingVerdict } from '../server/routing-check.ts';
-import type { RoutingProofSource } from '../server/routing-proof.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import { checkRouting, type RoutingVerdict } from '../http/routing-check.ts';
+import type { RoutingProofSource } from '../http/routing-proof.ts';
 
 /**
  * How long one call may stay open. A call proves the route when it arrives, not when its answer does
@@ -11,13 +11,13 @@ import type { RoutingProofSource } from '../server/routing-proof.ts';
  * answers, the Pod deleted and kube-proxy not yet synced) or busy starting, and only holds a slot of the
  * 64 a check keeps open. At 10 replicas most calls of a mass restart are such.
  */
-export const ROUTING_CALL_TIMEOUT_MS = 500;
+const ROUTING_CALL_TIMEOUT_MS = 500;
 /** The pause between two waves of calls. */
-export const ROUTING_WAVE_DELAY_MS = 200;
+const ROUTING_WAVE_DELAY_MS = 200;
 /** Waves go on this long without proof before the condition says NotRouted. */
-export const ROUTING_PATIENCE_MS = 30_000;
+const ROUTING_PATIENCE_MS = 30_000;
 
-export interface ReadinessRoutingOptions {
+interface ReadinessRoutingOptions {
   urls: readonly string[];
   /** This Pod's IPv4 address: an answer from it proves the route. */
   ownIPv4: string | undefined;
@@ -27,7 +27,7 @@ export interface ReadinessRoutingOptions {
   logger: Logger;
 }
 
-export type ReadinessRouting = (signal: AbortSignal) => Promise<{ verdict: RoutingVerdict; detail: string }>;
+type ReadinessRouting = (signal: AbortSignal) => Promise<{ verdict: RoutingVerdict; detail: string }>;
 
 /** The gate's routing check over every URL; the first that does not route decides. */
 export function readinessRouting(options: ReadinessRoutingOptions): ReadinessRouting {

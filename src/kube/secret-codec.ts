@@ -1,20 +1,20 @@
 import type { V1Secret } from './transport/client-node.ts';
-import { validateCertPair } from '../core/certificate.ts';
+import { validateCertPair } from '../core/certificates/certificate.ts';
 import { errorMessage } from '../core/errors.ts';
-import { pendingRenewRequest } from '../core/renew-request.ts';
-import type { Coordination, RenewAnswer, StoreRead, StoredCert } from '../core/store.ts';
+import { pendingRenewRequest } from '../core/renewal/renew-request.ts';
+import type { Coordination, RenewAnswer, StoreRead, StoredCert } from '../core/ports/store.ts';
 
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
 export const LABEL_GROUP = 'certshare.io/group';
-export const ANNOTATION_NOT_AFTER = 'certshare.io/not-after';
+const ANNOTATION_NOT_AFTER = 'certshare.io/not-after';
 export const ANNOTATION_SERIAL = 'certshare.io/serial';
 export const ANNOTATION_WRITER = 'certshare.io/written-by';
 /** RFC 3339: when the writer obtained the certificate from tailscaled (the renewal rule measures from it). */
-export const ANNOTATION_OBTAINED_AT = 'certshare.io/obtained-at';
-/** JSON {"holder","at"}: a writer is about to call CertPair. */
+const ANNOTATION_OBTAINED_AT = 'certshare.io/obtained-at';
+/** JSON {"holder","at"}: a writer is about to call CertPair. @forTests */
 export const ANNOTATION_INTENT = 'certshare.io/issuing';
 /** RFC 3339: no CertPair call for this domain before then, on any replica. */
-export const ANNOTATION_RETRY_NOT_BEFORE = 'certshare.io/retry-not-before';
+const ANNOTATION_RETRY_NOT_BEFORE = 'certshare.io/retry-not-before';
 /** An operator's renew request (certshare renew): its id. The operator writes it; the writer never does. */
 export const ANNOTATION_RENEW_REQUESTED = 'certshare.io/renew-requested';
 /** The id of the last renew request the writer answered, and what became of it (written together). */
@@ -34,7 +34,7 @@ export interface WatchedSecret {
 }
 
 /** The fields of a Secret the codec reads: a WatchedSecret, or a V1Secret as client-node returns it. */
-export interface SecretFields {
+interface SecretFields {
   type?: string | undefined;
   metadata?:
     | { resourceVersion?: string | undefined; labels?: Record<string, string> | undefined; annotations?: Record<string, string> | undefined }

@@ -1,10 +1,9 @@
-import { isCurrentlyValid } from '../core/certificate.ts';
-import type { Clock } from '../core/clock.ts';
+import { isCurrentlyValid } from '../core/certificates/certificate.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
-import type { CertStore, Coordination, LoadOptions, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/store.ts';
-import { checkTrusted, type TrustAnchors } from '../core/trust.ts';
-import type { WatchScope } from '../config/daemon-config.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { CertStore, Coordination, LoadOptions, RenewAnswer, SaveOptions, StoreRead, StoredCert, WatchScope } from '../core/ports/store.ts';
+import { checkTrusted, type TrustAnchors } from '../core/certificates/trust.ts';
 import { apiErrorText, apiStatus, isRefusedStatus, type KubeConnection } from './connection.ts';
 import { withSignal } from './transport/https-transport.ts';
 import {
@@ -20,7 +19,7 @@ import {
 } from './secret-codec.ts';
 import { SecretWatch } from './secret-watch.ts';
 
-/** The label selector of a group's Secrets: the labels certSecret writes. */
+/** The label selector of a group's Secrets: the labels certSecret writes. @forTests */
 export const groupSelector = (group: string): string => `${LABEL_MANAGED_BY}=certshare,${LABEL_GROUP}=${group}`;
 
 /** A domain some loop follows: its listeners, and in `secret` scope the watch of its own Secret. */
@@ -64,18 +63,18 @@ interface Followed {
  * never over a Secret whose record names a pair stored since (#adoptEarlierCopy).
  *
  * `trust` (a federated group's stores, kube-backend.ts): a pair whose chain reaches none of the anchors
- * (core/trust.ts) reads as `unusable`, is never kept as the last valid pair, and is never written.
+ * (core/certificates/trust.ts) reads as `unusable`, is never kept as the last valid pair, and is never written.
  *
  * `watchScope`: `secret` (the default, least privilege) watches each domain's Secret by name, which
  * RBAC restricts with resourceNames; `group` lists and watches the group's Secrets with one label
  * selector (needs list and watch on every Secret of the namespace) and dispatches by name.
  */
 /** Where a replica finds the copies it made before a restart (CertDirectory: its projected files). */
-export interface EarlierCopies {
+interface EarlierCopies {
   read(domain: string, now: number): Promise<StoreRead>;
 }
 
-/** Issuer pinning (core/trust.ts): the anchors a stored pair must chain to, and who hears of one that does not. */
+/** Issuer pinning (core/certificates/trust.ts): the anchors a stored pair must chain to, and who hears of one that does not. */
 export interface StoreTrust {
   anchors: TrustAnchors;
   onUntrusted(domain: string, serial: string, reason: string): void;

@@ -1,12 +1,12 @@
-import { doubling, jitter } from '../core/backoff.ts';
-import type { Clock } from '../core/clock.ts';
+import { doubling, jitter } from '../core/issuance/backoff.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { apiStatus, type KubeConnection } from './connection.ts';
 import { watchOnce, withSignal } from './transport/https-transport.ts';
 import { slimSecret, type WatchedSecret } from './secret-codec.ts';
 
-export interface SecretWatchOptions {
+interface SecretWatchOptions {
   connection: KubeConnection;
   /** One Secret by name (a field selector the apiserver authorizes against resourceNames)... */
   name?: string;
@@ -46,7 +46,7 @@ export interface SecretWatchOptions {
 }
 
 /** A list request's selector and page. */
-export type ListQuery = ({ fieldSelector: string } | { labelSelector: string }) & { limit: number; _continue?: string };
+type ListQuery = ({ fieldSelector: string } | { labelSelector: string }) & { limit: number; _continue?: string };
 
 export interface ObjectCollection {
   path: string;

@@ -1,12 +1,12 @@
-import { doubling, jitter } from '../core/backoff.ts';
-import type { Clock } from '../core/clock.ts';
-import { partitionDomains } from '../core/domain.ts';
+import { doubling, jitter } from '../core/issuance/backoff.ts';
+import type { Clock } from '../core/ports/clock.ts';
+import { partitionDomains } from '../core/certificates/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { formatGoDuration } from '../core/duration.ts';
-import { isRefusalStatus, LocalApiError } from '../core/localapi.ts';
-import type { IpnNotify, LocalApi } from '../core/localapi.ts';
-import type { Logger } from '../core/logger.ts';
-import type { StartupCondition } from '../core/startup-grace.ts';
+import { formatGoDuration } from '../core/values/duration.ts';
+import { isRefusalStatus, LocalApiError } from '../core/ports/localapi.ts';
+import type { IpnNotify, LocalApi } from '../core/ports/localapi.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { StartupCondition } from '../core/loop/startup-grace.ts';
 import { isNotListening } from './client.ts';
 import { parseTailscaledVersion, planWatch, refusedBitsIn, releaseFeatures, type WatchPlan } from './releases.ts';
 
@@ -19,7 +19,7 @@ import { parseTailscaledVersion, planWatch, refusedBitsIn, releaseFeatures, type
 /** Consecutive mask switches without a delivered Notify before the normal backoff applies again. */
 const MAX_IMMEDIATE_SWITCHES = 4;
 
-export interface CertDomainsWatcherOptions {
+interface CertDomainsWatcherOptions {
   localApi: LocalApi;
   clock: Clock;
   logger: Logger;
@@ -29,7 +29,7 @@ export interface CertDomainsWatcherOptions {
   maxRetryMs?: number;
   /** Delay before asking again after a refusal (a 4xx other than 408/429, which retrying cannot change). Default 10 min. */
   refusedRetryMs?: number;
-  /** Jitter source in [0, 1): a delay is spread ±25% around its doubling base (see core/backoff.ts). Default Math.random. */
+  /** Jitter source in [0, 1): a delay is spread ±25% around its doubling base (see core/issuance/backoff.ts). Default Math.random. */
   random?: () => number;
   /** Called on each transition: true at the first Notify of a connection, false when it ends. */
   onConnectionChange?(connected: boolean): void;
@@ -41,12 +41,12 @@ export interface CertDomainsWatcherOptions {
   onProblem?(message: string | undefined): void;
   /**
    * tailscaled not listening yet: within the start-up grace, and until it has answered once, a failed watch
-   * that found nothing listening logs at info (core/startup-grace.ts). Undefined: it warns at once.
+   * that found nothing listening logs at info (core/loop/startup-grace.ts). Undefined: it warns at once.
    */
   startup?: StartupCondition;
 }
 
-export type DomainsListener = (domains: ReadonlySet<string>) => void;
+type DomainsListener = (domains: ReadonlySet<string>) => void;
 
 export class CertDomainsWatcher {
   readonly #localApi: LocalApi;
@@ -406,7 +406,7 @@ export class CertDomainsWatcher {
     else this.#logger.warn({ code: err.code, err: err.message }, 'skipped a malformed IPN bus message');
   }
 
-  /** The project's one backoff rule (src/core/backoff.ts): doubling to the cap, spread ±25%. */
+  /** The project's one backoff rule (src/core/issuance/backoff.ts): doubling to the cap, spread ±25%. */
   #backoff(failures: number): number {
     return Math.round(jitter(doubling(this.#firstRetryMs, failures + 1, this.#maxRetryMs), 0.25, this.#random));
   }

@@ -1,19 +1,19 @@
 import http from 'node:http';
 import type { ClientRequest, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { formatGoDuration } from '../core/duration.ts';
-import { parseRetryAfter } from '../core/retry-after.ts';
-import { isRefusalStatus, LocalApiError } from '../core/localapi.ts';
-import type { CertPair, CertPairOptions, IpnNotify, IpnPrefs, LocalApi, MaskedPrefs } from '../core/localapi.ts';
-import type { Logger } from '../core/logger.ts';
+import { formatGoDuration } from '../core/values/duration.ts';
+import { parseRetryAfter } from '../core/renewal/retry-after.ts';
+import { isRefusalStatus, LocalApiError } from '../core/ports/localapi.ts';
+import type { CertPair, CertPairOptions, IpnNotify, IpnPrefs, LocalApi, MaskedPrefs } from '../core/ports/localapi.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { LineSplitter } from './line-splitter.ts';
 
 // HTTP client for tailscaled's LocalAPI, over its unix socket or a TCP base URL.
 
 /** Tailscale-Cap sent when the caller does not choose one (tailcfg.CapabilityVersion of a recent tailscaled). */
-export const DEFAULT_CLIENT_VERSION_CAP = 131;
-export const DEFAULT_CERT_TIMEOUT_MS = 5 * 60_000;
-export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
+const DEFAULT_CLIENT_VERSION_CAP = 131;
+const DEFAULT_CERT_TIMEOUT_MS = 5 * 60_000;
+const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
 /**
  * The most a LocalAPI answer may hold, per kind (docs/security.md gives the reasoning): each far above what
  * tailscaled sends and far below the sidecar's memory limit. A larger answer is refused, never read whole.
@@ -21,12 +21,14 @@ export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
  * some 10 KB). Prefs, the status without peers and the cert domains: a few KB, thousands of routes or
  * names at most. A bus line: a Notify, whose NetMap (before tailscaled 1.104) lists every peer at 1-3 KB
  * each, so some thousands of peers; JSON.parse makes a few times its size in objects.
+ * @forTests
  */
 export const LOCALAPI_ANSWER_BOUNDS = { certPair: 64 * 1024, json: 1024 * 1024, busLine: 8 * 1024 * 1024 } as const;
 const LOCALAPI_HOST = 'local-tailscaled.sock';
 const MAX_ERROR_BODY_CHARS = 2048;
 const ERROR_BODY_READ_BYTES = 16 * 1024;
 
+/** @forTests */
 export interface LocalApiClientOptions {
   /** A unix socket path (`/var/run/tailscale/tailscaled.sock`) or an `http://host:port` base URL. */
   address: string;
@@ -45,7 +47,7 @@ export interface LocalApiClientOptions {
   now?: () => number;
 }
 
-export type LocalApiClient = LocalApi & {
+type LocalApiClient = LocalApi & {
   status(signal: AbortSignal): Promise<Record<string, unknown>>;
   tailscaledVersion(): string | undefined;
 };
@@ -461,6 +463,7 @@ const CERT_BEGIN = '-----BEGIN CERTIFICATE-----';
  * certificate block. Rejects with CERTSHARE_LOCALAPI_BAD_RESPONSE (a LocalApiError without status) when
  * the key or the certificate is missing, or a private key appears on the certificate side.
  * Error messages never quote the body.
+ * @forTests
  */
 export function splitCertPair(body: string): CertPair {
   const at = body.indexOf(CERT_BEGIN);

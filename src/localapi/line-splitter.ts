@@ -7,10 +7,10 @@ import { CertshareError } from '../core/errors.ts';
 const LF = 0x0a;
 const CR = 0x0d;
 
-export const DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024;
+const DEFAULT_MAX_LINE_BYTES = 64 * 1024 * 1024;
 
 /** The error for a line over the limit: which stream, and what to do about it. */
-export type LineTooLong = (maxLineBytes: number, length: number) => CertshareError;
+type LineTooLong = (maxLineBytes: number, length: number) => CertshareError;
 
 const busLineTooLong: LineTooLong = (max, length) => new CertshareError('CERTSHARE_BUS_LINE_TOO_LONG', { max, length });
 

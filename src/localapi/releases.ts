@@ -1,4 +1,4 @@
-import { NotifyMask } from '../core/localapi.ts';
+import { NotifyMask } from '../core/ports/localapi.ts';
 
 // What each tailscaled release does on the LocalAPI surface certshare uses, and the one decision that
 // follows from it: which IPN-bus mask to ask for. Every threshold below was read in the tailscale.com
@@ -24,7 +24,7 @@ import { NotifyMask } from '../core/localapi.ts';
 // InitialState|NoPrivateKeys|InitialStatus is accepted by every release from 1.96 on; only releases
 // without InitialStatus need the netmap bits to learn the domains from the bus.
 
-export interface TailscaledVersion {
+interface TailscaledVersion {
   major: number;
   minor: number;
   patch: number;
@@ -88,9 +88,9 @@ export function releaseFeatures(version: TailscaledVersion | undefined): Release
   };
 }
 
-/** The mask on releases with InitialStatus: its first Notify carries InitialStatus.CertDomains. */
+/** The mask on releases with InitialStatus: its first Notify carries InitialStatus.CertDomains. @forTests */
 export const STATUS_WATCH_MASK = NotifyMask.InitialState | NotifyMask.NoPrivateKeys | NotifyMask.InitialStatus;
-/** The mask on releases without it: the first Notify carries the NetMap, later NetMaps rate-limited. */
+/** The mask on releases without it: the first Notify carries the NetMap, later NetMaps rate-limited. @forTests */
 export const NETMAP_WATCH_MASK = NotifyMask.InitialState | NotifyMask.InitialNetMap | NotifyMask.NoPrivateKeys | NotifyMask.RateLimit;
 
 export interface WatchPlan {

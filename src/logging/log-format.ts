@@ -12,7 +12,7 @@ const LOG_FORMATS: readonly LogFormat[] = ['json', 'pretty', 'auto'];
 /** The log levels of every command that logs with certshare's logger (run, demo, injector, the injected sidecar). */
 export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 
-export type LogLevel = (typeof LOG_LEVELS)[number];
+type LogLevel = (typeof LOG_LEVELS)[number];
 
 /** The levels as a message names them: `debug, info, warn or error`. */
 export const LOG_LEVELS_TEXT = `${LOG_LEVELS.slice(0, -1).join(', ')} or ${LOG_LEVELS.at(-1)}`;
@@ -29,7 +29,7 @@ export const LOG_FLAGS = [
     group: 'serving and logs',
     placeholder: 'json|pretty|auto',
     default: 'auto',
-    help: 'json: a JSON object a line; pretty: "time LEVEL message key=value"; auto: pretty on a terminal.',
+    help: 'json (an object a line), pretty ("time LEVEL message key=value"), auto (pretty on a tty).',
   },
 ] as const satisfies readonly FlagSpec[];
 

@@ -4,7 +4,7 @@
 // on the first signature, so an emulator that never issues (or a process that only imports this module)
 // does not pay for it.
 import { KeyObject, createPrivateKey, randomBytes, webcrypto } from 'node:crypto';
-import { type X509Module, loadX509 } from '../core/x509.ts';
+import { type X509Module, loadX509 } from '../core/certificates/x509.ts';
 
 const EC_ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
 
@@ -21,7 +21,7 @@ export interface SignedLeaf {
   notAfter: number;
 }
 
-export interface LeafRequest {
+interface LeafRequest {
   /** DNS name placed in the SAN (and the CN). */
   dnsName: string;
   /** More SAN entries after dnsName. */
@@ -45,7 +45,7 @@ export interface CertificateAuthority {
   strayKeyPem(): Promise<string>;
 }
 
-/** Random positive serial: 16 bytes, first byte 0x01..0x7f so DER needs no sign padding and the hex is stable. */
+/** Random positive serial: 16 bytes, first byte 0x01..0x7f so DER needs no sign padding and the hex is stable. @forTests */
 export function randomSerialHex(): string {
   const bytes = randomBytes(16);
   bytes[0] = (bytes[0]! & 0x7f) | 0x01;

@@ -2,13 +2,13 @@
 // that edits only AdvertiseServices, only for the Services its own flags name. It listens on nothing and reads
 // one bounded file, certshare's request (advertise-exchange.ts): a Service is advertised while that request
 // names it; a missing, unreadable or malformed request withdraws them all. It withdraws them on SIGTERM too.
-import type { Clock } from '../core/clock.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { Advertiser, type PrefsApi } from './advertiser.ts';
 import { type AdvertiseRequest, parseRequest, readExchangeFile, requestPath, writeStatus } from './advertise-exchange.ts';
 
-export interface AdvertiseAgentOptions {
+interface AdvertiseAgentOptions {
   /** tailscaled's prefs (the LocalAPI client, as tailscaled's operator). */
   api: PrefsApi;
   /** The allow list: the only Services ever edited. */
@@ -23,6 +23,7 @@ export interface AdvertiseAgentOptions {
   resyncMs: number;
 }
 
+/** @forTests */
 export interface AdvertiseAgent {
   start(): void;
   /** Withdraws the Services (within `signal`), says so in the status, and stops. */

@@ -6,11 +6,11 @@
 import { constants } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { join } from 'node:path';
-import { isServiceName } from '../core/advertisement.ts';
-import type { Clock } from '../core/clock.ts';
+import { isServiceName } from '../core/served/advertisement.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { CertshareError } from '../core/errors.ts';
-import type { IpnPrefs, MaskedPrefs } from '../core/localapi.ts';
-import { LocalApiError } from '../core/localapi.ts';
+import type { IpnPrefs, MaskedPrefs } from '../core/ports/localapi.ts';
+import { LocalApiError } from '../core/ports/localapi.ts';
 import { writeFileAtomically } from '../store/cert-directory.ts';
 import type { PrefsApi } from './advertiser.ts';
 import { REQUEST_DIR, STATUS_DIR } from './advertise-paths.ts';
@@ -20,7 +20,7 @@ const REQUEST_FILE = 'advertise.json';
 const STATUS_FILE = 'advertised.json';
 /** As many Services as a ServeConfig may list (serve-config.ts), each a name of at most 67 characters. */
 export const MAX_EXCHANGE_SERVICES = 64;
-/** 64 quoted names of 67 characters, their commas and the rest of the object fit in 5 KiB; 8 KiB leaves room. */
+/** 64 quoted names of 67 characters, their commas and the rest of the object fit in 5 KiB; 8 KiB leaves room. @forTests */
 export const MAX_EXCHANGE_BYTES = 8192;
 /** How often certshare looks at the status while it waits for the agent to apply a request. */
 const ANSWER_POLL_MS = 100;
@@ -33,7 +33,7 @@ export interface AdvertiseRequest {
 }
 
 /** What the agent did: the request it applied last, and what the prefs advertise of its Services since. */
-export interface AdvertiseStatus {
+interface AdvertiseStatus {
   seq: number | undefined;
   advertised: string[];
   /** The agent withdrew its Services and stopped (SIGTERM): nobody to ask any more. */
@@ -101,7 +101,7 @@ export function parseRequest(text: string): AdvertiseRequest {
 }
 
 /** The agent's status as certshare reads it. */
-export function parseStatus(text: string): AdvertiseStatus {
+function parseStatus(text: string): AdvertiseStatus {
   const what = 'advertise status';
   const value = parsed(text, what);
   return {

@@ -1,17 +1,17 @@
 // Keeps tailscaled's AdvertiseServices in step with what this replica can serve: a Tailscale Service is
 // advertised only while a valid certificate for its domain is held and the proxy was seen serving it, and
 // withdrawn on shutdown first of all. Edits are read-modify-write of the masked prefs, touching only the
-// Services certshare was told to manage (core/advertisement.ts mergeAdvertised).
-import { mergeAdvertised, type AdvertiseDecision } from '../core/advertisement.ts';
-import { doubling } from '../core/backoff.ts';
-import type { Clock } from '../core/clock.ts';
+// Services certshare was told to manage (core/served/advertisement.ts mergeAdvertised).
+import { mergeAdvertised, type AdvertiseDecision } from '../core/served/advertisement.ts';
+import { doubling } from '../core/issuance/backoff.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { IpnPrefs, MaskedPrefs } from '../core/localapi.ts';
-import { LocalApiError } from '../core/localapi.ts';
-import type { Logger } from '../core/logger.ts';
+import type { IpnPrefs, MaskedPrefs } from '../core/ports/localapi.ts';
+import { LocalApiError } from '../core/ports/localapi.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { isNotListening } from '../localapi/client.ts';
 
-/** tailscaled's prefs through the LocalAPI (src/localapi/client.ts). */
+/** tailscaled's prefs through the LocalAPI (src/localapi/client.ts). @forTests */
 export interface PrefsApi {
   prefs(signal: AbortSignal): Promise<IpnPrefs>;
   editPrefs(masked: MaskedPrefs, signal: AbortSignal): Promise<IpnPrefs>;
@@ -21,7 +21,7 @@ export interface PrefsApi {
 const FIRST_RETRY_MS = 1000;
 const MAX_RETRY_MS = 5 * 60_000;
 
-export interface AdvertiserOptions {
+interface AdvertiserOptions {
   api: PrefsApi;
   /**
    * The managed Services and the certificate domain each is served under now ('' when none is managed). The
@@ -30,7 +30,7 @@ export interface AdvertiserOptions {
   services(): ReadonlyArray<{ service: string; domain: string }>;
   /**
    * Whether a listed Service may be advertised at `now`, shutting down aside (the Advertiser's own): in certshare
-   * from its certificate and the served check (core/advertisement.ts advertiseDecision), in the advertise agent
+   * from its certificate and the served check (core/served/advertisement.ts advertiseDecision), in the advertise agent
    * from certshare's request (advertise-agent.ts).
    */
   decide(entry: { service: string; domain: string }, now: number): AdvertiseDecision;

@@ -3,11 +3,11 @@
 // every reload (ipn.ConfigVAlpha.ToPrefs sets AdvertiseServicesSet), and containerboot reloads whenever the
 // file changes, so an edit of certshare's would be undone, or would undo the owner's: the Service would flap.
 // certshare then leaves the advertisement to the file's owner and says so once.
-import { doubling } from '../core/backoff.ts';
-import type { Clock } from '../core/clock.ts';
+import { doubling } from '../core/issuance/backoff.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { errorMessage, errorText } from '../core/errors.ts';
-import { LocalApiError, type LocalApi } from '../core/localapi.ts';
-import type { Logger } from '../core/logger.ts';
+import { LocalApiError, type LocalApi } from '../core/ports/localapi.ts';
+import type { Logger } from '../core/ports/logger.ts';
 
 const FIRST_RETRY_MS = 500;
 const MAX_RETRY_MS = 30_000;

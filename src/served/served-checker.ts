@@ -2,11 +2,11 @@
 // proxy (SNI per domain) tells which certificate clients really get, compared with what certshare holds.
 // What it establishes keeps the replica in rotation or takes it out (readiness, Service advertisement);
 // a check that cannot run changes nothing (served-certificate.ts).
-import type { Clock } from '../core/clock.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
-import type { LoopObserver } from '../core/observer.ts';
-import type { HeldValidity } from '../core/renewal.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { LoopObserver } from '../core/ports/observer.ts';
+import type { HeldValidity } from '../core/renewal/renewal.ts';
 import {
   classifyServed,
   holdLeaf,
@@ -19,15 +19,15 @@ import {
   type ServedProbe,
   type ServedState,
   type ServedVerdict,
-} from '../core/served-certificate.ts';
-import type { StoredCert } from '../core/store.ts';
+} from '../core/served/served-certificate.ts';
+import type { StoredCert } from '../core/ports/store.ts';
 
 /** After a change, the first look again, doubling until the proxy serves the new leaf or the interval is reached. */
 const FIRST_RECHECK_MS = 250;
 /** Domains probed at once: a renewal of many domains does not open hundreds of connections to the proxy. */
 const PROBES_AT_ONCE = 4;
 
-export interface ServedCheckerOptions {
+interface ServedCheckerOptions {
   /** One handshake for `domain` (SNI); rejects only when `signal` aborts. */
   probe(domain: string, signal: AbortSignal): Promise<ServedProbe>;
   clock: Clock;

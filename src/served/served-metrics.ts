@@ -1,6 +1,6 @@
-// The served check's and the advertisement's metrics, registered beside the daemon's (server/metrics.ts).
+// The served check's and the advertisement's metrics, registered beside the daemon's (http/daemon-metrics.ts).
 import { Counter, Gauge, type Registry } from 'prom-client';
-import { SERVED_OUTCOMES, type ServedOutcome, type ServedVerdict } from '../core/served-certificate.ts';
+import { SERVED_OUTCOMES, type ServedOutcome, type ServedVerdict } from '../core/served/served-certificate.ts';
 
 /**
  * The status a domain's gauge reports: the outcome, except `previous_expiring` for a previous certificate the

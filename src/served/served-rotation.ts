@@ -1,16 +1,16 @@
 // The served check and the Tailscale Service advertisement, wired to the daemon's health, metrics and
 // Events: what keeps a replica in rotation by what clients really get from it.
 import type { Registry } from 'prom-client';
-import { advertiseDecision, serviceDomain } from '../core/advertisement.ts';
-import type { Clock } from '../core/clock.ts';
-import type { HealthState } from '../core/health.ts';
-import type { LocalApi } from '../core/localapi.ts';
-import type { Logger } from '../core/logger.ts';
-import type { LoopObserver } from '../core/observer.ts';
-import { rotationExitTime } from '../core/renewal.ts';
-import { SERVE_CONFIG_SERVICES, advertises, type DaemonConfig } from '../config/daemon-config.ts';
-import { describeOutcome } from '../core/served-certificate.ts';
-import { probeServed } from '../tls/served-probe.ts';
+import { SERVE_CONFIG_SERVICES, advertiseDecision, advertises, serviceDomain } from '../core/served/advertisement.ts';
+import type { Clock } from '../core/ports/clock.ts';
+import type { HealthState } from '../core/loop/health.ts';
+import type { LocalApi } from '../core/ports/localapi.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { LoopObserver } from '../core/ports/observer.ts';
+import { rotationExitTime } from '../core/renewal/renewal.ts';
+import type { RenewalPolicy } from '../core/renewal/renewal.ts';
+import { describeOutcome } from '../core/served/served-certificate.ts';
+import { probeServed } from './served-probe.ts';
 import { Advertiser, type PrefsApi } from './advertiser.ts';
 import { agentPrefs } from './advertise-exchange.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
@@ -21,21 +21,21 @@ import { ServiceDomains, type ServiceDomainsOptions } from './service-domains.ts
 /** How long certshare waits for the advertise agent to apply a request (its poll, a prefs read and edit) before retrying. */
 const AGENT_ANSWER_TIMEOUT_MS = 10_000;
 
-export type ServedRotationConfig = Pick<
-  DaemonConfig,
-  | 'servedCheck'
-  | 'servedCheckIntervalMs'
-  | 'servedCheckTimeoutMs'
-  | 'servedStaleAfterMs'
-  | 'advertiseServices'
-  | 'advertiseFailoverMs'
-  | 'advertiseAgent'
-  | 'advertiseBootstrap'
-  | 'renewal'
-  | 'readinessLeadMs'
->;
+/** The settings the served check and the advertisement use, and only those (the daemon hands its configuration). */
+interface ServedRotationConfig {
+  servedCheck: { host: string; port: number } | undefined;
+  servedCheckIntervalMs: number;
+  servedCheckTimeoutMs: number;
+  servedStaleAfterMs: number;
+  advertiseServices: string[] | typeof SERVE_CONFIG_SERVICES;
+  advertiseFailoverMs: number;
+  advertiseAgent: string | undefined;
+  advertiseBootstrap: boolean;
+  renewal: RenewalPolicy;
+  readinessLeadMs: number;
+}
 
-export interface ServedRotationDeps {
+interface ServedRotationDeps {
   clock: Clock;
   logger: Logger;
   health: HealthState;

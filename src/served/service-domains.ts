@@ -2,13 +2,13 @@
 // `<label>.<tailnet>.ts.net` therefore needs the node to advertise `svc:<label>`, while certshare advertises a
 // Service only once its certificate is served. This part names that wait (/healthz, a log line, an Event)
 // and, where the platform allows it (--advertise-bootstrap), tells the advertiser when advertising before
-// the first certificate costs no client anything (core/advertisement.ts bootstrapAllowed).
-import { bootstrapAllowed } from '../core/advertisement.ts';
-import type { DomainAvailability } from '../core/cert-loop.ts';
-import type { Clock } from '../core/clock.ts';
+// the first certificate costs no client anything (core/served/advertisement.ts bootstrapAllowed).
+import { bootstrapAllowed } from '../core/served/advertisement.ts';
+import type { DomainAvailability } from '../core/loop/cert-loop.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { errorText } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
-import type { ServedProbe } from '../core/served-certificate.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { ServedProbe } from '../core/served/served-certificate.ts';
 
 /** How soon to look again while tailscaled's cert domains are not known yet. */
 const SYNC_RECHECK_MS = 1000;

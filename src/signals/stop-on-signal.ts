@@ -1,9 +1,9 @@
 // A long-running command's graceful stop: the first SIGTERM/SIGINT stops it within a bound, a second exits at once.
 import { errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 
 /** What a long-running command stops gracefully: the daemon, the injector. */
-export interface Stoppable {
+interface Stoppable {
   stop(): Promise<void>;
 }
 

@@ -2,11 +2,11 @@ import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { access, lstat, mkdir, open, readFile, readdir, rename, rm, symlink, readlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { validateCertPair } from '../core/certificate.ts';
-import { normalizeDomain } from '../core/domain.ts';
+import { validateCertPair } from '../core/certificates/certificate.ts';
+import { normalizeDomain } from '../core/certificates/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { CertPair } from '../core/localapi.ts';
-import type { StoreRead } from '../core/store.ts';
+import type { CertPair } from '../core/ports/localapi.ts';
+import type { StoreRead } from '../core/ports/store.ts';
 
 const VERSIONS = '.versions';
 

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import { decodeLedger, encodeLedger, type LedgerEntry, type LedgerSnapshot, type LedgerStore } from '../core/issuance-budget.ts';
+import { decodeLedger, encodeLedger, type LedgerEntry, type LedgerSnapshot, type LedgerStore } from '../core/issuance/issuance-budget.ts';
 import { writeFileAtomically } from './cert-directory.ts';
 
 const FILE = 'ledger.json';

@@ -1,16 +1,16 @@
 import { watch as watchDir, type FSWatcher } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Clock } from '../core/clock.ts';
-import { pendingRenewRequest } from '../core/renew-request.ts';
-import type { CertStore, Coordination, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/store.ts';
+import type { Clock } from '../core/ports/clock.ts';
+import { pendingRenewRequest } from '../core/renewal/renew-request.ts';
+import type { CertStore, Coordination, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/ports/store.ts';
 import { safeName, writeFileAtomically, type CertDirectory } from './cert-directory.ts';
 
 /**
  * The renew request of a domain standalone (`certshare renew <domain> --store dir:PATH`): the file
  * `.state/<domain>.renew` holding the request id; the answer is kept in `.state/<domain>.json`.
  */
-export function renewMarkerPath(root: string, domain: string): string {
+function renewMarkerPath(root: string, domain: string): string {
   return join(root, '.state', `${safeName(domain)}.renew`);
 }
 

@@ -2,12 +2,11 @@
 // --metrics-tls). The first pair is a start-up check (unreadable or mismatched: nothing starts); each
 // renewed pair is served from the next handshake on, and one that is unusable is logged while the served
 // pair stays. A pair renewed before the listener exists (while the rest starts) is served once it does.
-import type { TlsChoice } from '../config/daemon-config.ts';
 import { errorMessage } from '../core/errors.ts';
 import { pairSource } from './pair-source.ts';
-import type { PairSourceOptions, ServingPair } from './serving-pair.ts';
+import type { PairSourceOptions, ServingPair, TlsChoice } from './serving-pair.ts';
 
-export interface FollowedPairOptions extends Omit<PairSourceOptions, 'onPair'> {
+interface FollowedPairOptions extends Omit<PairSourceOptions, 'onPair'> {
   /** What the listener serves, for the log line of a renewal (e.g. `/metrics`). */
   what: string;
   /** A renewed pair is served, with its serial. */

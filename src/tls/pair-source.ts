@@ -1,17 +1,16 @@
 // Where a --tls listener's pair comes from, followed for renewals: a directory holding tls.crt and tls.key
 // (a mounted kubernetes.io/tls Secret, a cert-manager csi volume, files another process renews), or a
-// kubernetes.io/tls Secret read through the API and watched (src/tls/tls-secret.ts, loaded only then).
+// kubernetes.io/tls Secret read through the API and watched (src/kube/tls-secret.ts, which the caller loads only then).
 import { watch, type FSWatcher } from 'node:fs';
 import { readFile, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { TlsChoice } from '../config/daemon-config.ts';
-import { LastPair, checkedPair, type PairSource, type PairSourceOptions, type ServingPair } from './serving-pair.ts';
+import { LastPair, checkedPair, type PairSource, type PairSourceOptions, type ServingPair, type TlsChoice } from './serving-pair.ts';
 
 export async function pairSource(choice: TlsChoice, options: PairSourceOptions): Promise<PairSource> {
   if (choice.kind === 'dir') return new TlsDirectory(choice.path, options);
-  const { TlsSecret } = await import('./tls-secret.ts');
-  return new TlsSecret(choice.name, options);
+  if (!options.secretSource) throw new CertshareError('CERTSHARE_INTERNAL', `--${options.flag ?? 'tls'} secret:${choice.name} without a Secret source`);
+  return options.secretSource(choice.name, options);
 }
 
 /**

@@ -5,9 +5,9 @@
 // webhook, its --metrics-tls listener and the daemon's --tls listener all serve through this.
 import { X509Certificate } from 'node:crypto';
 import { createSecureContext, type SecureContextOptions, type Server } from 'node:tls';
-import type { Clock } from '../core/clock.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
-import type { Logger } from '../core/logger.ts';
+import type { Logger } from '../core/ports/logger.ts';
 
 export interface ServingPair {
   /** The leaf, then its CA (the chain a client needs). */
@@ -44,6 +44,9 @@ export interface PairSource {
   stop(): Promise<void>;
 }
 
+/** --tls: tls.crt and tls.key from a directory, or a kubernetes.io/tls Secret of the Pod's namespace. */
+export type TlsChoice = { kind: 'dir'; path: string } | { kind: 'secret'; name: string };
+
 export interface PairSourceOptions {
   logger: Logger;
   clock: Clock;
@@ -52,6 +55,8 @@ export interface PairSourceOptions {
   onPair(pair: ServingPair): void;
   /** The flag that chose the source, for messages (default `tls`; the injector's `metrics-tls`). */
   flag?: string;
+  /** The source of a `secret:NAME` choice (Kubernetes code, which the caller loads only then: kube/tls-secret.ts). */
+  secretSource?(name: string, options: PairSourceOptions): Promise<PairSource>;
 }
 
 /** The pair a source last handed on: a re-read that finds the same content hands nothing on. */

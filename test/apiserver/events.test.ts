@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { systemClock } from '../../src/core/clock.ts';
-import { silentLogger } from '../../src/core/logger.ts';
+import { systemClock } from '../../src/core/ports/clock.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
 import { connectKube } from '../../src/kube/connection.ts';
 import { EventRecorder, type EventOccurrence, REPORTING_CONTROLLER } from '../../src/kube/event-recorder.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';

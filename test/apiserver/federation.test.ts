@@ -11,10 +11,10 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { before, describe, it } from 'node:test';
-import { breakGlassPoint } from '../../src/core/federation.ts';
-import { renewalTime } from '../../src/core/renewal.ts';
+import { breakGlassPoint } from '../../src/core/federation/home-verdicts.ts';
+import { renewalTime } from '../../src/core/renewal/renewal.ts';
 import { connectKube } from '../../src/kube/connection.ts';
-import { requestRenewal } from '../../src/kube/renew-request.ts';
+import { requestRenewal } from '../../src/kube/secret-renew-request.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';
 import {
   DAY,

@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { loadAll } from 'js-yaml';
 import { envName } from '../../src/flags/flags.ts';
 import { RUN_FLAGS } from '../../src/config/run-options.ts';
-import { leaseHolderPod } from '../../src/kube/lease-elector.ts';
+import { leaseHolderPod } from '../support/kube.ts';
 import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { SIDECAR_SECURITY_CONTEXT } from '../../src/injector/sidecar.ts';

@@ -12,7 +12,7 @@ import { GROUP, KUBE_DOMAIN, exampleNamespace, heldSerial, must, startReplica, t
 import { useTempDir } from '../support/standalone.ts';
 import { nextEvent, onEvent, until } from '../support/wait.ts';
 import { connectKube } from '../../src/kube/connection.ts';
-import { renewAnswer, requestRenewal } from '../../src/kube/renew-request.ts';
+import { renewAnswer, requestRenewal } from '../../src/kube/secret-renew-request.ts';
 
 const cp = useControlPlane();
 const RENEW = fileURLToPath(new URL('../../manifests/renew', import.meta.url));

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import type { V1Container, V1Pod, V1Volume } from '../../src/kube/transport/client-node.ts';
-import { silentLogger } from '../../src/core/logger.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom, startInjector, type Injector } from '../../src/injector/injector.ts';
 import { ANNOTATION } from '../../src/injector/mutate.ts';

@@ -17,7 +17,7 @@ import { useTempDir } from '../support/standalone.ts';
 import { asAccount } from '../support/token-request.ts';
 import { nextEvent, onEvent, until } from '../support/wait.ts';
 import { connectKube } from '../../src/kube/connection.ts';
-import { requestRenewal } from '../../src/kube/renew-request.ts';
+import { requestRenewal } from '../../src/kube/secret-renew-request.ts';
 import { makePair } from '../support/certs.ts';
 
 const cp = useControlPlane();

@@ -4,10 +4,10 @@
 // unfollowed.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { validateCertPair } from '../../src/core/certificate.ts';
-import { systemClock, type Clock } from '../../src/core/clock.ts';
-import { silentLogger } from '../../src/core/logger.ts';
-import type { StoredCert } from '../../src/core/store.ts';
+import { validateCertPair } from '../../src/core/certificates/certificate.ts';
+import { systemClock, type Clock } from '../../src/core/ports/clock.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
+import type { StoredCert } from '../../src/core/ports/store.ts';
 import { connectKube } from '../../src/kube/connection.ts';
 import { certSecret } from '../../src/kube/secret-codec.ts';
 import { KubeSecretStore } from '../../src/kube/secret-store.ts';

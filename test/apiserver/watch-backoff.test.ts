@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { systemClock } from '../../src/core/clock.ts';
+import { systemClock } from '../../src/core/ports/clock.ts';
 import { connectKube } from '../../src/kube/connection.ts';
 import { SecretWatch } from '../../src/kube/secret-watch.ts';
 import { FaultProxy } from '../chaos/fault-proxy.ts';

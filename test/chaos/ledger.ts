@@ -11,7 +11,7 @@
 // A certificate that never reached the Secret (its writer died right after CertPair) still opens its
 // window: issuing again inside it costs a real Let's Encrypt issuance all the same.
 
-import { renewalTime } from '../../src/core/renewal.ts';
+import { renewalTime } from '../../src/core/renewal/renewal.ts';
 import type { LedgerIssuance, LedgerRequest } from '../../src/emulator/ledger.ts';
 
 /** A ledger line as the emulator writes it (src/emulator/ledger.ts), its timestamps parsed to epoch ms. */
@@ -19,7 +19,7 @@ type Parsed<Line, Times extends keyof Line> = Omit<Line, 'kind' | Times> & Recor
 export type Issuance = Parsed<LedgerIssuance, 'time' | 'notBefore' | 'notAfter'>;
 export type CertRequest = Parsed<LedgerRequest, 'time' | 'end'>;
 
-/** certshare's own rule (src/core/renewal.ts): the window is defined by when certshare renews. */
+/** certshare's own rule (src/core/renewal/renewal.ts): the window is defined by when certshare renews. */
 export function renewalPoint(c: { notBefore: number; notAfter: number }, renewFraction = 1 / 3): number {
   return renewalTime(c, { renewFraction });
 }

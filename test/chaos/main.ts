@@ -1,6 +1,6 @@
 // npm run chaos -- --minutes N [--clusters C] [--domains-per-group D] [--time-scale K] [--seed S] [--json] [--verbose] [--keep]
 // Exit code: 0 when every invariant held, 1 on any violation, 2 when the run itself failed.
-import { numberFlag, parseScriptArgs, type CommandLine } from '../../scripts/lib/command-line.ts';
+import { numberFlag, parseScriptArgs, type CommandLine } from '../../bench/lib/command-line.ts';
 import { summary } from './report.ts';
 import { runChaos } from './runner.ts';
 

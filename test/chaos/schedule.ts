@@ -8,7 +8,7 @@
 // pending cert fault per emulator and domain, API outages of about 3-5 s (restart included) against
 // 10 s renewal windows, fault episodes of 2-6 s.
 import { setTimeout as sleep } from 'node:timers/promises';
-import { leaseHolderPod } from '../../src/kube/lease-elector.ts';
+import { leaseHolderPod } from '../support/kube.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';
 import type { FaultProxy, ProxyFaults } from './fault-proxy.ts';
 import type { Replica } from './replicas.ts';

@@ -4,7 +4,7 @@
 // cluster of the end-to-end tier instead (test/cluster/), with the project's images imported.
 import { chmod, copyFile, mkdir, rm, symlink, writeFile, readFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import { parseScriptArgs } from '../../scripts/lib/command-line.ts';
+import { parseScriptArgs } from '../../bench/lib/command-line.ts';
 import { startControlPlane, type ControlPlane } from './control-plane.ts';
 
 const root = resolve(import.meta.dirname, '../..');

@@ -3,8 +3,8 @@
 //
 //   node test/harness/watch-sockets.ts 1 200
 import { readdir, readFile, readlink } from 'node:fs/promises';
-import { systemClock } from '../../src/core/clock.ts';
-import { silentLogger } from '../../src/core/logger.ts';
+import { systemClock } from '../../src/core/ports/clock.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
 import { connectKube } from '../../src/kube/connection.ts';
 import { SecretWatch } from '../../src/kube/secret-watch.ts';
 import { startControlPlane } from './control-plane.ts';

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ARI_CHECK_OUTCOMES } from '../../src/acme/renewal-info-client.ts';
-import { Metrics } from '../../src/server/metrics.ts';
+import { Metrics } from '../../src/http/daemon-metrics.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 import { checkMetrics } from '../support/promtool.ts';
 

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { heapSavingSwitch, optimizingCompilersAfterStart, withoutOptimizingCompilers } from '../../src/server/heap-saving.ts';
+import { heapSavingSwitch, optimizingCompilersAfterStart, withoutOptimizingCompilers } from '../../src/http/heap-saving.ts';
 import { DOMAIN, emulatorIn, FAST_FLAGS, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { until } from '../support/wait.ts';
 

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import type { Daemon } from '../../src/daemon.ts';
+import type { Daemon } from '../../src/daemon/daemon.ts';
 import type { IssuedEvent } from '../../src/emulator/issuer.ts';
 import { emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { onEvent, until } from '../support/wait.ts';

@@ -1,11 +1,11 @@
 // The process and Node.js metrics certshare exports: prom-client's defaults without the misnamed totals and
-// without the garbage collector's histogram, whose collector costs /healthz CPU (src/server/metrics.ts).
+// without the garbage collector's histogram, whose collector costs /healthz CPU (src/http/daemon-metrics.ts).
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
 import { describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { EVENT_LOOP_SAMPLE_MS, Metrics } from '../../src/server/metrics.ts';
+import { EVENT_LOOP_SAMPLE_MS, Metrics } from '../../src/http/daemon-metrics.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 
 describe('Node metrics', () => {
@@ -28,7 +28,7 @@ describe('an idle process exporting the Node metrics', () => {
     // switches over a window count its wake-ups. prom-client's default histogram resolution (10 ms) gives ~200
     // in 2 s, certshare's (EVENT_LOOP_SAMPLE_MS) ~2.
     const source = [
-      `import { Metrics } from ${JSON.stringify(new URL('../../src/server/metrics.ts', import.meta.url).href)};`,
+      `import { Metrics } from ${JSON.stringify(new URL('../../src/http/daemon-metrics.ts', import.meta.url).href)};`,
       `globalThis.metrics = new Metrics({ now: () => Date.now() }, { renewFraction: 1 / 3, checkIntervalMs: 86_400_000 });`,
       "process.stdout.write('ready\\n');",
       'setInterval(() => {}, 1 << 30);',

@@ -4,7 +4,7 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { daemonConfigFrom, RUN_FLAGS } from '../../src/config/run-options.ts';
-import { silentLogger } from '../../src/core/logger.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
 import { checkHaproxyPath, combinedPem } from '../../src/delivery/haproxy.ts';
 import type { ReloadOutcome } from '../../src/delivery/reload-command.ts';
 import { parseReloadSignal, readPidFile, SignalReload } from '../../src/delivery/reload-signal.ts';

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import type { Daemon } from '../../src/daemon.ts';
+import type { Daemon } from '../../src/daemon/daemon.ts';
 import type { Emulator } from '../../src/emulator/server.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { nextEvent, until } from '../support/wait.ts';

@@ -4,7 +4,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { createServer, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { silentLogger } from '../../src/core/logger.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
 import { commandLine, parseReloadCommand, ReloadCommand, type ReloadOutcome } from '../../src/delivery/reload-command.ts';
 import { useTempDir } from '../support/standalone.ts';
 

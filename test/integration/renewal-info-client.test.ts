@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 import { RenewalInfoClient } from '../../src/acme/renewal-info-client.ts';
-import type { AriCertificate } from '../../src/core/renewal-info.ts';
+import type { AriCertificate } from '../../src/core/renewal/renewal-info.ts';
 import { createCertificateAuthority } from '../../src/pki/ca.ts';
 import { freePort } from '../support/processes.ts';
 

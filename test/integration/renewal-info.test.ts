@@ -1,12 +1,12 @@
 // ACME Renewal Information (RFC 9773), the pure part: the certificate ID, the answer's validation, the
-// time chosen in the window and the at-most-one-order guard (src/core/renewal-info.ts, design note there).
+// time chosen in the window and the at-most-one-order guard (src/core/renewal/renewal-info.ts, design note there).
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { webcrypto } from 'node:crypto';
 import { describe, it } from 'node:test';
-import { ariCertificateId } from '../../src/core/certificate-id.ts';
+import { ariCertificateId } from '../../src/core/renewal/certificate-id.ts';
 import { CertshareError } from '../../src/core/errors.ts';
-import { loadX509 } from '../../src/core/x509.ts';
+import { loadX509 } from '../../src/core/certificates/x509.ts';
 import {
   NO_ARI_STATE,
   type AriCertificate,
@@ -19,7 +19,7 @@ import {
   nextAriCheck,
   parseRenewalInfo,
   withAnswer,
-} from '../../src/core/renewal-info.ts';
+} from '../../src/core/renewal/renewal-info.ts';
 import { createCertificateAuthority } from '../../src/pki/ca.ts';
 
 const H = 3_600_000;
@@ -94,7 +94,7 @@ describe('ARI certificate ID (RFC 9773 section 4.1)', () => {
     const script = `import { registerHooks } from 'node:module';
 const loaded = [];
 registerHooks({ load(url, context, next) { loaded.push(url); return next(url, context); } });
-const { ariCertificateId } = await import(${JSON.stringify(new URL('../../src/core/certificate-id.ts', import.meta.url).href)});
+const { ariCertificateId } = await import(${JSON.stringify(new URL('../../src/core/renewal/certificate-id.ts', import.meta.url).href)});
 const id = await ariCertificateId(process.env.PEM);
 const heavy = loaded.filter((u) => ['@peculiar/', 'asn1js/', 'reflect-metadata/', 'tsyringe/'].some((p) => u.includes(p)));
 process.stdout.write(JSON.stringify({ id, heavy }));`;

@@ -5,10 +5,10 @@ import { generateKeyPairSync } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, describe, it } from 'node:test';
-import { systemClock } from '../../src/core/clock.ts';
-import type { StoredCert } from '../../src/core/store.ts';
-import { checkRouting, lookupOnce } from '../../src/server/routing-check.ts';
-import { ROUTING_PROOF_HEADER, RoutingProofs } from '../../src/server/routing-proof.ts';
+import { systemClock } from '../../src/core/ports/clock.ts';
+import type { StoredCert } from '../../src/core/ports/store.ts';
+import { checkRouting, lookupOnce } from '../../src/http/routing-check.ts';
+import { ROUTING_PROOF_HEADER, RoutingProofs } from '../../src/http/routing-proof.ts';
 
 const OWN = '10.201.0.10';
 

@@ -3,8 +3,8 @@
 import assert from 'node:assert/strict';
 import { generateKeyPairSync } from 'node:crypto';
 import { describe, it } from 'node:test';
-import type { StoredCert } from '../../src/core/store.ts';
-import { RoutingProofs } from '../../src/server/routing-proof.ts';
+import type { StoredCert } from '../../src/core/ports/store.ts';
+import { RoutingProofs } from '../../src/http/routing-proof.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 
 const URL_ = 'http://proxy-health:9002/healthz';

@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import type { Daemon } from '../../src/daemon.ts';
+import type { Daemon } from '../../src/daemon/daemon.ts';
 import type { Emulator } from '../../src/emulator/server.ts';
 import { DAY, makePair } from '../support/certs.ts';
 import { recordingLogger } from '../support/recording-logger.ts';

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import type { Daemon } from '../../src/daemon.ts';
+import type { Daemon } from '../../src/daemon/daemon.ts';
 import type { Emulator } from '../../src/emulator/server.ts';
 import { createCertificateAuthority } from '../../src/pki/ca.ts';
 import { DAY, makePair } from '../support/certs.ts';

@@ -3,7 +3,7 @@ import { X509Certificate } from 'node:crypto';
 import { readFile, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import type { Daemon } from '../../src/daemon.ts';
+import type { Daemon } from '../../src/daemon/daemon.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { recordingLogger, type LogEntry } from '../support/recording-logger.ts';
 import { nextEvent, until } from '../support/wait.ts';

@@ -9,7 +9,7 @@ import { EventEmitter, once } from 'node:events';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { connect } from 'node:tls';
-import type { Daemon } from '../../src/daemon.ts';
+import type { Daemon } from '../../src/daemon/daemon.ts';
 import type { ReloadMethod } from '../../src/delivery/reload-command.ts';
 import { deathSignalPrefix, freePort } from '../support/processes.ts';
 import { onEvent, until } from '../support/wait.ts';

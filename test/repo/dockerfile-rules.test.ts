@@ -22,7 +22,7 @@ describe('Dockerfile', () => {
     const entrypoint = execForm(lastArgs(finalStage, 'ENTRYPOINT') ?? '');
     const cmd = execForm(lastArgs(finalStage, 'CMD') ?? '');
     // The young generation capped: V8 would size it from the node's memory. No --optimize-for-size: the daemon
-    // sets it at 50 domains (src/server/heap-saving.ts). bench/lib/certshare.ts runs the same flags.
+    // sets it at 50 domains (src/http/heap-saving.ts). bench/lib/certshare.ts runs the same flags.
     assert.deepEqual(entrypoint, [DISTROLESS_NODE, '--max-semi-space-size=1', 'dist/cli/main.js'], 'exec-form ENTRYPOINT on node');
     assert.deepEqual(cmd, ['run'], 'exec-form CMD');
     for (const arg of [...entrypoint!, ...cmd!]) assert.doesNotMatch(arg, /\bnpm\b|\bnpx\b/);
@@ -80,7 +80,7 @@ describe('Dockerfile', () => {
       assert.ok(ignored(path), `${path} stays out of the context`);
     }
     for (const path of ['tsconfig.build.json', 'scripts/check-node.js']) assert.ok(ignored(path), `${path} stays out of the context`);
-    for (const path of ['package.json', 'package-lock.json', 'tsconfig.json', 'scripts/build.ts', 'src/cli/main.ts', 'src/kube/kube-backend.ts']) {
+    for (const path of ['package.json', 'package-lock.json', 'tsconfig.json', 'scripts/build.ts', 'src/cli/main.ts', 'src/daemon/kube-backend.ts']) {
       assert.ok(!ignored(path), `${path} is in the context`);
     }
   });

@@ -1,6 +1,7 @@
-// The test tiers are the folders of test/: each names the one real dependency its tests may use, so what a
-// tier needs shows in the tree and `npm run test:<tier>` runs exactly that. A test file that starts a real
-// dependency outside its tier (a kube-apiserver in test/unit, say) fails here, naming the tier it belongs in.
+// The test tiers are the folders of test/ that test/README.md lists as tiers: each names the one real
+// dependency its tests may use, so what a tier needs shows in the tree and `npm run test:<tier>` runs
+// exactly that. A test file that starts a real dependency outside its tier (a kube-apiserver in
+// test/unit, say) fails here, naming the tier it belongs in.
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { glob, readFile } from 'node:fs/promises';

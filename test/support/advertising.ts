@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Daemon } from '../../src/daemon.ts';
+import type { Daemon } from '../../src/daemon/daemon.ts';
 import { createCertificateAuthority } from '../../src/pki/ca.ts';
 import type { RealTailscaled } from '../harness/tailscale.ts';
 import { DAY, makePair } from './certs.ts';

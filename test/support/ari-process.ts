@@ -1,7 +1,7 @@
 // What the real-tier ACME Renewal Information tests read of a certshare process (harness/certshare-process.ts):
 // its timing flags, the log lines of the CA's answers and of new certificates, the figures they report.
 import assert from 'node:assert/strict';
-import { ariCertificateId } from '../../src/core/certificate-id.ts';
+import { ariCertificateId } from '../../src/core/renewal/certificate-id.ts';
 import type { CertshareProcess, LogLine } from '../harness/certshare-process.ts';
 import type { RealTailscaled } from '../harness/tailscale.ts';
 

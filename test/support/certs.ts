@@ -1,9 +1,9 @@
 import { KeyObject, webcrypto } from 'node:crypto';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { loadX509 } from '../../src/core/x509.ts';
+import { loadX509 } from '../../src/core/certificates/x509.ts';
 import { createCertificateAuthority, randomSerialHex, type CertificateAuthority } from '../../src/pki/ca.ts';
-import type { CertPair } from '../../src/core/localapi.ts';
+import type { CertPair } from '../../src/core/ports/localapi.ts';
 
 export const DAY = 86_400_000;
 

@@ -1,4 +1,4 @@
-import type { Clock } from '../../src/core/clock.ts';
+import type { Clock } from '../../src/core/ports/clock.ts';
 
 // A Clock whose time moves only when a test advances it. Sleepers wake in due-time order (ties in the
 // order they started sleeping); between wake-ups the event loop gets a turn, so code that sleeps again

@@ -1,4 +1,4 @@
-import type { Clock } from '../../src/core/clock.ts';
+import type { Clock } from '../../src/core/ports/clock.ts';
 
 interface Sleeper {
   at: number;

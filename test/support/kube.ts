@@ -5,8 +5,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom } from '../../src/config/run-options.ts';
-import { silentLogger, type Logger } from '../../src/core/logger.ts';
-import { startDaemon, type Daemon } from '../../src/daemon.ts';
+import { silentLogger, type Logger } from '../../src/core/ports/logger.ts';
+import { startDaemon, type Daemon } from '../../src/daemon/daemon.ts';
 import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/emulator/server.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';
 import type { RealTailscaledOptions } from '../harness/tailscale.ts';
@@ -325,4 +325,9 @@ export async function refusedWebhookUpdate<T>(
   let answer = await dryRunWebhookUpdate(cp, kubeconfig, name, change);
   while (answer === 'allowed' && performance.now() < deadline) answer = await dryRunWebhookUpdate(cp, kubeconfig, name, change);
   return answer;
+}
+
+/** The Pod name in a Lease identity made by leaseIdentity() (`<pod>_<random>`; a Pod name has no `_`). */
+export function leaseHolderPod(identity: string): string {
+  return identity.split('_')[0]!;
 }

@@ -5,7 +5,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generateKeyPairSync } from 'node:crypto';
-import type { Logger } from '../../src/core/logger.ts';
+import type { Logger } from '../../src/core/ports/logger.ts';
 
 // Small real HTTP servers speaking the LocalAPI wire format, on a unix socket or on TCP 127.0.0.1.
 

@@ -1,5 +1,5 @@
 import { CertshareError } from '../../src/core/errors.ts';
-import type { LedgerEntry, LedgerSnapshot, LedgerStore } from '../../src/core/issuance-budget.ts';
+import type { LedgerEntry, LedgerSnapshot, LedgerStore } from '../../src/core/issuance/issuance-budget.ts';
 
 /** The ledger a group object holds: shared by every writer process, compare-and-swap on a version. */
 export class MemoryLedger implements LedgerStore {

@@ -1,5 +1,5 @@
 import { CertshareError } from '../../src/core/errors.ts';
-import type { CertStore, Coordination, StoreRead, StoredCert } from '../../src/core/store.ts';
+import type { CertStore, Coordination, StoreRead, StoredCert } from '../../src/core/ports/store.ts';
 
 /** An in-memory CertStore whose reads and writes can be made to fail, for core tests. */
 const storeDown = (how: true | 'refused'): CertshareError =>

@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import type { Logger } from '../../src/core/logger.ts';
+import type { Logger } from '../../src/core/ports/logger.ts';
 
 export interface LogEntry {
   level: 'debug' | 'info' | 'warn' | 'error';

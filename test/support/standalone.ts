@@ -4,10 +4,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom } from '../../src/config/run-options.ts';
-import type { Clock } from '../../src/core/clock.ts';
-import { silentLogger, type Logger } from '../../src/core/logger.ts';
-import { startDaemon, type Daemon } from '../../src/daemon.ts';
-import type { DaemonDeps } from '../../src/store-backend.ts';
+import type { Clock } from '../../src/core/ports/clock.ts';
+import { silentLogger, type Logger } from '../../src/core/ports/logger.ts';
+import { startDaemon, type Daemon } from '../../src/daemon/daemon.ts';
+import type { DaemonDeps } from '../../src/daemon/store-backend.ts';
 import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/emulator/server.ts';
 
 export const DOMAIN = 'web.tailnet-test.ts.net';

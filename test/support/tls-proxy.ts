@@ -2,7 +2,7 @@
 // (what a proxy that loaded some file would serve), or a plain TCP/HTTP listener that is no TLS at all.
 import { createServer as createNetServer, type Server as NetServer, type Socket } from 'node:net';
 import { createSecureContext, createServer, type SecureContext, type Server } from 'node:tls';
-import type { CertPair } from '../../src/core/localapi.ts';
+import type { CertPair } from '../../src/core/ports/localapi.ts';
 
 export interface TestProxy {
   readonly port: number;

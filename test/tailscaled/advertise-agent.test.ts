@@ -15,7 +15,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { ADVERTISE_AGENT_UID, SIDECAR_SECURITY_CONTEXT } from '../../src/injector/sidecar.ts';
 import { OPERATOR_USER, tailscaledPasswd } from '../../src/injector/tailscale-operator.ts';
-import type { Daemon } from '../../src/daemon.ts';
+import type { Daemon } from '../../src/daemon/daemon.ts';
 import { ManagedProcess } from '../harness/control-plane.ts';
 import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled } from '../harness/tailscale.ts';
 import { advertisedIn as services, advertisedOnceServed, otherPrefs as others, prefsOf as prefs } from '../support/advertising.ts';

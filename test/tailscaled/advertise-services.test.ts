@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import type { Daemon } from '../../src/daemon.ts';
+import type { Daemon } from '../../src/daemon/daemon.ts';
 import { get } from '../support/emulator.ts';
 import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled, type RealTailscaled, servicesControlSees } from '../harness/tailscale.ts';
 import { advertisedIn as services, advertisedOnceServed, otherPrefs as others, prefsOf as prefs } from '../support/advertising.ts';

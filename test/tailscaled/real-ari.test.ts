@@ -9,8 +9,8 @@ import { X509Certificate } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { ariCertificateId } from '../../src/core/certificate-id.ts';
-import type { AttemptResult } from '../../src/core/observer.ts';
+import { ariCertificateId } from '../../src/core/renewal/certificate-id.ts';
+import type { AttemptResult } from '../../src/core/ports/observer.ts';
 import { CertshareProcess } from '../harness/certshare-process.ts';
 import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled, type RealTailscaled } from '../harness/tailscale.ts';
 import {
@@ -32,7 +32,7 @@ import {
 import { FAST_FLAGS, useTempDir } from '../support/standalone.ts';
 
 const H = 3_600_000;
-/** The `result` label of certshare_issuance_attempts_total (core/observer.ts AttemptResult). */
+/** The `result` label of certshare_issuance_attempts_total (core/ports/observer.ts AttemptResult). */
 const ATTEMPT_RESULTS: readonly AttemptResult[] = ['success', 'unchanged', 'rate_limited', 'error', 'rejected', 'too_short'];
 
 async function pairOnDisk(certDir: string, domain: string): Promise<{ keyPem: string; certPem: string; serial: string }> {

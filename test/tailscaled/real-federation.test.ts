@@ -9,9 +9,9 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as delay } from 'node:timers/promises';
-import { ARI_MIN_HOLD_MS } from '../../src/core/renewal-info.ts';
+import { ARI_MIN_HOLD_MS } from '../../src/core/renewal/renewal-info.ts';
 import { connectKube } from '../../src/kube/connection.ts';
-import { requestRenewal } from '../../src/kube/renew-request.ts';
+import { requestRenewal } from '../../src/kube/secret-renew-request.ts';
 import { BUILD_AND_START_TIMEOUT_MS, startRealTailscaled, type RealTailscaled } from '../harness/tailscale.ts';
 import { assertOneIssuance, type IssuanceCount, pebbleChallengeRaces } from '../support/ari-process.ts';
 import {

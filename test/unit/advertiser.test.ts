@@ -5,9 +5,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { advertiseDecision } from '../../src/core/advertisement.ts';
-import { LocalApiError, type IpnPrefs, type MaskedPrefs } from '../../src/core/localapi.ts';
-import { silentLogger } from '../../src/core/logger.ts';
+import { advertiseDecision } from '../../src/core/served/advertisement.ts';
+import { LocalApiError, type IpnPrefs, type MaskedPrefs } from '../../src/core/ports/localapi.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
 import { Advertiser, type PrefsApi } from '../../src/served/advertiser.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { inspectCertPair, validateCertPair } from '../../src/core/certificate.ts';
+import { inspectCertPair, validateCertPair } from '../../src/core/certificates/certificate.ts';
 import { CertshareError } from '../../src/core/errors.ts';
 import { DAY, makePair, testCa } from '../support/certs.ts';
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { normalizeDomain, partitionDomains } from '../../src/core/domain.ts';
-import { podAddressesFromEnv } from '../../src/core/pod-addresses.ts';
+import { normalizeDomain, partitionDomains } from '../../src/core/certificates/domain.ts';
+import { podAddressesFromEnv } from '../../src/core/values/pod-addresses.ts';
 
 describe('normalizeDomain: the one domain check of every door', () => {
   const accepted: Array<[string, string]> = [

@@ -5,7 +5,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { CertshareError, ERROR_CODES, errorText } from '../../src/core/errors.ts';
-import { LocalApiError } from '../../src/core/localapi.ts';
+import { LocalApiError } from '../../src/core/ports/localapi.ts';
 
 const SRC = join(import.meta.dirname, '../../src');
 const sources = readdirSync(SRC, { recursive: true, encoding: 'utf8' })

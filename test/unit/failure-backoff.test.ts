@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { FailureStreak, retryDelay } from '../../src/core/backoff.ts';
+import { FailureStreak, retryDelay } from '../../src/core/issuance/backoff.ts';
 import { CertshareError } from '../../src/core/errors.ts';
-import { classifyIssuanceFailure } from '../../src/core/failure.ts';
-import { LocalApiError } from '../../src/core/localapi.ts';
+import { classifyIssuanceFailure } from '../../src/core/issuance/failure.ts';
+import { LocalApiError } from '../../src/core/ports/localapi.ts';
 
 const MIN = 60_000;
 const HOUR = 60 * MIN;

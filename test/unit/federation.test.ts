@@ -1,9 +1,16 @@
-// The federation home's first pieces (src/core/federation.ts): the safety point of a home outage, the
+// The federation home's first pieces (src/core/federation/home-verdicts.ts): the safety point of a home outage, the
 // member's verdict while the home is away, and which copy wins when it is back.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { breakGlassPoint, breakGlassSpent, formatBreakGlassRecord, homeOutageVerdict, parseBreakGlassRecord, reconcile } from '../../src/core/federation.ts';
-import { renewalTime, rotationExitTime } from '../../src/core/renewal.ts';
+import {
+  breakGlassPoint,
+  breakGlassSpent,
+  formatBreakGlassRecord,
+  homeOutageVerdict,
+  parseBreakGlassRecord,
+  reconcile,
+} from '../../src/core/federation/home-verdicts.ts';
+import { renewalTime, rotationExitTime } from '../../src/core/renewal/renewal.ts';
 
 const MIN = 60_000;
 const DAY = 86_400_000;

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { CertInfo } from '../../src/core/certificate.ts';
-import { HealthState, type HealthVerdict } from '../../src/core/health.ts';
+import type { CertInfo } from '../../src/core/certificates/certificate.ts';
+import { HealthState, type HealthVerdict } from '../../src/core/loop/health.ts';
 
 const HOUR = 3_600_000;
 const cert = (domain: string, notBefore: number, notAfter: number): { pair: { certPem: string; keyPem: string }; info: CertInfo } => ({

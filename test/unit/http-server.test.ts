@@ -2,10 +2,10 @@
 // response (the routing check of the readiness gate reads them from whatever answer it gets).
 import assert from 'node:assert/strict';
 import { after, describe, it } from 'node:test';
-import { HealthState } from '../../src/core/health.ts';
-import { IssuanceSlots } from '../../src/core/issuance-slots.ts';
-import { buildHttpServer } from '../../src/server/http-server.ts';
-import { Metrics } from '../../src/server/metrics.ts';
+import { HealthState } from '../../src/core/loop/health.ts';
+import { IssuanceSlots } from '../../src/core/issuance/issuance-slots.ts';
+import { buildHttpServer } from '../../src/http/http-server.ts';
+import { Metrics } from '../../src/http/daemon-metrics.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 
 describe('http server', () => {

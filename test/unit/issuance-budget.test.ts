@@ -12,9 +12,9 @@ import {
   type BudgetVerdict,
   type LedgerEntry,
   type LedgerStore,
-} from '../../src/core/issuance-budget.ts';
-import { silentLogger } from '../../src/core/logger.ts';
-import { loadRegisteredDomainRule, tailnetDomain } from '../../src/core/registered-domain.ts';
+} from '../../src/core/issuance/issuance-budget.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
+import { loadRegisteredDomainRule, tailnetDomain } from '../../src/core/issuance/registered-domain.ts';
 import { AcmeLimiter, type AcmeRateLimited } from '../../src/emulator/acme-limits.ts';
 import { DirLedgerStore } from '../../src/store/dir-ledger.ts';
 import { MemoryLedger } from '../support/memory-ledger.ts';

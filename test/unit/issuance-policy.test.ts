@@ -1,4 +1,4 @@
-// Table tests of the issuance rules (src/core/issuance-policy.ts), each rule on its own, then their order.
+// Table tests of the issuance rules (src/core/issuance/issuance-policy.ts), each rule on its own, then their order.
 // The loop around them (cert-loop.ts) is covered by cert-loop.test.ts and issuance-properties.test.ts.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
@@ -23,8 +23,8 @@ import {
   type IssuanceRule,
   type IssuanceSettings,
   type IssuanceSnapshot,
-} from '../../src/core/issuance-policy.ts';
-import { holding, NO_ARI_STATE, withAnswer } from '../../src/core/renewal-info.ts';
+} from '../../src/core/issuance/issuance-policy.ts';
+import { holding, NO_ARI_STATE, withAnswer } from '../../src/core/renewal/renewal-info.ts';
 
 const MIN = 60_000;
 const DAY = 24 * 60 * MIN;

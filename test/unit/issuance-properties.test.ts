@@ -6,12 +6,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { CertLoop } from '../../src/core/cert-loop.ts';
-import type { CertPair } from '../../src/core/localapi.ts';
-import { silentLogger } from '../../src/core/logger.ts';
-import { fanOut } from '../../src/core/observer.ts';
-import { isRenewalDue, minValidityFor, renewalTime, rotationExitTime } from '../../src/core/renewal.ts';
-import { staticRole } from '../../src/core/store.ts';
+import { CertLoop } from '../../src/core/loop/cert-loop.ts';
+import type { CertPair } from '../../src/core/ports/localapi.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
+import { fanOut } from '../../src/core/ports/observer.ts';
+import { isRenewalDue, minValidityFor, renewalTime, rotationExitTime } from '../../src/core/renewal/renewal.ts';
+import { staticRole } from '../../src/core/ports/store.ts';
 import { DAY, makePair } from '../support/certs.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 import { MemoryStore } from '../support/memory-store.ts';

@@ -1,14 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { CertLoopDeps } from '../../src/core/cert-loop.ts';
-import { LoopSupervisor } from '../../src/core/loop-supervisor.ts';
-import { validateCertPair } from '../../src/core/certificate.ts';
-import type { Clock } from '../../src/core/clock.ts';
-import { IssuanceSlots } from '../../src/core/issuance-slots.ts';
-import type { CertPair, CertPairOptions } from '../../src/core/localapi.ts';
-import { silentLogger } from '../../src/core/logger.ts';
-import { fanOut } from '../../src/core/observer.ts';
-import { staticRole } from '../../src/core/store.ts';
+import type { CertLoopDeps } from '../../src/core/loop/cert-loop.ts';
+import { LoopSupervisor } from '../../src/core/loop/loop-supervisor.ts';
+import { validateCertPair } from '../../src/core/certificates/certificate.ts';
+import type { Clock } from '../../src/core/ports/clock.ts';
+import { IssuanceSlots } from '../../src/core/issuance/issuance-slots.ts';
+import type { CertPair, CertPairOptions } from '../../src/core/ports/localapi.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
+import { fanOut } from '../../src/core/ports/observer.ts';
+import { staticRole } from '../../src/core/ports/store.ts';
 import { makePair } from '../support/certs.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 import { MemoryStore } from '../support/memory-store.ts';
@@ -154,7 +154,7 @@ describe('LoopSupervisor with issuance slots', () => {
   });
 
   it('bounds a manager given no slots by the default', async () => {
-    const { DEFAULT_ISSUANCE_CONCURRENCY } = await import('../../src/core/issuance-slots.ts');
+    const { DEFAULT_ISSUANCE_CONCURRENCY } = await import('../../src/core/issuance/issuance-slots.ts');
     const clock = new FakeClock();
     const tailscaled = new HeldCertPair();
     const manager = new LoopSupervisor(managerDeps(clock, new MemoryStore(), tailscaled));

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { believedEntries, IssuanceBudget, RENEW_RESERVE, type BudgetLimit, type LedgerEntry } from '../../src/core/issuance-budget.ts';
-import { silentLogger } from '../../src/core/logger.ts';
-import { tailnetDomain } from '../../src/core/registered-domain.ts';
-import { CLOCK_SKEW_MS, boundCoordination } from '../../src/core/untrusted-values.ts';
+import { believedEntries, IssuanceBudget, RENEW_RESERVE, type BudgetLimit, type LedgerEntry } from '../../src/core/issuance/issuance-budget.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
+import { tailnetDomain } from '../../src/core/issuance/registered-domain.ts';
+import { CLOCK_SKEW_MS, boundCoordination } from '../../src/core/values/untrusted-values.ts';
 import { MemoryLedger } from '../support/memory-ledger.ts';
 
 const RUNS = Number(process.env.CERTSHARE_PROPERTY_RUNS ?? 100);

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { logFormatFrom, prettyLine, writesPretty } from '../../src/logging/log-format.ts';
-import { createLogger } from '../../src/logging/logger.ts';
+import { createLogger } from '../../src/logging/pino-logger.ts';
 import { CertshareError } from '../../src/core/errors.ts';
 
 const KEY = '-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg\n-----END PRIVATE KEY-----\n';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { describe, it } from 'node:test';
-import type { StoredCert } from '../../src/core/store.ts';
+import type { StoredCert } from '../../src/core/ports/store.ts';
 import type { EventOccurrence } from '../../src/kube/event-recorder.ts';
 import { EVENT_REASONS, PodEvents } from '../../src/kube/pod-events.ts';
 

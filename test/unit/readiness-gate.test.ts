@@ -4,9 +4,9 @@
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { describe, it } from 'node:test';
-import type { CertInfo } from '../../src/core/certificate.ts';
-import { HealthState } from '../../src/core/health.ts';
-import { silentLogger } from '../../src/core/logger.ts';
+import type { CertInfo } from '../../src/core/certificates/certificate.ts';
+import { HealthState } from '../../src/core/loop/health.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
 import type { KubeConnection } from '../../src/kube/connection.ts';
 import { ReadinessGate } from '../../src/kube/readiness-gate.ts';
 import { FakeClock } from '../support/fake-clock.ts';

@@ -2,14 +2,20 @@
 // chain, the pending/answered reading of a request, and the budget's slot for a request (never a queue).
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { decideIssuance, renewRequestRule, type IssuanceDecision, type IssuanceSettings, type IssuanceSnapshot } from '../../src/core/issuance-policy.ts';
-import { IssuanceBudget, decodeLedger, encodeLedger } from '../../src/core/issuance-budget.ts';
-import { pendingRenewRequest, refusalText } from '../../src/core/renew-request.ts';
+import {
+  decideIssuance,
+  renewRequestRule,
+  type IssuanceDecision,
+  type IssuanceSettings,
+  type IssuanceSnapshot,
+} from '../../src/core/issuance/issuance-policy.ts';
+import { IssuanceBudget, decodeLedger, encodeLedger } from '../../src/core/issuance/issuance-budget.ts';
+import { pendingRenewRequest, refusalText } from '../../src/core/renewal/renew-request.ts';
 import { RENEW_FLAGS, renewOptionsFrom } from '../../src/config/renew-options.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 import { MemoryLedger } from '../support/memory-ledger.ts';
-import { silentLogger } from '../../src/core/logger.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
 
 const MIN = 60_000;
 const DAY = 24 * 60 * MIN;

@@ -1,4 +1,4 @@
-// Property tests of the ARI guard (src/core/renewal-info.ts) over a certificate lifecycle: a writer that
+// Property tests of the ARI guard (src/core/renewal/renewal-info.ts) over a certificate lifecycle: a writer that
 // holds a certificate, asks the CA's renewalInfo endpoint on a schedule (answers arrive late, possibly
 // after the certificate was replaced), renews by the expiry rule or when ARI says so; a CA whose answers
 // are anything (pebble's default window, a window moved into the past, a revocation, windows years away,
@@ -9,8 +9,17 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { renewalTime } from '../../src/core/renewal.ts';
-import { NO_ARI_STATE, type AriState, ariRenewalDone, ariVerdict, holding, nextAriCheck, parseRenewalInfo, withAnswer } from '../../src/core/renewal-info.ts';
+import { renewalTime } from '../../src/core/renewal/renewal.ts';
+import {
+  NO_ARI_STATE,
+  type AriState,
+  ariRenewalDone,
+  ariVerdict,
+  holding,
+  nextAriCheck,
+  parseRenewalInfo,
+  withAnswer,
+} from '../../src/core/renewal/renewal-info.ts';
 import { Rng } from '../chaos/rng.ts';
 
 const S = 1000;

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { CertInfo } from '../../src/core/certificate.ts';
-import { isRenewalDue, minValidityFor, nextCheckTime, renewalTime, tooShortReason } from '../../src/core/renewal.ts';
+import type { CertInfo } from '../../src/core/certificates/certificate.ts';
+import { isRenewalDue, minValidityFor, nextCheckTime, renewalTime, tooShortReason } from '../../src/core/renewal/renewal.ts';
 
 const DAY = 86_400_000;
 const policy = { renewFraction: 1 / 3, checkIntervalMs: DAY };

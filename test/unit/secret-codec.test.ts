@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { validateCertPair } from '../../src/core/certificate.ts';
+import { validateCertPair } from '../../src/core/certificates/certificate.ts';
 import { ANNOTATION_SERIAL, certSecret, readCertSecret } from '../../src/kube/secret-codec.ts';
 import { makePair } from '../support/certs.ts';
 

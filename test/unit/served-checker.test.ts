@@ -3,9 +3,9 @@
 // at its end without another TLS answer.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { silentLogger } from '../../src/core/logger.ts';
-import type { ServedLeaf, ServedProbe } from '../../src/core/served-certificate.ts';
-import type { StoredCert } from '../../src/core/store.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
+import type { ServedLeaf, ServedProbe } from '../../src/core/served/served-certificate.ts';
+import type { StoredCert } from '../../src/core/ports/store.ts';
 import { ServedChecker, type ServedReport } from '../../src/served/served-checker.ts';
 import { servedStatus } from '../../src/served/served-metrics.ts';
 import { FakeClock } from '../support/fake-clock.ts';

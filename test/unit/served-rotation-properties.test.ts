@@ -4,8 +4,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { advertiseDecision, mergeAdvertised, parseServiceName, serviceDomain } from '../../src/core/advertisement.ts';
-import { rotationExitTime } from '../../src/core/renewal.ts';
+import { advertiseDecision, mergeAdvertised, parseServiceName, serviceDomain } from '../../src/core/served/advertisement.ts';
+import { rotationExitTime } from '../../src/core/renewal/renewal.ts';
 import {
   classifyServed,
   holdLeaf,
@@ -15,7 +15,7 @@ import {
   type ServedLeaf,
   type ServedProbe,
   type ServedState,
-} from '../../src/core/served-certificate.ts';
+} from '../../src/core/served/served-certificate.ts';
 
 const RUNS = Number(process.env.CERTSHARE_PROPERTY_RUNS ?? 300);
 const HOUR = 3_600_000;

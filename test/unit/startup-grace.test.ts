@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { DEFAULT_STARTUP_GRACE_MS, StartupGrace, startupLevel, type StartupLevel, type StartupMoment } from '../../src/core/startup-grace.ts';
+import { DEFAULT_STARTUP_GRACE_MS, StartupGrace, startupLevel, type StartupLevel, type StartupMoment } from '../../src/core/loop/startup-grace.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 
 const START = Date.UTC(2026, 10, 25, 8, 0, 0);

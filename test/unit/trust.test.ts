@@ -1,10 +1,20 @@
-// Issuer pinning (src/core/trust.ts): a chain counts only if its signatures hold up to a trust anchor.
+// Issuer pinning (src/core/certificates/trust.ts): a chain counts only if its signatures hold up to a trust anchor.
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
 import { describe, it } from 'node:test';
-import { validateCertPair } from '../../src/core/certificate.ts';
+import { validateCertPair } from '../../src/core/certificates/certificate.ts';
 import { CertshareError } from '../../src/core/errors.ts';
-import { checkTrusted, defaultTrustAnchors, isTrusted, trustAnchors } from '../../src/core/trust.ts';
+import { checkTrusted, defaultTrustAnchors, type TrustAnchors, trustAnchors } from '../../src/core/certificates/trust.ts';
+
+/** Whether checkTrusted passes. */
+function isTrusted(certPem: string, domain: string, anchors: TrustAnchors): boolean {
+  try {
+    checkTrusted(certPem, domain, anchors);
+    return true;
+  } catch {
+    return false;
+  }
+}
 import { createCertificateAuthority } from '../../src/pki/ca.ts';
 import { DAY, makePair, selfSignedPair, testCa } from '../support/certs.ts';
 

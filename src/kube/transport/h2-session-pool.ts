@@ -4,7 +4,7 @@
 import { connect as h2Connect, constants, type ClientHttp2Session, type ClientHttp2Stream, type OutgoingHttpHeaders } from 'node:http2';
 import { isIP } from 'node:net';
 import { connect as tlsConnect, type ConnectionOptions, type TLSSocket } from 'node:tls';
-import { doubling, jitter } from '../../core/backoff.ts';
+import { doubling, jitter } from '../../core/issuance/backoff.ts';
 import { CertshareError } from '../../core/errors.ts';
 
 /** The TLS part of client-node's applyToHTTPSOptions: what a session is keyed on besides its origin. */

@@ -27,7 +27,7 @@ import {
   ServerConfiguration,
   of,
 } from './client-node.ts';
-import { doubling, jitter } from '../../core/backoff.ts';
+import { doubling, jitter } from '../../core/issuance/backoff.ts';
 import { CertshareError } from '../../core/errors.ts';
 import { LineSplitter } from '../../localapi/line-splitter.ts';
 import {
@@ -62,7 +62,7 @@ async function requestOptions(config: KubeConfig): Promise<RequestOptions> {
   return options;
 }
 
-/** The API server's base URL from the kubeconfig's current context. */
+/** The API server's base URL from the kubeconfig's current context. @forTests */
 export function apiServer(config: KubeConfig): string {
   const cluster = config.getCurrentCluster();
   if (!cluster) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'no Kubernetes cluster configured (set KUBECONFIG or run in a Pod)');
@@ -70,7 +70,7 @@ export function apiServer(config: KubeConfig): string {
 }
 
 /** An HTTP status answer as an error carrying `code`, like client-node's ApiException (see apiStatus). */
-export class KubeHttpError extends CertshareError<'CERTSHARE_KUBE_HTTP'> {
+class KubeHttpError extends CertshareError<'CERTSHARE_KUBE_HTTP'> {
   readonly statusCode: number;
   readonly body: string;
   constructor(statusCode: number, body: string, what: string) {
@@ -191,7 +191,7 @@ function responseOf(stream: ClientHttp2Stream, signal: AbortSignal): Promise<{ h
 const REFUSED_ATTEMPTS = 7;
 const REFUSED_FIRST_WAIT_MS = 100;
 
-/** The wait before attempt `attempt` (≥ 2) of a refused stream: none for the second, then doubling (jittered). */
+/** The wait before attempt `attempt` (≥ 2) of a refused stream: none for the second, then doubling (jittered). @forTests */
 export function refusedRetryWaitMs(attempt: number): number {
   return attempt <= 2 ? 0 : Math.round(jitter(doubling(REFUSED_FIRST_WAIT_MS, attempt - 2, 60_000), 0.1));
 }
@@ -302,12 +302,12 @@ export function closeKubeSessions(config: KubeConfig): void {
   pools.delete(config);
 }
 
-/** Liveness settings for the sessions `config` opens from now on (tests scale them down). */
+/** Liveness settings for the sessions `config` opens from now on (tests scale them down). @forTests */
 export function setKubeSessionLiveness(config: KubeConfig, liveness: Partial<SessionLiveness>): void {
   livenessOf.set(config, { ...DEFAULT_LIVENESS, ...liveness });
 }
 
-/** What the connections of `config` look like: connections opened, HTTP/2 sessions open, origins on HTTP/1.1. */
+/** What the connections of `config` look like: connections opened, HTTP/2 sessions open, origins on HTTP/1.1. @forTests */
 export function kubeSessionStats(config: KubeConfig): { connects: number; sessions: number; http1Only: number } {
   const stats = { connects: 0, sessions: 0, http1Only: 0 };
   for (const pool of pools.get(config)?.values() ?? []) {
@@ -457,6 +457,7 @@ export function withSignal(signal: AbortSignal | undefined, options?: Configurat
   return { ...options, middleware: [...(options?.middleware ?? []), cancel], middlewareMergeStrategy: 'append' };
 }
 
+/** @forTests */
 export interface WatchEvent {
   type: 'ADDED' | 'MODIFIED' | 'DELETED' | 'BOOKMARK' | 'ERROR';
   object: { metadata?: { resourceVersion?: string }; code?: number; [key: string]: unknown };

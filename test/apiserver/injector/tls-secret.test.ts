@@ -4,9 +4,10 @@ import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { X509Certificate } from 'node:crypto';
 import { describe, it } from 'node:test';
-import { systemClock } from '../../../src/core/clock.ts';
-import { silentLogger } from '../../../src/core/logger.ts';
+import { systemClock } from '../../../src/core/ports/clock.ts';
+import { silentLogger } from '../../../src/core/ports/logger.ts';
 import { pairSource } from '../../../src/tls/pair-source.ts';
+import { secretPairSource } from '../../../src/kube/secret-pair-source.ts';
 import type { ServingPair } from '../../../src/tls/serving-pair.ts';
 import { useControlPlane } from '../../harness/use-control-plane.ts';
 import { DAY, makePair } from '../../support/certs.ts';
@@ -33,7 +34,7 @@ describe('--tls secret:NAME', () => {
     await must(cp().kubectl(['create', 'namespace', ns]));
     const env = { KUBECONFIG: cp().adminKubeconfigPath, POD_NAMESPACE: ns };
     const pairs = new EventEmitter();
-    const options = { logger: silentLogger, clock: systemClock, env, onPair: (pair: ServingPair) => pairs.emit('pair', pair) };
+    const options = { logger: silentLogger, clock: systemClock, env, onPair: (pair: ServingPair) => pairs.emit('pair', pair), secretSource: secretPairSource };
 
     const missing = await pairSource({ kind: 'secret', name: 'metrics-tls' }, options);
     await assert.rejects(missing.start(), { code: 'CERTSHARE_BAD_CONFIG', message: /--tls secret:metrics-tls: cannot read the Secret/ });

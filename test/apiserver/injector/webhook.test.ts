@@ -1,6 +1,7 @@
 // The injector against the real kube-apiserver: the apiserver calls the webhook over TLS (clientConfig.url
 // on 127.0.0.1), trusting only the caBundle the injector itself keeps in the MutatingWebhookConfiguration.
 import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -9,10 +10,9 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, it } from 'node:test';
 import type { V1Pod } from '../../../src/kube/transport/client-node.ts';
 import { parseFlags } from '../../../src/flags/flags.ts';
-import { silentLogger } from '../../../src/core/logger.ts';
+import { silentLogger } from '../../../src/core/ports/logger.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom, startInjector, type Injector } from '../../../src/injector/injector.ts';
 import { ANNOTATION } from '../../../src/injector/mutate.ts';
-import { bundleSerials } from '../../../src/injector/targets.ts';
 import { useControlPlane } from '../../harness/use-control-plane.ts';
 import { dryRunWebhookUpdate, must, refusedWebhookUpdate, secretSatisfies, type SecretObject } from '../../support/kube.ts';
 import { DAY, makePair } from '../../support/certs.ts';
@@ -24,6 +24,12 @@ import { nextEvent, onEvent, until } from '../../support/wait.ts';
 import { examplePod, examplePodSpecBefore, injectedParts } from '../../support/injector-example.ts';
 import { startRelay, type Relay } from '../../support/relay.ts';
 import { injectorReplicaFlags } from '../../support/replica-flags.ts';
+
+/** Serials (upper-case hex) of the certificates in a PEM bundle. */
+function bundleSerials(pem: string): string[] {
+  const blocks = pem.match(/-----BEGIN CERTIFICATE-----[\s\S]*?-----END CERTIFICATE-----/g) ?? [];
+  return blocks.map((block) => new X509Certificate(block).serialNumber.toUpperCase());
+}
 
 const cp = useControlPlane();
 const WEBHOOK = 'inject.certshare.io';
@@ -97,7 +103,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     const values = parseFlags(INJECTOR_FLAGS, [...injectorReplicaFlags(port), '--drain-delay', '1s', ...flags], {});
     const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS, POD_NAME: name };
     const logger = process.env.CERTSHARE_TEST_LOG
-      ? (await import('../../../src/logging/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, name)
+      ? (await import('../../../src/logging/pino-logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, name)
       : silentLogger;
     const injector = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });
     injector.controller.on('action', (action) => {
@@ -386,7 +392,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     const creates = await namesInCreatesPolicy({ 'extra-ca': 'Opaque', 'extra-tls': 'kubernetes.io/tls' }, ['extra']);
     const env = { KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS };
     const logger = process.env.CERTSHARE_TEST_LOG
-      ? (await import('../../../src/logging/logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, 'extra')
+      ? (await import('../../../src/logging/pino-logger.ts')).createLogger(process.env.CERTSHARE_TEST_LOG, 'extra')
       : silentLogger;
     const later = { ...structuredClone(objects[0]!), metadata: { name: 'certshare-later' } };
     const extra = await startInjector(injectorConfigFrom(values, env), { logger, env, defaultMetrics: false });

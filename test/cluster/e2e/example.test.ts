@@ -35,7 +35,7 @@ import { fileURLToPath } from 'node:url';
 import { X509Certificate } from 'node:crypto';
 import { CLUSTER_ROOT } from '../cluster.ts';
 import { type E2eCluster, startE2eCluster } from '../e2e-cluster.ts';
-import { leaseHolderPod } from '../../../src/kube/lease-elector.ts';
+import { leaseHolderPod } from '../../support/kube.ts';
 import { installInjector, prepareExampleNamespace } from './setup.ts';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));

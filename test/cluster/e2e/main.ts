@@ -5,7 +5,7 @@ import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parseScriptArgs } from '../../../scripts/lib/command-line.ts';
+import { parseScriptArgs } from '../../../bench/lib/command-line.ts';
 
 const values = parseScriptArgs({
   name: 'e2e',

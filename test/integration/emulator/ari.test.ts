@@ -6,8 +6,8 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { RenewalInfoClient } from '../../../src/acme/renewal-info-client.ts';
-import { ariCertificateId } from '../../../src/core/certificate-id.ts';
-import type { AriCertificate } from '../../../src/core/renewal-info.ts';
+import { ariCertificateId } from '../../../src/core/renewal/certificate-id.ts';
+import type { AriCertificate } from '../../../src/core/renewal/renewal-info.ts';
 import { type Emulator, startEmulator } from '../../../src/emulator/server.ts';
 import { certPath, fakeClock, get, splitPair, testEnv, type TestEnv } from '../../support/emulator.ts';
 

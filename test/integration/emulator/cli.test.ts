@@ -6,7 +6,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { CertshareError } from '../../../src/core/errors.ts';
-import type { Logger } from '../../../src/core/logger.ts';
+import type { Logger } from '../../../src/core/ports/logger.ts';
 import { runEmulatorCli } from '../../../src/cli/emulator.ts';
 import { emulatorUsage, parseEmulatorArgs } from '../../../src/emulator/options.ts';
 import { certPath, get, getJson, testEnv } from '../../support/emulator.ts';

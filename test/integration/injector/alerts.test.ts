@@ -3,9 +3,9 @@
 import assert from 'node:assert/strict';
 import { join, resolve } from 'node:path';
 import { describe, it } from 'node:test';
-import { withLeaf, emptyRotationState } from '../../../src/core/ca-rotation.ts';
+import { withLeaf, emptyRotationState } from '../../../src/core/injector-ca/ca-rotation.ts';
 import { withCa } from '../../support/rotation-state.ts';
-import { InjectorMetrics } from '../../../src/injector/metrics.ts';
+import { InjectorMetrics } from '../../../src/injector/injector-metrics.ts';
 import { assertRulesTested, checkMetrics, ruleGroups } from '../../support/promtool.ts';
 import { useTempDir } from '../../support/standalone.ts';
 

@@ -8,7 +8,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { CertshareError } from '../../../src/core/errors.ts';
-import { silentLogger } from '../../../src/core/logger.ts';
+import { silentLogger } from '../../../src/core/ports/logger.ts';
 import { createLocalApiClient, LOCALAPI_ANSWER_BOUNDS } from '../../../src/localapi/client.ts';
 import { BusConnection, type Handler, samplePems, sendJson, sendText, startServer } from '../../support/localapi.ts';
 import { recordingLogger } from '../../support/recording-logger.ts';

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { classifyIssuanceFailure } from '../../../src/core/failure.ts';
+import { classifyIssuanceFailure } from '../../../src/core/issuance/failure.ts';
 import { parseEmulatorArgs } from '../../../src/emulator/options.ts';
 import type { Emulator } from '../../../src/emulator/server.ts';
 import { createLocalApiClient } from '../../../src/localapi/client.ts';
-import { silentLogger } from '../../../src/core/logger.ts';
+import { silentLogger } from '../../../src/core/ports/logger.ts';
 import { certPath, fakeClock, get, testEnv, type TestEnv } from '../../support/emulator.ts';
 
 const A = 'a.tailnet-limits.ts.net';

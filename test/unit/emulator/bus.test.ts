@@ -1,6 +1,6 @@
 import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { NotifyMask } from '../../../src/core/localapi.ts';
+import { NotifyMask } from '../../../src/core/ports/localapi.ts';
 import { BusReader, certPath, get, getJson, testEnv, waitEvent, type TestEnv } from '../../support/emulator.ts';
 
 const A = 'a.tailnet-1234.ts.net';

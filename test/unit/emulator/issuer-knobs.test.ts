@@ -3,7 +3,7 @@ import { test, describe, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { checkTrusted, trustAnchors } from '../../../src/core/trust.ts';
+import { checkTrusted, trustAnchors } from '../../../src/core/certificates/trust.ts';
 import { parseEmulatorArgs } from '../../../src/emulator/options.ts';
 import { createCertificateAuthority } from '../../../src/pki/ca.ts';
 import { certPath, fakeClock, get, splitPair, testEnv, type TestEnv } from '../../support/emulator.ts';

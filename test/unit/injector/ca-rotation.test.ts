@@ -4,7 +4,6 @@ import fc from 'fast-check';
 import {
   decideRotation,
   emptyRotationState,
-  leafTrustedEverywhere,
   rotationPolicyProblem,
   withLeaf,
   withObservation,
@@ -14,8 +13,13 @@ import {
   type RotationDecision,
   type RotationPolicy,
   type RotationState,
-} from '../../../src/core/ca-rotation.ts';
+} from '../../../src/core/injector-ca/ca-rotation.ts';
 import { withCa } from '../../support/rotation-state.ts';
+
+/** True when every object's observed bundle contains the leaf's CA: the invariant the policy keeps. */
+function leafTrustedEverywhere(s: RotationState, leaf: LeafRecord): boolean {
+  return s.objects.every((object) => s.observed[object]?.[leaf.signedBy] !== undefined);
+}
 
 type Decide = (s: RotationState, p: RotationPolicy, now: number) => RotationDecision;
 

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { X509Certificate, createPrivateKey } from 'node:crypto';
 import { describe, it } from 'node:test';
-import { validateCertPair } from '../../../src/core/certificate.ts';
+import { validateCertPair } from '../../../src/core/certificates/certificate.ts';
 import { BACKDATE_MS, createInjectorCa, issueServingLeaf, loadInjectorCa, serviceDnsNames } from '../../../src/injector/pki.ts';
 
 const HOUR = 3_600_000;

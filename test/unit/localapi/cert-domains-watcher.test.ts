@@ -1,7 +1,7 @@
 import { test, afterEach } from 'node:test';
 import assert from 'node:assert/strict';
 import type { CertshareError } from '../../../src/core/errors.ts';
-import { NotifyMask } from '../../../src/core/localapi.ts';
+import { NotifyMask } from '../../../src/core/ports/localapi.ts';
 import { CertDomainsWatcher } from '../../../src/localapi/cert-domains-watcher.ts';
 import { NETMAP_WATCH_MASK, STATUS_WATCH_MASK } from '../../../src/localapi/releases.ts';
 import { createLocalApiClient } from '../../../src/localapi/client.ts';

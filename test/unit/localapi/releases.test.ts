@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { NotifyMask } from '../../../src/core/localapi.ts';
+import { NotifyMask } from '../../../src/core/ports/localapi.ts';
 import { NETMAP_WATCH_MASK, STATUS_WATCH_MASK, parseTailscaledVersion, planWatch, refusedBitsIn, releaseFeatures } from '../../../src/localapi/releases.ts';
 
 test('parses the forms of version.Long() and refuses anything else', () => {

@@ -1,0 +1,40 @@
+// `certshare advertise-agent`: the advertise agent until SIGTERM/SIGINT (src/served/advertise-agent.ts).
+import { systemClock } from '../core/ports/clock.ts';
+import { commandUsage, parseFlags } from '../flags/flags.ts';
+import { ADVERTISE_AGENT_FLAGS, ADVERTISE_AGENT_HELP, advertiseAgentConfigFrom } from '../config/advertise-agent-options.ts';
+import { createLocalApiClient } from '../localapi/client.ts';
+import { createLogger } from '../logging/pino-logger.ts';
+import { createAdvertiseAgent } from '../served/advertise-agent.ts';
+import { stopOnSignal } from '../signals/stop-on-signal.ts';
+
+/** How often certshare's request is read: a withdrawal asked at shutdown waits at most this for the agent to see it. */
+const POLL_MS = 250;
+/** Read the prefs again this often, to put the Services right if someone else changed them. */
+const RESYNC_MS = 60_000;
+/** On SIGTERM, the withdrawal's bound (a Pod's grace period is 30 s by default). */
+const SHUTDOWN_TIMEOUT_MS = 10_000;
+
+export async function advertiseAgentCommand(argv: string[]): Promise<number> {
+  const values = parseFlags(ADVERTISE_AGENT_FLAGS, argv, process.env);
+  if (values.help) {
+    console.log(commandUsage(ADVERTISE_AGENT_HELP));
+    return 0;
+  }
+  const config = advertiseAgentConfigFrom(values);
+  const logger = createLogger(config.logLevel, 'certshare-advertise-agent', config.logFormat);
+  const localApi = createLocalApiClient({ address: config.localapi, certTimeoutMs: 30_000, logger });
+  const agent = createAdvertiseAgent({
+    api: { prefs: (signal) => localApi.prefs!(signal), editPrefs: (masked, signal) => localApi.editPrefs!(masked, signal) },
+    services: config.services,
+    dir: config.dir,
+    clock: systemClock,
+    logger,
+    pollMs: POLL_MS,
+    resyncMs: RESYNC_MS,
+  });
+  agent.start();
+  logger.info({ services: config.services, exchange: config.dir, localapi: config.localapi }, 'advertise agent started');
+  const stop = { stop: () => agent.stop(AbortSignal.timeout(SHUTDOWN_TIMEOUT_MS)) };
+  const code = await stopOnSignal(stop, logger, SHUTDOWN_TIMEOUT_MS + 1000);
+  process.exit(code);
+}

@@ -1,0 +1,99 @@
+import { X509Certificate, createHash, createPrivateKey, type KeyObject } from 'node:crypto';
+import { CertshareError } from '../errors.ts';
+import type { CertPair } from '../ports/localapi.ts';
+
+/** What certshare knows about a validated certificate pair; never holds key material. */
+export interface CertInfo {
+  domain: string;
+  notBefore: number;
+  notAfter: number;
+  serial: string;
+  fingerprint256: string;
+}
+
+const CERT_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
+
+/** The PEM certificate blocks of `text`, in order (none: an empty list). */
+export function pemCertificates(text: string): string[] {
+  return text.match(CERT_BLOCK) ?? [];
+}
+
+function invalid(domain: string, reason: string, cause?: unknown): CertshareError {
+  return new CertshareError('CERTSHARE_CERT_INVALID', `certificate for ${domain} rejected: ${reason}`, { cause });
+}
+
+/**
+ * Checks a pair before it is used or shared: it parses, the key matches the leaf, the leaf covers the
+ * domain, `now` is inside its validity window and each certificate is issued by the next one.
+ * Error messages never quote PEM content, so they are safe to log.
+ */
+export function validateCertPair(pair: CertPair, domain: string, now: number): CertInfo {
+  return checkValidAt(inspectCertPair(pair, domain), now);
+}
+
+/**
+ * The last pair that passed inspection, per domain, by a digest of its PEM text (not a copy of it): a
+ * store hands the same pair back on every read (each watch event, each loop turn, of every domain), and
+ * parsing it (the X.509 chain, the key, their match) is the costly part. Any other pair is inspected in full.
+ */
+const lastInspected = new Map<string, { digest: string; info: Readonly<CertInfo> }>();
+
+function pairDigest(pair: CertPair): string {
+  return createHash('sha256').update(pair.certPem).update('\0').update(pair.keyPem).digest('base64');
+}
+
+/** validateCertPair without the time check: for a pair whose validity starts later (an issuer whose clock is ahead). */
+export function inspectCertPair(pair: CertPair, domain: string): CertInfo {
+  const digest = pairDigest(pair);
+  const last = lastInspected.get(domain);
+  if (last?.digest === digest) return last.info;
+  const info = Object.freeze(inspectUncached(pair, domain));
+  lastInspected.set(domain, { digest, info });
+  return info;
+}
+
+function inspectUncached(pair: CertPair, domain: string): CertInfo {
+  if (pair.certPem.includes('PRIVATE KEY')) throw invalid(domain, 'certificate part contains a private key');
+  const blocks = pemCertificates(pair.certPem);
+  if (blocks.length === 0) throw invalid(domain, 'no PEM certificate found');
+  let chain: X509Certificate[];
+  try {
+    chain = blocks.map((block) => new X509Certificate(block));
+  } catch (err) {
+    throw invalid(domain, 'certificate does not parse', err);
+  }
+  let key: KeyObject;
+  try {
+    key = createPrivateKey(pair.keyPem);
+  } catch {
+    // The parser's message may echo input: keep it out of the error.
+    throw invalid(domain, 'private key does not parse');
+  }
+  const leaf = chain[0]!;
+  if (!leaf.checkPrivateKey(key)) throw invalid(domain, 'private key does not match the certificate');
+  if (leaf.checkHost(domain, { wildcards: true, subject: 'never' }) === undefined) {
+    throw invalid(domain, `certificate does not cover ${domain} (SAN: ${leaf.subjectAltName ?? 'none'})`);
+  }
+  for (let i = 0; i + 1 < chain.length; i++) {
+    if (!chain[i]!.checkIssued(chain[i + 1]!)) throw invalid(domain, `chain out of order at position ${i + 1}`);
+  }
+  return {
+    domain,
+    notBefore: leaf.validFromDate.getTime(),
+    notAfter: leaf.validToDate.getTime(),
+    serial: leaf.serialNumber,
+    fingerprint256: leaf.fingerprint256,
+  };
+}
+
+/** Throws CERTSHARE_CERT_INVALID unless `now` lies inside the certificate's validity window. */
+export function checkValidAt(info: CertInfo, now: number): CertInfo {
+  if (now < info.notBefore) throw invalid(info.domain, `not valid before ${new Date(info.notBefore).toISOString()}`);
+  if (now >= info.notAfter) throw invalid(info.domain, `expired at ${new Date(info.notAfter).toISOString()}`);
+  return info;
+}
+
+/** True while `now` lies inside the certificate's validity window. */
+export function isCurrentlyValid(info: CertInfo, now: number): boolean {
+  return now >= info.notBefore && now < info.notAfter;
+}

@@ -1,0 +1,117 @@
+// The federation home (docs/federation.md): first pieces, pure. A member cluster's writer normally leaves
+// issuance to the one writer that holds the group's Lease on the home apiserver and mirrors the home's
+// Secret of record into its own. These functions say what a member may do when the home cannot be
+// reached, and which copy wins when it can again. Nothing here knows Kubernetes.
+import { renewalTime, rotationExitTime, type HeldValidity, type RenewalPolicy } from '../renewal/renewal.ts';
+
+/**
+ * The safety point of a certificate while the home is unreachable: halfway from its renewal point to the
+ * instant the readiness gate takes the replicas out of rotation ahead of its expiry (renewal.ts
+ * rotationExitTime, which holds the readiness lead). Before it, a member serves its copy and issues
+ * nothing: a home outage shorter than half the renewal margin (15 days of a 90-day certificate's 30, a
+ * day and a half of a 6-day one's 3) costs no issuance at all, whatever the number of clusters. From it,
+ * a member may issue once on its own (break-glass): the other half is left for that issuance to get
+ * through a CA that fails or rate-limits (retries on the backoff, a Retry-After of hours) and still land
+ * before the gate would take the Pods out.
+ * @forTests
+ */
+export function breakGlassPoint(held: HeldValidity, policy: Pick<RenewalPolicy, 'renewFraction'>, readinessLeadMs: number): number {
+  const renewal = renewalTime(held, policy);
+  const exit = rotationExitTime(held, policy, readinessLeadMs);
+  return renewal + Math.floor(Math.max(0, exit - renewal) / 2);
+}
+
+type HomeOutageVerdict =
+  /** Serve the local copy; look again at `until` (the safety point), or when the home answers. */
+  | { kind: 'serve'; until: number }
+  /** Past the safety point (or no valid copy at all): this member may issue once, recorded locally. */
+  | { kind: 'break_glass' }
+  /** This member already issued on its own in this window: it serves that certificate, never a second. */
+  | { kind: 'broken'; serial: string };
+
+/**
+ * A member's break-glass issuance as its local Secret records it: the certificate it issued, and the window
+ * it was spent in, named by the copy it replaced (null: the member held no valid copy). `window` undefined:
+ * a record of before windows were named (the serial alone).
+ */
+interface BreakGlassRecord {
+  serial: string;
+  window: string | null | undefined;
+}
+
+// A serial is hex (X509Certificate.serialNumber); RFC 5280 bounds it to 20 octets.
+const RECORD = /^([0-9A-F]{1,40})(?: replacing ([0-9A-F]{1,40}|none))?$/;
+
+/** The annotation's value: `<serial> replacing <serial of the copy it replaced, or none>`. */
+export function formatBreakGlassRecord(record: { serial: string; window: string | null }): string {
+  return `${record.serial} replacing ${record.window ?? 'none'}`;
+}
+
+/** Reads the annotation's value; anything else than formatBreakGlassRecord's form (or a bare serial) is no record. */
+export function parseBreakGlassRecord(value: string | undefined): BreakGlassRecord | undefined {
+  const match = value === undefined || value.length > 100 ? null : RECORD.exec(value);
+  if (!match) return undefined;
+  const window = match[2];
+  return { serial: match[1]!, window: window === undefined ? undefined : window === 'none' ? null : window };
+}
+
+/**
+ * Whether the window of the copy `serial` (undefined: no valid copy) is spent: the record names it. A later
+ * window (the member now holds another certificate: its own break-glass one, or the home's) has its own one.
+ * A record of before windows were named stands for as long as its certificate is the member's.
+ * @forTests
+ */
+export function breakGlassSpent(record: BreakGlassRecord | undefined, serial: string | undefined): boolean {
+  if (!record) return false;
+  if (record.window === undefined) return record.serial === serial;
+  return record.window === (serial ?? null);
+}
+
+/**
+ * What a member's writer may do while the home is unreachable. `held`: its valid local copy, if any.
+ * `breakGlass`: the record in its local Secret (a restart or a takeover of the local Lease does not forget
+ * it): the window it names is spent.
+ */
+export function homeOutageVerdict(input: {
+  held: (HeldValidity & { serial: string }) | undefined;
+  now: number;
+  policy: Pick<RenewalPolicy, 'renewFraction'>;
+  readinessLeadMs: number;
+  breakGlass?: BreakGlassRecord | undefined;
+}): HomeOutageVerdict {
+  const copy = input.held && input.now < input.held.notAfter ? input.held : undefined;
+  if (input.breakGlass && breakGlassSpent(input.breakGlass, copy?.serial)) return { kind: 'broken', serial: input.breakGlass.serial };
+  if (!copy) return { kind: 'break_glass' };
+  const at = breakGlassPoint(copy, input.policy, input.readinessLeadMs);
+  return input.now >= at ? { kind: 'break_glass' } : { kind: 'serve', until: at };
+}
+
+/** What a copy of the certificate of record holds, reduced to what reconciliation compares. */
+export interface CopyView {
+  serial: string;
+  notBefore: number;
+  notAfter: number;
+}
+
+type Reconciliation =
+  | { kind: 'in_sync' }
+  /** The home holds the newest valid certificate: write it into the member's local Secret. */
+  | { kind: 'mirror_to_local' }
+  /** The member holds a newer one (break-glass while the home was away): write it to the home. */
+  | { kind: 'push_to_home' };
+
+/**
+ * Once the home answers again: the newest valid certificate (the latest notAfter among those valid now)
+ * wins everywhere, and no copy is ever overwritten by one that expires earlier. An invalid copy (expired,
+ * not yet valid, absent) never wins. Ties by notAfter keep what each side holds (two break-glass issuances
+ * expiring in the same second): the home's is written locally, so every member converges on one.
+ */
+export function reconcile(home: CopyView | undefined, local: CopyView | undefined, now: number): Reconciliation {
+  const valid = (c: CopyView | undefined): c is CopyView => c !== undefined && now >= c.notBefore && now < c.notAfter;
+  const h = valid(home) ? home : undefined;
+  const l = valid(local) ? local : undefined;
+  if (!h && !l) return { kind: 'in_sync' };
+  if (h && l && h.serial === l.serial) return { kind: 'in_sync' };
+  if (!l || (h && h.notAfter >= l.notAfter)) return { kind: 'mirror_to_local' };
+  return { kind: 'push_to_home' };
+}

@@ -1,0 +1,115 @@
+import type { CertInfo } from '../certificates/certificate.ts';
+import type { CertPair } from './localapi.ts';
+
+/** How a kube replica watches its Secrets: one watch per Secret by name, or one per group by label. */
+export type WatchScope = 'secret' | 'group';
+
+export interface StoredCert {
+  pair: CertPair;
+  info: CertInfo;
+  /**
+   * When this process obtained the pair from tailscaled (epoch ms). Absent for a pair read from a store:
+   * the renewal rule then measures from notBefore (see renewal.ts usableStart).
+   */
+  obtainedAt?: number;
+}
+
+/**
+ * What a store holds for a domain. `unusable` (garbage, mismatched, expired, hand-edited) is distinct
+ * from `absent`, and a failed read is neither: it throws CERTSHARE_STORE_UNAVAILABLE, and the loop never
+ * answers a read failure with an issuance.
+ */
+export type StoreRead = (
+  | { state: 'absent' }
+  | { state: 'valid'; cert: StoredCert }
+  /**
+   * `empty`: the record exists but holds no pair at all, what a writer's intent looks like before its first
+   * certificate (start-up, not damage: core/loop/startup-grace.ts). Garbage or half a pair is never `empty`.
+   */
+  | { state: 'unusable'; reason: string; empty?: boolean }
+) & {
+  coordination?: Coordination;
+  /**
+   * The newest pair valid now that this store saw for the domain (a watch event, a list, a read or its
+   * own write), when the read itself holds no pair as new: garbage, a key mismatch, a hand edit (an older
+   * valid pair included), a deletion. The loop weighs it as it weighs a stored certificate, so a replica
+   * that only now became the writer restores the newest pair known instead of an older one of its own,
+   * which may be due: an issuance in a window that pair already covered. Never an expired pair.
+   * A store that only its own writer ever writes to (dir) offers none: that loop holds all it stored.
+   */
+  lastValid?: StoredCert;
+};
+
+/** What writers tell each other through the store, so no replica issues twice or early. */
+export interface Coordination {
+  /** A writer announced a CertPair call: who, and when (epoch ms). */
+  intent?: { holder: string; at: number };
+  /** No CertPair call before this instant (epoch ms): a rate limit any replica ran into. */
+  retryNotBefore?: number;
+  /**
+   * An operator's renew request not answered yet (its id: asked, and no answer recorded for it). The
+   * answer is recorded with the certificate that serves it, in the same write (SaveOptions.renewAnswer),
+   * so a writer that restarts after the write finds it answered and issues nothing more for it.
+   */
+  renewRequest?: string;
+}
+
+/** The answer to a renew request, recorded on the store: the request's id and what became of it. */
+export interface RenewAnswer {
+  id: string;
+  /** `issued <serial>`, or `refused <code> <reason>: <why>`. */
+  outcome: string;
+}
+
+export interface SaveOptions {
+  /** The renew request this certificate serves: its answer is written with the certificate, atomically. */
+  renewAnswer?: RenewAnswer;
+}
+
+export interface LoadOptions {
+  /**
+   * Read from the source of truth, not from a copy a watch keeps: a reader whose certificate stayed due
+   * longer than the writer needs to renew it doubts its copy (a watch stalled without failing).
+   */
+  fresh?: boolean;
+}
+
+/**
+ * Every call takes the loop's signal and must end promptly once it aborts (the daemon is stopping); a
+ * store behind a network also bounds each call with its own timeout, so no call can wedge a loop.
+ */
+export interface CertStore {
+  readonly kind: string;
+  load(domain: string, signal: AbortSignal, options?: LoadOptions): Promise<StoreRead>;
+  /** Writes a validated pair. Throws CERTSHARE_STORE_CONFLICT when someone else wrote first. */
+  save(domain: string, cert: StoredCert, signal: AbortSignal, options?: SaveOptions): Promise<void>;
+  /** Records the answer to a renew request that issues nothing (a refusal); compare-and-swap like an intent. */
+  recordRenewAnswer?(domain: string, answer: RenewAnswer, signal: AbortSignal): Promise<void>;
+  /** Announces a CertPair call before it is made (compare-and-swap; CERTSHARE_STORE_CONFLICT if raced). */
+  recordIntent?(domain: string, holder: string, at: number, signal: AbortSignal): Promise<void>;
+  /** Withdraws this replica's intent after tailscaled answered with an error: others need not wait for it. */
+  clearIntent?(domain: string, signal: AbortSignal): Promise<void>;
+  /** Records that no CertPair call may happen before `until`, for every replica and for restarts. */
+  recordRateLimit?(domain: string, until: number, signal: AbortSignal): Promise<void>;
+  /** Calls `listener` whenever the stored pair may have changed (a reader's wake-up). */
+  watch?(domain: string, listener: () => void): () => void;
+}
+
+/** Whether this replica may ask tailscaled for certificates (the writer) or only reads them. */
+export interface IssuanceRole {
+  /** Names this replica in intents and logs (the Pod name in Kubernetes). */
+  readonly identity: string;
+  canIssue(domain: string): boolean;
+  /**
+   * May write the store to put back a certificate it holds that the store lost (a restore, never an
+   * issuance): the writer, also once it stopped issuing, and with a Lease any candidate of the group until
+   * it stops (LeaseElector). Default: canIssue.
+   */
+  canWrite?(domain: string): boolean;
+  /** Resolves when the role may have changed (e.g. a lease was won or lost). */
+  onChange?(listener: () => void): () => void;
+}
+
+export function staticRole(identity: string, writer: boolean): IssuanceRole {
+  return { identity, canIssue: () => writer };
+}

@@ -1,0 +1,118 @@
+// What the proxy really serves, compared with what certshare holds: the pure half of the served check
+// (src/served/served-checker.ts probes the proxy's TLS listener and feeds these functions).
+import type { HeldValidity } from '../renewal/renewal.ts';
+
+/**
+ * One outcome per check of a domain:
+ * - `current`: the leaf certshare holds now;
+ * - `previous`: a leaf certshare held before for the domain, still valid (the proxy has not picked up a renewal yet);
+ * - `expired`: a leaf outside its validity window, whatever it is;
+ * - `other_name`: a leaf that does not cover the domain asked for (SNI);
+ * - `other`: a valid leaf for the domain that certshare never held (self-signed, another issuer, a stale file);
+ * - `unknown`: no TLS answer (refused, timed out, not TLS): the check could not run, which says nothing of
+ *   what clients get (left to the proxy's own readiness probe).
+ */
+export const SERVED_OUTCOMES = ['current', 'previous', 'expired', 'other_name', 'other', 'unknown'] as const;
+export type ServedOutcome = (typeof SERVED_OUTCOMES)[number];
+
+/** The leaf a TLS handshake with the proxy returned for one SNI name. @forTests */
+export interface ServedLeaf {
+  fingerprint256: string;
+  serial: string;
+  notBefore: number;
+  notAfter: number;
+  /** The leaf's names cover the SNI name asked for. */
+  coversName: boolean;
+}
+
+export type ServedProbe = { leaf: ServedLeaf } | { failure: ServedProbeFailure; detail: string };
+export type ServedProbeFailure = 'refused' | 'timeout' | 'not_tls' | 'error';
+
+/** What certshare held for a domain: the current leaf and the ones before it (newest first). */
+export interface HeldLeaves {
+  current: { fingerprint256: string } | undefined;
+  previous: readonly string[];
+}
+
+export function classifyServed(probe: ServedProbe, held: HeldLeaves, now: number): ServedOutcome {
+  if (!('leaf' in probe)) return 'unknown';
+  const { leaf } = probe;
+  if (now < leaf.notBefore || now >= leaf.notAfter) return 'expired';
+  if (!leaf.coversName) return 'other_name';
+  if (held.current?.fingerprint256 === leaf.fingerprint256) return 'current';
+  if (held.previous.includes(leaf.fingerprint256)) return 'previous';
+  return 'other';
+}
+
+/** Outcomes that take the replica out of rotation: clients would get a certificate certshare does not vouch for. */
+const BAD: ReadonlySet<ServedOutcome> = new Set(['expired', 'other_name', 'other']);
+
+/** What the checks of one domain established so far. */
+export interface ServedState {
+  /** The latest check's outcome. */
+  outcome: ServedOutcome;
+  /** The latest outcome that was not `unknown`, and the leaf it saw (absent before any TLS answer). */
+  known?: { outcome: Exclude<ServedOutcome, 'unknown'>; leaf: ServedLeaf };
+}
+
+/** Folds one check into the state: an `unknown` keeps what the last answer showed. */
+export function nextServedState(state: ServedState | undefined, probe: ServedProbe, outcome: ServedOutcome): ServedState {
+  if ('leaf' in probe && outcome !== 'unknown') return { outcome, known: { outcome, leaf: probe.leaf } };
+  return { outcome, ...(state?.known ? { known: state.known } : {}) };
+}
+
+/**
+ * Whether the domain's served certificate keeps the replica in rotation at `now`, judged from the last TLS
+ * answer (a check that could not run changes nothing): `ok` while the proxy served certshare's current or
+ * previous leaf and that leaf is before its `end` (the readiness lead before its notAfter); `bad` when it
+ * served an expired leaf, one for another name or one certshare never held, or the leaf it served reached its
+ * end; `unconfirmed` before any TLS answer.
+ */
+export type ServedVerdict = { verdict: 'ok' } | { verdict: 'bad'; why: string } | { verdict: 'unconfirmed' };
+
+export function servedVerdict(state: ServedState | undefined, now: number, end: (held: HeldValidity) => number): ServedVerdict {
+  const known = state?.known;
+  if (!known) return { verdict: 'unconfirmed' };
+  if (BAD.has(known.outcome)) return { verdict: 'bad', why: describeOutcome(known.outcome) };
+  const endsAt = end({ notBefore: known.leaf.notBefore, notAfter: known.leaf.notAfter });
+  if (now >= endsAt) return { verdict: 'bad', why: `the proxy serves a certificate that expires at ${new Date(known.leaf.notAfter).toISOString()}` };
+  return { verdict: 'ok' };
+}
+
+/** When servedVerdict may change by time alone (the served leaf reaching its end), or undefined. */
+export function servedVerdictEdge(state: ServedState | undefined, now: number, end: (held: HeldValidity) => number): number | undefined {
+  const known = state?.known;
+  if (!known || BAD.has(known.outcome)) return undefined;
+  const endsAt = end({ notBefore: known.leaf.notBefore, notAfter: known.leaf.notAfter });
+  return endsAt > now ? endsAt : undefined;
+}
+
+export function describeOutcome(outcome: ServedOutcome): string {
+  switch (outcome) {
+    case 'current':
+      return 'the proxy serves the current certificate';
+    case 'previous':
+      return 'the proxy still serves the previous certificate';
+    case 'expired':
+      return 'the proxy serves an expired certificate';
+    case 'other_name':
+      return 'the proxy serves a certificate for another name';
+    case 'other':
+      return 'the proxy serves a certificate certshare never held';
+    case 'unknown':
+      return 'no TLS answer from the proxy';
+  }
+}
+
+/**
+ * Keeps the leaves certshare held for a domain, newest first: a replaced leaf becomes `previous` (the last
+ * `keep` of them) so that a proxy still serving it is told apart from one serving something else.
+ */
+export function holdLeaf(held: HeldLeaves, fingerprint256: string | undefined, keep = 3): HeldLeaves {
+  const current = held.current?.fingerprint256;
+  if (fingerprint256 === current) return held;
+  const previous = current
+    ? [current, ...held.previous.filter((f) => f !== current && f !== fingerprint256)]
+    : held.previous.filter((f) => f !== fingerprint256);
+  return { current: fingerprint256 ? { fingerprint256 } : undefined, previous: previous.slice(0, keep) };
+}

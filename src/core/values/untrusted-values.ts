@@ -1,0 +1,123 @@
+// Times certshare reads from objects that a credential other than its own process can write: a domain's
+// Secret (the writer's token of any replica, the federation account at a home) and its coordination
+// annotations. Each is believed only inside the bound a correct writer keeps, so that nobody holding such a
+// credential can make every writer wait until 9999: a value out of its bound is ignored (as if absent),
+// and reported (a log line, a metric, an Event). The issuance ledger's entries are bounded in
+// issuance-budget.ts (believedEntries) with the same report.
+import { iso } from '../ports/clock.ts';
+import { errorText } from '../errors.ts';
+import type { Logger } from '../ports/logger.ts';
+import type { Coordination, StoreRead, StoredCert } from '../ports/store.ts';
+
+/**
+ * How far ahead of this process's clock a time another writer stamped may be (clock skew between
+ * replicas, or between a member and its home). Its value and why: docs/security.md, "Values read back".
+ */
+export const CLOCK_SKEW_MS = 30_000;
+
+/** What an ignored value was: the annotation's or the ledger's own name for it. */
+type UntrustedField = 'retry-not-before' | 'issuing' | 'obtained-at' | 'ledger-entry';
+
+export interface UntrustedValue {
+  field: UntrustedField;
+  /** The value as read (a date, or an entry's fields), for the log line and the Event. */
+  value: string;
+  /** Why it is out of bounds. */
+  why: string;
+}
+
+interface CoordinationBounds {
+  /** --retry-cap: the longest wait a writer records after a rate limit (issue-failures.ts caps it so). */
+  retryCapMs: number;
+}
+
+/**
+ * The coordination a store read returned, with each time out of its bound removed: a retry date later than
+ * the retry cap from now (a correct writer records none later), an intent stamped later than now plus the
+ * clock skew (a correct writer stamps the instant it writes, so an intent blocks at most its TTL, the call
+ * timeout plus its margin, plus the skew).
+ * @forTests
+ */
+export function boundCoordination(
+  coordination: Coordination,
+  now: number,
+  bounds: CoordinationBounds,
+): { coordination: Coordination; refused: UntrustedValue[] } {
+  const refused: UntrustedValue[] = [];
+  const bounded: Coordination = { ...coordination };
+  const until = coordination.retryNotBefore;
+  if (until !== undefined && until > now + bounds.retryCapMs) {
+    delete bounded.retryNotBefore;
+    refused.push({ field: 'retry-not-before', value: iso(until), why: `later than the retry cap (--retry-cap) from now, ${iso(now + bounds.retryCapMs)}` });
+  }
+  const intent = coordination.intent;
+  if (intent && intent.at > now + CLOCK_SKEW_MS) {
+    delete bounded.intent;
+    refused.push({ field: 'issuing', value: `${intent.holder} at ${iso(intent.at)}`, why: `stamped in the future (later than ${iso(now + CLOCK_SKEW_MS)})` });
+  }
+  return { coordination: bounded, refused };
+}
+
+/** The longest renew request id believed (an annotation value can be 256 KiB; an id is a timestamp or a token). */
+const RENEW_ID_MAX = 128;
+
+/** Whether `id` is a renew request id as certshare renew writes one: printable ASCII, no space, at most RENEW_ID_MAX. */
+export function isRenewId(id: string): boolean {
+  return id.length > 0 && id.length <= RENEW_ID_MAX && /^[\x21-\x7e]+$/.test(id);
+}
+
+/**
+ * Reports ignored values: `report` (a metric, an Event) at every read that holds one, a log line only when
+ * a value is first seen in a place (a record read each turn would otherwise log each turn).
+ */
+export class OutOfBoundsLog {
+  readonly #seen = new Map<string, Set<string>>();
+  readonly #log: Logger;
+  readonly #report: (where: string, value: UntrustedValue) => void;
+
+  constructor(log: Logger, report: (where: string, value: UntrustedValue) => void) {
+    this.#log = log;
+    this.#report = report;
+  }
+
+  /** What the latest read of `where` ignored (none: forgets what it held, so a value written again logs again). */
+  read(where: string, refused: readonly UntrustedValue[]): void {
+    const before = this.#seen.get(where);
+    const now = new Set<string>();
+    for (const value of refused) {
+      const key = `${value.field}\u0000${value.value}\u0000${value.why}`;
+      now.add(key);
+      this.#report(where, value);
+      if (!before?.has(key)) this.#log.warn({ code: 'CERTSHARE_UNTRUSTED_VALUE', field: value.field }, untrustedText(where, value));
+    }
+    if (now.size) this.#seen.set(where, now);
+    else this.#seen.delete(where);
+  }
+
+  /**
+   * `read` with its coordination bounded (boundCoordination) and an obtained-at in the future dropped (the
+   * renewal rule would measure from it: a date past notAfter would renew only at expiry; without it the rule
+   * measures from notBefore, earlier, never later); what it ignored reported as `where`'s.
+   */
+  bounded(read: StoreRead, where: string, now: number, bounds: CoordinationBounds): StoreRead {
+    const { coordination, refused } = read.coordination
+      ? boundCoordination(read.coordination, now, bounds)
+      : { coordination: undefined, refused: [] as UntrustedValue[] };
+    let out: StoreRead = refused.length ? { ...read, coordination } : read;
+    const future = (cert: StoredCert | undefined): boolean => cert?.obtainedAt !== undefined && cert.obtainedAt > now + CLOCK_SKEW_MS;
+    const withoutObtainedAt = (cert: StoredCert): StoredCert => {
+      refused.push({ field: 'obtained-at', value: iso(cert.obtainedAt!), why: `in the future (later than ${iso(now + CLOCK_SKEW_MS)})` });
+      const { obtainedAt: _ignored, ...rest } = cert;
+      return rest;
+    };
+    if (out.state === 'valid' && future(out.cert)) out = { ...out, cert: withoutObtainedAt(out.cert) };
+    if (future(out.lastValid)) out = { ...out, lastValid: withoutObtainedAt(out.lastValid!) };
+    this.read(where, refused);
+    return out;
+  }
+}
+
+/** The log line's and the Event's text for an ignored value. */
+export function untrustedText(where: string, value: UntrustedValue): string {
+  return `CERTSHARE_UNTRUSTED_VALUE ${errorText('CERTSHARE_UNTRUSTED_VALUE', { field: value.field, where, value: value.value, why: value.why })}`;
+}

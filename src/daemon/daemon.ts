@@ -1,0 +1,484 @@
+import { EventEmitter } from 'node:events';
+import { secretPairSource } from '../kube/secret-pair-source.ts';
+import type { FastifyInstance } from 'fastify';
+import { LoopSupervisor } from '../core/loop/loop-supervisor.ts';
+import type { DomainAvailability } from '../core/loop/cert-loop.ts';
+import { systemClock } from '../core/ports/clock.ts';
+import { errorMessage } from '../core/errors.ts';
+import { HealthState } from '../core/loop/health.ts';
+import { StartupGrace } from '../core/loop/startup-grace.ts';
+import { fanOut, type LoopObserver } from '../core/ports/observer.ts';
+import { staticRole, type IssuanceRole } from '../core/ports/store.ts';
+import type { BackendContext, DaemonDeps, StoreBackend } from './store-backend.ts';
+import type { LocalApi } from '../core/ports/localapi.ts';
+import { SERVE_CONFIG_SERVICES, type DaemonConfig } from '../config/daemon-config.ts';
+import { ServeConfigWatcher } from '../config/serve-config-watcher.ts';
+import { createLocalApiClient } from '../localapi/client.ts';
+import { CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
+import { parseHostPort } from '../core/values/listen-address.ts';
+import type { Server as TlsServer } from 'node:tls';
+import { buildHttpServer, type HttpServerDeps } from '../http/http-server.ts';
+import { servePair } from '../tls/serving-pair.ts';
+import { followPair, type FollowedPair } from '../tls/followed-pair.ts';
+import { Metrics } from '../http/daemon-metrics.ts';
+import { RoutingProofs } from '../http/routing-proof.ts';
+import { heapSavingSwitch } from '../http/heap-saving.ts';
+import { CertDirectory } from '../store/cert-directory.ts';
+import { DirStore } from '../store/dir-store.ts';
+import { DirLedgerStore } from '../store/dir-ledger.ts';
+import { IssuanceBudget } from '../core/issuance/issuance-budget.ts';
+import { IssuanceSlots } from '../core/issuance/issuance-slots.ts';
+import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
+import { proxyDelivery, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
+import type { AriChecker } from '../acme/ari-checker.ts';
+import type { ServedRotation } from '../served/served-rotation.ts';
+import type { Clock } from '../core/ports/clock.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { StartupGrace as Startup } from '../core/loop/startup-grace.ts';
+
+/** How long after the daemon's start its first ACME Renewal Information check waits (AriChecker quietUntil). */
+const ARI_QUIET_START_MS = 1000;
+/** What the shutdown bound keeps back from the Services' failover wait for the rest of the stop (readiness, Lease). */
+const AFTER_FAILOVER_RESERVE_MS = 3000;
+/** GET /leave-rotation's question to the apiserver (is the Pod terminating?): well inside a preStop hook's time. */
+const TERMINATING_CHECK_TIMEOUT_MS = 5000;
+
+/** @forTests */
+export interface Daemon {
+  readonly address: string;
+  /** The certificate loops, one per domain, and their supervisor. */
+  readonly manager: LoopSupervisor;
+  readonly health: HealthState;
+  readonly metrics: Metrics;
+  readonly watcher: CertDomainsWatcher;
+  readonly role: IssuanceRole;
+  /**
+   * `filesWritten` {domain, path}: certificate files changed on disk (dir store, --out-dir projection, --haproxy-crt-dir);
+   * `attempt` {domain, result, reason}: a CertPair call ended; `problem` {domain, message}: a loop hit a problem;
+   * `planned` {domain, at}: a loop's turn ended with its next check planned; `tlsServed` {serial}: --tls serves a renewed pair;
+   * `reloaded` ReloadOutcome: a reload of the proxy (command, signal, HAProxy runtime API) ended.
+   */
+  readonly events: EventEmitter;
+  /** Graceful stop: leave rotation, drain, stop loops and the server. */
+  stop(): Promise<void>;
+}
+
+async function dirBackend(path: string, ctx: BackendContext): Promise<StoreBackend> {
+  const directory = new CertDirectory(path);
+  await directory.prepare();
+  const store = new DirStore(directory, ctx.deps.clock, ctx.filesWritten);
+  return { store, ledger: new DirLedgerStore(path), role: staticRole(ctx.config.podName ?? 'standalone', true), observers: [] };
+}
+
+async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
+  kubeconfigSource(ctx.deps.env); // no credentials at all: fail before loading the client
+  // Loaded only in Kubernetes mode: the client costs tens of MB that standalone mode does not pay.
+  const { createKubeBackend } = await import('./kube-backend.ts');
+  return createKubeBackend(ctx);
+}
+
+/**
+ * Re-emits loop reports on the daemon's EventEmitter: `attempt` {domain, result, reason}, `problem` {domain, message},
+ * `planned` {domain, at}: a turn ended and the loop decided when to look next (nothing more to do now),
+ * `renewRequest` {domain, id, result...}: a renew request answered.
+ */
+function eventsObserver(events: EventEmitter): LoopObserver {
+  return {
+    attempt: (domain, result, reason) => events.emit('attempt', { domain, result, reason }),
+    planned: (domain, at) => events.emit('planned', { domain, at }),
+    problem: (domain, message) => message && events.emit('problem', { domain, message }),
+    renewRequest: (domain, outcome) => events.emit('renewRequest', { domain, ...outcome }),
+  };
+}
+
+export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Promise<Daemon> {
+  const deps = { clock: input.clock ?? systemClock, logger: input.logger, env: input.env };
+  const { clock, logger } = deps;
+  // The start of the grace for what every start goes through (tailscaled not listening yet, the first issuance).
+  const startup = new StartupGrace(clock, config.startupGraceMs);
+  const metrics = new Metrics(clock, config.renewal);
+  const health = new HealthState();
+  // Keyed by the certificates held: the loops report them to it as to every observer.
+  const routingProofs = config.routingChecks.length > 0 ? new RoutingProofs(clock) : undefined;
+  const events = new EventEmitter();
+  const { delivery, filesWritten } = deliveryToProxy(config, logger, metrics, events);
+  const ctx: BackendContext = { config, deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) };
+  // Start-up order: everything that can refuse the configuration (the store, the ServeConfig's first read,
+  // the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before it:
+  // a start-up error leaves nothing listening and nothing running.
+  const backend = config.store.kind === 'dir' ? await dirBackend(config.store.path, ctx) : await kubeBackend(ctx);
+  const { localApi, watcher } = tailscaledSource(config, input, deps, metrics, health, startup);
+  const domains = new ManagedDomains(config.domains, logger, input.heapSaving ?? heapSavingSwitch());
+  // --advertise-services serve-config: the ServeConfig's Services as last read (its watcher reads it first at start-up).
+  let serveConfigServices: readonly string[] = [];
+  // The served check and the advertisement, ARI (below) and the federation home (kube-backend.ts) are loaded
+  // only when the configuration turns them on: a replica pays for the code it runs (docs/performance.md).
+  const served = await servedRotation(
+    config,
+    { ...deps, metrics, health, localApi, watcher, backend, events },
+    {
+      domains: () => domains.current,
+      serveConfigServices: () => serveConfigServices,
+    },
+  );
+  const extraObservers = [eventsObserver(events), ...(routingProofs ? [routingProofs] : []), ...(served ? [served.observer] : []), ...delivery.observers];
+  const availability = served?.serviceDomains?.availability ?? watcher;
+  // ARI wakes a loop whose renewal window the CA moved (called once the loops exist).
+  const wake = (domain: string): void => manager.loop(domain)?.wake();
+  const ari = config.acmeDirectory ? await ariChecker(config, { ...deps, role: backend.role, metrics, health, wake }) : undefined;
+  const manager = certificateLoops(config, ari, { ...deps, startup, backend, metrics, health, localApi, availability, extraObservers });
+  domains.drive(manager, ari, health);
+  logHealthChanges(health, clock, logger);
+  const serveConfig = followServeConfig(config, logger, health, domains, (services) => {
+    serveConfigServices = services;
+    served?.advertiser?.notify();
+  });
+  const leaveRotation = rotationExit(config, backend, served);
+  const app = buildHttpServer({
+    health,
+    metrics,
+    clock,
+    pod: config.pod,
+    https: config.tls !== undefined,
+    ...(routingProofs ? { routingProofs } : {}),
+    ...leaveRoute(config, clock, logger, leaveRotation, backend),
+  });
+  let tls: FollowedPair | undefined;
+  let address: string;
+  try {
+    await serveConfig?.start();
+    // The first pair is a start-up check like the ServeConfig's first read: unusable, nothing starts.
+    tls = await followedTls(config, deps, app, events);
+    const { host, port } = parseHostPort(config.listen);
+    address = await app.listen({ host, port });
+  } catch (err) {
+    serveConfig?.stop();
+    await Promise.all([tls?.stop(), ari?.stop(), app.close()]);
+    await backend.stop?.();
+    throw err;
+  }
+  logger.info({ address, store: config.store, mode: config.store.kind === 'kube' ? config.mode : undefined }, 'certshare started');
+  domains.start();
+  await backend.start?.();
+  watcher.start();
+  served?.start();
+
+  let stopping: Promise<void> | undefined;
+  const stop = async (): Promise<void> => {
+    logger.info({}, 'stopping');
+    const stopStart = clock.now();
+    // Tailnet clients first: the Services are withdrawn and control given time to move them, within the
+    // shutdown bound less what the rest of the stop needs (nothing left to do when a preStop hook asked).
+    await leaveRotation(config.shutdownTimeoutMs);
+    // No CertPair call starts from here on; those under way end and are stored, and what the store lost is
+    // put back, before the role is handed over.
+    const issuanceSettled = manager.stopIssuing();
+    const remainingMs = config.shutdownTimeoutMs - (clock.now() - stopStart);
+    await backend.beforeStop?.((signal) => issuanceSettled.then(() => manager.verifyStored(signal)), remainingMs);
+    serveConfig?.stop();
+    await Promise.all([manager.stop(), watcher.stop(), tls?.stop(), ari?.stop(), served?.stop()]);
+    await backend.stop?.();
+    await delivery.stop();
+    await app.close();
+    logger.info({}, 'stopped');
+  };
+  return { address, manager, health, metrics, watcher, role: backend.role, events, stop: () => (stopping ??= stop()) };
+}
+
+/** How renewed certificates reach the proxy, and what the daemon does when files changed: log, emit, reload. */
+/** The --serve-config file, whose domains are managed and, with --advertise-services serve-config, whose Services are advertised. */
+/** The served check and the advertisement, when --served-check turns them on; a reload certshare ran checks at once. */
+async function servedRotation(
+  config: DaemonConfig,
+  p: {
+    clock: Clock;
+    logger: Logger;
+    metrics: Metrics;
+    health: HealthState;
+    localApi: LocalApi;
+    watcher: CertDomainsWatcher;
+    backend: StoreBackend;
+    events: EventEmitter;
+  },
+  managed: { domains: () => readonly string[]; serveConfigServices: () => readonly string[] },
+): Promise<ServedRotation | undefined> {
+  if (!config.servedCheck) return undefined;
+  const { clock, logger, health, metrics, localApi, watcher, backend } = p;
+  const served = (await import('../served/served-rotation.ts')).createServedRotation(config, {
+    clock,
+    logger,
+    health,
+    registry: metrics.registry,
+    localApi,
+    domains: managed.domains,
+    serveConfigServices: managed.serveConfigServices,
+    ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
+    certDomains: watcher,
+    ...(backend.serviceDomainWait ? { onServiceDomainWait: backend.serviceDomainWait } : {}),
+  });
+  // A reload certshare ran may have put the proxy right: check what it serves now, not at the next recheck.
+  p.events.on('reloaded', (outcome: { ok: boolean; skipped?: boolean }) => {
+    if (outcome.ok && !outcome.skipped) served?.checker.reloaded();
+  });
+  return served;
+}
+
+function followServeConfig(
+  config: DaemonConfig,
+  logger: Logger,
+  health: HealthState,
+  domains: ManagedDomains,
+  onServices: (services: string[]) => void,
+): ServeConfigWatcher | undefined {
+  if (!config.serveConfig) return undefined;
+  return new ServeConfigWatcher({
+    path: config.serveConfig,
+    logger,
+    onDomains: (fromConfig) => domains.fromServeConfig(fromConfig),
+    onPending: (reason) => health.pending('serve-config', reason),
+    ...(config.advertiseServices === SERVE_CONFIG_SERVICES ? { onServices } : {}),
+  });
+}
+
+function deliveryToProxy(
+  config: DaemonConfig,
+  logger: Logger,
+  metrics: Metrics,
+  events: EventEmitter,
+): { delivery: ProxyDelivery; filesWritten: (domain: string, path: string) => void } {
+  const filesWritten = (domain: string, path: string): void => {
+    logger.info({ domain, path }, 'certificate files written');
+    events.emit('filesWritten', { domain, path });
+    void delivery.reload?.request(domain);
+  };
+  const delivery = proxyDelivery(config, {
+    logger,
+    filesWritten,
+    onOutcome: (o) => {
+      metrics.reloads.inc({ method: o.method, result: o.skipped ? 'skipped' : o.ok ? 'success' : 'failure' });
+      events.emit('reloaded', o);
+    },
+  });
+  return { delivery, filesWritten };
+}
+
+/** tailscaled's LocalAPI and the watch of its IPN bus for the cert domains. */
+function tailscaledSource(
+  config: DaemonConfig,
+  input: DaemonDeps,
+  deps: { clock: Clock; logger: Logger },
+  metrics: Metrics,
+  health: HealthState,
+  startup: Startup,
+): { localApi: LocalApi; watcher: CertDomainsWatcher } {
+  const { clock, logger } = deps;
+  const onBadLine = (err: unknown): void => {
+    metrics.busBadLines.inc();
+    logger.warn({ err: errorMessage(err) }, 'skipped a malformed IPN bus line');
+  };
+  const localApi = input.localApi ?? createLocalApiClient({ address: config.localapi, certTimeoutMs: config.certTimeoutMs, logger, onBadLine });
+  const watcher = new CertDomainsWatcher({
+    localApi,
+    clock,
+    logger: logger.child({ component: 'ipn-bus' }),
+    onConnectionChange: (up) => metrics.busConnected.set(up ? 1 : 0),
+    onReconnect: () => metrics.busReconnects.inc(),
+    onBadLine,
+    onProblem: (message) => health.sourceProblem(message),
+    startup: startup.condition(),
+  });
+  watcher.onChange(() => logger.info({ certDomains: [...watcher.current()].sort() }, 'tailscaled cert domains'));
+  return { localApi, watcher };
+}
+
+interface LoopParts {
+  clock: Clock;
+  logger: Logger;
+  startup: Startup;
+  backend: StoreBackend;
+  metrics: Metrics;
+  health: HealthState;
+  localApi: LocalApi;
+  /** tailscaled's cert domains as the loops wait for them (served/service-domains.ts notes the waits). */
+  availability: DomainAvailability;
+  /** Observers beside health, metrics, the backend's and ARI's. */
+  extraObservers: LoopObserver[];
+}
+
+/** ACME Renewal Information: the writer asks the CA whether it wants a certificate replaced early. */
+async function ariChecker(
+  config: DaemonConfig,
+  p: { clock: Clock; logger: Logger; role: IssuanceRole; metrics: Metrics; health: HealthState; wake: (domain: string) => void },
+): Promise<AriChecker> {
+  const [{ AriChecker }, { RenewalInfoClient }] = await Promise.all([import('../acme/ari-checker.ts'), import('../acme/renewal-info-client.ts')]);
+  const { clock, logger, role, metrics, health, wake } = p;
+  return new AriChecker({
+    client: new RenewalInfoClient({ directoryUrl: config.acmeDirectory!, now: () => clock.now() }),
+    role,
+    clock,
+    logger,
+    intervalMs: config.ariIntervalMs,
+    metrics,
+    wake,
+    describe: (domain, line) => health.renewalInfo(domain, line),
+    // The first check waits out the start: its ID parse and TLS connection would delay the first /healthz
+    // answer (docs/performance.md). A revoked certificate held at start is replaced a second later.
+    quietUntil: clock.now() + ARI_QUIET_START_MS,
+  });
+}
+
+/** The loops, one per domain, their supervisor, the issuance budget and slots; `ari` told of every certificate held. */
+function certificateLoops(config: DaemonConfig, ari: AriChecker | undefined, p: LoopParts): LoopSupervisor {
+  const { clock, logger, backend, metrics, health } = p;
+  const issuanceSlots = new IssuanceSlots(config.issuanceConcurrency);
+  metrics.watchIssuanceSlots(issuanceSlots);
+  const observer = fanOut([health, metrics, ...backend.observers, ...(ari ? [ari] : []), ...p.extraObservers]);
+  const budget = config.issuanceBudget
+    ? new IssuanceBudget({
+        limit: config.issuanceBudget,
+        nameLimit: config.nameLimit,
+        store: backend.ledger,
+        clock,
+        logger: logger.child({ component: 'issuance-budget' }),
+        onOutOfBounds: observer.outOfBounds,
+      })
+    : undefined;
+  if (budget) metrics.watchBudget(budget);
+  return new LoopSupervisor({
+    localApi: p.localApi,
+    store: backend.store,
+    role: backend.role,
+    availability: p.availability,
+    clock,
+    renewal: config.renewal,
+    backoff: config.backoff,
+    observer,
+    logger,
+    // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
+    intentTtlMs: config.certTimeoutMs + Math.min(30_000, config.certTimeoutMs),
+    budget,
+    issuanceSlots,
+    startup: p.startup,
+    renewalInfo: ari,
+  });
+}
+
+/** The managed domains: the flags' and the ServeConfig's, applied to the loops, ARI and health once started. */
+class ManagedDomains {
+  current: string[] = [];
+  readonly #static: string[];
+  readonly #logger: Logger;
+  readonly #heapSaving: (count: number) => boolean;
+  #fromConfig: string[] = [];
+  #started = false;
+  #apply: (all: string[]) => void = () => {};
+
+  constructor(staticDomains: string[], logger: Logger, heapSaving: (count: number) => boolean) {
+    this.#static = staticDomains;
+    this.#logger = logger;
+    this.#heapSaving = heapSaving;
+  }
+
+  drive(manager: LoopSupervisor, ari: AriChecker | undefined, health: HealthState): void {
+    this.#apply = (all) => {
+      manager.setDomains(all);
+      ari?.retain(all);
+      health.manage(all);
+    };
+  }
+
+  /** The first ServeConfig read (before start) only records its domains. */
+  fromServeConfig(domains: string[]): void {
+    this.#fromConfig = domains;
+    this.#update();
+  }
+
+  start(): void {
+    this.#started = true;
+    this.#update();
+  }
+
+  #update(): void {
+    if (!this.#started) return;
+    const all = [...new Set([...this.#static, ...this.#fromConfig])].sort();
+    if (this.#heapSaving(all.length)) this.#logger.info({ domains: all.length }, 'many domains: V8 heap set to save memory (--optimize-for-size)');
+    this.current = all;
+    this.#apply(all);
+  }
+}
+
+function logHealthChanges(health: HealthState, clock: Clock, logger: Logger): void {
+  let lastHealthy: boolean | undefined;
+  health.onChange(() => {
+    // The reason (a string naming every domain without a certificate) only for a change worth a log line:
+    // building it on each of N certificates at start-up would cost O(N^2).
+    const now = clock.now();
+    if (health.isHealthy(now) === lastHealthy) return;
+    const verdict = health.evaluate(now);
+    logger.info({ healthy: verdict.healthy, reason: verdict.reason }, verdict.healthy ? 'healthy' : 'not healthy');
+    lastHealthy = verdict.healthy;
+  });
+}
+
+/**
+ * Leaving rotation, once: the Services withdrawn first, then their failover waited out while the readiness
+ * condition goes False, all within `withinMs` (the shutdown bound when the stop asks; a preStop call's wait
+ * is bounded by the Pod's grace period). Asked by a preStop hook (GET /leave-rotation) or by the stop.
+ */
+function rotationExit(config: DaemonConfig, backend: StoreBackend, served: ServedRotation | undefined): (withinMs: number) => Promise<void> {
+  let leaving: Promise<void> | undefined;
+  return (withinMs) =>
+    (leaving ??= (async () => {
+      const failoverMs = Math.min(config.advertiseFailoverMs, Math.max(0, withinMs - AFTER_FAILOVER_RESERVE_MS));
+      const bound = AbortSignal.timeout(Math.max(1, withinMs - AFTER_FAILOVER_RESERVE_MS));
+      const kubernetesSide = async (): Promise<void> => backend.leaveRotation?.(bound);
+      await (served ? served.leave(failoverMs, bound, kubernetesSide) : kubernetesSide());
+    })());
+}
+
+/**
+ * --leave-token: GET /leave-rotation leaves rotation once the Pod is terminating, then answers once the drain
+ * delay has passed too. Without a Pod to ask (no Kubernetes store), it never acts.
+ */
+function leaveRoute(
+  config: DaemonConfig,
+  clock: Clock,
+  logger: Logger,
+  leaveRotation: (withinMs: number) => Promise<void>,
+  backend: Pick<StoreBackend, 'podTerminating'>,
+): Pick<HttpServerDeps, 'leaveRotation'> {
+  if (!config.leaveToken) return {};
+  const terminating = async (): Promise<boolean> => {
+    const answer = (await backend.podTerminating?.(AbortSignal.timeout(TERMINATING_CHECK_TIMEOUT_MS))) ?? false;
+    if (!answer) logger.warn({ code: 'CERTSHARE_NOT_TERMINATING' }, 'GET /leave-rotation refused: the Pod is not terminating');
+    return answer;
+  };
+  const leave = async (): Promise<void> => {
+    const start = clock.now();
+    logger.info({}, 'asked to leave rotation (GET /leave-rotation)');
+    await leaveRotation(config.advertiseFailoverMs + AFTER_FAILOVER_RESERVE_MS);
+    // The caller (the proxy's preStop hook) keeps the proxy serving until the endpoints drained.
+    await clock.sleep(Math.max(0, config.drainDelayMs - (clock.now() - start)));
+  };
+  return { leaveRotation: { token: config.leaveToken, terminating, leave } };
+}
+
+/** --tls: the first pair served before listening; each renewed pair from the next handshake on, open connections keeping theirs. */
+async function followedTls(
+  config: DaemonConfig,
+  deps: { clock: Clock; logger: Logger; env: NodeJS.ProcessEnv },
+  app: FastifyInstance,
+  events: EventEmitter,
+): Promise<FollowedPair | undefined> {
+  if (!config.tls) return undefined;
+  const server = app.server as unknown as TlsServer;
+  const pair = await followPair(config.tls, {
+    ...deps,
+    secretSource: secretPairSource,
+    what: '/healthz and /metrics',
+    onServed: (serial) => events.emit('tlsServed', { serial }),
+  });
+  servePair(server, pair.first);
+  pair.serveOn((renewed) => servePair(server, renewed));
+  return pair;
+}

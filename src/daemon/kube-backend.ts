@@ -1,0 +1,273 @@
+// Kubernetes mode, the StoreBackend (src/daemon/store-backend.ts) the daemon loads on demand: Secrets as the store, a
+// Lease for the writer, the Pod's Events and readiness gate, an optional projection of the files.
+import { readFile } from 'node:fs/promises';
+import { CertshareError, errorMessage } from '../core/errors.ts';
+import { defaultTrustAnchors, trustAnchors, type TrustAnchors } from '../core/certificates/trust.ts';
+import { rotationExitTime } from '../core/renewal/renewal.ts';
+import { staticRole, type IssuanceRole } from '../core/ports/store.ts';
+import type { BackendContext, StoreBackend } from './store-backend.ts';
+import { CertDirectory } from '../store/cert-directory.ts';
+import type { Federation } from '../kube/federation-home.ts';
+import { Projector } from '../delivery/projector.ts';
+import { connectKube, type KubeConnection } from '../kube/connection.ts';
+import { ReadinessGate } from '../kube/readiness-gate.ts';
+import { podTerminationProbe } from '../kube/pod-terminating.ts';
+import { readinessRouting } from '../kube/readiness-routing.ts';
+import { KubeSecretStore, type StoreTrust } from '../kube/secret-store.ts';
+import { LeaseElector, leaseIdentity } from '../kube/lease-elector.ts';
+import { KubeLedgerStore } from '../kube/ledger-store.ts';
+import { EventRecorder } from '../kube/event-recorder.ts';
+import { PodEvents } from '../kube/pod-events.ts';
+
+/** What the shutdown bound keeps back, after leaving rotation and the drain delay, for stopping the rest. */
+const STOP_RESERVE_MS = 1000;
+
+/** Kubernetes mode: Secrets as the store, the Pod's own readiness gate, an optional file projection. */
+export async function createKubeBackend(ctx: BackendContext): Promise<StoreBackend> {
+  const { config, deps, metrics } = ctx;
+  const { clock, logger, env } = deps;
+  const connection = await connectKube(env);
+  const podName = config.podName;
+  const files = config.outDir ? new CertDirectory(config.outDir) : undefined;
+  // A federated group's pairs count only if they chain to the trust anchors, in the member's Secret too.
+  const anchors = config.federation ? await federationAnchors(config.federation.trustAnchors) : undefined;
+  const recorder = podName ? eventRecorder(ctx, connection, podName) : undefined;
+  const podEvents = recorder ? new PodEvents((occurrence) => recorder.record(occurrence)) : undefined;
+  const trust = (where: 'home' | 'local'): StoreTrust | undefined =>
+    anchors && {
+      anchors,
+      onUntrusted: (domain, serial) => {
+        metrics.untrusted.inc({ domain, store: where });
+        podEvents?.untrusted(domain, serial, where);
+      },
+    };
+  const store = new KubeSecretStore({
+    connection,
+    clock,
+    logger: logger.child({ component: 'secret-store' }),
+    group: config.group,
+    writer: podName,
+    watchScope: config.watchScope,
+    onError: (operation) => metrics.storeErrors.inc({ operation }),
+    earlierCopies: files,
+    trust: trust('local'),
+  });
+  // A start-up check: in group scope a Role without list/watch on the namespace's Secrets is fatal here.
+  await store.start();
+  const identity = podName ?? `certshare-${process.pid}`;
+  const elector = config.mode === 'auto' ? leaseElector(ctx, connection, identity, podEvents) : undefined;
+  if (!elector) metrics.writer.set(config.mode === 'rw' ? 1 : 0);
+  const localRole = elector ?? staticRole(identity, config.mode === 'rw');
+  const federation = config.federation ? await federate(ctx, store, localRole, identity, podEvents, trust('home')) : undefined;
+  const role = federation?.role ?? localRole;
+  const projector = files ? new Projector(files, logger, ctx.filesWritten) : undefined;
+  // validateConfig: a readiness gate has POD_NAME, a routing check an IPv4 in POD_IPS.
+  const gate = config.readinessGate && podName ? readinessGate(ctx, connection, podName, projector, podEvents) : undefined;
+  logger.info(
+    { namespace: connection.namespace, mode: config.mode, group: config.group, watchScope: config.watchScope, readinessGate: config.readinessGate },
+    'kubernetes mode',
+  );
+
+  return {
+    store: federation?.store ?? store,
+    ledger: new KubeLedgerStore(federation?.connection ?? connection, config.group, { budgetNamespace: config.budgetNamespace }),
+    role,
+    observers: [...(projector ? [projector] : []), ...(podEvents ? [podEvents.observer] : [])],
+    async start() {
+      elector?.start();
+      federation?.start();
+      gate?.start();
+    },
+    ...(podEvents
+      ? {
+          servedChanged: (domain: string, report: { outcome: string; verdict: { verdict: string }; stale: boolean }, description: string) =>
+            podEvents.served(domain, report.outcome, report.verdict.verdict !== 'bad' && !report.stale, description),
+          serviceDomainWait: (domain: string, text: string | undefined) => podEvents.serviceDomainWait(domain, text),
+        }
+      : {}),
+    async leaveRotation(signal: AbortSignal) {
+      await gate?.leaveRotation(signal);
+    },
+    ...(podName ? { podTerminating: podTerminationProbe(connection, podName) } : {}),
+    async beforeStop(settleIssuance: (signal: AbortSignal) => Promise<void>, remainingMs: number) {
+      // Out of rotation first; then hand the writer role over, so a successor renews at once. Both are
+      // best effort against an API server that may not answer: together they get --shutdown-timeout less
+      // a reserve, so the process still exits within it. No drain wait here: as a native sidecar certshare
+      // gets SIGTERM only after the proxy has exited (measured on the real cluster: tailscaled's SIGTERM at
+      // .270, certshare's at .340); the drain is the proxy's preStop sleep, which the injector gives it.
+      const budgetMs = Math.max(0, remainingMs - STOP_RESERVE_MS);
+      const budget = AbortSignal.timeout(Math.round(budgetMs));
+      await gate?.leaveRotation(budget);
+      // A certificate being issued is stored, and one the store lost is put back, before the role goes:
+      // else the successor issues the domain again.
+      const settled = settleIssuance(budget).catch((err: unknown) => logger.warn({ err: errorMessage(err) }, 'could not settle issuance before handing over'));
+      await Promise.race([settled, new Promise((resolve) => budget.addEventListener('abort', resolve, { once: true }))]);
+      await federation?.stop(budget);
+      await elector?.stop(budget);
+      // What the shutdown recorded (NotReady, LostWriter) is sent within what is left of the budget.
+      await recorder?.stop(budget);
+    },
+    async stop() {
+      await gate?.stop();
+      await recorder?.stop();
+      await store.stop();
+      await federation?.close();
+      connection.close();
+      await projector?.idle();
+    },
+  };
+}
+
+/**
+ * Events about the Pod, when certshare knows which (POD_NAME; POD_UID, downward API metadata.uid, lets
+ * `kubectl describe pod` find them: it selects Events by the Pod's uid).
+ */
+function eventRecorder(ctx: BackendContext, connection: KubeConnection, podName: string): EventRecorder {
+  const { clock, logger, env } = ctx.deps;
+  return new EventRecorder({
+    connection,
+    regarding: { name: podName, uid: env.POD_UID || undefined },
+    instance: podName,
+    clock,
+    logger: logger.child({ component: 'events' }),
+    onDropped: () => ctx.metrics.eventsDropped.inc(),
+  });
+}
+
+/** --mode auto: the writer elected with the group's Lease. */
+function leaseElector(ctx: BackendContext, connection: KubeConnection, identity: string, podEvents: PodEvents | undefined): LeaseElector {
+  const { config, metrics } = ctx;
+  return new LeaseElector({
+    connection,
+    name: `certshare-${config.group!}`, // validateConfig: --mode auto has a group
+    identity: leaseIdentity(identity),
+    clock: ctx.deps.clock,
+    logger: ctx.deps.logger.child({ component: 'lease' }),
+    leaseDurationMs: config.leaseDurationMs,
+    onLeadershipChange: (leader) => {
+      metrics.writer.set(leader ? 1 : 0);
+      podEvents?.writer(leader);
+    },
+  });
+}
+
+/** --readiness-gate: the Pod's own condition, with the routing check of --routing-check when given. */
+function readinessGate(
+  ctx: BackendContext,
+  connection: KubeConnection,
+  podName: string,
+  projector: Projector | undefined,
+  podEvents: PodEvents | undefined,
+): ReadinessGate {
+  const { config } = ctx;
+  const { clock, logger } = ctx.deps;
+  const urls = config.routingChecks;
+  return new ReadinessGate({
+    connection,
+    podName,
+    conditionType: config.readinessGate!,
+    health: ctx.health,
+    validityEnd: (held) => rotationExitTime(held, config.renewal, config.readinessLeadMs),
+    ...(projector ? { settled: () => projector.idle() } : {}),
+    clock,
+    logger: logger.child({ component: 'readiness-gate' }),
+    ...(podEvents ? { onPatched: (status: 'True' | 'False', reason: string, message: string) => podEvents.readiness(status, reason, message) } : {}),
+    ...(urls.length > 0
+      ? { routing: readinessRouting({ urls, ownIPv4: config.pod.ipv4, attempts: config.routingAttempts, proofs: ctx.routingProofs, logger }) }
+      : {}),
+  });
+}
+
+/**
+ * --federation-trust-anchors: the file's CA certificates (the pin), else Node's CA store. An unreadable file
+ * or one without a certificate is CERTSHARE_BAD_CONFIG, at start.
+ */
+async function federationAnchors(file: string | undefined): Promise<TrustAnchors> {
+  if (file === undefined) return defaultTrustAnchors();
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', `--federation-trust-anchors: cannot read ${file}: ${errorMessage(err)}`, { cause: err });
+  }
+  return trustAnchors([text], file);
+}
+
+/** A federation home's pieces (federation.ts) and how the backend stops them. */
+interface Federated {
+  store: Federation['store'];
+  role: Federation['role'];
+  connection: KubeConnection;
+  start(): void;
+  stop(signal: AbortSignal): Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * --federation-kubeconfig: a second connection, to the home, with the same store and Lease code as the
+ * local ones. Its start-up check refuses an unknown group, missing rights or garbage (CERTSHARE_HOME_UNUSABLE).
+ */
+async function federate(
+  ctx: BackendContext,
+  local: KubeSecretStore,
+  localRole: IssuanceRole,
+  identity: string,
+  podEvents: PodEvents | undefined,
+  trust: StoreTrust | undefined,
+): Promise<Federated> {
+  const { config, metrics } = ctx;
+  const { clock, logger, env } = ctx.deps;
+  const f = config.federation!;
+  const group = config.group!; // validateConfig: a home needs a group
+  // Loaded only with a home: every other replica leaves the federation's code out (docs/performance.md).
+  const { Federation, checkHome } = await import('../kube/federation-home.ts');
+  const connection = await connectKube(env, { kubeconfig: f.kubeconfig, namespace: f.namespace });
+  const log = logger.child({ component: 'federation', cluster: f.cluster });
+  try {
+    await checkHome(connection, group, log, { clock });
+  } catch (err) {
+    connection.close();
+    throw err;
+  }
+  const homeStore = new KubeSecretStore({
+    connection,
+    clock,
+    logger: log.child({ component: 'home-secret-store' }),
+    group,
+    writer: `${f.cluster}/${identity}`,
+    onError: (operation) => metrics.storeErrors.inc({ operation: `home_${operation}` }),
+    trust,
+  });
+  const federation = new Federation({
+    home: { connection, store: homeStore },
+    local: { store: local, role: localRole },
+    group,
+    identity: leaseIdentity(`${f.cluster}/${identity}`),
+    clock,
+    logger: log,
+    leaseDurationMs: f.leaseDurationMs,
+    renewal: config.renewal,
+    readinessLeadMs: config.readinessLeadMs,
+    onBreakGlass: (domain, serial) => {
+      metrics.breakGlass.inc({ domain });
+      podEvents?.breakGlass(domain, serial);
+    },
+    onHomeWriterChange: (leader) => {
+      metrics.homeWriter.set(leader ? 1 : 0);
+      podEvents?.writer(leader, 'home');
+    },
+  });
+  log.info({ home: connection.namespace }, 'federation home configured');
+  return {
+    store: federation.store,
+    role: federation.role,
+    connection,
+    start: () => federation.start(),
+    stop: (signal) => federation.stop(signal),
+    async close() {
+      await federation.stop();
+      await homeStore.stop();
+      connection.close();
+    },
+  };
+}

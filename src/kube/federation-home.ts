@@ -1,0 +1,405 @@
+// The federation home (docs/federation.md): the group's writer Lease, Secrets of record and ledger on another
+// apiserver, reached with a kubeconfig the platform mounts. Built from the one-cluster pieces with a second
+// connection: a LeaseElector and a KubeSecretStore at the home beside the local ones. The local writer (the
+// local Lease holder, as without a home) campaigns for the home Lease, reads the home's Secret and mirrors it
+// into the local one; local readers read the local Secret only and never talk to the home.
+import { systemClock, type Clock } from '../core/ports/clock.ts';
+import { doubling } from '../core/issuance/backoff.ts';
+import { CertshareError, errorMessage } from '../core/errors.ts';
+import { formatBreakGlassRecord, homeOutageVerdict, parseBreakGlassRecord, reconcile, type CopyView } from '../core/federation/home-verdicts.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { RenewalPolicy } from '../core/renewal/renewal.ts';
+import type { CertStore, IssuanceRole, LoadOptions, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/ports/store.ts';
+import { CoordinationV1Api } from './transport/client-node.ts';
+import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
+import { LeaseElector } from './lease-elector.ts';
+import { ANNOTATION_BREAK_GLASS } from './secret-codec.ts';
+import type { KubeSecretStore } from './secret-store.ts';
+import { apiReadiness, makeApi, withSignal, type ApiReadiness } from './transport/https-transport.ts';
+
+/** The home Lease of a group: the same name as the group's Lease in a cluster. */
+const homeLeaseName = (group: string): string => `certshare-${group}`;
+
+/** Errors that mean the home cannot be reached (or is down), not that it refused or answered garbage. */
+// An HTTP/2 stream or session ended by the peer (a proxy or load balancer in front of the home resets it)
+// carries no answer at all: an outage, not garbage (the chaos run's partitions found a sidecar restarted
+// during one refusing to start).
+const OUTAGE_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ERR_HTTP2_STREAM_ERROR',
+  'ERR_HTTP2_SESSION_ERROR',
+  'ERR_HTTP2_GOAWAY_SESSION',
+  'ERR_HTTP2_INVALID_SESSION',
+]);
+const OUTAGE_CERTSHARE = new Set(['CERTSHARE_KUBE_TIMEOUT', 'CERTSHARE_KUBE_CONNECTION_LOST']);
+
+/**
+ * Whether a failed home call is an outage, which the safety point and break-glass answer. Anything else
+ * (401/403, 404 on the Lease, an answer that is not the API's) is not: no member issues on its account.
+ * @forTests
+ */
+export function isHomeOutage(err: unknown): boolean {
+  for (let e: unknown = err, depth = 0; e && depth < 6; e = (e as { cause?: unknown }).cause, depth++) {
+    const status = apiStatus(e);
+    if (status !== undefined) return status >= 500 || status === 429;
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && (OUTAGE_CODES.has(code) || OUTAGE_CERTSHARE.has(code))) return true;
+    if (e instanceof AggregateError && e.errors.some((inner) => isHomeOutage(inner))) return true;
+  }
+  return false;
+}
+
+/**
+ * The start-up check of the home: the group's Lease exists (the platform creates it: a group the home does
+ * not know is an error, never one to make up) and may be read and updated (an update dry run, which the
+ * apiserver authorizes and admits like the real one). Refused, unknown or garbage: CERTSHARE_HOME_UNUSABLE,
+ * fatal. Unreachable: logged, the member starts with its local copies (the outage rules hold). Refused by a
+ * home that is not ready (a restarted apiserver authorizes before its policy is loaded) is unreachable too:
+ * its refusal says nothing about the kubeconfig yet, and a later refusal never makes an issuer. A home that
+ * refuses /readyz as well is asked again for `refusedForMs`, then the refusal stands (CERTSHARE_HOME_UNUSABLE).
+ */
+/** How long a refusal of the start-up check and of /readyz may last before it is taken as the kubeconfig's. */
+const REFUSED_AT_START_MS = 20_000;
+
+export async function checkHome(
+  home: KubeConnection,
+  group: string,
+  logger: Logger,
+  options: { clock?: Clock; homeReadiness?: () => Promise<ApiReadiness>; refusedForMs?: number } = {},
+): Promise<void> {
+  const { clock = systemClock, homeReadiness = () => apiReadiness(home.config, home.requestTimeoutMs), refusedForMs = REFUSED_AT_START_MS } = options;
+  const name = homeLeaseName(group);
+  const where = `Lease ${home.namespace}/${name}`;
+  const unusable = (problem: string, cause?: unknown): CertshareError =>
+    new CertshareError('CERTSHARE_HOME_UNUSABLE', { where, problem }, { cause, refused: isRefusal(cause) });
+  const unreachable = (why: string, err: unknown): void =>
+    logger.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: apiErrorText(err) }, `federation home ${why} at start; serving the local copies`);
+  const deadline = clock.now() + refusedForMs;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await readAndDryRunLease(home, name, where, logger, unusable);
+      return;
+    } catch (err) {
+      if (err instanceof CertshareError && err.code === 'CERTSHARE_HOME_UNUSABLE') throw err;
+      if (isHomeOutage(err)) return unreachable('unreachable', err);
+      const status = apiStatus(err);
+      if (status === 404) throw unusable('does not exist: a group the home does not know (the platform creates its Lease)', err);
+      if (!isRefusal(err)) throw unusable(`not an answer of a Kubernetes API: ${errorMessage(err)}`, err);
+      const readiness = await homeReadiness();
+      if (readiness === 'not_ready') return unreachable('not ready (it refused the check while starting up)', err);
+      const rights = `the kubeconfig lacks the rights (get and update the Lease): ${apiErrorText(err)}`;
+      if (readiness === 'ready') throw unusable(rights, err);
+      // /readyz refused too: an apiserver whose policy is still loading, or a hardened one that shows it
+      // to nobody; only time tells them apart, and a member must not run on for good without its rights.
+      if (clock.now() >= deadline) throw unusable(`${rights} (refused for ${Math.round(refusedForMs / 1000)} s, /readyz too)`, err);
+      logger.info({ where, attempt }, 'federation home refused the check and its /readyz: trying again');
+      await clock.sleep(Math.min(doubling(250, attempt, 4000), Math.max(0, deadline - clock.now())));
+    }
+  }
+}
+
+const isRefusal = (err: unknown): boolean => apiStatus(err) === 401 || apiStatus(err) === 403;
+
+/**
+ * Reads the Lease and dry-runs its update. A conflict means another member's writer renewed the Lease
+ * between the read and the dry run (members start together): read it again. Past the last attempt the
+ * conflict stands as the answer: the update was authorized (the apiserver checks the resourceVersion after
+ * RBAC), its admission is seen at the first real write.
+ */
+async function readAndDryRunLease(
+  home: KubeConnection,
+  name: string,
+  where: string,
+  logger: Logger,
+  unusable: (problem: string) => CertshareError,
+): Promise<void> {
+  const api = makeApi(home.config, CoordinationV1Api, home.requestTimeoutMs);
+  for (let attempt = 1; ; attempt++) {
+    const lease = await api.readNamespacedLease({ name, namespace: home.namespace }, withSignal(AbortSignal.timeout(home.requestTimeoutMs)));
+    if (lease?.metadata?.name !== name || typeof lease.spec !== 'object')
+      throw unusable('the answer is not a Lease: is the kubeconfig pointed at an apiserver?');
+    try {
+      await api.replaceNamespacedLease({ name, namespace: home.namespace, body: lease, dryRun: 'All' }, withSignal(AbortSignal.timeout(home.requestTimeoutMs)));
+      return;
+    } catch (err) {
+      if (apiStatus(err) !== 409) throw err;
+      if (attempt === 3) {
+        logger.warn({ where }, 'federation home: the Lease changed under each start-up check; its admission is checked at the first write');
+        return;
+      }
+    }
+  }
+}
+
+interface FederationOptions {
+  home: { connection: KubeConnection; store: KubeSecretStore };
+  local: { store: KubeSecretStore; role: IssuanceRole };
+  group: string;
+  /** `<cluster>/<pod>`: the holder name at the home. */
+  identity: string;
+  clock: Clock;
+  logger: Logger;
+  leaseDurationMs: number;
+  renewal: Pick<RenewalPolicy, 'renewFraction'>;
+  readinessLeadMs: number;
+  /** A break-glass certificate was stored locally (an Event and the metric). */
+  onBreakGlass(domain: string, serial: string): void;
+  onHomeWriterChange?(leader: boolean): void;
+}
+
+type Via = 'home' | 'local';
+
+/**
+ * The store and the role of a member's replica with a home. The role: the local writer issues while it holds
+ * the home Lease and the home answers; while the home does not, it may issue once per window past the
+ * safety point (break-glass, core/federation/home-verdicts.ts). The store: a local writer's reads and writes go to the
+ * home, and what the home holds is mirrored into the local Secret (the newest valid certificate wins both
+ * ways, compare-and-swap on each side's resourceVersion); a reader's go to the local Secret only. Both
+ * stores check a pair against the trust anchors (KubeSecretStore `trust`): one that fails is no copy at all
+ * here, so it is never mirrored, pushed or served, and the member's own copy is what the loop restores.
+ */
+export class Federation {
+  readonly store: CertStore;
+  readonly role: IssuanceRole;
+  readonly #o: FederationOptions;
+  readonly #listeners = new Set<() => void>();
+  /** Where each domain's last load() came from: the writes of its turn go there. */
+  readonly #via = new Map<string, Via>();
+  /** Domains whose last home call failed with an outage. */
+  readonly #homeDown = new Set<string>();
+  /** The local copy as the last local load() saw it (the break-glass verdict's input). */
+  readonly #localCopy = new Map<string, StoredCert>();
+  /**
+   * Domains the role let issue by break-glass, when, and the window (the serial of the copy held then, null:
+   * none): a certificate obtained from tailscaled since then is recorded as that window's (a restore of a
+   * certificate held before is not).
+   */
+  readonly #breakGlass = new Map<string, { at: number; window: string | null }>();
+  readonly #watches = new Set<{ domain: string; listener: () => void; offHome?: (() => void) | undefined }>();
+  #elector: LeaseElector | undefined;
+  #stopped = false;
+  readonly #offLocal: (() => void) | undefined;
+
+  constructor(options: FederationOptions) {
+    this.#o = options;
+    this.store = this.#makeStore();
+    this.role = this.#makeRole();
+    this.#offLocal = options.local.role.onChange?.(() => this.#localRoleChanged());
+  }
+
+  /** Starts campaigning at the home when this replica is the local writer. */
+  start(): void {
+    this.#localRoleChanged();
+  }
+
+  async stop(signal?: AbortSignal): Promise<void> {
+    this.#stopped = true;
+    this.#offLocal?.();
+    const elector = this.#elector;
+    this.#elector = undefined;
+    await elector?.stop(signal);
+    for (const w of this.#watches) w.offHome?.();
+  }
+
+  #localWriter(): boolean {
+    return !this.#stopped && this.#o.local.role.canIssue('');
+  }
+
+  #localRoleChanged(): void {
+    const writer = this.#localWriter();
+    if (writer && !this.#elector) {
+      this.#elector = new LeaseElector({
+        connection: this.#o.home.connection,
+        name: homeLeaseName(this.#o.group),
+        identity: this.#o.identity,
+        clock: this.#o.clock,
+        logger: this.#o.logger.child({ component: 'home-lease' }),
+        leaseDurationMs: this.#o.leaseDurationMs,
+        mustExist: true,
+        onLeadershipChange: (leader) => this.#o.onHomeWriterChange?.(leader),
+      });
+      this.#elector.onChange(() => this.#notify());
+      this.#elector.start();
+    } else if (!writer && this.#elector) {
+      const elector = this.#elector;
+      this.#elector = undefined;
+      void elector.stop();
+    }
+    for (const w of this.#watches) this.#syncWatch(w);
+    this.#notify();
+  }
+
+  #notify(): void {
+    for (const listener of this.#listeners) listener();
+  }
+
+  /** A local writer follows the home's Secret too (its changes are mirrored); a reader only the local one. */
+  #syncWatch(w: { domain: string; listener: () => void; offHome?: (() => void) | undefined }): void {
+    const want = this.#localWriter();
+    if (want && !w.offHome) w.offHome = this.#o.home.store.watch(w.domain, w.listener);
+    else if (!want && w.offHome) {
+      w.offHome();
+      w.offHome = undefined;
+    }
+  }
+
+  #makeRole(): IssuanceRole {
+    const local = this.#o.local.role;
+    return {
+      identity: local.identity,
+      canIssue: (domain) => {
+        if (!this.#localWriter()) return false;
+        if (!this.#homeDown.has(domain)) return this.#elector?.canIssue() ?? false;
+        const copy = this.#localCopy.get(domain);
+        const verdict = homeOutageVerdict({
+          held: copy && { ...copy.info, obtainedAt: copy.obtainedAt },
+          now: this.#o.clock.now(),
+          policy: this.#o.renewal,
+          readinessLeadMs: this.#o.readinessLeadMs,
+          breakGlass: parseBreakGlassRecord(this.#o.local.store.annotation(domain, ANNOTATION_BREAK_GLASS)),
+        });
+        if (verdict.kind !== 'break_glass') return false;
+        if (!this.#breakGlass.has(domain)) this.#breakGlass.set(domain, { at: this.#o.clock.now(), window: copy?.info.serial ?? null });
+        return true;
+      },
+      canWrite: (domain) => (local.canWrite ? local.canWrite(domain) : local.canIssue(domain)),
+      onChange: (listener) => {
+        this.#listeners.add(listener);
+        return () => this.#listeners.delete(listener);
+      },
+    };
+  }
+
+  #makeStore(): CertStore {
+    const { home, local } = this.#o;
+    const via = (domain: string): KubeSecretStore => (this.#via.get(domain) === 'home' ? home.store : local.store);
+    return {
+      kind: 'kube',
+      load: (domain, signal, options) => this.#load(domain, signal, options),
+      save: (domain, cert, signal, options) => this.#save(domain, cert, signal, options),
+      recordRenewAnswer: (domain: string, answer: RenewAnswer, signal: AbortSignal) => via(domain).recordRenewAnswer(domain, answer, signal),
+      recordIntent: (domain, holder, at, signal) => via(domain).recordIntent(domain, holder, at, signal),
+      clearIntent: (domain, signal) => via(domain).clearIntent(domain, signal),
+      recordRateLimit: (domain, until, signal) => via(domain).recordRateLimit(domain, until, signal),
+      watch: (domain, listener) => {
+        const offLocal = local.store.watch(domain, listener);
+        const w: { domain: string; listener: () => void; offHome?: (() => void) | undefined } = { domain, listener };
+        this.#watches.add(w);
+        this.#syncWatch(w);
+        return () => {
+          offLocal();
+          w.offHome?.();
+          this.#watches.delete(w);
+        };
+      },
+    };
+  }
+
+  async #load(domain: string, signal: AbortSignal, options?: LoadOptions): Promise<StoreRead> {
+    const { home, local, logger, clock } = this.#o;
+    const localRead = await local.store.load(domain, signal, options);
+    if (localRead.state === 'valid') this.#localCopy.set(domain, localRead.cert);
+    else this.#localCopy.delete(domain);
+    if (!this.#localWriter()) {
+      this.#via.set(domain, 'local');
+      return localRead;
+    }
+    let homeRead: StoreRead;
+    try {
+      homeRead = await home.store.load(domain, signal, options);
+    } catch (err) {
+      if (signal.aborted || !isHomeOutage(err)) throw err;
+      if (!this.#homeDown.has(domain)) logger.warn({ domain, err: errorMessage(err) }, 'federation home unreachable: serving the local copy');
+      logger.debug({ domain }, 'federation home unreachable: local read');
+      this.#homeDown.add(domain);
+      this.#via.set(domain, 'local');
+      return localRead;
+    }
+    if (this.#homeDown.delete(domain)) logger.info({ domain }, 'federation home reachable again');
+    this.#breakGlass.delete(domain);
+    this.#via.set(domain, 'home');
+    const homeCert = bestValid(homeRead, clock.now());
+    const localCert = bestValid(localRead, clock.now());
+    const plan = reconcile(view(homeCert), view(localCert), clock.now());
+    try {
+      if (plan.kind === 'mirror_to_local' && homeCert) {
+        await local.store.save(domain, homeCert, signal);
+        this.#localCopy.set(domain, homeCert);
+      } else if (plan.kind === 'push_to_home' && localCert) {
+        logger.info({ domain, serial: localCert.info.serial }, 'the local copy is newer than the home one: writing it to the home');
+        await home.store.save(domain, localCert, signal);
+        return await home.store.load(domain, signal);
+      }
+      if (homeCert && plan.kind !== 'push_to_home') await this.#supersedeBreakGlass(domain, homeCert.info.serial, signal);
+    } catch (err) {
+      // A compare-and-swap lost (someone wrote meanwhile), or the other side failed: the next turn looks again.
+      if (signal.aborted) throw err;
+      logger.info({ domain, err: errorMessage(err) }, 'federation mirror write did not go through; trying again at the next read');
+    }
+    return withLocalCopy(homeRead, localCert, clock.now());
+  }
+
+  /**
+   * The home is back and the member holds the home's copy: its break-glass record is superseded (removed),
+   * whichever certificate the home's is (the member's own break-glass one, adopted everywhere, included).
+   */
+  async #supersedeBreakGlass(domain: string, homeSerial: string, signal: AbortSignal): Promise<void> {
+    const { local, logger } = this.#o;
+    const recorded = local.store.annotation(domain, ANNOTATION_BREAK_GLASS);
+    if (recorded === undefined || this.#localCopy.get(domain)?.info.serial !== homeSerial) return;
+    await local.store.removeAnnotation(domain, ANNOTATION_BREAK_GLASS, signal);
+    logger.info({ domain, record: recorded.slice(0, 100), serial: homeSerial }, 'break-glass record superseded: the member holds the home copy');
+  }
+
+  async #save(domain: string, cert: StoredCert, signal: AbortSignal, options?: SaveOptions): Promise<void> {
+    const { home, local, logger, onBreakGlass } = this.#o;
+    if (this.#via.get(domain) === 'home') {
+      await home.store.save(domain, cert, signal, options);
+      // The local copy follows at once (the next read would mirror it anyway).
+      await local.store.save(domain, cert, signal).catch((err: unknown) => {
+        if (signal.aborted) throw err;
+        logger.info({ domain, err: errorMessage(err) }, 'could not mirror the new certificate locally yet');
+      });
+      return;
+    }
+    // The home is away: a new certificate the role let through is a break-glass one, recorded with it.
+    const known = this.#localCopy.get(domain)?.info.serial;
+    const granted = this.#breakGlass.get(domain);
+    const breakGlass = granted !== undefined && cert.obtainedAt !== undefined && cert.obtainedAt >= granted.at && cert.info.serial !== known;
+    const record = breakGlass ? { [ANNOTATION_BREAK_GLASS]: formatBreakGlassRecord({ serial: cert.info.serial, window: granted.window }) } : undefined;
+    await local.store.save(domain, cert, signal, { ...options, ...(record ? { annotations: record } : {}) });
+    this.#localCopy.set(domain, cert);
+    if (breakGlass) {
+      this.#breakGlass.delete(domain);
+      logger.warn({ domain, serial: cert.info.serial, window: granted.window ?? 'none' }, 'break-glass: issued without the federation home, recorded locally');
+      onBreakGlass(domain, cert.info.serial);
+    }
+  }
+}
+
+/** The newest valid pair a read offers (its own, or the last valid one its store saw). */
+function bestValid(read: StoreRead, now: number): StoredCert | undefined {
+  const own = read.state === 'valid' ? read.cert : undefined;
+  const last = read.lastValid && now < read.lastValid.info.notAfter ? read.lastValid : undefined;
+  if (!own) return last;
+  return last && last.info.notAfter > own.info.notAfter ? last : own;
+}
+
+/**
+ * The home's read, offering the member's own valid copy as `lastValid` when the home holds none as new (garbage,
+ * a pair no trust anchor vouches for, a push that lost a race): the loop restores that copy, never issues for it.
+ */
+function withLocalCopy(read: StoreRead, local: StoredCert | undefined, now: number): StoreRead {
+  const home = bestValid(read, now);
+  return local && (!home || home.info.notAfter < local.info.notAfter) ? { ...read, lastValid: local } : read;
+}
+
+const view = (cert: StoredCert | undefined): CopyView | undefined =>
+  cert && { serial: cert.info.serial, notBefore: cert.info.notBefore, notAfter: cert.info.notAfter };
