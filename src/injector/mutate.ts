@@ -303,11 +303,12 @@ function probePod(defaults: InjectionDefaults): V1Pod {
 
 /**
  * The variables of certshare's container whose value comes from the Pod (its annotations and certshare.io/flags,
- * each bounded by this webhook) or is random per Pod (the leave token). Every other variable is the platform's.
+ * each bounded by this webhook), is random per Pod (the leave token) or is there only when the Pod advertises
+ * (the advertise agent's exchange: certshare's uid has no right on tailscaled either way). Every other variable is the platform's.
  * @forTests
  */
 export const POD_CHOSEN_ENV: readonly string[] = [
-  ...['domain', 'mode', 'out-dir', 'readiness-gate', 'reload-signal', 'reload-pidfile', 'haproxy-crt-dir', 'haproxy-socket', 'leave-token'],
+  ...['domain', 'mode', 'out-dir', 'readiness-gate', 'reload-signal', 'reload-pidfile', 'haproxy-crt-dir', 'haproxy-socket', 'leave-token', 'advertise-agent'],
   ...Object.keys(POD_FLAGS),
 ].map(envName);
 
