@@ -5,6 +5,7 @@ import { ADVERTISE_AGENT_FLAGS, ADVERTISE_AGENT_HELP, advertiseAgentConfigFrom }
 import { createLocalApiClient } from '../localapi/client.ts';
 import { createLogger } from '../logging/pino-logger.ts';
 import { createAdvertiseAgent } from '../served/advertise-agent.ts';
+import { configFileOwnsPrefs } from '../served/config-file-owner.ts';
 import { stopOnSignal } from '../signals/stop-on-signal.ts';
 
 /** How often certshare's request is read: a withdrawal asked at shutdown waits at most this for the agent to see it. */
@@ -23,9 +24,17 @@ export async function advertiseAgentCommand(argv: string[]): Promise<number> {
   const config = advertiseAgentConfigFrom(values);
   const logger = createLogger(config.logLevel, 'certshare-advertise-agent', config.logFormat);
   const localApi = createLocalApiClient({ address: config.localapi, certTimeoutMs: 30_000, logger });
+  // A tailscaled run from a config file (containerboot) has its owner's AdvertiseServices: the agent, the one
+  // process that could ask (certshare's uid gets 403), edits nothing then, and says so once.
+  const starting = new AbortController();
+  const stopStarting = (): void => starting.abort();
+  process.once('SIGTERM', stopStarting).once('SIGINT', stopStarting);
+  const owned = await configFileOwnsPrefs(localApi, config.services, { clock: systemClock, logger }, starting.signal);
+  process.off('SIGTERM', stopStarting).off('SIGINT', stopStarting);
+  if (starting.signal.aborted) return 0;
   const agent = createAdvertiseAgent({
     api: { prefs: (signal) => localApi.prefs!(signal), editPrefs: (masked, signal) => localApi.editPrefs!(masked, signal) },
-    services: config.services,
+    services: owned ? [] : config.services,
     dir: config.dir,
     clock: systemClock,
     logger,
