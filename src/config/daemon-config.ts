@@ -5,9 +5,9 @@ import type { BackoffPolicy } from '../core/issuance/backoff.ts';
 import type { BudgetLimit } from '../core/issuance/issuance-budget.ts';
 import type { PodAddresses } from '../core/values/pod-addresses.ts';
 import type { RenewalPolicy } from '../core/renewal/renewal.ts';
-import type { ReloadSpec } from '../delivery/reload-command.ts';
+import type { DeliverySettings } from '../delivery/proxy-delivery.ts';
+import type { ServedRotationSettings } from '../served/served-rotation.ts';
 import type { LogFormat } from '../logging/log-format.ts';
-import type { SERVE_CONFIG_SERVICES } from '../core/served/advertisement.ts';
 import type { WatchScope } from '../core/ports/store.ts';
 import type { TlsChoice } from '../tls/serving-pair.ts';
 
@@ -18,7 +18,8 @@ export type { TlsChoice } from '../tls/serving-pair.ts';
 export type StoreChoice = { kind: 'dir'; path: string } | { kind: 'kube' };
 export type ShareMode = 'rw' | 'ro' | 'auto';
 
-export interface DaemonConfig {
+/** The daemon's whole configuration: the parts' own settings (each declared beside its part) and the rest. */
+export interface DaemonConfig extends DeliverySettings, ServedRotationSettings {
   localapi: string;
   domains: string[];
   serveConfig: string | undefined;
@@ -26,15 +27,6 @@ export interface DaemonConfig {
   listen: string;
   /** /healthz and /metrics over HTTPS with this pair, reloaded on change; plain HTTP when undefined. */
   tls: TlsChoice | undefined;
-  reloadCommand: ReloadSpec | undefined;
-  reloadTimeoutMs: number;
-  /** --reload-signal: sent to the pid in reloadPidFile after files changed, instead of a command. */
-  reloadSignal: NodeJS.Signals | undefined;
-  reloadPidFile: string | undefined;
-  /** --haproxy-crt-dir: where <domain>.pem (chain and key) is written for HAProxy's crt. */
-  haproxyCrtDir: string | undefined;
-  /** --haproxy-socket: HAProxy's runtime API, to which each new certificate is pushed. */
-  haproxySocket: string | undefined;
   renewal: RenewalPolicy;
   backoff: BackoffPolicy;
   certTimeoutMs: number;
@@ -74,27 +66,6 @@ export interface DaemonConfig {
   /** The gate turns False this long before a certificate expires (bounded by its lifetime; renewal.ts rotationExitTime). */
   readinessLeadMs: number;
   routingChecks: string[];
-  /** --served-check: the proxy's TLS listener, checked for the certificate it serves per domain. */
-  servedCheck: { host: string; port: number } | undefined;
-  servedCheckIntervalMs: number;
-  servedCheckTimeoutMs: number;
-  servedStaleAfterMs: number;
-  /**
-   * --advertise-services: the Tailscale Services (svc:<label>) advertised while served (src/served/advertiser.ts),
-   * or SERVE_CONFIG_SERVICES: the ones the --serve-config file lists, as it changes.
-   */
-  advertiseServices: string[] | typeof SERVE_CONFIG_SERVICES;
-  advertiseFailoverMs: number;
-  /**
-   * --advertise-agent: the exchange directory of certshare advertise-agent (served/advertise-exchange.ts), which
-   * edits the prefs in certshare's place; undefined: certshare edits them itself (it must be tailscaled's operator).
-   */
-  advertiseAgent: string | undefined;
-  /**
-   * --advertise-bootstrap: advertise a Service before its first certificate while nothing valid exists in the
-   * group and the proxy serves nothing valid, so that control grants its domain (served/service-domains.ts).
-   */
-  advertiseBootstrap: boolean;
   /** --leave-token: GET /leave-rotation with this token leaves rotation (a preStop hook); undefined: no such route. */
   leaveToken: string | undefined;
   routingAttempts: number;

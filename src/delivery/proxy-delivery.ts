@@ -4,16 +4,17 @@ import { HaproxyDelivery, HaproxyRuntimeApi } from './haproxy.ts';
 import { type CoalescedReload, ReloadCommand, type ReloadOutcome, type ReloadSpec } from './reload-command.ts';
 import { SignalReload } from './reload-signal.ts';
 
-/** The settings of delivery, and only those (the daemon hands its configuration, which holds them). */
-interface DeliverySettings {
+/** The settings of delivery, and only those (DaemonConfig extends them). */
+export interface DeliverySettings {
   /** --reload-command, killed after reloadTimeoutMs (which also bounds a HAProxy exchange). */
   reloadCommand: ReloadSpec | undefined;
   reloadTimeoutMs: number;
-  /** --reload-signal, sent to the pid in reloadPidFile after files changed. */
+  /** --reload-signal: sent to the pid in reloadPidFile after files changed, instead of a command. */
   reloadSignal: NodeJS.Signals | undefined;
   reloadPidFile: string | undefined;
-  /** --haproxy-crt-dir and --haproxy-socket. */
+  /** --haproxy-crt-dir: where <domain>.pem (chain and key) is written for HAProxy's crt. */
   haproxyCrtDir: string | undefined;
+  /** --haproxy-socket: HAProxy's runtime API, to which each new certificate is pushed. */
   haproxySocket: string | undefined;
 }
 

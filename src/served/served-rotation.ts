@@ -21,15 +21,28 @@ import { ServiceDomains, type ServiceDomainsOptions } from './service-domains.ts
 /** How long certshare waits for the advertise agent to apply a request (its poll, a prefs read and edit) before retrying. */
 const AGENT_ANSWER_TIMEOUT_MS = 10_000;
 
-/** The settings the served check and the advertisement use, and only those (the daemon hands its configuration). */
-interface ServedRotationConfig {
+/** The settings the served check and the advertisement use, and only those (DaemonConfig extends them). */
+export interface ServedRotationSettings {
+  /** --served-check: the proxy's TLS listener, checked for the certificate it serves per domain. */
   servedCheck: { host: string; port: number } | undefined;
   servedCheckIntervalMs: number;
   servedCheckTimeoutMs: number;
   servedStaleAfterMs: number;
+  /**
+   * --advertise-services: the Tailscale Services (svc:<label>) advertised while served (src/served/advertiser.ts),
+   * or SERVE_CONFIG_SERVICES: the ones the --serve-config file lists, as it changes.
+   */
   advertiseServices: string[] | typeof SERVE_CONFIG_SERVICES;
   advertiseFailoverMs: number;
+  /**
+   * --advertise-agent: the exchange directory of certshare advertise-agent (served/advertise-exchange.ts), which
+   * edits the prefs in certshare's place; undefined: certshare edits them itself (it must be tailscaled's operator).
+   */
   advertiseAgent: string | undefined;
+  /**
+   * --advertise-bootstrap: advertise a Service before its first certificate while nothing valid exists in the
+   * group and the proxy serves nothing valid, so that control grants its domain (served/service-domains.ts).
+   */
   advertiseBootstrap: boolean;
   renewal: RenewalPolicy;
   readinessLeadMs: number;
@@ -69,7 +82,7 @@ export interface ServedRotation {
 }
 
 /** undefined without --served-check (validateConfig: --advertise-services needs it). */
-export function createServedRotation(config: ServedRotationConfig, deps: ServedRotationDeps): ServedRotation | undefined {
+export function createServedRotation(config: ServedRotationSettings, deps: ServedRotationDeps): ServedRotation | undefined {
   const target = config.servedCheck;
   if (!target) return undefined;
   const { clock, logger, health } = deps;
@@ -137,7 +150,7 @@ export function createServedRotation(config: ServedRotationConfig, deps: ServedR
 }
 
 function createAdvertiser(
-  config: ServedRotationConfig,
+  config: ServedRotationSettings,
   deps: ServedRotationDeps,
   checker: ServedChecker,
   end: (held: { notBefore: number; notAfter: number }) => number,
@@ -188,7 +201,7 @@ function createAdvertiser(
   });
 }
 
-function managedServices(config: ServedRotationConfig, deps: ServedRotationDeps): { domainOf(service: string): string; servicesNow(): readonly string[] } {
+function managedServices(config: ServedRotationSettings, deps: ServedRotationDeps): { domainOf(service: string): string; servicesNow(): readonly string[] } {
   return {
     domainOf: (service) => serviceDomain(service, deps.domains()) ?? '',
     servicesNow: () => (config.advertiseServices === SERVE_CONFIG_SERVICES ? (deps.serveConfigServices?.() ?? []) : config.advertiseServices),
@@ -196,7 +209,7 @@ function managedServices(config: ServedRotationConfig, deps: ServedRotationDeps)
 }
 
 function createServiceDomains(
-  config: ServedRotationConfig,
+  config: ServedRotationSettings,
   deps: ServedRotationDeps & { certDomains: ServiceDomainsOptions['certDomains'] },
   probe: ServiceDomainsOptions['probe'],
   onChange: () => void,

@@ -15,6 +15,8 @@ cached_build_complete() {
 # Prints $out and exits when the cache is complete; otherwise takes the lock and prepares $out.tmp.
 cached_build_begin() {
   if cached_build_complete; then echo "$out"; exit 0; fi
+  # The Go toolchain's usual place, for a caller whose PATH lacks it (a clean environment, as CI may give).
+  command -v go >/dev/null || { [[ -x /usr/local/go/bin/go ]] && PATH="/usr/local/go/bin:$PATH"; }
   command -v go >/dev/null || { echo "build.sh: go is required to build $purpose" >&2; exit 1; }
   mkdir -p "$(dirname "$out")"
   if command -v flock >/dev/null; then
