@@ -4,6 +4,7 @@
 // would) the same call withdraws the Service, waits the failover and the drain, and leaves the readiness gate.
 // certshare learns the deletion from the answer to an empty status patch: its existing right, its own token.
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -79,7 +80,14 @@ describe('GET /leave-rotation (real apiserver)', () => {
     const advertised = (): boolean => replica.emulator.prefs.advertiseServices.includes(SERVICE);
     const url = `${replica.daemon.address}/leave-rotation`;
     try {
+      // Held, then projected: the files land a moment after the loop reports the certificate.
       await until('the certificate held', () => replica.daemon.health.infoOf(KUBE_DOMAIN) !== undefined, [every50ms], 30_000);
+      await until(
+        'the certificate projected',
+        () => ['tls.crt', 'tls.key'].every((f) => existsSync(join(replica.outDir, KUBE_DOMAIN, f))),
+        [every50ms],
+        30_000,
+      );
       proxy.serve({
         certPem: await readFile(join(replica.outDir, KUBE_DOMAIN, 'tls.crt'), 'utf8'),
         keyPem: await readFile(join(replica.outDir, KUBE_DOMAIN, 'tls.key'), 'utf8'),

@@ -331,7 +331,9 @@ export class Checker {
         // cluster's Secret (the home's included) holds a valid pair: the member should have broken glass (issue 40).
         const expired = files?.cert?.keyMatch === true && now >= files.cert.notAfter;
         const elsewhere = up && expired && !secretValid ? this.#ctx.validElsewhere?.(d.domain, now) : undefined;
-        const inv2x = elsewhere !== undefined && now - Math.max(elsewhere.since, badSince!, inst!.readyAt!, reachable, readsSince) > graceMs;
+        // Two hops to cover (the home's pair mirrored into this member's Secret, then to its replicas), each of
+        // which the in-cluster check gives the grace: twice the grace here.
+        const inv2x = elsewhere !== undefined && now - Math.max(elsewhere.since, badSince!, inst!.readyAt!, reachable, readsSince) > 2 * graceMs;
         this.#episode(`2:elsewhere:${name}:${d.domain}`, inv2x, now, () => {
           return (
             `inv2 ${iso(now)} ${d.domain}: ${name} (pid ${inst!.pid}) projects expired serial ${short(files!.cert!.serial)} ` +

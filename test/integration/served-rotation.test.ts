@@ -26,6 +26,17 @@ async function metric(daemon: Daemon, name: string, labels: string): Promise<num
   return line === undefined ? undefined : Number(line.split(' ').pop());
 }
 
+/** The metric once it reads `want`, or what it reads after 5 s. */
+async function metricSettled(daemon: Daemon, name: string, labels: string, want: number): Promise<number | undefined> {
+  const deadline = Date.now() + 5000;
+  let value = await metric(daemon, name, labels);
+  while (value !== want && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 50));
+    value = await metric(daemon, name, labels);
+  }
+  return value;
+}
+
 async function heldPair(certDir: string): Promise<{ certPem: string; keyPem: string }> {
   return {
     certPem: await readFile(join(certDir, DOMAIN, 'tls.crt'), 'utf8'),
@@ -87,7 +98,8 @@ describe('served check and Service advertisement (emulator)', () => {
       await until('advertised', () => advertised(s), [every50ms]);
       assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other', SERVICE], 'the other Service kept, in its place');
       assert.equal(s.daemon.health.evaluate(Date.now()).healthy, true);
-      assert.equal(await metric(s.daemon, 'certshare_service_advertised', `service="${SERVICE}"`), 1);
+      // The gauge follows the edit's answer, a moment after tailscaled (the emulator) applied it.
+      assert.equal(await metricSettled(s.daemon, 'certshare_service_advertised', `service="${SERVICE}"`, 1), 1);
 
       // Someone else edits the prefs meanwhile: their change survives certshare's next edit.
       s.emulator.prefs.setAdvertiseServices(['svc:other', SERVICE, 'svc:third']);
