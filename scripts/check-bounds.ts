@@ -1,5 +1,5 @@
-// `npm run check:bounds` (part of `npm test` and `npm run lint`): no function over 60 lines in src/core (the
-// rules a reader checks line by line), none over 100 anywhere in src, no class over 400 lines. Lines are
+// `npm run check:bounds` (part of `npm test` and `npm run lint`): no function over 50 lines in src/core (the
+// rules a reader checks line by line), none over 80 anywhere in src, no class over 350 lines. Lines are
 // counted from a function's first line to its last, signature and comments inside included; a function
 // nested in another counts for both. `--report` prints the longest of each kind instead of checking.
 import { readFileSync } from 'node:fs';
@@ -8,9 +8,9 @@ import { join, relative } from 'node:path';
 import ts from 'typescript';
 
 const ROOT = join(import.meta.dirname, '..');
-const CORE_FUNCTION_LINES = 60;
-const FUNCTION_LINES = 100;
-const CLASS_LINES = 400;
+const CORE_FUNCTION_LINES = 50;
+const FUNCTION_LINES = 80;
+const CLASS_LINES = 350;
 
 /** `file:name` of the functions allowed over the bound, each with why; remove an entry once it holds. */
 const EXEMPT: Record<string, string> = {};

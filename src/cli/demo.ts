@@ -36,35 +36,7 @@ export async function runDemo(argv: string[]): Promise<number> {
   const config = await demoConfig(
     parseFlags(
       RUN_FLAGS,
-      [
-        '--localapi',
-        socket,
-        '--domain',
-        domain,
-        '--store',
-        `dir:${certDir}`,
-        '--listen',
-        values.listen,
-        '--log-level',
-        values['log-level'],
-        '--first-retry',
-        '2s',
-        '--retry-cap',
-        '1m',
-        // Within the retry cap, as validateConfig() requires (the 1h default is not).
-        '--rate-limit-retry',
-        '10s',
-        '--shutdown-timeout',
-        '5s',
-        // Standalone: no rotation to leave, so no drain before stopping.
-        '--drain-delay',
-        '0s',
-        // ACME Renewal Information from the emulator (a window set through its control API shows within a minute).
-        '--acme-directory',
-        emulator.acmeDirectoryUrl ?? 'none',
-        '--ari-interval',
-        '1m',
-      ],
+      demoRunArgs({ socket, domain, certDir, listen: values.listen, logLevel: values['log-level'], acmeDirectoryUrl: emulator.acmeDirectoryUrl }),
       {},
     ),
   ).catch(async (err: unknown) => {
@@ -100,6 +72,39 @@ export async function runDemo(argv: string[]): Promise<number> {
   await emulator.close();
   await rm(dir, { recursive: true, force: true });
   return code;
+}
+
+/** The run command's flags for the demo's daemon: the emulator's socket and ACME directory, short retries and stop. */
+function demoRunArgs(a: { socket: string; domain: string; certDir: string; listen: string; logLevel: string; acmeDirectoryUrl: string | undefined }): string[] {
+  return [
+    '--localapi',
+    a.socket,
+    '--domain',
+    a.domain,
+    '--store',
+    `dir:${a.certDir}`,
+    '--listen',
+    a.listen,
+    '--log-level',
+    a.logLevel,
+    '--first-retry',
+    '2s',
+    '--retry-cap',
+    '1m',
+    // Within the retry cap, as validateConfig() requires (the 1h default is not).
+    '--rate-limit-retry',
+    '10s',
+    '--shutdown-timeout',
+    '5s',
+    // Standalone: no rotation to leave, so no drain before stopping.
+    '--drain-delay',
+    '0s',
+    // ACME Renewal Information from the emulator (a window set through its control API shows within a minute).
+    '--acme-directory',
+    a.acmeDirectoryUrl ?? 'none',
+    '--ari-interval',
+    '1m',
+  ];
 }
 
 /** The daemon's configuration from its flags (a rejected flag ends the demo after the emulator is closed). */

@@ -449,26 +449,37 @@ function badFlag(message: string): CertshareError {
  * Flags and environment to a DaemonConfig: each value parsed on its own (syntax), then every rule that
  * relates values checked in one place, validateConfig. Throws CERTSHARE_BAD_FLAG (exit 2).
  */
-export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): DaemonConfig {
-  const domains = (values.domain ?? []).map((d) => {
+function domainsFrom(values: RunValues): string[] {
+  return (values.domain ?? []).map((d) => {
     try {
       return normalizeDomain(d);
     } catch (err) {
       throw badFlag(`--domain: ${errorMessage(err)}`);
     }
   });
-  const storeText = values.store ?? (env.KUBERNETES_SERVICE_HOST ? 'kube' : 'dir:./certshare-certs');
-  let store: StoreChoice;
-  if (storeText === 'kube') store = { kind: 'kube' };
-  else if (storeText.startsWith('dir:') && storeText.length > 4) store = { kind: 'dir', path: storeText.slice(4) };
-  else throw badFlag(`--store must be dir:PATH or kube, got "${storeText}"`);
+}
 
-  const listen = values.listen;
+/** Without --store, a Pod (KUBERNETES_SERVICE_HOST set) keeps its certificates in Secrets. */
+function storeFrom(values: RunValues, env: NodeJS.ProcessEnv): StoreChoice {
+  const storeText = values.store ?? (env.KUBERNETES_SERVICE_HOST ? 'kube' : 'dir:./certshare-certs');
+  if (storeText === 'kube') return { kind: 'kube' };
+  if (storeText.startsWith('dir:') && storeText.length > 4) return { kind: 'dir', path: storeText.slice(4) };
+  throw badFlag(`--store must be dir:PATH or kube, got "${storeText}"`);
+}
+
+function listenFrom(values: RunValues): string {
   try {
-    parseHostPort(listen);
+    parseHostPort(values.listen);
   } catch (err) {
     throw badFlag(`--listen: ${(err as Error).message}`);
   }
+  return values.listen;
+}
+
+export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): DaemonConfig {
+  const domains = domainsFrom(values);
+  const store = storeFrom(values, env);
+  const listen = listenFrom(values);
   const tls = tlsChoice(values.tls);
   const reloadText = values['reload-command'];
   const signalText = values['reload-signal'];
@@ -535,11 +546,10 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
   return config;
 }
 
-/**
- * Every rule of the configuration that is not the syntax of one value, checked before anything starts
- * (as Tailscale's containerboot settings.validate() does): the first broken rule, or undefined.
- */
-function leaveTokenRules(c: DaemonConfig): Array<[boolean, () => string]> {
+/** A rule of the configuration: broken, and the message that says how to mend it. */
+type ConfigRule = [broken: boolean, message: () => string];
+
+function leaveTokenRules(c: DaemonConfig): ConfigRule[] {
   if (c.leaveToken === undefined) return [];
   return [
     [
@@ -551,7 +561,7 @@ function leaveTokenRules(c: DaemonConfig): Array<[boolean, () => string]> {
   ];
 }
 
-function validateConfig(c: DaemonConfig): string | undefined {
+function domainAndDurationRules(c: DaemonConfig): ConfigRule[] {
   const positive: Array<[string, number]> = [
     ['--check-interval', c.renewal.checkIntervalMs],
     ['--first-retry', c.backoff.firstRetryMs],
@@ -565,19 +575,18 @@ function validateConfig(c: DaemonConfig): string | undefined {
     ['--served-check-interval', c.servedCheckIntervalMs],
     ['--served-check-timeout', c.servedCheckTimeoutMs],
   ];
-  const kubeOnly: Array<[string, unknown]> = [
-    ['--tls secret:', c.tls?.kind === 'secret' ? c.tls : undefined],
-    ['--out-dir', c.outDir],
-    ['--readiness-gate', c.readinessGate],
-    ['--routing-check', c.routingChecks.length > 0 ? c.routingChecks : undefined],
-  ];
-  const rules: Array<[broken: boolean, message: () => string]> = [
+  return [
     [c.domains.length === 0 && !c.serveConfig, () => 'give at least one --domain or a --serve-config file'],
     [
       !(c.renewal.renewFraction > 0 && c.renewal.renewFraction < 1),
       () => `--renew-fraction must be between 0 and 1, both excluded (e.g. 1/3 or 0.33), got ${c.renewal.renewFraction}`,
     ],
-    ...positive.map(([flag, ms]): [boolean, () => string] => [!(ms > 0), () => `${flag} must be longer than 0`]),
+    ...positive.map(([flag, ms]): ConfigRule => [!(ms > 0), () => `${flag} must be longer than 0`]),
+  ];
+}
+
+function reloadRules(c: DaemonConfig): ConfigRule[] {
+  return [
     [c.reloadSignal !== undefined && c.reloadCommand !== undefined, () => 'give either --reload-command or --reload-signal, not both'],
     [c.reloadSignal !== undefined && !c.reloadPidFile, () => '--reload-signal needs --reload-pidfile (the pid file of the process to signal)'],
     [c.reloadPidFile !== undefined && c.reloadSignal === undefined, () => '--reload-pidfile needs --reload-signal (e.g. HUP for nginx)'],
@@ -589,6 +598,11 @@ function validateConfig(c: DaemonConfig): string | undefined {
       c.haproxyCrtDir !== undefined && checkHaproxyPath('--haproxy-crt-dir', c.haproxyCrtDir) !== undefined,
       () => checkHaproxyPath('--haproxy-crt-dir', c.haproxyCrtDir!)!,
     ],
+  ];
+}
+
+function limitRules(c: DaemonConfig): ConfigRule[] {
+  return [
     [c.backoff.firstRetryMs > c.backoff.retryCapMs, () => '--first-retry must not be above --retry-cap'],
     [c.backoff.rateLimitFirstRetryMs > c.backoff.retryCapMs, () => '--rate-limit-retry must not be above --retry-cap'],
     [!isLogLevel(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],
@@ -598,11 +612,26 @@ function validateConfig(c: DaemonConfig): string | undefined {
     ],
     [!(Number.isInteger(c.routingAttempts) && c.routingAttempts >= 1), () => `--routing-attempts must be a positive integer`],
     [!(Number.isInteger(c.issuanceConcurrency) && c.issuanceConcurrency >= 1), () => `--issuance-concurrency must be a positive integer`],
-    ...kubeOnly.map(([flag, value]): [boolean, () => string] => [value !== undefined && c.store.kind !== 'kube', () => `${flag} needs --store kube`]),
+  ];
+}
+
+function kubeStoreRules(c: DaemonConfig): ConfigRule[] {
+  const kubeOnly: Array<[string, unknown]> = [
+    ['--tls secret:', c.tls?.kind === 'secret' ? c.tls : undefined],
+    ['--out-dir', c.outDir],
+    ['--readiness-gate', c.readinessGate],
+    ['--routing-check', c.routingChecks.length > 0 ? c.routingChecks : undefined],
+  ];
+  return [
+    ...kubeOnly.map(([flag, value]): ConfigRule => [value !== undefined && c.store.kind !== 'kube', () => `${flag} needs --store kube`]),
     [c.store.kind === 'kube' && c.mode === 'auto' && !c.group, () => '--mode auto needs --group or POD_NAME to name the group Lease'],
     [c.watchScope === 'group' && c.store.kind !== 'kube', () => '--watch-scope group needs --store kube'],
     [c.budgetNamespace !== undefined && c.store.kind !== 'kube', () => '--budget-namespace needs --store kube'],
-    ...federationRules(c),
+  ];
+}
+
+function budgetGroupAndGateRules(c: DaemonConfig): ConfigRule[] {
+  return [
     [c.budgetNamespace !== undefined && !c.issuanceBudget, () => '--budget-namespace needs an --issuance-budget (it names where that budget is kept)'],
     [c.budgetNamespace !== undefined && !isObjectName(c.budgetNamespace), () => `--budget-namespace: "${c.budgetNamespace}" is not a namespace name`],
     [c.watchScope === 'group' && !c.group, () => "--watch-scope group needs --group or POD_NAME: the group's label selects its Secrets"],
@@ -611,7 +640,12 @@ function validateConfig(c: DaemonConfig): string | undefined {
       c.routingChecks.length > 0 && !c.readinessGate,
       () => '--routing-check needs --readiness-gate (the check holds the gate False until the Service routes here)',
     ],
-    ...c.routingChecks.map((url): [boolean, () => string] => [!isHttpUrl(url), () => `--routing-check: "${url}" is not an http:// or https:// URL`]),
+    ...c.routingChecks.map((url): ConfigRule => [!isHttpUrl(url), () => `--routing-check: "${url}" is not an http:// or https:// URL`]),
+  ];
+}
+
+function advertiseRules(c: DaemonConfig): ConfigRule[] {
+  return [
     [
       advertises(c) && !c.servedCheck,
       () => '--advertise-services needs --served-check: a Service is advertised only while the proxy is seen serving its certificate',
@@ -620,12 +654,18 @@ function validateConfig(c: DaemonConfig): string | undefined {
       c.advertiseServices === SERVE_CONFIG_SERVICES && !c.serveConfig,
       () => '--advertise-services serve-config needs --serve-config: the ServeConfig file whose Services it advertises',
     ],
-    ...(c.advertiseServices === SERVE_CONFIG_SERVICES ? [] : c.advertiseServices).map((service): [boolean, () => string] => [
-      !c.serveConfig && serviceDomain(service, c.domains) === undefined,
-      () =>
-        `--advertise-services: ${service} has no --domain whose first label is ${service.slice(4)} (a Service's certificate is for <name>.<tailnet>.ts.net)`,
-    ]),
-    ...leaveTokenRules(c),
+    ...(c.advertiseServices === SERVE_CONFIG_SERVICES ? [] : c.advertiseServices).map(
+      (service): ConfigRule => [
+        !c.serveConfig && serviceDomain(service, c.domains) === undefined,
+        () =>
+          `--advertise-services: ${service} has no --domain whose first label is ${service.slice(4)} (a Service's certificate is for <name>.<tailnet>.ts.net)`,
+      ],
+    ),
+  ];
+}
+
+function failoverAcmeAndPodRules(c: DaemonConfig): ConfigRule[] {
+  return [
     [
       // With --leave-token the wait runs in the preStop call, before the stop and outside its bound.
       advertises(c) && !c.leaveToken && c.advertiseFailoverMs >= c.shutdownTimeoutMs,
@@ -645,6 +685,24 @@ function validateConfig(c: DaemonConfig): string | undefined {
       () =>
         "--routing-check needs the Pod's IPv4 address in POD_IPS (hint: env POD_IPS from the downward API fieldRef status.podIPs), to recognise its own answer",
     ],
+  ];
+}
+
+/**
+ * Every rule of the configuration that is not the syntax of one value, checked before anything starts
+ * (as Tailscale's containerboot settings.validate() does): the first broken rule, or undefined.
+ */
+function validateConfig(c: DaemonConfig): string | undefined {
+  const rules: ConfigRule[] = [
+    ...domainAndDurationRules(c),
+    ...reloadRules(c),
+    ...limitRules(c),
+    ...kubeStoreRules(c),
+    ...federationRules(c),
+    ...budgetGroupAndGateRules(c),
+    ...advertiseRules(c),
+    ...leaveTokenRules(c),
+    ...failoverAcmeAndPodRules(c),
   ];
   return rules.find(([broken]) => broken)?.[1]();
 }
@@ -700,7 +758,7 @@ function federationFrom(values: RunValues): DaemonConfig['federation'] {
   };
 }
 
-function federationRules(c: DaemonConfig): Array<[broken: boolean, message: () => string]> {
+function federationRules(c: DaemonConfig): ConfigRule[] {
   const f = c.federation;
   if (!f) return [];
   return [

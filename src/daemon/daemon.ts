@@ -164,25 +164,45 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   served?.start();
 
   let stopping: Promise<void> | undefined;
-  const stop = async (): Promise<void> => {
-    logger.info({}, 'stopping');
-    const stopStart = clock.now();
-    // Tailnet clients first: the Services are withdrawn and control given time to move them, within the
-    // shutdown bound less what the rest of the stop needs (nothing left to do when a preStop hook asked).
-    await leaveRotation(config.shutdownTimeoutMs);
-    // No CertPair call starts from here on; those under way end and are stored, and what the store lost is
-    // put back, before the role is handed over.
-    const issuanceSettled = manager.stopIssuing();
-    const remainingMs = config.shutdownTimeoutMs - (clock.now() - stopStart);
-    await backend.beforeStop?.((signal) => issuanceSettled.then(() => manager.verifyStored(signal)), remainingMs);
-    serveConfig?.stop();
-    await Promise.all([manager.stop(), watcher.stop(), tls?.stop(), ari?.stop(), served?.stop()]);
-    await backend.stop?.();
-    await delivery.stop();
-    await app.close();
-    logger.info({}, 'stopped');
-  };
-  return { address, manager, health, metrics, watcher, role: backend.role, events, stop: () => (stopping ??= stop()) };
+  const running: RunningParts = { config, clock, logger, leaveRotation, manager, backend, serveConfig, watcher, tls, ari, served, delivery, app };
+  return { address, manager, health, metrics, watcher, role: backend.role, events, stop: () => (stopping ??= stopDaemon(running)) };
+}
+
+/** What a started daemon stops, in the order stopDaemon takes them. */
+interface RunningParts {
+  config: DaemonConfig;
+  clock: Clock;
+  logger: Logger;
+  leaveRotation: (withinMs: number) => Promise<void>;
+  manager: LoopSupervisor;
+  backend: StoreBackend;
+  serveConfig: ServeConfigWatcher | undefined;
+  watcher: CertDomainsWatcher;
+  tls: FollowedPair | undefined;
+  ari: AriChecker | undefined;
+  served: ServedRotation | undefined;
+  delivery: ProxyDelivery;
+  app: FastifyInstance;
+}
+
+async function stopDaemon(p: RunningParts): Promise<void> {
+  const { config, clock, logger, manager, backend } = p;
+  logger.info({}, 'stopping');
+  const stopStart = clock.now();
+  // Tailnet clients first: the Services are withdrawn and control given time to move them, within the
+  // shutdown bound less what the rest of the stop needs (nothing left to do when a preStop hook asked).
+  await p.leaveRotation(config.shutdownTimeoutMs);
+  // No CertPair call starts from here on; those under way end and are stored, and what the store lost is
+  // put back, before the role is handed over.
+  const issuanceSettled = manager.stopIssuing();
+  const remainingMs = config.shutdownTimeoutMs - (clock.now() - stopStart);
+  await backend.beforeStop?.((signal) => issuanceSettled.then(() => manager.verifyStored(signal)), remainingMs);
+  p.serveConfig?.stop();
+  await Promise.all([manager.stop(), p.watcher.stop(), p.tls?.stop(), p.ari?.stop(), p.served?.stop()]);
+  await backend.stop?.();
+  await p.delivery.stop();
+  await p.app.close();
+  logger.info({}, 'stopped');
 }
 
 /** How renewed certificates reach the proxy, and what the daemon does when files changed: log, emit, reload. */

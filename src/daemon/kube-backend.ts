@@ -25,7 +25,7 @@ const STOP_RESERVE_MS = 1000;
 /** Kubernetes mode: Secrets as the store, the Pod's own readiness gate, an optional file projection. */
 export async function createKubeBackend(ctx: BackendContext): Promise<StoreBackend> {
   const { config, deps, metrics } = ctx;
-  const { clock, logger, env } = deps;
+  const { logger, env } = deps;
   const connection = await connectKube(env);
   const podName = config.podName;
   const files = config.outDir ? new CertDirectory(config.outDir) : undefined;
@@ -41,17 +41,7 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
         podEvents?.untrusted(domain, serial, where);
       },
     };
-  const store = new KubeSecretStore({
-    connection,
-    clock,
-    logger: logger.child({ component: 'secret-store' }),
-    group: config.group,
-    writer: podName,
-    watchScope: config.watchScope,
-    onError: (operation) => metrics.storeErrors.inc({ operation }),
-    earlierCopies: files,
-    trust: trust('local'),
-  });
+  const store = localSecretStore(ctx, connection, files, trust('local'));
   // A start-up check: in group scope a Role without list/watch on the namespace's Secrets is fatal here.
   await store.start();
   const identity = podName ?? `certshare-${process.pid}`;
@@ -89,24 +79,8 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       await gate?.leaveRotation(signal);
     },
     ...(podName ? { podTerminating: podTerminationProbe(connection, podName) } : {}),
-    async beforeStop(settleIssuance: (signal: AbortSignal) => Promise<void>, remainingMs: number) {
-      // Out of rotation first; then hand the writer role over, so a successor renews at once. Both are
-      // best effort against an API server that may not answer: together they get --shutdown-timeout less
-      // a reserve, so the process still exits within it. No drain wait here: as a native sidecar certshare
-      // gets SIGTERM only after the proxy has exited (measured on the real cluster: tailscaled's SIGTERM at
-      // .270, certshare's at .340); the drain is the proxy's preStop sleep, which the injector gives it.
-      const budgetMs = Math.max(0, remainingMs - STOP_RESERVE_MS);
-      const budget = AbortSignal.timeout(Math.round(budgetMs));
-      await gate?.leaveRotation(budget);
-      // A certificate being issued is stored, and one the store lost is put back, before the role goes:
-      // else the successor issues the domain again.
-      const settled = settleIssuance(budget).catch((err: unknown) => logger.warn({ err: errorMessage(err) }, 'could not settle issuance before handing over'));
-      await Promise.race([settled, new Promise((resolve) => budget.addEventListener('abort', resolve, { once: true }))]);
-      await federation?.stop(budget);
-      await elector?.stop(budget);
-      // What the shutdown recorded (NotReady, LostWriter) is sent within what is left of the budget.
-      await recorder?.stop(budget);
-    },
+    beforeStop: (settleIssuance: (signal: AbortSignal) => Promise<void>, remainingMs: number) =>
+      handOver({ gate, federation, elector, recorder, logger }, settleIssuance, remainingMs),
     async stop() {
       await gate?.stop();
       await recorder?.stop();
@@ -116,6 +90,51 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
       await projector?.idle();
     },
   };
+}
+
+/** The KubeSecretStore of this cluster's Secrets (the group's, or only those it is asked for). */
+function localSecretStore(ctx: BackendContext, connection: KubeConnection, files: CertDirectory | undefined, trust: StoreTrust | undefined): KubeSecretStore {
+  const { config, deps, metrics } = ctx;
+  return new KubeSecretStore({
+    connection,
+    clock: deps.clock,
+    logger: deps.logger.child({ component: 'secret-store' }),
+    group: config.group,
+    writer: config.podName,
+    watchScope: config.watchScope,
+    onError: (operation) => metrics.storeErrors.inc({ operation }),
+    earlierCopies: files,
+    trust,
+  });
+}
+
+/** The parts the backend's beforeStop takes out of rotation, settles and stops, each when it is there. */
+interface HandOverParts {
+  gate: ReadinessGate | undefined;
+  federation: Federated | undefined;
+  elector: LeaseElector | undefined;
+  recorder: EventRecorder | undefined;
+  logger: BackendContext['deps']['logger'];
+}
+
+async function handOver(parts: HandOverParts, settleIssuance: (signal: AbortSignal) => Promise<void>, remainingMs: number): Promise<void> {
+  const { gate, federation, elector, recorder, logger } = parts;
+  // Out of rotation first; then hand the writer role over, so a successor renews at once. Both are
+  // best effort against an API server that may not answer: together they get --shutdown-timeout less
+  // a reserve, so the process still exits within it. No drain wait here: as a native sidecar certshare
+  // gets SIGTERM only after the proxy has exited (measured on the real cluster: tailscaled's SIGTERM at
+  // .270, certshare's at .340); the drain is the proxy's preStop sleep, which the injector gives it.
+  const budgetMs = Math.max(0, remainingMs - STOP_RESERVE_MS);
+  const budget = AbortSignal.timeout(Math.round(budgetMs));
+  await gate?.leaveRotation(budget);
+  // A certificate being issued is stored, and one the store lost is put back, before the role goes:
+  // else the successor issues the domain again.
+  const settled = settleIssuance(budget).catch((err: unknown) => logger.warn({ err: errorMessage(err) }, 'could not settle issuance before handing over'));
+  await Promise.race([settled, new Promise((resolve) => budget.addEventListener('abort', resolve, { once: true }))]);
+  await federation?.stop(budget);
+  await elector?.stop(budget);
+  // What the shutdown recorded (NotReady, LostWriter) is sent within what is left of the budget.
+  await recorder?.stop(budget);
 }
 
 /**

@@ -149,24 +149,45 @@ async function applyFault(
     case 'garbage':
       reply(200, `<html><head><title>502 Bad Gateway</title></head>\n${randomBytes(96).toString('base64')}\n`);
       return true;
+    case 'mismatched':
+    case 'wrong_domain':
+    case 'expired':
+    case 'huge_pair':
+      reply(200, await refusablePair(fault.kind, fault, domain, deps, format));
+      return true;
+    case 'reset':
+      deps.countResponse(domain, 'reset');
+      deps.events.emit('certResponse', { domain, status: 'reset' });
+      req.socket.destroy();
+      return true;
+  }
+}
+
+/** The answer of a fault serving a pair certshare must refuse: the wrong key, the wrong domain, expired, or too long. */
+async function refusablePair(
+  kind: 'mismatched' | 'wrong_domain' | 'expired' | 'huge_pair',
+  fault: CertFault,
+  domain: string,
+  deps: CertEndpointDeps,
+  format: (leaf: Pick<SignedLeaf, 'keyPem' | 'chainPem'>) => string,
+): Promise<string> {
+  switch (kind) {
     case 'mismatched': {
       const window = deps.issuer.freshWindow();
       const leaf = await deps.issuer.signDetached(domain, window.notBefore, window.notAfter);
       const strayKey = await deps.issuer.ca().then((ca) => ca.strayKeyPem());
-      reply(200, format({ keyPem: strayKey, chainPem: leaf.chainPem }));
-      return true;
+      return format({ keyPem: strayKey, chainPem: leaf.chainPem });
     }
     case 'wrong_domain': {
       const window = deps.issuer.freshWindow();
       const leaf = await deps.issuer.signDetached(`wrong-${domain}`, window.notBefore, window.notAfter);
-      reply(200, format(leaf));
-      return true;
+      return format(leaf);
     }
     case 'expired': {
       const lifetime = deps.certLifetimeMs;
+      const now = deps.clock.now();
       const leaf = await deps.issuer.signDetached(domain, now - lifetime - 3_600_000, now - 3_600_000);
-      reply(200, format(leaf));
-      return true;
+      return format(leaf);
     }
     case 'huge_pair': {
       // A fresh pair whose chain goes on: its issuer repeated until the answer holds `bytes`.
@@ -175,14 +196,8 @@ async function applyFault(
       const bytes = fault.bytes ?? faultDefaults.hugePairBytes;
       const issuer = leaf.chainPem.slice(leaf.chainPem.indexOf('-----BEGIN CERTIFICATE-----', 1));
       const pair = format(leaf);
-      reply(200, pair + issuer.repeat(Math.max(0, Math.ceil((bytes - pair.length) / issuer.length))));
-      return true;
+      return pair + issuer.repeat(Math.max(0, Math.ceil((bytes - pair.length) / issuer.length)));
     }
-    case 'reset':
-      deps.countResponse(domain, 'reset');
-      deps.events.emit('certResponse', { domain, status: 'reset' });
-      req.socket.destroy();
-      return true;
   }
 }
 

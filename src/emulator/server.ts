@@ -18,7 +18,7 @@ import type { AcmeLimits } from './acme-limits.ts';
 import { Issuer, type IssuerOptions } from './issuer.ts';
 import { increment, type LocalApiContext, RequestCounts, routeLocalApi, serveAcme } from './localapi-routes.ts';
 import { listenOn, parseListen } from './listen.ts';
-import { makeIdentity } from './netmap.ts';
+import { makeIdentity, type NodeIdentity } from './netmap.ts';
 import { EmulatedPrefs, type PrefsWrite } from './prefs.ts';
 import { parseTailscaledVersion, releaseFeatures, type ReleaseFeatures } from '../localapi/releases.ts';
 
@@ -239,7 +239,8 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const problem = emulatorOptionsProblem(options);
   if (problem) throw new Error(problem.api);
   const id = options.id ?? `emu-${randomBytes(3).toString('hex')}`;
-  const { version, features, style } = releaseOf(options);
+  const release = releaseOf(options);
+  const { version, style } = release;
   const clock = options.clock ?? { now: () => Date.now() };
   const logger = (options.logger ?? silentLogger).child({ emulator: id });
   const events = new EventEmitter();
@@ -254,27 +255,10 @@ export async function startEmulator(options: EmulatorOptions = {}): Promise<Emul
   const onFaultApplied = faultReporter(counts, logger, events);
   const prefs = new EmulatedPrefs(options.prefsWrite);
   const domains = new CertDomains(logger, events, () => bus.announceCertDomains());
-  const bus = new IpnBus({
-    version,
-    style,
-    features,
-    padBytes: options.netmapPadBytes ?? 0,
-    splitInitialNotify: options.splitInitialNotify ?? false,
-    identity,
-    certDomains: () => domains.sorted(),
-    takeFaults: () => faults.takeAllBus(),
-    onFaultApplied: (fault) => onFaultApplied(fault),
-    logger,
-    events,
-  });
-  const injectFault = (input: Fault | string): void => {
-    const fault = normalizeFault(input);
-    faults.add(fault);
-    logger.info({ fault: describeFault(fault), count: fault.count ?? 1 }, 'fault injected');
-    // A bus fault hits the open streams at once (one application); what remains waits for new streams.
-    if (fault.target === 'bus' && bus.applyNow(fault)) faults.consume(fault);
-  };
+  const bus = ipnBusFor(options, { release, identity, domains, faults, onFaultApplied, logger, events });
+  const injectFault = faultInjector(faults, bus, logger);
   let address = '';
+  const { features } = release;
   const stats = (): EmulatorStats => statsOf({ id, version, style, address, certDomains: domains.sorted(), issuer, ari, counts, faults, bus });
   const control = controlOf({ stats, faults, injectFault, domains, bus, ari });
   const cert: CertEndpointDeps = {
@@ -367,6 +351,43 @@ function controlOf(parts: {
 }
 
 /** Counts, logs and announces a fault as it is applied (to a domain's cert request, or to the IPN bus). */
+/** The IPN bus of the emulated release, announcing `domains` and applying the bus faults queued. */
+function ipnBusFor(
+  options: EmulatorOptions,
+  parts: {
+    release: ReturnType<typeof releaseOf>;
+    identity: NodeIdentity;
+    domains: CertDomains;
+    faults: FaultQueue;
+    onFaultApplied: (fault: Fault) => void;
+    logger: Logger;
+    events: EventEmitter;
+  },
+): IpnBus {
+  const { release, domains, faults, onFaultApplied } = parts;
+  return new IpnBus({
+    ...release,
+    padBytes: options.netmapPadBytes ?? 0,
+    splitInitialNotify: options.splitInitialNotify ?? false,
+    identity: parts.identity,
+    certDomains: () => domains.sorted(),
+    takeFaults: () => faults.takeAllBus(),
+    onFaultApplied: (fault) => onFaultApplied(fault),
+    logger: parts.logger,
+    events: parts.events,
+  });
+}
+
+/** Emulator.injectFault: queues the fault; a bus fault hits the open streams at once (one application), what remains waits for new streams. */
+function faultInjector(faults: FaultQueue, bus: IpnBus, logger: Logger): (input: Fault | string) => void {
+  return (input) => {
+    const fault = normalizeFault(input);
+    faults.add(fault);
+    logger.info({ fault: describeFault(fault), count: fault.count ?? 1 }, 'fault injected');
+    if (fault.target === 'bus' && bus.applyNow(fault)) faults.consume(fault);
+  };
+}
+
 function faultReporter(counts: RequestCounts, logger: Logger, events: EventEmitter): (fault: Fault, domain?: string) => void {
   return (fault, domain) => {
     increment(counts.faultsApplied, describeFault(fault));

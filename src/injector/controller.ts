@@ -281,18 +281,13 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     const caSecret = restoredCa ?? (await this.#recoveredCaSecret(tlsSecret));
     this.#caSecret = caSecret;
     this.#tlsSecret = tlsSecret;
-    this.#cas = (unb64(caSecret?.data?.['ca.crt']).match(CERT_BLOCK) ?? []).map((pem) => {
-      const cert = new X509Certificate(pem);
-      const id = cert.serialNumber.toUpperCase();
-      const canSign = caSecret?.data?.[CA_KEY(id)] !== undefined;
-      return { id, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), ...(canSign ? {} : { canSign }), certPem: `${pem}\n` };
-    });
+    this.#cas = casIn(caSecret);
     const lastLeafExpiry = JSON.parse(caSecret?.metadata?.annotations?.[LAST_LEAF_EXPIRY] ?? '{}') as Record<string, number>;
     let state: RotationState = {
       ...this.#state,
       bundle: this.#cas.map(({ certPem: _pem, ...ca }) => ca),
       lastLeafExpiry,
-      leaf: this.#leafRecord(tlsSecret),
+      leaf: leafRecordOf(tlsSecret, this.#cas),
     };
     const ids = state.bundle.map((ca) => ca.id);
     for (const target of this.#o.targets) {
@@ -326,21 +321,13 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
       return { id, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), canSign: false, certPem };
     });
     this.#cas = cas;
-    const leaf = this.#leafRecord(tlsSecret);
+    const leaf = leafRecordOf(tlsSecret, this.#cas);
     const lastLeafExpiry = leaf && recovered.has(leaf.signedBy) ? { [leaf.signedBy]: leaf.notAfter } : {};
     this.#o.logger.warn(
       { code: 'CERTSHARE_STORE_CORRUPT', secret: this.#o.caSecret, cas: [...recovered.keys()], lastLeafExpiry },
       'CA Secret lost with its keys; its CAs recovered from the caBundles stay trusted until their last leaf expires, and a new CA takes over',
     );
-    return this.#writeSecret(this.#o.caSecret, null, this.#caSecretBody(cas, {}, lastLeafExpiry));
-  }
-
-  #leafRecord(secret: V1Secret | null): LeafRecord | undefined {
-    const pem = unb64(secret?.data?.['tls.crt']).match(CERT_BLOCK)?.[0];
-    if (!pem) return undefined;
-    const cert = new X509Certificate(pem);
-    const signedBy = secret?.metadata?.annotations?.[SIGNED_BY] ?? this.#cas.find((ca) => cert.checkIssued(new X509Certificate(ca.certPem)))?.id ?? '';
-    return { serial: cert.serialNumber.toUpperCase(), signedBy, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime() };
+    return this.#writeSecret(this.#o.caSecret, null, caSecretBody(cas, {}, lastLeafExpiry));
   }
 
   #serveCurrent(now: number): void {
@@ -379,16 +366,6 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     }
   }
 
-  #caSecretBody(cas: CaEntry[], keys: Record<string, string>, lastLeafExpiry: Record<string, number>): V1Secret {
-    const data: Record<string, string> = { 'ca.crt': b64(cas.map((ca) => ca.certPem).join('')) };
-    for (const ca of cas) {
-      const key = keys[CA_KEY(ca.id)];
-      if (key !== undefined) data[CA_KEY(ca.id)] = key;
-    }
-    const labels = { 'app.kubernetes.io/managed-by': 'certshare-injector' };
-    return { type: 'Opaque', metadata: { labels, annotations: { [LAST_LEAF_EXPIRY]: JSON.stringify(lastLeafExpiry) } }, data };
-  }
-
   async #apply(action: RotationAction): Promise<void> {
     const keys = { ...(this.#caSecret?.data ?? {}) };
     switch (action.kind) {
@@ -396,7 +373,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
         const ca = await createInjectorCa(action);
         const entry: CaEntry = { id: ca.serial, notBefore: ca.notBefore, notAfter: ca.notAfter, certPem: ca.certPem };
         keys[CA_KEY(ca.serial)] = b64(ca.keyPem);
-        await this.#writeSecret(this.#o.caSecret, this.#caSecret, this.#caSecretBody([...this.#cas, entry], keys, this.#state.lastLeafExpiry));
+        await this.#writeSecret(this.#o.caSecret, this.#caSecret, caSecretBody([...this.#cas, entry], keys, this.#state.lastLeafExpiry));
         return;
       }
       case 'publish': {
@@ -432,7 +409,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
         // Intent first: the CA Secret records how long this CA must stay trusted before the leaf exists
         // anywhere. A crash in between leaves a CA in the bundle a little longer, never a leaf untrusted.
         const { lastLeafExpiry } = withLeaf(this.#state, { serial: leaf.serial, signedBy: signer.id, notBefore: leaf.notBefore, notAfter: leaf.notAfter });
-        this.#caSecret = await this.#writeSecret(this.#o.caSecret, this.#caSecret, this.#caSecretBody(this.#cas, keys, lastLeafExpiry));
+        this.#caSecret = await this.#writeSecret(this.#o.caSecret, this.#caSecret, caSecretBody(this.#cas, keys, lastLeafExpiry));
         await this.#writeSecret(this.#o.tlsSecret, this.#tlsSecret, {
           type: 'kubernetes.io/tls',
           metadata: { labels: { 'app.kubernetes.io/managed-by': 'certshare-injector' }, annotations: { [SIGNED_BY]: signer.id } },
@@ -443,17 +420,40 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
       case 'retire-ca': {
         const { lastLeafExpiry } = withoutCa(this.#state, action.caId);
         delete keys[CA_KEY(action.caId)];
-        await this.#writeSecret(
-          this.#o.caSecret,
-          this.#caSecret,
-          this.#caSecretBody(
-            this.#cas.filter((ca) => ca.id !== action.caId),
-            keys,
-            lastLeafExpiry,
-          ),
-        );
+        const kept = this.#cas.filter((ca) => ca.id !== action.caId);
+        await this.#writeSecret(this.#o.caSecret, this.#caSecret, caSecretBody(kept, keys, lastLeafExpiry));
         return;
       }
     }
   }
+}
+
+/** The CAs of the CA Secret's bundle, each able to sign when the Secret holds its key. */
+function casIn(caSecret: V1Secret | null): CaEntry[] {
+  return (unb64(caSecret?.data?.['ca.crt']).match(CERT_BLOCK) ?? []).map((pem) => {
+    const cert = new X509Certificate(pem);
+    const id = cert.serialNumber.toUpperCase();
+    const canSign = caSecret?.data?.[CA_KEY(id)] !== undefined;
+    return { id, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), ...(canSign ? {} : { canSign }), certPem: `${pem}\n` };
+  });
+}
+
+/** The serving leaf of the TLS Secret, signed by the CA its annotation names (else the one of `cas` that issued it). */
+function leafRecordOf(secret: V1Secret | null, cas: readonly CaEntry[]): LeafRecord | undefined {
+  const pem = unb64(secret?.data?.['tls.crt']).match(CERT_BLOCK)?.[0];
+  if (!pem) return undefined;
+  const cert = new X509Certificate(pem);
+  const signedBy = secret?.metadata?.annotations?.[SIGNED_BY] ?? cas.find((ca) => cert.checkIssued(new X509Certificate(ca.certPem)))?.id ?? '';
+  return { serial: cert.serialNumber.toUpperCase(), signedBy, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime() };
+}
+
+/** The CA Secret: the bundle of `cas`, the keys of those that have one, and how long each must stay trusted. */
+function caSecretBody(cas: CaEntry[], keys: Record<string, string>, lastLeafExpiry: Record<string, number>): V1Secret {
+  const data: Record<string, string> = { 'ca.crt': b64(cas.map((ca) => ca.certPem).join('')) };
+  for (const ca of cas) {
+    const key = keys[CA_KEY(ca.id)];
+    if (key !== undefined) data[CA_KEY(ca.id)] = key;
+  }
+  const labels = { 'app.kubernetes.io/managed-by': 'certshare-injector' };
+  return { type: 'Opaque', metadata: { labels, annotations: { [LAST_LEAF_EXPIRY]: JSON.stringify(lastLeafExpiry) } }, data };
 }

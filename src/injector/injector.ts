@@ -19,7 +19,7 @@ import { type CommandHelp, duration, type FlagSpec, type FlagValues } from '../f
 import { tlsChoice, type ShareMode } from '../config/run-options.ts';
 import type { TlsChoice } from '../config/daemon-config.ts';
 import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom, type LogFormat } from '../logging/log-format.ts';
-import { followPair } from '../tls/followed-pair.ts';
+import { followPair, type FollowedPair } from '../tls/followed-pair.ts';
 import { secretPairSource } from '../kube/secret-pair-source.ts';
 import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './injector-metrics.ts';
@@ -510,23 +510,26 @@ export interface Injector {
 }
 
 /** The webhook server (no certificate until the controller has a trusted leaf) and the CA controller. */
+/** --metrics-tls: the pair /metrics serves, followed as it is renewed (`metricsTlsServed` {serial} on `events`). */
+function followMetricsTls(tls: TlsChoice, deps: { logger: Logger; env: NodeJS.ProcessEnv; clock: Clock }, events: EventEmitter): Promise<FollowedPair> {
+  return followPair(tls, {
+    secretSource: secretPairSource,
+    logger: deps.logger,
+    clock: deps.clock,
+    env: deps.env,
+    flag: 'metrics-tls',
+    what: '/metrics',
+    onServed: (serial) => events.emit('metricsTlsServed', { serial }),
+  });
+}
+
 export async function startInjector(
   config: InjectorConfig,
   deps: { logger: Logger; env: NodeJS.ProcessEnv; clock?: Clock; defaultMetrics?: boolean },
 ): Promise<Injector> {
   const clock = deps.clock ?? systemClock;
   const events = new EventEmitter();
-  const metricsPairs = config.metricsTls
-    ? await followPair(config.metricsTls, {
-        secretSource: secretPairSource,
-        logger: deps.logger,
-        clock,
-        env: deps.env,
-        flag: 'metrics-tls',
-        what: '/metrics',
-        onServed: (serial) => events.emit('metricsTlsServed', { serial }),
-      })
-    : undefined;
+  const metricsPairs = config.metricsTls ? await followMetricsTls(config.metricsTls, { ...deps, clock }, events) : undefined;
   const connection = await connectKube(deps.env, { requestTimeoutMs: config.kubeTimeoutMs });
   // Before the webhook answers: the policy holding hand-written certshare containers to this form reads it there.
   try {

@@ -132,10 +132,6 @@ function send(res: ServerResponse, status: number, body: unknown, keepAlive: boo
   res.end(text);
 }
 
-/**
- * Serves POST routes taking and returning JSON, and GET /healthz (200 once a certificate is loaded).
- * Without a pair yet, handshakes fail until the first setPair().
- */
 /** What is being read or handled, in all and per caller address: the bounds a flood meets. */
 class InFlight {
   readonly #all = { requests: 0, bytes: 0 };
@@ -169,6 +165,10 @@ class InFlight {
   }
 }
 
+/**
+ * Serves POST routes taking and returning JSON, and GET /healthz (200 once a certificate is loaded).
+ * Without a pair yet, handshakes fail until the first setPair().
+ */
 export async function startTlsServer(options: {
   host: string;
   port: number;
@@ -196,35 +196,12 @@ export async function startTlsServer(options: {
       reply(res, 404, { error: `certshare injector serves POST ${Object.keys(options.routes).join(', ')} and GET /healthz` });
       return;
     }
-    // Refused unread, and the connection closed: its body may still be on the way.
-    const length = req.headers['content-length'];
-    const declared = Number(length);
-    if (length === undefined) {
-      send(res, 411, { error: 'Content-Length required' }, false);
-      return;
-    }
-    if (!(declared <= MAX_BODY_BYTES)) {
-      send(res, 413, { error: `request body larger than ${MAX_BODY_BYTES} bytes` }, false);
-      return;
-    }
-    const admitted = inFlight.admit(req.socket.remoteAddress ?? '?', declared);
-    if ('over' in admitted) {
-      send(res, 503, { error: `more than ${admitted.over}` }, false, { 'retry-after': '1' });
-      return;
-    }
-    res.once('close', admitted.release);
+    const declared = admitBody(req, res, inFlight);
+    if (declared === undefined) return;
     readJson(req, declared, clock).then(
       (body) => {
-        let answer: unknown;
-        try {
-          answer = handler(body);
-        } catch (err) {
-          // A request it cannot answer is the caller's fault (400); anything else is the handler's (500).
-          const status = err instanceof CertshareError && err.code === 'CERTSHARE_BAD_REQUEST' ? 400 : 500;
-          reply(res, status, { error: errorMessage(err) });
-          return;
-        }
-        reply(res, 200, answer);
+        const answer = answerOf(handler, body);
+        reply(res, answer.status, answer.body);
       },
       (err: unknown) => {
         const { status = 400, close = false } = err as { status?: number; close?: boolean };
@@ -251,18 +228,57 @@ export async function startTlsServer(options: {
       // Closing a kept-alive connection the moment a client sends on it loses that request (Go's client,
       // the apiserver's, does not retry a POST it wrote): let clients close them after a response instead.
       if (drainMs > 0) await new Promise((resolve) => setTimeout(resolve, drainMs));
-      return new Promise<void>((resolve) => {
-        const bound = setTimeout(() => server.closeAllConnections(), graceMs);
-        server.close(() => {
-          clearTimeout(bound);
-          resolve();
-        });
-        // Idle kept-alive connections end now (a client retries a request on a connection closed while idle);
-        // a connection with a request in flight ends after its response.
-        server.closeIdleConnections();
-      });
+      return closeServer(server, graceMs);
     },
   };
+}
+
+/** Stops listening; requests in flight get up to `graceMs` to finish. */
+function closeServer(server: Server, graceMs: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const bound = setTimeout(() => server.closeAllConnections(), graceMs);
+    server.close(() => {
+      clearTimeout(bound);
+      resolve();
+    });
+    // Idle kept-alive connections end now (a client retries a request on a connection closed while idle);
+    // a connection with a request in flight ends after its response.
+    server.closeIdleConnections();
+  });
+}
+
+/**
+ * The Content-Length of a POST admitted to be read, or undefined once it was refused unread with the
+ * connection closed (its body may still be on the way). An admitted request holds its share until its response is done.
+ */
+function admitBody(req: IncomingMessage, res: ServerResponse, inFlight: InFlight): number | undefined {
+  const length = req.headers['content-length'];
+  const declared = Number(length);
+  if (length === undefined) {
+    send(res, 411, { error: 'Content-Length required' }, false);
+    return undefined;
+  }
+  if (!(declared <= MAX_BODY_BYTES)) {
+    send(res, 413, { error: `request body larger than ${MAX_BODY_BYTES} bytes` }, false);
+    return undefined;
+  }
+  const admitted = inFlight.admit(req.socket.remoteAddress ?? '?', declared);
+  if ('over' in admitted) {
+    send(res, 503, { error: `more than ${admitted.over}` }, false, { 'retry-after': '1' });
+    return undefined;
+  }
+  res.once('close', admitted.release);
+  return declared;
+}
+
+/** The handler's answer: a request it cannot answer is the caller's fault (400); anything else is the handler's (500). */
+function answerOf(handler: JsonHandler, body: unknown): { status: number; body: unknown } {
+  try {
+    return { status: 200, body: handler(body) };
+  } catch (err) {
+    const status = err instanceof CertshareError && err.code === 'CERTSHARE_BAD_REQUEST' ? 400 : 500;
+    return { status, body: { error: errorMessage(err) } };
+  }
 }
 
 function listen(server: Server, port: number, host: string): Promise<void> {

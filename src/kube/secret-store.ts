@@ -149,12 +149,7 @@ export class KubeSecretStore implements CertStore {
       const status = apiStatus(err);
       if (status === 401 || status === 403) {
         this.#groupWatch = undefined;
-        throw new CertshareError(
-          'CERTSHARE_BAD_CONFIG',
-          `--watch-scope group needs list and watch on Secrets in namespace ${this.#conn.namespace}: ${apiErrorText(err)} ` +
-            '(grant the Role certshare-group-reader of manifests/group-scope, or use --watch-scope secret)',
-          { cause: err },
-        );
+        throw groupListRefused(this.#conn.namespace, err);
       }
       this.#logger.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: apiErrorText(err) }, 'cannot list the group Secrets yet; the watch retries');
     }
@@ -175,10 +170,7 @@ export class KubeSecretStore implements CertStore {
       } catch (err) {
         if (apiStatus(err) !== 404) {
           this.#onError('read');
-          throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read Secret ${this.#conn.namespace}/${domain}: ${apiErrorText(err)}`, {
-            cause: err,
-            refused: isRefusedStatus(err),
-          });
+          throw secretUnavailable('read', this.#conn.namespace, domain, err);
         }
         secret = null;
       }
@@ -388,19 +380,17 @@ export class KubeSecretStore implements CertStore {
   #trusted(domain: string, read: StoreRead, report: boolean): StoreRead {
     if (!this.#trust || read.state !== 'valid') return read;
     const { serial } = read.cert.info;
-    try {
-      checkTrusted(read.cert.pair.certPem, domain, this.#trust.anchors);
-    } catch (err) {
-      const reason = errorMessage(err);
-      if (report && this.#untrusted.get(domain) !== serial) {
-        this.#untrusted.set(domain, serial);
-        this.#logger.warn({ code: 'CERTSHARE_CERT_UNTRUSTED', domain, serial, namespace: this.#conn.namespace }, reason);
-        this.#trust.onUntrusted(domain, serial, reason);
-      }
-      return { state: 'unusable', reason, ...(read.coordination ? { coordination: read.coordination } : {}) };
+    const reason = untrustedReason(read.cert.pair.certPem, domain, this.#trust.anchors);
+    if (reason === undefined) {
+      if (report) this.#untrusted.delete(domain);
+      return read;
     }
-    if (report) this.#untrusted.delete(domain);
-    return read;
+    if (report && this.#untrusted.get(domain) !== serial) {
+      this.#untrusted.set(domain, serial);
+      this.#logger.warn({ code: 'CERTSHARE_CERT_UNTRUSTED', domain, serial, namespace: this.#conn.namespace }, reason);
+      this.#trust.onUntrusted(domain, serial, reason);
+    }
+    return { state: 'unusable', reason, ...(read.coordination ? { coordination: read.coordination } : {}) };
   }
 
   /** Keeps `cert` as a followed domain's last valid pair unless the one kept expires as late or later. */
@@ -433,14 +423,9 @@ export class KubeSecretStore implements CertStore {
       // Whatever happened, the next write must follow a fresh read, from the API server.
       this.#lastRead.delete(domain);
       this.#stale.add(domain);
-      if (apiStatus(err) === 409 || apiStatus(err) === 404) {
-        throw new CertshareError('CERTSHARE_STORE_CONFLICT', `Secret ${namespace}/${domain} changed meanwhile: ${apiErrorText(err)}`, { cause: err });
-      }
+      if (apiStatus(err) === 409 || apiStatus(err) === 404) throw secretChanged(namespace, domain, err);
       this.#onError('write');
-      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot write Secret ${namespace}/${domain}: ${apiErrorText(err)}`, {
-        cause: err,
-        refused: isRefusedStatus(err),
-      });
+      throw secretUnavailable('write', namespace, domain, err);
     }
   }
 }
@@ -457,4 +442,37 @@ function unlessAborted(promise: Promise<boolean>, signal: AbortSignal | undefine
       resolve(value);
     });
   });
+}
+
+/** Group scope's start-up check: the Role does not let certshare list and watch the namespace's Secrets. */
+function groupListRefused(namespace: string, err: unknown): CertshareError {
+  return new CertshareError(
+    'CERTSHARE_BAD_CONFIG',
+    `--watch-scope group needs list and watch on Secrets in namespace ${namespace}: ${apiErrorText(err)} ` +
+      '(grant the Role certshare-group-reader of manifests/group-scope, or use --watch-scope secret)',
+    { cause: err },
+  );
+}
+
+/** A compare-and-swap write found Secret `namespace/domain` changed (409) or gone (404) since its last read. */
+function secretChanged(namespace: string, domain: string, err: unknown): CertshareError {
+  return new CertshareError('CERTSHARE_STORE_CONFLICT', `Secret ${namespace}/${domain} changed meanwhile: ${apiErrorText(err)}`, { cause: err });
+}
+
+/** A GET or a write of Secret `namespace/domain` failed for another reason than its absence or a conflict. */
+function secretUnavailable(verb: 'read' | 'write', namespace: string, domain: string, err: unknown): CertshareError {
+  return new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot ${verb} Secret ${namespace}/${domain}: ${apiErrorText(err)}`, {
+    cause: err,
+    refused: isRefusedStatus(err),
+  });
+}
+
+/** Why the certificate's chain does not reach the trust anchors, or undefined when it does. */
+function untrustedReason(certPem: string, domain: string, anchors: TrustAnchors): string | undefined {
+  try {
+    checkTrusted(certPem, domain, anchors);
+    return undefined;
+  } catch (err) {
+    return errorMessage(err);
+  }
 }

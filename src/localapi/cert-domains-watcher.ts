@@ -134,24 +134,7 @@ export class CertDomainsWatcher {
 
   /** Resolves once `domain` is a cert domain (at once if it already is); rejects with the signal's reason. */
   waitFor(domain: string, signal?: AbortSignal): Promise<void> {
-    if (this.#domains.has(domain)) return Promise.resolve();
-    if (signal?.aborted) return Promise.reject(signal.reason);
-    return new Promise<void>((resolve, reject) => {
-      const onAbort = (): void => {
-        cleanup();
-        reject(signal!.reason);
-      };
-      const unsubscribe = this.onChange((domains) => {
-        if (!domains.has(domain)) return;
-        cleanup();
-        resolve();
-      });
-      const cleanup = (): void => {
-        unsubscribe();
-        signal?.removeEventListener('abort', onAbort);
-      };
-      signal?.addEventListener('abort', onAbort, { once: true });
-    });
+    return untilListed(this, domain, signal);
   }
 
   start(): void {
@@ -371,15 +354,7 @@ export class CertDomainsWatcher {
       return;
     }
     this.#domains = next;
-    this.#logger.info(
-      {
-        source,
-        domains: [...next],
-        added: [...next].filter((d) => !previous.has(d)),
-        removed: [...previous].filter((d) => !next.has(d)),
-      },
-      'cert domains changed',
-    );
+    this.#logger.info({ source, domains: [...next], ...domainsDiff(previous, next) }, 'cert domains changed');
     for (const listener of [...this.#listeners]) {
       this.#safeCall('onChange listener', () => listener(next));
     }
@@ -418,6 +393,32 @@ export class CertDomainsWatcher {
       this.#logger.error({ err: errorMessage(err) }, `${what} threw`);
     }
   }
+}
+
+/** CertDomainsWatcher.waitFor: resolves once `domain` is listed (at once if it is); rejects with the signal's reason. */
+function untilListed(watcher: Pick<CertDomainsWatcher, 'current' | 'onChange'>, domain: string, signal?: AbortSignal): Promise<void> {
+  if (watcher.current().has(domain)) return Promise.resolve();
+  if (signal?.aborted) return Promise.reject(signal.reason);
+  return new Promise<void>((resolve, reject) => {
+    const onAbort = (): void => {
+      cleanup();
+      reject(signal!.reason);
+    };
+    const unsubscribe = watcher.onChange((domains) => {
+      if (!domains.has(domain)) return;
+      cleanup();
+      resolve();
+    });
+    const cleanup = (): void => {
+      unsubscribe();
+      signal?.removeEventListener('abort', onAbort);
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+function domainsDiff(previous: ReadonlySet<string>, next: ReadonlySet<string>): { added: string[]; removed: string[] } {
+  return { added: [...next].filter((d) => !previous.has(d)), removed: [...previous].filter((d) => !next.has(d)) };
 }
 
 /** An array of strings, or [] for an absent/null list (Go omits empty lists); undefined when malformed. */

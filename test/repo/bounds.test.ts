@@ -18,8 +18,8 @@ describe('function and class bounds', () => {
     ]);
   });
 
-  it('holds 60 lines a function in src/core, 100 elsewhere in src, 400 a class', async () => {
-    const over = (await allSpans()).filter((s) => s.lines > boundOf(s) && !(s.file === 'src/daemon/daemon.ts' && s.name === 'startDaemon'));
+  it('holds 50 lines a function in src/core, 80 elsewhere in src, 350 a class', async () => {
+    const over = (await allSpans()).filter((s) => s.lines > boundOf(s));
     assert.deepEqual(
       over.map((s) => `${s.file} ${s.name}: ${s.lines}`),
       [],

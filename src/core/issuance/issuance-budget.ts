@@ -460,23 +460,13 @@ export class IssuanceBudget {
 
   /** One report per registered domain of the managed domains (zeros when nobody waits: the series always exist). */
   queues(): QueueReport[] {
-    const reports: QueueReport[] = [];
-    const rule = this.#rule;
-    const managed = new Set([...this.#settled.keys()].map(rule));
-    for (const rd of [...managed].sort()) {
-      const waiting = (this.#plans.get(rd) ?? []).filter((t) => this.#waiting.has(t.domain));
-      if (waiting.length === 0) {
-        reports.push({ registeredDomain: rd, queued: 0, expiringBeforeTurn: 0, nextSlotAt: undefined });
-        continue;
-      }
-      reports.push({
-        registeredDomain: rd,
-        queued: waiting.length,
-        expiringBeforeTurn: waiting.filter((t) => t.expiresAt !== undefined && t.expiresAt < t.turnAt).length,
-        nextSlotAt: Math.min(...waiting.map((t) => t.turnAt)),
-      });
-    }
-    return reports;
+    const managed = new Set([...this.#settled.keys()].map(this.#rule));
+    return [...managed].sort().map((rd) =>
+      queueReport(
+        rd,
+        (this.#plans.get(rd) ?? []).filter((t) => this.#waiting.has(t.domain)),
+      ),
+    );
   }
 
   async #decide(domain: string, signal: AbortSignal): Promise<BudgetVerdict> {
@@ -542,16 +532,7 @@ export class IssuanceBudget {
       const pending = [...this.#settled].some(([d, settled]) => !settled && d !== domain && !this.#waiting.has(d) && rule(d) === rd);
       if (!pending) return;
       signal.throwIfAborted();
-      const change = this.#settledChange.signal;
-      await new Promise<void>((resolve) => {
-        const done = (): void => {
-          change.removeEventListener('abort', done);
-          signal.removeEventListener('abort', done);
-          resolve();
-        };
-        change.addEventListener('abort', done, { once: true });
-        signal.addEventListener('abort', done, { once: true });
-      });
+      await eitherAborted(this.#settledChange.signal, signal);
     }
   }
 
@@ -571,6 +552,30 @@ export class IssuanceBudget {
     this.#queue = run.catch(() => {});
     return run;
   }
+}
+
+/** The queue of registered domain `rd` from the turns planned for the domains `waiting` in it. */
+function queueReport(rd: string, waiting: ReadonlyArray<{ turnAt: number; expiresAt?: number | undefined }>): QueueReport {
+  if (waiting.length === 0) return { registeredDomain: rd, queued: 0, expiringBeforeTurn: 0, nextSlotAt: undefined };
+  return {
+    registeredDomain: rd,
+    queued: waiting.length,
+    expiringBeforeTurn: waiting.filter((t) => t.expiresAt !== undefined && t.expiresAt < t.turnAt).length,
+    nextSlotAt: Math.min(...waiting.map((t) => t.turnAt)),
+  };
+}
+
+/** Resolves when either signal aborts, then listens to neither. */
+function eitherAborted(a: AbortSignal, b: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = (): void => {
+      a.removeEventListener('abort', done);
+      b.removeEventListener('abort', done);
+      resolve();
+    };
+    a.addEventListener('abort', done, { once: true });
+    b.addEventListener('abort', done, { once: true });
+  });
 }
 
 /**

@@ -482,9 +482,7 @@ export async function watchOnce(
   onEvent: (event: WatchEvent) => void,
   options: { signal: AbortSignal; inactivityMs: number; headersTimeoutMs?: number },
 ): Promise<void> {
-  const url = new URL(apiServer(config) + path);
-  url.searchParams.set('watch', 'true');
-  for (const [key, value] of Object.entries(query)) if (value !== undefined) url.searchParams.set(key, String(value));
+  const url = watchUrl(config, path, query);
   const base = await requestOptions(config);
   const { signal, inactivityMs, headersTimeoutMs = DEFAULT_REQUEST_TIMEOUT_MS } = options;
   if (signal.aborted) return;
@@ -521,25 +519,13 @@ export async function watchOnce(
       goaway = true;
       current.close();
     });
-    // Over HTTP/2 the session's PINGs find a dead connection; silence there is a quiet cluster (bookmarks are
-    // not guaranteed), so only a stream the server failed to end at its own timeout is cut. Over HTTP/1.1
-    // silence is the only sign of a dead connection.
-    const serverEndsAtMs = typeof query.timeoutSeconds === 'number' ? (query.timeoutSeconds + 60) * 1000 : 0;
-    const silenceMs = current.session ? Math.max(inactivityMs, serverEndsAtMs) : inactivityMs;
+    const silenceMs = watchSilenceMs(current, inactivityMs, query);
     silence = setTimeout(() => fail(new Error(`Kubernetes watch silent for ${silenceMs} ms`)), silenceMs);
     const lines = new LineSplitter(
       MAX_WATCH_LINE_BYTES,
       (max, length) => new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', `watch event longer than ${max} bytes (got at least ${length})`),
     );
-    const handle = (line: Buffer) => {
-      let event: WatchEvent;
-      try {
-        event = JSON.parse(line.toString('utf8')) as WatchEvent;
-      } catch (err) {
-        throw new CertshareError('CERTSHARE_KUBE_BAD_RESPONSE', { path, bytes: line.length }, { cause: err });
-      }
-      onEvent(event);
-    };
+    const handle = (line: Buffer) => onEvent(watchEventOf(line, path));
     for await (const chunk of current.body) {
       silence.refresh();
       for (const line of lines.push(chunk)) handle(line);
@@ -557,5 +543,30 @@ export async function watchOnce(
     signal.removeEventListener('abort', onAbort);
     offGoaway?.();
     answer?.close();
+  }
+}
+
+function watchUrl(config: KubeConfig, path: string, query: Record<string, string | number | boolean | undefined>): URL {
+  const url = new URL(apiServer(config) + path);
+  url.searchParams.set('watch', 'true');
+  for (const [key, value] of Object.entries(query)) if (value !== undefined) url.searchParams.set(key, String(value));
+  return url;
+}
+
+/**
+ * How long a watch may be silent. Over HTTP/2 the session's PINGs find a dead connection; silence there is a
+ * quiet cluster (bookmarks are not guaranteed), so only a stream the server failed to end at its own timeout
+ * is cut. Over HTTP/1.1 silence is the only sign of a dead connection.
+ */
+function watchSilenceMs(answer: Answer, inactivityMs: number, query: Record<string, string | number | boolean | undefined>): number {
+  const serverEndsAtMs = typeof query.timeoutSeconds === 'number' ? (query.timeoutSeconds + 60) * 1000 : 0;
+  return answer.session ? Math.max(inactivityMs, serverEndsAtMs) : inactivityMs;
+}
+
+function watchEventOf(line: Buffer, path: string): WatchEvent {
+  try {
+    return JSON.parse(line.toString('utf8')) as WatchEvent;
+  } catch (err) {
+    throw new CertshareError('CERTSHARE_KUBE_BAD_RESPONSE', { path, bytes: line.length }, { cause: err });
   }
 }
