@@ -10,6 +10,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { constants, enableCompileCache, flushCompileCache } from 'node:module';
 import { pathToFileURL } from 'node:url';
+import { optimizingCompilersAfterStart } from '../http/heap-saving.ts';
 
 /** The cache's directory inside dist/. */
 export const COMPILE_CACHE_DIR = 'compile-cache';
@@ -34,6 +35,9 @@ export async function fillCompileCache(distRoot: string): Promise<number> {
   if (result.status !== constants.compileCacheStatus.ENABLED) {
     throw new Error(`Node's compile cache in ${directory}: ${result.message ?? `status ${result.status}`}`);
   }
+  // V8 accepts a cached entry only under the flags it was made with: those `run` starts with (every replica's
+  // command; the injector's and the emulator's chunks then compile as without a cache).
+  optimizingCompilersAfterStart();
   const chunksDir = join(distRoot, 'chunks');
   const chunks = (await readdir(chunksDir)).filter((f) => f.endsWith('.js')).sort();
   for (const chunk of chunks) await import(pathToFileURL(join(chunksDir, chunk)).href);
