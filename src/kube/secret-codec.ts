@@ -1,8 +1,9 @@
 import type { V1Secret } from './transport/client-node.ts';
-import { validateCertPair } from '../core/certificates/certificate.ts';
+import { inspectCertPair, validateCertPair } from '../core/certificates/certificate.ts';
 import { errorMessage } from '../core/errors.ts';
 import { pendingRenewRequest } from '../core/renewal/renew-request.ts';
 import type { Coordination, RenewAnswer, StoreRead, StoredCert } from '../core/ports/store.ts';
+import type { CertPair } from '../core/ports/localapi.ts';
 
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
 export const LABEL_GROUP = 'certshare.io/group';
@@ -96,10 +97,22 @@ function readCertData(secret: SecretFields, domain: string, now: number): StoreR
   // The writer's intent record before the first issuance has stored anything (certSecret below).
   if (!certPem && !keyPem) return { state: 'unusable', reason: 'Secret holds no tls.crt / tls.key', empty: true };
   if (!certPem || !keyPem) return { state: 'unusable', reason: `Secret lacks ${certPem ? 'tls.key' : 'tls.crt'}` };
+  const pair = { certPem, keyPem };
   try {
-    return { state: 'valid', cert: { pair: { certPem, keyPem }, info: validateCertPair({ certPem, keyPem }, domain, now) } };
+    return { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, now) } };
   } catch (err) {
-    return { state: 'unusable', reason: errorMessage(err) };
+    const expired = expiredPair(pair, domain, now);
+    return { state: 'unusable', reason: errorMessage(err), ...(expired ? { expired } : {}) };
+  }
+}
+
+/** The pair if it is whole and for `domain`, and only its validity has ended (StoreRead's `expired`). */
+function expiredPair(pair: CertPair, domain: string, now: number): StoredCert | undefined {
+  try {
+    const info = inspectCertPair(pair, domain);
+    return now >= info.notAfter ? { pair, info } : undefined;
+  } catch {
+    return undefined;
   }
 }
 

@@ -378,6 +378,7 @@ export class KubeSecretStore implements CertStore {
    * offered as lastValid), reported once per pair when `report`.
    */
   #trusted(domain: string, read: StoreRead, report: boolean): StoreRead {
+    if (read.state === 'unusable' && read.expired) return trustedExpired(read, domain, this.#trust);
     if (!this.#trust || read.state !== 'valid') return read;
     const { serial } = read.cert.info;
     const reason = untrustedReason(read.cert.pair.certPem, domain, this.#trust.anchors);
@@ -475,4 +476,10 @@ function untrustedReason(certPem: string, domain: string, anchors: TrustAnchors)
   } catch (err) {
     return errorMessage(err);
   }
+}
+
+/** An expired pair says the name was held only if its issuer is pinned and it chains to an anchor (StoreRead). @forTests */
+export function trustedExpired(read: StoreRead & { state: 'unusable' }, domain: string, trust: StoreTrust | undefined): StoreRead {
+  const { expired, ...rest } = read;
+  return trust && expired && untrustedReason(expired.pair.certPem, domain, trust.anchors) === undefined ? read : rest;
 }

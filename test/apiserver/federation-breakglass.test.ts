@@ -31,6 +31,8 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
   let west: Member;
   /** West's path to the home. */
   let relay: TcpProxy;
+  /** West's home kubeconfig, through the relay. */
+  let relayKubeconfig: string;
 
   before(async () => {
     east = bed.member('east');
@@ -40,11 +42,11 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     const admin = await readFile(home.adminKubeconfigPath, 'utf8');
     const via = admin.replace(/server: .*/, `server: "https://127.0.0.1:${relay.port}"`);
     assert.notEqual(via, admin, 'the kubeconfig points at the relay');
-    const kubeconfig = join(dir(), 'west-home.kubeconfig');
-    await writeFile(kubeconfig, via, { mode: 0o600 });
+    relayKubeconfig = join(dir(), 'west-home.kubeconfig');
+    await writeFile(relayKubeconfig, via, { mode: 0o600 });
     await bed.startReplica(east, 'shared', 'shared-0', { domains: [SHARED] });
     for (const pod of ['shared-0', 'shared-1'])
-      await bed.startReplica(west, 'shared', pod, { domains: [SHARED], flags: ['--federation-kubeconfig', kubeconfig] });
+      await bed.startReplica(west, 'shared', pod, { domains: [SHARED], flags: ['--federation-kubeconfig', relayKubeconfig] });
   });
   after(async () => {
     await relay?.close();
@@ -191,5 +193,28 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
         if (attempt === 3) throw err;
       }
     }
+  });
+
+  it('a replica restarted after its only copy expired while cut off renews it without the ledger at the home', async () => {
+    const valid = (): boolean => replicas.every((r) => clock.now() < (current(r)?.info.notAfter ?? 0));
+    await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
+    const expiry = Math.max(...replicas.map((r) => current(r)!.info.notAfter));
+    relay.cut();
+    try {
+      // Both west replicas stop; the copy in west's Secret expires while nothing of west runs.
+      for (const r of westReplicas()) {
+        await r.stop();
+        replicas.splice(replicas.indexOf(r), 1);
+      }
+      clock.jumpTo(expiry + 60_000);
+      const restarted = await bed.startReplica(west, 'shared', 'shared-0', { domains: [SHARED], flags: ['--federation-kubeconfig', relayKubeconfig] });
+      await westBreaksGlass(0);
+      assert.equal(logged([restarted], /^issuance ledger unusable/), 0, 'the expired copy in the Secret says the name was held: no ledger asked');
+      assert.equal(signedBy([restarted]), 1, 'one break-glass renewal');
+      assert.ok(clock.now() < current(restarted)!.info.notAfter, 'it serves a valid certificate');
+    } finally {
+      relay.restore();
+    }
+    await until('every replica holds a valid certificate again', valid, anyChange(), 30_000);
   });
 });

@@ -27,6 +27,8 @@
 import type { Instance } from './replicas.ts';
 import { analyseWindows, checkRateLimits, parseLedgerLine, type CertRequest, type Issuance, type RetryRecord, type WindowAnalysis } from './ledger.ts';
 import { isValidAt, viewPair, type CertView, type FilesState, type KubeObject } from './observers.ts';
+import { needlessExpiry } from './cross-cluster.ts';
+import type { HomeLink } from './home.ts';
 import type { ValidElsewhere } from './secret-board.ts';
 
 export const GATE = 'certshare.io/certificates';
@@ -65,11 +67,12 @@ export interface CheckerContext {
    * made on its own past the safety point while the home was away. Optional (none).
    */
   excusedIssuance?(issuance: Issuance): boolean;
-  /**
-   * A valid pair another cluster's Secret of the domain holds now (the home's of record or another
-   * member's; secret-board.ts), for invariant 2 across the clusters. Optional (one cluster: none).
-   */
-  validElsewhere?(domain: string, now: number): ValidElsewhere | undefined;
+  /** A federated run's member (cross-cluster.ts): its way to the home, and valid pairs of other clusters' Secrets. */
+  federation?: {
+    link(): HomeLink;
+    /** A valid pair of the home's Secret of record, and of any Secret other than this member's (secret-board.ts). */
+    validAt(domain: string, now: number): { home: ValidElsewhere | undefined; elsewhere: ValidElsewhere | undefined };
+  };
   verbose: (message: string) => void;
 }
 
@@ -291,6 +294,22 @@ export class Checker {
     }
   }
 
+  /** cross-cluster.ts: why this member should not hold an expired copy of `domain` any more, if it should not. */
+  #needlessExpiry(domain: string, files: CertView, now: number, from: number): string | undefined {
+    const federation = this.#ctx.federation!;
+    const own = new Set(this.#ctx.replicaNames);
+    return needlessExpiry({
+      now,
+      graceMs: this.#ctx.graceMs,
+      files,
+      from,
+      link: federation.link(),
+      ...federation.validAt(domain, now),
+      requests: this.#requests.filter((r) => r.domain === domain && own.has(r.emulator)),
+      issuances: this.#issuances.filter((i) => i.domain === domain && own.has(i.emulator)),
+    });
+  }
+
   // --- continuous checks ---------------------------------------------------------------------------
 
   tick(now: number): void {
@@ -327,18 +346,16 @@ export class Checker {
             `while the Secret holds valid serial ${short(d.secret!.cert!.serial)} since ${iso(d.validSince!)}`
           );
         });
-        // Across the clusters: expired files while this member's Secret holds nothing valid either, and another
-        // cluster's Secret (the home's included) holds a valid pair: the member should have broken glass (issue 40).
-        const expired = files?.cert?.keyMatch === true && now >= files.cert.notAfter;
-        const elsewhere = up && expired && !secretValid ? this.#ctx.validElsewhere?.(d.domain, now) : undefined;
-        // Two hops to cover (the home's pair mirrored into this member's Secret, then to its replicas), each of
-        // which the in-cluster check gives the grace: twice the grace here.
-        const inv2x = elsewhere !== undefined && now - Math.max(elsewhere.since, badSince!, inst!.readyAt!, reachable, readsSince) > 2 * graceMs;
-        this.#episode(`2:elsewhere:${name}:${d.domain}`, inv2x, now, () => {
+        // Across the clusters: expired files while this member's Secret holds nothing valid either.
+        const expired = up && files?.cert?.keyMatch === true && now >= files.cert.notAfter && !secretValid;
+        const needless =
+          expired && this.#ctx.federation
+            ? this.#needlessExpiry(d.domain, files!.cert!, now, Math.max(badSince!, inst!.readyAt!, reachable, readsSince))
+            : undefined;
+        this.#episode(`2:elsewhere:${name}:${d.domain}`, needless !== undefined, now, () => {
           return (
             `inv2 ${iso(now)} ${d.domain}: ${name} (pid ${inst!.pid}) projects expired serial ${short(files!.cert!.serial)} ` +
-            `(notAfter ${iso(files!.cert!.notAfter)}) while its own Secret holds none valid and the Secret at ${elsewhere!.where} ` +
-            `holds valid serial ${short(elsewhere!.serial)} since ${iso(elsewhere!.since)}`
+            `(notAfter ${iso(files!.cert!.notAfter)}) ${needless!}`
           );
         });
       }

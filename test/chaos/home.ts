@@ -53,6 +53,12 @@ export interface HomeChaosStats {
   doublePartitions: number;
 }
 
+/** A member's way to the home at a moment: open (and since when without a break) or cut (since when). */
+export interface HomeLink {
+  open: boolean;
+  since: number;
+}
+
 export interface HomeTuning {
   /** Mean time between home outages, and between partitions of one member from the home (ms). */
   outageEveryMs: number;
@@ -91,6 +97,11 @@ export class HomeChaos {
   readonly #log: (message: string) => void;
   /** The home is back: for every member (`member` undefined: an outage ended) or for one (a partition ended). */
   readonly #onReturn: (at: number, member: number | undefined, what: string) => void;
+  /** Per member: cut off from the home since (partitioned), or open since. */
+  readonly #cutSince: Array<number | undefined>;
+  readonly #openSince: number[];
+  /** The home's apiserver stopped since (an outage under way). */
+  #outageSince: number | undefined;
 
   constructor(options: {
     home: ControlPlane;
@@ -106,6 +117,20 @@ export class HomeChaos {
     this.#tuning = options.tuning;
     this.#log = options.log;
     this.#onReturn = options.onReturn ?? (() => {});
+    this.#cutSince = options.links.map(() => undefined);
+    this.#openSince = options.links.map(() => 0);
+  }
+
+  /** Member `i`'s way to the home now: cut by its partition or the home's outage, else open since when. */
+  link(i: number): HomeLink {
+    const cut = this.#cutSince[i];
+    if (cut !== undefined || this.#outageSince !== undefined) return { open: false, since: Math.min(cut ?? Infinity, this.#outageSince ?? Infinity) };
+    return { open: true, since: this.#openSince[i]! };
+  }
+
+  #cut(i: number, now: number): void {
+    this.#links[i]!.setFaults({ blackout: true });
+    this.#cutSince[i] = now;
   }
 
   /** Chaos at the home until `until` (epoch ms); the home is up and every link clear when it returns. */
@@ -129,13 +154,15 @@ export class HomeChaos {
         if (now < ends) continue;
         this.#links[i]!.clear();
         cut.delete(i);
+        this.#cutSince[i] = undefined;
+        this.#openSince[i] = now;
         this.#log(`home: member ${i + 1} reconnected`);
         this.#onReturn(now, i, `member ${i + 1} reconnected`);
         if (second.has(i) && second.get(i) === undefined) second.delete(i);
       }
       for (const [i, at] of second) {
         if (at === undefined || now < at) continue;
-        this.#links[i]!.setFaults({ blackout: true });
+        this.#cut(i, now);
         cut.set(i, now + secondCutMs);
         second.set(i, undefined);
         this.#log(`home: member ${i + 1} partitioned from the home again for ${secondCutMs} ms (double partition)`);
@@ -144,7 +171,7 @@ export class HomeChaos {
         nextDouble = now + rng.exponential(t.doublePartitionEveryMs);
         const i = rng.int(0, this.#links.length - 1);
         if (!cut.has(i) && !second.has(i)) {
-          this.#links[i]!.setFaults({ blackout: true });
+          this.#cut(i, now);
           cut.set(i, now + firstCutMs);
           second.set(i, now + firstCutMs + reconnectMs);
           this.stats.doublePartitions++;
@@ -156,7 +183,7 @@ export class HomeChaos {
         const i = rng.int(0, this.#links.length - 1);
         if (!cut.has(i) && !second.has(i)) {
           const ms = rng.between(...t.partitionMs);
-          this.#links[i]!.setFaults({ blackout: true });
+          this.#cut(i, now);
           cut.set(i, now + ms);
           this.stats.homePartitions++;
           this.#log(`home: member ${i + 1} partitioned from the home for ${Math.round(ms)} ms`);
@@ -177,6 +204,9 @@ export class HomeChaos {
   async settle(): Promise<void> {
     for (const link of this.#links) link.clear();
     if (!this.#home.apiServerRunning) await this.#home.startApiServer();
+    const now = Date.now();
+    this.#outageSince = undefined;
+    for (let i = 0; i < this.#links.length; i++) if (this.#cutSince[i] !== undefined) [this.#cutSince[i], this.#openSince[i]] = [undefined, now];
   }
 
   async #outage(): Promise<void> {
@@ -184,10 +214,13 @@ export class HomeChaos {
     const down = this.#rng.between(...this.#tuning.outageDownMs);
     const started = Date.now();
     this.#log(`home: stopping the home's kube-apiserver (${signal}), down ${Math.round(down)} ms + restart`);
+    this.#outageSince = started;
     await this.#home.stopApiServer({ signal });
     await sleep(down);
     await this.#home.startApiServer();
+    this.#outageSince = undefined;
     const ms = Date.now() - started;
+    for (let i = 0; i < this.#openSince.length; i++) this.#openSince[i] = Date.now();
     this.stats.homeOutages++;
     this.stats.homeOutageMaxMs = Math.max(this.stats.homeOutageMaxMs, ms);
     this.#log(`home: back after ${ms} ms`);

@@ -483,7 +483,17 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         },
         secretsReachableSince: (name) => proxy.secretsReachableSince(tokens.get(name)!),
         excusedIssuance: (i) => breakGlass.has(i.serial.toLowerCase()),
-        ...(federated ? { validElsewhere: (domain: string, now: number) => board.validElsewhere(domain, `c${c + 1}`, now) } : {}),
+        ...(federated
+          ? {
+              federation: {
+                link: () => homeChaos!.link(c),
+                validAt: (domain: string, now: number) => ({
+                  home: board.validElsewhere(domain, `c${c + 1}`, now, 'home'),
+                  elsewhere: board.validElsewhere(domain, `c${c + 1}`, now),
+                }),
+              },
+            }
+          : {}),
         verbose: (m) => log(`${prefix}${m}`),
       });
       chaos = new Chaos({

@@ -57,13 +57,13 @@ export class SecretBoard {
   }
 
   /**
-   * A valid pair some Secret other than `except`'s holds now, the longest-held one: a replica of `except`
-   * projecting an expired pair meanwhile serves one that need not be (its member should have broken glass).
+   * A valid pair some Secret other than `except`'s (`only`: that one's) holds now, the longest-held one: what a
+   * replica of `except` projecting an expired pair meanwhile could have had (cross-cluster.ts).
    */
-  validElsewhere(domain: string, except: string, now: number): ValidElsewhere | undefined {
+  validElsewhere(domain: string, except: string, now: number, only?: string): ValidElsewhere | undefined {
     let best: ValidElsewhere | undefined;
     for (const [where, held] of this.#held.get(domain) ?? []) {
-      if (where === except || held.validSince === undefined || !isValidAt(held.cert, now)) continue;
+      if (where === except || (only !== undefined && where !== only) || held.validSince === undefined || !isValidAt(held.cert, now)) continue;
       if (!best || held.validSince < best.since) best = { where, serial: held.cert!.serial, since: held.validSince };
     }
     return best;

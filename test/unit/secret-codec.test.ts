@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { validateCertPair } from '../../src/core/certificates/certificate.ts';
+import { trustAnchors } from '../../src/core/certificates/trust.ts';
 import { ANNOTATION_SERIAL, certSecret, readCertSecret } from '../../src/kube/secret-codec.ts';
-import { makePair } from '../support/certs.ts';
+import { trustedExpired } from '../../src/kube/secret-store.ts';
+import { DAY, makePair, selfSignedPair, testCa } from '../support/certs.ts';
 
 const domain = 'codec.tailnet-3.ts.net';
 const meta = { namespace: 'proxy', group: 'g', writer: 'proxy-0' };
@@ -42,5 +44,27 @@ describe('Secret codec: an empty Secret is the first issuance running, anything 
       assert.equal(read.state, 'unusable', name);
       assert.equal(read.state === 'unusable' && read.empty === true, empty, name);
     }
+  });
+});
+
+describe('Secret codec: an expired pair tells a restarted replica the name was held, only from a pinned issuer', () => {
+  it('reports an expired whole pair as `expired`; the store keeps it only when it chains to a trust anchor', async () => {
+    const now = Math.floor(Date.now() / 1000) * 1000;
+    const b64 = (text: string): string => Buffer.from(text).toString('base64');
+    const secretOf = (pair: { certPem: string; keyPem: string }) => ({ metadata: {}, data: { 'tls.crt': b64(pair.certPem), 'tls.key': b64(pair.keyPem) } });
+    const ca = await testCa();
+    const anchors = { anchors: trustAnchors([ca.certPem], 'test'), onUntrusted: () => {} };
+    const genuine = readCertSecret(secretOf(await makePair(domain, now - 2 * DAY, DAY)), domain, now);
+    assert.ok(genuine.state === 'unusable' && genuine.expired, 'an expired pair of the CA: reported');
+    assert.ok(
+      trustedExpired(genuine, domain, anchors).state === 'unusable' && 'expired' in trustedExpired(genuine, domain, anchors),
+      'kept: it chains to the anchor',
+    );
+    assert.ok(!('expired' in trustedExpired(genuine, domain, undefined)), 'dropped where no issuer is pinned (anybody can make such a pair)');
+    const forged = readCertSecret(secretOf(await selfSignedPair(domain, now - 2 * DAY, DAY)), domain, now);
+    assert.ok(forged.state === 'unusable' && forged.expired, 'a self-signed expired pair parses as well');
+    assert.ok(!('expired' in trustedExpired(forged, domain, anchors)), 'dropped: it chains to no anchor');
+    const other = readCertSecret(secretOf(await makePair('other.tailnet-3.ts.net', now - 2 * DAY, DAY)), domain, now);
+    assert.ok(other.state === 'unusable' && !other.expired, "another name's pair is no evidence");
   });
 });

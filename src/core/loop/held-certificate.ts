@@ -99,6 +99,11 @@ export class HeldCertificate {
     this.#deps.observer.certificate(this.#deps.domain, candidate);
   }
 
+  /** The store holds an expired pair of the name its issuer signed: never served, but the name was held. */
+  heldBefore(): void {
+    this.#wasHeld = true;
+  }
+
   /** Stops serving an expired certificate; the name stays one that was held (wasHeld). */
   dropIfExpired(): void {
     if (this.#best && !isCurrentlyValid(this.#best.info, this.#deps.clock.now())) {

@@ -26,7 +26,18 @@ export type StoreRead = (
    * `empty`: the record exists but holds no pair at all, what a writer's intent looks like before its first
    * certificate (start-up, not damage: core/loop/startup-grace.ts). Garbage or half a pair is never `empty`.
    */
-  | { state: 'unusable'; reason: string; empty?: boolean }
+  | {
+      state: 'unusable';
+      reason: string;
+      empty?: boolean;
+      /**
+       * The record's pair, whole and for the domain, only its validity ended: the name was issued before, so
+       * its next issuance is a renewal (a replica restarted after its only copy expired, at a member cut off
+       * from the ledger's home). Never served. Only a store that pins the issuer reports it: a pair anybody
+       * can make must not take a name out of the first-issuance queue.
+       */
+      expired?: StoredCert;
+    }
 ) & {
   coordination?: Coordination;
   /**

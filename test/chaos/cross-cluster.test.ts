@@ -1,0 +1,63 @@
+// The cross-cluster check of invariant 2 (cross-cluster.ts): when a member's expired copy was needless.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { needlessExpiry, type ExpiredCopyFacts } from './cross-cluster.ts';
+import type { CertRequest, Issuance } from './ledger.ts';
+
+const S = 1000;
+// A 20 s certificate: renewal point at +10 s, expired at +20 s; the checker's grace 2 s.
+const files = { serial: 'AAAA0001', notBefore: 0, notAfter: 20 * S, keyMatch: true };
+const valid = { serial: 'BBBB0002', since: 12 * S };
+const request = (time: number, outcome = '500'): CertRequest => ({ time, end: time + 10, emulator: 'c2-proxy-0', domain: 'd', minValidity: '', outcome });
+const issuance = (time: number): Issuance => ({
+  time,
+  emulator: 'c2-proxy-0',
+  domain: 'd',
+  serial: 'CCCC0003',
+  notBefore: time,
+  notAfter: time + 20 * S,
+  trigger: 'request',
+});
+const facts = (over: Partial<ExpiredCopyFacts>): ExpiredCopyFacts => ({
+  now: 30 * S,
+  graceMs: 2 * S,
+  files,
+  from: 20 * S,
+  link: { open: true, since: 0 },
+  home: undefined,
+  elsewhere: undefined,
+  requests: [],
+  issuances: [],
+  ...over,
+});
+
+describe('invariant 2 across the clusters: an expired copy a member need not hold', () => {
+  it('its way to the home open: the home held a valid pair for more than two graces', () => {
+    const home = { where: 'home', ...valid };
+    assert.match(needlessExpiry(facts({ home, elsewhere: home })) ?? '', /Secret at home holds valid serial BBBB0002/);
+    assert.equal(needlessExpiry(facts({ home, now: 23 * S })), undefined, 'within two graces of its landing');
+    assert.equal(needlessExpiry(facts({ home, link: { open: true, since: 27 * S } })), undefined, 'within two graces of the reconnection');
+  });
+
+  it('its way to the home open, a valid pair only at a member cut off from the home: nothing it could have had', () => {
+    assert.equal(needlessExpiry(facts({ elsewhere: { where: 'c1', ...valid } })), undefined);
+  });
+
+  it('cut off, and no CertPair call since the renewal point while another cluster holds a valid pair: the break-glass never tried (issue 40)', () => {
+    const text = needlessExpiry(facts({ link: { open: false, since: 5 * S }, elsewhere: { where: 'home', ...valid }, requests: [request(4 * S)] }));
+    assert.match(text ?? '', /made no CertPair call since/);
+  });
+
+  it('cut off, its CA refused every call since the renewal point: the CA, not the member', () => {
+    assert.equal(
+      needlessExpiry(facts({ link: { open: false, since: 5 * S }, elsewhere: { where: 'home', ...valid }, requests: [request(15 * S)] })),
+      undefined,
+    );
+  });
+
+  it('cut off, its CA issued a valid pair that never reached the files within two graces', () => {
+    const f = facts({ link: { open: false, since: 5 * S }, requests: [request(21 * S, '200')], issuances: [issuance(21 * S)] });
+    assert.match(needlessExpiry(f) ?? '', /its member's CA issued serial CCCC0003/);
+    assert.equal(needlessExpiry({ ...f, now: 24 * S }), undefined, 'within two graces of the issuance');
+  });
+});

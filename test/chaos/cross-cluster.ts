@@ -1,0 +1,57 @@
+// Invariant 2 across the clusters of a federated run (issue 40): a replica whose files hold an expired pair
+// while its member's Secret holds none valid, and a valid pair existed that the member could have had. What
+// it could have had depends on its way to the home: open, the home's pair of record (mirrored into the
+// member's Secret, then to its files: two hops, twice the grace); cut off, its own break-glass issuance,
+// which a member whose CA refused every call since the copy's renewal point cannot make (an injected fault
+// is the CA's doing, not certshare's), and a member that made no call at all should have.
+import type { HomeLink } from './home.ts';
+import { renewalPoint, type CertRequest, type Issuance } from './ledger.ts';
+import type { CertView } from './observers.ts';
+import type { ValidElsewhere } from './secret-board.ts';
+
+export interface ExpiredCopyFacts {
+  now: number;
+  graceMs: number;
+  /** The replica's files: an expired pair whose key matches. */
+  files: CertView;
+  /** The latest of: files bad since, the replica ready, the API reachable, its Secret reads through. */
+  from: number;
+  link: HomeLink;
+  /** A valid pair of the home's Secret of record, and one of any other Secret (the home's included). */
+  home: ValidElsewhere | undefined;
+  elsewhere: ValidElsewhere | undefined;
+  /** The member's own CertPair calls and issuances of the domain (its replicas' emulators). */
+  requests: readonly CertRequest[];
+  issuances: readonly Issuance[];
+}
+
+const iso = (t: number): string => new Date(t).toISOString().slice(11, 23);
+
+/** Why the member should not hold an expired copy any more (the violation's text after "projects expired ..."), or undefined. */
+export function needlessExpiry(f: ExpiredCopyFacts): string | undefined {
+  const { now, link } = f;
+  const late = (since: number): boolean => now - Math.max(since, f.from) > 2 * f.graceMs;
+  if (link.open) {
+    const home = f.home;
+    if (!home || !late(Math.max(home.since, link.since))) return undefined;
+    return (
+      `while its own Secret holds none valid and the Secret at home holds valid serial ${home.serial.slice(0, 8)} since ${iso(home.since)} ` +
+      `(its way to the home open since ${iso(link.since)})`
+    );
+  }
+  const cutFrom = Math.max(link.since, renewalPoint(f.files));
+  const own = f.issuances.find((i) => i.time >= cutFrom && i.notBefore <= now && now < i.notAfter);
+  if (own) {
+    if (!late(own.time)) return undefined;
+    return (
+      `while its own Secret holds none valid and its member's CA issued serial ${own.serial.slice(0, 8)} at ${iso(own.time)} ` +
+      `(cut off from the home since ${iso(link.since)})`
+    );
+  }
+  const elsewhere = f.elsewhere;
+  if (!elsewhere || f.requests.some((r) => r.time >= cutFrom) || !late(Math.max(cutFrom, f.files.notAfter))) return undefined;
+  return (
+    `while its own Secret holds none valid, its member cut off from the home since ${iso(link.since)} made no CertPair call since ${iso(cutFrom)}, ` +
+    `and the Secret at ${elsewhere.where} holds valid serial ${elsewhere.serial.slice(0, 8)} since ${iso(elsewhere.since)}`
+  );
+}
