@@ -97,6 +97,7 @@ export class HomeChaos {
   readonly #log: (message: string) => void;
   /** The home is back: for every member (`member` undefined: an outage ended) or for one (a partition ended). */
   readonly #onReturn: (at: number, member: number | undefined, what: string) => void;
+  readonly #onLoss: () => void;
   /** Per member: cut off from the home since (partitioned), or open since. */
   readonly #cutSince: Array<number | undefined>;
   readonly #openSince: number[];
@@ -110,6 +111,8 @@ export class HomeChaos {
     tuning: HomeTuning;
     log: (message: string) => void;
     onReturn?: (at: number, member: number | undefined, what: string) => void;
+    /** A member lost the home (a partition began, or the home's outage). */
+    onLoss?: () => void;
   }) {
     this.#home = options.home;
     this.#links = options.links;
@@ -117,6 +120,7 @@ export class HomeChaos {
     this.#tuning = options.tuning;
     this.#log = options.log;
     this.#onReturn = options.onReturn ?? (() => {});
+    this.#onLoss = options.onLoss ?? (() => {});
     this.#cutSince = options.links.map(() => undefined);
     this.#openSince = options.links.map(() => 0);
   }
@@ -131,6 +135,7 @@ export class HomeChaos {
   #cut(i: number, now: number): void {
     this.#links[i]!.setFaults({ blackout: true });
     this.#cutSince[i] = now;
+    this.#onLoss();
   }
 
   /** Chaos at the home until `until` (epoch ms); the home is up and every link clear when it returns. */
@@ -215,6 +220,7 @@ export class HomeChaos {
     const started = Date.now();
     this.#log(`home: stopping the home's kube-apiserver (${signal}), down ${Math.round(down)} ms + restart`);
     this.#outageSince = started;
+    this.#onLoss();
     await this.#home.stopApiServer({ signal });
     await sleep(down);
     await this.#home.startApiServer();

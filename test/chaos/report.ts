@@ -24,6 +24,8 @@ export interface ChaosReport extends Omit<ChaosStats, 'apiOutageMs'>, Partial<Ho
   homeReturnConvergenceMaxMs?: number;
   homeReturnConvergenceSamples?: number;
   homeReturnConvergenceUnfinished?: number;
+  /** Returns cut short by another loss of the home before every member agreed (not samples). */
+  homeReturnConvergenceInterrupted?: number;
   /**
    * Episodes of a replica projecting an expired certificate while its Secret held a valid one, or (federated)
    * while its own held none valid and another cluster's Secret (the home's included) did: 0.
@@ -95,7 +97,7 @@ export function buildReport(input: {
   breakGlassIssuances?: number;
   breakGlassPerMemberWindowMax?: number;
   breakGlassWindows?: Record<string, number>;
-  homeReturn?: { samples: number; p99Ms: number; maxMs: number; unfinished: number };
+  homeReturn?: { samples: number; p99Ms: number; maxMs: number; unfinished: number; interrupted: number };
   home?: HomeChaosStats;
 }): ChaosReport {
   const { result, chaos } = input;
@@ -116,6 +118,7 @@ export function buildReport(input: {
           homeReturnConvergenceMaxMs: input.homeReturn.maxMs,
           homeReturnConvergenceSamples: input.homeReturn.samples,
           homeReturnConvergenceUnfinished: input.homeReturn.unfinished,
+          homeReturnConvergenceInterrupted: input.homeReturn.interrupted,
         }
       : {}),
     expiredServed: details.filter((d) => /^inv2 .* projects expired /.test(d)).length,
@@ -203,7 +206,8 @@ export function summary(r: ChaosReport): string {
             `max ${r.issuancesPerWindowMax} other issuances per window per domain across the clusters, ${r.expiredServed} expired certificates served`,
           `    ${r.doublePartitions ?? 0} double partitions; break-glass at most ${r.breakGlassPerMemberWindowMax ?? 0} per member per window; ` +
             `from the home's return to every member on its serial: p99 ${r.homeReturnConvergenceP99Ms ?? 0} ms, ` +
-            `max ${r.homeReturnConvergenceMaxMs ?? 0} ms over ${r.homeReturnConvergenceSamples ?? 0} (${r.homeReturnConvergenceUnfinished ?? 0} unfinished)`,
+            `max ${r.homeReturnConvergenceMaxMs ?? 0} ms over ${r.homeReturnConvergenceSamples ?? 0} ` +
+            `(${r.homeReturnConvergenceUnfinished ?? 0} unfinished, ${r.homeReturnConvergenceInterrupted ?? 0} cut short by another loss)`,
         ]
       : []),
     `  the Secrets held ${r.secretCertificates} certificates; without a valid one for ${r.secretInvalidMs} ms in total (summed over domains)`,

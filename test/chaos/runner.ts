@@ -350,6 +350,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         tuning: scaledHomeTuning(DEFAULT_HOME_TUNING, k),
         log,
         onReturn: (at, _member, what) => board.homeReturned(at, what, domains),
+        onLoss: () => board.homeLost(),
       });
       log(`home ${home.server}, namespace ${homeNs}`);
     }

@@ -30,6 +30,8 @@ export class SecretBoard {
   /** Returns of the home still waiting for every member to hold the home's serial (per domain). */
   readonly #open: Array<{ at: number; domain: string; what: string }> = [];
   readonly #convergedMs: number[] = [];
+  /** Returns a later loss of the home cut short before every member agreed: not a convergence time. */
+  #interrupted = 0;
   readonly #log: (message: string) => void;
 
   constructor(members: string[], log: (message: string) => void) {
@@ -75,6 +77,15 @@ export class SecretBoard {
     this.#settle(at);
   }
 
+  /**
+   * A member lost the home again (a partition, or the home's outage) before the returns still open converged:
+   * what they would measure from then on is that loss, not convergence; they are counted apart.
+   */
+  homeLost(): void {
+    this.#interrupted += this.#open.length;
+    this.#open.length = 0;
+  }
+
   /** Closes the returns whose domain now has the home's serial in every member's Secret. */
   #settle(now: number): void {
     for (let i = this.#open.length - 1; i >= 0; i--) {
@@ -91,8 +102,8 @@ export class SecretBoard {
   }
 
   /** From a return of the home until every member's Secret held the home's serial: samples, p99, max. */
-  convergence(): { samples: number; p99Ms: number; maxMs: number; unfinished: number } {
+  convergence(): { samples: number; p99Ms: number; maxMs: number; unfinished: number; interrupted: number } {
     const sorted = [...this.#convergedMs].sort((a, b) => a - b);
-    return { samples: sorted.length, p99Ms: percentile(sorted, 99), maxMs: sorted.at(-1) ?? 0, unfinished: this.#open.length };
+    return { samples: sorted.length, p99Ms: percentile(sorted, 99), maxMs: sorted.at(-1) ?? 0, unfinished: this.#open.length, interrupted: this.#interrupted };
   }
 }
