@@ -70,6 +70,8 @@ export interface CheckerContext {
   /** A federated run's member (cross-cluster.ts): its way to the home, and valid pairs of other clusters' Secrets. */
   federation?: {
     link(): HomeLink;
+    /** Since when the member's writer has held its local Lease (undefined: none now). */
+    writerSince(): number | undefined;
     /** A valid pair of the home's Secret of record, and of any Secret other than this member's (secret-board.ts). */
     validAt(domain: string, now: number): { home: ValidElsewhere | undefined; elsewhere: ValidElsewhere | undefined };
   };
@@ -304,6 +306,7 @@ export class Checker {
       files,
       from,
       link: federation.link(),
+      writerSince: federation.writerSince(),
       ...federation.validAt(domain, now),
       requests: this.#requests.filter((r) => r.domain === domain && own.has(r.emulator)),
       issuances: this.#issuances.filter((i) => i.domain === domain && own.has(i.emulator)),

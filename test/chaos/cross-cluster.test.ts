@@ -24,6 +24,7 @@ const facts = (over: Partial<ExpiredCopyFacts>): ExpiredCopyFacts => ({
   files,
   from: 20 * S,
   link: { open: true, since: 0 },
+  writerSince: 0,
   home: undefined,
   elsewhere: undefined,
   requests: [],
@@ -46,6 +47,13 @@ describe('invariant 2 across the clusters: an expired copy a member need not hol
   it('cut off, and no CertPair call since the renewal point while another cluster holds a valid pair: the break-glass never tried (issue 40)', () => {
     const text = needlessExpiry(facts({ link: { open: false, since: 5 * S }, elsewhere: { where: 'home', ...valid }, requests: [request(4 * S)] }));
     assert.match(text ?? '', /made no CertPair call since/);
+  });
+
+  it('cut off without a writer, or one that took over within two graces: nobody could have called yet', () => {
+    const cut = { link: { open: false, since: 5 * S }, elsewhere: { where: 'home', ...valid } };
+    assert.equal(needlessExpiry(facts({ ...cut, writerSince: undefined })), undefined);
+    assert.equal(needlessExpiry(facts({ ...cut, writerSince: 29 * S })), undefined);
+    assert.match(needlessExpiry(facts({ ...cut, writerSince: 25 * S })) ?? '', /made no CertPair call/);
   });
 
   it('cut off, its CA refused every call since the renewal point: the CA, not the member', () => {

@@ -3,7 +3,7 @@
 // it could have had depends on its way to the home: open, the home's pair of record (mirrored into the
 // member's Secret, then to its files: two hops, twice the grace); cut off, its own break-glass issuance,
 // which a member whose CA refused every call since the copy's renewal point cannot make (an injected fault
-// is the CA's doing, not certshare's), and a member that made no call at all should have.
+// is the CA's doing, not certshare's), and a member whose writer made no call at all should have.
 import type { HomeLink } from './home.ts';
 import { renewalPoint, type CertRequest, type Issuance } from './ledger.ts';
 import type { CertView } from './observers.ts';
@@ -17,6 +17,8 @@ export interface ExpiredCopyFacts {
   /** The latest of: files bad since, the replica ready, the API reachable, its Secret reads through. */
   from: number;
   link: HomeLink;
+  /** Since when the member has had a writer (undefined: none now, nobody to break glass). */
+  writerSince: number | undefined;
   /** A valid pair of the home's Secret of record, and one of any other Secret (the home's included). */
   home: ValidElsewhere | undefined;
   elsewhere: ValidElsewhere | undefined;
@@ -49,7 +51,8 @@ export function needlessExpiry(f: ExpiredCopyFacts): string | undefined {
     );
   }
   const elsewhere = f.elsewhere;
-  if (!elsewhere || f.requests.some((r) => r.time >= cutFrom) || !late(Math.max(cutFrom, f.files.notAfter))) return undefined;
+  if (!elsewhere || f.writerSince === undefined || f.requests.some((r) => r.time >= cutFrom)) return undefined;
+  if (!late(Math.max(cutFrom, f.files.notAfter, f.writerSince))) return undefined;
   return (
     `while its own Secret holds none valid, its member cut off from the home since ${iso(link.since)} made no CertPair call since ${iso(cutFrom)}, ` +
     `and the Secret at ${elsewhere.where} holds valid serial ${elsewhere.serial.slice(0, 8)} since ${iso(elsewhere.since)}`

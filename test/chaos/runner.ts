@@ -370,7 +370,10 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     const slowStops: string[] = [];
     // A process that runs but does not answer /healthz (event loop stuck, listener gone): half dead.
     const halfDead: string[] = [];
+    /** Since when each replica has been its member's writer, by its log (cleared when it says otherwise or exits). */
+    const writerSince = new Map<string, number>();
     const onExit = (r: Replica, inst: Instance): void => {
+      writerSince.delete(r.name);
       const how = `code ${inst.exit?.code}, signal ${inst.exit?.signal}`;
       if (inst.killedWith === undefined) {
         crashes.push(
@@ -443,6 +446,8 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
           (replica, line) => {
             chaos?.observeLog(replica, line);
             if (line.msg === 'became the writer' || line.msg === 'no longer the writer') log(`${replica}: ${line.msg}`);
+            if (line.msg === 'became the writer') writerSince.set(replica, Date.now());
+            else if (line.msg === 'no longer the writer') writerSince.delete(replica);
             if (typeof line.msg === 'string' && line.msg.startsWith('break-glass: issued') && typeof line.serial === 'string') {
               breakGlass.add(line.serial.toLowerCase());
               // A log without the window (an older certshare): the serial stands for it.
@@ -488,6 +493,10 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
           ? {
               federation: {
                 link: () => homeChaos!.link(c),
+                writerSince: () => {
+                  const since = names.flatMap((n) => writerSince.get(n) ?? []);
+                  return since.length ? Math.min(...since) : undefined;
+                },
                 validAt: (domain: string, now: number) => ({
                   home: board.validElsewhere(domain, `c${c + 1}`, now, 'home'),
                   elsewhere: board.validElsewhere(domain, `c${c + 1}`, now),
