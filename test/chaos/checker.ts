@@ -27,6 +27,7 @@
 import type { Instance } from './replicas.ts';
 import { analyseWindows, checkRateLimits, parseLedgerLine, type CertRequest, type Issuance, type RetryRecord, type WindowAnalysis } from './ledger.ts';
 import { isValidAt, viewPair, type CertView, type FilesState, type KubeObject } from './observers.ts';
+import { DEFAULT_REQUEST_TIMEOUT_MS } from '../../src/kube/transport/https-transport.ts';
 import { needlessExpiry } from './cross-cluster.ts';
 import type { HomeLink } from './home.ts';
 import type { ValidElsewhere } from './secret-board.ts';
@@ -307,6 +308,7 @@ export class Checker {
       from,
       link: federation.link(),
       writerSince: federation.writerSince(),
+      noticeMs: DEFAULT_REQUEST_TIMEOUT_MS,
       ...federation.validAt(domain, now),
       requests: this.#requests.filter((r) => r.domain === domain && own.has(r.emulator)),
       issuances: this.#issuances.filter((i) => i.domain === domain && own.has(i.emulator)),

@@ -25,6 +25,7 @@ const facts = (over: Partial<ExpiredCopyFacts>): ExpiredCopyFacts => ({
   from: 20 * S,
   link: { open: true, since: 0 },
   writerSince: 0,
+  noticeMs: 0,
   home: undefined,
   elsewhere: undefined,
   requests: [],
@@ -54,6 +55,12 @@ describe('invariant 2 across the clusters: an expired copy a member need not hol
     assert.equal(needlessExpiry(facts({ ...cut, writerSince: undefined })), undefined);
     assert.equal(needlessExpiry(facts({ ...cut, writerSince: 29 * S })), undefined);
     assert.match(needlessExpiry(facts({ ...cut, writerSince: 25 * S })) ?? '', /made no CertPair call/);
+  });
+
+  it('cut off after its copy expired: a request timeout to learn of the cut, then two graces', () => {
+    const cut = { link: { open: false, since: 22 * S }, elsewhere: { where: 'home', ...valid }, noticeMs: 5 * S };
+    assert.equal(needlessExpiry(facts({ ...cut, now: 30 * S })), undefined);
+    assert.match(needlessExpiry(facts({ ...cut, now: 32 * S })) ?? '', /made no CertPair call/);
   });
 
   it('cut off, its CA refused every call since the renewal point: the CA, not the member', () => {

@@ -17,6 +17,8 @@ export interface ExpiredCopyFacts {
   /** The latest of: files bad since, the replica ready, the API reachable, its Secret reads through. */
   from: number;
   link: HomeLink;
+  /** How long a member may take to learn that its way to the home is cut: its kube request timeout. */
+  noticeMs: number;
   /** Since when the member has had a writer (undefined: none now, nobody to break glass). */
   writerSince: number | undefined;
   /** A valid pair of the home's Secret of record, and one of any other Secret (the home's included). */
@@ -52,7 +54,8 @@ export function needlessExpiry(f: ExpiredCopyFacts): string | undefined {
   }
   const elsewhere = f.elsewhere;
   if (!elsewhere || f.writerSince === undefined || f.requests.some((r) => r.time >= cutFrom)) return undefined;
-  if (!late(Math.max(cutFrom, f.files.notAfter, f.writerSince))) return undefined;
+  // A member learns it is cut off when a request to the home fails: at worst one request timeout after the cut.
+  if (!late(Math.max(link.since + f.noticeMs, f.files.notAfter, f.writerSince))) return undefined;
   return (
     `while its own Secret holds none valid, its member cut off from the home since ${iso(link.since)} made no CertPair call since ${iso(cutFrom)}, ` +
     `and the Secret at ${elsewhere.where} holds valid serial ${elsewhere.serial.slice(0, 8)} since ${iso(elsewhere.since)}`

@@ -33,6 +33,8 @@ export class SecretBoard {
   /** Returns a later loss of the home cut short before every member agreed: not a convergence time. */
   #interrupted = 0;
   readonly #log: (message: string) => void;
+  /** Per Secret ('home' or a member) and domain: the serial of the last pair it held valid, expired since or not. */
+  readonly #lastHeld = new Map<string, string>();
 
   constructor(members: string[], log: (message: string) => void) {
     this.#members = members;
@@ -55,7 +57,13 @@ export class SecretBoard {
     const valid = isValidAt(cert, at);
     const validSince = valid ? (before?.validSince !== undefined && isValidAt(before.cert, at) ? before.validSince : at) : undefined;
     byWhere.set(where, { cert, validSince, crt, key });
+    if (valid) this.#lastHeld.set(`${where}\u0000${domain}`, cert!.serial);
     this.#settle(at);
+  }
+
+  /** The serial of the last pair `where`'s Secret of `domain` held valid (a break-glass record's "none" names no window). */
+  lastHeld(where: string, domain: string): string | undefined {
+    return this.#lastHeld.get(`${where}\u0000${domain}`);
   }
 
   /**
