@@ -452,7 +452,8 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
               breakGlass.add(line.serial.toLowerCase());
               // A log without the window (an older certshare): the serial stands for it. `none` (the member held no
               // valid copy) is no window of its own: the last pair its Secret held valid names it.
-              const replaced = line.window === 'none' ? `none after ${board.lastHeld(`c${c + 1}`, String(line.domain)) ?? 'nothing'}` : line.window;
+              const replaced =
+                line.window === 'none' ? `none after ${board.lastHeldBefore(`c${c + 1}`, String(line.domain), line.serial) ?? 'nothing'}` : line.window;
               const window = `${prefix}${String(line.domain)} replacing ${String(replaced ?? `? (${line.serial})`)}`;
               breakGlassWindows.set(window, (breakGlassWindows.get(window) ?? new Set()).add(line.serial.toLowerCase()));
               log(`${replica}: break-glass issuance ${line.serial} (${String(line.domain)}, window ${String(line.window ?? '?')})`);

@@ -33,8 +33,8 @@ export class SecretBoard {
   /** Returns a later loss of the home cut short before every member agreed: not a convergence time. */
   #interrupted = 0;
   readonly #log: (message: string) => void;
-  /** Per Secret ('home' or a member) and domain: the serial of the last pair it held valid, expired since or not. */
-  readonly #lastHeld = new Map<string, string>();
+  /** Per Secret ('home' or a member) and domain: the serials of the pairs it held valid, in order (the last 8). */
+  readonly #heldSerials = new Map<string, string[]>();
 
   constructor(members: string[], log: (message: string) => void) {
     this.#members = members;
@@ -57,13 +57,19 @@ export class SecretBoard {
     const valid = isValidAt(cert, at);
     const validSince = valid ? (before?.validSince !== undefined && isValidAt(before.cert, at) ? before.validSince : at) : undefined;
     byWhere.set(where, { cert, validSince, crt, key });
-    if (valid) this.#lastHeld.set(`${where}\u0000${domain}`, cert!.serial);
+    const serials = this.#heldSerials.get(`${where}\u0000${domain}`) ?? [];
+    if (valid && serials.at(-1) !== cert!.serial) this.#heldSerials.set(`${where}\u0000${domain}`, [...serials.slice(-7), cert!.serial]);
     this.#settle(at);
   }
 
-  /** The serial of the last pair `where`'s Secret of `domain` held valid (a break-glass record's "none" names no window). */
-  lastHeld(where: string, domain: string): string | undefined {
-    return this.#lastHeld.get(`${where}\u0000${domain}`);
+  /**
+   * The serial of the last pair `where`'s Secret of `domain` held valid before `serial` (a break-glass record's
+   * "none" names no window; the break-glass pair itself may have landed before its log line is read).
+   */
+  lastHeldBefore(where: string, domain: string, serial: string): string | undefined {
+    const serials = this.#heldSerials.get(`${where}\u0000${domain}`) ?? [];
+    const at = serials.lastIndexOf(serial.toUpperCase());
+    return at < 0 ? serials.at(-1) : serials[at - 1];
   }
 
   /**
