@@ -64,6 +64,11 @@ export interface CheckerContext {
    */
   secretsReachableSince?(name: string): number;
   /**
+   * The same for a replica's writes of its Pod's status (its readiness condition): a gate it cannot lower
+   * is the API's refusal, which the kubelet's probe of /healthz backs up in a cluster. Optional (0: always).
+   */
+  statusReachableSince?(name: string): number;
+  /**
    * An issuance the window analysis (invariant 1) leaves out: a federated member's break-glass issuance,
    * made on its own past the safety point while the home was away. Optional (none).
    */
@@ -373,7 +378,7 @@ export class Checker {
         this.#ctx.podsInSync() &&
         gate?.status === 'True' &&
         worst !== undefined &&
-        now - Math.max(gate.at, worst.since, inst!.readyAt!, reachable) > graceMs;
+        now - Math.max(gate.at, worst.since, inst!.readyAt!, reachable, this.#ctx.statusReachableSince?.(name) ?? 0) > graceMs;
       this.#episode(
         `5:${name}`,
         inv5,

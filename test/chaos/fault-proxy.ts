@@ -99,6 +99,8 @@ export class FaultProxy {
   readonly #watches = new Set<{ upstreamRes: IncomingMessage; res: ProxyResponse; req: ProxyRequest }>();
   /** Per bearer token: whether its last request for Secrets failed, and since when they have got through. */
   readonly #secretPaths = new Map<string, { failed: boolean; okSince: number }>();
+  /** The same for each client's writes of its Pod's status (the readiness gate's condition). */
+  readonly #statusPaths = new Map<string, { failed: boolean; okSince: number }>();
   /** Faults applied, per kind. */
   readonly applied = new Map<ProxyFaultKind, number>();
   requests = 0;
@@ -241,20 +243,24 @@ export class FaultProxy {
    * cut or stalled).
    */
   secretsReachableSince(token: string): number {
-    const path = this.#secretPaths.get(token);
-    if (!path) return 0;
-    return path.failed ? Number.POSITIVE_INFINITY : path.okSince;
+    return reachableSince(this.#secretPaths.get(token));
   }
 
-  /** Records how a request for Secrets went for its client (other requests are not followed). */
+  /** As secretsReachableSince, for the client's writes of its Pod's status: its readiness gate. */
+  statusReachableSince(token: string): number {
+    return reachableSince(this.#statusPaths.get(token));
+  }
+
+  /** Records how a request for Secrets, or a write of a Pod's status, went for its client (others are not followed). */
   #outcome(req: ProxyRequest, ok: boolean): void {
-    if (!/\/secrets(\/|$|\?)/.test(req.url ?? '')) return;
+    const url = req.url ?? '';
+    const paths = /\/secrets(\/|$|\?)/.test(url) ? this.#secretPaths : /\/pods\/[^/]+\/status(\?|$)/.test(url) ? this.#statusPaths : undefined;
     const token = /^Bearer (.+)$/.exec(String(req.headers.authorization ?? ''))?.[1];
-    if (!token) return;
-    const path = this.#secretPaths.get(token);
-    if (!ok) this.#secretPaths.set(token, { failed: true, okSince: Number.POSITIVE_INFINITY });
-    else if (!path) this.#secretPaths.set(token, { failed: false, okSince: 0 });
-    else if (path.failed) this.#secretPaths.set(token, { failed: false, okSince: Date.now() });
+    if (!paths || !token) return;
+    const path = paths.get(token);
+    if (!ok) paths.set(token, { failed: true, okSince: Number.POSITIVE_INFINITY });
+    else if (!path) paths.set(token, { failed: false, okSince: 0 });
+    else if (path.failed) paths.set(token, { failed: false, okSince: Date.now() });
   }
 
   #count(kind: ProxyFaultKind): void {
@@ -393,4 +399,10 @@ export class FaultProxy {
     if (latency > 0) this.#later(latency, forward);
     else forward();
   }
+}
+
+/** 0 if no request of the kind ever failed, Infinity while the last one failed, else since when they get through. */
+function reachableSince(path: { failed: boolean; okSince: number } | undefined): number {
+  if (!path) return 0;
+  return path.failed ? Number.POSITIVE_INFINITY : path.okSince;
 }

@@ -491,6 +491,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
           return since === 0 ? 0 : since + T.recoveryMs;
         },
         secretsReachableSince: (name) => proxy.secretsReachableSince(tokens.get(name)!),
+        statusReachableSince: (name) => proxy.statusReachableSince(tokens.get(name)!),
         excusedIssuance: (i) => breakGlass.has(i.serial.toLowerCase()),
         ...(federated
           ? {
