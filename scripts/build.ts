@@ -13,7 +13,6 @@ import { join, resolve } from 'node:path';
 import { createRequire } from 'node:module';
 import { spawnSync } from 'node:child_process';
 import { build, type BuildOptions, type Metafile, type Plugin } from 'esbuild';
-import ts from 'typescript';
 
 const REPO = resolve(import.meta.dirname, '..');
 export const DIST = join(REPO, 'dist');
@@ -376,115 +375,6 @@ export async function buildOtherKubeModels(dir: string): Promise<void> {
   });
 }
 
-// The bundle's CommonJS module bodies compiled when their chunk is, so that Node's compile cache holds them.
-//
-// esbuild wraps each bundled CommonJS module (fastify, pino, prom-client, client-node's dependencies) in an
-// arrow function that its `__commonJS` helper calls on the module's first require(). V8 compiles an arrow
-// function lazily, at that first call, and Node's compile cache keeps only what V8 compiled with the
-// chunk: every start compiled those bodies again (docs/performance.md). Written as
-// `(function (exports, module) {...})`, a body is what V8 takes for a function called at once and compiles
-// with its chunk (the parenthesis heuristic), and the cache holds its bytecode. Its own functions stay
-// lazy. A body's `this` is `exports` either way (esbuild rewrites a module's top-level `this`); only a body
-// reading `arguments` differs, and as an arrow in an ES chunk it failed (a module's scope has none).
-
-/** esbuild's minified `__commonJS`: `NAME=(a,b)=>()=>{try{return b||a((b={exports:{}}).exports,b),b.exports}...`. */
-const COMMONJS_HELPER = /([\w$]+)=\(([\w$]+),([\w$]+)\)=>\(\)=>\{try\{return \3\|\|\2\(\(\3=\{exports:\{\}\}\)\.exports,\3\),\3\.exports\}/;
-/** The helper's body, whatever its shape: a file holding it must also match COMMONJS_HELPER. */
-const HELPER_MARK = '={exports:{}}).exports';
-
-interface ChunkText {
-  /** The file's name as other chunks import it (`./chunk-ABC.js`), or its path. */
-  name: string;
-  text: string;
-}
-
-/** Names bound to `__commonJS` in each file: where it is defined, and where it is imported from that file. */
-function helperNames(files: ChunkText[]): Map<string, Set<string>> {
-  const names = new Map<string, Set<string>>(files.map((f) => [f.name, new Set<string>()]));
-  const exported: Array<{ file: string; alias: string }> = [];
-  for (const f of files) {
-    const match = COMMONJS_HELPER.exec(f.text);
-    if (!match) {
-      if (f.text.includes(HELPER_MARK)) throw new Error(`eager module bodies: esbuild's __commonJS changed shape in ${f.name}`);
-      continue;
-    }
-    const local = match[1]!;
-    names.get(f.name)!.add(local);
-    for (const [, list] of f.text.matchAll(/export\{([^}]*)\}/g)) {
-      for (const part of list!.split(',')) {
-        const [name, alias] = part.split(' as ');
-        if (name === local) exported.push({ file: f.name, alias: alias ?? name });
-      }
-    }
-  }
-  for (const { file, alias } of exported) {
-    const base = file.slice(file.lastIndexOf('/') + 1);
-    for (const f of files) {
-      for (const [, list, from] of f.text.matchAll(/import\{([^}]*)\}from"([^"]+)"/g)) {
-        if (from!.slice(from!.lastIndexOf('/') + 1) !== base) continue;
-        for (const part of list!.split(',')) {
-          const [name, local] = part.split(' as ');
-          if (name === alias) names.get(f.name)!.add(local ?? name!);
-        }
-      }
-    }
-  }
-  return names;
-}
-
-/** One file's `HELPER((a,b)=>{...})` calls rewritten as `HELPER((function(a,b){...}))`; returns the text and the count. */
-function wrapBodies(text: string, helpers: Set<string>): { text: string; wrapped: number } {
-  if (helpers.size === 0) return { text, wrapped: 0 };
-  const source = ts.createSourceFile('chunk.js', text, ts.ScriptTarget.Latest, false, ts.ScriptKind.JS);
-  const edits: Array<{ start: number; end: number; insert: string }> = [];
-  const visit = (node: ts.Node): void => {
-    if (ts.isCallExpression(node) && ts.isIdentifier(node.expression) && helpers.has(node.expression.text) && node.arguments.length === 1) {
-      const body = node.arguments[0]!;
-      if (ts.isArrowFunction(body) && ts.isBlock(body.body) && !body.modifiers?.length) {
-        const params = body.parameters.map((p) => p.getText(source)).join(',');
-        edits.push({ start: body.getStart(source), end: body.body.getStart(source), insert: `(function(${params})` });
-        edits.push({ start: body.end, end: body.end, insert: ')' });
-      }
-    }
-    ts.forEachChild(node, visit);
-  };
-  visit(source);
-  let out = text;
-  for (const e of edits.sort((a, b) => b.start - a.start)) out = out.slice(0, e.start) + e.insert + out.slice(e.end);
-  return { text: out, wrapped: edits.length / 2 };
-}
-
-/** @forTests Every file of one build with its CommonJS module bodies made eager; the count of bodies rewritten. */
-export function eagerModuleBodies(files: ChunkText[]): { files: ChunkText[]; wrapped: number } {
-  const names = helperNames(files);
-  let wrapped = 0;
-  const out = files.map((f) => {
-    const r = wrapBodies(f.text, names.get(f.name)!);
-    wrapped += r.wrapped;
-    return { name: f.name, text: r.text };
-  });
-  return { files: out, wrapped };
-}
-
-/**
- * The CommonJS module bodies of the files written, rewritten so that V8 compiles them with their chunk and
- * Node's compile cache holds them (eagerModuleBodies); needs the build's metafile.
- */
-const eagerCommonJsBodies: Plugin = {
-  name: 'eager-commonjs-bodies',
-  setup(b) {
-    b.onEnd(async (result) => {
-      if (result.errors.length > 0 || !result.metafile) return;
-      const paths = Object.keys(result.metafile.outputs)
-        .filter((path) => path.endsWith('.js'))
-        .map((path) => resolve(b.initialOptions.absWorkingDir ?? REPO, path));
-      const files = await Promise.all(paths.map(async (name) => ({ name, text: await readFile(name, 'utf8') })));
-      const eager = eagerModuleBodies(files);
-      await Promise.all(eager.files.map((f, i) => (f.text === files[i]!.text ? undefined : writeFile(f.name, f.text))));
-    });
-  },
-};
-
 /** Bundled CommonJS packages call require() for Node built-ins; an ES module has none of its own. */
 export const REQUIRE_BANNER =
   "import { createRequire as __certshareCreateRequire } from 'node:module'; const require = __certshareCreateRequire(import.meta.url);";
@@ -511,8 +401,7 @@ export function productionBundleOptions(): BuildOptions {
     legalComments: 'eof',
     banner: { js: REQUIRE_BANNER },
     logLevel: 'warning',
-    metafile: true,
-    plugins: [httpWithoutUndici, standIns, kubeModelsOnDemand(modelClosure(KUBE_MODEL_ROOTS)), kubeCoreOperationsUsed(), eagerCommonJsBodies],
+    plugins: [httpWithoutUndici, standIns, kubeModelsOnDemand(modelClosure(KUBE_MODEL_ROOTS)), kubeCoreOperationsUsed()],
   };
 }
 

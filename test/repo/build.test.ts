@@ -9,16 +9,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { createRequire } from 'node:module';
 import { build } from 'esbuild';
-import {
-  buildDist,
-  buildOtherKubeModels,
-  eagerModuleBodies,
-  KUBE_MODEL_ROOTS,
-  kubeModelsOnDemand,
-  modelClosure,
-  productionBundleOptions,
-  REQUIRE_BANNER,
-} from '../../scripts/build.ts';
+import { buildDist, buildOtherKubeModels, KUBE_MODEL_ROOTS, kubeModelsOnDemand, modelClosure, REQUIRE_BANNER } from '../../scripts/build.ts';
 
 describe('the production bundle and node:http', () => {
   let dir: string;
@@ -56,15 +47,6 @@ process.exit(0);`;
   it("leaves out prom-client's exemplars and Summary and pino's transports, which certshare never asks for", () => {
     assert.ok(packages.has('prom-client') && packages.has('pino'));
     for (const name of ['@opentelemetry/api', 'tdigest', 'bintrees', 'thread-stream']) assert.equal(packages.has(name), false, `${name} is bundled`);
-  });
-
-  // scripts/build.ts eagerModuleBodies: V8 compiles an arrow function at its first call, outside the compile cache.
-  it("wraps every bundled CommonJS module's body as a function V8 compiles with its chunk", async () => {
-    const files = await Promise.all([join(dir, 'dist/cli/main.js'), ...chunks].map(async (name) => ({ name, text: await readFile(name, 'utf8') })));
-    const fastify = files.filter((f) => f.text.includes('FST_ERR_'));
-    assert.ok(fastify.length > 0, 'a chunk holds fastify');
-    for (const f of fastify) assert.match(f.text, /\(\(function\([\w$,]*\)\{/, `${f.name}: module bodies as (function(exports,module){...})`);
-    assert.equal(eagerModuleBodies(files).wrapped, 0, 'no module body left as an arrow function');
   });
 
   // scripts/build.ts kubeCoreOperationsUsed: ~2.8 MB of every Kubernetes process for ~200 operations never called.
@@ -133,37 +115,5 @@ describe("the production bundle and the Kubernetes client's models", () => {
   it('loads any other model on its first lookup', () => {
     same('V1Namespace', { apiVersion: 'v1', kind: 'Namespace', metadata, spec: { finalizers: ['kubernetes'] } });
     assert.equal(loadedOthers(), true);
-  });
-});
-
-describe('CommonJS module bodies compiled with their chunk (scripts/build.ts eagerModuleBodies)', () => {
-  let dir: string;
-  before(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'certshare-eager-'));
-    await writeFile(join(dir, 'package.json'), '{ "type": "module" }\n');
-    // Two CommonJS modules and an ES entry; the arrow function inside one stays an arrow (it is not a module body).
-    await writeFile(join(dir, 'a.cjs'), 'const b = require("./b.cjs");\nexports.twice = (x) => b.add(x, x);\nexports.self = this === exports;\n');
-    await writeFile(join(dir, 'b.cjs'), 'module.exports = { add: (x, y) => x + y };\n');
-    await writeFile(join(dir, 'entry.js'), 'import a from "./a.cjs";\nimport b from "./b.cjs";\nexport const result = [a.twice(21), a.self, b.add(1, 2)];\n');
-  });
-  after(() => rm(dir, { recursive: true, force: true }));
-
-  it('rewrites each body, and the bundle computes what it computed before', async () => {
-    const options = { ...productionBundleOptions(), absWorkingDir: dir, entryPoints: [join(dir, 'entry.js')], plugins: [] };
-    await build({ ...options, outfile: join(dir, 'arrow.js') });
-    await build({ ...productionBundleOptions(), absWorkingDir: dir, entryPoints: [join(dir, 'entry.js')], outfile: join(dir, 'eager.js') });
-    const arrow = await readFile(join(dir, 'arrow.js'), 'utf8');
-    const eager = await readFile(join(dir, 'eager.js'), 'utf8');
-    assert.doesNotMatch(arrow, /\(\(function\(/);
-    assert.equal((eager.match(/\(\(function\([\w$,]*\)\{/g) ?? []).length, 2, eager);
-    assert.match(eager, /=>[\w$]+\+[\w$]+/, 'the arrow functions of the modules themselves are left as they are');
-    const run = (file: string) =>
-      spawnSync(
-        process.execPath,
-        ['--input-type=module', '-e', `const m = await import(${JSON.stringify(join(dir, file))}); console.log(JSON.stringify(m.result));`],
-        { encoding: 'utf8' },
-      );
-    assert.equal(run('eager.js').stdout, run('arrow.js').stdout);
-    assert.equal(run('eager.js').stdout.trim(), '[42,true,3]');
   });
 });
