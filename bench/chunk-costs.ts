@@ -27,8 +27,8 @@ const CAPABILITIES: Array<[string, string[]]> = [
   ['ARI (--acme-directory, on by default)', ['ari-checker', 'renewal-info-client']],
   ['served check and advertisement (--served-check)', ['served-rotation']],
   ['Kubernetes mode (--store kube)', ['kube-backend']],
-  ['federation home (--federation-kubeconfig), over Kubernetes mode', ['kube-backend', 'federation']],
-  ['the injector (certshare injector)', ['injector']],
+  ['federation home (--federation-kubeconfig), over Kubernetes mode', ['kube-backend', 'federation-home']],
+  ['the injector (certshare injector)', ['injector-command']],
   ['the emulator (certshare emulator)', ['emulator']],
 ];
 

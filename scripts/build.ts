@@ -136,6 +136,32 @@ const LOAD_TIME_STAND_INS: Array<{ importer: RegExp; path: RegExp; contents: str
       "(scripts/build.ts; src/http/no-schemas.ts NO_SCHEMAS)'); };\n",
   },
   {
+    // prom-client's exemplars (a trace's IDs beside a sample, from @opentelemetry/api, loaded by every process
+    // with a registry): read only for a metric made with enableExemplars, which certshare never asks for.
+    importer: /node_modules\/prom-client\/lib\/metrics\/processCpuTotal\.js$/,
+    path: /^@opentelemetry\/api$/,
+    contents:
+      "module.exports = new Proxy({}, { get: () => { throw new Error('prom-client exemplars are left out of the certshare bundle " +
+      "(scripts/build.ts)'); } });\n",
+  },
+  {
+    // prom-client's Summary (its quantiles are t-digests): certshare's metrics have no Summary.
+    importer: /node_modules\/prom-client\/lib\/timeWindowQuantiles\.js$/,
+    path: /^tdigest$/,
+    contents:
+      "module.exports.TDigest = class TDigest { constructor() { throw new Error('prom-client Summary is left out of the certshare bundle " +
+      "(scripts/build.ts)'); } };\n",
+  },
+  {
+    // pino's transports (a worker thread fed through thread-stream): certshare's loggers write to a stream of
+    // their own (src/logging/pino-logger.ts).
+    importer: /node_modules\/pino\/lib\/transport\.js$/,
+    path: /^thread-stream$/,
+    contents:
+      "module.exports = class ThreadStream { constructor() { throw new Error('pino transports are left out of the certshare bundle " +
+      "(scripts/build.ts)'); } };\n",
+  },
+  {
     // fastify.inject() (light-my-request), required on its first call: certshare's code never calls it (its
     // tests run the sources, not the bundle).
     importer: /node_modules\/fastify\/fastify\.js$/,
@@ -147,7 +173,8 @@ const LOAD_TIME_STAND_INS: Array<{ importer: RegExp; path: RegExp; contents: str
 const standIns: Plugin = {
   name: 'load-time-stand-ins',
   setup(b) {
-    const replaced = /^(node:http2|\.\/lib\/pushgateway|\.\/metrics\/gc|@fastify\/(ajv-compiler|fast-json-stringify-compiler)|light-my-request)$/;
+    // Every stand-in's path (each anchored): esbuild asks the plugin about those imports only.
+    const replaced = new RegExp(LOAD_TIME_STAND_INS.map((s) => s.path.source).join('|'));
     b.onResolve({ filter: replaced }, (args) => {
       const i = LOAD_TIME_STAND_INS.findIndex((s) => s.importer.test(args.importer) && s.path.test(args.path));
       return i < 0 ? undefined : { path: String(i), namespace: 'stand-in' };
