@@ -207,7 +207,11 @@ async function federationAnchors(file: string | undefined): Promise<TrustAnchors
   try {
     text = await readFile(file, 'utf8');
   } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_CONFIG', `--federation-trust-anchors: cannot read ${file}: ${errorMessage(err)}`, { cause: err });
+    throw new CertshareError(
+      'CERTSHARE_BAD_CONFIG',
+      { source: '--federation-trust-anchors', reason: `cannot read ${file}: ${errorMessage(err)}` },
+      { cause: err },
+    );
   }
   return trustAnchors([text], file);
 }

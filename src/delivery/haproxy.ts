@@ -23,9 +23,9 @@ function apiError(problem: string, cause?: unknown): CertshareError {
 }
 
 /** A path usable as a certificate name on HAProxy's command line; CERTSHARE_BAD_FLAG otherwise. */
-export function checkHaproxyPath(flag: string, path: string): string | undefined {
-  if (!path.startsWith('/')) return `${flag} must be an absolute path (HAProxy names certificates by the path it loaded them from), got "${path}"`;
-  if (UNSAFE_PATH.test(path)) return `${flag} must not contain white space, quotes, ";", "\\" or "#" (HAProxy's command line), got ${JSON.stringify(path)}`;
+export function checkHaproxyPath(path: string): string | undefined {
+  if (!path.startsWith('/')) return `must be an absolute path (HAProxy names certificates by the path it loaded them from), got "${path}"`;
+  if (UNSAFE_PATH.test(path)) return `must not contain white space, quotes, ";", "\\" or "#" (HAProxy's command line), got ${JSON.stringify(path)}`;
   return undefined;
 }
 

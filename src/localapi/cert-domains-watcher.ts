@@ -329,7 +329,7 @@ export class CertDomainsWatcher {
     const status = await this.#localApi.status(signal);
     const domains = parseDomainList(status.CertDomains);
     if (!domains) {
-      throw new CertshareError('CERTSHARE_LOCALAPI_BAD_RESPONSE', 'status CertDomains is not an array of strings');
+      throw new CertshareError('CERTSHARE_LOCALAPI_BAD_RESPONSE', { request: 'GET /localapi/v0/status', failure: 'CertDomains is not an array of strings' });
     }
     return { domains, source: 'status' };
   }

@@ -181,7 +181,7 @@ export class H2Session {
     this.#pinging = true;
     const timer = setTimeout(() => {
       this.h2.destroy(
-        new CertshareError('CERTSHARE_KUBE_TIMEOUT', `Kubernetes API connection dead: no answer to an HTTP/2 PING within ${this.#liveness.pingTimeoutMs} ms`),
+        new CertshareError('CERTSHARE_KUBE_TIMEOUT', { request: 'HTTP/2 PING (the connection is dead)', within: `${this.#liveness.pingTimeoutMs} ms` }),
       );
     }, this.#liveness.pingTimeoutMs);
     timer.unref();
@@ -346,7 +346,7 @@ export class H2SessionPool {
       promise: new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => {
           const within = this.#liveness.connectTimeoutMs;
-          fail(new CertshareError('CERTSHARE_KUBE_TIMEOUT', `no connection to the Kubernetes API at ${url.host} within ${within} ms`));
+          fail(new CertshareError('CERTSHARE_KUBE_TIMEOUT', { request: `connect to ${url.host}`, within: `${within} ms` }));
         }, this.#liveness.connectTimeoutMs);
         timer.unref();
         const settle = (): boolean => {

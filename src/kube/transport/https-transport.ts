@@ -65,7 +65,8 @@ async function requestOptions(config: KubeConfig): Promise<RequestOptions> {
 /** The API server's base URL from the kubeconfig's current context. @forTests */
 export function apiServer(config: KubeConfig): string {
   const cluster = config.getCurrentCluster();
-  if (!cluster) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'no Kubernetes cluster configured (set KUBECONFIG or run in a Pod)');
+  if (!cluster)
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: 'Kubernetes credentials', reason: 'no cluster configured (set KUBECONFIG or run in a Pod)' });
   return cluster.server.replace(/\/+$/, '');
 }
 
@@ -82,8 +83,8 @@ class KubeHttpError extends CertshareError<'CERTSHARE_KUBE_HTTP'> {
 
 /** A request that outlived its deadline (ours, or a caller's AbortSignal.timeout), as opposed to one cancelled. */
 function timeoutError(method: string, url: URL, timeoutMs: number | undefined, cause: unknown): CertshareError {
-  const within = timeoutMs === undefined ? "within the caller's deadline" : `within ${timeoutMs} ms`;
-  return new CertshareError('CERTSHARE_KUBE_TIMEOUT', `${method} ${url.pathname}: no answer from the Kubernetes API ${within}`, { cause });
+  const within = timeoutMs === undefined ? "the caller's deadline" : `${timeoutMs} ms`;
+  return new CertshareError('CERTSHARE_KUBE_TIMEOUT', { request: `${method} ${url.pathname}`, within }, { cause });
 }
 
 const isTimeout = (reason: unknown): boolean => reason instanceof DOMException && reason.name === 'TimeoutError';
