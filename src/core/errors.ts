@@ -115,7 +115,7 @@ export const ERROR_CODES = {
     message: "IPN bus line longer than {max} bytes (got at least {length}); raise the bus line limit if the tailnet's netmap is that large",
     exit: 1,
   },
-  CERTSHARE_BUS_BAD_LINE: { means: 'an IPN bus line was not valid Notify JSON and was skipped', message: 'IPN bus {problem}', exit: 1 },
+  CERTSHARE_BUS_BAD_LINE: { means: 'an IPN bus line was not valid Notify JSON and was skipped', message: 'IPN bus {what} skipped: {flaw}', exit: 1 },
   CERTSHARE_STORE_UNAVAILABLE: {
     means: 'the store could not be read or written (API outage, 403): never taken as "no certificate"',
     message: 'cannot {action} {object}: {cause}',
@@ -164,7 +164,7 @@ export const ERROR_CODES = {
   },
   CERTSHARE_HAPROXY_API: {
     means: "HAProxy's runtime API could not be reached, timed out or refused the new certificate (logged and counted; the next change tries again)",
-    message: 'HAProxy runtime API: {problem}',
+    message: 'HAProxy runtime API: "{command}" on {socket}: {failure}',
     exit: 1,
   },
   CERTSHARE_KUBE_HTTP: { means: 'the Kubernetes API answered with an error status', message: '{what}: HTTP {status} {body}', exit: 1 },
@@ -175,10 +175,14 @@ export const ERROR_CODES = {
   },
   CERTSHARE_KUBE_CONNECTION_LOST: {
     means: 'the connection to the Kubernetes API ended before its answer did (a stream reset, a closed connection)',
-    message: 'Kubernetes {problem}',
+    message: 'Kubernetes API {channel} closed {when}',
     exit: 1,
   },
-  CERTSHARE_KUBE_RESPONSE_TOO_LARGE: { means: 'a Kubernetes API response or watch line exceeded its bound', message: 'Kubernetes {problem}', exit: 1 },
+  CERTSHARE_KUBE_RESPONSE_TOO_LARGE: {
+    means: 'a Kubernetes API response or watch line exceeded its bound',
+    message: 'Kubernetes API {what} longer than {max} bytes (got at least {length})',
+    exit: 1,
+  },
   CERTSHARE_KUBE_TIMEOUT: {
     means: 'a Kubernetes API call took longer than its deadline',
     message: '{request}: no answer from the Kubernetes API within {within}',
@@ -222,7 +226,12 @@ export const ERROR_CODES = {
     message: 'GET /leave-rotation refused: {problem}',
     exit: 1,
   },
-  CERTSHARE_INTERNAL: { means: 'certshare reached code its build leaves out: a bug, whatever the configuration', message: 'internal: {problem}', exit: 1 },
+  CERTSHARE_INTERNAL: {
+    means: 'certshare reached code its build leaves out: a bug, whatever the configuration',
+    message: 'internal: {problem}',
+    open: 'a bug: {problem} names the code the build left out, which no user acts on but to report it',
+    exit: 1,
+  },
   CERTSHARE_FATAL: { means: 'an unexpected error ended the process; the message says what', message: 'unexpected error: {message}', exit: 1 },
 } as const satisfies Record<`CERTSHARE_${string}`, CodeSpec>;
 

@@ -202,18 +202,18 @@ class HttpLocalApi implements LocalApiClient {
       value = JSON.parse(line.toString('utf8'));
     } catch {
       // The parser's message quotes the line: keep it out of logs.
-      this.#badLine(`line of ${line.length} bytes is not valid JSON`);
+      this.#badLine(`line of ${line.length} bytes`, 'not valid JSON');
       return undefined;
     }
     if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-      this.#badLine(`line of ${line.length} bytes is not a JSON object`);
+      this.#badLine(`line of ${line.length} bytes`, 'not a JSON object');
       return undefined;
     }
     return value as IpnNotify;
   }
 
-  #badLine(problem: string): void {
-    const err = new CertshareError('CERTSHARE_BUS_BAD_LINE', problem);
+  #badLine(what: string, flaw: string): void {
+    const err = new CertshareError('CERTSHARE_BUS_BAD_LINE', { what, flaw });
     if (this.#onBadLine) this.#onBadLine(err);
     else this.#logger.warn({ code: err.code, err: err.message }, 'skipped a malformed IPN bus line');
   }

@@ -70,7 +70,7 @@ describe('the code table', () => {
       errorText('CERTSHARE_STORE_UNAVAILABLE', { action: 'read', object: 'Secret ns/web.example.com', cause: 'HTTP 403' }),
       'cannot read Secret ns/web.example.com: HTTP 403',
     );
-    assert.equal(errorText('CERTSHARE_BUS_BAD_LINE', 'line of 3 bytes is not valid JSON'), 'IPN bus line of 3 bytes is not valid JSON');
+    assert.equal(errorText('CERTSHARE_BUS_BAD_LINE', { what: 'line of 3 bytes', flaw: 'not valid JSON' }), 'IPN bus line of 3 bytes skipped: not valid JSON');
     assert.equal(errorText('CERTSHARE_KUBE_HTTP', { what: 'watch /api/v1/secrets', status: 410, body: 'Gone' }), 'watch /api/v1/secrets: HTTP 410 Gone');
     const err = new CertshareError('CERTSHARE_BAD_ANNOTATION', { annotation: 'certshare.io/mode', problem: '"writer" is not rw, ro or auto' });
     assert.equal(err.message, 'certshare.io/mode: "writer" is not rw, ro or auto');

@@ -24,7 +24,7 @@ describe('isHomeOutage', () => {
       status(500),
       status(429),
       new CertshareError('CERTSHARE_KUBE_TIMEOUT', { request: 'GET /api', within: '10000 ms' }),
-      new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', 'stream reset'),
+      new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', { channel: 'stream', when: 'mid-answer (reset)' }),
       new AggregateError([sys('ECONNREFUSED'), sys('ECONNREFUSED')]),
     ]) {
       assert.equal(isHomeOutage(err), true, err.message);

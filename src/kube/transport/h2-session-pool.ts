@@ -253,7 +253,7 @@ export class H2SessionPool {
   async acquire(signal: AbortSignal, longLived = false): Promise<H2Session | 'http1'> {
     for (;;) {
       if (signal.aborted) throw abortError(signal);
-      if (this.#closed) throw new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', 'connection closed');
+      if (this.#closed) throw new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', { channel: 'connection', when: 'before the request was sent' });
       if (this.http1Only) return 'http1';
       for (const session of this.#sessions) {
         if (session.open && session.active < session.capacity) {

@@ -161,7 +161,7 @@ function responseOf(stream: ClientHttp2Stream, signal: AbortSignal): Promise<{ h
       stream.on('error', (err) => body.destroy(err));
       stream.on('close', () => {
         if (!stream.readableEnded)
-          body.destroy(new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', `API stream closed mid-answer (HTTP/2 code ${stream.rstCode})`));
+          body.destroy(new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', { channel: 'stream', when: `mid-answer (HTTP/2 code ${stream.rstCode})` }));
       });
       stream.pipe(body);
       resolve({ headers, body });
@@ -172,7 +172,7 @@ function responseOf(stream: ClientHttp2Stream, signal: AbortSignal): Promise<{ h
     };
     const onClose = (): void => {
       done();
-      reject(new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', `API stream closed before an answer (HTTP/2 code ${stream.rstCode})`));
+      reject(new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', { channel: 'stream', when: `before an answer (HTTP/2 code ${stream.rstCode})` }));
     };
     stream.once('response', onResponse);
     stream.once('error', onError);
@@ -326,7 +326,7 @@ async function readBody(answer: Answer): Promise<Buffer> {
     bytes += chunk.length;
     if (bytes > MAX_RESPONSE_BYTES) {
       answer.close();
-      throw new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', `API answer larger than ${MAX_RESPONSE_BYTES} bytes`);
+      throw new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', { what: 'answer', max: MAX_RESPONSE_BYTES, length: bytes });
     }
     chunks.push(chunk);
   }
@@ -524,7 +524,7 @@ export async function watchOnce(
     silence = setTimeout(() => fail(new Error(`Kubernetes watch silent for ${silenceMs} ms`)), silenceMs);
     const lines = new LineSplitter(
       MAX_WATCH_LINE_BYTES,
-      (max, length) => new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', `watch event longer than ${max} bytes (got at least ${length})`),
+      (max, length) => new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', { what: 'watch event', max, length }),
     );
     const handle = (line: Buffer) => onEvent(watchEventOf(line, path));
     for await (const chunk of current.body) {
