@@ -5,18 +5,18 @@ import type { BackoffPolicy } from '../core/issuance/backoff.ts';
 import type { BudgetLimit } from '../core/issuance/issuance-budget.ts';
 import type { PodAddresses } from '../core/values/pod-addresses.ts';
 import type { RenewalPolicy } from '../core/renewal/renewal.ts';
+import type { FederationSettings } from '../core/federation/home-settings.ts';
 import type { DeliverySettings } from '../delivery/proxy-delivery.ts';
 import type { ServedRotationSettings } from '../served/served-rotation.ts';
 import type { LogFormat } from '../logging/log-format.ts';
-import type { WatchScope } from '../core/ports/store.ts';
+import type { ShareMode, WatchScope } from '../core/ports/store.ts';
 import type { TlsChoice } from '../tls/serving-pair.ts';
 
 export { SERVE_CONFIG_SERVICES, advertises } from '../core/served/advertisement.ts';
-export type { WatchScope } from '../core/ports/store.ts';
+export type { ShareMode, WatchScope } from '../core/ports/store.ts';
 export type { TlsChoice } from '../tls/serving-pair.ts';
 
 export type StoreChoice = { kind: 'dir'; path: string } | { kind: 'kube' };
-export type ShareMode = 'rw' | 'ro' | 'auto';
 
 /** The daemon's whole configuration: the parts' own settings (each declared beside its part) and the rest. */
 export interface DaemonConfig extends DeliverySettings, ServedRotationSettings {
@@ -41,16 +41,7 @@ export interface DaemonConfig extends DeliverySettings, ServedRotationSettings {
   /** The platform's namespace holding one shared ledger per registered domain; undefined: a ledger per group. */
   budgetNamespace?: string | undefined;
   /** --federation-*: the federation home (docs/federation.md); undefined: none, this cluster alone. */
-  federation?:
-    | {
-        kubeconfig: string;
-        namespace: string;
-        cluster: string;
-        leaseDurationMs: number;
-        /** --federation-trust-anchors: a PEM file; undefined: Node's CA store (core/certificates/trust.ts defaultTrustAnchors). */
-        trustAnchors: string | undefined;
-      }
-    | undefined;
+  federation?: FederationSettings | undefined;
   /** How many domains this process issues at once (CertPair calls and their store writes). */
   issuanceConcurrency: number;
   logLevel: string;

@@ -10,6 +10,7 @@ import { StartupGrace } from '../core/loop/startup-grace.ts';
 import { fanOut, type LoopObserver } from '../core/ports/observer.ts';
 import { staticRole, type IssuanceRole } from '../core/ports/store.ts';
 import type { BackendContext, DaemonDeps, StoreBackend } from './store-backend.ts';
+import type { KubeSettings } from './kube-backend.ts';
 import type { LocalApi } from '../core/ports/localapi.ts';
 import { SERVE_CONFIG_SERVICES, type DaemonConfig } from '../config/daemon-config.ts';
 import { ServeConfigWatcher } from '../config/serve-config-watcher.ts';
@@ -63,18 +64,27 @@ export interface Daemon {
   stop(): Promise<void>;
 }
 
-async function dirBackend(path: string, ctx: BackendContext): Promise<StoreBackend> {
+async function dirBackend(path: string, podName: string | undefined, ctx: BackendContext): Promise<StoreBackend> {
   const directory = new CertDirectory(path);
   await directory.prepare();
   const store = new DirStore(directory, ctx.deps.clock, ctx.filesWritten);
-  return { store, ledger: new DirLedgerStore(path), role: staticRole(ctx.config.podName ?? 'standalone', true), observers: [] };
+  return { store, ledger: new DirLedgerStore(path), role: staticRole(podName ?? 'standalone', true), observers: [] };
 }
 
-async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
+async function kubeBackend(ctx: BackendContext, settings: KubeSettings): Promise<StoreBackend> {
   kubeconfigSource(ctx.deps.env); // no credentials at all: fail before loading the client
   // Loaded only in Kubernetes mode: the client costs tens of MB that standalone mode does not pay.
   const { createKubeBackend } = await import('./kube-backend.ts');
-  return createKubeBackend(ctx);
+  return createKubeBackend(ctx, settings);
+}
+
+/** What Kubernetes mode is told of the configuration. */
+function kubeSettings(config: DaemonConfig): KubeSettings {
+  const { mode, group, watchScope, podName, outDir, leaseDurationMs, budgetNamespace, renewal, readinessLeadMs, federation } = config;
+  const gate = config.readinessGate
+    ? { conditionType: config.readinessGate, routingChecks: config.routingChecks, routingAttempts: config.routingAttempts, ownIPv4: config.pod.ipv4 }
+    : undefined;
+  return { mode, group, watchScope, podName, outDir, leaseDurationMs, budgetNamespace, renewal, readinessLeadMs, gate, federation };
 }
 
 /**
@@ -102,11 +112,11 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   const routingProofs = config.routingChecks.length > 0 ? new RoutingProofs(clock) : undefined;
   const events = new EventEmitter();
   const { delivery, filesWritten } = deliveryToProxy(config, logger, metrics, events);
-  const ctx: BackendContext = { config, deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) };
+  const ctx: BackendContext = { deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) };
   // Start-up order: everything that can refuse the configuration (the store, the ServeConfig's first read,
   // the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before it:
   // a start-up error leaves nothing listening and nothing running.
-  const backend = config.store.kind === 'dir' ? await dirBackend(config.store.path, ctx) : await kubeBackend(ctx);
+  const backend = config.store.kind === 'dir' ? await dirBackend(config.store.path, config.podName, ctx) : await kubeBackend(ctx, kubeSettings(config));
   const { localApi, watcher } = tailscaledSource(config, input, deps, metrics, health, startup);
   const domains = new ManagedDomains(config.domains, logger, input.heapSaving ?? heapSavingSwitch());
   // --advertise-services serve-config: the ServeConfig's Services as last read (its watcher reads it first at start-up).
