@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { secretPairSource } from '../kube/secret-pair-source.ts';
 import type { FastifyInstance } from 'fastify';
-import { LoopSupervisor } from '../core/loop/loop-supervisor.ts';
+import { LoopSupervisor, type RenewalSettings } from '../core/loop/loop-supervisor.ts';
 import type { DomainAvailability } from '../core/loop/cert-loop.ts';
 import { systemClock } from '../core/ports/clock.ts';
 import { errorMessage } from '../core/errors.ts';
@@ -31,7 +31,7 @@ import { IssuanceBudget } from '../core/issuance/issuance-budget.ts';
 import { IssuanceSlots } from '../core/issuance/issuance-slots.ts';
 import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
 import { proxyDelivery, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
-import type { AriChecker } from '../acme/ari-checker.ts';
+import type { AriChecker, AriSettings } from '../acme/ari-checker.ts';
 import type { ServedRotation } from '../served/served-rotation.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
@@ -337,7 +337,7 @@ interface LoopParts {
 
 /** ACME Renewal Information: the writer asks the CA whether it wants a certificate replaced early. */
 async function ariChecker(
-  config: DaemonConfig,
+  config: AriSettings,
   p: { clock: Clock; logger: Logger; role: IssuanceRole; metrics: Metrics; health: HealthState; wake: (domain: string) => void },
 ): Promise<AriChecker> {
   const [{ AriChecker }, { RenewalInfoClient }] = await Promise.all([import('../acme/ari-checker.ts'), import('../acme/renewal-info-client.ts')]);
@@ -358,7 +358,7 @@ async function ariChecker(
 }
 
 /** The loops, one per domain, their supervisor, the issuance budget and slots; `ari` told of every certificate held. */
-function certificateLoops(config: DaemonConfig, ari: AriChecker | undefined, p: LoopParts): LoopSupervisor {
+function certificateLoops(config: RenewalSettings, ari: AriChecker | undefined, p: LoopParts): LoopSupervisor {
   const { clock, logger, backend, metrics, health } = p;
   const issuanceSlots = new IssuanceSlots(config.issuanceConcurrency);
   metrics.watchIssuanceSlots(issuanceSlots);
