@@ -30,9 +30,9 @@ import { DirLedgerStore } from '../store/dir-ledger.ts';
 import { IssuanceBudget } from '../core/issuance/issuance-budget.ts';
 import { IssuanceSlots } from '../core/issuance/issuance-slots.ts';
 import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
-import { proxyDelivery, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
+import { proxyDelivery, type DeliverySettings, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
 import type { AriChecker, AriSettings } from '../acme/ari-checker.ts';
-import type { ServedRotation } from '../served/served-rotation.ts';
+import type { ServedRotation, ServedRotationSettings } from '../served/served-rotation.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { StartupGrace as Startup } from '../core/loop/startup-grace.ts';
@@ -219,7 +219,7 @@ async function stopDaemon(p: RunningParts): Promise<void> {
 /** The --serve-config file, whose domains are managed and, with --advertise-services serve-config, whose Services are advertised. */
 /** The served check and the advertisement, when --served-check turns them on; a reload certshare ran checks at once. */
 async function servedRotation(
-  config: DaemonConfig,
+  config: ServedRotationSettings,
   p: {
     clock: Clock;
     logger: Logger;
@@ -271,7 +271,7 @@ function followServeConfig(
 }
 
 function deliveryToProxy(
-  config: DaemonConfig,
+  config: DeliverySettings,
   logger: Logger,
   metrics: Metrics,
   events: EventEmitter,
