@@ -26,6 +26,14 @@ import {
 import type { IssuanceRole, StoredCert } from '../core/ports/store.ts';
 import type { AriCheckOutcome, RenewalInfoClient } from './renewal-info-client.ts';
 
+/** The settings of ARI, and only those (DaemonConfig extends them). */
+export interface AriSettings {
+  /** The ACME directory whose renewalInfo URL the writer asks (RFC 9773); undefined: ARI off (--acme-directory none). */
+  acmeDirectory: string | undefined;
+  /** Longest wait between two ARI checks of a certificate; the CA's Retry-After may make it shorter. */
+  ariIntervalMs: number;
+}
+
 /** The least wait between two checks of one certificate, unless --ari-interval is shorter. */
 const CHECK_FLOOR_MS = 60_000;
 

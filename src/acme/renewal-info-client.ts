@@ -51,8 +51,8 @@ type AriHttpCode = 'CERTSHARE_ARI_NOT_FOUND' | 'CERTSHARE_ARI_UNAVAILABLE';
 /** An HTTP failure carrying the CA's Retry-After, so the next check can honour it. */
 class AriHttpError extends CertshareError<AriHttpCode> {
   readonly retryAfterMs: number | undefined;
-  constructor(code: AriHttpCode, message: string, retryAfterMs: number | undefined) {
-    super(code, message);
+  constructor(code: AriHttpCode, request: string, url: string, status: number, retryAfterMs: number | undefined) {
+    super(code, { request, url, failure: `answered HTTP ${status}` });
     this.retryAfterMs = retryAfterMs;
   }
 }
@@ -92,16 +92,19 @@ export class RenewalInfoClient {
   /** The directory's renewalInfo URL, read once; throws a CertshareError (CERTSHARE_ARI_*). */
   async renewalInfoUrl(signal?: AbortSignal): Promise<string> {
     if (this.#renewalInfoUrl !== undefined) return this.#renewalInfoUrl;
-    const { body } = await this.#get(this.#directoryUrl, 'ACME directory', signal, () => undefined);
+    const { body } = await this.#get(this.#directoryUrl, 'directory', signal, () => undefined);
     let directory: unknown;
     try {
       directory = JSON.parse(body);
     } catch {
-      throw new CertshareError('CERTSHARE_ARI_BAD_RESPONSE', `ACME directory ${this.#directoryUrl} is not JSON`);
+      throw new CertshareError('CERTSHARE_ARI_BAD_RESPONSE', { request: 'directory', url: this.#directoryUrl, flaw: 'is not JSON' });
     }
     const renewalInfo = typeof directory === 'object' && directory !== null ? (directory as { renewalInfo?: unknown }).renewalInfo : undefined;
     if (typeof renewalInfo !== 'string' || !isHttpUrl(renewalInfo)) {
-      throw new CertshareError('CERTSHARE_ARI_UNSUPPORTED', `ACME directory ${this.#directoryUrl} names no renewalInfo URL: the CA does not offer ARI`);
+      throw new CertshareError('CERTSHARE_ARI_UNSUPPORTED', {
+        subject: `ACME directory ${this.#directoryUrl}`,
+        lack: 'it names no renewalInfo URL: the CA does not offer ARI',
+      });
     }
     this.#renewalInfoUrl = renewalInfo;
     return renewalInfo;
@@ -123,14 +126,14 @@ export class RenewalInfoClient {
       if (res.statusCode !== 200) {
         res.destroy();
         const code = codeFor(res.statusCode ?? 0) ?? 'CERTSHARE_ARI_UNAVAILABLE';
-        throw new AriHttpError(code, `${what} ${url} answered HTTP ${res.statusCode}`, retryAfterMs);
+        throw new AriHttpError(code, what, url, res.statusCode ?? 0, retryAfterMs);
       }
-      return { body: await readCapped(res, `${what} ${url}`), retryAfterMs };
+      return { body: await readCapped(res, what, url), retryAfterMs };
     } catch (err) {
       if (signal?.aborted) throw signal.reason;
-      if (deadline.aborted) throw new CertshareError('CERTSHARE_ARI_TIMEOUT', `${what} ${url} took longer than ${this.#timeoutMs} ms`, { cause: err });
+      if (deadline.aborted) throw new CertshareError('CERTSHARE_ARI_TIMEOUT', { request: what, url, timeoutMs: this.#timeoutMs }, { cause: err });
       if (err instanceof CertshareError) throw err;
-      throw new CertshareError('CERTSHARE_ARI_UNAVAILABLE', `${what} ${url} unreachable: ${errorMessage(err)}`, { cause: err });
+      throw new CertshareError('CERTSHARE_ARI_UNAVAILABLE', { request: what, url, failure: `unreachable: ${errorMessage(err)}` }, { cause: err });
     }
   }
 }
@@ -158,14 +161,14 @@ async function httpGet(url: string, signal: AbortSignal): Promise<IncomingMessag
   }
 }
 
-async function readCapped(res: IncomingMessage, what: string): Promise<string> {
+async function readCapped(res: IncomingMessage, what: string, url: string): Promise<string> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of res as AsyncIterable<Buffer>) {
     size += chunk.byteLength;
     if (size > MAX_BODY_BYTES) {
       res.destroy();
-      throw new CertshareError('CERTSHARE_ARI_BAD_RESPONSE', `${what} answered more than ${MAX_BODY_BYTES} bytes`);
+      throw new CertshareError('CERTSHARE_ARI_BAD_RESPONSE', { request: what, url, flaw: `answered more than ${MAX_BODY_BYTES} bytes` });
     }
     chunks.push(chunk);
   }

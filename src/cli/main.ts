@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { join } from 'node:path';
-import { CertshareError, ERROR_CODES, type ErrorCode, errorMessage } from '../core/errors.ts';
+import { CertshareError, ERROR_CODES, type ErrorCode, errorMessage, errorText } from '../core/errors.ts';
 import { commandUsage, parseFlags } from '../flags/flags.ts';
 import { RUN_FLAGS, RUN_HELP, daemonConfigFrom } from '../config/run-options.ts';
 import { useCompileCache } from './compile-cache.ts';
@@ -61,10 +61,10 @@ async function main(argv: string[]): Promise<number> {
       return advertiseAgentCommand(rest);
     }
     default:
-      throw new CertshareError(
-        'CERTSHARE_BAD_FLAG',
-        `unknown command "${command}" (expected run, emulator, demo, injector, renew or advertise-agent; see certshare --help)`,
-      );
+      throw new CertshareError('CERTSHARE_BAD_FLAG', {
+        flag: 'command',
+        rule: `unknown "${command}" (expected run, emulator, demo, injector, renew or advertise-agent; see certshare --help)`,
+      });
   }
 }
 
@@ -72,7 +72,8 @@ try {
   process.exitCode = await main(process.argv.slice(2));
 } catch (err) {
   const code: ErrorCode = err instanceof CertshareError ? err.code : 'CERTSHARE_FATAL';
-  console.error(`certshare: ${errorMessage(err)} [${code}]`);
+  const message = err instanceof CertshareError ? err.message : errorText('CERTSHARE_FATAL', { message: errorMessage(err) });
+  console.error(`certshare: ${message} [${code}]`);
   // Exit now, with the code's exit status: a fatal error must end the process, whatever handle (a socket, a
   // timer) is still open.
   process.exit(ERROR_CODES[code].exit);

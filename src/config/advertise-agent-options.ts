@@ -39,15 +39,15 @@ interface AdvertiseAgentConfig {
   logFormat: LogFormat;
 }
 
-function bad(problem: string): CertshareError {
-  return new CertshareError('CERTSHARE_BAD_FLAG', problem);
+function bad(flag: string, rule: string): CertshareError {
+  return new CertshareError('CERTSHARE_BAD_FLAG', { flag, rule });
 }
 
 export function advertiseAgentConfigFrom(values: FlagValues<typeof ADVERTISE_AGENT_FLAGS>): AdvertiseAgentConfig {
   const services = [...new Set((values['advertise-services'] ?? []).map(parseServiceName))];
-  if (services.length === 0) throw bad('certshare advertise-agent needs at least one --advertise-services svc:NAME (its allow list)');
-  if (services.length > MAX_EXCHANGE_SERVICES) throw bad(`--advertise-services: at most ${MAX_EXCHANGE_SERVICES} Services`);
-  if (!values.exchange) throw bad('certshare advertise-agent needs --exchange DIR (the directory it shares with certshare)');
+  if (services.length === 0) throw bad('--advertise-services', "give at least one svc:NAME (the agent's allow list)");
+  if (services.length > MAX_EXCHANGE_SERVICES) throw bad('--advertise-services', `at most ${MAX_EXCHANGE_SERVICES} Services`);
+  if (!values.exchange) throw bad('--exchange', 'missing: the directory the agent shares with certshare');
   const config = {
     localapi: values.localapi,
     services,
@@ -55,7 +55,7 @@ export function advertiseAgentConfigFrom(values: FlagValues<typeof ADVERTISE_AGE
     logLevel: values['log-level'],
     logFormat: logFormatFrom(values),
   };
-  if (!isLogLevel(config.logLevel)) throw bad(`--log-level must be ${LOG_LEVELS.join(', ')}`);
+  if (!isLogLevel(config.logLevel)) throw bad('--log-level', `must be ${LOG_LEVELS.join(', ')}`);
   return config;
 }
 

@@ -1,25 +1,24 @@
 // What the daemon runs with, whatever door it came in by (flags and environment: src/config/run-options.ts,
 // which also holds the one validation of it). A module of its own so that the daemon and its storage
 // backends depend on the configuration, not on the CLI.
-import type { BackoffPolicy } from '../core/issuance/backoff.ts';
-import type { BudgetLimit } from '../core/issuance/issuance-budget.ts';
+import type { RenewalSettings } from '../core/loop/loop-supervisor.ts';
+import type { AriSettings } from '../acme/ari-checker.ts';
 import type { PodAddresses } from '../core/values/pod-addresses.ts';
-import type { RenewalPolicy } from '../core/renewal/renewal.ts';
+import type { FederationSettings } from '../core/federation/home-settings.ts';
 import type { DeliverySettings } from '../delivery/proxy-delivery.ts';
 import type { ServedRotationSettings } from '../served/served-rotation.ts';
 import type { LogFormat } from '../logging/log-format.ts';
-import type { WatchScope } from '../core/ports/store.ts';
+import type { ShareMode, WatchScope } from '../core/ports/store.ts';
 import type { TlsChoice } from '../tls/serving-pair.ts';
 
 export { SERVE_CONFIG_SERVICES, advertises } from '../core/served/advertisement.ts';
-export type { WatchScope } from '../core/ports/store.ts';
+export type { ShareMode, WatchScope } from '../core/ports/store.ts';
 export type { TlsChoice } from '../tls/serving-pair.ts';
 
 export type StoreChoice = { kind: 'dir'; path: string } | { kind: 'kube' };
-export type ShareMode = 'rw' | 'ro' | 'auto';
 
 /** The daemon's whole configuration: the parts' own settings (each declared beside its part) and the rest. */
-export interface DaemonConfig extends DeliverySettings, ServedRotationSettings {
+export interface DaemonConfig extends DeliverySettings, ServedRotationSettings, RenewalSettings, AriSettings {
   localapi: string;
   domains: string[];
   serveConfig: string | undefined;
@@ -27,32 +26,10 @@ export interface DaemonConfig extends DeliverySettings, ServedRotationSettings {
   listen: string;
   /** /healthz and /metrics over HTTPS with this pair, reloaded on change; plain HTTP when undefined. */
   tls: TlsChoice | undefined;
-  renewal: RenewalPolicy;
-  backoff: BackoffPolicy;
-  certTimeoutMs: number;
-  /** The ACME directory whose renewalInfo URL the writer asks (RFC 9773); undefined: ARI off (--acme-directory none). */
-  acmeDirectory: string | undefined;
-  /** Longest wait between two ARI checks of a certificate; the CA's Retry-After may make it shorter. */
-  ariIntervalMs: number;
-  /** First issuances per registered domain per window (Let's Encrypt's 50 per 7 days); undefined: no budget. */
-  issuanceBudget: BudgetLimit | undefined;
-  /** --name-limit: certificates per exact name in a window (kept in the budget's ledger); undefined: none. */
-  nameLimit: BudgetLimit | undefined;
   /** The platform's namespace holding one shared ledger per registered domain; undefined: a ledger per group. */
   budgetNamespace?: string | undefined;
   /** --federation-*: the federation home (docs/federation.md); undefined: none, this cluster alone. */
-  federation?:
-    | {
-        kubeconfig: string;
-        namespace: string;
-        cluster: string;
-        leaseDurationMs: number;
-        /** --federation-trust-anchors: a PEM file; undefined: Node's CA store (core/certificates/trust.ts defaultTrustAnchors). */
-        trustAnchors: string | undefined;
-      }
-    | undefined;
-  /** How many domains this process issues at once (CertPair calls and their store writes). */
-  issuanceConcurrency: number;
+  federation?: FederationSettings | undefined;
   logLevel: string;
   logFormat: LogFormat;
   /** Expected start-up states (tailscaled not listening, the first issuance running) log at info this long (core/loop/startup-grace.ts). */

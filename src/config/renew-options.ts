@@ -48,19 +48,19 @@ export interface RenewOptions {
 /** The positional domain and the flags; CERTSHARE_BAD_FLAG or CERTSHARE_BAD_DOMAIN naming what is wrong. */
 export function renewOptionsFrom(domainArg: string | undefined, values: FlagValues): RenewOptions {
   if (domainArg === undefined || domainArg.startsWith('-')) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', 'certshare renew needs the domain first: certshare renew <domain> [flags]');
+    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: 'certshare renew', rule: 'needs the domain first: certshare renew <domain> [flags]' });
   }
   const namespace = values.namespace === undefined ? undefined : String(values.namespace);
   if (namespace !== undefined && !isObjectName(namespace))
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `--namespace: "${namespace}" is not a namespace name`);
+    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--namespace', rule: `"${namespace}" is not a namespace name` });
   const waitMs = duration(values, 'wait');
-  if (waitMs < 0 || waitMs > 3_600_000) throw new CertshareError('CERTSHARE_BAD_FLAG', '--wait: from 0s to 1h');
+  if (waitMs < 0 || waitMs > 3_600_000) throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--wait', rule: 'from 0s to 1h' });
   const storeText = String(values.store);
   let store: RenewOptions['store'];
   if (storeText === 'kube') store = { kind: 'kube' };
   else if (storeText.startsWith('dir:') && storeText.length > 4) store = { kind: 'dir', path: storeText.slice(4) };
-  else throw new CertshareError('CERTSHARE_BAD_FLAG', `--store must be kube or dir:PATH, got "${storeText}"`);
-  if (store.kind === 'dir' && namespace !== undefined) throw new CertshareError('CERTSHARE_BAD_FLAG', '--namespace needs --store kube');
+  else throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--store', rule: `must be kube or dir:PATH, got "${storeText}"` });
+  if (store.kind === 'dir' && namespace !== undefined) throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--namespace', rule: 'needs --store kube' });
   return { domain: normalizeDomain(domainArg), store, namespace, waitMs };
 }
 

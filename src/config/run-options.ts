@@ -437,12 +437,12 @@ export const RUN_HELP: CommandHelp = {
 
 function parseFraction(text: string): number {
   const m = /^\s*(\d+(?:\.\d+)?)\s*(?:\/\s*(\d+(?:\.\d+)?))?\s*$/.exec(text);
-  if (!m) throw badFlag(`--renew-fraction: "${text}" is not a fraction (e.g. 1/3 or 0.33)`);
+  if (!m) throw badFlag('--renew-fraction', `"${text}" is not a fraction (e.g. 1/3 or 0.33)`);
   return Number(m[1]) / Number(m[2] ?? 1);
 }
 
-function badFlag(message: string): CertshareError {
-  return new CertshareError('CERTSHARE_BAD_FLAG', message);
+function badFlag(flag: string, rule: string): CertshareError {
+  return new CertshareError('CERTSHARE_BAD_FLAG', { flag, rule });
 }
 
 /**
@@ -454,7 +454,7 @@ function domainsFrom(values: RunValues): string[] {
     try {
       return normalizeDomain(d);
     } catch (err) {
-      throw badFlag(`--domain: ${errorMessage(err)}`);
+      throw badFlag('--domain', `${errorMessage(err)}`);
     }
   });
 }
@@ -464,14 +464,14 @@ function storeFrom(values: RunValues, env: NodeJS.ProcessEnv): StoreChoice {
   const storeText = values.store ?? (env.KUBERNETES_SERVICE_HOST ? 'kube' : 'dir:./certshare-certs');
   if (storeText === 'kube') return { kind: 'kube' };
   if (storeText.startsWith('dir:') && storeText.length > 4) return { kind: 'dir', path: storeText.slice(4) };
-  throw badFlag(`--store must be dir:PATH or kube, got "${storeText}"`);
+  throw badFlag('--store', `must be dir:PATH or kube, got "${storeText}"`);
 }
 
 function listenFrom(values: RunValues): string {
   try {
     parseHostPort(values.listen);
   } catch (err) {
-    throw badFlag(`--listen: ${(err as Error).message}`);
+    throw badFlag('--listen', `${(err as Error).message}`);
   }
   return values.listen;
 }
@@ -485,9 +485,9 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
   const signalText = values['reload-signal'];
   const podName = env.POD_NAME || undefined;
   const mode = values.mode;
-  if (mode !== undefined && mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw badFlag(`--mode must be rw, ro or auto, got "${mode}"`);
+  if (mode !== undefined && mode !== 'rw' && mode !== 'ro' && mode !== 'auto') throw badFlag('--mode', `must be rw, ro or auto, got "${mode}"`);
   const watchScope = values['watch-scope'];
-  if (watchScope !== 'secret' && watchScope !== 'group') throw badFlag(`--watch-scope must be secret or group, got "${watchScope}"`);
+  if (watchScope !== 'secret' && watchScope !== 'group') throw badFlag('--watch-scope', `must be secret or group, got "${watchScope}"`);
   const config: DaemonConfig = {
     localapi: values.localapi,
     domains: [...new Set(domains)],
@@ -541,23 +541,28 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
     podName,
     pod: podAddressesFromEnv(env),
   };
-  const problem = validateConfig(config);
-  if (problem) throw badFlag(problem);
+  const broken = validateConfig(config);
+  if (broken) throw new CertshareError('CERTSHARE_BAD_FLAG', broken);
   return config;
 }
 
-/** A rule of the configuration: broken, and the message that says how to mend it. */
-type ConfigRule = [broken: boolean, message: () => string];
+/** A rule of the configuration: broken, the flag it is about, and what the rule says (to mend it). */
+type ConfigRule = [broken: boolean, flag: string, rule: () => string];
 
 function leaveTokenRules(c: DaemonConfig): ConfigRule[] {
   if (c.leaveToken === undefined) return [];
   return [
     [
       !/^[A-Za-z0-9_-]{16,128}$/.test(c.leaveToken),
-      () => '--leave-token must be 16 to 128 characters of A-Z a-z 0-9 _ - (a random value the preStop hook sends)',
+      '--leave-token',
+      () => 'must be 16 to 128 characters of A-Z a-z 0-9 _ - (a random value the preStop hook sends)',
     ],
     // GET /leave-rotation acts only on a Pod being deleted, which certshare learns from the apiserver.
-    [c.store.kind !== 'kube' || !c.podName, () => '--leave-token needs --store kube and POD_NAME: GET /leave-rotation acts only while the Pod is terminating'],
+    [
+      c.store.kind !== 'kube' || !c.podName,
+      '--leave-token',
+      () => 'needs --store kube and POD_NAME: GET /leave-rotation acts only while the Pod is terminating',
+    ],
   ];
 }
 
@@ -576,71 +581,72 @@ function domainAndDurationRules(c: DaemonConfig): ConfigRule[] {
     ['--served-check-timeout', c.servedCheckTimeoutMs],
   ];
   return [
-    [c.domains.length === 0 && !c.serveConfig, () => 'give at least one --domain or a --serve-config file'],
+    [c.domains.length === 0 && !c.serveConfig, '--domain', () => 'give at least one, or a --serve-config file'],
     [
       !(c.renewal.renewFraction > 0 && c.renewal.renewFraction < 1),
-      () => `--renew-fraction must be between 0 and 1, both excluded (e.g. 1/3 or 0.33), got ${c.renewal.renewFraction}`,
+      '--renew-fraction',
+      () => `must be between 0 and 1, both excluded (e.g. 1/3 or 0.33), got ${c.renewal.renewFraction}`,
     ],
-    ...positive.map(([flag, ms]): ConfigRule => [!(ms > 0), () => `${flag} must be longer than 0`]),
+    ...positive.map(([flag, ms]): ConfigRule => [!(ms > 0), flag, () => `must be longer than 0`]),
   ];
 }
 
 function reloadRules(c: DaemonConfig): ConfigRule[] {
   return [
-    [c.reloadSignal !== undefined && c.reloadCommand !== undefined, () => 'give either --reload-command or --reload-signal, not both'],
-    [c.reloadSignal !== undefined && !c.reloadPidFile, () => '--reload-signal needs --reload-pidfile (the pid file of the process to signal)'],
-    [c.reloadPidFile !== undefined && c.reloadSignal === undefined, () => '--reload-pidfile needs --reload-signal (e.g. HUP for nginx)'],
+    [c.reloadSignal !== undefined && c.reloadCommand !== undefined, '--reload-command', () => 'give it or --reload-signal, not both'],
+    [c.reloadSignal !== undefined && !c.reloadPidFile, '--reload-signal', () => 'needs --reload-pidfile (the pid file of the process to signal)'],
+    [c.reloadPidFile !== undefined && c.reloadSignal === undefined, '--reload-pidfile', () => 'needs --reload-signal (e.g. HUP for nginx)'],
     [
       c.haproxySocket !== undefined && !c.haproxyCrtDir,
-      () => '--haproxy-socket needs --haproxy-crt-dir (the files HAProxy loaded, whose names the runtime API takes)',
+      '--haproxy-socket',
+      () => 'needs --haproxy-crt-dir (the files HAProxy loaded, whose names the runtime API takes)',
     ],
-    [
-      c.haproxyCrtDir !== undefined && checkHaproxyPath('--haproxy-crt-dir', c.haproxyCrtDir) !== undefined,
-      () => checkHaproxyPath('--haproxy-crt-dir', c.haproxyCrtDir!)!,
-    ],
+    [c.haproxyCrtDir !== undefined && checkHaproxyPath(c.haproxyCrtDir) !== undefined, '--haproxy-crt-dir', () => checkHaproxyPath(c.haproxyCrtDir!)!],
   ];
 }
 
 function limitRules(c: DaemonConfig): ConfigRule[] {
   return [
-    [c.backoff.firstRetryMs > c.backoff.retryCapMs, () => '--first-retry must not be above --retry-cap'],
-    [c.backoff.rateLimitFirstRetryMs > c.backoff.retryCapMs, () => '--rate-limit-retry must not be above --retry-cap'],
-    [!isLogLevel(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],
+    [c.backoff.firstRetryMs > c.backoff.retryCapMs, '--first-retry', () => 'must not be above --retry-cap'],
+    [c.backoff.rateLimitFirstRetryMs > c.backoff.retryCapMs, '--rate-limit-retry', () => 'must not be above --retry-cap'],
+    [!isLogLevel(c.logLevel), '--log-level', () => `must be ${LOG_LEVELS.join(', ')}`],
     [
       c.startupGraceMs > MAX_STARTUP_GRACE_MS,
-      () => `--startup-grace must be at most ${formatGoDuration(MAX_STARTUP_GRACE_MS)} (a longer one would hide a tailscaled that never starts)`,
+      '--startup-grace',
+      () => `must be at most ${formatGoDuration(MAX_STARTUP_GRACE_MS)} (a longer one would hide a tailscaled that never starts)`,
     ],
-    [!(Number.isInteger(c.routingAttempts) && c.routingAttempts >= 1), () => `--routing-attempts must be a positive integer`],
-    [!(Number.isInteger(c.issuanceConcurrency) && c.issuanceConcurrency >= 1), () => `--issuance-concurrency must be a positive integer`],
+    [!(Number.isInteger(c.routingAttempts) && c.routingAttempts >= 1), '--routing-attempts', () => `must be a positive integer`],
+    [!(Number.isInteger(c.issuanceConcurrency) && c.issuanceConcurrency >= 1), '--issuance-concurrency', () => `must be a positive integer`],
   ];
 }
 
 function kubeStoreRules(c: DaemonConfig): ConfigRule[] {
   const kubeOnly: Array<[string, unknown]> = [
-    ['--tls secret:', c.tls?.kind === 'secret' ? c.tls : undefined],
+    ['--tls secret:NAME', c.tls?.kind === 'secret' ? c.tls : undefined],
     ['--out-dir', c.outDir],
     ['--readiness-gate', c.readinessGate],
     ['--routing-check', c.routingChecks.length > 0 ? c.routingChecks : undefined],
   ];
   return [
-    ...kubeOnly.map(([flag, value]): ConfigRule => [value !== undefined && c.store.kind !== 'kube', () => `${flag} needs --store kube`]),
-    [c.store.kind === 'kube' && c.mode === 'auto' && !c.group, () => '--mode auto needs --group or POD_NAME to name the group Lease'],
-    [c.watchScope === 'group' && c.store.kind !== 'kube', () => '--watch-scope group needs --store kube'],
-    [c.budgetNamespace !== undefined && c.store.kind !== 'kube', () => '--budget-namespace needs --store kube'],
+    ...kubeOnly.map(([flag, value]): ConfigRule => [value !== undefined && c.store.kind !== 'kube', flag, () => `needs --store kube`]),
+    [c.store.kind === 'kube' && c.mode === 'auto' && !c.group, '--mode auto', () => 'needs --group or POD_NAME to name the group Lease'],
+    [c.watchScope === 'group' && c.store.kind !== 'kube', '--watch-scope group', () => 'needs --store kube'],
+    [c.budgetNamespace !== undefined && c.store.kind !== 'kube', '--budget-namespace', () => 'needs --store kube'],
   ];
 }
 
 function budgetGroupAndGateRules(c: DaemonConfig): ConfigRule[] {
   return [
-    [c.budgetNamespace !== undefined && !c.issuanceBudget, () => '--budget-namespace needs an --issuance-budget (it names where that budget is kept)'],
-    [c.budgetNamespace !== undefined && !isObjectName(c.budgetNamespace), () => `--budget-namespace: "${c.budgetNamespace}" is not a namespace name`],
-    [c.watchScope === 'group' && !c.group, () => "--watch-scope group needs --group or POD_NAME: the group's label selects its Secrets"],
-    [c.readinessGate !== undefined && !c.podName, () => '--readiness-gate needs POD_NAME (downward API fieldRef metadata.name)'],
+    [c.budgetNamespace !== undefined && !c.issuanceBudget, '--budget-namespace', () => 'needs an --issuance-budget (it names where that budget is kept)'],
+    [c.budgetNamespace !== undefined && !isObjectName(c.budgetNamespace), '--budget-namespace', () => `"${c.budgetNamespace}" is not a namespace name`],
+    [c.watchScope === 'group' && !c.group, '--watch-scope group', () => "needs --group or POD_NAME: the group's label selects its Secrets"],
+    [c.readinessGate !== undefined && !c.podName, '--readiness-gate', () => 'needs POD_NAME (downward API fieldRef metadata.name)'],
     [
       c.routingChecks.length > 0 && !c.readinessGate,
-      () => '--routing-check needs --readiness-gate (the check holds the gate False until the Service routes here)',
+      '--routing-check',
+      () => 'needs --readiness-gate (the check holds the gate False until the Service routes here)',
     ],
-    ...c.routingChecks.map((url): ConfigRule => [!isHttpUrl(url), () => `--routing-check: "${url}" is not an http:// or https:// URL`]),
+    ...c.routingChecks.map((url): ConfigRule => [!isHttpUrl(url), '--routing-check', () => `"${url}" is not an http:// or https:// URL`]),
   ];
 }
 
@@ -648,17 +654,19 @@ function advertiseRules(c: DaemonConfig): ConfigRule[] {
   return [
     [
       advertises(c) && !c.servedCheck,
-      () => '--advertise-services needs --served-check: a Service is advertised only while the proxy is seen serving its certificate',
+      '--advertise-services',
+      () => 'needs --served-check: a Service is advertised only while the proxy is seen serving its certificate',
     ],
     [
       c.advertiseServices === SERVE_CONFIG_SERVICES && !c.serveConfig,
-      () => '--advertise-services serve-config needs --serve-config: the ServeConfig file whose Services it advertises',
+      '--advertise-services serve-config',
+      () => 'needs --serve-config: the ServeConfig file whose Services it advertises',
     ],
     ...(c.advertiseServices === SERVE_CONFIG_SERVICES ? [] : c.advertiseServices).map(
       (service): ConfigRule => [
         !c.serveConfig && serviceDomain(service, c.domains) === undefined,
-        () =>
-          `--advertise-services: ${service} has no --domain whose first label is ${service.slice(4)} (a Service's certificate is for <name>.<tailnet>.ts.net)`,
+        '--advertise-services',
+        () => `${service} has no --domain whose first label is ${service.slice(4)} (a Service's certificate is for <name>.<tailnet>.ts.net)`,
       ],
     ),
   ];
@@ -669,21 +677,23 @@ function failoverAcmeAndPodRules(c: DaemonConfig): ConfigRule[] {
     [
       // With --leave-token the wait runs in the preStop call, before the stop and outside its bound.
       advertises(c) && !c.leaveToken && c.advertiseFailoverMs >= c.shutdownTimeoutMs,
-      () => '--advertise-failover must be below --shutdown-timeout (the shutdown waits it out, then stops the rest), or give --leave-token',
+      '--advertise-failover',
+      () => 'must be below --shutdown-timeout (the shutdown waits it out, then stops the rest), or give --leave-token',
     ],
     [
       c.acmeDirectory !== undefined && !isHttpUrl(c.acmeDirectory),
-      () => `--acme-directory: "${c.acmeDirectory}" is not an http:// or https:// URL (or none, to turn ACME Renewal Information off)`,
+      '--acme-directory',
+      () => `"${c.acmeDirectory}" is not an http:// or https:// URL (or none, to turn ACME Renewal Information off)`,
     ],
     [
       c.pod.invalid.length > 0,
-      () =>
-        `POD_IPS/POD_IP holds ${c.pod.invalid.map((ip) => `"${ip}"`).join(', ')}, not an IP address (set POD_IPS from the downward API fieldRef status.podIPs)`,
+      'POD_IPS/POD_IP',
+      () => `holds ${c.pod.invalid.map((ip) => `"${ip}"`).join(', ')}, not an IP address (set POD_IPS from the downward API fieldRef status.podIPs)`,
     ],
     [
       c.routingChecks.length > 0 && !c.pod.ipv4,
-      () =>
-        "--routing-check needs the Pod's IPv4 address in POD_IPS (hint: env POD_IPS from the downward API fieldRef status.podIPs), to recognise its own answer",
+      '--routing-check',
+      () => "needs the Pod's IPv4 address in POD_IPS (hint: env POD_IPS from the downward API fieldRef status.podIPs), to recognise its own answer",
     ],
   ];
 }
@@ -692,7 +702,7 @@ function failoverAcmeAndPodRules(c: DaemonConfig): ConfigRule[] {
  * Every rule of the configuration that is not the syntax of one value, checked before anything starts
  * (as Tailscale's containerboot settings.validate() does): the first broken rule, or undefined.
  */
-function validateConfig(c: DaemonConfig): string | undefined {
+function validateConfig(c: DaemonConfig): { flag: string; rule: string } | undefined {
   const rules: ConfigRule[] = [
     ...domainAndDurationRules(c),
     ...reloadRules(c),
@@ -704,7 +714,8 @@ function validateConfig(c: DaemonConfig): string | undefined {
     ...leaveTokenRules(c),
     ...failoverAcmeAndPodRules(c),
   ];
-  return rules.find(([broken]) => broken)?.[1]();
+  const broken = rules.find(([isBroken]) => isBroken);
+  return broken && { flag: broken[1], rule: broken[2]() };
 }
 
 /**
@@ -713,7 +724,8 @@ function validateConfig(c: DaemonConfig): string | undefined {
  */
 function advertisedServices(values: string[]): DaemonConfig['advertiseServices'] {
   if (!values.includes(SERVE_CONFIG_SERVICES)) return [...new Set(values.map(parseServiceName))];
-  if (values.length > 1) throw badFlag(`--advertise-services ${SERVE_CONFIG_SERVICES} takes the Services from the ServeConfig: give no Service name with it`);
+  if (values.length > 1)
+    throw badFlag('--advertise-services', `${SERVE_CONFIG_SERVICES} takes the Services from the ServeConfig: give no Service name with it`);
   return SERVE_CONFIG_SERVICES;
 }
 
@@ -725,7 +737,7 @@ function servedCheckTarget(text: string | undefined): { host: string; port: numb
     if (port === 0) throw new Error('port 0 names no listener');
     return { host: host === '' || host === '::' || host === '0.0.0.0' ? '127.0.0.1' : host, port };
   } catch (err) {
-    throw badFlag(`--served-check: ${(err as Error).message}`);
+    throw badFlag('--served-check', `${(err as Error).message}`);
   }
 }
 
@@ -740,7 +752,7 @@ export function tlsChoice(text: string | undefined, flag = 'tls'): TlsChoice | u
   if (text === undefined || text === '') return undefined;
   if (text.startsWith('dir:') && text.length > 4) return { kind: 'dir', path: text.slice(4) };
   if (text.startsWith('secret:') && isObjectName(text.slice(7))) return { kind: 'secret', name: text.slice(7) };
-  throw badFlag(`--${flag} must be dir:PATH or secret:NAME (a Secret name), got "${text}"`);
+  throw badFlag(`--${flag}`, `must be dir:PATH or secret:NAME (a Secret name), got "${text}"`);
 }
 
 /** --federation-*: all three, or none. */
@@ -762,10 +774,14 @@ function federationRules(c: DaemonConfig): ConfigRule[] {
   const f = c.federation;
   if (!f) return [];
   return [
-    [c.store.kind !== 'kube', () => '--federation-kubeconfig needs --store kube'],
-    [!f.kubeconfig || !f.namespace || !f.cluster, () => '--federation-kubeconfig, --federation-namespace and --federation-cluster go together'],
-    [!!f.namespace && !isObjectName(f.namespace), () => `--federation-namespace: "${f.namespace}" is not a namespace name`],
-    [!!f.cluster && !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(f.cluster), () => `--federation-cluster: "${f.cluster}" is not a DNS label`],
-    [!c.group, () => '--federation-kubeconfig needs --group or POD_NAME: the home keeps one Lease per group'],
+    [c.store.kind !== 'kube', '--federation-kubeconfig', () => 'needs --store kube'],
+    [
+      !f.kubeconfig || !f.namespace || !f.cluster,
+      '--federation-kubeconfig',
+      () => 'needs --federation-namespace and --federation-cluster (the three go together)',
+    ],
+    [!!f.namespace && !isObjectName(f.namespace), '--federation-namespace', () => `"${f.namespace}" is not a namespace name`],
+    [!!f.cluster && !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(f.cluster), '--federation-cluster', () => `"${f.cluster}" is not a DNS label`],
+    [!c.group, '--federation-kubeconfig', () => 'needs --group or POD_NAME: the home keeps one Lease per group'],
   ];
 }

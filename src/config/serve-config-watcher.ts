@@ -52,7 +52,7 @@ export class ServeConfigWatcher {
       (s) => (s.isDirectory() ? undefined : 'is not a directory'),
       (err: unknown) => (isMissing(err) ? 'is missing' : errorMessage(err)),
     );
-    if (dirProblem) throw new CertshareError('CERTSHARE_BAD_CONFIG', `serve config ${path}: its directory ${dir} ${dirProblem}`);
+    if (dirProblem) throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: `serve config ${path}`, reason: `its directory ${dir} ${dirProblem}` });
     try {
       this.#watcher = watch(dir, { persistent: false }, (_event, name) => {
         if (name && !name.startsWith('..') && name !== basename(path)) return;
@@ -60,7 +60,7 @@ export class ServeConfigWatcher {
         this.#debounce = setTimeout(() => void this.reload(), 50);
       });
     } catch (err) {
-      throw new CertshareError('CERTSHARE_BAD_CONFIG', `serve config ${path}: cannot watch ${dir}: ${errorMessage(err)}`, { cause: err });
+      throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: `serve config ${path}`, reason: `cannot watch ${dir}: ${errorMessage(err)}` }, { cause: err });
     }
     this.#watcher.on('error', (err) => this.#logger.error({ code: 'CERTSHARE_BAD_CONFIG', err: errorMessage(err) }, 'serve config watch failed'));
     try {
@@ -88,7 +88,11 @@ export class ServeConfigWatcher {
       text = await readFile(this.#o.path, 'utf8');
     } catch (err) {
       if (!isMissing(err))
-        throw new CertshareError('CERTSHARE_BAD_CONFIG', `serve config ${this.#o.path} cannot be read: ${errorMessage(err)}`, { cause: err });
+        throw new CertshareError(
+          'CERTSHARE_BAD_CONFIG',
+          { source: `serve config ${this.#o.path}`, reason: `cannot be read: ${errorMessage(err)}` },
+          { cause: err },
+        );
       const reason = `serve config ${this.#o.path} not read yet: the file does not exist`;
       this.#logger.warn({ code: 'CERTSHARE_BAD_CONFIG' }, `${reason}; waiting for it`);
       this.#o.onPending?.(reason);

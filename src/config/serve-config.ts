@@ -34,8 +34,8 @@ export function domainsFromServeConfig(text: string, source = 'serve config'): S
   const scopes: ServeScope[] = [config, ...Object.values(config.Services ?? {}).filter(isObject)];
   const hosts: string[] = [];
   for (const scope of scopes) {
-    if (scope.Web !== undefined && !isObject(scope.Web)) throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source}: "Web" must be an object`);
-    if (scope.TCP !== undefined && !isObject(scope.TCP)) throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source}: "TCP" must be an object`);
+    if (scope.Web !== undefined && !isObject(scope.Web)) throw new CertshareError('CERTSHARE_BAD_CONFIG', { source, reason: '"Web" must be an object' });
+    if (scope.TCP !== undefined && !isObject(scope.TCP)) throw new CertshareError('CERTSHARE_BAD_CONFIG', { source, reason: '"TCP" must be an object' });
     for (const hostPort of Object.keys(scope.Web ?? {})) {
       const match = /^(.+):443$/.exec(hostPort);
       if (match) hosts.push(match[1]!);
@@ -55,12 +55,12 @@ function parseServeConfig(text: string, source: string): ServeConfig {
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source} is not valid JSON: ${(err as Error).message}`);
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', { source, reason: `is not valid JSON: ${(err as Error).message}` });
   }
-  if (!isObject(parsed)) throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source} must be a JSON object`);
+  if (!isObject(parsed)) throw new CertshareError('CERTSHARE_BAD_CONFIG', { source, reason: 'must be a JSON object' });
   const config = parsed as ServeConfig;
   if (config.Services !== undefined && !isObject(config.Services)) {
-    throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source}: "Services" must be an object`);
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', { source, reason: '"Services" must be an object' });
   }
   return config;
 }
@@ -88,7 +88,10 @@ interface ServeConfigServices {
 export function servicesFromServeConfig(text: string, source = 'serve config'): ServeConfigServices {
   const keys = Object.keys(parseServeConfig(text, source).Services ?? {});
   if (keys.length > MAX_SERVE_CONFIG_SERVICES) {
-    throw new CertshareError('CERTSHARE_BAD_CONFIG', `${source}: ${keys.length} Services, more than the ${MAX_SERVE_CONFIG_SERVICES} certshare advertises`);
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', {
+      source,
+      reason: `${keys.length} Services, more than the ${MAX_SERVE_CONFIG_SERVICES} certshare advertises`,
+    });
   }
   const services = keys.filter(isServiceName).sort();
   const refused = keys

@@ -1,24 +1,33 @@
 // Stable error codes for everything a user can see in a log line, a health reason or an exit message,
 // each declared once with what it means, how its message reads and what the process exits with when it
 // ends the process (fastify's lib/errors.js does the same). A site picks a code and fills the template's
-// slots: `{problem}` is the site's own sentence, for a code that covers several situations; a code with one
-// shape names its slots. test/unit/errors.test.ts keeps the table honest: every code declared is used,
-// every code used is declared.
+// named slots; the type of a code's arguments is its template's slots, so tsc refuses a site that misses one
+// or adds one. A slot holding a phrase the site writes (a rule, a reason) is said so in the code's `open`.
+// test/unit/errors.test.ts keeps the table honest: every code declared is used, every code used is declared,
+// no template is a bare sentence.
 
 interface CodeSpec {
   /** What the code means, for a person reading a log line. */
   means: string;
   /** The message, `{slot}`s filled by the site. */
   message: string;
+  /** Why a slot of the template is a phrase the site writes, when one is. */
+  open?: string;
   /** The process's exit status when an error of this code ends it. */
   exit: 1 | 2;
 }
 
 export const ERROR_CODES = {
-  CERTSHARE_BAD_FLAG: { means: 'a flag or environment value is malformed or breaks a rule of the configuration', message: '{problem}', exit: 2 },
+  CERTSHARE_BAD_FLAG: {
+    means: 'a flag or environment value is malformed or breaks a rule of the configuration',
+    message: '{flag}: {rule}',
+    open: 'each flag, variable or argument has a rule of its own: {rule} states it as its help does, with the value given',
+    exit: 2,
+  },
   CERTSHARE_BAD_CONFIG: {
     means: 'a configuration source is unusable: a ServeConfig, a kubeconfig, a store directory, a TLS source, an object a flag names',
-    message: '{problem}',
+    message: '{source}: {reason}',
+    open: 'each source (a file, an object, an address) fails in its own way: {reason} says how, in the words of the part that read it',
     exit: 1,
   },
   CERTSHARE_KUBECONFIG_REFUSED: {
@@ -30,12 +39,13 @@ export const ERROR_CODES = {
   },
   CERTSHARE_BAD_DOMAIN: {
     means: 'a name is not a fully qualified domain name and never becomes a file, Secret or request path',
-    message: '{problem}',
+    message: '"{name}" is not a fully qualified domain name: {rule}',
     exit: 1,
   },
   CERTSHARE_BAD_ANNOTATION: {
     means: "an injected Pod's certshare.io/* annotation is invalid (the admission is refused)",
     message: '{annotation}: {problem}',
+    open: 'each annotation has a rule of its own: {problem} states it, with the value given, as docs/install.md does',
     exit: 1,
   },
   CERTSHARE_BAD_REQUEST: {
@@ -45,7 +55,7 @@ export const ERROR_CODES = {
   },
   CERTSHARE_CERT_INVALID: {
     means: 'a certificate pair failed validation (parse, key match, SAN, validity, chain) and was not used',
-    message: '{problem}',
+    message: '{certificate} rejected: {reason}',
     exit: 1,
   },
   CERTSHARE_CERT_UNTRUSTED: {
@@ -55,23 +65,35 @@ export const ERROR_CODES = {
     message: 'certificate for {domain} not trusted: {problem}',
     exit: 1,
   },
-  CERTSHARE_CERT_STALE: { means: 'tailscaled returned a certificate that is no newer than the one held', message: '{problem}', exit: 1 },
+  CERTSHARE_CERT_STALE: {
+    means: 'tailscaled returned a certificate that is no newer than the one held',
+    message: 'tailscaled returned {returned}, not a newer certificate ({detail})',
+    exit: 1,
+  },
   CERTSHARE_CERT_TOO_SHORT: {
     means: 'a freshly issued certificate is already due for renewal by the rule (issuer backdates, shortens or is skewed)',
     message: 'certificate from the issuer too short: {why}',
     exit: 1,
   },
-  CERTSHARE_LOCALAPI_UNREACHABLE: { means: "tailscaled's LocalAPI socket or address cannot be reached", message: '{problem}', exit: 1 },
-  CERTSHARE_LOCALAPI_TIMEOUT: { means: 'a LocalAPI call took longer than its timeout', message: 'tailscaled LocalAPI {problem}', exit: 1 },
-  CERTSHARE_LOCALAPI_HTTP: { means: 'the LocalAPI answered with a server error (5xx) or a rate limit', message: 'tailscaled LocalAPI {problem}', exit: 1 },
+  CERTSHARE_LOCALAPI_UNREACHABLE: {
+    means: "tailscaled's LocalAPI socket or address cannot be reached",
+    message: 'tailscaled LocalAPI unreachable for {request}: {failure}',
+    exit: 1,
+  },
+  CERTSHARE_LOCALAPI_TIMEOUT: { means: 'a LocalAPI call took longer than its timeout', message: 'tailscaled LocalAPI {request}: {failure}', exit: 1 },
+  CERTSHARE_LOCALAPI_HTTP: {
+    means: 'the LocalAPI answered with a server error (5xx) or a rate limit',
+    message: 'tailscaled LocalAPI {request}: {failure}',
+    exit: 1,
+  },
   CERTSHARE_LOCALAPI_REFUSED: {
     means: 'a 4xx other than 408/429: an answer that retrying cannot change (refused mask, access denied, no endpoint)',
-    message: '{problem}',
+    message: 'tailscaled LocalAPI refused {request}: {failure}',
     exit: 1,
   },
   CERTSHARE_LOCALAPI_BAD_RESPONSE: {
     means: 'the LocalAPI answered with something that is not what the protocol says',
-    message: 'tailscaled LocalAPI {problem}',
+    message: 'tailscaled LocalAPI {request}: {failure}',
     exit: 1,
   },
   CERTSHARE_SERVICE_DOMAIN_NOT_GRANTED: {
@@ -93,10 +115,10 @@ export const ERROR_CODES = {
     message: "IPN bus line longer than {max} bytes (got at least {length}); raise the bus line limit if the tailnet's netmap is that large",
     exit: 1,
   },
-  CERTSHARE_BUS_BAD_LINE: { means: 'an IPN bus line was not valid Notify JSON and was skipped', message: 'IPN bus {problem}', exit: 1 },
+  CERTSHARE_BUS_BAD_LINE: { means: 'an IPN bus line was not valid Notify JSON and was skipped', message: 'IPN bus {what} skipped: {flaw}', exit: 1 },
   CERTSHARE_STORE_UNAVAILABLE: {
     means: 'the store could not be read or written (API outage, 403): never taken as "no certificate"',
-    message: '{problem}',
+    message: 'cannot {action} {object}: {cause}',
     exit: 1,
   },
   CERTSHARE_HOME_UNUSABLE: {
@@ -106,8 +128,16 @@ export const ERROR_CODES = {
     message: 'federation home {where}: {problem}',
     exit: 1,
   },
-  CERTSHARE_STORE_CONFLICT: { means: "a compare-and-swap write lost to another writer's change; the state is read again", message: '{problem}', exit: 1 },
-  CERTSHARE_STORE_CORRUPT: { means: 'a stored object is damaged, emptied or edited by hand; it is restored without issuing', message: '{problem}', exit: 1 },
+  CERTSHARE_STORE_CONFLICT: {
+    means: "a compare-and-swap write lost to another writer's change; the state is read again",
+    message: '{object} changed meanwhile: {detail}',
+    exit: 1,
+  },
+  CERTSHARE_STORE_CORRUPT: {
+    means: 'a stored object is damaged, emptied or edited by hand; it is restored without issuing',
+    message: '{object} is damaged ({damage}): {consequence}',
+    exit: 1,
+  },
   CERTSHARE_RENEW_RESERVE: {
     means:
       "a renew request was refused: it would leave fewer than the reserve of the CA's limit for this exact name " +
@@ -129,12 +159,12 @@ export const ERROR_CODES = {
   },
   CERTSHARE_RELOAD_FAILED: {
     means: 'the reload command or reload signal failed or timed out (logged and counted, never fatal)',
-    message: '{problem}',
+    message: 'reload signal, pid file {pidFile}: {failure}',
     exit: 1,
   },
   CERTSHARE_HAPROXY_API: {
     means: "HAProxy's runtime API could not be reached, timed out or refused the new certificate (logged and counted; the next change tries again)",
-    message: 'HAProxy runtime API: {problem}',
+    message: 'HAProxy runtime API: "{command}" on {socket}: {failure}',
     exit: 1,
   },
   CERTSHARE_KUBE_HTTP: { means: 'the Kubernetes API answered with an error status', message: '{what}: HTTP {status} {body}', exit: 1 },
@@ -145,30 +175,42 @@ export const ERROR_CODES = {
   },
   CERTSHARE_KUBE_CONNECTION_LOST: {
     means: 'the connection to the Kubernetes API ended before its answer did (a stream reset, a closed connection)',
-    message: 'Kubernetes {problem}',
+    message: 'Kubernetes API {channel} closed {when}',
     exit: 1,
   },
-  CERTSHARE_KUBE_RESPONSE_TOO_LARGE: { means: 'a Kubernetes API response or watch line exceeded its bound', message: 'Kubernetes {problem}', exit: 1 },
-  CERTSHARE_KUBE_TIMEOUT: { means: 'a Kubernetes API call took longer than its deadline', message: '{problem}', exit: 1 },
+  CERTSHARE_KUBE_RESPONSE_TOO_LARGE: {
+    means: 'a Kubernetes API response or watch line exceeded its bound',
+    message: 'Kubernetes API {what} longer than {max} bytes (got at least {length})',
+    exit: 1,
+  },
+  CERTSHARE_KUBE_TIMEOUT: {
+    means: 'a Kubernetes API call took longer than its deadline',
+    message: '{request}: no answer from the Kubernetes API within {within}',
+    exit: 1,
+  },
   CERTSHARE_ARI_UNSUPPORTED: {
     means: 'ACME Renewal Information cannot be asked: the directory names no renewalInfo, or the certificate has no Authority Key Identifier',
-    message: '{problem}',
+    message: 'no ACME Renewal Information for {subject}: {lack}',
     exit: 1,
   },
   CERTSHARE_ARI_NOT_FOUND: {
     means: "the CA's renewalInfo endpoint knows no such certificate (404): not issued by this CA, or a wrong --acme-directory",
-    message: '{problem}',
+    message: 'ACME {request} {url} {failure}: the CA knows no such certificate',
     exit: 1,
   },
   CERTSHARE_ARI_UNAVAILABLE: {
     means: 'the ACME directory or the renewalInfo endpoint could not be reached or answered an error status',
-    message: '{problem}',
+    message: 'ACME {request} {url} {failure}',
     exit: 1,
   },
-  CERTSHARE_ARI_TIMEOUT: { means: 'an ACME directory or renewalInfo request took longer than its timeout', message: '{problem}', exit: 1 },
+  CERTSHARE_ARI_TIMEOUT: {
+    means: 'an ACME directory or renewalInfo request took longer than its timeout',
+    message: 'ACME {request} {url} took longer than {timeoutMs} ms',
+    exit: 1,
+  },
   CERTSHARE_ARI_BAD_RESPONSE: {
     means: 'an ACME directory or renewalInfo answer is not what RFC 9773 says (malformed JSON, a missing field, an inverted window, a window after expiry)',
-    message: '{problem}',
+    message: 'ACME {request} {url} {flaw}',
     exit: 1,
   },
   CERTSHARE_BAD_EXCHANGE: {
@@ -176,6 +218,7 @@ export const ERROR_CODES = {
       'a file between certshare and its advertise agent is not what the other side writes (garbage, too large, not a regular file): the agent ' +
       'withdraws its Services, certshare retries',
     message: '{what}: {problem}',
+    open: '{what} names the exchange file and {problem} how it differs from what the other side writes (garbage, size, file type)',
     exit: 1,
   },
   CERTSHARE_NOT_TERMINATING: {
@@ -183,8 +226,13 @@ export const ERROR_CODES = {
     message: 'GET /leave-rotation refused: {problem}',
     exit: 1,
   },
-  CERTSHARE_INTERNAL: { means: 'certshare reached code its build leaves out: a bug, whatever the configuration', message: 'internal: {problem}', exit: 1 },
-  CERTSHARE_FATAL: { means: 'an unexpected error ended the process; the message says what', message: '{problem}', exit: 1 },
+  CERTSHARE_INTERNAL: {
+    means: 'certshare reached code its build leaves out: a bug, whatever the configuration',
+    message: 'internal: {problem}',
+    open: 'a bug: {problem} names the code the build left out, which no user acts on but to report it',
+    exit: 1,
+  },
+  CERTSHARE_FATAL: { means: 'an unexpected error ended the process; the message says what', message: 'unexpected error: {message}', exit: 1 },
 } as const satisfies Record<`CERTSHARE_${string}`, CodeSpec>;
 
 export type ErrorCode = keyof typeof ERROR_CODES;

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { secretPairSource } from '../kube/secret-pair-source.ts';
 import type { FastifyInstance } from 'fastify';
-import { LoopSupervisor } from '../core/loop/loop-supervisor.ts';
+import { LoopSupervisor, type RenewalSettings } from '../core/loop/loop-supervisor.ts';
 import type { DomainAvailability } from '../core/loop/cert-loop.ts';
 import { systemClock } from '../core/ports/clock.ts';
 import { errorMessage } from '../core/errors.ts';
@@ -10,6 +10,7 @@ import { StartupGrace } from '../core/loop/startup-grace.ts';
 import { fanOut, type LoopObserver } from '../core/ports/observer.ts';
 import { staticRole, type IssuanceRole } from '../core/ports/store.ts';
 import type { BackendContext, DaemonDeps, StoreBackend } from './store-backend.ts';
+import type { KubeSettings } from './kube-backend.ts';
 import type { LocalApi } from '../core/ports/localapi.ts';
 import { SERVE_CONFIG_SERVICES, type DaemonConfig } from '../config/daemon-config.ts';
 import { ServeConfigWatcher } from '../config/serve-config-watcher.ts';
@@ -29,9 +30,9 @@ import { DirLedgerStore } from '../store/dir-ledger.ts';
 import { IssuanceBudget } from '../core/issuance/issuance-budget.ts';
 import { IssuanceSlots } from '../core/issuance/issuance-slots.ts';
 import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
-import { proxyDelivery, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
-import type { AriChecker } from '../acme/ari-checker.ts';
-import type { ServedRotation } from '../served/served-rotation.ts';
+import { proxyDelivery, type DeliverySettings, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
+import type { AriChecker, AriSettings } from '../acme/ari-checker.ts';
+import type { ServedRotation, ServedRotationSettings } from '../served/served-rotation.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { StartupGrace as Startup } from '../core/loop/startup-grace.ts';
@@ -63,18 +64,27 @@ export interface Daemon {
   stop(): Promise<void>;
 }
 
-async function dirBackend(path: string, ctx: BackendContext): Promise<StoreBackend> {
+async function dirBackend(path: string, podName: string | undefined, ctx: BackendContext): Promise<StoreBackend> {
   const directory = new CertDirectory(path);
   await directory.prepare();
   const store = new DirStore(directory, ctx.deps.clock, ctx.filesWritten);
-  return { store, ledger: new DirLedgerStore(path), role: staticRole(ctx.config.podName ?? 'standalone', true), observers: [] };
+  return { store, ledger: new DirLedgerStore(path), role: staticRole(podName ?? 'standalone', true), observers: [] };
 }
 
-async function kubeBackend(ctx: BackendContext): Promise<StoreBackend> {
+async function kubeBackend(ctx: BackendContext, settings: KubeSettings): Promise<StoreBackend> {
   kubeconfigSource(ctx.deps.env); // no credentials at all: fail before loading the client
   // Loaded only in Kubernetes mode: the client costs tens of MB that standalone mode does not pay.
   const { createKubeBackend } = await import('./kube-backend.ts');
-  return createKubeBackend(ctx);
+  return createKubeBackend(ctx, settings);
+}
+
+/** What Kubernetes mode is told of the configuration. */
+function kubeSettings(config: DaemonConfig): KubeSettings {
+  const { mode, group, watchScope, podName, outDir, leaseDurationMs, budgetNamespace, renewal, readinessLeadMs, federation } = config;
+  const gate = config.readinessGate
+    ? { conditionType: config.readinessGate, routingChecks: config.routingChecks, routingAttempts: config.routingAttempts, ownIPv4: config.pod.ipv4 }
+    : undefined;
+  return { mode, group, watchScope, podName, outDir, leaseDurationMs, budgetNamespace, renewal, readinessLeadMs, gate, federation };
 }
 
 /**
@@ -102,11 +112,11 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   const routingProofs = config.routingChecks.length > 0 ? new RoutingProofs(clock) : undefined;
   const events = new EventEmitter();
   const { delivery, filesWritten } = deliveryToProxy(config, logger, metrics, events);
-  const ctx: BackendContext = { config, deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) };
+  const ctx: BackendContext = { deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) };
   // Start-up order: everything that can refuse the configuration (the store, the ServeConfig's first read,
   // the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before it:
   // a start-up error leaves nothing listening and nothing running.
-  const backend = config.store.kind === 'dir' ? await dirBackend(config.store.path, ctx) : await kubeBackend(ctx);
+  const backend = config.store.kind === 'dir' ? await dirBackend(config.store.path, config.podName, ctx) : await kubeBackend(ctx, kubeSettings(config));
   const { localApi, watcher } = tailscaledSource(config, input, deps, metrics, health, startup);
   const domains = new ManagedDomains(config.domains, logger, input.heapSaving ?? heapSavingSwitch());
   // --advertise-services serve-config: the ServeConfig's Services as last read (its watcher reads it first at start-up).
@@ -209,7 +219,7 @@ async function stopDaemon(p: RunningParts): Promise<void> {
 /** The --serve-config file, whose domains are managed and, with --advertise-services serve-config, whose Services are advertised. */
 /** The served check and the advertisement, when --served-check turns them on; a reload certshare ran checks at once. */
 async function servedRotation(
-  config: DaemonConfig,
+  config: ServedRotationSettings,
   p: {
     clock: Clock;
     logger: Logger;
@@ -261,7 +271,7 @@ function followServeConfig(
 }
 
 function deliveryToProxy(
-  config: DaemonConfig,
+  config: DeliverySettings,
   logger: Logger,
   metrics: Metrics,
   events: EventEmitter,
@@ -327,7 +337,7 @@ interface LoopParts {
 
 /** ACME Renewal Information: the writer asks the CA whether it wants a certificate replaced early. */
 async function ariChecker(
-  config: DaemonConfig,
+  config: AriSettings,
   p: { clock: Clock; logger: Logger; role: IssuanceRole; metrics: Metrics; health: HealthState; wake: (domain: string) => void },
 ): Promise<AriChecker> {
   const [{ AriChecker }, { RenewalInfoClient }] = await Promise.all([import('../acme/ari-checker.ts'), import('../acme/renewal-info-client.ts')]);
@@ -348,7 +358,7 @@ async function ariChecker(
 }
 
 /** The loops, one per domain, their supervisor, the issuance budget and slots; `ari` told of every certificate held. */
-function certificateLoops(config: DaemonConfig, ari: AriChecker | undefined, p: LoopParts): LoopSupervisor {
+function certificateLoops(config: RenewalSettings, ari: AriChecker | undefined, p: LoopParts): LoopSupervisor {
   const { clock, logger, backend, metrics, health } = p;
   const issuanceSlots = new IssuanceSlots(config.issuanceConcurrency);
   metrics.watchIssuanceSlots(issuanceSlots);

@@ -4,7 +4,9 @@ import { readFile } from 'node:fs/promises';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { defaultTrustAnchors, trustAnchors, type TrustAnchors } from '../core/certificates/trust.ts';
 import { rotationExitTime } from '../core/renewal/renewal.ts';
-import { staticRole, type IssuanceRole } from '../core/ports/store.ts';
+import { staticRole, type IssuanceRole, type ShareMode, type WatchScope } from '../core/ports/store.ts';
+import type { FederationSettings } from '../core/federation/home-settings.ts';
+import type { RenewalPolicy } from '../core/renewal/renewal.ts';
 import type { BackendContext, StoreBackend } from './store-backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
 import type { Federation } from '../kube/federation-home.ts';
@@ -22,15 +24,46 @@ import { PodEvents } from '../kube/pod-events.ts';
 /** What the shutdown bound keeps back, after leaving rotation and the drain delay, for stopping the rest. */
 const STOP_RESERVE_MS = 1000;
 
+/** The settings of Kubernetes mode, and only those (the daemon picks them out of its configuration: daemon.ts kubeSettings). */
+export interface KubeSettings {
+  mode: ShareMode;
+  group: string | undefined;
+  watchScope: WatchScope;
+  /** POD_NAME: the Pod whose Events, readiness condition and termination certshare follows; undefined: none. */
+  podName: string | undefined;
+  /** --out-dir: the certificates projected as files too. */
+  outDir: string | undefined;
+  leaseDurationMs: number;
+  budgetNamespace: string | undefined;
+  /** When a certificate leaves rotation (renewal.ts rotationExitTime), for the readiness gate and the federation home. */
+  renewal: RenewalPolicy;
+  readinessLeadMs: number;
+  /** --readiness-gate: the Pod's own condition and its routing check; undefined: none. */
+  gate: GateSettings | undefined;
+  federation: FederationSettings | undefined;
+}
+
+/** --readiness-gate with --routing-check and --routing-attempts; `ownIPv4` from POD_IPS. */
+interface GateSettings {
+  conditionType: string;
+  routingChecks: string[];
+  routingAttempts: number;
+  ownIPv4: string | undefined;
+}
+
+/** The backend's context and its own settings. */
+type KubeContext = BackendContext & { settings: KubeSettings };
+
 /** Kubernetes mode: Secrets as the store, the Pod's own readiness gate, an optional file projection. */
-export async function createKubeBackend(ctx: BackendContext): Promise<StoreBackend> {
-  const { config, deps, metrics } = ctx;
+export async function createKubeBackend(backend: BackendContext, settings: KubeSettings): Promise<StoreBackend> {
+  const ctx: KubeContext = { ...backend, settings };
+  const { deps, metrics } = ctx;
   const { logger, env } = deps;
   const connection = await connectKube(env);
-  const podName = config.podName;
-  const files = config.outDir ? new CertDirectory(config.outDir) : undefined;
+  const podName = settings.podName;
+  const files = settings.outDir ? new CertDirectory(settings.outDir) : undefined;
   // A federated group's pairs count only if they chain to the trust anchors, in the member's Secret too.
-  const anchors = config.federation ? await federationAnchors(config.federation.trustAnchors) : undefined;
+  const anchors = settings.federation ? await federationAnchors(settings.federation.trustAnchors) : undefined;
   const recorder = podName ? eventRecorder(ctx, connection, podName) : undefined;
   const podEvents = recorder ? new PodEvents((occurrence) => recorder.record(occurrence)) : undefined;
   const trust = (where: 'home' | 'local'): StoreTrust | undefined =>
@@ -45,22 +78,28 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
   // A start-up check: in group scope a Role without list/watch on the namespace's Secrets is fatal here.
   await store.start();
   const identity = podName ?? `certshare-${process.pid}`;
-  const elector = config.mode === 'auto' ? leaseElector(ctx, connection, identity, podEvents) : undefined;
-  if (!elector) metrics.writer.set(config.mode === 'rw' ? 1 : 0);
-  const localRole = elector ?? staticRole(identity, config.mode === 'rw');
-  const federation = config.federation ? await federate(ctx, store, localRole, identity, podEvents, trust('home')) : undefined;
+  const elector = settings.mode === 'auto' ? leaseElector(ctx, connection, identity, podEvents) : undefined;
+  if (!elector) metrics.writer.set(settings.mode === 'rw' ? 1 : 0);
+  const localRole = elector ?? staticRole(identity, settings.mode === 'rw');
+  const federation = settings.federation ? await federate(ctx, store, localRole, identity, podEvents, trust('home')) : undefined;
   const role = federation?.role ?? localRole;
   const projector = files ? new Projector(files, logger, ctx.filesWritten) : undefined;
   // validateConfig: a readiness gate has POD_NAME, a routing check an IPv4 in POD_IPS.
-  const gate = config.readinessGate && podName ? readinessGate(ctx, connection, podName, projector, podEvents) : undefined;
+  const gate = settings.gate && podName ? readinessGate(ctx, settings.gate, connection, podName, projector, podEvents) : undefined;
   logger.info(
-    { namespace: connection.namespace, mode: config.mode, group: config.group, watchScope: config.watchScope, readinessGate: config.readinessGate },
+    {
+      namespace: connection.namespace,
+      mode: settings.mode,
+      group: settings.group,
+      watchScope: settings.watchScope,
+      readinessGate: settings.gate?.conditionType,
+    },
     'kubernetes mode',
   );
 
   return {
     store: federation?.store ?? store,
-    ledger: new KubeLedgerStore(federation?.connection ?? connection, config.group, { budgetNamespace: config.budgetNamespace }),
+    ledger: new KubeLedgerStore(federation?.connection ?? connection, settings.group, { budgetNamespace: settings.budgetNamespace }),
     role,
     observers: [...(projector ? [projector] : []), ...(podEvents ? [podEvents.observer] : [])],
     async start() {
@@ -93,15 +132,15 @@ export async function createKubeBackend(ctx: BackendContext): Promise<StoreBacke
 }
 
 /** The KubeSecretStore of this cluster's Secrets (the group's, or only those it is asked for). */
-function localSecretStore(ctx: BackendContext, connection: KubeConnection, files: CertDirectory | undefined, trust: StoreTrust | undefined): KubeSecretStore {
-  const { config, deps, metrics } = ctx;
+function localSecretStore(ctx: KubeContext, connection: KubeConnection, files: CertDirectory | undefined, trust: StoreTrust | undefined): KubeSecretStore {
+  const { settings, deps, metrics } = ctx;
   return new KubeSecretStore({
     connection,
     clock: deps.clock,
     logger: deps.logger.child({ component: 'secret-store' }),
-    group: config.group,
-    writer: config.podName,
-    watchScope: config.watchScope,
+    group: settings.group,
+    writer: settings.podName,
+    watchScope: settings.watchScope,
     onError: (operation) => metrics.storeErrors.inc({ operation }),
     earlierCopies: files,
     trust,
@@ -141,7 +180,7 @@ async function handOver(parts: HandOverParts, settleIssuance: (signal: AbortSign
  * Events about the Pod, when certshare knows which (POD_NAME; POD_UID, downward API metadata.uid, lets
  * `kubectl describe pod` find them: it selects Events by the Pod's uid).
  */
-function eventRecorder(ctx: BackendContext, connection: KubeConnection, podName: string): EventRecorder {
+function eventRecorder(ctx: KubeContext, connection: KubeConnection, podName: string): EventRecorder {
   const { clock, logger, env } = ctx.deps;
   return new EventRecorder({
     connection,
@@ -154,15 +193,15 @@ function eventRecorder(ctx: BackendContext, connection: KubeConnection, podName:
 }
 
 /** --mode auto: the writer elected with the group's Lease. */
-function leaseElector(ctx: BackendContext, connection: KubeConnection, identity: string, podEvents: PodEvents | undefined): LeaseElector {
-  const { config, metrics } = ctx;
+function leaseElector(ctx: KubeContext, connection: KubeConnection, identity: string, podEvents: PodEvents | undefined): LeaseElector {
+  const { settings, metrics } = ctx;
   return new LeaseElector({
     connection,
-    name: `certshare-${config.group!}`, // validateConfig: --mode auto has a group
+    name: `certshare-${settings.group!}`, // validateConfig: --mode auto has a group
     identity: leaseIdentity(identity),
     clock: ctx.deps.clock,
     logger: ctx.deps.logger.child({ component: 'lease' }),
-    leaseDurationMs: config.leaseDurationMs,
+    leaseDurationMs: settings.leaseDurationMs,
     onLeadershipChange: (leader) => {
       metrics.writer.set(leader ? 1 : 0);
       podEvents?.writer(leader);
@@ -172,27 +211,28 @@ function leaseElector(ctx: BackendContext, connection: KubeConnection, identity:
 
 /** --readiness-gate: the Pod's own condition, with the routing check of --routing-check when given. */
 function readinessGate(
-  ctx: BackendContext,
+  ctx: KubeContext,
+  gate: GateSettings,
   connection: KubeConnection,
   podName: string,
   projector: Projector | undefined,
   podEvents: PodEvents | undefined,
 ): ReadinessGate {
-  const { config } = ctx;
+  const { settings } = ctx;
   const { clock, logger } = ctx.deps;
-  const urls = config.routingChecks;
+  const urls = gate.routingChecks;
   return new ReadinessGate({
     connection,
     podName,
-    conditionType: config.readinessGate!,
+    conditionType: gate.conditionType,
     health: ctx.health,
-    validityEnd: (held) => rotationExitTime(held, config.renewal, config.readinessLeadMs),
+    validityEnd: (held) => rotationExitTime(held, settings.renewal, settings.readinessLeadMs),
     ...(projector ? { settled: () => projector.idle() } : {}),
     clock,
     logger: logger.child({ component: 'readiness-gate' }),
     ...(podEvents ? { onPatched: (status: 'True' | 'False', reason: string, message: string) => podEvents.readiness(status, reason, message) } : {}),
     ...(urls.length > 0
-      ? { routing: readinessRouting({ urls, ownIPv4: config.pod.ipv4, attempts: config.routingAttempts, proofs: ctx.routingProofs, logger }) }
+      ? { routing: readinessRouting({ urls, ownIPv4: gate.ownIPv4, attempts: gate.routingAttempts, proofs: ctx.routingProofs, logger }) }
       : {}),
   });
 }
@@ -207,7 +247,11 @@ async function federationAnchors(file: string | undefined): Promise<TrustAnchors
   try {
     text = await readFile(file, 'utf8');
   } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_CONFIG', `--federation-trust-anchors: cannot read ${file}: ${errorMessage(err)}`, { cause: err });
+    throw new CertshareError(
+      'CERTSHARE_BAD_CONFIG',
+      { source: '--federation-trust-anchors', reason: `cannot read ${file}: ${errorMessage(err)}` },
+      { cause: err },
+    );
   }
   return trustAnchors([text], file);
 }
@@ -227,17 +271,17 @@ interface Federated {
  * local ones. Its start-up check refuses an unknown group, missing rights or garbage (CERTSHARE_HOME_UNUSABLE).
  */
 async function federate(
-  ctx: BackendContext,
+  ctx: KubeContext,
   local: KubeSecretStore,
   localRole: IssuanceRole,
   identity: string,
   podEvents: PodEvents | undefined,
   trust: StoreTrust | undefined,
 ): Promise<Federated> {
-  const { config, metrics } = ctx;
+  const { settings, metrics } = ctx;
   const { clock, logger, env } = ctx.deps;
-  const f = config.federation!;
-  const group = config.group!; // validateConfig: a home needs a group
+  const f = settings.federation!;
+  const group = settings.group!; // validateConfig: a home needs a group
   // Loaded only with a home: every other replica leaves the federation's code out (docs/performance.md).
   const { Federation, checkHome } = await import('../kube/federation-home.ts');
   const connection = await connectKube(env, { kubeconfig: f.kubeconfig, namespace: f.namespace });
@@ -265,8 +309,8 @@ async function federate(
     clock,
     logger: log,
     leaseDurationMs: f.leaseDurationMs,
-    renewal: config.renewal,
-    readinessLeadMs: config.readinessLeadMs,
+    renewal: settings.renewal,
+    readinessLeadMs: settings.readinessLeadMs,
     onBreakGlass: (domain, serial) => {
       metrics.breakGlass.inc({ domain });
       podEvents?.breakGlass(domain, serial);

@@ -1,6 +1,5 @@
 // The contract between the daemon and a storage mode (the directory store in src/daemon/daemon.ts, Kubernetes
 // in src/daemon/kube-backend.ts, loaded on demand): a module of its own so that neither imports the other.
-import type { DaemonConfig } from '../config/daemon-config.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import type { HealthState } from '../core/loop/health.ts';
 import type { LocalApi } from '../core/ports/localapi.ts';
@@ -48,8 +47,8 @@ export interface StoreBackend {
   stop?(): Promise<void>;
 }
 
+/** What every storage mode is given beside its own settings. */
 export interface BackendContext {
-  config: DaemonConfig;
   deps: Required<Omit<DaemonDeps, 'localApi' | 'heapSaving'>>;
   metrics: Metrics;
   health: HealthState;

@@ -18,14 +18,14 @@ const MAX_ANSWER_BYTES = 64 * 1024;
  */
 const UNSAFE_PATH = /[\s;\\#'"]/;
 
-function apiError(problem: string, cause?: unknown): CertshareError {
-  return new CertshareError('CERTSHARE_HAPROXY_API', problem, cause === undefined ? undefined : { cause });
+function apiError(command: string, socket: string, failure: string, cause?: unknown): CertshareError {
+  return new CertshareError('CERTSHARE_HAPROXY_API', { command, socket, failure }, cause === undefined ? undefined : { cause });
 }
 
 /** A path usable as a certificate name on HAProxy's command line; CERTSHARE_BAD_FLAG otherwise. */
-export function checkHaproxyPath(flag: string, path: string): string | undefined {
-  if (!path.startsWith('/')) return `${flag} must be an absolute path (HAProxy names certificates by the path it loaded them from), got "${path}"`;
-  if (UNSAFE_PATH.test(path)) return `${flag} must not contain white space, quotes, ";", "\\" or "#" (HAProxy's command line), got ${JSON.stringify(path)}`;
+export function checkHaproxyPath(path: string): string | undefined {
+  if (!path.startsWith('/')) return `must be an absolute path (HAProxy names certificates by the path it loaded them from), got "${path}"`;
+  if (UNSAFE_PATH.test(path)) return `must not contain white space, quotes, ";", "\\" or "#" (HAProxy's command line), got ${JSON.stringify(path)}`;
   return undefined;
 }
 
@@ -70,21 +70,18 @@ export class HaproxyRuntimeApi {
         if (err) reject(err);
         else resolve(Buffer.concat(chunks).toString('utf8'));
       };
-      const onAbort = (): void =>
-        finish(
-          apiError(timeout.aborted ? `"${what}" on ${this.#socket}: no whole answer within ${this.#timeoutMs} ms` : `"${what}" on ${this.#socket}: cancelled`),
-        );
+      const onAbort = (): void => finish(apiError(what, this.#socket, timeout.aborted ? `no whole answer within ${this.#timeoutMs} ms` : 'cancelled'));
       const socket = connect(this.#socket);
       if (abort.aborted) return onAbort();
       abort.addEventListener('abort', onAbort);
       socket.on('connect', () => socket.write(command));
       socket.on('data', (chunk: Buffer) => {
         size += chunk.length;
-        if (size > MAX_ANSWER_BYTES) return finish(apiError(`"${what}" on ${this.#socket}: an answer over ${MAX_ANSWER_BYTES} bytes is not HAProxy's`));
+        if (size > MAX_ANSWER_BYTES) return finish(apiError(what, this.#socket, `an answer over ${MAX_ANSWER_BYTES} bytes is not HAProxy's`));
         chunks.push(chunk);
       });
       socket.on('end', () => finish());
-      socket.on('error', (err: NodeJS.ErrnoException) => finish(apiError(`"${what}" on ${this.#socket}: ${err.code ?? err.message}`, err)));
+      socket.on('error', (err: NodeJS.ErrnoException) => finish(apiError(what, this.#socket, err.code ?? err.message, err)));
     });
   }
 
@@ -95,7 +92,7 @@ export class HaproxyRuntimeApi {
    */
   async replaceCertificate(name: string, pem: string, signal?: AbortSignal): Promise<void> {
     const set = await this.exchange(`set ssl cert ${name} <<\n${pem}\n`, signal);
-    if (!/^Transaction (created|updated) for certificate /m.test(set)) throw apiError(`set ssl cert ${name}: ${describeAnswer(set)}`);
+    if (!/^Transaction (created|updated) for certificate /m.test(set)) throw apiError(`set ssl cert ${name}`, this.#socket, describeAnswer(set));
     let commit: string;
     try {
       commit = await this.exchange(`commit ssl cert ${name}\n`, signal);
@@ -105,7 +102,7 @@ export class HaproxyRuntimeApi {
     }
     if (!/^Success!$/m.test(commit)) {
       await this.exchange(`abort ssl cert ${name}\n`, signal).catch(() => {});
-      throw apiError(`commit ssl cert ${name}: ${describeAnswer(commit)}`);
+      throw apiError(`commit ssl cert ${name}`, this.#socket, describeAnswer(commit));
     }
   }
 }

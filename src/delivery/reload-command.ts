@@ -13,23 +13,23 @@ export type ReloadSpec = { argv: string[] } | { shell: string };
 /** Parses the flag's text; a value starting with `[` must be a JSON array of non-empty strings. */
 export function parseReloadCommand(text: string): ReloadSpec {
   if (!text.trim().startsWith('[')) {
-    if (text.trim() === '') throw new CertshareError('CERTSHARE_BAD_FLAG', '--reload-command is empty');
+    if (text.trim() === '') throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--reload-command', rule: 'is empty' });
     return { shell: text };
   }
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    throw new CertshareError(
-      'CERTSHARE_BAD_FLAG',
-      `--reload-command: a value starting with "[" must be a JSON array of strings (e.g. ["nginx","-s","reload"]): ${(err as Error).message}`,
-    );
+    throw new CertshareError('CERTSHARE_BAD_FLAG', {
+      flag: '--reload-command',
+      rule: `a value starting with "[" must be a JSON array of strings (e.g. ["nginx","-s","reload"]): ${(err as Error).message}`,
+    });
   }
   if (!Array.isArray(parsed) || parsed.length === 0 || !parsed.every((a) => typeof a === 'string') || parsed[0] === '') {
-    throw new CertshareError(
-      'CERTSHARE_BAD_FLAG',
-      '--reload-command: the JSON form must be a non-empty array of strings, the program first (e.g. ["nginx","-s","reload"])',
-    );
+    throw new CertshareError('CERTSHARE_BAD_FLAG', {
+      flag: '--reload-command',
+      rule: 'the JSON form must be a non-empty array of strings, the program first (e.g. ["nginx","-s","reload"])',
+    });
   }
   return { argv: parsed as string[] };
 }

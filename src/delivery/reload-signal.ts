@@ -20,10 +20,10 @@ const MAX_PID_FILE_BYTES = 64;
 export function parseReloadSignal(text: string): NodeJS.Signals {
   const name = text.trim().toUpperCase().replace(/^SIG/, '');
   if (!RELOAD_SIGNALS.has(name)) {
-    throw new CertshareError(
-      'CERTSHARE_BAD_FLAG',
-      `--reload-signal must be one of ${[...RELOAD_SIGNALS].join(', ')} (a signal that stops a process is refused), got "${text}"`,
-    );
+    throw new CertshareError('CERTSHARE_BAD_FLAG', {
+      flag: '--reload-signal',
+      rule: `must be one of ${[...RELOAD_SIGNALS].join(', ')} (a signal that stops a process is refused), got "${text}"`,
+    });
   }
   return `SIG${name}` as NodeJS.Signals;
 }
@@ -35,8 +35,8 @@ async function exists(path: string): Promise<boolean> {
   );
 }
 
-function failed(problem: string, cause?: unknown): CertshareError {
-  return new CertshareError('CERTSHARE_RELOAD_FAILED', problem, cause === undefined ? undefined : { cause });
+function failed(pidFile: string, failure: string, cause?: unknown): CertshareError {
+  return new CertshareError('CERTSHARE_RELOAD_FAILED', { pidFile, failure }, cause === undefined ? undefined : { cause });
 }
 
 /**
@@ -50,23 +50,23 @@ export async function readPidFile(path: string, ownPid = process.pid): Promise<n
   try {
     const handle = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
     try {
-      if (!(await handle.stat()).isFile()) throw failed(`pid file ${path} is not a regular file`);
+      if (!(await handle.stat()).isFile()) throw failed(path, 'not a regular file');
       const buffer = Buffer.alloc(MAX_PID_FILE_BYTES + 1);
       const { bytesRead } = await handle.read(buffer, 0, buffer.length, 0);
-      if (bytesRead > MAX_PID_FILE_BYTES) throw failed(`pid file ${path} holds more than a pid (over ${MAX_PID_FILE_BYTES} bytes)`);
+      if (bytesRead > MAX_PID_FILE_BYTES) throw failed(path, `holds more than a pid (over ${MAX_PID_FILE_BYTES} bytes)`);
       text = buffer.subarray(0, bytesRead).toString('latin1');
     } finally {
       await handle.close();
     }
   } catch (err) {
     if (err instanceof CertshareError) throw err;
-    throw failed(`cannot read pid file ${path}: ${errorMessage(err)}`, err);
+    throw failed(path, `cannot read it: ${errorMessage(err)}`, err);
   }
   const match = /^\s*(\d{1,7})\s*$/.exec(text);
   const pid = match ? Number(match[1]) : Number.NaN;
-  if (!(pid >= 1 && pid <= MAX_PID)) throw failed(`pid file ${path} does not hold one positive integer (a pid): ${JSON.stringify(text.slice(0, 20))}`);
-  if (pid === 1) throw failed(`pid file ${path} names pid 1 (the Pod's init process); refusing to signal it`);
-  if (pid === ownPid) throw failed(`pid file ${path} names certshare's own pid ${pid}; refusing to signal it`);
+  if (!(pid >= 1 && pid <= MAX_PID)) throw failed(path, `does not hold one positive integer (a pid): ${JSON.stringify(text.slice(0, 20))}`);
+  if (pid === 1) throw failed(path, "names pid 1 (the Pod's init process); refusing to signal it");
+  if (pid === ownPid) throw failed(path, `names certshare's own pid ${pid}; refusing to signal it`);
   return pid;
 }
 
@@ -119,16 +119,17 @@ export class SignalReload extends CoalescedReload {
       this.#kill(pid, this.#signal);
     } catch (err) {
       const errno = (err as NodeJS.ErrnoException).code;
-      if (errno === 'ESRCH') throw failed(`pid ${pid} from ${this.#pidFile} is not running (a stale pid file, or no shared process namespace)`, err);
+      if (errno === 'ESRCH') throw failed(this.#pidFile, `pid ${pid} is not running (a stale pid file, or no shared process namespace)`, err);
       if (errno === 'EPERM') {
         const uid = process.getuid?.();
         throw failed(
-          `not permitted to send ${this.#signal} to pid ${pid} from ${this.#pidFile}: without CAP_KILL a process signals only its own uid's ` +
+          this.#pidFile,
+          `not permitted to send ${this.#signal} to pid ${pid}: without CAP_KILL a process signals only its own uid's ` +
             `processes; run the proxy's master as uid ${uid ?? 'of certshare'} (docs/proxies.md)`,
           err,
         );
       }
-      throw failed(`sending ${this.#signal} to pid ${pid}: ${errorMessage(err)}`, err);
+      throw failed(this.#pidFile, `sending ${this.#signal} to pid ${pid}: ${errorMessage(err)}`, err);
     }
   }
 }

@@ -145,8 +145,8 @@ export const emulatorUsage = commandUsage(EMULATOR_HELP);
 
 type ParsedEmulatorArgs = { help: true } | { help: false; options: EmulatorOptions; logLevel: string };
 
-function badFlag(message: string): never {
-  throw new CertshareError('CERTSHARE_BAD_FLAG', message);
+function badFlag(flag: string, rule: string): never {
+  throw new CertshareError('CERTSHARE_BAD_FLAG', { flag, rule });
 }
 
 type EmulatorValues = FlagValues<typeof EMULATOR_FLAGS>;
@@ -158,7 +158,7 @@ type OptionalFlag = {
 
 function wholeNumber(values: EmulatorValues, name: OptionalFlag, want: string): number | undefined {
   const text = values[name];
-  if (text !== undefined && !/^\d+$/.test(text)) badFlag(`--${name}: want ${want}`);
+  if (text !== undefined && !/^\d+$/.test(text)) badFlag(`--${name}`, `want ${want}`);
   return text === undefined ? undefined : Number(text);
 }
 
@@ -168,11 +168,11 @@ function caFile(path: string): { certPem: string; keyPem: string } {
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
-    return badFlag(`--ca: cannot read ${path}: ${errorMessage(err)}`);
+    return badFlag('--ca', `cannot read ${path}: ${errorMessage(err)}`);
   }
   const certPem = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----\n?/.exec(text)?.[0];
   const keyPem = /-----BEGIN PRIVATE KEY-----[\s\S]+?-----END PRIVATE KEY-----\n?/.exec(text)?.[0];
-  if (!certPem || !keyPem) return badFlag(`--ca: ${path} needs a PEM CERTIFICATE and a PKCS#8 PRIVATE KEY`);
+  if (!certPem || !keyPem) return badFlag('--ca', `${path} needs a PEM CERTIFICATE and a PKCS#8 PRIVATE KEY`);
   return { certPem, keyPem };
 }
 
@@ -188,7 +188,7 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
     try {
       domains.push(normalizeDomain(d));
     } catch (err) {
-      badFlag(`--domain: ${errorMessage(err)}`);
+      badFlag('--domain', `${errorMessage(err)}`);
     }
   }
   domains.push(...generated);
@@ -197,7 +197,7 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
     try {
       serviceDomains.push(normalizeDomain(d));
     } catch (err) {
-      badFlag(`--service-domain: ${errorMessage(err)}`);
+      badFlag('--service-domain', `${errorMessage(err)}`);
     }
   }
   const skew = values['clock-skew'];
@@ -206,11 +206,11 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
     try {
       faults.push(parseFaultSpec(spec));
     } catch (err) {
-      badFlag(`--fault: ${errorMessage(err)}`);
+      badFlag('--fault', `${errorMessage(err)}`);
     }
   }
   const logLevel = values['log-level'];
-  if (!PINO_LEVELS.includes(logLevel)) badFlag(`--log-level: want one of ${PINO_LEVELS.join(', ')}`);
+  if (!PINO_LEVELS.includes(logLevel)) badFlag('--log-level', `want one of ${PINO_LEVELS.join(', ')}`);
   const limits: AcmeLimits = {};
   for (const [flag, key] of [
     ['limit-new-certs', 'newCertsPerRegisteredDomain'],
@@ -246,6 +246,6 @@ export function parseEmulatorArgs(argv: string[]): ParsedEmulatorArgs {
     ...Object.fromEntries(Object.entries(set).filter(([, value]) => value !== undefined)),
   };
   const problem = emulatorOptionsProblem(options);
-  if (problem) badFlag(problem.cli);
+  if (problem) badFlag(problem.cli.flag, problem.cli.rule);
   return { help: false, options, logLevel };
 }

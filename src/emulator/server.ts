@@ -182,7 +182,8 @@ export interface Emulator {
 interface OptionsProblem {
   api: string;
   /** With the flags' names (src/emulator/options.ts). */
-  cli: string;
+  /** The flag of `certshare emulator` and the rule it breaks. */
+  cli: { flag: string; rule: string };
 }
 
 /**
@@ -195,14 +196,17 @@ export function emulatorOptionsProblem(options: EmulatorOptions): OptionsProblem
       parseListen(value);
       return undefined;
     } catch (err) {
-      return { api: errorMessage(err), cli: `--${flag}: ${errorMessage(err)}` };
+      return { api: errorMessage(err), cli: { flag: `--${flag}`, rule: `${errorMessage(err)}` } };
     }
   };
   const listen = listenProblem(options.listen ?? './tailscaled.sock', 'listen');
   if (listen) return listen;
   const asked = options.netmapStyle;
   if (asked !== undefined && asked !== 'resend' && asked !== 'selfchange') {
-    return { api: `netmapStyle must be "resend" or "selfchange", not "${String(asked)}"`, cli: `--netmap-style: want selfchange or resend, not "${asked}"` };
+    return {
+      api: `netmapStyle must be "resend" or "selfchange", not "${String(asked)}"`,
+      cli: { flag: '--netmap-style', rule: `want selfchange or resend, not "${asked}"` },
+    };
   }
   const version = options.tailscaledVersion;
   if (version !== undefined) {
@@ -210,28 +214,32 @@ export function emulatorOptionsProblem(options: EmulatorOptions): OptionsProblem
     if (!parsed) {
       return {
         api: `tailscaledVersion must look like 1.104.5, not "${version}"`,
-        cli: `--tailscaled-version: want a release like ${DEFAULT_TAILSCALED_VERSION}, not "${version}"`,
+        cli: { flag: '--tailscaled-version', rule: `want a release like ${DEFAULT_TAILSCALED_VERSION}, not "${version}"` },
       };
     }
     const style = releaseFeatures(parsed).resendsNetMap ? 'resend' : 'selfchange';
     if (asked !== undefined && asked !== style) {
       return {
         api: `netmapStyle "${asked}" contradicts tailscaled ${version}, whose style is "${style}" (v1.100 stopped resending the netmap)`,
-        cli: `--netmap-style ${asked} contradicts --tailscaled-version ${version} (style ${style})`,
+        cli: { flag: '--netmap-style', rule: `${asked} contradicts --tailscaled-version ${version} (style ${style})` },
       };
     }
   }
   if (options.certLifetimeMs !== undefined && !(options.certLifetimeMs >= 1000)) {
-    return { api: 'certLifetimeMs must be at least 1000 (one second)', cli: '--cert-lifetime: must be at least 1s' };
+    return { api: 'certLifetimeMs must be at least 1000 (one second)', cli: { flag: '--cert-lifetime', rule: 'must be at least 1s' } };
   }
   if (options.acmeListen !== undefined) {
     const acme = listenProblem(options.acmeListen, 'acme-listen');
     if (acme) return acme;
     if (parseListen(options.acmeListen).kind !== 'tcp') {
-      return { api: `acmeListen must be HOST:PORT, not "${options.acmeListen}"`, cli: `--acme-listen: want HOST:PORT (TCP), not "${options.acmeListen}"` };
+      return {
+        api: `acmeListen must be HOST:PORT, not "${options.acmeListen}"`,
+        cli: { flag: '--acme-listen', rule: `want HOST:PORT (TCP), not "${options.acmeListen}"` },
+      };
     }
   }
-  if (options.ledgerRequests && options.ledgerPath === undefined) return { api: 'ledgerRequests needs ledgerPath', cli: '--ledger-requests needs --ledger' };
+  if (options.ledgerRequests && options.ledgerPath === undefined)
+    return { api: 'ledgerRequests needs ledgerPath', cli: { flag: '--ledger-requests', rule: 'needs --ledger' } };
   return undefined;
 }
 

@@ -56,7 +56,7 @@ export function parseFlags<const Specs extends readonly FlagSpec[]>(specs: Specs
     // The options above say which flag is a boolean, a string or a list of strings.
     values = parseArgs({ args: argv, options, strict: true, allowPositionals: false }).values as typeof values;
   } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', (err as Error).message.split('\n')[0]!);
+    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: 'the command line', rule: (err as Error).message.split('\n')[0]! });
   }
   const result: Record<string, string | string[] | boolean | undefined> = { help: values.help };
   for (const spec of specs) result[spec.name] = values[spec.name] ?? fromEnv(spec, env) ?? defaultOf(spec);
@@ -82,11 +82,7 @@ function defaultOf(spec: FlagSpec): string | string[] | undefined {
 
 /** A Go-style duration flag in milliseconds; CERTSHARE_BAD_FLAG naming the flag otherwise. */
 export function duration<Values extends object>(values: Values, name: keyof Values & string): number {
-  try {
-    return parseDuration(String(values[name]));
-  } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `--${name}: ${(err as Error).message}`);
-  }
+  return parseDuration(String(values[name]), `--${name}`);
 }
 
 interface UsageOptions {

@@ -223,7 +223,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
       return await core.readNamespacedSecret({ name, namespace }, this.#call());
     } catch (err) {
       if (apiStatus(err) === 404) return null;
-      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read Secret ${namespace}/${name}: ${apiErrorText(err)}`, { cause: err });
+      throw unavailable('read', `Secret ${namespace}/${name}`, err);
     }
   }
 
@@ -246,7 +246,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     } catch (err) {
       const status = apiStatus(err);
       if (status === 409 || status === 404) throw new Conflict(`Secret ${namespace}/${name} changed meanwhile`);
-      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot write Secret ${namespace}/${name}: ${apiErrorText(err)}`, { cause: err });
+      throw unavailable('write', `Secret ${namespace}/${name}`, err);
     }
   }
 
@@ -362,7 +362,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
         );
         return null;
       }
-      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read ${targetKey(target)}: ${apiErrorText(err)}`, { cause: err });
+      throw unavailable('read', targetKey(target), err);
     }
   }
 
@@ -386,7 +386,8 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
           const object = this.#targetObjects.get(key);
           if (!action.objects.includes(key)) continue;
           // An error, not a skip: the pass backs off (and the target's watch wakes it once the object exists).
-          if (!object) throw new CertshareError('CERTSHARE_BAD_CONFIG', `${key} does not exist: no leaf can be trusted until it carries the bundle`);
+          if (!object)
+            throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: key, reason: 'does not exist: no leaf can be trusted until it carries the bundle' });
           const api = TARGET_API[target.kind];
           this.#mayWrite(`the caBundle of ${key}`);
           try {
@@ -394,7 +395,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
             await this.#o.custom.replaceClusterCustomObject({ ...api, name: target.name, body: withCaBundle(target.kind, object, bundlePem) }, this.#call());
           } catch (err) {
             if (apiStatus(err) === 409) throw new Conflict(`${key} changed meanwhile`);
-            throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot write the caBundle of ${key}: ${apiErrorText(err)}`, { cause: err });
+            throw unavailable('write', `the caBundle of ${key}`, err);
           }
         }
         return;
@@ -403,7 +404,11 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
         const signer = this.#cas.find((ca) => ca.id === action.signer);
         const signerKey = keys[CA_KEY(action.signer)];
         if (!signer || signerKey === undefined)
-          throw new CertshareError('CERTSHARE_STORE_CORRUPT', `Secret ${this.#o.caSecret} lacks CA ${action.signer} or its key`);
+          throw new CertshareError('CERTSHARE_STORE_CORRUPT', {
+            object: `Secret ${this.#o.caSecret}`,
+            damage: `no CA ${action.signer} or no key for it`,
+            consequence: 'no leaf is signed by it',
+          });
         const ca = await loadInjectorCa({ certPem: signer.certPem, keyPem: unb64(signerKey) });
         const leaf = await issueServingLeaf(ca, this.#o.names, action);
         // Intent first: the CA Secret records how long this CA must stay trusted before the leaf exists
@@ -456,4 +461,9 @@ function caSecretBody(cas: CaEntry[], keys: Record<string, string>, lastLeafExpi
   }
   const labels = { 'app.kubernetes.io/managed-by': 'certshare-injector' };
   return { type: 'Opaque', metadata: { labels, annotations: { [LAST_LEAF_EXPIRY]: JSON.stringify(lastLeafExpiry) } }, data };
+}
+
+/** A read or write of `object` failed at the API server for another reason than its absence or a conflict. */
+function unavailable(action: 'read' | 'write', object: string, err: unknown): CertshareError {
+  return new CertshareError('CERTSHARE_STORE_UNAVAILABLE', { action, object, cause: apiErrorText(err) }, { cause: err });
 }

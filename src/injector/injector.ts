@@ -298,7 +298,7 @@ function listenAddress(values: InjectorValues, name: 'listen' | 'metrics-listen'
   try {
     return parseHostPort(values[name]);
   } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `--${name}: ${(err as Error).message}`);
+    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: `--${name}`, rule: (err as Error).message });
   }
 }
 
@@ -346,13 +346,14 @@ export function injectorConfigFrom(values: InjectorValues, env: NodeJS.ProcessEn
     logLevel: values['log-level'],
     logFormat: logFormatFrom(values),
   };
-  const problem = validateInjectorConfig(config);
-  if (problem) throw new CertshareError('CERTSHARE_BAD_FLAG', problem);
+  const broken = validateInjectorConfig(config);
+  if (broken) throw new CertshareError('CERTSHARE_BAD_FLAG', broken);
   return config;
 }
 
 function grantsOperator(value: string): boolean {
-  if (value !== 'grant' && value !== 'manual') throw new CertshareError('CERTSHARE_BAD_FLAG', `--tailscale-operator must be grant or manual, got "${value}"`);
+  if (value !== 'grant' && value !== 'manual')
+    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--tailscale-operator', rule: `must be grant or manual, got "${value}"` });
   return value === 'grant';
 }
 
@@ -363,23 +364,26 @@ function grantsOperator(value: string): boolean {
  * Pod (an out-dir over the CA bundle's directory, a flag the daemon refuses) stop the start instead.
  * @forTests
  */
-export function validateInjectorConfig(c: InjectorConfig): string | undefined {
-  const rules: Array<[broken: () => boolean, message: () => string]> = [
+export function validateInjectorConfig(c: InjectorConfig): { flag: string; rule: string } | undefined {
+  const rules: Array<[broken: () => boolean, flag: string, rule: () => string]> = [
     [
       () => rotationPolicyProblem(c.policy) !== undefined,
-      () => `--ca-lifetime, --ca-rotate-before, --leaf-lifetime, --leaf-renew-before, --propagation-grace: ${rotationPolicyProblem(c.policy)}`,
+      '--ca-lifetime, --ca-rotate-before, --leaf-lifetime, --leaf-renew-before, --propagation-grace',
+      () => rotationPolicyProblem(c.policy)!,
     ],
-    [() => !['rw', 'ro', 'auto'].includes(c.defaults.mode), () => `--default-mode must be rw, ro or auto, got "${c.defaults.mode}"`],
-    [() => !isLogLevel(c.logLevel), () => `--log-level must be ${LOG_LEVELS.join(', ')}`],
-    [() => !(c.resyncMs > 0 && c.kubeTimeoutMs > 0), () => '--resync and --kube-timeout must be positive'],
-    [() => c.leaseDurationMs < 1000, () => '--lease-duration must be at least 1s (the Lease counts whole seconds)'],
-    [() => resourcesProblem(c.defaults.resources) !== undefined, () => `--sidecar-resources: ${resourcesProblem(c.defaults.resources)}`],
+    [() => !['rw', 'ro', 'auto'].includes(c.defaults.mode), '--default-mode', () => `must be rw, ro or auto, got "${c.defaults.mode}"`],
+    [() => !isLogLevel(c.logLevel), '--log-level', () => `must be ${LOG_LEVELS.join(', ')}`],
+    [() => !(c.resyncMs > 0 && c.kubeTimeoutMs > 0), '--resync, --kube-timeout', () => 'must be positive'],
+    [() => c.leaseDurationMs < 1000, '--lease-duration', () => 'must be at least 1s (the Lease counts whole seconds)'],
+    [() => resourcesProblem(c.defaults.resources) !== undefined, '--sidecar-resources', () => resourcesProblem(c.defaults.resources)!],
     [
       () => injectionDefaultsProblem(c.defaults) !== undefined,
-      () => `the injector's defaults (--default-*, --sidecar-*) would refuse every Pod that asks for certshare: ${injectionDefaultsProblem(c.defaults)}`,
+      "the injector's defaults (--default-*, --sidecar-*)",
+      () => `would refuse every Pod that asks for certshare: ${injectionDefaultsProblem(c.defaults)}`,
     ],
   ];
-  return rules.find(([broken]) => broken())?.[1]();
+  const broken = rules.find(([isBroken]) => isBroken());
+  return broken && { flag: broken[1], rule: broken[2]() };
 }
 
 function injectionDefaultsProblem(defaults: InjectionDefaults): string | undefined {
@@ -444,17 +448,17 @@ function sidecarResources(text: string): V1ResourceRequirements | undefined {
   try {
     parsed = JSON.parse(text);
   } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `--sidecar-resources is not JSON: ${errorMessage(err)}`);
+    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--sidecar-resources', rule: `is not JSON: ${errorMessage(err)}` });
   }
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
-    throw new CertshareError('CERTSHARE_BAD_FLAG', '--sidecar-resources must be a JSON object like {"requests":{...},"limits":{...}}');
+    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--sidecar-resources', rule: 'must be a JSON object like {"requests":{...},"limits":{...}}' });
   return parsed as V1ResourceRequirements;
 }
 
 function pullPolicy(text: string): string | undefined {
   if (text === '') return undefined;
   if (!['Always', 'IfNotPresent', 'Never'].includes(text)) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `--sidecar-image-pull-policy must be Always, IfNotPresent or Never, got "${text}"`);
+    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--sidecar-image-pull-policy', rule: `must be Always, IfNotPresent or Never, got "${text}"` });
   }
   return text;
 }
@@ -464,25 +468,25 @@ function caBundleSource(text: string): CaBundleSource | undefined {
   if (text === '') return undefined;
   const [configMap = '', key = DEFAULT_CA_KEY, ...rest] = text.split(':');
   if (!isObjectName(configMap) || rest.length > 0)
-    throw new CertshareError(
-      'CERTSHARE_BAD_FLAG',
-      `--sidecar-ca-configmap must be NAME or NAME:KEY with NAME a ConfigMap name (lower-case letters, digits, '-' and '.'), got "${text}"`,
-    );
+    throw new CertshareError('CERTSHARE_BAD_FLAG', {
+      flag: '--sidecar-ca-configmap',
+      rule: `must be NAME or NAME:KEY with NAME a ConfigMap name (lower-case letters, digits, '-' and '.'), got "${text}"`,
+    });
   if (!isConfigMapKey(key))
-    throw new CertshareError(
-      'CERTSHARE_BAD_FLAG',
-      `--sidecar-ca-configmap: "${key}" is not a ConfigMap key (letters, digits, '-', '_' and '.', not starting with "..")`,
-    );
+    throw new CertshareError('CERTSHARE_BAD_FLAG', {
+      flag: '--sidecar-ca-configmap',
+      rule: `"${key}" is not a ConfigMap key (letters, digits, '-', '_' and '.', not starting with "..")`,
+    });
   return { configMap, key };
 }
 
 /** --sidecar-home-kubeconfig-secret: a Secret name, with the home's namespace and this cluster's name in --sidecar-flags. */
 function homeKubeconfigSecret(text: string, flags: string): string | undefined {
   if (text === '') return undefined;
-  if (!isObjectName(text)) throw new CertshareError('CERTSHARE_BAD_FLAG', `--sidecar-home-kubeconfig-secret: "${text}" is not a Secret name`);
+  if (!isObjectName(text)) throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--sidecar-home-kubeconfig-secret', rule: `"${text}" is not a Secret name` });
   for (const needed of ['--federation-namespace', '--federation-cluster']) {
     if (!flags.split(/\s+/).some((f) => f === needed || f.startsWith(`${needed}=`)))
-      throw new CertshareError('CERTSHARE_BAD_FLAG', `--sidecar-home-kubeconfig-secret needs ${needed} in --sidecar-flags`);
+      throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--sidecar-home-kubeconfig-secret', rule: `needs ${needed} in --sidecar-flags` });
   }
   return text;
 }
@@ -492,7 +496,8 @@ function sidecarFlags(text: string): string {
   try {
     checkSidecarFlags(text);
   } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', (err as CertshareError).message);
+    // The admission's message names the flag as an annotation would: the rule is what follows.
+    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--sidecar-flags', rule: errorMessage(err).replace('--sidecar-flags: ', '') });
   }
   return text;
 }

@@ -240,7 +240,7 @@ function reloadSignalFromAnnotations(annotations: Record<string, string>): { sig
   try {
     signal = parseReloadSignal(signalText).slice(3);
   } catch (err) {
-    throw bad(ANNOTATION.reloadSignal, errorMessage(err).replace('--reload-signal ', ''));
+    throw bad(ANNOTATION.reloadSignal, errorMessage(err).replace('--reload-signal: ', ''));
   }
   checkFilePath(ANNOTATION.reloadPidfile, pidFile);
   return { signal, pidFile };
@@ -323,7 +323,8 @@ export const POD_CHOSEN_ENV: readonly string[] = [
 export function sidecarForm(defaults: InjectionDefaults): Record<string, string> {
   const injection = injectionFor(probePod(defaults), defaults);
   const sidecar = injection.kind === 'inject' ? injection.pod.spec?.initContainers?.find((c) => c.name === SIDECAR_NAME) : undefined;
-  if (!sidecar) throw new CertshareError('CERTSHARE_BAD_FLAG', "the injector's defaults add no certshare container to a Pod that asks for it");
+  if (!sidecar)
+    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--default-*, --sidecar-*', rule: 'add no certshare container to a Pod that asks for it' });
   const form: Record<string, string> = { image: defaults.image, 'pod-env': POD_CHOSEN_ENV.join(',') };
   for (const e of sidecar.env ?? []) {
     if (e.valueFrom?.fieldRef) form[`field.${e.name}`] = e.valueFrom.fieldRef.fieldPath;

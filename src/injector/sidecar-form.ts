@@ -23,11 +23,7 @@ export async function publishSidecarForm(connection: KubeConnection, namespace: 
       await connection.core.replaceNamespacedConfigMap({ name: SIDECAR_FORM_CONFIGMAP, namespace, body }, withSignal(signal));
     }
   } catch (err) {
-    throw new CertshareError(
-      'CERTSHARE_STORE_UNAVAILABLE',
-      `cannot write the ConfigMap ${namespace}/${SIDECAR_FORM_CONFIGMAP} ` +
-        `(the sidecar's form, read by the admission policy certshare-sidecar-as-injected): ${apiErrorText(err)}`,
-      { cause: err },
-    );
+    const object = `the ConfigMap ${namespace}/${SIDECAR_FORM_CONFIGMAP} (the sidecar's form, read by the admission policy certshare-sidecar-as-injected)`;
+    throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', { action: 'write', object, cause: apiErrorText(err) }, { cause: err });
   }
 }

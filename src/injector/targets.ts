@@ -25,7 +25,10 @@ export function parseTarget(text: string): Target {
   const [kindText, name, ...rest] = text.trim().split('/');
   const kind = (short[kindText?.toLowerCase() ?? ''] ?? kindText?.toLowerCase()) as TargetKind;
   if (!(kind in TARGET_API) || !name || rest.length > 0) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `"${text}" is not KIND/NAME with KIND one of ${Object.keys(TARGET_API).join(', ')}`);
+    throw new CertshareError('CERTSHARE_BAD_FLAG', {
+      flag: '--inject-ca-into',
+      rule: `"${text}" is not KIND/NAME with KIND one of ${Object.keys(TARGET_API).join(', ')}`,
+    });
   }
   return { kind, name };
 }
@@ -52,10 +55,10 @@ function bundleFields(kind: TargetKind, object: Json): { get(): string | undefin
       const spec = object.spec as { conversion?: { webhook?: ClientConfigHolder } } | undefined;
       const webhook = spec?.conversion?.webhook;
       if (!webhook)
-        throw new CertshareError(
-          'CERTSHARE_BAD_CONFIG',
-          `CustomResourceDefinition ${String((object.metadata as Json | undefined)?.name)} has no conversion webhook to carry a caBundle`,
-        );
+        throw new CertshareError('CERTSHARE_BAD_CONFIG', {
+          source: `CustomResourceDefinition ${String((object.metadata as Json | undefined)?.name)}`,
+          reason: 'has no conversion webhook to carry a caBundle',
+        });
       return [field(webhook.clientConfig, () => (webhook.clientConfig ??= {}))];
     }
     case 'apiservice': {

@@ -37,7 +37,7 @@ export async function connectKube(
     else if (source.kind === 'file') config.loadFromFile(source.path);
     else config.loadFromCluster();
   } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_CONFIG', `cannot load Kubernetes credentials: ${errorMessage(err)}`, { cause: err });
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: 'Kubernetes credentials', reason: `cannot be loaded: ${errorMessage(err)}` }, { cause: err });
   }
   const namespace =
     options.namespace ||

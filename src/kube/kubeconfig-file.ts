@@ -25,7 +25,7 @@ export async function readInlineKubeconfig(path: string): Promise<string> {
   try {
     bytes = await readFile(path);
   } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_CONFIG', `cannot load Kubernetes credentials: ${errorMessage(err)}`, { cause: err });
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: 'Kubernetes credentials', reason: `cannot be loaded: ${errorMessage(err)}` }, { cause: err });
   }
   if (bytes.length > MAX_KUBECONFIG_BYTES) refuse(`${bytes.length} bytes, more than ${MAX_KUBECONFIG_BYTES}`);
   const text = bytes.toString('utf8');

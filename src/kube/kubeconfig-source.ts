@@ -13,7 +13,7 @@ type KubeconfigSource = { kind: 'file'; path: string } | { kind: 'in-cluster' };
  */
 export function kubeconfigSource(env: NodeJS.ProcessEnv): KubeconfigSource {
   const fail = (why: string): never => {
-    throw new CertshareError('CERTSHARE_BAD_CONFIG', `cannot load Kubernetes credentials: ${why}`);
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: 'Kubernetes credentials', reason: `cannot be loaded: ${why}` });
   };
   if (env.KUBECONFIG) {
     const path = env.KUBECONFIG.split(':')[0]!;

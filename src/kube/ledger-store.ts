@@ -24,7 +24,8 @@ function ledgerName(group: string | undefined): string {
  */
 function budgetLedgerName(registeredDomain: string): string {
   const name = `certshare-budget-${registeredDomain}`;
-  if (!isObjectName(name)) throw new CertshareError('CERTSHARE_BAD_CONFIG', `no ledger ConfigMap name for the registered domain "${registeredDomain}"`);
+  if (!isObjectName(name))
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: `registered domain "${registeredDomain}"`, reason: 'makes no ledger ConfigMap name' });
   return name;
 }
 
@@ -70,20 +71,16 @@ export class KubeLedgerStore implements LedgerStore {
     } catch (err) {
       if (apiStatus(err) === 404 && this.#placement.kind === 'group') return { entries: [], version: undefined };
       const missing = apiStatus(err) === 404 ? ' (the platform creates it: manifests/budget, or the Helm values budget.registeredDomains)' : '';
-      throw new CertshareError(
-        'CERTSHARE_STORE_UNAVAILABLE',
-        `cannot read the issuance ledger ConfigMap ${namespace}/${name}: ${apiErrorText(err)}${missing}`,
-        {
-          cause: err,
-        },
-      );
+      const object = `the issuance ledger ConfigMap ${namespace}/${name}`;
+      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', { action: 'read', object, cause: `${apiErrorText(err)}${missing}` }, { cause: err });
     }
     const text = map.data?.[KEY];
     if (text === undefined) {
-      throw new CertshareError(
-        'CERTSHARE_STORE_CORRUPT',
-        `issuance ledger ConfigMap ${namespace}/${name} has no ${KEY}; no first issuance until it is repaired or deleted by hand`,
-      );
+      throw new CertshareError('CERTSHARE_STORE_CORRUPT', {
+        object: `issuance ledger ConfigMap ${namespace}/${name}`,
+        damage: `no ${KEY}`,
+        consequence: 'no first issuance until it is repaired or deleted by hand',
+      });
     }
     this.#metadata.set(name, { labels: map.metadata?.labels, annotations: map.metadata?.annotations });
     return { entries: decodeLedger(text, `ConfigMap ${namespace}/${name}`), version: map.metadata?.resourceVersion ?? '' };
@@ -116,13 +113,13 @@ export class KubeLedgerStore implements LedgerStore {
     } catch (err) {
       const status = apiStatus(err);
       if (status === 409 || status === 404) {
-        throw new CertshareError('CERTSHARE_STORE_CONFLICT', `issuance ledger ${namespace}/${name} changed meanwhile: ${apiErrorText(err)}`, {
-          cause: err,
-        });
+        throw new CertshareError('CERTSHARE_STORE_CONFLICT', { object: `issuance ledger ${namespace}/${name}`, detail: apiErrorText(err) }, { cause: err });
       }
-      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot write the issuance ledger ConfigMap ${namespace}/${name}: ${apiErrorText(err)}`, {
-        cause: err,
-      });
+      throw new CertshareError(
+        'CERTSHARE_STORE_UNAVAILABLE',
+        { action: 'write', object: `the issuance ledger ConfigMap ${namespace}/${name}`, cause: apiErrorText(err) },
+        { cause: err },
+      );
     }
   }
 }

@@ -52,18 +52,26 @@ async function patch(connection: KubeConnection, domain: string, body: object, s
   } catch (err) {
     const status = apiStatus(err);
     const where = `Secret ${namespace}/${domain}`;
-    if (status === 409) throw new CertshareError('CERTSHARE_STORE_CONFLICT', `${where} changed meanwhile`, { cause: err });
+    if (status === 409) throw new CertshareError('CERTSHARE_STORE_CONFLICT', { object: where, detail: apiErrorText(err) }, { cause: err });
     if (status === 404) {
-      throw new CertshareError('CERTSHARE_BAD_CONFIG', `${where} does not exist: no certificate was stored for ${domain} in this namespace (see --namespace)`, {
-        cause: err,
-      });
+      throw new CertshareError(
+        'CERTSHARE_BAD_CONFIG',
+        { source: where, reason: `does not exist: no certificate was stored for ${domain} in this namespace (see --namespace)` },
+        {
+          cause: err,
+        },
+      );
     }
     if (status === 401 || status === 403) {
-      throw new CertshareError('CERTSHARE_BAD_CONFIG', `${where}: ${apiErrorText(err)} (certshare renew needs patch on that Secret; see docs/renew.md)`, {
-        cause: err,
-        refused: true,
-      });
+      throw new CertshareError(
+        'CERTSHARE_BAD_CONFIG',
+        { source: where, reason: `${apiErrorText(err)} (certshare renew needs patch on that Secret; see docs/renew.md)` },
+        {
+          cause: err,
+          refused: true,
+        },
+      );
     }
-    throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot patch ${where}: ${apiErrorText(err)}`, { cause: err });
+    throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', { action: 'patch', object: where, cause: apiErrorText(err) }, { cause: err });
   }
 }

@@ -129,7 +129,7 @@ export class KubeSecretStore implements CertStore {
     this.#logger = options.logger;
     this.#meta = { namespace: options.connection.namespace, group: options.group, writer: options.writer };
     this.#scope = options.watchScope ?? 'secret';
-    if (this.#scope === 'group' && !options.group) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'watch scope group needs a group');
+    if (this.#scope === 'group' && !options.group) throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: 'watch scope group', reason: 'needs a group' });
     this.#onError = options.onError ?? (() => {});
     this.#earlierCopies = options.earlierCopies;
   }
@@ -409,7 +409,8 @@ export class KubeSecretStore implements CertStore {
   async #write(domain: string, change: Parameters<typeof certSecret>[3], signal: AbortSignal | undefined): Promise<void> {
     const { core, namespace } = this.#conn;
     const seen = this.#lastRead.get(domain);
-    if (seen === undefined) throw new CertshareError('CERTSHARE_STORE_CONFLICT', `Secret ${namespace}/${domain} written before it was read`);
+    if (seen === undefined)
+      throw new CertshareError('CERTSHARE_STORE_CONFLICT', { object: `Secret ${namespace}/${domain}`, detail: 'written before it was read' });
     const body = certSecret(domain, seen ?? undefined, this.#meta, change);
     try {
       const written =
@@ -447,25 +448,27 @@ function unlessAborted(promise: Promise<boolean>, signal: AbortSignal | undefine
 
 /** Group scope's start-up check: the Role does not let certshare list and watch the namespace's Secrets. */
 function groupListRefused(namespace: string, err: unknown): CertshareError {
-  return new CertshareError(
-    'CERTSHARE_BAD_CONFIG',
-    `--watch-scope group needs list and watch on Secrets in namespace ${namespace}: ${apiErrorText(err)} ` +
-      '(grant the Role certshare-group-reader of manifests/group-scope, or use --watch-scope secret)',
-    { cause: err },
-  );
+  const reason =
+    `needs list and watch on Secrets in namespace ${namespace}: ${apiErrorText(err)} ` +
+    '(grant the Role certshare-group-reader of manifests/group-scope, or use --watch-scope secret)';
+  return new CertshareError('CERTSHARE_BAD_CONFIG', { source: '--watch-scope group', reason }, { cause: err });
 }
 
 /** A compare-and-swap write found Secret `namespace/domain` changed (409) or gone (404) since its last read. */
 function secretChanged(namespace: string, domain: string, err: unknown): CertshareError {
-  return new CertshareError('CERTSHARE_STORE_CONFLICT', `Secret ${namespace}/${domain} changed meanwhile: ${apiErrorText(err)}`, { cause: err });
+  return new CertshareError('CERTSHARE_STORE_CONFLICT', { object: `Secret ${namespace}/${domain}`, detail: apiErrorText(err) }, { cause: err });
 }
 
 /** A GET or a write of Secret `namespace/domain` failed for another reason than its absence or a conflict. */
 function secretUnavailable(verb: 'read' | 'write', namespace: string, domain: string, err: unknown): CertshareError {
-  return new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot ${verb} Secret ${namespace}/${domain}: ${apiErrorText(err)}`, {
-    cause: err,
-    refused: isRefusedStatus(err),
-  });
+  return new CertshareError(
+    'CERTSHARE_STORE_UNAVAILABLE',
+    { action: verb, object: `Secret ${namespace}/${domain}`, cause: apiErrorText(err) },
+    {
+      cause: err,
+      refused: isRefusedStatus(err),
+    },
+  );
 }
 
 /** Why the certificate's chain does not reach the trust anchors, or undefined when it does. */

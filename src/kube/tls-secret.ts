@@ -41,7 +41,11 @@ export class TlsSecret implements PairSource {
     try {
       pair = await this.#read();
     } catch (err) {
-      throw new CertshareError('CERTSHARE_BAD_CONFIG', `${this.#flag} secret:${this.#name}: cannot read the Secret: ${apiErrorText(err)}`, { cause: err });
+      throw new CertshareError(
+        'CERTSHARE_BAD_CONFIG',
+        { source: `${this.#flag} secret:${this.#name}`, reason: `cannot read the Secret: ${apiErrorText(err)}` },
+        { cause: err },
+      );
     }
     checkedPair(pair);
     this.#last.changed(pair);

@@ -256,7 +256,7 @@ export class CertDomainsWatcher {
         this.#apply(domains, 'initial status');
         learned = true;
       } else {
-        this.#badLine('InitialStatus.CertDomains is not an array of strings; Notify ignored');
+        this.#badLine('Notify', 'its InitialStatus.CertDomains is not an array of strings');
       }
     }
     if (notify.NetMap !== undefined && notify.NetMap !== null) {
@@ -266,7 +266,7 @@ export class CertDomainsWatcher {
         this.#apply(domains, 'netmap');
         learned = true;
       } else {
-        this.#badLine('NetMap.DNS.CertDomains is not an array of strings; Notify ignored');
+        this.#badLine('Notify', 'its NetMap.DNS.CertDomains is not an array of strings');
       }
     }
     // At connect the domains must be known now, not at the next change: read them when the first Notify
@@ -329,7 +329,7 @@ export class CertDomainsWatcher {
     const status = await this.#localApi.status(signal);
     const domains = parseDomainList(status.CertDomains);
     if (!domains) {
-      throw new CertshareError('CERTSHARE_LOCALAPI_BAD_RESPONSE', 'status CertDomains is not an array of strings');
+      throw new CertshareError('CERTSHARE_LOCALAPI_BAD_RESPONSE', { request: 'GET /localapi/v0/status', failure: 'CertDomains is not an array of strings' });
     }
     return { domains, source: 'status' };
   }
@@ -375,8 +375,8 @@ export class CertDomainsWatcher {
     this.#safeCall('onProblem', () => this.#options.onProblem?.(message));
   }
 
-  #badLine(problem: string): void {
-    const err = new CertshareError('CERTSHARE_BUS_BAD_LINE', problem);
+  #badLine(what: string, flaw: string): void {
+    const err = new CertshareError('CERTSHARE_BUS_BAD_LINE', { what, flaw });
     if (this.#options.onBadLine) this.#safeCall('onBadLine', () => this.#options.onBadLine?.(err));
     else this.#logger.warn({ code: err.code, err: err.message }, 'skipped a malformed IPN bus message');
   }

@@ -122,7 +122,7 @@ class HttpLocalApi implements LocalApiClient {
     const value = parseJson(await this.#get(path, signal, this.#requestTimeoutMs, LOCALAPI_ANSWER_BOUNDS.json), path);
     if (value === null) return [];
     if (!Array.isArray(value) || !value.every((d) => typeof d === 'string')) {
-      throw badResponse(`GET ${path}: expected a JSON array of strings`);
+      throw badResponse(`GET ${path}`, 'expected a JSON array of strings');
     }
     return value as string[];
   }
@@ -131,7 +131,7 @@ class HttpLocalApi implements LocalApiClient {
     const path = '/localapi/v0/status?peers=false';
     const value = parseJson(await this.#get(path, signal, this.#requestTimeoutMs, LOCALAPI_ANSWER_BOUNDS.json), path);
     if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-      throw badResponse(`GET ${path}: expected a JSON object`);
+      throw badResponse(`GET ${path}`, 'expected a JSON object');
     }
     return value as Record<string, unknown>;
   }
@@ -202,18 +202,18 @@ class HttpLocalApi implements LocalApiClient {
       value = JSON.parse(line.toString('utf8'));
     } catch {
       // The parser's message quotes the line: keep it out of logs.
-      this.#badLine(`line of ${line.length} bytes is not valid JSON`);
+      this.#badLine(`line of ${line.length} bytes`, 'not valid JSON');
       return undefined;
     }
     if (value === null || typeof value !== 'object' || Array.isArray(value)) {
-      this.#badLine(`line of ${line.length} bytes is not a JSON object`);
+      this.#badLine(`line of ${line.length} bytes`, 'not a JSON object');
       return undefined;
     }
     return value as IpnNotify;
   }
 
-  #badLine(problem: string): void {
-    const err = new CertshareError('CERTSHARE_BUS_BAD_LINE', problem);
+  #badLine(what: string, flaw: string): void {
+    const err = new CertshareError('CERTSHARE_BUS_BAD_LINE', { what, flaw });
     if (this.#onBadLine) this.#onBadLine(err);
     else this.#logger.warn({ code: err.code, err: err.message }, 'skipped a malformed IPN bus line');
   }
@@ -233,7 +233,7 @@ class HttpLocalApi implements LocalApiClient {
         for await (const chunk of ex.res as AsyncIterable<Buffer>) {
           total += chunk.length;
           // Torn down (`finally`) before the rest arrives: nothing past the bound is read.
-          if (total > maxBytes) throw badResponse(`${method} ${path}: answer larger than ${maxBytes} bytes, the bound for its kind`);
+          if (total > maxBytes) throw badResponse(`${method} ${path}`, `answer larger than ${maxBytes} bytes, the bound for its kind`);
           chunks.push(chunk);
         }
       } catch (err) {
@@ -271,12 +271,15 @@ class HttpLocalApi implements LocalApiClient {
     const answer = `HTTP ${status}${body ? `: ${body}` : ''}`;
     if (isRefusalStatus(status)) {
       const who = `tailscaled ${tailscaledVersion ?? '(version not reported)'}`;
-      return new LocalApiError(`${who} refused ${method} ${path}: ${answer} (${refusalHint(status, path, method)})`, {
-        code: 'CERTSHARE_LOCALAPI_REFUSED',
-        ...fields,
-      });
+      return new LocalApiError(
+        { request: `${method} ${path}`, failure: `${who} answered ${answer} (${refusalHint(status, path, method)})` },
+        {
+          code: 'CERTSHARE_LOCALAPI_REFUSED',
+          ...fields,
+        },
+      );
     }
-    return new LocalApiError(`${method} ${path}: ${answer}`, { code: 'CERTSHARE_LOCALAPI_HTTP', ...fields });
+    return new LocalApiError({ request: `${method} ${path}`, failure: answer }, { code: 'CERTSHARE_LOCALAPI_HTTP', ...fields });
   }
 
   /** Sends a request (GET unless `send` says otherwise) and resolves once the response headers arrived. */
@@ -311,10 +314,13 @@ class HttpLocalApi implements LocalApiClient {
       const timer = setTimeout(
         () =>
           destroy(
-            new LocalApiError(`at ${target.display}: ${method} ${path} timed out after ${formatGoDuration(timeoutMs)}`, {
-              code: 'CERTSHARE_LOCALAPI_TIMEOUT',
-              timedOut: true,
-            }),
+            new LocalApiError(
+              { request: `${method} ${path}`, failure: `no answer from ${target.display} within ${formatGoDuration(timeoutMs)}` },
+              {
+                code: 'CERTSHARE_LOCALAPI_TIMEOUT',
+                timedOut: true,
+              },
+            ),
           ),
         timeoutMs,
       );
@@ -381,7 +387,7 @@ function parseAddress(address: string): Target {
   if (/^[a-z][a-z0-9+.-]*:\/\//i.test(address)) {
     const url = new URL(address);
     if (url.protocol !== 'http:') {
-      throw new CertshareError('CERTSHARE_BAD_CONFIG', `LocalAPI address must be a socket path or http:// URL: ${address}`);
+      throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: `LocalAPI address ${address}`, reason: 'must be a socket path or an http:// URL' });
     }
     const request: http.RequestOptions = {
       host: url.hostname.replace(/^\[|\]$/g, ''),
@@ -394,7 +400,7 @@ function parseAddress(address: string): Target {
     url.password = '';
     return { request, basePath: url.pathname.replace(/\/+$/, ''), display: url.origin };
   }
-  if (address.length === 0) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'LocalAPI socket path is empty');
+  if (address.length === 0) throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: 'LocalAPI socket path', reason: 'empty' });
   return { request: { socketPath: address }, basePath: '', display: address };
 }
 
@@ -420,21 +426,19 @@ const HINTS: Record<string, string> = {
 function transportError(err: unknown, display: string, request: string, responded: boolean): LocalApiError {
   const code = (err as NodeJS.ErrnoException | undefined)?.code;
   const detail = code ?? errorMessage(err);
-  const message = responded
-    ? `tailscaled LocalAPI at ${display}: connection lost during ${request}: ${detail}`
-    : `tailscaled LocalAPI not reachable at ${display}: ${detail}${(code && HINTS[code]) ?? ''}`;
-  return new LocalApiError(message, { code: 'CERTSHARE_LOCALAPI_UNREACHABLE', cause: err });
+  const failure = responded ? `connection to ${display} lost: ${detail}` : `not reachable at ${display}: ${detail}${(code && HINTS[code]) ?? ''}`;
+  return new LocalApiError({ request, failure }, { code: 'CERTSHARE_LOCALAPI_UNREACHABLE', cause: err });
 }
 
-function badResponse(problem: string): LocalApiError {
-  return new LocalApiError(problem, { code: 'CERTSHARE_LOCALAPI_BAD_RESPONSE' });
+function badResponse(request: string, failure: string): LocalApiError {
+  return new LocalApiError({ request, failure }, { code: 'CERTSHARE_LOCALAPI_BAD_RESPONSE' });
 }
 
 function parseJson(body: Buffer, path: string, method = 'GET'): unknown {
   try {
     return JSON.parse(body.toString('utf8'));
   } catch (err) {
-    throw badResponse(`${method} ${path}: response is not JSON: ${errorMessage(err)}`);
+    throw badResponse(`${method} ${path}`, `response is not JSON: ${errorMessage(err)}`);
   }
 }
 
@@ -448,15 +452,17 @@ interface Send {
 function parsePrefs(body: Buffer, request: string): IpnPrefs {
   const [method, path] = request.split(' ') as [string, string];
   const value = parseJson(body, path, method);
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw badResponse(`${request}: expected a JSON object`);
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) throw badResponse(request, 'expected a JSON object');
   const services = (value as IpnPrefs).AdvertiseServices;
   if (services !== undefined && services !== null && !(Array.isArray(services) && services.every((s) => typeof s === 'string'))) {
-    throw badResponse(`${request}: AdvertiseServices is not a list of strings`);
+    throw badResponse(request, 'AdvertiseServices is not a list of strings');
   }
   return value as IpnPrefs;
 }
 
 const CERT_BEGIN = '-----BEGIN CERTIFICATE-----';
+/** The request a CertPair body answers, for messages. */
+const CERT_PAIR = 'GET /localapi/v0/cert?type=pair';
 
 /**
  * Splits a CertPair body (private key PEM first, then the chain PEM) at the start of the first
@@ -467,18 +473,18 @@ const CERT_BEGIN = '-----BEGIN CERTIFICATE-----';
  */
 export function splitCertPair(body: string): CertPair {
   const at = body.indexOf(CERT_BEGIN);
-  if (at === -1) throw badResponse('CertPair response has no certificate');
+  if (at === -1) throw badResponse(CERT_PAIR, 'response has no certificate');
   const keyPart = body.slice(0, at).trim();
   const certPart = body.slice(at).trim();
   if (certPart.includes('PRIVATE KEY')) {
-    throw badResponse('CertPair response has private key material after the first certificate');
+    throw badResponse(CERT_PAIR, 'response has private key material after the first certificate');
   }
   const keyBlocks = keyPart.split('-----BEGIN ').length - 1;
   if (keyBlocks !== 1 || !/^-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----\r?\n/.test(keyPart) || !/\n-----END [A-Z0-9 ]*PRIVATE KEY-----$/.test(keyPart)) {
-    throw badResponse('CertPair response does not start with exactly one private key PEM block');
+    throw badResponse(CERT_PAIR, 'response does not start with exactly one private key PEM block');
   }
   if (!certPart.endsWith('-----END CERTIFICATE-----')) {
-    throw badResponse('CertPair response has an incomplete certificate PEM block');
+    throw badResponse(CERT_PAIR, 'response has an incomplete certificate PEM block');
   }
   return { keyPem: `${keyPart}\n`, certPem: `${certPart}\n` };
 }

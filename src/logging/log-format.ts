@@ -36,7 +36,7 @@ export const LOG_FLAGS = [
 export function logFormatFrom(values: { 'log-format': string }): LogFormat {
   const format = values['log-format'];
   if (!(LOG_FORMATS as readonly string[]).includes(format))
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `--log-format must be ${LOG_FORMATS.join(', ')}, got "${format}"`);
+    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--log-format', rule: `must be ${LOG_FORMATS.join(', ')}, got "${format}"` });
   return format as LogFormat;
 }
 

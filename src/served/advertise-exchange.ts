@@ -127,7 +127,10 @@ async function readStatus(dir: string): Promise<AdvertiseStatus> {
 /** The agent is gone (its stop said so): what a tailscaled that is not listening is to the Advertiser. */
 function agentStopped(): LocalApiError {
   const cause = Object.assign(new Error('the advertise agent stopped'), { code: 'ECONNREFUSED' });
-  return new LocalApiError('the advertise agent stopped (its status says so): nobody advertises through it', { cause });
+  return new LocalApiError(
+    { request: 'the prefs, through the advertise agent', failure: 'the agent stopped (its status says so): nobody advertises through it' },
+    { cause },
+  );
 }
 
 /**
@@ -153,7 +156,8 @@ export function agentPrefs(dir: string, clock: Clock, answerTimeoutMs: number): 
         unanswered = undefined;
         return asPrefs(status);
       }
-      if (within.aborted) throw new LocalApiError(`the advertise agent did not apply request ${unanswered} in time`, { timedOut: true });
+      if (within.aborted)
+        throw new LocalApiError({ request: `request ${unanswered} to the advertise agent`, failure: 'not applied in time' }, { timedOut: true });
       await clock.sleep(ANSWER_POLL_MS, within).catch(() => {});
     }
   };

@@ -69,7 +69,7 @@ export function safeName(domain: string): string {
   } catch {
     // Reported below with the path-specific message.
   }
-  if (canonical !== domain) throw new CertshareError('CERTSHARE_BAD_DOMAIN', `refusing to use the unsafe name "${domain}" as a file name`);
+  if (canonical !== domain) throw new CertshareError('CERTSHARE_BAD_DOMAIN', { name: domain, rule: 'not in its canonical form, so unsafe as a file name' });
   return domain;
 }
 
@@ -97,7 +97,11 @@ export class CertDirectory {
       await mkdir(this.root, { recursive: true, mode: 0o755 });
       await access(this.root, constants.W_OK | constants.X_OK);
     } catch (err) {
-      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `certificate directory ${this.root} is not usable: ${errorMessage(err)}`, { cause: err });
+      throw new CertshareError(
+        'CERTSHARE_STORE_UNAVAILABLE',
+        { action: 'use', object: `the certificate directory ${this.root}`, cause: errorMessage(err) },
+        { cause: err },
+      );
     }
   }
 
@@ -109,7 +113,7 @@ export class CertDirectory {
       [certPem, keyPem] = await Promise.all([readFile(join(path, 'tls.crt'), 'utf8'), readFile(join(path, 'tls.key'), 'utf8')]);
     } catch (err) {
       if (isMissing(err)) return { state: 'absent' };
-      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read ${path}: ${errorMessage(err)}`, { cause: err });
+      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', { action: 'read', object: path, cause: errorMessage(err) }, { cause: err });
     }
     try {
       return { state: 'valid', cert: { pair: { certPem, keyPem }, info: validateCertPair({ certPem, keyPem }, domain, now) } };

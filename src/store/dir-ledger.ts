@@ -31,14 +31,19 @@ export class DirLedgerStore implements LedgerStore {
       text = await readFile(this.path, 'utf8');
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'ENOENT') return { entries: [], version: undefined };
-      throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `cannot read the issuance ledger ${this.path}: ${errorMessage(err)}`, { cause: err });
+      throw new CertshareError(
+        'CERTSHARE_STORE_UNAVAILABLE',
+        { action: 'read', object: `the issuance ledger ${this.path}`, cause: errorMessage(err) },
+        { cause: err },
+      );
     }
     return { entries: decodeLedger(text, this.path), version: versionOf(text) };
   }
 
   async write(entries: LedgerEntry[], previous: LedgerSnapshot): Promise<void> {
     const current = await this.read();
-    if (current.version !== previous.version) throw new CertshareError('CERTSHARE_STORE_CONFLICT', `issuance ledger ${this.path} changed meanwhile`);
+    if (current.version !== previous.version)
+      throw new CertshareError('CERTSHARE_STORE_CONFLICT', { object: `issuance ledger ${this.path}`, detail: 'its version is not the one read' });
     await mkdir(this.#dir, { recursive: true, mode: 0o700 });
     await writeFileAtomically(this.#dir, FILE, encodeLedger(entries), 0o600);
   }

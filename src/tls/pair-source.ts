@@ -44,8 +44,8 @@ class TlsDirectory implements PairSource {
       if (!(await stat(this.#path)).isDirectory()) throw new Error('not a directory');
       pair = await this.#read();
     } catch (err) {
-      const why = `${this.#flag} dir:${this.#path}: cannot read tls.crt and tls.key: ${errorMessage(err)}`;
-      throw new CertshareError('CERTSHARE_BAD_CONFIG', why, { cause: err });
+      const reason = `cannot read tls.crt and tls.key: ${errorMessage(err)}`;
+      throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: `${this.#flag} dir:${this.#path}`, reason }, { cause: err });
     }
     checkedPair(pair);
     this.#last.changed(pair);

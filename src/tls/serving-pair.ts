@@ -26,7 +26,7 @@ export function checkedPair(pair: ServingPair): { options: SecureContextOptions;
     createSecureContext({ cert: pair.certPem, key: pair.keyPem });
   } catch (err) {
     // The TLS library's message never quotes key material; it says which check failed.
-    throw new CertshareError('CERTSHARE_CERT_INVALID', `serving certificate rejected: ${errorMessage(err)}`, { cause: err });
+    throw new CertshareError('CERTSHARE_CERT_INVALID', { certificate: 'serving certificate', reason: errorMessage(err) }, { cause: err });
   }
   return { options: { cert: pair.certPem, key: pair.keyPem, minVersion: MIN_VERSION }, serial: cert.serialNumber, notAfter: cert.validToDate.getTime() };
 }

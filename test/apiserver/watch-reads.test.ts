@@ -180,7 +180,7 @@ describe('reads served by the watch', () => {
     const values = parseFlags(RUN_FLAGS, [...replicaArgs('http://127.0.0.1:1', join(dir(), 'forbidden'), 'ro'), '--watch-scope', 'group'], {});
     await assert.rejects(startDaemon(daemonConfigFrom(values, env), { logger: silentLogger, env }), (err: CertshareError) => {
       assert.equal(err.code, 'CERTSHARE_BAD_CONFIG');
-      assert.match(err.message, /--watch-scope group needs list and watch on Secrets in namespace .*403 Forbidden/);
+      assert.match(err.message, /--watch-scope group: needs list and watch on Secrets in namespace .*403 Forbidden/);
       assert.match(err.message, /manifests\/group-scope|--watch-scope secret/);
       return true;
     });

@@ -149,9 +149,9 @@ describe('certshare advertise-agent flags', () => {
     // As the injector sets it: the sidecar's value, comma separated, in the environment.
     assert.deepEqual(parse([], { CERTSHARE_ADVERTISE_SERVICES: 'svc:web,svc:api', CERTSHARE_EXCHANGE: '/run/x' }).services, ['svc:web', 'svc:api']);
     const refused: Array<[string[], RegExp]> = [
-      [['--exchange', '/run/x'], /at least one --advertise-services/],
+      [['--exchange', '/run/x'], /--advertise-services: give at least one svc:NAME/],
       [['--advertise-services', 'serve-config', '--exchange', '/run/x'], /not a Tailscale Service name/],
-      [['--advertise-services', 'svc:web'], /needs --exchange/],
+      [['--advertise-services', 'svc:web'], /--exchange: missing/],
       [[...Array.from({ length: 65 }, (_, i) => ['--advertise-services', `svc:s${i}`]).flat(), '--exchange', '/run/x'], /at most 64/],
     ];
     for (const [args, problem] of refused) assert.throws(() => parse(args), problem, args.join(' '));

@@ -41,11 +41,11 @@ describe('certshare command line', () => {
     for (const [args, pattern] of [
       [['run', '--bogus'], /Unknown option '--bogus'/],
       [['run', '--domain', 'a.example.com', '--check-interval', 'soon'], /--check-interval: invalid duration "soon"/],
-      [['run'], /at least one --domain or a --serve-config/],
+      [['run'], /--domain: give at least one, or a --serve-config/],
       [['run', '--domain', 'not a domain'], /not a fully qualified domain name/],
-      [['run', '--domain', 'a.example.com', '--store', 's3:bucket'], /--store must be dir:PATH or kube/],
-      [['run', '--domain', 'a.example.com', '--log-format', 'yaml'], /--log-format must be json, pretty, auto, got "yaml"/],
-      [['frobnicate'], /unknown command "frobnicate"/],
+      [['run', '--domain', 'a.example.com', '--store', 's3:bucket'], /--store: must be dir:PATH or kube/],
+      [['run', '--domain', 'a.example.com', '--log-format', 'yaml'], /--log-format: must be json, pretty, auto, got "yaml"/],
+      [['frobnicate'], /command: unknown "frobnicate"/],
     ] as const) {
       const res = cli([...args]);
       assert.equal(res.status, 2, `${args.join(' ')} exits 2`);

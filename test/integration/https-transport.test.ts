@@ -11,7 +11,7 @@ describe('https transport', () => {
     const empty = new KubeConfig();
     empty.loadFromString('apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n');
     for (const attempt of [() => apiServer(empty), () => makeApi(empty, CoreV1Api)]) {
-      assert.throws(attempt, { code: 'CERTSHARE_BAD_CONFIG', message: /no Kubernetes cluster configured/ });
+      assert.throws(attempt, { code: 'CERTSHARE_BAD_CONFIG', message: /Kubernetes credentials: no cluster configured/ });
     }
   });
 

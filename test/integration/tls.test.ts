@@ -56,9 +56,9 @@ describe('--tls', () => {
 
   it('refuses a bad --tls at start: malformed, a Secret without --store kube, an unreadable or mismatched pair', async () => {
     const config = (flags: string[]) => daemonConfigFrom(parseFlags(RUN_FLAGS, ['--domain', DOMAIN, '--store', `dir:${dir()}`, ...flags], {}), {});
-    assert.throws(() => config(['--tls', 'certs']), { code: 'CERTSHARE_BAD_FLAG', message: /--tls must be dir:PATH or secret:NAME/ });
+    assert.throws(() => config(['--tls', 'certs']), { code: 'CERTSHARE_BAD_FLAG', message: /--tls: must be dir:PATH or secret:NAME/ });
     assert.throws(() => config(['--tls', 'secret:Bad_Name']), { code: 'CERTSHARE_BAD_FLAG' });
-    assert.throws(() => config(['--tls', 'secret:web-tls']), { code: 'CERTSHARE_BAD_FLAG', message: /--tls secret: needs --store kube/ });
+    assert.throws(() => config(['--tls', 'secret:web-tls']), { code: 'CERTSHARE_BAD_FLAG', message: /--tls secret:NAME: needs --store kube/ });
     assert.deepEqual(config(['--tls', 'dir:/etc/tls']).tls, { kind: 'dir', path: '/etc/tls' });
 
     await mkdir(join(dir(), 'refused'));

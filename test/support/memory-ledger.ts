@@ -11,12 +11,13 @@ export class MemoryLedger implements LedgerStore {
   async read(): Promise<LedgerSnapshot> {
     this.reads++;
     await Promise.resolve(); // a real read yields: lets concurrent writers interleave
-    if (this.failReads) throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'ledger forbidden (403)');
+    if (this.failReads) throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', { action: 'read', object: 'the memory ledger', cause: '403 Forbidden' });
     return { entries: structuredClone(this.entries), version: this.version === 0 ? undefined : String(this.version) };
   }
   async write(entries: LedgerEntry[], previous: LedgerSnapshot): Promise<void> {
     await Promise.resolve();
-    if ((previous.version ?? '0') !== String(this.version)) throw new CertshareError('CERTSHARE_STORE_CONFLICT', 'ledger changed');
+    if ((previous.version ?? '0') !== String(this.version))
+      throw new CertshareError('CERTSHARE_STORE_CONFLICT', { object: 'the memory ledger', detail: 'its version is not the one read' });
     this.entries = structuredClone(entries);
     this.version++;
   }

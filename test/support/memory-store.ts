@@ -4,8 +4,8 @@ import type { CertStore, Coordination, StoreRead, StoredCert } from '../../src/c
 /** An in-memory CertStore whose reads and writes can be made to fail, for core tests. */
 const storeDown = (how: true | 'refused'): CertshareError =>
   how === 'refused'
-    ? new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'store refused: 403 Forbidden', { refused: true })
-    : new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'store down');
+    ? new CertshareError('CERTSHARE_STORE_UNAVAILABLE', { action: 'use', object: 'the memory store', cause: '403 Forbidden' }, { refused: true })
+    : new CertshareError('CERTSHARE_STORE_UNAVAILABLE', { action: 'use', object: 'the memory store', cause: 'down' });
 
 export class MemoryStore implements CertStore {
   readonly kind = 'memory';
@@ -32,7 +32,7 @@ export class MemoryStore implements CertStore {
   }
 
   async recordIntent(domain: string, holder: string, at: number): Promise<void> {
-    if (this.failIntents) throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'store down');
+    if (this.failIntents) throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', { action: 'use', object: 'the memory store', cause: 'down' });
     this.intents.push({ domain, holder });
     this.coordination.set(domain, { ...this.coordination.get(domain), intent: { holder, at } });
   }

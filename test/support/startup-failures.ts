@@ -152,7 +152,7 @@ export const STARTUP_FAILURES: StartupCase[] = [
   {
     name: 'bad store spec',
     exitCode: 2,
-    stderr: /--store must be dir:PATH or kube.*CERTSHARE_BAD_FLAG/,
+    stderr: /--store: must be dir:PATH or kube.*CERTSHARE_BAD_FLAG/,
     args: (ctx) => [...base(ctx), '--domain', DOMAIN, '--store', 's3:bucket'],
   },
   {

@@ -37,7 +37,7 @@ class FakePrefs implements PrefsApi {
   #maybeFail(): void {
     if (this.failures > 0) {
       this.failures--;
-      throw new LocalApiError('PATCH /localapi/v0/prefs: HTTP 500', { status: 500 });
+      throw new LocalApiError({ request: 'PATCH /localapi/v0/prefs', failure: 'HTTP 500' }, { status: 500 });
     }
   }
 }
@@ -127,7 +127,7 @@ describe('Advertiser over any order of decisions, failures and edits by others',
 
     const gone = new FakePrefs();
     gone.prefs = async () => {
-      throw new LocalApiError('GET /localapi/v0/prefs: HTTP 404', { status: 404 });
+      throw new LocalApiError({ request: 'GET /localapi/v0/prefs', failure: 'HTTP 404' }, { status: 404 });
     };
     const disabled = advertiserOn(gone, clock);
     disabled.start();

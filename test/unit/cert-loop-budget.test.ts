@@ -100,6 +100,6 @@ describe('CertLoop with the issuance budget', () => {
     s.advance(60 * MIN);
     await s.loop.turn(signal);
     assert.deepEqual(s.calls, []);
-    assert.match(s.health.evaluate(s.now()).reason, /issuance ledger unusable: ledger forbidden \(403\)/);
+    assert.match(s.health.evaluate(s.now()).reason, /issuance ledger unusable: cannot read the memory ledger: 403 Forbidden/);
   });
 });

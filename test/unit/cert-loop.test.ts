@@ -132,7 +132,7 @@ describe('CertLoop', () => {
 
   it('honours Retry-After exactly: no call before it, one after', async () => {
     h.responses.push(async () => {
-      throw new LocalApiError('cert', { status: 429, body: 'rateLimited', retryAfterMs: 17 * MIN });
+      throw new LocalApiError({ request: 'GET /localapi/v0/cert/x', failure: 'cert' }, { status: 429, body: 'rateLimited', retryAfterMs: 17 * MIN });
     });
     assert.equal(await h.loop.turn(signal), 17 * MIN);
     h.clock.t += 17 * MIN - 1;
@@ -149,7 +149,7 @@ describe('CertLoop', () => {
     const waits: number[] = [];
     for (let i = 0; i < 3; i++) {
       h.responses.push(async () => {
-        throw new LocalApiError('cert', { status: 500, body: 'acme: internal error' });
+        throw new LocalApiError({ request: 'GET /localapi/v0/cert/x', failure: 'cert' }, { status: 500, body: 'acme: internal error' });
       });
       const wait = await h.loop.turn(signal);
       waits.push(wait);
@@ -160,7 +160,7 @@ describe('CertLoop', () => {
     await h.loop.turn(signal);
     h.clock.t += 45 * MIN;
     h.responses.push(async () => {
-      throw new LocalApiError('cert', { status: 500, body: 'acme: internal error' });
+      throw new LocalApiError({ request: 'GET /localapi/v0/cert/x', failure: 'cert' }, { status: 500, body: 'acme: internal error' });
     });
     assert.equal(await h.loop.turn(signal), MIN);
   });
@@ -441,7 +441,10 @@ describe('CertLoop coordination between writers', () => {
     assert.equal(h.calls.length, 0);
     h.clock.t += 30 * MIN;
     h.responses.push(async () => {
-      throw new LocalApiError('cert', { status: 500, body: 'urn:ietf:params:acme:error:rateLimited: too many certificates' });
+      throw new LocalApiError(
+        { request: 'GET /localapi/v0/cert/x', failure: 'cert' },
+        { status: 500, body: 'urn:ietf:params:acme:error:rateLimited: too many certificates' },
+      );
     });
     assert.equal(await h.loop.turn(signal), 60 * MIN, 'no Retry-After: an hour');
     assert.equal(h.store.coordination.get(domain)?.retryNotBefore, h.clock.now() + 60 * MIN);
@@ -486,7 +489,10 @@ describe('CertLoop coordination between writers', () => {
   it('records a Retry-After longer than the retry cap as the cap, keeping its own exact wait', async () => {
     const h = harness();
     h.responses.push(async () => {
-      throw new LocalApiError('cert', { status: 429, body: 'urn:ietf:params:acme:error:rateLimited', retryAfterMs: 7 * 24 * 60 * MIN });
+      throw new LocalApiError(
+        { request: 'GET /localapi/v0/cert/x', failure: 'cert' },
+        { status: 429, body: 'urn:ietf:params:acme:error:rateLimited', retryAfterMs: 7 * 24 * 60 * MIN },
+      );
     });
     assert.equal(await h.loop.turn(signal), 7 * 24 * 60 * MIN, "the CA's word holds for this loop");
     assert.equal(h.store.coordination.get(domain)?.retryNotBefore, h.clock.now() + 24 * 60 * MIN, 'what other replicas believe');
@@ -668,13 +674,13 @@ describe('CertLoop intent after a failure', () => {
   it('withdraws its intent when tailscaled answered with an error, keeps it after a timeout', async () => {
     const h = harness();
     h.responses.push(async () => {
-      throw new LocalApiError('cert', { status: 500, body: 'acme: internal error' });
+      throw new LocalApiError({ request: 'GET /localapi/v0/cert/x', failure: 'cert' }, { status: 500, body: 'acme: internal error' });
     });
     await h.loop.turn(signal);
     assert.equal(h.store.coordination.get(domain)?.intent, undefined, 'withdrawn: nobody needs to wait for it');
     h.clock.t += MIN;
     h.responses.push(async () => {
-      throw new LocalApiError('cert timed out', { timedOut: true });
+      throw new LocalApiError({ request: 'GET /localapi/v0/cert/x', failure: 'cert timed out' }, { timedOut: true });
     });
     await h.loop.turn(signal);
     assert.equal(h.store.coordination.get(domain)?.intent?.holder, 'writer-0', 'tailscaled may still be issuing');

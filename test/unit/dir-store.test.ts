@@ -132,7 +132,7 @@ describe('DirStore and CertDirectory', () => {
   });
 
   it('refuses names that would escape the directory', async () => {
-    await assert.rejects(new CertDirectory(dir()).write('../evil', { keyPem: '', certPem: '' }), /unsafe name/);
+    await assert.rejects(new CertDirectory(dir()).write('../evil', { keyPem: '', certPem: '' }), /unsafe as a file name/);
     const directory = new CertDirectory(join(dir(), 'escape', 'store'));
     await directory.prepare();
     const store = new DirStore(directory, systemClock, () => {});

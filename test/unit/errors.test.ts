@@ -42,9 +42,35 @@ describe('the code table', () => {
     }
   });
 
-  it('fills a template: the sentence for {problem}, each slot by name otherwise', () => {
-    assert.equal(errorText('CERTSHARE_BAD_FLAG', '--listen: no port'), '--listen: no port');
-    assert.equal(errorText('CERTSHARE_BUS_BAD_LINE', 'line of 3 bytes is not valid JSON'), 'IPN bus line of 3 bytes is not valid JSON');
+  it('has no template that is a bare sentence: each says something of its own, or its table entry says why a slot is open', () => {
+    for (const [code, spec] of Object.entries(ERROR_CODES)) {
+      assert.notEqual(spec.message, '{problem}', `${code}'s template is the site's sentence`);
+      const ownWords = spec.message.replace(/\{\w+\}/g, '').match(/[a-z]{2,}/gi) ?? [];
+      const open = 'open' in spec ? spec.open : undefined;
+      assert.ok(ownWords.length > 0 || (open !== undefined && open.length > 0), `${code}'s template '${spec.message}' has no word of its own and no open`);
+    }
+  });
+
+  it("types each code's arguments by its template: tsc refuses a missing slot, an extra one, a bare sentence", () => {
+    // These lines are checked by `tsc --noEmit` (npm test), which covers test/: each @ts-expect-error must
+    // meet an error, or tsc fails. They run too, so the objects are built (and thrown away).
+    // @ts-expect-error {rule} is missing
+    assert.ok(new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--wait' }));
+    // @ts-expect-error {extra} is no slot of '{flag}: {rule}'
+    assert.ok(new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--wait', rule: 'from 0s to 1h', extra: 1 }));
+    // @ts-expect-error a sentence of the site's own is no longer a message
+    assert.ok(new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'cannot read Secret'));
+    // @ts-expect-error {domain} is no slot of STORE_CONFLICT's template
+    assert.ok(errorText('CERTSHARE_STORE_CONFLICT', { object: 'Secret a/b', domain: 'b' }));
+  });
+
+  it('fills a template, each slot by name (the sentence itself only for a template whose one slot is {problem})', () => {
+    assert.equal(errorText('CERTSHARE_BAD_FLAG', { flag: '--listen', rule: 'no port' }), '--listen: no port');
+    assert.equal(
+      errorText('CERTSHARE_STORE_UNAVAILABLE', { action: 'read', object: 'Secret ns/web.example.com', cause: 'HTTP 403' }),
+      'cannot read Secret ns/web.example.com: HTTP 403',
+    );
+    assert.equal(errorText('CERTSHARE_BUS_BAD_LINE', { what: 'line of 3 bytes', flaw: 'not valid JSON' }), 'IPN bus line of 3 bytes skipped: not valid JSON');
     assert.equal(errorText('CERTSHARE_KUBE_HTTP', { what: 'watch /api/v1/secrets', status: 410, body: 'Gone' }), 'watch /api/v1/secrets: HTTP 410 Gone');
     const err = new CertshareError('CERTSHARE_BAD_ANNOTATION', { annotation: 'certshare.io/mode', problem: '"writer" is not rw, ro or auto' });
     assert.equal(err.message, 'certshare.io/mode: "writer" is not rw, ro or auto');
@@ -60,7 +86,7 @@ describe('the code table', () => {
       [{ code: 'CERTSHARE_LOCALAPI_BAD_RESPONSE' }, 'CERTSHARE_LOCALAPI_BAD_RESPONSE'],
     ];
     for (const [fields, code] of cases) {
-      const err = new LocalApiError('GET /localapi/v0/cert/x', fields);
+      const err = new LocalApiError({ request: 'GET /localapi/v0/cert/x', failure: 'failed' }, fields);
       assert.ok(err instanceof CertshareError);
       assert.equal(err.code, code, JSON.stringify(fields));
     }

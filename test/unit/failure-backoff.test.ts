@@ -12,18 +12,31 @@ const ACME = '429 urn:ietf:params:acme:error:rateLimited: too many certificates 
 
 describe('classifyIssuanceFailure', () => {
   it('reads a 429 with Retry-After as an exact rate limit', () => {
-    const f = classifyIssuanceFailure(new LocalApiError('cert failed', { status: 429, body: ACME, retryAfterMs: 3_600_000 }));
+    const f = classifyIssuanceFailure(
+      new LocalApiError({ request: 'GET /localapi/v0/cert/x', failure: 'cert failed' }, { status: 429, body: ACME, retryAfterMs: 3_600_000 }),
+    );
     assert.deepEqual([f.kind, f.retryAfterMs], ['rate_limited', 3_600_000]);
   });
   it('reads an ACME rate-limit text in a 500 as rate limited (older tailscaled)', () => {
-    assert.equal(classifyIssuanceFailure(new LocalApiError('cert failed', { status: 500, body: ACME })).kind, 'rate_limited');
+    assert.equal(
+      classifyIssuanceFailure(new LocalApiError({ request: 'GET /localapi/v0/cert/x', failure: 'cert failed' }, { status: 500, body: ACME })).kind,
+      'rate_limited',
+    );
   });
   it('separates transport failures, invalid domains, rejected pairs and other errors', () => {
-    assert.equal(classifyIssuanceFailure(new LocalApiError('ECONNREFUSED', {})).kind, 'transient');
-    assert.equal(classifyIssuanceFailure(new LocalApiError('timeout', { timedOut: true })).kind, 'transient');
-    assert.equal(classifyIssuanceFailure(new LocalApiError('x', { status: 500, body: 'invalid domain "x"; must be one of ["a"]' })).kind, 'invalid_domain');
-    assert.equal(classifyIssuanceFailure(new LocalApiError('x', { status: 403, body: 'cert access denied' })).kind, 'error');
-    assert.equal(classifyIssuanceFailure(new CertshareError('CERTSHARE_CERT_INVALID', 'bad')).kind, 'rejected');
+    assert.equal(classifyIssuanceFailure(new LocalApiError({ request: 'GET /localapi/v0/cert/x', failure: 'ECONNREFUSED' }, {})).kind, 'transient');
+    assert.equal(classifyIssuanceFailure(new LocalApiError({ request: 'GET /localapi/v0/cert/x', failure: 'timeout' }, { timedOut: true })).kind, 'transient');
+    assert.equal(
+      classifyIssuanceFailure(
+        new LocalApiError({ request: 'GET /localapi/v0/cert/x', failure: 'x' }, { status: 500, body: 'invalid domain "x"; must be one of ["a"]' }),
+      ).kind,
+      'invalid_domain',
+    );
+    assert.equal(
+      classifyIssuanceFailure(new LocalApiError({ request: 'GET /localapi/v0/cert/x', failure: 'x' }, { status: 403, body: 'cert access denied' })).kind,
+      'error',
+    );
+    assert.equal(classifyIssuanceFailure(new CertshareError('CERTSHARE_CERT_INVALID', { certificate: 'certificate', reason: 'bad' })).kind, 'rejected');
     assert.equal(classifyIssuanceFailure(new Error('boom')).kind, 'error');
   });
 });
@@ -59,7 +72,7 @@ describe('retryDelay', () => {
 
 describe('classifyIssuanceFailure on malformed answers', () => {
   it('treats a 200 with an unusable body as a rejection, not a transport failure', () => {
-    const err = Object.assign(new LocalApiError('bad pair', {}), { code: 'CERTSHARE_LOCALAPI_BAD_RESPONSE' });
+    const err = Object.assign(new LocalApiError({ request: 'GET /localapi/v0/cert/x', failure: 'bad pair' }, {}), { code: 'CERTSHARE_LOCALAPI_BAD_RESPONSE' });
     assert.equal(classifyIssuanceFailure(err).kind, 'rejected');
   });
 });

@@ -2,12 +2,13 @@
 // which are not (a refusal, an unknown object, an answer that is not the API's): src/kube/federation-home.ts.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { CertshareError } from '../../src/core/errors.ts';
+import { CertshareError, errorMessage } from '../../src/core/errors.ts';
 import { isHomeOutage } from '../../src/kube/federation-home.ts';
 
 const sys = (code: string): Error => Object.assign(new Error(code), { code });
 const status = (code: number): Error => Object.assign(new Error(`HTTP ${code}`), { code });
-const unavailable = (cause: unknown): CertshareError => new CertshareError('CERTSHARE_STORE_UNAVAILABLE', 'cannot read Secret', { cause });
+const unavailable = (cause: unknown): CertshareError =>
+  new CertshareError('CERTSHARE_STORE_UNAVAILABLE', { action: 'read', object: 'Secret', cause: errorMessage(cause) }, { cause });
 
 describe('isHomeOutage', () => {
   it('an unreachable or failing home is an outage, also wrapped by the store', () => {
@@ -22,8 +23,8 @@ describe('isHomeOutage', () => {
       status(503),
       status(500),
       status(429),
-      new CertshareError('CERTSHARE_KUBE_TIMEOUT', 'GET /api: no answer'),
-      new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', 'stream reset'),
+      new CertshareError('CERTSHARE_KUBE_TIMEOUT', { request: 'GET /api', within: '10000 ms' }),
+      new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', { channel: 'stream', when: 'mid-answer (reset)' }),
       new AggregateError([sys('ECONNREFUSED'), sys('ECONNREFUSED')]),
     ]) {
       assert.equal(isHomeOutage(err), true, err.message);

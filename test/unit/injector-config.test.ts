@@ -14,11 +14,11 @@ describe("the injector's configuration: one validation table", () => {
 
   const refused: Array<[string, string[], RegExp]> = [
     ['a CA rotated after it expires', ['--ca-rotate-before', '9000h'], /^--ca-lifetime, --ca-rotate-before, .*: /],
-    ['another mode', ['--default-mode', 'writer'], /--default-mode must be rw, ro or auto, got "writer"/],
-    ['another log level', ['--log-level', 'loud'], /--log-level must be debug, info, warn, error/],
-    ['no resync', ['--resync', '0s'], /--resync and --kube-timeout must be positive/],
-    ['no API timeout', ['--kube-timeout', '0s'], /--resync and --kube-timeout must be positive/],
-    ['a Lease shorter than a second', ['--lease-duration', '500ms'], /--lease-duration must be at least 1s/],
+    ['another mode', ['--default-mode', 'writer'], /--default-mode: must be rw, ro or auto, got "writer"/],
+    ['another log level', ['--log-level', 'loud'], /--log-level: must be debug, info, warn, error/],
+    ['no resync', ['--resync', '0s'], /--resync, --kube-timeout: must be positive/],
+    ['no API timeout', ['--kube-timeout', '0s'], /--resync, --kube-timeout: must be positive/],
+    ['a Lease shorter than a second', ['--lease-duration', '500ms'], /--lease-duration: must be at least 1s/],
     [
       'resources the apiserver refuses',
       ['--sidecar-resources', '{"requests":{"memory":"1Gi"},"limits":{"memory":"1Mi"}}'],
@@ -29,7 +29,7 @@ describe("the injector's configuration: one validation table", () => {
       ['--default-out-dir', '/var/run/tailscale'],
       /the injector's defaults .* would refuse every Pod that asks for certshare: .*overlaps \/var\/run\/tailscale/,
     ],
-    ['a platform flag the daemon refuses', ['--sidecar-flags=--renew-fraction=2'], /would refuse every Pod .*--renew-fraction must be between 0 and 1/],
+    ['a platform flag the daemon refuses', ['--sidecar-flags=--renew-fraction=2'], /would refuse every Pod .*--renew-fraction: must be between 0 and 1/],
   ];
   for (const [what, args, message] of refused) {
     it(`refuses ${what} with CERTSHARE_BAD_FLAG`, () => {
@@ -42,7 +42,7 @@ describe("the injector's configuration: one validation table", () => {
 
   it('reports the first broken rule of the table, in its order', () => {
     const c = config([]);
-    assert.match(validateInjectorConfig({ ...c, logLevel: 'loud', resyncMs: 0 }) ?? '', /--log-level/);
-    assert.match(validateInjectorConfig({ ...c, resyncMs: 0, leaseDurationMs: 1 }) ?? '', /--resync/);
+    assert.match(validateInjectorConfig({ ...c, logLevel: 'loud', resyncMs: 0 })?.flag ?? '', /--log-level/);
+    assert.match(validateInjectorConfig({ ...c, resyncMs: 0, leaseDurationMs: 1 })?.flag ?? '', /--resync/);
   });
 });

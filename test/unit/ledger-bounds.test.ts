@@ -209,6 +209,10 @@ describe('a renewal never waits on a ledger it cannot use', () => {
     ledger.failReads = true;
     const budget = new IssuanceBudget({ limit: LE, nameLimit: LE, store: ledger, clock: { now: () => NOW, sleep: async () => {} }, logger: silentLogger });
     assert.deepEqual(await budget.requestReissue(`web.${RD}`, never), { kind: 'exempt' });
-    await assert.rejects(budget.request(`new.${RD}`, {}, never), /ledger forbidden/, 'a first issuance still never issues without it');
+    await assert.rejects(
+      budget.request(`new.${RD}`, {}, never),
+      /cannot read the memory ledger: 403 Forbidden/,
+      'a first issuance still never issues without it',
+    );
   });
 });

@@ -76,8 +76,14 @@ describe('pretty log lines', () => {
 
   it('show an error as its code and message, without the stack', () => {
     const { logger, writes } = capturedLogger();
-    logger.warn({ domain: 'a.example.com', err: new CertshareError('CERTSHARE_LOCALAPI_UNREACHABLE', 'connect ENOENT /sock') }, 'issuance failed');
-    assert.match(writes[0]!, / err="CERTSHARE_LOCALAPI_UNREACHABLE: connect ENOENT \/sock"\n$/);
+    logger.warn(
+      {
+        domain: 'a.example.com',
+        err: new CertshareError('CERTSHARE_LOCALAPI_UNREACHABLE', { request: 'GET /x', failure: 'ENOENT /sock' }),
+      },
+      'issuance failed',
+    );
+    assert.match(writes[0]!, / err="CERTSHARE_LOCALAPI_UNREACHABLE: tailscaled LocalAPI unreachable for GET \/x: ENOENT \/sock"\n$/);
     assert.doesNotMatch(writes[0]!, /at .*\.ts:\d+/);
   });
 

@@ -168,8 +168,8 @@ describe('certshare renew: its command line', () => {
     ['no domain', [], /needs the domain first/],
     ['a flag where the domain goes', ['--wait', '1s'], /needs the domain first/],
     ['a hostile domain', ['../../x'], /not a fully qualified domain name/],
-    ['an unknown store', ['a.tailnet-0000.ts.net', '--store', 'etcd'], /--store must be kube or dir:PATH/],
-    ['a namespace standalone', ['a.tailnet-0000.ts.net', '--store', 'dir:/x', '--namespace', 'proxy'], /--namespace needs --store kube/],
+    ['an unknown store', ['a.tailnet-0000.ts.net', '--store', 'etcd'], /--store: must be kube or dir:PATH/],
+    ['a namespace standalone', ['a.tailnet-0000.ts.net', '--store', 'dir:/x', '--namespace', 'proxy'], /--namespace: needs --store kube/],
     ['a bad namespace', ['a.tailnet-0000.ts.net', '--namespace', 'No_Such'], /is not a namespace name/],
     ['a wait over an hour', ['a.tailnet-0000.ts.net', '--wait', '2h'], /--wait: from 0s to 1h/],
   ];

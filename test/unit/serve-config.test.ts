@@ -33,7 +33,7 @@ describe('domainsFromServeConfig', () => {
     for (const r of refused) assert.match(r.reason, /is not a fully qualified domain name: /);
   });
   it('rejects malformed input with a clear error', () => {
-    assert.throws(() => domainsFromServeConfig('{"Services": ', 'x.json'), /x\.json is not valid JSON/);
+    assert.throws(() => domainsFromServeConfig('{"Services": ', 'x.json'), /x\.json: is not valid JSON/);
     assert.throws(() => domainsFromServeConfig('[]'), /must be a JSON object/);
     assert.throws(() => domainsFromServeConfig('{"Services": {"svc:a": {"Web": []}}}'), /"Web" must be an object/);
   });
@@ -60,8 +60,8 @@ describe('servicesFromServeConfig (--advertise-services serve-config)', () => {
     const many = (n: number) => JSON.stringify({ Services: Object.fromEntries(Array.from({ length: n }, (_, i) => [`svc:s${i}`, {}])) });
     assert.equal(servicesFromServeConfig(many(MAX_SERVE_CONFIG_SERVICES)).services.length, MAX_SERVE_CONFIG_SERVICES);
     const garbage: Array<[string, RegExp]> = [
-      ['{"Services": ', /x\.json is not valid JSON/],
-      ['"svc:web"', /x\.json must be a JSON object/],
+      ['{"Services": ', /x\.json: is not valid JSON/],
+      ['"svc:web"', /x\.json: must be a JSON object/],
       ['{"Services": ["svc:web"]}', /x\.json: "Services" must be an object/],
       ['{"Services": "svc:web"}', /x\.json: "Services" must be an object/],
       [many(MAX_SERVE_CONFIG_SERVICES + 1), /x\.json: 65 Services, more than the 64 certshare advertises/],

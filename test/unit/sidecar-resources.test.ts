@@ -73,8 +73,8 @@ describe("the sidecar's requests and limits", () => {
       ['{"requests":{"memory":128}}', /requests\.memory: 128 is not a quantity/],
       ['{"requests":{"nvidia.com/gpu":"1"}}', /requests\.nvidia\.com\/gpu: certshare's container takes cpu, memory, ephemeral-storage only/],
       ['{"claims":[]}', /"claims" is neither requests nor limits/],
-      ['{"requests":', /--sidecar-resources is not JSON/],
-      ['[]', /--sidecar-resources must be a JSON object/],
+      ['{"requests":', /--sidecar-resources: is not JSON/],
+      ['[]', /--sidecar-resources: must be a JSON object/],
     ];
     for (const [value, message] of refused) {
       assert.throws(

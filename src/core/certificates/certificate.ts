@@ -19,7 +19,7 @@ export function pemCertificates(text: string): string[] {
 }
 
 function invalid(domain: string, reason: string, cause?: unknown): CertshareError {
-  return new CertshareError('CERTSHARE_CERT_INVALID', `certificate for ${domain} rejected: ${reason}`, { cause });
+  return new CertshareError('CERTSHARE_CERT_INVALID', { certificate: `certificate for ${domain}`, reason }, { cause });
 }
 
 /**

@@ -14,7 +14,7 @@ const LABEL = /^[a-z0-9]([a-z0-9-]*[a-z0-9])?$/;
 export function normalizeDomain(text: string): string {
   const domain = text.trim().toLowerCase().replace(/\.$/, '');
   const refuse = (why: string): never => {
-    throw new CertshareError('CERTSHARE_BAD_DOMAIN', `"${text}" is not a fully qualified domain name: ${why}`);
+    throw new CertshareError('CERTSHARE_BAD_DOMAIN', { name: text, rule: why });
   };
   if (domain.length === 0) refuse('empty');
   if (domain.length > 253) refuse(`${domain.length} characters, at most 253`);

@@ -23,13 +23,13 @@ export function trustAnchors(pems: readonly string[], source: string): TrustAnch
   const fingerprints = new Set<string>();
   const bySubject = new Map<string, X509Certificate[]>();
   const blocks = pems.flatMap(pemCertificates);
-  if (blocks.length === 0) throw new CertshareError('CERTSHARE_BAD_CONFIG', `trust anchors (${source}): no PEM certificate found`);
+  if (blocks.length === 0) throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: `trust anchors (${source})`, reason: 'no PEM certificate found' });
   for (const [i, block] of blocks.entries()) {
     let cert: X509Certificate;
     try {
       cert = new X509Certificate(block);
     } catch (err) {
-      throw new CertshareError('CERTSHARE_BAD_CONFIG', `trust anchors (${source}): certificate ${i + 1} does not parse`, { cause: err });
+      throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: `trust anchors (${source})`, reason: `certificate ${i + 1} does not parse` }, { cause: err });
     }
     if (fingerprints.has(cert.fingerprint256)) continue; // Node's default store lists a root both bundled and from the system
     fingerprints.add(cert.fingerprint256);

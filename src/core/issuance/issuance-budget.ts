@@ -96,7 +96,7 @@ export function parseBudget(text: string, flag = '--issuance-budget'): BudgetLim
   if (input === '0') return undefined;
   const match = /^(\d+)\/(.+)$/.exec(input);
   const bad = (why: string): CertshareError =>
-    new CertshareError('CERTSHARE_BAD_FLAG', `${flag}: "${text}" ${why} (want COUNT/WINDOW, e.g. 50/168h, or 0 to disable)`);
+    new CertshareError('CERTSHARE_BAD_FLAG', { flag, rule: `"${text}" ${why} (want COUNT/WINDOW, e.g. 50/168h, or 0 to disable)` });
   if (!match) throw bad('is not COUNT/WINDOW');
   const count = Number(match[1]);
   if (!Number.isSafeInteger(count) || count < 1) throw bad('needs a COUNT of at least 1');
@@ -324,7 +324,11 @@ export class IssuanceBudget {
       // Not knowing the ledger keeps the domain in the queue (it still waits), but never issues.
       throw err instanceof CertshareError
         ? err
-        : new CertshareError('CERTSHARE_STORE_UNAVAILABLE', `issuance ledger (${this.#store.kind}) unusable: ${errorMessage(err)}`, { cause: err });
+        : new CertshareError(
+            'CERTSHARE_STORE_UNAVAILABLE',
+            { action: 'use', object: `the issuance ledger (${this.#store.kind})`, cause: errorMessage(err) },
+            { cause: err },
+          );
     }
   }
 
@@ -674,10 +678,11 @@ export function encodeLedger(entries: readonly LedgerEntry[]): string {
  */
 export function decodeLedger(text: string, where: string): LedgerEntry[] {
   const corrupt = (why: string): CertshareError =>
-    new CertshareError(
-      'CERTSHARE_STORE_CORRUPT',
-      `issuance ledger ${where} is damaged (${why}); no first issuance until it is repaired or removed by hand (removing it forgets the slots taken)`,
-    );
+    new CertshareError('CERTSHARE_STORE_CORRUPT', {
+      object: `issuance ledger ${where}`,
+      damage: why,
+      consequence: 'no first issuance until it is repaired or removed by hand (removing it forgets the slots taken)',
+    });
   let raw: unknown;
   try {
     raw = JSON.parse(text);

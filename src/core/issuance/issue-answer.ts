@@ -43,14 +43,13 @@ export function acceptAnswer(
   const verdict = judgeAnswer(info, previous && { ...held(previous), serial: previous.info.serial }, now, renewal, asked);
   switch (verdict.kind) {
     case 'due_again':
-      throw new CertshareError('CERTSHARE_CERT_STALE', `tailscaled returned the certificate due for renewal (serial ${info.serial})`);
+      throw new CertshareError('CERTSHARE_CERT_STALE', { returned: 'the certificate due for renewal', detail: `serial ${info.serial}` });
     case 'unchanged':
       // A replacement an operator asked for got the certificate held back (tailscaled orders anew only for
       // one with less validity left than asked, and a certificate this young has more than any min_validity
       // a fresh one allows). Not done: a failed call, so the pending request is tried after the backoff,
       // never at once. (The CA's request is settled by the call whatever it gave: one order per certificate.)
-      if (asked.reason === 'operator_requested')
-        throw new CertshareError('CERTSHARE_CERT_STALE', `tailscaled returned the certificate held, not a new one (${asked.reason})`);
+      if (asked.reason === 'operator_requested') throw new CertshareError('CERTSHARE_CERT_STALE', { returned: 'the certificate held', detail: asked.reason });
       return { kind: 'unchanged' };
     case 'older':
       return { kind: 'older', info, tooShort: verdict.tooShort };

@@ -109,7 +109,10 @@ export class IssueCall {
     this.#held.obtained(info.notBefore, info.notAfter, now, asked.minValidityMs > 0);
     if (answer.kind === 'older') {
       if (answer.tooShort) return this.#tooShort(info, now, asked, answer.tooShort);
-      throw new CertshareError('CERTSHARE_CERT_STALE', `new certificate expires before the current one (${iso(info.notAfter)})`);
+      throw new CertshareError('CERTSHARE_CERT_STALE', {
+        returned: 'a certificate that expires before the current one',
+        detail: `notAfter ${iso(info.notAfter)}`,
+      });
     }
     if (answer.usableAt === 'not_before') {
       // The issuer's clock is ahead of ours: tailscaled would see this pair as invalid too and order

@@ -1,6 +1,23 @@
 import { CertLoop, type CertLoopDeps } from './cert-loop.ts';
 import { errorMessage } from '../errors.ts';
 import { DEFAULT_ISSUANCE_CONCURRENCY, IssuanceSlots } from '../issuance/issuance-slots.ts';
+import type { BackoffPolicy } from '../issuance/backoff.ts';
+import type { BudgetLimit } from '../issuance/issuance-budget.ts';
+import type { RenewalPolicy } from '../renewal/renewal.ts';
+
+/** The settings of the certificate loops and their issuance, and only those (DaemonConfig extends them). */
+export interface RenewalSettings {
+  renewal: RenewalPolicy;
+  backoff: BackoffPolicy;
+  /** The CertPair call's timeout. */
+  certTimeoutMs: number;
+  /** How many domains this process issues at once (CertPair calls and their store writes). */
+  issuanceConcurrency: number;
+  /** First issuances per registered domain per window (Let's Encrypt's 50 per 7 days); undefined: no budget. */
+  issuanceBudget: BudgetLimit | undefined;
+  /** --name-limit: certificates per exact name in a window (kept in the budget's ledger); undefined: none. */
+  nameLimit: BudgetLimit | undefined;
+}
 
 interface RunningLoop {
   loop: CertLoop;

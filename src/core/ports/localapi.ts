@@ -96,7 +96,7 @@ function impliedCode(fields: LocalApiErrorFields): LocalApiCode {
 /**
  * A failed LocalAPI call, a CertshareError of a CERTSHARE_LOCALAPI_* code. `status` is the HTTP status
  * (undefined when no response arrived: socket error, timeout); `retryAfterMs` comes from a Retry-After
- * header; `body` is the plain-text error body. `problem` fills the code's message template.
+ * header; `body` is the plain-text error body. `message` fills the code's template: every LocalAPI code names the request and how it failed.
  */
 export class LocalApiError extends CertshareError<LocalApiCode> {
   readonly status: number | undefined;
@@ -105,8 +105,8 @@ export class LocalApiError extends CertshareError<LocalApiCode> {
   readonly timedOut: boolean;
   /** The Tailscale-Version header of the failed response, when there was one. */
   readonly tailscaledVersion: string | undefined;
-  constructor(problem: string, fields: LocalApiErrorFields) {
-    super(fields.code ?? impliedCode(fields), problem, { cause: fields.cause });
+  constructor(message: { request: string; failure: string }, fields: LocalApiErrorFields) {
+    super(fields.code ?? impliedCode(fields), message, { cause: fields.cause });
     this.name = 'LocalApiError';
     this.status = fields.status;
     this.body = fields.body ?? '';

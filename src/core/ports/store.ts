@@ -3,6 +3,8 @@ import type { CertPair } from './localapi.ts';
 
 /** How a kube replica watches its Secrets: one watch per Secret by name, or one per group by label. */
 export type WatchScope = 'secret' | 'group';
+/** --mode in Kubernetes mode: rw writes (issues), ro only reads, auto elects a writer with the group's Lease. */
+export type ShareMode = 'rw' | 'ro' | 'auto';
 
 export interface StoredCert {
   pair: CertPair;

@@ -103,11 +103,14 @@ export async function ariCertificateId(certPem: string): Promise<string> {
     if (!body) throw new Error('no PEM certificate');
     parsed = serialAndKeyId(Buffer.from(body, 'base64'));
   } catch (err) {
-    throw new CertshareError('CERTSHARE_CERT_INVALID', 'certificate does not parse: no ARI certificate ID', { cause: err });
+    throw new CertshareError('CERTSHARE_CERT_INVALID', { certificate: 'certificate', reason: 'it does not parse: no ARI certificate ID' }, { cause: err });
   }
   const serialHex = serialOctetsHex(parsed.serialHex);
   if (!parsed.keyId || parsed.keyId.byteLength === 0) {
-    throw new CertshareError('CERTSHARE_ARI_UNSUPPORTED', `certificate ${serialHex} has no Authority Key Identifier: no ARI certificate ID`);
+    throw new CertshareError('CERTSHARE_ARI_UNSUPPORTED', {
+      subject: `certificate ${serialHex}`,
+      lack: 'it has no Authority Key Identifier, so no ARI certificate ID',
+    });
   }
   return `${base64url(Buffer.from(parsed.keyId).toString('hex'))}.${base64url(serialHex)}`;
 }

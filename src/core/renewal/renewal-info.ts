@@ -55,7 +55,7 @@ const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}
 const MAX_EXPLANATION_URL_CHARS = 2048;
 
 function badAnswer(cert: AriCertificate, reason: string): CertshareError {
-  return new CertshareError('CERTSHARE_ARI_BAD_RESPONSE', `renewalInfo for ${cert.certId} rejected: ${reason}`);
+  return new CertshareError('CERTSHARE_ARI_BAD_RESPONSE', { request: 'renewalInfo for', url: cert.certId, flaw: `rejected: ${reason}` });
 }
 
 function timestamp(value: unknown, field: string, cert: AriCertificate): number {

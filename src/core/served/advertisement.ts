@@ -23,7 +23,10 @@ export function isServiceName(text: string): boolean {
 export function parseServiceName(text: string): string {
   const name = text.trim();
   if (!isServiceName(name)) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `--advertise-services: "${name}" is not a Tailscale Service name (svc:<dns-label>, lower case)`);
+    throw new CertshareError('CERTSHARE_BAD_FLAG', {
+      flag: '--advertise-services',
+      rule: `"${name}" is not a Tailscale Service name (svc:<dns-label>, lower case)`,
+    });
   }
   return name;
 }

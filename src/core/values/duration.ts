@@ -5,7 +5,8 @@ import { CertshareError } from '../errors.ts';
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 const PART = /(\d+(?:\.\d+)?)(ms|s|m|h|d)/y;
 
-export function parseDuration(text: string): number {
+/** `text` in milliseconds; CERTSHARE_BAD_FLAG naming `flag` (the flag or field it came from) otherwise. */
+export function parseDuration(text: string, flag = 'duration'): number {
   const input = text.trim();
   if (input === '0') return 0;
   let total = 0;
@@ -18,7 +19,7 @@ export function parseDuration(text: string): number {
     pos = PART.lastIndex;
   }
   if (input.length === 0 || pos !== input.length) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', `invalid duration "${text}" (examples: 90s, 5m, 24h, 1h30m)`);
+    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag, rule: `invalid duration "${text}" (examples: 90s, 5m, 24h, 1h30m)` });
   }
   return Math.round(total);
 }

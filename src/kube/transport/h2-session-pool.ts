@@ -181,7 +181,7 @@ export class H2Session {
     this.#pinging = true;
     const timer = setTimeout(() => {
       this.h2.destroy(
-        new CertshareError('CERTSHARE_KUBE_TIMEOUT', `Kubernetes API connection dead: no answer to an HTTP/2 PING within ${this.#liveness.pingTimeoutMs} ms`),
+        new CertshareError('CERTSHARE_KUBE_TIMEOUT', { request: 'HTTP/2 PING (the connection is dead)', within: `${this.#liveness.pingTimeoutMs} ms` }),
       );
     }, this.#liveness.pingTimeoutMs);
     timer.unref();
@@ -253,7 +253,7 @@ export class H2SessionPool {
   async acquire(signal: AbortSignal, longLived = false): Promise<H2Session | 'http1'> {
     for (;;) {
       if (signal.aborted) throw abortError(signal);
-      if (this.#closed) throw new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', 'connection closed');
+      if (this.#closed) throw new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', { channel: 'connection', when: 'before the request was sent' });
       if (this.http1Only) return 'http1';
       for (const session of this.#sessions) {
         if (session.open && session.active < session.capacity) {
@@ -346,7 +346,7 @@ export class H2SessionPool {
       promise: new Promise<void>((resolve, reject) => {
         const timer = setTimeout(() => {
           const within = this.#liveness.connectTimeoutMs;
-          fail(new CertshareError('CERTSHARE_KUBE_TIMEOUT', `no connection to the Kubernetes API at ${url.host} within ${within} ms`));
+          fail(new CertshareError('CERTSHARE_KUBE_TIMEOUT', { request: `connect to ${url.host}`, within: `${within} ms` }));
         }, this.#liveness.connectTimeoutMs);
         timer.unref();
         const settle = (): boolean => {

@@ -65,7 +65,8 @@ async function requestOptions(config: KubeConfig): Promise<RequestOptions> {
 /** The API server's base URL from the kubeconfig's current context. @forTests */
 export function apiServer(config: KubeConfig): string {
   const cluster = config.getCurrentCluster();
-  if (!cluster) throw new CertshareError('CERTSHARE_BAD_CONFIG', 'no Kubernetes cluster configured (set KUBECONFIG or run in a Pod)');
+  if (!cluster)
+    throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: 'Kubernetes credentials', reason: 'no cluster configured (set KUBECONFIG or run in a Pod)' });
   return cluster.server.replace(/\/+$/, '');
 }
 
@@ -82,8 +83,8 @@ class KubeHttpError extends CertshareError<'CERTSHARE_KUBE_HTTP'> {
 
 /** A request that outlived its deadline (ours, or a caller's AbortSignal.timeout), as opposed to one cancelled. */
 function timeoutError(method: string, url: URL, timeoutMs: number | undefined, cause: unknown): CertshareError {
-  const within = timeoutMs === undefined ? "within the caller's deadline" : `within ${timeoutMs} ms`;
-  return new CertshareError('CERTSHARE_KUBE_TIMEOUT', `${method} ${url.pathname}: no answer from the Kubernetes API ${within}`, { cause });
+  const within = timeoutMs === undefined ? "the caller's deadline" : `${timeoutMs} ms`;
+  return new CertshareError('CERTSHARE_KUBE_TIMEOUT', { request: `${method} ${url.pathname}`, within }, { cause });
 }
 
 const isTimeout = (reason: unknown): boolean => reason instanceof DOMException && reason.name === 'TimeoutError';
@@ -160,7 +161,7 @@ function responseOf(stream: ClientHttp2Stream, signal: AbortSignal): Promise<{ h
       stream.on('error', (err) => body.destroy(err));
       stream.on('close', () => {
         if (!stream.readableEnded)
-          body.destroy(new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', `API stream closed mid-answer (HTTP/2 code ${stream.rstCode})`));
+          body.destroy(new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', { channel: 'stream', when: `mid-answer (HTTP/2 code ${stream.rstCode})` }));
       });
       stream.pipe(body);
       resolve({ headers, body });
@@ -171,7 +172,7 @@ function responseOf(stream: ClientHttp2Stream, signal: AbortSignal): Promise<{ h
     };
     const onClose = (): void => {
       done();
-      reject(new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', `API stream closed before an answer (HTTP/2 code ${stream.rstCode})`));
+      reject(new CertshareError('CERTSHARE_KUBE_CONNECTION_LOST', { channel: 'stream', when: `before an answer (HTTP/2 code ${stream.rstCode})` }));
     };
     stream.once('response', onResponse);
     stream.once('error', onError);
@@ -325,7 +326,7 @@ async function readBody(answer: Answer): Promise<Buffer> {
     bytes += chunk.length;
     if (bytes > MAX_RESPONSE_BYTES) {
       answer.close();
-      throw new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', `API answer larger than ${MAX_RESPONSE_BYTES} bytes`);
+      throw new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', { what: 'answer', max: MAX_RESPONSE_BYTES, length: bytes });
     }
     chunks.push(chunk);
   }
@@ -523,7 +524,7 @@ export async function watchOnce(
     silence = setTimeout(() => fail(new Error(`Kubernetes watch silent for ${silenceMs} ms`)), silenceMs);
     const lines = new LineSplitter(
       MAX_WATCH_LINE_BYTES,
-      (max, length) => new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', `watch event longer than ${max} bytes (got at least ${length})`),
+      (max, length) => new CertshareError('CERTSHARE_KUBE_RESPONSE_TOO_LARGE', { what: 'watch event', max, length }),
     );
     const handle = (line: Buffer) => onEvent(watchEventOf(line, path));
     for await (const chunk of current.body) {

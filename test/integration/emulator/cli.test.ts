@@ -98,7 +98,7 @@ describe('emulator flags', () => {
       [['--domain-delay', '5 minutes'], /--domain-delay/],
       [['--netmap-style', 'sometimes'], /--netmap-style: want selfchange or resend/],
       [['--tailscaled-version', 'latest'], /--tailscaled-version: want a release like 1\.104\.5, not "latest"/],
-      [['--tailscaled-version', '1.104.5', '--netmap-style', 'resend'], /--netmap-style resend contradicts --tailscaled-version 1\.104\.5/],
+      [['--tailscaled-version', '1.104.5', '--netmap-style', 'resend'], /--netmap-style: resend contradicts --tailscaled-version 1\.104\.5/],
       [['--fault', 'cert:meteor'], /--fault: .*cert:meteor/],
       [['--domain', 'not a domain'], /--domain/],
       [['--listen', 'host:port'], /--listen/],

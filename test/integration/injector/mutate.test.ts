@@ -221,7 +221,7 @@ describe('injector mutation', () => {
         /preStop sleep, 5s\) plus --shutdown-timeout \(certshare's own stop, 25\.5s\)/,
       ],
       // Cross-field rules of the daemon, not only value syntax.
-      [asked({ [ANNOTATION.flags]: '--routing-check=http://x/healthz', [ANNOTATION.readinessGate]: 'none' }), /--routing-check needs --readiness-gate/],
+      [asked({ [ANNOTATION.flags]: '--routing-check=http://x/healthz', [ANNOTATION.readinessGate]: 'none' }), /--routing-check: needs --readiness-gate/],
     ];
     for (const [annotations, message] of cases) {
       const { answer } = admit(pod(annotations));
@@ -680,7 +680,7 @@ describe('a reload signal the Pod asks for (nginx with a stock configuration)', 
   it("refuses it next to the platform's --reload-command, with the daemon's own message", () => {
     const { answer } = admit(nginxPod(), { ...defaults, sidecarFlags: '--reload-command=true' });
     assert.equal(answer.response.allowed, false);
-    assert.match(answer.response.status!.message, /either --reload-command or --reload-signal/);
+    assert.match(answer.response.status!.message, /--reload-command: give it or --reload-signal, not both/);
   });
 });
 
@@ -836,7 +836,7 @@ describe("the platform's CA bundle for the sidecar (--sidecar-ca-configmap): a p
     for (const [args, message] of cases) {
       assert.throws(
         () => start(args),
-        { code: 'CERTSHARE_BAD_FLAG', message: /^the injector's defaults \(--default-\*, --sidecar-\*\) would refuse every Pod/ },
+        { code: 'CERTSHARE_BAD_FLAG', message: /^the injector's defaults \(--default-\*, --sidecar-\*\): would refuse every Pod/ },
         args.join(' '),
       );
       assert.throws(() => start(args), { message }, args.join(' '));
@@ -858,6 +858,6 @@ describe("the platform's CA bundle for the sidecar (--sidecar-ca-configmap): a p
     });
     const [code] = (await once(child, 'exit')) as [number | null];
     assert.equal(code, 2, stderr);
-    assert.match(stderr, /--sidecar-ca-configmap must be NAME or NAME:KEY .*got "Trust_Bundle" \[CERTSHARE_BAD_FLAG\]/);
+    assert.match(stderr, /--sidecar-ca-configmap: must be NAME or NAME:KEY .*got "Trust_Bundle" \[CERTSHARE_BAD_FLAG\]/);
   });
 });

@@ -139,7 +139,7 @@ for (const transport of ['unix', 'tcp'] as const) {
               assert.match(
                 err.message,
                 new RegExp(
-                  '^tailscaled 1\\.104\\.5-t1 refused GET \\/localapi\\/v0\\/watch-ipn-bus\\?mask=282: ' +
+                  '^tailscaled LocalAPI refused GET \\/localapi\\/v0\\/watch-ipn-bus\\?mask=282: tailscaled 1\\.104\\.5-t1 answered ' +
                     'HTTP 400: the NotifyRateLimit IPN bus subscription bit is no longer supported ' +
                     '\\(this tailscaled release refuses the IPN bus subscription mask',
                 ),
@@ -263,7 +263,10 @@ describe('errors', () => {
       isCallError('CERTSHARE_LOCALAPI_UNREACHABLE', (err) => {
         assert.equal(err.status, undefined);
         assert.equal(err.timedOut, false);
-        assert.ok(err.message.startsWith(`tailscaled LocalAPI not reachable at ${address}: ENOENT`), err.message);
+        assert.ok(
+          err.message.startsWith(`tailscaled LocalAPI unreachable for GET /localapi/v0/cert-domains: not reachable at ${address}: ENOENT`),
+          err.message,
+        );
       }),
     );
     await assert.rejects(

@@ -418,7 +418,7 @@ test('an answer that cannot change is asked again only after refusedRetryMs, wit
   assert.match(
     s.problems[0]!,
     new RegExp(
-      '^tailscaled 1\\.104\\.5 refused GET \\/localapi\\/v0\\/watch-ipn-bus\\?mask=16402: ' +
+      '^tailscaled LocalAPI refused GET \\/localapi\\/v0\\/watch-ipn-bus\\?mask=16402: tailscaled 1\\.104\\.5 answered ' +
         'HTTP 403: watch ipn bus access denied \\(.*TS_PERMIT_CERT_UID.*\\); asking again in 10m0s$',
     ),
   );
@@ -449,7 +449,10 @@ test('a refused cert-domains read waits refusedRetryMs and says why, without dro
   assert.equal(await s.bus.fetches.shift(), 'cert-domains');
   await s.clock.waitForSleepers(1);
   assert.deepEqual(s.clock.pendingDurations(), [600_000]);
-  assert.match(s.problems.at(-1)!, /^tailscaled 1\.104\.5 refused GET \/localapi\/v0\/cert-domains: HTTP 403: cert-domains access denied/);
+  assert.match(
+    s.problems.at(-1)!,
+    /^tailscaled LocalAPI refused GET \/localapi\/v0\/cert-domains: tailscaled 1\.104\.5 answered HTTP 403: cert-domains access denied/,
+  );
   s.bus.certDomains = ['a.tail1.ts.net', 'b.tail1.ts.net'];
   const changed = nextChange(s.watcher);
   await s.clock.advance(600_000);
