@@ -409,8 +409,7 @@ export class KubeSecretStore implements CertStore {
   async #write(domain: string, change: Parameters<typeof certSecret>[3], signal: AbortSignal | undefined): Promise<void> {
     const { core, namespace } = this.#conn;
     const seen = this.#lastRead.get(domain);
-    if (seen === undefined)
-      throw new CertshareError('CERTSHARE_STORE_CONFLICT', { object: `Secret ${namespace}/${domain}`, detail: 'written before it was read' });
+    if (seen === undefined) throw secretChanged(namespace, domain, 'written before it was read');
     const body = certSecret(domain, seen ?? undefined, this.#meta, change);
     try {
       const written =
@@ -454,9 +453,14 @@ function groupListRefused(namespace: string, err: unknown): CertshareError {
   return new CertshareError('CERTSHARE_BAD_CONFIG', { source: '--watch-scope group', reason }, { cause: err });
 }
 
-/** A compare-and-swap write found Secret `namespace/domain` changed (409) or gone (404) since its last read. */
+/** A compare-and-swap write found Secret `namespace/domain` changed (409) or gone (404) since its last read, or never read it. */
 function secretChanged(namespace: string, domain: string, err: unknown): CertshareError {
-  return new CertshareError('CERTSHARE_STORE_CONFLICT', { object: `Secret ${namespace}/${domain}`, detail: apiErrorText(err) }, { cause: err });
+  const detail = typeof err === 'string' ? err : apiErrorText(err);
+  return new CertshareError(
+    'CERTSHARE_STORE_CONFLICT',
+    { object: `Secret ${namespace}/${domain}`, detail },
+    typeof err === 'string' ? undefined : { cause: err },
+  );
 }
 
 /** A GET or a write of Secret `namespace/domain` failed for another reason than its absence or a conflict. */
