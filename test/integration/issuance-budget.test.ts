@@ -25,7 +25,7 @@ describe('issuance budget end to end: the daemon against a CA that enforces the 
     const flags = ['--issuance-budget', limit, ...DOMAINS.flatMap((d) => ['--domain', d])];
     let daemon: Daemon | undefined = await standaloneDaemon(emulator, certDir, flags);
     try {
-      await until('the first window used', () => issued.length >= COUNT, [onEvent(emulator.events, 'issued')], 10_000);
+      await until('the first window used', () => issued.length >= COUNT, [onEvent(emulator.events, 'issued')], 60_000);
       // The rest wait: reported by the metric and /healthz, with the next slot named.
       // Every queued domain, not the first to report: under load web5's loop may plan before web4's.
       const queued = DOMAINS.slice(COUNT);
@@ -36,7 +36,7 @@ describe('issuance budget end to end: the daemon against a CA that enforces the 
           return queued.every((d) => reason.includes(`${d}: waiting for the issuance budget`));
         },
         [onEvent(daemon.events, 'planned')],
-        10_000,
+        60_000,
       );
       const metrics = await daemon.metrics.registry.metrics();
       assert.match(metrics, new RegExp(`certshare_issuance_queued\\{registered_domain="${TAILNET.replace(/\./g, '\\.')}"\\} 5`));

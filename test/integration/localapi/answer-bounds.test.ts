@@ -81,8 +81,9 @@ describe('LocalAPI answers are bounded by what their kind can be', () => {
 
   it('keeps and serves the last valid pair when a renewal answers an oversized pair, and renews once the answers fit', async () => {
     const { logger, entries, events } = recordingLogger();
-    // 6 s certificates: renewed at half their lifetime.
-    const emulator = await emulatorIn(dir(), { listen: join(dir(), 'pair.sock'), certLifetimeMs: 6000 });
+    // 30 s certificates: renewed at half their lifetime, and still far from their readiness lead when the
+    // refusal is seen on a loaded machine (6 s ones were inside it, and /healthz rightly said so).
+    const emulator = await emulatorIn(dir(), { listen: join(dir(), 'pair.sock'), certLifetimeMs: 30_000 });
     const certDir = join(dir(), 'pair-store');
     const daemon = await standaloneDaemon(emulator, certDir, [], logger);
     const serial = async (): Promise<string> => new X509Certificate(await readFile(join(certDir, DOMAIN, 'tls.crt'))).serialNumber;
@@ -91,13 +92,13 @@ describe('LocalAPI answers are bounded by what their kind can be', () => {
       const first = await serial();
       emulator.injectFault({ target: 'cert', kind: 'huge_pair', count: 'always' });
       const refused = () => entries.some((e) => String(e.err ?? '').includes(`larger than ${LOCALAPI_ANSWER_BOUNDS.certPair} bytes`));
-      await until('a renewal answered with an oversized pair', refused, [onEvent(events, 'entry')], 30_000);
+      await until('a renewal answered with an oversized pair', refused, [onEvent(events, 'entry')], 60_000);
       assert.equal(await serial(), first, 'the files still hold the last valid pair');
       assert.equal(daemon.health.evaluate(Date.now()).healthy, true, 'still serving it');
       const logged = entries.find((e) => String(e.err ?? '').includes('larger than'));
       assert.equal(logged?.code, 'CERTSHARE_LOCALAPI_BAD_RESPONSE', JSON.stringify(logged));
       emulator.clearFaults();
-      await nextEvent(daemon.events, 'filesWritten', () => true, 30_000);
+      await nextEvent(daemon.events, 'filesWritten', () => true, 60_000);
       assert.notEqual(await serial(), first, 'renewed once the answers fit');
     } finally {
       await daemon.stop();
