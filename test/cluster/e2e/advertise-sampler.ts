@@ -10,7 +10,7 @@
 // Service, a TLS handshake with its proxy (`<pod IP>:<port>`, the SNI, the chain checked against the CA, the
 // name and dates checked as a client does), and when that fails its prefs again: advertised before and after
 // a failed handshake is a sample advertised while not served. A tailscaled refusing connections (stopped)
-// advertises nothing; one slow to answer (over 2 s) keeps its last state; a tick counts once every Pod's
+// advertises nothing; one slow to answer (over 2 s) keeps its last state; a tick counts once some Pod's
 // prefs were read. At the end one JSON line: every tick's time and count of advertisers, each unserved sample
 // (pod, time, the handshake's error), each change of a replica's state.
 import { spawn } from 'node:child_process';
@@ -64,13 +64,16 @@ createInterface({ input: process.stdin }).on('close', () => (stopping = true));
 process.stdin.resume();
 
 type Advertised = boolean | 'unknown';
+/** Why each Pod's last read told nothing (a timeout, an HTTP error), for a Pod never read. */
+const lastError = new Map<string, string>();
 
-async function advertises(socket: string): Promise<Advertised> {
+async function advertises(uid: string, socket: string): Promise<Advertised> {
   try {
     const prefs = await getJson<{ AdvertiseServices?: string[] | null }>(socket, '/localapi/v0/prefs', { signal: AbortSignal.timeout(PREFS_TIMEOUT_MS) });
     return (prefs.AdvertiseServices ?? []).includes(service!);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
+    lastError.set(uid, code ?? String(err));
     // Refused or gone: no tailscaled behind the socket, nothing advertised through it.
     return code === 'ECONNREFUSED' || code === 'ENOENT' ? false : 'unknown';
   }
@@ -106,12 +109,12 @@ const note = (uid: string, advertises: boolean): void => {
 
 async function sampleOne(uid: string): Promise<void> {
   const socket = join(podsDir!, uid, 'volumes/kubernetes.io~empty-dir', socketVolume!, 'tailscaled.sock');
-  const before = await advertises(socket);
+  const before = await advertises(uid, socket);
   if (before !== 'unknown') note(uid, before);
   if (before !== true) return;
   const error = await handshakeError(podIps.get(uid)!);
   if (error === undefined) return;
-  const after = await advertises(socket);
+  const after = await advertises(uid, socket);
   if (after !== 'unknown') note(uid, after);
   if (after === true) unserved.push({ pod: uid, at: Date.now(), error });
 }
@@ -119,10 +122,11 @@ async function sampleOne(uid: string): Promise<void> {
 while (!stopping) {
   const next = performance.now() + interval;
   await Promise.all([...podIps.keys()].map(sampleOne));
-  // Until the watch lists the Pods, and each one's prefs were read once, there is nothing to count.
-  if (podIps.size > 0 && [...podIps.keys()].every((uid) => last.has(uid))) ticks.push([Date.now(), [...last.values()].filter(Boolean).length]);
+  // Until some Pod's prefs were read there is nothing to count.
+  if (last.size > 0) ticks.push([Date.now(), [...last.values()].filter(Boolean).length]);
   const wait = next - performance.now();
   if (wait > 0) await new Promise((r) => setTimeout(r, wait));
 }
 watch.kill('SIGKILL');
-console.log(JSON.stringify({ ticks, unserved, changes }));
+const neverRead = [...podIps.keys()].filter((uid) => !last.has(uid)).map((uid) => ({ pod: uid, error: lastError.get(uid) }));
+console.log(JSON.stringify({ ticks, unserved, changes, neverRead }));

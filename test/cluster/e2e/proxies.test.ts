@@ -462,7 +462,9 @@ async function rollOut(env: E2eCluster, replicas: number, record: (figures: Adve
     ticks: Array<[at: number, advertisers: number]>;
     unserved: Array<{ pod: string; at: number; error: string }>;
     changes: Array<{ pod: string; at: number; advertises: boolean }>;
+    neverRead: Array<{ pod: string; error?: string }>;
   };
+  if (prefs.neverRead.length > 0) process.stderr.write(`e2e advertise: Pods whose prefs were never read ${JSON.stringify(prefs.neverRead)}\n`);
   const from = sampled[0]!.at;
   const ticks = prefs.ticks.filter(([at]) => at >= from);
   const advertisers = ticks.map(([, n]) => n);
