@@ -14,7 +14,8 @@
 // prefs were read. At the end one JSON line: every tick's time and count of advertisers, each unserved sample
 // (pod, time, the handshake's error), each change of a replica's state.
 import { spawn } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, symlink } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { connect } from 'node:tls';
@@ -107,8 +108,24 @@ const note = (uid: string, advertises: boolean): void => {
   last.set(uid, advertises);
 };
 
+/**
+ * A short link to each Pod's socket: the path under the kubelet's root is longer than a unix socket address
+ * may be (108 bytes: connect answers EINVAL); connect follows the link.
+ */
+const links = await mkdtemp(join(tmpdir(), 'adv-'));
+const linked = new Map<string, Promise<string>>();
+const socketOf = (uid: string): Promise<string> => {
+  let link = linked.get(uid);
+  if (!link) {
+    const path = join(links, String(linked.size));
+    link = symlink(join(podsDir!, uid, 'volumes/kubernetes.io~empty-dir', socketVolume!, 'tailscaled.sock'), path).then(() => path);
+    linked.set(uid, link);
+  }
+  return link;
+};
+
 async function sampleOne(uid: string): Promise<void> {
-  const socket = join(podsDir!, uid, 'volumes/kubernetes.io~empty-dir', socketVolume!, 'tailscaled.sock');
+  const socket = await socketOf(uid);
   const before = await advertises(uid, socket);
   if (before !== 'unknown') note(uid, before);
   if (before !== true) return;
@@ -128,5 +145,6 @@ while (!stopping) {
   if (wait > 0) await new Promise((r) => setTimeout(r, wait));
 }
 watch.kill('SIGKILL');
+await rm(links, { recursive: true, force: true });
 const neverRead = [...podIps.keys()].filter((uid) => !last.has(uid)).map((uid) => ({ pod: uid, error: lastError.get(uid) }));
 console.log(JSON.stringify({ ticks, unserved, changes, neverRead }));
