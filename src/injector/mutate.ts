@@ -24,7 +24,7 @@ import {
 } from './sidecar.ts';
 import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../core/served/leave-rotation.ts';
 import { parseReloadSignal } from '../delivery/reload-signal.ts';
-import { wantsOperatorGrant, withOperatorGrant } from './tailscale-operator.ts';
+import { ADVERTISE_OWNER_ANNOTATION, configFileTailscaled, wantsOperatorGrant, withOperatorGrant } from './tailscale-operator.ts';
 import { proxyTlsPort } from './served-check-port.ts';
 
 /** @forTests */
@@ -543,7 +543,9 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   if (!spec) throw bad(ANNOTATION.inject, 'the Pod has no spec');
   const initContainers = spec.initContainers ?? [];
   const present = [...initContainers, ...(spec.containers ?? [])].find((c) => c.name === SIDECAR_NAME);
-  const settings = withServedCheck(settingsFromAnnotations(annotations, defaults), annotations, spec, present);
+  const asked = withServedCheck(settingsFromAnnotations(annotations, defaults), annotations, spec, present);
+  const configFile = configFileTailscaled(spec, asked.socketVolume);
+  const settings = withoutAdvertising(asked, configFile);
   if (present) return alreadyThere(present, spec, settings, defaults);
   checkPodShape(spec, settings);
 
@@ -599,21 +601,35 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
     // A signal reaches the proxy only when the Pod's containers share one process namespace.
     ...(settings.reloadSignal ? { shareProcessNamespace: true } : {}),
   };
-  if (!wantsOperatorGrant(annotations, advertised !== undefined, defaults.grantTailscaleOperator ?? true)) {
-    return { kind: 'inject', pod: { ...pod, spec: injected }, patch: specPatch(spec, injected) };
-  }
-  const granted = withOperatorGrant(injected, settings.socketVolume);
-  const annotationPatch = Object.entries(granted.annotations).map(
+  const granted = wantsOperatorGrant(annotations, advertised !== undefined, defaults.grantTailscaleOperator ?? true)
+    ? withOperatorGrant(injected, settings.socketVolume)
+    : { spec: injected, annotations: {} };
+  const added: Record<string, string> = { ...granted.annotations };
+  if (configFile) added[ADVERTISE_OWNER_ANNOTATION] = `config-file: container ${configFile} sets TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR`;
+  return podInjection(pod, granted.spec, added);
+}
+
+/** The injection: the Pod with its new spec and the annotations the injector adds, and the patch that makes it. */
+function podInjection(pod: V1Pod, spec: V1PodSpec, added: Record<string, string>): Injection {
+  const annotationPatch = Object.entries(added).map(
     ([key, value]): JsonPatchOp => ({ op: 'add', path: `/metadata/annotations/${key.replaceAll('~', '~0').replaceAll('/', '~1')}`, value }),
   );
-  return {
-    kind: 'inject',
-    pod: { ...pod, metadata: { ...pod.metadata, annotations: { ...annotations, ...granted.annotations } }, spec: granted.spec },
-    patch: [...specPatch(spec, granted.spec), ...annotationPatch],
-  };
+  const annotations = Object.keys(added).length === 0 ? {} : { metadata: { ...pod.metadata, annotations: { ...pod.metadata?.annotations, ...added } } };
+  return { kind: 'inject', pod: { ...pod, ...annotations, spec }, patch: [...specPatch(pod.spec!, spec), ...annotationPatch] };
 }
 
 type Settings = ReturnType<typeof settingsFromAnnotations>;
+
+/**
+ * A Pod whose tailscaled runs from a config file (configFileTailscaled: the container's name) gets no
+ * advertisement: no --advertise-services for certshare, so no agent, operator right or leave token either; the
+ * file's owner advertises. certshare still checks what the proxy serves and keeps the readiness gate.
+ */
+function withoutAdvertising(settings: Settings, configFile: string | undefined): Settings {
+  if (configFile === undefined) return settings;
+  const advertising = new Set([envName('advertise-services'), envName('advertise-failover'), envName('advertise-bootstrap')]);
+  return { ...settings, extraEnv: (settings.extraEnv ?? []).filter((e) => !advertising.has(e.name)) };
+}
 
 /** The variable holding --served-check. */
 const SERVED_CHECK_ENV = envName('served-check');

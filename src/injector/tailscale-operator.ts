@@ -40,6 +40,31 @@ function refused(problem: string): CertshareError {
   });
 }
 
+/**
+ * Written on a Pod whose tailscaled runs from a config file: certshare does not advertise there, the file's owner
+ * does (docs/tailscale-services.md). @forTests
+ */
+export const ADVERTISE_OWNER_ANNOTATION = 'certshare.io/advertise-owner';
+/** containerboot starts tailscaled from the file in this directory (`tailscaled --config`), and reloads it on change. */
+const CONFIG_DIR_ENV = 'TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR';
+
+/**
+ * The container (besides certshare's and the agent's) mounting tailscaled's socket volume that starts tailscaled
+ * from a config file: it declares TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR in its env (Tailscale's operator does, for
+ * its ProxyGroups). Each reload of that file sets AdvertiseServices to the file's list: any edit of the agent's
+ * would be undone, or undo the owner's.
+ */
+export function configFileTailscaled(spec: V1PodSpec, socketVolume: string): string | undefined {
+  const containers = [...(spec.initContainers ?? []), ...(spec.containers ?? [])];
+  return containers.find(
+    (c) =>
+      c.name !== SIDECAR_NAME &&
+      c.name !== ADVERTISE_AGENT_NAME &&
+      c.volumeMounts?.some((m) => m.name === socketVolume) &&
+      c.env?.some((e) => e.name === CONFIG_DIR_ENV),
+  )?.name;
+}
+
 /** Whether this Pod's sidecar gets the grant: it advertises, the platform allows it, the Pod did not say manual. */
 export function wantsOperatorGrant(annotations: Record<string, string>, advertises: boolean, platformGrants: boolean): boolean {
   const choice = annotations[OPERATOR_ANNOTATION];

@@ -6,17 +6,12 @@ import { silentLogger } from '../../src/core/ports/logger.ts';
 import { connectKube } from '../../src/kube/connection.ts';
 import { EventRecorder, type EventOccurrence, REPORTING_CONTROLLER } from '../../src/kube/event-recorder.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { GATE, KUBE_DOMAIN, createGatedPod, exampleNamespace, kubeconfigVia, must, startReplica } from '../support/kube.ts';
+import { GATE, KUBE_DOMAIN, createGatedPod, exampleNamespace, podUid, kubeconfigVia, must, startReplica } from '../support/kube.ts';
 import { about, type RecordedEvent, watchEvents } from '../support/kube-events.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { onEvent, until } from '../support/wait.ts';
 
 const cp = useControlPlane();
-
-async function podUid(ns: string, name: string): Promise<string> {
-  const res = await cp().adminRequest('GET', `/api/v1/namespaces/${ns}/pods/${name}`);
-  return (JSON.parse(res.body) as { metadata: { uid: string } }).metadata.uid;
-}
 
 describe('Events about the Pod', () => {
   const dir = useTempDir();
@@ -29,12 +24,12 @@ describe('Events about the Pod', () => {
     const writer = await startReplica(cp(), ns, dir(), 'proxy-0', {
       mode: 'rw',
       flags: ['--readiness-gate', GATE],
-      env: { POD_UID: await podUid(ns, 'proxy-0') },
+      env: { POD_UID: await podUid(cp(), ns, 'proxy-0') },
     });
     const reader = await startReplica(cp(), ns, dir(), 'proxy-1', {
       mode: 'ro',
       flags: ['--readiness-gate', GATE],
-      env: { POD_UID: await podUid(ns, 'proxy-1') },
+      env: { POD_UID: await podUid(cp(), ns, 'proxy-1') },
     });
     try {
       await until(
@@ -84,7 +79,7 @@ describe('Events about the Pod', () => {
       const watch = watchEvents(cp(), ns);
       const writer = await startReplica(cp(), ns, dir(), 'proxy-0', {
         mode: 'rw',
-        env: { POD_UID: await podUid(ns, 'proxy-0') },
+        env: { POD_UID: await podUid(cp(), ns, 'proxy-0') },
         emulator: { faults: [{ target: 'cert', count: 'always', ...fault }] },
       });
       try {

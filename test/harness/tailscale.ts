@@ -127,6 +127,13 @@ export interface RealTailscaled {
   writeConfigFile(config: Record<string, unknown>): Promise<string>;
   /** Starts tailscaled again with the same state; resolves once its LocalAPI answers and it is Running. */
   startTailscaled(): Promise<void>;
+  /**
+   * Stops tailscaled and starts Tailscale's containerboot (the image's entrypoint, same version) in its place,
+   * as a ProxyGroup Pod runs it: TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR=`configDir`, so it starts `tailscaled
+   * --config` from the cap-<N>.hujson there and reloads it whenever the directory's `..data` link changes (the
+   * kubelet's swap of a mounted Secret); state kept. Resolves once the LocalAPI answers and it is Running.
+   */
+  startContainerboot(configDir: string): Promise<void>;
   readonly tailscaledRunning: boolean;
   /** Raw LocalAPI GET (status, headers, body as text). */
   localApi(path: string): Promise<Resp>;
@@ -276,26 +283,36 @@ class RealTailscaledImpl implements RealTailscaled {
       // A mount namespace of tailscaled's own, its /etc/passwd the file; `unshare` and `sh` exec: the pid is tailscaled's.
       asPod = ['unshare', '--mount', '--propagation', 'private', '--', 'sh', '-c', 'mount --bind "$0" /etc/passwd && exec "$@"', passwd];
     }
-    const proc = this.inNamespace(
-      'tailscaled',
-      [
-        ...asPod,
-        join(this.binDir, 'tailscaled'),
-        '--tun=userspace-networking',
-        `--socket=${this.socket}`,
-        `--statedir=${join(this.dir, 'state')}`,
-        '--port=0',
-        '--no-logs-no-support',
-        ...(this.configPath ? [`--config=${this.configPath}`] : []),
-      ],
-      {
-        TS_DEBUG_ACME_DIRECTORY_URL: this.ready.acme,
-        SSL_CERT_FILE: this.ready.bundle,
-        // With only loopback, tailscaled would otherwise wait for a network that never comes.
-        TS_ASSUME_NETWORK_UP_FOR_TEST: '1',
-        ...(this.options.permitCertUid ? { TS_PERMIT_CERT_UID: this.options.permitCertUid } : {}),
-      },
-    );
+    const command = this.containerbootConfigDir
+      ? [join(this.binDir, 'containerboot')]
+      : [
+          join(this.binDir, 'tailscaled'),
+          '--tun=userspace-networking',
+          `--socket=${this.socket}`,
+          `--statedir=${join(this.dir, 'state')}`,
+          '--port=0',
+          '--no-logs-no-support',
+          ...(this.configPath ? [`--config=${this.configPath}`] : []),
+        ];
+    // containerboot runs `tailscaled` from PATH with these flags, and nothing else (no `tailscale up` in config-file mode).
+    const containerboot: Record<string, string> = this.containerbootConfigDir
+      ? {
+          PATH: `${this.binDir}:${process.env.PATH ?? '/usr/bin:/bin'}`,
+          TS_SOCKET: this.socket,
+          TS_STATE_DIR: join(this.dir, 'state'),
+          TS_USERSPACE: 'true',
+          TS_TAILSCALED_EXTRA_ARGS: '--port=0 --no-logs-no-support',
+          TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR: this.containerbootConfigDir,
+        }
+      : {};
+    const proc = this.inNamespace('tailscaled', [...asPod, ...command], {
+      ...containerboot,
+      TS_DEBUG_ACME_DIRECTORY_URL: this.ready.acme,
+      SSL_CERT_FILE: this.ready.bundle,
+      // With only loopback, tailscaled would otherwise wait for a network that never comes.
+      TS_ASSUME_NETWORK_UP_FOR_TEST: '1',
+      ...(this.options.permitCertUid ? { TS_PERMIT_CERT_UID: this.options.permitCertUid } : {}),
+    });
     this.tailscaled = proc;
     try {
       // Ready: the LocalAPI answers; after a restart with saved state, also back in Running.
@@ -315,6 +332,15 @@ class RealTailscaledImpl implements RealTailscaled {
 
   /** Set once tailscaled first came up: every later start must reach Running from its saved state. */
   private loggedIn = false;
+
+  /** containerboot runs tailscaled from the config directory (startContainerboot). */
+  private containerbootConfigDir: string | undefined;
+
+  async startContainerboot(configDir: string): Promise<void> {
+    await this.stopTailscaled();
+    this.containerbootConfigDir = configDir;
+    await this.startTailscaled();
+  }
 
   /** tailscaled runs from this config file (writeConfigFile). */
   private configPath: string | undefined;

@@ -82,6 +82,12 @@ export async function kubeconfigVia(
   return path;
 }
 
+/** The Pod's uid, as the downward API gives it to certshare (POD_UID): `kubectl describe pod` lists the Events regarding it. */
+export async function podUid(cp: ControlPlane, ns: string, name: string): Promise<string> {
+  const res = await cp.adminRequest('GET', `/api/v1/namespaces/${ns}/pods/${name}`);
+  return (JSON.parse(res.body) as { metadata: { uid: string } }).metadata.uid;
+}
+
 /** A Pod (never scheduled: there is no kubelet) with certshare's readiness gate, as the example's StatefulSet makes. */
 export async function createGatedPod(cp: ControlPlane, ns: string, name: string): Promise<void> {
   const pod = {

@@ -1,6 +1,7 @@
 // `npm run e2e [-- --json]`: the end-to-end tier alone (test/cluster/e2e/example.test.ts, then test/cluster/e2e/proxies.test.ts,
 // each on a real single-node cluster of its own; root). With --json the last line of the output is one JSON
-// object of their figures, the proxies' under `proxies`, the Tailscale Service advertisement's at the top.
+// object of their figures, the proxies' under `proxies`, the Tailscale Service advertisement's at the top (the
+// group of 10 replicas, which `npm test` leaves out, under `rollout10`).
 import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -21,7 +22,13 @@ const advertiseFile = join(dir, 'advertise.json');
 const files = ['./example.test.ts', './proxies.test.ts'].map((f) => new URL(f, import.meta.url).pathname);
 const test = spawn(process.execPath, ['--test', '--test-concurrency=1', '--test-timeout=3600000', ...files], {
   stdio: ['ignore', values.json ? 'pipe' : 'inherit', 'inherit'],
-  env: { ...process.env, CERTSHARE_E2E_FIGURES: figuresFile, CERTSHARE_E2E_PROXIES_FIGURES: proxiesFile, CERTSHARE_E2E_ADVERTISE_FIGURES: advertiseFile },
+  env: {
+    ...process.env,
+    CERTSHARE_E2E_FIGURES: figuresFile,
+    CERTSHARE_E2E_PROXIES_FIGURES: proxiesFile,
+    CERTSHARE_E2E_ADVERTISE_FIGURES: advertiseFile,
+    CERTSHARE_E2E_LARGE_GROUP: '1',
+  },
 });
 // With --json the test runner's report goes to stderr, so that the figures are the last stdout line.
 test.stdout?.pipe(process.stderr);

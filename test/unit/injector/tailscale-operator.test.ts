@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { V1Container, V1Pod } from '../../../src/kube/transport/client-node.ts';
 import { ANNOTATION, admissionReviewResponse, type InjectionDefaults } from '../../../src/injector/mutate.ts';
-import { OPERATOR_ANNOTATION, PASSWD_ANNOTATION } from '../../../src/injector/tailscale-operator.ts';
+import { ADVERTISE_OWNER_ANNOTATION, OPERATOR_ANNOTATION, PASSWD_ANNOTATION } from '../../../src/injector/tailscale-operator.ts';
 import { TEST_INJECTION_DEFAULTS } from '../../support/injector-example.ts';
 import { applyJsonPatch } from '../../support/json-patch.ts';
 
@@ -161,5 +161,39 @@ describe("the injector's tailscaled operator grant", () => {
       assert.match(message!, problem);
       if (!/neither/.test(problem.source)) assert.match(message!, /certshare\.io\/tailscale-operator: manual/);
     }
+  });
+
+  it("tailscaled from a config file (containerboot's TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR): no advertisement, the file's owner advertises", () => {
+    const configDir = { env: [{ name: 'TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR', value: '/etc/tsconfig/proxy-0' }] };
+    const bootstrapping = { ...defaults, sidecarFlags: `${defaults.sidecarFlags ?? ''} --advertise-bootstrap=true`.trim() };
+    for (const [p, platform] of [
+      [pod(ADVERTISING, configDir), defaults],
+      [pod(`${ADVERTISING} --advertise-failover=20s`, configDir), bootstrapping],
+    ] as const) {
+      const { allowed, message, stored } = admit(p, platform);
+      assert.equal(allowed, true, message);
+      const certshare = stored.spec!.initContainers!.find((c) => c.name === 'certshare')!;
+      assert.deepEqual(
+        certshare.env!.filter((e) => e.name.startsWith('CERTSHARE_ADVERTISE') || e.name === 'CERTSHARE_LEAVE_TOKEN'),
+        [],
+        'certshare is not told to advertise',
+      );
+      assert.ok(
+        certshare.env!.some((e) => e.name === 'CERTSHARE_SERVED_CHECK' && e.value === '127.0.0.1:8443'),
+        'it still checks what the proxy serves',
+      );
+      assert.equal(
+        stored.spec!.containers.find((c) => c.name === 'certshare-advertise'),
+        undefined,
+        'no advertise agent',
+      );
+      // containerboot refuses TS_EXTRA_ARGS beside a config dir: the grant would stop tailscaled from starting.
+      assert.deepEqual(tailscaleOf(stored).env, configDir.env, "tailscaled's container unchanged");
+      assert.equal(stored.metadata!.annotations![PASSWD_ANNOTATION], undefined);
+      assert.equal(stored.metadata!.annotations![ADVERTISE_OWNER_ANNOTATION], 'config-file: container tailscale sets TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR');
+      assert.equal(admit(stored, platform).patched, false, 'called again: nothing more');
+    }
+    // Without the variable, the same Pod gets the agent.
+    assert.ok(admit(pod(ADVERTISING)).stored.spec!.containers.some((c) => c.name === 'certshare-advertise'));
   });
 });
