@@ -71,7 +71,7 @@ describe('nginx (Debian 12 package) with a stock configuration, reloaded by a si
       assert.equal(ran.status, 0, ran.stderr);
       const result = JSON.parse(ran.stdout) as { ok: boolean; error: string };
       assert.equal(result.ok, false);
-      assert.match(result.error, /not permitted to send SIGHUP to pid \d+ .*run the proxy's master as uid 65532/);
+      assert.match(result.error, /not permitted to send SIGHUP to pid \d+\b.*run the proxy's master as uid 65532/);
       assert.equal(nginx.exited, undefined);
     } finally {
       await daemon.stop();
