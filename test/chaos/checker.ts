@@ -25,7 +25,7 @@
 // Cost: a tick is O(replicas x domains + open samples); an input touches one domain's state; the final
 // analysis groups by domain (ledger.ts), so nothing compares every event with every other.
 import type { Instance } from './replicas.ts';
-import { analyseWindows, checkRateLimits, parseLedgerLine, type CertRequest, type Issuance, type RetryRecord, type WindowAnalysis } from './ledger.ts';
+import { analyseWindows, checkRateLimits, iso, parseLedgerLine, type CertRequest, type Issuance, type RetryRecord, type WindowAnalysis } from './ledger.ts';
 import { isValidAt, viewPair, type CertView, type FilesState, type KubeObject } from './observers.ts';
 import { DEFAULT_REQUEST_TIMEOUT_MS } from '../../src/kube/transport/https-transport.ts';
 import { needlessExpiry } from './cross-cluster.ts';
@@ -131,7 +131,6 @@ interface DomainState {
   editsPending: number[];
 }
 
-const iso = (t: number): string => new Date(t).toISOString().slice(11, 23);
 const short = (serial: string): string => serial.slice(0, 8);
 
 function percentile(values: number[], p: number): number {

@@ -5,7 +5,7 @@
 // which a member whose CA refused every call since the copy's renewal point cannot make (an injected fault
 // is the CA's doing, not certshare's), and a member whose writer made no call at all should have.
 import type { HomeLink } from './home.ts';
-import { renewalPoint, type CertRequest, type Issuance } from './ledger.ts';
+import { iso, renewalPoint, type CertRequest, type Issuance } from './ledger.ts';
 import type { CertView } from './observers.ts';
 import type { ValidElsewhere } from './secret-board.ts';
 
@@ -28,8 +28,6 @@ export interface ExpiredCopyFacts {
   requests: readonly CertRequest[];
   issuances: readonly Issuance[];
 }
-
-const iso = (t: number): string => new Date(t).toISOString().slice(11, 23);
 
 /** Why the member should not hold an expired copy any more (the violation's text after "projects expired ..."), or undefined. */
 export function needlessExpiry(f: ExpiredCopyFacts): string | undefined {

@@ -111,7 +111,8 @@ export interface RateLimitFindings {
   rateLimitedAnswers: number;
 }
 
-const iso = (t: number): string => new Date(t).toISOString().slice(11, 23);
+/** A time of day to the millisecond, as the run's log writes it. */
+export const iso = (t: number): string => new Date(t).toISOString().slice(11, 23);
 
 /**
  * `instanceOf(emulator, t)` names the certshare process (replica + pid) behind an emulator at time t:
