@@ -36,7 +36,7 @@ import { X509Certificate } from 'node:crypto';
 import { CLUSTER_ROOT } from '../cluster.ts';
 import { type E2eCluster, startE2eCluster } from '../e2e-cluster.ts';
 import { leaseHolderPod } from '../../support/kube.ts';
-import { installInjector, prepareExampleNamespace } from './setup.ts';
+import { explainPods, installInjector, prepareExampleNamespace } from './setup.ts';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 const NODE = process.execPath;
@@ -249,6 +249,9 @@ async function allReady(env: E2eCluster, timeoutMs: number, notUids: string[] = 
   return until(`${replicas} proxy Pods Ready`, timeoutMs, async () => {
     const list = (await pods(env)).filter((p) => !p.deleting);
     return list.length === replicas && list.every((p) => p.ready && !notUids.includes(p.uid)) ? list : undefined;
+  }).catch(async (err: unknown) => {
+    await explainPods(env, NS, ['certshare', 'tailscale', 'proxy']);
+    throw err;
   });
 }
 

@@ -26,7 +26,7 @@ import { fileURLToPath } from 'node:url';
 import { CLUSTER_ROOT } from '../cluster.ts';
 import { type E2eCluster, startE2eCluster } from '../e2e-cluster.ts';
 import { servicesControlSees } from '../../harness/tailscale.ts';
-import { installInjector, prepareExampleNamespace } from './setup.ts';
+import { explainPods, installInjector, prepareExampleNamespace } from './setup.ts';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 const PROBE = join(REPO, 'test/cluster/e2e/tls-probe.ts');
@@ -237,10 +237,7 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
           const states = await podStates(env, ns);
           return states.length === 2 && states.every((p) => p.ready) ? states : undefined;
         }).catch(async (err: unknown) => {
-          // What the user would look at: the Pods' state and events, certshare's last words.
-          const describe = await env.cluster.kubectl(['describe', 'pods', '-n', ns]);
-          const logs = await env.cluster.kubectl(['logs', 'proxy-0', '-n', ns, '-c', 'certshare', '--tail=20']);
-          process.stderr.write(`e2e proxies: ${ns}:\n${describe.stdout.slice(-6000)}\n${logs.stdout}\n`);
+          await explainPods(env, ns, ['certshare'], 'e2e proxies');
           throw err;
         }),
       ),
@@ -380,11 +377,8 @@ async function rollOut(env: E2eCluster, replicas: number, record: (figures: Adve
   let fullFrom = 0;
   try {
     await allAdvertise('every replica advertising svc:proxy, as control sees it').catch(async (err: unknown) => {
-      const logs = await env.cluster.kubectl(['logs', 'proxy-0', '-n', SERVICE_NS, '-c', 'certshare', '--tail=30']);
-      const tailscale = await env.cluster.kubectl(['logs', 'proxy-0', '-n', SERVICE_NS, '-c', 'tailscale', '--tail=30']);
-      const pods = await env.cluster.kubectl(['get', 'pods', '-n', SERVICE_NS, '-o', 'wide']);
-      process.stderr.write(`e2e advertise: the Pods:\n${pods.stdout}\n`);
-      process.stderr.write(`e2e advertise: last view ${JSON.stringify([...(views.at(-1)?.nodes ?? [])])}\n${logs.stdout}\n${tailscale.stdout}\n`);
+      process.stderr.write(`e2e advertise: last view ${JSON.stringify([...(views.at(-1)?.nodes ?? [])])}\n`);
+      await explainPods(env, SERVICE_NS, ['certshare', 'tailscale'], 'e2e advertise');
       throw err;
     });
     fullFrom = views.length - 1;

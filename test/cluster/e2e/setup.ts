@@ -54,3 +54,22 @@ export async function prepareExampleNamespace(env: E2eCluster, ns: string, hostn
     '--from-literal=SSL_CERT_FILE=/etc/tailscale-test/ca-bundle.pem',
   ]);
 }
+
+/**
+ * What a user would look at when Pods do not come up, written to stderr: the Pods, their events and the last
+ * lines of the named containers of each Pod. Every call has its own timeout and none may throw: it runs on a
+ * failure path, beside the error it explains.
+ */
+export async function explainPods(env: E2eCluster, ns: string, containers: string[], label = 'e2e'): Promise<void> {
+  const k = (args: string[]) =>
+    env.cluster.kubectl(args, { timeoutMs: 30_000 }).then(
+      (r) => r.stdout + r.stderr,
+      (err: unknown) => String(err),
+    );
+  const names = (await k(['get', 'pods', '-n', ns, '-o', 'jsonpath={.items[*].metadata.name}'])).trim().split(/\s+/).filter(Boolean);
+  const parts = [await k(['get', 'pods', '-n', ns, '-o', 'wide']), (await k(['describe', 'pods', '-n', ns])).slice(-8000)];
+  for (const pod of names) {
+    for (const c of containers) parts.push(`--- ${pod} ${c}:\n${await k(['logs', pod, '-n', ns, '-c', c, '--tail=30'])}`);
+  }
+  process.stderr.write(`${label}: ${ns}:\n${parts.join('\n')}\n`);
+}
