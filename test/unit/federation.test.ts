@@ -52,7 +52,11 @@ describe('the safety point of a home outage', () => {
     const expired = { ...bg, notAfter: at };
     assert.deepEqual(homeOutageVerdict({ held: expired, now: at, policy, readinessLeadMs: LEAD, breakGlass: record }), { kind: 'break_glass' });
     const none = { serial: 'C3', window: null };
-    assert.deepEqual(homeOutageVerdict({ held: expired, now: at, policy, readinessLeadMs: LEAD, breakGlass: none }), { kind: 'broken', serial: 'C3' });
+    assert.deepEqual(homeOutageVerdict({ held: undefined, now: at, policy, readinessLeadMs: LEAD, breakGlass: none }), { kind: 'broken', serial: 'C3' });
+    // Issued with no copy held, then expired while still cut off: that certificate's own window is a new one.
+    const c3 = { serial: 'C3', notBefore: at, notAfter: at + 90 * DAY };
+    const later = c3.notAfter + MIN;
+    assert.deepEqual(homeOutageVerdict({ held: c3, now: later, policy, readinessLeadMs: LEAD, breakGlass: none }), { kind: 'break_glass' });
     // A record of before windows were named (issue 40: the serial alone) stands while its certificate is held.
     const legacy = { serial: 'B9', window: undefined };
     assert.deepEqual(homeOutageVerdict({ held: bg, now: at, policy, readinessLeadMs: LEAD, breakGlass: legacy }), { kind: 'broken', serial: 'B9' });

@@ -68,7 +68,8 @@ export function breakGlassSpent(record: BreakGlassRecord | undefined, serial: st
 }
 
 /**
- * What a member's writer may do while the home is unreachable. `held`: its valid local copy, if any.
+ * What a member's writer may do while the home is unreachable. `held`: its local copy, if any (an expired one
+ * only from a pinned issuer: StoreRead.expired).
  * `breakGlass`: the record in its local Secret (a restart or a takeover of the local Lease does not forget
  * it): the window it names is spent.
  */
@@ -80,7 +81,9 @@ export function homeOutageVerdict(input: {
   breakGlass?: BreakGlassRecord | undefined;
 }): HomeOutageVerdict {
   const copy = input.held && input.now < input.held.notAfter ? input.held : undefined;
-  if (input.breakGlass && breakGlassSpent(input.breakGlass, copy?.serial)) return { kind: 'broken', serial: input.breakGlass.serial };
+  // The window is the held copy's, expired or not: a copy issued in the window of no copy ("replacing none")
+  // that expired since has a window of its own.
+  if (input.breakGlass && breakGlassSpent(input.breakGlass, input.held?.serial)) return { kind: 'broken', serial: input.breakGlass.serial };
   if (!copy) return { kind: 'break_glass' };
   const at = breakGlassPoint(copy, input.policy, input.readinessLeadMs);
   return input.now >= at ? { kind: 'break_glass' } : { kind: 'serve', until: at };
