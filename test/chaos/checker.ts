@@ -73,6 +73,11 @@ export interface CheckerContext {
    * made on its own past the safety point while the home was away. Optional (none).
    */
   excusedIssuance?(issuance: Issuance): boolean;
+  /**
+   * A break-glass record (`certshare.io/break-glass: <serial> replacing <window>`) seen in the member's Secret:
+   * the issuance it names is break-glass even when its log line was lost (a write that landed, its answer not).
+   */
+  breakGlassRecorded?(domain: string, serial: string, window: string): void;
   /** A federated run's member (cross-cluster.ts): its way to the home, and valid pairs of other clusters' Secrets. */
   federation?: {
     link(): HomeLink;
@@ -214,6 +219,8 @@ export class Checker {
       d.lastData = { crt, key, view: cert };
     }
     const annotations = obj?.metadata?.annotations ?? {};
+    const record = /^([0-9A-F]+) replacing (\S+)$/i.exec(annotations['certshare.io/break-glass'] ?? '');
+    if (record) this.#ctx.breakGlassRecorded?.(domain, record[1]!, record[2]!);
     const retry = Date.parse(annotations['certshare.io/retry-not-before'] ?? '');
     const state: SecretState = { at, cert };
     if (Number.isFinite(retry)) state.retryNotBefore = retry;

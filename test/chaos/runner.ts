@@ -362,6 +362,21 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     const breakGlass = new Set<string>();
     // Break-glass issuances per member, domain and window (the serial of the copy it replaced, from the log).
     const breakGlassWindows = new Map<string, Set<string>>();
+    /**
+     * A break-glass issuance of member c, from its writer's log or its Secret's record (whichever is seen first;
+     * the record stands when the log line was lost). A log without the window (an older certshare): the serial
+     * stands for it. `none` (the member held no valid copy) is no window of its own: the last pair its Secret
+     * held valid names it.
+     */
+    const noteBreakGlass = (c: number, domain: string, serial: string, window: string | undefined, source: string): void => {
+      const key = serial.toLowerCase();
+      if (breakGlass.has(key)) return;
+      breakGlass.add(key);
+      const replaced = window === 'none' ? `none after ${board.lastHeldBefore(`c${c + 1}`, domain, serial) ?? 'nothing'}` : window;
+      const name = `${federated ? `c${c + 1}-` : ''}${domain} replacing ${replaced ?? `? (${serial})`}`;
+      breakGlassWindows.set(name, (breakGlassWindows.get(name) ?? new Set()).add(key));
+      log(`${source}: break-glass issuance ${serial} (${domain}, window ${window ?? '?'})`);
+    };
 
     // A process that exits without being killed crashed: a violation (and it is restarted). A SIGTERM
     // handled but not ending in exit code 0 means the graceful stop overran --shutdown-timeout (or was
@@ -449,14 +464,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
             if (line.msg === 'became the writer') writerSince.set(replica, Date.now());
             else if (line.msg === 'no longer the writer') writerSince.delete(replica);
             if (typeof line.msg === 'string' && line.msg.startsWith('break-glass: issued') && typeof line.serial === 'string') {
-              breakGlass.add(line.serial.toLowerCase());
-              // A log without the window (an older certshare): the serial stands for it. `none` (the member held no
-              // valid copy) is no window of its own: the last pair its Secret held valid names it.
-              const replaced =
-                line.window === 'none' ? `none after ${board.lastHeldBefore(`c${c + 1}`, String(line.domain), line.serial) ?? 'nothing'}` : line.window;
-              const window = `${prefix}${String(line.domain)} replacing ${String(replaced ?? `? (${line.serial})`)}`;
-              breakGlassWindows.set(window, (breakGlassWindows.get(window) ?? new Set()).add(line.serial.toLowerCase()));
-              log(`${replica}: break-glass issuance ${line.serial} (${String(line.domain)}, window ${String(line.window ?? '?')})`);
+              noteBreakGlass(c, String(line.domain), line.serial, typeof line.window === 'string' ? line.window : undefined, replica);
             }
           },
           (inst) => onExit(r, inst),
@@ -493,6 +501,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         secretsReachableSince: (name) => proxy.secretsReachableSince(tokens.get(name)!),
         statusReachableSince: (name) => proxy.statusReachableSince(tokens.get(name)!),
         excusedIssuance: (i) => breakGlass.has(i.serial.toLowerCase()),
+        breakGlassRecorded: (domain, serial, window) => noteBreakGlass(c, domain, serial, window, `c${c + 1}-secret`),
         ...(federated
           ? {
               federation: {
