@@ -3,7 +3,7 @@
 // connection: a LeaseElector and a KubeSecretStore at the home beside the local ones. The local writer (the
 // local Lease holder, as without a home) campaigns for the home Lease, reads the home's Secret and mirrors it
 // into the local one; local readers read the local Secret only and never talk to the home.
-import { iso, systemClock, type Clock } from '../core/ports/clock.ts';
+import { systemClock, type Clock } from '../core/ports/clock.ts';
 import { doubling } from '../core/issuance/backoff.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { formatBreakGlassRecord, homeOutageVerdict, parseBreakGlassRecord, reconcile, type CopyView } from '../core/federation/home-verdicts.ts';
@@ -327,7 +327,6 @@ export class Federation {
     if (this.#homeDown.delete(domain)) logger.info({ domain }, 'federation home reachable again');
     this.#breakGlass.delete(domain);
     this.#via.set(domain, 'home');
-    homeRead = await this.#shareRateLimit(domain, localRead, homeRead, signal);
     const homeCert = bestValid(homeRead, clock.now());
     const localCert = bestValid(localRead, clock.now());
     const plan = reconcile(view(homeCert), view(localCert), clock.now());
@@ -347,27 +346,6 @@ export class Federation {
       logger.info({ domain, err: errorMessage(err) }, 'federation mirror write did not go through; trying again at the next read');
     }
     return withLocalCopy(homeRead, localCert, clock.now());
-  }
-
-  /**
-   * A rate limit the member met while cut off is in its local Secret only; the CA holds it against the name
-   * whoever calls next, so it holds for every member: this writer honours it at once, and the home records it
-   * for the others (not over another writer's intent there: that write would end it; the next read tries again).
-   */
-  async #shareRateLimit(domain: string, localRead: StoreRead, homeRead: StoreRead, signal: AbortSignal): Promise<StoreRead> {
-    const until = localRead.coordination?.retryNotBefore;
-    const atHome = homeRead.coordination;
-    if (until === undefined || until <= this.#o.clock.now() || until <= (atHome?.retryNotBefore ?? -Infinity)) return homeRead;
-    if (!atHome?.intent) {
-      await this.#o.home.store.recordRateLimit(domain, until, signal).then(
-        () => this.#o.logger.info({ domain, retryNotBefore: iso(until) }, 'a rate limit met while cut off from the home: recorded at the home'),
-        (err: unknown) => {
-          if (signal.aborted) throw err;
-          this.#o.logger.info({ domain, err: errorMessage(err) }, 'could not record the rate limit at the home yet');
-        },
-      );
-    }
-    return { ...homeRead, coordination: { ...atHome, retryNotBefore: until } };
   }
 
   /**

@@ -81,6 +81,8 @@ export interface CheckerContext {
   /** A federated run's member (cross-cluster.ts): its way to the home, and valid pairs of other clusters' Secrets. */
   federation?: {
     link(): HomeLink;
+    /** The member's way to the home at time t. */
+    linkAt(t: number): HomeLink;
     /** Since when the member's writer has held its local Lease (undefined: none now). */
     writerSince(): number | undefined;
     /** A valid pair of the home's Secret of record, and of any Secret other than this member's (secret-board.ts). */
@@ -546,7 +548,15 @@ export class Checker {
       if (ended === 'SIGKILL' || ended === 'crash') reissuedAfterLost.push(text);
       else violations.push({ at: extra.time, text });
     }
-    const rate = checkRateLimits(this.#requests, this.#retryRecords, this.#ctx.instanceAt);
+    // A federated member's writer follows the home's coordination while its way there is open: the records of
+    // its own Secret (where a tenant of that member may write) bind only its calls while cut off, or before it
+    // could tell it was back (one request timeout).
+    const federation = this.#ctx.federation;
+    const recordsBind = (r: CertRequest): boolean => {
+      const link = federation?.linkAt(r.time);
+      return !link?.open || r.time < link.since + DEFAULT_REQUEST_TIMEOUT_MS;
+    };
+    const rate = checkRateLimits(this.#requests, this.#retryRecords, this.#ctx.instanceAt, undefined, recordsBind);
     for (const text of rate.violations) violations.push({ at: 0, text });
     for (const p of this.#point) violations.push({ at: p.at, text: p.text });
     for (const ep of this.#closed) {

@@ -103,6 +103,8 @@ export class HomeChaos {
   readonly #openSince: number[];
   /** The home's apiserver stopped since (an outage under way). */
   #outageSince: number | undefined;
+  /** Every cut of one member (`member`) or of all (an outage of the home: none), `to` unset while it lasts. */
+  readonly #cuts: Array<{ member: number | undefined; from: number; to: number | undefined }> = [];
 
   constructor(options: {
     home: ControlPlane;
@@ -125,6 +127,14 @@ export class HomeChaos {
     this.#openSince = options.links.map(() => 0);
   }
 
+  /** Member `i`'s way to the home at time `t` (epoch ms), from every cut and outage so far. */
+  linkAt(i: number, t: number): HomeLink {
+    const mine = this.#cuts.filter((c) => c.member === undefined || c.member === i);
+    const cutThen = mine.filter((c) => c.from <= t && t < (c.to ?? Infinity));
+    if (cutThen.length > 0) return { open: false, since: Math.min(...cutThen.map((c) => c.from)) };
+    return { open: true, since: Math.max(0, ...mine.map((c) => c.to ?? 0).filter((to) => to <= t)) };
+  }
+
   /** Member `i`'s way to the home now: cut by its partition or the home's outage, else open since when. */
   link(i: number): HomeLink {
     const cut = this.#cutSince[i];
@@ -135,6 +145,7 @@ export class HomeChaos {
   #cut(i: number, now: number): void {
     this.#links[i]!.setFaults({ blackout: true });
     this.#cutSince[i] = now;
+    this.#cuts.push({ member: i, from: now, to: undefined });
     this.#onLoss();
   }
 
@@ -161,6 +172,7 @@ export class HomeChaos {
         cut.delete(i);
         this.#cutSince[i] = undefined;
         this.#openSince[i] = now;
+        this.#endCuts(i, now);
         this.#log(`home: member ${i + 1} reconnected`);
         this.#onReturn(now, i, `member ${i + 1} reconnected`);
         if (second.has(i) && second.get(i) === undefined) second.delete(i);
@@ -212,6 +224,12 @@ export class HomeChaos {
     const now = Date.now();
     this.#outageSince = undefined;
     for (let i = 0; i < this.#links.length; i++) if (this.#cutSince[i] !== undefined) [this.#cutSince[i], this.#openSince[i]] = [undefined, now];
+    for (const c of this.#cuts) c.to ??= now;
+  }
+
+  /** Ends the cuts under way of member `i` (undefined: the home's outage) at `now`. */
+  #endCuts(member: number | undefined, now: number): void {
+    for (const c of this.#cuts) if (c.member === member && c.to === undefined) c.to = now;
   }
 
   async #outage(): Promise<void> {
@@ -220,11 +238,13 @@ export class HomeChaos {
     const started = Date.now();
     this.#log(`home: stopping the home's kube-apiserver (${signal}), down ${Math.round(down)} ms + restart`);
     this.#outageSince = started;
+    this.#cuts.push({ member: undefined, from: started, to: undefined });
     this.#onLoss();
     await this.#home.stopApiServer({ signal });
     await sleep(down);
     await this.#home.startApiServer();
     this.#outageSince = undefined;
+    this.#endCuts(undefined, Date.now());
     const ms = Date.now() - started;
     for (let i = 0; i < this.#openSince.length; i++) this.#openSince[i] = Date.now();
     this.stats.homeOutages++;

@@ -99,6 +99,10 @@ describe('chaos ledger analysis', () => {
     const recorded = checkRateLimits(requests, [{ domain: D, observedAt: t + 100, until: t + 3010 }], instance);
     assert.equal(recorded.violations.length, 3, recorded.violations.join('\n'));
     assert.equal(recorded.unshared.length, 0);
+    // A federated member's calls while its way to the home is open follow the home's records, not its Secret's.
+    const viaHome = checkRateLimits(requests, [{ domain: D, observedAt: t + 100, until: t + 3010 }], instance, 20, (r) => r.emulator !== 'proxy-1');
+    assert.equal(viaHome.violations.length, 2, viaHome.violations.join('\n'));
+    assert.equal(viaHome.unshared.length, 1, 'the limit proxy-1 could not read from its Secret: the 429 proxy-0 met');
   });
 });
 

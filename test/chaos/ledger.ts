@@ -116,13 +116,15 @@ export const iso = (t: number): string => new Date(t).toISOString().slice(11, 23
 
 /**
  * `instanceOf(emulator, t)` names the certshare process (replica + pid) behind an emulator at time t:
- * each replica has its own emulator.
+ * each replica has its own emulator. `recordsBind(call)`: whether the recorded retry times bind that call
+ * (default: every call).
  */
 export function checkRateLimits(
   requests: CertRequest[],
   records: RetryRecord[],
   instanceOf: (emulator: string, t: number) => string | undefined,
   toleranceMs = 20,
+  recordsBind: (request: CertRequest) => boolean = () => true,
 ): RateLimitFindings {
   const findings: RateLimitFindings = { violations: [], unshared: [], rateLimitedAnswers: 0 };
   // Indexed by domain: a run with many domains compares each call only with its own domain's limits.
@@ -133,7 +135,7 @@ export function checkRateLimits(
   );
   for (const list of limitsOf.values()) findings.rateLimitedAnswers += list.length;
   for (const r of requests) {
-    const recorded = recordsOf.get(r.domain)?.find((rec) => rec.observedAt < r.time && r.time < rec.until - toleranceMs);
+    const recorded = recordsBind(r) ? recordsOf.get(r.domain)?.find((rec) => rec.observedAt < r.time && r.time < rec.until - toleranceMs) : undefined;
     if (recorded) {
       findings.violations.push(
         `inv6 ${iso(r.time)} ${r.emulator} called CertPair for ${r.domain} before the Secret's retry-not-before ${iso(recorded.until)} ` +

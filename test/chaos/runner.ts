@@ -506,6 +506,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
           ? {
               federation: {
                 link: () => homeChaos!.link(c),
+                linkAt: (t) => homeChaos!.linkAt(c, t),
                 writerSince: () => {
                   const since = names.flatMap((n) => writerSince.get(n) ?? []);
                   return since.length ? Math.min(...since) : undefined;

@@ -178,31 +178,18 @@ type Subscribe = (listener: () => void) => () => void;
  * the home's by a round trip), and every 500 ms for a write that reports nothing to the replicas (the home's
  * own).
  */
-export function secretsHold(
+export async function secretsHold(
   where: Array<{ cp: ControlPlane; ns: string }>,
   domain: string,
   serial: string,
   changes: () => Subscribe[],
   timeoutMs = 15_000,
 ): Promise<SecretView[]> {
-  return secretsSatisfy(where, domain, (all) => all.every((s) => s.serial === serial), `all ${serial}`, changes, timeoutMs);
-}
-
-/** The domain's Secrets in `where` once `wanted` holds of them (`what` says it in the failure), read as secretsHold reads. */
-export async function secretsSatisfy(
-  where: Array<{ cp: ControlPlane; ns: string }>,
-  domain: string,
-  wanted: (all: SecretView[]) => boolean,
-  what: string,
-  changes: () => Subscribe[],
-  timeoutMs = 15_000,
-): Promise<SecretView[]> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const all = await Promise.all(where.map((w) => secretAt(w.cp, w.ns, domain)));
-    if (wanted(all)) return all;
-    const held = all.map((s) => `${s.serial} ${JSON.stringify(s.annotations)}`).join(', ');
-    assert.ok(Date.now() < deadline, `${domain}: home and member Secrets hold ${held}, not ${what}`);
+    if (all.every((s) => s.serial === serial)) return all;
+    assert.ok(Date.now() < deadline, `${domain}: home and member Secrets hold ${all.map((s) => s.serial).join(', ')}, not all ${serial}`);
     await new Promise<void>((resolve) => {
       const offs = changes().map((subscribe) => subscribe(done));
       const timer = setTimeout(done, 500);
