@@ -549,12 +549,12 @@ export class Checker {
       else violations.push({ at: extra.time, text });
     }
     // A federated member's writer follows the home's coordination while its way there is open: the records of
-    // its own Secret (where a tenant of that member may write) bind only its calls while cut off, or before it
-    // could tell it was back (one request timeout).
+    // its own Secret (where a tenant of that member may write) bind only its calls once it must know it is cut
+    // off (a request timeout into the cut); around a change of the link it may follow either.
     const federation = this.#ctx.federation;
     const recordsBind = (r: CertRequest): boolean => {
       const link = federation?.linkAt(r.time);
-      return !link?.open || r.time < link.since + DEFAULT_REQUEST_TIMEOUT_MS;
+      return !link || (!link.open && r.time >= link.since + DEFAULT_REQUEST_TIMEOUT_MS);
     };
     const rate = checkRateLimits(this.#requests, this.#retryRecords, this.#ctx.instanceAt, undefined, recordsBind);
     for (const text of rate.violations) violations.push({ at: 0, text });
