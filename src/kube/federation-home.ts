@@ -305,8 +305,9 @@ export class Federation {
   async #load(domain: string, signal: AbortSignal, options?: LoadOptions): Promise<StoreRead> {
     const { home, local, logger, clock } = this.#o;
     const localRead = await local.store.load(domain, signal, options);
-    // An expired copy (from a pinned issuer only) still names the window a break-glass issuance would renew.
-    const copy = localRead.state === 'valid' ? localRead.cert : localRead.state === 'unusable' ? localRead.expired : undefined;
+    // The newest valid pair known, else an expired copy (from a pinned issuer only): it still names the window a
+    // break-glass issuance would renew.
+    const copy = localRead.state === 'valid' ? localRead.cert : (localRead.lastValid ?? (localRead.state === 'unusable' ? localRead.expired : undefined));
     if (copy) this.#localCopy.set(domain, copy);
     else this.#localCopy.delete(domain);
     if (!this.#localWriter()) {
