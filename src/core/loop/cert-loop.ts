@@ -106,7 +106,8 @@ export class CertLoop {
     const { clock, observer } = deps;
     this.#held = new HeldCertificate({ domain, clock, observer, log: this.#log, minIssueIntervalMs, firstCertificate: this.#firstCertificate });
     this.#budgetQueue = new BudgetQueueLog(domain, deps.budget, observer, this.#log);
-    this.#restoreDeps = { domain, store: deps.store, issuanceSlots: deps.issuanceSlots, clock, log: this.#log };
+    const issues = () => deps.role.canIssue(domain);
+    this.#restoreDeps = { domain, store: deps.store, issuanceSlots: deps.issuanceSlots, clock, log: this.#log, issues };
     this.#unusable = new UnusableRecordLog(this.#log, this.#firstCertificate);
     this.#outOfBounds = new OutOfBoundsLog(this.#log, observer.outOfBounds);
     this.#failures = new IssueFailures({ domain, store: deps.store, clock, backoff: deps.backoff, observer, log: this.#log });
