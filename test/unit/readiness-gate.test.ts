@@ -5,11 +5,18 @@ import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import { describe, it } from 'node:test';
 import type { CertInfo } from '../../src/core/certificates/certificate.ts';
+import { validateCertPair } from '../../src/core/certificates/certificate.ts';
+import { CertLoop } from '../../src/core/loop/cert-loop.ts';
 import { HealthState } from '../../src/core/loop/health.ts';
 import { silentLogger } from '../../src/core/ports/logger.ts';
+import { fanOut } from '../../src/core/ports/observer.ts';
+import { staticRole } from '../../src/core/ports/store.ts';
+import { rotationExitTime } from '../../src/core/renewal/renewal.ts';
 import type { KubeConnection } from '../../src/kube/connection.ts';
 import { ReadinessGate } from '../../src/kube/readiness-gate.ts';
+import { makePair } from '../support/certs.ts';
 import { FakeClock } from '../support/fake-clock.ts';
+import { MemoryStore } from '../support/memory-store.ts';
 import { nextEvent } from '../support/wait.ts';
 
 const DOMAIN = 'proxy.tailnet-0000.ts.net';
@@ -20,13 +27,27 @@ const cert = (serial: string, notBefore: number, notAfter: number) => ({
   obtainedAt: notBefore,
 });
 
-/** A connection whose pods/status patches are recorded (status, reason), each announced as 'patched'. */
-function recordingConnection(): { connection: KubeConnection; patches: Array<[string, string]>; events: EventEmitter } {
+/**
+ * A connection whose pods/status patches are recorded (status, reason), each announced as 'patched' once
+ * answered. `answer(status)`, if given, decides when a patch is answered: a promise that rejects when the
+ * request's signal aborts, as the transport's does.
+ */
+function recordingConnection(answer?: (status: string, signal: AbortSignal | undefined) => Promise<void>): {
+  connection: KubeConnection;
+  patches: Array<[string, string]>;
+  events: EventEmitter;
+} {
   const patches: Array<[string, string]> = [];
   const events = new EventEmitter();
   const core = {
-    async patchNamespacedPodStatus(request: { body: { status: { conditions: Array<{ status: string; reason: string }> } } }) {
+    async patchNamespacedPodStatus(
+      request: { body: { status: { conditions: Array<{ status: string; reason: string }> } } },
+      options?: { middleware?: Array<{ pre(context: { setSignal(s: AbortSignal): void; setHeaderParam(): void }): unknown }> },
+    ) {
       const condition = request.body.status.conditions[0]!;
+      let signal: AbortSignal | undefined;
+      for (const m of options?.middleware ?? []) m.pre({ setSignal: (s) => (signal = s), setHeaderParam: () => {} });
+      await answer?.(condition.status, signal);
       patches.push([condition.status, condition.reason]);
       events.emit('patched', condition);
       return {};
@@ -34,6 +55,10 @@ function recordingConnection(): { connection: KubeConnection; patches: Array<[st
   };
   return { connection: { core, namespace: 'proxy', requestTimeoutMs: 1_000 } as unknown as KubeConnection, patches, events };
 }
+
+/** proxy-0's gate of the condition certshare.io/certificates, with `options` (validityEnd, settled). */
+const gateOf = (connection: KubeConnection, health: HealthState, clock: FakeClock, options: Partial<ConstructorParameters<typeof ReadinessGate>[0]>) =>
+  new ReadinessGate({ connection, podName: 'proxy-0', conditionType: 'certshare.io/certificates', health, clock, logger: silentLogger, ...options });
 
 describe('the readiness gate', () => {
   it('leaves rotation at the exit time even while what the proxy serves is not settled', { timeout: 10_000 }, async () => {
@@ -44,13 +69,7 @@ describe('the readiness gate', () => {
     health.certificate(DOMAIN, cert('A', start, start + 20_000));
     let stalled = false;
     const { connection, patches, events } = recordingConnection();
-    const gate = new ReadinessGate({
-      connection,
-      podName: 'proxy-0',
-      conditionType: 'certshare.io/certificates',
-      health,
-      clock,
-      logger: silentLogger,
+    const gate = gateOf(connection, health, clock, {
       validityEnd: (held) => held.notAfter - LEAD_MS,
       settled: () => (stalled ? new Promise<void>(() => {}) : Promise.resolve()),
     });
@@ -71,6 +90,72 @@ describe('the readiness gate', () => {
         ['False', 'CertificateExpiring'],
       ]);
     } finally {
+      await gate.stop();
+    }
+  });
+
+  it('leaves rotation at the exit point while the loop sits in a CertPair call that never answers', { timeout: 20_000 }, async () => {
+    // Found by the three-cluster chaos run (seed 42, invariant 5): a replica Ready inside its readiness lead.
+    // The loop's turn, stuck in CertPair, tells the health nothing until the call's timeout; the gate's own
+    // timer must take the Pod out at the exit point even when its patch to True is answered only after it.
+    const clock = new FakeClock();
+    const health = new HealthState();
+    health.manage([DOMAIN]);
+    const start = clock.now();
+    // 20 s, 15 s old: due (renewed at half), its exit point 1 s before expiry (5% of the lifetime).
+    const pair = await makePair(DOMAIN, start - 15_000, 20_000);
+    const info = validateCertPair(pair, DOMAIN, start);
+    const store = new MemoryStore();
+    await store.save(DOMAIN, { pair, info });
+    let callStarted!: () => void;
+    const called = new Promise<void>((resolve) => (callStarted = resolve));
+    const loop = new CertLoop(DOMAIN, {
+      localApi: {
+        certPair: (_domain, { signal }) => {
+          callStarted();
+          return new Promise((_resolve, reject) => signal.addEventListener('abort', () => reject(signal.reason), { once: true }));
+        },
+      },
+      store,
+      role: staticRole('proxy-0', true),
+      availability: { waitFor: async () => {} },
+      clock,
+      renewal: { renewFraction: 1 / 3, checkIntervalMs: 3_600_000 },
+      backoff: { firstRetryMs: 1_000, retryCapMs: 60_000, rateLimitFirstRetryMs: 60_000 },
+      observer: fanOut([health]),
+      logger: silentLogger,
+      intentTtlMs: 60_000,
+    });
+    let releaseTrue!: () => void;
+    const trueAnswered = new Promise<void>((resolve) => (releaseTrue = resolve));
+    const { connection, patches, events } = recordingConnection(async (status, signal) => {
+      if (status !== 'True') return;
+      // The API server answers the patch to True late: after the exit point.
+      await new Promise<void>((resolve, reject) => {
+        void trueAnswered.then(resolve);
+        signal?.addEventListener('abort', () => reject(signal.reason), { once: true });
+      });
+    });
+    const renewal = { renewFraction: 1 / 3, checkIntervalMs: 3_600_000 };
+    const gate = gateOf(connection, health, clock, { validityEnd: (held) => rotationExitTime(held, renewal, 60_000) });
+    const stop = new AbortController();
+    const running = loop.run(stop.signal);
+    try {
+      await called; // the renewal's CertPair call: it never answers
+      gate.start();
+      const exitAt = rotationExitTime({ notBefore: info.notBefore, notAfter: info.notAfter }, renewal, 60_000);
+      assert.equal(exitAt, info.notAfter - 1_000);
+      const left = nextEvent<{ status: string; reason: string }>(events, 'patched', (c) => c.status === 'False', 5_000);
+      await clock.waitForSleepers(1);
+      await clock.advance(exitAt - clock.now());
+      releaseTrue();
+      const condition = await left;
+      assert.equal(condition.reason, 'CertificateExpiring');
+      assert.ok(clock.now() < info.notAfter, 'out of rotation at the exit point, before the expiry');
+      assert.deepEqual(patches.at(-1), ['False', 'CertificateExpiring']);
+    } finally {
+      stop.abort();
+      await running;
       await gate.stop();
     }
   });
