@@ -95,9 +95,12 @@ describe('the readiness gate', () => {
   });
 
   it('leaves rotation at the exit point while the loop sits in a CertPair call that never answers', { timeout: 20_000 }, async () => {
-    // Found by the three-cluster chaos run (seed 42, invariant 5): a replica Ready inside its readiness lead.
-    // The loop's turn, stuck in CertPair, tells the health nothing until the call's timeout; the gate's own
-    // timer must take the Pod out at the exit point even when its patch to True is answered only after it.
+    // Found by the three-cluster chaos run (seed 42, invariant 5): a replica Ready inside its readiness lead
+    // stayed True past the exit point and the expiry, with no patch at all, while its loop sat in a CertPair
+    // call that hung. A pass of the gate that straddles the exit point (here a patch to True answered after it;
+    // there, most likely, a timer that fired a millisecond early: True decided just before the point, the next
+    // exit looked up just after it) found no later exit and slept an hour, until a health change, which only the
+    // loop's turn sends. The gate's own timer must take the Pod out at the exit point.
     const clock = new FakeClock();
     const health = new HealthState();
     health.manage([DOMAIN]);
