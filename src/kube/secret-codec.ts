@@ -86,7 +86,7 @@ const RECORD_SERIAL = /^[0-9A-Fa-f]{1,42}$/;
  * The certificate of record the Secret's annotations name (StoreRead.record): the serial certSecret wrote with the
  * pair, bounded (anyone with the Secret's write verb can set it), and its not-after if that parses.
  */
-export function recordOf(secret: SecretFields): RecordedCert | undefined {
+function recordOf(secret: SecretFields): RecordedCert | undefined {
   const annotations = secret.metadata?.annotations ?? {};
   const serial = annotations[ANNOTATION_SERIAL];
   if (serial === undefined || !RECORD_SERIAL.test(serial)) return undefined;
