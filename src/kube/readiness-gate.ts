@@ -235,10 +235,18 @@ export class ReadinessGate {
         ],
       },
     };
-    await connection.core.patchNamespacedPodStatus(
-      { name: podName, namespace: connection.namespace, body },
-      withSignal(signal, setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch)),
-    );
+    try {
+      await connection.core.patchNamespacedPodStatus(
+        { name: podName, namespace: connection.namespace, body },
+        withSignal(signal, setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch)),
+      );
+    } catch (err) {
+      // Sent and not answered (cut at the exit point, a timeout, a reset): the API server may have applied
+      // it, so what the condition says is unknown, and the next pass patches what it wants whatever that is.
+      this.#written = undefined;
+      this.#writtenReason = undefined;
+      throw err;
+    }
     this.#written = desired.status;
     this.#writtenReason = desired.reason;
     logger.info({ condition: conditionType, status: desired.status, reason: desired.reason, message: desired.message }, 'readiness condition updated');

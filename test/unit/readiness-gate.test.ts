@@ -162,4 +162,44 @@ describe('the readiness gate', () => {
       await gate.stop();
     }
   });
+
+  it('patches False after a patch to True cut at the exit point, which the API server may have applied', { timeout: 10_000 }, async () => {
+    const clock = new FakeClock();
+    const health = new HealthState();
+    health.manage([DOMAIN]);
+    const start = clock.now();
+    health.certificate(DOMAIN, cert('A', start, start + 20_000));
+    // What the Pod's condition says: a patch is applied when sent; the answer to one to True may never come.
+    let condition = '';
+    let hangTrue = false;
+    const sent = new EventEmitter();
+    const { connection, events } = recordingConnection(async (status, signal) => {
+      condition = status;
+      sent.emit('sent', status);
+      if (status === 'True' && hangTrue) {
+        await new Promise<void>((_resolve, reject) => signal?.addEventListener('abort', () => reject(signal.reason), { once: true }));
+      }
+    });
+    const gate = gateOf(connection, health, clock, { validityEnd: (held) => held.notAfter - LEAD_MS });
+    try {
+      const ready = nextEvent(events, 'patched');
+      gate.start();
+      await ready;
+      const expiring = nextEvent<{ reason: string }>(events, 'patched', (c) => c.reason === 'CertificateExpiring', 5_000);
+      await clock.waitForSleepers(1);
+      await clock.advance(20_000 - LEAD_MS); // A leaves rotation: False, CertificateExpiring
+      await expiring;
+      // B arrives; its patch to True is applied, never answered, and cut at B's exit point.
+      hangTrue = true;
+      const trueSent = nextEvent(sent, 'sent', (status) => status === 'True');
+      health.certificate(DOMAIN, cert('B', clock.now(), clock.now() + 20_000));
+      await trueSent;
+      const left = nextEvent<{ reason: string }>(events, 'patched', (c) => c.reason === 'CertificateExpiring', 5_000);
+      await clock.advance(20_000 - LEAD_MS);
+      await left;
+      assert.equal(condition, 'False', 'the condition says False again, not the True the cut patch left');
+    } finally {
+      await gate.stop();
+    }
+  });
 });
