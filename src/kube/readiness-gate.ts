@@ -160,24 +160,25 @@ export class ReadinessGate {
     };
   }
 
-  /** Whether `settled` resolved before the next certificate's exit from rotation (true without `settled`, or on stop). */
-  async #settledBeforeExit(): Promise<boolean> {
+  /**
+   * Whether `settled` resolved before the next certificate's exit from rotation (true without `settled`, or on
+   * stop). `signal`: the pass's (#exitTimer), which also ends the wait at the exit point the pass began with,
+   * one the clock may have passed since the pass looked (no later exit then: the wait would have no end).
+   */
+  async #settledBeforeExit(signal: AbortSignal): Promise<boolean> {
     const { settled, health, clock, validityEnd } = this.#o;
     if (!settled) return true;
     const exit = health.nextExpiry(clock.now(), validityEnd);
-    if (exit === undefined) {
-      await settled();
-      return true;
-    }
     const done = new AbortController();
-    const signal = AbortSignal.any([this.#stop.signal, done.signal]);
+    const cut = AbortSignal.any([signal, done.signal]);
     try {
       return await Promise.race([
         settled().then(() => true),
-        clock.sleep(exit - clock.now(), signal).then(
-          () => false,
-          () => true,
-        ),
+        new Promise<boolean>((resolve) => {
+          const atExit = (): void => resolve(this.#stop.signal.aborted);
+          cut.addEventListener('abort', atExit, { once: true });
+          if (exit !== undefined) clock.sleep(exit - clock.now(), cut).then(atExit, () => {});
+        }),
       ]);
     } finally {
       done.abort();
@@ -208,7 +209,7 @@ export class ReadinessGate {
     }
     // What the proxy serves not settled before a certificate leaves rotation (a projection write stalled on a
     // loaded disk): look again, which then says False; a stalled write never holds the Pod in rotation.
-    if (!(await this.#settledBeforeExit())) return this.#desired(signal);
+    if (!(await this.#settledBeforeExit(signal))) return this.#desired(signal);
     // How long Ready took once the certificates were held (routing check included, and on its own): in the
     // condition, so `kubectl describe` shows it and the real-cluster tier takes percentiles of it across Pod starts.
     const heldToReadyMs = Math.round(this.#o.clock.now() - healthySince);

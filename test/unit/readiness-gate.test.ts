@@ -202,4 +202,61 @@ describe('the readiness gate', () => {
       await gate.stop();
     }
   });
+
+  it('leaves rotation when the clock passes the exit point while a pass waits for what the proxy serves', { timeout: 10_000 }, async () => {
+    // A pass that judged the certificates valid just before the exit point looked for the next exit just after
+    // it: none, so it waited for the projection without a bound (a stalled write: for ever), the Pod in rotation.
+    const fake = new FakeClock();
+    let skew = 0;
+    const clock = { now: () => fake.now() + skew, sleep: (ms: number, signal?: AbortSignal) => fake.sleep(ms, signal) };
+    const health = new HealthState();
+    health.manage([DOMAIN]);
+    const start = clock.now();
+    health.certificate(DOMAIN, cert('A', start, start + 20_000));
+    let stalled = false;
+    let jump = false;
+    const waiting = new EventEmitter();
+    const judge = health.evaluate.bind(health);
+    // The clock reaches the exit point right after the gate's verdict, before it looks for the next exit.
+    health.evaluate = (now, end) => {
+      const verdict = judge(now, end);
+      if (jump && verdict.healthy) {
+        jump = false;
+        skew = start + 20_000 - LEAD_MS - fake.now();
+      }
+      return verdict;
+    };
+    const { connection, events } = recordingConnection();
+    const gate = new ReadinessGate({
+      connection,
+      podName: 'proxy-0',
+      conditionType: 'certshare.io/certificates',
+      health,
+      clock,
+      logger: silentLogger,
+      validityEnd: (held) => held.notAfter - LEAD_MS,
+      settled: () => {
+        if (!stalled) return Promise.resolve();
+        waiting.emit('waiting');
+        return new Promise<void>(() => {}); // a projection write that never ends
+      },
+    });
+    try {
+      const ready = nextEvent(events, 'patched');
+      gate.start();
+      await ready;
+      await fake.advance(20_000 - LEAD_MS - 1); // a millisecond before the exit point
+      stalled = true;
+      jump = true;
+      const left = nextEvent<{ status: string; reason: string }>(events, 'patched', (c) => c.status === 'False', 5_000);
+      const waits = nextEvent(waiting, 'waiting');
+      health.certificate(DOMAIN, cert('A', start, start + 20_000)); // any change: a new pass
+      await waits; // the new pass waits for the projection, past the exit point
+      assert.equal(clock.now(), start + 20_000 - LEAD_MS);
+      await fake.advance(1);
+      assert.equal((await left).reason, 'CertificateExpiring');
+    } finally {
+      await gate.stop();
+    }
+  });
 });
