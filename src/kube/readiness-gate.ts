@@ -99,49 +99,86 @@ export class ReadinessGate {
   }
 
   async #run(): Promise<void> {
-    const { clock, logger } = this.#o;
+    const { clock, logger, health, validityEnd } = this.#o;
     let failures = 0;
     while (!this.#stop.signal.aborted) {
       let waitMs: number;
       let desired: Desired | undefined;
+      // The next exit from rotation as it stands before this pass awaits anything, on a timer of its own.
+      const exit = this.#exitTimer(health.nextExpiry(clock.now(), validityEnd));
       try {
-        desired = await this.#desired();
+        desired = await this.#desired(exit.signal);
         if (this.#stop.signal.aborted) break;
         // On a change of status, or of reason (e.g. CertificateExpiring to CertificateNotValid): not on every message.
-        if (desired.status !== this.#written || desired.reason !== this.#writtenReason) await this.#patch(desired, this.#stop.signal);
+        if (desired.status !== this.#written || desired.reason !== this.#writtenReason) {
+          await this.#patch(desired, desired.status === 'True' ? exit.signal : this.#stop.signal);
+        }
         failures = 0;
-        const expiry = this.#o.health.nextExpiry(clock.now(), this.#o.validityEnd);
+        const expiry = health.nextExpiry(clock.now(), validityEnd);
         // Not routed yet: look again later; otherwise sleep until a certificate leaves rotation or health changes.
         waitMs = desired.reason === 'NotRouted' ? this.#retryDelay(1) : expiry === undefined ? 3_600_000 : Math.max(0, expiry - clock.now());
+        // An exit point passed while this pass awaited (its patch to True answered late): look again now. The
+        // look after the pass would skip it (nextExpiry names later ones only) and sleep until a health change,
+        // which the loops send only from their turns, held up to --cert-timeout by a CertPair call that hangs.
+        if (exit.passed()) waitMs = 0;
       } catch (err) {
         if (this.#stop.signal.aborted) break;
-        failures++;
-        waitMs = desired?.status === 'False' ? this.#retryDelay(failures, this.#o.leaveFirstRetryMs ?? 200) : this.#retryDelay(failures);
-        logger.warn({ err: apiErrorText(err), code: apiErrorCode(err), retryInMs: waitMs }, 'could not update the readiness condition');
+        if (exit.passed()) {
+          waitMs = 0; // cut at the exit point (#exitTimer): no failure, decide again at once
+        } else {
+          failures++;
+          waitMs = desired?.status === 'False' ? this.#retryDelay(failures, this.#o.leaveFirstRetryMs ?? 200) : this.#retryDelay(failures);
+          logger.warn({ err: apiErrorText(err), code: apiErrorCode(err), retryInMs: waitMs }, 'could not update the readiness condition');
+        }
+      } finally {
+        exit.cancel();
       }
       await clock.sleep(waitMs, AbortSignal.any([this.#stop.signal, this.#wake.signal])).catch(() => {});
       if (this.#wake.signal.aborted) this.#wake = new AbortController();
     }
   }
 
-  /** Whether `settled` resolved before the next certificate's exit from rotation (true without `settled`, or on stop). */
-  async #settledBeforeExit(): Promise<boolean> {
+  /**
+   * A timer to `at` (a certificate's exit from rotation; undefined: none) on the injectable clock, independent
+   * of what the pass awaits: `signal` aborts there (and on stop), cutting a routing check or a patch to True
+   * still under way, so the pass ends and the next says False at the exit point, not when that call ends.
+   */
+  #exitTimer(at: number | undefined): { signal: AbortSignal; passed(): boolean; cancel(): void } {
+    const { clock } = this.#o;
+    const cancelled = new AbortController();
+    const reached = new AbortController();
+    if (at !== undefined) {
+      clock.sleep(at - clock.now(), AbortSignal.any([this.#stop.signal, cancelled.signal])).then(
+        () => reached.abort(),
+        () => {},
+      );
+    }
+    return {
+      signal: AbortSignal.any([this.#stop.signal, reached.signal]),
+      passed: () => at !== undefined && clock.now() >= at,
+      cancel: () => cancelled.abort(),
+    };
+  }
+
+  /**
+   * Whether `settled` resolved before the next certificate's exit from rotation (true without `settled`, or on
+   * stop). `signal`: the pass's (#exitTimer), which also ends the wait at the exit point the pass began with,
+   * one the clock may have passed since the pass looked (no later exit then: the wait would have no end).
+   */
+  async #settledBeforeExit(signal: AbortSignal): Promise<boolean> {
     const { settled, health, clock, validityEnd } = this.#o;
     if (!settled) return true;
     const exit = health.nextExpiry(clock.now(), validityEnd);
-    if (exit === undefined) {
-      await settled();
-      return true;
-    }
     const done = new AbortController();
-    const signal = AbortSignal.any([this.#stop.signal, done.signal]);
+    const cut = AbortSignal.any([signal, done.signal]);
     try {
       return await Promise.race([
         settled().then(() => true),
-        clock.sleep(exit - clock.now(), signal).then(
-          () => false,
-          () => true,
-        ),
+        new Promise<boolean>((resolve) => {
+          const atExit = (): void => resolve(this.#stop.signal.aborted);
+          cut.addEventListener('abort', atExit, { once: true });
+          if (exit !== undefined) clock.sleep(exit - clock.now(), cut).then(atExit, () => {});
+        }),
       ]);
     } finally {
       done.abort();
@@ -152,7 +189,8 @@ export class ReadinessGate {
     return doubling(firstMs, failures, this.#o.maxRetryMs ?? 30_000);
   }
 
-  async #desired(): Promise<Desired> {
+  /** `signal`: the pass's (#exitTimer), which ends a routing check at the exit point. */
+  async #desired(signal: AbortSignal): Promise<Desired> {
     const verdict = this.#o.health.evaluate(this.#o.clock.now(), this.#o.validityEnd);
     if (!verdict.healthy) {
       this.#routed = false;
@@ -164,14 +202,14 @@ export class ReadinessGate {
     let routingNote = '';
     if (this.#o.routing && !this.#routed) {
       const checkedFrom = this.#o.clock.now();
-      const routing = await this.#o.routing(this.#stop.signal);
+      const routing = await this.#o.routing(signal);
       this.#routed = routing.verdict !== 'not-routed';
       if (!this.#routed) return { status: 'False', reason: 'NotRouted', message: `the Service does not route to this Pod yet (${routing.detail})` };
       routingNote = ` (routing check ${Math.round(this.#o.clock.now() - checkedFrom)} ms: ${routing.detail})`;
     }
     // What the proxy serves not settled before a certificate leaves rotation (a projection write stalled on a
     // loaded disk): look again, which then says False; a stalled write never holds the Pod in rotation.
-    if (!(await this.#settledBeforeExit())) return this.#desired();
+    if (!(await this.#settledBeforeExit(signal))) return this.#desired(signal);
     // How long Ready took once the certificates were held (routing check included, and on its own): in the
     // condition, so `kubectl describe` shows it and the real-cluster tier takes percentiles of it across Pod starts.
     const heldToReadyMs = Math.round(this.#o.clock.now() - healthySince);
@@ -198,10 +236,18 @@ export class ReadinessGate {
         ],
       },
     };
-    await connection.core.patchNamespacedPodStatus(
-      { name: podName, namespace: connection.namespace, body },
-      withSignal(signal, setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch)),
-    );
+    try {
+      await connection.core.patchNamespacedPodStatus(
+        { name: podName, namespace: connection.namespace, body },
+        withSignal(signal, setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch)),
+      );
+    } catch (err) {
+      // Sent and not answered (cut at the exit point, a timeout, a reset): the API server may have applied
+      // it, so what the condition says is unknown, and the next pass patches what it wants whatever that is.
+      this.#written = undefined;
+      this.#writtenReason = undefined;
+      throw err;
+    }
     this.#written = desired.status;
     this.#writtenReason = desired.reason;
     logger.info({ condition: conditionType, status: desired.status, reason: desired.reason, message: desired.message }, 'readiness condition updated');

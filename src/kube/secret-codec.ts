@@ -2,7 +2,7 @@ import type { V1Secret } from './transport/client-node.ts';
 import { inspectCertPair, validateCertPair } from '../core/certificates/certificate.ts';
 import { errorMessage } from '../core/errors.ts';
 import { pendingRenewRequest } from '../core/renewal/renew-request.ts';
-import type { Coordination, RenewAnswer, StoreRead, StoredCert } from '../core/ports/store.ts';
+import type { Coordination, RecordedCert, RenewAnswer, StoreRead, StoredCert } from '../core/ports/store.ts';
 import type { CertPair } from '../core/ports/localapi.ts';
 
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
@@ -79,16 +79,32 @@ export function readCoordination(secret: SecretFields): Coordination {
   return coordination;
 }
 
+/** An X.509 serial as certSecret writes it (hex, at most 20 octets and a sign octet): a longer annotation is no record. */
+const RECORD_SERIAL = /^[0-9A-Fa-f]{1,42}$/;
+
+/**
+ * The certificate of record the Secret's annotations name (StoreRead.record): the serial certSecret wrote with the
+ * pair, bounded (anyone with the Secret's write verb can set it), and its not-after if that parses.
+ */
+function recordOf(secret: SecretFields): RecordedCert | undefined {
+  const annotations = secret.metadata?.annotations ?? {};
+  const serial = annotations[ANNOTATION_SERIAL];
+  if (serial === undefined || !RECORD_SERIAL.test(serial)) return undefined;
+  const notAfter = Date.parse(annotations[ANNOTATION_NOT_AFTER] ?? '');
+  return { serial, notAfter: Number.isFinite(notAfter) ? notAfter : undefined };
+}
+
 /** What a Secret holds for `domain`: an empty or hand-edited Secret is `unusable`, never an error. */
 export function readCertSecret(secret: SecretFields, domain: string, now: number): StoreRead {
   const read = readCertData(secret, domain, now);
+  const record = recordOf(secret);
   if (read.state === 'valid') {
     // Only for the certificate it was written with: a hand-edited Secret falls back to notBefore.
     const annotations = secret.metadata?.annotations ?? {};
     const obtainedAt = Date.parse(annotations[ANNOTATION_OBTAINED_AT] ?? '');
     if (annotations[ANNOTATION_SERIAL] === read.cert.info.serial && Number.isFinite(obtainedAt)) read.cert.obtainedAt = obtainedAt;
   }
-  return { ...read, coordination: readCoordination(secret) };
+  return { ...read, coordination: readCoordination(secret), ...(record ? { record } : {}) };
 }
 
 function readCertData(secret: SecretFields, domain: string, now: number): StoreRead {

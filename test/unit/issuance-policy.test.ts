@@ -106,6 +106,23 @@ describe('restoreRule: the store lost what we hold', () => {
     ['a reader restores nothing', { held: fresh, role: reader }, undefined],
     ['nothing held, nothing to restore', { store: { state: 'unusable' } }, undefined],
   ]);
+  // The certificate of record (the Secret's serial annotation, which outlives a hand edit of its data).
+  const candidate = { ...reader, write: true };
+  const held = { ...fresh, serial: 'A' };
+  const recordB = (notAfter: number | undefined) => ({ record: { serial: 'B', notAfter } });
+  table(restoreRule, [
+    [
+      'a candidate restores the pair the record names',
+      { held, role: candidate, store: { state: 'unusable', record: { serial: 'A', notAfter: fresh.notAfter } } },
+      restore,
+    ],
+    ['a candidate restores a pair newer than the record', { held, role: candidate, store: { state: 'unusable', ...recordB(fresh.notAfter - 1) } }, restore],
+    ['but never an older one than the record names', { held, role: candidate, store: { state: 'unusable', ...recordB(fresh.notAfter + MIN) } }, undefined],
+    ['nor one the record names without a readable expiry', { held, role: candidate, store: { state: 'unusable', ...recordB(undefined) } }, undefined],
+    ['nor over an older valid pair', { held, role: candidate, store: { state: 'valid', notAfter: NOW + MIN, ...recordB(fresh.notAfter + MIN) } }, undefined],
+    ['a record that names none leaves it to expiry (a deleted Secret)', { held, role: candidate }, restore],
+    ['the writer restores what it holds whatever the record', { held, store: { state: 'unusable', ...recordB(fresh.notAfter + MIN) } }, restore],
+  ]);
 });
 
 describe('notYetValidRule: a pair obtained for later', () => {

@@ -68,3 +68,20 @@ describe('Secret codec: an expired pair tells a restarted replica the name was h
     assert.ok(other.state === 'unusable' && !other.expired, "another name's pair is no evidence");
   });
 });
+
+describe('Secret codec: the certificate of record outlives a hand edit of the data', () => {
+  it('names the serial and expiry certshare wrote, after the data is edited; a malformed serial names none', async () => {
+    const now = Math.floor(Date.now() / 1000) * 1000;
+    const pair = await makePair(domain, now - 60_000, DAY);
+    const info = validateCertPair(pair, domain, now);
+    const secret = certSecret(domain, undefined, meta, { cert: { pair, info }, coordination: {} });
+    secret.data!['tls.crt'] = Buffer.from('edited by hand').toString('base64');
+    const read = readCertSecret(secret, domain, now);
+    assert.equal(read.state, 'unusable');
+    assert.deepEqual(read.record, { serial: info.serial, notAfter: info.notAfter });
+    secret.metadata!.annotations![ANNOTATION_SERIAL] = `${'A'.repeat(43)}`;
+    assert.equal(readCertSecret(secret, domain, now).record, undefined, 'longer than any X.509 serial');
+    secret.metadata!.annotations![ANNOTATION_SERIAL] = 'not hex';
+    assert.equal(readCertSecret(secret, domain, now).record, undefined);
+  });
+});

@@ -12,7 +12,7 @@ import { retryDelay, type BackoffPolicy } from './backoff.ts';
 import type { BudgetVerdict } from './issuance-budget.ts';
 import { isRenewalDue, nextCheckTime, tooShortReason, type HeldValidity, type RenewalPolicy } from '../renewal/renewal.ts';
 import { ariVerdict, type AriReason, type AriState, type AriVerdict } from '../renewal/renewal-info.ts';
-import type { Coordination } from '../ports/store.ts';
+import type { Coordination, RecordedCert } from '../ports/store.ts';
 
 /**
  * The rules in order; the first that decides wins, and when none does: issue (issueReason() says why).
@@ -99,8 +99,7 @@ export type IssuanceDecision =
 export type StoreView =
   | { state: 'unreadable'; failures: number } // `failures`: consecutive failed calls to the store, this one included
   | { state: 'absent' }
-  | { state: 'unusable' }
-  | { state: 'valid'; notAfter: number };
+  | (({ state: 'unusable' } | { state: 'valid'; notAfter: number }) & { record?: RecordedCert | undefined }); // record: StoreRead's
 
 /** The answer to ask_budget. */
 export type BudgetAnswer = BudgetVerdict | { kind: 'not_needed' } | { kind: 'unusable'; failures: number };
@@ -124,8 +123,8 @@ export interface IssuanceSnapshot {
   /** The clock when the snapshot was gathered (epoch ms). */
   now: number;
   store: StoreView;
-  /** The best certificate valid now that the loop knows (from the store or its own call). */
-  held: HeldValidity | undefined;
+  /** The best certificate valid now that the loop knows (from the store or its own call); its serial when known. */
+  held: (HeldValidity & { serial?: string }) | undefined;
   /**
    * The writer's ACME Renewal Information for `held` (renewal-info.ts): its AriState and the least time a
    * certificate is held before the CA's answer may order (the minimum interval between two issuances).
@@ -208,7 +207,22 @@ export function storeUnreadableRule(s: IssuanceSnapshot, p: IssuanceSettings): I
 
 /** Deleted, emptied, garbage or older in the store: put back what we hold (a restore needs the role to write, not to issue). @forTests */
 export function restoreRule(s: IssuanceSnapshot): IssuanceDecision | undefined {
-  return s.role.write && s.held && !storeHolds(s.store, s.held) ? { action: 'restore', reason: 'stored_mismatch', at: s.now } : undefined;
+  if (!s.role.write || !s.held || storeHolds(s.store, s.held) || !mayRestore(s.store, s.held, s.role.issue)) return undefined;
+  return { action: 'restore', reason: 'stored_mismatch', at: s.now };
+}
+
+/**
+ * Whether a replica may put `held` back into a store that does not hold it. The writer may (it issues if what
+ * it holds is due). A replica that may not issue (a candidate of a Lease: LeaseElector.canWrite) puts back only
+ * the certificate of record (StoreRead.record) or a pair that expires later than it: a pair it held from before
+ * a renewal it never saw (its reads failed meanwhile) is older than the record, and putting it back would undo
+ * that renewal; it leaves the repair to the writer, or to a replica that holds the record's pair. A record that
+ * names no pair (a deleted Secret) leaves the store's own compare-and-swap and the later-expiry rule to decide.
+ */
+export function mayRestore(store: StoreView, held: Pick<HeldValidity, 'notAfter'> & { serial?: string }, issue: boolean): boolean {
+  const record = store.state === 'valid' || store.state === 'unusable' ? store.record : undefined;
+  if (issue || record === undefined || record.serial === held.serial) return true;
+  return record.notAfter !== undefined && held.notAfter > record.notAfter;
 }
 
 /** Obtained, not valid yet: asking again would only make tailscaled order another one. @forTests */

@@ -18,7 +18,7 @@ import {
   type RenewRefusal,
   type TurnProgress,
 } from '../issuance/issuance-policy.ts';
-import type { RenewalPolicy } from '../renewal/renewal.ts';
+import { onRenewalSchedule, type RenewalPolicy } from '../renewal/renewal.ts';
 import { askRenewBudget, refusalText, refuseRenewRequest } from '../renewal/renew-request.ts';
 import { ARI_MIN_HOLD_MS, type AriStateSource } from '../renewal/renewal-info.ts';
 import type { StartupCondition, StartupGrace } from './startup-grace.ts';
@@ -106,7 +106,8 @@ export class CertLoop {
     const { clock, observer } = deps;
     this.#held = new HeldCertificate({ domain, clock, observer, log: this.#log, minIssueIntervalMs, firstCertificate: this.#firstCertificate });
     this.#budgetQueue = new BudgetQueueLog(domain, deps.budget, observer, this.#log);
-    this.#restoreDeps = { domain, store: deps.store, issuanceSlots: deps.issuanceSlots, clock, log: this.#log };
+    const issues = () => deps.role.canIssue(domain);
+    this.#restoreDeps = { domain, store: deps.store, issuanceSlots: deps.issuanceSlots, clock, log: this.#log, issues };
     this.#unusable = new UnusableRecordLog(this.#log, this.#firstCertificate);
     this.#outOfBounds = new OutOfBoundsLog(this.#log, observer.outOfBounds);
     this.#failures = new IssueFailures({ domain, store: deps.store, clock, backoff: deps.backoff, observer, log: this.#log });
@@ -297,16 +298,18 @@ export class CertLoop {
 
   /** Waits until tailscaled lists the domain; a first issuance under a budget then asks it for a slot. */
   async #askBudget(signal: AbortSignal): Promise<BudgetAnswer> {
-    const { budget, availability, observer } = this.#deps;
+    const { budget, availability, observer, clock } = this.#deps;
     budget?.settled(this.domain);
     await availability.waitFor(this.domain, signal);
     if (!budget) return { kind: 'not_needed' };
     // A name held before is renewed, expired or not: the first-issuance slots (perhaps at an unreachable home)
-    // are for new names; a renewal only counts against the name's CA limit.
+    // are for new names; a renewal off the schedule only counts against the name's CA limit, and the schedule
+    // itself not even there (renewal.ts onRenewalSchedule).
     const renewal = this.#held.best !== undefined || this.#held.wasHeld;
+    const scheduled = renewal && onRenewalSchedule(this.#held.best && held(this.#held.best), this.#held.wasHeld, clock.now(), this.#deps.renewal);
     let verdict: BudgetVerdict;
     try {
-      verdict = await (renewal ? budget.requestReissue(this.domain, signal) : budget.request(this.domain, {}, signal));
+      verdict = scheduled ? { kind: 'exempt' } : await (renewal ? budget.requestReissue(this.domain, signal) : budget.request(this.domain, {}, signal));
     } catch (err) {
       if (signal.aborted) throw err;
       this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'issuance ledger unusable; not issuing');

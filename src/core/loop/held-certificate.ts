@@ -114,7 +114,7 @@ export class HeldCertificate {
   }
 }
 
-/** What the renewal rule reads of a held certificate. */
-export function held(cert: StoredCert): HeldValidity {
-  return { notBefore: cert.info.notBefore, notAfter: cert.info.notAfter, obtainedAt: cert.obtainedAt };
+/** What the renewal rule reads of a held certificate, and its serial (issuance-policy.ts mayRestore). */
+export function held(cert: StoredCert): HeldValidity & { serial: string } {
+  return { notBefore: cert.info.notBefore, notAfter: cert.info.notAfter, obtainedAt: cert.obtainedAt, serial: cert.info.serial };
 }

@@ -3,7 +3,7 @@
 import { doubling } from '../issuance/backoff.ts';
 import type { Clock } from '../ports/clock.ts';
 import { CertshareError, errorMessage, isRefusal } from '../errors.ts';
-import { storeHolds, type StoreView } from '../issuance/issuance-policy.ts';
+import { mayRestore, storeHolds, type StoreView } from '../issuance/issuance-policy.ts';
 import type { IssuanceSlots } from '../issuance/issuance-slots.ts';
 import type { Logger } from '../ports/logger.ts';
 import type { CertStore, StoreRead, StoredCert } from '../ports/store.ts';
@@ -14,6 +14,8 @@ export interface StoreRestoreDeps {
   issuanceSlots?: IssuanceSlots | undefined;
   clock: Clock;
   log: Logger;
+  /** Whether this replica may issue now (issuance-policy.ts mayRestore); undefined: it may. */
+  issues?: () => boolean;
 }
 
 /** Stored, a conflict (the record changed since it was read), or the failure (logged). */
@@ -28,8 +30,9 @@ export function isConflict(err: unknown): boolean {
 
 /** What the rules read of a store read. */
 export function storeView(read: LoadResult): StoreView {
-  if (read.state === 'valid') return { state: 'valid', notAfter: read.cert.info.notAfter };
-  return read.state === 'unreadable' ? read : { state: read.state };
+  if (read.state === 'unreadable' || read.state === 'absent') return read.state === 'absent' ? { state: 'absent' } : read;
+  const record = read.record ? { record: read.record } : {};
+  return read.state === 'valid' ? { state: 'valid', notAfter: read.cert.info.notAfter, ...record } : { state: 'unusable', ...record };
 }
 
 /** Puts `cert` back into the store, `was` the state it found there. */
@@ -66,7 +69,8 @@ export async function verifyStored(deps: StoreRestoreDeps, holding: () => Stored
     if (!best) return;
     try {
       const read = await deps.store.load(deps.domain, signal, { fresh: true });
-      if (storeHolds(storeView(read), best.info)) return;
+      const view = storeView(read);
+      if (storeHolds(view, best.info) || !mayRestore(view, best.info, deps.issues?.() ?? true)) return;
       const restored = await restoreToStore(deps, best, read.state, signal);
       if (restored === 'stored') return;
       // A conflict: the record changed since our read; a failure: logged by restoreToStore. Read again.

@@ -43,6 +43,14 @@ export type StoreRead = (
 ) & {
   coordination?: Coordination;
   /**
+   * The certificate of record: the pair the record's writer last stored, as the record itself names it (a
+   * Secret's serial and not-after annotations, which outlive a hand edit of its data). A replica that may not
+   * issue puts back only this pair, or one that expires later (issuance-policy.ts mayRestore): a pair it holds
+   * from before a renewal it never saw would bring back what the renewal replaced. Absent: the record names
+   * none (deleted, or never written by certshare), or a store only its own writer writes (dir).
+   */
+  record?: RecordedCert;
+  /**
    * The newest pair valid now that this store saw for the domain (a watch event, a list, a read or its
    * own write), when the read itself holds no pair as new: garbage, a key mismatch, a hand edit (an older
    * valid pair included), a deletion. The loop weighs it as it weighs a stored certificate, so a replica
@@ -52,6 +60,12 @@ export type StoreRead = (
    */
   lastValid?: StoredCert;
 };
+
+/** What a record names as its certificate: the serial, and its notAfter (epoch ms) when readable. */
+export interface RecordedCert {
+  serial: string;
+  notAfter: number | undefined;
+}
 
 /** What writers tell each other through the store, so no replica issues twice or early. */
 export interface Coordination {
