@@ -8,9 +8,9 @@ import { errorMessage } from '../core/errors.ts';
 import { HealthState } from '../core/loop/health.ts';
 import { StartupGrace } from '../core/loop/startup-grace.ts';
 import { fanOut, type LoopObserver } from '../core/ports/observer.ts';
-import { staticRole, type IssuanceRole } from '../core/ports/store.ts';
-import type { BackendContext, DaemonDeps, StoreBackend } from './store-backend.ts';
-import type { KubeSettings } from './kube-backend.ts';
+import type { IssuanceRole } from '../core/ports/store.ts';
+import { dirBackend, type StoreBackend } from '../store/store-backend.ts';
+import type { KubeBackendContext, KubeSettings } from '../kube/kube-backend.ts';
 import type { LocalApi } from '../core/ports/localapi.ts';
 import { SERVE_CONFIG_SERVICES, type DaemonConfig } from '../config/daemon-config.ts';
 import { ServeConfigWatcher } from '../config/serve-config-watcher.ts';
@@ -24,9 +24,6 @@ import { followPair, type FollowedPair } from '../tls/followed-pair.ts';
 import { Metrics } from '../http/daemon-metrics.ts';
 import { RoutingProofs } from '../http/routing-proof.ts';
 import { heapSavingSwitch } from '../http/heap-saving.ts';
-import { CertDirectory } from '../store/cert-directory.ts';
-import { DirStore } from '../store/dir-store.ts';
-import { DirLedgerStore } from '../store/dir-ledger.ts';
 import { IssuanceBudget } from '../core/issuance/issuance-budget.ts';
 import { IssuanceSlots } from '../core/issuance/issuance-slots.ts';
 import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
@@ -43,6 +40,17 @@ const ARI_QUIET_START_MS = 1000;
 const AFTER_FAILOVER_RESERVE_MS = 3000;
 /** GET /leave-rotation's question to the apiserver (is the Pod terminating?): well inside a preStop hook's time. */
 const TERMINATING_CHECK_TIMEOUT_MS = 5000;
+
+/** What the daemon is given beside its configuration. @forTests */
+export interface DaemonDeps {
+  logger: Logger;
+  env: NodeJS.ProcessEnv;
+  clock?: Clock;
+  /** Replaces the LocalAPI transport (tests). */
+  localApi?: LocalApi;
+  /** Told the managed domain count on each change; switches V8's heap to save memory (http/heap-saving.ts). */
+  heapSaving?: (managedDomains: number) => boolean;
+}
 
 /** @forTests */
 export interface Daemon {
@@ -64,17 +72,10 @@ export interface Daemon {
   stop(): Promise<void>;
 }
 
-async function dirBackend(path: string, podName: string | undefined, ctx: BackendContext): Promise<StoreBackend> {
-  const directory = new CertDirectory(path);
-  await directory.prepare();
-  const store = new DirStore(directory, ctx.deps.clock, ctx.filesWritten);
-  return { store, ledger: new DirLedgerStore(path), role: staticRole(podName ?? 'standalone', true), observers: [] };
-}
-
-async function kubeBackend(ctx: BackendContext, settings: KubeSettings): Promise<StoreBackend> {
-  kubeconfigSource(ctx.deps.env); // no credentials at all: fail before loading the client
+async function kubeBackend(ctx: KubeBackendContext, settings: KubeSettings): Promise<StoreBackend> {
+  kubeconfigSource(ctx.env); // no credentials at all: fail before loading the client
   // Loaded only in Kubernetes mode: the client costs tens of MB that standalone mode does not pay.
-  const { createKubeBackend } = await import('./kube-backend.ts');
+  const { createKubeBackend } = await import('../kube/kube-backend.ts');
   return createKubeBackend(ctx, settings);
 }
 
@@ -82,7 +83,14 @@ async function kubeBackend(ctx: BackendContext, settings: KubeSettings): Promise
 function kubeSettings(config: DaemonConfig): KubeSettings {
   const { mode, group, watchScope, podName, outDir, leaseDurationMs, budgetNamespace, renewal, readinessLeadMs, federation } = config;
   const gate = config.readinessGate
-    ? { conditionType: config.readinessGate, routingChecks: config.routingChecks, routingAttempts: config.routingAttempts, ownIPv4: config.pod.ipv4 }
+    ? {
+        conditionType: config.readinessGate,
+        routingChecks: config.routingChecks,
+        routingAttempts: config.routingAttempts,
+        ownIPv4: config.pod.ipv4,
+        renewal,
+        readinessLeadMs,
+      }
     : undefined;
   return { mode, group, watchScope, podName, outDir, leaseDurationMs, budgetNamespace, renewal, readinessLeadMs, gate, federation };
 }
@@ -112,7 +120,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   const routingProofs = config.routingChecks.length > 0 ? new RoutingProofs(clock) : undefined;
   const events = new EventEmitter();
   const { delivery, filesWritten } = deliveryToProxy(config, logger, metrics, events);
-  const ctx: BackendContext = { deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) };
+  const ctx: KubeBackendContext = { ...deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) };
   // Start-up order: everything that can refuse the configuration (the store, the ServeConfig's first read,
   // the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before it:
   // a start-up error leaves nothing listening and nothing running.
