@@ -24,7 +24,7 @@ import {
   type SuggestedWindow,
 } from '../core/renewal/renewal-info.ts';
 import type { IssuanceRole, StoredCert } from '../core/ports/store.ts';
-import type { AriCheckOutcome, RenewalInfoClient } from './renewal-info-client.ts';
+import { RenewalInfoClient, type AriCheckOutcome } from './renewal-info-client.ts';
 
 /** The settings of ARI, and only those (DaemonConfig extends them). */
 export interface AriSettings {
@@ -33,6 +33,9 @@ export interface AriSettings {
   /** Longest wait between two ARI checks of a certificate; the CA's Retry-After may make it shorter. */
   ariIntervalMs: number;
 }
+
+/** How long after the daemon's start its first check waits (AriChecker quietUntil). */
+const QUIET_START_MS = 1000;
 
 /** The least wait between two checks of one certificate, unless --ari-interval is shorter. */
 const CHECK_FLOOR_MS = 60_000;
@@ -252,5 +255,24 @@ function untilAborted(signal: AbortSignal): Promise<void> {
   return new Promise((_resolve, reject) => {
     if (signal.aborted) reject(signal.reason);
     else signal.addEventListener('abort', () => reject(signal.reason), { once: true });
+  });
+}
+
+/** ACME Renewal Information: the writer asks the CA at `directoryUrl` (--acme-directory) whether it wants a certificate replaced early. */
+export function ariChecker(
+  directoryUrl: string,
+  settings: AriSettings,
+  deps: Pick<AriCheckerDeps, 'clock' | 'logger' | 'role' | 'metrics' | 'wake'> & { health: { renewalInfo(domain: string, line: string | undefined): void } },
+): AriChecker {
+  const { clock, health, ...rest } = deps;
+  return new AriChecker({
+    ...rest,
+    client: new RenewalInfoClient({ directoryUrl, now: () => clock.now() }),
+    clock,
+    intervalMs: settings.ariIntervalMs,
+    describe: (domain, line) => health.renewalInfo(domain, line),
+    // The first check waits out the start: its ID parse and TLS connection would delay the first /healthz
+    // answer (docs/performance.md). A revoked certificate held at start is replaced a second later.
+    quietUntil: clock.now() + QUIET_START_MS,
   });
 }
