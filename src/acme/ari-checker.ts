@@ -24,7 +24,7 @@ import {
   type SuggestedWindow,
 } from '../core/renewal/renewal-info.ts';
 import type { IssuanceRole, StoredCert } from '../core/ports/store.ts';
-import { RenewalInfoClient, type AriCheckOutcome } from './renewal-info-client.ts';
+import type { AriCheckOutcome, RenewalInfoClient } from './renewal-info-client.ts';
 
 /** The settings of ARI, and only those (DaemonConfig extends them). */
 export interface AriSettings {
@@ -259,11 +259,13 @@ function untilAborted(signal: AbortSignal): Promise<void> {
 }
 
 /** ACME Renewal Information: the writer asks the CA at `directoryUrl` (--acme-directory) whether it wants a certificate replaced early. */
-export function ariChecker(
+export async function ariChecker(
   directoryUrl: string,
   settings: AriSettings,
   deps: Pick<AriCheckerDeps, 'clock' | 'logger' | 'role' | 'metrics' | 'wake'> & { health: { renewalInfo(domain: string, line: string | undefined): void } },
-): AriChecker {
+): Promise<AriChecker> {
+  // The client is a chunk of its own, loaded with this one only when ARI is on (docs/performance.md).
+  const { RenewalInfoClient } = await import('./renewal-info-client.ts');
   const { clock, health, ...rest } = deps;
   return new AriChecker({
     ...rest,

@@ -146,7 +146,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   // ARI wakes a loop whose renewal window the CA moved (called once the loops exist).
   const wake = (domain: string): void => manager.loop(domain)?.wake();
   const ari = config.acmeDirectory
-    ? (await import('../acme/ari-checker.ts')).ariChecker(config.acmeDirectory, config, { ...deps, role: backend.role, metrics, health, wake })
+    ? await (await import('../acme/ari-checker.ts')).ariChecker(config.acmeDirectory, config, { ...deps, role: backend.role, metrics, health, wake })
     : undefined;
   const manager = certificateLoops(config, { ...deps, startup, backend, metrics, health, localApi, availability, ari, extraObservers });
   domains.drive(manager, ari, health);
