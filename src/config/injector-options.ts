@@ -323,6 +323,7 @@ export function injectorConfigFrom(values: InjectorValues, env: NodeJS.ProcessEn
       outDir: values['default-out-dir'],
       readinessGate: gate === 'none' ? undefined : gate,
       socketVolume: values['default-socket-volume'],
+      // Read by the injection as an admission reads them, at the injector's start (injector.ts checkDefaults).
       sidecarFlags: values['sidecar-flags'],
       imagePullPolicy: pullPolicy(values['sidecar-image-pull-policy']),
       caBundle: caBundleSource(values['sidecar-ca-configmap']),
