@@ -51,7 +51,7 @@ const importChain = (modules: string): Array<[string, string]> => [
     `await import('${CN}/config.js'); await import('${CN}/watch.js'); await import('${CN}/middleware.js'); ` +
       `await import('${CN}/patch.js'); await import('${CN}/types.js');`,
   ],
-  ['+ certshare kube code (daemon/kube-backend.js graph)', `await import(${JSON.stringify(`${modules}/daemon/kube-backend.js`)});`],
+  ['+ certshare kube code (kube/kube-backend.js graph)', `await import(${JSON.stringify(`${modules}/kube/kube-backend.js`)});`],
 ];
 
 export interface ChainStep {

@@ -5,7 +5,7 @@ import { RENEW_HELP } from '../../src/config/renew-options.ts';
 import { RUN_HELP } from '../../src/config/run-options.ts';
 import { EMULATOR_HELP } from '../../src/emulator/options.ts';
 import { type CommandHelp, envName, type FlagSpec, flagSyntax, groupsOf, requirementsOf } from '../../src/flags/flags.ts';
-import { INJECTOR_HELP } from '../../src/injector/injector.ts';
+import { INJECTOR_HELP } from '../../src/config/injector-options.ts';
 
 export const COMMANDS: readonly CommandHelp[] = [RUN_HELP, INJECTOR_HELP, RENEW_HELP, EMULATOR_HELP, DEMO_HELP];
 

@@ -34,6 +34,9 @@ export interface AriSettings {
   ariIntervalMs: number;
 }
 
+/** How long after the daemon's start its first check waits (AriChecker quietUntil). */
+const QUIET_START_MS = 1000;
+
 /** The least wait between two checks of one certificate, unless --ari-interval is shorter. */
 const CHECK_FLOOR_MS = 60_000;
 
@@ -252,5 +255,26 @@ function untilAborted(signal: AbortSignal): Promise<void> {
   return new Promise((_resolve, reject) => {
     if (signal.aborted) reject(signal.reason);
     else signal.addEventListener('abort', () => reject(signal.reason), { once: true });
+  });
+}
+
+/** ACME Renewal Information: the writer asks the CA at `directoryUrl` (--acme-directory) whether it wants a certificate replaced early. */
+export async function ariChecker(
+  directoryUrl: string,
+  settings: AriSettings,
+  deps: Pick<AriCheckerDeps, 'clock' | 'logger' | 'role' | 'metrics' | 'wake'> & { health: { renewalInfo(domain: string, line: string | undefined): void } },
+): Promise<AriChecker> {
+  // The client is a chunk of its own, loaded with this one only when ARI is on (docs/performance.md).
+  const { RenewalInfoClient } = await import('./renewal-info-client.ts');
+  const { clock, health, ...rest } = deps;
+  return new AriChecker({
+    ...rest,
+    client: new RenewalInfoClient({ directoryUrl, now: () => clock.now() }),
+    clock,
+    intervalMs: settings.ariIntervalMs,
+    describe: (domain, line) => health.renewalInfo(domain, line),
+    // The first check waits out the start: its ID parse and TLS connection would delay the first /healthz
+    // answer (docs/performance.md). A revoked certificate held at start is replaced a second later.
+    quietUntil: clock.now() + QUIET_START_MS,
   });
 }

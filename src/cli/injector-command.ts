@@ -1,6 +1,7 @@
 // `certshare injector`: the admission webhook (src/injector/injector.ts) until SIGTERM/SIGINT.
 import { commandUsage, parseFlags } from '../flags/flags.ts';
-import { INJECTOR_FLAGS, INJECTOR_HELP, injectorConfigFrom, startInjector } from '../injector/injector.ts';
+import { startInjector } from '../injector/injector.ts';
+import { INJECTOR_FLAGS, INJECTOR_HELP, injectorConfigFrom } from '../config/injector-options.ts';
 import { createLogger } from '../logging/pino-logger.ts';
 import { stopOnSignal } from '../signals/stop-on-signal.ts';
 

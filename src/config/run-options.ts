@@ -16,6 +16,7 @@ import { checkHaproxyPath } from '../delivery/haproxy.ts';
 import { LETS_ENCRYPT_DIRECTORY } from '../acme/renewal-info-client.ts';
 import { type CommandHelp, duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
 import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom } from '../logging/log-format.ts';
+import { badFlag, firstBroken, type ConfigRule } from './config-rules.ts';
 
 export type { DaemonConfig, ShareMode, StoreChoice, WatchScope } from './daemon-config.ts';
 
@@ -442,10 +443,6 @@ function parseFraction(text: string): number {
   return Number(m[1]) / Number(m[2] ?? 1);
 }
 
-function badFlag(flag: string, rule: string): CertshareError {
-  return new CertshareError('CERTSHARE_BAD_FLAG', { flag, rule });
-}
-
 /**
  * Flags and environment to a DaemonConfig: each value parsed on its own (syntax), then every rule that
  * relates values checked in one place, validateConfig. Throws CERTSHARE_BAD_FLAG (exit 2).
@@ -546,9 +543,6 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
   if (broken) throw new CertshareError('CERTSHARE_BAD_FLAG', broken);
   return config;
 }
-
-/** A rule of the configuration: broken, the flag it is about, and what the rule says (to mend it). */
-type ConfigRule = [broken: boolean, flag: string, rule: () => string];
 
 function leaveTokenRules(c: DaemonConfig): ConfigRule[] {
   if (c.leaveToken === undefined) return [];
@@ -715,8 +709,7 @@ function validateConfig(c: DaemonConfig): { flag: string; rule: string } | undef
     ...leaveTokenRules(c),
     ...failoverAcmeAndPodRules(c),
   ];
-  const broken = rules.find(([isBroken]) => isBroken);
-  return broken && { flag: broken[1], rule: broken[2]() };
+  return firstBroken(rules);
 }
 
 /**

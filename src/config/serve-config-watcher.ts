@@ -3,6 +3,7 @@ import { readFile, stat } from 'node:fs/promises';
 import { basename, dirname } from 'node:path';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/ports/logger.ts';
+import { SERVE_CONFIG_SERVICES } from '../core/served/advertisement.ts';
 import { domainsFromServeConfig, servicesFromServeConfig } from './serve-config.ts';
 
 interface ServeConfigWatcherOptions {
@@ -137,4 +138,28 @@ export class ServeConfigWatcher {
       this.#o.onServices?.(services.services);
     }
   }
+}
+
+/**
+ * --serve-config: the file whose domains are managed and, with --advertise-services serve-config, whose Services
+ * are advertised; undefined without the flag. Its domains go to `domains`, why it was never read to `health`.
+ */
+export function followServeConfig(
+  settings: { serveConfig: string | undefined; advertiseServices: readonly string[] | typeof SERVE_CONFIG_SERVICES },
+  deps: {
+    logger: Logger;
+    domains: { fromServeConfig(domains: string[]): void };
+    health: { pending(source: 'serve-config', reason: string | undefined): void };
+    onServices: (services: string[]) => void;
+  },
+): ServeConfigWatcher | undefined {
+  if (!settings.serveConfig) return undefined;
+  const { domains, health, onServices } = deps;
+  return new ServeConfigWatcher({
+    path: settings.serveConfig,
+    logger: deps.logger,
+    onDomains: (fromConfig) => domains.fromServeConfig(fromConfig),
+    onPending: (reason) => health.pending('serve-config', reason),
+    ...(settings.advertiseServices === SERVE_CONFIG_SERVICES ? { onServices } : {}),
+  });
 }

@@ -1,48 +1,49 @@
 import { EventEmitter } from 'node:events';
-import { secretPairSource } from '../kube/secret-pair-source.ts';
+import type { Server as TlsServer } from 'node:tls';
 import type { FastifyInstance } from 'fastify';
-import { LoopSupervisor, type RenewalSettings } from '../core/loop/loop-supervisor.ts';
-import type { DomainAvailability } from '../core/loop/cert-loop.ts';
-import { systemClock } from '../core/ports/clock.ts';
-import { errorMessage } from '../core/errors.ts';
+import { secretPairSource } from '../kube/secret-pair-source.ts';
+import { certificateLoops, type LoopSupervisor } from '../core/loop/loop-supervisor.ts';
+import { ManagedDomains } from '../core/loop/managed-domains.ts';
+import { systemClock, type Clock } from '../core/ports/clock.ts';
 import { HealthState } from '../core/loop/health.ts';
 import { StartupGrace } from '../core/loop/startup-grace.ts';
-import { fanOut, type LoopObserver } from '../core/ports/observer.ts';
-import { staticRole, type IssuanceRole } from '../core/ports/store.ts';
-import type { BackendContext, DaemonDeps, StoreBackend } from './store-backend.ts';
-import type { KubeSettings } from './kube-backend.ts';
+import type { LoopObserver } from '../core/ports/observer.ts';
+import type { IssuanceRole } from '../core/ports/store.ts';
 import type { LocalApi } from '../core/ports/localapi.ts';
-import { SERVE_CONFIG_SERVICES, type DaemonConfig } from '../config/daemon-config.ts';
-import { ServeConfigWatcher } from '../config/serve-config-watcher.ts';
-import { createLocalApiClient } from '../localapi/client.ts';
-import { CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { parseHostPort } from '../core/values/listen-address.ts';
-import type { Server as TlsServer } from 'node:tls';
+import { dirBackend, type StoreBackend } from '../store/store-backend.ts';
+import type { KubeBackendContext, KubeSettings } from '../kube/kube-backend.ts';
+import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
+import type { DaemonConfig } from '../config/daemon-config.ts';
+import { followServeConfig, type ServeConfigWatcher } from '../config/serve-config-watcher.ts';
+import { tailscaledSource, type CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
 import { buildHttpServer, type HttpServerDeps } from '../http/http-server.ts';
-import { servePair } from '../tls/serving-pair.ts';
-import { followPair, type FollowedPair } from '../tls/followed-pair.ts';
 import { Metrics } from '../http/daemon-metrics.ts';
 import { RoutingProofs } from '../http/routing-proof.ts';
 import { heapSavingSwitch } from '../http/heap-saving.ts';
-import { CertDirectory } from '../store/cert-directory.ts';
-import { DirStore } from '../store/dir-store.ts';
-import { DirLedgerStore } from '../store/dir-ledger.ts';
-import { IssuanceBudget } from '../core/issuance/issuance-budget.ts';
-import { IssuanceSlots } from '../core/issuance/issuance-slots.ts';
-import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
-import { proxyDelivery, type DeliverySettings, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
-import type { AriChecker, AriSettings } from '../acme/ari-checker.ts';
+import { servePair } from '../tls/serving-pair.ts';
+import { followPair, type FollowedPair } from '../tls/followed-pair.ts';
+import { proxyDelivery, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
+import type { ReloadOutcome } from '../delivery/reload-command.ts';
+import type { AriChecker } from '../acme/ari-checker.ts';
 import type { ServedRotation, ServedRotationSettings } from '../served/served-rotation.ts';
-import type { Clock } from '../core/ports/clock.ts';
-import type { Logger } from '../core/ports/logger.ts';
-import type { StartupGrace as Startup } from '../core/loop/startup-grace.ts';
 
-/** How long after the daemon's start its first ACME Renewal Information check waits (AriChecker quietUntil). */
-const ARI_QUIET_START_MS = 1000;
 /** What the shutdown bound keeps back from the Services' failover wait for the rest of the stop (readiness, Lease). */
 const AFTER_FAILOVER_RESERVE_MS = 3000;
 /** GET /leave-rotation's question to the apiserver (is the Pod terminating?): well inside a preStop hook's time. */
 const TERMINATING_CHECK_TIMEOUT_MS = 5000;
+
+/** What the daemon is given beside its configuration. @forTests */
+export interface DaemonDeps {
+  logger: Logger;
+  env: NodeJS.ProcessEnv;
+  clock?: Clock;
+  /** Replaces the LocalAPI transport (tests). */
+  localApi?: LocalApi;
+  /** Told the managed domain count on each change; switches V8's heap to save memory (http/heap-saving.ts). */
+  heapSaving?: (managedDomains: number) => boolean;
+}
 
 /** @forTests */
 export interface Daemon {
@@ -64,17 +65,10 @@ export interface Daemon {
   stop(): Promise<void>;
 }
 
-async function dirBackend(path: string, podName: string | undefined, ctx: BackendContext): Promise<StoreBackend> {
-  const directory = new CertDirectory(path);
-  await directory.prepare();
-  const store = new DirStore(directory, ctx.deps.clock, ctx.filesWritten);
-  return { store, ledger: new DirLedgerStore(path), role: staticRole(podName ?? 'standalone', true), observers: [] };
-}
-
-async function kubeBackend(ctx: BackendContext, settings: KubeSettings): Promise<StoreBackend> {
-  kubeconfigSource(ctx.deps.env); // no credentials at all: fail before loading the client
+async function kubeBackend(ctx: KubeBackendContext, settings: KubeSettings): Promise<StoreBackend> {
+  kubeconfigSource(ctx.env); // no credentials at all: fail before loading the client
   // Loaded only in Kubernetes mode: the client costs tens of MB that standalone mode does not pay.
-  const { createKubeBackend } = await import('./kube-backend.ts');
+  const { createKubeBackend } = await import('../kube/kube-backend.ts');
   return createKubeBackend(ctx, settings);
 }
 
@@ -82,7 +76,14 @@ async function kubeBackend(ctx: BackendContext, settings: KubeSettings): Promise
 function kubeSettings(config: DaemonConfig): KubeSettings {
   const { mode, group, watchScope, podName, outDir, leaseDurationMs, budgetNamespace, renewal, readinessLeadMs, federation } = config;
   const gate = config.readinessGate
-    ? { conditionType: config.readinessGate, routingChecks: config.routingChecks, routingAttempts: config.routingAttempts, ownIPv4: config.pod.ipv4 }
+    ? {
+        conditionType: config.readinessGate,
+        routingChecks: config.routingChecks,
+        routingAttempts: config.routingAttempts,
+        ownIPv4: config.pod.ipv4,
+        renewal,
+        readinessLeadMs,
+      }
     : undefined;
   return { mode, group, watchScope, podName, outDir, leaseDurationMs, budgetNamespace, renewal, readinessLeadMs, gate, federation };
 }
@@ -104,6 +105,8 @@ function eventsObserver(events: EventEmitter): LoopObserver {
 export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Promise<Daemon> {
   const deps = { clock: input.clock ?? systemClock, logger: input.logger, env: input.env };
   const { clock, logger } = deps;
+  // The parts whose settings are not a part of DaemonConfig as they stand get theirs here, once.
+  const kube = kubeSettings(config);
   // The start of the grace for what every start goes through (tailscaled not listening yet, the first issuance).
   const startup = new StartupGrace(clock, config.startupGraceMs);
   const metrics = new Metrics(clock, config.renewal);
@@ -111,13 +114,20 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   // Keyed by the certificates held: the loops report them to it as to every observer.
   const routingProofs = config.routingChecks.length > 0 ? new RoutingProofs(clock) : undefined;
   const events = new EventEmitter();
-  const { delivery, filesWritten } = deliveryToProxy(config, logger, metrics, events);
-  const ctx: BackendContext = { deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) };
+  const delivery = proxyDelivery(config, {
+    logger,
+    onFilesWritten: (domain, path) => events.emit('filesWritten', { domain, path }),
+    onOutcome: reloadReport(metrics, events),
+  });
+  const { filesWritten } = delivery;
   // Start-up order: everything that can refuse the configuration (the store, the ServeConfig's first read,
   // the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before it:
   // a start-up error leaves nothing listening and nothing running.
-  const backend = config.store.kind === 'dir' ? await dirBackend(config.store.path, config.podName, ctx) : await kubeBackend(ctx, kubeSettings(config));
-  const { localApi, watcher } = tailscaledSource(config, input, deps, metrics, health, startup);
+  const backend =
+    config.store.kind === 'kube'
+      ? await kubeBackend({ ...deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) }, kube)
+      : await dirBackend(config.store.path, config.podName, { clock, filesWritten });
+  const { localApi, watcher } = tailscaledSource(config, { clock, logger, startup, localApi: input.localApi, metrics, health });
   const domains = new ManagedDomains(config.domains, logger, input.heapSaving ?? heapSavingSwitch());
   // --advertise-services serve-config: the ServeConfig's Services as last read (its watcher reads it first at start-up).
   let serveConfigServices: readonly string[] = [];
@@ -125,7 +135,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   // only when the configuration turns them on: a replica pays for the code it runs (docs/performance.md).
   const served = await servedRotation(
     config,
-    { ...deps, metrics, health, localApi, watcher, backend, events },
+    { ...deps, health, metrics, localApi, watcher, backend, events },
     {
       domains: () => domains.current,
       serveConfigServices: () => serveConfigServices,
@@ -135,24 +145,20 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   const availability = served?.serviceDomains?.availability ?? watcher;
   // ARI wakes a loop whose renewal window the CA moved (called once the loops exist).
   const wake = (domain: string): void => manager.loop(domain)?.wake();
-  const ari = config.acmeDirectory ? await ariChecker(config, { ...deps, role: backend.role, metrics, health, wake }) : undefined;
-  const manager = certificateLoops(config, ari, { ...deps, startup, backend, metrics, health, localApi, availability, extraObservers });
+  const ari = config.acmeDirectory
+    ? await (await import('../acme/ari-checker.ts')).ariChecker(config.acmeDirectory, config, { ...deps, role: backend.role, metrics, health, wake })
+    : undefined;
+  const manager = certificateLoops(config, { ...deps, startup, backend, metrics, health, localApi, availability, ari, extraObservers });
   domains.drive(manager, ari, health);
   logHealthChanges(health, clock, logger);
-  const serveConfig = followServeConfig(config, logger, health, domains, (services) => {
+  const onServices = (services: string[]): void => {
     serveConfigServices = services;
     served?.advertiser?.notify();
-  });
+  };
+  const serveConfig = followServeConfig(config, { logger, domains, health, onServices });
   const leaveRotation = rotationExit(config, backend, served);
-  const app = buildHttpServer({
-    health,
-    metrics,
-    clock,
-    pod: config.pod,
-    https: config.tls !== undefined,
-    ...(routingProofs ? { routingProofs } : {}),
-    ...leaveRoute(config, clock, logger, leaveRotation, backend),
-  });
+  const routes = { ...(routingProofs ? { routingProofs } : {}), ...leaveRoute(config, clock, logger, leaveRotation, backend) };
+  const app = buildHttpServer({ health, metrics, clock, pod: config.pod, https: config.tls !== undefined, ...routes });
   let tls: FollowedPair | undefined;
   let address: string;
   try {
@@ -172,10 +178,49 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   await backend.start?.();
   watcher.start();
   served?.start();
-
   let stopping: Promise<void> | undefined;
   const running: RunningParts = { config, clock, logger, leaveRotation, manager, backend, serveConfig, watcher, tls, ari, served, delivery, app };
   return { address, manager, health, metrics, watcher, role: backend.role, events, stop: () => (stopping ??= stopDaemon(running)) };
+}
+
+/** A reload of the proxy ended: counted, and emitted as `reloaded`. */
+function reloadReport(metrics: Metrics, events: EventEmitter): (o: ReloadOutcome) => void {
+  return (o) => {
+    metrics.reloads.inc({ method: o.method, result: o.skipped ? 'skipped' : o.ok ? 'success' : 'failure' });
+    events.emit('reloaded', o);
+  };
+}
+
+/** The served check and the advertisement, when --served-check turns them on; a reload certshare ran checks at once. */
+async function servedRotation(
+  config: ServedRotationSettings,
+  p: {
+    clock: Clock;
+    logger: Logger;
+    health: HealthState;
+    metrics: Metrics;
+    localApi: LocalApi;
+    watcher: CertDomainsWatcher;
+    backend: StoreBackend;
+    events: EventEmitter;
+  },
+  managed: { domains: () => readonly string[]; serveConfigServices: () => readonly string[] },
+): Promise<ServedRotation | undefined> {
+  if (!config.servedCheck) return undefined;
+  const { backend } = p;
+  const served = (await import('../served/served-rotation.ts')).createServedRotation(config, {
+    ...p,
+    ...managed,
+    registry: p.metrics.registry,
+    certDomains: p.watcher,
+    ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
+    ...(backend.serviceDomainWait ? { onServiceDomainWait: backend.serviceDomainWait } : {}),
+  });
+  // A reload certshare ran may have put the proxy right: check what it serves now, not at the next recheck.
+  p.events.on('reloaded', (outcome: ReloadOutcome) => {
+    if (outcome.ok && !outcome.skipped) served?.checker.reloaded();
+  });
+  return served;
 }
 
 /** What a started daemon stops, in the order stopDaemon takes them. */
@@ -213,228 +258,6 @@ async function stopDaemon(p: RunningParts): Promise<void> {
   await p.delivery.stop();
   await p.app.close();
   logger.info({}, 'stopped');
-}
-
-/** How renewed certificates reach the proxy, and what the daemon does when files changed: log, emit, reload. */
-/** The --serve-config file, whose domains are managed and, with --advertise-services serve-config, whose Services are advertised. */
-/** The served check and the advertisement, when --served-check turns them on; a reload certshare ran checks at once. */
-async function servedRotation(
-  config: ServedRotationSettings,
-  p: {
-    clock: Clock;
-    logger: Logger;
-    metrics: Metrics;
-    health: HealthState;
-    localApi: LocalApi;
-    watcher: CertDomainsWatcher;
-    backend: StoreBackend;
-    events: EventEmitter;
-  },
-  managed: { domains: () => readonly string[]; serveConfigServices: () => readonly string[] },
-): Promise<ServedRotation | undefined> {
-  if (!config.servedCheck) return undefined;
-  const { clock, logger, health, metrics, localApi, watcher, backend } = p;
-  const served = (await import('../served/served-rotation.ts')).createServedRotation(config, {
-    clock,
-    logger,
-    health,
-    registry: metrics.registry,
-    localApi,
-    domains: managed.domains,
-    serveConfigServices: managed.serveConfigServices,
-    ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
-    certDomains: watcher,
-    ...(backend.serviceDomainWait ? { onServiceDomainWait: backend.serviceDomainWait } : {}),
-  });
-  // A reload certshare ran may have put the proxy right: check what it serves now, not at the next recheck.
-  p.events.on('reloaded', (outcome: { ok: boolean; skipped?: boolean }) => {
-    if (outcome.ok && !outcome.skipped) served?.checker.reloaded();
-  });
-  return served;
-}
-
-function followServeConfig(
-  config: DaemonConfig,
-  logger: Logger,
-  health: HealthState,
-  domains: ManagedDomains,
-  onServices: (services: string[]) => void,
-): ServeConfigWatcher | undefined {
-  if (!config.serveConfig) return undefined;
-  return new ServeConfigWatcher({
-    path: config.serveConfig,
-    logger,
-    onDomains: (fromConfig) => domains.fromServeConfig(fromConfig),
-    onPending: (reason) => health.pending('serve-config', reason),
-    ...(config.advertiseServices === SERVE_CONFIG_SERVICES ? { onServices } : {}),
-  });
-}
-
-function deliveryToProxy(
-  config: DeliverySettings,
-  logger: Logger,
-  metrics: Metrics,
-  events: EventEmitter,
-): { delivery: ProxyDelivery; filesWritten: (domain: string, path: string) => void } {
-  const filesWritten = (domain: string, path: string): void => {
-    logger.info({ domain, path }, 'certificate files written');
-    events.emit('filesWritten', { domain, path });
-    void delivery.reload?.request(domain);
-  };
-  const delivery = proxyDelivery(config, {
-    logger,
-    filesWritten,
-    onOutcome: (o) => {
-      metrics.reloads.inc({ method: o.method, result: o.skipped ? 'skipped' : o.ok ? 'success' : 'failure' });
-      events.emit('reloaded', o);
-    },
-  });
-  return { delivery, filesWritten };
-}
-
-/** tailscaled's LocalAPI and the watch of its IPN bus for the cert domains. */
-function tailscaledSource(
-  config: DaemonConfig,
-  input: DaemonDeps,
-  deps: { clock: Clock; logger: Logger },
-  metrics: Metrics,
-  health: HealthState,
-  startup: Startup,
-): { localApi: LocalApi; watcher: CertDomainsWatcher } {
-  const { clock, logger } = deps;
-  const onBadLine = (err: unknown): void => {
-    metrics.busBadLines.inc();
-    logger.warn({ err: errorMessage(err) }, 'skipped a malformed IPN bus line');
-  };
-  const localApi = input.localApi ?? createLocalApiClient({ address: config.localapi, certTimeoutMs: config.certTimeoutMs, logger, onBadLine });
-  const watcher = new CertDomainsWatcher({
-    localApi,
-    clock,
-    logger: logger.child({ component: 'ipn-bus' }),
-    onConnectionChange: (up) => metrics.busConnected.set(up ? 1 : 0),
-    onReconnect: () => metrics.busReconnects.inc(),
-    onBadLine,
-    onProblem: (message) => health.sourceProblem(message),
-    startup: startup.condition(),
-  });
-  watcher.onChange(() => logger.info({ certDomains: [...watcher.current()].sort() }, 'tailscaled cert domains'));
-  return { localApi, watcher };
-}
-
-interface LoopParts {
-  clock: Clock;
-  logger: Logger;
-  startup: Startup;
-  backend: StoreBackend;
-  metrics: Metrics;
-  health: HealthState;
-  localApi: LocalApi;
-  /** tailscaled's cert domains as the loops wait for them (served/service-domains.ts notes the waits). */
-  availability: DomainAvailability;
-  /** Observers beside health, metrics, the backend's and ARI's. */
-  extraObservers: LoopObserver[];
-}
-
-/** ACME Renewal Information: the writer asks the CA whether it wants a certificate replaced early. */
-async function ariChecker(
-  config: AriSettings,
-  p: { clock: Clock; logger: Logger; role: IssuanceRole; metrics: Metrics; health: HealthState; wake: (domain: string) => void },
-): Promise<AriChecker> {
-  const [{ AriChecker }, { RenewalInfoClient }] = await Promise.all([import('../acme/ari-checker.ts'), import('../acme/renewal-info-client.ts')]);
-  const { clock, logger, role, metrics, health, wake } = p;
-  return new AriChecker({
-    client: new RenewalInfoClient({ directoryUrl: config.acmeDirectory!, now: () => clock.now() }),
-    role,
-    clock,
-    logger,
-    intervalMs: config.ariIntervalMs,
-    metrics,
-    wake,
-    describe: (domain, line) => health.renewalInfo(domain, line),
-    // The first check waits out the start: its ID parse and TLS connection would delay the first /healthz
-    // answer (docs/performance.md). A revoked certificate held at start is replaced a second later.
-    quietUntil: clock.now() + ARI_QUIET_START_MS,
-  });
-}
-
-/** The loops, one per domain, their supervisor, the issuance budget and slots; `ari` told of every certificate held. */
-function certificateLoops(config: RenewalSettings, ari: AriChecker | undefined, p: LoopParts): LoopSupervisor {
-  const { clock, logger, backend, metrics, health } = p;
-  const issuanceSlots = new IssuanceSlots(config.issuanceConcurrency);
-  metrics.watchIssuanceSlots(issuanceSlots);
-  const observer = fanOut([health, metrics, ...backend.observers, ...(ari ? [ari] : []), ...p.extraObservers]);
-  const budget = config.issuanceBudget
-    ? new IssuanceBudget({
-        limit: config.issuanceBudget,
-        nameLimit: config.nameLimit,
-        store: backend.ledger,
-        clock,
-        logger: logger.child({ component: 'issuance-budget' }),
-        onOutOfBounds: observer.outOfBounds,
-      })
-    : undefined;
-  if (budget) metrics.watchBudget(budget);
-  return new LoopSupervisor({
-    localApi: p.localApi,
-    store: backend.store,
-    role: backend.role,
-    availability: p.availability,
-    clock,
-    renewal: config.renewal,
-    backoff: config.backoff,
-    observer,
-    logger,
-    // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
-    intentTtlMs: config.certTimeoutMs + Math.min(30_000, config.certTimeoutMs),
-    budget,
-    issuanceSlots,
-    startup: p.startup,
-    renewalInfo: ari,
-  });
-}
-
-/** The managed domains: the flags' and the ServeConfig's, applied to the loops, ARI and health once started. */
-class ManagedDomains {
-  current: string[] = [];
-  readonly #static: string[];
-  readonly #logger: Logger;
-  readonly #heapSaving: (count: number) => boolean;
-  #fromConfig: string[] = [];
-  #started = false;
-  #apply: (all: string[]) => void = () => {};
-
-  constructor(staticDomains: string[], logger: Logger, heapSaving: (count: number) => boolean) {
-    this.#static = staticDomains;
-    this.#logger = logger;
-    this.#heapSaving = heapSaving;
-  }
-
-  drive(manager: LoopSupervisor, ari: AriChecker | undefined, health: HealthState): void {
-    this.#apply = (all) => {
-      manager.setDomains(all);
-      ari?.retain(all);
-      health.manage(all);
-    };
-  }
-
-  /** The first ServeConfig read (before start) only records its domains. */
-  fromServeConfig(domains: string[]): void {
-    this.#fromConfig = domains;
-    this.#update();
-  }
-
-  start(): void {
-    this.#started = true;
-    this.#update();
-  }
-
-  #update(): void {
-    if (!this.#started) return;
-    const all = [...new Set([...this.#static, ...this.#fromConfig])].sort();
-    if (this.#heapSaving(all.length)) this.#logger.info({ domains: all.length }, 'many domains: V8 heap set to save memory (--optimize-for-size)');
-    this.current = all;
-    this.#apply(all);
-  }
 }
 
 function logHealthChanges(health: HealthState, clock: Clock, logger: Logger): void {

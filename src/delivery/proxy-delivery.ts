@@ -24,15 +24,25 @@ export interface ProxyDelivery {
   reload: CoalescedReload | undefined;
   /** Told of every certificate the loops hold (--haproxy-crt-dir and --haproxy-socket). */
   observers: LoopObserver[];
+  /**
+   * Certificate files changed on disk (by any store, the projection or HAProxy's directory): logged, told to
+   * `onFilesWritten`, then a reload asked for.
+   */
+  filesWritten(domain: string, path: string): void;
   /** Lets what is under way finish (a HAProxy exchange is cancelled) before the daemon stops. */
   stop(): Promise<void>;
 }
 
 export function proxyDelivery(
   config: DeliverySettings,
-  options: { logger: Logger; onOutcome: (o: ReloadOutcome) => void; filesWritten: (domain: string, path: string) => void },
+  options: { logger: Logger; onOutcome: (o: ReloadOutcome) => void; onFilesWritten: (domain: string, path: string) => void },
 ): ProxyDelivery {
-  const { logger, onOutcome, filesWritten } = options;
+  const { logger, onOutcome } = options;
+  const filesWritten = (domain: string, path: string): void => {
+    logger.info({ domain, path }, 'certificate files written');
+    options.onFilesWritten(domain, path);
+    void reload?.request(domain);
+  };
   const reload = config.reloadCommand
     ? new ReloadCommand(config.reloadCommand, { timeoutMs: config.reloadTimeoutMs, logger, onOutcome })
     : config.reloadSignal && config.reloadPidFile
@@ -50,6 +60,7 @@ export function proxyDelivery(
   return {
     reload,
     observers: haproxy ? [haproxy] : [],
+    filesWritten,
     stop: async () => {
       await Promise.all([reload?.idle(), haproxy?.stop()]);
     },

@@ -30,7 +30,8 @@ import { SecretWatch, type ObjectCollection } from '../kube/secret-watch.ts';
 // The replica that wrote this version of a Secret, as the daemon's Secrets say it.
 import { ANNOTATION_WRITER } from '../kube/secret-codec.ts';
 import { createInjectorCa, issueServingLeaf, loadInjectorCa, type LeafNames } from './pki.ts';
-import { TARGET_API, observedCaSerials, observedCas, targetKey, withCaBundle, type Target } from './targets.ts';
+import { TARGET_API, type Target } from '../core/injector-ca/ca-targets.ts';
+import { observedCaSerials, observedCas, targetKey, withCaBundle } from './targets.ts';
 import type { ServingPair } from './tls-server.ts';
 
 interface InjectorControllerOptions {

@@ -1,505 +1,49 @@
 // The injector: the mutating admission webhook that adds certshare to Pods, serving TLS from its own CA
-// (rotated with overlap by src/injector/controller.ts) and reloading it without restarts; its flags, its
-// configuration and its start. `certshare injector` runs it (src/cli/injector-command.ts).
+// (rotated with overlap by src/injector/controller.ts) and reloading it without restarts; its start. Its flags and
+// configuration: src/config/injector-options.ts. `certshare injector` runs it (src/cli/injector-command.ts).
 import { EventEmitter } from 'node:events';
-import { isIP } from 'node:net';
-import { hostname } from 'node:os';
 import { CustomObjectsApi } from '../kube/transport/client-node.ts';
-import { emptyRotationState, rotationPolicyProblem, type RotationPolicy } from '../core/injector-ca/ca-rotation.ts';
+import { emptyRotationState } from '../core/injector-ca/ca-rotation.ts';
 import { systemClock, type Clock } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/ports/logger.ts';
-import type { V1ResourceRequirements } from '../kube/transport/client-node.ts';
-import { isConfigMapKey, isObjectName } from '../core/values/kube-names.ts';
 import { connectKube } from '../kube/connection.ts';
 import { LeaseElector } from '../kube/lease-elector.ts';
 import { makeApi } from '../kube/transport/https-transport.ts';
-import { parseHostPort } from '../core/values/listen-address.ts';
-import { type CommandHelp, duration, type FlagSpec, type FlagValues } from '../flags/flags.ts';
-import { tlsChoice, type ShareMode } from '../config/run-options.ts';
 import type { TlsChoice } from '../config/daemon-config.ts';
-import { isLogLevel, LOG_FLAGS, LOG_LEVELS, logFormatFrom, type LogFormat } from '../logging/log-format.ts';
+import type { InjectorConfig } from '../config/injector-options.ts';
+import type { InjectionDefaults } from '../config/injection-defaults.ts';
 import { followPair, type FollowedPair } from '../tls/followed-pair.ts';
 import { secretPairSource } from '../kube/secret-pair-source.ts';
 import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './injector-metrics.ts';
-import { DEFAULT_READINESS_GATE, admissionReviewResponse, checkInjectionDefaults, checkSidecarFlags, sidecarForm, type InjectionDefaults } from './mutate.ts';
+import { admissionReviewResponse, checkInjectionDefaults, checkSidecarFlags, sidecarForm } from './mutate.ts';
 import { serviceDnsNames, type LeafNames } from './pki.ts';
-import { DEFAULT_IMAGE, type CaBundleSource } from './sidecar.ts';
 import { publishSidecarForm } from './sidecar-form.ts';
-import { parseTarget, type Target } from './targets.ts';
 import { startTlsServer, type TlsServer } from './tls-server.ts';
 
-/** The sections of `certshare injector --help`, by task, in this order. */
-const INJECTOR_GROUPS = ['serving and logs', 'webhook certificate', 'CA rotation', 'Kubernetes', 'injected sidecar', 'shutdown'] as const;
-
-export const INJECTOR_FLAGS = [
-  {
-    name: 'listen',
-    group: 'serving and logs',
-    placeholder: 'ADDR:PORT',
-    default: '[::]:8443',
-    help: 'Address of the webhook (HTTPS: POST /mutate, GET /healthz).',
-  },
-  {
-    name: 'metrics-listen',
-    group: 'serving and logs',
-    placeholder: 'ADDR:PORT',
-    default: '[::]:9003',
-    help: 'Address for GET /metrics (plain HTTP unless --metrics-tls, for Prometheus).',
-  },
-  {
-    name: 'metrics-tls',
-    group: 'serving and logs',
-    placeholder: 'dir:PATH|secret:NAME',
-    help: 'Serve /metrics over HTTPS with a pair from a directory or a Secret, followed.',
-    detail:
-      'tls.crt and tls.key from a directory (a mounted Secret) or a kubernetes.io/tls Secret of the namespace: ' +
-      "a renewed pair is served from the next handshake on (as the daemon's --tls).",
-  },
-  ...LOG_FLAGS,
-  {
-    name: 'service',
-    group: 'webhook certificate',
-    placeholder: 'NAME',
-    default: 'certshare-injector',
-    help: "The webhook's Service, whose names the serving certificate covers.",
-    detail: 'The leaf covers <svc>, <svc>.<ns>, <svc>.<ns>.svc, <svc>.<ns>.svc.cluster.local.',
-  },
-  {
-    name: 'service-namespace',
-    group: 'webhook certificate',
-    placeholder: 'NAMESPACE',
-    help: "The Service's namespace. Default: the injector's own (POD_NAMESPACE).",
-  },
-  {
-    name: 'extra-san',
-    group: 'webhook certificate',
-    placeholder: 'NAME|IP',
-    multiple: true,
-    help: 'A further DNS name or IP address in the leaf (e.g. 127.0.0.1 for a webhook called by URL).',
-  },
-  {
-    name: 'inject-ca-into',
-    group: 'webhook certificate',
-    placeholder: 'KIND/NAME',
-    multiple: true,
-    default: 'mutatingwebhookconfiguration/certshare-injector',
-    help: 'An object whose caBundle the injector keeps.',
-    detail: 'mutatingwebhookconfiguration/NAME, validatingwebhookconfiguration/NAME, customresourcedefinition/NAME (conversion webhook), ' + 'apiservice/NAME.',
-  },
-  {
-    name: 'ca-secret',
-    group: 'webhook certificate',
-    placeholder: 'NAME',
-    default: 'certshare-injector-ca',
-    help: 'Secret holding the CAs of the bundle and their keys.',
-  },
-  {
-    name: 'tls-secret',
-    group: 'webhook certificate',
-    placeholder: 'NAME',
-    default: 'certshare-injector-tls',
-    help: "Secret holding the webhook's serving certificate (kubernetes.io/tls).",
-  },
-  { name: 'ca-lifetime', group: 'CA rotation', placeholder: 'DURATION', default: '8760h', help: 'Lifetime of a new CA.' },
-  {
-    name: 'ca-rotate-before',
-    group: 'CA rotation',
-    placeholder: 'DURATION',
-    default: '2160h',
-    help: 'Add the next CA to the bundle this long before the newest CA expires.',
-  },
-  {
-    name: 'leaf-lifetime',
-    group: 'CA rotation',
-    placeholder: 'DURATION',
-    default: '720h',
-    help: 'Lifetime of a serving certificate (never beyond its CA).',
-  },
-  {
-    name: 'leaf-renew-before',
-    group: 'CA rotation',
-    placeholder: 'DURATION',
-    default: '240h',
-    help: 'Renew the serving certificate this long before it expires.',
-  },
-  {
-    name: 'propagation-grace',
-    group: 'CA rotation',
-    placeholder: 'DURATION',
-    default: '30s',
-    help: 'How long every object must be seen carrying a new CA before it signs.',
-    detail: "Leaves are signed by a new CA only after this, for the apiserver's caches.",
-  },
-  {
-    name: 'lease',
-    group: 'Kubernetes',
-    placeholder: 'NAME',
-    default: 'certshare-injector',
-    help: 'Lease electing the one replica that writes the CAs, the leaf and the caBundles.',
-    detail: "In the injector's namespace; the other replicas read and serve.",
-  },
-  {
-    name: 'lease-duration',
-    group: 'Kubernetes',
-    placeholder: 'DURATION',
-    default: '15s',
-    help: 'How long the writer keeps the Lease without renewing it (failover time).',
-  },
-  {
-    name: 'resync',
-    group: 'Kubernetes',
-    placeholder: 'DURATION',
-    default: '10m',
-    help: 'Re-read the Secrets and the objects at least this often (they are watched as well).',
-  },
-  { name: 'kube-timeout', group: 'Kubernetes', placeholder: 'DURATION', default: '10s', help: 'Timeout of one Kubernetes API call.' },
-  { name: 'sidecar-image', group: 'injected sidecar', placeholder: 'IMAGE', default: DEFAULT_IMAGE, help: 'Image of the injected certshare container.' },
-  {
-    name: 'sidecar-image-pull-policy',
-    group: 'injected sidecar',
-    placeholder: 'Always|IfNotPresent|Never',
-    default: '',
-    help: "imagePullPolicy of the injected certshare container (default: the cluster's).",
-  },
-  {
-    name: 'sidecar-flags',
-    group: 'injected sidecar',
-    placeholder: "'--NAME=VALUE ...'",
-    default: '',
-    help: "The platform's `certshare run` flags for every injected sidecar.",
-    detail:
-      'The issuance budget and concurrency, lease, retry policy, reload command, ...: ' +
-      "a Pod's certshare.io/flags may set only its drain delay, shutdown timeout, readiness lead, routing checks, log level, " +
-      'served check and advertised Services.',
-  },
-  {
-    name: 'sidecar-ca-configmap',
-    group: 'injected sidecar',
-    placeholder: 'NAME[:KEY]',
-    default: '',
-    help: "A ConfigMap of each Pod's namespace whose KEY holds CA certificates the sidecar trusts.",
-    detail:
-      "KEY defaults to ca.crt. PEM CA certificates trusted besides the system's (NODE_EXTRA_CA_CERTS): a private ACME CA's, whose " +
-      'directory --sidecar-flags names with --acme-directory. Mounted into the certshare container only; a Pod whose namespace lacks it ' +
-      'does not start (a FailedMount event names it).',
-  },
-  {
-    name: 'sidecar-home-kubeconfig-secret',
-    group: 'injected sidecar',
-    placeholder: 'NAME',
-    default: '',
-    help: "A Secret of each Pod's namespace whose key kubeconfig reaches the federation home.",
-    detail:
-      "Mounted into certshare's container only, as --federation-kubeconfig (docs/federation.md); name the home's namespace and this " +
-      'cluster in --sidecar-flags (--federation-namespace, --federation-cluster). Never a Pod annotation: a Pod must not pick its home.',
-  },
-  {
-    name: 'default-mode',
-    group: 'injected sidecar',
-    placeholder: 'rw|ro|auto',
-    default: 'auto',
-    help: 'Mode of injected sidecars without certshare.io/mode.',
-  },
-  {
-    name: 'default-out-dir',
-    group: 'injected sidecar',
-    placeholder: 'DIR',
-    default: '/certs',
-    help: 'Certificate directory of injected sidecars without certshare.io/out-dir.',
-  },
-  {
-    name: 'sidecar-resources',
-    group: 'injected sidecar',
-    placeholder: 'JSON',
-    default: '',
-    help: "Requests and limits of the injected certshare container, as a container's `resources` in JSON.",
-    detail:
-      'E.g. \'{"requests":{"cpu":"100m","memory":"160Mi"},"limits":{"memory":"256Mi"}}\' for groups of 500 domains ' +
-      '(docs/performance.md). Default: those for one domain.',
-  },
-  {
-    name: 'default-readiness-gate',
-    group: 'injected sidecar',
-    placeholder: 'TYPE|none',
-    default: DEFAULT_READINESS_GATE,
-    help: 'Readiness gate of injected Pods without certshare.io/readiness-gate.',
-  },
-  {
-    name: 'default-socket-volume',
-    group: 'injected sidecar',
-    placeholder: 'VOLUME',
-    default: 'tailscale-socket',
-    help: "The Pod volume holding tailscaled's socket, without certshare.io/socket-volume.",
-  },
-  {
-    name: 'tailscale-operator',
-    group: 'injected sidecar',
-    placeholder: 'grant|manual',
-    default: 'grant',
-    help: "Make the advertise agent of Pods that advertise Services tailscaled's operator, or not.",
-    detail:
-      `grant: the injector adds a passwd entry and TS_EXTRA_ARGS=--operator=certshare-advertise to tailscaled's container unless ` +
-      "the Pod says certshare.io/tailscale-operator: manual; certshare's own uid never is (docs/tailscale-services.md).",
-  },
-  {
-    name: 'drain-delay',
-    group: 'shutdown',
-    placeholder: 'DURATION',
-    default: '5s',
-    help: 'On SIGTERM: keep answering this long before the listener closes.',
-    detail: 'Each kept-alive connection is closed after its response meanwhile; the endpoint is gone by then.',
-  },
-] as const satisfies readonly FlagSpec<(typeof INJECTOR_GROUPS)[number]>[];
-
-/** The parsed values of `certshare injector`. */
-type InjectorValues = FlagValues<typeof INJECTOR_FLAGS>;
-
-/** `certshare injector --help` and its part of docs/configuration.md. */
-export const INJECTOR_HELP: CommandHelp = {
-  command: 'injector',
-  summary:
-    'A mutating admission webhook adding certshare as a native sidecar to Pods annotated certshare.io/inject: "true", ' +
-    'serving TLS from its own CA, rotated with overlap.',
-  flags: INJECTOR_FLAGS,
-  groups: INJECTOR_GROUPS,
-  example: "certshare injector --sidecar-image registry.example.com/certshare:0.1.0 --sidecar-flags='--issuance-budget=20/168h'",
-};
-
-interface InjectorConfig {
-  listen: { host: string; port: number };
-  metricsListen: { host: string; port: number };
-  metricsTls: TlsChoice | undefined;
-  service: string;
-  serviceNamespace: string | undefined;
-  extraDnsNames: string[];
-  extraIps: string[];
-  targets: Target[];
-  caSecret: string;
-  tlsSecret: string;
-  policy: RotationPolicy;
-  lease: string;
-  leaseDurationMs: number;
-  /** Names this replica in the Lease and in the Secrets it writes (POD_NAME in the Deployment). */
-  identity: string;
-  resyncMs: number;
-  kubeTimeoutMs: number;
-  drainDelayMs: number;
-  defaults: InjectionDefaults;
-  logLevel: string;
-  logFormat: LogFormat;
-}
-
-/** The key of --sidecar-ca-configmap without one: kube-root-ca.crt's and cert-manager's name for a CA. */
-const DEFAULT_CA_KEY = 'ca.crt';
-
-function listenAddress(values: InjectorValues, name: 'listen' | 'metrics-listen'): { host: string; port: number } {
-  try {
-    return parseHostPort(values[name]);
-  } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: `--${name}`, rule: (err as Error).message });
-  }
-}
-
-export function injectorConfigFrom(values: InjectorValues, env: NodeJS.ProcessEnv): InjectorConfig {
-  const extras = values['extra-san'] ?? [];
-  const gate = values['default-readiness-gate'];
-  const config: InjectorConfig = {
-    listen: listenAddress(values, 'listen'),
-    metricsListen: listenAddress(values, 'metrics-listen'),
-    metricsTls: tlsChoice(values['metrics-tls'], 'metrics-tls'),
-    service: values.service,
-    serviceNamespace: values['service-namespace'] ?? env.POD_NAMESPACE,
-    extraDnsNames: extras.filter((e) => isIP(e) === 0),
-    extraIps: extras.filter((e) => isIP(e) !== 0),
-    targets: values['inject-ca-into'].map(parseTarget),
-    caSecret: values['ca-secret'],
-    tlsSecret: values['tls-secret'],
-    policy: {
-      caLifetimeMs: duration(values, 'ca-lifetime'),
-      caRotateBeforeMs: duration(values, 'ca-rotate-before'),
-      leafLifetimeMs: duration(values, 'leaf-lifetime'),
-      leafRenewBeforeMs: duration(values, 'leaf-renew-before'),
-      propagationGraceMs: duration(values, 'propagation-grace'),
-    },
-    lease: values.lease,
-    leaseDurationMs: duration(values, 'lease-duration'),
-    identity: env.POD_NAME || `certshare-injector-${hostname()}-${process.pid}`,
-    resyncMs: duration(values, 'resync'),
-    kubeTimeoutMs: duration(values, 'kube-timeout'),
-    drainDelayMs: duration(values, 'drain-delay'),
-    defaults: {
-      image: values['sidecar-image'],
-      // Checked by validateInjectorConfig.
-      mode: values['default-mode'] as ShareMode,
-      outDir: values['default-out-dir'],
-      readinessGate: gate === 'none' ? undefined : gate,
-      socketVolume: values['default-socket-volume'],
-      sidecarFlags: sidecarFlags(values['sidecar-flags']),
-      imagePullPolicy: pullPolicy(values['sidecar-image-pull-policy']),
-      caBundle: caBundleSource(values['sidecar-ca-configmap']),
-      homeKubeconfigSecret: homeKubeconfigSecret(values['sidecar-home-kubeconfig-secret'], values['sidecar-flags']),
-      resources: sidecarResources(values['sidecar-resources']),
-      grantTailscaleOperator: grantsOperator(values['tailscale-operator']),
-    },
-    logLevel: values['log-level'],
-    logFormat: logFormatFrom(values),
-  };
-  const broken = validateInjectorConfig(config);
-  if (broken) throw new CertshareError('CERTSHARE_BAD_FLAG', broken);
-  return config;
-}
-
-function grantsOperator(value: string): boolean {
-  if (value !== 'grant' && value !== 'manual')
-    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--tailscale-operator', rule: `must be grant or manual, got "${value}"` });
-  return value === 'grant';
-}
-
 /**
- * Every rule of the injector's configuration that is not the syntax of one value, checked before anything
- * starts (as the daemon's validateConfig): the first broken rule, or undefined. The last one runs the
- * injection of a Pod that asks for certshare and sets nothing else: defaults that would refuse every such
- * Pod (an out-dir over the CA bundle's directory, a flag the daemon refuses) stop the start instead.
+ * The injection's check of the injector's defaults, before anything starts: --sidecar-flags as an admission
+ * reads them, then the injection of a Pod that asks for certshare and sets nothing else. Defaults that would
+ * refuse every such Pod (an out-dir over the CA bundle's directory, a flag the daemon refuses) are
+ * CERTSHARE_BAD_FLAG (exit 2) instead of a webhook that refuses every Pod.
  * @forTests
  */
-export function validateInjectorConfig(c: InjectorConfig): { flag: string; rule: string } | undefined {
-  const rules: Array<[broken: () => boolean, flag: string, rule: () => string]> = [
-    [
-      () => rotationPolicyProblem(c.policy) !== undefined,
-      '--ca-lifetime, --ca-rotate-before, --leaf-lifetime, --leaf-renew-before, --propagation-grace',
-      () => rotationPolicyProblem(c.policy)!,
-    ],
-    [() => !['rw', 'ro', 'auto'].includes(c.defaults.mode), '--default-mode', () => `must be rw, ro or auto, got "${c.defaults.mode}"`],
-    [() => !isLogLevel(c.logLevel), '--log-level', () => `must be ${LOG_LEVELS.join(', ')}`],
-    [() => !(c.resyncMs > 0 && c.kubeTimeoutMs > 0), '--resync, --kube-timeout', () => 'must be positive'],
-    [() => c.leaseDurationMs < 1000, '--lease-duration', () => 'must be at least 1s (the Lease counts whole seconds)'],
-    [() => resourcesProblem(c.defaults.resources) !== undefined, '--sidecar-resources', () => resourcesProblem(c.defaults.resources)!],
-    [
-      () => injectionDefaultsProblem(c.defaults) !== undefined,
-      "the injector's defaults (--default-*, --sidecar-*)",
-      () => `would refuse every Pod that asks for certshare: ${injectionDefaultsProblem(c.defaults)}`,
-    ],
-  ];
-  const broken = rules.find(([isBroken]) => isBroken());
-  return broken && { flag: broken[1], rule: broken[2]() };
-}
-
-function injectionDefaultsProblem(defaults: InjectionDefaults): string | undefined {
+export function checkDefaults(defaults: InjectionDefaults): void {
   try {
-    checkInjectionDefaults(defaults);
-    return undefined;
-  } catch (err) {
-    return errorMessage(err);
-  }
-}
-
-const QUANTITY_SUFFIX: Record<string, number> = {
-  m: 1e-3,
-  k: 1e3,
-  M: 1e6,
-  G: 1e9,
-  T: 1e12,
-  P: 1e15,
-  E: 1e18,
-  Ki: 2 ** 10,
-  Mi: 2 ** 20,
-  Gi: 2 ** 30,
-  Ti: 2 ** 40,
-  Pi: 2 ** 50,
-  Ei: 2 ** 60,
-};
-
-/** A Kubernetes quantity (resource.Quantity's syntax, without exponents), in its base unit. */
-function quantityValue(text: string): number | undefined {
-  const m = /^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$/.exec(text);
-  if (!m) return undefined;
-  return Number(m[1]) * (QUANTITY_SUFFIX[m[2] ?? ''] ?? 1);
-}
-
-const SIDECAR_RESOURCE_NAMES = ['cpu', 'memory', 'ephemeral-storage'];
-
-/** What the apiserver would refuse in every injected Pod: a name or quantity it does not know, a request above its limit. */
-function resourcesProblem(resources: V1ResourceRequirements | undefined): string | undefined {
-  if (resources === undefined) return undefined;
-  for (const [key, entries] of Object.entries(resources)) {
-    if (key !== 'requests' && key !== 'limits') return `"${key}" is neither requests nor limits`;
-    if (entries === null || typeof entries !== 'object' || Array.isArray(entries)) return `${key} must map resource names to quantities`;
-    for (const [name, quantity] of Object.entries(entries as Record<string, unknown>)) {
-      if (!SIDECAR_RESOURCE_NAMES.includes(name)) return `${key}.${name}: certshare's container takes ${SIDECAR_RESOURCE_NAMES.join(', ')} only`;
-      if (typeof quantity !== 'string' || quantityValue(quantity) === undefined)
-        return `${key}.${name}: ${JSON.stringify(quantity)} is not a quantity (e.g. 100m, 128Mi)`;
-    }
-  }
-  for (const name of SIDECAR_RESOURCE_NAMES) {
-    const request = resources.requests?.[name];
-    const limit = resources.limits?.[name];
-    if (request !== undefined && limit !== undefined && quantityValue(String(request))! > quantityValue(String(limit))!)
-      return `requests.${name} (${request}) must not be above limits.${name} (${limit})`;
-  }
-  return undefined;
-}
-
-/** --sidecar-resources: JSON, checked by validateInjectorConfig. */
-function sidecarResources(text: string): V1ResourceRequirements | undefined {
-  if (text.trim() === '') return undefined;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch (err) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--sidecar-resources', rule: `is not JSON: ${errorMessage(err)}` });
-  }
-  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed))
-    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--sidecar-resources', rule: 'must be a JSON object like {"requests":{...},"limits":{...}}' });
-  return parsed as V1ResourceRequirements;
-}
-
-function pullPolicy(text: string): string | undefined {
-  if (text === '') return undefined;
-  if (!['Always', 'IfNotPresent', 'Never'].includes(text)) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--sidecar-image-pull-policy', rule: `must be Always, IfNotPresent or Never, got "${text}"` });
-  }
-  return text;
-}
-
-/** --sidecar-ca-configmap NAME[:KEY]: checked at start, as the apiserver would check the volume's names. */
-function caBundleSource(text: string): CaBundleSource | undefined {
-  if (text === '') return undefined;
-  const [configMap = '', key = DEFAULT_CA_KEY, ...rest] = text.split(':');
-  if (!isObjectName(configMap) || rest.length > 0)
-    throw new CertshareError('CERTSHARE_BAD_FLAG', {
-      flag: '--sidecar-ca-configmap',
-      rule: `must be NAME or NAME:KEY with NAME a ConfigMap name (lower-case letters, digits, '-' and '.'), got "${text}"`,
-    });
-  if (!isConfigMapKey(key))
-    throw new CertshareError('CERTSHARE_BAD_FLAG', {
-      flag: '--sidecar-ca-configmap',
-      rule: `"${key}" is not a ConfigMap key (letters, digits, '-', '_' and '.', not starting with "..")`,
-    });
-  return { configMap, key };
-}
-
-/** --sidecar-home-kubeconfig-secret: a Secret name, with the home's namespace and this cluster's name in --sidecar-flags. */
-function homeKubeconfigSecret(text: string, flags: string): string | undefined {
-  if (text === '') return undefined;
-  if (!isObjectName(text)) throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--sidecar-home-kubeconfig-secret', rule: `"${text}" is not a Secret name` });
-  for (const needed of ['--federation-namespace', '--federation-cluster']) {
-    if (!flags.split(/\s+/).some((f) => f === needed || f.startsWith(`${needed}=`)))
-      throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--sidecar-home-kubeconfig-secret', rule: `needs ${needed} in --sidecar-flags` });
-  }
-  return text;
-}
-
-/** --sidecar-flags, checked at start: a broken platform setting would otherwise refuse every Pod. */
-function sidecarFlags(text: string): string {
-  try {
-    checkSidecarFlags(text);
+    checkSidecarFlags(defaults.sidecarFlags ?? '');
   } catch (err) {
     // The admission's message names the flag as an annotation would: the rule is what follows.
     throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--sidecar-flags', rule: errorMessage(err).replace('--sidecar-flags: ', '') });
   }
-  return text;
+  try {
+    checkInjectionDefaults(defaults);
+  } catch (err) {
+    throw new CertshareError('CERTSHARE_BAD_FLAG', {
+      flag: "the injector's defaults (--default-*, --sidecar-*)",
+      rule: `would refuse every Pod that asks for certshare: ${errorMessage(err)}`,
+    });
+  }
 }
 
 /** @forTests */
@@ -514,7 +58,6 @@ export interface Injector {
   stop(): Promise<void>;
 }
 
-/** The webhook server (no certificate until the controller has a trusted leaf) and the CA controller. */
 /** --metrics-tls: the pair /metrics serves, followed as it is renewed (`metricsTlsServed` {serial} on `events`). */
 function followMetricsTls(tls: TlsChoice, deps: { logger: Logger; env: NodeJS.ProcessEnv; clock: Clock }, events: EventEmitter): Promise<FollowedPair> {
   return followPair(tls, {
@@ -532,6 +75,7 @@ export async function startInjector(
   config: InjectorConfig,
   deps: { logger: Logger; env: NodeJS.ProcessEnv; clock?: Clock; defaultMetrics?: boolean },
 ): Promise<Injector> {
+  checkDefaults(config.defaults);
   const clock = deps.clock ?? systemClock;
   const events = new EventEmitter();
   const metricsPairs = config.metricsTls ? await followMetricsTls(config.metricsTls, { ...deps, clock }, events) : undefined;

@@ -1,9 +1,10 @@
 // The mutation: an AdmissionReview v1 for a Pod in, a JSON patch adding certshare as a native sidecar out.
 // Pure (no I/O): the HTTPS server calls admissionReviewResponse() per request.
-import type { V1Container, V1Pod, V1PodSpec, V1ResourceRequirements, V1Volume } from '../kube/transport/client-node.ts';
+import type { V1Container, V1Pod, V1PodSpec, V1Volume } from '../kube/transport/client-node.ts';
 import { envName, findFlag, parseFlags } from '../flags/flags.ts';
 import { isLogLevel, LOG_LEVELS_TEXT } from '../logging/log-format.ts';
-import { RUN_FLAGS, daemonConfigFrom, type ShareMode } from '../config/run-options.ts';
+import { RUN_FLAGS, daemonConfigFrom } from '../config/run-options.ts';
+import { DEFAULT_READINESS_GATE, type InjectionDefaults } from '../config/injection-defaults.ts';
 import { normalizeDomain } from '../core/certificates/domain.ts';
 import { parseDuration } from '../core/values/duration.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
@@ -19,7 +20,6 @@ import {
   homeKubeconfigVolume,
   certshareContainer,
   serviceAccountTokenVolume,
-  type CaBundleSource,
   type SidecarSettings,
 } from './sidecar.ts';
 import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../core/served/leave-rotation.ts';
@@ -101,36 +101,6 @@ function withinDuration(value: string, maxMs: number): string | undefined {
   return ms >= 0 && ms <= maxMs ? undefined : `a duration up to ${maxMs / 1000}s`;
 }
 
-/** The injector's defaults, each overridable per Pod by the annotation of the same name. */
-export interface InjectionDefaults {
-  image: string;
-  /** --sidecar-image-pull-policy; undefined for the cluster's default. */
-  imagePullPolicy?: string | undefined;
-  mode: ShareMode;
-  outDir: string;
-  /** Condition type, or undefined for no gate. */
-  readinessGate: string | undefined;
-  socketVolume: string;
-  /** The platform's `certshare run` flags for every sidecar (--sidecar-flags), `--name=value` separated by white space. */
-  sidecarFlags?: string;
-  /**
-   * CA certificates every sidecar trusts besides the system's (--sidecar-ca-configmap), or undefined. The
-   * platform's alone, like --sidecar-flags: no annotation names or overrides it (a Pod that chose what its
-   * writer trusts could answer its ARI checks).
-   */
-  caBundle?: CaBundleSource | undefined;
-  /** The Secret holding the federation home's kubeconfig (--sidecar-home-kubeconfig-secret), or undefined. The platform's alone. */
-  homeKubeconfigSecret?: string | undefined;
-  /** The sidecar's requests and limits (--sidecar-resources); undefined for SIDECAR_RESOURCES. The platform's alone. */
-  resources?: V1ResourceRequirements | undefined;
-  /**
-   * --grant-tailscale-operator: a Pod whose sidecar advertises Tailscale Services gets tailscaled's operator
-   * right for the advertise agent's uid (src/injector/tailscale-operator.ts) unless it says manual. Default true.
-   */
-  grantTailscaleOperator?: boolean | undefined;
-}
-
-export const DEFAULT_READINESS_GATE = 'certshare.io/certificates';
 const CERTS_VOLUME = 'certshare-certs';
 const TOKEN_VOLUME = 'certshare-token';
 const CA_VOLUME = 'certshare-ca';

@@ -2,10 +2,10 @@
 // StatefulSet is checked against it (test/unit/injector/sidecar.test.ts), so the two cannot drift apart.
 import type { V1Container, V1ResourceRequirements, V1SecurityContext, V1Volume, V1VolumeMount } from '../kube/transport/client-node.ts';
 import { REQUEST_DIR, STATUS_DIR } from '../served/advertise-paths.ts';
-import type { ShareMode } from '../config/run-options.ts';
+import type { ShareMode } from '../core/ports/store.ts';
+import type { CaBundleSource } from '../config/injection-defaults.ts';
 
 export const SIDECAR_NAME = 'certshare';
-export const DEFAULT_IMAGE = 'ghcr.io/certshare/certshare:0.1.0';
 export const HEALTH_PORT = 9002;
 /**
  * How long the proxy may wait for a first certificate before the kubelet restarts certshare (each failed
@@ -212,12 +212,6 @@ export function serviceAccountTokenVolume(name: string): V1Volume {
       ],
     },
   };
-}
-
-/** A ConfigMap key holding PEM certificates: the injector's --sidecar-ca-configmap. */
-export interface CaBundleSource {
-  configMap: string;
-  key: string;
 }
 
 /**

@@ -2,36 +2,9 @@
 // objects API (every kind here lives in a named API group), so nothing of them is lost in a round trip.
 import { X509Certificate } from 'node:crypto';
 import { CertshareError } from '../core/errors.ts';
-
-type TargetKind = 'mutatingwebhookconfiguration' | 'validatingwebhookconfiguration' | 'customresourcedefinition' | 'apiservice';
-
-export const TARGET_API: Record<TargetKind, { group: string; version: string; plural: string }> = {
-  mutatingwebhookconfiguration: { group: 'admissionregistration.k8s.io', version: 'v1', plural: 'mutatingwebhookconfigurations' },
-  validatingwebhookconfiguration: { group: 'admissionregistration.k8s.io', version: 'v1', plural: 'validatingwebhookconfigurations' },
-  customresourcedefinition: { group: 'apiextensions.k8s.io', version: 'v1', plural: 'customresourcedefinitions' },
-  apiservice: { group: 'apiregistration.k8s.io', version: 'v1', plural: 'apiservices' },
-};
-
-export interface Target {
-  kind: TargetKind;
-  name: string;
-}
+import type { Target, TargetKind } from '../core/injector-ca/ca-targets.ts';
 
 export const targetKey = (t: Target): string => `${t.kind}/${t.name}`;
-
-/** "mutatingwebhookconfiguration/NAME" (also the short forms mwc, vwc, crd). */
-export function parseTarget(text: string): Target {
-  const short: Record<string, TargetKind> = { mwc: 'mutatingwebhookconfiguration', vwc: 'validatingwebhookconfiguration', crd: 'customresourcedefinition' };
-  const [kindText, name, ...rest] = text.trim().split('/');
-  const kind = (short[kindText?.toLowerCase() ?? ''] ?? kindText?.toLowerCase()) as TargetKind;
-  if (!(kind in TARGET_API) || !name || rest.length > 0) {
-    throw new CertshareError('CERTSHARE_BAD_FLAG', {
-      flag: '--inject-ca-into',
-      rule: `"${text}" is not KIND/NAME with KIND one of ${Object.keys(TARGET_API).join(', ')}`,
-    });
-  }
-  return { kind, name };
-}
 
 type Json = Record<string, unknown>;
 

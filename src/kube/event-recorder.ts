@@ -44,6 +44,28 @@ interface EventRecorderOptions {
   seriesWindowMs?: number;
 }
 
+/** The Pod the Events are about: POD_NAME, and POD_UID (downward API metadata.uid), by which `kubectl describe pod` selects them. */
+interface PodEventSettings {
+  podName: string;
+  podUid: string | undefined;
+}
+
+/** Events about the Pod, reported as this replica (its Pod name). */
+export function podEventRecorder(
+  settings: PodEventSettings,
+  connection: KubeConnection,
+  deps: { clock: Clock; logger: Logger; onDropped: () => void },
+): EventRecorder {
+  return new EventRecorder({
+    connection,
+    regarding: { name: settings.podName, uid: settings.podUid },
+    instance: settings.podName,
+    clock: deps.clock,
+    logger: deps.logger.child({ component: 'events' }),
+    onDropped: deps.onDropped,
+  });
+}
+
 /** An Event created for a key, and what it has seen since. */
 interface Series {
   /** The Event's name once created (undefined while its create is queued or in flight). */

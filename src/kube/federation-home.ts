@@ -3,7 +3,10 @@
 // connection: a LeaseElector and a KubeSecretStore at the home beside the local ones. The local writer (the
 // local Lease holder, as without a home) campaigns for the home Lease, reads the home's Secret and mirrors it
 // into the local one; local readers read the local Secret only and never talk to the home.
+import { readFile } from 'node:fs/promises';
 import { systemClock, type Clock } from '../core/ports/clock.ts';
+import { defaultTrustAnchors, trustAnchors, type TrustAnchors } from '../core/certificates/trust.ts';
+import type { FederationSettings } from '../core/federation/home-settings.ts';
 import { doubling } from '../core/issuance/backoff.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { formatBreakGlassRecord, homeOutageVerdict, parseBreakGlassRecord, reconcile, type CopyView } from '../core/federation/home-verdicts.ts';
@@ -11,10 +14,12 @@ import type { Logger } from '../core/ports/logger.ts';
 import type { RenewalPolicy } from '../core/renewal/renewal.ts';
 import type { CertStore, IssuanceRole, LoadOptions, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/ports/store.ts';
 import { CoordinationV1Api } from './transport/client-node.ts';
-import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
-import { LeaseElector } from './lease-elector.ts';
+import { apiErrorText, apiStatus, connectKube, type KubeConnection } from './connection.ts';
+import { LeaseElector, leaseIdentity } from './lease-elector.ts';
 import { ANNOTATION_BREAK_GLASS } from './secret-codec.ts';
-import type { KubeSecretStore } from './secret-store.ts';
+import { KubeSecretStore, type StoreTrust } from './secret-store.ts';
+import type { PodEvents } from './pod-events.ts';
+import type { Metrics } from '../http/daemon-metrics.ts';
 import { apiReadiness, makeApi, withSignal, type ApiReadiness } from './transport/https-transport.ts';
 
 /** The home Lease of a group: the same name as the group's Lease in a cluster. */
@@ -406,3 +411,97 @@ function withLocalCopy(read: StoreRead, local: StoredCert | undefined, now: numb
 
 const view = (cert: StoredCert | undefined): CopyView | undefined =>
   cert && { serial: cert.info.serial, notBefore: cert.info.notBefore, notAfter: cert.info.notAfter };
+
+/**
+ * --federation-trust-anchors: the file's CA certificates (the pin), else Node's CA store. An unreadable file
+ * or one without a certificate is CERTSHARE_BAD_CONFIG, at start.
+ */
+export async function federationAnchors(file: string | undefined): Promise<TrustAnchors> {
+  if (file === undefined) return defaultTrustAnchors();
+  let text: string;
+  try {
+    text = await readFile(file, 'utf8');
+  } catch (err) {
+    throw new CertshareError(
+      'CERTSHARE_BAD_CONFIG',
+      { source: '--federation-trust-anchors', reason: `cannot read ${file}: ${errorMessage(err)}` },
+      { cause: err },
+    );
+  }
+  return trustAnchors([text], file);
+}
+
+/** The home's settings (--federation-*) and what it shares with the member: the group, and when a certificate leaves rotation. */
+type HomeSettings = FederationSettings & { group: string; renewal: RenewalPolicy; readinessLeadMs: number };
+
+/** A federation home's pieces and how the backend stops them. */
+export interface Federated {
+  store: Federation['store'];
+  role: Federation['role'];
+  connection: KubeConnection;
+  start(): void;
+  stop(signal: AbortSignal): Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * --federation-kubeconfig: a second connection, to the home, with the same store and Lease code as the
+ * local ones. Its start-up check refuses an unknown group, missing rights or garbage (CERTSHARE_HOME_UNUSABLE).
+ */
+export async function federate(
+  settings: HomeSettings,
+  local: { store: KubeSecretStore; role: IssuanceRole; identity: string },
+  deps: { env: NodeJS.ProcessEnv; clock: Clock; logger: Logger; metrics: Metrics; podEvents: PodEvents | undefined; trust: StoreTrust | undefined },
+): Promise<Federated> {
+  const { group } = settings;
+  const { clock, metrics, podEvents } = deps;
+  const connection = await connectKube(deps.env, { kubeconfig: settings.kubeconfig, namespace: settings.namespace });
+  const log = deps.logger.child({ component: 'federation', cluster: settings.cluster });
+  try {
+    await checkHome(connection, group, log, { clock });
+  } catch (err) {
+    connection.close();
+    throw err;
+  }
+  const homeStore = new KubeSecretStore({
+    connection,
+    clock,
+    logger: log.child({ component: 'home-secret-store' }),
+    group,
+    writer: `${settings.cluster}/${local.identity}`,
+    onError: (operation) => metrics.storeErrors.inc({ operation: `home_${operation}` }),
+    trust: deps.trust,
+  });
+  const federation = new Federation({
+    home: { connection, store: homeStore },
+    local: { store: local.store, role: local.role },
+    group,
+    identity: leaseIdentity(`${settings.cluster}/${local.identity}`),
+    clock,
+    logger: log,
+    leaseDurationMs: settings.leaseDurationMs,
+    renewal: settings.renewal,
+    readinessLeadMs: settings.readinessLeadMs,
+    onBreakGlass: (domain, serial) => {
+      metrics.breakGlass.inc({ domain });
+      podEvents?.breakGlass(domain, serial);
+    },
+    onHomeWriterChange: (leader) => {
+      metrics.homeWriter.set(leader ? 1 : 0);
+      podEvents?.writer(leader, 'home');
+    },
+  });
+  log.info({ home: connection.namespace }, 'federation home configured');
+  return {
+    store: federation.store,
+    role: federation.role,
+    connection,
+    start: () => federation.start(),
+    stop: (signal) => federation.stop(signal),
+    async close() {
+      await federation.stop();
+      await homeStore.stop();
+      connection.close();
+    },
+  };
+}

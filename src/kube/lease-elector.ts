@@ -23,6 +23,30 @@ export function leaseIdentity(podName: string): string {
   return `${podName}_${randomBytes(4).toString('hex')}`;
 }
 
+/** --mode auto: the group whose Lease elects the writer, and how long a holder keeps it without renewing. */
+interface WriterLeaseSettings {
+  group: string;
+  leaseDurationMs: number;
+}
+
+/** --mode auto: the writer elected with the group's Lease (`certshare-<group>`). */
+export function writerElector(
+  settings: WriterLeaseSettings,
+  connection: KubeConnection,
+  identity: string,
+  deps: { clock: Clock; logger: Logger; onLeadershipChange: (leader: boolean) => void },
+): LeaseElector {
+  return new LeaseElector({
+    connection,
+    name: `certshare-${settings.group}`,
+    identity: leaseIdentity(identity),
+    clock: deps.clock,
+    logger: deps.logger.child({ component: 'lease' }),
+    leaseDurationMs: settings.leaseDurationMs,
+    onLeadershipChange: deps.onLeadershipChange,
+  });
+}
+
 interface LeaseElectorOptions {
   connection: KubeConnection;
   /** The Lease's name: one per group. */

@@ -7,6 +7,40 @@ import type { Logger } from '../core/ports/logger.ts';
 import { apiErrorCode, apiErrorText, type KubeConnection } from './connection.ts';
 import { withSignal } from './transport/https-transport.ts';
 import type { RoutingVerdict } from '../http/routing-check.ts';
+import type { RoutingProofSource } from '../http/routing-proof.ts';
+import { rotationExitTime, type RenewalPolicy } from '../core/renewal/renewal.ts';
+import { readinessRouting } from './readiness-routing.ts';
+
+/** --readiness-gate with --routing-check and --routing-attempts (`ownIPv4` from POD_IPS), and when a certificate leaves rotation. */
+export interface ReadinessGateSettings {
+  conditionType: string;
+  routingChecks: string[];
+  routingAttempts: number;
+  ownIPv4: string | undefined;
+  /** The condition turns False a little before a certificate expires (renewal.ts rotationExitTime). */
+  renewal: RenewalPolicy;
+  readinessLeadMs: number;
+}
+
+/** --readiness-gate: the Pod's own condition, with the routing check of --routing-check when given. */
+export function podReadinessGate(
+  settings: ReadinessGateSettings,
+  connection: KubeConnection,
+  podName: string,
+  deps: Pick<ReadinessGateOptions, 'health' | 'clock' | 'logger' | 'settled' | 'onPatched'> & { proofs: RoutingProofSource | undefined },
+): ReadinessGate {
+  const { proofs, logger, ...rest } = deps;
+  const urls = settings.routingChecks;
+  return new ReadinessGate({
+    ...rest,
+    connection,
+    podName,
+    conditionType: settings.conditionType,
+    validityEnd: (held) => rotationExitTime(held, settings.renewal, settings.readinessLeadMs),
+    logger: logger.child({ component: 'readiness-gate' }),
+    ...(urls.length > 0 ? { routing: readinessRouting({ urls, ownIPv4: settings.ownIPv4, attempts: settings.routingAttempts, proofs, logger }) } : {}),
+  });
+}
 
 interface ReadinessGateOptions {
   connection: KubeConnection;

@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { parseFlags } from '../../src/flags/flags.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/injector.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
+import { checkDefaults } from '../../src/injector/injector.ts';
 import { applied, CHART, helm, kustomize, REPO, renderChart, MANIFESTS, type KubeObject } from '../support/helm.ts';
 
 const FEDERATION = join(REPO, 'manifests/federation');
@@ -75,8 +76,9 @@ describe('charts/certshare: the federation', () => {
     const env = envValues(injectorEnv(member));
     const flags = parseFlags(INJECTOR_FLAGS, [], env);
     // The injector starts with them: the flag needs both federation flags in --sidecar-flags, and the
-    // sidecar flags pass the daemon's own checks (injectorConfigFrom refuses what every Pod would refuse).
+    // sidecar flags pass the daemon's own checks (checkDefaults refuses what every Pod would refuse).
     const config = injectorConfigFrom(flags, {});
+    checkDefaults(config.defaults);
     assert.equal(config.defaults.homeKubeconfigSecret, 'certshare-home');
     assert.match(config.defaults.sidecarFlags ?? '', /(^| )--federation-namespace=certshare-home( |$)/);
     assert.match(config.defaults.sidecarFlags ?? '', /(^| )--federation-cluster=this-cluster( |$)/);

@@ -8,8 +8,8 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { load } from 'js-yaml';
 import { parseFlags } from '../../src/flags/flags.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/injector.ts';
-import { DEFAULT_IMAGE } from '../../src/injector/sidecar.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
+import { DEFAULT_IMAGE } from '../../src/config/injection-defaults.ts';
 import { applied, CHART, helm, kustomize, MANIFESTS, REPO, renderChart, type KubeObject } from '../support/helm.ts';
 
 interface Container {

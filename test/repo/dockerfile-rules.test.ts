@@ -80,7 +80,7 @@ describe('Dockerfile', () => {
       assert.ok(ignored(path), `${path} stays out of the context`);
     }
     for (const path of ['tsconfig.build.json', 'scripts/check-node.js']) assert.ok(ignored(path), `${path} stays out of the context`);
-    for (const path of ['package.json', 'package-lock.json', 'tsconfig.json', 'scripts/build.ts', 'src/cli/main.ts', 'src/daemon/kube-backend.ts']) {
+    for (const path of ['package.json', 'package-lock.json', 'tsconfig.json', 'scripts/build.ts', 'src/cli/main.ts', 'src/kube/kube-backend.ts']) {
       assert.ok(!ignored(path), `${path} is in the context`);
     }
   });

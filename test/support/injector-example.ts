@@ -5,8 +5,9 @@ import { readFile } from 'node:fs/promises';
 import { load } from 'js-yaml';
 import type { V1Pod, V1PodSpec } from '../../src/kube/transport/client-node.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/injector.ts';
-import { DEFAULT_READINESS_GATE, type InjectionDefaults, injectionFor } from '../../src/injector/mutate.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
+import { injectionFor } from '../../src/injector/mutate.ts';
+import { DEFAULT_READINESS_GATE, type InjectionDefaults } from '../../src/config/injection-defaults.ts';
 
 const STATEFULSET = new URL('../../manifests/example/statefulset.yaml', import.meta.url);
 const BEFORE = new URL('../fixtures/injector/example-pod-spec-before.json', import.meta.url);

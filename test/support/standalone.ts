@@ -6,8 +6,7 @@ import { parseFlags } from '../../src/flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom } from '../../src/config/run-options.ts';
 import type { Clock } from '../../src/core/ports/clock.ts';
 import { silentLogger, type Logger } from '../../src/core/ports/logger.ts';
-import { startDaemon, type Daemon } from '../../src/daemon/daemon.ts';
-import type { DaemonDeps } from '../../src/daemon/store-backend.ts';
+import { startDaemon, type Daemon, type DaemonDeps } from '../../src/daemon/daemon.ts';
 import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/emulator/server.ts';
 
 export const DOMAIN = 'web.tailnet-test.ts.net';

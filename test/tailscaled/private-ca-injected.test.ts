@@ -10,7 +10,7 @@ import { dirname, join } from 'node:path';
 import { after, describe, it } from 'node:test';
 import type { V1Pod } from '../../src/kube/transport/client-node.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/injector.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
 import { injectionFor } from '../../src/injector/mutate.ts';
 import { CertshareProcess } from '../harness/certshare-process.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';

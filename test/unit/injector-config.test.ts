@@ -1,15 +1,18 @@
 // The injector's configuration: the syntax of each value where it is parsed, every other rule in one table
-// (validateInjectorConfig), the first broken one a CERTSHARE_BAD_FLAG before anything starts.
+// (validateInjectorConfig), the first broken one a CERTSHARE_BAD_FLAG before anything starts; and the
+// injection's check of the defaults (checkDefaults), which the injector runs first at its start.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { parseFlags } from '../../src/flags/flags.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom, validateInjectorConfig } from '../../src/injector/injector.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom, validateInjectorConfig } from '../../src/config/injector-options.ts';
+import { checkDefaults } from '../../src/injector/injector.ts';
 
 const config = (args: string[]) => injectorConfigFrom(parseFlags(INJECTOR_FLAGS, args, {}), {});
 
 describe("the injector's configuration: one validation table", () => {
   it('accepts its defaults', () => {
     assert.equal(validateInjectorConfig(config([])), undefined);
+    checkDefaults(config([]).defaults);
   });
 
   const refused: Array<[string, string[], RegExp]> = [
@@ -24,17 +27,29 @@ describe("the injector's configuration: one validation table", () => {
       ['--sidecar-resources', '{"requests":{"memory":"1Gi"},"limits":{"memory":"1Mi"}}'],
       /--sidecar-resources: requests\.memory/,
     ],
+  ];
+  for (const [what, args, message] of refused) {
+    it(`refuses ${what} with CERTSHARE_BAD_FLAG`, () => {
+      assert.throws(
+        () => config(args),
+        (err: Error & { code?: string }) => err.code === 'CERTSHARE_BAD_FLAG' && message.test(err.message),
+      );
+    });
+  }
+
+  const refusedAtStart: Array<[string, string[], RegExp]> = [
     [
       'defaults that refuse every Pod',
       ['--default-out-dir', '/var/run/tailscale'],
       /the injector's defaults .* would refuse every Pod that asks for certshare: .*overlaps \/var\/run\/tailscale/,
     ],
     ['a platform flag the daemon refuses', ['--sidecar-flags=--renew-fraction=2'], /would refuse every Pod .*--renew-fraction: must be between 0 and 1/],
+    ['a platform flag a Pod sets', ['--sidecar-flags=--mode=ro'], /^--sidecar-flags: --mode is set by certshare\.io\/mode/],
   ];
-  for (const [what, args, message] of refused) {
-    it(`refuses ${what} with CERTSHARE_BAD_FLAG`, () => {
+  for (const [what, args, message] of refusedAtStart) {
+    it(`refuses at the injector's start ${what} with CERTSHARE_BAD_FLAG`, () => {
       assert.throws(
-        () => config(args),
+        () => checkDefaults(config(args).defaults),
         (err: Error & { code?: string }) => err.code === 'CERTSHARE_BAD_FLAG' && message.test(err.message),
       );
     });

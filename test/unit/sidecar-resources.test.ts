@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseFlags } from '../../src/flags/flags.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/injector/injector.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
 import { injectionFor } from '../../src/injector/mutate.ts';
 import { SIDECAR_NAME, SIDECAR_RESOURCES } from '../../src/injector/sidecar.ts';
 

@@ -4,8 +4,9 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { V1Pod } from '../../../src/kube/transport/client-node.ts';
 import { parseFlags } from '../../../src/flags/flags.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom } from '../../../src/injector/injector.ts';
-import { ANNOTATION, DEFAULT_READINESS_GATE, admissionReviewResponse, type InjectionDefaults } from '../../../src/injector/mutate.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom } from '../../../src/config/injector-options.ts';
+import { ANNOTATION, admissionReviewResponse } from '../../../src/injector/mutate.ts';
+import { DEFAULT_READINESS_GATE, type InjectionDefaults } from '../../../src/config/injection-defaults.ts';
 import { HOME_DIR, HOME_KUBECONFIG, SIDECAR_NAME } from '../../../src/injector/sidecar.ts';
 import { applyJsonPatch } from '../../support/json-patch.ts';
 

@@ -6,15 +6,10 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { parseFlags } from '../../../src/flags/flags.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom } from '../../../src/injector/injector.ts';
-import {
-  ANNOTATION,
-  DEFAULT_READINESS_GATE,
-  admissionReviewResponse,
-  checkSidecarFlags,
-  injectionFor,
-  type InjectionDefaults,
-} from '../../../src/injector/mutate.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom } from '../../../src/config/injector-options.ts';
+import { checkDefaults } from '../../../src/injector/injector.ts';
+import { ANNOTATION, admissionReviewResponse, checkSidecarFlags, injectionFor } from '../../../src/injector/mutate.ts';
+import { DEFAULT_READINESS_GATE, type InjectionDefaults } from '../../../src/config/injection-defaults.ts';
 import { CA_DIR, CA_FILE, SIDECAR_NAME, SIDECAR_SECURITY_CONTEXT, TOKEN_DIR } from '../../../src/injector/sidecar.ts';
 import { TEST_INJECTION_DEFAULTS } from '../../support/injector-example.ts';
 import { applyJsonPatch } from '../../support/json-patch.ts';
@@ -827,7 +822,11 @@ describe("the platform's CA bundle for the sidecar (--sidecar-ca-configmap): a p
   });
 
   it('refuses at start injector defaults that would refuse every Pod: an out-dir over the bundle, or over the socket', () => {
-    const start = (args: string[]) => injectorConfigFrom(parseFlags(INJECTOR_FLAGS, args, {}), {});
+    const start = (args: string[]) => {
+      const config = injectorConfigFrom(parseFlags(INJECTOR_FLAGS, args, {}), {});
+      checkDefaults(config.defaults);
+      return config;
+    };
     const cases: [string[], RegExp][] = [
       [['--sidecar-ca-configmap', 'acme-ca', '--default-out-dir', '/etc/certshare'], /"\/etc\/certshare" overlaps \/etc\/certshare\/ca/],
       [['--default-out-dir', '/var/run/tailscale'], /"\/var\/run\/tailscale" overlaps \/var\/run\/tailscale/],

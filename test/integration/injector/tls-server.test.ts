@@ -3,7 +3,8 @@ import { Agent, request } from 'node:https';
 import type { TLSSocket } from 'node:tls';
 import { after, before, describe, it } from 'node:test';
 import { createInjectorCa, issueServingLeaf } from '../../../src/injector/pki.ts';
-import { admissionReviewResponse, type InjectionDefaults } from '../../../src/injector/mutate.ts';
+import { admissionReviewResponse } from '../../../src/injector/mutate.ts';
+import type { InjectionDefaults } from '../../../src/config/injection-defaults.ts';
 import { MAX_BODY_BYTES, MAX_IN_FLIGHT, startTlsServer, type ServingPair, type TlsServer } from '../../../src/injector/tls-server.ts';
 
 const HOUR = 3_600_000;

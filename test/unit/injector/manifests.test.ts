@@ -7,9 +7,9 @@ import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { loadAll } from 'js-yaml';
 import { envName, findFlag } from '../../../src/flags/flags.ts';
-import { INJECTOR_FLAGS } from '../../../src/injector/injector.ts';
+import { INJECTOR_FLAGS } from '../../../src/config/injector-options.ts';
 import { SIDECAR_FORM_CONFIGMAP } from '../../../src/injector/sidecar-form.ts';
-import { parseTarget } from '../../../src/injector/targets.ts';
+import { parseTarget } from '../../../src/core/injector-ca/ca-targets.ts';
 
 const DIR = fileURLToPath(new URL('../../../manifests/injector', import.meta.url));
 

@@ -7,8 +7,9 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { V1Container } from '../../../src/kube/transport/client-node.ts';
 import { parseFlags } from '../../../src/flags/flags.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom } from '../../../src/injector/injector.ts';
-import { ANNOTATION, POD_CHOSEN_ENV, injectionFor, sidecarForm, type InjectionDefaults } from '../../../src/injector/mutate.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom } from '../../../src/config/injector-options.ts';
+import { ANNOTATION, POD_CHOSEN_ENV, injectionFor, sidecarForm } from '../../../src/injector/mutate.ts';
+import type { InjectionDefaults } from '../../../src/config/injection-defaults.ts';
 import { SIDECAR_NAME } from '../../../src/injector/sidecar.ts';
 import { examplePod } from '../../support/injector-example.ts';
 

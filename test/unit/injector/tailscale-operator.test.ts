@@ -4,7 +4,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { V1Container, V1Pod } from '../../../src/kube/transport/client-node.ts';
-import { ANNOTATION, admissionReviewResponse, type InjectionDefaults } from '../../../src/injector/mutate.ts';
+import { ANNOTATION, admissionReviewResponse } from '../../../src/injector/mutate.ts';
+import type { InjectionDefaults } from '../../../src/config/injection-defaults.ts';
 import { ADVERTISE_OWNER_ANNOTATION, OPERATOR_ANNOTATION, PASSWD_ANNOTATION } from '../../../src/injector/tailscale-operator.ts';
 import { TEST_INJECTION_DEFAULTS } from '../../support/injector-example.ts';
 import { applyJsonPatch } from '../../support/json-patch.ts';

@@ -1,9 +1,10 @@
 import assert from 'node:assert/strict';
 import { before, describe, it } from 'node:test';
 import { parseFlags } from '../../../src/flags/flags.ts';
-import { INJECTOR_FLAGS, injectorConfigFrom } from '../../../src/injector/injector.ts';
+import { INJECTOR_FLAGS, injectorConfigFrom } from '../../../src/config/injector-options.ts';
 import { createInjectorCa } from '../../../src/injector/pki.ts';
-import { observedCaSerials, parseTarget, withCaBundle } from '../../../src/injector/targets.ts';
+import { parseTarget } from '../../../src/core/injector-ca/ca-targets.ts';
+import { observedCaSerials, withCaBundle } from '../../../src/injector/targets.ts';
 
 const HOUR = 3_600_000;
 

@@ -1,24 +1,12 @@
-// The contract between the daemon and a storage mode (the directory store in src/daemon/daemon.ts, Kubernetes
-// in src/daemon/kube-backend.ts, loaded on demand): a module of its own so that neither imports the other.
+// The contract between the daemon and a storage mode, and the directory mode (Kubernetes mode: src/kube/kube-backend.ts,
+// loaded on demand): a module of its own, below both, so that the daemon and each mode depend on it, not on each other.
 import type { Clock } from '../core/ports/clock.ts';
-import type { HealthState } from '../core/loop/health.ts';
-import type { LocalApi } from '../core/ports/localapi.ts';
-import type { Logger } from '../core/ports/logger.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import type { LedgerStore } from '../core/issuance/issuance-budget.ts';
-import type { CertStore, IssuanceRole } from '../core/ports/store.ts';
-import type { Metrics } from '../http/daemon-metrics.ts';
-import type { RoutingProofSource } from '../http/routing-proof.ts';
-
-export interface DaemonDeps {
-  logger: Logger;
-  env: NodeJS.ProcessEnv;
-  clock?: Clock;
-  /** Replaces the LocalAPI transport (tests). */
-  localApi?: LocalApi;
-  /** Told the managed domain count on each change; switches V8's heap to save memory (http/heap-saving.ts). */
-  heapSaving?: (managedDomains: number) => boolean;
-}
+import { staticRole, type CertStore, type IssuanceRole } from '../core/ports/store.ts';
+import { CertDirectory } from './cert-directory.ts';
+import { DirStore } from './dir-store.ts';
+import { DirLedgerStore } from './dir-ledger.ts';
 
 /** What a storage mode adds to the daemon: the store, who may issue, extra observers, and its own shutdown. */
 export interface StoreBackend {
@@ -47,13 +35,14 @@ export interface StoreBackend {
   stop?(): Promise<void>;
 }
 
-/** What every storage mode is given beside its own settings. */
-export interface BackendContext {
-  deps: Required<Omit<DaemonDeps, 'localApi' | 'heapSaving'>>;
-  metrics: Metrics;
-  health: HealthState;
-  /** --routing-check: proofs of routing given and received (routing-proof.ts). */
-  routingProofs?: RoutingProofSource;
-  /** Certificate files changed on disk: logs, then runs the reload command if one is configured. */
-  filesWritten(domain: string, path: string): void;
+/** --store dir: the certificate directory as the store and its `.state/` ledger; this process always writes. */
+export async function dirBackend(
+  path: string,
+  podName: string | undefined,
+  deps: { clock: Clock; filesWritten: (domain: string, path: string) => void },
+): Promise<StoreBackend> {
+  const directory = new CertDirectory(path);
+  await directory.prepare();
+  const store = new DirStore(directory, deps.clock, deps.filesWritten);
+  return { store, ledger: new DirLedgerStore(path), role: staticRole(podName ?? 'standalone', true), observers: [] };
 }

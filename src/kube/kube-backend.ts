@@ -1,0 +1,214 @@
+// Kubernetes mode, the StoreBackend (src/store/store-backend.ts) the daemon loads on demand: Secrets as the store, a
+// Lease for the writer, the Pod's Events and readiness gate, an optional projection of the files. Each part is
+// built in its own file from its own settings; this file only joins them.
+import { errorMessage } from '../core/errors.ts';
+import type { TrustAnchors } from '../core/certificates/trust.ts';
+import { staticRole, type ShareMode, type WatchScope } from '../core/ports/store.ts';
+import type { FederationSettings } from '../core/federation/home-settings.ts';
+import type { RenewalPolicy } from '../core/renewal/renewal.ts';
+import type { Clock } from '../core/ports/clock.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import type { HealthState } from '../core/loop/health.ts';
+import type { StoreBackend } from '../store/store-backend.ts';
+import { CertDirectory } from '../store/cert-directory.ts';
+import type { Metrics } from '../http/daemon-metrics.ts';
+import type { RoutingProofSource } from '../http/routing-proof.ts';
+import type { Federated } from './federation-home.ts';
+import { Projector } from '../delivery/projector.ts';
+import { connectKube, type KubeConnection } from './connection.ts';
+import { podReadinessGate, type ReadinessGate, type ReadinessGateSettings } from './readiness-gate.ts';
+import { podTerminationProbe } from './pod-terminating.ts';
+import { KubeSecretStore, type StoreTrust } from './secret-store.ts';
+import { writerElector, type LeaseElector } from './lease-elector.ts';
+import { KubeLedgerStore } from './ledger-store.ts';
+import { podEventRecorder, type EventRecorder } from './event-recorder.ts';
+import { PodEvents } from './pod-events.ts';
+
+/** What the shutdown bound keeps back, after leaving rotation and the drain delay, for stopping the rest. */
+const STOP_RESERVE_MS = 1000;
+
+/** The settings of Kubernetes mode, and only those (the daemon picks them out of its configuration: daemon.ts kubeSettings). */
+export interface KubeSettings {
+  mode: ShareMode;
+  group: string | undefined;
+  watchScope: WatchScope;
+  /** POD_NAME: the Pod whose Events, readiness condition and termination certshare follows; undefined: none. */
+  podName: string | undefined;
+  /** --out-dir: the certificates projected as files too. */
+  outDir: string | undefined;
+  leaseDurationMs: number;
+  budgetNamespace: string | undefined;
+  /** When a certificate leaves rotation (renewal.ts rotationExitTime), for the federation home. */
+  renewal: RenewalPolicy;
+  readinessLeadMs: number;
+  /** --readiness-gate: the Pod's own condition and its routing check; undefined: none. */
+  gate: ReadinessGateSettings | undefined;
+  federation: FederationSettings | undefined;
+}
+
+/** What Kubernetes mode is given beside its settings. */
+export interface KubeBackendContext {
+  clock: Clock;
+  logger: Logger;
+  env: NodeJS.ProcessEnv;
+  metrics: Metrics;
+  health: HealthState;
+  /** --routing-check: proofs of routing given and received (routing-proof.ts). */
+  routingProofs?: RoutingProofSource;
+  /** Certificate files changed on disk (the --out-dir projection): logs, then reloads the proxy if configured. */
+  filesWritten(domain: string, path: string): void;
+}
+
+/** Kubernetes mode: Secrets as the store, the Pod's own readiness gate, an optional file projection. */
+export async function createKubeBackend(ctx: KubeBackendContext, settings: KubeSettings): Promise<StoreBackend> {
+  const { clock, logger, metrics } = ctx;
+  const connection = await connectKube(ctx.env);
+  const { podName, group } = settings;
+  const recorder = podName
+    ? podEventRecorder({ podName, podUid: ctx.env.POD_UID || undefined }, connection, { clock, logger, onDropped: () => metrics.eventsDropped.inc() })
+    : undefined;
+  const podEvents = recorder ? new PodEvents((occurrence) => recorder.record(occurrence)) : undefined;
+  // Loaded only with a home: every other replica leaves the federation's code out (docs/performance.md).
+  const home = settings.federation ? await import('./federation-home.ts') : undefined;
+  // A federated group's pairs count only if they chain to the trust anchors, in the member's Secret too.
+  const anchors = settings.federation ? await home?.federationAnchors(settings.federation.trustAnchors) : undefined;
+  const trust = storeTrust(anchors, metrics, podEvents);
+  const files = settings.outDir ? new CertDirectory(settings.outDir) : undefined;
+  const store = localSecretStore(settings, connection, { clock, logger, metrics }, files, trust('local'));
+  // A start-up check: in group scope a Role without list/watch on the namespace's Secrets is fatal here.
+  await store.start();
+  const identity = podName ?? `certshare-${process.pid}`;
+  const onLeadershipChange = (leader: boolean): void => {
+    metrics.writer.set(leader ? 1 : 0);
+    podEvents?.writer(leader);
+  };
+  // validateConfig: --mode auto has a group.
+  const elector =
+    settings.mode === 'auto'
+      ? writerElector({ group: group!, leaseDurationMs: settings.leaseDurationMs }, connection, identity, { clock, logger, onLeadershipChange })
+      : undefined;
+  if (!elector) metrics.writer.set(settings.mode === 'rw' ? 1 : 0);
+  const localRole = elector ?? staticRole(identity, settings.mode === 'rw');
+  const federation = settings.federation
+    ? await home?.federate(
+        { ...settings.federation, group: group!, renewal: settings.renewal, readinessLeadMs: settings.readinessLeadMs },
+        { store, role: localRole, identity },
+        { env: ctx.env, clock, logger, metrics, podEvents, trust: trust('home') },
+      )
+    : undefined;
+  const projector = files ? new Projector(files, logger, ctx.filesWritten) : undefined;
+  // validateConfig: a readiness gate has POD_NAME, a routing check an IPv4 in POD_IPS.
+  const gate =
+    settings.gate && podName
+      ? podReadinessGate(settings.gate, connection, podName, {
+          health: ctx.health,
+          clock,
+          logger,
+          proofs: ctx.routingProofs,
+          ...(projector ? { settled: () => projector.idle() } : {}),
+          ...(podEvents ? { onPatched: (status: 'True' | 'False', reason: string, message: string) => podEvents.readiness(status, reason, message) } : {}),
+        })
+      : undefined;
+  const { mode, watchScope } = settings;
+  logger.info({ namespace: connection.namespace, mode, group, watchScope, readinessGate: settings.gate?.conditionType }, 'kubernetes mode');
+  return {
+    store: federation?.store ?? store,
+    ledger: new KubeLedgerStore(federation?.connection ?? connection, group, { budgetNamespace: settings.budgetNamespace }),
+    role: federation?.role ?? localRole,
+    observers: [...(projector ? [projector] : []), ...(podEvents ? [podEvents.observer] : [])],
+    async start() {
+      elector?.start();
+      federation?.start();
+      gate?.start();
+    },
+    ...(podEvents ? podEventHooks(podEvents) : {}),
+    async leaveRotation(signal: AbortSignal) {
+      await gate?.leaveRotation(signal);
+    },
+    ...(podName ? { podTerminating: podTerminationProbe(connection, podName) } : {}),
+    beforeStop: (settleIssuance: (signal: AbortSignal) => Promise<void>, remainingMs: number) =>
+      handOver({ gate, federation, elector, recorder, logger }, settleIssuance, remainingMs),
+    async stop() {
+      await gate?.stop();
+      await recorder?.stop();
+      await store.stop();
+      await federation?.close();
+      connection.close();
+      await projector?.idle();
+    },
+  };
+}
+
+/** The KubeSecretStore of this cluster's Secrets (the group's, or only those it is asked for). */
+function localSecretStore(
+  settings: KubeSettings,
+  connection: KubeConnection,
+  deps: { clock: Clock; logger: Logger; metrics: Metrics },
+  files: CertDirectory | undefined,
+  trust: StoreTrust | undefined,
+): KubeSecretStore {
+  return new KubeSecretStore({
+    connection,
+    clock: deps.clock,
+    logger: deps.logger.child({ component: 'secret-store' }),
+    group: settings.group,
+    writer: settings.podName,
+    watchScope: settings.watchScope,
+    onError: (operation) => deps.metrics.storeErrors.inc({ operation }),
+    earlierCopies: files,
+    trust,
+  });
+}
+
+/** The trust of a federated group's stores (the anchors; an untrusted pair counted and told as an Event); none without a home. */
+function storeTrust(
+  anchors: TrustAnchors | undefined,
+  metrics: Metrics,
+  podEvents: PodEvents | undefined,
+): (where: 'home' | 'local') => StoreTrust | undefined {
+  return (where) =>
+    anchors && {
+      anchors,
+      onUntrusted: (domain, serial) => {
+        metrics.untrusted.inc({ domain, store: where });
+        podEvents?.untrusted(domain, serial, where);
+      },
+    };
+}
+
+/** The served check's changes and a Service domain's wait, as Events about the Pod. */
+function podEventHooks(podEvents: PodEvents): Pick<StoreBackend, 'servedChanged' | 'serviceDomainWait'> {
+  return {
+    servedChanged: (domain, report, description) => podEvents.served(domain, report.outcome, report.verdict.verdict !== 'bad' && !report.stale, description),
+    serviceDomainWait: (domain, text) => podEvents.serviceDomainWait(domain, text),
+  };
+}
+
+/** The parts the backend's beforeStop takes out of rotation, settles and stops, each when it is there. */
+interface HandOverParts {
+  gate: ReadinessGate | undefined;
+  federation: Federated | undefined;
+  elector: LeaseElector | undefined;
+  recorder: EventRecorder | undefined;
+  logger: Logger;
+}
+
+async function handOver(parts: HandOverParts, settleIssuance: (signal: AbortSignal) => Promise<void>, remainingMs: number): Promise<void> {
+  const { gate, federation, elector, recorder, logger } = parts;
+  // Out of rotation first; then hand the writer role over, so a successor renews at once. Both are
+  // best effort against an API server that may not answer: together they get --shutdown-timeout less
+  // a reserve, so the process still exits within it. No drain wait here: as a native sidecar certshare
+  // gets SIGTERM only after the proxy has exited (measured on the real cluster: tailscaled's SIGTERM at
+  // .270, certshare's at .340); the drain is the proxy's preStop sleep, which the injector gives it.
+  const budgetMs = Math.max(0, remainingMs - STOP_RESERVE_MS);
+  const budget = AbortSignal.timeout(Math.round(budgetMs));
+  await gate?.leaveRotation(budget);
+  // A certificate being issued is stored, and one the store lost is put back, before the role goes:
+  // else the successor issues the domain again.
+  const settled = settleIssuance(budget).catch((err: unknown) => logger.warn({ err: errorMessage(err) }, 'could not settle issuance before handing over'));
+  await Promise.race([settled, new Promise((resolve) => budget.addEventListener('abort', resolve, { once: true }))]);
+  await federation?.stop(budget);
+  await elector?.stop(budget);
+  // What the shutdown recorded (NotReady, LostWriter) is sent within what is left of the budget.
+  await recorder?.stop(budget);
+}
