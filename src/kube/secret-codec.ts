@@ -1,9 +1,8 @@
 import type { V1Secret } from './transport/client-node.ts';
-import { inspectCertPair, validateCertPair } from '../core/certificates/certificate.ts';
+import { expiredInfo, validateCertPair } from '../core/certificates/certificate.ts';
 import { errorMessage } from '../core/errors.ts';
 import { pendingRenewRequest } from '../core/renewal/renew-request.ts';
 import type { Coordination, RecordedCert, RenewAnswer, StoreRead, StoredCert } from '../core/ports/store.ts';
-import type { CertPair } from '../core/ports/localapi.ts';
 
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
 export const LABEL_GROUP = 'certshare.io/group';
@@ -117,18 +116,8 @@ function readCertData(secret: SecretFields, domain: string, now: number): StoreR
   try {
     return { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, now) } };
   } catch (err) {
-    const expired = expiredPair(pair, domain, now);
-    return { state: 'unusable', reason: errorMessage(err), ...(expired ? { expired } : {}) };
-  }
-}
-
-/** The pair if it is whole and for `domain`, and only its validity has ended (StoreRead's `expired`). */
-function expiredPair(pair: CertPair, domain: string, now: number): StoredCert | undefined {
-  try {
-    const info = inspectCertPair(pair, domain);
-    return now >= info.notAfter ? { pair, info } : undefined;
-  } catch {
-    return undefined;
+    const expired = expiredInfo(pair, domain, now);
+    return { state: 'unusable', reason: errorMessage(err), ...(expired ? { expired: { pair, info: expired } } : {}) };
   }
 }
 

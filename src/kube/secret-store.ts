@@ -101,6 +101,8 @@ export class KubeSecretStore implements CertStore {
   readonly #earlierRead = new Set<string>();
   /** Earlier copies not taken yet: the Secret's record names another pair, which may be newer (#adoptEarlierCopy). */
   readonly #earlierCopy = new Map<string, StoredCert>();
+  /** An earlier copy that had expired (from a pinned issuer only): the name was held, whatever the Secret holds now. */
+  readonly #earlierExpired = new Map<string, StoredCert>();
   /** Domains whose last write failed: the cache may be behind, the next load() asks the API server. */
   readonly #stale = new Set<string>();
   readonly #followed = new Map<string, Followed>();
@@ -179,16 +181,14 @@ export class KubeSecretStore implements CertStore {
     }
     this.#lastRead.set(domain, secret);
     const now = this.#clock.now();
-    const read: StoreRead = secret === null ? { state: 'absent' } : this.#trusted(domain, readCertSecret(secret, domain, now), true);
-    if (read.state === 'valid') this.#keepValid(domain, read.cert);
     await this.#readEarlierCopy(domain);
+    const stored: StoreRead = secret === null ? { state: 'absent' } : this.#trusted(domain, readCertSecret(secret, domain, now), true);
+    const read = withEarlierExpired(stored, this.#earlierExpired.get(domain));
+    if (read.state === 'valid') this.#keepValid(domain, read.cert);
     this.#adoptEarlierCopy(domain, secret, read);
     const kept = this.#lastValid.get(domain);
-    if (!kept) return read;
-    if (!isCurrentlyValid(kept.info, now)) {
-      this.#lastValid.delete(domain);
-      return read;
-    }
+    if (kept && !isCurrentlyValid(kept.info, now)) this.#lastValid.delete(domain);
+    if (!kept || !isCurrentlyValid(kept.info, now)) return read;
     return read.state === 'valid' && read.cert.info.notAfter >= kept.info.notAfter ? read : { ...read, lastValid: kept };
   }
 
@@ -352,17 +352,16 @@ export class KubeSecretStore implements CertStore {
     try {
       const read = this.#trusted(domain, await this.#earlierCopies.read(domain, this.#clock.now()), false);
       if (read.state === 'valid') this.#earlierCopy.set(domain, read.cert);
+      else if (read.state === 'unusable' && read.expired) this.#earlierExpired.set(domain, read.expired);
     } catch (err) {
       this.#logger.warn({ domain, err: errorMessage(err) }, 'could not read the earlier copy of the certificate');
     }
   }
 
   /**
-   * The earlier copy joins the last valid pair unless a newer one may have been stored since it was
-   * projected: a Secret without a valid pair that names another pair as the last written (the serial
-   * annotation outlives a hand edit of the data; a deleted Secret names none). Putting back older files
-   * over a renewal this replica never saw would bring back what the renewal replaced (a revoked pair, a
-   * key an operator renewed away). A valid Secret decides by expiry, as for any pair kept.
+   * The earlier copy joins the last valid pair unless the Secret, without a valid pair, names another (its serial
+   * annotation outlives a hand edit; a deleted Secret names none): older files over a renewal this replica never
+   * saw would bring back what it replaced (a revoked pair, a key renewed away). A valid Secret decides by expiry.
    */
   #adoptEarlierCopy(domain: string, secret: WatchedSecret | null, read: StoreRead): void {
     const copy = this.#earlierCopy.get(domain);
@@ -483,6 +482,14 @@ function untrustedReason(certPem: string, domain: string, anchors: TrustAnchors)
   } catch (err) {
     return errorMessage(err);
   }
+}
+
+/**
+ * A Secret whose data no longer holds a pair (a hand edit) over the copy this replica projected, which had
+ * expired: that copy still says the name was held (StoreRead's `expired`, from a pinned issuer only).
+ */
+function withEarlierExpired(read: StoreRead, earlier: StoredCert | undefined): StoreRead {
+  return earlier && read.state === 'unusable' && !read.expired && !read.empty ? { ...read, expired: earlier } : read;
 }
 
 /** An expired pair says the name was held only if its issuer is pinned and it chains to an anchor (StoreRead). @forTests */

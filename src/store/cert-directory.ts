@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { access, lstat, mkdir, open, readFile, readdir, rename, rm, symlink, readlink } from 'node:fs/promises';
 import { join } from 'node:path';
-import { validateCertPair } from '../core/certificates/certificate.ts';
+import { expiredInfo, validateCertPair } from '../core/certificates/certificate.ts';
 import { normalizeDomain } from '../core/certificates/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { CertPair } from '../core/ports/localapi.ts';
@@ -115,10 +115,12 @@ export class CertDirectory {
       if (isMissing(err)) return { state: 'absent' };
       throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', { action: 'read', object: path, cause: errorMessage(err) }, { cause: err });
     }
+    const pair = { certPem, keyPem };
     try {
-      return { state: 'valid', cert: { pair: { certPem, keyPem }, info: validateCertPair({ certPem, keyPem }, domain, now) } };
+      return { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, now) } };
     } catch (err) {
-      return { state: 'unusable', reason: errorMessage(err) };
+      const expired = expiredInfo(pair, domain, now);
+      return { state: 'unusable', reason: errorMessage(err), ...(expired ? { expired: { pair, info: expired } } : {}) };
     }
   }
 

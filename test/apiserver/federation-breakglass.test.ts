@@ -247,4 +247,43 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     }
     await until('every replica holds a valid certificate again', valid, anyChange(), 30_000);
   });
+
+  it('restarted after its copy expired and a hand edit garbled it, cut off: west renews from the copy in its own files', async () => {
+    const valid = (): boolean => replicas.every((r) => clock.now() < (current(r)?.info.notAfter ?? 0));
+    await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
+    const expiry = Math.max(...replicas.map((r) => current(r)!.info.notAfter));
+    const outDir = join(dir(), 'west-files');
+    const flags = ['--federation-kubeconfig', relayKubeconfig, '--out-dir', outDir];
+    let restarted: Replica | undefined;
+    relay.cut();
+    try {
+      for (const r of westReplicas()) {
+        await r.stop();
+        replicas.splice(replicas.indexOf(r), 1);
+      }
+      // A west replica projects the copy into its files (the Pod's volume, which outlives the container).
+      const projecting = await bed.startReplica(west, 'shared', 'shared-0', { domains: [SHARED], flags });
+      await until('west projects its copy', () => logged([projecting], /^certificate files written$/) > 0, anyChange(), 30_000);
+      await projecting.stop();
+      replicas.splice(replicas.indexOf(projecting), 1);
+      // The copy expires while nothing of west runs, and a hand edit garbles the Secret's data.
+      clock.jumpTo(expiry + 60_000);
+      const edit = await west.cp.adminRequest('PATCH', `/api/v1/namespaces/${NS}/secrets/${SHARED}`, {
+        headers: { 'content-type': 'application/merge-patch+json' },
+        body: { data: { 'tls.crt': Buffer.from('not a certificate').toString('base64') } },
+      });
+      assert.equal(edit.status, 200, edit.body);
+      restarted = await bed.startReplica(west, 'shared', 'shared-0', { domains: [SHARED], flags });
+      // On main before this change: a first issuance, which waits for the ledger at the unreachable home.
+      await westBreaksGlass(0);
+      assert.equal(logged([restarted], /^issuance ledger unusable/), 0, "the files' expired copy says the name was held: no ledger asked");
+      assert.equal(signedBy([restarted]), 1, 'one break-glass renewal');
+    } finally {
+      relay.restore();
+    }
+    await until('every replica holds a valid certificate again', valid, anyChange(), 30_000);
+    // Stopped here: it writes into the test's directory, which goes before the bed's replicas stop.
+    await restarted?.stop();
+    if (restarted) replicas.splice(replicas.indexOf(restarted), 1);
+  });
 });

@@ -52,6 +52,19 @@ export function inspectCertPair(pair: CertPair, domain: string): CertInfo {
   return info;
 }
 
+/**
+ * The pair's details if it is whole and for `domain`, and only its validity has ended: what says the name was
+ * held before (StoreRead's `expired`), never a pair to serve.
+ */
+export function expiredInfo(pair: CertPair, domain: string, now: number): CertInfo | undefined {
+  try {
+    const info = inspectCertPair(pair, domain);
+    return now >= info.notAfter ? info : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 function inspectUncached(pair: CertPair, domain: string): CertInfo {
   if (pair.certPem.includes('PRIVATE KEY')) throw invalid(domain, 'certificate part contains a private key');
   const blocks = pemCertificates(pair.certPem);
