@@ -336,8 +336,11 @@ export class Federation {
     const homeCert = bestValid(homeRead, clock.now());
     const localCert = bestValid(localRead, clock.now());
     const plan = reconcile(view(homeCert), view(localCert), clock.now());
+    // In sync by the pair the local store last saw, while its Secret lost it (a hand edit): the home's goes back.
+    const localHolds = localRead.state === 'valid' ? localRead.cert.info.serial : undefined;
+    const lost = plan.kind === 'in_sync' && homeCert !== undefined && localHolds !== homeCert.info.serial;
     try {
-      if (plan.kind === 'mirror_to_local' && homeCert) {
+      if ((plan.kind === 'mirror_to_local' || lost) && homeCert) {
         await local.store.save(domain, homeCert, signal);
         this.#localCopy.set(domain, homeCert);
       } else if (plan.kind === 'push_to_home' && localCert) {

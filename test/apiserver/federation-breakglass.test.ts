@@ -286,4 +286,20 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     await restarted?.stop();
     if (restarted) replicas.splice(replicas.indexOf(restarted), 1);
   });
+
+  it("a hand edit of east's own Secret, its one replica reading through the home: that replica puts the home's copy back", async () => {
+    const eastReplica = replicas.find((r) => r.member === 'east')!;
+    await until('east holds a valid certificate', () => clock.now() < (current(eastReplica)?.info.notAfter ?? 0), anyChange(), 30_000);
+    const held = current(eastReplica)!.info.serial;
+    const orders = bed.issued(SHARED);
+    const edit = await east.cp.adminRequest('PATCH', `/api/v1/namespaces/${NS}/secrets/${SHARED}`, {
+      headers: { 'content-type': 'application/merge-patch+json' },
+      body: { data: { 'tls.crt': Buffer.from('not a certificate').toString('base64') } },
+    });
+    assert.equal(edit.status, 200, edit.body);
+    // No other candidate in east holds the pair: only the writer, whose home and last local pair agree, can (on
+    // main before this change it read the two as in sync and left the garbage).
+    await secretsHold([{ cp: east.cp, ns: NS }], SHARED, held, anyChange, 30_000);
+    assert.equal(bed.issued(SHARED), orders, 'put back, not issued');
+  });
 });

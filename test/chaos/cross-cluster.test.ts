@@ -39,6 +39,9 @@ describe('invariant 2 across the clusters: an expired copy a member need not hol
     assert.match(needlessExpiry(facts({ home, elsewhere: home })) ?? '', /Secret at home holds valid serial BBBB0002/);
     assert.equal(needlessExpiry(facts({ home, now: 23 * S })), undefined, 'within two graces of its landing');
     assert.equal(needlessExpiry(facts({ home, link: { open: true, since: 27 * S } })), undefined, 'within two graces of the reconnection');
+    // Only its writer mirrors the home's pair: none while its writers are killed, two graces from the takeover.
+    assert.equal(needlessExpiry(facts({ home, writerSince: undefined })), undefined, 'no writer');
+    assert.equal(needlessExpiry(facts({ home, writerSince: 27 * S })), undefined, 'within two graces of the takeover');
   });
 
   it('its way to the home open, a valid pair only at a member cut off from the home: nothing it could have had', () => {

@@ -1,7 +1,7 @@
 // Invariant 2 across the clusters of a federated run (issue 40): a replica whose files hold an expired pair
 // while its member's Secret holds none valid, and a valid pair existed that the member could have had. What
 // it could have had depends on its way to the home: open, the home's pair of record (mirrored into the
-// member's Secret, then to its files: two hops, twice the grace); cut off, its own break-glass issuance,
+// member's Secret by its writer, then to its files: two hops, twice the grace); cut off, its own break-glass issuance,
 // which a member whose CA refused every call since the copy's renewal point cannot make (an injected fault
 // is the CA's doing, not certshare's), and a member whose writer made no call at all should have.
 import type { HomeLink } from './home.ts';
@@ -34,11 +34,12 @@ export function needlessExpiry(f: ExpiredCopyFacts): string | undefined {
   const { now, link } = f;
   const late = (since: number): boolean => now - Math.max(since, f.from) > 2 * f.graceMs;
   if (link.open) {
+    // Its writer mirrors the home's pair into its Secret: none while its writers are killed.
     const home = f.home;
-    if (!home || !late(Math.max(home.since, link.since))) return undefined;
+    if (!home || f.writerSince === undefined || !late(Math.max(home.since, link.since, f.writerSince))) return undefined;
     return (
       `while its own Secret holds none valid and the Secret at home holds valid serial ${home.serial.slice(0, 8)} since ${iso(home.since)} ` +
-      `(its way to the home open since ${iso(link.since)})`
+      `(its way to the home open since ${iso(link.since)}, its writer since ${iso(f.writerSince)})`
     );
   }
   const cutFrom = Math.max(link.since, renewalPoint(f.files));
