@@ -83,6 +83,17 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     }
   }
 
+  /** Every replica holds a certificate valid now. */
+  const valid = (): boolean => replicas.every((r) => clock.now() < (current(r)?.info.notAfter ?? 0));
+
+  /** West's replicas stopped and out of `replicas`: nothing of west runs. */
+  async function stopWest(): Promise<void> {
+    for (const r of westReplicas()) {
+      await r.stop();
+      replicas.splice(replicas.indexOf(r), 1);
+    }
+  }
+
   /** West's local writer breaks glass (its log says so, once the certificate is stored locally). */
   async function westBreaksGlass(from: number): Promise<void> {
     await until('west breaks glass', () => logged(westReplicas(), /^break-glass: issued/) > from, anyChange(), 30_000);
@@ -196,16 +207,12 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
   });
 
   it('a replica restarted after its only copy expired while cut off renews it without the ledger at the home', async () => {
-    const valid = (): boolean => replicas.every((r) => clock.now() < (current(r)?.info.notAfter ?? 0));
     await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
     const expiry = Math.max(...replicas.map((r) => current(r)!.info.notAfter));
     relay.cut();
     try {
       // Both west replicas stop; the copy in west's Secret expires while nothing of west runs.
-      for (const r of westReplicas()) {
-        await r.stop();
-        replicas.splice(replicas.indexOf(r), 1);
-      }
+      await stopWest();
       clock.jumpTo(expiry + 60_000);
       const restarted = await bed.startReplica(west, 'shared', 'shared-0', { domains: [SHARED], flags: ['--federation-kubeconfig', relayKubeconfig] });
       await westBreaksGlass(0);
@@ -219,15 +226,11 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
   });
 
   it("cut off across its own break-glass certificate's lifetime: west breaks glass again, in that certificate's window", async () => {
-    const valid = (): boolean => replicas.every((r) => clock.now() < (current(r)?.info.notAfter ?? 0));
     await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
     const expiry = Math.max(...replicas.map((r) => current(r)!.info.notAfter));
     relay.cut();
     try {
-      for (const r of westReplicas()) {
-        await r.stop();
-        replicas.splice(replicas.indexOf(r), 1);
-      }
+      await stopWest();
       // What west's Secret holds once nothing of west writes it (a mirror of the home's may have landed last).
       const held = (await secretAt(west.cp, NS, SHARED)).serial;
       clock.jumpTo(expiry + 60_000);
@@ -250,7 +253,6 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
   });
 
   it('restarted after its copy expired and a hand edit garbled it, cut off: west renews from the copy in its own files', async () => {
-    const valid = (): boolean => replicas.every((r) => clock.now() < (current(r)?.info.notAfter ?? 0));
     await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
     const expiry = Math.max(...replicas.map((r) => current(r)!.info.notAfter));
     const outDir = join(dir(), 'west-files');
@@ -258,10 +260,7 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     let restarted: Replica | undefined;
     relay.cut();
     try {
-      for (const r of westReplicas()) {
-        await r.stop();
-        replicas.splice(replicas.indexOf(r), 1);
-      }
+      await stopWest();
       // A west replica projects the copy into its files (the Pod's volume, which outlives the container).
       const projecting = await bed.startReplica(west, 'shared', 'shared-0', { domains: [SHARED], flags });
       await until('west projects its copy', () => logged([projecting], /^certificate files written$/) > 0, anyChange(), 30_000);
