@@ -183,11 +183,10 @@ export const RUN_FLAGS = [
     group: 'limits and ARI',
     placeholder: 'COUNT/WINDOW',
     default: '5/168h',
-    help: 'At most COUNT certificates per exact name in any WINDOW off the renewal schedule; 0 disables.',
+    help: 'At most COUNT certificates per exact name in any WINDOW, whatever asks; 0 disables.',
     detail:
       "Let's Encrypt's limit per exact name set, kept in the issuance budget's ledger (off with --issuance-budget 0). " +
-      "A renewal at its renewal point is never held back nor counted; the CA's word before it, re-issuance of a lost " +
-      'certificate and renew requests count. A renew request is refused once it would leave fewer than 2 for the others.',
+      'A renew request is refused once it would leave fewer than 2 for ordinary renewals.',
   },
   {
     name: 'budget-namespace',

@@ -44,10 +44,9 @@ export interface LedgerEntry {
 }
 
 /**
- * The CA's limit on certificates for one exact name set (Let's Encrypt: 5 per 168 h), kept for the issuances
- * off the renewal schedule: every one that asks here counts (the loop does not ask for a renewal at its
- * renewal point: renewal.ts onRenewalSchedule). A renew request is refused once it would leave fewer than
- * RENEW_RESERVE issuances of the window for the others (ARI before the point, a re-issuance).
+ * The CA's limit on certificates for one exact name set (Let's Encrypt: 5 per 168 h), which renewals do
+ * not escape: every issuance of a name counts, whatever asked for it. A renew request is refused once it
+ * would leave fewer than RENEW_RESERVE issuances of the window for the ordinary renewals.
  */
 type NameLimit = BudgetLimit;
 
@@ -58,7 +57,7 @@ export interface RenewLeft {
   until: number;
 }
 
-/** Issuances of a name a renew request never takes: left for the CA's word and re-issuances (renewals at their point need none). */
+/** Issuances of a name a renew request never takes: left for renewals by expiry or the CA's word. */
 export const RENEW_RESERVE = 2;
 
 /** The ledger as read; `version` is what a compare-and-swap write must still find (undefined: no ledger yet). */

@@ -18,7 +18,7 @@ import {
   type RenewRefusal,
   type TurnProgress,
 } from '../issuance/issuance-policy.ts';
-import { onRenewalSchedule, type RenewalPolicy } from '../renewal/renewal.ts';
+import type { RenewalPolicy } from '../renewal/renewal.ts';
 import { askRenewBudget, refusalText, refuseRenewRequest } from '../renewal/renew-request.ts';
 import { ARI_MIN_HOLD_MS, type AriStateSource } from '../renewal/renewal-info.ts';
 import type { StartupCondition, StartupGrace } from './startup-grace.ts';
@@ -298,18 +298,16 @@ export class CertLoop {
 
   /** Waits until tailscaled lists the domain; a first issuance under a budget then asks it for a slot. */
   async #askBudget(signal: AbortSignal): Promise<BudgetAnswer> {
-    const { budget, availability, observer, clock } = this.#deps;
+    const { budget, availability, observer } = this.#deps;
     budget?.settled(this.domain);
     await availability.waitFor(this.domain, signal);
     if (!budget) return { kind: 'not_needed' };
     // A name held before is renewed, expired or not: the first-issuance slots (perhaps at an unreachable home)
-    // are for new names; a renewal off the schedule only counts against the name's CA limit, and the schedule
-    // itself not even there (renewal.ts onRenewalSchedule).
+    // are for new names; a renewal only counts against the name's CA limit.
     const renewal = this.#held.best !== undefined || this.#held.wasHeld;
-    const scheduled = renewal && onRenewalSchedule(this.#held.best && held(this.#held.best), this.#held.wasHeld, clock.now(), this.#deps.renewal);
     let verdict: BudgetVerdict;
     try {
-      verdict = scheduled ? { kind: 'exempt' } : await (renewal ? budget.requestReissue(this.domain, signal) : budget.request(this.domain, {}, signal));
+      verdict = await (renewal ? budget.requestReissue(this.domain, signal) : budget.request(this.domain, {}, signal));
     } catch (err) {
       if (signal.aborted) throw err;
       this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'issuance ledger unusable; not issuing');

@@ -70,17 +70,6 @@ export function isRenewalDue(held: HeldValidity | undefined, now: number, policy
   return held === undefined || now >= renewalTime(held, policy) || now >= held.notAfter;
 }
 
-/**
- * Whether a new certificate of a name held before is the renewal schedule itself: the certificate it replaces
- * reached its renewal point, or expired (nothing valid held, `wasHeld`). The schedule is one issuance per
- * renewal window whatever the lifetime, so the name limit (--name-limit) never holds it back: only issuances
- * off it (the CA's word before the point, a name whose certificate was lost, a renew request) count there.
- * Why: docs/renew.md, "The name limit and the renewal schedule".
- */
-export function onRenewalSchedule(held: HeldValidity | undefined, wasHeld: boolean, now: number, policy: Pick<RenewalPolicy, 'renewFraction'>): boolean {
-  return held === undefined ? wasHeld : isRenewalDue(held, now, policy);
-}
-
 /** When to look again at a certificate that is not due: its renewal point or the check interval, whichever is sooner. */
 export function nextCheckTime(held: HeldValidity, now: number, policy: RenewalPolicy): number {
   return Math.min(now + policy.checkIntervalMs, renewalTime(held, policy));
