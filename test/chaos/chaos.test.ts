@@ -23,7 +23,8 @@ async function chaos(t: TestContext, args: string[]): Promise<{ report: ChaosRep
   child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
   child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
   const timer = setTimeout(() => child.kill('SIGTERM'), 8 * 60_000);
-  const [code] = (await once(child, 'exit')) as [number | null];
+  // 'close', not 'exit': the report may still be in the pipe when the process has exited.
+  const [code] = (await once(child, 'close')) as [number | null];
   clearTimeout(timer);
   const lines = stdout.trim().split('\n');
   let report: ChaosReport;

@@ -350,7 +350,8 @@ async function runBuildScript(script: string, bins: string[]): Promise<string> {
   let stdout = '';
   child.stdout.setEncoding('utf8');
   child.stdout.on('data', (chunk: string) => (stdout += chunk));
-  const [code, signal] = (await once(child, 'exit')) as [number | null, NodeJS.Signals | null];
+  // 'close', not 'exit': the output may still be in the pipe when the process has exited.
+  const [code, signal] = (await once(child, 'close')) as [number | null, NodeJS.Signals | null];
   if (code !== 0) throw new Error(`${script} failed (code ${code}, signal ${signal}); its stderr is above`);
   const dir = stdout.trim().split('\n').at(-1)?.trim();
   if (!dir) throw new Error(`${script} printed no directory`);

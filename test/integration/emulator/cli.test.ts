@@ -186,7 +186,7 @@ describe('runEmulatorCli', () => {
       assert.deepEqual(stats.issuances, { 'p.tailnet-9.ts.net': 1 });
 
       child.kill('SIGTERM');
-      const [code] = (await once(child, 'exit')) as [number | null];
+      const [code] = (await once(child, 'close')) as [number | null];
       assert.equal(code, 0);
       const all = stdout.join('\n');
       assert.ok(!all.includes('PRIVATE KEY'), 'never logs key material');
@@ -207,7 +207,7 @@ describe('runEmulatorCli', () => {
     const child = spawn(process.execPath, [RUN, '--netmap-style', 'weekly'], { stdio: ['ignore', 'pipe', 'pipe'] });
     let stderr = '';
     child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    const [code] = (await once(child, 'exit')) as [number | null];
+    const [code] = (await once(child, 'close')) as [number | null];
     assert.equal(code, 2);
     assert.equal(stderr.trim(), '--netmap-style: want selfchange or resend, not "weekly"');
   });

@@ -855,7 +855,7 @@ describe("the platform's CA bundle for the sidecar (--sidecar-ca-configmap): a p
     child.stderr.on('data', (chunk: Buffer) => {
       stderr += chunk.toString();
     });
-    const [code] = (await once(child, 'exit')) as [number | null];
+    const [code] = (await once(child, 'close')) as [number | null];
     assert.equal(code, 2, stderr);
     assert.match(stderr, /--sidecar-ca-configmap: must be NAME or NAME:KEY .*got "Trust_Bundle" \[CERTSHARE_BAD_FLAG\]/);
   });
