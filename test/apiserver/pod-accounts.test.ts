@@ -352,6 +352,35 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     assert.equal(other.code, 0, other.stderr);
   });
 
+  it("tailscaled from the operator's config file: admitted, certshare told not to advertise, and the author cannot add it back", async () => {
+    const configDir = [{ name: 'TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR', value: '/etc/tsconfig/proxy-0' }];
+    const tailscale: V1Container = { name: 'tailscale', image: 'tailscale/tailscale', env: configDir, volumeMounts: proxy.volumeMounts! };
+    const advertising = { ...asked, [ANNOTATION.flags]: '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy --shutdown-timeout=8s' };
+    const body = pod('config-file-0', { serviceAccountName: 'certshare', containers: [{ name: 'proxy', image: 'nginx' }, tailscale] }, advertising);
+    assert.equal(await create(body), 'created');
+    const { metadata, spec } = await stored('config-file-0');
+    const certshare = spec!.initContainers!.find((c) => c.name === 'certshare')!;
+    assert.deepEqual(
+      certshare.env!.filter((e) => e.name.startsWith('CERTSHARE_ADVERTISE') || e.name === 'CERTSHARE_LEAVE_TOKEN').map((e) => e.name),
+      [],
+    );
+    assert.deepEqual(
+      spec!.containers.map((c) => c.name),
+      ['proxy', 'tailscale'],
+      'no advertise agent',
+    );
+    assert.deepEqual(spec!.containers[1]!.env, configDir, "tailscaled's container as the operator wrote it");
+    assert.equal(metadata!.annotations!['certshare.io/tailscaled-passwd'], undefined);
+    assert.match(metadata!.annotations!['certshare.io/advertise-owner']!, /^config-file: container tailscale/);
+    // The stored Pod, copied, passes both policies and the webhook again; with the advertisement added by hand it does not.
+    const copy = await copyOf('config-file-0', 'config-file-copy');
+    assert.equal(await create(copy), 'created');
+    const handAdvertised = structuredClone(copy);
+    handAdvertised.metadata!.name = 'config-file-advertised';
+    handAdvertised.spec!.initContainers!.find((c) => c.name === 'certshare')!.env!.push({ name: 'CERTSHARE_ADVERTISE_SERVICES', value: 'svc:proxy' });
+    assert.match(await create(handAdvertised), /brings its own container named certshare \(its env is not the injector's\)/);
+  });
+
   it('a webhook that is down opens nothing: its Pods refused; without the webhook at all, the policy alone still refuses', async () => {
     await injector!.stop();
     injector = undefined;

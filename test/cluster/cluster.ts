@@ -570,10 +570,19 @@ class ClusterImpl implements Cluster {
       '--log-facility=-',
     ]);
     const services = new Map<string, string>();
-    const write = async () => {
+    // One write at a time: two overlapping ones renamed the same temporary file, the second failing with
+    // ENOENT; a write that fails once the cluster is stopping (its directory going) is expected.
+    let writing = Promise.resolve();
+    const write = () => {
       const lines = [...services].map(([name, ip]) => `${ip} ${name}`).sort();
-      await writeFile(join(hostsDir, 'services.tmp'), `${lines.join('\n')}\n`);
-      await rename(join(hostsDir, 'services.tmp'), join(hostsDir, 'services'));
+      writing = writing
+        .then(async () => {
+          await writeFile(join(hostsDir, 'services.tmp'), `${lines.join('\n')}\n`);
+          await rename(join(hostsDir, 'services.tmp'), join(hostsDir, 'services'));
+        })
+        .catch((err: unknown) => {
+          if (!this.stopped) this.log(`dns: writing the hosts file failed: ${err instanceof Error ? err.message : err}`);
+        });
     };
     const watchOnce = () =>
       new Promise<void>((resolveWatch) => {
@@ -601,7 +610,7 @@ class ClusterImpl implements Cluster {
             }
           }
           seen = proc.lines.length;
-          if (changed) void write();
+          if (changed) write();
         }, 100);
         void proc.exited.then(() => {
           clearInterval(timer);
