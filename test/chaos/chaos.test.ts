@@ -48,6 +48,8 @@ test(`chaos: 3 replicas, ${DOMAINS} domains, kills, API and LocalAPI faults for 
   assert.equal(report.issuances, report.windows + DOMAINS + report.extraIssuances);
   assert.ok(report.windowsPerDomainMin >= 3, `a domain passed only ${report.windowsPerDomainMin} renewal windows`);
   assert.ok(report.kills >= 3, `only ${report.kills} kills`);
+  // Every start is measured: the first three and one per restart that reached 'certshare started'.
+  assert.ok(report.processStartMs!.starts >= 3 && report.processStartMs!.max >= report.processStartMs!.p50);
   assert.ok(report.convergenceSamples >= 1, 'no convergence measured in a quiet period');
   assert.ok(report.convergenceP99Ms <= 2000);
 });

@@ -1,5 +1,6 @@
 // The run's result: a human-readable summary and one JSON object (the last stdout line with --json).
-import type { CheckerResult } from './checker.ts';
+import { type CheckerResult, percentile } from './checker.ts';
+import type { Instance } from './replicas.ts';
 import type { HomeChaosStats } from './home.ts';
 import type { ChaosStats } from './schedule.ts';
 
@@ -36,6 +37,11 @@ export interface ChaosReport extends Omit<ChaosStats, 'apiOutageMs'>, Partial<Ho
   timeScale: number;
   /** From starting the replicas until each held the first certificate of every domain. */
   startupMs: number;
+  /**
+   * From a replica's spawn to its 'certshare started' line, over every start of the run: how starved the machine
+   * was. The invariants' grace runs from that line, so a run whose starts took seconds judges a loaded machine too.
+   */
+  processStartMs?: ProcessStarts;
   /** Issuances per domain over the run: the fewest, the most, and every domain's count. */
   issuancesPerDomainMin: number;
   issuancesPerDomainMax: number;
@@ -99,6 +105,7 @@ export function buildReport(input: {
   breakGlassWindows?: Record<string, number>;
   homeReturn?: { samples: number; p99Ms: number; maxMs: number; unfinished: number; interrupted: number };
   home?: HomeChaosStats;
+  processStartMs?: ProcessStarts;
 }): ChaosReport {
   const { result, chaos } = input;
   const details = [...input.extraViolations, ...result.violations];
@@ -127,6 +134,7 @@ export function buildReport(input: {
     domainsPerGroup: input.domainsPerGroup,
     timeScale: input.timeScale,
     startupMs: input.startupMs,
+    ...(input.processStartMs ? { processStartMs: input.processStartMs } : {}),
     issuancesPerDomainMin: Math.min(...counts),
     issuancesPerDomainMax: Math.max(...counts),
     issuancesByDomain: result.issuancesByDomain,
@@ -183,6 +191,12 @@ export function summary(r: ChaosReport): string {
       `took ${(r.durationMs / 1000).toFixed(0)} s`,
     `  invariants: ${r.violations === 0 ? 'all held' : `${r.violations} violation(s)`}; ` +
       `start-up (every replica holds every first certificate) ${r.startupMs} ms`,
+    ...(r.processStartMs
+      ? [
+          `  process starts (spawn to 'certshare started') ${r.processStartMs.starts}: ` +
+            `p50 ${r.processStartMs.p50} ms, p99 ${r.processStartMs.p99} ms, max ${r.processStartMs.max} ms`,
+        ]
+      : []),
     `  1 issuances ${r.issuances} over ${r.windows} renewal windows after the first ` +
       `(max ${r.maxIssuancesPerWindow} per window per domain, ${r.extraIssuances} extra); ` +
       `${r.lostIssuances} issued but never stored (writer died mid-issuance), ` +
@@ -223,4 +237,17 @@ export function summary(r: ChaosReport): string {
   if (r.slowStops.length > 0) lines.push('  graceful stops that overran --shutdown-timeout:', ...r.slowStops.map((v) => `    - ${v}`));
   if (r.runDir) lines.push(`  logs kept in ${r.runDir}`);
   return lines.join('\n');
+}
+
+export interface ProcessStarts {
+  starts: number;
+  p50: number;
+  p99: number;
+  max: number;
+}
+
+/** Spawn to 'certshare started' of every start that got that far. */
+export function processStarts(replicas: readonly { instances: readonly Instance[] }[]): ProcessStarts {
+  const ms = replicas.flatMap((r) => r.instances).flatMap((i) => (i.readyAt === undefined ? [] : [i.readyAt - i.startedAt]));
+  return { starts: ms.length, p50: percentile(ms, 50), p99: percentile(ms, 99), max: Math.max(0, ...ms) };
 }

@@ -16,7 +16,7 @@ import { FaultProxy } from './fault-proxy.ts';
 import { DEFAULT_HOME_TUNING, FEDERATION_ACCOUNT, HomeChaos, homeNamespace, type HomeTuning } from './home.ts';
 import { AdminWatch, DirWatch, LedgerTail } from './observers.ts';
 import { Replica, type Instance } from './replicas.ts';
-import { buildReport, type ChaosReport } from './report.ts';
+import { buildReport, type ChaosReport, processStarts } from './report.ts';
 import { Rng } from './rng.ts';
 import { SecretBoard } from './secret-board.ts';
 import { Chaos, DEFAULT_TUNING, type ChaosStats, type ChaosTuning } from './schedule.ts';
@@ -701,6 +701,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
       domainsPerGroup: domains.length,
       timeScale: k,
       startupMs,
+      processStartMs: processStarts(replicas),
       result,
       endCheck,
       chaos: sumStats(members.map((m) => m.chaos.stats)),
