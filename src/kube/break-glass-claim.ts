@@ -12,7 +12,7 @@ import { apiStatus, type KubeConnection } from './connection.ts';
 import { makeApi, withSignal } from './transport/https-transport.ts';
 
 /**
- * The two claims of a window, each a name of 47 characters (a Lease name may have 253; the group, the name and
+ * The two claims of a window, names of 48 and 50 characters (a Lease name may have 253; the group, the name and
  * the serial, each bounded elsewhere, go through the hash, so no two windows share a name).
  * `first`: taken before the window's first break-glass call. `last`: taken once its certificate is stored
  * (closing the window), or by a successor of a writer that stored nothing (killed, or its CA failed until the

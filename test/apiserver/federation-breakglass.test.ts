@@ -19,7 +19,7 @@ import type { StoredCert } from '../../src/core/ports/store.ts';
 import { HOME_NS, NS, secretAt, secretsHold, useFederation, type FederatedReplica as Replica, type Member, type SecretView } from '../support/federation.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.ts';
-import { applyClaimsPolicy, claimsPolicyInForce, namespaceAdmin } from '../support/kube.ts';
+import { applyClaimsPolicy, claimsPolicyInForce, must, namespaceAdmin } from '../support/kube.ts';
 import { asAccount } from '../support/token-request.ts';
 import { onEvent, until } from '../support/wait.ts';
 
@@ -95,6 +95,12 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
       await r.stop();
       replicas.splice(replicas.indexOf(r), 1);
     }
+  }
+
+  /** The clock a minute past the safety point of `cert` (west's copy), by `replica`'s settings. */
+  function jumpPastSafetyPoint(cert: X509Certificate, replica: Replica): void {
+    const copy = { notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime() };
+    clock.jumpTo(Math.max(breakGlassPoint(copy, replica.config.renewal, replica.config.readinessLeadMs), clock.now()) + 60_000);
   }
 
   /** West's local writer breaks glass (its log says so, once the certificate is stored locally). */
@@ -318,10 +324,7 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     let restarted: Replica | undefined;
     relay.cut();
     try {
-      const held = await keep();
-      const config = writer.config;
-      const copy = { notBefore: held.validFromDate.getTime(), notAfter: held.validToDate.getTime() };
-      clock.jumpTo(Math.max(breakGlassPoint(copy, config.renewal, config.readinessLeadMs), clock.now()) + 60_000);
+      jumpPastSafetyPoint(await keep(), writer);
       await westBreaksGlass(0);
       assert.equal(signedBy([writer]), 1, 'west breaks glass once in the window');
       const window = / replacing ([0-9A-F]+)$/.exec((await readSecret()).metadata.annotations?.[BREAK_GLASS] ?? '')?.[1];
@@ -350,6 +353,58 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
       assert.equal(signedBy([restarted]), 0, 'no second break-glass issuance in the window (6472496: one more per round)');
       assert.equal(serial(restarted), window, 'west serves the pair put back, valid until its expiry');
       assert.ok(spent(), 'the writer says the window is spent');
+    } finally {
+      relay.restore();
+    }
+    await until('every replica holds a valid certificate again', valid, anyChange(), 30_000);
+  });
+
+  it('a claim the apiserver refuses: no break-glass issuance, CERTSHARE_BREAK_GLASS_UNCLAIMED once; once it may, the claim and the issuance', async () => {
+    await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
+    // A policy of west's refusing every claim (admission holds for cluster administrators too).
+    const policy = { apiVersion: 'admissionregistration.k8s.io/v1', kind: 'ValidatingAdmissionPolicy', metadata: { name: 'test-no-claims' } };
+    const refusing = {
+      ...policy,
+      spec: {
+        failurePolicy: 'Fail',
+        matchConstraints: { resourceRules: [{ apiGroups: ['coordination.k8s.io'], apiVersions: ['v1'], operations: ['CREATE'], resources: ['leases'] }] },
+        validations: [{ expression: "!object.metadata.name.startsWith('certshare-glass-')", message: 'no claims here', reason: 'Forbidden' }],
+      },
+    };
+    const binding = { ...policy, kind: 'ValidatingAdmissionPolicyBinding', spec: { policyName: 'test-no-claims', validationActions: ['Deny'] } };
+    await must(west.cp.kubectl(['apply', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: [refusing, binding] }) }));
+    const probe = (): Promise<number> =>
+      west.cp
+        .adminRequest('POST', `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases?dryRun=All`, {
+          body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: 'certshare-glass-probe' } },
+        })
+        .then((res) => res.status);
+    const refused = async (want: boolean): Promise<void> => {
+      const deadline = performance.now() + 30_000;
+      while ((await probe()) !== (want ? 403 : 201)) {
+        assert.ok(performance.now() < deadline, `the policy never ${want ? 'took' : 'left'} effect`);
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+    };
+    await refused(true);
+    const writer = westReplicas()[0]!;
+    const unclaimed = (): number => writer.log.entries.filter((e) => e.code === 'CERTSHARE_BREAK_GLASS_UNCLAIMED').length;
+    const before = signedBy([writer]);
+    const glassBefore = logged([writer], /^break-glass: issued/);
+    relay.cut();
+    try {
+      const res = await west.cp.adminRequest('GET', `/api/v1/namespaces/${NS}/secrets/${SHARED}`);
+      const data = (JSON.parse(res.body) as { data: Record<string, string> }).data;
+      jumpPastSafetyPoint(new X509Certificate(Buffer.from(data['tls.crt']!, 'base64')), writer);
+      await until('west is refused its claim', () => unclaimed() > 0, anyChange(), 30_000);
+      await westOutageReads(3, () => signedBy([writer]) > before);
+      assert.equal(signedBy([writer]), before, 'no break-glass issuance without the claim (6472496: one)');
+      assert.equal(unclaimed(), 1, 'the error once, not at every attempt');
+      await must(west.cp.kubectl(['delete', 'validatingadmissionpolicybinding,validatingadmissionpolicy', 'test-no-claims']));
+      await refused(false);
+      await westOutageReads(3, () => logged([writer], /^break-glass: issued/) > glassBefore);
+      await westBreaksGlass(glassBefore);
+      assert.equal(signedBy([writer]), before + 1, 'claimed at a later attempt: one break-glass issuance');
     } finally {
       relay.restore();
     }

@@ -784,6 +784,7 @@ describe('manifests/example on a real apiserver', () => {
       const objects = loadAll(built.stdout) as K8sObject[];
       const policyNames = objects.filter((d) => d.kind === 'ValidatingAdmissionPolicy').map((d) => d.metadata.name);
       assert.deepEqual(policyNames.sort(), [
+        'team-certshare-break-glass-claims',
         'team-certshare-creates-own-objects',
         'team-certshare-own-events',
         'team-certshare-own-pod-status',
