@@ -40,9 +40,9 @@ export class BreakGlassClaims {
     this.#api = makeApi(options.connection.config, CoordinationV1Api, options.connection.requestTimeoutMs);
   }
 
-  /** The Lease's name, for logs: the first claim of the window. */
-  name(domain: string, window: string | null): string {
-    return breakGlassClaimNames(this.#o.group, domain, window).first;
+  /** The window's two Leases, for logs. */
+  names(domain: string, window: string | null): { first: string; last: string } {
+    return breakGlassClaimNames(this.#o.group, domain, window);
   }
 
   /**

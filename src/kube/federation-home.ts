@@ -320,7 +320,7 @@ export class Federation {
 
   async #claim(domain: string, claim: Claim): Promise<void> {
     const { local, logger, clock } = this.#o;
-    const args = { domain, window: claim.window ?? 'none', claim: local.claims.name(domain, claim.window) };
+    const args = { domain, window: claim.window ?? 'none', claim: local.claims.names(domain, claim.window).first };
     try {
       claim.state = await local.claims.claim(domain, claim.window);
       claim.failures = 0;
@@ -343,16 +343,21 @@ export class Federation {
     if (this.#claims.get(domain) === claim) this.#notify();
   }
 
-  /** The window's break-glass certificate is stored: its last claim closes it (a successor gets no more call). */
+  /**
+   * The window's break-glass certificate is stored: its last claim closes it (a successor gets no more call).
+   * Not taken yet (an apiserver error): tried again at each read, the error logged once.
+   */
   async #close(domain: string, window: string | null): Promise<void> {
     const { local, logger } = this.#o;
+    const again = this.#unclosed.has(domain) && this.#unclosed.get(domain) === window;
     this.#unclosed.set(domain, window);
     try {
       await local.claims.close(domain, window);
       if (this.#unclosed.get(domain) === window) this.#unclosed.delete(domain);
     } catch (err) {
+      if (again) return;
       const code = 'CERTSHARE_BREAK_GLASS_UNCLAIMED';
-      const args = { domain, window: window ?? 'none', claim: `${local.claims.name(domain, window)}-2`, cause: apiErrorText(err) };
+      const args = { domain, window: window ?? 'none', claim: local.claims.names(domain, window).last, cause: apiErrorText(err) };
       logger.warn({ code, ...args }, `${errorText(code, args)}; taken at the next read`);
     }
   }

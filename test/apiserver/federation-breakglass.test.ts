@@ -396,7 +396,7 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
       const res = await west.cp.adminRequest('GET', `/api/v1/namespaces/${NS}/secrets/${SHARED}`);
       const data = (JSON.parse(res.body) as { data: Record<string, string> }).data;
       jumpPastSafetyPoint(new X509Certificate(Buffer.from(data['tls.crt']!, 'base64')), writer);
-      await until('west is refused its claim', () => unclaimed() > 0, anyChange(), 30_000);
+      await until('west is refused its claim (or issues)', () => unclaimed() > 0 || signedBy([writer]) > before, anyChange(), 30_000);
       await westOutageReads(3, () => signedBy([writer]) > before);
       assert.equal(signedBy([writer]), before, 'no break-glass issuance without the claim (6472496: one)');
       assert.equal(unclaimed(), 1, 'the error once, not at every attempt');
