@@ -131,8 +131,11 @@ export const ERROR_CODES = {
   CERTSHARE_BREAK_GLASS_SPENT: {
     means:
       "a member cut off from its federation home found this window's break-glass claim taken (an issuance in it already, " +
-      'its record in the Secret erased or not): no break-glass issuance; it serves its copy until the home answers',
-    message: 'break-glass for {domain} replacing {window}: the claim {claim} exists, the window is spent',
+      'its record in the Secret erased or not), or an earlier claim recording a newer certificate than its copy (a pair ' +
+      'put back), or, holding no copy, a claim at all (a Secret emptied): no break-glass issuance; it serves its copy ' +
+      'until the home answers',
+    message: 'break-glass for {domain} replacing {window}: spent ({reason})',
+    open: '{reason} says which: the claim exists, or an earlier claim recorded a newer certificate',
     exit: 1,
   },
   CERTSHARE_BREAK_GLASS_UNCLAIMED: {

@@ -1,15 +1,27 @@
-// A member's break-glass claims (docs/federation.md, "The home unreachable"). The record in the member's Secret
-// says which window a break-glass issuance was spent in, but whoever may write that Secret (the sidecar's token,
-// a tenant of the namespace with the default `edit` role) may also erase it: put the old pair back, drop the
-// annotation, delete the Pods, and a cut-off member would break glass again in the same window. So before its
-// writer issues on its own it creates a Lease named after the group, the name and the window: a create is
-// atomic (AlreadyExists: the window is spent), and neither the sidecar's Role nor `edit`/`admin` may update or
-// delete a Lease, so nothing that writes the Secret can give a window back.
+// A member's break-glass claims (docs/federation.md, "The home unreachable"; docs/security.md, "Break-glass
+// claims"). The record in the member's Secret says which window a break-glass issuance was spent in, but whoever
+// may write that Secret (the sidecar's token, a tenant of the namespace with the default `edit` role) may also
+// erase it: put the old pair back, drop the annotation, delete the Pods, and a cut-off member would break glass
+// again in the same window. So before its writer issues on its own it creates a Lease named after the group, the
+// name and the window: a create is atomic (AlreadyExists: the window is spent), and neither the sidecar's Role
+// nor, with manifests/base's policy certshare-break-glass-claims, the namespace's roles may update or delete one,
+// so nothing that writes the Secret gives a window back. Each claim records the notAfter of the copy it replaced
+// (its closing one, of the certificate stored): a window older than those is a pair put back, never claimed.
 import { createHash } from 'node:crypto';
+import { windowClaimable } from '../core/federation/home-verdicts.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import { CoordinationV1Api, V1MicroTime, type V1Lease } from './transport/client-node.ts';
 import { apiStatus, type KubeConnection } from './connection.ts';
 import { makeApi, withSignal } from './transport/https-transport.ts';
+
+const LABEL_CLAIM = 'certshare.io/break-glass-claim';
+/** The claims of one group and name, for the list by label. */
+const LABEL_OF = 'certshare.io/break-glass-of';
+const ANNOTATION_NOT_AFTER = 'certshare.io/break-glass-not-after';
+/** More claims of one name than this (each a window a member broke glass in) is no member's own doing: no claim. */
+const MAX_CLAIMS = 100;
+
+const digest = (...parts: string[]): string => createHash('sha256').update(parts.join('\0')).digest('hex').slice(0, 32);
 
 /**
  * The two claims of a window, names of 48 and 50 characters (a Lease name may have 253; the group, the name and
@@ -20,16 +32,12 @@ import { makeApi, withSignal } from './transport/https-transport.ts';
  * @forTests
  */
 export function breakGlassClaimNames(group: string, domain: string, window: string | null): { first: string; last: string } {
-  const digest = createHash('sha256')
-    .update(`${group}\0${domain}\0${window ?? 'none'}`)
-    .digest('hex')
-    .slice(0, 32);
-  const first = `certshare-glass-${digest}`;
+  const first = `certshare-glass-${digest(group, domain, window ?? 'none')}`;
   return { first, last: `${first}-2` };
 }
 
-/** What a claim attempt found: the window is this writer's to issue in, or spent. */
-export type ClaimAnswer = 'claimed' | 'spent';
+/** What a claim attempt found: the window is this writer's to issue in, spent, or older than one claimed before. */
+export type ClaimAnswer = 'claimed' | 'spent' | 'superseded';
 
 export class BreakGlassClaims {
   readonly #api: CoordinationV1Api;
@@ -46,33 +54,53 @@ export class BreakGlassClaims {
   }
 
   /**
-   * Takes the window: its first claim, else its last (the first claimant stored nothing since, or the window
-   * would be closed). Anything else than a create or AlreadyExists (a refusal, a timeout, an apiserver error)
-   * is thrown: no claim, no break-glass issuance.
+   * Takes the window of the copy `window` (its serial; null: none) expiring at `notAfter`: its first claim, else
+   * its last (the first claimant stored nothing since, or the window would be closed), unless an earlier claim
+   * recorded a newer copy or certificate. Anything else than an answer (a refusal, a timeout, an apiserver error,
+   * too many claims) is thrown: no claim, no break-glass issuance.
    */
-  async claim(domain: string, window: string | null): Promise<ClaimAnswer> {
-    const names = breakGlassClaimNames(this.#o.group, domain, window);
-    if (await this.#create(names.first, domain, window, 'first')) return 'claimed';
-    return (await this.#create(names.last, domain, window, 'last')) ? 'claimed' : 'spent';
+  async claim(domain: string, window: string | null, notAfter: number | undefined): Promise<ClaimAnswer> {
+    if (!windowClaimable(notAfter, await this.#recorded(domain))) return 'superseded';
+    const names = this.names(domain, window);
+    if (await this.#create(names.first, domain, window, 'first', notAfter)) return 'claimed';
+    return (await this.#create(names.last, domain, window, 'last', notAfter)) ? 'claimed' : 'spent';
   }
 
-  /** Closes the window once its certificate is stored: its last claim, taken (already taken is closed too). */
-  async close(domain: string, window: string | null): Promise<void> {
-    await this.#create(breakGlassClaimNames(this.#o.group, domain, window).last, domain, window, 'last');
+  /** Closes the window once its certificate (expiring at `notAfter`) is stored: its last claim (taken: closed too). */
+  async close(domain: string, window: string | null, notAfter: number): Promise<void> {
+    await this.#create(this.names(domain, window).last, domain, window, 'last', notAfter);
+  }
+
+  /** What the name's claims recorded (undefined: nothing, or not a time), by a list of their label. */
+  async #recorded(domain: string): Promise<Array<number | undefined>> {
+    const { connection } = this.#o;
+    const list = await this.#api.listNamespacedLease(
+      { namespace: connection.namespace, labelSelector: `${LABEL_OF}=${digest(this.#o.group, domain)}`, limit: MAX_CLAIMS },
+      withSignal(AbortSignal.timeout(connection.requestTimeoutMs)),
+    );
+    if (list.metadata?._continue) throw new Error(`more than ${MAX_CLAIMS} break-glass claims of ${domain}: not a member's own`);
+    return (list.items ?? []).map((lease) => {
+      const value = lease.metadata?.annotations?.[ANNOTATION_NOT_AFTER];
+      const at = value !== undefined && value.length <= 30 ? Date.parse(value) : Number.NaN;
+      return Number.isFinite(at) ? at : undefined;
+    });
   }
 
   /** Creates the Lease; false: it exists (409). */
-  async #create(name: string, domain: string, window: string | null, which: 'first' | 'last'): Promise<boolean> {
-    const { connection, identity, clock } = this.#o;
+  async #create(name: string, domain: string, window: string | null, which: 'first' | 'last', notAfter: number | undefined): Promise<boolean> {
+    const { connection, identity, clock, group } = this.#o;
     const body: V1Lease = {
       apiVersion: 'coordination.k8s.io/v1',
       kind: 'Lease',
       metadata: {
         name,
         namespace: connection.namespace,
-        labels: { 'app.kubernetes.io/managed-by': 'certshare', 'certshare.io/break-glass-claim': which },
-        // For the person reading it: what the hash stands for.
-        annotations: { 'certshare.io/break-glass-window': `${domain} replacing ${window ?? 'none'}` },
+        labels: { 'app.kubernetes.io/managed-by': 'certshare', [LABEL_CLAIM]: which, [LABEL_OF]: digest(group, domain) },
+        annotations: {
+          // For the person reading it: what the hash stands for.
+          'certshare.io/break-glass-window': `${domain} replacing ${window ?? 'none'}`,
+          ...(notAfter === undefined ? {} : { [ANNOTATION_NOT_AFTER]: new Date(notAfter).toISOString() }),
+        },
       },
       spec: { holderIdentity: identity, acquireTime: new V1MicroTime(clock.now()) },
     };

@@ -166,6 +166,8 @@ type Via = 'home' | 'local';
 /** A window's break-glass claim as this writer knows it (break-glass-claim.ts). */
 interface Claim {
   window: string | null;
+  /** The copy's notAfter (undefined: none). */
+  notAfter: number | undefined;
   state: 'pending' | 'failed' | ClaimAnswer;
   failures: number;
   retryAt: number;
@@ -207,7 +209,7 @@ export class Federation {
    */
   readonly #claims = new Map<string, Claim>();
   /** Windows whose break-glass certificate is stored but whose last claim is not taken yet: taken at the next read. */
-  readonly #unclosed = new Map<string, string | null>();
+  readonly #unclosed = new Map<string, { window: string | null; notAfter: number }>();
   readonly #watches = new Set<{ domain: string; listener: () => void; offHome?: (() => void) | undefined }>();
   #elector: LeaseElector | undefined;
   #stopped = false;
@@ -291,7 +293,7 @@ export class Federation {
           readinessLeadMs: this.#o.readinessLeadMs,
           breakGlass: parseBreakGlassRecord(this.#o.local.store.annotation(domain, ANNOTATION_BREAK_GLASS)),
         });
-        if (verdict.kind !== 'break_glass' || !this.#claimed(domain, copy?.info.serial ?? null)) return false;
+        if (verdict.kind !== 'break_glass' || !this.#claimed(domain, copy?.info.serial ?? null, copy?.info.notAfter)) return false;
         if (!this.#breakGlass.has(domain)) this.#breakGlass.set(domain, { at: this.#o.clock.now(), window: copy?.info.serial ?? null });
         return true;
       },
@@ -307,12 +309,12 @@ export class Federation {
    * Whether this writer holds the claim of the window; if nothing is under way for it, one is started (a
    * failed one again once its wait is over) and the role's listeners hear when it is taken.
    */
-  #claimed(domain: string, window: string | null): boolean {
+  #claimed(domain: string, window: string | null, notAfter: number | undefined): boolean {
     const now = this.#o.clock.now();
     const claim = this.#claims.get(domain);
     if (claim?.window === window && (claim.state !== 'failed' || now < claim.retryAt)) return claim.state === 'claimed';
     if (claim?.state === 'pending') return false;
-    const next: Claim = { window, state: 'pending', failures: claim?.window === window ? claim.failures : 0, retryAt: 0 };
+    const next: Claim = { window, notAfter, state: 'pending', failures: claim?.window === window ? claim.failures : 0, retryAt: 0 };
     this.#claims.set(domain, next);
     void this.#claim(domain, next);
     return false;
@@ -322,7 +324,7 @@ export class Federation {
     const { local, logger, clock } = this.#o;
     const args = { domain, window: claim.window ?? 'none', claim: local.claims.names(domain, claim.window).first };
     try {
-      claim.state = await local.claims.claim(domain, claim.window);
+      claim.state = await local.claims.claim(domain, claim.window, claim.notAfter);
       claim.failures = 0;
     } catch (err) {
       claim.state = 'failed';
@@ -334,9 +336,13 @@ export class Federation {
       }
       return;
     }
-    if (claim.state === 'spent') {
+    if (claim.state !== 'claimed') {
       const code = 'CERTSHARE_BREAK_GLASS_SPENT';
-      logger.warn({ code, ...args }, errorText(code, args));
+      const reason =
+        claim.state === 'spent'
+          ? `the claim ${args.claim} exists`
+          : 'an earlier claim of this member recorded a newer certificate, or it holds no copy after a claim: a pair put back';
+      logger.warn({ code, ...args, state: claim.state }, errorText(code, { domain, window: args.window, reason }));
       return;
     }
     logger.info(args, 'break-glass: window claimed');
@@ -347,13 +353,14 @@ export class Federation {
    * The window's break-glass certificate is stored: its last claim closes it (a successor gets no more call).
    * Not taken yet (an apiserver error): tried again at each read, the error logged once.
    */
-  async #close(domain: string, window: string | null): Promise<void> {
+  async #close(domain: string, window: string | null, notAfter: number): Promise<void> {
     const { local, logger } = this.#o;
-    const again = this.#unclosed.has(domain) && this.#unclosed.get(domain) === window;
-    this.#unclosed.set(domain, window);
+    const again = this.#unclosed.get(domain)?.window === window;
+    const entry = { window, notAfter };
+    this.#unclosed.set(domain, entry);
     try {
-      await local.claims.close(domain, window);
-      if (this.#unclosed.get(domain) === window) this.#unclosed.delete(domain);
+      await local.claims.close(domain, window, notAfter);
+      if (this.#unclosed.get(domain) === entry) this.#unclosed.delete(domain);
     } catch (err) {
       if (again) return;
       const code = 'CERTSHARE_BREAK_GLASS_UNCLAIMED';
@@ -390,7 +397,8 @@ export class Federation {
   async #load(domain: string, signal: AbortSignal, options?: LoadOptions): Promise<StoreRead> {
     const { home, local, logger, clock } = this.#o;
     const localRead = await local.store.load(domain, signal, options);
-    if (this.#unclosed.has(domain)) void this.#close(domain, this.#unclosed.get(domain)!);
+    const unclosed = this.#unclosed.get(domain);
+    if (unclosed) void this.#close(domain, unclosed.window, unclosed.notAfter);
     // The newest valid pair known, else an expired copy (from a pinned issuer only): it still names the window a
     // break-glass issuance would renew.
     const copy = localRead.state === 'valid' ? localRead.cert : (localRead.lastValid ?? (localRead.state === 'unusable' ? localRead.expired : undefined));
@@ -470,8 +478,8 @@ export class Federation {
     this.#localCopy.set(domain, cert);
     if (breakGlass) {
       this.#breakGlass.delete(domain);
-      this.#claims.set(domain, { window: granted.window, state: 'spent', failures: 0, retryAt: 0 });
-      void this.#close(domain, granted.window);
+      this.#claims.set(domain, { window: granted.window, notAfter: undefined, state: 'spent', failures: 0, retryAt: 0 });
+      void this.#close(domain, granted.window, cert.info.notAfter);
       logger.warn({ domain, serial: cert.info.serial, window: granted.window ?? 'none' }, 'break-glass: issued without the federation home, recorded locally');
       onBreakGlass(domain, cert.info.serial);
     }

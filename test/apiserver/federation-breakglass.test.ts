@@ -353,6 +353,23 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
       assert.equal(signedBy([restarted]), 0, 'no second break-glass issuance in the window (6472496: one more per round)');
       assert.equal(serial(restarted), window, 'west serves the pair put back, valid until its expiry');
       assert.ok(spent(), 'the writer says the window is spent');
+
+      // Then the Secret emptied of its pair and west restarted again: no copy, but a claim of this member's, so no
+      // window of its own (on the claims' names alone: one more, `replacing none`). Without an issuance budget: with
+      // one, a name the member does not know it held waits for the ledger at the unreachable home anyway.
+      await stopWest();
+      const emptied = await readSecret();
+      delete emptied.metadata.annotations?.[BREAK_GLASS];
+      emptied.data = { ...emptied.data, 'tls.crt': Buffer.from('not a certificate').toString('base64') };
+      const garbled = await asAccount(west.cp, tenant, 'PUT', secretPath, emptied);
+      assert.equal(garbled.status, 200, garbled.body);
+      const flags = ['--federation-kubeconfig', relayKubeconfig, '--issuance-budget', '0'];
+      const again = await bed.startReplica(west, 'shared', 'shared-0', { domains: [SHARED], flags });
+      const refusedNone = (): boolean => again.log.entries.some((e) => e.code === 'CERTSHARE_BREAK_GLASS_SPENT');
+      await until("west's writer decides on no copy", () => refusedNone() || signedBy([again]) > 0, anyChange(), 30_000);
+      await westOutageReads(3, () => signedBy([again]) > 0);
+      assert.equal(signedBy([again]), 0, 'no break-glass issuance replacing none after a claim');
+      assert.ok(refusedNone(), 'the writer says so');
     } finally {
       relay.restore();
     }

@@ -493,6 +493,7 @@ describe('manifests/example on a real apiserver', () => {
       spec: { holderIdentity: 'proxy-0' },
     };
     assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], JSON.stringify(claim)), 'allowed', 'the writer creates the claim');
+    assert.equal(await as(writerKubeconfig, ['get', 'leases', '-l', CLAIM_LABEL]), 'allowed', 'and lists the claims by their label');
     const path = `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases/${first}`;
     const stored = JSON.parse(await must(['get', 'lease', first, '-o', 'json'])) as { metadata: { labels: Record<string, string> } };
     const unlabelled = { ...stored, metadata: { ...stored.metadata, labels: {} } };

@@ -9,6 +9,7 @@ import {
   homeOutageVerdict,
   parseBreakGlassRecord,
   reconcile,
+  windowClaimable,
 } from '../../src/core/federation/home-verdicts.ts';
 import { renewalTime, rotationExitTime } from '../../src/core/renewal/renewal.ts';
 import { breakGlassClaimNames } from '../../src/kube/break-glass-claim.ts';
@@ -105,6 +106,20 @@ describe("a member's break-glass claims (src/kube/break-glass-claim.ts)", () => 
       assert.match(name, /^certshare-glass-[0-9a-f]{32}(-2)?$/, 'a DNS subdomain, named as the sidecar may create (certshare-*)');
       assert.ok(name.length <= 50);
     }
+  });
+
+  it('claims no window older than one claimed or issued past (a pair put back), nor none after a claim (a Secret emptied)', () => {
+    const replaced = T0 + 90 * DAY;
+    const issued = T0 + 150 * DAY;
+    assert.equal(windowClaimable(replaced, []), true, 'the first claim of a name');
+    assert.equal(windowClaimable(undefined, []), true, 'no copy, no claim yet: a member that never held one');
+    assert.equal(windowClaimable(replaced, [replaced]), true, "its own window again (a successor): the claim's name decides");
+    assert.equal(windowClaimable(replaced, [replaced, issued]), false, 'the replaced pair put back once the window closed');
+    assert.equal(windowClaimable(replaced - 30 * DAY, [replaced]), false, 'a pair of an earlier window, kept and put back');
+    assert.equal(windowClaimable(issued, [replaced, issued]), true, "the break-glass certificate's own window");
+    assert.equal(windowClaimable(issued + DAY, [replaced, issued]), true, 'a newer copy (the home back, then cut off again)');
+    assert.equal(windowClaimable(undefined, [undefined]), false, 'no copy after a claim of none');
+    assert.equal(windowClaimable(replaced, [undefined]), true, 'a claim recording nothing (of none, or not a time) bounds no window');
   });
 
   it('gives no two windows, names or groups one name; no copy (none) is a window of its own', () => {
