@@ -173,9 +173,13 @@ interface Claim {
   retryAt: number;
 }
 
-/** A claim that could not be created is tried again after this, doubling up to the cap (an apiserver in trouble). */
+/**
+ * A claim that could not be created is tried again after this, doubling up to the cap (an apiserver in trouble),
+ * and never later than a tenth of the copy's time left: a short certificate's break-glass has seconds to land.
+ */
 const CLAIM_FIRST_RETRY_MS = 5_000;
 const CLAIM_RETRY_CAP_MS = 5 * 60_000;
+const CLAIM_RETRY_SHARE_OF_TIME_LEFT = 0.1;
 
 /**
  * The store and the role of a member's replica with a home. The role: the local writer issues while it holds
@@ -329,7 +333,9 @@ export class Federation {
     } catch (err) {
       claim.state = 'failed';
       claim.failures++;
-      claim.retryAt = clock.now() + doubling(CLAIM_FIRST_RETRY_MS, claim.failures, CLAIM_RETRY_CAP_MS);
+      const now = clock.now();
+      const timeLeft = Math.max(0, (claim.notAfter ?? now) - now);
+      claim.retryAt = now + Math.min(doubling(CLAIM_FIRST_RETRY_MS, claim.failures, CLAIM_RETRY_CAP_MS), timeLeft * CLAIM_RETRY_SHARE_OF_TIME_LEFT);
       if (claim.failures === 1) {
         const code = 'CERTSHARE_BREAK_GLASS_UNCLAIMED';
         logger.error({ code, ...args, err: apiErrorText(err) }, errorText(code, { ...args, cause: apiErrorText(err) }));
