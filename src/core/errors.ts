@@ -128,6 +128,23 @@ export const ERROR_CODES = {
     message: 'federation home {where}: {problem}',
     exit: 1,
   },
+  CERTSHARE_BREAK_GLASS_SPENT: {
+    means:
+      "a member cut off from its federation home found this window's break-glass claim taken (an issuance in it already, " +
+      'its record in the Secret erased or not), or an earlier claim recording a newer certificate than its copy (a pair ' +
+      'put back), or, holding no copy, a claim at all (a Secret emptied): no break-glass issuance; it serves its copy ' +
+      'until the home answers',
+    message: 'break-glass for {domain} replacing {window}: spent ({reason})',
+    open: '{reason} says which: the claim exists, or an earlier claim recorded a newer certificate',
+    exit: 1,
+  },
+  CERTSHARE_BREAK_GLASS_UNCLAIMED: {
+    means:
+      "a member cut off from its federation home could not create this window's break-glass claim (refused, timed out, " +
+      'an apiserver error): no break-glass issuance without it; tried again at the next turn',
+    message: 'break-glass for {domain} replacing {window}: cannot create the claim {claim}: {cause}',
+    exit: 1,
+  },
   CERTSHARE_STORE_CONFLICT: {
     means: "a compare-and-swap write lost to another writer's change; the state is read again",
     message: '{object} changed meanwhile: {detail}',

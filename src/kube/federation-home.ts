@@ -8,13 +8,14 @@ import { systemClock, type Clock } from '../core/ports/clock.ts';
 import { defaultTrustAnchors, trustAnchors, type TrustAnchors } from '../core/certificates/trust.ts';
 import type { FederationSettings } from '../core/federation/home-settings.ts';
 import { doubling } from '../core/issuance/backoff.ts';
-import { CertshareError, errorMessage } from '../core/errors.ts';
+import { CertshareError, errorMessage, errorText } from '../core/errors.ts';
 import { formatBreakGlassRecord, homeOutageVerdict, parseBreakGlassRecord, reconcile, type CopyView } from '../core/federation/home-verdicts.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { RenewalPolicy } from '../core/renewal/renewal.ts';
 import type { CertStore, IssuanceRole, LoadOptions, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/ports/store.ts';
 import { CoordinationV1Api } from './transport/client-node.ts';
 import { apiErrorText, apiStatus, connectKube, type KubeConnection } from './connection.ts';
+import { BreakGlassClaims, type ClaimAnswer } from './break-glass-claim.ts';
 import { LeaseElector, leaseIdentity } from './lease-elector.ts';
 import { ANNOTATION_BREAK_GLASS } from './secret-codec.ts';
 import { KubeSecretStore, type StoreTrust } from './secret-store.ts';
@@ -145,7 +146,8 @@ async function readAndDryRunLease(
 
 interface FederationOptions {
   home: { connection: KubeConnection; store: KubeSecretStore };
-  local: { store: KubeSecretStore; role: IssuanceRole };
+  /** `claims`: the member's break-glass claims, in its own namespace (break-glass-claim.ts). */
+  local: { store: KubeSecretStore; role: IssuanceRole; claims: BreakGlassClaims };
   group: string;
   /** `<cluster>/<pod>`: the holder name at the home. */
   identity: string;
@@ -160,6 +162,24 @@ interface FederationOptions {
 }
 
 type Via = 'home' | 'local';
+
+/** A window's break-glass claim as this writer knows it (break-glass-claim.ts). */
+interface Claim {
+  window: string | null;
+  /** The copy's notAfter (undefined: none). */
+  notAfter: number | undefined;
+  state: 'pending' | 'failed' | ClaimAnswer;
+  failures: number;
+  retryAt: number;
+}
+
+/**
+ * A claim that could not be created is tried again after this, doubling up to the cap (an apiserver in trouble),
+ * and never later than a tenth of the copy's time left: a short certificate's break-glass has seconds to land.
+ */
+const CLAIM_FIRST_RETRY_MS = 5_000;
+const CLAIM_RETRY_CAP_MS = 5 * 60_000;
+const CLAIM_RETRY_SHARE_OF_TIME_LEFT = 0.1;
 
 /**
  * The store and the role of a member's replica with a home. The role: the local writer issues while it holds
@@ -187,6 +207,13 @@ export class Federation {
    * certificate held before is not).
    */
   readonly #breakGlass = new Map<string, { at: number; window: string | null }>();
+  /**
+   * Each domain's claim of the window of its copy: the role lets a break-glass issuance through once the claim
+   * is taken, never before. `failures`: consecutive ones, the next attempt not before `retryAt`.
+   */
+  readonly #claims = new Map<string, Claim>();
+  /** Windows whose break-glass certificate is stored but whose last claim is not taken yet: taken at the next read. */
+  readonly #unclosed = new Map<string, { window: string | null; notAfter: number }>();
   readonly #watches = new Set<{ domain: string; listener: () => void; offHome?: (() => void) | undefined }>();
   #elector: LeaseElector | undefined;
   #stopped = false;
@@ -270,7 +297,7 @@ export class Federation {
           readinessLeadMs: this.#o.readinessLeadMs,
           breakGlass: parseBreakGlassRecord(this.#o.local.store.annotation(domain, ANNOTATION_BREAK_GLASS)),
         });
-        if (verdict.kind !== 'break_glass') return false;
+        if (verdict.kind !== 'break_glass' || !this.#claimed(domain, copy?.info.serial ?? null, copy?.info.notAfter)) return false;
         if (!this.#breakGlass.has(domain)) this.#breakGlass.set(domain, { at: this.#o.clock.now(), window: copy?.info.serial ?? null });
         return true;
       },
@@ -280,6 +307,72 @@ export class Federation {
         return () => this.#listeners.delete(listener);
       },
     };
+  }
+
+  /**
+   * Whether this writer holds the claim of the window; if nothing is under way for it, one is started (a
+   * failed one again once its wait is over) and the role's listeners hear when it is taken.
+   */
+  #claimed(domain: string, window: string | null, notAfter: number | undefined): boolean {
+    const now = this.#o.clock.now();
+    const claim = this.#claims.get(domain);
+    if (claim?.window === window && (claim.state !== 'failed' || now < claim.retryAt)) return claim.state === 'claimed';
+    if (claim?.state === 'pending') return false;
+    const next: Claim = { window, notAfter, state: 'pending', failures: claim?.window === window ? claim.failures : 0, retryAt: 0 };
+    this.#claims.set(domain, next);
+    void this.#claim(domain, next);
+    return false;
+  }
+
+  async #claim(domain: string, claim: Claim): Promise<void> {
+    const { local, logger, clock } = this.#o;
+    const args = { domain, window: claim.window ?? 'none', claim: local.claims.names(domain, claim.window).first };
+    try {
+      claim.state = await local.claims.claim(domain, claim.window, claim.notAfter);
+      claim.failures = 0;
+    } catch (err) {
+      claim.state = 'failed';
+      claim.failures++;
+      const now = clock.now();
+      const timeLeft = Math.max(0, (claim.notAfter ?? now) - now);
+      claim.retryAt = now + Math.min(doubling(CLAIM_FIRST_RETRY_MS, claim.failures, CLAIM_RETRY_CAP_MS), timeLeft * CLAIM_RETRY_SHARE_OF_TIME_LEFT);
+      if (claim.failures === 1) {
+        const code = 'CERTSHARE_BREAK_GLASS_UNCLAIMED';
+        logger.error({ code, ...args, err: apiErrorText(err) }, errorText(code, { ...args, cause: apiErrorText(err) }));
+      }
+      return;
+    }
+    if (claim.state !== 'claimed') {
+      const code = 'CERTSHARE_BREAK_GLASS_SPENT';
+      const reason =
+        claim.state === 'spent'
+          ? `the claim ${args.claim} exists`
+          : 'an earlier claim of this member recorded a newer certificate, or it holds no copy after a claim: a pair put back';
+      logger.warn({ code, ...args, state: claim.state }, errorText(code, { domain, window: args.window, reason }));
+      return;
+    }
+    logger.info(args, 'break-glass: window claimed');
+    if (this.#claims.get(domain) === claim) this.#notify();
+  }
+
+  /**
+   * The window's break-glass certificate is stored: its last claim closes it (a successor gets no more call).
+   * Not taken yet (an apiserver error): tried again at each read, the error logged once.
+   */
+  async #close(domain: string, window: string | null, notAfter: number): Promise<void> {
+    const { local, logger } = this.#o;
+    const again = this.#unclosed.get(domain)?.window === window;
+    const entry = { window, notAfter };
+    this.#unclosed.set(domain, entry);
+    try {
+      await local.claims.close(domain, window, notAfter);
+      if (this.#unclosed.get(domain) === entry) this.#unclosed.delete(domain);
+    } catch (err) {
+      if (again) return;
+      const code = 'CERTSHARE_BREAK_GLASS_UNCLAIMED';
+      const args = { domain, window: window ?? 'none', claim: local.claims.names(domain, window).last, cause: apiErrorText(err) };
+      logger.warn({ code, ...args }, `${errorText(code, args)}; taken at the next read`);
+    }
   }
 
   #makeStore(): CertStore {
@@ -310,6 +403,8 @@ export class Federation {
   async #load(domain: string, signal: AbortSignal, options?: LoadOptions): Promise<StoreRead> {
     const { home, local, logger, clock } = this.#o;
     const localRead = await local.store.load(domain, signal, options);
+    const unclosed = this.#unclosed.get(domain);
+    if (unclosed) void this.#close(domain, unclosed.window, unclosed.notAfter);
     // The newest valid pair known, else an expired copy (from a pinned issuer only): it still names the window a
     // break-glass issuance would renew.
     const copy = localRead.state === 'valid' ? localRead.cert : (localRead.lastValid ?? (localRead.state === 'unusable' ? localRead.expired : undefined));
@@ -389,6 +484,8 @@ export class Federation {
     this.#localCopy.set(domain, cert);
     if (breakGlass) {
       this.#breakGlass.delete(domain);
+      this.#claims.set(domain, { window: granted.window, notAfter: undefined, state: 'spent', failures: 0, retryAt: 0 });
+      void this.#close(domain, granted.window, cert.info.notAfter);
       logger.warn({ domain, serial: cert.info.serial, window: granted.window ?? 'none' }, 'break-glass: issued without the federation home, recorded locally');
       onBreakGlass(domain, cert.info.serial);
     }
@@ -453,7 +550,7 @@ export interface Federated {
  */
 export async function federate(
   settings: HomeSettings,
-  local: { store: KubeSecretStore; role: IssuanceRole; identity: string },
+  local: { store: KubeSecretStore; role: IssuanceRole; identity: string; connection: KubeConnection },
   deps: { env: NodeJS.ProcessEnv; clock: Clock; logger: Logger; metrics: Metrics; podEvents: PodEvents | undefined; trust: StoreTrust | undefined },
 ): Promise<Federated> {
   const { group } = settings;
@@ -477,7 +574,11 @@ export async function federate(
   });
   const federation = new Federation({
     home: { connection, store: homeStore },
-    local: { store: local.store, role: local.role },
+    local: {
+      store: local.store,
+      role: local.role,
+      claims: new BreakGlassClaims({ connection: local.connection, group, identity: `${settings.cluster}/${local.identity}`, clock }),
+    },
     group,
     identity: leaseIdentity(`${settings.cluster}/${local.identity}`),
     clock,

@@ -92,7 +92,7 @@ export async function createKubeBackend(ctx: KubeBackendContext, settings: KubeS
   const federation = settings.federation
     ? await home?.federate(
         { ...settings.federation, group: group!, renewal: settings.renewal, readinessLeadMs: settings.readinessLeadMs },
-        { store, role: localRole, identity },
+        { store, role: localRole, identity, connection },
         { env: ctx.env, clock, logger, metrics, podEvents, trust: trust('home') },
       )
     : undefined;

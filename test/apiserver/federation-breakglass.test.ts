@@ -9,6 +9,7 @@
 // record named the certificate it held), and once the copy expired the renewal was taken for a first
 // issuance, which needs the ledger at the unreachable home (`issuance ledger unusable; not issuing`).
 import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -18,6 +19,8 @@ import type { StoredCert } from '../../src/core/ports/store.ts';
 import { HOME_NS, NS, secretAt, secretsHold, useFederation, type FederatedReplica as Replica, type Member, type SecretView } from '../support/federation.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.ts';
+import { applyClaimsPolicy, claimsPolicyInForce, must, namespaceAdmin } from '../support/kube.ts';
+import { asAccount } from '../support/token-request.ts';
 import { onEvent, until } from '../support/wait.ts';
 
 const SHARED = 'shared.tailnet-0000.ts.net';
@@ -92,6 +95,12 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
       await r.stop();
       replicas.splice(replicas.indexOf(r), 1);
     }
+  }
+
+  /** The clock a minute past the safety point of `cert` (west's copy), by `replica`'s settings. */
+  function jumpPastSafetyPoint(cert: X509Certificate, replica: Replica): void {
+    const copy = { notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime() };
+    clock.jumpTo(Math.max(breakGlassPoint(copy, replica.config.renewal, replica.config.readinessLeadMs), clock.now()) + 60_000);
   }
 
   /** West's local writer breaks glass (its log says so, once the certificate is stored locally). */
@@ -285,6 +294,138 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     // Stopped here: it writes into the test's directory, which goes before the bed's replicas stop.
     await restarted?.stop();
     if (restarted) replicas.splice(replicas.indexOf(restarted), 1);
+  });
+
+  it("a tenant of west's namespace (admin) puts the replaced pair back, drops the record, restarts west: no second break-glass", async () => {
+    // The tenant: the rights of the default `admin` role (`edit`'s with them): it reads and writes the Secret and
+    // deletes the Pods.
+    const tenant = await namespaceAdmin(west.cp, NS, 'tenant');
+    // West's platform keeps break-glass claims from the namespace's roles (manifests/base).
+    await applyClaimsPolicy(west.cp);
+    await claimsPolicyInForce(west.cp, NS, tenant);
+    const secretPath = `/api/v1/namespaces/${NS}/secrets/${SHARED}`;
+    const readSecret = async (): Promise<{ metadata: { annotations?: Record<string, string> }; data: Record<string, string> }> => {
+      const res = await asAccount(west.cp, tenant, 'GET', secretPath);
+      assert.equal(res.status, 200, res.body);
+      return JSON.parse(res.body) as { metadata: { annotations?: Record<string, string> }; data: Record<string, string> };
+    };
+    await stopWest();
+    const writer = await bed.startReplica(west, 'shared', 'shared-0', { domains: [SHARED], flags: ['--federation-kubeconfig', relayKubeconfig] });
+    await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
+    // Every pair the tenant sees in the Secret, by serial: it puts back the one the break-glass replaced.
+    const seen = new Map<string, Record<string, string>>();
+    const keep = async (): Promise<X509Certificate> => {
+      const { data } = await readSecret();
+      const cert = new X509Certificate(Buffer.from(data['tls.crt']!, 'base64'));
+      seen.set(cert.serialNumber, data);
+      return cert;
+    };
+    await keep();
+    let restarted: Replica | undefined;
+    relay.cut();
+    try {
+      jumpPastSafetyPoint(await keep(), writer);
+      await westBreaksGlass(0);
+      assert.equal(signedBy([writer]), 1, 'west breaks glass once in the window');
+      const window = / replacing ([0-9A-F]+)$/.exec((await readSecret()).metadata.annotations?.[BREAK_GLASS] ?? '')?.[1];
+      const pairBefore = seen.get(window ?? '');
+      assert.ok(pairBefore, `the tenant kept the replaced pair ${window}`);
+
+      // The tenant deletes the Pods (their files go with them), puts the replaced pair back and drops the record.
+      await stopWest();
+      const edited = await readSecret();
+      delete edited.metadata.annotations?.[BREAK_GLASS];
+      edited.data = { ...edited.data, 'tls.crt': pairBefore['tls.crt']!, 'tls.key': pairBefore['tls.key']! };
+      const put = await asAccount(west.cp, tenant, 'PUT', secretPath, edited);
+      assert.equal(put.status, 200, put.body);
+      // The claims are out of its reach.
+      const claims = await west.cp.adminRequest('GET', `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases?labelSelector=certshare.io/break-glass-claim`);
+      for (const { metadata } of (JSON.parse(claims.body) as { items: Array<{ metadata: { name: string } }> }).items) {
+        const path = `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases/${metadata.name}`;
+        assert.equal((await asAccount(west.cp, tenant, 'DELETE', path)).status, 403, `the tenant deletes the claim ${metadata.name}`);
+      }
+
+      restarted = await bed.startReplica(west, 'shared', 'shared-0', { domains: [SHARED], flags: ['--federation-kubeconfig', relayKubeconfig] });
+      // Its writer decides once it holds the local Lease and has read its copy with the home cut off.
+      const spent = (): boolean => restarted!.log.entries.some((e) => e.code === 'CERTSHARE_BREAK_GLASS_SPENT');
+      await until("west's writer decides on the window", () => spent() || signedBy([restarted!]) > 0, anyChange(), 30_000);
+      await westOutageReads(5, () => signedBy([restarted!]) > 0);
+      assert.equal(signedBy([restarted]), 0, 'no second break-glass issuance in the window (6472496: one more each time)');
+      assert.equal(serial(restarted), window, 'west serves the pair put back, valid until its expiry');
+      assert.ok(spent(), 'the writer says the window is spent');
+
+      // Then the Secret emptied of its pair and west restarted again: no copy, but a claim of this member's, so no
+      // window of its own (on the claims' names alone: one more, `replacing none`). Without an issuance budget: with
+      // one, a name the member does not know it held waits for the ledger at the unreachable home anyway.
+      await stopWest();
+      const emptied = await readSecret();
+      delete emptied.metadata.annotations?.[BREAK_GLASS];
+      emptied.data = { ...emptied.data, 'tls.crt': Buffer.from('not a certificate').toString('base64') };
+      const garbled = await asAccount(west.cp, tenant, 'PUT', secretPath, emptied);
+      assert.equal(garbled.status, 200, garbled.body);
+      const flags = ['--federation-kubeconfig', relayKubeconfig, '--issuance-budget', '0'];
+      const again = await bed.startReplica(west, 'shared', 'shared-0', { domains: [SHARED], flags });
+      const refusedNone = (): boolean => again.log.entries.some((e) => e.code === 'CERTSHARE_BREAK_GLASS_SPENT');
+      await until("west's writer decides on no copy", () => refusedNone() || signedBy([again]) > 0, anyChange(), 30_000);
+      await westOutageReads(3, () => signedBy([again]) > 0);
+      assert.equal(signedBy([again]), 0, 'no break-glass issuance replacing none after a claim');
+      assert.ok(refusedNone(), 'the writer says so');
+    } finally {
+      relay.restore();
+    }
+    await until('every replica holds a valid certificate again', valid, anyChange(), 30_000);
+  });
+
+  it('a claim the apiserver refuses: no break-glass issuance, CERTSHARE_BREAK_GLASS_UNCLAIMED once; once it may, the claim and the issuance', async () => {
+    await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
+    // A policy of west's refusing every claim (admission holds for cluster administrators too).
+    const policy = { apiVersion: 'admissionregistration.k8s.io/v1', kind: 'ValidatingAdmissionPolicy', metadata: { name: 'test-no-claims' } };
+    const refusing = {
+      ...policy,
+      spec: {
+        failurePolicy: 'Fail',
+        matchConstraints: { resourceRules: [{ apiGroups: ['coordination.k8s.io'], apiVersions: ['v1'], operations: ['CREATE'], resources: ['leases'] }] },
+        validations: [{ expression: "!object.metadata.name.startsWith('certshare-glass-')", message: 'no claims here', reason: 'Forbidden' }],
+      },
+    };
+    const binding = { ...policy, kind: 'ValidatingAdmissionPolicyBinding', spec: { policyName: 'test-no-claims', validationActions: ['Deny'] } };
+    await must(west.cp.kubectl(['apply', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: [refusing, binding] }) }));
+    const probe = (): Promise<number> =>
+      west.cp
+        .adminRequest('POST', `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases?dryRun=All`, {
+          body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: 'certshare-glass-probe' } },
+        })
+        .then((res) => res.status);
+    const refused = async (want: boolean): Promise<void> => {
+      const deadline = performance.now() + 30_000;
+      while ((await probe()) !== (want ? 403 : 201)) {
+        assert.ok(performance.now() < deadline, `the policy never ${want ? 'took' : 'left'} effect`);
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+    };
+    await refused(true);
+    const writer = westReplicas()[0]!;
+    const unclaimed = (): number => writer.log.entries.filter((e) => e.code === 'CERTSHARE_BREAK_GLASS_UNCLAIMED').length;
+    const before = signedBy([writer]);
+    const glassBefore = logged([writer], /^break-glass: issued/);
+    relay.cut();
+    try {
+      const res = await west.cp.adminRequest('GET', `/api/v1/namespaces/${NS}/secrets/${SHARED}`);
+      const data = (JSON.parse(res.body) as { data: Record<string, string> }).data;
+      jumpPastSafetyPoint(new X509Certificate(Buffer.from(data['tls.crt']!, 'base64')), writer);
+      await until('west is refused its claim (or issues)', () => unclaimed() > 0 || signedBy([writer]) > before, anyChange(), 30_000);
+      await westOutageReads(3, () => signedBy([writer]) > before);
+      assert.equal(signedBy([writer]), before, 'no break-glass issuance without the claim (6472496: one)');
+      assert.equal(unclaimed(), 1, 'the error once, not at every attempt');
+      await must(west.cp.kubectl(['delete', 'validatingadmissionpolicybinding,validatingadmissionpolicy', 'test-no-claims']));
+      await refused(false);
+      await westOutageReads(3, () => logged([writer], /^break-glass: issued/) > glassBefore);
+      await westBreaksGlass(glassBefore);
+      assert.equal(signedBy([writer]), before + 1, 'claimed at a later attempt: one break-glass issuance');
+    } finally {
+      relay.restore();
+    }
+    await until('every replica holds a valid certificate again', valid, anyChange(), 30_000);
   });
 
   it("a hand edit of east's own Secret, its one replica reading through the home: that replica puts the home's copy back", async () => {

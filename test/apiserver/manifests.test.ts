@@ -19,7 +19,8 @@ import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { SIDECAR_SECURITY_CONTEXT } from '../../src/injector/sidecar.ts';
 import { injectTemplate } from '../support/injector-example.ts';
-import { replicaKubeconfig } from '../support/kube.ts';
+import { CLAIM_LABEL, CLAIMS_POLICY, claimsPolicyInForce, namespaceAdmin, replicaKubeconfig } from '../support/kube.ts';
+import { breakGlassClaimNames } from '../../src/kube/break-glass-claim.ts';
 import { emulatorIn, standaloneDaemon, tempDir } from '../support/standalone.ts';
 import { until } from '../support/wait.ts';
 
@@ -157,7 +158,7 @@ describe('manifests/base', () => {
       (await yamlDocs(join(REPO, 'manifests/base/serviceaccounts.yaml'))).map((d) => [d.metadata.name, d.metadata.labels ?? {}] as const),
     );
     const docs = await yamlDocs(join(REPO, 'manifests/base/admission-policy.yaml'));
-    const policies = docs.filter((d) => d.kind === 'ValidatingAdmissionPolicy');
+    const policies = docs.filter((d) => d.kind === 'ValidatingAdmissionPolicy' && d.metadata.name !== CLAIMS_POLICY);
     assert.ok(policies.length >= 2);
     for (const policy of policies) {
       const spec = policy.spec as {
@@ -190,6 +191,26 @@ describe('manifests/base', () => {
       if (name === 'certshare-own-pod-status')
         assert.match(spec.validations.map((v) => v.expression).join('\n'), /finalizers/, 'a status patch cannot add a finalizer');
     }
+  });
+
+  it("keeps break-glass claims from everyone's updates and deletes, by their label, cluster administrators and the namespace's deletion aside", async () => {
+    const docs = await yamlDocs(join(REPO, 'manifests/base/admission-policy.yaml'));
+    const policy = docs.find((d) => d.kind === 'ValidatingAdmissionPolicy' && d.metadata.name === CLAIMS_POLICY);
+    const spec = policy?.spec as {
+      paramKind?: unknown;
+      matchConstraints: { resourceRules: Array<{ operations: string[]; resources: string[] }>; objectSelector: unknown };
+    };
+    assert.equal(spec.paramKind, undefined, 'about every caller, not only certshare accounts');
+    assert.deepEqual(
+      spec.matchConstraints.resourceRules.map((r) => [r.resources, r.operations]),
+      [[['leases'], ['UPDATE', 'DELETE']]],
+    );
+    assert.deepEqual(spec.matchConstraints.objectSelector, { matchExpressions: [{ key: CLAIM_LABEL, operator: 'Exists' }] });
+    const bindings = docs.filter((d) => d.kind === 'ValidatingAdmissionPolicyBinding' && (d.spec as { policyName: string }).policyName === CLAIMS_POLICY);
+    assert.deepEqual(
+      bindings.map((b) => b.spec),
+      [{ policyName: CLAIMS_POLICY, validationActions: ['Deny'] }],
+    );
   });
 
   it('grants on Pods only what the readiness gate uses: patch of pods/status', async () => {
@@ -299,6 +320,8 @@ describe('manifests/example on a real apiserver', () => {
       'validatingadmissionpolicybinding.admissionregistration.k8s.io/certshare-creates-own-objects',
       'validatingadmissionpolicy.admissionregistration.k8s.io/certshare-own-events',
       'validatingadmissionpolicybinding.admissionregistration.k8s.io/certshare-own-events',
+      `validatingadmissionpolicy.admissionregistration.k8s.io/${CLAIMS_POLICY}`,
+      `validatingadmissionpolicybinding.admissionregistration.k8s.io/${CLAIMS_POLICY}`,
     ]) {
       assert.ok(applied.includes(object), `${object.trim()} applied:\n${applied}`);
     }
@@ -457,6 +480,40 @@ describe('manifests/example on a real apiserver', () => {
     assert.equal(await canI('certshare', 'patch', `secrets/${DOMAIN}`), false, 'update (compare-and-swap) only');
     await must(['delete', 'secret', DOMAIN, 'other-name']);
     await must(['delete', 'lease', LEASE]);
+  });
+
+  it("a break-glass claim: certshare's account creates it; neither it nor a namespace admin changes or deletes it, the namespace's deletion does", async () => {
+    const tenant = await namespaceAdmin(cp(), ns, 'tenant');
+    await claimsPolicyInForce(cp(), ns, tenant);
+    const { first } = breakGlassClaimNames('proxy', DOMAIN, '0A1B2C');
+    const claim = {
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: { name: first, labels: { [CLAIM_LABEL]: 'first' } },
+      spec: { holderIdentity: 'proxy-0' },
+    };
+    assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], JSON.stringify(claim)), 'allowed', 'the writer creates the claim');
+    assert.equal(await as(writerKubeconfig, ['get', 'leases', '-l', CLAIM_LABEL]), 'allowed', 'and lists the claims by their label');
+    const path = `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases/${first}`;
+    const stored = JSON.parse(await must(['get', 'lease', first, '-o', 'json'])) as { metadata: { labels: Record<string, string> } };
+    const unlabelled = { ...stored, metadata: { ...stored.metadata, labels: {} } };
+    for (const [who, kubeconfig] of [
+      ['certshare', writerKubeconfig],
+      ['the tenant', tenant],
+    ] as const) {
+      assert.equal((await saRequest(kubeconfig, 'PUT', path, stored, JSON_TYPE)).status, 403, `${who}: update`);
+      assert.equal((await saRequest(kubeconfig, 'PUT', path, unlabelled, JSON_TYPE)).status, 403, `${who}: an update dropping the label`);
+      const patch = { metadata: { labels: { [CLAIM_LABEL]: null } } };
+      assert.equal((await saRequest(kubeconfig, 'PATCH', path, patch, 'application/merge-patch+json')).status, 403, `${who}: patch`);
+      assert.equal((await saRequest(kubeconfig, 'DELETE', path, undefined, JSON_TYPE)).status, 403, `${who}: delete`);
+      const all = `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases`;
+      assert.equal((await saRequest(kubeconfig, 'DELETE', all, undefined, JSON_TYPE)).status, 403, `${who}: delete every Lease`);
+    }
+    assert.equal(await canI('tenant', 'delete', `leases/${first}`), true, "RBAC lets the namespace's roles delete Leases: the policy refuses it");
+    assert.equal((await cp().adminRequest('GET', path)).status, 200, 'the claim stands');
+    // The namespace controller empties a namespace being deleted: its deletion goes through.
+    const controller = await kubectl(['delete', 'lease', first, '--as=system:serviceaccount:kube-system:namespace-controller']);
+    assert.equal(controller.code, 0, controller.stderr);
   });
 
   it('both accounts record Events (create, then patch a series) and read none, nor more Secrets than before', async () => {
@@ -728,6 +785,7 @@ describe('manifests/example on a real apiserver', () => {
       const objects = loadAll(built.stdout) as K8sObject[];
       const policyNames = objects.filter((d) => d.kind === 'ValidatingAdmissionPolicy').map((d) => d.metadata.name);
       assert.deepEqual(policyNames.sort(), [
+        'team-certshare-break-glass-claims',
         'team-certshare-creates-own-objects',
         'team-certshare-own-events',
         'team-certshare-own-pod-status',

@@ -3,6 +3,7 @@ import { EventEmitter } from 'node:events';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { loadAll } from 'js-yaml';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom } from '../../src/config/run-options.ts';
 import { silentLogger, type Logger } from '../../src/core/ports/logger.ts';
@@ -11,6 +12,7 @@ import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/em
 import type { ControlPlane } from '../harness/control-plane.ts';
 import type { RealTailscaledOptions } from '../harness/tailscale.ts';
 import { FAST_FLAGS } from './standalone.ts';
+import { asAccount } from './token-request.ts';
 import { onEvent, until } from './wait.ts';
 
 /** The example's domain and group: manifests/example restricts RBAC to these names. */
@@ -26,6 +28,7 @@ export const KUBE_DOMAIN_TAILSCALED: RealTailscaledOptions = {
 export const GATE = 'certshare.io/certificates';
 const EXAMPLE = fileURLToPath(new URL('../../manifests/example', import.meta.url));
 const GROUP_SCOPE = fileURLToPath(new URL('../../manifests/group-scope', import.meta.url));
+const BASE_POLICIES = fileURLToPath(new URL('../../manifests/base/admission-policy.yaml', import.meta.url));
 
 let counter = 0;
 
@@ -60,6 +63,51 @@ export async function must(result: Promise<{ stdout: string; stderr: string; cod
   const r = await result;
   if (r.code !== 0) throw new Error(`kubectl failed (${r.code}): ${r.stderr.trim()}`);
   return r.stdout;
+}
+
+/**
+ * A tenant of `ns`: a ServiceAccount `name` with the rules of the default `admin` role (which holds `edit`'s), as a
+ * namespace's owners have; its kubeconfig. No controller-manager runs here to aggregate `admin`, so the account
+ * is bound to the bootstrap ClusterRoles `admin` is made of.
+ */
+/** The admission policy that keeps break-glass claims (manifests/base), and the label it selects them by. */
+export const CLAIMS_POLICY = 'certshare-break-glass-claims';
+export const CLAIM_LABEL = 'certshare.io/break-glass-claim';
+
+/** Applies manifests/base's policy on break-glass claims (and its binding) alone, as a member's platform does. */
+export async function applyClaimsPolicy(cp: ControlPlane): Promise<void> {
+  const docs = (loadAll(await readFile(BASE_POLICIES, 'utf8')) as Array<{ kind: string; metadata: { name: string } }>).filter(
+    (d) => d.metadata.name === CLAIMS_POLICY,
+  );
+  if (docs.length !== 2) throw new Error(`${CLAIMS_POLICY}: ${docs.length} documents in manifests/base, not a policy and its binding`);
+  await must(cp.kubectl(['apply', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: docs }) }));
+}
+
+/**
+ * Once the policy on break-glass claims is in force (the apiserver loads a policy a moment after it is applied):
+ * `tenant`'s delete of a claim, a dry run, is refused. The probe claim is the admin's, removed after.
+ */
+export async function claimsPolicyInForce(cp: ControlPlane, ns: string, tenant: string): Promise<void> {
+  const leases = `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases`;
+  const probe = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: 'certshare-glass-probe', labels: { [CLAIM_LABEL]: 'first' } } };
+  const created = await cp.adminRequest('POST', leases, { body: probe });
+  if (created.status !== 201) throw new Error(`creating the probe claim: HTTP ${created.status}: ${created.body.slice(0, 300)}`);
+  const deadline = performance.now() + 30_000;
+  while ((await asAccount(cp, tenant, 'DELETE', `${leases}/${probe.metadata.name}?dryRun=All`)).status !== 403) {
+    if (performance.now() > deadline) throw new Error(`${CLAIMS_POLICY} never took effect`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  const removed = await cp.adminRequest('DELETE', `${leases}/${probe.metadata.name}`);
+  if (removed.status !== 200) throw new Error(`the admin removes the probe claim: HTTP ${removed.status}: ${removed.body.slice(0, 300)}`);
+}
+
+export async function namespaceAdmin(cp: ControlPlane, ns: string, name: string): Promise<string> {
+  await must(cp.kubectl(['-n', ns, 'create', 'serviceaccount', name]));
+  for (const part of ['admin', 'edit', 'view'])
+    await must(
+      cp.kubectl(['-n', ns, 'create', 'rolebinding', `${name}-${part}`, `--clusterrole=system:aggregate-to-${part}`, `--serviceaccount=${ns}:${name}`]),
+    );
+  return cp.kubeconfigFor(ns, name);
 }
 
 /**

@@ -9,8 +9,10 @@ import {
   homeOutageVerdict,
   parseBreakGlassRecord,
   reconcile,
+  windowClaimable,
 } from '../../src/core/federation/home-verdicts.ts';
 import { renewalTime, rotationExitTime } from '../../src/core/renewal/renewal.ts';
+import { breakGlassClaimNames } from '../../src/kube/break-glass-claim.ts';
 
 const MIN = 60_000;
 const DAY = 86_400_000;
@@ -92,4 +94,45 @@ describe('reconciliation when the home is back: the newest valid certificate win
     ['neither valid', undefined, cert('x', now - 1), 'in_sync'],
   ];
   for (const [name, home, local, expected] of rows) it(name, () => assert.equal(reconcile(home, local, now).kind, expected));
+});
+
+describe("a member's break-glass claims (src/kube/break-glass-claim.ts)", () => {
+  it('names each window two Leases of at most 50 characters, certshare-*, whatever the length of the group, name and serial', () => {
+    const serial = 'F'.repeat(40);
+    const domain = `${'a'.repeat(63)}.${'b'.repeat(63)}.${'c'.repeat(63)}.ts.net`;
+    const { first, last } = breakGlassClaimNames('g'.repeat(63), domain, serial);
+    assert.equal(last, `${first}-2`);
+    for (const name of [first, last]) {
+      assert.match(name, /^certshare-glass-[0-9a-f]{32}(-2)?$/, 'a DNS subdomain, named as the sidecar may create (certshare-*)');
+      assert.ok(name.length <= 50);
+    }
+  });
+
+  it('claims no window older than one claimed or issued past (a pair put back), nor none after a claim (a Secret emptied)', () => {
+    const replaced = T0 + 90 * DAY;
+    const issued = T0 + 150 * DAY;
+    assert.equal(windowClaimable(replaced, []), true, 'the first claim of a name');
+    assert.equal(windowClaimable(undefined, []), true, 'no copy, no claim yet: a member that never held one');
+    assert.equal(windowClaimable(replaced, [replaced]), true, "its own window again (a successor): the claim's name decides");
+    assert.equal(windowClaimable(replaced, [replaced, issued]), false, 'the replaced pair put back once the window closed');
+    assert.equal(windowClaimable(replaced - 30 * DAY, [replaced]), false, 'a pair of an earlier window, kept and put back');
+    assert.equal(windowClaimable(issued, [replaced, issued]), true, "the break-glass certificate's own window");
+    assert.equal(windowClaimable(issued + DAY, [replaced, issued]), true, 'a newer copy (the home back, then cut off again)');
+    assert.equal(windowClaimable(undefined, [undefined]), false, 'no copy after a claim of none');
+    assert.equal(windowClaimable(replaced, [undefined]), true, 'a claim recording nothing (of none, or not a time) bounds no window');
+  });
+
+  it('gives no two windows, names or groups one name; no copy (none) is a window of its own', () => {
+    const names = [
+      breakGlassClaimNames('proxy', 'a.ts.net', 'AB'),
+      breakGlassClaimNames('proxy', 'a.ts.net', 'ABC'),
+      breakGlassClaimNames('proxy', 'a.ts.net', null),
+      breakGlassClaimNames('proxy', 'b.ts.net', 'AB'),
+      breakGlassClaimNames('proxy2', 'a.ts.net', 'AB'),
+      // The separator keeps the parts apart: group `proxy` and name `a.ts.net` are not `proxya` and `.ts.net`.
+      breakGlassClaimNames('proxya', '.ts.net', 'AB'),
+    ].map((n) => n.first);
+    assert.equal(new Set(names).size, names.length);
+    assert.deepEqual(breakGlassClaimNames('proxy', 'a.ts.net', 'AB'), breakGlassClaimNames('proxy', 'a.ts.net', 'AB'), 'the same window, the same claim');
+  });
 });

@@ -68,6 +68,19 @@ export function breakGlassSpent(record: BreakGlassRecord | undefined, serial: st
 }
 
 /**
+ * Whether a member may claim the window of its copy, expiring at `notAfter` (undefined: it holds none), given what
+ * each of its earlier break-glass claims recorded: the notAfter of the copy it replaced or of the certificate it
+ * stored (undefined: nothing). A member holds the newest copy it knows (reconcile), so a window older than one it
+ * claimed or issued past is a pair put back (kept by whoever reads the Secret), and no copy at all after a claim
+ * is a Secret emptied: neither is a window of its own. A claim's name guards its own window; this, the older ones.
+ * @forTests
+ */
+export function windowClaimable(notAfter: number | undefined, claims: ReadonlyArray<number | undefined>): boolean {
+  if (notAfter === undefined) return claims.length === 0;
+  return claims.every((recorded) => recorded === undefined || notAfter >= recorded);
+}
+
+/**
  * What a member's writer may do while the home is unreachable. `held`: its local copy, if any (an expired one
  * only from a pinned issuer: StoreRead.expired).
  * `breakGlass`: the record in its local Secret (a restart or a takeover of the local Lease does not forget
