@@ -624,7 +624,10 @@ async function configFileOwner(env: E2eCluster): Promise<ConfigFileFigures> {
     );
 
     // certshare stops (as on a crash or an update of its own) and the kubelet starts it again.
-    await k(['exec', 'proxy-0', '-c', 'certshare', '--', '/nodejs/bin/node', '-e', "process.kill(1, 'SIGTERM')"]);
+    await env.cluster.signalContainer(
+      await k(['get', 'pod', 'proxy-0', '-o', 'jsonpath={.status.initContainerStatuses[?(@.name=="certshare")].containerID}']),
+      'SIGTERM',
+    );
     certshareRestarts = await poll('certshare started again and the Pod Ready', 180_000, async () => {
       const [restarts = '0', ready] = (
         await k([
