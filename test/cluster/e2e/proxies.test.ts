@@ -110,12 +110,14 @@ const OWNED = 'svc:owned';
 const OWNED_LATER = [OWNED, 'svc:api'].sort();
 
 interface ConfigFileFigures {
-  /** Samples of the Pod's prefs (every 100 ms) while tailscaled answered. */
+  /** The sampler's ticks (every 100 ms) from the Pod's first prefs read to the Pod gone. */
   prefsSamples: number;
-  /** Each distinct AdvertiseServices list seen, in order, from the file's first (2: the file's, then its change). */
+  /** Distinct AdvertiseServices lists while tailscaled answered, from the file's first (3: the file's, its change, containerboot's withdrawal). */
   listsSeen: number;
   /** From the Secret's update to the prefs holding the changed list (the kubelet's swap, containerboot's reload). */
   fileToPrefsMs: number;
+  /** At the deletion: from containerboot's withdrawal in the prefs to tailscaled gone (its wait for control's failover). */
+  withdrawnBeforeStopMs: number | null;
   /** Samples advertised by the owner while the proxy served no valid certificate, before the Pod was Ready (the owner's choice). */
   ownerAdvertisedUnservedBeforeReady: number;
   /** The same from Ready until the Pod's deletion began (0). */
@@ -558,8 +560,8 @@ async function rollOut(env: E2eCluster, replicas: number, record: (figures: Adve
  * TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR and leaves the advertisement to the file's owner, saying so on the Pod. Then
  * the owner changes the file (the Secret updated: the kubelet swaps `..data`, containerboot reloads it), certshare
  * is stopped (SIGTERM; the kubelet starts it again) and the Pod is deleted, its prefs sampled every 100 ms
- * throughout: AdvertiseServices is the file's, then the changed file's, and nothing else; tailscaled logged no
- * prefs edit; the proxy serves the certificate.
+ * throughout: AdvertiseServices is the file's, then the changed file's, then none by containerboot's own withdrawal
+ * at the deletion, and nothing else; tailscaled's one prefs edit is that withdrawal; the proxy serves the certificate.
  */
 async function configFileOwner(env: E2eCluster): Promise<ConfigFileFigures> {
   const k = (args: string[]) => env.cluster.kubectlOk(['-n', CONFIG_NS, ...args], { timeoutMs: 120_000 });
@@ -583,6 +585,7 @@ async function configFileOwner(env: E2eCluster): Promise<ConfigFileFigures> {
   let deletingAt = 0;
   let certshareRestarts = 0;
   let uid = '';
+  let tailscaledToEnd: ReturnType<typeof kubectlWatch> | undefined;
   try {
     await env.cluster.kubectlOk(['apply', '-k', join(REPO, 'test/cluster/e2e/proxies', CONFIG_NS), '-n', CONFIG_NS], { timeoutMs: 120_000 });
     const pod = await poll('the config-file Pod created', 60_000, async () => JSON.parse(await k(['get', 'pod', 'proxy-0', '-o', 'json'])) as V1Pod);
@@ -651,12 +654,17 @@ async function configFileOwner(env: E2eCluster): Promise<ConfigFileFigures> {
       );
     }
 
-    // The Pod deleted: the StatefulSet scaled to none.
+    // The Pod deleted: the StatefulSet scaled to none. containerboot, sent SIGTERM, withdraws the file's Services
+    // itself (EnsureServicesNotAdvertised: one prefs edit), waits 20 s for control's failover, then stops tailscaled;
+    // its log, followed to the end, shows who edited.
+    tailscaledToEnd = kubectlWatch(env, ['logs', '--follow', 'proxy-0', '-c', 'tailscale', '-n', CONFIG_NS]);
+    await poll('the tailscale container’s log followed', 30_000, async () => (tailscaledToEnd!.lines.length > 0 ? true : undefined));
     deletingAt = Date.now();
     await k(['scale', 'statefulset/proxy', '--replicas=0']);
     await k(['wait', '--for=delete', 'pod/proxy-0', '--timeout=120s']);
   } finally {
     sampler.child.stdin!.end();
+    tailscaledToEnd?.child.kill('SIGKILL');
   }
   const prefs = await samplerResult(sampler);
   const lists = prefs.lists.filter((l) => l.pod === uid);
@@ -674,15 +682,20 @@ async function configFileOwner(env: E2eCluster): Promise<ConfigFileFigures> {
   const whileRunning = fromFile.at(-1)?.services === null ? fromFile.slice(0, -1) : fromFile;
   assert.deepEqual(
     whileRunning.map((l) => l.services),
-    [[OWNED], OWNED_LATER],
-    'only the owner’s change: no edit of certshare’s, none at its stop or the Pod’s deletion',
+    [[OWNED], OWNED_LATER, []],
+    'only the owner’s: the file, its change, containerboot’s withdrawal at the deletion; nothing at certshare’s stop',
   );
   assert.ok(whileRunning[1]!.at > changedAt, 'the change came with the file’s');
+  assert.ok(whileRunning[2]!.at > deletingAt, 'the withdrawal came with the deletion');
+  const lastLines = tailscaledToEnd!.lines.map((l) => l.text);
+  assert.equal(lastLines.filter((l) => l.includes('unadvertising services: [svc:api svc:owned]')).length, 1, 'containerboot withdrew the file’s Services');
+  assert.equal(lastLines.filter((l) => l.includes('EditPrefs')).length, 1, 'tailscaled’s one prefs edit: containerboot’s withdrawal');
   const unservedBetween = (from: number, to: number) => prefs.unserved.filter(({ at }) => at >= from && at < to).length;
   const figures: ConfigFileFigures = {
     prefsSamples: prefs.ticks.length,
     listsSeen: whileRunning.length,
     fileToPrefsMs: whileRunning[1]!.at - changedAt,
+    withdrawnBeforeStopMs: fromFile.length > whileRunning.length ? fromFile.at(-1)!.at - whileRunning[2]!.at : null,
     ownerAdvertisedUnservedBeforeReady: unservedBetween(0, readyAt),
     advertisedUnserved: unservedBetween(readyAt, deletingAt),
     certshareRestarts,
