@@ -13,6 +13,8 @@
 // restart and the renewals meanwhile, a client connecting through the Kubernetes Service all the while: never
 // no replica advertising (the fewest reported), each old Pod's withdrawal seen by control before its proxy stopped, no failed
 // handshake.
+// Then tailscaled as Tailscale's operator runs it (./proxies/config-file): the real containerboot from the operator's
+// config file in a Secret, changed during the run; the file's owner alone advertises (configFileOwner).
 // With CERTSHARE_E2E_PROXIES_FIGURES=<file> the proxies' figures are written there as JSON (npm run e2e -- --json
 // puts them under `proxies`), and with CERTSHARE_E2E_ADVERTISE_FIGURES=<file> the advertisement's.
 import assert from 'node:assert/strict';
