@@ -78,6 +78,11 @@ export interface Cluster {
   spawnInside(name: string, command: string[], env?: Record<string, string>): ManagedProcess;
   /** Imports an OCI archive into containerd's k8s.io namespace. */
   importImage(archive: string, ref: string, pinned?: boolean): Promise<void>;
+  /**
+   * Sends a signal to a container's task through containerd (`containerd://<id>` from the Pod's status), as the
+   * node's root: a process stopped without kubectl exec (refused into certshare's container by its policy).
+   */
+  signalContainer(containerId: string, signal: string): Promise<void>;
   /** Last lines of a component's output (kubelet, containerd, kube-apiserver, ...). */
   logs(component: string): string;
   /** Stops everything and restores the host: no process, mount, cgroup or namespace left. Idempotent. */
@@ -644,8 +649,18 @@ class ClusterImpl implements Cluster {
     });
   }
 
+  /** ctr on the cluster's containerd, in the kubelet's namespace. */
+  private get ctr(): string[] {
+    return ['ctr', `--address=${this.path('containerd', 'containerd.sock')}`, '--namespace=k8s.io'];
+  }
+
+  async signalContainer(containerId: string, signal: string): Promise<void> {
+    const res = await runCommand([...this.ctr, 'tasks', 'kill', `--signal=${signal}`, containerId.replace(/^containerd:\/\//, '')], { timeoutMs: 30_000 });
+    if (res.code !== 0) throw new Error(`ctr tasks kill ${containerId}: ${res.stderr}`);
+  }
+
   async importImage(archive: string, ref: string, pinned = false): Promise<void> {
-    const ctr = ['ctr', `--address=${this.path('containerd', 'containerd.sock')}`, '--namespace=k8s.io'];
+    const ctr = this.ctr;
     const res = await runCommand([...ctr, 'images', 'import', '--no-unpack=false', archive], { timeoutMs: 300_000 });
     if (res.code !== 0) throw new Error(`ctr images import ${archive}: ${res.stderr}`);
     const listed = await runCommand([...ctr, 'images', 'list', '--quiet'], { timeoutMs: 30_000 });

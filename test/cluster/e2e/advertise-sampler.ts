@@ -12,7 +12,8 @@
 // a failed handshake is a sample advertised while not served. A tailscaled refusing connections (stopped)
 // advertises nothing; one slow to answer (over 2 s) keeps its last state; a tick counts once some Pod's
 // prefs were read. At the end one JSON line: every tick's time and count of advertisers, each unserved sample
-// (pod, time, the handshake's error), each change of a replica's state.
+// (pod, time, the handshake's error), each change of a replica's state, and each change of a replica's whole
+// AdvertiseServices list (null while no tailscaled answers: not started yet, or stopped).
 import { spawn } from 'node:child_process';
 import { mkdtemp, readFile, rm, symlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -65,18 +66,29 @@ createInterface({ input: process.stdin }).on('close', () => (stopping = true));
 process.stdin.resume();
 
 type Advertised = boolean | 'unknown';
+/** Each change of a replica's AdvertiseServices (sorted), every Service it lists: who changed what, beyond the one Service. */
+const lists: Array<{ pod: string; at: number; services: string[] | null }> = [];
+const lastList = new Map<string, string>();
+const noteList = (uid: string, services: string[] | null): void => {
+  const key = JSON.stringify(services);
+  if (lastList.get(uid) !== key) lists.push({ pod: uid, at: Date.now(), services });
+  lastList.set(uid, key);
+};
 /** Why each Pod's last read told nothing (a timeout, an HTTP error), for a Pod never read. */
 const lastError = new Map<string, string>();
 
 async function advertises(uid: string, socket: string): Promise<Advertised> {
   try {
     const prefs = await getJson<{ AdvertiseServices?: string[] | null }>(socket, '/localapi/v0/prefs', { signal: AbortSignal.timeout(PREFS_TIMEOUT_MS) });
+    noteList(uid, [...(prefs.AdvertiseServices ?? [])].sort());
     return (prefs.AdvertiseServices ?? []).includes(service!);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     lastError.set(uid, code ?? String(err));
     // Refused or gone: no tailscaled behind the socket, nothing advertised through it.
-    return code === 'ECONNREFUSED' || code === 'ENOENT' ? false : 'unknown';
+    const gone = code === 'ECONNREFUSED' || code === 'ENOENT';
+    if (gone) noteList(uid, null);
+    return gone ? false : 'unknown';
   }
 }
 
@@ -147,4 +159,4 @@ while (!stopping) {
 watch.kill('SIGKILL');
 await rm(links, { recursive: true, force: true });
 const neverRead = [...podIps.keys()].filter((uid) => !last.has(uid)).map((uid) => ({ pod: uid, error: lastError.get(uid) }));
-console.log(JSON.stringify({ ticks, unserved, changes, neverRead }));
+console.log(JSON.stringify({ ticks, unserved, changes, lists, neverRead }));

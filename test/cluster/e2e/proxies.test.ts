@@ -13,6 +13,8 @@
 // restart and the renewals meanwhile, a client connecting through the Kubernetes Service all the while: never
 // no replica advertising (the fewest reported), each old Pod's withdrawal seen by control before its proxy stopped, no failed
 // handshake.
+// Then tailscaled as Tailscale's operator runs it (./proxies/config-file): the real containerboot from the operator's
+// config file in a Secret, changed during the run; the file's owner alone advertises (configFileOwner).
 // With CERTSHARE_E2E_PROXIES_FIGURES=<file> the proxies' figures are written there as JSON (npm run e2e -- --json
 // puts them under `proxies`), and with CERTSHARE_E2E_ADVERTISE_FIGURES=<file> the advertisement's.
 import assert from 'node:assert/strict';
@@ -23,10 +25,11 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import type { V1Pod } from '../../../src/kube/transport/client-node.ts';
 import { CLUSTER_ROOT } from '../cluster.ts';
 import { type E2eCluster, startE2eCluster } from '../e2e-cluster.ts';
 import { servicesControlSees } from '../../harness/tailscale.ts';
-import { explainPods, installInjector, prepareExampleNamespace } from './setup.ts';
+import { E2E_AUTH_KEY, explainPods, installInjector, prepareExampleNamespace } from './setup.ts';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 const PROBE = join(REPO, 'test/cluster/e2e/tls-probe.ts');
@@ -98,6 +101,34 @@ interface AdvertiseFigures {
 
 let advertiseFigures: Partial<AdvertiseFigures> & { rollout10?: AdvertiseFigures } = {};
 
+const CONFIG_NS = 'config-file';
+/**
+ * The file the operator writes for a ProxyGroup Pod in 1.102.5 (cap-<its minimum capability version, 106>):
+ * containerboot takes the highest cap-<N> up to its own (142).
+ */
+const CONFIG_KEY = 'cap-106.hujson';
+/** The config file's Services: the owner's, not the one certshare manages a certificate for (svc:proxy's rollout counts nodes advertising that). */
+const OWNED = 'svc:owned';
+const OWNED_LATER = [OWNED, 'svc:api'].sort();
+
+interface ConfigFileFigures {
+  /** The sampler's ticks (every 100 ms) from the Pod's first prefs read to the Pod gone. */
+  prefsSamples: number;
+  /** Distinct AdvertiseServices lists while tailscaled answered, from the file's first (3: the file's, its change, containerboot's withdrawal). */
+  listsSeen: number;
+  /** From the Secret's update to the prefs holding the changed list (the kubelet's swap, containerboot's reload). */
+  fileToPrefsMs: number;
+  /** At the deletion: from containerboot's withdrawal in the prefs to tailscaled gone (its wait for control's failover). */
+  withdrawnBeforeStopMs: number | null;
+  /** Samples advertised by the owner while the proxy served no valid certificate, before the Pod was Ready (the owner's choice). */
+  ownerAdvertisedUnservedBeforeReady: number;
+  /** The same from Ready until the Pod's deletion began (0). */
+  advertisedUnserved: number;
+  certshareRestarts: number;
+}
+
+let configFileFigures: ConfigFileFigures | undefined;
+
 type NodeState = 'advertising' | 'withdrawn' | 'offline' | 'changing';
 
 /** One look at control: each node's state for SERVICE, by node ID. */
@@ -159,6 +190,41 @@ function watchLines(
   });
   child.stderr!.resume();
   return { child, lines };
+}
+
+/**
+ * ./advertise-sampler.ts over the namespace's Pods until its stdin ends: every replica's prefs every 100 ms, and its
+ * proxy's certificate while it advertises `service`.
+ */
+const samplePrefs = (env: E2eCluster, ns: string, service: string) =>
+  watchLines(
+    env,
+    [
+      process.execPath,
+      SAMPLER,
+      `--kubectl=${join(env.cluster.binDir, 'kubectl')}`,
+      `--kubeconfig=${env.cluster.adminKubeconfigPath}`,
+      `--namespace=${ns}`,
+      `--pods-dir=${KUBELET_PODS_DIR}`,
+      '--socket-volume=tailscale-socket',
+      `--service=${service}`,
+      `--ca=${CA_FILE}`,
+      `--sni=${DOMAIN}`,
+      `--interval-ms=${PREFS_SAMPLE_MS}`,
+    ],
+    'pipe',
+  );
+
+/** The sampler's last line, once it closed (its stdin ended: ./advertise-sampler.ts). */
+async function samplerResult(sampler: ReturnType<typeof watchLines>): Promise<{
+  ticks: Array<[at: number, advertisers: number]>;
+  unserved: Array<{ pod: string; at: number; error: string }>;
+  changes: Array<{ pod: string; at: number; advertises: boolean }>;
+  lists: Array<{ pod: string; at: number; services: string[] | null }>;
+  neverRead: Array<{ pod: string; error?: string }>;
+}> {
+  await new Promise((resolve) => (sampler.child.exitCode !== null ? resolve(undefined) : sampler.child.once('close', resolve)));
+  return JSON.parse(sampler.lines.at(-1)!.text);
 }
 
 /** `kubectl <args>` (a --watch) inside the cluster's namespace, as the admin, its lines timed as they come. */
@@ -223,9 +289,10 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
       process.stderr.write(`e2e proxies figures: ${JSON.stringify(figures)}\n`);
       const file = process.env.CERTSHARE_E2E_PROXIES_FIGURES;
       if (file) await writeFile(file, JSON.stringify(figures));
-      process.stderr.write(`e2e advertisement figures: ${JSON.stringify(advertiseFigures)}\n`);
+      const advertisement = { ...advertiseFigures, ...(configFileFigures ? { configFile: configFileFigures } : {}) };
+      process.stderr.write(`e2e advertisement figures: ${JSON.stringify(advertisement)}\n`);
       const advertiseFile = process.env.CERTSHARE_E2E_ADVERTISE_FIGURES;
-      if (advertiseFile) await writeFile(advertiseFile, JSON.stringify(advertiseFigures));
+      if (advertiseFile) await writeFile(advertiseFile, JSON.stringify(advertisement));
     },
     { timeout: 120_000 },
   );
@@ -322,6 +389,12 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
     await rollOut(env, SERVICE_REPLICAS, (f) => (advertiseFigures = { ...advertiseFigures, ...f }));
   });
 
+  it("containerboot from the operator's config file: AdvertiseServices only the file's, through its change, certshare's stop, the Pod's deletion", {
+    timeout: 600_000,
+  }, async () => {
+    configFileFigures = await configFileOwner(env);
+  });
+
   it(`${LARGE_GROUP} replicas advertise svc:proxy through a rolling restart: never none, never one advertising unserved`, {
     skip: largeGroup ? false : 'npm run e2e only (CERTSHARE_E2E_LARGE_GROUP=1): about 8 minutes more',
     timeout: 2_400_000,
@@ -343,23 +416,7 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
 async function rollOut(env: E2eCluster, replicas: number, record: (figures: AdvertiseFigures) => void): Promise<void> {
   const views: Array<Awaited<ReturnType<typeof controlView>>> = [];
   const exitWatch = proxyExitWatch(env, SERVICE_NS);
-  const prefsSampler = watchLines(
-    env,
-    [
-      process.execPath,
-      SAMPLER,
-      `--kubectl=${join(env.cluster.binDir, 'kubectl')}`,
-      `--kubeconfig=${env.cluster.adminKubeconfigPath}`,
-      `--namespace=${SERVICE_NS}`,
-      `--pods-dir=${KUBELET_PODS_DIR}`,
-      '--socket-volume=tailscale-socket',
-      `--service=${SERVICE}`,
-      `--ca=${CA_FILE}`,
-      `--sni=${DOMAIN}`,
-      `--interval-ms=${PREFS_SAMPLE_MS}`,
-    ],
-    'pipe',
-  );
+  const prefsSampler = samplePrefs(env, SERVICE_NS, SERVICE);
   let sampling = true;
   const sampler = (async () => {
     while (sampling) {
@@ -451,13 +508,7 @@ async function rollOut(env: E2eCluster, replicas: number, record: (figures: Adve
   const leads = stops.map((stop, i) => (withdrawals[i] === undefined ? Number.NaN : stop - withdrawals[i]!));
 
   // Every replica's prefs over the same phase: from control seeing all advertise (their prefs did before).
-  await new Promise((resolve) => (prefsSampler.child.exitCode !== null ? resolve(undefined) : prefsSampler.child.once('close', resolve)));
-  const prefs = JSON.parse(prefsSampler.lines.at(-1)!.text) as {
-    ticks: Array<[at: number, advertisers: number]>;
-    unserved: Array<{ pod: string; at: number; error: string }>;
-    changes: Array<{ pod: string; at: number; advertises: boolean }>;
-    neverRead: Array<{ pod: string; error?: string }>;
-  };
+  const prefs = await samplerResult(prefsSampler);
   if (prefs.neverRead.length > 0) process.stderr.write(`e2e advertise: Pods whose prefs were never read ${JSON.stringify(prefs.neverRead)}\n`);
   const from = sampled[0]!.at;
   const ticks = prefs.ticks.filter(([at]) => at >= from);
@@ -502,4 +553,156 @@ async function rollOut(env: E2eCluster, replicas: number, record: (figures: Adve
   assert.equal(leftAdvertising, 0, 'no node left the tailnet still advertising');
   assert.equal(result.failures.length, 0, `no failed handshake of ${result.attempts}`);
   assert.ok(result.serials.length >= 2, `a renewal served during the phase (${result.serials.length} certificates seen)`);
+}
+
+/**
+ * tailscaled as Tailscale's operator runs it in a ProxyGroup Pod: the real containerboot starting it from the
+ * operator's config file, a Secret the kubelet mounts (./proxies/config-file), certshare injected beside it and
+ * nginx. The Pod asks certshare to advertise (manifests/example-tailscale-service); the injector sees
+ * TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR and leaves the advertisement to the file's owner, saying so on the Pod. Then
+ * the owner changes the file (the Secret updated: the kubelet swaps `..data`, containerboot reloads it), certshare
+ * is stopped (SIGTERM; the kubelet starts it again) and the Pod is deleted, its prefs sampled every 100 ms
+ * throughout: AdvertiseServices is the file's, then the changed file's, then none by containerboot's own withdrawal
+ * at the deletion, and nothing else; tailscaled's one prefs edit is that withdrawal; the proxy serves the certificate.
+ */
+async function configFileOwner(env: E2eCluster): Promise<ConfigFileFigures> {
+  const k = (args: string[]) => env.cluster.kubectlOk(['-n', CONFIG_NS, ...args], { timeoutMs: 120_000 });
+  // As the operator writes it (pgTailscaledConfig): login server, auth key, hostname and Services in the file.
+  const config = (services: string[]) =>
+    JSON.stringify({
+      Version: 'alpha0',
+      Locked: false,
+      AcceptDNS: false,
+      AcceptRoutes: false,
+      ServerURL: env.tsenv.control,
+      AuthKey: E2E_AUTH_KEY,
+      Hostname: DOMAIN.split('.')[0],
+      AdvertiseServices: services,
+    });
+  await prepareExampleNamespace(env, CONFIG_NS, 'proxy', CA_FILE);
+  await k(['create', 'secret', 'generic', 'tailscale-config', `--from-literal=${CONFIG_KEY}=${config([OWNED])}`]);
+  const sampler = samplePrefs(env, CONFIG_NS, OWNED);
+  let readyAt = 0;
+  let changedAt = 0;
+  let deletingAt = 0;
+  let certshareRestarts = 0;
+  let uid = '';
+  let tailscaledToEnd: ReturnType<typeof kubectlWatch> | undefined;
+  try {
+    await env.cluster.kubectlOk(['apply', '-k', join(REPO, 'test/cluster/e2e/proxies', CONFIG_NS), '-n', CONFIG_NS], { timeoutMs: 120_000 });
+    const pod = await poll('the config-file Pod created', 60_000, async () => JSON.parse(await k(['get', 'pod', 'proxy-0', '-o', 'json'])) as V1Pod);
+    uid = pod.metadata!.uid!;
+    // The injector's choice, on the Pod as admitted: no advertisement for certshare, no agent, the owner named.
+    const certshare = pod.spec!.initContainers!.find((c) => c.name === 'certshare')!;
+    assert.deepEqual(
+      (certshare.env ?? []).filter((e) => e.name.startsWith('CERTSHARE_ADVERTISE') || e.name === 'CERTSHARE_LEAVE_TOKEN').map((e) => e.name),
+      [],
+      'certshare told not to advertise',
+    );
+    assert.deepEqual(
+      pod.spec!.containers.map((c) => c.name),
+      ['proxy', 'tailscale'],
+      'no advertise agent',
+    );
+    assert.match(pod.metadata!.annotations!['certshare.io/advertise-owner'] ?? '', /^config-file: container tailscale /);
+    const podIp = await poll('the config-file Pod Ready', 300_000, async () => {
+      const [ready, ip] = (await k(['get', 'pod', 'proxy-0', '-o', 'jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.podIP}'])).split(' ');
+      return ready === 'True' ? ip : undefined;
+    }).catch(async (err: unknown) => {
+      await explainPods(env, CONFIG_NS, ['certshare', 'tailscale'], 'e2e config-file');
+      throw err;
+    });
+    readyAt = Date.now();
+    const served = await env.cluster.exec([process.execPath, PROBE, 'once', '--ca', CA_FILE, '--sni', DOMAIN, `${podIp}:8443`], { timeoutMs: 30_000 });
+    assert.deepEqual(
+      (JSON.parse(served.stdout) as Array<{ error?: string }>).map((p) => p.error),
+      [undefined],
+      `the proxy serves a valid certificate for ${DOMAIN}`,
+    );
+
+    // The owner changes the file; the kubelet's sync swaps the mounted Secret, containerboot's watcher reloads it.
+    changedAt = Date.now();
+    await k(['patch', 'secret', 'tailscale-config', '--type=merge', '-p', JSON.stringify({ stringData: { [CONFIG_KEY]: config(OWNED_LATER) } })]);
+    const tailscaledLog = () => k(['logs', 'proxy-0', '-c', 'tailscale']);
+    await poll('containerboot reloaded the changed file', 180_000, async () =>
+      (await tailscaledLog()).includes('tailscaled config watch: config was reloaded') ? true : undefined,
+    );
+
+    // certshare stops (as on a crash or an update of its own) and the kubelet starts it again.
+    await env.cluster.signalContainer(
+      await k(['get', 'pod', 'proxy-0', '-o', 'jsonpath={.status.initContainerStatuses[?(@.name=="certshare")].containerID}']),
+      'SIGTERM',
+    );
+    certshareRestarts = await poll('certshare started again and the Pod Ready', 180_000, async () => {
+      const [restarts = '0', ready] = (
+        await k([
+          'get',
+          'pod',
+          'proxy-0',
+          '-o',
+          'jsonpath={.status.initContainerStatuses[?(@.name=="certshare")].restartCount} {.status.conditions[?(@.type=="Ready")].status}',
+        ])
+      ).split(' ');
+      return Number(restarts) >= 1 && ready === 'True' ? Number(restarts) : undefined;
+    });
+    const edits = (await tailscaledLog()).split('\n').filter((l) => l.includes('EditPrefs'));
+    assert.deepEqual(edits, [], 'tailscaled logged no prefs edit');
+    for (const previous of [true, false]) {
+      const lines = (await k(['logs', 'proxy-0', '-c', 'certshare', ...(previous ? ['--previous'] : [])])).split('\n');
+      assert.deepEqual(
+        lines.filter((l) => l.includes('CERTSHARE_ADVERTISE')),
+        [],
+        `certshare (${previous ? 'stopped' : 'started again'}) neither advertised nor tried to`,
+      );
+    }
+
+    // The Pod deleted: the StatefulSet scaled to none. containerboot, sent SIGTERM, withdraws the file's Services
+    // itself (EnsureServicesNotAdvertised: one prefs edit), waits 20 s for control's failover, then stops tailscaled;
+    // its log, followed to the end, shows who edited.
+    tailscaledToEnd = kubectlWatch(env, ['logs', '--follow', 'proxy-0', '-c', 'tailscale', '-n', CONFIG_NS]);
+    await poll('the tailscale container’s log followed', 30_000, async () => (tailscaledToEnd!.lines.length > 0 ? true : undefined));
+    deletingAt = Date.now();
+    await k(['scale', 'statefulset/proxy', '--replicas=0']);
+    await k(['wait', '--for=delete', 'pod/proxy-0', '--timeout=120s']);
+  } finally {
+    sampler.child.stdin!.end();
+    tailscaledToEnd?.child.kill('SIGKILL');
+  }
+  const prefs = await samplerResult(sampler);
+  const lists = prefs.lists.filter((l) => l.pod === uid);
+  process.stderr.write(`e2e config-file: AdvertiseServices over time ${JSON.stringify(lists.map((l) => ({ ...l, at: new Date(l.at).toISOString() })))}\n`);
+  // Before tailscaled took the file (not started: null) nothing of certshare's or the owner's shows; from then on
+  // each change of the list is counted, a stopped tailscaled (null) only at the end.
+  const first = lists.findIndex((l) => JSON.stringify(l.services) === JSON.stringify([OWNED]));
+  assert.ok(first >= 0, `the file's Services in the prefs: ${JSON.stringify(lists)}`);
+  assert.deepEqual(
+    lists.slice(0, first).filter((l) => l.services !== null),
+    [],
+    'no list before the file’s',
+  );
+  const fromFile = lists.slice(first);
+  const whileRunning = fromFile.at(-1)?.services === null ? fromFile.slice(0, -1) : fromFile;
+  assert.deepEqual(
+    whileRunning.map((l) => l.services),
+    [[OWNED], OWNED_LATER, []],
+    'only the owner’s: the file, its change, containerboot’s withdrawal at the deletion; nothing at certshare’s stop',
+  );
+  assert.ok(whileRunning[1]!.at > changedAt, 'the change came with the file’s');
+  assert.ok(whileRunning[2]!.at > deletingAt, 'the withdrawal came with the deletion');
+  const lastLines = tailscaledToEnd!.lines.map((l) => l.text);
+  assert.equal(lastLines.filter((l) => l.includes('unadvertising services: [svc:api svc:owned]')).length, 1, 'containerboot withdrew the file’s Services');
+  assert.equal(lastLines.filter((l) => l.includes('EditPrefs')).length, 1, 'tailscaled’s one prefs edit: containerboot’s withdrawal');
+  const unservedBetween = (from: number, to: number) => prefs.unserved.filter(({ at }) => at >= from && at < to).length;
+  const figures: ConfigFileFigures = {
+    prefsSamples: prefs.ticks.length,
+    listsSeen: whileRunning.length,
+    fileToPrefsMs: whileRunning[1]!.at - changedAt,
+    withdrawnBeforeStopMs: fromFile.length > whileRunning.length ? fromFile.at(-1)!.at - whileRunning[2]!.at : null,
+    ownerAdvertisedUnservedBeforeReady: unservedBetween(0, readyAt),
+    advertisedUnserved: unservedBetween(readyAt, deletingAt),
+    certshareRestarts,
+  };
+  if (figures.advertisedUnserved > 0) process.stderr.write(`e2e config-file: advertised while not served ${JSON.stringify(prefs.unserved)}\n`);
+  assert.equal(figures.advertisedUnserved, 0, 'from Ready on, the proxy served a valid certificate whenever the file advertised');
+  return figures;
 }

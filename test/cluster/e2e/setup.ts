@@ -10,6 +10,8 @@ import { helm, readmeHelmInstallArgs } from '../../support/helm.ts';
 import type { E2eCluster } from '../e2e-cluster.ts';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
+/** The auth key tailscaled logs in with: the test control server takes any. */
+export const E2E_AUTH_KEY = 'tskey-auth-e2e';
 
 /** `helm install` of the injector with these values files (paths from the repository's root), rolled out, its caBundle written. */
 export async function installInjector(env: E2eCluster, valuesFiles: string[]): Promise<void> {
@@ -40,7 +42,7 @@ export async function prepareExampleNamespace(env: E2eCluster, ns: string, hostn
   const k = (args: string[]) => env.cluster.kubectlOk(args, { timeoutMs: 120_000 });
   await k(['create', 'namespace', ns]);
   await k(['label', 'namespace', ns, 'certshare.io/injection=enabled']);
-  await k(['create', 'secret', 'generic', 'tailscale-auth', '-n', ns, '--from-literal=TS_AUTHKEY=tskey-auth-e2e']);
+  await k(['create', 'secret', 'generic', 'tailscale-auth', '-n', ns, `--from-literal=TS_AUTHKEY=${E2E_AUTH_KEY}`]);
   await k(['create', 'configmap', 'tailscale-test-ca', '-n', ns, `--from-file=ca-bundle.pem=${caFile}`]);
   await k([
     'create',
