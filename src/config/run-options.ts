@@ -10,7 +10,7 @@ import { isHttpUrl } from '../core/values/http-url.ts';
 import { MAX_STARTUP_GRACE_MS } from '../core/loop/startup-grace.ts';
 import { isObjectName } from '../core/values/kube-names.ts';
 import { parseReloadCommand } from '../delivery/reload-command.ts';
-import { parseServiceName, serviceDomain } from '../core/served/advertisement.ts';
+import { isServiceName, parseServiceName, serviceDomain } from '../core/served/advertisement.ts';
 import { parseReloadSignal } from '../delivery/reload-signal.ts';
 import { checkHaproxyPath } from '../delivery/haproxy.ts';
 import { LETS_ENCRYPT_DIRECTORY } from '../acme/renewal-info-client.ts';
@@ -366,6 +366,14 @@ export const RUN_FLAGS = [
       'clusters serve the same Service without a federation home.',
   },
   {
+    name: 'advertise-left-to-file',
+    group: 'served check and Tailscale Services',
+    placeholder: 'svc:NAME',
+    multiple: true,
+    help: "A Tailscale Service the Pod asked for, left to the owner of tailscaled's config file: said once, never advertised.",
+    detail: "Set by certshare injector in place of --advertise-services when tailscaled's container declares TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR.",
+  },
+  {
     name: 'advertise-failover',
     group: 'served check and Tailscale Services',
     placeholder: 'DURATION',
@@ -531,6 +539,7 @@ export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): Dae
     advertiseFailoverMs: duration(values, 'advertise-failover'),
     advertiseAgent: values['advertise-agent'] || undefined,
     advertiseBootstrap: values['advertise-bootstrap'] ?? false,
+    advertiseLeftToFile: values['advertise-left-to-file'] ?? [],
     leaveToken: values['leave-token'] || undefined,
     drainDelayMs: duration(values, 'drain-delay'),
     leaseDurationMs: duration(values, 'lease-duration'),
@@ -661,6 +670,18 @@ function advertiseRules(c: DaemonConfig): ConfigRule[] {
         !c.serveConfig && serviceDomain(service, c.domains) === undefined,
         '--advertise-services',
         () => `${service} has no --domain whose first label is ${service.slice(4)} (a Service's certificate is for <name>.<tailnet>.ts.net)`,
+      ],
+    ),
+    [
+      c.advertiseLeftToFile.length > 0 && advertises(c),
+      '--advertise-left-to-file',
+      () => "leaves the advertisement to tailscaled's config file: give --advertise-services or this, not both",
+    ],
+    ...c.advertiseLeftToFile.map(
+      (service): ConfigRule => [
+        !isServiceName(service),
+        '--advertise-left-to-file',
+        () => `"${service}" is not a Tailscale Service name (svc:<dns-label>, lower case)`,
       ],
     ),
   ];

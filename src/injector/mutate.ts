@@ -274,11 +274,24 @@ function probePod(defaults: InjectionDefaults): V1Pod {
 /**
  * The variables of certshare's container whose value comes from the Pod (its annotations and certshare.io/flags,
  * each bounded by this webhook), is random per Pod (the leave token) or is there only when the Pod advertises
- * (the advertise agent's exchange: certshare's uid has no right on tailscaled either way). Every other variable is the platform's.
+ * (the advertise agent's exchange: certshare's uid has no right on tailscaled either way; or the Services it asked
+ * for, where tailscaled's config file advertises). Every other variable is the platform's.
  * @forTests
  */
 export const POD_CHOSEN_ENV: readonly string[] = [
-  ...['domain', 'mode', 'out-dir', 'readiness-gate', 'reload-signal', 'reload-pidfile', 'haproxy-crt-dir', 'haproxy-socket', 'leave-token', 'advertise-agent'],
+  ...[
+    'domain',
+    'mode',
+    'out-dir',
+    'readiness-gate',
+    'reload-signal',
+    'reload-pidfile',
+    'haproxy-crt-dir',
+    'haproxy-socket',
+    'leave-token',
+    'advertise-agent',
+    'advertise-left-to-file',
+  ],
   ...Object.keys(POD_FLAGS),
 ].map(envName);
 
@@ -598,7 +611,11 @@ type Settings = ReturnType<typeof settingsFromAnnotations>;
 function withoutAdvertising(settings: Settings, configFile: string | undefined): Settings {
   if (configFile === undefined) return settings;
   const advertising = new Set([envName('advertise-services'), envName('advertise-failover'), envName('advertise-bootstrap')]);
-  return { ...settings, extraEnv: (settings.extraEnv ?? []).filter((e) => !advertising.has(e.name)) };
+  const extraEnv = settings.extraEnv ?? [];
+  const asked = extraEnv.find((e) => e.name === envName('advertise-services'));
+  // What the Pod asked for, so that certshare says once whose the advertisement is (its uid cannot ask tailscaled).
+  const leftToFile = asked?.value ? [{ name: envName('advertise-left-to-file'), value: asked.value }] : [];
+  return { ...settings, extraEnv: [...extraEnv.filter((e) => !advertising.has(e.name)), ...leftToFile] };
 }
 
 /** The variable holding --served-check. */

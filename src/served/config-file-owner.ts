@@ -10,6 +10,15 @@ import { LocalApiError, type LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
 
 const FIRST_RETRY_MS = 500;
+
+/**
+ * Says, once, that the config file's owner advertises `services`: found by asking tailscaled, or told by the
+ * injector (--advertise-left-to-file), whose sidecar has no right to ask.
+ */
+export function sayLeftToFile(services: readonly string[] | string, logger: Logger): void {
+  const text = errorText('CERTSHARE_ADVERTISE_CONFIG_FILE', { services: String(services) });
+  logger.warn({ code: 'CERTSHARE_ADVERTISE_CONFIG_FILE', services }, text);
+}
 const MAX_RETRY_MS = 30_000;
 
 /**
@@ -27,8 +36,7 @@ export async function configFileOwnsPrefs(
   for (let failures = 1; !signal.aborted; failures++) {
     try {
       if (!(await localApi.reloadConfig(signal))) return false;
-      const text = errorText('CERTSHARE_ADVERTISE_CONFIG_FILE', { services: String(services) });
-      deps.logger.warn({ code: 'CERTSHARE_ADVERTISE_CONFIG_FILE', services }, text);
+      sayLeftToFile(services, deps.logger);
       return true;
     } catch (err) {
       if (signal.aborted) break;

@@ -15,7 +15,7 @@ import { Advertiser, type PrefsApi } from './advertiser.ts';
 import { agentPrefs } from './advertise-exchange.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
 import { ServedMetrics, servedStatus } from './served-metrics.ts';
-import { configFileOwnsPrefs } from './config-file-owner.ts';
+import { configFileOwnsPrefs, sayLeftToFile } from './config-file-owner.ts';
 import { ServiceDomains, type ServiceDomainsOptions } from './service-domains.ts';
 
 /** How long certshare waits for the advertise agent to apply a request (its poll, a prefs read and edit) before retrying. */
@@ -44,6 +44,11 @@ export interface ServedRotationSettings {
    * group and the proxy serves nothing valid, so that control grants its domain (served/service-domains.ts).
    */
   advertiseBootstrap: boolean;
+  /**
+   * --advertise-left-to-file: Services the Pod asked for that the owner of tailscaled's config file advertises
+   * (the injector's choice, tailscale-operator.ts configFileTailscaled): said once at start, never advertised.
+   */
+  advertiseLeftToFile: readonly string[];
   renewal: RenewalPolicy;
   readinessLeadMs: number;
 }
@@ -130,6 +135,7 @@ export function createServedRotation(config: ServedRotationSettings, deps: Serve
     advertiser,
     serviceDomains,
     start: () => {
+      if (config.advertiseLeftToFile.length > 0) sayLeftToFile(config.advertiseLeftToFile, logger);
       checker.start();
       serviceDomains?.start();
       ownerChecked = advertiser ? startAdvertising(advertiser) : Promise.resolve(false);

@@ -361,8 +361,8 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     const { metadata, spec } = await stored('config-file-0');
     const certshare = spec!.initContainers!.find((c) => c.name === 'certshare')!;
     assert.deepEqual(
-      certshare.env!.filter((e) => e.name.startsWith('CERTSHARE_ADVERTISE') || e.name === 'CERTSHARE_LEAVE_TOKEN').map((e) => e.name),
-      [],
+      certshare.env!.filter((e) => e.name.startsWith('CERTSHARE_ADVERTISE') || e.name === 'CERTSHARE_LEAVE_TOKEN'),
+      [{ name: 'CERTSHARE_ADVERTISE_LEFT_TO_FILE', value: 'svc:proxy' }],
     );
     assert.deepEqual(
       spec!.containers.map((c) => c.name),

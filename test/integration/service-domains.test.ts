@@ -171,4 +171,28 @@ describe('tailscaled from a config file (emulator): the file owns AdvertiseServi
       await dir.remove();
     }
   });
+
+  it('told by the injector (--advertise-left-to-file, its uid cannot ask tailscaled): says so once at start, never advertises', async () => {
+    const proxy = await startNotTlsProxy('http');
+    const dir = await tempDir();
+    const emulator = await emulatorIn(dir.path);
+    const edits = emulator.prefs.edits;
+    const log = recordingLogger();
+    const flags = ['--served-check', `127.0.0.1:${proxy.port}`, '--served-check-interval', '1s', '--advertise-left-to-file', SERVICE];
+    const daemon = await standaloneDaemon(emulator, join(dir.path, 'certs'), flags, log.logger);
+    const said = () => log.entries.filter((e) => e.code === 'CERTSHARE_ADVERTISE_CONFIG_FILE');
+    try {
+      await until('said at start', () => said().length === 1, [every50ms]);
+      assert.match(String(said()[0]!.msg), new RegExp(`${SERVICE} left to the file's owner`));
+      await until('a certificate held', () => emulator.stats().issuancesTotal === 1, [onEvent(emulator.events, 'issued'), every50ms]);
+      await daemon.stop();
+      assert.equal(emulator.prefs.edits, edits, 'no prefs edit');
+      assert.equal(said().length, 1, 'said once');
+    } finally {
+      await daemon.stop();
+      await proxy.close();
+      await emulator.close();
+      await dir.remove();
+    }
+  });
 });

@@ -140,6 +140,18 @@ describe('run configuration: one validation step before anything starts', () => 
       {},
       /--advertise-failover: must be below --shutdown-timeout/,
     ],
+    [
+      '--advertise-left-to-file beside --advertise-services',
+      ['--domain', DOMAIN, '--served-check', '127.0.0.1:8443', '--advertise-services', 'svc:web', '--advertise-left-to-file', 'svc:web'],
+      {},
+      /--advertise-left-to-file: leaves the advertisement to tailscaled's config file: give --advertise-services or this, not both/,
+    ],
+    [
+      '--advertise-left-to-file not a Service',
+      ['--domain', DOMAIN],
+      { CERTSHARE_ADVERTISE_LEFT_TO_FILE: 'svc:web,web' },
+      /--advertise-left-to-file: "web" is not a Tailscale Service name/,
+    ],
   ];
   for (const [name, args, env, message] of refused) {
     it(`refuses ${name} with CERTSHARE_BAD_FLAG`, () => {
@@ -193,6 +205,8 @@ describe('run configuration: one validation step before anything starts', () => 
     assert.equal(fromFile.advertiseServices, 'serve-config');
     const named = config(['--domain', DOMAIN, '--served-check', '127.0.0.1:8443', '--advertise-services', 'svc:web', '--advertise-services', 'svc:web']);
     assert.deepEqual(named.advertiseServices, ['svc:web']);
+    const leftToFile = config(['--domain', DOMAIN, '--served-check', '127.0.0.1:8443'], { CERTSHARE_ADVERTISE_LEFT_TO_FILE: 'svc:web,svc:api' });
+    assert.deepEqual([leftToFile.advertiseServices, leftToFile.advertiseLeftToFile], [[], ['svc:web', 'svc:api']]);
   });
 
   it('says expected start-up states plainly for 30 s by default; 0 warns at once, the environment scales it', () => {

@@ -592,11 +592,12 @@ async function configFileOwner(env: E2eCluster): Promise<ConfigFileFigures> {
     await env.cluster.kubectlOk(['apply', '-k', join(REPO, 'test/cluster/e2e/proxies', CONFIG_NS), '-n', CONFIG_NS], { timeoutMs: 120_000 });
     const pod = await poll('the config-file Pod created', 60_000, async () => JSON.parse(await k(['get', 'pod', 'proxy-0', '-o', 'json'])) as V1Pod);
     uid = pod.metadata!.uid!;
-    // The injector's choice, on the Pod as admitted: no advertisement for certshare, no agent, the owner named.
+    // The injector's choice, on the Pod as admitted: no advertisement for certshare (what the Pod asked for is left to
+    // the file, said once), no agent, the owner named.
     const certshare = pod.spec!.initContainers!.find((c) => c.name === 'certshare')!;
     assert.deepEqual(
-      (certshare.env ?? []).filter((e) => e.name.startsWith('CERTSHARE_ADVERTISE') || e.name === 'CERTSHARE_LEAVE_TOKEN').map((e) => e.name),
-      [],
+      (certshare.env ?? []).filter((e) => e.name.startsWith('CERTSHARE_ADVERTISE') || e.name === 'CERTSHARE_LEAVE_TOKEN'),
+      [{ name: 'CERTSHARE_ADVERTISE_LEFT_TO_FILE', value: 'svc:proxy' }],
       'certshare told not to advertise',
     );
     assert.deepEqual(
@@ -649,11 +650,9 @@ async function configFileOwner(env: E2eCluster): Promise<ConfigFileFigures> {
     assert.deepEqual(edits, [], 'tailscaled logged no prefs edit');
     for (const previous of [true, false]) {
       const lines = (await k(['logs', 'proxy-0', '-c', 'certshare', ...(previous ? ['--previous'] : [])])).split('\n');
-      assert.deepEqual(
-        lines.filter((l) => l.includes('CERTSHARE_ADVERTISE')),
-        [],
-        `certshare (${previous ? 'stopped' : 'started again'}) neither advertised nor tried to`,
-      );
+      const advertiseLines = lines.filter((l) => l.includes('CERTSHARE_ADVERTISE'));
+      assert.equal(advertiseLines.length, 1, `certshare (${previous ? 'stopped' : 'started again'}) said once whose the advertisement is: ${advertiseLines}`);
+      assert.match(advertiseLines[0]!, /"code":"CERTSHARE_ADVERTISE_CONFIG_FILE".*svc:proxy left to the file's owner/);
     }
 
     // The Pod deleted: the StatefulSet scaled to none. containerboot, sent SIGTERM, withdraws the file's Services

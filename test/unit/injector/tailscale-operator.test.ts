@@ -176,8 +176,8 @@ describe("the injector's tailscaled operator grant", () => {
       const certshare = stored.spec!.initContainers!.find((c) => c.name === 'certshare')!;
       assert.deepEqual(
         certshare.env!.filter((e) => e.name.startsWith('CERTSHARE_ADVERTISE') || e.name === 'CERTSHARE_LEAVE_TOKEN'),
-        [],
-        'certshare is not told to advertise',
+        [{ name: 'CERTSHARE_ADVERTISE_LEFT_TO_FILE', value: 'svc:proxy' }],
+        'certshare is not told to advertise, only which Services the file owns, to say so',
       );
       assert.ok(
         certshare.env!.some((e) => e.name === 'CERTSHARE_SERVED_CHECK' && e.value === '127.0.0.1:8443'),
