@@ -370,7 +370,7 @@ export const RUN_FLAGS = [
     group: 'served check and Tailscale Services',
     placeholder: 'svc:NAME',
     multiple: true,
-    help: "A Tailscale Service the Pod asked for, left to the owner of tailscaled's config file: said once, never advertised.",
+    help: "A Service left to the owner of tailscaled's config file: said once at start, never advertised.",
     detail: "Set by certshare injector in place of --advertise-services when tailscaled's container declares TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR.",
   },
   {
