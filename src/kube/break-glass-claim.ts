@@ -54,13 +54,14 @@ export class BreakGlassClaims {
   }
 
   /**
-   * Takes the window of the copy `window` (its serial; null: none) expiring at `notAfter`: its first claim, else
+   * Takes the window of the copy `window` (its serial; null: none) valid over `validity`: its first claim, else
    * its last (the first claimant stored nothing since, or the window would be closed), unless an earlier claim
    * recorded a newer copy or certificate. Anything else than an answer (a refusal, a timeout, an apiserver error,
    * too many claims) is thrown: no claim, no break-glass issuance.
    */
-  async claim(domain: string, window: string | null, notAfter: number | undefined): Promise<ClaimAnswer> {
-    if (!windowClaimable(notAfter, await this.#recorded(domain))) return 'superseded';
+  async claim(domain: string, window: string | null, validity: { notBefore: number; notAfter: number } | undefined): Promise<ClaimAnswer> {
+    if (!windowClaimable(validity, await this.#recorded(domain), this.#o.clock.now())) return 'superseded';
+    const notAfter = validity?.notAfter;
     const names = this.names(domain, window);
     if (await this.#create(names.first, domain, window, 'first', notAfter)) return 'claimed';
     return (await this.#create(names.last, domain, window, 'last', notAfter)) ? 'claimed' : 'spent';

@@ -166,8 +166,8 @@ type Via = 'home' | 'local';
 /** A window's break-glass claim as this writer knows it (break-glass-claim.ts). */
 interface Claim {
   window: string | null;
-  /** The copy's notAfter (undefined: none). */
-  notAfter: number | undefined;
+  /** The copy's validity (undefined: none). */
+  validity: { notBefore: number; notAfter: number } | undefined;
   state: 'pending' | 'failed' | ClaimAnswer;
   failures: number;
   retryAt: number;
@@ -297,7 +297,7 @@ export class Federation {
           readinessLeadMs: this.#o.readinessLeadMs,
           breakGlass: parseBreakGlassRecord(this.#o.local.store.annotation(domain, ANNOTATION_BREAK_GLASS)),
         });
-        if (verdict.kind !== 'break_glass' || !this.#claimed(domain, copy?.info.serial ?? null, copy?.info.notAfter)) return false;
+        if (verdict.kind !== 'break_glass' || !this.#claimed(domain, copy?.info.serial ?? null, copy?.info)) return false;
         if (!this.#breakGlass.has(domain)) this.#breakGlass.set(domain, { at: this.#o.clock.now(), window: copy?.info.serial ?? null });
         return true;
       },
@@ -313,12 +313,12 @@ export class Federation {
    * Whether this writer holds the claim of the window; if nothing is under way for it, one is started (a
    * failed one again once its wait is over) and the role's listeners hear when it is taken.
    */
-  #claimed(domain: string, window: string | null, notAfter: number | undefined): boolean {
+  #claimed(domain: string, window: string | null, validity: Claim['validity']): boolean {
     const now = this.#o.clock.now();
     const claim = this.#claims.get(domain);
     if (claim?.window === window && (claim.state !== 'failed' || now < claim.retryAt)) return claim.state === 'claimed';
     if (claim?.state === 'pending') return false;
-    const next: Claim = { window, notAfter, state: 'pending', failures: claim?.window === window ? claim.failures : 0, retryAt: 0 };
+    const next: Claim = { window, validity, state: 'pending', failures: claim?.window === window ? claim.failures : 0, retryAt: 0 };
     this.#claims.set(domain, next);
     void this.#claim(domain, next);
     return false;
@@ -328,13 +328,13 @@ export class Federation {
     const { local, logger, clock } = this.#o;
     const args = { domain, window: claim.window ?? 'none', claim: local.claims.names(domain, claim.window).first };
     try {
-      claim.state = await local.claims.claim(domain, claim.window, claim.notAfter);
+      claim.state = await local.claims.claim(domain, claim.window, claim.validity);
       claim.failures = 0;
     } catch (err) {
       claim.state = 'failed';
       claim.failures++;
       const now = clock.now();
-      const timeLeft = Math.max(0, (claim.notAfter ?? now) - now);
+      const timeLeft = Math.max(0, (claim.validity?.notAfter ?? now) - now);
       claim.retryAt = now + Math.min(doubling(CLAIM_FIRST_RETRY_MS, claim.failures, CLAIM_RETRY_CAP_MS), timeLeft * CLAIM_RETRY_SHARE_OF_TIME_LEFT);
       if (claim.failures === 1) {
         const code = 'CERTSHARE_BREAK_GLASS_UNCLAIMED';
@@ -484,7 +484,7 @@ export class Federation {
     this.#localCopy.set(domain, cert);
     if (breakGlass) {
       this.#breakGlass.delete(domain);
-      this.#claims.set(domain, { window: granted.window, notAfter: undefined, state: 'spent', failures: 0, retryAt: 0 });
+      this.#claims.set(domain, { window: granted.window, validity: undefined, state: 'spent', failures: 0, retryAt: 0 });
       void this.#close(domain, granted.window, cert.info.notAfter);
       logger.warn({ domain, serial: cert.info.serial, window: granted.window ?? 'none' }, 'break-glass: issued without the federation home, recorded locally');
       onBreakGlass(domain, cert.info.serial);

@@ -111,15 +111,24 @@ describe("a member's break-glass claims (src/kube/break-glass-claim.ts)", () => 
   it('claims no window older than one claimed or issued past (a pair put back), nor none after a claim (a Secret emptied)', () => {
     const replaced = T0 + 90 * DAY;
     const issued = T0 + 150 * DAY;
-    assert.equal(windowClaimable(replaced, []), true, 'the first claim of a name');
-    assert.equal(windowClaimable(undefined, []), true, 'no copy, no claim yet: a member that never held one');
-    assert.equal(windowClaimable(replaced, [replaced]), true, "its own window again (a successor): the claim's name decides");
-    assert.equal(windowClaimable(replaced, [replaced, issued]), false, 'the replaced pair put back once the window closed');
-    assert.equal(windowClaimable(replaced - 30 * DAY, [replaced]), false, 'a pair of an earlier window, kept and put back');
-    assert.equal(windowClaimable(issued, [replaced, issued]), true, "the break-glass certificate's own window");
-    assert.equal(windowClaimable(issued + DAY, [replaced, issued]), true, 'a newer copy (the home back, then cut off again)');
-    assert.equal(windowClaimable(undefined, [undefined]), false, 'no copy after a claim of none');
-    assert.equal(windowClaimable(replaced, [undefined]), true, 'a claim recording nothing (of none, or not a time) bounds no window');
+    // 90-day copies, looked at inside their window.
+    const copy = (notAfter: number) => ({ notBefore: notAfter - 90 * DAY, notAfter });
+    const claimable = (notAfter: number | undefined, claims: Array<number | undefined>) =>
+      windowClaimable(notAfter === undefined ? undefined : copy(notAfter), claims, (notAfter ?? replaced) - 10 * DAY);
+    assert.equal(claimable(replaced, []), true, 'the first claim of a name');
+    assert.equal(claimable(undefined, []), true, 'no copy, no claim yet: a member that never held one');
+    assert.equal(claimable(replaced, [replaced]), true, "its own window again (a successor): the claim's name decides");
+    assert.equal(claimable(replaced, [replaced, issued]), false, 'the replaced pair put back once the window closed');
+    assert.equal(claimable(replaced - 30 * DAY, [replaced]), false, 'a pair of an earlier window, kept and put back');
+    assert.equal(claimable(issued, [replaced, issued]), true, "the break-glass certificate's own window");
+    assert.equal(claimable(issued + DAY, [replaced, issued]), true, 'a newer copy (the home back, then cut off again)');
+    assert.equal(claimable(undefined, [undefined]), false, 'no copy after a claim of none');
+    assert.equal(claimable(replaced, [undefined]), true, 'a claim recording nothing (of none, or not a time) bounds no window');
+    // A claim written by hand (any Lease creator may): a time no stored certificate can have is no claim.
+    assert.equal(claimable(replaced, [Date.UTC(9999, 11, 31)]), true, 'a claim dated 9999 switches nothing off');
+    const now = replaced - 10 * DAY;
+    assert.equal(claimable(replaced, [now + 90 * DAY]), false, 'one lifetime from now: a certificate a member may have stored');
+    assert.equal(claimable(replaced, [now + 91 * DAY]), true, 'past one lifetime (and the skew) from now: ignored');
   });
 
   it('gives no two windows, names or groups one name; no copy (none) is a window of its own', () => {

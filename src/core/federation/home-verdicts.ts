@@ -3,6 +3,7 @@
 // Secret of record into its own. These functions say what a member may do when the home cannot be
 // reached, and which copy wins when it can again. Nothing here knows Kubernetes.
 import { renewalTime, rotationExitTime, type HeldValidity, type RenewalPolicy } from '../renewal/renewal.ts';
+import { CLOCK_SKEW_MS } from '../values/untrusted-values.ts';
 
 /**
  * The safety point of a certificate while the home is unreachable: halfway from its renewal point to the
@@ -73,11 +74,15 @@ export function breakGlassSpent(record: BreakGlassRecord | undefined, serial: st
  * stored (undefined: nothing). A member holds the newest copy it knows (reconcile), so a window older than one it
  * claimed or issued past is a pair put back (kept by whoever reads the Secret), and no copy at all after a claim
  * is a Secret emptied: neither is a window of its own. A claim's name guards its own window; this, the older ones.
+ * Whoever may create a Lease in the namespace may write a claim: a recorded time later than one lifetime of the
+ * copy from now (plus the clock skew) is no certificate a member stored, and is ignored, else a claim dated 9999
+ * would switch the member's break-glass off for good (nobody but a cluster administrator may delete a claim).
  * @forTests
  */
-export function windowClaimable(notAfter: number | undefined, claims: ReadonlyArray<number | undefined>): boolean {
-  if (notAfter === undefined) return claims.length === 0;
-  return claims.every((recorded) => recorded === undefined || notAfter >= recorded);
+export function windowClaimable(copy: { notBefore: number; notAfter: number } | undefined, claims: ReadonlyArray<number | undefined>, now: number): boolean {
+  if (copy === undefined) return claims.length === 0;
+  const latestBelievable = now + (copy.notAfter - copy.notBefore) + CLOCK_SKEW_MS;
+  return claims.every((recorded) => recorded === undefined || recorded > latestBelievable || copy.notAfter >= recorded);
 }
 
 /**
