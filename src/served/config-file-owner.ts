@@ -10,6 +10,7 @@ import { LocalApiError, type LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
 
 const FIRST_RETRY_MS = 500;
+const MAX_RETRY_MS = 30_000;
 
 /**
  * Says, once, that the config file's owner advertises `services`: found by asking tailscaled, or told by the
@@ -19,7 +20,6 @@ export function sayLeftToFile(services: readonly string[] | string, logger: Logg
   const text = errorText('CERTSHARE_ADVERTISE_CONFIG_FILE', { services: String(services) });
   logger.warn({ code: 'CERTSHARE_ADVERTISE_CONFIG_FILE', services }, text);
 }
-const MAX_RETRY_MS = 30_000;
 
 /**
  * Asks tailscaled (POST /localapi/v0/reload-config: `Reloaded` only from a config file), until it answers:
