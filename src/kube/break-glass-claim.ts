@@ -8,8 +8,10 @@
 // so nothing that writes the Secret gives a window back. Each claim records the notAfter of the copy it replaced
 // (its closing one, of the certificate stored): a window older than those is a pair put back, never claimed.
 import { createHash } from 'node:crypto';
-import { windowClaimable } from '../core/federation/home-verdicts.ts';
+import { unbelievedClaims, windowClaimable } from '../core/federation/home-verdicts.ts';
 import type { Clock } from '../core/ports/clock.ts';
+import type { Logger } from '../core/ports/logger.ts';
+import { OutOfBoundsLog, type UntrustedValue } from '../core/values/untrusted-values.ts';
 import { CoordinationV1Api, V1MicroTime, type V1Lease } from './transport/client-node.ts';
 import { apiStatus, type KubeConnection } from './connection.ts';
 import { makeApi, withSignal } from './transport/https-transport.ts';
@@ -39,13 +41,25 @@ export function breakGlassClaimNames(group: string, domain: string, window: stri
 /** What a claim attempt found: the window is this writer's to issue in, spent, or older than one claimed before. */
 export type ClaimAnswer = 'claimed' | 'spent' | 'superseded';
 
+interface BreakGlassClaimsOptions {
+  connection: KubeConnection;
+  group: string;
+  identity: string;
+  clock: Clock;
+  logger: Logger;
+  /** A claim's time out of its bound, ignored: counted and told (certshare_out_of_bounds_values_total, an Event). */
+  onOutOfBounds?: (where: string, value: UntrustedValue) => void;
+}
+
 export class BreakGlassClaims {
   readonly #api: CoordinationV1Api;
-  readonly #o: { connection: KubeConnection; group: string; identity: string; clock: Clock };
+  readonly #o: BreakGlassClaimsOptions;
+  readonly #outOfBounds: OutOfBoundsLog;
 
-  constructor(options: { connection: KubeConnection; group: string; identity: string; clock: Clock }) {
+  constructor(options: BreakGlassClaimsOptions) {
     this.#o = options;
     this.#api = makeApi(options.connection.config, CoordinationV1Api, options.connection.requestTimeoutMs);
+    this.#outOfBounds = new OutOfBoundsLog(options.logger, (where, value) => options.onOutOfBounds?.(where, value));
   }
 
   /** The window's two Leases, for logs. */
@@ -60,7 +74,10 @@ export class BreakGlassClaims {
    * too many claims) is thrown: no claim, no break-glass issuance.
    */
   async claim(domain: string, window: string | null, validity: { notBefore: number; notAfter: number } | undefined): Promise<ClaimAnswer> {
-    if (!windowClaimable(validity, await this.#recorded(domain), this.#o.clock.now())) return 'superseded';
+    const recorded = await this.#recorded(domain);
+    const now = this.#o.clock.now();
+    this.#outOfBounds.read(`the break-glass claims of ${domain}`, unbelievedClaims(validity, recorded, now));
+    if (!windowClaimable(validity, recorded, now)) return 'superseded';
     const notAfter = validity?.notAfter;
     const names = this.names(domain, window);
     if (await this.#create(names.first, domain, window, 'first', notAfter)) return 'claimed';

@@ -577,7 +577,17 @@ export async function federate(
     local: {
       store: local.store,
       role: local.role,
-      claims: new BreakGlassClaims({ connection: local.connection, group, identity: `${settings.cluster}/${local.identity}`, clock }),
+      claims: new BreakGlassClaims({
+        connection: local.connection,
+        group,
+        identity: `${settings.cluster}/${local.identity}`,
+        clock,
+        logger: log.child({ component: 'break-glass-claims' }),
+        onOutOfBounds: (where, value) => {
+          metrics.outOfBounds(where, value);
+          podEvents?.observer.outOfBounds?.(where, value);
+        },
+      }),
     },
     group,
     identity: leaseIdentity(`${settings.cluster}/${local.identity}`),

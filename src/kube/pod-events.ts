@@ -22,7 +22,7 @@ export const EVENT_REASONS = {
     "a federated group's Secret (the home's or this member's) holds a pair whose chain reaches no trust anchor: refused, never served (docs/security.md)",
   OutOfBoundsValue:
     "a time read from a record another credential can write (a Secret's retry-not-before or issuing annotation, " +
-    'a ledger entry) was out of its bound: ignored (CERTSHARE_UNTRUSTED_VALUE)',
+    "a ledger entry, a break-glass claim's time) was out of its bound: ignored (CERTSHARE_UNTRUSTED_VALUE)",
   RenewRefused: 'a renew request (certshare renew) was refused: the minimum interval or the issuance budget says no (served ones are Renewed)',
   Ready: "the Pod's readiness condition turned True",
   NotReady: "the Pod's readiness condition turned False, with its reason",

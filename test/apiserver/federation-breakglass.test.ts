@@ -204,15 +204,7 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
       return ends.every((end) => end !== undefined && end === ends[0] && clock.now() < end);
     };
     await until('every replica holds a valid certificate, all expiring together', sameExpiry, anyChange(), 30_000);
-    for (let attempt = 1; ; attempt++) {
-      const home = (await secretAt(bed.home(), HOME_NS, SHARED)).serial;
-      try {
-        await secretsHold(where(), SHARED, home, anyChange, 10_000);
-        break;
-      } catch (err) {
-        if (attempt === 3) throw err;
-      }
-    }
+    await secretsHoldHomeCopy();
   });
 
   it('a replica restarted after its only copy expired while cut off renews it without the ledger at the home', async () => {
@@ -295,6 +287,19 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     await restarted?.stop();
     if (restarted) replicas.splice(replicas.indexOf(restarted), 1);
   });
+
+  /** Every Secret (the home's, east's, west's) holds the home's copy, read again while it still moves (a mirror after a tie). */
+  async function secretsHoldHomeCopy(): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      const home = (await secretAt(bed.home(), HOME_NS, SHARED)).serial;
+      try {
+        await secretsHold(where(), SHARED, home, anyChange, 10_000);
+        return;
+      } catch (err) {
+        if (attempt === 3) throw err;
+      }
+    }
+  }
 
   it("a tenant of west's namespace (admin) puts the replaced pair back, drops the record, restarts west: no second break-glass", async () => {
     // The tenant: the rights of the default `admin` role (`edit`'s with them): it reads and writes the Secret and
@@ -426,6 +431,49 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
       relay.restore();
     }
     await until('every replica holds a valid certificate again', valid, anyChange(), 30_000);
+  });
+
+  it("a claim a tenant dates 9999 holds nothing back: west breaks glass in its window, the claim's time counted as out of bounds", async () => {
+    await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
+    // Any Lease creator of the namespace (the default `admin` role) may create a Lease labelled as west's claims.
+    const tenant = await namespaceAdmin(west.cp, NS, 'tenant-9999');
+    const leases = `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases`;
+    const claims = await west.cp.adminRequest('GET', `${leases}?labelSelector=certshare.io/break-glass-claim`);
+    const of = (JSON.parse(claims.body) as { items: Array<{ metadata: { labels: Record<string, string> } }> }).items[0]?.metadata.labels[
+      'certshare.io/break-glass-of'
+    ];
+    assert.ok(of, "the earlier tests left claims of west's, labelled with the name they guard");
+    const forged = {
+      apiVersion: 'coordination.k8s.io/v1',
+      kind: 'Lease',
+      metadata: {
+        name: 'tenant-claim-9999',
+        labels: { 'certshare.io/break-glass-claim': 'last', 'certshare.io/break-glass-of': of },
+        annotations: { 'certshare.io/break-glass-not-after': '9999-12-31T00:00:00.000Z' },
+      },
+    };
+    const created = await asAccount(west.cp, tenant, 'POST', leases, forged);
+    assert.equal(created.status, 201, created.body);
+    const writer = westReplicas()[0]!;
+    const before = signedBy([writer]);
+    const glassBefore = logged([writer], /^break-glass: issued/);
+    const ignored = (): boolean =>
+      writer.log.entries.some((e) => e.code === 'CERTSHARE_UNTRUSTED_VALUE' && e.field === 'break-glass-claim' && /9999-12-31/.test(e.msg ?? ''));
+    relay.cut();
+    try {
+      const res = await west.cp.adminRequest('GET', `/api/v1/namespaces/${NS}/secrets/${SHARED}`);
+      const data = (JSON.parse(res.body) as { data: Record<string, string> }).data;
+      jumpPastSafetyPoint(new X509Certificate(Buffer.from(data['tls.crt']!, 'base64')), writer);
+      await westOutageReads(3, () => logged([writer], /^break-glass: issued/) > glassBefore);
+      await westBreaksGlass(glassBefore);
+      assert.equal(signedBy([writer]), before + 1, 'one break-glass issuance in the window (before 46736a0: none, for good)');
+      assert.ok(ignored(), 'the forged time logged as a value out of its bound (7bec7cd: ignored silently)');
+    } finally {
+      relay.restore();
+    }
+    // The home's copy (west's if newer; the home's on a tie) in every Secret before the next test reads east's.
+    await until('every replica holds a valid certificate again', valid, anyChange(), 30_000);
+    await secretsHoldHomeCopy();
   });
 
   it("a hand edit of east's own Secret, its one replica reading through the home: that replica puts the home's copy back", async () => {

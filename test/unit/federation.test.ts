@@ -9,6 +9,7 @@ import {
   homeOutageVerdict,
   parseBreakGlassRecord,
   reconcile,
+  unbelievedClaims,
   windowClaimable,
 } from '../../src/core/federation/home-verdicts.ts';
 import { renewalTime, rotationExitTime } from '../../src/core/renewal/renewal.ts';
@@ -129,6 +130,26 @@ describe("a member's break-glass claims (src/kube/break-glass-claim.ts)", () => 
     const now = replaced - 10 * DAY;
     assert.equal(claimable(replaced, [now + 90 * DAY]), false, 'one lifetime from now: a certificate a member may have stored');
     assert.equal(claimable(replaced, [now + 91 * DAY]), true, 'past one lifetime (and the skew) from now: ignored');
+  });
+
+  it('tells exactly the claims it ignores, as values out of their bound (counted, logged, an Event)', () => {
+    const replaced = T0 + 90 * DAY;
+    const now = replaced - 10 * DAY;
+    const held = { notBefore: replaced - 90 * DAY, notAfter: replaced };
+    const hand = Date.UTC(9999, 11, 31);
+    const refused = unbelievedClaims(held, [replaced, undefined, now + 90 * DAY, hand, now + 91 * DAY], now);
+    assert.deepEqual(
+      refused.map((r) => [r.field, r.value]),
+      [
+        ['break-glass-claim', new Date(hand).toISOString()],
+        ['break-glass-claim', new Date(now + 91 * DAY).toISOString()],
+      ],
+    );
+    assert.ok(
+      refused.every((r) => r.why.includes(new Date(now + 90 * DAY + 30_000).toISOString())),
+      'the bound it was held to',
+    );
+    assert.deepEqual(unbelievedClaims(undefined, [hand], now), [], 'without a copy every claim counts (a Secret emptied): none ignored');
   });
 
   it('gives no two windows, names or groups one name; no copy (none) is a window of its own', () => {

@@ -3,7 +3,8 @@
 // Secret of record into its own. These functions say what a member may do when the home cannot be
 // reached, and which copy wins when it can again. Nothing here knows Kubernetes.
 import { renewalTime, rotationExitTime, type HeldValidity, type RenewalPolicy } from '../renewal/renewal.ts';
-import { CLOCK_SKEW_MS } from '../values/untrusted-values.ts';
+import { iso } from '../ports/clock.ts';
+import { CLOCK_SKEW_MS, type UntrustedValue } from '../values/untrusted-values.ts';
 
 /**
  * The safety point of a certificate while the home is unreachable: halfway from its renewal point to the
@@ -68,6 +69,11 @@ export function breakGlassSpent(record: BreakGlassRecord | undefined, serial: st
   return record.window === (serial ?? null);
 }
 
+/** The latest time a claim of the window of `copy` may record and be believed (see windowClaimable). */
+function latestBelievableClaim(copy: { notBefore: number; notAfter: number }, now: number): number {
+  return now + (copy.notAfter - copy.notBefore) + CLOCK_SKEW_MS;
+}
+
 /**
  * Whether a member may claim the window of its copy, expiring at `notAfter` (undefined: it holds none), given what
  * each of its earlier break-glass claims recorded: the notAfter of the copy it replaced or of the certificate it
@@ -75,14 +81,32 @@ export function breakGlassSpent(record: BreakGlassRecord | undefined, serial: st
  * claimed or issued past is a pair put back (kept by whoever reads the Secret), and no copy at all after a claim
  * is a Secret emptied: neither is a window of its own. A claim's name guards its own window; this, the older ones.
  * Whoever may create a Lease in the namespace may write a claim: a recorded time later than one lifetime of the
- * copy from now (plus the clock skew) is no certificate a member stored, and is ignored, else a claim dated 9999
- * would switch the member's break-glass off for good (nobody but a cluster administrator may delete a claim).
+ * copy from now (plus the clock skew) is no certificate a member stored, and is ignored (unbelievedClaims says
+ * which), else a claim dated 9999 would switch the member's break-glass off for good (nobody but a cluster
+ * administrator may delete a claim).
  * @forTests
  */
 export function windowClaimable(copy: { notBefore: number; notAfter: number } | undefined, claims: ReadonlyArray<number | undefined>, now: number): boolean {
   if (copy === undefined) return claims.length === 0;
-  const latestBelievable = now + (copy.notAfter - copy.notBefore) + CLOCK_SKEW_MS;
-  return claims.every((recorded) => recorded === undefined || recorded > latestBelievable || copy.notAfter >= recorded);
+  const latest = latestBelievableClaim(copy, now);
+  return claims.every((recorded) => recorded === undefined || recorded > latest || copy.notAfter >= recorded);
+}
+
+/** The claims' recorded times that windowClaimable ignores, as values out of their bound (to be counted and told). */
+export function unbelievedClaims(
+  copy: { notBefore: number; notAfter: number } | undefined,
+  claims: ReadonlyArray<number | undefined>,
+  now: number,
+): UntrustedValue[] {
+  if (copy === undefined) return [];
+  const latest = latestBelievableClaim(copy, now);
+  return claims
+    .filter((recorded): recorded is number => recorded !== undefined && recorded > latest)
+    .map((recorded) => ({
+      field: 'break-glass-claim',
+      value: iso(recorded),
+      why: `later than one lifetime of the held copy from now plus the clock skew (${iso(latest)})`,
+    }));
 }
 
 /**
