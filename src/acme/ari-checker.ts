@@ -258,10 +258,9 @@ function untilAborted(signal: AbortSignal): Promise<void> {
   });
 }
 
-/** ACME Renewal Information: the writer asks the CA at `directoryUrl` (--acme-directory) whether it wants a certificate replaced early. */
+/** ACME Renewal Information: the writer asks the CA at --acme-directory whether it wants a certificate replaced early. */
 export async function ariChecker(
-  directoryUrl: string,
-  settings: AriSettings,
+  settings: AriSettings & { acmeDirectory: string },
   deps: Pick<AriCheckerDeps, 'clock' | 'logger' | 'role' | 'metrics' | 'wake'> & { health: { renewalInfo(domain: string, line: string | undefined): void } },
 ): Promise<AriChecker> {
   // The client is a chunk of its own, loaded with this one only when ARI is on (docs/performance.md).
@@ -269,7 +268,7 @@ export async function ariChecker(
   const { clock, health, ...rest } = deps;
   return new AriChecker({
     ...rest,
-    client: new RenewalInfoClient({ directoryUrl, now: () => clock.now() }),
+    client: new RenewalInfoClient({ directoryUrl: settings.acmeDirectory, now: () => clock.now() }),
     clock,
     intervalMs: settings.ariIntervalMs,
     describe: (domain, line) => health.renewalInfo(domain, line),

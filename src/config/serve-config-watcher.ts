@@ -140,12 +140,18 @@ export class ServeConfigWatcher {
   }
 }
 
+/** --serve-config, and whether its Services are the ones advertised (--advertise-services serve-config). */
+export interface ServeConfigSettings {
+  serveConfig: string | undefined;
+  advertiseServices: readonly string[] | typeof SERVE_CONFIG_SERVICES;
+}
+
 /**
  * --serve-config: the file whose domains are managed and, with --advertise-services serve-config, whose Services
  * are advertised; undefined without the flag. Its domains go to `domains`, why it was never read to `health`.
  */
 export function followServeConfig(
-  settings: { serveConfig: string | undefined; advertiseServices: readonly string[] | typeof SERVE_CONFIG_SERVICES },
+  settings: ServeConfigSettings,
   deps: {
     logger: Logger;
     domains: { fromServeConfig(domains: string[]): void };

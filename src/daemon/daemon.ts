@@ -13,9 +13,9 @@ import type { LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import { parseHostPort } from '../core/values/listen-address.ts';
 import { dirBackend, type StoreBackend } from '../store/store-backend.ts';
-import type { KubeBackendContext, KubeSettings } from '../kube/kube-backend.ts';
+import type { KubeBackendContext } from '../kube/kube-backend.ts';
 import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
-import type { DaemonConfig } from '../config/daemon-config.ts';
+import type { DaemonConfig, TlsChoice } from '../config/daemon-config.ts';
 import { followServeConfig, type ServeConfigWatcher } from '../config/serve-config-watcher.ts';
 import { tailscaledSource, type CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
 import { buildHttpServer, type HttpServerDeps } from '../http/http-server.ts';
@@ -27,7 +27,8 @@ import { followPair, type FollowedPair } from '../tls/followed-pair.ts';
 import { proxyDelivery, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
 import type { ReloadOutcome } from '../delivery/reload-command.ts';
 import type { AriChecker } from '../acme/ari-checker.ts';
-import type { ServedRotation, ServedRotationSettings } from '../served/served-rotation.ts';
+import type { ServedRotation } from '../served/served-rotation.ts';
+import { partSettings, type PartSettings } from './part-settings.ts';
 
 /** What the shutdown bound keeps back from the Services' failover wait for the rest of the stop (readiness, Lease). */
 const AFTER_FAILOVER_RESERVE_MS = 3000;
@@ -65,27 +66,13 @@ export interface Daemon {
   stop(): Promise<void>;
 }
 
-async function kubeBackend(ctx: KubeBackendContext, settings: KubeSettings): Promise<StoreBackend> {
-  kubeconfigSource(ctx.env); // no credentials at all: fail before loading the client
-  // Loaded only in Kubernetes mode: the client costs tens of MB that standalone mode does not pay.
-  const { createKubeBackend } = await import('../kube/kube-backend.ts');
-  return createKubeBackend(ctx, settings);
-}
-
-/** What Kubernetes mode is told of the configuration. */
-function kubeSettings(config: DaemonConfig): KubeSettings {
-  const { mode, group, watchScope, podName, outDir, leaseDurationMs, budgetNamespace, renewal, readinessLeadMs, federation } = config;
-  const gate = config.readinessGate
-    ? {
-        conditionType: config.readinessGate,
-        routingChecks: config.routingChecks,
-        routingAttempts: config.routingAttempts,
-        ownIPv4: config.pod.ipv4,
-        renewal,
-        readinessLeadMs,
-      }
-    : undefined;
-  return { mode, group, watchScope, podName, outDir, leaseDurationMs, budgetNamespace, renewal, readinessLeadMs, gate, federation };
+/** The storage mode: a directory, or Kubernetes, loaded only then (its client costs tens of MB that directory mode does not pay). */
+async function storeBackend(store: PartSettings['store'], ctx: KubeBackendContext): Promise<StoreBackend> {
+  if (store.kind === 'kube') {
+    kubeconfigSource(ctx.env); // no credentials at all: fail before loading the client
+    return (await import('../kube/kube-backend.ts')).createKubeBackend(ctx, store.settings);
+  }
+  return dirBackend(store.path, store.podName, ctx);
 }
 
 /**
@@ -105,16 +92,16 @@ function eventsObserver(events: EventEmitter): LoopObserver {
 export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Promise<Daemon> {
   const deps = { clock: input.clock ?? systemClock, logger: input.logger, env: input.env };
   const { clock, logger } = deps;
-  // The parts whose settings are not a part of DaemonConfig as they stand get theirs here, once.
-  const kube = kubeSettings(config);
+  // Each part's settings, worked out once before any part is built; each part is handed its own.
+  const settings = partSettings(config);
   // The start of the grace for what every start goes through (tailscaled not listening yet, the first issuance).
-  const startup = new StartupGrace(clock, config.startupGraceMs);
-  const metrics = new Metrics(clock, config.renewal);
+  const startup = new StartupGrace(clock, settings.startupGraceMs);
+  const metrics = new Metrics(clock, settings.metrics);
   const health = new HealthState();
   // Keyed by the certificates held: the loops report them to it as to every observer.
-  const routingProofs = config.routingChecks.length > 0 ? new RoutingProofs(clock) : undefined;
+  const routingProofs = settings.http.routingProofs ? new RoutingProofs(clock) : undefined;
   const events = new EventEmitter();
-  const delivery = proxyDelivery(config, {
+  const delivery = proxyDelivery(settings.delivery, {
     logger,
     onFilesWritten: (domain, path) => events.emit('filesWritten', { domain, path }),
     onOutcome: reloadReport(metrics, events),
@@ -123,18 +110,15 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   // Start-up order: everything that can refuse the configuration (the store, the ServeConfig's first read,
   // the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before it:
   // a start-up error leaves nothing listening and nothing running.
-  const backend =
-    config.store.kind === 'kube'
-      ? await kubeBackend({ ...deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) }, kube)
-      : await dirBackend(config.store.path, config.podName, { clock, filesWritten });
-  const { localApi, watcher } = tailscaledSource(config, { clock, logger, startup, localApi: input.localApi, metrics, health });
-  const domains = new ManagedDomains(config.domains, logger, input.heapSaving ?? heapSavingSwitch());
+  const backend = await storeBackend(settings.store, { ...deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) });
+  const { localApi, watcher } = tailscaledSource(settings.tailscaled, { clock, logger, startup, localApi: input.localApi, metrics, health });
+  const domains = new ManagedDomains(settings.domains, logger, input.heapSaving ?? heapSavingSwitch());
   // --advertise-services serve-config: the ServeConfig's Services as last read (its watcher reads it first at start-up).
   let serveConfigServices: readonly string[] = [];
   // The served check and the advertisement, ARI (below) and the federation home (kube-backend.ts) are loaded
   // only when the configuration turns them on: a replica pays for the code it runs (docs/performance.md).
   const served = await servedRotation(
-    config,
+    settings.served,
     { ...deps, health, metrics, localApi, watcher, backend, events },
     {
       domains: () => domains.current,
@@ -145,27 +129,27 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   const availability = served?.serviceDomains?.availability ?? watcher;
   // ARI wakes a loop whose renewal window the CA moved (called once the loops exist).
   const wake = (domain: string): void => manager.loop(domain)?.wake();
-  const ari = config.acmeDirectory
-    ? await (await import('../acme/ari-checker.ts')).ariChecker(config.acmeDirectory, config, { ...deps, role: backend.role, metrics, health, wake })
+  const ari = settings.ari
+    ? await (await import('../acme/ari-checker.ts')).ariChecker(settings.ari, { ...deps, role: backend.role, metrics, health, wake })
     : undefined;
-  const manager = certificateLoops(config, { ...deps, startup, backend, metrics, health, localApi, availability, ari, extraObservers });
+  const manager = certificateLoops(settings.loops, { ...deps, startup, backend, metrics, health, localApi, availability, ari, extraObservers });
   domains.drive(manager, ari, health);
   logHealthChanges(health, clock, logger);
   const onServices = (services: string[]): void => {
     serveConfigServices = services;
     served?.advertiser?.notify();
   };
-  const serveConfig = followServeConfig(config, { logger, domains, health, onServices });
-  const leaveRotation = rotationExit(config, backend, served);
-  const routes = { ...(routingProofs ? { routingProofs } : {}), ...leaveRoute(config, clock, logger, leaveRotation, backend) };
-  const app = buildHttpServer({ health, metrics, clock, pod: config.pod, https: config.tls !== undefined, ...routes });
+  const serveConfig = followServeConfig(settings.serveConfig, { logger, domains, health, onServices });
+  const leaveRotation = rotationExit(settings.leave.failoverMs, backend, served);
+  const routes = { ...(routingProofs ? { routingProofs } : {}), ...leaveRoute(settings.leave, clock, logger, leaveRotation, backend) };
+  const app = buildHttpServer({ health, metrics, clock, pod: settings.http.pod, https: settings.http.tls !== undefined, ...routes });
   let tls: FollowedPair | undefined;
   let address: string;
   try {
     await serveConfig?.start();
     // The first pair is a start-up check like the ServeConfig's first read: unusable, nothing starts.
-    tls = await followedTls(config, deps, app, events);
-    const { host, port } = parseHostPort(config.listen);
+    tls = await followedTls(settings.http.tls, deps, app, events);
+    const { host, port } = parseHostPort(settings.http.listen);
     address = await app.listen({ host, port });
   } catch (err) {
     serveConfig?.stop();
@@ -179,7 +163,8 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   watcher.start();
   served?.start();
   let stopping: Promise<void> | undefined;
-  const running: RunningParts = { config, clock, logger, leaveRotation, manager, backend, serveConfig, watcher, tls, ari, served, delivery, app };
+  const { shutdownTimeoutMs } = settings;
+  const running: RunningParts = { shutdownTimeoutMs, clock, logger, leaveRotation, manager, backend, serveConfig, watcher, tls, ari, served, delivery, app };
   return { address, manager, health, metrics, watcher, role: backend.role, events, stop: () => (stopping ??= stopDaemon(running)) };
 }
 
@@ -193,7 +178,7 @@ function reloadReport(metrics: Metrics, events: EventEmitter): (o: ReloadOutcome
 
 /** The served check and the advertisement, when --served-check turns them on; a reload certshare ran checks at once. */
 async function servedRotation(
-  config: ServedRotationSettings,
+  settings: PartSettings['served'],
   p: {
     clock: Clock;
     logger: Logger;
@@ -206,9 +191,9 @@ async function servedRotation(
   },
   managed: { domains: () => readonly string[]; serveConfigServices: () => readonly string[] },
 ): Promise<ServedRotation | undefined> {
-  if (!config.servedCheck) return undefined;
+  if (!settings) return undefined;
   const { backend } = p;
-  const served = (await import('../served/served-rotation.ts')).createServedRotation(config, {
+  const served = (await import('../served/served-rotation.ts')).createServedRotation(settings, {
     ...p,
     ...managed,
     registry: p.metrics.registry,
@@ -225,7 +210,7 @@ async function servedRotation(
 
 /** What a started daemon stops, in the order stopDaemon takes them. */
 interface RunningParts {
-  config: DaemonConfig;
+  shutdownTimeoutMs: number;
   clock: Clock;
   logger: Logger;
   leaveRotation: (withinMs: number) => Promise<void>;
@@ -241,16 +226,16 @@ interface RunningParts {
 }
 
 async function stopDaemon(p: RunningParts): Promise<void> {
-  const { config, clock, logger, manager, backend } = p;
+  const { shutdownTimeoutMs, clock, logger, manager, backend } = p;
   logger.info({}, 'stopping');
   const stopStart = clock.now();
   // Tailnet clients first: the Services are withdrawn and control given time to move them, within the
   // shutdown bound less what the rest of the stop needs (nothing left to do when a preStop hook asked).
-  await p.leaveRotation(config.shutdownTimeoutMs);
+  await p.leaveRotation(shutdownTimeoutMs);
   // No CertPair call starts from here on; those under way end and are stored, and what the store lost is
   // put back, before the role is handed over.
   const issuanceSettled = manager.stopIssuing();
-  const remainingMs = config.shutdownTimeoutMs - (clock.now() - stopStart);
+  const remainingMs = shutdownTimeoutMs - (clock.now() - stopStart);
   await backend.beforeStop?.((signal) => issuanceSettled.then(() => manager.verifyStored(signal)), remainingMs);
   p.serveConfig?.stop();
   await Promise.all([manager.stop(), p.watcher.stop(), p.tls?.stop(), p.ari?.stop(), p.served?.stop()]);
@@ -278,11 +263,11 @@ function logHealthChanges(health: HealthState, clock: Clock, logger: Logger): vo
  * condition goes False, all within `withinMs` (the shutdown bound when the stop asks; a preStop call's wait
  * is bounded by the Pod's grace period). Asked by a preStop hook (GET /leave-rotation) or by the stop.
  */
-function rotationExit(config: DaemonConfig, backend: StoreBackend, served: ServedRotation | undefined): (withinMs: number) => Promise<void> {
+function rotationExit(advertiseFailoverMs: number, backend: StoreBackend, served: ServedRotation | undefined): (withinMs: number) => Promise<void> {
   let leaving: Promise<void> | undefined;
   return (withinMs) =>
     (leaving ??= (async () => {
-      const failoverMs = Math.min(config.advertiseFailoverMs, Math.max(0, withinMs - AFTER_FAILOVER_RESERVE_MS));
+      const failoverMs = Math.min(advertiseFailoverMs, Math.max(0, withinMs - AFTER_FAILOVER_RESERVE_MS));
       const bound = AbortSignal.timeout(Math.max(1, withinMs - AFTER_FAILOVER_RESERVE_MS));
       const kubernetesSide = async (): Promise<void> => backend.leaveRotation?.(bound);
       await (served ? served.leave(failoverMs, bound, kubernetesSide) : kubernetesSide());
@@ -294,13 +279,14 @@ function rotationExit(config: DaemonConfig, backend: StoreBackend, served: Serve
  * delay has passed too. Without a Pod to ask (no Kubernetes store), it never acts.
  */
 function leaveRoute(
-  config: DaemonConfig,
+  settings: PartSettings['leave'],
   clock: Clock,
   logger: Logger,
   leaveRotation: (withinMs: number) => Promise<void>,
   backend: Pick<StoreBackend, 'podTerminating'>,
 ): Pick<HttpServerDeps, 'leaveRotation'> {
-  if (!config.leaveToken) return {};
+  const { token } = settings;
+  if (!token) return {};
   const terminating = async (): Promise<boolean> => {
     const answer = (await backend.podTerminating?.(AbortSignal.timeout(TERMINATING_CHECK_TIMEOUT_MS))) ?? false;
     if (!answer) logger.warn({ code: 'CERTSHARE_NOT_TERMINATING' }, 'GET /leave-rotation refused: the Pod is not terminating');
@@ -309,23 +295,23 @@ function leaveRoute(
   const leave = async (): Promise<void> => {
     const start = clock.now();
     logger.info({}, 'asked to leave rotation (GET /leave-rotation)');
-    await leaveRotation(config.advertiseFailoverMs + AFTER_FAILOVER_RESERVE_MS);
+    await leaveRotation(settings.failoverMs + AFTER_FAILOVER_RESERVE_MS);
     // The caller (the proxy's preStop hook) keeps the proxy serving until the endpoints drained.
-    await clock.sleep(Math.max(0, config.drainDelayMs - (clock.now() - start)));
+    await clock.sleep(Math.max(0, settings.drainDelayMs - (clock.now() - start)));
   };
-  return { leaveRotation: { token: config.leaveToken, terminating, leave } };
+  return { leaveRotation: { token, terminating, leave } };
 }
 
 /** --tls: the first pair served before listening; each renewed pair from the next handshake on, open connections keeping theirs. */
 async function followedTls(
-  config: DaemonConfig,
+  choice: TlsChoice | undefined,
   deps: { clock: Clock; logger: Logger; env: NodeJS.ProcessEnv },
   app: FastifyInstance,
   events: EventEmitter,
 ): Promise<FollowedPair | undefined> {
-  if (!config.tls) return undefined;
+  if (!choice) return undefined;
   const server = app.server as unknown as TlsServer;
-  const pair = await followPair(config.tls, {
+  const pair = await followPair(choice, {
     ...deps,
     secretSource: secretPairSource,
     what: '/healthz and /metrics',

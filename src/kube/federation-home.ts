@@ -531,8 +531,8 @@ export async function federationAnchors(file: string | undefined): Promise<Trust
   return trustAnchors([text], file);
 }
 
-/** The home's settings (--federation-*) and what it shares with the member: the group, and when a certificate leaves rotation. */
-type HomeSettings = FederationSettings & { group: string; renewal: RenewalPolicy; readinessLeadMs: number };
+/** The home's settings (--federation-*) and when a certificate leaves rotation (its break-glass point: home-verdicts.ts). */
+export type HomeSettings = FederationSettings & { renewal: RenewalPolicy; readinessLeadMs: number };
 
 /** A federation home's pieces and how the backend stops them. */
 export interface Federated {
@@ -549,7 +549,7 @@ export interface Federated {
  * local ones. Its start-up check refuses an unknown group, missing rights or garbage (CERTSHARE_HOME_UNUSABLE).
  */
 export async function federate(
-  settings: HomeSettings,
+  settings: HomeSettings & { group: string },
   local: { store: KubeSecretStore; role: IssuanceRole; identity: string; connection: KubeConnection },
   deps: { env: NodeJS.ProcessEnv; clock: Clock; logger: Logger; metrics: Metrics; podEvents: PodEvents | undefined; trust: StoreTrust | undefined },
 ): Promise<Federated> {

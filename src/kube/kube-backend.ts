@@ -4,8 +4,6 @@
 import { errorMessage } from '../core/errors.ts';
 import type { TrustAnchors } from '../core/certificates/trust.ts';
 import { staticRole, type ShareMode, type WatchScope } from '../core/ports/store.ts';
-import type { FederationSettings } from '../core/federation/home-settings.ts';
-import type { RenewalPolicy } from '../core/renewal/renewal.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { HealthState } from '../core/loop/health.ts';
@@ -13,7 +11,7 @@ import type { StoreBackend } from '../store/store-backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
 import type { Metrics } from '../http/daemon-metrics.ts';
 import type { RoutingProofSource } from '../http/routing-proof.ts';
-import type { Federated } from './federation-home.ts';
+import type { Federated, HomeSettings } from './federation-home.ts';
 import { Projector } from '../delivery/projector.ts';
 import { connectKube, type KubeConnection } from './connection.ts';
 import { podReadinessGate, type ReadinessGate, type ReadinessGateSettings } from './readiness-gate.ts';
@@ -27,7 +25,7 @@ import { PodEvents } from './pod-events.ts';
 /** What the shutdown bound keeps back, after leaving rotation and the drain delay, for stopping the rest. */
 const STOP_RESERVE_MS = 1000;
 
-/** The settings of Kubernetes mode, and only those (the daemon picks them out of its configuration: daemon.ts kubeSettings). */
+/** The settings of Kubernetes mode, and only those (the daemon derives them from its configuration: daemon/part-settings.ts). */
 export interface KubeSettings {
   mode: ShareMode;
   group: string | undefined;
@@ -38,12 +36,10 @@ export interface KubeSettings {
   outDir: string | undefined;
   leaseDurationMs: number;
   budgetNamespace: string | undefined;
-  /** When a certificate leaves rotation (renewal.ts rotationExitTime), for the federation home. */
-  renewal: RenewalPolicy;
-  readinessLeadMs: number;
   /** --readiness-gate: the Pod's own condition and its routing check; undefined: none. */
   gate: ReadinessGateSettings | undefined;
-  federation: FederationSettings | undefined;
+  /** --federation-*: the federation home; undefined: none, this cluster alone. */
+  federation: HomeSettings | undefined;
 }
 
 /** What Kubernetes mode is given beside its settings. */
@@ -91,7 +87,7 @@ export async function createKubeBackend(ctx: KubeBackendContext, settings: KubeS
   const localRole = elector ?? staticRole(identity, settings.mode === 'rw');
   const federation = settings.federation
     ? await home?.federate(
-        { ...settings.federation, group: group!, renewal: settings.renewal, readinessLeadMs: settings.readinessLeadMs },
+        { ...settings.federation, group: group! },
         { store, role: localRole, identity, connection },
         { env: ctx.env, clock, logger, metrics, podEvents, trust: trust('home') },
       )

@@ -8,7 +8,6 @@ import { apiErrorCode, apiErrorText, type KubeConnection } from './connection.ts
 import { withSignal } from './transport/https-transport.ts';
 import type { RoutingVerdict } from '../http/routing-check.ts';
 import type { RoutingProofSource } from '../http/routing-proof.ts';
-import { rotationExitTime, type RenewalPolicy } from '../core/renewal/renewal.ts';
 import { readinessRouting } from './readiness-routing.ts';
 
 /** --readiness-gate with --routing-check and --routing-attempts (`ownIPv4` from POD_IPS), and when a certificate leaves rotation. */
@@ -18,8 +17,7 @@ export interface ReadinessGateSettings {
   routingAttempts: number;
   ownIPv4: string | undefined;
   /** The condition turns False a little before a certificate expires (renewal.ts rotationExitTime). */
-  renewal: RenewalPolicy;
-  readinessLeadMs: number;
+  validityEnd: ValidityEnd;
 }
 
 /** --readiness-gate: the Pod's own condition, with the routing check of --routing-check when given. */
@@ -36,7 +34,7 @@ export function podReadinessGate(
     connection,
     podName,
     conditionType: settings.conditionType,
-    validityEnd: (held) => rotationExitTime(held, settings.renewal, settings.readinessLeadMs),
+    validityEnd: settings.validityEnd,
     logger: logger.child({ component: 'readiness-gate' }),
     ...(urls.length > 0 ? { routing: readinessRouting({ urls, ownIPv4: settings.ownIPv4, attempts: settings.routingAttempts, proofs, logger }) } : {}),
   });

@@ -3,12 +3,10 @@
 import type { Registry } from 'prom-client';
 import { SERVE_CONFIG_SERVICES, advertiseDecision, advertises, serviceDomain } from '../core/served/advertisement.ts';
 import type { Clock } from '../core/ports/clock.ts';
-import type { HealthState } from '../core/loop/health.ts';
+import type { HealthState, ValidityEnd } from '../core/loop/health.ts';
 import type { LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
-import { rotationExitTime } from '../core/renewal/renewal.ts';
-import type { RenewalPolicy } from '../core/renewal/renewal.ts';
 import { describeOutcome } from '../core/served/served-certificate.ts';
 import { probeServed } from './served-probe.ts';
 import { Advertiser, type PrefsApi } from './advertiser.ts';
@@ -49,8 +47,6 @@ export interface ServedRotationSettings {
    * (the injector's choice, tailscale-operator.ts configFileTailscaled): said once at start, never advertised.
    */
   advertiseLeftToFile: readonly string[];
-  renewal: RenewalPolicy;
-  readinessLeadMs: number;
 }
 
 interface ServedRotationDeps {
@@ -86,13 +82,16 @@ export interface ServedRotation {
   stop(): Promise<void>;
 }
 
-/** undefined without --served-check (validateConfig: --advertise-services needs it). */
-export function createServedRotation(config: ServedRotationSettings, deps: ServedRotationDeps): ServedRotation | undefined {
+/**
+ * undefined without --served-check (validateConfig: --advertise-services needs it). `validityEnd`: where a certificate
+ * stops counting for the advertisement (renewal.ts rotationExitTime, derived by the daemon for the readiness gate too).
+ */
+export function createServedRotation(config: ServedRotationSettings & { validityEnd: ValidityEnd }, deps: ServedRotationDeps): ServedRotation | undefined {
   const target = config.servedCheck;
   if (!target) return undefined;
   const { clock, logger, health } = deps;
   const metrics = new ServedMetrics(deps.registry);
-  const end = (held: { notBefore: number; notAfter: number }): number => rotationExitTime(held, config.renewal, config.readinessLeadMs);
+  const end = config.validityEnd;
   let advertiser: Advertiser | undefined;
   const checker = new ServedChecker({
     probe: (domain, signal) => probe(domain, signal),
@@ -117,9 +116,10 @@ export function createServedRotation(config: ServedRotationSettings, deps: Serve
   });
   const probe = (domain: string, signal: AbortSignal) => probeServed(target, domain, config.servedCheckTimeoutMs, signal);
   const certDomains = deps.certDomains;
+  const managed = managedServices(config, deps);
   const serviceDomains =
-    advertises(config) && certDomains ? createServiceDomains(config, { ...deps, certDomains }, probe, () => advertiser?.notify()) : undefined;
-  advertiser = createAdvertiser(config, deps, checker, end, metrics, serviceDomains);
+    advertises(config) && certDomains ? createServiceDomains(config, { ...deps, certDomains }, managed, probe, () => advertiser?.notify()) : undefined;
+  advertiser = createAdvertiser(config, deps, managed, checker, metrics, serviceDomains);
   health.onChange(() => advertiser?.notify());
   const ownerStop = new AbortController();
   /** Resolves true when a config file owns the advertisement (config-file-owner.ts); advertising starts otherwise. */
@@ -156,10 +156,10 @@ export function createServedRotation(config: ServedRotationSettings, deps: Serve
 }
 
 function createAdvertiser(
-  config: ServedRotationSettings,
+  config: ServedRotationSettings & { validityEnd: ValidityEnd },
   deps: ServedRotationDeps,
+  { domainOf, servicesNow, services }: ManagedServices,
   checker: ServedChecker,
-  end: (held: { notBefore: number; notAfter: number }) => number,
   metrics: ServedMetrics,
   serviceDomains: ServiceDomains | undefined,
 ): Advertiser | undefined {
@@ -173,10 +173,10 @@ function createAdvertiser(
     logger.warn({ services: config.advertiseServices }, 'this LocalAPI client cannot edit prefs: Tailscale Services are not advertised');
     return undefined;
   }
-  const { domainOf, servicesNow } = managedServices(config, deps);
+  const end = config.validityEnd;
   return new Advertiser({
     api,
-    services: () => servicesNow().map((service) => ({ service, domain: domainOf(service) })),
+    services,
     decide: ({ domain }, now) => {
       const info = domain ? health.infoOf(domain) : undefined;
       return advertiseDecision({
@@ -207,24 +207,31 @@ function createAdvertiser(
   });
 }
 
-function managedServices(config: ServedRotationSettings, deps: ServedRotationDeps): { domainOf(service: string): string; servicesNow(): readonly string[] } {
-  return {
-    domainOf: (service) => serviceDomain(service, deps.domains()) ?? '',
-    servicesNow: () => (config.advertiseServices === SERVE_CONFIG_SERVICES ? (deps.serveConfigServices?.() ?? []) : config.advertiseServices),
-  };
+/** The Services advertised now (--advertise-services, or the ServeConfig's), and the managed domain each is for. */
+interface ManagedServices {
+  domainOf(service: string): string;
+  servicesNow(): readonly string[];
+  services(): { service: string; domain: string }[];
+}
+
+function managedServices(config: ServedRotationSettings, deps: ServedRotationDeps): ManagedServices {
+  const domainOf = (service: string): string => serviceDomain(service, deps.domains()) ?? '';
+  const servicesNow = (): readonly string[] =>
+    config.advertiseServices === SERVE_CONFIG_SERVICES ? (deps.serveConfigServices?.() ?? []) : config.advertiseServices;
+  return { domainOf, servicesNow, services: () => servicesNow().map((service) => ({ service, domain: domainOf(service) })) };
 }
 
 function createServiceDomains(
   config: ServedRotationSettings,
   deps: ServedRotationDeps & { certDomains: ServiceDomainsOptions['certDomains'] },
+  { services }: ManagedServices,
   probe: ServiceDomainsOptions['probe'],
   onChange: () => void,
 ): ServiceDomains {
   const { health } = deps;
-  const { domainOf, servicesNow } = managedServices(config, deps);
   return new ServiceDomains({
     certDomains: deps.certDomains,
-    services: () => servicesNow().map((service) => ({ service, domain: domainOf(service) })),
+    services,
     heldValid: (domain, now) => {
       const info = health.infoOf(domain);
       return info !== undefined && now >= info.notBefore && now < info.notAfter;

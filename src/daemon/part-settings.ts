@@ -1,0 +1,95 @@
+// What each part of the daemon is told of the configuration, worked out once before any part is built: a part
+// is handed its own settings and nothing else, and what several parts share (when a certificate leaves
+// rotation, for the readiness gate, the served check's advertisement and the federation home) is derived
+// here, once. The types are each part's own (declared beside it); this file only picks and derives.
+import type { DaemonConfig, TlsChoice } from '../config/daemon-config.ts';
+import type { PodAddresses } from '../core/values/pod-addresses.ts';
+import type { ValidityEnd } from '../core/loop/health.ts';
+import type { RenewalSettings } from '../core/loop/loop-supervisor.ts';
+import { rotationExitTime, type RenewalPolicy } from '../core/renewal/renewal.ts';
+import type { DeliverySettings } from '../delivery/proxy-delivery.ts';
+import type { AriSettings } from '../acme/ari-checker.ts';
+import type { ServedRotationSettings } from '../served/served-rotation.ts';
+import type { KubeSettings } from '../kube/kube-backend.ts';
+import type { ServeConfigSettings } from '../config/serve-config-watcher.ts';
+
+/** The daemon's parts and the settings each is built with. */
+export interface PartSettings {
+  /** Expected start-up states log at info this long (core/loop/startup-grace.ts). */
+  startupGraceMs: number;
+  /** The metrics' renewal points (http/daemon-metrics.ts). */
+  metrics: RenewalPolicy;
+  delivery: DeliverySettings;
+  /** Where certificates are kept: a directory (POD_NAME names its writer), or Kubernetes with its own settings. */
+  store: { kind: 'dir'; path: string; podName: string | undefined } | { kind: 'kube'; settings: KubeSettings };
+  tailscaled: { localapi: string; certTimeoutMs: number };
+  domains: string[];
+  /** --served-check and the advertisement; undefined without --served-check. */
+  served: (ServedRotationSettings & { validityEnd: ValidityEnd }) | undefined;
+  /** ARI; undefined with --acme-directory none. */
+  ari: (AriSettings & { acmeDirectory: string }) | undefined;
+  loops: RenewalSettings;
+  serveConfig: ServeConfigSettings;
+  /** /healthz and /metrics: where they listen, over HTTPS with `tls`, and whether routing proofs are kept. */
+  http: { listen: string; pod: PodAddresses; tls: TlsChoice | undefined; routingProofs: boolean };
+  /** Leaving rotation: by the stop, or GET /leave-rotation with `token` (undefined: no such route). */
+  leave: { token: string | undefined; failoverMs: number; drainDelayMs: number };
+  shutdownTimeoutMs: number;
+}
+
+export function partSettings(config: DaemonConfig): PartSettings {
+  const { renewal, readinessLeadMs } = config;
+  // When a certificate leaves rotation: the readiness lead before its notAfter (renewal.ts rotationExitTime).
+  const validityEnd: ValidityEnd = (held) => rotationExitTime(held, renewal, readinessLeadMs);
+  const { acmeDirectory, ariIntervalMs, servedCheck } = config;
+  return {
+    startupGraceMs: config.startupGraceMs,
+    metrics: renewal,
+    delivery: pick(config, ['reloadCommand', 'reloadTimeoutMs', 'reloadSignal', 'reloadPidFile', 'haproxyCrtDir', 'haproxySocket']),
+    store: config.store.kind === 'kube' ? { kind: 'kube', settings: kubeSettings(config, validityEnd) } : { ...config.store, podName: config.podName },
+    tailscaled: { localapi: config.localapi, certTimeoutMs: config.certTimeoutMs },
+    domains: config.domains,
+    served: servedCheck ? { ...servedSettings(config), validityEnd } : undefined,
+    ari: acmeDirectory ? { acmeDirectory, ariIntervalMs } : undefined,
+    loops: pick(config, ['renewal', 'backoff', 'certTimeoutMs', 'issuanceConcurrency', 'issuanceBudget', 'nameLimit']),
+    serveConfig: { serveConfig: config.serveConfig, advertiseServices: config.advertiseServices },
+    http: { listen: config.listen, pod: config.pod, tls: config.tls, routingProofs: config.routingChecks.length > 0 },
+    leave: { token: config.leaveToken, failoverMs: config.advertiseFailoverMs, drainDelayMs: config.drainDelayMs },
+    shutdownTimeoutMs: config.shutdownTimeoutMs,
+  };
+}
+
+/** Kubernetes mode's settings: the store, the writer's Lease, the readiness gate and the federation home. */
+function kubeSettings(config: DaemonConfig, validityEnd: ValidityEnd): KubeSettings {
+  const { mode, group, watchScope, podName, outDir, leaseDurationMs, budgetNamespace, renewal, readinessLeadMs, federation } = config;
+  const gate = config.readinessGate
+    ? {
+        conditionType: config.readinessGate,
+        routingChecks: config.routingChecks,
+        routingAttempts: config.routingAttempts,
+        ownIPv4: config.pod.ipv4,
+        validityEnd,
+      }
+    : undefined;
+  const home = federation ? { ...federation, renewal, readinessLeadMs } : undefined;
+  return { mode, group, watchScope, podName, outDir, leaseDurationMs, budgetNamespace, gate, federation: home };
+}
+
+function servedSettings(config: DaemonConfig): ServedRotationSettings {
+  return pick(config, [
+    'servedCheck',
+    'servedCheckIntervalMs',
+    'servedCheckTimeoutMs',
+    'servedStaleAfterMs',
+    'advertiseServices',
+    'advertiseFailoverMs',
+    'advertiseAgent',
+    'advertiseBootstrap',
+    'advertiseLeftToFile',
+  ]);
+}
+
+/** The named settings of the configuration, and no other. */
+function pick<K extends keyof DaemonConfig>(config: DaemonConfig, keys: readonly K[]): Pick<DaemonConfig, K> {
+  return Object.fromEntries(keys.map((key) => [key, config[key]])) as Pick<DaemonConfig, K>;
+}
