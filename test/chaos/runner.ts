@@ -17,6 +17,7 @@ import { DEFAULT_HOME_TUNING, FEDERATION_ACCOUNT, HomeChaos, homeNamespace, type
 import { AdminWatch, DirWatch, LedgerTail } from './observers.ts';
 import { Replica, type Instance } from './replicas.ts';
 import { buildReport, type ChaosReport, processStarts } from './report.ts';
+import { ClaimedWindows } from './claimed-windows.ts';
 import { Rng } from './rng.ts';
 import { SecretBoard } from './secret-board.ts';
 import { Chaos, DEFAULT_TUNING, type ChaosStats, type ChaosTuning } from './schedule.ts';
@@ -362,6 +363,8 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     const breakGlass = new Set<string>();
     // Break-glass issuances per member, domain and window (the serial of the copy it replaced, from the log).
     const breakGlassWindows = new Map<string, Set<string>>();
+    // Windows claimed by a writer that may have lost the certificate before storing it (claimed-windows.ts).
+    const claimedWindows = new ClaimedWindows();
     /**
      * A break-glass issuance of member c, from its writer's log or its Secret's record (whichever is seen first;
      * the record stands when the log line was lost). A log without the window (an older certshare): the serial
@@ -463,6 +466,10 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
             if (line.msg === 'became the writer' || line.msg === 'no longer the writer') log(`${replica}: ${line.msg}`);
             if (line.msg === 'became the writer') writerSince.set(replica, Date.now());
             else if (line.msg === 'no longer the writer') writerSince.delete(replica);
+            const at = typeof line.time === 'string' ? Date.parse(line.time) : Date.now();
+            if (line.msg === 'certshare started') claimedWindows.started(replica, at);
+            if (line.msg === 'break-glass: window claimed' && typeof line.window === 'string')
+              claimedWindows.claimed(c, replica, String(line.domain), line.window, at);
             if (typeof line.msg === 'string' && line.msg.startsWith('break-glass: issued') && typeof line.serial === 'string') {
               noteBreakGlass(c, String(line.domain), line.serial, typeof line.window === 'string' ? line.window : undefined, replica);
             }
@@ -500,7 +507,13 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         },
         secretsReachableSince: (name) => proxy.secretsReachableSince(tokens.get(name)!),
         statusReachableSince: (name) => proxy.statusReachableSince(tokens.get(name)!),
-        excusedIssuance: (i) => breakGlass.has(i.serial.toLowerCase()),
+        excusedIssuance: (i) => {
+          // Taken first in any case: a claim stands for one issuance, the one its log line named included.
+          const claim = claimedWindows.take(i);
+          if (breakGlass.has(i.serial.toLowerCase())) return true;
+          if (claim) noteBreakGlass(claim.member, i.domain, i.serial, claim.window, `${i.emulator} (claimed, never stored)`);
+          return claim !== undefined;
+        },
         breakGlassRecorded: (domain, serial, window) => noteBreakGlass(c, domain, serial, window, `c${c + 1}-secret`),
         ...(federated
           ? {
