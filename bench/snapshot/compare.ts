@@ -1,13 +1,14 @@
-// Start-up of the standalone daemon from its V8 startup snapshot (bench/snapshot/build.ts), beside dist/ as
-// the image runs it and the bare fastify hello (the start-up floor), in turn: each round starts the three
-// in a rotating order, asks /healthz every 5 ms and stops each at its first 200 (certificate stored). CPU
-// is every thread's time on a CPU until then; pairs are taken within a round. The last IDLE rounds also
-// keep each process 3 s more and read its idle RSS.
-//   node bench/snapshot/compare.ts [ROUNDS] [IDLE]   # defaults 10 and 3; prints JSON, then a summary
+// `node bench/snapshot/compare.ts [--starts N] [--idle N]`: start-up of the standalone daemon from its V8
+// startup snapshot (bench/snapshot/build.ts), beside dist/ as the image runs it and the bare fastify hello
+// (the start-up floor). The three start one after another in a rotating order, N times after a warm-up;
+// each is asked /healthz every 5 ms and stopped at its first 200 (certificate stored). CPU is every thread's
+// time on a CPU until then; pairs are taken among the three started together. The last --idle times also
+// keep each process 3 s more and read its idle RSS. Prints a JSON line, then the summary.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildBaseline, FASTIFY_HELLO, startBaseline } from '../lib/baseline.ts';
+import { type CommandLine, numberFlag, parseScriptArgs } from '../lib/command-line.ts';
 import { buildDist, CertFileWatch, IMAGE_NODE_FLAGS, spawnDaemon, startEmulator } from '../lib/certshare.ts';
 import { freePort, pollHealthy } from '../lib/http.ts';
 import { cleanEnv, idleRss, type MemStatus, Proc, stopAll, threadsCpuMs } from '../lib/proc.ts';
@@ -21,8 +22,18 @@ interface Start {
   idle?: MemStatus;
 }
 
-const rounds = Number(process.argv[2] ?? 10);
-const idleRounds = Number(process.argv[3] ?? 3);
+const SCRIPT: CommandLine = {
+  name: 'snapshot-compare',
+  invocation: 'node bench/snapshot/compare.ts',
+  summary: 'Start-up of the standalone daemon from a V8 startup snapshot, beside dist/ and the bare fastify hello, in turn.',
+  flags: [
+    { name: 'starts', placeholder: 'N', default: '10', help: 'Starts of each, after a warm-up.' },
+    { name: 'idle', placeholder: 'N', default: '3', help: 'Of them, the last N also read idle RSS 3 s after healthy.' },
+  ],
+};
+const opts = parseScriptArgs(SCRIPT);
+const rounds = numberFlag(SCRIPT, opts, 'starts', 10, 'a whole number, at least 1', (n) => Number.isInteger(n) && n >= 1);
+const idleRounds = numberFlag(SCRIPT, opts, 'idle', 3, `a whole number from 0 to --starts`, (n) => Number.isInteger(n) && n >= 0 && n <= rounds);
 const dir = await mkdtemp(join(tmpdir(), 'certshare-snapshot-'));
 try {
   await buildDist();
