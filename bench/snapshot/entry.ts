@@ -30,6 +30,10 @@ function standaloneConfig(args: string[]): DaemonConfig | undefined {
   }
 }
 
+// Parsed once while the snapshot is built: the flag and configuration code is then compiled in the snapshot,
+// not at every start (docs/performance.md). It reads no file and opens nothing.
+standaloneConfig(['run', '--domain', 'build.tailnet-0000.ts.net', '--store', 'dir:/nonexistent', '--listen', '127.0.0.1:1']);
+
 startupSnapshot.setDeserializeMainFunction(() => {
   // Started from a snapshot, argv has no script: [node, command, ...flags].
   const config = standaloneConfig(process.argv.slice(1));
