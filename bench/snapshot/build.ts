@@ -104,8 +104,9 @@ export async function buildSnapshot(dir: string, distMain: string = join(DIST, '
     outfile: script,
     plugins: [lazyBuiltins, withoutKube, startTimeAtRunTime, ...(options.plugins ?? []).filter((p) => p.name !== 'node-http-without-undici')],
   });
-  // withoutCodeCache: Node's code cache for its built-ins is most of a default blob, and a process keeps the
-  // whole blob in memory: the memory costs more than the compiling it saves (docs/performance.md).
+  // withoutCodeCache: Node's code cache for its built-ins is most of a default blob, and a started process's
+  // anonymous memory grows by about its blob's size: that costs more than the compiling it saves
+  // (docs/performance.md).
   const config = join(dir, 'snapshot-config.json');
   await writeFile(config, `${JSON.stringify({ builder: script, withoutCodeCache: true })}\n`);
   const built = spawnSync(process.execPath, ['--snapshot-blob', blob, '--build-snapshot-config', config], { encoding: 'utf8', timeout: 120_000 });
@@ -114,6 +115,11 @@ export async function buildSnapshot(dir: string, distMain: string = join(DIST, '
 }
 
 if (import.meta.main) {
-  const { blob } = await buildSnapshot(resolve(process.argv[2] ?? join(DIST, '..', 'snapshot')));
+  const [dir, ...more] = process.argv.slice(2);
+  if (!dir || dir.startsWith('-') || more.length > 0) {
+    process.stderr.write('Usage: node bench/snapshot/build.ts DIR   (the snapshot of the standalone daemon, for dist/)\n');
+    process.exit(2);
+  }
+  const { blob } = await buildSnapshot(resolve(dir));
   process.stdout.write(`${blob}\n`);
 }
