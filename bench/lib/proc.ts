@@ -197,6 +197,20 @@ export async function cpuMs(pid: number): Promise<number> {
   return (Number(fields[11]) + Number(fields[12])) * 10;
 }
 
+/**
+ * The same in ns resolution: the time every thread of the process has been on a CPU so far (the scheduler's
+ * own count, /proc/PID/task/TID/schedstat), in ms. V8's compiler and GC threads included; a thread that
+ * already exited is not.
+ */
+export async function threadsCpuMs(pid: number): Promise<number> {
+  let ns = 0;
+  for (const tid of await readdir(`/proc/${pid}/task`)) {
+    const stat = await readFile(`/proc/${pid}/task/${tid}/schedstat`, 'utf8').catch(() => '0');
+    ns += Number(stat.split(' ')[0]);
+  }
+  return ns / 1e6;
+}
+
 export interface MemStatus {
   /** VmRSS, RssAnon, RssFile in MB. */
   rss: number;

@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 import { join } from 'node:path';
-import { CertshareError, ERROR_CODES, type ErrorCode, errorMessage, errorText } from '../core/errors.ts';
+import { CertshareError } from '../core/errors.ts';
 import { commandUsage, parseFlags } from '../flags/flags.ts';
 import { RUN_FLAGS, RUN_HELP, daemonConfigFrom } from '../config/run-options.ts';
 import { useCompileCache } from './compile-cache.ts';
+import { exitFatal } from './fatal.ts';
 import { optimizingCompilersAfterStart, withoutOptimizingCompilers } from '../http/heap-saving.ts';
 
 const TOP_USAGE = `Usage: certshare <command> [flags]
@@ -71,10 +72,5 @@ async function main(argv: string[]): Promise<number> {
 try {
   process.exitCode = await main(process.argv.slice(2));
 } catch (err) {
-  const code: ErrorCode = err instanceof CertshareError ? err.code : 'CERTSHARE_FATAL';
-  const message = err instanceof CertshareError ? err.message : errorText('CERTSHARE_FATAL', { message: errorMessage(err) });
-  console.error(`certshare: ${message} [${code}]`);
-  // Exit now, with the code's exit status: a fatal error must end the process, whatever handle (a socket, a
-  // timer) is still open.
-  process.exit(ERROR_CODES[code].exit);
+  exitFatal(err);
 }

@@ -9,7 +9,7 @@ const script = (name: string): string => fileURLToPath(new URL(`../../bench/${na
 const run = (name: string, args: string[]) => spawnSync(process.execPath, [script(name), ...args], { encoding: 'utf8', timeout: 30_000 });
 
 describe('bench command lines', () => {
-  for (const name of ['main', 'heap-by-domain', 'startup-failures']) {
+  for (const name of ['main', 'heap-by-domain', 'startup-failures', 'snapshot/compare']) {
     it(`${name} --help: the usage on stdout, exit 0`, () => {
       const r = run(name, ['--help']);
       assert.equal(r.status, 0, r.stderr);
