@@ -162,6 +162,14 @@ export const ERROR_CODES = {
     message: 'renew request {id} for {domain} refused: fewer than {reserve} issuances of the name limit would be left for renewals; ask again after {until}',
     exit: 1,
   },
+  CERTSHARE_NAME_LIMIT_PASSED: {
+    means:
+      "a renewal went ahead past the CA's limit for its exact name as the issuance ledger counts it (--name-limit): waiting for the " +
+      "window would have held it past its certificate's safety point; real issuances never do, so the ledger holds entries nobody's " +
+      'certificates account for',
+    message: "{domain}: the name's limit would hold this renewal until {until}, past its certificate's safety point; renewing, counted",
+    exit: 1,
+  },
   CERTSHARE_UNTRUSTED_VALUE: {
     means:
       "a time read from an object a credential can write (a Secret's certshare.io/* annotation, an issuance ledger entry) is out of " +

@@ -216,3 +216,52 @@ describe('a renewal never waits on a ledger it cannot use', () => {
     );
   });
 });
+
+describe("a name's limit filled by whoever writes the ledger (another group's token, in a shared one)", () => {
+  const D = `web.${RD}`;
+  const forged = (at: number): LedgerEntry[] => Array.from({ length: LE.count }, () => ({ domain: D, registeredDomain: RD, at, issued: true, renewal: true }));
+
+  it('holds a renewal until its deadline (the safety point), never past it, however often the entries are written again', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: HOUR, max: 60 * 24 * HOUR }),
+        fc.array(fc.integer({ min: 1, max: 100 * HOUR }), { maxLength: 30 }),
+        async (lead, steps) => {
+          let now = NOW;
+          const deadline = NOW + lead;
+          const ledger = new MemoryLedger();
+          const budget = new IssuanceBudget({
+            limit: LE,
+            nameLimit: LE,
+            store: ledger,
+            clock: { now: () => now, sleep: async () => {} },
+            logger: silentLogger,
+          });
+          for (const step of [0, ...steps]) {
+            now = Math.min(now + step, deadline);
+            ledger.entries = [...ledger.entries, ...forged(now)];
+            const verdict = await budget.requestReissue(D, never, deadline);
+            if (now < deadline) {
+              assert.equal(verdict.kind, 'name_limited');
+              if (verdict.kind === 'name_limited') assert.ok(verdict.turnAt > now && verdict.turnAt <= deadline, 'looks again by the deadline');
+              continue;
+            }
+            assert.equal(verdict.kind, 'granted', 'at the deadline, whatever the ledger says');
+            assert.equal(ledger.entries.filter((e) => e.domain === D && e.renewal && !e.issued).length, 1, 'counted: the renewal is in the ledger');
+            return;
+          }
+        },
+      ),
+      { numRuns: RUNS },
+    );
+  });
+
+  it('without a deadline still waits for the window (the limit holds for real issuances)', async () => {
+    const ledger = new MemoryLedger();
+    ledger.entries = forged(NOW);
+    const budget = new IssuanceBudget({ limit: LE, nameLimit: LE, store: ledger, clock: { now: () => NOW, sleep: async () => {} }, logger: silentLogger });
+    assert.deepEqual(await budget.requestReissue(D, never), { kind: 'name_limited', turnAt: NOW + LE.windowMs });
+    assert.deepEqual(await budget.requestReissue(D, never, NOW + HOUR), { kind: 'name_limited', turnAt: NOW + HOUR });
+    assert.equal((await budget.requestReissue(D, never, NOW)).kind, 'granted');
+  });
+});
