@@ -3,10 +3,12 @@
 // platform's namespace (--budget-namespace, manifests/budget). 60 new names under 50/168h: at most 50
 // first issuances in all, the rest queued with their reason in /healthz and the metrics. The sidecar
 // token's rights on the shared ledger: get and update of that one object, everything else refused. And what
-// that right gives a stolen token of one group over another's names: entries of their name limit, dated now,
-// written again before they leave the window, delay a renewal to its certificate's safety point, never past it
-// (on 7bec7cd the renewal waited for the window over and over, and the certificate ran out).
+// that right gives one group's token (a tenant of its namespace mints one) over another's names: entries of
+// their name limit, dated now, written again before they leave the window, delay a renewal to its
+// certificate's safety point, never past it (on 7bec7cd the renewal waited for the window over and over, and
+// the certificate ran out).
 import assert from 'node:assert/strict';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, it } from 'node:test';
@@ -15,7 +17,7 @@ import { breakGlassPoint } from '../../src/core/federation/home-verdicts.ts';
 import type { IssuanceDecision } from '../../src/core/issuance/issuance-policy.ts';
 import { held } from '../../src/core/loop/held-certificate.ts';
 import { renewalTime, rotationExitTime } from '../../src/core/renewal/renewal.ts';
-import { KUBE_DOMAIN, allowDomains, exampleNamespace, must, startReplica, type Replica } from '../support/kube.ts';
+import { KUBE_DOMAIN, allowDomains, exampleNamespace, must, namespaceAdmin, startReplica, type Replica } from '../support/kube.ts';
 import { JumpClock } from '../support/jump-clock.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { asAccount } from '../support/token-request.ts';
@@ -168,7 +170,13 @@ describe('one issuance budget per registered domain, shared by the groups of a c
     const clock = new JumpClock();
     const [thief, victim] = [await exampleNamespace(cp(), 'grp'), await exampleNamespace(cp(), 'grp')];
     const platformNs = await platform([thief, victim]);
-    const stolen = await cp().kubeconfigFor(thief, 'certshare');
+    // A tenant of the thief's namespace (the bootstrap admin and edit roles) mints its sidecar account's token.
+    const tenant = await namespaceAdmin(cp(), thief, 'tenant');
+    const body = { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: 3600 } };
+    const minted = await asAccount(cp(), tenant, 'POST', `/api/v1/namespaces/${thief}/serviceaccounts/certshare/token`, body);
+    assert.equal(minted.status, 201, `edit creates serviceaccounts/token: ${minted.body}`);
+    const stolen = join(dir(), 'stolen.kubeconfig');
+    await writeFile(stolen, `token: ${(JSON.parse(minted.body) as { status: { token: string } }).status.token}\n`, { mode: 0o600 });
     const ledger = `/api/v1/namespaces/${platformNs}/configmaps/${LEDGER}`;
     const policy = { renewFraction: 1 / 3, checkIntervalMs: 3_600_000 };
     const LEAD_MS = 60_000;
@@ -183,7 +191,7 @@ describe('one issuance budget per registered domain, shared by the groups of a c
     w.daemon.events.on('decided', record);
     const current = () => w.daemon.manager.loop(KUBE_DOMAIN)?.current;
     const signed = (): number => w.emulator.stats().issuances[KUBE_DOMAIN] ?? 0;
-    /** The thief: the victim's name limit filled, five renewals dated now, with its own group's real token. */
+    /** The thief: the victim's name limit filled, five renewals dated now, with its own group's sidecar token. */
     async function fillNameLimit(): Promise<void> {
       const read = await asAccount(cp(), stolen, 'GET', ledger);
       assert.equal(read.status, 200, read.body);
