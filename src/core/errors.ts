@@ -172,8 +172,9 @@ export const ERROR_CODES = {
   },
   CERTSHARE_UNTRUSTED_VALUE: {
     means:
-      "a time read from an object a credential can write (a Secret's certshare.io/* annotation, an issuance ledger entry) is out of " +
-      "its bound (in the future, past the retry cap, not what the ledger's rules write): ignored, counted, reported",
+      "a time read from an object a credential can write (a Secret's certshare.io/* annotation, an issuance ledger entry, a Lease's " +
+      "duration) is out of its bound (in the future, past the retry cap, not what the ledger's rules write, over twice the replica's " +
+      'own): ignored or taken at the bound, reported',
     message: '{field} of {where} ignored ({value}): {why}',
     exit: 1,
   },

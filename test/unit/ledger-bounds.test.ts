@@ -4,7 +4,7 @@ import fc from 'fast-check';
 import { believedEntries, IssuanceBudget, RENEW_RESERVE, type BudgetLimit, type LedgerEntry } from '../../src/core/issuance/issuance-budget.ts';
 import { silentLogger } from '../../src/core/ports/logger.ts';
 import { tailnetDomain } from '../../src/core/issuance/registered-domain.ts';
-import { CLOCK_SKEW_MS, boundCoordination } from '../../src/core/values/untrusted-values.ts';
+import { CLOCK_SKEW_MS, boundCoordination, boundLeaseDuration } from '../../src/core/values/untrusted-values.ts';
 import { MemoryLedger } from '../support/memory-ledger.ts';
 
 const RUNS = Number(process.env.CERTSHARE_PROPERTY_RUNS ?? 100);
@@ -14,6 +14,16 @@ const RD = 'tailnet-7.ts.net';
 const rule = (d: string): string => tailnetDomain(d) ?? d;
 const never = new AbortController().signal;
 const LE: BudgetLimit = { count: 5, windowMs: 168 * HOUR };
+
+describe("a Lease's duration read back: bounded", () => {
+  it("believes a holder's duration up to twice the reader's own, and says why past it", () => {
+    assert.deepEqual(boundLeaseDuration(undefined, 15_000), { ms: 15_000 });
+    assert.deepEqual(boundLeaseDuration(30, 15_000), { ms: 30_000 });
+    const { ms, refused } = boundLeaseDuration(2_147_483_647, 15_000);
+    assert.equal(ms, 30_000);
+    assert.deepEqual(refused, { field: 'lease-duration', value: '2147483647s', why: "longer than 2 times this replica's own duration: taken as 30s" });
+  });
+});
 
 describe('coordination read back from a Secret: bounded', () => {
   const bounds = { retryCapMs: 24 * HOUR };
