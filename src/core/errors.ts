@@ -165,8 +165,8 @@ export const ERROR_CODES = {
   CERTSHARE_NAME_LIMIT_PASSED: {
     means:
       "a renewal went ahead past the CA's limit for its exact name as the issuance ledger counts it (--name-limit): waiting for the " +
-      "window would have held it past its certificate's safety point; real issuances never do, so the ledger holds entries nobody's " +
-      'certificates account for',
+      "window would have held it past its certificate's safety point, which issuances do only for certificates living less than the " +
+      'window: the ledger may hold entries no issuance accounts for (someone else writes it)',
     message: "{domain}: the name's limit would hold this renewal until {until}, past its certificate's safety point; renewing, counted",
     exit: 1,
   },

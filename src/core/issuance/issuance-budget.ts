@@ -4,7 +4,7 @@
 // set issued before are exempt, as at Let's Encrypt. The ledger of first issuances is written before the
 // CertPair call, on a group object every writer shares, so no restart or failover forgets a slot taken.
 import type { Clock } from '../ports/clock.ts';
-import { CertshareError, errorMessage } from '../errors.ts';
+import { CertshareError, errorMessage, errorText } from '../errors.ts';
 import type { Logger } from '../ports/logger.ts';
 import { normalizeDomain } from '../certificates/domain.ts';
 import { parseDuration } from '../values/duration.ts';
@@ -168,7 +168,10 @@ function nameLimitWait(at: { domain: string; turnAt: number; now: number; deadli
   if (deadline === undefined) return turnAt;
   if (now < deadline) return Math.min(turnAt, deadline);
   const until = new Date(turnAt).toISOString();
-  log.warn({ domain, code: 'CERTSHARE_NAME_LIMIT_PASSED', until }, "the name's limit would hold this renewal past its safety point; renewing");
+  log.warn(
+    { domain, code: 'CERTSHARE_NAME_LIMIT_PASSED', until },
+    `CERTSHARE_NAME_LIMIT_PASSED ${errorText('CERTSHARE_NAME_LIMIT_PASSED', { domain, until })}`,
+  );
   return undefined;
 }
 
