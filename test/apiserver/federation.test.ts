@@ -528,13 +528,14 @@ describe('the federation home: three apiservers, two members, one shared name', 
     const written = await asAccount(home, token, 'PUT', lease, { ...read, spec });
     assert.equal(written.status, 200, `the federation account updates its group's home Lease: ${written.body}`);
     await must(east.cp.kubectl(['create', 'namespace', 'proxies-lease']));
-    const writer = await startMemberReplica(east, 'proxy', 'proxy-0', ['--federation-kubeconfig', token, '--federation-namespace', ns], {
+    // A Pod name of its own: the rights test's replica (east, proxy-0) still runs, its emulator's socket taken.
+    const writer = await startMemberReplica(east, 'proxy', 'proxy-lease-0', ['--federation-kubeconfig', token, '--federation-namespace', ns], {
       domain: KUBE_DOMAIN,
       namespace: 'proxies-lease',
     });
     await until('the member holds a certificate', () => held(writer) !== undefined, [onEvent(writer.daemon.events, 'planned')], 30_000);
     const holder = JSON.parse((await asAccount(home, token, 'GET', lease)).body) as { spec: { holderIdentity?: string } };
-    assert.match(holder.spec.holderIdentity ?? '', /^east\/proxy-0_/);
+    assert.match(holder.spec.holderIdentity ?? '', /^east\/proxy-lease-0_/);
     assert.ok(
       writer.log.entries.some((e) => e.code === 'CERTSHARE_UNTRUSTED_VALUE' && /lease-duration of the Lease fed-lease\/certshare-proxy/.test(e.msg ?? '')),
       'the duration reported',
