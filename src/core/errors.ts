@@ -162,11 +162,19 @@ export const ERROR_CODES = {
     message: 'renew request {id} for {domain} refused: fewer than {reserve} issuances of the name limit would be left for renewals; ask again after {until}',
     exit: 1,
   },
+  CERTSHARE_NAME_LIMIT_PASSED: {
+    means:
+      "a renewal went ahead past the CA's limit for its exact name as the issuance ledger counts it (--name-limit): waiting for the " +
+      "window would have held it past its certificate's safety point, which issuances do only for certificates living less than the " +
+      'window: the ledger may hold entries no issuance accounts for (someone else writes it)',
+    message: "{domain}: the name's limit would hold this renewal until {until}, past its certificate's safety point; renewing, counted",
+    exit: 1,
+  },
   CERTSHARE_UNTRUSTED_VALUE: {
     means:
       "a time read from an object a credential can write (a Secret's certshare.io/* annotation, an issuance ledger entry, a " +
-      "break-glass claim) is out of its bound (in the future, past the retry cap, not what the ledger's rules write): ignored, " +
-      'counted, reported',
+      "break-glass claim, a Lease's duration) is out of its bound (in the future, past the retry cap, not what the ledger's " +
+      "rules write, over twice the replica's own): ignored or taken at the bound, reported",
     message: '{field} of {where} ignored ({value}): {why}',
     exit: 1,
   },

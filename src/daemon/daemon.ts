@@ -59,7 +59,8 @@ export interface Daemon {
    * `filesWritten` {domain, path}: certificate files changed on disk (dir store, --out-dir projection, --haproxy-crt-dir);
    * `attempt` {domain, result, reason}: a CertPair call ended; `problem` {domain, message}: a loop hit a problem;
    * `planned` {domain, at}: a loop's turn ended with its next check planned; `tlsServed` {serial}: --tls serves a renewed pair;
-   * `reloaded` ReloadOutcome: a reload of the proxy (command, signal, HAProxy runtime API) ended.
+   * `reloaded` ReloadOutcome: a reload of the proxy (command, signal, HAProxy runtime API) ended; `decided` {domain, decision}: a
+   * loop's decision (issuance-policy.ts IssuanceDecision).
    */
   readonly events: EventEmitter;
   /** Graceful stop: leave rotation, drain, stop loops and the server. */
@@ -78,10 +79,12 @@ async function storeBackend(store: PartSettings['store'], ctx: KubeBackendContex
 /**
  * Re-emits loop reports on the daemon's EventEmitter: `attempt` {domain, result, reason}, `problem` {domain, message},
  * `planned` {domain, at}: a turn ended and the loop decided when to look next (nothing more to do now),
- * `renewRequest` {domain, id, result...}: a renew request answered.
+ * `renewRequest` {domain, id, result...}: a renew request answered; `decided` {domain, decision}: each decision of a
+ * turn (issuance-policy.ts), a wait for the budget included.
  */
 function eventsObserver(events: EventEmitter): LoopObserver {
   return {
+    decided: (domain, decision) => events.emit('decided', { domain, decision }),
     attempt: (domain, result, reason) => events.emit('attempt', { domain, result, reason }),
     planned: (domain, at) => events.emit('planned', { domain, at }),
     problem: (domain, message) => message && events.emit('problem', { domain, message }),

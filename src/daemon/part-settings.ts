@@ -51,7 +51,7 @@ export function partSettings(config: DaemonConfig): PartSettings {
     domains: config.domains,
     served: servedCheck ? { ...servedSettings(config), validityEnd } : undefined,
     ari: acmeDirectory ? { acmeDirectory, ariIntervalMs } : undefined,
-    loops: pick(config, ['renewal', 'backoff', 'certTimeoutMs', 'issuanceConcurrency', 'issuanceBudget', 'nameLimit']),
+    loops: pick(config, ['renewal', 'backoff', 'certTimeoutMs', 'issuanceConcurrency', 'issuanceBudget', 'nameLimit', 'readinessLeadMs']),
     serveConfig: { serveConfig: config.serveConfig, advertiseServices: config.advertiseServices },
     http: { listen: config.listen, pod: config.pod, tls: config.tls, routingProofs: config.routingChecks.length > 0 },
     leave: { token: config.leaveToken, failoverMs: config.advertiseFailoverMs, drainDelayMs: config.drainDelayMs },

@@ -5,6 +5,7 @@ import type { Clock } from '../core/ports/clock.ts';
 import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { IssuanceRole } from '../core/ports/store.ts';
+import { boundLeaseDuration, OutOfBoundsLog } from '../core/values/untrusted-values.ts';
 import { apiErrorCode, apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { makeApi, withSignal } from './transport/https-transport.ts';
 
@@ -88,9 +89,12 @@ export class LeaseElector implements IssuanceRole {
   #wasLeader = false;
   #done: Promise<void> | undefined;
   #expiryWatch: AbortController | undefined;
+  /** A holder's duration believed shorter than it says (boundLeaseDuration): logged once per value. */
+  readonly #outOfBounds: OutOfBoundsLog;
 
   constructor(options: LeaseElectorOptions) {
     this.identity = options.identity;
+    this.#outOfBounds = new OutOfBoundsLog(options.logger, () => {});
     this.#o = {
       renewEveryMs: Math.max(100, Math.floor(options.leaseDurationMs / 3)),
       retryEveryMs: Math.max(100, Math.floor(options.leaseDurationMs / 3)),
@@ -197,7 +201,8 @@ export class LeaseElector implements IssuanceRole {
     // Expiry is judged by how long *we* have seen the same record, never by the holder's timestamps.
     const key = `${holder}|${stamp(spec.renewTime)}|${lease.metadata?.resourceVersion ?? ''}`;
     if (this.#observed?.key !== key) this.#observed = { key, at: clock.now() };
-    const duration = (spec.leaseDurationSeconds ?? leaseDurationMs / 1000) * 1000;
+    const { ms: duration, refused } = boundLeaseDuration(spec.leaseDurationSeconds, leaseDurationMs);
+    this.#outOfBounds.read(`the Lease ${namespace}/${name}`, refused && holder !== this.identity ? [refused] : []);
     const free = holder === '' || clock.now() >= this.#observed.at + duration;
     if (holder !== this.identity && !free) {
       this.#leaderUntil = 0;

@@ -513,4 +513,32 @@ describe('the federation home: three apiservers, two members, one shared name', 
       problems.join('; '),
     );
   });
+
+  it('a stolen federation credential writes the home Lease once, held 2^31 s: a member takes it over after twice its duration', async () => {
+    const east = member('east');
+    const ns = 'fed-lease';
+    await must(home.kubectl(['create', 'namespace', ns]));
+    await must(home.kubectl(['apply', '-k', FEDERATION, '-n', ns]));
+    const token = await home.kubeconfigFor(ns, 'certshare-federation');
+    const lease = `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases/certshare-proxy`;
+    const read = JSON.parse((await asAccount(home, token, 'GET', lease)).body) as { metadata: Record<string, unknown> };
+    // One write, by a token that may be rotated or expire right after: on 7bec7cd no member ever held the Lease.
+    const renewTime = new Date(clock.now()).toISOString().replace('Z', '000Z');
+    const spec = { holderIdentity: 'thief', leaseDurationSeconds: 2_147_483_647, renewTime };
+    const written = await asAccount(home, token, 'PUT', lease, { ...read, spec });
+    assert.equal(written.status, 200, `the federation account updates its group's home Lease: ${written.body}`);
+    await must(east.cp.kubectl(['create', 'namespace', 'proxies-lease']));
+    // A Pod name of its own: the rights test's replica (east, proxy-0) still runs, its emulator's socket taken.
+    const writer = await startMemberReplica(east, 'proxy', 'proxy-lease-0', ['--federation-kubeconfig', token, '--federation-namespace', ns], {
+      domain: KUBE_DOMAIN,
+      namespace: 'proxies-lease',
+    });
+    await until('the member holds a certificate', () => held(writer) !== undefined, [onEvent(writer.daemon.events, 'planned')], 30_000);
+    const holder = JSON.parse((await asAccount(home, token, 'GET', lease)).body) as { spec: { holderIdentity?: string } };
+    assert.match(holder.spec.holderIdentity ?? '', /^east\/proxy-lease-0_/);
+    assert.ok(
+      writer.log.entries.some((e) => e.code === 'CERTSHARE_UNTRUSTED_VALUE' && /lease-duration of the Lease fed-lease\/certshare-proxy/.test(e.msg ?? '')),
+      'the duration reported',
+    );
+  });
 });

@@ -2,12 +2,14 @@
 // kube-apiserver. The writer's own ServiceAccount token (any replica's holds it) writes a retry date and an
 // intent of 9999-12-31 on the domain's Secret, and a ledger entry in 9999: admitted (CEL has no clock), and
 // the writer still issues at once, reporting each value (an Event). Malformed values are refused at
-// admission (manifests/base/admission-policy.yaml, certshare-writer-annotations).
+// admission (manifests/base/admission-policy.yaml, certshare-writer-annotations). The same token writes its group
+// Lease with a holder and a duration of 2^31 s: believed up to twice a replica's own duration.
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { GROUP, KUBE_DOMAIN, exampleNamespace, heldSerial, startReplica } from '../support/kube.ts';
+import { GROUP, KUBE_DOMAIN, exampleNamespace, heldSerial, roleChange, startReplica } from '../support/kube.ts';
+import { recordingLogger } from '../support/recording-logger.ts';
 import { about, watchEvents } from '../support/kube-events.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { asAccount } from '../support/token-request.ts';
@@ -84,6 +86,29 @@ describe("times read back from the writer's own objects, written by its real tok
       );
     } finally {
       await writer.stop();
+    }
+  });
+
+  it('a group Lease held for 2^31 s by that token holds nobody past twice the duration: a replica takes it over and issues', async () => {
+    const ns = await exampleNamespace(cp());
+    const token = await cp().kubeconfigFor(ns, 'certshare');
+    // Written once, with a token that may then be rotated or expire: on 7bec7cd no replica ever became the writer.
+    const spec = { holderIdentity: 'thief', leaseDurationSeconds: 2_147_483_647, renewTime: new Date().toISOString().replace('Z', '000Z') };
+    const lease = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: `certshare-${GROUP}` }, spec };
+    const created = await asAccount(cp(), token, 'POST', `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases`, lease);
+    assert.equal(created.status, 201, `the writer's token creates its group's Lease: ${created.body}`);
+    const { logger, entries, events } = recordingLogger();
+    const replica = await startReplica(cp(), ns, join(dir(), 'lease'), 'proxy-0', { mode: 'auto', flags: ['--lease-duration', '2s'], logger });
+    try {
+      await until('a certificate held', () => heldSerial(replica) !== undefined, [onEvent(replica.daemon.events, 'planned'), roleChange(replica)], 30_000);
+      assert.equal(issuances(replica), 1);
+      const res = await cp().adminRequest('GET', `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases/certshare-${GROUP}`);
+      assert.match((JSON.parse(res.body) as { spec: { holderIdentity: string } }).spec.holderIdentity, /^proxy-0_/);
+      await until('the value reported', () => entries.some((e) => e.code === 'CERTSHARE_UNTRUSTED_VALUE'), [onEvent(events, 'entry')], 5_000);
+      const line = entries.find((e) => e.code === 'CERTSHARE_UNTRUSTED_VALUE')!;
+      assert.match(line.msg ?? '', /lease-duration of the Lease .* ignored \(2147483647s\): longer than 2 times this replica's own duration: taken as 4s$/);
+    } finally {
+      await replica.stop();
     }
   });
 

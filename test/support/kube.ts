@@ -7,6 +7,7 @@ import { loadAll } from 'js-yaml';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom } from '../../src/config/run-options.ts';
 import { silentLogger, type Logger } from '../../src/core/ports/logger.ts';
+import type { Clock } from '../../src/core/ports/clock.ts';
 import { startDaemon, type Daemon } from '../../src/daemon/daemon.ts';
 import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/emulator/server.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';
@@ -260,6 +261,8 @@ export async function startReplica(
      * stays). Default: a new Pod, with empty files (certshare reads what its files hold at start).
      */
     keepFiles?: boolean;
+    /** The daemon's and its emulator's clock (a JumpClock skips a certificate's days). Default: the system's. */
+    clock?: Clock;
   } = {},
 ): Promise<Replica> {
   const replicaDir = join(dir, name);
@@ -268,12 +271,13 @@ export async function startReplica(
   // policies admit the readiness condition and Events from the bound Pod's token only.
   await ensurePod(cp, ns, name, options.serviceAccount ?? 'certshare');
   const kubeconfig = await replicaKubeconfig(cp, ns, name, options.serviceAccount);
-  const emulator = await startEmulator({ listen: join(replicaDir, 'tailscaled.sock'), domains: [KUBE_DOMAIN], id: name, ...options.emulator });
+  const clock = options.clock ? { clock: options.clock } : {};
+  const emulator = await startEmulator({ listen: join(replicaDir, 'tailscaled.sock'), domains: [KUBE_DOMAIN], id: name, ...clock, ...options.emulator });
   const outDir = join(replicaDir, 'certs');
   if (!options.keepFiles) await rm(outDir, { recursive: true, force: true });
   const values = parseFlags(RUN_FLAGS, [...replicaArgs(emulator.address, outDir, options.mode ?? 'rw'), ...(options.flags ?? [])], {});
   const env = { KUBECONFIG: kubeconfig, POD_NAME: name, POD_NAMESPACE: ns, POD_IPS: '10.0.0.10', ...options.env };
-  const daemon = await startDaemon(daemonConfigFrom(values, env), { logger: options.logger ?? silentLogger, env });
+  const daemon = await startDaemon(daemonConfigFrom(values, env), { logger: options.logger ?? silentLogger, env, ...clock });
   return {
     name,
     daemon,

@@ -4,7 +4,7 @@ import fc from 'fast-check';
 import { believedEntries, IssuanceBudget, RENEW_RESERVE, type BudgetLimit, type LedgerEntry } from '../../src/core/issuance/issuance-budget.ts';
 import { silentLogger } from '../../src/core/ports/logger.ts';
 import { tailnetDomain } from '../../src/core/issuance/registered-domain.ts';
-import { CLOCK_SKEW_MS, boundCoordination } from '../../src/core/values/untrusted-values.ts';
+import { CLOCK_SKEW_MS, boundCoordination, boundLeaseDuration } from '../../src/core/values/untrusted-values.ts';
 import { MemoryLedger } from '../support/memory-ledger.ts';
 
 const RUNS = Number(process.env.CERTSHARE_PROPERTY_RUNS ?? 100);
@@ -14,6 +14,16 @@ const RD = 'tailnet-7.ts.net';
 const rule = (d: string): string => tailnetDomain(d) ?? d;
 const never = new AbortController().signal;
 const LE: BudgetLimit = { count: 5, windowMs: 168 * HOUR };
+
+describe("a Lease's duration read back: bounded", () => {
+  it("believes a holder's duration up to twice the reader's own, and says why past it", () => {
+    assert.deepEqual(boundLeaseDuration(undefined, 15_000), { ms: 15_000 });
+    assert.deepEqual(boundLeaseDuration(30, 15_000), { ms: 30_000 });
+    const { ms, refused } = boundLeaseDuration(2_147_483_647, 15_000);
+    assert.equal(ms, 30_000);
+    assert.deepEqual(refused, { field: 'lease-duration', value: '2147483647s', why: "longer than 2 times this replica's own duration: taken as 30s" });
+  });
+});
 
 describe('coordination read back from a Secret: bounded', () => {
   const bounds = { retryCapMs: 24 * HOUR };
@@ -214,5 +224,54 @@ describe('a renewal never waits on a ledger it cannot use', () => {
       /cannot read the memory ledger: 403 Forbidden/,
       'a first issuance still never issues without it',
     );
+  });
+});
+
+describe("a name's limit filled by whoever writes the ledger (another group's token, in a shared one)", () => {
+  const D = `web.${RD}`;
+  const forged = (at: number): LedgerEntry[] => Array.from({ length: LE.count }, () => ({ domain: D, registeredDomain: RD, at, issued: true, renewal: true }));
+
+  it('holds a renewal until its deadline (the safety point), never past it, however often the entries are written again', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: HOUR, max: 60 * 24 * HOUR }),
+        fc.array(fc.integer({ min: 1, max: 100 * HOUR }), { maxLength: 30 }),
+        async (lead, steps) => {
+          let now = NOW;
+          const deadline = NOW + lead;
+          const ledger = new MemoryLedger();
+          const budget = new IssuanceBudget({
+            limit: LE,
+            nameLimit: LE,
+            store: ledger,
+            clock: { now: () => now, sleep: async () => {} },
+            logger: silentLogger,
+          });
+          for (const step of [0, ...steps]) {
+            now = Math.min(now + step, deadline);
+            ledger.entries = [...ledger.entries, ...forged(now)];
+            const verdict = await budget.requestReissue(D, never, deadline);
+            if (now < deadline) {
+              assert.equal(verdict.kind, 'name_limited');
+              if (verdict.kind === 'name_limited') assert.ok(verdict.turnAt > now && verdict.turnAt <= deadline, 'looks again by the deadline');
+              continue;
+            }
+            assert.equal(verdict.kind, 'granted', 'at the deadline, whatever the ledger says');
+            assert.equal(ledger.entries.filter((e) => e.domain === D && e.renewal && !e.issued).length, 1, 'counted: the renewal is in the ledger');
+            return;
+          }
+        },
+      ),
+      { numRuns: RUNS },
+    );
+  });
+
+  it('without a deadline still waits for the window (the limit holds for real issuances)', async () => {
+    const ledger = new MemoryLedger();
+    ledger.entries = forged(NOW);
+    const budget = new IssuanceBudget({ limit: LE, nameLimit: LE, store: ledger, clock: { now: () => NOW, sleep: async () => {} }, logger: silentLogger });
+    assert.deepEqual(await budget.requestReissue(D, never), { kind: 'name_limited', turnAt: NOW + LE.windowMs });
+    assert.deepEqual(await budget.requestReissue(D, never, NOW + HOUR), { kind: 'name_limited', turnAt: NOW + HOUR });
+    assert.equal((await budget.requestReissue(D, never, NOW)).kind, 'granted');
   });
 });

@@ -4,7 +4,7 @@
 // set issued before are exempt, as at Let's Encrypt. The ledger of first issuances is written before the
 // CertPair call, on a group object every writer shares, so no restart or failover forgets a slot taken.
 import type { Clock } from '../ports/clock.ts';
-import { CertshareError, errorMessage } from '../errors.ts';
+import { CertshareError, errorMessage, errorText } from '../errors.ts';
 import type { Logger } from '../ports/logger.ts';
 import { normalizeDomain } from '../certificates/domain.ts';
 import { parseDuration } from '../values/duration.ts';
@@ -150,6 +150,29 @@ function nextNameSlot(taken: readonly number[], now: number, limit: NameLimit, r
   if (taken.length < room) return now;
   if (room <= 0) return Number.POSITIVE_INFINITY;
   return Math.max(now, taken[taken.length - room]! + limit.windowMs);
+}
+
+/**
+ * Until when a renewal waits that the name's limit holds until `turnAt`; undefined: it goes ahead now.
+ * `deadline` (IssuanceBudget.requestReissue): the safety point of the certificate held (core/federation/
+ * home-verdicts.ts breakGlassPoint), now for one that ran out. Whoever may write the ledger (a group's token; in
+ * a ledger shared by a cluster's groups, any group's) can fill a name's window with entries dated now, again and
+ * again: the ledger cannot tell them from issuances. Issuances hold a renewal that long only for certificates
+ * living less than the window, and a certificate running out is worse than the CA's refusal (a rate limit,
+ * backed off from): from the deadline the renewal goes ahead, counted (CERTSHARE_NAME_LIMIT_PASSED). Entries
+ * delay it to the safety point, never past it. Without a deadline: the window.
+ */
+function nameLimitWait(at: { domain: string; turnAt: number; now: number; deadline: number | undefined }, log: Logger): number | undefined {
+  const { domain, turnAt, now, deadline } = at;
+  if (turnAt <= now) return undefined;
+  if (deadline === undefined) return turnAt;
+  if (now < deadline) return Math.min(turnAt, deadline);
+  const until = new Date(turnAt).toISOString();
+  log.warn(
+    { domain, code: 'CERTSHARE_NAME_LIMIT_PASSED', until },
+    `CERTSHARE_NAME_LIMIT_PASSED ${errorText('CERTSHARE_NAME_LIMIT_PASSED', { domain, until })}`,
+  );
+  return undefined;
 }
 
 /**
@@ -395,12 +418,12 @@ export class IssuanceBudget {
    * issuance in the ledger before this returns (confirmed by issued() once the call returns a
    * certificate); else queued until the oldest issuance of the window leaves it. Without a name limit:
    * exempt, nothing written. A ledger that cannot be read or written (a home outage: break-glass) lets the
-   * renewal go ahead uncounted, logged: a certificate running out is worse than a count missed.
+   * renewal go ahead uncounted, logged: a certificate running out is worse than a count missed; the name's limit holds it until `deadline` (nameLimitWait).
    */
-  async requestReissue(domain: string, signal: AbortSignal): Promise<BudgetVerdict> {
+  async requestReissue(domain: string, signal: AbortSignal, deadline?: number): Promise<BudgetVerdict> {
     try {
       await this.#loadListIfNeeded(domain);
-      return await this.#serially(() => this.#reissue(domain, signal));
+      return await this.#serially(() => this.#reissue(domain, signal, deadline));
     } catch (err) {
       if (signal.aborted) throw err;
       this.#log.warn({ domain, code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'issuance ledger unusable; the renewal goes ahead uncounted');
@@ -408,7 +431,7 @@ export class IssuanceBudget {
     }
   }
 
-  async #reissue(domain: string, signal: AbortSignal): Promise<BudgetVerdict> {
+  async #reissue(domain: string, signal: AbortSignal, deadline?: number): Promise<BudgetVerdict> {
     const limit = this.nameLimit;
     if (!limit) return { kind: 'exempt' };
     const rd = this.#rule(domain);
@@ -420,7 +443,8 @@ export class IssuanceBudget {
       const pending = live.find((e) => e.domain === domain && e.renewal && !e.issued);
       if (!pending) {
         const turnAt = nextNameSlot(nameIssuances(live, domain, now, limit), now, limit);
-        if (turnAt > now) return { kind: 'name_limited', turnAt };
+        const wait = nameLimitWait({ domain, turnAt, now, deadline }, this.#log);
+        if (wait !== undefined) return { kind: 'name_limited', turnAt: wait };
       }
       const entries = pending
         ? live.map((e) => (e === pending ? { ...e, at: Math.max(e.at, now) } : e))

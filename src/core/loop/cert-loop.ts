@@ -26,6 +26,7 @@ import type { CertStore, IssuanceRole, StoreRead, StoredCert } from '../ports/st
 import { UnusableRecordLog } from './unusable-record-log.ts';
 import { IssueCall } from './issue-call.ts';
 import { OutOfBoundsLog } from '../values/untrusted-values.ts';
+import { breakGlassPoint } from '../federation/home-verdicts.ts';
 import { isConflict, restoreToStore, storeView, verifyStored as verifyStoredIn, type LoadResult, type StoreRestoreDeps } from './store-restore.ts';
 
 export interface DomainAvailability {
@@ -67,6 +68,11 @@ export interface CertLoopDeps {
    * certificate due earlier than the expiry rule. Undefined: ARI off (--acme-directory none).
    */
   renewalInfo?: AriStateSource | undefined;
+  /**
+   * --readiness-lead: where the safety point of a certificate falls (home-verdicts.ts breakGlassPoint), past which
+   * a renewal no longer waits for the name's limit. Undefined: the longest lead the gate allows (the earliest point).
+   */
+  readinessLeadMs?: number | undefined;
 }
 
 /**
@@ -307,7 +313,7 @@ export class CertLoop {
     const renewal = this.#held.best !== undefined || this.#held.wasHeld;
     let verdict: BudgetVerdict;
     try {
-      verdict = await (renewal ? budget.requestReissue(this.domain, signal) : budget.request(this.domain, {}, signal));
+      verdict = await (renewal ? budget.requestReissue(this.domain, signal, this.#renewalDeadline()) : budget.request(this.domain, {}, signal));
     } catch (err) {
       if (signal.aborted) throw err;
       this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'issuance ledger unusable; not issuing');
@@ -316,6 +322,17 @@ export class CertLoop {
     }
     if (verdict.kind !== 'queued') this.#budgetQueue.leave(verdict.kind === 'granted' ? 'slot granted' : 'renewal, exempt');
     return verdict;
+  }
+
+  /**
+   * The latest a renewal waits for the name's limit (IssuanceBudget.requestReissue): the safety point of the
+   * certificate held, as a federation member cut off from its home breaks glass at, so the renewal still lands
+   * before the gate takes the Pods out; at once when none is held (it ran out).
+   */
+  #renewalDeadline(): number {
+    const best = this.#held.best;
+    if (!best) return this.#deps.clock.now();
+    return breakGlassPoint(held(best), this.#deps.renewal, this.#deps.readinessLeadMs ?? Number.POSITIVE_INFINITY);
   }
 
   /** Answers the pending renew request with a refusal (renew-request.ts); 0: decide again on a fresh read. */

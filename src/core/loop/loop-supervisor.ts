@@ -24,6 +24,8 @@ export interface RenewalSettings {
   issuanceBudget: BudgetLimit | undefined;
   /** --name-limit: certificates per exact name in a window (kept in the budget's ledger); undefined: none. */
   nameLimit: BudgetLimit | undefined;
+  /** --readiness-lead: how long before expiry the gate takes the Pods out (where a certificate's safety point falls). */
+  readinessLeadMs: number;
 }
 
 /** What the loops are built with beside their settings. */
@@ -78,6 +80,7 @@ export function certificateLoops(settings: RenewalSettings, p: LoopParts): LoopS
     issuanceSlots,
     startup: p.startup,
     renewalInfo: ari,
+    readinessLeadMs: settings.readinessLeadMs,
   });
 }
 

@@ -16,7 +16,7 @@ import type { Coordination, StoreRead, StoredCert } from '../ports/store.ts';
 export const CLOCK_SKEW_MS = 30_000;
 
 /** What an ignored value was: the annotation's or the ledger's own name for it. */
-type UntrustedField = 'retry-not-before' | 'issuing' | 'obtained-at' | 'ledger-entry' | 'break-glass-claim';
+type UntrustedField = 'retry-not-before' | 'issuing' | 'obtained-at' | 'ledger-entry' | 'break-glass-claim' | 'lease-duration';
 
 export interface UntrustedValue {
   field: UntrustedField;
@@ -56,6 +56,34 @@ export function boundCoordination(
     refused.push({ field: 'issuing', value: `${intent.holder} at ${iso(intent.at)}`, why: `stamped in the future (later than ${iso(now + CLOCK_SKEW_MS)})` });
   }
   return { coordination: bounded, refused };
+}
+
+/**
+ * How many times its own Lease duration a candidate believes of a holder's: a rollout that lengthens the duration
+ * keeps the holders of the old one, which renew every third of theirs, never taken over while they live.
+ */
+const LEASE_DURATION_FACTOR = 2;
+
+/**
+ * A group Lease's leaseDurationSeconds as a candidate whose own duration is `ownMs` believes it: up to
+ * LEASE_DURATION_FACTOR times its own. Whoever may update the Lease (a group's writer token, a tenant; at a
+ * federation home the federation account) could write 2^31 s once and hold every candidate off for 68 years,
+ * long after its credential was rotated; bounded, holding the Lease takes a write at least every bound.
+ * Absent: the candidate's own.
+ * @forTests
+ */
+export function boundLeaseDuration(seconds: number | undefined, ownMs: number): { ms: number; refused?: UntrustedValue } {
+  if (seconds === undefined) return { ms: ownMs };
+  const bound = ownMs * LEASE_DURATION_FACTOR;
+  if (seconds * 1000 <= bound) return { ms: seconds * 1000 };
+  return {
+    ms: bound,
+    refused: {
+      field: 'lease-duration',
+      value: `${seconds}s`,
+      why: `longer than ${LEASE_DURATION_FACTOR} times this replica's own duration: taken as ${bound / 1000}s`,
+    },
+  };
 }
 
 /** The longest renew request id believed (an annotation value can be 256 KiB; an id is a timestamp or a token). */
