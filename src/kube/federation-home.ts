@@ -19,7 +19,8 @@ import { BreakGlassClaims, type ClaimAnswer } from './break-glass-claim.ts';
 import { LeaseElector, leaseIdentity } from './lease-elector.ts';
 import { ANNOTATION_BREAK_GLASS } from './secret-codec.ts';
 import { KubeSecretStore, type StoreTrust } from './secret-store.ts';
-import type { PodEvents } from './pod-events.ts';
+import { type PodEvents, reportOutOfBounds } from './pod-events.ts';
+import type { OutOfBoundsReport } from '../core/values/untrusted-values.ts';
 import type { Metrics } from '../http/daemon-metrics.ts';
 import { apiReadiness, makeApi, withSignal, type ApiReadiness } from './transport/https-transport.ts';
 
@@ -159,6 +160,8 @@ interface FederationOptions {
   /** A break-glass certificate was stored locally (an Event and the metric). */
   onBreakGlass(domain: string, serial: string): void;
   onHomeWriterChange?(leader: boolean): void;
+  /** The home Lease's duration out of its bound (lease-elector.ts): counted and told. */
+  onOutOfBounds?: OutOfBoundsReport;
 }
 
 type Via = 'home' | 'local';
@@ -256,6 +259,7 @@ export class Federation {
         leaseDurationMs: this.#o.leaseDurationMs,
         mustExist: true,
         onLeadershipChange: (leader) => this.#o.onHomeWriterChange?.(leader),
+        onOutOfBounds: this.#o.onOutOfBounds,
       });
       this.#elector.onChange(() => this.#notify());
       this.#elector.start();
@@ -572,6 +576,7 @@ export async function federate(
     onError: (operation) => metrics.storeErrors.inc({ operation: `home_${operation}` }),
     trust: deps.trust,
   });
+  const outOfBounds = reportOutOfBounds(metrics, podEvents);
   const federation = new Federation({
     home: { connection, store: homeStore },
     local: {
@@ -583,10 +588,7 @@ export async function federate(
         identity: `${settings.cluster}/${local.identity}`,
         clock,
         logger: log.child({ component: 'break-glass-claims' }),
-        onOutOfBounds: (where, value) => {
-          metrics.outOfBounds(where, value);
-          podEvents?.observer.outOfBounds?.(where, value);
-        },
+        onOutOfBounds: outOfBounds,
       }),
     },
     group,
@@ -604,6 +606,7 @@ export async function federate(
       metrics.homeWriter.set(leader ? 1 : 0);
       podEvents?.writer(leader, 'home');
     },
+    onOutOfBounds: outOfBounds,
   });
   log.info({ home: connection.namespace }, 'federation home configured');
   return {

@@ -3,7 +3,7 @@
 // built in its own file from its own settings; this file only joins them.
 import { errorMessage } from '../core/errors.ts';
 import type { TrustAnchors } from '../core/certificates/trust.ts';
-import { staticRole, type ShareMode, type WatchScope } from '../core/ports/store.ts';
+import { staticRole, type IssuanceRole, type ShareMode, type WatchScope } from '../core/ports/store.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { HealthState } from '../core/loop/health.ts';
@@ -20,7 +20,7 @@ import { KubeSecretStore, type StoreTrust } from './secret-store.ts';
 import { writerElector, type LeaseElector } from './lease-elector.ts';
 import { KubeLedgerStore } from './ledger-store.ts';
 import { podEventRecorder, type EventRecorder } from './event-recorder.ts';
-import { PodEvents } from './pod-events.ts';
+import { PodEvents, reportOutOfBounds } from './pod-events.ts';
 
 /** What the shutdown bound keeps back, after leaving rotation and the drain delay, for stopping the rest. */
 const STOP_RESERVE_MS = 1000;
@@ -55,6 +55,32 @@ export interface KubeBackendContext {
   filesWritten(domain: string, path: string): void;
 }
 
+/** Who writes in this cluster: with --mode auto the holder of the group's Lease (its elector), else the mode says. */
+function localWriterRole(
+  settings: KubeSettings,
+  connection: KubeConnection,
+  identity: string,
+  deps: { clock: Clock; logger: Logger; metrics: Metrics; podEvents: PodEvents | undefined },
+): { elector: LeaseElector | undefined; localRole: IssuanceRole } {
+  const { metrics, podEvents } = deps;
+  const onLeadershipChange = (leader: boolean): void => {
+    metrics.writer.set(leader ? 1 : 0);
+    podEvents?.writer(leader);
+  };
+  // validateConfig: --mode auto has a group.
+  const elector =
+    settings.mode === 'auto'
+      ? writerElector({ group: settings.group!, leaseDurationMs: settings.leaseDurationMs }, connection, identity, {
+          clock: deps.clock,
+          logger: deps.logger,
+          onLeadershipChange,
+          onOutOfBounds: reportOutOfBounds(metrics, podEvents),
+        })
+      : undefined;
+  if (!elector) metrics.writer.set(settings.mode === 'rw' ? 1 : 0);
+  return { elector, localRole: elector ?? staticRole(identity, settings.mode === 'rw') };
+}
+
 /** Kubernetes mode: Secrets as the store, the Pod's own readiness gate, an optional file projection. */
 export async function createKubeBackend(ctx: KubeBackendContext, settings: KubeSettings): Promise<StoreBackend> {
   const { clock, logger, metrics } = ctx;
@@ -74,17 +100,7 @@ export async function createKubeBackend(ctx: KubeBackendContext, settings: KubeS
   // A start-up check: in group scope a Role without list/watch on the namespace's Secrets is fatal here.
   await store.start();
   const identity = podName ?? `certshare-${process.pid}`;
-  const onLeadershipChange = (leader: boolean): void => {
-    metrics.writer.set(leader ? 1 : 0);
-    podEvents?.writer(leader);
-  };
-  // validateConfig: --mode auto has a group.
-  const elector =
-    settings.mode === 'auto'
-      ? writerElector({ group: group!, leaseDurationMs: settings.leaseDurationMs }, connection, identity, { clock, logger, onLeadershipChange })
-      : undefined;
-  if (!elector) metrics.writer.set(settings.mode === 'rw' ? 1 : 0);
-  const localRole = elector ?? staticRole(identity, settings.mode === 'rw');
+  const { elector, localRole } = localWriterRole(settings, connection, identity, { clock, logger, metrics, podEvents });
   const federation = settings.federation
     ? await home?.federate(
         { ...settings.federation, group: group! },

@@ -5,7 +5,7 @@ import type { Clock } from '../core/ports/clock.ts';
 import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { IssuanceRole } from '../core/ports/store.ts';
-import { boundLeaseDuration, OutOfBoundsLog } from '../core/values/untrusted-values.ts';
+import { boundLeaseDuration, OutOfBoundsLog, type OutOfBoundsReport } from '../core/values/untrusted-values.ts';
 import { apiErrorCode, apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { makeApi, withSignal } from './transport/https-transport.ts';
 
@@ -35,7 +35,7 @@ export function writerElector(
   settings: WriterLeaseSettings,
   connection: KubeConnection,
   identity: string,
-  deps: { clock: Clock; logger: Logger; onLeadershipChange: (leader: boolean) => void },
+  deps: { clock: Clock; logger: Logger; onLeadershipChange: (leader: boolean) => void; onOutOfBounds?: OutOfBoundsReport },
 ): LeaseElector {
   return new LeaseElector({
     connection,
@@ -45,6 +45,7 @@ export function writerElector(
     logger: deps.logger.child({ component: 'lease' }),
     leaseDurationMs: settings.leaseDurationMs,
     onLeadershipChange: deps.onLeadershipChange,
+    onOutOfBounds: deps.onOutOfBounds,
   });
 }
 
@@ -61,6 +62,8 @@ interface LeaseElectorOptions {
   /** How often a follower looks at the Lease. */
   retryEveryMs?: number;
   onLeadershipChange?: (leader: boolean) => void;
+  /** A holder's duration out of its bound (boundLeaseDuration), at each read: counted and told. */
+  onOutOfBounds?: OutOfBoundsReport | undefined;
   /**
    * A Lease that does not exist is an error instead of one to create (the federation home: the platform
    * creates one per group it knows; a member never makes up a group there).
@@ -78,7 +81,8 @@ interface LeaseElectorOptions {
  */
 export class LeaseElector implements IssuanceRole {
   readonly identity: string;
-  readonly #o: Required<Omit<LeaseElectorOptions, 'onLeadershipChange' | 'mustExist'>> & Pick<LeaseElectorOptions, 'onLeadershipChange' | 'mustExist'>;
+  readonly #o: Required<Omit<LeaseElectorOptions, 'onLeadershipChange' | 'mustExist' | 'onOutOfBounds'>> &
+    Pick<LeaseElectorOptions, 'onLeadershipChange' | 'mustExist'>;
   readonly #api: CoordinationV1Api;
   readonly #listeners = new Set<() => void>();
   readonly #abort = new AbortController();
@@ -94,7 +98,7 @@ export class LeaseElector implements IssuanceRole {
 
   constructor(options: LeaseElectorOptions) {
     this.identity = options.identity;
-    this.#outOfBounds = new OutOfBoundsLog(options.logger, () => {});
+    this.#outOfBounds = new OutOfBoundsLog(options.logger, (where, value) => options.onOutOfBounds?.(where, value));
     this.#o = {
       renewEveryMs: Math.max(100, Math.floor(options.leaseDurationMs / 3)),
       retryEveryMs: Math.max(100, Math.floor(options.leaseDurationMs / 3)),

@@ -2,7 +2,8 @@ import type { FailureKind } from '../core/issuance/failure.ts';
 import type { IssueReason } from '../core/issuance/issuance-policy.ts';
 import type { AttemptResult, LoopObserver } from '../core/ports/observer.ts';
 import type { StoredCert } from '../core/ports/store.ts';
-import { untrustedText } from '../core/values/untrusted-values.ts';
+import { type OutOfBoundsReport, untrustedText } from '../core/values/untrusted-values.ts';
+import type { Metrics } from '../http/daemon-metrics.ts';
 import type { EventOccurrence } from './event-recorder.ts';
 
 /**
@@ -22,7 +23,7 @@ export const EVENT_REASONS = {
     "a federated group's Secret (the home's or this member's) holds a pair whose chain reaches no trust anchor: refused, never served (docs/security.md)",
   OutOfBoundsValue:
     "a time read from a record another credential can write (a Secret's retry-not-before or issuing annotation, " +
-    "a ledger entry, a break-glass claim's time) was out of its bound: ignored (CERTSHARE_UNTRUSTED_VALUE)",
+    "a ledger entry, a break-glass claim's time, a Lease's duration) was out of its bound: ignored (CERTSHARE_UNTRUSTED_VALUE)",
   RenewRefused: 'a renew request (certshare renew) was refused: the minimum interval or the issuance budget says no (served ones are Renewed)',
   Ready: "the Pod's readiness condition turned True",
   NotReady: "the Pod's readiness condition turned False, with its reason",
@@ -230,4 +231,12 @@ export class PodEvents {
     const [reason, note] = WRITER_EVENTS[lease][leader ? 'won' : 'lost'];
     this.#record({ type: 'Normal', reason, action: 'Elect', key: '', note });
   }
+}
+
+/** How Kubernetes mode tells a value read back out of its bound beside the log: the metric, and an Event when there is a Pod. */
+export function reportOutOfBounds(metrics: Pick<Metrics, 'outOfBounds'>, podEvents: PodEvents | undefined): OutOfBoundsReport {
+  return (where, value) => {
+    metrics.outOfBounds(where, value);
+    podEvents?.observer.outOfBounds?.(where, value);
+  };
 }

@@ -98,6 +98,7 @@ describe("times read back from the writer's own objects, written by its real tok
     const created = await asAccount(cp(), token, 'POST', `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases`, lease);
     assert.equal(created.status, 201, `the writer's token creates its group's Lease: ${created.body}`);
     const { logger, entries, events } = recordingLogger();
+    const recorded = watchEvents(cp(), ns);
     const replica = await startReplica(cp(), ns, join(dir(), 'lease'), 'proxy-0', { mode: 'auto', flags: ['--lease-duration', '2s'], logger });
     try {
       await until('a certificate held', () => heldSerial(replica) !== undefined, [onEvent(replica.daemon.events, 'planned'), roleChange(replica)], 30_000);
@@ -107,7 +108,11 @@ describe("times read back from the writer's own objects, written by its real tok
       await until('the value reported', () => entries.some((e) => e.code === 'CERTSHARE_UNTRUSTED_VALUE'), [onEvent(events, 'entry')], 5_000);
       const line = entries.find((e) => e.code === 'CERTSHARE_UNTRUSTED_VALUE')!;
       assert.match(line.msg ?? '', /lease-duration of the Lease .* ignored \(2147483647s\): longer than 2 times this replica's own duration: taken as 4s$/);
+      // Told as every value read back is: an Event about the Pod (and the metric, from the same report).
+      const reported = (): string[] => about(recorded.events, 'proxy-0', 'OutOfBoundsValue').map((e) => e.note ?? '');
+      await until('the Event recorded', () => reported().some((n) => /lease-duration of the Lease/.test(n)), [onEvent(recorded.changed, 'change')], 15_000);
     } finally {
+      recorded.close();
       await replica.stop();
     }
   });

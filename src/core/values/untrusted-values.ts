@@ -18,6 +18,9 @@ export const CLOCK_SKEW_MS = 30_000;
 /** What an ignored value was: the annotation's or the ledger's own name for it. */
 type UntrustedField = 'retry-not-before' | 'issuing' | 'obtained-at' | 'ledger-entry' | 'break-glass-claim' | 'lease-duration';
 
+/** Where an ignored value is counted and told besides the log (a metric, an Event). */
+export type OutOfBoundsReport = (where: string, value: UntrustedValue) => void;
+
 export interface UntrustedValue {
   field: UntrustedField;
   /** The value as read (a date, or an entry's fields), for the log line and the Event. */
