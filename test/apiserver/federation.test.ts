@@ -385,12 +385,17 @@ describe('the federation home: three apiservers, two members, one shared name', 
     }
   });
 
+  /** A home namespace of its own with manifests/federation applied: the federation account's kubeconfig there. */
+  async function federationNamespace(ns: string): Promise<string> {
+    await must(home.kubectl(['create', 'namespace', ns]));
+    await must(home.kubectl(['apply', '-k', FEDERATION, '-n', ns]));
+    return home.kubeconfigFor(ns, 'certshare-federation');
+  }
+
   it("the federation account's rights at the home: its group's Lease, Secret and ledger by name, everything else refused", async () => {
     const east = member('east');
     const ns = 'fed-rights';
-    await must(home.kubectl(['create', 'namespace', ns]));
-    await must(home.kubectl(['apply', '-k', FEDERATION, '-n', ns]));
-    const token = await home.kubeconfigFor(ns, 'certshare-federation');
+    const token = await federationNamespace(ns);
     const secrets = `/api/v1/namespaces/${ns}/secrets`;
     const secret = `${secrets}/${KUBE_DOMAIN}`;
     const leases = `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases`;
@@ -517,9 +522,7 @@ describe('the federation home: three apiservers, two members, one shared name', 
   it('a stolen federation credential writes the home Lease once, held 2^31 s: a member takes it over after twice its duration', async () => {
     const east = member('east');
     const ns = 'fed-lease';
-    await must(home.kubectl(['create', 'namespace', ns]));
-    await must(home.kubectl(['apply', '-k', FEDERATION, '-n', ns]));
-    const token = await home.kubeconfigFor(ns, 'certshare-federation');
+    const token = await federationNamespace(ns);
     const lease = `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases/certshare-proxy`;
     const read = JSON.parse((await asAccount(home, token, 'GET', lease)).body) as { metadata: Record<string, unknown> };
     // One write, by a token that may be rotated or expire right after: on 7bec7cd no member ever held the Lease.
