@@ -21,7 +21,7 @@ const MISNAMED_DEFAULT_METRICS = ['nodejs_active_handles_total', 'nodejs_active_
  * the metric, so both export the same set.
  */
 const GC_METRIC = 'nodejs_gc_duration_seconds';
-const ATTEMPT_RESULTS: AttemptResult[] = ['success', 'unchanged', 'rate_limited', 'error', 'rejected', 'too_short'];
+const ATTEMPT_RESULTS: AttemptResult[] = ['success', 'unchanged', 'rate_limited', 'error', 'rejected', 'too_short', 'superseded'];
 
 /**
  * How often the event-loop delay histogram (nodejs_eventloop_lag_p50_seconds and the rest) samples, in ms.

@@ -288,6 +288,43 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     if (restarted) replicas.splice(replicas.indexOf(restarted), 1);
   });
 
+  it("the home writer's call hangs while west's break-glass copy reaches the home: the call is cancelled, the copy used at once", async () => {
+    // Chaos seed 50 on da2c0a8: the group's certificate expired while the CA failed every call of the home's
+    // writer; a cut-off member broke glass and pushed its certificate to the home when it came back, but the
+    // home writer's next call hung (up to --cert-timeout, 5 minutes) and only after it did its Secret and files
+    // take the valid copy: its members' files held an expired certificate meanwhile.
+    if (westReplicas().length === 0)
+      await bed.startReplica(west, 'shared', 'shared-0', { domains: [SHARED], flags: ['--federation-kubeconfig', relayKubeconfig] });
+    await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
+    const eastReplica = replicas.find((r) => r.member === 'east')!;
+    const expiry = Math.max(...replicas.map((r) => current(r)!.info.notAfter));
+    const hangs = (): number => eastReplica.emulator.stats().certResponses[SHARED]?.hang ?? 0;
+    const eastSigned = signedBy([eastReplica]);
+    const glassBefore = logged(westReplicas(), /^break-glass: issued/);
+    const attempts: string[] = [];
+    const attempted = (a: { result: string }): number => attempts.push(a.result);
+    eastReplica.daemon.events.on('attempt', attempted);
+    eastReplica.emulator.injectFault({ target: 'cert', kind: 'hang', domain: SHARED });
+    let local: SecretView;
+    relay.cut();
+    try {
+      clock.jumpTo(expiry + 60_000);
+      await westBreaksGlass(glassBefore);
+      local = await secretAt(west.cp, NS, SHARED);
+      const calls = onEvent(eastReplica.emulator.events, 'certResponse');
+      await until("east's call hangs", () => hangs() > 0, [calls, ...anyChange()], 30_000);
+    } finally {
+      relay.restore();
+    }
+    // West, back, writes its copy to the home; east's writer sees it there while its call still hangs.
+    await until("east holds west's copy", () => serial(eastReplica) === local.serial, anyChange(), 30_000);
+    eastReplica.daemon.events.off('attempt', attempted);
+    // On da2c0a8 the call ran to its timeout (`error`) before east took the copy.
+    assert.deepEqual(attempts, ['superseded'], 'the hung call was cancelled for the copy');
+    assert.equal(signedBy([eastReplica]), eastSigned, 'east signed nothing');
+    await secretsHold(where(), SHARED, local.serial, anyChange, 30_000);
+  });
+
   /** Every Secret (the home's, east's, west's) holds the home's copy, read again while it still moves (a mirror after a tie). */
   async function secretsHoldHomeCopy(): Promise<void> {
     for (let attempt = 1; ; attempt++) {

@@ -17,6 +17,7 @@ export class MemoryStore implements CertStore {
   saves = 0;
   coordination = new Map<string, Coordination>();
   intents: Array<{ domain: string; holder: string }> = [];
+  readonly #listeners = new Set<{ domain: string; listener: () => void }>();
 
   async load(domain: string): Promise<StoreRead> {
     if (this.failReads) throw storeDown(this.failReads);
@@ -44,6 +45,22 @@ export class MemoryStore implements CertStore {
 
   async recordRateLimit(domain: string, until: number): Promise<void> {
     this.coordination.set(domain, { ...this.coordination.get(domain), retryNotBefore: until });
+  }
+
+  watch(domain: string, listener: () => void): () => void {
+    const entry = { domain, listener };
+    this.#listeners.add(entry);
+    return () => this.#listeners.delete(entry);
+  }
+
+  /** Tells the watchers of `domain` that its record changed (as a Secret's watch event would). */
+  changed(domain: string): void {
+    for (const entry of this.#listeners) if (entry.domain === domain) entry.listener();
+  }
+
+  /** How many watches of `domain` are open. */
+  watchers(domain: string): number {
+    return [...this.#listeners].filter((entry) => entry.domain === domain).length;
   }
 
   serial(domain: string): string | undefined {

@@ -852,3 +852,103 @@ describe('CertLoop and the CA word (ACME Renewal Information)', () => {
     assert.equal(h.calls.length, 0);
   });
 });
+
+describe('CertLoop: a copy that reaches the store during a CertPair call', () => {
+  /**
+   * A CertPair call that hangs until its signal aborts; `started` resolves once it is under way. `cancelled()`
+   * answers whether the call was cancelled once the watch's read has been answered, and ends it otherwise (so a
+   * loop that never cancels fails the test rather than hanging it).
+   */
+  function hangingCall(h: Harness): { started: Promise<void>; cancelled: () => Promise<boolean> } {
+    let begun!: () => void;
+    let fail!: (err: Error) => void;
+    const started = new Promise<void>((resolve) => {
+      begun = resolve;
+    });
+    h.responses.push(() => {
+      const { signal: callSignal } = h.calls.at(-1)!;
+      begun();
+      return new Promise<CertPair>((_resolve, reject) => {
+        fail = reject;
+        callSignal?.addEventListener('abort', () => reject(callSignal.reason));
+      });
+    });
+    const cancelled = async (): Promise<boolean> => {
+      await new Promise(setImmediate); // the watcher's store read and its verdict are promise steps, no timer
+      const aborted = h.calls.at(-1)?.signal?.aborted === true;
+      if (!aborted) fail(new Error('the call went on'));
+      return aborted;
+    };
+    return { started, cancelled };
+  }
+  const stored = async (h: Harness, at: number): Promise<StoredCert> => {
+    const pair = await makePair(domain, at, LIFETIME);
+    return { pair, info: validateCertPair(pair, domain, h.clock.now()) };
+  };
+
+  it('cancels the call when the copy covers the window, and uses it at once (a member pushed its break-glass certificate)', async () => {
+    const h = harness();
+    const expiring = await stored(h, h.clock.now() - 80 * MIN);
+    h.store.content.set(domain, { state: 'valid', cert: expiring });
+    const { started, cancelled } = hangingCall(h);
+    const turn = h.loop.turn(signal);
+    await started;
+    const pushed = await stored(h, h.clock.now() - MIN);
+    h.store.content.set(domain, { state: 'valid', cert: pushed });
+    h.store.changed(domain);
+    assert.ok(await cancelled(), 'the call is cancelled');
+    assert.equal(await turn, 0, 'the next turn at once');
+    assert.deepEqual(h.attempts, ['superseded']);
+    assert.equal(h.store.watchers(domain), 0, 'the watch ends with the call');
+    assert.equal(await h.loop.turn(signal), 44 * MIN, 'the pushed copy is held: its renewal point');
+    assert.equal(h.loop.current?.info.serial, pushed.info.serial);
+    assert.equal(h.calls.length, 1, 'no second call');
+  });
+
+  it('also after the certificate held ran out', async () => {
+    const h = harness();
+    h.store.content.set(domain, { state: 'unusable', reason: 'expired' });
+    const { started, cancelled } = hangingCall(h);
+    const turn = h.loop.turn(signal);
+    await started;
+    const pushed = await stored(h, h.clock.now());
+    h.store.content.set(domain, { state: 'valid', cert: pushed });
+    h.store.changed(domain);
+    assert.ok(await cancelled(), 'the call is cancelled');
+    assert.equal(await turn, 0);
+    assert.equal(h.attempts.at(-1), 'superseded');
+    await h.loop.turn(signal);
+    assert.equal(h.loop.current?.info.serial, pushed.info.serial);
+  });
+
+  it('leaves the call alone for a copy that does not supersede it: due itself, or no later than the one it replaces', async () => {
+    const h = harness();
+    const expiring = await stored(h, h.clock.now() - 80 * MIN);
+    h.store.content.set(domain, { state: 'valid', cert: expiring });
+    let answer!: (pair: CertPair) => void;
+    let begun!: () => void;
+    const started = new Promise<void>((resolve) => {
+      begun = resolve;
+    });
+    h.responses.push(() => {
+      begun();
+      return new Promise<CertPair>((resolve) => {
+        answer = resolve;
+      });
+    });
+    const turn = h.loop.turn(signal);
+    await started;
+    // Due as well (past its renewal point), and then the very certificate the call replaces, each told by the watch.
+    h.store.content.set(domain, { state: 'valid', cert: await stored(h, h.clock.now() - 70 * MIN) });
+    h.store.changed(domain);
+    h.store.content.set(domain, { state: 'valid', cert: expiring });
+    h.store.changed(domain);
+    await new Promise(setImmediate); // the watcher's reads and verdicts are promise steps, no timer
+    assert.equal(h.calls[0]!.signal?.aborted, false, 'the call goes on');
+    const renewed = await fresh(h);
+    answer(renewed);
+    await turn;
+    assert.deepEqual(h.attempts, ['success']);
+    assert.equal(h.store.serial(domain), validateCertPair(renewed, domain, h.clock.now()).serial);
+  });
+});

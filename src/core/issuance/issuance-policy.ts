@@ -371,3 +371,18 @@ export function judgeAnswer(
   if (held && answer.notAfter <= held.notAfter) return { kind: 'older', tooShort };
   return { kind: 'new', usableAt: now < answer.notBefore ? 'not_before' : 'now', tooShort };
 }
+
+/**
+ * Whether a copy that reached the store while a CertPair call was under way makes the call pointless: valid now,
+ * not due, and expiring after the certificate the call replaces (none: a first issuance, or one that ran out).
+ * A member's break-glass certificate pushed to the home, another writer's renewal: the call was decided for the
+ * renewal this copy already is, so it is cancelled (a call may hang for its whole timeout) and the copy used.
+ */
+export function copySupersedesCall(
+  copy: HeldValidity,
+  replaced: Pick<HeldValidity, 'notAfter'> | undefined,
+  now: number,
+  renewal: Pick<RenewalPolicy, 'renewFraction'>,
+): boolean {
+  return copy.notBefore <= now && !isRenewalDue(copy, now, renewal) && (replaced === undefined || copy.notAfter > replaced.notAfter);
+}

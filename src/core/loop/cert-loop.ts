@@ -25,6 +25,7 @@ import type { StartupCondition, StartupGrace } from './startup-grace.ts';
 import type { CertStore, IssuanceRole, StoreRead, StoredCert } from '../ports/store.ts';
 import { UnusableRecordLog } from './unusable-record-log.ts';
 import { IssueCall } from './issue-call.ts';
+import { watchForSupersedingCopy } from './superseding-copy.ts';
 import { OutOfBoundsLog } from '../values/untrusted-values.ts';
 import { breakGlassPoint } from '../federation/home-verdicts.ts';
 import { isConflict, restoreToStore, storeView, verifyStored as verifyStoredIn, type LoadResult, type StoreRestoreDeps } from './store-restore.ts';
@@ -117,7 +118,9 @@ export class CertLoop {
     this.#unusable = new UnusableRecordLog(this.#log, this.#firstCertificate);
     this.#outOfBounds = new OutOfBoundsLog(this.#log, observer.outOfBounds);
     this.#failures = new IssueFailures({ domain, store: deps.store, clock, backoff: deps.backoff, observer, log: this.#log });
-    const callParts = { domain, log: this.#log, held: this.#held, failures: this.#failures, minIssueIntervalMs, ari: () => this.#ari() };
+    const watching = { domain, store: deps.store, clock, renewal: deps.renewal, log: this.#log, read: (s: AbortSignal) => this.#read(s) };
+    const watchCall = (replaced: StoredCert | undefined, call: AbortController) => watchForSupersedingCopy(watching, replaced?.info, call);
+    const callParts = { domain, log: this.#log, held: this.#held, failures: this.#failures, minIssueIntervalMs, ari: () => this.#ari(), watchCall };
     this.#calls = new IssueCall({ ...deps, ...callParts });
   }
 
@@ -217,15 +220,22 @@ export class CertLoop {
     const { store, clock, observer } = this.#deps;
     const fresh = this.#dueSince !== undefined && clock.now() - this.#dueSince >= this.#deps.backoff.firstRetryMs;
     try {
-      const read = await store.load(this.domain, signal, fresh ? { fresh } : undefined);
+      const read = await this.#read(signal, fresh);
       this.#storeFailures.reset();
-      return this.#outOfBounds.bounded(read, `the ${store.kind} record of ${this.domain}`, clock.now(), this.#deps.backoff);
+      return read;
     } catch (err) {
       if (signal.aborted) throw err;
       this.#log.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) }, 'certificate store unreadable');
       observer.problem(this.domain, `store ${store.kind} unreadable: ${errorMessage(err)}`);
       return { state: 'unreadable', failures: this.#storeFailures.record('transient') };
     }
+  }
+
+  /** The store's record, its times bounded where read (untrusted-values.ts). */
+  async #read(signal: AbortSignal, fresh = false): Promise<StoreRead> {
+    const { store, clock } = this.#deps;
+    const read = await store.load(this.domain, signal, fresh ? { fresh } : undefined);
+    return this.#outOfBounds.bounded(read, `the ${store.kind} record of ${this.domain}`, clock.now(), this.#deps.backoff);
   }
 
   /** Keeps the best valid certificate of what the store returned, our pending pair and what we held. */

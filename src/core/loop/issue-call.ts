@@ -34,6 +34,8 @@ interface IssueCallDeps {
   minIssueIntervalMs: number;
   /** The ARI state of the certificate held (CertLoop's). */
   ari: () => IssuanceSnapshot['ari'];
+  /** Watches the store while the call is under way and aborts `call` when a copy supersedes it (superseding-copy.ts). */
+  watchCall?: ((replaced: StoredCert | undefined, call: AbortController) => () => void) | undefined;
 }
 
 export class IssueCall {
@@ -71,20 +73,34 @@ export class IssueCall {
       log: this.#log,
     });
     const asked: Asked = { minValidityMs, minIssueIntervalMs: this.#minIssueIntervalMs, reason, serving };
+    const superseded = new AbortController();
     try {
-      const pair = await this.#call(signal, asked, previous, reserved);
+      const pair = await this.#call(signal, asked, previous, reserved, superseded);
       const now = clock.now();
       return await this.#use(acceptAnswer(pair, this.domain, previous, now, renewal, asked), now, asked, signal);
     } catch (err) {
       if (signal.aborted) throw err;
       if (isConflict(err)) return 0;
+      if (superseded.signal.aborted) {
+        this.#deps.observer.attempt(this.domain, 'superseded', reason);
+        return 0;
+      }
       return this.#failures.failed(err, reason, signal);
     }
   }
 
-  /** The CertPair call, and what it settles whatever its pair is worth: the CA's request, the budget's slot. */
-  async #call(signal: AbortSignal, asked: Asked, previous: StoredCert | undefined, reserved: boolean): Promise<CertPair> {
-    const pair = await this.#deps.localApi.certPair(this.domain, { minValidityMs: asked.minValidityMs, signal });
+  /**
+   * The CertPair call (`superseded` aborts it alone, not what follows it), and what it settles whatever its pair
+   * is worth: the CA's request, the budget's slot.
+   */
+  async #call(signal: AbortSignal, asked: Asked, previous: StoredCert | undefined, reserved: boolean, superseded: AbortController): Promise<CertPair> {
+    const stopWatching = this.#deps.watchCall?.(previous, superseded);
+    let pair: CertPair;
+    try {
+      pair = await this.#deps.localApi.certPair(this.domain, { minValidityMs: asked.minValidityMs, signal: AbortSignal.any([signal, superseded.signal]) });
+    } finally {
+      stopWatching?.();
+    }
     // The CA's request for this certificate has been acted on (at most one order each).
     if (previous && isAriReason(asked.reason)) this.#deps.renewalInfo?.renewalDone(this.domain, previous.info.serial);
     if (reserved) {

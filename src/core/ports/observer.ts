@@ -6,7 +6,7 @@ import type { IssuanceDecision, IssueReason, RenewRefusal } from '../issuance/is
 /** What became of an operator's renew request. */
 export type RenewOutcome = { id: string; result: 'issued'; serial: string } | { id: string; result: 'refused'; reason: RenewRefusal; message: string };
 
-export type AttemptResult = 'success' | 'unchanged' | 'rate_limited' | 'error' | 'rejected' | 'too_short';
+export type AttemptResult = 'success' | 'unchanged' | 'rate_limited' | 'error' | 'rejected' | 'too_short' | 'superseded';
 
 /** What the cert loops report; health, metrics and projection subscribe without the core knowing them. */
 export interface LoopObserver {
