@@ -94,9 +94,71 @@ function eventsObserver(events: EventEmitter): LoopObserver {
 
 export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Promise<Daemon> {
   const deps = { clock: input.clock ?? systemClock, logger: input.logger, env: input.env };
-  const { clock, logger } = deps;
-  // Each part's settings, worked out once before any part is built; each part is handed its own.
+  // Each part's settings, worked out once; then two phases: every part built with its own settings, none
+  // started (buildParts), then started in start-up order (below).
   const settings = partSettings(config);
+  const parts = await buildParts(settings, deps, input);
+  const { serveConfig, app, ari, backend, domains, watcher, served } = parts;
+  // Start-up order: what can still refuse the configuration (the ServeConfig's first read, the first --tls
+  // pair, the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before
+  // it: a start-up error leaves nothing listening and nothing running.
+  let tls: FollowedPair | undefined;
+  let address: string;
+  try {
+    await serveConfig?.start();
+    // The first pair is a start-up check like the ServeConfig's first read: unusable, nothing starts.
+    tls = await followedTls(settings.http.tls, deps, app, parts.events);
+    const { host, port } = parseHostPort(settings.http.listen);
+    address = await app.listen({ host, port });
+  } catch (err) {
+    serveConfig?.stop();
+    await Promise.all([tls?.stop(), ari?.stop(), app.close()]);
+    await backend.stop?.();
+    throw err;
+  }
+  deps.logger.info({ address, store: config.store, mode: config.store.kind === 'kube' ? config.mode : undefined }, 'certshare started');
+  domains.start();
+  await backend.start?.();
+  watcher.start();
+  served?.start();
+  let stopping: Promise<void> | undefined;
+  const { manager, health, metrics, events } = parts;
+  const stop = (): Promise<void> => (stopping ??= stopDaemon(parts, tls, settings.shutdownTimeoutMs));
+  return { address, manager, health, metrics, watcher, role: backend.role, events, stop };
+}
+
+/** The daemon's parts, each built from its own settings by buildParts (the --tls pair is read as it starts); stopDaemon stops them. */
+interface DaemonParts {
+  clock: Clock;
+  logger: Logger;
+  events: EventEmitter;
+  metrics: Metrics;
+  health: HealthState;
+  delivery: ProxyDelivery;
+  /** The store: a directory, or Kubernetes mode (its start-up checks run as it is built: storeBackend). */
+  backend: StoreBackend;
+  watcher: CertDomainsWatcher;
+  domains: ManagedDomains;
+  served: ServedRotation | undefined;
+  ari: AriChecker | undefined;
+  manager: LoopSupervisor;
+  serveConfig: ServeConfigWatcher | undefined;
+  leaveRotation: (withinMs: number) => Promise<void>;
+  app: FastifyInstance;
+}
+
+/**
+ * The first phase: every part built from its own settings and handed the parts it uses; none is started.
+ * Kubernetes mode's start-up checks run as its backend is built (everything that can refuse the
+ * configuration runs before any loop or watcher starts), and the served check, ARI and Kubernetes mode
+ * are loaded only when the configuration turns them on: a replica pays for the code it runs (docs/performance.md).
+ */
+async function buildParts(
+  settings: PartSettings,
+  deps: { clock: Clock; logger: Logger; env: NodeJS.ProcessEnv },
+  input: Pick<DaemonDeps, 'localApi' | 'heapSaving'>,
+): Promise<DaemonParts> {
+  const { clock, logger } = deps;
   // The start of the grace for what every start goes through (tailscaled not listening yet, the first issuance).
   const startup = new StartupGrace(clock, settings.startupGraceMs);
   const metrics = new Metrics(clock, settings.metrics);
@@ -110,16 +172,11 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     onOutcome: reloadReport(metrics, events),
   });
   const { filesWritten } = delivery;
-  // Start-up order: everything that can refuse the configuration (the store, the ServeConfig's first read,
-  // the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before it:
-  // a start-up error leaves nothing listening and nothing running.
   const backend = await storeBackend(settings.store, { ...deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) });
   const { localApi, watcher } = tailscaledSource(settings.tailscaled, { clock, logger, startup, localApi: input.localApi, metrics, health });
   const domains = new ManagedDomains(settings.domains, logger, input.heapSaving ?? heapSavingSwitch());
   // --advertise-services serve-config: the ServeConfig's Services as last read (its watcher reads it first at start-up).
   let serveConfigServices: readonly string[] = [];
-  // The served check and the advertisement, ARI (below) and the federation home (kube-backend.ts) are loaded
-  // only when the configuration turns them on: a replica pays for the code it runs (docs/performance.md).
   const served = await servedRotation(
     settings.served,
     { ...deps, health, metrics, localApi, watcher, backend, events },
@@ -146,29 +203,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   const leaveRotation = rotationExit(settings.leave.failoverMs, backend, served);
   const routes = { ...(routingProofs ? { routingProofs } : {}), ...leaveRoute(settings.leave, clock, logger, leaveRotation, backend) };
   const app = buildHttpServer({ health, metrics, clock, pod: settings.http.pod, https: settings.http.tls !== undefined, ...routes });
-  let tls: FollowedPair | undefined;
-  let address: string;
-  try {
-    await serveConfig?.start();
-    // The first pair is a start-up check like the ServeConfig's first read: unusable, nothing starts.
-    tls = await followedTls(settings.http.tls, deps, app, events);
-    const { host, port } = parseHostPort(settings.http.listen);
-    address = await app.listen({ host, port });
-  } catch (err) {
-    serveConfig?.stop();
-    await Promise.all([tls?.stop(), ari?.stop(), app.close()]);
-    await backend.stop?.();
-    throw err;
-  }
-  logger.info({ address, store: config.store, mode: config.store.kind === 'kube' ? config.mode : undefined }, 'certshare started');
-  domains.start();
-  await backend.start?.();
-  watcher.start();
-  served?.start();
-  let stopping: Promise<void> | undefined;
-  const { shutdownTimeoutMs } = settings;
-  const running: RunningParts = { shutdownTimeoutMs, clock, logger, leaveRotation, manager, backend, serveConfig, watcher, tls, ari, served, delivery, app };
-  return { address, manager, health, metrics, watcher, role: backend.role, events, stop: () => (stopping ??= stopDaemon(running)) };
+  return { clock, logger, events, metrics, health, delivery, backend, watcher, domains, served, ari, manager, serveConfig, leaveRotation, app };
 }
 
 /** A reload of the proxy ended: counted, and emitted as `reloaded`. */
@@ -211,25 +246,8 @@ async function servedRotation(
   return served;
 }
 
-/** What a started daemon stops, in the order stopDaemon takes them. */
-interface RunningParts {
-  shutdownTimeoutMs: number;
-  clock: Clock;
-  logger: Logger;
-  leaveRotation: (withinMs: number) => Promise<void>;
-  manager: LoopSupervisor;
-  backend: StoreBackend;
-  serveConfig: ServeConfigWatcher | undefined;
-  watcher: CertDomainsWatcher;
-  tls: FollowedPair | undefined;
-  ari: AriChecker | undefined;
-  served: ServedRotation | undefined;
-  delivery: ProxyDelivery;
-  app: FastifyInstance;
-}
-
-async function stopDaemon(p: RunningParts): Promise<void> {
-  const { shutdownTimeoutMs, clock, logger, manager, backend } = p;
+async function stopDaemon(p: DaemonParts, tls: FollowedPair | undefined, shutdownTimeoutMs: number): Promise<void> {
+  const { clock, logger, manager, backend } = p;
   logger.info({}, 'stopping');
   const stopStart = clock.now();
   // Tailnet clients first: the Services are withdrawn and control given time to move them, within the
@@ -241,7 +259,7 @@ async function stopDaemon(p: RunningParts): Promise<void> {
   const remainingMs = shutdownTimeoutMs - (clock.now() - stopStart);
   await backend.beforeStop?.((signal) => issuanceSettled.then(() => manager.verifyStored(signal)), remainingMs);
   p.serveConfig?.stop();
-  await Promise.all([manager.stop(), p.watcher.stop(), p.tls?.stop(), p.ari?.stop(), p.served?.stop()]);
+  await Promise.all([manager.stop(), p.watcher.stop(), tls?.stop(), p.ari?.stop(), p.served?.stop()]);
   await backend.stop?.();
   await p.delivery.stop();
   await p.app.close();
