@@ -121,6 +121,21 @@ describe('one issuance budget per registered domain, shared by the groups of a c
       );
       const verbose = await Promise.all(writers.map((w) => fetch(`${w.daemon.address}/healthz`).then((r) => r.text())));
       assert.equal(verbose.join('\n').match(/waiting for the issuance budget \(50 per 604800s first issuances for tailnet-0000\.ts\.net\)/g)?.length, 10);
+      // Each reason names who holds the window's 50, by part (own, and the other namespace's key).
+      const holders = [...verbose.join('\n').matchAll(/the window's slots by part: ((?:[\w.-]+ \d+(?:, )?)+)\)/g)].map((m) => m[1]!);
+      assert.equal(holders.length, 10, verbose.join('\n'));
+      for (const h of holders) {
+        const parts = h.split(', ').map((p) => p.split(' '));
+        assert.equal(
+          parts.reduce((n, [, count]) => n + Number(count), 0),
+          50,
+          h,
+        );
+        assert.ok(
+          parts.every(([name]) => name === 'own' || groups.some((g) => name === `ledger.${g}.json`)),
+          h,
+        );
+      }
       // Nothing more happens: the queued ones wait for a slot to free in a week.
       const stats = writers.map((w) => w.emulator.stats().certRequests);
       for (const [i, w] of writers.entries()) assert.deepEqual(w.emulator.stats().certRequests, stats[i]);

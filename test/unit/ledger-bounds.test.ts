@@ -297,6 +297,7 @@ describe('a ledger shared by the groups of a cluster: each believes its own part
     const verdict = await budget.request(D, {}, never);
     assert.equal(verdict.kind, 'queued', "the five of the other part fill the window; its record of the name is not this group's");
     if (verdict.kind === 'queued') assert.equal(verdict.turnAt, NOW - HOUR + LE.windowMs);
+    if (verdict.kind === 'queued') assert.equal(verdict.holders, 'ledger.thief.json 5', 'who holds the window, by part');
   });
 
   it('another part it cannot read counts for nothing (its writers could as well empty it), and is told', async () => {

@@ -227,7 +227,15 @@ export type BudgetVerdict =
   | { kind: 'exempt' }
   /** A slot is reserved in the ledger for this call. */
   | { kind: 'granted' }
-  | { kind: 'queued'; registeredDomain: string; position: number; queued: number; turnAt: number }
+  | {
+      kind: 'queued';
+      registeredDomain: string;
+      position: number;
+      queued: number;
+      turnAt: number;
+      /** In a shared ledger: the window's slots each part holds, most first (`own`: this writer's part). */
+      holders?: string | undefined;
+    }
   /** A new certificate of a name that had one waits for the name's own limit (NameLimit). */
   | { kind: 'name_limited'; turnAt: number };
 
@@ -540,7 +548,10 @@ export class IssuanceBudget {
         this.#plans.set(rd, plan);
         const position = plan.findIndex((t) => t.domain === domain);
         const turn = plan[position]!;
-        if (turn.turnAt > now) return { kind: 'queued', registeredDomain: rd, position: position + 1, queued: plan.length, turnAt: turn.turnAt };
+        if (turn.turnAt > now) {
+          const holders = snapshot.others && slotHolders(live, snapshot.others, rd, now - this.limit.windowMs);
+          return { kind: 'queued', registeredDomain: rd, position: position + 1, queued: plan.length, turnAt: turn.turnAt, holders };
+        }
         entries = [...live, { domain, registeredDomain: rd, at: now, issued: false }];
       }
       try {
@@ -717,6 +728,19 @@ function believedSnapshot(
 /** Every entry of the other parts of a shared ledger (none for a group's own ledger). */
 function othersOf(snapshot: LedgerSnapshot): LedgerEntry[] {
   return snapshot.others?.flatMap((p) => p.entries) ?? [];
+}
+
+/**
+ * Who holds the window's slots of `rd` since `from`, most first: `own 3, ledger.team-a.json 47` (a shared
+ * ledger's parts are named by the namespace that writes them: one filling the window is seen, not guessed).
+ */
+function slotHolders(own: readonly LedgerEntry[], others: readonly LedgerPart[], rd: string, from: number): string {
+  const count = (entries: readonly LedgerEntry[]): number => slotEntries(entries, rd).filter((e) => e.at > from).length;
+  return [{ name: 'own', slots: count(own) }, ...others.map((p) => ({ name: p.name, slots: count(p.entries) }))]
+    .filter((h) => h.slots > 0)
+    .sort((a, b) => b.slots - a.slots || (a.name < b.name ? -1 : 1))
+    .map((h) => `${h.name} ${h.slots}`)
+    .join(', ');
 }
 
 /** The entries of `rd` that take one of its budget's slots: first issuances and renew requests, not renewals. */
