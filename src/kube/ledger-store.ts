@@ -14,8 +14,8 @@ const KEY = 'ledger.json';
  * unchanged: a part is its namespace's, whatever the token.
  */
 const PART = /^ledger\.([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\.json$/;
-/** A part's bound where read, as where admitted (manifests/budget/admission-policy.yaml). */
-const PART_MAX_BYTES = 65_536;
+/** A part's bound where read, as where admitted (manifests/budget/admission-policy.yaml; 0.1.0's ledger.json: 256 KiB). */
+const maxBytes = (key: string): number => (key === KEY ? 262_144 : 65_536);
 const partKey = (namespace: string): string => `ledger.${namespace}.json`;
 
 /**
@@ -117,13 +117,12 @@ export class KubeLedgerStore implements LedgerStore {
     const others: LedgerPart[] = [];
     for (const [key, text] of Object.entries(data).sort(([a], [b]) => (a < b ? -1 : 1))) {
       if (key !== KEY && !PART.test(key)) throw corrupt(where, `a key ${JSON.stringify(key.slice(0, 256))} that is no part (ledger.<namespace>.json)`);
-      const own = key === mine || key === KEY;
       let part: LedgerEntry[];
       try {
-        if (Buffer.byteLength(text) > PART_MAX_BYTES) throw corrupt(where, `its part ${key} is larger than ${PART_MAX_BYTES} bytes`);
+        if (Buffer.byteLength(text) > maxBytes(key)) throw corrupt(where, `its part ${key} is larger than ${maxBytes(key)} bytes`);
         part = decodeLedger(text, `ConfigMap ${where}, ${key}`);
       } catch (err) {
-        if (own) throw err;
+        if (key === mine || key === KEY) throw err;
         others.push({ name: key, entries: [], fault: errorMessage(err) });
         continue;
       }
