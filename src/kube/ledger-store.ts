@@ -1,12 +1,22 @@
 import type { V1ConfigMap } from './transport/client-node.ts';
-import { CertshareError } from '../core/errors.ts';
-import { decodeLedger, encodeLedger, type LedgerEntry, type LedgerSnapshot, type LedgerStore } from '../core/issuance/issuance-budget.ts';
+import { CertshareError, errorMessage } from '../core/errors.ts';
+import { decodeLedger, encodeLedger, type LedgerEntry, type LedgerPart, type LedgerSnapshot, type LedgerStore } from '../core/issuance/issuance-budget.ts';
 import { isObjectName } from '../core/values/kube-names.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { withSignal } from './transport/https-transport.ts';
 import { LABEL_GROUP, LABEL_MANAGED_BY } from './secret-codec.ts';
 
 const KEY = 'ledger.json';
+/**
+ * The part of a shared ledger one namespace's accounts write, `ledger.<namespace>.json` (a namespace name
+ * has no dot, so no part is ever `ledger.json`, the unattributed ledger of 0.1.0, read by all, written by
+ * none). The admission policy (manifests/budget) admits an account's update only when every other key is
+ * unchanged: a part is its namespace's, whatever the token.
+ */
+const PART = /^ledger\.([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)\.json$/;
+/** A part's bound where read, as where admitted (manifests/budget/admission-policy.yaml; 0.1.0's ledger.json: 256 KiB). */
+const maxBytes = (key: string): number => (key === KEY ? 262_144 : 65_536);
+const partKey = (namespace: string): string => `ledger.${namespace}.json`;
 
 /**
  * The ConfigMap holding a group's issuance ledger: one per group, shared by every writer it ever has
@@ -41,15 +51,23 @@ type Placement = { kind: 'group'; name: string } | { kind: 'shared'; namespace: 
  * Per group (the default): `certshare-<group>-ledger` in the group's namespace, created on the first
  * write. Shared (`budgetNamespace`): `certshare-budget-<registered domain>` in the platform's namespace,
  * which the platform creates (manifests/budget): the sidecars need get and update on that one object and
- * nothing else, so a missing one is an error, not something to create.
+ * nothing else, so a missing one is an error, not something to create. There each namespace's accounts
+ * write their own part only (`ledger.<namespace>.json`, the caller's connection's namespace: a sidecar's
+ * own, the home namespace for a federation account), and every other key goes back as read.
  */
 export class KubeLedgerStore implements LedgerStore {
   readonly kind = 'kube';
   readonly #conn: KubeConnection;
   readonly #group: string | undefined;
   readonly #placement: Placement;
-  /** The labels and annotations each ledger was read with, written back (a group's: with certshare's labels). */
-  readonly #metadata = new Map<string, Pick<NonNullable<V1ConfigMap['metadata']>, 'labels' | 'annotations'>>();
+  /**
+   * What each ledger was read with, written back: its labels and annotations (a group's: with certshare's
+   * labels) and, for a shared one, every key at the version read (the other parts go back unchanged).
+   */
+  readonly #metadata = new Map<
+    string,
+    Pick<NonNullable<V1ConfigMap['metadata']>, 'labels' | 'annotations'> & { data?: Record<string, string>; version?: string }
+  >();
 
   constructor(connection: KubeConnection, group: string | undefined, options: { budgetNamespace?: string | undefined } = {}) {
     this.#conn = connection;
@@ -74,26 +92,56 @@ export class KubeLedgerStore implements LedgerStore {
       const object = `the issuance ledger ConfigMap ${namespace}/${name}`;
       throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', { action: 'read', object, cause: `${apiErrorText(err)}${missing}` }, { cause: err });
     }
-    const text = map.data?.[KEY];
-    if (text === undefined) {
-      throw new CertshareError('CERTSHARE_STORE_CORRUPT', {
-        object: `issuance ledger ConfigMap ${namespace}/${name}`,
-        damage: `no ${KEY}`,
-        consequence: 'no first issuance until it is repaired or deleted by hand',
-      });
+    const version = map.metadata?.resourceVersion ?? '';
+    const metadata = { labels: map.metadata?.labels, annotations: map.metadata?.annotations };
+    if (this.#placement.kind === 'shared') {
+      this.#metadata.set(name, { ...metadata, data: { ...map.data }, version });
+      return { ...this.#parts(map.data ?? {}, `${namespace}/${name}`), version };
     }
-    this.#metadata.set(name, { labels: map.metadata?.labels, annotations: map.metadata?.annotations });
-    return { entries: decodeLedger(text, `ConfigMap ${namespace}/${name}`), version: map.metadata?.resourceVersion ?? '' };
+    const text = map.data?.[KEY];
+    if (text === undefined) throw corrupt(`${namespace}/${name}`, `no ${KEY}`);
+    this.#metadata.set(name, metadata);
+    return { entries: decodeLedger(text, `ConfigMap ${namespace}/${name}`), version };
+  }
+
+  /**
+   * A shared ledger's keys: this writer's part (none yet: empty), every other namespace's part and the
+   * unattributed ledger.json of 0.1.0 as the others. A key of no part's form (only an administrator can
+   * add one), and this writer's own part or ledger.json damaged, are CERTSHARE_STORE_CORRUPT: never read
+   * as empty. Another namespace's part damaged or past its bound counts for nothing, its fault told: only
+   * its own namespace's accounts can write it, and they could as well empty it.
+   */
+  #parts(data: Record<string, string>, where: string): { entries: LedgerEntry[]; others: LedgerPart[] } {
+    const mine = partKey(this.#conn.namespace);
+    let entries: LedgerEntry[] = [];
+    const others: LedgerPart[] = [];
+    for (const [key, text] of Object.entries(data).sort(([a], [b]) => (a < b ? -1 : 1))) {
+      if (key !== KEY && !PART.test(key)) throw corrupt(where, `a key ${JSON.stringify(key.slice(0, 256))} that is no part (ledger.<namespace>.json)`);
+      let part: LedgerEntry[];
+      try {
+        if (Buffer.byteLength(text) > maxBytes(key)) throw corrupt(where, `its part ${key} is larger than ${maxBytes(key)} bytes`);
+        part = decodeLedger(text, `ConfigMap ${where}, ${key}`);
+      } catch (err) {
+        if (key === mine || key === KEY) throw err;
+        others.push({ name: key, entries: [], fault: errorMessage(err) });
+        continue;
+      }
+      if (key === mine) entries = part;
+      else others.push({ name: key, entries: part });
+    }
+    return { entries, others };
   }
 
   async write(entries: LedgerEntry[], previous: LedgerSnapshot, signal: AbortSignal, registeredDomain: string): Promise<void> {
     const { core } = this.#conn;
     const { namespace, name } = this.#where(registeredDomain);
     const read = previous.version === undefined ? undefined : this.#metadata.get(name);
-    const labels =
-      this.#placement.kind === 'shared'
-        ? read?.labels
-        : { ...read?.labels, [LABEL_MANAGED_BY]: 'certshare', ...(this.#group ? { [LABEL_GROUP]: this.#group } : {}) };
+    const shared = this.#placement.kind === 'shared';
+    if (shared && read?.version !== previous.version) {
+      // The other parts must go back as they were at the version the compare-and-swap names.
+      throw new CertshareError('CERTSHARE_STORE_CONFLICT', { object: `issuance ledger ${namespace}/${name}`, detail: 'read again since' });
+    }
+    const labels = shared ? read?.labels : { ...read?.labels, [LABEL_MANAGED_BY]: 'certshare', ...(this.#group ? { [LABEL_GROUP]: this.#group } : {}) };
     const annotations = read?.annotations;
     const body: V1ConfigMap = {
       apiVersion: 'v1',
@@ -105,7 +153,7 @@ export class KubeLedgerStore implements LedgerStore {
         ...(annotations ? { annotations } : {}),
         ...(previous.version === undefined ? {} : { resourceVersion: previous.version }),
       },
-      data: { [KEY]: encodeLedger(entries) },
+      data: shared ? { ...read?.data, [partKey(this.#conn.namespace)]: encodeLedger(entries) } : { [KEY]: encodeLedger(entries) },
     };
     try {
       if (previous.version === undefined) await core.createNamespacedConfigMap({ namespace, body }, withSignal(signal));
@@ -122,4 +170,12 @@ export class KubeLedgerStore implements LedgerStore {
       );
     }
   }
+}
+
+function corrupt(where: string, damage: string): CertshareError {
+  return new CertshareError('CERTSHARE_STORE_CORRUPT', {
+    object: `issuance ledger ConfigMap ${where}`,
+    damage,
+    consequence: 'no first issuance until it is repaired or deleted by hand',
+  });
 }

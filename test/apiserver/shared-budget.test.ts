@@ -2,11 +2,12 @@
 // groups, each in its own namespace with its own writer, share the ledger of tailnet-0000.ts.net in the
 // platform's namespace (--budget-namespace, manifests/budget). 60 new names under 50/168h: at most 50
 // first issuances in all, the rest queued with their reason in /healthz and the metrics. The sidecar
-// token's rights on the shared ledger: get and update of that one object, everything else refused. And what
-// that right gives one group's token (a tenant of its namespace mints one) over another's names: entries of
-// their name limit, dated now, written again before they leave the window, delay a renewal to its
-// certificate's safety point, never past it (on 7bec7cd the renewal waited for the window over and over, and
-// the certificate ran out).
+// token's rights on the shared ledger: get and update of that one object, and of it only its own
+// namespace's part (ledger.<namespace>.json), everything else refused. And what that right gives one
+// group's token (a tenant of its namespace mints one) over another's names (issue 40): nothing. The
+// apiserver refuses its writes of another group's part, of the 0.1.0 ledger.json and the removal of a part;
+// the renewals of the victim's name it writes in its own part hold the victim's renewal not at all (on
+// 4a80975 they held it until its safety point, and the token could write every group's entries).
 import assert from 'node:assert/strict';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -16,7 +17,7 @@ import { useControlPlane } from '../harness/use-control-plane.ts';
 import { breakGlassPoint } from '../../src/core/federation/home-verdicts.ts';
 import type { IssuanceDecision } from '../../src/core/issuance/issuance-policy.ts';
 import { held } from '../../src/core/loop/held-certificate.ts';
-import { renewalTime, rotationExitTime } from '../../src/core/renewal/renewal.ts';
+import { renewalTime } from '../../src/core/renewal/renewal.ts';
 import { KUBE_DOMAIN, allowDomains, exampleNamespace, must, namespaceAdmin, startReplica, type Replica } from '../support/kube.ts';
 import { JumpClock } from '../support/jump-clock.ts';
 import { useTempDir } from '../support/standalone.ts';
@@ -50,12 +51,19 @@ async function platform(groups: string[]): Promise<string> {
   return ns;
 }
 
-async function ledgerEntries(ns: string): Promise<Array<{ domain: string; issued: boolean }>> {
+/** Every part's entries, by key (ledger.<namespace>.json, and the 0.1.0 ledger.json). */
+async function ledgerParts(ns: string): Promise<Record<string, Array<{ domain: string; issued: boolean }>>> {
   const res = await cp().adminRequest('GET', `/api/v1/namespaces/${ns}/configmaps/${LEDGER}`);
   assert.equal(res.status, 200, res.body);
-  return (
-    JSON.parse((JSON.parse(res.body) as { data: Record<string, string> }).data['ledger.json']!) as { entries: Array<{ domain: string; issued: boolean }> }
-  ).entries;
+  const data = (JSON.parse(res.body) as { data: Record<string, string> }).data;
+  const parse = (v: string) => {
+    try {
+      return (JSON.parse(v) as { entries: Array<{ domain: string; issued: boolean }> }).entries;
+    } catch {
+      return []; // a part garbled on purpose
+    }
+  };
+  return Object.fromEntries(Object.entries(data).map(([k, v]) => [k, parse(v)]));
 }
 
 const queuedIn = async (r: Replica): Promise<number> => {
@@ -98,9 +106,12 @@ describe('one issuance budget per registered domain, shared by the groups of a c
         180_000,
       );
       assert.equal(issued(), 50, 'at most 50 first issuances for the tailnet');
-      const entries = await ledgerEntries(platformNs);
+      const parts = await ledgerParts(platformNs);
+      const entries = Object.values(parts).flat();
       assert.equal(entries.filter((e) => e.issued).length, 50, 'the shared ledger holds the 50');
       assert.equal(new Set(entries.map((e) => e.domain)).size, 50);
+      // Each group's in its own namespace's part, and only its own names there.
+      for (const [i, ns] of groups.entries()) assert.ok(parts[`ledger.${ns}.json`]!.every((e) => domains[i]!.includes(e.domain)));
       // Every group took some: the budget is the tailnet's, not the first group's.
       for (const w of writers) assert.ok(w.emulator.stats().issuancesTotal > 0);
       assert.equal(
@@ -110,11 +121,60 @@ describe('one issuance budget per registered domain, shared by the groups of a c
       );
       const verbose = await Promise.all(writers.map((w) => fetch(`${w.daemon.address}/healthz`).then((r) => r.text())));
       assert.equal(verbose.join('\n').match(/waiting for the issuance budget \(50 per 604800s first issuances for tailnet-0000\.ts\.net\)/g)?.length, 10);
+      // Each reason names who holds the window's 50, by part (own, and the other namespace's key).
+      const holders = [...verbose.join('\n').matchAll(/the window's slots by part: ((?:[\w.-]+ \d+(?:, )?)+)\)/g)].map((m) => m[1]!);
+      assert.equal(holders.length, 10, verbose.join('\n'));
+      for (const h of holders) {
+        const parts = h.split(', ').map((p) => p.split(' '));
+        assert.equal(
+          parts.reduce((n, [, count]) => n + Number(count), 0),
+          50,
+          h,
+        );
+        assert.ok(
+          parts.every(([name]) => name === 'own' || groups.some((g) => name === `ledger.${g}.json`)),
+          h,
+        );
+      }
       // Nothing more happens: the queued ones wait for a slot to free in a week.
       const stats = writers.map((w) => w.emulator.stats().certRequests);
       for (const [i, w] of writers.entries()) assert.deepEqual(w.emulator.stats().certRequests, stats[i]);
     } finally {
       await Promise.all(writers.map((w) => w.stop()));
+    }
+  });
+
+  it('a 0.1.0 ledger read after the upgrade: its first issuances count, it is never written; a garbled part counts for nothing, told', async () => {
+    const group = await exampleNamespace(cp(), 'grp');
+    const platformNs = await platform([group]);
+    // The ledger.json of 0.1.0 (every group's entries in one key): 49 first issuances of this week.
+    const at = new Date(Date.now() - 3_600_000).toISOString();
+    const old = names(1, 49).map((domain) => ({ domain, registeredDomain: 'tailnet-0000.ts.net', at, issued: true }));
+    const legacy = `${JSON.stringify({ entries: old })}\n`;
+    const path = `/api/v1/namespaces/${platformNs}/configmaps/${LEDGER}`;
+    const patch = { data: { 'ledger.json': legacy, 'ledger.garbled.json': '{"entries":[' } };
+    const patched = await cp().adminRequest('PATCH', path, { body: patch, headers: { 'Content-Type': 'application/merge-patch+json' } });
+    assert.equal(patched.status, 200, patched.body);
+    const domains = names(100, 2);
+    await allowDomains(cp(), group, domains);
+    const w = await startReplica(cp(), group, join(dir(), 'upgraded'), 'proxy-0', {
+      mode: 'rw',
+      flags: [...domains.flatMap((d) => ['--domain', d]), '--issuance-budget', '50/168h', '--budget-namespace', platformNs],
+      emulator: { domains },
+    });
+    try {
+      const held = (): number => domains.filter((d) => w.daemon.manager.loop(d)?.current !== undefined).length;
+      const queued = (): number => w.daemon.health.evaluate(Date.now()).reason.match(/waiting for the issuance budget/g)?.length ?? 0;
+      await until('one issued, one queued', () => held() === 1 && queued() === 1, [onEvent(w.daemon.events, 'planned')], 60_000);
+      assert.equal(await queuedIn(w), 1);
+      assert.equal(w.emulator.stats().issuancesTotal, 1, "the 49 of 0.1.0's ledger count: one slot left of 50");
+      const parts = await ledgerParts(platformNs);
+      assert.deepEqual(parts['ledger.json'], JSON.parse(legacy).entries, '0.1.0 ledger.json as it was: read, never written');
+      assert.equal(parts[`ledger.${group}.json`]?.filter((e) => e.issued).length, 1, "the new first issuance, in the group's own part");
+      const metrics = await w.daemon.metrics.registry.metrics();
+      assert.match(metrics, /certshare_out_of_bounds_values_total\{field="ledger-part"\} [1-9]/, 'the garbled part, told');
+    } finally {
+      await w.stop();
     }
   });
 
@@ -131,12 +191,13 @@ describe('one issuance budget per registered domain, shared by the groups of a c
     assert.equal(read.status, 200, read.body);
     const object = JSON.parse(read.body) as { metadata: { labels: Record<string, string> }; data: Record<string, string> };
     const entry = { domain: 'a.tailnet-0000.ts.net', registeredDomain: 'tailnet-0000.ts.net', at: new Date().toISOString(), issued: false };
-    const updated = { ...object, data: { 'ledger.json': JSON.stringify({ entries: [entry] }) } };
+    const part = `ledger.${groups[0]}.json`;
+    const updated = { ...object, data: { ...object.data, [part]: JSON.stringify({ entries: [entry] }) } };
     // The policy applies once the apiserver has loaded it (an informer, a second or so after apply).
     const deadline = performance.now() + 30_000;
     for (;;) {
-      const r = await asAccount(cp(), sidecar, 'PUT', `${ledger}?dryRun=All`, { ...object, data: { 'ledger.json': '[]' } });
-      if (r.status === 403 && /one key, ledger\.json/.test(r.body)) break;
+      const r = await asAccount(cp(), sidecar, 'PUT', `${ledger}?dryRun=All`, { ...object, data: { ...object.data, [part]: '[]' } });
+      if (r.status === 403 && /as certshare writes it/.test(r.body)) break;
       assert.ok(performance.now() < deadline, `the budget ledger policy never took effect: ${r.status} ${r.body}`);
       await new Promise((resolve) => setTimeout(resolve, 200));
     }
@@ -156,7 +217,22 @@ describe('one issuance budget per registered domain, shared by the groups of a c
       ['patch', asAccount(cp(), sidecar, 'PATCH', ledger, {}), /cannot patch/],
       ['Secrets', asAccount(cp(), sidecar, 'GET', `/api/v1/namespaces/${platformNs}/secrets`), /cannot list/],
       ['a label', asAccount(cp(), sidecar, 'PUT', ledger, { ...current, metadata: { ...current.metadata, labels: {} } }), /not its labels/],
-      ['another key', asAccount(cp(), sidecar, 'PUT', ledger, { ...current, data: { ...current.data, extra: 'x' } }), /one key, ledger\.json/],
+      ['another key', asAccount(cp(), sidecar, 'PUT', ledger, { ...current, data: { ...current.data, extra: 'x' } }), /own namespace's part/],
+      [
+        "another namespace's part",
+        asAccount(cp(), sidecar, 'PUT', ledger, { ...current, data: { ...current.data, [`ledger.${other}.json`]: '{"entries":[]}' } }),
+        /own namespace's part/,
+      ],
+      [
+        'the 0.1.0 ledger.json',
+        asAccount(cp(), sidecar, 'PUT', ledger, { ...current, data: { ...current.data, 'ledger.json': JSON.stringify({ entries: [entry] }) } }),
+        /own namespace's part/,
+      ],
+      [
+        'its part past 64 KiB',
+        asAccount(cp(), sidecar, 'PUT', ledger, { ...current, data: { ...current.data, [part]: `{"entries":[${' '.repeat(65_536)}]}` } }),
+        /at most 64 KiB/,
+      ],
       ['a group the binding does not name', asAccount(cp(), stranger, 'GET', ledger), /cannot get/],
     ];
     for (const [what, result, expected] of refusals) {
@@ -166,7 +242,7 @@ describe('one issuance budget per registered domain, shared by the groups of a c
     }
   });
 
-  it("another group's stolen token fills a name's limit again and again: the renewal waits until its safety point, no longer", async () => {
+  it("another group's stolen token may write its own namespace's part only: the victim's part refused, its renewals held not at all", async () => {
     const clock = new JumpClock();
     const [thief, victim] = [await exampleNamespace(cp(), 'grp'), await exampleNamespace(cp(), 'grp')];
     const platformNs = await platform([thief, victim]);
@@ -191,60 +267,53 @@ describe('one issuance budget per registered domain, shared by the groups of a c
     w.daemon.events.on('decided', record);
     const current = () => w.daemon.manager.loop(KUBE_DOMAIN)?.current;
     const signed = (): number => w.emulator.stats().issuances[KUBE_DOMAIN] ?? 0;
-    /** The thief: the victim's name limit filled, five renewals dated now, with its own group's sidecar token. */
-    async function fillNameLimit(): Promise<void> {
+    const [theirs, mine] = [`ledger.${victim}.json`, `ledger.${thief}.json`];
+    /** The thief: the victim's name limit filled (five renewals dated now) in part `key`, or the ledger's data as `edit` makes it. */
+    async function forge(edit: (data: Record<string, string>, forged: object[]) => Record<string, string>): Promise<{ status: number; body: string }> {
       const read = await asAccount(cp(), stolen, 'GET', ledger);
       assert.equal(read.status, 200, read.body);
       const object = JSON.parse(read.body) as { data: Record<string, string> };
-      const { entries } = JSON.parse(object.data['ledger.json']!) as { entries: unknown[] };
       const at = new Date(clock.now()).toISOString();
       const forged = Array.from({ length: 5 }, () => ({ domain: KUBE_DOMAIN, registeredDomain: 'tailnet-0000.ts.net', at, issued: true, renewal: true }));
-      const write = await asAccount(cp(), stolen, 'PUT', ledger, { ...object, data: { 'ledger.json': JSON.stringify({ entries: [...entries, ...forged] }) } });
-      assert.equal(write.status, 200, `another group's token may write the shared ledger: ${write.body}`);
+      return await asAccount(cp(), stolen, 'PUT', ledger, { ...object, data: edit(object.data, forged) });
     }
-    /** Moves the clock to `at`, where the victim's loop looks again (`looks`): resolves once it has decided what to do. */
-    async function jumpTo(at: number, looks: boolean): Promise<void> {
-      decisions.length = 0;
-      clock.jumpTo(at);
-      if (!looks) return;
-      const settled = (): boolean => decisions.some((d) => d.reason === 'name_limited') || signed() === 2;
-      await until(`the victim's loop looked again at ${new Date(at).toISOString()}`, settled, [onEvent(w.daemon.events, 'decided')], 20_000);
-    }
+    const into = (key: string) => (data: Record<string, string>, forged: object[]) => {
+      const { entries } = JSON.parse(data[key] ?? '{"entries":[]}') as { entries: unknown[] };
+      return { ...data, [key]: JSON.stringify({ entries: [...entries, ...forged] }) };
+    };
     try {
       await until('the first certificate', () => current() !== undefined, [onEvent(w.daemon.events, 'planned')], 30_000);
       const first = current()!;
-      const safety = breakGlassPoint(held(first), policy, LEAD_MS);
-      // Written a minute before the renewal point, then again at every look of the victim's loop, each time dated
-      // before the entries of the last write leave the window: always 5 of the name in the last 168 h.
-      await jumpTo(renewalTime(held(first), policy) - 60_000, false);
-      await fillNameLimit();
-      let next = renewalTime(held(first), policy);
-      const looks: string[] = [];
-      for (;;) {
-        // A second past it: the loop sleeps from when it decided, a few milliseconds after the time it computed with.
-        await jumpTo(next + 1000, true);
-        if (signed() === 2) break;
-        next = decisions.findLast((d) => d.reason === 'name_limited')!.at;
-        looks.push(`${new Date(clock.now()).toISOString()}: waits until ${new Date(next).toISOString()}`);
-        if (next > first.info.notAfter) break;
-        await fillNameLimit();
-      }
-      // On 7bec7cd the renewal waited for the window at every look, past the safety point and past the expiry.
-      assert.equal(signed(), 2, `renewed by the safety point ${new Date(safety).toISOString()}; the looks:\n${looks.join('\n')}`);
+      const renewal = renewalTime(held(first), policy);
+      clock.jumpTo(renewal - 60_000); // the thief writes a minute before the victim's renewal point
+      // Refused by the apiserver: the 0.1.0 ledger (on 4a80975 the one every group's token writes: admitted),
+      // the victim's part, the victim's part removed.
+      type Edit = (data: Record<string, string>, forged: object[]) => Record<string, string>;
+      const refuse = async (what: string, edit: Edit): Promise<void> => {
+        const r = await forge(edit);
+        assert.equal(r.status, 403, `${what}: ${r.status} ${r.body}`);
+        assert.match(r.body, /own namespace's part of a budget ledger only/, what);
+      };
+      await refuse('the 0.1.0 ledger.json', into('ledger.json'));
+      const parts = await ledgerParts(platformNs);
+      assert.ok(
+        parts[theirs]?.some((e) => e.domain === KUBE_DOMAIN && e.issued),
+        "the victim's first issuance, in its own part",
+      );
+      await refuse("the victim's part", into(theirs));
+      await refuse("the victim's part removed", (data) => Object.fromEntries(Object.entries(data).filter(([k]) => k !== theirs)));
+      // Admitted: its own part, where the victim believes no renewal of its names.
+      const own = await forge(into(mine));
+      assert.equal(own.status, 200, `the thief's own part: ${own.body}`);
+      decisions.length = 0;
+      clock.jumpTo(renewal + 1000);
+      const settled = (): boolean => decisions.some((d) => d.reason === 'name_limited') || signed() === 2;
+      await until('the victim renewed or held', settled, [onEvent(w.daemon.events, 'decided')], 20_000);
+      const holds = decisions.filter((d) => d.reason === 'name_limited');
+      assert.deepEqual(holds, [], 'the renewal is not held by entries of another part');
+      assert.equal(signed(), 2, 'renewed at its renewal point');
       await until('the renewal held', () => current()?.info.serial !== first.info.serial, [onEvent(w.daemon.events, 'planned')], 20_000);
-      const renewed = current()!;
-      assert.ok(renewed.obtainedAt! >= safety, 'not before the safety point: the forged entries count until then');
-      assert.ok(renewed.obtainedAt! < rotationExitTime(held(first), policy, LEAD_MS), "before the gate's exit point");
-      // The thief goes on; the certificate renewed is not due, nothing more is issued, and it is the one held.
-      const DAY = 86_400_000;
-      for (let at = clock.now() + DAY; at < first.info.notAfter; at += 6 * DAY) {
-        await fillNameLimit();
-        await jumpTo(at, false);
-      }
-      await jumpTo(first.info.notAfter + 1000, false);
-      await until('a look after the expiry', () => decisions.length > 0, [onEvent(w.daemon.events, 'decided')], 20_000);
-      assert.equal(current()?.info.serial, renewed.info.serial);
-      assert.equal(signed(), 2, 'one renewal in the window');
+      assert.ok(current()!.obtainedAt! < breakGlassPoint(held(first), policy, LEAD_MS), 'well before the safety point');
     } finally {
       w.daemon.events.off('decided', record);
       await w.stop();

@@ -275,3 +275,43 @@ describe("a name's limit filled by whoever writes the ledger (another group's to
     assert.equal((await budget.requestReissue(D, never, NOW)).kind, 'granted');
   });
 });
+
+describe('a ledger shared by the groups of a cluster: each believes its own part for its names, every part for the budget', () => {
+  const D = `web.${RD}`;
+  const clock = { now: () => NOW, sleep: async () => {} };
+  const other = (entries: LedgerEntry[]): MemoryLedger => Object.assign(new MemoryLedger(), { others: [{ name: 'ledger.thief.json', entries }] });
+
+  it("another part's renewals of this group's name never hold its renewal, however many", async () => {
+    const forged = Array.from({ length: 50 }, () => ({ domain: D, registeredDomain: RD, at: NOW, issued: true, renewal: true as const }));
+    const ledger = other(forged);
+    const budget = new IssuanceBudget({ limit: LE, nameLimit: LE, store: ledger, clock, logger: silentLogger });
+    assert.equal((await budget.requestReissue(D, never)).kind, 'granted');
+    assert.deepEqual(ledger.others?.[0]?.entries, forged, 'the other part is never written');
+  });
+
+  it("another part's first issuances count for the registered domain's budget, and never exempt this group's name", async () => {
+    const firsts = Array.from({ length: LE.count }, (_, i) => ({ domain: `h${i}.${RD}`, registeredDomain: RD, at: NOW - HOUR, issued: true }));
+    const ledger = other([...firsts, { domain: D, registeredDomain: RD, at: NOW - 200 * HOUR, issued: true }]);
+    const budget = new IssuanceBudget({ limit: LE, store: ledger, clock, logger: silentLogger });
+    budget.track(D);
+    const verdict = await budget.request(D, {}, never);
+    assert.equal(verdict.kind, 'queued', "the five of the other part fill the window; its record of the name is not this group's");
+    if (verdict.kind === 'queued') assert.equal(verdict.turnAt, NOW - HOUR + LE.windowMs);
+    if (verdict.kind === 'queued') assert.equal(verdict.holders, 'ledger.thief.json 5', 'who holds the window, by part');
+  });
+
+  it('another part it cannot read counts for nothing (its writers could as well empty it), and is told', async () => {
+    const reported: string[] = [];
+    const ledger = Object.assign(new MemoryLedger(), { others: [{ name: 'ledger.thief.json', entries: [], fault: 'not JSON' }] });
+    const budget = new IssuanceBudget({
+      limit: LE,
+      store: ledger,
+      clock,
+      logger: silentLogger,
+      onOutOfBounds: (_where, v) => reported.push(`${v.field} ${v.value}`),
+    });
+    budget.track(D);
+    assert.equal((await budget.request(D, {}, never)).kind, 'granted');
+    assert.deepEqual(reported, ['ledger-part ledger.thief.json']);
+  });
+});

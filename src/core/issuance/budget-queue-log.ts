@@ -31,10 +31,17 @@ export class BudgetQueueLog {
     const limit = budget ? formatBudget(budget.limit) : '';
     const message =
       `waiting for the issuance budget (${limit} first issuances for ${verdict.registeredDomain}): ` +
-      `${verdict.position} of ${verdict.queued} in the queue, next slot frees at ${iso(next)}, this domain's turn at ${iso(verdict.turnAt)}`;
+      `${verdict.position} of ${verdict.queued} in the queue, next slot frees at ${iso(next)}, this domain's turn at ${iso(verdict.turnAt)}` +
+      (verdict.holders ? ` (the window's slots by part: ${verdict.holders})` : '');
     if (!this.#queued) {
       this.#log.info(
-        { registeredDomain: verdict.registeredDomain, position: verdict.position, queued: verdict.queued, turnAt: iso(verdict.turnAt) },
+        {
+          registeredDomain: verdict.registeredDomain,
+          position: verdict.position,
+          queued: verdict.queued,
+          turnAt: iso(verdict.turnAt),
+          ...(verdict.holders ? { holders: verdict.holders } : {}),
+        },
         'issuance budget exhausted; domain queued',
       );
     }

@@ -60,10 +60,29 @@ export interface RenewLeft {
 /** Issuances of a name a renew request never takes: left for renewals by expiry or the CA's word. */
 export const RENEW_RESERVE = 2;
 
-/** The ledger as read; `version` is what a compare-and-swap write must still find (undefined: no ledger yet). */
+/**
+ * The ledger as read; `version` is what a compare-and-swap write must still find (undefined: no ledger yet).
+ * `entries`: this writer's own part, the one it writes. `others`: in a ledger shared by a cluster's groups,
+ * the parts other accounts write (one per namespace, and the unattributed one of 0.1.0), read only: their
+ * first issuances and renew slots count for the registered domain's budget (the CA counts them all), and
+ * nothing else of them is believed (a name's limit and a name's record of its first certificate are the
+ * group's own part's: another group's token must not hold this group's renewals or exempt its first issuances).
+ */
 export interface LedgerSnapshot {
   entries: LedgerEntry[];
   version: string | undefined;
+  others?: readonly LedgerPart[] | undefined;
+}
+
+/**
+ * One part of a shared ledger another account writes: named for the logs (its key), its entries as read;
+ * `fault`: why it could not be read (then it counts for nothing: its writer could as well have emptied it,
+ * and a part one tenant garbles must not stop every group's first issuances).
+ */
+export interface LedgerPart {
+  name: string;
+  entries: LedgerEntry[];
+  fault?: string;
 }
 
 /**
@@ -208,7 +227,15 @@ export type BudgetVerdict =
   | { kind: 'exempt' }
   /** A slot is reserved in the ledger for this call. */
   | { kind: 'granted' }
-  | { kind: 'queued'; registeredDomain: string; position: number; queued: number; turnAt: number }
+  | {
+      kind: 'queued';
+      registeredDomain: string;
+      position: number;
+      queued: number;
+      turnAt: number;
+      /** In a shared ledger: the window's slots each part holds, most first (`own`: this writer's part). */
+      holders?: string | undefined;
+    }
   /** A new certificate of a name that had one waits for the name's own limit (NameLimit). */
   | { kind: 'name_limited'; turnAt: number };
 
@@ -377,8 +404,8 @@ export class IssuanceBudget {
         // The name's own limit first: a renew request never takes the issuances kept for ordinary renewals.
         const nameSlotAt = this.nameLimit && nextNameSlot(nameIssuances(live, domain, now, this.nameLimit), now, this.nameLimit, RENEW_RESERVE);
         if (nameSlotAt !== undefined && nameSlotAt > now) return { kind: 'refused', reason: 'name_reserve', registeredDomain: rd, nextSlotAt: nameSlotAt };
-        const taken = live
-          .filter((e) => e.registeredDomain === rd && e.renewal === undefined && e.at > now - this.limit.windowMs)
+        const taken = slotEntries([...live, ...othersOf(snapshot)], rd)
+          .filter((e) => e.at > now - this.limit.windowMs)
           .map((e) => e.at)
           .sort((a, b) => a - b);
         // Domains waiting for a first issuance come first: a free slot is theirs unless more are free.
@@ -517,16 +544,14 @@ export class IssuanceBudget {
         entries = live.map((e) => (e === mine ? { ...e, at: Math.max(e.at, now) } : e));
       } else {
         const contenders = [...this.#waiting.values()].filter((c) => rule(c.domain) === rd);
-        const plan = planTurns(
-          this.limit,
-          live.filter((e) => e.registeredDomain === rd && e.renewal === undefined),
-          contenders,
-          now,
-        );
+        const plan = planTurns(this.limit, slotEntries([...live, ...othersOf(snapshot)], rd), contenders, now);
         this.#plans.set(rd, plan);
         const position = plan.findIndex((t) => t.domain === domain);
         const turn = plan[position]!;
-        if (turn.turnAt > now) return { kind: 'queued', registeredDomain: rd, position: position + 1, queued: plan.length, turnAt: turn.turnAt };
+        if (turn.turnAt > now) {
+          const holders = snapshot.others && slotHolders(live, snapshot.others, rd, now - this.limit.windowMs);
+          return { kind: 'queued', registeredDomain: rd, position: position + 1, queued: plan.length, turnAt: turn.turnAt, holders };
+        }
         entries = [...live, { domain, registeredDomain: rd, at: now, issued: false }];
       }
       try {
@@ -548,9 +573,9 @@ export class IssuanceBudget {
    */
   async #read(signal: AbortSignal, rd: string): Promise<LedgerSnapshot> {
     const snapshot = await this.#store.read(signal, rd);
-    const { entries, refused } = believedEntries(snapshot.entries, rd, this.#clock.now(), this.#rule);
-    this.#outOfBounds.read(`the issuance ledger (${this.#store.kind}) of ${rd}`, refused);
-    return refused.length ? { entries, version: snapshot.version } : snapshot;
+    const report = (where: string, refused: UntrustedValue[]): void =>
+      this.#outOfBounds.read(`the issuance ledger (${this.#store.kind}) of ${rd}${where}`, refused);
+    return believedSnapshot(snapshot, rd, this.#clock.now(), this.#rule, report);
   }
 
   async #untilPeersSettled(domain: string, signal: AbortSignal): Promise<void> {
@@ -675,6 +700,52 @@ function describeEntry(e: LedgerEntry): string {
 function liveEntries(entries: readonly LedgerEntry[], now: number, limit: BudgetLimit, nameLimit: NameLimit | undefined): LedgerEntry[] {
   const kept = Math.max(limit.windowMs, nameLimit?.windowMs ?? 0);
   return entries.filter((e) => (e.issued && isFirst(e)) || e.at > now - kept);
+}
+
+/**
+ * `snapshot` without the entries of `rd` its parts' rules would not write (believedEntries), each part judged
+ * on its own, and a part that could not be read (`fault`) emptied: each refusal is `report`ed, with where.
+ */
+function believedSnapshot(
+  snapshot: LedgerSnapshot,
+  rd: string,
+  now: number,
+  rule: RegisteredDomainRule,
+  report: (where: string, refused: UntrustedValue[]) => void,
+): LedgerSnapshot {
+  const believe = (part: readonly LedgerEntry[], where: string): LedgerEntry[] => {
+    const { entries, refused } = believedEntries(part, rd, now, rule);
+    report(where, refused);
+    return entries;
+  };
+  const others = snapshot.others?.map((p) => {
+    if (p.fault !== undefined) report('', [{ field: 'ledger-part', value: p.name, why: p.fault }]);
+    return { name: p.name, entries: believe(p.entries, `, part ${p.name}`) };
+  });
+  return { entries: believe(snapshot.entries, ''), version: snapshot.version, ...(others ? { others } : {}) };
+}
+
+/** Every entry of the other parts of a shared ledger (none for a group's own ledger). */
+function othersOf(snapshot: LedgerSnapshot): LedgerEntry[] {
+  return snapshot.others?.flatMap((p) => p.entries) ?? [];
+}
+
+/**
+ * Who holds the window's slots of `rd` since `from`, most first: `own 3, ledger.team-a.json 47` (a shared
+ * ledger's parts are named by the namespace that writes them: one filling the window is seen, not guessed).
+ */
+function slotHolders(own: readonly LedgerEntry[], others: readonly LedgerPart[], rd: string, from: number): string {
+  const count = (entries: readonly LedgerEntry[]): number => slotEntries(entries, rd).filter((e) => e.at > from).length;
+  return [{ name: 'own', slots: count(own) }, ...others.map((p) => ({ name: p.name, slots: count(p.entries) }))]
+    .filter((h) => h.slots > 0)
+    .sort((a, b) => b.slots - a.slots || (a.name < b.name ? -1 : 1))
+    .map((h) => `${h.name} ${h.slots}`)
+    .join(', ');
+}
+
+/** The entries of `rd` that take one of its budget's slots: first issuances and renew requests, not renewals. */
+function slotEntries(entries: readonly LedgerEntry[], rd: string): LedgerEntry[] {
+  return entries.filter((e) => e.registeredDomain === rd && e.renewal === undefined);
 }
 
 function isConflict(err: unknown): boolean {

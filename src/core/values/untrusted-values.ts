@@ -16,7 +16,7 @@ import type { Coordination, StoreRead, StoredCert } from '../ports/store.ts';
 export const CLOCK_SKEW_MS = 30_000;
 
 /** What an ignored value was: the annotation's or the ledger's own name for it. */
-type UntrustedField = 'retry-not-before' | 'issuing' | 'obtained-at' | 'ledger-entry' | 'break-glass-claim' | 'lease-duration';
+type UntrustedField = 'retry-not-before' | 'issuing' | 'obtained-at' | 'ledger-entry' | 'ledger-part' | 'break-glass-claim' | 'lease-duration';
 
 /** Where an ignored value is counted and told besides the log (a metric, an Event). */
 export type OutOfBoundsReport = (where: string, value: UntrustedValue) => void;
