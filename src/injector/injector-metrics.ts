@@ -6,6 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { Counter, Gauge, Registry } from 'prom-client';
 import type { RotationAction, RotationState } from '../core/injector-ca/ca-rotation.ts';
 import { collectNodeMetrics } from '../http/daemon-metrics.ts';
+import type { UntrustedValue } from '../core/values/untrusted-values.ts';
 import { checkedPair, servePair, type ServingPair } from '../tls/serving-pair.ts';
 
 type AdmissionResult = 'injected' | 'skipped' | 'rejected' | 'invalid';
@@ -15,6 +16,7 @@ export class InjectorMetrics {
   readonly #actions: Counter;
   readonly #failures: Counter;
   readonly #admissions: Counter;
+  readonly #outOfBounds: Counter;
 
   constructor(state: () => RotationState, options: { defaultMetrics?: boolean; writer?: () => boolean } = {}) {
     const registers = [this.registry];
@@ -65,6 +67,13 @@ export class InjectorMetrics {
       labelNames: ['result'],
       registers,
     });
+    this.#outOfBounds = new Counter({
+      name: 'certshare_injector_out_of_bounds_values_total',
+      help: 'Values read back out of their bound and ignored, by field (lease-duration: the injector Lease held longer than twice --lease-duration).',
+      labelNames: ['field'],
+      registers,
+    });
+    this.#outOfBounds.inc({ field: 'lease-duration' }, 0);
     for (const step of ['create-ca', 'publish', 'issue-leaf', 'retire-ca']) this.#actions.inc({ step }, 0);
     for (const kind of ['conflict', 'error']) this.#failures.inc({ kind }, 0);
     for (const result of ['injected', 'skipped', 'rejected', 'invalid']) this.#admissions.inc({ result }, 0);
@@ -77,6 +86,10 @@ export class InjectorMetrics {
 
   failure(kind: 'conflict' | 'error'): void {
     this.#failures.inc({ kind });
+  }
+
+  outOfBounds(_where: string, value: UntrustedValue): void {
+    this.#outOfBounds.inc({ field: value.field });
   }
 
   admission(result: AdmissionResult): void {

@@ -7,7 +7,7 @@ import { emptyRotationState } from '../core/injector-ca/ca-rotation.ts';
 import { systemClock, type Clock } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/ports/logger.ts';
-import { connectKube } from '../kube/connection.ts';
+import { connectKube, type KubeConnection } from '../kube/connection.ts';
 import { LeaseElector } from '../kube/lease-elector.ts';
 import { makeApi } from '../kube/transport/https-transport.ts';
 import type { TlsChoice } from '../config/daemon-config.ts';
@@ -89,19 +89,12 @@ export async function startInjector(
   }
   const namespace = config.serviceNamespace ?? connection.namespace;
   const names: LeafNames = { dnsNames: [...serviceDnsNames(config.service, namespace), ...config.extraDnsNames], ipAddresses: config.extraIps };
-  const elector = new LeaseElector({
-    connection,
-    name: config.lease,
-    identity: config.identity,
-    clock,
-    logger: deps.logger.child({ component: 'lease' }),
-    leaseDurationMs: config.leaseDurationMs,
-  });
   let controller: InjectorController | undefined;
   const metrics = new InjectorMetrics(() => controller?.state ?? emptyRotationState([]), {
     defaultMetrics: deps.defaultMetrics ?? true,
     writer: () => elector.canIssue(),
   });
+  const elector = injectorElector(config, connection, { clock, logger: deps.logger, metrics });
   const server = await startWebhook(config, metrics);
   controller = new InjectorController({
     connection,
@@ -124,7 +117,14 @@ export async function startInjector(
   elector.start();
   controller.start();
   deps.logger.info(
-    { identity: config.identity, lease: config.lease, port: server.port, targets: config.targets.map((t) => `${t.kind}/${t.name}`), names: names.dnsNames },
+    {
+      identity: config.identity,
+      lease: config.lease,
+      port: server.port,
+      metricsPort: metricsListener.port,
+      targets: config.targets.map((t) => `${t.kind}/${t.name}`),
+      names: names.dnsNames,
+    },
     'injector started',
   );
   const running = controller;
@@ -143,6 +143,19 @@ export async function startInjector(
       await Promise.all([server.close({ drainMs: config.drainDelayMs }), metricsListener.close(), metricsPairs?.stop()]);
     },
   };
+}
+
+/** Who writes the CAs, the leaf and the caBundles: the holder of --lease; a duration read back out of its bound is counted. */
+function injectorElector(config: InjectorConfig, connection: KubeConnection, deps: { clock: Clock; logger: Logger; metrics: InjectorMetrics }): LeaseElector {
+  return new LeaseElector({
+    connection,
+    name: config.lease,
+    identity: config.identity,
+    clock: deps.clock,
+    logger: deps.logger.child({ component: 'lease' }),
+    leaseDurationMs: config.leaseDurationMs,
+    onOutOfBounds: (where, value) => deps.metrics.outOfBounds(where, value),
+  });
 }
 
 /** The webhook's listener: POST /mutate answers each AdmissionReview, counted by result. */

@@ -11,6 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import { ANNOTATION_WRITER as WRITTEN_BY } from '../../../src/kube/secret-codec.ts';
 import { useControlPlane } from '../../harness/use-control-plane.ts';
 import { must } from '../../support/kube.ts';
+import { asAccount } from '../../support/token-request.ts';
 import { deathSignalPrefix, freePort } from '../../support/processes.ts';
 import { until, onEvent } from '../../support/wait.ts';
 import { injectorReplicaFlags } from '../../support/replica-flags.ts';
@@ -32,6 +33,9 @@ interface Process {
   served: string[];
   writer: boolean;
   exited: boolean;
+  /** Its lines with a `code` (CERTSHARE_*). */
+  codes: string[];
+  metricsPort?: number;
 }
 
 describe('injector replicas: one writer by Lease, failover when it dies', () => {
@@ -45,11 +49,11 @@ describe('injector replicas: one writer by Lease, failover when it dies', () => 
     const env = { PATH: process.env.PATH, KUBECONFIG: kubeconfig, POD_NAMESPACE: NS, POD_NAME: name };
     const [cmd, ...rest] = [...deathSignalPrefix(), process.execPath, ...args];
     const child = spawn(cmd!, rest, { stdio: ['ignore', 'pipe', 'pipe'], env });
-    const proc: Process = { name, child, served: [], writer: false, exited: false };
+    const proc: Process = { name, child, served: [], writer: false, exited: false, codes: [] };
     const stderr: string[] = [];
     child.stderr!.on('data', (chunk: Buffer) => stderr.push(chunk.toString()));
     createInterface({ input: child.stdout! }).on('line', (text) => {
-      let line: { msg?: string; action?: string; serial?: string };
+      let line: { msg?: string; action?: string; serial?: string; code?: string; metricsPort?: number };
       try {
         line = JSON.parse(text);
       } catch {
@@ -59,6 +63,8 @@ describe('injector replicas: one writer by Lease, failover when it dies', () => 
       if (line.msg === 'serving a new webhook certificate') proc.served.push(line.serial!);
       if (line.msg === 'became the writer') proc.writer = true;
       if (line.msg === 'no longer the writer') proc.writer = false;
+      if (line.msg === 'injector started') proc.metricsPort = line.metricsPort;
+      if (line.code) proc.codes.push(line.code);
       if (process.env.CERTSHARE_TEST_LOG) console.log(name, text);
       bus.emit('change');
     });
@@ -134,5 +140,37 @@ describe('injector replicas: one writer by Lease, failover when it dies', () => 
     assert.deepEqual(await secretWriters(), { 'certshare-injector-ca': other.name, 'certshare-injector-tls': other.name });
     console.log(`injector writer failover: took over ${Math.round(takeoverMs)} ms after SIGKILL (lease 2 s); steps ${JSON.stringify(steps.length)}`);
     assert.ok(takeoverMs < 10_000, `took over after ${Math.round(takeoverMs)} ms`);
+  });
+
+  it('a Lease written for 2^31 s with a stolen injector token holds no replica off: taken over, counted', { timeout: 60_000 }, async () => {
+    const live = procs.filter((p) => !p.exited);
+    await until('a writer', () => live.some((p) => p.writer), [changed], 15_000);
+    const path = `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases/${LEASE}`;
+    const read = await asAccount(cp(), kubeconfig, 'GET', path);
+    assert.equal(read.status, 200, read.body);
+    const lease = JSON.parse(read.body) as { spec: Record<string, unknown> };
+    // The injector's own token (RBAC lets it update its Lease): a holder no replica is, for 68 years.
+    const spec = { ...lease.spec, holderIdentity: 'intruder', leaseDurationSeconds: 2 ** 31 - 1, renewTime: new Date().toISOString().replace('Z', '000Z') };
+    const written = await asAccount(cp(), kubeconfig, 'PUT', path, { ...lease, spec });
+    assert.equal(written.status, 200, written.body);
+    await until('the writer gives the role up', () => !live.some((p) => p.writer), [changed], 15_000);
+    await until('a replica writes again', () => live.some((p) => p.writer), [changed], 30_000);
+    assert.notEqual(await leaseHolder(), 'intruder');
+    assert.ok(
+      live.some((p) => p.codes.includes('CERTSHARE_UNTRUSTED_VALUE')),
+      'the duration logged as a value read back out of its bound',
+    );
+    const counted = await Promise.all(
+      live.map(async (p) => {
+        if (p.metricsPort === undefined) return 0;
+        const res = await fetch(`http://127.0.0.1:${p.metricsPort}/metrics`);
+        const m = /certshare_injector_out_of_bounds_values_total\{field="lease-duration"\} (\d+)/.exec(await res.text());
+        return Number(m?.[1] ?? 0);
+      }),
+    );
+    assert.ok(
+      counted.some((n) => n > 0),
+      `counted in certshare_injector_out_of_bounds_values_total (4a80975: logged only): ${counted.join(', ')}`,
+    );
   });
 });
