@@ -211,8 +211,8 @@ export class Federation {
    */
   readonly #breakGlass = new Map<string, { at: number; window: string | null }>();
   /**
-   * Each domain's claim of the window of its copy: the role lets a break-glass issuance through once the claim
-   * is taken, never before. `failures`: consecutive ones, the next attempt not before `retryAt`.
+   * Each domain's claim of the window of its copy, taken as a break-glass call's last step (#claimBeforeCall): no
+   * call without it. `failures`: consecutive ones, the next attempt not before `retryAt`.
    */
   readonly #claims = new Map<string, Claim>();
   /** Windows whose break-glass certificate is stored but whose last claim is not taken yet: taken at the next read. */
@@ -301,9 +301,9 @@ export class Federation {
           readinessLeadMs: this.#o.readinessLeadMs,
           breakGlass: parseBreakGlassRecord(this.#o.local.store.annotation(domain, ANNOTATION_BREAK_GLASS)),
         });
-        if (verdict.kind !== 'break_glass' || !this.#claimed(domain, copy?.info.serial ?? null, copy?.info)) return false;
-        if (!this.#breakGlass.has(domain)) this.#breakGlass.set(domain, { at: this.#o.clock.now(), window: copy?.info.serial ?? null });
-        return true;
+        // The window is claimed as the last step before the call (#claimBeforeCall), not here: a loop may still wait
+        // (a backoff, another writer's intent, the intent's write) and a writer killed meanwhile spends no claim.
+        return verdict.kind === 'break_glass' && !this.#spent(domain, copy?.info.serial ?? null);
       },
       canWrite: (domain) => (local.canWrite ? local.canWrite(domain) : local.canIssue(domain)),
       onChange: (listener) => {
@@ -313,19 +313,37 @@ export class Federation {
     };
   }
 
-  /**
-   * Whether this writer holds the claim of the window; if nothing is under way for it, one is started (a
-   * failed one again once its wait is over) and the role's listeners hear when it is taken.
-   */
-  #claimed(domain: string, window: string | null, validity: Claim['validity']): boolean {
-    const now = this.#o.clock.now();
+  /** Whether the window's claim is known spent, or superseded by a newer copy (then no break-glass call in it), or failed and waiting. */
+  #spent(domain: string, window: string | null): boolean {
     const claim = this.#claims.get(domain);
-    if (claim?.window === window && (claim.state !== 'failed' || now < claim.retryAt)) return claim.state === 'claimed';
-    if (claim?.state === 'pending') return false;
-    const next: Claim = { window, validity, state: 'pending', failures: claim?.window === window ? claim.failures : 0, retryAt: 0 };
-    this.#claims.set(domain, next);
-    void this.#claim(domain, next);
-    return false;
+    if (claim?.window !== window) return false;
+    return claim.state === 'spent' || claim.state === 'superseded' || (claim.state === 'failed' && this.#o.clock.now() < claim.retryAt);
+  }
+
+  /**
+   * A break-glass call's last step, after its intent is recorded: the window's claim (break-glass-claim.ts). Not
+   * taken (spent, superseded, an apiserver error): the intent is withdrawn and the call refused, so a claim
+   * always stands for a call that followed it at once.
+   */
+  async #claimBeforeCall(domain: string, signal: AbortSignal): Promise<void> {
+    const copy = this.#localCopy.get(domain);
+    const window = copy?.info.serial ?? null;
+    let claim = this.#claims.get(domain);
+    if (claim?.window !== window || claim.state !== 'claimed') {
+      claim = { window, validity: copy?.info, state: 'pending', failures: claim?.window === window ? claim.failures : 0, retryAt: 0 };
+      this.#claims.set(domain, claim);
+      await this.#claim(domain, claim);
+    }
+    if (claim.state !== 'claimed') {
+      await this.#o.local.store.clearIntent(domain, signal).catch(() => {});
+      throw new CertshareError('CERTSHARE_BREAK_GLASS_UNCLAIMED', {
+        domain,
+        window: window ?? 'none',
+        claim: this.#o.local.claims.names(domain, window).first,
+        cause: `the claim is ${claim.state}`,
+      });
+    }
+    if (this.#breakGlass.get(domain)?.window !== window) this.#breakGlass.set(domain, { at: this.#o.clock.now(), window });
   }
 
   async #claim(domain: string, claim: Claim): Promise<void> {
@@ -356,7 +374,6 @@ export class Federation {
       return;
     }
     logger.info(args, 'break-glass: window claimed');
-    if (this.#claims.get(domain) === claim) this.#notify();
   }
 
   /**
@@ -387,7 +404,10 @@ export class Federation {
       load: (domain, signal, options) => this.#load(domain, signal, options),
       save: (domain, cert, signal, options) => this.#save(domain, cert, signal, options),
       recordRenewAnswer: (domain: string, answer: RenewAnswer, signal: AbortSignal) => via(domain).recordRenewAnswer(domain, answer, signal),
-      recordIntent: (domain, holder, at, signal) => via(domain).recordIntent(domain, holder, at, signal),
+      recordIntent: async (domain, holder, at, signal) => {
+        await via(domain).recordIntent(domain, holder, at, signal);
+        if (this.#via.get(domain) !== 'home' && this.#homeDown.has(domain)) await this.#claimBeforeCall(domain, signal);
+      },
       clearIntent: (domain, signal) => via(domain).clearIntent(domain, signal),
       recordRateLimit: (domain, until, signal) => via(domain).recordRateLimit(domain, until, signal),
       watch: (domain, listener) => {

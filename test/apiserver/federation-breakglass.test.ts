@@ -418,40 +418,118 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     await until('every replica holds a valid certificate again', valid, anyChange(), 30_000);
   });
 
-  it('a claim the apiserver refuses: no break-glass issuance, CERTSHARE_BREAK_GLASS_UNCLAIMED once; once it may, the claim and the issuance', async () => {
-    await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
-    // A policy of west's refusing every claim (admission holds for cluster administrators too).
-    const policy = { apiVersion: 'admissionregistration.k8s.io/v1', kind: 'ValidatingAdmissionPolicy', metadata: { name: 'test-no-claims' } };
+  /**
+   * A policy of west's refusing what `allowed` (CEL over `object`) does not admit in `rules` (admission holds for
+   * cluster administrators too), in force once `probe` (a dry run) is refused; `remove` waits until it admits again.
+   */
+  async function westRefuses(
+    name: string,
+    rules: { apiGroups: string[]; resources: string[]; operations: string[] },
+    allowed: string,
+    probe: () => Promise<{ status: number }>,
+  ): Promise<{ remove(): Promise<void> }> {
+    const policy = { apiVersion: 'admissionregistration.k8s.io/v1', kind: 'ValidatingAdmissionPolicy', metadata: { name } };
     const refusing = {
       ...policy,
       spec: {
         failurePolicy: 'Fail',
-        matchConstraints: { resourceRules: [{ apiGroups: ['coordination.k8s.io'], apiVersions: ['v1'], operations: ['CREATE'], resources: ['leases'] }] },
-        validations: [{ expression: "!object.metadata.name.startsWith('certshare-glass-')", message: 'no claims here', reason: 'Forbidden' }],
+        matchConstraints: { resourceRules: [{ apiVersions: ['v1'], ...rules }] },
+        validations: [{ expression: allowed, message: `refused by ${name}`, reason: 'Forbidden' }],
       },
     };
-    const binding = { ...policy, kind: 'ValidatingAdmissionPolicyBinding', spec: { policyName: 'test-no-claims', validationActions: ['Deny'] } };
-    await must(west.cp.kubectl(['apply', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: [refusing, binding] }) }));
-    const probe = (): Promise<number> =>
-      west.cp
-        .adminRequest('POST', `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases?dryRun=All`, {
-          body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: 'certshare-glass-probe' } },
-        })
-        .then((res) => res.status);
-    const refused = async (want: boolean): Promise<void> => {
+    const binding = { ...policy, kind: 'ValidatingAdmissionPolicyBinding', spec: { policyName: name, validationActions: ['Deny'] } };
+    const inForce = async (want: boolean): Promise<void> => {
       const deadline = performance.now() + 30_000;
-      while ((await probe()) !== (want ? 403 : 201)) {
-        assert.ok(performance.now() < deadline, `the policy never ${want ? 'took' : 'left'} effect`);
+      while (((await probe()).status === 403) !== want) {
+        assert.ok(performance.now() < deadline, `${name} never ${want ? 'took' : 'left'} effect`);
         await new Promise((resolve) => setTimeout(resolve, 200));
       }
     };
-    await refused(true);
+    await must(west.cp.kubectl(['apply', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: [refusing, binding] }) }));
+    await inForce(true);
+    return {
+      async remove() {
+        await must(west.cp.kubectl(['delete', 'validatingadmissionpolicybinding,validatingadmissionpolicy', name]));
+        await inForce(false);
+      },
+    };
+  }
+
+  /** `body` with west cut off from the home; then, west back, every replica holds a valid certificate again. */
+  async function withWestCutOff(body: () => Promise<void>): Promise<void> {
+    relay.cut();
+    try {
+      await body();
+    } finally {
+      relay.restore();
+    }
+    await until('every replica holds a valid certificate again', valid, anyChange(), 30_000);
+  }
+
+  /** Once `refusal` is removed, `writer` breaks glass: one issuance more than it had signed before. */
+  async function breaksGlassOnceAdmitted(
+    refusal: { remove(): Promise<void> },
+    writer: Replica,
+    before: { signed: number; glass: number },
+    why: string,
+  ): Promise<void> {
+    await refusal.remove();
+    await westOutageReads(3, () => logged([writer], /^break-glass: issued/) > before.glass);
+    await westBreaksGlass(before.glass);
+    assert.equal(signedBy([writer]), before.signed + 1, why);
+  }
+
+  /** West's break-glass claims, by name. */
+  async function westClaims(): Promise<string[]> {
+    const res = await west.cp.adminRequest('GET', `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases?labelSelector=certshare.io/break-glass-claim`);
+    return (JSON.parse(res.body) as { items: Array<{ metadata: { name: string } }> }).items.map((lease) => lease.metadata.name);
+  }
+
+  it('a writer that cannot call yet claims nothing: the claim is the last step before the call (chaos seed 51)', async () => {
+    // Seed 51 on fc0720c: two writers of a cut-off member took the window's two claims and were killed before calling
+    // (one while its intent's write failed, one while another writer's intent stood): the third, a valid copy at
+    // hand nowhere, served the expired one. Here the intent's write is refused until the policy goes.
+    await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
+    const writer = westReplicas()[0]!;
+    const claimsBefore = await westClaims();
+    const noIntent = await westRefuses(
+      'test-no-intent',
+      { apiGroups: [''], resources: ['secrets'], operations: ['UPDATE'] },
+      "!has(object.metadata.annotations) || !('certshare.io/issuing' in object.metadata.annotations)",
+      () =>
+        west.cp.adminRequest('PATCH', `/api/v1/namespaces/${NS}/secrets/${SHARED}?dryRun=All`, {
+          headers: { 'content-type': 'application/merge-patch+json' },
+          body: { metadata: { annotations: { 'certshare.io/issuing': '{"holder":"probe","at":"2026-01-01T00:00:00.000Z"}' } } },
+        }),
+    );
+    const before = signedBy([writer]);
+    const glassBefore = logged([writer], /^break-glass: issued/);
+    const intentRefused = (): number => logged([writer], /^could not record the issuance intent/);
+    await withWestCutOff(async () => {
+      jumpPastSafetyPoint(new X509Certificate(current(writer)!.pair.certPem), writer);
+      await until("west's writer is refused its intent", () => intentRefused() > 0 || signedBy([writer]) > before, anyChange(), 30_000);
+      assert.deepEqual(await westClaims(), claimsBefore, 'no claim while it cannot call (fc0720c: the first claim, spent)');
+      await breaksGlassOnceAdmitted(noIntent, writer, { signed: before, glass: glassBefore }, 'one break-glass issuance, once it could call');
+    });
+  });
+
+  it('a claim the apiserver refuses: no break-glass issuance, CERTSHARE_BREAK_GLASS_UNCLAIMED once; once it may, the claim and the issuance', async () => {
+    await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
+    // A policy of west's refusing every claim (admission holds for cluster administrators too).
+    const noClaims = await westRefuses(
+      'test-no-claims',
+      { apiGroups: ['coordination.k8s.io'], resources: ['leases'], operations: ['CREATE'] },
+      "!object.metadata.name.startsWith('certshare-glass-')",
+      () =>
+        west.cp.adminRequest('POST', `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases?dryRun=All`, {
+          body: { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: 'certshare-glass-probe' } },
+        }),
+    );
     const writer = westReplicas()[0]!;
     const unclaimed = (): number => writer.log.entries.filter((e) => e.code === 'CERTSHARE_BREAK_GLASS_UNCLAIMED').length;
     const before = signedBy([writer]);
     const glassBefore = logged([writer], /^break-glass: issued/);
-    relay.cut();
-    try {
+    await withWestCutOff(async () => {
       const res = await west.cp.adminRequest('GET', `/api/v1/namespaces/${NS}/secrets/${SHARED}`);
       const data = (JSON.parse(res.body) as { data: Record<string, string> }).data;
       jumpPastSafetyPoint(new X509Certificate(Buffer.from(data['tls.crt']!, 'base64')), writer);
@@ -459,15 +537,8 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
       await westOutageReads(3, () => signedBy([writer]) > before);
       assert.equal(signedBy([writer]), before, 'no break-glass issuance without the claim (6472496: one)');
       assert.equal(unclaimed(), 1, 'the error once, not at every attempt');
-      await must(west.cp.kubectl(['delete', 'validatingadmissionpolicybinding,validatingadmissionpolicy', 'test-no-claims']));
-      await refused(false);
-      await westOutageReads(3, () => logged([writer], /^break-glass: issued/) > glassBefore);
-      await westBreaksGlass(glassBefore);
-      assert.equal(signedBy([writer]), before + 1, 'claimed at a later attempt: one break-glass issuance');
-    } finally {
-      relay.restore();
-    }
-    await until('every replica holds a valid certificate again', valid, anyChange(), 30_000);
+      await breaksGlassOnceAdmitted(noClaims, writer, { signed: before, glass: glassBefore }, 'claimed at a later attempt: one break-glass issuance');
+    });
   });
 
   it("a claim a tenant dates 9999 holds nothing back: west breaks glass in its window, the claim's time counted as out of bounds", async () => {
