@@ -12,7 +12,7 @@ export const SIDECAR_NAME = 'certshare';
  * command to this script, keeping the snapshot's heap it has no use for (docs/performance.md); the sidecar, the
  * advertise agent and the injector (manifests/injector, the chart) name it instead. The policy
  * certshare-sidecar-as-injected admits this command only (sidecarForm records it); test/repo/entry-commands.test.ts
- * holds it to the Dockerfile's ENTRYPOINT.
+ * holds it to the Dockerfile's ENTRYPOINT. @forTests
  */
 export const DIST_COMMAND = ['/nodejs/bin/node', '--max-semi-space-size=1', 'dist/cli/main.js'];
 export const HEALTH_PORT = 9002;

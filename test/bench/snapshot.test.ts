@@ -94,6 +94,8 @@ describe('the standalone daemon started from a V8 startup snapshot', () => {
     }
     for (const [what, path] of blobs) {
       const res = spawnSync(process.execPath, [...IMAGE_NODE_FLAGS, '--snapshot-blob', path, ...daemonArgs], {
+        // cwd: the temporary directory, where a core dump of the corrupt blob's abort would go, were dumps on.
+        cwd: dir,
         encoding: 'utf8',
         timeout: 30_000,
         env: cleanEnv(),
