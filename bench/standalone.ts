@@ -1,10 +1,10 @@
 // Standalone figures: bare Node RSS, the daemon's idle RSS (dir store), /healthz throughput against a
 // bare fastify server, start-up to healthy (beside the bare fastify's start-up to its first answer), and
-// domain-to-certificate latency.
+// domain-to-certificate latency; the daemon started as the image's default entry does (its start-up snapshot).
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type BaselineBuild, startBaseline, waitListening } from './lib/baseline.ts';
-import { CertFileWatch, spawnDaemon, startEmulator } from './lib/certshare.ts';
+import { CertFileWatch, spawnImageEntry, startEmulator } from './lib/certshare.ts';
 import { freePort, httpRequest, pollHealthy } from './lib/http.ts';
 import { pinningAvailable, pinProcess, runLoad, type LoadResult } from './lib/load.ts';
 import { cpuMs, idleRss, Proc, type MemStatus } from './lib/proc.ts';
@@ -65,7 +65,7 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   // 1. Idle RSS after start-up and a first certificate.
   progress('standalone: first start, first certificate, idle RSS');
   const port = await freePort();
-  let daemon = spawnDaemon('certshare standalone', [...baseArgs, '--domain', STANDALONE_DOMAIN, '--listen', `127.0.0.1:${port}`]);
+  let daemon = spawnImageEntry('certshare standalone', [...baseArgs, '--domain', STANDALONE_DOMAIN, '--listen', `127.0.0.1:${port}`]);
   await files.next(30_000);
   const [standalone] = await idleRss([daemon.pid], o.size.idle);
 
@@ -120,7 +120,7 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   const fastifyStartupMs: number[] = [];
   for (let i = 0; i < o.size.startupRuns; i++) {
     const p = await freePort();
-    daemon = spawnDaemon('certshare restart', [...baseArgs, '--domain', STANDALONE_DOMAIN, '--listen', `127.0.0.1:${p}`]);
+    daemon = spawnImageEntry('certshare restart', [...baseArgs, '--domain', STANDALONE_DOMAIN, '--listen', `127.0.0.1:${p}`]);
     const healthyAt = await pollHealthy(p, 20_000, () => daemon.exitInfo === undefined);
     startupMs.push(healthyAt - daemon.spawnedAt);
     startupCpuMs.push(await cpuMs(daemon.pid));
@@ -135,7 +135,7 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   progress(`standalone: domain on the bus to certificate on disk x${o.size.domainRuns}`);
   const domains = Array.from({ length: o.size.domainRuns }, (_, i) => `new${i + 1}.tailnet-0000.ts.net`);
   const p = await freePort();
-  daemon = spawnDaemon('certshare new domains', [...baseArgs, ...domains.flatMap((d) => ['--domain', d]), '--listen', `127.0.0.1:${p}`]);
+  daemon = spawnImageEntry('certshare new domains', [...baseArgs, ...domains.flatMap((d) => ['--domain', d]), '--listen', `127.0.0.1:${p}`]);
   await daemon.waitForLog((e) => e.msg === 'tailscaled cert domains', 20_000, 'first IPN bus sync');
   await sleep(500);
   const domainToCertMs: number[] = [];

@@ -1,6 +1,7 @@
 // `npm run build`: the production build, dist/, as a bundle: dist/cli/main.js (the entry point), chunks
 // loaded on demand (the Kubernetes backend, the emulator, the demo, the Kubernetes models certshare does
-// not use: kubeModelsOnDemand) and dist/package.json. dist/ runs with no node_modules at all: the image
+// not use: kubeModelsOnDemand), dist/package.json, and the standalone daemon's start-up snapshot
+// (dist/snapshot/: the script, and its blob for the Node building). dist/ runs with no node_modules at all: the image
 // copies it alone.
 //
 // Why a bundle and not tsc's one-file-per-module output: memory. Node keeps per-module state for every
@@ -13,6 +14,7 @@ import { join, resolve } from 'node:path';
 import { createRequire } from 'node:module';
 import { spawnSync } from 'node:child_process';
 import { build, type BuildOptions, type Metafile, type Plugin } from 'esbuild';
+import { SNAPSHOT_SCRIPT } from '../src/cli/snapshot-blob.ts';
 
 const REPO = resolve(import.meta.dirname, '..');
 export const DIST = join(REPO, 'dist');
@@ -405,6 +407,98 @@ export function productionBundleOptions(): BuildOptions {
   };
 }
 
+/**
+ * Node built-ins that cannot be loaded while a snapshot is built (Node 24.21): node:http's parser binding
+ * leaves a global handle V8 cannot serialize ("global handle not serialized: ... HTTPParser", then
+ * "CheckGlobalAndEternalHandles failed" and a crash); https and tls load it too. Each becomes an object of
+ * getters that loads the real module at the first read, after deserialization. The data fastify reads at
+ * load (STATUS_CODES, METHODS) is copied in as constants.
+ */
+const LAZY_BUILTINS = /^(node:)?(http|https|tls)$/;
+const CONSTANT_EXPORTS = ['STATUS_CODES', 'METHODS'];
+
+const lazyBuiltins: Plugin = {
+  name: 'lazy-builtins',
+  setup(b) {
+    b.onResolve({ filter: LAZY_BUILTINS }, (args) => ({ path: args.path.replace(/^node:/, ''), namespace: 'lazy-builtin' }));
+    b.onLoad({ filter: /.*/, namespace: 'lazy-builtin' }, (args) => {
+      const real = createRequire(import.meta.url)(`node:${args.path}`) as Record<string, unknown>;
+      const lazy = Object.keys(real).filter((name) => !CONSTANT_EXPORTS.includes(name));
+      const constants = CONSTANT_EXPORTS.filter((name) => name in real).map((name) => `exports.${name} = ${JSON.stringify(real[name])};`);
+      return {
+        loader: 'js',
+        contents: [
+          `let real;\nconst load = () => (real ??= process.getBuiltinModule('node:${args.path}'));`,
+          `for (const name of ${JSON.stringify(lazy)}) {`,
+          '  Object.defineProperty(exports, name, { enumerable: true, configurable: true, get: () => load()[name] });',
+          '}',
+          ...constants,
+        ].join('\n'),
+      };
+    });
+  },
+};
+
+/**
+ * The Kubernetes code stays out of the snapshot's script (its source would sit in every snapshot-started heap,
+ * 1.7 MB): Kubernetes mode and `--tls secret:` are not started from the snapshot (snapshot-main.ts hands them
+ * to dist/).
+ */
+const withoutKube: Plugin = {
+  name: 'without-kube',
+  setup(b) {
+    b.onResolve({ filter: /^\.{1,2}\/(kube\/)?(kube-backend|tls-secret)\.ts$/ }, (args) =>
+      args.kind === 'dynamic-import' && /\/src\/(daemon|kube)\/[\w-]+\.ts$/.test(args.importer) ? { path: args.path, namespace: 'without-kube' } : undefined,
+    );
+    b.onLoad({ filter: /.*/, namespace: 'without-kube' }, () => ({
+      loader: 'js',
+      contents:
+        "const absent = () => { throw new Error('Kubernetes mode is not in the start-up snapshot'); };\n" +
+        'export { absent as createKubeBackend, absent as TlsSecret };\n',
+    }));
+  },
+};
+
+/**
+ * State a module takes at load time is the build's in a snapshot. prom-client's process_start_time_seconds
+ * is computed when its module loads: read at the first scrape instead (process.uptime() is the running
+ * process's). pino's hostname (its default `base`, which certshare replaces) and the start of its
+ * nanosecond clock (isoTimeNano, unused) are the build's as well.
+ */
+const startTimeAtRunTime: Plugin = {
+  name: 'start-time-at-run-time',
+  setup(b) {
+    b.onLoad({ filter: /prom-client\/lib\/metrics\/processStartTime\.js$/ }, async (args) => {
+      const source = await readFile(args.path, 'utf8');
+      const computed = 'const startInSeconds = Math.round(Date.now() / 1000 - process.uptime());';
+      const read = 'this.set(labels, startInSeconds);';
+      if (!source.includes(computed) || !source.includes(read)) throw new Error(`scripts/build.ts: ${args.path} changed shape`);
+      const contents = source
+        .replace(computed, 'let startInSeconds;')
+        .replace(read, 'this.set(labels, (startInSeconds ??= Math.round(Date.now() / 1000 - process.uptime())));');
+      return { loader: 'js', contents };
+    });
+  },
+};
+
+/**
+ * The script of the image's start-up snapshot (src/cli/snapshot-main.ts, src/cli/snapshot-blob.ts): one CommonJS
+ * file, as `node --build-snapshot` takes, with the standalone daemon's code and nothing of Kubernetes mode.
+ */
+async function buildSnapshotScript(outdir: string, devOnly: string[]): Promise<void> {
+  const options = productionBundleOptions();
+  await build({
+    ...options,
+    external: devOnly,
+    format: 'cjs',
+    banner: {},
+    splitting: false,
+    entryPoints: ['src/cli/snapshot-main.ts'],
+    outfile: join(outdir, SNAPSHOT_SCRIPT),
+    plugins: [lazyBuiltins, withoutKube, startTimeAtRunTime, ...(options.plugins ?? []).filter((p) => p !== httpWithoutUndici)],
+  });
+}
+
 export async function buildDist(outdir: string = DIST): Promise<BuildResult> {
   await rm(outdir, { recursive: true, force: true });
   const devOnly = await devOnlyPackages();
@@ -412,13 +506,18 @@ export async function buildDist(outdir: string = DIST): Promise<BuildResult> {
     ...productionBundleOptions(),
     metafile: true,
     external: devOnly,
-    entryPoints: { 'cli/main': 'src/cli/main.ts', 'cli/fill-compile-cache': 'src/cli/fill-compile-cache.ts' },
+    entryPoints: {
+      'cli/main': 'src/cli/main.ts',
+      'cli/fill-compile-cache': 'src/cli/fill-compile-cache.ts',
+      'cli/build-snapshot': 'src/cli/build-snapshot.ts',
+    },
     outdir,
     chunkNames: 'chunks/[name]-[hash]',
     // Dynamic imports (kube backend, emulator, demo) become chunks: standalone never loads the Kubernetes client.
     splitting: true,
   });
   await buildOtherKubeModels(join(outdir, 'chunks'));
+  await buildSnapshotScript(outdir, devOnly);
   // The chunks are ES modules; this marks them so without relying on a package.json above dist/.
   await mkdir(outdir, { recursive: true });
   await writeFile(join(outdir, 'package.json'), `${JSON.stringify({ type: 'module', private: true }, null, 2)}\n`);
@@ -431,6 +530,9 @@ export async function buildDist(outdir: string = DIST): Promise<BuildResult> {
   // dist/ with it, as the image does with its own Node's (the Dockerfile fills it again there).
   const fill = spawnSync(process.execPath, [join(outdir, 'cli/fill-compile-cache.js')], { encoding: 'utf8', timeout: 120_000 });
   if (fill.status !== 0) throw new Error(`dist/cli/fill-compile-cache.js exited ${fill.status ?? fill.signal}: ${fill.stderr}`);
+  // The start-up snapshot for the Node building, as the image's final stage builds its own.
+  const snapshot = spawnSync(process.execPath, [join(outdir, 'cli/build-snapshot.js')], { encoding: 'utf8', timeout: 240_000 });
+  if (snapshot.status !== 0) throw new Error(`dist/cli/build-snapshot.js exited ${snapshot.status ?? snapshot.signal}: ${snapshot.stderr}`);
   return { packages: bundledPackages(result.metafile) };
 }
 

@@ -4,9 +4,9 @@
 import { readFileSync, watch, type FSWatcher } from 'node:fs';
 import { mkdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { buildDist as buildBundle, DIST } from '../../scripts/build.ts';
-import { imageNodeFlags } from '../../test/support/dockerfile.ts';
+import { imageEntrypoint } from '../../test/support/dockerfile.ts';
 import { httpRequest } from './http.ts';
 import { cleanEnv, Proc } from './proc.ts';
 
@@ -16,8 +16,21 @@ let distMain = join(DIST, 'cli/main.js');
 export function bundleMain(): string {
   return distMain;
 }
+const IMAGE_ENTRYPOINT = imageEntrypoint(readFileSync(join(REPO, 'Dockerfile'), 'utf8'));
 /** BENCH_NO_IMAGE_FLAGS=1: without them (to compare). */
-export const IMAGE_NODE_FLAGS = process.env.BENCH_NO_IMAGE_FLAGS ? [] : imageNodeFlags(readFileSync(join(REPO, 'Dockerfile'), 'utf8'));
+export const IMAGE_NODE_FLAGS = process.env.BENCH_NO_IMAGE_FLAGS ? [] : IMAGE_ENTRYPOINT.flags;
+
+/**
+ * What the image's ENTRYPOINT starts, from the bench's dist/: `--snapshot-blob` and the start-up snapshot's blob,
+ * or the bundle's entry. The standalone figures are this entry's; Kubernetes workloads name dist/cli/main.js
+ * themselves (spawnDaemon).
+ */
+export function imageEntry(): string[] {
+  const { blob } = IMAGE_ENTRYPOINT;
+  if (!blob) return [distMain];
+  if (!blob.startsWith('dist/')) throw new Error(`Dockerfile: the ENTRYPOINT's blob ${blob} is not under dist/`);
+  return ['--snapshot-blob', join(dirname(dirname(distMain)), blob.slice('dist/'.length))];
+}
 /** `npm run build` without npm (so the bench works from a clean clone) into `outdir`, dist/ by default; the bench runs it from then on. Returns ms. */
 export async function buildDist(outdir = DIST): Promise<number> {
   const started = performance.now();
@@ -72,11 +85,23 @@ export async function startEmulator(dir: string, name: string, args: string[]): 
   };
 }
 
-/** `certshare run ARGS` as the image runs it (IMAGE_NODE_FLAGS) with a clean environment plus `env` (and Node flags `nodeArgs`); does not wait for anything. */
+/**
+ * `certshare run ARGS` as a Kubernetes workload runs it (IMAGE_NODE_FLAGS, dist/cli/main.js: DIST_COMMAND) with a
+ * clean environment plus `env` (and Node flags `nodeArgs`); does not wait for anything.
+ */
 export function spawnDaemon(name: string, args: string[], env: Record<string, string> = {}, nodeArgs: string[] = [], main = bundleMain()): Proc {
+  return spawnRun(name, [...nodeArgs, main], args, env);
+}
+
+/** `certshare run ARGS` as the image's default entry starts it (imageEntry: the start-up snapshot). */
+export function spawnImageEntry(name: string, args: string[], env: Record<string, string> = {}): Proc {
+  return spawnRun(name, imageEntry(), args, env);
+}
+
+function spawnRun(name: string, entry: string[], args: string[], env: Record<string, string>): Proc {
   // The CA's limit per exact name (--name-limit, 5 per 168 h) off, as in the tests: the bench renews a name of
   // seconds-long certificates tens of times, and the limit would hold it back until its certificate expired.
-  return new Proc(name, [...IMAGE_NODE_FLAGS, ...nodeArgs, main, 'run', '--name-limit', '0', ...args], { env: cleanEnv(env), mustRun: true });
+  return new Proc(name, [...IMAGE_NODE_FLAGS, ...entry, 'run', '--name-limit', '0', ...args], { env: cleanEnv(env), mustRun: true });
 }
 
 /**

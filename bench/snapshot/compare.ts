@@ -1,5 +1,5 @@
 // `node bench/snapshot/compare.ts [--starts N] [--idle N]`: start-up of the standalone daemon from its V8
-// startup snapshot (bench/snapshot/build.ts), beside dist/ as the image runs it and the bare fastify hello
+// startup snapshot (the image's default entry), beside dist/cli/main.js (what Kubernetes workloads run) and the bare fastify hello
 // (the start-up floor). The three start one after another in a rotating order, N times after a warm-up;
 // each is asked /healthz every 5 ms and stopped at its first 200 (certificate stored). CPU is every thread's
 // time on a CPU until then; pairs are taken among the three started together. The last --idle times also
@@ -9,12 +9,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { buildBaseline, FASTIFY_HELLO, startBaseline } from '../lib/baseline.ts';
 import { type CommandLine, numberFlag, parseScriptArgs } from '../lib/command-line.ts';
-import { buildDist, CertFileWatch, IMAGE_NODE_FLAGS, spawnDaemon, startEmulator } from '../lib/certshare.ts';
+import { buildDist, CertFileWatch, spawnDaemon, spawnImageEntry, startEmulator } from '../lib/certshare.ts';
 import { freePort, pollHealthy } from '../lib/http.ts';
-import { cleanEnv, idleRss, type MemStatus, Proc, stopAll, threadsCpuMs } from '../lib/proc.ts';
+import { idleRss, type MemStatus, type Proc, stopAll, threadsCpuMs } from '../lib/proc.ts';
 import { median, round } from '../lib/stats.ts';
 import { STANDALONE_DOMAIN } from '../standalone.ts';
-import { buildSnapshot } from './build.ts';
 
 interface Start {
   cpuMs: number;
@@ -25,7 +24,7 @@ interface Start {
 const SCRIPT: CommandLine = {
   name: 'snapshot-compare',
   invocation: 'node bench/snapshot/compare.ts',
-  summary: 'Start-up of the standalone daemon from a V8 startup snapshot, beside dist/ and the bare fastify hello, in turn.',
+  summary: "Start-up of the standalone daemon from the image's V8 startup snapshot, beside dist/ and the bare fastify hello, in turn.",
   flags: [
     { name: 'starts', placeholder: 'N', default: '10', help: 'Starts of each, after a warm-up.' },
     { name: 'idle', placeholder: 'N', default: '3', help: 'Of them, the last N also read idle RSS 3 s after healthy.' },
@@ -37,7 +36,6 @@ const idleRounds = numberFlag(SCRIPT, opts, 'idle', 3, `a whole number from 0 to
 const dir = await mkdtemp(join(tmpdir(), 'certshare-snapshot-'));
 try {
   await buildDist();
-  const { blob } = await buildSnapshot(join(dir, 'snapshot'));
   const hello = await buildBaseline(join(dir, FASTIFY_HELLO), FASTIFY_HELLO);
   const emulator = await startEmulator(join(dir, 'emulator'), 'snapshot', ['--domain', STANDALONE_DOMAIN]);
   const certDir = join(dir, 'certs');
@@ -51,8 +49,7 @@ try {
   files.close();
 
   const variants: Record<string, (port: number) => Proc> = {
-    snapshot: (port) =>
-      new Proc('snapshot', [...IMAGE_NODE_FLAGS, '--snapshot-blob', blob, 'run', '--name-limit', '0', ...daemonArgs(port)], { env: cleanEnv(), mustRun: true }),
+    snapshot: (port) => spawnImageEntry('snapshot', daemonArgs(port)),
     dist: (port) => spawnDaemon('dist', daemonArgs(port)),
     hello: (port) => startBaseline(hello, port),
   };

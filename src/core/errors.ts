@@ -252,6 +252,11 @@ export const ERROR_CODES = {
     message: 'GET /leave-rotation refused: {problem}',
     exit: 1,
   },
+  CERTSHARE_SNAPSHOT_UNUSABLE: {
+    means: "the image's start-up snapshot could not be built or started by this Node, or cannot hand a command to dist/cli/main.js",
+    message: 'start-up snapshot {blob}: {failure}',
+    exit: 1,
+  },
   CERTSHARE_INTERNAL: {
     means: 'certshare reached code its build leaves out: a bug, whatever the configuration',
     message: 'internal: {problem}',

@@ -308,7 +308,13 @@ export function sidecarForm(defaults: InjectionDefaults): Record<string, string>
   const sidecar = injection.kind === 'inject' ? injection.pod.spec?.initContainers?.find((c) => c.name === SIDECAR_NAME) : undefined;
   if (!sidecar)
     throw new CertshareError('CERTSHARE_BAD_FLAG', { flag: '--default-*, --sidecar-*', rule: 'add no certshare container to a Pod that asks for it' });
-  const form: Record<string, string> = { image: defaults.image, 'pod-env': POD_CHOSEN_ENV.join(',') };
+  // The command and its arguments, each a list of words without spaces (DIST_COMMAND): the policy splits them.
+  const form: Record<string, string> = {
+    image: defaults.image,
+    command: (sidecar.command ?? []).join(' '),
+    args: (sidecar.args ?? []).join(' '),
+    'pod-env': POD_CHOSEN_ENV.join(','),
+  };
   for (const e of sidecar.env ?? []) {
     if (e.valueFrom?.fieldRef) form[`field.${e.name}`] = e.valueFrom.fieldRef.fieldPath;
     else if (!POD_CHOSEN_ENV.includes(e.name)) form[`env.${e.name}`] = e.value ?? '';

@@ -6,6 +6,15 @@ import type { ShareMode } from '../core/ports/store.ts';
 import type { CaBundleSource } from '../config/injection-defaults.ts';
 
 export const SIDECAR_NAME = 'certshare';
+/**
+ * What every Kubernetes workload of the image runs: the bundle's entry, dist/cli/main.js, with the image's Node
+ * flags. The image's own entry starts the standalone daemon from its start-up snapshot and hands every other
+ * command to this script, keeping the snapshot's heap it has no use for (docs/performance.md); the sidecar, the
+ * advertise agent and the injector (manifests/injector, the chart) name it instead. The policy
+ * certshare-sidecar-as-injected admits this command only (sidecarForm records it); test/repo/entry-commands.test.ts
+ * holds it to the Dockerfile's ENTRYPOINT. @forTests
+ */
+export const DIST_COMMAND = ['/nodejs/bin/node', '--max-semi-space-size=1', 'dist/cli/main.js'];
 export const HEALTH_PORT = 9002;
 /**
  * How long the proxy may wait for a first certificate before the kubelet restarts certshare (each failed
@@ -107,6 +116,8 @@ export function certshareContainer(s: SidecarSettings): V1Container {
     image: s.image,
     ...(s.imagePullPolicy ? { imagePullPolicy: s.imagePullPolicy } : {}),
     restartPolicy: 'Always',
+    command: [...DIST_COMMAND],
+    args: ['run'],
     env: [
       fieldEnv('POD_NAME', 'metadata.name'),
       fieldEnv('POD_NAMESPACE', 'metadata.namespace'),
@@ -182,6 +193,7 @@ export function advertiseAgentContainer(s: { image: string; imagePullPolicy?: st
     name: ADVERTISE_AGENT_NAME,
     image: s.image,
     ...(s.imagePullPolicy ? { imagePullPolicy: s.imagePullPolicy } : {}),
+    command: [...DIST_COMMAND],
     args: ['advertise-agent'],
     env: [
       { name: 'CERTSHARE_ADVERTISE_SERVICES', value: s.services },

@@ -12,6 +12,7 @@ import { parseFlags } from '../../src/flags/flags.ts';
 import { startInjector, type Injector } from '../../src/injector/injector.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
 import { ANNOTATION } from '../../src/injector/mutate.ts';
+import { DIST_COMMAND } from '../../src/injector/sidecar.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { injectorLoopbackFlags } from '../support/replica-flags.ts';
 import { must } from '../support/kube.ts';
@@ -417,7 +418,7 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     }
   });
 
-  it("without the webhook, a container named certshare is admitted only in the injector's form (its ConfigMap): image, variables, no command", async () => {
+  it("without the webhook, a container named certshare is admitted only in the injector's form (its ConfigMap): image, variables, its command", async () => {
     // The webhook configuration was deleted above. The injector's own output, as stored, is still admitted.
     const copy = await copyOf('injected-0', 'form-copy');
     // Added above; a Pod is created without ephemeral containers.
@@ -431,6 +432,8 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
       return body;
     };
     const env = (c: V1Container) => c.env!;
+    const INJECTOR_COMMAND = new RegExp(`runs the injector's command only \\(${DIST_COMMAND.join(' ')} run\\)`);
+    assert.deepEqual([sidecar(copy).command, sidecar(copy).args], [DIST_COMMAND, ['run']], "the injector's command: dist/cli/main.js");
     const cases: Array<[string, V1Pod, RegExp]> = [
       [
         'another image',
@@ -438,17 +441,16 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
         /runs the injector's image \(ghcr\.io\/certshare\/certshare:/,
       ],
       [
-        'a command',
+        'another command',
         variant('form-command', (c) => (c.command = ['sh', '-c', 'cat /var/run/secrets/kubernetes.io/serviceaccount/token'])),
-        /no command, args, envFrom/,
+        INJECTOR_COMMAND,
       ],
-      ['args', variant('form-args', (c) => (c.args = ['run', '--issuance-budget=0'])), /no command, args, envFrom/],
-      ['envFrom', variant('form-envfrom', (c) => (c.envFrom = [{ configMapRef: { name: 'mine' } }])), /no command, args, envFrom/],
-      [
-        'a postStart hook',
-        variant('form-hook', (c) => (c.lifecycle = { postStart: { exec: { command: ['sh'] } } })),
-        /no command, args, envFrom, lifecycle hook/,
-      ],
+      // The image's own entry (its start-up snapshot) is not the injector's command either.
+      ['no command', variant('form-no-command', (c) => delete c.command), INJECTOR_COMMAND],
+      ['a command split otherwise', variant('form-split', (c) => (c.command = [c.command!.join(' ')])), INJECTOR_COMMAND],
+      ['other args', variant('form-args', (c) => (c.args = ['run', '--issuance-budget=0'])), INJECTOR_COMMAND],
+      ['envFrom', variant('form-envfrom', (c) => (c.envFrom = [{ configMapRef: { name: 'mine' } }])), /no envFrom/],
+      ['a postStart hook', variant('form-hook', (c) => (c.lifecycle = { postStart: { exec: { command: ['sh'] } } })), /no envFrom, lifecycle hook/],
       ['an exec probe', variant('form-probe', (c) => (c.livenessProbe = { exec: { command: ['sh'] } })), /exec probe/],
       [
         'a platform setting changed',

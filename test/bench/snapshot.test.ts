@@ -1,18 +1,19 @@
-// The standalone daemon started from bench/snapshot/'s V8 startup snapshot behaves as dist/'s does: it issues,
+// The standalone daemon started from the image's V8 startup snapshot (dist/snapshot/, the Dockerfile's
+// ENTRYPOINT) behaves as dist/'s does: it issues,
 // answers /healthz, renews, reports its own start time (a module's load-time state is the snapshot build's
 // unless the build moves it), and hands every other command line to dist/. Nothing is timed here:
 // bench/snapshot/compare.ts measures.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
-import { buildDist, CertFileWatch, type EmulatorProc, IMAGE_NODE_FLAGS, startEmulator } from '../../bench/lib/certshare.ts';
+import { buildDist, CertFileWatch, type EmulatorProc, IMAGE_NODE_FLAGS, imageEntry, startEmulator } from '../../bench/lib/certshare.ts';
 import { freePort, httpRequest, pollHealthy } from '../../bench/lib/http.ts';
 import { cleanEnv, Proc, stopAll } from '../../bench/lib/proc.ts';
-import { buildSnapshot } from '../../bench/snapshot/build.ts';
 
 const DOMAIN = 'snap.tailnet-0000.ts.net';
 
@@ -24,10 +25,11 @@ describe('the standalone daemon started from a V8 startup snapshot', () => {
 
   before(async () => {
     dir = await mkdtemp(join(tmpdir(), 'certshare-snapshot-test-'));
-    const dist = join(dir, 'dist');
-    ({ blob } = await buildSnapshot(join(dir, 'snapshot'), join(dist, 'cli/main.js')));
+    await buildDist(join(dir, 'dist'));
     builtAt = Date.now();
-    await buildDist(dist);
+    const [flag, path] = imageEntry();
+    assert.equal(flag, '--snapshot-blob', "the Dockerfile's ENTRYPOINT starts from the snapshot");
+    blob = path!;
     // Certificates of 20 s: renewed at half their lifetime, seconds into the test.
     emulator = await startEmulator(join(dir, 'emulator'), 'snapshot', ['--domain', DOMAIN, '--cert-lifetime', '20s']);
   });
@@ -66,6 +68,59 @@ describe('the standalone daemon started from a V8 startup snapshot', () => {
       files.close();
     }
     assert.equal(daemon.exitInfo?.code, 0, 'SIGTERM: a clean stop');
+  });
+
+  it('a process that cannot use the blob starts nothing: a missing blob, a corrupt one, one from another Node', async () => {
+    const certDir = join(dir, 'refused-certs');
+    const daemonArgs = ['run', '--name-limit', '0', '--localapi', emulator.socket, '--store', `dir:${certDir}`, '--domain', DOMAIN, '--listen', '127.0.0.1:0'];
+    const corrupt = join(dir, 'corrupt.blob');
+    await writeFile(corrupt, 'not a V8 startup snapshot\n'.repeat(100));
+    const blobs: Array<[string, string]> = [
+      ['missing', join(dir, 'no-such.blob')],
+      ['corrupt', corrupt],
+    ];
+    // A blob from another Node: the machine's own node, when it is another version than this one.
+    const other = spawnSync('node', ['--version'], { encoding: 'utf8', env: { PATH: '/usr/local/bin:/usr/bin:/bin' } });
+    if (other.status === 0 && other.stdout.trim() !== process.version) {
+      const otherBlob = join(dir, 'other-node.blob');
+      const script = join(dir, 'other-node.cjs');
+      await writeFile(script, "require('node:v8').startupSnapshot.setDeserializeMainFunction(() => {});\n");
+      const built = spawnSync('node', ['--snapshot-blob', otherBlob, '--build-snapshot', script], {
+        encoding: 'utf8',
+        env: { PATH: '/usr/local/bin:/usr/bin:/bin' },
+      });
+      assert.equal(built.status, 0, built.stderr);
+      blobs.push([`from Node ${other.stdout.trim()}`, otherBlob]);
+    }
+    for (const [what, path] of blobs) {
+      const res = spawnSync(process.execPath, [...IMAGE_NODE_FLAGS, '--snapshot-blob', path, ...daemonArgs], {
+        // cwd: the temporary directory, where a core dump of the corrupt blob's abort would go, were dumps on.
+        cwd: dir,
+        encoding: 'utf8',
+        timeout: 30_000,
+        env: cleanEnv(),
+      });
+      assert.notEqual(res.status, 0, `${what}: exits non-zero (${res.status ?? res.signal})`);
+      assert.equal(res.stdout, '', `${what}: nothing of certshare ran (no log line)`);
+      assert.ok(!existsSync(certDir), `${what}: no store made, nothing issued`);
+    }
+  });
+
+  it('hands nothing to a dist/ without its entry: CERTSHARE_SNAPSHOT_UNUSABLE, and the build refuses such a blob', async () => {
+    const broken = join(dir, 'broken-dist');
+    await cp(join(dir, 'dist'), broken, { recursive: true });
+    await rm(join(broken, 'cli/main.js'));
+    const handed = spawnSync(process.execPath, ['--snapshot-blob', join(broken, 'snapshot/certshare-run.blob'), 'emulator', '--help'], {
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    assert.equal(handed.status, 1);
+    assert.match(handed.stderr, /^certshare: start-up snapshot .*cli\/main\.js, which is missing \[CERTSHARE_SNAPSHOT_UNUSABLE\]\n$/);
+    // What the image's final stage runs: it starts the blob once and fails the build.
+    const built = spawnSync(process.execPath, [join(broken, 'cli/build-snapshot.js')], { encoding: 'utf8', timeout: 120_000 });
+    assert.equal(built.status, 1, built.stderr);
+    assert.match(built.stderr, /^certshare: start-up snapshot \S+certshare-run\.blob: Node v\S+ could not start it .*\[CERTSHARE_SNAPSHOT_UNUSABLE\]\n$/s);
+    assert.ok(!existsSync(join(broken, 'snapshot/certshare-run.blob')), 'the unusable blob is removed');
   });
 
   it('hands other commands, and command lines it refuses, to dist/', () => {

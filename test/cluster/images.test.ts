@@ -106,7 +106,8 @@ describe('the cluster images', { timeout: 15 * 60_000 }, () => {
     for (const file of files)
       assert.match(file, /^(nodejs\/bin\/node|lib(64)?\/.+\.so(\.\d+)*|etc\/(passwd|group|nsswitch\.conf|ssl\/certs\/.+)|app\/dist\/.+)$/);
     assert.equal(members.get('nodejs/bin/node')?.mode, 0o755);
-    assert.ok(members.get('app/dist/cli/main.js'), 'the ENTRYPOINT script');
+    assert.ok(members.get('app/dist/snapshot/certshare-run.blob'), "the ENTRYPOINT's start-up snapshot, built by the image's Node");
+    assert.ok(members.get('app/dist/cli/main.js'), 'the script Kubernetes workloads run, and every command the snapshot hands on');
     assert.ok(
       files.some((f) => /^lib64\/ld-linux/.test(f)),
       'the dynamic loader, at the path node names',

@@ -23,15 +23,25 @@ describe('Dockerfile', () => {
     const cmd = execForm(lastArgs(finalStage, 'CMD') ?? '');
     // The young generation capped: V8 would size it from the node's memory. No --optimize-for-size: the daemon
     // sets it at 50 domains (src/http/heap-saving.ts). bench/lib/certshare.ts runs the same flags.
-    assert.deepEqual(entrypoint, [DISTROLESS_NODE, '--max-semi-space-size=1', 'dist/cli/main.js'], 'exec-form ENTRYPOINT on node');
+    // The default entry starts the standalone daemon from its start-up snapshot (test/repo/entry-commands.test.ts:
+    // every other workload names dist/cli/main.js).
+    assert.deepEqual(
+      entrypoint,
+      [DISTROLESS_NODE, '--max-semi-space-size=1', '--snapshot-blob', 'dist/snapshot/certshare-run.blob'],
+      'exec-form ENTRYPOINT on node',
+    );
     assert.deepEqual(cmd, ['run'], 'exec-form CMD');
     for (const arg of [...entrypoint!, ...cmd!]) assert.doesNotMatch(arg, /\bnpm\b|\bnpx\b/);
-    // No shell in a distroless stage: its one RUN is Node itself, filling the compile cache (src/cli/compile-cache.ts) for
-    // the account the image runs as (Node keeps one per uid).
+    // No shell in a distroless stage: its RUNs are Node itself, filling the compile cache (src/cli/compile-cache.ts) for
+    // the account the image runs as (Node keeps one per uid), and building the start-up snapshot's blob with the Node
+    // the image ships (a blob from another Node is refused at start).
     assert.deepEqual(
       instructions(finalStage, 'RUN').map((i) => execForm(i.args)),
-      [[DISTROLESS_NODE, 'dist/cli/fill-compile-cache.js', String(NONROOT_UID)]],
-      'the final stage runs only the compile-cache fill, in exec form',
+      [
+        [DISTROLESS_NODE, 'dist/cli/fill-compile-cache.js', String(NONROOT_UID)],
+        [DISTROLESS_NODE, 'dist/cli/build-snapshot.js'],
+      ],
+      'the final stage runs only the compile-cache fill and the snapshot build, in exec form',
     );
   });
 

@@ -10,6 +10,7 @@ import { createInterface } from 'node:readline';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { startEmulator } from '../../src/emulator/server.ts';
+import { DIST_COMMAND } from '../../src/injector/sidecar.ts';
 import { DOMAIN, tempDir } from '../support/standalone.ts';
 import { execForm, isDistroless, lastArgs, NONROOT_UID, parseDockerfile, replayDockerfile, replayRunEnv, type ReplayedStage } from '../support/dockerfile.ts';
 
@@ -67,9 +68,9 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
       'the Kubernetes backend, a chunk loaded in kube mode only',
     );
     assert.deepEqual(
-      dist.filter((f) => !f.endsWith('.js') && !f.startsWith('compile-cache/')),
-      ['package.json'],
-      'dist holds JavaScript, its package.json and the compile cache only',
+      dist.filter((f) => !f.endsWith('.js') && !f.startsWith('compile-cache/')).sort(),
+      ['package.json', 'snapshot/certshare-run.blob', 'snapshot/certshare-run.cjs'],
+      "dist holds JavaScript, its package.json, the compile cache and the start-up snapshot (the final stage's blob) only",
     );
     const chunks = dist.filter((f) => f.startsWith('chunks/')).length;
     // For the account the image runs as; a replay not run by root can fill only its own account's.
@@ -141,8 +142,17 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
   });
 
   it('runs as a non-root user without writing to its tree: healthy against the emulator, exits 0 on SIGTERM', async () => {
+    // The image's entry (the standalone daemon from its start-up snapshot: no chunk loaded), then the command
+    // Kubernetes workloads name (dist/cli/main.js: its chunks from the compile cache).
+    await runsAsNonRoot(entrypoint([]), 'snapshot');
+    const [node, ...rest] = DIST_COMMAND;
+    assert.equal(node, DISTROLESS_NODE);
+    await runsAsNonRoot([process.execPath, ...rest], 'chunks');
+  });
+
+  async function runsAsNonRoot(command: string[], loads: 'snapshot' | 'chunks'): Promise<void> {
     const before = await filesUnder(app);
-    const store = join(dir.path, 'store');
+    const store = join(dir.path, `store-${loads}`);
     await mkdir(store);
     const asRoot = process.getuid?.() === 0;
     if (asRoot) await chown(store, NONROOT_UID, NONROOT_UID);
@@ -152,19 +162,8 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
     const emulator = await startEmulator({ listen: '127.0.0.1:0', domains: [DOMAIN] });
     const [file, ...args] = [
       ...prefix,
-      ...entrypoint([
-        'run',
-        '--acme-directory',
-        'none',
-        '--localapi',
-        emulator.address,
-        '--domain',
-        DOMAIN,
-        '--store',
-        `dir:${store}`,
-        '--listen',
-        '127.0.0.1:0',
-      ]),
+      ...command,
+      ...['run', '--acme-directory', 'none', '--localapi', emulator.address, '--domain', DOMAIN, '--store', `dir:${store}`, '--listen', '127.0.0.1:0'],
     ];
     const child = spawn(file!, args, {
       cwd: app,
@@ -193,7 +192,8 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
       assert.equal(code, 0, stderr);
       // The image holds the cache of the account it runs as (65532), or of the account replaying it: a root
       // replay without setpriv runs the daemon as root, which has none and compiles as before.
-      if (prefix.length > 0 || !asRoot) {
+      if (loads === 'snapshot') assert.doesNotMatch(stderr, /dist\/chunks\//, 'started from the snapshot: no chunk loaded');
+      else if (prefix.length > 0 || !asRoot) {
         assert.match(stderr, /V8 code cache for ESM file:\S+\/dist\/chunks\/\S+ was accepted/, 'the chunks came from the compile cache');
       }
       assert.doesNotMatch(stderr, /was rejected/, 'no entry of the cache was refused');
@@ -203,5 +203,5 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
       await emulator.close();
     }
-  });
+  }
 });

@@ -279,16 +279,24 @@ export async function replayDockerfile(stages: Stage[], options: ReplayOptions):
 }
 
 /**
- * The Node flags between the node binary and dist/cli/main.js in the Dockerfile's ENTRYPOINT (exec form):
- * what the image runs with, so that every measured daemon runs with the same.
+ * The Node flags between the node binary and what it starts in the Dockerfile's ENTRYPOINT (exec form): the
+ * start-up snapshot (`--snapshot-blob BLOB`) or dist/cli/main.js. What the image runs with, so that every
+ * measured daemon runs with the same.
  */
 export function imageNodeFlags(dockerfile: string): string[] {
+  return imageEntrypoint(dockerfile).flags;
+}
+
+/** The Dockerfile's ENTRYPOINT (exec form) read as the node binary, its flags, and the blob or script it starts. */
+export function imageEntrypoint(dockerfile: string): { node: string; flags: string[]; blob?: string; script?: string } {
   const args = instructions(parseDockerfile(dockerfile).at(-1)!, 'ENTRYPOINT').at(-1)?.args;
   const argv = args === undefined ? undefined : execForm(args);
   if (!argv) throw new Error('Dockerfile: no ENTRYPOINT in exec form');
+  const blob = argv.indexOf('--snapshot-blob');
+  if (blob >= 1 && blob === argv.length - 2) return { node: argv[0]!, flags: argv.slice(1, blob), blob: argv[blob + 1]! };
   const main = argv.indexOf('dist/cli/main.js');
-  if (main < 1) throw new Error(`Dockerfile: ENTRYPOINT ${args} does not run dist/cli/main.js`);
-  return argv.slice(1, main);
+  if (main < 1) throw new Error(`Dockerfile: ENTRYPOINT ${args} runs neither dist/cli/main.js nor a --snapshot-blob`);
+  return { node: argv[0]!, flags: argv.slice(1, main), script: argv[main]! };
 }
 
 /** The arguments of the stage's last `keyword` instruction (the one that takes effect), if any. */

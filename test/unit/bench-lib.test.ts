@@ -47,6 +47,7 @@ test('heapByConstructor: self sizes summed per type and constructor', () => {
 test('imageNodeFlags: the Node flags of the ENTRYPOINT; the image caps the young generation', () => {
   assert.deepEqual(imageNodeFlags('FROM x\nENTRYPOINT ["/nodejs/bin/node", "--a=1", "--b", "dist/cli/main.js"]\nCMD ["run"]\n'), ['--a=1', '--b']);
   assert.deepEqual(imageNodeFlags('FROM x\nENTRYPOINT ["/nodejs/bin/node", "dist/cli/main.js"]'), []);
+  assert.deepEqual(imageNodeFlags('FROM x\nENTRYPOINT ["/nodejs/bin/node", "--a=1", "--snapshot-blob", "dist/snapshot/b.blob"]'), ['--a=1']);
   assert.throws(() => imageNodeFlags('FROM x\nENTRYPOINT node dist/cli/main.js'), /exec form/);
   // V8 would otherwise size it from the node's memory and keep what a mass renewal grew it to.
   assert.ok(

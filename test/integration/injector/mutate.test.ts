@@ -264,7 +264,9 @@ describe('injector mutation', () => {
     }
     const variants: Array<[string, (c: V1Container) => void, RegExp]> = [
       ['another image', (c) => (c.image = 'attacker/certshare:latest'), /its image is not the injector's/],
-      ['a command', (c) => (c.command = ['sh', '-c', 'cat /var/run/secrets/kubernetes.io/serviceaccount/token']), /its command is not/],
+      ['another command', (c) => (c.command = ['sh', '-c', 'cat /var/run/secrets/kubernetes.io/serviceaccount/token']), /its command\[0\] is not/],
+      // The image's own entry (its start-up snapshot) is not the injector's command (DIST_COMMAND) either.
+      ['no command', (c) => delete c.command, /its command is not/],
       ['args', (c) => (c.args = ['run', '--issuance-budget=0']), /its args is not/],
       ['a platform flag set by hand', (c) => c.env!.push({ name: 'CERTSHARE_ISSUANCE_BUDGET', value: '0' }), /its env is not/],
       ['a flag changed', (c) => (c.env!.find((e) => e.name === 'CERTSHARE_MODE')!.value = 'rw'), /its env\[\d+\]\.value is not/],
