@@ -14,7 +14,7 @@ import { join, resolve } from 'node:path';
 import { createRequire } from 'node:module';
 import { spawnSync } from 'node:child_process';
 import { build, type BuildOptions, type Metafile, type Plugin } from 'esbuild';
-import { SNAPSHOT_SCRIPT } from '../src/cli/snapshot-blob.ts';
+import { SNAPSHOT_SCRIPT } from '../src/config/snapshot-files.ts';
 
 const REPO = resolve(import.meta.dirname, '..');
 export const DIST = join(REPO, 'dist');

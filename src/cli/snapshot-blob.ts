@@ -6,11 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { CertshareError } from '../core/errors.ts';
-
-/** The script scripts/build.ts bundles from src/cli/snapshot-main.ts, under dist/. */
-export const SNAPSHOT_SCRIPT = 'snapshot/certshare-run.cjs';
-/** The blob built from it, under dist/: `node --snapshot-blob dist/snapshot/certshare-run.blob run ...`. */
-export const SNAPSHOT_BLOB = 'snapshot/certshare-run.blob';
+import { SNAPSHOT_BLOB, SNAPSHOT_SCRIPT } from '../config/snapshot-files.ts';
 
 const fail = (blob: string, failure: string): CertshareError => new CertshareError('CERTSHARE_SNAPSHOT_UNUSABLE', { blob, failure });
 

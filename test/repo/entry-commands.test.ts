@@ -12,7 +12,7 @@ import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { loadAll } from 'js-yaml';
 import type { V1Container } from '../../src/kube/transport/client-node.ts';
-import { SNAPSHOT_BLOB } from '../../src/cli/snapshot-blob.ts';
+import { SNAPSHOT_BLOB } from '../../src/config/snapshot-files.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
 import { ANNOTATION, injectionFor, sidecarForm } from '../../src/injector/mutate.ts';
