@@ -48,6 +48,12 @@ export interface CheckerContext {
    * emulator at t): 'SIGKILL', 'SIGTERM', 'crash', or undefined when it lived on. Optional (undefined).
    */
   endedAround?(emulator: string, t: number): 'SIGKILL' | 'SIGTERM' | 'crash' | undefined;
+  /**
+   * A federated run's certificate stranded in its member: `cover`'s member was cut off from the home from the
+   * moment its CA answered (or within the grace after) until `extra`, issued by a writer of another member, so
+   * no writer outside it could know of `cover` (how the cut looked, for the report). Optional (never).
+   */
+  strandedBetween?(cover: Issuance, extra: Issuance): string | undefined;
   /** True when t lies in a quiet period, past its settling time (no fault active or lingering). */
   quietAt(t: number): boolean;
   /** Whether the admin's Pod view is current (its watch is connected). */
@@ -162,7 +168,9 @@ export interface CheckerResult {
    * Issuances inside a window opened by a certificate that never reached the Secret because the process
    * that obtained it was SIGKILLed (or crashed) before it could store it: no software can keep that one
    * (each replica has its own tailscaled); reported, not counted (a SIGTERM is counted: a graceful stop
-   * could have stored it).
+   * could have stored it). Federated runs add an issuance inside the window of a certificate stranded in a
+   * member cut off from the home from its issuance until then (`strandedBetween`): the others' writer could
+   * not have known of it, and waiting for it would have served the expired copy it replaced.
    */
   reissuedAfterLost: string[];
   /** Hand edits of a Secret to garbage, and how long until that Secret held a valid pair again. */
@@ -541,11 +549,19 @@ export class Checker {
       const coverDue = cover.notAfter - (cover.notAfter - cover.notBefore) / 2;
       const stored = this.#domains.get(cover.domain)?.serials.has(cover.serial) ?? false;
       const ended = stored ? undefined : this.#ctx.endedAround?.(cover.emulator, cover.time);
-      const why = stored ? '' : ended ? `, never stored: its writer ended (${ended}) right after obtaining it` : ', never stored';
+      const lostWithWriter = ended === 'SIGKILL' || ended === 'crash';
+      const stranded = lostWithWriter ? undefined : this.#ctx.strandedBetween?.(cover, extra);
+      const why = stranded
+        ? `, stranded: ${stranded}`
+        : stored
+          ? ''
+          : ended
+            ? `, never stored: its writer ended (${ended}) right after obtaining it`
+            : ', never stored';
       const text =
         `inv1 ${iso(extra.time)} ${extra.domain}: extra issuance ${short(extra.serial)} by ${extra.emulator} (${extra.trigger}) in window ${x.window}: ` +
         `${short(cover.serial)} (issued ${iso(cover.time)} by ${cover.emulator}${why}) was valid and not due until ${iso(coverDue)}`;
-      if (ended === 'SIGKILL' || ended === 'crash') reissuedAfterLost.push(text);
+      if (lostWithWriter || stranded) reissuedAfterLost.push(text);
       else violations.push({ at: extra.time, text });
     }
     // A federated member's writer follows the home's coordination while its way there is open: the records of

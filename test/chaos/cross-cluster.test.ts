@@ -1,7 +1,7 @@
 // The cross-cluster check of invariant 2 (cross-cluster.ts): when a member's expired copy was needless.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { needlessExpiry, type ExpiredCopyFacts } from './cross-cluster.ts';
+import { needlessExpiry, strandedIn, type ExpiredCopyFacts } from './cross-cluster.ts';
 import type { CertRequest, Issuance } from './ledger.ts';
 
 const S = 1000;
@@ -77,5 +77,27 @@ describe('invariant 2 across the clusters: an expired copy a member need not hol
     const f = facts({ link: { open: false, since: 5 * S }, requests: [request(21 * S, '200')], issuances: [issuance(21 * S)] });
     assert.match(needlessExpiry(f) ?? '', /its member's CA issued serial CCCC0003/);
     assert.equal(needlessExpiry({ ...f, now: 24 * S }), undefined, 'within two graces of the issuance');
+  });
+});
+
+describe('a certificate stranded in a member cut off from the home (invariant 1 across the clusters)', () => {
+  // Seed 53: c1's writer obtained its renewal 0.9 s after its member was cut off, stored it in c1 only; the home's
+  // copy ran out and c3's writer renewed for the others, inside the stranded one's window.
+  const cover: Issuance = { ...issuance(4 * S), emulator: 'c1-proxy-1', serial: '6534F386' };
+  const extra: Issuance = { ...issuance(13 * S), emulator: 'c3-proxy-0', serial: '591ADE90' };
+  const cut = (from: number, to: number) => (member: number, t: number) =>
+    member === 0 && t >= from && t < to ? { open: false, since: from } : { open: true, since: t >= to ? to : 0 };
+
+  it("excuses the other member's renewal while the cut lasts from the issuance until it", () => {
+    assert.match(strandedIn(cover, 0, extra, 2, cut(3 * S, 19 * S), 2 * S) ?? '', /member c1 cut off from the home from \S+ until after/);
+    // Cut within the grace after the CA answered (the write to the home under way).
+    assert.ok(strandedIn(cover, 0, extra, 2, cut(5 * S, 19 * S), 2 * S));
+  });
+
+  it('counts it when the certificate could have been known: the member back before, cut later, or the same member', () => {
+    assert.equal(strandedIn(cover, 0, extra, 2, cut(3 * S, 10 * S), 2 * S), undefined, 'back before the renewal');
+    assert.equal(strandedIn(cover, 0, extra, 2, cut(7 * S, 19 * S), 2 * S), undefined, 'cut after the grace: it had its time to push');
+    assert.equal(strandedIn(cover, 0, { ...extra, emulator: 'c1-proxy-0' }, 0, cut(3 * S, 19 * S), 2 * S), undefined, 'its own member knows it');
+    assert.equal(strandedIn(cover, undefined, extra, 2, cut(3 * S, 19 * S), 2 * S), undefined, 'not federated');
   });
 });

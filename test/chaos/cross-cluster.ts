@@ -60,3 +60,23 @@ export function needlessExpiry(f: ExpiredCopyFacts): string | undefined {
     `and the Secret at ${elsewhere.where} holds valid serial ${elsewhere.serial.slice(0, 8)} since ${iso(elsewhere.since)}`
   );
 }
+
+/**
+ * Invariant 1 across the clusters: `cover`, issued in member `coverMember` (0-based), stranded there when that
+ * member was cut off from the home from at most `graceMs` after its CA answered until `extra` was issued by a
+ * writer of another member (`extraMember`). Nobody outside could know of `cover`: the home's copy ran out, and
+ * the home's writer renewed it (seed 53). The cut, for the report, or undefined when `cover` could have been known.
+ */
+export function strandedIn(
+  cover: Issuance,
+  coverMember: number | undefined,
+  extra: Issuance,
+  extraMember: number | undefined,
+  linkAt: (member: number, t: number) => HomeLink,
+  graceMs: number,
+): string | undefined {
+  if (coverMember === undefined || extraMember === undefined || coverMember === extraMember || extra.time < cover.time) return undefined;
+  const link = linkAt(coverMember, extra.time);
+  if (link.open || link.since > cover.time + graceMs) return undefined;
+  return `its member c${coverMember + 1} cut off from the home from ${iso(link.since)} until after ${iso(extra.time)}`;
+}

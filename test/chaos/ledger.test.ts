@@ -241,6 +241,27 @@ describe('chaos checker with many domains per group', () => {
     }
   });
 
+  it('excuses a renewal inside the window of a certificate stranded in a member cut off from the home, and says so', () => {
+    const base = 5_000_000 * S;
+    const onE = (t: number, serial: string, emulator: string): Issuance => ({ ...issued(t, serial, emulator), domain: E });
+    const run = (stranded: boolean) => {
+      const ctx = context([E], ['c3-proxy-0']);
+      ctx.strandedBetween = (cover, extra) =>
+        stranded && cover.serial === 'kept' && extra.serial === 'again' ? 'its member c1 cut off from the home' : undefined;
+      const checker = new Checker(ctx);
+      for (const i of [onE(base, 'first', 'c3-proxy-0'), onE(base + 10_050, 'kept', 'c1-proxy-1'), onE(base + 15_000, 'again', 'c3-proxy-0')]) {
+        checker.ledger(ledgerIssuance(i));
+      }
+      return checker.finish(base + 16_000, { mustHold: false });
+    };
+    const excused = run(true);
+    assert.equal(excused.violations.filter((v) => v.startsWith('inv1')).length, 0, excused.violations.join('\n'));
+    assert.match(excused.reissuedAfterLost.join('\n'), /extra issuance again by c3-proxy-0 .*kept \(issued \S+ by c1-proxy-1, stranded: its member c1 cut off/);
+    const counted = run(false);
+    assert.equal(counted.violations.filter((v) => v.startsWith('inv1')).length, 1, counted.violations.join('\n'));
+    assert.equal(counted.reissuedAfterLost.length, 0);
+  });
+
   it('counts the grace of a stale replica from when the newer pair landed, not from when the Secret became valid', async () => {
     const now = Date.now();
     // The Secret and the replica's files hold a pair valid for 30 s, expiring about now + 10 s.

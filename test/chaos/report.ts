@@ -49,7 +49,7 @@ export interface ChaosReport extends Omit<ChaosStats, 'apiOutageMs'>, Partial<Ho
   /** Renewal windows passed after the first issuance, per domain: the fewest and the most. */
   windowsPerDomainMin: number;
   windowsPerDomainMax: number;
-  /** Extra issuances after a certificate lost with a SIGKILLed writer (reported, not counted; see checker.ts). */
+  /** Extra issuances after a certificate lost with a SIGKILLed writer or stranded in a cut-off member (reported, not counted; see checker.ts). */
   reissuedAfterLost: number;
   reissuedAfterLostDetails: string[];
   /** Hand-edited Secrets valid again (of handEdits), and the slowest repair. */
@@ -200,7 +200,7 @@ export function summary(r: ChaosReport): string {
     `  1 issuances ${r.issuances} over ${r.windows} renewal windows after the first ` +
       `(max ${r.maxIssuancesPerWindow} per window per domain, ${r.extraIssuances} extra); ` +
       `${r.lostIssuances} issued but never stored (writer died mid-issuance), ` +
-      `${r.reissuedAfterLost} of the extra issued inside the window of one lost with a SIGKILLed writer`,
+      `${r.reissuedAfterLost} of the extra issued inside the window of one lost with a SIGKILLed writer or stranded in a cut-off member`,
     `    per domain: ${r.issuancesPerDomainMin}-${r.issuancesPerDomainMax} issuances, ` +
       `${r.windowsPerDomainMin}-${r.windowsPerDomainMax} windows after the first`,
     `  4 convergence in quiet periods: p50 ${r.convergenceP50Ms} ms, p99 ${r.convergenceP99Ms} ms, max ${r.convergenceMaxMs} ms ` +
@@ -231,7 +231,7 @@ export function summary(r: ChaosReport): string {
     lines.push('  rate limits not shared (reported, not violations):', ...r.unsharedRateLimitDetails.map((v) => `    - ${v}`));
   if (r.reissuedAfterLostDetails.length > 0)
     lines.push(
-      '  issued again after a certificate lost with its SIGKILLed writer (reported, not violations):',
+      '  issued again after a certificate lost with its SIGKILLed writer or stranded in a cut-off member (reported, not violations):',
       ...r.reissuedAfterLostDetails.map((v) => `    - ${v}`),
     );
   if (r.slowStops.length > 0) lines.push('  graceful stops that overran --shutdown-timeout:', ...r.slowStops.map((v) => `    - ${v}`));

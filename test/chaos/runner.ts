@@ -18,6 +18,8 @@ import { AdminWatch, DirWatch, LedgerTail } from './observers.ts';
 import { Replica, type Instance } from './replicas.ts';
 import { buildReport, type ChaosReport, processStarts } from './report.ts';
 import { ClaimedWindows } from './claimed-windows.ts';
+import { strandedIn } from './cross-cluster.ts';
+import type { Issuance } from './ledger.ts';
 import { Rng } from './rng.ts';
 import { SecretBoard } from './secret-board.ts';
 import { Chaos, DEFAULT_TUNING, type ChaosStats, type ChaosTuning } from './schedule.ts';
@@ -413,6 +415,11 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     // Federated: one CA behind every emulator (as Let's Encrypt is behind every tailscaled), which every member
     // trusts (--federation-trust-anchors): a restarted emulator signs with the same one.
     const sharedCa = federated ? await writeSharedCa(runDir, 'certshare chaos CA') : undefined;
+    /** A federated replica's (and its emulator's) member, 0-based, from its name (c1-proxy-0: 0). */
+    const memberIndex = (name: string): number | undefined => {
+      const m = /^c(\d+)-/.exec(name);
+      return m ? Number(m[1]) - 1 : undefined;
+    };
     for (const [c, cp] of memberPlanes.entries()) {
       // Without a home the names are today's; with one, each member's are prefixed (c1-proxy-0, ...):
       // the emulators' ids in the shared ledger tell the clusters apart.
@@ -499,6 +506,12 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
           if (!inst) return undefined;
           return inst.killedWith === 'SIGKILL' ? 'SIGKILL' : inst.killedWith === 'SIGTERM' ? 'SIGTERM' : 'crash';
         },
+        ...(federated
+          ? {
+              strandedBetween: (cover: Issuance, extra: Issuance) =>
+                strandedIn(cover, memberIndex(cover.emulator), extra, memberIndex(extra.emulator), (m, t) => homeChaos!.linkAt(m, t), T.graceMs),
+            }
+          : {}),
         quietAt: (t) => quietPeriods.some(([s, e]) => t >= s + T.settleMs && t < e - T.graceMs),
         podsInSync: () => member.podWatch?.connected ?? false,
         reachableSince: (now) => {
