@@ -89,6 +89,22 @@ describe('charts/certshare', () => {
     assert.deepEqual(applied(await renderChart()), applied(await kustomize(MANIFESTS)));
   });
 
+  it('budget.registeredDomains and budget.sidecarAccounts add exactly the objects of manifests/budget (its admission policy included)', async () => {
+    const plain = new Set((await renderChart()).map((o) => `${o.kind}/${o.metadata.name}`));
+    const rendered = await renderChart({
+      'budget.registeredDomains': ['tailnet-0000.ts.net'],
+      'budget.sidecarAccounts': [{ namespace: 'proxy', name: 'certshare' }],
+    });
+    const added = rendered.filter((o) => !plain.has(`${o.kind}/${o.metadata.name}`));
+    // What Helm adds for an uninstall to keep (the ledger's count outlives it): the rest is the manifests' own.
+    const kept = added.map((o) => {
+      const { annotations, ...metadata } = o.metadata as KubeObject['metadata'] & { annotations?: Record<string, string> };
+      const { 'helm.sh/resource-policy': _keep, ...rest } = annotations ?? {};
+      return { ...o, metadata: Object.keys(rest).length > 0 ? { ...metadata, annotations: rest } : metadata };
+    });
+    assert.deepEqual(applied(kept), applied(await kustomize(join(REPO, 'manifests/budget'))));
+  });
+
   it('monitoring.enabled and networkPolicy.enabled add exactly manifests/injector/monitoring and network-policy', async () => {
     const rendered = await renderChart({ 'monitoring.enabled': true, 'networkPolicy.enabled': true, 'networkPolicy.apiserverCIDRs': ['192.0.2.0/24'] });
     const built = [
