@@ -10,7 +10,7 @@ import { load } from 'js-yaml';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
 import { DEFAULT_IMAGE } from '../../src/config/injection-defaults.ts';
-import { applied, CHART, helm, kustomize, MANIFESTS, REPO, renderChart, type KubeObject } from '../support/helm.ts';
+import { applied, CHART, helm, kustomize, MANIFESTS, REPO, renderChart, withoutKeep, type KubeObject } from '../support/helm.ts';
 
 interface Container {
   image: string;
@@ -96,13 +96,8 @@ describe('charts/certshare', () => {
       'budget.sidecarAccounts': [{ namespace: 'proxy', name: 'certshare' }],
     });
     const added = rendered.filter((o) => !plain.has(`${o.kind}/${o.metadata.name}`));
-    // What Helm adds for an uninstall to keep (the ledger's count outlives it): the rest is the manifests' own.
-    const kept = added.map((o) => {
-      const { annotations, ...metadata } = o.metadata as KubeObject['metadata'] & { annotations?: Record<string, string> };
-      const { 'helm.sh/resource-policy': _keep, ...rest } = annotations ?? {};
-      return { ...o, metadata: Object.keys(rest).length > 0 ? { ...metadata, annotations: rest } : metadata };
-    });
-    assert.deepEqual(applied(kept), applied(await kustomize(join(REPO, 'manifests/budget'))));
+    // The ledger is kept on uninstall (its count outlives it): Helm's annotation aside, the manifests' own objects.
+    assert.deepEqual(applied(added.map(withoutKeep)), applied(await kustomize(join(REPO, 'manifests/budget'))));
   });
 
   it('monitoring.enabled and networkPolicy.enabled add exactly manifests/injector/monitoring and network-policy', async () => {
