@@ -476,6 +476,17 @@ describe('the federation home: three apiservers, two members, one shared name', 
       ['another Lease', asAccount(home, token, 'GET', `${leases}/certshare-other`), /cannot get/],
       ['delete the Lease', asAccount(home, token, 'DELETE', lease), /cannot delete/],
       ['a label of the Lease', leaseUpdate((l) => ({ ...l, metadata: { ...l.metadata, labels: { x: 'y' } } })), /labels/],
+      // One write each, kept after the credential is rotated: no member could write either again (on 3d853d5 admitted).
+      [
+        'the Secret made immutable',
+        asAccount(home, token, 'PUT', secret, { ...current, immutable: true }),
+        /never makes a Secret of record or a ledger immutable/,
+      ],
+      [
+        'the ledger made immutable',
+        asAccount(home, token, 'PUT', ledger, { ...currentLedger, immutable: true }),
+        /never makes a Secret of record or a ledger immutable/,
+      ],
       [
         'another key in the ledger',
         asAccount(home, token, 'PUT', ledger, { ...currentLedger, data: { ...currentLedger.data, x: 'y' } }),

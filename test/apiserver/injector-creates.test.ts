@@ -1,7 +1,8 @@
 // What a stolen injector token can create, against the real apiserver: RBAC lets the injector's account create
 // any Secret and any Lease of its namespace (create cannot be limited by name), and the admission policy
-// certshare-injector-creates-own-objects narrows that to its own four objects (and ConfigMaps to its one). Its real token (TokenRequest),
-// real creates; the same for the chart, installed in another namespace (its binding follows the release's).
+// certshare-injector-creates-own-objects narrows that to its own four objects (and ConfigMaps to its one), none of its
+// Secrets or its ConfigMap ever immutable. Its real token (TokenRequest), real creates; the same for the chart,
+// installed in another namespace (its binding follows the release's).
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { useControlPlane } from '../harness/use-control-plane.ts';
@@ -30,6 +31,12 @@ async function create(kubeconfig: string, ns: string, object: object, dryRun = f
   return r.code === 0 ? 'created' : r.stderr.trim();
 }
 
+/** An unconditional update under `kubeconfig`, a server-side dry run: 'updated' or the apiserver's refusal. */
+async function updateDryRun(kubeconfig: string, ns: string, object: object): Promise<string> {
+  const r = await cp().kubectl(['replace', '-n', ns, '-f', '-', '--dry-run=server'], { kubeconfig, input: JSON.stringify(object) });
+  return r.code === 0 ? 'updated' : r.stderr.trim();
+}
+
 /** The apiserver loads a new policy and its parameters through informers, a moment after they are created. */
 async function policyInEffect(kubeconfig: string, ns: string): Promise<void> {
   const deadline = performance.now() + 30_000;
@@ -56,6 +63,8 @@ async function checkCreates(ns: string): Promise<void> {
     ['its CA Secret of another type', secret('certshare-injector-ca', 'kubernetes.io/tls'), /its own Secrets/],
     ['a Lease of another name', lease('certshare-proxy'), /its own Lease/],
     ['a ConfigMap of another name', configMap('certshare-proxy-ledger'), /its own ConfigMap/],
+    ['its serving Secret, immutable', { ...secret('certshare-injector-tls', 'kubernetes.io/tls'), immutable: true }, /never makes its Secrets/],
+    ["its sidecar's form, immutable", { ...configMap('certshare-injector-sidecar'), immutable: true }, /never makes its Secrets/],
   ];
   for (const [what, object, message] of refused) {
     // Its own names exist by now: dry runs, so the refusal is the policy's, not AlreadyExists.
@@ -63,6 +72,17 @@ async function checkCreates(ns: string): Promise<void> {
     assert.match(answer, new RegExp(`${POLICY}.*denied`), what);
     assert.match(answer, message, what);
   }
+  // Made immutable by an update (on 3d853d5 admitted): the injector could never rotate its serving certificate (the
+  // webhook's, so every Pod of the opted-in namespaces refused once it expires) nor record its sidecar's form again.
+  for (const object of [
+    secret('certshare-injector-ca', 'Opaque'),
+    secret('certshare-injector-tls', 'kubernetes.io/tls'),
+    configMap('certshare-injector-sidecar'),
+  ]) {
+    const answer = await updateDryRun(kubeconfig, ns, { ...object, immutable: true });
+    assert.match(answer, new RegExp(`${POLICY}.*denied.*never makes its Secrets`), object.metadata.name);
+  }
+  assert.equal(await updateDryRun(kubeconfig, ns, secret('certshare-injector-tls', 'kubernetes.io/tls')), 'updated', 'its serving Secret, rotated');
   // The rest of the namespace's users are not this policy's business: the administrator still creates a token Secret.
   assert.equal(await create(cp().adminKubeconfigPath, ns, tokenSecret('admin-token'), true), 'created');
 }

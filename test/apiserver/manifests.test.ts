@@ -465,6 +465,8 @@ describe('manifests/example on a real apiserver', () => {
   it('the certshare account updates the domain Secret and its Lease, and cannot read other Secrets', async () => {
     const current = await must(['get', 'secret', DOMAIN, '-o', 'json']);
     assert.equal(await as(writerKubeconfig, ['replace', '-f', '-'], current), 'allowed', 'update of the domain Secret');
+    const frozen = JSON.stringify({ ...(JSON.parse(current) as object), immutable: true });
+    assert.equal(await as(writerKubeconfig, ['replace', '-f', '-'], frozen), 'forbidden', 'the domain Secret made immutable (on 3d853d5 allowed)');
     assert.equal(await as(writerKubeconfig, ['get', 'secret', 'other-name']), 'forbidden');
     const other = await must(['get', 'secret', 'other-name', '-o', 'json']);
     assert.equal(await as(writerKubeconfig, ['replace', '-f', '-'], other), 'forbidden', 'update of another Secret');
@@ -618,9 +620,13 @@ describe('manifests/example on a real apiserver', () => {
     assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], tokenSecret), 'forbidden', 'a ServiceAccount token Secret');
     assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], secret('opaque-one', 'Opaque', ours)), 'forbidden', 'an Opaque Secret');
     assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], tls('unlabelled', {})), 'forbidden', 'a TLS Secret without our label');
-    assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], tls(DOMAIN, ours)), 'allowed', "the domain's TLS Secret, labelled");
     // In the ledger's form (certshare-records-form holds the accounts' ConfigMaps to it).
     const cm = (name: string) => JSON.stringify({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name }, data: { 'ledger.json': '{"entries":[]}' } });
+    // Created immutable, no writer could store in it again (on 3d853d5 allowed).
+    const immutable = (json: string) => JSON.stringify({ ...(JSON.parse(json) as object), immutable: true });
+    assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], immutable(tls(DOMAIN, ours))), 'forbidden', "the domain's Secret, immutable");
+    assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], immutable(cm('certshare-proxy-ledger'))), 'forbidden', 'the ledger, immutable');
+    assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], tls(DOMAIN, ours)), 'allowed', "the domain's TLS Secret, labelled");
     assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], cm('kube-root-ca-fake')), 'forbidden', 'a ConfigMap not named certshare-*');
     assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], cm('certshare-proxy-ledger')), 'allowed', 'the ledger');
     assert.equal(await as(writerKubeconfig, ['create', '-f', '-'], leaseJson('kube-scheduler')), 'forbidden', 'a Lease not named certshare-*');

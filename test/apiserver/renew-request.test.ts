@@ -244,6 +244,8 @@ describe('renew now against a real apiserver', () => {
       ['patch another Secret', patch(`${secrets}/other`, request('rbac-2')), /cannot patch/],
       ['patch the key', patch(mine, { data: { 'tls.key': '' } }), /renew request annotation only/],
       ['patch a label', patch(mine, { metadata: { labels: { x: 'y' } } }), /renew request annotation only/],
+      // No replica could store a renewal in it again, nor anyone undo it (on 3d853d5 admitted).
+      ['make the Secret immutable', patch(mine, { immutable: true }), /renew request annotation only/],
       ['patch the answer', patch(mine, { metadata: { annotations: { 'certshare.io/renew-answered': 'rbac-1' } } }), /renew-requested annotation only/],
       ['remove the request', patch(mine, request(null)), /annotation only/],
       ['a request id with spaces', patch(mine, request('a b')), /printable/],

@@ -66,6 +66,16 @@ async function ledgerParts(ns: string): Promise<Record<string, Array<{ domain: s
   return Object.fromEntries(Object.entries(data).map(([k, v]) => [k, parse(v)]));
 }
 
+/** A tenant of `ns` (the bootstrap admin and edit roles) mints its sidecar account's token: its kubeconfig, at `path`. */
+async function mintedSidecarToken(ns: string, path: string): Promise<string> {
+  const tenant = await namespaceAdmin(cp(), ns, 'tenant');
+  const body = { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: 3600 } };
+  const minted = await asAccount(cp(), tenant, 'POST', `/api/v1/namespaces/${ns}/serviceaccounts/certshare/token`, body);
+  assert.equal(minted.status, 201, `edit creates serviceaccounts/token: ${minted.body}`);
+  await writeFile(path, `token: ${(JSON.parse(minted.body) as { status: { token: string } }).status.token}\n`, { mode: 0o600 });
+  return path;
+}
+
 const queuedIn = async (r: Replica): Promise<number> => {
   const text = await r.daemon.metrics.registry.metrics();
   return Number(/certshare_issuance_queued\{registered_domain="tailnet-0000\.ts\.net"\} (\d+)/.exec(text)?.[1] ?? Number.NaN);
@@ -246,13 +256,7 @@ describe('one issuance budget per registered domain, shared by the groups of a c
     const clock = new JumpClock();
     const [thief, victim] = [await exampleNamespace(cp(), 'grp'), await exampleNamespace(cp(), 'grp')];
     const platformNs = await platform([thief, victim]);
-    // A tenant of the thief's namespace (the bootstrap admin and edit roles) mints its sidecar account's token.
-    const tenant = await namespaceAdmin(cp(), thief, 'tenant');
-    const body = { apiVersion: 'authentication.k8s.io/v1', kind: 'TokenRequest', spec: { expirationSeconds: 3600 } };
-    const minted = await asAccount(cp(), tenant, 'POST', `/api/v1/namespaces/${thief}/serviceaccounts/certshare/token`, body);
-    assert.equal(minted.status, 201, `edit creates serviceaccounts/token: ${minted.body}`);
-    const stolen = join(dir(), 'stolen.kubeconfig');
-    await writeFile(stolen, `token: ${(JSON.parse(minted.body) as { status: { token: string } }).status.token}\n`, { mode: 0o600 });
+    const stolen = await mintedSidecarToken(thief, join(dir(), 'stolen.kubeconfig'));
     const ledger = `/api/v1/namespaces/${platformNs}/configmaps/${LEDGER}`;
     const policy = { renewFraction: 1 / 3, checkIntervalMs: 3_600_000 };
     const LEAD_MS = 60_000;
@@ -316,6 +320,52 @@ describe('one issuance budget per registered domain, shared by the groups of a c
       assert.ok(current()!.obtainedAt! < breakGlassPoint(held(first), policy, LEAD_MS), 'well before the safety point');
     } finally {
       w.daemon.events.off('decided', record);
+      await w.stop();
+    }
+  });
+
+  it("another group's stolen token cannot freeze the shared ledger (immutable: true): the victim's first issuance goes ahead", async () => {
+    const [thief, victim] = [await exampleNamespace(cp(), 'grp'), await exampleNamespace(cp(), 'grp')];
+    const platformNs = await platform([thief, victim]);
+    const stolen = await mintedSidecarToken(thief, join(dir(), 'freezer.kubeconfig'));
+    const ledger = `/api/v1/namespaces/${platformNs}/configmaps/${LEDGER}`;
+    // The thief's update changes no key, no label: the ConfigMap made immutable, which the apiserver never lets
+    // anyone undo (only delete, which no group's account may). On 3d853d5 admitted: every later write of the
+    // ledger, by any group, answered 422, so no first issuance of the cluster's names, ever.
+    const read = await asAccount(cp(), stolen, 'GET', ledger);
+    assert.equal(read.status, 200, read.body);
+    const frozen = { ...(JSON.parse(read.body) as object), immutable: true };
+    // The policy applies once the apiserver has loaded it (an informer, a second or so after apply).
+    const deadline = performance.now() + 30_000;
+    for (;;) {
+      const r = await asAccount(cp(), stolen, 'PUT', `${ledger}?dryRun=All`, frozen);
+      if (r.status === 403 && /never makes a budget ledger immutable/.test(r.body)) break;
+      assert.ok(performance.now() < deadline, `the immutable ledger is still admitted: ${r.status} ${r.body}`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    const r = await asAccount(cp(), stolen, 'PUT', ledger, frozen);
+    assert.equal(r.status, 403, `the thief's freeze: ${r.status} ${r.body}`);
+    const after = JSON.parse((await cp().adminRequest('GET', ledger)).body) as { immutable?: boolean };
+    assert.notEqual(after.immutable, true, 'the ledger stays writable');
+    // The victim's first certificate: its slot written in its own part before the call.
+    const w = await startReplica(cp(), victim, join(dir(), 'frozen-victim'), 'proxy-0', {
+      mode: 'rw',
+      flags: ['--issuance-budget', '50/168h', '--budget-namespace', platformNs],
+    });
+    try {
+      const reason = () => w.daemon.health.evaluate(Date.now()).reason;
+      await until(
+        "the victim's first certificate",
+        () => w.daemon.manager.loop(KUBE_DOMAIN)?.current !== undefined,
+        [onEvent(w.daemon.events, 'planned')],
+        30_000,
+      ).catch((err: unknown) => assert.fail(`${String(err)}; /healthz: ${reason()}`));
+      const parts = await ledgerParts(platformNs);
+      assert.ok(
+        parts[`ledger.${victim}.json`]?.some((e) => e.domain === KUBE_DOMAIN && e.issued),
+        "the victim's first issuance, in its own part",
+      );
+    } finally {
       await w.stop();
     }
   });

@@ -7,19 +7,11 @@ import { describe, it } from 'node:test';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
 import { checkDefaults } from '../../src/injector/injector.ts';
-import { applied, CHART, helm, kustomize, REPO, renderChart, MANIFESTS, type KubeObject } from '../support/helm.ts';
+import { annotationsOf, applied, CHART, helm, kustomize, REPO, renderChart, MANIFESTS, withoutKeep, type KubeObject } from '../support/helm.ts';
 
 const FEDERATION = join(REPO, 'manifests/federation');
 const MEMBER = join(REPO, 'manifests/federation-member');
 const key = (o: KubeObject): string => `${o.kind}/${o.metadata.name}`;
-/** What Helm adds for an uninstall to keep: the rest is the manifests' own. */
-type Annotated = KubeObject & { metadata: { annotations?: Record<string, string> } };
-const annotationsOf = (o: KubeObject): Record<string, string> => (o as Annotated).metadata.annotations ?? {};
-const withoutKeep = (o: KubeObject): KubeObject => {
-  const { 'helm.sh/resource-policy': _keep, ...annotations } = annotationsOf(o);
-  const { annotations: _all, ...metadata } = (o as Annotated).metadata;
-  return { ...o, metadata: Object.keys(annotations).length > 0 ? ({ ...metadata, annotations } as KubeObject['metadata']) : metadata };
-};
 
 type Env = Array<{ name: string; value?: string }>;
 type WithContainers = KubeObject & { spec: { template: { spec: { containers: Array<{ env: Env }> } } } };

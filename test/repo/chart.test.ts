@@ -10,7 +10,7 @@ import { load } from 'js-yaml';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
 import { DEFAULT_IMAGE } from '../../src/config/injection-defaults.ts';
-import { applied, CHART, helm, kustomize, MANIFESTS, REPO, renderChart, type KubeObject } from '../support/helm.ts';
+import { applied, CHART, helm, kustomize, MANIFESTS, REPO, renderChart, withoutKeep, type KubeObject } from '../support/helm.ts';
 
 interface Container {
   image: string;
@@ -87,6 +87,17 @@ describe('charts/certshare', () => {
 
   it('renders exactly the objects of manifests/injector (kustomize) with the default values', async () => {
     assert.deepEqual(applied(await renderChart()), applied(await kustomize(MANIFESTS)));
+  });
+
+  it('budget.registeredDomains and budget.sidecarAccounts add exactly the objects of manifests/budget (its admission policy included)', async () => {
+    const plain = new Set((await renderChart()).map((o) => `${o.kind}/${o.metadata.name}`));
+    const rendered = await renderChart({
+      'budget.registeredDomains': ['tailnet-0000.ts.net'],
+      'budget.sidecarAccounts': [{ namespace: 'proxy', name: 'certshare' }],
+    });
+    const added = rendered.filter((o) => !plain.has(`${o.kind}/${o.metadata.name}`));
+    // The ledger is kept on uninstall (its count outlives it): Helm's annotation aside, the manifests' own objects.
+    assert.deepEqual(applied(added.map(withoutKeep)), applied(await kustomize(join(REPO, 'manifests/budget'))));
   });
 
   it('monitoring.enabled and networkPolicy.enabled add exactly manifests/injector/monitoring and network-policy', async () => {

@@ -30,6 +30,15 @@ export interface KubeObject {
   [field: string]: unknown;
 }
 
+type Annotated = KubeObject & { metadata: { annotations?: Record<string, string> } };
+export const annotationsOf = (o: KubeObject): Record<string, string> => (o as Annotated).metadata.annotations ?? {};
+/** An object without what Helm adds for an uninstall to keep (helm.sh/resource-policy): the rest is the manifests' own. */
+export const withoutKeep = (o: KubeObject): KubeObject => {
+  const { 'helm.sh/resource-policy': _keep, ...annotations } = annotationsOf(o);
+  const { annotations: _all, ...metadata } = (o as Annotated).metadata;
+  return { ...o, metadata: Object.keys(annotations).length > 0 ? ({ ...metadata, annotations } as KubeObject['metadata']) : metadata };
+};
+
 /** The directory holding helm (test/helm-binaries/build.sh: built once, a few minutes cold). */
 export function helmBinDir(): Promise<string> {
   return buildOnce(join(REPO, 'test/helm-binaries/build.sh'), ['helm']);
