@@ -289,6 +289,21 @@ describe('a ledger shared by the groups of a cluster: each believes its own part
     assert.deepEqual(ledger.others?.[0]?.entries, forged, 'the other part is never written');
   });
 
+  it("a queued name's holders count the slot promised to a name of its own group ahead of it: the window's whole budget", async () => {
+    // The other part holds 4 of 5; a and b of this group both wait: a's turn is now, b is queued before a's
+    // reservation is written. b's reason is not computed again before its turn, so it must count a's slot.
+    const firsts = Array.from({ length: LE.count - 1 }, (_, i) => ({ domain: `h${i}.${RD}`, registeredDomain: RD, at: NOW - HOUR, issued: true }));
+    const budget = new IssuanceBudget({ limit: LE, store: other(firsts), clock, logger: silentLogger });
+    const [a, b] = [`a.${RD}`, `b.${RD}`];
+    for (const d of [a, b]) budget.track(d);
+    const queued = budget.request(b, {}, never);
+    const granted = budget.request(a, {}, never);
+    assert.equal((await granted).kind, 'granted');
+    const verdict = await queued;
+    assert.equal(verdict.kind, 'queued');
+    if (verdict.kind === 'queued') assert.equal(verdict.holders, `ledger.thief.json ${LE.count - 1}, own 1`);
+  });
+
   it("another part's first issuances count for the registered domain's budget, and never exempt this group's name", async () => {
     const firsts = Array.from({ length: LE.count }, (_, i) => ({ domain: `h${i}.${RD}`, registeredDomain: RD, at: NOW - HOUR, issued: true }));
     const ledger = other([...firsts, { domain: D, registeredDomain: RD, at: NOW - 200 * HOUR, issued: true }]);

@@ -549,7 +549,9 @@ export class IssuanceBudget {
         const position = plan.findIndex((t) => t.domain === domain);
         const turn = plan[position]!;
         if (turn.turnAt > now) {
-          const holders = snapshot.others && slotHolders(live, snapshot.others, rd, now - this.limit.windowMs);
+          // Contenders of this process ahead of it whose turn is now take their slots next: theirs, too.
+          const promised = plan.slice(0, position).filter((t) => t.turnAt <= now).length;
+          const holders = snapshot.others && slotHolders(live, promised, snapshot.others, rd, now - this.limit.windowMs);
           return { kind: 'queued', registeredDomain: rd, position: position + 1, queued: plan.length, turnAt: turn.turnAt, holders };
         }
         entries = [...live, { domain, registeredDomain: rd, at: now, issued: false }];
@@ -733,10 +735,11 @@ function othersOf(snapshot: LedgerSnapshot): LedgerEntry[] {
 /**
  * Who holds the window's slots of `rd` since `from`, most first: `own 3, ledger.team-a.json 47` (a shared
  * ledger's parts are named by the namespace that writes them: one filling the window is seen, not guessed).
+ * `promised`: own slots about to be written (a queued name's reason is not computed again before its turn).
  */
-function slotHolders(own: readonly LedgerEntry[], others: readonly LedgerPart[], rd: string, from: number): string {
+function slotHolders(own: readonly LedgerEntry[], promised: number, others: readonly LedgerPart[], rd: string, from: number): string {
   const count = (entries: readonly LedgerEntry[]): number => slotEntries(entries, rd).filter((e) => e.at > from).length;
-  return [{ name: 'own', slots: count(own) }, ...others.map((p) => ({ name: p.name, slots: count(p.entries) }))]
+  return [{ name: 'own', slots: count(own) + promised }, ...others.map((p) => ({ name: p.name, slots: count(p.entries) }))]
     .filter((h) => h.slots > 0)
     .sort((a, b) => b.slots - a.slots || (a.name < b.name ? -1 : 1))
     .map((h) => `${h.name} ${h.slots}`)
