@@ -131,9 +131,12 @@ describe("the Pod's own readiness gate", () => {
     const replica = await startReplica(cp(), ns, dir(), 'proxy-0', {
       mode: 'rw',
       flags: ['--readiness-gate', GATE, '--routing-check', health.url],
-      emulator: { domainDelayMs: 1500 },
+      // The domain appears when the test says (an hour's delay otherwise): the gate is seen False first, however slow the start.
+      emulator: { domainDelayMs: 3_600_000 },
     });
     try {
+      await watch.until((c) => gateStatus(c) !== undefined);
+      replica.emulator.addCertDomain(KUBE_DOMAIN);
       const ready = await watch.until((c) => gateStatus(c) === 'True');
       const first = watch.history.map(gateStatus).find((status) => status !== undefined);
       assert.equal(first, 'False', 'not ready before the certificate');
