@@ -283,6 +283,7 @@ function target(key: string): string {
 }
 
 const mb = (m: { rss: number; anon: number; file: number }): string => `${round(m.rss)} MB (anon ${round(m.anon)}, file-backed ${round(m.file)})`;
+const fastifyCpuStarts = s.fastifyStartupCpuMs.map((ms) => round(ms)).join(', ');
 const baseline: Record<string, string> = {
   rssBareNodeMB: `baseline: ${mb(s.bareNode)}`,
   rssStandaloneMB:
@@ -300,8 +301,7 @@ const baseline: Record<string, string> = {
   startupCpuMs:
     `${target('startupCpuMs')}; the image's entry (its start-up snapshot), CPU time of every thread until healthy (schedstat), ` +
     `median of ${s.startupCpuMs.length}: ${s.startupCpuMs.map((ms) => round(ms)).join(', ')}`,
-  startupFastifyHelloCpuMs:
-    "no target; the bare fastify hello's CPU time until its first answer, measured the same way: " + s.fastifyStartupCpuMs.map((ms) => round(ms)).join(', '),
+  startupFastifyHelloCpuMs: `no target; the bare fastify hello's CPU time until its first answer, measured the same way: ${fastifyCpuStarts}`,
   domainToCertMs: `${target('domainToCertMs')}; median of ${s.domainToCertMs.length}: ${s.domainToCertMs.map(Math.round).join(', ')}`,
   propagationP50Ms: propagation
     ? `${propagation.samplesMs.length} samples (${propagation.renewals} renewals x 2 readers, ${propagation.missed} missed)`
