@@ -3,11 +3,13 @@
 // @kubernetes/client-node through its fence (a CoreV1Api client built; nothing asked of any server),
 // @peculiar/x509 through src/pki/ca.ts (a CA and one leaf issued, as the injector's webhook has),
 // prom-client (a registry with the default metrics, as src/http/daemon-metrics.ts collects them), serving HTTPS
-// with that leaf.
+// with that leaf, and answering one request of its own over it (verified against the CA) before it says it
+// listens: the injector answers the apiserver over TLS and calls it over TLS, and the first TLS handshake of
+// a process pages in the TLS library's code (about 1.6 MB, docs/performance.md) whoever the peer is.
 // V8 without its optimizing compilers, as the injector runs. Nothing of the injector itself. Prints
 // {"listening":"https://127.0.0.1:PORT"}; runs until SIGTERM.
 import './lib/as-the-injector-runs.ts';
-import { createServer } from 'node:https';
+import { createServer, request } from 'node:https';
 import { Registry } from 'prom-client';
 import { createCertificateAuthority } from '../src/pki/ca.ts';
 import { CoreV1Api, KubeConfig } from '../src/kube/transport/client-node.ts';
@@ -27,7 +29,10 @@ const server = createServer({ cert: leaf.chainPem, key: leaf.keyPem }, (_request
 server.listen(Number(process.argv[2] ?? 0), '127.0.0.1', () => {
   const address = server.address();
   const port = typeof address === 'object' && address ? address.port : 0;
-  process.stdout.write(`${JSON.stringify({ listening: `https://127.0.0.1:${port}` })}\n`);
+  request({ host: '127.0.0.1', port, ca: ca.certPem, agent: false }, (response) => {
+    response.once('end', () => process.stdout.write(`${JSON.stringify({ listening: `https://127.0.0.1:${port}` })}\n`));
+    response.resume();
+  }).end();
 });
 const stop = (): void => {
   server.close(() => process.exit(0));

@@ -18,6 +18,30 @@ export interface Verdict {
 
 type Figures = Record<string, number | null | undefined>;
 
+/**
+ * The goals of issue 42 (API requests: issue 11). A floor is what the fixed choices cost in the same run:
+ * fastify bundled as dist/ is (bench/fastify-hello.ts), the injector's packages used once
+ * (bench/injector-packages.ts). Start-up is judged by the CPU time a start uses until its first answer:
+ * on a shared machine its wall time holds the neighbours' time as well (reported, without a goal).
+ * --tiny reports no verdicts: its figures are one quick sample each.
+ */
+export const BENCH_GOALS: Record<string, Goal> = {
+  rssKubeReaderMB: { op: '<=', limit: 75 },
+  rssStandaloneMB: { op: '<=', floor: 'rssFastifyHelloMB', margin: 5 },
+  healthzVsBareFastify: { op: '>=', limit: 0.95 },
+  propagationP99Ms: { op: '<=', limit: 50 },
+  startupCpuMs: { op: '<=', floor: 'startupFastifyHelloCpuMs', margin: 40 },
+  apiRequestsPerReplicaHour: { op: '<=', limit: 10 },
+  rssInjectorMB: { op: '<=', floor: 'rssInjectorPackagesMB', margin: 5 },
+};
+
+/** How the bench's table names a floor's figure. */
+export const FLOOR_NAMES: Record<string, string> = {
+  rssFastifyHelloMB: 'bare fastify',
+  startupFastifyHelloCpuMs: 'bare fastify',
+  rssInjectorPackagesMB: 'its packages',
+};
+
 /** Each goal's verdict on `figures`: the floor read from the same figures. */
 export function judge(figures: Figures, goals: Record<string, Goal>): Record<string, Verdict> {
   const verdicts: Record<string, Verdict> = {};

@@ -20,7 +20,7 @@ import {
   type RotationPolicy,
   type RotationState,
 } from '../core/injector-ca/ca-rotation.ts';
-import type { Clock } from '../core/ports/clock.ts';
+import { type Clock, iso } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { IssuanceRole } from '../core/ports/store.ts';
@@ -338,10 +338,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     try {
       this.#o.serve(pair);
       this.#servedSerial = leaf.serial;
-      this.#o.logger.info(
-        { serial: leaf.serial, signedBy: leaf.signedBy, notAfter: new Date(leaf.notAfter).toISOString() },
-        'serving a new webhook certificate',
-      );
+      this.#o.logger.info({ serial: leaf.serial, signedBy: leaf.signedBy, notAfter: iso(leaf.notAfter) }, 'serving a new webhook certificate');
       this.emit('served', leaf.serial);
     } catch (err) {
       this.#o.logger.error(

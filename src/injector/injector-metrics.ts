@@ -8,6 +8,7 @@ import type { RotationAction, RotationState } from '../core/injector-ca/ca-rotat
 import { collectNodeMetrics } from '../http/daemon-metrics.ts';
 import type { UntrustedValue } from '../core/values/untrusted-values.ts';
 import { checkedPair, servePair, type ServingPair } from '../tls/serving-pair.ts';
+import { dateHeaderWithoutIcu } from '../http/date-header.ts';
 
 type AdmissionResult = 'injected' | 'skipped' | 'rejected' | 'invalid';
 
@@ -125,6 +126,7 @@ export async function startMetricsServer(
     );
   };
   const server: Server = tls ? createHttpsServer(checkedPair(tls).options, handler) : createServer(handler);
+  dateHeaderWithoutIcu(server);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(port, host, () => resolve());

@@ -5,6 +5,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import { systemClock, type Clock } from '../core/ports/clock.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { checkedPair, servePair, type ServingPair } from '../tls/serving-pair.ts';
+import { dateHeaderWithoutIcu } from '../http/date-header.ts';
 
 export type { ServingPair } from '../tls/serving-pair.ts';
 
@@ -209,6 +210,7 @@ export async function startTlsServer(options: {
       },
     );
   });
+  dateHeaderWithoutIcu(server);
   server.on('connection', (socket: Socket) => connections.admit(socket));
   // The apiserver keeps connections to webhooks alive; a bound on idle ones frees sockets of gone callers.
   server.keepAliveTimeout = 60_000;

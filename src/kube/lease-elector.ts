@@ -1,13 +1,24 @@
 import { randomBytes } from 'node:crypto';
 import { CoordinationV1Api, type V1Lease, V1MicroTime } from './transport/client-node.ts';
 import { jitter } from '../core/issuance/backoff.ts';
-import type { Clock } from '../core/ports/clock.ts';
+import { type Clock, iso } from '../core/ports/clock.ts';
 import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { IssuanceRole } from '../core/ports/store.ts';
 import { boundLeaseDuration, OutOfBoundsLog, type OutOfBoundsReport } from '../core/values/untrusted-values.ts';
 import { apiErrorCode, apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { makeApi, withSignal } from './transport/https-transport.ts';
+
+/**
+ * A Lease's MicroTime as client-node's V1MicroTime writes it (milliseconds, then 000), from iso(): not
+ * through Date's toISOString, which would page in ICU's time zone data at the first renewal.
+ * @forTests
+ */
+export class MicroTime extends V1MicroTime {
+  override toISOString(): string {
+    return `${iso(this.getTime()).slice(0, -1)}000Z`;
+  }
+}
 
 /** client-node hands MicroTime back as a string or a Date, depending on the path. */
 const stamp = (time: unknown): string => (time instanceof Date ? time.toISOString() : String(time ?? ''));
@@ -234,8 +245,8 @@ export class LeaseElector implements IssuanceRole {
       spec: {
         holderIdentity: this.identity,
         leaseDurationSeconds: Math.max(1, Math.ceil(this.#o.leaseDurationMs / 1000)),
-        acquireTime: takingOver ? new V1MicroTime(now) : (spec.acquireTime ?? new V1MicroTime(now)),
-        renewTime: new V1MicroTime(now),
+        acquireTime: takingOver ? new MicroTime(now) : (spec.acquireTime ?? new MicroTime(now)),
+        renewTime: new MicroTime(now),
         leaseTransitions: (spec.leaseTransitions ?? 0) + (takingOver && current ? 1 : 0),
       },
     };

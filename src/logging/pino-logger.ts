@@ -1,6 +1,7 @@
 // The process's logger: pino, JSON lines or readable ones (log-format.ts).
 import { pino } from 'pino';
 import type { Logger } from '../core/ports/logger.ts';
+import { iso } from '../core/ports/clock.ts';
 import { prettyLine, writesPretty, type LogFormat } from './log-format.ts';
 
 /** Where a pretty logger's lines go: stdout by default (a test passes a capture). */
@@ -17,7 +18,8 @@ export function createLogger(level: string, name = 'certshare', format: LogForma
     name,
     level,
     base: { pid: process.pid },
-    timestamp: pino.stdTimeFunctions.isoTime,
+    // pino.stdTimeFunctions.isoTime's text, without Date's toISOString (iso() says why).
+    timestamp: () => `,"time":"${iso(Date.now())}"`,
     formatters: { level: (label: string) => ({ level: label }) },
     redact: { paths: ['keyPem', '*.keyPem', 'pair', '*.pair', 'key', '*.key'], censor: '[redacted]' },
   };
