@@ -7,7 +7,7 @@
 // certificate is held; a reader never asks (the writer's renewal reaches it through the store). Every
 // check has the client's timeout and this checker's AbortSignal; whatever the CA answers, a failure only
 // logs and counts (certshare_ari_checks_total{outcome}), and the expiry rule stays in force.
-import type { Clock } from '../core/ports/clock.ts';
+import { iso, type Clock } from '../core/ports/clock.ts';
 import { errorMessage } from '../core/errors.ts';
 import { ariCertificateId } from '../core/renewal/certificate-id.ts';
 import type { Logger } from '../core/ports/logger.ts';
@@ -215,7 +215,7 @@ export class AriChecker implements LoopObserver, AriStateSource {
     const result = await client.check({ certId, notBefore: cert.info.notBefore, notAfter: cert.info.notAfter }, d.stop.signal);
     metrics.ariCheck(result.outcome);
     d.nextCheckAt = nextAriCheck(clock.now(), result.retryAfterMs, { floorMs: Math.min(CHECK_FLOOR_MS, intervalMs), capMs: intervalMs });
-    const next = new Date(d.nextCheckAt).toISOString();
+    const next = iso(d.nextCheckAt);
     if (result.outcome !== 'ok') {
       this.#log.warn({ domain, code: result.code, err: result.message, nextCheck: next }, 'ARI check failed; the expiry rule decides this renewal');
       return;

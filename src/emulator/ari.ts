@@ -12,6 +12,7 @@ import { ariCertificateId } from '../core/renewal/certificate-id.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { SignedLeaf } from '../pki/ca.ts';
 import { sendJson, sendText } from './http-util.ts';
+import { iso } from '../core/ports/clock.ts';
 
 export const ACME_PREFIX = '/acme/';
 const DIRECTORY_PATH = '/acme/directory';
@@ -59,8 +60,6 @@ interface AriDeskOptions {
   /** Each renewalInfo request answered, with its status (the emulator's `renewalInfo` event). */
   onRequest?(certId: string, status: number): void;
 }
-
-const iso = (ms: number): string => new Date(ms).toISOString();
 
 export class AriDesk {
   readonly #opts: AriDeskOptions;

@@ -13,6 +13,7 @@ import { createCertificateAuthority, loadCertificateAuthority, type CertificateA
 import type { RegisteredDomainRule } from '../core/issuance/registered-domain.ts';
 import { AcmeLimiter, type AcmeLimits } from './acme-limits.ts';
 import { appendLedger } from './ledger.ts';
+import { iso } from '../core/ports/clock.ts';
 
 /** Lifetimes below this get notBefore = now instead of now - 1 minute (the usual clock-skew backdating). */
 const TINY_LIFETIME_MS = 3_600_000;
@@ -167,12 +168,12 @@ export class Issuer {
     const event: IssuedEvent = {
       domain,
       serial: leaf.serial,
-      notBefore: new Date(leaf.notBefore).toISOString(),
-      notAfter: new Date(leaf.notAfter).toISOString(),
+      notBefore: iso(leaf.notBefore),
+      notAfter: iso(leaf.notAfter),
       trigger,
     };
     if (this.#opts.ledgerPath) {
-      const time = new Date(this.#opts.clock.now()).toISOString();
+      const time = iso(this.#opts.clock.now());
       const { trigger, ...fields } = event;
       await appendLedger(
         this.#opts.ledgerPath,

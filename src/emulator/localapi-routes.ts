@@ -11,6 +11,7 @@ import { sendError, sendJson } from './http-util.ts';
 import { appendLedger, type LedgerRequest } from './ledger.ts';
 import { type NodeIdentity, statusJson } from './netmap.ts';
 import type { EmulatedPrefs } from './prefs.ts';
+import { iso } from '../core/ports/clock.ts';
 
 const LOCALAPI_CSP = "default-src 'none'; frame-ancestors 'none'; script-src 'none'; script-src-elem 'none'; script-src-attr 'none'";
 
@@ -121,7 +122,7 @@ async function routeNode(req: IncomingMessage, res: ServerResponse, url: URL, ct
 /** A cert request with its ledger line, written once it was answered (or reset, or given up on). */
 async function handleLedgeredCert(req: IncomingMessage, res: ServerResponse, url: URL, domain: string, ctx: LocalApiContext): Promise<void> {
   const { cert, ledger } = ctx;
-  const time = new Date(cert.clock.now()).toISOString();
+  const time = iso(cert.clock.now());
   let outcome = 'aborted';
   let serial: string | undefined;
   try {
@@ -139,7 +140,7 @@ async function handleLedgeredCert(req: IncomingMessage, res: ServerResponse, url
     const line: LedgerRequest = {
       kind: 'request',
       time,
-      end: new Date(cert.clock.now()).toISOString(),
+      end: iso(cert.clock.now()),
       emulator: ledger!.emulator,
       domain,
       minValidity: url.searchParams.get('min_validity') ?? '',

@@ -3,6 +3,7 @@
 // Go writes them as `null` when unset; the newer ones are `omitzero`. The emulator writes the same, so a
 // client that tests `"NetMap" in notify` instead of `notify.NetMap != null` fails here as it would in production.
 import { createHash } from 'node:crypto';
+import { iso } from '../core/ports/clock.ts';
 
 /** Stable made-up identity of the emulated node, derived from the emulator id. */
 export interface NodeIdentity {
@@ -50,7 +51,7 @@ export function makeIdentity(id: string, domains: readonly string[], now: number
     discoKey: `discokey:${hexOf(`${id}disco`)}`,
     userId: 100 + (h.readUInt16BE(11) % 9000),
     loginName: 'tagged-devices',
-    created: new Date(now - 30 * 86_400_000).toISOString(),
+    created: iso(now - 30 * 86_400_000),
     keyExpiry: '0001-01-01T00:00:00Z',
   };
 }

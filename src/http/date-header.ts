@@ -7,9 +7,17 @@ import { httpDate } from '../core/ports/clock.ts';
 
 /** Every response of `server` carries the Date header Node would send, computed by httpDate. */
 export function dateHeaderWithoutIcu(server: Server | HttpsServer): void {
+  // One text per second, as Node keeps its own: a server probed constantly (/healthz) writes it, not computes it.
+  let second = -1;
+  let text = '';
   // Before the server's own handler: the header is set before it writes anything.
   server.prependListener('request', (_req, res) => {
+    const now = Math.floor(Date.now() / 1000);
+    if (now !== second) {
+      second = now;
+      text = httpDate(now * 1000);
+    }
     res.sendDate = false;
-    res.setHeader('Date', httpDate(Date.now()));
+    res.setHeader('Date', text);
   });
 }

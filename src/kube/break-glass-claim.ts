@@ -9,7 +9,7 @@
 // (its closing one, of the certificate stored): a window older than those is a pair put back, never claimed.
 import { createHash } from 'node:crypto';
 import { unbelievedClaims, windowClaimable } from '../core/federation/home-verdicts.ts';
-import type { Clock } from '../core/ports/clock.ts';
+import { iso, type Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import { OutOfBoundsLog, type UntrustedValue } from '../core/values/untrusted-values.ts';
 import { CoordinationV1Api, V1MicroTime, type V1Lease } from './transport/client-node.ts';
@@ -117,7 +117,7 @@ export class BreakGlassClaims {
         annotations: {
           // For the person reading it: what the hash stands for.
           'certshare.io/break-glass-window': `${domain} replacing ${window ?? 'none'}`,
-          ...(notAfter === undefined ? {} : { [ANNOTATION_NOT_AFTER]: new Date(notAfter).toISOString() }),
+          ...(notAfter === undefined ? {} : { [ANNOTATION_NOT_AFTER]: iso(notAfter) }),
         },
       },
       spec: { holderIdentity: identity, acquireTime: new V1MicroTime(clock.now()) },

@@ -5,6 +5,7 @@ import type { StoredCert } from '../core/ports/store.ts';
 import { type OutOfBoundsReport, untrustedText } from '../core/values/untrusted-values.ts';
 import type { Metrics } from '../http/daemon-metrics.ts';
 import type { EventOccurrence } from './event-recorder.ts';
+import { iso } from '../core/ports/clock.ts';
 
 /**
  * The reasons of the Events certshare records about its Pod: a fixed set, documented in docs/operations.md
@@ -51,7 +52,6 @@ const WRITER_EVENTS = {
 type RecordEvent = (occurrence: EventOccurrence & { reason: EventReason }) => void;
 
 const FIRST_ISSUE: ReadonlySet<IssueReason> = new Set(['no_certificate', 'stored_unusable']);
-const iso = (ms: number): string => new Date(ms).toISOString();
 
 /**
  * Maps what the loops, the readiness gate and the Lease report onto Events (EVENT_REASONS). A

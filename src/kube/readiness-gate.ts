@@ -1,6 +1,6 @@
 import { setHeaderOptions, PatchStrategy } from './transport/client-node.ts';
 import { doubling } from '../core/issuance/backoff.ts';
-import type { Clock } from '../core/ports/clock.ts';
+import { iso, type Clock } from '../core/ports/clock.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { HealthState, ValidityEnd } from '../core/loop/health.ts';
 import type { Logger } from '../core/ports/logger.ts';
@@ -263,7 +263,7 @@ export class ReadinessGate {
             status: desired.status,
             reason: desired.reason,
             message: desired.message,
-            lastTransitionTime: new Date(clock.now()).toISOString(),
+            lastTransitionTime: iso(clock.now()),
           },
         ],
       },

@@ -3,6 +3,7 @@ import { expiredInfo, validateCertPair } from '../core/certificates/certificate.
 import { errorMessage } from '../core/errors.ts';
 import { pendingRenewRequest } from '../core/renewal/renew-request.ts';
 import type { Coordination, RecordedCert, RenewAnswer, StoreRead, StoredCert } from '../core/ports/store.ts';
+import { iso } from '../core/ports/clock.ts';
 
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
 export const LABEL_GROUP = 'certshare.io/group';
@@ -149,8 +150,8 @@ export function certSecret(
   delete annotations[ANNOTATION_INTENT];
   delete annotations[ANNOTATION_RETRY_NOT_BEFORE];
   const { intent, retryNotBefore } = change.coordination;
-  if (intent) annotations[ANNOTATION_INTENT] = JSON.stringify({ holder: intent.holder, at: new Date(intent.at).toISOString() });
-  if (retryNotBefore !== undefined) annotations[ANNOTATION_RETRY_NOT_BEFORE] = new Date(retryNotBefore).toISOString();
+  if (intent) annotations[ANNOTATION_INTENT] = JSON.stringify({ holder: intent.holder, at: iso(intent.at) });
+  if (retryNotBefore !== undefined) annotations[ANNOTATION_RETRY_NOT_BEFORE] = iso(retryNotBefore);
   if (change.renewAnswer) {
     annotations[ANNOTATION_RENEW_ANSWERED] = change.renewAnswer.id;
     annotations[ANNOTATION_RENEW_OUTCOME] = change.renewAnswer.outcome;
@@ -161,9 +162,9 @@ export function certSecret(
   }
   let data = base?.data ?? { 'tls.crt': '', 'tls.key': '' };
   if (change.cert) {
-    annotations[ANNOTATION_NOT_AFTER] = new Date(change.cert.info.notAfter).toISOString();
+    annotations[ANNOTATION_NOT_AFTER] = iso(change.cert.info.notAfter);
     annotations[ANNOTATION_SERIAL] = change.cert.info.serial;
-    if (change.cert.obtainedAt !== undefined) annotations[ANNOTATION_OBTAINED_AT] = new Date(change.cert.obtainedAt).toISOString();
+    if (change.cert.obtainedAt !== undefined) annotations[ANNOTATION_OBTAINED_AT] = iso(change.cert.obtainedAt);
     else delete annotations[ANNOTATION_OBTAINED_AT];
     if (meta.writer) annotations[ANNOTATION_WRITER] = meta.writer;
     data = { 'tls.crt': Buffer.from(change.cert.pair.certPem).toString('base64'), 'tls.key': Buffer.from(change.cert.pair.keyPem).toString('base64') };

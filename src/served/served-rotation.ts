@@ -2,7 +2,7 @@
 // Events: what keeps a replica in rotation by what clients really get from it.
 import type { Registry } from 'prom-client';
 import { SERVE_CONFIG_SERVICES, advertiseDecision, advertises, serviceDomain } from '../core/served/advertisement.ts';
-import type { Clock } from '../core/ports/clock.ts';
+import { iso, type Clock } from '../core/ports/clock.ts';
 import type { HealthState, ValidityEnd } from '../core/loop/health.ts';
 import type { LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
@@ -250,7 +250,7 @@ function createServiceDomains(
 }
 
 function describeReport(report: ServedReport, where: string): string {
-  const leaf = report.serial ? ` (serial ${report.serial}, valid until ${new Date(report.notAfter ?? 0).toISOString()})` : '';
+  const leaf = report.serial ? ` (serial ${report.serial}, valid until ${iso(report.notAfter ?? 0)})` : '';
   const now =
     report.outcome === 'unknown' ? `${describeOutcome('unknown')} at ${where}${report.detail ? `: ${report.detail}` : ''}` : describeOutcome(report.outcome);
   const stale = report.stale ? '; still the previous certificate past --served-stale-after' : '';

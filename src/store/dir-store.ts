@@ -1,7 +1,7 @@
 import { watch as watchDir, type FSWatcher } from 'node:fs';
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import type { Clock } from '../core/ports/clock.ts';
+import { iso, type Clock } from '../core/ports/clock.ts';
 import { pendingRenewRequest } from '../core/renewal/renew-request.ts';
 import type { CertStore, Coordination, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/ports/store.ts';
 import { safeName, writeFileAtomically, type CertDirectory } from './cert-directory.ts';
@@ -97,8 +97,8 @@ export class DirStore implements CertStore {
     const dir = join(this.#dir.root, '.state');
     await mkdir(dir, { recursive: true, mode: 0o700 });
     const json: Record<string, unknown> = {};
-    if (state.retryNotBefore !== undefined) json.retryNotBefore = new Date(state.retryNotBefore).toISOString();
-    if (state.obtained) json.obtained = { serial: state.obtained.serial, at: new Date(state.obtained.at).toISOString() };
+    if (state.retryNotBefore !== undefined) json.retryNotBefore = iso(state.retryNotBefore);
+    if (state.obtained) json.obtained = { serial: state.obtained.serial, at: iso(state.obtained.at) };
     if (state.renew) json.renew = state.renew;
     await writeFileAtomically(dir, name, `${JSON.stringify(json)}\n`, 0o600);
   }

@@ -1,6 +1,7 @@
 import { X509Certificate, createHash, createPrivateKey, type KeyObject } from 'node:crypto';
 import { CertshareError } from '../errors.ts';
 import type { CertPair } from '../ports/localapi.ts';
+import { iso } from '../ports/clock.ts';
 
 /** What certshare knows about a validated certificate pair; never holds key material. */
 export interface CertInfo {
@@ -101,8 +102,8 @@ function inspectUncached(pair: CertPair, domain: string): CertInfo {
 
 /** Throws CERTSHARE_CERT_INVALID unless `now` lies inside the certificate's validity window. */
 export function checkValidAt(info: CertInfo, now: number): CertInfo {
-  if (now < info.notBefore) throw invalid(info.domain, `not valid before ${new Date(info.notBefore).toISOString()}`);
-  if (now >= info.notAfter) throw invalid(info.domain, `expired at ${new Date(info.notAfter).toISOString()}`);
+  if (now < info.notBefore) throw invalid(info.domain, `not valid before ${iso(info.notBefore)}`);
+  if (now >= info.notAfter) throw invalid(info.domain, `expired at ${iso(info.notAfter)}`);
   return info;
 }
 

@@ -3,7 +3,7 @@
 // Only first issuances count (a domain that never had a certificate in this group): renewals of a name
 // set issued before are exempt, as at Let's Encrypt. The ledger of first issuances is written before the
 // CertPair call, on a group object every writer shares, so no restart or failover forgets a slot taken.
-import type { Clock } from '../ports/clock.ts';
+import { iso, type Clock } from '../ports/clock.ts';
 import { CertshareError, errorMessage, errorText } from '../errors.ts';
 import type { Logger } from '../ports/logger.ts';
 import { normalizeDomain } from '../certificates/domain.ts';
@@ -186,7 +186,7 @@ function nameLimitWait(at: { domain: string; turnAt: number; now: number; deadli
   if (turnAt <= now) return undefined;
   if (deadline === undefined) return turnAt;
   if (now < deadline) return Math.min(turnAt, deadline);
-  const until = new Date(turnAt).toISOString();
+  const until = iso(turnAt);
   log.warn(
     { domain, code: 'CERTSHARE_NAME_LIMIT_PASSED', until },
     `CERTSHARE_NAME_LIMIT_PASSED ${errorText('CERTSHARE_NAME_LIMIT_PASSED', { domain, until })}`,
@@ -678,7 +678,7 @@ function entryFault(entry: LedgerEntry, rd: string, now: number, rule: Registere
   if (entry.registeredDomain !== rd && own !== rd) return 'other';
   if (own === undefined) return 'its domain is not a canonical DNS name';
   if (own !== entry.registeredDomain) return `its registered domain is ${own}, not ${entry.registeredDomain}`;
-  if (entry.at > now + CLOCK_SKEW_MS) return `its time is in the future (later than ${new Date(now + CLOCK_SKEW_MS).toISOString()})`;
+  if (entry.at > now + CLOCK_SKEW_MS) return `its time is in the future (later than ${iso(now + CLOCK_SKEW_MS)})`;
   if (entry.renew !== undefined) {
     if (!entry.issued || !isRenewId(entry.renew) || entry.renewal) return 'a renew slot is written with a request id and issued: true';
     return undefined;
@@ -692,7 +692,7 @@ function entryFault(entry: LedgerEntry, rd: string, now: number, rule: Registere
 function describeEntry(e: LedgerEntry): string {
   const text = (value: string): string => JSON.stringify(value.slice(0, 256));
   const renew = e.renew !== undefined ? `, renew ${text(e.renew)}` : '';
-  return `{domain ${text(e.domain)}, registeredDomain ${text(e.registeredDomain)}, at ${new Date(e.at).toISOString()}, issued ${e.issued}${renew}}`;
+  return `{domain ${text(e.domain)}, registeredDomain ${text(e.registeredDomain)}, at ${iso(e.at)}, issued ${e.issued}${renew}}`;
 }
 
 /**
@@ -762,7 +762,7 @@ export function encodeLedger(entries: readonly LedgerEntry[]): string {
     entries: sorted.map((e) => ({
       domain: e.domain,
       registeredDomain: e.registeredDomain,
-      at: new Date(e.at).toISOString(),
+      at: iso(e.at),
       issued: e.issued,
       ...(e.renew !== undefined ? { renew: e.renew } : {}),
       ...(e.renewal ? { renewal: true } : {}),

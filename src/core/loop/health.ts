@@ -5,6 +5,7 @@ import type { LoopObserver, RenewOutcome } from '../ports/observer.ts';
 import { describeRenewOutcome } from '../renewal/renew-request.ts';
 import type { HeldValidity } from '../renewal/renewal.ts';
 import type { StoredCert } from '../ports/store.ts';
+import { iso } from '../ports/clock.ts';
 
 export interface HealthVerdict {
   healthy: boolean;
@@ -191,7 +192,7 @@ export class HealthState implements LoopObserver {
       const endsAt = info ? end(held(info, obtainedAt)) : undefined;
       if (valid && endsAt !== undefined && now < endsAt) continue;
       if (valid) {
-        missing.push(`${domain}: certificate expires at ${new Date(info.notAfter).toISOString()}, leaving rotation ahead of it`);
+        missing.push(`${domain}: certificate expires at ${iso(info.notAfter)}, leaving rotation ahead of it`);
         continue;
       }
       onlyExpiring = false;

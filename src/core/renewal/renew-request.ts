@@ -11,6 +11,7 @@ import type { Logger } from '../ports/logger.ts';
 import type { LoopObserver, RenewOutcome } from '../ports/observer.ts';
 import type { CertStore, RenewAnswer } from '../ports/store.ts';
 import { isRenewId } from '../values/untrusted-values.ts';
+import { iso } from '../ports/clock.ts';
 
 /**
  * The pending request of a record: the id asked for, unless it is the one answered. An id that is empty,
@@ -24,20 +25,20 @@ export function pendingRenewRequest(requested: string | undefined, answered: str
 
 /** A new request id: the instant it was asked, and a random part so that two operators never collide. */
 export function newRenewRequestId(now: number, random: string): string {
-  return `${new Date(now).toISOString()}/${random}`;
+  return `${iso(now)}/${random}`;
 }
 
 /** The answer recorded for a certificate that served a request, with what the name limit leaves (certshare renew prints it). */
 export function issuedAnswer(id: string, serial: string, left?: RenewLeft): RenewAnswer {
   if (!left) return { id, outcome: `issued ${serial}` };
   const limit = `${left.of.count} per ${left.of.windowMs / 3_600_000} h, ${RENEW_RESERVE} kept for renewals`;
-  const next = left.left > 0 ? `${left.left} more renew request(s) possible now` : `no more renew request before ${new Date(left.until).toISOString()}`;
+  const next = left.left > 0 ? `${left.left} more renew request(s) possible now` : `no more renew request before ${iso(left.until)}`;
   return { id, outcome: `issued ${serial}; name limit (${limit}): ${next}` };
 }
 
 /** What a refusal says, with its code (CERTSHARE_RENEW_RESERVE for the name's reserve, else CERTSHARE_RENEW_REFUSED). */
 export function refusalText(domain: string, id: string, reason: RenewRefusal, detail: { until: number; registeredDomain?: string }): string {
-  const until = new Date(detail.until).toISOString();
+  const until = iso(detail.until);
   if (reason === 'name_reserve') return `CERTSHARE_RENEW_RESERVE ${errorText('CERTSHARE_RENEW_RESERVE', { id, domain, reserve: RENEW_RESERVE, until })}`;
   const why =
     reason === 'min_interval'

@@ -25,6 +25,7 @@
 // force: the ARI time can only make a renewal earlier, never later.
 import { CertshareError } from '../errors.ts';
 import { isHttpUrl } from '../values/http-url.ts';
+import { iso } from '../ports/clock.ts';
 
 /** The CA's suggested window, milliseconds since the epoch; start <= end. */
 export interface SuggestedWindow {
@@ -89,9 +90,9 @@ export function parseRenewalInfo(body: string, cert: AriCertificate, fetchedAt: 
   if (typeof window !== 'object' || window === null || Array.isArray(window)) throw badAnswer(cert, 'suggestedWindow is missing or not an object');
   const start = timestamp((window as { start?: unknown }).start, 'start', cert);
   const end = timestamp((window as { end?: unknown }).end, 'end', cert);
-  if (end < start) throw badAnswer(cert, `inverted window: end ${new Date(end).toISOString()} is before start ${new Date(start).toISOString()}`);
+  if (end < start) throw badAnswer(cert, `inverted window: end ${iso(end)} is before start ${iso(start)}`);
   if (start >= cert.notAfter) {
-    throw badAnswer(cert, `window starts ${new Date(start).toISOString()}, after the certificate expires (${new Date(cert.notAfter).toISOString()})`);
+    throw badAnswer(cert, `window starts ${iso(start)}, after the certificate expires (${iso(cert.notAfter)})`);
   }
   const url = explanationUrl((json as { explanationURL?: unknown }).explanationURL);
   return { certId: cert.certId, window: { start, end }, ...(url ? { explanationUrl: url } : {}), fetchedAt };
@@ -208,7 +209,6 @@ export function ariMinValidityMs(held: { notAfter: number }, now: number, freshV
 
 /** One line for /healthz's detail and the logs: the window, the time chosen in it and the CA's explanation. */
 export function describeAriAnswer(answer: AriAnswer): string {
-  const iso = (ms: number): string => new Date(ms).toISOString();
   const explanation = answer.explanationUrl ? ` (the CA explains: ${answer.explanationUrl})` : '';
   return `CA suggests renewal ${iso(answer.window.start)}..${iso(answer.window.end)}, chosen ${iso(answer.renewAt)}${explanation}`;
 }

@@ -1,6 +1,7 @@
 // What the proxy really serves, compared with what certshare holds: the pure half of the served check
 // (src/served/served-checker.ts probes the proxy's TLS listener and feeds these functions).
 import type { HeldValidity } from '../renewal/renewal.ts';
+import { iso } from '../ports/clock.ts';
 
 /**
  * One outcome per check of a domain:
@@ -75,7 +76,7 @@ export function servedVerdict(state: ServedState | undefined, now: number, end: 
   if (!known) return { verdict: 'unconfirmed' };
   if (BAD.has(known.outcome)) return { verdict: 'bad', why: describeOutcome(known.outcome) };
   const endsAt = end({ notBefore: known.leaf.notBefore, notAfter: known.leaf.notAfter });
-  if (now >= endsAt) return { verdict: 'bad', why: `the proxy serves a certificate that expires at ${new Date(known.leaf.notAfter).toISOString()}` };
+  if (now >= endsAt) return { verdict: 'bad', why: `the proxy serves a certificate that expires at ${iso(known.leaf.notAfter)}` };
   return { verdict: 'ok' };
 }
 
