@@ -164,6 +164,50 @@ interface FederationOptions {
   onOutOfBounds?: OutOfBoundsReport;
 }
 
+/**
+ * The home's copy did not reach the local Secret: the loop is woken to read again soon (`wake`), not left to its
+ * next planned look, which a copy not due puts a check interval away.
+ */
+class MirrorRetry {
+  /** Per domain: consecutive failures, and whether a wake is scheduled. */
+  readonly #failures = new Map<string, { failures: number; scheduled: boolean }>();
+  readonly #stopping = new AbortController();
+  readonly #clock: Clock;
+  readonly #wake: (domain: string) => void;
+
+  constructor(clock: Clock, wake: (domain: string) => void) {
+    this.#clock = clock;
+    this.#wake = wake;
+  }
+
+  /** A mirror of `domain` failed; `localNotAfter`: the end of the local copy its readers serve meanwhile. */
+  failed(domain: string, localNotAfter: number | undefined): void {
+    const entry = this.#failures.get(domain) ?? { failures: 0, scheduled: false };
+    entry.failures++;
+    this.#failures.set(domain, entry);
+    if (entry.scheduled || this.#stopping.signal.aborted) return;
+    entry.scheduled = true;
+    const timeLeft = (localNotAfter ?? 0) - this.#clock.now();
+    const byTimeLeft = timeLeft > 0 ? Math.max(MIRROR_RETRY_FLOOR_MS, timeLeft * CLAIM_RETRY_SHARE_OF_TIME_LEFT) : Number.POSITIVE_INFINITY;
+    const delay = Math.min(doubling(MIRROR_FIRST_RETRY_MS, entry.failures, MIRROR_RETRY_CAP_MS), byTimeLeft);
+    this.#clock.sleep(delay, this.#stopping.signal).then(
+      () => {
+        entry.scheduled = false;
+        this.#wake(domain);
+      },
+      () => {},
+    );
+  }
+
+  succeeded(domain: string): void {
+    this.#failures.delete(domain);
+  }
+
+  stop(): void {
+    this.#stopping.abort();
+  }
+}
+
 type Via = 'home' | 'local';
 
 /** A window's break-glass claim as this writer knows it (break-glass-claim.ts). */
@@ -183,6 +227,15 @@ interface Claim {
 const CLAIM_FIRST_RETRY_MS = 5_000;
 const CLAIM_RETRY_CAP_MS = 5 * 60_000;
 const CLAIM_RETRY_SHARE_OF_TIME_LEFT = 0.1;
+
+/**
+ * A mirror into the local Secret that did not go through is tried again after this, doubling up to the cap, and
+ * never later than a tenth of the local copy's time left: the member's readers serve that copy meanwhile, and the
+ * loop's own next read may be a check interval away (seed 56: ten seconds of an expired copy at a member's reader).
+ */
+const MIRROR_FIRST_RETRY_MS = 1_000;
+const MIRROR_RETRY_CAP_MS = 5 * 60_000;
+const MIRROR_RETRY_FLOOR_MS = 250;
 
 /**
  * The store and the role of a member's replica with a home. The role: the local writer issues while it holds
@@ -218,12 +271,16 @@ export class Federation {
   /** Windows whose break-glass certificate is stored but whose last claim is not taken yet: taken at the next read. */
   readonly #unclosed = new Map<string, { window: string | null; notAfter: number }>();
   readonly #watches = new Set<{ domain: string; listener: () => void; offHome?: (() => void) | undefined }>();
+  readonly #mirrorRetry: MirrorRetry;
   #elector: LeaseElector | undefined;
   #stopped = false;
   readonly #offLocal: (() => void) | undefined;
 
   constructor(options: FederationOptions) {
     this.#o = options;
+    this.#mirrorRetry = new MirrorRetry(options.clock, (domain) => {
+      for (const w of this.#watches) if (w.domain === domain) w.listener();
+    });
     this.store = this.#makeStore();
     this.role = this.#makeRole();
     this.#offLocal = options.local.role.onChange?.(() => this.#localRoleChanged());
@@ -236,6 +293,7 @@ export class Federation {
 
   async stop(signal?: AbortSignal): Promise<void> {
     this.#stopped = true;
+    this.#mirrorRetry.stop();
     this.#offLocal?.();
     const elector = this.#elector;
     this.#elector = undefined;
@@ -468,10 +526,12 @@ export class Federation {
         return await home.store.load(domain, signal);
       }
       if (homeCert && plan.kind !== 'push_to_home') await this.#supersedeBreakGlass(domain, homeCert.info.serial, signal);
+      this.#mirrorRetry.succeeded(domain);
     } catch (err) {
-      // A compare-and-swap lost (someone wrote meanwhile), or the other side failed: the next turn looks again.
+      // A compare-and-swap lost (someone wrote meanwhile), or the other side failed: a read soon looks again.
       if (signal.aborted) throw err;
-      logger.info({ domain, err: errorMessage(err) }, 'federation mirror write did not go through; trying again at the next read');
+      logger.info({ domain, err: errorMessage(err) }, 'federation mirror write did not go through; reading again soon');
+      this.#mirrorRetry.failed(domain, this.#localCopy.get(domain)?.info.notAfter);
     }
     return withLocalCopy(homeRead, localCert, clock.now());
   }
@@ -496,6 +556,7 @@ export class Federation {
       await local.store.save(domain, cert, signal).catch((err: unknown) => {
         if (signal.aborted) throw err;
         logger.info({ domain, err: errorMessage(err) }, 'could not mirror the new certificate locally yet');
+        this.#mirrorRetry.failed(domain, this.#localCopy.get(domain)?.info.notAfter);
       });
       return;
     }

@@ -18,6 +18,7 @@ import { renewalTime } from '../../src/core/renewal/renewal.ts';
 import type { StoredCert } from '../../src/core/ports/store.ts';
 import { HOME_NS, NS, secretAt, secretsHold, useFederation, type FederatedReplica as Replica, type Member, type SecretView } from '../support/federation.ts';
 import { useTempDir } from '../support/standalone.ts';
+import type { ControlPlane } from '../harness/control-plane.ts';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.ts';
 import { applyClaimsPolicy, claimsPolicyInForce, must, namespaceAdmin } from '../support/kube.ts';
 import { asAccount } from '../support/token-request.ts';
@@ -25,6 +26,66 @@ import { onEvent, until } from '../support/wait.ts';
 
 const SHARED = 'shared.tailnet-0000.ts.net';
 const BREAK_GLASS = 'certshare.io/break-glass';
+
+/**
+ * A policy of `cp`'s refusing what `allowed` (CEL over `object`) does not admit in `rules` (admission holds for
+ * cluster administrators too), in force once `probe` (a dry run) is refused; `remove` waits until it admits again.
+ */
+async function refusesIn(
+  cp: ControlPlane,
+  name: string,
+  rules: { apiGroups: string[]; resources: string[]; operations: string[] },
+  allowed: string,
+  probe: () => Promise<{ status: number }>,
+): Promise<{ remove(): Promise<void> }> {
+  const policy = { apiVersion: 'admissionregistration.k8s.io/v1', kind: 'ValidatingAdmissionPolicy', metadata: { name } };
+  const refusing = {
+    ...policy,
+    spec: {
+      failurePolicy: 'Fail',
+      matchConstraints: { resourceRules: [{ apiVersions: ['v1'], ...rules }] },
+      validations: [{ expression: allowed, message: `refused by ${name}`, reason: 'Forbidden' }],
+    },
+  };
+  const binding = { ...policy, kind: 'ValidatingAdmissionPolicyBinding', spec: { policyName: name, validationActions: ['Deny'] } };
+  const inForce = async (want: boolean): Promise<void> => {
+    const deadline = performance.now() + 30_000;
+    while (((await probe()).status === 403) !== want) {
+      assert.ok(performance.now() < deadline, `${name} never ${want ? 'took' : 'left'} effect`);
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  };
+  await must(cp.kubectl(['apply', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: [refusing, binding] }) }));
+  await inForce(true);
+  return {
+    async remove() {
+      await must(cp.kubectl(['delete', 'validatingadmissionpolicybinding,validatingadmissionpolicy', name]));
+      await inForce(false);
+    },
+  };
+}
+
+/** `refusesIn` for updates of the shared Secret in `cp`'s namespace, probed by a dry-run merge patch of `probe`. */
+function secretUpdatesRefusedIn(cp: ControlPlane, name: string, allowed: string, probe: Record<string, unknown>): Promise<{ remove(): Promise<void> }> {
+  return refusesIn(cp, name, { apiGroups: [''], resources: ['secrets'], operations: ['UPDATE'] }, allowed, () =>
+    cp.adminRequest('PATCH', `/api/v1/namespaces/${NS}/secrets/${SHARED}?dryRun=All`, {
+      headers: { 'content-type': 'application/merge-patch+json' },
+      body: probe,
+    }),
+  );
+}
+
+/** Replica helpers of both beds: what a replica holds, and the events that may change it. */
+const current = (r: Replica): StoredCert | undefined => r.daemon.manager.loop(r.domain)?.current;
+const serial = (r: Replica): string | undefined => current(r)?.info.serial;
+const logged = (rs: Replica[], msg: RegExp): number => rs.reduce((n, r) => n + r.log.entries.filter((e) => msg.test(e.msg ?? '')).length, 0);
+const changesOf = (rs: Replica[]): Array<(listener: () => void) => () => void> =>
+  rs.flatMap((r) => [onEvent(r.daemon.events, 'planned'), onEvent(r.daemon.events, 'attempt'), onEvent(r.log.events, 'entry')]);
+/** The serial every replica of `rs` holds, when they agree. */
+const agreedIn = (rs: Replica[]): string | undefined => {
+  const serials = new Set(rs.map(serial));
+  return serials.size === 1 ? [...serials][0] : undefined;
+};
 
 describe('a member cut off across two renewal windows (issue 40): one break-glass issuance per window, never an expired copy', () => {
   const dir = useTempDir();
@@ -55,17 +116,10 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     await relay?.close();
   });
 
-  const current = (r: Replica): StoredCert | undefined => r.daemon.manager.loop(r.domain)?.current;
-  const serial = (r: Replica): string | undefined => current(r)?.info.serial;
   const westReplicas = (): Replica[] => replicas.filter((r) => r.member === 'west');
   const signedBy = (rs: Replica[]): number => rs.reduce((n, r) => n + (r.emulator.stats().issuances[SHARED] ?? 0), 0);
-  const logged = (rs: Replica[], msg: RegExp): number => rs.reduce((n, r) => n + r.log.entries.filter((e) => msg.test(e.msg ?? '')).length, 0);
-  const anyChange = (): Array<(listener: () => void) => () => void> =>
-    replicas.flatMap((r) => [onEvent(r.daemon.events, 'planned'), onEvent(r.daemon.events, 'attempt'), onEvent(r.log.events, 'entry')]);
-  const agreed = (): string | undefined => {
-    const serials = new Set(replicas.map(serial));
-    return serials.size === 1 ? [...serials][0] : undefined;
-  };
+  const anyChange = (): Array<(listener: () => void) => () => void> => changesOf(replicas);
+  const agreed = (): string | undefined => agreedIn(replicas);
   const where = () => [
     { cp: bed.home(), ns: HOME_NS },
     { cp: east.cp, ns: NS },
@@ -418,43 +472,6 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     await until('every replica holds a valid certificate again', valid, anyChange(), 30_000);
   });
 
-  /**
-   * A policy of west's refusing what `allowed` (CEL over `object`) does not admit in `rules` (admission holds for
-   * cluster administrators too), in force once `probe` (a dry run) is refused; `remove` waits until it admits again.
-   */
-  async function westRefuses(
-    name: string,
-    rules: { apiGroups: string[]; resources: string[]; operations: string[] },
-    allowed: string,
-    probe: () => Promise<{ status: number }>,
-  ): Promise<{ remove(): Promise<void> }> {
-    const policy = { apiVersion: 'admissionregistration.k8s.io/v1', kind: 'ValidatingAdmissionPolicy', metadata: { name } };
-    const refusing = {
-      ...policy,
-      spec: {
-        failurePolicy: 'Fail',
-        matchConstraints: { resourceRules: [{ apiVersions: ['v1'], ...rules }] },
-        validations: [{ expression: allowed, message: `refused by ${name}`, reason: 'Forbidden' }],
-      },
-    };
-    const binding = { ...policy, kind: 'ValidatingAdmissionPolicyBinding', spec: { policyName: name, validationActions: ['Deny'] } };
-    const inForce = async (want: boolean): Promise<void> => {
-      const deadline = performance.now() + 30_000;
-      while (((await probe()).status === 403) !== want) {
-        assert.ok(performance.now() < deadline, `${name} never ${want ? 'took' : 'left'} effect`);
-        await new Promise((resolve) => setTimeout(resolve, 200));
-      }
-    };
-    await must(west.cp.kubectl(['apply', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: [refusing, binding] }) }));
-    await inForce(true);
-    return {
-      async remove() {
-        await must(west.cp.kubectl(['delete', 'validatingadmissionpolicybinding,validatingadmissionpolicy', name]));
-        await inForce(false);
-      },
-    };
-  }
-
   /** `body` with west cut off from the home; then, west back, every replica holds a valid certificate again. */
   async function withWestCutOff(body: () => Promise<void>): Promise<void> {
     relay.cut();
@@ -492,15 +509,11 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
     const writer = westReplicas()[0]!;
     const claimsBefore = await westClaims();
-    const noIntent = await westRefuses(
+    const noIntent = await secretUpdatesRefusedIn(
+      west.cp,
       'test-no-intent',
-      { apiGroups: [''], resources: ['secrets'], operations: ['UPDATE'] },
       "!has(object.metadata.annotations) || !('certshare.io/issuing' in object.metadata.annotations)",
-      () =>
-        west.cp.adminRequest('PATCH', `/api/v1/namespaces/${NS}/secrets/${SHARED}?dryRun=All`, {
-          headers: { 'content-type': 'application/merge-patch+json' },
-          body: { metadata: { annotations: { 'certshare.io/issuing': '{"holder":"probe","at":"2026-01-01T00:00:00.000Z"}' } } },
-        }),
+      { metadata: { annotations: { 'certshare.io/issuing': '{"holder":"probe","at":"2026-01-01T00:00:00.000Z"}' } } },
     );
     const before = signedBy([writer]);
     const glassBefore = logged([writer], /^break-glass: issued/);
@@ -516,7 +529,8 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
   it('a claim the apiserver refuses: no break-glass issuance, CERTSHARE_BREAK_GLASS_UNCLAIMED once; once it may, the claim and the issuance', async () => {
     await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
     // A policy of west's refusing every claim (admission holds for cluster administrators too).
-    const noClaims = await westRefuses(
+    const noClaims = await refusesIn(
+      west.cp,
       'test-no-claims',
       { apiGroups: ['coordination.k8s.io'], resources: ['leases'], operations: ['CREATE'] },
       "!object.metadata.name.startsWith('certshare-glass-')",
@@ -598,5 +612,53 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     // main before this change it read the two as in sync and left the garbage).
     await secretsHold([{ cp: east.cp, ns: NS }], SHARED, held, anyChange, 30_000);
     assert.equal(bed.issued(SHARED), orders, 'put back, not issued');
+  });
+});
+
+describe("a mirror into a member's Secret that did not go through (chaos seed 56)", () => {
+  const bed = useFederation(['shared']);
+  const { clock, replicas } = bed;
+  let west: Member;
+
+  before(async () => {
+    west = bed.member('west');
+    await bed.startReplica(bed.member('east'), 'shared', 'shared-0', { domains: [SHARED] });
+    for (const pod of ['shared-0', 'shared-1']) await bed.startReplica(west, 'shared', pod, { domains: [SHARED] });
+  });
+
+  const westReplicas = (): Replica[] => replicas.filter((r) => r.member === 'west');
+  const anyChange = (): Array<(listener: () => void) => () => void> => changesOf(replicas);
+  const agreed = (): string | undefined => agreedIn(replicas);
+
+  it("a mirror into west's Secret that did not go through is tried again soon, not at the loop's next look (chaos seed 56)", async () => {
+    // Seed 56 on 5fc7779: a member's writer could not write the home's renewal into its Secret ("trying again at the
+    // next read"); its copy not due, its next read was its check interval away, and the member's reader projected
+    // the copy the home had replaced until it expired. Here west's Secret refuses a new certificate for a while.
+    await until('every replica holds the first certificate', () => agreed() !== undefined, anyChange(), 60_000);
+    const held = agreed()!;
+    const first = current(replicas[0]!)!.info;
+    const noNewPair = await secretUpdatesRefusedIn(west.cp, 'test-no-new-pair', '!has(oldObject.data) || !has(object.data) || object.data == oldObject.data', {
+      data: { 'tls.crt': Buffer.from('probe').toString('base64') },
+    });
+    const refusedMirrors = (): number =>
+      logged(westReplicas(), /^(federation mirror write did not go through|could not mirror the new certificate locally yet)/);
+    const refusedBefore = refusedMirrors();
+    let renewed: string | undefined;
+    try {
+      clock.jumpTo(renewalTime(first, replicas[0]!.config.renewal) + 60_000);
+      const eastReplica = replicas.find((r) => r.member === 'east')!;
+      await until('east holds the renewal', () => serial(eastReplica) !== held, anyChange(), 60_000);
+      renewed = serial(eastReplica);
+      await secretsHold([{ cp: bed.home(), ns: HOME_NS }], SHARED, renewed!, anyChange, 30_000);
+      await until("west's writer is refused the renewal's mirror", () => refusedMirrors() > refusedBefore, anyChange(), 30_000);
+      assert.equal((await secretAt(west.cp, NS, SHARED)).serial, held, "west's Secret still holds the replaced copy");
+    } finally {
+      await noNewPair.remove();
+    }
+    // A second and a bit on (the first retry), within every Lease's 3 s and long before the next look a copy not due
+    // gets (--check-interval 1h): the mirror is tried again.
+    clock.jump(1100);
+    await secretsHold([{ cp: west.cp, ns: NS }], SHARED, renewed!, anyChange, 30_000);
+    await until("west's replicas hold the home's renewal", () => westReplicas().every((r) => serial(r) === renewed), anyChange(), 30_000);
   });
 });
