@@ -6,6 +6,7 @@
 import { formatGoDuration } from '../core/values/duration.ts';
 import type { BudgetLimit } from '../core/issuance/issuance-budget.ts';
 import type { RegisteredDomainRule } from '../core/issuance/registered-domain.ts';
+import { iso } from '../core/ports/clock.ts';
 
 export interface AcmeLimits {
   /** New certificates (first issuances of a name) per registered domain. Let's Encrypt: 50/168h. */
@@ -26,8 +27,7 @@ export class AcmeRateLimited extends Error {
 
 /** "2026-11-23 15:00:00 UTC", as Let's Encrypt writes the instant to retry after. */
 export function acmeRetryTime(ms: number): string {
-  return new Date(ms)
-    .toISOString()
+  return iso(ms)
     .replace('T', ' ')
     .replace(/\.\d+Z$/, ' UTC');
 }

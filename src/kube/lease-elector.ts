@@ -21,7 +21,7 @@ export class MicroTime extends V1MicroTime {
 }
 
 /** client-node hands MicroTime back as a string or a Date, depending on the path. */
-const stamp = (time: unknown): string => (time instanceof Date ? time.toISOString() : String(time ?? ''));
+const stamp = (time: unknown): string => (time instanceof Date ? iso(time.getTime()) : String(time ?? ''));
 
 /**
  * A Lease identity for this process: the Pod's name, readable in `kubectl get lease`, and a suffix of its
