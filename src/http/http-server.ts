@@ -7,7 +7,6 @@ import type { PodAddresses } from '../core/values/pod-addresses.ts';
 import type { Metrics } from './daemon-metrics.ts';
 import { ROUTING_PROOF_HEADER, type RoutingProofs } from './routing-proof.ts';
 import { NO_SCHEMAS } from './no-schemas.ts';
-import { dateHeaderWithoutIcu } from './date-header.ts';
 import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../core/served/leave-rotation.ts';
 
 export interface HttpServerDeps {
@@ -31,7 +30,6 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
   const options = { logger: false, keepAliveTimeout: 5000, return503OnClosing: true, schemaController: NO_SCHEMAS } as const;
   // Typed as the plain HTTP instance: the routes are the same, only the listener differs.
   const app = deps.https ? (Fastify({ ...options, https: { minVersion: 'TLSv1.2' } }) as unknown as FastifyInstance) : Fastify(options);
-  dateHeaderWithoutIcu(app.server);
   // No hook and a callback-style handler: /healthz is probed constantly, and every hook or async
   // handler costs per request (npm run bench: healthzVsBareFastify). The headers are set by the
   // handlers, the not-found handler and the error handler instead, which covers every response.
