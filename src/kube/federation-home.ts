@@ -187,9 +187,9 @@ class MirrorRetry {
     this.#failures.set(domain, entry);
     if (entry.scheduled || this.#stopping.signal.aborted) return;
     entry.scheduled = true;
+    // An expired or missing local copy bounds nothing: the doubling alone paces an apiserver in trouble.
     const timeLeft = (localNotAfter ?? 0) - this.#clock.now();
-    const byTimeLeft = timeLeft > 0 ? Math.max(MIRROR_RETRY_FLOOR_MS, timeLeft * CLAIM_RETRY_SHARE_OF_TIME_LEFT) : Number.POSITIVE_INFINITY;
-    const delay = Math.min(doubling(MIRROR_FIRST_RETRY_MS, entry.failures, MIRROR_RETRY_CAP_MS), byTimeLeft);
+    const delay = Math.max(MIRROR_RETRY_FLOOR_MS, retryWithin(MIRROR_FIRST_RETRY_MS, MIRROR_RETRY_CAP_MS, entry.failures, timeLeft > 0 ? timeLeft : Infinity));
     this.#clock.sleep(delay, this.#stopping.signal).then(
       () => {
         entry.scheduled = false;
@@ -226,12 +226,16 @@ interface Claim {
  */
 const CLAIM_FIRST_RETRY_MS = 5_000;
 const CLAIM_RETRY_CAP_MS = 5 * 60_000;
-const CLAIM_RETRY_SHARE_OF_TIME_LEFT = 0.1;
+
+/** A retry's delay: `first` doubling per failure up to `cap`, and never later than a tenth of `timeLeftMs`. */
+function retryWithin(first: number, cap: number, failures: number, timeLeftMs: number): number {
+  return Math.min(doubling(first, failures, cap), timeLeftMs * 0.1);
+}
 
 /**
  * A mirror into the local Secret that did not go through is tried again after this, doubling up to the cap, and
  * never later than a tenth of the local copy's time left: the member's readers serve that copy meanwhile, and the
- * loop's own next read may be a check interval away (seed 56: ten seconds of an expired copy at a member's reader).
+ * loop's own next read may be a check interval away (found by chaos seed 56).
  */
 const MIRROR_FIRST_RETRY_MS = 1_000;
 const MIRROR_RETRY_CAP_MS = 5 * 60_000;
@@ -415,7 +419,7 @@ export class Federation {
       claim.failures++;
       const now = clock.now();
       const timeLeft = Math.max(0, (claim.validity?.notAfter ?? now) - now);
-      claim.retryAt = now + Math.min(doubling(CLAIM_FIRST_RETRY_MS, claim.failures, CLAIM_RETRY_CAP_MS), timeLeft * CLAIM_RETRY_SHARE_OF_TIME_LEFT);
+      claim.retryAt = now + retryWithin(CLAIM_FIRST_RETRY_MS, CLAIM_RETRY_CAP_MS, claim.failures, timeLeft);
       if (claim.failures === 1) {
         const code = 'CERTSHARE_BREAK_GLASS_UNCLAIMED';
         logger.error({ code, ...args, err: apiErrorText(err) }, errorText(code, { ...args, cause: apiErrorText(err) }));
