@@ -29,10 +29,19 @@ const server = createServer({ cert: leaf.chainPem, key: leaf.keyPem }, (_request
 server.listen(Number(process.argv[2] ?? 0), '127.0.0.1', () => {
   const address = server.address();
   const port = typeof address === 'object' && address ? address.port : 0;
-  request({ host: '127.0.0.1', port, ca: ca.certPem, agent: false }, (response) => {
+  // Bounded and loud: a floor that never answered must not leave the bench waiting on it.
+  request({ host: '127.0.0.1', port, ca: ca.certPem, agent: false, timeout: 10_000 }, (response) => {
     response.once('end', () => process.stdout.write(`${JSON.stringify({ listening: `https://127.0.0.1:${port}` })}\n`));
     response.resume();
-  }).end();
+  })
+    .once('timeout', function (this: { destroy(err: Error): void }) {
+      this.destroy(new Error('no answer within 10 s'));
+    })
+    .once('error', (err) => {
+      process.stderr.write(`injector packages floor: its own HTTPS request failed: ${err.message}\n`);
+      process.exit(1);
+    })
+    .end();
 });
 const stop = (): void => {
   server.close(() => process.exit(0));
