@@ -135,6 +135,22 @@ describe("the budget's slot for a renew request", () => {
     assert.equal(ledger.entries.length, 2, 'a refusal takes nothing');
   });
 
+  // An id is the requester's to write (an old one too, once another request was answered): the slot its first
+  // asking took is no retry's once a certificate came back, nor in another process (a restart, a failover).
+  it('takes a new slot for an id asked again once a certificate came back, or in another process', async () => {
+    const ledger = new MemoryLedger();
+    ledger.entries = [{ domain: A, registeredDomain: 'tailnet-0000.ts.net', at: NOW - 2 * DAY, issued: true }];
+    const budget = budgetOf(ledger, 4);
+    assert.deepEqual(await budget.requestRenewal(A, 'r1', signal), { kind: 'granted' });
+    budget.certificateReturned(A);
+    assert.deepEqual(await budget.requestRenewal(A, 'r1', signal), { kind: 'granted' });
+    assert.equal(ledger.entries.length, 3, 'served, then asked again: a slot of its own');
+    assert.deepEqual(await budgetOf(ledger, 4).requestRenewal(A, 'r1', signal), { kind: 'granted' });
+    assert.equal(ledger.entries.length, 4, 'another process: a slot of its own');
+    assert.deepEqual(await budget.requestRenewal(A, 'r1', signal), { kind: 'granted' });
+    assert.equal(ledger.entries.length, 4, 'a retry in the process whose call has not come back: its slot');
+  });
+
   it("drops a request's slot once it left the window, keeps the first issuance's record", async () => {
     const ledger = new MemoryLedger();
     ledger.entries = [

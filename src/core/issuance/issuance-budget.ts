@@ -32,7 +32,8 @@ export interface LedgerEntry {
   /**
    * A slot an operator's renew request took (certshare renew): an issuance outside the renewal schedule,
    * counted like a first one for its window and then dropped (it makes nothing exempt). The request's id:
-   * a retry of the same request (its call failed) finds its slot instead of taking another.
+   * a retry of the same request (its call failed) finds its slot instead of taking another, in the process
+   * that took it and until a call returns a certificate (RenewRequests).
    */
   renew?: string;
   /**
@@ -281,8 +282,7 @@ export class IssuanceBudget {
   readonly #rule: RegisteredDomainRule;
 
   readonly #outOfBounds: OutOfBoundsLog;
-  /** What the name limit left for more renew requests when each request was granted (by request id). */
-  readonly #renewLeft = new Map<string, RenewLeft>();
+  readonly #renewRequests = new RenewRequests();
 
   constructor(options: {
     limit: BudgetLimit;
@@ -399,8 +399,8 @@ export class IssuanceBudget {
         const snapshot = await this.#read(signal, rd);
         const now = this.#clock.now();
         const live = liveEntries(snapshot.entries, now, this.limit, this.nameLimit);
-        if (live.some((e) => e.domain === domain && e.renew === request)) return { kind: 'granted' };
-        this.#noteRenewLeft(domain, request, live, now);
+        if (this.#renewRequests.isRetry(domain, request, live)) return { kind: 'granted' };
+        this.#renewRequests.noteLeft(domain, request, live, now, this.nameLimit);
         // The name's own limit first: a renew request never takes the issuances kept for ordinary renewals.
         const nameSlotAt = this.nameLimit && nextNameSlot(nameIssuances(live, domain, now, this.nameLimit), now, this.nameLimit, RENEW_RESERVE);
         if (nameSlotAt !== undefined && nameSlotAt > now) return { kind: 'refused', reason: 'name_reserve', registeredDomain: rd, nextSlotAt: nameSlotAt };
@@ -416,6 +416,7 @@ export class IssuanceBudget {
         }
         try {
           await this.#store.write([...live, { domain, registeredDomain: rd, at: now, issued: true, renew: request }], snapshot, signal, rd);
+          this.#renewRequests.took(domain, request);
           return { kind: 'granted' };
         } catch (err) {
           if (!isConflict(err) || attempt >= MAX_CONFLICTS) throw err;
@@ -424,19 +425,14 @@ export class IssuanceBudget {
     });
   }
 
-  /** What the name limit leaves for more renew requests of `domain` once `request` is served (none: no name limit). */
-  renewLeft(domain: string, request: string): RenewLeft | undefined {
-    return this.#renewLeft.get(`${domain}\u0000${request}`);
+  /** A call for `domain` returned a certificate: the renew request whose slot it took is served, its slot no retry's. */
+  certificateReturned(domain: string): void {
+    this.#renewRequests.returned(domain);
   }
 
-  /** Notes what one more renew request of `domain` would leave (renewLeft), before it is decided. */
-  #noteRenewLeft(domain: string, request: string, live: readonly LedgerEntry[], now: number): void {
-    const limit = this.nameLimit;
-    if (!limit) return;
-    const taken = [...nameIssuances(live, domain, now, limit), now];
-    const left = Math.max(0, limit.count - RENEW_RESERVE - taken.length);
-    if (this.#renewLeft.size > 256) this.#renewLeft.clear(); // one per request served; a bound, not a cache to keep
-    this.#renewLeft.set(`${domain}\u0000${request}`, { left, of: limit, until: nextNameSlot(taken, now, limit, RENEW_RESERVE) });
+  /** What the name limit leaves for more renew requests of `domain` once `request` is served (none: no name limit). */
+  renewLeft(domain: string, request: string): RenewLeft | undefined {
+    return this.#renewRequests.left(domain, request);
   }
 
   /**
@@ -693,6 +689,46 @@ function describeEntry(e: LedgerEntry): string {
   const text = (value: string): string => JSON.stringify(value.slice(0, 256));
   const renew = e.renew !== undefined ? `, renew ${text(e.renew)}` : '';
   return `{domain ${text(e.domain)}, registeredDomain ${text(e.registeredDomain)}, at ${iso(e.at)}, issued ${e.issued}${renew}}`;
+}
+
+/** What the budget of one process remembers of renew requests (IssuanceBudget.requestRenewal). */
+class RenewRequests {
+  /** What the name limit left for more renew requests when each request was granted (by request id). */
+  readonly #left = new Map<string, RenewLeft>();
+  /**
+   * Per domain, the renew request whose slot this process took and whose call has returned no certificate
+   * yet: only its retry finds that slot again. An id is the requester's to write, an old one too once
+   * another request was answered: a slot found in the ledger alone may have been served already, and asked
+   * for again, would be an issuance no slot counts (name limit and budget both passed by). After a restart
+   * or a failover the request takes a new slot: counted twice, never not at all.
+   */
+  readonly #calls = new Map<string, string>();
+
+  /** Whether `request` of `domain` is the retry of this process's call for it, its slot still in the window. */
+  isRetry(domain: string, request: string, live: readonly LedgerEntry[]): boolean {
+    return this.#calls.get(domain) === request && live.some((e) => e.domain === domain && e.renew === request);
+  }
+
+  took(domain: string, request: string): void {
+    this.#calls.set(domain, request);
+  }
+
+  returned(domain: string): void {
+    this.#calls.delete(domain);
+  }
+
+  left(domain: string, request: string): RenewLeft | undefined {
+    return this.#left.get(`${domain}\u0000${request}`);
+  }
+
+  /** Notes what one more renew request of `domain` would leave (left), before it is decided. */
+  noteLeft(domain: string, request: string, live: readonly LedgerEntry[], now: number, limit: NameLimit | undefined): void {
+    if (!limit) return;
+    const taken = [...nameIssuances(live, domain, now, limit), now];
+    const left = Math.max(0, limit.count - RENEW_RESERVE - taken.length);
+    if (this.#left.size > 256) this.#left.clear(); // one per request served; a bound, not a cache to keep
+    this.#left.set(`${domain}\u0000${request}`, { left, of: limit, until: nextNameSlot(taken, now, limit, RENEW_RESERVE) });
+  }
 }
 
 /**

@@ -103,6 +103,7 @@ export class IssueCall {
     }
     // The CA's request for this certificate has been acted on (at most one order each).
     if (previous && isAriReason(asked.reason)) this.#deps.renewalInfo?.renewalDone(this.domain, previous.info.serial);
+    this.#deps.budget?.certificateReturned(this.domain);
     if (reserved) {
       // The CA issued (whatever our validation says next): later issuances of this domain are renewals.
       await this.#deps.budget?.issued(this.domain, signal).catch((err: unknown) => {
