@@ -140,15 +140,21 @@ describe("the budget's slot for a renew request", () => {
   it('takes a new slot for an id asked again once a certificate came back, or in another process', async () => {
     const ledger = new MemoryLedger();
     ledger.entries = [{ domain: A, registeredDomain: 'tailnet-0000.ts.net', at: NOW - 2 * DAY, issued: true }];
-    const budget = budgetOf(ledger, 4);
-    assert.deepEqual(await budget.requestRenewal(A, 'r1', signal), { kind: 'granted' });
-    budget.certificateReturned(A);
-    assert.deepEqual(await budget.requestRenewal(A, 'r1', signal), { kind: 'granted' });
+    const clock = new FakeClock(NOW);
+    const inProcess = (): IssuanceBudget => new IssuanceBudget({ limit: { count: 5, windowMs: 7 * DAY }, store: ledger, clock, logger: silentLogger });
+    const first = inProcess();
+    assert.deepEqual(await first.requestRenewal(A, 'r1', signal), { kind: 'granted' });
+    first.certificateReturned(A);
+    await clock.advance(1000);
+    assert.deepEqual(await first.requestRenewal(A, 'r1', signal), { kind: 'granted' });
     assert.equal(ledger.entries.length, 3, 'served, then asked again: a slot of its own');
-    assert.deepEqual(await budgetOf(ledger, 4).requestRenewal(A, 'r1', signal), { kind: 'granted' });
-    assert.equal(ledger.entries.length, 4, 'another process: a slot of its own');
-    assert.deepEqual(await budget.requestRenewal(A, 'r1', signal), { kind: 'granted' });
-    assert.equal(ledger.entries.length, 4, 'a retry in the process whose call has not come back: its slot');
+    assert.deepEqual(await first.requestRenewal(A, 'r1', signal), { kind: 'granted' });
+    assert.equal(ledger.entries.length, 3, 'its retry, no certificate back yet: the same slot');
+    await clock.advance(1000);
+    assert.deepEqual(await inProcess().requestRenewal(A, 'r1', signal), { kind: 'granted' });
+    assert.equal(ledger.entries.length, 4, 'another process (a restart, a failover): a slot of its own');
+    assert.deepEqual(await first.requestRenewal(A, 'r1', signal), { kind: 'granted' });
+    assert.equal(ledger.entries.length, 5, 'the first process again, past the later slot: a slot of its own');
   });
 
   it("drops a request's slot once it left the window, keeps the first issuance's record", async () => {

@@ -416,7 +416,7 @@ export class IssuanceBudget {
         }
         try {
           await this.#store.write([...live, { domain, registeredDomain: rd, at: now, issued: true, renew: request }], snapshot, signal, rd);
-          this.#renewRequests.took(domain, request);
+          this.#renewRequests.took(domain, request, now);
           return { kind: 'granted' };
         } catch (err) {
           if (!isConflict(err) || attempt >= MAX_CONFLICTS) throw err;
@@ -696,21 +696,25 @@ class RenewRequests {
   /** What the name limit left for more renew requests when each request was granted (by request id). */
   readonly #left = new Map<string, RenewLeft>();
   /**
-   * Per domain, the renew request whose slot this process took and whose call has returned no certificate
-   * yet: only its retry finds that slot again. An id is the requester's to write, an old one too once
-   * another request was answered: a slot found in the ledger alone may have been served already, and asked
-   * for again, would be an issuance no slot counts (name limit and budget both passed by). After a restart
-   * or a failover the request takes a new slot: counted twice, never not at all.
+   * Per domain, the renew request whose slot this process took (and when) and whose call has returned no
+   * certificate yet: only its retry finds that slot again. An id is the requester's to write, an old one too
+   * once another request was answered: a slot found in the ledger alone may have been served already, and
+   * asked for again, would be an issuance no slot counts (name limit and budget both passed by). After a
+   * restart, or once the ledger holds a later entry of the name (another writer's slot or renewal: a
+   * failover), the request takes a new slot: counted twice, never not at all.
    */
-  readonly #calls = new Map<string, string>();
+  readonly #calls = new Map<string, { request: string; at: number }>();
 
-  /** Whether `request` of `domain` is the retry of this process's call for it, its slot still in the window. */
+  /** Whether `request` of `domain` is the retry of this process's call for it, its slot the name's last entry. */
   isRetry(domain: string, request: string, live: readonly LedgerEntry[]): boolean {
-    return this.#calls.get(domain) === request && live.some((e) => e.domain === domain && e.renew === request);
+    const call = this.#calls.get(domain);
+    if (call?.request !== request) return false;
+    const ofName = live.filter((e) => e.domain === domain);
+    return ofName.some((e) => e.renew === request) && !ofName.some((e) => e.at > call.at);
   }
 
-  took(domain: string, request: string): void {
-    this.#calls.set(domain, request);
+  took(domain: string, request: string, at: number): void {
+    this.#calls.set(domain, { request, at });
   }
 
   returned(domain: string): void {
