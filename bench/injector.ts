@@ -1,7 +1,8 @@
 // The injector's figures on the real control plane: admission latency as the apiserver measures it
 // (apiserver_admission_webhook_admission_duration_seconds) while Pods are created, and idle RSS of the
 // production bundle, under manifests/injector's ServiceAccount and RBAC, next to its baseline's: the
-// packages it needs, alone (bench/injector-packages.ts).
+// packages it needs, alone (bench/injector-packages.ts). Both run with the Deployment's runtime variables
+// (NODE_OPTIONS, GLIBC_TUNABLES: test/support/injector-deployment.ts), as the cluster runs the injector.
 import { fileURLToPath } from 'node:url';
 import type { ControlPlane } from '../test/harness/control-plane.ts';
 import { bucketIncrease, histogramQuantile } from '../test/support/histogram.ts';
@@ -9,6 +10,7 @@ import { must } from '../test/support/kube.ts';
 import { freePort } from '../test/support/processes.ts';
 import { labelsOf, metricSeries } from './lib/apiserver.ts';
 import { injectorLoopbackFlags } from '../test/support/replica-flags.ts';
+import { injectorRuntimeEnv } from '../test/support/injector-deployment.ts';
 import { type BaselineBuild, startBaseline, waitListening } from './lib/baseline.ts';
 import { bundleMain, IMAGE_NODE_FLAGS } from './lib/certshare.ts';
 import { Proc, cleanEnv, cpuMs, idleRss, type MemStatus } from './lib/proc.ts';
@@ -46,8 +48,9 @@ async function admissionBuckets(cp: ControlPlane): Promise<Map<number, number>> 
 }
 
 export async function injectorPhase(cp: ControlPlane, pods: number, size: BenchSize, packages: BaselineBuild): Promise<InjectorResults> {
+  const runtime = await injectorRuntimeEnv();
   progress("injector's packages alone: idle RSS");
-  const baseline = startBaseline(packages, 0);
+  const baseline = startBaseline(packages, 0, runtime);
   await waitListening(baseline);
   const [packagesRss] = await idleRss([baseline.pid], size.idle);
   await baseline.stop();
@@ -72,7 +75,7 @@ export async function injectorPhase(cp: ControlPlane, pods: number, size: BenchS
       '--drain-delay',
       '0s',
     ],
-    { env: cleanEnv({ KUBECONFIG: kubeconfig, POD_NAMESPACE: 'certshare' }), mustRun: true },
+    { env: cleanEnv({ ...runtime, KUBECONFIG: kubeconfig, POD_NAMESPACE: 'certshare' }), mustRun: true },
   );
   try {
     await proc.waitForLog((e) => e.msg === 'serving a new webhook certificate', 60_000, 'the first served certificate');

@@ -37,11 +37,12 @@ export async function buildBaseline(dir: string, name: string): Promise<Baseline
 
 /**
  * The bundled baseline on `port` (0: any), as the image would run it: the image's Node flags, the compile
- * cache for all of it (the daemon's covers every chunk but its entry's first imports: src/cli/main.ts).
+ * cache for all of it (the daemon's covers every chunk but its entry's first imports: src/cli/main.ts),
+ * and `env`: the variables the measured process runs with beside it (the injector's Deployment's).
  */
-export function startBaseline(baseline: BaselineBuild, port: number): Proc {
+export function startBaseline(baseline: BaselineBuild, port: number, env: Record<string, string> = {}): Proc {
   return new Proc(baseline.name, [...IMAGE_NODE_FLAGS, baseline.main, String(port)], {
-    env: cleanEnv({ NODE_COMPILE_CACHE: baseline.cacheDir }),
+    env: cleanEnv({ ...env, NODE_COMPILE_CACHE: baseline.cacheDir }),
     mustRun: true,
   });
 }

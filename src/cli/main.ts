@@ -5,7 +5,7 @@ import { commandUsage, parseFlags } from '../flags/flags.ts';
 import { RUN_FLAGS, RUN_HELP, daemonConfigFrom } from '../config/run-options.ts';
 import { useCompileCache } from './compile-cache.ts';
 import { exitFatal } from './fatal.ts';
-import { optimizingCompilersAfterStart, withoutOptimizingCompilers } from '../http/heap-saving.ts';
+import { optimizingCompilersAfterStart, smallBufferPool, withoutOptimizingCompilers } from '../http/heap-saving.ts';
 
 const TOP_USAGE = `Usage: certshare <command> [flags]
 
@@ -20,8 +20,6 @@ Commands:
 Run "certshare <command> --help" for the flags of a command.`;
 
 async function main(argv: string[]): Promise<number> {
-  // Before the commands' chunks load: the bundle's compile cache (dist/compile-cache), if there is one.
-  useCompileCache(join(import.meta.dirname, '..'));
   const [command, ...rest] = argv;
   if (command === undefined || command === '--help' || command === '-h' || command === 'help') {
     console.log(TOP_USAGE);
@@ -29,6 +27,10 @@ async function main(argv: string[]): Promise<number> {
   }
   switch (command) {
     case 'run': {
+      // Before its chunks load: the bundle's compile cache (dist/compile-cache), if there is one. `run` alone:
+      // V8 takes an entry only under the flags it was made with (run's), and Node holds every entry it read
+      // or made again until the process ends, so any other command would keep a refused copy of its code.
+      useCompileCache(join(import.meta.dirname, '..'));
       const values = parseFlags(RUN_FLAGS, rest, process.env);
       if (values.help) {
         console.log(commandUsage(RUN_HELP));
@@ -50,6 +52,7 @@ async function main(argv: string[]): Promise<number> {
     }
     case 'injector': {
       withoutOptimizingCompilers();
+      smallBufferPool();
       const { injectorCommand } = await import('./injector-command.ts');
       return injectorCommand(rest);
     }

@@ -1,4 +1,5 @@
 // V8's memory-saving heap mode, switched on when a daemon manages enough domains for it to pay.
+import { Buffer } from 'node:buffer';
 import { setFlagsFromString } from 'node:v8';
 
 /**
@@ -37,6 +38,16 @@ export function heapSavingSwitch(threshold = HEAP_SAVING_DOMAINS, setFlags: (fla
  */
 export function withoutOptimizingCompilers(setFlags: (flags: string) => void = setFlagsFromString): void {
   for (const flag of ['--no-sparkplug', '--no-maglev', '--no-turbofan', '--optimize-for-size']) setFlags(flag);
+}
+
+/**
+ * Node's pool of small Buffers at 8 KiB instead of Node 24's 64 KiB, for the injector: an admission takes a
+ * few small Buffers from the pool, a pool lives on until its last slice is collected, and an idle injector
+ * seldom collects, so with 64 KiB pools it stays resident with the pools of the admissions before
+ * (docs/performance.md). A Buffer over half the pool gets one of its own size.
+ */
+export function smallBufferPool(buffer: { poolSize: number } = Buffer): void {
+  buffer.poolSize = 8 * 1024;
 }
 
 /**

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { heapSavingSwitch, optimizingCompilersAfterStart, withoutOptimizingCompilers } from '../../src/http/heap-saving.ts';
+import { heapSavingSwitch, optimizingCompilersAfterStart, smallBufferPool, withoutOptimizingCompilers } from '../../src/http/heap-saving.ts';
 import { DOMAIN, emulatorIn, FAST_FLAGS, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { until } from '../support/wait.ts';
 
@@ -41,7 +41,6 @@ describe('V8 optimizing only after the start', () => {
 
 describe('V8 without its optimizing compilers', () => {
   const dir = useTempDir();
-  const MAIN = join(import.meta.dirname, '../../src/cli/main.ts');
 
   it('sets the flags that leave every function bytecode', () => {
     const set: string[] = [];
@@ -50,31 +49,17 @@ describe('V8 without its optimizing compilers', () => {
   });
 
   // A preload asks V8, as the process exits, to optimize a function at once (natives syntax): refused only
-  // when TurboFan is off at run time. With `stopAfter`, the command gets SIGTERM once its stdout says so.
+  // when TurboFan is off at run time.
   async function optimizedAtExit(args: string[], stopAfter?: string): Promise<boolean> {
-    const preload = join(dir(), 'optimization-status.cjs');
-    await writeFile(
-      preload,
-      "process.on('exit', () => {\n" +
-        '  function hot(x) { let s = 0; for (let i = 0; i < 10; i++) s += (x * i) % 7; return s; }\n' +
+    const status = await reportedAtExit(
+      dir(),
+      '  function hot(x) { let s = 0; for (let i = 0; i < 10; i++) s += (x * i) % 7; return s; }\n' +
         '  %PrepareFunctionForOptimization(hot); hot(1); hot(2); %OptimizeFunctionOnNextCall(hot); hot(3);\n' +
-        "  process.stderr.write('optimized: ' + ((%GetOptimizationStatus(hot) & 16) !== 0) + '\\n');\n" +
-        '});\n',
+        '  const report = (%GetOptimizationStatus(hot) & 16) !== 0;\n',
+      args,
+      stopAfter,
     );
-    const child = spawn(process.execPath, ['--allow-natives-syntax', '--require', preload, MAIN, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => {
-      stdout += d;
-      if (stopAfter && stdout.includes(stopAfter)) child.kill('SIGTERM');
-    });
-    child.stderr.on('data', (d: Buffer) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-    await once(child, 'close');
-    clearTimeout(timer);
-    const m = /optimized: (true|false)/.exec(stderr);
-    assert.ok(m, `no optimization status in: ${stderr}\n${stdout}`);
-    return m[1] === 'true';
+    return status === 'true';
   }
 
   it('is how the injector runs, and not the daemon (its /healthz would cost 4-6 times the CPU)', async () => {
@@ -125,3 +110,43 @@ describe('a daemon and the heap-saving switch', () => {
     }
   });
 });
+
+describe("Node's small Buffer pool", () => {
+  const dir = useTempDir();
+
+  it('sets 8 KiB', () => {
+    const buffer = { poolSize: 64 * 1024 };
+    smallBufferPool(buffer);
+    assert.equal(buffer.poolSize, 8 * 1024);
+  });
+
+  it('is how the injector runs, and not the daemon', async () => {
+    const poolSize = (args: string[]) => reportedAtExit(dir(), "  const report = require('node:buffer').Buffer.poolSize;\n", args);
+    assert.equal(await poolSize(['injector', '--help']), String(8 * 1024), 'injector');
+    assert.equal(await poolSize(['run', '--help']), String(64 * 1024), 'run');
+  });
+});
+
+/**
+ * Runs src/cli/main.ts with `args` and a preload whose exit handler runs `body` (natives syntax allowed), which
+ * sets `report`; answers what it reported. With `stopAfter`, the command gets SIGTERM once its stdout says so.
+ */
+async function reportedAtExit(dir: string, body: string, args: string[], stopAfter?: string): Promise<string> {
+  const preload = join(dir, 'report-at-exit.cjs');
+  await writeFile(preload, `process.on('exit', () => {\n${body}  process.stderr.write('reported: ' + report + '\\n');\n});\n`);
+  const main = join(import.meta.dirname, '../../src/cli/main.ts');
+  const child = spawn(process.execPath, ['--allow-natives-syntax', '--require', preload, main, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => {
+    stdout += d;
+    if (stopAfter && stdout.includes(stopAfter)) child.kill('SIGTERM');
+  });
+  child.stderr.on('data', (d: Buffer) => (stderr += d));
+  const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+  await once(child, 'close');
+  clearTimeout(timer);
+  const m = /reported: (\S+)/.exec(stderr);
+  assert.ok(m, `nothing reported in: ${stderr}\n${stdout}`);
+  return m[1]!;
+}

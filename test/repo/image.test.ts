@@ -106,6 +106,21 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
     }
   });
 
+  it("only run reads the compile cache: the injector's and the other commands' flags would have it refused and held", () => {
+    const [node, ...rest] = DIST_COMMAND;
+    assert.equal(node, DISTROLESS_NODE);
+    for (const command of ['injector', 'renew', 'advertise-agent', 'emulator']) {
+      const res = spawnSync(process.execPath, [...rest, command, '--help'], {
+        cwd: app,
+        encoding: 'utf8',
+        env: { PATH: '/usr/bin:/bin', ...final.env, NODE_DEBUG_NATIVE: 'COMPILE_CACHE' },
+        timeout: 30_000,
+      });
+      assert.equal(res.status, 0, `${command} --help: ${res.stderr}`);
+      assert.doesNotMatch(res.stderr, /\[compile cache\]/, `${command} --help`);
+    }
+  });
+
   it('every chunk loads with nothing installed (kube client and emulator included)', async () => {
     const chunks = (await filesUnder(join(app, 'dist'))).filter((f) => f.startsWith('chunks/'));
     assert.ok(chunks.length > 3, `${chunks.length} chunks`);

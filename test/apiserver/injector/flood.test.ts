@@ -14,12 +14,12 @@ import { type TLSSocket, connect } from 'node:tls';
 import { setTimeout as delay } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { loadAll } from 'js-yaml';
 import { buildDist } from '../../../scripts/build.ts';
 import { ANNOTATION } from '../../../src/injector/mutate.ts';
 import { MAX_BODY_BYTES } from '../../../src/injector/tls-server.ts';
 import { useControlPlane } from '../../harness/use-control-plane.ts';
 import { imageNodeFlags } from '../../support/dockerfile.ts';
+import { injectorContainer, injectorRuntimeEnv } from '../../support/injector-deployment.ts';
 import { must } from '../../support/kube.ts';
 import { deathSignalPrefix, freePort } from '../../support/processes.ts';
 import { injectorLoopbackFlags } from '../../support/replica-flags.ts';
@@ -29,25 +29,6 @@ const CONFIG = 'certshare-injector';
 const INJECTOR_NS = 'certshare';
 const MANIFESTS = fileURLToPath(new URL('../../../manifests/injector', import.meta.url));
 const FLOOD_MS = 20_000;
-
-interface InjectorContainer {
-  env?: Array<{ name: string; value?: string }>;
-  resources: { limits: { memory: string } };
-}
-async function injectorContainer(): Promise<InjectorContainer> {
-  const docs = loadAll(await readFile(`${MANIFESTS}/deployment.yaml`, 'utf8')) as Array<{ kind?: string } | null>;
-  const deployment = docs.find((d) => d?.kind === 'Deployment') as { spec: { template: { spec: { containers: InjectorContainer[] } } } };
-  return deployment.spec.template.spec.containers[0]!;
-}
-
-/** V8 flags as the image runs the injector: the Dockerfile's ENTRYPOINT, then the Deployment's NODE_OPTIONS. */
-async function injectorNodeFlags(): Promise<string[]> {
-  const nodeOptions = (await injectorContainer()).env?.find((e) => e.name === 'NODE_OPTIONS')?.value ?? '';
-  return [
-    ...imageNodeFlags(await readFile(fileURLToPath(new URL('../../../Dockerfile', import.meta.url)), 'utf8')),
-    ...nodeOptions.split(/\s+/).filter(Boolean),
-  ];
-}
 
 /** A JSON body of `bytes` bytes made of as many small keys as fit: the most objects per byte to parse. */
 function expensiveJson(bytes: number): Buffer {
@@ -85,13 +66,14 @@ describe('the webhook under a flood from other Pods, while the apiserver creates
     await must(cp().kubectl(['label', 'namespace', ns, 'certshare.io/injection=enabled']));
     const kubeconfig = await cp().kubeconfigFor(INJECTOR_NS, 'certshare-injector');
     const [command, ...prefix] = [...deathSignalPrefix(), process.execPath];
-    const NODE_FLAGS = await injectorNodeFlags();
+    // As the image runs it: the Dockerfile's Node flags, the Deployment's NODE_OPTIONS and allocator settings.
+    const NODE_FLAGS = imageNodeFlags(await readFile(fileURLToPath(new URL('../../../Dockerfile', import.meta.url)), 'utf8'));
     // What the image runs: the production bundle (module loading from sources costs tens of MB more).
     dist = await mkdtemp(join(tmpdir(), 'certshare-flood-'));
     await buildDist(join(dist, 'dist'));
     const MAIN = join(dist, 'dist/cli/main.js');
     injector = spawn(command!, [...prefix, ...NODE_FLAGS, MAIN, 'injector', ...injectorLoopbackFlags(port), '--log-level', 'warn'], {
-      env: { ...process.env, KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS, POD_NAME: 'injector-flood' },
+      env: { ...process.env, ...(await injectorRuntimeEnv()), KUBECONFIG: kubeconfig, POD_NAMESPACE: INJECTOR_NS, POD_NAME: 'injector-flood' },
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     injector.stderr!.setEncoding('utf8').on('data', (chunk: string) => (stderr = (stderr + chunk).slice(-4000)));

@@ -10,6 +10,7 @@ import { envName, findFlag } from '../../../src/flags/flags.ts';
 import { INJECTOR_FLAGS } from '../../../src/config/injector-options.ts';
 import { SIDECAR_FORM_CONFIGMAP } from '../../../src/injector/sidecar-form.ts';
 import { parseTarget } from '../../../src/core/injector-ca/ca-targets.ts';
+import { RUNTIME_VARIABLES } from '../../support/injector-deployment.ts';
 
 const DIR = fileURLToPath(new URL('../../../manifests/injector', import.meta.url));
 
@@ -39,8 +40,8 @@ describe('manifests/injector', () => {
     assert.equal(service!.metadata.name, flagDefault('service'));
     const container = spec.template.spec.containers[0]!;
     assert.deepEqual(container.args, ['injector']);
-    // NODE_OPTIONS is Node's own (the heap bound; test/apiserver/injector/flood.test.ts runs the injector with it).
-    const known = new Set([...INJECTOR_FLAGS.map((f) => envName(f.name)), 'POD_NAMESPACE', 'POD_NAME', 'NODE_OPTIONS']);
+    // The runtime's own (Node's heap bound, glibc's allocator): the flood test and the bench run the injector with them.
+    const known = new Set([...INJECTOR_FLAGS.map((f) => envName(f.name)), 'POD_NAMESPACE', 'POD_NAME', ...RUNTIME_VARIABLES]);
     for (const e of container.env) assert.ok(known.has(e.name), `${e.name} is not read by certshare injector`);
     assert.deepEqual(
       container.ports.map((p) => p.containerPort),
