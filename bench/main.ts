@@ -231,6 +231,8 @@ const s = standalone!;
 // fastify right after): on a shared machine the load varies over a run, and a pair sees the same.
 const healthzRps = median(s.healthz.map((r) => r.rps));
 const pairRatios = s.healthz.map((r, i) => r.rps / s.fastify[i]!.rps);
+// The same pairs of two bare fastify processes: how far from 1 they land is what the comparison can tell apart.
+const twinRatios = s.twin.map((r, i) => r.rps / s.fastify[i]!.rps);
 // The same comparison in CPU time per request (bare fastify's over the daemon's): what each server costs,
 // which a busy neighbour on the machine does not change as much as it changes requests per second.
 const cpuRatios = s.healthzCpuUs.map((us, i) => s.fastifyCpuUs[i]! / us);
@@ -262,6 +264,7 @@ const figures: Record<string, number | null> = {
   healthzRps: Math.round(healthzRps),
   healthzP99Ms: healthzP99,
   healthzVsBareFastify: round(median(pairRatios), 2),
+  bareFastifyTwinVsBareFastify: round(median(twinRatios), 2),
   healthzCpuUsPerRequest: round(median(s.healthzCpuUs), 1),
   healthzCpuVsBareFastify: round(median(cpuRatios), 2),
   apiRequestsPerReplicaHour: apiPerReplicaHour === null ? null : round(apiPerReplicaHour, 1),
@@ -309,11 +312,14 @@ const baseline: Record<string, string> = {
   propagationP99Ms: propagation ? `${target('propagationP99Ms')}; max ${Math.round(Math.max(...propagation.samplesMs))}` : 'skipped',
   healthzRps:
     `bare fastify ${Math.round(fastifyRps)} req/s ` +
-    `(medians of ${s.healthz.length} interleaved rounds, ${loadS} s each in all, 10 connections${s.pinned ? ', 1 CPU each' : ''})`,
+    `(medians of ${s.healthz.length} interleaved rounds of fresh processes, ${loadS} s each in all, 10 connections${s.pinned ? ', 1 CPU each' : ''})`,
   healthzP99Ms: `bare fastify ${fastifyP99} ms`,
   healthzCpuUsPerRequest: `server CPU time per response; bare fastify ${round(median(s.fastifyCpuUs), 1)} us`,
   healthzCpuVsBareFastify: `bare fastify's CPU per response over the daemon's; rounds: ${cpuRatios.map((r) => round(r, 2)).join(', ')}`,
   healthzVsBareFastify: `${target('healthzVsBareFastify')}; median of round pairs: ${pairRatios.map((r) => round(r, 2)).join(', ')}`,
+  bareFastifyTwinVsBareFastify:
+    'no goal; a second bare fastify measured as the daemon is: its distance from 1 is the resolution of healthzVsBareFastify in this run; ' +
+    `rounds: ${twinRatios.map((r) => round(r, 2)).join(', ')}`,
   apiRequestsPerReplicaHour: rest
     ? `${target('apiRequestsPerReplicaHour')}; window ${round(rest.windowS, 0)} s x ${rest.replicas} replicas; ` +
       `all series ${rest.allSeriesDelta} (apiserver's own)`

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type BaselineBuild, startBaseline, waitListening } from './lib/baseline.ts';
 import { CertFileWatch, spawnImageEntry, startEmulator } from './lib/certshare.ts';
-import { freePort, httpRequest, pollHealthy } from './lib/http.ts';
+import { freePort, pollHealthy } from './lib/http.ts';
 import { pinningAvailable, pinProcess, runLoad, type LoadResult } from './lib/load.ts';
 import { cpuMs, idleRss, Proc, threadsCpuMs, type MemStatus } from './lib/proc.ts';
 import type { BenchSize } from './lib/size.ts';
@@ -30,6 +30,8 @@ export interface StandaloneResults {
   fastifyHello: MemStatus;
   healthz: LoadResult[];
   fastify: LoadResult[];
+  /** A second bare fastify, measured as the other two: against the first, the resolution of the comparison. */
+  twin: LoadResult[];
   /** CPU time of each server per 2xx response in each round (microseconds), same order as healthz / fastify. */
   healthzCpuUs: number[];
   fastifyCpuUs: number[];
@@ -62,6 +64,27 @@ async function startFastifyHello(hello: BaselineBuild): Promise<{ proc: Proc; po
   return { proc, port: await waitListening(proc) };
 }
 
+type LoadServer = 'daemon' | 'fastify' | 'twin';
+interface LoadRounds {
+  results: LoadResult[];
+  /** CPU time per 2xx response in each round (microseconds). */
+  cpuUs: number[];
+}
+const newRounds = (): LoadRounds => ({ results: [], cpuUs: [] });
+
+async function startLoadHello(hello: BaselineBuild): Promise<{ pid: number; port: number; stop(): Promise<void> }> {
+  const { proc, port } = await startFastifyHello(hello);
+  return { pid: proc.pid, port, stop: () => proc.stop() };
+}
+
+/** The image's entry with its certificate stored, once /healthz answers 200. */
+async function startHealthyDaemon(baseArgs: string[]): Promise<{ pid: number; port: number; stop(): Promise<void> }> {
+  const port = await freePort();
+  const proc = spawnImageEntry('certshare under load', [...baseArgs, '--domain', STANDALONE_DOMAIN, '--listen', `127.0.0.1:${port}`]);
+  await pollHealthy(port, 20_000, () => proc.exitInfo === undefined);
+  return { pid: proc.pid, port, stop: () => proc.stop() };
+}
+
 export async function standalonePhase(dir: string, o: StandaloneOptions, bareNode: MemStatus): Promise<StandaloneResults> {
   const emulator = await startEmulator(join(dir, 'emulator'), 'standalone', ['--domain', STANDALONE_DOMAIN]);
   const certDir = join(dir, 'certs');
@@ -75,47 +98,43 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   await files.next(30_000);
   const [standalone] = await idleRss([daemon.pid], o.size.idle);
 
-  // 2. /healthz under load, against a bare fastify hello measured the same way (interleaved rounds).
+  // 2. /healthz under load, against a bare fastify hello measured the same way, and a second bare fastify
+  // (its twin): fresh processes each round. Two starts of one program on this machine differ for as long as
+  // they run (docs/performance.md), so one process per server for every round would compare the luck of two
+  // starts; the twin against the bare fastify shows what is left of it in the medians.
   const hello = await startFastifyHello(o.hello);
   const [fastifyHello] = await idleRss([hello.proc.pid], {
     ...o.size.idle,
     idleMs: Math.min(1000, o.size.idle.idleMs),
     spanMs: Math.min(1000, o.size.idle.spanMs),
   });
-  const daemonUrl = `http://127.0.0.1:${port}/healthz`;
-  const helloUrl = `http://127.0.0.1:${hello.port}/healthz`;
-  for (const url of [daemonUrl, helloUrl]) {
-    const check = await httpRequest({ port: Number(new URL(url).port) }, 'GET', '/healthz');
-    if (check.status !== 200) throw new Error(`${url}: HTTP ${check.status} ${check.body}`);
-  }
-  pinProcess(daemon.pid, 0);
-  pinProcess(hello.proc.pid, 0);
-  progress(
-    `load: warm-up, then ${o.loadSeconds} s each on /healthz of the daemon and of a bare fastify ` +
-      `(${o.connections} connections${pinningAvailable() ? '; servers on CPU 0, autocannon on CPU 1' : ''})`,
-  );
-  await runLoad(daemonUrl, o.size.warmupSeconds, o.connections);
-  await runLoad(helloUrl, o.size.warmupSeconds, o.connections);
-  const healthz: LoadResult[] = [];
-  const fastify: LoadResult[] = [];
-  const healthzCpuUs: number[] = [];
-  const fastifyCpuUs: number[] = [];
-  // Short interleaved rounds, medians: on a small shared machine a neighbour's burst then spoils one
-  // round of one server instead of the whole comparison.
-  const rounds = Math.max(1, Math.floor(o.loadSeconds / 2));
-  for (let i = 0; i < rounds; i++) {
-    for (const [pid, url, results, cpuUs] of [
-      [daemon.pid, daemonUrl, healthz, healthzCpuUs],
-      [hello.proc.pid, helloUrl, fastify, fastifyCpuUs],
-    ] as const) {
-      const cpuBefore = await cpuMs(pid);
-      const result = await runLoad(url, Math.max(1, Math.round(o.loadSeconds / rounds)), o.connections);
-      results.push(result);
-      cpuUs.push(((await cpuMs(pid)) - cpuBefore) * (1000 / result.ok));
-    }
-  }
   await hello.proc.stop();
   await daemon.stop();
+  progress(
+    `load: ${o.loadSeconds} s each on /healthz of the daemon, a bare fastify and its twin, fresh processes each round ` +
+      `(${o.connections} connections${pinningAvailable() ? '; servers on CPU 0, autocannon on CPU 1' : ''})`,
+  );
+  const load: Record<LoadServer, LoadRounds> = { daemon: newRounds(), fastify: newRounds(), twin: newRounds() };
+  // Short rounds, medians: on a small shared machine a neighbour's burst then spoils one round of one server.
+  const rounds = Math.max(1, Math.floor(o.loadSeconds / 2));
+  for (let i = 0; i < rounds; i++) {
+    const servers: Array<[LoadServer, { pid: number; port: number; stop(): Promise<void> }]> = [
+      ['daemon', await startHealthyDaemon(baseArgs)],
+      ['fastify', await startLoadHello(o.hello)],
+      ['twin', await startLoadHello(o.hello)],
+    ];
+    for (const [, server] of servers) {
+      pinProcess(server.pid, 0);
+      await runLoad(`http://127.0.0.1:${server.port}/healthz`, o.size.warmupSeconds, o.connections);
+    }
+    for (const [name, server] of servers) {
+      const cpuBefore = await cpuMs(server.pid);
+      const result = await runLoad(`http://127.0.0.1:${server.port}/healthz`, Math.max(1, Math.round(o.loadSeconds / rounds)), o.connections);
+      load[name].results.push(result);
+      load[name].cpuUs.push(((await cpuMs(server.pid)) - cpuBefore) * (1000 / result.ok));
+    }
+    for (const [, server] of servers) await server.stop();
+  }
 
   // 3. Start-up to healthy with the certificate already stored (second and later starts), in turn with the
   // bare fastify hello's start-up to its first answer: on this shared machine only starts measured side by
@@ -163,10 +182,11 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
     bareNode,
     standalone: standalone!,
     fastifyHello: fastifyHello!,
-    healthz,
-    fastify,
-    healthzCpuUs,
-    fastifyCpuUs,
+    healthz: load.daemon.results,
+    fastify: load.fastify.results,
+    twin: load.twin.results,
+    healthzCpuUs: load.daemon.cpuUs,
+    fastifyCpuUs: load.fastify.cpuUs,
     startupMs,
     startupCpuMs,
     fastifyStartupMs,

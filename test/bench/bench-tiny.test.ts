@@ -56,6 +56,7 @@ describe('npm run bench -- --tiny', () => {
       'healthzVsBareFastify',
       'healthzCpuUsPerRequest',
       'healthzCpuVsBareFastify',
+      'bareFastifyTwinVsBareFastify',
     ]);
     assertFigures('kube at rest', report, ['rssKubeReaderMB', 'rssKubeWriterMB', 'apiRequestsPerReplicaHour']);
     assertFigures('propagation', report, ['propagationP50Ms', 'propagationP99Ms']);
