@@ -25,6 +25,9 @@ const PLATFORM_FLAG = '--issuance-budget=20/168h';
 const PLATFORM_ENV = 'CERTSHARE_ISSUANCE_BUDGET';
 /** The platform's CA bundle (a private ACME CA's): a volume the Pod may not point elsewhere. */
 const CA_CONFIGMAP = 'acme-ca';
+/** The federation home's kubeconfig (--sidecar-home-kubeconfig-secret): the home's token, which every member cluster shares. */
+const HOME_SECRET = 'certshare-home';
+const HOME_FLAGS = '--federation-namespace=certshare-home --federation-cluster=west';
 /** The label the webhook once skipped Pods by (the injector's own): a Pod author sets what labels they like. */
 const INJECTOR_LABEL = { 'app.kubernetes.io/name': 'certshare-injector' };
 const CONFIG = 'certshare-injector';
@@ -87,7 +90,12 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     await must(cp().kubectl(['patch', 'mutatingwebhookconfiguration', CONFIG, '--type=json', '-p', JSON.stringify(clientConfig)]));
     const env = { KUBECONFIG: await cp().kubeconfigFor('certshare', 'certshare-injector'), POD_NAMESPACE: 'certshare', POD_NAME: 'injector-0' };
     // A platform flag: the sidecar's form (certshare-sidecar-as-injected's parameters) then holds one of the platform's settings.
-    const flags = [...injectorLoopbackFlags(port), `--sidecar-flags=${PLATFORM_FLAG}`, `--sidecar-ca-configmap=${CA_CONFIGMAP}`];
+    const flags = [
+      ...injectorLoopbackFlags(port),
+      `--sidecar-flags=${PLATFORM_FLAG} ${HOME_FLAGS}`,
+      `--sidecar-ca-configmap=${CA_CONFIGMAP}`,
+      `--sidecar-home-kubeconfig-secret=${HOME_SECRET}`,
+    ];
     injector = await startInjector(injectorConfigFrom(parseFlags(INJECTOR_FLAGS, flags, {}), env), {
       logger: silentLogger,
       env,
@@ -322,6 +330,30 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     assert.match(mounting.stderr, new RegExp(`${FORM_POLICY}.*mounts no volume holding a ServiceAccount token \\(certshare-token\\)`));
     const targeting = await addEphemeral('injected-default', { name: 'debug-target', image: 'busybox', targetContainerName: 'certshare' });
     assert.match(targeting.stderr, new RegExp(`${FORM_POLICY}.*may not target certshare's container`));
+  });
+
+  it("the federation home's kubeconfig stays in certshare's container: no ephemeral container mounts it, no other container of a new Pod", async () => {
+    // `kubectl debug` with pods/ephemeralcontainers alone (the grant docs/security.md gives instead of exec): the
+    // volume's name is all it needs, and the file is the home's token (the federation account, every member's records).
+    const debugging = await addEphemeral('injected-0', {
+      name: 'debug-home',
+      image: 'busybox',
+      volumeMounts: [{ name: 'certshare-federation', mountPath: '/home-kubeconfig' }],
+    });
+    assert.match(debugging.stderr, new RegExp(`${FORM_POLICY}.*kubeconfig is mounted in certshare's container only.*\\(certshare-federation\\)`));
+    // A Pod of its own making, under no certshare account, mounting the same Secret by another volume name.
+    const own: V1Volume = { name: 'mine', secret: { secretName: HOME_SECRET } };
+    const reading = pod('home-reader', { volumes: [socketVolume, own], containers: [{ ...proxy, volumeMounts: [{ name: 'mine', mountPath: '/kc' }] }] });
+    assert.match(await create(reading, true), new RegExp(`${FORM_POLICY}.*kubeconfig is mounted in certshare's container only.*\\(mine\\)`));
+    const projected: V1Volume = { name: 'mine', projected: { sources: [{ secret: { name: HOME_SECRET } }] } };
+    assert.match(await create({ ...reading, spec: { ...reading.spec!, volumes: [socketVolume, projected] } }, true), new RegExp(FORM_POLICY));
+    // The Secret's own Pod, injected, is admitted: the volume in certshare's container alone.
+    const injected = await stored('injected-0');
+    const sidecar = injected.spec!.initContainers!.find((c) => c.name === 'certshare')!;
+    assert.ok(
+      sidecar.volumeMounts!.some((m) => m.name === 'certshare-federation'),
+      "the injector mounts it in certshare's container",
+    );
   });
 
   it("refuses exec and attach into certshare's container to whoever holds pods/exec, before any node is asked", async () => {
