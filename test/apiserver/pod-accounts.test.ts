@@ -52,6 +52,8 @@ function pod(name: string, spec: Partial<V1Pod['spec']> & { serviceAccountName?:
 describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real tokens, real Pod creations)", () => {
   let injector: Injector | undefined;
   let author: string;
+  /** Who may debug the namespace's Pods and nothing more: get pods and pods/ephemeralcontainers (no Secrets, no exec). */
+  let podDebugger: string;
 
   /** A create under the Pod author's token: 'created' or the apiserver's refusal. */
   async function create(body: V1Pod, dryRun = false): Promise<string> {
@@ -77,9 +79,9 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
   }
 
   /** An ephemeral container added to a Pod under the author's token (what `kubectl debug` does). */
-  function addEphemeral(name: string, container: Record<string, unknown>) {
+  function addEphemeral(name: string, container: Record<string, unknown>, kubeconfig = author) {
     const body = JSON.stringify({ spec: { ephemeralContainers: [container] } });
-    return cp().kubectl(['patch', 'pod', name, '-n', ns, '--subresource=ephemeralcontainers', '--type=strategic', '-p', body], { kubeconfig: author });
+    return cp().kubectl(['patch', 'pod', name, '-n', ns, '--subresource=ephemeralcontainers', '--type=strategic', '-p', body], { kubeconfig });
   }
 
   before(async () => {
@@ -126,9 +128,27 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
         roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'pod-author' },
         subjects: [{ kind: 'ServiceAccount', name: 'pod-author', namespace: ns }],
       },
+      { apiVersion: 'v1', kind: 'ServiceAccount', metadata: { name: 'debugger' } },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'Role',
+        metadata: { name: 'debugger' },
+        rules: [
+          { apiGroups: [''], resources: ['pods'], verbs: ['get'] },
+          { apiGroups: [''], resources: ['pods/ephemeralcontainers'], verbs: ['get', 'update', 'patch'] },
+        ],
+      },
+      {
+        apiVersion: 'rbac.authorization.k8s.io/v1',
+        kind: 'RoleBinding',
+        metadata: { name: 'debugger' },
+        roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: 'debugger' },
+        subjects: [{ kind: 'ServiceAccount', name: 'debugger', namespace: ns }],
+      },
     ];
     await must(cp().kubectl(['apply', '-n', ns, '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: authorRbac }) }));
     author = await cp().kubeconfigFor(ns, 'pod-author');
+    podDebugger = await cp().kubeconfigFor(ns, 'debugger');
     // In effect once the webhook answers (the apiserver trusts the caBundle the injector wrote) and the policy is loaded.
     const injected = await eventually(() => create(pod('probe', { serviceAccountName: 'certshare' }, asked), true), /^created$/);
     assert.equal(injected, 'created');
@@ -335,12 +355,15 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
   it("the federation home's kubeconfig stays in certshare's container: no ephemeral container mounts it, no other container of a new Pod", async () => {
     // `kubectl debug` with pods/ephemeralcontainers alone (the grant docs/security.md gives instead of exec): the
     // volume's name is all it needs, and the file is the home's token (the federation account, every member's records).
-    const debugging = await addEphemeral('injected-0', {
-      name: 'debug-home',
-      image: 'busybox',
-      volumeMounts: [{ name: 'certshare-federation', mountPath: '/home-kubeconfig' }],
-    });
+    const home = { name: 'debug-home', image: 'busybox', volumeMounts: [{ name: 'certshare-federation', mountPath: '/home-kubeconfig' }] };
+    const secret = await cp().kubectl(['get', 'secret', HOME_SECRET, '-n', ns], { kubeconfig: podDebugger });
+    assert.match(secret.stderr, /forbidden/, 'the debugger may not read the Secret itself');
+    const debugging = await addEphemeral('injected-0', home, podDebugger);
     assert.match(debugging.stderr, new RegExp(`${FORM_POLICY}.*kubeconfig is mounted in certshare's container only.*\\(certshare-federation\\)`));
+    // The same grant still debugs: an ephemeral container beside the proxy, with tailscaled's socket.
+    const plain = { name: 'debug-plain', image: 'busybox', volumeMounts: [{ name: 'tailscale-socket', mountPath: '/var/run/tailscale' }] };
+    const allowed = await addEphemeral('injected-0', plain, podDebugger);
+    assert.equal(allowed.code, 0, allowed.stderr);
     // A Pod of its own making, under no certshare account, mounting the same Secret by another volume name.
     const own: V1Volume = { name: 'mine', secret: { secretName: HOME_SECRET } };
     const reading = pod('home-reader', { volumes: [socketVolume, own], containers: [{ ...proxy, volumeMounts: [{ name: 'mine', mountPath: '/kc' }] }] });
