@@ -370,6 +370,10 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     assert.match(await create(reading, true), new RegExp(`${FORM_POLICY}.*kubeconfig is mounted in certshare's container only.*\\(mine\\)`));
     const projected: V1Volume = { name: 'mine', projected: { sources: [{ secret: { name: HOME_SECRET } }] } };
     assert.match(await create({ ...reading, spec: { ...reading.spec!, volumes: [socketVolume, projected] } }, true), new RegExp(FORM_POLICY));
+    // A Pod that asks for injection and mounts, in its proxy, the volume the injector is about to add.
+    const byName = { ...proxy, volumeMounts: [...proxy.volumeMounts!, { name: 'certshare-federation', mountPath: '/kc' }] };
+    const asking = pod('home-by-name', { serviceAccountName: 'certshare', containers: [byName] }, asked);
+    assert.match(await create(asking, true), new RegExp(`${FORM_POLICY}.*kubeconfig is mounted in certshare's container only`));
     // The Secret's own Pod, injected, is admitted: the volume in certshare's container alone.
     const injected = await stored('injected-0');
     const sidecar = injected.spec!.initContainers!.find((c) => c.name === 'certshare')!;
