@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { inspectCertPair, validateCertPair } from '../../src/core/certificates/certificate.ts';
+import { inspectCertPair, MAX_CHAIN_PEM_CHARS, validateCertPair } from '../../src/core/certificates/certificate.ts';
 import { CertshareError } from '../../src/core/errors.ts';
 import { DAY, makePair, testCa } from '../support/certs.ts';
 
@@ -75,5 +75,18 @@ describe('validateCertPair', () => {
     const stranger = await makePair('x.example.com', now - DAY, 90 * DAY);
     const strangerLeaf = stranger.certPem.replace(ca.certPem, '');
     rejects(() => validateCertPair({ keyPem: pair.keyPem, certPem: leafOnly + strangerLeaf }, domain, now), /chain out of order/);
+  });
+
+  it('rejects a chain longer than a CA issues or a client takes', async () => {
+    // Whoever writes a store (a tenant its Secret, the federation credential the home's record) can pad a real,
+    // trusted pair with its root again and again: a self-signed root is its own issuer, so every link checks out.
+    const pair = await makePair(domain, now - DAY, 90 * DAY);
+    const ca = await testCa();
+    assert.ok(pair.certPem.endsWith(ca.certPem), 'the chain ends with the root');
+    const padded = pair.certPem + ca.certPem.repeat(Math.ceil(MAX_CHAIN_PEM_CHARS / ca.certPem.length));
+    rejects(() => validateCertPair({ keyPem: pair.keyPem, certPem: padded }, domain, now), /PEM, more than 65536: longer than a CA issues/);
+    // Up to the bound, the same padding is a chain like any other (it is the size that is refused).
+    const fits = pair.certPem + ca.certPem.repeat(Math.floor((MAX_CHAIN_PEM_CHARS - pair.certPem.length) / ca.certPem.length));
+    assert.equal(validateCertPair({ keyPem: pair.keyPem, certPem: fits }, domain, now).domain, domain);
   });
 });

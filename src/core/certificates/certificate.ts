@@ -14,6 +14,14 @@ export interface CertInfo {
 
 const CERT_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 
+/**
+ * The longest certificate chain accepted, in PEM characters: the bound of a CertPair answer from tailscaled
+ * (LOCALAPI_ANSWER_BOUNDS), and under what TLS clients take in one handshake once decoded (OpenSSL's
+ * default: docs/security.md). A store's writer could otherwise pad a real, trusted chain with its self-signed
+ * root, every link checking out, and have every proxy serve what clients refuse. @forTests
+ */
+export const MAX_CHAIN_PEM_CHARS = 64 * 1024;
+
 /** The PEM certificate blocks of `text`, in order (none: an empty list). */
 export function pemCertificates(text: string): string[] {
   return text.match(CERT_BLOCK) ?? [];
@@ -67,6 +75,9 @@ export function expiredInfo(pair: CertPair, domain: string, now: number): CertIn
 }
 
 function inspectUncached(pair: CertPair, domain: string): CertInfo {
+  if (pair.certPem.length > MAX_CHAIN_PEM_CHARS) {
+    throw invalid(domain, `certificate chain is ${pair.certPem.length} characters of PEM, more than ${MAX_CHAIN_PEM_CHARS}: longer than a CA issues`);
+  }
   if (pair.certPem.includes('PRIVATE KEY')) throw invalid(domain, 'certificate part contains a private key');
   const blocks = pemCertificates(pair.certPem);
   if (blocks.length === 0) throw invalid(domain, 'no PEM certificate found');
