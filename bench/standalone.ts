@@ -72,17 +72,12 @@ interface LoadRounds {
 }
 const newRounds = (): LoadRounds => ({ results: [], cpuUs: [] });
 
-async function startLoadHello(hello: BaselineBuild): Promise<{ pid: number; port: number; stop(): Promise<void> }> {
-  const { proc, port } = await startFastifyHello(hello);
-  return { pid: proc.pid, port, stop: () => proc.stop() };
-}
-
 /** The image's entry with its certificate stored, once /healthz answers 200. */
-async function startHealthyDaemon(baseArgs: string[]): Promise<{ pid: number; port: number; stop(): Promise<void> }> {
+async function startHealthyDaemon(baseArgs: string[]): Promise<{ proc: Proc; port: number }> {
   const port = await freePort();
   const proc = spawnImageEntry('certshare under load', [...baseArgs, '--domain', STANDALONE_DOMAIN, '--listen', `127.0.0.1:${port}`]);
   await pollHealthy(port, 20_000, () => proc.exitInfo === undefined);
-  return { pid: proc.pid, port, stop: () => proc.stop() };
+  return { proc, port };
 }
 
 export async function standalonePhase(dir: string, o: StandaloneOptions, bareNode: MemStatus): Promise<StandaloneResults> {
@@ -118,22 +113,22 @@ export async function standalonePhase(dir: string, o: StandaloneOptions, bareNod
   // Short rounds, medians: on a small shared machine a neighbour's burst then spoils one round of one server.
   const rounds = Math.max(1, Math.floor(o.loadSeconds / 2));
   for (let i = 0; i < rounds; i++) {
-    const servers: Array<[LoadServer, { pid: number; port: number; stop(): Promise<void> }]> = [
+    const servers: Array<[LoadServer, { proc: Proc; port: number }]> = [
       ['daemon', await startHealthyDaemon(baseArgs)],
-      ['fastify', await startLoadHello(o.hello)],
-      ['twin', await startLoadHello(o.hello)],
+      ['fastify', await startFastifyHello(o.hello)],
+      ['twin', await startFastifyHello(o.hello)],
     ];
     for (const [, server] of servers) {
-      pinProcess(server.pid, 0);
+      pinProcess(server.proc.pid, 0);
       await runLoad(`http://127.0.0.1:${server.port}/healthz`, o.size.warmupSeconds, o.connections);
     }
     for (const [name, server] of servers) {
-      const cpuBefore = await cpuMs(server.pid);
+      const cpuBefore = await cpuMs(server.proc.pid);
       const result = await runLoad(`http://127.0.0.1:${server.port}/healthz`, Math.max(1, Math.round(o.loadSeconds / rounds)), o.connections);
       load[name].results.push(result);
-      load[name].cpuUs.push(((await cpuMs(server.pid)) - cpuBefore) * (1000 / result.ok));
+      load[name].cpuUs.push(((await cpuMs(server.proc.pid)) - cpuBefore) * (1000 / result.ok));
     }
-    for (const [, server] of servers) await server.stop();
+    for (const [, server] of servers) await server.proc.stop();
   }
 
   // 3. Start-up to healthy with the certificate already stored (second and later starts), in turn with the
