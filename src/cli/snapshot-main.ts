@@ -10,8 +10,6 @@ import { existsSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { startupSnapshot } from 'node:v8';
-import 'reflect-metadata';
-import '@peculiar/x509';
 import { CertshareError } from '../core/errors.ts';
 import { exitFatal } from './fatal.ts';
 import { runUntilSignal } from './run-command.ts';

@@ -5,7 +5,7 @@
 // bench/snapshot/compare.ts measures.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { cp, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { cp, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,6 +14,7 @@ import { after, before, describe, it } from 'node:test';
 import { buildDist, CertFileWatch, type EmulatorProc, IMAGE_NODE_FLAGS, imageEntry, startEmulator } from '../../bench/lib/certshare.ts';
 import { freePort, httpRequest, pollHealthy } from '../../bench/lib/http.ts';
 import { cleanEnv, Proc, stopAll } from '../../bench/lib/proc.ts';
+import { SNAPSHOT_SCRIPT } from '../../src/config/snapshot-files.ts';
 
 const DOMAIN = 'snap.tailnet-0000.ts.net';
 
@@ -68,6 +69,13 @@ describe('the standalone daemon started from a V8 startup snapshot', () => {
       files.close();
     }
     assert.equal(daemon.exitInfo?.code, 0, 'SIGTERM: a clean stop');
+  });
+
+  it("holds none of the certificate authority's packages, which the standalone daemon never loads", async () => {
+    // Every snapshot-started heap deserializes what the script evaluated: @peculiar/x509 and its ASN.1 and
+    // dependency-injection packages are only the emulator's and the injector's (src/pki/ca.ts).
+    const script = await readFile(join(dir, 'dist', SNAPSHOT_SCRIPT), 'utf8');
+    assert.deepEqual(script.match(/@peculiar\/[\w-]+|asn1js|tsyringe|reflect-metadata/g) ?? [], []);
   });
 
   it('a process that cannot use the blob starts nothing: a missing blob, a corrupt one, one from another Node', async () => {
