@@ -21,8 +21,10 @@ type Figures = Record<string, number | null | undefined>;
 /**
  * The goals of issue 42 (API requests: issue 11). A floor is what the fixed choices cost in the same run:
  * fastify bundled as dist/ is (bench/fastify-hello.ts), the injector's packages used once
- * (bench/injector-packages.ts). Start-up is judged by the CPU time a start uses until its first answer:
- * on a shared machine its wall time holds the neighbours' time as well (reported, without a goal).
+ * (bench/injector-packages.ts). Start-up is judged by the CPU time a start uses until its first answer over
+ * the bare fastify's started beside it, the median of those pairs' differences: on a shared machine a start's
+ * wall time holds the neighbours' time as well (reported, without a goal), and starts measured apart differ by
+ * the load of their moment.
  * --tiny reports no verdicts: its figures are one quick sample each.
  */
 export const BENCH_GOALS: Record<string, Goal> = {
@@ -30,7 +32,7 @@ export const BENCH_GOALS: Record<string, Goal> = {
   rssStandaloneMB: { op: '<=', floor: 'rssFastifyHelloMB', margin: 5 },
   healthzVsBareFastify: { op: '>=', limit: 0.95 },
   propagationP99Ms: { op: '<=', limit: 50 },
-  startupCpuMs: { op: '<=', floor: 'startupFastifyHelloCpuMs', margin: 40 },
+  startupCpuOverFastifyMs: { op: '<=', limit: 40 },
   apiRequestsPerReplicaHour: { op: '<=', limit: 10 },
   rssInjectorMB: { op: '<=', floor: 'rssInjectorPackagesMB', margin: 5 },
 };
@@ -38,7 +40,6 @@ export const BENCH_GOALS: Record<string, Goal> = {
 /** How the bench's table names a floor's figure. */
 export const FLOOR_NAMES: Record<string, string> = {
   rssFastifyHelloMB: 'bare fastify',
-  startupFastifyHelloCpuMs: 'bare fastify',
   rssInjectorPackagesMB: 'its packages',
 };
 

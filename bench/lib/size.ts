@@ -8,7 +8,7 @@ export interface BenchSize {
   idle: { idleMs: number; spanMs: number; everyMs: number };
   /** Seconds of load per HTTP server before the measured rounds (the JIT warms up). */
   warmupSeconds: number;
-  /** Standalone restarts timed to healthy, and domains timed from the bus to the disk. */
+  /** Standalone restarts timed to healthy, each paired with a bare fastify start; domains timed from the bus to the disk. */
   startupRuns: number;
   domainRuns: number;
   /** Runs of each --memory import step (the median is kept). */
@@ -25,7 +25,7 @@ export const FULL_SIZE: BenchSize = {
   tiny: false,
   idle: { idleMs: 3000, spanMs: 3000, everyMs: 500 },
   warmupSeconds: 2,
-  startupRuns: 5,
+  startupRuns: 11,
   domainRuns: 5,
   importRuns: 3,
   settleCapMs: Number.POSITIVE_INFINITY,
