@@ -70,11 +70,13 @@ export class InjectorMetrics {
     });
     this.#outOfBounds = new Counter({
       name: 'certshare_injector_out_of_bounds_values_total',
-      help: 'Values read back out of their bound and ignored, by field (lease-duration: the injector Lease held longer than twice --lease-duration).',
+      help:
+        'Values read back out of their bound and ignored, by field (lease-duration: the injector Lease held longer than twice --lease-duration; ' +
+        'lease-transitions: its count of takeovers at the largest the field holds).',
       labelNames: ['field'],
       registers,
     });
-    this.#outOfBounds.inc({ field: 'lease-duration' }, 0);
+    for (const field of ['lease-duration', 'lease-transitions']) this.#outOfBounds.inc({ field }, 0);
     for (const step of ['create-ca', 'publish', 'issue-leaf', 'retire-ca']) this.#actions.inc({ step }, 0);
     for (const kind of ['conflict', 'error']) this.#failures.inc({ kind }, 0);
     for (const result of ['injected', 'skipped', 'rejected', 'invalid']) this.#admissions.inc({ result }, 0);

@@ -5,7 +5,7 @@ import { type Clock, iso } from '../core/ports/clock.ts';
 import { CertshareError } from '../core/errors.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { IssuanceRole } from '../core/ports/store.ts';
-import { boundLeaseDuration, OutOfBoundsLog, type OutOfBoundsReport } from '../core/values/untrusted-values.ts';
+import { boundLeaseDuration, nextLeaseTransitions, OutOfBoundsLog, type OutOfBoundsReport } from '../core/values/untrusted-values.ts';
 import { apiErrorCode, apiErrorText, apiStatus, type KubeConnection } from './connection.ts';
 import { makeApi, withSignal } from './transport/https-transport.ts';
 
@@ -217,7 +217,9 @@ export class LeaseElector implements IssuanceRole {
     const key = `${holder}|${stamp(spec.renewTime)}|${lease.metadata?.resourceVersion ?? ''}`;
     if (this.#observed?.key !== key) this.#observed = { key, at: clock.now() };
     const { ms: duration, refused } = boundLeaseDuration(spec.leaseDurationSeconds, leaseDurationMs);
-    this.#outOfBounds.read(`the Lease ${namespace}/${name}`, refused && holder !== this.identity ? [refused] : []);
+    const transitions = nextLeaseTransitions(spec.leaseTransitions).refused;
+    const ignored = [...(refused && holder !== this.identity ? [refused] : []), ...(transitions ? [transitions] : [])];
+    this.#outOfBounds.read(`the Lease ${namespace}/${name}`, ignored);
     const free = holder === '' || clock.now() >= this.#observed.at + duration;
     if (holder !== this.identity && !free) {
       this.#leaderUntil = 0;
@@ -247,7 +249,7 @@ export class LeaseElector implements IssuanceRole {
         leaseDurationSeconds: Math.max(1, Math.ceil(this.#o.leaseDurationMs / 1000)),
         acquireTime: takingOver ? new MicroTime(now) : (spec.acquireTime ?? new MicroTime(now)),
         renewTime: new MicroTime(now),
-        leaseTransitions: (spec.leaseTransitions ?? 0) + (takingOver && current ? 1 : 0),
+        leaseTransitions: takingOver && current ? nextLeaseTransitions(spec.leaseTransitions).count : (spec.leaseTransitions ?? 0),
       },
     };
   }

@@ -530,15 +530,16 @@ describe('the federation home: three apiservers, two members, one shared name', 
     );
   });
 
-  it('a stolen federation credential writes the home Lease once, held 2^31 s: a member takes it over after twice its duration', async () => {
+  it('a stolen federation credential writes the home Lease once (2^31 s, 2^31 - 1 takeovers): a member takes it over after twice its duration', async () => {
     const east = member('east');
     const ns = 'fed-lease';
     const token = await federationNamespace(ns);
     const lease = `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases/certshare-proxy`;
     const read = JSON.parse((await asAccount(home, token, 'GET', lease)).body) as { metadata: Record<string, unknown> };
-    // One write, by a token that may be rotated or expire right after: on 7bec7cd no member ever held the Lease.
+    // One write, by a token that may be rotated or expire right after: on 7bec7cd no member ever held the Lease (its
+    // duration), on 080ee30 neither (a takeover wrote a count past the int32 the field is, refused).
     const renewTime = new Date(clock.now()).toISOString().replace('Z', '000Z');
-    const spec = { holderIdentity: 'thief', leaseDurationSeconds: 2_147_483_647, renewTime };
+    const spec = { holderIdentity: 'thief', leaseDurationSeconds: 2_147_483_647, leaseTransitions: 2_147_483_647, renewTime };
     const written = await asAccount(home, token, 'PUT', lease, { ...read, spec });
     assert.equal(written.status, 200, `the federation account updates its group's home Lease: ${written.body}`);
     await must(east.cp.kubectl(['create', 'namespace', 'proxies-lease']));
@@ -553,6 +554,10 @@ describe('the federation home: three apiservers, two members, one shared name', 
     assert.ok(
       writer.log.entries.some((e) => e.code === 'CERTSHARE_UNTRUSTED_VALUE' && /lease-duration of the Lease fed-lease\/certshare-proxy/.test(e.msg ?? '')),
       'the duration reported',
+    );
+    assert.ok(
+      writer.log.entries.some((e) => e.code === 'CERTSHARE_UNTRUSTED_VALUE' && /lease-transitions of the Lease fed-lease\/certshare-proxy/.test(e.msg ?? '')),
+      'the count reported',
     );
   });
 });

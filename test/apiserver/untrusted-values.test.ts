@@ -3,7 +3,8 @@
 // intent of 9999-12-31 on the domain's Secret, and a ledger entry in 9999: admitted (CEL has no clock), and
 // the writer still issues at once, reporting each value (an Event). Malformed values are refused at
 // admission (manifests/base/admission-policy.yaml, certshare-writer-annotations). The same token writes its group
-// Lease with a holder and a duration of 2^31 s: believed up to twice a replica's own duration.
+// Lease with a holder and a duration of 2^31 s: believed up to twice a replica's own duration; and with a
+// leaseTransitions of 2^31 - 1: a takeover keeps that count instead of writing one the apiserver refuses.
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -113,6 +114,30 @@ describe("times read back from the writer's own objects, written by its real tok
       await until('the Event recorded', () => reported().some((n) => /lease-duration of the Lease/.test(n)), [onEvent(recorded.changed, 'change')], 15_000);
     } finally {
       recorded.close();
+      await replica.stop();
+    }
+  });
+
+  it('a group Lease whose leaseTransitions that token sets to 2^31 - 1 still changes hands: a replica takes it over and issues', async () => {
+    const ns = await exampleNamespace(cp());
+    const token = await cp().kubeconfigFor(ns, 'certshare');
+    // The count is an int32: a takeover writing one more is refused (400), so on 080ee30 no replica ever became the writer.
+    const renewTime = new Date().toISOString().replace('Z', '000Z');
+    const spec = { holderIdentity: 'thief', leaseDurationSeconds: 2, leaseTransitions: 2_147_483_647, renewTime };
+    const lease = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: `certshare-${GROUP}` }, spec };
+    const created = await asAccount(cp(), token, 'POST', `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases`, lease);
+    assert.equal(created.status, 201, `the writer's token creates its group's Lease: ${created.body}`);
+    const { logger, entries, events } = recordingLogger();
+    const replica = await startReplica(cp(), ns, join(dir(), 'transitions'), 'proxy-0', { mode: 'auto', flags: ['--lease-duration', '2s'], logger });
+    try {
+      await until('a certificate held', () => heldSerial(replica) !== undefined, [onEvent(replica.daemon.events, 'planned'), roleChange(replica)], 30_000);
+      assert.equal(issuances(replica), 1);
+      const res = await cp().adminRequest('GET', `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases/certshare-${GROUP}`);
+      const stored = (JSON.parse(res.body) as { spec: { holderIdentity: string; leaseTransitions: number } }).spec;
+      assert.match(stored.holderIdentity, /^proxy-0_/);
+      assert.equal(stored.leaseTransitions, 2_147_483_647, 'kept at the largest count the field holds');
+      await until('the value reported', () => entries.some((e) => /lease-transitions of the Lease/.test(e.msg ?? '')), [onEvent(events, 'entry')], 5_000);
+    } finally {
       await replica.stop();
     }
   });

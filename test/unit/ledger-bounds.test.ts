@@ -4,7 +4,7 @@ import fc from 'fast-check';
 import { believedEntries, IssuanceBudget, RENEW_RESERVE, type BudgetLimit, type LedgerEntry } from '../../src/core/issuance/issuance-budget.ts';
 import { silentLogger } from '../../src/core/ports/logger.ts';
 import { tailnetDomain } from '../../src/core/issuance/registered-domain.ts';
-import { CLOCK_SKEW_MS, boundCoordination, boundLeaseDuration } from '../../src/core/values/untrusted-values.ts';
+import { CLOCK_SKEW_MS, boundCoordination, boundLeaseDuration, nextLeaseTransitions } from '../../src/core/values/untrusted-values.ts';
 import { MemoryLedger } from '../support/memory-ledger.ts';
 
 const RUNS = Number(process.env.CERTSHARE_PROPERTY_RUNS ?? 100);
@@ -22,6 +22,13 @@ describe("a Lease's duration read back: bounded", () => {
     const { ms, refused } = boundLeaseDuration(2_147_483_647, 15_000);
     assert.equal(ms, 30_000);
     assert.deepEqual(refused, { field: 'lease-duration', value: '2147483647s', why: "longer than 2 times this replica's own duration: taken as 30s" });
+  });
+  it('counts a takeover up to the int32 the field is, never past it', () => {
+    assert.deepEqual(nextLeaseTransitions(undefined), { count: 1 });
+    assert.deepEqual(nextLeaseTransitions(2_147_483_646), { count: 2_147_483_647 });
+    const { count, refused } = nextLeaseTransitions(2_147_483_647);
+    assert.equal(count, 2_147_483_647);
+    assert.equal(refused?.field, 'lease-transitions');
   });
 });
 

@@ -16,7 +16,15 @@ import type { Coordination, StoreRead, StoredCert } from '../ports/store.ts';
 export const CLOCK_SKEW_MS = 30_000;
 
 /** What an ignored value was: the annotation's or the ledger's own name for it. */
-type UntrustedField = 'retry-not-before' | 'issuing' | 'obtained-at' | 'ledger-entry' | 'ledger-part' | 'break-glass-claim' | 'lease-duration';
+type UntrustedField =
+  | 'retry-not-before'
+  | 'issuing'
+  | 'obtained-at'
+  | 'ledger-entry'
+  | 'ledger-part'
+  | 'break-glass-claim'
+  | 'lease-duration'
+  | 'lease-transitions';
 
 /** Where an ignored value is counted and told besides the log (a metric, an Event). */
 export type OutOfBoundsReport = (where: string, value: UntrustedValue) => void;
@@ -86,6 +94,26 @@ export function boundLeaseDuration(seconds: number | undefined, ownMs: number): 
       value: `${seconds}s`,
       why: `longer than ${LEASE_DURATION_FACTOR} times this replica's own duration: taken as ${bound / 1000}s`,
     },
+  };
+}
+
+/** The largest leaseTransitions the apiserver stores: the field is an int32, and a request with one more is refused (400). */
+const LEASE_TRANSITIONS_MAX = 2_147_483_647;
+
+/**
+ * The leaseTransitions a candidate writes when it takes a Lease over from the count it read: one more, up to
+ * the int32 the field is. Whoever may update the Lease could write 2^31 - 1 once: every takeover's update,
+ * one more, would then be refused for good and no candidate ever hold the Lease again, after the credential
+ * that wrote it was rotated. No election reaches that count (a takeover a second for 68 years): it is kept
+ * there, and told.
+ * @forTests
+ */
+export function nextLeaseTransitions(count: number | undefined): { count: number; refused?: UntrustedValue } {
+  const read = count ?? 0;
+  if (read < LEASE_TRANSITIONS_MAX) return { count: read + 1 };
+  return {
+    count: LEASE_TRANSITIONS_MAX,
+    refused: { field: 'lease-transitions', value: String(read), why: 'the largest count the Lease holds: a takeover writes it again instead of one more' },
   };
 }
 

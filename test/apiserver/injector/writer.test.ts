@@ -149,8 +149,10 @@ describe('injector replicas: one writer by Lease, failover when it dies', () => 
     const read = await asAccount(cp(), kubeconfig, 'GET', path);
     assert.equal(read.status, 200, read.body);
     const lease = JSON.parse(read.body) as { spec: Record<string, unknown> };
-    // The injector's own token (RBAC lets it update its Lease): a holder no replica is, for 68 years.
-    const spec = { ...lease.spec, holderIdentity: 'intruder', leaseDurationSeconds: 2 ** 31 - 1, renewTime: new Date().toISOString().replace('Z', '000Z') };
+    // The injector's own token (RBAC lets it update its Lease): a holder no replica is, for 68 years, after as many
+    // takeovers as the field counts (on 080ee30 every takeover then wrote one more, refused: no writer again).
+    const renewTime = new Date().toISOString().replace('Z', '000Z');
+    const spec = { ...lease.spec, holderIdentity: 'intruder', leaseDurationSeconds: 2 ** 31 - 1, leaseTransitions: 2 ** 31 - 1, renewTime };
     const written = await asAccount(cp(), kubeconfig, 'PUT', path, { ...lease, spec });
     assert.equal(written.status, 200, written.body);
     await until('the writer gives the role up', () => !live.some((p) => p.writer), [changed], 15_000);
@@ -160,17 +162,21 @@ describe('injector replicas: one writer by Lease, failover when it dies', () => 
       live.some((p) => p.codes.includes('CERTSHARE_UNTRUSTED_VALUE')),
       'the duration logged as a value read back out of its bound',
     );
-    const counted = await Promise.all(
-      live.map(async (p) => {
-        if (p.metricsPort === undefined) return 0;
-        const res = await fetch(`http://127.0.0.1:${p.metricsPort}/metrics`);
-        const m = /certshare_injector_out_of_bounds_values_total\{field="lease-duration"\} (\d+)/.exec(await res.text());
-        return Number(m?.[1] ?? 0);
-      }),
-    );
-    assert.ok(
-      counted.some((n) => n > 0),
-      `counted in certshare_injector_out_of_bounds_values_total (4a80975: logged only): ${counted.join(', ')}`,
-    );
+    const counted = (field: string): Promise<number[]> =>
+      Promise.all(
+        live.map(async (p) => {
+          if (p.metricsPort === undefined) return 0;
+          const res = await fetch(`http://127.0.0.1:${p.metricsPort}/metrics`);
+          const m = new RegExp(`certshare_injector_out_of_bounds_values_total\\{field="${field}"\\} (\\d+)`).exec(await res.text());
+          return Number(m?.[1] ?? 0);
+        }),
+      );
+    for (const field of ['lease-duration', 'lease-transitions']) {
+      const counts = await counted(field);
+      assert.ok(
+        counts.some((n) => n > 0),
+        `${field} counted in certshare_injector_out_of_bounds_values_total (4a80975: logged only): ${counts.join(', ')}`,
+      );
+    }
   });
 });
