@@ -14,7 +14,6 @@ import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
 import type { DaemonConfig } from '../config/daemon-config.ts';
 import { followServeConfig, type ServeConfigWatcher } from '../config/serve-config-watcher.ts';
 import { tailscaledSource, type CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
-import type { HttpServerDeps } from '../http/http-server.ts';
 import { daemonListener, type DaemonListener } from './daemon-listener.ts';
 import { Metrics } from '../http/daemon-metrics.ts';
 import { RoutingProofs } from '../http/routing-proof.ts';
@@ -24,11 +23,7 @@ import type { ReloadOutcome } from '../delivery/reload-command.ts';
 import type { AriChecker } from '../acme/ari-checker.ts';
 import type { ServedRotation } from '../served/served-rotation.ts';
 import { partSettings, type PartSettings } from './part-settings.ts';
-
-/** What the shutdown bound keeps back from the Services' failover wait for the rest of the stop (readiness, Lease). */
-const AFTER_FAILOVER_RESERVE_MS = 3000;
-/** GET /leave-rotation's question to the apiserver (is the Pod terminating?): well inside a preStop hook's time. */
-const TERMINATING_CHECK_TIMEOUT_MS = 5000;
+import { rotationExit } from './rotation-exit.ts';
 
 /** What the daemon is given beside its configuration. @forTests */
 export interface DaemonDeps {
@@ -193,8 +188,8 @@ async function buildParts(
     served?.advertiser?.notify();
   };
   const serveConfig = followServeConfig(settings.serveConfig, { logger, domains, health, onServices });
-  const leaveRotation = rotationExit(settings.leave.failoverMs, backend, served);
-  const routes = { ...(routingProofs ? { routingProofs } : {}), ...leaveRoute(settings.leave, clock, logger, leaveRotation, backend) };
+  const { leaveRotation, route } = rotationExit(settings.leave, { clock, logger, backend, served });
+  const routes = { ...(routingProofs ? { routingProofs } : {}), ...route };
   const onTlsServed = (serial: string): boolean => events.emit('tlsServed', { serial });
   const http = daemonListener(settings.http, { ...deps, health, metrics, onTlsServed, ...routes });
   return { clock, logger, events, metrics, health, delivery, backend, watcher, domains, served, ari, manager, serveConfig, leaveRotation, http };
@@ -271,48 +266,4 @@ function logHealthChanges(health: HealthState, clock: Clock, logger: Logger): vo
     logger.info({ healthy: verdict.healthy, reason: verdict.reason }, verdict.healthy ? 'healthy' : 'not healthy');
     lastHealthy = verdict.healthy;
   });
-}
-
-/**
- * Leaving rotation, once: the Services withdrawn first, then their failover waited out while the readiness
- * condition goes False, all within `withinMs` (the shutdown bound when the stop asks; a preStop call's wait
- * is bounded by the Pod's grace period). Asked by a preStop hook (GET /leave-rotation) or by the stop.
- */
-function rotationExit(advertiseFailoverMs: number, backend: StoreBackend, served: ServedRotation | undefined): (withinMs: number) => Promise<void> {
-  let leaving: Promise<void> | undefined;
-  return (withinMs) =>
-    (leaving ??= (async () => {
-      const failoverMs = Math.min(advertiseFailoverMs, Math.max(0, withinMs - AFTER_FAILOVER_RESERVE_MS));
-      const bound = AbortSignal.timeout(Math.max(1, withinMs - AFTER_FAILOVER_RESERVE_MS));
-      const kubernetesSide = async (): Promise<void> => backend.leaveRotation?.(bound);
-      await (served ? served.leave(failoverMs, bound, kubernetesSide) : kubernetesSide());
-    })());
-}
-
-/**
- * --leave-token: GET /leave-rotation leaves rotation once the Pod is terminating, then answers once the drain
- * delay has passed too. Without a Pod to ask (no Kubernetes store), it never acts.
- */
-function leaveRoute(
-  settings: PartSettings['leave'],
-  clock: Clock,
-  logger: Logger,
-  leaveRotation: (withinMs: number) => Promise<void>,
-  backend: Pick<StoreBackend, 'podTerminating'>,
-): Pick<HttpServerDeps, 'leaveRotation'> {
-  const { token } = settings;
-  if (!token) return {};
-  const terminating = async (): Promise<boolean> => {
-    const answer = (await backend.podTerminating?.(AbortSignal.timeout(TERMINATING_CHECK_TIMEOUT_MS))) ?? false;
-    if (!answer) logger.warn({ code: 'CERTSHARE_NOT_TERMINATING' }, 'GET /leave-rotation refused: the Pod is not terminating');
-    return answer;
-  };
-  const leave = async (): Promise<void> => {
-    const start = clock.now();
-    logger.info({}, 'asked to leave rotation (GET /leave-rotation)');
-    await leaveRotation(settings.failoverMs + AFTER_FAILOVER_RESERVE_MS);
-    // The caller (the proxy's preStop hook) keeps the proxy serving until the endpoints drained.
-    await clock.sleep(Math.max(0, settings.drainDelayMs - (clock.now() - start)));
-  };
-  return { leaveRotation: { token, terminating, leave } };
 }

@@ -12,6 +12,7 @@ import type { ServedRotationSettings } from '../served/served-rotation.ts';
 import type { KubeSettings } from '../kube/kube-backend.ts';
 import type { ServeConfigSettings } from '../config/serve-config-watcher.ts';
 import type { HttpSettings } from './daemon-listener.ts';
+import type { LeaveSettings } from './rotation-exit.ts';
 
 /** The daemon's parts and the settings each is built with. */
 export interface PartSettings {
@@ -35,7 +36,7 @@ export interface PartSettings {
   /** /healthz and /metrics: where they listen, and over HTTPS with `tls`. */
   http: HttpSettings;
   /** Leaving rotation: by the stop, or GET /leave-rotation with `token` (undefined: no such route). */
-  leave: { token: string | undefined; failoverMs: number; drainDelayMs: number };
+  leave: LeaveSettings;
   shutdownTimeoutMs: number;
 }
 
