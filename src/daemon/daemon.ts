@@ -1,7 +1,4 @@
 import { EventEmitter } from 'node:events';
-import type { Server as TlsServer } from 'node:tls';
-import type { FastifyInstance } from 'fastify';
-import { secretPairSource } from '../kube/secret-pair-source.ts';
 import { certificateLoops, type LoopSupervisor } from '../core/loop/loop-supervisor.ts';
 import { ManagedDomains } from '../core/loop/managed-domains.ts';
 import { systemClock, type Clock } from '../core/ports/clock.ts';
@@ -11,29 +8,22 @@ import type { LoopObserver } from '../core/ports/observer.ts';
 import type { IssuanceRole } from '../core/ports/store.ts';
 import type { LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
-import { parseHostPort } from '../core/values/listen-address.ts';
 import { dirBackend, type StoreBackend } from '../store/store-backend.ts';
 import type { KubeBackendContext } from '../kube/kube-backend.ts';
 import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
-import type { DaemonConfig, TlsChoice } from '../config/daemon-config.ts';
+import type { DaemonConfig } from '../config/daemon-config.ts';
 import { followServeConfig, type ServeConfigWatcher } from '../config/serve-config-watcher.ts';
 import { tailscaledSource, type CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
-import { buildHttpServer, type HttpServerDeps } from '../http/http-server.ts';
+import { daemonListener, type DaemonListener } from './daemon-listener.ts';
 import { Metrics } from '../http/daemon-metrics.ts';
 import { RoutingProofs } from '../http/routing-proof.ts';
 import { heapSavingSwitch } from '../http/heap-saving.ts';
-import { servePair } from '../tls/serving-pair.ts';
-import { followPair, type FollowedPair } from '../tls/followed-pair.ts';
 import { proxyDelivery, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
 import type { ReloadOutcome } from '../delivery/reload-command.ts';
 import type { AriChecker } from '../acme/ari-checker.ts';
 import type { ServedRotation } from '../served/served-rotation.ts';
 import { partSettings, type PartSettings } from './part-settings.ts';
-
-/** What the shutdown bound keeps back from the Services' failover wait for the rest of the stop (readiness, Lease). */
-const AFTER_FAILOVER_RESERVE_MS = 3000;
-/** GET /leave-rotation's question to the apiserver (is the Pod terminating?): well inside a preStop hook's time. */
-const TERMINATING_CHECK_TIMEOUT_MS = 5000;
+import { rotationExit } from './rotation-exit.ts';
 
 /** What the daemon is given beside its configuration. @forTests */
 export interface DaemonDeps {
@@ -98,21 +88,18 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   // started (buildParts), then started in start-up order (below).
   const settings = partSettings(config);
   const parts = await buildParts(settings, deps, input);
-  const { serveConfig, app, ari, backend, domains, watcher, served } = parts;
+  const { serveConfig, http, ari, backend, domains, watcher, served } = parts;
   // Start-up order: what can still refuse the configuration (the ServeConfig's first read, the first --tls
   // pair, the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before
   // it: a start-up error leaves nothing listening and nothing running.
-  let tls: FollowedPair | undefined;
   let address: string;
   try {
     await serveConfig?.start();
     // The first pair is a start-up check like the ServeConfig's first read: unusable, nothing starts.
-    tls = await followedTls(settings.http.tls, deps, app, parts.events);
-    const { host, port } = parseHostPort(settings.http.listen);
-    address = await app.listen({ host, port });
+    address = await http.listen();
   } catch (err) {
     serveConfig?.stop();
-    await Promise.all([tls?.stop(), ari?.stop(), app.close()]);
+    await Promise.all([http.stopFollowing(), ari?.stop(), http.close()]);
     await backend.stop?.();
     throw err;
   }
@@ -123,11 +110,11 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   served?.start();
   let stopping: Promise<void> | undefined;
   const { manager, health, metrics, events } = parts;
-  const stop = (): Promise<void> => (stopping ??= stopDaemon(parts, tls, settings.shutdownTimeoutMs));
+  const stop = (): Promise<void> => (stopping ??= stopDaemon(parts, settings.shutdownTimeoutMs));
   return { address, manager, health, metrics, watcher, role: backend.role, events, stop };
 }
 
-/** The daemon's parts, each built from its own settings by buildParts (the --tls pair is read as it starts); stopDaemon stops them. */
+/** The daemon's parts, each built from its own settings by buildParts (the --tls pair is read as it listens); stopDaemon stops them. */
 interface DaemonParts {
   clock: Clock;
   logger: Logger;
@@ -144,7 +131,8 @@ interface DaemonParts {
   manager: LoopSupervisor;
   serveConfig: ServeConfigWatcher | undefined;
   leaveRotation: (withinMs: number) => Promise<void>;
-  app: FastifyInstance;
+  /** /healthz and /metrics. */
+  http: DaemonListener;
 }
 
 /**
@@ -164,7 +152,7 @@ async function buildParts(
   const metrics = new Metrics(clock, settings.metrics);
   const health = new HealthState();
   // Keyed by the certificates held: the loops report them to it as to every observer.
-  const routingProofs = settings.http.routingProofs ? new RoutingProofs(clock) : undefined;
+  const routingProofs = settings.routingProofs ? new RoutingProofs(clock) : undefined;
   const events = new EventEmitter();
   const delivery = proxyDelivery(settings.delivery, {
     logger,
@@ -200,10 +188,11 @@ async function buildParts(
     served?.advertiser?.notify();
   };
   const serveConfig = followServeConfig(settings.serveConfig, { logger, domains, health, onServices });
-  const leaveRotation = rotationExit(settings.leave.failoverMs, backend, served);
-  const routes = { ...(routingProofs ? { routingProofs } : {}), ...leaveRoute(settings.leave, clock, logger, leaveRotation, backend) };
-  const app = buildHttpServer({ health, metrics, clock, pod: settings.http.pod, https: settings.http.tls !== undefined, ...routes });
-  return { clock, logger, events, metrics, health, delivery, backend, watcher, domains, served, ari, manager, serveConfig, leaveRotation, app };
+  const { leaveRotation, route } = rotationExit(settings.leave, { clock, logger, backend, served });
+  const routes = { ...(routingProofs ? { routingProofs } : {}), ...route };
+  const onTlsServed = (serial: string): boolean => events.emit('tlsServed', { serial });
+  const http = daemonListener(settings.http, { ...deps, health, metrics, onTlsServed, ...routes });
+  return { clock, logger, events, metrics, health, delivery, backend, watcher, domains, served, ari, manager, serveConfig, leaveRotation, http };
 }
 
 /** A reload of the proxy ended: counted, and emitted as `reloaded`. */
@@ -246,7 +235,7 @@ async function servedRotation(
   return served;
 }
 
-async function stopDaemon(p: DaemonParts, tls: FollowedPair | undefined, shutdownTimeoutMs: number): Promise<void> {
+async function stopDaemon(p: DaemonParts, shutdownTimeoutMs: number): Promise<void> {
   const { clock, logger, manager, backend } = p;
   logger.info({}, 'stopping');
   const stopStart = clock.now();
@@ -259,10 +248,10 @@ async function stopDaemon(p: DaemonParts, tls: FollowedPair | undefined, shutdow
   const remainingMs = shutdownTimeoutMs - (clock.now() - stopStart);
   await backend.beforeStop?.((signal) => issuanceSettled.then(() => manager.verifyStored(signal)), remainingMs);
   p.serveConfig?.stop();
-  await Promise.all([manager.stop(), p.watcher.stop(), tls?.stop(), p.ari?.stop(), p.served?.stop()]);
+  await Promise.all([manager.stop(), p.watcher.stop(), p.http.stopFollowing(), p.ari?.stop(), p.served?.stop()]);
   await backend.stop?.();
   await p.delivery.stop();
-  await p.app.close();
+  await p.http.close();
   logger.info({}, 'stopped');
 }
 
@@ -277,68 +266,4 @@ function logHealthChanges(health: HealthState, clock: Clock, logger: Logger): vo
     logger.info({ healthy: verdict.healthy, reason: verdict.reason }, verdict.healthy ? 'healthy' : 'not healthy');
     lastHealthy = verdict.healthy;
   });
-}
-
-/**
- * Leaving rotation, once: the Services withdrawn first, then their failover waited out while the readiness
- * condition goes False, all within `withinMs` (the shutdown bound when the stop asks; a preStop call's wait
- * is bounded by the Pod's grace period). Asked by a preStop hook (GET /leave-rotation) or by the stop.
- */
-function rotationExit(advertiseFailoverMs: number, backend: StoreBackend, served: ServedRotation | undefined): (withinMs: number) => Promise<void> {
-  let leaving: Promise<void> | undefined;
-  return (withinMs) =>
-    (leaving ??= (async () => {
-      const failoverMs = Math.min(advertiseFailoverMs, Math.max(0, withinMs - AFTER_FAILOVER_RESERVE_MS));
-      const bound = AbortSignal.timeout(Math.max(1, withinMs - AFTER_FAILOVER_RESERVE_MS));
-      const kubernetesSide = async (): Promise<void> => backend.leaveRotation?.(bound);
-      await (served ? served.leave(failoverMs, bound, kubernetesSide) : kubernetesSide());
-    })());
-}
-
-/**
- * --leave-token: GET /leave-rotation leaves rotation once the Pod is terminating, then answers once the drain
- * delay has passed too. Without a Pod to ask (no Kubernetes store), it never acts.
- */
-function leaveRoute(
-  settings: PartSettings['leave'],
-  clock: Clock,
-  logger: Logger,
-  leaveRotation: (withinMs: number) => Promise<void>,
-  backend: Pick<StoreBackend, 'podTerminating'>,
-): Pick<HttpServerDeps, 'leaveRotation'> {
-  const { token } = settings;
-  if (!token) return {};
-  const terminating = async (): Promise<boolean> => {
-    const answer = (await backend.podTerminating?.(AbortSignal.timeout(TERMINATING_CHECK_TIMEOUT_MS))) ?? false;
-    if (!answer) logger.warn({ code: 'CERTSHARE_NOT_TERMINATING' }, 'GET /leave-rotation refused: the Pod is not terminating');
-    return answer;
-  };
-  const leave = async (): Promise<void> => {
-    const start = clock.now();
-    logger.info({}, 'asked to leave rotation (GET /leave-rotation)');
-    await leaveRotation(settings.failoverMs + AFTER_FAILOVER_RESERVE_MS);
-    // The caller (the proxy's preStop hook) keeps the proxy serving until the endpoints drained.
-    await clock.sleep(Math.max(0, settings.drainDelayMs - (clock.now() - start)));
-  };
-  return { leaveRotation: { token, terminating, leave } };
-}
-
-/** --tls: the first pair served before listening; each renewed pair from the next handshake on, open connections keeping theirs. */
-async function followedTls(
-  choice: TlsChoice | undefined,
-  deps: { clock: Clock; logger: Logger; env: NodeJS.ProcessEnv },
-  app: FastifyInstance,
-  events: EventEmitter,
-): Promise<FollowedPair | undefined> {
-  if (!choice) return undefined;
-  const server = app.server as unknown as TlsServer;
-  const pair = await followPair(choice, {
-    ...deps,
-    secretSource: secretPairSource,
-    what: '/healthz and /metrics',
-    onServed: (serial) => events.emit('tlsServed', { serial }),
-  });
-  servePair(server, pair.first);
-  pair.serveOn((renewed) => servePair(server, renewed));
-  return pair;
 }

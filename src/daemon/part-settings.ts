@@ -2,8 +2,7 @@
 // is handed its own settings and nothing else, and what several parts share (when a certificate leaves
 // rotation, for the readiness gate, the served check's advertisement and the federation home) is derived
 // here, once. The types are each part's own (declared beside it); this file only picks and derives.
-import type { DaemonConfig, TlsChoice } from '../config/daemon-config.ts';
-import type { PodAddresses } from '../core/values/pod-addresses.ts';
+import type { DaemonConfig } from '../config/daemon-config.ts';
 import type { ValidityEnd } from '../core/loop/health.ts';
 import type { RenewalSettings } from '../core/loop/loop-supervisor.ts';
 import { rotationExitTime, type RenewalPolicy } from '../core/renewal/renewal.ts';
@@ -12,6 +11,8 @@ import type { AriSettings } from '../acme/ari-checker.ts';
 import type { ServedRotationSettings } from '../served/served-rotation.ts';
 import type { KubeSettings } from '../kube/kube-backend.ts';
 import type { ServeConfigSettings } from '../config/serve-config-watcher.ts';
+import type { HttpSettings } from './daemon-listener.ts';
+import type { LeaveSettings } from './rotation-exit.ts';
 
 /** The daemon's parts and the settings each is built with. */
 export interface PartSettings {
@@ -30,10 +31,12 @@ export interface PartSettings {
   ari: (AriSettings & { acmeDirectory: string }) | undefined;
   loops: RenewalSettings;
   serveConfig: ServeConfigSettings;
-  /** /healthz and /metrics: where they listen, over HTTPS with `tls`, and whether routing proofs are kept. */
-  http: { listen: string; pod: PodAddresses; tls: TlsChoice | undefined; routingProofs: boolean };
+  /** --routing-check: the proofs of routing given and received are kept (http/routing-proof.ts). */
+  routingProofs: boolean;
+  /** /healthz and /metrics: where they listen, and over HTTPS with `tls`. */
+  http: HttpSettings;
   /** Leaving rotation: by the stop, or GET /leave-rotation with `token` (undefined: no such route). */
-  leave: { token: string | undefined; failoverMs: number; drainDelayMs: number };
+  leave: LeaveSettings;
   shutdownTimeoutMs: number;
 }
 
@@ -53,7 +56,8 @@ export function partSettings(config: DaemonConfig): PartSettings {
     ari: acmeDirectory ? { acmeDirectory, ariIntervalMs } : undefined,
     loops: pick(config, ['renewal', 'backoff', 'certTimeoutMs', 'issuanceConcurrency', 'issuanceBudget', 'nameLimit', 'readinessLeadMs']),
     serveConfig: { serveConfig: config.serveConfig, advertiseServices: config.advertiseServices },
-    http: { listen: config.listen, pod: config.pod, tls: config.tls, routingProofs: config.routingChecks.length > 0 },
+    routingProofs: config.routingChecks.length > 0,
+    http: { listen: config.listen, pod: config.pod, tls: config.tls },
     leave: { token: config.leaveToken, failoverMs: config.advertiseFailoverMs, drainDelayMs: config.drainDelayMs },
     shutdownTimeoutMs: config.shutdownTimeoutMs,
   };

@@ -4,7 +4,7 @@
 // local Lease holder, as without a home) campaigns for the home Lease, reads the home's Secret and mirrors it
 // into the local one; local readers read the local Secret only and never talk to the home.
 import { readFile } from 'node:fs/promises';
-import { systemClock, type Clock } from '../core/ports/clock.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import { defaultTrustAnchors, trustAnchors, type TrustAnchors } from '../core/certificates/trust.ts';
 import type { FederationSettings } from '../core/federation/home-settings.ts';
 import { doubling } from '../core/issuance/backoff.ts';
@@ -13,8 +13,8 @@ import { formatBreakGlassRecord, homeOutageVerdict, parseBreakGlassRecord, recon
 import type { Logger } from '../core/ports/logger.ts';
 import type { RenewalPolicy } from '../core/renewal/renewal.ts';
 import type { CertStore, IssuanceRole, LoadOptions, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/ports/store.ts';
-import { CoordinationV1Api } from './transport/client-node.ts';
-import { apiErrorText, apiStatus, connectKube, type KubeConnection } from './connection.ts';
+import { apiErrorText, connectKube, type KubeConnection } from './connection.ts';
+import { checkHome, homeLeaseName, isHomeOutage } from './home-check.ts';
 import { BreakGlassClaims, type ClaimAnswer } from './break-glass-claim.ts';
 import { LeaseElector, leaseIdentity } from './lease-elector.ts';
 import { ANNOTATION_BREAK_GLASS } from './secret-codec.ts';
@@ -22,128 +22,6 @@ import { KubeSecretStore, type StoreTrust } from './secret-store.ts';
 import { type PodEvents, reportOutOfBounds } from './pod-events.ts';
 import type { OutOfBoundsReport } from '../core/values/untrusted-values.ts';
 import type { Metrics } from '../http/daemon-metrics.ts';
-import { apiReadiness, makeApi, withSignal, type ApiReadiness } from './transport/https-transport.ts';
-
-/** The home Lease of a group: the same name as the group's Lease in a cluster. */
-const homeLeaseName = (group: string): string => `certshare-${group}`;
-
-/** Errors that mean the home cannot be reached (or is down), not that it refused or answered garbage. */
-// An HTTP/2 stream or session ended by the peer (a proxy or load balancer in front of the home resets it)
-// carries no answer at all: an outage, not garbage (the chaos run's partitions found a sidecar restarted
-// during one refusing to start).
-const OUTAGE_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'EHOSTUNREACH',
-  'ENETUNREACH',
-  'ETIMEDOUT',
-  'EPIPE',
-  'ENOTFOUND',
-  'EAI_AGAIN',
-  'ERR_HTTP2_STREAM_ERROR',
-  'ERR_HTTP2_SESSION_ERROR',
-  'ERR_HTTP2_GOAWAY_SESSION',
-  'ERR_HTTP2_INVALID_SESSION',
-]);
-const OUTAGE_CERTSHARE = new Set(['CERTSHARE_KUBE_TIMEOUT', 'CERTSHARE_KUBE_CONNECTION_LOST']);
-
-/**
- * Whether a failed home call is an outage, which the safety point and break-glass answer. Anything else
- * (401/403, 404 on the Lease, an answer that is not the API's) is not: no member issues on its account.
- * @forTests
- */
-export function isHomeOutage(err: unknown): boolean {
-  for (let e: unknown = err, depth = 0; e && depth < 6; e = (e as { cause?: unknown }).cause, depth++) {
-    const status = apiStatus(e);
-    if (status !== undefined) return status >= 500 || status === 429;
-    const code = (e as { code?: unknown }).code;
-    if (typeof code === 'string' && (OUTAGE_CODES.has(code) || OUTAGE_CERTSHARE.has(code))) return true;
-    if (e instanceof AggregateError && e.errors.some((inner) => isHomeOutage(inner))) return true;
-  }
-  return false;
-}
-
-/**
- * The start-up check of the home: the group's Lease exists (the platform creates it: a group the home does
- * not know is an error, never one to make up) and may be read and updated (an update dry run, which the
- * apiserver authorizes and admits like the real one). Refused, unknown or garbage: CERTSHARE_HOME_UNUSABLE,
- * fatal. Unreachable: logged, the member starts with its local copies (the outage rules hold). Refused by a
- * home that is not ready (a restarted apiserver authorizes before its policy is loaded) is unreachable too:
- * its refusal says nothing about the kubeconfig yet, and a later refusal never makes an issuer. A home that
- * refuses /readyz as well is asked again for `refusedForMs`, then the refusal stands (CERTSHARE_HOME_UNUSABLE).
- */
-/** How long a refusal of the start-up check and of /readyz may last before it is taken as the kubeconfig's. */
-const REFUSED_AT_START_MS = 20_000;
-
-export async function checkHome(
-  home: KubeConnection,
-  group: string,
-  logger: Logger,
-  options: { clock?: Clock; homeReadiness?: () => Promise<ApiReadiness>; refusedForMs?: number } = {},
-): Promise<void> {
-  const { clock = systemClock, homeReadiness = () => apiReadiness(home.config, home.requestTimeoutMs), refusedForMs = REFUSED_AT_START_MS } = options;
-  const name = homeLeaseName(group);
-  const where = `Lease ${home.namespace}/${name}`;
-  const unusable = (problem: string, cause?: unknown): CertshareError =>
-    new CertshareError('CERTSHARE_HOME_UNUSABLE', { where, problem }, { cause, refused: isRefusal(cause) });
-  const unreachable = (why: string, err: unknown): void =>
-    logger.warn({ code: 'CERTSHARE_STORE_UNAVAILABLE', err: apiErrorText(err) }, `federation home ${why} at start; serving the local copies`);
-  const deadline = clock.now() + refusedForMs;
-  for (let attempt = 1; ; attempt++) {
-    try {
-      await readAndDryRunLease(home, name, where, logger, unusable);
-      return;
-    } catch (err) {
-      if (err instanceof CertshareError && err.code === 'CERTSHARE_HOME_UNUSABLE') throw err;
-      if (isHomeOutage(err)) return unreachable('unreachable', err);
-      const status = apiStatus(err);
-      if (status === 404) throw unusable('does not exist: a group the home does not know (the platform creates its Lease)', err);
-      if (!isRefusal(err)) throw unusable(`not an answer of a Kubernetes API: ${errorMessage(err)}`, err);
-      const readiness = await homeReadiness();
-      if (readiness === 'not_ready') return unreachable('not ready (it refused the check while starting up)', err);
-      const rights = `the kubeconfig lacks the rights (get and update the Lease): ${apiErrorText(err)}`;
-      if (readiness === 'ready') throw unusable(rights, err);
-      // /readyz refused too: an apiserver whose policy is still loading, or a hardened one that shows it
-      // to nobody; only time tells them apart, and a member must not run on for good without its rights.
-      if (clock.now() >= deadline) throw unusable(`${rights} (refused for ${Math.round(refusedForMs / 1000)} s, /readyz too)`, err);
-      logger.info({ where, attempt }, 'federation home refused the check and its /readyz: trying again');
-      await clock.sleep(Math.min(doubling(250, attempt, 4000), Math.max(0, deadline - clock.now())));
-    }
-  }
-}
-
-const isRefusal = (err: unknown): boolean => apiStatus(err) === 401 || apiStatus(err) === 403;
-
-/**
- * Reads the Lease and dry-runs its update. A conflict means another member's writer renewed the Lease
- * between the read and the dry run (members start together): read it again. Past the last attempt the
- * conflict stands as the answer: the update was authorized (the apiserver checks the resourceVersion after
- * RBAC), its admission is seen at the first real write.
- */
-async function readAndDryRunLease(
-  home: KubeConnection,
-  name: string,
-  where: string,
-  logger: Logger,
-  unusable: (problem: string) => CertshareError,
-): Promise<void> {
-  const api = makeApi(home.config, CoordinationV1Api, home.requestTimeoutMs);
-  for (let attempt = 1; ; attempt++) {
-    const lease = await api.readNamespacedLease({ name, namespace: home.namespace }, withSignal(AbortSignal.timeout(home.requestTimeoutMs)));
-    if (lease?.metadata?.name !== name || typeof lease.spec !== 'object')
-      throw unusable('the answer is not a Lease: is the kubeconfig pointed at an apiserver?');
-    try {
-      await api.replaceNamespacedLease({ name, namespace: home.namespace, body: lease, dryRun: 'All' }, withSignal(AbortSignal.timeout(home.requestTimeoutMs)));
-      return;
-    } catch (err) {
-      if (apiStatus(err) !== 409) throw err;
-      if (attempt === 3) {
-        logger.warn({ where }, 'federation home: the Lease changed under each start-up check; its admission is checked at the first write');
-        return;
-      }
-    }
-  }
-}
 
 interface FederationOptions {
   home: { connection: KubeConnection; store: KubeSecretStore };
@@ -250,7 +128,7 @@ const MIRROR_RETRY_FLOOR_MS = 250;
  * stores check a pair against the trust anchors (KubeSecretStore `trust`): one that fails is no copy at all
  * here, so it is never mirrored, pushed or served, and the member's own copy is what the loop restores.
  */
-export class Federation {
+class Federation {
   readonly store: CertStore;
   readonly role: IssuanceRole;
   readonly #o: FederationOptions;
@@ -605,7 +483,7 @@ const view = (cert: StoredCert | undefined): CopyView | undefined =>
  * --federation-trust-anchors: the file's CA certificates (the pin), else Node's CA store. An unreadable file
  * or one without a certificate is CERTSHARE_BAD_CONFIG, at start.
  */
-export async function federationAnchors(file: string | undefined): Promise<TrustAnchors> {
+async function federationAnchors(file: string | undefined): Promise<TrustAnchors> {
   if (file === undefined) return defaultTrustAnchors();
   let text: string;
   try {
@@ -633,15 +511,53 @@ export interface Federated {
   close(): Promise<void>;
 }
 
+/** What a member's federation is given beside its settings. */
+interface MemberDeps {
+  env: NodeJS.ProcessEnv;
+  clock: Clock;
+  logger: Logger;
+  metrics: Metrics;
+  podEvents: PodEvents | undefined;
+}
+
+/** The member's local parts the federation joins to the home. */
+interface LocalParts {
+  store: KubeSecretStore;
+  role: IssuanceRole;
+  identity: string;
+  connection: KubeConnection;
+}
+
+/** A member of a federated group, from its start: the trust of its stores, and its join to the home. */
+interface FederationMember {
+  /** The local store's trust (the pin; an untrusted pair counted and told as an Event): both stores check it. */
+  localTrust: StoreTrust;
+  /** Once the local store and role are built: the home's connection, start-up check, store and Lease. */
+  join(local: LocalParts): Promise<Federated>;
+}
+
+/**
+ * --federation-*: the member's part of its group, built once. The pin is read first (a start-up check,
+ * before the local store exists, which checks its pairs against it too); `join` then reaches the home.
+ */
+export async function federationMember(settings: HomeSettings, group: string, deps: MemberDeps): Promise<FederationMember> {
+  const anchors = await federationAnchors(settings.trustAnchors);
+  const { metrics, podEvents } = deps;
+  const trust = (where: 'home' | 'local'): StoreTrust => ({
+    anchors,
+    onUntrusted: (domain, serial) => {
+      metrics.untrusted.inc({ domain, store: where });
+      podEvents?.untrusted(domain, serial, where);
+    },
+  });
+  return { localTrust: trust('local'), join: (local) => federate({ ...settings, group }, local, { ...deps, trust: trust('home') }) };
+}
+
 /**
  * --federation-kubeconfig: a second connection, to the home, with the same store and Lease code as the
  * local ones. Its start-up check refuses an unknown group, missing rights or garbage (CERTSHARE_HOME_UNUSABLE).
  */
-export async function federate(
-  settings: HomeSettings & { group: string },
-  local: { store: KubeSecretStore; role: IssuanceRole; identity: string; connection: KubeConnection },
-  deps: { env: NodeJS.ProcessEnv; clock: Clock; logger: Logger; metrics: Metrics; podEvents: PodEvents | undefined; trust: StoreTrust | undefined },
-): Promise<Federated> {
+async function federate(settings: HomeSettings & { group: string }, local: LocalParts, deps: MemberDeps & { trust: StoreTrust }): Promise<Federated> {
   const { group } = settings;
   const { clock, metrics, podEvents } = deps;
   const connection = await connectKube(deps.env, { kubeconfig: settings.kubeconfig, namespace: settings.namespace });

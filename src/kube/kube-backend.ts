@@ -2,7 +2,6 @@
 // Lease for the writer, the Pod's Events and readiness gate, an optional projection of the files. Each part is
 // built in its own file from its own settings; this file only joins them.
 import { errorMessage } from '../core/errors.ts';
-import type { TrustAnchors } from '../core/certificates/trust.ts';
 import { staticRole, type IssuanceRole, type ShareMode, type WatchScope } from '../core/ports/store.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
@@ -90,24 +89,18 @@ export async function createKubeBackend(ctx: KubeBackendContext, settings: KubeS
     ? podEventRecorder({ podName, podUid: ctx.env.POD_UID || undefined }, connection, { clock, logger, onDropped: () => metrics.eventsDropped.inc() })
     : undefined;
   const podEvents = recorder ? new PodEvents((occurrence) => recorder.record(occurrence)) : undefined;
-  // Loaded only with a home: every other replica leaves the federation's code out (docs/performance.md).
-  const home = settings.federation ? await import('./federation-home.ts') : undefined;
-  // A federated group's pairs count only if they chain to the trust anchors, in the member's Secret too.
-  const anchors = settings.federation ? await home?.federationAnchors(settings.federation.trustAnchors) : undefined;
-  const trust = storeTrust(anchors, metrics, podEvents);
+  // Loaded only with a home: every other replica leaves the federation's code out (docs/performance.md). A
+  // federated group's pairs count only if they chain to the trust anchors, in the member's Secret too.
+  const member = settings.federation
+    ? await (await import('./federation-home.ts')).federationMember(settings.federation, group!, { env: ctx.env, clock, logger, metrics, podEvents })
+    : undefined;
   const files = settings.outDir ? new CertDirectory(settings.outDir) : undefined;
-  const store = localSecretStore(settings, connection, { clock, logger, metrics }, files, trust('local'));
+  const store = localSecretStore(settings, connection, { clock, logger, metrics }, files, member?.localTrust);
   // A start-up check: in group scope a Role without list/watch on the namespace's Secrets is fatal here.
   await store.start();
   const identity = podName ?? `certshare-${process.pid}`;
   const { elector, localRole } = localWriterRole(settings, connection, identity, { clock, logger, metrics, podEvents });
-  const federation = settings.federation
-    ? await home?.federate(
-        { ...settings.federation, group: group! },
-        { store, role: localRole, identity, connection },
-        { env: ctx.env, clock, logger, metrics, podEvents, trust: trust('home') },
-      )
-    : undefined;
+  const federation = await member?.join({ store, role: localRole, identity, connection });
   const projector = files ? new Projector(files, logger, ctx.filesWritten) : undefined;
   // validateConfig: a readiness gate has POD_NAME, a routing check an IPv4 in POD_IPS.
   const gate =
@@ -170,22 +163,6 @@ function localSecretStore(
     earlierCopies: files,
     trust,
   });
-}
-
-/** The trust of a federated group's stores (the anchors; an untrusted pair counted and told as an Event); none without a home. */
-function storeTrust(
-  anchors: TrustAnchors | undefined,
-  metrics: Metrics,
-  podEvents: PodEvents | undefined,
-): (where: 'home' | 'local') => StoreTrust | undefined {
-  return (where) =>
-    anchors && {
-      anchors,
-      onUntrusted: (domain, serial) => {
-        metrics.untrusted.inc({ domain, store: where });
-        podEvents?.untrusted(domain, serial, where);
-      },
-    };
 }
 
 /** The served check's changes and a Service domain's wait, as Events about the Pod. */

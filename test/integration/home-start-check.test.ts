@@ -1,4 +1,4 @@
-// The federation home's start-up check (checkHome, src/kube/federation-home.ts) against a scripted node:http2
+// The federation home's start-up check (checkHome, src/kube/home-check.ts) against a scripted node:http2
 // server: a dry-run update that conflicts (another member's writer renewed the Lease meanwhile) is read
 // and tried again, and a stream reset on the way to the home is an outage (logged, the member starts on
 // its local copies), never CERTSHARE_HOME_UNUSABLE; so is a refusal from a home whose /readyz says it is
@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { constants, createSecureServer, type Http2SecureServer, type ServerHttp2Stream } from 'node:http2';
 import { after, before, describe, it } from 'node:test';
 import { connectKube } from '../../src/kube/connection.ts';
-import { checkHome } from '../../src/kube/federation-home.ts';
+import { checkHome } from '../../src/kube/home-check.ts';
 import { DAY, makePair } from '../support/certs.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { scriptedKubeconfig } from '../support/scripted-kubeconfig.ts';

@@ -1,9 +1,9 @@
 // Which failed calls to the federation home are an outage (the safety point and break-glass answer them) and
-// which are not (a refusal, an unknown object, an answer that is not the API's): src/kube/federation-home.ts.
+// which are not (a refusal, an unknown object, an answer that is not the API's): src/kube/home-check.ts.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { CertshareError, errorMessage } from '../../src/core/errors.ts';
-import { isHomeOutage } from '../../src/kube/federation-home.ts';
+import { isHomeOutage } from '../../src/kube/home-check.ts';
 
 const sys = (code: string): Error => Object.assign(new Error(code), { code });
 const status = (code: number): Error => Object.assign(new Error(`HTTP ${code}`), { code });
