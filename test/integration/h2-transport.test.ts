@@ -5,7 +5,7 @@ import { constants, createSecureServer, type Http2SecureServer, type ServerHttp2
 import { after, before, describe, it } from 'node:test';
 import { CoreV1Api } from '../../src/kube/transport/client-node.ts';
 import { connectKube } from '../../src/kube/connection.ts';
-import { kubeSessionStats, makeApi, refusedRetryWaitMs, watchOnce } from '../../src/kube/transport/https-transport.ts';
+import { kubeSessionStats, makeApi, refusedRetryWaitMs, setKubeSessionLiveness, watchOnce } from '../../src/kube/transport/https-transport.ts';
 import { DAY, makePair } from '../support/certs.ts';
 import { freePort } from '../support/processes.ts';
 import { scriptedKubeconfig } from '../support/scripted-kubeconfig.ts';
@@ -106,6 +106,8 @@ describe('HTTP/2 transport against a scripted server', () => {
   it('after a failed connect, calls fail at once with its error instead of each opening a connection', async () => {
     const closed = await freePort();
     const connection = await connectKube({ KUBECONFIG: await scriptedKubeconfig(dir(), 'refused-port', closed), POD_NAMESPACE: 'n' });
+    // A first wait of a minute: the second call comes within it however loaded the machine (100 ms in use).
+    setKubeSessionLiveness(connection.config, { reconnectFirstMs: 60_000 });
     const api = makeApi(connection.config, CoreV1Api);
     await assert.rejects(api.readNamespacedSecret({ name: 's', namespace: 'n' }), { code: 'ECONNREFUSED' });
     await assert.rejects(api.readNamespacedSecret({ name: 's', namespace: 'n' }), { code: 'ECONNREFUSED' });

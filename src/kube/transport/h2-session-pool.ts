@@ -20,12 +20,19 @@ export interface SessionLiveness {
   idleCloseMs: number;
   /** Bound on TCP connect + TLS handshake + the server's first SETTINGS. */
   connectTimeoutMs: number;
+  /** The wait after a failed connect before the next, doubling with each failure up to RECONNECT_CAP_MS or this. */
+  reconnectFirstMs: number;
 }
 
-export const DEFAULT_LIVENESS: SessionLiveness = { readIdleMs: 30_000, pingTimeoutMs: 15_000, idleCloseMs: 90_000, connectTimeoutMs: 10_000 };
+export const DEFAULT_LIVENESS: SessionLiveness = {
+  readIdleMs: 30_000,
+  pingTimeoutMs: 15_000,
+  idleCloseMs: 90_000,
+  connectTimeoutMs: 10_000,
+  reconnectFirstMs: 100,
+};
 
-/** Waits after consecutive failed connects: doubling from the first, jittered, up to the cap. */
-const RECONNECT_FIRST_MS = 100;
+/** Waits after consecutive failed connects: doubling from the first (SessionLiveness), jittered, up to the cap. */
 const RECONNECT_CAP_MS = 2000;
 /**
  * Receive windows: 1 MiB per stream lets a large list arrive without a WINDOW_UPDATE round trip per
@@ -362,7 +369,8 @@ export class H2SessionPool {
           session?.destroy();
           if (!(err as { abandoned?: boolean }).abandoned) {
             this.#failures++;
-            this.#retryAt = performance.now() + jitter(doubling(RECONNECT_FIRST_MS, this.#failures, RECONNECT_CAP_MS));
+            const first = this.#liveness.reconnectFirstMs;
+            this.#retryAt = performance.now() + jitter(doubling(first, this.#failures, Math.max(first, RECONNECT_CAP_MS)));
             this.#lastError = err;
           }
           reject(err);
