@@ -65,6 +65,20 @@ interface ReadinessGateOptions {
   onPatched?: (status: 'True' | 'False', reason: string, message: string) => void;
 }
 
+/**
+ * How often a False condition is sent again as it was written: certshare never reads its Pod, and a True that the
+ * Pod's own token wrote over it (a proxy sharing the process namespace reads that token) held the Pod Ready with no
+ * valid certificate until certshare's own verdict changed, long after that token expired. Sent unchanged, it is a
+ * no-op for the apiserver (nothing stored) while the condition stands.
+ */
+const RESEND_FALSE_MS = 60_000;
+
+/** A condition as sent: its patch's body, and when. */
+interface Sent {
+  body: { status: { conditions: Array<Record<string, string>> } };
+  at: number;
+}
+
 interface Desired {
   status: 'True' | 'False';
   reason: string;
@@ -82,6 +96,7 @@ export class ReadinessGate {
   #wake = new AbortController();
   #written: 'True' | 'False' | undefined;
   #writtenReason: string | undefined;
+  #sent: Sent | undefined;
   #routed = false;
   /** When the certificates were first seen valid since they last were not: where "held to Ready" starts. */
   #healthySince: number | undefined;
@@ -144,6 +159,8 @@ export class ReadinessGate {
         // On a change of status, or of reason (e.g. CertificateExpiring to CertificateNotValid): not on every message.
         if (desired.status !== this.#written || desired.reason !== this.#writtenReason) {
           await this.#patch(desired, desired.status === 'True' ? exit.signal : this.#stop.signal);
+        } else if (desired.status === 'False' && this.#sent && clock.now() >= this.#sent.at + RESEND_FALSE_MS) {
+          await this.#send(this.#sent.body, this.#stop.signal);
         }
         failures = 0;
         const expiry = health.nextExpiry(clock.now(), validityEnd);
@@ -153,6 +170,7 @@ export class ReadinessGate {
         // look after the pass would skip it (nextExpiry names later ones only) and sleep until a health change,
         // which the loops send only from their turns, held up to --cert-timeout by a CertPair call that hangs.
         if (exit.passed()) waitMs = 0;
+        if (desired.status === 'False' && this.#sent) waitMs = Math.min(waitMs, Math.max(0, this.#sent.at + RESEND_FALSE_MS - clock.now()));
       } catch (err) {
         if (this.#stop.signal.aborted) break;
         if (exit.passed()) {
@@ -254,7 +272,7 @@ export class ReadinessGate {
 
   async #patch(desired: Desired, signal: AbortSignal | undefined): Promise<void> {
     if (this.#leaving && desired.status === 'True') return;
-    const { connection, podName, conditionType, clock, logger } = this.#o;
+    const { conditionType, clock, logger } = this.#o;
     const body = {
       status: {
         conditions: [
@@ -268,6 +286,16 @@ export class ReadinessGate {
         ],
       },
     };
+    await this.#send(body, signal);
+    this.#written = desired.status;
+    this.#writtenReason = desired.reason;
+    logger.info({ condition: conditionType, status: desired.status, reason: desired.reason, message: desired.message }, 'readiness condition updated');
+    this.#o.onPatched?.(desired.status, desired.reason, desired.message);
+  }
+
+  async #send(body: Sent['body'], signal: AbortSignal | undefined): Promise<void> {
+    const { connection, podName, clock } = this.#o;
+    const at = clock.now();
     try {
       await connection.core.patchNamespacedPodStatus(
         { name: podName, namespace: connection.namespace, body },
@@ -278,11 +306,9 @@ export class ReadinessGate {
       // it, so what the condition says is unknown, and the next pass patches what it wants whatever that is.
       this.#written = undefined;
       this.#writtenReason = undefined;
+      this.#sent = undefined;
       throw err;
     }
-    this.#written = desired.status;
-    this.#writtenReason = desired.reason;
-    logger.info({ condition: conditionType, status: desired.status, reason: desired.reason, message: desired.message }, 'readiness condition updated');
-    this.#o.onPatched?.(desired.status, desired.reason, desired.message);
+    this.#sent = { body, at };
   }
 }

@@ -193,7 +193,7 @@ describe('manifests/base', () => {
     }
   });
 
-  it("keeps break-glass claims from everyone's updates and deletes, by their label, cluster administrators and the namespace's deletion aside", async () => {
+  it("keeps break-glass claims from everyone's updates and deletes, by name and label, cluster administrators and the namespace's deletion aside", async () => {
     const docs = await yamlDocs(join(REPO, 'manifests/base/admission-policy.yaml'));
     const policy = docs.find((d) => d.kind === 'ValidatingAdmissionPolicy' && d.metadata.name === CLAIMS_POLICY);
     const spec = policy?.spec as {

@@ -9,7 +9,9 @@ import { fileURLToPath } from 'node:url';
 import { startEmulator } from '../../src/emulator/server.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { GATE, KUBE_DOMAIN, GROUP, createGatedPod, exampleNamespace, replicaKubeconfig, startReplica } from '../support/kube.ts';
+import { JumpClock } from '../support/jump-clock.ts';
 import { useTempDir } from '../support/standalone.ts';
+import { asAccount } from '../support/token-request.ts';
 
 const cp = useControlPlane();
 const BIN = fileURLToPath(new URL('../../bin/certshare.js', import.meta.url));
@@ -18,6 +20,7 @@ interface Condition {
   type: string;
   status: string;
   reason?: string;
+  message?: string;
 }
 
 interface ConditionWatch {
@@ -177,6 +180,39 @@ describe("the Pod's own readiness gate", () => {
       // 4 s certificates: the lead is 5% of the lifetime, 200 ms (--readiness-lead 1m bounds longer ones).
       assert.deepEqual(reasons, ['CertificateExpiring', 'CertificateNotValid'], 'out of rotation before the expiry, then expired');
       assert.equal((await fetch(`${reader.daemon.address}/healthz`)).status, 503);
+    } finally {
+      await reader.stop();
+    }
+  });
+
+  it("a True that the Pod's stolen token writes once over certshare's False is put back to False within a minute", async () => {
+    const ns = await exampleNamespace(cp());
+    await createGatedPod(cp(), ns, 'proxy-1');
+    const clock = new JumpClock();
+    const writer = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 4000 } });
+    const reader = await startReplica(cp(), ns, dir(), 'proxy-1', { mode: 'ro', flags: ['--readiness-gate', GATE], clock });
+    try {
+      await conditionsWhen(ns, 'proxy-1', (c) => gateStatus(c) === 'True');
+      await writer.stop(); // no more renewals: the reader's certificate runs out
+      await conditionsWhen(ns, 'proxy-1', (c) => c.find((x) => x.type === GATE)?.reason === 'CertificateNotValid', 20_000);
+      // The token certshare's container holds (a proxy sharing its process namespace reads it): one patch, all it may do.
+      const path = `/api/v1/namespaces/${ns}/pods/proxy-1/status`;
+      const pod = JSON.parse((await cp().adminRequest('GET', path)).body) as { status: { conditions: Condition[] } };
+      const conditions = pod.status.conditions.map((c) => (c.type === GATE ? { ...c, status: 'True', reason: 'CertificatesValid', message: 'forged' } : c));
+      const watch = watchConditions(ns, 'proxy-1');
+      try {
+        await watch.opened;
+        const forged = await asAccount(cp(), await replicaKubeconfig(cp(), ns, 'proxy-1'), 'PATCH', path, { status: { conditions } });
+        assert.equal(forged.status, 200, `the Pod's own token may write its condition: ${forged.body.slice(0, 300)}`);
+        const seen = await watch.until((c) => c.find((x) => x.type === GATE)?.message === 'forged');
+        // On cd68f49 certshare patched only when what it wanted changed: the forged True stood, the Pod Ready with an
+        // expired certificate, long after the token expired (an hour at most).
+        clock.jump(61_000);
+        const after = await watch.until((c) => watch.history.indexOf(c) > watch.history.indexOf(seen) && gateStatus(c) === 'False');
+        assert.equal(after.find((x) => x.type === GATE)?.reason, 'CertificateNotValid');
+      } finally {
+        watch.close();
+      }
     } finally {
       await reader.stop();
     }

@@ -4,12 +4,13 @@
 // the writer still issues at once, reporting each value (an Event). Malformed values are refused at
 // admission (manifests/base/admission-policy.yaml, certshare-writer-annotations). The same token writes its group
 // Lease with a holder and a duration of 2^31 s: believed up to twice a replica's own duration; and with a
-// leaseTransitions of 2^31 - 1: a takeover keeps that count instead of writing one the apiserver refuses.
+// leaseTransitions of 2^31 - 1: a takeover keeps that count instead of writing one the apiserver refuses. A tenant
+// (`edit`) creates that Lease again with a break-glass claim's label: no claim (not its name), so still written.
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { GROUP, KUBE_DOMAIN, exampleNamespace, heldSerial, roleChange, startReplica } from '../support/kube.ts';
+import { CLAIM_LABEL, GROUP, KUBE_DOMAIN, claimsPolicyInForce, exampleNamespace, heldSerial, must, roleChange, startReplica } from '../support/kube.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { about, watchEvents } from '../support/kube-events.ts';
 import { useTempDir } from '../support/standalone.ts';
@@ -137,6 +138,43 @@ describe("times read back from the writer's own objects, written by its real tok
       assert.match(stored.holderIdentity, /^proxy-0_/);
       assert.equal(stored.leaseTransitions, 2_147_483_647, 'kept at the largest count the field holds');
       await until('the value reported', () => entries.some((e) => /lease-transitions of the Lease/.test(e.msg ?? '')), [onEvent(events, 'entry')], 5_000);
+    } finally {
+      await replica.stop();
+    }
+  });
+
+  it('a group Lease a tenant (edit) deletes and creates again labelled as a break-glass claim still changes hands: a replica takes it over', async () => {
+    const ns = await exampleNamespace(cp());
+    await must(cp().kubectl(['-n', ns, 'create', 'serviceaccount', 'tenant']));
+    for (const role of ['edit', 'view']) {
+      await must(
+        cp().kubectl(['-n', ns, 'create', 'rolebinding', `tenant-${role}`, `--clusterrole=system:aggregate-to-${role}`, `--serviceaccount=${ns}:tenant`]),
+      );
+    }
+    const tenant = await cp().kubeconfigFor(ns, 'tenant');
+    await claimsPolicyInForce(cp(), ns, tenant);
+    const { logger, entries, events } = recordingLogger();
+    const replica = await startReplica(cp(), ns, join(dir(), 'claim-label'), 'proxy-0', { mode: 'auto', flags: ['--lease-duration', '2s'], logger });
+    try {
+      await until('a certificate held', () => heldSerial(replica) !== undefined, [onEvent(replica.daemon.events, 'planned'), roleChange(replica)], 30_000);
+      // The claims' policy refuses everyone's update of a Lease carrying the claim's label: on cd68f49 it did so for any
+      // Lease, the group's too, and no replica ever wrote again (a 403 at each takeover) until a cluster admin acted.
+      const leases = `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases`;
+      assert.equal((await asAccount(cp(), tenant, 'DELETE', `${leases}/certshare-${GROUP}`)).status, 200, 'the tenant deletes the group Lease');
+      const renewTime = new Date().toISOString().replace('Z', '000Z');
+      const labelled = {
+        apiVersion: 'coordination.k8s.io/v1',
+        kind: 'Lease',
+        metadata: { name: `certshare-${GROUP}`, labels: { [CLAIM_LABEL]: 'first' } },
+        spec: { holderIdentity: 'tenant', leaseDurationSeconds: 2, renewTime },
+      };
+      const created = await asAccount(cp(), tenant, 'POST', leases, labelled);
+      assert.equal(created.status, 201, `and creates it again, labelled as a claim: ${created.body}`);
+      const elected = () => entries.filter((e) => e.msg === 'became the writer').length;
+      await until('the replica the writer again', () => elected() >= 2, [onEvent(events, 'entry')], 20_000);
+      const res = await cp().adminRequest('GET', `${leases}/certshare-${GROUP}`);
+      assert.match((JSON.parse(res.body) as { spec: { holderIdentity: string } }).spec.holderIdentity, /^proxy-0_/);
+      assert.equal(issuances(replica), 1, 'no issuance more');
     } finally {
       await replica.stop();
     }

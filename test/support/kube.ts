@@ -90,7 +90,11 @@ export async function applyClaimsPolicy(cp: ControlPlane): Promise<void> {
  */
 export async function claimsPolicyInForce(cp: ControlPlane, ns: string, tenant: string): Promise<void> {
   const leases = `/apis/coordination.k8s.io/v1/namespaces/${ns}/leases`;
-  const probe = { apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name: 'certshare-glass-probe', labels: { [CLAIM_LABEL]: 'first' } } };
+  const probe = {
+    apiVersion: 'coordination.k8s.io/v1',
+    kind: 'Lease',
+    metadata: { name: `certshare-glass-${'0'.repeat(32)}`, labels: { [CLAIM_LABEL]: 'first' } },
+  };
   const created = await cp.adminRequest('POST', leases, { body: probe });
   if (created.status !== 201) throw new Error(`creating the probe claim: HTTP ${created.status}: ${created.body.slice(0, 300)}`);
   const deadline = performance.now() + 30_000;

@@ -1,7 +1,9 @@
 // The federation home's first pieces (src/core/federation/home-verdicts.ts): the safety point of a home outage, the
 // member's verdict while the home is away, and which copy wins when it is back.
 import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
 import { describe, it } from 'node:test';
+import { loadAll } from 'js-yaml';
 import {
   breakGlassPoint,
   breakGlassSpent,
@@ -107,6 +109,23 @@ describe("a member's break-glass claims (src/kube/break-glass-claim.ts)", () => 
       assert.match(name, /^certshare-glass-[0-9a-f]{32}(-2)?$/, 'a DNS subdomain, named as the sidecar may create (certshare-*)');
       assert.ok(name.length <= 50);
     }
+  });
+
+  it("names them as certshare-break-glass-claims keys on (manifests/base), and a group's Lease never so", async () => {
+    const docs = loadAll(await readFile(new URL('../../manifests/base/admission-policy.yaml', import.meta.url), 'utf8')) as Array<{
+      kind: string;
+      metadata: { name: string };
+      spec?: { matchConditions?: Array<{ expression: string }> };
+    }>;
+    const policy = docs.find((d) => d.kind === 'ValidatingAdmissionPolicy' && d.metadata.name === 'certshare-break-glass-claims');
+    const expression = policy?.spec?.matchConditions?.map((c) => c.expression).join(' && ') ?? '';
+    // The label alone, which whoever may create a Lease writes, froze a group's Lease (on cd68f49).
+    const pattern = /^oldObject\.metadata\.name\.matches\('([^']+)'\)$/.exec(expression)?.[1];
+    assert.ok(pattern, `the policy keys on a claim's name, not on its label alone: ${expression || 'no matchConditions'}`);
+    const claimName = new RegExp(pattern);
+    const { first, last } = breakGlassClaimNames('proxy', 'a.ts.net', 'AB');
+    for (const name of [first, last, ...Object.values(breakGlassClaimNames('proxy', 'a.ts.net', null))]) assert.match(name, claimName);
+    for (const lease of ['certshare-proxy', 'certshare-glass', 'certshare-glass-proxy', `${first}-3`, `x${first}`]) assert.doesNotMatch(lease, claimName);
   });
 
   it('claims no window older than one claimed or issued past (a pair put back), nor none after a claim (a Secret emptied)', () => {

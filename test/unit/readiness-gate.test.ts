@@ -163,6 +163,33 @@ describe('the readiness gate', () => {
     }
   });
 
+  it("sends its False again as it was written, a minute on: a True written over it with the Pod's token does not stand", { timeout: 10_000 }, async () => {
+    // certshare never reads its Pod: on cd68f49 it patched only when what it wanted changed, so one True written with
+    // the Pod's token (a proxy sharing the process namespace reads it) held the Pod Ready with no valid certificate.
+    const clock = new FakeClock();
+    const health = new HealthState();
+    health.manage([DOMAIN]);
+    const sent: unknown[] = [];
+    const { connection, events } = recordingConnection();
+    events.on('patched', (condition) => sent.push(condition));
+    const gate = gateOf(connection, health, clock, {});
+    try {
+      const first = nextEvent(events, 'patched');
+      gate.start();
+      await first;
+      await clock.waitForSleepers(1);
+      await clock.advance(59_999);
+      assert.equal(sent.length, 1, 'nothing sent again within the minute');
+      const again = nextEvent(events, 'patched', () => true, 5_000);
+      await clock.advance(1);
+      await again;
+      assert.deepEqual(sent, [sent[0], sent[0]], 'the same condition, its transition time included: a no-op while it stands');
+      assert.equal((sent[0] as { status: string }).status, 'False');
+    } finally {
+      await gate.stop();
+    }
+  });
+
   it('patches False after a patch to True cut at the exit point, which the API server may have applied', { timeout: 10_000 }, async () => {
     const clock = new FakeClock();
     const health = new HealthState();
