@@ -23,6 +23,7 @@ const REPO = resolve(import.meta.dirname, '../..');
 /** The pinned Node (the `node` devDependency): it runs the replayed build and is the image's /nodejs/bin/node. */
 const PINNED_NODE = join(REPO, 'node_modules/node/bin/node');
 const TAILSCALE_GO_MOD = join(REPO, 'test/tailscale-binaries/go.mod');
+const APT_GET = join(REPO, 'test/support/apt-get.sh');
 /** Sources whose change must rebuild every image: the recipes are here. */
 const BUILDER_SOURCES = [join(import.meta.dirname, 'images.ts'), join(import.meta.dirname, 'oci.ts'), join(REPO, 'test/support/dockerfile.ts')];
 /** What `docker build` reads for certshare's image: the Dockerfile and the context files it copies. */
@@ -480,7 +481,7 @@ async function debianCandidate(pkg: string, log: (line: string) => void): Promis
   let version = await candidate();
   if (!version) {
     log(`${pkg}: no candidate version in apt's lists; apt-get update`);
-    await run('apt-get', ['update', '-qq']);
+    await run('bash', [APT_GET, 'update', '-qq']);
     version = await candidate();
   }
   if (!version) throw new Error(`apt offers no ${pkg} package (a Debian host with apt's lists is needed)`);

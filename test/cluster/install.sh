@@ -21,5 +21,6 @@ if [[ "$(id -u)" != 0 ]]; then
 fi
 echo "cluster/install.sh: installing ${need[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >&2
-apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
+apt_get="$(dirname "${BASH_SOURCE[0]}")/../support/apt-get.sh"
+"$apt_get" update -qq >&2
+"$apt_get" install -y -qq --no-install-recommends "${need[@]}" >&2

@@ -31,7 +31,7 @@ download_deb() { apt-get download -q -o APT::Sandbox::User=root "$@" >&2; }
 fetch_deb() {
   if ! download_deb "$1=$2"; then
     echo "$name: $1 $2 not offered; refreshing the package lists and taking the candidate" >&2
-    apt-get update -qq >&2 || true
+    "$(dirname "${BASH_SOURCE[0]}")/apt-get.sh" update -qq >&2 || true
     download_deb "$1"
   fi
 }
