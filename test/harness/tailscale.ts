@@ -5,13 +5,15 @@
 // stay outside and reach tailscaled through its unix socket, tsenv through its admin socket, and the ACME
 // front (for ACME Renewal Information) through a TCP relay on the host's loopback to tsenv's ACME socket.
 import { spawnSync } from 'node:child_process';
+import { request } from 'node:http';
+import type { Socket } from 'node:net';
 import { rmSync } from 'node:fs';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before } from 'node:test';
 import { buildOnce, ManagedProcess } from './control-plane.ts';
-import { get, type Resp } from '../support/emulator.ts';
+import { get, type ReqOptions, type Resp } from '../support/emulator.ts';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.ts';
 
 const BUILD_SCRIPT = resolve(import.meta.dirname, '../tailscale-binaries/build.sh');
@@ -59,6 +61,31 @@ export function servicesControlSees(node: ControlVipServices): string[] | undefi
     .sort();
 }
 
+/** A Tailscale Service's VIP as tsenv's control hands it out (GET /service-vips, with serviceVips). */
+export interface ServiceVip {
+  Service: string;
+  /** IPv4, then IPv6. */
+  Addrs: string[];
+  /** Hostnames of the nodes hosting it now, the oldest first. */
+  Hosts: string[];
+  /** The host whose AllowedIPs carry the VIP (where clients' connections go); '' with none. */
+  Primary: string;
+}
+
+/** Another tailscaled logged in to the same control server, in the same namespace (RealTailscaled.addNode). */
+export interface TailnetNode {
+  readonly hostname: string;
+  /** Its LocalAPI socket. */
+  readonly socket: string;
+  localApi(path: string, options?: ReqOptions): Promise<Resp>;
+  /**
+   * A TCP connection from this node through the tailnet (LocalAPI POST /localapi/v0/dial, what `tailscale nc`
+   * uses): `host` a MagicDNS name (a Service's among them) or an address. Rejects when tailscaled has no
+   * tailnet route to it (it answers Dial-Self: dial it yourself) or cannot dial.
+   */
+  dial(host: string, port: number): Promise<Socket>;
+}
+
 export interface RealTailscaledOptions {
   /** The cert domain is in the netmap from the start; otherwise it appears on enableCertDomains(). */
   certDomainsAtStart?: boolean;
@@ -85,6 +112,8 @@ export interface RealTailscaledOptions {
   operator?: string;
   /** TS_PERMIT_CERT_UID: a uid that may fetch certificates (PermitCert) without being the operator. */
   permitCertUid?: string;
+  /** Control routes each Tailscale Service's VIP to one of its hosts (tsenv --service-vips). */
+  serviceVips?: boolean;
 }
 
 export interface RealTailscaled {
@@ -115,6 +144,10 @@ export interface RealTailscaled {
   enableCertDomains(): Promise<void>;
   /** What control knows of the nodes' Tailscale Services: the hash in their Hostinfo, and the list it fetches (c2n). */
   vipServices(): Promise<ControlVipServices[]>;
+  /** Each Service's VIP, hosts and primary as control routes them (serviceVips). */
+  serviceVips(): Promise<ServiceVip[]>;
+  /** Starts another tailscaled (`hostname`) in the namespace and logs it in to the same control; stopped by stop(). */
+  addNode(hostname: string): Promise<TailnetNode>;
   acmeStats(): Promise<AcmeStats>;
   /** The next `orders` new orders are answered 429 rateLimited with Retry-After `retryAfterSeconds`. */
   rateLimitOrders(orders: number, retryAfterSeconds: number): Promise<void>;
@@ -231,6 +264,7 @@ class RealTailscaledImpl implements RealTailscaled {
     if (this.options.certValidity) tsenvArgs.push('--validity', this.options.certValidity);
     if (this.options.certDomainsAtStart) tsenvArgs.push('--cert-domains');
     if (this.options.serviceHostsOnly) tsenvArgs.push('--service-hosts-only');
+    if (this.options.serviceVips) tsenvArgs.push('--service-vips');
     if (this.verbose) tsenvArgs.push('-v');
     this.tsenv = this.inNamespace('tsenv', [join(this.binDir, 'tsenv'), ...tsenvArgs]);
     let line: string | undefined;
@@ -241,18 +275,63 @@ class RealTailscaledImpl implements RealTailscaled {
     this.ready = JSON.parse(line!) as TsenvReady;
 
     await this.startTailscaled();
+    await this.login(this.socket, this.hostname, this.tailscaled!, this.options.operator ? [`--operator=${this.options.operator}`] : []);
+  }
+
+  /** `tailscale up` against tsenv's control for the tailscaled at `socket`. */
+  private async login(socket: string, hostname: string, tailscaled: ManagedProcess, more: string[]): Promise<void> {
     const login = this.inNamespace('tailscale up', [
       join(this.binDir, 'tailscale'),
-      `--socket=${this.socket}`,
+      `--socket=${socket}`,
       'up',
       `--login-server=${this.ready.control}`,
-      `--hostname=${this.hostname}`,
+      `--hostname=${hostname}`,
       `--timeout=${Math.round(this.readyTimeoutMs / 1000)}s`,
-      ...(this.options.operator ? [`--operator=${this.options.operator}`] : []),
+      ...more,
     ]);
     const keepAlive = setInterval(() => {}, 1000); // ManagedProcess children are unreferenced
     const exit = await login.exited.finally(() => clearInterval(keepAlive));
-    if (exit.code !== 0) throw new Error(`tailscale up failed (code ${exit.code}):\n${login.tail()}\ntailscaled:\n${this.tailscaled?.tail()}`);
+    if (exit.code !== 0) throw new Error(`tailscale up failed (code ${exit.code}):\n${login.tail()}\ntailscaled:\n${tailscaled.tail()}`);
+  }
+
+  /** tailscaled's flags for a node of its own files (`dir`), and its environment: what every node here shares. */
+  private tailscaledCommand(dir: string): { args: string[]; env: Record<string, string> } {
+    return {
+      args: [
+        join(this.binDir, 'tailscaled'),
+        '--tun=userspace-networking',
+        `--socket=${join(dir, 'tailscaled.sock')}`,
+        `--statedir=${join(dir, 'state')}`,
+        '--port=0',
+        '--no-logs-no-support',
+      ],
+      env: {
+        TS_DEBUG_ACME_DIRECTORY_URL: this.ready.acme,
+        SSL_CERT_FILE: this.ready.bundle,
+        // With only loopback, tailscaled would otherwise wait for a network that never comes.
+        TS_ASSUME_NETWORK_UP_FOR_TEST: '1',
+      },
+    };
+  }
+
+  private readonly nodes: Array<{ proc: ManagedProcess }> = [];
+
+  async addNode(hostname: string): Promise<TailnetNode> {
+    if (this.stopped) throw new Error('real tailscaled was stopped');
+    const dir = join(this.dir, hostname);
+    await mkdir(dir);
+    const { args, env } = this.tailscaledCommand(dir);
+    const proc = this.inNamespace(`tailscaled ${hostname}`, args, env);
+    this.nodes.push({ proc });
+    const socket = join(dir, 'tailscaled.sock');
+    await this.poll(`tailscaled ${hostname}`, proc, async () => (await get(socket, '/localapi/v0/status?peers=false')).status === 200);
+    await this.login(socket, hostname, proc, []);
+    return {
+      hostname,
+      socket,
+      localApi: (path, options) => get(socket, path, options),
+      dial: (host, port) => dialThrough(socket, host, port),
+    };
   }
 
   /** A command in the namespace, under the death-signal prefix (ManagedProcess adds it). */
@@ -283,17 +362,10 @@ class RealTailscaledImpl implements RealTailscaled {
       // A mount namespace of tailscaled's own, its /etc/passwd the file; `unshare` and `sh` exec: the pid is tailscaled's.
       asPod = ['unshare', '--mount', '--propagation', 'private', '--', 'sh', '-c', 'mount --bind "$0" /etc/passwd && exec "$@"', passwd];
     }
+    const own = this.tailscaledCommand(this.dir);
     const command = this.containerbootConfigDir
       ? [join(this.binDir, 'containerboot')]
-      : [
-          join(this.binDir, 'tailscaled'),
-          '--tun=userspace-networking',
-          `--socket=${this.socket}`,
-          `--statedir=${join(this.dir, 'state')}`,
-          '--port=0',
-          '--no-logs-no-support',
-          ...(this.configPath ? [`--config=${this.configPath}`] : []),
-        ];
+      : [...own.args, ...(this.configPath ? [`--config=${this.configPath}`] : [])];
     // containerboot runs `tailscaled` from PATH with these flags, and nothing else (no `tailscale up` in config-file mode).
     const containerboot: Record<string, string> = this.containerbootConfigDir
       ? {
@@ -307,10 +379,7 @@ class RealTailscaledImpl implements RealTailscaled {
       : {};
     const proc = this.inNamespace('tailscaled', [...asPod, ...command], {
       ...containerboot,
-      TS_DEBUG_ACME_DIRECTORY_URL: this.ready.acme,
-      SSL_CERT_FILE: this.ready.bundle,
-      // With only loopback, tailscaled would otherwise wait for a network that never comes.
-      TS_ASSUME_NETWORK_UP_FOR_TEST: '1',
+      ...own.env,
       ...(this.options.permitCertUid ? { TS_PERMIT_CERT_UID: this.options.permitCertUid } : {}),
     });
     this.tailscaled = proc;
@@ -397,6 +466,10 @@ class RealTailscaledImpl implements RealTailscaled {
     return JSON.parse(res.body) as ControlVipServices[];
   }
 
+  async serviceVips(): Promise<ServiceVip[]> {
+    return JSON.parse((await this.admin('GET', '/service-vips')).body) as ServiceVip[];
+  }
+
   async enableCertDomains(): Promise<void> {
     await this.admin('POST', '/cert-domains');
   }
@@ -416,6 +489,7 @@ class RealTailscaledImpl implements RealTailscaled {
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
+    await Promise.all(this.nodes.map((n) => n.proc.terminate(10_000)));
     await this.stopTailscaled();
     await (await this.acmeRelay?.catch(() => undefined))?.close();
     await this.tsenv?.terminate(5000);
@@ -471,4 +545,32 @@ export async function startRealTailscaled(options: RealTailscaledOptions = {}): 
     throw err;
   }
   return ts;
+}
+
+/** TailnetNode.dial: LocalAPI POST /localapi/v0/dial, upgraded to the raw connection (`ts-dial`). */
+function dialThrough(socket: string, host: string, port: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const req = request({
+      socketPath: socket,
+      path: '/localapi/v0/dial',
+      method: 'POST',
+      headers: { Host: 'local-tailscaled.sock', Connection: 'upgrade', Upgrade: 'ts-dial', 'Dial-Host': host, 'Dial-Port': String(port) },
+      agent: false,
+    });
+    req.once('upgrade', (_res, conn, head) => {
+      if (head.length > 0) conn.unshift(head);
+      resolve(conn);
+    });
+    req.once('response', (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => {
+        const self = res.headers['dial-self'] === 'true' ? ` (Dial-Self: no tailnet route to ${String(res.headers['dial-addr'])})` : '';
+        reject(new Error(`dial ${host}:${port}: HTTP ${res.statusCode}${self} ${body.trim()}`));
+      });
+    });
+    req.once('error', reject);
+    req.end();
+  });
 }

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"math/big"
 	"net"
 	"net/http"
@@ -34,6 +35,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,10 +48,12 @@ import (
 	"github.com/letsencrypt/pebble/v2/wfe"
 	"golang.org/x/crypto/acme"
 	"tailscale.com/derp/derpserver"
+	"tailscale.com/net/tsaddr"
 	"tailscale.com/tailcfg"
 	"tailscale.com/tstest/integration/testcontrol"
 	"tailscale.com/types/key"
 	"tailscale.com/types/logger"
+	"tailscale.com/util/mak"
 )
 
 // ready is the line printed once everything listens.
@@ -253,6 +257,8 @@ func main() {
 	// Real control lists a Tailscale Service's domain among a node's cert domains only while the node hosts
 	// the Service (tailscale cert answers "invalid domain" otherwise).
 	serviceHostsOnly := flag.Bool("service-hosts-only", false, "grant <label>.<magicdns-domain> as a cert domain only while a node advertises svc:<label>")
+	// Real control gives a Service a VIP, tells its hosts, and routes clients' connections to one of them.
+	serviceVIPsOn := flag.Bool("service-vips", false, "route each Tailscale Service's VIP to one of the nodes advertising it, as real control does (see serviceVIPs)")
 	flag.Parse()
 	if *dir == "" {
 		log.Fatal("tsenv: --dir is required")
@@ -299,16 +305,26 @@ func main() {
 	}
 	// testcontrol sends DNS.CertDomains only once it has a DNS config: AddDNSRecords creates one and
 	// pushes a netmap update to every node, which is how the domain "appears".
+	dns := &dnsEditor{control: control}
 	enableCertDomains := func() {
-		control.AddDNSRecords(tailcfg.DNSRecord{Name: "certshare-tsenv." + *magicDNS, Value: netip.MustParseAddr("100.64.0.99").String()})
+		dns.edit(func(cfg *tailcfg.DNSConfig) {
+			cfg.ExtraRecords = append(cfg.ExtraRecords, tailcfg.DNSRecord{Name: "certshare-tsenv." + *magicDNS, Value: "100.64.0.99"})
+		})
 	}
-	// dnsMu serialises tsenv's own changes of control.DNSConfig (testcontrol reads it under its own lock).
-	var dnsMu sync.Mutex
 	if *domainsAtStart {
 		enableCertDomains()
 	}
+	var onHosts []func(map[string][]*tailcfg.Node)
 	if *serviceHostsOnly {
-		go grantServiceDomains(control, *magicDNS, &dnsMu, log.Printf)
+		onHosts = append(onHosts, grantServiceDomains(dns, *magicDNS, log.Printf))
+	}
+	vips := &serviceVIPs{control: control, dns: dns, magicDNS: *magicDNS, logf: log.Printf,
+		vips: map[string][]netip.Addr{}, approved: map[key.NodePublic]tailcfg.ServiceIPMappings{}, state: map[string]*serviceVIP{}}
+	if *serviceVIPsOn {
+		onHosts = append(onHosts, vips.apply)
+	}
+	if len(onHosts) > 0 {
+		go serviceHosts(control, onHosts...)
 	}
 	go func() { log.Fatal(http.Serve(controlLn, control)) }()
 
@@ -365,8 +381,6 @@ func main() {
 		json.NewEncoder(w).Encode(front.stats())
 	})
 	admin.HandleFunc("POST /cert-domains", func(w http.ResponseWriter, r *http.Request) {
-		dnsMu.Lock()
-		defer dnsMu.Unlock()
 		enableCertDomains()
 		w.WriteHeader(http.StatusNoContent)
 	})
@@ -463,6 +477,11 @@ func main() {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(out)
 	})
+	// GET /service-vips: each Service's VIP, its hosts and the primary (--service-vips; an empty list otherwise).
+	admin.HandleFunc("GET /service-vips", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(vips.list())
+	})
 	go func() { log.Fatal(http.Serve(adminLn, admin)) }()
 
 	line, _ := json.Marshal(ready{
@@ -476,22 +495,18 @@ func main() {
 	select {}
 }
 
-// grantServiceDomains keeps control's tailnet-wide DNSConfig.CertDomains at the domains of the Services
-// some node hosts: `<label>.<magicDNS>` while a node lists svc:<label> as active in its answer to control's
-// c2n GET /vip-services, asked again whenever its Hostinfo's ServicesHash changes (as the real control
-// does). testcontrol has no per-node cert domains, so the grant goes to every node; a test with one node
-// sees what real control does. Each change is logged ("service domains granted") and pushed to the nodes.
-func grantServiceDomains(control *testcontrol.Server, magicDNS string, dnsMu *sync.Mutex, logf logger.Logf) {
+// serviceHosts watches which nodes host which Tailscale Services: a node hosts svc:<label> while it lists it as
+// active in its answer to control's c2n GET /vip-services, asked again whenever its Hostinfo's ServicesHash changes
+// (as the real control does). Every 200 ms; each change of the whole picture goes to each of apply, in order, as
+// Service name -> hosting nodes, the oldest (lowest node ID) first.
+func serviceHosts(control *testcontrol.Server, apply ...func(map[string][]*tailcfg.Node)) {
 	hashes := map[tailcfg.NodeID]string{}
 	hosted := map[tailcfg.NodeID][]string{}
-	var granted []string
-	dnsMu.Lock()
-	control.AddDNSRecords() // a DNS config, without which testcontrol sends no cert domains at all
-	dnsMu.Unlock()
+	last := "none yet"
 	for range time.Tick(200 * time.Millisecond) {
-		seen := map[tailcfg.NodeID]bool{}
+		byID := map[tailcfg.NodeID]*tailcfg.Node{}
 		for _, n := range control.AllNodes() {
-			seen[n.ID] = true
+			byID[n.ID] = n
 			hash := n.Hostinfo.ServicesHash()
 			if prev, ok := hashes[n.ID]; ok && prev == hash {
 				continue
@@ -502,35 +517,184 @@ func grantServiceDomains(control *testcontrol.Server, magicDNS string, dnsMu *sy
 			}
 			hashes[n.ID], hosted[n.ID] = hash, names
 		}
-		domains := map[string]bool{}
+		hosts := map[string][]*tailcfg.Node{}
 		for id, names := range hosted {
-			if !seen[id] {
+			if byID[id] == nil {
 				delete(hosted, id)
 				delete(hashes, id)
 				continue
 			}
 			for _, name := range names {
-				domains[strings.TrimPrefix(name, "svc:")+"."+magicDNS] = true
+				hosts[name] = append(hosts[name], byID[id])
 			}
 		}
-		next := make([]string, 0, len(domains))
-		for d := range domains {
-			next = append(next, d)
+		var picture []string
+		for name, nodes := range hosts {
+			sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
+			for _, n := range nodes {
+				picture = append(picture, fmt.Sprintf("%s@%d", name, n.ID))
+			}
+		}
+		sort.Strings(picture)
+		if now := strings.Join(picture, ","); now != last {
+			last = now
+			for _, f := range apply {
+				f(hosts)
+			}
+		}
+	}
+}
+
+// dnsEditor changes control's DNSConfig: tsenv's own changes, one at a time (testcontrol reads it under its own
+// lock). Each edit is one pointer store of an edited clone, pushed to every node.
+type dnsEditor struct {
+	mu      sync.Mutex
+	control *testcontrol.Server
+}
+
+func (d *dnsEditor) edit(change func(*tailcfg.DNSConfig)) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.control.AddDNSRecords() // a DNS config, without which testcontrol sends no cert domains at all
+	cfg := d.control.DNSConfig.Clone()
+	change(cfg)
+	d.control.DNSConfig = cfg
+	d.control.AddDNSRecords() // pushes a map response to every node
+}
+
+// grantServiceDomains keeps control's tailnet-wide DNSConfig.CertDomains at `<label>.<magicDNS>` of each Service some
+// node hosts. testcontrol has no per-node cert domains, so the grant goes to every node; a test with one node sees
+// what real control does. Each change is logged ("service domains granted").
+func grantServiceDomains(dns *dnsEditor, magicDNS string, logf logger.Logf) func(map[string][]*tailcfg.Node) {
+	var granted []string
+	dns.edit(func(*tailcfg.DNSConfig) {}) // a DNS config from the start: each node's own domain is granted
+	return func(hosts map[string][]*tailcfg.Node) {
+		next := make([]string, 0, len(hosts))
+		for name := range hosts {
+			next = append(next, strings.TrimPrefix(name, "svc:")+"."+magicDNS)
 		}
 		sort.Strings(next)
 		if strings.Join(next, ",") == strings.Join(granted, ",") {
-			continue
+			return
 		}
 		granted = next
 		logf("tsenv: service domains granted: %v", granted)
-		dnsMu.Lock()
-		cfg := control.DNSConfig.Clone()
-		cfg.CertDomains = append([]string(nil), granted...)
-		// One pointer store: testcontrol clones what it points to under its lock for each map response.
-		control.DNSConfig = cfg
-		control.AddDNSRecords() // pushes a map response to every node
-		dnsMu.Unlock()
+		dns.edit(func(cfg *tailcfg.DNSConfig) { cfg.CertDomains = append([]string(nil), granted...) })
 	}
+}
+
+// serviceVIP is a Service's place in the tailnet as control hands it out (GET /service-vips).
+type serviceVIP struct {
+	Service string
+	Addrs   []netip.Addr // the VIP: IPv4, then IPv6
+	Hosts   []string     // hostnames of the nodes hosting it now, the oldest first
+	Primary string       // the host whose AllowedIPs carry the VIP: where clients' connections go; "" with no host
+
+	primary key.NodePublic
+}
+
+// serviceVIPs does what Tailscale's control does for a Service's clients, as far as their connections need: the
+// Service gets a VIP (100.65.0.N and its Tailscale IPv6 twin) when a node first hosts it, and a DNS record
+// `<label>.<magicDNS>` -> the IPv4 VIP; each node that ever hosted it (the approved hosts: tsenv approves every
+// one) gets its VIPs in its self node's capability NodeAttrServiceHost (a tailcfg.ServiceIPMappings), which makes
+// its tailscaled accept packets to them and hand them to its ServeConfig's Services; and one host, the primary,
+// carries the VIPs in the AllowedIPs every peer sees (a single Tailscale IP there is routed without --accept-routes).
+// The primary stays while it hosts the Service; when it stops, the oldest remaining host takes over (Tailscale's
+// failover for overlapping routers), and with none the VIPs are in no one's AllowedIPs. Each change is logged
+// ("service VIPs"). The DNS record makes a DNS config, with which testcontrol also sends each node's own cert domain.
+type serviceVIPs struct {
+	control  *testcontrol.Server
+	dns      *dnsEditor
+	magicDNS string
+	logf     logger.Logf
+
+	mu       sync.Mutex
+	vips     map[string][]netip.Addr                      // by Service
+	approved map[key.NodePublic]tailcfg.ServiceIPMappings // what each node's capability says
+	routes   map[key.NodePublic][]netip.Prefix            // the VIPs in each node's AllowedIPs
+	state    map[string]*serviceVIP
+}
+
+func (s *serviceVIPs) apply(hosts map[string][]*tailcfg.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var records []tailcfg.DNSRecord
+	for name, nodes := range hosts {
+		if s.vips[name] == nil {
+			v4 := netip.AddrFrom4([4]byte{100, 65, 0, byte(len(s.vips) + 1)})
+			s.vips[name] = []netip.Addr{v4, tsaddr.Tailscale4To6(v4)}
+			records = append(records, tailcfg.DNSRecord{Name: strings.TrimPrefix(name, "svc:") + "." + s.magicDNS, Value: v4.String()})
+		}
+		for _, n := range nodes {
+			m := s.approved[n.Key]
+			if m[tailcfg.ServiceName(name)] != nil {
+				continue
+			}
+			m = maps.Clone(m)
+			mak.Set(&m, tailcfg.ServiceName(name), s.vips[name])
+			s.approved[n.Key] = m
+			raw, _ := json.Marshal(m)
+			s.control.SetNodeCapMap(n.Key, tailcfg.NodeCapMap{tailcfg.NodeAttrServiceHost: {tailcfg.RawMessage(raw)}})
+		}
+	}
+	if len(records) > 0 {
+		s.dns.edit(func(cfg *tailcfg.DNSConfig) { cfg.ExtraRecords = append(cfg.ExtraRecords, records...) })
+	}
+	next := map[key.NodePublic][]netip.Prefix{}
+	names := slices.Sorted(maps.Keys(s.vips))
+	for _, name := range names {
+		st := s.state[name]
+		if st == nil {
+			st = &serviceVIP{Service: name, Addrs: s.vips[name]}
+			s.state[name] = st
+		}
+		st.Hosts = nil
+		var primary *tailcfg.Node
+		for _, n := range hosts[name] {
+			st.Hosts = append(st.Hosts, n.Hostinfo.Hostname())
+			if primary == nil || n.Key == st.primary {
+				primary = n
+			}
+		}
+		st.Primary, st.primary = "", key.NodePublic{}
+		if primary == nil {
+			continue
+		}
+		st.Primary, st.primary = primary.Hostinfo.Hostname(), primary.Key
+		for _, a := range s.vips[name] {
+			next[primary.Key] = append(next[primary.Key], netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
+	// The new primaries first, then the old ones cleared: a client may see two carriers for a moment, never none.
+	for k, r := range next {
+		if !slices.Equal(r, s.routes[k]) {
+			s.control.SetSubnetRoutes(k, r)
+		}
+	}
+	for k := range s.routes {
+		if next[k] == nil {
+			s.control.SetSubnetRoutes(k, nil)
+		}
+	}
+	s.routes = next
+	var said []string
+	for _, name := range names {
+		st := s.state[name]
+		said = append(said, fmt.Sprintf("%s %v hosts %v primary %q", name, st.Addrs, st.Hosts, st.Primary))
+	}
+	s.logf("tsenv: service VIPs: %s", strings.Join(said, "; "))
+}
+
+func (s *serviceVIPs) list() []serviceVIP {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := []serviceVIP{}
+	for _, name := range slices.Sorted(maps.Keys(s.state)) {
+		st := *s.state[name]
+		st.Hosts = slices.Clone(st.Hosts)
+		out = append(out, st)
+	}
+	return out
 }
 
 // activeVIPServices asks a node (c2n GET /vip-services) which Services it serves as active.

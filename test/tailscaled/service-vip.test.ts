@@ -1,0 +1,137 @@
+// A tailnet client through a Tailscale Service's VIP, against the real tailscaled 1.102.5: tsenv's control
+// (--service-vips) gives svc:web a VIP, tells its hosts (their self node's `service-host` capability) and puts the
+// VIP in the AllowedIPs of one host, as Tailscale's control does. Two hosts, proxy-0 and proxy-1, forward the
+// Service's TCP 443 (their ServeConfig) to a TLS server each, serving a certificate for web.<tailnet> of its own;
+// a third tailscaled, the client, dials web.<tailnet>:443 through the tailnet and completes the TLS handshake: the
+// leaf says which host answered. A host withdrawn (AdvertiseServices without the Service, the masked prefs edit of
+// certshare's advertiser, through certshare's own LocalAPI client) still answers until control moves the VIP to the
+// other host, which gets every later connection; with neither advertising the client has no route to the VIP at all.
+import assert from 'node:assert/strict';
+import { X509Certificate } from 'node:crypto';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { connect } from 'node:tls';
+import { silentLogger } from '../../src/core/ports/logger.ts';
+import { createLocalApiClient } from '../../src/localapi/client.ts';
+import { BUILD_AND_START_TIMEOUT_MS, TS_MAGICDNS, type TailnetNode, useRealTailscaled } from '../harness/tailscale.ts';
+import { DAY, makePair, testCa } from '../support/certs.ts';
+import { get } from '../support/emulator.ts';
+import { useTempDir } from '../support/standalone.ts';
+import { startTlsProxy, type TestProxy } from '../support/tls-proxy.ts';
+
+const SERVICE = 'svc:web';
+const SERVICE_DOMAIN = `web.${TS_MAGICDNS}`;
+
+type Outcome = { leaf: string } | { error: string };
+
+/** One connection of the client to `host`:443 through the tailnet and a verified handshake for the Service's domain. */
+async function handshake(client: TailnetNode, host: string, ca: string): Promise<Outcome> {
+  let conn: Awaited<ReturnType<TailnetNode['dial']>>;
+  try {
+    conn = await client.dial(host, 443);
+  } catch (err) {
+    return { error: (err as Error).message };
+  }
+  return new Promise((resolve) => {
+    const tls = connect({ socket: conn, servername: SERVICE_DOMAIN, ca }, () => {
+      resolve({ leaf: tls.getPeerX509Certificate()!.fingerprint256 });
+      tls.destroy();
+    });
+    tls.once('error', (err) => {
+      conn.destroy();
+      resolve({ error: err.message });
+    });
+    tls.setTimeout(2000, () => tls.destroy(new Error('no handshake within 2 s')));
+  });
+}
+
+/** Tries every 100 ms until `done` holds for a result; returns the results, the last one `done`'s, and the time taken. */
+async function tryUntil<T>(what: string, attempt: () => Promise<T>, done: (t: T) => boolean): Promise<{ outcomes: T[]; ms: number }> {
+  const start = performance.now();
+  const outcomes: T[] = [];
+  for (;;) {
+    const o = await attempt();
+    outcomes.push(o);
+    if (done(o)) return { outcomes, ms: Math.round(performance.now() - start) };
+    if (performance.now() - start > 30_000) assert.fail(`${what}: not within 30 s; last: ${JSON.stringify(outcomes.slice(-5))}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+describe("a tailnet client through a Tailscale Service's VIP (real tailscaled)", { timeout: BUILD_AND_START_TIMEOUT_MS }, () => {
+  const realTailscaled = useRealTailscaled({ serviceVips: true, hostname: 'proxy-0' });
+  const dir = useTempDir();
+
+  it("reaches the advertising hosts' proxies, the next connections move off a withdrawn host, none without a host", async () => {
+    const ts = realTailscaled();
+    const [proxy1, client] = await Promise.all([ts.addNode('proxy-1'), ts.addNode('client')]);
+    const ca = (await testCa()).certPem;
+    const hosts = [
+      { name: 'proxy-0', socket: ts.socket },
+      { name: 'proxy-1', socket: proxy1.socket },
+    ];
+    const proxies: TestProxy[] = [];
+    const leaf: Record<string, string> = {};
+    const signal = AbortSignal.timeout(60_000);
+    const advertise = (socket: string, services: string[]) =>
+      createLocalApiClient({ address: socket, logger: silentLogger }).editPrefs!({ AdvertiseServicesSet: true, AdvertiseServices: services }, signal);
+    try {
+      for (const host of hosts) {
+        // Each host's proxy: a certificate for the Service's domain of its own, on a unix socket its ServeConfig forwards to.
+        const pair = await makePair(SERVICE_DOMAIN, Date.now() - DAY, 30 * DAY);
+        leaf[host.name] = new X509Certificate(pair.certPem).fingerprint256;
+        const path = join(dir(), `${host.name}.sock`);
+        proxies.push(await startTlsProxy(pair, path));
+        const serveConfig = { Services: { [SERVICE]: { TCP: { '443': { TCPForward: `unix:${path}` } } } } };
+        const res = await get(host.socket, '/localapi/v0/serve-config', { method: 'POST', body: JSON.stringify(serveConfig) });
+        assert.equal(res.status, 200, res.body);
+        await advertise(host.socket, [SERVICE]);
+      }
+      const who = (o: Outcome) => ('leaf' in o ? (Object.keys(leaf).find((h) => leaf[h] === o.leaf) ?? `an unknown leaf ${o.leaf}`) : `error: ${o.error}`);
+      const toName = () => handshake(client, SERVICE_DOMAIN, ca);
+
+      // Both host it: the client's connections go to the primary, the oldest host.
+      await tryUntil(
+        'control sees both hosts',
+        () => ts.serviceVips(),
+        ([v]) => v?.Hosts.join() === 'proxy-0,proxy-1',
+      );
+      const first = await tryUntil('the client reaches the Service', toName, (o) => 'leaf' in o);
+      assert.equal(who(first.outcomes.at(-1)!), 'proxy-0');
+      const [vip] = await ts.serviceVips();
+      assert.deepEqual({ ...vip, Addrs: vip!.Addrs.length }, { Service: SERVICE, Addrs: 2, Hosts: ['proxy-0', 'proxy-1'], Primary: 'proxy-0' });
+      for (const host of hosts) {
+        const self = JSON.parse((await get(host.socket, '/localapi/v0/status?peers=false')).body) as { Self: { CapMap?: Record<string, unknown> } };
+        assert.deepEqual(self.Self.CapMap?.['service-host'], [{ [SERVICE]: vip!.Addrs }], `${host.name} told its VIP`);
+      }
+      for (const address of vip!.Addrs) assert.equal(who(await handshake(client, address, ca)), 'proxy-0', `through ${address}`);
+      for (let i = 0; i < 3; i++) assert.equal(who(await toName()), 'proxy-0');
+
+      // proxy-0 withdraws: it still answers what reaches it until control moves the VIP (then a connection across
+      // the move may break); from then on the client's connections reach proxy-1.
+      await advertise(ts.socket, []);
+      const moved = await tryUntil('the connections move to proxy-1', toName, (o) => who(o) === 'proxy-1');
+      for (const o of moved.outcomes) assert.match(who(o), /^(proxy-[01]|error: .*)$/);
+      for (let i = 0; i < 5; i++) assert.equal(who(await toName()), 'proxy-1');
+      assert.equal((await ts.serviceVips())[0]!.Primary, 'proxy-1');
+
+      // Neither advertises: once control takes the VIP back, the client has no route to it.
+      await advertise(proxy1.socket, []);
+      const gone = await tryUntil('no route without a host', toName, (o) => who(o).includes('Dial-Self'));
+      for (let i = 0; i < 3; i++) assert.match(who(await toName()), /Dial-Self/);
+      assert.equal((await ts.serviceVips())[0]!.Primary, '');
+
+      // proxy-1 advertises again: reached again.
+      await advertise(proxy1.socket, [SERVICE]);
+      const back = await tryUntil('reached again', toName, (o) => who(o) === 'proxy-1');
+      const count = (r: { outcomes: Outcome[] }, what: RegExp) => r.outcomes.filter((o) => what.test(who(o))).length;
+      process.stderr.write(
+        `service VIP ${vip!.Addrs.join(' ')}: reached after ${first.ms} ms; proxy-0 withdrawn: the client reached proxy-1 after ${moved.ms} ms ` +
+          `(before: ${count(moved, /proxy-0/)} connections still to proxy-0, ${count(moved, /error/)} failed); both withdrawn: no route after ` +
+          `${gone.ms} ms (before: ${count(gone, /proxy-1/)} to proxy-1); proxy-1 back: reached after ${back.ms} ms\n`,
+      );
+    } finally {
+      await Promise.all(proxies.map((p) => p.close()));
+    }
+  });
+});
