@@ -119,17 +119,24 @@ async function routeNode(req: IncomingMessage, res: ServerResponse, url: URL, ct
   }
 }
 
-/** A cert request with its ledger line, written once it was answered (or reset, or given up on). */
+/**
+ * A cert request with its ledger line, written once it was answered (or reset, or given up on). `end` is when the
+ * answer was given, stamped then: a process starved of CPU may run the rest of the handler much later, while
+ * the caller has had the answer since (a chaos run's Retry-After counts from it).
+ */
 async function handleLedgeredCert(req: IncomingMessage, res: ServerResponse, url: URL, domain: string, ctx: LocalApiContext): Promise<void> {
   const { cert, ledger } = ctx;
   const time = iso(cert.clock.now());
   let outcome = 'aborted';
+  let answeredAt: number | undefined;
   let serial: string | undefined;
   try {
     await handleCert(req, res, url, {
       ...cert,
       countResponse: (d: string, o: string) => {
         outcome = o;
+        // A hang answers nothing: its end is when it was given up on.
+        if (o !== 'hang') answeredAt = cert.clock.now();
         cert.countResponse(d, o);
       },
       onServed: (s: string) => {
@@ -140,7 +147,7 @@ async function handleLedgeredCert(req: IncomingMessage, res: ServerResponse, url
     const line: LedgerRequest = {
       kind: 'request',
       time,
-      end: iso(cert.clock.now()),
+      end: iso(answeredAt ?? cert.clock.now()),
       emulator: ledger!.emulator,
       domain,
       minValidity: url.searchParams.get('min_validity') ?? '',

@@ -84,6 +84,12 @@ export interface CheckerContext {
    * the issuance it names is break-glass even when its log line was lost (a write that landed, its answer not).
    */
   breakGlassRecorded?(domain: string, serial: string, window: string): void;
+  /**
+   * Reads a replica's files for a domain at once (DirWatch.readNow), calling files() if they changed. Before an
+   * episode about a replica's files opens, the checker looks again: a runner starved of CPU takes its watcher's
+   * news of the files late (seed 45: files swapped 1.5 s before a tick still saw the expired ones). Optional.
+   */
+  refreshFiles?(name: string, domain: string): void;
   /** A federated run's member (cross-cluster.ts): its way to the home, and valid pairs of other clusters' Secrets. */
   federation?: {
     link(): HomeLink;
@@ -346,11 +352,11 @@ export class Checker {
       const readsSince = this.#ctx.secretsReachableSince?.(name) ?? 0;
       const up = inst?.readyAt !== undefined && now - inst.readyAt > graceMs;
       // Invariant 5 looks at the domain whose files have been bad the longest.
-      let worst: { domain: string; since: number } | undefined;
+      let worst: { domain: DomainState; since: number; files: FilesState | undefined } | undefined;
       for (const d of this.#domains.values()) {
         const files = d.files.get(name);
         const badSince = this.#badSince(files, now);
-        if (badSince !== undefined && (worst === undefined || badSince < worst.since)) worst = { domain: d.domain, since: badSince };
+        if (badSince !== undefined && (worst === undefined || badSince < worst.since)) worst = { domain: d, since: badSince, files };
 
         // Invariant 2: expired or key-mismatched files while the Secret has held a valid pair newer than the
         // files' for the grace. From when such a pair landed, not from when the Secret's validity began: a
@@ -360,7 +366,8 @@ export class Checker {
           up &&
           badSince !== undefined &&
           secretValid &&
-          now - Math.max(d.validSince!, newerLandedAt(d.history, files?.cert, now), inst!.readyAt!, reachable, readsSince) > graceMs;
+          now - Math.max(d.validSince!, newerLandedAt(d.history, files?.cert, now), inst!.readyAt!, reachable, readsSince) > graceMs &&
+          this.#stillBad(`2:${name}:${d.domain}`, name, d, files);
         this.#episode(`2:${name}:${d.domain}`, inv2, now, () => {
           const what = files?.cert
             ? files.cert.keyMatch
@@ -378,7 +385,8 @@ export class Checker {
           expired && this.#ctx.federation
             ? this.#needlessExpiry(d.domain, files!.cert!, now, Math.max(badSince!, inst!.readyAt!, reachable, readsSince))
             : undefined;
-        this.#episode(`2:elsewhere:${name}:${d.domain}`, needless !== undefined, now, () => {
+        const elsewhere = `2:elsewhere:${name}:${d.domain}`;
+        this.#episode(elsewhere, needless !== undefined && this.#stillBad(elsewhere, name, d, files), now, () => {
           return (
             `inv2 ${iso(now)} ${d.domain}: ${name} (pid ${inst!.pid}) projects expired serial ${short(files!.cert!.serial)} ` +
             `(notAfter ${iso(files!.cert!.notAfter)}) ${needless!}`
@@ -394,13 +402,14 @@ export class Checker {
         this.#ctx.podsInSync() &&
         gate?.status === 'True' &&
         worst !== undefined &&
-        now - Math.max(gate.at, worst.since, inst!.readyAt!, reachable, this.#ctx.statusReachableSince?.(name) ?? 0) > graceMs;
+        now - Math.max(gate.at, worst.since, inst!.readyAt!, reachable, this.#ctx.statusReachableSince?.(name) ?? 0) > graceMs &&
+        this.#stillBad(`5:${name}`, name, worst.domain, worst.files);
       this.#episode(
         `5:${name}`,
         inv5,
         now,
         () =>
-          `inv5 ${iso(now)} ${worst!.domain}: ${name} (pid ${inst!.pid}) has its readiness condition True (since ${iso(gate!.at)}) ` +
+          `inv5 ${iso(now)} ${worst!.domain.domain}: ${name} (pid ${inst!.pid}) has its readiness condition True (since ${iso(gate!.at)}) ` +
           `without a valid certificate for this domain (files bad since ${iso(worst!.since)})`,
       );
     }
@@ -460,6 +469,16 @@ export class Checker {
     }
     this.#samples.push(sample);
     d.open.push(sample);
+  }
+
+  /**
+   * Whether a replica's files still hold what a judgment found bad (`judged`): an episode under way stands; before one
+   * opens they are read again (refreshFiles), and if they changed, files() has recorded them for the next tick to judge.
+   */
+  #stillBad(key: string, name: string, d: DomainState, judged: FilesState | undefined): boolean {
+    if (this.#episodes.has(key)) return true;
+    this.#ctx.refreshFiles?.(name, d.domain);
+    return d.files.get(name) === judged;
   }
 
   #episode(key: string, active: boolean, now: number, text: () => string): void {

@@ -306,6 +306,48 @@ describe('chaos checker with many domains per group', () => {
     );
   });
 
+  it('reads the files again before it flags them: a starved runner learns of a swap late (seed 45)', async () => {
+    // Seed 45's second flag: the Secret valid again (a hand edit repaired) at t, the replica's files swapped to that
+    // pair at t + 870 ms (its log), the runner's watcher still reporting the expired pair at t + 2337 ms.
+    const now = Date.now();
+    const [old, renewal] = await Promise.all([secretOf(D, now - 20_000, 20_000), secretOf(D, now - 2000, 60_000)]);
+    const view = (p: { serial: string; notAfter: number }, notBefore: number): FilesState => ({
+      cert: { serial: p.serial, notBefore, notAfter: p.notAfter, keyMatch: true },
+      at: now,
+    });
+    const t = old.notAfter + 1000;
+    let reads = 0;
+    const violationsWith = (swapped: boolean): string[] => {
+      let reported = view(old, now - 20_000);
+      const onDisk = swapped ? { ...view(renewal, now - 2000), at: t + 870 } : reported;
+      const checker = new Checker({
+        ...context([D], ['proxy-1']),
+        // What DirWatch.readNow does: the files as they are, reported if they changed.
+        refreshFiles: (name, domain) => {
+          reads++;
+          if (onDisk === reported) return;
+          reported = onDisk;
+          checker.files(name, domain, onDisk);
+        },
+      });
+      checker.secret(D, old.obj, now - 19_000);
+      checker.files('proxy-1', D, reported);
+      checker.pods('proxy-1', { status: { conditions: [{ type: 'certshare.io/certificates', status: 'True' }] } }, now - 19_000);
+      checker.secret(D, renewal.obj, t);
+      checker.tick(t + 2337);
+      checker.tick(t + 2437);
+      return checker.finish(t + 2500, { mustHold: false }).violations.filter((v) => /^inv[25] /.test(v));
+    };
+    assert.deepEqual(violationsWith(true), [], 'the files hold the valid pair: nothing to flag');
+    assert.ok(reads > 0, 'the files were read again before a violation could open');
+    const flagged = violationsWith(false);
+    assert.deepEqual(
+      flagged.map((v) => v.slice(0, 4)),
+      ['inv2', 'inv5'],
+      `the files still hold the expired pair: both invariants flag it\n${flagged.join('\n')}`,
+    );
+  });
+
   it('flags the one replica and domain whose files are stale, and at the end the domain a replica lacks', async () => {
     const [d, e] = await Promise.all([secretOf(D), secretOf(E)]);
     const checker = new Checker(context([D, E], ['proxy-0', 'proxy-1']));
@@ -424,6 +466,32 @@ describe('the emulator ledger with --ledger-requests', () => {
       assert.equal(lines.find((l) => l.kind === 'issuance')?.trigger, 'request');
       assert.equal(requests[1]!.serial, issuances[0]!.serial);
       assert.ok(requests[0]!.time <= requests[0]!.end && requests[0]!.end <= requests[1]!.time);
+    } finally {
+      await emu.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("stamps a request's end when its answer is given, not when the emulator gets round to the rest (seed 46)", async () => {
+    // Seed 46: an emulator starved of CPU answered a 429 (Retry-After: 3) at 19:07:33.961 and stamped its end at
+    // 34.549; its caller had the answer by 34.094 at the latest and called again at 37.094, flagged as inv6.
+    const dir = await mkdtemp(join(tmpdir(), 'certshare-ledger-'));
+    const ledgerPath = join(dir, 'ledger.jsonl');
+    let now = Date.parse('2026-11-29T19:07:33.961Z');
+    const clock = { now: () => now };
+    const emu = await startEmulator({ listen: join(dir, 'ts.sock'), domains: [D], ledgerPath, ledgerRequests: true, id: 'emu-s', clock });
+    // The process descheduled right after it answered: its clock has moved on when it next runs.
+    emu.events.on('certResponse', () => {
+      now += 588;
+    });
+    try {
+      emu.injectFault('cert:rate_limit_429:retry_after=3');
+      assert.equal((await get(emu.address, `/localapi/v0/cert/${D}?type=pair`)).status, 429);
+      const [line] = (await readFile(ledgerPath, 'utf8')).trim().split('\n');
+      const { request } = parseLedgerLine(JSON.parse(line!) as Record<string, unknown>);
+      assert.equal(new Date(request!.end).toISOString(), '2026-11-29T19:07:33.961Z');
+      const call = req(Date.parse('2026-11-29T19:07:37.094Z'), 'emu-s', '429', 3);
+      assert.deepEqual(checkRateLimits([request!, call], [], () => 'emu-s/1').violations, [], 'the call came 3.1 s after the answer');
     } finally {
       await emu.close();
       await rm(dir, { recursive: true, force: true });

@@ -2,8 +2,8 @@
 // list+watch straight to kube-apiserver (not through the fault proxy), each replica's projected files
 // (fs.watch plus a slow rescan), and the emulators' shared ledger (tailed).
 import { X509Certificate, createPrivateKey } from 'node:crypto';
-import { watch as fsWatch, type FSWatcher } from 'node:fs';
-import { open, readFile, realpath } from 'node:fs/promises';
+import { watch as fsWatch, readFileSync, realpathSync, type FSWatcher } from 'node:fs';
+import { open, realpath } from 'node:fs/promises';
 import { request } from 'node:https';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -248,17 +248,48 @@ export class DirWatch {
         const target = await realpath(join(this.#dir, domain)).catch(() => undefined);
         const last = this.#last.get(domain);
         if (last && target !== undefined && last.target === target) continue;
-        const view = target === undefined ? undefined : await this.#read(domain);
-        const key = view ? `${view.serial}|${view.keyMatch}` : 'none';
-        this.#last.set(domain, { target: view ? target : undefined, key });
-        if (key !== last?.key) {
-          const state = { cert: view, at: Date.now() };
-          this.states.set(domain, state);
-          this.#onChange(domain, state);
-        }
+        this.readNow(domain);
       } while (this.#again.has(domain));
     } finally {
       this.#reading.delete(domain);
+    }
+  }
+
+  /**
+   * The domain's files read at once, synchronously, and reported if they changed: what check() does once the link
+   * moved, and what the checker does before it records a violation about them (a starved runner's watch of them lags).
+   */
+  readNow(domain: string): void {
+    const link = join(this.#dir, domain);
+    for (let attempt = 0; attempt < 3; attempt++) {
+      let target: string;
+      try {
+        target = realpathSync(link);
+      } catch {
+        this.#record(domain, undefined, undefined);
+        return;
+      }
+      try {
+        this.#record(domain, target, viewPair(readFileSync(join(target, 'tls.crt'), 'utf8'), readFileSync(join(target, 'tls.key'), 'utf8')));
+        return;
+      } catch (err) {
+        // The version directory may have been pruned between realpath and read: look again.
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || attempt === 2) {
+          this.#record(domain, target, undefined);
+          return;
+        }
+      }
+    }
+  }
+
+  #record(domain: string, target: string | undefined, view: CertView | undefined): void {
+    const last = this.#last.get(domain);
+    const key = view ? `${view.serial}|${view.keyMatch}` : 'none';
+    this.#last.set(domain, { target: view ? target : undefined, key });
+    if (key !== last?.key) {
+      const state = { cert: view, at: Date.now() };
+      this.states.set(domain, state);
+      this.#onChange(domain, state);
     }
   }
 
@@ -267,23 +298,6 @@ export class DirWatch {
     if (this.#domains.has(name)) return name;
     const m = /^\.(.+)\.[^.]+\.link$/.exec(name);
     return m && this.#domains.has(m[1]!) ? m[1] : undefined;
-  }
-
-  async #read(domain: string): Promise<CertView | undefined> {
-    for (let attempt = 0; attempt < 3; attempt++) {
-      try {
-        const target = await realpath(join(this.#dir, domain));
-        const [certPem, keyPem] = await Promise.all([readFile(join(target, 'tls.crt'), 'utf8'), readFile(join(target, 'tls.key'), 'utf8')]);
-        return viewPair(certPem, keyPem);
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code === 'ENOENT' && attempt < 2) {
-          // The version directory may have been pruned between realpath and read: look again.
-          continue;
-        }
-        return undefined;
-      }
-    }
-    return undefined;
   }
 }
 

@@ -359,6 +359,8 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
     }
     const ledger = join(runDir, 'ledger.jsonl');
     const byName = new Map<string, Replica>();
+    /** Each replica's watch of its projected files (made once the checkers are). */
+    const filesOf = new Map<string, DirWatch>();
     // Quiet periods: [start, end); the checker counts samples from start + settle time to end - grace.
     const quietPeriods: Array<[number, number]> = [];
     // Serials a member issued on its own while the home was away (its log says so): outside invariant 1.
@@ -518,6 +520,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
           const since = chaos?.reachableSince(now) ?? 0;
           return since === 0 ? 0 : since + T.recoveryMs;
         },
+        refreshFiles: (name, domain) => filesOf.get(name)?.readNow(domain),
         secretsReachableSince: (name) => proxy.secretsReachableSince(tokens.get(name)!),
         statusReachableSince: (name) => proxy.statusReachableSince(tokens.get(name)!),
         excusedIssuance: (i) => {
@@ -589,6 +592,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
       );
       m.podWatch = podWatch;
       const dirWatches = m.replicas.map((r) => new DirWatch(r.outDir, domains, (domain, state) => checker.files(r.name, domain, state)));
+      for (const [i, r] of m.replicas.entries()) filesOf.set(r.name, dirWatches[i]!);
       secretWatch.start();
       podWatch.start();
       for (const d of dirWatches) d.start();
