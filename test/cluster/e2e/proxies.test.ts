@@ -248,6 +248,14 @@ interface PodState {
   restarts: number;
 }
 
+/** Until a verified handshake through the Service's address succeeds: kube-proxy routes it to a Pod. */
+async function handshakeThrough(env: E2eCluster, service: string, ns: string): Promise<void> {
+  await poll(`${ns}: a handshake through the Service`, 60_000, async () => {
+    const once = await env.cluster.exec([process.execPath, PROBE, 'once', '--ca', CA_FILE, '--sni', DOMAIN, `${service}:443`], { timeoutMs: 30_000 });
+    return (JSON.parse(once.stdout) as Array<{ error?: string }>).every((p) => p.error === undefined) ? true : undefined;
+  });
+}
+
 async function podStates(env: E2eCluster, ns: string): Promise<PodState[]> {
   const list = JSON.parse(await env.cluster.kubectlOk(['get', 'pods', '-n', ns, '-l', 'app.kubernetes.io/name=proxy', '-o', 'json'])) as {
     items: Array<{
@@ -324,6 +332,10 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
           '-o',
           'jsonpath={.data.tls\\.crt}{"\\n"}',
         ]);
+        // Ready does not say kube-proxy routes the Service to the Pods yet (no routing check here): the client
+        // starts once a handshake through the Service succeeds (HAProxy's first ten were refused once, in its first
+        // half second, while nginx's had been routed already).
+        await handshakeThrough(env, service, ns);
         const client = watchLines(env, [process.execPath, PROBE, 'loop', '--ca', CA_FILE, '--sni', DOMAIN, '--interval-ms', '50', `${service}:443`], 'pipe');
         return { ns, secret, client };
       }),
@@ -449,10 +461,7 @@ async function rollOut(env: E2eCluster, replicas: number, record: (figures: Adve
       const states = await podStates(env, SERVICE_NS);
       return states.length === replicas && states.every((p) => p.ready) ? true : undefined;
     });
-    await poll('a handshake through the Service', 60_000, async () => {
-      const once = await env.cluster.exec([process.execPath, PROBE, 'once', '--ca', CA_FILE, '--sni', DOMAIN, `${service}:443`], { timeoutMs: 30_000 });
-      return (JSON.parse(once.stdout) as Array<{ error?: string }>).every((p) => p.error === undefined) ? true : undefined;
-    });
+    await handshakeThrough(env, service, SERVICE_NS);
     client = watchLines(env, [process.execPath, PROBE, 'loop', '--ca', CA_FILE, '--sni', DOMAIN, '--interval-ms', '50', `${service}:443`], 'pipe');
     const started = Date.now();
     await env.cluster.kubectlOk(['rollout', 'restart', 'statefulset/proxy', '-n', SERVICE_NS]);
