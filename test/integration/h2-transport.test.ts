@@ -106,7 +106,7 @@ describe('HTTP/2 transport against a scripted server', () => {
   it('after a failed connect, calls fail at once with its error instead of each opening a connection', async () => {
     const closed = await freePort();
     const connection = await connectKube({ KUBECONFIG: await scriptedKubeconfig(dir(), 'refused-port', closed), POD_NAMESPACE: 'n' });
-    // A first wait of a minute: the second call comes within it however loaded the machine (100 ms in use).
+    // A first wait of a minute: the second call comes within it however loaded the machine.
     setKubeSessionLiveness(connection.config, { reconnectFirstMs: 60_000 });
     const api = makeApi(connection.config, CoreV1Api);
     await assert.rejects(api.readNamespacedSecret({ name: 's', namespace: 'n' }), { code: 'ECONNREFUSED' });

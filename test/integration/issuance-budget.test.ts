@@ -11,7 +11,7 @@ const TAILNET = 'tailnet-budget.ts.net';
 const DOMAINS = Array.from({ length: 8 }, (_, i) => `web${i + 1}.${TAILNET}`);
 /**
  * Let's Encrypt's 50 per 168 h, scaled: 3 first issuances per 10 s. The five queued loops must all report their
- * wait within one window: at load 20 on two cores, 4 s was not always enough.
+ * wait within one window, on a loaded machine too.
  */
 const COUNT = 3;
 const WINDOW_MS = 10_000;

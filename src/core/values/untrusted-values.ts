@@ -104,8 +104,7 @@ const LEASE_TRANSITIONS_MAX = 2_147_483_647;
  * The leaseTransitions a candidate writes when it takes a Lease over from the count it read: one more, up to
  * the int32 the field is. Whoever may update the Lease could write 2^31 - 1 once: every takeover's update,
  * one more, would then be refused for good and no candidate ever hold the Lease again, after the credential
- * that wrote it was rotated. No election reaches that count (a takeover a second for 68 years): it is kept
- * there, and told.
+ * that wrote it was rotated. No election reaches that count: it is kept there, and told.
  * @forTests
  */
 export function nextLeaseTransitions(count: number | undefined): { count: number; refused?: UntrustedValue } {

@@ -333,8 +333,7 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
           'jsonpath={.data.tls\\.crt}{"\\n"}',
         ]);
         // Ready does not say kube-proxy routes the Service to the Pods yet (no routing check here): the client
-        // starts once a handshake through the Service succeeds (HAProxy's first ten were refused once, in its first
-        // half second, while nginx's had been routed already).
+        // starts once a handshake through the Service succeeds.
         await handshakeThrough(env, service, ns);
         const client = watchLines(env, [process.execPath, PROBE, 'loop', '--ca', CA_FILE, '--sni', DOMAIN, '--interval-ms', '50', `${service}:443`], 'pipe');
         return { ns, secret, client };
