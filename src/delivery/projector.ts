@@ -1,42 +1,90 @@
+import { doubling } from '../core/issuance/backoff.ts';
 import { errorMessage } from '../core/errors.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import type { StoredCert } from '../core/ports/store.ts';
 import type { CertDirectory } from '../store/cert-directory.ts';
 
+/** The first retry of a failed write, doubling up to a minute. */
+const FIRST_RETRY_MS = 1000;
+const RETRY_CAP_MS = 60_000;
+
+interface ProjectorDeps {
+  logger: Logger;
+  clock: Clock;
+  /** Holds health (and so readiness) at unhealthy while a domain's files could not be written (HealthState.pending). */
+  health: { pending(source: string, reason: string | undefined): void };
+  onWritten: (domain: string, path: string) => void;
+}
+
 /**
  * Mirrors each domain's current certificate into a directory (for proxies that read files), with the
  * same atomic, validated write as the dir store, and reports files that changed. Writes per domain are
- * serialised so an older certificate can never land after a newer one.
+ * serialised so an older certificate can never land after a newer one. A write that fails (a disk full, a
+ * read-only volume) leaves the proxy the files before, says so through health until a retry, or the write
+ * of a newer certificate, succeeds: the Pod leaves rotation rather than stay there while what its proxy
+ * serves runs out.
  */
 export class Projector implements LoopObserver {
   readonly #dir: CertDirectory;
-  readonly #logger: Logger;
-  readonly #onWritten: (domain: string, path: string) => void;
+  readonly #deps: ProjectorDeps;
   readonly #queues = new Map<string, Promise<void>>();
+  /** The latest certificate per domain: a retry of an older one gives way to it. */
+  readonly #latest = new Map<string, StoredCert>();
+  readonly #failures = new Map<string, number>();
+  readonly #stop = new AbortController();
 
-  constructor(dir: CertDirectory, logger: Logger, onWritten: (domain: string, path: string) => void) {
+  constructor(dir: CertDirectory, deps: ProjectorDeps) {
     this.#dir = dir;
-    this.#logger = logger;
-    this.#onWritten = onWritten;
+    this.#deps = deps;
   }
 
   certificate(domain: string, cert: StoredCert | undefined): void {
     // An expired certificate is not deleted from disk: the proxy keeps its files and the gate goes False.
-    if (!cert) return;
-    const previous = this.#queues.get(domain) ?? Promise.resolve();
-    const next = previous.then(async () => {
-      try {
-        if (await this.#dir.write(domain, cert.pair)) this.#onWritten(domain, this.#dir.pathOf(domain));
-      } catch (err) {
-        this.#logger.error({ domain, err: errorMessage(err) }, 'could not write certificate files');
-      }
-    });
-    this.#queues.set(domain, next);
+    if (!cert || this.#stop.signal.aborted) return;
+    this.#latest.set(domain, cert);
+    this.#enqueue(domain, cert);
   }
 
-  /** Resolves when every queued write has finished. */
+  #enqueue(domain: string, cert: StoredCert): void {
+    const previous = this.#queues.get(domain) ?? Promise.resolve();
+    this.#queues.set(
+      domain,
+      previous.then(() => this.#write(domain, cert)),
+    );
+  }
+
+  async #write(domain: string, cert: StoredCert): Promise<void> {
+    if (this.#latest.get(domain) !== cert) return; // a newer one is queued behind
+    const { logger, health, clock, onWritten } = this.#deps;
+    try {
+      if (await this.#dir.write(domain, cert.pair)) onWritten(domain, this.#dir.pathOf(domain));
+      if (this.#failures.delete(domain)) {
+        health.pending(`files:${domain}`, undefined);
+        logger.info({ domain }, 'certificate files written after failed attempts');
+      }
+    } catch (err) {
+      const failures = (this.#failures.get(domain) ?? 0) + 1;
+      this.#failures.set(domain, failures);
+      const retryInMs = doubling(FIRST_RETRY_MS, failures, RETRY_CAP_MS);
+      logger.error({ domain, err: errorMessage(err), retryInMs }, 'could not write certificate files');
+      health.pending(`files:${domain}`, `${domain}: could not write its certificate files (${errorMessage(err)}); the proxy keeps those before`);
+      clock.sleep(retryInMs, this.#stop.signal).then(
+        () => this.#enqueue(domain, cert),
+        () => {},
+      );
+    }
+  }
+
+  /** Resolves when every queued write has been attempted (a failed one is retried later, and reported meanwhile). */
   async idle(): Promise<void> {
     await Promise.all(this.#queues.values());
+  }
+
+  /** No more retries; resolves when the writes under way have ended. */
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    await this.idle();
   }
 }

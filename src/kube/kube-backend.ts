@@ -94,14 +94,14 @@ export async function createKubeBackend(ctx: KubeBackendContext, settings: KubeS
   const member = settings.federation
     ? await (await import('./federation-home.ts')).federationMember(settings.federation, group!, { env: ctx.env, clock, logger, metrics, podEvents })
     : undefined;
-  const files = settings.outDir ? new CertDirectory(settings.outDir) : undefined;
+  const files = settings.outDir ? new CertDirectory(settings.outDir, clock) : undefined;
   const store = localSecretStore(settings, connection, { clock, logger, metrics }, files, member?.localTrust);
   // A start-up check: in group scope a Role without list/watch on the namespace's Secrets is fatal here.
   await store.start();
   const identity = podName ?? `certshare-${process.pid}`;
   const { elector, localRole } = localWriterRole(settings, connection, identity, { clock, logger, metrics, podEvents });
   const federation = await member?.join({ store, role: localRole, identity, connection });
-  const projector = files ? new Projector(files, logger, ctx.filesWritten) : undefined;
+  const projector = files ? new Projector(files, { logger, clock, health: ctx.health, onWritten: ctx.filesWritten }) : undefined;
   // validateConfig: a readiness gate has POD_NAME, a routing check an IPv4 in POD_IPS.
   const gate =
     settings.gate && podName
@@ -139,7 +139,7 @@ export async function createKubeBackend(ctx: KubeBackendContext, settings: KubeS
       await store.stop();
       await federation?.close();
       connection.close();
-      await projector?.idle();
+      await projector?.stop();
     },
   };
 }

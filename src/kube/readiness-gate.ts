@@ -260,6 +260,8 @@ export class ReadinessGate {
     // What the proxy serves not settled before a certificate leaves rotation (a projection write stalled on a
     // loaded disk): look again, which then says False; a stalled write never holds the Pod in rotation.
     if (!(await this.#settledBeforeExit(signal))) return this.#desired(signal);
+    // Settling may have changed the verdict (a projection write that failed holds health at unhealthy): ask again.
+    if (!this.#o.health.evaluate(this.#o.clock.now(), this.#o.validityEnd).healthy) return this.#desired(signal);
     // How long Ready took once the certificates were held (routing check included, and on its own): in the
     // condition, so `kubectl describe` shows it and the real-cluster tier takes percentiles of it across Pod starts.
     const heldToReadyMs = Math.round(this.#o.clock.now() - healthySince);

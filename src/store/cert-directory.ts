@@ -5,10 +5,21 @@ import { join } from 'node:path';
 import { expiredInfo, validateCertPair } from '../core/certificates/certificate.ts';
 import { normalizeDomain } from '../core/certificates/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
+import { type Clock, systemClock } from '../core/ports/clock.ts';
 import type { CertPair } from '../core/ports/localapi.ts';
 import type { StoreRead } from '../core/ports/store.ts';
 
 const VERSIONS = '.versions';
+
+/**
+ * How long a version directory is kept after it stopped being current: a reader that resolved the link just
+ * before a swap (nginx between its opening of the certificate and of the key) still finds both files, however
+ * many renewals follow. docs/proxies.md has what it covers and what it costs.
+ * @forTests
+ */
+export const SUPERSEDED_GRACE_MS = 60_000;
+/** At most this many superseded versions of a domain are kept, the latest first: a flood of renewals cannot fill the disk. @forTests */
+export const SUPERSEDED_KEPT_MAX = 32;
 
 function samePair(a: CertPair, b: CertPair): boolean {
   return a.certPem === b.certPem && a.keyPem === b.keyPem;
@@ -80,11 +91,19 @@ export function safeName(domain: string): string {
  */
 export class CertDirectory {
   readonly root: string;
+  readonly #clock: Clock;
   /** The pair this directory last wrote (or found already there) per domain. */
   readonly #written = new Map<string, CertPair>();
+  /**
+   * Per domain, when each version directory other than the current one stopped being current, as this
+   * process measured it: at the swap away from it, or, for a version a previous process left, when this
+   * one first saw it (nothing says when that process swapped away from it: it gets the whole grace).
+   */
+  readonly #superseded = new Map<string, Map<string, number>>();
 
-  constructor(root: string) {
+  constructor(root: string, clock: Clock = systemClock) {
     this.root = root;
+    this.#clock = clock;
   }
 
   pathOf(domain: string): string {
@@ -150,12 +169,21 @@ export class CertDirectory {
     current.catch(() => {}); // awaited below; a failed write before then must not leave it unhandled
     const versionsDir = join(this.root, VERSIONS, domain);
     await mkdir(versionsDir, { recursive: true, mode: 0o700 });
-    const version = `${Date.now()}-${randomBytes(4).toString('hex')}`;
+    const version = `${this.#clock.now()}-${randomBytes(4).toString('hex')}`;
     const versionDir = join(versionsDir, version);
     await mkdir(versionDir, { mode: 0o755 });
-    // The two files at once: each is fsynced, so on a busy disk one wait instead of two in a row.
-    await Promise.all([writeFileDurably(join(versionDir, 'tls.key'), pair.keyPem, 0o600), writeFileDurably(join(versionDir, 'tls.crt'), pair.certPem, 0o644)]);
-    await syncDir(versionDir);
+    try {
+      // The two files at once: each is fsynced, so on a busy disk one wait instead of two in a row.
+      await Promise.all([
+        writeFileDurably(join(versionDir, 'tls.key'), pair.keyPem, 0o600),
+        writeFileDurably(join(versionDir, 'tls.crt'), pair.certPem, 0o644),
+      ]);
+      await syncDir(versionDir);
+    } catch (err) {
+      // A disk full or read-only midway: the link still names the version before; no half version stays.
+      await rm(versionDir, { recursive: true, force: true }).catch(() => {});
+      throw err;
+    }
 
     const { handMade, previous } = await current;
     if (handMade) {
@@ -167,15 +195,33 @@ export class CertDirectory {
     await rename(tmpLink, link);
     await syncDir(this.root);
     this.#written.set(domain, pair);
-    await this.#prune(versionsDir, version, previous);
+    await this.#prune(domain, versionsDir, version, previous);
     return true;
   }
 
-  /** Keeps the current and the previous version (a reader may still be opening it), removes the rest. */
-  async #prune(versionsDir: string, current: string, previousTarget: string | undefined): Promise<void> {
-    const keep = new Set([current, previousTarget?.split('/').pop()]);
-    for (const entry of await readdir(versionsDir)) {
-      if (!keep.has(entry) && !entry.startsWith('replaced-')) await rm(join(versionsDir, entry), { recursive: true, force: true });
+  /**
+   * Removes the superseded versions no reader can still be opening: those superseded longer than the grace
+   * ago, and beyond the latest SUPERSEDED_KEPT_MAX. The version the swap just left always stays. The link
+   * alone says which version is current: a version kept is never served again unless the link names it.
+   * Best effort: a failure leaves versions for the next renewal to remove, and the swap stands.
+   */
+  async #prune(domain: string, versionsDir: string, current: string, previousTarget: string | undefined): Promise<void> {
+    const now = this.#clock.now();
+    const previous = previousTarget?.split('/').pop();
+    const entries = await readdir(versionsDir).catch(() => undefined);
+    if (!entries) return;
+    const seen = this.#superseded.get(domain);
+    const superseded: Array<[string, number]> = [];
+    for (const entry of entries) {
+      if (entry !== current && !entry.startsWith('replaced-')) superseded.push([entry, entry === previous ? now : (seen?.get(entry) ?? now)]);
+    }
+    // The latest superseded first; the one the swap just left before any other superseded at the same time.
+    superseded.sort(([a, at], [b, bt]) => bt - at || Number(b === previous) - Number(a === previous));
+    const kept = new Map(superseded.filter(([entry, at], i) => entry === previous || (i < SUPERSEDED_KEPT_MAX && now - at < SUPERSEDED_GRACE_MS)));
+    this.#superseded.set(domain, kept);
+    for (const [entry] of superseded) {
+      if (kept.has(entry)) continue;
+      await rm(join(versionsDir, entry), { recursive: true, force: true }).catch(() => {});
     }
   }
 }

@@ -41,7 +41,7 @@ export async function dirBackend(
   podName: string | undefined,
   deps: { clock: Clock; filesWritten: (domain: string, path: string) => void },
 ): Promise<StoreBackend> {
-  const directory = new CertDirectory(path);
+  const directory = new CertDirectory(path, deps.clock);
   await directory.prepare();
   const store = new DirStore(directory, deps.clock, deps.filesWritten);
   return { store, ledger: new DirLedgerStore(path), role: staticRole(podName ?? 'standalone', true), observers: [] };

@@ -7,6 +7,7 @@ import { X509Certificate } from 'node:crypto';
 import { constants } from 'node:fs';
 import { type FileHandle, open, realpath, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import { connect as tlsConnect } from 'node:tls';
 import { describe, it } from 'node:test';
 import { CertDirectory } from '../../src/store/cert-directory.ts';
 import { makePair } from '../support/certs.ts';
@@ -19,40 +20,91 @@ const RENEWALS = 3;
 describe("nginx (Debian 12 package) with manifests/example's per-handshake configuration", { concurrency: true }, () => {
   const dir = useTempDir();
 
-  it('serves a handshake from one renewal only when the next renewal lands between its opening of the certificate and of the key', async () => {
-    const base = join(dir(), 'between-opens');
+  for (const renewals of [1, 2]) {
+    it(`serves a handshake from one renewal only when ${renewals} renewal(s) land between its opening of the certificate and of the key`, async () => {
+      const base = join(dir(), `between-opens-${renewals}`);
+      const certs = new CertDirectory(join(base, 'certs'));
+      await certs.prepare();
+      const now = Date.now();
+      const before = await makePair(DOMAIN, now, 3_600_000);
+      const later = await Promise.all(Array.from({ length: renewals }, () => makePair(DOMAIN, now, 3_600_000)));
+      await certs.write(DOMAIN, before);
+      const nginx = await startNginx(base, { certRoot: certs.root, domain: DOMAIN });
+      try {
+        await waitServing(nginx, DOMAIN);
+        // nginx's open of the certificate made to wait, as a worker descheduled between its two opens would be:
+        // the certificate file becomes a FIFO, whose open for reading returns only once this test opens it to
+        // write, and whose read ends only when the test closes it.
+        const certFile = await realCertificateFile(certs, DOMAIN);
+        await rm(certFile);
+        execFileSync('mkfifo', ['-m', '0644', certFile]);
+        const served = handshake(nginx.port, DOMAIN);
+        const opening = open(certFile, 'w');
+        const writer = await Promise.race([opening, served.then((h) => unblock(certFile, opening, `nginx never opened the certificate: ${h.error}`))]);
+        try {
+          // nginx holds the certificate file of `before` open: certshare renews now (twice: renewals close
+          // together, e.g. a revocation right after an issuance), then nginx reads on.
+          for (const pair of later) assert.equal(await certs.write(DOMAIN, pair), true);
+          await writer.writeFile(before.certPem);
+        } finally {
+          await writer.close();
+        }
+        const result = await served;
+        assert.equal(result.error, undefined, `the handshake failed: ${nginx.output().slice(-2000)}`);
+        assert.equal(result.serial, serialOf(before.certPem), 'served the certificate it had begun to read, with its own key');
+        assert.equal((await handshake(nginx.port, DOMAIN)).serial, serialOf(later.at(-1)!.certPem), 'the next handshake serves the last renewal');
+      } finally {
+        await nginx.stop();
+      }
+    });
+  }
+
+  it('answers a handshake before certshare first wrote with an alert and keeps running, then serves the first write', async () => {
+    const base = join(dir(), 'before-first-write');
     const certs = new CertDirectory(join(base, 'certs'));
     await certs.prepare();
-    const now = Date.now();
-    const [before, renewal] = [await makePair(DOMAIN, now, 3_600_000), await makePair(DOMAIN, now, 3_600_000)];
-    await certs.write(DOMAIN, before);
     const nginx = await startNginx(base, { certRoot: certs.root, domain: DOMAIN });
     try {
-      await waitServing(nginx, DOMAIN);
-      // nginx's open of the certificate made to wait, as a worker descheduled between its two opens would be:
-      // the certificate file becomes a FIFO, whose open for reading returns only once this test opens it to
-      // write, and whose read ends only when the test closes it.
-      const certFile = await realCertificateFile(certs, DOMAIN);
-      await rm(certFile);
-      execFileSync('mkfifo', ['-m', '0644', certFile]);
-      const served = handshake(nginx.port, DOMAIN);
-      const opening = open(certFile, 'w');
-      const writer = await Promise.race([opening, served.then((h) => unblock(certFile, opening, `nginx never opened the certificate: ${h.error}`))]);
-      try {
-        // nginx holds the certificate file of `before` open: certshare renews now, then nginx reads on.
-        assert.equal(await certs.write(DOMAIN, renewal), true);
-        await writer.writeFile(before.certPem);
-      } finally {
-        await writer.close();
+      // Started before any file exists: nginx does not refuse to start (the path holds a variable), and a
+      // client gets an internal-error alert, never another certificate.
+      let answer = await handshake(nginx.port, DOMAIN);
+      // Until nginx listens (as waitServing polls).
+      for (const deadline = Date.now() + 15_000; answer.error === 'ECONNREFUSED' && !nginx.exited && Date.now() < deadline; ) {
+        await new Promise((r) => setTimeout(r, 50));
+        answer = await handshake(nginx.port, DOMAIN);
       }
-      const result = await served;
-      assert.equal(result.error, undefined, `the handshake failed: ${nginx.output().slice(-2000)}`);
-      assert.equal(result.serial, serialOf(before.certPem), 'served the certificate it had begun to read, with its own key');
-      assert.equal((await handshake(nginx.port, DOMAIN)).serial, serialOf(renewal.certPem), 'the next handshake serves the renewal');
+      assert.deepEqual(answer, { error: 'ERR_SSL_TLSV1_ALERT_INTERNAL_ERROR' }, nginx.output());
+      assert.equal(nginx.exited, undefined);
+      const first = await makePair(DOMAIN, Date.now(), 3_600_000);
+      await certs.write(DOMAIN, first);
+      assert.equal((await handshake(nginx.port, DOMAIN)).serial, serialOf(first.certPem));
     } finally {
       await nginx.stop();
     }
   });
+
+  for (const version of ['TLSv1.2', 'TLSv1.3'] as const) {
+    it(`resumes no ${version} session established under a certificate certshare has since replaced (a revocation)`, async () => {
+      const base = join(dir(), `resumption-${version}`);
+      const certs = new CertDirectory(join(base, 'certs'));
+      await certs.prepare();
+      const [revoked, replacement] = [await makePair(DOMAIN, Date.now(), 3_600_000), await makePair(DOMAIN, Date.now(), 3_600_000)];
+      await certs.write(DOMAIN, revoked);
+      const nginx = await startNginx(base, { certRoot: certs.root, domain: DOMAIN });
+      try {
+        await waitServing(nginx, DOMAIN);
+        const established = await tlsSession(nginx.port, version);
+        assert.equal(established.serial, serialOf(revoked.certPem));
+        assert.equal(await certs.write(DOMAIN, replacement), true);
+        // A client offers the session (a ticket, or an id) it got under the replaced certificate.
+        const next = await tlsSession(nginx.port, version, established.session);
+        assert.equal(next.resumed, false, 'a resumed session is one the replaced certificate authenticated, and TLS 1.3 renews it at each resumption');
+        assert.equal(next.serial, serialOf(replacement.certPem));
+      } finally {
+        await nginx.stop();
+      }
+    });
+  }
 
   it(`serves each of ${RENEWALS} renewals within 2 s of certshare holding it, with no failed handshake, no reload and the same master`, async (t) => {
     const base = join(dir(), 'renewals');
@@ -76,6 +128,26 @@ describe("nginx (Debian 12 package) with manifests/example's per-handshake confi
 });
 
 const serialOf = (pem: string): string => new X509Certificate(pem).serialNumber;
+
+/**
+ * One HTTPS request on a new TLS connection of `version`, offering `session` to resume: whether the server
+ * resumed it, the certificate it sent (none when resumed), and the session to offer next.
+ */
+function tlsSession(port: number, version: 'TLSv1.2' | 'TLSv1.3', session?: Buffer): Promise<{ resumed: boolean; serial?: string; session?: Buffer }> {
+  return new Promise((resolve, reject) => {
+    let next: Buffer | undefined;
+    const options = { host: '127.0.0.1', port, servername: DOMAIN, rejectUnauthorized: false, minVersion: version, maxVersion: version, timeout: 5000 };
+    const socket = tlsConnect({ ...options, ...(session ? { session } : {}) }, () => socket.end('GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'));
+    socket.on('session', (s: Buffer) => (next ??= s));
+    socket.on('timeout', () => socket.destroy(new Error('timeout')));
+    socket.on('error', reject);
+    socket.resume();
+    socket.on('end', () => {
+      const serial = socket.getPeerCertificate().serialNumber;
+      resolve({ resumed: socket.isSessionReused(), ...(serial ? { serial } : {}), ...(next ? { session: next } : {}) });
+    });
+  });
+}
 
 /** The certificate file the domain's link names now, in its version directory. */
 const realCertificateFile = (certs: CertDirectory, domain: string): Promise<string> => realpath(join(certs.pathOf(domain), 'tls.crt'));

@@ -94,6 +94,26 @@ describe('the readiness gate', () => {
     }
   });
 
+  it('says False, never True first, when settling what the proxy serves turns health unhealthy (a projection write that failed)', async () => {
+    const clock = new FakeClock();
+    const health = new HealthState();
+    health.manage([DOMAIN]);
+    health.certificate(DOMAIN, cert('A', clock.now(), clock.now() + 20_000));
+    const { connection, patches, events } = recordingConnection();
+    const gate = gateOf(connection, health, clock, {
+      // The Projector reports a failed write through health before its attempt ends.
+      settled: async () => health.pending(`files:${DOMAIN}`, `${DOMAIN}: could not write its certificate files (ENOSPC)`),
+    });
+    const first = nextEvent(events, 'patched');
+    gate.start();
+    try {
+      await first;
+      assert.deepEqual(patches, [['False', 'CertificateNotValid']]);
+    } finally {
+      await gate.stop();
+    }
+  });
+
   it('leaves rotation at the exit point while the loop sits in a CertPair call that never answers', { timeout: 20_000 }, async () => {
     // Found by the three-cluster chaos run (seed 42, invariant 5): a replica Ready inside its readiness lead
     // stayed True past the exit point and the expiry, with no patch at all, while its loop sat in a CertPair
