@@ -147,8 +147,6 @@ async function buildParts(
   input: Pick<DaemonDeps, 'localApi' | 'heapSaving'>,
 ): Promise<DaemonParts> {
   const { clock, logger } = deps;
-  // The start of the grace for what every start goes through (tailscaled not listening yet, the first issuance).
-  const startup = new StartupGrace(clock, settings.startupGraceMs);
   const metrics = new Metrics(clock, settings.metrics);
   const health = new HealthState();
   // Keyed by the certificates held: the loops report them to it as to every observer.
@@ -160,6 +158,9 @@ async function buildParts(
     onOutcome: reloadReport(metrics, events),
   });
   const { filesWritten } = delivery;
+  // The start of the grace for what every start goes through (tailscaled not listening yet, the first issuance),
+  // before the store's start-up checks.
+  const startup = new StartupGrace(clock, settings.startupGraceMs);
   const backend = await storeBackend(settings.store, { ...deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) });
   const { localApi, watcher } = tailscaledSource(settings.tailscaled, { clock, logger, startup, localApi: input.localApi, metrics, health });
   const domains = new ManagedDomains(settings.domains, logger, input.heapSaving ?? heapSavingSwitch());
