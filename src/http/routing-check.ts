@@ -84,6 +84,8 @@ interface RoutingOutcome {
 
 /** Calls open at once, across overlapping rounds: enough for any sane Service, light on a busy node. */
 const MAX_IN_FLIGHT = 64;
+/** Rounds before 'not-routed', however long they took: a node stalled past the patience is no unlucky round's verdict. */
+const MIN_ROUNDS = 3;
 
 /**
  * Does the Service behind `url` route to this Pod? Its health endpoint answers with the answering Pod's
@@ -95,10 +97,10 @@ const MAX_IN_FLIGHT = 64;
  * calls starts every `roundDelayMs`, k grown to 3 x the endpoints the answers reveal (no read of the
  * EndpointSlice, which certshare's account may not do); rounds overlap (a call still open, e.g. to a Pod
  * starting on a busy node, holds no round back, at most MAX_IN_FLIGHT open at once), and the first answer
- * from this Pod settles it. An unlucky round is not a verdict: rounds go on for `patienceMs`, and only
- * then is the answer 'not-routed'. With `proofs`, a call of another replica of the group that reaches this
- * Pod through the Service settles it too (routing-proof.ts), and this Pod's calls prove the route to the
- * Pods they reach. How fast that makes Ready: docs/performance.md (the end-to-end tier, phase 8).
+ * from this Pod settles it. An unlucky round is not a verdict: rounds go on for `patienceMs`, and at least
+ * MIN_ROUNDS of them, before the answer is 'not-routed'. With `proofs`, a call of another replica of the
+ * group that reaches this Pod through the Service settles it too (routing-proof.ts), and this Pod's calls
+ * prove the route to the Pods they reach. How fast that makes Ready: docs/performance.md (the end-to-end tier, phase 8).
  */
 export async function checkRouting(url: string, options: RoutingCheckOptions): Promise<RoutingOutcome> {
   const target = new URL(url);
@@ -146,13 +148,14 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
     if (verdict) return outcome(verdict);
     throw new Error(`${probes} calls answered by ${seen.size} other endpoints`);
   };
+  const started = performance.now();
   try {
-    // The next round as soon as this one's pause is over, for as long as patience lasts.
+    // The next round as soon as this one's pause is over, for as long as patience lasts, and at least MIN_ROUNDS.
     return await pRetry(round, {
       retries: Number.POSITIVE_INFINITY,
       minTimeout: 0,
       maxTimeout: 0,
-      maxRetryTime: options.patienceMs,
+      shouldRetry: ({ attemptNumber }) => attemptNumber < MIN_ROUNDS || performance.now() - started < options.patienceMs,
       ...(options.signal ? { signal: options.signal } : {}),
     });
   } catch (err) {

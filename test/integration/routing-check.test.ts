@@ -92,6 +92,18 @@ describe('routing check', () => {
     assert.ok(grown.probes > 9 * grown.rounds, `rounds grew to 3 x the endpoints seen: ${JSON.stringify(grown)}`);
   });
 
+  it('answers not-routed only after three rounds, even when the node stalls past its patience in the first', async () => {
+    const svc = await service(endpoints(3, false));
+    servers.push(svc.server);
+    const pending = checkRouting(svc.url, { ...options, patienceMs: 50 });
+    // The process descheduled (a loaded node): the first round ends after the patience is over.
+    const stalledUntil = performance.now() + 200;
+    while (performance.now() < stalledUntil);
+    const outcome = await pending;
+    assert.equal(outcome.verdict, 'not-routed');
+    assert.ok(outcome.rounds >= 3, `rounds: ${outcome.rounds}`);
+  });
+
   it('counts failed calls and errors as misses, and a 200 without Pod-IPv4 as unverifiable', async () => {
     let calls = 0;
     const flaky = await service(() => (++calls <= 12 ? { status: 503, ip: OWN } : { ip: OWN }));
