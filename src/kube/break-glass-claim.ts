@@ -8,7 +8,7 @@
 // so nothing that writes the Secret gives a window back. Each claim records the notAfter of the copy it replaced
 // (its closing one, of the certificate stored): a window older than those is a pair put back, never claimed.
 import { createHash } from 'node:crypto';
-import { unbelievedClaims, windowClaimable } from '../core/federation/home-verdicts.ts';
+import { unbelievedClaims, windowClaimable, type ClaimRead } from '../core/federation/home-verdicts.ts';
 import { iso, type Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import { OutOfBoundsLog, type UntrustedValue } from '../core/values/untrusted-values.ts';
@@ -20,8 +20,12 @@ const LABEL_CLAIM = 'certshare.io/break-glass-claim';
 /** The claims of one group and name, for the list by label. */
 const LABEL_OF = 'certshare.io/break-glass-of';
 const ANNOTATION_NOT_AFTER = 'certshare.io/break-glass-not-after';
-/** More claims of one name than this (each a window a member broke glass in) is no member's own doing: no claim. */
-const MAX_CLAIMS = 100;
+/**
+ * The claims read at once. Every claim of the name is read, however many: more Leases can only make a member hold
+ * back, never issue (a cap was a switch: whoever may create Leases passed it, and every break-glass of the name
+ * failed; docs/security.md). A page bounds what is held at once, a Lease being up to the apiserver's largest object.
+ */
+const CLAIMS_PAGE = 10;
 
 const digest = (...parts: string[]): string => createHash('sha256').update(parts.join('\0')).digest('hex').slice(0, 32);
 
@@ -70,14 +74,11 @@ export class BreakGlassClaims {
   /**
    * Takes the window of the copy `window` (its serial; null: none) valid over `validity`: its first claim, else
    * its last (the first claimant stored nothing since, or the window would be closed), unless an earlier claim
-   * recorded a newer copy or certificate. Anything else than an answer (a refusal, a timeout, an apiserver error,
-   * too many claims) is thrown: no claim, no break-glass issuance.
+   * recorded a newer copy or certificate. Anything else than an answer (a refusal, a timeout, an apiserver error)
+   * is thrown: no claim, no break-glass issuance.
    */
   async claim(domain: string, window: string | null, validity: { notBefore: number; notAfter: number } | undefined): Promise<ClaimAnswer> {
-    const recorded = await this.#recorded(domain);
-    const now = this.#o.clock.now();
-    this.#outOfBounds.read(`the break-glass claims of ${domain}`, unbelievedClaims(validity, recorded, now));
-    if (!windowClaimable(validity, recorded, now)) return 'superseded';
+    if (!(await this.#claimable(domain, validity))) return 'superseded';
     const notAfter = validity?.notAfter;
     const names = this.names(domain, window);
     if (await this.#create(names.first, domain, window, 'first', notAfter)) return 'claimed';
@@ -89,19 +90,26 @@ export class BreakGlassClaims {
     await this.#create(this.names(domain, window).last, domain, window, 'last', notAfter);
   }
 
-  /** What the name's claims recorded (undefined: nothing, or not a time), by a list of their label. */
-  async #recorded(domain: string): Promise<Array<number | undefined>> {
-    const { connection } = this.#o;
-    const list = await this.#api.listNamespacedLease(
-      { namespace: connection.namespace, labelSelector: `${LABEL_OF}=${digest(this.#o.group, domain)}`, limit: MAX_CLAIMS },
-      withSignal(AbortSignal.timeout(connection.requestTimeoutMs)),
-    );
-    if (list.metadata?._continue) throw new Error(`more than ${MAX_CLAIMS} break-glass claims of ${domain}: not a member's own`);
-    return (list.items ?? []).map((lease) => {
-      const value = lease.metadata?.annotations?.[ANNOTATION_NOT_AFTER];
-      const at = value !== undefined && value.length <= 30 ? Date.parse(value) : Number.NaN;
-      return Number.isFinite(at) ? at : undefined;
-    });
+  /**
+   * Whether the name's claims (listed by their label, page by page) leave the window of `validity` claimable:
+   * windowClaimable over each page, the first that says no ends the list.
+   */
+  async #claimable(domain: string, validity: { notBefore: number; notAfter: number } | undefined): Promise<boolean> {
+    const { connection, clock } = this.#o;
+    const labelSelector = `${LABEL_OF}=${digest(this.#o.group, domain)}`;
+    let page: string | undefined;
+    do {
+      const list = await this.#api.listNamespacedLease(
+        { namespace: connection.namespace, labelSelector, limit: CLAIMS_PAGE, ...(page === undefined ? {} : { _continue: page }) },
+        withSignal(AbortSignal.timeout(connection.requestTimeoutMs)),
+      );
+      const claims = (list.items ?? []).map((lease) => claimRead(lease, clock));
+      const now = clock.now();
+      this.#outOfBounds.read(`the break-glass claims of ${domain}`, unbelievedClaims(validity, claims, now));
+      if (!windowClaimable(validity, claims, now)) return false;
+      page = list.metadata?._continue || undefined;
+    } while (page !== undefined);
+    return true;
   }
 
   /** Creates the Lease; false: it exists (409). */
@@ -130,4 +138,17 @@ export class BreakGlassClaims {
       throw err;
     }
   }
+}
+
+/**
+ * What a claim recorded, and when the apiserver created it, on `clock` (the stamp is in whole seconds: the end of
+ * its second; none, which no apiserver sends: now).
+ */
+function claimRead(lease: V1Lease, clock: Clock): ClaimRead {
+  const value = lease.metadata?.annotations?.[ANNOTATION_NOT_AFTER];
+  const at = value !== undefined && value.length <= 30 ? Date.parse(value) : Number.NaN;
+  const stamped = lease.metadata?.creationTimestamp?.getTime();
+  const wall = stamped !== undefined && Number.isFinite(stamped) ? stamped + 999 : undefined;
+  const created = wall === undefined ? clock.now() : (clock.atWallTime?.(wall) ?? wall);
+  return { recorded: Number.isFinite(at) ? at : undefined, created };
 }

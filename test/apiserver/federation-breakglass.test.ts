@@ -9,14 +9,25 @@
 // record named the certificate it held), and once the copy expired the renewal was taken for a first
 // issuance, which needs the ledger at the unreachable home (`issuance ledger unusable; not issuing`).
 import assert from 'node:assert/strict';
-import { X509Certificate } from 'node:crypto';
+import { X509Certificate, randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { breakGlassPoint } from '../../src/core/federation/home-verdicts.ts';
 import { renewalTime } from '../../src/core/renewal/renewal.ts';
 import type { StoredCert } from '../../src/core/ports/store.ts';
-import { HOME_NS, NS, secretAt, secretsHold, useFederation, type FederatedReplica as Replica, type Member, type SecretView } from '../support/federation.ts';
+import {
+  DAY,
+  HOME_NS,
+  LIFETIME,
+  NS,
+  secretAt,
+  secretsHold,
+  useFederation,
+  type FederatedReplica as Replica,
+  type Member,
+  type SecretView,
+} from '../support/federation.ts';
 import { useTempDir } from '../support/standalone.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';
 import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.ts';
@@ -26,6 +37,7 @@ import { onEvent, until } from '../support/wait.ts';
 
 const SHARED = 'shared.tailnet-0000.ts.net';
 const BREAK_GLASS = 'certshare.io/break-glass';
+const LEASES = `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases`;
 
 /**
  * A policy of `cp`'s refusing what `allowed` (CEL over `object`) does not admit in `rules` (admission holds for
@@ -596,6 +608,80 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     // The home's copy (west's if newer; the home's on a tie) in every Secret before the next test reads east's.
     await until('every replica holds a valid certificate again', valid, anyChange(), 30_000);
     await secretsHoldHomeCopy();
+  });
+
+  /** The label value of west's claims of the name (the earlier tests left some). */
+  async function claimsOf(): Promise<string> {
+    const res = await west.cp.adminRequest('GET', `${LEASES}?labelSelector=certshare.io/break-glass-claim`);
+    const of = (JSON.parse(res.body) as { items: Array<{ metadata: { labels: Record<string, string> } }> }).items[0]?.metadata.labels[
+      'certshare.io/break-glass-of'
+    ];
+    assert.ok(of, "the earlier tests left claims of west's, labelled with the name they guard");
+    return of;
+  }
+
+  /** Leases `tenant` creates labelled as west's claims of the name, named as claims are; their creation stamp. */
+  async function tenantClaims(tenant: string, annotations: Array<Record<string, string>>): Promise<number> {
+    const of = await claimsOf();
+    let stamp = 0;
+    for (const annotation of annotations) {
+      const lease = {
+        apiVersion: 'coordination.k8s.io/v1',
+        kind: 'Lease',
+        metadata: {
+          name: `certshare-glass-${randomBytes(16).toString('hex')}`,
+          labels: { 'certshare.io/break-glass-claim': 'first', 'certshare.io/break-glass-of': of },
+          annotations: annotation,
+        },
+      };
+      const created = await asAccount(west.cp, tenant, 'POST', LEASES, lease);
+      assert.equal(created.status, 201, created.body);
+      stamp = Math.max(stamp, Date.parse((JSON.parse(created.body) as { metadata: { creationTimestamp: string } }).metadata.creationTimestamp));
+    }
+    return stamp;
+  }
+
+  /** West, cut off past its copy's safety point, breaks glass once (the other west replica may be its writer). */
+  async function westBreaksGlassOnce(why: string): Promise<void> {
+    const before = signedBy(westReplicas());
+    const glassBefore = logged(westReplicas(), /^break-glass: issued/);
+    await withWestCutOff(async () => {
+      const res = await west.cp.adminRequest('GET', `/api/v1/namespaces/${NS}/secrets/${SHARED}`);
+      const data = (JSON.parse(res.body) as { data: Record<string, string> }).data;
+      jumpPastSafetyPoint(new X509Certificate(Buffer.from(data['tls.crt']!, 'base64')), westReplicas()[0]!);
+      await westOutageReads(3, () => logged(westReplicas(), /^break-glass: issued/) > glassBefore);
+      await westBreaksGlass(glassBefore);
+      assert.equal(signedBy(westReplicas()), before + 1, why);
+    });
+    await secretsHoldHomeCopy();
+  }
+
+  it("101 Leases a tenant labels as west's claims of the name, named as claims: west still breaks glass once in its window", async () => {
+    await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
+    const tenant = await namespaceAdmin(west.cp, NS, 'tenant-flood');
+    await tenantClaims(
+      tenant,
+      Array.from({ length: 101 }, () => ({})),
+    );
+    // Named as claims, nobody but a cluster administrator deletes them (certshare-break-glass-claims).
+    const one = (await westClaims()).find((name) => /^certshare-glass-[0-9a-f]{32}$/.test(name))!;
+    assert.equal((await asAccount(west.cp, tenant, 'DELETE', `${LEASES}/${one}`)).status, 403);
+    await westBreaksGlassOnce('one break-glass issuance (1043d72: none, "more than 100 break-glass claims", for every window of the name)');
+  });
+
+  it('claims a tenant dates a lifetime and more ahead, written once, never come due: west breaks glass past its safety point', async () => {
+    await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
+    const tenant = await namespaceAdmin(west.cp, NS, 'tenant-ahead');
+    // Every 5 days for 4 months past one lifetime from now: none believable now. On 1043d72 each was believed once
+    // now came within a lifetime of it (at west's safety point, some 2 months ahead: a newer certificate recorded).
+    const now = clock.now();
+    const ahead = Array.from({ length: 24 }, (_, i) => ({
+      'certshare.io/break-glass-not-after': new Date(now + LIFETIME + (i + 1) * 5 * DAY).toISOString(),
+    }));
+    const stamp = await tenantClaims(tenant, ahead);
+    // The apiserver stamps whole seconds: the clock moves once that second has passed, so the stamp reads before it.
+    while (Date.now() < stamp + 1000) await new Promise((resolve) => setTimeout(resolve, 50));
+    await westBreaksGlassOnce("one break-glass issuance in its copy's window (1043d72: none, an earlier claim recorded a newer certificate)");
   });
 
   it("a hand edit of east's own Secret, its one replica reading through the home: that replica puts the home's copy back", async () => {

@@ -493,6 +493,24 @@ describe('the federation home: three apiservers, two members, one shared name', 
         /one key, ledger\.json/,
       ],
       ['another ConfigMap', asAccount(home, token, 'GET', `/api/v1/namespaces/${ns}/configmaps/other`), /cannot get/],
+      // The rest of what docs/security.md says it cannot do: patch or delete the others, their metadata, the ledger's form.
+      ['patch the Lease', asAccount(home, token, 'PATCH', lease, {}), /cannot patch/],
+      ['delete the ledger', asAccount(home, token, 'DELETE', ledger), /cannot delete/],
+      [
+        'a finalizer on the Secret',
+        asAccount(home, token, 'PUT', secret, { ...current, metadata: { ...current.metadata, finalizers: ['example.com/keep'] } }),
+        /labels, owners or finalizers/,
+      ],
+      [
+        'an annotation of the ledger',
+        asAccount(home, token, 'PUT', ledger, { ...currentLedger, metadata: { ...currentLedger.metadata, annotations: { x: 'y' } } }),
+        /annotations of the Lease or the ledger/,
+      ],
+      [
+        "a ledger not in certshare's form",
+        asAccount(home, token, 'PUT', ledger, { ...currentLedger, data: { 'ledger.json': '{"not":"entries"}' } }),
+        /one key, ledger\.json, as certshare writes it/,
+      ],
       ['another namespace', asAccount(home, token, 'GET', `/api/v1/namespaces/${HOME_NS}/secrets/${SHARED}`), /cannot get/],
       ['Pods', asAccount(home, token, 'GET', `/api/v1/namespaces/${ns}/pods`), /cannot list/],
     ];

@@ -337,6 +337,47 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     assert.equal(allowed.code, 0, allowed.stderr);
   });
 
+  it("refuses resizing certshare's container in place (pods/resize) to whoever may resize Pods; the proxy's stays theirs", async () => {
+    // In-place resize (GA in Kubernetes 1.35) changes a running Pod's requests and limits through pods/resize:
+    // certshare's too (a memory limit of 1Mi: killed at each start; a CPU limit of 1m: its renewals and its
+    // readiness condition late), whose resources are the platform's (--sidecar-resources). The bootstrap `edit`
+    // role does not hold pods/resize (1.36); a VPA's updater does, and a Role granting `pods/*`.
+    await must(cp().kubectl(['-n', ns, 'create', 'serviceaccount', 'tenant-resize']));
+    for (const part of ['edit', 'view'])
+      await must(
+        cp().kubectl([
+          '-n',
+          ns,
+          'create',
+          'rolebinding',
+          `tenant-resize-${part}`,
+          `--clusterrole=system:aggregate-to-${part}`,
+          `--serviceaccount=${ns}:tenant-resize`,
+        ]),
+      );
+    const tenant = await cp().kubeconfigFor(ns, 'tenant-resize');
+    const resize = (container: string, resources: unknown) =>
+      cp().kubectl(
+        ['patch', 'pod', 'injected-0', '-n', ns, '--subresource=resize', '--type=strategic', '-p', JSON.stringify({ spec: { [container]: resources } })],
+        { kubeconfig: tenant },
+      );
+    const starved = { limits: { memory: '1Mi', cpu: '1m' }, requests: { memory: '1Mi', cpu: '1m' } };
+    const byEdit = await resize('initContainers', [{ name: 'certshare', resources: starved }]);
+    assert.match(byEdit.stderr, /cannot get resource "pods\/resize"/, 'the bootstrap edit role holds no pods/resize');
+    await must(cp().kubectl(['-n', ns, 'create', 'role', 'resizer', '--verb=get,patch,update', '--resource=pods/resize']));
+    await must(cp().kubectl(['-n', ns, 'create', 'rolebinding', 'tenant-resize-resizer', '--role=resizer', `--serviceaccount=${ns}:tenant-resize`]));
+    const proxy = await eventually(
+      async () => (await resize('containers', [{ name: 'proxy', resources: { requests: { cpu: '50m' } } }])).stderr,
+      /^(?![\s\S]*cannot get resource)/,
+    );
+    assert.equal(proxy, '', "the proxy's resources are the tenant's");
+    // Once RBAC lets the request through, admission answers (on 1043d72 it admitted it: the sidecar's limit 1Mi).
+    const sidecar = await resize('initContainers', [{ name: 'certshare', resources: starved }]);
+    const held = (await stored('injected-0')).spec!.initContainers!.find((c) => c.name === 'certshare')!.resources;
+    assert.match(sidecar.stderr, new RegExp(`${POLICY}.*cannot change`), `the sidecar resized in place: ${JSON.stringify(held)}`);
+    assert.notEqual(held?.limits?.memory, '1Mi');
+  });
+
   it("under any account: certshare's container keeps the injector's image, and no ephemeral container targets it or mounts its token", async () => {
     assert.equal(await create(pod('injected-default', {}, asked)), 'created');
     const image = [{ op: 'replace', path: '/spec/initContainers/0/image', value: 'attacker.example/certshare:1' }];

@@ -12,10 +12,19 @@ interface Sleeper {
  */
 export class JumpClock implements Clock {
   #offset = 0;
+  /** Each jump: the wall time it was made at and the offset from then on, oldest first. */
+  readonly #jumps: Array<{ wallMs: number; offset: number }> = [];
   readonly #sleepers = new Set<Sleeper>();
 
   now(): number {
     return Date.now() + this.#offset;
+  }
+
+  /** The clock's reading at a past wall-clock instant (an apiserver's timestamp): that instant plus the offset then. */
+  atWallTime(wallMs: number): number {
+    let offset = 0;
+    for (const jump of this.#jumps) if (jump.wallMs <= wallMs) offset = jump.offset;
+    return wallMs + offset;
   }
 
   sleep(ms: number, signal?: AbortSignal): Promise<void> {
@@ -42,6 +51,7 @@ export class JumpClock implements Clock {
   /** Moves the clock `ms` forward and wakes every sleep that ends by then. */
   jump(ms: number): void {
     this.#offset += ms;
+    this.#jumps.push({ wallMs: Date.now(), offset: this.#offset });
     const now = this.now();
     for (const sleeper of [...this.#sleepers]) if (sleeper.at <= now) sleeper.wake();
   }

@@ -133,8 +133,15 @@ describe("a member's break-glass claims (src/kube/break-glass-claim.ts)", () => 
     const issued = T0 + 150 * DAY;
     // 90-day copies, looked at inside their window.
     const copy = (notAfter: number) => ({ notBefore: notAfter - 90 * DAY, notAfter });
-    const claimable = (notAfter: number | undefined, claims: Array<number | undefined>) =>
-      windowClaimable(notAfter === undefined ? undefined : copy(notAfter), claims, (notAfter ?? replaced) - 10 * DAY);
+    // Claims created as it looks (their creation bounds nothing more than now does).
+    const claimable = (notAfter: number | undefined, claims: Array<number | undefined>) => {
+      const now = (notAfter ?? replaced) - 10 * DAY;
+      return windowClaimable(
+        notAfter === undefined ? undefined : copy(notAfter),
+        claims.map((recorded) => ({ recorded, created: now })),
+        now,
+      );
+    };
     assert.equal(claimable(replaced, []), true, 'the first claim of a name');
     assert.equal(claimable(undefined, []), true, 'no copy, no claim yet: a member that never held one');
     assert.equal(claimable(replaced, [replaced]), true, "its own window again (a successor): the claim's name decides");
@@ -156,7 +163,8 @@ describe("a member's break-glass claims (src/kube/break-glass-claim.ts)", () => 
     const now = replaced - 10 * DAY;
     const held = { notBefore: replaced - 90 * DAY, notAfter: replaced };
     const hand = Date.UTC(9999, 11, 31);
-    const refused = unbelievedClaims(held, [replaced, undefined, now + 90 * DAY, hand, now + 91 * DAY], now);
+    const read = (recorded: number | undefined) => ({ recorded, created: now });
+    const refused = unbelievedClaims(held, [replaced, undefined, now + 90 * DAY, hand, now + 91 * DAY].map(read), now);
     assert.deepEqual(
       refused.map((r) => [r.field, r.value]),
       [
@@ -168,7 +176,25 @@ describe("a member's break-glass claims (src/kube/break-glass-claim.ts)", () => 
       refused.every((r) => r.why.includes(new Date(now + 90 * DAY + 30_000).toISOString())),
       'the bound it was held to',
     );
-    assert.deepEqual(unbelievedClaims(undefined, [hand], now), [], 'without a copy every claim counts (a Secret emptied): none ignored');
+    assert.deepEqual(unbelievedClaims(undefined, [read(hand)], now), [], 'without a copy every claim counts (a Secret emptied): none ignored');
+  });
+
+  it("believes a claim's time only up to one lifetime from its creation: claims dated ahead, written once, never come due", () => {
+    // 90-day copies. Whoever may create a Lease writes, on one day, claims dated a lifetime apart for years ahead.
+    const written = T0;
+    const mines = Array.from({ length: 40 }, (_, i) => ({ recorded: written + (i + 3) * 45 * DAY, created: written }));
+    for (const renewed of [written + 60 * DAY, written + 400 * DAY, written + 1500 * DAY]) {
+      const held = { notBefore: renewed, notAfter: renewed + 90 * DAY };
+      const now = renewed + 75 * DAY;
+      assert.equal(windowClaimable(held, mines, now), true, `a copy issued ${(renewed - written) / DAY} days after them (1043d72: not one window claimable)`);
+      assert.equal(unbelievedClaims(held, mines, now).length, 40, 'each told as a value out of its bound');
+    }
+    // A claim speaks of a certificate that existed when it was created: one lifetime (and the skew) from then.
+    const held = { notBefore: written - 80 * DAY, notAfter: written + 10 * DAY };
+    const late = written + 30 * DAY;
+    assert.equal(windowClaimable(held, [{ recorded: written + 90 * DAY, created: written }], late), false, 'a certificate stored at its creation');
+    assert.equal(windowClaimable(held, [{ recorded: written + 91 * DAY, created: written }], late), true, 'later than any it could have stored');
+    assert.equal(windowClaimable(held, [{ recorded: late + 91 * DAY, created: late + DAY }], late), true, 'a creation after now counts as now');
   });
 
   it('gives no two windows, names or groups one name; no copy (none) is a window of its own', () => {

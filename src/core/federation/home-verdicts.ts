@@ -69,9 +69,21 @@ export function breakGlassSpent(record: BreakGlassRecord | undefined, serial: st
   return record.window === (serial ?? null);
 }
 
-/** The latest time a claim of the window of `copy` may record and be believed (see windowClaimable). */
-function latestBelievableClaim(copy: { notBefore: number; notAfter: number }, now: number): number {
-  return now + (copy.notAfter - copy.notBefore) + CLOCK_SKEW_MS;
+/**
+ * A break-glass claim as read back: the time it recorded (undefined: nothing, or not a time), and when it was
+ * created, by the apiserver's stamp (no writer sets it), on the member's clock.
+ */
+export interface ClaimRead {
+  recorded: number | undefined;
+  created: number;
+}
+
+/**
+ * The latest time a claim of the window of `copy` may record and be believed (see windowClaimable): one lifetime
+ * of the copy (plus the clock skew) from its creation, or from now if that is earlier.
+ */
+function latestBelievableClaim(copy: { notBefore: number; notAfter: number }, created: number, now: number): number {
+  return Math.min(created, now) + (copy.notAfter - copy.notBefore) + CLOCK_SKEW_MS;
 }
 
 /**
@@ -80,33 +92,32 @@ function latestBelievableClaim(copy: { notBefore: number; notAfter: number }, no
  * stored (undefined: nothing). A member holds the newest copy it knows (reconcile), so a window older than one it
  * claimed or issued past is a pair put back (kept by whoever reads the Secret), and no copy at all after a claim
  * is a Secret emptied: neither is a window of its own. A claim's name guards its own window; this, the older ones.
- * Whoever may create a Lease in the namespace may write a claim: a recorded time later than one lifetime of the
- * copy from now (plus the clock skew) is no certificate a member stored, and is ignored (unbelievedClaims says
- * which), else a claim dated 9999 would switch the member's break-glass off for good (nobody but a cluster
- * administrator may delete a claim).
+ * Whoever may create a Lease in the namespace may write a claim: a claim speaks of a certificate that existed when
+ * it was created, so a recorded time later than one lifetime of the copy from its creation (plus the clock skew)
+ * is no certificate a member stored, and is ignored (unbelievedClaims says which). Else a claim dated 9999 would
+ * switch the member's break-glass off for good, and claims dated a lifetime apart, written once, would each be
+ * believed in turn, for years (nobody but a cluster administrator may delete a claim).
  * @forTests
  */
-export function windowClaimable(copy: { notBefore: number; notAfter: number } | undefined, claims: ReadonlyArray<number | undefined>, now: number): boolean {
+export function windowClaimable(copy: { notBefore: number; notAfter: number } | undefined, claims: ReadonlyArray<ClaimRead>, now: number): boolean {
   if (copy === undefined) return claims.length === 0;
-  const latest = latestBelievableClaim(copy, now);
-  return claims.every((recorded) => recorded === undefined || recorded > latest || copy.notAfter >= recorded);
+  return claims.every(({ recorded, created }) => recorded === undefined || recorded > latestBelievableClaim(copy, created, now) || copy.notAfter >= recorded);
 }
 
 /** The claims' recorded times that windowClaimable ignores, as values out of their bound (to be counted and told). */
-export function unbelievedClaims(
-  copy: { notBefore: number; notAfter: number } | undefined,
-  claims: ReadonlyArray<number | undefined>,
-  now: number,
-): UntrustedValue[] {
+export function unbelievedClaims(copy: { notBefore: number; notAfter: number } | undefined, claims: ReadonlyArray<ClaimRead>, now: number): UntrustedValue[] {
   if (copy === undefined) return [];
-  const latest = latestBelievableClaim(copy, now);
-  return claims
-    .filter((recorded): recorded is number => recorded !== undefined && recorded > latest)
-    .map((recorded) => ({
-      field: 'break-glass-claim',
-      value: iso(recorded),
-      why: `later than one lifetime of the held copy from now plus the clock skew (${iso(latest)})`,
-    }));
+  return claims.flatMap(({ recorded, created }) => {
+    const latest = latestBelievableClaim(copy, created, now);
+    if (recorded === undefined || recorded <= latest) return [];
+    return [
+      {
+        field: 'break-glass-claim',
+        value: iso(recorded),
+        why: `later than one lifetime of the held copy from the claim's creation plus the clock skew (${iso(latest)})`,
+      },
+    ];
+  });
 }
 
 /**

@@ -4,6 +4,11 @@ export interface Clock {
   now(): number;
   /** Resolves after `ms`, or rejects with the signal's reason when it aborts first. */
   sleep(ms: number, signal?: AbortSignal): Promise<void>;
+  /**
+   * This clock's reading at an instant another machine stamped by its wall clock (an apiserver's
+   * creationTimestamp). Absent: the wall clock's time as is (this clock is the wall clock).
+   */
+  atWallTime?(wallMs: number): number;
 }
 
 export const systemClock: Clock = {
