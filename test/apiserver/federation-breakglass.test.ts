@@ -69,8 +69,12 @@ async function refusesIn(
   };
   await must(cp.kubectl(['apply', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: [refusing, binding] }) }));
   await inForce(true);
+  let removed = false;
   return {
+    // Once: a test removes it where its story says, and again in its `finally` (a failed test leaves no refusal behind).
     async remove() {
+      if (removed) return;
+      removed = true;
       await must(cp.kubectl(['delete', 'validatingadmissionpolicybinding,validatingadmissionpolicy', name]));
       await inForce(false);
     },
@@ -530,12 +534,16 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     const before = signedBy([writer]);
     const glassBefore = logged([writer], /^break-glass: issued/);
     const intentRefused = (): number => logged([writer], /^could not record the issuance intent/);
-    await withWestCutOff(async () => {
-      jumpPastSafetyPoint(new X509Certificate(current(writer)!.pair.certPem), writer);
-      await until("west's writer is refused its intent", () => intentRefused() > 0 || signedBy([writer]) > before, anyChange(), 30_000);
-      assert.deepEqual(await westClaims(), claimsBefore, 'no claim while it cannot call (fc0720c: the first claim, spent)');
-      await breaksGlassOnceAdmitted(noIntent, writer, { signed: before, glass: glassBefore }, 'one break-glass issuance, once it could call');
-    });
+    try {
+      await withWestCutOff(async () => {
+        jumpPastSafetyPoint(new X509Certificate(current(writer)!.pair.certPem), writer);
+        await until("west's writer is refused its intent", () => intentRefused() > 0 || signedBy([writer]) > before, anyChange(), 30_000);
+        assert.deepEqual(await westClaims(), claimsBefore, 'no claim while it cannot call (fc0720c: the first claim, spent)');
+        await breaksGlassOnceAdmitted(noIntent, writer, { signed: before, glass: glassBefore }, 'one break-glass issuance, once it could call');
+      });
+    } finally {
+      await noIntent.remove();
+    }
   });
 
   it('a claim the apiserver refuses: no break-glass issuance, CERTSHARE_BREAK_GLASS_UNCLAIMED once; once it may, the claim and the issuance', async () => {
@@ -555,16 +563,20 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     const unclaimed = (): number => writer.log.entries.filter((e) => e.code === 'CERTSHARE_BREAK_GLASS_UNCLAIMED').length;
     const before = signedBy([writer]);
     const glassBefore = logged([writer], /^break-glass: issued/);
-    await withWestCutOff(async () => {
-      const res = await west.cp.adminRequest('GET', `/api/v1/namespaces/${NS}/secrets/${SHARED}`);
-      const data = (JSON.parse(res.body) as { data: Record<string, string> }).data;
-      jumpPastSafetyPoint(new X509Certificate(Buffer.from(data['tls.crt']!, 'base64')), writer);
-      await until('west is refused its claim (or issues)', () => unclaimed() > 0 || signedBy([writer]) > before, anyChange(), 30_000);
-      await westOutageReads(3, () => signedBy([writer]) > before);
-      assert.equal(signedBy([writer]), before, 'no break-glass issuance without the claim (6472496: one)');
-      assert.equal(unclaimed(), 1, 'the error once, not at every attempt');
-      await breaksGlassOnceAdmitted(noClaims, writer, { signed: before, glass: glassBefore }, 'claimed at a later attempt: one break-glass issuance');
-    });
+    try {
+      await withWestCutOff(async () => {
+        const res = await west.cp.adminRequest('GET', `/api/v1/namespaces/${NS}/secrets/${SHARED}`);
+        const data = (JSON.parse(res.body) as { data: Record<string, string> }).data;
+        jumpPastSafetyPoint(new X509Certificate(Buffer.from(data['tls.crt']!, 'base64')), writer);
+        await until('west is refused its claim (or issues)', () => unclaimed() > 0 || signedBy([writer]) > before, anyChange(), 30_000);
+        await westOutageReads(3, () => signedBy([writer]) > before);
+        assert.equal(signedBy([writer]), before, 'no break-glass issuance without the claim (6472496: one)');
+        assert.equal(unclaimed(), 1, 'the error once, not at every attempt');
+        await breaksGlassOnceAdmitted(noClaims, writer, { signed: before, glass: glassBefore }, 'claimed at a later attempt: one break-glass issuance');
+      });
+    } finally {
+      await noClaims.remove();
+    }
   });
 
   it("a claim a tenant dates 9999 holds nothing back: west breaks glass in its window, the claim's time counted as out of bounds", async () => {
