@@ -4,7 +4,7 @@ import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import type { StoredCert } from '../core/ports/store.ts';
-import type { CertDirectory } from '../store/cert-directory.ts';
+import { type CertDirectory, type FilesHealth, reportFilesWrite } from '../store/cert-directory.ts';
 
 /** The first retry of a failed write, doubling up to a minute. */
 const FIRST_RETRY_MS = 1000;
@@ -13,8 +13,8 @@ const RETRY_CAP_MS = 60_000;
 interface ProjectorDeps {
   logger: Logger;
   clock: Clock;
-  /** Holds health (and so readiness) at unhealthy while a domain's files could not be written (HealthState.pending). */
-  health: { pending(source: string, reason: string | undefined): void };
+  /** Holds health (and so readiness) at unhealthy while a domain's files could not be written. */
+  health: FilesHealth;
   onWritten: (domain: string, path: string) => void;
 }
 
@@ -61,7 +61,7 @@ export class Projector implements LoopObserver {
     try {
       if (await this.#dir.write(domain, cert.pair)) onWritten(domain, this.#dir.pathOf(domain));
       if (this.#failures.delete(domain)) {
-        health.pending(`files:${domain}`, undefined);
+        reportFilesWrite(health, domain);
         logger.info({ domain }, 'certificate files written after failed attempts');
       }
     } catch (err) {
@@ -69,7 +69,7 @@ export class Projector implements LoopObserver {
       this.#failures.set(domain, failures);
       const retryInMs = doubling(FIRST_RETRY_MS, failures, RETRY_CAP_MS);
       logger.error({ domain, err: errorMessage(err), retryInMs }, 'could not write certificate files');
-      health.pending(`files:${domain}`, `${domain}: could not write its certificate files (${errorMessage(err)}); the proxy keeps those before`);
+      reportFilesWrite(health, domain, err);
       clock.sleep(retryInMs, this.#stop.signal).then(
         () => this.#enqueue(domain, cert),
         () => {},

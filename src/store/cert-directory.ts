@@ -21,6 +21,20 @@ export const SUPERSEDED_GRACE_MS = 60_000;
 /** At most this many superseded versions of a domain are kept, the latest first: a flood of renewals cannot fill the disk. @forTests */
 export const SUPERSEDED_KEPT_MAX = 32;
 
+/** Where a writer of certificate files says whether the proxy's files are current (HealthState.pending). */
+export interface FilesHealth {
+  pending(source: string, reason: string | undefined): void;
+}
+
+/**
+ * Holds health at unhealthy while a domain's files could not be written (`err`), or releases it: the proxy keeps
+ * serving the files before, which run out while the daemon holds a newer pair, so the Pod must leave rotation.
+ */
+export function reportFilesWrite(health: FilesHealth, domain: string, err?: unknown): void {
+  const reason = err === undefined ? undefined : `${domain}: could not write its certificate files (${errorMessage(err)}); the proxy keeps those before`;
+  health.pending(`files:${domain}`, reason);
+}
+
 function samePair(a: CertPair, b: CertPair): boolean {
   return a.certPem === b.certPem && a.keyPem === b.keyPem;
 }

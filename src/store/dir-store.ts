@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { iso, type Clock } from '../core/ports/clock.ts';
 import { pendingRenewRequest } from '../core/renewal/renew-request.ts';
 import type { CertStore, Coordination, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/ports/store.ts';
-import { safeName, writeFileAtomically, type CertDirectory } from './cert-directory.ts';
+import { reportFilesWrite, safeName, writeFileAtomically, type CertDirectory, type FilesHealth } from './cert-directory.ts';
 
 /**
  * The renew request of a domain standalone (`certshare renew <domain> --store dir:PATH`): the file
@@ -27,11 +27,14 @@ export class DirStore implements CertStore {
   readonly #dir: CertDirectory;
   readonly #clock: Clock;
   readonly #onWritten: (domain: string, path: string) => void;
+  readonly #health: FilesHealth | undefined;
 
-  constructor(dir: CertDirectory, clock: Clock, onWritten: (domain: string, path: string) => void) {
+  /** `health`: unhealthy while a domain's files could not be written (the loop holds a pair the proxy does not serve). */
+  constructor(dir: CertDirectory, clock: Clock, onWritten: (domain: string, path: string) => void, health?: FilesHealth) {
     this.#dir = dir;
     this.#clock = clock;
     this.#onWritten = onWritten;
+    this.#health = health;
   }
 
   async load(domain: string): Promise<StoreRead> {
@@ -53,7 +56,15 @@ export class DirStore implements CertStore {
       if (options?.renewAnswer) state.renew = options.renewAnswer;
       await this.#writeState(domain, state);
     }
-    if (await this.#dir.write(domain, cert.pair)) this.#onWritten(domain, this.#dir.pathOf(domain));
+    let written: boolean;
+    try {
+      written = await this.#dir.write(domain, cert.pair);
+    } catch (err) {
+      if (this.#health) reportFilesWrite(this.#health, domain, err);
+      throw err;
+    }
+    if (this.#health) reportFilesWrite(this.#health, domain);
+    if (written) this.#onWritten(domain, this.#dir.pathOf(domain));
   }
 
   async recordRenewAnswer(domain: string, answer: RenewAnswer): Promise<void> {

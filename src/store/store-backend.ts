@@ -4,7 +4,7 @@ import type { Clock } from '../core/ports/clock.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import type { LedgerStore } from '../core/issuance/issuance-budget.ts';
 import { staticRole, type CertStore, type IssuanceRole } from '../core/ports/store.ts';
-import { CertDirectory } from './cert-directory.ts';
+import { CertDirectory, type FilesHealth } from './cert-directory.ts';
 import { DirStore } from './dir-store.ts';
 import { DirLedgerStore } from './dir-ledger.ts';
 
@@ -39,10 +39,10 @@ export interface StoreBackend {
 export async function dirBackend(
   path: string,
   podName: string | undefined,
-  deps: { clock: Clock; filesWritten: (domain: string, path: string) => void },
+  deps: { clock: Clock; health: FilesHealth; filesWritten: (domain: string, path: string) => void },
 ): Promise<StoreBackend> {
   const directory = new CertDirectory(path, deps.clock);
   await directory.prepare();
-  const store = new DirStore(directory, deps.clock, deps.filesWritten);
+  const store = new DirStore(directory, deps.clock, deps.filesWritten, deps.health);
   return { store, ledger: new DirLedgerStore(path), role: staticRole(podName ?? 'standalone', true), observers: [] };
 }

@@ -3,6 +3,8 @@ import { lstat, mkdir, readFile, readdir, readlink, stat, writeFile } from 'node
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { validateCertPair } from '../../src/core/certificates/certificate.ts';
+import { HealthState } from '../../src/core/loop/health.ts';
+import type { CertPair } from '../../src/core/ports/localapi.ts';
 import { systemClock } from '../../src/core/ports/clock.ts';
 import { CertDirectory, SUPERSEDED_GRACE_MS, SUPERSEDED_KEPT_MAX } from '../../src/store/cert-directory.ts';
 import { DirStore } from '../../src/store/dir-store.ts';
@@ -190,6 +192,37 @@ describe('DirStore and CertDirectory', () => {
     assert.equal((await stat(stateFile)).mode & 0o777, 0o600);
     const remembered = (await store.load(domain)).coordination?.retryNotBefore;
     assert.ok(remembered !== undefined && remembered >= base && remembered <= base + 19_000);
+  });
+
+  it('holds health at unhealthy while a pair the loop holds could not be written, until a write succeeds', async () => {
+    // A disk full or read-only: the loop holds the renewal, the proxy reads the files before, which run out.
+    class FullDisk extends CertDirectory {
+      full = false;
+      override async write(name: string, pair: CertPair): Promise<boolean> {
+        if (this.full) throw Object.assign(new Error('ENOSPC: no space left on device, write'), { code: 'ENOSPC' });
+        return super.write(name, pair);
+      }
+    }
+    const files = new FullDisk(join(dir(), 'full'));
+    const health = new HealthState();
+    health.manage([domain]);
+    const store = new DirStore(files, systemClock, () => {}, health);
+    const stored = async () => {
+      const pair = await makePair(domain, Date.now() - DAY, 90 * DAY);
+      return { pair, info: validateCertPair(pair, domain, Date.now()) };
+    };
+    const [first, renewal] = [await stored(), await stored()];
+    await store.save(domain, first);
+    health.certificate(domain, renewal);
+    assert.equal(health.evaluate(Date.now()).healthy, true);
+    files.full = true;
+    await assert.rejects(store.save(domain, renewal), /ENOSPC/);
+    const verdict = health.evaluate(Date.now());
+    assert.equal(verdict.healthy, false, 'the loop holds a valid pair, the proxy does not serve it');
+    assert.match(verdict.reason, /files\.tailnet-1\.ts\.net: could not write its certificate files \(ENOSPC/);
+    files.full = false;
+    await store.save(domain, renewal);
+    assert.equal(health.evaluate(Date.now()).healthy, true);
   });
 
   it('refuses names that would escape the directory', async () => {
