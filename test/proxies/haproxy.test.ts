@@ -2,15 +2,17 @@
 // through its runtime API on a unix socket: no reload, no failed handshake.
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { stat } from 'node:fs/promises';
+import { mkdir, stat, writeFile } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { combinedPem, HaproxyRuntimeApi } from '../../src/delivery/haproxy.ts';
 import type { ReloadOutcome } from '../../src/delivery/reload-command.ts';
+import { makePair } from '../support/certs.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { nextEvent, onEvent, until } from '../support/wait.ts';
-import { proveRenewalsServed, servedSerial, startHaproxy, waitServing } from './proxies.ts';
+import { proveRenewalsServed, servedSerial, startHaproxy, tlsSession, waitServing } from './proxies.ts';
 
 const RENEWALS = 3;
 
@@ -53,6 +55,30 @@ describe('HAProxy (Debian 12 package), runtime API delivery', { concurrency: tru
       await emulator.close();
     }
   });
+
+  for (const version of ['TLSv1.2', 'TLSv1.3'] as const) {
+    it(`resumes no ${version} session established under a certificate the runtime API has since replaced (a revocation)`, async () => {
+      const base = join(dir(), `resumption-${version}`);
+      const crtDir = join(base, 'haproxy-certs');
+      const socket = join(base, 'admin.sock');
+      await mkdir(crtDir, { recursive: true });
+      const [revoked, replacement] = [await makePair(DOMAIN, Date.now(), 3_600_000), await makePair(DOMAIN, Date.now(), 3_600_000)];
+      const pem = join(crtDir, `${DOMAIN}.pem`);
+      await writeFile(pem, combinedPem(revoked), { mode: 0o600 });
+      const haproxy = await startHaproxy(base, { crtDir, socket });
+      try {
+        await waitServing(haproxy, DOMAIN);
+        const established = await tlsSession(haproxy.port, DOMAIN, version);
+        assert.equal(established.resumed, false);
+        await new HaproxyRuntimeApi(socket, 5000).replaceCertificate(pem, combinedPem(replacement));
+        // A client offers the session (a ticket, or an id) it got under the replaced certificate.
+        const next = await tlsSession(haproxy.port, DOMAIN, version, established.session);
+        assert.equal(next.resumed, false, 'a resumed session is one the replaced certificate authenticated');
+      } finally {
+        await haproxy.stop();
+      }
+    });
+  }
 
   it('pushes the renewals of two domains renewed at once, one transaction after the other (HAProxy holds one at a time)', async () => {
     const base = join(dir(), 'two');

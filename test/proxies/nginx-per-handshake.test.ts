@@ -7,13 +7,12 @@ import { X509Certificate } from 'node:crypto';
 import { constants } from 'node:fs';
 import { type FileHandle, open, realpath, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { connect as tlsConnect } from 'node:tls';
 import { describe, it } from 'node:test';
 import { CertDirectory } from '../../src/store/cert-directory.ts';
 import { makePair } from '../support/certs.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { nextEvent } from '../support/wait.ts';
-import { handshake, proveRenewalsServed, startNginx, waitServing } from './proxies.ts';
+import { handshake, proveRenewalsServed, startNginx, tlsSession, waitServing } from './proxies.ts';
 
 const RENEWALS = 3;
 
@@ -93,11 +92,11 @@ describe("nginx (Debian 12 package) with manifests/example's per-handshake confi
       const nginx = await startNginx(base, { certRoot: certs.root, domain: DOMAIN });
       try {
         await waitServing(nginx, DOMAIN);
-        const established = await tlsSession(nginx.port, version);
+        const established = await tlsSession(nginx.port, DOMAIN, version);
         assert.equal(established.serial, serialOf(revoked.certPem));
         assert.equal(await certs.write(DOMAIN, replacement), true);
         // A client offers the session (a ticket, or an id) it got under the replaced certificate.
-        const next = await tlsSession(nginx.port, version, established.session);
+        const next = await tlsSession(nginx.port, DOMAIN, version, established.session);
         assert.equal(next.resumed, false, 'a resumed session is one the replaced certificate authenticated, and TLS 1.3 renews it at each resumption');
         assert.equal(next.serial, serialOf(replacement.certPem));
       } finally {
@@ -128,26 +127,6 @@ describe("nginx (Debian 12 package) with manifests/example's per-handshake confi
 });
 
 const serialOf = (pem: string): string => new X509Certificate(pem).serialNumber;
-
-/**
- * One HTTPS request on a new TLS connection of `version`, offering `session` to resume: whether the server
- * resumed it, the certificate it sent (none when resumed), and the session to offer next.
- */
-function tlsSession(port: number, version: 'TLSv1.2' | 'TLSv1.3', session?: Buffer): Promise<{ resumed: boolean; serial?: string; session?: Buffer }> {
-  return new Promise((resolve, reject) => {
-    let next: Buffer | undefined;
-    const options = { host: '127.0.0.1', port, servername: DOMAIN, rejectUnauthorized: false, minVersion: version, maxVersion: version, timeout: 5000 };
-    const socket = tlsConnect({ ...options, ...(session ? { session } : {}) }, () => socket.end('GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'));
-    socket.on('session', (s: Buffer) => (next ??= s));
-    socket.on('timeout', () => socket.destroy(new Error('timeout')));
-    socket.on('error', reject);
-    socket.resume();
-    socket.on('end', () => {
-      const serial = socket.getPeerCertificate().serialNumber;
-      resolve({ resumed: socket.isSessionReused(), ...(serial ? { serial } : {}), ...(next ? { session: next } : {}) });
-    });
-  });
-}
 
 /** The certificate file the domain's link names now, in its version directory. */
 const realCertificateFile = (certs: CertDirectory, domain: string): Promise<string> => realpath(join(certs.pathOf(domain), 'tls.crt'));

@@ -2,15 +2,17 @@
 // at reload): certshare reloads it with a signal to the master its pid file names.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
+import { X509Certificate } from 'node:crypto';
 import { once } from 'node:events';
-import { chmod, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import type { ReloadOutcome } from '../../src/delivery/reload-command.ts';
+import { makePair } from '../support/certs.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { nextEvent, until } from '../support/wait.ts';
-import { proveRenewalsServed, startNginx, waitServing } from './proxies.ts';
+import { HandshakeLoop, pidInFile, proveRenewalsServed, startNginx, tlsSession, waitServing } from './proxies.ts';
 
 const RENEWALS = 3;
 const REPO = join(import.meta.dirname, '../..');
@@ -38,6 +40,39 @@ describe('nginx (Debian 12 package) with a stock configuration, reloaded by a si
       await emulator.close();
     }
   });
+
+  for (const version of ['TLSv1.2', 'TLSv1.3'] as const) {
+    it(`resumes no ${version} session across the reload that serves a replaced certificate (a revocation)`, async () => {
+      const base = join(dir(), `resumption-${version}`);
+      await mkdir(base, { recursive: true });
+      const [certPath, keyPath, pidFile] = [join(base, 'tls.crt'), join(base, 'tls.key'), join(base, 'nginx.pid')];
+      const [revoked, replacement] = [await makePair(DOMAIN, Date.now(), 3_600_000), await makePair(DOMAIN, Date.now(), 3_600_000)];
+      const files = async (pair: typeof revoked): Promise<void> => {
+        await writeFile(keyPath, pair.keyPem, { mode: 0o600 });
+        await writeFile(certPath, pair.certPem);
+      };
+      await files(revoked);
+      const nginx = await startNginx(base, { certPath, keyPath, pidFile });
+      try {
+        await waitServing(nginx, DOMAIN);
+        const established = await tlsSession(nginx.port, DOMAIN, version);
+        await files(replacement);
+        const replacementSerial = new X509Certificate(replacement.certPem).serialNumber;
+        const loop = new HandshakeLoop(nginx.port, DOMAIN);
+        try {
+          const served = nextEvent(loop, 'serial', (serial: string) => serial === replacementSerial);
+          process.kill(await pidInFile(pidFile), 'SIGHUP');
+          await served;
+        } finally {
+          await loop.stop();
+        }
+        const next = await tlsSession(nginx.port, DOMAIN, version, established.session);
+        assert.equal(next.resumed, false, 'a reload makes new ticket keys: the session of the replaced certificate is not resumed');
+      } finally {
+        await nginx.stop();
+      }
+    });
+  }
 
   it("cannot signal a master of another uid: certshare's uid gets EPERM from root's nginx, and says what to change", {
     skip: process.getuid?.() !== 0 && 'needs root (nginx as root, the signal sent as uid 65532)',

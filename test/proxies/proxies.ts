@@ -77,13 +77,14 @@ export async function startHaproxy(dir: string, options: { crtDir: string; socke
     `global
   stats socket ${options.socket} mode 600 level admin
   pidfile ${join(dir, 'haproxy.pid')}
+  tune.ssl.cachesize 0
 defaults
   mode http
   timeout connect 5s
   timeout client 10s
   timeout server 10s
 frontend tls
-  bind 127.0.0.1:${port} ssl crt ${options.crtDir}/
+  bind 127.0.0.1:${port} ssl crt ${options.crtDir}/ no-tls-tickets
   http-request return status 200 content-type text/plain string ok
 `,
   );
@@ -158,6 +159,7 @@ http {
     listen 127.0.0.1:${port} ssl;
     ssl_certificate ${options.certPath};
     ssl_certificate_key ${options.keyPath};
+    ssl_protocols TLSv1.2 TLSv1.3;
     location / { return 200 "ok\\n"; }
   }
 }
@@ -287,4 +289,29 @@ export async function proveRenewalsServed(
   const pattern = new RegExp(`certshare_reload_command_runs_total\\{method="${options.method}",result="success"\\} (\\d+)`);
   const delivered = Number(pattern.exec(metrics)?.[1] ?? 0);
   assert.ok(delivered >= options.count, `${delivered} successful deliveries (${options.method})`);
+}
+
+/**
+ * One HTTPS request on a new TLS connection of `version`, offering `session` to resume: whether the server
+ * resumed it, the certificate it sent (none when resumed), and the session to offer next.
+ */
+export function tlsSession(
+  port: number,
+  servername: string,
+  version: 'TLSv1.2' | 'TLSv1.3',
+  session?: Buffer,
+): Promise<{ resumed: boolean; serial?: string; session?: Buffer }> {
+  return new Promise((resolve, reject) => {
+    let next: Buffer | undefined;
+    const options = { host: '127.0.0.1', port, servername, rejectUnauthorized: false, minVersion: version, maxVersion: version, timeout: 5000 };
+    const socket = connect({ ...options, ...(session ? { session } : {}) }, () => socket.end('GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'));
+    socket.on('session', (s: Buffer) => (next ??= s));
+    socket.on('timeout', () => socket.destroy(new Error('timeout')));
+    socket.on('error', reject);
+    socket.resume();
+    socket.on('end', () => {
+      const serial = socket.getPeerCertificate().serialNumber;
+      resolve({ resumed: socket.isSessionReused(), ...(serial ? { serial } : {}), ...(next ? { session: next } : {}) });
+    });
+  });
 }
