@@ -139,6 +139,7 @@ export const INJECTOR_FLAGS = [
     placeholder: 'DURATION',
     default: '10m',
     help: 'Re-read the Secrets and the objects at least this often (they are watched as well).',
+    detail: "The writer writes the sidecar's form (its ConfigMap) again as often.",
   },
   { name: 'kube-timeout', group: 'Kubernetes', placeholder: 'DURATION', default: '10s', help: 'Timeout of one Kubernetes API call.' },
   { name: 'sidecar-image', group: 'injected sidecar', placeholder: 'IMAGE', default: DEFAULT_IMAGE, help: 'Image of the injected certshare container.' },

@@ -5,7 +5,7 @@
 // holder whose Lease has just run out and its successor deciding the same action cost one 409 and a
 // re-read, never two CAs or two leaves.
 import { EventEmitter } from 'node:events';
-import { X509Certificate } from 'node:crypto';
+import { X509Certificate, createPrivateKey } from 'node:crypto';
 import type { V1Secret, CustomObjectsApi } from '../kube/transport/client-node.ts';
 import {
   decideRotation,
@@ -21,6 +21,8 @@ import {
   type RotationState,
 } from '../core/injector-ca/ca-rotation.ts';
 import { type Clock, iso } from '../core/ports/clock.ts';
+import { signedByCa } from '../core/certificates/trust.ts';
+import { CLOCK_SKEW_MS, OutOfBoundsLog, type OutOfBoundsReport, type UntrustedValue } from '../core/values/untrusted-values.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { IssuanceRole } from '../core/ports/store.ts';
@@ -50,6 +52,8 @@ interface InjectorControllerOptions {
   resyncMs: number;
   /** After an error, the first wait (doubling up to resyncMs). */
   firstRetryMs?: number;
+  /** Where a value read back from the Secrets and not believed is counted (the injector's metrics); it is logged besides. */
+  onOutOfBounds?: OutOfBoundsReport;
   /**
    * Who may write (the injector's LeaseElector). Without it this replica always writes: one replica alone,
    * or tests of the rotation itself.
@@ -98,6 +102,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   readonly #watches: SecretWatch[] = [];
   #unsubscribe: (() => void) | undefined;
   #servedSerial: string | undefined;
+  readonly #outOfBounds: OutOfBoundsLog;
   /** Actions applied since start, by kind (tests and metrics read it). */
   readonly counts: Record<RotationAction['kind'] | 'conflict' | 'error', number> = {
     'create-ca': 0,
@@ -112,6 +117,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
     super();
     this.#o = options;
     this.#state = emptyRotationState(options.targets.map(targetKey));
+    this.#outOfBounds = new OutOfBoundsLog(options.logger, (where, value) => options.onOutOfBounds?.(where, value));
   }
 
   get state(): RotationState {
@@ -279,17 +285,18 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
         this.#targetObjects.set(targetKey(target), object);
       }),
     );
-    const caSecret = restoredCa ?? (await this.#recoveredCaSecret(tlsSecret));
+    const caSecret = restoredCa ?? (await this.#recoveredCaSecret(tlsSecret, now));
     this.#caSecret = caSecret;
     this.#tlsSecret = tlsSecret;
-    this.#cas = casIn(caSecret);
-    const lastLeafExpiry = JSON.parse(caSecret?.metadata?.annotations?.[LAST_LEAF_EXPIRY] ?? '{}') as Record<string, number>;
-    let state: RotationState = {
-      ...this.#state,
-      bundle: this.#cas.map(({ certPem: _pem, ...ca }) => ca),
-      lastLeafExpiry,
-      leaf: leafRecordOf(tlsSecret, this.#cas),
-    };
+    const ca = casIn(caSecret, now);
+    this.#cas = ca.cas;
+    // The writer keeps only a leaf naming what it would name; a reader serves any leaf of the bundle (a rollout adding a name).
+    const leaf = leafRecordOf(tlsSecret, this.#cas, now, this.isWriter ? this.#o.names : undefined);
+    const where = (name: string) => `the Secret ${this.#o.connection.namespace}/${name}`;
+    this.#outOfBounds.read(where(this.#o.caSecret), ca.refused);
+    this.#outOfBounds.read(where(this.#o.tlsSecret), leaf.refused);
+    const bundle = this.#cas.map(({ certPem: _pem, ...ca }) => ca);
+    let state: RotationState = { ...this.#state, bundle, lastLeafExpiry: ca.lastLeafExpiry, leaf: leaf.leaf };
     const ids = state.bundle.map((ca) => ca.id);
     for (const target of this.#o.targets) {
       const key = targetKey(target);
@@ -309,7 +316,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
    * them at once (cert-controller's failure mode); instead the CA Secret is written again with those CAs,
    * keyless, and the leaf's expiry: they stay trusted until it expires, a new CA joins and signs from then on.
    */
-  async #recoveredCaSecret(tlsSecret: V1Secret | null): Promise<V1Secret | null> {
+  async #recoveredCaSecret(tlsSecret: V1Secret | null, now: number): Promise<V1Secret | null> {
     if (!this.isWriter) return null;
     const recovered = new Map<string, string>();
     for (const target of this.#o.targets) {
@@ -322,7 +329,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
       return { id, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), canSign: false, certPem };
     });
     this.#cas = cas;
-    const leaf = leafRecordOf(tlsSecret, this.#cas);
+    const { leaf } = leafRecordOf(tlsSecret, this.#cas, now);
     const lastLeafExpiry = leaf && recovered.has(leaf.signedBy) ? { [leaf.signedBy]: leaf.notAfter } : {};
     this.#o.logger.warn(
       { code: 'CERTSHARE_STORE_CORRUPT', secret: this.#o.caSecret, cas: [...recovered.keys()], lastLeafExpiry },
@@ -431,23 +438,98 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
   }
 }
 
-/** The CAs of the CA Secret's bundle, each able to sign when the Secret holds its key. */
-function casIn(caSecret: V1Secret | null): CaEntry[] {
-  return (unb64(caSecret?.data?.['ca.crt']).match(CERT_BLOCK) ?? []).map((pem) => {
-    const cert = new X509Certificate(pem);
+/**
+ * What a read of the CA Secret, which the injector's account (a stolen token) may write, believes: the CAs of its
+ * bundle an injector could have written (a self-signed CA certificate, valid from no later than now plus the
+ * skew), each able to sign when the Secret holds its own key; and how long each must stay trusted, a record that
+ * does not read as a time keeping its CA until that CA's own expiry. What it refuses is left out and reported.
+ */
+function casIn(caSecret: V1Secret | null, now: number): { cas: CaEntry[]; lastLeafExpiry: Record<string, number>; refused: UntrustedValue[] } {
+  const cas: CaEntry[] = [];
+  const refused: UntrustedValue[] = [];
+  const refuse = (value: string, why: string) => refused.push({ field: 'injector-ca', value, why });
+  for (const pem of unb64(caSecret?.data?.['ca.crt']).match(CERT_BLOCK) ?? []) {
+    let cert: X509Certificate;
+    try {
+      cert = new X509Certificate(pem);
+    } catch {
+      refuse('a block of ca.crt', 'does not parse');
+      continue;
+    }
     const id = cert.serialNumber.toUpperCase();
-    const canSign = caSecret?.data?.[CA_KEY(id)] !== undefined;
-    return { id, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), ...(canSign ? {} : { canSign }), certPem: `${pem}\n` };
-  });
+    const notBefore = cert.validFromDate.getTime();
+    if (!signedByCa(cert, cert)) refuse(id, 'is not a self-signed CA certificate');
+    else if (notBefore > now + CLOCK_SKEW_MS) refuse(id, `is valid only from ${iso(notBefore)} (later than ${iso(now + CLOCK_SKEW_MS)})`);
+    else if (!cas.some((ca) => ca.id === id)) {
+      const key = caSecret?.data?.[CA_KEY(id)];
+      const canSign = key !== undefined && keyMatches(cert, unb64(key));
+      if (key !== undefined && !canSign) refuse(id, 'its key in the Secret is not its own: it signs nothing');
+      cas.push({ id, notBefore, notAfter: cert.validToDate.getTime(), ...(canSign ? {} : { canSign }), certPem: `${pem}\n` });
+    }
+  }
+  return { cas, lastLeafExpiry: lastLeafExpiryOf(caSecret, cas, refused), refused };
 }
 
-/** The serving leaf of the TLS Secret, signed by the CA its annotation names (else the one of `cas` that issued it). */
-function leafRecordOf(secret: V1Secret | null, cas: readonly CaEntry[]): LeafRecord | undefined {
+/** The record of how long each CA must stay trusted, for the CAs of `cas`; a value that is no time keeps its CA until its own expiry. */
+function lastLeafExpiryOf(caSecret: V1Secret | null, cas: readonly CaEntry[], refused: UntrustedValue[]): Record<string, number> {
+  const text = caSecret?.metadata?.annotations?.[LAST_LEAF_EXPIRY] ?? '{}';
+  let record: unknown;
+  try {
+    record = JSON.parse(text);
+  } catch {
+    record = undefined;
+  }
+  const readable = record !== null && typeof record === 'object' && !Array.isArray(record);
+  if (!readable) refused.push({ field: 'last-leaf-expiry', value: text.slice(0, 200), why: 'is not a JSON object of times' });
+  const times = readable ? (record as Record<string, unknown>) : {};
+  const out: Record<string, number> = {};
+  for (const ca of cas) {
+    const time = times[ca.id];
+    if (typeof time === 'number' && Number.isFinite(time)) out[ca.id] = time;
+    else if (!readable || time !== undefined) {
+      if (readable) refused.push({ field: 'last-leaf-expiry', value: `${ca.id}: ${String(time).slice(0, 100)}`, why: 'is not a time' });
+      out[ca.id] = ca.notAfter;
+    }
+  }
+  return out;
+}
+
+function keyMatches(cert: X509Certificate, keyPem: string): boolean {
+  try {
+    return cert.checkPrivateKey(createPrivateKey(keyPem));
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The serving leaf of the TLS Secret, which the injector's account may write too: believed (served, and the
+ * rotation measured from it) only when its key is its own, a CA of the bundle signed it (the signer is the one
+ * whose key verifies it) and it is valid from no later than now plus the skew; with `names`, only when it names
+ * each of them. Anything else is no leaf: the writer signs one, the replicas keep serving theirs meanwhile.
+ */
+function leafRecordOf(secret: V1Secret | null, cas: readonly CaEntry[], now: number, names?: LeafNames): { leaf?: LeafRecord; refused: UntrustedValue[] } {
   const pem = unb64(secret?.data?.['tls.crt']).match(CERT_BLOCK)?.[0];
-  if (!pem) return undefined;
-  const cert = new X509Certificate(pem);
-  const signedBy = secret?.metadata?.annotations?.[SIGNED_BY] ?? cas.find((ca) => cert.checkIssued(new X509Certificate(ca.certPem)))?.id ?? '';
-  return { serial: cert.serialNumber.toUpperCase(), signedBy, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime() };
+  if (!pem) return { refused: [] };
+  const refuse = (value: string, why: string) => ({ refused: [{ field: 'injector-leaf' as const, value, why }] });
+  let cert: X509Certificate;
+  try {
+    cert = new X509Certificate(pem);
+  } catch {
+    return refuse('tls.crt', 'does not parse');
+  }
+  const serial = cert.serialNumber.toUpperCase();
+  const notBefore = cert.validFromDate.getTime();
+  if (!keyMatches(cert, unb64(secret?.data?.['tls.key']))) return refuse(serial, 'tls.key is not its key');
+  const signer = cas.find((ca) => signedByCa(cert, new X509Certificate(ca.certPem)));
+  if (!signer) return refuse(serial, `is signed by none of the ${cas.length} CA(s) of the bundle`);
+  if (notBefore > now + CLOCK_SKEW_MS) return refuse(serial, `is valid only from ${iso(notBefore)} (later than ${iso(now + CLOCK_SKEW_MS)})`);
+  const unnamed = [
+    ...(names?.dnsNames ?? []).filter((name) => cert.checkHost(name, { subject: 'never', wildcards: false }) === undefined),
+    ...(names?.ipAddresses ?? []).filter((ip) => cert.checkIP(ip) === undefined),
+  ];
+  if (unnamed.length > 0) return refuse(serial, `does not name ${unnamed.join(', ')}`);
+  return { leaf: { serial, signedBy: signer.id, notBefore, notAfter: cert.validToDate.getTime() }, refused: [] };
 }
 
 /** The CA Secret: the bundle of `cas`, the keys of those that have one, and how long each must stay trusted. */

@@ -72,11 +72,13 @@ export class InjectorMetrics {
       name: 'certshare_injector_out_of_bounds_values_total',
       help:
         'Values read back out of their bound and ignored, by field (lease-duration: the injector Lease held longer than twice --lease-duration; ' +
-        'lease-transitions: its count of takeovers at the largest the field holds).',
+        'lease-transitions: its count of takeovers at the largest the field holds; injector-ca: a certificate of the CA Secret that is no ' +
+        'CA the injector writes, or whose key is not its own; injector-leaf: a serving pair not signed by a CA of the bundle, or not ' +
+        'its own; last-leaf-expiry: a record of the CA Secret that is no time).',
       labelNames: ['field'],
       registers,
     });
-    for (const field of ['lease-duration', 'lease-transitions']) this.#outOfBounds.inc({ field }, 0);
+    for (const field of ['lease-duration', 'lease-transitions', 'injector-ca', 'injector-leaf', 'last-leaf-expiry']) this.#outOfBounds.inc({ field }, 0);
     for (const step of ['create-ca', 'publish', 'issue-leaf', 'retire-ca']) this.#actions.inc({ step }, 0);
     for (const kind of ['conflict', 'error']) this.#failures.inc({ kind }, 0);
     for (const result of ['injected', 'skipped', 'rejected', 'invalid']) this.#admissions.inc({ result }, 0);

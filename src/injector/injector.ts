@@ -19,7 +19,7 @@ import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './injector-metrics.ts';
 import { admissionReviewResponse, checkInjectionDefaults, checkSidecarFlags, sidecarForm } from './mutate.ts';
 import { serviceDnsNames, type LeafNames } from './pki.ts';
-import { publishSidecarForm } from './sidecar-form.ts';
+import { keepSidecarForm, publishSidecarForm } from './sidecar-form.ts';
 import { startTlsServer, type TlsServer } from './tls-server.ts';
 
 /**
@@ -53,7 +53,10 @@ export interface Injector {
   elector: LeaseElector;
   metrics: InjectorMetrics;
   metricsPort: number;
-  /** `metricsTlsServed` ({ serial }): a renewed --metrics-tls pair is served from the next handshake on. */
+  /**
+   * `metricsTlsServed` ({ serial }): a renewed --metrics-tls pair is served from the next handshake on;
+   * `sidecarFormPublished`: the writer wrote the sidecar's form again.
+   */
   events: EventEmitter;
   stop(): Promise<void>;
 }
@@ -81,8 +84,9 @@ export async function startInjector(
   const metricsPairs = config.metricsTls ? await followMetricsTls(config.metricsTls, { ...deps, clock }, events) : undefined;
   const connection = await connectKube(deps.env, { requestTimeoutMs: config.kubeTimeoutMs });
   // Before the webhook answers: the policy holding hand-written certshare containers to this form reads it there.
+  const form = sidecarForm(config.defaults);
   try {
-    await publishSidecarForm(connection, connection.namespace, sidecarForm(config.defaults), AbortSignal.timeout(config.kubeTimeoutMs));
+    await publishSidecarForm(connection, connection.namespace, form, AbortSignal.timeout(config.kubeTimeoutMs));
   } catch (err) {
     connection.close();
     throw err;
@@ -109,6 +113,7 @@ export async function startInjector(
     names,
     serve: (pair) => server.setPair(pair),
     resyncMs: config.resyncMs,
+    onOutOfBounds: (where, value) => metrics.outOfBounds(where, value),
   });
   controller.on('action', (action) => metrics.step(action));
   controller.on('failed', (kind) => metrics.failure(kind));
@@ -116,6 +121,7 @@ export async function startInjector(
   metricsPairs?.serveOn((pair) => metricsListener.setPair(pair));
   elector.start();
   controller.start();
+  const formKept = keepForm(config, connection, form, elector, { clock, logger: deps.logger }, events);
   deps.logger.info(
     {
       identity: config.identity,
@@ -136,13 +142,27 @@ export async function startInjector(
     metricsPort: metricsListener.port,
     events,
     async stop() {
-      await running.stop();
+      await Promise.all([running.stop(), formKept.stop()]);
       // Released (best effort, within the kube timeout): another replica writes at once, not after the Lease expires.
       await elector.stop(AbortSignal.timeout(config.kubeTimeoutMs));
       connection.close();
       await Promise.all([server.close({ drainMs: config.drainDelayMs }), metricsListener.close(), metricsPairs?.stop()]);
     },
   };
+}
+
+/** The writer keeps the sidecar's form (keepSidecarForm); `sidecarFormPublished` on `events` after each write. */
+function keepForm(
+  config: InjectorConfig,
+  connection: KubeConnection,
+  form: Record<string, string>,
+  writer: LeaseElector,
+  deps: { clock: Clock; logger: Logger },
+  events: EventEmitter,
+): { stop(): Promise<void> } {
+  const { resyncMs, kubeTimeoutMs: timeoutMs } = config;
+  const published = () => events.emit('sidecarFormPublished');
+  return keepSidecarForm({ connection, namespace: connection.namespace, form, writer, ...deps, resyncMs, timeoutMs, published });
 }
 
 /** Who writes the CAs, the leaf and the caBundles: the holder of --lease; a duration read back out of its bound is counted. */

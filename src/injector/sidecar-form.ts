@@ -2,9 +2,11 @@
 // sidecarForm): the admission policy certshare-sidecar-as-injected (manifests/injector/admission-policy.yaml)
 // reads it as its parameters and admits a container named certshare, in an opted-in namespace, only in that
 // form. Written by every replica at start, before it answers the webhook, so the policy and the webhook
-// compare with the same settings.
+// compare with the same settings; the writer writes it again at each resync (keepSidecarForm).
 import type { V1ConfigMap } from '../kube/transport/client-node.ts';
-import { CertshareError } from '../core/errors.ts';
+import type { Clock } from '../core/ports/clock.ts';
+import { CertshareError, errorMessage } from '../core/errors.ts';
+import type { Logger } from '../core/ports/logger.ts';
 import { apiErrorText, apiStatus, type KubeConnection } from '../kube/connection.ts';
 import { withSignal } from '../kube/transport/https-transport.ts';
 
@@ -26,4 +28,51 @@ export async function publishSidecarForm(connection: KubeConnection, namespace: 
     const object = `the ConfigMap ${namespace}/${SIDECAR_FORM_CONFIGMAP} (the sidecar's form, read by the admission policy certshare-sidecar-as-injected)`;
     throw new CertshareError('CERTSHARE_STORE_UNAVAILABLE', { action: 'write', object, cause: apiErrorText(err) }, { cause: err });
   }
+}
+
+/**
+ * The writer (the Lease's holder) writes its form again when it becomes the writer and at each resync: the
+ * injector's account may replace the ConfigMap, and one write of another form, or of none, by a stolen token
+ * would otherwise refuse every Pod of the opted-in namespaces until a replica restarted. `published` is called
+ * after each write.
+ */
+export function keepSidecarForm(options: {
+  connection: KubeConnection;
+  namespace: string;
+  form: Record<string, string>;
+  writer: { canIssue(): boolean; onChange(listener: () => void): () => void };
+  clock: Clock;
+  resyncMs: number;
+  timeoutMs: number;
+  logger: Logger;
+  published: () => void;
+}): { stop(): Promise<void> } {
+  const stopped = new AbortController();
+  let wake = new AbortController();
+  const unsubscribe = options.writer.onChange(() => wake.abort());
+  const run = async () => {
+    while (!stopped.signal.aborted) {
+      wake = new AbortController();
+      if (options.writer.canIssue()) {
+        try {
+          await publishSidecarForm(options.connection, options.namespace, options.form, AbortSignal.timeout(options.timeoutMs));
+          options.published();
+        } catch (err) {
+          options.logger.warn(
+            { code: 'CERTSHARE_STORE_UNAVAILABLE', err: errorMessage(err) },
+            "the sidecar's form not written again; tried at the next resync",
+          );
+        }
+      }
+      await options.clock.sleep(options.resyncMs, AbortSignal.any([stopped.signal, wake.signal])).catch(() => {});
+    }
+  };
+  const done = run();
+  return {
+    async stop() {
+      unsubscribe();
+      stopped.abort();
+      await done;
+    },
+  };
 }

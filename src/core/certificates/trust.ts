@@ -112,5 +112,10 @@ function chainProblem(certPem: string, anchors: TrustAnchors): string | undefine
 
 function anchored(cert: X509Certificate, anchors: TrustAnchors): boolean {
   if (anchors.fingerprints.has(cert.fingerprint256)) return true;
-  return (anchors.bySubject.get(cert.issuer) ?? []).some((anchor) => anchor.ca && cert.checkIssued(anchor) && cert.verify(anchor.publicKey));
+  return (anchors.bySubject.get(cert.issuer) ?? []).some((anchor) => signedByCa(cert, anchor));
+}
+
+/** `cert` names `issuer` as its issuer, `issuer` is a CA, and `cert`'s signature verifies with `issuer`'s key. */
+export function signedByCa(cert: X509Certificate, issuer: X509Certificate): boolean {
+  return issuer.ca && cert.checkIssued(issuer) && cert.verify(issuer.publicKey);
 }

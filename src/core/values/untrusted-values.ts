@@ -24,7 +24,10 @@ type UntrustedField =
   | 'ledger-part'
   | 'break-glass-claim'
   | 'lease-duration'
-  | 'lease-transitions';
+  | 'lease-transitions'
+  | 'injector-ca'
+  | 'injector-leaf'
+  | 'last-leaf-expiry';
 
 /** Where an ignored value is counted and told besides the log (a metric, an Event). */
 export type OutOfBoundsReport = (where: string, value: UntrustedValue) => void;

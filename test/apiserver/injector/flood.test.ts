@@ -15,19 +15,16 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { buildDist } from '../../../scripts/build.ts';
-import { ANNOTATION } from '../../../src/injector/mutate.ts';
 import { MAX_BODY_BYTES } from '../../../src/injector/tls-server.ts';
 import { useControlPlane } from '../../harness/use-control-plane.ts';
 import { imageNodeFlags } from '../../support/dockerfile.ts';
 import { injectorContainer, injectorRuntimeEnv } from '../../support/injector-deployment.ts';
-import { must } from '../../support/kube.ts';
+import { ASKED, installInjector, proxyPod } from '../../support/injector-webhook.ts';
 import { deathSignalPrefix, freePort } from '../../support/processes.ts';
 import { injectorLoopbackFlags } from '../../support/replica-flags.ts';
 
 const cp = useControlPlane();
-const CONFIG = 'certshare-injector';
 const INJECTOR_NS = 'certshare';
-const MANIFESTS = fileURLToPath(new URL('../../../manifests/injector', import.meta.url));
 const FLOOD_MS = 20_000;
 
 /** A JSON body of `bytes` bytes made of as many small keys as fit: the most objects per byte to parse. */
@@ -57,14 +54,8 @@ describe('the webhook under a flood from other Pods, while the apiserver creates
   let dist: string | undefined;
 
   before(async () => {
-    await must(cp().kubectl(['create', 'namespace', INJECTOR_NS]));
-    await must(cp().kubectl(['apply', '-k', MANIFESTS]));
     port = await freePort();
-    const clientConfig = [{ op: 'replace', path: '/webhooks/0/clientConfig', value: { url: `https://127.0.0.1:${port}/mutate` } }];
-    await must(cp().kubectl(['patch', 'mutatingwebhookconfiguration', CONFIG, '--type=json', '-p', JSON.stringify(clientConfig)]));
-    await must(cp().kubectl(['create', 'namespace', ns]));
-    await must(cp().kubectl(['label', 'namespace', ns, 'certshare.io/injection=enabled']));
-    const kubeconfig = await cp().kubeconfigFor(INJECTOR_NS, 'certshare-injector');
+    const kubeconfig = await installInjector(cp(), `https://127.0.0.1:${port}/mutate`, ns);
     const [command, ...prefix] = [...deathSignalPrefix(), process.execPath];
     // As the image runs it: the Dockerfile's Node flags, the Deployment's NODE_OPTIONS and allocator settings.
     const NODE_FLAGS = imageNodeFlags(await readFile(fileURLToPath(new URL('../../../Dockerfile', import.meta.url)), 'utf8'));
@@ -95,16 +86,7 @@ describe('the webhook under a flood from other Pods, while the apiserver creates
   });
 
   async function createPod(name: string): Promise<{ ok: boolean; why: string }> {
-    const body = {
-      apiVersion: 'v1',
-      kind: 'Pod',
-      metadata: { name, annotations: { [ANNOTATION.inject]: 'true', [ANNOTATION.domains]: 'proxy.tailnet-0000.ts.net' } },
-      spec: {
-        containers: [{ name: 'proxy', image: 'nginx', volumeMounts: [{ name: 'tailscale-socket', mountPath: '/var/run/tailscale' }] }],
-        volumes: [{ name: 'tailscale-socket', emptyDir: {} }],
-      },
-    };
-    const res = await cp().adminRequest('POST', `/api/v1/namespaces/${ns}/pods`, { body, timeoutMs: 30_000 });
+    const res = await cp().adminRequest('POST', `/api/v1/namespaces/${ns}/pods`, { body: proxyPod(name, ASKED), timeoutMs: 30_000 });
     if (res.status !== 201) return { ok: false, why: `${res.status} ${res.body.slice(0, 300)}` };
     const injected = (JSON.parse(res.body) as { spec: { initContainers?: Array<{ name: string }> } }).spec.initContainers?.some((c) => c.name === 'certshare');
     return injected ? { ok: true, why: '' } : { ok: false, why: `${name} stored without the sidecar` };

@@ -23,6 +23,7 @@ import { useTempDir } from '../../support/standalone.ts';
 import { get, writePair } from '../../support/tls.ts';
 import { nextEvent, onEvent, until } from '../../support/wait.ts';
 import { examplePod, examplePodSpecBefore, injectedParts } from '../../support/injector-example.ts';
+import { ASKED, installInjector, proxyPod } from '../../support/injector-webhook.ts';
 import { startRelay, type Relay } from '../../support/relay.ts';
 import { injectorReplicaFlags } from '../../support/replica-flags.ts';
 
@@ -37,20 +38,6 @@ const WEBHOOK = 'inject.certshare.io';
 const CONFIG = 'certshare-injector';
 const INJECTOR_NS = 'certshare';
 const MANIFESTS = fileURLToPath(new URL('../../../manifests/injector', import.meta.url));
-
-function podBody(name: string, annotations?: Record<string, string>): V1Pod {
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: { name, ...(annotations ? { annotations } : {}) },
-    spec: {
-      containers: [{ name: 'proxy', image: 'nginx', volumeMounts: [{ name: 'tailscale-socket', mountPath: '/var/run/tailscale' }] }],
-      volumes: [{ name: 'tailscale-socket', emptyDir: {} }],
-    },
-  };
-}
-
-const asked = { [ANNOTATION.inject]: 'true', [ANNOTATION.domains]: 'proxy.tailnet-0000.ts.net' };
 
 /** Counters of the apiserver's own webhook metrics for our webhook: calls by HTTP code and rejections by error type. */
 async function webhookMetrics(): Promise<{ calls: Record<string, number>; rejections: Record<string, number>; latency: Map<number, number> }> {
@@ -118,16 +105,9 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
   const serving = (r: Replica) => r.injector.server.serial !== undefined;
 
   before(async () => {
-    await must(cp().kubectl(['create', 'namespace', INJECTOR_NS]));
-    await must(cp().kubectl(['apply', '-k', MANIFESTS]));
-    // The manifests call the Service; without kube-proxy the test points the apiserver at a relay on loopback.
+    // The apiserver calls a relay on loopback, which spreads the calls over the replicas.
     relay = await startRelay([]);
-    const clientConfig = [{ op: 'replace', path: '/webhooks/0/clientConfig', value: { url: `https://127.0.0.1:${relay.port}/mutate` } }];
-    await must(cp().kubectl(['patch', 'mutatingwebhookconfiguration', CONFIG, '--type=json', '-p', JSON.stringify(clientConfig)]));
-    await must(cp().kubectl(['create', 'namespace', ns]));
-    await must(cp().kubectl(['label', 'namespace', ns, 'certshare.io/injection=enabled']));
-    // Under the manifests' ServiceAccount: their least-privilege RBAC is what the injector gets.
-    kubeconfig = await cp().kubeconfigFor(INJECTOR_NS, 'certshare-injector');
+    kubeconfig = await installInjector(cp(), `https://127.0.0.1:${relay.port}/mutate`, ns);
     replicas = [await startReplica(), await startReplica()];
     relay.setTargets(replicas.map((r) => r.port));
     await until('both replicas serve a leaf', () => replicas.every(serving), [onEvent(bus, 'served')], 30_000);
@@ -161,7 +141,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
   });
 
   it('injects an annotated Pod, leaves others untouched, rejects a bad annotation with its message', async () => {
-    const injected = await createPod(podBody('annotated', asked));
+    const injected = await createPod(proxyPod('annotated', ASKED));
     assert.equal(injected.status, 201, injected.body);
     const stored = JSON.parse(injected.body) as V1Pod;
     const sidecar = stored.spec!.initContainers?.find((c) => c.name === 'certshare');
@@ -169,13 +149,13 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     assert.equal(stored.spec!.automountServiceAccountToken, false);
     assert.deepEqual(stored.spec!.readinessGates, [{ conditionType: 'certshare.io/certificates' }]);
 
-    const plain = await createPod(podBody('plain'));
+    const plain = await createPod(proxyPod('plain'));
     assert.equal(plain.status, 201, plain.body);
     const plainStored = JSON.parse(plain.body) as V1Pod;
     assert.equal(plainStored.spec!.initContainers, undefined);
-    assert.deepEqual(plainStored.spec!.volumes, podBody('plain').spec!.volumes);
+    assert.deepEqual(plainStored.spec!.volumes, proxyPod('plain').spec!.volumes);
 
-    const bad = await createPod(podBody('bad-mode', { ...asked, [ANNOTATION.mode]: 'writer' }));
+    const bad = await createPod(proxyPod('bad-mode', { ...ASKED, [ANNOTATION.mode]: 'writer' }));
     assert.equal(bad.status, 400, bad.body);
     assert.match(JSON.parse(bad.body).message, /certshare\.io\/mode: "writer" is not rw, ro or auto/);
 
@@ -203,12 +183,12 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
 
   it("does not touch Pods outside the selected namespaces, the injector's own included; a Pod's label skips nothing", async () => {
     for (const namespace of ['kube-system', INJECTOR_NS]) {
-      const outside = await cp().adminRequest('POST', `/api/v1/namespaces/${namespace}/pods`, { body: podBody('annotated-outside', asked) });
+      const outside = await cp().adminRequest('POST', `/api/v1/namespaces/${namespace}/pods`, { body: proxyPod('annotated-outside', ASKED) });
       assert.equal(outside.status, 201, outside.body);
       assert.equal((JSON.parse(outside.body) as V1Pod).spec!.initContainers, undefined, namespace);
     }
     // The injector's own label, set by a Pod author in a selected namespace: injected all the same.
-    const labelled = podBody('injector-like', asked);
+    const labelled = proxyPod('injector-like', ASKED);
     labelled.metadata!.labels = { 'app.kubernetes.io/name': 'certshare-injector' };
     const labelledRes = await createPod(labelled);
     assert.equal(labelledRes.status, 201, labelledRes.body);
@@ -476,7 +456,7 @@ describe('injector against the real apiserver (manifests/injector RBAC, two repl
     for (let i = 0; !done(); i++) {
       // Pacing, not synchronisation: about 20 Pods a second per worker, leaving the shared CPUs some air.
       if (i > 0) await delay(50);
-      const res = await createPod(podBody(`${prefix}-${i}`, asked));
+      const res = await createPod(proxyPod(`${prefix}-${i}`, ASKED));
       if (res.status !== 201) failures.push(`${res.status} ${res.body.slice(0, 300)}`);
       else if (!(JSON.parse(res.body) as V1Pod).spec!.initContainers?.some((c) => c.name === 'certshare'))
         failures.push(`${prefix}-${i} stored without the sidecar`);
