@@ -9,7 +9,7 @@ import { systemClock } from '../../src/core/ports/clock.ts';
 import { CertDirectory, SUPERSEDED_GRACE_MS, SUPERSEDED_KEPT_MAX } from '../../src/store/cert-directory.ts';
 import { DirStore } from '../../src/store/dir-store.ts';
 import { DAY, makePair } from '../support/certs.ts';
-import { JumpClock } from '../support/jump-clock.ts';
+import { FakeClock } from '../support/fake-clock.ts';
 import { useTempDir } from '../support/standalone.ts';
 
 const domain = 'files.tailnet-1.ts.net';
@@ -41,7 +41,7 @@ describe('DirStore and CertDirectory', () => {
 
   describe('pruning superseded versions', () => {
     /** A directory over `root` on `clock`, with the version each write made and the versions on disk. */
-    function versioned(root: string, clock: JumpClock) {
+    function versioned(root: string, clock: FakeClock) {
       const files = new CertDirectory(root, clock);
       return {
         async write(): Promise<string> {
@@ -53,47 +53,47 @@ describe('DirStore and CertDirectory', () => {
     }
 
     it('keeps a superseded version for the grace after it stopped being current, however many renewals follow, and no longer', async () => {
-      const clock = new JumpClock();
+      const clock = new FakeClock(Date.now());
       const { write, onDisk } = versioned(join(dir(), 'grace'), clock);
       const [v0, v1, v2] = [await write(), await write(), await write()];
       assert.deepEqual(await onDisk(), [v0, v1, v2].sort(), 'two renewals in a row: the first version is still there');
-      clock.jump(SUPERSEDED_GRACE_MS - 1000);
+      await clock.advance(SUPERSEDED_GRACE_MS - 1000);
       const v3 = await write();
       assert.deepEqual(await onDisk(), [v0, v1, v2, v3].sort(), 'superseded less than the grace ago');
-      clock.jump(2000);
+      await clock.advance(2000);
       const v4 = await write();
       // v0 and v1 stopped being current more than the grace ago; v2 when v3 was written, v3 now.
       assert.deepEqual(await onDisk(), [v2, v3, v4].sort());
-      clock.jump(10 * SUPERSEDED_GRACE_MS);
+      await clock.advance(10 * SUPERSEDED_GRACE_MS);
       const v5 = await write();
       assert.deepEqual(await onDisk(), [v4, v5].sort(), 'the version the swap just left stays, whatever the time');
     });
 
     it(`keeps at most ${SUPERSEDED_KEPT_MAX} superseded versions through a flood of renewals, the latest`, async () => {
-      const clock = new JumpClock();
+      const clock = new FakeClock(Date.now());
       const { write, onDisk } = versioned(join(dir(), 'flood'), clock);
       const written: string[] = [];
       for (let i = 0; i < SUPERSEDED_KEPT_MAX + 5; i++) {
         written.push(await write());
-        clock.jump(1); // one after another, however fast the disk
+        await clock.advance(1); // one after another, however fast the disk
       }
       assert.deepEqual(await onDisk(), written.slice(-(SUPERSEDED_KEPT_MAX + 1)).sort());
     });
 
     it('gives a version a previous process left the whole grace from when this process first sees it', async () => {
       const root = join(dir(), 'restart');
-      const clock = new JumpClock();
+      const clock = new FakeClock(Date.now());
       const before = versioned(root, clock);
       const [v0, v1] = [await before.write(), await before.write()];
       // A restart long after: the new process cannot tell when v0 stopped being current.
-      clock.jump(10 * SUPERSEDED_GRACE_MS);
+      await clock.advance(10 * SUPERSEDED_GRACE_MS);
       const { write, onDisk } = versioned(root, clock);
       const v2 = await write();
       assert.deepEqual(await onDisk(), [v0, v1, v2].sort());
-      clock.jump(SUPERSEDED_GRACE_MS - 1000);
+      await clock.advance(SUPERSEDED_GRACE_MS - 1000);
       const v3 = await write();
       assert.deepEqual(await onDisk(), [v0, v1, v2, v3].sort());
-      clock.jump(2000);
+      await clock.advance(2000);
       const v4 = await write();
       assert.deepEqual(await onDisk(), [v2, v3, v4].sort());
     });
