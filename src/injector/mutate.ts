@@ -24,7 +24,7 @@ import {
 } from './sidecar.ts';
 import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../core/served/leave-rotation.ts';
 import { parseReloadSignal } from '../delivery/reload-signal.ts';
-import { ADVERTISE_OWNER_ANNOTATION, configFileTailscaled, wantsOperatorGrant, withOperatorGrant } from './tailscale-operator.ts';
+import { ADVERTISE_OWNER_ANNOTATION, configFileTailscaled, wantsOperatorGrant, withOperatorGrant, withoutAutoAdvertisement } from './tailscale-operator.ts';
 import { proxyTlsPort } from './served-check-port.ts';
 
 /** @forTests */
@@ -595,7 +595,8 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
     : { spec: injected, annotations: {} };
   const added: Record<string, string> = { ...granted.annotations };
   if (configFile) added[ADVERTISE_OWNER_ANNOTATION] = `config-file: container ${configFile} sets TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR`;
-  return podInjection(pod, granted.spec, added);
+  // certshare alone advertises: containerboot's own advertisement of its serve config's Services off.
+  return podInjection(pod, advertised === undefined ? granted.spec : withoutAutoAdvertisement(granted.spec, settings.socketVolume), added);
 }
 
 /** The injection: the Pod with its new spec and the annotations the injector adds, and the patch that makes it. */

@@ -137,3 +137,36 @@ export function withOperatorGrant(spec: V1PodSpec, socketVolume: string): { spec
     annotations: { [PASSWD_ANNOTATION]: tailscaledPasswd() },
   };
 }
+
+/**
+ * containerboot advertises every Service of tailscaled's serve config at each netmap change (and whenever its
+ * TS_SERVE_CONFIG file changes) unless this is false: it would undo every withdrawal of certshare's within seconds.
+ * Tailscale's operator sets it false on its ProxyGroups' Pods, whose config file says what is advertised.
+ */
+const AUTO_ADVERTISE_ENV = 'TS_EXPERIMENTAL_SERVICE_AUTO_ADVERTISEMENT';
+/** What containerboot reads as false (Go's strconv.ParseBool); anything else, an empty value too, leaves it on. */
+const FALSE_VALUES = new Set(['0', 'f', 'F', 'false', 'FALSE', 'False']);
+
+/**
+ * The Pod's spec with containerboot's own advertisement off in tailscaled's container (every container but
+ * certshare's and the agent's that mounts the socket volume), for a Pod whose certshare advertises. A value the Pod
+ * gives itself is kept when it says false, and refused otherwise (also from a Secret or ConfigMap, unseen here).
+ * A value in envFrom needs nothing: `env` wins over it.
+ */
+export function withoutAutoAdvertisement(spec: V1PodSpec, socketVolume: string): V1PodSpec {
+  const turnOff = (c: V1Container): V1Container => {
+    if (c.name === SIDECAR_NAME || c.name === ADVERTISE_AGENT_NAME || !c.volumeMounts?.some((m) => m.name === socketVolume)) return c;
+    const env = c.env ?? [];
+    const declared = env.find((e) => e.name === AUTO_ADVERTISE_ENV);
+    if (!declared) return { ...c, env: [...env, { name: AUTO_ADVERTISE_ENV, value: 'false' }] };
+    if (declared.valueFrom === undefined && FALSE_VALUES.has(declared.value ?? '')) return c;
+    throw new CertshareError('CERTSHARE_BAD_ANNOTATION', {
+      annotation: 'certshare.io/flags',
+      problem:
+        `--advertise-services, and container "${c.name}" sets ${AUTO_ADVERTISE_ENV} ` +
+        `(${declared.valueFrom ? 'from a Secret or ConfigMap' : `"${declared.value ?? ''}"`}): containerboot would advertise ` +
+        `its serve config's Services at every netmap change, undoing certshare's withdrawals; remove it or set it to "false"`,
+    });
+  };
+  return { ...spec, initContainers: spec.initContainers?.map(turnOff), containers: (spec.containers ?? []).map(turnOff) };
+}

@@ -5,8 +5,9 @@
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { get } from '../support/emulator.ts';
-import type { AcmeStats, ControlVipServices } from '../harness/tailscale.ts';
-import { tailscaleBinDir } from '../harness/tailscale.ts';
+import type { Socket } from 'node:net';
+import type { AcmeStats, ControlVipServices, ServiceVip } from '../harness/tailscale.ts';
+import { dialThrough, tailscaleBinDir } from '../harness/tailscale.ts';
 import { CLUSTER_ROOT, type Cluster, NETNS, NODE_IP, startCluster } from './cluster.ts';
 import { type BuiltImage, buildClusterImages } from './images.ts';
 
@@ -25,7 +26,16 @@ export interface TsenvEndpoints {
 export interface E2eClusterOptions {
   /** Lifetime of pebble's certificates, a Go duration. Default 90 days. */
   certValidity?: string;
+  /** Control routes each Tailscale Service's VIP to one of its hosts (tsenv --service-vips). */
+  serviceVips?: boolean;
   log?: (line: string) => void;
+}
+
+/** A tailscaled outside the cluster (a process in its network namespace, not a Pod), logged in to the same control. */
+export interface TailnetClient {
+  readonly socket: string;
+  /** A TCP connection through the tailnet from this node (LocalAPI dial): rejects when it has no route or cannot dial. */
+  dial(host: string, port: number): Promise<Socket>;
 }
 
 export interface E2eCluster {
@@ -37,6 +47,10 @@ export interface E2eCluster {
   acmeStats(): Promise<AcmeStats>;
   /** What control knows of every node's Tailscale Services; a node silent for `timeout` (a Go duration) is offline. */
   vipServices(timeout: string): Promise<ControlVipServices[]>;
+  /** Each Service's VIP, hosts and primary as control routes them (serviceVips). */
+  serviceVips(): Promise<ServiceVip[]>;
+  /** Starts a tailnet client named `hostname` and logs it in; it stops with the cluster. */
+  startTailnetClient(hostname: string): Promise<TailnetClient>;
   /** Seconds: images built, cluster started (until schedulable). */
   readonly startSeconds: { images: number; cluster: number };
   stop(): Promise<void>;
@@ -67,6 +81,7 @@ export async function startE2eCluster(options: E2eClusterOptions = {}): Promise<
     await mkdir(dir, { recursive: true });
     const args = [join(tsBin, 'tsenv'), '--dir', dir, '--listen', NODE_IP, '--magicdns-domain', E2E_MAGICDNS, '--cert-domains'];
     if (options.certValidity) args.push('--validity', options.certValidity);
+    if (options.serviceVips) args.push('--service-vips');
     const tsenv = cluster.spawnInside('tsenv', args);
     const readyLine = () => tsenv.lines.find((l) => l.startsWith('{"control"'));
     await tsenv.waitReady('tsenv', performance.now(), 60_000, async () => readyLine() !== undefined);
@@ -88,6 +103,25 @@ export async function startE2eCluster(options: E2eClusterOptions = {}): Promise<
         const res = await get(ready.admin, `/vip-services?timeout=${encodeURIComponent(timeout)}`);
         if (res.status !== 200) throw new Error(`tsenv /vip-services: HTTP ${res.status}: ${res.body}`);
         return JSON.parse(res.body) as ControlVipServices[];
+      },
+      async serviceVips() {
+        const res = await get(ready.admin, '/service-vips');
+        if (res.status !== 200) throw new Error(`tsenv /service-vips: HTTP ${res.status}: ${res.body}`);
+        return JSON.parse(res.body) as ServiceVip[];
+      },
+      async startTailnetClient(hostname) {
+        const own = join(CLUSTER_ROOT, hostname);
+        await mkdir(own, { recursive: true });
+        const socket = join(own, 'tailscaled.sock');
+        const flags = ['--tun=userspace-networking', `--socket=${socket}`, `--statedir=${join(own, 'state')}`, '--port=0', '--no-logs-no-support'];
+        const tailscaled = cluster.spawnInside(`tailscaled ${hostname}`, [join(tsBin, 'tailscaled'), ...flags]);
+        await tailscaled.waitReady(`tailscaled ${hostname}`, performance.now(), 60_000, async () => (await get(socket, '/localapi/v0/status')).status === 200);
+        const up = await cluster.exec(
+          [join(tsBin, 'tailscale'), `--socket=${socket}`, 'up', `--login-server=${ready.control}`, `--hostname=${hostname}`, '--timeout=60s'],
+          { timeoutMs: 90_000 },
+        );
+        if (up.code !== 0) throw new Error(`tailscale up (${hostname}): ${up.stderr}\n${tailscaled.tail()}`);
+        return { socket, dial: (host, port) => dialThrough(socket, host, port) };
       },
       stop: () => cluster.stop(),
     };

@@ -167,6 +167,11 @@ export interface RealTailscaled {
    * kubelet's swap of a mounted Secret); state kept. Resolves once the LocalAPI answers and it is Running.
    */
   startContainerboot(configDir: string): Promise<void>;
+  /**
+   * The same without a config file, as the example's Pods run it: containerboot logs in (`tailscale up`, the state
+   * kept) and applies the ServeConfig file `serveConfig` (TS_SERVE_CONFIG), watching it; `env` adds to its environment.
+   */
+  startContainerbootServing(serveConfig: string, env?: Record<string, string>): Promise<void>;
   readonly tailscaledRunning: boolean;
   /** Raw LocalAPI GET (status, headers, body as text). */
   localApi(path: string): Promise<Resp>;
@@ -363,18 +368,16 @@ class RealTailscaledImpl implements RealTailscaled {
       asPod = ['unshare', '--mount', '--propagation', 'private', '--', 'sh', '-c', 'mount --bind "$0" /etc/passwd && exec "$@"', passwd];
     }
     const own = this.tailscaledCommand(this.dir);
-    const command = this.containerbootConfigDir
-      ? [join(this.binDir, 'containerboot')]
-      : [...own.args, ...(this.configPath ? [`--config=${this.configPath}`] : [])];
-    // containerboot runs `tailscaled` from PATH with these flags, and nothing else (no `tailscale up` in config-file mode).
-    const containerboot: Record<string, string> = this.containerbootConfigDir
+    const command = this.containerbootEnv ? [join(this.binDir, 'containerboot')] : [...own.args, ...(this.configPath ? [`--config=${this.configPath}`] : [])];
+    // containerboot runs `tailscaled` from PATH with these flags (and `tailscale up`, but in config-file mode).
+    const containerboot: Record<string, string> = this.containerbootEnv
       ? {
           PATH: `${this.binDir}:${process.env.PATH ?? '/usr/bin:/bin'}`,
           TS_SOCKET: this.socket,
           TS_STATE_DIR: join(this.dir, 'state'),
           TS_USERSPACE: 'true',
           TS_TAILSCALED_EXTRA_ARGS: '--port=0 --no-logs-no-support',
-          TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR: this.containerbootConfigDir,
+          ...this.containerbootEnv,
         }
       : {};
     const proc = this.inNamespace('tailscaled', [...asPod, ...command], {
@@ -402,12 +405,25 @@ class RealTailscaledImpl implements RealTailscaled {
   /** Set once tailscaled first came up: every later start must reach Running from its saved state. */
   private loggedIn = false;
 
-  /** containerboot runs tailscaled from the config directory (startContainerboot). */
-  private containerbootConfigDir: string | undefined;
+  /** containerboot runs tailscaled, with this environment of its own (startContainerboot, startContainerbootServing). */
+  private containerbootEnv: Record<string, string> | undefined;
 
   async startContainerboot(configDir: string): Promise<void> {
     await this.stopTailscaled();
-    this.containerbootConfigDir = configDir;
+    this.containerbootEnv = { TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR: configDir };
+    await this.startTailscaled();
+  }
+
+  async startContainerbootServing(serveConfig: string, env: Record<string, string> = {}): Promise<void> {
+    await this.stopTailscaled();
+    this.containerbootEnv = {
+      TS_AUTHKEY: 'tskey-auth-test',
+      TS_AUTH_ONCE: 'true',
+      TS_HOSTNAME: this.hostname,
+      TS_EXTRA_ARGS: `--login-server=${this.ready.control}`,
+      TS_SERVE_CONFIG: serveConfig,
+      ...env,
+    };
     await this.startTailscaled();
   }
 
@@ -547,8 +563,8 @@ export async function startRealTailscaled(options: RealTailscaledOptions = {}): 
   return ts;
 }
 
-/** TailnetNode.dial: LocalAPI POST /localapi/v0/dial, upgraded to the raw connection (`ts-dial`). */
-function dialThrough(socket: string, host: string, port: number): Promise<Socket> {
+/** TailnetNode.dial: LocalAPI POST /localapi/v0/dial, upgraded to the raw connection (`ts-dial`), through the tailscaled at `socket`. */
+export function dialThrough(socket: string, host: string, port: number): Promise<Socket> {
   return new Promise((resolve, reject) => {
     const req = request({
       socketPath: socket,

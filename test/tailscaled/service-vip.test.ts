@@ -8,6 +8,7 @@
 // other host, which gets every later connection; with neither advertising the client has no route to the VIP at all.
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { connect } from 'node:tls';
@@ -132,6 +133,79 @@ describe("a tailnet client through a Tailscale Service's VIP (real tailscaled)",
       );
     } finally {
       await Promise.all(proxies.map((p) => p.close()));
+    }
+  });
+});
+
+// containerboot, as the example's Pods run it (no config file, the ServeConfig from TS_SERVE_CONFIG), advertises the
+// serve config's Services itself at every netmap change unless TS_EXPERIMENTAL_SERVICE_AUTO_ADVERTISEMENT=false (which
+// the injector sets on tailscaled's container of a Pod whose certshare advertises). Here proxy-0's proxy serves an
+// expired certificate, so certshare would never advertise it and withdraws it: with the variable false, nothing
+// advertises it and a tailnet client has no route to the Service; unset, containerboot advertises it at start, again
+// after the withdrawal as soon as a peer joins, and the client's handshake through the Service's name gets the expired leaf.
+describe("containerboot's own advertisement of the serve config's Services (real containerboot 1.102.5)", { timeout: BUILD_AND_START_TIMEOUT_MS }, () => {
+  const realTailscaled = useRealTailscaled({ serviceVips: true, hostname: 'proxy-0' });
+  const dir = useTempDir();
+
+  it('undoes a withdrawal at the next netmap change, sending clients to an expired certificate, unless turned off', async () => {
+    const ts = realTailscaled();
+    const client = await ts.addNode('client');
+    const ca = (await testCa()).certPem;
+    const expired = await makePair(SERVICE_DOMAIN, Date.now() - 3 * DAY, DAY);
+    const socket = join(dir(), 'proxy-0.sock');
+    const proxy = await startTlsProxy(expired, socket);
+    const serveConfig = join(dir(), 'serve-config.json');
+    await writeFile(serveConfig, JSON.stringify({ Services: { [SERVICE]: { TCP: { '443': { TCPForward: `unix:${socket}` } } } } }));
+    const advertised = async () => JSON.parse((await get(ts.socket, '/localapi/v0/prefs')).body).AdvertiseServices ?? [];
+    const withdraw = () =>
+      createLocalApiClient({ address: ts.socket, logger: silentLogger }).editPrefs!(
+        { AdvertiseServicesSet: true, AdvertiseServices: [] },
+        AbortSignal.timeout(10_000),
+      );
+    const peerJoins = async (name: string) => {
+      const joined = performance.now();
+      await ts.addNode(name);
+      return joined;
+    };
+    try {
+      // Off: the serve config is applied, nothing advertises it, and a peer joining changes nothing.
+      await ts.startContainerbootServing(serveConfig, { TS_EXPERIMENTAL_SERVICE_AUTO_ADVERTISEMENT: 'false' });
+      await tryUntil(
+        'the serve config applied',
+        async () => JSON.parse((await get(ts.socket, '/localapi/v0/serve-config')).body),
+        (c) => !!c?.Services?.[SERVICE],
+      );
+      await peerJoins('peer-1');
+      // An observation window for what must not happen: with the variable unset it happened within it (below).
+      const quietFrom = performance.now();
+      const quiet = await tryUntil(
+        '5 s of prefs after the netmap change',
+        async () => ({ at: performance.now(), services: await advertised() }),
+        (o) => o.services.length > 0 || o.at - quietFrom > 5000,
+      );
+      assert.deepEqual(quiet.outcomes.at(-1)!.services, [], 'nothing advertised the Service');
+      assert.match(JSON.stringify(await handshake(client, SERVICE_DOMAIN, ca)), /Dial-Self|resolve/, 'the client has no route to the Service');
+
+      // Unset: containerboot advertises the Service itself; withdrawn, it is back once a peer joins, and clients with it.
+      await ts.startContainerbootServing(serveConfig);
+      const atStart = await tryUntil('containerboot advertises the Service itself', advertised, (l) => l.includes(SERVICE));
+      await withdraw();
+      assert.deepEqual(await advertised(), []);
+      const joined = await peerJoins('peer-2');
+      const back = await tryUntil('containerboot advertises it again after a peer joined', advertised, (l) => l.includes(SERVICE));
+      const backAt = performance.now();
+      const reached = await tryUntil(
+        'the client reaches the withdrawn host',
+        () => handshake(client, SERVICE_DOMAIN, ca),
+        (o) => 'error' in o && /expired/.test(o.error),
+      );
+      process.stderr.write(
+        `containerboot (auto-advertisement on): advertised ${atStart.ms} ms after start; after certshare's withdrawal, again ` +
+          `${Math.round(backAt - joined)} ms after a peer joined (${back.outcomes.length} samples); ` +
+          `the client's handshake: ${JSON.stringify(reached.outcomes.at(-1))}\n`,
+      );
+    } finally {
+      await proxy.close();
     }
   });
 });

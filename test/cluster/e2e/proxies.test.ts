@@ -12,7 +12,9 @@
 // svc:proxy, as control sees it (the node's Hostinfo and its answer to control's c2n fetch), through a rolling
 // restart and the renewals meanwhile, a client connecting through the Kubernetes Service all the while: never
 // no replica advertising (the fewest reported), each old Pod's withdrawal seen by control before its proxy stopped, no failed
-// handshake.
+// handshake. Meanwhile a tailnet client (a tailscaled outside the cluster) connects through the Service's VIP, which
+// control (tsenv --service-vips) routes to one advertising replica: never a leaf expired, for another name or not the
+// group's, and a failed connection only as control moves the VIP (./vip-client.ts).
 // Then tailscaled as Tailscale's operator runs it (./proxies/config-file): the real containerboot from the operator's
 // config file in a Secret, changed during the run; the file's owner alone advertises (configFileOwner).
 // With CERTSHARE_E2E_PROXIES_FIGURES=<file> the proxies' figures are written there as JSON (npm run e2e -- --json
@@ -27,9 +29,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import type { V1Pod } from '../../../src/kube/transport/client-node.ts';
 import { CLUSTER_ROOT } from '../cluster.ts';
-import { type E2eCluster, startE2eCluster } from '../e2e-cluster.ts';
+import { type E2eCluster, startE2eCluster, type TailnetClient } from '../e2e-cluster.ts';
 import { servicesControlSees } from '../../harness/tailscale.ts';
 import { E2E_AUTH_KEY, explainPods, installInjector, prepareExampleNamespace } from './setup.ts';
+import { loopThroughVip, reachVip, type VipAttempt } from './vip-client.ts';
 
 const REPO = fileURLToPath(new URL('../../../', import.meta.url));
 const PROBE = join(REPO, 'test/cluster/e2e/tls-probe.ts');
@@ -97,6 +100,20 @@ interface AdvertiseFigures {
   handshakes: number;
   failedHandshakes: number;
   rolloutSeconds: number;
+  /** The tailnet client's connections through the Service's VIP over the rollout (every 50 ms). */
+  tailnetHandshakes: number;
+  /** Leaves it got that were expired, untrusted, for another name, or never the group Secret's (0). */
+  tailnetBadCertificates: number;
+  /** Connections without a handshake. */
+  tailnetFailed: number;
+  /** Each failed connection's start, in ms from the nearest move of the VIP in the client's netmap (negative: before it). */
+  tailnetFailedFromMoveMs: number[];
+  /** Times the VIP moved to another replica in the client's netmap. */
+  vipMoves: number;
+  /** Samples of the client's netmap in which no replica carried the VIP (0). */
+  vipUnrouted: number;
+  /** Certificates (serials) the client got through the VIP, in order (a renewal among them). */
+  tailnetSerials: number;
 }
 
 let advertiseFigures: Partial<AdvertiseFigures> & { rollout10?: AdvertiseFigures } = {};
@@ -276,11 +293,17 @@ const skip = process.getuid?.() !== 0 ? 'the real-cluster tier needs root (netwo
 
 describe('renewals reach the proxies people run, on a real single-node cluster', { skip }, () => {
   let env: E2eCluster;
+  let tailnet: TailnetClient;
 
   before(
     async () => {
-      env = await startE2eCluster({ certValidity: CERT_VALIDITY, log: (line) => process.stderr.write(`e2e proxies: ${line}\n`) });
+      env = await startE2eCluster({
+        certValidity: CERT_VALIDITY,
+        serviceVips: true,
+        log: (line) => process.stderr.write(`e2e proxies: ${line}\n`),
+      });
       await writeFile(CA_FILE, env.tsenv.bundlePem);
+      tailnet = await env.startTailnetClient('tailnet-client');
       await installInjector(env, ['test/cluster/e2e/injector/values.yaml', 'test/cluster/e2e/proxies/values.yaml']);
       await prepareExampleNamespace(env, SERVICE_NS, 'proxy', CA_FILE);
       for (const ns of KINDS) {
@@ -397,7 +420,7 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
     timeout: 900_000,
   }, async () => {
     await env.cluster.kubectlOk(['apply', '-k', join(REPO, 'test/cluster/e2e/proxies', SERVICE_NS), '-n', SERVICE_NS], { timeoutMs: 120_000 });
-    await rollOut(env, SERVICE_REPLICAS, (f) => (advertiseFigures = { ...advertiseFigures, ...f }));
+    await rollOut(env, tailnet, SERVICE_REPLICAS, (f) => (advertiseFigures = { ...advertiseFigures, ...f }));
   });
 
   it("containerboot from the operator's config file: AdvertiseServices only the file's, through its change, certshare's stop, the Pod's deletion", {
@@ -414,17 +437,17 @@ describe('renewals reach the proxies people run, on a real single-node cluster',
     // phase is over: their Pods make room.
     for (const ns of KINDS) await env.cluster.kubectlOk(['scale', 'statefulset/proxy', '-n', ns, '--replicas=0']);
     await env.cluster.kubectlOk(['scale', 'statefulset/proxy', '-n', SERVICE_NS, `--replicas=${LARGE_GROUP}`]);
-    await rollOut(env, LARGE_GROUP, (f) => (advertiseFigures.rollout10 = f));
+    await rollOut(env, tailnet, LARGE_GROUP, (f) => (advertiseFigures.rollout10 = f));
   });
 });
 
 /**
  * A rolling restart of the StatefulSet's `replicas` Pods once each advertises (as control and their prefs
  * see it), sampled from control every ~250 ms and from every replica's prefs and proxy every 100 ms
- * (./advertise-sampler.ts), a client connecting through the Kubernetes Service every 50 ms: asserts what
- * docs/tailscale-services.md promises and returns the figures.
+ * (./advertise-sampler.ts), a client connecting through the Kubernetes Service every 50 ms and a tailnet client through
+ * the Service's VIP every 50 ms (./vip-client.ts): asserts what docs/tailscale-services.md promises and returns the figures.
  */
-async function rollOut(env: E2eCluster, replicas: number, record: (figures: AdvertiseFigures) => void): Promise<void> {
+async function rollOut(env: E2eCluster, tailnet: TailnetClient, replicas: number, record: (figures: AdvertiseFigures) => void): Promise<void> {
   const views: Array<Awaited<ReturnType<typeof controlView>>> = [];
   const exitWatch = proxyExitWatch(env, SERVICE_NS);
   const prefsSampler = samplePrefs(env, SERVICE_NS, SERVICE);
@@ -440,6 +463,20 @@ async function rollOut(env: E2eCluster, replicas: number, record: (figures: Adve
   const allAdvertise = (what: string) =>
     poll(what, Math.max(300_000, 60_000 * replicas), async () => (views.length > 0 && advertising(views.at(-1)!) >= replicas ? true : undefined));
   let client: ReturnType<typeof watchLines> | undefined;
+  let viaVip: ReturnType<typeof loopThroughVip> | undefined;
+  let throughVip: Awaited<ReturnType<ReturnType<typeof loopThroughVip>['stop']>> = { attempts: [], carriers: [] };
+  // Every certificate the group's Secret held over the phase: the only leaves a client may get.
+  const secret = kubectlWatch(env, [
+    'get',
+    'secrets',
+    '-n',
+    SERVICE_NS,
+    '--field-selector',
+    `metadata.name=${DOMAIN}`,
+    '--watch',
+    '-o',
+    'jsonpath={.data.tls\\.crt}{"\\n"}',
+  ]);
   let rolloutSeconds = 0;
   let oldUids: string[] = [];
   let fullFrom = 0;
@@ -461,6 +498,14 @@ async function rollOut(env: E2eCluster, replicas: number, record: (figures: Adve
       return states.length === replicas && states.every((p) => p.ready) ? true : undefined;
     });
     await handshakeThrough(env, service, SERVICE_NS);
+    // The tailnet client starts once control routes the Service's VIP and a handshake through it succeeds.
+    const vip = await poll(
+      "control routes svc:proxy's VIP",
+      60_000,
+      async () => (await env.serviceVips()).find((v) => v.Service === SERVICE && v.Primary)?.Addrs[0],
+    );
+    await reachVip(tailnet, vip, DOMAIN, env.tsenv.bundlePem, 60_000);
+    viaVip = loopThroughVip(tailnet, vip, DOMAIN, env.tsenv.bundlePem, 50);
     client = watchLines(env, [process.execPath, PROBE, 'loop', '--ca', CA_FILE, '--sni', DOMAIN, '--interval-ms', '50', `${service}:443`], 'pipe');
     const started = Date.now();
     await env.cluster.kubectlOk(['rollout', 'restart', 'statefulset/proxy', '-n', SERVICE_NS]);
@@ -478,6 +523,8 @@ async function rollOut(env: E2eCluster, replicas: number, record: (figures: Adve
     exitWatch.stop();
     client?.child.stdin?.end();
     prefsSampler.child.stdin!.end();
+    if (viaVip) throughVip = await viaVip.stop();
+    secret.child.kill('SIGKILL');
   }
   await new Promise((resolve) => (client!.child.exitCode !== null ? resolve(undefined) : client!.child.once('close', resolve)));
   const result = JSON.parse(client!.lines.at(-1)!.text) as {
@@ -523,6 +570,7 @@ async function rollOut(env: E2eCluster, replicas: number, record: (figures: Adve
   const advertisers = ticks.map(([, n]) => n);
   const prefsGaps = advertisers.filter((n, i) => n === 0 && (i === 0 || advertisers[i - 1] !== 0)).length;
   const unserved = prefs.unserved.filter(({ at }) => at >= from);
+  const vip = vipFigures(throughVip, new Set(secret.lines.map(({ text }) => serialOf(text.trim()))));
   const figures: AdvertiseFigures = {
     replicas,
     prefsSamples: ticks.length,
@@ -541,6 +589,7 @@ async function rollOut(env: E2eCluster, replicas: number, record: (figures: Adve
     handshakes: result.attempts,
     failedHandshakes: result.failures.length,
     rolloutSeconds: Number(rolloutSeconds.toFixed(1)),
+    ...vip.figures,
   };
   record(figures);
   if (unserved.length > 0) process.stderr.write(`e2e advertise: advertised while not served ${JSON.stringify(unserved)}\n`);
@@ -561,6 +610,57 @@ async function rollOut(env: E2eCluster, replicas: number, record: (figures: Adve
   assert.equal(leftAdvertising, 0, 'no node left the tailnet still advertising');
   assert.equal(result.failures.length, 0, `no failed handshake of ${result.attempts}`);
   assert.ok(result.serials.length >= 2, `a renewal served during the phase (${result.serials.length} certificates seen)`);
+  // Through the Service's VIP: what a tailnet client gets.
+  process.stderr.write(`e2e advertise: through the VIP ${JSON.stringify(vip.details)}\n`);
+  assert.ok(figures.tailnetHandshakes > 0, 'the tailnet client connected through the VIP');
+  assert.deepEqual(vip.bad, [], 'no leaf through the VIP expired, untrusted, for another name or not the group Secret’s');
+  assert.equal(figures.vipUnrouted, 0, 'a replica carried the VIP in every look at the client’s netmap');
+  assert.ok(figures.vipMoves >= 1, `the VIP moved off a replica being replaced (${figures.vipMoves} moves)`);
+  for (const ms of figures.tailnetFailedFromMoveMs)
+    assert.ok(Math.abs(ms) <= VIP_MOVE_WINDOW_MS, `a connection through the VIP failed ${ms} ms from a move of the VIP`);
+  assert.ok(figures.tailnetSerials >= 2, `a renewal served through the VIP (${figures.tailnetSerials} certificates seen)`);
+}
+
+/** How far from a move of the VIP (in the client's netmap, looked at every 250 ms) a connection in flight may fail. */
+const VIP_MOVE_WINDOW_MS = 2000;
+
+/** The tailnet client's connections against the certificates the group's Secret held and the VIP's moves. */
+function vipFigures(
+  run: { attempts: VipAttempt[]; carriers: Array<{ at: number; carriers: string[] }> },
+  held: Set<string>,
+): {
+  figures: Pick<
+    AdvertiseFigures,
+    'tailnetHandshakes' | 'tailnetBadCertificates' | 'tailnetFailed' | 'tailnetFailedFromMoveMs' | 'vipMoves' | 'vipUnrouted' | 'tailnetSerials'
+  >;
+  bad: VipAttempt[];
+  details: unknown;
+} {
+  const { attempts, carriers } = run;
+  const bad = attempts.filter(
+    (a) => a.serial !== undefined && (a.authorizationError !== undefined || !a.nameOk || a.start < a.notBefore! || a.end > a.notAfter! || !held.has(a.serial)),
+  );
+  const moves = carriers.slice(1).map((c) => c.at);
+  const failed = attempts.filter((a) => a.error !== undefined);
+  const fromMove = failed.map((a) => moves.map((m) => a.start - m).reduce((best, d) => (Math.abs(d) < Math.abs(best) ? d : best), Number.POSITIVE_INFINITY));
+  const iso = (ms: number) => new Date(ms).toISOString();
+  return {
+    figures: {
+      tailnetHandshakes: attempts.length,
+      tailnetBadCertificates: bad.length,
+      tailnetFailed: failed.length,
+      tailnetFailedFromMoveMs: fromMove,
+      vipMoves: moves.length,
+      vipUnrouted: carriers.filter((c) => c.carriers.length === 0).length,
+      tailnetSerials: new Set(attempts.flatMap((a) => (a.serial ? [a.serial] : []))).size,
+    },
+    bad,
+    details: {
+      failed: failed.map((a) => ({ start: iso(a.start), ms: a.end - a.start, error: a.error })),
+      bad: bad.map((a) => ({ ...a, start: iso(a.start) })),
+      carriers: carriers.map((c) => ({ at: iso(c.at), carriers: c.carriers.map((k) => k.slice(0, 16)) })),
+    },
+  };
 }
 
 /**

@@ -114,7 +114,7 @@ describe("the injector's tailscaled operator grant", () => {
       const { allowed, message, stored } = admit(p, d);
       assert.equal(allowed, true, message);
       assert.equal(stored.metadata!.annotations![PASSWD_ANNOTATION], undefined);
-      assert.equal(extraArgs(stored), undefined);
+      assert.deepEqual(extraArgs(stored) ?? [], []);
       assert.ok(!stored.spec!.volumes!.some((v) => v.downwardAPI));
     }
   });
@@ -196,5 +196,42 @@ describe("the injector's tailscaled operator grant", () => {
     }
     // Without the variable, the same Pod gets the agent.
     assert.ok(admit(pod(ADVERTISING)).stored.spec!.containers.some((c) => c.name === 'certshare-advertise'));
+  });
+});
+
+const AUTO = 'TS_EXPERIMENTAL_SERVICE_AUTO_ADVERTISEMENT';
+const autoOf = (p: V1Pod) => tailscaleOf(p).env?.filter((e) => e.name === AUTO);
+
+// containerboot advertises its serve config's Services at every netmap change unless told not to (cmd/containerboot
+// in tailscale.com 1.102.5); a withdrawal of certshare's would last until the next one. What that costs a client is
+// shown on the real cluster (test/cluster/e2e/proxies.test.ts, the tailnet client through the Service's VIP).
+describe("containerboot's own advertisement, in a Pod whose certshare advertises", () => {
+  it("is turned off in tailscaled's container, the grant or not; left alone in a Pod that does not advertise", () => {
+    for (const p of [pod(ADVERTISING), pod(ADVERTISING, {}, { [OPERATOR_ANNOTATION]: 'manual' })]) {
+      const { allowed, message, stored } = admit(p);
+      assert.equal(allowed, true, message);
+      assert.deepEqual(autoOf(stored), [{ name: AUTO, value: 'false' }]);
+      assert.ok(!stored.spec!.containers.some((c) => c.name !== 'tailscale' && c.env?.some((e) => e.name === AUTO)), "only tailscaled's container");
+      assert.equal(admit(stored).patched, false, 'called again: nothing more');
+    }
+    assert.deepEqual(autoOf(admit(pod(undefined)).stored) ?? [], []);
+  });
+
+  it('keeps a false the Pod gives itself and refuses any other value rather than override it', () => {
+    for (const value of ['false', '0', 'False']) {
+      const { allowed, stored } = admit(pod(ADVERTISING, { env: [{ name: AUTO, value }] }));
+      assert.equal(allowed, true);
+      assert.deepEqual(autoOf(stored), [{ name: AUTO, value }]);
+    }
+    const valueFrom = { configMapKeyRef: { name: 'tailscale', key: AUTO } };
+    for (const entry of [
+      { name: AUTO, value: 'true' },
+      { name: AUTO, value: '' },
+      { name: AUTO, valueFrom },
+    ]) {
+      const { allowed, message } = admit(pod(ADVERTISING, { env: [entry] }));
+      assert.equal(allowed, false, JSON.stringify(entry));
+      assert.match(message ?? '', /container "tailscale" sets TS_EXPERIMENTAL_SERVICE_AUTO_ADVERTISEMENT .*undoing certshare's withdrawals/);
+    }
   });
 });
