@@ -181,7 +181,7 @@ describe("the Pod's own readiness gate", () => {
       assert.deepEqual(reasons, ['CertificateExpiring', 'CertificateNotValid'], 'out of rotation before the expiry, then expired');
       assert.equal((await fetch(`${reader.daemon.address}/healthz`)).status, 503);
     } finally {
-      await reader.stop();
+      await Promise.all([writer.stop(), reader.stop()]);
     }
   });
 
@@ -214,7 +214,7 @@ describe("the Pod's own readiness gate", () => {
         watch.close();
       }
     } finally {
-      await reader.stop();
+      await Promise.all([writer.stop(), reader.stop()]);
     }
   });
 

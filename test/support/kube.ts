@@ -282,14 +282,19 @@ export async function startReplica(
   const values = parseFlags(RUN_FLAGS, [...replicaArgs(emulator.address, outDir, options.mode ?? 'rw'), ...(options.flags ?? [])], {});
   const env = { KUBECONFIG: kubeconfig, POD_NAME: name, POD_NAMESPACE: ns, POD_IPS: '10.0.0.10', ...options.env };
   const daemon = await startDaemon(daemonConfigFrom(values, env), { logger: options.logger ?? silentLogger, env, ...clock });
+  let stopped: Promise<void> | undefined;
   return {
     name,
     daemon,
     emulator,
     outDir,
-    async stop() {
-      await daemon.stop();
-      await emulator.close();
+    // Once, however often it is called: a test stops a replica where its story says and again in its `finally`.
+    stop() {
+      stopped ??= (async () => {
+        await daemon.stop();
+        await emulator.close();
+      })();
+      return stopped;
     },
   };
 }
