@@ -5,7 +5,7 @@
 // holder whose Lease has just run out and its successor deciding the same action cost one 409 and a
 // re-read, never two CAs or two leaves.
 import { EventEmitter } from 'node:events';
-import { X509Certificate, createPrivateKey } from 'node:crypto';
+import { X509Certificate } from 'node:crypto';
 import type { V1Secret, CustomObjectsApi } from '../kube/transport/client-node.ts';
 import {
   decideRotation,
@@ -35,6 +35,7 @@ import { createInjectorCa, issueServingLeaf, loadInjectorCa, type LeafNames } fr
 import { TARGET_API, type Target } from '../core/injector-ca/ca-targets.ts';
 import { observedCaSerials, observedCas, targetKey, withCaBundle } from './targets.ts';
 import type { ServingPair } from './tls-server.ts';
+import { checkedPair } from '../tls/serving-pair.ts';
 
 interface InjectorControllerOptions {
   connection: KubeConnection;
@@ -494,9 +495,11 @@ function lastLeafExpiryOf(caSecret: V1Secret | null, cas: readonly CaEntry[], re
   return out;
 }
 
+/** Whether `keyPem` is `cert`'s key: the serving pair's own check (checkedPair), which refuses anything else. */
 function keyMatches(cert: X509Certificate, keyPem: string): boolean {
   try {
-    return cert.checkPrivateKey(createPrivateKey(keyPem));
+    checkedPair({ certPem: cert.toString(), keyPem });
+    return true;
   } catch {
     return false;
   }
