@@ -2,6 +2,7 @@ import { X509Certificate } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { after } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { loadAll } from 'js-yaml';
 import { parseFlags } from '../../src/flags/flags.ts';
@@ -283,7 +284,7 @@ export async function startReplica(
   const env = { KUBECONFIG: kubeconfig, POD_NAME: name, POD_NAMESPACE: ns, POD_IPS: '10.0.0.10', ...options.env };
   const daemon = await startDaemon(daemonConfigFrom(values, env), { logger: options.logger ?? silentLogger, env, ...clock });
   let stopped: Promise<void> | undefined;
-  return {
+  const replica: Replica = {
     name,
     daemon,
     emulator,
@@ -291,13 +292,23 @@ export async function startReplica(
     // Once, however often it is called: a test stops a replica where its story says and again in its `finally`.
     stop() {
       stopped ??= (async () => {
+        running.delete(replica);
         await daemon.stop();
         await emulator.close();
       })();
       return stopped;
     },
   };
+  running.add(replica);
+  return replica;
 }
+
+/**
+ * Replicas started and not stopped. A test that fails before its own stop leaves one running, and its timers and
+ * sockets would keep the file's process, and the whole run, waiting: the file's last hook stops them.
+ */
+const running = new Set<Replica>();
+after(() => Promise.all([...running].map((r) => r.stop())).then(() => {}));
 
 /** Several replicas started together; if one fails to start, the others are stopped before rejecting (no stray daemon keeps the test process alive). */
 export async function startReplicas(
