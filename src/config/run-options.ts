@@ -150,7 +150,8 @@ export const RUN_FLAGS = [
     default: '5m',
     help: 'Timeout of one CertPair call (ACME issuance can take minutes).',
     detail:
-      "Keep it far above an issuance's time: tailscaled cancels an issuance whose caller went away, and one cut after the CA finalized the order loses a certificate the CA counted.",
+      "Keep it far above an issuance's time: tailscaled cancels an issuance whose caller went away, " +
+      'and one cut after the CA finalized the order loses a certificate the CA counted.',
   },
   {
     name: 'acme-directory',
