@@ -94,7 +94,7 @@ export const INJECTOR_FLAGS = [
     group: 'CA rotation',
     placeholder: 'DURATION',
     default: '2160h',
-    help: 'Add the next CA to the bundle this long before the newest CA expires.',
+    help: 'Add the next CA to the bundle this long before the newest CA expires; at most 6/7 of --ca-lifetime (8 CAs in a bundle).',
   },
   {
     name: 'leaf-lifetime',
