@@ -382,11 +382,8 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
         const ca = await createInjectorCa(action);
         const entry: CaEntry = { id: ca.serial, notBefore: ca.notBefore, notAfter: ca.notAfter, certPem: ca.certPem };
         keys[CA_KEY(ca.serial)] = b64(ca.keyPem);
-        await this.#writeSecret(
-          this.#o.caSecret,
-          this.#caSecret,
-          caSecretBody([...withRoomFor(this.#cas, this.#state.leaf?.signedBy), entry], keys, this.#state.lastLeafExpiry),
-        );
+        const cas = withNewCa(this.#cas, entry, this.#state.leaf?.signedBy);
+        await this.#writeSecret(this.#o.caSecret, this.#caSecret, caSecretBody(cas, keys, this.#state.lastLeafExpiry));
         return;
       }
       case 'publish': {
@@ -554,20 +551,16 @@ function leafRecordOf(secret: V1Secret | null, cas: readonly CaEntry[], now: num
 }
 
 /**
- * The CAs of `cas` a new one can join without passing MAX_BUNDLE_CAS (which a reader would leave out, the new one
- * last): a full bundle (only ever one a stolen token wrote) loses its oldest but the signer of the leaf served.
+ * The bundle `cas` with `added` last, at most MAX_BUNDLE_CAS (past them a reader would leave the new CA out): a full
+ * bundle (only ever one a stolen token wrote) loses its oldest CAs but the signer of the leaf served.
  */
-function withRoomFor(cas: readonly CaEntry[], signer: string | undefined): CaEntry[] {
+function withNewCa(cas: readonly CaEntry[], added: CaEntry, signer: string | undefined): CaEntry[] {
   const kept = [...cas];
-  while (kept.length >= MAX_BUNDLE_CAS)
-    kept.splice(
-      Math.max(
-        0,
-        kept.findIndex((ca) => ca.id !== signer),
-      ),
-      1,
-    );
-  return kept;
+  while (kept.length >= MAX_BUNDLE_CAS) {
+    const oldest = kept.findIndex((ca) => ca.id !== signer);
+    kept.splice(oldest === -1 ? 0 : oldest, 1);
+  }
+  return [...kept, added];
 }
 
 /** The CA Secret: the bundle of `cas`, the keys of those that have one, and how long each must stay trusted. */
