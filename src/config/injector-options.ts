@@ -94,7 +94,8 @@ export const INJECTOR_FLAGS = [
     group: 'CA rotation',
     placeholder: 'DURATION',
     default: '2160h',
-    help: 'Add the next CA to the bundle this long before the newest CA expires; at most 6/7 of --ca-lifetime (8 CAs in a bundle).',
+    help: 'Add the next CA to the bundle this long before the newest CA expires.',
+    detail: 'At most 6/7 of --ca-lifetime: a bundle holds at most 8 CAs.',
   },
   {
     name: 'leaf-lifetime',
