@@ -95,6 +95,7 @@ export const INJECTOR_FLAGS = [
     placeholder: 'DURATION',
     default: '2160h',
     help: 'Add the next CA to the bundle this long before the newest CA expires.',
+    detail: 'At most 6/7 of --ca-lifetime: a bundle holds at most 8 CAs.',
   },
   {
     name: 'leaf-lifetime',

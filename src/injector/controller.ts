@@ -14,6 +14,7 @@ import {
   withObservation,
   withoutCa,
   withPublished,
+  MAX_BUNDLE_CAS,
   type CaRecord,
   type LeafRecord,
   type RotationAction,
@@ -68,6 +69,8 @@ const SIGNED_BY = 'certshare.io/signed-by';
 const WRITER_SCOPE = 'injector';
 const CA_KEY = (serial: string) => `ca-${serial}.key`;
 const CERT_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
+/** The largest block of ca.crt read as a CA: several times an RSA 4096 CA's, whose key is the largest a CA uses. */
+const MAX_CA_PEM = 8 * 1024;
 
 const b64 = (text: string) => Buffer.from(text).toString('base64');
 const unb64 = (text: string | undefined) => Buffer.from(text ?? '', 'base64').toString('utf8');
@@ -325,7 +328,7 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
       if (object) for (const [serial, pem] of observedCas(target.kind, object)) recovered.set(serial, pem);
     }
     if (recovered.size === 0) return null;
-    const cas: CaEntry[] = [...recovered].map(([id, certPem]) => {
+    const cas: CaEntry[] = [...recovered].slice(0, MAX_BUNDLE_CAS).map(([id, certPem]) => {
       const cert = new X509Certificate(certPem);
       return { id, notBefore: cert.validFromDate.getTime(), notAfter: cert.validToDate.getTime(), canSign: false, certPem };
     });
@@ -379,7 +382,8 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
         const ca = await createInjectorCa(action);
         const entry: CaEntry = { id: ca.serial, notBefore: ca.notBefore, notAfter: ca.notAfter, certPem: ca.certPem };
         keys[CA_KEY(ca.serial)] = b64(ca.keyPem);
-        await this.#writeSecret(this.#o.caSecret, this.#caSecret, caSecretBody([...this.#cas, entry], keys, this.#state.lastLeafExpiry));
+        const cas = withNewCa(this.#cas, entry, this.#state.leaf?.signedBy);
+        await this.#writeSecret(this.#o.caSecret, this.#caSecret, caSecretBody(cas, keys, this.#state.lastLeafExpiry));
         return;
       }
       case 'publish': {
@@ -443,13 +447,24 @@ export class InjectorController extends EventEmitter<InjectorControllerEvents> {
  * What a read of the CA Secret, which the injector's account (a stolen token) may write, believes: the CAs of its
  * bundle an injector could have written (a self-signed CA certificate, valid from no later than now plus the
  * skew), each able to sign when the Secret holds its own key; and how long each must stay trusted, a record that
- * does not read as a time keeping its CA until that CA's own expiry. What it refuses is left out and reported.
+ * does not read as a time keeping its CA until that CA's own expiry. Only its first MAX_BUNDLE_CAS blocks are
+ * read, each of at most MAX_CA_PEM: the rest is never parsed nor published. What it refuses is left out and reported.
  */
 function casIn(caSecret: V1Secret | null, now: number): { cas: CaEntry[]; lastLeafExpiry: Record<string, number>; refused: UntrustedValue[] } {
   const cas: CaEntry[] = [];
   const refused: UntrustedValue[] = [];
   const refuse = (value: string, why: string) => refused.push({ field: 'injector-ca', value, why });
-  for (const pem of unb64(caSecret?.data?.['ca.crt']).match(CERT_BLOCK) ?? []) {
+  const blocks = unb64(caSecret?.data?.['ca.crt']).match(CERT_BLOCK) ?? [];
+  if (blocks.length > MAX_BUNDLE_CAS)
+    refuse(
+      `${blocks.length - MAX_BUNDLE_CAS} block(s) of ca.crt after its first ${MAX_BUNDLE_CAS}`,
+      `more CAs than a bundle holds (${MAX_BUNDLE_CAS}): left out unread`,
+    );
+  for (const pem of blocks.slice(0, MAX_BUNDLE_CAS)) {
+    if (pem.length > MAX_CA_PEM) {
+      refuse(`a block of ca.crt of ${pem.length} bytes`, `longer than a CA's ${MAX_CA_PEM}: left out unread`);
+      continue;
+    }
     let cert: X509Certificate;
     try {
       cert = new X509Certificate(pem);
@@ -533,6 +548,19 @@ function leafRecordOf(secret: V1Secret | null, cas: readonly CaEntry[], now: num
   ];
   if (unnamed.length > 0) return refuse(serial, `does not name ${unnamed.join(', ')}`);
   return { leaf: { serial, signedBy: signer.id, notBefore, notAfter: cert.validToDate.getTime() }, refused: [] };
+}
+
+/**
+ * The bundle `cas` with `added` last, at most MAX_BUNDLE_CAS (past them a reader would leave the new CA out): a full
+ * bundle (only ever one a stolen token wrote) loses its oldest CAs but the signer of the leaf served.
+ */
+function withNewCa(cas: readonly CaEntry[], added: CaEntry, signer: string | undefined): CaEntry[] {
+  const kept = [...cas];
+  while (kept.length >= MAX_BUNDLE_CAS) {
+    const oldest = kept.findIndex((ca) => ca.id !== signer);
+    kept.splice(oldest === -1 ? 0 : oldest, 1);
+  }
+  return [...kept, added];
 }
 
 /** The CA Secret: the bundle of `cas`, the keys of those that have one, and how long each must stay trusted. */

@@ -3,6 +3,7 @@
 import { X509Certificate } from 'node:crypto';
 import { CertshareError } from '../core/errors.ts';
 import type { Target, TargetKind } from '../core/injector-ca/ca-targets.ts';
+import { MAX_BUNDLE_CAS } from '../core/injector-ca/ca-rotation.ts';
 
 export const targetKey = (t: Target): string => `${t.kind}/${t.name}`;
 
@@ -44,10 +45,14 @@ function bundleFields(kind: TargetKind, object: Json): { get(): string | undefin
 
 const PEM_BLOCK = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
 
-/** The certificates of a PEM bundle by serial (upper-case hex), in order; unparsable blocks are skipped. */
+/**
+ * The certificates of a PEM bundle by serial (upper-case hex), in order; unparsable blocks are skipped. Only the
+ * first blocks, one more than a bundle the injector writes holds: a longer one is not the injector's, whatever
+ * the rest (written again), and the caBundle is the injector's account's to write too.
+ */
 function bundleCerts(pem: string): Map<string, string> {
   const certs = new Map<string, string>();
-  for (const block of pem.match(PEM_BLOCK) ?? []) {
+  for (const block of (pem.match(PEM_BLOCK) ?? []).slice(0, MAX_BUNDLE_CAS + 1)) {
     try {
       certs.set(new X509Certificate(block).serialNumber.toUpperCase(), `${block}\n`);
     } catch {

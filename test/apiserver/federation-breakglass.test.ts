@@ -14,6 +14,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { breakGlassPoint } from '../../src/core/federation/home-verdicts.ts';
+import { breakGlassClaimNames } from '../../src/kube/break-glass-claim.ts';
 import { renewalTime } from '../../src/core/renewal/renewal.ts';
 import type { StoredCert } from '../../src/core/ports/store.ts';
 import {
@@ -694,6 +695,44 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     // The apiserver stamps whole seconds: the clock moves once that second has passed, so the stamp reads before it.
     while (Date.now() < stamp + 1000) await new Promise((resolve) => setTimeout(resolve, 50));
     await westBreaksGlassOnce("one break-glass issuance in its copy's window (1043d72: none, an earlier claim recorded a newer certificate)");
+  });
+
+  it("a tenant creates the current window's two claims before west: no break-glass in that window (what remains), west's next window its own", async () => {
+    await until('every replica holds a valid certificate', valid, anyChange(), 30_000);
+    const tenant = await namespaceAdmin(west.cp, NS, 'tenant-first');
+    const of = await claimsOf();
+    const writer = westReplicas()[0]!;
+    const read = await west.cp.adminRequest('GET', `/api/v1/namespaces/${NS}/secrets/${SHARED}`);
+    const copy = new X509Certificate(Buffer.from((JSON.parse(read.body) as { data: Record<string, string> }).data['tls.crt']!, 'base64'));
+    // West's writer breaks glass in the window of the copy its Secret holds when it reads it cut off: this one.
+    const window = copy.serialNumber;
+    // Their names are computed from the serial the Secret (and every handshake) shows; the tenant writes what the writer would.
+    const names = breakGlassClaimNames('shared', SHARED, window);
+    for (const [name, which] of [
+      [names.first, 'first'],
+      [names.last, 'last'],
+    ] as const) {
+      const lease = {
+        apiVersion: 'coordination.k8s.io/v1',
+        kind: 'Lease',
+        metadata: { name, labels: { 'certshare.io/break-glass-claim': which, 'certshare.io/break-glass-of': of } },
+        spec: { holderIdentity: `${writer.pod}_forged` },
+      };
+      const created = await asAccount(west.cp, tenant, 'POST', LEASES, lease);
+      assert.equal(created.status, 201, created.body);
+    }
+    const before = signedBy(westReplicas());
+    const spent = (): boolean => westReplicas().some((r) => r.log.entries.some((e) => e.code === 'CERTSHARE_BREAK_GLASS_SPENT' && e.window === window));
+    await withWestCutOff(async () => {
+      jumpPastSafetyPoint(copy, writer);
+      await until("west's writer decides on the window", () => spent() || signedBy(westReplicas()) > before, anyChange(), 30_000);
+      await westOutageReads(5, () => signedBy(westReplicas()) > before);
+      assert.equal(signedBy(westReplicas()), before, 'no break-glass issuance in the window the tenant took');
+      assert.ok(spent(), 'the writer says the window is spent');
+    });
+    await secretsHoldHomeCopy();
+    // Later windows are named by serials nobody knows yet: the tenant's claims hold that one window only.
+    await westBreaksGlassOnce("one break-glass issuance in west's next window");
   });
 
   it("a hand edit of east's own Secret, its one replica reading through the home: that replica puts the home's copy back", async () => {

@@ -76,11 +76,21 @@ export function emptyRotationState(objects: string[]): RotationState {
   return { bundle: [], leaf: undefined, lastLeafExpiry: {}, objects: [...objects], observed: {}, published: {} };
 }
 
+/**
+ * The most CAs a bundle holds: what a reader believes of the CA Secret (its first blocks) and what the writer writes.
+ * The rotation keeps a CA at most its lifetime and adds one every lifetime minus --ca-rotate-before. The CA Secret
+ * is the injector's account's to write too (a stolen token): unbounded, every replica parsed and verified each of
+ * its blocks at each pass and the writer published them all (docs/security.md, "Values read back").
+ */
+export const MAX_BUNDLE_CAS = 8;
+
 /** Rejects policies under which overlap cannot work (a new CA would be due before the last one propagated). */
 export function rotationPolicyProblem(p: RotationPolicy): string | undefined {
   const all = [p.caLifetimeMs, p.caRotateBeforeMs, p.leafLifetimeMs, p.leafRenewBeforeMs];
   if (!all.every((ms) => Number.isFinite(ms) && ms > 0) || !(p.propagationGraceMs >= 0)) return 'lifetimes and rotation points must be positive';
   if (p.caRotateBeforeMs >= p.caLifetimeMs) return 'the CA rotation point must fall inside the CA lifetime';
+  if (Math.ceil(p.caLifetimeMs / (p.caLifetimeMs - p.caRotateBeforeMs)) + 1 > MAX_BUNDLE_CAS)
+    return `the CA rotation point must leave at most ${MAX_BUNDLE_CAS} CAs in the bundle at once (--ca-rotate-before at most 6/7 of the CA lifetime)`;
   if (p.leafRenewBeforeMs >= p.leafLifetimeMs) return 'the leaf renewal point must fall inside the leaf lifetime';
   if (p.caRotateBeforeMs <= p.propagationGraceMs) return 'the CA must rotate earlier than the propagation grace before its expiry';
   return undefined;

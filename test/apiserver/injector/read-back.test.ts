@@ -9,7 +9,8 @@ import type { V1Secret } from '../../../src/kube/transport/client-node.ts';
 import { parseFlags } from '../../../src/flags/flags.ts';
 import { silentLogger } from '../../../src/core/ports/logger.ts';
 import { startInjector, type Injector } from '../../../src/injector/injector.ts';
-import { issueServingLeaf, loadInjectorCa } from '../../../src/injector/pki.ts';
+import { createInjectorCa, issueServingLeaf, loadInjectorCa } from '../../../src/injector/pki.ts';
+import { MAX_BUNDLE_CAS } from '../../../src/core/injector-ca/ca-rotation.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../../src/config/injector-options.ts';
 import { useControlPlane } from '../../harness/use-control-plane.ts';
 import { DAY, makePair, selfSignedPair } from '../../support/certs.ts';
@@ -198,5 +199,55 @@ describe("the injector's own Secrets, written with its stolen token", () => {
     const bundle = injector.controller.state.bundle.map((ca) => ca.id);
     assert.ok(!bundle.includes(serialOf(notCa.certPem)), 'the certificate that is no CA is not in the bundle');
     assert.ok((await counted(injector, 'injector-ca')) > 0, 'counted');
+  });
+
+  it("a CA Secret flooded with 1,500 valid CAs (what its 1 MiB holds) before the injector's own: each replica reads 8, the writer writes and publishes its own again", {
+    timeout: 120_000,
+  }, async () => {
+    const now = Date.now();
+    const flood: string[] = [];
+    for (let i = 0; i < 1500; i++) flood.push((await createInjectorCa({ notBefore: now, notAfter: now + 3650 * DAY })).certPem);
+    const leafBefore = await storedLeaf();
+    const actions = () =>
+      replicas.reduce(
+        (n, r) => n + r.controller.counts['create-ca'] + r.controller.counts.publish + r.controller.counts['retire-ca'] + r.controller.counts['issue-leaf'],
+        0,
+      );
+    const actionsBefore = actions();
+    await writeAsInjector('certshare-injector-ca', (s) => {
+      s.data = { ...s.data, 'ca.crt': b64(flood.join('') + unb64(s.data?.['ca.crt'])) };
+    });
+    // Pushed out of the first 8, the injector's CA signs nothing: the writer makes one, signs with it, retires the rest.
+    await servesNewLeaf([leafBefore]);
+    const config = async () => {
+      const res = await cp().adminRequest('GET', `/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/${CONFIG}`);
+      const bundle = unb64((JSON.parse(res.body) as { webhooks: Array<{ clientConfig: { caBundle?: string } }> }).webhooks[0]!.clientConfig.caBundle);
+      return { bytes: res.body.length, cas: bundle.match(/-----BEGIN CERTIFICATE-----/g)?.length ?? 0 };
+    };
+    // At rest: every replica believes the same bundle, at most 8, and reads it back from the configuration.
+    const key = `mutatingwebhookconfiguration/${CONFIG}`;
+    const ids = (r: Injector) => r.controller.state.bundle.map((ca) => ca.id).join();
+    const atRest = () =>
+      replicas.every((r) => {
+        const seen = Object.keys(r.controller.state.observed[key] ?? {});
+        return ids(r) === ids(replicas[0]!) && seen.length === r.controller.state.bundle.length && seen.every((id) => ids(r).includes(id));
+      });
+    await until('every replica believes one bundle, which the configuration carries', atRest, [changed], 30_000);
+    const bundle = replicas[0]!.controller.state.bundle.length;
+    assert.ok(bundle <= MAX_BUNDLE_CAS, `${bundle} CAs believed`);
+    const published = await config();
+    // On f7c7eb2 the configuration carried them all and the writer retired them one a pass, writing the Secret and the
+    // configuration again for each (docs/security.md).
+    assert.equal(published.cas, bundle, `the configuration's caBundle: ${published.bytes} bytes`);
+    const caCrt = unb64((await readSecret('certshare-injector-ca')).data?.['ca.crt']);
+    assert.equal(caCrt.match(/-----BEGIN CERTIFICATE-----/g)?.length, bundle, 'the writer wrote what it believes back');
+    assert.ok(actions() - actionsBefore <= 2 * MAX_BUNDLE_CAS + 4, `${actions() - actionsBefore} writes in all`);
+    const created = await createPod('after-flood');
+    assert.equal(created.status, 201, created.body);
+    const counts = await Promise.all(replicas.map((r) => counted(r, 'injector-ca')));
+    assert.ok(
+      counts.every((n) => n > 0),
+      `the flood counted by every replica: ${counts.join(', ')}`,
+    );
   });
 });

@@ -4,6 +4,7 @@ import fc from 'fast-check';
 import {
   decideRotation,
   emptyRotationState,
+  MAX_BUNDLE_CAS,
   rotationPolicyProblem,
   withLeaf,
   withObservation,
@@ -56,6 +57,7 @@ function simulate(world: World, decide: Decide): string | undefined {
       return `at ${now}: leaf ${leaf.serial} signed by ${leaf.signedBy}, not in every observed bundle ${JSON.stringify(s.observed)}`;
     if (now < leaf.notBefore || now >= leaf.notAfter) return `at ${now}: leaf ${leaf.serial} outside ${leaf.notBefore}..${leaf.notAfter}`;
     if (!s.bundle.some((ca) => ca.id === leaf.signedBy)) return `at ${now}: leaf ${leaf.serial}'s CA left the bundle`;
+    if (s.bundle.length > MAX_BUNDLE_CAS) return `at ${now}: ${s.bundle.length} CAs in the bundle, more than a reader believes (${MAX_BUNDLE_CAS})`;
     return undefined;
   };
 
@@ -126,7 +128,8 @@ const worlds: fc.Arbitrary<World> = fc
     const propagation = grace + Math.max(...delays);
     // The next CA must propagate before the current one expires, and before it is itself due for rotation.
     const caLifetime = 2 * propagation + caSpare;
-    const caRotateBefore = propagation + 1 + Math.floor(rotateShare * (caSpare - 2));
+    // At most 6/7 of the lifetime: never more than MAX_BUNDLE_CAS CAs at once.
+    const caRotateBefore = propagation + 1 + Math.floor(rotateShare * Math.min(caSpare - 2, Math.floor((6 * caLifetime) / 7) - propagation - 1));
     const leafRenewBefore = 1 + Math.floor(renewShare * (leafLifetime - 2));
     const policy: RotationPolicy = {
       caLifetimeMs: caLifetime,
@@ -248,5 +251,8 @@ describe('CA rotation policy', () => {
     assert.match(rotationPolicyProblem({ ...ok, caRotateBeforeMs: 1000 }) ?? '', /CA rotation point/);
     assert.match(rotationPolicyProblem({ ...ok, leafRenewBeforeMs: 300 }) ?? '', /leaf renewal point/);
     assert.match(rotationPolicyProblem({ ...ok, propagationGraceMs: 400 }) ?? '', /propagation grace/);
+    // A new CA every 140 ms, each kept 1000: 9 at once, more than a reader of the CA Secret believes.
+    assert.equal(rotationPolicyProblem({ ...ok, caRotateBeforeMs: 857 }), undefined);
+    assert.match(rotationPolicyProblem({ ...ok, caRotateBeforeMs: 860 }) ?? '', /at most 8 CAs/);
   });
 });
