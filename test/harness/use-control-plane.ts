@@ -4,6 +4,7 @@
 //   test('...', async () => { const kc = new KubeConfig(); kc.loadFromFile(cp().adminKubeconfigPath); ... });
 import { after, before } from 'node:test';
 import { startControlPlane, type ControlPlane, type ControlPlaneOptions } from './control-plane.ts';
+import { stopLeftRunning } from './left-running.ts';
 
 /**
  * Generous on purpose: on a fresh machine the first start builds kube-apiserver/kubectl/etcd from
@@ -25,6 +26,8 @@ export function useControlPlane(options: ControlPlaneOptions = {}): () => Contro
   );
   after(
     async () => {
+      // A replica a failed test left running (left-running.ts) goes before the control plane it talks to.
+      await stopLeftRunning();
       await cp?.stop();
     },
     { timeout: 60_000 },

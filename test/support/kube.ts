@@ -2,7 +2,6 @@ import { X509Certificate } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { after } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { loadAll } from 'js-yaml';
 import { parseFlags } from '../../src/flags/flags.ts';
@@ -12,6 +11,7 @@ import type { Clock } from '../../src/core/ports/clock.ts';
 import { startDaemon, type Daemon } from '../../src/daemon/daemon.ts';
 import { startEmulator, type Emulator, type EmulatorOptions } from '../../src/emulator/server.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';
+import { stopAtFileEnd, stoppedOnItsOwn } from '../harness/left-running.ts';
 import type { RealTailscaledOptions } from '../harness/tailscale.ts';
 import { FAST_FLAGS } from './standalone.ts';
 import { asAccount } from './token-request.ts';
@@ -292,23 +292,16 @@ export async function startReplica(
     // Once, however often it is called: a test stops a replica where its story says and again in its `finally`.
     stop() {
       stopped ??= (async () => {
-        running.delete(replica);
+        stoppedOnItsOwn(replica);
         await daemon.stop();
         await emulator.close();
       })();
       return stopped;
     },
   };
-  running.add(replica);
-  return replica;
+  // A test that fails before its own stop leaves it running: useControlPlane's last hook stops it.
+  return stopAtFileEnd(replica);
 }
-
-/**
- * Replicas started and not stopped. A test that fails before its own stop leaves one running, and its timers and
- * sockets would keep the file's process, and the whole run, waiting: the file's last hook stops them.
- */
-const running = new Set<Replica>();
-after(() => Promise.all([...running].map((r) => r.stop())).then(() => {}));
 
 /** Several replicas started together; if one fails to start, the others are stopped before rejecting (no stray daemon keeps the test process alive). */
 export async function startReplicas(

@@ -146,14 +146,19 @@ describe('injector replicas: one writer by Lease, failover when it dies', () => 
     const live = procs.filter((p) => !p.exited);
     await until('a writer', () => live.some((p) => p.writer), [changed], 15_000);
     const path = `/apis/coordination.k8s.io/v1/namespaces/${NS}/leases/${LEASE}`;
-    const read = await asAccount(cp(), kubeconfig, 'GET', path);
-    assert.equal(read.status, 200, read.body);
-    const lease = JSON.parse(read.body) as { spec: Record<string, unknown> };
     // The injector's own token (RBAC lets it update its Lease): a holder no replica is, for 68 years, after as many
     // takeovers as the field counts (on 080ee30 every takeover then wrote one more, refused: no writer again).
-    const renewTime = new Date().toISOString().replace('Z', '000Z');
-    const spec = { ...lease.spec, holderIdentity: 'intruder', leaseDurationSeconds: 2 ** 31 - 1, leaseTransitions: 2 ** 31 - 1, renewTime };
-    const written = await asAccount(cp(), kubeconfig, 'PUT', path, { ...lease, spec });
+    // The writer renews between the read and the write now and then (409): read again.
+    let written: Awaited<ReturnType<typeof asAccount>>;
+    for (let attempt = 1; ; attempt++) {
+      const read = await asAccount(cp(), kubeconfig, 'GET', path);
+      assert.equal(read.status, 200, read.body);
+      const lease = JSON.parse(read.body) as { spec: Record<string, unknown> };
+      const renewTime = new Date().toISOString().replace('Z', '000Z');
+      const spec = { ...lease.spec, holderIdentity: 'intruder', leaseDurationSeconds: 2 ** 31 - 1, leaseTransitions: 2 ** 31 - 1, renewTime };
+      written = await asAccount(cp(), kubeconfig, 'PUT', path, { ...lease, spec });
+      if (written.status !== 409 || attempt === 5) break;
+    }
     assert.equal(written.status, 200, written.body);
     await until('the writer gives the role up', () => !live.some((p) => p.writer), [changed], 15_000);
     await until('a replica writes again', () => live.some((p) => p.writer), [changed], 30_000);
