@@ -1,8 +1,9 @@
 // Whether tailscaled runs from a config file (tailscaled --config; Tailscale's containerboot starts it so from
 // the file its operator writes). That file owns AdvertiseServices: tailscaled puts the file's list back at
 // every reload (ipn.ConfigVAlpha.ToPrefs sets AdvertiseServicesSet), and containerboot reloads whenever the
-// file changes, so an edit of certshare's would be undone, or would undo the owner's: the Service would flap.
-// certshare then leaves the advertisement to the file's owner and says so once.
+// file changes (and only then), so an addition of certshare's would be undone, or would undo the owner's. certshare
+// then never adds: it withdraws a Service this replica must not serve (advertiser.ts withdrawOnly), puts the file's
+// list back by the same reload, and says so once.
 import { doubling } from '../core/issuance/backoff.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import { errorMessage, errorText } from '../core/errors.ts';
@@ -16,14 +17,15 @@ const MAX_RETRY_MS = 30_000;
  * Says, once, that the config file's owner advertises `services`: found by asking tailscaled, or told by the
  * injector (--advertise-left-to-file), whose sidecar has no right to ask.
  */
-export function sayLeftToFile(services: readonly string[] | string, logger: Logger): void {
-  const text = errorText('CERTSHARE_ADVERTISE_CONFIG_FILE', { services: String(services) });
-  logger.warn({ code: 'CERTSHARE_ADVERTISE_CONFIG_FILE', services }, text);
+export function sayLeftToFile(services: readonly string[] | string, logger: Logger, withdrawOnly: boolean): void {
+  const how = withdrawOnly ? "; certshare never adds them, withdraws them only while this replica must not serve them, then puts the file's list back" : '';
+  const text = errorText('CERTSHARE_ADVERTISE_CONFIG_FILE', { services: String(services), how });
+  logger.warn({ code: 'CERTSHARE_ADVERTISE_CONFIG_FILE', services, withdrawOnly }, text);
 }
 
 /**
- * Asks tailscaled (POST /localapi/v0/reload-config: `Reloaded` only from a config file), until it answers:
- * true when a config file owns the prefs. A refusal (no such endpoint, no write right) says prefs only: the
+ * Asks tailscaled (POST /localapi/v0/reload-config: `Reloaded` only from a config file; it puts back what the
+ * file says), until it answers: true when a config file owns the prefs. A refusal (no such endpoint, no write right) says prefs only: the
  * prefs edit then meets the same refusal and reports it. Resolves false when `signal` aborts first.
  */
 export async function configFileOwnsPrefs(
@@ -31,12 +33,13 @@ export async function configFileOwnsPrefs(
   services: readonly string[] | string,
   deps: { clock: Clock; logger: Logger },
   signal: AbortSignal,
+  withdrawOnly: boolean,
 ): Promise<boolean> {
   if (!localApi.reloadConfig) return false;
   for (let failures = 1; !signal.aborted; failures++) {
     try {
       if (!(await localApi.reloadConfig(signal))) return false;
-      sayLeftToFile(services, deps.logger);
+      sayLeftToFile(services, deps.logger, withdrawOnly);
       return true;
     } catch (err) {
       if (signal.aborted) break;

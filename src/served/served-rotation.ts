@@ -119,14 +119,27 @@ export function createServedRotation(config: ServedRotationSettings & { validity
   const managed = managedServices(config, deps);
   const serviceDomains =
     advertises(config) && certDomains ? createServiceDomains(config, { ...deps, certDomains }, managed, probe, () => advertiser?.notify()) : undefined;
-  advertiser = createAdvertiser(config, deps, managed, checker, metrics, serviceDomains);
+  /** A config file owns the advertisement: certshare only withdraws from its list (set once startAdvertising knows). */
+  let fromFile = false;
+  advertiser = createAdvertiser(config, deps, managed, checker, metrics, serviceDomains, () => fromFile);
   health.onChange(() => advertiser?.notify());
   const ownerStop = new AbortController();
-  /** Resolves true when a config file owns the advertisement (config-file-owner.ts); advertising starts otherwise. */
+  /**
+   * Resolves true when a config file owns the advertisement (config-file-owner.ts): the advertiser then only withdraws
+   * from the file's list and puts it back by the same reload; it advertises as usual otherwise.
+   */
   let ownerChecked: Promise<boolean> = Promise.resolve(false);
   const startAdvertising = async (a: Advertiser): Promise<boolean> => {
-    const owned = await configFileOwnsPrefs(deps.localApi, config.advertiseServices, deps, ownerStop.signal);
-    if (!owned && !ownerStop.signal.aborted) a.start();
+    const { localApi } = deps;
+    // Through the agent, whose edits add as well as remove, certshare leaves a config file's list alone.
+    const withdrawOnly = !config.advertiseAgent;
+    const owned = await configFileOwnsPrefs(localApi, config.advertiseServices, deps, ownerStop.signal, withdrawOnly);
+    if (ownerStop.signal.aborted || (owned && !withdrawOnly)) return owned;
+    if (owned) {
+      fromFile = true;
+      a.withdrawOnly((signal) => localApi.reloadConfig!(signal));
+    }
+    a.start();
     return owned;
   };
   return {
@@ -135,13 +148,13 @@ export function createServedRotation(config: ServedRotationSettings & { validity
     advertiser,
     serviceDomains,
     start: () => {
-      if (config.advertiseLeftToFile.length > 0) sayLeftToFile(config.advertiseLeftToFile, logger);
+      if (config.advertiseLeftToFile.length > 0) sayLeftToFile(config.advertiseLeftToFile, logger, false);
       checker.start();
       serviceDomains?.start();
       ownerChecked = advertiser ? startAdvertising(advertiser) : Promise.resolve(false);
     },
     async leave(failoverMs, signal, alongside) {
-      // A config file's owner advertises: nothing of certshare's to withdraw.
+      // A config file's owner advertises, and withdraws on its own stop (containerboot's SIGTERM): nothing of certshare's.
       const leftToOwner = await ownerChecked;
       const withdrew = advertiser && !leftToOwner ? await advertiser.withdraw(signal) : false;
       if (withdrew) logger.info({ failoverMs }, 'Tailscale Services withdrawn; waiting for control to move clients');
@@ -162,6 +175,7 @@ function createAdvertiser(
   checker: ServedChecker,
   metrics: ServedMetrics,
   serviceDomains: ServiceDomains | undefined,
+  fromFile: () => boolean,
 ): Advertiser | undefined {
   const { localApi, health, clock, logger } = deps;
   if (!advertises(config)) return undefined;
@@ -186,6 +200,7 @@ function createAdvertiser(
         end,
         terminating: false,
         bootstrap: serviceDomains?.bootstrap(domain, now) ?? false,
+        fromFile: fromFile(),
       });
     },
     nextEdge: (now) => {
