@@ -7,7 +7,7 @@
 import { doubling } from '../core/issuance/backoff.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import { errorMessage, errorText } from '../core/errors.ts';
-import { LocalApiError, type LocalApi } from '../core/ports/localapi.ts';
+import { LocalApiError, NotifyMask, type LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
 
 const FIRST_RETRY_MS = 500;
@@ -49,4 +49,31 @@ export async function configFileOwnsPrefs(
     }
   }
   return false;
+}
+
+/**
+ * Calls `onChange` at each change of tailscaled's prefs (the IPN bus's Notify.Prefs, sent by every prefs edit and every
+ * reload of the config file), until `signal` aborts: a reload that put a withdrawn Service back is seen in
+ * milliseconds, not at the next read. A lost or refused stream is opened again, doubling from 500 ms up to 30 s;
+ * the advertiser's own reads every check interval stay the floor.
+ */
+export async function watchPrefsChanges(
+  localApi: Pick<LocalApi, 'watchIpnBus'>,
+  onChange: () => void,
+  deps: { clock: Clock; logger: Logger },
+  signal: AbortSignal,
+): Promise<void> {
+  for (let failures = 0; !signal.aborted; ) {
+    try {
+      for await (const notify of localApi.watchIpnBus(NotifyMask.NoNetMap, signal)) {
+        failures = 0;
+        if (notify.Prefs) onChange();
+      }
+    } catch (err) {
+      if (signal.aborted) break;
+      if (failures === 0) deps.logger.info({ err: errorMessage(err) }, "watching tailscaled's prefs for the config file's reloads; retrying");
+    }
+    failures++;
+    await deps.clock.sleep(doubling(FIRST_RETRY_MS, failures, MAX_RETRY_MS), signal).catch(() => {});
+  }
 }

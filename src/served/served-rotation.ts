@@ -13,7 +13,7 @@ import { Advertiser, type PrefsApi } from './advertiser.ts';
 import { agentPrefs } from './advertise-exchange.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
 import { ServedMetrics, servedStatus } from './served-metrics.ts';
-import { configFileOwnsPrefs, sayLeftToFile } from './config-file-owner.ts';
+import { configFileOwnsPrefs, sayLeftToFile, watchPrefsChanges } from './config-file-owner.ts';
 import { ServiceDomains, type ServiceDomainsOptions } from './service-domains.ts';
 
 /** How long certshare waits for the advertise agent to apply a request (its poll, a prefs read and edit) before retrying. */
@@ -129,6 +129,8 @@ export function createServedRotation(config: ServedRotationSettings & { validity
    * from the file's list and puts it back by the same reload; it advertises as usual otherwise.
    */
   let ownerChecked: Promise<boolean> = Promise.resolve(false);
+  /** Under a config file: the prefs watched for its reloads (config-file-owner.ts watchPrefsChanges). */
+  let prefsWatch: Promise<void> | undefined;
   const startAdvertising = async (a: Advertiser): Promise<boolean> => {
     const { localApi } = deps;
     // Through the agent, whose edits add as well as remove, certshare leaves a config file's list alone.
@@ -138,6 +140,7 @@ export function createServedRotation(config: ServedRotationSettings & { validity
     if (owned) {
       fromFile = true;
       a.withdrawOnly((signal) => localApi.reloadConfig!(signal));
+      prefsWatch = watchPrefsChanges(localApi, () => a.notify(), deps, ownerStop.signal);
     }
     a.start();
     return owned;
@@ -163,6 +166,7 @@ export function createServedRotation(config: ServedRotationSettings & { validity
     async stop() {
       ownerStop.abort();
       await ownerChecked;
+      await prefsWatch;
       await Promise.all([checker.stop(), advertiser?.stop(), serviceDomains?.stop()]);
     },
   };
