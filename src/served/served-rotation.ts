@@ -124,27 +124,7 @@ export function createServedRotation(config: ServedRotationSettings & { validity
   advertiser = createAdvertiser(config, deps, managed, checker, metrics, serviceDomains, () => fromFile);
   health.onChange(() => advertiser?.notify());
   const ownerStop = new AbortController();
-  /**
-   * Resolves true when a config file owns the advertisement (config-file-owner.ts): the advertiser then only withdraws
-   * from the file's list and puts it back by the same reload; it advertises as usual otherwise.
-   */
-  let ownerChecked: Promise<boolean> = Promise.resolve(false);
-  /** Under a config file: the prefs watched for its reloads (config-file-owner.ts watchPrefsChanges). */
-  let prefsWatch: Promise<void> | undefined;
-  const startAdvertising = async (a: Advertiser): Promise<boolean> => {
-    const { localApi } = deps;
-    // Through the agent, whose edits add as well as remove, certshare leaves a config file's list alone.
-    const withdrawOnly = !config.advertiseAgent;
-    const owned = await configFileOwnsPrefs(localApi, config.advertiseServices, deps, ownerStop.signal, withdrawOnly);
-    if (ownerStop.signal.aborted || (owned && !withdrawOnly)) return owned;
-    if (owned) {
-      fromFile = true;
-      a.withdrawOnly((signal) => localApi.reloadConfig!(signal));
-      prefsWatch = watchPrefsChanges(localApi, () => a.notify(), deps, ownerStop.signal);
-    }
-    a.start();
-    return owned;
-  };
+  let ownerChecked: Promise<OwnerCheck> = Promise.resolve({ owned: false });
   return {
     observer: checker,
     checker,
@@ -154,22 +134,56 @@ export function createServedRotation(config: ServedRotationSettings & { validity
       if (config.advertiseLeftToFile.length > 0) sayLeftToFile(config.advertiseLeftToFile, logger, false);
       checker.start();
       serviceDomains?.start();
-      ownerChecked = advertiser ? startAdvertising(advertiser) : Promise.resolve(false);
+      const onFile = () => {
+        fromFile = true;
+      };
+      ownerChecked = advertiser ? startAdvertising(advertiser, config, deps, ownerStop.signal, onFile) : Promise.resolve({ owned: false });
     },
     async leave(failoverMs, signal, alongside) {
       // A config file's owner advertises, and withdraws on its own stop (containerboot's SIGTERM): nothing of certshare's.
-      const leftToOwner = await ownerChecked;
+      const leftToOwner = (await ownerChecked).owned;
       const withdrew = advertiser && !leftToOwner ? await advertiser.withdraw(signal) : false;
       if (withdrew) logger.info({ failoverMs }, 'Tailscale Services withdrawn; waiting for control to move clients');
       await Promise.all([withdrew ? clock.sleep(failoverMs, signal).catch(() => {}) : undefined, alongside()]);
     },
     async stop() {
       ownerStop.abort();
-      await ownerChecked;
-      await prefsWatch;
+      await (await ownerChecked).prefsWatch;
       await Promise.all([checker.stop(), advertiser?.stop(), serviceDomains?.stop()]);
     },
   };
+}
+
+/** Whether a config file owns the advertisement, and the watch of its reloads when it does. */
+interface OwnerCheck {
+  owned: boolean;
+  prefsWatch?: Promise<void>;
+}
+
+/**
+ * Starts the advertiser once tailscaled said whether a config file owns the prefs (config-file-owner.ts). From a file
+ * (`onFile` is called first) the advertiser only withdraws from the file's list, puts it back by the same reload and
+ * follows its reloads on the IPN bus; through the agent, whose edits add as well as remove, it does not start then.
+ */
+async function startAdvertising(
+  a: Advertiser,
+  config: ServedRotationSettings,
+  deps: ServedRotationDeps,
+  signal: AbortSignal,
+  onFile: () => void,
+): Promise<OwnerCheck> {
+  const { localApi } = deps;
+  const withdrawOnly = !config.advertiseAgent;
+  const owned = await configFileOwnsPrefs(localApi, config.advertiseServices, deps, signal, withdrawOnly);
+  if (signal.aborted || (owned && !withdrawOnly)) return { owned };
+  let prefsWatch: Promise<void> | undefined;
+  if (owned) {
+    onFile();
+    a.withdrawOnly((s) => localApi.reloadConfig!(s));
+    prefsWatch = watchPrefsChanges(localApi, () => a.notify(), deps, signal);
+  }
+  a.start();
+  return { owned, prefsWatch };
 }
 
 function createAdvertiser(
