@@ -65,7 +65,8 @@ export async function watchPrefsChanges(
 ): Promise<void> {
   for (let failures = 0; !signal.aborted; ) {
     try {
-      for await (const notify of localApi.watchIpnBus(NotifyMask.NoNetMap, signal)) {
+      // InitialPrefs: a stream opened again after tailscaled restarted (which reads the file again) reads the prefs at once.
+      for await (const notify of localApi.watchIpnBus(NotifyMask.NoNetMap | NotifyMask.InitialPrefs, signal)) {
         failures = 0;
         if (notify.Prefs) onChange();
       }
