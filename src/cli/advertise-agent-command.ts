@@ -29,7 +29,7 @@ export async function advertiseAgentCommand(argv: string[]): Promise<number> {
   const starting = new AbortController();
   const stopStarting = (): void => starting.abort();
   process.once('SIGTERM', stopStarting).once('SIGINT', stopStarting);
-  const owned = await configFileOwnsPrefs(localApi, config.services, { clock: systemClock, logger }, starting.signal);
+  const owned = await configFileOwnsPrefs(localApi, config.services, { clock: systemClock, logger }, starting.signal, false);
   process.off('SIGTERM', stopStarting).off('SIGINT', stopStarting);
   if (starting.signal.aborted) return 0;
   const agent = createAdvertiseAgent({

@@ -106,8 +106,8 @@ export const ERROR_CODES = {
   CERTSHARE_ADVERTISE_CONFIG_FILE: {
     means:
       "tailscaled runs from a config file (containerboot's TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR): the file owns AdvertiseServices, " +
-      'certshare leaves the advertisement to its owner',
-    message: "tailscaled runs from a config file, whose AdvertiseServices wins at every reload: {services} left to the file's owner",
+      'certshare never adds to it; with the right to edit prefs it withdraws a Service this replica must not serve, and puts the list back',
+    message: "tailscaled runs from a config file, whose AdvertiseServices wins at every reload: {services} left to the file's owner{how}",
     exit: 1,
   },
   CERTSHARE_BUS_LINE_TOO_LONG: {

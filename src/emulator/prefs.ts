@@ -55,9 +55,10 @@ export class EmulatedPrefs {
 
   /**
    * tailscaled's config file (tailscaled --config, as containerboot starts it from the operator's file), or
-   * undefined: prefs only. Only AdvertiseServices is kept; the file's value wins at each reload.
+   * undefined: prefs only. Only AdvertiseServices is kept; the file's value wins at each reload. Without
+   * `Locked: false` (tailscaled's default: locked) every prefs edit is refused, as ipnlocal checkPrefsLocked does.
    */
-  configFile: { AdvertiseServices?: string[] } | undefined;
+  configFile: { AdvertiseServices?: string[]; Locked?: boolean } | undefined;
 
   /** As ipnlocal ReloadConfig: the file's AdvertiseServices back in the prefs (unset in the file: none). */
   reloadConfig(): boolean {
@@ -85,6 +86,9 @@ export class EmulatedPrefs {
         throw new Error('json: cannot unmarshal into Go value of type ipn.MaskedPrefs');
     } catch (err) {
       return sendError(res, 400, (err as Error).message);
+    }
+    if (this.configFile && this.configFile.Locked !== false) {
+      return sendJson(res, 400, JSON.stringify({ Error: "can't reconfigure tailscaled when using a config file; config file is locked" }));
     }
     // Both lists are checked before either changes, as tailscaled decodes the whole MaskedPrefs first.
     const lists = { AdvertiseServices: (v: string[]) => this.setAdvertiseServices(v), AdvertiseTags: (v: string[]) => this.setAdvertiseTags(v) };

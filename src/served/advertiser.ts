@@ -1,7 +1,8 @@
 // Keeps tailscaled's AdvertiseServices in step with what this replica can serve: a Tailscale Service is
 // advertised only while a valid certificate for its domain is held and the proxy was seen serving it, and
 // withdrawn on shutdown first of all. Edits are read-modify-write of the masked prefs, touching only the
-// Services certshare was told to manage (core/served/advertisement.ts mergeAdvertised).
+// Services certshare was told to manage (core/served/advertisement.ts mergeAdvertised). Under a config file
+// (withdrawOnly) it never adds: it removes a refused Service from the file's list and reloads the file to put it back.
 import { mergeAdvertised, type AdvertiseDecision } from '../core/served/advertisement.ts';
 import { doubling } from '../core/issuance/backoff.ts';
 import type { Clock } from '../core/ports/clock.ts';
@@ -62,6 +63,10 @@ export class Advertiser {
   #chain: Promise<unknown> = Promise.resolve();
   #done: Promise<void> | undefined;
   #warnedCode: string | undefined;
+  /** Set by withdrawOnly: tailscaled's config file owns the list; this puts the file's list back (reload-config). */
+  #putBack: ((signal: AbortSignal) => Promise<unknown>) | undefined;
+  /** Under a config file: the managed Services this replica removed from the file's list since the last put-back. */
+  readonly #withheld = new Set<string>();
 
   constructor(options: AdvertiserOptions) {
     this.#o = options;
@@ -82,6 +87,16 @@ export class Advertiser {
 
   start(): void {
     this.#done ??= this.#run();
+  }
+
+  /**
+   * Before start(): tailscaled runs from a config file whose AdvertiseServices wins at every reload. Never add a
+   * Service then: remove a managed one the decision refuses from what the prefs hold (the owner's reload that puts it
+   * back is undone at the next read), and once every Service removed is wanted again and none advertised is
+   * refused, call `putBack` (reload-config: exactly the file's list again).
+   */
+  withdrawOnly(putBack: (signal: AbortSignal) => Promise<unknown>): void {
+    this.#putBack = putBack;
   }
 
   /** Something the decision depends on changed: decide again now. */
@@ -169,6 +184,7 @@ export class Advertiser {
       else why[service] = decision.why;
     }
     const current = (await api.prefs(signal)).AdvertiseServices ?? [];
+    if (this.#putBack) return this.#withholdNow(this.#putBack, current, wanted, why, signal);
     const merged = mergeAdvertised(current, this.#managed, wanted);
     let after = current;
     if (merged) {
@@ -179,6 +195,37 @@ export class Advertiser {
     this.#o.onReconciled?.(this.#advertised);
     this.#warnedCode = undefined;
     return current.some((s) => this.#managed.has(s) && !wanted.has(s));
+  }
+
+  /** withdrawOnly's reconcile: the prefs' list only ever loses managed Services, or is the file's again. */
+  async #withholdNow(
+    putBack: (signal: AbortSignal) => Promise<unknown>,
+    read: readonly string[],
+    wanted: ReadonlySet<string>,
+    why: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<boolean> {
+    const { api, logger } = this.#o;
+    const refused = (list: readonly string[]) => list.filter((s) => this.#managed.has(s) && !wanted.has(s));
+    let current = read;
+    if (this.#withheld.size > 0 && refused(current).length === 0 && [...this.#withheld].every((s) => wanted.has(s))) {
+      await putBack(signal);
+      this.#withheld.clear();
+      current = (await api.prefs(signal)).AdvertiseServices ?? [];
+      logger.info({ advertiseServices: current }, "Tailscale Services: the config file's list put back");
+    }
+    const out = refused(current);
+    let after = current;
+    if (out.length > 0) {
+      const kept = current.filter((s) => !out.includes(s));
+      after = (await api.editPrefs({ AdvertiseServicesSet: true, AdvertiseServices: kept }, signal)).AdvertiseServices ?? [];
+      for (const s of out) this.#withheld.add(s);
+      logger.info({ withdrawn: why, advertiseServices: after }, "Tailscale Services withdrawn from the config file's list");
+    }
+    this.#record(new Set(after.filter((s) => this.#managed.has(s))));
+    this.#o.onReconciled?.(this.#advertised);
+    this.#warnedCode = undefined;
+    return out.length > 0;
   }
 
   #record(advertised: Set<string>): void {
@@ -197,6 +244,12 @@ export class Advertiser {
   #failed(err: unknown): void {
     const code = err instanceof CertshareError ? err.code : 'CERTSHARE_LOCALAPI_UNREACHABLE';
     this.#o.onError?.(code);
+    if (this.#putBack && err instanceof LocalApiError && err.status === 400 && err.body.includes('config file is locked')) {
+      // tailscaled --config without "Locked": false refuses every prefs edit: the file's owner alone decides.
+      this.#disabled = true;
+      this.#o.logger.warn({ code, err: errorMessage(err) }, "tailscaled's config file is locked: Tailscale Services are left to its owner, never withdrawn");
+      return;
+    }
     if (err instanceof LocalApiError && err.status === 404) {
       this.#disabled = true;
       this.#o.logger.warn({ code, err: errorMessage(err) }, 'this tailscaled has no prefs endpoint: Tailscale Services are not advertised');

@@ -1,12 +1,13 @@
 // Whether tailscaled runs from a config file (tailscaled --config; Tailscale's containerboot starts it so from
 // the file its operator writes). That file owns AdvertiseServices: tailscaled puts the file's list back at
 // every reload (ipn.ConfigVAlpha.ToPrefs sets AdvertiseServicesSet), and containerboot reloads whenever the
-// file changes, so an edit of certshare's would be undone, or would undo the owner's: the Service would flap.
-// certshare then leaves the advertisement to the file's owner and says so once.
+// file changes (and only then), so an addition of certshare's would be undone, or would undo the owner's. certshare
+// then never adds: it withdraws a Service this replica must not serve (advertiser.ts withdrawOnly), puts the file's
+// list back by the same reload, and says so once.
 import { doubling } from '../core/issuance/backoff.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import { errorMessage, errorText } from '../core/errors.ts';
-import { LocalApiError, type LocalApi } from '../core/ports/localapi.ts';
+import { LocalApiError, NotifyMask, type LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
 
 const FIRST_RETRY_MS = 500;
@@ -16,14 +17,15 @@ const MAX_RETRY_MS = 30_000;
  * Says, once, that the config file's owner advertises `services`: found by asking tailscaled, or told by the
  * injector (--advertise-left-to-file), whose sidecar has no right to ask.
  */
-export function sayLeftToFile(services: readonly string[] | string, logger: Logger): void {
-  const text = errorText('CERTSHARE_ADVERTISE_CONFIG_FILE', { services: String(services) });
-  logger.warn({ code: 'CERTSHARE_ADVERTISE_CONFIG_FILE', services }, text);
+export function sayLeftToFile(services: readonly string[] | string, logger: Logger, withdrawOnly: boolean): void {
+  const how = withdrawOnly ? "; certshare never adds them, withdraws them only while this replica must not serve them, then puts the file's list back" : '';
+  const text = errorText('CERTSHARE_ADVERTISE_CONFIG_FILE', { services: String(services), how });
+  logger.warn({ code: 'CERTSHARE_ADVERTISE_CONFIG_FILE', services, withdrawOnly }, text);
 }
 
 /**
- * Asks tailscaled (POST /localapi/v0/reload-config: `Reloaded` only from a config file), until it answers:
- * true when a config file owns the prefs. A refusal (no such endpoint, no write right) says prefs only: the
+ * Asks tailscaled (POST /localapi/v0/reload-config: `Reloaded` only from a config file; it puts back what the
+ * file says), until it answers: true when a config file owns the prefs. A refusal (no such endpoint, no write right) says prefs only: the
  * prefs edit then meets the same refusal and reports it. Resolves false when `signal` aborts first.
  */
 export async function configFileOwnsPrefs(
@@ -31,12 +33,13 @@ export async function configFileOwnsPrefs(
   services: readonly string[] | string,
   deps: { clock: Clock; logger: Logger },
   signal: AbortSignal,
+  withdrawOnly: boolean,
 ): Promise<boolean> {
   if (!localApi.reloadConfig) return false;
   for (let failures = 1; !signal.aborted; failures++) {
     try {
       if (!(await localApi.reloadConfig(signal))) return false;
-      sayLeftToFile(services, deps.logger);
+      sayLeftToFile(services, deps.logger, withdrawOnly);
       return true;
     } catch (err) {
       if (signal.aborted) break;
@@ -46,4 +49,32 @@ export async function configFileOwnsPrefs(
     }
   }
   return false;
+}
+
+/**
+ * Calls `onChange` at each change of tailscaled's prefs (the IPN bus's Notify.Prefs, sent by every prefs edit and every
+ * reload of the config file), until `signal` aborts: a reload that put a withdrawn Service back is seen in
+ * milliseconds, not at the next read. A lost or refused stream is opened again, doubling from 500 ms up to 30 s;
+ * the advertiser's own reads every check interval stay the floor.
+ */
+export async function watchPrefsChanges(
+  localApi: Pick<LocalApi, 'watchIpnBus'>,
+  onChange: () => void,
+  deps: { clock: Clock; logger: Logger },
+  signal: AbortSignal,
+): Promise<void> {
+  for (let failures = 0; !signal.aborted; ) {
+    try {
+      // InitialPrefs: a stream opened again after tailscaled restarted (which reads the file again) reads the prefs at once.
+      for await (const notify of localApi.watchIpnBus(NotifyMask.NoNetMap | NotifyMask.InitialPrefs, signal)) {
+        failures = 0;
+        if (notify.Prefs) onChange();
+      }
+    } catch (err) {
+      if (signal.aborted) break;
+      if (failures === 0) deps.logger.info({ err: errorMessage(err) }, "watching tailscaled's prefs for the config file's reloads; retrying");
+    }
+    failures++;
+    await deps.clock.sleep(doubling(FIRST_RETRY_MS, failures, MAX_RETRY_MS), signal).catch(() => {});
+  }
 }

@@ -164,9 +164,10 @@ export interface RealTailscaled {
    * Stops tailscaled and starts Tailscale's containerboot (the image's entrypoint, same version) in its place,
    * as a ProxyGroup Pod runs it: TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR=`configDir`, so it starts `tailscaled
    * --config` from the cap-<N>.hujson there and reloads it whenever the directory's `..data` link changes (the
-   * kubelet's swap of a mounted Secret); state kept. Resolves once the LocalAPI answers and it is Running.
+   * kubelet's swap of a mounted Secret); state kept. Resolves once the LocalAPI answers and it is Running. `env`
+   * adds to its environment (the operator's TS_SERVE_CONFIG, TS_EXPERIMENTAL_SERVICE_AUTO_ADVERTISEMENT).
    */
-  startContainerboot(configDir: string): Promise<void>;
+  startContainerboot(configDir: string, env?: Record<string, string>): Promise<void>;
   /**
    * The same without a config file, as the example's Pods run it: containerboot logs in (`tailscale up`, the state
    * kept) and applies the ServeConfig file `serveConfig` (TS_SERVE_CONFIG), watching it; `env` adds to its environment.
@@ -408,9 +409,9 @@ class RealTailscaledImpl implements RealTailscaled {
   /** containerboot runs tailscaled, with this environment of its own (startContainerboot, startContainerbootServing). */
   private containerbootEnv: Record<string, string> | undefined;
 
-  async startContainerboot(configDir: string): Promise<void> {
+  async startContainerboot(configDir: string, env: Record<string, string> = {}): Promise<void> {
     await this.stopTailscaled();
-    this.containerbootEnv = { TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR: configDir };
+    this.containerbootEnv = { TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR: configDir, ...env };
     await this.startTailscaled();
   }
 

@@ -21,6 +21,14 @@ const every50ms = (l: () => void): (() => void) => {
   return () => clearInterval(timer);
 };
 
+/** The pair certshare wrote for DOMAIN, for the proxy to serve. */
+async function heldPair(certDir: string): Promise<{ certPem: string; keyPem: string }> {
+  return {
+    certPem: await readFile(join(certDir, DOMAIN, 'tls.crt'), 'utf8'),
+    keyPem: await readFile(join(certDir, DOMAIN, 'tls.key'), 'utf8'),
+  };
+}
+
 interface Setup {
   emulator: Emulator;
   daemon: Daemon;
@@ -96,10 +104,7 @@ describe("a Service's domain granted only to its hosts (emulator)", () => {
       await until('withdrawn: the proxy does not serve the certificate held', () => !advertised(s), [every50ms]);
       await until('control took the domain back', () => !s.emulator.certDomains().includes(DOMAIN), [every50ms]);
 
-      proxy.serve({
-        certPem: await readFile(join(s.certDir, DOMAIN, 'tls.crt'), 'utf8'),
-        keyPem: await readFile(join(s.certDir, DOMAIN, 'tls.key'), 'utf8'),
-      });
+      proxy.serve(await heldPair(s.certDir));
       await until('advertised while served', () => advertised(s), [every50ms]);
       await until('the domain granted again', () => s.emulator.certDomains().includes(DOMAIN), [every50ms]);
       assert.equal(s.daemon.health.evaluate(Date.now()).healthy, true);
@@ -142,33 +147,70 @@ describe("a Service's domain granted only to its hosts (emulator)", () => {
 });
 
 describe('tailscaled from a config file (emulator): the file owns AdvertiseServices', () => {
-  it('leaves the advertisement to the file’s owner, says so once, and never edits the prefs, through a change of the file and the stop', async () => {
+  /** certshare beside a tailscaled run from a file listing `svc:web` and svc:x, its proxy serving a foreign certificate. */
+  async function fromFile(file: { Locked?: boolean }) {
     const otherCa = await createCertificateAuthority({ name: 'not the tailnet CA', now: Date.now() });
     const proxy = await startTlsProxy(await makePair(DOMAIN, Date.now() - DAY, 30 * DAY, otherCa));
     const dir = await tempDir();
     const emulator = await emulatorIn(dir.path);
-    emulator.prefs.configFile = { AdvertiseServices: [SERVICE] };
+    emulator.prefs.configFile = { ...file, AdvertiseServices: [SERVICE, 'svc:x'] };
     emulator.prefs.reloadConfig(); // tailscaled --config at its start
-    const edits = emulator.prefs.edits;
     const log = recordingLogger();
     const flags = ['--served-check', `127.0.0.1:${proxy.port}`, '--served-check-interval', '1s', '--advertise-services', SERVICE];
-    const daemon = await standaloneDaemon(emulator, join(dir.path, 'certs'), [...flags, '--advertise-failover', '100ms'], log.logger);
-    const said = (): number => log.entries.filter((e) => e.code === 'CERTSHARE_ADVERTISE_CONFIG_FILE').length;
+    const certDir = join(dir.path, 'certs');
+    const daemon = await standaloneDaemon(emulator, certDir, [...flags, '--advertise-failover', '100ms'], log.logger);
+    const said = () => log.entries.filter((e) => e.code === 'CERTSHARE_ADVERTISE_CONFIG_FILE');
+    const done = async () => {
+      for (const close of [() => daemon.stop(), () => proxy.close(), () => emulator.close(), () => dir.remove()]) await close();
+    };
+    return { proxy, emulator, daemon, certDir, log, said, done };
+  }
+
+  it('"Locked": false: withdraws the Service from the file’s list while the proxy serves a foreign certificate, again after the owner’s reload, and reloads the file once it serves the held one', async () => {
+    const s = await fromFile({ Locked: false });
+    const prefs = s.emulator.prefs;
+    // Every value the prefs' list takes, in order (a reload to the same list is no change): an edit of certshare's
+    // may only remove from the file's list.
+    const seen: string[][] = [prefs.advertiseServices];
+    prefs.onEdit = () => {
+      if (seen.at(-1)!.join() !== prefs.advertiseServices.join()) seen.push(prefs.advertiseServices);
+    };
     try {
-      await until('config-file mode said', () => said() === 1, [every50ms]);
-      // The owner changes the file; containerboot reloads it.
-      emulator.prefs.configFile = { AdvertiseServices: [SERVICE, 'svc:api'] };
-      emulator.prefs.reloadConfig();
-      await until('the proxy checked: a certificate certshare never held', () => daemon.health.details().some((l) => l.includes('never held')), [every50ms]);
-      await daemon.stop();
-      assert.equal(emulator.prefs.edits, edits, 'no prefs edit of certshare’s, not even the withdrawal on stop');
-      assert.deepEqual(emulator.prefs.advertiseServices, [SERVICE, 'svc:api'], 'what the file says');
-      assert.equal(said(), 1, 'said once');
+      await until('config-file mode said', () => s.said().length === 1, [every50ms]);
+      assert.match(String(s.said()[0]!.msg), /svc:web left to the file's owner; certshare never adds them, withdraws them only while/);
+      await until('withdrawn: the proxy serves a certificate certshare never held', () => prefs.advertiseServices.join() === 'svc:x', [every50ms]);
+      // The owner changes the file; containerboot reloads it: svc:web is back, until certshare's next read.
+      prefs.configFile = { Locked: false, AdvertiseServices: [SERVICE, 'svc:x', 'svc:api'] };
+      prefs.reloadConfig();
+      await until('withdrawn again after the reload', () => prefs.advertiseServices.join() === 'svc:x,svc:api', [every50ms]);
+      await until('the certificate held', () => s.daemon.health.infoOf(DOMAIN) !== undefined, [every50ms]);
+      s.proxy.serve(await heldPair(s.certDir));
+      await until('the file’s list put back', () => prefs.advertiseServices.join() === 'svc:web,svc:x,svc:api', [every50ms]);
+      const edits = prefs.edits;
+      await s.daemon.stop();
+      assert.equal(prefs.edits, edits, 'no withdrawal on stop: the file’s owner (containerboot) withdraws on its own');
+      assert.deepEqual(seen, [[SERVICE, 'svc:x'], ['svc:x'], [SERVICE, 'svc:x', 'svc:api'], ['svc:x', 'svc:api'], [SERVICE, 'svc:x', 'svc:api']]);
+      assert.equal(s.said().length, 1, 'said once');
     } finally {
-      await daemon.stop();
-      await proxy.close();
-      await emulator.close();
-      await dir.remove();
+      await s.done();
+    }
+  });
+
+  it('locked (tailscaled refuses every prefs edit): leaves the file’s list as it is, says why once, through a change of the file and the stop', async () => {
+    const s = await fromFile({});
+    const prefs = s.emulator.prefs;
+    try {
+      await until('config-file mode said', () => s.said().length === 1, [every50ms]);
+      await until('the locked file said', () => s.log.entries.some((e) => /config file is locked/.test(String(e.msg))), [every50ms]);
+      prefs.configFile = { AdvertiseServices: [SERVICE, 'svc:api'] };
+      prefs.reloadConfig();
+      await until('the proxy checked: a certificate certshare never held', () => s.daemon.health.details().some((l) => l.includes('never held')), [every50ms]);
+      await s.daemon.stop();
+      assert.equal(prefs.edits, 0, 'no prefs edit');
+      assert.deepEqual(prefs.advertiseServices, [SERVICE, 'svc:api'], 'what the file says');
+      assert.equal(s.log.entries.filter((e) => /config file is locked/.test(String(e.msg))).length, 1, 'said once');
+    } finally {
+      await s.done();
     }
   });
 

@@ -8,7 +8,7 @@
 // other host, which gets every later connection; with neither advertising the client has no route to the VIP at all.
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
-import { writeFile } from 'node:fs/promises';
+import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { connect } from 'node:tls';
@@ -17,7 +17,11 @@ import { createLocalApiClient } from '../../src/localapi/client.ts';
 import { BUILD_AND_START_TIMEOUT_MS, TS_MAGICDNS, type TailnetNode, useRealTailscaled } from '../harness/tailscale.ts';
 import { DAY, makePair, testCa } from '../support/certs.ts';
 import { get } from '../support/emulator.ts';
-import { useTempDir } from '../support/standalone.ts';
+import type { Daemon } from '../../src/daemon/daemon.ts';
+import { projectConfig } from '../support/projected-config.ts';
+import { recordingLogger } from '../support/recording-logger.ts';
+import { standaloneDaemon, useTempDir } from '../support/standalone.ts';
+import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { startTlsProxy, type TestProxy } from '../support/tls-proxy.ts';
 
 const SERVICE = 'svc:web';
@@ -44,6 +48,15 @@ async function handshake(client: TailnetNode, host: string, ca: string): Promise
     });
     tls.setTimeout(2000, () => tls.destroy(new Error('no handshake within 2 s')));
   });
+}
+
+/** A host's ServeConfig: the Service's TCP 443 forwarded to `target` (`unix:<path>`). */
+const forwarding = (target: string) => ({ Services: { [SERVICE]: { TCP: { '443': { TCPForward: target } } } } });
+
+/** Sets a host's ServeConfig to `forwarding(target)`. */
+async function forwardService(socket: string, target: string): Promise<void> {
+  const res = await get(socket, '/localapi/v0/serve-config', { method: 'POST', body: JSON.stringify(forwarding(target)) });
+  assert.equal(res.status, 200, res.body);
 }
 
 /** Tries every 100 ms until `done` holds for a result; returns the results, the last one `done`'s, and the time taken. */
@@ -83,9 +96,7 @@ describe("a tailnet client through a Tailscale Service's VIP (real tailscaled)",
         leaf[host.name] = new X509Certificate(pair.certPem).fingerprint256;
         const path = join(dir(), `${host.name}.sock`);
         proxies.push(await startTlsProxy(pair, path));
-        const serveConfig = { Services: { [SERVICE]: { TCP: { '443': { TCPForward: `unix:${path}` } } } } };
-        const res = await get(host.socket, '/localapi/v0/serve-config', { method: 'POST', body: JSON.stringify(serveConfig) });
-        assert.equal(res.status, 200, res.body);
+        await forwardService(host.socket, `unix:${path}`);
         await advertise(host.socket, [SERVICE]);
       }
       const who = (o: Outcome) => ('leaf' in o ? (Object.keys(leaf).find((h) => leaf[h] === o.leaf) ?? `an unknown leaf ${o.leaf}`) : `error: ${o.error}`);
@@ -155,7 +166,7 @@ describe("containerboot's own advertisement of the serve config's Services (real
     const socket = join(dir(), 'proxy-0.sock');
     const proxy = await startTlsProxy(expired, socket);
     const serveConfig = join(dir(), 'serve-config.json');
-    await writeFile(serveConfig, JSON.stringify({ Services: { [SERVICE]: { TCP: { '443': { TCPForward: `unix:${socket}` } } } } }));
+    await writeFile(serveConfig, JSON.stringify(forwarding(`unix:${socket}`)));
     const advertised = async () => JSON.parse((await get(ts.socket, '/localapi/v0/prefs')).body).AdvertiseServices ?? [];
     const withdraw = () =>
       createLocalApiClient({ address: ts.socket, logger: silentLogger }).editPrefs!(
@@ -206,6 +217,97 @@ describe("containerboot's own advertisement of the serve config's Services (real
       );
     } finally {
       await proxy.close();
+    }
+  });
+});
+
+// A ProxyGroup replica as Tailscale's operator runs it: containerboot from the operator's config file (`"Locked":
+// false`, AdvertiseServices svc:web, swapped as the kubelet swaps a mounted Secret), the ServeConfig from
+// TS_SERVE_CONFIG, its own advertisement off (as the operator sets it); its proxy serves an expired certificate for
+// the Service's name, while proxy-1 hosts the Service with a valid one. Before certshare runs, a tailnet client
+// through the Service's name gets the expired leaf (proxy-0, the oldest host, carries the VIP); certshare, as root
+// (the right to edit prefs), withdraws proxy-0 from the file's list, the client's connections move to proxy-1, and
+// the owner's change of the file (containerboot's reload puts svc:web back) sends the client no expired leaf.
+describe("a replica run from the operator's config file, serving an expired certificate (real containerboot 1.102.5)", {
+  timeout: BUILD_AND_START_TIMEOUT_MS,
+}, () => {
+  // The Service's domain granted to its hosts: certshare holds its certificate, which its served check compares with.
+  const realTailscaled = useRealTailscaled({ serviceVips: true, serviceHostsOnly: true, hostname: 'proxy-0' });
+  const dir = useTempDir();
+
+  it('certshare withdraws it: a client through the Service’s name gets no expired leaf, through the owner’s reload too', async () => {
+    const ts = realTailscaled();
+    const [proxy1, client] = await Promise.all([ts.addNode('proxy-1'), ts.addNode('client')]);
+    const ca = (await testCa()).certPem;
+    const valid = await makePair(SERVICE_DOMAIN, Date.now() - DAY, 30 * DAY);
+    const validLeaf = new X509Certificate(valid.certPem).fingerprint256;
+    // proxy-0's proxy on a unix socket (tailscaled runs in a network namespace of its own), reached by certshare's
+    // served check through a TCP relay, as a Pod's containers share one loopback.
+    const expiredPath = join(dir(), 'proxy-0.sock');
+    const expiredProxy = await startTlsProxy(await makePair(SERVICE_DOMAIN, Date.now() - 3 * DAY, DAY), expiredPath);
+    const loopback = await startTcpProxy({ path: expiredPath });
+    const validPath = join(dir(), 'proxy-1.sock');
+    const validProxy = await startTlsProxy(valid, validPath);
+    const serveConfig = join(dir(), 'serve-config.json');
+    await writeFile(serveConfig, JSON.stringify(forwarding(`unix:${expiredPath}`)));
+    const configDir = join(dir(), 'tsconfig');
+    await mkdir(configDir);
+    await projectConfig(configDir, 1, { Version: 'alpha0', Locked: false, AdvertiseServices: [SERVICE] });
+    let daemon: Daemon | undefined;
+    try {
+      await ts.startContainerboot(configDir, { TS_SERVE_CONFIG: serveConfig, TS_EXPERIMENTAL_SERVICE_AUTO_ADVERTISEMENT: 'false' });
+      await forwardService(proxy1.socket, `unix:${validPath}`);
+      await createLocalApiClient({ address: proxy1.socket, logger: silentLogger }).editPrefs!(
+        { AdvertiseServicesSet: true, AdvertiseServices: [SERVICE] },
+        AbortSignal.timeout(10_000),
+      );
+      await tryUntil(
+        'control sees both hosts, proxy-0 first',
+        () => ts.serviceVips(),
+        ([v]) => v?.Hosts.join() === 'proxy-0,proxy-1' && v.Primary === 'proxy-0',
+      );
+      const outcome = async () => {
+        const o = await handshake(client, SERVICE_DOMAIN, ca);
+        return 'leaf' in o ? (o.leaf === validLeaf ? 'proxy-1' : `an unknown leaf ${o.leaf}`) : o.error;
+      };
+      const before = await tryUntil('the client gets the expired leaf', outcome, (o) => /expired/.test(o));
+
+      const log = recordingLogger();
+      const flags = ['--domain', SERVICE_DOMAIN, '--served-check', `127.0.0.1:${loopback.port}`, '--served-check-interval', '1s'];
+      const started = performance.now();
+      daemon = await standaloneDaemon(ts, join(dir(), 'certs'), [...flags, '--advertise-services', SERVICE, '--advertise-failover', '200ms'], log.logger);
+      const moved = await tryUntil('the connections move to proxy-1', outcome, (o) => o === 'proxy-1').catch((err: unknown) => {
+        process.stderr.write(`on failure: certshare's log ${JSON.stringify(log.entries.slice(0, 60))}\n`);
+        throw err;
+      });
+      const movedMs = Math.round(performance.now() - started);
+      assert.equal((await ts.serviceVips())[0]!.Primary, 'proxy-1');
+
+      // The owner changes the file: containerboot reloads it, svc:web back in proxy-0's prefs until certshare withdraws it again.
+      const reloads = () => ts.logs().tailscaled.filter((l) => l.includes('tailscaled config watch: config was reloaded')).length;
+      await projectConfig(configDir, 2, { Version: 'alpha0', Locked: false, AdvertiseServices: [SERVICE, 'svc:api'] });
+      const reloadedFrom = performance.now();
+      const through = await tryUntil(
+        'containerboot reloaded, certshare withdrew again, then 3 s of connections',
+        async () => ({ o: await outcome(), reloaded: reloads() === 1, at: performance.now() }),
+        (r) => r.reloaded && r.at - reloadedFrom > 3000,
+      );
+      const prefs = JSON.parse((await get(ts.socket, '/localapi/v0/prefs')).body) as { AdvertiseServices: string[] | null };
+      assert.deepEqual(prefs.AdvertiseServices, ['svc:api'], 'withdrawn again, svc:api of the file kept');
+      assert.deepEqual(
+        through.outcomes.map((r) => r.o).filter((o) => o !== 'proxy-1'),
+        [],
+        'every connection after the move to proxy-1: no expired leaf',
+      );
+      process.stderr.write(
+        `config-file replica serving an expired certificate: before certshare, the client got ${JSON.stringify(before.outcomes.at(-1))}; ` +
+          `with certshare, its connections reached proxy-1 ${movedMs} ms after certshare started (${moved.outcomes.length} handshakes, ` +
+          `${moved.outcomes.filter((o) => /expired/.test(o)).length} of them expired before the move); through the owner's reload: ` +
+          `${through.outcomes.length} handshakes, all to proxy-1\n`,
+      );
+    } finally {
+      await daemon?.stop();
+      await Promise.all([expiredProxy.close(), validProxy.close(), loopback.close()]);
     }
   });
 });

@@ -182,3 +182,107 @@ describe('Advertiser over any order of decisions, failures and edits by others',
     assert.deepEqual(api.services, ['svc:x']);
   });
 });
+
+/** tailscaled from a config file: each reload (the owner's or the put-back) sets the prefs' list to the file's. */
+class FakeFilePrefs extends FakePrefs {
+  file: string[] = [SERVICE, 'svc:x'];
+  reloads = 0;
+  /** An edit that added a Service the prefs did not hold, or one the file does not list. */
+  additions: string[][] = [];
+
+  reload(): void {
+    this.reloads++;
+    this.services = [...this.file];
+  }
+
+  override async editPrefs(masked: MaskedPrefs): Promise<IpnPrefs> {
+    const added = masked.AdvertiseServices.filter((s) => !this.services.includes(s) || !this.file.includes(s));
+    if (added.length > 0) this.additions.push(added);
+    return super.editPrefs(masked);
+  }
+}
+
+type FileEvent = Event | { e: 'owner'; file: string[] };
+
+describe('Advertiser under a config file (withdrawOnly): never adds, withdraws a refused Service, puts the file back', () => {
+  const fileEventArb: fc.Arbitrary<FileEvent> = fc.oneof(
+    eventArb,
+    fc.record({ e: fc.constant('owner' as const), file: fc.subarray([SERVICE, 'svc:x', 'svc:api']) }),
+  );
+
+  it('over any order of decisions, failures and the owner’s reloads: no addition, and at rest the file’s list less what is refused', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(fileEventArb, { maxLength: 25 }), fc.boolean(), async (events, allowedAtRest) => {
+        const clock = new FakeClock();
+        const api = new FakeFilePrefs();
+        api.reload(); // tailscaled --config at its start
+        const advertiser = advertiserOn(api, clock);
+        advertiser.withdrawOnly(async () => api.reload());
+        advertiser.start();
+        for (const ev of events) {
+          if (ev.e === 'allow') api.allowed = ev.on;
+          if (ev.e === 'fail') api.failures += ev.n;
+          if (ev.e === 'other') api.services = [...api.services.filter((s) => s !== ev.add), ev.add].filter((s) => api.file.includes(s));
+          if (ev.e === 'owner') {
+            api.file = ev.file;
+            api.reload();
+          }
+          if (ev.e !== 'owner' && ev.e !== 'tick') advertiser.notify();
+          await clock.advance(ev.e === 'tick' ? ev.ms : 0);
+        }
+        api.allowed = allowedAtRest;
+        api.failures = 0;
+        advertiser.notify();
+        await clock.advance(0);
+        await clock.advance(60_000); // a resync: an owner's reload since the last read is seen
+        assert.deepEqual(api.additions, [], 'an edit added a Service');
+        assert.equal(api.writesWhileForbidden, 0, 'wrote the Service while the decision said no');
+        const expected = api.file.filter((s) => allowedAtRest || s !== SERVICE);
+        assert.deepEqual([...api.services].sort(), [...expected].sort(), 'the file’s list, less the refused Service');
+        await advertiser.stop();
+      }),
+      { numRuns: RUNS },
+    );
+  });
+
+  it('withdraws at once, again after the owner’s reload (at the next read), and reloads the file once the Service may be served', async () => {
+    const clock = new FakeClock();
+    const api = new FakeFilePrefs();
+    api.reload();
+    const advertiser = advertiserOn(api, clock);
+    advertiser.withdrawOnly(async () => api.reload());
+    advertiser.start();
+    await clock.advance(0);
+    assert.deepEqual(api.services, ['svc:x'], 'refused: withdrawn from the file’s list, svc:x kept');
+    api.file = [SERVICE, 'svc:x', 'svc:api'];
+    api.reload(); // the owner changed the file: containerboot reloads it
+    assert.deepEqual(api.services, [SERVICE, 'svc:x', 'svc:api']);
+    await clock.advance(60_000);
+    assert.deepEqual(api.services, ['svc:x', 'svc:api'], 'withdrawn again at the next read');
+    api.allowed = true;
+    const reloads = api.reloads;
+    advertiser.notify();
+    await clock.advance(0);
+    assert.deepEqual(api.services, [SERVICE, 'svc:x', 'svc:api'], 'the file’s list put back');
+    assert.equal(api.reloads, reloads + 1, 'by one reload');
+    await clock.advance(60_000);
+    assert.equal(api.reloads, reloads + 1, 'and not again while nothing is withheld');
+    await advertiser.stop();
+  });
+
+  it('a locked config file (tailscaled refuses every edit) ends the withdrawals: no retry loop, the file’s list stands', async () => {
+    const clock = new FakeClock();
+    const api = new FakeFilePrefs();
+    api.reload();
+    api.editPrefs = async () => {
+      const body = '{"Error":"can\'t reconfigure tailscaled when using a config file; config file is locked"}';
+      throw new LocalApiError({ request: 'PATCH /localapi/v0/prefs', failure: `HTTP 400: ${body}` }, { status: 400, body });
+    };
+    const advertiser = advertiserOn(api, clock);
+    advertiser.withdrawOnly(async () => api.reload());
+    advertiser.start();
+    await clock.advance(0);
+    assert.equal(clock.pendingSleeps(), 0, 'no retry loop left');
+    assert.deepEqual(api.services, [SERVICE, 'svc:x'], 'the file’s list stands');
+  });
+});

@@ -113,13 +113,15 @@ class World {
     return this.leaves.find((l) => l.fingerprint256 === this.held.current?.fingerprint256);
   }
 
-  advertise(): boolean {
+  /** `fromFile`: tailscaled's config file lists the Service; certshare may only withdraw it. */
+  advertise(fromFile = false): boolean {
     return advertiseDecision({
       terminating: this.terminating,
       held: this.currentLeaf(),
       served: servedVerdict(this.state, this.now, this.end),
       now: this.now,
       end: this.end,
+      fromFile,
     }).advertise;
   }
 }
@@ -140,6 +142,28 @@ describe('the advertise decision over any order of events', () => {
           assert.ok(w.now >= known.leaf.notBefore && w.now < known.leaf.notAfter, 'advertised with the served certificate not valid');
           const held = w.currentLeaf();
           assert.ok(held && w.now < w.end(held), 'advertised without a valid certificate held');
+        }
+      }),
+      { numRuns: RUNS },
+    );
+  });
+
+  it('under a config file: withdrawn exactly while the last served certificate seen is expired, foreign, for another name or inside its lead', () => {
+    fc.assert(
+      fc.property(fc.array(eventArb, { maxLength: 40 }), (events) => {
+        const w = new World();
+        for (const ev of events) {
+          w.apply(ev);
+          const known = w.state?.known;
+          const bad =
+            !w.terminating &&
+            known !== undefined &&
+            (!(known.outcome === 'current' || known.outcome === 'previous') ||
+              w.now >= w.end(known.leaf) ||
+              w.now < known.leaf.notBefore ||
+              w.now >= known.leaf.notAfter);
+          if (w.terminating) assert.equal(w.advertise(true), false, 'kept after termination');
+          else assert.equal(w.advertise(true), !bad, bad ? `kept while the proxy served ${known?.outcome}` : 'withdrawn without a bad certificate seen');
         }
       }),
       { numRuns: RUNS },

@@ -50,12 +50,19 @@ interface AdvertiseFacts {
   end: (held: HeldValidity) => number;
   /** Advertise to obtain the Service's domain from control (bootstrapAllowed). */
   bootstrap?: boolean;
+  /**
+   * tailscaled's config file lists the Service (served/advertiser.ts withdrawOnly): the file's owner decided to
+   * advertise it, and only a served certificate clients must not get (expired, foreign, for another name, inside
+   * the readiness lead) withdraws it; nothing seen yet, or a certificate certshare holds no more, leaves the file's word.
+   */
+  fromFile?: boolean;
 }
 
 export type AdvertiseDecision = { advertise: true } | { advertise: false; why: string };
 
 export function advertiseDecision(f: AdvertiseFacts): AdvertiseDecision {
   if (f.terminating) return { advertise: false, why: 'shutting down' };
+  if (f.fromFile) return f.served.verdict === 'bad' ? { advertise: false, why: f.served.why } : { advertise: true };
   if (f.bootstrap) return { advertise: true };
   if (!f.held || f.now < f.held.notBefore || f.now >= f.held.notAfter) return { advertise: false, why: 'no valid certificate held' };
   if (f.now >= f.end(f.held)) return { advertise: false, why: 'the certificate held is inside the readiness lead before it expires' };
