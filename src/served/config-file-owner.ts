@@ -8,9 +8,56 @@ import type { Clock } from '../core/ports/clock.ts';
 import { errorMessage, errorText } from '../core/errors.ts';
 import { LocalApiError, type LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
+import type { Advertiser } from './advertiser.ts';
 
 const FIRST_RETRY_MS = 500;
 const MAX_RETRY_MS = 30_000;
+
+/** What the owner check is told: the Services certshare advertises, and those the injector left to the file. */
+export interface OwnerSettings {
+  advertiseServices: readonly string[] | string;
+  advertiseLeftToFile: readonly string[];
+}
+
+/**
+ * Who advertises the Services: certshare's advertiser, unless the owner of tailscaled's config file does. At start
+ * it says which Services the injector left to the file, then asks tailscaled (configFileOwnsPrefs) and starts the
+ * advertiser only when no config file owns the prefs.
+ */
+export class AdvertisementOwner {
+  readonly #settings: OwnerSettings;
+  readonly #deps: { localApi: Pick<LocalApi, 'reloadConfig'>; clock: Clock; logger: Logger };
+  readonly #stop = new AbortController();
+  /** Resolves true when a config file owns the advertisement; false before start and without an advertiser. */
+  #owned: Promise<boolean> = Promise.resolve(false);
+
+  constructor(settings: OwnerSettings, deps: { localApi: Pick<LocalApi, 'reloadConfig'>; clock: Clock; logger: Logger }) {
+    this.#settings = settings;
+    this.#deps = deps;
+  }
+
+  start(advertiser: Advertiser | undefined): void {
+    const { advertiseServices, advertiseLeftToFile } = this.#settings;
+    if (advertiseLeftToFile.length > 0) sayLeftToFile(advertiseLeftToFile, this.#deps.logger);
+    if (!advertiser) return;
+    this.#owned = (async () => {
+      const owned = await configFileOwnsPrefs(this.#deps.localApi, advertiseServices, this.#deps, this.#stop.signal);
+      if (!owned && !this.#stop.signal.aborted) advertiser.start();
+      return owned;
+    })();
+  }
+
+  /** Whether a config file owns the advertisement (then certshare has nothing to withdraw), once tailscaled answered. */
+  ownedByFile(): Promise<boolean> {
+    return this.#owned;
+  }
+
+  /** Stops asking; resolves once the question under way ended. */
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    await this.#owned;
+  }
+}
 
 /**
  * Says, once, that the config file's owner advertises `services`: found by asking tailscaled, or told by the

@@ -13,7 +13,7 @@ import { Advertiser, type PrefsApi } from './advertiser.ts';
 import { agentPrefs } from './advertise-exchange.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
 import { ServedMetrics, servedStatus } from './served-metrics.ts';
-import { configFileOwnsPrefs, sayLeftToFile } from './config-file-owner.ts';
+import { AdvertisementOwner } from './config-file-owner.ts';
 import { ServiceDomains, type ServiceDomainsOptions } from './service-domains.ts';
 
 /** How long certshare waits for the advertise agent to apply a request (its poll, a prefs read and edit) before retrying. */
@@ -115,41 +115,33 @@ export function createServedRotation(config: ServedRotationSettings & { validity
     },
   });
   const probe = (domain: string, signal: AbortSignal) => probeServed(target, domain, config.servedCheckTimeoutMs, signal);
+  // Certshare's advertiser advertises, unless tailscaled's config file owns the prefs (config-file-owner.ts).
+  const owner = new AdvertisementOwner(config, deps);
   const certDomains = deps.certDomains;
   const managed = managedServices(config, deps);
   const serviceDomains =
     advertises(config) && certDomains ? createServiceDomains(config, { ...deps, certDomains }, managed, probe, () => advertiser?.notify()) : undefined;
   advertiser = createAdvertiser(config, deps, managed, checker, metrics, serviceDomains);
   health.onChange(() => advertiser?.notify());
-  const ownerStop = new AbortController();
-  /** Resolves true when a config file owns the advertisement (config-file-owner.ts); advertising starts otherwise. */
-  let ownerChecked: Promise<boolean> = Promise.resolve(false);
-  const startAdvertising = async (a: Advertiser): Promise<boolean> => {
-    const owned = await configFileOwnsPrefs(deps.localApi, config.advertiseServices, deps, ownerStop.signal);
-    if (!owned && !ownerStop.signal.aborted) a.start();
-    return owned;
-  };
   return {
     observer: checker,
     checker,
     advertiser,
     serviceDomains,
     start: () => {
-      if (config.advertiseLeftToFile.length > 0) sayLeftToFile(config.advertiseLeftToFile, logger);
       checker.start();
       serviceDomains?.start();
-      ownerChecked = advertiser ? startAdvertising(advertiser) : Promise.resolve(false);
+      owner.start(advertiser);
     },
     async leave(failoverMs, signal, alongside) {
       // A config file's owner advertises: nothing of certshare's to withdraw.
-      const leftToOwner = await ownerChecked;
+      const leftToOwner = await owner.ownedByFile();
       const withdrew = advertiser && !leftToOwner ? await advertiser.withdraw(signal) : false;
       if (withdrew) logger.info({ failoverMs }, 'Tailscale Services withdrawn; waiting for control to move clients');
       await Promise.all([withdrew ? clock.sleep(failoverMs, signal).catch(() => {}) : undefined, alongside()]);
     },
     async stop() {
-      ownerStop.abort();
-      await ownerChecked;
+      await owner.stop();
       await Promise.all([checker.stop(), advertiser?.stop(), serviceDomains?.stop()]);
     },
   };
