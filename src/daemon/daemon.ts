@@ -12,7 +12,7 @@ import { dirBackend, type StoreBackend } from '../store/store-backend.ts';
 import type { KubeBackendContext } from '../kube/kube-backend.ts';
 import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
 import type { DaemonConfig } from '../config/daemon-config.ts';
-import { followServeConfig, type ServeConfigWatcher } from '../config/serve-config-watcher.ts';
+import { followServeConfig, type ServeConfigWatcher } from '../localapi/serve-config-watcher.ts';
 import { tailscaledSource, type CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
 import { daemonListener, type DaemonListener } from './daemon-listener.ts';
 import { Metrics } from '../http/daemon-metrics.ts';
@@ -174,6 +174,11 @@ async function buildParts(
       serveConfigServices: () => serveConfigServices,
     },
   );
+  const onServices = (services: string[]): void => {
+    serveConfigServices = services;
+    served?.advertiser?.notify();
+  };
+  const serveConfig = followServeConfig(settings.serveConfig, { logger, domains, health, onServices });
   const extraObservers = [eventsObserver(events), ...(routingProofs ? [routingProofs] : []), ...(served ? [served.observer] : []), ...delivery.observers];
   const availability = served?.serviceDomains?.availability ?? watcher;
   // ARI wakes a loop whose renewal window the CA moved (called once the loops exist).
@@ -184,11 +189,6 @@ async function buildParts(
   const manager = certificateLoops(settings.loops, { ...deps, startup, backend, metrics, health, localApi, availability, ari, extraObservers });
   domains.drive(manager, ari, health);
   logHealthChanges(health, clock, logger);
-  const onServices = (services: string[]): void => {
-    serveConfigServices = services;
-    served?.advertiser?.notify();
-  };
-  const serveConfig = followServeConfig(settings.serveConfig, { logger, domains, health, onServices });
   const { leaveRotation, route } = rotationExit(settings.leave, { clock, logger, backend, served });
   const routes = { ...(routingProofs ? { routingProofs } : {}), ...route };
   const onTlsServed = (serial: string): boolean => events.emit('tlsServed', { serial });

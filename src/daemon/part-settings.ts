@@ -10,7 +10,7 @@ import type { DeliverySettings } from '../delivery/proxy-delivery.ts';
 import type { AriSettings } from '../acme/ari-checker.ts';
 import type { ServedRotationSettings } from '../served/served-rotation.ts';
 import type { KubeSettings } from '../kube/kube-backend.ts';
-import type { ServeConfigSettings } from '../config/serve-config-watcher.ts';
+import type { ServeConfigSettings } from '../localapi/serve-config-watcher.ts';
 import type { HttpSettings } from './daemon-listener.ts';
 import type { LeaveSettings } from './rotation-exit.ts';
 
