@@ -14,7 +14,7 @@ const FIRST_RETRY_MS = 500;
 const MAX_RETRY_MS = 30_000;
 
 /** What the owner check is told: the Services certshare advertises, and those the injector left to the file. */
-export interface OwnerSettings {
+interface OwnerSettings {
   advertiseServices: readonly string[] | string;
   advertiseLeftToFile: readonly string[];
 }
@@ -63,7 +63,7 @@ export class AdvertisementOwner {
  * Says, once, that the config file's owner advertises `services`: found by asking tailscaled, or told by the
  * injector (--advertise-left-to-file), whose sidecar has no right to ask.
  */
-export function sayLeftToFile(services: readonly string[] | string, logger: Logger): void {
+function sayLeftToFile(services: readonly string[] | string, logger: Logger): void {
   const text = errorText('CERTSHARE_ADVERTISE_CONFIG_FILE', { services: String(services) });
   logger.warn({ code: 'CERTSHARE_ADVERTISE_CONFIG_FILE', services }, text);
 }
