@@ -23,7 +23,8 @@ export interface DaemonConfig extends DeliverySettings, ServedRotationSettings, 
   domains: string[];
   serveConfig: string | undefined;
   store: StoreChoice;
-  listen: string;
+  /** --listen, parsed: where /healthz and /metrics listen. */
+  listen: { host: string; port: number };
   /** /healthz and /metrics over HTTPS with this pair, reloaded on change; plain HTTP when undefined. */
   tls: TlsChoice | undefined;
   /** The platform's namespace holding one shared ledger per registered domain; undefined: a ledger per group. */

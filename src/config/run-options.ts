@@ -475,13 +475,12 @@ function storeFrom(values: RunValues, env: NodeJS.ProcessEnv): StoreChoice {
   throw badFlag('--store', `must be dir:PATH or kube, got "${storeText}"`);
 }
 
-function listenFrom(values: RunValues): string {
+function listenFrom(values: RunValues): { host: string; port: number } {
   try {
-    parseHostPort(values.listen);
+    return parseHostPort(values.listen);
   } catch (err) {
     throw badFlag('--listen', `${(err as Error).message}`);
   }
-  return values.listen;
 }
 
 export function daemonConfigFrom(values: RunValues, env: NodeJS.ProcessEnv): DaemonConfig {

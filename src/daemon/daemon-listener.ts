@@ -4,7 +4,6 @@
 import type { Server as TlsServer } from 'node:tls';
 import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
-import { parseHostPort } from '../core/values/listen-address.ts';
 import type { PodAddresses } from '../core/values/pod-addresses.ts';
 import { followPair, type FollowedPair } from '../tls/followed-pair.ts';
 import { servePair, type TlsChoice } from '../tls/serving-pair.ts';
@@ -13,7 +12,7 @@ import { secretPairSource } from '../kube/secret-pair-source.ts';
 
 /** Where /healthz and /metrics listen, the Pod's addresses every answer carries, and the --tls pair (undefined: HTTP). */
 export interface HttpSettings {
-  listen: string;
+  listen: { host: string; port: number };
   pod: PodAddresses;
   tls: TlsChoice | undefined;
 }
@@ -46,8 +45,7 @@ export function daemonListener(settings: HttpSettings, deps: DaemonListenerDeps)
         servePair(server, tls.first);
         tls.serveOn((renewed) => servePair(server, renewed));
       }
-      const { host, port } = parseHostPort(settings.listen);
-      return app.listen({ host, port });
+      return app.listen(settings.listen);
     },
     stopFollowing: async () => tls?.stop(),
     async close() {

@@ -9,16 +9,18 @@ import type { IssuanceRole } from '../core/ports/store.ts';
 import type { LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import { dirBackend, type StoreBackend } from '../store/store-backend.ts';
+import { CertDirectory } from '../store/cert-directory.ts';
 import type { KubeBackendContext } from '../kube/kube-backend.ts';
 import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
 import type { DaemonConfig } from '../config/daemon-config.ts';
-import { followServeConfig, type ServeConfigWatcher } from '../config/serve-config-watcher.ts';
+import { followServeConfig, type ServeConfigWatcher } from '../localapi/serve-config-watcher.ts';
 import { tailscaledSource, type CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
 import { daemonListener, type DaemonListener } from './daemon-listener.ts';
 import { Metrics } from '../http/daemon-metrics.ts';
 import { RoutingProofs } from '../http/routing-proof.ts';
 import { heapSavingSwitch } from '../http/heap-saving.ts';
 import { proxyDelivery, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
+import { Projector } from '../delivery/projector.ts';
 import type { ReloadOutcome } from '../delivery/reload-command.ts';
 import type { AriChecker } from '../acme/ari-checker.ts';
 import type { ServedRotation } from '../served/served-rotation.ts';
@@ -58,7 +60,10 @@ export interface Daemon {
 }
 
 /** The storage mode: a directory, or Kubernetes, loaded only then (its client costs tens of MB that directory mode does not pay). */
-async function storeBackend(store: PartSettings['store'], ctx: KubeBackendContext): Promise<StoreBackend> {
+async function storeBackend(
+  store: PartSettings['store'],
+  ctx: KubeBackendContext & { filesWritten(domain: string, path: string): void },
+): Promise<StoreBackend> {
   if (store.kind === 'kube') {
     kubeconfigSource(ctx.env); // no credentials at all: fail before loading the client
     return (await import('../kube/kube-backend.ts')).createKubeBackend(ctx, store.settings);
@@ -88,7 +93,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   // started (buildParts), then started in start-up order (below).
   const settings = partSettings(config);
   const parts = await buildParts(settings, deps, input);
-  const { serveConfig, http, ari, backend, domains, watcher, served } = parts;
+  const { serveConfig, http, ari, backend, projection, domains, watcher, served } = parts;
   // Start-up order: what can still refuse the configuration (the ServeConfig's first read, the first --tls
   // pair, the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before
   // it: a start-up error leaves nothing listening and nothing running.
@@ -101,6 +106,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     serveConfig?.stop();
     await Promise.all([http.stopFollowing(), ari?.stop(), http.close()]);
     await backend.stop?.();
+    await projection?.projector.stop();
     throw err;
   }
   deps.logger.info({ address, store: config.store, mode: config.store.kind === 'kube' ? config.mode : undefined }, 'certshare started');
@@ -122,6 +128,8 @@ interface DaemonParts {
   metrics: Metrics;
   health: HealthState;
   delivery: ProxyDelivery;
+  /** --out-dir in Kubernetes mode: the files the certificates are projected to, and their projector. */
+  projection: { files: CertDirectory; projector: Projector } | undefined;
   /** The store: a directory, or Kubernetes mode (its start-up checks run as it is built: storeBackend). */
   backend: StoreBackend;
   watcher: CertDomainsWatcher;
@@ -158,10 +166,20 @@ async function buildParts(
     onOutcome: reloadReport(metrics, events),
   });
   const { filesWritten } = delivery;
+  // --out-dir (Kubernetes mode): each certificate also written as files there, as the dir store writes them.
+  const files = settings.projection ? new CertDirectory(settings.projection, clock) : undefined;
+  const projection = files ? { files, projector: new Projector(files, { clock, logger, health, onWritten: filesWritten }) } : undefined;
   // The start of the grace for what every start goes through (tailscaled not listening yet, the first issuance),
   // before the store's start-up checks.
   const startup = new StartupGrace(clock, settings.startupGraceMs);
-  const backend = await storeBackend(settings.store, { ...deps, metrics, health, filesWritten, ...(routingProofs ? { routingProofs } : {}) });
+  const backend = await storeBackend(settings.store, {
+    ...deps,
+    metrics,
+    health,
+    filesWritten,
+    ...(projection ? { projection } : {}),
+    ...(routingProofs ? { routingProofs } : {}),
+  });
   const { localApi, watcher } = tailscaledSource(settings.tailscaled, { clock, logger, startup, localApi: input.localApi, metrics, health });
   const domains = new ManagedDomains(settings.domains, logger, input.heapSaving ?? heapSavingSwitch());
   // --advertise-services serve-config: the ServeConfig's Services as last read (its watcher reads it first at start-up).
@@ -174,6 +192,11 @@ async function buildParts(
       serveConfigServices: () => serveConfigServices,
     },
   );
+  const onServices = (services: string[]): void => {
+    serveConfigServices = services;
+    served?.advertiser?.notify();
+  };
+  const serveConfig = followServeConfig(settings.serveConfig, { logger, domains, health, onServices });
   const extraObservers = [eventsObserver(events), ...(routingProofs ? [routingProofs] : []), ...(served ? [served.observer] : []), ...delivery.observers];
   const availability = served?.serviceDomains?.availability ?? watcher;
   // ARI wakes a loop whose renewal window the CA moved (called once the loops exist).
@@ -184,16 +207,11 @@ async function buildParts(
   const manager = certificateLoops(settings.loops, { ...deps, startup, backend, metrics, health, localApi, availability, ari, extraObservers });
   domains.drive(manager, ari, health);
   logHealthChanges(health, clock, logger);
-  const onServices = (services: string[]): void => {
-    serveConfigServices = services;
-    served?.advertiser?.notify();
-  };
-  const serveConfig = followServeConfig(settings.serveConfig, { logger, domains, health, onServices });
   const { leaveRotation, route } = rotationExit(settings.leave, { clock, logger, backend, served });
   const routes = { ...(routingProofs ? { routingProofs } : {}), ...route };
   const onTlsServed = (serial: string): boolean => events.emit('tlsServed', { serial });
   const http = daemonListener(settings.http, { ...deps, health, metrics, onTlsServed, ...routes });
-  return { clock, logger, events, metrics, health, delivery, backend, watcher, domains, served, ari, manager, serveConfig, leaveRotation, http };
+  return { clock, logger, events, metrics, health, delivery, projection, backend, watcher, domains, served, ari, manager, serveConfig, leaveRotation, http };
 }
 
 /** A reload of the proxy ended: counted, and emitted as `reloaded`. */
@@ -251,6 +269,7 @@ async function stopDaemon(p: DaemonParts, shutdownTimeoutMs: number): Promise<vo
   p.serveConfig?.stop();
   await Promise.all([manager.stop(), p.watcher.stop(), p.http.stopFollowing(), p.ari?.stop(), p.served?.stop()]);
   await backend.stop?.();
+  await p.projection?.projector.stop();
   await p.delivery.stop();
   await p.http.close();
   logger.info({}, 'stopped');

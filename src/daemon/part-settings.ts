@@ -10,7 +10,7 @@ import type { DeliverySettings } from '../delivery/proxy-delivery.ts';
 import type { AriSettings } from '../acme/ari-checker.ts';
 import type { ServedRotationSettings } from '../served/served-rotation.ts';
 import type { KubeSettings } from '../kube/kube-backend.ts';
-import type { ServeConfigSettings } from '../config/serve-config-watcher.ts';
+import type { ServeConfigSettings } from '../localapi/serve-config-watcher.ts';
 import type { HttpSettings } from './daemon-listener.ts';
 import type { LeaveSettings } from './rotation-exit.ts';
 
@@ -21,6 +21,8 @@ export interface PartSettings {
   /** The metrics' renewal points (http/daemon-metrics.ts). */
   metrics: RenewalPolicy;
   delivery: DeliverySettings;
+  /** --out-dir in Kubernetes mode: the certificates projected as files too (delivery/projector.ts); undefined: none. */
+  projection: string | undefined;
   /** Where certificates are kept: a directory (POD_NAME names its writer), or Kubernetes with its own settings. */
   store: { kind: 'dir'; path: string; podName: string | undefined } | { kind: 'kube'; settings: KubeSettings };
   tailscaled: { localapi: string; certTimeoutMs: number };
@@ -49,6 +51,7 @@ export function partSettings(config: DaemonConfig): PartSettings {
     startupGraceMs: config.startupGraceMs,
     metrics: renewal,
     delivery: pick(config, ['reloadCommand', 'reloadTimeoutMs', 'reloadSignal', 'reloadPidFile', 'haproxyCrtDir', 'haproxySocket']),
+    projection: config.store.kind === 'kube' ? config.outDir : undefined,
     store: config.store.kind === 'kube' ? { kind: 'kube', settings: kubeSettings(config, validityEnd) } : { ...config.store, podName: config.podName },
     tailscaled: { localapi: config.localapi, certTimeoutMs: config.certTimeoutMs },
     domains: config.domains,
@@ -65,7 +68,7 @@ export function partSettings(config: DaemonConfig): PartSettings {
 
 /** Kubernetes mode's settings: the store, the writer's Lease, the readiness gate and the federation home. */
 function kubeSettings(config: DaemonConfig, validityEnd: ValidityEnd): KubeSettings {
-  const { mode, group, watchScope, podName, outDir, leaseDurationMs, budgetNamespace, renewal, readinessLeadMs, federation } = config;
+  const { mode, group, watchScope, podName, leaseDurationMs, budgetNamespace, renewal, readinessLeadMs, federation } = config;
   const gate = config.readinessGate
     ? {
         conditionType: config.readinessGate,
@@ -76,7 +79,7 @@ function kubeSettings(config: DaemonConfig, validityEnd: ValidityEnd): KubeSetti
       }
     : undefined;
   const home = federation ? { ...federation, renewal, readinessLeadMs } : undefined;
-  return { mode, group, watchScope, podName, outDir, leaseDurationMs, budgetNamespace, gate, federation: home };
+  return { mode, group, watchScope, podName, leaseDurationMs, budgetNamespace, gate, federation: home };
 }
 
 function servedSettings(config: DaemonConfig): ServedRotationSettings {

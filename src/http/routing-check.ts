@@ -124,7 +124,7 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
     provenBy = by;
     prove(verdict);
   };
-  const unlisten = options.proofs?.listen(url, () => settle('routed', 'call received'));
+  const unlisten = options.proofs?.onProof(url, () => settle('routed', 'call received'));
   const round = async (): Promise<RoutingOutcome> => {
     rounds++;
     const count = Math.min(MAX_IN_FLIGHT - inFlight, Math.max(options.probesPerRound, 3 * seen.size));

@@ -25,8 +25,8 @@ const FRESH_MS = 30_000;
 export interface RoutingProofSource {
   /** The header value for a call to `url`, or undefined while no certificate key is held. */
   sign(url: string): string | undefined;
-  /** Calls `onProof` each time a call to `url` carrying a valid proof reaches this Pod, until the returned function runs. */
-  listen(url: string, onProof: () => void): () => void;
+  /** Calls `listener` each time a call to `url` carrying a valid proof reaches this Pod, until the returned function runs. */
+  onProof(url: string, listener: () => void): () => void;
 }
 
 export class RoutingProofs implements LoopObserver, RoutingProofSource {
@@ -53,12 +53,12 @@ export class RoutingProofs implements LoopObserver, RoutingProofSource {
     return `${domain} ${at} ${mac(this.#keys.get(domain)!, url, at).toString('base64url')}`;
   }
 
-  listen(url: string, onProof: () => void): () => void {
+  onProof(url: string, listener: () => void): () => void {
     const listeners = this.#listeners.get(url) ?? new Set<() => void>();
     this.#listeners.set(url, listeners);
-    listeners.add(onProof);
+    listeners.add(listener);
     return () => {
-      listeners.delete(onProof);
+      listeners.delete(listener);
       if (listeners.size === 0) this.#listeners.delete(url);
     };
   }

@@ -1,17 +1,17 @@
 // Kubernetes mode, the StoreBackend (src/store/store-backend.ts) the daemon loads on demand: Secrets as the store, a
-// Lease for the writer, the Pod's Events and readiness gate, an optional projection of the files. Each part is
-// built in its own file from its own settings; this file only joins them.
+// Lease for the writer, the Pod's Events and readiness gate, joined with the daemon's projection of the files when
+// there is one. Each part is built in its own file from its own settings; this file only joins them.
 import { errorMessage } from '../core/errors.ts';
 import { staticRole, type IssuanceRole, type ShareMode, type WatchScope } from '../core/ports/store.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { HealthState } from '../core/loop/health.ts';
 import type { StoreBackend } from '../store/store-backend.ts';
-import { CertDirectory } from '../store/cert-directory.ts';
+import type { CertDirectory } from '../store/cert-directory.ts';
 import type { Metrics } from '../http/daemon-metrics.ts';
 import type { RoutingProofSource } from '../http/routing-proof.ts';
 import type { Federated, HomeSettings } from './federation-home.ts';
-import { Projector } from '../delivery/projector.ts';
+import type { Projector } from '../delivery/projector.ts';
 import { connectKube, type KubeConnection } from './connection.ts';
 import { podReadinessGate, type ReadinessGate, type ReadinessGateSettings } from './readiness-gate.ts';
 import { podTerminationProbe } from './pod-terminating.ts';
@@ -31,8 +31,6 @@ export interface KubeSettings {
   watchScope: WatchScope;
   /** POD_NAME: the Pod whose Events, readiness condition and termination certshare follows; undefined: none. */
   podName: string | undefined;
-  /** --out-dir: the certificates projected as files too. */
-  outDir: string | undefined;
   leaseDurationMs: number;
   budgetNamespace: string | undefined;
   /** --readiness-gate: the Pod's own condition and its routing check; undefined: none. */
@@ -50,8 +48,11 @@ export interface KubeBackendContext {
   health: HealthState;
   /** --routing-check: proofs of routing given and received (routing-proof.ts). */
   routingProofs?: RoutingProofSource;
-  /** Certificate files changed on disk (the --out-dir projection): logs, then reloads the proxy if configured. */
-  filesWritten(domain: string, path: string): void;
+  /**
+   * --out-dir: the certificates projected as files too (the daemon's part, delivery/projector.ts): the store reads
+   * the earlier copies a replica projected there, and the readiness gate waits for the projection to settle.
+   */
+  projection?: { files: CertDirectory; projector: Projector };
 }
 
 /** Who writes in this cluster: with --mode auto the holder of the group's Lease (its elector), else the mode says. */
@@ -94,14 +95,13 @@ export async function createKubeBackend(ctx: KubeBackendContext, settings: KubeS
   const member = settings.federation
     ? await (await import('./federation-home.ts')).federationMember(settings.federation, group!, { env: ctx.env, clock, logger, metrics, podEvents })
     : undefined;
-  const files = settings.outDir ? new CertDirectory(settings.outDir, clock) : undefined;
+  const { files, projector } = ctx.projection ?? {};
   const store = localSecretStore(settings, connection, { clock, logger, metrics }, files, member?.localTrust);
   // A start-up check: in group scope a Role without list/watch on the namespace's Secrets is fatal here.
   await store.start();
   const identity = podName ?? `certshare-${process.pid}`;
   const { elector, localRole } = localWriterRole(settings, connection, identity, { clock, logger, metrics, podEvents });
   const federation = await member?.join({ store, role: localRole, identity, connection });
-  const projector = files ? new Projector(files, { logger, clock, health: ctx.health, onWritten: ctx.filesWritten }) : undefined;
   // validateConfig: a readiness gate has POD_NAME, a routing check an IPv4 in POD_IPS.
   const gate =
     settings.gate && podName
@@ -139,7 +139,6 @@ export async function createKubeBackend(ctx: KubeBackendContext, settings: KubeS
       await store.stop();
       await federation?.close();
       connection.close();
-      await projector?.stop();
     },
   };
 }

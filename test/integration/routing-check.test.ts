@@ -133,7 +133,7 @@ describe('routing check', () => {
       return { ip: '10.201.0.200', delayMs: 5_000 };
     });
     servers.push(svc.server);
-    const listening = peer.listen(svc.url, () => {});
+    const listening = peer.onProof(svc.url, () => {});
     const outcome = await checkRouting(svc.url, { ...options, timeoutMs: 500, patienceMs: 10_000, proofs: own });
     listening();
     assert.deepEqual([outcome.verdict, outcome.provenBy], ['routed', 'call received']);

@@ -28,7 +28,7 @@ describe('routing proofs', () => {
   it("a replica's call to the Service proves the route to the replica that receives it, for as long as it listens", () => {
     const { a, b } = group();
     let proofs = 0;
-    const unlisten = b.listen(URL_, () => proofs++);
+    const unlisten = b.onProof(URL_, () => proofs++);
     assert.equal(b.received(a.sign(URL_)), true);
     assert.equal(b.received(b.sign(URL_)), true, 'its own call, come back through the Service, is as good');
     assert.equal(proofs, 2);
@@ -44,13 +44,13 @@ describe('routing proofs', () => {
     const b = new RoutingProofs(clock);
     a.certificate(DOMAIN, held(pkcs8.export({ format: 'pem', type: 'pkcs8' }).toString()));
     b.certificate(DOMAIN, held(pkcs8.export({ format: 'pem', type: 'pkcs1' }).toString()));
-    b.listen(URL_, () => {});
+    b.onProof(URL_, () => {});
     assert.equal(b.received(a.sign(URL_)), true);
   });
 
   it('refuses a call signed with another key, for another URL, out of time, forged or garbled', async () => {
     const { a, b, clock } = group();
-    b.listen(URL_, () => assert.fail('no proof expected'));
+    b.onProof(URL_, () => assert.fail('no proof expected'));
     const stranger = new RoutingProofs(clock);
     stranger.certificate(DOMAIN, held(newKey()));
     assert.equal(b.received(stranger.sign(URL_)), false, 'another group (or anyone) with a key of its own');

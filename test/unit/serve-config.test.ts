@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { MAX_SERVE_CONFIG_SERVICES, domainsFromServeConfig, servicesFromServeConfig } from '../../src/config/serve-config.ts';
+import { MAX_SERVE_CONFIG_SERVICES, domainsFromServeConfig, servicesFromServeConfig } from '../../src/localapi/serve-config.ts';
 
 describe('domainsFromServeConfig', () => {
   it('takes HTTPS hosts of Services and TLS-terminating TCP handlers', () => {

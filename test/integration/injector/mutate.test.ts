@@ -694,7 +694,7 @@ describe('the injected sidecar and the daemon', () => {
     const config = daemonConfigFrom(parseFlags(RUN_FLAGS, [], env), env);
     assert.deepEqual(
       [config.domains, config.mode, config.store, config.outDir, config.readinessGate, config.localapi, config.listen],
-      [[DOMAIN, 'b.example.com'], 'ro', { kind: 'kube' }, '/certs', DEFAULT_READINESS_GATE, '/var/run/tailscale/tailscaled.sock', '[::]:9002'],
+      [[DOMAIN, 'b.example.com'], 'ro', { kind: 'kube' }, '/certs', DEFAULT_READINESS_GATE, '/var/run/tailscale/tailscaled.sock', { host: '::', port: 9002 }],
     );
     // certshare.io/flags: in the order written, a repeated flag as its comma-separated variable.
     assert.deepEqual([config.routingChecks, config.drainDelayMs], [['http://a/healthz', 'http://b/healthz'], 2000]);
