@@ -166,35 +166,39 @@ describe('tailscaled from a config file (emulator): the file owns AdvertiseServi
     return { proxy, emulator, daemon, certDir, log, said, done };
   }
 
-  it('"Locked": false: withdraws the Service from the file’s list while the proxy serves a foreign certificate, again after the owner’s reload, and reloads the file once it serves the held one', async () => {
-    const s = await fromFile({ Locked: false });
-    const prefs = s.emulator.prefs;
-    // Every value the prefs' list takes, in order (a reload to the same list is no change): an edit of certshare's
-    // may only remove from the file's list.
-    const seen: string[][] = [prefs.advertiseServices];
-    prefs.onEdit = () => {
-      if (seen.at(-1)!.join() !== prefs.advertiseServices.join()) seen.push(prefs.advertiseServices);
-    };
-    try {
-      await until('config-file mode said', () => s.said().length === 1, [every50ms]);
-      assert.match(String(s.said()[0]!.msg), /svc:web left to the file's owner; certshare never adds them, withdraws them only while/);
-      await until('withdrawn: the proxy serves a certificate certshare never held', () => prefs.advertiseServices.join() === 'svc:x', [every50ms]);
-      // The owner changes the file; containerboot reloads it: svc:web is back, until certshare's next read.
-      prefs.configFile = { Locked: false, AdvertiseServices: [SERVICE, 'svc:x', 'svc:api'] };
-      prefs.reloadConfig();
-      await until('withdrawn again after the reload', () => prefs.advertiseServices.join() === 'svc:x,svc:api', [every50ms]);
-      await until('the certificate held', () => s.daemon.health.infoOf(DOMAIN) !== undefined, [every50ms]);
-      s.proxy.serve(await heldPair(s.certDir));
-      await until('the file’s list put back', () => prefs.advertiseServices.join() === 'svc:web,svc:x,svc:api', [every50ms]);
-      const edits = prefs.edits;
-      await s.daemon.stop();
-      assert.equal(prefs.edits, edits, 'no withdrawal on stop: the file’s owner (containerboot) withdraws on its own');
-      assert.deepEqual(seen, [[SERVICE, 'svc:x'], ['svc:x'], [SERVICE, 'svc:x', 'svc:api'], ['svc:x', 'svc:api'], [SERVICE, 'svc:x', 'svc:api']]);
-      assert.equal(s.said().length, 1, 'said once');
-    } finally {
-      await s.done();
-    }
-  });
+  it(
+    '"Locked": false: withdraws the Service from the file’s list while the proxy serves a foreign certificate, ' +
+      'again after the owner’s reload, and reloads the file once it serves the held one',
+    async () => {
+      const s = await fromFile({ Locked: false });
+      const prefs = s.emulator.prefs;
+      // Every value the prefs' list takes, in order (a reload to the same list is no change): an edit of certshare's
+      // may only remove from the file's list.
+      const seen: string[][] = [prefs.advertiseServices];
+      prefs.onEdit = () => {
+        if (seen.at(-1)!.join() !== prefs.advertiseServices.join()) seen.push(prefs.advertiseServices);
+      };
+      try {
+        await until('config-file mode said', () => s.said().length === 1, [every50ms]);
+        assert.match(String(s.said()[0]!.msg), /svc:web left to the file's owner; certshare never adds them, withdraws them only while/);
+        await until('withdrawn: the proxy serves a certificate certshare never held', () => prefs.advertiseServices.join() === 'svc:x', [every50ms]);
+        // The owner changes the file; containerboot reloads it: svc:web is back, until certshare's next read.
+        prefs.configFile = { Locked: false, AdvertiseServices: [SERVICE, 'svc:x', 'svc:api'] };
+        prefs.reloadConfig();
+        await until('withdrawn again after the reload', () => prefs.advertiseServices.join() === 'svc:x,svc:api', [every50ms]);
+        await until('the certificate held', () => s.daemon.health.infoOf(DOMAIN) !== undefined, [every50ms]);
+        s.proxy.serve(await heldPair(s.certDir));
+        await until('the file’s list put back', () => prefs.advertiseServices.join() === 'svc:web,svc:x,svc:api', [every50ms]);
+        const edits = prefs.edits;
+        await s.daemon.stop();
+        assert.equal(prefs.edits, edits, 'no withdrawal on stop: the file’s owner (containerboot) withdraws on its own');
+        assert.deepEqual(seen, [[SERVICE, 'svc:x'], ['svc:x'], [SERVICE, 'svc:x', 'svc:api'], ['svc:x', 'svc:api'], [SERVICE, 'svc:x', 'svc:api']]);
+        assert.equal(s.said().length, 1, 'said once');
+      } finally {
+        await s.done();
+      }
+    },
+  );
 
   it('locked (tailscaled refuses every prefs edit): leaves the file’s list as it is, says why once, through a change of the file and the stop', async () => {
     const s = await fromFile({});

@@ -3,7 +3,8 @@
 // which puts the file's AdvertiseServices back). The real tailscaled 1.102.5, the file `"Locked": false` as the
 // operator writes it: certshare never adds to the file's list; while its proxy serves an expired certificate it
 // withdraws the Service within the check interval, again after the owner's change of the file (containerboot's
-// reload puts it back: certshare sees it on the IPN bus and withdraws within milliseconds), and once the proxy serves the certificate held it reloads the file: the file's list again.
+// reload puts it back: certshare sees it on the IPN bus and withdraws within milliseconds), and once the proxy
+// serves the certificate held it reloads the file: the file's list again.
 // Its stop edits nothing (containerboot withdraws on its own SIGTERM). Every change of the prefs is read from
 // the IPN bus. Twice:
 // tailscaled started with --config and the reload asked here; and the real containerboot 1.102.5 (the entrypoint

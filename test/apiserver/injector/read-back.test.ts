@@ -201,7 +201,8 @@ describe("the injector's own Secrets, written with its stolen token", () => {
     assert.ok((await counted(injector, 'injector-ca')) > 0, 'counted');
   });
 
-  it("a CA Secret flooded with 1,500 valid CAs (what its 1 MiB holds) before the injector's own: each replica reads 8, the writer writes and publishes its own again", {
+  it("a CA Secret flooded with 1,500 valid CAs (what its 1 MiB holds) before the injector's own: " +
+    'each replica reads 8, the writer writes and publishes its own again', {
     timeout: 120_000,
   }, async () => {
     const now = Date.now();
