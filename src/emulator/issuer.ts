@@ -30,6 +30,8 @@ export interface IssuerOptions {
   certBackdateMs?: number | undefined;
   /** The CA's clock minus tailscaled's (both signs): notBefore/notAfter are stamped on the CA's clock. */
   clockSkewMs?: number | undefined;
+  /** The CA's own clock, tailscaled's (`clock`) unless given: notBefore/notAfter are stamped on it, plus clockSkewMs. */
+  caClock?: { now(): number } | undefined;
   /** The CA as PEM (EmulatorOptions.ca); undefined: one made on first use. */
   ca?: { certPem: string; keyPem: string } | undefined;
   /** A CA that hands out less than asked: with min_validity set, notAfter at most min_validity minus this from now. */
@@ -125,7 +127,7 @@ export class Issuer {
    */
   freshWindow(minValidityMs = 0): { notBefore: number; notAfter: number } {
     const { certBackdateMs, clockSkewMs, certShortByMs } = this.#opts;
-    const now = floorSecond(this.#opts.clock.now() + (clockSkewMs ?? 0));
+    const now = floorSecond((this.#opts.caClock ?? this.#opts.clock).now() + (clockSkewMs ?? 0));
     const lifetime = Math.max(1000, floorSecond(this.#opts.certLifetimeMs));
     let notBefore: number;
     let notAfter: number;

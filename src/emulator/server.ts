@@ -71,6 +71,8 @@ export interface EmulatorOptions {
   tailscaledVersion?: string;
   /** Time source for issuance and the cache (tests move it). Default Date.now. */
   clock?: { now(): number };
+  /** The CA's own clock, where notBefore/notAfter are stamped (plus clockSkewMs): a test's CA off tailscaled's. Default `clock`. */
+  caClock?: { now(): number };
   /** Append one JSON line per real issuance to this file (shared by several emulators). */
   ledgerPath?: string;
   /** Also append one `{"kind":"request"}` line per cert request to the ledger (see ledger.ts). Default false. */
@@ -466,6 +468,7 @@ async function issuerFor(
     ...own,
     certBackdateMs: options.certBackdateMs,
     clockSkewMs: options.clockSkewMs,
+    caClock: options.caClock,
     certShortByMs: options.certShortByMs,
     ca: options.ca,
     ledgerPath: options.ledgerPath,

@@ -74,6 +74,12 @@ export interface HomeTuning {
    * home and the push of its break-glass certificate.
    */
   doublePartitionMs: [number, number, number];
+  /**
+   * Each phase of a double partition drawn from its length times 1 - this to 1 (0: the lengths as they are), so
+   * the cuts end on either side of a window's boundaries: the home's renewal, the break-glass safety point. Never
+   * longer: the whole pattern must fit in a chaos segment, as it does at its lengths when it starts early in one.
+   */
+  doublePartitionJitter: number;
 }
 
 export const DEFAULT_HOME_TUNING: HomeTuning = {
@@ -85,7 +91,10 @@ export const DEFAULT_HOME_TUNING: HomeTuning = {
   // first cut covers the copy's safety point wherever it starts in its life, the second a whole life more.
   doublePartitionEveryMs: 90_000,
   doublePartitionMs: [16_000, 8000, 22_000],
+  doublePartitionJitter: 0,
 };
+
+const sum = (values: number[]): number => values.reduce((a, b) => a + b, 0);
 
 export class HomeChaos {
   readonly stats: HomeChaosStats = { homeOutages: 0, homeOutageMaxMs: 0, homePartitions: 0, doublePartitions: 0 };
@@ -157,14 +166,15 @@ export class HomeChaos {
     const start = Date.now();
     let nextOutage = start + rng.between(3000, Math.max(3001, Math.min(t.outageEveryMs, until - start - 12_000)));
     let nextPartition = start + rng.between(1000, Math.max(1001, Math.min(t.partitionEveryMs, until - start - 10_000)));
-    const [firstCutMs, reconnectMs, secondCutMs] = t.doublePartitionMs;
-    const doubleMs = firstCutMs + reconnectMs + secondCutMs;
+    const doubleMs = sum(t.doublePartitionMs);
+    // No draw without jitter: a seed's schedule stays the one it was.
+    const phase = (ms: number): number => (t.doublePartitionJitter > 0 ? ms * rng.between(1 - t.doublePartitionJitter, 1) : ms);
     // The first one early in the segment when the segment can hold it.
     let nextDouble =
       t.doublePartitionEveryMs > 0 ? start + rng.between(500, Math.max(501, Math.min(t.doublePartitionEveryMs, until - start - doubleMs))) : Infinity;
     const cut = new Map<number, number>();
-    /** Members in a double partition, and when its second cut begins (undefined: under way). */
-    const second = new Map<number, number | undefined>();
+    /** Members in a double partition, and when its second cut begins and how long it lasts (undefined: under way). */
+    const second = new Map<number, [number, number] | undefined>();
     for (let now = Date.now(); now < until; now = Date.now()) {
       for (const [i, ends] of cut) {
         if (now < ends) continue;
@@ -177,22 +187,24 @@ export class HomeChaos {
         this.#onReturn(now, i, `member ${i + 1} reconnected`);
         if (second.has(i) && second.get(i) === undefined) second.delete(i);
       }
-      for (const [i, at] of second) {
-        if (at === undefined || now < at) continue;
+      for (const [i, next] of second) {
+        if (next === undefined || now < next[0]) continue;
         this.#cut(i, now);
-        cut.set(i, now + secondCutMs);
+        cut.set(i, now + next[1]);
         second.set(i, undefined);
-        this.#log(`home: member ${i + 1} partitioned from the home again for ${secondCutMs} ms (double partition)`);
+        this.#log(`home: member ${i + 1} partitioned from the home again for ${Math.round(next[1])} ms (double partition)`);
       }
       if (now >= nextDouble && until - now > doubleMs) {
         nextDouble = now + rng.exponential(t.doublePartitionEveryMs);
         const i = rng.int(0, this.#links.length - 1);
         if (!cut.has(i) && !second.has(i)) {
+          const [firstCutMs, reconnectMs, secondCutMs] = t.doublePartitionMs.map(phase) as [number, number, number];
           this.#cut(i, now);
           cut.set(i, now + firstCutMs);
-          second.set(i, now + firstCutMs + reconnectMs);
+          second.set(i, [now + firstCutMs + reconnectMs, secondCutMs]);
           this.stats.doublePartitions++;
-          this.#log(`home: member ${i + 1} partitioned from the home for ${firstCutMs} ms, back ${reconnectMs} ms, then ${secondCutMs} ms (double partition)`);
+          const [a, b, c] = [firstCutMs, reconnectMs, secondCutMs].map(Math.round);
+          this.#log(`home: member ${i + 1} partitioned from the home for ${a} ms, back ${b} ms, then ${c} ms (double partition)`);
         }
       }
       if (now >= nextPartition) {

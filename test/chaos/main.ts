@@ -40,6 +40,24 @@ const SCRIPT: CommandLine = {
         "The run's compressed clock K times slower (1 to 20; 1: 20 s certificates, 2 s lease, 2 s grace): " +
         'lifetimes, lease, retries, grace and chaos intervals times K.',
     },
+    {
+      name: 'double-partition-every',
+      placeholder: 'S',
+      default: '90',
+      help: "With --clusters: the mean time between double partitions of one member from the home, in seconds on the run's clock (0: none).",
+    },
+    {
+      name: 'double-partition-jitter',
+      placeholder: 'F',
+      default: '0',
+      help: 'With --clusters: each phase of a double partition (cut 16 s, back 8 s, cut 22 s) drawn from its length times 1 - F to 1 (F from 0 to 0.5).',
+    },
+    {
+      name: 'last-member-ca-skew',
+      placeholder: 'MS',
+      default: '0',
+      help: "With --clusters: the last member's CA clock this many ms ahead (negative: behind) of its replicas'.",
+    },
     { name: 'seed', placeholder: 'S', help: 'The random seed (default: a random one, printed in the report).' },
     { name: 'json', boolean: true, help: 'The last stdout line is the report as one JSON object.' },
     { name: 'verbose', boolean: true, help: 'The event log on stderr too (always in <run dir>/chaos.log).' },
@@ -52,6 +70,9 @@ const minutes = numberFlag(SCRIPT, values, 'minutes', 2, 'minutes from 1 to 240'
 const clusters = numberFlag(SCRIPT, values, 'clusters', 1, 'a whole number from 1 to 5', (n) => Number.isInteger(n) && n >= 1 && n <= 5);
 const domainsPerGroup = numberFlag(SCRIPT, values, 'domains-per-group', 1, 'a whole number from 1 to 500', (n) => Number.isInteger(n) && n >= 1 && n <= 500);
 const timeScale = numberFlag(SCRIPT, values, 'time-scale', 1, 'a factor from 1 to 20', (n) => n >= 1 && n <= 20);
+const doubleEvery = numberFlag(SCRIPT, values, 'double-partition-every', 90, 'seconds from 0 to 3600', (n) => n >= 0 && n <= 3600);
+const jitter = numberFlag(SCRIPT, values, 'double-partition-jitter', 0, 'a fraction from 0 to 0.5', (n) => n >= 0 && n <= 0.5);
+const caSkew = numberFlag(SCRIPT, values, 'last-member-ca-skew', 0, 'milliseconds from -10000 to 10000', (n) => Number.isInteger(n) && Math.abs(n) <= 10_000);
 const seed = values.seed !== undefined ? Number(values.seed) >>> 0 : (Math.random() * 2 ** 32) >>> 0;
 const [json, verbose, keep] = [values.json === true, values.verbose === true, values.keep === true];
 
@@ -66,7 +87,17 @@ const failSafe = setTimeout(
 failSafe.unref();
 
 try {
-  const report = await runChaos({ minutes, clusters, seed, domainsPerGroup, timeScale, verbose, keep });
+  const report = await runChaos({
+    minutes,
+    clusters,
+    seed,
+    domainsPerGroup,
+    timeScale,
+    verbose,
+    keep,
+    homeTuning: { doublePartitionEveryMs: doubleEvery * 1000, doublePartitionJitter: jitter },
+    lastMemberCaSkewMs: caSkew,
+  });
   console.log(summary(report));
   if (json) console.log(JSON.stringify(report));
   process.exitCode = report.violations === 0 ? 0 : 1;

@@ -41,6 +41,8 @@ export interface ReplicaSpec {
   flags: string[];
   /** The emulator's --ca (a CA shared by every emulator: federated members trust it); default its own. */
   emulatorCa?: string | undefined;
+  /** Extra `certshare emulator` flags (a skewed CA clock). */
+  emulatorFlags?: string[] | undefined;
 }
 
 const live = new Set<ChildProcess>();
@@ -145,6 +147,7 @@ export class Replica {
         '--log-level',
         'info',
         ...(spec.emulatorCa ? ['--ca', spec.emulatorCa] : []),
+        ...(spec.emulatorFlags ?? []),
       ],
       cleanEnv({}),
     );

@@ -48,6 +48,13 @@ export interface RunOptions {
   /** Keep the run directory (logs, ledger) even when every invariant held. */
   keep?: boolean;
   tuning?: Partial<ChaosTuning>;
+  /** The home's chaos over its defaults (federated runs); its mean times scale with timeScale as theirs do. */
+  homeTuning?: Partial<HomeTuning>;
+  /**
+   * The last member's CA clock this far ahead (negative: behind) of its replicas' (emulator --clock-skew),
+   * federated runs only: its certificates' notAfter lands that far off the home's for an issuance as late.
+   */
+  lastMemberCaSkewMs?: number;
   /** Progress lines (default: stderr). */
   progress?: (line: string) => void;
 }
@@ -350,7 +357,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
         home,
         links: homeLinks,
         rng: new Rng(options.seed ^ 0x40e),
-        tuning: scaledHomeTuning(DEFAULT_HOME_TUNING, k),
+        tuning: scaledHomeTuning({ ...DEFAULT_HOME_TUNING, ...options.homeTuning }, k),
         log,
         onReturn: (at, _member, what) => board.homeReturned(at, what, domains),
         onLoss: () => board.homeLost(),
@@ -468,6 +475,7 @@ export async function runChaos(options: RunOptions): Promise<ChaosReport> {
             podIp: `10.0.${c}.${10 + i}`,
             flags: [...timingFlags(k), ...federation],
             emulatorCa: sharedCa?.caFile,
+            emulatorFlags: federated && c === memberPlanes.length - 1 && options.lastMemberCaSkewMs ? [`--clock-skew=${options.lastMemberCaSkewMs}ms`] : [],
           },
           runDir,
           (replica, line) => {

@@ -55,6 +55,8 @@ export interface ReplicaOptions {
   flags?: string[];
   /** The Pod's namespace in the member (NS unless given). */
   namespace?: string | undefined;
+  /** Its emulator's CA's own clock (the bed's unless given): where its certificates' validity is stamped. */
+  caClock?: { now(): number } | undefined;
 }
 
 export interface FederationBed {
@@ -252,6 +254,7 @@ export function useFederation(groups: readonly string[]): FederationBed {
       domains: options.domains,
       id: `${m.name}-${pod}`,
       clock,
+      ...(options.caClock ? { caClock: options.caClock } : {}),
       certLifetimeMs: LIFETIME,
       asyncRenewal: false,
     });

@@ -278,6 +278,22 @@ describe('CertLoop', () => {
     assert.equal(h.calls.length, 0);
   });
 
+  it('takes the pair the store holds at an equal notAfter (two certificates of one second), never one expiring earlier', async () => {
+    h = harness({ role: alwaysReader });
+    const store = (pair: CertPair): void => {
+      h.store.content.set(domain, { state: 'valid', cert: { pair, info: validateCertPair(pair, domain, h.clock.now()) } });
+    };
+    const [own, record] = [await fresh(h), await fresh(h)];
+    store(own);
+    await h.loop.turn(signal);
+    store(record);
+    await h.loop.turn(signal);
+    assert.equal(h.loop.current?.pair, record, "what the store holds now (a member's break-glass pair and the home's renewal tie)");
+    store(await makePair(domain, h.clock.now() - 1000, LIFETIME));
+    await h.loop.turn(signal);
+    assert.equal(h.loop.current?.pair, record, 'an earlier expiry never replaces it');
+  });
+
   it('reads the store itself, not the watched copy, once its certificate stayed due a first-retry interval', async () => {
     h = harness({ role: alwaysReader });
     const loads = freshFlags(h.store);

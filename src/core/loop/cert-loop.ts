@@ -240,7 +240,7 @@ export class CertLoop {
 
   /** Keeps the best valid certificate of what the store returned, our pending pair and what we held. */
   #remember(read: StoreRead): void {
-    if (read.state === 'valid') this.#held.considerStored(read.cert);
+    if (read.state === 'valid') this.#held.considerStored(read.cert, true);
     else if (read.state === 'unusable' && read.expired) this.#held.heldBefore();
     // A newer pair the store saw before what it holds now (a hand edit, a deletion): restored rather than
     // our own older one, which may already be due.

@@ -79,20 +79,26 @@ export class HeldCertificate {
     this.consider(pending);
   }
 
-  /** A pair that was in the store: a candidate, and the start of the minimum interval. */
-  considerStored(cert: StoredCert): void {
-    this.consider(cert);
+  /**
+   * A pair that was in the store: a candidate, and the start of the minimum interval. `record`: the pair the store
+   * holds now (not a last valid one it kept): it also wins a tie by notAfter, so every replica serves what the store
+   * holds (two certificates of one second: a member's break-glass one and the home's renewal, docs/federation.md).
+   */
+  considerStored(cert: StoredCert, record = false): void {
+    this.consider(cert, record);
     // A stored certificate also starts the minimum interval (a restart right after an issuance): from
     // when the writer obtained it, or else from its notBefore, clipped to now.
     const start = cert.obtainedAt ?? Math.min(cert.info.notBefore, this.#deps.clock.now());
     this.#callFloor = Math.max(this.#callFloor, start + this.#deps.minIssueIntervalMs);
   }
 
-  /** Keeps the candidate if it is valid now and expires later than what is held. */
-  consider(candidate: StoredCert): void {
+  /** Keeps the candidate if it is valid now and expires later than what is held (`tieWins`: as late, another pair). */
+  consider(candidate: StoredCert, tieWins = false): void {
     const now = this.#deps.clock.now();
     if (!isCurrentlyValid(candidate.info, now)) return;
-    if (this.#best && this.#best.info.notAfter >= candidate.info.notAfter) return;
+    const best = this.#best?.info;
+    if (best && (best.notAfter > candidate.info.notAfter || (best.notAfter === candidate.info.notAfter && (!tieWins || best.serial === candidate.info.serial))))
+      return;
     this.#best = candidate;
     this.#wasHeld = true;
     this.#deps.firstCertificate?.cleared();
