@@ -13,13 +13,9 @@ import { DAY, makePair } from '../support/certs.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, tempDir } from '../support/standalone.ts';
 import { startNotTlsProxy, startTlsProxy, type TestProxy } from '../support/tls-proxy.ts';
-import { onEvent, until } from '../support/wait.ts';
+import { every, onEvent, until } from '../support/wait.ts';
 
 const SERVICE = 'svc:web';
-const every50ms = (l: () => void): (() => void) => {
-  const timer = setInterval(l, 50);
-  return () => clearInterval(timer);
-};
 
 /** The pair certshare wrote for DOMAIN, for the proxy to serve. */
 async function heldPair(certDir: string): Promise<{ certPem: string; keyPem: string }> {
@@ -79,7 +75,7 @@ describe("a Service's domain granted only to its hosts (emulator)", () => {
     const s = await setup(proxy, []);
     try {
       await until('the wait named', () => /waiting for control to grant this node the domain of svc:web/.test(s.daemon.health.evaluate(Date.now()).reason), [
-        every50ms,
+        every(50),
       ]);
       const reason = s.daemon.health.evaluate(Date.now()).reason;
       assert.match(reason, /must host the Service: approve it as a host with matching tags/);
@@ -97,16 +93,16 @@ describe("a Service's domain granted only to its hosts (emulator)", () => {
     try {
       await until('the certificate held', () => s.emulator.stats().issuancesTotal === 1 && s.daemon.health.infoOf(DOMAIN) !== undefined, [
         onEvent(s.emulator.events, 'issued'),
-        every50ms,
+        every(50),
       ]);
       assert.deepEqual(s.grants[0], [DOMAIN], 'control granted the domain once the Service was advertised');
       assert.ok(logged(s, 'advertising to obtain it costs no client anything'));
-      await until('withdrawn: the proxy does not serve the certificate held', () => !advertised(s), [every50ms]);
-      await until('control took the domain back', () => !s.emulator.certDomains().includes(DOMAIN), [every50ms]);
+      await until('withdrawn: the proxy does not serve the certificate held', () => !advertised(s), [every(50)]);
+      await until('control took the domain back', () => !s.emulator.certDomains().includes(DOMAIN), [every(50)]);
 
       proxy.serve(await heldPair(s.certDir));
-      await until('advertised while served', () => advertised(s), [every50ms]);
-      await until('the domain granted again', () => s.emulator.certDomains().includes(DOMAIN), [every50ms]);
+      await until('advertised while served', () => advertised(s), [every(50)]);
+      await until('the domain granted again', () => s.emulator.certDomains().includes(DOMAIN), [every(50)]);
       assert.equal(s.daemon.health.evaluate(Date.now()).healthy, true);
       assert.equal(s.emulator.stats().issuancesTotal, 1, 'one issuance through the bootstrap and the grants that followed');
       assert.deepEqual(
@@ -123,8 +119,8 @@ describe("a Service's domain granted only to its hosts (emulator)", () => {
     const proxy = await startTlsProxy(await makePair(DOMAIN, Date.now() - DAY, 30 * DAY, otherCa));
     const s = await setup(proxy, ['--advertise-bootstrap']);
     try {
-      await until('the proxy asked', () => logged(s, 'the proxy serves a valid certificate for the Service domain: no bootstrap'), [every50ms]);
-      await until('the wait named', () => /waiting for control to grant/.test(s.daemon.health.evaluate(Date.now()).reason), [every50ms]);
+      await until('the proxy asked', () => logged(s, 'the proxy serves a valid certificate for the Service domain: no bootstrap'), [every(50)]);
+      await until('the wait named', () => /waiting for control to grant/.test(s.daemon.health.evaluate(Date.now()).reason), [every(50)]);
       assert.equal(advertised(s), false);
       assert.equal(s.emulator.stats().issuancesTotal, 0);
     } finally {
@@ -136,10 +132,10 @@ describe("a Service's domain granted only to its hosts (emulator)", () => {
     const proxy = await startNotTlsProxy('http');
     const s = await setup(proxy, ['--advertise-bootstrap'], ['tag:web']);
     try {
-      await until('advertised to obtain the domain', () => advertised(s), [every50ms]);
+      await until('advertised to obtain the domain', () => advertised(s), [every(50)]);
       assert.equal(s.emulator.certDomains().includes(DOMAIN), false, 'no matching tag: not granted');
       s.emulator.prefs.setAdvertiseTags(['tag:web']);
-      await until('issued once granted', () => s.emulator.stats().issuancesTotal === 1, [onEvent(s.emulator.events, 'issued'), every50ms]);
+      await until('issued once granted', () => s.emulator.stats().issuancesTotal === 1, [onEvent(s.emulator.events, 'issued'), every(50)]);
     } finally {
       await s.done();
     }
@@ -179,16 +175,16 @@ describe('tailscaled from a config file (emulator): the file owns AdvertiseServi
         if (seen.at(-1)!.join() !== prefs.advertiseServices.join()) seen.push(prefs.advertiseServices);
       };
       try {
-        await until('config-file mode said', () => s.said().length === 1, [every50ms]);
+        await until('config-file mode said', () => s.said().length === 1, [every(50)]);
         assert.match(String(s.said()[0]!.msg), /svc:web left to the file's owner; certshare never adds them, withdraws them only while/);
-        await until('withdrawn: the proxy serves a certificate certshare never held', () => prefs.advertiseServices.join() === 'svc:x', [every50ms]);
+        await until('withdrawn: the proxy serves a certificate certshare never held', () => prefs.advertiseServices.join() === 'svc:x', [every(50)]);
         // The owner changes the file; containerboot reloads it: svc:web is back, until certshare's next read.
         prefs.configFile = { Locked: false, AdvertiseServices: [SERVICE, 'svc:x', 'svc:api'] };
         prefs.reloadConfig();
-        await until('withdrawn again after the reload', () => prefs.advertiseServices.join() === 'svc:x,svc:api', [every50ms]);
-        await until('the certificate held', () => s.daemon.health.infoOf(DOMAIN) !== undefined, [every50ms]);
+        await until('withdrawn again after the reload', () => prefs.advertiseServices.join() === 'svc:x,svc:api', [every(50)]);
+        await until('the certificate held', () => s.daemon.health.infoOf(DOMAIN) !== undefined, [every(50)]);
         s.proxy.serve(await heldPair(s.certDir));
-        await until('the file’s list put back', () => prefs.advertiseServices.join() === 'svc:web,svc:x,svc:api', [every50ms]);
+        await until('the file’s list put back', () => prefs.advertiseServices.join() === 'svc:web,svc:x,svc:api', [every(50)]);
         const edits = prefs.edits;
         await s.daemon.stop();
         assert.equal(prefs.edits, edits, 'no withdrawal on stop: the file’s owner (containerboot) withdraws on its own');
@@ -204,11 +200,11 @@ describe('tailscaled from a config file (emulator): the file owns AdvertiseServi
     const s = await fromFile({});
     const prefs = s.emulator.prefs;
     try {
-      await until('config-file mode said', () => s.said().length === 1, [every50ms]);
-      await until('the locked file said', () => s.log.entries.some((e) => /config file is locked/.test(String(e.msg))), [every50ms]);
+      await until('config-file mode said', () => s.said().length === 1, [every(50)]);
+      await until('the locked file said', () => s.log.entries.some((e) => /config file is locked/.test(String(e.msg))), [every(50)]);
       prefs.configFile = { AdvertiseServices: [SERVICE, 'svc:api'] };
       prefs.reloadConfig();
-      await until('the proxy checked: a certificate certshare never held', () => s.daemon.health.details().some((l) => l.includes('never held')), [every50ms]);
+      await until('the proxy checked: a certificate certshare never held', () => s.daemon.health.details().some((l) => l.includes('never held')), [every(50)]);
       await s.daemon.stop();
       assert.equal(prefs.edits, 0, 'no prefs edit');
       assert.deepEqual(prefs.advertiseServices, [SERVICE, 'svc:api'], 'what the file says');
@@ -228,9 +224,9 @@ describe('tailscaled from a config file (emulator): the file owns AdvertiseServi
     const daemon = await standaloneDaemon(emulator, join(dir.path, 'certs'), flags, log.logger);
     const said = () => log.entries.filter((e) => e.code === 'CERTSHARE_ADVERTISE_CONFIG_FILE');
     try {
-      await until('said at start', () => said().length === 1, [every50ms]);
+      await until('said at start', () => said().length === 1, [every(50)]);
       assert.match(String(said()[0]!.msg), new RegExp(`${SERVICE} left to the file's owner`));
-      await until('a certificate held', () => emulator.stats().issuancesTotal === 1, [onEvent(emulator.events, 'issued'), every50ms]);
+      await until('a certificate held', () => emulator.stats().issuancesTotal === 1, [onEvent(emulator.events, 'issued'), every(50)]);
       await daemon.stop();
       assert.equal(emulator.prefs.edits, edits, 'no prefs edit');
       assert.equal(said().length, 1, 'said once');

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -11,10 +12,25 @@ import type { ReloadOutcome } from '../../src/delivery/reload-command.ts';
 import { makePair } from '../support/certs.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
-import { nextEvent, until } from '../support/wait.ts';
+import { every, nextEvent, until } from '../support/wait.ts';
 import { HandshakeLoop, pidInFile, proveRenewalsServed, startNginx, tlsSession, waitServing } from './proxies.ts';
 
 const RENEWALS = 3;
+
+/** The worker processes of an nginx master (its children, as Linux lists them). */
+function workersOf(master: number): number[] {
+  return readFileSync(`/proc/${master}/task/${master}/children`, 'utf8').split(' ').filter(Boolean).map(Number);
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 const REPO = join(import.meta.dirname, '../..');
 
 describe('nginx (Debian 12 package) with a stock configuration, reloaded by a signal', { concurrency: true }, () => {
@@ -58,14 +74,19 @@ describe('nginx (Debian 12 package) with a stock configuration, reloaded by a si
         const established = await tlsSession(nginx.port, DOMAIN, version);
         await files(replacement);
         const replacementSerial = new X509Certificate(replacement.certPem).serialNumber;
+        const master = await pidInFile(pidFile);
+        const oldWorkers = workersOf(master);
         const loop = new HandshakeLoop(nginx.port, DOMAIN);
         try {
           const served = nextEvent(loop, 'serial', (serial: string) => serial === replacementSerial);
-          process.kill(await pidInFile(pidFile), 'SIGHUP');
+          process.kill(master, 'SIGHUP');
           await served;
         } finally {
           await loop.stop();
         }
+        // The master lets its old worker accept for a moment after the new one starts (it signals it to quit about
+        // 100 ms later): that worker serves the replaced certificate, and resumes its sessions, until it is gone.
+        await until('the old worker gone', () => oldWorkers.every((pid) => !alive(pid)), [every(50)], 15_000);
         const next = await tlsSession(nginx.port, DOMAIN, version, established.session);
         assert.equal(next.resumed, false, 'a reload makes new ticket keys: the session of the replaced certificate is not resumed');
       } finally {

@@ -10,7 +10,7 @@ import type { RealTailscaled } from '../harness/tailscale.ts';
 import { DAY, makePair } from './certs.ts';
 import { standaloneDaemon } from './standalone.ts';
 import { startTlsProxy, type TestProxy } from './tls-proxy.ts';
-import { until } from './wait.ts';
+import { every, until } from './wait.ts';
 
 export async function prefsOf(ts: RealTailscaled): Promise<Record<string, unknown>> {
   const res = await ts.localApi('/localapi/v0/prefs');
@@ -25,11 +25,6 @@ export function otherPrefs(p: Record<string, unknown>): Record<string, unknown> 
   const { AdvertiseServices: _, ...rest } = p;
   return rest;
 }
-
-const every100ms = (l: () => void): (() => void) => {
-  const timer = setInterval(l, 100);
-  return () => clearInterval(timer);
-};
 
 /**
  * certshare (in this process) with `--advertise-services service` and `flags`: not advertised while the proxy
@@ -59,7 +54,7 @@ export async function advertisedOnceServed(
   ]);
   started({ daemon, proxy });
   const before = advertisedIn(await prefsOf(ts));
-  await until('the certificate held and the proxy checked', () => daemon.health.details().some((l) => l.includes('never held')), [every100ms], 120_000);
+  await until('the certificate held and the proxy checked', () => daemon.health.details().some((l) => l.includes('never held')), [every(100)], 120_000);
   assert.deepEqual(advertisedIn(await prefsOf(ts)), before, 'not advertised while the proxy serves another certificate');
   proxy.serve({
     certPem: await readFile(join(certDir, ts.domain, 'tls.crt'), 'utf8'),

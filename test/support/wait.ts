@@ -52,3 +52,11 @@ export function onEvent(emitter: EventEmitter, name: string): Subscribe {
     return () => emitter.off(name, listener);
   };
 }
+
+/** A source for what has no change event (a process, a connection state): looked at every `ms`. */
+export function every(ms: number): Subscribe {
+  return (listener) => {
+    const timer = setInterval(listener, ms);
+    return () => clearInterval(timer);
+  };
+}

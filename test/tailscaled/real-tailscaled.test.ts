@@ -12,17 +12,11 @@ import type { Daemon } from '../../src/daemon/daemon.ts';
 import { splitPair } from '../support/emulator.ts';
 import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled, type RealTailscaled } from '../harness/tailscale.ts';
 import { standaloneDaemon, useTempDir } from '../support/standalone.ts';
-import { nextEvent, onEvent, until } from '../support/wait.ts';
+import { every, nextEvent, onEvent, until } from '../support/wait.ts';
 
 const healthy = (daemon: Daemon): boolean => daemon.health.evaluate(Date.now()).healthy;
 const healthSource = (daemon: Daemon) => (l: () => void) => daemon.health.onChange(l);
 const busSource = (daemon: Daemon) => (l: () => void) => daemon.watcher.onChange(l);
-/** The watcher's connection state has no change event: look at it every 50 ms. */
-const every50ms = (l: () => void): (() => void) => {
-  const timer = setInterval(l, 50);
-  return () => clearInterval(timer);
-};
-
 function report(figure: string): void {
   if (process.env.CERTSHARE_TS_TIMINGS === '1') process.stderr.write(`real tailscaled: ${figure}\n`);
 }
@@ -69,7 +63,7 @@ describe('certshare against a real tailscaled: the domain appears later, then re
       assert.equal((await ts.localApi('/localapi/v0/cert-domains')).body.trim(), 'null', 'no cert domain yet');
       const daemon = await standaloneDaemon(ts, certDir);
       try {
-        await until('IPN bus connected', () => daemon.watcher.connected, [every50ms], 30_000);
+        await until('IPN bus connected', () => daemon.watcher.connected, [every(50)], 30_000);
         assert.equal(healthy(daemon), false);
         const written = nextEvent(daemon.events, 'filesWritten', () => true, 60_000);
         const appeared = performance.now();
@@ -117,7 +111,7 @@ describe('certshare against a real tailscaled: the domain appears later, then re
         const reconnectsBefore = daemon.watcher.reconnects;
         await ts.stopTailscaled();
         await ts.startTailscaled();
-        await until('bus reconnected', () => daemon.watcher.reconnects > reconnectsBefore && daemon.watcher.connected, [every50ms], 60_000).catch(() =>
+        await until('bus reconnected', () => daemon.watcher.reconnects > reconnectsBefore && daemon.watcher.connected, [every(50)], 60_000).catch(() =>
           assert.fail(
             `certshare did not reconnect to the restarted tailscaled (reconnects ${daemon.watcher.reconnects}, connected ${daemon.watcher.connected})`,
           ),
@@ -233,7 +227,7 @@ describe('certshare against a real tailscaled: the CA rate-limits new orders', {
       const cancelled = (): number => ts.logs().tailscaled.filter((line) => /\): getCertPEM: /.test(line)).length;
       try {
         await until('two failed attempts', () => attempts.length >= 2, [onEvent(daemon.events, 'attempt')], 60_000);
-        await until('tailscaled ended both calls', () => cancelled() >= 2, [every50ms], 3_000);
+        await until('tailscaled ended both calls', () => cancelled() >= 2, [every(50)], 3_000);
         await ts.rateLimitOrders(0, 0);
         assert.deepEqual([...new Set(attempts)], ['error'], `attempts end as timeouts, not rate limits: ${attempts.join(',')}`);
         const limited = await ts.acmeStats();
