@@ -99,6 +99,11 @@ export class Advertiser {
     this.#putBack = putBack;
   }
 
+  /** A config file owns the list (withdrawOnly): the decision only ever withdraws. */
+  get withdrawsOnly(): boolean {
+    return this.#putBack !== undefined;
+  }
+
   /** Something the decision depends on changed: decide again now. */
   notify(): void {
     this.#wake.abort();

@@ -119,9 +119,7 @@ export function createServedRotation(config: ServedRotationSettings & { validity
   const managed = managedServices(config, deps);
   const serviceDomains =
     advertises(config) && certDomains ? createServiceDomains(config, { ...deps, certDomains }, managed, probe, () => advertiser?.notify()) : undefined;
-  /** A config file owns the advertisement: certshare only withdraws from its list (set once startAdvertising knows). */
-  let fromFile = false;
-  advertiser = createAdvertiser(config, deps, managed, checker, metrics, serviceDomains, () => fromFile);
+  advertiser = createAdvertiser(config, deps, managed, checker, metrics, serviceDomains);
   health.onChange(() => advertiser?.notify());
   const ownerStop = new AbortController();
   let ownerChecked: Promise<OwnerCheck> = Promise.resolve({ owned: false });
@@ -134,10 +132,7 @@ export function createServedRotation(config: ServedRotationSettings & { validity
       if (config.advertiseLeftToFile.length > 0) sayLeftToFile(config.advertiseLeftToFile, logger, false);
       checker.start();
       serviceDomains?.start();
-      const onFile = () => {
-        fromFile = true;
-      };
-      ownerChecked = advertiser ? startAdvertising(advertiser, config, deps, ownerStop.signal, onFile) : Promise.resolve({ owned: false });
+      ownerChecked = advertiser ? startAdvertising(advertiser, config, deps, ownerStop.signal) : Promise.resolve({ owned: false });
     },
     async leave(failoverMs, signal, alongside) {
       // A config file's owner advertises, and withdraws on its own stop (containerboot's SIGTERM): nothing of certshare's.
@@ -162,23 +157,16 @@ interface OwnerCheck {
 
 /**
  * Starts the advertiser once tailscaled said whether a config file owns the prefs (config-file-owner.ts). From a file
- * (`onFile` is called first) the advertiser only withdraws from the file's list, puts it back by the same reload and
+ * the advertiser only withdraws from the file's list, puts it back by the same reload and
  * follows its reloads on the IPN bus; through the agent, whose edits add as well as remove, it does not start then.
  */
-async function startAdvertising(
-  a: Advertiser,
-  config: ServedRotationSettings,
-  deps: ServedRotationDeps,
-  signal: AbortSignal,
-  onFile: () => void,
-): Promise<OwnerCheck> {
+async function startAdvertising(a: Advertiser, config: ServedRotationSettings, deps: ServedRotationDeps, signal: AbortSignal): Promise<OwnerCheck> {
   const { localApi } = deps;
   const withdrawOnly = !config.advertiseAgent;
   const owned = await configFileOwnsPrefs(localApi, config.advertiseServices, deps, signal, withdrawOnly);
   if (signal.aborted || (owned && !withdrawOnly)) return { owned };
   let prefsWatch: Promise<void> | undefined;
   if (owned) {
-    onFile();
     a.withdrawOnly((s) => localApi.reloadConfig!(s));
     prefsWatch = watchPrefsChanges(localApi, () => a.notify(), deps, signal);
   }
@@ -193,7 +181,6 @@ function createAdvertiser(
   checker: ServedChecker,
   metrics: ServedMetrics,
   serviceDomains: ServiceDomains | undefined,
-  fromFile: () => boolean,
 ): Advertiser | undefined {
   const { localApi, health, clock, logger } = deps;
   if (!advertises(config)) return undefined;
@@ -206,7 +193,7 @@ function createAdvertiser(
     return undefined;
   }
   const end = config.validityEnd;
-  return new Advertiser({
+  const advertiser: Advertiser = new Advertiser({
     api,
     services,
     decide: ({ domain }, now) => {
@@ -218,7 +205,7 @@ function createAdvertiser(
         end,
         terminating: false,
         bootstrap: serviceDomains?.bootstrap(domain, now) ?? false,
-        fromFile: fromFile(),
+        fromFile: advertiser.withdrawsOnly,
       });
     },
     nextEdge: (now) => {
@@ -238,6 +225,7 @@ function createAdvertiser(
     onAdvertised: (service, advertised) => metrics.advertised(service, advertised),
     onError: (code) => metrics.advertiseErrors.inc({ code }),
   });
+  return advertiser;
 }
 
 /** The Services advertised now (--advertise-services, or the ServeConfig's), and the managed domain each is for. */
