@@ -54,7 +54,7 @@ export async function configFileOwnsPrefs(
 /**
  * Calls `onChange` at each change of tailscaled's prefs (the IPN bus's Notify.Prefs, sent by every prefs edit and every
  * reload of the config file), until `signal` aborts: a reload that put a withdrawn Service back is seen in
- * milliseconds, not at the next read. A lost or refused stream is opened again, doubling from 500 ms up to 30 s;
+ * milliseconds, not at the next read. A lost or refused stream is opened again, doubling from FIRST_RETRY_MS up to MAX_RETRY_MS;
  * the advertiser's own reads every check interval stay the floor.
  */
 export async function watchPrefsChanges(

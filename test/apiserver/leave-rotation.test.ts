@@ -14,17 +14,12 @@ import { GATE, KUBE_DOMAIN, exampleNamespace, must, startReplica } from '../supp
 import { recordingLogger } from '../support/recording-logger.ts';
 import { useTempDir } from '../support/standalone.ts';
 import { startTlsProxy } from '../support/tls-proxy.ts';
-import { until } from '../support/wait.ts';
+import { every, until } from '../support/wait.ts';
 
 const cp = useControlPlane();
 const TOKEN = 'leave-token-0123456789';
 const SERVICE = `svc:${KUBE_DOMAIN.split('.')[0]}`;
 const HOLD = 'example.com/hold';
-
-const every50ms = (l: () => void): (() => void) => {
-  const timer = setInterval(l, 50);
-  return () => clearInterval(timer);
-};
 
 interface PodState {
   deletionTimestamp: string | undefined;
@@ -81,18 +76,18 @@ describe('GET /leave-rotation (real apiserver)', () => {
     const url = `${replica.daemon.address}/leave-rotation`;
     try {
       // Held, then projected: the files land a moment after the loop reports the certificate.
-      await until('the certificate held', () => replica.daemon.health.infoOf(KUBE_DOMAIN) !== undefined, [every50ms], 30_000);
+      await until('the certificate held', () => replica.daemon.health.infoOf(KUBE_DOMAIN) !== undefined, [every(50)], 30_000);
       await until(
         'the certificate projected',
         () => ['tls.crt', 'tls.key'].every((f) => existsSync(join(replica.outDir, KUBE_DOMAIN, f))),
-        [every50ms],
+        [every(50)],
         30_000,
       );
       proxy.serve({
         certPem: await readFile(join(replica.outDir, KUBE_DOMAIN, 'tls.crt'), 'utf8'),
         keyPem: await readFile(join(replica.outDir, KUBE_DOMAIN, 'tls.key'), 'utf8'),
       });
-      await until('advertised', advertised, [every50ms], 30_000);
+      await until('advertised', advertised, [every(50)], 30_000);
       const deadline = Date.now() + 30_000;
       let before = await podState(ns, name);
       while (before.gate?.status !== 'True') {

@@ -18,12 +18,7 @@ import { isNotListening } from '../../src/localapi/client.ts';
 import { type AdvertiseAgent, createAdvertiseAgent } from '../../src/served/advertise-agent.ts';
 import { MAX_EXCHANGE_BYTES, agentPrefs, parseRequest, requestPath } from '../../src/served/advertise-exchange.ts';
 import type { PrefsApi } from '../../src/served/advertiser.ts';
-import { until } from '../support/wait.ts';
-
-const every10ms = (l: () => void): (() => void) => {
-  const timer = setInterval(l, 10);
-  return () => clearInterval(timer);
-};
+import { every, until } from '../support/wait.ts';
 
 class MemoryPrefs implements PrefsApi {
   services: string[] = ['svc:other'];
@@ -71,11 +66,11 @@ describe('advertise agent', () => {
 
   it("advertises what certshare's request names within its allow list, keeps others' Services, edits nothing else", async () => {
     await request('{"seq":1,"advertise":["svc:web","svc:evil"]}');
-    await until('svc:web advertised', advertised('svc:web'), [every10ms]);
+    await until('svc:web advertised', advertised('svc:web'), [every(10)]);
     await request('{"seq":2,"advertise":["svc:api","svc:web"]}');
-    await until('both advertised', () => prefs.services.includes('svc:api') && prefs.services.includes('svc:web'), [every10ms]);
+    await until('both advertised', () => prefs.services.includes('svc:api') && prefs.services.includes('svc:web'), [every(10)]);
     await request('{"seq":3,"advertise":[]}');
-    await until('withdrawn', advertised(), [every10ms]);
+    await until('withdrawn', advertised(), [every(10)]);
     assert.ok(!prefs.services.includes('svc:evil'), 'never a Service outside --advertise-services');
     for (const edit of prefs.edits) assert.deepEqual(Object.keys(edit).sort(), ['AdvertiseServices', 'AdvertiseServicesSet'], 'only AdvertiseServices');
     // The agent edits the prefs, then writes its status: the file may not exist yet when the prefs say withdrawn.
@@ -87,7 +82,7 @@ describe('advertise agent', () => {
         throw err;
       }
     };
-    await until('the status names request 3', () => status().includes('"seq":3'), [every10ms]);
+    await until('the status names request 3', () => status().includes('"seq":3'), [every(10)]);
     assert.deepEqual(JSON.parse(status()), { seq: 3, advertised: [], stopped: false });
   });
 
@@ -118,9 +113,9 @@ describe('advertise agent', () => {
   for (const [what, write] of garbage) {
     it(`withdraws on a request it cannot believe: ${what}`, async () => {
       await request('{"seq":1,"advertise":["svc:web"]}');
-      await until('advertised', advertised('svc:web'), [every10ms]);
+      await until('advertised', advertised('svc:web'), [every(10)]);
       await write();
-      await until('withdrawn', advertised(), [every10ms]);
+      await until('withdrawn', advertised(), [every(10)]);
     });
   }
 

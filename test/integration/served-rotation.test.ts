@@ -11,13 +11,9 @@ import { DAY, makePair } from '../support/certs.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, tempDir } from '../support/standalone.ts';
 import { startNotTlsProxy, startTlsProxy, type TestProxy } from '../support/tls-proxy.ts';
-import { until } from '../support/wait.ts';
+import { every, until } from '../support/wait.ts';
 import { createCertificateAuthority } from '../../src/pki/ca.ts';
 
-const every50ms = (l: () => void): (() => void) => {
-  const timer = setInterval(l, 50);
-  return () => clearInterval(timer);
-};
 const SERVICE = 'svc:web';
 
 async function metric(daemon: Daemon, name: string, labels: string): Promise<number | undefined> {
@@ -89,13 +85,13 @@ describe('served check and Service advertisement (emulator)', () => {
     const proxy = await startTlsProxy(await makePair(DOMAIN, Date.now() - DAY, 30 * DAY, foreignCa));
     const s = await setup(proxy, ['--advertise-services', SERVICE, '--advertise-failover', '300ms', '--shutdown-timeout', '5s']);
     try {
-      await until('a certificate held and the proxy checked', () => s.daemon.health.details().some((l) => l.includes('never held')), [every50ms]);
+      await until('a certificate held and the proxy checked', () => s.daemon.health.details().some((l) => l.includes('never held')), [every(50)]);
       assert.equal(advertised(s), false, 'not advertised while the proxy serves a certificate certshare never held');
       assert.match(s.daemon.health.evaluate(Date.now()).reason, /never held/);
       assert.equal(await metric(s.daemon, 'certshare_served_certificate_status', 'outcome="other"'), 1);
 
       proxy.serve(await heldPair(s.certDir));
-      await until('advertised', () => advertised(s), [every50ms]);
+      await until('advertised', () => advertised(s), [every(50)]);
       assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other', SERVICE], 'the other Service kept, in its place');
       assert.equal(s.daemon.health.evaluate(Date.now()).healthy, true);
       // The gauge follows the edit's answer, a moment after tailscaled (the emulator) applied it.
@@ -105,14 +101,14 @@ describe('served check and Service advertisement (emulator)', () => {
       s.emulator.prefs.setAdvertiseServices(['svc:other', SERVICE, 'svc:third']);
 
       proxy.serve(await makePair(DOMAIN, Date.now() - 2 * DAY, DAY));
-      await until('withdrawn after the proxy served an expired certificate', () => !advertised(s), [every50ms]);
+      await until('withdrawn after the proxy served an expired certificate', () => !advertised(s), [every(50)]);
       assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other', 'svc:third']);
       assert.match(s.daemon.health.evaluate(Date.now()).reason, /expired certificate/);
 
       proxy.serve(await heldPair(s.certDir));
-      await until('advertised again', () => advertised(s), [every50ms]);
+      await until('advertised again', () => advertised(s), [every(50)]);
       const stopping = s.daemon.stop();
-      await until('withdrawn while stopping', () => !advertised(s), [every50ms]);
+      await until('withdrawn while stopping', () => !advertised(s), [every(50)]);
       await stopping;
       const failoverWaited = s.log.entries.some((e) => e.msg?.includes('waiting for control to move clients'));
       assert.ok(failoverWaited, 'the failover wait was logged');
@@ -131,29 +127,29 @@ describe('served check and Service advertisement (emulator)', () => {
     const proxy = await startTlsProxy(await makePair(DOMAIN, Date.now() - DAY, 30 * DAY));
     const s = await setup(proxy, ['--serve-config', file, '--advertise-services', 'serve-config', '--advertise-failover', '300ms', '--shutdown-timeout', '5s']);
     try {
-      await until('the certificate held', () => s.daemon.health.infoOf(DOMAIN) !== undefined, [every50ms]);
+      await until('the certificate held', () => s.daemon.health.infoOf(DOMAIN) !== undefined, [every(50)]);
       proxy.serve(await heldPair(s.certDir));
-      await until('advertised', () => advertised(s), [every50ms]);
+      await until('advertised', () => advertised(s), [every(50)]);
       assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other', SERVICE], 'svc:api (no certificate) not advertised, svc:other kept');
       assert.ok(s.log.entries.some((e) => e.msg?.includes('serve config Service refused') && e.service === 'web'));
 
       // Gone from the file's Services (its domain still managed): withdrawn; back: advertised again.
       await writeFile(file, serveConfig({ 'svc:api': {} }));
-      await until('withdrawn once unlisted', () => !advertised(s), [every50ms]);
+      await until('withdrawn once unlisted', () => !advertised(s), [every(50)]);
       assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other']);
       await writeFile(file, serveConfig({ [SERVICE]: {} }));
-      await until('advertised again once listed', () => advertised(s), [every50ms]);
+      await until('advertised again once listed', () => advertised(s), [every(50)]);
 
       // A file that turns to garbage, or lists too many Services, changes nothing: the last good list stands.
       for (const text of ['{"Services": ', JSON.stringify({ Services: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`svc:s${i}`, {}])) })]) {
         const errors = s.log.entries.filter((e) => e.msg?.includes('serve config unusable')).length;
         await writeFile(file, text);
-        await until('the file refused', () => s.log.entries.filter((e) => e.msg?.includes('serve config unusable')).length > errors, [every50ms]);
+        await until('the file refused', () => s.log.entries.filter((e) => e.msg?.includes('serve config unusable')).length > errors, [every(50)]);
         assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other', SERVICE]);
       }
 
       const stopping = s.daemon.stop();
-      await until('withdrawn while stopping', () => !advertised(s), [every50ms]);
+      await until('withdrawn while stopping', () => !advertised(s), [every(50)]);
       await stopping;
       assert.deepEqual(s.emulator.prefs.advertiseServices, ['svc:other']);
     } finally {
@@ -167,7 +163,7 @@ describe('served check and Service advertisement (emulator)', () => {
       const proxy = await startNotTlsProxy(behaviour);
       const s = await setup(proxy);
       try {
-        await until(`checked (${behaviour})`, () => s.daemon.health.details().some((l) => l.includes('no TLS answer')), [every50ms]);
+        await until(`checked (${behaviour})`, () => s.daemon.health.details().some((l) => l.includes('no TLS answer')), [every(50)]);
         assert.equal(s.daemon.health.evaluate(Date.now()).healthy, true, 'healthy: the check could not run');
         const detail = s.daemon.health.details().join('\n');
         assert.match(detail, behaviour === 'http' ? /not a TLS listener|closed during the TLS handshake/ : /no TLS handshake within 500 ms/);
@@ -182,10 +178,10 @@ describe('served check and Service advertisement (emulator)', () => {
     const proxy = await startTlsProxy(await makePair(DOMAIN, Date.now() - DAY, 30 * DAY));
     const s = await setup(proxy, ['--advertise-services', SERVICE], { prefsWrite: 'denied' });
     try {
-      await until('the certificate held', () => s.daemon.health.infoOf(DOMAIN) !== undefined, [every50ms]);
+      await until('the certificate held', () => s.daemon.health.infoOf(DOMAIN) !== undefined, [every(50)]);
       proxy.serve(await heldPair(s.certDir));
       const refusals = (): Promise<number | undefined> => metric(s.daemon, 'certshare_advertise_errors_total', 'CERTSHARE_LOCALAPI_REFUSED');
-      await until('the edit refused', () => s.log.entries.some((e) => e.msg?.includes('Tailscale Services advertisement')), [every50ms]);
+      await until('the edit refused', () => s.log.entries.some((e) => e.msg?.includes('Tailscale Services advertisement')), [every(50)]);
       // The retry (1 s later) is refused again: counted, not warned about again.
       for (let i = 0; i < 100 && ((await refusals()) ?? 0) < 2; i++) await new Promise((r) => setTimeout(r, 50));
       assert.ok(((await refusals()) ?? 0) >= 2, 'each refusal counted');

@@ -27,15 +27,10 @@ import { projectConfig } from '../support/projected-config.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { startTlsProxy } from '../support/tls-proxy.ts';
-import { until } from '../support/wait.ts';
+import { every, until } from '../support/wait.ts';
 
 /** certshare's --served-check-interval here: the bound on a withdrawal after the owner's reload. */
 const INTERVAL_MS = 1000;
-
-const every100ms = (l: () => void): (() => void) => {
-  const timer = setInterval(l, 100);
-  return () => clearInterval(timer);
-};
 
 async function advertised(ts: RealTailscaled): Promise<string> {
   const res = await ts.localApi('/localapi/v0/prefs');
@@ -89,15 +84,15 @@ async function withdrawsFromTheFile(ts: RealTailscaled, dir: string, change: (fi
   });
   let editsAtStop = 0;
   try {
-    await until('config-file mode said', () => said().length === 1, [every100ms], 60_000);
+    await until('config-file mode said', () => said().length === 1, [every(100)], 60_000);
     assert.match(String(said()[0]!.msg), new RegExp(`${service} left to the file's owner; certshare never adds them`));
-    await until('withdrawn while the proxy serves an expired certificate', () => prefs.seen.at(-1)?.list === list(), [every100ms], 120_000);
+    await until('withdrawn while the proxy serves an expired certificate', () => prefs.seen.at(-1)?.list === list(), [every(100)], 120_000);
     await change([service, 'svc:api']);
-    await until('withdrawn again after the reload, svc:api kept', () => prefs.seen.at(-1)?.list === list('svc:api'), [every100ms], 30_000);
-    await until('the certificate held', () => daemon.health.infoOf(ts.domain) !== undefined, [every100ms], 120_000);
+    await until('withdrawn again after the reload, svc:api kept', () => prefs.seen.at(-1)?.list === list('svc:api'), [every(100)], 30_000);
+    await until('the certificate held', () => daemon.health.infoOf(ts.domain) !== undefined, [every(100)], 120_000);
     const domainDir = join(certs, ts.domain);
     proxy.serve({ certPem: await readFile(join(domainDir, 'tls.crt'), 'utf8'), keyPem: await readFile(join(domainDir, 'tls.key'), 'utf8') });
-    await until('the file’s list put back', () => prefs.seen.at(-1)?.list === list(service, 'svc:api'), [every100ms], 30_000);
+    await until('the file’s list put back', () => prefs.seen.at(-1)?.list === list(service, 'svc:api'), [every(100)], 30_000);
     editsAtStop = ts.logs().tailscaled.filter((l) => l.includes('EditPrefs:')).length;
   } catch (err) {
     process.stderr.write(`on failure: the prefs' changes ${JSON.stringify(prefs.seen)}\ncertshare's log ${JSON.stringify(log.entries.slice(0, 60))}\n`);
@@ -158,7 +153,7 @@ describe("the real containerboot with the operator's config file: the file's own
     await withdrawsFromTheFile(ts, dir(), async (services) => {
       // The operator changes the file; containerboot's watcher sees `..data` swapped and reloads tailscaled's config.
       await projectConfig(configDir, 2, { Version: 'alpha0', Locked: false, AdvertiseServices: services });
-      await until('containerboot reloaded the file', () => reloads() === 1, [every100ms], 30_000);
+      await until('containerboot reloaded the file', () => reloads() === 1, [every(100)], 30_000);
     });
     for (const line of ts.logs().tailscaled.filter((l) => /config file|config watch|Starting tailscaled/.test(l)))
       process.stderr.write(`containerboot: ${line}\n`);
@@ -179,7 +174,7 @@ describe('tailscaled from a locked config file (real tailscaled): every prefs ed
     const daemon = await standaloneDaemon(ts, join(dir(), 'certs'), [...flags, '--advertise-services', service], log.logger);
     const locked = () => log.entries.filter((e) => /config file is locked/.test(String(e.msg)));
     try {
-      await until('the locked file said', () => locked().length === 1, [every100ms], 120_000);
+      await until('the locked file said', () => locked().length === 1, [every(100)], 120_000);
       await new Promise((r) => setTimeout(r, 2 * INTERVAL_MS)); // two check intervals: no retry, no second word
     } finally {
       await daemon.stop();

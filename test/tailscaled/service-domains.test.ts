@@ -12,14 +12,10 @@ import { DAY, makePair } from '../support/certs.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { startTlsProxy } from '../support/tls-proxy.ts';
-import { until } from '../support/wait.ts';
+import { every, until } from '../support/wait.ts';
 
 const SERVICE = 'svc:web';
 const SERVICE_DOMAIN = `web.${TS_MAGICDNS}`;
-const every200ms = (l: () => void): (() => void) => {
-  const timer = setInterval(l, 200);
-  return () => clearInterval(timer);
-};
 
 async function advertised(ts: RealTailscaled): Promise<string[]> {
   const res = await ts.localApi('/localapi/v0/prefs');
@@ -59,7 +55,7 @@ describe("a Service's domain granted only to its hosts (real tailscaled)", { tim
       await until(
         'the wait named',
         () => /waiting for control to grant this node the domain of svc:web/.test(waiting.health.evaluate(Date.now()).reason),
-        [every200ms],
+        [every(200)],
         60_000,
       );
       assert.deepEqual(await advertised(ts), []);
@@ -71,7 +67,7 @@ describe("a Service's domain granted only to its hosts (real tailscaled)", { tim
     const certDir = join(dir(), 'certs-2');
     const daemon = await standaloneDaemon(ts, certDir, [...flags, ...more, '--advertise-bootstrap'], log.logger);
     try {
-      await until('the certificate held', () => daemon.health.infoOf(SERVICE_DOMAIN) !== undefined, [every200ms], 120_000);
+      await until('the certificate held', () => daemon.health.infoOf(SERVICE_DOMAIN) !== undefined, [every(200)], 120_000);
       await eventually('withdrawn after the issuance (the proxy does not serve it)', async () => !(await advertised(ts)).includes(SERVICE));
       await eventually('control took the domain back', async () => !(await certDomains(ts)).includes(SERVICE_DOMAIN));
       proxy.serve({
