@@ -388,8 +388,12 @@ class RealTailscaledImpl implements RealTailscaled {
     });
     this.tailscaled = proc;
     try {
-      // Ready: the LocalAPI answers; after a restart with saved state, also back in Running.
+      // Ready: the LocalAPI answers; after a restart with saved state, also back in Running. Under containerboot, also
+      // its start-up done: it watches the config file only from then on, and reads the file as it is then.
+      let startupComplete = !this.containerbootEnv;
       await this.poll('tailscaled', proc, async () => {
+        startupComplete ||= proc.lines.some((l) => l.includes('Startup complete, waiting for shutdown signal'));
+        if (!startupComplete) return false;
         const res = await this.localApi('/localapi/v0/status?peers=false');
         if (res.status !== 200) return false;
         return !this.loggedIn || (JSON.parse(res.body) as { BackendState?: string }).BackendState === 'Running';

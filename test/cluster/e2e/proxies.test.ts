@@ -730,12 +730,20 @@ async function configFileOwner(env: E2eCluster): Promise<ConfigFileFigures> {
     );
 
     // The owner changes the file; the kubelet's sync swaps the mounted Secret, containerboot's watcher reloads it.
+    // containerboot starts that watcher only after tailscaled first ran, and reads the file then: a change before it
+    // is never reloaded (seen in CI, the Pod Ready first). Its "Startup complete" line comes after the watcher's start.
+    const tailscaledLog = () => k(['logs', 'proxy-0', '-c', 'tailscale']);
+    await poll('containerboot watching the file', 120_000, async () =>
+      (await tailscaledLog()).includes('Startup complete, waiting for shutdown signal') ? true : undefined,
+    );
     changedAt = Date.now();
     await k(['patch', 'secret', 'tailscale-config', '--type=merge', '-p', JSON.stringify({ stringData: { [CONFIG_KEY]: config(OWNED_LATER) } })]);
-    const tailscaledLog = () => k(['logs', 'proxy-0', '-c', 'tailscale']);
     await poll('containerboot reloaded the changed file', 180_000, async () =>
       (await tailscaledLog()).includes('tailscaled config watch: config was reloaded') ? true : undefined,
-    );
+    ).catch(async (err: unknown) => {
+      process.stderr.write(`e2e config-file: the tailscale container's log, end:\n${(await tailscaledLog()).split('\n').slice(-40).join('\n')}\n`);
+      throw err;
+    });
 
     // certshare stops (as on a crash or an update of its own) and the kubelet starts it again.
     await env.cluster.signalContainer(
