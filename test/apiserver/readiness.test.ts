@@ -68,7 +68,7 @@ function watchConditions(ns: string, name: string): ConditionWatch {
     }
     notify();
   })();
-  const until = (predicate: (c: Condition[]) => boolean, timeoutMs = 15_000): Promise<Condition[]> =>
+  const until = (predicate: (c: Condition[]) => boolean, timeoutMs = 60_000): Promise<Condition[]> =>
     new Promise((resolve, reject) => {
       const timer = setTimeout(() => finish(new Error(`Pod ${name} conditions never matched within ${timeoutMs} ms`)), timeoutMs);
       const finish = (error?: Error, match?: Condition[]): void => {
@@ -96,7 +96,7 @@ function watchConditions(ns: string, name: string): ConditionWatch {
 }
 
 /** Resolves with the Pod's conditions once `predicate` holds. */
-async function conditionsWhen(ns: string, name: string, predicate: (c: Condition[]) => boolean, timeoutMs = 15_000): Promise<Condition[]> {
+async function conditionsWhen(ns: string, name: string, predicate: (c: Condition[]) => boolean, timeoutMs = 60_000): Promise<Condition[]> {
   const watch = watchConditions(ns, name);
   try {
     return await watch.until(predicate, timeoutMs);
@@ -131,7 +131,7 @@ describe("the Pod's own readiness gate", () => {
     const health = await healthServer(() => (++answers < 3 ? '10.0.0.99' : '10.0.0.10'));
     const watch = watchConditions(ns, 'proxy-0');
     await watch.opened;
-    const replica = await startReplica(cp(), ns, dir(), 'proxy-0', {
+    const replica = await startReplica(cp(), ns, join(dir(), ns), 'proxy-0', {
       mode: 'rw',
       flags: ['--readiness-gate', GATE, '--routing-check', health.url],
       // The domain appears when the test says (an hour's delay otherwise): the gate is seen False first, however slow the start.
@@ -159,8 +159,8 @@ describe("the Pod's own readiness gate", () => {
   it('turns False ahead of the certificate expiry, then says it expired', async () => {
     const ns = await exampleNamespace(cp());
     await createGatedPod(cp(), ns, 'proxy-1');
-    const writer = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 4000 } });
-    const reader = await startReplica(cp(), ns, dir(), 'proxy-1', { mode: 'ro', flags: ['--readiness-gate', GATE] });
+    const writer = await startReplica(cp(), ns, join(dir(), ns), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 4000 } });
+    const reader = await startReplica(cp(), ns, join(dir(), ns), 'proxy-1', { mode: 'ro', flags: ['--readiness-gate', GATE] });
     try {
       await conditionsWhen(ns, 'proxy-1', (c) => gateStatus(c) === 'True');
       // Every change from here on: the watch is open before the certificate can run out.
@@ -168,7 +168,7 @@ describe("the Pod's own readiness gate", () => {
       await watch.opened;
       await writer.stop(); // no more renewals: the reader's certificate runs out
       try {
-        await watch.until((c) => c.find((x) => x.type === GATE)?.reason === 'CertificateNotValid', 20_000);
+        await watch.until((c) => c.find((x) => x.type === GATE)?.reason === 'CertificateNotValid', 60_000);
       } finally {
         watch.close();
       }
@@ -189,12 +189,12 @@ describe("the Pod's own readiness gate", () => {
     const ns = await exampleNamespace(cp());
     await createGatedPod(cp(), ns, 'proxy-1');
     const clock = new JumpClock();
-    const writer = await startReplica(cp(), ns, dir(), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 4000 } });
-    const reader = await startReplica(cp(), ns, dir(), 'proxy-1', { mode: 'ro', flags: ['--readiness-gate', GATE], clock });
+    const writer = await startReplica(cp(), ns, join(dir(), ns), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 4000 } });
+    const reader = await startReplica(cp(), ns, join(dir(), ns), 'proxy-1', { mode: 'ro', flags: ['--readiness-gate', GATE], clock });
     try {
       await conditionsWhen(ns, 'proxy-1', (c) => gateStatus(c) === 'True');
       await writer.stop(); // no more renewals: the reader's certificate runs out
-      await conditionsWhen(ns, 'proxy-1', (c) => c.find((x) => x.type === GATE)?.reason === 'CertificateNotValid', 20_000);
+      await conditionsWhen(ns, 'proxy-1', (c) => c.find((x) => x.type === GATE)?.reason === 'CertificateNotValid', 60_000);
       // The token certshare's container holds (a proxy sharing its process namespace reads it): one patch, all it may do.
       const path = `/api/v1/namespaces/${ns}/pods/proxy-1/status`;
       const pod = JSON.parse((await cp().adminRequest('GET', path)).body) as { status: { conditions: Condition[] } };

@@ -93,14 +93,15 @@ describe('renew now against a real apiserver', () => {
 
   it('two requests while one is pending make one order with a new key, an Event and the metrics; a later one is refused by the minimum interval', async () => {
     const { ns, kubeconfig } = await renewNamespace({ stored: true });
-    const writer = await writerWithCertificate(ns, join(dir(), 'one'), 'proxy-0', { flags: LONG_INTERVAL });
+    const writer = await writerWithCertificate(ns, join(dir(), 'one'), 'proxy-0', { flags: [...LONG_INTERVAL, '--cert-timeout', '1m'] });
     const events = watchEvents(cp(), ns);
     try {
       const before = await secret(ns);
       const [issued0, calls0] = [issuances(writer), certRequests(writer)];
-      // The writer's call takes 3 s: the second request arrives while the first is pending.
-      writer.emulator.injectFault('cert:slow:delay=3s');
-      const served = nextEvent<{ id: string; result: string; serial?: string }>(writer.daemon.events, 'renewRequest', () => true, 30_000);
+      // The writer's call takes 15 s (its timeout 1 min): the second request (a process of its own, its start seconds long on a loaded
+      // machine) arrives while the first is pending.
+      writer.emulator.injectFault('cert:slow:delay=15s');
+      const served = nextEvent<{ id: string; result: string; serial?: string }>(writer.daemon.events, 'renewRequest', () => true, 60_000);
       const first = await renewCli(kubeconfig, ns);
       assert.equal(first.code, 0, first.stderr);
       const id = /renew request (\S+) written/.exec(first.stdout)?.[1];
