@@ -22,6 +22,9 @@ interface OwnerSettings {
   advertiseAgent: string | undefined;
 }
 
+/** What the owner check does with the advertiser: start it, as it is or withdrawing only, and wake it at a reload. */
+type OwnedAdvertiser = Pick<Advertiser, 'start' | 'withdrawOnly' | 'notify'>;
+
 /**
  * Who advertises the Services: certshare's advertiser, or the owner of tailscaled's config file. At start it says
  * which Services the injector left to the file, asks tailscaled (configFileOwnsPrefs), and starts the advertiser: as
@@ -40,13 +43,13 @@ export class AdvertisementOwner {
     this.#deps = deps;
   }
 
-  start(advertiser: Advertiser | undefined): void {
+  start(advertiser: OwnedAdvertiser | undefined): void {
     const { advertiseLeftToFile } = this.#settings;
     if (advertiseLeftToFile.length > 0) sayLeftToFile(advertiseLeftToFile, this.#deps.logger, false);
     if (advertiser) this.#checked = this.#startAdvertising(advertiser);
   }
 
-  async #startAdvertising(advertiser: Advertiser): Promise<{ owned: boolean; prefsWatch?: Promise<void> }> {
+  async #startAdvertising(advertiser: OwnedAdvertiser): Promise<{ owned: boolean; prefsWatch?: Promise<void> }> {
     const { localApi } = this.#deps;
     const { signal } = this.#stop;
     const withdrawOnly = !this.#settings.advertiseAgent;
