@@ -167,13 +167,11 @@ function keepForm(
 
 /** Who writes the CAs, the leaf and the caBundles: the holder of --lease; a duration read back out of its bound is counted. */
 function injectorElector(config: InjectorConfig, connection: KubeConnection, deps: { clock: Clock; logger: Logger; metrics: InjectorMetrics }): LeaseElector {
-  return new LeaseElector({
+  const lease = { name: config.lease, identity: config.identity, leaseDurationMs: config.leaseDurationMs };
+  return new LeaseElector(lease, {
     connection,
-    name: config.lease,
-    identity: config.identity,
     clock: deps.clock,
     logger: deps.logger.child({ component: 'lease' }),
-    leaseDurationMs: config.leaseDurationMs,
     onOutOfBounds: (where, value) => deps.metrics.outOfBounds(where, value),
   });
 }

@@ -190,14 +190,11 @@ class Federation {
   #localRoleChanged(): void {
     const writer = this.#localWriter();
     if (writer && !this.#elector) {
-      this.#elector = new LeaseElector({
+      const lease = { name: homeLeaseName(this.#o.group), identity: this.#o.identity, leaseDurationMs: this.#o.leaseDurationMs, mustExist: true };
+      this.#elector = new LeaseElector(lease, {
         connection: this.#o.home.connection,
-        name: homeLeaseName(this.#o.group),
-        identity: this.#o.identity,
         clock: this.#o.clock,
         logger: this.#o.logger.child({ component: 'home-lease' }),
-        leaseDurationMs: this.#o.leaseDurationMs,
-        mustExist: true,
         onLeadershipChange: (leader) => this.#o.onHomeWriterChange?.(leader),
         onOutOfBounds: this.#o.onOutOfBounds,
       });

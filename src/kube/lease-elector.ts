@@ -48,38 +48,40 @@ export function writerElector(
   identity: string,
   deps: { clock: Clock; logger: Logger; onLeadershipChange: (leader: boolean) => void; onOutOfBounds?: OutOfBoundsReport },
 ): LeaseElector {
-  return new LeaseElector({
+  const lease = { name: `certshare-${settings.group}`, identity: leaseIdentity(identity), leaseDurationMs: settings.leaseDurationMs };
+  return new LeaseElector(lease, {
     connection,
-    name: `certshare-${settings.group}`,
-    identity: leaseIdentity(identity),
     clock: deps.clock,
     logger: deps.logger.child({ component: 'lease' }),
-    leaseDurationMs: settings.leaseDurationMs,
     onLeadershipChange: deps.onLeadershipChange,
     onOutOfBounds: deps.onOutOfBounds,
   });
 }
 
-interface LeaseElectorOptions {
-  connection: KubeConnection;
+/** Which Lease, held by whom, for how long: what the elector is told, apart from what it is handed. */
+interface LeaseSpec {
   /** The Lease's name: one per group. */
   name: string;
   identity: string;
-  clock: Clock;
-  logger: Logger;
   leaseDurationMs: number;
   /** How often the holder renews (client-go's default ratio: a third of the duration). */
   renewEveryMs?: number;
   /** How often a follower looks at the Lease. */
   retryEveryMs?: number;
-  onLeadershipChange?: (leader: boolean) => void;
-  /** A holder's duration out of its bound (boundLeaseDuration), at each read: counted and told. */
-  onOutOfBounds?: OutOfBoundsReport | undefined;
   /**
    * A Lease that does not exist is an error instead of one to create (the federation home: the platform
    * creates one per group it knows; a member never makes up a group there).
    */
   mustExist?: boolean;
+}
+
+interface LeaseElectorDeps {
+  connection: KubeConnection;
+  clock: Clock;
+  logger: Logger;
+  onLeadershipChange?: (leader: boolean) => void;
+  /** A holder's duration out of its bound (boundLeaseDuration), at each read: counted and told. */
+  onOutOfBounds?: OutOfBoundsReport | undefined;
 }
 
 /**
@@ -92,8 +94,8 @@ interface LeaseElectorOptions {
  */
 export class LeaseElector implements IssuanceRole {
   readonly identity: string;
-  readonly #o: Required<Omit<LeaseElectorOptions, 'onLeadershipChange' | 'mustExist' | 'onOutOfBounds'>> &
-    Pick<LeaseElectorOptions, 'onLeadershipChange' | 'mustExist'>;
+  readonly #lease: Required<Omit<LeaseSpec, 'mustExist'>> & Pick<LeaseSpec, 'mustExist'>;
+  readonly #deps: LeaseElectorDeps;
   readonly #api: CoordinationV1Api;
   readonly #listeners = new Set<() => void>();
   readonly #abort = new AbortController();
@@ -107,19 +109,20 @@ export class LeaseElector implements IssuanceRole {
   /** A holder's duration believed shorter than it says (boundLeaseDuration): logged once per value. */
   readonly #outOfBounds: OutOfBoundsLog;
 
-  constructor(options: LeaseElectorOptions) {
-    this.identity = options.identity;
-    this.#outOfBounds = new OutOfBoundsLog(options.logger, (where, value) => options.onOutOfBounds?.(where, value));
-    this.#o = {
-      renewEveryMs: Math.max(100, Math.floor(options.leaseDurationMs / 3)),
-      retryEveryMs: Math.max(100, Math.floor(options.leaseDurationMs / 3)),
-      ...options,
+  constructor(lease: LeaseSpec, deps: LeaseElectorDeps) {
+    this.identity = lease.identity;
+    this.#outOfBounds = new OutOfBoundsLog(deps.logger, (where, value) => deps.onOutOfBounds?.(where, value));
+    this.#lease = {
+      renewEveryMs: Math.max(100, Math.floor(lease.leaseDurationMs / 3)),
+      retryEveryMs: Math.max(100, Math.floor(lease.leaseDurationMs / 3)),
+      ...lease,
     };
-    this.#api = makeApi(options.connection.config, CoordinationV1Api, options.connection.requestTimeoutMs);
+    this.#deps = deps;
+    this.#api = makeApi(deps.connection.config, CoordinationV1Api, deps.connection.requestTimeoutMs);
   }
 
   canIssue(): boolean {
-    return this.#o.clock.now() < this.#leaderUntil;
+    return this.#deps.clock.now() < this.#leaderUntil;
   }
 
   /**
@@ -153,22 +156,22 @@ export class LeaseElector implements IssuanceRole {
     this.#abort.abort();
     await this.#done;
     this.#expiryWatch?.abort();
-    if (this.#leaderUntil > this.#o.clock.now()) {
+    if (this.#leaderUntil > this.#deps.clock.now()) {
       this.#leaderUntil = 0;
       this.#notify();
       await this.#release(signal).catch((err: unknown) =>
-        this.#o.logger.warn({ err: apiErrorText(err), code: apiErrorCode(err) }, 'could not release the lease'),
+        this.#deps.logger.warn({ err: apiErrorText(err), code: apiErrorCode(err) }, 'could not release the lease'),
       );
     }
   }
 
   async #run(): Promise<void> {
-    const { clock, logger, connection } = this.#o;
+    const { clock, logger, connection } = this.#deps;
     while (!this.#abort.signal.aborted) {
       // A fixed cadence: an attempt gets at most one interval, and the next one starts an interval after
       // it began, so a holder whose API server stops answering still tries ~3 times per lease duration.
       const startedAt = clock.now();
-      const intervalMs = jitter(this.canIssue() ? this.#o.renewEveryMs : this.#o.retryEveryMs, 0.1);
+      const intervalMs = jitter(this.canIssue() ? this.#lease.renewEveryMs : this.#lease.retryEveryMs, 0.1);
       try {
         const attempt = AbortSignal.timeout(Math.round(Math.min(intervalMs, connection.requestTimeoutMs)));
         await this.#tryAcquireOrRenew(AbortSignal.any([this.#abort.signal, attempt]));
@@ -182,7 +185,8 @@ export class LeaseElector implements IssuanceRole {
   }
 
   async #tryAcquireOrRenew(signal: AbortSignal): Promise<void> {
-    const { connection, name, clock, leaseDurationMs } = this.#o;
+    const { connection, clock } = this.#deps;
+    const { name, leaseDurationMs } = this.#lease;
     const namespace = connection.namespace;
     const startedAt = clock.now();
     if (this.#mine && this.canIssue()) {
@@ -204,7 +208,7 @@ export class LeaseElector implements IssuanceRole {
       if (apiStatus(err) !== 404) throw err;
     }
     if (!lease) {
-      if (this.#o.mustExist) {
+      if (this.#lease.mustExist) {
         throw new CertshareError('CERTSHARE_HOME_UNUSABLE', { where: `Lease ${namespace}/${name}`, problem: 'does not exist: a group the home does not know' });
       }
       this.#mine = await this.#api.createNamespacedLease({ namespace, body: this.#leaseBody(undefined, startedAt) }, withSignal(signal));
@@ -236,8 +240,8 @@ export class LeaseElector implements IssuanceRole {
       apiVersion: 'coordination.k8s.io/v1',
       kind: 'Lease',
       metadata: {
-        name: this.#o.name,
-        namespace: this.#o.connection.namespace,
+        name: this.#lease.name,
+        namespace: this.#deps.connection.namespace,
         ...(current?.metadata?.resourceVersion ? { resourceVersion: current.metadata.resourceVersion } : {}),
         // Someone else's labels and annotations stay (the platform's, at a federation home: its admission
         // policy refuses an update that drops them).
@@ -246,7 +250,7 @@ export class LeaseElector implements IssuanceRole {
       },
       spec: {
         holderIdentity: this.identity,
-        leaseDurationSeconds: Math.max(1, Math.ceil(this.#o.leaseDurationMs / 1000)),
+        leaseDurationSeconds: Math.max(1, Math.ceil(this.#lease.leaseDurationMs / 1000)),
         acquireTime: takingOver ? new MicroTime(now) : (spec.acquireTime ?? new MicroTime(now)),
         renewTime: new MicroTime(now),
         leaseTransitions: takingOver && current ? nextLeaseTransitions(spec.leaseTransitions).count : (spec.leaseTransitions ?? 0),
@@ -256,19 +260,20 @@ export class LeaseElector implements IssuanceRole {
 
   #won(startedAt: number): void {
     // Counted from before the request: the API server may have stored it at any moment after.
-    this.#leaderUntil = startedAt + this.#o.leaseDurationMs;
+    this.#leaderUntil = startedAt + this.#lease.leaseDurationMs;
     // If renewals stop succeeding, the loops must hear that leadership ended the moment it does.
     this.#expiryWatch?.abort();
     const watch = new AbortController();
     this.#expiryWatch = watch;
-    this.#o.clock.sleep(Math.max(0, this.#leaderUntil - this.#o.clock.now()) + 1, watch.signal).then(
+    this.#deps.clock.sleep(Math.max(0, this.#leaderUntil - this.#deps.clock.now()) + 1, watch.signal).then(
       () => this.#notify(),
       () => {},
     );
   }
 
   async #release(signal: AbortSignal | undefined): Promise<void> {
-    const { connection, name } = this.#o;
+    const { connection } = this.#deps;
+    const { name } = this.#lease;
     const lease = await this.#api.readNamespacedLease({ name, namespace: connection.namespace }, withSignal(signal));
     if (lease.spec?.holderIdentity !== this.identity) return;
     lease.spec.holderIdentity = '';
@@ -280,8 +285,8 @@ export class LeaseElector implements IssuanceRole {
     const leader = this.canIssue();
     if (leader !== this.#wasLeader) {
       this.#wasLeader = leader;
-      this.#o.logger.info({ lease: this.#o.name, identity: this.identity }, leader ? 'became the writer' : 'no longer the writer');
-      this.#o.onLeadershipChange?.(leader);
+      this.#deps.logger.info({ lease: this.#lease.name, identity: this.identity }, leader ? 'became the writer' : 'no longer the writer');
+      this.#deps.onLeadershipChange?.(leader);
       for (const listener of this.#listeners) listener();
     }
   }

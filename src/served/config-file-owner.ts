@@ -9,15 +9,78 @@ import type { Clock } from '../core/ports/clock.ts';
 import { errorMessage, errorText } from '../core/errors.ts';
 import { LocalApiError, NotifyMask, type LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
+import type { Advertiser } from './advertiser.ts';
 
 const FIRST_RETRY_MS = 500;
 const MAX_RETRY_MS = 30_000;
+
+/** What the owner check is told: the Services advertised, those the injector left to the file, and the agent. */
+interface OwnerSettings {
+  advertiseServices: readonly string[] | string;
+  advertiseLeftToFile: readonly string[];
+  /** --advertise-agent: its edits add as well as remove, so under a config file nothing of certshare's starts. */
+  advertiseAgent: string | undefined;
+}
+
+/** What the owner check does with the advertiser: start it, as it is or withdrawing only, and wake it at a reload. */
+type OwnedAdvertiser = Pick<Advertiser, 'start' | 'withdrawOnly' | 'notify'>;
+
+/**
+ * Who advertises the Services: certshare's advertiser, or the owner of tailscaled's config file. At start it says
+ * which Services the injector left to the file, asks tailscaled (configFileOwnsPrefs), and starts the advertiser: as
+ * it is when no file owns the prefs; from a file, only withdrawing (advertiser.ts withdrawOnly), its list put back by
+ * reload-config and its reloads followed on the IPN bus; through the agent under a file, not at all.
+ */
+export class AdvertisementOwner {
+  readonly #settings: OwnerSettings;
+  readonly #deps: { localApi: Pick<LocalApi, 'reloadConfig' | 'watchIpnBus'>; clock: Clock; logger: Logger };
+  readonly #stop = new AbortController();
+  /** Whether a config file owns the prefs (false before start and without an advertiser), and the watch of its reloads. */
+  #checked: Promise<{ owned: boolean; prefsWatch?: Promise<void> }> = Promise.resolve({ owned: false });
+
+  constructor(settings: OwnerSettings, deps: { localApi: Pick<LocalApi, 'reloadConfig' | 'watchIpnBus'>; clock: Clock; logger: Logger }) {
+    this.#settings = settings;
+    this.#deps = deps;
+  }
+
+  start(advertiser: OwnedAdvertiser | undefined): void {
+    const { advertiseLeftToFile } = this.#settings;
+    if (advertiseLeftToFile.length > 0) sayLeftToFile(advertiseLeftToFile, this.#deps.logger, false);
+    if (advertiser) this.#checked = this.#startAdvertising(advertiser);
+  }
+
+  async #startAdvertising(advertiser: OwnedAdvertiser): Promise<{ owned: boolean; prefsWatch?: Promise<void> }> {
+    const { localApi } = this.#deps;
+    const { signal } = this.#stop;
+    const withdrawOnly = !this.#settings.advertiseAgent;
+    const owned = await configFileOwnsPrefs(localApi, this.#settings.advertiseServices, this.#deps, signal, withdrawOnly);
+    if (signal.aborted || (owned && !withdrawOnly)) return { owned };
+    let prefsWatch: Promise<void> | undefined;
+    if (owned) {
+      advertiser.withdrawOnly((s) => localApi.reloadConfig!(s));
+      prefsWatch = watchPrefsChanges(localApi, () => advertiser.notify(), this.#deps, signal);
+    }
+    advertiser.start();
+    return { owned, prefsWatch };
+  }
+
+  /** Whether a config file's owner advertises (then certshare withdraws nothing at its stop), once tailscaled answered. */
+  async ownedByFile(): Promise<boolean> {
+    return (await this.#checked).owned;
+  }
+
+  /** Stops asking and following the file's reloads; resolves once both ended. */
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    await (await this.#checked).prefsWatch;
+  }
+}
 
 /**
  * Says, once, that the config file's owner advertises `services`: found by asking tailscaled, or told by the
  * injector (--advertise-left-to-file), whose sidecar has no right to ask.
  */
-export function sayLeftToFile(services: readonly string[] | string, logger: Logger, withdrawOnly: boolean): void {
+function sayLeftToFile(services: readonly string[] | string, logger: Logger, withdrawOnly: boolean): void {
   const how = withdrawOnly ? "; certshare never adds them, withdraws them only while this replica must not serve them, then puts the file's list back" : '';
   const text = errorText('CERTSHARE_ADVERTISE_CONFIG_FILE', { services: String(services), how });
   logger.warn({ code: 'CERTSHARE_ADVERTISE_CONFIG_FILE', services, withdrawOnly }, text);
@@ -55,7 +118,7 @@ export async function configFileOwnsPrefs(
  * Calls `onChange` at each change of tailscaled's prefs (the IPN bus's Notify.Prefs, sent by every prefs edit and every
  * reload of the config file), until `signal` aborts: a reload that put a withdrawn Service back is seen in
  * milliseconds, not at the next read. A lost or refused stream is opened again, doubling from FIRST_RETRY_MS up to MAX_RETRY_MS;
- * the advertiser's own reads every check interval stay the floor.
+ * the advertiser's own reads every check interval stay the floor. @forTests
  */
 export async function watchPrefsChanges(
   localApi: Pick<LocalApi, 'watchIpnBus'>,

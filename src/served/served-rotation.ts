@@ -13,7 +13,7 @@ import { Advertiser, type PrefsApi } from './advertiser.ts';
 import { agentPrefs } from './advertise-exchange.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
 import { ServedMetrics, servedStatus } from './served-metrics.ts';
-import { configFileOwnsPrefs, sayLeftToFile, watchPrefsChanges } from './config-file-owner.ts';
+import { AdvertisementOwner } from './config-file-owner.ts';
 import { ServiceDomains, type ServiceDomainsOptions } from './service-domains.ts';
 
 /** How long certshare waits for the advertise agent to apply a request (its poll, a prefs read and edit) before retrying. */
@@ -121,57 +121,30 @@ export function createServedRotation(config: ServedRotationSettings & { validity
     advertises(config) && certDomains ? createServiceDomains(config, { ...deps, certDomains }, managed, probe, () => advertiser?.notify()) : undefined;
   advertiser = createAdvertiser(config, deps, managed, checker, metrics, serviceDomains);
   health.onChange(() => advertiser?.notify());
-  const ownerStop = new AbortController();
-  let ownerChecked: Promise<OwnerCheck> = Promise.resolve({ owned: false });
+  const { advertiseServices, advertiseLeftToFile, advertiseAgent } = config;
+  const owner = new AdvertisementOwner({ advertiseServices, advertiseLeftToFile, advertiseAgent }, deps);
   return {
     observer: checker,
     checker,
     advertiser,
     serviceDomains,
     start: () => {
-      if (config.advertiseLeftToFile.length > 0) sayLeftToFile(config.advertiseLeftToFile, logger, false);
       checker.start();
       serviceDomains?.start();
-      ownerChecked = advertiser ? startAdvertising(advertiser, config, deps, ownerStop.signal) : Promise.resolve({ owned: false });
+      owner.start(advertiser);
     },
     async leave(failoverMs, signal, alongside) {
       // A config file's owner advertises, and withdraws on its own stop (containerboot's SIGTERM): nothing of certshare's.
-      const leftToOwner = (await ownerChecked).owned;
+      const leftToOwner = await owner.ownedByFile();
       const withdrew = advertiser && !leftToOwner ? await advertiser.withdraw(signal) : false;
       if (withdrew) logger.info({ failoverMs }, 'Tailscale Services withdrawn; waiting for control to move clients');
       await Promise.all([withdrew ? clock.sleep(failoverMs, signal).catch(() => {}) : undefined, alongside()]);
     },
     async stop() {
-      ownerStop.abort();
-      await (await ownerChecked).prefsWatch;
+      await owner.stop();
       await Promise.all([checker.stop(), advertiser?.stop(), serviceDomains?.stop()]);
     },
   };
-}
-
-/** Whether a config file owns the advertisement, and the watch of its reloads when it does. */
-interface OwnerCheck {
-  owned: boolean;
-  prefsWatch?: Promise<void>;
-}
-
-/**
- * Starts the advertiser once tailscaled said whether a config file owns the prefs (config-file-owner.ts). From a file
- * the advertiser only withdraws from the file's list, puts it back by the same reload and
- * follows its reloads on the IPN bus; through the agent, whose edits add as well as remove, it does not start then.
- */
-async function startAdvertising(a: Advertiser, config: ServedRotationSettings, deps: ServedRotationDeps, signal: AbortSignal): Promise<OwnerCheck> {
-  const { localApi } = deps;
-  const withdrawOnly = !config.advertiseAgent;
-  const owned = await configFileOwnsPrefs(localApi, config.advertiseServices, deps, signal, withdrawOnly);
-  if (signal.aborted || (owned && !withdrawOnly)) return { owned };
-  let prefsWatch: Promise<void> | undefined;
-  if (owned) {
-    a.withdrawOnly((s) => localApi.reloadConfig!(s));
-    prefsWatch = watchPrefsChanges(localApi, () => a.notify(), deps, signal);
-  }
-  a.start();
-  return { owned, prefsWatch };
 }
 
 function createAdvertiser(

@@ -117,7 +117,7 @@ describe('Kubernetes API calls against a black-holed API server', () => {
     const { logger, lines, events } = watchedLogger();
     const connection = await connectKube({ KUBECONFIG: kubeconfig, POD_NAMESPACE: ns });
     // 3 s lease: an attempt every second.
-    const elector = new LeaseElector({ connection, name: `certshare-${GROUP}`, identity: 'proxy-0', clock: systemClock, logger, leaseDurationMs: 3000 });
+    const elector = new LeaseElector({ name: `certshare-${GROUP}`, identity: 'proxy-0', leaseDurationMs: 3000 }, { connection, clock: systemClock, logger });
     const roleChanged = (listener: () => void) => elector.onChange(listener);
     elector.start();
     try {

@@ -40,7 +40,7 @@ describe('the Lease holder renews without reading first', () => {
     await proxy.start();
     const connection = await connectKube({ KUBECONFIG: await kubeconfigVia(cp(), ns, join(dir(), 'lease.kubeconfig'), proxy), POD_NAMESPACE: ns });
     // A 3 s lease: a renewal every second.
-    const elector = new LeaseElector({ connection, name, identity: 'proxy-0', clock: systemClock, logger: silentLogger, leaseDurationMs: 3000 });
+    const elector = new LeaseElector({ name, identity: 'proxy-0', leaseDurationMs: 3000 }, { connection, clock: systemClock, logger: silentLogger });
     const flips: boolean[] = [];
     elector.onChange(() => flips.push(elector.canIssue()));
     const count = (method: string): number => seen.filter((m) => m === method).length;
