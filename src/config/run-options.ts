@@ -82,7 +82,9 @@ export const RUN_FLAGS = [
     placeholder: 'DURATION',
     default: '60s',
     help: 'Kill the reload command, and every process it started, after this long.',
-    detail: "Also the bound of each exchange with HAProxy's runtime API (--haproxy-socket).",
+    detail:
+      "Also the bound of each exchange with HAProxy's runtime API (--haproxy-socket), and how long the proxy's workers from " +
+      'before --reload-signal may still accept: past it the reload did not take (docs/proxies.md).',
   },
   {
     name: 'check-interval',

@@ -51,8 +51,8 @@ export interface Daemon {
    * `filesWritten` {domain, path}: certificate files changed on disk (dir store, --out-dir projection, --haproxy-crt-dir);
    * `attempt` {domain, result, reason}: a CertPair call ended; `problem` {domain, message}: a loop hit a problem;
    * `planned` {domain, at}: a loop's turn ended with its next check planned; `tlsServed` {serial}: --tls serves a renewed pair;
-   * `reloaded` ReloadOutcome: a reload of the proxy (command, signal, HAProxy runtime API) ended; `decided` {domain, decision}: a
-   * loop's decision (issuance-policy.ts IssuanceDecision).
+   * `reloading`: a reload of the proxy (command, signal) began; `reloaded` ReloadOutcome: it, or a HAProxy runtime API push,
+   * ended; `decided` {domain, decision}: a loop's decision (issuance-policy.ts IssuanceDecision).
    */
   readonly events: EventEmitter;
   /** Graceful stop: leave rotation, drain, stop loops and the server. */
@@ -161,7 +161,9 @@ async function buildParts(
   const routingProofs = settings.routingProofs ? new RoutingProofs(clock) : undefined;
   const events = new EventEmitter();
   const delivery = proxyDelivery(settings.delivery, {
+    clock,
     logger,
+    onStart: () => events.emit('reloading'),
     onFilesWritten: (domain, path) => events.emit('filesWritten', { domain, path }),
     onOutcome: reloadReport(metrics, events),
   });
@@ -247,10 +249,10 @@ async function servedRotation(
     ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
     ...(backend.serviceDomainWait ? { onServiceDomainWait: backend.serviceDomainWait } : {}),
   });
-  // A reload certshare ran may have put the proxy right: check what it serves now, not at the next recheck.
-  p.events.on('reloaded', (outcome: ReloadOutcome) => {
-    if (outcome.ok && !outcome.skipped) served?.checker.reloaded();
-  });
+  // What the proxy serves while certshare reloads it proves nothing; a reload certshare ran may have put the proxy
+  // right: check what it serves once it ended, not at the next recheck.
+  p.events.on('reloading', () => served?.checker.reloading());
+  p.events.on('reloaded', (outcome: ReloadOutcome) => served?.checker.reloaded(outcome.ok && !outcome.skipped));
   return served;
 }
 

@@ -1,3 +1,4 @@
+import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import { HaproxyDelivery, HaproxyRuntimeApi } from './haproxy.ts';
@@ -35,18 +36,25 @@ export interface ProxyDelivery {
 
 export function proxyDelivery(
   config: DeliverySettings,
-  options: { logger: Logger; onOutcome: (o: ReloadOutcome) => void; onFilesWritten: (domain: string, path: string) => void },
+  options: {
+    clock: Clock;
+    logger: Logger;
+    /** A reload of the proxy begins (command or signal): what it serves until the outcome is in between. */
+    onStart: () => void;
+    onOutcome: (o: ReloadOutcome) => void;
+    onFilesWritten: (domain: string, path: string) => void;
+  },
 ): ProxyDelivery {
-  const { logger, onOutcome } = options;
+  const { clock, logger, onStart, onOutcome } = options;
   const filesWritten = (domain: string, path: string): void => {
     logger.info({ domain, path }, 'certificate files written');
     options.onFilesWritten(domain, path);
     void reload?.request(domain);
   };
   const reload = config.reloadCommand
-    ? new ReloadCommand(config.reloadCommand, { timeoutMs: config.reloadTimeoutMs, logger, onOutcome })
+    ? new ReloadCommand(config.reloadCommand, { timeoutMs: config.reloadTimeoutMs, logger, onOutcome, onStart })
     : config.reloadSignal && config.reloadPidFile
-      ? new SignalReload(config.reloadSignal, config.reloadPidFile, { logger, onOutcome })
+      ? new SignalReload(config.reloadSignal, config.reloadPidFile, { logger, onOutcome, onStart, clock, settleTimeoutMs: config.reloadTimeoutMs })
       : undefined;
   const haproxy = config.haproxyCrtDir
     ? new HaproxyDelivery({

@@ -64,11 +64,14 @@ export interface ReloadOutcome {
  */
 export abstract class CoalescedReload {
   readonly #onOutcome: (outcome: ReloadOutcome) => void;
+  readonly #onStart: (() => void) | undefined;
   #running: Promise<void> | undefined;
   #pending = new Set<string>();
 
-  constructor(onOutcome: (outcome: ReloadOutcome) => void) {
+  /** `onStart`: a run begins (what the proxy serves until its outcome is in between). */
+  constructor(onOutcome: (outcome: ReloadOutcome) => void, onStart?: () => void) {
     this.#onOutcome = onOutcome;
+    this.#onStart = onStart;
   }
 
   /** Asks for a run; resolves when a run that started after this call has finished. */
@@ -87,6 +90,7 @@ export abstract class CoalescedReload {
     while (this.#pending.size > 0) {
       const domains = [...this.#pending];
       this.#pending.clear();
+      this.#onStart?.();
       this.#onOutcome(await this.runOnce(domains));
     }
   }
@@ -101,8 +105,8 @@ export class ReloadCommand extends CoalescedReload {
   readonly #timeoutMs: number;
   readonly #logger: Logger;
 
-  constructor(spec: ReloadSpec, options: { timeoutMs: number; logger: Logger; onOutcome: (o: ReloadOutcome) => void }) {
-    super(options.onOutcome);
+  constructor(spec: ReloadSpec, options: { timeoutMs: number; logger: Logger; onOutcome: (o: ReloadOutcome) => void; onStart?: () => void }) {
+    super(options.onOutcome, options.onStart);
     this.#spec = spec;
     this.#timeoutMs = options.timeoutMs;
     this.#logger = options.logger;

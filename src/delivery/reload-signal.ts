@@ -1,6 +1,7 @@
 import { constants } from 'node:fs';
-import { lstat, open } from 'node:fs/promises';
+import { lstat, open, readFile } from 'node:fs/promises';
 import { CertshareError, errorMessage } from '../core/errors.ts';
+import { type Clock, systemClock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import { CoalescedReload, type ReloadOutcome } from './reload-command.ts';
 
@@ -71,6 +72,34 @@ export async function readPidFile(path: string, ownPid = process.pid): Promise<n
 }
 
 /**
+ * The worker processes of a master that accept connections: its children whose title says `worker process`, not
+ * `worker process is shutting down` (the title nginx's old workers take once told to quit, as they close their
+ * listening sockets). Undefined: the master's children are not readable here (no shared process namespace, or a
+ * kernel without /proc/<pid>/task/<pid>/children).
+ */
+async function acceptingWorkers(master: number): Promise<number[] | undefined> {
+  let children: number[];
+  try {
+    children = (await readFile(`/proc/${master}/task/${master}/children`, 'latin1')).split(' ').filter(Boolean).map(Number);
+  } catch {
+    return undefined;
+  }
+  const titles = await Promise.all(children.map((pid) => readFile(`/proc/${pid}/cmdline`, 'latin1').catch(() => '')));
+  return children.filter((_, i) => {
+    const title = titles[i]!.replaceAll('\0', ' ');
+    return title.includes('worker process') && !title.includes('shutting down');
+  });
+}
+
+/** How often the master's old workers are looked at after a reload signal, until none accepts. */
+const SETTLE_POLL_MS = 10;
+/**
+ * The wait after a signal when the master's workers cannot be seen: nginx's master lets its old workers accept for
+ * a fixed pause after the new ones start, then tells them to quit (docs/proxies.md has the measured window).
+ */
+const SETTLE_UNSEEN_MS = 300;
+
+/**
  * Reloads a proxy that reads its certificate files at start and at reload (nginx with a plain
  * `ssl_certificate` path) by a signal to the process its pid file names, read afresh on every reload (the
  * proxy may have restarted). In a Pod this needs a shared process namespace and the same uid as the proxy's
@@ -81,17 +110,35 @@ export class SignalReload extends CoalescedReload {
   readonly #pidFile: string;
   readonly #logger: Logger;
   readonly #kill: (pid: number, signal: NodeJS.Signals) => void;
+  readonly #workers: (master: number) => Promise<number[] | undefined>;
+  readonly #clock: Clock;
+  readonly #settleTimeoutMs: number;
 
+  /**
+   * `settleTimeoutMs`: how long the master's workers from before the signal may still accept (the reload did not
+   * take past it). `workers`: acceptingWorkers unless given (tests).
+   */
   constructor(
     signal: NodeJS.Signals,
     pidFile: string,
-    options: { logger: Logger; onOutcome: (o: ReloadOutcome) => void; kill?: (pid: number, signal: NodeJS.Signals) => void },
+    options: {
+      logger: Logger;
+      onOutcome: (o: ReloadOutcome) => void;
+      onStart?: () => void;
+      kill?: (pid: number, signal: NodeJS.Signals) => void;
+      workers?: (master: number) => Promise<number[] | undefined>;
+      clock?: Clock;
+      settleTimeoutMs?: number;
+    },
   ) {
-    super(options.onOutcome);
+    super(options.onOutcome, options.onStart);
     this.#signal = signal;
     this.#pidFile = pidFile;
     this.#logger = options.logger;
     this.#kill = options.kill ?? ((pid, sig) => process.kill(pid, sig));
+    this.#workers = options.workers ?? acceptingWorkers;
+    this.#clock = options.clock ?? systemClock;
+    this.#settleTimeoutMs = options.settleTimeoutMs ?? 30_000;
   }
 
   protected async runOnce(domains: string[]): Promise<ReloadOutcome> {
@@ -104,13 +151,43 @@ export class SignalReload extends CoalescedReload {
         return { ...outcome(true), skipped: true };
       }
       pid = await readPidFile(this.#pidFile);
+      const before = await this.#workers(pid);
       this.#send(pid);
       this.#logger.info({ signal: this.#signal, pid, pidFile: this.#pidFile, domains }, 'reload signal sent');
+      await this.#settled(pid, before);
       return outcome(true);
     } catch (err) {
       const code = err instanceof CertshareError ? err.code : 'CERTSHARE_RELOAD_FAILED';
       this.#logger.error({ code, signal: this.#signal, pid, pidFile: this.#pidFile, domains, err: errorMessage(err) }, 'reload signal failed');
       return outcome(false);
+    }
+  }
+
+  /**
+   * Returns once none of the master's workers from before the signal accepts any more: until then they serve the
+   * replaced certificate to some new connections, beside the new workers (nginx lets both accept for a moment), so
+   * the reload has not delivered yet. Throws CERTSHARE_RELOAD_FAILED when one still accepts after settleTimeoutMs.
+   */
+  async #settled(pid: number, before: number[] | undefined): Promise<void> {
+    const clock = this.#clock;
+    if (before === undefined) {
+      this.#logger.debug({ pid }, "the proxy master's workers cannot be seen: waiting the reload's usual pause");
+      await clock.sleep(SETTLE_UNSEEN_MS);
+      return;
+    }
+    const deadline = clock.now() + this.#settleTimeoutMs;
+    for (;;) {
+      const now = await this.#workers(pid);
+      const old = now === undefined ? [] : before.filter((w) => now.includes(w));
+      if (old.length === 0) return;
+      if (clock.now() >= deadline) {
+        throw failed(
+          this.#pidFile,
+          `pid ${pid}'s workers from before ${this.#signal} (${old.join(', ')}) still accept connections ${this.#settleTimeoutMs} ms after it: ` +
+            'the proxy did not take the reload (its error log says why) and still serves the replaced certificate',
+        );
+      }
+      await clock.sleep(SETTLE_POLL_MS);
     }
   }
 

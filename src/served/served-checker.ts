@@ -72,6 +72,8 @@ export class ServedChecker implements LoopObserver {
   readonly #o: ServedCheckerOptions;
   readonly #domains = new Map<string, DomainCheck>();
   readonly #stop = new AbortController();
+  /** certshare's reloads of the proxy under way, and a count of their starts and ends. */
+  readonly #reloads = { running: 0, generation: 0 };
   #wake = new AbortController();
   #done: Promise<void> | undefined;
 
@@ -95,10 +97,24 @@ export class ServedChecker implements LoopObserver {
   }
 
   /**
-   * certshare's own reload of the proxy ended: what it serves may have changed without a certificate change
-   * (a proxy put right by the reload), so every domain is checked now rather than at its next recheck.
+   * certshare's own reload of the proxy began: until it ends, what a handshake gets proves nothing (nginx's old
+   * workers keep accepting beside the new ones for a moment and serve the replaced certificate), so a check that
+   * overlaps it counts for nothing.
    */
-  reloaded(): void {
+  reloading(): void {
+    this.#reloads.running++;
+    this.#reloads.generation++;
+  }
+
+  /**
+   * certshare's own reload of the proxy ended (`delivered`: it ran, and did not fail): what it serves may have changed
+   * without a certificate change (a proxy put right by the reload), so every domain is checked now rather than at its
+   * next recheck.
+   */
+  reloaded(delivered = true): void {
+    this.#reloads.running = Math.max(0, this.#reloads.running - 1);
+    this.#reloads.generation++;
+    if (!delivered) return;
     const now = this.#o.clock.now();
     for (const d of this.#domains.values()) Object.assign(d, { dueAt: now, rechecks: 0 });
     this.#wake.abort();
@@ -158,11 +174,17 @@ export class ServedChecker implements LoopObserver {
   }
 
   async #check(domain: string, d: DomainCheck): Promise<void> {
+    const generation = this.#reloads.generation;
     const probe = await this.#o.probe(domain, this.#stop.signal);
     const now = this.#o.clock.now();
     // The certificate may have changed during the handshake: compare with what is held now.
     const entry = this.#domains.get(domain);
     if (entry !== d) return;
+    // A reload ran during the handshake: looked at again once it ended (reloaded), or soon.
+    if (this.#reloads.running > 0 || generation !== this.#reloads.generation) {
+      d.dueAt = now + FIRST_RECHECK_MS;
+      return;
+    }
     const outcome = classifyServed(probe, d.held, now);
     d.state = nextServedState(d.state, probe, outcome);
     d.detail = 'failure' in probe ? probe.detail : undefined;

@@ -9,6 +9,7 @@ import { checkHaproxyPath, combinedPem } from '../../src/delivery/haproxy.ts';
 import type { ReloadOutcome } from '../../src/delivery/reload-command.ts';
 import { parseReloadSignal, readPidFile, SignalReload } from '../../src/delivery/reload-signal.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
+import { FakeClock } from '../support/fake-clock.ts';
 import { useTempDir } from '../support/standalone.ts';
 
 const DOMAIN = 'web.tailnet-1234.ts.net';
@@ -97,5 +98,68 @@ describe('proxy delivery: flags, pid files, the HAProxy PEM', () => {
       void reload.request(DOMAIN);
     });
     assert.deepEqual({ ok: outcome.ok, method: outcome.method, domains: outcome.domains }, { ok: false, method: 'signal', domains: [DOMAIN] });
+  });
+
+  /** A SignalReload of a master whose accepting workers are `workers()`, on `clock`; its outcome once reported. */
+  async function watchedReload(clock: FakeClock, workers: () => number[] | undefined, settleTimeoutMs = 30_000) {
+    const file = join(dir(), 'master.pid');
+    await writeFile(file, '4242\n');
+    const signals: string[] = [];
+    const logged: string[] = [];
+    let outcome: ReloadOutcome | undefined;
+    const { promise: signalled, resolve } = Promise.withResolvers<void>();
+    const reload = new SignalReload('SIGHUP', file, {
+      logger: { ...silentLogger, error: (o: object) => logged.push(JSON.stringify(o)) },
+      onOutcome: (o) => (outcome = o),
+      kill: (pid, signal) => {
+        signals.push(`${signal} ${pid}`);
+        resolve();
+      },
+      workers: async () => workers(),
+      clock,
+      settleTimeoutMs,
+    });
+    void reload.request(DOMAIN);
+    await signalled;
+    await clock.advance(0);
+    return { signals, logged, outcome: () => outcome };
+  }
+
+  it("reports a signal reload only once the master's workers from before it no longer accept (nginx's old ones serve the replaced pair)", async () => {
+    const clock = new FakeClock();
+    let workers = [10, 11];
+    const run = await watchedReload(clock, () => workers);
+    assert.deepEqual(run.signals, ['SIGHUP 4242']);
+    workers = [10, 11, 20, 21]; // the new workers start; the old ones still accept
+    await clock.advance(50);
+    assert.equal(run.outcome(), undefined, 'not delivered while an old worker accepts');
+    workers = [11, 20, 21]; // 10 is shutting down (or gone)
+    await clock.advance(50);
+    assert.equal(run.outcome(), undefined);
+    workers = [20, 21];
+    await clock.advance(10);
+    assert.equal(run.outcome()?.ok, true);
+  });
+
+  it('reports a reload the proxy did not take (its old workers still accept past the timeout) as failed, saying so', async () => {
+    const clock = new FakeClock();
+    const run = await watchedReload(clock, () => [10], 1000);
+    await clock.advance(990);
+    assert.equal(run.outcome(), undefined);
+    await clock.advance(20);
+    assert.equal(run.outcome()?.ok, false);
+    assert.match(
+      run.logged.join(),
+      /CERTSHARE_RELOAD_FAILED.*workers from before SIGHUP \(10\) still accept connections 1000 ms after it: the proxy did not take the reload/,
+    );
+  });
+
+  it("waits the reload's usual pause when the master's workers cannot be seen", async () => {
+    const clock = new FakeClock();
+    const run = await watchedReload(clock, () => undefined);
+    await clock.advance(290);
+    assert.equal(run.outcome(), undefined);
+    await clock.advance(10);
+    assert.equal(run.outcome()?.ok, true);
   });
 });

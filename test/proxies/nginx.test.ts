@@ -8,12 +8,14 @@ import { readFileSync } from 'node:fs';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
+import { silentLogger } from '../../src/core/ports/logger.ts';
 import type { ReloadOutcome } from '../../src/delivery/reload-command.ts';
+import { SignalReload } from '../../src/delivery/reload-signal.ts';
 import { makePair } from '../support/certs.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { every, nextEvent, until } from '../support/wait.ts';
-import { HandshakeLoop, pidInFile, proveRenewalsServed, startNginx, tlsSession, waitServing } from './proxies.ts';
+import { HandshakeLoop, handshake, pidInFile, proveRenewalsServed, startNginx, tlsSession, waitServing } from './proxies.ts';
 
 const RENEWALS = 3;
 
@@ -94,6 +96,60 @@ describe('nginx (Debian 12 package) with a stock configuration, reloaded by a si
       }
     });
   }
+
+  it('reports a signal reload done only once no worker from before it accepts: no handshake after gets the replaced certificate', async (t) => {
+    const base = join(dir(), 'reload-window');
+    await mkdir(base, { recursive: true });
+    const [certPath, keyPath, pidFile] = [join(base, 'tls.crt'), join(base, 'tls.key'), join(base, 'nginx.pid')];
+    const files = async (): Promise<string> => {
+      const pair = await makePair(DOMAIN, Date.now(), 3_600_000);
+      await writeFile(keyPath, pair.keyPem, { mode: 0o600 });
+      await writeFile(certPath, pair.certPem);
+      return new X509Certificate(pair.certPem).serialNumber;
+    };
+    let replaced = await files();
+    const nginx = await startNginx(base, { certPath, keyPath, pidFile });
+    try {
+      await waitServing(nginx, DOMAIN);
+      const figures: string[] = [];
+      for (let reload = 0; reload < 5; reload++) {
+        const replacement = await files();
+        // Four clients opening connection after connection, across the reload and after it.
+        const seen: Array<{ start: number; serial: string | undefined }> = [];
+        let stopAt = Infinity;
+        const clients = Array.from({ length: 4 }, async () => {
+          while (performance.now() < stopAt) {
+            const start = performance.now();
+            seen.push({ start, serial: (await handshake(nginx.port, DOMAIN)).serial });
+          }
+        });
+        const signalled = performance.now();
+        const outcome = await new Promise<ReloadOutcome>(
+          (resolve) => void new SignalReload('SIGHUP', pidFile, { logger: silentLogger, onOutcome: resolve }).request(DOMAIN),
+        );
+        const done = performance.now();
+        stopAt = done + 200;
+        await Promise.all(clients);
+        assert.equal(outcome.ok, true);
+        const firstNew = Math.min(...seen.filter((h) => h.serial === replacement).map((h) => h.start));
+        const oldAfterDone = seen.filter((h) => h.serial === replaced && h.start >= done).length;
+        figures.push(
+          `reported after ${Math.round(done - signalled)} ms; the replaced one served to ` +
+            `${seen.filter((h) => h.serial === replaced && h.start > firstNew).length} handshakes begun after the first that got the new one, ` +
+            `${oldAfterDone} after the report`,
+        );
+        assert.equal(oldAfterDone, 0, `handshakes begun after the reload was reported got the replaced certificate (${figures.at(-1)})`);
+        assert.ok(
+          seen.some((h) => h.serial === replacement && h.start >= done),
+          'the replacement is served after the report',
+        );
+        replaced = replacement;
+      }
+      t.diagnostic(figures.join('; '));
+    } finally {
+      await nginx.stop();
+    }
+  });
 
   it("cannot signal a master of another uid: certshare's uid gets EPERM from root's nginx, and says what to change", {
     skip: process.getuid?.() !== 0 && 'needs root (nginx as root, the signal sent as uid 65532)',

@@ -1,10 +1,12 @@
 // The federation's outage rules (docs/federation.md, "The home unreachable", "The home back") over any order of cuts
 // and heals: a home and 2 or 3 members, each member cut off from the home (a partition) or every member at once (an
 // outage), any lifetime from a minute to 90 days, each member's CA clock behind by up to 2 minutes (never more than
-// 5% of the lifetime), whole-second validity stamps (so certificates of one second tie). The world is modelled here
-// (a CA that answers at once, the Secrets, the claims' Leases); the decisions are the core's: homeOutageVerdict,
-// breakGlassPoint, windowClaimable, reconcile, and what each member's replicas serve (HeldCertificate, fed what the
-// member's Secret holds as the loop does).
+// 5% of the lifetime; ahead too, with writers killed, in the last property, a todo), whole-second validity stamps (so
+// certificates of one second tie). The world is modelled here (a CA that answers at once, the Secrets, the claims'
+// Leases, the home Lease kept by its holder while it reaches the home and taken at once otherwise: a cut stands for
+// one longer than the Lease); the decisions are the core's: homeOutageVerdict, breakGlassPoint, windowClaimable,
+// reconcile, and what each member's replicas serve (HeldCertificate, fed what the member's Secret holds as the loop
+// does).
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
@@ -31,12 +33,17 @@ interface Segment {
   outage: boolean;
   /** Per member: cut off from the home (a partition). */
   cut: boolean[];
+  /** Per member: its writer killed as the segment begins (what it held only in memory is lost). */
+  killed: boolean[];
 }
 
 interface Scenario {
   lifetimeMs: number;
   readinessLeadMs: number;
-  /** Per member: how far its CA's clock is behind the members', as a share of the bound (2 minutes, 5% of the lifetime). */
+  /**
+   * Per member: how far its CA's clock is off the members', as a share of the bound (2 minutes, 5% of the lifetime):
+   * negative behind, positive ahead (its certificates valid only from a moment later).
+   */
   skewShares: number[];
   segments: Segment[];
 }
@@ -48,6 +55,13 @@ interface Member {
   record: { serial: string; window: string | null } | undefined;
   /** What its replicas serve. */
   held: HeldCertificate;
+  /**
+   * A renewal its writer obtained valid only from a moment later (its CA's clock ahead): held in the writer's memory
+   * and stored at its notBefore (HeldCertificate.keepPending), lost if the writer dies first.
+   */
+  pending: StoredCert | undefined;
+  /** The window of a pending break-glass certificate (recorded with it once stored); undefined: a renewal. */
+  pendingWindow: string | null | undefined;
 }
 
 interface Issuance {
@@ -59,29 +73,38 @@ interface Issuance {
   cert: StoredCert;
 }
 
-const scenario: fc.Arbitrary<Scenario> = fc.integer({ min: 2, max: 3 }).chain((members) =>
-  fc.record({
-    lifetimeMs: fc.oneof(fc.constantFrom(20 * SECOND, 6 * DAY, 45 * DAY, 90 * DAY), fc.integer({ min: MIN, max: 90 * DAY })),
-    readinessLeadMs: fc.constantFrom(0, 10 * SECOND, MIN, 5 * MIN),
-    skewShares: fc.array(fc.double({ min: 0, max: 1, noNaN: true }), { minLength: members, maxLength: members }),
-    segments: fc.array(
-      fc.record({
-        share: fc.double({ min: 0.005, max: 1.3, noNaN: true }),
-        outage: fc.integer({ min: 0, max: 3 }).map((x) => x === 0),
-        cut: fc.array(fc.boolean(), { minLength: members, maxLength: members }),
-      }),
-      { minLength: 1, maxLength: 14 },
-    ),
-  }),
-);
+/** `ahead`: a CA's clock may also be ahead of the members' (else only behind). */
+const scenarios = (ahead: boolean): fc.Arbitrary<Scenario> =>
+  fc.integer({ min: 2, max: 3 }).chain((members) =>
+    fc.record({
+      lifetimeMs: fc.oneof(fc.constantFrom(20 * SECOND, 6 * DAY, 45 * DAY, 90 * DAY), fc.integer({ min: MIN, max: 90 * DAY })),
+      readinessLeadMs: fc.constantFrom(0, 10 * SECOND, MIN, 5 * MIN),
+      skewShares: fc.array(fc.double({ min: -1, max: ahead ? 1 : 0, noNaN: true }), { minLength: members, maxLength: members }),
+      segments: fc.array(
+        fc.record({
+          share: fc.double({ min: 0.005, max: 1.3, noNaN: true }),
+          outage: fc.integer({ min: 0, max: 3 }).map((x) => x === 0),
+          cut: fc.array(fc.boolean(), { minLength: members, maxLength: members }),
+          killed: fc.array(
+            fc.integer({ min: 0, max: 3 }).map((x) => x === 0),
+            { minLength: members, maxLength: members },
+          ),
+        }),
+        { minLength: 1, maxLength: 14 },
+      ),
+    }),
+  );
 
-/** Runs `s`, then two lifetimes with every member reaching the home; checks every rule as it goes. */
-function simulate(s: Scenario): { issuances: Issuance[]; members: Member[]; home: StoredCert; apart: string[] } {
+/**
+ * Runs `s`, then two lifetimes with every member reaching the home; checks every rule as it goes. `kills`: the
+ * segments' writer kills happen (else they are ignored).
+ */
+function simulate(s: Scenario, kills = false): { issuances: Issuance[]; members: Member[]; home: StoredCert; apart: string[] } {
   const n = s.skewShares.length;
   let t = T0;
   let serials = 0;
   const clock = { now: () => t, sleep: () => Promise.resolve() } as unknown as Clock;
-  const skew = s.skewShares.map((x) => -Math.round(x * Math.min(2 * MIN, s.lifetimeMs / 20)));
+  const skew = s.skewShares.map((x) => Math.round(x * Math.min(2 * MIN, s.lifetimeMs / 20)));
   const issue = (m: number): StoredCert => {
     const at = Math.floor((t + skew[m]!) / SECOND) * SECOND;
     const info: CertInfo = { domain, notBefore: at, notAfter: at + s.lifetimeMs, serial: `${++serials}`.padStart(4, '0'), fingerprint256: `FP${serials}` };
@@ -92,22 +115,32 @@ function simulate(s: Scenario): { issuances: Issuance[]; members: Member[]; home
   const issuances: Issuance[] = [];
   /** Instants a member reaching the home held or served another certificate than the home's. */
   const apart: string[] = [];
+  // The first certificate, issued a skew bound before the start: valid then whatever its CA's clock.
+  t = T0 - Math.min(2 * MIN, s.lifetimeMs / 20);
   let home = issue(0);
   issuances.push({ by: 0, at: t, breakGlass: false, window: null, cert: home });
+  t = T0;
   const members: Member[] = s.skewShares.map(() => {
     const held = new HeldCertificate({ domain, clock, observer: { certificate: () => {} }, log: silentLogger, minIssueIntervalMs: 0 });
     held.considerStored(home, true);
-    return { local: home, record: undefined, held };
+    return { local: home, record: undefined, held, pending: undefined, pendingWindow: undefined };
   });
   /** The claims' Leases in each member's namespace: windows taken, and what each recorded. */
   const claimed = members.map(() => new Set<string | null>());
   const claims: ClaimRead[][] = members.map(() => []);
 
-  const segments = [...s.segments, { share: 2, outage: false, cut: members.map(() => false) }];
+  /** The member whose writer holds the home Lease (-1: none yet). */
+  let writer = -1;
+  const segments = [...s.segments, { share: 2, outage: false, cut: members.map(() => false), killed: members.map(() => false) }];
   let segEnd = T0;
   for (const [i, seg] of segments.entries()) {
     segEnd += Math.max(SECOND, Math.round(seg.share * s.lifetimeMs));
     const connected = (m: number): boolean => !seg.outage && !seg.cut[m];
+    // A writer killed: its pending renewal is lost (a pending break-glass one is not modelled as lost: its window's
+    // second claim, break-glass-claim.ts, covers that case), and its Lease taken by whoever campaigns first.
+    const killed = (m: number): boolean => kills && seg.killed[m] === true;
+    for (const [m, member] of members.entries()) if (killed(m) && member.pendingWindow === undefined) member.pending = undefined;
+    if (writer >= 0 && killed(writer)) writer = -1;
     for (let steps = 0; t < segEnd; steps++) {
       assert.ok(steps < 10_000, 'the simulation advances');
       // What each member's replicas serve is valid until the instant anything may change it (never an expired copy).
@@ -121,17 +154,20 @@ function simulate(s: Scenario): { issuances: Issuance[]; members: Member[]; home
       }
       // Writes reach the others within the instant: a member's push is mirrored by the next.
       for (let pass = 0; pass < n + 1; pass++) {
-        const writer = members.findIndex((_, m) => connected(m));
+        // The home Lease stays with its holder while it reaches the home; once not, a member that does takes it.
+        if (writer < 0 || !connected(writer)) writer = members.findIndex((_, m) => connected(m));
         for (const [m, member] of members.entries()) {
+          adoptPending(member, connected(m));
           if (connected(m)) {
             const plan = reconcile(view(home), view(member.local), t);
             if (plan.kind === 'mirror_to_local') member.local = home;
             else if (plan.kind === 'push_to_home') home = member.local!;
             if (member.local?.info.serial === home.info.serial) member.record = undefined;
-            if (m === writer && (!valid(home) || t >= renewalTime(home.info, policy))) {
+            if (m === writer && !member.pending && (!valid(home) || t >= renewalTime(home.info, policy))) {
               const cert = issue(m);
               issuances.push({ by: m, at: t, breakGlass: false, window: home.info.serial, cert });
-              [home, member.local] = [cert, cert];
+              if (valid(cert)) [home, member.local] = [cert, cert];
+              else member.pending = cert;
             }
           } else breakGlass(m, member);
           if (member.local) member.held.considerStored(member.local, true);
@@ -148,6 +184,7 @@ function simulate(s: Scenario): { issuances: Issuance[]; members: Member[]; home
         if (connected(m)) wakes.push(renewalTime(home.info, policy));
         const copy = member.local;
         if (!connected(m) && valid(copy)) wakes.push(breakGlassPoint(copy.info, policy, s.readinessLeadMs));
+        if (member.pending) wakes.push(member.pending.info.notBefore);
       }
       t = Math.max(t + 1, Math.min(...wakes.filter((w) => w > t)));
     }
@@ -155,9 +192,24 @@ function simulate(s: Scenario): { issuances: Issuance[]; members: Member[]; home
   }
   return { issuances, members, home, apart };
 
+  /**
+   * A pending renewal valid now: its writer holds it, and puts it in its store (the home's, or its own cut off) unless
+   * the store holds one that ends as late (the restore rule).
+   */
+  function adoptPending(member: Member, reaches: boolean): void {
+    const cert = member.pending;
+    if (!cert || t < cert.info.notBefore) return;
+    member.pending = undefined;
+    if (reaches && (!valid(home) || home.info.notAfter < cert.info.notAfter)) home = cert;
+    if (!valid(member.local) || member.local.info.notAfter < cert.info.notAfter) member.local = cert;
+    if (member.pendingWindow !== undefined) member.record = { serial: cert.info.serial, window: member.pendingWindow };
+    member.pendingWindow = undefined;
+  }
+
   /** Member `m`, cut off: its verdict, then its window's claim, then the call (which the CA answers at once). */
   function breakGlass(m: number, member: Member): void {
     const copy = member.local;
+    if (member.pending) return;
     const verdict = homeOutageVerdict({ held: copy && { ...copy.info }, now: t, policy, readinessLeadMs: s.readinessLeadMs, breakGlass: member.record });
     if (verdict.kind !== 'break_glass') return;
     const window = copy?.info.serial ?? null;
@@ -168,15 +220,32 @@ function simulate(s: Scenario): { issuances: Issuance[]; members: Member[]; home
     const cert = issue(m);
     issuances.push({ by: m, at: t, breakGlass: true, window, cert });
     claims[m]!.push({ recorded: cert.info.notAfter, created: t });
+    if (!valid(cert)) {
+      [member.pending, member.pendingWindow] = [cert, window];
+      return;
+    }
     member.local = cert;
     member.record = { serial: cert.info.serial, window };
   }
 }
 
+/** The home renewed each copy once (every issuance listed in the message). */
+function oneRenewalPerWindow(issuances: Issuance[]): void {
+  const renewals = new Map<string | null, number>();
+  for (const i of issuances.filter((x) => !x.breakGlass)) renewals.set(i.window, (renewals.get(i.window) ?? 0) + 1);
+  const list = issuances
+    .map((i) => {
+      const { serial, notBefore, notAfter } = i.cert.info;
+      return `${serial} by ${i.by} at ${i.at - T0}${i.breakGlass ? ' (break-glass)' : ''}, valid ${notBefore - T0}..${notAfter - T0}`;
+    })
+    .join('; ');
+  for (const [window, count] of renewals) assert.equal(count, 1, `the home renewed the copy ${window} ${count} times: ${list}`);
+}
+
 describe("a member's outage rules over any order of cuts and heals (properties)", () => {
   it('never an expired certificate served, one break-glass issuance per member and window, one renewal per window of the home', () => {
     fc.assert(
-      fc.property(scenario, (s) => {
+      fc.property(scenarios(false), (s) => {
         const { issuances } = simulate(s);
         const glass = new Map<string, number>();
         for (const i of issuances.filter((x) => x.breakGlass)) {
@@ -184,9 +253,7 @@ describe("a member's outage rules over any order of cuts and heals (properties)"
           glass.set(key, (glass.get(key) ?? 0) + 1);
           assert.equal(glass.get(key), 1, `member ${i.by} broke glass twice in the window of ${i.window}`);
         }
-        const renewals = new Map<string | null, number>();
-        for (const i of issuances.filter((x) => !x.breakGlass)) renewals.set(i.window, (renewals.get(i.window) ?? 0) + 1);
-        for (const [window, count] of renewals) assert.equal(count, 1, `the home renewed the copy ${window} ${count} times`);
+        oneRenewalPerWindow(issuances);
       }),
       { numRuns: RUNS },
     );
@@ -194,7 +261,7 @@ describe("a member's outage rules over any order of cuts and heals (properties)"
 
   it("a member reaching the home holds and serves the home's copy at once (a tie by notAfter included), its record gone", () => {
     fc.assert(
-      fc.property(scenario, (s) => {
+      fc.property(scenarios(false), (s) => {
         const { members, home, apart } = simulate(s);
         assert.deepEqual(apart, []);
         for (const [m, member] of members.entries()) {
@@ -203,6 +270,31 @@ describe("a member's outage rules over any order of cuts and heals (properties)"
           assert.equal(member.record, undefined, `member ${m}'s record superseded`);
         }
       }),
+      { numRuns: RUNS },
+    );
+  });
+
+  // A writer that obtains a certificate valid only from a moment later (its CA's clock ahead) keeps it in memory
+  // until then (issue-call.ts, HeldCertificate.keepPending) and stores it only then: killed before, the pair is lost
+  // and its successor renews the same copy again; cut off from the home past the Lease, it stores it in its own
+  // Secret only and another member's writer renews the copy too. Here member 0's CA is 3 s ahead: it renews at 30 s
+  // a copy valid from 33 s, and is killed at 31 s.
+  it("one renewal per window when the home's writer is killed or cut off before its renewal's notBefore (its CA clock ahead)", {
+    todo: "the pending pair lives only in its writer's memory until its notBefore (docs/design.md, a certificate valid only later)",
+  }, () => {
+    const quiet = { outage: false, cut: [false, false] };
+    const killedAfterRenewal: Scenario = {
+      lifetimeMs: 60 * SECOND,
+      readinessLeadMs: 0,
+      skewShares: [1, 0],
+      segments: [
+        { ...quiet, share: 31 / 60, killed: [false, false] },
+        { ...quiet, share: 0.1, killed: [true, false] },
+      ],
+    };
+    oneRenewalPerWindow(simulate(killedAfterRenewal, true).issuances);
+    fc.assert(
+      fc.property(scenarios(true), (s) => oneRenewalPerWindow(simulate(s, true).issuances)),
       { numRuns: RUNS },
     );
   });

@@ -117,6 +117,25 @@ describe('ServedChecker', () => {
     await checker.stop();
   });
 
+  it("counts no handshake made while certshare reloads the proxy (nginx's old workers still serve the replaced leaf then)", async () => {
+    const { clock, checker, probes, reports, serve } = setup();
+    const t0 = clock.now();
+    checker.start();
+    checker.certificate(DOMAIN, held('A', t0 - HOUR, t0 + 10 * HOUR));
+    serve({ leaf: leaf('OLD', t0 - HOUR, t0 + 10 * HOUR) });
+    await clock.advance(0);
+    assert.equal(reports.at(-1)?.outcome, 'other');
+    checker.reloading();
+    serve({ leaf: leaf('A', t0 - HOUR, t0 + 10 * HOUR) }); // a new worker answered this one
+    await clock.advance(2000);
+    assert.ok(probes.length > 1, 'checked during the reload');
+    assert.equal(reports.at(-1)?.outcome, 'other', 'nothing counted during the reload');
+    checker.reloaded();
+    await clock.advance(0);
+    assert.equal(reports.at(-1)?.outcome, 'current', 'counted once it ended');
+    await checker.stop();
+  });
+
   it('scales the stale bound to a short-lived certificate: the warning comes before its previous leaf leaves rotation', async () => {
     const s = setup();
     const { clock, checker, reports } = s;
