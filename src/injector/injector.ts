@@ -19,7 +19,7 @@ import { InjectorController } from './controller.ts';
 import { InjectorMetrics, admissionResult, startMetricsServer } from './injector-metrics.ts';
 import { admissionReviewResponse, checkInjectionDefaults, checkSidecarFlags, sidecarForm } from './mutate.ts';
 import { serviceDnsNames, type LeafNames } from './pki.ts';
-import { keepSidecarForm, publishSidecarForm } from './sidecar-form.ts';
+import { checkSidecarFormBounds, keepSidecarForm, publishSidecarForm } from './sidecar-form.ts';
 import { startTlsServer, type TlsServer } from './tls-server.ts';
 
 /**
@@ -79,12 +79,13 @@ export async function startInjector(
   deps: { logger: Logger; env: NodeJS.ProcessEnv; clock?: Clock; defaultMetrics?: boolean },
 ): Promise<Injector> {
   checkDefaults(config.defaults);
+  // Before the webhook answers: the policy holding hand-written certshare containers to this form reads it.
+  const form = sidecarForm(config.defaults);
+  checkSidecarFormBounds(form);
   const clock = deps.clock ?? systemClock;
   const events = new EventEmitter();
   const metricsPairs = config.metricsTls ? await followMetricsTls(config.metricsTls, { ...deps, clock }, events) : undefined;
   const connection = await connectKube(deps.env, { requestTimeoutMs: config.kubeTimeoutMs });
-  // Before the webhook answers: the policy holding hand-written certshare containers to this form reads it there.
-  const form = sidecarForm(config.defaults);
   try {
     await publishSidecarForm(connection, connection.namespace, form, AbortSignal.timeout(config.kubeTimeoutMs));
   } catch (err) {

@@ -13,6 +13,28 @@ import { withSignal } from '../kube/transport/https-transport.ts';
 /** Its name, in the injector's namespace: the policy binding's paramRef, the Role and certshare-injector-creates-own-objects name it. @forTests */
 export const SIDECAR_FORM_CONFIGMAP = 'certshare-injector-sidecar';
 
+/**
+ * The most the form holds: certshare-injector-creates-own-objects admits no larger ConfigMap from the injector's
+ * account, and certshare-sidecar-as-injected, which reads it at every Pod creation of the opted-in namespaces,
+ * refuses every Pod rather than read a larger one (a stolen token's, written before that policy). The injector's
+ * own is a dozen keys of a few hundred characters (one per platform setting: the daemon has fewer than 64 flags).
+ * @forTests
+ */
+export const SIDECAR_FORM_BOUNDS = { keys: 128, valueChars: 8192 } as const;
+
+/** Settings whose form would pass those bounds are refused at start (CERTSHARE_BAD_FLAG), before anything is written. */
+export function checkSidecarFormBounds(form: Record<string, string>): void {
+  const keys = Object.keys(form);
+  const long = keys.find((k) => form[k]!.length > SIDECAR_FORM_BOUNDS.valueChars);
+  if (keys.length <= SIDECAR_FORM_BOUNDS.keys && long === undefined) return;
+  throw new CertshareError('CERTSHARE_BAD_FLAG', {
+    flag: '--sidecar-flags, --sidecar-*',
+    rule:
+      `the sidecar's form holds at most ${SIDECAR_FORM_BOUNDS.keys} settings of at most ${SIDECAR_FORM_BOUNDS.valueChars} characters ` +
+      `(certshare-sidecar-as-injected reads it at every Pod creation): ${long === undefined ? `${keys.length} settings` : `${long} is longer`}`,
+  });
+}
+
 /** Creates the ConfigMap, or replaces it whole (another replica's, or an older injector's settings). */
 export async function publishSidecarForm(connection: KubeConnection, namespace: string, form: Record<string, string>, signal: AbortSignal): Promise<void> {
   const body: V1ConfigMap = { apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: SIDECAR_FORM_CONFIGMAP, namespace }, data: form };

@@ -21,6 +21,11 @@ const secret = (name: string, type: string, extra: Record<string, unknown> = {})
   data: type === 'kubernetes.io/tls' ? { 'tls.crt': b64('crt'), 'tls.key': b64('key') } : { probe: b64('x') },
 });
 const configMap = (name: string) => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name }, data: { image: 'attacker.example/certshare:1' } });
+/** What a stolen injector token writes to make every Pod creation of the opted-in namespaces costly: 10,000 keys, 1 MB. */
+const floodedForm = () => ({
+  ...configMap('certshare-injector-sidecar'),
+  data: { image: 'attacker.example/certshare:1', ...Object.fromEntries(Array.from({ length: 10_000 }, (_, i) => [`junk${i}`, 'x'.repeat(80)])) },
+});
 const lease = (name: string) => ({ apiVersion: 'coordination.k8s.io/v1', kind: 'Lease', metadata: { name }, spec: { holderIdentity: 'probe' } });
 /** The object the attack wants: a token Secret for another account, which the token controller fills and never expires. */
 const tokenSecret = (name: string) => secret(name, 'kubernetes.io/service-account-token', { annotations: { 'kubernetes.io/service-account.name': 'default' } });
@@ -65,6 +70,9 @@ async function checkCreates(ns: string): Promise<void> {
     ['a ConfigMap of another name', configMap('certshare-proxy-ledger'), /its own ConfigMap/],
     ['its serving Secret, immutable', { ...secret('certshare-injector-tls', 'kubernetes.io/tls'), immutable: true }, /never makes its Secrets/],
     ["its sidecar's form, immutable", { ...configMap('certshare-injector-sidecar'), immutable: true }, /never makes its Secrets/],
+    ["its sidecar's form, 10,000 keys", floodedForm(), /at most 128 keys/],
+    ["its sidecar's form, a value of 8193 characters", { ...configMap('certshare-injector-sidecar'), data: { image: 'x'.repeat(8193) } }, /at most 128 keys/],
+    ["its sidecar's form, with binaryData", { ...configMap('certshare-injector-sidecar'), binaryData: { blob: b64('x') } }, /no binaryData/],
   ];
   for (const [what, object, message] of refused) {
     // Its own names exist by now: dry runs, so the refusal is the policy's, not AlreadyExists.
@@ -83,6 +91,9 @@ async function checkCreates(ns: string): Promise<void> {
     assert.match(answer, new RegExp(`${POLICY}.*denied.*never makes its Secrets`), object.metadata.name);
   }
   assert.equal(await updateDryRun(kubeconfig, ns, secret('certshare-injector-tls', 'kubernetes.io/tls')), 'updated', 'its serving Secret, rotated');
+  // Read by certshare-sidecar-as-injected at every Pod creation of the opted-in namespaces: on d7d4d70 this update was
+  // admitted, and each Pod creation then cost the apiserver seconds of CPU (docs/security.md).
+  assert.match(await updateDryRun(kubeconfig, ns, floodedForm()), new RegExp(`${POLICY}.*denied.*at most 128 keys`), "its sidecar's form, flooded");
   // The rest of the namespace's users are not this policy's business: the administrator still creates a token Secret.
   assert.equal(await create(cp().adminKubeconfigPath, ns, tokenSecret('admin-token'), true), 'created');
 }

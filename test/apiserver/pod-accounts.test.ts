@@ -13,6 +13,7 @@ import { startInjector, type Injector } from '../../src/injector/injector.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
 import { ANNOTATION } from '../../src/injector/mutate.ts';
 import { DIST_COMMAND } from '../../src/injector/sidecar.ts';
+import { SIDECAR_FORM_CONFIGMAP } from '../../src/injector/sidecar-form.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
 import { injectorLoopbackFlags } from '../support/replica-flags.ts';
 import { must } from '../support/kube.ts';
@@ -21,6 +22,7 @@ import { freePort } from '../support/processes.ts';
 const cp = useControlPlane({ serviceAccountAdmission: true });
 const POLICY = 'certshare-pods-injected';
 const FORM_POLICY = 'certshare-sidecar-as-injected';
+const NODE_POLICY = 'certshare-pods-off-the-node';
 const PLATFORM_FLAG = '--issuance-budget=20/168h';
 const PLATFORM_ENV = 'CERTSHARE_ISSUANCE_BUDGET';
 /** The platform's CA bundle (a private ACME CA's): a volume the Pod may not point elsewhere. */
@@ -211,11 +213,12 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
         /mounts a volume holding its token \(my-token, certshare-token\) in certshare's container only/,
       ],
       ['shareProcessNamespace', pod('shared-pid', { serviceAccountName: 'certshare', shareProcessNamespace: true }, asked), /shares no process namespace/],
-      ['hostPID', pod('host-pid', { serviceAccountName: 'certshare', hostPID: true }, asked), /shares no process namespace/],
+      // certshare-pods-off-the-node refuses it under any account: either policy may answer.
+      ['hostPID', pod('host-pid', { serviceAccountName: 'certshare', hostPID: true }, asked), /shares no process namespace|host's namespaces/],
     ];
     for (const [what, body, message] of cases) {
       const answer = await create(body);
-      assert.match(answer, new RegExp(POLICY), what);
+      assert.match(answer, new RegExp(`${POLICY}|${NODE_POLICY}`), what);
       assert.match(answer, message, what);
     }
   });
@@ -239,7 +242,7 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     try {
       assert.equal(await eventually(() => create(stock('stock-0'), true), /^created$/), 'created', 'accepted: admitted');
       const shared = await create(pod('host-pid-accepted', { serviceAccountName: 'certshare', hostPID: true }, asked), true);
-      assert.match(shared, /shares no process namespace/, 'hostPID stays refused');
+      assert.match(shared, /shares no process namespace|host's namespaces \(hostPID/, 'hostPID stays refused');
     } finally {
       await must(cp().kubectl(['annotate', 'serviceaccount', 'certshare', '-n', ns, `${annotation}-`]));
     }
@@ -597,5 +600,58 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     const labelled = variant('form-labelled', (c) => (c.image = 'attacker.example/certshare:1'));
     labelled.metadata!.labels = INJECTOR_LABEL;
     assert.match(await create(labelled, true), new RegExp(`${FORM_POLICY}.*runs the injector's image`));
+  });
+
+  it('a Pod under any account stays off the node, which holds every token: no host namespace, hostPath, privilege or added capability', async () => {
+    const as = (securityContext: V1Container['securityContext']): V1Container => ({ ...proxy, securityContext });
+    // On d7d4d70 each admitted (Pod Security's default level is privileged): hostPID as certshare's uid reads, through
+    // /proc/<pid>/root, the token of every certshare on the node, whatever its namespace; a hostPath or a privileged
+    // container reads the kubelet's copy of every Pod's token.
+    const cases: Array<[string, V1Pod, RegExp]> = [
+      ["hostPID as certshare's uid", pod('node-pid', { hostPID: true, securityContext: { runAsUser: 65532 } }), /host's namespaces/],
+      ['hostNetwork', pod('node-net', { hostNetwork: true }), /host's namespaces/],
+      ['hostIPC', pod('node-ipc', { hostIPC: true }), /host's namespaces/],
+      [
+        "a hostPath of the kubelet's Pods",
+        pod('node-path', { volumes: [socketVolume, { name: 'pods', hostPath: { path: '/var/lib/kubelet/pods' } }] }),
+        /no hostPath volume/,
+      ],
+      ['a privileged container', pod('node-privileged', { containers: [as({ privileged: true })] }), /is not privileged/],
+      [
+        'an init container adding SYS_PTRACE',
+        pod('node-ptrace', { initContainers: [{ ...as({ capabilities: { add: ['SYS_PTRACE'] } }), name: 'init' }] }),
+        /adds no capability/,
+      ],
+    ];
+    for (const [what, body, message] of cases) {
+      const answer = await create(body, true);
+      assert.match(answer, new RegExp(NODE_POLICY), what);
+      assert.match(answer, message, what);
+    }
+    // What baseline allows stays the Pod's.
+    assert.equal(await create(pod('node-bind', { containers: [as({ capabilities: { add: ['NET_BIND_SERVICE'] } })] }), true), 'created');
+    // Nor an ephemeral container added later, by the author or by whoever holds only the debugging grant.
+    for (const kubeconfig of [author, podDebugger]) {
+      const privileged = await addEphemeral('plain-default', { name: 'debug-node', image: 'busybox', securityContext: { privileged: true } }, kubeconfig);
+      assert.notEqual(privileged.code, 0, 'a privileged ephemeral container');
+      assert.match(privileged.stderr, new RegExp(`${NODE_POLICY}.*is not privileged`));
+    }
+    assert.equal((await addEphemeral('plain-default', { name: 'debug-plain', image: 'busybox' }, podDebugger)).code, 0, 'a plain one');
+  });
+
+  it("a sidecar's form of 10,000 keys (written before the policy that bounds the injector's writes) is not read: every Pod refused at once", async () => {
+    const path = `/api/v1/namespaces/certshare/configmaps/${SIDECAR_FORM_CONFIGMAP}`;
+    const form = JSON.parse((await cp().adminRequest('GET', path)).body) as { metadata: Record<string, unknown>; data: Record<string, string> };
+    const flood = Object.fromEntries(Array.from({ length: 10_000 }, (_, i) => [`junk${i}`, 'x'.repeat(80)]));
+    const written = await cp().adminRequest('PUT', path, { body: { ...form, data: { ...form.data, ...flood } } });
+    assert.equal(written.status, 200, written.body);
+    try {
+      // On d7d4d70 admitted, each creation costing the apiserver seconds of CPU (docs/security.md).
+      const answer = await eventually(() => create(pod('flooded-form', {}), true), /over 128 keys/);
+      assert.match(answer, new RegExp(`${FORM_POLICY}.*is not the injector's: over 128 keys`));
+    } finally {
+      const restored = await cp().adminRequest('PUT', path, { body: { ...form, metadata: { ...form.metadata, resourceVersion: undefined } } });
+      assert.equal(restored.status, 200, restored.body);
+    }
   });
 });

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { loadAll } from 'js-yaml';
 import { envName, findFlag } from '../../../src/flags/flags.ts';
 import { INJECTOR_FLAGS } from '../../../src/config/injector-options.ts';
-import { SIDECAR_FORM_CONFIGMAP } from '../../../src/injector/sidecar-form.ts';
+import { SIDECAR_FORM_BOUNDS, SIDECAR_FORM_CONFIGMAP } from '../../../src/injector/sidecar-form.ts';
 import { parseTarget } from '../../../src/core/injector-ca/ca-targets.ts';
 import { RUNTIME_VARIABLES } from '../../support/injector-deployment.ts';
 
@@ -161,5 +161,14 @@ describe('manifests/injector', () => {
       (d) => d.kind === 'ValidatingAdmissionPolicyBinding' && d.metadata.name === 'certshare-sidecar-as-injected',
     ) as unknown as { spec: { paramRef: { namespace: string; name: string; parameterNotFoundAction: string } } };
     assert.deepEqual(binding.spec.paramRef, { namespace, name: SIDECAR_FORM_CONFIGMAP, parameterNotFoundAction: 'Deny' });
+  });
+
+  it("bounds the sidecar's form where the injector writes it and where the policy reads it, as the injector's own", async () => {
+    const text = JSON.stringify(await docs('admission-policy.yaml'));
+    const bounds = `size() <= ${SIDECAR_FORM_BOUNDS.keys} && `;
+    const value = `].size() <= ${SIDECAR_FORM_BOUNDS.valueChars}`;
+    // certshare-injector-creates-own-objects (what the account writes) and certshare-sidecar-as-injected (what it reads).
+    assert.equal(text.split(bounds).length - 1, 2, `both policies bound the keys at ${SIDECAR_FORM_BOUNDS.keys}`);
+    assert.equal(text.split(value).length - 1, 2, `both policies bound a value at ${SIDECAR_FORM_BOUNDS.valueChars}`);
   });
 });

@@ -11,6 +11,7 @@ import { INJECTOR_FLAGS, injectorConfigFrom } from '../../../src/config/injector
 import { ANNOTATION, POD_CHOSEN_ENV, injectionFor, sidecarForm } from '../../../src/injector/mutate.ts';
 import type { InjectionDefaults } from '../../../src/config/injection-defaults.ts';
 import { SIDECAR_NAME } from '../../../src/injector/sidecar.ts';
+import { SIDECAR_FORM_BOUNDS, checkSidecarFormBounds } from '../../../src/injector/sidecar-form.ts';
 import { examplePod } from '../../support/injector-example.ts';
 
 const PLATFORM = [
@@ -53,6 +54,15 @@ describe("the sidecar's form", () => {
     assert.equal(form['env.CERTSHARE_DRAIN_DELAY'], undefined);
     for (const name of POD_CHOSEN_ENV) assert.equal(form[`env.${name}`], undefined, name);
     assert.deepEqual(form['pod-env']!.split(','), [...POD_CHOSEN_ENV]);
+  });
+
+  it('fits the bounds the policies hold it to; settings past them are refused at start', () => {
+    const form = sidecarForm(defaultsOf(PLATFORM));
+    checkSidecarFormBounds(form);
+    assert.ok(Object.keys(form).length < SIDECAR_FORM_BOUNDS.keys / 4, `${Object.keys(form).length} keys`);
+    const long = sidecarForm(defaultsOf([...PLATFORM.slice(1), `--sidecar-flags=--retry-cap=${'1'.repeat(SIDECAR_FORM_BOUNDS.valueChars)}h`]));
+    assert.throws(() => checkSidecarFormBounds(long), /CERTSHARE_BAD_FLAG|at most 128 settings/);
+    assert.throws(() => checkSidecarFormBounds({ ...form, ...Object.fromEntries(Array.from({ length: 128 }, (_, i) => [`env.X${i}`, ''])) }), /settings/);
   });
 
   it('admits every sidecar the injector makes: the example, a Pod advertising a Service, one reloaded by signal, one behind HAProxy', async () => {
