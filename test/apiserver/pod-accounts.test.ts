@@ -637,6 +637,15 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
       assert.match(privileged.stderr, new RegExp(`${NODE_POLICY}.*is not privileged`));
     }
     assert.equal((await addEphemeral('plain-default', { name: 'debug-plain', image: 'busybox' }, podDebugger)).code, 0, 'a plain one');
+    // A namespace the platform labels privileged on purpose (Tailscale's operator's proxies) is left to that choice.
+    const privileged = 'pod-security.kubernetes.io/enforce';
+    await must(cp().kubectl(['label', 'namespace', ns, `${privileged}=privileged`]));
+    try {
+      assert.equal(await eventually(() => create(cases[0]![1], true), /^created$/), 'created', 'labelled privileged');
+    } finally {
+      await must(cp().kubectl(['label', 'namespace', ns, `${privileged}-`]));
+    }
+    assert.match(await eventually(() => create(cases[0]![1], true), new RegExp(NODE_POLICY)), new RegExp(NODE_POLICY), 'unlabelled again');
   });
 
   it("a sidecar's form of 10,000 keys (written before the policy that bounds the injector's writes) is not read: every Pod refused at once", async () => {
