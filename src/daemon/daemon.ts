@@ -12,11 +12,12 @@ import { dirBackend, type StoreBackend } from '../store/store-backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
 import type { KubeBackendContext } from '../kube/kube-backend.ts';
 import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
+import { secretPairSource } from '../kube/secret-pair-source.ts';
 import type { DaemonConfig } from '../config/daemon-config.ts';
 import { followServeConfig, type ServeConfigWatcher } from '../localapi/serve-config-watcher.ts';
 import { tailscaledSource, type CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
-import { daemonListener, type DaemonListener } from './daemon-listener.ts';
 import { Metrics } from '../http/daemon-metrics.ts';
+import { daemonListener, type DaemonListener } from '../http/daemon-listener.ts';
 import { RoutingProofs } from '../http/routing-proof.ts';
 import { heapSavingSwitch } from '../http/heap-saving.ts';
 import { proxyDelivery, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
@@ -210,7 +211,7 @@ async function buildParts(
   const { leaveRotation, route } = rotationExit(settings.leave, { clock, logger, backend, served });
   const routes = { ...(routingProofs ? { routingProofs } : {}), ...route };
   const onTlsServed = (serial: string): boolean => events.emit('tlsServed', { serial });
-  const http = daemonListener(settings.http, { ...deps, health, metrics, onTlsServed, ...routes });
+  const http = daemonListener(settings.http, { ...deps, health, metrics, onTlsServed, secretSource: secretPairSource, ...routes });
   return { clock, logger, events, metrics, health, delivery, projection, backend, watcher, domains, served, ari, manager, serveConfig, leaveRotation, http };
 }
 
