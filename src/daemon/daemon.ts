@@ -18,6 +18,7 @@ import { followServeConfig, type ServeConfigWatcher } from '../localapi/serve-co
 import { tailscaledSource, type CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
 import { Metrics } from '../http/daemon-metrics.ts';
 import { daemonListener, type DaemonListener } from '../http/daemon-listener.ts';
+import { rotationExit } from '../http/rotation-exit.ts';
 import { RoutingProofs } from '../http/routing-proof.ts';
 import { heapSavingSwitch } from '../http/heap-saving.ts';
 import { proxyDelivery, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
@@ -26,7 +27,6 @@ import type { ReloadOutcome } from '../delivery/reload-command.ts';
 import type { AriChecker } from '../acme/ari-checker.ts';
 import type { ServedRotation } from '../served/served-rotation.ts';
 import { partSettings, type PartSettings } from './part-settings.ts';
-import { rotationExit } from './rotation-exit.ts';
 
 /** What the daemon is given beside its configuration. @forTests */
 export interface DaemonDeps {
