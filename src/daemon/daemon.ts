@@ -193,6 +193,12 @@ async function buildParts(
       serveConfigServices: () => serveConfigServices,
     },
   );
+  // Leaving rotation and the listener that answers GET /leave-rotation, built as soon as what they are handed
+  // (the store, the served rotation) exists.
+  const { leaveRotation, route } = rotationExit(settings.leave, { clock, logger, backend, served });
+  const routes = { ...(routingProofs ? { routingProofs } : {}), ...route };
+  const onTlsServed = (serial: string): boolean => events.emit('tlsServed', { serial });
+  const http = daemonListener(settings.http, { ...deps, health, metrics, onTlsServed, secretSource: secretPairSource, ...routes });
   const onServices = (services: string[]): void => {
     serveConfigServices = services;
     served?.advertiser?.notify();
@@ -208,10 +214,6 @@ async function buildParts(
   const manager = certificateLoops(settings.loops, { ...deps, startup, backend, metrics, health, localApi, availability, ari, extraObservers });
   domains.drive(manager, ari, health);
   logHealthChanges(health, clock, logger);
-  const { leaveRotation, route } = rotationExit(settings.leave, { clock, logger, backend, served });
-  const routes = { ...(routingProofs ? { routingProofs } : {}), ...route };
-  const onTlsServed = (serial: string): boolean => events.emit('tlsServed', { serial });
-  const http = daemonListener(settings.http, { ...deps, health, metrics, onTlsServed, secretSource: secretPairSource, ...routes });
   return { clock, logger, events, metrics, health, delivery, projection, backend, watcher, domains, served, ari, manager, serveConfig, leaveRotation, http };
 }
 
