@@ -6,9 +6,9 @@
 // the adapters stand side by side above the rules and no arrow runs back up (docs/development.md's layout).
 const FLOORS = [
   ['core'],
-  ['flags', 'store', 'acme', 'localapi', 'signals', 'pki'],
-  ['logging', 'http', 'tls', 'served', 'delivery', 'emulator'],
-  ['kube', 'config'],
+  ['flags', 'store', 'acme', 'localapi', 'signals', 'pki', 'tls'],
+  ['logging', 'http', 'served', 'delivery', 'kube', 'emulator'],
+  ['config'],
   ['daemon', 'injector'],
   ['cli'],
 ];

@@ -12,11 +12,13 @@ import { dirBackend, type StoreBackend } from '../store/store-backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
 import type { KubeBackendContext } from '../kube/kube-backend.ts';
 import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
+import { secretPairSource } from '../kube/secret-pair-source.ts';
 import type { DaemonConfig } from '../config/daemon-config.ts';
 import { followServeConfig, type ServeConfigWatcher } from '../localapi/serve-config-watcher.ts';
 import { tailscaledSource, type CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
-import { daemonListener, type DaemonListener } from './daemon-listener.ts';
 import { Metrics } from '../http/daemon-metrics.ts';
+import { daemonListener, type DaemonListener } from '../http/daemon-listener.ts';
+import { rotationExit } from '../http/rotation-exit.ts';
 import { RoutingProofs } from '../http/routing-proof.ts';
 import { heapSavingSwitch } from '../http/heap-saving.ts';
 import { proxyDelivery, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
@@ -25,7 +27,6 @@ import type { ReloadOutcome } from '../delivery/reload-command.ts';
 import type { AriChecker } from '../acme/ari-checker.ts';
 import type { ServedRotation } from '../served/served-rotation.ts';
 import { partSettings, type PartSettings } from './part-settings.ts';
-import { rotationExit } from './rotation-exit.ts';
 
 /** What the daemon is given beside its configuration. @forTests */
 export interface DaemonDeps {
@@ -194,6 +195,12 @@ async function buildParts(
       serveConfigServices: () => serveConfigServices,
     },
   );
+  // Leaving rotation and the listener that answers GET /leave-rotation, built as soon as what they are handed
+  // (the store, the served rotation) exists.
+  const { leaveRotation, route } = rotationExit(settings.leave, { clock, logger, backend, served });
+  const routes = { ...(routingProofs ? { routingProofs } : {}), ...route };
+  const onTlsServed = (serial: string): boolean => events.emit('tlsServed', { serial });
+  const http = daemonListener(settings.http, { ...deps, health, metrics, onTlsServed, secretSource: secretPairSource, ...routes });
   const onServices = (services: string[]): void => {
     serveConfigServices = services;
     served?.advertiser?.notify();
@@ -209,10 +216,6 @@ async function buildParts(
   const manager = certificateLoops(settings.loops, { ...deps, startup, backend, metrics, health, localApi, availability, ari, extraObservers });
   domains.drive(manager, ari, health);
   logHealthChanges(health, clock, logger);
-  const { leaveRotation, route } = rotationExit(settings.leave, { clock, logger, backend, served });
-  const routes = { ...(routingProofs ? { routingProofs } : {}), ...route };
-  const onTlsServed = (serial: string): boolean => events.emit('tlsServed', { serial });
-  const http = daemonListener(settings.http, { ...deps, health, metrics, onTlsServed, ...routes });
   return { clock, logger, events, metrics, health, delivery, projection, backend, watcher, domains, served, ari, manager, serveConfig, leaveRotation, http };
 }
 

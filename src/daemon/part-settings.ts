@@ -11,8 +11,8 @@ import type { AriSettings } from '../acme/ari-checker.ts';
 import type { ServedRotationSettings } from '../served/served-rotation.ts';
 import type { KubeSettings } from '../kube/kube-backend.ts';
 import type { ServeConfigSettings } from '../localapi/serve-config-watcher.ts';
-import type { HttpSettings } from './daemon-listener.ts';
-import type { LeaveSettings } from './rotation-exit.ts';
+import type { HttpSettings } from '../http/daemon-listener.ts';
+import type { LeaveSettings } from '../http/rotation-exit.ts';
 
 /** The daemon's parts and the settings each is built with. */
 export interface PartSettings {

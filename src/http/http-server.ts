@@ -5,7 +5,8 @@ import type { Clock } from '../core/ports/clock.ts';
 import type { HealthState, HealthVerdict } from '../core/loop/health.ts';
 import type { PodAddresses } from '../core/values/pod-addresses.ts';
 import type { Metrics } from './daemon-metrics.ts';
-import { ROUTING_PROOF_HEADER, type RoutingProofs } from './routing-proof.ts';
+import { ROUTING_PROOF_HEADER } from '../core/ports/routing-proof-source.ts';
+import type { RoutingProofs } from './routing-proof.ts';
 import { NO_SCHEMAS } from './no-schemas.ts';
 import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../core/served/leave-rotation.ts';
 

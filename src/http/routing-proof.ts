@@ -14,20 +14,10 @@ import { createHmac, createPrivateKey, timingSafeEqual } from 'node:crypto';
 import type { Clock } from '../core/ports/clock.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import type { StoredCert } from '../core/ports/store.ts';
-
-/** The request header a routing check's calls carry (lower case, as node:http reports it). */
-export const ROUTING_PROOF_HEADER = 'certshare-routing-proof';
+import type { RoutingProofSource } from '../core/ports/routing-proof-source.ts';
 
 /** How far a proof's time may be from the receiver's clock: the replicas' clocks differ a little. */
 const FRESH_MS = 30_000;
-
-/** What a routing check needs of the proofs: sign its own calls, hear of calls that reached this Pod. */
-export interface RoutingProofSource {
-  /** The header value for a call to `url`, or undefined while no certificate key is held. */
-  sign(url: string): string | undefined;
-  /** Calls `listener` each time a call to `url` carrying a valid proof reaches this Pod, until the returned function runs. */
-  onProof(url: string, listener: () => void): () => void;
-}
 
 export class RoutingProofs implements LoopObserver, RoutingProofSource {
   /** The HMAC key derived from each held certificate's private key, by domain. */

@@ -21,7 +21,7 @@ import { ANNOTATION_BREAK_GLASS } from './secret-codec.ts';
 import { KubeSecretStore, type StoreTrust } from './secret-store.ts';
 import { type PodEvents, reportOutOfBounds } from './pod-events.ts';
 import type { OutOfBoundsReport } from '../core/values/untrusted-values.ts';
-import type { Metrics } from '../http/daemon-metrics.ts';
+import type { KubeMetrics } from './kube-metrics.ts';
 
 interface FederationOptions {
   home: { connection: KubeConnection; store: KubeSecretStore };
@@ -513,7 +513,7 @@ interface MemberDeps {
   env: NodeJS.ProcessEnv;
   clock: Clock;
   logger: Logger;
-  metrics: Metrics;
+  metrics: KubeMetrics;
   podEvents: PodEvents | undefined;
 }
 

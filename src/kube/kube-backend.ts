@@ -6,12 +6,12 @@ import { staticRole, type IssuanceRole, type ShareMode, type WatchScope } from '
 import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { HealthState } from '../core/loop/health.ts';
+import type { LoopObserver } from '../core/ports/observer.ts';
 import type { StoreBackend } from '../store/store-backend.ts';
 import type { CertDirectory } from '../store/cert-directory.ts';
-import type { Metrics } from '../http/daemon-metrics.ts';
-import type { RoutingProofSource } from '../http/routing-proof.ts';
+import type { KubeMetrics } from './kube-metrics.ts';
+import type { RoutingProofSource } from '../core/ports/routing-proof-source.ts';
 import type { Federated, HomeSettings } from './federation-home.ts';
-import type { Projector } from '../delivery/projector.ts';
 import { connectKube, type KubeConnection } from './connection.ts';
 import { podReadinessGate, type ReadinessGate, type ReadinessGateSettings } from './readiness-gate.ts';
 import { podTerminationProbe } from './pod-terminating.ts';
@@ -44,15 +44,16 @@ export interface KubeBackendContext {
   clock: Clock;
   logger: Logger;
   env: NodeJS.ProcessEnv;
-  metrics: Metrics;
+  metrics: KubeMetrics;
   health: HealthState;
-  /** --routing-check: proofs of routing given and received (routing-proof.ts). */
+  /** --routing-check: proofs of routing given and received (http/routing-proof.ts). */
   routingProofs?: RoutingProofSource;
   /**
    * --out-dir: the certificates projected as files too (the daemon's part, delivery/projector.ts): the store reads
-   * the earlier copies a replica projected there, and the readiness gate waits for the projection to settle.
+   * the earlier copies a replica projected there, and the readiness gate waits for the projection to settle
+   * (`idle`: every queued write attempted).
    */
-  projection?: { files: CertDirectory; projector: Projector };
+  projection?: { files: CertDirectory; projector: LoopObserver & { idle(): Promise<void> } };
 }
 
 /** Who writes in this cluster: with --mode auto the holder of the group's Lease (its elector), else the mode says. */
@@ -60,7 +61,7 @@ function localWriterRole(
   settings: KubeSettings,
   connection: KubeConnection,
   identity: string,
-  deps: { clock: Clock; logger: Logger; metrics: Metrics; podEvents: PodEvents | undefined },
+  deps: { clock: Clock; logger: Logger; metrics: KubeMetrics; podEvents: PodEvents | undefined },
 ): { elector: LeaseElector | undefined; localRole: IssuanceRole } {
   const { metrics, podEvents } = deps;
   const onLeadershipChange = (leader: boolean): void => {
@@ -147,7 +148,7 @@ export async function createKubeBackend(ctx: KubeBackendContext, settings: KubeS
 function localSecretStore(
   settings: KubeSettings,
   connection: KubeConnection,
-  deps: { clock: Clock; logger: Logger; metrics: Metrics },
+  deps: { clock: Clock; logger: Logger; metrics: KubeMetrics },
   files: CertDirectory | undefined,
   trust: StoreTrust | undefined,
 ): KubeSecretStore {

@@ -3,7 +3,7 @@ import type { IssueReason } from '../core/issuance/issuance-policy.ts';
 import type { AttemptResult, LoopObserver } from '../core/ports/observer.ts';
 import type { StoredCert } from '../core/ports/store.ts';
 import { type OutOfBoundsReport, untrustedText } from '../core/values/untrusted-values.ts';
-import type { Metrics } from '../http/daemon-metrics.ts';
+import type { KubeMetrics } from './kube-metrics.ts';
 import type { EventOccurrence } from './event-recorder.ts';
 import { iso } from '../core/ports/clock.ts';
 
@@ -234,7 +234,7 @@ export class PodEvents {
 }
 
 /** How Kubernetes mode tells a value read back out of its bound beside the log: the metric, and an Event when there is a Pod. */
-export function reportOutOfBounds(metrics: Pick<Metrics, 'outOfBounds'>, podEvents: PodEvents | undefined): OutOfBoundsReport {
+export function reportOutOfBounds(metrics: Pick<KubeMetrics, 'outOfBounds'>, podEvents: PodEvents | undefined): OutOfBoundsReport {
   return (where, value) => {
     metrics.outOfBounds(where, value);
     podEvents?.observer.outOfBounds?.(where, value);

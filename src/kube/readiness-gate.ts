@@ -6,8 +6,8 @@ import type { HealthState, ValidityEnd } from '../core/loop/health.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import { apiErrorCode, apiErrorText, type KubeConnection } from './connection.ts';
 import { withSignal } from './transport/https-transport.ts';
-import type { RoutingVerdict } from '../http/routing-check.ts';
-import type { RoutingProofSource } from '../http/routing-proof.ts';
+import type { RoutingVerdict } from './routing-check.ts';
+import type { RoutingProofSource } from '../core/ports/routing-proof-source.ts';
 import { readinessRouting } from './readiness-routing.ts';
 
 /** --readiness-gate with --routing-check and --routing-attempts (`ownIPv4` from POD_IPS), and when a certificate leaves rotation. */

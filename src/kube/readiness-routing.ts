@@ -1,13 +1,13 @@
 // The readiness gate's routing check (readiness-gate.ts `routing`): every --routing-check URL in turn must
-// route to this Pod (http/routing-check.ts), with the timings the gate uses and the detail its condition
+// route to this Pod (routing-check.ts), with the timings the gate uses and the detail its condition
 // message gives.
 import type { Logger } from '../core/ports/logger.ts';
-import { checkRouting, type RoutingVerdict } from '../http/routing-check.ts';
-import type { RoutingProofSource } from '../http/routing-proof.ts';
+import { checkRouting, type RoutingVerdict } from './routing-check.ts';
+import type { RoutingProofSource } from '../core/ports/routing-proof-source.ts';
 
 /**
  * How long one call may stay open. A call proves the route when it arrives, not when its answer does
- * (routing-proof.ts): one still open after half a second went to an endpoint that is gone (a SYN nobody
+ * (http/routing-proof.ts): one still open after half a second went to an endpoint that is gone (a SYN nobody
  * answers, the Pod deleted and kube-proxy not yet synced) or busy starting, and only holds a slot of the
  * 64 a check keeps open. At 10 replicas most calls of a mass restart are such.
  */

@@ -7,8 +7,9 @@ import type { AddressInfo } from 'node:net';
 import { after, describe, it } from 'node:test';
 import { systemClock } from '../../src/core/ports/clock.ts';
 import type { StoredCert } from '../../src/core/ports/store.ts';
-import { checkRouting, lookupOnce } from '../../src/http/routing-check.ts';
-import { ROUTING_PROOF_HEADER, RoutingProofs } from '../../src/http/routing-proof.ts';
+import { checkRouting, lookupOnce } from '../../src/kube/routing-check.ts';
+import { ROUTING_PROOF_HEADER } from '../../src/core/ports/routing-proof-source.ts';
+import { RoutingProofs } from '../../src/http/routing-proof.ts';
 
 const OWN = '10.201.0.10';
 

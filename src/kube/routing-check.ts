@@ -1,11 +1,11 @@
 // Does the Service route to this Pod yet? Rounds of fresh connections to its health URL, each answer's
-// Pod-IPv4 header (set by http-server.ts) naming the endpoint that answered. Plain HTTP: no Kubernetes API.
+// Pod-IPv4 header (set by http/http-server.ts) naming the endpoint that answered. Plain HTTP: no Kubernetes API.
 import { type LookupAddress, type LookupAllOptions, type LookupOneOptions, lookup as dnsLookup } from 'node:dns';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { LookupFunction } from 'node:net';
 import pRetry from 'p-retry';
-import { ROUTING_PROOF_HEADER, type RoutingProofSource } from './routing-proof.ts';
+import { ROUTING_PROOF_HEADER, type RoutingProofSource } from '../core/ports/routing-proof-source.ts';
 
 export type RoutingVerdict = 'routed' | 'unverifiable' | 'not-routed';
 
@@ -64,7 +64,7 @@ interface RoutingCheckOptions {
   roundDelayMs: number;
   /** Rounds go on this long before the answer is 'not-routed': the Service really does not route here yet. */
   patienceMs: number;
-  /** Signs this Pod's calls and hears of the group's calls that reached it (routing-proof.ts). */
+  /** Signs this Pod's calls and hears of the group's calls that reached it (http/routing-proof.ts). */
   proofs?: RoutingProofSource;
   signal?: AbortSignal;
 }
@@ -99,7 +99,7 @@ const MIN_ROUNDS = 3;
  * starting on a busy node, holds no round back, at most MAX_IN_FLIGHT open at once), and the first answer
  * from this Pod settles it. An unlucky round is not a verdict: rounds go on for `patienceMs`, and at least
  * MIN_ROUNDS of them, before the answer is 'not-routed'. With `proofs`, a call of another replica of the
- * group that reaches this Pod through the Service settles it too (routing-proof.ts), and this Pod's calls
+ * group that reaches this Pod through the Service settles it too (http/routing-proof.ts), and this Pod's calls
  * prove the route to the Pods they reach. How fast that makes Ready: docs/performance.md (the end-to-end tier, phase 8).
  */
 export async function checkRouting(url: string, options: RoutingCheckOptions): Promise<RoutingOutcome> {

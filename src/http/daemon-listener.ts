@@ -1,4 +1,4 @@
-// /healthz and /metrics as the daemon serves them: the routes (http/http-server.ts) on --listen, over HTTPS with
+// /healthz and /metrics as the daemon serves them: the routes (http-server.ts) on --listen, over HTTPS with
 // the --tls pair followed from its source, each renewed pair served from the next handshake on while open
 // connections keep theirs. Built with the daemon's other parts; listen() is one of its start-up checks.
 import type { Server as TlsServer } from 'node:tls';
@@ -6,9 +6,8 @@ import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { PodAddresses } from '../core/values/pod-addresses.ts';
 import { followPair, type FollowedPair } from '../tls/followed-pair.ts';
-import { servePair, type TlsChoice } from '../tls/serving-pair.ts';
-import { buildHttpServer, type HttpServerDeps } from '../http/http-server.ts';
-import { secretPairSource } from '../kube/secret-pair-source.ts';
+import { servePair, type PairSourceOptions, type TlsChoice } from '../tls/serving-pair.ts';
+import { buildHttpServer, type HttpServerDeps } from './http-server.ts';
 
 /** Where /healthz and /metrics listen, the Pod's addresses every answer carries, and the --tls pair (undefined: HTTP). */
 export interface HttpSettings {
@@ -23,6 +22,8 @@ interface DaemonListenerDeps extends Omit<HttpServerDeps, 'pod' | 'https'> {
   env: NodeJS.ProcessEnv;
   /** A renewed --tls pair is served, with its serial. */
   onTlsServed(serial: string): void;
+  /** Where a `--tls secret:NAME` pair comes from (kube/secret-pair-source.ts, handed in by the daemon). */
+  secretSource: NonNullable<PairSourceOptions['secretSource']>;
 }
 
 export interface DaemonListener {
@@ -34,14 +35,14 @@ export interface DaemonListener {
 }
 
 export function daemonListener(settings: HttpSettings, deps: DaemonListenerDeps): DaemonListener {
-  const { logger, clock, env, onTlsServed, ...routes } = deps;
+  const { logger, clock, env, onTlsServed, secretSource, ...routes } = deps;
   const app = buildHttpServer({ ...routes, clock, pod: settings.pod, https: settings.tls !== undefined });
   let tls: FollowedPair | undefined;
   return {
     async listen() {
       if (settings.tls) {
         const server = app.server as unknown as TlsServer;
-        tls = await followPair(settings.tls, { clock, logger, env, secretSource: secretPairSource, what: '/healthz and /metrics', onServed: onTlsServed });
+        tls = await followPair(settings.tls, { clock, logger, env, secretSource, what: '/healthz and /metrics', onServed: onTlsServed });
         servePair(server, tls.first);
         tls.serveOn((renewed) => servePair(server, renewed));
       }

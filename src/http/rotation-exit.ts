@@ -3,9 +3,8 @@
 // while the Kubernetes side (the readiness condition) goes False.
 import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
-import type { HttpServerDeps } from '../http/http-server.ts';
-import type { ServedRotation } from '../served/served-rotation.ts';
 import type { StoreBackend } from '../store/store-backend.ts';
+import type { HttpServerDeps } from './http-server.ts';
 
 /** What the shutdown bound keeps back from the Services' failover wait for the rest of the stop (readiness, Lease). */
 const AFTER_FAILOVER_RESERVE_MS = 3000;
@@ -23,7 +22,11 @@ interface RotationExitDeps {
   clock: Clock;
   logger: Logger;
   backend: Pick<StoreBackend, 'leaveRotation' | 'podTerminating'>;
-  served: ServedRotation | undefined;
+  /**
+   * The served rotation's leave (served/served-rotation.ts), with --served-check: the Services withdrawn, then
+   * their failover waited out `alongside` the Kubernetes side; undefined: the Kubernetes side alone.
+   */
+  served: { leave(failoverMs: number, signal: AbortSignal, alongside: () => Promise<void>): Promise<void> } | undefined;
 }
 
 /**
