@@ -340,6 +340,7 @@ class Federation {
       kind: 'kube',
       load: (domain, signal, options) => this.#load(domain, signal, options),
       save: (domain, cert, signal, options) => this.#save(domain, cert, signal, options),
+      savePending: (domain, cert, signal) => this.#savePending(domain, cert, signal),
       recordRenewAnswer: (domain: string, answer: RenewAnswer, signal: AbortSignal) => via(domain).recordRenewAnswer(domain, answer, signal),
       recordIntent: async (domain, holder, at, signal) => {
         await via(domain).recordIntent(domain, holder, at, signal);
@@ -405,6 +406,7 @@ class Federation {
         return await home.store.load(domain, signal);
       }
       if (homeCert && plan.kind !== 'push_to_home') await this.#supersedeBreakGlass(domain, homeCert.info.serial, signal);
+      await reconcilePending({ domain, home: home.store, local: local.store, now: clock.now() }, homeRead, localRead, signal);
       this.#mirrorRetry.succeeded(domain);
     } catch (err) {
       // A compare-and-swap lost (someone wrote meanwhile), or the other side failed: a read soon looks again.
@@ -425,6 +427,19 @@ class Federation {
     if (recorded === undefined || this.#localCopy.get(domain)?.info.serial !== homeSerial) return;
     await local.store.removeAnnotation(domain, ANNOTATION_BREAK_GLASS, signal);
     logger.info({ domain, record: recorded.slice(0, 100), serial: homeSerial }, 'break-glass record superseded: the member holds the home copy');
+  }
+
+  /**
+   * A pair valid only later: at the home (its writer's successor, in any member, holds it rather than order the
+   * renewal again) and beside the local copy (the member's readers and a writer cut off from the home later).
+   */
+  async #savePending(domain: string, cert: StoredCert, signal: AbortSignal): Promise<void> {
+    const { home, local, logger } = this.#o;
+    if (this.#via.get(domain) === 'home') await home.store.savePending(domain, cert, signal);
+    await local.store.savePending(domain, cert, signal).catch((err: unknown) => {
+      if (signal.aborted || this.#via.get(domain) !== 'home') throw err;
+      logger.info({ domain, err: errorMessage(err) }, 'could not store the certificate valid only later locally yet');
+    });
   }
 
   async #save(domain: string, cert: StoredCert, signal: AbortSignal, options?: SaveOptions): Promise<void> {
@@ -454,6 +469,25 @@ class Federation {
       onBreakGlass(domain, cert.info.serial);
     }
   }
+}
+
+/**
+ * The pair valid only later is the newest issuance, wherever it was stored: the home's is mirrored beside the
+ * local copy, and a member's own (stored while cut off from the home) goes to the home unless the home holds a
+ * pair, served or pending, that ends as late.
+ */
+async function reconcilePending(
+  at: { domain: string; home: KubeSecretStore; local: KubeSecretStore; now: number },
+  homeRead: StoreRead,
+  localRead: StoreRead,
+  signal: AbortSignal,
+): Promise<void> {
+  const ends = (read: StoreRead): number => Math.max(read.pending?.info.notAfter ?? 0, bestValid(read, at.now)?.info.notAfter ?? 0);
+  const [homePending, localPending] = [homeRead.pending, localRead.pending];
+  if (homePending && localPending?.info.serial !== homePending.info.serial && ends(localRead) < homePending.info.notAfter)
+    await at.local.savePending(at.domain, homePending, signal);
+  else if (localPending && homePending?.info.serial !== localPending.info.serial && ends(homeRead) < localPending.info.notAfter)
+    await at.home.savePending(at.domain, localPending, signal);
 }
 
 /** The newest valid pair a read offers (its own, or the last valid one its store saw). */

@@ -1,5 +1,5 @@
 import type { V1Secret } from './transport/client-node.ts';
-import { expiredInfo, validateCertPair } from '../core/certificates/certificate.ts';
+import { expiredInfo, inspectCertPair, validateCertPair } from '../core/certificates/certificate.ts';
 import { errorMessage } from '../core/errors.ts';
 import { pendingRenewRequest } from '../core/renewal/renew-request.ts';
 import type { Coordination, RecordedCert, RenewAnswer, StoreRead, StoredCert } from '../core/ports/store.ts';
@@ -21,6 +21,12 @@ export const ANNOTATION_RENEW_REQUESTED = 'certshare.io/renew-requested';
 /** The id of the last renew request the writer answered, and what became of it (written together). */
 export const ANNOTATION_RENEW_ANSWERED = 'certshare.io/renew-answered';
 export const ANNOTATION_RENEW_OUTCOME = 'certshare.io/renew-outcome';
+/**
+ * The data keys of a pair valid only later (StoreRead.pending): beside tls.crt and tls.key, never in them, which
+ * whatever mounts the kubernetes.io/tls Secret (a proxy, an ingress) would serve at once.
+ */
+const DATA_PENDING_CERT = 'pending.crt';
+const DATA_PENDING_KEY = 'pending.key';
 /** The serial of a certificate this member issued on its own while the federation home was unreachable. */
 export const ANNOTATION_BREAK_GLASS = 'certshare.io/break-glass';
 
@@ -104,7 +110,25 @@ export function readCertSecret(secret: SecretFields, domain: string, now: number
     const obtainedAt = Date.parse(annotations[ANNOTATION_OBTAINED_AT] ?? '');
     if (annotations[ANNOTATION_SERIAL] === read.cert.info.serial && Number.isFinite(obtainedAt)) read.cert.obtainedAt = obtainedAt;
   }
-  return { ...read, coordination: readCoordination(secret), ...(record ? { record } : {}) };
+  const pending = readPending(secret, domain, now);
+  return { ...read, coordination: readCoordination(secret), ...(record ? { record } : {}), ...(pending ? { pending } : {}) };
+}
+
+/**
+ * The Secret's pair stored for later, if whole, for `domain` and not expired (valid now too: a writer stopped at
+ * its notBefore, before it moved it into tls.crt); anything else is no pair (a hand edit loses nothing served).
+ */
+function readPending(secret: SecretFields, domain: string, now: number): StoredCert | undefined {
+  const certPem = decode(secret.data?.[DATA_PENDING_CERT]);
+  const keyPem = decode(secret.data?.[DATA_PENDING_KEY]);
+  if (!certPem || !keyPem) return undefined;
+  const pair = { certPem, keyPem };
+  try {
+    const info = inspectCertPair(pair, domain);
+    return now < info.notAfter ? { pair, info } : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 function readCertData(secret: SecretFields, domain: string, now: number): StoreRead {
@@ -138,6 +162,8 @@ export function certSecret(
   meta: SecretMeta,
   change: {
     cert?: StoredCert;
+    /** A pair valid only later, stored beside the served one (StoreRead.pending). */
+    pending?: StoredCert;
     coordination: Coordination;
     renewAnswer?: RenewAnswer | undefined;
     /** Set beside certshare's own; null removes one. */
@@ -167,7 +193,12 @@ export function certSecret(
     if (change.cert.obtainedAt !== undefined) annotations[ANNOTATION_OBTAINED_AT] = iso(change.cert.obtainedAt);
     else delete annotations[ANNOTATION_OBTAINED_AT];
     if (meta.writer) annotations[ANNOTATION_WRITER] = meta.writer;
-    data = { 'tls.crt': Buffer.from(change.cert.pair.certPem).toString('base64'), 'tls.key': Buffer.from(change.cert.pair.keyPem).toString('base64') };
+    const keep = pendingData(data, domain, change.cert.info.notAfter);
+    data = { 'tls.crt': Buffer.from(change.cert.pair.certPem).toString('base64'), 'tls.key': Buffer.from(change.cert.pair.keyPem).toString('base64'), ...keep };
+  }
+  if (change.pending) {
+    const { certPem, keyPem } = change.pending.pair;
+    data = { ...data, [DATA_PENDING_CERT]: Buffer.from(certPem).toString('base64'), [DATA_PENDING_KEY]: Buffer.from(keyPem).toString('base64') };
   }
   const resourceVersion = base?.metadata?.resourceVersion;
   return {
@@ -178,4 +209,14 @@ export function certSecret(
     metadata: { name: domain, namespace: meta.namespace, labels, annotations, ...(resourceVersion ? { resourceVersion } : {}) },
     data,
   };
+}
+
+/**
+ * The pending keys of `data` that outlive a save of a pair ending at `notAfter`: only a pair that ends later (a
+ * restore of an older copy must not drop the newest issuance); one the save makes served, or garbage, goes.
+ */
+function pendingData(data: Record<string, string>, domain: string, notAfter: number): Record<string, string> {
+  const pending = readPending({ data }, domain, Number.NEGATIVE_INFINITY);
+  if (!pending || pending.info.notAfter <= notAfter) return {};
+  return { [DATA_PENDING_CERT]: data[DATA_PENDING_CERT]!, [DATA_PENDING_KEY]: data[DATA_PENDING_KEY]! };
 }

@@ -109,8 +109,7 @@ export class KubeSecretStore implements CertStore {
   #groupWatch: SecretWatch | undefined;
   readonly #onError: (operation: 'read' | 'write') => void;
   readonly #trust: StoreTrust | undefined;
-  /** Per domain, the serial of the untrusted pair last reported: each is reported once, not at every read. */
-  readonly #untrusted = new Map<string, string>();
+  readonly #judge: TrustJudge;
   /** GETs of a single Secret made by load() (a watch that serves reads makes none at rest). */
   gets = 0;
 
@@ -134,6 +133,7 @@ export class KubeSecretStore implements CertStore {
     if (this.#scope === 'group' && !options.group) throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: 'watch scope group', reason: 'needs a group' });
     this.#onError = options.onError ?? (() => {});
     this.#earlierCopies = options.earlierCopies;
+    this.#judge = new TrustJudge(this.#trust, this.#logger, this.#conn.namespace);
   }
 
   /**
@@ -201,6 +201,12 @@ export class KubeSecretStore implements CertStore {
     const coordination = retryNotBefore !== undefined && retryNotBefore > this.#clock.now() ? { retryNotBefore } : {};
     await this.#write(domain, { cert, coordination, renewAnswer: options?.renewAnswer, annotations: options?.annotations }, signal);
     this.#keepValid(domain, cert);
+  }
+
+  /** Stores a pair valid only later beside the served one (CertStore.savePending), on the last read. */
+  async savePending(domain: string, cert: StoredCert, signal?: AbortSignal): Promise<void> {
+    if (this.#trust) checkTrusted(cert.pair.certPem, domain, this.#trust.anchors);
+    await this.#write(domain, { pending: cert, coordination: this.#lastCoordination(domain) }, signal);
   }
 
   /** The answer to a renew request that issued nothing (a refusal), on the last read (compare-and-swap). */
@@ -374,23 +380,16 @@ export class KubeSecretStore implements CertStore {
 
   /**
    * With trust anchors: a valid pair whose chain does not reach them is unusable (never served, kept or
-   * offered as lastValid), reported once per pair when `report`.
+   * offered as lastValid), and a pair for later (StoreRead.pending) no pair; each reported once when `report`.
    */
-  #trusted(domain: string, read: StoreRead, report: boolean): StoreRead {
-    if (read.state === 'unusable' && read.expired) return trustedExpired(read, domain, this.#trust);
-    if (!this.#trust || read.state !== 'valid') return read;
-    const { serial } = read.cert.info;
-    const reason = untrustedReason(read.cert.pair.certPem, domain, this.#trust.anchors);
-    if (reason === undefined) {
-      if (report) this.#untrusted.delete(domain);
-      return read;
-    }
-    if (report && this.#untrusted.get(domain) !== serial) {
-      this.#untrusted.set(domain, serial);
-      this.#logger.warn({ code: 'CERTSHARE_CERT_UNTRUSTED', domain, serial, namespace: this.#conn.namespace }, reason);
-      this.#trust.onUntrusted(domain, serial, reason);
-    }
-    return { state: 'unusable', reason, ...(read.coordination ? { coordination: read.coordination } : {}) };
+  #trusted(domain: string, whole: StoreRead, report: boolean): StoreRead {
+    const { pending, ...read } = whole;
+    const later = pending && this.#judge.reason(`${domain} pending`, domain, pending, report) === undefined ? { pending } : {};
+    if (read.state === 'unusable' && read.expired) return { ...trustedExpired(read, domain, this.#trust), ...later };
+    if (read.state !== 'valid') return { ...read, ...later };
+    const reason = this.#judge.reason(domain, domain, read.cert, report);
+    if (reason === undefined) return { ...read, ...later };
+    return { state: 'unusable', reason, ...(read.coordination ? { coordination: read.coordination } : {}), ...later };
   }
 
   /** Keeps `cert` as a followed domain's last valid pair unless the one kept expires as late or later. */
@@ -427,6 +426,34 @@ export class KubeSecretStore implements CertStore {
       this.#onError('write');
       throw secretUnavailable('write', namespace, domain, err);
     }
+  }
+}
+
+/** Issuer pinning's verdicts on the pairs a store reads, an untrusted pair reported once (not at every read). */
+class TrustJudge {
+  readonly #trust: StoreTrust | undefined;
+  readonly #logger: Logger;
+  readonly #namespace: string;
+  /** Per place (a domain's served pair, its pair for later), the serial of the untrusted pair last reported. */
+  readonly #reported = new Map<string, string>();
+
+  constructor(trust: StoreTrust | undefined, logger: Logger, namespace: string) {
+    [this.#trust, this.#logger, this.#namespace] = [trust, logger, namespace];
+  }
+
+  /** Why `cert` (read at `place`) is not trusted; undefined when it is, or when nothing is pinned. */
+  reason(place: string, domain: string, cert: StoredCert, report: boolean): string | undefined {
+    if (!this.#trust) return undefined;
+    const { serial } = cert.info;
+    const reason = untrustedReason(cert.pair.certPem, domain, this.#trust.anchors);
+    if (!report) return reason;
+    if (reason === undefined) this.#reported.delete(place);
+    else if (this.#reported.get(place) !== serial) {
+      this.#reported.set(place, serial);
+      this.#logger.warn({ code: 'CERTSHARE_CERT_UNTRUSTED', domain, serial, namespace: this.#namespace }, reason);
+      this.#trust.onUntrusted(domain, serial, reason);
+    }
+    return reason;
   }
 }
 

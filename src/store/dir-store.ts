@@ -1,7 +1,8 @@
 import { watch as watchDir, type FSWatcher } from 'node:fs';
-import { mkdir, readFile } from 'node:fs/promises';
+import { mkdir, readFile, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { iso, type Clock } from '../core/ports/clock.ts';
+import { inspectCertPair } from '../core/certificates/certificate.ts';
 import { pendingRenewRequest } from '../core/renewal/renew-request.ts';
 import type { CertStore, Coordination, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/ports/store.ts';
 import { reportFilesWrite, safeName, writeFileAtomically, type CertDirectory, type FilesHealth } from './cert-directory.ts';
@@ -38,14 +39,47 @@ export class DirStore implements CertStore {
   }
 
   async load(domain: string): Promise<StoreRead> {
-    const [read, state, requested] = await Promise.all([this.#dir.read(domain, this.#clock.now()), this.#readState(domain), this.#readMarker(domain)]);
+    const now = this.#clock.now();
+    const [read, state, requested, pending] = await Promise.all([
+      this.#dir.read(domain, now),
+      this.#readState(domain),
+      this.#readMarker(domain),
+      this.#readPending(domain, now),
+    ]);
     // When the pair on disk was obtained, trusted only for the serial it was written with (a pair put
     // there by hand starts from its notBefore, which renews earlier, never later).
     if (read.state === 'valid' && state.obtained?.serial === read.cert.info.serial) read.cert.obtainedAt = state.obtained.at;
     const coordination: Coordination = state.retryNotBefore === undefined ? {} : { retryNotBefore: state.retryNotBefore };
     const renew = pendingRenewRequest(requested, state.renew?.id);
     if (renew !== undefined) coordination.renewRequest = renew;
-    return { ...read, coordination };
+    return { ...read, coordination, ...(pending ? { pending } : {}) };
+  }
+
+  /**
+   * A pair valid only later (StoreRead.pending) in `.state/<domain>.pending.json` (0600, written atomically), where
+   * the proxy reads nothing: the files it serves change only when the pair is taken into use (save).
+   */
+  async savePending(domain: string, cert: StoredCert): Promise<void> {
+    await mkdir(this.#stateDir, { recursive: true, mode: 0o700 });
+    const json = JSON.stringify({ certPem: cert.pair.certPem, keyPem: cert.pair.keyPem });
+    await writeFileAtomically(this.#stateDir, pendingName(domain), `${json}\n`, 0o600);
+  }
+
+  /** The pair stored for later, if whole, for `domain` and not expired; anything else is none. */
+  async #readPending(domain: string, now: number): Promise<StoredCert | undefined> {
+    try {
+      const { certPem, keyPem } = JSON.parse(await readFile(join(this.#stateDir, pendingName(domain)), 'utf8')) as { certPem?: unknown; keyPem?: unknown };
+      if (typeof certPem !== 'string' || typeof keyPem !== 'string') return undefined;
+      const pair = { certPem, keyPem };
+      const info = inspectCertPair(pair, domain);
+      return now < info.notAfter ? { pair, info } : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  get #stateDir(): string {
+    return join(this.#dir.root, '.state');
   }
 
   async save(domain: string, cert: StoredCert, _signal?: AbortSignal, options?: SaveOptions): Promise<void> {
@@ -64,6 +98,9 @@ export class DirStore implements CertStore {
       throw err;
     }
     if (this.#health) reportFilesWrite(this.#health, domain);
+    // A pair for later that ends no later than the one now served is done with (kept otherwise: the newest issuance).
+    const pending = await this.#readPending(domain, Number.NEGATIVE_INFINITY);
+    if (pending && pending.info.notAfter <= cert.info.notAfter) await rm(join(this.#stateDir, pendingName(domain)), { force: true });
     if (written) this.#onWritten(domain, this.#dir.pathOf(domain));
   }
 
@@ -118,6 +155,9 @@ export class DirStore implements CertStore {
     return readDomainState(this.#dir.root, domain);
   }
 }
+
+/** The file of a pair valid only later in `.state/`. */
+const pendingName = (domain: string): string => `${safeName(domain)}.pending.json`;
 
 /** What `.state/<domain>.json` remembers across restarts. */
 interface DomainState {

@@ -19,17 +19,28 @@ export class MemoryStore implements CertStore {
   intents: Array<{ domain: string; holder: string }> = [];
   readonly #listeners = new Set<{ domain: string; listener: () => void }>();
 
+  /** Pairs stored for later (CertStore.savePending), beside the served one. */
+  pending = new Map<string, StoredCert>();
+
   async load(domain: string): Promise<StoreRead> {
     if (this.failReads) throw storeDown(this.failReads);
-    return { ...(this.content.get(domain) ?? { state: 'absent' }), coordination: { ...this.coordination.get(domain) } };
+    const pending = this.pending.get(domain);
+    return { ...(this.content.get(domain) ?? { state: 'absent' }), coordination: { ...this.coordination.get(domain) }, ...(pending ? { pending } : {}) };
   }
 
   async save(domain: string, cert: StoredCert): Promise<void> {
     if (this.failWrites) throw storeDown(this.failWrites);
     this.saves++;
     this.content.set(domain, { state: 'valid', cert });
+    // As the Secret's codec: a pending pair that ends no later than the one saved goes.
+    if ((this.pending.get(domain)?.info.notAfter ?? Infinity) <= cert.info.notAfter) this.pending.delete(domain);
     const { retryNotBefore } = this.coordination.get(domain) ?? {};
     this.coordination.set(domain, retryNotBefore === undefined ? {} : { retryNotBefore });
+  }
+
+  async savePending(domain: string, cert: StoredCert): Promise<void> {
+    if (this.failWrites) throw storeDown(this.failWrites);
+    this.pending.set(domain, cert);
   }
 
   async recordIntent(domain: string, holder: string, at: number): Promise<void> {

@@ -2,7 +2,8 @@ import assert from 'node:assert/strict';
 import { beforeEach, describe, it } from 'node:test';
 import { CertLoop, type CertLoopDeps } from '../../src/core/loop/cert-loop.ts';
 import { LoopSupervisor } from '../../src/core/loop/loop-supervisor.ts';
-import { validateCertPair } from '../../src/core/certificates/certificate.ts';
+import { inspectCertPair, validateCertPair } from '../../src/core/certificates/certificate.ts';
+import { breakGlassPoint } from '../../src/core/federation/home-verdicts.ts';
 import type { Clock } from '../../src/core/ports/clock.ts';
 import { LocalApiError, type CertPair, type CertPairOptions } from '../../src/core/ports/localapi.ts';
 import { silentLogger } from '../../src/core/ports/logger.ts';
@@ -756,6 +757,66 @@ describe('CertLoop against backdating, short and skewed issuers', () => {
     assert.equal(await h.loop.turn(signal), 45 * MIN);
     assert.equal(h.calls.length, 1);
     assert.deepEqual(h.attempts, ['success']);
+  });
+
+  it('stores a pair valid only later at once, beside the served one: a writer started in its place waits for it and orders nothing', async () => {
+    const h = harness();
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    const first = h.store.serial(domain);
+    h.clock.t += 45 * MIN;
+    h.responses.push(() => makePair(domain, h.clock.now() + 2 * MIN, LIFETIME));
+    assert.equal(await h.loop.turn(signal), 2 * MIN, 'waits for its notBefore');
+    const renewal = h.store.pending.get(domain)?.info.serial;
+    assert.ok(renewal !== undefined, 'stored at once, as the pair for later');
+    assert.equal(h.store.serial(domain), first, 'not served before its notBefore');
+    // The writer dies; its successor reads the store.
+    const successor = harness({ store: h.store });
+    successor.clock.t = h.clock.t + MIN;
+    assert.equal(await successor.loop.turn(signal), MIN, "waits for the stored pair's notBefore");
+    assert.equal(successor.loop.current?.info.serial, first, 'serves the old copy until then');
+    successor.clock.t += MIN;
+    assert.equal(await successor.loop.turn(signal), 0, 'moves it into the served pair');
+    assert.equal(h.store.serial(domain), renewal);
+    assert.equal(h.store.pending.get(domain), undefined, 'one write: served, no longer for later');
+    assert.equal(await successor.loop.turn(signal), 45 * MIN);
+    assert.equal(successor.calls.length, 0, 'the window has one renewal');
+  });
+
+  it('a pair stored for later that starts past the safety point of the certificate held counts for nothing (a stolen token)', async () => {
+    const reported: string[] = [];
+    const h = harness({ observer: fanOut([{ outOfBounds: (_w, v) => reported.push(v.field) }]), readinessLeadMs: 0 });
+    const pair = await fresh(h);
+    const info = validateCertPair(pair, domain, h.clock.now());
+    h.store.content.set(domain, { state: 'valid', cert: { pair, info } });
+    h.clock.t += 45 * MIN;
+    const safetyPoint = breakGlassPoint(info, { renewFraction: 1 / 3 }, 0);
+    const late = await makePair(domain, safetyPoint + 1000, LIFETIME); // whole seconds
+    h.store.pending.set(domain, { pair: late, info: inspectCertPair(late, domain) });
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    assert.equal(h.calls.length, 1, 'renewed on time: the pair starting later held nothing');
+    assert.deepEqual(reported, ['pending-not-before']);
+    // One starting before the safety point is waited for.
+    const other = harness({ readinessLeadMs: 0 });
+    other.store.content.set(domain, { state: 'valid', cert: { pair, info } });
+    other.clock.t = h.clock.t;
+    const inTime = await makePair(domain, safetyPoint - 1000, LIFETIME);
+    other.store.pending.set(domain, { pair: inTime, info: inspectCertPair(inTime, domain) });
+    const inTimeStart = inspectCertPair(inTime, domain).notBefore;
+    assert.equal(await other.loop.turn(signal), inTimeStart - other.clock.now(), 'waits for it');
+    assert.equal(other.calls.length, 0);
+  });
+
+  it('with nothing held, a pair stored for later counts only if it starts within the retry cap', async () => {
+    const reported: string[] = [];
+    const h = harness({ observer: fanOut([{ outOfBounds: (_w, v) => reported.push(v.field) }]) });
+    const late = await makePair(domain, h.clock.now() + 24 * 60 * MIN + 1000, LIFETIME);
+    h.store.pending.set(domain, { pair: late, info: inspectCertPair(late, domain) });
+    h.responses.push(() => fresh(h));
+    await h.loop.turn(signal);
+    assert.equal(h.calls.length, 1);
+    assert.deepEqual(reported, ['pending-not-before']);
   });
 
   it('a restart right after an issuance keeps the minimum interval, counted from the stored certificate', async () => {

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { lstat, mkdir, readFile, readdir, readlink, stat, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { validateCertPair } from '../../src/core/certificates/certificate.ts';
+import { inspectCertPair, validateCertPair } from '../../src/core/certificates/certificate.ts';
 import { HealthState } from '../../src/core/loop/health.ts';
 import type { CertPair } from '../../src/core/ports/localapi.ts';
 import { systemClock } from '../../src/core/ports/clock.ts';
@@ -140,6 +140,24 @@ describe('DirStore and CertDirectory', () => {
     await new CertDirectory(root).write(domain, other);
     const after = await restarted.load(domain);
     assert.equal(after.state === 'valid' && after.cert.obtainedAt, undefined);
+  });
+
+  it('keeps a pair valid only later where the proxy reads nothing (0600), across a restart, until a pair as new is served', async () => {
+    const root = join(dir(), 'pending');
+    const store = new DirStore(new CertDirectory(root), systemClock, () => {});
+    const served = await makePair(domain, Date.now() - DAY, 90 * DAY);
+    await store.save(domain, { pair: served, info: validateCertPair(served, domain, Date.now()) });
+    const later = await makePair(domain, Date.now() + 60_000, 90 * DAY);
+    const laterInfo = inspectCertPair(later, domain);
+    await store.savePending(domain, { pair: later, info: laterInfo });
+    assert.equal(await readFile(join(root, domain, 'tls.crt'), 'utf8'), served.certPem, 'the proxy still serves the old pair');
+    assert.equal((await stat(join(root, '.state', `${domain}.pending.json`))).mode & 0o777, 0o600);
+    const restarted = new DirStore(new CertDirectory(root), systemClock, () => {});
+    assert.equal((await restarted.load(domain)).pending?.info.serial, laterInfo.serial, 'a restart holds it');
+    await restarted.save(domain, { pair: served, info: validateCertPair(served, domain, Date.now()) });
+    assert.equal((await restarted.load(domain)).pending?.info.serial, laterInfo.serial, 'a pair ending earlier keeps it');
+    await restarted.save(domain, { pair: later, info: laterInfo });
+    assert.equal((await restarted.load(domain)).pending, undefined, 'served now: no longer for later');
   });
 
   it('reports garbage as unusable and keeps a hand-made directory aside when replacing it', async () => {

@@ -1,7 +1,7 @@
 // The federation's outage rules (docs/federation.md, "The home unreachable", "The home back") over any order of cuts
 // and heals: a home and 2 or 3 members, each member cut off from the home (a partition) or every member at once (an
 // outage), any lifetime from a minute to 90 days, each member's CA clock behind by up to 2 minutes (never more than
-// 5% of the lifetime; ahead too, with writers killed, in the last property, a todo), whole-second validity stamps (so
+// 5% of the lifetime; ahead too, with writers killed, in the last property), whole-second validity stamps (so
 // certificates of one second tie). The world is modelled here (a CA that answers at once, the Secrets, the claims'
 // Leases, the home Lease kept by its holder while it reaches the home and taken at once otherwise: a cut stands for
 // one longer than the Lease); the decisions are the core's: homeOutageVerdict, breakGlassPoint, windowClaimable,
@@ -57,9 +57,11 @@ interface Member {
   held: HeldCertificate;
   /**
    * A renewal its writer obtained valid only from a moment later (its CA's clock ahead): held in the writer's memory
-   * and stored at its notBefore (HeldCertificate.keepPending), lost if the writer dies first.
+   * (HeldCertificate.keepPending), lost if the writer dies; stored at once too (`localPending`, and the home's).
    */
   pending: StoredCert | undefined;
+  /** The pair valid only later in its Secret (pending.crt, pending.key): the member's replicas hold it. */
+  localPending: StoredCert | undefined;
   /** The window of a pending break-glass certificate (recorded with it once stored); undefined: a renewal. */
   pendingWindow: string | null | undefined;
 }
@@ -118,12 +120,14 @@ function simulate(s: Scenario, kills = false): { issuances: Issuance[]; members:
   // The first certificate, issued a skew bound before the start: valid then whatever its CA's clock.
   t = T0 - Math.min(2 * MIN, s.lifetimeMs / 20);
   let home = issue(0);
+  /** The pair valid only later in the home's Secret. */
+  let homePending: StoredCert | undefined;
   issuances.push({ by: 0, at: t, breakGlass: false, window: null, cert: home });
   t = T0;
   const members: Member[] = s.skewShares.map(() => {
     const held = new HeldCertificate({ domain, clock, observer: { certificate: () => {} }, log: silentLogger, minIssueIntervalMs: 0 });
     held.considerStored(home, true);
-    return { local: home, record: undefined, held, pending: undefined, pendingWindow: undefined };
+    return { local: home, record: undefined, held, pending: undefined, localPending: undefined, pendingWindow: undefined };
   });
   /** The claims' Leases in each member's namespace: windows taken, and what each recorded. */
   const claimed = members.map(() => new Set<string | null>());
@@ -163,11 +167,11 @@ function simulate(s: Scenario, kills = false): { issuances: Issuance[]; members:
             if (plan.kind === 'mirror_to_local') member.local = home;
             else if (plan.kind === 'push_to_home') home = member.local!;
             if (member.local?.info.serial === home.info.serial) member.record = undefined;
-            if (m === writer && !member.pending && (!valid(home) || t >= renewalTime(home.info, policy))) {
+            if (m === writer && !member.pending && !member.held.pending && (!valid(home) || t >= renewalTime(home.info, policy))) {
               const cert = issue(m);
               issuances.push({ by: m, at: t, breakGlass: false, window: home.info.serial, cert });
               if (valid(cert)) [home, member.local] = [cert, cert];
-              else member.pending = cert;
+              else [member.pending, homePending, member.localPending] = [cert, cert, cert];
             }
           } else breakGlass(m, member);
           if (member.local) member.held.considerStored(member.local, true);
@@ -185,6 +189,7 @@ function simulate(s: Scenario, kills = false): { issuances: Issuance[]; members:
         const copy = member.local;
         if (!connected(m) && valid(copy)) wakes.push(breakGlassPoint(copy.info, policy, s.readinessLeadMs));
         if (member.pending) wakes.push(member.pending.info.notBefore);
+        if (member.held.pending) wakes.push(member.held.pending.info.notBefore);
       }
       t = Math.max(t + 1, Math.min(...wakes.filter((w) => w > t)));
     }
@@ -193,13 +198,23 @@ function simulate(s: Scenario, kills = false): { issuances: Issuance[]; members:
   return { issuances, members, home, apart };
 
   /**
-   * A pending renewal valid now: its writer holds it, and puts it in its store (the home's, or its own cut off) unless
-   * the store holds one that ends as late (the restore rule).
+   * The pairs valid only later that the member's replicas read (its Secret's, the home's while it reaches it; a
+   * member's own goes to a home that ends earlier: the federation's reconcile), held as the loop does; one valid now:
+   * its writer puts it in its store (the home's, or its own cut off) unless the store holds one that ends as late
+   * (the restore rule).
    */
   function adoptPending(member: Member, reaches: boolean): void {
-    const cert = member.pending;
+    const ends = (c: StoredCert | undefined) => (c ? c.info.notAfter : 0);
+    if (reaches && member.localPending && ends(homePending) < member.localPending.info.notAfter && ends(home) < member.localPending.info.notAfter)
+      homePending = member.localPending;
+    if (member.localPending) member.held.considerPending(member.localPending);
+    if (reaches && homePending) member.held.considerPending(homePending);
+    const cert = member.pending ?? member.held.pending;
     if (!cert || t < cert.info.notBefore) return;
+    member.held.adoptPending();
     member.pending = undefined;
+    if (member.localPending?.info.serial === cert.info.serial) member.localPending = undefined;
+    if (reaches && homePending?.info.serial === cert.info.serial) homePending = undefined;
     if (reaches && (!valid(home) || home.info.notAfter < cert.info.notAfter)) home = cert;
     if (!valid(member.local) || member.local.info.notAfter < cert.info.notAfter) member.local = cert;
     if (member.pendingWindow !== undefined) member.record = { serial: cert.info.serial, window: member.pendingWindow };
@@ -209,7 +224,7 @@ function simulate(s: Scenario, kills = false): { issuances: Issuance[]; members:
   /** Member `m`, cut off: its verdict, then its window's claim, then the call (which the CA answers at once). */
   function breakGlass(m: number, member: Member): void {
     const copy = member.local;
-    if (member.pending) return;
+    if (member.pending || member.held.pending) return;
     const verdict = homeOutageVerdict({ held: copy && { ...copy.info }, now: t, policy, readinessLeadMs: s.readinessLeadMs, breakGlass: member.record });
     if (verdict.kind !== 'break_glass') return;
     const window = copy?.info.serial ?? null;
@@ -221,7 +236,7 @@ function simulate(s: Scenario, kills = false): { issuances: Issuance[]; members:
     issuances.push({ by: m, at: t, breakGlass: true, window, cert });
     claims[m]!.push({ recorded: cert.info.notAfter, created: t });
     if (!valid(cert)) {
-      [member.pending, member.pendingWindow] = [cert, window];
+      [member.pending, member.localPending, member.pendingWindow] = [cert, cert, window];
       return;
     }
     member.local = cert;
@@ -274,14 +289,12 @@ describe("a member's outage rules over any order of cuts and heals (properties)"
     );
   });
 
-  // A writer that obtains a certificate valid only from a moment later (its CA's clock ahead) keeps it in memory
-  // until then (issue-call.ts, HeldCertificate.keepPending) and stores it only then: killed before, the pair is lost
-  // and its successor renews the same copy again; cut off from the home past the Lease, it stores it in its own
-  // Secret only and another member's writer renews the copy too. Here member 0's CA is 3 s ahead: it renews at 30 s
-  // a copy valid from 33 s, and is killed at 31 s.
-  it("one renewal per window when the home's writer is killed or cut off before its renewal's notBefore (its CA clock ahead)", {
-    todo: "the pending pair lives only in its writer's memory until its notBefore (docs/design.md, a certificate valid only later)",
-  }, () => {
+  // A writer that obtains a certificate valid only from a moment later (its CA's clock ahead) stores it at once,
+  // beside the served pair, at the home and in its own Secret (issue-call.ts; HeldCertificate.considerPending is how
+  // every replica holds it): killed before its notBefore, or cut off from the home past the Lease, its successor
+  // waits for it instead of renewing the same copy again (it did, while the pair lived only in the writer's memory).
+  // Here member 0's CA is 3 s ahead: it renews at 30 s a copy valid from 33 s, and is killed at 31 s.
+  it("one renewal per window when the home's writer is killed or cut off before its renewal's notBefore (its CA clock ahead)", () => {
     const quiet = { outage: false, cut: [false, false] };
     const killedAfterRenewal: Scenario = {
       lifetimeMs: 60 * SECOND,

@@ -41,11 +41,13 @@ export function validateCertPair(pair: CertPair, domain: string, now: number): C
 }
 
 /**
- * The last pair that passed inspection, per domain, by a digest of its PEM text (not a copy of it): a
+ * The last pairs that passed inspection, per domain, by a digest of its PEM text (not a copy of it): a
  * store hands the same pair back on every read (each watch event, each loop turn, of every domain), and
  * parsing it (the X.509 chain, the key, their match) is the costly part. Any other pair is inspected in full.
  */
-const lastInspected = new Map<string, { digest: string; info: Readonly<CertInfo> }>();
+const lastInspected = new Map<string, { digest: string; info: Readonly<CertInfo> }[]>();
+/** Pairs kept per domain: the served one and one stored for later (StoreRead.pending), read together. */
+const INSPECTED_PER_DOMAIN = 2;
 
 function pairDigest(pair: CertPair): string {
   return createHash('sha256').update(pair.certPem).update('\0').update(pair.keyPem).digest('base64');
@@ -54,10 +56,11 @@ function pairDigest(pair: CertPair): string {
 /** validateCertPair without the time check: for a pair whose validity starts later (an issuer whose clock is ahead). */
 export function inspectCertPair(pair: CertPair, domain: string): CertInfo {
   const digest = pairDigest(pair);
-  const last = lastInspected.get(domain);
-  if (last?.digest === digest) return last.info;
+  const kept = lastInspected.get(domain) ?? [];
+  const hit = kept.find((k) => k.digest === digest);
+  if (hit) return hit.info;
   const info = Object.freeze(inspectUncached(pair, domain));
-  lastInspected.set(domain, { digest, info });
+  lastInspected.set(domain, [{ digest, info }, ...kept].slice(0, INSPECTED_PER_DOMAIN));
   return info;
 }
 

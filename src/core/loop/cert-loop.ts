@@ -24,6 +24,7 @@ import { ARI_MIN_HOLD_MS, type AriStateSource } from '../renewal/renewal-info.ts
 import type { StartupCondition, StartupGrace } from './startup-grace.ts';
 import type { CertStore, IssuanceRole, StoreRead, StoredCert } from '../ports/store.ts';
 import { UnusableRecordLog } from './unusable-record-log.ts';
+import { latestPendingStart, unstoredPending } from './pending-pair.ts';
 import { IssueCall } from './issue-call.ts';
 import { watchForSupersedingCopy } from './superseding-copy.ts';
 import { OutOfBoundsLog } from '../values/untrusted-values.ts';
@@ -120,7 +121,18 @@ export class CertLoop {
     this.#failures = new IssueFailures({ domain, store: deps.store, clock, backoff: deps.backoff, observer, log: this.#log });
     const watching = { domain, store: deps.store, clock, renewal: deps.renewal, log: this.#log, read: (s: AbortSignal) => this.#read(s) };
     const watchCall = (replaced: StoredCert | undefined, call: AbortController) => watchForSupersedingCopy(watching, replaced?.info, call);
-    const callParts = { domain, log: this.#log, held: this.#held, failures: this.#failures, minIssueIntervalMs, ari: () => this.#ari(), watchCall };
+    const storePending = async (cert: StoredCert, signal: AbortSignal) =>
+      deps.store.savePending ? await restoreToStore(this.#restoreDeps, cert, 'obtained', signal, { pending: true, slotHeld: true }) : ('stored' as const);
+    const callParts = {
+      domain,
+      log: this.#log,
+      held: this.#held,
+      failures: this.#failures,
+      minIssueIntervalMs,
+      ari: () => this.#ari(),
+      watchCall,
+      storePending,
+    };
     this.#calls = new IssueCall({ ...deps, ...callParts });
   }
 
@@ -167,6 +179,8 @@ export class CertLoop {
     const read = await this.#load(signal);
     if (read.state === 'unreadable') this.#held.dropIfExpired();
     else this.#remember(read);
+    const unstored = await this.#storePending(read, signal);
+    if (unstored !== undefined) return unstored;
     const turn: TurnProgress = {};
     let release: (() => void) | undefined;
     try {
@@ -235,7 +249,18 @@ export class CertLoop {
   async #read(signal: AbortSignal, fresh = false): Promise<StoreRead> {
     const { store, clock } = this.#deps;
     const read = await store.load(this.domain, signal, fresh ? { fresh } : undefined);
-    return this.#outOfBounds.bounded(read, `the ${store.kind} record of ${this.domain}`, clock.now(), this.#deps.backoff);
+    const [now, retryCapMs] = [clock.now(), this.#deps.backoff.retryCapMs];
+    const pendingLatest = latestPendingStart(read, this.#held, now, { ...this.#deps, retryCapMs });
+    return this.#outOfBounds.bounded(read, `the ${store.kind} record of ${this.domain}`, now, { retryCapMs, pendingLatest });
+  }
+
+  /** Stores the pair valid only later it holds and the store lacks (a successor waits for it); a wait if not stored. */
+  async #storePending(read: LoadResult, signal: AbortSignal): Promise<number | undefined> {
+    const pending = read.state === 'unreadable' || !this.#mayWrite() ? undefined : unstoredPending(this.#held.pending, read, this.#deps.store);
+    if (!pending) return undefined;
+    const stored = await restoreToStore(this.#restoreDeps, pending, read.state, signal, { pending: true });
+    if (stored !== 'stored') return stored === 'conflict' ? 0 : storeRetryDelay(this.#storeFailures, this.#deps.backoff);
+    return undefined;
   }
 
   /** Keeps the best valid certificate of what the store returned, our pending pair and what we held. */
@@ -245,6 +270,8 @@ export class CertLoop {
     // A newer pair the store saw before what it holds now (a hand edit, a deletion): restored rather than
     // our own older one, which may already be due.
     if (read.lastValid) this.#held.considerStored(read.lastValid);
+    // A pair another writer stored for later (its CA's clock ahead): waited for, not ordered again.
+    if (read.pending) this.#held.considerPending(read.pending);
     this.#held.adoptPending();
     this.#unusable.report(read);
     this.#held.dropIfExpired();

@@ -71,6 +71,15 @@ export class HeldCertificate {
     this.#pending = cert;
   }
 
+  /**
+   * A pair the store holds for later (StoreRead.pending, its start bounded where read): this loop's pending pair
+   * unless what it holds, pending or served, ends as late (no copy ending earlier replaces the newest issuance).
+   */
+  considerPending(cert: StoredCert): void {
+    const latest = Math.max(this.#pending?.info.notAfter ?? Number.NEGATIVE_INFINITY, this.#best?.info.notAfter ?? Number.NEGATIVE_INFINITY);
+    if (cert.info.notAfter > latest) this.#pending = cert;
+  }
+
   /** Takes a pending pair into use once its validity has started. */
   adoptPending(): void {
     const pending = this.#pending;

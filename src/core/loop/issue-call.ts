@@ -34,6 +34,8 @@ interface IssueCallDeps {
   minIssueIntervalMs: number;
   /** The ARI state of the certificate held (CertLoop's). */
   ari: () => IssuanceSnapshot['ari'];
+  /** Stores a pair valid only later beside the served one (store-restore.ts restoreToStore, within the call's slot). */
+  storePending: (cert: StoredCert, signal: AbortSignal) => Promise<'stored' | 'conflict' | { failed: unknown }>;
   /** Watches the store while the call is under way and aborts `call` when a copy supersedes it (superseding-copy.ts). */
   watchCall?: ((replaced: StoredCert | undefined, call: AbortController) => () => void) | undefined;
 }
@@ -139,6 +141,13 @@ export class IssueCall {
         { code: 'CERTSHARE_CERT_INVALID', serial: info.serial, notBefore: iso(info.notBefore) },
         'certificate not valid yet (issuer clock ahead?); using it from its notBefore',
       );
+      // Stored at once beside the served pair; not stored, the loop's next turn (at once) tries again.
+      const stored = await this.#deps.storePending(answer.cert, signal);
+      if (stored !== 'stored') {
+        observer.attempt(this.domain, 'success', asked.reason);
+        this.#failures.succeeded();
+        return 0;
+      }
     } else {
       const { serving } = asked;
       try {

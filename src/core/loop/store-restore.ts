@@ -35,18 +35,34 @@ export function storeView(read: LoadResult): StoreView {
   return read.state === 'valid' ? { state: 'valid', notAfter: read.cert.info.notAfter, ...record } : { state: 'unusable', ...record };
 }
 
-/** Puts `cert` back into the store, `was` the state it found there. */
-export async function restoreToStore(deps: StoreRestoreDeps, cert: StoredCert, was: StoreView['state'], signal: AbortSignal): Promise<RestoreResult> {
+/**
+ * Puts `cert` back into the store, `was` the state it found there. `pending`: a pair valid only later, stored beside
+ * the served one (CertStore.savePending); `slotHeld`: the caller holds an issuance slot already (its CertPair call's).
+ */
+export async function restoreToStore(
+  deps: StoreRestoreDeps,
+  cert: StoredCert,
+  was: StoreView['state'] | 'obtained',
+  signal: AbortSignal,
+  options: { pending?: boolean; slotHeld?: boolean } = {},
+): Promise<RestoreResult> {
   // A write like an issuance's: it takes one of the process's issuance slots (issuance-slots.ts).
-  const release = await deps.issuanceSlots?.acquire(signal);
+  const release = options.slotHeld ? undefined : await deps.issuanceSlots?.acquire(signal);
   try {
-    await deps.store.save(deps.domain, cert, signal);
-    deps.log.info({ serial: cert.info.serial, was }, 'restored certificate to the store');
+    if (options.pending) await deps.store.savePending?.(deps.domain, cert, signal);
+    else await deps.store.save(deps.domain, cert, signal);
+    deps.log.info(
+      { serial: cert.info.serial, was },
+      options.pending ? 'stored the certificate valid only later beside the served one' : 'restored certificate to the store',
+    );
     return 'stored';
   } catch (err) {
     if (signal.aborted) throw err;
     if (isConflict(err)) return 'conflict';
-    deps.log.warn({ err: errorMessage(err) }, 'could not restore certificate to the store');
+    deps.log.warn(
+      { err: errorMessage(err), serial: cert.info.serial },
+      options.pending ? 'could not store the certificate valid only later' : 'could not restore certificate to the store',
+    );
     return { failed: err };
   } finally {
     release?.();

@@ -59,6 +59,12 @@ export type StoreRead = (
    * A store that only its own writer ever writes to (dir) offers none: that loop holds all it stored.
    */
   lastValid?: StoredCert;
+  /**
+   * A pair stored for later (CertStore.savePending): whole, for the domain, not expired, valid only from its
+   * notBefore (its issuer's clock ahead). The newest issuance of the name: no replica serves it before its
+   * notBefore, and no writer orders the renewal it is (cert-loop.ts bounds how late it may start).
+   */
+  pending?: StoredCert;
 };
 
 /** What a record names as its certificate: the serial, and its notAfter (epoch ms) when readable. */
@@ -110,6 +116,12 @@ export interface CertStore {
   load(domain: string, signal: AbortSignal, options?: LoadOptions): Promise<StoreRead>;
   /** Writes a validated pair. Throws CERTSHARE_STORE_CONFLICT when someone else wrote first. */
   save(domain: string, cert: StoredCert, signal: AbortSignal, options?: SaveOptions): Promise<void>;
+  /**
+   * Stores a pair valid only later beside the served one (never in its place: whatever mounts the record would
+   * serve it at once), so a successor holds it rather than order the same renewal again. A later save() of a pair
+   * that ends as late removes it. Compare-and-swap like save().
+   */
+  savePending?(domain: string, cert: StoredCert, signal: AbortSignal): Promise<void>;
   /** Records the answer to a renew request that issues nothing (a refusal); compare-and-swap like an intent. */
   recordRenewAnswer?(domain: string, answer: RenewAnswer, signal: AbortSignal): Promise<void>;
   /** Announces a CertPair call before it is made (compare-and-swap; CERTSHARE_STORE_CONFLICT if raced). */

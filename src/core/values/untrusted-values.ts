@@ -20,6 +20,7 @@ type UntrustedField =
   | 'retry-not-before'
   | 'issuing'
   | 'obtained-at'
+  | 'pending-not-before'
   | 'ledger-entry'
   | 'ledger-part'
   | 'break-glass-claim'
@@ -43,6 +44,26 @@ export interface UntrustedValue {
 interface CoordinationBounds {
   /** --retry-cap: the longest wait a writer records after a rate limit (issue-failures.ts caps it so). */
   retryCapMs: number;
+}
+
+interface ReadBounds extends CoordinationBounds {
+  /** The latest notBefore a pair stored for later may have (boundPending); undefined: none checked. */
+  pendingLatest?: number | undefined;
+}
+
+/**
+ * A pair stored for later (StoreRead.pending) is believed only if it starts no later than `latest`: the safety point
+ * of the certificate held (home-verdicts.ts breakGlassPoint), or with none held the retry cap from now (cert-loop.ts).
+ * A writer waits for such a pair instead of renewing: one a stolen token writes valid from next year would
+ * otherwise hold every renewal until what is served expires. Why that bound: docs/security.md, "Values read back".
+ */
+function boundPending(pending: StoredCert, latest: number): UntrustedValue | undefined {
+  if (pending.info.notBefore <= latest) return undefined;
+  return {
+    field: 'pending-not-before',
+    value: `${pending.info.serial} valid from ${iso(pending.info.notBefore)}`,
+    why: `later than ${iso(latest)}, the safety point of the certificate held (with none, the retry cap from now)`,
+  };
 }
 
 /**
@@ -156,11 +177,12 @@ export class OutOfBoundsLog {
   }
 
   /**
-   * `read` with its coordination bounded (boundCoordination) and an obtained-at in the future dropped (the
+   * `read` with its coordination bounded (boundCoordination), an obtained-at in the future dropped (the
    * renewal rule would measure from it: a date past notAfter would renew only at expiry; without it the rule
-   * measures from notBefore, earlier, never later); what it ignored reported as `where`'s.
+   * measures from notBefore, earlier, never later) and a pair stored for later that starts too late (boundPending);
+   * what it ignored reported as `where`'s.
    */
-  bounded(read: StoreRead, where: string, now: number, bounds: CoordinationBounds): StoreRead {
+  bounded(read: StoreRead, where: string, now: number, bounds: ReadBounds): StoreRead {
     const { coordination, refused } = read.coordination
       ? boundCoordination(read.coordination, now, bounds)
       : { coordination: undefined, refused: [] as UntrustedValue[] };
@@ -173,6 +195,12 @@ export class OutOfBoundsLog {
     };
     if (out.state === 'valid' && future(out.cert)) out = { ...out, cert: withoutObtainedAt(out.cert) };
     if (future(out.lastValid)) out = { ...out, lastValid: withoutObtainedAt(out.lastValid!) };
+    const late = out.pending && bounds.pendingLatest !== undefined ? boundPending(out.pending, bounds.pendingLatest) : undefined;
+    if (late) {
+      refused.push(late);
+      const { pending: _ignored, ...rest } = out;
+      out = rest;
+    }
     this.read(where, refused);
     return out;
   }
