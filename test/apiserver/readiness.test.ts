@@ -159,7 +159,7 @@ describe("the Pod's own readiness gate", () => {
   it('turns False ahead of the certificate expiry, then says it expired', async () => {
     const ns = await exampleNamespace(cp());
     await createGatedPod(cp(), ns, 'proxy-1');
-    const writer = await startReplica(cp(), ns, join(dir(), ns), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 4000 } });
+    const writer = await startReplica(cp(), ns, join(dir(), ns), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 10_000 } });
     const reader = await startReplica(cp(), ns, join(dir(), ns), 'proxy-1', { mode: 'ro', flags: ['--readiness-gate', GATE] });
     try {
       await conditionsWhen(ns, 'proxy-1', (c) => gateStatus(c) === 'True');
@@ -177,7 +177,7 @@ describe("the Pod's own readiness gate", () => {
         const gate = state.find((x) => x.type === GATE);
         if (gate?.status === 'False' && reasons.at(-1) !== gate.reason) reasons.push(gate.reason ?? '');
       }
-      // 4 s certificates: the lead is 5% of the lifetime, 200 ms (--readiness-lead 1m bounds longer ones).
+      // 10 s certificates (a loaded machine delays a reader by seconds): the lead is 5% of the lifetime, 500 ms (--readiness-lead 1m bounds longer ones).
       assert.deepEqual(reasons, ['CertificateExpiring', 'CertificateNotValid'], 'out of rotation before the expiry, then expired');
       assert.equal((await fetch(`${reader.daemon.address}/healthz`)).status, 503);
     } finally {
@@ -189,7 +189,7 @@ describe("the Pod's own readiness gate", () => {
     const ns = await exampleNamespace(cp());
     await createGatedPod(cp(), ns, 'proxy-1');
     const clock = new JumpClock();
-    const writer = await startReplica(cp(), ns, join(dir(), ns), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 4000 } });
+    const writer = await startReplica(cp(), ns, join(dir(), ns), 'proxy-0', { mode: 'rw', emulator: { certLifetimeMs: 10_000 } });
     const reader = await startReplica(cp(), ns, join(dir(), ns), 'proxy-1', { mode: 'ro', flags: ['--readiness-gate', GATE], clock });
     try {
       await conditionsWhen(ns, 'proxy-1', (c) => gateStatus(c) === 'True');
