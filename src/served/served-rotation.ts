@@ -158,13 +158,17 @@ interface OwnerCheck {
 /**
  * Starts the advertiser once tailscaled said whether a config file owns the prefs (config-file-owner.ts). From a file
  * the advertiser only withdraws from the file's list, puts it back by the same reload and
- * follows its reloads on the IPN bus; through the agent, whose edits add as well as remove, it does not start then.
+ * follows its reloads on the IPN bus. Through the agent, the agent asks and does that (advertise-agent.ts): its
+ * status says so, and certshare's decisions then only withdraw (agentFromFile).
  */
 async function startAdvertising(a: Advertiser, config: ServedRotationSettings, deps: ServedRotationDeps, signal: AbortSignal): Promise<OwnerCheck> {
   const { localApi } = deps;
-  const withdrawOnly = !config.advertiseAgent;
-  const owned = await configFileOwnsPrefs(localApi, config.advertiseServices, deps, signal, withdrawOnly);
-  if (signal.aborted || (owned && !withdrawOnly)) return { owned };
+  if (config.advertiseAgent) {
+    a.start();
+    return { owned: false };
+  }
+  const owned = await configFileOwnsPrefs(localApi, config.advertiseServices, deps, signal, true);
+  if (signal.aborted) return { owned };
   let prefsWatch: Promise<void> | undefined;
   if (owned) {
     a.withdrawOnly((s) => localApi.reloadConfig!(s));
@@ -185,10 +189,16 @@ function createAdvertiser(
   const { localApi, health, clock, logger } = deps;
   if (!advertises(config)) return undefined;
   // Through the agent, certshare needs no right on tailscaled but the certificates (docs/security.md).
+  /** The agent's word that tailscaled runs from a config file: it then only withdraws, so ask only that. */
+  let agentFromFile = (): boolean => false;
   let api: PrefsApi;
-  if (config.advertiseAgent) api = agentPrefs(config.advertiseAgent, clock, AGENT_ANSWER_TIMEOUT_MS);
-  else if (localApi.prefs && localApi.editPrefs) api = { prefs: localApi.prefs.bind(localApi), editPrefs: localApi.editPrefs.bind(localApi) };
-  else {
+  if (config.advertiseAgent) {
+    const agent = agentPrefs(config.advertiseAgent, clock, AGENT_ANSWER_TIMEOUT_MS);
+    agentFromFile = agent.fromFile;
+    api = agent;
+  } else if (localApi.prefs && localApi.editPrefs) {
+    api = { prefs: localApi.prefs.bind(localApi), editPrefs: localApi.editPrefs.bind(localApi) };
+  } else {
     logger.warn({ services: config.advertiseServices }, 'this LocalAPI client cannot edit prefs: Tailscale Services are not advertised');
     return undefined;
   }
@@ -205,7 +215,7 @@ function createAdvertiser(
         end,
         terminating: false,
         bootstrap: serviceDomains?.bootstrap(domain, now) ?? false,
-        fromFile: advertiser.withdrawsOnly,
+        fromFile: advertiser.withdrawsOnly || agentFromFile(),
       });
     },
     nextEdge: (now) => {
