@@ -5,7 +5,7 @@ import { ADVERTISE_AGENT_FLAGS, ADVERTISE_AGENT_HELP, advertiseAgentConfigFrom }
 import { createLocalApiClient } from '../localapi/client.ts';
 import { createLogger } from '../logging/pino-logger.ts';
 import { createAdvertiseAgent } from '../served/advertise-agent.ts';
-import { configFileOwnsPrefs } from '../served/config-file-owner.ts';
+import { configFileOwnsPrefs, watchPrefsChanges } from '../served/config-file-owner.ts';
 import { stopOnSignal } from '../signals/stop-on-signal.ts';
 
 /** How often certshare's request is read: a withdrawal asked at shutdown waits at most this for the agent to see it. */
@@ -25,16 +25,25 @@ export async function advertiseAgentCommand(argv: string[]): Promise<number> {
   const logger = createLogger(config.logLevel, 'certshare-advertise-agent', config.logFormat);
   const localApi = createLocalApiClient({ address: config.localapi, certTimeoutMs: 30_000, logger });
   // A tailscaled run from a config file (containerboot) has its owner's AdvertiseServices: the agent, the one
-  // process that could ask (certshare's uid gets 403), edits nothing then, and says so once.
+  // process that may ask (certshare's uid gets 403), then only withdraws from the file's list and puts it back.
   const starting = new AbortController();
   const stopStarting = (): void => starting.abort();
   process.once('SIGTERM', stopStarting).once('SIGINT', stopStarting);
-  const owned = await configFileOwnsPrefs(localApi, config.services, { clock: systemClock, logger }, starting.signal, false);
+  const deps = { clock: systemClock, logger };
+  const owned = await configFileOwnsPrefs(localApi, config.services, deps, starting.signal, true);
   process.off('SIGTERM', stopStarting).off('SIGINT', stopStarting);
   if (starting.signal.aborted) return 0;
   const agent = createAdvertiseAgent({
     api: { prefs: (signal) => localApi.prefs!(signal), editPrefs: (masked, signal) => localApi.editPrefs!(masked, signal) },
-    services: owned ? [] : config.services,
+    services: config.services,
+    ...(owned
+      ? {
+          configFile: {
+            putBack: (signal: AbortSignal) => localApi.reloadConfig!(signal),
+            watch: (onChange: () => void, signal: AbortSignal) => watchPrefsChanges(localApi, onChange, deps, signal),
+          },
+        }
+      : {}),
     dir: config.dir,
     clock: systemClock,
     logger,
@@ -42,7 +51,7 @@ export async function advertiseAgentCommand(argv: string[]): Promise<number> {
     resyncMs: RESYNC_MS,
   });
   agent.start();
-  logger.info({ services: config.services, exchange: config.dir, localapi: config.localapi }, 'advertise agent started');
+  logger.info({ services: config.services, exchange: config.dir, localapi: config.localapi, fromFile: owned }, 'advertise agent started');
   const stop = { stop: () => agent.stop(AbortSignal.timeout(SHUTDOWN_TIMEOUT_MS)) };
   const code = await stopOnSignal(stop, logger, SHUTDOWN_TIMEOUT_MS + 1000);
   process.exit(code);

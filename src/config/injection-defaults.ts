@@ -48,4 +48,10 @@ export interface InjectionDefaults {
    * right for the advertise agent's uid (src/injector/tailscale-operator.ts) unless it says manual. Default true.
    */
   grantTailscaleOperator?: boolean | undefined;
+  /**
+   * --proxygroup-namespaces: where Tailscale's operator runs its ProxyGroups. A Pod there labelled as one, its
+   * tailscaled run from the operator's config file, keeps its advertisement: the agent, made tailscaled's operator by
+   * a postStart hook, only withdraws (src/injector/tailscale-operator.ts optedInProxyGroup). The platform's alone.
+   */
+  proxyGroupNamespaces?: readonly string[] | undefined;
 }

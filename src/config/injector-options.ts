@@ -232,6 +232,17 @@ export const INJECTOR_FLAGS = [
       "the Pod says certshare.io/tailscale-operator: manual; certshare's own uid never is (docs/tailscale-services.md).",
   },
   {
+    name: 'proxygroup-namespaces',
+    group: 'injected sidecar',
+    placeholder: 'NS,...',
+    default: '',
+    help: "Namespaces of Tailscale's operator's ProxyGroups, whose Pods get the advertise agent.",
+    detail:
+      "A Pod there labelled as a ProxyGroup's, its tailscaled run from the operator's config file, gets the advertise agent, made " +
+      "tailscaled's operator by a postStart hook in tailscaled's container; the agent only withdraws from the file's list " +
+      '(docs/tailscale-services.md). Only namespaces where no tenant creates Pods.',
+  },
+  {
     name: 'drain-delay',
     group: 'shutdown',
     placeholder: 'DURATION',
@@ -332,6 +343,7 @@ export function injectorConfigFrom(values: InjectorValues, env: NodeJS.ProcessEn
       homeKubeconfigSecret: homeKubeconfigSecret(values['sidecar-home-kubeconfig-secret'], values['sidecar-flags']),
       resources: sidecarResources(values['sidecar-resources']),
       grantTailscaleOperator: grantsOperator(values['tailscale-operator']),
+      proxyGroupNamespaces: namespaceList(values['proxygroup-namespaces']),
     },
     logLevel: values['log-level'],
     logFormat: logFormatFrom(values),
@@ -339,6 +351,16 @@ export function injectorConfigFrom(values: InjectorValues, env: NodeJS.ProcessEn
   const broken = validateInjectorConfig(config);
   if (broken) throw badFlag(broken.flag, broken.rule);
   return config;
+}
+
+function namespaceList(value: string): string[] {
+  const names = value
+    .split(',')
+    .map((n) => n.trim())
+    .filter((n) => n !== '');
+  const bad = names.find((n) => !/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/.test(n));
+  if (bad !== undefined) throw badFlag('--proxygroup-namespaces', `"${bad}" is not a namespace name`);
+  return names;
 }
 
 function grantsOperator(value: string): boolean {

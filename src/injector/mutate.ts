@@ -24,7 +24,14 @@ import {
 } from './sidecar.ts';
 import { LEAVE_ROTATION_PATH, LEAVE_TOKEN_HEADER } from '../core/served/leave-rotation.ts';
 import { parseReloadSignal } from '../delivery/reload-signal.ts';
-import { ADVERTISE_OWNER_ANNOTATION, configFileTailscaled, wantsOperatorGrant, withOperatorGrant, withoutAutoAdvertisement } from './tailscale-operator.ts';
+import {
+  ADVERTISE_OWNER_ANNOTATION,
+  configFileTailscaled,
+  optedInProxyGroup,
+  wantsOperatorGrant,
+  withOperatorGrant,
+  withoutAutoAdvertisement,
+} from './tailscale-operator.ts';
 import { proxyTlsPort } from './served-check-port.ts';
 
 /** @forTests */
@@ -523,7 +530,7 @@ function stopProblem(drainDelayMs: number, shutdownTimeoutMs: number, graceSecon
  * Throws CERTSHARE_BAD_ANNOTATION when the Pod asks for injection with settings that cannot work.
  * @forTests
  */
-export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection {
+export function injectionFor(pod: V1Pod, defaults: InjectionDefaults, namespace = pod.metadata?.namespace): Injection {
   const annotations = pod.metadata?.annotations ?? {};
   const inject = annotations[ANNOTATION.inject];
   if (inject === undefined || inject === 'false') return { kind: 'skip', reason: `no ${ANNOTATION.inject}: "true"` };
@@ -534,7 +541,9 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
   const present = [...initContainers, ...(spec.containers ?? [])].find((c) => c.name === SIDECAR_NAME);
   const asked = withServedCheck(settingsFromAnnotations(annotations, defaults), annotations, spec, present);
   const configFile = configFileTailscaled(spec, asked.socketVolume);
-  const settings = withoutAdvertising(asked, configFile);
+  // An opted-in ProxyGroup Pod keeps its advertisement: the agent, made operator by a hook, only withdraws there.
+  const proxyGroup = optedInProxyGroup(namespace, pod.metadata?.labels ?? {}, configFile, defaults.proxyGroupNamespaces ?? []);
+  const settings = proxyGroup ? asked : withoutAdvertising(asked, configFile);
   if (present) return alreadyThere(present, spec, settings, defaults);
   checkPodShape(spec, settings);
 
@@ -591,10 +600,13 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults): Injection
     ...(settings.reloadSignal ? { shareProcessNamespace: true } : {}),
   };
   const granted = wantsOperatorGrant(annotations, advertised !== undefined, defaults.grantTailscaleOperator ?? true)
-    ? withOperatorGrant(injected, settings.socketVolume)
+    ? withOperatorGrant(injected, settings.socketVolume, proxyGroup)
     : { spec: injected, annotations: {} };
   const added: Record<string, string> = { ...granted.annotations };
-  if (configFile) added[ADVERTISE_OWNER_ANNOTATION] = `config-file: container ${configFile} sets TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR`;
+  if (configFile)
+    added[ADVERTISE_OWNER_ANNOTATION] =
+      `config-file: container ${configFile} sets TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR` +
+      (proxyGroup && advertised !== undefined ? '; an opted-in ProxyGroup Pod: the advertise agent only withdraws' : '');
   // certshare alone advertises: containerboot's own advertisement of its serve config's Services off.
   return podInjection(pod, advertised === undefined ? granted.spec : withoutAutoAdvertisement(granted.spec, settings.socketVolume), added);
 }
@@ -766,7 +778,7 @@ function proxyFileVolume(spec: NonNullable<V1Pod['spec']>, annotation: string, p
 interface AdmissionReviewIn {
   apiVersion?: string;
   kind?: string;
-  request?: { uid?: string; kind?: { kind?: string }; operation?: string; object?: V1Pod };
+  request?: { uid?: string; kind?: { kind?: string }; operation?: string; namespace?: string; object?: V1Pod };
 }
 
 /** The AdmissionReview answer; throws (the server answers HTTP 400) only when there is no request to answer. */
@@ -778,7 +790,7 @@ export function admissionReviewResponse(body: unknown, defaults: InjectionDefaul
   const object = review.request?.object;
   if (review.request?.kind?.kind !== 'Pod' || !object) return answer({ allowed: true });
   try {
-    const injection = injectionFor(object, defaults);
+    const injection = injectionFor(object, defaults, review.request?.namespace ?? object.metadata?.namespace);
     if (injection.kind === 'skip') return answer({ allowed: true });
     return answer({ allowed: true, patchType: 'JSONPatch', patch: Buffer.from(JSON.stringify(injection.patch)).toString('base64') });
   } catch (err) {

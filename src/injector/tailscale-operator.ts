@@ -123,10 +123,61 @@ const passwdVolume: V1Volume = {
   downwardAPI: { items: [{ path: 'passwd', fieldRef: { fieldPath: `metadata.annotations['${PASSWD_ANNOTATION}']` } }] },
 };
 
-/** The Pod's spec with tailscaled's container granted, and the annotation its passwd file comes from. */
-export function withOperatorGrant(spec: V1PodSpec, socketVolume: string): { spec: V1PodSpec; annotations: Record<string, string> } {
+/**
+ * Tailscale's operator labels its ProxyGroups' Pods so (cmd/k8s-operator proxygroup_specs.go pgLabels). Only a shape
+ * check: anyone who may create Pods in a namespace may write them; the platform's namespace list is the boundary.
+ */
+const PROXY_GROUP_LABELS: Readonly<Record<string, string>> = { 'tailscale.com/managed': 'true', 'tailscale.com/parent-resource-type': 'proxygroup' };
+
+/**
+ * Whether the Pod is a ProxyGroup Pod of Tailscale's operator that the platform opted in: in a namespace of the
+ * injector's --proxygroup-namespaces (where only the operator creates Pods), labelled as the operator labels them, and
+ * its tailscaled run from the operator's config file (`configFile`, configFileTailscaled). Nothing a tenant writes on
+ * a Pod of its own namespace makes it one.
+ */
+export function optedInProxyGroup(
+  namespace: string | undefined,
+  labels: Record<string, string>,
+  configFile: string | undefined,
+  namespaces: readonly string[],
+): boolean {
+  return (
+    configFile !== undefined &&
+    namespace !== undefined &&
+    namespaces.includes(namespace) &&
+    Object.entries(PROXY_GROUP_LABELS).every(([key, value]) => labels[key] === value)
+  );
+}
+
+/**
+ * The command of the postStart hook that makes the agent's uid tailscaled's operator where containerboot runs it from
+ * a config file (and refuses TS_EXTRA_ARGS): run in tailscaled's own container, as its root, through its CLI, retried
+ * while tailscaled is not answering yet (at most a minute: the kubelet starts the Pod's later containers after it).
+ * A reload of the file keeps it (the operator's file names no OperatorUser). It never fails the container: any other
+ * answer (a locked file) ends it at once, and without the right the agent's edits are refused, counted and logged. @forTests
+ */
+export const OPERATOR_HOOK = [
+  '/bin/sh',
+  '-c',
+  'for i in $(seq 1 60); do ' +
+    `out=$(tailscale --socket="\${TS_SOCKET:-/tmp/tailscaled.sock}" set ${OPERATOR_ARG} 2>&1) && exit 0; ` +
+    'case "$out" in *"failed to connect to local tailscaled"*) sleep 1;; *) break;; esac; done; ' +
+    `echo "certshare: ${OPERATOR_USER} is not tailscaled's operator: $out" >&2; exit 0`,
+];
+
+function withOperatorHook(container: V1Container): V1Container {
+  if (container.lifecycle?.postStart) throw refused(`container "${container.name}" has a postStart hook of its own`);
+  return { ...container, lifecycle: { ...container.lifecycle, postStart: { exec: { command: OPERATOR_HOOK } } } };
+}
+
+/**
+ * The Pod's spec with tailscaled's container granted, and the annotation its passwd file comes from: the operator
+ * named through TS_EXTRA_ARGS, or (`byHook`, tailscaled from a config file) by a postStart hook.
+ */
+export function withOperatorGrant(spec: V1PodSpec, socketVolume: string, byHook = false): { spec: V1PodSpec; annotations: Record<string, string> } {
   const target = tailscaledContainer(spec, socketVolume);
-  const grant = (c: V1Container): V1Container => (c.name === target.name ? withPasswd({ ...c, env: withOperatorArg(c) }) : c);
+  const named = (c: V1Container): V1Container => (byHook ? withOperatorHook(c) : { ...c, env: withOperatorArg(c) });
+  const grant = (c: V1Container): V1Container => (c.name === target.name ? withPasswd(named(c)) : c);
   return {
     spec: {
       ...spec,

@@ -2,9 +2,12 @@
 // that edits only AdvertiseServices, only for the Services its own flags name. It listens on nothing and reads
 // one bounded file, certshare's request (advertise-exchange.ts): a Service is advertised while that request
 // names it; a missing, unreadable or malformed request withdraws them all. It withdraws them on SIGTERM too.
+// Under a config file (configFile) it only withdraws from the file's list and puts the list back (Advertiser
+// withdrawOnly), as certshare does with the right itself; no request yet leaves the file's word.
 import type { Clock } from '../core/ports/clock.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/ports/logger.ts';
+import type { AdvertiseDecision } from '../core/served/advertisement.ts';
 import { Advertiser, type PrefsApi } from './advertiser.ts';
 import { type AdvertiseRequest, parseRequest, readExchangeFile, requestPath, writeStatus } from './advertise-exchange.ts';
 
@@ -21,6 +24,14 @@ interface AdvertiseAgentOptions {
   pollMs: number;
   /** Look at the prefs again this often even when nothing changed (someone else may have edited them). */
   resyncMs: number;
+  /**
+   * tailscaled runs from a config file (config-file-owner.ts configFileOwnsPrefs): `putBack` reloads it (the file's
+   * list again), `watch` calls onChange at each prefs change (its owner's reloads) until the signal aborts.
+   */
+  configFile?: {
+    putBack(signal: AbortSignal): Promise<unknown>;
+    watch(onChange: () => void, signal: AbortSignal): Promise<void>;
+  };
 }
 
 /** @forTests */
@@ -30,11 +41,29 @@ export interface AdvertiseAgent {
   stop(signal: AbortSignal): Promise<void>;
 }
 
+/** certshare's request file: its text (undefined: none yet), the request in it, or why it is refused. */
+async function readRequestFile(dir: string): Promise<{ text: string | undefined; next?: AdvertiseRequest; refused?: string }> {
+  try {
+    const text = await readExchangeFile(requestPath(dir), 'advertise request');
+    return { text, ...(text === undefined ? {} : { next: parseRequest(text) }) };
+  } catch (err) {
+    return { text: `refused: ${errorMessage(err)}`, refused: errorMessage(err) };
+  }
+}
+
+/** A Service is advertised while certshare's request names it (withdrawOnly never adds: from a file, it stays). */
+function decision(service: string, request: AdvertiseRequest | undefined): AdvertiseDecision {
+  if (request?.advertise.includes(service)) return { advertise: true };
+  return { advertise: false, why: request ? 'certshare does not ask for it' : 'no valid request' };
+}
+
 export function createAdvertiseAgent(o: AdvertiseAgentOptions): AdvertiseAgent {
   const { clock, logger } = o;
   const stopping = new AbortController();
   let request: AdvertiseRequest | undefined;
   let requestText: string | undefined;
+  /** Whether certshare ever wrote a request: from a file, the owner's list stands until then. */
+  let asked = false;
   /** The request the decisions of the reconcile under way read: the one its status then names. */
   let applying: AdvertiseRequest | undefined;
   let warned: string | undefined;
@@ -43,28 +72,21 @@ export function createAdvertiseAgent(o: AdvertiseAgentOptions): AdvertiseAgent {
   const status = (advertised: ReadonlySet<string>, stopped: boolean): Promise<void> => {
     const seq = applying?.seq;
     written = written
-      .then(() => writeStatus(o.dir, { seq, advertised: [...advertised], stopped }))
+      .then(() => writeStatus(o.dir, { seq, advertised: [...advertised], stopped, ...(o.configFile ? { fromFile: true } : {}) }))
       .catch((err: unknown) => logger.warn({ err: errorMessage(err) }, 'could not write the advertise status'));
     return written;
   };
 
   const readRequest = async (): Promise<void> => {
-    let text: string | undefined;
-    let next: AdvertiseRequest | undefined;
-    try {
-      text = await readExchangeFile(requestPath(o.dir), 'advertise request');
-      next = text === undefined ? undefined : parseRequest(text);
-      warned = undefined;
-    } catch (err) {
-      // Garbage withdraws: never advertise on a request that cannot be read.
-      const message = errorMessage(err);
-      if (warned !== message) logger.warn({ code: 'CERTSHARE_BAD_EXCHANGE', err: message }, 'advertise request refused: withdrawing every Service');
-      warned = message;
-      text = `refused: ${message}`;
-    }
+    const { text, next, refused } = await readRequestFile(o.dir);
+    // Garbage withdraws: never advertise on a request that cannot be read.
+    if (refused !== undefined && warned !== refused)
+      logger.warn({ code: 'CERTSHARE_BAD_EXCHANGE', err: refused }, 'advertise request refused: withdrawing every Service');
+    warned = refused;
     if (text === requestText) return;
     requestText = text;
     request = next;
+    asked ||= text !== undefined;
     const outside = next?.advertise.filter((s) => !o.services.includes(s)) ?? [];
     if (outside.length > 0) logger.warn({ services: outside, allowed: o.services }, 'advertise request names Services outside --advertise-services: ignored');
     advertiser.notify();
@@ -76,8 +98,7 @@ export function createAdvertiseAgent(o: AdvertiseAgentOptions): AdvertiseAgent {
       applying = request;
       return o.services.map((service) => ({ service, domain: '' }));
     },
-    decide: ({ service }) =>
-      applying?.advertise.includes(service) ? { advertise: true } : { advertise: false, why: applying ? 'certshare does not ask for it' : 'no valid request' },
+    decide: ({ service }) => (o.configFile && !asked ? { advertise: true } : decision(service, applying)),
     nextEdge: () => undefined,
     clock,
     logger,
@@ -85,7 +106,9 @@ export function createAdvertiseAgent(o: AdvertiseAgentOptions): AdvertiseAgent {
     onReconciled: (advertised) => void status(advertised, false),
   });
 
+  if (o.configFile) advertiser.withdrawOnly((signal) => o.configFile!.putBack(signal));
   let polling: Promise<void> | undefined;
+  let watching: Promise<void> | undefined;
   const poll = async (): Promise<void> => {
     while (!stopping.signal.aborted) {
       await readRequest();
@@ -95,6 +118,7 @@ export function createAdvertiseAgent(o: AdvertiseAgentOptions): AdvertiseAgent {
 
   return {
     start() {
+      watching ??= o.configFile?.watch(() => advertiser.notify(), stopping.signal);
       polling ??= readRequest().then(() => {
         advertiser.start();
         return poll();
@@ -102,7 +126,7 @@ export function createAdvertiseAgent(o: AdvertiseAgentOptions): AdvertiseAgent {
     },
     async stop(signal) {
       stopping.abort();
-      await polling;
+      await Promise.all([polling, watching]);
       await advertiser.withdraw(signal);
       await status(advertiser.advertised, true);
     },

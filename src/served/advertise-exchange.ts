@@ -38,6 +38,11 @@ interface AdvertiseStatus {
   advertised: string[];
   /** The agent withdrew its Services and stopped (SIGTERM): nobody to ask any more. */
   stopped: boolean;
+  /**
+   * tailscaled runs from a config file whose owner advertises: the agent only withdraws from the file's list and
+   * puts it back (advertise-agent.ts), and certshare asks it to withdraw only what it must not serve.
+   */
+  fromFile?: boolean;
 }
 
 function refused(what: string, problem: string): CertshareError {
@@ -108,6 +113,7 @@ function parseStatus(text: string): AdvertiseStatus {
     seq: value.seq === undefined ? undefined : sequence(value.seq, what),
     advertised: serviceList(value.advertised, what),
     stopped: value.stopped === true,
+    fromFile: value.fromFile === true,
   };
 }
 
@@ -140,12 +146,14 @@ function agentStopped(): LocalApiError {
  * stop that read it would find nothing to withdraw while the agent applies the request). Only
  * AdvertiseServices travels; the agent keeps every other pref and Service as tailscaled has them.
  */
-export function agentPrefs(dir: string, clock: Clock, answerTimeoutMs: number): PrefsApi {
+export function agentPrefs(dir: string, clock: Clock, answerTimeoutMs: number): PrefsApi & { fromFile(): boolean } {
   let seq = Math.floor(clock.now());
   /** The last request written, until the status names it. */
   let unanswered: number | undefined;
+  let fromFile = false;
   const asPrefs = (status: AdvertiseStatus): IpnPrefs => {
     if (status.stopped) throw agentStopped();
+    fromFile = status.fromFile === true;
     return { AdvertiseServices: status.advertised };
   };
   const answered = async (signal: AbortSignal): Promise<IpnPrefs> => {
@@ -162,6 +170,8 @@ export function agentPrefs(dir: string, clock: Clock, answerTimeoutMs: number): 
     }
   };
   return {
+    /** The agent's last status said tailscaled runs from a config file. */
+    fromFile: () => fromFile,
     prefs: answered,
     async editPrefs(masked: MaskedPrefs, signal: AbortSignal) {
       const request: AdvertiseRequest = { seq: ++seq, advertise: masked.AdvertiseServices ?? [] };

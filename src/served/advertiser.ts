@@ -179,6 +179,8 @@ export class Advertiser {
 
   async #reconcileNow(signal: AbortSignal): Promise<boolean> {
     const { api, clock, logger } = this.#o;
+    // Read first: the decision may depend on what the read says (the agent's word that a config file owns the list).
+    const current = (await api.prefs(signal)).AdvertiseServices ?? [];
     const wanted = new Set<string>();
     const now = clock.now();
     const why: Record<string, string> = {};
@@ -188,7 +190,6 @@ export class Advertiser {
       if (decision.advertise) wanted.add(service);
       else why[service] = decision.why;
     }
-    const current = (await api.prefs(signal)).AdvertiseServices ?? [];
     if (this.#putBack) return this.#withholdNow(this.#putBack, current, wanted, why, signal);
     const merged = mergeAdvertised(current, this.#managed, wanted);
     let after = current;

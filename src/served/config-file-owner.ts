@@ -52,9 +52,14 @@ export class AdvertisementOwner {
   async #startAdvertising(advertiser: OwnedAdvertiser): Promise<{ owned: boolean; prefsWatch?: Promise<void> }> {
     const { localApi } = this.#deps;
     const { signal } = this.#stop;
-    const withdrawOnly = !this.#settings.advertiseAgent;
-    const owned = await configFileOwnsPrefs(localApi, this.#settings.advertiseServices, this.#deps, signal, withdrawOnly);
-    if (signal.aborted || (owned && !withdrawOnly)) return { owned };
+    // Through the agent, the agent asks tailscaled and, under a file, only withdraws (advertise-agent.ts); its status
+    // says so and certshare's decisions then only withdraw.
+    if (this.#settings.advertiseAgent) {
+      advertiser.start();
+      return { owned: false };
+    }
+    const owned = await configFileOwnsPrefs(localApi, this.#settings.advertiseServices, this.#deps, signal, true);
+    if (signal.aborted) return { owned };
     let prefsWatch: Promise<void> | undefined;
     if (owned) {
       advertiser.withdrawOnly((s) => localApi.reloadConfig!(s));

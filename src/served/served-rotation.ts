@@ -158,10 +158,16 @@ function createAdvertiser(
   const { localApi, health, clock, logger } = deps;
   if (!advertises(config)) return undefined;
   // Through the agent, certshare needs no right on tailscaled but the certificates (docs/security.md).
+  /** The agent's word that tailscaled runs from a config file: it then only withdraws, so ask only that. */
+  let agentFromFile = (): boolean => false;
   let api: PrefsApi;
-  if (config.advertiseAgent) api = agentPrefs(config.advertiseAgent, clock, AGENT_ANSWER_TIMEOUT_MS);
-  else if (localApi.prefs && localApi.editPrefs) api = { prefs: localApi.prefs.bind(localApi), editPrefs: localApi.editPrefs.bind(localApi) };
-  else {
+  if (config.advertiseAgent) {
+    const agent = agentPrefs(config.advertiseAgent, clock, AGENT_ANSWER_TIMEOUT_MS);
+    agentFromFile = agent.fromFile;
+    api = agent;
+  } else if (localApi.prefs && localApi.editPrefs) {
+    api = { prefs: localApi.prefs.bind(localApi), editPrefs: localApi.editPrefs.bind(localApi) };
+  } else {
     logger.warn({ services: config.advertiseServices }, 'this LocalAPI client cannot edit prefs: Tailscale Services are not advertised');
     return undefined;
   }
@@ -178,7 +184,7 @@ function createAdvertiser(
         end,
         terminating: false,
         bootstrap: serviceDomains?.bootstrap(domain, now) ?? false,
-        fromFile: advertiser.withdrawsOnly,
+        fromFile: advertiser.withdrawsOnly || agentFromFile(),
       });
     },
     nextEdge: (now) => {

@@ -33,25 +33,38 @@ class MemoryPrefs implements PrefsApi {
   }
 }
 
+/** The exchange directory, as the two volumes of an injected Pod. */
+async function exchangeDir(): Promise<string> {
+  const dir = await mkdtemp(join(tmpdir(), 'certshare-agent-'));
+  await mkdir(join(dir, 'request'));
+  await mkdir(join(dir, 'status'));
+  return dir;
+}
+
+/** The agent for svc:web and svc:api, polling every 10 ms; `configFile`: tailscaled runs from one. */
+function startAgent(dir: string, api: PrefsApi, configFile?: Parameters<typeof createAdvertiseAgent>[0]['configFile']): AdvertiseAgent {
+  const agent = createAdvertiseAgent({
+    api,
+    services: ['svc:web', 'svc:api'],
+    dir,
+    clock: systemClock,
+    logger: silentLogger,
+    pollMs: 10,
+    resyncMs: 60_000,
+    ...(configFile ? { configFile } : {}),
+  });
+  agent.start();
+  return agent;
+}
+
 describe('advertise agent', () => {
   let dir: string;
   let prefs: MemoryPrefs;
   let agent: AdvertiseAgent;
   beforeEach(async () => {
-    dir = await mkdtemp(join(tmpdir(), 'certshare-agent-'));
-    await mkdir(join(dir, 'request'));
-    await mkdir(join(dir, 'status'));
+    dir = await exchangeDir();
     prefs = new MemoryPrefs();
-    agent = createAdvertiseAgent({
-      api: prefs,
-      services: ['svc:web', 'svc:api'],
-      dir,
-      clock: systemClock,
-      logger: silentLogger,
-      pollMs: 10,
-      resyncMs: 60_000,
-    });
-    agent.start();
+    agent = startAgent(dir, prefs);
   });
   afterEach(async () => {
     await agent.stop(AbortSignal.timeout(5000));
@@ -134,6 +147,49 @@ describe('advertise agent', () => {
     assert.deepEqual(parseRequest('{"seq":7,"advertise":["svc:web","svc:web"]}'), { seq: 7, advertise: ['svc:web'] });
     for (const text of ['[]', 'null', '{"seq":1}', '{"seq":1.5,"advertise":[]}', `{"seq":1,"advertise":${JSON.stringify(Array(65).fill('svc:a'))}}`])
       assert.throws(() => parseRequest(text), /CERTSHARE_BAD_EXCHANGE|advertise request/, text);
+  });
+});
+
+// tailscaled from a config file (Tailscale's operator's ProxyGroups): the agent only withdraws from the file's list and
+// reloads the file to put it back; before certshare's first request the file's word stands.
+describe('advertise agent under a config file', () => {
+  it("never adds; withdraws what certshare's request leaves out or on garbage; reloads the file once all is asked again", async () => {
+    const dir = await exchangeDir();
+    const file = ['svc:other', 'svc:web'];
+    const prefs = new MemoryPrefs();
+    prefs.services = [...file];
+    let reloads = 0;
+    const putBack = async () => {
+      reloads++;
+      prefs.services = [...file];
+    };
+    const agent = startAgent(dir, prefs, { putBack, watch: async () => {} });
+    const certshare = agentPrefs(dir, systemClock, 5000);
+    const request = (text: string): Promise<void> => writeFile(requestPath(dir), text);
+    try {
+      const status = (): string => {
+        try {
+          return readFileSync(join(dir, 'status', 'advertised.json'), 'utf8');
+        } catch {
+          return '';
+        }
+      };
+      await until('the status says the file owns the list', () => status().includes('"fromFile":true'), [every(10)]);
+      await certshare.prefs(AbortSignal.timeout(1000));
+      assert.equal(certshare.fromFile(), true, "certshare reads the agent's word");
+      assert.deepEqual(prefs.services, file, "no request yet: the file's list stands");
+      await request('{"seq":1,"advertise":["svc:api"]}');
+      await until('svc:web withdrawn', () => JSON.stringify(prefs.services) === '["svc:other"]', [every(10)]);
+      await request('{"seq":2,"advertise":["svc:api","svc:web"]}');
+      await until('the file reloaded', () => reloads === 1 && JSON.stringify(prefs.services) === JSON.stringify(file), [every(10)]);
+      await request('{"seq":3,"advertise":');
+      await until('withdrawn on garbage', () => JSON.stringify(prefs.services) === '["svc:other"]', [every(10)]);
+      assert.ok(!prefs.edits.some((e) => e.AdvertiseServices?.includes('svc:api')), 'never a Service the file does not list');
+    } finally {
+      await agent.stop(AbortSignal.timeout(5000));
+      await rm(dir, { recursive: true, force: true });
+    }
+    assert.deepEqual(prefs.services, ['svc:other'], 'withdrawn on stop');
   });
 });
 

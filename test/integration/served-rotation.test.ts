@@ -2,7 +2,8 @@
 // standalone against the emulator (whose /localapi/v0/prefs keeps AdvertiseServices) and a loopback TLS
 // listener standing for the proxy, whose certificate the test sets.
 import assert from 'node:assert/strict';
-import { readFile, writeFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import type { Daemon } from '../../src/daemon/daemon.ts';
@@ -170,6 +171,39 @@ describe('served check and Service advertisement (emulator)', () => {
         assert.equal(await metric(s.daemon, 'certshare_served_certificate_status', 'outcome="unknown"'), 1);
       } finally {
         await s.done();
+      }
+    }
+  });
+
+  it('through an agent whose status says a config file owns the list: certshare asks only to withdraw what it must not serve', async () => {
+    const request = (exchange: string): Promise<string | undefined> => readFile(join(exchange, 'request', 'advertise.json'), 'utf8').catch(() => undefined);
+    const proxies = {
+      'no TLS answer': () => startNotTlsProxy('http'),
+      'an expired certificate': async () => startTlsProxy(await makePair(DOMAIN, Date.now() - 2 * DAY, DAY)),
+    };
+    for (const [behaviour, start] of Object.entries(proxies)) {
+      const proxy = await start();
+      const dir = await tempDir();
+      const exchange = join(dir.path, 'exchange');
+      await mkdir(join(exchange, 'request'), { recursive: true });
+      await mkdir(join(exchange, 'status'));
+      // The agent's word (advertise-agent.ts under a config file): the file's list advertises the Service.
+      await writeFile(join(exchange, 'status', 'advertised.json'), JSON.stringify({ advertised: [SERVICE], stopped: false, fromFile: true }));
+      const s = await setup(proxy, ['--advertise-services', SERVICE, '--advertise-agent', exchange, '--advertise-failover', '0s']);
+      try {
+        await until(`the certificate held (${behaviour})`, () => s.daemon.health.infoOf(DOMAIN) !== undefined, [every(50)]);
+        if (behaviour === 'no TLS answer') {
+          await until('checked', () => s.daemon.health.details().some((l) => l.includes('no TLS answer')), [every(50)]);
+          await new Promise((r) => setTimeout(r, 2500)); // two check intervals and more: the advertiser's resyncs
+          assert.equal(await request(exchange), undefined, 'not confirmed yet is no reason to withdraw from the file');
+        } else {
+          await until('a withdrawal asked', () => existsSync(join(exchange, 'request', 'advertise.json')), [every(50)]);
+          assert.deepEqual(JSON.parse((await request(exchange))!).advertise, []);
+        }
+      } finally {
+        await writeFile(join(exchange, 'status', 'advertised.json'), JSON.stringify({ advertised: [], stopped: true }));
+        await s.done();
+        await dir.remove();
       }
     }
   });

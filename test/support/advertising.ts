@@ -2,9 +2,14 @@
 // tests read them, and the common start: a daemon whose proxy (a loopback TLS listener) first serves a foreign
 // certificate, under which nothing may be advertised, then the certificate certshare holds.
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Daemon } from '../../src/daemon/daemon.ts';
+import { NotifyMask } from '../../src/core/ports/localapi.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
+import { createLocalApiClient } from '../../src/localapi/client.ts';
 import { createCertificateAuthority } from '../../src/pki/ca.ts';
 import type { RealTailscaled } from '../harness/tailscale.ts';
 import { DAY, makePair } from './certs.ts';
@@ -68,4 +73,61 @@ export async function advertisedOnceServed(
     now = await prefsOf(ts);
   }
   return now;
+}
+
+/**
+ * The prefs' list at each change, from tailscaled's IPN bus (a Notify.Prefs at every edit and every reload of the
+ * file): each distinct value in order, with the time it was sent; the first, the list at the start.
+ */
+export async function watchPrefs(ts: RealTailscaled): Promise<{ seen: Array<{ list: string; at: number }>; stop(): Promise<void> }> {
+  const seen: Array<{ list: string; at: number }> = [{ list: JSON.stringify(advertisedIn(await prefsOf(ts))), at: Date.now() }];
+  const stop = new AbortController();
+  const bus = createLocalApiClient({ address: ts.socket, logger: silentLogger }).watchIpnBus(NotifyMask.NoNetMap, stop.signal);
+  const watching = (async () => {
+    for await (const notify of bus) {
+      const prefs = notify.Prefs as { AdvertiseServices?: string[] | null } | null | undefined;
+      const now = prefs ? JSON.stringify(prefs.AdvertiseServices ?? []) : undefined;
+      if (now !== undefined && seen.at(-1)!.list !== now) seen.push({ list: now, at: Date.now() });
+    }
+  })().catch(() => {});
+  return {
+    seen,
+    stop: async () => {
+      stop.abort();
+      await watching;
+    },
+  };
+}
+
+/** One LocalAPI request made by a process running as `uid` (no capability, no group): what tailscaled's peer credentials see. */
+export async function asUid(uid: number, socket: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: string }> {
+  const script = `
+    const http = require('node:http');
+    const [socketPath, method, path, body] = process.argv.slice(1);
+    const req = http.request({ socketPath, method, path, headers: { host: 'local-tailscaled.sock' } }, (res) => {
+      let text = '';
+      const done = () => {
+        console.log(JSON.stringify({ status: res.statusCode, body: text.slice(0, 300) }));
+        process.exit(0);
+      };
+      res.on('data', (c) => (text += c));
+      res.on('end', done);
+    });
+    req.on('error', (err) => console.log(JSON.stringify({ status: 0, body: String(err) })));
+    req.end(body || undefined);`;
+  const args = [
+    `--reuid=${uid}`,
+    `--regid=${uid}`,
+    '--clear-groups',
+    '--',
+    process.execPath,
+    '-e',
+    script,
+    socket,
+    method,
+    path,
+    body ? JSON.stringify(body) : '',
+  ];
+  const { stdout } = await promisify(execFile)('setpriv', args, { timeout: 60_000 });
+  return JSON.parse(stdout) as { status: number; body: string };
 }

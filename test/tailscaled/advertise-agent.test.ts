@@ -7,18 +7,16 @@
 // another Service and every other pref, and withdraws it before certshare's stop returns. Needs root (setpriv,
 // a mount namespace for tailscaled).
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
 import { chmod, chown, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
 import { ADVERTISE_AGENT_UID, SIDECAR_SECURITY_CONTEXT } from '../../src/injector/sidecar.ts';
 import { OPERATOR_USER, tailscaledPasswd } from '../../src/injector/tailscale-operator.ts';
 import type { Daemon } from '../../src/daemon/daemon.ts';
 import { ManagedProcess } from '../harness/control-plane.ts';
 import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled } from '../harness/tailscale.ts';
-import { advertisedIn as services, advertisedOnceServed, otherPrefs as others, prefsOf as prefs } from '../support/advertising.ts';
+import { advertisedIn as services, advertisedOnceServed, asUid, otherPrefs as others, prefsOf as prefs } from '../support/advertising.ts';
 import { certPath, get } from '../support/emulator.ts';
 import { useTempDir } from '../support/standalone.ts';
 import type { TestProxy } from '../support/tls-proxy.ts';
@@ -26,39 +24,6 @@ import type { TestProxy } from '../support/tls-proxy.ts';
 const BIN = fileURLToPath(new URL('../../bin/certshare.js', import.meta.url));
 const CERTSHARE_UID = SIDECAR_SECURITY_CONTEXT.runAsUser!;
 const asRoot = process.getuid?.() === 0;
-
-/** One LocalAPI request made by a process running as `uid` (no capability, no group): what tailscaled's peer credentials see. */
-async function asUid(uid: number, socket: string, method: string, path: string, body?: unknown): Promise<{ status: number; body: string }> {
-  const script = `
-    const http = require('node:http');
-    const [socketPath, method, path, body] = process.argv.slice(1);
-    const req = http.request({ socketPath, method, path, headers: { host: 'local-tailscaled.sock' } }, (res) => {
-      let text = '';
-      const done = () => {
-        console.log(JSON.stringify({ status: res.statusCode, body: text.slice(0, 300) }));
-        process.exit(0);
-      };
-      res.on('data', (c) => (text += c));
-      res.on('end', done);
-    });
-    req.on('error', (err) => console.log(JSON.stringify({ status: 0, body: String(err) })));
-    req.end(body || undefined);`;
-  const args = [
-    `--reuid=${uid}`,
-    `--regid=${uid}`,
-    '--clear-groups',
-    '--',
-    process.execPath,
-    '-e',
-    script,
-    socket,
-    method,
-    path,
-    body ? JSON.stringify(body) : '',
-  ];
-  const { stdout } = await promisify(execFile)('setpriv', args, { timeout: 60_000 });
-  return JSON.parse(stdout) as { status: number; body: string };
-}
 
 describe('the advertisement without the operator right in certshare (real tailscaled, the shipped grant)', {
   timeout: BUILD_AND_START_TIMEOUT_MS,

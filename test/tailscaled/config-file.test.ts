@@ -17,10 +17,8 @@ import assert from 'node:assert/strict';
 import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { NotifyMask } from '../../src/core/ports/localapi.ts';
-import { silentLogger } from '../../src/core/ports/logger.ts';
-import { createLocalApiClient } from '../../src/localapi/client.ts';
 import { BUILD_AND_START_TIMEOUT_MS, type RealTailscaled, useRealTailscaled } from '../harness/tailscale.ts';
+import { watchPrefs } from '../support/advertising.ts';
 import { get } from '../support/emulator.ts';
 import { DAY, makePair } from '../support/certs.ts';
 import { projectConfig } from '../support/projected-config.ts';
@@ -36,30 +34,6 @@ async function advertised(ts: RealTailscaled): Promise<string> {
   const res = await ts.localApi('/localapi/v0/prefs');
   assert.equal(res.status, 200, res.body);
   return JSON.stringify((JSON.parse(res.body) as { AdvertiseServices: string[] | null }).AdvertiseServices ?? []);
-}
-
-/**
- * The prefs' list at each change, from tailscaled's IPN bus (a Notify.Prefs at every edit and every reload of the
- * file): each distinct value in order, with the time it was sent; the first, the list at the start.
- */
-async function watchPrefs(ts: RealTailscaled): Promise<{ seen: Array<{ list: string; at: number }>; stop(): Promise<void> }> {
-  const seen: Array<{ list: string; at: number }> = [{ list: await advertised(ts), at: Date.now() }];
-  const stop = new AbortController();
-  const bus = createLocalApiClient({ address: ts.socket, logger: silentLogger }).watchIpnBus(NotifyMask.NoNetMap, stop.signal);
-  const watching = (async () => {
-    for await (const notify of bus) {
-      const prefs = notify.Prefs as { AdvertiseServices?: string[] | null } | null | undefined;
-      const now = prefs ? JSON.stringify(prefs.AdvertiseServices ?? []) : undefined;
-      if (now !== undefined && seen.at(-1)!.list !== now) seen.push({ list: now, at: Date.now() });
-    }
-  })().catch(() => {});
-  return {
-    seen,
-    stop: async () => {
-      stop.abort();
-      await watching;
-    },
-  };
 }
 
 /**

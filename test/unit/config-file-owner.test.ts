@@ -94,11 +94,11 @@ describe('AdvertisementOwner', () => {
     assert.equal(seen.watching, 0, 'the watch ended by the stop');
   });
 
-  it('through the agent under a config file never starts the advertiser (the agent would add)', async () => {
+  it('through the agent starts the advertiser at once and asks tailscaled nothing: the agent reads the file and only withdraws under it', async () => {
     const { owner, calls, seen } = started(true, '/exchange');
-    assert.equal(await owner.ownedByFile(), true);
-    assert.deepEqual(calls, []);
-    assert.equal(seen.watching, 0);
+    assert.equal(await owner.ownedByFile(), false);
+    assert.deepEqual(calls, ['start']);
+    assert.deepEqual([seen.reloads, seen.watching], [0, 0]);
     await owner.stop();
   });
 

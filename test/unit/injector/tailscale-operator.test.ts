@@ -6,7 +6,7 @@ import { describe, it } from 'node:test';
 import type { V1Container, V1Pod } from '../../../src/kube/transport/client-node.ts';
 import { ANNOTATION, admissionReviewResponse } from '../../../src/injector/mutate.ts';
 import type { InjectionDefaults } from '../../../src/config/injection-defaults.ts';
-import { ADVERTISE_OWNER_ANNOTATION, OPERATOR_ANNOTATION, PASSWD_ANNOTATION } from '../../../src/injector/tailscale-operator.ts';
+import { ADVERTISE_OWNER_ANNOTATION, OPERATOR_ANNOTATION, OPERATOR_HOOK, PASSWD_ANNOTATION } from '../../../src/injector/tailscale-operator.ts';
 import { TEST_INJECTION_DEFAULTS } from '../../support/injector-example.ts';
 import { applyJsonPatch } from '../../support/json-patch.ts';
 
@@ -35,8 +35,12 @@ function pod(flags: string | undefined, tailscale: Partial<V1Container> = {}, mo
   };
 }
 
-function admit(p: V1Pod, injectorDefaults = defaults): { allowed: boolean; message?: string; stored: V1Pod; patched: boolean } {
-  const review = { apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', request: { uid: 'u', kind: { kind: 'Pod' }, operation: 'CREATE', object: p } };
+function admit(p: V1Pod, injectorDefaults = defaults, namespace = 'default'): { allowed: boolean; message?: string; stored: V1Pod; patched: boolean } {
+  const review = {
+    apiVersion: 'admission.k8s.io/v1',
+    kind: 'AdmissionReview',
+    request: { uid: 'u', kind: { kind: 'Pod' }, operation: 'CREATE', namespace, object: p },
+  };
   const { response } = admissionReviewResponse(review, injectorDefaults) as {
     response: { allowed: boolean; patch?: string; status?: { message: string } };
   };
@@ -196,6 +200,75 @@ describe("the injector's tailscaled operator grant", () => {
     }
     // Without the variable, the same Pod gets the agent.
     assert.ok(admit(pod(ADVERTISING)).stored.spec!.containers.some((c) => c.name === 'certshare-advertise'));
+  });
+
+  // Tailscale's operator runs a ProxyGroup replica's tailscaled from its config file, as root, and names no operator:
+  // only a hook in tailscaled's own container can name one. The platform lists the namespaces where the operator alone
+  // creates Pods; labels are only the shape a tenant can copy.
+  const PROXY_GROUP = { 'tailscale.com/managed': 'true', 'tailscale.com/parent-resource-type': 'proxygroup', 'tailscale.com/parent-resource': 'ingress' };
+  const configDir = { env: [{ name: 'TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR', value: '/etc/tsconfig/proxy-0' }] };
+  const optedIn = { ...defaults, proxyGroupNamespaces: ['tailscale'] };
+  const proxyGroupPod = (tailscale: Partial<V1Container> = configDir): V1Pod => {
+    const p = pod(ADVERTISING, tailscale);
+    return { ...p, metadata: { ...p.metadata, labels: PROXY_GROUP } };
+  };
+
+  it("an operator's ProxyGroup Pod the platform opted in: the agent, made tailscaled's operator by a postStart hook in tailscaled's container", () => {
+    const { allowed, message, stored } = admit(proxyGroupPod(), optedIn, 'tailscale');
+    assert.equal(allowed, true, message);
+    const certshare = stored.spec!.initContainers!.find((c) => c.name === 'certshare')!;
+    const advertising = certshare.env!.filter((e) => e.name.startsWith('CERTSHARE_ADVERTISE')).map((e) => e.name);
+    assert.ok(advertising.includes('CERTSHARE_ADVERTISE_SERVICES') && advertising.includes('CERTSHARE_ADVERTISE_AGENT'), advertising.join());
+    assert.ok(!advertising.includes('CERTSHARE_ADVERTISE_LEFT_TO_FILE'));
+    const agent = stored.spec!.containers.find((c) => c.name === 'certshare-advertise')!;
+    assert.equal(agent.securityContext?.runAsUser, 65533, 'the agent keeps its own uid: no root container');
+    assert.equal(agent.securityContext?.runAsNonRoot, true);
+    const tailscale = tailscaleOf(stored);
+    assert.deepEqual(extraArgs(stored), [], 'no TS_EXTRA_ARGS (containerboot refuses it beside a config dir)');
+    assert.deepEqual(tailscale.lifecycle?.postStart, { exec: { command: OPERATOR_HOOK } });
+    assert.match(OPERATOR_HOOK.join(' '), /tailscale --socket="\$\{TS_SOCKET:-\/tmp\/tailscaled.sock\}" set --operator=certshare-advertise/);
+    assert.ok(
+      tailscale.volumeMounts!.some((m) => m.mountPath === '/etc/passwd'),
+      'tailscaled resolves the operator by name',
+    );
+    assert.match(stored.metadata!.annotations![ADVERTISE_OWNER_ANNOTATION]!, /the advertise agent only withdraws$/);
+    for (const c of [...stored.spec!.initContainers!, ...stored.spec!.containers].filter((c) => c.name !== 'tailscale' && c.name !== 'proxy'))
+      assert.notEqual(c.securityContext?.runAsUser, 0, `${c.name} runs as root`);
+    assert.equal(admit(stored, optedIn, 'tailscale').patched, false, 'called again: nothing more');
+    // A hook of the Pod's own is kept, the Pod refused rather than lose it.
+    const hooked = admit(proxyGroupPod({ ...configDir, lifecycle: { postStart: { exec: { command: ['true'] } } } }), optedIn, 'tailscale');
+    assert.equal(hooked.allowed, false);
+    assert.match(hooked.message!, /postStart hook of its own/);
+  });
+
+  it("the same Pod anywhere else, or without the operator's labels, gets no hook and no agent: its labels and annotations are a tenant's to write", () => {
+    for (const [p, platform, namespace] of [
+      [proxyGroupPod(), optedIn, 'tenant'], // a tenant's copy of a ProxyGroup Pod
+      [proxyGroupPod(), defaults, 'tailscale'], // the platform did not opt in
+      [pod(ADVERTISING, configDir), optedIn, 'tailscale'], // not labelled as a ProxyGroup's
+      [
+        {
+          ...proxyGroupPod(),
+          metadata: { ...proxyGroupPod().metadata, annotations: { ...proxyGroupPod().metadata!.annotations, [OPERATOR_ANNOTATION]: 'grant' } },
+        },
+        optedIn,
+        'tenant',
+      ],
+    ] as const) {
+      const { allowed, message, stored } = admit(p, platform, namespace);
+      assert.equal(allowed, true, message);
+      assert.equal(tailscaleOf(stored).lifecycle?.postStart, undefined, `${namespace}: no hook`);
+      assert.equal(
+        stored.spec!.containers.find((c) => c.name === 'certshare-advertise'),
+        undefined,
+        `${namespace}: no agent`,
+      );
+      const certshare = stored.spec!.initContainers!.find((c) => c.name === 'certshare')!;
+      assert.ok(
+        certshare.env!.some((e) => e.name === 'CERTSHARE_ADVERTISE_LEFT_TO_FILE'),
+        `${namespace}: left to the file's owner`,
+      );
+    }
   });
 });
 
