@@ -28,6 +28,7 @@ import {
   ADVERTISE_OWNER_ANNOTATION,
   configFileTailscaled,
   optedInProxyGroup,
+  withProxyGroupSocket,
   wantsOperatorGrant,
   withOperatorGrant,
   withoutAutoAdvertisement,
@@ -535,8 +536,8 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults, namespace 
   const inject = annotations[ANNOTATION.inject];
   if (inject === undefined || inject === 'false') return { kind: 'skip', reason: `no ${ANNOTATION.inject}: "true"` };
   if (inject !== 'true') throw bad(ANNOTATION.inject, `"${inject}" is neither "true" nor "false"`);
-  const spec = pod.spec;
-  if (!spec) throw bad(ANNOTATION.inject, 'the Pod has no spec');
+  if (!pod.spec) throw bad(ANNOTATION.inject, 'the Pod has no spec');
+  const spec = withProxyGroupSocket(pod.spec, pod.metadata?.labels ?? {}, annotations[ANNOTATION.socketVolume] ?? defaults.socketVolume, namespace, defaults);
   const initContainers = spec.initContainers ?? [];
   const present = [...initContainers, ...(spec.containers ?? [])].find((c) => c.name === SIDECAR_NAME);
   const asked = withServedCheck(settingsFromAnnotations(annotations, defaults), annotations, spec, present);

@@ -21,8 +21,8 @@ export const HEALTH_PORT = 9002;
  * startup probe one second): an issuance with tailscaled's ACME order takes seconds to a minute.
  */
 const STARTUP_PROBE_SECONDS = 600;
-/** tailscaled's socket directory, shared with certshare through a volume. */
-const SOCKET_DIR = '/var/run/tailscale';
+/** tailscaled's socket directory, shared with certshare through a volume. @forTests */
+export const SOCKET_DIR = '/var/run/tailscale';
 /** Where client libraries (client-node's loadFromCluster included) look for the ServiceAccount token. @forTests */
 export const TOKEN_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 /** Where the platform's CA bundle (the injector's --sidecar-ca-configmap) is mounted, and its one file. @forTests */

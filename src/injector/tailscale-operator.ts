@@ -6,7 +6,7 @@
 // (`tailscale up --operator=certshare-advertise`). Pure, like mutate.ts.
 import type { V1Container, V1EnvVar, V1PodSpec, V1Volume } from '../kube/transport/client-node.ts';
 import { CertshareError } from '../core/errors.ts';
-import { ADVERTISE_AGENT_NAME, ADVERTISE_AGENT_UID, SIDECAR_NAME } from './sidecar.ts';
+import { ADVERTISE_AGENT_NAME, ADVERTISE_AGENT_UID, SIDECAR_NAME, SOCKET_DIR } from './sidecar.ts';
 
 /** "grant" (the default for a Pod that advertises) or "manual": the Pod grants it itself (docs/tailscale-services.md). @forTests */
 export const OPERATOR_ANNOTATION = 'certshare.io/tailscale-operator';
@@ -141,12 +141,76 @@ export function optedInProxyGroup(
   configFile: string | undefined,
   namespaces: readonly string[],
 ): boolean {
-  return (
-    configFile !== undefined &&
-    namespace !== undefined &&
-    namespaces.includes(namespace) &&
-    Object.entries(PROXY_GROUP_LABELS).every(([key, value]) => labels[key] === value)
-  );
+  return configFile !== undefined && listedProxyGroup(namespace, labels, namespaces);
+}
+
+/** In a namespace of --proxygroup-namespaces and labelled as the operator labels its ProxyGroups' Pods. */
+function listedProxyGroup(namespace: string | undefined, labels: Record<string, string>, namespaces: readonly string[]): boolean {
+  return namespace !== undefined && namespaces.includes(namespace) && Object.entries(PROXY_GROUP_LABELS).every(([key, value]) => labels[key] === value);
+}
+
+/** Where containerboot makes tailscaled's socket (its default is /tmp/tailscaled.sock, in the container's own filesystem). */
+const SOCKET_ENV = 'TS_SOCKET';
+/** @forTests */
+export const PROXY_GROUP_SOCKET = `${SOCKET_DIR}/tailscaled.sock`;
+
+function socketRefused(problem: string): CertshareError {
+  return new CertshareError('CERTSHARE_BAD_ANNOTATION', {
+    annotation: 'certshare.io/socket-volume',
+    problem: `${problem}; certshare reaches tailscaled through a volume mounted at ${SOCKET_DIR} in its container and tailscaled's`,
+  });
+}
+
+/**
+ * Tailscale's operator mounts no volume holding tailscaled's socket in its ProxyGroups' Pods, and a ProxyClass cannot
+ * add one. For a Pod of the allow list only (listedProxyGroup) whose one container running tailscaled from a config
+ * file mounts no socket volume yet, the spec with one: an emptyDir `socketVolume` mounted at /var/run/tailscale in that
+ * container, and TS_SOCKET there (containerboot starts tailscaled with `--socket=$TS_SOCKET`; the path is the CLI's
+ * default, so the operator hook and `kubectl exec … tailscale` find it). A TS_SOCKET of the Pod's own at that path is
+ * kept; another, a Secret's or ConfigMap's, a mount at or around the directory, or a volume of that name already:
+ * refused, never guessed. Any other Pod: unchanged.
+ */
+export function withProxyGroupSocket(
+  spec: V1PodSpec,
+  labels: Record<string, string>,
+  socketVolume: string,
+  namespace: string | undefined,
+  platform: { proxyGroupNamespaces?: readonly string[] | undefined },
+): V1PodSpec {
+  if (!listedProxyGroup(namespace, labels, platform.proxyGroupNamespaces ?? [])) return spec;
+  const all = [...(spec.initContainers ?? []), ...(spec.containers ?? [])];
+  if (all.some((c) => c.volumeMounts?.some((m) => m.name === socketVolume))) return spec;
+  const fromFile = all.filter((c) => c.name !== SIDECAR_NAME && c.name !== ADVERTISE_AGENT_NAME && c.env?.some((e) => e.name === CONFIG_DIR_ENV));
+  if (fromFile.length !== 1) return spec;
+  const target = fromFile[0]!;
+  if ((spec.volumes ?? []).some((v) => v.name === socketVolume))
+    throw socketRefused(`the ProxyGroup Pod has a volume "${socketVolume}" that container "${target.name}" (tailscaled) does not mount`);
+  const declared = target.env!.find((e) => e.name === SOCKET_ENV);
+  if (declared && (declared.valueFrom !== undefined || declared.value !== PROXY_GROUP_SOCKET))
+    throw socketRefused(
+      `container "${target.name}" sets ${SOCKET_ENV} (${declared.valueFrom ? 'from a Secret or ConfigMap' : `"${declared.value ?? ''}"`}), ` +
+        `not ${PROXY_GROUP_SOCKET}`,
+    );
+  const overlapping = (target.volumeMounts ?? []).find((m) => {
+    const path = m.mountPath.replace(/\/+$/, '');
+    return path === SOCKET_DIR || SOCKET_DIR.startsWith(`${path}/`) || path.startsWith(`${SOCKET_DIR}/`) || path === '';
+  });
+  if (overlapping)
+    throw socketRefused(`container "${target.name}" mounts volume "${overlapping.name}" at ${overlapping.mountPath}: name it with certshare.io/socket-volume`);
+  const withSocket = (c: V1Container): V1Container =>
+    c !== target
+      ? c
+      : {
+          ...c,
+          env: declared ? c.env : [...(c.env ?? []), { name: SOCKET_ENV, value: PROXY_GROUP_SOCKET }],
+          volumeMounts: [...(c.volumeMounts ?? []), { name: socketVolume, mountPath: SOCKET_DIR }],
+        };
+  return {
+    ...spec,
+    initContainers: spec.initContainers?.map(withSocket),
+    containers: (spec.containers ?? []).map(withSocket),
+    volumes: [...(spec.volumes ?? []), { name: socketVolume, emptyDir: {} }],
+  };
 }
 
 /**

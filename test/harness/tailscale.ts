@@ -108,6 +108,11 @@ export interface RealTailscaledOptions {
    * Pod's passwd file lets tailscaled resolve its operator by name (src/injector/tailscale-operator.ts).
    */
   passwd?: string;
+  /**
+   * With `passwd`: a directory (a Pod's socket volume's mountPath) where tailscaled's mount namespace sees the
+   * instance's dir, as tailscaled's container sees the volume; `socket` stays the path the other containers use.
+   */
+  socketVolumeAt?: string;
   /** `tailscale up --operator=<user>`, as containerboot's TS_EXTRA_ARGS passes it. */
   operator?: string;
   /** TS_PERMIT_CERT_UID: a uid that may fetch certificates (PermitCert) without being the operator. */
@@ -174,6 +179,8 @@ export interface RealTailscaled {
    */
   startContainerbootServing(serveConfig: string, env?: Record<string, string>): Promise<void>;
   readonly tailscaledRunning: boolean;
+  /** The pid of tailscaled (or containerboot, which runs it) while running: its mount namespace is the container's. */
+  readonly tailscaledPid: number | undefined;
   /** Raw LocalAPI GET (status, headers, body as text). */
   localApi(path: string): Promise<Resp>;
   /** Last lines of each process's output, for diagnostics. */
@@ -247,6 +254,9 @@ class RealTailscaledImpl implements RealTailscaled {
   }
   get tailscaledRunning(): boolean {
     return this.tailscaled !== undefined;
+  }
+  get tailscaledPid(): number | undefined {
+    return this.tailscaled?.pid;
   }
 
   async init(): Promise<void> {
@@ -365,8 +375,10 @@ class RealTailscaledImpl implements RealTailscaled {
     if (this.options.passwd !== undefined) {
       const passwd = join(this.dir, 'passwd');
       await writeFile(passwd, this.options.passwd, { mode: 0o644 });
-      // A mount namespace of tailscaled's own, its /etc/passwd the file; `unshare` and `sh` exec: the pid is tailscaled's.
-      asPod = ['unshare', '--mount', '--propagation', 'private', '--', 'sh', '-c', 'mount --bind "$0" /etc/passwd && exec "$@"', passwd];
+      // A mount namespace of tailscaled's own, its /etc/passwd the file (and the dir at socketVolumeAt); `unshare` and
+      // `sh` exec: the pid is tailscaled's.
+      const script = 'mount --bind "$0" /etc/passwd && if [ -n "$1" ]; then mkdir -p "$1" && mount --bind "$2" "$1" || exit 1; fi; shift 2; exec "$@"';
+      asPod = ['unshare', '--mount', '--propagation', 'private', '--', 'sh', '-c', script, passwd, this.options.socketVolumeAt ?? '', this.dir];
     }
     const own = this.tailscaledCommand(this.dir);
     const command = this.containerbootEnv ? [join(this.binDir, 'containerboot')] : [...own.args, ...(this.configPath ? [`--config=${this.configPath}`] : [])];

@@ -5,17 +5,18 @@
 // through its CLI) names the advertise agent's uid operator. Then, with certshare's uid (65532) still refused every
 // prefs edit, the agent (65533) asked by certshare withdraws the Service from the file's list while the proxy serves an
 // expired certificate, again after containerboot reloads the owner's changed file, reloads the file once the proxy
-// serves the certificate held, and withdraws it at certshare's leave. It never adds. Needs root (setpriv, a mount
-// namespace for tailscaled).
+// serves the certificate held, and withdraws it at certshare's leave. It never adds. tailscaled's socket is where the
+// injector puts it in the operator's Pods (TS_SOCKET in the socket volume at /var/run/tailscale, seen from tailscaled's
+// mount namespace; the hook run there). Needs root (setpriv, a mount namespace for tailscaled).
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
 import { chmod, chown, mkdir, readFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { ADVERTISE_AGENT_UID, SIDECAR_SECURITY_CONTEXT } from '../../src/injector/sidecar.ts';
-import { OPERATOR_HOOK, tailscaledPasswd } from '../../src/injector/tailscale-operator.ts';
+import { OPERATOR_HOOK, PROXY_GROUP_SOCKET, tailscaledPasswd } from '../../src/injector/tailscale-operator.ts';
 import { ManagedProcess } from '../harness/control-plane.ts';
 import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled } from '../harness/tailscale.ts';
 import { advertisedIn, asUid, prefsOf, watchPrefs } from '../support/advertising.ts';
@@ -43,7 +44,14 @@ describe("an opted-in ProxyGroup replica (the real containerboot, the operator's
   timeout: BUILD_AND_START_TIMEOUT_MS,
   skip: !asRoot && "needs root (setpriv to certshare's and the agent's uids, a mount namespace for tailscaled)",
 }, () => {
-  const realTailscaled = useRealTailscaled({ certDomainsAtStart: true, passwd: tailscaledPasswd(), permitCertUid: String(CERTSHARE_UID) });
+  // tailscaled's container sees the socket volume the injector adds at /var/run/tailscale (ts.dir here); the agent and
+  // certshare reach the same socket through their own mount (ts.socket).
+  const realTailscaled = useRealTailscaled({
+    certDomainsAtStart: true,
+    passwd: tailscaledPasswd(),
+    permitCertUid: String(CERTSHARE_UID),
+    socketVolumeAt: dirname(PROXY_GROUP_SOCKET),
+  });
   const dir = useTempDir();
 
   it('withdraws from the file’s list while the proxy serves an expired certificate, again after the owner’s reload, puts it back once served', async () => {
@@ -55,15 +63,16 @@ describe("an opted-in ProxyGroup replica (the real containerboot, the operator's
     const configDir = join(dir(), 'tsconfig');
     await mkdir(configDir);
     await projectConfig(configDir, 1, { Version: 'alpha0', Locked: false, AdvertiseServices: [service] });
-    await ts.startContainerboot(configDir, { TS_EXPERIMENTAL_SERVICE_AUTO_ADVERTISEMENT: 'false' });
+    // TS_SOCKET as the injector sets it in the operator's Pods (withProxyGroupSocket), in the volume's directory.
+    await ts.startContainerboot(configDir, { TS_EXPERIMENTAL_SERVICE_AUTO_ADVERTISEMENT: 'false', TS_SOCKET: PROXY_GROUP_SOCKET });
     const reloads = (): number => ts.logs().tailscaled.filter((l) => l.includes('tailscaled config watch: config was reloaded')).length;
 
     // The gap: without the hook neither uid may edit prefs under the operator's file.
     const withdrawal = { AdvertiseServicesSet: true, AdvertiseServices: [] };
     assert.equal((await asUid(ADVERTISE_AGENT_UID, ts.socket, 'PATCH', '/localapi/v0/prefs', withdrawal)).status, 403, 'the agent before the hook');
-    // The hook as the kubelet runs it in tailscaled's container: its environment (TS_SOCKET), its CLI on PATH.
-    const hook = await promisify(execFile)(OPERATOR_HOOK[0]!, OPERATOR_HOOK.slice(1), {
-      env: { PATH: `${ts.binDir}:${process.env.PATH ?? '/usr/bin:/bin'}`, TS_SOCKET: ts.socket },
+    // The hook as the kubelet runs it in tailscaled's container: its mounts, its environment (TS_SOCKET), its CLI on PATH.
+    const hook = await promisify(execFile)('nsenter', ['-t', String(ts.tailscaledPid), '--mount', '--', ...OPERATOR_HOOK], {
+      env: { PATH: `${ts.binDir}:${process.env.PATH ?? '/usr/bin:/bin'}`, TS_SOCKET: PROXY_GROUP_SOCKET },
       timeout: 70_000,
     });
     assert.equal(hook.stderr, '', 'the hook named the operator');

@@ -6,7 +6,13 @@ import { describe, it } from 'node:test';
 import type { V1Container, V1Pod } from '../../../src/kube/transport/client-node.ts';
 import { ANNOTATION, admissionReviewResponse } from '../../../src/injector/mutate.ts';
 import type { InjectionDefaults } from '../../../src/config/injection-defaults.ts';
-import { ADVERTISE_OWNER_ANNOTATION, OPERATOR_ANNOTATION, OPERATOR_HOOK, PASSWD_ANNOTATION } from '../../../src/injector/tailscale-operator.ts';
+import {
+  ADVERTISE_OWNER_ANNOTATION,
+  OPERATOR_ANNOTATION,
+  OPERATOR_HOOK,
+  PASSWD_ANNOTATION,
+  PROXY_GROUP_SOCKET,
+} from '../../../src/injector/tailscale-operator.ts';
 import { TEST_INJECTION_DEFAULTS } from '../../support/injector-example.ts';
 import { applyJsonPatch } from '../../support/json-patch.ts';
 
@@ -305,6 +311,152 @@ describe("containerboot's own advertisement, in a Pod whose certshare advertises
       const { allowed, message } = admit(pod(ADVERTISING, { env: [entry] }));
       assert.equal(allowed, false, JSON.stringify(entry));
       assert.match(message ?? '', /container "tailscale" sets TS_EXPERIMENTAL_SERVICE_AUTO_ADVERTISEMENT .*undoing certshare's withdrawals/);
+    }
+  });
+});
+
+/**
+ * A replica's Pod as Tailscale's operator 1.102.5 builds it for an Ingress ProxyGroup "ingress" of two replicas
+ * (cmd/k8s-operator proxygroup_specs.go pgStatefulSet on deploy/manifests/proxy.yaml, pgLabels), with what a ProxyClass
+ * adds (the Pod's annotations): no volume holds tailscaled's socket, which containerboot makes at /tmp/tailscaled.sock.
+ */
+function operatorProxyGroupPod(): V1Pod {
+  const fieldRef = (fieldPath: string) => ({ valueFrom: { fieldRef: { fieldPath } } });
+  return {
+    metadata: {
+      name: 'ingress-0',
+      labels: { 'tailscale.com/managed': 'true', 'tailscale.com/parent-resource-type': 'proxygroup', 'tailscale.com/parent-resource': 'ingress' },
+      annotations: { [ANNOTATION.inject]: 'true', [ANNOTATION.domains]: 'proxy.tailnet-0000.ts.net', [ANNOTATION.flags]: ADVERTISING },
+    },
+    spec: {
+      serviceAccountName: 'ingress',
+      initContainers: [
+        {
+          name: 'sysctler',
+          image: 'tailscale/tailscale:v1.102.5',
+          securityContext: { privileged: true },
+          command: ['/bin/sh', '-c'],
+          args: ['sysctl -w net.ipv4.ip_forward=1 && if sysctl net.ipv6.conf.all.forwarding; then sysctl -w net.ipv6.conf.all.forwarding=1; fi'],
+        },
+      ],
+      containers: [
+        {
+          name: 'tailscale',
+          image: 'tailscale/tailscale:v1.102.5',
+          imagePullPolicy: 'Always',
+          resources: { requests: { cpu: '1m', memory: '1Mi' } },
+          securityContext: { privileged: true },
+          env: [
+            { name: 'TS_USERSPACE', value: 'false' },
+            { name: 'POD_IP', ...fieldRef('status.podIP') },
+            { name: 'POD_NAME', ...fieldRef('metadata.name') },
+            { name: 'POD_UID', ...fieldRef('metadata.uid') },
+            { name: 'POD_IPS', ...fieldRef('status.podIPs') },
+            { name: 'TS_KUBE_SECRET', value: '$(POD_NAME)' },
+            { name: 'TS_EXPERIMENTAL_SERVICE_AUTO_ADVERTISEMENT', value: 'false' },
+            { name: 'TS_STATE', value: 'kube:$(POD_NAME)' },
+            { name: 'TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR', value: '/etc/tsconfig/$(POD_NAME)' },
+            { name: 'TS_DEBUG_ACME_FORCE_RENEWAL', value: 'true' },
+            { name: 'TS_INTERNAL_APP', value: 'k8s-operator-proxygroup-ingress' },
+            { name: 'TS_INGRESS_PROXIES_CONFIG_PATH', value: '/etc/proxies/ingress-config.json' },
+            { name: 'TS_SERVE_CONFIG', value: '/etc/proxies/serve-config.json' },
+            { name: 'TS_EXPERIMENTAL_CERT_SHARE', value: 'true' },
+          ],
+          volumeMounts: [
+            { name: 'tailscaledconfig-0', readOnly: true, mountPath: '/etc/tsconfig/ingress-0' },
+            { name: 'tailscaledconfig-1', readOnly: true, mountPath: '/etc/tsconfig/ingress-1' },
+            { name: 'ingress-ingress-config', mountPath: '/etc/proxies', readOnly: true },
+          ],
+        },
+      ],
+      volumes: [
+        { name: 'tailscaledconfig-0', secret: { secretName: 'ingress-0-config' } },
+        { name: 'tailscaledconfig-1', secret: { secretName: 'ingress-1-config' } },
+        { name: 'ingress-ingress-config', configMap: { name: 'ingress-ingress-config' } },
+      ],
+    },
+  };
+}
+
+describe("Tailscale's operator's own ProxyGroup Pods (no socket volume of theirs)", () => {
+  const optedIn = { ...defaults, proxyGroupNamespaces: ['tailscale'] };
+  const socketEnv = (c: V1Container) => c.env?.filter((e) => e.name === 'TS_SOCKET');
+
+  it('in the allow list: one emptyDir holds the socket, mounted by tailscaled (TS_SOCKET there), certshare and the agent; the hook uses it', () => {
+    const { allowed, message, stored } = admit(operatorProxyGroupPod(), optedIn, 'tailscale');
+    assert.equal(allowed, true, message);
+    assert.deepEqual(
+      stored.spec!.volumes!.find((v) => v.name === 'tailscale-socket'),
+      { name: 'tailscale-socket', emptyDir: {} },
+    );
+    const tailscale = tailscaleOf(stored);
+    assert.deepEqual(socketEnv(tailscale), [{ name: 'TS_SOCKET', value: PROXY_GROUP_SOCKET }]);
+    assert.equal(PROXY_GROUP_SOCKET, '/var/run/tailscale/tailscaled.sock', "the CLI's default: the hook and kubectl exec find it");
+    const certshare = stored.spec!.initContainers!.find((c) => c.name === 'certshare')!;
+    const agent = stored.spec!.containers.find((c) => c.name === 'certshare-advertise')!;
+    for (const c of [tailscale, certshare, agent])
+      assert.ok(
+        c.volumeMounts!.some((m) => m.name === 'tailscale-socket' && m.mountPath === '/var/run/tailscale'),
+        `${c.name} mounts the socket`,
+      );
+    for (const c of [certshare, agent])
+      assert.ok(
+        c.env!.some((e) => e.name === 'CERTSHARE_LOCALAPI' && e.value === PROXY_GROUP_SOCKET),
+        c.name,
+      );
+    assert.deepEqual(tailscale.lifecycle?.postStart, { exec: { command: OPERATOR_HOOK } }, 'the hook, through TS_SOCKET');
+    assert.match(stored.metadata!.annotations![ADVERTISE_OWNER_ANNOTATION]!, /the advertise agent only withdraws$/);
+    assert.deepEqual(extraArgs(stored), [], 'no TS_EXTRA_ARGS beside the config dir');
+    assert.equal(stored.spec!.initContainers![0]!.name, 'sysctler', "the operator's init container is untouched and first");
+    assert.equal(stored.spec!.initContainers![0]!.volumeMounts, undefined);
+    assert.equal(admit(stored, optedIn, 'tailscale').patched, false, 'called again: nothing more');
+    // A TS_SOCKET of its own at that path is kept.
+    const own = operatorProxyGroupPod();
+    own.spec!.containers[0]!.env!.push({ name: 'TS_SOCKET', value: PROXY_GROUP_SOCKET });
+    const kept = admit(own, optedIn, 'tailscale');
+    assert.equal(kept.allowed, true, kept.message);
+    assert.deepEqual(socketEnv(tailscaleOf(kept.stored)), [{ name: 'TS_SOCKET', value: PROXY_GROUP_SOCKET }]);
+  });
+
+  it('refuses, saying why, a Pod whose socket would go elsewhere than its own settings say', () => {
+    const cases: Array<[(p: V1Pod) => void, RegExp]> = [
+      [
+        (p) => p.spec!.containers[0]!.env!.push({ name: 'TS_SOCKET', value: '/tmp/tailscaled.sock' }),
+        /sets TS_SOCKET \("\/tmp\/tailscaled.sock"\), not \/var\/run\/tailscale\/tailscaled.sock/,
+      ],
+      [
+        (p) => p.spec!.containers[0]!.env!.push({ name: 'TS_SOCKET', valueFrom: { configMapKeyRef: { name: 'ts', key: 'socket' } } }),
+        /sets TS_SOCKET \(from a Secret or ConfigMap\)/,
+      ],
+      [
+        (p) => p.spec!.containers[0]!.volumeMounts!.push({ name: 'run', mountPath: '/var/run' }),
+        /mounts volume "run" at \/var\/run: name it with certshare.io\/socket-volume/,
+      ],
+      [
+        (p) => p.spec!.volumes!.push({ name: 'tailscale-socket', emptyDir: {} }),
+        /a volume "tailscale-socket" that container "tailscale" \(tailscaled\) does not mount/,
+      ],
+    ];
+    for (const [change, problem] of cases) {
+      const p = operatorProxyGroupPod();
+      change(p);
+      const { allowed, message } = admit(p, optedIn, 'tailscale');
+      assert.equal(allowed, false, problem.source);
+      assert.match(message!, problem);
+    }
+  });
+
+  it('outside the allow list, whatever its labels: no socket added, the Pod refused for lack of one as any other', () => {
+    const unlabelled = operatorProxyGroupPod();
+    unlabelled.metadata!.labels = { 'tailscale.com/parent-resource': 'ingress' };
+    for (const [p, platform, namespace] of [
+      [operatorProxyGroupPod(), optedIn, 'tenant'],
+      [operatorProxyGroupPod(), defaults, 'tailscale'],
+      [unlabelled, optedIn, 'tailscale'],
+    ] as const) {
+      const { allowed, message } = admit(p, platform, namespace);
+      assert.equal(allowed, false, namespace);
+      assert.match(message!, /the Pod has no volume "tailscale-socket" for tailscaled's socket/);
     }
   });
 });
