@@ -26,19 +26,13 @@ import { recordingLogger } from '../support/recording-logger.ts';
 import { standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { startTlsProxy } from '../support/tls-proxy.ts';
 import { every, until } from '../support/wait.ts';
+import { memoryOf } from '../support/proc-memory.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/certshare.js', import.meta.url));
 const CERTSHARE_UID = SIDECAR_SECURITY_CONTEXT.runAsUser!;
 const asRoot = process.getuid?.() === 0;
 /** certshare's --served-check-interval here. */
 const INTERVAL_MS = 1000;
-
-/** The agent's memory now, from /proc: resident and its peak, in MiB. */
-async function memoryOf(pid: number): Promise<{ rssMiB: number; hwmMiB: number }> {
-  const status = await readFile(`/proc/${pid}/status`, 'utf8');
-  const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? Number.NaN);
-  return { rssMiB: Math.round(kib('VmRSS') / 1024), hwmMiB: Math.round(kib('VmHWM') / 1024) };
-}
 
 describe("an opted-in ProxyGroup replica (the real containerboot, the operator's file): the agent, made operator by the hook, only withdraws", {
   timeout: BUILD_AND_START_TIMEOUT_MS,
@@ -128,7 +122,8 @@ describe("an opted-in ProxyGroup replica (the real containerboot, the operator's
       const domainDir = join(certs, ts.domain);
       proxy.serve({ certPem: await readFile(join(domainDir, 'tls.crt'), 'utf8'), keyPem: await readFile(join(domainDir, 'tls.key'), 'utf8') });
       await until('the file’s list put back', () => prefs.seen.at(-1)?.list === list(service, 'svc:api'), [every(100)], 30_000);
-      memory = await memoryOf(agent.child.pid!);
+      const { rss, peak } = await memoryOf(agent.child.pid!);
+      memory = { rssMiB: Math.round(rss / 2 ** 20), hwmMiB: Math.round(peak / 2 ** 20) };
       await daemon.stop(); // certshare's leave (a Pod's preStop call): withdrawn through the agent
       daemon = undefined;
       await until('withdrawn at the leave', () => prefs.seen.at(-1)?.list === list('svc:api'), [every(100)], 15_000);

@@ -22,6 +22,7 @@ import { injectorContainer, injectorRuntimeEnv } from '../../support/injector-de
 import { ASKED, installInjector, proxyPod } from '../../support/injector-webhook.ts';
 import { deathSignalPrefix, freePort } from '../../support/processes.ts';
 import { injectorLoopbackFlags } from '../../support/replica-flags.ts';
+import { memoryOf } from '../../support/proc-memory.ts';
 
 const cp = useControlPlane();
 const INJECTOR_NS = 'certshare';
@@ -37,13 +38,6 @@ function expensiveJson(bytes: number): Buffer {
     size += part.length + 1;
   }
   return Buffer.from(`{${parts.join(',')}}`);
-}
-
-/** /proc/<pid>/status in bytes: resident now and its high-water mark. */
-async function memoryOf(pid: number): Promise<{ rss: number; peak: number }> {
-  const status = await readFile(`/proc/${pid}/status`, 'utf8');
-  const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? Number.NaN) * 1024;
-  return { rss: kib('VmRSS'), peak: kib('VmHWM') };
 }
 
 describe('the webhook under a flood from other Pods, while the apiserver creates Pods through it', () => {
