@@ -6,7 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { once } from 'node:events';
 import { constants } from 'node:fs';
-import { type FileHandle, open, realpath, rm } from 'node:fs/promises';
+import { type FileHandle, chmod, mkdir, open, readdir, realpath, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { connect as connectHttp2 } from 'node:http2';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -103,6 +103,71 @@ describe("nginx (Debian 12 package) with manifests/example's per-handshake confi
       }
     });
   }
+
+  // The volume as others can leave it: a hand-made file where certshare keeps its versions, a link the proxy's own
+  // user (certshare's uid, where the proxy mounts /certs writable) put there, a directory it made unwritable.
+  for (const [name, attack, skip] of [
+    ['a hand-made file at .versions/<domain>', (v: string, d: string) => rm(join(v, d), { recursive: true }).then(() => writeFile(join(v, d), 'x'))],
+    ['a hand-made file at .versions', (v: string) => rm(v, { recursive: true }).then(() => writeFile(v, 'x'))],
+    [
+      "a link at .versions/<domain> to the proxy user's own directory",
+      async (v: string, d: string) => {
+        await rename(join(v, d), `${v}-elsewhere`);
+        await symlink(`${v}-elsewhere`, join(v, d));
+      },
+    ],
+    [
+      '.versions/<domain> made read-only by the proxy user (its uid)',
+      (v: string, d: string) => chmod(join(v, d), 0o500),
+      process.getuid?.() === 0 && 'root writes whatever the mode',
+    ],
+  ] as const) {
+    it(`serves the next renewal after ${name}, and keeps what it moves aside`, { skip: skip || false }, async () => {
+      const { certs, next: renewal, nginx } = await servingFirst(join(dir(), name.replace(/\W+/g, '-')));
+      try {
+        await attack(join(certs.root, '.versions'), DOMAIN);
+        // On 109210d every later write failed (EEXIST, ENOTDIR, EACCES), a restarted certshare's too.
+        assert.equal(await certs.write(DOMAIN, renewal), true);
+        assert.equal((await handshake(nginx.port, DOMAIN)).serial, serialOf(renewal.certPem));
+        assert.equal(await new CertDirectory(certs.root).write(DOMAIN, renewal), false, 'a restarted certshare finds it written');
+        const aside = [...(await readdir(certs.root)), ...(await readdir(join(certs.root, '.versions')))].filter((e) => e.startsWith('.replaced-'));
+        assert.equal(aside.length, name.includes('read-only') ? 0 : 1, `moved aside, not deleted: ${aside.join(', ')}`);
+      } finally {
+        await nginx.stop();
+      }
+    });
+  }
+
+  it('leaves no version behind when the volume fills between the files and the swap, and serves the next renewal once it has room', {
+    skip: process.getuid?.() !== 0 && 'needs root (mounts a tmpfs)',
+  }, async () => {
+    const base = join(dir(), 'full');
+    const root = join(base, 'certs');
+    await mkdir(root, { recursive: true });
+    // The root and what the first write makes: .versions, .versions/<domain>, a version, its two files, the link.
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m,nr_inodes=7', 'tmpfs', root]);
+    const certs = new CertDirectory(root);
+    let nginx: Awaited<ReturnType<typeof startNginx>> | undefined;
+    try {
+      const [first, renewal] = [await makePair(DOMAIN, Date.now(), 3_600_000), await makePair(DOMAIN, Date.now(), 3_600_000)];
+      execFileSync('mount', ['-o', 'remount,nr_inodes=10', root]);
+      await certs.write(DOMAIN, first);
+      nginx = await startNginx(base, { certRoot: root, domain: DOMAIN });
+      await waitServing(nginx, DOMAIN);
+      // Room for a new version and its two files, none for the link to it: ENOSPC in the middle of the swap.
+      await assert.rejects(certs.write(DOMAIN, renewal), /ENOSPC/);
+      const versions = await readdir(join(root, '.versions', DOMAIN));
+      // On 109210d the new version, key included, stayed: one more at each retry (from 1 s, doubling to a minute).
+      assert.deepEqual(versions, [(await realpath(certs.pathOf(DOMAIN))).split('/').pop()], 'only the version the link names');
+      assert.equal((await handshake(nginx.port, DOMAIN)).serial, serialOf(first.certPem), 'nginx serves the pair before');
+      execFileSync('mount', ['-o', 'remount,nr_inodes=64', root]);
+      assert.equal(await certs.write(DOMAIN, renewal), true);
+      assert.equal((await handshake(nginx.port, DOMAIN)).serial, serialOf(renewal.certPem));
+    } finally {
+      await nginx?.stop();
+      execFileSync('umount', [root]);
+    }
+  });
 
   it('ends a keep-alive HTTP/1.1 and an HTTP/2 connection held across a renewal before the readiness lead has passed', async (t) => {
     // A held connection goes on under the certificate of its handshake: past a revocation (the swap) and, when
