@@ -6,7 +6,7 @@ import { execFileSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { once } from 'node:events';
 import { constants } from 'node:fs';
-import { type FileHandle, chmod, mkdir, open, readdir, realpath, rename, rm, symlink, writeFile } from 'node:fs/promises';
+import { type FileHandle, chmod, mkdir, open, readFile, readdir, realpath, rename, rm, symlink, writeFile } from 'node:fs/promises';
 import { connect as connectHttp2 } from 'node:http2';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -228,6 +228,37 @@ describe("nginx (Debian 12 package) with manifests/example's per-handshake confi
       }
     } finally {
       await nginx.stop();
+    }
+  });
+
+  it('takes the Pod out of rotation while nginx fails every handshake (a key its worker cannot use), and back after', async (t) => {
+    // A worker that cannot use the key (another uid's workers and the 0600 key, a key edited by hand) answers each
+    // handshake with an alert: clients get nothing, and the example's tcpSocket probe still passes.
+    const base = join(dir(), 'alert');
+    const certDir = join(base, 'store');
+    const emulator = await emulatorIn(dir(), { listen: join(dir(), 'alert.sock') });
+    const nginx = await startNginx(base, { certRoot: certDir, domain: DOMAIN });
+    const daemon = await standaloneDaemon(emulator, certDir, ['--served-check', `127.0.0.1:${nginx.port}`, '--served-check-interval', '1s']);
+    const healthy = (): boolean => daemon.health.evaluate(Date.now()).healthy;
+    const onHealth = (l: () => void): (() => void) => daemon.health.onChange(l);
+    try {
+      await until('the certificate written and served', healthy, [onHealth], 30_000);
+      const keyFile = join(await realpath(join(certDir, DOMAIN)), 'tls.key');
+      const key = await readFile(keyFile, 'utf8');
+      await writeFile(keyFile, (await makePair(DOMAIN, Date.now(), 3_600_000)).keyPem);
+      assert.equal((await handshake(nginx.port, DOMAIN)).error, 'ERR_SSL_TLSV1_ALERT_INTERNAL_ERROR');
+      const failing = Date.now();
+      // On 109210d the check counted the alert as no answer ("unknown"): still healthy 30 s later.
+      await until('the Pod out of rotation', () => !healthy(), [onHealth], 30_000);
+      const reason = daemon.health.evaluate(Date.now()).reason;
+      t.diagnostic(`out of rotation ${Date.now() - failing} ms after nginx began failing handshakes: ${reason}`);
+      assert.match(reason, /fails the TLS handshake/);
+      await writeFile(keyFile, key);
+      await until('back in rotation', healthy, [onHealth], 30_000);
+    } finally {
+      await daemon.stop();
+      await nginx.stop();
+      await emulator.close();
     }
   });
 
