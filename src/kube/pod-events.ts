@@ -32,7 +32,7 @@ export const EVENT_REASONS = {
   LostWriter: 'this replica no longer holds the group Lease',
   BecameHomeWriter: "this replica won its group's Lease at the federation home: it issues for every member cluster",
   LostHomeWriter: "this replica no longer holds its group's Lease at the federation home",
-  ServedCertificate: 'what the proxy serves for a domain changed (--served-check): current, previous, expired, other_name, other or unknown',
+  ServedCertificate: 'what the proxy serves for a domain changed (--served-check): current, previous, expired, other_name, other, handshake_failed or unknown',
   ServiceDomainWait:
     "a Tailscale Service's domain is not among the node's cert domains (control grants it only to the Service's hosts): the first issuance waits",
 } as const;

@@ -27,7 +27,7 @@ export class ServedMetrics {
       name: 'certshare_served_certificate_status',
       help:
         'What the proxy served at the last check, per domain: 1 for the outcome (current, previous, previous_expiring, expired, other_name, ' +
-        'other, unknown), 0 for the rest.',
+        'other, handshake_failed, unknown), 0 for the rest.',
       labelNames: ['domain', 'outcome'],
       registers,
     });

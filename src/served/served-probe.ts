@@ -13,6 +13,13 @@ interface ServedTarget {
 /** Errors that mean the port answered, but not with TLS (a plain HTTP server, another protocol). */
 const NOT_TLS = /WRONG_VERSION_NUMBER|packet length too long|unknown protocol|record layer failure|UNEXPECTED_RECORD|HTTP_REQUEST/i;
 
+/**
+ * The proxy's TLS ended the handshake with an alert that every client gets too: nginx's internal error (its worker
+ * cannot read or use the key), a name refused (`ssl_reject_handshake`). Not a handshake failure: a proxy that
+ * requires client certificates over TLS 1.2 sends it to this probe, which has none, and not to its clients.
+ */
+const ALERT = /^ERR_SSL_TLSV1_(?:ALERT_INTERNAL_ERROR|UNRECOGNIZED_NAME)$/;
+
 export function probeServed(target: ServedTarget, servername: string, timeoutMs: number, signal?: AbortSignal): Promise<ServedProbe> {
   return new Promise((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
@@ -46,6 +53,7 @@ export function probeServed(target: ServedTarget, servername: string, timeoutMs:
     socket.once('error', (err: NodeJS.ErrnoException) => {
       if (err.code === 'ECONNREFUSED') return fail('refused', `nothing listens at ${target.host}:${target.port}`);
       if (NOT_TLS.test(`${err.code ?? ''} ${err.message}`)) return fail('not_tls', `not a TLS listener: ${err.code ?? err.message}`);
+      if (ALERT.test(err.code ?? '')) return fail('alert', `the handshake ended with an alert: ${err.code}`);
       fail('error', err.code ?? err.message);
     });
     // The server closed the connection before finishing the handshake.

@@ -251,8 +251,8 @@ function createServiceDomains(
 
 function describeReport(report: ServedReport, where: string): string {
   const leaf = report.serial ? ` (serial ${report.serial}, valid until ${iso(report.notAfter ?? 0)})` : '';
-  const now =
-    report.outcome === 'unknown' ? `${describeOutcome('unknown')} at ${where}${report.detail ? `: ${report.detail}` : ''}` : describeOutcome(report.outcome);
+  const noLeaf = report.outcome === 'unknown' || report.outcome === 'handshake_failed';
+  const now = noLeaf ? `${describeOutcome(report.outcome)} at ${where}${report.detail ? `: ${report.detail}` : ''}` : describeOutcome(report.outcome);
   const stale = report.stale ? '; still the previous certificate past --served-stale-after' : '';
-  return `${now}${report.outcome === 'unknown' && leaf ? `; last seen${leaf}` : leaf}${stale}`;
+  return `${now}${noLeaf && leaf ? `; last seen${leaf}` : leaf}${stale}`;
 }

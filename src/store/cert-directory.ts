@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { access, lstat, mkdir, open, readFile, readdir, rename, rm, symlink, readlink } from 'node:fs/promises';
+import { access, chmod, lstat, mkdir, open, readFile, readdir, rename, rm, symlink, readlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { expiredInfo, validateCertPair } from '../core/certificates/certificate.ts';
 import { normalizeDomain } from '../core/certificates/domain.ts';
@@ -84,6 +84,22 @@ async function linkState(link: string): Promise<{ handMade: boolean; previous?: 
   const stat = await lstat(link).catch((err: unknown) => (isMissing(err) ? undefined : Promise.reject(err)));
   if (!stat) return { handMade: false };
   return stat.isSymbolicLink() ? { handMade: false, previous: await readlink(link) } : { handMade: true };
+}
+
+/**
+ * Makes `path` a directory this process may write in, whatever was done to it since: something else there (a
+ * hand-made file, a link to elsewhere) is moved out of the way to `aside` and kept, a directory whose owner's
+ * rights were taken away (by the proxy's own user, certshare's uid) gets them back. Otherwise every later write
+ * of the domain would fail there, after a restart too (the volume outlives the container).
+ */
+async function ownDirectory(path: string, aside: string): Promise<void> {
+  const stat = await lstat(path).catch((err: unknown) => (isMissing(err) ? undefined : Promise.reject(err)));
+  if (stat?.isDirectory()) {
+    if ((stat.mode & 0o700) !== 0o700) await chmod(path, 0o700);
+    return;
+  }
+  if (stat) await rename(path, aside);
+  await mkdir(path, { recursive: true, mode: 0o700 });
 }
 
 /** The domain itself if it is a canonical domain name (see normalizeDomain); anything else never becomes a path. */
@@ -181,9 +197,11 @@ export class CertDirectory {
     // What the link is now, read while the files are written: it is not needed before the swap.
     const current = linkState(link);
     current.catch(() => {}); // awaited below; a failed write before then must not leave it unhandled
-    const versionsDir = join(this.root, VERSIONS, domain);
-    await mkdir(versionsDir, { recursive: true, mode: 0o700 });
     const version = `${this.#clock.now()}-${randomBytes(4).toString('hex')}`;
+    // Names no domain can take (a leading dot) for what is moved out of the way.
+    await ownDirectory(join(this.root, VERSIONS), join(this.root, `.replaced-versions-${version}`));
+    const versionsDir = join(this.root, VERSIONS, domain);
+    await ownDirectory(versionsDir, join(this.root, VERSIONS, `.replaced-${domain}-${version}`));
     const versionDir = join(versionsDir, version);
     await mkdir(versionDir, { mode: 0o755 });
     try {
@@ -200,13 +218,19 @@ export class CertDirectory {
     }
 
     const { handMade, previous } = await current;
-    if (handMade) {
-      // A hand-made directory: keep it, out of the way, rather than delete someone's files.
-      await rename(link, join(versionsDir, `replaced-${version}`));
-    }
     const tmpLink = join(this.root, `.${domain}.${version}.link`);
-    await symlink(join(VERSIONS, domain, version), tmpLink);
-    await rename(tmpLink, link);
+    try {
+      if (handMade) {
+        // A hand-made directory: keep it, out of the way, rather than delete someone's files.
+        await rename(link, join(versionsDir, `replaced-${version}`));
+      }
+      await symlink(join(VERSIONS, domain, version), tmpLink);
+      await rename(tmpLink, link);
+    } catch (err) {
+      // No swap (a volume full or read-only at the link): the new version is no reader's, and would stay for good.
+      await Promise.all([rm(tmpLink, { force: true }), rm(versionDir, { recursive: true, force: true })]).catch(() => {});
+      throw err;
+    }
     await syncDir(this.root);
     this.#written.set(domain, pair);
     await this.#prune(domain, versionsDir, version, previous);

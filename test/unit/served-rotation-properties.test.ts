@@ -8,9 +8,11 @@ import { advertiseDecision, mergeAdvertised, parseServiceName, serviceDomain } f
 import { rotationExitTime } from '../../src/core/renewal/renewal.ts';
 import {
   classifyServed,
+  describeOutcome,
   holdLeaf,
   nextServedState,
   servedVerdict,
+  servedVerdictEdge,
   type HeldLeaves,
   type ServedLeaf,
   type ServedProbe,
@@ -208,8 +210,25 @@ describe('served outcomes', () => {
     ['a leaf for another name', { leaf: leaf(2, now - HOUR, 10 * HOUR, false) }, 'other_name'],
     ['a self-signed or foreign leaf', { leaf: leaf(9, now - HOUR, 10 * HOUR) }, 'other'],
     ['no TLS answer', { failure: 'not_tls', detail: 'plain HTTP' }, 'unknown'],
+    ['a TLS alert', { failure: 'alert', detail: 'ERR_SSL_TLSV1_ALERT_INTERNAL_ERROR' }, 'handshake_failed'],
   ];
   for (const [what, probe, outcome] of cases) it(`${what}: ${outcome}`, () => assert.equal(classifyServed(probe, held, now), outcome));
+
+  it('takes the replica out at the second failed handshake in a row (the first may race the first write), in again at a leaf', () => {
+    const end = (v: { notAfter: number }): number => v.notAfter;
+    const alert: ServedProbe = { failure: 'alert', detail: 'ERR_SSL_TLSV1_ALERT_INTERNAL_ERROR' };
+    const served: ServedProbe = { leaf: leaf(2, now - HOUR, 10 * HOUR) };
+    const fold = (state: ServedState | undefined, probe: ServedProbe): ServedState => nextServedState(state, probe, classifyServed(probe, held, now));
+    let state = fold(undefined, alert);
+    assert.equal(servedVerdict(state, now, end).verdict, 'unconfirmed');
+    state = fold(state, served);
+    assert.equal(servedVerdict(fold(state, alert), now, end).verdict, 'ok', 'one alert after a leaf: the leaf still counts');
+    state = fold(fold(state, alert), alert);
+    assert.deepEqual(servedVerdict(state, now, end), { verdict: 'bad', why: describeOutcome('handshake_failed') });
+    assert.equal(servedVerdictEdge(state, now, end), undefined);
+    assert.equal(servedVerdict(fold(state, { failure: 'timeout', detail: 'slow' }), now, end).verdict, 'ok', 'no answer: the last leaf counts');
+    assert.equal(servedVerdict(fold(state, served), now, end).verdict, 'ok');
+  });
 
   it('holdLeaf keeps the last three replaced leaves, newest first', () => {
     let h: HeldLeaves = { current: undefined, previous: [] };

@@ -10,10 +10,12 @@ import { iso } from '../ports/clock.ts';
  * - `expired`: a leaf outside its validity window, whatever it is;
  * - `other_name`: a leaf that does not cover the domain asked for (SNI);
  * - `other`: a valid leaf for the domain that certshare never held (self-signed, another issuer, a stale file);
+ * - `handshake_failed`: the proxy answered TLS and ended the handshake with an alert every client gets (a worker that
+ *   cannot read or use the key: served-probe.ts), while a TCP probe of the proxy still passes;
  * - `unknown`: no TLS answer (refused, timed out, not TLS): the check could not run, which says nothing of
  *   what clients get (left to the proxy's own readiness probe).
  */
-export const SERVED_OUTCOMES = ['current', 'previous', 'expired', 'other_name', 'other', 'unknown'] as const;
+export const SERVED_OUTCOMES = ['current', 'previous', 'expired', 'other_name', 'other', 'handshake_failed', 'unknown'] as const;
 export type ServedOutcome = (typeof SERVED_OUTCOMES)[number];
 
 /** The leaf a TLS handshake with the proxy returned for one SNI name. @forTests */
@@ -27,7 +29,8 @@ export interface ServedLeaf {
 }
 
 export type ServedProbe = { leaf: ServedLeaf } | { failure: ServedProbeFailure; detail: string };
-export type ServedProbeFailure = 'refused' | 'timeout' | 'not_tls' | 'error';
+/** `alert`: the proxy's TLS ended the handshake with an alert; the others are no TLS answer. */
+export type ServedProbeFailure = 'refused' | 'timeout' | 'not_tls' | 'alert' | 'error';
 
 /** What certshare held for a domain: the current leaf and the ones before it (newest first). */
 export interface HeldLeaves {
@@ -36,7 +39,7 @@ export interface HeldLeaves {
 }
 
 export function classifyServed(probe: ServedProbe, held: HeldLeaves, now: number): ServedOutcome {
-  if (!('leaf' in probe)) return 'unknown';
+  if (!('leaf' in probe)) return probe.failure === 'alert' ? 'handshake_failed' : 'unknown';
   const { leaf } = probe;
   if (now < leaf.notBefore || now >= leaf.notAfter) return 'expired';
   if (!leaf.coversName) return 'other_name';
@@ -52,14 +55,28 @@ const BAD: ReadonlySet<ServedOutcome> = new Set(['expired', 'other_name', 'other
 export interface ServedState {
   /** The latest check's outcome. */
   outcome: ServedOutcome;
-  /** The latest outcome that was not `unknown`, and the leaf it saw (absent before any TLS answer). */
-  known?: { outcome: Exclude<ServedOutcome, 'unknown'>; leaf: ServedLeaf };
+  /** The latest outcome with a leaf, and that leaf (absent before any). */
+  known?: { outcome: Exclude<ServedOutcome, 'unknown' | 'handshake_failed'>; leaf: ServedLeaf };
+  /** Checks in a row, up to this one, that ended in `handshake_failed`. */
+  failedInARow?: number;
 }
 
-/** Folds one check into the state: an `unknown` keeps what the last answer showed. */
+/**
+ * Failed handshakes in a row that take the replica out: the first may be a race with certshare's first write of
+ * the files (nginx alerts until then), which the recheck a moment later no longer sees.
+ */
+const FAILED_HANDSHAKES_OUT = 2;
+
+/** Folds one check into the state: one without a leaf (`unknown`, `handshake_failed`) keeps the last leaf seen. */
 export function nextServedState(state: ServedState | undefined, probe: ServedProbe, outcome: ServedOutcome): ServedState {
-  if ('leaf' in probe && outcome !== 'unknown') return { outcome, known: { outcome, leaf: probe.leaf } };
-  return { outcome, ...(state?.known ? { known: state.known } : {}) };
+  if ('leaf' in probe && outcome !== 'unknown' && outcome !== 'handshake_failed') return { outcome, known: { outcome, leaf: probe.leaf } };
+  const failedInARow = outcome === 'handshake_failed' ? (state?.failedInARow ?? 0) + 1 : 0;
+  return { outcome, ...(state?.known ? { known: state.known } : {}), ...(failedInARow ? { failedInARow } : {}) };
+}
+
+/** The proxy failed the last FAILED_HANDSHAKES_OUT handshakes or more. */
+function failing(state: ServedState | undefined): boolean {
+  return state?.outcome === 'handshake_failed' && (state.failedInARow ?? 0) >= FAILED_HANDSHAKES_OUT;
 }
 
 /**
@@ -67,11 +84,12 @@ export function nextServedState(state: ServedState | undefined, probe: ServedPro
  * answer (a check that could not run changes nothing): `ok` while the proxy served certshare's current or
  * previous leaf and that leaf is before its `end` (the readiness lead before its notAfter); `bad` when it
  * served an expired leaf, one for another name or one certshare never held, or the leaf it served reached its
- * end; `unconfirmed` before any TLS answer.
+ * end, or it ended the last handshakes with an alert; `unconfirmed` before any TLS answer.
  */
 export type ServedVerdict = { verdict: 'ok' } | { verdict: 'bad'; why: string } | { verdict: 'unconfirmed' };
 
 export function servedVerdict(state: ServedState | undefined, now: number, end: (held: HeldValidity) => number): ServedVerdict {
+  if (failing(state)) return { verdict: 'bad', why: describeOutcome('handshake_failed') };
   const known = state?.known;
   if (!known) return { verdict: 'unconfirmed' };
   if (BAD.has(known.outcome)) return { verdict: 'bad', why: describeOutcome(known.outcome) };
@@ -83,7 +101,7 @@ export function servedVerdict(state: ServedState | undefined, now: number, end: 
 /** When servedVerdict may change by time alone (the served leaf reaching its end), or undefined. */
 export function servedVerdictEdge(state: ServedState | undefined, now: number, end: (held: HeldValidity) => number): number | undefined {
   const known = state?.known;
-  if (!known || BAD.has(known.outcome)) return undefined;
+  if (!known || BAD.has(known.outcome) || failing(state)) return undefined;
   const endsAt = end({ notBefore: known.leaf.notBefore, notAfter: known.leaf.notAfter });
   return endsAt > now ? endsAt : undefined;
 }
@@ -100,6 +118,8 @@ export function describeOutcome(outcome: ServedOutcome): string {
       return 'the proxy serves a certificate for another name';
     case 'other':
       return 'the proxy serves a certificate certshare never held';
+    case 'handshake_failed':
+      return 'the proxy fails the TLS handshake (an alert): clients get no certificate';
     case 'unknown':
       return 'no TLS answer from the proxy';
   }
