@@ -122,7 +122,7 @@ const cutPatterns: fc.Arbitrary<Scenario> = fc.integer({ min: 2, max: 3 }).chain
     .record({
       lifetimeMs: fc.oneof(fc.constantFrom(20 * SECOND, 6 * DAY, 45 * DAY, 90 * DAY), fc.integer({ min: MIN, max: 90 * DAY })),
       readinessLeadMs: fc.constantFrom(0, 10 * SECOND, MIN, 5 * MIN),
-      skewShares: fc.array(fc.double({ min: -1, max: 1, noNaN: true }), { minLength: members, maxLength: members }),
+      skewShares: fc.array(fc.oneof(fc.constantFrom(-1, 1), fc.double({ min: -1, max: 1, noNaN: true })), { minLength: members, maxLength: members }),
       victim: fc.integer({ min: 0, max: members - 1 }),
       cuts: fc.array(cut, { minLength: 2, maxLength: 3 }),
     })
@@ -385,6 +385,22 @@ describe("a member's outage rules over any order of cuts and heals (properties)"
   // past the safety point of the copy (a break-glass one always does), was never believed by its successor, even
   // once valid: the member served nothing after its copy expired (pending-pair.ts latestPendingStart).
   it('two and three cuts of one member at any point of the window, writers killed between any two steps, CA clocks ahead and behind', () => {
+    // The home down from before R to just before S; back, its writer (member 0, CA 3 s ahead) renews a pair valid
+    // from past S, and is killed a second later (on 109210d its successor renewed the window again).
+    const at = (ms: number): number => ms / 60_000;
+    const connected = { outage: false, cut: [false, false], killed: [false, false] };
+    const lateRenewal: Scenario = {
+      lifetimeMs: 60 * SECOND,
+      readinessLeadMs: 10 * SECOND,
+      skewShares: [1, 0],
+      segments: [
+        { ...connected, share: at(29_000) },
+        { ...connected, share: at(12_500), outage: true },
+        { ...connected, share: at(1000) },
+        { ...connected, share: at(6000), killed: [true, false] },
+      ],
+    };
+    oneRenewalPerWindow(simulate(lateRenewal, true).issuances);
     fc.assert(
       fc.property(cutPatterns, (s) => {
         const { issuances, members, home } = simulate(s, true);
