@@ -431,19 +431,36 @@ class Federation {
 
   /**
    * A pair valid only later: at the home (its writer's successor, in any member, holds it rather than order the
-   * renewal again) and beside the local copy (the member's readers and a writer cut off from the home later).
+   * renewal again) and beside the local copy (the member's readers and a writer cut off from the home later). Cut
+   * off, a break-glass pair is recorded as it is stored: a successor that moves it into tls.crt knows of no call.
    */
   async #savePending(domain: string, cert: StoredCert, signal: AbortSignal): Promise<void> {
     const { home, local, logger } = this.#o;
     if (this.#via.get(domain) === 'home') await home.store.savePending(domain, cert, signal);
-    await local.store.savePending(domain, cert, signal).catch((err: unknown) => {
+    const granted = this.#granted(domain, cert);
+    await local.store.savePending(domain, cert, signal, granted && { annotations: granted.record }).catch((err: unknown) => {
       if (signal.aborted || this.#via.get(domain) !== 'home') throw err;
       logger.info({ domain, err: errorMessage(err) }, 'could not store the certificate valid only later locally yet');
     });
+    if (granted) this.#brokeGlass(domain, cert, granted.window);
+  }
+
+  /** Cut off, the break-glass call `cert` came from (the role let it through in this window), and its record. */
+  #granted(domain: string, cert: StoredCert): ReturnType<typeof grantOf> {
+    return this.#via.get(domain) === 'home' ? undefined : grantOf(this.#breakGlass.get(domain), cert, this.#localCopy.get(domain));
+  }
+
+  /** A break-glass certificate is stored (served, or for later): its window spent and closed, and told. */
+  #brokeGlass(domain: string, cert: StoredCert, window: string | null): void {
+    this.#breakGlass.delete(domain);
+    this.#claims.set(domain, { window, validity: undefined, state: 'spent', failures: 0, retryAt: 0 });
+    void this.#close(domain, window, cert.info.notAfter);
+    this.#o.logger.warn({ domain, serial: cert.info.serial, window: window ?? 'none' }, 'break-glass: issued without the federation home, recorded locally');
+    this.#o.onBreakGlass(domain, cert.info.serial);
   }
 
   async #save(domain: string, cert: StoredCert, signal: AbortSignal, options?: SaveOptions): Promise<void> {
-    const { home, local, logger, onBreakGlass } = this.#o;
+    const { home, local, logger } = this.#o;
     if (this.#via.get(domain) === 'home') {
       await home.store.save(domain, cert, signal, options);
       // The local copy follows at once (the next read would mirror it anyway).
@@ -455,20 +472,17 @@ class Federation {
       return;
     }
     // The home is away: a new certificate the role let through is a break-glass one, recorded with it.
-    const known = this.#localCopy.get(domain)?.info.serial;
-    const granted = this.#breakGlass.get(domain);
-    const breakGlass = granted !== undefined && cert.obtainedAt !== undefined && cert.obtainedAt >= granted.at && cert.info.serial !== known;
-    const record = breakGlass ? { [ANNOTATION_BREAK_GLASS]: formatBreakGlassRecord({ serial: cert.info.serial, window: granted.window }) } : undefined;
-    await local.store.save(domain, cert, signal, { ...options, ...(record ? { annotations: record } : {}) });
+    const granted = this.#granted(domain, cert);
+    await local.store.save(domain, cert, signal, { ...options, ...(granted ? { annotations: granted.record } : {}) });
     this.#localCopy.set(domain, cert);
-    if (breakGlass) {
-      this.#breakGlass.delete(domain);
-      this.#claims.set(domain, { window: granted.window, validity: undefined, state: 'spent', failures: 0, retryAt: 0 });
-      void this.#close(domain, granted.window, cert.info.notAfter);
-      logger.warn({ domain, serial: cert.info.serial, window: granted.window ?? 'none' }, 'break-glass: issued without the federation home, recorded locally');
-      onBreakGlass(domain, cert.info.serial);
-    }
+    if (granted) this.#brokeGlass(domain, cert, granted.window);
   }
+}
+
+/** The window `cert` was issued in if the role let its call through since `granted.at` (a new pair), and its record. */
+function grantOf(granted: { at: number; window: string | null } | undefined, cert: StoredCert, known: StoredCert | undefined) {
+  if (!granted || cert.obtainedAt === undefined || cert.obtainedAt < granted.at || cert.info.serial === known?.info.serial) return undefined;
+  return { window: granted.window, record: { [ANNOTATION_BREAK_GLASS]: formatBreakGlassRecord({ serial: cert.info.serial, window: granted.window }) } };
 }
 
 /**

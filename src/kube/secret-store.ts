@@ -203,10 +203,10 @@ export class KubeSecretStore implements CertStore {
     this.#keepValid(domain, cert);
   }
 
-  /** Stores a pair valid only later beside the served one (CertStore.savePending), on the last read. */
-  async savePending(domain: string, cert: StoredCert, signal?: AbortSignal): Promise<void> {
+  /** Stores a pair valid only later beside the served one (CertStore.savePending), on the last read; `annotations` as save's. */
+  async savePending(domain: string, cert: StoredCert, signal?: AbortSignal, options?: { annotations?: Record<string, string> }): Promise<void> {
     if (this.#trust) checkTrusted(cert.pair.certPem, domain, this.#trust.anchors);
-    await this.#write(domain, { pending: cert, coordination: this.#lastCoordination(domain) }, signal);
+    await this.#write(domain, { pending: cert, coordination: this.#lastCoordination(domain), annotations: options?.annotations }, signal);
   }
 
   /** The answer to a renew request that issued nothing (a refusal), on the last read (compare-and-swap). */

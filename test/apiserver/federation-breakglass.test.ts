@@ -10,7 +10,6 @@
 // issuance, which needs the ledger at the unreachable home (`issuance ledger unusable; not issuing`).
 import assert from 'node:assert/strict';
 import { X509Certificate, randomBytes } from 'node:crypto';
-import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { breakGlassPoint } from '../../src/core/federation/home-verdicts.ts';
@@ -22,6 +21,7 @@ import {
   HOME_NS,
   LIFETIME,
   NS,
+  relayToHome,
   secretAt,
   secretsHold,
   useFederation,
@@ -31,7 +31,7 @@ import {
 } from '../support/federation.ts';
 import { useTempDir } from '../support/standalone.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';
-import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.ts';
+import type { TcpProxy } from '../support/tcp-proxy.ts';
 import { applyClaimsPolicy, claimsPolicyInForce, must, namespaceAdmin } from '../support/kube.ts';
 import { asAccount } from '../support/token-request.ts';
 import { onEvent, until } from '../support/wait.ts';
@@ -119,12 +119,7 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
     east = bed.member('east');
     west = bed.member('west');
     const home = bed.home();
-    relay = await startTcpProxy(home.port);
-    const admin = await readFile(home.adminKubeconfigPath, 'utf8');
-    const via = admin.replace(/server: .*/, `server: "https://127.0.0.1:${relay.port}"`);
-    assert.notEqual(via, admin, 'the kubeconfig points at the relay');
-    relayKubeconfig = join(dir(), 'west-home.kubeconfig');
-    await writeFile(relayKubeconfig, via, { mode: 0o600 });
+    ({ relay, kubeconfig: relayKubeconfig } = await relayToHome(home, dir(), 'west'));
     await bed.startReplica(east, 'shared', 'shared-0', { domains: [SHARED] });
     for (const pod of ['shared-0', 'shared-1'])
       await bed.startReplica(west, 'shared', pod, { domains: [SHARED], flags: ['--federation-kubeconfig', relayKubeconfig] });
@@ -558,7 +553,10 @@ describe('a member cut off across two renewal windows (issue 40): one break-glas
         }),
     );
     const writer = westReplicas()[0]!;
-    const unclaimed = (): number => writer.log.entries.filter((e) => e.code === 'CERTSHARE_BREAK_GLASS_UNCLAIMED').length;
+    // Counted from here: the writer has run since an earlier test, whose window's closing claim may have failed once
+    // (the same code, logged at that test's time).
+    const mark = writer.log.entries.length;
+    const unclaimed = (): number => writer.log.entries.slice(mark).filter((e) => e.code === 'CERTSHARE_BREAK_GLASS_UNCLAIMED').length;
     const before = signedBy([writer]);
     const glassBefore = logged([writer], /^break-glass: issued/);
     try {

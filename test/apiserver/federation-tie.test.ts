@@ -12,12 +12,10 @@ import { after, before, describe, it } from 'node:test';
 import { breakGlassPoint } from '../../src/core/federation/home-verdicts.ts';
 import type { StoredCert } from '../../src/core/ports/store.ts';
 import { renewalTime } from '../../src/core/renewal/renewal.ts';
-import { HOME_NS, NS, secretAt, secretsHold, useFederation, type FederatedReplica as Replica } from '../support/federation.ts';
+import { HOME_NS, NS, relayToHome, secretAt, secretsHold, useFederation, type FederatedReplica as Replica } from '../support/federation.ts';
 import { useTempDir } from '../support/standalone.ts';
-import { startTcpProxy, type TcpProxy } from '../support/tcp-proxy.ts';
+import type { TcpProxy } from '../support/tcp-proxy.ts';
 import { onEvent, until } from '../support/wait.ts';
-import { readFile, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
 
 const SHARED = 'shared.tailnet-0000.ts.net';
 const BREAK_GLASS = 'certshare.io/break-glass';
@@ -41,12 +39,9 @@ describe('a break-glass certificate and the home renewal expiring in the same se
     const east = bed.member('east');
     const west = bed.member('west');
     const home = bed.home();
-    relay = await startTcpProxy(home.port);
-    const admin = await readFile(home.adminKubeconfigPath, 'utf8');
-    const via = admin.replace(/server: .*/, `server: "https://127.0.0.1:${relay.port}"`);
-    assert.notEqual(via, admin, 'the kubeconfig points at the relay');
-    const relayKubeconfig = join(dir(), 'west-home.kubeconfig');
-    await writeFile(relayKubeconfig, via, { mode: 0o600 });
+    const cut = await relayToHome(home, dir(), 'west');
+    relay = cut.relay;
+    const relayKubeconfig = cut.kubeconfig;
     await bed.startReplica(east, 'shared', 'shared-0', { domains: [SHARED] });
     for (const pod of ['shared-0', 'shared-1'])
       await bed.startReplica(west, 'shared', pod, { domains: [SHARED], flags: ['--federation-kubeconfig', relayKubeconfig], caClock: westCa });

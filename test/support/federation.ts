@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
 import type { EventEmitter } from 'node:events';
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { after, before } from 'node:test';
 import { parseFlags } from '../../src/flags/flags.ts';
@@ -21,6 +21,7 @@ import { CONTROL_PLANE_HOOK_TIMEOUT_MS } from '../harness/use-control-plane.ts';
 import { JumpClock } from './jump-clock.ts';
 import { must } from './kube.ts';
 import { recordingLogger, type LogEntry } from './recording-logger.ts';
+import { startTcpProxy, type TcpProxy } from './tcp-proxy.ts';
 import { FAST_FLAGS, useTempDir } from './standalone.ts';
 
 export const DAY = 86_400_000;
@@ -149,12 +150,29 @@ export async function startFederatedDaemon(m: Member, homeKubeconfig: string, op
   return { daemon, config, log: { entries, events } };
 }
 
+/**
+ * A TCP relay to `home` and its admin kubeconfig through it, written in `dir` as `<name>-home.kubeconfig`: a member
+ * whose replicas use it is cut off from the home alone when the test cuts the relay (a partition: east and the home
+ * keep talking).
+ */
+export async function relayToHome(home: ControlPlane, dir: string, name: string): Promise<{ relay: TcpProxy; kubeconfig: string }> {
+  const relay = await startTcpProxy(home.port);
+  const admin = await readFile(home.adminKubeconfigPath, 'utf8');
+  const via = admin.replace(/server: .*/, `server: "https://127.0.0.1:${relay.port}"`);
+  assert.notEqual(via, admin, 'the kubeconfig points at the relay');
+  const kubeconfig = join(dir, `${name}-home.kubeconfig`);
+  await writeFile(kubeconfig, via, { mode: 0o600 });
+  return { relay, kubeconfig };
+}
+
 export const serialOfPem = (pem: string): string => new X509Certificate(pem).serialNumber;
 
 export interface SecretView {
   serial: string;
   key: string;
   annotations: Record<string, string>;
+  /** The serial of the pair held for later (pending.crt), if any. */
+  pending: string | undefined;
 }
 
 /** The domain's Secret in `namespace` of `cp`, as the admin reads it; its serial `(not a certificate)` for garbage. */
@@ -169,29 +187,29 @@ export async function secretAt(cp: ControlPlane, namespace: string, domain: stri
   } catch {
     serial = '(not a certificate)';
   }
-  return { serial, key: Buffer.from(s.data['tls.key']!, 'base64').toString('utf8'), annotations: s.metadata.annotations ?? {} };
+  const later = s.data['pending.crt'];
+  const pending = later === undefined ? undefined : serialOfPem(Buffer.from(later, 'base64').toString('utf8'));
+  return { serial, key: Buffer.from(s.data['tls.key']!, 'base64').toString('utf8'), annotations: s.metadata.annotations ?? {}, pending };
 }
 
 type Subscribe = (listener: () => void) => () => void;
 
 /**
- * The domain's Secrets in `where` (the home's of record, members' local ones), once they all hold `serial`:
- * read again at each change a replica reports (`changes` gives fresh subscriptions; the local writes follow
- * the home's by a round trip), and every 500 ms for a write that reports nothing to the replicas (the home's
- * own).
+ * `read()` again at each change a replica reports (`changes` gives fresh subscriptions) and every 500 ms (a write that
+ * reports nothing to the replicas: the home's own), until `ok` holds for what it read; `what` says what it last read.
  */
-export async function secretsHold(
-  where: Array<{ cp: ControlPlane; ns: string }>,
-  domain: string,
-  serial: string,
+export async function readUntil<T>(
+  read: () => Promise<T>,
+  ok: (value: T) => boolean,
   changes: () => Subscribe[],
-  timeoutMs = 15_000,
-): Promise<SecretView[]> {
+  timeoutMs: number,
+  what: (last: T) => string,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const all = await Promise.all(where.map((w) => secretAt(w.cp, w.ns, domain)));
-    if (all.every((s) => s.serial === serial)) return all;
-    assert.ok(Date.now() < deadline, `${domain}: home and member Secrets hold ${all.map((s) => s.serial).join(', ')}, not all ${serial}`);
+    const value = await read();
+    if (ok(value)) return value;
+    assert.ok(Date.now() < deadline, what(value));
     await new Promise<void>((resolve) => {
       const offs = changes().map((subscribe) => subscribe(done));
       const timer = setTimeout(done, 500);
@@ -202,6 +220,26 @@ export async function secretsHold(
       }
     });
   }
+}
+
+/**
+ * The domain's Secrets in `where` (the home's of record, members' local ones), once they all hold `serial`
+ * (readUntil: the local writes follow the home's by a round trip).
+ */
+export function secretsHold(
+  where: Array<{ cp: ControlPlane; ns: string }>,
+  domain: string,
+  serial: string,
+  changes: () => Subscribe[],
+  timeoutMs = 15_000,
+): Promise<SecretView[]> {
+  return readUntil(
+    () => Promise.all(where.map((w) => secretAt(w.cp, w.ns, domain))),
+    (all) => all.every((s) => s.serial === serial),
+    changes,
+    timeoutMs,
+    (all) => `${domain}: home and member Secrets hold ${all.map((s) => s.serial).join(', ')}, not all ${serial}`,
+  );
 }
 
 /** Registers before()/after() hooks in the current describe block: startFederation(groups), stopped after it. */

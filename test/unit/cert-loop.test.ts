@@ -2,8 +2,9 @@ import assert from 'node:assert/strict';
 import { beforeEach, describe, it } from 'node:test';
 import { CertLoop, type CertLoopDeps } from '../../src/core/loop/cert-loop.ts';
 import { LoopSupervisor } from '../../src/core/loop/loop-supervisor.ts';
-import { inspectCertPair, validateCertPair } from '../../src/core/certificates/certificate.ts';
+import { inspectCertPair, validateCertPair, type CertInfo } from '../../src/core/certificates/certificate.ts';
 import { breakGlassPoint } from '../../src/core/federation/home-verdicts.ts';
+import { rotationExitTime } from '../../src/core/renewal/renewal.ts';
 import type { Clock } from '../../src/core/ports/clock.ts';
 import { LocalApiError, type CertPair, type CertPairOptions } from '../../src/core/ports/localapi.ts';
 import { silentLogger } from '../../src/core/ports/logger.ts';
@@ -783,29 +784,52 @@ describe('CertLoop against backdating, short and skewed issuers', () => {
     assert.equal(successor.calls.length, 0, 'the window has one renewal');
   });
 
-  it('a pair stored for later that starts past the safety point of the certificate held counts for nothing (a stolen token)', async () => {
+  /** A loop with a readiness lead of 2 minutes, its store holding a fresh pair; what it counts as out of bounds. */
+  async function holdingWithLead(): Promise<{ h: Harness; reported: string[]; pair: CertPair; info: CertInfo; exit: number }> {
     const reported: string[] = [];
-    const h = harness({ observer: fanOut([{ outOfBounds: (_w, v) => reported.push(v.field) }]), readinessLeadMs: 0 });
+    const h = harness({ observer: fanOut([{ outOfBounds: (_w, v) => reported.push(v.field) }]), ...lead });
     const pair = await fresh(h);
     const info = validateCertPair(pair, domain, h.clock.now());
     h.store.content.set(domain, { state: 'valid', cert: { pair, info } });
+    return { h, reported, pair, info, exit: rotationExitTime(info, { renewFraction: 1 / 3 }, lead.readinessLeadMs) };
+  }
+  const lead = { readinessLeadMs: 2 * MIN };
+
+  it('a pair stored for later that starts past the readiness exit of the certificate held counts for nothing (a stolen token)', async () => {
+    const { h, reported, pair, info, exit } = await holdingWithLead();
     h.clock.t += 45 * MIN;
-    const safetyPoint = breakGlassPoint(info, { renewFraction: 1 / 3 }, 0);
-    const late = await makePair(domain, safetyPoint + 1000, LIFETIME); // whole seconds
+    const late = await makePair(domain, exit + 1000, LIFETIME); // whole seconds
     h.store.pending.set(domain, { pair: late, info: inspectCertPair(late, domain) });
     h.responses.push(() => fresh(h));
     await h.loop.turn(signal);
     assert.equal(h.calls.length, 1, 'renewed on time: the pair starting later held nothing');
     assert.deepEqual(reported, ['pending-not-before']);
-    // One starting before the safety point is waited for.
-    const other = harness({ readinessLeadMs: 0 });
+    // One starting past the safety point but before the exit is waited for: a writer that renewed late in the window
+    // with a CA clock ahead, then died (before: its successor renewed again, a second issuance in the window).
+    const other = harness(lead);
     other.store.content.set(domain, { state: 'valid', cert: { pair, info } });
     other.clock.t = h.clock.t;
-    const inTime = await makePair(domain, safetyPoint - 1000, LIFETIME);
+    const inTime = await makePair(domain, breakGlassPoint(info, { renewFraction: 1 / 3 }, lead.readinessLeadMs) + 1000, LIFETIME);
     other.store.pending.set(domain, { pair: inTime, info: inspectCertPair(inTime, domain) });
     const inTimeStart = inspectCertPair(inTime, domain).notBefore;
     assert.equal(await other.loop.turn(signal), inTimeStart - other.clock.now(), 'waits for it');
     assert.equal(other.calls.length, 0);
+  });
+
+  it('a pair stored for later that started past the readiness exit is served once valid: nothing more ordered', async () => {
+    // Its writer died before its notBefore; its successor looks once the pair is valid, the copy still valid but out
+    // of rotation. Served at once, as tls.crt would be (before: never believed; a second renewal of the window).
+    const { h, reported, info, exit } = await holdingWithLead();
+    const late = await makePair(domain, exit + 1000, LIFETIME);
+    const lateInfo = inspectCertPair(late, domain);
+    h.store.pending.set(domain, { pair: late, info: lateInfo });
+    h.clock.t = lateInfo.notBefore + 1000;
+    assert.ok(h.clock.now() < info.notAfter, 'the copy held is still valid');
+    await h.loop.turn(signal);
+    assert.equal(h.loop.current?.info.serial, lateInfo.serial, 'the pair valid now is served');
+    assert.equal(h.store.serial(domain), lateInfo.serial, 'moved into the served pair');
+    assert.equal(h.calls.length, 0, 'nothing ordered');
+    assert.deepEqual(reported, [], 'a pair valid now is no value out of its bound');
   });
 
   it('with nothing held, a pair stored for later counts only if it starts within the retry cap', async () => {

@@ -13,6 +13,7 @@ import fc from 'fast-check';
 import type { CertInfo } from '../../src/core/certificates/certificate.ts';
 import { breakGlassPoint, homeOutageVerdict, reconcile, windowClaimable, type ClaimRead } from '../../src/core/federation/home-verdicts.ts';
 import { HeldCertificate } from '../../src/core/loop/held-certificate.ts';
+import { latestPendingStart } from '../../src/core/loop/pending-pair.ts';
 import type { Clock } from '../../src/core/ports/clock.ts';
 import { silentLogger } from '../../src/core/ports/logger.ts';
 import type { StoredCert } from '../../src/core/ports/store.ts';
@@ -62,8 +63,6 @@ interface Member {
   pending: StoredCert | undefined;
   /** The pair valid only later in its Secret (pending.crt, pending.key): the member's replicas hold it. */
   localPending: StoredCert | undefined;
-  /** The window of a pending break-glass certificate (recorded with it once stored); undefined: a renewal. */
-  pendingWindow: string | null | undefined;
 }
 
 interface Issuance {
@@ -97,6 +96,59 @@ const scenarios = (ahead: boolean): fc.Arbitrary<Scenario> =>
     }),
   );
 
+/** A share of the lifetime: at one of the copy's points (R, S, E, notAfter and around them), or anywhere. */
+const shareAt = fc.oneof(fc.constantFrom(0.5, 0.6, 2 / 3, 0.75, 0.8, 5 / 6, 0.9, 0.95, 0.99, 1, 1.01), fc.double({ min: 0.005, max: 1.2, noNaN: true }));
+
+/**
+ * One member cut off from the home two or three times (another with it, or every member: the home down), each cut
+ * starting a share of the lifetime after the last heal (before R, between R and S, across S, E and notAfter) and
+ * lasting from a moment to more than a lifetime: the home's writer's member (0 at first) cut off makes another
+ * member's writer the home's. Each gap and cut is split in two at any point, and any member's writer may be killed
+ * at the start of each part (a kill between any two steps); CA clocks ahead and behind.
+ */
+const cutPatterns: fc.Arbitrary<Scenario> = fc.integer({ min: 2, max: 3 }).chain((members) => {
+  const kills = fc.array(
+    fc.integer({ min: 0, max: 3 }).map((x) => x === 0),
+    { minLength: members, maxLength: members },
+  );
+  const part = fc.record({ share: shareAt, split: fc.double({ min: 0, max: 1, noNaN: true }), kills: fc.tuple(kills, kills) });
+  const length = fc.oneof(
+    fc.double({ min: 0.005, max: 0.05, noNaN: true }),
+    fc.double({ min: 0.05, max: 0.5, noNaN: true }),
+    fc.double({ min: 0.5, max: 1.3, noNaN: true }),
+  );
+  const cut = fc.record({ gap: part, cut: part.chain((p) => length.map((share) => ({ ...p, share }))), with: fc.integer({ min: -1, max: members }) });
+  return fc
+    .record({
+      lifetimeMs: fc.oneof(fc.constantFrom(20 * SECOND, 6 * DAY, 45 * DAY, 90 * DAY), fc.integer({ min: MIN, max: 90 * DAY })),
+      readinessLeadMs: fc.constantFrom(0, 10 * SECOND, MIN, 5 * MIN),
+      skewShares: fc.array(fc.oneof(fc.constantFrom(-1, 1), fc.double({ min: -1, max: 1, noNaN: true })), { minLength: members, maxLength: members }),
+      victim: fc.integer({ min: 0, max: members - 1 }),
+      cuts: fc.array(cut, { minLength: 2, maxLength: 3 }),
+    })
+    .map(({ lifetimeMs, readinessLeadMs, skewShares, victim, cuts }) => {
+      const segments: Segment[] = [];
+      const halves = (p: { share: number; split: number; kills: [boolean[], boolean[]] }, cutOff: boolean[], outage: boolean): void => {
+        const first = Math.max(0.005, p.share * p.split);
+        for (const [i, share] of [first, Math.max(0.005, p.share - first)].entries()) segments.push({ share, outage, cut: cutOff, killed: p.kills[i]! });
+      };
+      for (const c of cuts) {
+        halves(
+          c.gap,
+          skewShares.map(() => false),
+          false,
+        );
+        // `with`: -1 the victim alone, `members` every member (the home down), else that member too.
+        halves(
+          c.cut,
+          skewShares.map((_, m) => m === victim || m === c.with),
+          c.with === members,
+        );
+      }
+      return { lifetimeMs, readinessLeadMs, skewShares, segments };
+    });
+});
+
 /**
  * Runs `s`, then two lifetimes with every member reaching the home; checks every rule as it goes. `kills`: the
  * segments' writer kills happen (else they are ignored).
@@ -124,11 +176,13 @@ function simulate(s: Scenario, kills = false): { issuances: Issuance[]; members:
   let homePending: StoredCert | undefined;
   issuances.push({ by: 0, at: t, breakGlass: false, window: null, cert: home });
   t = T0;
-  const members: Member[] = s.skewShares.map(() => {
+  /** What a member's writer holds once started, from its Secret: a successor knows only what was stored. */
+  const started = (local: StoredCert | undefined): HeldCertificate => {
     const held = new HeldCertificate({ domain, clock, observer: { certificate: () => {} }, log: silentLogger, minIssueIntervalMs: 0 });
-    held.considerStored(home, true);
-    return { local: home, record: undefined, held, pending: undefined, localPending: undefined, pendingWindow: undefined };
-  });
+    if (valid(local)) held.considerStored(local, true);
+    return held;
+  };
+  const members: Member[] = s.skewShares.map(() => ({ local: home, record: undefined, held: started(home), pending: undefined, localPending: undefined }));
   /** The claims' Leases in each member's namespace: windows taken, and what each recorded. */
   const claimed = members.map(() => new Set<string | null>());
   const claims: ClaimRead[][] = members.map(() => []);
@@ -140,10 +194,10 @@ function simulate(s: Scenario, kills = false): { issuances: Issuance[]; members:
   for (const [i, seg] of segments.entries()) {
     segEnd += Math.max(SECOND, Math.round(seg.share * s.lifetimeMs));
     const connected = (m: number): boolean => !seg.outage && !seg.cut[m];
-    // A writer killed: its pending renewal is lost (a pending break-glass one is not modelled as lost: its window's
-    // second claim, break-glass-claim.ts, covers that case), and its Lease taken by whoever campaigns first.
+    // A writer killed: what it held in memory only is lost (its pair valid only later, renewal or break-glass, is
+    // in its Secret, recorded: federation-home.ts savePending), and its Lease taken by whoever campaigns first.
     const killed = (m: number): boolean => kills && seg.killed[m] === true;
-    for (const [m, member] of members.entries()) if (killed(m) && member.pendingWindow === undefined) member.pending = undefined;
+    for (const [m, member] of members.entries()) if (killed(m)) [member.pending, member.held] = [undefined, started(member.local)];
     if (writer >= 0 && killed(writer)) writer = -1;
     for (let steps = 0; t < segEnd; steps++) {
       assert.ok(steps < 10_000, 'the simulation advances');
@@ -207,8 +261,20 @@ function simulate(s: Scenario, kills = false): { issuances: Issuance[]; members:
     const ends = (c: StoredCert | undefined) => (c ? c.info.notAfter : 0);
     if (reaches && member.localPending && ends(homePending) < member.localPending.info.notAfter && ends(home) < member.localPending.info.notAfter)
       homePending = member.localPending;
-    if (member.localPending) member.held.considerPending(member.localPending);
-    if (reaches && homePending) member.held.considerPending(homePending);
+    // As the loop reads its store: a pair stored for later counts only up to latestPendingStart (the safety point of
+    // the copy held, a pair valid now always), its writer's own in memory always.
+    const believed = (c: StoredCert): boolean => {
+      const read = { ...(valid(member.local) ? { state: 'valid' as const, cert: member.local } : { state: 'absent' as const }), pending: c };
+      const latest = latestPendingStart(read, { best: member.held.best, pending: member.pending }, t, {
+        renewal: policy,
+        readinessLeadMs: s.readinessLeadMs,
+        retryCapMs: DAY,
+      });
+      return latest === undefined || c.info.notBefore <= latest;
+    };
+    if (member.pending) member.held.considerPending(member.pending);
+    if (member.localPending && believed(member.localPending)) member.held.considerPending(member.localPending);
+    if (reaches && homePending && believed(homePending)) member.held.considerPending(homePending);
     const cert = member.pending ?? member.held.pending;
     if (!cert || t < cert.info.notBefore) return;
     member.held.adoptPending();
@@ -217,8 +283,6 @@ function simulate(s: Scenario, kills = false): { issuances: Issuance[]; members:
     if (reaches && homePending?.info.serial === cert.info.serial) homePending = undefined;
     if (reaches && (!valid(home) || home.info.notAfter < cert.info.notAfter)) home = cert;
     if (!valid(member.local) || member.local.info.notAfter < cert.info.notAfter) member.local = cert;
-    if (member.pendingWindow !== undefined) member.record = { serial: cert.info.serial, window: member.pendingWindow };
-    member.pendingWindow = undefined;
   }
 
   /** Member `m`, cut off: its verdict, then its window's claim, then the call (which the CA answers at once). */
@@ -235,12 +299,21 @@ function simulate(s: Scenario, kills = false): { issuances: Issuance[]; members:
     const cert = issue(m);
     issuances.push({ by: m, at: t, breakGlass: true, window, cert });
     claims[m]!.push({ recorded: cert.info.notAfter, created: t });
-    if (!valid(cert)) {
-      [member.pending, member.localPending, member.pendingWindow] = [cert, cert, window];
-      return;
-    }
-    member.local = cert;
+    // Served at once, or stored at once beside the copy (valid only later): recorded either way, so a successor that
+    // moves a pair for later into tls.crt knows the window spent (federation-home.ts savePending).
+    if (valid(cert)) member.local = cert;
+    else [member.pending, member.localPending] = [cert, cert];
     member.record = { serial: cert.info.serial, window };
+  }
+}
+
+/** Each member broke glass at most once in the window of each copy. */
+function oneBreakGlassPerMemberWindow(issuances: Issuance[]): void {
+  const glass = new Map<string, number>();
+  for (const i of issuances.filter((x) => x.breakGlass)) {
+    const key = `${i.by}/${i.window}`;
+    glass.set(key, (glass.get(key) ?? 0) + 1);
+    assert.equal(glass.get(key), 1, `member ${i.by} broke glass twice in the window of ${i.window}`);
   }
 }
 
@@ -262,12 +335,7 @@ describe("a member's outage rules over any order of cuts and heals (properties)"
     fc.assert(
       fc.property(scenarios(false), (s) => {
         const { issuances } = simulate(s);
-        const glass = new Map<string, number>();
-        for (const i of issuances.filter((x) => x.breakGlass)) {
-          const key = `${i.by}/${i.window}`;
-          glass.set(key, (glass.get(key) ?? 0) + 1);
-          assert.equal(glass.get(key), 1, `member ${i.by} broke glass twice in the window of ${i.window}`);
-        }
+        oneBreakGlassPerMemberWindow(issuances);
         oneRenewalPerWindow(issuances);
       }),
       { numRuns: RUNS },
@@ -308,6 +376,39 @@ describe("a member's outage rules over any order of cuts and heals (properties)"
     oneRenewalPerWindow(simulate(killedAfterRenewal, true).issuances);
     fc.assert(
       fc.property(scenarios(true), (s) => oneRenewalPerWindow(simulate(s, true).issuances)),
+      { numRuns: RUNS },
+    );
+  });
+
+  // A member cut off twice, then a third time, at any point of its copy's window, writers killed between any two steps,
+  // CA clocks ahead and behind: every rule at once. Found on 109210d: a pair a killed writer stored for later, started
+  // past the safety point of the copy (a break-glass one always does), was never believed by its successor, even
+  // once valid: the member served nothing after its copy expired (pending-pair.ts latestPendingStart).
+  it('two and three cuts of one member at any point of the window, writers killed between any two steps, CA clocks ahead and behind', () => {
+    // The home down from before R to just before S; back, its writer (member 0, CA 3 s ahead) renews a pair valid
+    // from past S, and is killed a second later (on 109210d its successor renewed the window again).
+    const at = (ms: number): number => ms / 60_000;
+    const connected = { outage: false, cut: [false, false], killed: [false, false] };
+    const lateRenewal: Scenario = {
+      lifetimeMs: 60 * SECOND,
+      readinessLeadMs: 10 * SECOND,
+      skewShares: [1, 0],
+      segments: [
+        { ...connected, share: at(29_000) },
+        { ...connected, share: at(12_500), outage: true },
+        { ...connected, share: at(1000) },
+        { ...connected, share: at(6000), killed: [true, false] },
+      ],
+    };
+    oneRenewalPerWindow(simulate(lateRenewal, true).issuances);
+    fc.assert(
+      fc.property(cutPatterns, (s) => {
+        const { issuances, members, home } = simulate(s, true);
+        oneBreakGlassPerMemberWindow(issuances);
+        oneRenewalPerWindow(issuances);
+        for (const [m, member] of members.entries())
+          assert.equal(member.held.best?.info.serial, home.info.serial, `member ${m} serves the home's copy at the end`);
+      }),
       { numRuns: RUNS },
     );
   });

@@ -2,16 +2,18 @@
 // that a successor waits for it rather than order the same renewal again; how late one another writer stored may
 // start and still be waited for.
 import { isCurrentlyValid } from '../certificates/certificate.ts';
-import { breakGlassPoint } from '../federation/home-verdicts.ts';
 import type { CertStore, StoreRead, StoredCert } from '../ports/store.ts';
-import type { RenewalPolicy } from '../renewal/renewal.ts';
+import { rotationExitTime, type RenewalPolicy } from '../renewal/renewal.ts';
 import { held, type HeldCertificate } from './held-certificate.ts';
 
 /**
  * The latest start of a stored pair valid only later that a loop waits for instead of renewing (untrusted-values.ts
- * boundPending): the safety point of the newest pair valid now that it holds or `read` offers, so what it serves
- * never expires waiting; with none, the retry cap from now, the longest any recorded wait holds a writer. Undefined
- * for the loop's own pair (it obtained it: its own to wait for).
+ * boundPending): the readiness exit of the newest pair valid now that it holds or `read` offers (renewal.ts
+ * rotationExitTime), so what it serves stays in rotation until the pair takes over; with none, the retry cap from
+ * now, the longest any recorded wait holds a writer. A pair valid now holds nothing back: it is served at once. Not
+ * the safety point: a pair whose writer renewed late in the window, or broke glass (past that point), with a CA
+ * clock ahead starts past it, and a successor that did not believe it ordered the window's renewal again (or served
+ * nothing once its copy ran out). Undefined for the loop's own pair (it obtained it: its own to wait for).
  */
 export function latestPendingStart(
   read: StoreRead,
@@ -24,7 +26,7 @@ export function latestPendingStart(
   for (const c of [loop.best, read.state === 'valid' ? read.cert : undefined, read.lastValid])
     if (c && isCurrentlyValid(c.info, now) && (!latest || c.info.notAfter > latest.info.notAfter)) latest = c;
   if (!latest) return now + p.retryCapMs;
-  return breakGlassPoint(held(latest), p.renewal, p.readinessLeadMs ?? Number.POSITIVE_INFINITY);
+  return Math.max(now, rotationExitTime(held(latest), p.renewal, p.readinessLeadMs ?? Number.POSITIVE_INFINITY));
 }
 
 /** `pending` (the loop's pair valid only later) if the store can keep one and `read` does not hold it. */

@@ -52,17 +52,18 @@ interface ReadBounds extends CoordinationBounds {
 }
 
 /**
- * A pair stored for later (StoreRead.pending) is believed only if it starts no later than `latest`: the safety point
- * of the certificate held (home-verdicts.ts breakGlassPoint), or with none held the retry cap from now (cert-loop.ts).
- * A writer waits for such a pair instead of renewing: one a stolen token writes valid from next year would
- * otherwise hold every renewal until what is served expires. Why that bound: docs/security.md, "Values read back".
+ * A pair stored for later (StoreRead.pending) is believed only if it starts no later than `latest`: the readiness
+ * exit of the certificate held (renewal.ts rotationExitTime), or with none held the retry cap from now (pending-pair.ts
+ * latestPendingStart). A writer waits for such a pair instead of renewing: one a stolen token writes valid from next
+ * year would otherwise hold every renewal while what is served expires. Why that bound: docs/security.md, "Values read
+ * back".
  */
 function boundPending(pending: StoredCert, latest: number): UntrustedValue | undefined {
   if (pending.info.notBefore <= latest) return undefined;
   return {
     field: 'pending-not-before',
     value: `${pending.info.serial} valid from ${iso(pending.info.notBefore)}`,
-    why: `later than ${iso(latest)}, the safety point of the certificate held (with none, the retry cap from now)`,
+    why: `later than ${iso(latest)}, the readiness exit of the certificate held (with none, the retry cap from now)`,
   };
 }
 
