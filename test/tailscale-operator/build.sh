@@ -21,7 +21,7 @@ bins=(k8s-operator)
 purpose="Tailscale's Kubernetes operator for the tests"
 # shellcheck source=../support/cached-go-build.sh
 source "$here/../support/cached-go-build.sh"
-cached_build_begin "Tailscale's Kubernetes operator ${ts_version}" "about 5 minutes on 2 cores"
+cached_build_begin "Tailscale's Kubernetes operator ${ts_version}" "about 4 minutes on 2 cores"
 cached_build k8s-operator tailscale.com/cmd/k8s-operator
 # The operator's CRDs, as its Helm chart installs them, from the same module.
 mkdir -p "$out.tmp/crds" && cp "$(go list -m -f '{{.Dir}}' tailscale.com)"/cmd/k8s-operator/deploy/crds/*.yaml "$out.tmp/crds/"
