@@ -119,6 +119,11 @@ export interface RealTailscaledOptions {
   permitCertUid?: string;
   /** Control routes each Tailscale Service's VIP to one of its hosts (tsenv --service-vips). */
   serviceVips?: boolean;
+  /**
+   * tsenv serves, on control's URL, the part of Tailscale's API that Tailscale's Kubernetes operator needs (tsenv
+   * --tailscale-api: an OAuth token, auth keys, device deletions); apiCalls() lists the calls.
+   */
+  tailscaleApi?: boolean;
 }
 
 export interface RealTailscaled {
@@ -153,6 +158,12 @@ export interface RealTailscaled {
   serviceVips(): Promise<ServiceVip[]>;
   /** Starts another tailscaled (`hostname`) in the namespace and logs it in to the same control; stopped by stop(). */
   addNode(hostname: string): Promise<TailnetNode>;
+  /** Control's URL, as reached inside the namespace (`tailscale up --login-server`, OPERATOR_LOGIN_SERVER). */
+  readonly controlUrl: string;
+  /** Every call to tsenv's Tailscale API stand-in so far (tailscaleApi), "METHOD path N", sorted. */
+  apiCalls(): Promise<string[]>;
+  /** Runs `command` in the namespace with `env` added (only loopback there); stopped by stop(). */
+  runInNamespace(name: string, command: string[], env?: Record<string, string>): ManagedProcess;
   acmeStats(): Promise<AcmeStats>;
   /** The next `orders` new orders are answered 429 rateLimited with Retry-After `retryAfterSeconds`. */
   rateLimitOrders(orders: number, retryAfterSeconds: number): Promise<void>;
@@ -281,6 +292,7 @@ class RealTailscaledImpl implements RealTailscaled {
     if (this.options.certDomainsAtStart) tsenvArgs.push('--cert-domains');
     if (this.options.serviceHostsOnly) tsenvArgs.push('--service-hosts-only');
     if (this.options.serviceVips) tsenvArgs.push('--service-vips');
+    if (this.options.tailscaleApi) tsenvArgs.push('--tailscale-api');
     if (this.verbose) tsenvArgs.push('-v');
     this.tsenv = this.inNamespace('tsenv', [join(this.binDir, 'tsenv'), ...tsenvArgs]);
     let line: string | undefined;
@@ -348,6 +360,23 @@ class RealTailscaledImpl implements RealTailscaled {
       localApi: (path, options) => get(socket, path, options),
       dial: (host, port) => dialThrough(socket, host, port),
     };
+  }
+
+  get controlUrl(): string {
+    return this.ready.control;
+  }
+
+  async apiCalls(): Promise<string[]> {
+    return JSON.parse((await this.admin('GET', '/api-calls')).body) as string[];
+  }
+
+  private readonly others: ManagedProcess[] = [];
+
+  runInNamespace(name: string, command: string[], env: Record<string, string> = {}): ManagedProcess {
+    if (this.stopped) throw new Error('real tailscaled was stopped');
+    const proc = this.inNamespace(name, command, env);
+    this.others.push(proc);
+    return proc;
   }
 
   /** A command in the namespace, under the death-signal prefix (ManagedProcess adds it). */
@@ -522,7 +551,7 @@ class RealTailscaledImpl implements RealTailscaled {
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
-    await Promise.all(this.nodes.map((n) => n.proc.terminate(10_000)));
+    await Promise.all([...this.others, ...this.nodes.map((n) => n.proc)].map((proc) => proc.terminate(10_000)));
     await this.stopTailscaled();
     await (await this.acmeRelay?.catch(() => undefined))?.close();
     await this.tsenv?.terminate(5000);

@@ -9,12 +9,13 @@ export const CONFIG_FILE = 'cap-142.hujson';
 /**
  * The operator's config as the kubelet projects a Secret: the content in a directory of its own, `..data` linking
  * to it, the file a link through `..data`. A new version is a new directory and `..data` renamed over (atomic).
+ * `file`: the Secret's key (the operator's own, cap-<its minimum capability version>.hujson, in its Secrets).
  */
-export async function projectConfig(dir: string, version: number, config: Record<string, unknown>): Promise<void> {
+export async function projectConfig(dir: string, version: number, config: Record<string, unknown>, file = CONFIG_FILE): Promise<void> {
   const data = join(dir, `..v${version}`);
   await mkdir(data, { recursive: true });
-  await writeFile(join(data, CONFIG_FILE), JSON.stringify(config));
+  await writeFile(join(data, file), JSON.stringify(config));
   await symlink(`..v${version}`, join(dir, '..data_tmp'));
   await rename(join(dir, '..data_tmp'), join(dir, '..data'));
-  if (version === 1) await symlink(join('..data', CONFIG_FILE), join(dir, CONFIG_FILE));
+  if (version === 1) await symlink(join('..data', file), join(dir, file));
 }

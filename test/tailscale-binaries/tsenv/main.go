@@ -259,6 +259,8 @@ func main() {
 	serviceHostsOnly := flag.Bool("service-hosts-only", false, "grant <label>.<magicdns-domain> as a cert domain only while a node advertises svc:<label>")
 	// Real control gives a Service a VIP, tells its hosts, and routes clients' connections to one of them.
 	serviceVIPsOn := flag.Bool("service-vips", false, "route each Tailscale Service's VIP to one of the nodes advertising it, as real control does (see serviceVIPs)")
+	// Tailscale's Kubernetes operator talks to Tailscale's API at its login server's URL.
+	apiOn := flag.Bool("tailscale-api", false, "serve the part of Tailscale's API that Tailscale's Kubernetes operator needs on the control URL (see tailscaleAPI)")
 	flag.Parse()
 	if *dir == "" {
 		log.Fatal("tsenv: --dir is required")
@@ -326,7 +328,12 @@ func main() {
 	if len(onHosts) > 0 {
 		go serviceHosts(control, onHosts...)
 	}
-	go func() { log.Fatal(http.Serve(controlLn, control)) }()
+	api := &tailscaleAPI{next: control, calls: map[string]int{}}
+	var controlHandler http.Handler = control
+	if *apiOn {
+		controlHandler = api
+	}
+	go func() { log.Fatal(http.Serve(controlLn, controlHandler)) }()
 
 	// pebble, as its own command wires it, minus its listeners.
 	for k, v := range map[string]string{
@@ -481,6 +488,11 @@ func main() {
 	admin.HandleFunc("GET /service-vips", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(vips.list())
+	})
+	// GET /api-calls: every call to the Tailscale API stand-in so far, "METHOD path N" (--tailscale-api).
+	admin.HandleFunc("GET /api-calls", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(api.served())
 	})
 	go func() { log.Fatal(http.Serve(adminLn, admin)) }()
 
