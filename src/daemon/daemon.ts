@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { certificateLoops, type LoopSupervisor } from '../core/loop/loop-supervisor.ts';
 import { ManagedDomains } from '../core/loop/managed-domains.ts';
 import { systemClock, type Clock } from '../core/ports/clock.ts';
-import { HealthState } from '../core/loop/health.ts';
+import { HealthState, logHealthChanges } from '../core/loop/health.ts';
 import { StartupGrace } from '../core/loop/startup-grace.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import type { IssuanceRole } from '../core/ports/store.ts';
@@ -278,17 +278,4 @@ async function stopDaemon(p: DaemonParts, shutdownTimeoutMs: number): Promise<vo
   await p.delivery.stop();
   await p.http.close();
   logger.info({}, 'stopped');
-}
-
-function logHealthChanges(health: HealthState, clock: Clock, logger: Logger): void {
-  let lastHealthy: boolean | undefined;
-  health.onChange(() => {
-    // The reason (a string naming every domain without a certificate) only for a change worth a log line:
-    // building it on each of N certificates at start-up would cost O(N^2).
-    const now = clock.now();
-    if (health.isHealthy(now) === lastHealthy) return;
-    const verdict = health.evaluate(now);
-    logger.info({ healthy: verdict.healthy, reason: verdict.reason }, verdict.healthy ? 'healthy' : 'not healthy');
-    lastHealthy = verdict.healthy;
-  });
 }
