@@ -26,11 +26,13 @@ import { Projector } from '../delivery/projector.ts';
 import type { ReloadOutcome } from '../delivery/reload-command.ts';
 import type { AriChecker } from '../acme/ari-checker.ts';
 import type { ServedRotation } from '../served/served-rotation.ts';
+import { createLogger } from '../logging/pino-logger.ts';
 import { partSettings, type PartSettings } from './part-settings.ts';
 
 /** What the daemon is given beside its configuration. @forTests */
 export interface DaemonDeps {
-  logger: Logger;
+  /** The daemon's logger; undefined: built from --log-level and --log-format (the run command's). */
+  logger?: Logger;
   env: NodeJS.ProcessEnv;
   clock?: Clock;
   /** Replaces the LocalAPI transport (tests). */
@@ -42,6 +44,7 @@ export interface DaemonDeps {
 /** @forTests */
 export interface Daemon {
   readonly address: string;
+  readonly logger: Logger;
   /** The certificate loops, one per domain, and their supervisor. */
   readonly manager: LoopSupervisor;
   readonly health: HealthState;
@@ -89,12 +92,12 @@ function eventsObserver(events: EventEmitter): LoopObserver {
 }
 
 export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Promise<Daemon> {
-  const deps = { clock: input.clock ?? systemClock, logger: input.logger, env: input.env };
+  const deps = { clock: input.clock ?? systemClock, env: input.env };
   // Each part's settings, worked out once; then two phases: every part built with its own settings, none
   // started (buildParts), then started in start-up order (below).
   const settings = partSettings(config);
   const parts = await buildParts(settings, deps, input);
-  const { serveConfig, http, ari, backend, projection, domains, watcher, served } = parts;
+  const { logger, serveConfig, http, ari, backend, projection, domains, watcher, served } = parts;
   // Start-up order: what can still refuse the configuration (the ServeConfig's first read, the first --tls
   // pair, the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before
   // it: a start-up error leaves nothing listening and nothing running.
@@ -110,7 +113,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     await projection?.projector.stop();
     throw err;
   }
-  deps.logger.info({ address, store: config.store, mode: config.store.kind === 'kube' ? config.mode : undefined }, 'certshare started');
+  logger.info({ address, store: config.store, mode: config.store.kind === 'kube' ? config.mode : undefined }, 'certshare started');
   domains.start();
   await backend.start?.();
   watcher.start();
@@ -118,7 +121,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   let stopping: Promise<void> | undefined;
   const { manager, health, metrics, events } = parts;
   const stop = (): Promise<void> => (stopping ??= stopDaemon(parts, settings.shutdownTimeoutMs));
-  return { address, manager, health, metrics, watcher, role: backend.role, events, stop };
+  return { address, logger, manager, health, metrics, watcher, role: backend.role, events, stop };
 }
 
 /** The daemon's parts, each built from its own settings by buildParts (the --tls pair is read as it listens); stopDaemon stops them. */
@@ -152,10 +155,12 @@ interface DaemonParts {
  */
 async function buildParts(
   settings: PartSettings,
-  deps: { clock: Clock; logger: Logger; env: NodeJS.ProcessEnv },
-  input: Pick<DaemonDeps, 'localApi' | 'heapSaving'>,
+  given: { clock: Clock; env: NodeJS.ProcessEnv },
+  input: Pick<DaemonDeps, 'logger' | 'localApi' | 'heapSaving'>,
 ): Promise<DaemonParts> {
-  const { clock, logger } = deps;
+  const { clock } = given;
+  const logger = input.logger ?? createLogger(settings.log.level, undefined, settings.log.format);
+  const deps = { ...given, logger };
   const metrics = new Metrics(clock, settings.metrics);
   const health = new HealthState();
   // Keyed by the certificates held: the loops report them to it as to every observer.
