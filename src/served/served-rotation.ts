@@ -1,7 +1,7 @@
 // The served check and the Tailscale Service advertisement, wired to the daemon's health, metrics and
 // Events: what keeps a replica in rotation by what clients really get from it.
 import type { Registry } from 'prom-client';
-import { SERVE_CONFIG_SERVICES, advertiseDecision, advertises, serviceDomain } from '../core/served/advertisement.ts';
+import { advertiseDecision, advertises, type SERVE_CONFIG_SERVICES } from '../core/served/advertisement.ts';
 import { iso, type Clock } from '../core/ports/clock.ts';
 import type { HealthState, ValidityEnd } from '../core/loop/health.ts';
 import type { LocalApi } from '../core/ports/localapi.ts';
@@ -14,7 +14,7 @@ import { agentPrefs } from './advertise-exchange.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
 import { ServedMetrics, servedStatus } from './served-metrics.ts';
 import { AdvertisementOwner } from './config-file-owner.ts';
-import { ServiceDomains, type ServiceDomainsOptions } from './service-domains.ts';
+import { ManagedServices, ServiceDomains, type ServiceDomainsOptions } from './service-domains.ts';
 
 /** How long certshare waits for the advertise agent to apply a request (its poll, a prefs read and edit) before retrying. */
 const AGENT_ANSWER_TIMEOUT_MS = 10_000;
@@ -116,7 +116,7 @@ export function createServedRotation(config: ServedRotationSettings & { validity
   });
   const probe = (domain: string, signal: AbortSignal) => probeServed(target, domain, config.servedCheckTimeoutMs, signal);
   const certDomains = deps.certDomains;
-  const managed = managedServices(config, deps);
+  const managed = new ManagedServices(config.advertiseServices, deps);
   const serviceDomains =
     advertises(config) && certDomains ? createServiceDomains(config, { ...deps, certDomains }, managed, probe, () => advertiser?.notify()) : undefined;
   advertiser = createAdvertiser(config, deps, managed, checker, metrics, serviceDomains);
@@ -150,7 +150,7 @@ export function createServedRotation(config: ServedRotationSettings & { validity
 function createAdvertiser(
   config: ServedRotationSettings & { validityEnd: ValidityEnd },
   deps: ServedRotationDeps,
-  { domainOf, servicesNow, services }: ManagedServices,
+  managed: ManagedServices,
   checker: ServedChecker,
   metrics: ServedMetrics,
   serviceDomains: ServiceDomains | undefined,
@@ -174,7 +174,7 @@ function createAdvertiser(
   const end = config.validityEnd;
   const advertiser: Advertiser = new Advertiser({
     api,
-    services,
+    services: () => managed.services(),
     decide: ({ domain }, now) => {
       const info = domain ? health.infoOf(domain) : undefined;
       return advertiseDecision({
@@ -189,8 +189,8 @@ function createAdvertiser(
     },
     nextEdge: (now) => {
       let next: number | undefined;
-      for (const service of servicesNow()) {
-        const domain = domainOf(service);
+      for (const service of managed.servicesNow()) {
+        const domain = managed.domainOf(service);
         const info = health.infoOf(domain);
         for (const at of [info ? end(info) : undefined, checker.verdictEdge(domain, now)]) {
           if (at !== undefined && at > now && (next === undefined || at < next)) next = at;
@@ -207,31 +207,17 @@ function createAdvertiser(
   return advertiser;
 }
 
-/** The Services advertised now (--advertise-services, or the ServeConfig's), and the managed domain each is for. */
-interface ManagedServices {
-  domainOf(service: string): string;
-  servicesNow(): readonly string[];
-  services(): { service: string; domain: string }[];
-}
-
-function managedServices(config: ServedRotationSettings, deps: ServedRotationDeps): ManagedServices {
-  const domainOf = (service: string): string => serviceDomain(service, deps.domains()) ?? '';
-  const servicesNow = (): readonly string[] =>
-    config.advertiseServices === SERVE_CONFIG_SERVICES ? (deps.serveConfigServices?.() ?? []) : config.advertiseServices;
-  return { domainOf, servicesNow, services: () => servicesNow().map((service) => ({ service, domain: domainOf(service) })) };
-}
-
 function createServiceDomains(
   config: ServedRotationSettings,
   deps: ServedRotationDeps & { certDomains: ServiceDomainsOptions['certDomains'] },
-  { services }: ManagedServices,
+  managed: ManagedServices,
   probe: ServiceDomainsOptions['probe'],
   onChange: () => void,
 ): ServiceDomains {
   const { health } = deps;
   return new ServiceDomains({
     certDomains: deps.certDomains,
-    services,
+    services: () => managed.services(),
     heldValid: (domain, now) => {
       const info = health.infoOf(domain);
       return info !== undefined && now >= info.notBefore && now < info.notAfter;
