@@ -10,7 +10,7 @@ import type { LoopObserver } from '../core/ports/observer.ts';
 import { describeOutcome } from '../core/served/served-certificate.ts';
 import { probeServed } from './served-probe.ts';
 import { Advertiser, type PrefsApi } from './advertiser.ts';
-import { agentPrefs } from './advertise-exchange.ts';
+import { AgentPrefs } from './advertise-exchange.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
 import { ServedMetrics, servedStatus } from './served-metrics.ts';
 import { AdvertisementOwner } from './config-file-owner.ts';
@@ -162,8 +162,8 @@ function createAdvertiser(
   let agentFromFile = (): boolean => false;
   let api: PrefsApi;
   if (config.advertiseAgent) {
-    const agent = agentPrefs(config.advertiseAgent, clock, AGENT_ANSWER_TIMEOUT_MS);
-    agentFromFile = agent.fromFile;
+    const agent = new AgentPrefs(config.advertiseAgent, clock, AGENT_ANSWER_TIMEOUT_MS);
+    agentFromFile = () => agent.fromFile();
     api = agent;
   } else if (localApi.prefs && localApi.editPrefs) {
     api = { prefs: localApi.prefs.bind(localApi), editPrefs: localApi.editPrefs.bind(localApi) };
