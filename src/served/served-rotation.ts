@@ -1,7 +1,7 @@
 // The served check and the Tailscale Service advertisement, wired to the daemon's health, metrics and
 // Events: what keeps a replica in rotation by what clients really get from it.
 import type { Registry } from 'prom-client';
-import { advertiseDecision, advertises, type SERVE_CONFIG_SERVICES } from '../core/served/advertisement.ts';
+import { advertiseDecision, advertises, type AdvertiseDecision, type SERVE_CONFIG_SERVICES } from '../core/served/advertisement.ts';
 import { iso, type Clock } from '../core/ports/clock.ts';
 import type { HealthState, ValidityEnd } from '../core/loop/health.ts';
 import type { LocalApi } from '../core/ports/localapi.ts';
@@ -158,53 +158,74 @@ function createAdvertiser(
   const { localApi, health, clock, logger } = deps;
   if (!advertises(config)) return undefined;
   // Through the agent, certshare needs no right on tailscaled but the certificates (docs/security.md).
-  /** The agent's word that tailscaled runs from a config file: it then only withdraws, so ask only that. */
-  let agentFromFile = (): boolean => false;
-  let api: PrefsApi;
-  if (config.advertiseAgent) {
-    const agent = new AgentPrefs(config.advertiseAgent, clock, AGENT_ANSWER_TIMEOUT_MS);
-    agentFromFile = () => agent.fromFile();
-    api = agent;
-  } else if (localApi.prefs && localApi.editPrefs) {
-    api = { prefs: localApi.prefs.bind(localApi), editPrefs: localApi.editPrefs.bind(localApi) };
-  } else {
+  const agent = config.advertiseAgent ? new AgentPrefs(config.advertiseAgent, clock, AGENT_ANSWER_TIMEOUT_MS) : undefined;
+  const api: PrefsApi | undefined =
+    agent ?? (localApi.prefs && localApi.editPrefs ? { prefs: localApi.prefs.bind(localApi), editPrefs: localApi.editPrefs.bind(localApi) } : undefined);
+  if (!api) {
     logger.warn({ services: config.advertiseServices }, 'this LocalAPI client cannot edit prefs: Tailscale Services are not advertised');
     return undefined;
   }
-  const end = config.validityEnd;
-  const advertiser: Advertiser = new Advertiser({
+  const rule = new AdvertiseRule({ managed, health, checker, end: config.validityEnd, serviceDomains, agent });
+  return new Advertiser({
     api,
     services: () => managed.services(),
-    decide: ({ domain }, now) => {
-      const info = domain ? health.infoOf(domain) : undefined;
-      return advertiseDecision({
-        held: info,
-        served: checker.verdict(domain, now),
-        now,
-        end,
-        terminating: false,
-        bootstrap: serviceDomains?.bootstrap(domain, now) ?? false,
-        fromFile: advertiser.withdrawsOnly || agentFromFile(),
-      });
-    },
-    nextEdge: (now) => {
-      let next: number | undefined;
-      for (const service of managed.servicesNow()) {
-        const domain = managed.domainOf(service);
-        const info = health.infoOf(domain);
-        for (const at of [info ? end(info) : undefined, checker.verdictEdge(domain, now)]) {
-          if (at !== undefined && at > now && (next === undefined || at < next)) next = at;
-        }
-      }
-      return next;
-    },
+    decide: (entry, now, withdrawsOnly) => rule.decide(entry, now, withdrawsOnly),
+    nextEdge: (now) => rule.nextEdge(now),
     clock,
     logger: logger.child({ component: 'advertise' }),
     resyncMs: config.servedCheckIntervalMs,
     onAdvertised: (service, advertised) => metrics.advertised(service, advertised),
     onError: (code) => metrics.advertiseErrors.inc({ code }),
   });
-  return advertiser;
+}
+
+interface AdvertiseRuleInputs {
+  managed: ManagedServices;
+  health: HealthState;
+  checker: ServedChecker;
+  end: ValidityEnd;
+  serviceDomains: ServiceDomains | undefined;
+  /** --advertise-agent: its word that tailscaled runs from a config file (it then only withdraws, so ask only that). */
+  agent: AgentPrefs | undefined;
+}
+
+/**
+ * Whether certshare may advertise a Service now (core/served/advertisement.ts advertiseDecision): a valid certificate
+ * held for its domain and the proxy seen serving it, or a bootstrap of its domain (served/service-domains.ts).
+ */
+class AdvertiseRule {
+  readonly #o: AdvertiseRuleInputs;
+
+  constructor(options: AdvertiseRuleInputs) {
+    this.#o = options;
+  }
+
+  decide({ domain }: { domain: string }, now: number, withdrawsOnly: boolean): AdvertiseDecision {
+    const { health, checker, end, serviceDomains, agent } = this.#o;
+    return advertiseDecision({
+      held: domain ? health.infoOf(domain) : undefined,
+      served: checker.verdict(domain, now),
+      now,
+      end,
+      terminating: false,
+      bootstrap: serviceDomains?.bootstrap(domain, now) ?? false,
+      fromFile: withdrawsOnly || (agent?.fromFile() ?? false),
+    });
+  }
+
+  /** The next instant at which a decision may change by time alone: a certificate or a served verdict reaching its end. */
+  nextEdge(now: number): number | undefined {
+    const { managed, health, checker, end } = this.#o;
+    let next: number | undefined;
+    for (const service of managed.servicesNow()) {
+      const domain = managed.domainOf(service);
+      const info = health.infoOf(domain);
+      for (const at of [info ? end(info) : undefined, checker.verdictEdge(domain, now)]) {
+        if (at !== undefined && at > now && (next === undefined || at < next)) next = at;
+      }
+    }
+    return next;
+  }
 }
 
 function createServiceDomains(
