@@ -18,7 +18,7 @@ import { followServeConfig, type ServeConfigWatcher } from '../localapi/serve-co
 import { tailscaledSource, type CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
 import { Metrics } from '../http/daemon-metrics.ts';
 import { daemonListener, type DaemonListener } from '../http/daemon-listener.ts';
-import { rotationExit } from '../http/rotation-exit.ts';
+import { RotationExit } from '../http/rotation-exit.ts';
 import { RoutingProofs } from '../http/routing-proof.ts';
 import { heapSavingSwitch } from '../http/heap-saving.ts';
 import { proxyDelivery, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
@@ -142,7 +142,7 @@ interface DaemonParts {
   ari: AriChecker | undefined;
   manager: LoopSupervisor;
   serveConfig: ServeConfigWatcher | undefined;
-  leaveRotation: (withinMs: number) => Promise<void>;
+  rotationExit: RotationExit;
   /** /healthz and /metrics. */
   http: DaemonListener;
 }
@@ -202,8 +202,8 @@ async function buildParts(
   );
   // Leaving rotation and the listener that answers GET /leave-rotation, built as soon as what they are handed
   // (the store, the served rotation) exists.
-  const { leaveRotation, route } = rotationExit(settings.leave, { clock, logger, backend, served });
-  const routes = { ...(routingProofs ? { routingProofs } : {}), ...route };
+  const rotationExit = new RotationExit(settings.leave, { clock, logger, backend, served });
+  const routes = { ...(routingProofs ? { routingProofs } : {}), ...rotationExit.route() };
   const onTlsServed = (serial: string): boolean => events.emit('tlsServed', { serial });
   const http = daemonListener(settings.http, { ...deps, health, metrics, onTlsServed, secretSource: secretPairSource, ...routes });
   const onServices = (services: string[]): void => {
@@ -221,7 +221,7 @@ async function buildParts(
   const manager = certificateLoops(settings.loops, { ...deps, startup, backend, metrics, health, localApi, availability, ari, extraObservers });
   domains.drive(manager, ari, health);
   logHealthChanges(health, clock, logger);
-  return { clock, logger, events, metrics, health, delivery, projection, backend, watcher, domains, served, ari, manager, serveConfig, leaveRotation, http };
+  return { clock, logger, events, metrics, health, delivery, projection, backend, watcher, domains, served, ari, manager, serveConfig, rotationExit, http };
 }
 
 /** A reload of the proxy ended: counted, and emitted as `reloaded`. */
@@ -270,7 +270,7 @@ async function stopDaemon(p: DaemonParts, shutdownTimeoutMs: number): Promise<vo
   const stopStart = clock.now();
   // Tailnet clients first: the Services are withdrawn and control given time to move them, within the
   // shutdown bound less what the rest of the stop needs (nothing left to do when a preStop hook asked).
-  await p.leaveRotation(shutdownTimeoutMs);
+  await p.rotationExit.leaveRotation(shutdownTimeoutMs);
   // No CertPair call starts from here on; those under way end and are stored, and what the store lost is
   // put back, before the role is handed over.
   const issuanceSettled = manager.stopIssuing();
