@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { certificateLoops, type LoopSupervisor } from '../core/loop/loop-supervisor.ts';
 import { ManagedDomains } from '../core/loop/managed-domains.ts';
 import { systemClock, type Clock } from '../core/ports/clock.ts';
-import { HealthState } from '../core/loop/health.ts';
+import { HealthState, logHealthChanges } from '../core/loop/health.ts';
 import { StartupGrace } from '../core/loop/startup-grace.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import type { IssuanceRole } from '../core/ports/store.ts';
@@ -18,7 +18,7 @@ import { followServeConfig, type ServeConfigWatcher } from '../localapi/serve-co
 import { tailscaledSource, type CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
 import { Metrics } from '../http/daemon-metrics.ts';
 import { daemonListener, type DaemonListener } from '../http/daemon-listener.ts';
-import { rotationExit } from '../http/rotation-exit.ts';
+import { RotationExit } from '../http/rotation-exit.ts';
 import { RoutingProofs } from '../http/routing-proof.ts';
 import { heapSavingSwitch } from '../http/heap-saving.ts';
 import { proxyDelivery, type ProxyDelivery } from '../delivery/proxy-delivery.ts';
@@ -26,11 +26,13 @@ import { Projector } from '../delivery/projector.ts';
 import type { ReloadOutcome } from '../delivery/reload-command.ts';
 import type { AriChecker } from '../acme/ari-checker.ts';
 import type { ServedRotation } from '../served/served-rotation.ts';
+import { createLogger } from '../logging/pino-logger.ts';
 import { partSettings, type PartSettings } from './part-settings.ts';
 
 /** What the daemon is given beside its configuration. @forTests */
 export interface DaemonDeps {
-  logger: Logger;
+  /** The daemon's logger; undefined: built from --log-level and --log-format (the run command's). */
+  logger?: Logger;
   env: NodeJS.ProcessEnv;
   clock?: Clock;
   /** Replaces the LocalAPI transport (tests). */
@@ -42,6 +44,7 @@ export interface DaemonDeps {
 /** @forTests */
 export interface Daemon {
   readonly address: string;
+  readonly logger: Logger;
   /** The certificate loops, one per domain, and their supervisor. */
   readonly manager: LoopSupervisor;
   readonly health: HealthState;
@@ -89,12 +92,12 @@ function eventsObserver(events: EventEmitter): LoopObserver {
 }
 
 export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Promise<Daemon> {
-  const deps = { clock: input.clock ?? systemClock, logger: input.logger, env: input.env };
+  const deps = { clock: input.clock ?? systemClock, env: input.env };
   // Each part's settings, worked out once; then two phases: every part built with its own settings, none
   // started (buildParts), then started in start-up order (below).
   const settings = partSettings(config);
   const parts = await buildParts(settings, deps, input);
-  const { serveConfig, http, ari, backend, projection, domains, watcher, served } = parts;
+  const { logger, serveConfig, http, ari, backend, projection, domains, watcher, served } = parts;
   // Start-up order: what can still refuse the configuration (the ServeConfig's first read, the first --tls
   // pair, the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before
   // it: a start-up error leaves nothing listening and nothing running.
@@ -110,7 +113,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
     await projection?.projector.stop();
     throw err;
   }
-  deps.logger.info({ address, store: config.store, mode: config.store.kind === 'kube' ? config.mode : undefined }, 'certshare started');
+  logger.info({ address, store: config.store, mode: config.store.kind === 'kube' ? config.mode : undefined }, 'certshare started');
   domains.start();
   await backend.start?.();
   watcher.start();
@@ -118,7 +121,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   let stopping: Promise<void> | undefined;
   const { manager, health, metrics, events } = parts;
   const stop = (): Promise<void> => (stopping ??= stopDaemon(parts, settings.shutdownTimeoutMs));
-  return { address, manager, health, metrics, watcher, role: backend.role, events, stop };
+  return { address, logger, manager, health, metrics, watcher, role: backend.role, events, stop };
 }
 
 /** The daemon's parts, each built from its own settings by buildParts (the --tls pair is read as it listens); stopDaemon stops them. */
@@ -139,7 +142,7 @@ interface DaemonParts {
   ari: AriChecker | undefined;
   manager: LoopSupervisor;
   serveConfig: ServeConfigWatcher | undefined;
-  leaveRotation: (withinMs: number) => Promise<void>;
+  rotationExit: RotationExit;
   /** /healthz and /metrics. */
   http: DaemonListener;
 }
@@ -152,10 +155,12 @@ interface DaemonParts {
  */
 async function buildParts(
   settings: PartSettings,
-  deps: { clock: Clock; logger: Logger; env: NodeJS.ProcessEnv },
-  input: Pick<DaemonDeps, 'localApi' | 'heapSaving'>,
+  given: { clock: Clock; env: NodeJS.ProcessEnv },
+  input: Pick<DaemonDeps, 'logger' | 'localApi' | 'heapSaving'>,
 ): Promise<DaemonParts> {
-  const { clock, logger } = deps;
+  const { clock } = given;
+  const logger = input.logger ?? createLogger(settings.log.level, undefined, settings.log.format);
+  const deps = { ...given, logger };
   const metrics = new Metrics(clock, settings.metrics);
   const health = new HealthState();
   // Keyed by the certificates held: the loops report them to it as to every observer.
@@ -197,8 +202,8 @@ async function buildParts(
   );
   // Leaving rotation and the listener that answers GET /leave-rotation, built as soon as what they are handed
   // (the store, the served rotation) exists.
-  const { leaveRotation, route } = rotationExit(settings.leave, { clock, logger, backend, served });
-  const routes = { ...(routingProofs ? { routingProofs } : {}), ...route };
+  const rotationExit = new RotationExit(settings.leave, { clock, logger, backend, served });
+  const routes = { ...(routingProofs ? { routingProofs } : {}), ...rotationExit.route() };
   const onTlsServed = (serial: string): boolean => events.emit('tlsServed', { serial });
   const http = daemonListener(settings.http, { ...deps, health, metrics, onTlsServed, secretSource: secretPairSource, ...routes });
   const onServices = (services: string[]): void => {
@@ -216,7 +221,7 @@ async function buildParts(
   const manager = certificateLoops(settings.loops, { ...deps, startup, backend, metrics, health, localApi, availability, ari, extraObservers });
   domains.drive(manager, ari, health);
   logHealthChanges(health, clock, logger);
-  return { clock, logger, events, metrics, health, delivery, projection, backend, watcher, domains, served, ari, manager, serveConfig, leaveRotation, http };
+  return { clock, logger, events, metrics, health, delivery, projection, backend, watcher, domains, served, ari, manager, serveConfig, rotationExit, http };
 }
 
 /** A reload of the proxy ended: counted, and emitted as `reloaded`. */
@@ -265,7 +270,7 @@ async function stopDaemon(p: DaemonParts, shutdownTimeoutMs: number): Promise<vo
   const stopStart = clock.now();
   // Tailnet clients first: the Services are withdrawn and control given time to move them, within the
   // shutdown bound less what the rest of the stop needs (nothing left to do when a preStop hook asked).
-  await p.leaveRotation(shutdownTimeoutMs);
+  await p.rotationExit.leaveRotation(shutdownTimeoutMs);
   // No CertPair call starts from here on; those under way end and are stored, and what the store lost is
   // put back, before the role is handed over.
   const issuanceSettled = manager.stopIssuing();
@@ -278,17 +283,4 @@ async function stopDaemon(p: DaemonParts, shutdownTimeoutMs: number): Promise<vo
   await p.delivery.stop();
   await p.http.close();
   logger.info({}, 'stopped');
-}
-
-function logHealthChanges(health: HealthState, clock: Clock, logger: Logger): void {
-  let lastHealthy: boolean | undefined;
-  health.onChange(() => {
-    // The reason (a string naming every domain without a certificate) only for a change worth a log line:
-    // building it on each of N certificates at start-up would cost O(N^2).
-    const now = clock.now();
-    if (health.isHealthy(now) === lastHealthy) return;
-    const verdict = health.evaluate(now);
-    logger.info({ healthy: verdict.healthy, reason: verdict.reason }, verdict.healthy ? 'healthy' : 'not healthy');
-    lastHealthy = verdict.healthy;
-  });
 }

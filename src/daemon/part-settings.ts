@@ -13,9 +13,12 @@ import type { KubeSettings } from '../kube/kube-backend.ts';
 import type { ServeConfigSettings } from '../localapi/serve-config-watcher.ts';
 import type { HttpSettings } from '../http/daemon-listener.ts';
 import type { LeaveSettings } from '../http/rotation-exit.ts';
+import type { LogFormat } from '../logging/log-format.ts';
 
 /** The daemon's parts and the settings each is built with. */
 export interface PartSettings {
+  /** --log-level and --log-format: the daemon's logger (logging/pino-logger.ts). */
+  log: { level: string; format: LogFormat };
   /** Expected start-up states log at info this long (core/loop/startup-grace.ts). */
   startupGraceMs: number;
   /** The metrics' renewal points (http/daemon-metrics.ts). */
@@ -48,6 +51,7 @@ export function partSettings(config: DaemonConfig): PartSettings {
   const validityEnd: ValidityEnd = (held) => rotationExitTime(held, renewal, readinessLeadMs);
   const { acmeDirectory, ariIntervalMs, servedCheck } = config;
   return {
+    log: { level: config.logLevel, format: config.logFormat },
     startupGraceMs: config.startupGraceMs,
     metrics: renewal,
     delivery: pick(config, ['reloadCommand', 'reloadTimeoutMs', 'reloadSignal', 'reloadPidFile', 'haproxyCrtDir', 'haproxySocket']),

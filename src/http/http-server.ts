@@ -1,5 +1,5 @@
 import { timingSafeEqual } from 'node:crypto';
-import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { errorMessage } from '../core/errors.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import type { HealthState, HealthVerdict } from '../core/loop/health.ts';
@@ -37,25 +37,8 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
   const podHeaders: Record<string, string> = {};
   if (deps.pod.ipv4) podHeaders['Pod-IPv4'] = deps.pod.ipv4;
   if (deps.pod.ipv6) podHeaders['Pod-IPv6'] = deps.pod.ipv6;
-  // The answer is built when the verdict changes (HealthState.current keeps one verdict object until then):
-  // per request, a clock read, a comparison and an identity check.
-  //
-  // Who sees what: the health port is behind a Service (the routing check's), so any Pod of the cluster
-  // can ask. The status and the Pod's addresses are all a probe or a routing check needs; the detail
-  // (domains, errors, with ?verbose what the CA said through ACME Renewal Information) goes only to
-  // callers on loopback: the Pod itself and `kubectl port-forward`. The logs and the readiness
-  // condition's message (readable with the Pod) carry it too.
-  let answer: HealthzAnswer | undefined;
-  const proofs = deps.routingProofs;
-  app.get('/healthz', (request, reply) => {
-    proofs?.received(request.headers[ROUTING_PROOF_HEADER]);
-    const verdict = deps.health.current(deps.clock.now());
-    if (answer?.verdict !== verdict) answer = healthzAnswer(verdict, podHeaders);
-    reply.code(answer.status).headers(answer.headers);
-    if (!isLoopback(request.socket.remoteAddress)) reply.send(answer.brief);
-    else if (request.url.endsWith('?verbose')) reply.send([answer.body, ...deps.health.details()].join('\n'));
-    else reply.send(answer.body);
-  });
+  const healthz = new Healthz(deps, podHeaders);
+  app.get('/healthz', (request, reply) => healthz.answer(request, reply));
   app.get('/metrics', async (_request, reply) => {
     const body = await deps.metrics.registry.metrics();
     return reply.headers(podHeaders).type(deps.metrics.registry.contentType).send(body);
@@ -100,6 +83,39 @@ export function buildHttpServer(deps: HttpServerDeps): FastifyInstance {
       .send({ error: status >= 500 ? 'Internal Server Error' : 'Bad Request', message: errorMessage(err) });
   });
   return app;
+}
+
+/**
+ * GET /healthz. The answer is built when the verdict changes (HealthState.current keeps one verdict object until
+ * then): per request, a clock read, a comparison and an identity check.
+ *
+ * Who sees what: the health port is behind a Service (the routing check's), so any Pod of the cluster
+ * can ask. The status and the Pod's addresses are all a probe or a routing check needs; the detail
+ * (domains, errors, with ?verbose what the CA said through ACME Renewal Information) goes only to
+ * callers on loopback: the Pod itself and `kubectl port-forward`. The logs and the readiness
+ * condition's message (readable with the Pod) carry it too.
+ */
+class Healthz {
+  readonly #deps: Pick<HttpServerDeps, 'health' | 'clock' | 'routingProofs'>;
+  readonly #podHeaders: Record<string, string>;
+  #answer: HealthzAnswer | undefined;
+
+  constructor(deps: Pick<HttpServerDeps, 'health' | 'clock' | 'routingProofs'>, podHeaders: Record<string, string>) {
+    this.#deps = deps;
+    this.#podHeaders = podHeaders;
+  }
+
+  answer(request: FastifyRequest, reply: FastifyReply): void {
+    const { health, clock, routingProofs } = this.#deps;
+    routingProofs?.received(request.headers[ROUTING_PROOF_HEADER]);
+    const verdict = health.current(clock.now());
+    if (this.#answer?.verdict !== verdict) this.#answer = healthzAnswer(verdict, this.#podHeaders);
+    const answer = this.#answer;
+    reply.code(answer.status).headers(answer.headers);
+    if (!isLoopback(request.socket.remoteAddress)) reply.send(answer.brief);
+    else if (request.url.endsWith('?verbose')) reply.send([answer.body, ...health.details()].join('\n'));
+    else reply.send(answer.body);
+  }
 }
 
 interface HealthzAnswer {

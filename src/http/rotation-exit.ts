@@ -30,48 +30,58 @@ interface RotationExitDeps {
 }
 
 /**
- * `leaveRotation(withinMs)`: the one exit, within `withinMs` (the shutdown bound when the stop asks; a preStop
- * call's wait is bounded by the Pod's grace period). `route`: GET /leave-rotation, with --leave-token only.
+ * The one exit from rotation (leaveRotation), asked by the stop or by GET /leave-rotation (route, with
+ * --leave-token only).
  */
-export function rotationExit(
-  settings: LeaveSettings,
-  deps: RotationExitDeps,
-): { leaveRotation: (withinMs: number) => Promise<void>; route: Pick<HttpServerDeps, 'leaveRotation'> } {
-  const { backend, served } = deps;
-  let leaving: Promise<void> | undefined;
-  const leaveRotation = (withinMs: number): Promise<void> =>
-    (leaving ??= (async () => {
-      const failoverMs = Math.min(settings.failoverMs, Math.max(0, withinMs - AFTER_FAILOVER_RESERVE_MS));
-      const bound = AbortSignal.timeout(Math.max(1, withinMs - AFTER_FAILOVER_RESERVE_MS));
-      const kubernetesSide = async (): Promise<void> => backend.leaveRotation?.(bound);
-      await (served ? served.leave(failoverMs, bound, kubernetesSide) : kubernetesSide());
-    })());
-  return { leaveRotation, route: leaveRoute(settings, deps, leaveRotation) };
-}
+export class RotationExit {
+  readonly #settings: LeaveSettings;
+  readonly #deps: RotationExitDeps;
+  #leaving: Promise<void> | undefined;
 
-/**
- * --leave-token: GET /leave-rotation leaves rotation once the Pod is terminating, then answers once the drain
- * delay has passed too. Without a Pod to ask (no Kubernetes store), it never acts.
- */
-function leaveRoute(
-  settings: LeaveSettings,
-  deps: RotationExitDeps,
-  leaveRotation: (withinMs: number) => Promise<void>,
-): Pick<HttpServerDeps, 'leaveRotation'> {
-  const { token } = settings;
-  if (!token) return {};
-  const { clock, logger, backend } = deps;
-  const terminating = async (): Promise<boolean> => {
+  constructor(settings: LeaveSettings, deps: RotationExitDeps) {
+    this.#settings = settings;
+    this.#deps = deps;
+  }
+
+  /**
+   * Leaves rotation once, within `withinMs` (the shutdown bound when the stop asks; a preStop call's wait is
+   * bounded by the Pod's grace period); a second call waits for the first.
+   */
+  leaveRotation(withinMs: number): Promise<void> {
+    this.#leaving ??= this.#leave(withinMs);
+    return this.#leaving;
+  }
+
+  /**
+   * --leave-token: GET /leave-rotation leaves rotation once the Pod is terminating, then answers once the drain
+   * delay has passed too. Without a Pod to ask (no Kubernetes store), it never acts.
+   */
+  route(): Pick<HttpServerDeps, 'leaveRotation'> {
+    const { token } = this.#settings;
+    return token ? { leaveRotation: { token, terminating: () => this.#terminating(), leave: () => this.#leaveForPreStop() } } : {};
+  }
+
+  async #leave(withinMs: number): Promise<void> {
+    const { backend, served } = this.#deps;
+    const failoverMs = Math.min(this.#settings.failoverMs, Math.max(0, withinMs - AFTER_FAILOVER_RESERVE_MS));
+    const bound = AbortSignal.timeout(Math.max(1, withinMs - AFTER_FAILOVER_RESERVE_MS));
+    const kubernetesSide = async (): Promise<void> => backend.leaveRotation?.(bound);
+    await (served ? served.leave(failoverMs, bound, kubernetesSide) : kubernetesSide());
+  }
+
+  async #terminating(): Promise<boolean> {
+    const { backend, logger } = this.#deps;
     const answer = (await backend.podTerminating?.(AbortSignal.timeout(TERMINATING_CHECK_TIMEOUT_MS))) ?? false;
     if (!answer) logger.warn({ code: 'CERTSHARE_NOT_TERMINATING' }, 'GET /leave-rotation refused: the Pod is not terminating');
     return answer;
-  };
-  const leave = async (): Promise<void> => {
+  }
+
+  async #leaveForPreStop(): Promise<void> {
+    const { clock, logger } = this.#deps;
     const start = clock.now();
     logger.info({}, 'asked to leave rotation (GET /leave-rotation)');
-    await leaveRotation(settings.failoverMs + AFTER_FAILOVER_RESERVE_MS);
+    await this.leaveRotation(this.#settings.failoverMs + AFTER_FAILOVER_RESERVE_MS);
     // The caller (the proxy's preStop hook) keeps the proxy serving until the endpoints drained.
-    await clock.sleep(Math.max(0, settings.drainDelayMs - (clock.now() - start)));
-  };
-  return { leaveRotation: { token, terminating, leave } };
+    await clock.sleep(Math.max(0, this.#settings.drainDelayMs - (clock.now() - start)));
+  }
 }

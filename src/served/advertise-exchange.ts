@@ -146,38 +146,51 @@ function agentStopped(): LocalApiError {
  * stop that read it would find nothing to withdraw while the agent applies the request). Only
  * AdvertiseServices travels; the agent keeps every other pref and Service as tailscaled has them.
  */
-export function agentPrefs(dir: string, clock: Clock, answerTimeoutMs: number): PrefsApi & { fromFile(): boolean } {
-  let seq = Math.floor(clock.now());
+export class AgentPrefs implements PrefsApi {
+  readonly #dir: string;
+  readonly #clock: Clock;
+  readonly #answerTimeoutMs: number;
+  #seq: number;
   /** The last request written, until the status names it. */
-  let unanswered: number | undefined;
-  let fromFile = false;
-  const asPrefs = (status: AdvertiseStatus): IpnPrefs => {
-    if (status.stopped) throw agentStopped();
-    fromFile = status.fromFile === true;
-    return { AdvertiseServices: status.advertised };
-  };
-  const answered = async (signal: AbortSignal): Promise<IpnPrefs> => {
-    const within = AbortSignal.any([signal, AbortSignal.timeout(answerTimeoutMs)]);
+  #unanswered: number | undefined;
+  #fromFile = false;
+
+  constructor(dir: string, clock: Clock, answerTimeoutMs: number) {
+    this.#dir = dir;
+    this.#clock = clock;
+    this.#answerTimeoutMs = answerTimeoutMs;
+    this.#seq = Math.floor(clock.now());
+  }
+
+  /** The agent's last status said tailscaled runs from a config file. */
+  fromFile(): boolean {
+    return this.#fromFile;
+  }
+
+  async prefs(signal: AbortSignal): Promise<IpnPrefs> {
+    const within = AbortSignal.any([signal, AbortSignal.timeout(this.#answerTimeoutMs)]);
     for (;;) {
-      const status = await readStatus(dir);
-      if (unanswered === undefined || status.seq === unanswered || status.stopped) {
-        unanswered = undefined;
-        return asPrefs(status);
+      const status = await readStatus(this.#dir);
+      if (this.#unanswered === undefined || status.seq === this.#unanswered || status.stopped) {
+        this.#unanswered = undefined;
+        return this.#asPrefs(status);
       }
       if (within.aborted)
-        throw new LocalApiError({ request: `request ${unanswered} to the advertise agent`, failure: 'not applied in time' }, { timedOut: true });
-      await clock.sleep(ANSWER_POLL_MS, within).catch(() => {});
+        throw new LocalApiError({ request: `request ${this.#unanswered} to the advertise agent`, failure: 'not applied in time' }, { timedOut: true });
+      await this.#clock.sleep(ANSWER_POLL_MS, within).catch(() => {});
     }
-  };
-  return {
-    /** The agent's last status said tailscaled runs from a config file. */
-    fromFile: () => fromFile,
-    prefs: answered,
-    async editPrefs(masked: MaskedPrefs, signal: AbortSignal) {
-      const request: AdvertiseRequest = { seq: ++seq, advertise: masked.AdvertiseServices ?? [] };
-      await writeFileAtomically(join(dir, REQUEST_DIR), REQUEST_FILE, `${JSON.stringify(request)}\n`, 0o644);
-      unanswered = request.seq;
-      return answered(signal);
-    },
-  };
+  }
+
+  async editPrefs(masked: MaskedPrefs, signal: AbortSignal): Promise<IpnPrefs> {
+    const request: AdvertiseRequest = { seq: ++this.#seq, advertise: masked.AdvertiseServices ?? [] };
+    await writeFileAtomically(join(this.#dir, REQUEST_DIR), REQUEST_FILE, `${JSON.stringify(request)}\n`, 0o644);
+    this.#unanswered = request.seq;
+    return this.prefs(signal);
+  }
+
+  #asPrefs(status: AdvertiseStatus): IpnPrefs {
+    if (status.stopped) throw agentStopped();
+    this.#fromFile = status.fromFile === true;
+    return { AdvertiseServices: status.advertised };
+  }
 }

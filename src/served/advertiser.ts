@@ -32,9 +32,9 @@ interface AdvertiserOptions {
   /**
    * Whether a listed Service may be advertised at `now`, shutting down aside (the Advertiser's own): in certshare
    * from its certificate and the served check (core/served/advertisement.ts advertiseDecision), in the advertise agent
-   * from certshare's request (advertise-agent.ts).
+   * from certshare's request (advertise-agent.ts). `withdrawsOnly`: a config file owns the list (withdrawOnly).
    */
-  decide(entry: { service: string; domain: string }, now: number): AdvertiseDecision;
+  decide(entry: { service: string; domain: string }, now: number, withdrawsOnly: boolean): AdvertiseDecision;
   /** The next instant at which the decision may change by time alone (a certificate reaching its end), or undefined. */
   nextEdge(now: number): number | undefined;
   clock: Clock;
@@ -186,7 +186,7 @@ export class Advertiser {
     const why: Record<string, string> = {};
     for (const entry of this.#listed()) {
       const { service } = entry;
-      const decision: AdvertiseDecision = this.#terminating ? { advertise: false, why: 'shutting down' } : this.#o.decide(entry, now);
+      const decision: AdvertiseDecision = this.#terminating ? { advertise: false, why: 'shutting down' } : this.#o.decide(entry, now, this.withdrawsOnly);
       if (decision.advertise) wanted.add(service);
       else why[service] = decision.why;
     }

@@ -3,7 +3,7 @@
 // Service only once its certificate is served. This part names that wait (/healthz, a log line, an Event)
 // and, where the platform allows it (--advertise-bootstrap), tells the advertiser when advertising before
 // the first certificate costs no client anything (core/served/advertisement.ts bootstrapAllowed).
-import { bootstrapAllowed } from '../core/served/advertisement.ts';
+import { SERVE_CONFIG_SERVICES, bootstrapAllowed, serviceDomain } from '../core/served/advertisement.ts';
 import type { DomainAvailability } from '../core/loop/cert-loop.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import { errorText } from '../core/errors.ts';
@@ -12,6 +12,38 @@ import type { ServedProbe } from '../core/served/served-certificate.ts';
 
 /** How soon to look again while tailscaled's cert domains are not known yet. */
 const SYNC_RECHECK_MS = 1000;
+
+/** The managed domains now (static and from the ServeConfig), and the Services the ServeConfig lists now. */
+interface ManagedNow {
+  domains(): Iterable<string>;
+  serveConfigServices?(): readonly string[];
+}
+
+/**
+ * The Services advertised now (--advertise-services, or the ServeConfig's as it changes), and the managed
+ * domain each is for (core/served/advertisement.ts serviceDomain; '' when none is managed).
+ */
+export class ManagedServices {
+  readonly #advertiseServices: readonly string[] | typeof SERVE_CONFIG_SERVICES;
+  readonly #now: ManagedNow;
+
+  constructor(advertiseServices: readonly string[] | typeof SERVE_CONFIG_SERVICES, now: ManagedNow) {
+    this.#advertiseServices = advertiseServices;
+    this.#now = now;
+  }
+
+  servicesNow(): readonly string[] {
+    return this.#advertiseServices === SERVE_CONFIG_SERVICES ? (this.#now.serveConfigServices?.() ?? []) : this.#advertiseServices;
+  }
+
+  domainOf(service: string): string {
+    return serviceDomain(service, this.#now.domains()) ?? '';
+  }
+
+  services(): { service: string; domain: string }[] {
+    return this.servicesNow().map((service) => ({ service, domain: this.domainOf(service) }));
+  }
+}
 
 export interface ServiceDomainsOptions {
   /** tailscaled's cert domains (localapi/cert-domains-watcher.ts). */

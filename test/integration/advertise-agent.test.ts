@@ -16,7 +16,7 @@ import { type IpnPrefs, LocalApiError, type MaskedPrefs } from '../../src/core/p
 import { silentLogger } from '../../src/core/ports/logger.ts';
 import { isNotListening } from '../../src/localapi/client.ts';
 import { type AdvertiseAgent, createAdvertiseAgent } from '../../src/served/advertise-agent.ts';
-import { MAX_EXCHANGE_BYTES, agentPrefs, parseRequest, requestPath } from '../../src/served/advertise-exchange.ts';
+import { AgentPrefs, MAX_EXCHANGE_BYTES, parseRequest, requestPath } from '../../src/served/advertise-exchange.ts';
 import type { PrefsApi } from '../../src/served/advertiser.ts';
 import { every, until } from '../support/wait.ts';
 
@@ -133,7 +133,7 @@ describe('advertise agent', () => {
   }
 
   it("certshare's side: an edit waits for the agent's status naming it; after the agent's stop, nobody to ask", async () => {
-    const certshare = agentPrefs(dir, systemClock, 5000);
+    const certshare = new AgentPrefs(dir, systemClock, 5000);
     const answer = await certshare.editPrefs({ AdvertiseServicesSet: true, AdvertiseServices: ['svc:web'] }, AbortSignal.timeout(5000));
     assert.deepEqual(answer.AdvertiseServices, ['svc:web']);
     assert.deepEqual(prefs.services, ['svc:other', 'svc:web']);
@@ -164,7 +164,7 @@ describe('advertise agent under a config file', () => {
       prefs.services = [...file];
     };
     const agent = startAgent(dir, prefs, { putBack, watch: async () => {} });
-    const certshare = agentPrefs(dir, systemClock, 5000);
+    const certshare = new AgentPrefs(dir, systemClock, 5000);
     const request = (text: string): Promise<void> => writeFile(requestPath(dir), text);
     try {
       const status = (): string => {
@@ -217,7 +217,7 @@ describe("certshare's side of the exchange", () => {
       await mkdir(join(dir, 'status'));
       // The agent's answer to an earlier request: nothing advertised.
       await writeFile(join(dir, 'status', 'advertised.json'), '{"seq":1,"advertised":[],"stopped":false}');
-      const certshare = agentPrefs(dir, systemClock, 200);
+      const certshare = new AgentPrefs(dir, systemClock, 200);
       // An edit cut short before the agent answered (certshare's stop aborting its loop).
       await assert.rejects(
         certshare.editPrefs({ AdvertiseServicesSet: true, AdvertiseServices: ['svc:web'] }, AbortSignal.abort()),

@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { readdirSync, readFileSync } from 'node:fs';
 import { glob } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { basename, join } from 'node:path';
 import { describe, it } from 'node:test';
 
@@ -54,6 +55,21 @@ describe('docs/development.md layout', () => {
       placed,
       srcPaths().filter((p) => p.endsWith('/') && p.split('/').length === 3),
       '.dependency-cruiser.cjs FLOORS',
+    );
+  });
+
+  // npm run check:imports holds every import to a lower floor and refuses any circle; this holds how high the
+  // house stands: at most seven floors, so the adapters stay side by side above core/ rather than stacked.
+  it('stacks src/ on at most seven floors, with no import circle', () => {
+    const { forbidden } = createRequire(import.meta.url)(join(REPO, '.dependency-cruiser.cjs')) as {
+      forbidden: Array<{ name: string; severity: string; comment: string; to: { circular?: boolean } }>;
+    };
+    const floors = forbidden.filter((r) => r.name.startsWith('floors-')).map((r) => Number(/on floor (\d+)/.exec(r.comment)?.[1]));
+    assert.ok(floors.length > 0 && floors.every((f) => f >= 1), '.dependency-cruiser.cjs: a floors-<folder> rule for each folder, its floor in its comment');
+    assert.ok(Math.max(...floors) <= 7, `.dependency-cruiser.cjs FLOORS: ${Math.max(...floors)} floors, at most 7`);
+    assert.ok(
+      forbidden.some((r) => r.name === 'no-circular' && r.severity === 'error' && r.to.circular === true),
+      '.dependency-cruiser.cjs: no-circular, an error',
     );
   });
 });

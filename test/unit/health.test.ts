@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CertInfo } from '../../src/core/certificates/certificate.ts';
-import { HealthState, type HealthVerdict } from '../../src/core/loop/health.ts';
+import { HealthState, logHealthChanges, type HealthVerdict } from '../../src/core/loop/health.ts';
+import { FakeClock } from '../support/fake-clock.ts';
+import { recordingLogger } from '../support/recording-logger.ts';
 
 const HOUR = 3_600_000;
 const cert = (domain: string, notBefore: number, notAfter: number): { pair: { certPem: string; keyPem: string }; info: CertInfo } => ({
@@ -127,5 +129,26 @@ describe('HealthState.current (what /healthz answers)', () => {
     changed(now + 2 * HOUR, v, 'the pending reason gone');
     health.manage(['a.ts.net', 'b.ts.net']);
     assert.equal(health.current(now + 2 * HOUR).healthy, false, 'a new domain without a certificate');
+  });
+});
+
+describe('logHealthChanges', () => {
+  it('logs each turn of the verdict once, with its reason, and nothing on a change that keeps it (a problem while not healthy)', () => {
+    const clock = new FakeClock(10 * HOUR);
+    const { logger, entries } = recordingLogger();
+    const health = new HealthState();
+    logHealthChanges(health, clock, logger);
+    health.manage(['a.ts.net', 'b.ts.net']);
+    health.problem('a.ts.net', 'tailscaled not listening');
+    health.certificate('a.ts.net', cert('a.ts.net', clock.now() - HOUR, clock.now() + HOUR));
+    health.certificate('b.ts.net', cert('b.ts.net', clock.now() - HOUR, clock.now() + HOUR));
+    health.certificate('b.ts.net', cert('b.ts.net', clock.now() - HOUR, clock.now() + 2 * HOUR));
+    assert.deepEqual(
+      entries.map(({ msg, healthy, reason }) => ({ msg, healthy, reason })),
+      [
+        { msg: 'not healthy', healthy: false, reason: 'a.ts.net: no certificate yet; b.ts.net: no certificate yet' },
+        { msg: 'healthy', healthy: true, reason: 'ok' },
+      ],
+    );
   });
 });

@@ -5,7 +5,8 @@ import type { LoopObserver, RenewOutcome } from '../ports/observer.ts';
 import { describeRenewOutcome } from '../renewal/renew-request.ts';
 import type { HeldValidity } from '../renewal/renewal.ts';
 import type { StoredCert } from '../ports/store.ts';
-import { iso } from '../ports/clock.ts';
+import { iso, type Clock } from '../ports/clock.ts';
+import type { Logger } from '../ports/logger.ts';
 
 export interface HealthVerdict {
   healthy: boolean;
@@ -213,6 +214,20 @@ export class HealthState implements LoopObserver {
     this.#current = undefined;
     for (const l of this.#listeners) l();
   }
+}
+
+/** Logs the verdict each time it turns (healthy, not healthy), with the reason. */
+export function logHealthChanges(health: HealthState, clock: Clock, logger: Logger): void {
+  let lastHealthy: boolean | undefined;
+  health.onChange(() => {
+    // The reason (a string naming every domain without a certificate) only for a change worth a log line:
+    // building it on each of N certificates at start-up would cost O(N^2).
+    const now = clock.now();
+    if (health.isHealthy(now) === lastHealthy) return;
+    const verdict = health.evaluate(now);
+    logger.info({ healthy: verdict.healthy, reason: verdict.reason }, verdict.healthy ? 'healthy' : 'not healthy');
+    lastHealthy = verdict.healthy;
+  });
 }
 
 function held(info: CertInfo, obtainedAt: number | undefined): HeldValidity {
