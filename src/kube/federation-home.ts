@@ -21,6 +21,7 @@ import { ANNOTATION_BREAK_GLASS } from './secret-codec.ts';
 import { KubeSecretStore, type StoreTrust } from './secret-store.ts';
 import { type PodEvents, reportOutOfBounds } from './pod-events.ts';
 import type { OutOfBoundsReport } from '../core/values/untrusted-values.ts';
+import { bestValid, HomeWriterJudge } from './home-writer-judge.ts';
 import type { KubeMetrics } from './kube-metrics.ts';
 
 interface FederationOptions {
@@ -38,6 +39,8 @@ interface FederationOptions {
   /** A break-glass certificate was stored locally (an Event and the metric). */
   onBreakGlass(domain: string, serial: string): void;
   onHomeWriterChange?(leader: boolean): void;
+  /** The home Lease taken over from a holder that failed by its results (homeWriterVerdict): who, and why. */
+  onHomeTakeover?(holder: string, reason: string): void;
   /** The home Lease's duration out of its bound (lease-elector.ts): counted and told. */
   onOutOfBounds?: OutOfBoundsReport;
 }
@@ -154,12 +157,15 @@ class Federation {
   readonly #unclosed = new Map<string, { window: string | null; notAfter: number }>();
   readonly #watches = new Set<{ domain: string; listener: () => void; offHome?: (() => void) | undefined }>();
   readonly #mirrorRetry: MirrorRetry;
+  /** Whether the home Lease's holder failed the group by its results: this member then takes the Lease over. */
+  readonly #judge: HomeWriterJudge;
   #elector: LeaseElector | undefined;
   #stopped = false;
   readonly #offLocal: (() => void) | undefined;
 
   constructor(options: FederationOptions) {
     this.#o = options;
+    this.#judge = new HomeWriterJudge(options);
     this.#mirrorRetry = new MirrorRetry(options.clock, (domain) => {
       for (const w of this.#watches) if (w.domain === domain) w.listener();
     });
@@ -197,6 +203,8 @@ class Federation {
         logger: this.#o.logger.child({ component: 'home-lease' }),
         onLeadershipChange: (leader) => this.#o.onHomeWriterChange?.(leader),
         onOutOfBounds: this.#o.onOutOfBounds,
+        failedHolder: () => this.#judge.failedHolder(),
+        onTakeOver: (holder, reason) => this.#o.onHomeTakeover?.(holder, reason),
       });
       this.#elector.onChange(() => this.#notify());
       this.#elector.start();
@@ -385,6 +393,8 @@ class Federation {
       logger.debug({ domain }, 'federation home unreachable: local read');
       this.#homeDown.add(domain);
       this.#via.set(domain, 'local');
+      // Cut off, the outage rules answer (break-glass), not a takeover of a Lease this member cannot reach.
+      this.#judge.forget(domain);
       return localRead;
     }
     if (this.#homeDown.delete(domain)) logger.info({ domain }, 'federation home reachable again');
@@ -393,6 +403,7 @@ class Federation {
     const homeCert = bestValid(homeRead, clock.now());
     const localCert = bestValid(localRead, clock.now());
     const plan = reconcile(view(homeCert), view(localCert), clock.now());
+    this.#judge.judge(domain, { home: homeRead, local: localRead, localCopy: this.#localCopy.get(domain) }, this.#elector);
     // In sync by the pair the local store last saw, while its Secret lost it (a hand edit): the home's goes back.
     const localHolds = localRead.state === 'valid' ? localRead.cert.info.serial : undefined;
     const lost = plan.kind === 'in_sync' && homeCert !== undefined && localHolds !== homeCert.info.serial;
@@ -403,7 +414,7 @@ class Federation {
       } else if (plan.kind === 'push_to_home' && localCert) {
         logger.info({ domain, serial: localCert.info.serial }, 'the local copy is newer than the home one: writing it to the home');
         await home.store.save(domain, localCert, signal);
-        return await home.store.load(domain, signal);
+        return this.#judge.bounded(domain, await home.store.load(domain, signal));
       }
       if (homeCert && plan.kind !== 'push_to_home') await this.#supersedeBreakGlass(domain, homeCert.info.serial, signal);
       await reconcilePending({ domain, home: home.store, local: local.store, now: clock.now() }, homeRead, localRead, signal);
@@ -414,7 +425,7 @@ class Federation {
       logger.info({ domain, err: errorMessage(err) }, 'federation mirror write did not go through; reading again soon');
       this.#mirrorRetry.failed(domain, this.#localCopy.get(domain)?.info.notAfter);
     }
-    return withLocalCopy(homeRead, localCert, clock.now());
+    return this.#judge.bounded(domain, withLocalCopy(homeRead, localCert, clock.now()));
   }
 
   /**
@@ -488,14 +499,6 @@ async function reconcilePending(
     await at.local.savePending(at.domain, homePending, signal);
   else if (localPending && homePending?.info.serial !== localPending.info.serial && ends(homeRead) < localPending.info.notAfter)
     await at.home.savePending(at.domain, localPending, signal);
-}
-
-/** The newest valid pair a read offers (its own, or the last valid one its store saw). */
-function bestValid(read: StoreRead, now: number): StoredCert | undefined {
-  const own = read.state === 'valid' ? read.cert : undefined;
-  const last = read.lastValid && now < read.lastValid.info.notAfter ? read.lastValid : undefined;
-  if (!own) return last;
-  return last && last.info.notAfter > own.info.notAfter ? last : own;
 }
 
 /**
@@ -637,6 +640,12 @@ async function federate(settings: HomeSettings & { group: string }, local: Local
     onHomeWriterChange: (leader) => {
       metrics.homeWriter.set(leader ? 1 : 0);
       podEvents?.writer(leader, 'home');
+    },
+    onHomeTakeover: (holder, reason) => {
+      const code = 'CERTSHARE_HOME_WRITER_FAILED';
+      log.warn({ code, holder: holder.slice(0, 253), reason }, errorText(code, { holder: holder.slice(0, 253), reason }));
+      metrics.homeTakeovers.inc();
+      podEvents?.homeTakeover(holder.slice(0, 253), reason);
     },
     onOutOfBounds: outOfBounds,
   });
