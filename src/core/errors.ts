@@ -128,6 +128,14 @@ export const ERROR_CODES = {
     message: 'federation home {where}: {problem}',
     exit: 1,
   },
+  CERTSHARE_HOME_WRITER_FAILED: {
+    means:
+      "the holder of a group's Lease at the federation home let the group's newest copy pass its safety point without " +
+      'renewing it (a writer whose CA failed for half the renewal margin, or a stolen federation credential holding the ' +
+      'Lease): this member took the Lease over, whatever its renewTime said, to renew the copy itself',
+    message: 'federation home: took the Lease over from {holder}: {reason}',
+    exit: 1,
+  },
   CERTSHARE_BREAK_GLASS_SPENT: {
     means:
       "a member cut off from its federation home found this window's break-glass claim taken (an issuance in it already, " +

@@ -67,6 +67,7 @@ export class Metrics implements LoopObserver {
   readonly storeErrors: Counter;
   readonly eventsDropped: Counter;
   readonly breakGlass: Counter;
+  readonly homeTakeovers: Counter;
   readonly untrusted: Counter;
   readonly outOfBoundsValues: Counter;
   readonly writer: Gauge;
@@ -88,12 +89,10 @@ export class Metrics implements LoopObserver {
       reloads: this.reloads,
       storeErrors: this.storeErrors,
       eventsDropped: this.eventsDropped,
-      breakGlass: this.breakGlass,
-      untrusted: this.untrusted,
       outOfBoundsValues: this.outOfBoundsValues,
       writer: this.writer,
-      homeWriter: this.homeWriter,
     } = processMetrics(registers));
+    ({ breakGlass: this.breakGlass, homeTakeovers: this.homeTakeovers, untrusted: this.untrusted, homeWriter: this.homeWriter } = federationMetrics(registers));
     budgetMetrics(
       registers,
       () => this.#budgetQueues(),
@@ -286,20 +285,6 @@ function processMetrics(registers: Registers) {
     help: 'Kubernetes Events not recorded: the queue was full, or the API refused or did not answer.',
     registers,
   });
-  const breakGlass = new Counter({
-    name: 'certshare_break_glass_issuances_total',
-    help: 'Certificates this member issued on its own while the federation home was unreachable past the safety point.',
-    labelNames: ['domain'],
-    registers,
-  });
-  const untrusted = new Counter({
-    name: 'certshare_untrusted_certificates_total',
-    help:
-      'Certificates of a federated group refused: their chain reaches no trust anchor (--federation-trust-anchors); ' +
-      'each pair once, by the store that held it (home or local).',
-    labelNames: ['domain', 'store'],
-    registers,
-  });
   const outOfBoundsValues = new Counter({
     name: 'certshare_out_of_bounds_values_total',
     help:
@@ -315,12 +300,38 @@ function processMetrics(registers: Registers) {
     help: '1 while this replica may issue certificates (rw mode, or holding the group Lease in auto mode).',
     registers,
   });
+  return { busConnected, busReconnects, busBadLines, reloads, storeErrors, eventsDropped, outOfBoundsValues, writer };
+}
+
+/** A federated group's series (--federation-kubeconfig, docs/federation.md): the home writer, break-glass, takeovers. */
+function federationMetrics(registers: Registers) {
+  const breakGlass = new Counter({
+    name: 'certshare_break_glass_issuances_total',
+    help: 'Certificates this member issued on its own while the federation home was unreachable past the safety point.',
+    labelNames: ['domain'],
+    registers,
+  });
+  const homeTakeovers = new Counter({
+    name: 'certshare_home_takeovers_total',
+    help:
+      "Takeovers of the group's Lease at the federation home from a holder that let the newest copy pass its safety point " +
+      'unrenewed (CERTSHARE_HOME_WRITER_FAILED), whatever its renewTime said.',
+    registers,
+  });
+  const untrusted = new Counter({
+    name: 'certshare_untrusted_certificates_total',
+    help:
+      'Certificates of a federated group refused: their chain reaches no trust anchor (--federation-trust-anchors); ' +
+      'each pair once, by the store that held it (home or local).',
+    labelNames: ['domain', 'store'],
+    registers,
+  });
   const homeWriter = new Gauge({
     name: 'certshare_home_writer',
     help: "1 while this replica holds its group's Lease at the federation home: the one writer of every member cluster.",
     registers,
   });
-  return { busConnected, busReconnects, busBadLines, reloads, storeErrors, eventsDropped, breakGlass, untrusted, outOfBoundsValues, writer, homeWriter };
+  return { breakGlass, homeTakeovers, untrusted, homeWriter };
 }
 
 /** The issuance budget's queues and the issuance slots, read at each scrape. */

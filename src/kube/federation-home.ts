@@ -21,6 +21,7 @@ import { ANNOTATION_BREAK_GLASS } from './secret-codec.ts';
 import { KubeSecretStore, type StoreTrust } from './secret-store.ts';
 import { type PodEvents, reportOutOfBounds } from './pod-events.ts';
 import type { OutOfBoundsReport } from '../core/values/untrusted-values.ts';
+import { bestValid, HomeWriterJudge } from './home-writer-judge.ts';
 import type { KubeMetrics } from './kube-metrics.ts';
 
 interface FederationOptions {
@@ -38,6 +39,8 @@ interface FederationOptions {
   /** A break-glass certificate was stored locally (an Event and the metric). */
   onBreakGlass(domain: string, serial: string): void;
   onHomeWriterChange?(leader: boolean): void;
+  /** The home Lease taken over from a holder that failed by its results (homeWriterVerdict): who, and why. */
+  onHomeTakeover?(holder: string, reason: string): void;
   /** The home Lease's duration out of its bound (lease-elector.ts): counted and told. */
   onOutOfBounds?: OutOfBoundsReport;
 }
@@ -105,6 +108,37 @@ interface Claim {
 const CLAIM_FIRST_RETRY_MS = 5_000;
 const CLAIM_RETRY_CAP_MS = 5 * 60_000;
 
+/** Takes the window's break-glass claim (break-glass-claim.ts) into `claim`'s state; a failure logged once, retried later. */
+async function claimWindow(o: Pick<FederationOptions, 'local' | 'logger' | 'clock'>, domain: string, claim: Claim): Promise<void> {
+  const { local, logger, clock } = o;
+  const args = { domain, window: claim.window ?? 'none', claim: local.claims.names(domain, claim.window).first };
+  try {
+    claim.state = await local.claims.claim(domain, claim.window, claim.validity);
+    claim.failures = 0;
+  } catch (err) {
+    claim.state = 'failed';
+    claim.failures++;
+    const now = clock.now();
+    const timeLeft = Math.max(0, (claim.validity?.notAfter ?? now) - now);
+    claim.retryAt = now + retryWithin(CLAIM_FIRST_RETRY_MS, CLAIM_RETRY_CAP_MS, claim.failures, timeLeft);
+    if (claim.failures === 1) {
+      const code = 'CERTSHARE_BREAK_GLASS_UNCLAIMED';
+      logger.error({ code, ...args, err: apiErrorText(err) }, errorText(code, { ...args, cause: apiErrorText(err) }));
+    }
+    return;
+  }
+  if (claim.state !== 'claimed') {
+    const code = 'CERTSHARE_BREAK_GLASS_SPENT';
+    const reason =
+      claim.state === 'spent'
+        ? `the claim ${args.claim} exists`
+        : 'an earlier claim of this member recorded a newer certificate, or it holds no copy after a claim: a pair put back';
+    logger.warn({ code, ...args, state: claim.state }, errorText(code, { domain, window: args.window, reason }));
+    return;
+  }
+  logger.info(args, 'break-glass: window claimed');
+}
+
 /** A retry's delay: `first` doubling per failure up to `cap`, and never later than a tenth of `timeLeftMs`. */
 function retryWithin(first: number, cap: number, failures: number, timeLeftMs: number): number {
   return Math.min(doubling(first, failures, cap), timeLeftMs * 0.1);
@@ -154,12 +188,15 @@ class Federation {
   readonly #unclosed = new Map<string, { window: string | null; notAfter: number }>();
   readonly #watches = new Set<{ domain: string; listener: () => void; offHome?: (() => void) | undefined }>();
   readonly #mirrorRetry: MirrorRetry;
+  /** Whether the home Lease's holder failed the group by its results: this member then takes the Lease over. */
+  readonly #judge: HomeWriterJudge;
   #elector: LeaseElector | undefined;
   #stopped = false;
   readonly #offLocal: (() => void) | undefined;
 
   constructor(options: FederationOptions) {
     this.#o = options;
+    this.#judge = new HomeWriterJudge(options);
     this.#mirrorRetry = new MirrorRetry(options.clock, (domain) => {
       for (const w of this.#watches) if (w.domain === domain) w.listener();
     });
@@ -197,6 +234,8 @@ class Federation {
         logger: this.#o.logger.child({ component: 'home-lease' }),
         onLeadershipChange: (leader) => this.#o.onHomeWriterChange?.(leader),
         onOutOfBounds: this.#o.onOutOfBounds,
+        failedHolder: () => this.#judge.failedHolder(),
+        onTakeOver: (holder, reason) => this.#o.onHomeTakeover?.(holder, reason),
       });
       this.#elector.onChange(() => this.#notify());
       this.#elector.start();
@@ -269,7 +308,7 @@ class Federation {
     if (claim?.window !== window || claim.state !== 'claimed') {
       claim = { window, validity: copy?.info, state: 'pending', failures: claim?.window === window ? claim.failures : 0, retryAt: 0 };
       this.#claims.set(domain, claim);
-      await this.#claim(domain, claim);
+      await claimWindow(this.#o, domain, claim);
     }
     if (claim.state !== 'claimed') {
       await this.#o.local.store.clearIntent(domain, signal).catch(() => {});
@@ -281,36 +320,6 @@ class Federation {
       });
     }
     if (this.#breakGlass.get(domain)?.window !== window) this.#breakGlass.set(domain, { at: this.#o.clock.now(), window });
-  }
-
-  async #claim(domain: string, claim: Claim): Promise<void> {
-    const { local, logger, clock } = this.#o;
-    const args = { domain, window: claim.window ?? 'none', claim: local.claims.names(domain, claim.window).first };
-    try {
-      claim.state = await local.claims.claim(domain, claim.window, claim.validity);
-      claim.failures = 0;
-    } catch (err) {
-      claim.state = 'failed';
-      claim.failures++;
-      const now = clock.now();
-      const timeLeft = Math.max(0, (claim.validity?.notAfter ?? now) - now);
-      claim.retryAt = now + retryWithin(CLAIM_FIRST_RETRY_MS, CLAIM_RETRY_CAP_MS, claim.failures, timeLeft);
-      if (claim.failures === 1) {
-        const code = 'CERTSHARE_BREAK_GLASS_UNCLAIMED';
-        logger.error({ code, ...args, err: apiErrorText(err) }, errorText(code, { ...args, cause: apiErrorText(err) }));
-      }
-      return;
-    }
-    if (claim.state !== 'claimed') {
-      const code = 'CERTSHARE_BREAK_GLASS_SPENT';
-      const reason =
-        claim.state === 'spent'
-          ? `the claim ${args.claim} exists`
-          : 'an earlier claim of this member recorded a newer certificate, or it holds no copy after a claim: a pair put back';
-      logger.warn({ code, ...args, state: claim.state }, errorText(code, { domain, window: args.window, reason }));
-      return;
-    }
-    logger.info(args, 'break-glass: window claimed');
   }
 
   /**
@@ -385,6 +394,8 @@ class Federation {
       logger.debug({ domain }, 'federation home unreachable: local read');
       this.#homeDown.add(domain);
       this.#via.set(domain, 'local');
+      // Cut off, the outage rules answer (break-glass), not a takeover of a Lease this member cannot reach.
+      this.#judge.forget(domain);
       return localRead;
     }
     if (this.#homeDown.delete(domain)) logger.info({ domain }, 'federation home reachable again');
@@ -393,6 +404,7 @@ class Federation {
     const homeCert = bestValid(homeRead, clock.now());
     const localCert = bestValid(localRead, clock.now());
     const plan = reconcile(view(homeCert), view(localCert), clock.now());
+    this.#judge.judge(domain, { home: homeRead, local: localRead, localCopy: this.#localCopy.get(domain) }, this.#elector);
     // In sync by the pair the local store last saw, while its Secret lost it (a hand edit): the home's goes back.
     const localHolds = localRead.state === 'valid' ? localRead.cert.info.serial : undefined;
     const lost = plan.kind === 'in_sync' && homeCert !== undefined && localHolds !== homeCert.info.serial;
@@ -403,7 +415,7 @@ class Federation {
       } else if (plan.kind === 'push_to_home' && localCert) {
         logger.info({ domain, serial: localCert.info.serial }, 'the local copy is newer than the home one: writing it to the home');
         await home.store.save(domain, localCert, signal);
-        return await home.store.load(domain, signal);
+        return this.#judge.bounded(domain, await home.store.load(domain, signal));
       }
       if (homeCert && plan.kind !== 'push_to_home') await this.#supersedeBreakGlass(domain, homeCert.info.serial, signal);
       await reconcilePending({ domain, home: home.store, local: local.store, now: clock.now() }, homeRead, localRead, signal);
@@ -414,7 +426,7 @@ class Federation {
       logger.info({ domain, err: errorMessage(err) }, 'federation mirror write did not go through; reading again soon');
       this.#mirrorRetry.failed(domain, this.#localCopy.get(domain)?.info.notAfter);
     }
-    return withLocalCopy(homeRead, localCert, clock.now());
+    return this.#judge.bounded(domain, withLocalCopy(homeRead, localCert, clock.now()));
   }
 
   /**
@@ -502,14 +514,6 @@ async function reconcilePending(
     await at.local.savePending(at.domain, homePending, signal);
   else if (localPending && homePending?.info.serial !== localPending.info.serial && ends(homeRead) < localPending.info.notAfter)
     await at.home.savePending(at.domain, localPending, signal);
-}
-
-/** The newest valid pair a read offers (its own, or the last valid one its store saw). */
-function bestValid(read: StoreRead, now: number): StoredCert | undefined {
-  const own = read.state === 'valid' ? read.cert : undefined;
-  const last = read.lastValid && now < read.lastValid.info.notAfter ? read.lastValid : undefined;
-  if (!own) return last;
-  return last && last.info.notAfter > own.info.notAfter ? last : own;
 }
 
 /**
@@ -651,6 +655,12 @@ async function federate(settings: HomeSettings & { group: string }, local: Local
     onHomeWriterChange: (leader) => {
       metrics.homeWriter.set(leader ? 1 : 0);
       podEvents?.writer(leader, 'home');
+    },
+    onHomeTakeover: (holder, reason) => {
+      const code = 'CERTSHARE_HOME_WRITER_FAILED';
+      log.warn({ code, holder: holder.slice(0, 253), reason }, errorText(code, { holder: holder.slice(0, 253), reason }));
+      metrics.homeTakeovers.inc();
+      podEvents?.homeTakeover(holder.slice(0, 253), reason);
     },
     onOutOfBounds: outOfBounds,
   });

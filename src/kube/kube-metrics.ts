@@ -24,6 +24,8 @@ export interface KubeMetrics {
   untrusted: Count;
   /** certshare_break_glass_issuances_total, by `domain`. */
   breakGlass: Count;
+  /** certshare_home_takeovers_total: the home Lease taken over from a holder that renewed nothing by the safety point. */
+  homeTakeovers: { inc(): void };
   /** A time read from an object another credential can write was out of its bound (certshare_out_of_bounds_values_total). */
   outOfBounds(where: string, value: UntrustedValue): void;
 }

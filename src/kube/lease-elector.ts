@@ -82,6 +82,14 @@ interface LeaseElectorDeps {
   onLeadershipChange?: (leader: boolean) => void;
   /** A holder's duration out of its bound (boundLeaseDuration), at each read: counted and told. */
   onOutOfBounds?: OutOfBoundsReport | undefined;
+  /**
+   * Why another holder has failed by its results, or undefined: a holder so judged is taken over at the next
+   * look, whatever its renewTime says (the federation home, whose Lease a stolen credential can hold without
+   * issuing: federation-home.ts). Other candidates judge alike: a compare-and-swap decides.
+   */
+  failedHolder?: () => string | undefined;
+  /** A failed holder was taken over: who it was, and why. */
+  onTakeOver?: (holder: string, reason: string) => void;
 }
 
 /**
@@ -106,6 +114,8 @@ export class LeaseElector implements IssuanceRole {
   #wasLeader = false;
   #done: Promise<void> | undefined;
   #expiryWatch: AbortController | undefined;
+  /** Cuts the wait between two looks short (look()). */
+  #nap = new AbortController();
   /** A holder's duration believed shorter than it says (boundLeaseDuration): logged once per value. */
   readonly #outOfBounds: OutOfBoundsLog;
 
@@ -148,6 +158,11 @@ export class LeaseElector implements IssuanceRole {
     this.#done ??= this.#run();
   }
 
+  /** Looks at the Lease now rather than at the next interval (a holder judged failed: failedHolder). */
+  look(): void {
+    this.#nap.abort();
+  }
+
   /**
    * Stops campaigning; a holder releases the Lease so another replica takes over at once. The release is
    * best effort, given up when `signal` aborts (the shutdown budget); the Lease then simply expires.
@@ -180,7 +195,9 @@ export class LeaseElector implements IssuanceRole {
         if (apiStatus(err) !== 409) logger.warn({ err: apiErrorText(err), code: apiErrorCode(err) }, 'lease update failed');
       }
       this.#notify();
-      await clock.sleep(Math.max(0, startedAt + intervalMs - clock.now()), this.#abort.signal).catch(() => {});
+      // A look asked for (look()) meanwhile ends the wait at once: the sleep rejects an aborted signal.
+      await clock.sleep(Math.max(0, startedAt + intervalMs - clock.now()), AbortSignal.any([this.#abort.signal, this.#nap.signal])).catch(() => {});
+      if (this.#nap.signal.aborted) this.#nap = new AbortController();
     }
   }
 
@@ -225,11 +242,13 @@ export class LeaseElector implements IssuanceRole {
     const ignored = [...(refused && holder !== this.identity ? [refused] : []), ...(transitions ? [transitions] : [])];
     this.#outOfBounds.read(`the Lease ${namespace}/${name}`, ignored);
     const free = holder === '' || clock.now() >= this.#observed.at + duration;
-    if (holder !== this.identity && !free) {
+    const failed = holder === this.identity || free ? undefined : this.#deps.failedHolder?.();
+    if (holder !== this.identity && !free && failed === undefined) {
       this.#leaderUntil = 0;
       return;
     }
     this.#mine = await this.#api.replaceNamespacedLease({ name, namespace, body: this.#leaseBody(lease, startedAt) }, withSignal(signal));
+    if (failed !== undefined) this.#deps.onTakeOver?.(holder, failed);
     this.#won(startedAt);
   }
 

@@ -32,6 +32,7 @@ export const EVENT_REASONS = {
   LostWriter: 'this replica no longer holds the group Lease',
   BecameHomeWriter: "this replica won its group's Lease at the federation home: it issues for every member cluster",
   LostHomeWriter: "this replica no longer holds its group's Lease at the federation home",
+  HomeWriterTakenOver: "this replica took its group's Lease at the federation home over from a holder that let the newest copy pass its safety point unrenewed",
   ServedCertificate: 'what the proxy serves for a domain changed (--served-check): current, previous, expired, other_name, other, handshake_failed or unknown',
   ServiceDomainWait:
     "a Tailscale Service's domain is not among the node's cert domains (control grants it only to the Service's hosts): the first issuance waits",
@@ -212,6 +213,17 @@ export class PodEvents {
       action: 'Issue',
       key: `${domain} ${serial}`,
       note: `${domain}: certificate ${serial} issued without the federation home (unreachable past the safety point)`,
+    });
+  }
+
+  /** The group's Lease at the federation home taken over from a holder that renewed nothing by the safety point. */
+  homeTakeover(holder: string, reason: string): void {
+    this.#record({
+      type: 'Warning',
+      reason: 'HomeWriterTakenOver',
+      action: 'Elect',
+      key: reason,
+      note: `took the federation home's Lease over from ${holder}: ${reason}`,
     });
   }
 

@@ -1,14 +1,18 @@
 // The federation home's first pieces (src/core/federation/home-verdicts.ts): the safety point of a home outage, the
-// member's verdict while the home is away, and which copy wins when it is back.
+// member's verdict while the home is away, which copy wins when it is back, and whether the home Lease's holder
+// failed the group while the home answers (homeWriterVerdict, boundFailedWindow).
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { describe, it } from 'node:test';
+import fc from 'fast-check';
 import { loadAll } from 'js-yaml';
 import {
   breakGlassPoint,
+  boundFailedWindow,
   breakGlassSpent,
   formatBreakGlassRecord,
   homeOutageVerdict,
+  homeWriterVerdict,
   parseBreakGlassRecord,
   reconcile,
   unbelievedClaims,
@@ -16,6 +20,7 @@ import {
 } from '../../src/core/federation/home-verdicts.ts';
 import { renewalTime, rotationExitTime } from '../../src/core/renewal/renewal.ts';
 import { breakGlassClaimNames } from '../../src/kube/break-glass-claim.ts';
+import { CLOCK_SKEW_MS } from '../../src/core/values/untrusted-values.ts';
 
 const MIN = 60_000;
 const DAY = 86_400_000;
@@ -209,5 +214,171 @@ describe("a member's break-glass claims (src/kube/break-glass-claim.ts)", () => 
     ].map((n) => n.first);
     assert.equal(new Set(names).size, names.length);
     assert.deepEqual(breakGlassClaimNames('proxy', 'a.ts.net', 'AB'), breakGlassClaimNames('proxy', 'a.ts.net', 'AB'), 'the same window, the same claim');
+  });
+});
+
+// A home writer judged by its results (docs/federation.md; homeWriterVerdict): over any lifetime from a minute to 90
+// days, any readiness lead, the members' clocks up to the clock skew apart, the CA's up to 2 minutes (5% of the
+// lifetime) off, any copies in any order (older ones, expired ones, a pair stored for later). The verdict lets a member
+// take the home Lease over whatever its renewTime says; its promises: the holder always has its half of the renewal
+// margin, a renewal ends the verdict for every member until its own safety point (a thief's later hold of the Lease
+// changes nothing for the window renewed), and a copy unrenewed stays failed however late it is.
+const RUNS = Number(process.env.CERTSHARE_PROPERTY_RUNS ?? 300);
+const SECOND = 1000;
+
+interface Copy {
+  serial: string;
+  notBefore: number;
+  notAfter: number;
+  obtainedAt?: number;
+}
+
+const world = fc.record({
+  lifetimeMs: fc.oneof(fc.constantFrom(MIN, 2 * MIN, 6 * DAY, 45 * DAY, 90 * DAY), fc.integer({ min: MIN, max: 90 * DAY })),
+  readinessLeadMs: fc.constantFrom(0, 10 * SECOND, MIN, 5 * MIN, 40 * DAY),
+  /** The CA's clock off the members', as a share of its bound (2 minutes, 5% of the lifetime). */
+  caSkewShare: fc.double({ min: -1, max: 1, noNaN: true }),
+  /** Each member's clock off the others', as a share of the clock skew. */
+  memberSkews: fc.array(fc.double({ min: -1, max: 1, noNaN: true }), { minLength: 1, maxLength: 4 }),
+  /** Older copies (earlier windows), each this many lifetimes before the newest. */
+  older: fc.array(fc.double({ min: 0.05, max: 3, noNaN: true }), { maxLength: 4 }),
+  /** Where now is, as a share of the newest copy's lifetime (past 1: expired). */
+  nowShare: fc.double({ min: 0, max: 1.5, noNaN: true }),
+  /** The newest copy held by the member only, by the home only, or by both (the verdict reads them in any order). */
+  order: fc.array(fc.nat(), { minLength: 4, maxLength: 4 }),
+});
+
+type World = typeof world extends fc.Arbitrary<infer T> ? T : never;
+
+function copies(w: World): { newest: Copy; all: Copy[]; skew: number } {
+  const skew = Math.round(w.caSkewShare * Math.min(2 * MIN, w.lifetimeMs / 20));
+  const at = Math.floor((T0 + skew) / SECOND) * SECOND;
+  const newest = { serial: 'NEW', notBefore: at, notAfter: at + w.lifetimeMs, obtainedAt: T0 };
+  const older = w.older.map((lives, i) => {
+    const start = at - Math.round(lives * w.lifetimeMs);
+    return { serial: `OLD${i}`, notBefore: start, notAfter: start + w.lifetimeMs };
+  });
+  // The verdict takes the copies in any order, an older one twice (the home's and the member's).
+  const all = [newest, ...older, ...older.slice(0, 1)];
+  const order = all.map((c, i) => ({ c, k: w.order[i % w.order.length]! + i }));
+  return { newest, all: order.sort((a, b) => a.k - b.k).map((o) => o.c), skew };
+}
+
+describe('a home writer judged by its results: homeWriterVerdict over any lifetime, skew and order', () => {
+  it("never before the newest copy's safety point on any member's clock: the holder keeps half of its renewal margin", () => {
+    fc.assert(
+      fc.property(world, (w) => {
+        const { newest, all } = copies(w);
+        const now = newest.notBefore + Math.round(w.nowShare * w.lifetimeMs);
+        const safety = breakGlassPoint(newest, policy, w.readinessLeadMs);
+        for (const share of w.memberSkews) {
+          const seen = now + Math.round(share * CLOCK_SKEW_MS);
+          const verdict = homeWriterVerdict({ copies: all, now: seen, policy, readinessLeadMs: w.readinessLeadMs });
+          assert.equal(verdict.failed, seen >= safety, 'failed exactly from the safety point of the newest copy');
+          if (verdict.failed) {
+            assert.equal(verdict.serial, 'NEW', 'names the newest copy, whatever the order');
+            const renewal = renewalTime(newest, policy);
+            const exit = rotationExitTime(newest, policy, w.readinessLeadMs);
+            assert.ok(safety - renewal >= Math.floor((exit - renewal) / 2), "half the renewal margin was the holder's");
+          } else if (seen < safety) assert.equal(verdict.until, safety);
+        }
+      }),
+      { numRuns: RUNS },
+    );
+  });
+
+  it('a renewal ends the verdict for every member until its own safety point: a later hold of the Lease changes nothing for that window', () => {
+    fc.assert(
+      fc.property(world, fc.double({ min: 0.5, max: 1.5, noNaN: true }), (w, when) => {
+        const { newest, all, skew } = copies(w);
+        const safety = breakGlassPoint(newest, policy, w.readinessLeadMs);
+        // Renewed at the safety point or later (the member that took the Lease over), up to past the copy's expiry.
+        const renewedAt = safety + Math.round((when - 0.5) * (newest.notAfter - safety) * 2);
+        const start = Math.floor((renewedAt + skew) / SECOND) * SECOND;
+        const renewal = { serial: 'RENEWED', notBefore: start, notAfter: start + w.lifetimeMs, obtainedAt: renewedAt };
+        const next = breakGlassPoint(renewal, policy, w.readinessLeadMs);
+        for (const share of w.memberSkews) {
+          const d = Math.round(share * CLOCK_SKEW_MS);
+          // From the renewal to a clock skew before its own safety point: no member's clock has reached that point.
+          for (const at of [renewedAt, renewedAt + Math.floor((next - renewedAt) / 2), next - CLOCK_SKEW_MS - 1]) {
+            if (at < renewedAt || at + CLOCK_SKEW_MS >= next) continue;
+            const verdict = homeWriterVerdict({ copies: [...all, renewal], now: at + d, policy, readinessLeadMs: w.readinessLeadMs });
+            assert.equal(verdict.failed, false, `renewed at ${renewedAt - T0}, looked at ${at + d - T0}`);
+          }
+          assert.equal(homeWriterVerdict({ copies: [renewal, ...all], now: next, policy, readinessLeadMs: w.readinessLeadMs }).failed, true, 'its own window');
+        }
+      }),
+      { numRuns: RUNS },
+    );
+  });
+
+  it('stays failed past the exit and the expiry while unrenewed; a pair stored for later is the renewal only if it starts by the exit', () => {
+    fc.assert(
+      fc.property(world, fc.double({ min: -0.5, max: 0.5, noNaN: true }), (w, startShare) => {
+        const { newest, all } = copies(w);
+        const safety = breakGlassPoint(newest, policy, w.readinessLeadMs);
+        const exit = rotationExitTime(newest, policy, w.readinessLeadMs);
+        for (const at of [safety, exit, newest.notAfter, newest.notAfter + w.lifetimeMs])
+          assert.equal(homeWriterVerdict({ copies: all, now: at, policy, readinessLeadMs: w.readinessLeadMs }).failed, true);
+        const start = safety + Math.round(startShare * (newest.notAfter - newest.notBefore));
+        const pending = { notBefore: start, notAfter: start + w.lifetimeMs };
+        const verdict = homeWriterVerdict({ copies: all, pending, now: Math.max(safety, start - 1), policy, readinessLeadMs: w.readinessLeadMs });
+        assert.equal(verdict.failed, !(pending.notAfter > newest.notAfter && start <= exit));
+      }),
+      { numRuns: RUNS },
+    );
+  });
+
+  it('no copy at all is no verdict: a first issuance may wait in the budget queue for days', () => {
+    assert.deepEqual(homeWriterVerdict({ copies: [undefined, undefined], now: T0, policy, readinessLeadMs: MIN }), { failed: false });
+  });
+});
+
+describe("a failed window's home records (boundFailedWindow)", () => {
+  const heldSince = T0 + 75 * DAY;
+  const leaseBoundMs = 2 * 3_600_000;
+  const latest = heldSince + leaseBoundMs + CLOCK_SKEW_MS;
+
+  it('believes an intent stamped up to twice the home Lease and the skew after this member held the Lease: a deposed holder may still call', () => {
+    const intent = { holder: 'east/proxy-0_1', at: latest };
+    assert.deepEqual(boundFailedWindow({ intent }, { heldSince, leaseBoundMs }), { coordination: { intent }, refused: [] });
+    const before = { holder: 'west/proxy-0_2', at: heldSince - DAY };
+    assert.deepEqual(boundFailedWindow({ intent: before }, { heldSince, leaseBoundMs }).coordination, { intent: before });
+    // Not holding the Lease yet in the window: every intent stands (this member issues nothing anyway).
+    const late = { holder: 'thief', at: latest + DAY };
+    assert.deepEqual(boundFailedWindow({ intent: late }, { heldSince: undefined, leaseBoundMs }).coordination, { intent: late });
+  });
+
+  it('ignores one stamped later, and any recorded rate limit, each told as a value out of its bound', () => {
+    const intent = { holder: 'thief', at: latest + 1 };
+    const { coordination, refused } = boundFailedWindow({ intent, retryNotBefore: latest, renewRequest: 'r1' }, { heldSince, leaseBoundMs });
+    assert.deepEqual(coordination, { renewRequest: 'r1' });
+    assert.deepEqual(
+      refused.map((r) => r.field),
+      ['retry-not-before', 'issuing'],
+    );
+    assert.match(refused[1]!.value, /^thief at /);
+    assert.match(refused[1]!.why, /stamped later than/);
+  });
+});
+
+describe('a home writer judged by its results (homeWriterVerdict): examples', () => {
+  const copy = { serial: 'A1', notBefore: T0, notAfter: T0 + 90 * DAY };
+  const safety = breakGlassPoint(copy, policy, LEAD);
+  const args = { policy, readinessLeadMs: LEAD };
+
+  it("fails the holder from the newest copy's safety point, not before, whichever side holds it", () => {
+    assert.deepEqual(homeWriterVerdict({ copies: [copy, undefined], now: safety - 1, ...args }), { failed: false, until: safety });
+    assert.deepEqual(homeWriterVerdict({ copies: [undefined, copy], now: safety, ...args }), { failed: true, serial: 'A1', since: safety });
+    const renewed = { serial: 'B2', notBefore: safety, notAfter: safety + 90 * DAY };
+    assert.equal(homeWriterVerdict({ copies: [copy, renewed], now: safety + DAY, ...args }).failed, false, 'a renewal at the home or the member ends it');
+  });
+
+  it('counts a pair stored for later as the renewal only if it starts by the readiness exit (as the loop waits for it) and ends later', () => {
+    const exit = rotationExitTime(copy, policy, LEAD);
+    const soon = { notBefore: exit - MIN, notAfter: safety + 90 * DAY };
+    assert.equal(homeWriterVerdict({ copies: [copy], pending: soon, now: safety + MIN, ...args }).failed, false);
+    const late = { notBefore: exit + MIN, notAfter: safety + 91 * DAY };
+    assert.equal(homeWriterVerdict({ copies: [copy], pending: late, now: safety + MIN, ...args }).failed, true);
   });
 });

@@ -4,6 +4,7 @@
 // reached, and which copy wins when it can again. Nothing here knows Kubernetes.
 import { renewalTime, rotationExitTime, type HeldValidity, type RenewalPolicy } from '../renewal/renewal.ts';
 import { iso } from '../ports/clock.ts';
+import type { Coordination } from '../ports/store.ts';
 import { CLOCK_SKEW_MS, type UntrustedValue } from '../values/untrusted-values.ts';
 
 /**
@@ -140,6 +141,63 @@ export function homeOutageVerdict(input: {
   if (!copy) return { kind: 'break_glass' };
   const at = breakGlassPoint(copy, input.policy, input.readinessLeadMs);
   return input.now >= at ? { kind: 'break_glass' } : { kind: 'serve', until: at };
+}
+
+/**
+ * Whether the holder of the group's home Lease has failed the group, judged by its results, not by its Lease (which
+ * whoever holds the home credential writes): the group's newest copy (the latest notAfter among `copies`, the home's
+ * and the member's, valid or expired) passed its safety point with no renewal at the home. A pair stored for later
+ * (`pending`) that ends later and starts by the readiness exit is the renewal, valid soon (its CA's clock ahead). No copy at
+ * all is no verdict (a first issuance, which may wait in the budget's queue for days): `{ failed: false }`.
+ * `until`: the safety point, when a holder that renews nothing fails.
+ * @forTests
+ */
+export function homeWriterVerdict(input: {
+  copies: ReadonlyArray<(HeldValidity & { serial: string }) | undefined>;
+  pending?: HeldValidity | undefined;
+  now: number;
+  policy: Pick<RenewalPolicy, 'renewFraction'>;
+  readinessLeadMs: number;
+}): { failed: false; until?: number } | { failed: true; serial: string; since: number } {
+  let newest: (HeldValidity & { serial: string }) | undefined;
+  for (const copy of input.copies) if (copy && (!newest || copy.notAfter > newest.notAfter)) newest = copy;
+  if (!newest) return { failed: false };
+  const since = breakGlassPoint(newest, input.policy, input.readinessLeadMs);
+  const { pending } = input;
+  // The loop waits for such a pair up to the readiness exit (latestPendingStart): so does this verdict.
+  const pendingBound = rotationExitTime(newest, input.policy, input.readinessLeadMs);
+  if (pending && pending.notAfter > newest.notAfter && pending.notBefore <= pendingBound) return { failed: false };
+  return input.now >= since ? { failed: true, serial: newest.serial, since } : { failed: false, until: since };
+}
+
+/**
+ * The home's coordination as believed in a window whose holder failed (homeWriterVerdict), by a member holding the
+ * Lease in it since `heldSince` (undefined: not yet, all believed). An intent stamped later than that plus
+ * `leaseBoundMs` (the longest Lease a holder is believed to hold: a holder deposed before `heldSince` lost its
+ * leadership by then, having failed to renew it) and the clock skew is no call under way that this member must wait
+ * for, nor its own: ignored. A recorded rate limit holds no renewal past the safety point: the loop's own backoff
+ * paces its calls (the CA that limits says so again). Written again and again with the home credential, either held
+ * every renewal of the group for good.
+ * @forTests
+ */
+export function boundFailedWindow(
+  coordination: Coordination,
+  window: { heldSince: number | undefined; leaseBoundMs: number },
+): { coordination: Coordination; refused: UntrustedValue[] } {
+  const bounded: Coordination = { ...coordination };
+  const refused: UntrustedValue[] = [];
+  if (coordination.retryNotBefore !== undefined) {
+    delete bounded.retryNotBefore;
+    refused.push({ field: 'retry-not-before', value: iso(coordination.retryNotBefore), why: 'past the safety point of a copy its holder did not renew' });
+  }
+  const intent = coordination.intent;
+  const latest = window.heldSince === undefined ? undefined : window.heldSince + window.leaseBoundMs + CLOCK_SKEW_MS;
+  if (intent && latest !== undefined && intent.at > latest) {
+    delete bounded.intent;
+    const why = `stamped later than ${iso(latest)}: the safety point passed unrenewed, this member the home writer since ${iso(window.heldSince!)}`;
+    refused.push({ field: 'issuing', value: `${intent.holder.slice(0, 253)} at ${iso(intent.at)}`, why });
+  }
+  return { coordination: bounded, refused };
 }
 
 /** What a copy of the certificate of record holds, reduced to what reconciliation compares. */

@@ -98,7 +98,7 @@ export function boundCoordination(
  * How many times its own Lease duration a candidate believes of a holder's: a rollout that lengthens the duration
  * keeps the holders of the old one, which renew every third of theirs, never taken over while they live.
  */
-const LEASE_DURATION_FACTOR = 2;
+export const LEASE_DURATION_FACTOR = 2;
 
 /**
  * A group Lease's leaseDurationSeconds as a candidate whose own duration is `ownMs` believes it: up to
