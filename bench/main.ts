@@ -27,12 +27,13 @@ import { domainsPhase, domainsReport, type DomainsRun } from './domains.ts';
 import { federationPhase, federationReport, type FederationRun } from './federation.ts';
 import { memoryPhase, printMemoryReport, type MemoryReport } from './memory.ts';
 import { bareNodeRss, standalonePhase, type StandaloneResults } from './standalone.ts';
+import { agentPhase, type AgentPhaseResults } from './advertise-agent.ts';
 
 const SCRIPT: CommandLine = {
   name: 'bench',
   invocation: 'npm run bench --',
   summary:
-    "certshare's figures (memory, start-up, /healthz throughput, propagation, API requests at rest, the injector's), " +
+    "certshare's figures (memory, start-up, /healthz throughput, the advertise agent's, propagation, API requests at rest, the injector's), " +
     'each next to its target, on the production bundle and a real etcd + kube-apiserver; exits 0 with MISS lines, non-zero only on errors.',
   flags: [
     {
@@ -187,6 +188,7 @@ const started = performance.now();
 // Everything measured runs on this binary (npm run puts node_modules/.bin, the pinned Node 24, first on PATH).
 if (!process.version.startsWith('v24.')) progress(`warning: running on Node ${process.version} (${process.execPath}); the project pins Node 24`);
 let standalone: StandaloneResults | undefined;
+let agent: AgentPhaseResults | undefined;
 let rest: RestResults | undefined;
 let propagation: PropagationResults | undefined;
 let memory: MemoryReport | undefined;
@@ -203,6 +205,7 @@ try {
   progress('bare node: idle RSS');
   const bare = await bareNodeRss(size);
   standalone = await standalonePhase(join(tmp, 'standalone'), { loadSeconds: loadS, connections: 10, size, hello }, bare);
+  agent = await agentPhase(join(tmp, 'agent'), { size, runs: tiny ? 1 : 3, cycles: tiny ? 2 : 20, restSeconds: tiny ? 1 : 30 });
   let auditLog: string | undefined;
   if (!opts['skip-kube']) {
     ({ cp, auditLog } = await startAuditedControlPlane(tmp));
@@ -241,6 +244,9 @@ const fastifyRps = median(s.fastify.map((r) => r.rps));
 const healthzP99 = median(s.healthz.map((r) => r.p99Ms));
 const fastifyP99 = median(s.fastify.map((r) => r.p99Ms));
 const prop = propagation ? propagationSummary(propagation) : undefined;
+const a = agent!;
+type AgentStartOf = AgentPhaseResults['agent'][number];
+const agentMedian = (starts: AgentStartOf[], f: (x: AgentStartOf) => number): number => round(median(starts.map(f)));
 let apiPerReplicaHour: number | null = null;
 if (rest) {
   // Requests the replicas made in the window: apiserver_request_total on the series they use (namespaced
@@ -253,6 +259,12 @@ const figures: Record<string, number | null> = {
   rssBareNodeMB: round(s.bareNode.rss),
   rssStandaloneMB: round(s.standalone.rss),
   rssFastifyHelloMB: round(s.fastifyHello.rss),
+  rssAdvertiseAgentMB: agentMedian(a.agent, (x) => x.idleAfter.rss),
+  rssAdvertiseAgentStartMB: agentMedian(a.agent, (x) => x.idleStart.rss),
+  rssNodeHttpFsMB: agentMedian(a.httpFs, (x) => x.idleAfter.rss),
+  advertiseAgentStartupCpuMs: agentMedian(a.agent, (x) => x.startCpuMs),
+  advertiseAgentRestCpuMsPerHour: Math.round(median(a.agent.map((x) => x.restCpuMsPerHour))),
+  advertiseAgentCycleMs: agentMedian(a.agent, (x) => median(x.cyclesMs)),
   rssKubeReaderMB: rest ? round(Math.max(...rest.readers.map((r) => r.rss))) : null,
   rssKubeWriterMB: rest ? round(rest.writer.rss) : null,
   startupToHealthyMs: Math.round(median(s.startupMs)),
@@ -295,6 +307,15 @@ const baseline: Record<string, string> = {
     `${target('rssStandaloneMB')}; bare node ${round(s.bareNode.rss)}, bare fastify ${round(s.fastifyHello.rss)}; ` +
     `anon ${round(s.standalone.anon)} / file ${round(s.standalone.file)}`,
   rssFastifyHelloMB: `no target; the bare fastify hello bundled as dist/ is (bench/lib/baseline.ts): ${mb(s.fastifyHello)}`,
+  rssAdvertiseAgentMB:
+    `${target('rssAdvertiseAgentMB')}; the agent as the injector runs it, idle after ${a.cycles} request cycles, median of ${a.agent.length}: ` +
+    `${a.agent.map((x) => round(x.idleAfter.rss)).join(', ')}; anon ${agentMedian(a.agent, (x) => x.idleAfter.anon)} / file ` +
+    `${agentMedian(a.agent, (x) => x.idleAfter.file)}; a bare node -e ${agentMedian(a.node, (x) => x.idleAfter.rss)} started beside it`,
+  rssAdvertiseAgentStartMB: `no target; the same agents idle after their start, before any request; VmHWM at the end ${agentMedian(a.agent, (x) => x.peakMB)}`,
+  rssNodeHttpFsMB: `no target; node -e loading node:http and node:fs only, started in turn with the agent: ${mb(a.httpFs[0]!.idleAfter)}`,
+  advertiseAgentStartupCpuMs: `no target; CPU time of every thread until it logged its start: ${a.agent.map((x) => round(x.startCpuMs)).join(', ')}`,
+  advertiseAgentRestCpuMsPerHour: `${target('advertiseAgentRestCpuMsPerHour')}; its CPU time over ${a.restSeconds} s at rest, per hour`,
+  advertiseAgentCycleMs: "no target; certshare's request written to the agent's status naming it (median of each start's median)",
   rssKubeReaderMB: rest
     ? `${target('rssKubeReaderMB')}; readers ${rest.readers.map((r) => round(r.rss)).join(' / ')}; anon ${round(rest.readers[0]!.anon)}`
     : 'skipped',
@@ -400,6 +421,7 @@ if (opts.json) {
     healthzCpuUsRounds: s.healthzCpuUs.map((us) => round(us, 1)),
     fastifyCpuUsRounds: s.fastifyCpuUs.map((us) => round(us, 1)),
     domainToCertMs: s.domainToCertMs.map(Math.round),
+    advertiseAgent: a,
     propagationMs: propagation?.samplesMs.map(Math.round),
     apiAtRest: rest && {
       windowS: round(rest.windowS, 1),

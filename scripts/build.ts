@@ -14,7 +14,7 @@ import { join, resolve } from 'node:path';
 import { createRequire } from 'node:module';
 import { spawnSync } from 'node:child_process';
 import { build, type BuildOptions, type Metafile, type Plugin } from 'esbuild';
-import { SNAPSHOT_SCRIPT } from '../src/config/snapshot-files.ts';
+import { ADVERTISE_AGENT_SCRIPT, SNAPSHOT_SCRIPT } from '../src/config/snapshot-files.ts';
 
 const REPO = resolve(import.meta.dirname, '..');
 export const DIST = join(REPO, 'dist');
@@ -499,6 +499,41 @@ async function buildSnapshotScript(outdir: string, devOnly: string[]): Promise<v
   });
 }
 
+/**
+ * What the advertise agent's script may take in: certshare's own modules and these built-ins. The agent runs
+ * beside certshare in every Pod that advertises, so each package or built-in it loads is paid per replica
+ * (node:crypto alone 2.3 MB: docs/performance.md, the advertise agent); a new one fails the build until it is
+ * measured and added here.
+ */
+const ADVERTISE_AGENT_BUILTINS = new Set(['node:fs', 'node:fs/promises', 'node:http', 'node:path', 'node:util']);
+
+/**
+ * The advertise agent's own script (src/cli/advertise-agent-main.ts): one CommonJS file, without the rest of
+ * the bundle (fastify, pino, prom-client, the Kubernetes client), which `dist/cli/main.js advertise-agent` would
+ * load. CommonJS: Node's ES loader costs the idle process 1.5 MB more for the same code. Returns what it took in.
+ */
+export async function buildAdvertiseAgent(outdir: string): Promise<Metafile> {
+  const options = productionBundleOptions();
+  const { metafile } = await build({
+    ...options,
+    metafile: true,
+    format: 'cjs',
+    banner: {},
+    splitting: false,
+    entryPoints: ['src/cli/advertise-agent-main.ts'],
+    outfile: join(outdir, ADVERTISE_AGENT_SCRIPT),
+    // node:http as it is: the ES facade the plugin avoids is not built for a require().
+    plugins: (options.plugins ?? []).filter((p) => p !== httpWithoutUndici),
+  });
+  // <runtime>: esbuild's own helpers (its CommonJS interop).
+  const taken = Object.keys(metafile.inputs).filter((input) => !input.startsWith('src/') && input !== '<runtime>');
+  const builtins = Object.values(metafile.inputs).flatMap(({ imports }) => imports.filter((i) => i.external && i.path !== '<runtime>').map((i) => i.path));
+  const unexpected = [...taken, ...builtins.filter((path) => !ADVERTISE_AGENT_BUILTINS.has(path))];
+  if (unexpected.length > 0)
+    throw new Error(`scripts/build.ts: the advertise agent's script takes in ${[...new Set(unexpected)].join(', ')}: see ADVERTISE_AGENT_BUILTINS`);
+  return metafile;
+}
+
 export async function buildDist(outdir: string = DIST): Promise<BuildResult> {
   await rm(outdir, { recursive: true, force: true });
   const devOnly = await devOnlyPackages();
@@ -518,6 +553,7 @@ export async function buildDist(outdir: string = DIST): Promise<BuildResult> {
   });
   await buildOtherKubeModels(join(outdir, 'chunks'));
   await buildSnapshotScript(outdir, devOnly);
+  await buildAdvertiseAgent(outdir);
   // The chunks are ES modules; this marks them so without relying on a package.json above dist/.
   await mkdir(outdir, { recursive: true });
   await writeFile(join(outdir, 'package.json'), `${JSON.stringify({ type: 'module', private: true }, null, 2)}\n`);

@@ -24,7 +24,8 @@ type Figures = Record<string, number | null | undefined>;
  * (bench/injector-packages.ts). Start-up is judged by the CPU time a start uses until its first answer over
  * the bare fastify's started beside it, the median of those pairs' differences: on a shared machine a start's
  * wall time holds the neighbours' time as well (reported, without a goal), and starts measured apart differ by
- * the load of their moment.
+ * the load of their moment. The advertise agent (one per advertising replica): its idle RSS over a Node that loads
+ * only node:http and node:fs, and its CPU time at rest (docs/performance.md, the advertise agent).
  * --tiny reports no verdicts: its figures are one quick sample each.
  */
 export const BENCH_GOALS: Record<string, Goal> = {
@@ -35,12 +36,15 @@ export const BENCH_GOALS: Record<string, Goal> = {
   startupCpuOverFastifyMs: { op: '<=', limit: 40 },
   apiRequestsPerReplicaHour: { op: '<=', limit: 10 },
   rssInjectorMB: { op: '<=', floor: 'rssInjectorPackagesMB', margin: 5 },
+  rssAdvertiseAgentMB: { op: '<=', floor: 'rssNodeHttpFsMB', margin: 6 },
+  advertiseAgentRestCpuMsPerHour: { op: '<=', limit: 2000 },
 };
 
 /** How the bench's table names a floor's figure. */
 export const FLOOR_NAMES: Record<string, string> = {
   rssFastifyHelloMB: 'bare fastify',
   rssInjectorPackagesMB: 'its packages',
+  rssNodeHttpFsMB: 'node with node:http and node:fs',
 };
 
 /** Each goal's verdict on `figures`: the floor read from the same figures. */

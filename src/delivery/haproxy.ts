@@ -6,7 +6,8 @@ import type { CertPair } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import type { StoredCert } from '../core/ports/store.ts';
-import { safeName, writeFileAtomically } from '../store/cert-directory.ts';
+import { safeName } from '../store/cert-directory.ts';
+import { writeFileAtomically } from '../store/atomic-file.ts';
 import type { ReloadOutcome } from './reload-command.ts';
 
 /** HAProxy's answers are a line or two; more than this is not HAProxy's runtime API. */

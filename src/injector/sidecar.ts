@@ -4,6 +4,7 @@ import type { V1Container, V1ResourceRequirements, V1SecurityContext, V1Volume, 
 import { REQUEST_DIR, STATUS_DIR } from '../served/advertise-paths.ts';
 import type { ShareMode } from '../core/ports/store.ts';
 import type { CaBundleSource } from '../config/injection-defaults.ts';
+import { ADVERTISE_AGENT_SCRIPT } from '../config/snapshot-files.ts';
 
 export const SIDECAR_NAME = 'certshare';
 /**
@@ -91,10 +92,18 @@ export const ADVERTISE_DIR = '/run/certshare-advertise';
 const ADVERTISE_REQUEST_VOLUME = 'certshare-advertise-request';
 const ADVERTISE_STATUS_VOLUME = 'certshare-advertise-status';
 /**
- * The agent idle (its RSS in docs/tailscale-services.md) with a quarter of headroom, rounded up to 16 Mi, as the
- * sidecar's request is; it does nothing but a prefs read and edit now and then, hence the small CPU request.
+ * What the advertise agent runs: its own script (scripts/build.ts buildAdvertiseAgent), not dist/cli/main.js, whose
+ * bundle it does not use, with the image's Node flag and V8 without its compilers (--jitless: less memory, and an
+ * agent that reads a file now and then has no hot code; docs/performance.md, the advertise agent, has the figures
+ * and the flags that did not help). No policy holds the agent's container to a form: it has no token. @forTests
  */
-const ADVERTISE_AGENT_RESOURCES: V1ResourceRequirements = { requests: { cpu: '10m', memory: '80Mi' }, limits: { memory: '128Mi' } };
+export const ADVERTISE_AGENT_COMMAND = ['/nodejs/bin/node', '--max-semi-space-size=1', '--jitless', `dist/${ADVERTISE_AGENT_SCRIPT}`];
+/**
+ * The agent idle (its RSS in docs/performance.md, the advertise agent) with a quarter of headroom, rounded up to
+ * 16 Mi, as the sidecar's request is; the limit leaves room above that for the largest IPN bus line it accepts
+ * parsed (LOCALAPI_ANSWER_BOUNDS). It does nothing but a prefs read and edit now and then: a small CPU request.
+ */
+const ADVERTISE_AGENT_RESOURCES: V1ResourceRequirements = { requests: { cpu: '10m', memory: '64Mi' }, limits: { memory: '112Mi' } };
 
 /** Non-root (the distroless image's nonroot user), read-only root, no privilege, no capability. @forTests */
 export const SIDECAR_SECURITY_CONTEXT: V1SecurityContext = {
@@ -193,8 +202,7 @@ export function advertiseAgentContainer(s: { image: string; imagePullPolicy?: st
     name: ADVERTISE_AGENT_NAME,
     image: s.image,
     ...(s.imagePullPolicy ? { imagePullPolicy: s.imagePullPolicy } : {}),
-    command: [...DIST_COMMAND],
-    args: ['advertise-agent'],
+    command: [...ADVERTISE_AGENT_COMMAND],
     env: [
       { name: 'CERTSHARE_ADVERTISE_SERVICES', value: s.services },
       { name: 'CERTSHARE_EXCHANGE', value: ADVERTISE_DIR },

@@ -4,12 +4,15 @@
 // names it; a missing, unreadable or malformed request withdraws them all. It withdraws them on SIGTERM too.
 // Under a config file (configFile) it only withdraws from the file's list and puts the list back (Advertiser
 // withdrawOnly), as certshare does with the right itself; no request yet leaves the file's word.
+import { watch } from 'node:fs';
+import { join } from 'node:path';
 import type { Clock } from '../core/ports/clock.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { AdvertiseDecision } from '../core/served/advertisement.ts';
 import { Advertiser, type PrefsApi } from './advertiser.ts';
 import { type AdvertiseRequest, parseRequest, readExchangeFile, requestPath, writeStatus } from './advertise-exchange.ts';
+import { REQUEST_DIR } from './advertise-paths.ts';
 
 interface AdvertiseAgentOptions {
   /** tailscaled's prefs (the LocalAPI client, as tailscaled's operator). */
@@ -20,8 +23,15 @@ interface AdvertiseAgentOptions {
   dir: string;
   clock: Clock;
   logger: Logger;
-  /** How often the request file is read. */
+  /** How often the request file is read, unless `watchRequests` follows its directory. */
   pollMs: number;
+  /**
+   * Follows the request's directory (watchDirectory): `onChange` at each change in it, `onFailed` (or a throw) when
+   * it cannot follow it any more; the request is then read every pollMs again. Ends when `signal` aborts.
+   */
+  watchRequests?(dir: string, onChange: () => void, onFailed: (err: unknown) => void, signal: AbortSignal): void;
+  /** While watchRequests follows the directory, the request is still read this often: the bound on a change it missed. */
+  watchedPollMs?: number;
   /** Look at the prefs again this often even when nothing changed (someone else may have edited them). */
   resyncMs: number;
   /**
@@ -41,6 +51,17 @@ export interface AdvertiseAgent {
   stop(signal: AbortSignal): Promise<void>;
 }
 
+/**
+ * watchRequests through inotify (fs.watch): the exchange is an emptyDir both containers mount, and inotify reports
+ * a change whichever mount (and mount namespace, and uid) made it; the agent's mount is read-only and still
+ * reports certshare's writes (docs/performance.md, the advertise agent).
+ */
+export function watchDirectory(dir: string, onChange: () => void, onFailed: (err: unknown) => void, signal: AbortSignal): void {
+  watch(dir, { signal }, () => onChange()).on('error', (err) => {
+    if (!signal.aborted) onFailed(err);
+  });
+}
+
 /** certshare's request file: its text (undefined: none yet), the request in it, or why it is refused. */
 async function readRequestFile(dir: string): Promise<{ text: string | undefined; next?: AdvertiseRequest; refused?: string }> {
   try {
@@ -55,6 +76,48 @@ async function readRequestFile(dir: string): Promise<{ text: string | undefined;
 function decision(service: string, request: AdvertiseRequest | undefined): AdvertiseDecision {
   if (request?.advertise.includes(service)) return { advertise: true };
   return { advertise: false, why: request ? 'certshare does not ask for it' : 'no valid request' };
+}
+
+/**
+ * Calls `read` (certshare's request read) until `signal` aborts, `afterFirst` once after the first: at once after each
+ * change watchRequests saw in the request's directory, and every watchedPollMs besides; every pollMs without a
+ * watch, or from the moment it failed (said once).
+ */
+async function readRequests(o: AdvertiseAgentOptions, read: () => Promise<void>, afterFirst: () => void, signal: AbortSignal): Promise<void> {
+  let watched = false;
+  /** A change seen since the last read began; what ends the pause under way. */
+  let changed = false;
+  let wake: (() => void) | undefined;
+  const failed = (err: unknown): void => {
+    if (!watched) return;
+    watched = false;
+    o.logger.warn({ err: errorMessage(err) }, `cannot follow the advertise request's directory: reading the request every ${o.pollMs} ms`);
+    wake?.();
+  };
+  if (o.watchRequests) {
+    watched = true;
+    try {
+      // Before the first read: a change between that read and the watch's start would wait for the next poll.
+      const sawChange = (): void => {
+        changed = true;
+        wake?.();
+      };
+      o.watchRequests(join(o.dir, REQUEST_DIR), sawChange, failed, signal);
+    } catch (err) {
+      failed(err);
+    }
+  }
+  for (let first = true; !signal.aborted; first = false) {
+    changed = false;
+    await read();
+    if (first) afterFirst();
+    if (changed) continue;
+    const woken = new AbortController();
+    wake = () => woken.abort();
+    const ms = watched ? (o.watchedPollMs ?? o.pollMs) : o.pollMs;
+    await o.clock.sleep(ms, AbortSignal.any([signal, woken.signal])).catch(() => {});
+    wake = undefined;
+  }
 }
 
 export function createAdvertiseAgent(o: AdvertiseAgentOptions): AdvertiseAgent {
@@ -109,20 +172,11 @@ export function createAdvertiseAgent(o: AdvertiseAgentOptions): AdvertiseAgent {
   if (o.configFile) advertiser.withdrawOnly((signal) => o.configFile!.putBack(signal));
   let polling: Promise<void> | undefined;
   let watching: Promise<void> | undefined;
-  const poll = async (): Promise<void> => {
-    while (!stopping.signal.aborted) {
-      await readRequest();
-      await clock.sleep(o.pollMs, stopping.signal).catch(() => {});
-    }
-  };
 
   return {
     start() {
       watching ??= o.configFile?.watch(() => advertiser.notify(), stopping.signal);
-      polling ??= readRequest().then(() => {
-        advertiser.start();
-        return poll();
-      });
+      polling ??= readRequests(o, readRequest, () => advertiser.start(), stopping.signal);
     },
     async stop(signal) {
       stopping.abort();

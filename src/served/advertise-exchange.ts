@@ -11,7 +11,7 @@ import type { Clock } from '../core/ports/clock.ts';
 import { CertshareError } from '../core/errors.ts';
 import type { IpnPrefs, MaskedPrefs } from '../core/ports/localapi.ts';
 import { LocalApiError } from '../core/ports/localapi.ts';
-import { writeFileAtomically } from '../store/cert-directory.ts';
+import { writeFileAtomically } from '../store/atomic-file.ts';
 import type { PrefsApi } from './advertiser.ts';
 import { REQUEST_DIR, STATUS_DIR } from './advertise-paths.ts';
 

@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
-import { access, chmod, lstat, mkdir, open, readFile, readdir, rename, rm, symlink, readlink } from 'node:fs/promises';
+import { access, chmod, lstat, mkdir, readFile, readdir, rename, rm, symlink, readlink } from 'node:fs/promises';
 import { join } from 'node:path';
+import { syncDir, writeFileDurably } from './atomic-file.ts';
 import { expiredInfo, validateCertPair } from '../core/certificates/certificate.ts';
 import { normalizeDomain } from '../core/certificates/domain.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
@@ -41,42 +42,6 @@ function samePair(a: CertPair, b: CertPair): boolean {
 
 function isMissing(err: unknown): boolean {
   return (err as NodeJS.ErrnoException)?.code === 'ENOENT';
-}
-
-async function writeFileDurably(path: string, data: string, mode: number): Promise<void> {
-  const handle = await open(path, 'wx', mode);
-  try {
-    await handle.writeFile(data);
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-}
-
-async function syncDir(path: string): Promise<void> {
-  const handle = await open(path, 'r');
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-}
-
-/**
- * Replaces `dir/name` with `data` so that a crash leaves either the old or the new content, never a part:
- * a temporary file (unique, so concurrent writers do not trip over each other) written and fsynced, renamed
- * over the target, then the directory fsynced so that the rename itself survives a crash.
- */
-export async function writeFileAtomically(dir: string, name: string, data: string, mode: number): Promise<void> {
-  const tmp = join(dir, `.${name}.${randomBytes(4).toString('hex')}.tmp`);
-  try {
-    await writeFileDurably(tmp, data, mode);
-    await rename(tmp, join(dir, name));
-  } catch (err) {
-    await rm(tmp, { force: true });
-    throw err;
-  }
-  await syncDir(dir);
 }
 
 /** What `link` is: absent, the symlink certshare keeps (and its target), or something else, made by hand. */

@@ -3,7 +3,7 @@ import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { decodeLedger, encodeLedger, type LedgerEntry, type LedgerSnapshot, type LedgerStore } from '../core/issuance/issuance-budget.ts';
-import { writeFileAtomically } from './cert-directory.ts';
+import { writeFileAtomically } from './atomic-file.ts';
 
 const FILE = 'ledger.json';
 

@@ -5,7 +5,8 @@ import { iso, type Clock } from '../core/ports/clock.ts';
 import { inspectCertPair } from '../core/certificates/certificate.ts';
 import { pendingRenewRequest } from '../core/renewal/renew-request.ts';
 import type { CertStore, Coordination, RenewAnswer, SaveOptions, StoreRead, StoredCert } from '../core/ports/store.ts';
-import { reportFilesWrite, safeName, writeFileAtomically, type CertDirectory, type FilesHealth } from './cert-directory.ts';
+import { reportFilesWrite, safeName, type CertDirectory, type FilesHealth } from './cert-directory.ts';
+import { writeFileAtomically } from './atomic-file.ts';
 
 /**
  * The renew request of a domain standalone (`certshare renew <domain> --store dir:PATH`): the file

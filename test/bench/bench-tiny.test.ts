@@ -59,6 +59,7 @@ describe('npm run bench -- --tiny', () => {
       'healthzCpuVsBareFastify',
       'bareFastifyTwinVsBareFastify',
     ]);
+    assertFigures('advertise agent', report, ['rssAdvertiseAgentMB', 'rssNodeHttpFsMB', 'advertiseAgentStartupCpuMs', 'advertiseAgentRestCpuMsPerHour']);
     assertFigures('kube at rest', report, ['rssKubeReaderMB', 'rssKubeWriterMB', 'apiRequestsPerReplicaHour']);
     assertFigures('propagation', report, ['propagationP50Ms', 'propagationP99Ms']);
     assertFigures('injector', report, ['rssInjectorMB', 'rssInjectorPackagesMB', 'injectorAdmissionP99Ms', 'injectorCpuMsPerAdmission']);
@@ -77,13 +78,23 @@ describe('npm run bench -- --tiny', () => {
     assertFigures('domains', details.domains, ['rssMaxMB', 'tcpConnsPerReplica', 'afterLastStoredMs', 'massRenewalP99Ms']);
     // Each goal judged with its floor from this run (issue 42); the table shows no verdict for --tiny.
     const goals = report.goals as Record<string, { value: number; goal: number; holds: boolean; floor: { value: number } | null }>;
-    for (const key of ['rssKubeReaderMB', 'rssStandaloneMB', 'startupCpuOverFastifyMs', 'rssInjectorMB', 'healthzVsBareFastify', 'propagationP99Ms']) {
+    for (const key of [
+      'rssKubeReaderMB',
+      'rssStandaloneMB',
+      'startupCpuOverFastifyMs',
+      'rssInjectorMB',
+      'healthzVsBareFastify',
+      'propagationP99Ms',
+      'rssAdvertiseAgentMB',
+      'advertiseAgentRestCpuMsPerHour',
+    ]) {
       assertFigures(`goals.${key}`, goals[key] as unknown as Record<string, unknown>, ['value', 'goal']);
       assert.equal(typeof goals[key]!.holds, 'boolean', `goals.${key}.holds`);
     }
     for (const [key, floor] of [
       ['rssStandaloneMB', 'rssFastifyHelloMB'],
       ['rssInjectorMB', 'rssInjectorPackagesMB'],
+      ['rssAdvertiseAgentMB', 'rssNodeHttpFsMB'],
     ] as const)
       assert.equal(goals[key]!.floor!.value, report[floor], `goals.${key}: its floor is ${floor} of the same run`);
     assert.equal(goals.startupToHealthyMs, undefined, 'start-up is judged by CPU time; its wall time has no goal');

@@ -15,9 +15,10 @@ import { parseFlags } from '../../src/flags/flags.ts';
 import { type IpnPrefs, LocalApiError, type MaskedPrefs } from '../../src/core/ports/localapi.ts';
 import { silentLogger } from '../../src/core/ports/logger.ts';
 import { isNotListening } from '../../src/localapi/client.ts';
-import { type AdvertiseAgent, createAdvertiseAgent } from '../../src/served/advertise-agent.ts';
+import { type AdvertiseAgent, createAdvertiseAgent, watchDirectory } from '../../src/served/advertise-agent.ts';
 import { AgentPrefs, MAX_EXCHANGE_BYTES, parseRequest, requestPath } from '../../src/served/advertise-exchange.ts';
 import type { PrefsApi } from '../../src/served/advertiser.ts';
+import { recordingLogger } from '../support/recording-logger.ts';
 import { every, until } from '../support/wait.ts';
 
 class MemoryPrefs implements PrefsApi {
@@ -191,6 +192,71 @@ describe('advertise agent under a config file', () => {
     }
     assert.deepEqual(prefs.services, ['svc:other'], 'withdrawn on stop');
   });
+});
+
+// The request's directory followed (watchDirectory, inotify) instead of read every 250 ms: at rest the agent then reads
+// it only every watchedPollMs, and a change is seen at once; where the directory cannot be followed, every pollMs.
+describe('advertise agent following the request directory', () => {
+  const MINUTE = 60_000;
+  const withWatch = (dir: string, prefs: MemoryPrefs, watchRequests: typeof watchDirectory, pollMs: number) => {
+    const log = recordingLogger();
+    const agent = createAdvertiseAgent({
+      api: prefs,
+      services: ['svc:web'],
+      dir,
+      clock: systemClock,
+      logger: log.logger,
+      pollMs,
+      watchRequests,
+      watchedPollMs: MINUTE,
+      resyncMs: MINUTE,
+    });
+    agent.start();
+    return { agent, log };
+  };
+
+  it("sees each of certshare's requests at once through the watch, though it reads the request only once a minute", async () => {
+    const dir = await exchangeDir();
+    const prefs = new MemoryPrefs();
+    const { agent } = withWatch(dir, prefs, watchDirectory, MINUTE);
+    const certshare = new AgentPrefs(dir, systemClock, 10_000);
+    try {
+      // Written as certshare writes it (a new file renamed over the old), answered only once the agent applied it.
+      for (const services of [['svc:web'], [], ['svc:web']]) {
+        const answer = await certshare.editPrefs({ AdvertiseServicesSet: true, AdvertiseServices: services }, AbortSignal.timeout(10_000));
+        assert.deepEqual(answer.AdvertiseServices, services);
+        assert.deepEqual(prefs.services, ['svc:other', ...services]);
+      }
+    } finally {
+      await agent.stop(AbortSignal.timeout(5000));
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  const failures: Array<[string, typeof watchDirectory]> = [
+    [
+      'cannot start it (no inotify instance left)',
+      () => {
+        throw Object.assign(new Error('ENOSPC: System limit for number of file watchers reached'), { code: 'ENOSPC' });
+      },
+    ],
+    ['loses it later', (_dir, _onChange, onFailed) => void setImmediate(() => onFailed(new Error('watcher failed')))],
+  ];
+  for (const [what, watchRequests] of failures) {
+    it(`reads the request every pollMs again, and says so, when it ${what}`, async () => {
+      const dir = await exchangeDir();
+      const prefs = new MemoryPrefs();
+      const { agent, log } = withWatch(dir, prefs, watchRequests, 10);
+      try {
+        await until('the failure said', () => log.entries.some((e) => e.msg?.startsWith("cannot follow the advertise request's directory")), [every(10)]);
+        await writeFile(requestPath(dir), '{"seq":1,"advertise":["svc:web"]}');
+        await until('advertised', () => prefs.services.includes('svc:web'), [every(10)]);
+      } finally {
+        await agent.stop(AbortSignal.timeout(5000));
+        await rm(dir, { recursive: true, force: true });
+      }
+    });
+  }
 });
 
 describe('certshare advertise-agent flags', () => {

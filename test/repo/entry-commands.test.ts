@@ -1,8 +1,9 @@
 // What each workload of the image runs, against the Dockerfile. The image's default entry starts the standalone
 // daemon from its start-up snapshot; a process handed on from there to dist/cli/main.js keeps the snapshot's heap
-// unused, so every Kubernetes workload (the injected sidecar, its advertise agent, the injector's Deployment in
-// manifests/ and in the chart) names dist/cli/main.js with the image's Node flags (DIST_COMMAND), and the policy
-// certshare-sidecar-as-injected admits exactly that command, which the sidecar's form records. Read statically
+// unused, so every Kubernetes workload (the injected sidecar, the injector's Deployment in manifests/ and in the
+// chart) names dist/cli/main.js with the image's Node flags (DIST_COMMAND), and the policy
+// certshare-sidecar-as-injected admits exactly that command, which the sidecar's form records. The advertise agent
+// runs its own script with the same Node (ADVERTISE_AGENT_COMMAND: docs/performance.md). Read statically
 // (the fast tier); the policy runs on a real apiserver in test/apiserver/pod-accounts.test.ts, the image in
 // test/repo/image.test.ts.
 import assert from 'node:assert/strict';
@@ -12,11 +13,11 @@ import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { loadAll } from 'js-yaml';
 import type { V1Container } from '../../src/kube/transport/client-node.ts';
-import { SNAPSHOT_BLOB } from '../../src/config/snapshot-files.ts';
+import { ADVERTISE_AGENT_SCRIPT, SNAPSHOT_BLOB } from '../../src/config/snapshot-files.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
 import { ANNOTATION, injectionFor, sidecarForm } from '../../src/injector/mutate.ts';
-import { ADVERTISE_AGENT_NAME, DIST_COMMAND, SIDECAR_NAME } from '../../src/injector/sidecar.ts';
+import { ADVERTISE_AGENT_COMMAND, ADVERTISE_AGENT_NAME, DIST_COMMAND, SIDECAR_NAME } from '../../src/injector/sidecar.ts';
 import { imageEntrypoint } from '../support/dockerfile.ts';
 import { examplePod } from '../support/injector-example.ts';
 
@@ -70,7 +71,7 @@ describe('the command each workload of the image runs', () => {
     assert.deepEqual(commandLine(chart), commandLine(manifest), "the chart's Deployment names the same command");
   });
 
-  it('the injected sidecar and its advertise agent run DIST_COMMAND; the form records it; both policies admit that alone', async () => {
+  it("the injected sidecar runs DIST_COMMAND, the agent its own script; the form records the sidecar's; both policies admit that alone", async () => {
     const defaults = injectorConfigFrom(parseFlags(INJECTOR_FLAGS, [], {}), {}).defaults;
     const pod = await examplePod('proxy-0');
     pod.metadata!.annotations = {
@@ -83,7 +84,9 @@ describe('the command each workload of the image runs', () => {
     const sidecar = spec!.initContainers!.find((c) => c.name === SIDECAR_NAME)!;
     const agent = spec!.containers.find((c) => c.name === ADVERTISE_AGENT_NAME)!;
     assert.deepEqual([sidecar.command, sidecar.args], [DIST_COMMAND, ['run']]);
-    assert.deepEqual([agent.command, agent.args], [DIST_COMMAND, ['advertise-agent']]);
+    assert.deepEqual([agent.command, agent.args], [ADVERTISE_AGENT_COMMAND, undefined]);
+    assert.equal(ADVERTISE_AGENT_COMMAND[0], DIST_COMMAND[0], "the image's Node");
+    assert.equal(ADVERTISE_AGENT_COMMAND.at(-1), `dist/${ADVERTISE_AGENT_SCRIPT}`, 'the script scripts/build.ts writes');
     const form = sidecarForm(defaults);
     assert.deepEqual([form.command, form.args], [DIST_COMMAND.join(' '), 'run']);
     const rules: string[][] = [];

@@ -10,7 +10,7 @@ import { createInterface } from 'node:readline';
 import { after, before, describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { startEmulator } from '../../src/emulator/server.ts';
-import { DIST_COMMAND } from '../../src/injector/sidecar.ts';
+import { ADVERTISE_AGENT_COMMAND, DIST_COMMAND } from '../../src/injector/sidecar.ts';
 import { DOMAIN, tempDir } from '../support/standalone.ts';
 import { execForm, isDistroless, lastArgs, NONROOT_UID, parseDockerfile, replayDockerfile, replayRunEnv, type ReplayedStage } from '../support/dockerfile.ts';
 
@@ -69,8 +69,8 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
     );
     assert.deepEqual(
       dist.filter((f) => !f.endsWith('.js') && !f.startsWith('compile-cache/')).sort(),
-      ['package.json', 'snapshot/certshare-run.blob', 'snapshot/certshare-run.cjs'],
-      "dist holds JavaScript, its package.json, the compile cache and the start-up snapshot (the final stage's blob) only",
+      ['agent/advertise-agent.cjs', 'package.json', 'snapshot/certshare-run.blob', 'snapshot/certshare-run.cjs'],
+      "dist holds JavaScript, its package.json, the compile cache, the start-up snapshot (the final stage's blob) and the advertise agent's script only",
     );
     const chunks = dist.filter((f) => f.startsWith('chunks/')).length;
     // For the account the image runs as; a replay not run by root can fill only its own account's.
@@ -104,6 +104,14 @@ describe('the image, replayed outside Docker', { timeout: 15 * 60_000 }, () => {
       assert.equal(res.status, 0, `${command} --help: ${res.stderr}`);
       assert.match(res.stdout, command === 'run' ? /CERTSHARE_READINESS_GATE/ : /Usage: certshare emulator/);
     }
+  });
+
+  it("the advertise agent's command, as the injector writes it, starts from the image's tree: --help exits 0", () => {
+    const [node, ...rest] = ADVERTISE_AGENT_COMMAND;
+    assert.equal(node, DISTROLESS_NODE);
+    const res = spawnSync(process.execPath, [...rest, '--help'], { cwd: app, encoding: 'utf8', env: { PATH: '/usr/bin:/bin', ...final.env }, timeout: 30_000 });
+    assert.equal(res.status, 0, `the agent --help: ${res.stderr}`);
+    assert.match(res.stdout, /--advertise-services/);
   });
 
   it("only run reads the compile cache: the injector's and the other commands' flags would have it refused and held", () => {

@@ -6,6 +6,7 @@ import { describe, it } from 'node:test';
 import type { V1Container, V1Pod } from '../../../src/kube/transport/client-node.ts';
 import { ANNOTATION, admissionReviewResponse } from '../../../src/injector/mutate.ts';
 import type { InjectionDefaults } from '../../../src/config/injection-defaults.ts';
+import { ADVERTISE_AGENT_COMMAND } from '../../../src/injector/sidecar.ts';
 import {
   ADVERTISE_OWNER_ANNOTATION,
   OPERATOR_ANNOTATION,
@@ -87,7 +88,7 @@ describe("the injector's tailscaled operator grant", () => {
       assert.equal(allowed, true, message);
       const agent = stored.spec!.containers.find((c) => c.name === 'certshare-advertise')!;
       const certshare = stored.spec!.initContainers!.find((c) => c.name === 'certshare')!;
-      assert.deepEqual(agent.args, ['advertise-agent']);
+      assert.deepEqual([agent.command, agent.args], [ADVERTISE_AGENT_COMMAND, undefined], "the agent's own script");
       assert.equal(agent.image, certshare.image);
       assert.deepEqual(agent.env, [
         { name: 'CERTSHARE_ADVERTISE_SERVICES', value: 'svc:proxy' },
