@@ -192,14 +192,23 @@ async function buildParts(
   const domains = new ManagedDomains(settings.domains, logger, input.heapSaving ?? heapSavingSwitch());
   // --advertise-services serve-config: the ServeConfig's Services as last read (its watcher reads it first at start-up).
   let serveConfigServices: readonly string[] = [];
-  const served = await servedRotation(
-    settings.served,
-    { ...deps, health, metrics, localApi, watcher, backend, events },
-    {
-      domains: () => domains.current,
-      serveConfigServices: () => serveConfigServices,
-    },
-  );
+  const served = settings.served
+    ? (await import('../served/served-rotation.ts')).createServedRotation(settings.served, {
+        ...deps,
+        health,
+        registry: metrics.registry,
+        localApi,
+        certDomains: watcher,
+        domains: () => domains.current,
+        serveConfigServices: () => serveConfigServices,
+        onServedChange: backend.servedChanged,
+        onServiceDomainWait: backend.serviceDomainWait,
+      })
+    : undefined;
+  // What the proxy serves while certshare reloads it proves nothing; a reload certshare ran may have put the proxy
+  // right: check what it serves once it ended, not at the next recheck.
+  events.on('reloading', () => served?.checker.reloading());
+  events.on('reloaded', (outcome: ReloadOutcome) => served?.checker.reloaded(outcome.ok && !outcome.skipped));
   // Leaving rotation and the listener that answers GET /leave-rotation, built as soon as what they are handed
   // (the store, the served rotation) exists.
   const rotationExit = new RotationExit(settings.leave, { clock, logger, backend, served });
@@ -230,38 +239,6 @@ function reloadReport(metrics: Metrics, events: EventEmitter): (o: ReloadOutcome
     metrics.reloads.inc({ method: o.method, result: o.skipped ? 'skipped' : o.ok ? 'success' : 'failure' });
     events.emit('reloaded', o);
   };
-}
-
-/** The served check and the advertisement, when --served-check turns them on; a reload certshare ran checks at once. */
-async function servedRotation(
-  settings: PartSettings['served'],
-  p: {
-    clock: Clock;
-    logger: Logger;
-    health: HealthState;
-    metrics: Metrics;
-    localApi: LocalApi;
-    watcher: CertDomainsWatcher;
-    backend: StoreBackend;
-    events: EventEmitter;
-  },
-  managed: { domains: () => readonly string[]; serveConfigServices: () => readonly string[] },
-): Promise<ServedRotation | undefined> {
-  if (!settings) return undefined;
-  const { backend } = p;
-  const served = (await import('../served/served-rotation.ts')).createServedRotation(settings, {
-    ...p,
-    ...managed,
-    registry: p.metrics.registry,
-    certDomains: p.watcher,
-    ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
-    ...(backend.serviceDomainWait ? { onServiceDomainWait: backend.serviceDomainWait } : {}),
-  });
-  // What the proxy serves while certshare reloads it proves nothing; a reload certshare ran may have put the proxy
-  // right: check what it serves once it ended, not at the next recheck.
-  p.events.on('reloading', () => served?.checker.reloading());
-  p.events.on('reloaded', (outcome: ReloadOutcome) => served?.checker.reloaded(outcome.ok && !outcome.skipped));
-  return served;
 }
 
 async function stopDaemon(p: DaemonParts, shutdownTimeoutMs: number): Promise<void> {
