@@ -10,8 +10,7 @@ import type { LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import { dirBackend, type StoreBackend } from '../store/store-backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
-import type { KubeBackendContext } from '../kube/kube-backend.ts';
-import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
+import { loadKubeBackend } from '../kube/kube-mode.ts';
 import { secretPairSource } from '../kube/secret-pair-source.ts';
 import type { DaemonConfig } from '../config/daemon-config.ts';
 import { followServeConfig, type ServeConfigWatcher } from '../localapi/serve-config-watcher.ts';
@@ -61,18 +60,6 @@ export interface Daemon {
   readonly events: EventEmitter;
   /** Graceful stop: leave rotation, drain, stop loops and the server. */
   stop(): Promise<void>;
-}
-
-/** The storage mode: a directory, or Kubernetes, loaded only then (its client costs tens of MB that directory mode does not pay). */
-async function storeBackend(
-  store: PartSettings['store'],
-  ctx: KubeBackendContext & { filesWritten(domain: string, path: string): void },
-): Promise<StoreBackend> {
-  if (store.kind === 'kube') {
-    kubeconfigSource(ctx.env); // no credentials at all: fail before loading the client
-    return (await import('../kube/kube-backend.ts')).createKubeBackend(ctx, store.settings);
-  }
-  return dirBackend(store.path, store.podName, ctx);
 }
 
 /**
@@ -134,7 +121,7 @@ interface DaemonParts {
   delivery: ProxyDelivery;
   /** --out-dir in Kubernetes mode: the files the certificates are projected to, and their projector. */
   projection: { files: CertDirectory; projector: Projector } | undefined;
-  /** The store: a directory, or Kubernetes mode (its start-up checks run as it is built: storeBackend). */
+  /** The store: a directory, or Kubernetes mode (its start-up checks run as it is built). */
   backend: StoreBackend;
   watcher: CertDomainsWatcher;
   domains: ManagedDomains;
@@ -180,14 +167,12 @@ async function buildParts(
   // The start of the grace for what every start goes through (tailscaled not listening yet, the first issuance),
   // before the store's start-up checks.
   const startup = new StartupGrace(clock, settings.startupGraceMs);
-  const backend = await storeBackend(settings.store, {
-    ...deps,
-    metrics,
-    health,
-    filesWritten,
-    ...(projection ? { projection } : {}),
-    ...(routingProofs ? { routingProofs } : {}),
-  });
+  // The storage mode: a directory, or Kubernetes (its start-up checks run as it is built).
+  const storeDeps = { ...deps, metrics, health, filesWritten, projection, routingProofs };
+  const backend =
+    settings.store.kind === 'kube'
+      ? await loadKubeBackend(storeDeps, settings.store.settings)
+      : await dirBackend(settings.store.path, settings.store.podName, storeDeps);
   const { localApi, watcher } = tailscaledSource(settings.tailscaled, { clock, logger, startup, localApi: input.localApi, metrics, health });
   const domains = new ManagedDomains(settings.domains, logger, input.heapSaving ?? heapSavingSwitch());
   // --advertise-services serve-config: the ServeConfig's Services as last read (its watcher reads it first at start-up).
