@@ -10,8 +10,7 @@ import type { LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import { dirBackend, type StoreBackend } from '../store/store-backend.ts';
 import { CertDirectory } from '../store/cert-directory.ts';
-import type { KubeBackendContext } from '../kube/kube-backend.ts';
-import { kubeconfigSource } from '../kube/kubeconfig-source.ts';
+import { loadKubeBackend } from '../kube/kube-mode.ts';
 import { secretPairSource } from '../kube/secret-pair-source.ts';
 import type { DaemonConfig } from '../config/daemon-config.ts';
 import { followServeConfig, type ServeConfigWatcher } from '../localapi/serve-config-watcher.ts';
@@ -61,18 +60,6 @@ export interface Daemon {
   readonly events: EventEmitter;
   /** Graceful stop: leave rotation, drain, stop loops and the server. */
   stop(): Promise<void>;
-}
-
-/** The storage mode: a directory, or Kubernetes, loaded only then (its client costs tens of MB that directory mode does not pay). */
-async function storeBackend(
-  store: PartSettings['store'],
-  ctx: KubeBackendContext & { filesWritten(domain: string, path: string): void },
-): Promise<StoreBackend> {
-  if (store.kind === 'kube') {
-    kubeconfigSource(ctx.env); // no credentials at all: fail before loading the client
-    return (await import('../kube/kube-backend.ts')).createKubeBackend(ctx, store.settings);
-  }
-  return dirBackend(store.path, store.podName, ctx);
 }
 
 /**
@@ -134,7 +121,7 @@ interface DaemonParts {
   delivery: ProxyDelivery;
   /** --out-dir in Kubernetes mode: the files the certificates are projected to, and their projector. */
   projection: { files: CertDirectory; projector: Projector } | undefined;
-  /** The store: a directory, or Kubernetes mode (its start-up checks run as it is built: storeBackend). */
+  /** The store: a directory, or Kubernetes mode (its start-up checks run as it is built). */
   backend: StoreBackend;
   watcher: CertDomainsWatcher;
   domains: ManagedDomains;
@@ -180,26 +167,33 @@ async function buildParts(
   // The start of the grace for what every start goes through (tailscaled not listening yet, the first issuance),
   // before the store's start-up checks.
   const startup = new StartupGrace(clock, settings.startupGraceMs);
-  const backend = await storeBackend(settings.store, {
-    ...deps,
-    metrics,
-    health,
-    filesWritten,
-    ...(projection ? { projection } : {}),
-    ...(routingProofs ? { routingProofs } : {}),
-  });
+  // The storage mode: a directory, or Kubernetes (its start-up checks run as it is built).
+  const storeDeps = { ...deps, metrics, health, filesWritten, projection, routingProofs };
+  const backend =
+    settings.store.kind === 'kube'
+      ? await loadKubeBackend(storeDeps, settings.store.settings)
+      : await dirBackend(settings.store.path, settings.store.podName, storeDeps);
   const { localApi, watcher } = tailscaledSource(settings.tailscaled, { clock, logger, startup, localApi: input.localApi, metrics, health });
   const domains = new ManagedDomains(settings.domains, logger, input.heapSaving ?? heapSavingSwitch());
   // --advertise-services serve-config: the ServeConfig's Services as last read (its watcher reads it first at start-up).
   let serveConfigServices: readonly string[] = [];
-  const served = await servedRotation(
-    settings.served,
-    { ...deps, health, metrics, localApi, watcher, backend, events },
-    {
-      domains: () => domains.current,
-      serveConfigServices: () => serveConfigServices,
-    },
-  );
+  const served = settings.served
+    ? (await import('../served/served-rotation.ts')).createServedRotation(settings.served, {
+        ...deps,
+        health,
+        registry: metrics.registry,
+        localApi,
+        certDomains: watcher,
+        domains: () => domains.current,
+        serveConfigServices: () => serveConfigServices,
+        onServedChange: backend.servedChanged,
+        onServiceDomainWait: backend.serviceDomainWait,
+      })
+    : undefined;
+  // What the proxy serves while certshare reloads it proves nothing; a reload certshare ran may have put the proxy
+  // right: check what it serves once it ended, not at the next recheck.
+  events.on('reloading', () => served?.checker.reloading());
+  events.on('reloaded', (outcome: ReloadOutcome) => served?.checker.reloaded(outcome.ok && !outcome.skipped));
   // Leaving rotation and the listener that answers GET /leave-rotation, built as soon as what they are handed
   // (the store, the served rotation) exists.
   const rotationExit = new RotationExit(settings.leave, { clock, logger, backend, served });
@@ -230,38 +224,6 @@ function reloadReport(metrics: Metrics, events: EventEmitter): (o: ReloadOutcome
     metrics.reloads.inc({ method: o.method, result: o.skipped ? 'skipped' : o.ok ? 'success' : 'failure' });
     events.emit('reloaded', o);
   };
-}
-
-/** The served check and the advertisement, when --served-check turns them on; a reload certshare ran checks at once. */
-async function servedRotation(
-  settings: PartSettings['served'],
-  p: {
-    clock: Clock;
-    logger: Logger;
-    health: HealthState;
-    metrics: Metrics;
-    localApi: LocalApi;
-    watcher: CertDomainsWatcher;
-    backend: StoreBackend;
-    events: EventEmitter;
-  },
-  managed: { domains: () => readonly string[]; serveConfigServices: () => readonly string[] },
-): Promise<ServedRotation | undefined> {
-  if (!settings) return undefined;
-  const { backend } = p;
-  const served = (await import('../served/served-rotation.ts')).createServedRotation(settings, {
-    ...p,
-    ...managed,
-    registry: p.metrics.registry,
-    certDomains: p.watcher,
-    ...(backend.servedChanged ? { onServedChange: backend.servedChanged } : {}),
-    ...(backend.serviceDomainWait ? { onServiceDomainWait: backend.serviceDomainWait } : {}),
-  });
-  // What the proxy serves while certshare reloads it proves nothing; a reload certshare ran may have put the proxy
-  // right: check what it serves once it ended, not at the next recheck.
-  p.events.on('reloading', () => served?.checker.reloading());
-  p.events.on('reloaded', (outcome: ReloadOutcome) => served?.checker.reloaded(outcome.ok && !outcome.skipped));
-  return served;
 }
 
 async function stopDaemon(p: DaemonParts, shutdownTimeoutMs: number): Promise<void> {

@@ -15,7 +15,7 @@ import type { Federated, HomeSettings } from './federation-home.ts';
 import { connectKube, type KubeConnection } from './connection.ts';
 import { podReadinessGate, type ReadinessGate, type ReadinessGateSettings } from './readiness-gate.ts';
 import { podTerminationProbe } from './pod-terminating.ts';
-import { KubeSecretStore, type StoreTrust } from './secret-store.ts';
+import { KubeSecretStore } from './secret-store.ts';
 import { writerElector, type LeaseElector } from './lease-elector.ts';
 import { KubeLedgerStore } from './ledger-store.ts';
 import { podEventRecorder, type EventRecorder } from './event-recorder.ts';
@@ -97,7 +97,18 @@ export async function createKubeBackend(ctx: KubeBackendContext, settings: KubeS
     ? await (await import('./federation-home.ts')).federationMember(settings.federation, group!, { env: ctx.env, clock, logger, metrics, podEvents })
     : undefined;
   const { files, projector } = ctx.projection ?? {};
-  const store = localSecretStore(settings, connection, { clock, logger, metrics }, files, member?.localTrust);
+  // This cluster's Secrets (the group's, or only those it is asked for).
+  const store = new KubeSecretStore({
+    connection,
+    clock,
+    logger: logger.child({ component: 'secret-store' }),
+    group,
+    writer: podName,
+    watchScope: settings.watchScope,
+    onError: (operation) => metrics.storeErrors.inc({ operation }),
+    earlierCopies: files,
+    trust: member?.localTrust,
+  });
   // A start-up check: in group scope a Role without list/watch on the namespace's Secrets is fatal here.
   await store.start();
   const identity = podName ?? `certshare-${process.pid}`;
@@ -142,27 +153,6 @@ export async function createKubeBackend(ctx: KubeBackendContext, settings: KubeS
       connection.close();
     },
   };
-}
-
-/** The KubeSecretStore of this cluster's Secrets (the group's, or only those it is asked for). */
-function localSecretStore(
-  settings: KubeSettings,
-  connection: KubeConnection,
-  deps: { clock: Clock; logger: Logger; metrics: KubeMetrics },
-  files: CertDirectory | undefined,
-  trust: StoreTrust | undefined,
-): KubeSecretStore {
-  return new KubeSecretStore({
-    connection,
-    clock: deps.clock,
-    logger: deps.logger.child({ component: 'secret-store' }),
-    group: settings.group,
-    writer: settings.podName,
-    watchScope: settings.watchScope,
-    onError: (operation) => deps.metrics.storeErrors.inc({ operation }),
-    earlierCopies: files,
-    trust,
-  });
 }
 
 /** The served check's changes and a Service domain's wait, as Events about the Pod. */
