@@ -432,7 +432,9 @@ export const RUN_FLAGS = [
     placeholder: 'DURATION',
     default: '25s',
     help: 'Exit no later than this after SIGTERM.',
-    detail: 'Injected, it follows the drain delay within terminationGracePeriodSeconds (the injector refuses a Pod where the two do not fit).',
+    detail:
+      'Injected, it follows the drain delay within terminationGracePeriodSeconds: unset, the injector fits it into what ' +
+      'the drain leaves (5s at least); given, it refuses a Pod where the two do not fit.',
   },
 ] as const satisfies readonly FlagSpec<(typeof RUN_GROUPS)[number]>[];
 

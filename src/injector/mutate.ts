@@ -416,7 +416,39 @@ function expectedSidecar(
     homeVolume: defaults.homeKubeconfigSecret ? HOME_VOLUME : undefined,
     proxyMounts,
   });
-  return withAdvertiseExchange(withLeaveToken(sidecar, keptLeaveToken));
+  return withFittedStop(withAdvertiseExchange(withLeaveToken(sidecar, keptLeaveToken)), spec);
+}
+
+/** The variable holding --shutdown-timeout. */
+const SHUTDOWN_TIMEOUT_ENV = envName('shutdown-timeout');
+/**
+ * The shortest stop the injector fits certshare into: the stop keeps 3 s of it for the Kubernetes side of leaving
+ * rotation (AFTER_FAILOVER_RESERVE_MS, http/rotation-exit.ts) and 1 s for the exit (STOP_RESERVE_MS,
+ * kube/kube-backend.ts); 5 s leaves the readiness patch and the hand-over (the Secrets checked and put back, the
+ * Lease released) 2 s each at the least, a few apiserver requests each.
+ */
+const MIN_FITTED_STOP_MS = 5000;
+/** Where the injector says it fitted certshare's stop into the grace period, and from what. @forTests */
+export const STOP_FITTED_ANNOTATION = 'certshare.io/stop-fitted';
+
+/**
+ * A sidecar whose --shutdown-timeout neither the Pod nor the platform gave: certshare's stop fitted into the grace
+ * period after the preStop part (stopPlan), written as the variable, so the daemon and the stored Pod agree. The
+ * default is kept where it fits; a stop that would be shorter than MIN_FITTED_STOP_MS is not fitted (checkStop
+ * refuses the Pod). Deterministic from the Pod: a Pod injected before, or its stored copy, expects the same.
+ */
+function withFittedStop(sidecar: V1Container, spec: V1PodSpec): V1Container {
+  if (envValue(sidecar, SHUTDOWN_TIMEOUT_ENV) !== undefined) return sidecar;
+  let stop: ReturnType<typeof checkSidecarEnv>;
+  try {
+    stop = checkSidecarEnv(sidecar);
+  } catch {
+    return sidecar; // checkStop refuses it with the daemon's message.
+  }
+  const { graceSeconds, preStopSeconds } = stopPlan(spec, stop, envValue(sidecar, LEAVE_TOKEN_ENV) !== undefined);
+  const leftMs = (graceSeconds - preStopSeconds) * 1000;
+  if (leftMs >= stop.shutdownTimeoutMs || leftMs < MIN_FITTED_STOP_MS) return sidecar;
+  return { ...sidecar, env: [...(sidecar.env ?? []), { name: SHUTDOWN_TIMEOUT_ENV, value: `${leftMs / 1000}s` }] };
 }
 
 /**
@@ -501,27 +533,38 @@ function sidecarDifference(actual: V1Container, expected: V1Container): string |
 /** The apiserver's terminationGracePeriodSeconds for a Pod that sets none. */
 const DEFAULT_GRACE_SECONDS = 30;
 
+/** The grace period and the part of it the proxy's preStop takes (stopPlan). */
+interface StopPlan {
+  graceSeconds: number;
+  preStopSeconds: number;
+  /** The flag the preStop part comes from, as the messages name it. */
+  preStopPart: '--drain-delay' | '--advertise-failover';
+}
+
 /**
  * A Pod's stop, one after the other within terminationGracePeriodSeconds, when the kubelet kills what still
- * runs: the proxy's preStop sleep (--drain-delay, in whole seconds), the proxy's exit, then certshare's own
+ * runs: the proxy's preStop sleep (--drain-delay, in whole seconds), or, advertising (a leave token), its preStop
+ * call, which lasts the Services' failover wait or the drain if longer; the proxy's exit; then certshare's own
  * stop, bounded by --shutdown-timeout (leaving rotation, handing over the Lease, putting back what an edit
- * took from its Secrets). Both bounds must fit the grace period, or a slow stop ends in SIGKILL.
+ * took from its Secrets).
  */
-function stopProblem(drainDelayMs: number, shutdownTimeoutMs: number, graceSeconds: number, advertiseFailoverMs = 0): string | undefined {
-  const drainSeconds = Math.ceil(drainDelayMs / 1000);
-  // Advertising: the proxy's preStop call lasts the Services' failover wait, or the drain if longer.
-  if (advertiseFailoverMs > drainDelayMs) {
-    const preStopSeconds = Math.ceil(advertiseFailoverMs / 1000);
-    if (preStopSeconds * 1000 + shutdownTimeoutMs <= graceSeconds * 1000) return undefined;
-    return (
-      `--advertise-failover (the wait of the proxy's preStop call to certshare, ${preStopSeconds}s) plus --shutdown-timeout (certshare's own stop, ` +
-      `${shutdownTimeoutMs / 1000}s) must fit the Pod's terminationGracePeriodSeconds (${graceSeconds}): the kubelet kills what still runs then`
-    );
-  }
-  if (drainSeconds * 1000 + shutdownTimeoutMs <= graceSeconds * 1000) return undefined;
+function stopPlan(spec: V1PodSpec, stop: { drainDelayMs: number; advertiseFailoverMs: number }, advertising: boolean): StopPlan {
+  const graceSeconds = spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_SECONDS;
+  if (advertising && stop.advertiseFailoverMs > stop.drainDelayMs)
+    return { graceSeconds, preStopSeconds: Math.ceil(stop.advertiseFailoverMs / 1000), preStopPart: '--advertise-failover' };
+  return { graceSeconds, preStopSeconds: Math.ceil(stop.drainDelayMs / 1000), preStopPart: '--drain-delay' };
+}
+
+/** Both bounds of stopPlan's stop must fit the grace period, or a slow stop ends in SIGKILL. */
+function stopProblem(plan: StopPlan, shutdownTimeoutMs: number): string | undefined {
+  if (plan.preStopSeconds * 1000 + shutdownTimeoutMs <= plan.graceSeconds * 1000) return undefined;
+  const preStop =
+    plan.preStopPart === '--advertise-failover'
+      ? `--advertise-failover (the wait of the proxy's preStop call to certshare, ${plan.preStopSeconds}s)`
+      : `--drain-delay (the proxy's preStop sleep, ${plan.preStopSeconds}s)`;
   return (
-    `--drain-delay (the proxy's preStop sleep, ${drainSeconds}s) plus --shutdown-timeout (certshare's own stop, ` +
-    `${shutdownTimeoutMs / 1000}s) must fit the Pod's terminationGracePeriodSeconds (${graceSeconds}): the kubelet kills what still runs then`
+    `${preStop} plus --shutdown-timeout (certshare's own stop, ${shutdownTimeoutMs / 1000}s) ` +
+    `must fit the Pod's terminationGracePeriodSeconds (${plan.graceSeconds}): the kubelet kills what still runs then`
   );
 }
 
@@ -570,7 +613,7 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults, namespace 
 
   const sidecar = expectedSidecar(spec, settings, defaults);
   checkMounts(spec, settings, defaults, certsVolume);
-  const { drainDelayMs, leaveToken } = checkStop(spec, sidecar);
+  const { drainDelayMs, leaveToken, fitted } = checkStop(spec, sidecar, settings);
   const advertised = envValue(sidecar, envName('advertise-services'));
   const proxyContainers = (spec.containers ?? []).map((c) => {
     const cleaned = withDrain(withoutAutoMounts(c), drainDelayMs, leaveToken);
@@ -603,7 +646,7 @@ export function injectionFor(pod: V1Pod, defaults: InjectionDefaults, namespace 
   const granted = wantsOperatorGrant(annotations, advertised !== undefined, defaults.grantTailscaleOperator ?? true)
     ? withOperatorGrant(injected, settings.socketVolume, proxyGroup)
     : { spec: injected, annotations: {} };
-  const added: Record<string, string> = { ...granted.annotations };
+  const added: Record<string, string> = { ...granted.annotations, ...(fitted ? { [STOP_FITTED_ANNOTATION]: fitted } : {}) };
   if (configFile)
     added[ADVERTISE_OWNER_ANNOTATION] =
       `config-file: container ${configFile} sets TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR` +
@@ -732,14 +775,34 @@ function checkMounts(spec: V1PodSpec, settings: Settings, defaults: InjectionDef
   if (overlapping) throw bad(ANNOTATION.outDir, `"${settings.outDir}" overlaps ${overlapping.mountPath}, which certshare's container mounts for itself`);
 }
 
-/** The sidecar's settings pass the daemon's validation and its stop fits the grace period (stopProblem). */
-function checkStop(spec: V1PodSpec, sidecar: V1Container): { drainDelayMs: number; leaveToken: string | undefined } {
-  const { drainDelayMs, shutdownTimeoutMs, advertiseFailoverMs } = checkSidecarEnv(sidecar);
+/**
+ * The sidecar's settings pass the daemon's validation and its stop fits the grace period (stopProblem); `fitted`:
+ * the injector chose its --shutdown-timeout (withFittedStop), said in the Pod's STOP_FITTED_ANNOTATION.
+ */
+function checkStop(
+  spec: V1PodSpec,
+  sidecar: V1Container,
+  settings: Settings,
+): { drainDelayMs: number; leaveToken: string | undefined; fitted: string | undefined } {
+  const stop = checkSidecarEnv(sidecar);
   const leaveToken = envValue(sidecar, LEAVE_TOKEN_ENV);
-  const grace = spec.terminationGracePeriodSeconds ?? DEFAULT_GRACE_SECONDS;
-  const problem = stopProblem(drainDelayMs, shutdownTimeoutMs, grace, leaveToken ? advertiseFailoverMs : 0);
-  if (problem) throw bad(ANNOTATION.flags, problem);
-  return { drainDelayMs, leaveToken };
+  const plan = stopPlan(spec, stop, leaveToken !== undefined);
+  const given = (settings.extraEnv ?? []).some((e) => e.name === SHUTDOWN_TIMEOUT_ENV);
+  const problem = stopProblem(plan, stop.shutdownTimeoutMs);
+  if (problem)
+    throw bad(
+      ANNOTATION.flags,
+      given
+        ? problem
+        : `${problem}; certshare's stop, its --shutdown-timeout unset, is fitted into what the preStop part leaves down to ` +
+            `${MIN_FITTED_STOP_MS / 1000}s only (leaving rotation, putting back its Secrets, handing over the Lease)`,
+    );
+  const fitted = given ? undefined : envValue(sidecar, SHUTDOWN_TIMEOUT_ENV);
+  const said =
+    fitted &&
+    `--shutdown-timeout=${fitted}: terminationGracePeriodSeconds ${plan.graceSeconds} less ${plan.preStopSeconds}s of ${plan.preStopPart}, ` +
+      `the default ${findFlag(RUN_FLAGS, 'shutdown-timeout')?.default} not fitting`;
+  return { drainDelayMs: stop.drainDelayMs, leaveToken, fitted: said || undefined };
 }
 
 /** "add" on an existing member replaces it (RFC 6902): whole fields, computed from the Pod as seen. */

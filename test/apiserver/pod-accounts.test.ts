@@ -11,7 +11,7 @@ import { silentLogger } from '../../src/core/ports/logger.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { startInjector, type Injector } from '../../src/injector/injector.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
-import { ANNOTATION } from '../../src/injector/mutate.ts';
+import { ANNOTATION, STOP_FITTED_ANNOTATION } from '../../src/injector/mutate.ts';
 import { DIST_COMMAND } from '../../src/injector/sidecar.ts';
 import { SIDECAR_FORM_CONFIGMAP } from '../../src/injector/sidecar-form.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
@@ -454,6 +454,24 @@ describe("Pods under certshare's ServiceAccounts in an opted-in namespace (real 
     }
     const other = await patch({ 'example.com/note': 'mine' });
     assert.equal(other.code, 0, other.stderr);
+  });
+
+  it("advertising on certshare's defaults in the default grace: its stop fitted, and the stored copy passes both policies and the webhook", async () => {
+    const onDefaults = { ...asked, [ANNOTATION.flags]: '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy' };
+    assert.equal(await create(pod('fitted-0', { serviceAccountName: 'certshare' }, onDefaults)), 'created');
+    const { metadata, spec } = await stored('fitted-0');
+    assert.equal(spec!.terminationGracePeriodSeconds, 30);
+    const certshare = spec!.initContainers!.find((c) => c.name === 'certshare')!;
+    assert.deepEqual(
+      certshare.env!.filter((e) => e.name === 'CERTSHARE_SHUTDOWN_TIMEOUT'),
+      [{ name: 'CERTSHARE_SHUTDOWN_TIMEOUT', value: '10s' }],
+    );
+    assert.match(metadata!.annotations![STOP_FITTED_ANNOTATION]!, /^--shutdown-timeout=10s: terminationGracePeriodSeconds 30 less 20s/);
+    assert.equal(await create(await copyOf('fitted-0', 'fitted-copy')), 'created');
+    // Another value in the copy is the Pod's own container, not the injector's.
+    const edited = await copyOf('fitted-0', 'fitted-edited');
+    edited.spec!.initContainers!.find((c) => c.name === 'certshare')!.env!.find((e) => e.name === 'CERTSHARE_SHUTDOWN_TIMEOUT')!.value = '9s';
+    assert.match(await create(edited), /brings its own container named certshare \(its env\[\d+\]\.value is not the injector's\)/);
   });
 
   it("tailscaled from the operator's config file: admitted, certshare told not to advertise, and the author cannot add it back", async () => {

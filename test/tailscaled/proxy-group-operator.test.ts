@@ -23,7 +23,7 @@ import { silentLogger } from '../../src/core/ports/logger.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { startInjector, type Injector } from '../../src/injector/injector.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
-import { ANNOTATION } from '../../src/injector/mutate.ts';
+import { ANNOTATION, STOP_FITTED_ANNOTATION } from '../../src/injector/mutate.ts';
 import { ADVERTISE_OWNER_ANNOTATION, OPERATOR_HOOK, PROXY_GROUP_SOCKET } from '../../src/injector/tailscale-operator.ts';
 import { buildOnce, type ManagedProcess, yamlKubeconfig } from '../harness/control-plane.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
@@ -213,15 +213,30 @@ describe("a ProxyGroup Pod built by Tailscale's real operator 1.102.5, injected 
     assert.equal(stored.spec!.initContainers![0]!.name, 'sysctler', "the operator's init container first, as it was");
   });
 
-  it("the operator's replicas keep the default grace of 30 s (a ProxyClass cannot set it): certshare's default stop does not fit", async () => {
+  it("the operator's replicas keep the default grace of 30 s (a ProxyClass cannot set it): on certshare's defaults its stop is fitted into it", async () => {
     const set = await statefulSet('ingress');
     const pod = replicaPod(set, 1);
     const { spec } = (await defaulted(pod)) as { spec: V1PodSpec };
     assert.equal(spec.terminationGracePeriodSeconds, 30, 'the default: the operator sets none');
     pod.metadata!.annotations = { ...pod.metadata!.annotations, [ANNOTATION.flags]: '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy' };
-    const r = await cp().kubectl(['create', '-n', NS, '-f', '-', '--dry-run=server'], { input: JSON.stringify(pod) });
-    assert.notEqual(r.code, 0, 'admitted');
-    assert.match(r.stderr, /--advertise-failover .*20s\) plus --shutdown-timeout .*25s\) must fit the Pod's terminationGracePeriodSeconds \(30\)/);
+    const r = await cp().kubectl(['create', '-n', NS, '-f', '-', '--dry-run=server', '-o', 'json'], { input: JSON.stringify(pod) });
+    assert.equal(r.code, 0, r.stderr);
+    const created = JSON.parse(r.stdout) as V1Pod;
+    const certshare = created.spec!.initContainers!.find((c) => c.name === 'certshare')!;
+    assert.deepEqual(
+      certshare.env!.filter((e) => e.name === 'CERTSHARE_SHUTDOWN_TIMEOUT'),
+      [{ name: 'CERTSHARE_SHUTDOWN_TIMEOUT', value: '10s' }],
+      "30 s less the preStop call's 20 s",
+    );
+    assert.match(
+      created.metadata!.annotations![STOP_FITTED_ANNOTATION]!,
+      /^--shutdown-timeout=10s: terminationGracePeriodSeconds 30 less 20s of --advertise-failover/,
+    );
+    // A value given that does not fit is refused as before.
+    pod.metadata!.annotations![ANNOTATION.flags] += ' --shutdown-timeout=11s';
+    const refused = await cp().kubectl(['create', '-n', NS, '-f', '-', '--dry-run=server'], { input: JSON.stringify(pod) });
+    assert.notEqual(refused.code, 0, 'admitted');
+    assert.match(refused.stderr, /--advertise-failover .*20s\) plus --shutdown-timeout .*11s\) must fit the Pod's terminationGracePeriodSeconds \(30\)/);
   });
 
   it("the replica's tailscaled, started by containerboot from the operator's config Secret, logs in to control with the key the operator minted", async () => {

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { V1Container, V1Pod } from '../../../src/kube/transport/client-node.ts';
-import { ANNOTATION, admissionReviewResponse } from '../../../src/injector/mutate.ts';
+import { ANNOTATION, STOP_FITTED_ANNOTATION, admissionReviewResponse } from '../../../src/injector/mutate.ts';
 import type { InjectionDefaults } from '../../../src/config/injection-defaults.ts';
 import { ADVERTISE_AGENT_COMMAND } from '../../../src/injector/sidecar.ts';
 import {
@@ -355,6 +355,79 @@ describe("Tailscale's operator's own ProxyGroup Pods (no socket volume of theirs
     const kept = admit(own, optedIn, 'tailscale');
     assert.equal(kept.allowed, true, kept.message);
     assert.deepEqual(socketEnv(tailscaleOf(kept.stored)), [{ name: 'TS_SOCKET', value: PROXY_GROUP_SOCKET }]);
+  });
+
+  it("on certshare's defaults (no --shutdown-timeout) in the operator's 30 s grace: injected, certshare's stop fitted after the failover", () => {
+    const flagsOf = (p: V1Pod, flags: string) => {
+      p.metadata!.annotations![ANNOTATION.flags] = flags;
+      return p;
+    };
+    const shutdownOf = (p: V1Pod) => p.spec!.initContainers!.find((c) => c.name === 'certshare')!.env!.filter((e) => e.name === 'CERTSHARE_SHUTDOWN_TIMEOUT');
+    const onDefaults = flagsOf(operatorProxyGroupPod(), '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy');
+    assert.equal(onDefaults.spec!.terminationGracePeriodSeconds, undefined, 'the operator sets none: the default 30 s');
+    const { allowed, message, stored } = admit(onDefaults, optedIn, 'tailscale');
+    assert.equal(allowed, true, message);
+    // 30 s less the preStop call's 20 s (--advertise-failover's default), written so the daemon and the stored Pod agree.
+    assert.deepEqual(shutdownOf(stored), [{ name: 'CERTSHARE_SHUTDOWN_TIMEOUT', value: '10s' }]);
+    assert.equal(
+      stored.metadata!.annotations![STOP_FITTED_ANNOTATION],
+      '--shutdown-timeout=10s: terminationGracePeriodSeconds 30 less 20s of --advertise-failover, the default 25s not fitting',
+    );
+    // Called again, and its stored copy created again: the same stop expected, nothing more.
+    const again = admit(stored, optedIn, 'tailscale');
+    assert.deepEqual([again.allowed, again.patched], [true, false], again.message);
+    const copy = structuredClone(stored);
+    copy.metadata!.name = 'ingress-copy';
+    assert.deepEqual(admit(copy, optedIn, 'tailscale').allowed, true);
+    // A longer --advertise-failover leaves less; below the 5 s certshare's stop needs, the Pod is refused, saying so.
+    const short = admit(
+      flagsOf(operatorProxyGroupPod(), '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy --advertise-failover=24s'),
+      optedIn,
+      'tailscale',
+    );
+    assert.equal(short.allowed, true, short.message);
+    assert.deepEqual(shutdownOf(short.stored), [{ name: 'CERTSHARE_SHUTDOWN_TIMEOUT', value: '6s' }]);
+    const tooShort = admit(
+      flagsOf(operatorProxyGroupPod(), '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy --advertise-failover=26s'),
+      optedIn,
+      'tailscale',
+    );
+    assert.equal(tooShort.allowed, false);
+    assert.match(tooShort.message!, /26s\) plus --shutdown-timeout \(certshare's own stop, 25s\) must fit .*\(30\).* fitted .* down to 5s only/);
+  });
+
+  it('an explicit --shutdown-timeout is checked as given: one too long for the grace refused, not shortened', () => {
+    const p = operatorProxyGroupPod();
+    p.metadata!.annotations![ANNOTATION.flags] = '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy --shutdown-timeout=11s';
+    const { allowed, message } = admit(p, optedIn, 'tailscale');
+    assert.equal(allowed, false);
+    assert.match(message!, /--advertise-failover \(the wait of the proxy's preStop call to certshare, 20s\) plus --shutdown-timeout \(.* own stop, 11s\)/);
+    assert.match(message!, /must fit the Pod's terminationGracePeriodSeconds \(30\): the kubelet kills what still runs then \[/, 'nothing said of fitting');
+    // Where it is not given, the same Pod is admitted, its stop fitted.
+    p.metadata!.annotations![ANNOTATION.flags] = '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy';
+    assert.equal(admit(p, optedIn, 'tailscale').allowed, true);
+    const platform = admit(operatorProxyGroupPod(), { ...optedIn, sidecarFlags: '--shutdown-timeout=11s' }, 'tailscale');
+    assert.equal(platform.allowed, true, "the Pod's own 8s over the platform's");
+    const platformOnly = admit(p, { ...optedIn, sidecarFlags: '--shutdown-timeout=11s' }, 'tailscale');
+    assert.equal(platformOnly.allowed, false, "the platform's value is given too: not fitted");
+    assert.match(platformOnly.message!, /certshare's own stop, 11s\) must fit/);
+  });
+
+  it('a grace long enough for the default: the default kept, nothing written; a second shorter, the stop fitted', () => {
+    const admitted = (graceSeconds: number) => {
+      const p = operatorProxyGroupPod();
+      p.metadata!.annotations![ANNOTATION.flags] = '--served-check=127.0.0.1:8443 --advertise-services=svc:proxy';
+      p.spec!.terminationGracePeriodSeconds = graceSeconds;
+      const { allowed, message, stored } = admit(p, optedIn, 'tailscale');
+      assert.equal(allowed, true, message);
+      const env = stored.spec!.initContainers!.find((c) => c.name === 'certshare')!.env!;
+      return [env.find((e) => e.name === 'CERTSHARE_SHUTDOWN_TIMEOUT')?.value, stored.metadata!.annotations![STOP_FITTED_ANNOTATION]];
+    };
+    assert.deepEqual(admitted(45), [undefined, undefined], '20 s + 25 s fit 45 s');
+    assert.deepEqual(admitted(44), [
+      '24s',
+      '--shutdown-timeout=24s: terminationGracePeriodSeconds 44 less 20s of --advertise-failover, the default 25s not fitting',
+    ]);
   });
 
   it('refuses, saying why, a Pod whose socket would go elsewhere than its own settings say', () => {
