@@ -8,8 +8,8 @@ import type { Logger } from '../core/ports/logger.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import type { HeldValidity } from '../core/renewal/renewal.ts';
 import type { IssuanceDecision } from '../core/issuance/issuance-policy.ts';
+import { REPLACED_NOW_MAX } from '../core/values/untrusted-values.ts';
 import {
-  REPLACED_NOW_KEEP,
   classifyServed,
   holdLeaf,
   nextServedState,
@@ -66,7 +66,7 @@ interface DomainCheck {
   held: HeldLeaves;
   /** The serial of the current leaf (serialKey). */
   serial?: string;
-  /** Serials the CA asked to replace now (ARI: a revocation, an incident), newest first, at most REPLACED_NOW_KEEP. */
+  /** Serials the CA asked to replace now (ARI: a revocation, an incident), newest first, at most REPLACED_NOW_MAX. */
   replacedNow: string[];
   /** When certshare took its current certificate. */
   heldSince: number;
@@ -123,7 +123,7 @@ export class ServedChecker implements LoopObserver {
     const d = this.#domains.get(domain);
     if (!d) return;
     const named = serials.map(serialKey);
-    const next = [...new Set([...named, ...d.replacedNow])].slice(0, REPLACED_NOW_KEEP);
+    const next = [...new Set([...named, ...d.replacedNow])].slice(0, REPLACED_NOW_MAX);
     if (next.length === d.replacedNow.length && next.every((s, i) => s === d.replacedNow[i])) return;
     d.replacedNow = next;
     this.#wake.abort();

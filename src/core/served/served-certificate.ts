@@ -117,9 +117,6 @@ export function servedVerdictEdge(
 
 const REPLACED_NOW_WHY = 'the proxy still serves a certificate the CA asked to replace now (revoked, or an incident), past the reload window';
 
-/** Serials named as ones the CA asked to replace now, kept per domain: the latest few (a bound for what others write). */
-export const REPLACED_NOW_KEEP = 4;
-
 /** A certificate serial as node:crypto writes it (upper-case hex), whatever case it came in. */
 export const serialKey = (serial: string): string => serial.toUpperCase();
 
