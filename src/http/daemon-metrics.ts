@@ -289,7 +289,7 @@ function processMetrics(registers: Registers) {
     name: 'certshare_out_of_bounds_values_total',
     help:
       'Times read from an object another credential can write, out of their bound and ignored (CERTSHARE_UNTRUSTED_VALUE): ' +
-      "a Secret's retry-not-before or issuing annotation, a pair stored for later starting too late, an issuance ledger entry, " +
+      "a Secret's retry-not-before, issuing or replaced-now annotation, a pair stored for later starting too late, an issuance ledger entry, " +
       "a break-glass claim's time, a Lease's duration; " +
       'counted at each read.',
     labelNames: ['field'],

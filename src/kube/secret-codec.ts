@@ -4,6 +4,7 @@ import { errorMessage } from '../core/errors.ts';
 import { pendingRenewRequest } from '../core/renewal/renew-request.ts';
 import type { Coordination, RecordedCert, RenewAnswer, StoreRead, StoredCert } from '../core/ports/store.ts';
 import { iso } from '../core/ports/clock.ts';
+import { REPLACED_NOW_MAX, boundReplacedNow } from '../core/values/untrusted-values.ts';
 
 export const LABEL_MANAGED_BY = 'app.kubernetes.io/managed-by';
 export const LABEL_GROUP = 'certshare.io/group';
@@ -27,6 +28,11 @@ export const ANNOTATION_RENEW_OUTCOME = 'certshare.io/renew-outcome';
  */
 const DATA_PENDING_CERT = 'pending.crt';
 const DATA_PENDING_KEY = 'pending.key';
+/**
+ * The serials of certificates replaced because the CA asked for it now (ARI: a revocation), newest first,
+ * comma-separated, at most REPLACED_NOW_MAX: every replica counts its proxy still serving one as bad.
+ */
+const ANNOTATION_REPLACED_NOW = 'certshare.io/replaced-now';
 /** The serial of a certificate this member issued on its own while the federation home was unreachable. */
 export const ANNOTATION_BREAK_GLASS = 'certshare.io/break-glass';
 
@@ -111,7 +117,14 @@ export function readCertSecret(secret: SecretFields, domain: string, now: number
     if (annotations[ANNOTATION_SERIAL] === read.cert.info.serial && Number.isFinite(obtainedAt)) read.cert.obtainedAt = obtainedAt;
   }
   const pending = readPending(secret, domain, now);
-  return { ...read, coordination: readCoordination(secret), ...(record ? { record } : {}), ...(pending ? { pending } : {}) };
+  const replacedNow = secret.metadata?.annotations?.[ANNOTATION_REPLACED_NOW];
+  return {
+    ...read,
+    coordination: readCoordination(secret),
+    ...(record ? { record } : {}),
+    ...(pending ? { pending } : {}),
+    ...(replacedNow !== undefined ? { replacedNow } : {}),
+  };
 }
 
 /**
@@ -166,6 +179,8 @@ export function certSecret(
     pending?: StoredCert;
     coordination: Coordination;
     renewAnswer?: RenewAnswer | undefined;
+    /** The serial of the certificate `cert` replaces because the CA asked for it now (SaveOptions.replacedNow). */
+    replacedNow?: string | undefined;
     /** Set beside certshare's own; null removes one. */
     annotations?: Record<string, string | null> | undefined;
   },
@@ -185,6 +200,12 @@ export function certSecret(
   for (const [name, value] of Object.entries(change.annotations ?? {})) {
     if (value === null) delete annotations[name];
     else annotations[name] = value;
+  }
+  if (change.replacedNow) {
+    // Added to those named before (an unreadable value is dropped, not carried): the latest REPLACED_NOW_MAX.
+    const before = boundReplacedNow(annotations[ANNOTATION_REPLACED_NOW]).serials;
+    const serials = [...new Set([change.replacedNow.toUpperCase(), ...before.map((s) => s.toUpperCase())])];
+    annotations[ANNOTATION_REPLACED_NOW] = serials.slice(0, REPLACED_NOW_MAX).join(',');
   }
   let data = base?.data ?? { 'tls.crt': '', 'tls.key': '' };
   if (change.cert) {

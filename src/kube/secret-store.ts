@@ -199,7 +199,8 @@ export class KubeSecretStore implements CertStore {
     // A new certificate ends any intent; a rate limit still in force stays recorded.
     const { retryNotBefore } = this.#lastCoordination(domain);
     const coordination = retryNotBefore !== undefined && retryNotBefore > this.#clock.now() ? { retryNotBefore } : {};
-    await this.#write(domain, { cert, coordination, renewAnswer: options?.renewAnswer, annotations: options?.annotations }, signal);
+    const { renewAnswer, replacedNow, annotations } = options ?? {};
+    await this.#write(domain, { cert, coordination, renewAnswer, replacedNow, annotations }, signal);
     this.#keepValid(domain, cert);
   }
 

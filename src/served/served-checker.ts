@@ -7,10 +7,14 @@ import { errorMessage } from '../core/errors.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import type { HeldValidity } from '../core/renewal/renewal.ts';
+import type { IssuanceDecision } from '../core/issuance/issuance-policy.ts';
+import { REPLACED_NOW_MAX } from '../core/values/untrusted-values.ts';
 import {
   classifyServed,
   holdLeaf,
   nextServedState,
+  replaceNowFrom,
+  serialKey,
   servedVerdict,
   servedVerdictEdge,
   type HeldLeaves,
@@ -49,6 +53,8 @@ export interface ServedReport {
   verdict: ServedVerdict;
   /** A previous certificate served past staleAfterMs after the renewal. */
   stale: boolean;
+  /** The served leaf is one the CA asked to replace now (it counts bad once the reload window has passed). */
+  replacedNow: boolean;
   /** The leaf seen last (absent before any TLS answer). */
   serial?: string;
   notAfter?: number;
@@ -58,6 +64,10 @@ export interface ServedReport {
 
 interface DomainCheck {
   held: HeldLeaves;
+  /** The serial of the current leaf (serialKey). */
+  serial?: string;
+  /** Serials the CA asked to replace now (ARI: a revocation, an incident), newest first, at most REPLACED_NOW_MAX. */
+  replacedNow: string[];
   /** When certshare took its current certificate. */
   heldSince: number;
   state?: ServedState;
@@ -85,14 +95,37 @@ export class ServedChecker implements LoopObserver {
     const now = this.#o.clock.now();
     const entry = this.#domains.get(domain);
     const fingerprint = cert?.info.fingerprint256;
+    const serial = cert && serialKey(cert.info.serial);
     if (!entry) {
       if (!fingerprint) return;
-      this.#domains.set(domain, { held: holdLeaf({ current: undefined, previous: [] }, fingerprint), heldSince: now, dueAt: now, rechecks: 0 });
+      const held = holdLeaf({ current: undefined, previous: [] }, fingerprint);
+      this.#domains.set(domain, { held, serial, replacedNow: [], heldSince: now, dueAt: now, rechecks: 0 });
     } else {
       const held = holdLeaf(entry.held, fingerprint);
       if (held === entry.held) return;
-      Object.assign(entry, { held, heldSince: now, dueAt: now, rechecks: 0 });
+      Object.assign(entry, { held, serial, heldSince: now, dueAt: now, rechecks: 0 });
     }
+    this.#wake.abort();
+  }
+
+  /** The writer decided to replace the current leaf because the CA asked for it now: that leaf is one not to serve. */
+  decided(domain: string, decision: IssuanceDecision): void {
+    const serial = this.#domains.get(domain)?.serial;
+    if (decision.action === 'issue' && decision.reason === 'ca_requested_now' && serial) this.replacedNow(domain, [serial]);
+  }
+
+  /**
+   * Leaves of `domain` the CA asked to replace now (this replica's writer saw the reason, or the domain's record
+   * names them): served past the reload window, they take the replica out. Only a leaf held before and replaced
+   * counts (replaceNowFrom), so naming the current serial changes nothing.
+   */
+  replacedNow(domain: string, serials: readonly string[]): void {
+    const d = this.#domains.get(domain);
+    if (!d) return;
+    const named = serials.map(serialKey);
+    const next = [...new Set([...named, ...d.replacedNow])].slice(0, REPLACED_NOW_MAX);
+    if (next.length === d.replacedNow.length && next.every((s, i) => s === d.replacedNow[i])) return;
+    d.replacedNow = next;
     this.#wake.abort();
   }
 
@@ -126,12 +159,20 @@ export class ServedChecker implements LoopObserver {
 
   /** What the checks of `domain` established, judged at `now`. */
   verdict(domain: string, now: number): ServedVerdict {
-    return servedVerdict(this.#domains.get(domain)?.state, now, this.#o.end);
+    const d = this.#domains.get(domain);
+    return servedVerdict(d?.state, now, this.#o.end, d && this.#replaceNowFrom(d));
   }
 
   /** When verdict(domain) may change by time alone, or undefined. */
   verdictEdge(domain: string, now: number): number | undefined {
-    return servedVerdictEdge(this.#domains.get(domain)?.state, now, this.#o.end);
+    const d = this.#domains.get(domain);
+    return servedVerdictEdge(d?.state, now, this.#o.end, d && this.#replaceNowFrom(d));
+  }
+
+  /** When the served leaf, one the CA asked to replace now, counts bad: the end of the reload window (#staleAt). */
+  #replaceNowFrom(d: DomainCheck): number | undefined {
+    const known = d.state?.known;
+    return known && replaceNowFrom(d.state, new Set(d.replacedNow), this.#staleAt(d, known.leaf));
   }
 
   report(domain: string): ServedReport | undefined {
@@ -202,10 +243,12 @@ export class ServedChecker implements LoopObserver {
     for (const [domain, d] of this.#domains) {
       if (!d.state) continue;
       const known = d.state.known;
+      const replaceFrom = this.#replaceNowFrom(d);
       const report: ServedReport = {
         outcome: d.state.outcome,
-        verdict: servedVerdict(d.state, now, this.#o.end),
+        verdict: servedVerdict(d.state, now, this.#o.end, replaceFrom),
         stale: known?.outcome === 'previous' && now >= this.#staleAt(d, known.leaf),
+        replacedNow: replaceFrom !== undefined,
         ...(known ? { serial: known.leaf.serial, notAfter: known.leaf.notAfter } : {}),
         ...(d.detail ? { detail: d.detail } : {}),
       };
@@ -216,6 +259,7 @@ export class ServedChecker implements LoopObserver {
         last.outcome === report.outcome &&
         last.verdict.verdict === report.verdict.verdict &&
         last.stale === report.stale &&
+        last.replacedNow === report.replacedNow &&
         last.serial === report.serial
       )
         continue;
@@ -237,7 +281,7 @@ export class ServedChecker implements LoopObserver {
     let next = now + this.#o.intervalMs;
     for (const d of this.#domains.values()) {
       next = Math.min(next, d.dueAt);
-      const edge = servedVerdictEdge(d.state, now, this.#o.end);
+      const edge = servedVerdictEdge(d.state, now, this.#o.end, this.#replaceNowFrom(d));
       if (edge !== undefined) next = Math.min(next, edge);
       const known = d.state?.known;
       const staleAt = known?.outcome === 'previous' ? this.#staleAt(d, known.leaf) : undefined;

@@ -3,14 +3,16 @@ import { Counter, Gauge, type Registry } from 'prom-client';
 import { SERVED_OUTCOMES, type ServedOutcome, type ServedVerdict } from '../core/served/served-certificate.ts';
 
 /**
- * The status a domain's gauge reports: the outcome, except `previous_expiring` for a previous certificate the
- * proxy still serves inside the readiness lead before its expiry, which holds the replica out of rotation.
+ * The status a domain's gauge reports: the outcome, except for a previous certificate the proxy still serves
+ * that holds the replica out of rotation: `previous_replaced_now` when the CA asked to replace it now (a
+ * revocation) and the reload window has passed, else `previous_expiring` (inside the readiness lead before its expiry).
  */
-const SERVED_STATUSES = [...SERVED_OUTCOMES, 'previous_expiring'] as const;
+const SERVED_STATUSES = [...SERVED_OUTCOMES, 'previous_expiring', 'previous_replaced_now'] as const;
 type ServedStatus = (typeof SERVED_STATUSES)[number];
 
-export function servedStatus(outcome: ServedOutcome, verdict: ServedVerdict): ServedStatus {
-  return outcome === 'previous' && verdict.verdict === 'bad' ? 'previous_expiring' : outcome;
+export function servedStatus(outcome: ServedOutcome, verdict: ServedVerdict, replacedNow = false): ServedStatus {
+  if (outcome !== 'previous' || verdict.verdict !== 'bad') return outcome;
+  return replacedNow ? 'previous_replaced_now' : 'previous_expiring';
 }
 
 export class ServedMetrics {
@@ -26,7 +28,8 @@ export class ServedMetrics {
     this.#outcome = new Gauge({
       name: 'certshare_served_certificate_status',
       help:
-        'What the proxy served at the last check, per domain: 1 for the outcome (current, previous, previous_expiring, expired, other_name, ' +
+        'What the proxy served at the last check, per domain: 1 for the outcome (current, previous, previous_expiring, previous_replaced_now, ' +
+        'expired, other_name, ' +
         'other, handshake_failed, unknown), 0 for the rest.',
       labelNames: ['domain', 'outcome'],
       registers,

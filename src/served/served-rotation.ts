@@ -103,7 +103,7 @@ export function createServedRotation(config: ServedRotationSettings & { validity
     onChecked: (domain, outcome) => metrics.checked(domain, outcome),
     onChange: (domain, report) => {
       const description = describeReport(report, `${target.host}:${target.port}`);
-      metrics.served(domain, servedStatus(report.outcome, report.verdict), report.notAfter, report.stale);
+      metrics.served(domain, servedStatus(report.outcome, report.verdict, report.replacedNow), report.notAfter, report.stale);
       health.servedInfo(domain, description);
       // A served certificate that clients should not get holds the replica out of rotation (readiness gate,
       // /healthz); "no answer" and "not seen yet" are left to the proxy's own probe.

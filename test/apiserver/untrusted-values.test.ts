@@ -190,12 +190,17 @@ describe("times read back from the writer's own objects, written by its real tok
       { 'certshare.io/retry-not-before': '+275760-09-13T00:00:00.000Z' },
       { 'certshare.io/issuing': JSON.stringify({ holder: 'proxy-9', at: 'later' }) },
       { 'certshare.io/issuing': `{"holder":"${'x'.repeat(300)}","at":"${YEAR_9999}"}` },
+      { 'certshare.io/replaced-now': 'ABC,DEF,123,456,789' },
+      { 'certshare.io/replaced-now': 'not-a-serial' },
+      { 'certshare.io/replaced-now': 'A'.repeat(43) },
     ];
     for (const annotations of malformed) {
       const res = await create('secrets', emptySecret(annotations));
       assert.equal(res.status, 422, `${JSON.stringify(annotations).slice(0, 80)}: ${res.body}`);
     }
     assert.equal((await create('secrets', emptySecret({ 'certshare.io/retry-not-before': YEAR_9999 }))).status, 201, 'the form certshare writes');
+    const replaced = emptySecret({ 'certshare.io/replaced-now': `${'A'.repeat(42)},0123456789abcdef,1,2` });
+    assert.equal((await create('secrets', replaced)).status, 201, 'up to 4 serials, as certshare writes them');
     const configMap = (data: Record<string, string>) => ({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: LEDGER }, data });
     assert.equal((await create('configmaps', configMap({ 'ledger.json': '{"other":1}' }))).status, 422);
     assert.equal((await create('configmaps', configMap({ 'ledger.json': '{"entries":[]}', extra: 'x' }))).status, 422);

@@ -5,17 +5,18 @@ import { spawn, spawnSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
-import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { appendFile, chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { silentLogger } from '../../src/core/ports/logger.ts';
 import type { ReloadOutcome } from '../../src/delivery/reload-command.ts';
 import { SignalReload } from '../../src/delivery/reload-signal.ts';
 import { makePair } from '../support/certs.ts';
+import { get } from '../support/emulator.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { every, nextEvent, until } from '../support/wait.ts';
-import { HandshakeLoop, handshake, pidInFile, proveRenewalsServed, startNginx, tlsSession, waitServing } from './proxies.ts';
+import { HandshakeLoop, handshake, pidInFile, proveRenewalsServed, servedSerial, startNginx, tlsSession, waitServing } from './proxies.ts';
 
 const RENEWALS = 3;
 
@@ -148,6 +149,62 @@ describe('nginx (Debian 12 package) with a stock configuration, reloaded by a si
       t.diagnostic(figures.join('; '));
     } finally {
       await nginx.stop();
+    }
+  });
+
+  it('takes the Pod out of rotation, past the reload window, while nginx (its reload failed) serves a leaf the CA revoked', async (t) => {
+    const base = join(dir(), 'revoked');
+    const certDir = join(base, 'store');
+    const [certPath, keyPath, pidFile] = [join(certDir, DOMAIN, 'tls.crt'), join(certDir, DOMAIN, 'tls.key'), join(base, 'nginx.pid')];
+    // nginx first, on an expired pair of the test's (the daemon replaces it): the daemon's --served-check needs its port.
+    await mkdir(join(certDir, DOMAIN), { recursive: true });
+    const bootstrap = await makePair(DOMAIN, Date.now() - 7_200_000, 3_600_000);
+    await writeFile(keyPath, bootstrap.keyPem, { mode: 0o600 });
+    await writeFile(certPath, bootstrap.certPem);
+    const nginx = await startNginx(base, { certPath, keyPath, pidFile });
+    const emulator = await emulatorIn(dir(), { listen: join(dir(), 'revoked.sock'), acmeListen: '127.0.0.1:0', certLifetimeMs: 3_600_000 });
+    assert.ok(emulator.acmeDirectoryUrl);
+    const daemon = await standaloneDaemon(emulator, certDir, [
+      ...['--reload-signal', 'HUP', '--reload-pidfile', pidFile, '--reload-timeout', '3s'],
+      ...['--acme-directory', emulator.acmeDirectoryUrl, '--ari-interval', '1s'],
+      ...['--served-check', `127.0.0.1:${nginx.port}`, '--served-check-interval', '1s', '--served-stale-after', '3s'],
+    ]);
+    const healthy = (): boolean => daemon.health.evaluate(Date.now()).healthy;
+    const onHealth = (l: () => void): (() => void) => daemon.health.onChange(l);
+    const held = (): string | undefined => daemon.manager.loop(DOMAIN)?.current?.info.serial.toUpperCase();
+    try {
+      await until("the daemon's certificate held", () => held() !== undefined && healthy(), [onHealth], 30_000);
+      const revoked = held()!;
+      const loop = new HandshakeLoop(nginx.port, DOMAIN);
+      try {
+        await nextEvent(loop, 'serial', (serial: string) => serial.toUpperCase() === revoked, 30_000);
+      } finally {
+        await loop.stop();
+      }
+      // A configuration error: nginx's master refuses the next reload and keeps its workers and the revoked leaf.
+      await appendFile(join(base, 'nginx/nginx.conf'), 'garbage;\n');
+      const failedReload = nextEvent(daemon.events, 'reloaded', (o: ReloadOutcome) => !o.ok, 30_000);
+      const res = await get(emulator.address, '/certshare-emulator/v0/ari/revoke', {
+        method: 'POST',
+        body: JSON.stringify({ serial: revoked }),
+        headers: { 'content-type': 'application/json' },
+      });
+      assert.equal(res.status, 200, res.body);
+      await failedReload;
+      const failedAt = Date.now();
+      assert.notEqual(held(), revoked, 'the writer replaced the revoked certificate');
+      assert.equal((await servedSerial(nginx.port, DOMAIN))?.toUpperCase(), revoked, 'nginx still serves the revoked leaf');
+      // On 7bfef67 the check counted it as "previous" (in rotation, a warning past --served-stale-after): healthy 30 s later.
+      await until('the Pod out of rotation', () => !healthy(), [onHealth], 30_000);
+      const reason = daemon.health.evaluate(Date.now()).reason;
+      t.diagnostic(`out of rotation ${Date.now() - failedAt} ms after the failed reload (--served-stale-after 3s): ${reason}`);
+      assert.match(reason, /CA asked to replace now/);
+      const metrics = await (await fetch(`${daemon.address}/metrics`)).text();
+      assert.match(metrics, /certshare_served_certificate_status\{domain="web\.tailnet-test\.ts\.net",outcome="previous_replaced_now"\} 1/);
+    } finally {
+      await daemon.stop();
+      await nginx.stop();
+      await emulator.close();
     }
   });
 

@@ -1,5 +1,5 @@
 import { CertshareError } from '../../src/core/errors.ts';
-import type { CertStore, Coordination, StoreRead, StoredCert } from '../../src/core/ports/store.ts';
+import type { CertStore, Coordination, SaveOptions, StoreRead, StoredCert } from '../../src/core/ports/store.ts';
 
 /** An in-memory CertStore whose reads and writes can be made to fail, for core tests. */
 const storeDown = (how: true | 'refused'): CertshareError =>
@@ -28,9 +28,13 @@ export class MemoryStore implements CertStore {
     return { ...(this.content.get(domain) ?? { state: 'absent' }), coordination: { ...this.coordination.get(domain) }, ...(pending ? { pending } : {}) };
   }
 
-  async save(domain: string, cert: StoredCert): Promise<void> {
+  /** The serials each save named as replaced because the CA asked for it now (SaveOptions.replacedNow). */
+  replacedNow: string[] = [];
+
+  async save(domain: string, cert: StoredCert, _signal?: AbortSignal, options?: SaveOptions): Promise<void> {
     if (this.failWrites) throw storeDown(this.failWrites);
     this.saves++;
+    if (options?.replacedNow) this.replacedNow.push(options.replacedNow);
     this.content.set(domain, { state: 'valid', cert });
     // As the Secret's codec: a pending pair that ends no later than the one saved goes.
     if ((this.pending.get(domain)?.info.notAfter ?? Infinity) <= cert.info.notAfter) this.pending.delete(domain);

@@ -907,15 +907,41 @@ describe('CertLoop and the CA word (ACME Renewal Information)', () => {
     return { ...h, ari, reasons };
   }
 
-  it('renews a certificate the CA revoked at once, with a min_validity above what it has left, and only once', async () => {
-    const h = ariHarness();
+  /** A first certificate, revoked 2 minutes later (ARI); returns its serial and the wait of the turn that renews it. */
+  async function revokedAndRenewed(h: ReturnType<typeof ariHarness>): Promise<{ revoked: string; wait: number }> {
     h.responses.push(() => fresh(h));
     await h.loop.turn(signal);
     const revoked = h.loop.current!.info.serial;
     h.clock.t += 2 * MIN;
     h.ari.revoke(revoked);
     h.responses.push(() => fresh(h));
-    const wait = await h.loop.turn(signal);
+    return { revoked, wait: await h.loop.turn(signal) };
+  }
+
+  it('names the certificate the CA asked to replace now in the record; a reader passes on only a value in its bound', async () => {
+    const h = ariHarness();
+    const { revoked } = await revokedAndRenewed(h);
+    assert.deepEqual(h.store.replacedNow, [revoked], 'stored with the replacement, naming the revoked serial');
+    const named: string[][] = [];
+    const refused: string[] = [];
+    const r = harness({
+      role: alwaysReader,
+      observer: fanOut([{ replacedNow: (_d, s) => named.push([...s]), outOfBounds: (_w, v) => refused.push(v.field) }]),
+    });
+    const pair = await fresh(r);
+    const cert = { pair, info: validateCertPair(pair, domain, r.clock.now()) };
+    r.store.content.set(domain, { state: 'valid', cert, replacedNow: 'ABC,0DEF' });
+    await r.loop.turn(signal);
+    assert.deepEqual(named, [['ABC', '0DEF']]);
+    r.store.content.set(domain, { state: 'valid', cert, replacedNow: 'ABC,0DEF,1,2,3' });
+    await r.loop.turn(signal);
+    assert.deepEqual(named, [['ABC', '0DEF']], 'five serials: ignored whole');
+    assert.deepEqual(refused, ['replaced-now']);
+  });
+
+  it('renews a certificate the CA revoked at once, with a min_validity above what it has left, and only once', async () => {
+    const h = ariHarness();
+    const { revoked, wait } = await revokedAndRenewed(h);
     assert.equal(h.calls.length, 2);
     assert.equal(h.calls[1]!.minValidityMs, 88 * MIN + 1000, 'one second more than the 88 minutes left');
     assert.deepEqual(h.reasons, ['no_certificate', 'ca_requested_now']);

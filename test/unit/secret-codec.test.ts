@@ -2,6 +2,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { validateCertPair } from '../../src/core/certificates/certificate.ts';
 import { trustAnchors } from '../../src/core/certificates/trust.ts';
+import { silentLogger } from '../../src/core/ports/logger.ts';
+import { OutOfBoundsLog, type UntrustedValue } from '../../src/core/values/untrusted-values.ts';
 import { ANNOTATION_SERIAL, certSecret, readCertSecret } from '../../src/kube/secret-codec.ts';
 import { trustedExpired } from '../../src/kube/secret-store.ts';
 import { DAY, makePair, selfSignedPair, testCa } from '../support/certs.ts';
@@ -83,5 +85,32 @@ describe('Secret codec: the certificate of record outlives a hand edit of the da
     assert.equal(readCertSecret(secret, domain, now).record, undefined, 'longer than any X.509 serial');
     secret.metadata!.annotations![ANNOTATION_SERIAL] = 'not hex';
     assert.equal(readCertSecret(secret, domain, now).record, undefined);
+  });
+});
+
+describe('Secret codec: the serials the CA asked to replace now, named for every replica', () => {
+  it('keeps the latest 4 newest first; a reader ignores a value out of its form whole and counts it (replaced-now)', async () => {
+    const now = Math.floor(Date.now() / 1000) * 1000;
+    const pair = await makePair(domain, now, 86_400_000);
+    const cert = { pair, info: validateCertPair(pair, domain, now) };
+    let secret = certSecret(domain, undefined, meta, { cert, coordination: {} });
+    for (const serial of ['a1', 'B2', 'C3', 'D4', 'E5']) secret = certSecret(domain, secret, meta, { cert, coordination: {}, replacedNow: serial });
+    assert.equal(secret.metadata?.annotations?.['certshare.io/replaced-now'], 'E5,D4,C3,B2');
+    const later = certSecret(domain, secret, meta, { cert, coordination: {} });
+    assert.equal(later.metadata?.annotations?.['certshare.io/replaced-now'], 'E5,D4,C3,B2', 'kept by a save for another reason');
+    const refused: UntrustedValue[] = [];
+    const log = new OutOfBoundsLog(silentLogger, (_where, value) => refused.push(value));
+    const bounds = { retryCapMs: 60_000 };
+    assert.equal(log.bounded(readCertSecret(later, domain, now), 'the Secret', now, bounds).replacedNow, 'E5,D4,C3,B2');
+    assert.equal(refused.length, 0);
+    for (const value of ['A,B,C,D,E', 'A'.repeat(43), 'not hex', '', `A,${'x'.repeat(100_000)}`]) {
+      const edited = certSecret(domain, later, meta, { cert, coordination: {}, annotations: { 'certshare.io/replaced-now': value } });
+      assert.equal(log.bounded(readCertSecret(edited, domain, now), 'the Secret', now, bounds).replacedNow, undefined, value.slice(0, 20));
+      assert.equal(refused.at(-1)?.field, 'replaced-now');
+      assert.ok((refused.at(-1)?.value.length ?? 0) <= 200, 'a long value is not logged whole');
+      // The writer's next save drops what it cannot read and names only the serial it replaced.
+      const next = certSecret(domain, edited, meta, { cert, coordination: {}, replacedNow: 'F6' });
+      assert.equal(next.metadata?.annotations?.['certshare.io/replaced-now'], 'F6');
+    }
   });
 });

@@ -162,4 +162,52 @@ describe('ServedChecker', () => {
     assert.equal(servedStatus(out.outcome, out.verdict), 'previous_expiring');
     await checker.stop();
   });
+  it('takes the replica out when the proxy still serves, past the reload window, a leaf the CA asked to replace now', async () => {
+    const s = setup();
+    const { clock, checker, reports } = s;
+    const t0 = clock.now();
+    checker.start();
+    checker.certificate(DOMAIN, held('A', t0 - HOUR, t0 + 10 * HOUR));
+    s.serve({ leaf: leaf('A', t0 - HOUR, t0 + 10 * HOUR) });
+    await clock.advance(0);
+    // The writer's loop replaces A because ARI answered a window already over (a revocation); its reload then fails.
+    checker.decided(DOMAIN, { action: 'issue', reason: 'ca_requested_now', at: t0 });
+    checker.certificate(DOMAIN, held('B', t0, t0 + 10 * HOUR));
+    await clock.advance(0);
+    assert.equal(checker.verdict(DOMAIN, clock.now()).verdict, 'ok', 'inside the reload window: the proxy may not have reloaded yet');
+    await clock.advance(5 * 60_000);
+    const out = reports.at(-1)!;
+    assert.equal(out.verdict.verdict, 'bad', 'past --served-stale-after, the replaced leaf takes the replica out');
+    assert.match(out.verdict.verdict === 'bad' ? out.verdict.why : '', /CA asked to replace now/);
+    assert.equal(servedStatus(out.outcome, out.verdict, out.replacedNow), 'previous_replaced_now');
+    s.serve({ leaf: leaf('B', t0, t0 + 10 * HOUR) });
+    checker.reloaded();
+    await clock.advance(0);
+    assert.equal(checker.verdict(DOMAIN, clock.now()).verdict, 'ok', 'back once the proxy serves the replacement');
+    await checker.stop();
+  });
+
+  it('keeps a replica in rotation when a record names the serial of the leaf it holds now (a stolen token), or an unheld one', async () => {
+    const s = setup();
+    const { clock, checker, reports } = s;
+    const t0 = clock.now();
+    await renewedWhileServing(s, [t0 - HOUR, t0 + 10 * HOUR], [t0, t0 + 10 * HOUR]);
+    s.serve({ leaf: leaf('B', t0, t0 + 10 * HOUR) });
+    checker.reloaded();
+    await clock.advance(0);
+    checker.replacedNow(DOMAIN, ['b', 'C']);
+    await clock.advance(HOUR);
+    assert.equal(reports.at(-1)?.outcome, 'current');
+    assert.equal(checker.verdict(DOMAIN, clock.now()).verdict, 'ok', 'the current leaf never counts against the replica');
+    await checker.stop();
+    // Without the CA's word, a previous leaf served for long is a warning only.
+    const u = setup();
+    await renewedWhileServing(u, [t0 - HOUR, t0 + 10 * HOUR], [t0, t0 + 10 * HOUR]);
+    u.checker.replacedNow(DOMAIN, ['C']);
+    await u.clock.advance(HOUR);
+    assert.equal(u.reports.at(-1)?.outcome, 'previous');
+    assert.equal(u.reports.at(-1)?.stale, true);
+    assert.equal(u.checker.verdict(DOMAIN, u.clock.now()).verdict, 'ok');
+    await u.checker.stop();
+  });
 });

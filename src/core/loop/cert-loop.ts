@@ -251,7 +251,9 @@ export class CertLoop {
     const read = await store.load(this.domain, signal, fresh ? { fresh } : undefined);
     const [now, retryCapMs] = [clock.now(), this.#deps.backoff.retryCapMs];
     const pendingLatest = latestPendingStart(read, this.#held, now, { ...this.#deps, retryCapMs });
-    return this.#outOfBounds.bounded(read, `the ${store.kind} record of ${this.domain}`, now, { retryCapMs, pendingLatest });
+    const bounded = this.#outOfBounds.bounded(read, `the ${store.kind} record of ${this.domain}`, now, { retryCapMs, pendingLatest });
+    if (bounded.replacedNow) this.#deps.observer.replacedNow(this.domain, bounded.replacedNow.split(','));
+    return bounded;
   }
 
   /** Stores the pair valid only later it holds and the store lacks (a successor waits for it); a wait if not stored. */

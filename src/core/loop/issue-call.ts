@@ -79,7 +79,7 @@ export class IssueCall {
     try {
       const pair = await this.#call(signal, asked, previous, reserved, superseded);
       const now = clock.now();
-      return await this.#use(acceptAnswer(pair, this.domain, previous, now, renewal, asked), now, asked, signal);
+      return await this.#use(acceptAnswer(pair, this.domain, previous, now, renewal, asked), now, asked, signal, previous);
     } catch (err) {
       if (signal.aborted) throw err;
       if (isConflict(err)) return 0;
@@ -116,8 +116,11 @@ export class IssueCall {
     return pair;
   }
 
-  /** Uses an accepted answer: kept, stored or held for later; the wait until the next turn. */
-  async #use(answer: AcceptedAnswer, now: number, asked: Asked, signal: AbortSignal): Promise<number> {
+  /**
+   * Uses an accepted answer: kept, stored or held for later; the wait until the next turn. A certificate that
+   * replaces `previous` because the CA asked for it now is stored naming `previous` (SaveOptions.replacedNow).
+   */
+  async #use(answer: AcceptedAnswer, now: number, asked: Asked, signal: AbortSignal, previous: StoredCert | undefined): Promise<number> {
     const { store, observer } = this.#deps;
     if (answer.kind === 'unchanged') {
       observer.attempt(this.domain, 'unchanged', asked.reason);
@@ -152,7 +155,9 @@ export class IssueCall {
       const { serving } = asked;
       try {
         const renewAnswer = serving === undefined ? undefined : issuedAnswer(serving, info.serial, this.#deps.budget?.renewLeft(this.domain, serving));
-        await store.save(this.domain, answer.cert, signal, renewAnswer && { renewAnswer });
+        const replacedNow = asked.reason === 'ca_requested_now' ? previous?.info.serial : undefined;
+        const options = renewAnswer || replacedNow ? { ...(renewAnswer ? { renewAnswer } : {}), ...(replacedNow ? { replacedNow } : {}) } : undefined;
+        await store.save(this.domain, answer.cert, signal, options);
       } finally {
         // Held even when the save failed: the next turn restores it to the store instead of issuing again.
         this.#held.consider(answer.cert);

@@ -21,6 +21,8 @@ export interface LoopObserver {
   problem?(domain: string, message: string | undefined): void;
   /** A renew request was answered (recorded on the store). */
   renewRequest?(domain: string, outcome: RenewOutcome): void;
+  /** The domain's record names these serials as replaced because the CA asked for it now (bounded, newest first). */
+  replacedNow?(domain: string, serials: readonly string[]): void;
   /** A value read from a record someone else can write (`where`) was out of its bound and ignored (untrusted-values.ts). */
   outOfBounds?(where: string, value: UntrustedValue): void;
   stopped?(domain: string): void;
@@ -45,6 +47,9 @@ export function fanOut(observers: LoopObserver[]): Required<LoopObserver> {
     },
     renewRequest: (d, o) => {
       for (const x of observers) x.renewRequest?.(d, o);
+    },
+    replacedNow: (d, s) => {
+      for (const o of observers) o.replacedNow?.(d, s);
     },
     outOfBounds: (w, v) => {
       for (const o of observers) o.outOfBounds?.(w, v);

@@ -51,6 +51,11 @@ export type StoreRead = (
    */
   record?: RecordedCert;
   /**
+   * The serials the record names as replaced because the CA asked for it now (SaveOptions.replacedNow), newest
+   * first, comma-separated as read: the reader bounds it (untrusted-values.ts boundReplacedNow) before use.
+   */
+  replacedNow?: string;
+  /**
    * The newest pair valid now that this store saw for the domain (a watch event, a list, a read or its
    * own write), when the read itself holds no pair as new: garbage, a key mismatch, a hand edit (an older
    * valid pair included), a deletion. The loop weighs it as it weighs a stored certificate, so a replica
@@ -97,6 +102,11 @@ export interface RenewAnswer {
 export interface SaveOptions {
   /** The renew request this certificate serves: its answer is written with the certificate, atomically. */
   renewAnswer?: RenewAnswer;
+  /**
+   * The serial of the certificate this one replaces because the CA asked for it now (ARI: a revocation): the
+   * record names it (StoreRead.replacedNow) so that every replica counts it as bad if its proxy still serves it.
+   */
+  replacedNow?: string;
 }
 
 export interface LoadOptions {

@@ -84,26 +84,51 @@ function failing(state: ServedState | undefined): boolean {
  * answer (a check that could not run changes nothing): `ok` while the proxy served certshare's current or
  * previous leaf and that leaf is before its `end` (the readiness lead before its notAfter); `bad` when it
  * served an expired leaf, one for another name or one certshare never held, or the leaf it served reached its
- * end, or it ended the last handshakes with an alert; `unconfirmed` before any TLS answer.
+ * end, or it ended the last handshakes with an alert, or it serves a previous leaf the CA asked to replace now
+ * (from `replacedNowAt`: the reload window's end, replaceNowFrom); `unconfirmed` before
+ * any TLS answer.
  */
 export type ServedVerdict = { verdict: 'ok' } | { verdict: 'bad'; why: string } | { verdict: 'unconfirmed' };
 
-export function servedVerdict(state: ServedState | undefined, now: number, end: (held: HeldValidity) => number): ServedVerdict {
+export function servedVerdict(state: ServedState | undefined, now: number, end: (held: HeldValidity) => number, replacedNowAt?: number): ServedVerdict {
   if (failing(state)) return { verdict: 'bad', why: describeOutcome('handshake_failed') };
   const known = state?.known;
   if (!known) return { verdict: 'unconfirmed' };
   if (BAD.has(known.outcome)) return { verdict: 'bad', why: describeOutcome(known.outcome) };
+  if (replacedNowAt !== undefined && now >= replacedNowAt) return { verdict: 'bad', why: REPLACED_NOW_WHY };
   const endsAt = end({ notBefore: known.leaf.notBefore, notAfter: known.leaf.notAfter });
   if (now >= endsAt) return { verdict: 'bad', why: `the proxy serves a certificate that expires at ${iso(known.leaf.notAfter)}` };
   return { verdict: 'ok' };
 }
 
 /** When servedVerdict may change by time alone (the served leaf reaching its end), or undefined. */
-export function servedVerdictEdge(state: ServedState | undefined, now: number, end: (held: HeldValidity) => number): number | undefined {
+export function servedVerdictEdge(
+  state: ServedState | undefined,
+  now: number,
+  end: (held: HeldValidity) => number,
+  replacedNowAt?: number,
+): number | undefined {
   const known = state?.known;
   if (!known || BAD.has(known.outcome) || failing(state)) return undefined;
   const endsAt = end({ notBefore: known.leaf.notBefore, notAfter: known.leaf.notAfter });
-  return endsAt > now ? endsAt : undefined;
+  const edges = [endsAt, replacedNowAt ?? Infinity].filter((at) => at > now);
+  return edges.length ? Math.min(...edges) : undefined;
+}
+
+const REPLACED_NOW_WHY = 'the proxy still serves a certificate the CA asked to replace now (revoked, or an incident), past the reload window';
+
+/** A certificate serial as node:crypto writes it (upper-case hex), whatever case it came in. */
+export const serialKey = (serial: string): string => serial.toUpperCase();
+
+/**
+ * When the served leaf starts to count bad because the CA asked to replace it now (ARI: a revocation, an
+ * incident), or undefined: only a `previous` leaf (one certshare held and replaced, never the current one,
+ * whoever named the serial) in `replacedNow`, from `reloadWindowEnd` on (the proxy had its time to reload).
+ */
+export function replaceNowFrom(state: ServedState | undefined, replacedNow: ReadonlySet<string>, reloadWindowEnd: number): number | undefined {
+  const known = state?.known;
+  if (known?.outcome !== 'previous' || !replacedNow.has(serialKey(known.leaf.serial))) return undefined;
+  return reloadWindowEnd;
 }
 
 export function describeOutcome(outcome: ServedOutcome): string {

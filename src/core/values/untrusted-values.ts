@@ -28,7 +28,8 @@ type UntrustedField =
   | 'lease-transitions'
   | 'injector-ca'
   | 'injector-leaf'
-  | 'last-leaf-expiry';
+  | 'last-leaf-expiry'
+  | 'replaced-now';
 
 /** Where an ignored value is counted and told besides the log (a metric, an Event). */
 export type OutOfBoundsReport = (where: string, value: UntrustedValue) => void;
@@ -202,9 +203,35 @@ export class OutOfBoundsLog {
       const { pending: _ignored, ...rest } = out;
       out = rest;
     }
+    const replaced = boundReplacedNow(out.replacedNow);
+    if (replaced.refused) {
+      refused.push(replaced.refused);
+      const { replacedNow: _ignored, ...rest } = out;
+      out = rest;
+    }
     this.read(where, refused);
     return out;
   }
+}
+
+/** The most serials a record names as replaced because the CA asked for it now (the latest few renewals). */
+export const REPLACED_NOW_MAX = 4;
+
+/** An X.509 serial as certshare writes one (hex, at most 20 octets and a sign octet). */
+const SERIAL = '[0-9A-Fa-f]{1,42}';
+const REPLACED_NOW_FORM = new RegExp(`^${SERIAL}(,${SERIAL}){0,${REPLACED_NOW_MAX - 1}}$`);
+
+/**
+ * The serials a record names as replaced because the CA asked for it now: at most REPLACED_NOW_MAX, each a hex
+ * serial, comma-separated (the form manifests/base/admission-policy.yaml admits); anything else is ignored whole.
+ * Whoever writes it can name any serial, so a named serial counts only against a leaf the replica held and replaced,
+ * never its current one (served-certificate.ts replaceNowFrom): it cannot switch a replica off.
+ */
+export function boundReplacedNow(text: string | undefined): { serials: string[]; refused?: UntrustedValue } {
+  if (text === undefined) return { serials: [] };
+  if (REPLACED_NOW_FORM.test(text)) return { serials: text.split(',') };
+  const why = `not up to ${REPLACED_NOW_MAX} comma-separated hex serials`;
+  return { serials: [], refused: { field: 'replaced-now', value: text.slice(0, 200), why } };
 }
 
 /** The log line's and the Event's text for an ignored value. */
