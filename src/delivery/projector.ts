@@ -33,6 +33,8 @@ export class Projector implements LoopObserver {
   /** The latest certificate per domain: a retry of an older one gives way to it. */
   readonly #latest = new Map<string, StoredCert>();
   readonly #failures = new Map<string, number>();
+  /** Domains whose files were written (or found as they should be) at least once by this process. */
+  readonly #written = new Set<string>();
   readonly #stop = new AbortController();
 
   constructor(dir: CertDirectory, deps: ProjectorDeps) {
@@ -44,6 +46,10 @@ export class Projector implements LoopObserver {
     // An expired certificate is not deleted from disk: the proxy keeps its files and the gate goes False.
     if (!cert || this.#stop.signal.aborted) return;
     this.#latest.set(domain, cert);
+    // Until the first write lands the proxy has nothing of this domain's to serve: health stays unhealthy meanwhile.
+    // Set in the same turn in which health learns of the certificate, before the gate reads the verdict (after this
+    // turn), so the Pod never enters rotation a write early.
+    if (!this.#written.has(domain)) this.#deps.health.pending(`files:${domain}`, `${domain}: its certificate files are not written yet`);
     this.#enqueue(domain, cert);
   }
 
@@ -60,10 +66,11 @@ export class Projector implements LoopObserver {
     const { logger, health, clock, onWritten } = this.#deps;
     try {
       if (await this.#dir.write(domain, cert.pair)) onWritten(domain, this.#dir.pathOf(domain));
-      if (this.#failures.delete(domain)) {
-        reportFilesWrite(health, domain);
-        logger.info({ domain }, 'certificate files written after failed attempts');
-      }
+      const first = !this.#written.has(domain);
+      this.#written.add(domain);
+      const failed = this.#failures.delete(domain);
+      if (first || failed) reportFilesWrite(health, domain);
+      if (failed) logger.info({ domain }, 'certificate files written after failed attempts');
     } catch (err) {
       const failures = (this.#failures.get(domain) ?? 0) + 1;
       this.#failures.set(domain, failures);

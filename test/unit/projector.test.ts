@@ -30,6 +30,28 @@ class FullDisk extends CertDirectory {
 describe('Projector', () => {
   const dir = useTempDir();
 
+  it('holds health at unhealthy from the certificate until its first files are written: the Pod enters rotation with files to serve', async () => {
+    const clock = new FakeClock(Date.now());
+    const files = new FullDisk(join(dir(), 'first'), clock);
+    const health = new HealthState();
+    health.manage([domain]);
+    const projector = new Projector(files, { logger: recordingLogger().logger, clock, health, onWritten: () => {} });
+    const pair = await makePair(domain, clock.now() - DAY, 90 * DAY);
+    const cert = { pair, info: validateCertPair(pair, domain, clock.now()) };
+    // As the loops' observers are called: health first, then the projector, in one turn.
+    health.certificate(domain, cert);
+    projector.certificate(domain, cert);
+    const before = health.evaluate(clock.now());
+    assert.equal(before.healthy, false, 'nothing on disk yet');
+    assert.match(before.reason, /files\.tailnet-1\.ts\.net: its certificate files are not written yet/);
+    await projector.idle();
+    assert.equal(health.evaluate(clock.now()).healthy, true);
+    // A later certificate is no first write: health stays as it is while it lands.
+    projector.certificate(domain, cert);
+    assert.equal(health.evaluate(clock.now()).healthy, true);
+    await projector.stop();
+  });
+
   it('keeps the files before when a write fails, holds health at unhealthy saying why, and retries until the write succeeds', async () => {
     const clock = new FakeClock(Date.now());
     const root = join(dir(), 'full');
