@@ -8,7 +8,7 @@ import { spawnSync } from 'node:child_process';
 import { request } from 'node:http';
 import type { Socket } from 'node:net';
 import { rmSync } from 'node:fs';
-import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readdir, readlink, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { after, before } from 'node:test';
@@ -380,6 +380,27 @@ class RealTailscaledImpl implements RealTailscaled {
   }
 
   /** A command in the namespace, under the death-signal prefix (ManagedProcess adds it). */
+  /**
+   * SIGKILLs every process left in the namespace but its holder: a child whose parent was killed first (containerboot's
+   * tailscaled) is reparented outside this harness's reach and outlives the run otherwise.
+   */
+  private async killNamespace(): Promise<void> {
+    const holderPid = this.holder?.pid;
+    if (holderPid === undefined) return;
+    const namespace = await readlink(`/proc/${holderPid}/ns/net`).catch(() => undefined);
+    // Never the test's own namespace (the holder already gone, its pid reused).
+    if (namespace === undefined || namespace === (await readlink('/proc/self/ns/net'))) return;
+    for (const entry of await readdir('/proc')) {
+      if (!/^\d+$/.test(entry) || Number(entry) === holderPid) continue;
+      if ((await readlink(`/proc/${entry}/ns/net`).catch(() => undefined)) !== namespace) continue;
+      try {
+        process.kill(Number(entry), 'SIGKILL');
+      } catch {
+        // Gone meanwhile.
+      }
+    }
+  }
+
   private inNamespace(name: string, command: string[], env: Record<string, string> = {}): ManagedProcess {
     const [enter, ...enterArgs] = this.enter;
     const envArgs = Object.entries(env).map(([k, v]) => `${k}=${v}`);
@@ -555,6 +576,7 @@ class RealTailscaledImpl implements RealTailscaled {
     await this.stopTailscaled();
     await (await this.acmeRelay?.catch(() => undefined))?.close();
     await this.tsenv?.terminate(5000);
+    await this.killNamespace();
     await this.holder?.terminate(0);
     await rm(this.dir, { recursive: true, force: true, maxRetries: 3 });
     liveDirs.delete(this.dir);
