@@ -502,7 +502,7 @@ async function buildSnapshotScript(outdir: string, devOnly: string[]): Promise<v
 /**
  * What the advertise agent's script may take in: certshare's own modules and these built-ins. The agent runs
  * beside certshare in every Pod that advertises, so each package or built-in it loads is paid per replica
- * (node:crypto alone 2.3 MB: docs/performance.md, the advertise agent); a new one fails the build until it is
+ * (node:crypto alone is measured in docs/performance.md, the advertise agent); a new one fails the build until it is
  * measured and added here.
  */
 const ADVERTISE_AGENT_BUILTINS = new Set(['node:fs', 'node:fs/promises', 'node:http', 'node:path', 'node:util']);
@@ -510,7 +510,7 @@ const ADVERTISE_AGENT_BUILTINS = new Set(['node:fs', 'node:fs/promises', 'node:h
 /**
  * The advertise agent's own script (src/cli/advertise-agent-main.ts): one CommonJS file, without the rest of
  * the bundle (fastify, pino, prom-client, the Kubernetes client), which `dist/cli/main.js advertise-agent` would
- * load. CommonJS: Node's ES loader costs the idle process 1.5 MB more for the same code. Returns what it took in.
+ * load. CommonJS: Node's ES loader costs the idle process more for the same code (docs/performance.md). Returns what it took in.
  */
 export async function buildAdvertiseAgent(outdir: string): Promise<Metafile> {
   const options = productionBundleOptions();

@@ -1,6 +1,6 @@
 // Durable and atomic file writes: certshare's stores and delivery, and the advertise agent's status. A module of
-// its own, without node:crypto, because the agent's bundle holds it and node:crypto alone costs a process 2.3 MB
-// (docs/performance.md, the advertise agent).
+// its own, without node:crypto, because the agent's bundle holds it and node:crypto alone would be a good part of
+// the agent's memory (measured in docs/performance.md, the advertise agent).
 import { open, rename, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 
