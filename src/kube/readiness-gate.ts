@@ -163,7 +163,9 @@ export class ReadinessGate {
           await this.#send(this.#sent.body, this.#stop.signal);
         }
         failures = 0;
-        const expiry = health.nextExpiry(clock.now(), validityEnd);
+        // The next change of what the gate says: a certificate's exit from rotation (False, expiring), or its
+        // notAfter past that (expired), which no health change announces.
+        const expiry = earliest(health.nextExpiry(clock.now(), validityEnd), health.nextExpiry(clock.now()));
         // Not routed yet: look again later; otherwise sleep until a certificate leaves rotation or health changes.
         waitMs = desired.reason === 'NotRouted' ? this.#retryDelay(1) : expiry === undefined ? 3_600_000 : Math.max(0, expiry - clock.now());
         // An exit point passed while this pass awaited (its patch to True answered late): look again now. The
@@ -314,3 +316,5 @@ export class ReadinessGate {
     this.#sent = { body, at };
   }
 }
+
+const earliest = (a: number | undefined, b: number | undefined): number | undefined => (a === undefined ? b : b === undefined ? a : Math.min(a, b));

@@ -183,6 +183,38 @@ describe('the readiness gate', () => {
     }
   });
 
+  it('says the certificate expired at its notAfter, past the exit point, with no health change to wake it', { timeout: 10_000 }, async () => {
+    // Found by CI: a reader's gate said CertificateExpiring at the exit point, then slept until its minute's resend
+    // (no later exit point), so CertificateNotValid came a minute late unless the loop's turn happened to wake it.
+    const clock = new FakeClock();
+    const health = new HealthState();
+    health.manage([DOMAIN]);
+    const start = clock.now();
+    health.certificate(DOMAIN, cert('A', start, start + 20_000));
+    const { connection, patches, events } = recordingConnection();
+    const gate = gateOf(connection, health, clock, { validityEnd: (held) => held.notAfter - LEAD_MS });
+    const ready = nextEvent(events, 'patched');
+    gate.start();
+    try {
+      await ready;
+      await clock.waitForSleepers(1);
+      const expiring = nextEvent(events, 'patched');
+      await clock.advance(20_000 - LEAD_MS);
+      await expiring;
+      await clock.waitForSleepers(1);
+      const expired = nextEvent(events, 'patched', () => true, 5_000);
+      await clock.advance(LEAD_MS);
+      await expired;
+      assert.deepEqual(patches, [
+        ['True', 'CertificatesValid'],
+        ['False', 'CertificateExpiring'],
+        ['False', 'CertificateNotValid'],
+      ]);
+    } finally {
+      await gate.stop();
+    }
+  });
+
   it("sends its False again as it was written, a minute on: a True written over it with the Pod's token does not stand", { timeout: 10_000 }, async () => {
     // certshare never reads its Pod: on cd68f49 it patched only when what it wanted changed, so one True written with
     // the Pod's token (a proxy sharing the process namespace reads it) held the Pod Ready with no valid certificate.
