@@ -270,10 +270,19 @@ export async function proveRenewalsServed(
 ): Promise<void> {
   const { daemon, proxy } = options;
   const loop = new HandshakeLoop(proxy.port, options.domain, 50);
+  // A signal reload is reported once no worker from before it accepts, which can come after the new leaf is first served.
+  let reloadsDone = 0;
+  const onReloaded = (o: { ok: boolean; skipped?: boolean }): void => {
+    if (o.ok && !o.skipped) reloadsDone++;
+  };
+  daemon.events.on('reloaded', onReloaded);
   let servedWithinMs: number[];
   try {
     servedWithinMs = await renewalsServed(daemon, options.certDir, loop, options.count);
+    if (options.method !== undefined)
+      await until(`${options.count} reloads reported done`, () => reloadsDone >= options.count, [onEvent(daemon.events, 'reloaded')], 30_000);
   } finally {
+    daemon.events.off('reloaded', onReloaded);
     await loop.stop();
   }
   t.diagnostic(`servedWithinMs ${servedWithinMs.join(', ')}; handshakes ${loop.attempts}, failed ${loop.failures.length}`);
