@@ -82,7 +82,7 @@ function kubeSettings(config: DaemonConfig, validityEnd: ValidityEnd): KubeSetti
         validityEnd,
       }
     : undefined;
-  const home = federation ? { ...federation, renewal, readinessLeadMs } : undefined;
+  const home = federation ? { ...federation, renewal, readinessLeadMs, certTimeoutMs: config.certTimeoutMs } : undefined;
   return { mode, group, watchScope, podName, leaseDurationMs, budgetNamespace, gate, federation: home };
 }
 

@@ -8,6 +8,7 @@ import type { Clock } from '../core/ports/clock.ts';
 import { defaultTrustAnchors, trustAnchors, type TrustAnchors } from '../core/certificates/trust.ts';
 import type { FederationSettings } from '../core/federation/home-settings.ts';
 import { doubling } from '../core/issuance/backoff.ts';
+import { intentTtl } from '../core/issuance/issuance-policy.ts';
 import { CertshareError, errorMessage, errorText } from '../core/errors.ts';
 import { formatBreakGlassRecord, homeOutageVerdict, parseBreakGlassRecord, reconcile, type CopyView } from '../core/federation/home-verdicts.ts';
 import type { Logger } from '../core/ports/logger.ts';
@@ -36,6 +37,8 @@ interface FederationOptions {
   leaseDurationMs: number;
   renewal: Pick<RenewalPolicy, 'renewFraction'>;
   readinessLeadMs: number;
+  /** How long an announced CertPair call blocks the others (issuance-policy.ts intentTtl). */
+  intentTtlMs: number;
   /** A break-glass certificate was stored locally (an Event and the metric). */
   onBreakGlass(domain: string, serial: string): void;
   onHomeWriterChange?(leader: boolean): void;
@@ -548,7 +551,7 @@ async function federationAnchors(file: string | undefined): Promise<TrustAnchors
 }
 
 /** The home's settings (--federation-*) and when a certificate leaves rotation (its break-glass point: home-verdicts.ts). */
-export type HomeSettings = FederationSettings & { renewal: RenewalPolicy; readinessLeadMs: number };
+export type HomeSettings = FederationSettings & { renewal: RenewalPolicy; readinessLeadMs: number; certTimeoutMs: number };
 
 /** A federation home's pieces and how the backend stops them. */
 export interface Federated {
@@ -648,6 +651,7 @@ async function federate(settings: HomeSettings & { group: string }, local: Local
     leaseDurationMs: settings.leaseDurationMs,
     renewal: settings.renewal,
     readinessLeadMs: settings.readinessLeadMs,
+    intentTtlMs: intentTtl(settings.certTimeoutMs),
     onBreakGlass: (domain, serial) => {
       metrics.breakGlass.inc({ domain });
       podEvents?.breakGlass(domain, serial);

@@ -17,13 +17,14 @@ interface JudgeOptions {
   readinessLeadMs: number;
   /** The home Lease's duration (--federation-lease-duration). */
   leaseDurationMs: number;
+  /** How long an announced CertPair call blocks the others (issuance-policy.ts intentTtl). */
+  intentTtlMs: number;
   /** The home's records ignored in a failed window: counted and told. */
   onOutOfBounds?: OutOfBoundsReport | undefined;
 }
 
-/** The member's side of the home Lease: whether it holds it, and a look at it now. */
+/** The member's side of the home Lease: a look at it now. */
 interface HomeLease {
-  canIssue(): boolean;
   look(): void;
 }
 
@@ -31,9 +32,10 @@ export class HomeWriterJudge {
   readonly #o: JudgeOptions;
   /**
    * Domains whose newest copy (`serial`) passed its safety point unrenewed while the home answers: `reason`, for the
-   * takeover's log line; `heldSince`, when this member first held the Lease in that window.
+   * takeover's log line; `since`, when this member first judged so; `busyUntil`, the end of the call under way that the
+   * home's last read announced, as believed (boundFailedWindow): no takeover before it.
    */
-  readonly #failed = new Map<string, { reason: string; serial: string; heldSince: number | undefined }>();
+  readonly #failed = new Map<string, { reason: string; serial: string; since: number; busyUntil: number | undefined }>();
   readonly #outOfBounds: OutOfBoundsLog;
 
   constructor(options: JudgeOptions) {
@@ -41,9 +43,15 @@ export class HomeWriterJudge {
     this.#outOfBounds = new OutOfBoundsLog(options.logger, (where, value) => options.onOutOfBounds?.(where, value));
   }
 
-  /** Why the holder has failed the group (the first such domain's reason), or undefined: the elector's failedHolder. */
+  /**
+   * Why the holder has failed the group (the first such domain's reason), or undefined: the elector's failedHolder. A
+   * domain whose believed call under way has not ended is not one: taking the Lease from a member whose call runs, the
+   * taker (and the next, each taking it from the last) would call again.
+   */
   failedHolder(): string | undefined {
-    return this.#failed.values().next().value?.reason;
+    const now = this.#o.clock.now();
+    for (const failed of this.#failed.values()) if (failed.busyUntil === undefined || now >= failed.busyUntil) return failed.reason;
+    return undefined;
   }
 
   /** The home cannot be reached for `domain`: the outage rules answer (break-glass), not a takeover. */
@@ -70,8 +78,7 @@ export class HomeWriterJudge {
     }
     const known = this.#failed.get(domain);
     const reason = `${domain}: its newest copy ${verdict.serial} passed its safety point ${iso(verdict.since)} with no renewal at the home`;
-    const failed = known?.serial === verdict.serial ? known : { reason, serial: verdict.serial, heldSince: undefined };
-    if (failed.heldSince === undefined && lease?.canIssue()) failed.heldSince = now;
+    const failed = known?.serial === verdict.serial ? known : { reason, serial: verdict.serial, since: now, busyUntil: undefined };
     this.#failed.set(domain, failed);
     if (!known) lease?.look();
   }
@@ -79,9 +86,12 @@ export class HomeWriterJudge {
   /** The home's read with its records bounded in a failed window (boundFailedWindow); what it ignored, counted and told. */
   bounded(domain: string, read: StoreRead): StoreRead {
     const failed = this.#failed.get(domain);
-    if (!failed || !read.coordination) return read;
+    if (!failed) return read;
+    failed.busyUntil = undefined;
+    if (!read.coordination) return read;
     const leaseBoundMs = LEASE_DURATION_FACTOR * this.#o.leaseDurationMs;
-    const { coordination, refused } = boundFailedWindow(read.coordination, { heldSince: failed.heldSince, leaseBoundMs });
+    const { coordination, refused, busyUntil } = boundFailedWindow(read.coordination, { since: failed.since, leaseBoundMs, intentTtlMs: this.#o.intentTtlMs });
+    failed.busyUntil = busyUntil;
     this.#outOfBounds.read(`the federation home's record of ${domain}`, refused);
     return refused.length ? { ...read, coordination } : read;
   }

@@ -171,19 +171,21 @@ export function homeWriterVerdict(input: {
 }
 
 /**
- * The home's coordination as believed in a window whose holder failed (homeWriterVerdict), by a member holding the
- * Lease in it since `heldSince` (undefined: not yet, all believed). An intent stamped later than that plus
- * `leaseBoundMs` (the longest Lease a holder is believed to hold: a holder deposed before `heldSince` lost its
- * leadership by then, having failed to renew it) and the clock skew is no call under way that this member must wait
- * for, nor its own: ignored. A recorded rate limit holds no renewal past the safety point: the loop's own backoff
- * paces its calls (the CA that limits says so again). Written again and again with the home credential, either held
- * every renewal of the group for good.
+ * The home's coordination as believed in a window whose holder failed (homeWriterVerdict), by a member that first judged
+ * it failed at `since`. An intent is believed as stamped no later than `since` plus the longest Lease a holder is
+ * believed to hold (`leaseBoundMs`), the clock skew and two intent lifetimes (`intentTtlMs`): a deposed holder's call
+ * and one by a member that waited for it and took over start by then. A later stamp is believed as that bound (it still
+ * blocks, up to one lifetime more), never dropped: a genuine call by a member that took over after this one must be
+ * waited for, as the thief's re-stamped intents must not hold every writer for good. `busyUntil`: when the believed
+ * intent stops blocking (no takeover of the Lease before: lease-elector.ts failedHolder). A recorded rate limit holds
+ * no renewal past the safety point: the loop's own backoff paces its calls (the CA that limits says so again).
+ * Written again and again with the home credential, either held every renewal of the group for good.
  * @forTests
  */
 export function boundFailedWindow(
   coordination: Coordination,
-  window: { heldSince: number | undefined; leaseBoundMs: number },
-): { coordination: Coordination; refused: UntrustedValue[] } {
+  window: { since: number; leaseBoundMs: number; intentTtlMs: number },
+): { coordination: Coordination; refused: UntrustedValue[]; busyUntil: number | undefined } {
   const bounded: Coordination = { ...coordination };
   const refused: UntrustedValue[] = [];
   if (coordination.retryNotBefore !== undefined) {
@@ -191,13 +193,19 @@ export function boundFailedWindow(
     refused.push({ field: 'retry-not-before', value: iso(coordination.retryNotBefore), why: 'past the safety point of a copy its holder did not renew' });
   }
   const intent = coordination.intent;
-  const latest = window.heldSince === undefined ? undefined : window.heldSince + window.leaseBoundMs + CLOCK_SKEW_MS;
-  if (intent && latest !== undefined && intent.at > latest) {
-    delete bounded.intent;
-    const why = `stamped later than ${iso(latest)}: the safety point passed unrenewed, this member the home writer since ${iso(window.heldSince!)}`;
+  if (!intent) return { coordination: bounded, refused, busyUntil: undefined };
+  const latest = failedWindowIntentBound(window);
+  if (intent.at > latest) {
+    bounded.intent = { ...intent, at: latest };
+    const why = `stamped later than ${iso(latest)}, believed as stamped then: the safety point passed unrenewed, judged so since ${iso(window.since)}`;
     refused.push({ field: 'issuing', value: `${intent.holder.slice(0, 253)} at ${iso(intent.at)}`, why });
   }
-  return { coordination: bounded, refused };
+  return { coordination: bounded, refused, busyUntil: bounded.intent!.at + window.intentTtlMs };
+}
+
+/** The latest stamp of an intent believed in a failed window (boundFailedWindow); past it plus one lifetime, nothing blocks. @forTests */
+export function failedWindowIntentBound(window: { since: number; leaseBoundMs: number; intentTtlMs: number }): number {
+  return window.since + window.leaseBoundMs + CLOCK_SKEW_MS + 2 * window.intentTtlMs;
 }
 
 /** What a copy of the certificate of record holds, reduced to what reconciliation compares. */

@@ -154,6 +154,14 @@ export interface IssuanceSettings {
   intentTtlMs: number;
 }
 
+/**
+ * How long a writer's announced CertPair call (its intent) blocks the others: the call's timeout plus a margin for its
+ * store round trips, capped at 30 s.
+ */
+export function intentTtl(certTimeoutMs: number): number {
+  return certTimeoutMs + Math.min(30_000, certTimeoutMs);
+}
+
 /** @forTests */
 export type IssuanceRule = (s: IssuanceSnapshot, p: IssuanceSettings) => IssuanceDecision | undefined;
 

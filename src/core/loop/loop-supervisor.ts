@@ -1,6 +1,7 @@
 import { CertLoop, type CertLoopDeps, type DomainAvailability } from './cert-loop.ts';
 import { errorMessage } from '../errors.ts';
 import { DEFAULT_ISSUANCE_CONCURRENCY, IssuanceSlots } from '../issuance/issuance-slots.ts';
+import { intentTtl } from '../issuance/issuance-policy.ts';
 import type { BackoffPolicy } from '../issuance/backoff.ts';
 import { IssuanceBudget, type BudgetLimit, type LedgerStore } from '../issuance/issuance-budget.ts';
 import type { RenewalPolicy } from '../renewal/renewal.ts';
@@ -74,8 +75,7 @@ export function certificateLoops(settings: RenewalSettings, p: LoopParts): LoopS
     backoff: settings.backoff,
     observer,
     logger,
-    // The CertPair timeout plus a margin for the writer's store round trips (capped at 30 s).
-    intentTtlMs: settings.certTimeoutMs + Math.min(30_000, settings.certTimeoutMs),
+    intentTtlMs: intentTtl(settings.certTimeoutMs),
     budget,
     issuanceSlots,
     startup: p.startup,
