@@ -110,6 +110,13 @@ export const ERROR_CODES = {
     message: "tailscaled runs from a config file, whose AdvertiseServices wins at every reload: {services} left to the file's owner{how}",
     exit: 1,
   },
+  CERTSHARE_ADVERTISE_UNWATCHED: {
+    means:
+      "tailscaled's config file advertises Tailscale Services that are not certshare's --advertise-services (Tailscale's operator " +
+      "names an HA Ingress's Service svc:<the Ingress's first TLS host label>): certshare never withdraws them",
+    message: "tailscaled's config file advertises {services}, not in --advertise-services ({managed}): certshare never withdraws them",
+    exit: 1,
+  },
   CERTSHARE_BUS_LINE_TOO_LONG: {
     means: 'an IPN bus line exceeded the line bound; the stream is reopened',
     message: "IPN bus line longer than {max} bytes (got at least {length}); raise the bus line limit if the tailnet's netmap is that large",

@@ -6,7 +6,7 @@
 import { mergeAdvertised, type AdvertiseDecision } from '../core/served/advertisement.ts';
 import { doubling } from '../core/issuance/backoff.ts';
 import type { Clock } from '../core/ports/clock.ts';
-import { CertshareError, errorMessage } from '../core/errors.ts';
+import { CertshareError, errorMessage, errorText } from '../core/errors.ts';
 import type { IpnPrefs, MaskedPrefs } from '../core/ports/localapi.ts';
 import { LocalApiError } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
@@ -220,6 +220,7 @@ export class Advertiser {
       current = (await api.prefs(signal)).AdvertiseServices ?? [];
       logger.info({ advertiseServices: current }, "Tailscale Services: the config file's list put back");
     }
+    this.#sayUnwatched(current);
     const out = refused(current);
     let after = current;
     if (out.length > 0) {
@@ -232,6 +233,25 @@ export class Advertiser {
     this.#o.onReconciled?.(this.#advertised);
     this.#warnedCode = undefined;
     return out.length > 0;
+  }
+
+  /** The Services of the config file's list last said to be outside the managed ones ('' for none). */
+  #unwatchedSaid = '';
+
+  /**
+   * Under a config file: says once per change which Services of the file's list are not managed here (an HA Ingress
+   * of Tailscale's operator names its Service after the Ingress's host, not after certshare's flags): certshare never
+   * withdraws those, whatever certificate this replica serves.
+   */
+  #sayUnwatched(read: readonly string[]): void {
+    const unwatched = [...new Set(read.filter((s) => !this.#managed.has(s)))].sort();
+    const key = unwatched.join(' ');
+    if (key === this.#unwatchedSaid) return;
+    this.#unwatchedSaid = key;
+    if (unwatched.length === 0) return;
+    const managed = [...this.#managed].sort().join(' ') || 'none';
+    const code = 'CERTSHARE_ADVERTISE_UNWATCHED';
+    this.#o.logger.warn({ code, services: unwatched, managed: [...this.#managed].sort() }, errorText(code, { services: key, managed }));
   }
 
   #record(advertised: Set<string>): void {

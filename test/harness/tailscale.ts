@@ -61,6 +61,17 @@ export function servicesControlSees(node: ControlVipServices): string[] | undefi
     .sort();
 }
 
+/** A Tailscale Service as Tailscale's API represents it (its VIPService), stored by tsenv's stand-in (tailscaleApi). */
+export interface ApiVipService {
+  name: string;
+  /** The VIP: IPv4, then IPv6, given at creation. */
+  addrs?: string[];
+  comment?: string;
+  annotations?: Record<string, string>;
+  ports?: string[];
+  tags?: string[];
+}
+
 /** A Tailscale Service's VIP as tsenv's control hands it out (GET /service-vips, with serviceVips). */
 export interface ServiceVip {
   Service: string;
@@ -121,7 +132,7 @@ export interface RealTailscaledOptions {
   serviceVips?: boolean;
   /**
    * tsenv serves, on control's URL, the part of Tailscale's API that Tailscale's Kubernetes operator needs (tsenv
-   * --tailscale-api: an OAuth token, auth keys, device deletions); apiCalls() lists the calls.
+   * --tailscale-api: an OAuth token, auth keys, device deletions, Tailscale Services); apiCalls() lists the calls.
    */
   tailscaleApi?: boolean;
 }
@@ -162,6 +173,8 @@ export interface RealTailscaled {
   readonly controlUrl: string;
   /** Every call to tsenv's Tailscale API stand-in so far (tailscaleApi), "METHOD path N", sorted. */
   apiCalls(): Promise<string[]>;
+  /** The Tailscale Services created through that API stand-in, as Tailscale's API represents them, by name. */
+  apiVipServices(): Promise<ApiVipService[]>;
   /** Runs `command` in the namespace with `env` added (only loopback there); stopped by stop(). */
   runInNamespace(name: string, command: string[], env?: Record<string, string>): ManagedProcess;
   acmeStats(): Promise<AcmeStats>;
@@ -368,6 +381,10 @@ class RealTailscaledImpl implements RealTailscaled {
 
   async apiCalls(): Promise<string[]> {
     return JSON.parse((await this.admin('GET', '/api-calls')).body) as string[];
+  }
+
+  async apiVipServices(): Promise<ApiVipService[]> {
+    return JSON.parse((await this.admin('GET', '/api-vip-services')).body) as ApiVipService[];
   }
 
   private readonly others: ManagedProcess[] = [];

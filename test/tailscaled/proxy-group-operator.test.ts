@@ -10,7 +10,10 @@
 // ProxyGroup of two replicas, a Pod is created as the StatefulSet controller would (there is none here), through the
 // real apiserver and the injector's webhook; the template itself must equal the unit tier's copy (operatorProxyGroupPod).
 // Then the replica's tailscaled runs as the Pod would run it, containerboot from the operator's config Secret (projected
-// as the kubelet does), and logs in to control with the key the operator minted. The same Pod in a namespace not listed
+// as the kubelet does), and logs in to control with the key the operator minted. Then an HA Ingress on the ProxyGroup:
+// the operator calls the stand-in's Tailscale Services (vip-services) and writes the serve config and each replica's
+// AdvertiseServices; the replica reloads its new file, control sees the Services, and the advertise agent of the Pod's
+// flags says which of them it does not watch and withdraws its own at SIGTERM. The same Pod in a namespace not listed
 // is not made a ProxyGroup Pod.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -25,9 +28,10 @@ import { startInjector, type Injector } from '../../src/injector/injector.ts';
 import { INJECTOR_FLAGS, injectorConfigFrom } from '../../src/config/injector-options.ts';
 import { ANNOTATION, STOP_FITTED_ANNOTATION } from '../../src/injector/mutate.ts';
 import { ADVERTISE_OWNER_ANNOTATION, OPERATOR_HOOK, PROXY_GROUP_SOCKET } from '../../src/injector/tailscale-operator.ts';
-import { buildOnce, type ManagedProcess, yamlKubeconfig } from '../harness/control-plane.ts';
+import { buildOnce, ManagedProcess, yamlKubeconfig } from '../harness/control-plane.ts';
 import { useControlPlane } from '../harness/use-control-plane.ts';
-import { BUILD_AND_START_TIMEOUT_MS, startRealTailscaled, type RealTailscaled } from '../harness/tailscale.ts';
+import { BUILD_AND_START_TIMEOUT_MS, servicesControlSees, startRealTailscaled, type RealTailscaled } from '../harness/tailscale.ts';
+import { watchPrefs } from '../support/advertising.ts';
 import { must } from '../support/kube.ts';
 import { relayIntoNamespace, type NamespaceRelay } from '../support/namespace-relay.ts';
 import { freePort } from '../support/processes.ts';
@@ -35,9 +39,11 @@ import { injectorLoopbackFlags } from '../support/replica-flags.ts';
 import { projectConfig } from '../support/projected-config.ts';
 import { operatorProxyGroupPod } from '../support/proxy-group-pod.ts';
 import { useTempDir } from '../support/standalone.ts';
+import { DAY, makePair } from '../support/certs.ts';
 
 const OPERATOR_BUILD = resolve(import.meta.dirname, '../tailscale-operator/build.sh');
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
+const BIN = fileURLToPath(new URL('../../bin/certshare.js', import.meta.url));
 /** The operator and tailscaled are built with Go: without it (and no prebuilt binaries named) there is nothing to run. */
 const goFound =
   (process.env.CERTSHARE_TAILSCALE_OPERATOR_BIN !== undefined && process.env.CERTSHARE_TAILSCALE_BIN !== undefined) ||
@@ -260,6 +266,229 @@ describe("a ProxyGroup Pod built by Tailscale's real operator 1.102.5, injected 
     const status = JSON.parse((await ts.localApi('/localapi/v0/status?peers=false')).body) as { BackendState: string; Self: { HostName: string } };
     assert.equal(status.BackendState, 'Running');
     assert.equal(status.Self.HostName, 'ingress-0', "the operator's hostname for replica 0");
+  });
+
+  /** Polls `read` every 250 ms until it returns a value, or fails naming `what` with the operator's last lines. */
+  async function eventually<T>(what: string, read: () => Promise<T | undefined>, timeoutMs = 60_000): Promise<T> {
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      const value = await read();
+      if (value !== undefined) return value;
+      if (performance.now() > deadline || operator?.exitInfo)
+        throw new Error(`timed out waiting for ${what}\noperator:\n${operator?.tail(60)}\napi calls: ${(await ts.apiCalls()).join(', ')}`);
+      await new Promise((res) => setTimeout(res, 250));
+    }
+  }
+
+  async function getJson<T>(args: string[]): Promise<T | undefined> {
+    const r = await cp().kubectl([...args, '-o', 'json']);
+    return r.code === 0 ? (JSON.parse(r.stdout) as T) : undefined;
+  }
+
+  /** The AdvertiseServices of each replica's config file, as the operator writes it into ingress-<n>-config. */
+  async function advertisedByFile(): Promise<Record<string, unknown>> {
+    const out: Record<string, unknown> = {};
+    for (const n of [0, 1]) {
+      const secret = await getJson<{ data: Record<string, string> }>(['get', 'secret', `ingress-${n}-config`, '-n', NS]);
+      for (const [file, data] of Object.entries(secret?.data ?? {}))
+        out[`ingress-${n}/${file}`] = (JSON.parse(Buffer.from(data, 'base64').toString()) as { AdvertiseServices?: string[] }).AdvertiseServices ?? [];
+    }
+    return out;
+  }
+
+  it("an HA Ingress: the operator writes the serve config and advertises svc:proxy in the replicas' files, the Service certshare's agent watches", async () => {
+    // What the operator reads of a replica to call its ProxyGroup Available and name a Service's domain
+    // (proxygroup.go getRunningProxies, getNodeMetadata; svc-for-pg.go dnsNameForService): the replica's state Secret
+    // ingress-0 with pod_uid (the running Pod's UID) and device_fqdn, which containerboot writes through the Kubernetes
+    // API, device_ips, and tailscaled's kube state store's _current-profile naming a profile whose Config carries the
+    // NodeID and UserProfile.LoginName (the node's MagicDNS name, as Tailscale's control gives a tagged node). Written
+    // here as they would write it, from the real replica started above: its tailscaled here keeps its state in a file.
+    const pod = JSON.parse(await must(cp().kubectl(['get', 'pod', 'ingress-0', '-n', NS, '-o', 'json']))) as V1Pod;
+    const self = (JSON.parse((await ts.localApi('/localapi/v0/status?peers=false')).body) as { Self: { ID: string; DNSName: string; TailscaleIPs: string[] } })
+      .Self;
+    const fqdn = self.DNSName.replace(/\.$/, '');
+    const profile = { Config: { NodeID: self.ID, UserProfile: { LoginName: fqdn } }, AdvertiseServices: [] };
+    const stringData = {
+      pod_uid: pod.metadata!.uid!,
+      device_fqdn: self.DNSName,
+      device_ips: JSON.stringify(self.TailscaleIPs),
+      device_id: self.ID,
+      '_current-profile': 'profile-c5e1',
+      'profile-c5e1': JSON.stringify(profile),
+    };
+    await must(cp().kubectl(['patch', 'secret', 'ingress-0', '-n', NS, '--type=merge', '-p', JSON.stringify({ stringData })]));
+    interface Condition {
+      type: string;
+      status: string;
+    }
+    const available = await eventually('the ProxyGroup Available', async () => {
+      const pg = await getJson<{ status?: { conditions?: Condition[]; devices?: unknown[] } }>(['get', 'proxygroup', 'ingress']);
+      const c = pg?.status?.conditions?.find((x) => x.type === 'ProxyGroupAvailable');
+      return c?.status === 'True' ? pg!.status : undefined;
+    });
+    // testcontrol keeps the name the node first registered with (the harness's), not containerboot's HostName.
+    const [nodeName, tailnet] = fqdn.split(/\.(.*)/) as [string, string];
+    assert.deepEqual(available.devices, [{ hostname: nodeName, tailnetIPs: self.TailscaleIPs }]);
+
+    // The Ingress, as Tailscale's docs give it for a ProxyGroup: the IngressClass of the operator's manifests, a backend.
+    const ingressClass = {
+      apiVersion: 'networking.k8s.io/v1',
+      kind: 'IngressClass',
+      metadata: { name: 'tailscale' },
+      spec: { controller: 'tailscale.com/ts-ingress' },
+    };
+    const backend = {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata: { name: 'web', namespace: PLAIN },
+      spec: { selector: { app: 'web' }, ports: [{ port: 80, targetPort: 8080 }] },
+    };
+    const ingress = {
+      apiVersion: 'networking.k8s.io/v1',
+      kind: 'Ingress',
+      metadata: { name: 'web', namespace: PLAIN, annotations: { 'tailscale.com/proxy-group': 'ingress' } },
+      spec: { ingressClassName: 'tailscale', defaultBackend: { service: { name: 'web', port: { number: 80 } } }, tls: [{ hosts: ['proxy'] }] },
+    };
+    await must(cp().kubectl(['apply', '-f', '-'], { input: JSON.stringify({ apiVersion: 'v1', kind: 'List', items: [ingressClass, backend, ingress] }) }));
+    const clusterIp = (JSON.parse(await must(cp().kubectl(['get', 'service', 'web', '-n', PLAIN, '-o', 'json']))) as { spec: { clusterIP: string } }).spec
+      .clusterIP;
+
+    const domain = `proxy.${tailnet}`;
+    const serveConfig = await eventually('the serve config of svc:proxy', async () => {
+      const cm = await getJson<{ binaryData?: Record<string, string> }>(['get', 'configmap', 'ingress-ingress-config', '-n', NS]);
+      const raw = cm?.binaryData?.['serve-config.json'];
+      const parsed = raw === undefined ? undefined : (JSON.parse(Buffer.from(raw, 'base64').toString()) as { Services?: Record<string, unknown> });
+      return parsed?.Services?.['svc:proxy'] ? parsed : undefined;
+    });
+    assert.deepEqual(serveConfig, {
+      Services: { 'svc:proxy': { TCP: { '443': { HTTPS: true } }, Web: { [`${domain}:443`]: { Handlers: { '/': { Proxy: `http://${clusterIp}:80/` } } } } } },
+    });
+    const [service, ...others] = await eventually('the Tailscale Service created', async () => {
+      const services = await ts.apiVipServices();
+      return services.length > 0 ? services : undefined;
+    });
+    assert.equal(others.length, 0);
+    assert.equal(service!.name, 'svc:proxy');
+    assert.deepEqual(service!.ports, ['tcp:443']);
+    assert.deepEqual(service!.tags, ['tag:k8s']);
+    assert.match(service!.annotations!['tailscale.com/owner-references']!, /^\{"ownerRefs":\[\{"operatorID":"[^"]+"\}\]\}$/);
+    assert.equal(service!.addrs!.length, 2, 'a VIP given at creation');
+
+    // The operator advertises an HTTPS-only Service once its certificate is in the Secret named by the domain (hasCerts),
+    // which the replica holding the cert share fills; written here as it would.
+    const pair = await makePair(domain, Date.now() - 60_000, 90 * DAY);
+    const tls = { 'tls.crt': Buffer.from(pair.certPem).toString('base64'), 'tls.key': Buffer.from(pair.keyPem).toString('base64') };
+    await eventually('the TLS Secret', () => getJson(['get', 'secret', domain, '-n', NS]));
+    await must(cp().kubectl(['patch', 'secret', domain, '-n', NS, '--type=merge', '-p', JSON.stringify({ data: tls })]));
+    const files = await eventually("svc:proxy in both replicas' files", async () => {
+      const byFile = await advertisedByFile();
+      return Object.values(byFile).every((v) => JSON.stringify(v) === '["svc:proxy"]') && Object.keys(byFile).length === 2 ? byFile : undefined;
+    });
+    assert.deepEqual(
+      Object.keys(files).map((k) => k.replace(/cap-\d+/, 'cap-N')),
+      ['ingress-0/cap-N.hujson', 'ingress-1/cap-N.hujson'],
+    );
+    // What the operator asked of Tailscale's API for it: nothing the stand-in does not serve (501).
+    const calls = (await ts.apiCalls()).map((c) => c.replace(/ \d+$/, ''));
+    assert.deepEqual(calls, [
+      'GET /api/v2/tailnet/-/vip-services/{name}',
+      'POST /api/v2/oauth/token',
+      'POST /api/v2/tailnet/-/keys',
+      'PUT /api/v2/tailnet/-/vip-services/{name}',
+    ]);
+
+    // What the injected replica holds: the operator's files through its mounts, the Services its agent may withdraw,
+    // and certshare's domain.
+    const all = [...(pod.spec!.initContainers ?? []), ...pod.spec!.containers];
+    const tailscale = all.find((c) => c.name === 'tailscale')!;
+    const env = (name: string, c: V1Container = tailscale): string | undefined => c.env?.find((e) => e.name === name)?.value;
+    assert.equal(env('TS_SERVE_CONFIG'), '/etc/proxies/serve-config.json', 'the serve config: the ConfigMap ingress-ingress-config at /etc/proxies');
+    assert.ok(tailscale.volumeMounts!.some((m) => m.name === 'ingress-ingress-config' && m.mountPath === '/etc/proxies'));
+    assert.equal(env('TS_EXPERIMENTAL_VERSIONED_CONFIG_DIR'), '/etc/tsconfig/$(POD_NAME)', "AdvertiseServices: the replica's config Secret");
+    assert.equal(env('TS_EXPERIMENTAL_CERT_SHARE'), 'true', "tailscaled's own certificate for the Service's domain, shared through the TLS Secret");
+    assert.equal(
+      env(
+        'CERTSHARE_ADVERTISE_SERVICES',
+        all.find((c) => c.name === 'certshare-advertise'),
+      ),
+      'svc:proxy',
+      "the agent's allow list is the operator's Service",
+    );
+    assert.equal(
+      pod.metadata!.annotations![ANNOTATION.domains]!.split('.')[0],
+      'proxy',
+      "certshare's domain has the Service's label (its tailnet: the ProxyClass's)",
+    );
+  });
+
+  it("the replica reloads the operator's file: control sees its Services; the agent says which it does not watch, withdraws its own at SIGTERM", async () => {
+    // A second HA Ingress on the ProxyGroup, of no TLS host (its Service named after it) and an HTTP endpoint (advertised
+    // before any certificate): the ProxyClass's certshare flags name svc:proxy only.
+    const other = {
+      apiVersion: 'networking.k8s.io/v1',
+      kind: 'Ingress',
+      metadata: { name: 'other', namespace: PLAIN, annotations: { 'tailscale.com/proxy-group': 'ingress', 'tailscale.com/http-endpoint': 'enabled' } },
+      spec: { ingressClassName: 'tailscale', defaultBackend: { service: { name: 'web', port: { number: 80 } } } },
+    };
+    await must(cp().kubectl(['apply', '-f', '-'], { input: JSON.stringify(other) }));
+    const both = ['svc:proxy', `svc:${PLAIN}-other-ingress`];
+    await eventually('both Services in the files', async () => {
+      const byFile = await advertisedByFile();
+      return Object.values(byFile).every((v) => JSON.stringify(v) === JSON.stringify(both)) ? byFile : undefined;
+    });
+    // The kubelet swaps the replica's projected Secret; containerboot reloads tailscaled's config from it.
+    const secret = JSON.parse(await must(cp().kubectl(['get', 'secret', 'ingress-0-config', '-n', NS, '-o', 'json']))) as { data: Record<string, string> };
+    const [file] = Object.keys(secret.data) as [string];
+    const prefs = await watchPrefs(ts);
+    const exchange = join(dir(), 'exchange');
+    let agent: ManagedProcess | undefined;
+    try {
+      await projectConfig(
+        join(dir(), 'tsconfig', 'ingress-0'),
+        2,
+        JSON.parse(Buffer.from(secret.data[file]!, 'base64').toString()) as Record<string, unknown>,
+        file,
+      );
+      await eventually('the file’s list in the prefs', async () => (prefs.seen.at(-1)?.list === JSON.stringify(both) ? true : undefined));
+      const seenByControl = async (): Promise<string[] | undefined> => {
+        const nodes = await ts.vipServices();
+        return nodes.map(servicesControlSees).find((services) => services !== undefined && services.length > 0);
+      };
+      assert.deepEqual(await eventually('control seeing the Services', seenByControl), [...both].sort());
+
+      // The advertise agent, as the injector gives it to this replica (the Pod's --advertise-services), run as root
+      // here (the operator right by the hook: proxy-group-agent.test.ts); certshare has written no request yet.
+      await mkdir(join(exchange, 'request'), { recursive: true });
+      await mkdir(join(exchange, 'status'));
+      const pod = JSON.parse(await must(cp().kubectl(['get', 'pod', 'ingress-0', '-n', NS, '-o', 'json']))) as V1Pod;
+      const agentContainer = [...(pod.spec!.initContainers ?? []), ...pod.spec!.containers].find((c) => c.name === 'certshare-advertise')!;
+      const services = agentContainer.env!.find((e) => e.name === 'CERTSHARE_ADVERTISE_SERVICES')!.value!;
+      const args = [BIN, 'advertise-agent', '--localapi', ts.socket, '--advertise-services', services, '--exchange', exchange, '--log-format', 'json'];
+      agent = new ManagedProcess('advertise-agent', process.execPath, args, process.env.CERTSHARE_TS_VERBOSE === '1');
+      await eventually('the agent saying what it does not watch', async () => agent!.lines.find((l) => l.includes('CERTSHARE_ADVERTISE_UNWATCHED'))).then(
+        (line) => assert.match(line, new RegExp(`advertises svc:${PLAIN}-other-ingress, not in --advertise-services \\(svc:proxy\\)`)),
+      );
+      assert.equal(prefs.seen.at(-1)?.list, JSON.stringify(both), 'no request yet: the file’s word stands');
+      const stopping = performance.now();
+      await agent.terminate(15_000);
+      const exitedMs = performance.now() - stopping;
+      agent = undefined;
+      assert.equal(prefs.seen.at(-1)?.list, JSON.stringify(both.slice(1)), 'svc:proxy withdrawn before the agent exited, the other Service kept');
+      assert.deepEqual(
+        await eventually('control seeing the withdrawal', async () => {
+          const seen = await seenByControl();
+          return seen?.length === 1 ? seen : undefined;
+        }),
+        both.slice(1),
+      );
+      process.stderr.write(`operator's HA Ingress replica: the agent withdrew svc:proxy and exited ${Math.round(exitedMs)} ms after SIGTERM\n`);
+    } catch (err) {
+      process.stderr.write(`on failure: the prefs' changes ${JSON.stringify(prefs.seen)}\nthe agent said:\n${agent?.lines.join('\n')}\n`);
+      throw err;
+    } finally {
+      await agent?.terminate(15_000);
+      await prefs.stop();
+    }
   });
 
   it('the same Pod in a namespace not listed gets no socket volume and no hook: refused for lack of a socket, as any other', async () => {

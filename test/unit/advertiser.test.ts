@@ -7,9 +7,10 @@ import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { advertiseDecision } from '../../src/core/served/advertisement.ts';
 import { LocalApiError, type IpnPrefs, type MaskedPrefs } from '../../src/core/ports/localapi.ts';
-import { silentLogger } from '../../src/core/ports/logger.ts';
+import { silentLogger, type Logger } from '../../src/core/ports/logger.ts';
 import { Advertiser, type PrefsApi } from '../../src/served/advertiser.ts';
 import { FakeClock } from '../support/fake-clock.ts';
+import { recordingLogger } from '../support/recording-logger.ts';
 
 const RUNS = Number(process.env.CERTSHARE_PROPERTY_RUNS ?? 100);
 const SERVICE = 'svc:web';
@@ -51,7 +52,7 @@ const eventArb: fc.Arbitrary<Event> = fc.oneof(
   fc.record({ e: fc.constant('tick' as const), ms: fc.integer({ min: 0, max: 120_000 }) }),
 );
 
-function advertiserOn(api: FakePrefs, clock: FakeClock): Advertiser {
+function advertiserOn(api: FakePrefs, clock: FakeClock, logger: Logger = silentLogger): Advertiser {
   return new Advertiser({
     api,
     services: () => [{ service: SERVICE, domain: 'web.tailnet-0000.ts.net' }],
@@ -65,7 +66,7 @@ function advertiserOn(api: FakePrefs, clock: FakeClock): Advertiser {
       }),
     nextEdge: () => undefined,
     clock,
-    logger: silentLogger,
+    logger,
     resyncMs: 60_000,
   });
 }
@@ -267,6 +268,35 @@ describe('Advertiser under a config file (withdrawOnly): never adds, withdraws a
     assert.equal(api.reloads, reloads + 1, 'by one reload');
     await clock.advance(60_000);
     assert.equal(api.reloads, reloads + 1, 'and not again while nothing is withheld');
+    await advertiser.stop();
+  });
+
+  it('says once per change which Services of the file’s list it does not manage (never withdrawn): an HA Ingress of another host', async () => {
+    const clock = new FakeClock();
+    const api = new FakeFilePrefs();
+    api.allowed = true;
+    api.reload();
+    const { logger, entries } = recordingLogger();
+    const advertiser = advertiserOn(api, clock, logger);
+    advertiser.withdrawOnly(async () => api.reload());
+    advertiser.start();
+    await clock.advance(0);
+    const said = () => entries.filter((e) => e.code === 'CERTSHARE_ADVERTISE_UNWATCHED').map((e) => e.services);
+    assert.deepEqual(said(), [['svc:x']]);
+    assert.match(
+      entries.find((e) => e.code === 'CERTSHARE_ADVERTISE_UNWATCHED')!.msg!,
+      /advertises svc:x, not in --advertise-services \(svc:web\): certshare never withdraws them/,
+    );
+    await clock.advance(60_000);
+    assert.deepEqual(said(), [['svc:x']], 'not again while the file’s list is the same');
+    api.file = [SERVICE, 'svc:x', 'svc:api'];
+    api.reload();
+    await clock.advance(60_000);
+    api.file = [SERVICE];
+    api.reload();
+    await clock.advance(60_000);
+    assert.deepEqual(said(), [['svc:x'], ['svc:api', 'svc:x']], 'the new list said; one of managed Services only is not');
+    assert.deepEqual(api.services, [SERVICE], 'nothing else changed');
     await advertiser.stop();
   });
 

@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -19,16 +22,36 @@ import (
 //   - POST /api/v2/oauth/token: the OAuth client-credentials exchange (any client id and secret), a bearer token;
 //   - POST /api/v2/tailnet/-/keys: an auth key (for the operator's node, then one per replica), with that token;
 //     testcontrol (no RequireAuthKey) lets any key register;
-//   - DELETE /api/v2/device/{id}: a device the operator drops (a replica gone, a key reissued): nothing to do here.
+//   - DELETE /api/v2/device/{id}: a device the operator drops (a replica gone, a key reissued): nothing to do here;
+//   - GET, PUT and DELETE /api/v2/tailnet/-/vip-services/{name}: the Tailscale Services of an HA Ingress (the
+//     operator's internal/client/tailscale VIPServices: Get, CreateOrUpdate, Delete; it never lists them). A
+//     Service is stored as put, its VIP (addrs) given at creation as Tailscale's API does (the same as
+//     --service-vips hands out); a name that is not svc:<dns-label>, or a put without the addrs of a Service
+//     that has some, is refused (400); a Service never put is 404.
 //
 // Anything else is answered 501 and counted, as every call is: GET /api-calls on the admin API.
 type tailscaleAPI struct {
 	next http.Handler // the control server
+	vips *serviceVIPs // where a Service's VIP comes from
 
-	mu    sync.Mutex
-	keys  int
-	calls map[string]int // by "METHOD path", ids replaced by {id}
+	mu       sync.Mutex
+	keys     int
+	calls    map[string]int         // by "METHOD path", ids and names replaced by {id} and {name}
+	services map[string]*vipService // by name
 }
+
+// vipService is a Tailscale Service as Tailscale's API represents it (api.tailscale.com/api/v2 VIPService).
+type vipService struct {
+	Name        string            `json:"name,omitempty"`
+	Addrs       []string          `json:"addrs,omitempty"`
+	Comment     string            `json:"comment,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Ports       []string          `json:"ports,omitempty"`
+	Tags        []string          `json:"tags,omitempty"`
+}
+
+// serviceNameRE is a Tailscale Service's name: svc: and a DNS label (tailcfg.ServiceName.Validate).
+var serviceNameRE = regexp.MustCompile(`^svc:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // apiToken is the one bearer token the OAuth exchange hands out.
 const apiToken = "tsenv-api-token"
@@ -41,6 +64,10 @@ func (a *tailscaleAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
 	if id, ok := strings.CutPrefix(path, "/api/v2/device/"); ok && id != "" {
 		path = "/api/v2/device/{id}"
+	}
+	name, isService := strings.CutPrefix(path, "/api/v2/tailnet/-/vip-services/")
+	if isService {
+		path = "/api/v2/tailnet/-/vip-services/{name}"
 	}
 	call := r.Method + " " + path
 	a.mu.Lock()
@@ -78,6 +105,8 @@ func (a *tailscaleAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		})
 	case "DELETE /api/v2/device/{id}":
 		w.WriteHeader(http.StatusOK)
+	case "GET /api/v2/tailnet/-/vip-services/{name}", "PUT /api/v2/tailnet/-/vip-services/{name}", "DELETE /api/v2/tailnet/-/vip-services/{name}":
+		a.vipService(w, r.Method, name, body)
 	default:
 		w.WriteHeader(http.StatusNotImplemented)
 		fmt.Fprintf(w, `{"message":"tsenv does not serve %s"}`, call)
@@ -93,5 +122,66 @@ func (a *tailscaleAPI) served() []string {
 		out = append(out, fmt.Sprintf("%s %d", call, n))
 	}
 	sort.Strings(out)
+	return out
+}
+
+// vipService answers a call on the Tailscale Service `name`.
+func (a *tailscaleAPI) vipService(w http.ResponseWriter, method, name string, body []byte) {
+	fail := func(code int, message string) {
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(map[string]string{"message": message})
+	}
+	if !serviceNameRE.MatchString(name) {
+		fail(http.StatusBadRequest, fmt.Sprintf("invalid service name %q", name))
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	stored := a.services[name]
+	switch method {
+	case http.MethodGet:
+		if stored == nil {
+			fail(http.StatusNotFound, "not found")
+			return
+		}
+		json.NewEncoder(w).Encode(stored)
+	case http.MethodDelete:
+		if stored == nil {
+			fail(http.StatusNotFound, "not found")
+			return
+		}
+		delete(a.services, name)
+		w.WriteHeader(http.StatusOK)
+	case http.MethodPut:
+		var svc vipService
+		if err := json.Unmarshal(body, &svc); err != nil {
+			fail(http.StatusBadRequest, "not JSON")
+			return
+		}
+		if svc.Name != "" && svc.Name != name {
+			fail(http.StatusBadRequest, fmt.Sprintf("name %q is not the path's %q", svc.Name, name))
+			return
+		}
+		svc.Name = name
+		if len(svc.Addrs) == 0 {
+			if stored != nil && len(stored.Addrs) > 0 {
+				fail(http.StatusBadRequest, "addrs must be given for an existing service")
+				return
+			}
+			svc.Addrs = a.vips.addrs(name)
+		}
+		a.services[name] = &svc
+		json.NewEncoder(w).Encode(svc)
+	}
+}
+
+// vipServices lists the Tailscale Services as stored, by name.
+func (a *tailscaleAPI) vipServices() []vipService {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := []vipService{}
+	for _, name := range slices.Sorted(maps.Keys(a.services)) {
+		out = append(out, *a.services[name])
+	}
 	return out
 }

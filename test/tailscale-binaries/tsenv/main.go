@@ -328,7 +328,7 @@ func main() {
 	if len(onHosts) > 0 {
 		go serviceHosts(control, onHosts...)
 	}
-	api := &tailscaleAPI{next: control, calls: map[string]int{}}
+	api := &tailscaleAPI{next: control, vips: vips, calls: map[string]int{}, services: map[string]*vipService{}}
 	var controlHandler http.Handler = control
 	if *apiOn {
 		controlHandler = api
@@ -494,6 +494,11 @@ func main() {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(api.served())
 	})
+	// GET /api-vip-services: the Tailscale Services created through the API stand-in, as it stores them (--tailscale-api).
+	admin.HandleFunc("GET /api-vip-services", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(api.vipServices())
+	})
 	go func() { log.Fatal(http.Serve(adminLn, admin)) }()
 
 	line, _ := json.Marshal(ready{
@@ -622,6 +627,7 @@ type serviceVIPs struct {
 
 	mu       sync.Mutex
 	vips     map[string][]netip.Addr                      // by Service
+	named    map[string]bool                              // Services whose DNS record control has
 	approved map[key.NodePublic]tailcfg.ServiceIPMappings // what each node's capability says
 	routes   map[key.NodePublic][]netip.Prefix            // the VIPs in each node's AllowedIPs
 	state    map[string]*serviceVIP
@@ -633,9 +639,11 @@ func (s *serviceVIPs) apply(hosts map[string][]*tailcfg.Node) {
 	var records []tailcfg.DNSRecord
 	for name, nodes := range hosts {
 		if s.vips[name] == nil {
-			v4 := netip.AddrFrom4([4]byte{100, 65, 0, byte(len(s.vips) + 1)})
-			s.vips[name] = []netip.Addr{v4, tsaddr.Tailscale4To6(v4)}
-			records = append(records, tailcfg.DNSRecord{Name: strings.TrimPrefix(name, "svc:") + "." + s.magicDNS, Value: v4.String()})
+			s.allocate(name)
+		}
+		if !s.named[name] {
+			mak.Set(&s.named, name, true)
+			records = append(records, tailcfg.DNSRecord{Name: strings.TrimPrefix(name, "svc:") + "." + s.magicDNS, Value: s.vips[name][0].String()})
 		}
 		for _, n := range nodes {
 			m := s.approved[n.Key]
@@ -695,6 +703,27 @@ func (s *serviceVIPs) apply(hosts map[string][]*tailcfg.Node) {
 		said = append(said, fmt.Sprintf("%s %v hosts %v primary %q", name, st.Addrs, st.Hosts, st.Primary))
 	}
 	s.logf("tsenv: service VIPs: %s", strings.Join(said, "; "))
+}
+
+// allocate gives the Service its VIP (s.mu held).
+func (s *serviceVIPs) allocate(name string) {
+	v4 := netip.AddrFrom4([4]byte{100, 65, 0, byte(len(s.vips) + 1)})
+	s.vips[name] = []netip.Addr{v4, tsaddr.Tailscale4To6(v4)}
+}
+
+// addrs is the Service's VIP, given now if it has none yet: Tailscale's API allocates it when a Service is created
+// (tailscaleAPI), before any node hosts it; its DNS record comes with its first host (apply).
+func (s *serviceVIPs) addrs(name string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.vips[name] == nil {
+		s.allocate(name)
+	}
+	out := []string{}
+	for _, a := range s.vips[name] {
+		out = append(out, a.String())
+	}
+	return out
 }
 
 func (s *serviceVIPs) list() []serviceVIP {
