@@ -84,7 +84,10 @@ interface RoutingOutcome {
 
 /** Calls open at once, across overlapping rounds: enough for any sane Service, light on a busy node. */
 const MAX_IN_FLIGHT = 64;
-/** Rounds before 'not-routed', however long they took: a node stalled past the patience is no unlucky round's verdict. */
+/**
+ * Rounds whose every call ended (answered, refused or timed out) before 'not-routed', however long they took: a
+ * node stalled past the patience is no unlucky round's verdict, and a call still open is no miss.
+ */
 const MIN_ROUNDS = 3;
 
 /**
@@ -97,8 +100,8 @@ const MIN_ROUNDS = 3;
  * calls starts every `roundDelayMs`, k grown to 3 x the endpoints the answers reveal (no read of the
  * EndpointSlice, which certshare's account may not do); rounds overlap (a call still open, e.g. to a Pod
  * starting on a busy node, holds no round back, at most MAX_IN_FLIGHT open at once), and the first answer
- * from this Pod settles it. An unlucky round is not a verdict: rounds go on for `patienceMs`, and at least
- * MIN_ROUNDS of them, before the answer is 'not-routed'. With `proofs`, a call of another replica of the
+ * from this Pod settles it. An unlucky round is not a verdict: rounds go on for `patienceMs`, and until the
+ * calls of MIN_ROUNDS of them have all ended, before the answer is 'not-routed'. With `proofs`, a call of another replica of the
  * group that reaches this Pod through the Service settles it too (http/routing-proof.ts), and this Pod's calls
  * prove the route to the Pods they reach. How fast that makes Ready: docs/performance.md (the end-to-end tier, phase 8).
  */
@@ -109,6 +112,7 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
   let rounds = 0;
   let probes = 0;
   let inFlight = 0;
+  let roundsEnded = 0;
   let provenBy: RoutingOutcome['provenBy'];
   const outcome = (verdict: RoutingVerdict): RoutingOutcome => ({ verdict, rounds, probes, endpointsSeen: seen.size, ...(provenBy ? { provenBy } : {}) });
   // Settled by the first answer that proves the route, whichever round sent it; the calls still open are cut then.
@@ -126,9 +130,11 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
   };
   const unlisten = options.proofs?.onProof(url, () => settle('routed', 'call received'));
   const round = async (): Promise<RoutingOutcome> => {
-    rounds++;
     const count = Math.min(MAX_IN_FLIGHT - inFlight, Math.max(options.probesPerRound, 3 * seen.size));
+    // A round that can open no call (MAX_IN_FLIGHT open) is a pause, not a round.
+    if (count > 0) rounds++;
     probes += count;
+    let open = count;
     for (let i = 0; i < count; i++) {
       inFlight++;
       probe(target, lookup, options.proofs?.sign(url), options.timeoutMs, signal)
@@ -139,7 +145,10 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
           if (podIPv4 !== undefined && podIPv4 === options.ownIPv4) settle('routed', 'answer');
         })
         .catch(() => {})
-        .finally(() => inFlight--);
+        .finally(() => {
+          inFlight--;
+          if (--open === 0) roundsEnded++;
+        });
     }
     let pause: NodeJS.Timeout | undefined;
     const verdict = await Promise.race([proven, new Promise<undefined>((resolve) => (pause = setTimeout(() => resolve(undefined), options.roundDelayMs)))]);
@@ -150,12 +159,12 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
   };
   const started = performance.now();
   try {
-    // The next round as soon as this one's pause is over, for as long as patience lasts, and at least MIN_ROUNDS.
+    // The next round as soon as this one's pause is over, for as long as patience lasts, and until MIN_ROUNDS ended.
     return await pRetry(round, {
       retries: Number.POSITIVE_INFINITY,
       minTimeout: 0,
       maxTimeout: 0,
-      shouldRetry: ({ attemptNumber }) => attemptNumber < MIN_ROUNDS || performance.now() - started < options.patienceMs,
+      shouldRetry: () => roundsEnded < MIN_ROUNDS || performance.now() - started < options.patienceMs,
       ...(options.signal ? { signal: options.signal } : {}),
     });
   } catch (err) {

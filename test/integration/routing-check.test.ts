@@ -14,16 +14,19 @@ import { RoutingProofs } from '../../src/http/routing-proof.ts';
 const OWN = '10.201.0.10';
 
 async function service(
-  answer: (req: IncomingMessage) => { status?: number; ip: string | undefined; delayMs?: number },
+  answer: (req: IncomingMessage) => { status?: number; ip: string | undefined; delayMs?: number; heldUntil?: Promise<void> },
 ): Promise<{ url: string; server: Server; requests: () => number }> {
   let requests = 0;
   const server = createServer((req, res) => {
     requests++;
-    const { status = 200, ip, delayMs = 0 } = answer(req);
+    const { status = 200, ip, delayMs = 0, heldUntil = Promise.resolve() } = answer(req);
     if (ip) res.setHeader('Pod-IPv4', ip);
     res.statusCode = status;
     // A slow endpoint (a Pod starting on a busy node) answers late, or not before the caller gave up.
-    const timer = setTimeout(() => res.end('ok'), delayMs);
+    let timer: NodeJS.Timeout | undefined;
+    void heldUntil.then(() => {
+      if (!res.destroyed) timer = setTimeout(() => res.end('ok'), delayMs);
+    });
     res.on('close', () => clearTimeout(timer));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -103,6 +106,22 @@ describe('routing check', () => {
     const outcome = await pending;
     assert.equal(outcome.verdict, 'not-routed');
     assert.ok(outcome.rounds >= 3, `rounds: ${outcome.rounds}`);
+  });
+
+  it('answers not-routed only once the calls of three rounds have ended: a call still open is no miss', async () => {
+    // Every answer held (a loaded node that has not read them yet) until a fourth round's first call arrives,
+    // or the check is over. Three rounds of calls none of which came back are no evidence: the check goes on.
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const other = endpoints(3, false);
+    const svc = await service(() => {
+      if (svc.requests() > 3 * options.probesPerRound) release();
+      return { ...other(), heldUntil: released };
+    });
+    servers.push(svc.server);
+    const outcome = await checkRouting(svc.url, { ...options, timeoutMs: 10_000, patienceMs: 0 }).finally(release);
+    assert.equal(outcome.verdict, 'not-routed');
+    assert.ok(outcome.rounds > 3 && outcome.endpointsSeen > 0, `a verdict from answers: ${JSON.stringify(outcome)}`);
   });
 
   it('counts failed calls and errors as misses, and a 200 without Pod-IPv4 as unverifiable', async () => {
