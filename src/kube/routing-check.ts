@@ -95,15 +95,16 @@ const MIN_ROUNDS = 3;
  * address (Pod-IPv4); an answer carrying our own proves the data path, not only the EndpointSlice. A 200 with
  * no header at all comes from a peer that cannot say who it is: counted as routed, for compatibility.
  *
- * Tailscale's rule is replicas x 3 calls one after another. Each fresh connection lands on a random
- * endpoint, so with n endpoints k calls all miss this Pod with probability (1 - 1/n)^k. Here a round of k
- * calls starts every `roundDelayMs`, k grown to 3 x the endpoints the answers reveal (no read of the
- * EndpointSlice, which certshare's account may not do); rounds overlap (a call still open, e.g. to a Pod
- * starting on a busy node, holds no round back, at most MAX_IN_FLIGHT open at once), and the first answer
- * from this Pod settles it. An unlucky round is not a verdict: rounds go on for `patienceMs`, and until the
- * calls of MIN_ROUNDS of them have all ended, before the answer is 'not-routed'. With `proofs`, a call of another replica of the
- * group that reaches this Pod through the Service settles it too (http/routing-proof.ts), and this Pod's calls
- * prove the route to the Pods they reach. How fast that makes Ready: docs/performance.md (the end-to-end tier, phase 8).
+ * Tailscale's rule is replicas x 3 calls one after another. Each fresh connection lands on a random endpoint,
+ * so with n endpoints k calls all miss this Pod with probability (1 - 1/n)^k. Here a round of k calls starts
+ * every `roundDelayMs`, k grown to 3 x the endpoints the answers reveal (no read of the EndpointSlice, which
+ * certshare's account may not do); rounds overlap (a call still open, e.g. to a Pod starting on a busy node,
+ * holds no round back, at most MAX_IN_FLIGHT open at once), and the first answer from this Pod settles it. An
+ * unlucky round is not a verdict: rounds go on for `patienceMs`, and until the calls of MIN_ROUNDS of them
+ * have all ended, before the answer is 'not-routed'. With `proofs`, a call of another replica of the group
+ * that reaches this Pod through the Service settles it too (http/routing-proof.ts), and this Pod's calls prove
+ * the route to the Pods they reach. How fast that makes Ready: docs/performance.md (the end-to-end tier,
+ * phase 8).
  */
 export async function checkRouting(url: string, options: RoutingCheckOptions): Promise<RoutingOutcome> {
   const target = new URL(url);
