@@ -23,35 +23,6 @@ interface Observed {
   lines: ReturnType<typeof recordingLogger>['lines'];
 }
 
-/** A FakeClock that knows when each pending sleep ends and tells who listens when a sleep starts. */
-class SteppedClock extends FakeClock {
-  readonly #dues = new Set<{ due: number }>();
-  readonly #listeners = new Set<() => void>();
-
-  override sleep(ms: number, signal?: AbortSignal): Promise<void> {
-    const sleeping = super.sleep(ms, signal);
-    if (ms > 0 && !signal?.aborted) {
-      const entry = { due: this.now() + ms };
-      this.#dues.add(entry);
-      const gone = () => this.#dues.delete(entry);
-      sleeping.then(gone, gone);
-    }
-    for (const listener of this.#listeners) listener();
-    return sleeping;
-  }
-
-  /** The earliest pending sleep's end that is one of `times`, if any. */
-  dueAt(times: Set<number>): number | undefined {
-    const dues = [...this.#dues].map((e) => e.due).filter((due) => times.has(due) && due > this.now());
-    return dues.length > 0 ? Math.min(...dues) : undefined;
-  }
-
-  onSleep(listener: () => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
-  }
-}
-
 /** A whole second of the wall clock's, as certificates' times are: where a test starts its fake clock. */
 const wholeSecond = (): number => Math.ceil(Date.now() / S) * S;
 
@@ -65,17 +36,18 @@ const PATIENT = ['--cert-timeout', '10m'];
  * Moves `clock` to each check the daemon plans, once its loop sleeps until then (moved before, the sleep would
  * start late), until `done`.
  */
-async function drive(clock: SteppedClock, daemon: Daemon, done: () => boolean): Promise<void> {
+async function drive(clock: FakeClock, daemon: Daemon, done: () => boolean): Promise<void> {
   const planned = new Set<number>();
   const onPlanned = ({ at }: { at: number }) => planned.add(at);
   daemon.events.on('planned', onPlanned);
   try {
     for (;;) {
-      const asleep = () => done() || clock.dueAt(planned) !== undefined;
+      const dueAt = () => clock.pendingDues().find((due) => planned.has(due) && due > clock.now());
+      const asleep = () => done() || dueAt() !== undefined;
       // Bounded by the test's timeout: how long a turn takes is the machine's business.
       await until('the daemon asleep until a check it planned', asleep, [onEvent(daemon.events, 'planned'), (l) => clock.onSleep(l)], 2 ** 31 - 1);
       if (done()) return;
-      const due = clock.dueAt(planned)!;
+      const due = dueAt()!;
       planned.clear();
       await clock.advance(due - clock.now());
     }
@@ -86,7 +58,7 @@ async function drive(clock: SteppedClock, daemon: Daemon, done: () => boolean): 
 
 /** Runs the daemon against an emulator configured with `options` until `count` issuances happened, on a shared fake clock. */
 async function observe(dir: string, name: string, options: EmulatorOptions, count: number, flags: string[] = []): Promise<Observed> {
-  const clock = new SteppedClock(wholeSecond());
+  const clock = new FakeClock(wholeSecond());
   const emulator = await emulatorIn(dir, { listen: join(dir, `${name}.sock`), clock, ...options });
   const issued: Observed['issued'] = [];
   let requests = 0;
@@ -121,7 +93,7 @@ describe('issuance against backdating, skewed and short-lived issuers (standalon
 
   it('restarts inside the renewal window issue nothing: the directory store remembers when the pair was obtained', async () => {
     // 20 s certificates backdated 20 s: measured from notBefore they would be due at once after a restart.
-    const clock = new SteppedClock(wholeSecond());
+    const clock = new FakeClock(wholeSecond());
     const emulator = await emulatorIn(dir(), { listen: join(dir(), 'restart.sock'), clock, certLifetimeMs: 20 * S, certBackdateMs: 20 * S });
     let issued = 0;
     emulator.events.on('issued', () => issued++);
