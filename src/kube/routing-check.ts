@@ -5,6 +5,7 @@ import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { LookupFunction } from 'node:net';
 import pRetry from 'p-retry';
+import { systemClock, type Clock } from '../core/ports/clock.ts';
 import { ROUTING_PROOF_HEADER, type RoutingProofSource } from '../core/ports/routing-proof-source.ts';
 
 export type RoutingVerdict = 'routed' | 'unverifiable' | 'not-routed';
@@ -67,6 +68,10 @@ interface RoutingCheckOptions {
   /** Signs this Pod's calls and hears of the group's calls that reached it (http/routing-proof.ts). */
   proofs?: RoutingProofSource;
   signal?: AbortSignal;
+  /** Times the pauses and the patience (a call's timeout is the network's: always the system's); the system's by default. */
+  clock?: Clock;
+  /** Told as each call opens (false) and once it has ended, its answer counted (true). */
+  onCall?: (ended: boolean) => void;
 }
 
 interface RoutingOutcome {
@@ -107,6 +112,7 @@ const MIN_ROUNDS = 3;
  * phase 8).
  */
 export async function checkRouting(url: string, options: RoutingCheckOptions): Promise<RoutingOutcome> {
+  const clock = options.clock ?? systemClock;
   const target = new URL(url);
   const lookup = lookupOnce();
   const seen = new Set<string>();
@@ -138,6 +144,7 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
     let open = count;
     for (let i = 0; i < count; i++) {
       inFlight++;
+      options.onCall?.(false);
       probe(target, lookup, options.proofs?.sign(url), options.timeoutMs, signal)
         .then(({ status, podIPv4 }) => {
           if (status !== 200) return;
@@ -149,23 +156,28 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
         .finally(() => {
           inFlight--;
           if (--open === 0) roundsEnded++;
+          options.onCall?.(true);
         });
     }
-    let pause: NodeJS.Timeout | undefined;
-    const verdict = await Promise.race([proven, new Promise<undefined>((resolve) => (pause = setTimeout(() => resolve(undefined), options.roundDelayMs)))]);
-    clearTimeout(pause);
+    const paused = new AbortController();
+    const pause = clock.sleep(options.roundDelayMs, paused.signal).then(
+      () => undefined,
+      () => undefined,
+    );
+    const verdict = await Promise.race([proven, pause]);
+    paused.abort();
     if (options.signal?.aborted) throw options.signal.reason;
     if (verdict) return outcome(verdict);
     throw new Error(`${probes} calls answered by ${seen.size} other endpoints`);
   };
-  const started = performance.now();
+  const started = clock.now();
   try {
     // The next round as soon as this one's pause is over, for as long as patience lasts, and until MIN_ROUNDS ended.
     return await pRetry(round, {
       retries: Number.POSITIVE_INFINITY,
       minTimeout: 0,
       maxTimeout: 0,
-      shouldRetry: () => roundsEnded < MIN_ROUNDS || performance.now() - started < options.patienceMs,
+      shouldRetry: () => roundsEnded < MIN_ROUNDS || clock.now() - started < options.patienceMs,
       ...(options.signal ? { signal: options.signal } : {}),
     });
   } catch (err) {
