@@ -5,6 +5,7 @@ import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { LookupFunction } from 'node:net';
 import pRetry from 'p-retry';
+import { systemClock, type Clock } from '../core/ports/clock.ts';
 import { ROUTING_PROOF_HEADER, type RoutingProofSource } from '../core/ports/routing-proof-source.ts';
 
 export type RoutingVerdict = 'routed' | 'unverifiable' | 'not-routed';
@@ -67,6 +68,10 @@ interface RoutingCheckOptions {
   /** Signs this Pod's calls and hears of the group's calls that reached it (http/routing-proof.ts). */
   proofs?: RoutingProofSource;
   signal?: AbortSignal;
+  /** Times the pauses and the patience (a call's timeout is the network's: always the system's); the system's by default. */
+  clock?: Clock;
+  /** Told as each call opens (false) and once it has ended, its answer counted (true). */
+  onCall?: (ended: boolean) => void;
 }
 
 interface RoutingOutcome {
@@ -84,7 +89,10 @@ interface RoutingOutcome {
 
 /** Calls open at once, across overlapping rounds: enough for any sane Service, light on a busy node. */
 const MAX_IN_FLIGHT = 64;
-/** Rounds before 'not-routed', however long they took: a node stalled past the patience is no unlucky round's verdict. */
+/**
+ * Rounds whose every call ended (answered, refused or timed out) before 'not-routed', however long they took: a
+ * node stalled past the patience is no unlucky round's verdict, and a call still open is no miss.
+ */
 const MIN_ROUNDS = 3;
 
 /**
@@ -92,23 +100,26 @@ const MIN_ROUNDS = 3;
  * address (Pod-IPv4); an answer carrying our own proves the data path, not only the EndpointSlice. A 200 with
  * no header at all comes from a peer that cannot say who it is: counted as routed, for compatibility.
  *
- * Tailscale's rule is replicas x 3 calls one after another. Each fresh connection lands on a random
- * endpoint, so with n endpoints k calls all miss this Pod with probability (1 - 1/n)^k. Here a round of k
- * calls starts every `roundDelayMs`, k grown to 3 x the endpoints the answers reveal (no read of the
- * EndpointSlice, which certshare's account may not do); rounds overlap (a call still open, e.g. to a Pod
- * starting on a busy node, holds no round back, at most MAX_IN_FLIGHT open at once), and the first answer
- * from this Pod settles it. An unlucky round is not a verdict: rounds go on for `patienceMs`, and at least
- * MIN_ROUNDS of them, before the answer is 'not-routed'. With `proofs`, a call of another replica of the
- * group that reaches this Pod through the Service settles it too (http/routing-proof.ts), and this Pod's calls
- * prove the route to the Pods they reach. How fast that makes Ready: docs/performance.md (the end-to-end tier, phase 8).
+ * Tailscale's rule is replicas x 3 calls one after another. Each fresh connection lands on a random endpoint,
+ * so with n endpoints k calls all miss this Pod with probability (1 - 1/n)^k. Here a round of k calls starts
+ * every `roundDelayMs`, k grown to 3 x the endpoints the answers reveal (no read of the EndpointSlice, which
+ * certshare's account may not do); rounds overlap (a call still open, e.g. to a Pod starting on a busy node,
+ * holds no round back, at most MAX_IN_FLIGHT open at once), and the first answer from this Pod settles it. An
+ * unlucky round is not a verdict: rounds go on for `patienceMs`, and until the calls of MIN_ROUNDS of them
+ * have all ended, before the answer is 'not-routed'. With `proofs`, a call of another replica of the group
+ * that reaches this Pod through the Service settles it too (http/routing-proof.ts), and this Pod's calls prove
+ * the route to the Pods they reach. How fast that makes Ready: docs/performance.md (the end-to-end tier,
+ * phase 8).
  */
 export async function checkRouting(url: string, options: RoutingCheckOptions): Promise<RoutingOutcome> {
+  const clock = options.clock ?? systemClock;
   const target = new URL(url);
   const lookup = lookupOnce();
   const seen = new Set<string>();
   let rounds = 0;
   let probes = 0;
   let inFlight = 0;
+  let roundsEnded = 0;
   let provenBy: RoutingOutcome['provenBy'];
   const outcome = (verdict: RoutingVerdict): RoutingOutcome => ({ verdict, rounds, probes, endpointsSeen: seen.size, ...(provenBy ? { provenBy } : {}) });
   // Settled by the first answer that proves the route, whichever round sent it; the calls still open are cut then.
@@ -126,11 +137,14 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
   };
   const unlisten = options.proofs?.onProof(url, () => settle('routed', 'call received'));
   const round = async (): Promise<RoutingOutcome> => {
-    rounds++;
     const count = Math.min(MAX_IN_FLIGHT - inFlight, Math.max(options.probesPerRound, 3 * seen.size));
+    // A round that can open no call (MAX_IN_FLIGHT open) is a pause, not a round.
+    if (count > 0) rounds++;
     probes += count;
+    let open = count;
     for (let i = 0; i < count; i++) {
       inFlight++;
+      options.onCall?.(false);
       probe(target, lookup, options.proofs?.sign(url), options.timeoutMs, signal)
         .then(({ status, podIPv4 }) => {
           if (status !== 200) return;
@@ -139,23 +153,31 @@ export async function checkRouting(url: string, options: RoutingCheckOptions): P
           if (podIPv4 !== undefined && podIPv4 === options.ownIPv4) settle('routed', 'answer');
         })
         .catch(() => {})
-        .finally(() => inFlight--);
+        .finally(() => {
+          inFlight--;
+          if (--open === 0) roundsEnded++;
+          options.onCall?.(true);
+        });
     }
-    let pause: NodeJS.Timeout | undefined;
-    const verdict = await Promise.race([proven, new Promise<undefined>((resolve) => (pause = setTimeout(() => resolve(undefined), options.roundDelayMs)))]);
-    clearTimeout(pause);
+    const paused = new AbortController();
+    const pause = clock.sleep(options.roundDelayMs, paused.signal).then(
+      () => undefined,
+      () => undefined,
+    );
+    const verdict = await Promise.race([proven, pause]);
+    paused.abort();
     if (options.signal?.aborted) throw options.signal.reason;
     if (verdict) return outcome(verdict);
     throw new Error(`${probes} calls answered by ${seen.size} other endpoints`);
   };
-  const started = performance.now();
+  const started = clock.now();
   try {
-    // The next round as soon as this one's pause is over, for as long as patience lasts, and at least MIN_ROUNDS.
+    // The next round as soon as this one's pause is over, for as long as patience lasts, and until MIN_ROUNDS ended.
     return await pRetry(round, {
       retries: Number.POSITIVE_INFINITY,
       minTimeout: 0,
       maxTimeout: 0,
-      shouldRetry: ({ attemptNumber }) => attemptNumber < MIN_ROUNDS || performance.now() - started < options.patienceMs,
+      shouldRetry: () => roundsEnded < MIN_ROUNDS || clock.now() - started < options.patienceMs,
       ...(options.signal ? { signal: options.signal } : {}),
     });
   } catch (err) {

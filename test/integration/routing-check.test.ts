@@ -6,6 +6,8 @@ import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, describe, it } from 'node:test';
 import { systemClock } from '../../src/core/ports/clock.ts';
+import { FakeClock } from '../support/fake-clock.ts';
+import { until } from '../support/wait.ts';
 import type { StoredCert } from '../../src/core/ports/store.ts';
 import { checkRouting, lookupOnce } from '../../src/kube/routing-check.ts';
 import { ROUTING_PROOF_HEADER } from '../../src/core/ports/routing-proof-source.ts';
@@ -14,16 +16,19 @@ import { RoutingProofs } from '../../src/http/routing-proof.ts';
 const OWN = '10.201.0.10';
 
 async function service(
-  answer: (req: IncomingMessage) => { status?: number; ip: string | undefined; delayMs?: number },
+  answer: (req: IncomingMessage) => { status?: number; ip: string | undefined; delayMs?: number; heldUntil?: Promise<void> },
 ): Promise<{ url: string; server: Server; requests: () => number }> {
   let requests = 0;
   const server = createServer((req, res) => {
     requests++;
-    const { status = 200, ip, delayMs = 0 } = answer(req);
+    const { status = 200, ip, delayMs = 0, heldUntil = Promise.resolve() } = answer(req);
     if (ip) res.setHeader('Pod-IPv4', ip);
     res.statusCode = status;
     // A slow endpoint (a Pod starting on a busy node) answers late, or not before the caller gave up.
-    const timer = setTimeout(() => res.end('ok'), delayMs);
+    let timer: NodeJS.Timeout | undefined;
+    void heldUntil.then(() => {
+      if (!res.destroyed) timer = setTimeout(() => res.end('ok'), delayMs);
+    });
     res.on('close', () => clearTimeout(timer));
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
@@ -38,6 +43,39 @@ const endpoints = (n: number, includesOwn = true) => {
 
 const options = { ownIPv4: OWN, probesPerRound: 9, timeoutMs: 2000, roundDelayMs: 20, patienceMs: 10_000 };
 
+/**
+ * A check whose pauses and patience run on a fake clock, moved to the end of a pause only once every call opened
+ * so far has ended, its answer counted: rounds follow one another as on an idle machine, however loaded this one
+ * is (on the wall clock, rounds started before any answer came back counted time, not misses).
+ */
+async function paced(url: string, given: Parameters<typeof checkRouting>[1]): ReturnType<typeof checkRouting> {
+  const clock = new FakeClock();
+  let open = 0;
+  const listeners = new Set<() => void>();
+  const changed = (listener: () => void) => {
+    listeners.add(listener);
+    return () => listeners.delete(listener);
+  };
+  const tell = () => {
+    for (const listener of listeners) listener();
+  };
+  let done = false;
+  const onCall = (ended: boolean) => {
+    open += ended ? -1 : 1;
+    tell();
+  };
+  const checking = checkRouting(url, { ...given, clock, onCall }).finally(() => {
+    done = true;
+    tell();
+  });
+  for (;;) {
+    // Bounded by the test's timeout: how long the calls take is the machine's business.
+    await until('every call ended, a pause begun', () => done || (open === 0 && clock.pendingSleeps() > 0), [changed, (l) => clock.onSleep(l)], 2 ** 31 - 1);
+    if (done) return checking;
+    await clock.advance(clock.nextDueIn()!);
+  }
+}
+
 describe('routing check', () => {
   const servers: Server[] = [];
   after(() => {
@@ -49,46 +87,38 @@ describe('routing check', () => {
     for (let i = 0; i < 30; i++) {
       const svc = await service(endpoints(10));
       servers.push(svc.server);
-      // Rounds 300 ms apart: on a loaded machine answers can take longer than the 20 ms pause, and rounds
-      // started before any answer would count wall time, not misses.
-      const outcome = await checkRouting(svc.url, { ...options, roundDelayMs: 300 });
+      const outcome = await paced(svc.url, options);
       assert.equal(outcome.verdict, 'routed');
       assert.ok(svc.requests() <= outcome.probes, 'calls counted (those cut once the route was proven may never arrive)');
       rounds.push(outcome.rounds);
     }
     // A round at 10 endpoints misses with 0.9^9 = 39% at its smallest (before answers grew it to 30 calls,
-    // 4%); on a loaded machine rounds can overlap before any answer grew them, so the bound assumes the
-    // worst, 39% each: 12 misses in a row over 30 checks is 3.6e-4 likely.
+    // 4%); the bound assumes the worst, 39% each: 12 misses in a row over 30 checks is 3.6e-4 likely.
     assert.ok(Math.max(...rounds) <= 12, `rounds over 30 checks: ${rounds.join(',')}`);
   });
 
-  it('does not wait for slow endpoints: a proven route settles the round, a slow call ends at its timeout', async () => {
-    const other = endpoints(10);
-    const svc = await service(() => {
-      const { ip } = other();
-      return ip === OWN ? { ip } : { ip, delayMs: 5_000 };
-    });
+  it('does not wait for slow endpoints: an answer from this Pod settles the check while slower calls are still open', async () => {
+    // Every tenth call reaches this Pod, which answers at once; the other Pods answer only once the check is over.
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const svc = await service(() => (svc.requests() % 10 === 5 ? { ip: OWN } : { ip: '10.201.0.150', heldUntil: released }));
     servers.push(svc.server);
-    const started = performance.now();
-    const outcome = await checkRouting(svc.url, { ...options, timeoutMs: 1000 });
-    assert.equal(outcome.verdict, 'routed');
-    // Under one slow answer (5 s): rounds end at the 1 s timeout, and four misses in a row are < 1e-5 likely.
-    assert.ok(performance.now() - started < 4_500, `${Math.round(performance.now() - started)} ms: held back by the slow endpoints`);
+    // Calls that would wait for the slow answers (no timeout to end them) hold the check until the test times out.
+    const outcome = await checkRouting(svc.url, { ...options, timeoutMs: 2 ** 31 - 1 }).finally(release);
+    assert.deepEqual([outcome.verdict, outcome.provenBy], ['routed', 'answer']);
   });
 
   it('answers not-routed only after its patience, never after one unlucky round; rounds grow to 3 x the endpoints seen', async () => {
     const svc = await service(endpoints(3, false));
     servers.push(svc.server);
-    const started = performance.now();
-    const outcome = await checkRouting(svc.url, { ...options, patienceMs: 300 });
+    const outcome = await paced(svc.url, { ...options, patienceMs: 300 });
     assert.equal(outcome.verdict, 'not-routed');
-    assert.ok(outcome.rounds >= 3, `rounds: ${outcome.rounds}`);
-    assert.ok(performance.now() - started >= 300 - 25, 'it waited out its patience');
+    assert.equal(outcome.rounds, 300 / options.roundDelayMs, 'a round per pause until its patience was over');
     assert.equal(outcome.endpointsSeen, 3);
     const ten = await service(endpoints(10, false));
     servers.push(ten.server);
-    // Long enough that every endpoint answers some call even on a loaded machine (300 ms saw 8 of 10 once).
-    const grown = await checkRouting(ten.url, { ...options, patienceMs: 2000 });
+    // 10 rounds: every endpoint answers some call (10 x 0.9^250 likely not).
+    const grown = await paced(ten.url, { ...options, patienceMs: 200 });
     assert.equal(grown.endpointsSeen, 10);
     assert.ok(grown.probes > 9 * grown.rounds, `rounds grew to 3 x the endpoints seen: ${JSON.stringify(grown)}`);
   });
@@ -105,11 +135,27 @@ describe('routing check', () => {
     assert.ok(outcome.rounds >= 3, `rounds: ${outcome.rounds}`);
   });
 
+  it('answers not-routed only once the calls of three rounds have ended: a call still open is no miss', async () => {
+    // Every answer held (a loaded node that has not read them yet) until a fourth round's first call arrives,
+    // or the check is over. Three rounds of calls none of which came back are no evidence: the check goes on.
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const other = endpoints(3, false);
+    const svc = await service(() => {
+      if (svc.requests() > 3 * options.probesPerRound) release();
+      return { ...other(), heldUntil: released };
+    });
+    servers.push(svc.server);
+    const outcome = await checkRouting(svc.url, { ...options, timeoutMs: 10_000, patienceMs: 0 }).finally(release);
+    assert.equal(outcome.verdict, 'not-routed');
+    assert.ok(outcome.rounds > 3 && outcome.endpointsSeen > 0, `a verdict from answers: ${JSON.stringify(outcome)}`);
+  });
+
   it('counts failed calls and errors as misses, and a 200 without Pod-IPv4 as unverifiable', async () => {
     let calls = 0;
     const flaky = await service(() => (++calls <= 12 ? { status: 503, ip: OWN } : { ip: OWN }));
     servers.push(flaky.server);
-    assert.equal((await checkRouting(flaky.url, options)).verdict, 'routed', 'a 503 from this Pod is not proof; a later 200 is');
+    assert.equal((await paced(flaky.url, options)).verdict, 'routed', 'a 503 from this Pod is not proof; a later 200 is');
     const anonymous = await service(() => ({ ip: undefined }));
     servers.push(anonymous.server);
     assert.equal((await checkRouting(anonymous.url, options)).verdict, 'unverifiable');

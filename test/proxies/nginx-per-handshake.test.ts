@@ -2,7 +2,7 @@
 // so nginx reads the files at every TLS handshake; certshare only writes them. A handshake opens the
 // certificate, then the key: the configuration must never pair the files of two renewals.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
 import { once } from 'node:events';
 import { constants } from 'node:fs';
@@ -106,6 +106,9 @@ describe("nginx (Debian 12 package) with manifests/example's per-handshake confi
 
   // The volume as others can leave it: a hand-made file where certshare keeps its versions, a link the proxy's own
   // user (certshare's uid, where the proxy mounts /certs writable) put there, a directory it made unwritable.
+  // That last one needs certshare to write as that uid, not root (who writes whatever the mode): as root, the
+  // test hands the directory to uid 65532 (the image's) and certshare's writes run as it (setpriv).
+  const asOwner = process.getuid?.() === 0 ? 65532 : undefined;
   for (const [name, attack, skip] of [
     ['a hand-made file at .versions/<domain>', (v: string, d: string) => rm(join(v, d), { recursive: true }).then(() => writeFile(join(v, d), 'x'))],
     ['a hand-made file at .versions', (v: string) => rm(v, { recursive: true }).then(() => writeFile(v, 'x'))],
@@ -119,17 +122,27 @@ describe("nginx (Debian 12 package) with manifests/example's per-handshake confi
     [
       '.versions/<domain> made read-only by the proxy user (its uid)',
       (v: string, d: string) => chmod(join(v, d), 0o500),
-      process.getuid?.() === 0 && 'root writes whatever the mode',
+      asOwner !== undefined && spawnSync('setpriv', ['--version']).status !== 0 && 'root writes whatever the mode, and setpriv is missing',
     ],
   ] as const) {
     it(`serves the next renewal after ${name}, and keeps what it moves aside`, { skip: skip || false }, async () => {
-      const { certs, next: renewal, nginx } = await servingFirst(join(dir(), name.replace(/\W+/g, '-')));
+      const base = join(dir(), name.replace(/\W+/g, '-'));
+      const { certs, next: renewal, nginx } = await servingFirst(base);
+      const owner = name.includes('read-only') ? asOwner : undefined;
       try {
+        if (owner !== undefined) {
+          for (const d of [dir(), base]) await chmod(d, 0o755);
+          execFileSync('chown', ['-R', `${owner}:${owner}`, certs.root]);
+        }
         await attack(join(certs.root, '.versions'), DOMAIN);
         // On 109210d every later write failed (EEXIST, ENOTDIR, EACCES), a restarted certshare's too.
-        assert.equal(await certs.write(DOMAIN, renewal), true);
+        const [written, again] =
+          owner === undefined
+            ? [await certs.write(DOMAIN, renewal), await new CertDirectory(certs.root).write(DOMAIN, renewal)]
+            : await writesAs(owner, certs.root, renewal);
+        assert.equal(written, true);
         assert.equal((await handshake(nginx.port, DOMAIN)).serial, serialOf(renewal.certPem));
-        assert.equal(await new CertDirectory(certs.root).write(DOMAIN, renewal), false, 'a restarted certshare finds it written');
+        assert.equal(again, false, 'a restarted certshare finds it written');
         const aside = [...(await readdir(certs.root)), ...(await readdir(join(certs.root, '.versions')))].filter((e) => e.startsWith('.replaced-'));
         assert.equal(aside.length, name.includes('read-only') ? 0 : 1, `moved aside, not deleted: ${aside.join(', ')}`);
       } finally {
@@ -299,6 +312,31 @@ async function servingFirst(base: string) {
     throw err;
   }
   return { certs, first, next, nginx };
+}
+
+/**
+ * Two writes of `pair` to the directory at `root`, each by a certshare started anew, in a process of uid `uid`
+ * (and its gid, no other group): whether each changed anything.
+ */
+async function writesAs(uid: number, root: string, pair: { certPem: string; keyPem: string }): Promise<[boolean, boolean]> {
+  const script = `import { CertDirectory } from ${JSON.stringify(join(import.meta.dirname, '../../src/store/cert-directory.ts'))};
+    let input = '';
+    for await (const chunk of process.stdin) input += chunk;
+    const pair = JSON.parse(input);
+    const written = [];
+    for (let i = 0; i < 2; i++) written.push(await new CertDirectory(process.argv[1]).write(${JSON.stringify(DOMAIN)}, pair));
+    console.log(JSON.stringify(written));`;
+  const child = spawn('setpriv', [`--reuid=${uid}`, `--regid=${uid}`, '--clear-groups', '--', process.execPath, '--input-type=module', '-e', script, root], {
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d: Buffer) => (stdout += d));
+  child.stderr.on('data', (d: Buffer) => (stderr += d));
+  child.stdin.end(JSON.stringify(pair));
+  const [code] = (await once(child, 'close')) as [number | null];
+  assert.equal(code, 0, stderr);
+  return JSON.parse(stdout) as [boolean, boolean];
 }
 
 /** The certificate file the domain's link names now, in its version directory. */

@@ -17,6 +17,7 @@ export class FakeClock implements Clock {
   #seq = 0;
   #sleepers: Sleeper[] = [];
   #countWaiters: { n: number; resolve(): void }[] = [];
+  readonly #sleepListeners = new Set<() => void>();
   /** Every duration passed to sleep(), in call order (including aborted and zero sleeps). */
   readonly sleepCalls: number[] = [];
 
@@ -48,7 +49,14 @@ export class FakeClock implements Clock {
       signal?.addEventListener('abort', onAbort, { once: true });
       this.#sleepers.push(sleeper);
       this.#notifyCount();
+      for (const listener of this.#sleepListeners) listener();
     });
+  }
+
+  /** Calls `listener` each time a sleep starts waiting for time to pass (a source for wait.ts `until`); returns its removal. */
+  onSleep(listener: () => void): () => void {
+    this.#sleepListeners.add(listener);
+    return () => this.#sleepListeners.delete(listener);
   }
 
   /** Number of sleeps waiting for time to pass. */
@@ -59,6 +67,11 @@ export class FakeClock implements Clock {
   /** Durations of the pending sleeps, earliest due first. */
   pendingDurations(): number[] {
     return this.#ordered().map((s) => s.ms);
+  }
+
+  /** When the pending sleeps end (clock time), earliest first. */
+  pendingDues(): number[] {
+    return this.#ordered().map((s) => s.due);
   }
 
   /** Milliseconds until the earliest pending sleep is due, or undefined when none is pending. */

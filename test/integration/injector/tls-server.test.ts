@@ -5,7 +5,8 @@ import { after, before, describe, it } from 'node:test';
 import { createInjectorCa, issueServingLeaf } from '../../../src/injector/pki.ts';
 import { admissionReviewResponse } from '../../../src/injector/mutate.ts';
 import type { InjectionDefaults } from '../../../src/config/injection-defaults.ts';
-import { MAX_BODY_BYTES, MAX_IN_FLIGHT, startTlsServer, type ServingPair, type TlsServer } from '../../../src/injector/tls-server.ts';
+import { FakeClock } from '../../support/fake-clock.ts';
+import { MAX_BODY_BYTES, MAX_IN_FLIGHT_PER_PEER, startTlsServer, type ServingPair, type TlsServer } from '../../../src/injector/tls-server.ts';
 
 const HOUR = 3_600_000;
 
@@ -133,26 +134,37 @@ describe('webhook TLS server with hot reload', () => {
     });
     assert.equal(large.status, 413);
 
-    // MAX_IN_FLIGHT slow bodies (a slow-loris caller): each sent half, held open.
-    const slow = Array.from({ length: MAX_IN_FLIGHT }, () => {
-      const req = request({ host: '127.0.0.1', port: server.port, path: '/echo', method: 'POST', agent: agent(), headers: { 'content-length': '100' } });
-      const answered = new Promise<number>((resolve) => {
-        req.on('response', (res) => {
-          res.resume();
-          resolve(res.statusCode ?? 0);
+    // Slow bodies (a slow-loris caller), each sent half and held open, as many as one address may have read at
+    // once. Their body timeout runs on a clock that stands still: they hold their slots until they go, however
+    // long the machine takes to bring them in (on the system clock they were answered 408 after 2 s, and at load
+    // the 503 was looked for after they had gone).
+    const clock = new FakeClock();
+    const held = await startTlsServer({ host: '127.0.0.1', port: 0, pair: first, routes: { '/echo': (body) => body }, clock });
+    try {
+      const slow = Array.from({ length: MAX_IN_FLIGHT_PER_PEER }, () => {
+        const req = request({ host: '127.0.0.1', port: held.port, path: '/echo', method: 'POST', agent: agent(), headers: { 'content-length': '100' } });
+        const answered = new Promise<number>((resolve) => {
+          req.on('response', (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          });
+          req.on('error', () => resolve(-1));
         });
-        req.on('error', () => resolve(-1));
+        req.write('{"half":');
+        return { req, answered };
       });
-      req.write('{"half":');
-      return { req, answered };
-    });
-    const refused = await until503(server.port, agent());
-    assert.equal(refused.status, 503);
-    assert.equal(refused.retryAfter, '1');
-    for (const { req } of slow) req.destroy();
-    await Promise.all(slow.map((s) => s.answered));
-    const after = await until200(server.port, agent());
-    assert.equal(after, 200, 'served again once the slow callers are gone');
+      // Each admitted body waits for its timeout on the clock: all of them are being read.
+      await clock.waitForSleepers(MAX_IN_FLIGHT_PER_PEER);
+      const refused = await postEmpty(held.port, agent());
+      assert.equal(refused.status, 503);
+      assert.equal(refused.retryAfter, '1');
+      for (const { req } of slow) req.destroy();
+      assert.deepEqual(await Promise.all(slow.map((s) => s.answered)), Array(MAX_IN_FLIGHT_PER_PEER).fill(-1), 'none answered before it went');
+      const after = await until200(held.port, agent());
+      assert.equal(after, 200, 'served again once the slow callers are gone');
+    } finally {
+      await held.close();
+    }
   });
 
   it('answers a body that is not JSON with 400 and an unknown path with 404, and stays up', async () => {
@@ -180,21 +192,16 @@ describe('webhook TLS server with hot reload', () => {
   });
 });
 
-/** Posts until the answer is 503 (the slow requests before it reach the server in their own time). */
-async function until503(port: number, a: Agent): Promise<{ status: number; retryAfter: string | undefined }> {
-  for (let i = 0; i < 100; i++) {
-    const res = await new Promise<{ status: number; retryAfter: string | undefined }>((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port, path: '/echo', method: 'POST', agent: a }, (r) => {
-        r.resume();
-        resolve({ status: r.statusCode ?? 0, retryAfter: r.headers['retry-after'] as string | undefined });
-      });
-      req.on('error', reject);
-      req.end('{}');
+/** An empty JSON object posted to /echo: the status and Retry-After of the answer. */
+function postEmpty(port: number, a: Agent): Promise<{ status: number; retryAfter: string | undefined }> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path: '/echo', method: 'POST', agent: a }, (r) => {
+      r.resume();
+      resolve({ status: r.statusCode ?? 0, retryAfter: r.headers['retry-after'] as string | undefined });
     });
-    if (res.status === 503) return res;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return { status: 0, retryAfter: undefined };
+    req.on('error', reject);
+    req.end('{}');
+  });
 }
 
 async function until200(port: number, a: Agent): Promise<number> {
