@@ -31,9 +31,10 @@ export class HomeWriterJudge {
   readonly #o: JudgeOptions;
   /**
    * Domains whose newest copy (`serial`) passed its safety point unrenewed while the home answers: `reason`, for the
-   * takeover's log line; `heldSince`, when this member first held the Lease in that window.
+   * takeover's log line; `heldSince`, when this member first held the Lease in that window; `since` and `exit`, the
+   * copy's safety point and readiness exit.
    */
-  readonly #failed = new Map<string, { reason: string; serial: string; heldSince: number | undefined }>();
+  readonly #failed = new Map<string, { reason: string; serial: string; heldSince: number | undefined; since: number; exit: number }>();
   readonly #outOfBounds: OutOfBoundsLog;
 
   constructor(options: JudgeOptions) {
@@ -44,6 +45,11 @@ export class HomeWriterJudge {
   /** Why the holder has failed the group (the first such domain's reason), or undefined: the elector's failedHolder. */
   failedHolder(): string | undefined {
     return this.#failed.values().next().value?.reason;
+  }
+
+  /** The safety point and readiness exit of `domain`'s copy its holder let pass unrenewed, if it did (homeWritesRefused). */
+  failedWindow(domain: string): { since: number; exit: number } | undefined {
+    return this.#failed.get(domain);
   }
 
   /** The home cannot be reached for `domain`: the outage rules answer (break-glass), not a takeover. */
@@ -70,7 +76,8 @@ export class HomeWriterJudge {
     }
     const known = this.#failed.get(domain);
     const reason = `${domain}: its newest copy ${verdict.serial} passed its safety point ${iso(verdict.since)} with no renewal at the home`;
-    const failed = known?.serial === verdict.serial ? known : { reason, serial: verdict.serial, heldSince: undefined };
+    const { since, exit } = verdict;
+    const failed = known?.serial === verdict.serial ? known : { reason, serial: verdict.serial, heldSince: undefined, since, exit };
     if (failed.heldSince === undefined && lease?.canIssue()) failed.heldSince = now;
     this.#failed.set(domain, failed);
     if (!known) lease?.look();
