@@ -197,4 +197,31 @@ describe('a federation home that answers reads but refuses writes', () => {
     assert.equal(bed.issued(KUBE_DOMAIN), orders + 1, 'one renewal');
     assert.deepEqual(await breakGlass(), glass, 'no break-glass');
   });
+  it("the federation account's updates are bounded in size: its token cannot fill the home's etcd", async () => {
+    // On cd5370f its token wrote a Secret of record with a 1 MiB key, and 63 such writes filled a 64 MiB etcd: every
+    // write at the home then failed (database space exceeded), the administrator's too. Dry runs: admitted or refused,
+    // nothing is stored.
+    const home = bed.home();
+    const token = await home.kubeconfigFor(HOME, 'certshare-federation');
+    const secret = JSON.parse((await asAccount(home, token, 'GET', SECRET)).body) as {
+      data: Record<string, string>;
+      metadata: { annotations?: Record<string, string> };
+    };
+    const lease = JSON.parse((await asAccount(home, token, 'GET', LEASE)).body) as { spec: Record<string, unknown> };
+    const put = async (path: string, body: unknown): Promise<number> => (await asAccount(home, token, 'PUT', `${path}?dryRun=All`, body)).status;
+    const withKey = (bytes: number) => ({ ...secret, data: { ...secret.data, 'tls.key': Buffer.alloc(bytes, 'k').toString('base64') } });
+    const withAnnotations = (annotations: Record<string, string>) => ({
+      ...secret,
+      metadata: { ...secret.metadata, annotations: { ...secret.metadata.annotations, ...annotations } },
+    });
+    const many = Object.fromEntries(Array.from({ length: 33 }, (_, i) => [`certshare.io/filler-${i}`, 'x']));
+    assert.equal(await put(SECRET, withKey(12 * 1024)), 200, 'a key of 12 KiB (16 KiB as stored)');
+    assert.equal(await put(SECRET, withKey(12 * 1024 + 3)), 403, 'a key of 16 KiB and more as stored');
+    assert.equal(await put(SECRET, withKey(1024 * 1024 - 4096)), 403, 'a key of 1 MiB');
+    assert.equal(await put(SECRET, withAnnotations({ 'certshare.io/filler': 'x'.repeat(1024) })), 200, 'an annotation of 1 KiB');
+    assert.equal(await put(SECRET, withAnnotations({ 'certshare.io/filler': 'x'.repeat(1025) })), 403, 'an annotation over 1 KiB');
+    assert.equal(await put(SECRET, withAnnotations(many)), 403, 'more than 32 certshare.io/* annotations');
+    assert.equal(await put(LEASE, { ...lease, spec: { ...lease.spec, holderIdentity: 'h'.repeat(512) } }), 200, 'a holder of 512 characters');
+    assert.equal(await put(LEASE, { ...lease, spec: { ...lease.spec, holderIdentity: 'h'.repeat(513) } }), 403, 'a longer holder');
+  });
 });
