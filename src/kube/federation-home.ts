@@ -23,10 +23,12 @@ import { KubeSecretStore, type StoreTrust } from './secret-store.ts';
 import { type PodEvents, reportOutOfBounds } from './pod-events.ts';
 import type { OutOfBoundsReport } from '../core/values/untrusted-values.ts';
 import { bestValid, HomeWriterJudge } from './home-writer-judge.ts';
+import { HomeWrites } from './home-writes.ts';
 import type { KubeMetrics } from './kube-metrics.ts';
 
 interface FederationOptions {
-  home: { connection: KubeConnection; store: KubeSecretStore };
+  /** `writes`: how this member's writes to the home fared (home-writes.ts). */
+  home: { connection: KubeConnection; store: KubeSecretStore; writes: HomeWrites };
   /** `claims`: the member's break-glass claims, in its own namespace (break-glass-claim.ts). */
   local: { store: KubeSecretStore; role: IssuanceRole; claims: BreakGlassClaims };
   group: string;
@@ -239,6 +241,7 @@ class Federation {
         onOutOfBounds: this.#o.onOutOfBounds,
         failedHolder: () => this.#judge.failedHolder(),
         onTakeOver: (holder, reason) => this.#o.onHomeTakeover?.(holder, reason),
+        onWrite: (failed) => this.#o.home.writes.wrote(undefined, failed),
       });
       this.#elector.onChange(() => this.#notify());
       this.#elector.start();
@@ -393,21 +396,20 @@ class Federation {
       homeRead = await home.store.load(domain, signal, options);
     } catch (err) {
       if (signal.aborted || !isHomeOutage(err)) throw err;
-      if (!this.#homeDown.has(domain)) logger.warn({ domain, err: errorMessage(err) }, 'federation home unreachable: serving the local copy');
       logger.debug({ domain }, 'federation home unreachable: local read');
-      this.#homeDown.add(domain);
-      this.#via.set(domain, 'local');
       // Cut off, the outage rules answer (break-glass), not a takeover of a Lease this member cannot reach.
       this.#judge.forget(domain);
-      return localRead;
+      return this.#cutOff(domain, localRead, 'unreachable', errorMessage(err));
     }
+    this.#judge.judge(domain, { home: homeRead, local: localRead, localCopy: this.#localCopy.get(domain) }, this.#elector);
+    // Answering, but failing this member's writes past the copy's safety point: no one renews there (home-writes.ts).
+    if (home.writes.refused(domain, this.#judge.failedWindow(domain))) return this.#cutOff(domain, localRead, 'refusing writes', 'past the safety point');
     if (this.#homeDown.delete(domain)) logger.info({ domain }, 'federation home reachable again');
     this.#breakGlass.delete(domain);
     this.#via.set(domain, 'home');
     const homeCert = bestValid(homeRead, clock.now());
     const localCert = bestValid(localRead, clock.now());
     const plan = reconcile(view(homeCert), view(localCert), clock.now());
-    this.#judge.judge(domain, { home: homeRead, local: localRead, localCopy: this.#localCopy.get(domain) }, this.#elector);
     // In sync by the pair the local store last saw, while its Secret lost it (a hand edit): the home's goes back.
     const localHolds = localRead.state === 'valid' ? localRead.cert.info.serial : undefined;
     const lost = plan.kind === 'in_sync' && homeCert !== undefined && localHolds !== homeCert.info.serial;
@@ -430,6 +432,14 @@ class Federation {
       this.#mirrorRetry.failed(domain, this.#localCopy.get(domain)?.info.notAfter);
     }
     return this.#judge.bounded(domain, withLocalCopy(homeRead, localCert, clock.now()));
+  }
+
+  /** The home cut off for `domain` (`why`): its readers' copy served, the outage rules answer (break-glass). */
+  #cutOff(domain: string, localRead: StoreRead, why: string, err: string): StoreRead {
+    if (!this.#homeDown.has(domain)) this.#o.logger.warn({ domain, err }, `federation home ${why}: serving the local copy`);
+    this.#homeDown.add(domain);
+    this.#via.set(domain, 'local');
+    return localRead;
   }
 
   /**
@@ -477,13 +487,20 @@ class Federation {
   async #save(domain: string, cert: StoredCert, signal: AbortSignal, options?: SaveOptions): Promise<void> {
     const { home, local, logger } = this.#o;
     if (this.#via.get(domain) === 'home') {
-      await home.store.save(domain, cert, signal, options);
+      // Not stored at the home (refused, or a newer version there), the member's readers serve it all the same; a read
+      // once the home writes again pushes it there if it is the newest (reconcile).
+      const refused = await home.store.save(domain, cert, signal, options).then(
+        () => undefined,
+        (err: unknown) => ({ err }),
+      );
+      if (refused && signal.aborted) throw refused.err;
       // The local copy follows at once (the next read would mirror it anyway).
       await local.store.save(domain, cert, signal).catch((err: unknown) => {
         if (signal.aborted) throw err;
         logger.info({ domain, err: errorMessage(err) }, 'could not mirror the new certificate locally yet');
         this.#mirrorRetry.failed(domain, this.#localCopy.get(domain)?.info.notAfter);
       });
+      if (refused) throw refused.err;
       return;
     }
     // The home is away: a new certificate the role let through is a break-glass one, recorded with it.
@@ -620,6 +637,7 @@ async function federate(settings: HomeSettings & { group: string }, local: Local
     connection.close();
     throw err;
   }
+  const writes = new HomeWrites(clock, settings.leaseDurationMs);
   const homeStore = new KubeSecretStore({
     connection,
     clock,
@@ -627,11 +645,12 @@ async function federate(settings: HomeSettings & { group: string }, local: Local
     group,
     writer: `${settings.cluster}/${local.identity}`,
     onError: (operation) => metrics.storeErrors.inc({ operation: `home_${operation}` }),
+    onWrite: (domain, failed) => writes.wrote(domain, failed),
     trust: deps.trust,
   });
   const outOfBounds = reportOutOfBounds(metrics, podEvents);
   const federation = new Federation({
-    home: { connection, store: homeStore },
+    home: { connection, store: homeStore, writes },
     local: {
       store: local.store,
       role: local.role,

@@ -32,10 +32,11 @@ export class HomeWriterJudge {
   readonly #o: JudgeOptions;
   /**
    * Domains whose newest copy (`serial`) passed its safety point unrenewed while the home answers: `reason`, for the
-   * takeover's log line; `since`, when this member first judged so; `busyUntil`, the end of the call under way that the
-   * home's last read announced, as believed (boundFailedWindow): no takeover before it.
+   * takeover's log line; `judgedAt`, when this member first judged so; `busyUntil`, the end of the call under way that
+   * the home's last read announced, as believed (boundFailedWindow): no takeover before it; `since` and `exit`, the
+   * copy's safety point and readiness exit.
    */
-  readonly #failed = new Map<string, { reason: string; serial: string; since: number; busyUntil: number | undefined }>();
+  readonly #failed = new Map<string, { reason: string; serial: string; judgedAt: number; busyUntil: number | undefined; since: number; exit: number }>();
   readonly #outOfBounds: OutOfBoundsLog;
 
   constructor(options: JudgeOptions) {
@@ -52,6 +53,11 @@ export class HomeWriterJudge {
     const now = this.#o.clock.now();
     for (const failed of this.#failed.values()) if (failed.busyUntil === undefined || now >= failed.busyUntil) return failed.reason;
     return undefined;
+  }
+
+  /** The safety point and readiness exit of `domain`'s copy its holder let pass unrenewed, if it did (homeWritesRefused). */
+  failedWindow(domain: string): { since: number; exit: number } | undefined {
+    return this.#failed.get(domain);
   }
 
   /** The home cannot be reached for `domain`: the outage rules answer (break-glass), not a takeover. */
@@ -78,7 +84,8 @@ export class HomeWriterJudge {
     }
     const known = this.#failed.get(domain);
     const reason = `${domain}: its newest copy ${verdict.serial} passed its safety point ${iso(verdict.since)} with no renewal at the home`;
-    const failed = known?.serial === verdict.serial ? known : { reason, serial: verdict.serial, since: now, busyUntil: undefined };
+    const { since, exit } = verdict;
+    const failed = known?.serial === verdict.serial ? known : { reason, serial: verdict.serial, judgedAt: now, busyUntil: undefined, since, exit };
     this.#failed.set(domain, failed);
     if (!known) lease?.look();
   }
@@ -90,7 +97,11 @@ export class HomeWriterJudge {
     failed.busyUntil = undefined;
     if (!read.coordination) return read;
     const leaseBoundMs = LEASE_DURATION_FACTOR * this.#o.leaseDurationMs;
-    const { coordination, refused, busyUntil } = boundFailedWindow(read.coordination, { since: failed.since, leaseBoundMs, intentTtlMs: this.#o.intentTtlMs });
+    const { coordination, refused, busyUntil } = boundFailedWindow(read.coordination, {
+      since: failed.judgedAt,
+      leaseBoundMs,
+      intentTtlMs: this.#o.intentTtlMs,
+    });
     failed.busyUntil = busyUntil;
     this.#outOfBounds.read(`the federation home's record of ${domain}`, refused);
     return refused.length ? { ...read, coordination } : read;

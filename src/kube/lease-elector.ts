@@ -90,6 +90,8 @@ interface LeaseElectorDeps {
   failedHolder?: () => string | undefined;
   /** A failed holder was taken over: who it was, and why. */
   onTakeOver?: (holder: string, reason: string) => void;
+  /** Each write of the Lease: `failed` unless stored or lost to a newer version (409: the apiserver stores writes). */
+  onWrite?: (failed: boolean) => void;
 }
 
 /**
@@ -210,7 +212,7 @@ export class LeaseElector implements IssuanceRole {
       const mine = this.#mine;
       this.#mine = undefined;
       try {
-        this.#mine = await this.#api.replaceNamespacedLease({ name, namespace, body: this.#leaseBody(mine, startedAt) }, withSignal(signal));
+        this.#mine = await this.#replace(this.#leaseBody(mine, startedAt), signal);
         this.#won(startedAt);
         return;
       } catch (err) {
@@ -247,9 +249,22 @@ export class LeaseElector implements IssuanceRole {
       this.#leaderUntil = 0;
       return;
     }
-    this.#mine = await this.#api.replaceNamespacedLease({ name, namespace, body: this.#leaseBody(lease, startedAt) }, withSignal(signal));
+    this.#mine = await this.#replace(this.#leaseBody(lease, startedAt), signal);
     if (failed !== undefined) this.#deps.onTakeOver?.(holder, failed);
     this.#won(startedAt);
+  }
+
+  /** An update of the Lease, told to onWrite (not when the elector stops: that is no answer of the apiserver). */
+  async #replace(body: V1Lease, signal: AbortSignal): Promise<V1Lease> {
+    const { connection, onWrite } = this.#deps;
+    try {
+      const written = await this.#api.replaceNamespacedLease({ name: this.#lease.name, namespace: connection.namespace, body }, withSignal(signal));
+      onWrite?.(false);
+      return written;
+    } catch (err) {
+      if (!this.#abort.signal.aborted) onWrite?.(apiStatus(err) !== 409);
+      throw err;
+    }
   }
 
   #leaseBody(current: V1Lease | undefined, now: number): V1Lease {

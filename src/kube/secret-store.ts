@@ -74,6 +74,20 @@ interface EarlierCopies {
   read(domain: string, now: number): Promise<StoreRead>;
 }
 
+interface SecretStoreOptions {
+  connection: KubeConnection;
+  clock: Clock;
+  logger: Logger;
+  group?: string | undefined;
+  writer?: string | undefined;
+  watchScope?: WatchScope;
+  onError?: (operation: 'read' | 'write') => void;
+  /** Each write of a domain's Secret: `failed` unless stored or lost to a newer version (409: the apiserver stores writes). */
+  onWrite?: (domain: string, failed: boolean) => void;
+  earlierCopies?: EarlierCopies | undefined;
+  trust?: StoreTrust | undefined;
+}
+
 /** Issuer pinning (core/certificates/trust.ts): the anchors a stored pair must chain to, and who hears of one that does not. */
 export interface StoreTrust {
   anchors: TrustAnchors;
@@ -108,22 +122,13 @@ export class KubeSecretStore implements CertStore {
   readonly #followed = new Map<string, Followed>();
   #groupWatch: SecretWatch | undefined;
   readonly #onError: (operation: 'read' | 'write') => void;
+  readonly #onWrite: (domain: string, failed: boolean) => void;
   readonly #trust: StoreTrust | undefined;
   readonly #judge: TrustJudge;
   /** GETs of a single Secret made by load() (a watch that serves reads makes none at rest). */
   gets = 0;
 
-  constructor(options: {
-    connection: KubeConnection;
-    clock: Clock;
-    logger: Logger;
-    group?: string | undefined;
-    writer?: string | undefined;
-    watchScope?: WatchScope;
-    onError?: (operation: 'read' | 'write') => void;
-    earlierCopies?: EarlierCopies | undefined;
-    trust?: StoreTrust | undefined;
-  }) {
+  constructor(options: SecretStoreOptions) {
     this.#trust = options.trust;
     this.#conn = options.connection;
     this.#clock = options.clock;
@@ -132,6 +137,7 @@ export class KubeSecretStore implements CertStore {
     this.#scope = options.watchScope ?? 'secret';
     if (this.#scope === 'group' && !options.group) throw new CertshareError('CERTSHARE_BAD_CONFIG', { source: 'watch scope group', reason: 'needs a group' });
     this.#onError = options.onError ?? (() => {});
+    this.#onWrite = options.onWrite ?? (() => {});
     this.#earlierCopies = options.earlierCopies;
     this.#judge = new TrustJudge(this.#trust, this.#logger, this.#conn.namespace);
   }
@@ -415,6 +421,7 @@ export class KubeSecretStore implements CertStore {
         seen === null
           ? await core.createNamespacedSecret({ namespace, body }, withSignal(signal))
           : await core.replaceNamespacedSecret({ name: domain, namespace, body }, withSignal(signal));
+      this.#onWrite(domain, false);
       const answer = slimSecret(written) ?? null;
       this.#lastRead.set(domain, answer);
       // Newer than anything the watch delivered so far; its own event for this write follows.
@@ -423,6 +430,7 @@ export class KubeSecretStore implements CertStore {
       // Whatever happened, the next write must follow a fresh read, from the API server.
       this.#lastRead.delete(domain);
       this.#stale.add(domain);
+      if (!signal?.aborted) this.#onWrite(domain, apiStatus(err) !== 409);
       if (apiStatus(err) === 409 || apiStatus(err) === 404) throw secretChanged(namespace, domain, err);
       this.#onError('write');
       throw secretUnavailable('write', namespace, domain, err);

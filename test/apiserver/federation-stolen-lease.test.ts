@@ -12,18 +12,17 @@ import { breakGlassPoint, failedWindowIntentBound } from '../../src/core/federat
 import { intentTtl } from '../../src/core/issuance/issuance-policy.ts';
 import { LEASE_DURATION_FACTOR } from '../../src/core/values/untrusted-values.ts';
 import { renewalTime, rotationExitTime } from '../../src/core/renewal/renewal.ts';
-import type { StoredCert } from '../../src/core/ports/store.ts';
 import type { ControlPlane } from '../harness/control-plane.ts';
-import { NS, secretsHold, useFederation, type FederatedReplica as Replica } from '../support/federation.ts';
+import { currentOf, followReplicas, NS, secretsHold, useFederation, type FederatedReplica as Replica } from '../support/federation.ts';
 import { KUBE_DOMAIN, must } from '../support/kube.ts';
 import { asAccount } from '../support/token-request.ts';
-import { onEvent, until } from '../support/wait.ts';
+import { until } from '../support/wait.ts';
 
 const FEDERATION = fileURLToPath(new URL('../../manifests/federation', import.meta.url));
 const HOME = 'fed-stolen';
 const LEASE = `/apis/coordination.k8s.io/v1/namespaces/${HOME}/leases/certshare-proxy`;
 
-const current = (r: Replica): StoredCert | undefined => r.daemon.manager.loop(r.domain)?.current;
+const current = currentOf;
 const logged = (r: Replica, code: string): number => r.log.entries.filter((e) => e.code === code).length;
 
 const SECRET = `/api/v1/namespaces/${HOME}/secrets/${KUBE_DOMAIN}`;
@@ -81,21 +80,7 @@ function holdLease(
 describe("a stolen federation credential holding the group's home Lease without issuing", () => {
   const bed = useFederation([]);
   const { clock, replicas } = bed;
-  const anyChange = () => replicas.flatMap((r) => [onEvent(r.daemon.events, 'decided'), onEvent(r.daemon.events, 'attempt'), onEvent(r.log.events, 'entry')]);
-  const agreed = (): string | undefined => {
-    const serials = new Set(replicas.map((r) => current(r)?.info.serial));
-    return serials.size === 1 ? [...serials][0] : undefined;
-  };
-  /** Resolves once every replica's loop has decided `n` more times (each reads the home first). */
-  async function decisions(n: number, stopEarly: () => boolean): Promise<void> {
-    const count = new Map(replicas.map((r) => [r, 0]));
-    const offs = replicas.map((r) => onEvent(r.daemon.events, 'decided')(() => count.set(r, count.get(r)! + 1)));
-    try {
-      await until(`${n} decisions of each replica`, () => stopEarly() || [...count.values()].every((c) => c >= n), anyChange(), 30_000);
-    } finally {
-      for (const off of offs) off();
-    }
-  }
+  const { anyChange, agreed, decisions } = followReplicas(replicas);
 
   /** Three looks of every replica, two hours apart (past --check-interval 1h): no issuance more, `serial` served. */
   async function renewedWindowHolds(serial: string, orders: number): Promise<void> {

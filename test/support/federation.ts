@@ -13,6 +13,7 @@ import { after, before } from 'node:test';
 import { parseFlags } from '../../src/flags/flags.ts';
 import { RUN_FLAGS, daemonConfigFrom, type DaemonConfig } from '../../src/config/run-options.ts';
 import type { Clock } from '../../src/core/ports/clock.ts';
+import type { StoredCert } from '../../src/core/ports/store.ts';
 import { startDaemon, type Daemon } from '../../src/daemon/daemon.ts';
 import { startEmulator, type Emulator } from '../../src/emulator/server.ts';
 import { createCertificateAuthority } from '../../src/pki/ca.ts';
@@ -22,6 +23,7 @@ import { JumpClock } from './jump-clock.ts';
 import { must } from './kube.ts';
 import { recordingLogger, type LogEntry } from './recording-logger.ts';
 import { startTcpProxy, type TcpProxy } from './tcp-proxy.ts';
+import { onEvent, until } from './wait.ts';
 import { FAST_FLAGS, useTempDir } from './standalone.ts';
 
 export const DAY = 86_400_000;
@@ -345,4 +347,35 @@ export function useFederation(groups: readonly string[]): FederationBed {
         return n + (domain === undefined ? stats.issuancesTotal : (stats.issuances[domain] ?? 0));
       }, 0),
   };
+}
+
+/** The certificate a replica's loop holds for its domain. */
+export const currentOf = (r: FederatedReplica): StoredCert | undefined => r.daemon.manager.loop(r.domain)?.current;
+
+/**
+ * What a test follows of `replicas`: any change (a decision, a call, a log line), the serial they all hold (undefined
+ * while they differ), and `decisions(n)`: once every replica's loop has decided `n` more times (each reads the home
+ * first), or `stopEarly` holds.
+ */
+export function followReplicas(replicas: FederatedReplica[]): {
+  anyChange: () => Subscribe[];
+  agreed: () => string | undefined;
+  decisions: (n: number, stopEarly: () => boolean) => Promise<void>;
+} {
+  const anyChange = (): Subscribe[] =>
+    replicas.flatMap((r) => [onEvent(r.daemon.events, 'decided'), onEvent(r.daemon.events, 'attempt'), onEvent(r.log.events, 'entry')]);
+  const agreed = (): string | undefined => {
+    const serials = new Set(replicas.map((r) => currentOf(r)?.info.serial));
+    return serials.size === 1 ? [...serials][0] : undefined;
+  };
+  async function decisions(n: number, stopEarly: () => boolean): Promise<void> {
+    const count = new Map(replicas.map((r) => [r, 0]));
+    const offs = replicas.map((r) => onEvent(r.daemon.events, 'decided')(() => count.set(r, count.get(r)! + 1)));
+    try {
+      await until(`${n} decisions of each replica`, () => stopEarly() || [...count.values()].every((c) => c >= n), anyChange(), 30_000);
+    } finally {
+      for (const off of offs) off();
+    }
+  }
+  return { anyChange, agreed, decisions };
 }

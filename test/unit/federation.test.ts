@@ -14,6 +14,7 @@ import {
   formatBreakGlassRecord,
   homeOutageVerdict,
   homeWriterVerdict,
+  homeWritesRefused,
   parseBreakGlassRecord,
   reconcile,
   unbelievedClaims,
@@ -377,7 +378,12 @@ describe('a home writer judged by its results (homeWriterVerdict): examples', ()
 
   it("fails the holder from the newest copy's safety point, not before, whichever side holds it", () => {
     assert.deepEqual(homeWriterVerdict({ copies: [copy, undefined], now: safety - 1, ...args }), { failed: false, until: safety });
-    assert.deepEqual(homeWriterVerdict({ copies: [undefined, copy], now: safety, ...args }), { failed: true, serial: 'A1', since: safety });
+    assert.deepEqual(homeWriterVerdict({ copies: [undefined, copy], now: safety, ...args }), {
+      failed: true,
+      serial: 'A1',
+      since: safety,
+      exit: rotationExitTime(copy, policy, LEAD),
+    });
     const renewed = { serial: 'B2', notBefore: safety, notAfter: safety + 90 * DAY };
     assert.equal(homeWriterVerdict({ copies: [copy, renewed], now: safety + DAY, ...args }).failed, false, 'a renewal at the home or the member ends it');
   });
@@ -388,5 +394,26 @@ describe('a home writer judged by its results (homeWriterVerdict): examples', ()
     assert.equal(homeWriterVerdict({ copies: [copy], pending: soon, now: safety + MIN, ...args }).failed, false);
     const late = { notBefore: exit + MIN, notAfter: safety + 91 * DAY };
     assert.equal(homeWriterVerdict({ copies: [copy], pending: late, now: safety + MIN, ...args }).failed, true);
+  });
+});
+
+describe('a home that answers reads but refuses writes (homeWritesRefused)', () => {
+  const since = T0 + 75 * DAY;
+  const exit = T0 + 90 * DAY - MIN;
+  const lease = 3_600_000;
+  const args = { since, exit, leaseDurationMs: lease };
+
+  it("cuts the member off once its writes failed for twice the home Lease past the copy's safety point, none before", () => {
+    assert.equal(homeWritesRefused({ ...args, failingSince: undefined, now: exit - 1 }), false, 'no write failed: the home writes');
+    assert.equal(homeWritesRefused({ ...args, failingSince: since - DAY, now: since + 2 * lease - 1 }), false, 'from the safety point');
+    assert.equal(homeWritesRefused({ ...args, failingSince: since - DAY, now: since + 2 * lease }), true);
+    assert.equal(homeWritesRefused({ ...args, failingSince: since + DAY, now: since + DAY + 2 * lease - 1 }), false, 'from the first failure past it');
+    assert.equal(homeWritesRefused({ ...args, failingSince: since + DAY, now: since + DAY + 2 * lease }), true);
+  });
+
+  it('waits at most a quarter of the time from the safety point to the exit: a short certificate keeps its margin', () => {
+    const short = { since: T0, exit: T0 + 8 * MIN, leaseDurationMs: lease };
+    assert.equal(homeWritesRefused({ ...short, failingSince: T0, now: T0 + 2 * MIN - 1 }), false);
+    assert.equal(homeWritesRefused({ ...short, failingSince: T0, now: T0 + 2 * MIN }), true);
   });
 });

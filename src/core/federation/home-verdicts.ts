@@ -158,7 +158,7 @@ export function homeWriterVerdict(input: {
   now: number;
   policy: Pick<RenewalPolicy, 'renewFraction'>;
   readinessLeadMs: number;
-}): { failed: false; until?: number } | { failed: true; serial: string; since: number } {
+}): { failed: false; until?: number } | { failed: true; serial: string; since: number; exit: number } {
   let newest: (HeldValidity & { serial: string }) | undefined;
   for (const copy of input.copies) if (copy && (!newest || copy.notAfter > newest.notAfter)) newest = copy;
   if (!newest) return { failed: false };
@@ -167,7 +167,24 @@ export function homeWriterVerdict(input: {
   // The loop waits for such a pair up to the readiness exit (latestPendingStart): so does this verdict.
   const pendingBound = rotationExitTime(newest, input.policy, input.readinessLeadMs);
   if (pending && pending.notAfter > newest.notAfter && pending.notBefore <= pendingBound) return { failed: false };
-  return input.now >= since ? { failed: true, serial: newest.serial, since } : { failed: false, until: since };
+  return input.now >= since ? { failed: true, serial: newest.serial, since, exit: pendingBound } : { failed: false, until: since };
+}
+
+/**
+ * Whether a member counts the home as cut off for the renewal of a copy whose holder failed it (homeWriterVerdict: past
+ * its safety point `since`, its readiness exit `exit`) although the home answers reads: the member's own writes to the
+ * home (the Lease's takeover or renewal, the Secret of record's intent or certificate) have failed since `failingSince`,
+ * none going through since, for a bound past the later of the two: twice the home Lease duration (six looks of the
+ * Lease), at most a quarter of the time left to the exit. The home's etcd out of space, an admission policy or webhook
+ * refusing, writes timing out: no takeover stands, no intent, no certificate stored, and the copy would run out. Then the
+ * outage rules answer (break-glass, once per window and member). A write lost to a newer version (409) is no failure:
+ * the home stored someone's.
+ * @forTests
+ */
+export function homeWritesRefused(input: { failingSince: number | undefined; since: number; exit: number; now: number; leaseDurationMs: number }): boolean {
+  if (input.failingSince === undefined) return false;
+  const bound = Math.min(2 * input.leaseDurationMs, Math.max(0, input.exit - input.since) / 4);
+  return input.now >= Math.max(input.since, input.failingSince) + bound;
 }
 
 /**
