@@ -12,7 +12,7 @@ import { silentLogger } from '../../src/core/ports/logger.ts';
 import type { ReloadOutcome } from '../../src/delivery/reload-command.ts';
 import { SignalReload } from '../../src/delivery/reload-signal.ts';
 import { makePair } from '../support/certs.ts';
-import { get } from '../support/emulator.ts';
+import { control } from '../support/emulator.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { every, nextEvent, until } from '../support/wait.ts';
@@ -184,11 +184,7 @@ describe('nginx (Debian 12 package) with a stock configuration, reloaded by a si
       // A configuration error: nginx's master refuses the next reload and keeps its workers and the revoked leaf.
       await appendFile(join(base, 'nginx/nginx.conf'), 'garbage;\n');
       const failedReload = nextEvent(daemon.events, 'reloaded', (o: ReloadOutcome) => !o.ok, 30_000);
-      const res = await get(emulator.address, '/certshare-emulator/v0/ari/revoke', {
-        method: 'POST',
-        body: JSON.stringify({ serial: revoked }),
-        headers: { 'content-type': 'application/json' },
-      });
+      const res = await control(emulator.address, 'ari/revoke', { serial: revoked });
       assert.equal(res.status, 200, res.body);
       await failedReload;
       const failedAt = Date.now();
