@@ -16,7 +16,7 @@ import { control } from '../support/emulator.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { every, nextEvent, until } from '../support/wait.ts';
-import { HandshakeLoop, handshake, pidInFile, proveRenewalsServed, servedSerial, startNginx, tlsSession, waitServing } from './proxies.ts';
+import { HandshakeLoop, handshake, heldAndServed, pidInFile, proveRenewalsServed, servedSerial, startNginx, tlsSession, waitServing } from './proxies.ts';
 
 const RENEWALS = 3;
 
@@ -173,14 +173,7 @@ describe('nginx (Debian 12 package) with a stock configuration, reloaded by a si
     const onHealth = (l: () => void): (() => void) => daemon.health.onChange(l);
     const held = (): string | undefined => daemon.manager.loop(DOMAIN)?.current?.info.serial.toUpperCase();
     try {
-      await until("the daemon's certificate held", () => held() !== undefined && healthy(), [onHealth], 30_000);
-      const revoked = held()!;
-      const loop = new HandshakeLoop(nginx.port, DOMAIN);
-      try {
-        await nextEvent(loop, 'serial', (serial: string) => serial.toUpperCase() === revoked, 30_000);
-      } finally {
-        await loop.stop();
-      }
+      const revoked = await heldAndServed(daemon, nginx.port, DOMAIN);
       // A configuration error: nginx's master refuses the next reload and keeps its workers and the revoked leaf.
       await appendFile(join(base, 'nginx/nginx.conf'), 'garbage;\n');
       const failedReload = nextEvent(daemon.events, 'reloaded', (o: ReloadOutcome) => !o.ok, 30_000);
