@@ -204,7 +204,7 @@ export const ERROR_CODES = {
     exit: 1,
   },
   CERTSHARE_HAPROXY_API: {
-    means: "HAProxy's runtime API could not be reached, timed out or refused the new certificate (logged and counted; the next change tries again)",
+    means: "HAProxy's runtime API could not be reached, timed out or refused the new certificate (logged and counted; tried again)",
     message: 'HAProxy runtime API: "{command}" on {socket}: {failure}',
     exit: 1,
   },

@@ -1,13 +1,16 @@
 import { mkdir, readFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
+import { doubling } from '../core/issuance/backoff.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
+import type { Clock } from '../core/ports/clock.ts';
 import type { CertPair } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import type { StoredCert } from '../core/ports/store.ts';
 import { safeName } from '../store/cert-directory.ts';
 import { writeFileAtomically } from '../store/atomic-file.ts';
+import { FIRST_RETRY_MS, RETRY_CAP_MS } from './projector.ts';
 import type { ReloadOutcome } from './reload-command.ts';
 
 /** HAProxy's answers are a line or two; more than this is not HAProxy's runtime API. */
@@ -90,10 +93,17 @@ export class HaproxyRuntimeApi {
    * Replaces the certificate HAProxy loaded from `name` with `pem` (chain and key): `set ssl cert` opens a
    * transaction, `commit ssl cert` swaps it in for the next handshakes. On a failed commit the transaction
    * is aborted, so the next delivery starts clean.
+   *
+   * HAProxy holds one certificate transaction at a time. With one left open on another certificate (a `set ssl
+   * cert` never committed: someone's, or a push cut short), HAProxy 2.6 puts `pem` into that transaction and
+   * answers "Transaction updated for certificate <the other>": its commit would serve this key under the other's
+   * name. That transaction is aborted (what it held is lost already) and the push fails; the retry finds none open.
    */
   async replaceCertificate(name: string, pem: string, signal?: AbortSignal): Promise<void> {
     const set = await this.exchange(`set ssl cert ${name} <<\n${pem}\n`, signal);
-    if (!/^Transaction (created|updated) for certificate /m.test(set)) throw apiError(`set ssl cert ${name}`, this.#socket, describeAnswer(set));
+    const opened = /^Transaction (?:created|updated) for certificate (.*)!$/m.exec(set);
+    if (!opened) throw apiError(`set ssl cert ${name}`, this.#socket, describeAnswer(set));
+    if (opened[1] !== name) throw apiError(`set ssl cert ${name}`, this.#socket, await this.#abortOther(opened[1]!, signal));
     let commit: string;
     try {
       commit = await this.exchange(`commit ssl cert ${name}\n`, signal);
@@ -105,6 +115,14 @@ export class HaproxyRuntimeApi {
       await this.exchange(`abort ssl cert ${name}\n`, signal).catch(() => {});
       throw apiError(`commit ssl cert ${name}`, this.#socket, describeAnswer(commit));
     }
+  }
+
+  /** Aborts the transaction left open on `other` that HAProxy took a push into (a name only as HAProxy's command line takes one). */
+  async #abortOther(other: string, signal: AbortSignal | undefined): Promise<string> {
+    const safe = checkHaproxyPath(other) === undefined;
+    const answer = safe ? await this.exchange(`abort ssl cert ${other}\n`, signal).catch(() => '') : '';
+    const outcome = /^Transaction aborted/m.test(answer) ? 'aborted' : 'could not abort it';
+    return `a transaction left open on ${JSON.stringify(other.slice(0, 200))} (a set ssl cert never committed) took this certificate; ${outcome}`;
   }
 }
 
@@ -127,17 +145,22 @@ function isMissing(err: unknown): boolean {
  * Delivers each domain's certificate to HAProxy: `<crtDir>/<domain>.pem` (chain and key in one file,
  * 0600, replaced atomically), the file HAProxy's `crt` loads at start; and, with a runtime API socket,
  * the same PEM pushed into the running HAProxy after every change, without a reload. A failed push is
- * logged and counted; the next change tries again, and a HAProxy that restarts reads the file.
+ * logged and counted, and tried again (from 1 s, doubling to a minute) until it lands or a newer certificate
+ * replaces it: HAProxy would otherwise serve the replaced leaf (a revoked one) until the next renewal. A HAProxy
+ * that restarts reads the file.
  */
 export class HaproxyDelivery implements LoopObserver {
   readonly #crtDir: string;
   readonly #api: HaproxyRuntimeApi | undefined;
   readonly #logger: Logger;
+  readonly #clock: Clock;
   readonly #onOutcome: (outcome: ReloadOutcome) => void;
   readonly #onWritten: (domain: string, path: string) => void;
   readonly #queues = new Map<string, Promise<void>>();
   /** The PEM last written per domain (or found there at the first look). */
   readonly #written = new Map<string, string>();
+  /** Pushes failed in a row per domain (the retry's delay). */
+  readonly #failures = new Map<string, number>();
   readonly #stop = new AbortController();
   /** HAProxy holds one certificate transaction at a time: pushes of different domains go one after another. */
   #pushes: Promise<unknown> = Promise.resolve();
@@ -146,6 +169,7 @@ export class HaproxyDelivery implements LoopObserver {
     crtDir: string;
     api?: HaproxyRuntimeApi;
     logger: Logger;
+    clock: Clock;
     onOutcome: (o: ReloadOutcome) => void;
     /** A file changed on disk (as the dir store's and --out-dir's: a --reload-command runs after it too). */
     onWritten: (domain: string, path: string) => void;
@@ -153,6 +177,7 @@ export class HaproxyDelivery implements LoopObserver {
     this.#crtDir = options.crtDir;
     this.#api = options.api;
     this.#logger = options.logger;
+    this.#clock = options.clock;
     this.#onOutcome = options.onOutcome;
     this.#onWritten = options.onWritten;
   }
@@ -210,18 +235,39 @@ export class HaproxyDelivery implements LoopObserver {
       this.#logger.info({ domain, path }, 'new HAProxy certificate file: HAProxy loads it at its next start or reload');
       return;
     }
+    await this.#push(domain, path, pem, this.#api);
+  }
+
+  /** Pushes `pem` into the running HAProxy; a failure is retried later unless a newer certificate comes first. */
+  async #push(domain: string, path: string, pem: string, api: HaproxyRuntimeApi): Promise<void> {
     const started = Date.now();
     try {
-      const api = this.#api;
       const push = this.#pushes.then(() => api.replaceCertificate(path, pem, this.#stop.signal));
       this.#pushes = push.catch(() => {});
       await push;
+      this.#failures.delete(domain);
       this.#logger.info({ domain, path }, 'HAProxy serves the new certificate (runtime API)');
       this.#onOutcome({ method: 'haproxy', domains: [domain], ok: true, exitCode: null, durationMs: Date.now() - started });
     } catch (err) {
       const code = err instanceof CertshareError ? err.code : 'CERTSHARE_HAPROXY_API';
-      this.#logger.error({ code, domain, path, err: errorMessage(err) }, 'could not push the certificate to HAProxy; the next change tries again');
+      const failures = (this.#failures.get(domain) ?? 0) + 1;
+      this.#failures.set(domain, failures);
+      const retryInMs = doubling(FIRST_RETRY_MS, failures, RETRY_CAP_MS);
+      this.#logger.error({ code, domain, path, err: errorMessage(err), retryInMs }, 'could not push the certificate to HAProxy; trying again');
       this.#onOutcome({ method: 'haproxy', domains: [domain], ok: false, exitCode: null, durationMs: Date.now() - started });
+      this.#clock.sleep(retryInMs, this.#stop.signal).then(
+        () => this.#retry(domain, path, pem, api),
+        () => {},
+      );
     }
+  }
+
+  /** A failed push again, in the domain's queue, unless a newer certificate was written since (it pushes itself). */
+  #retry(domain: string, path: string, pem: string, api: HaproxyRuntimeApi): void {
+    const previous = this.#queues.get(domain) ?? Promise.resolve();
+    this.#queues.set(
+      domain,
+      previous.then(() => (this.#written.get(domain) === pem && !this.#stop.signal.aborted ? this.#push(domain, path, pem, api) : undefined)),
+    );
   }
 }

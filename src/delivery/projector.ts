@@ -6,9 +6,9 @@ import type { LoopObserver } from '../core/ports/observer.ts';
 import type { StoredCert } from '../core/ports/store.ts';
 import { type CertDirectory, type FilesHealth, reportFilesWrite } from '../store/cert-directory.ts';
 
-/** The first retry of a failed write, doubling up to a minute. */
-const FIRST_RETRY_MS = 1000;
-const RETRY_CAP_MS = 60_000;
+/** The first retry of a failed write (or HAProxy push), doubling up to a minute. */
+export const FIRST_RETRY_MS = 1000;
+export const RETRY_CAP_MS = 60_000;
 
 interface ProjectorDeps {
   logger: Logger;

@@ -61,6 +61,7 @@ export function proxyDelivery(
         crtDir: config.haproxyCrtDir,
         ...(config.haproxySocket ? { api: new HaproxyRuntimeApi(config.haproxySocket, config.reloadTimeoutMs) } : {}),
         logger: logger.child({ component: 'haproxy' }),
+        clock,
         onOutcome,
         onWritten: filesWritten,
       })

@@ -1,14 +1,19 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { writeFile } from 'node:fs/promises';
+import { once } from 'node:events';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { daemonConfigFrom, RUN_FLAGS } from '../../src/config/run-options.ts';
 import { silentLogger } from '../../src/core/ports/logger.ts';
-import { checkHaproxyPath, combinedPem } from '../../src/delivery/haproxy.ts';
+import { inspectCertPair } from '../../src/core/certificates/certificate.ts';
+import type { StoredCert } from '../../src/core/ports/store.ts';
+import { checkHaproxyPath, combinedPem, HaproxyDelivery, HaproxyRuntimeApi } from '../../src/delivery/haproxy.ts';
 import type { ReloadOutcome } from '../../src/delivery/reload-command.ts';
 import { parseReloadSignal, readPidFile, SignalReload } from '../../src/delivery/reload-signal.ts';
 import { parseFlags } from '../../src/flags/flags.ts';
+import { DAY, makePair } from '../support/certs.ts';
 import { FakeClock } from '../support/fake-clock.ts';
 import { useTempDir } from '../support/standalone.ts';
 
@@ -161,5 +166,122 @@ describe('proxy delivery: flags, pid files, the HAProxy PEM', () => {
     assert.equal(run.outcome(), undefined);
     await clock.advance(10);
     assert.equal(run.outcome()?.ok, true);
+  });
+});
+
+/**
+ * A unix socket server answering as HAProxy 2.6's runtime API does, one command a connection; `openOn` is the
+ * certificate of a transaction someone left open (HAProxy then takes another certificate's `set` into it).
+ */
+async function fakeRuntimeApi(path: string, openOn?: string): Promise<{ commands: string[]; close(): Promise<void> }> {
+  const commands: string[] = [];
+  let open = openOn;
+  const server = createServer((socket) => {
+    socket.once('data', (chunk) => {
+      const [verb, , , name] = String(chunk).split('\n')[0]!.split(' ');
+      commands.push(`${verb} ${name}`);
+      if (verb === 'set') {
+        const action = open ? 'updated' : 'created';
+        open ??= name;
+        socket.end(`Transaction ${action} for certificate ${open}!\n\n`);
+      } else if (verb === 'commit') {
+        socket.end(open === name ? `Committing ${name}.\nSuccess!\n\n` : `The ongoing transaction is about '${open}' but you are trying to set '${name}'\n`);
+        if (open === name) open = undefined;
+      } else {
+        socket.end(open === name ? `Transaction aborted for certificate '${name}'!\n\n` : `The ongoing transaction is about '${open}'\n\n`);
+        if (open === name) open = undefined;
+      }
+    });
+  });
+  server.listen(path);
+  await once(server, 'listening');
+  return { commands, close: () => new Promise((resolve) => server.close(() => resolve())) };
+}
+
+describe('HAProxy runtime API delivery', () => {
+  const dir = useTempDir();
+
+  async function delivery(name: string) {
+    const [crtDir, socket, clock] = [join(dir(), name), join(dir(), `${name}.sock`), new FakeClock()];
+    const outcomes: ReloadOutcome[] = [];
+    const haproxy = new HaproxyDelivery({
+      crtDir,
+      api: new HaproxyRuntimeApi(socket, 5000),
+      logger: silentLogger,
+      clock,
+      onOutcome: (o) => outcomes.push(o),
+      onWritten: () => {},
+    });
+    // A file HAProxy loaded at start: certshare pushes the certificates that replace it.
+    await mkdir(crtDir);
+    await writeFile(haproxy.pathOf(DOMAIN), combinedPem(await makePair(DOMAIN, Date.now() - DAY, DAY)));
+    const cert = async (): Promise<StoredCert> => {
+      const pair = await makePair(DOMAIN, Date.now(), DAY);
+      return { pair, info: inspectCertPair(pair, DOMAIN) };
+    };
+    return { haproxy, socket, clock, outcomes, cert, pem: haproxy.pathOf(DOMAIN) };
+  }
+
+  it('tries a failed push again, from 1 s doubling, until it lands; a newer certificate ends the retries of the one before', async () => {
+    const { haproxy, socket, clock, outcomes, cert, pem } = await delivery('retry');
+    try {
+      haproxy.certificate(DOMAIN, await cert());
+      await haproxy.idle();
+      assert.deepEqual(
+        outcomes.map((o) => o.ok),
+        [false],
+        'no socket: ENOENT',
+      );
+      await clock.advance(1000);
+      await haproxy.idle();
+      assert.equal(outcomes.length, 2, 'tried again after 1 s');
+      assert.deepEqual(clock.pendingDurations(), [2000], 'then after 2 s');
+      const api = await fakeRuntimeApi(socket);
+      try {
+        await clock.advance(2000);
+        await haproxy.idle();
+        assert.deepEqual(
+          outcomes.map((o) => o.ok),
+          [false, false, true],
+        );
+        assert.deepEqual(api.commands, [`set ${pem}`, `commit ${pem}`]);
+        assert.equal(clock.pendingSleeps(), 0, 'landed: no more tries');
+      } finally {
+        await api.close();
+      }
+      haproxy.certificate(DOMAIN, await cert());
+      await haproxy.idle();
+      haproxy.certificate(DOMAIN, await cert());
+      await haproxy.idle();
+      assert.equal(outcomes.length, 5);
+      assert.deepEqual(clock.pendingDurations(), [1000, 2000]);
+      await clock.advance(1000);
+      await haproxy.idle();
+      assert.equal(outcomes.length, 5, 'the certificate before the latest is not tried again');
+      await clock.advance(1000);
+      await haproxy.idle();
+      assert.equal(outcomes.length, 6, 'the latest is');
+    } finally {
+      await haproxy.stop();
+    }
+  });
+
+  it('aborts the transaction left open on another certificate that HAProxy took this one into, and does not commit', async () => {
+    const { haproxy, socket, clock, outcomes, cert, pem } = await delivery('open');
+    const other = join(dir(), 'open', 'other.pem');
+    const api = await fakeRuntimeApi(socket, other);
+    try {
+      haproxy.certificate(DOMAIN, await cert());
+      await haproxy.idle();
+      assert.deepEqual(api.commands, [`set ${pem}`, `abort ${other}`]);
+      assert.equal(outcomes[0]?.ok, false);
+      await clock.advance(1000);
+      await haproxy.idle();
+      assert.deepEqual(api.commands.slice(2), [`set ${pem}`, `commit ${pem}`], 'the retry finds no transaction open');
+      assert.equal(outcomes[1]?.ok, true);
+    } finally {
+      await haproxy.stop();
+      await api.close();
+    }
   });
 });

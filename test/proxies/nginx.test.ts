@@ -12,11 +12,11 @@ import { silentLogger } from '../../src/core/ports/logger.ts';
 import type { ReloadOutcome } from '../../src/delivery/reload-command.ts';
 import { SignalReload } from '../../src/delivery/reload-signal.ts';
 import { makePair } from '../support/certs.ts';
-import { get } from '../support/emulator.ts';
+import { control } from '../support/emulator.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
 import { DOMAIN, emulatorIn, standaloneDaemon, useTempDir } from '../support/standalone.ts';
 import { every, nextEvent, until } from '../support/wait.ts';
-import { HandshakeLoop, handshake, pidInFile, proveRenewalsServed, servedSerial, startNginx, tlsSession, waitServing } from './proxies.ts';
+import { HandshakeLoop, handshake, heldAndServed, pidInFile, proveRenewalsServed, servedSerial, startNginx, tlsSession, waitServing } from './proxies.ts';
 
 const RENEWALS = 3;
 
@@ -174,22 +174,11 @@ describe('nginx (Debian 12 package) with a stock configuration, reloaded by a si
     const onHealth = (l: () => void): (() => void) => daemon.health.onChange(l);
     const held = (): string | undefined => daemon.manager.loop(DOMAIN)?.current?.info.serial.toUpperCase();
     try {
-      await until("the daemon's certificate held", () => held() !== undefined && healthy(), [onHealth], 30_000);
-      const revoked = held()!;
-      const loop = new HandshakeLoop(nginx.port, DOMAIN);
-      try {
-        await nextEvent(loop, 'serial', (serial: string) => serial.toUpperCase() === revoked, 30_000);
-      } finally {
-        await loop.stop();
-      }
+      const revoked = await heldAndServed(daemon, nginx.port, DOMAIN);
       // A configuration error: nginx's master refuses the next reload and keeps its workers and the revoked leaf.
       await appendFile(join(base, 'nginx/nginx.conf'), 'garbage;\n');
       const failedReload = nextEvent(daemon.events, 'reloaded', (o: ReloadOutcome) => !o.ok, 30_000);
-      const res = await get(emulator.address, '/certshare-emulator/v0/ari/revoke', {
-        method: 'POST',
-        body: JSON.stringify({ serial: revoked }),
-        headers: { 'content-type': 'application/json' },
-      });
+      const res = await control(emulator.address, 'ari/revoke', { serial: revoked });
       assert.equal(res.status, 200, res.body);
       await failedReload;
       const failedAt = Date.now();

@@ -12,7 +12,7 @@ import { connect } from 'node:tls';
 import type { Daemon } from '../../src/daemon/daemon.ts';
 import type { ReloadMethod } from '../../src/delivery/reload-command.ts';
 import { deathSignalPrefix, freePort } from '../support/processes.ts';
-import { onEvent, until } from '../support/wait.ts';
+import { nextEvent, onEvent, until } from '../support/wait.ts';
 
 let binDir: string | undefined;
 /** The directory of nginx and haproxy (install.sh, which downloads them once into the cache). */
@@ -65,29 +65,20 @@ export async function waitServing(proxy: ProxyProcess, servername: string, timeo
   }
 }
 
+const EXAMPLE_HAPROXY_CFG = join(import.meta.dirname, '../../manifests/example-haproxy/haproxy.cfg');
+
 /**
- * HAProxy as its Debian package runs it in a container (master-worker, foreground): `crt <crtDir>/` loads
- * every file certshare wrote there; the runtime API on a unix socket at admin level.
+ * HAProxy as its Debian package runs it in a container (master-worker, foreground), with the configuration of
+ * `manifests/example-haproxy` but for what only a cluster has: `crt <crtDir>/` loads every file certshare wrote
+ * there, the runtime API is on `socket`, it listens on a free port of 127.0.0.1 and writes a pid file.
  */
 export async function startHaproxy(dir: string, options: { crtDir: string; socket: string }): Promise<ProxyProcess> {
   const port = await freePort();
   const config = join(dir, 'haproxy.cfg');
-  await writeFile(
-    config,
-    `global
-  stats socket ${options.socket} mode 600 level admin
-  pidfile ${join(dir, 'haproxy.pid')}
-  tune.ssl.cachesize 0
-defaults
-  mode http
-  timeout connect 5s
-  timeout client 10s
-  timeout server 10s
-frontend tls
-  bind 127.0.0.1:${port} ssl crt ${options.crtDir}/ no-tls-tickets
-  http-request return status 200 content-type text/plain string ok
-`,
-  );
+  let text = await readFile(EXAMPLE_HAPROXY_CFG, 'utf8');
+  text = replaceAllOf(text, 'stats socket /run/haproxy/admin.sock', `pidfile ${join(dir, 'haproxy.pid')}\n  stats socket ${options.socket}`);
+  text = replaceAllOf(text, 'bind :8443 ssl crt /certs/haproxy/', `bind 127.0.0.1:${port} ssl crt ${options.crtDir}/`);
+  await writeFile(config, text);
   return startProcess(join(proxiesBin(), 'haproxy'), ['-W', '-db', '-f', config], port, 'SIGTERM');
 }
 
@@ -114,7 +105,7 @@ const EXAMPLE_DOMAIN = 'proxy.tailnet-0000.ts.net';
 
 /** `text` with every `from` replaced; fails when there is none (the example changed under the test). */
 function replaceAllOf(text: string, from: string, to: string): string {
-  if (!text.includes(from)) throw new Error(`the nginx configuration has no "${from}" to replace`);
+  if (!text.includes(from)) throw new Error(`the proxy's configuration has no "${from}" to replace`);
   return text.replaceAll(from, to);
 }
 
@@ -170,6 +161,25 @@ http {
   const args = ['-p', prefix, '-e', 'stderr', '-c', config, ...(main ? ['-g', main] : [])];
   // The object startProcess keeps up to date (its `exited`), not a copy.
   return Object.assign(startProcess(join(proxiesBin(), 'nginx'), args, port, 'SIGQUIT'), { pidFile });
+}
+
+/** Once `daemon` holds a certificate of `domain` and is healthy, and the proxy on `port` serves it: its serial (upper case). */
+export async function heldAndServed(daemon: Daemon, port: number, domain: string): Promise<string> {
+  const held = (): string | undefined => daemon.manager.loop(domain)?.current?.info.serial.toUpperCase();
+  await until(
+    "the daemon's certificate held",
+    () => held() !== undefined && daemon.health.evaluate(Date.now()).healthy,
+    [(l) => daemon.health.onChange(l)],
+    30_000,
+  );
+  const serial = held()!;
+  const loop = new HandshakeLoop(port, domain);
+  try {
+    await nextEvent(loop, 'serial', (served: string) => served.toUpperCase() === serial, 30_000);
+  } finally {
+    await loop.stop();
+  }
+  return serial;
 }
 
 /** The pid a proxy wrote in its pid file. */

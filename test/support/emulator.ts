@@ -53,6 +53,11 @@ export async function get(address: string, path: string, options: ReqOptions = {
   return { status: res.statusCode ?? 0, headers: res.headers, body };
 }
 
+/** POST to the emulator's control API (over its LocalAPI socket), as a test harness or an operator would. */
+export function control(address: string, path: string, body: unknown): Promise<Resp> {
+  return get(address, `/certshare-emulator/v0/${path}`, { method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json' } });
+}
+
 export async function getJson<T = unknown>(address: string, path: string, options: ReqOptions = {}): Promise<T> {
   const r = await get(address, path, options);
   if (r.status !== 200) throw new Error(`${path}: ${r.status} ${r.body}`);

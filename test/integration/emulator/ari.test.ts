@@ -9,7 +9,7 @@ import { RenewalInfoClient } from '../../../src/acme/renewal-info-client.ts';
 import { ariCertificateId } from '../../../src/core/renewal/certificate-id.ts';
 import type { AriCertificate } from '../../../src/core/renewal/renewal-info.ts';
 import { type Emulator, startEmulator } from '../../../src/emulator/server.ts';
-import { certPath, fakeClock, get, splitPair, testEnv, type TestEnv } from '../../support/emulator.ts';
+import { certPath, control, fakeClock, get, splitPair, testEnv, type TestEnv } from '../../support/emulator.ts';
 
 const A = 'a.tailnet-1234.ts.net';
 const H = 3_600_000;
@@ -20,10 +20,6 @@ async function issue(em: Emulator, domain: string): Promise<AriCertificate & { s
   const { certs, certPem } = splitPair((await get(em.address, certPath(domain, '0s'))).body);
   const leaf = certs[0]!;
   return { certId: await ariCertificateId(certPem), notBefore: Date.parse(leaf.validFrom), notAfter: Date.parse(leaf.validTo), serial: leaf.serialNumber };
-}
-
-async function control(em: Emulator, path: string, body: unknown): Promise<{ status: number; body: string }> {
-  return get(em.address, `/certshare-emulator/v0/${path}`, { method: 'POST', body: JSON.stringify(body), headers: { 'content-type': 'application/json' } });
 }
 
 describe('emulator ARI', () => {
@@ -61,7 +57,7 @@ describe('emulator ARI', () => {
     const cert = await issue(em, A);
     const client = new RenewalInfoClient({ directoryUrl: em.acmeDirectoryUrl!, now: clock.now });
 
-    const revoked = await control(em, 'ari/revoke', { serial: cert.serial.toLowerCase() });
+    const revoked = await control(em.address, 'ari/revoke', { serial: cert.serial.toLowerCase() });
     assert.equal(revoked.status, 200, revoked.body);
     assert.equal(JSON.parse(revoked.body).certId, cert.certId);
     clock.advance(10_000);
@@ -69,7 +65,7 @@ describe('emulator ARI', () => {
     assert.deepEqual(afterRevocation.outcome === 'ok' && afterRevocation.info.window, { start: clock.now() - H, end: clock.now() - H + 1000 });
 
     const start = clock.now() - 5 * 60_000;
-    const set = await control(em, 'ari', {
+    const set = await control(em.address, 'ari', {
       domain: A,
       window: { start: new Date(start).toISOString(), end: new Date(start + H).toISOString() },
       explanationURL: 'https://ca.example/incident',
@@ -80,11 +76,11 @@ describe('emulator ARI', () => {
     assert.deepEqual(moved.info.window, { start, end: start + H });
     assert.equal(moved.info.explanationUrl, 'https://ca.example/incident');
 
-    assert.equal((await control(em, 'ari', { certId: cert.certId, response: '{"suggestedWindow": ' })).status, 200);
+    assert.equal((await control(em.address, 'ari', { certId: cert.certId, response: '{"suggestedWindow": ' })).status, 200);
     const malformed = await client.check(cert);
     assert.equal(malformed.outcome === 'bad_response' && malformed.code, 'CERTSHARE_ARI_BAD_RESPONSE');
 
-    assert.equal((await control(em, 'ari', { certId: cert.certId, reset: true })).status, 200);
+    assert.equal((await control(em.address, 'ari', { certId: cert.certId, reset: true })).status, 200);
     const reset = await client.check(cert);
     assert.deepEqual(reset.outcome === 'ok' && reset.info.window, { start: clock.now() - H, end: clock.now() - H + 1000 }, 'still revoked');
   });
@@ -96,10 +92,10 @@ describe('emulator ARI', () => {
     const unknown = await client.check({ certId: 'aYhba4dGQEHhs3uEe6CuLN4ByNQ.AIdlQyE', notBefore: 0, notAfter: Date.now() + DAY });
     assert.equal(unknown.outcome === 'not_found' && unknown.code, 'CERTSHARE_ARI_NOT_FOUND');
     assert.equal((await get(em.address, '/acme/renewal-info/not-an-id')).status, 400);
-    const noMatch = await control(em, 'ari/revoke', { domain: 'other.tailnet-1234.ts.net' });
+    const noMatch = await control(em.address, 'ari/revoke', { domain: 'other.tailnet-1234.ts.net' });
     assert.equal(noMatch.status, 400);
     assert.match(noMatch.body, /no certificate signed by this emulator matches/);
-    assert.match((await control(em, 'ari', { domain: A, window: { start: 'soon' } })).body, /want "window"/);
+    assert.match((await control(em.address, 'ari', { domain: A, window: { start: 'soon' } })).body, /want "window"/);
     assert.deepEqual(em.stats().ariRequests, { '404': 1, '400': 1 });
   });
 
