@@ -7,7 +7,7 @@ import type { ControlPlane } from '../test/harness/control-plane.ts';
 import { exampleNamespace, GROUP, KUBE_DOMAIN } from '../test/support/kube.ts';
 import { labelsOf, longestSilenceS, metricSeries, readAudit, seriesDelta, sum, watchSecret, type WatchEvent } from './lib/apiserver.ts';
 import { CertFileWatch, spawnDaemon, startEmulator, type EmulatorProc } from './lib/certshare.ts';
-import { probeAsKubelet } from './lib/kubelet-probes.ts';
+import { probeAsKubelet, sendProbesOf } from './lib/kubelet-probes.ts';
 import { idleRss, memStatus, threadsCpuMs, type MemStatus, type Proc } from './lib/proc.ts';
 import type { BenchSize } from './lib/size.ts';
 import { percentile, progress } from './lib/stats.ts';
@@ -101,10 +101,11 @@ export interface RestResults {
   writer: MemStatus;
   readers: MemStatus[];
   /**
-   * At the end of the window: what a replica pays at rest, answering the probes the kubelet sends the injected
-   * container (kubelet-probes.ts). RSS, and its CPU time over the window per hour (every thread).
+   * What a replica pays at rest in a Pod: the probes the kubelet sends the injected container in `probeHours`
+   * sent first (kubelet-probes.ts sendProbesOf), then the window with the probes at their periods; its RSS at
+   * the end and its CPU time over the window per hour (every thread).
    */
-  steady: { writer: ReplicaAtRest; readers: ReplicaAtRest[]; probesAnswered: number; probesFailed: number };
+  steady: { writer: ReplicaAtRest; readers: ReplicaAtRest[]; probeHours: number; probesAnswered: number; probesFailed: number };
   windowS: number;
   replicas: number;
   /** apiserver_request_total, all series, increase over the window. */
@@ -138,8 +139,8 @@ export interface PropagationResults {
   writer: string;
 }
 
-/** Writer + 2 readers with 90-day certificates: idle RSS, then API requests over a quiet window. */
-export async function restPhase(cp: ControlPlane, dir: string, auditLog: string, windowS: number, size: BenchSize): Promise<RestResults> {
+/** Writer + 2 readers with 90-day certificates: idle RSS, then hours of probes, then API requests over a quiet window. */
+export async function restPhase(cp: ControlPlane, dir: string, auditLog: string, windowS: number, size: BenchSize, probeHours: number): Promise<RestResults> {
   const ns = await exampleNamespace(cp, 'bench');
   const kubeconfig = await cp.kubeconfigFor(ns, 'certshare');
   progress(`kube (${ns}): writer + 2 readers, 90-day certificates`);
@@ -154,8 +155,10 @@ export async function restPhase(cp: ControlPlane, dir: string, auditLog: string,
       size.idle,
     );
 
-    progress(`kube: API requests, CPU time and RSS at rest over ${windowS} s, the kubelet's probes answered`);
-    const probes = await Promise.all(replicas.map(async (r) => probeAsKubelet(await r.port)));
+    progress(`kube: the kubelet's probes of ${probeHours} h sent to each replica, then API requests, CPU time and RSS at rest over ${windowS} s`);
+    const ports = await Promise.all(replicas.map((r) => r.port));
+    const earlier = await Promise.all(ports.map((port) => sendProbesOf(port, probeHours)));
+    const probes = ports.map(probeAsKubelet);
     const probe = await watchSecret(cp, ns, KUBE_DOMAIN);
     await sleep(2000);
     const m1 = await cp.metrics();
@@ -201,8 +204,9 @@ export async function restPhase(cp: ControlPlane, dir: string, auditLog: string,
       steady: {
         writer: writerAtRest!,
         readers: readersAtRest,
-        probesAnswered: sum(probes.map((p) => p.answered)),
-        probesFailed: sum(probes.map((p) => p.failed)),
+        probeHours,
+        probesAnswered: sum([...probes, ...earlier].map((p) => p.answered)),
+        probesFailed: sum([...probes, ...earlier].map((p) => p.failed)),
       },
       windowS: (t2 - t1) / 1000,
       replicas: replicas.length,
