@@ -1,9 +1,9 @@
 // The advertise agent's cost per replica (docs/performance.md, the advertise agent): every Pod that advertises
 // Tailscale Services runs it beside certshare. Against the LocalAPI emulator, the agent started as the injector
 // writes its container (advertiseAgentContainer: its command, Node flags and variables, on the bench's dist/):
-// the CPU time of its start (every thread, until it says it started), its idle RSS after the start and after N
-// request cycles (certshare's side of the exchange, AgentPrefs: a request written, its status awaited), and
-// its CPU time at rest (a file read every poll), per hour. Its floors, started in turn with it: a bare
+// the CPU time of its start (every thread, until it says it started), its CPU time at rest (a file read every
+// poll) per hour, its idle RSS after that rest and after N request cycles (certshare's side of the exchange,
+// AgentPrefs: a request written, its status awaited). Its floors, started in turn with it: a bare
 // `node -e` and one that loads only node:http and node:fs, each as the agent would be run without its flags.
 //
 // `node bench/advertise-agent.ts --pairs N --variants 'A;B;...'` compares variants started in turn (pairs:
@@ -17,9 +17,9 @@ import { dirname, join } from 'node:path';
 import { mkdtemp } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { systemClock } from '../src/core/ports/clock.ts';
-import { ADVERTISE_DIR, advertiseAgentContainer, SOCKET_DIR } from '../src/injector/sidecar.ts';
 import { AgentPrefs } from '../src/served/advertise-exchange.ts';
 import { REQUEST_DIR, STATUS_DIR } from '../src/served/advertise-paths.ts';
+import { injectedAgent } from '../test/support/injected-agent.ts';
 import { memoryOf } from '../test/support/proc-memory.ts';
 import { type CommandLine, numberFlag, parseScriptArgs } from './lib/command-line.ts';
 import { buildDist, bundleMain, IMAGE_NODE_FLAGS, startEmulator } from './lib/certshare.ts';
@@ -41,6 +41,7 @@ export interface AgentStart {
   /** Every thread's CPU time until "advertise agent started" (a floor: until its script ran), in ms. */
   startCpuMs: number;
   startWallMs: number;
+  /** Idle RSS after its time at rest (restSeconds), before the request cycles. */
   idleStart: MemStatus;
   /** After the request cycles (a floor: the same as idleStart, read again). */
   idleAfter: MemStatus;
@@ -67,18 +68,9 @@ interface Launch {
   agent: boolean;
 }
 
-/** The agent as the injector writes its container, on the bench's dist/ and Node; `socket` and `exchange` the bench's. */
-export function injectedAgent(socket: string, exchange: string): Launch {
-  const c = advertiseAgentContainer({ image: 'bench', services: SERVICE, socketVolume: 'socket' });
-  const [, ...words] = c.command!;
-  const distRoot = dirname(dirname(bundleMain()));
-  const args = words.map((w) => (w.startsWith('dist/') ? join(distRoot, w.slice('dist/'.length)) : w));
-  const env: Record<string, string> = {};
-  for (const e of c.env ?? []) {
-    if (e.value === undefined) continue;
-    env[e.name] = e.value === ADVERTISE_DIR ? exchange : e.value === `${SOCKET_DIR}/tailscaled.sock` ? socket : e.value;
-  }
-  return { args: [...args, ...(c.args ?? [])], env, agent: true };
+/** The agent as the injector writes its container (test/support/injected-agent.ts), on the bench's dist/ and Node. */
+function agentAsInjected(socket: string, exchange: string): Launch {
+  return { ...injectedAgent(dirname(dirname(bundleMain())), { services: SERVICE, socket, exchange }), agent: true };
 }
 
 /** `node bench/advertise-agent.ts`'s variants: a name, then more Node flags and NAME=VALUE variables. */
@@ -87,7 +79,7 @@ function variantLaunch(spec: string, socket: string, exchange: string, before?: 
   const flags = words.filter((w) => w.startsWith('--'));
   const env = Object.fromEntries(words.filter((w) => !w.startsWith('--')).map((w) => [w.slice(0, w.indexOf('=')), w.slice(w.indexOf('=') + 1)]));
   if (name === 'agent') {
-    const injected = injectedAgent(socket, exchange);
+    const injected = agentAsInjected(socket, exchange);
     return { ...injected, args: [...flags, ...injected.args], env: { ...injected.env, ...env } };
   }
   if (name === 'main' || name === 'before') {
@@ -122,8 +114,10 @@ export async function measureStart(name: string, launch: Launch, exchange: strin
     await proc.waitForLog((e) => e.msg === (launch.agent ? 'advertise agent started' : FLOOR_STARTED), 20_000, 'its start');
     const startCpuMs = await threadsCpuMs(proc.pid);
     started();
-    const [idleStart] = await idleRss([proc.pid], o.size.idle);
+    // At rest first, then its RSS: what it pays for as long as it runs. Read within seconds of its start, a Node
+    // that ran hot code since may not have paged in V8's optimizing compiler yet (docs/performance.md, the agent).
     const restCpuMsPerHour = await cpuPerHour(proc.pid, o.restSeconds);
+    const [idleStart] = await idleRss([proc.pid], o.size.idle);
     const cyclesMs: number[] = [];
     if (launch.agent) {
       const prefs = new AgentPrefs(exchange, systemClock, 10_000);
@@ -157,7 +151,7 @@ export async function agentPhase(dir: string, o: AgentOptions & { runs: number }
   progress(`advertise agent: ${o.runs} starts, each beside a bare node and one with node:http and node:fs; ${o.cycles} request cycles each`);
   for (let i = 0; i < o.runs; i++) {
     const order: Array<['agent' | 'node' | 'httpFs', Launch]> = [
-      ['agent', injectedAgent(emulator.socket, exchange)],
+      ['agent', agentAsInjected(emulator.socket, exchange)],
       ['node', variantLaunch('node', emulator.socket, exchange)],
       ['httpFs', variantLaunch('node-http-fs', emulator.socket, exchange)],
     ];

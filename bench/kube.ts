@@ -7,7 +7,8 @@ import type { ControlPlane } from '../test/harness/control-plane.ts';
 import { exampleNamespace, GROUP, KUBE_DOMAIN } from '../test/support/kube.ts';
 import { labelsOf, longestSilenceS, metricSeries, readAudit, seriesDelta, sum, watchSecret, type WatchEvent } from './lib/apiserver.ts';
 import { CertFileWatch, spawnDaemon, startEmulator, type EmulatorProc } from './lib/certshare.ts';
-import { idleRss, type MemStatus, type Proc } from './lib/proc.ts';
+import { probeAsKubelet, sendProbesOf } from './lib/kubelet-probes.ts';
+import { idleRss, memStatus, threadsCpuMs, type MemStatus, type Proc } from './lib/proc.ts';
 import type { BenchSize } from './lib/size.ts';
 import { percentile, progress } from './lib/stats.ts';
 
@@ -16,6 +17,8 @@ export interface KubeReplica {
   emulator: EmulatorProc;
   daemon: Proc;
   files: CertFileWatch;
+  /** The port of its /healthz, once it said it started. */
+  port: Promise<number>;
   stop(): Promise<void>;
 }
 
@@ -37,11 +40,14 @@ export async function startReplica(ns: string, kubeconfig: string, dir: string, 
   const outDir = join(replicaDir, 'certs');
   const files = await CertFileWatch.start(outDir, domain);
   const daemon = spawnKubeDaemon(ns, kubeconfig, name, mode, emulator.socket, outDir, { ...o, flags: ['--domain', domain, ...(o.flags ?? [])] });
+  const port = daemon.waitForLog((e) => e.msg === 'certshare started', 120_000, 'its start').then((e) => Number(/:(\d+)\/?$/.exec(String(e.address))?.[1]));
+  port.catch(() => {}); // awaited by whoever needs it; its exit is reported by the bench
   return {
     name,
     emulator,
     daemon,
     files,
+    port,
     async stop() {
       files.close();
       await daemon.stop();
@@ -91,8 +97,15 @@ export function spawnKubeDaemon(
 export const FAST_RETRIES = ['--first-retry', '500ms', '--retry-cap', '5s', '--rate-limit-retry', '5s'];
 
 export interface RestResults {
+  /** Idle RSS once every replica had the certificate on disk (proc.ts idleRss). */
   writer: MemStatus;
   readers: MemStatus[];
+  /**
+   * What a replica pays at rest in a Pod: the probes the kubelet sends the injected container in `probeHours`
+   * sent first (kubelet-probes.ts sendProbesOf), then the window with the probes at their periods; its RSS at
+   * the end and its CPU time over the window per hour (every thread).
+   */
+  steady: { writer: ReplicaAtRest; readers: ReplicaAtRest[]; probeHours: number; probesAnswered: number; probesFailed: number };
   windowS: number;
   replicas: number;
   /** apiserver_request_total, all series, increase over the window. */
@@ -114,6 +127,11 @@ export interface RestResults {
   secretWatchEvents: number;
 }
 
+export interface ReplicaAtRest {
+  mem: MemStatus;
+  restCpuMsPerHour: number;
+}
+
 export interface PropagationResults {
   samplesMs: number[];
   renewals: number;
@@ -121,8 +139,8 @@ export interface PropagationResults {
   writer: string;
 }
 
-/** Writer + 2 readers with 90-day certificates: idle RSS, then API requests over a quiet window. */
-export async function restPhase(cp: ControlPlane, dir: string, auditLog: string, windowS: number, size: BenchSize): Promise<RestResults> {
+/** Writer + 2 readers with 90-day certificates: idle RSS, then hours of probes, then API requests over a quiet window. */
+export async function restPhase(cp: ControlPlane, dir: string, auditLog: string, windowS: number, size: BenchSize, probeHours: number): Promise<RestResults> {
   const ns = await exampleNamespace(cp, 'bench');
   const kubeconfig = await cp.kubeconfigFor(ns, 'certshare');
   progress(`kube (${ns}): writer + 2 readers, 90-day certificates`);
@@ -137,15 +155,23 @@ export async function restPhase(cp: ControlPlane, dir: string, auditLog: string,
       size.idle,
     );
 
-    progress(`kube: API requests at rest over ${windowS} s`);
+    progress(`kube: the kubelet's probes of ${probeHours} h sent to each replica, then API requests, CPU time and RSS at rest over ${windowS} s`);
+    const ports = await Promise.all(replicas.map((r) => r.port));
+    const earlier = await Promise.all(ports.map((port) => sendProbesOf(port, probeHours)));
+    const probes = ports.map(probeAsKubelet);
     const probe = await watchSecret(cp, ns, KUBE_DOMAIN);
     await sleep(2000);
     const m1 = await cp.metrics();
     const t1 = Date.now();
+    const cpu1 = await Promise.all(replicas.map((r) => threadsCpuMs(r.daemon.pid)));
     await sleep(windowS * 1000);
+    const cpu2 = await Promise.all(replicas.map((r) => threadsCpuMs(r.daemon.pid)));
     const m2 = await cp.metrics();
     const t2 = Date.now();
+    const mems = await Promise.all(replicas.map((r) => memStatus(r.daemon.pid)));
+    for (const p of probes) p.stop();
     probe.close();
+    const [writerAtRest, ...readersAtRest] = replicas.map((_, i) => ({ mem: mems[i]!, restCpuMsPerHour: (cpu2[i]! - cpu1[i]!) * (3_600_000 / (t2 - t1)) }));
 
     const delta = seriesDelta(metricSeries(m1, 'apiserver_request_total'), metricSeries(m2, 'apiserver_request_total'));
     const certshareSeries = [...delta].filter(([k]) => {
@@ -175,6 +201,13 @@ export async function restPhase(cp: ControlPlane, dir: string, auditLog: string,
     return {
       writer: writer!,
       readers,
+      steady: {
+        writer: writerAtRest!,
+        readers: readersAtRest,
+        probeHours,
+        probesAnswered: sum([...probes, ...earlier].map((p) => p.answered)),
+        probesFailed: sum([...probes, ...earlier].map((p) => p.failed)),
+      },
       windowS: (t2 - t1) / 1000,
       replicas: replicas.length,
       allSeriesDelta: sum(delta.values()),

@@ -131,6 +131,11 @@ const WATCH_SECONDS = [1800, 3600];
 const WATCH_RENEWALS_PER_HOUR = 3600 / ((WATCH_SECONDS[0]! + WATCH_SECONDS[1]!) / 2);
 /** Certificate lifetime for the propagation phase: under 10 days renew at half, so one renewal every ~2 s. */
 const PROPAGATION_LIFETIME_S = 4;
+/**
+ * The hours of the kubelet's probes each replica of the rest phase answers before its window: enough for V8 to
+ * have optimized what they run, as in a Pod after a few hours (docs/performance.md, resources).
+ */
+const PROBE_HOURS = 6;
 
 // --- cleanup, whatever happens -------------------------------------------------------------------
 let cp: ControlPlane | undefined;
@@ -209,7 +214,7 @@ try {
   let auditLog: string | undefined;
   if (!opts['skip-kube']) {
     ({ cp, auditLog } = await startAuditedControlPlane(tmp));
-    rest = await restPhase(cp, join(tmp, 'rest'), auditLog, windowS, size);
+    rest = await restPhase(cp, join(tmp, 'rest'), auditLog, windowS, size, tiny ? 0.05 : PROBE_HOURS);
     propagation = await propagationPhase(cp, join(tmp, 'propagation'), renewals, PROPAGATION_LIFETIME_S);
     injector = await injectorPhase(cp, pods, size, await buildBaseline(join(tmp, INJECTOR_PACKAGES), INJECTOR_PACKAGES));
   }
@@ -267,6 +272,10 @@ const figures: Record<string, number | null> = {
   advertiseAgentCycleMs: agentMedian(a.agent, (x) => median(x.cyclesMs)),
   rssKubeReaderMB: rest ? round(Math.max(...rest.readers.map((r) => r.rss))) : null,
   rssKubeWriterMB: rest ? round(rest.writer.rss) : null,
+  rssKubeReaderAtRestMB: rest ? round(Math.max(...rest.steady.readers.map((r) => r.mem.rss))) : null,
+  rssKubeWriterAtRestMB: rest ? round(rest.steady.writer.mem.rss) : null,
+  kubeReaderRestCpuMsPerHour: rest ? Math.round(median(rest.steady.readers.map((r) => r.restCpuMsPerHour))) : null,
+  kubeWriterRestCpuMsPerHour: rest ? Math.round(rest.steady.writer.restCpuMsPerHour) : null,
   startupToHealthyMs: Math.round(median(s.startupMs)),
   startupCpuMs: round(median(s.startupCpuMs)),
   startupFastifyHelloCpuMs: round(median(s.fastifyStartupCpuMs)),
@@ -311,7 +320,7 @@ const baseline: Record<string, string> = {
     `${target('rssAdvertiseAgentMB')}; the agent as the injector runs it, idle after ${a.cycles} request cycles, median of ${a.agent.length}: ` +
     `${a.agent.map((x) => round(x.idleAfter.rss)).join(', ')}; anon ${agentMedian(a.agent, (x) => x.idleAfter.anon)} / file ` +
     `${agentMedian(a.agent, (x) => x.idleAfter.file)}; a bare node -e ${agentMedian(a.node, (x) => x.idleAfter.rss)} started beside it`,
-  rssAdvertiseAgentStartMB: `no target; the same agents idle after their start, before any request; VmHWM at the end ${agentMedian(a.agent, (x) => x.peakMB)}`,
+  rssAdvertiseAgentStartMB: `no target; idle after ${a.restSeconds} s at rest, before any request; VmHWM at the end ${agentMedian(a.agent, (x) => x.peakMB)}`,
   rssNodeHttpFsMB: `no target; node -e loading node:http and node:fs only, started in turn with the agent: ${mb(a.httpFs[0]!.idleAfter)}`,
   advertiseAgentStartupCpuMs: `no target; CPU time of every thread until it logged its start: ${a.agent.map((x) => round(x.startCpuMs)).join(', ')}`,
   advertiseAgentRestCpuMsPerHour: `${target('advertiseAgentRestCpuMsPerHour')}; its CPU time over ${a.restSeconds} s at rest, per hour`,
@@ -320,6 +329,15 @@ const baseline: Record<string, string> = {
     ? `${target('rssKubeReaderMB')}; readers ${rest.readers.map((r) => round(r.rss)).join(' / ')}; anon ${round(rest.readers[0]!.anon)}`
     : 'skipped',
   rssKubeWriterMB: rest ? `${target('rssKubeWriterMB')}; bare node ${round(s.bareNode.rss)}; anon ${round(rest.writer.anon)}` : 'skipped',
+  rssKubeReaderAtRestMB: rest
+    ? `no target; the readers after ${rest.steady.probeHours} h of the kubelet's probes and ${round(rest.windowS, 0)} s at rest ` +
+      `(${rest.steady.probesAnswered} probes answered, ${rest.steady.probesFailed} failed): ${rest.steady.readers.map((r) => mb(r.mem)).join(' / ')}`
+    : 'skipped',
+  rssKubeWriterAtRestMB: rest ? `no target; the writer, the same way: ${mb(rest.steady.writer.mem)}` : 'skipped',
+  kubeReaderRestCpuMsPerHour: rest
+    ? `no target; CPU time of every thread over the window, per hour: ${rest.steady.readers.map((r) => Math.round(r.restCpuMsPerHour)).join(' / ')}`
+    : 'skipped',
+  kubeWriterRestCpuMsPerHour: rest ? 'no target; the writer, the same way' : 'skipped',
   startupToHealthyMs:
     `no goal (wall time: the neighbours' too; start-up is judged by startupCpuOverFastifyMs); bare fastify ${Math.round(median(s.fastifyStartupMs))}; ` +
     `median of ${s.startupMs.length}: ${s.startupMs.map(Math.round).join(', ')}`,
@@ -412,6 +430,7 @@ if (opts.json) {
       fastifyHello: s.fastifyHello,
       kubeWriter: rest?.writer,
       kubeReaders: rest?.readers,
+      kubeAtRest: rest?.steady,
       injector: injector && { afterAdmissions: injector.rss, beforeAdmissions: injector.freshRss, packagesAlone: injector.packagesRss },
     },
     startupMs: s.startupMs.map(Math.round),

@@ -117,8 +117,15 @@ export async function dumpProbe(proc: Proc, out: string, name: string): Promise<
   let dump: ProbeDump | undefined;
   for (let i = 0; i < 50 && !dump; i++) {
     await sleep(100);
+    // Absent until the probe writes it, and read half-written while it does: tried again either way.
     dump = await readFile(out, 'utf8').then(
-      (t) => JSON.parse(t) as ProbeDump,
+      (t) => {
+        try {
+          return JSON.parse(t) as ProbeDump;
+        } catch {
+          return undefined;
+        }
+      },
       () => undefined,
     );
   }

@@ -6,6 +6,8 @@ import { mkdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { buildDist as buildBundle, DIST } from '../../scripts/build.ts';
+import { certshareContainer } from '../../src/injector/sidecar.ts';
+import type { V1Container } from '../../src/kube/transport/client-node.ts';
 import { imageEntrypoint } from '../../test/support/dockerfile.ts';
 import { httpRequest } from './http.ts';
 import { cleanEnv, Proc } from './proc.ts';
@@ -85,12 +87,31 @@ export async function startEmulator(dir: string, name: string, args: string[]): 
   };
 }
 
+/** certshare's container as the injector writes it (a Pod of one domain): the bench's kube replicas run as it says. */
+export function injectedContainer(): V1Container {
+  return certshareContainer({
+    image: 'bench',
+    domains: ['bench.example'],
+    mode: 'auto',
+    outDir: '/certs',
+    readinessGate: undefined,
+    socketVolume: 'socket',
+    certsVolume: 'certs',
+  });
+}
+
+/** The variables of the injected container besides certshare's settings (the C library's: GLIBC_TUNABLES). */
+const INJECTED_RUNTIME_ENV: Record<string, string> = Object.fromEntries(
+  (injectedContainer().env ?? []).filter((e) => e.value !== undefined && !e.name.startsWith('CERTSHARE_')).map((e) => [e.name, e.value!]),
+);
+
 /**
- * `certshare run ARGS` as a Kubernetes workload runs it (IMAGE_NODE_FLAGS, dist/cli/main.js: DIST_COMMAND) with a
- * clean environment plus `env` (and Node flags `nodeArgs`); does not wait for anything.
+ * `certshare run ARGS` as a Kubernetes workload runs it (IMAGE_NODE_FLAGS, dist/cli/main.js: DIST_COMMAND; the
+ * injected container's runtime variables) with a clean environment plus `env` (and Node flags `nodeArgs`); does
+ * not wait for anything.
  */
 export function spawnDaemon(name: string, args: string[], env: Record<string, string> = {}, nodeArgs: string[] = [], main = bundleMain()): Proc {
-  return spawnRun(name, [...nodeArgs, main], args, env);
+  return spawnRun(name, [...nodeArgs, main], args, { ...INJECTED_RUNTIME_ENV, ...env });
 }
 
 /** `certshare run ARGS` as the image's default entry starts it (imageEntry: the start-up snapshot). */

@@ -11,8 +11,12 @@ import { NotifyMask } from '../../src/core/ports/localapi.ts';
 import { silentLogger } from '../../src/core/ports/logger.ts';
 import { createLocalApiClient } from '../../src/localapi/client.ts';
 import { createCertificateAuthority } from '../../src/pki/ca.ts';
+import { buildAdvertiseAgent } from '../../scripts/build.ts';
+import { ADVERTISE_AGENT_UID } from '../../src/injector/sidecar.ts';
+import { ManagedProcess } from '../harness/control-plane.ts';
 import type { RealTailscaled } from '../harness/tailscale.ts';
 import { DAY, makePair } from './certs.ts';
+import { injectedAgent } from './injected-agent.ts';
 import { standaloneDaemon } from './standalone.ts';
 import { startTlsProxy, type TestProxy } from './tls-proxy.ts';
 import { every, until } from './wait.ts';
@@ -130,4 +134,33 @@ export async function asUid(uid: number, socket: string, method: string, path: s
   ];
   const { stdout } = await promisify(execFile)('setpriv', args, { timeout: 60_000 });
   return JSON.parse(stdout) as { status: number; body: string };
+}
+
+/**
+ * The advertise agent as the injector injects it (injected-agent.ts: its script built from these sources into
+ * `dir`, its Node flags, its variables), as its own uid, for `service` through tailscaled's socket and `exchange`.
+ * Resolves once it said it started.
+ */
+export async function startInjectedAgent(ts: RealTailscaled, dir: string, service: string, exchange: string): Promise<ManagedProcess> {
+  const dist = join(dir, 'dist');
+  await buildAdvertiseAgent(dist);
+  const launch = injectedAgent(dist, { services: service, socket: ts.socket, exchange });
+  const agent = new ManagedProcess(
+    'advertise-agent',
+    'setpriv',
+    [`--reuid=${ADVERTISE_AGENT_UID}`, `--regid=${ADVERTISE_AGENT_UID}`, '--clear-groups', '--', process.execPath, ...launch.args],
+    process.env.CERTSHARE_TS_VERBOSE === '1',
+    { PATH: process.env.PATH ?? '/usr/bin:/bin', ...launch.env },
+  );
+  // Its JSON line: a crash's stack trace may quote the minified script, this message among it.
+  const started = (line: string): boolean => {
+    try {
+      return (JSON.parse(line) as { msg?: unknown }).msg === 'advertise agent started';
+    } catch {
+      return false;
+    }
+  };
+  await until('the agent started', () => agent.lines.some(started) || agent.exitInfo !== undefined, [every(100)], 60_000);
+  if (agent.exitInfo) throw new Error(`the advertise agent exited (${JSON.stringify(agent.exitInfo)}):\n${agent.lines.join('\n')}`);
+  return agent;
 }

@@ -10,18 +10,15 @@ import assert from 'node:assert/strict';
 import { chmod, chown, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { ADVERTISE_AGENT_UID, SIDECAR_SECURITY_CONTEXT } from '../../src/injector/sidecar.ts';
 import { OPERATOR_USER, tailscaledPasswd } from '../../src/injector/tailscale-operator.ts';
 import type { Daemon } from '../../src/daemon/daemon.ts';
-import { ManagedProcess } from '../harness/control-plane.ts';
 import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled } from '../harness/tailscale.ts';
-import { advertisedIn as services, advertisedOnceServed, asUid, otherPrefs as others, prefsOf as prefs } from '../support/advertising.ts';
+import { advertisedIn as services, advertisedOnceServed, asUid, otherPrefs as others, prefsOf as prefs, startInjectedAgent } from '../support/advertising.ts';
 import { certPath, get } from '../support/emulator.ts';
 import { useTempDir } from '../support/standalone.ts';
 import type { TestProxy } from '../support/tls-proxy.ts';
 
-const BIN = fileURLToPath(new URL('../../bin/certshare.js', import.meta.url));
 const CERTSHARE_UID = SIDECAR_SECURITY_CONTEXT.runAsUser!;
 const asRoot = process.getuid?.() === 0;
 
@@ -74,21 +71,7 @@ describe('the advertisement without the operator right in certshare (real tailsc
     await mkdir(join(exchange, 'status'));
     await chown(join(exchange, 'status'), ADVERTISE_AGENT_UID, ADVERTISE_AGENT_UID);
     const service = `svc:${ts.domain.split('.')[0]}`;
-    const agent = new ManagedProcess(
-      'advertise-agent',
-      'setpriv',
-      [`--reuid=${ADVERTISE_AGENT_UID}`, `--regid=${ADVERTISE_AGENT_UID}`, '--clear-groups', '--', process.execPath, BIN, 'advertise-agent'].concat([
-        '--localapi',
-        ts.socket,
-        '--advertise-services',
-        service,
-        '--exchange',
-        exchange,
-        '--log-format',
-        'json',
-      ]),
-      process.env.CERTSHARE_TS_VERBOSE === '1',
-    );
+    const agent = await startInjectedAgent(ts, dir(), service, exchange);
     let parts: { daemon: Daemon; proxy: TestProxy } | undefined;
     const flags = ['--advertise-agent', exchange, '--advertise-failover', '200ms', '--shutdown-timeout', '15s'];
     try {

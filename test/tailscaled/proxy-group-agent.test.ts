@@ -13,13 +13,11 @@ import { execFile } from 'node:child_process';
 import { chmod, chown, mkdir, readFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { describe, it } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { ADVERTISE_AGENT_UID, SIDECAR_SECURITY_CONTEXT } from '../../src/injector/sidecar.ts';
 import { OPERATOR_HOOK, PROXY_GROUP_SOCKET, tailscaledPasswd } from '../../src/injector/tailscale-operator.ts';
-import { ManagedProcess } from '../harness/control-plane.ts';
 import { BUILD_AND_START_TIMEOUT_MS, useRealTailscaled } from '../harness/tailscale.ts';
-import { advertisedIn, asUid, prefsOf, watchPrefs } from '../support/advertising.ts';
+import { advertisedIn, asUid, prefsOf, startInjectedAgent, watchPrefs } from '../support/advertising.ts';
 import { DAY, makePair } from '../support/certs.ts';
 import { projectConfig } from '../support/projected-config.ts';
 import { recordingLogger } from '../support/recording-logger.ts';
@@ -28,7 +26,6 @@ import { startTlsProxy } from '../support/tls-proxy.ts';
 import { every, until } from '../support/wait.ts';
 import { memoryOf } from '../support/proc-memory.ts';
 
-const BIN = fileURLToPath(new URL('../../bin/certshare.js', import.meta.url));
 const CERTSHARE_UID = SIDECAR_SECURITY_CONTEXT.runAsUser!;
 const asRoot = process.getuid?.() === 0;
 /** certshare's --served-check-interval here. */
@@ -87,13 +84,7 @@ describe("an opted-in ProxyGroup replica (the real containerboot, the operator's
     await mkdir(join(exchange, 'request'), { recursive: true });
     await mkdir(join(exchange, 'status'));
     await chown(join(exchange, 'status'), ADVERTISE_AGENT_UID, ADVERTISE_AGENT_UID);
-    const agentArgs = ['advertise-agent', '--localapi', ts.socket, '--advertise-services', service, '--exchange', exchange, '--log-format', 'json'];
-    const agent = new ManagedProcess(
-      'advertise-agent',
-      'setpriv',
-      [`--reuid=${ADVERTISE_AGENT_UID}`, `--regid=${ADVERTISE_AGENT_UID}`, '--clear-groups', '--', process.execPath, BIN, ...agentArgs],
-      process.env.CERTSHARE_TS_VERBOSE === '1',
-    );
+    const agent = await startInjectedAgent(ts, dir(), service, exchange);
     const prefs = await watchPrefs(ts);
     const proxy = await startTlsProxy(await makePair(ts.domain, Date.now() - 2 * DAY, DAY)); // expired
     const certs = join(dir(), 'certs');
@@ -106,7 +97,6 @@ describe("an opted-in ProxyGroup replica (the real containerboot, the operator's
       if (e.outcome === 'expired') expiredAt ??= Date.now();
     });
     try {
-      await until('the agent started', () => agent.lines.some((l) => l.includes('advertise agent started')), [every(100)], 60_000);
       daemon = await standaloneDaemon(
         ts,
         certs,

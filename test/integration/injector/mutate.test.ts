@@ -78,6 +78,7 @@ describe('injector mutation', () => {
       CERTSHARE_READINESS_GATE: DEFAULT_READINESS_GATE,
       CERTSHARE_LOCALAPI: '/var/run/tailscale/tailscaled.sock',
       CERTSHARE_LISTEN: '[::]:9002',
+      GLIBC_TUNABLES: 'glibc.malloc.mmap_threshold=32768',
     });
     assert.deepEqual(stored.spec!.readinessGates, [{ conditionType: DEFAULT_READINESS_GATE }]);
     assert.deepEqual(sidecar.resources, { requests: { cpu: '100m', memory: '112Mi' }, limits: { memory: '192Mi' } });
@@ -689,7 +690,8 @@ describe('the injected sidecar and the daemon', () => {
     const { stored } = admit(pod(asked({ [ANNOTATION.domains]: `${DOMAIN},b.example.com`, [ANNOTATION.mode]: 'ro', [ANNOTATION.flags]: flags })));
     const env: NodeJS.ProcessEnv = { POD_NAME: 'proxy-0', POD_NAMESPACE: 'proxy', POD_IPS: '10.0.0.1' };
     for (const e of sidecarOf(stored)!.env!) if (e.value !== undefined) env[e.name] = e.value;
-    const known = new Set(['POD_NAME', 'POD_NAMESPACE', 'POD_IPS', ...RUN_FLAGS.map((f) => envName(f.name))]);
+    // And the C library's settings, read by glibc as the process starts.
+    const known = new Set(['POD_NAME', 'POD_NAMESPACE', 'POD_IPS', 'GLIBC_TUNABLES', ...RUN_FLAGS.map((f) => envName(f.name))]);
     for (const name of Object.keys(env)) assert.ok(known.has(name), `${name} is not read by certshare run`);
     const config = daemonConfigFrom(parseFlags(RUN_FLAGS, [], env), env);
     assert.deepEqual(
