@@ -6,6 +6,13 @@ import { kubeconfigSource } from './kubeconfig-source.ts';
 
 /** The Kubernetes backend (kube-backend.ts), loaded now. */
 export async function loadKubeBackend(ctx: KubeBackendContext, settings: KubeSettings): Promise<StoreBackend> {
-  kubeconfigSource(ctx.env);
+  const source = kubeconfigSource(ctx.env);
+  // A refused kubeconfig (the cluster's or the federation home's) fails the start before the client and the
+  // federation's code load, as fast as a bad flag; connectKube checks the file it loads again.
+  const files = [...(source.kind === 'file' ? [source.path] : []), ...(settings.federation ? [settings.federation.kubeconfig] : [])];
+  if (files.length > 0) {
+    const { readInlineKubeconfig } = await import('./kubeconfig-file.ts');
+    for (const path of files) await readInlineKubeconfig(path);
+  }
   return (await import('./kube-backend.ts')).createKubeBackend(ctx, settings);
 }

@@ -71,6 +71,16 @@ export function slimSecret(object: unknown): WatchedSecret | undefined {
   };
 }
 
+/**
+ * Whether `a` is an older version of one Secret than `b`. The API server's resourceVersion is etcd's revision, a
+ * decimal integer that grows with every write; anything else orders nothing (false), and neither does an absence.
+ */
+export function olderVersion(a: WatchedSecret | null | undefined, b: WatchedSecret | null | undefined): boolean {
+  const [x, y] = [a?.metadata.resourceVersion, b?.metadata.resourceVersion];
+  if (x === undefined || y === undefined || !/^[0-9]{1,30}$/.test(x) || !/^[0-9]{1,30}$/.test(y)) return false;
+  return BigInt(x) < BigInt(y);
+}
+
 const decode = (value: string | undefined): string | undefined => (value === undefined ? undefined : Buffer.from(value, 'base64').toString('utf8'));
 
 /** The coordination annotations; malformed values are ignored (a hand edit must not block issuance forever). */

@@ -15,12 +15,20 @@ import {
   readCoordination,
   slimSecret,
   type SecretMeta,
+  olderVersion,
   type WatchedSecret,
 } from './secret-codec.ts';
 import { SecretWatch } from './secret-watch.ts';
 
 /** The label selector of a group's Secrets: the labels certSecret writes. @forTests */
 export const groupSelector = (group: string): string => `${LABEL_MANAGED_BY}=certshare,${LABEL_GROUP}=${group}`;
+
+/**
+ * What a GET reports: its answer, unless the watch (or a write) brought a newer version while it was under way.
+ * The older answer is old news: a reader would warn about an empty Secret it already saw filled.
+ */
+const newestOf = (answer: WatchedSecret | null, known: WatchedSecret | null | undefined): WatchedSecret | null =>
+  olderVersion(answer, known) ? known! : answer;
 
 /** A domain some loop follows: its listeners, and in `secret` scope the watch of its own Secret. */
 interface Followed {
@@ -47,6 +55,8 @@ interface Followed {
  *   server (GET), as it did before this cache existed.
  * - "absent" comes only from a real 404 or from a synced list or watch that shows no such Secret (a
  *   DELETED event, or a list without it); never from an error.
+ * - A GET or a write answered after the watch delivered a newer version (by resourceVersion) is older
+ *   news: it neither replaces that version nor is what load() returns.
  * Nothing per domain is parsed ahead: the Secret's few KB are kept, the pair is validated on load().
  *
  * The last valid pair: per followed domain, the newest pair valid now that a watch event, a list, a GET
@@ -174,7 +184,8 @@ export class KubeSecretStore implements CertStore {
     if (secret === undefined) {
       try {
         this.gets++;
-        secret = slimSecret(await this.#conn.core.readNamespacedSecret({ name: domain, namespace: this.#conn.namespace }, withSignal(signal))) ?? null;
+        const answer = slimSecret(await this.#conn.core.readNamespacedSecret({ name: domain, namespace: this.#conn.namespace }, withSignal(signal))) ?? null;
+        secret = newestOf(answer, this.#cache.get(domain));
       } catch (err) {
         if (apiStatus(err) !== 404) {
           this.#onError('read');
@@ -303,13 +314,10 @@ export class KubeSecretStore implements CertStore {
 
   /** Keeps what a watch event, a GET or a write answered (secret scope: for a followed domain only). */
   #remember(domain: string, secret: WatchedSecret | null): void {
+    if (olderVersion(secret, this.#cache.get(domain))) return; // a GET or a write answered after the watch moved on
     this.#superseded(domain, this.#cache.get(domain), secret);
-    if (this.#scope === 'group') {
-      if (secret === null) this.#cache.delete(domain);
-      else this.#cache.set(domain, secret);
-    } else if (this.#followed.has(domain)) {
-      this.#cache.set(domain, secret);
-    }
+    if (this.#scope === 'group' && secret === null) this.#cache.delete(domain);
+    else if (this.#scope === 'group' || this.#followed.has(domain)) this.#cache.set(domain, secret);
   }
 
   /** A list is a fresh snapshot: it replaces what was known, including after a failed write. */

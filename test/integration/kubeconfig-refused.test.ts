@@ -4,7 +4,7 @@
 // CERTSHARE_KUBECONFIG_REFUSED, before client-node sees the file and before any request.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -15,18 +15,23 @@ import { execKubeconfig, runStartupCase, STARTUP_FAILURES, type StartupCase } fr
 import { useTempDir } from '../support/standalone.ts';
 
 const BIN = fileURLToPath(new URL('../../bin/certshare.js', import.meta.url));
+const MODULES_LOADED = fileURLToPath(new URL('../fixtures/modules-loaded.ts', import.meta.url));
 
 describe('a kubeconfig with anything but inline credentials is refused at start', () => {
   const dir = useTempDir();
 
   for (const c of STARTUP_FAILURES.filter((s) => s.name.includes('exec credential plugin'))) {
-    it(`${c.name}: the daemon exits 1 with CERTSHARE_KUBECONFIG_REFUSED and the plugin never ran`, async () => {
+    it(`${c.name}: the daemon exits 1 with CERTSHARE_KUBECONFIG_REFUSED, the plugin never ran, the client never loaded`, async () => {
       const caseDir = join(dir(), c.name.replace(/\W+/g, '-'));
       await mkdir(caseDir);
-      const run = await runStartupCase([process.execPath, BIN, 'run'], c, caseDir, 15_000);
+      const run = await runStartupCase([process.execPath, '--import', MODULES_LOADED, BIN, 'run'], c, caseDir, 15_000);
       assert.equal(existsSync(join(caseDir, 'exec-ran')), false, 'the exec plugin ran');
       assert.equal(run.code, 1, `exit code; stderr: ${run.stderr}`);
       assert.match(run.stderr, c.stderr);
+      // Refused as fast as a bad flag: before the Kubernetes backend (its client) and the federation's code load.
+      const loaded = await readFile(join(caseDir, 'modules-loaded'), 'utf8');
+      assert.match(loaded, /kube-mode|chunks\//, 'the hook saw the modules');
+      assert.doesNotMatch(loaded, /kube-backend|federation-home/);
     });
   }
 

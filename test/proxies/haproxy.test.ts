@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { X509Certificate } from 'node:crypto';
 import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { mkdir, rename, stat, writeFile } from 'node:fs/promises';
 import { createServer, type Server, type Socket } from 'node:net';
 import { connect } from 'node:tls';
@@ -139,12 +140,22 @@ describe('HAProxy (Debian 12 package), runtime API delivery', { concurrency: tru
     const crtDir = join(base, 'haproxy-certs');
     const socket = join(base, 'admin.sock');
     const other = 'db.tailnet-test.ts.net';
-    // Both issued together and renewed together, every 3 s: the check below runs between two renewals.
+    // Both issued together and renewed together, every 3 s; the renewals stop before served and held are compared.
     const emulator = await emulatorIn(dir(), { listen: join(dir(), 'two.sock'), certLifetimeMs: 6000, domains: [DOMAIN, other] });
     const daemon = await standaloneDaemon(emulator, certDir, ['--domain', DOMAIN, '--domain', other, '--haproxy-crt-dir', crtDir, '--haproxy-socket', socket]);
     const written = new Set<string>();
     const bothFiles = until('both PEMs written', () => written.size === 2, [onEvent(daemon.events, 'filesWritten')]);
-    daemon.events.on('filesWritten', ({ path }: { path: string }) => path.endsWith('.pem') && written.add(path));
+    // Per domain: the serial of the PEM last written for HAProxy, and whether a push ended after that write.
+    const lastWritten = new Map<string, { serial: string; pushed: boolean }>();
+    daemon.events.on('filesWritten', ({ domain, path }: { domain: string; path: string }) => {
+      if (!path.endsWith('.pem')) return;
+      written.add(path);
+      lastWritten.set(domain, { serial: new X509Certificate(readFileSync(path, 'utf8')).serialNumber, pushed: false });
+    });
+    daemon.events.on('reloaded', (o: ReloadOutcome) => {
+      for (const domain of o.domains) if (o.ok && lastWritten.has(domain)) lastWritten.get(domain)!.pushed = true;
+    });
+    let emulatorOpen = true;
     let haproxy: Awaited<ReturnType<typeof startHaproxy>> | undefined;
     try {
       await bothFiles;
@@ -160,11 +171,20 @@ describe('HAProxy (Debian 12 package), runtime API delivery', { concurrency: tru
         'no push failed',
       );
       const held = (domain: string) => daemon.manager.loop(domain)!.current!.info.serial.toUpperCase();
+      // No renewal from now on (tailscaled gone): once the PEM last written holds what certshare holds and its push
+      // ended, both stay as they are while HAProxy is asked what it serves.
+      await emulator.close();
+      emulatorOpen = false;
+      const settled = (domain: string) => lastWritten.get(domain)?.pushed === true && lastWritten.get(domain)?.serial.toUpperCase() === held(domain);
+      await until('the last renewal of each pushed', () => settled(DOMAIN) && settled(other), [
+        onEvent(daemon.events, 'filesWritten'),
+        onEvent(daemon.events, 'reloaded'),
+      ]);
       for (const domain of [DOMAIN, other]) assert.equal(await servedSerial(haproxy.port, domain), held(domain), `${domain} serves what certshare holds`);
     } finally {
       await daemon.stop();
       await haproxy?.stop();
-      await emulator.close();
+      if (emulatorOpen) await emulator.close();
     }
   });
 

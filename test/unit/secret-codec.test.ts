@@ -4,7 +4,7 @@ import { validateCertPair } from '../../src/core/certificates/certificate.ts';
 import { trustAnchors } from '../../src/core/certificates/trust.ts';
 import { silentLogger } from '../../src/core/ports/logger.ts';
 import { OutOfBoundsLog, type UntrustedValue } from '../../src/core/values/untrusted-values.ts';
-import { ANNOTATION_SERIAL, certSecret, readCertSecret } from '../../src/kube/secret-codec.ts';
+import { ANNOTATION_SERIAL, certSecret, olderVersion, readCertSecret } from '../../src/kube/secret-codec.ts';
 import { trustedExpired } from '../../src/kube/secret-store.ts';
 import { DAY, makePair, selfSignedPair, testCa } from '../support/certs.ts';
 
@@ -111,6 +111,26 @@ describe('Secret codec: the serials the CA asked to replace now, named for every
       // The writer's next save drops what it cannot read and names only the serial it replaced.
       const next = certSecret(domain, edited, meta, { cert, coordination: {}, replacedNow: 'F6' });
       assert.equal(next.metadata?.annotations?.['certshare.io/replaced-now'], 'F6');
+    }
+  });
+});
+
+describe('Secret codec: which of two versions of a Secret is older', () => {
+  it('orders by resourceVersion as a number; an absence or a version of another form orders nothing', () => {
+    const at = (resourceVersion: string | undefined) => ({ metadata: { name: domain, resourceVersion } });
+    assert.equal(olderVersion(at('99'), at('100')), true, 'numerically, not as text');
+    assert.equal(olderVersion(at('100'), at('99')), false);
+    assert.equal(olderVersion(at('100'), at('100')), false);
+    assert.equal(olderVersion(at('123456789012345678901'), at('123456789012345678902')), true, 'beyond 2^53');
+    for (const [a, b] of [
+      [null, at('5')],
+      [at('5'), null],
+      [at('5'), undefined],
+      [at(undefined), at('5')],
+      [at('a1'), at('5')],
+      [at('5'), at('')],
+    ] as const) {
+      assert.equal(olderVersion(a, b), false, `${JSON.stringify(a)} against ${JSON.stringify(b)}`);
     }
   });
 });
