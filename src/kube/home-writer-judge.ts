@@ -86,22 +86,22 @@ export class HomeWriterJudge {
     const reason = `${domain}: its newest copy ${verdict.serial} passed its safety point ${iso(verdict.since)} with no renewal at the home`;
     const { since, exit } = verdict;
     const failed = known?.serial === verdict.serial ? known : { reason, serial: verdict.serial, judgedAt: now, busyUntil: undefined, since, exit };
+    // Before the look: the elector may read failedHolder before this read's records are bounded for the loop.
+    failed.busyUntil = this.#window(failed, reads.home).busyUntil;
     this.#failed.set(domain, failed);
     if (!known) lease?.look();
+  }
+
+  #window(failed: { judgedAt: number }, read: StoreRead): ReturnType<typeof boundFailedWindow> {
+    const leaseBoundMs = LEASE_DURATION_FACTOR * this.#o.leaseDurationMs;
+    return boundFailedWindow(read.coordination ?? {}, { since: failed.judgedAt, leaseBoundMs, intentTtlMs: this.#o.intentTtlMs });
   }
 
   /** The home's read with its records bounded in a failed window (boundFailedWindow); what it ignored, counted and told. */
   bounded(domain: string, read: StoreRead): StoreRead {
     const failed = this.#failed.get(domain);
     if (!failed) return read;
-    failed.busyUntil = undefined;
-    if (!read.coordination) return read;
-    const leaseBoundMs = LEASE_DURATION_FACTOR * this.#o.leaseDurationMs;
-    const { coordination, refused, busyUntil } = boundFailedWindow(read.coordination, {
-      since: failed.judgedAt,
-      leaseBoundMs,
-      intentTtlMs: this.#o.intentTtlMs,
-    });
+    const { coordination, refused, busyUntil } = this.#window(failed, read);
     failed.busyUntil = busyUntil;
     this.#outOfBounds.read(`the federation home's record of ${domain}`, refused);
     return refused.length ? { ...read, coordination } : read;

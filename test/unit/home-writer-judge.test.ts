@@ -20,10 +20,13 @@ const readinessLeadMs = 60_000;
 const leaseDurationMs = 15_000;
 const intentTtlMs = intentTtl(300_000);
 
+/** A 90-day copy 80 days old: past its safety point, before its readiness exit. */
+const judgeInfo = (now: number): CertInfo => ({ domain: DOMAIN, notBefore: now - 80 * DAY, notAfter: now + 10 * DAY, serial: 'AA', fingerprint256: '' });
+
 function setup() {
   const clock = new FakeClock();
   const start = clock.now();
-  const info: CertInfo = { domain: DOMAIN, notBefore: start - 80 * DAY, notAfter: start + 10 * DAY, serial: 'AA', fingerprint256: '' };
+  const info = judgeInfo(start);
   const copy: StoredCert = { pair: { certPem: '', keyPem: '' }, info };
   const judge = new HomeWriterJudge({ clock, logger: silentLogger, renewal, readinessLeadMs, leaseDurationMs, intentTtlMs });
   let looks = 0;
@@ -54,6 +57,18 @@ describe('the judge of the home writer (HomeWriterJudge)', () => {
     await clock.advance(1);
     look({ holder: 'west/proxy-0_1', at });
     assert.ok(judge.failedHolder(), "west's call is over, the copy still unrenewed: the holder failed");
+  });
+
+  it("knows the home read's call under way as it judges, before the read's records are bounded for the loop", () => {
+    // The elector, woken by a newly failed verdict, reads failedHolder while federation-home.ts still mirrors copies.
+    const { clock, judge, look } = setup();
+    look();
+    const { judge: fresh, clock: freshClock } = setup();
+    const intent = { holder: 'west/proxy-0_1', at: freshClock.now() };
+    const copy = { state: 'valid' as const, cert: { pair: { certPem: '', keyPem: '' }, info: judgeInfo(freshClock.now()) } };
+    fresh.judge(DOMAIN, { home: { ...copy, coordination: { intent } }, local: copy, localCopy: copy.cert }, { look: () => {} });
+    assert.equal(fresh.failedHolder(), undefined, 'west is calling');
+    assert.ok(judge.failedHolder(), `no call announced at ${clock.now()}: the holder failed`);
   });
 
   it("believes a genuine intent stamped after this member's own takeover, and no thief's re-stamped one past the bound", async () => {
