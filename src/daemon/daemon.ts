@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
-import { certificateLoops, type LoopSupervisor } from '../core/loop/loop-supervisor.ts';
+import { certificateLoops } from '../core/loop/certificate-loops.ts';
+import type { LoopSupervisor } from '../core/loop/loop-supervisor.ts';
 import { ManagedDomains } from '../core/loop/managed-domains.ts';
 import { systemClock, type Clock } from '../core/ports/clock.ts';
 import { HealthState, logHealthChanges } from '../core/loop/health.ts';

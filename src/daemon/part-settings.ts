@@ -4,7 +4,7 @@
 // here, once. The types are each part's own (declared beside it); this file only picks and derives.
 import type { DaemonConfig } from '../config/daemon-config.ts';
 import type { ValidityEnd } from '../core/loop/health.ts';
-import type { RenewalSettings } from '../core/loop/loop-supervisor.ts';
+import type { RenewalSettings } from '../core/loop/certificate-loops.ts';
 import { rotationExitTime, type RenewalPolicy } from '../core/renewal/renewal.ts';
 import type { DeliverySettings } from '../delivery/proxy-delivery.ts';
 import type { AriSettings } from '../acme/ari-checker.ts';
