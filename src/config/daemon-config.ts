@@ -1,7 +1,7 @@
 // What the daemon runs with, whatever door it came in by (flags and environment: src/config/run-options.ts,
 // which also holds the one validation of it). A module of its own so that the daemon and its storage
 // backends depend on the configuration, not on the CLI.
-import type { RenewalSettings } from '../core/loop/loop-supervisor.ts';
+import type { RenewalSettings } from '../core/loop/certificate-loops.ts';
 import type { AriSettings } from '../acme/ari-checker.ts';
 import type { PodAddresses } from '../core/values/pod-addresses.ts';
 import type { FederationSettings } from '../core/federation/home-settings.ts';

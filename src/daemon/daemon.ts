@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
-import { certificateLoops, type LoopSupervisor } from '../core/loop/loop-supervisor.ts';
+import { certificateLoops } from '../core/loop/certificate-loops.ts';
+import type { LoopSupervisor } from '../core/loop/loop-supervisor.ts';
 import { ManagedDomains } from '../core/loop/managed-domains.ts';
 import { systemClock, type Clock } from '../core/ports/clock.ts';
 import { HealthState, logHealthChanges } from '../core/loop/health.ts';
@@ -14,7 +15,8 @@ import { loadKubeBackend } from '../kube/kube-mode.ts';
 import { secretPairSource } from '../kube/secret-pair-source.ts';
 import type { DaemonConfig } from '../config/daemon-config.ts';
 import { followServeConfig, type ServeConfigWatcher } from '../localapi/serve-config-watcher.ts';
-import { tailscaledSource, type CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
+import type { CertDomainsWatcher } from '../localapi/cert-domains-watcher.ts';
+import { tailscaledSource } from '../localapi/tailscaled-source.ts';
 import { Metrics } from '../http/daemon-metrics.ts';
 import { daemonListener, type DaemonListener } from '../http/daemon-listener.ts';
 import { RotationExit } from '../http/rotation-exit.ts';
@@ -26,7 +28,7 @@ import type { ReloadOutcome } from '../delivery/reload-command.ts';
 import type { AriChecker } from '../acme/ari-checker.ts';
 import type { ServedRotation } from '../served/served-rotation.ts';
 import { createLogger } from '../logging/pino-logger.ts';
-import { partSettings, type PartSettings } from './part-settings.ts';
+import { partSettings } from './part-settings.ts';
 
 /** What the daemon is given beside its configuration. @forTests */
 export interface DaemonDeps {
@@ -80,10 +82,9 @@ function eventsObserver(events: EventEmitter): LoopObserver {
 
 export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Promise<Daemon> {
   const deps = { clock: input.clock ?? systemClock, env: input.env };
-  // Each part's settings, worked out once; then two phases: every part built with its own settings, none
-  // started (buildParts), then started in start-up order (below).
-  const settings = partSettings(config);
-  const parts = await buildParts(settings, deps, input);
+  // Two phases: every part built with its own settings, none started (buildParts), then started in start-up
+  // order (below).
+  const parts = await buildParts(config, deps, input);
   const { logger, serveConfig, http, ari, backend, projection, domains, watcher, served } = parts;
   // Start-up order: what can still refuse the configuration (the ServeConfig's first read, the first --tls
   // pair, the listen port) runs before any loop or watcher starts, and a failure there undoes what ran before
@@ -107,7 +108,7 @@ export async function startDaemon(config: DaemonConfig, input: DaemonDeps): Prom
   served?.start();
   let stopping: Promise<void> | undefined;
   const { manager, health, metrics, events } = parts;
-  const stop = (): Promise<void> => (stopping ??= stopDaemon(parts, settings.shutdownTimeoutMs));
+  const stop = (): Promise<void> => (stopping ??= stopDaemon(parts, config.shutdownTimeoutMs));
   return { address, logger, manager, health, metrics, watcher, role: backend.role, events, stop };
 }
 
@@ -135,16 +136,18 @@ interface DaemonParts {
 }
 
 /**
- * The first phase: every part built from its own settings and handed the parts it uses; none is started.
+ * The first phase: each part's settings worked out from the configuration once (part-settings.ts), then every
+ * part built from its own settings and handed the parts it uses; none is started.
  * Kubernetes mode's start-up checks run as its backend is built (everything that can refuse the
  * configuration runs before any loop or watcher starts), and the served check, ARI and Kubernetes mode
  * are loaded only when the configuration turns them on: a replica pays for the code it runs (docs/performance.md).
  */
 async function buildParts(
-  settings: PartSettings,
+  config: DaemonConfig,
   given: { clock: Clock; env: NodeJS.ProcessEnv },
   input: Pick<DaemonDeps, 'logger' | 'localApi' | 'heapSaving'>,
 ): Promise<DaemonParts> {
+  const settings = partSettings(config);
   const { clock } = given;
   const logger = input.logger ?? createLogger(settings.log.level, undefined, settings.log.format);
   const deps = { ...given, logger };

@@ -4,7 +4,7 @@
 // here, once. The types are each part's own (declared beside it); this file only picks and derives.
 import type { DaemonConfig } from '../config/daemon-config.ts';
 import type { ValidityEnd } from '../core/loop/health.ts';
-import type { RenewalSettings } from '../core/loop/loop-supervisor.ts';
+import type { RenewalSettings } from '../core/loop/certificate-loops.ts';
 import { rotationExitTime, type RenewalPolicy } from '../core/renewal/renewal.ts';
 import type { DeliverySettings } from '../delivery/proxy-delivery.ts';
 import type { AriSettings } from '../acme/ari-checker.ts';
@@ -16,7 +16,7 @@ import type { LeaveSettings } from '../http/rotation-exit.ts';
 import type { LogFormat } from '../logging/log-format.ts';
 
 /** The daemon's parts and the settings each is built with. */
-export interface PartSettings {
+interface PartSettings {
   /** --log-level and --log-format: the daemon's logger (logging/pino-logger.ts). */
   log: { level: string; format: LogFormat };
   /** Expected start-up states log at info this long (core/loop/startup-grace.ts). */
@@ -42,7 +42,6 @@ export interface PartSettings {
   http: HttpSettings;
   /** Leaving rotation: by the stop, or GET /leave-rotation with `token` (undefined: no such route). */
   leave: LeaveSettings;
-  shutdownTimeoutMs: number;
 }
 
 export function partSettings(config: DaemonConfig): PartSettings {
@@ -66,7 +65,6 @@ export function partSettings(config: DaemonConfig): PartSettings {
     routingProofs: config.routingChecks.length > 0,
     http: { listen: config.listen, pod: config.pod, tls: config.tls },
     leave: { token: config.leaveToken, failoverMs: config.advertiseFailoverMs, drainDelayMs: config.drainDelayMs },
-    shutdownTimeoutMs: config.shutdownTimeoutMs,
   };
 }
 

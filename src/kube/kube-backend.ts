@@ -1,8 +1,8 @@
-// Kubernetes mode, the StoreBackend (src/store/store-backend.ts) the daemon loads on demand: Secrets as the store, a
-// Lease for the writer, the Pod's Events and readiness gate, joined with the daemon's projection of the files when
-// there is one. Each part is built in its own file from its own settings; this file only joins them.
-import { errorMessage } from '../core/errors.ts';
-import { staticRole, type IssuanceRole, type ShareMode, type WatchScope } from '../core/ports/store.ts';
+// Kubernetes mode, the StoreBackend (src/store/store-backend.ts) the daemon loads on demand: Secrets as the store, the
+// writer's role (writer-role.ts), the Pod's Events and readiness gate, joined with the daemon's projection of the files
+// when there is one, and handed over at the stop (hand-over.ts). Each part is built in its own file from its own
+// settings; this file only joins them.
+import type { ShareMode, WatchScope } from '../core/ports/store.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { HealthState } from '../core/loop/health.ts';
@@ -11,18 +11,16 @@ import type { StoreBackend } from '../store/store-backend.ts';
 import type { CertDirectory } from '../store/cert-directory.ts';
 import type { KubeMetrics } from './kube-metrics.ts';
 import type { RoutingProofSource } from '../core/ports/routing-proof-source.ts';
-import type { Federated, HomeSettings } from './federation-home.ts';
-import { connectKube, type KubeConnection } from './connection.ts';
-import { podReadinessGate, type ReadinessGate, type ReadinessGateSettings } from './readiness-gate.ts';
+import type { HomeSettings } from './federation-home.ts';
+import { connectKube } from './connection.ts';
+import { podReadinessGate, type ReadinessGateSettings } from './readiness-gate.ts';
 import { podTerminationProbe } from './pod-terminating.ts';
 import { KubeSecretStore } from './secret-store.ts';
-import { writerElector, type LeaseElector } from './lease-elector.ts';
+import { localWriterRole } from './writer-role.ts';
+import { handOver } from './hand-over.ts';
 import { KubeLedgerStore } from './ledger-store.ts';
-import { podEventRecorder, type EventRecorder } from './event-recorder.ts';
-import { PodEvents, reportOutOfBounds } from './pod-events.ts';
-
-/** What the shutdown bound keeps back, after leaving rotation and the drain delay, for stopping the rest. */
-const STOP_RESERVE_MS = 1000;
+import { podEventRecorder } from './event-recorder.ts';
+import { PodEvents } from './pod-events.ts';
 
 /** The settings of Kubernetes mode, and only those (the daemon derives them from its configuration: daemon/part-settings.ts). */
 export interface KubeSettings {
@@ -54,32 +52,6 @@ export interface KubeBackendContext {
    * (`idle`: every queued write attempted).
    */
   projection?: { files: CertDirectory; projector: LoopObserver & { idle(): Promise<void> } };
-}
-
-/** Who writes in this cluster: with --mode auto the holder of the group's Lease (its elector), else the mode says. */
-function localWriterRole(
-  settings: KubeSettings,
-  connection: KubeConnection,
-  identity: string,
-  deps: { clock: Clock; logger: Logger; metrics: KubeMetrics; podEvents: PodEvents | undefined },
-): { elector: LeaseElector | undefined; localRole: IssuanceRole } {
-  const { metrics, podEvents } = deps;
-  const onLeadershipChange = (leader: boolean): void => {
-    metrics.writer.set(leader ? 1 : 0);
-    podEvents?.writer(leader);
-  };
-  // validateConfig: --mode auto has a group.
-  const elector =
-    settings.mode === 'auto'
-      ? writerElector({ group: settings.group!, leaseDurationMs: settings.leaseDurationMs }, connection, identity, {
-          clock: deps.clock,
-          logger: deps.logger,
-          onLeadershipChange,
-          onOutOfBounds: reportOutOfBounds(metrics, podEvents),
-        })
-      : undefined;
-  if (!elector) metrics.writer.set(settings.mode === 'rw' ? 1 : 0);
-  return { elector, localRole: elector ?? staticRole(identity, settings.mode === 'rw') };
 }
 
 /** Kubernetes mode: Secrets as the store, the Pod's own readiness gate, an optional file projection. */
@@ -161,33 +133,4 @@ function podEventHooks(podEvents: PodEvents): Pick<StoreBackend, 'servedChanged'
     servedChanged: (domain, report, description) => podEvents.served(domain, report.outcome, report.verdict.verdict !== 'bad' && !report.stale, description),
     serviceDomainWait: (domain, text) => podEvents.serviceDomainWait(domain, text),
   };
-}
-
-/** The parts the backend's beforeStop takes out of rotation, settles and stops, each when it is there. */
-interface HandOverParts {
-  gate: ReadinessGate | undefined;
-  federation: Federated | undefined;
-  elector: LeaseElector | undefined;
-  recorder: EventRecorder | undefined;
-  logger: Logger;
-}
-
-async function handOver(parts: HandOverParts, settleIssuance: (signal: AbortSignal) => Promise<void>, remainingMs: number): Promise<void> {
-  const { gate, federation, elector, recorder, logger } = parts;
-  // Out of rotation first; then hand the writer role over, so a successor renews at once. Both are
-  // best effort against an API server that may not answer: together they get --shutdown-timeout less
-  // a reserve, so the process still exits within it. No drain wait here: as a native sidecar certshare
-  // gets SIGTERM only after the proxy has exited (measured on the real cluster: tailscaled's SIGTERM at
-  // .270, certshare's at .340); the drain is the proxy's preStop sleep, which the injector gives it.
-  const budgetMs = Math.max(0, remainingMs - STOP_RESERVE_MS);
-  const budget = AbortSignal.timeout(Math.round(budgetMs));
-  await gate?.leaveRotation(budget);
-  // A certificate being issued is stored, and one the store lost is put back, before the role goes:
-  // else the successor issues the domain again.
-  const settled = settleIssuance(budget).catch((err: unknown) => logger.warn({ err: errorMessage(err) }, 'could not settle issuance before handing over'));
-  await Promise.race([settled, new Promise((resolve) => budget.addEventListener('abort', resolve, { once: true }))]);
-  await federation?.stop(budget);
-  await elector?.stop(budget);
-  // What the shutdown recorded (NotReady, LostWriter) is sent within what is left of the budget.
-  await recorder?.stop(budget);
 }

@@ -35,29 +35,6 @@ export function leaseIdentity(podName: string): string {
   return `${podName}_${randomBytes(4).toString('hex')}`;
 }
 
-/** --mode auto: the group whose Lease elects the writer, and how long a holder keeps it without renewing. */
-interface WriterLeaseSettings {
-  group: string;
-  leaseDurationMs: number;
-}
-
-/** --mode auto: the writer elected with the group's Lease (`certshare-<group>`). */
-export function writerElector(
-  settings: WriterLeaseSettings,
-  connection: KubeConnection,
-  identity: string,
-  deps: { clock: Clock; logger: Logger; onLeadershipChange: (leader: boolean) => void; onOutOfBounds?: OutOfBoundsReport },
-): LeaseElector {
-  const lease = { name: `certshare-${settings.group}`, identity: leaseIdentity(identity), leaseDurationMs: settings.leaseDurationMs };
-  return new LeaseElector(lease, {
-    connection,
-    clock: deps.clock,
-    logger: deps.logger.child({ component: 'lease' }),
-    onLeadershipChange: deps.onLeadershipChange,
-    onOutOfBounds: deps.onOutOfBounds,
-  });
-}
-
 /** Which Lease, held by whom, for how long: what the elector is told, apart from what it is handed. */
 interface LeaseSpec {
   /** The Lease's name: one per group. */

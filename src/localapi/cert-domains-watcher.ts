@@ -7,8 +7,7 @@ import { isRefusalStatus, LocalApiError } from '../core/ports/localapi.ts';
 import type { IpnNotify, LocalApi } from '../core/ports/localapi.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { StartupCondition } from '../core/loop/startup-grace.ts';
-import { createLocalApiClient, isNotListening } from './client.ts';
-import type { StartupGrace } from '../core/loop/startup-grace.ts';
+import { isNotListening } from './client.ts';
 import { parseTailscaledVersion, planWatch, refusedBitsIn, releaseFeatures, type WatchPlan } from './releases.ts';
 
 // Keeps the current set of cert domains by watching tailscaled's IPN bus. The domains are learned when a
@@ -437,44 +436,4 @@ function isRefusal(err: unknown): boolean {
 function errorCode(err: unknown): string | undefined {
   const code = (err as { code?: unknown } | null | undefined)?.code;
   return typeof code === 'string' ? code : undefined;
-}
-
-/** The daemon's metrics of the IPN bus's watch (http/daemon-metrics.ts). */
-interface BusMetrics {
-  busBadLines: { inc(): void };
-  busConnected: { set(value: number): void };
-  busReconnects: { inc(): void };
-}
-
-/** tailscaled's LocalAPI (--localapi, --cert-timeout; `localApi` replaces it in tests) and the watch of its IPN bus for the cert domains. */
-export function tailscaledSource(
-  settings: { localapi: string; certTimeoutMs: number },
-  deps: {
-    clock: Clock;
-    logger: Logger;
-    startup: StartupGrace;
-    localApi: LocalApi | undefined;
-    metrics: BusMetrics;
-    /** Told what keeps the domains from being learned, and undefined once it is over (core/loop/health.ts). */
-    health: { sourceProblem(message: string | undefined): void };
-  },
-): { localApi: LocalApi; watcher: CertDomainsWatcher } {
-  const { clock, logger, metrics } = deps;
-  const onBadLine = (err: unknown): void => {
-    metrics.busBadLines.inc();
-    logger.warn({ err: errorMessage(err) }, 'skipped a malformed IPN bus line');
-  };
-  const localApi = deps.localApi ?? createLocalApiClient({ address: settings.localapi, certTimeoutMs: settings.certTimeoutMs, logger, onBadLine });
-  const watcher = new CertDomainsWatcher({
-    localApi,
-    clock,
-    logger: logger.child({ component: 'ipn-bus' }),
-    onConnectionChange: (up) => metrics.busConnected.set(up ? 1 : 0),
-    onReconnect: () => metrics.busReconnects.inc(),
-    onBadLine,
-    onProblem: (message) => deps.health.sourceProblem(message),
-    startup: deps.startup.condition(),
-  });
-  watcher.onChange(() => logger.info({ certDomains: [...watcher.current()].sort() }, 'tailscaled cert domains'));
-  return { localApi, watcher };
 }

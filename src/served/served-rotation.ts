@@ -1,7 +1,7 @@
 // The served check and the Tailscale Service advertisement, wired to the daemon's health, metrics and
 // Events: what keeps a replica in rotation by what clients really get from it.
 import type { Registry } from 'prom-client';
-import { advertiseDecision, advertises, type AdvertiseDecision, type SERVE_CONFIG_SERVICES } from '../core/served/advertisement.ts';
+import { advertises, type SERVE_CONFIG_SERVICES } from '../core/served/advertisement.ts';
 import { iso, type Clock } from '../core/ports/clock.ts';
 import type { HealthState, ValidityEnd } from '../core/loop/health.ts';
 import type { LocalApi } from '../core/ports/localapi.ts';
@@ -9,12 +9,13 @@ import type { Logger } from '../core/ports/logger.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import { describeOutcome } from '../core/served/served-certificate.ts';
 import { probeServed } from './served-probe.ts';
-import { Advertiser, type PrefsApi } from './advertiser.ts';
+import type { Advertiser } from './advertiser.ts';
+import { createAdvertiser } from './advertise-rule.ts';
 import { AgentPrefs } from './advertise-exchange.ts';
 import { ServedChecker, type ServedReport } from './served-checker.ts';
 import { ServedMetrics, servedStatus } from './served-metrics.ts';
 import { AdvertisementOwner } from './config-file-owner.ts';
-import { ManagedServices, ServiceDomains, type ServiceDomainsOptions } from './service-domains.ts';
+import { createServiceDomains, ManagedServices, type ServiceDomains, type ServiceDomainsOptions } from './service-domains.ts';
 
 /** How long certshare waits for the advertise agent to apply a request (its poll, a prefs read and edit) before retrying. */
 const AGENT_ANSWER_TIMEOUT_MS = 10_000;
@@ -116,11 +117,14 @@ export function createServedRotation(config: ServedRotationSettings & { validity
   });
   const probe = (domain: string, signal: AbortSignal) => probeServed(target, domain, config.servedCheckTimeoutMs, signal);
   const certDomains = deps.certDomains;
+  const onChange = (): void => advertiser?.notify();
   const managed = new ManagedServices(config.advertiseServices, deps);
-  const serviceDomains =
-    advertises(config) && certDomains ? createServiceDomains(config, { ...deps, certDomains }, managed, probe, () => advertiser?.notify()) : undefined;
-  advertiser = createAdvertiser(config, deps, managed, checker, metrics, serviceDomains);
-  health.onChange(() => advertiser?.notify());
+  const advertising = advertises(config);
+  const serviceDomains = advertising && certDomains ? createServiceDomains(config, { ...deps, certDomains, managed, probe, onChange }) : undefined;
+  // Through the agent, certshare needs no right on tailscaled but the certificates (docs/security.md).
+  const agent = advertising && config.advertiseAgent ? new AgentPrefs(config.advertiseAgent, clock, AGENT_ANSWER_TIMEOUT_MS) : undefined;
+  advertiser = advertising ? createAdvertiser(config, { ...deps, managed, checker, metrics, serviceDomains, agent }) : undefined;
+  health.onChange(onChange);
   const { advertiseServices, advertiseLeftToFile, advertiseAgent } = config;
   const owner = new AdvertisementOwner({ advertiseServices, advertiseLeftToFile, advertiseAgent }, deps);
   return {
@@ -145,115 +149,6 @@ export function createServedRotation(config: ServedRotationSettings & { validity
       await Promise.all([checker.stop(), advertiser?.stop(), serviceDomains?.stop()]);
     },
   };
-}
-
-function createAdvertiser(
-  config: ServedRotationSettings & { validityEnd: ValidityEnd },
-  deps: ServedRotationDeps,
-  managed: ManagedServices,
-  checker: ServedChecker,
-  metrics: ServedMetrics,
-  serviceDomains: ServiceDomains | undefined,
-): Advertiser | undefined {
-  const { localApi, health, clock, logger } = deps;
-  if (!advertises(config)) return undefined;
-  // Through the agent, certshare needs no right on tailscaled but the certificates (docs/security.md).
-  const agent = config.advertiseAgent ? new AgentPrefs(config.advertiseAgent, clock, AGENT_ANSWER_TIMEOUT_MS) : undefined;
-  const api: PrefsApi | undefined =
-    agent ?? (localApi.prefs && localApi.editPrefs ? { prefs: localApi.prefs.bind(localApi), editPrefs: localApi.editPrefs.bind(localApi) } : undefined);
-  if (!api) {
-    logger.warn({ services: config.advertiseServices }, 'this LocalAPI client cannot edit prefs: Tailscale Services are not advertised');
-    return undefined;
-  }
-  const rule = new AdvertiseRule({ managed, health, checker, end: config.validityEnd, serviceDomains, agent });
-  return new Advertiser({
-    api,
-    services: () => managed.services(),
-    decide: (entry, now, withdrawsOnly) => rule.decide(entry, now, withdrawsOnly),
-    nextEdge: (now) => rule.nextEdge(now),
-    clock,
-    logger: logger.child({ component: 'advertise' }),
-    resyncMs: config.servedCheckIntervalMs,
-    onAdvertised: (service, advertised) => metrics.advertised(service, advertised),
-    onError: (code) => metrics.advertiseErrors.inc({ code }),
-  });
-}
-
-interface AdvertiseRuleInputs {
-  managed: ManagedServices;
-  health: HealthState;
-  checker: ServedChecker;
-  end: ValidityEnd;
-  serviceDomains: ServiceDomains | undefined;
-  /** --advertise-agent: its word that tailscaled runs from a config file (it then only withdraws, so ask only that). */
-  agent: AgentPrefs | undefined;
-}
-
-/**
- * Whether certshare may advertise a Service now (core/served/advertisement.ts advertiseDecision): a valid certificate
- * held for its domain and the proxy seen serving it, or a bootstrap of its domain (served/service-domains.ts).
- */
-class AdvertiseRule {
-  readonly #o: AdvertiseRuleInputs;
-
-  constructor(options: AdvertiseRuleInputs) {
-    this.#o = options;
-  }
-
-  decide({ domain }: { domain: string }, now: number, withdrawsOnly: boolean): AdvertiseDecision {
-    const { health, checker, end, serviceDomains, agent } = this.#o;
-    return advertiseDecision({
-      held: domain ? health.infoOf(domain) : undefined,
-      served: checker.verdict(domain, now),
-      now,
-      end,
-      terminating: false,
-      bootstrap: serviceDomains?.bootstrap(domain, now) ?? false,
-      fromFile: withdrawsOnly || (agent?.fromFile() ?? false),
-    });
-  }
-
-  /** The next instant at which a decision may change by time alone: a certificate or a served verdict reaching its end. */
-  nextEdge(now: number): number | undefined {
-    const { managed, health, checker, end } = this.#o;
-    let next: number | undefined;
-    for (const service of managed.servicesNow()) {
-      const domain = managed.domainOf(service);
-      const info = health.infoOf(domain);
-      for (const at of [info ? end(info) : undefined, checker.verdictEdge(domain, now)]) {
-        if (at !== undefined && at > now && (next === undefined || at < next)) next = at;
-      }
-    }
-    return next;
-  }
-}
-
-function createServiceDomains(
-  config: ServedRotationSettings,
-  deps: ServedRotationDeps & { certDomains: ServiceDomainsOptions['certDomains'] },
-  managed: ManagedServices,
-  probe: ServiceDomainsOptions['probe'],
-  onChange: () => void,
-): ServiceDomains {
-  const { health } = deps;
-  return new ServiceDomains({
-    certDomains: deps.certDomains,
-    services: () => managed.services(),
-    heldValid: (domain, now) => {
-      const info = health.infoOf(domain);
-      return info !== undefined && now >= info.notBefore && now < info.notAfter;
-    },
-    probe,
-    bootstrap: config.advertiseBootstrap,
-    probeIntervalMs: config.servedCheckIntervalMs,
-    clock: deps.clock,
-    logger: deps.logger.child({ component: 'service-domains' }),
-    onWait: (domain, text) => {
-      health.problem(domain, text);
-      deps.onServiceDomainWait?.(domain, text);
-    },
-    onChange,
-  });
 }
 
 function describeReport(report: ServedReport, where: string): string {

@@ -6,6 +6,7 @@
 import { SERVE_CONFIG_SERVICES, bootstrapAllowed, serviceDomain } from '../core/served/advertisement.ts';
 import type { DomainAvailability } from '../core/loop/cert-loop.ts';
 import type { Clock } from '../core/ports/clock.ts';
+import type { HealthState } from '../core/loop/health.ts';
 import { errorText } from '../core/errors.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { ServedProbe } from '../core/served/served-certificate.ts';
@@ -63,6 +64,43 @@ export interface ServiceDomainsOptions {
   onWait(domain: string, text: string | undefined): void;
   /** Something bootstrap() depends on changed. */
   onChange(): void;
+}
+
+/** The parts the served rotation builds its ServiceDomains from. */
+interface ServiceDomainsParts {
+  certDomains: ServiceDomainsOptions['certDomains'];
+  managed: ManagedServices;
+  /** A certificate counts as held by the health state's view of it, and a domain's wait is its problem there (/healthz). */
+  health: HealthState;
+  probe: ServiceDomainsOptions['probe'];
+  clock: Clock;
+  logger: Logger;
+  /** A Service's domain waits for control's grant (text), or no longer (undefined): an Event in Kubernetes. */
+  onServiceDomainWait?(domain: string, text: string | undefined): void;
+  onChange(): void;
+}
+
+/** The served rotation's ServiceDomains: --advertise-bootstrap, probing the proxy each --served-check-interval. */
+export function createServiceDomains(settings: { advertiseBootstrap: boolean; servedCheckIntervalMs: number }, parts: ServiceDomainsParts): ServiceDomains {
+  const { health, managed } = parts;
+  return new ServiceDomains({
+    certDomains: parts.certDomains,
+    services: () => managed.services(),
+    heldValid: (domain, now) => {
+      const info = health.infoOf(domain);
+      return info !== undefined && now >= info.notBefore && now < info.notAfter;
+    },
+    probe: parts.probe,
+    bootstrap: settings.advertiseBootstrap,
+    probeIntervalMs: settings.servedCheckIntervalMs,
+    clock: parts.clock,
+    logger: parts.logger.child({ component: 'service-domains' }),
+    onWait: (domain, text) => {
+      health.problem(domain, text);
+      parts.onServiceDomainWait?.(domain, text);
+    },
+    onChange: parts.onChange,
+  });
 }
 
 export class ServiceDomains {
