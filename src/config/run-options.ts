@@ -71,7 +71,7 @@ export const RUN_FLAGS = [
     name: 'reload-command',
     group: 'delivery to the proxy',
     placeholder: 'CMD',
-    help: 'Command run after certificate files changed; failures are logged, never fatal.',
+    help: 'Command run after certificate files changed; a failure is logged and tried again, never fatal.',
     detail:
       'A JSON array (e.g. \'["nginx","-s","reload"]\') runs without a shell everywhere; a plain string (e.g. "nginx -s reload") ' +
       'runs through /bin/sh where there is one and is split on spaces where there is none (the distroless image).',

@@ -199,7 +199,7 @@ export const ERROR_CODES = {
     exit: 1,
   },
   CERTSHARE_RELOAD_FAILED: {
-    means: 'the reload command or reload signal failed or timed out (logged and counted, never fatal)',
+    means: 'the reload command or reload signal failed or timed out (logged and counted, never fatal; tried again)',
     message: 'reload signal, pid file {pidFile}: {failure}',
     exit: 1,
   },

@@ -1,7 +1,6 @@
 import { mkdir, readFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { join } from 'node:path';
-import { doubling } from '../core/issuance/backoff.ts';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import type { CertPair } from '../core/ports/localapi.ts';
@@ -10,8 +9,8 @@ import type { LoopObserver } from '../core/ports/observer.ts';
 import type { StoredCert } from '../core/ports/store.ts';
 import { safeName } from '../store/cert-directory.ts';
 import { writeFileAtomically } from '../store/atomic-file.ts';
-import { FIRST_RETRY_MS, RETRY_CAP_MS } from './projector.ts';
 import type { ReloadOutcome } from './reload-command.ts';
+import { DeliveryRetry } from './retry.ts';
 
 /** HAProxy's answers are a line or two; more than this is not HAProxy's runtime API. */
 const MAX_ANSWER_BYTES = 64 * 1024;
@@ -153,15 +152,13 @@ export class HaproxyDelivery implements LoopObserver {
   readonly #crtDir: string;
   readonly #api: HaproxyRuntimeApi | undefined;
   readonly #logger: Logger;
-  readonly #clock: Clock;
   readonly #onOutcome: (outcome: ReloadOutcome) => void;
   readonly #onWritten: (domain: string, path: string) => void;
   readonly #queues = new Map<string, Promise<void>>();
   /** The PEM last written per domain (or found there at the first look). */
   readonly #written = new Map<string, string>();
-  /** Pushes failed in a row per domain (the retry's delay). */
-  readonly #failures = new Map<string, number>();
   readonly #stop = new AbortController();
+  readonly #retry: DeliveryRetry<string>;
   /** HAProxy holds one certificate transaction at a time: pushes of different domains go one after another. */
   #pushes: Promise<unknown> = Promise.resolve();
 
@@ -177,7 +174,7 @@ export class HaproxyDelivery implements LoopObserver {
     this.#crtDir = options.crtDir;
     this.#api = options.api;
     this.#logger = options.logger;
-    this.#clock = options.clock;
+    this.#retry = new DeliveryRetry(options.clock, this.#stop.signal);
     this.#onOutcome = options.onOutcome;
     this.#onWritten = options.onWritten;
   }
@@ -245,25 +242,19 @@ export class HaproxyDelivery implements LoopObserver {
       const push = this.#pushes.then(() => api.replaceCertificate(path, pem, this.#stop.signal));
       this.#pushes = push.catch(() => {});
       await push;
-      this.#failures.delete(domain);
+      this.#retry.landed(domain);
       this.#logger.info({ domain, path }, 'HAProxy serves the new certificate (runtime API)');
       this.#onOutcome({ method: 'haproxy', domains: [domain], ok: true, exitCode: null, durationMs: Date.now() - started });
     } catch (err) {
       const code = err instanceof CertshareError ? err.code : 'CERTSHARE_HAPROXY_API';
-      const failures = (this.#failures.get(domain) ?? 0) + 1;
-      this.#failures.set(domain, failures);
-      const retryInMs = doubling(FIRST_RETRY_MS, failures, RETRY_CAP_MS);
+      const retryInMs = this.#retry.failed(domain, () => this.#again(domain, path, pem, api));
       this.#logger.error({ code, domain, path, err: errorMessage(err), retryInMs }, 'could not push the certificate to HAProxy; trying again');
       this.#onOutcome({ method: 'haproxy', domains: [domain], ok: false, exitCode: null, durationMs: Date.now() - started });
-      this.#clock.sleep(retryInMs, this.#stop.signal).then(
-        () => this.#retry(domain, path, pem, api),
-        () => {},
-      );
     }
   }
 
   /** A failed push again, in the domain's queue, unless a newer certificate was written since (it pushes itself). */
-  #retry(domain: string, path: string, pem: string, api: HaproxyRuntimeApi): void {
+  #again(domain: string, path: string, pem: string, api: HaproxyRuntimeApi): void {
     const previous = this.#queues.get(domain) ?? Promise.resolve();
     this.#queues.set(
       domain,

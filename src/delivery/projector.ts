@@ -1,14 +1,10 @@
-import { doubling } from '../core/issuance/backoff.ts';
 import { errorMessage } from '../core/errors.ts';
 import type { Clock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
 import type { LoopObserver } from '../core/ports/observer.ts';
 import type { StoredCert } from '../core/ports/store.ts';
 import { type CertDirectory, type FilesHealth, reportFilesWrite } from '../store/cert-directory.ts';
-
-/** The first retry of a failed write (or HAProxy push), doubling up to a minute. */
-export const FIRST_RETRY_MS = 1000;
-export const RETRY_CAP_MS = 60_000;
+import { DeliveryRetry } from './retry.ts';
 
 interface ProjectorDeps {
   logger: Logger;
@@ -32,14 +28,15 @@ export class Projector implements LoopObserver {
   readonly #queues = new Map<string, Promise<void>>();
   /** The latest certificate per domain: a retry of an older one gives way to it. */
   readonly #latest = new Map<string, StoredCert>();
-  readonly #failures = new Map<string, number>();
   /** Domains whose files were written (or found as they should be) at least once by this process. */
   readonly #written = new Set<string>();
   readonly #stop = new AbortController();
+  readonly #retry: DeliveryRetry<string>;
 
   constructor(dir: CertDirectory, deps: ProjectorDeps) {
     this.#dir = dir;
     this.#deps = deps;
+    this.#retry = new DeliveryRetry(deps.clock, this.#stop.signal);
   }
 
   certificate(domain: string, cert: StoredCert | undefined): void {
@@ -63,24 +60,18 @@ export class Projector implements LoopObserver {
 
   async #write(domain: string, cert: StoredCert): Promise<void> {
     if (this.#latest.get(domain) !== cert) return; // a newer one is queued behind
-    const { logger, health, clock, onWritten } = this.#deps;
+    const { logger, health, onWritten } = this.#deps;
     try {
       if (await this.#dir.write(domain, cert.pair)) onWritten(domain, this.#dir.pathOf(domain));
       const first = !this.#written.has(domain);
       this.#written.add(domain);
-      const failed = this.#failures.delete(domain);
+      const failed = this.#retry.landed(domain);
       if (first || failed) reportFilesWrite(health, domain);
       if (failed) logger.info({ domain }, 'certificate files written after failed attempts');
     } catch (err) {
-      const failures = (this.#failures.get(domain) ?? 0) + 1;
-      this.#failures.set(domain, failures);
-      const retryInMs = doubling(FIRST_RETRY_MS, failures, RETRY_CAP_MS);
+      const retryInMs = this.#retry.failed(domain, () => this.#enqueue(domain, cert));
       logger.error({ domain, err: errorMessage(err), retryInMs }, 'could not write certificate files');
       reportFilesWrite(health, domain, err);
-      clock.sleep(retryInMs, this.#stop.signal).then(
-        () => this.#enqueue(domain, cert),
-        () => {},
-      );
     }
   }
 

@@ -52,7 +52,7 @@ export function proxyDelivery(
     void reload?.request(domain);
   };
   const reload = config.reloadCommand
-    ? new ReloadCommand(config.reloadCommand, { timeoutMs: config.reloadTimeoutMs, logger, onOutcome, onStart })
+    ? new ReloadCommand(config.reloadCommand, { timeoutMs: config.reloadTimeoutMs, logger, onOutcome, onStart, clock })
     : config.reloadSignal && config.reloadPidFile
       ? new SignalReload(config.reloadSignal, config.reloadPidFile, { logger, onOutcome, onStart, clock, settleTimeoutMs: config.reloadTimeoutMs })
       : undefined;
@@ -71,7 +71,7 @@ export function proxyDelivery(
     observers: haproxy ? [haproxy] : [],
     filesWritten,
     stop: async () => {
-      await Promise.all([reload?.idle(), haproxy?.stop()]);
+      await Promise.all([reload?.stop(), haproxy?.stop()]);
     },
   };
 }

@@ -1,7 +1,9 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { CertshareError } from '../core/errors.ts';
+import { type Clock, systemClock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
+import { DeliveryRetry } from './retry.ts';
 
 /**
  * What `--reload-command` asks for: an argv (the JSON array form, `["nginx","-s","reload"]`), run without
@@ -58,40 +60,79 @@ export interface ReloadOutcome {
   durationMs: number;
 }
 
+/** What every reload takes: `onStart`, a run begins (what the proxy serves until its outcome is in between). */
+export interface ReloadOptions {
+  onOutcome: (outcome: ReloadOutcome) => void;
+  onStart?: () => void;
+  /** The retry's waits (the system clock unless given). */
+  clock?: Clock;
+}
+
 /**
  * A reload of the proxy after certificate files changed. Runs are serialised and coalesced: changes that
- * arrive while a reload runs lead to exactly one more run. A failure is logged and reported, never fatal.
+ * arrive while a reload runs lead to exactly one more run. A failure is logged and reported, never fatal, and
+ * tried again (retry.ts) until a reload lands: the proxy would otherwise serve the files before (a leaf the CA
+ * revoked) until the next renewal. A newer reload, asked for meanwhile, takes the retry's place: it reads the
+ * latest files, and its failure is retried in turn, for the domains of both.
  */
 export abstract class CoalescedReload {
   readonly #onOutcome: (outcome: ReloadOutcome) => void;
   readonly #onStart: (() => void) | undefined;
+  readonly #stop = new AbortController();
+  readonly #retry: DeliveryRetry<'reload'>;
   #running: Promise<void> | undefined;
   #pending = new Set<string>();
+  /** The domains of failed runs since the last that landed: a retry delivers them all. */
+  readonly #undelivered = new Set<string>();
+  /** Runs begun: a retry gives way to a run begun after the failed one. */
+  #runs = 0;
 
-  /** `onStart`: a run begins (what the proxy serves until its outcome is in between). */
-  constructor(onOutcome: (outcome: ReloadOutcome) => void, onStart?: () => void) {
-    this.#onOutcome = onOutcome;
-    this.#onStart = onStart;
+  constructor(options: ReloadOptions) {
+    this.#onOutcome = options.onOutcome;
+    this.#onStart = options.onStart;
+    this.#retry = new DeliveryRetry(options.clock ?? systemClock, this.#stop.signal);
   }
 
   /** Asks for a run; resolves when a run that started after this call has finished. */
   request(domain: string): Promise<void> {
-    this.#pending.add(domain);
+    return this.#ask([domain]);
+  }
+
+  #ask(domains: Iterable<string>): Promise<void> {
+    if (this.#stop.signal.aborted) return Promise.resolve();
+    for (const domain of domains) this.#pending.add(domain);
     this.#running ??= this.#drain().finally(() => (this.#running = undefined));
     return this.#running;
   }
 
-  /** Resolves once no reload is running or queued (for shutdown). */
+  /** Resolves once no reload is running or queued. */
   async idle(): Promise<void> {
     while (this.#running) await this.#running;
   }
 
+  /** No more runs nor retries; resolves when the run under way has ended (for shutdown). */
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    await this.idle();
+  }
+
   async #drain(): Promise<void> {
-    while (this.#pending.size > 0) {
+    while (this.#pending.size > 0 && !this.#stop.signal.aborted) {
       const domains = [...this.#pending];
       this.#pending.clear();
+      const run = ++this.#runs;
       this.#onStart?.();
-      this.#onOutcome(await this.runOnce(domains));
+      const outcome = await this.runOnce(domains);
+      if (outcome.ok) {
+        this.#undelivered.clear();
+        this.#retry.landed('reload');
+      } else {
+        for (const domain of domains) this.#undelivered.add(domain);
+        this.#retry.failed('reload', () => {
+          if (this.#runs === run) void this.#ask(this.#undelivered);
+        });
+      }
+      this.#onOutcome(outcome);
     }
   }
 
@@ -105,8 +146,8 @@ export class ReloadCommand extends CoalescedReload {
   readonly #timeoutMs: number;
   readonly #logger: Logger;
 
-  constructor(spec: ReloadSpec, options: { timeoutMs: number; logger: Logger; onOutcome: (o: ReloadOutcome) => void; onStart?: () => void }) {
-    super(options.onOutcome, options.onStart);
+  constructor(spec: ReloadSpec, options: ReloadOptions & { timeoutMs: number; logger: Logger }) {
+    super(options);
     this.#spec = spec;
     this.#timeoutMs = options.timeoutMs;
     this.#logger = options.logger;
@@ -140,7 +181,7 @@ export class ReloadCommand extends CoalescedReload {
         clearTimeout(timer);
         const outcome = { method: 'command' as const, domains, ok: exitCode === 0, exitCode, durationMs: Date.now() - started };
         if (outcome.ok) this.#logger.info({ command, domains, durationMs: outcome.durationMs }, 'reload command succeeded');
-        else this.#logger.error({ code: 'CERTSHARE_RELOAD_FAILED', command, exitCode, error }, 'reload command failed');
+        else this.#logger.error({ code: 'CERTSHARE_RELOAD_FAILED', command, exitCode, error }, 'reload command failed; trying again');
         resolve(outcome);
       };
       child.once('error', (err) => finish(null, err.message));

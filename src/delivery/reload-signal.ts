@@ -3,7 +3,7 @@ import { lstat, open, readFile } from 'node:fs/promises';
 import { CertshareError, errorMessage } from '../core/errors.ts';
 import { type Clock, systemClock } from '../core/ports/clock.ts';
 import type { Logger } from '../core/ports/logger.ts';
-import { CoalescedReload, type ReloadOutcome } from './reload-command.ts';
+import { CoalescedReload, type ReloadOptions, type ReloadOutcome } from './reload-command.ts';
 
 /**
  * The signals --reload-signal may send: those a proxy takes as "reload" or "reopen" (nginx: HUP reloads its
@@ -121,17 +121,14 @@ export class SignalReload extends CoalescedReload {
   constructor(
     signal: NodeJS.Signals,
     pidFile: string,
-    options: {
+    options: ReloadOptions & {
       logger: Logger;
-      onOutcome: (o: ReloadOutcome) => void;
-      onStart?: () => void;
       kill?: (pid: number, signal: NodeJS.Signals) => void;
       workers?: (master: number) => Promise<number[] | undefined>;
-      clock?: Clock;
       settleTimeoutMs?: number;
     },
   ) {
-    super(options.onOutcome, options.onStart);
+    super(options);
     this.#signal = signal;
     this.#pidFile = pidFile;
     this.#logger = options.logger;
@@ -158,7 +155,7 @@ export class SignalReload extends CoalescedReload {
       return outcome(true);
     } catch (err) {
       const code = err instanceof CertshareError ? err.code : 'CERTSHARE_RELOAD_FAILED';
-      this.#logger.error({ code, signal: this.#signal, pid, pidFile: this.#pidFile, domains, err: errorMessage(err) }, 'reload signal failed');
+      this.#logger.error({ code, signal: this.#signal, pid, pidFile: this.#pidFile, domains, err: errorMessage(err) }, 'reload signal failed; trying again');
       return outcome(false);
     }
   }

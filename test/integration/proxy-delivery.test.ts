@@ -159,6 +159,54 @@ describe('proxy delivery: flags, pid files, the HAProxy PEM', () => {
     );
   });
 
+  it('tries a failed signal reload again, from 1 s doubling, until one lands; a newer reload takes its place; none after stop', async () => {
+    const clock = new FakeClock();
+    const file = join(dir(), 'retried.pid');
+    await writeFile(file, '4242\n');
+    const outcomes: ReloadOutcome[] = [];
+    let running = false;
+    const reload = new SignalReload('SIGHUP', file, {
+      logger: silentLogger,
+      onOutcome: (o) => outcomes.push(o),
+      kill: () => {
+        if (!running) throw Object.assign(new Error('kill ESRCH'), { code: 'ESRCH' });
+      },
+      workers: async () => [],
+      clock,
+    });
+    const results = (): Array<[boolean, string[]]> => outcomes.map((o) => [o.ok, o.domains]);
+    try {
+      await reload.request(DOMAIN);
+      assert.deepEqual(clock.pendingDurations(), [1000]);
+      await clock.advance(1000);
+      await reload.idle();
+      assert.deepEqual(clock.pendingDurations(), [2000], 'failed again: next after 2 s');
+      running = true;
+      await clock.advance(2000);
+      await reload.idle();
+      assert.deepEqual(results(), [
+        [false, [DOMAIN]],
+        [false, [DOMAIN]],
+        [true, [DOMAIN]],
+      ]);
+      assert.equal(clock.pendingSleeps(), 0, 'landed: no more tries');
+      running = false;
+      await reload.request('a.example.com');
+      await reload.request('b.example.com');
+      assert.deepEqual(clock.pendingDurations(), [1000, 2000]);
+      await clock.advance(1000);
+      await reload.idle();
+      assert.equal(outcomes.length, 5, 'a reload begun after the failed one takes the place of its retry');
+      await clock.advance(1000);
+      await reload.idle();
+      assert.deepEqual(results().slice(5), [[false, ['a.example.com', 'b.example.com']]], 'the retry delivers the domains of both');
+      assert.deepEqual(clock.pendingDurations(), [4000]);
+    } finally {
+      await reload.stop();
+    }
+    assert.equal(clock.pendingSleeps(), 0, 'stopped: no retry');
+  });
+
   it("waits the reload's usual pause when the master's workers cannot be seen", async () => {
     const clock = new FakeClock();
     const run = await watchedReload(clock, () => undefined);
