@@ -70,6 +70,11 @@ interface DomainCheck {
   replacedNow: string[];
   /** When certshare took its current certificate. */
   heldSince: number;
+  /**
+   * When each previous leaf (its fingerprint) stopped being the current one: a leaf the CA asked to replace now gets
+   * one reload window from then, however many certificates follow it.
+   */
+  replacedAt: Map<string, number>;
   state?: ServedState;
   dueAt: number;
   /** Rechecks since the change that did not find the current leaf served. */
@@ -99,10 +104,13 @@ export class ServedChecker implements LoopObserver {
     if (!entry) {
       if (!fingerprint) return;
       const held = holdLeaf({ current: undefined, previous: [] }, fingerprint);
-      this.#domains.set(domain, { held, serial, replacedNow: [], heldSince: now, dueAt: now, rechecks: 0 });
+      this.#domains.set(domain, { held, serial, replacedNow: [], heldSince: now, replacedAt: new Map(), dueAt: now, rechecks: 0 });
     } else {
       const held = holdLeaf(entry.held, fingerprint);
       if (held === entry.held) return;
+      const was = entry.held.current?.fingerprint256;
+      if (was !== undefined && !entry.replacedAt.has(was)) entry.replacedAt.set(was, now);
+      for (const f of entry.replacedAt.keys()) if (!held.previous.includes(f)) entry.replacedAt.delete(f);
       Object.assign(entry, { held, serial, heldSince: now, dueAt: now, rechecks: 0 });
     }
     this.#wake.abort();
@@ -169,10 +177,10 @@ export class ServedChecker implements LoopObserver {
     return servedVerdictEdge(d?.state, now, this.#o.end, d && this.#replaceNowFrom(d));
   }
 
-  /** When the served leaf, one the CA asked to replace now, counts bad: the end of the reload window (#staleAt). */
+  /** When the served leaf, one the CA asked to replace now, counts bad: the end of its reload window, from when it was replaced. */
   #replaceNowFrom(d: DomainCheck): number | undefined {
     const known = d.state?.known;
-    return known && replaceNowFrom(d.state, new Set(d.replacedNow), this.#staleAt(d, known.leaf));
+    return known && replaceNowFrom(d.state, new Set(d.replacedNow), this.#windowEnd(d.replacedAt.get(known.leaf.fingerprint256) ?? d.heldSince, known.leaf));
   }
 
   report(domain: string): ServedReport | undefined {
@@ -272,8 +280,13 @@ export class ServedChecker implements LoopObserver {
    * at most halfway to that leaf's end, so a short-lived certificate warns before it takes the replica out.
    */
   #staleAt(d: DomainCheck, leaf: ServedLeaf): number {
+    return this.#windowEnd(d.heldSince, leaf);
+  }
+
+  /** staleAfterMs from `from`, but at most halfway to the leaf's end. */
+  #windowEnd(from: number, leaf: ServedLeaf): number {
     const end = this.#o.end({ notBefore: leaf.notBefore, notAfter: leaf.notAfter });
-    return d.heldSince + Math.min(this.#o.staleAfterMs, Math.max(0, Math.floor((end - d.heldSince) / 2)));
+    return from + Math.min(this.#o.staleAfterMs, Math.max(0, Math.floor((end - from) / 2)));
   }
 
   /** The next check due, a served certificate reaching its end, or a previous one turning stale. */

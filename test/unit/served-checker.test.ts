@@ -162,7 +162,7 @@ describe('ServedChecker', () => {
     assert.equal(servedStatus(out.outcome, out.verdict), 'previous_expiring');
     await checker.stop();
   });
-  it('takes the replica out when the proxy still serves, past the reload window, a leaf the CA asked to replace now', async () => {
+  it('takes the replica out when the proxy still serves, past the reload window, a leaf the CA asked to replace now, whatever follows', async () => {
     const s = setup();
     const { clock, checker, reports } = s;
     const t0 = clock.now();
@@ -180,10 +180,15 @@ describe('ServedChecker', () => {
     assert.equal(out.verdict.verdict, 'bad', 'past --served-stale-after, the replaced leaf takes the replica out');
     assert.match(out.verdict.verdict === 'bad' ? out.verdict.why : '', /CA asked to replace now/);
     assert.equal(servedStatus(out.outcome, out.verdict, out.replacedNow), 'previous_replaced_now');
-    s.serve({ leaf: leaf('B', t0, t0 + 10 * HOUR) });
+    // Each certificate opened a new reload window for every previous leaf: a second renewal while the proxy's reload
+    // kept failing put the replica back in rotation, serving the revoked leaf, for up to --served-stale-after.
+    checker.certificate(DOMAIN, held('C', clock.now(), clock.now() + 10 * HOUR));
+    await clock.advance(0);
+    assert.equal(checker.verdict(DOMAIN, clock.now()).verdict, 'bad', 'a later certificate opens no new window for A');
+    s.serve({ leaf: leaf('C', t0, t0 + 10 * HOUR) });
     checker.reloaded();
     await clock.advance(0);
-    assert.equal(checker.verdict(DOMAIN, clock.now()).verdict, 'ok', 'back once the proxy serves the replacement');
+    assert.equal(checker.verdict(DOMAIN, clock.now()).verdict, 'ok', 'back once the proxy serves the newest');
     await checker.stop();
   });
 
