@@ -24,8 +24,7 @@ export async function handOver(parts: HandOverParts, settleIssuance: (signal: Ab
   // Out of rotation first; then hand the writer role over, so a successor renews at once. Both are
   // best effort against an API server that may not answer: together they get --shutdown-timeout less
   // a reserve, so the process still exits within it. No drain wait here: as a native sidecar certshare
-  // gets SIGTERM only after the proxy has exited (measured on the real cluster: tailscaled's SIGTERM at
-  // .270, certshare's at .340); the drain is the proxy's preStop sleep, which the injector gives it.
+  // gets SIGTERM only after the proxy has exited (docs/design.md); the drain is the proxy's preStop sleep.
   const budgetMs = Math.max(0, remainingMs - STOP_RESERVE_MS);
   const budget = AbortSignal.timeout(Math.round(budgetMs));
   await gate?.leaveRotation(budget);
