@@ -244,7 +244,11 @@ export class Advertiser {
    * withdraws those, whatever certificate this replica serves.
    */
   #sayUnwatched(read: readonly string[]): void {
-    const unwatched = [...new Set(read.filter((s) => !this.#managed.has(s)))].sort();
+    // Said, not acted on: the list is the file's, bounded before it reaches the log.
+    const unwatched = [...new Set(read.filter((s) => !this.#managed.has(s)))]
+      .sort()
+      .slice(0, 16)
+      .map((s) => s.slice(0, 64));
     const key = unwatched.join(' ');
     if (key === this.#unwatchedSaid) return;
     this.#unwatchedSaid = key;
